@@ -1,0 +1,1 @@
+"""vta.compiler: ONNX models to accelerator programs and CPU fallbacks (installed from compiler/)."""

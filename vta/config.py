@@ -1,0 +1,401 @@
+"""The one typed, frozen description of an accelerator design.
+
+A :class:`VTAConfig` carries VTA's own keys (``LOG_INP_WIDTH`` ... ``LOG_ACC_BUFF_SIZE``, as in VTA's
+``vta_config.json``) plus what a cycle-level co-simulation needs (memory bus width, DRAM latency, queue depths, clock).
+Everything else (buffer depths, element sizes, ISA field widths, the canonical name) is derived as properties.
+
+The config is passed explicitly to the hardware generator, the compiler and the simulators; nothing reads it from
+globals or the environment.
+
+Example::
+
+    cfg = VTAConfig()                       # VTA's defaults
+    cfg = load_config("vta_config.json")    # VTA's own JSON file, unchanged
+    cfg = load_config("design.toml")        # or TOML with the same keys
+    cfg.name                                 # '1x16_i8w8a32_15_15_18_17'
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import tomllib
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, Mapping
+
+__all__ = ["VTAConfig", "ConfigError", "load_config", "MEM_UOP", "MEM_WGT", "MEM_INP", "MEM_ACC", "MEM_OUT",
+           "MEM_ACC_8BIT", "MEM_NAMES"]
+
+# Memory types, as encoded in LOAD/STORE instructions.
+MEM_UOP, MEM_WGT, MEM_INP, MEM_ACC, MEM_OUT, MEM_ACC_8BIT = 0, 1, 2, 3, 4, 5
+MEM_NAMES = {MEM_UOP: "uop", MEM_WGT: "wgt", MEM_INP: "inp", MEM_ACC: "acc", MEM_OUT: "out",
+             MEM_ACC_8BIT: "acc8"}
+
+# Widths of instruction fields that do not depend on buffer depths (bits); see vta.isa.
+_LOOP_BITS = 14
+_SRAM_BASE_BITS = 16
+_UOP_BITS = 32
+
+
+class ConfigError(ValueError):
+    """A configuration is invalid. ``problems`` lists every problem found, one sentence each."""
+
+    def __init__(self, problems: list[str], source: str | None = None) -> None:
+        self.problems = list(problems)
+        where = f" in {source}" if source else ""
+        lines = "\n".join(f"  - {p}" for p in self.problems)
+        super().__init__(f"invalid VTA configuration{where} ({len(self.problems)} problem"
+                         f"{'s' if len(self.problems) != 1 else ''}):\n{lines}")
+
+
+# Key in VTA's JSON (upper case) -> field name; ranges are inclusive.
+_VTA_KEYS = {
+    "LOG_INP_WIDTH": "log_inp_width", "LOG_WGT_WIDTH": "log_wgt_width", "LOG_ACC_WIDTH": "log_acc_width",
+    "LOG_BATCH": "log_batch", "LOG_BLOCK": "log_block", "LOG_UOP_BUFF_SIZE": "log_uop_buff_size",
+    "LOG_INP_BUFF_SIZE": "log_inp_buff_size", "LOG_WGT_BUFF_SIZE": "log_wgt_buff_size",
+    "LOG_ACC_BUFF_SIZE": "log_acc_buff_size",
+    "BUS_BYTES": "bus_bytes", "DRAM_LATENCY": "dram_latency", "CMD_QUEUE_DEPTH": "cmd_queue_depth",
+    "TOKEN_QUEUE_DEPTH": "token_queue_depth", "CLOCK_MHZ": "clock_mhz",
+}
+# Keys that VTA's own vta_config.json carries but that do not describe the accelerator we generate; accepted and
+# ignored so that VTA's files load unchanged.
+_IGNORED_VTA_KEYS = {"TARGET", "HW_VER", "LOG_BLOCK_IN", "LOG_BLOCK_OUT", "LOG_OUT_WIDTH", "LOG_OUT_BUFF_SIZE"}
+
+_RANGES: dict[str, tuple[float, float]] = {
+    "log_inp_width": (3, 3), "log_wgt_width": (3, 3), "log_acc_width": (5, 5),
+    "log_batch": (0, 4), "log_block": (2, 6),
+    "log_uop_buff_size": (6, 20), "log_inp_buff_size": (6, 22), "log_wgt_buff_size": (6, 24),
+    "log_acc_buff_size": (6, 24),
+    "bus_bytes": (1, 128), "dram_latency": (1, 1024), "cmd_queue_depth": (2, 4096),
+    "token_queue_depth": (2, 4096), "clock_mhz": (1.0, 10000.0),
+}
+_WHY = {
+    "log_inp_width": "only int8 inputs (3) are supported", "log_wgt_width": "only int8 weights (3) are supported",
+    "log_acc_width": "only int32 accumulators (5) are supported",
+}
+
+
+@dataclass(frozen=True)
+class VTAConfig:
+    """One accelerator design. All fields are keyword-only; sizes are log2 of bytes unless stated.
+
+    VTA's keys:
+        log_inp_width, log_wgt_width, log_acc_width: log2 of element widths in bits (3 = int8, 5 = int32).
+        log_batch: log2 of BATCH, the rows of the GEMM core's input tile.
+        log_block: log2 of BLOCK_IN = BLOCK_OUT, the GEMM core's reduction and output width.
+        log_uop_buff_size, log_inp_buff_size, log_wgt_buff_size, log_acc_buff_size: log2 of SRAM sizes in bytes.
+    Co-simulation:
+        bus_bytes: memory bus data width in bytes per cycle (power of two; 8 = VTA's 64-bit AXI).
+        dram_latency: cycles from a read request to its first data beat.
+        cmd_queue_depth: entries in each module's instruction (command) queue.
+        token_queue_depth: dependency tokens each of the four token queues can hold.
+        clock_mhz: clock frequency, used only to turn cycles into time in reports.
+    """
+
+    log_inp_width: int = 3
+    log_wgt_width: int = 3
+    log_acc_width: int = 5
+    log_batch: int = 0
+    log_block: int = 4
+    log_uop_buff_size: int = 15
+    log_inp_buff_size: int = 15
+    log_wgt_buff_size: int = 18
+    log_acc_buff_size: int = 17
+    bus_bytes: int = 8
+    dram_latency: int = 16
+    cmd_queue_depth: int = 64
+    token_queue_depth: int = 64
+    clock_mhz: float = 100.0
+
+    def __post_init__(self) -> None:
+        problems = _check(self)
+        if problems:
+            raise ConfigError(problems)
+
+    # ---- construction -------------------------------------------------------------------------------------------
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], *, source: str | None = None) -> "VTAConfig":
+        """Build from a mapping with VTA's upper-case keys or our lower-case field names.
+
+        Unknown keys, bad types and out-of-range values are all collected and raised at once as :class:`ConfigError`.
+        """
+        problems: list[str] = []
+        kwargs: dict[str, Any] = {}
+        names = {f.name for f in fields(cls)}
+        for key, value in data.items():
+            if key in _IGNORED_VTA_KEYS:
+                continue
+            name = _VTA_KEYS.get(key, key if key in names else None)
+            if name is None:
+                problems.append(f"unknown key {key!r}; known keys are {', '.join(sorted(_VTA_KEYS))}")
+                continue
+            if name in kwargs:
+                problems.append(f"key {key!r} is given twice (as upper and lower case)")
+                continue
+            kwargs[name] = value
+        try:
+            cfg = cls(**kwargs)
+        except ConfigError as err:
+            problems.extend(err.problems)
+        if problems:
+            raise ConfigError(problems, source)
+        return cfg
+
+    def to_dict(self) -> dict[str, Any]:
+        """VTA-style upper-case keys -> values; ``VTAConfig.from_dict(cfg.to_dict()) == cfg``."""
+        inverse = {v: k for k, v in _VTA_KEYS.items()}
+        return {inverse[f.name]: getattr(self, f.name) for f in fields(self)}
+
+    def replace(self, **changes: Any) -> "VTAConfig":
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    # ---- derived values -----------------------------------------------------------------------------------------
+    @property
+    def batch(self) -> int:
+        """Rows of the input tile (BATCH)."""
+        return 1 << self.log_batch
+
+    @property
+    def block_in(self) -> int:
+        """Reduction width of the GEMM core (BLOCK_IN), elements."""
+        return 1 << self.log_block
+
+    @property
+    def block_out(self) -> int:
+        """Output width of the GEMM core (BLOCK_OUT), elements."""
+        return 1 << self.log_block
+
+    @property
+    def inp_width(self) -> int:
+        """Input element width, bits."""
+        return 1 << self.log_inp_width
+
+    @property
+    def wgt_width(self) -> int:
+        """Weight element width, bits."""
+        return 1 << self.log_wgt_width
+
+    @property
+    def acc_width(self) -> int:
+        """Accumulator element width, bits."""
+        return 1 << self.log_acc_width
+
+    @property
+    def out_width(self) -> int:
+        """Output element width, bits (equal to the input width, as in VTA)."""
+        return self.inp_width
+
+    @property
+    def log_out_buff_size(self) -> int:
+        """log2 of the output buffer size in bytes: one out entry per acc entry."""
+        return self.log_acc_buff_size + self.log_inp_width - self.log_acc_width
+
+    @property
+    def macs_per_cycle(self) -> int:
+        """Multiply-accumulates the GEMM core performs per micro-op: BATCH x BLOCK_IN x BLOCK_OUT."""
+        return self.batch * self.block_in * self.block_out
+
+    # Element = one SRAM entry: inp is BATCH x BLOCK_IN, wgt BLOCK_OUT x BLOCK_IN, acc/out BATCH x BLOCK_OUT.
+    @property
+    def uop_index_bits(self) -> tuple[int, int, int]:
+        """Widths in bits of a micro-op's (dst, src, wgt) index fields: acc index, inp-or-acc index, wgt index."""
+        inp = (1 << self.log_inp_buff_size) // self.inp_elem_bytes
+        acc = (1 << self.log_acc_buff_size) // self.acc_elem_bytes
+        wgt = (1 << self.log_wgt_buff_size) // self.wgt_elem_bytes
+        return _log2(acc), max(_log2(inp), _log2(acc)), _log2(wgt)
+
+    @property
+    def uop_bits(self) -> int:
+        """Bits per micro-op: 32 as in VTA when the three indices fit, else 64."""
+        return _UOP_BITS if sum(self.uop_index_bits) <= _UOP_BITS else 2 * _UOP_BITS
+
+    @property
+    def uop_bytes(self) -> int:
+        """Bytes per micro-op."""
+        return self.uop_bits // 8
+
+    @property
+    def inp_elem_bytes(self) -> int:
+        """Bytes per inp buffer entry (BATCH x BLOCK_IN int8)."""
+        return self.batch * self.block_in * self.inp_width // 8
+
+    @property
+    def wgt_elem_bytes(self) -> int:
+        """Bytes per wgt buffer entry (BLOCK_OUT x BLOCK_IN int8)."""
+        return self.block_out * self.block_in * self.wgt_width // 8
+
+    @property
+    def acc_elem_bytes(self) -> int:
+        """Bytes per acc buffer entry (BATCH x BLOCK_OUT int32)."""
+        return self.batch * self.block_out * self.acc_width // 8
+
+    @property
+    def out_elem_bytes(self) -> int:
+        """Bytes per out buffer entry (BATCH x BLOCK_OUT int8)."""
+        return self.batch * self.block_out * self.out_width // 8
+
+    def elem_bytes(self, mem: int) -> int:
+        """Bytes of one element of memory type ``mem`` (``MEM_*``) as laid out in DRAM.
+
+        ``MEM_ACC_8BIT`` elements are BATCH x BLOCK_OUT int8 in DRAM, widened into the acc buffer.
+        """
+        table = {MEM_UOP: self.uop_bytes, MEM_WGT: self.wgt_elem_bytes, MEM_INP: self.inp_elem_bytes,
+                 MEM_ACC: self.acc_elem_bytes, MEM_OUT: self.out_elem_bytes, MEM_ACC_8BIT: self.out_elem_bytes}
+        if mem not in table:
+            raise ValueError(f"memory type must be one of {sorted(table)}, not {mem!r}")
+        return table[mem]
+
+    @property
+    def uop_depth(self) -> int:
+        """Micro-op buffer entries."""
+        return (1 << self.log_uop_buff_size) // self.uop_bytes
+
+    @property
+    def inp_depth(self) -> int:
+        """Input buffer entries."""
+        return (1 << self.log_inp_buff_size) // self.inp_elem_bytes
+
+    @property
+    def wgt_depth(self) -> int:
+        """Weight buffer entries."""
+        return (1 << self.log_wgt_buff_size) // self.wgt_elem_bytes
+
+    @property
+    def acc_depth(self) -> int:
+        """Accumulator buffer entries (and output buffer entries: one int8 copy per acc entry)."""
+        return (1 << self.log_acc_buff_size) // self.acc_elem_bytes
+
+    @property
+    def out_depth(self) -> int:
+        """Output buffer entries (equal to ``acc_depth``)."""
+        return self.acc_depth
+
+    def depth(self, mem: int) -> int:
+        """Entries of the on-chip buffer that memory type ``mem`` addresses."""
+        table = {MEM_UOP: self.uop_depth, MEM_WGT: self.wgt_depth, MEM_INP: self.inp_depth,
+                 MEM_ACC: self.acc_depth, MEM_OUT: self.out_depth, MEM_ACC_8BIT: self.acc_depth}
+        if mem not in table:
+            raise ValueError(f"memory type must be one of {sorted(table)}, not {mem!r}")
+        return table[mem]
+
+    # Index field widths (bits) used by the ISA.
+    @property
+    def log_uop_depth(self) -> int:
+        return _log2(self.uop_depth)
+
+    @property
+    def log_inp_depth(self) -> int:
+        return _log2(self.inp_depth)
+
+    @property
+    def log_wgt_depth(self) -> int:
+        return _log2(self.wgt_depth)
+
+    @property
+    def log_acc_depth(self) -> int:
+        return _log2(self.acc_depth)
+
+    @property
+    def name(self) -> str:
+        """Canonical name, as VTA's: ``{BATCH}x{BLOCK}_i{inp}w{wgt}a{acc}_{uop}_{inp}_{wgt}_{acc}``.
+
+        Co-simulation fields are appended only where they differ from the defaults, so VTA's names are unchanged:
+        e.g. ``1x16_i8w8a32_15_15_18_17`` or ``1x16_i8w8a32_15_15_18_17_bus16_lat32``.
+        """
+        base = (f"{self.batch}x{self.block_in}_i{self.inp_width}w{self.wgt_width}a{self.acc_width}_"
+                f"{self.log_uop_buff_size}_{self.log_inp_buff_size}_{self.log_wgt_buff_size}_{self.log_acc_buff_size}")
+        default = VTAConfig.__dataclass_fields__
+        tags = [("bus", "bus_bytes"), ("lat", "dram_latency"), ("cq", "cmd_queue_depth"),
+                ("tq", "token_queue_depth")]
+        for tag, field in tags:
+            if getattr(self, field) != default[field].default:
+                base += f"_{tag}{getattr(self, field)}"
+        return base
+
+    def __str__(self) -> str:
+        return self.name
+
+
+def _log2(n: int) -> int:
+    return max(n - 1, 0).bit_length()
+
+
+def _check_type(name: str, value: Any) -> list[str]:
+    if name == "clock_mhz":
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return [f"{name} must be a number, not {value!r}"]
+        return []
+    if isinstance(value, bool) or not isinstance(value, int):
+        return [f"{_upper(name)} must be an integer, not {value!r}"]
+    return []
+
+
+def _upper(name: str) -> str:
+    return {v: k for k, v in _VTA_KEYS.items()}[name]
+
+
+def _check(cfg: VTAConfig) -> list[str]:
+    """Every problem with ``cfg``, one sentence each (empty when valid)."""
+    problems: list[str] = []
+    bad: set[str] = set()
+    for f in fields(cfg):
+        value = getattr(cfg, f.name)
+        type_problems = _check_type(f.name, value)
+        problems.extend(type_problems)
+        if type_problems:
+            bad.add(f.name)
+            continue
+        lo, hi = _RANGES[f.name]
+        if not lo <= value <= hi:
+            why = f" ({_WHY[f.name]})" if f.name in _WHY else ""
+            problems.append(f"{_upper(f.name)} must be between {lo:g} and {hi:g}{why}, not {value!r}")
+            bad.add(f.name)
+        elif f.name == "bus_bytes" and value & (value - 1):
+            problems.append(f"BUS_BYTES must be a power of two, not {value}")
+    if bad & {"log_inp_width", "log_wgt_width", "log_acc_width", "log_batch", "log_block"}:
+        return problems
+    # Every buffer must hold at least two entries (double buffering needs two), and no index may exceed the 16-bit
+    # sram_base field of LOAD/STORE.
+    buffers = [("log_uop_buff_size", cfg.uop_bytes, f"a {cfg.uop_bytes}-byte micro-op"),
+               ("log_inp_buff_size", cfg.inp_elem_bytes, "one BATCH x BLOCK_IN input tile"),
+               ("log_wgt_buff_size", cfg.wgt_elem_bytes, "one BLOCK x BLOCK weight tile"),
+               ("log_acc_buff_size", cfg.acc_elem_bytes, "one BATCH x BLOCK_OUT int32 accumulator tile")]
+    for name, elem, what in buffers:
+        if name in bad:
+            continue
+        log_size = getattr(cfg, name)
+        depth = (1 << log_size) // elem
+        if depth < 2:
+            problems.append(f"{_upper(name)}={log_size} gives {1 << log_size} bytes, too small for two entries of "
+                            f"{what} ({elem} bytes each); use at least {_log2(2 * elem)}")
+        elif depth > 1 << _SRAM_BASE_BITS:
+            problems.append(f"{_upper(name)}={log_size} gives {depth} entries, more than the 16-bit sram_base field "
+                            f"of LOAD/STORE can address (65536); use at most {_log2(elem << _SRAM_BASE_BITS)}")
+    return problems
+
+
+def load_config(path: str | Path) -> VTAConfig:
+    """Read a config file: VTA's ``vta_config.json`` (unchanged) or a TOML file with the same keys.
+
+    A TOML file may put the keys at the top level or under a ``[vta]`` table.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise ConfigError([f"cannot read the config file: {err.strerror}"], str(path)) from None
+    try:
+        if path.suffix.lower() == ".toml":
+            data = tomllib.loads(text)
+            if "vta" in data and isinstance(data["vta"], dict):
+                data = data["vta"]
+        else:
+            data = json.loads(text)
+    except (json.JSONDecodeError, tomllib.TOMLDecodeError) as err:
+        raise ConfigError([f"the file is not valid {'TOML' if path.suffix.lower() == '.toml' else 'JSON'}: {err}"],
+                          str(path)) from None
+    if not isinstance(data, dict):
+        raise ConfigError([f"the file must hold a table of keys, not {type(data).__name__}"], str(path))
+    return VTAConfig.from_dict(data, source=str(path))
+
