@@ -59,7 +59,8 @@ _VTA_KEYS = {
 }
 # Keys that VTA's own vta_config.json carries but that do not describe the accelerator we generate; accepted and
 # ignored so that VTA's files load unchanged.
-_IGNORED_VTA_KEYS = {"TARGET", "HW_VER", "LOG_BLOCK_IN", "LOG_BLOCK_OUT", "LOG_OUT_WIDTH", "LOG_OUT_BUFF_SIZE"}
+_IGNORED_VTA_KEYS = {"TARGET", "HW_VER", "LOG_BLOCK_IN", "LOG_BLOCK_OUT", "LOG_OUT_WIDTH", "LOG_OUT_BUFF_SIZE",
+                     "ACC_DEP_DISTANCE"}
 
 _RANGES: dict[str, tuple[float, float]] = {
     "log_inp_width": (3, 3), "log_wgt_width": (3, 3), "log_acc_width": (5, 5),
@@ -357,12 +358,14 @@ def _check(cfg: VTAConfig) -> list[str]:
         return problems
     # Every buffer must hold at least two entries (double buffering needs two), and no index may exceed the 16-bit
     # sram_base field of LOAD/STORE.
-    buffers = [("log_uop_buff_size", cfg.uop_bytes, f"a {cfg.uop_bytes}-byte micro-op"),
+    # The micro-op size depends on the other three buffers' depths, so it is known only when they are valid.
+    uop_bytes = None if bad & {"log_inp_buff_size", "log_wgt_buff_size", "log_acc_buff_size"} else cfg.uop_bytes
+    buffers = [("log_uop_buff_size", uop_bytes, f"a {uop_bytes}-byte micro-op"),
                ("log_inp_buff_size", cfg.inp_elem_bytes, "one BATCH x BLOCK_IN input tile"),
                ("log_wgt_buff_size", cfg.wgt_elem_bytes, "one BLOCK x BLOCK weight tile"),
                ("log_acc_buff_size", cfg.acc_elem_bytes, "one BATCH x BLOCK_OUT int32 accumulator tile")]
     for name, elem, what in buffers:
-        if name in bad:
+        if name in bad or elem is None:
             continue
         log_size = getattr(cfg, name)
         depth = (1 << log_size) // elem

@@ -1,0 +1,425 @@
+"""Code generation: one quantized layer (conv2d, dense, residual add) -> accelerator instructions.
+
+The layer's tensors live in DRAM in the packed layouts of :mod:`.layout`; the tiling comes from :mod:`.schedule`.
+Each buffer (inp, wgt, acc/out) is split in two halves used alternately, and dependency tokens order the modules the
+way VTA's runtime does with two virtual threads:
+
+* reduction step ``k`` (a load of inputs and weights, then its GEMMs) uses inp/wgt half ``k % 2``: load pushes
+  load->compute after its loads and compute pops before the GEMMs; compute pushes compute->load after them and the
+  load of step ``k + 2`` (same half) pops it, so loads run ahead while the GEMMs work on the other half;
+* output tile ``j`` uses acc/out half ``j % 2``: compute pushes compute->store after the requantization and the store
+  pops it; the store pushes store->compute after its STOREs and compute pops it before tile ``j + 2``.
+
+Per output tile of a convolution (all indices in entries of the named buffer)::
+
+    LOAD ACC bias[, multiplier, shift]     per-channel constants, one acc entry per output block
+    GEMM reset                             zero the tile
+    per reduction step: LOAD INP (one per input block, borders as load padding), LOAD WGT, [LOAD UOP], GEMM
+    ALU ADD bias; [MUL M]; SHR S; MAX lo; MIN hi     (M and S as immediates when per tensor, else tensors)
+    STORE (one per output block)
+
+A residual add loads both operands as ACC_8BIT (int8 widened), then ALU MUL Ma, MUL Mb, ADD, SHR, MAX, MIN, STORE.
+
+Micro-op kernels are cached (:class:`UopCache`): a kernel is stored once in DRAM and loaded into the uop buffer only
+when it is not already resident.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from vta.config import MEM_ACC, MEM_ACC_8BIT, MEM_INP, MEM_OUT, MEM_WGT, VTAConfig
+from vta.isa import ALU_ADD, ALU_MAX, ALU_MIN, ALU_MUL, ALU_SHR, Uop
+from vta.program import Allocation, Program, ProgramBuilder
+
+from .intrin import Intrinsics, intrinsics
+from .layout import PackedWeight, pack_channel_vector, pack_weight
+from .schedule import CONST_SLOTS, ConvGeometry, ConvTile, ConvTiling, plan_conv, plan_eltwise
+
+__all__ = ["ConvLayer", "AddLayer", "UopCache", "LayerCode", "emit_conv", "emit_add", "build_conv_program",
+           "build_add_program", "INPUT", "INPUT_B", "OUTPUT"]
+
+INPUT, INPUT_B, OUTPUT = "x", "x_b", "y"
+"""Allocation names of a layer program's packed input(s) and output."""
+
+
+@dataclass(frozen=True, eq=False)
+class ConvLayer:
+    """A quantized convolution or dense layer, ready for the accelerator.
+
+    ``geom``: shapes and blocks; ``weight``: packed weights; ``bias``: int32 [O] (rounding folded in);
+    ``multiplier``/``shift``: int [O] requantization, ``lo``/``hi`` the clip range (per the operator contract).
+    """
+
+    geom: ConvGeometry
+    weight: PackedWeight
+    bias: np.ndarray
+    multiplier: np.ndarray
+    shift: np.ndarray
+    lo: int
+    hi: int
+
+    @classmethod
+    def make(cls, x_shape: tuple[int, ...], w: np.ndarray, bias: np.ndarray, multiplier: np.ndarray,
+             shift: np.ndarray, lo: int, hi: int, *, strides: tuple[int, int] = (1, 1),
+             pads: tuple[int, int, int, int] = (0, 0, 0, 0), groups: int = 1, intr: Intrinsics) -> "ConvLayer":
+        """From NCHW (or ``[N, K]``) input shape and unpacked weights ``[O, C/groups, KH, KW]`` (or ``[O, K]``)."""
+        geom = ConvGeometry.make(x_shape, np.shape(w), strides=strides, pads=pads, groups=groups, intr=intr)
+        o = geom.o
+        weight = pack_weight(np.asarray(w, dtype=np.int8), block_out=intr.block_out, block_in=intr.block_in,
+                             groups=groups, in_channels=geom.c)
+        vec = [np.broadcast_to(np.asarray(v, dtype=np.int64), (o,)) for v in (bias, multiplier, shift)]
+        return cls(geom, weight, vec[0].astype(np.int32), vec[1], vec[2], int(lo), int(hi))
+
+    @property
+    def per_tensor(self) -> bool:
+        """True when one (M, S) serves every channel (the ALU takes them as immediates)."""
+        return bool((self.multiplier == self.multiplier[0]).all() and (self.shift == self.shift[0]).all())
+
+    @property
+    def out_shape(self) -> tuple[int, int, int, int]:
+        """NCHW output shape."""
+        return (self.geom.n, self.geom.o, self.geom.oh, self.geom.ow)
+
+
+@dataclass(frozen=True)
+class AddLayer:
+    """A quantized residual add of two int8 tensors of NCHW ``shape``: ``clip((a*ma + b*mb) >> shift, lo, hi)``."""
+
+    shape: tuple[int, ...]
+    ma: int
+    mb: int
+    shift: int
+    lo: int
+    hi: int
+
+
+@dataclass
+class LayerCode:
+    """What emitting a layer produced: the allocations of its tensors and compile-time counts.
+
+    ``gemm_uops``/``alu_uops``: micro-op iterations the instructions will execute; ``tiles``: output tiles;
+    ``tiling``: the plan (None for elementwise ops).
+    """
+
+    inputs: list[Allocation]
+    output: Allocation
+    gemm_uops: int = 0
+    alu_uops: int = 0
+    tiles: int = 0
+    tiling: ConvTiling | None = None
+    notes: dict[str, int] = field(default_factory=dict)
+
+
+class UopCache:
+    """Micro-op kernels resident in the uop buffer, loaded on demand (bump allocation, flushed when full).
+
+    The uop buffer is written only by the compute module, in program order, so overwriting a kernel that earlier
+    GEMM/ALU instructions used is safe.
+    """
+
+    def __init__(self, pb: ProgramBuilder, intr: Intrinsics, prefix: str) -> None:
+        self.pb = pb
+        self.depth = intr.uop_depth
+        self.prefix = prefix
+        self._dram: dict[bytes, Allocation] = {}
+        self._resident: dict[bytes, int] = {}
+        self._next = 0
+        self.loads = 0
+
+    def place(self, uops: list[Uop]) -> tuple[int, int]:
+        """``(uop_bgn, uop_end)`` of ``uops`` in the uop buffer, emitting a LOAD UOP when they are not resident."""
+        if not uops or len(uops) > self.depth:
+            raise ValueError(f"a micro-op kernel must hold 1 to {self.depth} micro-ops, not {len(uops)}")
+        key = hashlib.sha1(np.array([(u.dst, u.src, u.wgt) for u in uops], dtype=np.int64).tobytes()).digest()
+        if key in self._resident:
+            bgn = self._resident[key]
+            return bgn, bgn + len(uops)
+        if key not in self._dram:
+            self._dram[key] = self.pb.uop_kernel(f"{self.prefix}uop{len(self._dram)}", uops)
+        if self._next + len(uops) > self.depth:
+            self._resident.clear()
+            self._next = 0
+        bgn = self._next
+        self.pb.load_uops(self._dram[key], sram_base=bgn)
+        self.loads += 1
+        self._resident[key] = bgn
+        self._next += len(uops)
+        return bgn, bgn + len(uops)
+
+
+# ---- convolution ------------------------------------------------------------------------------------------------
+@dataclass
+class _ConvState:
+    """Emission state shared by the helpers of :func:`emit_conv`."""
+
+    pb: ProgramBuilder
+    intr: Intrinsics
+    layer: ConvLayer
+    t: ConvTiling
+    uops: UopCache
+    x: Allocation
+    y: Allocation
+    w: Allocation
+    consts: Allocation
+    step: int = 0
+    total_steps: int = 0
+    code: LayerCode | None = None
+
+    @property
+    def half(self) -> dict[str, int]:
+        return {m: self.intr.capacity(m) // 2 for m in ("inp", "wgt", "acc")}
+
+
+def _tile_in_window(s: _ConvState, tile: ConvTile) -> tuple[int, int, int, int]:
+    """``(row0, rows, col0, cols)`` of a tile's input window: first row and column (negative inside the top/left
+    border) and the counts of rows and columns including borders. One input block takes ``rows * cols`` entries."""
+    g = s.layer.geom
+    row0 = tile.r0 * g.sh - g.pads[0]
+    col0 = tile.c0 * g.sw - g.pads[1]
+    rows = (tile.toh - 1) * g.sh + g.kh
+    cols = (tile.tow - 1) * g.sw + g.kw
+    return row0, rows, col0, cols
+
+
+def _emit_loads(s: _ConvState, tile: ConvTile, j0: int, j1: int, inp_base: int, wgt_base: int) -> int:
+    """LOAD INP (one per input block, borders as padding) and LOAD WGT of one reduction step; returns the first
+    input block loaded."""
+    g, pb = s.layer.geom, s.pb
+    ib_lo = s.layer.weight.ib_lo
+    first = int(ib_lo[tile.ob0]) + j0
+    last = int(ib_lo[tile.ob0 + tile.oct - 1]) + j1
+    row0, rows, col0, cols = _tile_in_window(s, tile)
+    block_entries = rows * cols
+    y0, y1 = max(row0, 0), min(row0 + rows, g.h)
+    x0, x1 = max(col0, 0), min(col0 + cols, g.w)
+    x_addr = pb.elem_addr(s.x, MEM_INP)
+    for k, ib in enumerate(range(first, last)):
+        pb.load(MEM_INP, sram_base=inp_base + k * block_entries,
+                dram_base=x_addr + ((tile.nbi * g.ib + ib) * g.h + y0) * g.w + x0,
+                y_size=y1 - y0, x_size=x1 - x0, x_stride=g.w, y_pad_0=y0 - row0, y_pad_1=row0 + rows - y1,
+                x_pad_0=x0 - col0, x_pad_1=col0 + cols - x1)
+    taps = g.kh * g.kw
+    nib = s.layer.weight.nib
+    pb.load(MEM_WGT, sram_base=wgt_base, dram_base=pb.elem_addr(s.w, MEM_WGT) + (tile.ob0 * nib + j0) * taps,
+            y_size=tile.oct, x_size=(j1 - j0) * taps, x_stride=nib * taps)
+    return first
+
+
+def _gemm_uops(s: _ConvState, tile: ConvTile, j0: int, j1: int, first: int, inp_base: int, wgt_base: int,
+               acc_base: int) -> list[Uop]:
+    """One GEMM micro-op per (output block, reduction block, kernel tap) of the tile, at output pixel (0, 0)."""
+    g = s.layer.geom
+    _, rows, _, cols = _tile_in_window(s, tile)
+    block_entries = rows * cols
+    ib_lo = s.layer.weight.ib_lo
+    taps = g.kh * g.kw
+    out = []
+    for obl in range(tile.oct):
+        for j in range(j0, j1):
+            icl = int(ib_lo[tile.ob0 + obl]) + j - first
+            for kh in range(g.kh):
+                for kw in range(g.kw):
+                    out.append(Uop(acc_base + obl * s.t.acc_tile,
+                                   inp_base + icl * block_entries + kh * cols + kw,
+                                   wgt_base + (obl * (j1 - j0) + j - j0) * taps + kh * g.kw + kw))
+    return out
+
+
+def _tile_uops(s: _ConvState, tile: ConvTile, acc_base: int, src_base: int | None) -> list[Uop]:
+    """One micro-op per output block: dst = the block's first acc entry; src = ``src_base + block`` (or 0)."""
+    return [Uop(acc_base + obl * s.t.acc_tile, 0 if src_base is None else src_base + obl)
+            for obl in range(tile.oct)]
+
+
+def _tile_loop(tile: ConvTile) -> dict[str, int]:
+    """Loop fields walking a tile's rows and columns (dst in acc entries)."""
+    return dict(iter_out=tile.toh, iter_in=tile.tow, dst_factor_out=tile.tow if tile.toh > 1 else 0,
+                dst_factor_in=1 if tile.tow > 1 else 0)
+
+
+def _emit_alu(s: _ConvState, tile: ConvTile, opcode: int, acc_base: int, *, imm: int | None = None,
+              src_base: int | None = None) -> None:
+    bgn, end = s.uops.place(_tile_uops(s, tile, acc_base, src_base))
+    s.pb.alu(opcode, uop_bgn=bgn, uop_end=end, use_imm=imm is not None, imm=0 if imm is None else imm,
+             **_tile_loop(tile))
+    s.code.alu_uops += tile.oct * tile.toh * tile.tow
+
+
+def _emit_tile(s: _ConvState, index: int, tile: ConvTile, n_tiles: int) -> None:
+    pb, g, layer = s.pb, s.layer.geom, s.layer
+    half = s.half
+    acc_base = (index % 2) * half["acc"]
+    const_base = acc_base + s.t.oc_tile * s.t.acc_tile
+    slots = [0] if layer.per_tensor else [0, 1, 2]
+    if index >= 2:
+        pb.dep_pop("store", "compute")
+    for slot in slots:   # bias, then multiplier and shift when they are per channel
+        pb.load(MEM_ACC, sram_base=const_base + slot * s.t.oc_tile,
+                dram_base=pb.elem_addr(s.consts, MEM_ACC) + slot * g.ob + tile.ob0, x_size=tile.oct)
+    bgn, end = s.uops.place(_tile_uops(s, tile, acc_base, None))
+    pb.gemm(uop_bgn=bgn, uop_end=end, reset=True, **_tile_loop(tile))
+    s.code.gemm_uops += tile.oct * tile.toh * tile.tow
+    for j0, j1 in tile.steps:
+        k = s.step
+        inp_base, wgt_base = (k % 2) * half["inp"], (k % 2) * half["wgt"]
+        if k >= 2:
+            pb.dep_pop("compute", "load")
+        first = _emit_loads(s, tile, j0, j1, inp_base, wgt_base)
+        pb.dep_push("load", "compute")
+        pb.dep_pop("load", "compute")
+        bgn, end = s.uops.place(_gemm_uops(s, tile, j0, j1, first, inp_base, wgt_base, acc_base))
+        cols = _tile_in_window(s, tile)[3]
+        pb.gemm(uop_bgn=bgn, uop_end=end, iter_out=tile.toh, iter_in=tile.tow,
+                dst_factor_out=tile.tow if tile.toh > 1 else 0, dst_factor_in=1 if tile.tow > 1 else 0,
+                src_factor_out=g.sh * cols if tile.toh > 1 else 0, src_factor_in=g.sw if tile.tow > 1 else 0)
+        s.code.gemm_uops += (end - bgn) * tile.toh * tile.tow
+        if k + 2 < s.total_steps:
+            pb.dep_push("compute", "load")
+        s.step += 1
+    _emit_requant(s, tile, acc_base, const_base)
+    pb.dep_push("compute", "store")
+    pb.dep_pop("compute", "store")
+    out_addr = pb.elem_addr(s.y, MEM_OUT)
+    for obl in range(tile.oct):
+        pb.store(sram_base=acc_base + obl * s.t.acc_tile,
+                 dram_base=out_addr + ((tile.nbi * g.ob + tile.ob0 + obl) * g.oh + tile.r0) * g.ow + tile.c0,
+                 y_size=tile.toh, x_size=tile.tow, x_stride=g.ow)
+    if index + 2 < n_tiles:
+        pb.dep_push("store", "compute")
+
+
+def _emit_requant(s: _ConvState, tile: ConvTile, acc_base: int, const_base: int) -> None:
+    """ALU ADD bias, MUL M, SHR S, MAX lo, MIN hi over the tile (the operator contract's requantization)."""
+    layer = s.layer
+    _emit_alu(s, tile, ALU_ADD, acc_base, src_base=const_base)
+    if layer.per_tensor:
+        if int(layer.multiplier[0]) != 1:
+            _emit_alu(s, tile, ALU_MUL, acc_base, imm=int(layer.multiplier[0]))
+        if int(layer.shift[0]) != 0:
+            _emit_alu(s, tile, ALU_SHR, acc_base, imm=int(layer.shift[0]))
+    else:
+        if not (layer.multiplier == 1).all():
+            _emit_alu(s, tile, ALU_MUL, acc_base, src_base=const_base + s.t.oc_tile)
+        if (layer.shift != 0).any():
+            _emit_alu(s, tile, ALU_SHR, acc_base, src_base=const_base + 2 * s.t.oc_tile)
+    _emit_alu(s, tile, ALU_MAX, acc_base, imm=layer.lo)
+    _emit_alu(s, tile, ALU_MIN, acc_base, imm=layer.hi)
+
+
+def conv_constants(layer: ConvLayer, intr: Intrinsics) -> np.ndarray:
+    """Bias, multiplier and shift packed as acc elements: int32 ``(3 * O/BO, B, BO)`` in that order."""
+    vecs = [pack_channel_vector(v.astype(np.int64).astype(np.int32), batch=intr.batch, block_out=intr.block_out)
+            for v in (layer.bias, layer.multiplier, layer.shift)]
+    return np.concatenate(vecs, axis=0)
+
+
+def emit_conv(pb: ProgramBuilder, layer: ConvLayer, x: Allocation, y: Allocation, *, prefix: str = "",
+              tiling: ConvTiling | None = None) -> LayerCode:
+    """Emit a whole convolution/dense layer reading packed ``x`` and writing packed ``y`` (allocations of ``pb``).
+
+    Weights and constants are allocated in ``pb`` as ``{prefix}w`` and ``{prefix}consts``.
+    """
+    intr = intrinsics(pb.cfg)
+    t = tiling or plan_conv(layer.geom, intr)
+    w = pb.alloc(f"{prefix}w", layer.weight.data)
+    consts = pb.alloc(f"{prefix}consts", conv_constants(layer, intr))
+    s = _ConvState(pb, intr, layer, t, UopCache(pb, intr, prefix), x, y, w, consts)
+    tiles = list(t.tiles())
+    s.total_steps = sum(len(tile.steps) for tile in tiles)
+    s.code = LayerCode([x], y, tiles=len(tiles), tiling=t)
+    for index, tile in enumerate(tiles):
+        _emit_tile(s, index, tile, len(tiles))
+    s.code.notes["uop_loads"] = s.uops.loads
+    return s.code
+
+
+# ---- residual add -----------------------------------------------------------------------------------------------
+def emit_add(pb: ProgramBuilder, layer: AddLayer, a: Allocation, b: Allocation, y: Allocation, *,
+             prefix: str = "") -> LayerCode:
+    """Emit a residual add over packed ``a`` and ``b`` into packed ``y`` (same packed shape)."""
+    intr = intrinsics(pb.cfg)
+    entries = int(np.prod(a.shape[:4]))
+    plan = plan_eltwise(entries, intr)
+    uops = UopCache(pb, intr, prefix)
+    code = LayerCode([a, b], y, tiles=0)
+    half = intr.capacity("acc") // 2
+    tiles = list(plan.tiles())
+    a_addr, b_addr = pb.elem_addr(a, MEM_ACC_8BIT), pb.elem_addr(b, MEM_ACC_8BIT)
+    for index, (e0, count) in enumerate(tiles):
+        base_a = (index % 2) * half
+        base_b = base_a + plan.tile
+        if index >= 2:
+            pb.dep_pop("store", "compute")
+        pb.load(MEM_ACC_8BIT, sram_base=base_a, dram_base=a_addr + e0, x_size=count)
+        pb.load(MEM_ACC_8BIT, sram_base=base_b, dram_base=b_addr + e0, x_size=count)
+        ops: list[tuple[int, int, int | None]] = []
+        if layer.ma != 1:
+            ops.append((ALU_MUL, base_a, layer.ma))
+        if layer.mb != 1:
+            ops.append((ALU_MUL, base_b, layer.mb))
+        ops.append((ALU_ADD, base_a, None))
+        if layer.shift:
+            ops.append((ALU_SHR, base_a, layer.shift))
+        ops += [(ALU_MAX, base_a, layer.lo), (ALU_MIN, base_a, layer.hi)]
+        for opcode, dst, imm in ops:
+            bgn, end = uops.place([Uop(dst, 0 if imm is not None else base_b)])
+            pb.alu(opcode, uop_bgn=bgn, uop_end=end, iter_out=count, dst_factor_out=1,
+                   src_factor_out=0 if imm is not None else 1, use_imm=imm is not None, imm=imm or 0)
+            code.alu_uops += count
+        pb.dep_push("compute", "store")
+        pb.dep_pop("compute", "store")
+        pb.store(sram_base=base_a, dram_base=pb.elem_addr(y, MEM_OUT) + e0, x_size=count)
+        if index + 2 < len(tiles):
+            pb.dep_push("store", "compute")
+        code.tiles += 1
+    return code
+
+
+# ---- whole programs for one layer -------------------------------------------------------------------------------
+def build_conv_program(cfg: VTAConfig, layer: ConvLayer, x_packed: np.ndarray | None = None,
+                       tiling: ConvTiling | None = None) -> tuple[Program, LayerCode]:
+    """A program computing one conv/dense layer: input allocation ``x`` (packed; zeros when ``x_packed`` is None),
+    output ``y`` (packed ``(N/B, O/BO, OH, OW, B, BO)`` int8)."""
+    intr = intrinsics(cfg)
+    g = layer.geom
+    pb = ProgramBuilder(cfg)
+    x = pb.alloc(INPUT, x_packed if x_packed is not None else (g.nb, g.ib, g.h, g.w, intr.batch, intr.block_in),
+                 None if x_packed is not None else "int8")
+    y = pb.alloc(OUTPUT, (g.nb, g.ob, g.oh, g.ow, intr.batch, intr.block_out), "int8")
+    code = emit_conv(pb, layer, x, y, tiling=tiling)
+    return pb.finish(), code
+
+
+def build_add_program(cfg: VTAConfig, layer: AddLayer, a_packed: np.ndarray | tuple[int, ...],
+                      b_packed: np.ndarray | None = None) -> tuple[Program, LayerCode]:
+    """A program computing one residual add: inputs ``x`` and ``x_b``, output ``y`` (all packed, same shape).
+
+    ``a_packed`` is the packed data of ``a`` or just its packed shape (inputs zero-filled)."""
+    pb = ProgramBuilder(cfg)
+    if isinstance(a_packed, tuple):
+        a = pb.alloc(INPUT, a_packed, "int8")
+        b = pb.alloc(INPUT_B, a_packed, "int8")
+        shape = a_packed
+    else:
+        a = pb.alloc(INPUT, a_packed)
+        b = pb.alloc(INPUT_B, b_packed if b_packed is not None else np.zeros_like(a_packed))
+        shape = a_packed.shape
+    y = pb.alloc(OUTPUT, tuple(shape), "int8")
+    code = emit_add(pb, layer, a, b, y)
+    return pb.finish(), code
+
+
+def with_inputs(program: Program, values: dict[str, np.ndarray]) -> Program:
+    """A copy of ``program`` whose allocations ``values`` (name -> packed array) hold the given data."""
+    dram = program.dram.copy()
+    for name, value in values.items():
+        a = program.allocations[name]
+        raw = np.ascontiguousarray(value, dtype=np.dtype(a.dtype)).tobytes()
+        if len(raw) != a.nbytes:
+            raise ValueError(f"value for {name!r} has {len(raw)} bytes; the allocation holds {a.nbytes}")
+        dram[a.offset:a.offset + a.nbytes] = np.frombuffer(raw, dtype=np.uint8)
+    return dataclasses.replace(program, dram=dram)

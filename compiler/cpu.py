@@ -1,0 +1,504 @@
+"""The CPU fallback: llvmlite-JIT kernels for every quantized operator, bit-exact with :mod:`.qops`.
+
+Each kernel is generated as LLVM IR with the operator's shapes and constants baked in, optimized at ``-O3`` for the
+host CPU, and cached per (kernel, shapes, constants) for the life of the process (:func:`cache_info`). Nothing is
+initialized at import: the JIT engine is created on the first kernel request.
+
+Public entry points:
+
+* one function per operator (:func:`conv2d_acc`, :func:`dense_acc`, :func:`requantize`, :func:`qconv2d`,
+  :func:`qdense`, :func:`qadd`, :func:`rescale`, :func:`maxpool`, :func:`avgpool`, :func:`global_avgpool`,
+  :func:`qclip`, :func:`quantize`, :func:`dequantize`, :func:`softmax`) with the same arguments as its
+  :mod:`.qops` twin;
+* :data:`CPU_OPS` / :func:`run_node`: the op table, with the same signature as :func:`.qops.run_node`, for a runtime
+  that sends some nodes to the CPU;
+* :func:`run_cpu`: the ``cpu`` target, the whole quantized graph on this path.
+
+Data movement (Reshape, Pad, Concat's final copy) uses numpy; all arithmetic runs in JIT code. Softmax (float) may
+differ from numpy's in the last bits of float32; every integer op is bit-exact.
+"""
+from __future__ import annotations
+
+import ctypes
+from contextlib import contextmanager
+from typing import Callable, Iterator, Mapping, Sequence
+
+import numpy as np
+from llvmlite import ir
+
+from . import qops
+from .ir import AddRequant, Graph, GraphError, Node, Requant
+
+__all__ = ["conv2d_acc", "dense_acc", "requantize", "qconv2d", "qdense", "qadd", "rescale", "qclip", "maxpool",
+           "avgpool", "global_avgpool", "quantize", "dequantize", "softmax", "CPU_OPS", "run_node", "run_cpu",
+           "cache_info"]
+
+I8, I32, I64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
+F32, F64 = ir.FloatType(), ir.DoubleType()
+
+
+def _c(value: int, ty: ir.IntType = I64) -> ir.Constant:
+    return ir.Constant(ty, int(value))
+
+
+# ---- the JIT engine -------------------------------------------------------------------------------------------------
+class _Jit:
+    """One MCJIT engine; modules are added as kernels are first requested."""
+
+    def __init__(self) -> None:
+        import llvmlite.binding as llvm
+        llvm.initialize_all_targets()
+        llvm.initialize_all_asmprinters()
+        self.llvm = llvm
+        target = llvm.Target.from_default_triple()
+        self.tm = target.create_target_machine(opt=3, cpu=llvm.get_host_cpu_name(),
+                                               features=llvm.get_host_cpu_features().flatten(), jit=True)
+        self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), self.tm)
+        self.kernels: dict[tuple, Callable[..., None]] = {}
+
+    def compile(self, module: ir.Module, name: str, nargs: int) -> Callable[..., None]:
+        llvm = self.llvm
+        module.triple = llvm.get_process_triple()
+        mod = llvm.parse_assembly(str(module))
+        mod.verify()
+        pto = llvm.create_pipeline_tuning_options(speed_level=3)
+        pto.loop_vectorization = True
+        pto.slp_vectorization = True
+        pb = llvm.create_pass_builder(self.tm, pto)
+        pb.getModulePassManager().run(mod, pb)
+        self.engine.add_module(mod)
+        self.engine.finalize_object()
+        addr = self.engine.get_function_address(name)
+        return ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * nargs))(addr)
+
+
+_JIT: _Jit | None = None
+
+
+def _kernel(key: tuple, build: Callable[[], tuple[ir.Module, str, int]]) -> Callable[..., None]:
+    """The compiled kernel for ``key``, building it with ``build() -> (module, function name, arg count)`` once."""
+    global _JIT
+    if _JIT is None:
+        _JIT = _Jit()
+    fn = _JIT.kernels.get(key)
+    if fn is None:
+        fn = _JIT.compile(*build())
+        _JIT.kernels[key] = fn
+    return fn
+
+
+def cache_info() -> int:
+    """Number of kernels compiled so far in this process."""
+    return 0 if _JIT is None else len(_JIT.kernels)
+
+
+def _function(name: str, argtypes: Sequence[ir.Type]) -> tuple[ir.Module, ir.Function, ir.IRBuilder]:
+    module = ir.Module(name)
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), list(argtypes)), name)
+    for arg in fn.args:
+        arg.add_attribute("noalias")
+    return module, fn, ir.IRBuilder(fn.append_basic_block("entry"))
+
+
+@contextmanager
+def _range(b: ir.IRBuilder, stop: int | ir.Value, start: int | ir.Value = 0) -> Iterator[ir.Value]:
+    """``for i in range(start, stop)`` (i64); the body is emitted inside the ``with``."""
+    start_v = _c(start) if isinstance(start, int) else start
+    stop_v = _c(stop) if isinstance(stop, int) else stop
+    pre = b.block
+    head, body, done = (b.append_basic_block(t) for t in ("head", "body", "done"))
+    b.branch(head)
+    b.position_at_end(head)
+    i = b.phi(I64)
+    i.add_incoming(start_v, pre)
+    b.cbranch(b.icmp_signed("<", i, stop_v), body, done)
+    b.position_at_end(body)
+    yield i
+    i.add_incoming(b.add(i, _c(1)), b.block)
+    b.branch(head)
+    b.position_at_end(done)
+
+
+def _at(b: ir.IRBuilder, ptr: ir.Value, index: ir.Value) -> ir.Value:
+    return b.gep(ptr, [index])
+
+
+def _idx(b: ir.IRBuilder, *terms: tuple[ir.Value | int, int]) -> ir.Value:
+    """Sum of ``value * stride`` terms as i64."""
+    total: ir.Value = _c(0)
+    for value, stride in terms:
+        v = _c(value) if isinstance(value, int) else value
+        total = b.add(total, b.mul(v, _c(stride)) if stride != 1 else v)
+    return total
+
+
+def _clip(b: ir.IRBuilder, v: ir.Value, lo: int, hi: int) -> ir.Value:
+    ty = v.type
+    v = b.select(b.icmp_signed("<", v, ir.Constant(ty, lo)), ir.Constant(ty, lo), v)
+    return b.select(b.icmp_signed(">", v, ir.Constant(ty, hi)), ir.Constant(ty, hi), v)
+
+
+def _call(fn: Callable[..., None], *arrays: np.ndarray) -> None:
+    """Call a kernel on C-contiguous arrays; ``arrays`` keeps temporaries alive for the whole call."""
+    for a in arrays:
+        if not a.flags.c_contiguous:
+            raise ValueError("Kernel arguments must be C-contiguous arrays.")
+    fn(*(a.ctypes.data for a in arrays))
+
+
+# ---- convolution and dense ----------------------------------------------------------------------------------------
+def _build_conv(x_shape: tuple, w_shape: tuple, strides: tuple, groups: int, out_hw: tuple):
+    n_, c_, hp, wp = x_shape
+    o_, cg, kh_, kw_ = w_shape
+    oh_, ow_ = out_hw
+    og = o_ // groups
+    module, fn, b = _function("conv", [I8.as_pointer(), I8.as_pointer(), I32.as_pointer(), I32.as_pointer()])
+    x, w, bias, out = fn.args
+    with _range(b, n_) as n, _range(b, o_) as o:
+        g = b.udiv(o, _c(og))
+        bo = b.load(_at(b, bias, o))
+        with _range(b, oh_) as oh:
+            row = _idx(b, (n, o_ * oh_ * ow_), (o, oh_ * ow_), (oh, ow_))
+            with _range(b, ow_) as ow:
+                b.store(bo, _at(b, out, b.add(row, ow)))
+            with _range(b, cg) as c, _range(b, kh_) as kh, _range(b, kw_) as kw:
+                wv = b.sext(b.load(_at(b, w, _idx(b, (o, cg * kh_ * kw_), (c, kh_ * kw_), (kh, kw_), (kw, 1)))), I32)
+                ih = b.add(b.mul(oh, _c(strides[0])), kh)
+                base = _idx(b, (n, c_ * hp * wp), (g, cg * hp * wp), (c, hp * wp), (ih, wp), (kw, 1))
+                with _range(b, ow_) as ow:
+                    xv = b.sext(b.load(_at(b, x, b.add(base, b.mul(ow, _c(strides[1]))))), I32)
+                    slot = _at(b, out, b.add(row, ow))
+                    b.store(b.add(b.load(slot), b.mul(xv, wv)), slot)
+    b.ret_void()
+    return module, "conv", 4
+
+
+def conv2d_acc(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, strides: Sequence[int] = (1, 1),
+               pads: Sequence[int] = (0, 0, 0, 0), groups: int = 1) -> np.ndarray:
+    """int32 accumulator of a grouped convolution (see :func:`.qops.conv2d_acc`), wrapping like the hardware."""
+    o_, cg, kh, kw = w.shape
+    if x.shape[1] != cg * groups or o_ % groups:
+        raise ValueError(f"Convolution of {x.shape[1]} input channels with weights {w.shape} and groups={groups} is "
+                         f"inconsistent: need C == C/groups * groups and O divisible by groups.")
+    top, left, bottom, right = (int(p) for p in pads)
+    xp = np.ascontiguousarray(np.pad(x.astype(np.int8), ((0, 0), (0, 0), (top, bottom), (left, right))))
+    oh = (xp.shape[2] - kh) // strides[0] + 1
+    ow = (xp.shape[3] - kw) // strides[1] + 1
+    strides_t = (int(strides[0]), int(strides[1]))
+    fn = _kernel(("conv", xp.shape, w.shape, strides_t, groups),
+                 lambda: _build_conv(xp.shape, w.shape, strides_t, groups, (oh, ow)))
+    b = np.zeros(o_, np.int32) if bias is None else np.ascontiguousarray(bias, np.int32)
+    out = np.empty((x.shape[0], o_, oh, ow), np.int32)
+    _call(fn, xp, np.ascontiguousarray(w, np.int8), b, out)
+    return out
+
+
+def _build_dense(n_: int, k_: int, o_: int):
+    module, fn, b = _function("dense", [I8.as_pointer(), I8.as_pointer(), I32.as_pointer(), I32.as_pointer()])
+    x, w, bias, out = fn.args
+    with _range(b, n_) as n, _range(b, o_) as o:
+        slot = _at(b, out, _idx(b, (n, o_), (o, 1)))
+        b.store(b.load(_at(b, bias, o)), slot)
+        with _range(b, k_) as k:
+            xv = b.sext(b.load(_at(b, x, _idx(b, (n, k_), (k, 1)))), I32)
+            wv = b.sext(b.load(_at(b, w, _idx(b, (o, k_), (k, 1)))), I32)
+            b.store(b.add(b.load(slot), b.mul(xv, wv)), slot)
+    b.ret_void()
+    return module, "dense", 4
+
+
+def dense_acc(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
+    """int32 accumulator ``x @ w.T + bias`` (see :func:`.qops.dense_acc`)."""
+    if x.shape[1] != w.shape[1]:
+        raise ValueError(f"Dense input has {x.shape[1]} features but weights {w.shape} expect {w.shape[1]}.")
+    n_, k_ = x.shape
+    o_ = w.shape[0]
+    fn = _kernel(("dense", n_, k_, o_), lambda: _build_dense(n_, k_, o_))
+    b = np.zeros(o_, np.int32) if bias is None else np.ascontiguousarray(bias, np.int32)
+    out = np.empty((n_, o_), np.int32)
+    _call(fn, np.ascontiguousarray(x, np.int8), np.ascontiguousarray(w, np.int8), b, out)
+    return out
+
+
+# ---- requantization and elementwise ops ---------------------------------------------------------------------------
+def _build_requant(outer: int, channels: int, inner: int, lo: int, hi: int):
+    module, fn, b = _function("requant", [I32.as_pointer(), I32.as_pointer(), I32.as_pointer(), I8.as_pointer()])
+    acc, mult, shift, out = fn.args
+    with _range(b, outer) as n, _range(b, channels) as o:
+        m = b.load(_at(b, mult, o))
+        s = b.load(_at(b, shift, o))
+        with _range(b, inner) as i:
+            k = _idx(b, (n, channels * inner), (o, inner), (i, 1))
+            v = b.ashr(b.mul(b.load(_at(b, acc, k)), m), s)
+            b.store(b.trunc(_clip(b, v, lo, hi), I8), _at(b, out, k))
+    b.ret_void()
+    return module, "requant", 4
+
+
+def requantize(acc: np.ndarray, requant: Requant, axis: int = 1) -> np.ndarray:
+    """``clip((acc * M[o]) >> S[o], lo, hi)`` as int8 with channels along ``axis`` (see :func:`.qops.requantize`)."""
+    outer = int(np.prod(acc.shape[:axis], dtype=np.int64))
+    inner = int(np.prod(acc.shape[axis + 1:], dtype=np.int64))
+    channels = acc.shape[axis]
+    fn = _kernel(("requant", outer, channels, inner, requant.lo, requant.hi),
+                 lambda: _build_requant(outer, channels, inner, requant.lo, requant.hi))
+    out = np.empty(acc.shape, np.int8)
+    _call(fn, np.ascontiguousarray(acc, np.int32), requant.multiplier.astype(np.int32),
+          requant.shift.astype(np.int32), out)
+    return out
+
+
+def qconv2d(x: np.ndarray, w: np.ndarray, bias: np.ndarray, requant: Requant, strides: Sequence[int] = (1, 1),
+            pads: Sequence[int] = (0, 0, 0, 0), groups: int = 1) -> np.ndarray:
+    """Quantized convolution (see :func:`.qops.qconv2d`)."""
+    return requantize(conv2d_acc(x, w, bias, strides, pads, groups), requant, axis=1)
+
+
+def qdense(x: np.ndarray, w: np.ndarray, bias: np.ndarray, requant: Requant) -> np.ndarray:
+    """Quantized dense layer (see :func:`.qops.qdense`)."""
+    return requantize(dense_acc(x, w, bias), requant, axis=1)
+
+
+def _build_qadd(size: int, r: AddRequant):
+    module, fn, b = _function("qadd", [I8.as_pointer(), I8.as_pointer(), I8.as_pointer()])
+    a, bb, out = fn.args
+    with _range(b, size) as i:
+        av = b.mul(b.sext(b.load(_at(b, a, i)), I32), _c(r.ma, I32))
+        bv = b.mul(b.sext(b.load(_at(b, bb, i)), I32), _c(r.mb, I32))
+        v = b.ashr(b.add(av, bv), _c(r.shift, I32))
+        b.store(b.trunc(_clip(b, v, r.lo, r.hi), I8), _at(b, out, i))
+    b.ret_void()
+    return module, "qadd", 3
+
+
+def qadd(a: np.ndarray, b: np.ndarray, requant: AddRequant) -> np.ndarray:
+    """Quantized add (see :func:`.qops.qadd`)."""
+    if a.shape != b.shape:
+        raise ValueError(f"QAdd operands have shapes {a.shape} and {b.shape}; they must be equal.")
+    r = requant
+    fn = _kernel(("qadd", a.size, r.ma, r.mb, r.shift, r.lo, r.hi), lambda: _build_qadd(a.size, r))
+    out = np.empty(a.shape, np.int8)
+    _call(fn, np.ascontiguousarray(a, np.int8), np.ascontiguousarray(b, np.int8), out)
+    return out
+
+
+def _build_rescale(size: int, shift: int, lo: int, hi: int):
+    module, fn, b = _function("rescale", [I8.as_pointer(), I32.as_pointer(), I8.as_pointer()])
+    x, mult, out = fn.args
+    rnd = (1 << (shift - 1)) if shift > 0 else 0
+    with _range(b, size) as i:
+        v = b.mul(b.sext(b.load(_at(b, x, i)), I64), b.sext(b.load(_at(b, mult, i)), I64))
+        v = b.ashr(b.add(v, _c(rnd)), _c(shift))
+        b.store(b.trunc(_clip(b, v, lo, hi), I8), _at(b, out, i))
+    b.ret_void()
+    return module, "rescale", 3
+
+
+def rescale(x: np.ndarray, multiplier: np.ndarray | int, shift: int) -> np.ndarray:
+    """``clip((x * M + r) >> S, -128, 127)`` (see :func:`.qops.rescale`); ``M`` broadcasts against ``x``."""
+    shift = int(shift)
+    m = np.ascontiguousarray(np.broadcast_to(np.asarray(multiplier, np.int32), x.shape))
+    fn = _kernel(("rescale", x.size, shift, -128, 127), lambda: _build_rescale(x.size, shift, -128, 127))
+    out = np.empty(x.shape, np.int8)
+    _call(fn, np.ascontiguousarray(x, np.int8), m, out)
+    return out
+
+
+def qclip(x: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """int8 clip to ``[lo, hi]`` (a standalone ReLU/ReLU6)."""
+    fn = _kernel(("rescale", x.size, 0, int(lo), int(hi)), lambda: _build_rescale(x.size, 0, int(lo), int(hi)))
+    out = np.empty(x.shape, np.int8)
+    _call(fn, np.ascontiguousarray(x, np.int8), np.ones(x.shape, np.int32), out)
+    return out
+
+
+# ---- pooling ------------------------------------------------------------------------------------------------------
+def _build_pool(kind: str, planes: int, hw: tuple, out_hw: tuple, kernel: tuple, strides: tuple, pads: tuple,
+                include_pad: bool):
+    module, fn, b = _function("pool", [I8.as_pointer(), I8.as_pointer()])
+    x, out = fn.args
+    h_, w_ = hw
+    oh_, ow_ = out_hw
+    with b.goto_entry_block():
+        acc_p, cnt_p = b.alloca(I64), b.alloca(I64)
+    with _range(b, planes) as p, _range(b, oh_) as oh, _range(b, ow_) as ow:
+        b.store(_c(-128 if kind == "max" else 0), acc_p)
+        b.store(_c(0), cnt_p)
+        with _range(b, kernel[0]) as kh, _range(b, kernel[1]) as kw:
+            ih = b.add(b.mul(oh, _c(strides[0])), b.sub(kh, _c(pads[0])))
+            iw = b.add(b.mul(ow, _c(strides[1])), b.sub(kw, _c(pads[1])))
+            inside = b.and_(b.and_(b.icmp_signed(">=", ih, _c(0)), b.icmp_signed("<", ih, _c(h_))),
+                            b.and_(b.icmp_signed(">=", iw, _c(0)), b.icmp_signed("<", iw, _c(w_))))
+            k = b.select(inside, _idx(b, (p, h_ * w_), (ih, w_), (iw, 1)), _c(0))
+            v = b.sext(b.load(_at(b, x, k)), I64)
+            acc = b.load(acc_p)
+            if kind == "max":
+                new = b.select(b.icmp_signed(">", v, acc), v, acc)
+            else:
+                new = b.add(acc, v)
+            b.store(b.select(inside, new, acc), acc_p)
+            b.store(b.add(b.load(cnt_p), b.zext(inside, I64)), cnt_p)
+        res = b.load(acc_p)
+        if kind == "avg":
+            count = _c(kernel[0] * kernel[1]) if include_pad else b.load(cnt_p)
+            num = b.add(b.mul(res, _c(2)), count)
+            den = b.mul(count, _c(2))
+            q = b.sdiv(num, den)
+            res = b.select(b.icmp_signed("<", b.srem(num, den), _c(0)), b.sub(q, _c(1)), q)   # floor division
+        b.store(b.trunc(_clip(b, res, -128, 127), I8), _at(b, out, _idx(b, (p, oh_ * ow_), (oh, ow_), (ow, 1))))
+    b.ret_void()
+    return module, "pool", 2
+
+
+def _pool(kind: str, x: np.ndarray, kernel: Sequence[int], strides: Sequence[int], pads: Sequence[int],
+          include_pad: bool) -> np.ndarray:
+    n_, c_, h_, w_ = x.shape
+    kernel_t, strides_t, pads_t = (tuple(int(v) for v in t) for t in (kernel, strides, pads))
+    oh = (h_ + pads_t[0] + pads_t[2] - kernel_t[0]) // strides_t[0] + 1
+    ow = (w_ + pads_t[1] + pads_t[3] - kernel_t[1]) // strides_t[1] + 1
+    key = ("pool", kind, n_ * c_, (h_, w_), kernel_t, strides_t, pads_t, bool(include_pad))
+    fn = _kernel(key, lambda: _build_pool(kind, n_ * c_, (h_, w_), (oh, ow), kernel_t, strides_t, pads_t,
+                                          bool(include_pad)))
+    out = np.empty((n_, c_, oh, ow), np.int8)
+    _call(fn, np.ascontiguousarray(x, np.int8), out)
+    return out
+
+
+def maxpool(x: np.ndarray, kernel: Sequence[int], strides: Sequence[int], pads: Sequence[int]) -> np.ndarray:
+    """int8 max pooling (see :func:`.qops.maxpool`)."""
+    return _pool("max", x, kernel, strides, pads, False)
+
+
+def avgpool(x: np.ndarray, kernel: Sequence[int], strides: Sequence[int], pads: Sequence[int],
+            count_include_pad: bool = False) -> np.ndarray:
+    """int8 average pooling rounded half up (see :func:`.qops.avgpool`)."""
+    return _pool("avg", x, kernel, strides, pads, count_include_pad)
+
+
+def global_avgpool(x: np.ndarray) -> np.ndarray:
+    """int8 global average pooling (see :func:`.qops.global_avgpool`)."""
+    return _pool("avg", x, x.shape[2:], (1, 1), (0, 0, 0, 0), True)
+
+
+# ---- float boundary ops -------------------------------------------------------------------------------------------
+def _build_convert(kind: str, size: int, scale: float):
+    src, dst = (F32, I8) if kind == "quantize" else (I8, F32)
+    module, fn, b = _function(kind, [src.as_pointer(), dst.as_pointer()])
+    x, out = fn.args
+    rint = module.declare_intrinsic("llvm.rint", [F64])
+    with _range(b, size) as i:
+        v = b.load(_at(b, x, i))
+        if kind == "quantize":
+            q = b.call(rint, [b.fdiv(b.fpext(v, F64), ir.Constant(F64, scale))])
+            q = b.select(b.fcmp_ordered("<", q, ir.Constant(F64, -128.0)), ir.Constant(F64, -128.0), q)
+            q = b.select(b.fcmp_ordered(">", q, ir.Constant(F64, 127.0)), ir.Constant(F64, 127.0), q)
+            b.store(b.trunc(b.fptosi(q, I32), I8), _at(b, out, i))
+        else:
+            b.store(b.fptrunc(b.fmul(b.sitofp(v, F64), ir.Constant(F64, scale)), F32), _at(b, out, i))
+    b.ret_void()
+    return module, kind, 2
+
+
+def quantize(x: np.ndarray, scale: float) -> np.ndarray:
+    """float32 -> int8 ``clip(rint(x / scale))`` (see :func:`.qops.quantize`)."""
+    x = np.ascontiguousarray(x, np.float32)
+    fn = _kernel(("quantize", x.size, float(scale)), lambda: _build_convert("quantize", x.size, float(scale)))
+    out = np.empty(x.shape, np.int8)
+    _call(fn, x, out)
+    return out
+
+
+def dequantize(x: np.ndarray, scale: float) -> np.ndarray:
+    """int8 -> float32 ``x * scale`` (see :func:`.qops.dequantize`)."""
+    fn = _kernel(("dequantize", x.size, float(scale)), lambda: _build_convert("dequantize", x.size, float(scale)))
+    out = np.empty(x.shape, np.float32)
+    _call(fn, np.ascontiguousarray(x, np.int8), out)
+    return out
+
+
+def _build_softmax(rows: int, length: int, scale: float):
+    module, fn, b = _function("softmax", [I8.as_pointer(), F32.as_pointer()])
+    x, out = fn.args
+    exp = module.declare_intrinsic("llvm.exp", [F64])
+    with b.goto_entry_block():
+        peak_p, sum_p = b.alloca(F64), b.alloca(F64)
+    sc = ir.Constant(F64, scale)
+
+    def z(r: ir.Value, i: ir.Value) -> ir.Value:
+        return b.fmul(b.sitofp(b.load(_at(b, x, _idx(b, (r, length), (i, 1)))), F64), sc)
+
+    with _range(b, rows) as r:
+        b.store(ir.Constant(F64, -np.inf), peak_p)
+        b.store(ir.Constant(F64, 0.0), sum_p)
+        with _range(b, length) as i:
+            v, peak = z(r, i), b.load(peak_p)
+            b.store(b.select(b.fcmp_ordered(">", v, peak), v, peak), peak_p)
+        with _range(b, length) as i:
+            b.store(b.fadd(b.load(sum_p), b.call(exp, [b.fsub(z(r, i), b.load(peak_p))])), sum_p)
+        with _range(b, length) as i:
+            e = b.call(exp, [b.fsub(z(r, i), b.load(peak_p))])
+            b.store(b.fptrunc(b.fdiv(e, b.load(sum_p)), F32), _at(b, out, _idx(b, (r, length), (i, 1))))
+    b.ret_void()
+    return module, "softmax", 2
+
+
+def softmax(x: np.ndarray, scale: float, axis: int = -1) -> np.ndarray:
+    """float32 softmax of the dequantized int8 input along ``axis`` (see :func:`.qops.softmax`)."""
+    moved = np.ascontiguousarray(np.moveaxis(x.astype(np.int8), axis, -1))
+    length = moved.shape[-1]
+    rows = moved.size // length
+    fn = _kernel(("softmax", rows, length, float(scale)), lambda: _build_softmax(rows, length, float(scale)))
+    out = np.empty(moved.shape, np.float32)
+    _call(fn, moved, out)
+    return np.moveaxis(out, -1, axis)
+
+
+# ---- the cpu target -----------------------------------------------------------------------------------------------
+def _conv_node(node: Node, v: list[np.ndarray]) -> np.ndarray:
+    a = node.attrs
+    return qconv2d(v[0], v[1], v[2], a["requant"], a["strides"], a["pads"], a["groups"])
+
+
+CPU_OPS: dict[str, Callable[[Node, list[np.ndarray]], np.ndarray]] = {
+    "Quantize": lambda n, v: quantize(v[0], n.attrs["scale"]),
+    "Dequantize": lambda n, v: dequantize(v[0], n.attrs["scale"]),
+    "QConv2d": _conv_node,
+    "QDense": lambda n, v: qdense(v[0], v[1], v[2], n.attrs["requant"]),
+    "QAdd": lambda n, v: qadd(v[0], v[1], n.attrs["requant"]),
+    "QMul": lambda n, v: rescale(v[0], n.attrs["multiplier"], n.attrs["shift"]),
+    "QConcat": lambda n, v: np.concatenate([rescale(x, m, s) for x, m, s in
+                                            zip(v, n.attrs["multipliers"], n.attrs["shifts"])], axis=n.attrs["axis"]),
+    "QClip": lambda n, v: qclip(v[0], n.attrs["lo"], n.attrs["hi"]),
+    "MaxPool": lambda n, v: maxpool(v[0], n.attrs["kernel"], n.attrs["strides"], n.attrs["pads"]),
+    "AvgPool": lambda n, v: avgpool(v[0], n.attrs["kernel"], n.attrs["strides"], n.attrs["pads"],
+                                    n.attrs["count_include_pad"]),
+    "GlobalAvgPool": lambda n, v: global_avgpool(v[0]),
+    "Reshape": lambda n, v: v[0].reshape(n.attrs["shape"]),
+    "Pad": lambda n, v: qops.pad(v[0], n.attrs["pads"], n.attrs["value"]),
+    "Softmax": lambda n, v: softmax(v[0], n.attrs["scale"], n.attrs["axis"]),
+}
+
+
+def run_node(graph: Graph, node: Node, values: Mapping[str, np.ndarray]) -> np.ndarray:
+    """Execute one quantized node on the CPU path (same contract as :func:`.qops.run_node`)."""
+    fn = CPU_OPS.get(node.op)
+    if fn is None:
+        raise GraphError(f"Node {node.name!r} has op {node.op!r}, which the CPU backend does not implement; "
+                         f"implemented ops are {', '.join(CPU_OPS)}.")
+    return fn(node, [values[t] if t in values else graph.constants[t] for t in node.inputs])
+
+
+def run_cpu(graph: Graph, inputs: Mapping[str, np.ndarray], *, keep_all: bool = False) -> dict[str, np.ndarray]:
+    """The ``cpu`` target: run a whole quantized graph with JIT kernels; outputs equal :func:`.qops.run_reference`."""
+    values: dict[str, np.ndarray] = {}
+    for name in graph.inputs:
+        if name not in inputs:
+            raise ValueError(f"Input {name!r} of graph {graph.name!r} is missing; given {sorted(inputs)}.")
+        arr = np.asarray(inputs[name])
+        if arr.shape != graph.shape(name):
+            raise ValueError(f"Input {name!r} has shape {arr.shape}; graph {graph.name!r} expects "
+                             f"{graph.shape(name)}.")
+        values[name] = arr
+    for node in graph.nodes:
+        values[node.outputs[0]] = run_node(graph, node, values)
+    return values if keep_all else {name: values[name] for name in graph.outputs}

@@ -1,0 +1,363 @@
+"""The graph IR shared by the whole compiler: one small typed dataflow graph for float and quantized models.
+
+Structure (everything is a plain, picklable dataclass; nothing here depends on the accelerator config):
+
+* :class:`Graph` holds
+
+  - ``tensors``: ``name -> TensorInfo(name, shape, dtype, scale)`` for **every** value (graph inputs, constants,
+    intermediates, outputs). Shapes are tuples of ints, activations NCHW (``[N, C, H, W]``) or ``[N, K]``.
+    ``dtype`` is one of ``"float32"``, ``"int8"``, ``"int32"``. ``scale`` is the symmetric per-tensor scale of an
+    int8 activation (real value = int value * scale, zero point 0); ``None`` for float tensors and constants.
+  - ``constants``: ``name -> np.ndarray`` for weights and biases (float32 in a float graph; int8 weights and int32
+    biases in a quantized graph). A constant's name also has an entry in ``tensors``.
+  - ``nodes``: a list of :class:`Node` in topological order (every input is a graph input, a constant, or an output
+    of an earlier node). ``Node(op, name, inputs, outputs, attrs)``: ``inputs``/``outputs`` are tensor names, ``op``
+    a key of :data:`FLOAT_OPS` or :data:`QUANT_OPS`, ``attrs`` a dict whose keys are listed in those tables.
+  - ``inputs`` / ``outputs``: names of the graph's runtime inputs and outputs.
+
+* A **float graph** (from :mod:`.onnx_frontend`) uses the ops of :data:`FLOAT_OPS`; BatchNorm is already folded into
+  the preceding convolution where there is one.
+* A **quantized graph** (from :mod:`.quantize`) uses the ops of :data:`QUANT_OPS`. It starts with ``Quantize``
+  (float32 input -> int8) and usually ends with ``Dequantize`` (int8 -> float32) or ``Softmax`` (int8 -> float32).
+  Its semantics is defined exactly by :mod:`.qops` (``run_reference``). The contract for the accelerator ops:
+
+  - ``QConv2d`` inputs ``[x int8 [N,C,H,W], w int8 [O, C/groups, KH, KW], bias int32 [O]]``, attrs ``strides``
+    ``(sh, sw)``, ``pads`` ``(top, left, bottom, right)``, ``groups`` int, ``requant`` :class:`Requant`;
+    ``acc = conv(x, w) + bias`` (int32, wrapping), ``y = clip((acc * M[o]) >> S[o], lo, hi)`` per output channel.
+  - ``QDense`` inputs ``[x int8 [N,K], w int8 [O,K], bias int32 [O]]``, attr ``requant``; the same with a matmul.
+  - ``QAdd`` inputs ``[a int8, b int8]`` (same shape), attr ``requant`` :class:`AddRequant`;
+    ``y = clip((a * Ma + b * Mb) >> S, lo, hi)``.
+  - ``*`` wraps to 32 bits, ``>>`` is arithmetic. Rounding is already folded into the bias.
+
+  Extra, informational attrs the quantizer sets: ``w_scale`` (np.ndarray float [O]: weight scale per output channel)
+  on QConv2d/QDense and ``activation`` (``"none"``, ``"relu"``, ``"clip"``) on QConv2d/QDense/QAdd.
+
+Helpers: :meth:`Graph.producer`, :meth:`Graph.consumers`, :meth:`Graph.validate`, :func:`node_macs`,
+:meth:`Graph.summary`.
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+import numpy as np
+
+__all__ = [
+    "DTYPES", "FLOAT_OPS", "QUANT_OPS", "GraphError", "TensorInfo", "Node", "Graph", "Requant", "AddRequant",
+    "node_macs", "conv_output_hw", "ACCEL_OPS", "INT8_MIN", "INT8_MAX", "M_MAX", "S_MAX",
+]
+
+DTYPES = ("float32", "int8", "int32")
+
+INT8_MIN, INT8_MAX = -128, 127
+M_MAX = 32767
+S_MAX = 31
+
+# op -> required attribute keys. Optional keys are noted in comments.
+FLOAT_OPS: dict[str, tuple[str, ...]] = {
+    "Conv2d": ("strides", "pads", "groups"),            # inputs x, w [O, C/g, KH, KW], optional bias [O]
+    "Dense": (),                                         # inputs x [N, K], w [O, K], optional bias [O]
+    "BatchNorm": ("epsilon",),                           # inputs x, scale, bias, mean, var (unfolded only)
+    "Relu": (),
+    "Clip": ("min", "max"),                              # floats; None means unbounded
+    "Add": (),                                           # two activations, or an activation and a constant
+    "Mul": (),                                           # an activation and a constant (broadcast, numpy rules)
+    "MaxPool": ("kernel", "strides", "pads"),
+    "AvgPool": ("kernel", "strides", "pads", "count_include_pad"),
+    "GlobalAvgPool": (),
+    "Reshape": ("shape",),                               # fully resolved target shape (no -1, no 0)
+    "Pad": ("pads", "value"),                            # pads in ONNX order: begins of every axis, then ends
+    "Concat": ("axis",),
+    "Softmax": ("axis",),
+}
+
+QUANT_OPS: dict[str, tuple[str, ...]] = {
+    "Quantize": ("scale",),                              # float32 -> int8: clip(rint(x / scale))
+    "Dequantize": ("scale",),                            # int8 -> float32: x * scale
+    "QConv2d": ("strides", "pads", "groups", "requant"),
+    "QDense": ("requant",),
+    "QAdd": ("requant",),
+    "QMul": ("multiplier", "shift"),                     # x * constant: clip((x * M + round) >> S), M int32 array
+    "QConcat": ("axis", "multipliers", "shifts"),        # each input rescaled: clip((x_i * M_i + round) >> S_i)
+    "QClip": ("lo", "hi"),                               # int8 clip (a standalone ReLU/ReLU6)
+    "MaxPool": ("kernel", "strides", "pads"),
+    "AvgPool": ("kernel", "strides", "pads", "count_include_pad"),
+    "GlobalAvgPool": (),
+    "Reshape": ("shape",),
+    "Pad": ("pads", "value"),                            # value is an int8
+    "Softmax": ("axis", "scale"),                        # int8 -> float32 softmax(x * scale)
+}
+
+ACCEL_OPS = ("QConv2d", "QDense", "QAdd")
+
+
+class GraphError(ValueError):
+    """A graph is malformed: a dangling tensor, a wrong dtype, a missing attribute, a bad requant parameter."""
+
+
+@dataclass
+class TensorInfo:
+    """One value of the graph: ``shape`` in elements, ``dtype`` in :data:`DTYPES`, ``scale`` for int8 activations."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    scale: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.dtype not in DTYPES:
+            raise GraphError(f"Tensor {self.name!r} has dtype {self.dtype!r}; expected one of {', '.join(DTYPES)}.")
+        self.shape = tuple(int(d) for d in self.shape)
+        if any(d <= 0 for d in self.shape):
+            raise GraphError(f"Tensor {self.name!r} has shape {self.shape}; every dimension must be positive.")
+
+    @property
+    def size(self) -> int:
+        """Number of elements."""
+        return int(np.prod(self.shape, dtype=np.int64))
+
+
+@dataclass
+class Node:
+    """One operator: ``op`` name, unique ``name``, input and output tensor names, and ``attrs`` (see module doc)."""
+
+    op: str
+    name: str
+    inputs: list[str]
+    outputs: list[str]
+    attrs: dict[str, Any] = field(default_factory=dict)
+
+
+def _int_array(value: Any, what: str) -> np.ndarray:
+    arr = np.atleast_1d(np.asarray(value))
+    if arr.dtype.kind not in "iu":
+        raise GraphError(f"{what} must hold integers, not {arr.dtype} values.")
+    return arr.astype(np.int64)
+
+
+@dataclass(frozen=True, eq=False)
+class Requant:
+    """Requantization of an int32 accumulator to int8: ``y = clip((acc * multiplier[o]) >> shift[o], lo, hi)``.
+
+    ``multiplier`` and ``shift`` are int64 arrays of length O (one per output channel; a per-tensor requant repeats
+    one value), ``multiplier`` in [1, 32767], ``shift`` in [0, 31]; ``-128 <= lo <= hi <= 127``. ``acc * M`` wraps
+    to 32 bits, ``>>`` is arithmetic.
+    """
+
+    multiplier: np.ndarray
+    shift: np.ndarray
+    lo: int = INT8_MIN
+    hi: int = INT8_MAX
+
+    def __post_init__(self) -> None:
+        m = _int_array(self.multiplier, "Requant multiplier")
+        s = _int_array(self.shift, "Requant shift")
+        if m.shape != s.shape:
+            raise GraphError(f"Requant multiplier has shape {m.shape} but shift has {s.shape}; they must match.")
+        if m.min() < 1 or m.max() > M_MAX:
+            raise GraphError(f"Requant multiplier spans [{m.min()}, {m.max()}]; it must lie in [1, {M_MAX}].")
+        if s.min() < 0 or s.max() > S_MAX:
+            raise GraphError(f"Requant shift spans [{s.min()}, {s.max()}]; it must lie in [0, {S_MAX}].")
+        if not INT8_MIN <= self.lo <= self.hi <= INT8_MAX:
+            raise GraphError(f"Requant clip range ({self.lo}, {self.hi}) must satisfy -128 <= lo <= hi <= 127.")
+        object.__setattr__(self, "multiplier", m)
+        object.__setattr__(self, "shift", s)
+        object.__setattr__(self, "lo", int(self.lo))
+        object.__setattr__(self, "hi", int(self.hi))
+
+    @property
+    def channels(self) -> int:
+        """Number of output channels O."""
+        return int(self.multiplier.shape[0])
+
+    @property
+    def per_tensor(self) -> bool:
+        """True when every channel has the same (M, S): the ALU can use immediates."""
+        return bool((self.multiplier == self.multiplier[0]).all() and (self.shift == self.shift[0]).all())
+
+    @property
+    def pure_shift(self) -> bool:
+        """True when every multiplier is 1 (the MUL step can be skipped)."""
+        return bool((self.multiplier == 1).all())
+
+    def __repr__(self) -> str:
+        if self.per_tensor:
+            return f"Requant(M={self.multiplier[0]}, S={self.shift[0]}, lo={self.lo}, hi={self.hi})"
+        return f"Requant(M=[{self.channels} per channel], S=[...], lo={self.lo}, hi={self.hi})"
+
+
+@dataclass(frozen=True)
+class AddRequant:
+    """Requantized residual add: ``y = clip((a * ma + b * mb) >> shift, lo, hi)``, int32 arithmetic."""
+
+    ma: int
+    mb: int
+    shift: int
+    lo: int = INT8_MIN
+    hi: int = INT8_MAX
+
+    def __post_init__(self) -> None:
+        for key in ("ma", "mb"):
+            value = getattr(self, key)
+            if not 1 <= value <= M_MAX:
+                raise GraphError(f"AddRequant {key}={value} must lie in [1, {M_MAX}].")
+        if not 0 <= self.shift <= S_MAX:
+            raise GraphError(f"AddRequant shift={self.shift} must lie in [0, {S_MAX}].")
+        if not INT8_MIN <= self.lo <= self.hi <= INT8_MAX:
+            raise GraphError(f"AddRequant clip range ({self.lo}, {self.hi}) must satisfy -128 <= lo <= hi <= 127.")
+
+
+def conv_output_hw(h: int, w: int, kernel: tuple[int, int], strides: tuple[int, int],
+                   pads: tuple[int, int, int, int]) -> tuple[int, int]:
+    """Output height and width (elements) of a convolution or pool with pads (top, left, bottom, right)."""
+    oh = (h + pads[0] + pads[2] - kernel[0]) // strides[0] + 1
+    ow = (w + pads[1] + pads[3] - kernel[1]) // strides[1] + 1
+    return oh, ow
+
+
+@dataclass
+class Graph:
+    """A dataflow graph; see the module docstring for the structure and invariants."""
+
+    name: str
+    inputs: list[str] = field(default_factory=list)
+    outputs: list[str] = field(default_factory=list)
+    nodes: list[Node] = field(default_factory=list)
+    tensors: dict[str, TensorInfo] = field(default_factory=dict)
+    constants: dict[str, np.ndarray] = field(default_factory=dict)
+
+    # ---- building -------------------------------------------------------------------------------------------------
+    def add_tensor(self, name: str, shape: Iterable[int], dtype: str, scale: float | None = None) -> TensorInfo:
+        """Declare a value; raises :class:`GraphError` when the name is taken."""
+        if name in self.tensors:
+            raise GraphError(f"Tensor {name!r} is declared twice in graph {self.name!r}.")
+        info = TensorInfo(name, tuple(shape), dtype, scale)
+        self.tensors[name] = info
+        return info
+
+    def add_constant(self, name: str, value: np.ndarray) -> TensorInfo:
+        """Declare a constant tensor (its dtype must be float32, int8 or int32)."""
+        value = np.asarray(value)
+        info = self.add_tensor(name, value.shape if value.ndim else (1,), str(value.dtype))
+        self.constants[name] = value.reshape(info.shape)
+        return info
+
+    def add_node(self, op: str, name: str, inputs: list[str], outputs: list[str], **attrs: Any) -> Node:
+        """Append a node (its output tensors must be declared with :meth:`add_tensor`)."""
+        if any(n.name == name for n in self.nodes):
+            raise GraphError(f"Node name {name!r} is used twice in graph {self.name!r}.")
+        node = Node(op, name, list(inputs), list(outputs), dict(attrs))
+        self.nodes.append(node)
+        return node
+
+    def unique_name(self, base: str, *, node: bool = False) -> str:
+        """A tensor name (or a node name when ``node``) starting with ``base`` that is not yet used."""
+        taken = {n.name for n in self.nodes} if node else set(self.tensors)
+        if base not in taken:
+            return base
+        i = 1
+        while f"{base}_{i}" in taken:
+            i += 1
+        return f"{base}_{i}"
+
+    def rename_tensor(self, old: str, new: str) -> None:
+        """Rename a tensor everywhere (its info, constants, node inputs/outputs, graph inputs/outputs)."""
+        if new in self.tensors:
+            raise GraphError(f"Cannot rename {old!r} to {new!r} in graph {self.name!r}: the name is taken.")
+        info = self.tensors.pop(old)
+        info.name = new
+        self.tensors[new] = info
+        if old in self.constants:
+            self.constants[new] = self.constants.pop(old)
+        for node in self.nodes:
+            node.inputs = [new if t == old else t for t in node.inputs]
+            node.outputs = [new if t == old else t for t in node.outputs]
+        self.inputs = [new if t == old else t for t in self.inputs]
+        self.outputs = [new if t == old else t for t in self.outputs]
+
+    def copy(self) -> "Graph":
+        """A deep copy (constants copied too)."""
+        return copy.deepcopy(self)
+
+    # ---- queries --------------------------------------------------------------------------------------------------
+    def shape(self, name: str) -> tuple[int, ...]:
+        """Shape of tensor ``name`` in elements."""
+        return self.tensors[name].shape
+
+    def producer(self, name: str) -> Node | None:
+        """The node writing tensor ``name``, or None for graph inputs and constants."""
+        for node in self.nodes:
+            if name in node.outputs:
+                return node
+        return None
+
+    def consumers(self, name: str) -> list[Node]:
+        """Nodes reading tensor ``name``, in graph order."""
+        return [node for node in self.nodes if name in node.inputs]
+
+    def node(self, name: str) -> Node:
+        """The node called ``name``; KeyError naming it when absent."""
+        for node in self.nodes:
+            if node.name == name:
+                return node
+        raise KeyError(f"Graph {self.name!r} has no node named {name!r}.")
+
+    @property
+    def is_quantized(self) -> bool:
+        """True when the graph uses quantized ops (any op of :data:`QUANT_OPS` not also a float op)."""
+        return any(n.op in QUANT_OPS and n.op not in FLOAT_OPS for n in self.nodes)
+
+    # ---- checking -------------------------------------------------------------------------------------------------
+    def validate(self) -> None:
+        """Check names, topological order, op names and required attributes; raise :class:`GraphError` listing all."""
+        problems: list[str] = []
+        known = set(self.inputs) | set(self.constants)
+        table = QUANT_OPS if self.is_quantized else FLOAT_OPS
+        for name in list(self.inputs) + list(self.constants):
+            if name not in self.tensors:
+                problems.append(f"{name!r} has no TensorInfo")
+        for node in self.nodes:
+            if node.op not in table:
+                problems.append(f"node {node.name!r} has op {node.op!r}, not one of {', '.join(table)}")
+            else:
+                missing = [k for k in table[node.op] if k not in node.attrs]
+                if missing:
+                    problems.append(f"node {node.name!r} ({node.op}) lacks attribute(s) {', '.join(missing)}")
+            for inp in node.inputs:
+                if inp not in known:
+                    problems.append(f"node {node.name!r} reads {inp!r} before it is produced")
+            for out in node.outputs:
+                if out not in self.tensors:
+                    problems.append(f"node {node.name!r} writes {out!r}, which has no TensorInfo")
+                if out in known:
+                    problems.append(f"tensor {out!r} is written twice")
+                known.add(out)
+        for name in self.outputs:
+            if name not in known:
+                problems.append(f"graph output {name!r} is never produced")
+        if problems:
+            raise GraphError(f"Graph {self.name!r} is malformed: " + "; ".join(problems) + ".")
+
+    # ---- reporting ------------------------------------------------------------------------------------------------
+    def summary(self) -> str:
+        """One line per node: name, op, output shape and dtype, MACs."""
+        lines = [f"graph {self.name}: inputs {self.inputs} outputs {self.outputs}"]
+        for node in self.nodes:
+            out = self.tensors[node.outputs[0]]
+            lines.append(f"  {node.name:<32} {node.op:<14} {str(out.shape):<20} {out.dtype:<8} "
+                         f"macs={node_macs(self, node)}")
+        return "\n".join(lines)
+
+
+def node_macs(graph: Graph, node: Node) -> int:
+    """Multiply-accumulates of a (Q)Conv2d or (Q)Dense node (0 for every other op)."""
+    if node.op in ("Conv2d", "QConv2d"):
+        o, cg, kh, kw = graph.shape(node.inputs[1])
+        n, _, oh, ow = graph.shape(node.outputs[0])
+        return n * o * oh * ow * cg * kh * kw
+    if node.op in ("Dense", "QDense"):
+        o, k = graph.shape(node.inputs[1])
+        n = graph.shape(node.outputs[0])[0]
+        return n * o * k
+    return 0

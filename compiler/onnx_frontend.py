@@ -1,0 +1,409 @@
+"""ONNX -> float graph IR (:mod:`.ir`), with shapes from ``onnx.shape_inference`` and BatchNorm folded into convs.
+
+Supported ONNX operators (see :data:`RULES`): Conv (any kernel, stride, padding, groups; dilation 1), Gemm, MatMul
+(by a constant), BatchNormalization (folded into the preceding Conv, else a depthwise 1x1 Conv), Relu, Clip, Add,
+Sub/Mul/Div by a constant, MaxPool, AveragePool, GlobalAveragePool, Flatten, Reshape, Pad (constant mode), Concat,
+Softmax, and the no-ops Identity and Dropout. Anything else raises :class:`UnsupportedOperatorError` naming the
+operator and the node.
+
+Symbolic (dynamic) input dimensions are fixed to ``batch`` before shape inference. Tensor names are ONNX's; a folded
+BatchNorm keeps the name of its output for the convolution that absorbed it.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Callable
+
+import numpy as np
+import onnx
+from onnx import numpy_helper, shape_inference
+
+from .ir import Graph, GraphError
+
+__all__ = ["UnsupportedOperatorError", "import_onnx", "RULES"]
+
+
+class UnsupportedOperatorError(ValueError):
+    """An ONNX operator (or an attribute value of it) that the lab cannot compile."""
+
+    def __init__(self, op_type: str, node_name: str, detail: str = "") -> None:
+        self.op_type = op_type
+        self.node_name = node_name
+        why = f": {detail}" if detail else f"; supported operators are {', '.join(sorted(RULES))}"
+        super().__init__(f"ONNX operator {op_type!r} (node {node_name!r}) is not supported by the lab{why}.")
+
+
+_DTYPES = {onnx.TensorProto.FLOAT: "float32", onnx.TensorProto.INT8: "int8", onnx.TensorProto.INT32: "int32"}
+
+
+class _Importer:
+    """State of one import: the graph being built, ONNX shapes, aliases for removed no-op nodes."""
+
+    def __init__(self, model: onnx.ModelProto, name: str) -> None:
+        self.model = model
+        self.graph = Graph(name)
+        self.shapes: dict[str, tuple[int, ...]] = {}
+        self.alias: dict[str, str] = {}
+        self.consts: dict[str, np.ndarray] = {}
+        for vi in list(model.graph.value_info) + list(model.graph.input) + list(model.graph.output):
+            dims = tuple(d.dim_value for d in vi.type.tensor_type.shape.dim)
+            if dims and all(d > 0 for d in dims):
+                self.shapes[vi.name] = dims
+        for init in model.graph.initializer:
+            self.consts[init.name] = numpy_helper.to_array(init)
+        self.uses: dict[str, int] = {}
+        for node in model.graph.node:
+            for tensor in node.input:
+                self.uses[tensor] = self.uses.get(tensor, 0) + 1
+        self.graph_outputs = {o.name for o in model.graph.output}
+
+    # ---- helpers used by the rules ------------------------------------------------------------------------------
+    def name(self, tensor: str) -> str:
+        return self.alias.get(tensor, tensor)
+
+    def is_const(self, tensor: str) -> bool:
+        return tensor in self.consts
+
+    def const(self, tensor: str) -> np.ndarray:
+        return self.consts[tensor]
+
+    def shape(self, tensor: str) -> tuple[int, ...]:
+        tensor = self.name(tensor)
+        if tensor in self.graph.tensors:
+            return self.graph.tensors[tensor].shape
+        if tensor in self.shapes:
+            return self.shapes[tensor]
+        raise GraphError(f"Shape inference found no static shape for tensor {tensor!r}; give the model static input "
+                         f"shapes.")
+
+    def use_const(self, tensor: str, value: np.ndarray | None = None) -> str:
+        """Register an initializer (or a computed constant) as a float32 graph constant; returns its name."""
+        if tensor not in self.graph.constants:
+            array = self.consts[tensor] if value is None else value
+            self.graph.add_constant(tensor, np.asarray(array, dtype=np.float32))
+        return tensor
+
+    def new_const(self, base: str, value: np.ndarray) -> str:
+        name = self.graph.unique_name(base)
+        self.graph.add_constant(name, np.asarray(value, dtype=np.float32))
+        return name
+
+    def emit(self, op: str, node: onnx.NodeProto, inputs: list[str], output: str | None = None, **attrs: Any) -> None:
+        out = output or node.output[0]
+        self.graph.add_tensor(out, self.shapes_of(out), "float32")
+        self.graph.add_node(op, self.graph.unique_name(node.name or f"{node.op_type}_{out}", node=True),
+                            [self.name(i) for i in inputs], [out], **attrs)
+
+    def shapes_of(self, tensor: str) -> tuple[int, ...]:
+        if tensor not in self.shapes:
+            raise GraphError(f"Shape inference found no static shape for tensor {tensor!r}; give the model static "
+                             f"input shapes.")
+        return self.shapes[tensor]
+
+
+def _attrs(node: onnx.NodeProto) -> dict[str, Any]:
+    return {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+
+
+def _decode(value: Any) -> Any:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _spatial_pads(imp: _Importer, node: onnx.NodeProto, kernel: tuple[int, ...], strides: tuple[int, ...],
+                  attrs: dict[str, Any]) -> tuple[int, int, int, int]:
+    """(top, left, bottom, right) pads from ``pads`` or ``auto_pad``."""
+    auto = _decode(attrs.get("auto_pad", "NOTSET"))
+    if auto in ("NOTSET", "VALID"):
+        p = list(attrs.get("pads", [0, 0, 0, 0])) if auto == "NOTSET" else [0, 0, 0, 0]
+        if len(p) != 4:
+            raise UnsupportedOperatorError(node.op_type, node.name, f"only 2D pads are supported, got {p}")
+        return (int(p[0]), int(p[1]), int(p[2]), int(p[3]))
+    h, w = imp.shape(node.input[0])[2:]
+    pads = []
+    for size, k, s in ((h, kernel[0], strides[0]), (w, kernel[1], strides[1])):
+        out = -(-size // s)
+        total = max(0, (out - 1) * s + k - size)
+        small, big = total // 2, total - total // 2
+        pads.append((small, big) if auto == "SAME_UPPER" else (big, small))
+    return (pads[0][0], pads[1][0], pads[0][1], pads[1][1])
+
+
+def _check_dilations(node: onnx.NodeProto, attrs: dict[str, Any]) -> None:
+    if any(d != 1 for d in attrs.get("dilations", [1, 1])):
+        raise UnsupportedOperatorError(node.op_type, node.name, f"dilations {list(attrs['dilations'])} (only 1)")
+
+
+# ---- rules: ONNX op_type -> function(importer, node) ----------------------------------------------------------------
+def _conv(imp: _Importer, node: onnx.NodeProto) -> None:
+    a = _attrs(node)
+    _check_dilations(node, a)
+    if not imp.is_const(node.input[1]):
+        raise UnsupportedOperatorError(node.op_type, node.name, "weights must be a constant initializer")
+    w = imp.const(node.input[1])
+    if w.ndim != 4:
+        raise UnsupportedOperatorError(node.op_type, node.name, f"only 2D convolutions, got weights {w.shape}")
+    kernel = (w.shape[2], w.shape[3])
+    strides = tuple(int(s) for s in a.get("strides", [1, 1]))
+    pads = _spatial_pads(imp, node, kernel, strides, a)
+    x = node.input[0]
+    absorbed = _absorb_pad(imp, x)
+    if absorbed is not None:
+        x, extra = absorbed
+        pads = (pads[0] + extra[0], pads[1] + extra[1], pads[2] + extra[2], pads[3] + extra[3])
+    inputs = [x, imp.use_const(node.input[1])]
+    if len(node.input) > 2 and node.input[2]:
+        inputs.append(imp.use_const(node.input[2]))
+    imp.emit("Conv2d", node, inputs, strides=strides, pads=pads, groups=int(a.get("group", 1)))
+
+
+def _absorb_pad(imp: _Importer, tensor: str) -> tuple[str, tuple[int, int, int, int]] | None:
+    """If ``tensor`` comes from a single-use zero Pad of H and W only, remove the Pad and return (its input, its
+    (top, left, bottom, right) pads) so the convolution pads instead."""
+    src = imp.name(tensor)
+    prod = imp.graph.producer(src)
+    if prod is None or prod.op != "Pad" or prod.attrs["value"] != 0.0 or imp.uses.get(tensor, 0) != 1:
+        return None
+    p = prod.attrs["pads"]
+    if len(p) != 8 or p[0] or p[1] or p[4] or p[5] or src in imp.graph_outputs:
+        return None
+    imp.graph.nodes.remove(prod)
+    del imp.graph.tensors[src]
+    return prod.inputs[0], (p[2], p[3], p[6], p[7])
+
+
+def _batchnorm(imp: _Importer, node: onnx.NodeProto) -> None:
+    eps = float(_attrs(node).get("epsilon", 1e-5))
+    gamma, beta, mean, var = (imp.const(t).astype(np.float64) for t in node.input[1:5])
+    mult = gamma / np.sqrt(var + eps)
+    shift = beta - mean * mult
+    src = imp.name(node.input[0])
+    prod = imp.graph.producer(src)
+    single_use = imp.uses.get(node.input[0], 0) == 1 and node.input[0] not in imp.graph_outputs
+    if prod is not None and prod.op == "Conv2d" and single_use:
+        w = imp.graph.constants[prod.inputs[1]].astype(np.float64)
+        b = imp.graph.constants[prod.inputs[2]].astype(np.float64) if len(prod.inputs) > 2 else 0.0
+        prod.inputs[1:] = [imp.new_const(f"{node.output[0]}_w", w * mult[:, None, None, None]),
+                           imp.new_const(f"{node.output[0]}_b", b * mult + shift)]
+        imp.graph.rename_tensor(src, node.output[0])
+        return
+    c = mult.shape[0]
+    inputs = [node.input[0], imp.new_const(f"{node.output[0]}_w", mult.reshape(c, 1, 1, 1)),
+              imp.new_const(f"{node.output[0]}_b", shift)]
+    imp.emit("Conv2d", node, inputs, strides=(1, 1), pads=(0, 0, 0, 0), groups=c)
+
+
+def _gemm(imp: _Importer, node: onnx.NodeProto) -> None:
+    a = _attrs(node)
+    if a.get("transA", 0) or not imp.is_const(node.input[1]):
+        raise UnsupportedOperatorError(node.op_type, node.name, "needs transA=0 and a constant B")
+    w = imp.const(node.input[1]).astype(np.float64) * float(a.get("alpha", 1.0))
+    w = w if a.get("transB", 0) else w.T
+    inputs = [node.input[0], imp.new_const(f"{node.output[0]}_w", w)]
+    if len(node.input) > 2 and node.input[2]:
+        bias = np.broadcast_to(imp.const(node.input[2]).astype(np.float64) * float(a.get("beta", 1.0)), w.shape[:1])
+        inputs.append(imp.new_const(f"{node.output[0]}_b", bias))
+    imp.emit("Dense", node, inputs)
+
+
+def _matmul(imp: _Importer, node: onnx.NodeProto) -> None:
+    if not imp.is_const(node.input[1]) or len(imp.shape(node.input[0])) != 2:
+        raise UnsupportedOperatorError(node.op_type, node.name, "only [N, K] x constant [K, O] is supported")
+    imp.emit("Dense", node, [node.input[0], imp.new_const(f"{node.output[0]}_w", imp.const(node.input[1]).T)])
+
+
+def _clip(imp: _Importer, node: onnx.NodeProto) -> None:
+    a = _attrs(node)
+    lo, hi = a.get("min"), a.get("max")
+    if len(node.input) > 1 and node.input[1]:
+        lo = float(imp.const(node.input[1]))
+    if len(node.input) > 2 and node.input[2]:
+        hi = float(imp.const(node.input[2]))
+    imp.emit("Clip", node, [node.input[0]], min=None if lo is None else float(lo),
+             max=None if hi is None else float(hi))
+
+
+def _binary(imp: _Importer, node: onnx.NodeProto) -> None:
+    """Add of two activations; Add/Sub/Mul/Div with one constant become Add or Mul by a constant."""
+    x, y = node.input[0], node.input[1]
+    if imp.is_const(x) and node.op_type in ("Add", "Mul"):
+        x, y = y, x
+    if imp.is_const(x):
+        raise UnsupportedOperatorError(node.op_type, node.name, "a constant first operand is only allowed for Add/Mul")
+    if not imp.is_const(y):
+        if node.op_type != "Add":
+            raise UnsupportedOperatorError(node.op_type, node.name, "only Add takes two activations")
+        if imp.shape(x) != imp.shape(y):
+            raise UnsupportedOperatorError(node.op_type, node.name, "Add operands must have equal shapes")
+        imp.emit("Add", node, [x, y])
+        return
+    c = imp.const(y).astype(np.float64)
+    op = {"Add": "Add", "Sub": "Add", "Mul": "Mul", "Div": "Mul"}[node.op_type]
+    if node.op_type == "Sub":
+        c = -c
+    elif node.op_type == "Div":
+        c = 1.0 / c
+    imp.emit(op, node, [x, imp.new_const(f"{node.output[0]}_c", c)])
+
+
+def _pool(imp: _Importer, node: onnx.NodeProto) -> None:
+    a = _attrs(node)
+    _check_dilations(node, a)
+    if a.get("ceil_mode", 0):
+        raise UnsupportedOperatorError(node.op_type, node.name, "ceil_mode=1")
+    kernel = tuple(int(k) for k in a["kernel_shape"])
+    strides = tuple(int(s) for s in a.get("strides", [1, 1]))
+    pads = _spatial_pads(imp, node, kernel, strides, a)
+    if node.op_type == "MaxPool":
+        if len(node.output) > 1 and node.output[1]:
+            raise UnsupportedOperatorError(node.op_type, node.name, "the Indices output")
+        imp.emit("MaxPool", node, [node.input[0]], kernel=kernel, strides=strides, pads=pads)
+    else:
+        imp.emit("AvgPool", node, [node.input[0]], kernel=kernel, strides=strides, pads=pads,
+                 count_include_pad=bool(a.get("count_include_pad", 0)))
+
+
+def _reshape(imp: _Importer, node: onnx.NodeProto) -> None:
+    imp.emit("Reshape", node, [node.input[0]], shape=imp.shapes_of(node.output[0]))
+
+
+def _pad(imp: _Importer, node: onnx.NodeProto) -> None:
+    a = _attrs(node)
+    if _decode(a.get("mode", "constant")) != "constant":
+        raise UnsupportedOperatorError(node.op_type, node.name, f"mode {_decode(a['mode'])!r} (only 'constant')")
+    pads = a.get("pads")
+    value = float(a.get("value", 0.0))
+    if len(node.input) > 1 and node.input[1]:
+        pads = imp.const(node.input[1]).tolist()
+    if pads is None:
+        raise UnsupportedOperatorError(node.op_type, node.name, "no pads given")
+    if len(node.input) > 2 and node.input[2]:
+        value = float(imp.const(node.input[2]))
+    if len(node.input) > 3 and node.input[3]:
+        raise UnsupportedOperatorError(node.op_type, node.name, "the axes input")
+    imp.emit("Pad", node, [node.input[0]], pads=tuple(int(p) for p in pads), value=value)
+
+
+def _axis_op(op: str) -> Callable[[_Importer, onnx.NodeProto], None]:
+    def rule(imp: _Importer, node: onnx.NodeProto) -> None:
+        rank = len(imp.shape(node.input[0]))
+        axis = int(_attrs(node).get("axis", -1 if op == "Softmax" else 0))
+        imp.emit(op, node, list(node.input), axis=axis % rank)
+    return rule
+
+
+def _alias(imp: _Importer, node: onnx.NodeProto) -> None:
+    imp.alias[node.output[0]] = imp.name(node.input[0])
+
+
+def _constant(imp: _Importer, node: onnx.NodeProto) -> None:
+    imp.consts[node.output[0]] = numpy_helper.to_array(_attrs(node)["value"])
+
+
+RULES: dict[str, Callable[[_Importer, onnx.NodeProto], None]] = {
+    "Conv": _conv,
+    "BatchNormalization": _batchnorm,
+    "Gemm": _gemm,
+    "MatMul": _matmul,
+    "Relu": lambda imp, node: imp.emit("Relu", node, [node.input[0]]),
+    "Clip": _clip,
+    "Add": _binary, "Sub": _binary, "Mul": _binary, "Div": _binary,
+    "MaxPool": _pool,
+    "AveragePool": _pool,
+    "GlobalAveragePool": lambda imp, node: imp.emit("GlobalAvgPool", node, [node.input[0]]),
+    "Flatten": _reshape,
+    "Reshape": _reshape,
+    "Pad": _pad,
+    "Concat": _axis_op("Concat"),
+    "Softmax": _axis_op("Softmax"),
+    "Identity": _alias,
+    "Dropout": _alias,
+    "Constant": _constant,
+}
+
+
+def _fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Replace every node whose inputs are all constants (the shape arithmetic exporters emit, Constant nodes) by
+    initializers, evaluated with ONNX's reference evaluator, so shape inference sees constant pads and shapes."""
+    from onnx.reference import ReferenceEvaluator
+    consts = {init.name: numpy_helper.to_array(init) for init in model.graph.initializer}
+    graph_outputs = {o.name for o in model.graph.output}
+    kept = []
+    for node in model.graph.node:
+        inputs = [t for t in node.input if t]
+        foldable = node.domain in ("", "ai.onnx") and all(t in consts for t in inputs) and \
+            (inputs or node.op_type == "Constant") and not graph_outputs.intersection(node.output)
+        if not foldable:
+            kept.append(node)
+            continue
+        try:
+            results = ReferenceEvaluator(node).run(None, {t: consts[t] for t in inputs})
+        except Exception as err:  # an op the reference evaluator lacks
+            if node.op_type in RULES:
+                kept.append(node)
+                continue
+            raise UnsupportedOperatorError(node.op_type, node.name or "<unnamed>", f"constant folding failed ({err})")
+        for name, value in zip(node.output, results):
+            consts[name] = np.asarray(value)
+    if len(kept) == len(model.graph.node):
+        return model
+    initial = {init.name for init in model.graph.initializer}
+    used = {t for node in kept for t in node.input}
+    del model.graph.node[:]
+    model.graph.node.extend(kept)
+    model.graph.initializer.extend(numpy_helper.from_array(v, k) for k, v in consts.items()
+                                   if k not in initial and k in used)
+    return model
+
+
+def _fix_batch(model: onnx.ModelProto, batch: int) -> None:
+    for vi in model.graph.input:
+        for dim in vi.type.tensor_type.shape.dim:
+            if dim.dim_value <= 0:
+                dim.Clear()
+                dim.dim_value = batch
+
+
+def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, name: str | None = None) -> Graph:
+    """Import an ONNX model (path or ModelProto) as a validated float :class:`~.ir.Graph`.
+
+    Dynamic input dimensions become ``batch``. Raises :class:`UnsupportedOperatorError` for an operator outside
+    :data:`RULES` (naming the op type and node).
+    """
+    if isinstance(model, (str, os.PathLike)):
+        label = name or os.path.splitext(os.path.basename(os.fspath(model)))[0]
+        proto = onnx.load(os.fspath(model))
+    elif isinstance(model, onnx.ModelProto):
+        label = name or model.graph.name or "model"
+        proto = onnx.ModelProto.FromString(model.SerializeToString())
+    else:
+        raise TypeError(f"import_onnx takes a path or an onnx.ModelProto, not {type(model).__name__}.")
+    _fix_batch(proto, batch)
+    model = shape_inference.infer_shapes(_fold_constants(proto))
+    imp = _Importer(model, label)
+    g = imp.graph
+    init_names = {i.name for i in model.graph.initializer}
+    for vi in model.graph.input:
+        if vi.name in init_names:
+            continue
+        dtype = _DTYPES.get(vi.type.tensor_type.elem_type)
+        if dtype != "float32":
+            raise GraphError(f"Graph input {vi.name!r} has ONNX element type {vi.type.tensor_type.elem_type}; "
+                             f"only float32 inputs are supported.")
+        g.add_tensor(vi.name, imp.shapes_of(vi.name), "float32")
+        g.inputs.append(vi.name)
+    for node in model.graph.node:
+        rule = RULES.get(node.op_type)
+        if rule is None or node.domain not in ("", "ai.onnx"):
+            raise UnsupportedOperatorError(node.op_type, node.name or "<unnamed>")
+        rule(imp, node)
+    g.outputs = [imp.name(o.name) for o in model.graph.output]
+    for out in model.graph.output:
+        target = imp.name(out.name)
+        if target != out.name and target not in g.inputs and g.outputs.count(target) == 1:
+            g.rename_tensor(target, out.name)          # keep the ONNX output names for aliased outputs
+    used = {i for n in g.nodes for i in n.inputs}
+    for cname in [c for c in g.constants if c not in used]:
+        del g.constants[cname]
+        del g.tensors[cname]
+    g.validate()
+    return g

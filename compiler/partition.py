@@ -1,0 +1,223 @@
+"""Partitioning: for each node of a quantized graph, run it on the accelerator or on the CPU, and say why.
+
+A node goes to the accelerator when a rule of :data:`ACCEL_RULES` lowers it (the op is one the accelerator runs and
+the layer can be tiled for the config) **and** the accelerator is estimated to be faster than the CPU, each side charged with the
+layout conversions its choice causes (inputs produced on the other side, an output read by the other side). Every decision is a :class:`Decision` that names the reason, so the
+report can show it.
+
+The estimates are deliberately simple and documented here:
+
+* accelerator time = ``max(GEMM + ALU micro-op iterations, DMA bytes / bus bytes per cycle)`` cycles at
+  ``cfg.clock_mhz``, plus :data:`ACCEL_LAUNCH_US` per layer (program launch);
+* CPU time = MACs / :data:`CPU_MACS_PER_US` (the llvmlite kernels), elementwise ops
+  :data:`CPU_ELEMS_PER_US`;
+* a layout conversion (pack or unpack) costs bytes / :data:`CONVERT_BYTES_PER_US`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from vta.config import VTAConfig
+
+from .codegen import AddLayer, ConvLayer
+from .intrin import Intrinsics, intrinsics
+from .ir import Graph, Node, node_macs
+from .layout import ceil_div, fold_weight_columns
+from .schedule import ScheduleError, plan_conv
+
+__all__ = ["Decision", "Lowered", "ColumnFold", "partition", "lower_node", "ACCEL_RULES", "POLICIES", "ACCEL_LAUNCH_US", "CPU_MACS_PER_US",
+           "CPU_ELEMS_PER_US", "CONVERT_BYTES_PER_US", "block_utilization"]
+
+ACCEL_LAUNCH_US = 5.0
+CPU_MACS_PER_US = 2000.0
+CPU_ELEMS_PER_US = 500.0
+CONVERT_BYTES_PER_US = 1000.0
+POLICIES = ("auto", "accel", "cpu")
+"""``auto``: accelerator where supported and faster; ``accel``: wherever supported; ``cpu``: nothing offloaded."""
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Where node ``node`` runs (``target`` is ``"accel"`` or ``"cpu"``) and why; estimates in microseconds."""
+
+    node: str
+    op: str
+    target: str
+    reason: str
+    macs: int = 0
+    accel_us: float | None = None
+    cpu_us: float | None = None
+
+
+@dataclass(frozen=True)
+class ColumnFold:
+    """The input transform of :func:`~.layout.fold_kernel_columns` (kernel width, column stride, W paddings)."""
+
+    kw: int
+    sw: int
+    pad_left: int
+    pad_right: int
+
+
+@dataclass(frozen=True)
+class Lowered:
+    """An accelerator layer and the transform (if any) its first input needs on the CPU side first."""
+
+    layer: ConvLayer | AddLayer
+    fold: ColumnFold | None = None
+
+
+def _fold_rule(graph: Graph, node: Node, intr: Intrinsics) -> ColumnFold | None:
+    """Fold kernel columns into channels when the input has few channels, comes from the CPU side (so the fold
+    costs no extra layout conversion) and the fold needs fewer GEMM micro-ops: ``ceil(C*KW/BI) * KH`` against
+    ``ceil(C/BI) * KH * KW`` per output pixel."""
+    if node.op != "QConv2d" or int(node.attrs.get("groups", 1)) != 1:
+        return None
+    producer = graph.producer(node.inputs[0])
+    if producer is not None and producer.op in ACCEL_RULES:
+        return None
+    _, c, _, _ = graph.shape(node.inputs[0])
+    _, _, kh, kw = graph.shape(node.inputs[1])
+    if kw == 1 or ceil_div(c * kw, intr.block_in) * kh >= ceil_div(c, intr.block_in) * kh * kw:
+        return None
+    pads = tuple(node.attrs.get("pads", (0, 0, 0, 0)))
+    return ColumnFold(kw, int(node.attrs.get("strides", (1, 1))[1]), int(pads[1]), int(pads[3]))
+
+
+def _lower_conv(graph: Graph, node: Node, intr: Intrinsics) -> Lowered:
+    a = node.attrs
+    rq = a["requant"]
+    x_shape = graph.shape(node.inputs[0])
+    w = graph.constants[node.inputs[1]]
+    bias = graph.constants[node.inputs[2]] if len(node.inputs) > 2 else np.zeros(w.shape[0], np.int32)
+    strides = tuple(a.get("strides", (1, 1)))
+    pads = tuple(a.get("pads", (0, 0, 0, 0)))
+    fold = _fold_rule(graph, node, intr)
+    if fold is not None:
+        n, c, h, _ = x_shape
+        ow = graph.shape(node.outputs[0])[3]
+        x_shape, w = (n, c * fold.kw, h, ow), fold_weight_columns(w)
+        strides, pads = (strides[0], 1), (pads[0], 0, pads[2], 0)
+    layer = ConvLayer.make(x_shape, w, bias, rq.multiplier, rq.shift, rq.lo, rq.hi, strides=strides, pads=pads,
+                           groups=int(a.get("groups", 1)), intr=intr)
+    plan_conv(layer.geom, intr)  # raises ScheduleError when it cannot be tiled
+    return Lowered(layer, fold)
+
+
+def _lower_add(graph: Graph, node: Node, intr: Intrinsics) -> Lowered:
+    sa, sb = graph.shape(node.inputs[0]), graph.shape(node.inputs[1])
+    if sa != sb:
+        raise ScheduleError(f"the operands have shapes {sa} and {sb}; the accelerator adds equal shapes only")
+    if len(sa) not in (2, 4):
+        raise ScheduleError(f"the operands have {len(sa)} dimensions; the accelerator adds NCHW or [N, K] tensors")
+    rq = node.attrs["requant"]
+    return Lowered(AddLayer(tuple(sa), int(rq.ma), int(rq.mb), int(rq.shift), int(rq.lo), int(rq.hi)))
+
+
+ACCEL_RULES: dict[str, Callable[[Graph, Node, Intrinsics], Lowered]] = {
+    "QConv2d": _lower_conv,
+    "QDense": _lower_conv,
+    "QAdd": _lower_add,
+}
+"""op -> rule lowering a node to an accelerator layer (raises :class:`ScheduleError` when it cannot)."""
+
+
+def lower_node(graph: Graph, node: Node, cfg: VTAConfig) -> Lowered:
+    """The accelerator layer for ``node``; :class:`ScheduleError` when no rule lowers it."""
+    rule = ACCEL_RULES.get(node.op)
+    if rule is None:
+        raise ScheduleError(f"the accelerator has no rule for op {node.op}")
+    return rule(graph, node, intrinsics(cfg))
+
+
+def _accel_us(layer: ConvLayer | AddLayer, cfg: VTAConfig) -> float:
+    intr = intrinsics(cfg)
+    if isinstance(layer, ConvLayer):
+        t = plan_conv(layer.geom, intr)
+        g = layer.geom
+        _, nib = g.block_ranges
+        uops = g.nb * g.ob * nib * g.kh * g.kw * g.oh * g.ow + 6 * g.nb * g.ob * g.oh * g.ow
+        dma = t.dma_bytes(intr)
+    else:
+        entries = int(np.prod(layer.shape)) // intr.block_out
+        uops = 6 * entries
+        dma = 3 * int(np.prod(layer.shape))
+    cycles = max(uops, dma / cfg.bus_bytes)
+    return cycles / cfg.clock_mhz + ACCEL_LAUNCH_US
+
+
+def _cpu_us(graph: Graph, node: Node) -> float:
+    macs = node_macs(graph, node)
+    elems = sum(graph.tensors[name].size for name in node.outputs)
+    return macs / CPU_MACS_PER_US + elems / CPU_ELEMS_PER_US
+
+
+def _convert_us(graph: Graph, node: Node, placement: dict[str, str], target: str) -> float:
+    """Layout conversions placing ``node`` on ``target`` adds: inputs produced on the other side are converted, and
+    so is the output when a consumer will likely run on the other side (it has no accelerator rule, or has one)."""
+    cost = 0.0
+    for name in node.inputs:
+        if name in graph.constants:
+            continue
+        producer = graph.producer(name)
+        source = placement.get(producer.name, "cpu") if producer is not None else "cpu"
+        if source != target:
+            cost += graph.tensors[name].size / CONVERT_BYTES_PER_US
+    for consumer in graph.consumers(node.outputs[0]):
+        likely = "accel" if consumer.op in ACCEL_RULES else "cpu"
+        if likely != target:
+            cost += graph.tensors[node.outputs[0]].size / CONVERT_BYTES_PER_US
+            break
+    return cost
+
+
+def partition(graph: Graph, cfg: VTAConfig, *, policy: str = "auto",
+              force_cpu: frozenset[str] | set[str] = frozenset()) -> dict[str, Decision]:
+    """A :class:`Decision` for every node of the quantized ``graph`` (in graph order).
+
+    ``policy`` is one of :data:`POLICIES`; ``force_cpu`` names nodes that must stay on the CPU.
+    """
+    if policy not in POLICIES:
+        raise ValueError(f"policy must be one of {', '.join(POLICIES)}, not {policy!r}")
+    decisions: dict[str, Decision] = {}
+    placement: dict[str, str] = {}
+    for node in graph.nodes:
+        macs = node_macs(graph, node)
+        decision = _decide(graph, node, cfg, policy, force_cpu, placement, macs)
+        decisions[node.name] = decision
+        placement[node.name] = decision.target
+    return decisions
+
+
+def _decide(graph: Graph, node: Node, cfg: VTAConfig, policy: str, force_cpu: frozenset[str] | set[str],
+            placement: dict[str, str], macs: int) -> Decision:
+    cpu_us = _cpu_us(graph, node)
+    if node.op not in ACCEL_RULES:
+        return Decision(node.name, node.op, "cpu", f"{node.op} has no accelerator rule", macs, None, cpu_us)
+    if policy == "cpu":
+        return Decision(node.name, node.op, "cpu", "the cpu policy offloads nothing", macs, None, cpu_us)
+    if node.name in force_cpu:
+        return Decision(node.name, node.op, "cpu", "forced onto the CPU", macs, None, cpu_us)
+    try:
+        layer = lower_node(graph, node, cfg)
+    except ScheduleError as err:
+        return Decision(node.name, node.op, "cpu", f"not supported on {cfg.name}: {err}", macs, None, cpu_us)
+    accel_us = _accel_us(layer.layer, cfg) + _convert_us(graph, node, placement, "accel")
+    cpu_us += _convert_us(graph, node, placement, "cpu")
+    if policy == "accel" or accel_us < cpu_us:
+        why = "supported" if policy == "accel" else f"faster ({accel_us:.0f} us vs {cpu_us:.0f} us on the CPU)"
+        return Decision(node.name, node.op, "accel", why, macs, accel_us, cpu_us)
+    return Decision(node.name, node.op, "cpu", f"the CPU is faster ({cpu_us:.0f} us vs {accel_us:.0f} us)", macs,
+                    accel_us, cpu_us)
+
+
+def block_utilization(layer: ConvLayer) -> float:
+    """Fraction of the GEMM core's MACs that are useful for ``layer`` (channel padding and grouping waste)."""
+    g = layer.geom
+    _, nib = g.block_ranges
+    issued = g.nb * g.batch * g.ob * g.block_out * nib * g.block_in * g.kh * g.kw * g.oh * g.ow
+    return g.macs / issued if issued else 0.0
+

@@ -1,0 +1,250 @@
+"""The bit-exact integer reference of the quantized graph (numpy): the spec every backend must equal.
+
+Every function takes and returns numpy arrays in NCHW (or ``[N, K]``) layout. int8 activations have zero point 0.
+Integer semantics (the quantized operator contract, see :mod:`.ir`):
+
+* :func:`conv2d_acc` / :func:`dense_acc`: exact int32 accumulators ``conv(x, w) + bias`` with 32-bit wrap-around.
+* :func:`requantize`: ``clip((acc * M[o]) >> S[o], lo, hi)`` per output channel; ``*`` wraps to 32 bits, ``>>`` is
+  arithmetic.
+* :func:`qadd`: ``clip((a * Ma + b * Mb) >> S, lo, hi)``.
+* Ops that only run on the CPU, defined here:
+
+  - ``QMul`` / ``QConcat`` rescale with rounding: ``clip((x * M + r) >> S, -128, 127)``, ``r = 2**(S-1)`` if
+    ``S > 0`` else 0, ``M`` may be negative (QMul) and broadcasts with numpy rules.
+  - ``MaxPool`` pads with -128. ``AvgPool``/``GlobalAvgPool``: ``floor((2 * sum + count) / (2 * count))`` (round
+    half up), ``count`` = window elements inside the input (all of them when ``count_include_pad``).
+  - ``Quantize``: ``clip(rint(float64(x) / scale), -128, 127)`` (rint rounds half to even). ``Dequantize``:
+    ``float32(float64(x) * scale)``. ``Softmax``: float32 of a float64 softmax of ``x * scale``.
+
+:func:`run_reference` executes a whole quantized graph and is what backends are checked against.
+"""
+from __future__ import annotations
+
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+
+from .ir import AddRequant, Graph, GraphError, Node, Requant
+
+__all__ = [
+    "wrap32", "conv2d_acc", "dense_acc", "requantize", "qconv2d", "qdense", "qadd", "rescale", "qmul", "qconcat",
+    "maxpool", "avgpool", "global_avgpool", "pad", "quantize", "dequantize", "softmax", "QOPS", "run_reference",
+]
+
+
+def wrap32(x: np.ndarray) -> np.ndarray:
+    """Wrap integers to signed 32 bits (two's complement), returning int32."""
+    return np.asarray(x).astype(np.int64).astype(np.int32)
+
+
+def _windows(x: np.ndarray, kernel: Sequence[int], strides: Sequence[int]) -> np.ndarray:
+    """Sliding windows of an already padded NCHW array: ``[N, C, OH, OW, KH, KW]`` (a view)."""
+    view = np.lib.stride_tricks.sliding_window_view(x, tuple(kernel), axis=(2, 3))
+    return view[:, :, ::strides[0], ::strides[1]]
+
+
+def _pad_hw(x: np.ndarray, pads: Sequence[int], value: int | float) -> np.ndarray:
+    top, left, bottom, right = (int(p) for p in pads)
+    if not (top or left or bottom or right):
+        return x
+    return np.pad(x, ((0, 0), (0, 0), (top, bottom), (left, right)), constant_values=value)
+
+
+def conv2d_acc(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, strides: Sequence[int] = (1, 1),
+               pads: Sequence[int] = (0, 0, 0, 0), groups: int = 1) -> np.ndarray:
+    """int32 accumulator of a grouped 2D convolution: ``x [N,C,H,W]``, ``w [O, C/groups, KH, KW]``, ``bias [O]``.
+
+    Returns ``[N, O, OH, OW]`` int32, wrapped to 32 bits. Products are summed exactly (float64 sums of int8 products
+    are exact below 2**53, far above any reachable reduction length).
+    """
+    n, c, _, _ = x.shape
+    o, cg, kh, kw = w.shape
+    if c != cg * groups or o % groups:
+        raise ValueError(f"Convolution of {c} input channels with weights {w.shape} and groups={groups} is "
+                         f"inconsistent: need C == C/groups * groups and O divisible by groups.")
+    xp = _pad_hw(x.astype(np.float64), pads, 0.0)
+    win = _windows(xp, (kh, kw), tuple(strides))                      # N, C, OH, OW, KH, KW
+    oh, ow = win.shape[2], win.shape[3]
+    og = o // groups
+    win = win.reshape(n, groups, cg, oh, ow, kh, kw).transpose(1, 0, 3, 4, 2, 5, 6)
+    cols = win.reshape(groups, n * oh * ow, cg * kh * kw)             # G, N*OH*OW, Cg*KH*KW
+    wmat = w.astype(np.float64).reshape(groups, og, cg * kh * kw).transpose(0, 2, 1)
+    out = np.matmul(cols, wmat)                                       # G, N*OH*OW, Og
+    out = out.reshape(groups, n, oh, ow, og).transpose(1, 0, 4, 2, 3).reshape(n, o, oh, ow)
+    acc = out.astype(np.int64)
+    if bias is not None:
+        acc = acc + bias.astype(np.int64).reshape(1, o, 1, 1)
+    return wrap32(acc)
+
+
+def dense_acc(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
+    """int32 accumulator ``x @ w.T + bias`` for ``x [N, K]``, ``w [O, K]``, ``bias [O]``, wrapped to 32 bits."""
+    if x.shape[1] != w.shape[1]:
+        raise ValueError(f"Dense input has {x.shape[1]} features but weights {w.shape} expect {w.shape[1]}.")
+    acc = (x.astype(np.float64) @ w.astype(np.float64).T).astype(np.int64)
+    if bias is not None:
+        acc = acc + bias.astype(np.int64)[None, :]
+    return wrap32(acc)
+
+
+def requantize(acc: np.ndarray, requant: Requant, axis: int = 1) -> np.ndarray:
+    """``clip((acc * M[o]) >> S[o], lo, hi)`` as int8, channel ``o`` along ``axis`` of ``acc`` (int32)."""
+    shape = [1] * acc.ndim
+    shape[axis] = requant.channels
+    m = requant.multiplier.reshape(shape)
+    s = requant.shift.reshape(shape)
+    prod = wrap32(acc.astype(np.int64) * m)
+    shifted = np.right_shift(prod, s.astype(np.int32))
+    return np.clip(shifted, requant.lo, requant.hi).astype(np.int8)
+
+
+def qconv2d(x: np.ndarray, w: np.ndarray, bias: np.ndarray, requant: Requant, strides: Sequence[int] = (1, 1),
+            pads: Sequence[int] = (0, 0, 0, 0), groups: int = 1) -> np.ndarray:
+    """Quantized convolution: int8 ``[N, O, OH, OW]``."""
+    return requantize(conv2d_acc(x, w, bias, strides, pads, groups), requant, axis=1)
+
+
+def qdense(x: np.ndarray, w: np.ndarray, bias: np.ndarray, requant: Requant) -> np.ndarray:
+    """Quantized dense layer: int8 ``[N, O]``."""
+    return requantize(dense_acc(x, w, bias), requant, axis=1)
+
+
+def qadd(a: np.ndarray, b: np.ndarray, requant: AddRequant) -> np.ndarray:
+    """Quantized add of two same-shape int8 tensors: ``clip((a*Ma + b*Mb) >> S, lo, hi)``."""
+    if a.shape != b.shape:
+        raise ValueError(f"QAdd operands have shapes {a.shape} and {b.shape}; they must be equal.")
+    total = wrap32(a.astype(np.int64) * requant.ma + b.astype(np.int64) * requant.mb)
+    return np.clip(np.right_shift(total, requant.shift), requant.lo, requant.hi).astype(np.int8)
+
+
+def rescale(x: np.ndarray, multiplier: np.ndarray | int, shift: int) -> np.ndarray:
+    """``clip((x * M + r) >> S, -128, 127)`` with rounding ``r = 2**(S-1)`` (0 when S == 0); int64 arithmetic."""
+    rnd = (1 << (shift - 1)) if shift > 0 else 0
+    val = (x.astype(np.int64) * np.asarray(multiplier, dtype=np.int64) + rnd) >> shift
+    return np.clip(val, -128, 127).astype(np.int8)
+
+
+def qmul(x: np.ndarray, multiplier: np.ndarray, shift: int) -> np.ndarray:
+    """Multiplication by a constant: :func:`rescale` with an int multiplier array broadcast against ``x``."""
+    return rescale(x, multiplier, shift)
+
+
+def qconcat(xs: Sequence[np.ndarray], axis: int, multipliers: Sequence[int], shifts: Sequence[int]) -> np.ndarray:
+    """Concatenate int8 tensors along ``axis`` after rescaling each to the output scale."""
+    return np.concatenate([rescale(x, m, s) for x, m, s in zip(xs, multipliers, shifts)], axis=axis)
+
+
+def maxpool(x: np.ndarray, kernel: Sequence[int], strides: Sequence[int], pads: Sequence[int]) -> np.ndarray:
+    """int8 max pooling over NCHW; padding never wins (pads hold -128)."""
+    win = _windows(_pad_hw(x, pads, -128), tuple(kernel), tuple(strides))
+    return win.max(axis=(4, 5)).astype(np.int8)
+
+
+def _round_div(total: np.ndarray, count: np.ndarray | int) -> np.ndarray:
+    return np.floor_divide(2 * total + count, 2 * np.asarray(count, dtype=np.int64))
+
+
+def avgpool(x: np.ndarray, kernel: Sequence[int], strides: Sequence[int], pads: Sequence[int],
+            count_include_pad: bool = False) -> np.ndarray:
+    """int8 average pooling: window sum divided by the window count, rounded half up."""
+    win = _windows(_pad_hw(x.astype(np.int64), pads, 0), tuple(kernel), tuple(strides))
+    total = win.sum(axis=(4, 5))
+    if count_include_pad:
+        count: np.ndarray | int = int(kernel[0] * kernel[1])
+    else:
+        ones = np.ones((1, 1) + x.shape[2:], dtype=np.int64)
+        count = _windows(_pad_hw(ones, pads, 0), tuple(kernel), tuple(strides)).sum(axis=(4, 5))
+    return np.clip(_round_div(total, count), -128, 127).astype(np.int8)
+
+
+def global_avgpool(x: np.ndarray) -> np.ndarray:
+    """int8 global average pooling ``[N, C, H, W] -> [N, C, 1, 1]``, rounded half up."""
+    total = x.astype(np.int64).sum(axis=(2, 3), keepdims=True)
+    return np.clip(_round_div(total, x.shape[2] * x.shape[3]), -128, 127).astype(np.int8)
+
+
+def pad(x: np.ndarray, pads: Sequence[int], value: int | float = 0) -> np.ndarray:
+    """Constant padding with ONNX-ordered ``pads`` (begins of every axis, then ends)."""
+    rank = x.ndim
+    if len(pads) != 2 * rank:
+        raise ValueError(f"Pad needs {2 * rank} pad values for a rank-{rank} tensor, got {len(pads)}.")
+    widths = [(int(pads[i]), int(pads[i + rank])) for i in range(rank)]
+    return np.pad(x, widths, constant_values=np.asarray(value).astype(x.dtype))
+
+
+def quantize(x: np.ndarray, scale: float) -> np.ndarray:
+    """float -> int8: ``clip(rint(float64(x) / scale), -128, 127)``."""
+    return np.clip(np.rint(np.asarray(x, dtype=np.float64) / scale), -128, 127).astype(np.int8)
+
+
+def dequantize(x: np.ndarray, scale: float) -> np.ndarray:
+    """int -> float32: ``float32(float64(x) * scale)``."""
+    return (x.astype(np.float64) * scale).astype(np.float32)
+
+
+def softmax(x: np.ndarray, scale: float, axis: int = -1) -> np.ndarray:
+    """float32 softmax of the dequantized int8 input along ``axis`` (computed in float64)."""
+    z = x.astype(np.float64) * scale
+    z = np.exp(z - z.max(axis=axis, keepdims=True))
+    return (z / z.sum(axis=axis, keepdims=True)).astype(np.float32)
+
+
+# ---- the graph executor ------------------------------------------------------------------------------------------
+OpFn = Callable[[Node, list[np.ndarray]], np.ndarray]
+
+
+def _conv(node: Node, v: list[np.ndarray]) -> np.ndarray:
+    a = node.attrs
+    return qconv2d(v[0], v[1], v[2], a["requant"], a["strides"], a["pads"], a["groups"])
+
+
+QOPS: dict[str, OpFn] = {
+    "Quantize": lambda n, v: quantize(v[0], n.attrs["scale"]),
+    "Dequantize": lambda n, v: dequantize(v[0], n.attrs["scale"]),
+    "QConv2d": _conv,
+    "QDense": lambda n, v: qdense(v[0], v[1], v[2], n.attrs["requant"]),
+    "QAdd": lambda n, v: qadd(v[0], v[1], n.attrs["requant"]),
+    "QMul": lambda n, v: qmul(v[0], n.attrs["multiplier"], n.attrs["shift"]),
+    "QConcat": lambda n, v: qconcat(v, n.attrs["axis"], n.attrs["multipliers"], n.attrs["shifts"]),
+    "QClip": lambda n, v: np.clip(v[0], n.attrs["lo"], n.attrs["hi"]).astype(np.int8),
+    "MaxPool": lambda n, v: maxpool(v[0], n.attrs["kernel"], n.attrs["strides"], n.attrs["pads"]),
+    "AvgPool": lambda n, v: avgpool(v[0], n.attrs["kernel"], n.attrs["strides"], n.attrs["pads"],
+                                    n.attrs["count_include_pad"]),
+    "GlobalAvgPool": lambda n, v: global_avgpool(v[0]),
+    "Reshape": lambda n, v: v[0].reshape(n.attrs["shape"]),
+    "Pad": lambda n, v: pad(v[0], n.attrs["pads"], n.attrs["value"]),
+    "Softmax": lambda n, v: softmax(v[0], n.attrs["scale"], n.attrs["axis"]),
+}
+
+
+def run_node(graph: Graph, node: Node, values: Mapping[str, np.ndarray]) -> np.ndarray:
+    """Execute one quantized node on the values of its inputs (taken from ``values`` or the graph's constants)."""
+    fn = QOPS.get(node.op)
+    if fn is None:
+        raise GraphError(f"Node {node.name!r} has op {node.op!r}, which the integer reference does not define; "
+                         f"defined ops are {', '.join(QOPS)}.")
+    args = [values[name] if name in values else graph.constants[name] for name in node.inputs]
+    return fn(node, args)
+
+
+def run_reference(graph: Graph, inputs: Mapping[str, np.ndarray], *, keep_all: bool = False) -> dict[str, np.ndarray]:
+    """Run a quantized graph in the integer reference.
+
+    ``inputs`` maps each of ``graph.inputs`` to an array of its declared shape (float32 for a graph starting with
+    Quantize, int8 otherwise). Returns ``{output name: array}``, or every tensor value (inputs and intermediates
+    included, constants excluded) when ``keep_all``.
+    """
+    values: dict[str, np.ndarray] = {}
+    for name in graph.inputs:
+        if name not in inputs:
+            raise ValueError(f"Input {name!r} of graph {graph.name!r} is missing; given {sorted(inputs)}.")
+        arr = np.asarray(inputs[name])
+        if arr.shape != graph.shape(name):
+            raise ValueError(f"Input {name!r} has shape {arr.shape}; graph {graph.name!r} expects "
+                             f"{graph.shape(name)}.")
+        values[name] = arr
+    for node in graph.nodes:
+        values[node.outputs[0]] = run_node(graph, node, values)
+    if keep_all:
+        return values
+    return {name: values[name] for name in graph.outputs}

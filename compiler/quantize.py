@@ -1,0 +1,408 @@
+"""Post-training quantization: a float graph + calibration inputs -> a quantized graph (the contract of :mod:`.ir`).
+
+Pipeline (:func:`quantize`):
+
+1. :func:`prepare` folds a Mul/Add by a per-channel constant into the preceding Conv2d/Dense.
+2. :func:`calibrate` runs the float reference on the calibration inputs and records, per tensor, the largest
+   magnitude (and per channel for convolution/dense outputs, to bound accumulators).
+3. Each float node becomes quantized nodes. Conv2d/Dense followed by Relu/Clip fuse into one QConv2d/QDense; an
+   activation Add followed by Relu fuses into one QAdd. Weights get symmetric int8 scales per output channel
+   (``per_channel=True``), per tensor (``False``), or per channel only where channel ranges differ by more than
+   ``1.5x`` (``"auto"``, so per-tensor layers keep ALU immediates). Requant (M, S) per output channel:
+
+   - ``mode="multiply"``: the largest S <= 31 such that ``M = round(m * 2**S)`` is <= 32767 and ``acc * M`` stays
+     inside int32 for twice the calibrated accumulator range (never beyond the worst case ``sum|w| * 128 + |bias|``);
+   - ``mode="shift"``: M = 1 and per-channel weight scales are powers of two apart so that ``2**-S[o]`` is exact.
+
+   Rounding is folded into the bias: ``bias += 2**(S-1) // M``. Pass-through ops (pools, Reshape, Pad, a standalone
+   Relu/Clip) keep their input's scale; Concat rescales each input to the output scale.
+4. Graph inputs get a Quantize node; int8 graph outputs get a Dequantize node named like the float output.
+
+:func:`compare_outputs` measures accuracy against a float reference (top-1 agreement, max error, SNR);
+:func:`accuracy_vs_onnxruntime` does so against ONNX Runtime's run of the original model.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Callable, Iterable, Literal, Mapping, Sequence
+
+import numpy as np
+import onnx
+
+from . import float_ref
+from .ir import AddRequant, Graph, GraphError, Node, Requant, M_MAX, S_MAX
+
+__all__ = ["QuantizationError", "Calibration", "prepare", "calibrate", "quantize", "choose_requant",
+           "compare_outputs", "accuracy_vs_onnxruntime"]
+
+INT32_MAX = 2**31 - 1
+
+
+class QuantizationError(ValueError):
+    """A node the quantizer cannot express in the quantized operator set (named in the message)."""
+
+
+@dataclass
+class Calibration:
+    """Largest magnitude seen per tensor (``absmax``) and per channel of axis 1 (``channel_absmax``)."""
+
+    absmax: dict[str, float]
+    channel_absmax: dict[str, np.ndarray]
+
+    def scale(self, name: str) -> float:
+        """Symmetric int8 scale of tensor ``name``: ``absmax / 127`` (a tiny floor keeps all-zero tensors legal)."""
+        return max(self.absmax[name], 1e-6) / 127.0
+
+
+# ---- 1. folding -------------------------------------------------------------------------------------------------
+def _per_channel_const(c: np.ndarray, channels: int, rank: int) -> np.ndarray | None:
+    """``c`` as a vector of length ``channels`` if it broadcasts along axis 1 only, else None."""
+    if c.size == 1:
+        return np.full(channels, float(c.reshape(())))
+    squeezed = c.reshape(-1)
+    expected = {(channels,), (1, channels), (channels, 1, 1), (1, channels, 1, 1)} if rank == 4 else \
+        {(channels,), (1, channels)}
+    return squeezed.astype(np.float64) if c.shape in expected else None
+
+
+def prepare(graph: Graph) -> Graph:
+    """A copy of ``graph`` with Mul/Add-by-constant folded into a single-use preceding Conv2d/Dense."""
+    g = graph.copy()
+    changed = True
+    while changed:
+        changed = False
+        for node in g.nodes:
+            if node.op not in ("Mul", "Add") or node.inputs[1] not in g.constants:
+                continue
+            src = node.inputs[0]
+            prod = g.producer(src)
+            if prod is None or prod.op not in ("Conv2d", "Dense") or len(g.consumers(src)) != 1 or src in g.outputs:
+                continue
+            o = g.shape(prod.inputs[1])[0]
+            c = _per_channel_const(g.constants[node.inputs[1]], o, len(g.shape(src)))
+            if c is None:
+                continue
+            w = g.constants[prod.inputs[1]].astype(np.float64)
+            b = g.constants[prod.inputs[2]].astype(np.float64) if len(prod.inputs) > 2 else np.zeros(o)
+            if node.op == "Mul":
+                w = w * c.reshape((o,) + (1,) * (w.ndim - 1))
+                b = b * c
+            else:
+                b = b + c
+            wname = g.unique_name(f"{node.name}_w")
+            bname = g.unique_name(f"{node.name}_b")
+            g.add_constant(wname, w.astype(np.float32))
+            g.add_constant(bname, b.astype(np.float32))
+            prod.inputs = [prod.inputs[0], wname, bname]
+            g.nodes.remove(node)
+            del g.tensors[src]
+            prod.outputs = [node.outputs[0]]
+            changed = True
+            break
+    used = {t for n in g.nodes for t in n.inputs}
+    for name in [c for c in g.constants if c not in used]:
+        del g.constants[name]
+        del g.tensors[name]
+    g.validate()
+    return g
+
+
+# ---- 2. calibration -----------------------------------------------------------------------------------------------
+def _samples(graph: Graph, inputs: Mapping[str, np.ndarray] | Sequence[Mapping[str, np.ndarray]]) \
+        -> list[dict[str, np.ndarray]]:
+    """Split calibration inputs into per-run dicts matching the graph's input shapes."""
+    if isinstance(inputs, Mapping):
+        name = graph.inputs[0]
+        arrays = {k: np.asarray(v, np.float32) for k, v in inputs.items()}
+        batch = graph.shape(name)[0]
+        total = arrays[name].shape[0]
+        if total % batch:
+            raise ValueError(f"Calibration input {name!r} has {total} samples, not a multiple of the graph's batch "
+                             f"{batch}.")
+        return [{k: v[i:i + batch] for k, v in arrays.items()} for i in range(0, total, batch)]
+    return [dict(s) for s in inputs]
+
+
+def calibrate(graph: Graph, inputs: Mapping[str, np.ndarray] | Sequence[Mapping[str, np.ndarray]]) -> Calibration:
+    """Run the float reference over the calibration inputs (a dict of stacked samples, or a list of dicts)."""
+    absmax: dict[str, float] = {}
+    chan: dict[str, np.ndarray] = {}
+    samples = _samples(graph, inputs)
+    if not samples:
+        raise ValueError("Calibration needs at least one input sample; got none.")
+    for sample in samples:
+        values = float_ref.run_float(graph, sample, keep_all=True)
+        for name, value in values.items():
+            absmax[name] = max(absmax.get(name, 0.0), float(np.abs(value).max()))
+            if value.ndim >= 2:
+                per = np.abs(value).max(axis=tuple(i for i in range(value.ndim) if i != 1))
+                chan[name] = np.maximum(chan.get(name, per), per)
+    return Calibration(absmax, chan)
+
+
+# ---- 3. requant parameters ----------------------------------------------------------------------------------------
+def choose_requant(m: np.ndarray, acc_bound: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(M, S) per channel for real multipliers ``m`` (> 0) with ``|acc| <= acc_bound`` (int32 overflow-free).
+
+    S is the largest value <= 31 with ``M = round(m * 2**S) <= min(32767, (2**31 - 1) // (acc_bound + 1))``.
+    """
+    mult = np.ones(m.shape, np.int64)
+    shift = np.zeros(m.shape, np.int64)
+    for o, (mo, bound) in enumerate(zip(m.astype(np.float64), acc_bound)):
+        limit = max(1, min(M_MAX, INT32_MAX // (int(bound) + 1)))
+        for s in range(S_MAX, -1, -1):
+            value = int(round(mo * 2.0**s))
+            if value <= limit:
+                mult[o], shift[o] = max(value, 1), s
+                break
+        else:
+            mult[o], shift[o] = limit, 0
+    return mult, shift
+
+
+def _clip_range(activation: Node | None, sy: float) -> tuple[int, int, str]:
+    if activation is None:
+        return -128, 127, "none"
+    if activation.op == "Relu":
+        return 0, 127, "relu"
+    lo_f, hi_f = activation.attrs["min"], activation.attrs["max"]
+    lo = -128 if lo_f is None else int(np.clip(np.round(lo_f / sy), -128, 127))
+    hi = 127 if hi_f is None else int(np.clip(np.round(hi_f / sy), -128, 127))
+    return lo, max(lo, hi), "clip"
+
+
+class _Quantizer:
+    """State of one quantization: the float graph, calibration, options and the quantized graph being built."""
+
+    def __init__(self, fg: Graph, cal: Calibration, per_channel: bool | str, mode: str) -> None:
+        self.fg, self.cal, self.per_channel, self.mode = fg, cal, per_channel, mode
+        self.qg = Graph(fg.name + "_int8")
+        self.scales: dict[str, float] = {}
+        self.skip: set[str] = set()
+
+    def fused_activation(self, node: Node) -> Node | None:
+        out = node.outputs[0]
+        users = self.fg.consumers(out)
+        if len(users) == 1 and users[0].op in ("Relu", "Clip") and out not in self.fg.outputs:
+            return users[0]
+        return None
+
+    def out_tensor(self, name: str, scale: float) -> str:
+        self.qg.add_tensor(name, self.fg.shape(name), "int8", scale)
+        self.scales[name] = scale
+        return name
+
+    def weight_scales(self, w: np.ndarray) -> np.ndarray:
+        per = np.abs(w.reshape(w.shape[0], -1)).max(axis=1).astype(np.float64)
+        per = np.maximum(per, 1e-12)
+        use_channel = self.per_channel is True or (self.per_channel == "auto" and per.max() > 1.5 * per.min())
+        return (per if use_channel else np.full_like(per, per.max())) / 127.0
+
+    def linear(self, node: Node) -> None:
+        """Conv2d or Dense (+ fused Relu/Clip) -> QConv2d/QDense."""
+        act = self.fused_activation(node)
+        out = act.outputs[0] if act is not None else node.outputs[0]
+        x = node.inputs[0]
+        sx, sy = self.scales[x], self.cal.scale(out)
+        w = self.fg.constants[node.inputs[1]].astype(np.float64)
+        o = w.shape[0]
+        b = self.fg.constants[node.inputs[2]].astype(np.float64) if len(node.inputs) > 2 else np.zeros(o)
+        pre = self.cal.channel_absmax.get(node.outputs[0], np.full(o, self.cal.absmax[node.outputs[0]]))
+        shift_mode = self.mode == "shift"
+        if shift_mode:
+            sw, mult, shift = self._shift_weights(w, sx, sy)
+        else:
+            sw = self.weight_scales(w)
+        wq = np.clip(np.rint(w / sw.reshape((o,) + (1,) * (w.ndim - 1))), -127, 127).astype(np.int8)
+        bq = np.rint(b / (sx * sw))
+        worst = np.abs(wq.reshape(o, -1).astype(np.int64)).sum(axis=1) * 128 + np.abs(bq) + 1
+        if not shift_mode:
+            bound = np.minimum(worst, 2.0 * pre / (sx * sw) + np.abs(bq))
+            if (sw == sw[0]).all():
+                bound = np.full(o, bound.max())            # per-tensor weights: one (M, S) for every channel
+            mult, shift = choose_requant(sx * sw / sy, bound)
+        rounding = np.where(shift > 0, (np.int64(1) << np.maximum(shift - 1, 0)) // mult, 0)
+        bq = np.clip(bq + rounding, -(2**31), INT32_MAX).astype(np.int32)
+        lo, hi, kind = _clip_range(act, sy)
+        tag = node.name
+        wname, bname = self.qg.unique_name(f"{tag}_wq"), self.qg.unique_name(f"{tag}_bq")
+        self.qg.add_constant(wname, wq)
+        self.qg.add_constant(bname, bq)
+        requant = Requant(mult, shift, lo, hi)
+        attrs = dict(requant=requant, w_scale=sw.astype(np.float32), activation=kind)
+        if node.op == "Conv2d":
+            attrs.update(strides=tuple(node.attrs["strides"]), pads=tuple(node.attrs["pads"]),
+                         groups=int(node.attrs["groups"]))
+        self.qg.add_node("QConv2d" if node.op == "Conv2d" else "QDense", node.name, [x, wname, bname],
+                         [self.out_tensor(out, sy)], **attrs)
+        if act is not None:
+            self.skip.add(act.name)
+
+    def _shift_weights(self, w: np.ndarray, sx: float, sy: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Pure-shift requant: per-channel weight scales sy / (sx * 2**S[o]) (M = 1)."""
+        o = w.shape[0]
+        wmax = np.maximum(np.abs(w.reshape(o, -1)).max(axis=1), 1e-12)
+        shift = np.clip(np.floor(np.log2(sy * 127.0 / (sx * wmax))), 0, S_MAX).astype(np.int64)
+        return sy / (sx * 2.0**shift), np.ones(o, np.int64), shift
+
+    def add(self, node: Node) -> None:
+        """Add of two activations (+ fused Relu/Clip) -> QAdd."""
+        if any(i in self.fg.constants for i in node.inputs):
+            raise QuantizationError(f"Node {node.name!r} adds a constant that could not be folded into a preceding "
+                                    f"Conv2d/Dense; the quantized operator set has no add of a constant.")
+        act = self.fused_activation(node)
+        out = act.outputs[0] if act is not None else node.outputs[0]
+        a, b = node.inputs
+        sy = self.cal.scale(out)
+        ma, mb = self.scales[a] / sy, self.scales[b] / sy
+        mult, shift = choose_requant(np.array([ma, mb]), np.array([128, 128]))
+        s = int(min(shift))
+        ma_i = int(np.clip(round(ma * 2**s), 1, M_MAX))
+        mb_i = int(np.clip(round(mb * 2**s), 1, M_MAX))
+        lo, hi, kind = _clip_range(act, sy)
+        self.qg.add_node("QAdd", node.name, [a, b], [self.out_tensor(out, sy)],
+                         requant=AddRequant(ma_i, mb_i, s, lo, hi), activation=kind)
+        if act is not None:
+            self.skip.add(act.name)
+
+    def mul(self, node: Node) -> None:
+        """Mul by a constant -> QMul with an int multiplier array."""
+        if node.inputs[1] not in self.fg.constants:
+            raise QuantizationError(f"Node {node.name!r} multiplies two activations; only a constant is supported.")
+        c = self.fg.constants[node.inputs[1]].astype(np.float64)
+        x, out = node.inputs[0], node.outputs[0]
+        sy = self.cal.scale(out)
+        m = c * self.scales[x] / sy
+        peak = max(float(np.abs(m).max()), 1e-12)
+        s = int(np.clip(np.floor(np.log2(M_MAX / peak)), 0, S_MAX))
+        mult = np.rint(m * 2.0**s).astype(np.int32)
+        self.qg.add_node("QMul", node.name, [x], [self.out_tensor(out, sy)], multiplier=mult, shift=s)
+
+    def concat(self, node: Node) -> None:
+        out = node.outputs[0]
+        sy = max(self.scales[i] for i in node.inputs)
+        mults, shifts = [], []
+        for name in node.inputs:
+            ratio = self.scales[name] / sy
+            if ratio == 1.0:
+                mults.append(1)
+                shifts.append(0)
+            else:
+                mults.append(int(round(ratio * 2**14)))
+                shifts.append(14)
+        self.qg.add_node("QConcat", node.name, list(node.inputs), [self.out_tensor(out, sy)], axis=node.attrs["axis"],
+                         multipliers=mults, shifts=shifts)
+
+    def passthrough(self, node: Node) -> None:
+        """Ops whose int8 output keeps the input scale."""
+        x, out = node.inputs[0], node.outputs[0]
+        sx = self.scales[x]
+        attrs = dict(node.attrs)
+        op = node.op
+        if op == "Relu":
+            op, attrs = "QClip", {"lo": 0, "hi": 127}
+        elif op == "Clip":
+            lo, hi, _ = _clip_range(node, sx)
+            op, attrs = "QClip", {"lo": lo, "hi": hi}
+        elif op == "Pad":
+            attrs["value"] = int(np.clip(np.rint(node.attrs["value"] / sx), -128, 127))
+        self.qg.add_node(op, node.name, [x], [self.out_tensor(out, sx)], **attrs)
+
+    def softmax(self, node: Node) -> None:
+        out = node.outputs[0]
+        self.qg.add_tensor(out, self.fg.shape(out), "float32")
+        self.qg.add_node("Softmax", node.name, [node.inputs[0]], [out], axis=node.attrs["axis"],
+                         scale=self.scales[node.inputs[0]])
+
+    def run(self) -> Graph:
+        fg, qg = self.fg, self.qg
+        for name in fg.inputs:
+            qg.add_tensor(name, fg.shape(name), "float32")
+            qg.inputs.append(name)
+            qname = f"{name}_q"
+            qg.add_tensor(qname, fg.shape(name), "int8", self.cal.scale(name))
+            qg.add_node("Quantize", f"quantize_{name}", [name], [qname], scale=self.cal.scale(name))
+            self.scales[qname] = self.cal.scale(name)
+        renamed = {name: f"{name}_q" for name in fg.inputs}
+        for node in fg.nodes:
+            node = Node(node.op, node.name, [renamed.get(i, i) for i in node.inputs], node.outputs, node.attrs)
+            if node.name in self.skip:
+                continue
+            handler = _HANDLERS.get(node.op)
+            if handler is None:
+                raise QuantizationError(f"Node {node.name!r} has op {node.op!r}, which the quantizer does not handle.")
+            handler(self, node)
+        for name in fg.outputs:
+            if qg.tensors[name].dtype == "int8":
+                qname = qg.unique_name(f"{name}_q")
+                qg.rename_tensor(name, qname)
+                qg.add_tensor(name, fg.shape(name), "float32")
+                scale = self.scales.pop(name)
+                self.scales[qname] = scale
+                qg.add_node("Dequantize", f"dequantize_{name}", [qname], [name], scale=scale)
+            qg.outputs.append(name)
+        qg.validate()
+        return qg
+
+
+_HANDLERS = {
+    "Conv2d": _Quantizer.linear, "Dense": _Quantizer.linear, "Add": _Quantizer.add, "Mul": _Quantizer.mul,
+    "Concat": _Quantizer.concat, "Softmax": _Quantizer.softmax,
+    **{op: _Quantizer.passthrough for op in ("Relu", "Clip", "MaxPool", "AvgPool", "GlobalAvgPool", "Reshape", "Pad")},
+}
+
+
+def quantize(graph: Graph, calib_inputs: Mapping[str, np.ndarray] | Sequence[Mapping[str, np.ndarray]], *,
+             per_channel: bool | Literal["auto"] = True, mode: Literal["multiply", "shift"] = "multiply") -> Graph:
+    """Quantize a float graph; ``calib_inputs`` is a dict of stacked samples (leading axis a multiple of the batch)
+    or a list of input dicts. Returns a validated quantized :class:`~.ir.Graph` named ``<name>_int8``."""
+    if mode not in ("multiply", "shift"):
+        raise ValueError(f"Requant mode {mode!r} is unknown; use 'multiply' or 'shift'.")
+    if per_channel not in (True, False, "auto"):
+        raise ValueError(f"per_channel={per_channel!r} is invalid; use True, False or 'auto'.")
+    if graph.is_quantized:
+        raise GraphError(f"Graph {graph.name!r} is already quantized.")
+    fg = prepare(graph)
+    cal = calibrate(fg, calib_inputs)
+    return _Quantizer(fg, cal, per_channel, mode).run()
+
+
+def compare_outputs(reference: np.ndarray, test: np.ndarray) -> dict[str, float]:
+    """Accuracy of ``test`` against ``reference`` (same shape ``[N, classes]`` or any): top-1 agreement (fraction of
+    rows whose argmax matches), max absolute error, and signal-to-noise ratio in dB."""
+    ref = np.asarray(reference, np.float64).reshape(reference.shape[0], -1)
+    got = np.asarray(test, np.float64).reshape(test.shape[0], -1)
+    noise = float(((ref - got) ** 2).sum())
+    signal = float((ref**2).sum())
+    return {
+        "top1_agreement": float((ref.argmax(axis=1) == got.argmax(axis=1)).mean()),
+        "max_abs_error": float(np.abs(ref - got).max()),
+        "snr_db": float(10 * np.log10(signal / noise)) if noise > 0 else float("inf"),
+    }
+
+
+def accuracy_vs_onnxruntime(model: "str | os.PathLike[str] | onnx.ModelProto", qgraph: Graph,
+                            samples: np.ndarray, *, runner: Callable[..., Mapping[str, np.ndarray]] | None = None) \
+        -> dict[str, float]:
+    """Accuracy of the quantized graph against ONNX Runtime's float model on ``samples`` (stacked along axis 0 in
+    multiples of the graph's batch), using :func:`compare_outputs` on the first output. ``runner(qgraph, inputs)``
+    defaults to the integer reference :func:`.qops.run_reference`."""
+    import onnxruntime as ort
+    from . import qops
+    data = model.SerializeToString() if isinstance(model, onnx.ModelProto) else os.fspath(model)
+    sess = ort.InferenceSession(data)
+    name, out = qgraph.inputs[0], qgraph.outputs[0]
+    run = runner or qops.run_reference
+    batch = qgraph.shape(name)[0]
+    ref, got = [], []
+    for x in iter_batches(np.asarray(samples, np.float32), batch):
+        ref.append(sess.run(None, {sess.get_inputs()[0].name: x})[0])
+        got.append(np.asarray(run(qgraph, {name: x})[out]))
+    return compare_outputs(np.concatenate(ref), np.concatenate(got))
+
+
+def iter_batches(x: np.ndarray, batch: int) -> Iterable[np.ndarray]:
+    """Consecutive ``batch``-sized slices of ``x`` along axis 0."""
+    for i in range(0, x.shape[0], batch):
+        yield x[i:i + batch]

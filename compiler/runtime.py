@@ -1,0 +1,303 @@
+"""The compiled artefact and the runtime that executes it on a backend.
+
+:func:`compile_graph` turns a quantized :class:`~.ir.Graph` into a :class:`Compiled` artefact: a list of steps in
+graph order, each either an :class:`AccelStep` (one accelerator :class:`~vta.program.Program` per layer, with the
+bindings of its packed input/output allocations to graph tensors) or a :class:`CpuStep` (a graph node run by the CPU
+kernels of :mod:`.cpu`, or by the integer reference :mod:`.qops` where no kernel exists). The artefact is saved to and
+loaded from one file (:meth:`Compiled.save`, :meth:`Compiled.load`).
+
+:func:`run` executes it: ``target`` ``fsim`` or ``tsim`` runs accelerator steps on that backend; ``cpu`` runs every
+node on the CPU path (the baseline). Tensors between steps keep the layout their producer wrote: consecutive
+accelerator layers pass packed arrays ``(N/B, C/BI, H, W, B, BI)`` straight through, and a tensor is converted
+(packed or unpacked) only where a CPU step reads an accelerator output or the reverse: at partition boundaries.
+The outputs equal :func:`.qops.run_reference` bit for bit.
+"""
+from __future__ import annotations
+
+import gzip
+import pickle
+import time
+from dataclasses import dataclass, field
+from os import PathLike
+from typing import Any, Callable, Iterable, Mapping
+
+import numpy as np
+
+from vta.config import VTAConfig
+from vta.program import Program
+
+from . import qops
+from .codegen import INPUT, INPUT_B, OUTPUT, AddLayer, ConvLayer, build_add_program, build_conv_program
+from .codegen import with_inputs
+from .intrin import intrinsics
+from .ir import Graph, Node, node_macs
+from .layout import fold_kernel_columns, pack_activation, packed_activation_shape, unpack_activation
+from .partition import ColumnFold, Decision, lower_node, partition
+
+__all__ = ["AccelStep", "CpuStep", "Compiled", "LayerStat", "RunOutput", "compile_graph", "run", "TARGETS",
+           "RuntimeFailure", "ARTEFACT_VERSION"]
+
+TARGETS = ("fsim", "tsim", "cpu")
+ARTEFACT_VERSION = 1
+_MAGIC = "vta-lab compiled model"
+
+
+class RuntimeFailure(RuntimeError):
+    """A compiled model could not be run (bad inputs, a backend failure); the message names the layer."""
+
+
+@dataclass
+class AccelStep:
+    """An accelerator layer: ``program`` reads packed ``inputs`` (graph tensor names bound to allocations ``x`` and
+    ``x_b``) and writes packed ``output`` (allocation ``y``). ``node`` is the graph node (for the CPU target).
+    ``fold``: the first input's kernel columns are folded into channels before packing (see ``ColumnFold``)."""
+
+    node: Node
+    program: Program
+    inputs: list[str]
+    output: str
+    macs: int
+    gemm_uops: int
+    alu_uops: int
+    tiles: int
+    tiling: str
+    fold: ColumnFold | None = None
+
+    @property
+    def where(self) -> str:
+        return "accel"
+
+
+@dataclass
+class CpuStep:
+    """A node run on the CPU (NCHW tensors)."""
+
+    node: Node
+    macs: int
+
+    @property
+    def where(self) -> str:
+        return "cpu"
+
+
+Step = AccelStep | CpuStep
+
+
+@dataclass
+class Compiled:
+    """A compiled model: the config, the quantized graph (constants for CPU steps), the steps and the decisions."""
+
+    cfg: VTAConfig
+    graph: Graph
+    steps: list[Step]
+    decisions: dict[str, Decision]
+    compile_seconds: float = 0.0
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def accel_steps(self) -> int:
+        return sum(isinstance(s, AccelStep) for s in self.steps)
+
+    def save(self, path: str | PathLike[str]) -> None:
+        """Write the artefact to one file (gzip-compressed pickle with a version header; trusted files only)."""
+        with gzip.open(path, "wb", compresslevel=3) as f:
+            pickle.dump({"magic": _MAGIC, "version": ARTEFACT_VERSION, "compiled": self}, f,
+                        protocol=pickle.HIGHEST_PROTOCOL)
+
+    @classmethod
+    def load(cls, path: str | PathLike[str]) -> "Compiled":
+        """Read a file written by :meth:`save`."""
+        try:
+            with gzip.open(path, "rb") as f:
+                data = pickle.load(f)
+        except (OSError, pickle.UnpicklingError, EOFError) as err:
+            raise ValueError(f"{path} is not a compiled model written by `vta compile`: {err}") from None
+        if not isinstance(data, dict) or data.get("magic") != _MAGIC:
+            raise ValueError(f"{path} is not a compiled model written by `vta compile`")
+        if data.get("version") != ARTEFACT_VERSION:
+            raise ValueError(f"{path} has artefact version {data.get('version')!r}; this version reads "
+                             f"{ARTEFACT_VERSION}; compile the model again")
+        return data["compiled"]
+
+
+def _accel_step(graph: Graph, node: Node, cfg: VTAConfig) -> AccelStep:
+    lowered = lower_node(graph, node, cfg)
+    layer = lowered.layer
+    if isinstance(layer, ConvLayer):
+        program, code = build_conv_program(cfg, layer)
+        inputs = [node.inputs[0]]
+        t = code.tiling
+        tiling = f"oc{t.oc_tile} ic{t.ic_tile} oh{t.oh_tile} ow{t.ow_tile}" if t else ""
+        tiling += " kw-folded" if lowered.fold else ""
+        macs = node_macs(graph, node)
+    else:
+        intr = intrinsics(cfg)
+        program, code = build_add_program(cfg, layer, packed_activation_shape(layer.shape, intr.batch,
+                                                                              intr.block_in))
+        inputs = list(node.inputs[:2])
+        tiling = f"{code.tiles} tiles"
+        macs = 0
+    return AccelStep(node, program, inputs, node.outputs[0], macs, code.gemm_uops, code.alu_uops, code.tiles,
+                     tiling, lowered.fold)
+
+
+def compile_graph(graph: Graph, cfg: VTAConfig, *, policy: str = "auto", force_cpu: Iterable[str] = (),
+                  progress: bool = False) -> Compiled:
+    """Partition ``graph`` and generate a program for every accelerator node (see :func:`.partition.partition`)."""
+    start = time.perf_counter()
+    decisions = partition(graph, cfg, policy=policy, force_cpu=frozenset(force_cpu))
+    steps: list[Step] = []
+    nodes = _progress(graph.nodes, progress, "compile")
+    for node in nodes:
+        if decisions[node.name].target == "accel":
+            steps.append(_accel_step(graph, node, cfg))
+        else:
+            steps.append(CpuStep(node, decisions[node.name].macs))
+    return Compiled(cfg, graph, steps, decisions, time.perf_counter() - start)
+
+
+def _progress(items: list[Any], enabled: bool, desc: str) -> Iterable[Any]:
+    if not enabled:
+        return items
+    from tqdm import tqdm
+    return tqdm(items, desc=desc, unit="layer", leave=False)
+
+
+# ---- running ------------------------------------------------------------------------------------------------------
+@dataclass
+class LayerStat:
+    """What one step did: where it ran, MACs, micro-ops, cycles (tsim), bytes moved (DMA), wall time (seconds)."""
+
+    layer: str
+    op: str
+    where: str
+    macs: int
+    gemm_uops: int = 0
+    alu_uops: int = 0
+    cycles: int | None = None
+    bytes_moved: int = 0
+    seconds: float = 0.0
+    conversions: int = 0
+
+
+@dataclass
+class RunOutput:
+    """The outputs of a run (graph output name -> NCHW array) and one :class:`LayerStat` per step."""
+
+    outputs: dict[str, np.ndarray]
+    layers: list[LayerStat]
+    target: str
+    config: str
+
+
+class _Values:
+    """Tensor values in whichever layout they were produced: ``nchw`` arrays or packed arrays."""
+
+    def __init__(self, graph: Graph, cfg: VTAConfig) -> None:
+        self.graph = graph
+        intr = intrinsics(cfg)
+        self.batch, self.block = intr.batch, intr.block_in
+        self.nchw: dict[str, np.ndarray] = {}
+        self.packed: dict[str, np.ndarray] = {}
+        self.conversions = 0
+
+    def get_nchw(self, name: str) -> np.ndarray:
+        if name in self.graph.constants:
+            return self.graph.constants[name]
+        if name not in self.nchw:
+            self.nchw[name] = unpack_activation(self.packed[name], self.graph.shape(name))
+            self.conversions += 1
+        return self.nchw[name]
+
+    def get_folded(self, name: str, fold: ColumnFold) -> np.ndarray:
+        """``name`` with its kernel columns folded into channels, packed (a conversion, cached)."""
+        key = f"{name}#fold{fold.kw}.{fold.sw}.{fold.pad_left}.{fold.pad_right}"
+        if key not in self.packed:
+            folded = fold_kernel_columns(self.get_nchw(name), kw=fold.kw, sw=fold.sw, pad_left=fold.pad_left,
+                                         pad_right=fold.pad_right)
+            self.packed[key] = pack_activation(folded, batch=self.batch, block=self.block)
+            self.conversions += 1
+        return self.packed[key]
+
+    def get_packed(self, name: str) -> np.ndarray:
+        if name not in self.packed:
+            self.packed[name] = pack_activation(self.get_nchw(name), batch=self.batch, block=self.block)
+            self.conversions += 1
+        return self.packed[name]
+
+
+def _stat_bytes(stats: Mapping[str, int]) -> int:
+    return int(sum(v for k, v in stats.items() if k.endswith("_bytes_read") or k.endswith("_bytes_written")
+                   or k.endswith("bytes_loaded") or k.endswith("bytes_stored")))
+
+
+def _run_accel(step: AccelStep, values: _Values, backend: Any) -> LayerStat:
+    first = step.inputs[0]
+    bound = {INPUT: values.get_folded(first, step.fold) if step.fold else values.get_packed(first)}
+    if len(step.inputs) > 1:
+        bound[INPUT_B] = values.get_packed(step.inputs[1])
+    program = with_inputs(step.program, bound)
+    try:
+        result = backend.run(program)
+    except Exception as err:  # a backend failure is reported with the layer that caused it
+        raise RuntimeFailure(f"layer {step.node.name!r} ({step.node.op}) failed on {backend.name}: {err}") from err
+    values.packed[step.output] = program.read(OUTPUT, result.dram)
+    stats = dict(result.stats)
+    return LayerStat(step.node.name, step.node.op, "accel", step.macs,
+                     int(stats.get("gemm_uops", step.gemm_uops)), int(stats.get("alu_uops", step.alu_uops)),
+                     result.cycles, _stat_bytes(stats))
+
+
+_REFERENCE_OPS = frozenset({"Softmax"})
+"""Ops run by the integer reference even on the CPU path: the JIT softmax may differ from numpy's in the last bits
+of float32, and the run's outputs must equal :func:`.qops.run_reference` bit for bit."""
+
+
+def _cpu_runner(op: str) -> Callable[[Graph, Node, Mapping[str, np.ndarray]], np.ndarray]:
+    """``run_node(graph, node, values)`` for ``op``: the llvmlite kernels of :mod:`.cpu`, else :mod:`.qops`."""
+    if op in _REFERENCE_OPS:
+        return qops.run_node
+    try:
+        from . import cpu
+    except ImportError:
+        return qops.run_node
+    return getattr(cpu, "run_node", qops.run_node)
+
+
+def _run_cpu(graph: Graph, node: Node, values: _Values, macs: int) -> LayerStat:
+    args = {name: values.get_nchw(name) for name in node.inputs if name not in graph.constants}
+    values.nchw[node.outputs[0]] = np.asarray(_cpu_runner(node.op)(graph, node, args))
+    return LayerStat(node.name, node.op, "cpu", macs)
+
+
+def run(compiled: Compiled, inputs: Mapping[str, np.ndarray], *, target: str = "fsim", progress: bool = False,
+        backend_options: Mapping[str, Any] | None = None) -> RunOutput:
+    """Execute ``compiled`` on ``target`` (``fsim``, ``tsim`` or ``cpu``) for graph inputs ``inputs``."""
+    if target not in TARGETS:
+        raise ValueError(f"target must be one of {', '.join(TARGETS)}, not {target!r}")
+    graph = compiled.graph
+    values = _Values(graph, compiled.cfg)
+    for name in graph.inputs:
+        if name not in inputs:
+            raise RuntimeFailure(f"input {name!r} is missing; the model takes {', '.join(graph.inputs)}")
+        arr = np.asarray(inputs[name])
+        if arr.shape != graph.shape(name):
+            raise RuntimeFailure(f"input {name!r} has shape {arr.shape}; the model expects {graph.shape(name)}")
+        values.nchw[name] = arr
+    backend = None
+    if target != "cpu" and compiled.accel_steps:
+        from vta.backend import get_backend
+        backend = get_backend(target, **dict(backend_options or {}))
+    layers = []
+    for step in _progress(compiled.steps, progress, target):
+        before = values.conversions
+        start = time.perf_counter()
+        if isinstance(step, AccelStep) and backend is not None:
+            stat = _run_accel(step, values, backend)
+        else:
+            stat = _run_cpu(graph, step.node, values, step.macs)
+        stat.seconds = time.perf_counter() - start
+        stat.conversions = values.conversions - before
+        layers.append(stat)
+    outputs = {name: values.get_nchw(name) for name in graph.outputs}
+    return RunOutput(outputs, layers, target, compiled.cfg.name)

@@ -1,0 +1,308 @@
+"""Tiling: how a convolution, dense layer or residual add is cut into pieces that fit the config's buffers.
+
+Everything here is pure arithmetic on shapes (no program is built): :mod:`.codegen` walks the tiles a plan yields.
+
+A convolution (dense layers are 1x1 convolutions on a 1x1 image) is described by :class:`ConvGeometry`, in blocks
+of the packed layouts of :mod:`.layout`. A :class:`ConvTiling` cuts its output into tiles of ``oc_tile`` output
+blocks x ``oh_tile`` rows x ``ow_tile`` columns (one batch block at a time); the reduction over input blocks is cut
+into steps of ``ic_tile`` blocks (of the NIB blocks each output block reads). Each buffer is split in two halves,
+one per virtual thread (double buffering), so a tile must fit half of each buffer:
+
+* inp: ``in_blocks * in_rows * in_cols`` entries (the input window including the convolution's zero borders, which
+  the load unit writes as padding);
+* wgt: ``oc_tile * ic_tile * KH * KW`` entries; the same number of GEMM micro-ops;
+* acc: ``oc_tile * oh_tile * ow_tile`` entries plus ``3 * oc_tile`` for bias, multiplier and shift.
+
+:func:`plan_conv` applies a few small rules (see its docstring) and picks the feasible tiling that moves the fewest
+bytes. :func:`plan_eltwise` tiles the residual add.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Iterator
+
+import numpy as np
+
+from .intrin import MAX_LOAD_PAD, Intrinsics
+from .layout import ceil_div, group_block_ranges
+
+__all__ = ["ScheduleError", "ConvGeometry", "ConvTiling", "ConvTile", "plan_conv", "EltwiseTiling",
+           "plan_eltwise", "CONST_SLOTS"]
+
+CONST_SLOTS = 3
+"""acc entries reserved per output block of a tile: bias, requant multiplier, requant shift."""
+
+
+class ScheduleError(ValueError):
+    """A layer cannot be tiled for this config (it then runs on the CPU); the message says which limit it hits."""
+
+
+@dataclass(frozen=True)
+class ConvGeometry:
+    """A (grouped) 2D convolution in elements and blocks.
+
+    ``n, c, h, w``: input NCHW; ``o``: output channels; ``kh, kw``: kernel; ``sh, sw``: strides; ``pads``: (top,
+    left, bottom, right) zero padding; ``groups``. Block counts follow the packed layouts: ``nb = N/B``,
+    ``ib = C/BI``, ``ob = O/BO``; ``ib_lo``/``nib`` from :func:`~.layout.group_block_ranges`.
+    """
+
+    n: int
+    c: int
+    h: int
+    w: int
+    o: int
+    kh: int
+    kw: int
+    sh: int
+    sw: int
+    pads: tuple[int, int, int, int]
+    groups: int
+    batch: int
+    block_in: int
+    block_out: int
+
+    @classmethod
+    def make(cls, x_shape: tuple[int, ...], w_shape: tuple[int, ...], *, strides: tuple[int, int] = (1, 1),
+             pads: tuple[int, int, int, int] = (0, 0, 0, 0), groups: int = 1, intr: Intrinsics) -> "ConvGeometry":
+        """From NCHW (or ``[N, K]``) input and ``[O, C/groups, KH, KW]`` (or ``[O, K]``) weight shapes."""
+        if len(x_shape) == 2:
+            x_shape = (x_shape[0], x_shape[1], 1, 1)
+        if len(w_shape) == 2:
+            w_shape = (w_shape[0], w_shape[1], 1, 1)
+        n, c, h, w = (int(v) for v in x_shape)
+        o, cg, kh, kw = (int(v) for v in w_shape)
+        if cg * groups != c:
+            raise ScheduleError(f"weights {tuple(w_shape)} with groups={groups} do not match {c} input channels")
+        return cls(n, c, h, w, o, kh, kw, int(strides[0]), int(strides[1]), tuple(int(p) for p in pads),
+                   int(groups), intr.batch, intr.block_in, intr.block_out)
+
+    @property
+    def oh(self) -> int:
+        return (self.h + self.pads[0] + self.pads[2] - self.kh) // self.sh + 1
+
+    @property
+    def ow(self) -> int:
+        return (self.w + self.pads[1] + self.pads[3] - self.kw) // self.sw + 1
+
+    @property
+    def nb(self) -> int:
+        return ceil_div(self.n, self.batch)
+
+    @property
+    def ib(self) -> int:
+        return ceil_div(self.c, self.block_in)
+
+    @property
+    def ob(self) -> int:
+        return ceil_div(self.o, self.block_out)
+
+    @cached_property
+    def block_ranges(self) -> tuple[np.ndarray, int]:
+        """``(ib_lo [ob], nib)``: the input blocks each output block reads."""
+        return group_block_ranges(self.o, self.c, self.groups, self.block_out, self.block_in)
+
+    @property
+    def macs(self) -> int:
+        """Multiply-accumulates of the layer (the useful ones, not the padded blocks)."""
+        return self.n * self.o * self.oh * self.ow * (self.c // self.groups) * self.kh * self.kw
+
+
+@dataclass(frozen=True)
+class ConvTile:
+    """One output tile: batch block ``nbi``, output blocks ``[ob0, ob0 + oct)``, rows ``[r0, r0 + toh)``, columns
+    ``[c0, c0 + tow)``, and its reduction steps: ``(j0, j1)`` ranges of the NIB input blocks."""
+
+    nbi: int
+    ob0: int
+    oct: int
+    r0: int
+    toh: int
+    c0: int
+    tow: int
+    steps: tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True)
+class ConvTiling:
+    """Tile sizes (maxima; edge tiles are smaller) of a convolution; see the module docstring."""
+
+    geom: ConvGeometry
+    oc_tile: int
+    ic_tile: int
+    oh_tile: int
+    ow_tile: int
+
+    @property
+    def in_rows(self) -> int:
+        """Input rows (with borders) a full tile reads."""
+        return (self.oh_tile - 1) * self.geom.sh + self.geom.kh
+
+    @property
+    def in_cols(self) -> int:
+        """Input columns (with borders) a full tile reads: the row pitch of the inp tile, entries."""
+        return (self.ow_tile - 1) * self.geom.sw + self.geom.kw
+
+    def in_blocks(self, oct: int | None = None, ict: int | None = None) -> int:
+        """Largest number of input blocks any tile of ``oct`` output blocks and ``ict`` reduction blocks reads."""
+        oct = self.oc_tile if oct is None else oct
+        ict = self.ic_tile if ict is None else ict
+        if self.geom.groups == 1:
+            return ict
+        lo, _ = self.geom.block_ranges
+        spans = [int(lo[min(b + oct, len(lo)) - 1] - lo[b]) for b in range(0, len(lo), oct)]
+        return max(spans) + ict
+
+    @property
+    def inp_entries(self) -> int:
+        return self.in_blocks() * self.in_rows * self.in_cols
+
+    @property
+    def wgt_entries(self) -> int:
+        return self.oc_tile * self.ic_tile * self.geom.kh * self.geom.kw
+
+    @property
+    def acc_tile(self) -> int:
+        """acc entries of one output block of a full tile (``T``): the stride between output blocks."""
+        return self.oh_tile * self.ow_tile
+
+    @property
+    def acc_entries(self) -> int:
+        return self.oc_tile * (self.acc_tile + CONST_SLOTS)
+
+    def tiles(self) -> Iterator[ConvTile]:
+        """Every output tile, in execution order (batch block, output blocks, rows, columns)."""
+        g = self.geom
+        _, nib = g.block_ranges
+        steps = tuple((j, min(j + self.ic_tile, nib)) for j in range(0, nib, self.ic_tile))
+        for nbi in range(g.nb):
+            for ob0 in range(0, g.ob, self.oc_tile):
+                for r0 in range(0, g.oh, self.oh_tile):
+                    for c0 in range(0, g.ow, self.ow_tile):
+                        yield ConvTile(nbi, ob0, min(self.oc_tile, g.ob - ob0), r0, min(self.oh_tile, g.oh - r0),
+                                       c0, min(self.ow_tile, g.ow - c0), steps)
+
+    def dma_bytes(self, intr: Intrinsics) -> int:
+        """Estimated bytes loaded and stored by the whole layer (the cost the planner minimizes)."""
+        g = self.geom
+        n_oc, n_oh, n_ow = ceil_div(g.ob, self.oc_tile), ceil_div(g.oh, self.oh_tile), ceil_div(g.ow, self.ow_tile)
+        tiles = g.nb * n_oc * n_oh * n_ow
+        _, nib = g.block_ranges
+        inp = tiles * ceil_div(nib, self.ic_tile) * self.inp_entries * intr.dma["inp"].elem_bytes
+        wgt = g.nb * n_oh * n_ow * g.ob * nib * g.kh * g.kw * intr.dma["wgt"].elem_bytes
+        out = g.nb * g.ob * g.oh * g.ow * intr.dma["out"].elem_bytes
+        insns = tiles * (ceil_div(nib, self.ic_tile) * (self.in_blocks() + 2) + 8 + self.oc_tile)
+        return inp + wgt + out + insns * intr.insn_bytes
+
+    def check(self, intr: Intrinsics) -> list[str]:
+        """Every buffer or field limit this tiling breaks (empty when it fits)."""
+        half = {m: intr.capacity(m) // 2 for m in ("inp", "wgt", "acc")}
+        problems = []
+        if self.inp_entries > half["inp"]:
+            problems.append(f"the input tile needs {self.inp_entries} inp entries, more than half the buffer "
+                            f"({half['inp']})")
+        if self.wgt_entries > half["wgt"]:
+            problems.append(f"the weight tile needs {self.wgt_entries} wgt entries, more than half the buffer "
+                            f"({half['wgt']})")
+        if self.acc_entries > half["acc"]:
+            problems.append(f"the output tile needs {self.acc_entries} acc entries, more than half the buffer "
+                            f"({half['acc']})")
+        if self.wgt_entries > intr.uop_depth // 4:
+            problems.append(f"the tile needs {self.wgt_entries} GEMM micro-ops, more than a quarter of the uop "
+                            f"buffer ({intr.uop_depth // 4})")
+        if max(self.acc_tile, self.oh_tile, self.ow_tile) > intr.loop_max:
+            problems.append(f"a tile of {self.acc_tile} entries exceeds the {intr.loop_max}-iteration loop limit")
+        return problems
+
+
+def _halvings(n: int) -> list[int]:
+    """``n, ceil(n/2), ceil(n/4), ..., 1``."""
+    out = [n]
+    while out[-1] > 1:
+        out.append(ceil_div(out[-1], 2))
+    return out
+
+
+def _check_geometry(g: ConvGeometry) -> None:
+    if max(g.pads) > MAX_LOAD_PAD:
+        raise ScheduleError(f"padding {g.pads} exceeds the {MAX_LOAD_PAD} elements the load unit can insert")
+    if g.oh < 1 or g.ow < 1:
+        raise ScheduleError(f"the convolution produces an empty {g.oh}x{g.ow} output")
+    for lo, hi, size, stride, k, pad in ((0, g.oh, g.h, g.sh, g.kh, g.pads[0]), (0, g.ow, g.w, g.sw, g.kw, g.pads[1])):
+        # An output row whose whole window lies in the padding would need a LOAD of zero real rows.
+        if pad >= k or (hi - 1) * stride - pad >= size:
+            raise ScheduleError(f"some output pixels read only padding (kernel {k}, stride {stride}, padding {pad} "
+                                f"on an input of {size}); the load unit cannot produce them")
+
+
+def _max_rows(t: ConvTiling, intr: Intrinsics) -> int:
+    """The most output rows a tile with ``t``'s other sizes can take (0 when even one row does not fit)."""
+    best = 0
+    lo, hi = 1, t.geom.oh
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        cand = ConvTiling(t.geom, t.oc_tile, t.ic_tile, mid, t.ow_tile)
+        if cand.check(intr):
+            hi = mid - 1
+        else:
+            best, lo = mid, mid + 1
+    return best
+
+
+def plan_conv(geom: ConvGeometry, intr: Intrinsics) -> ConvTiling:
+    """The tiling of ``geom`` for ``intr``'s buffers. Rules, applied to every candidate:
+
+    1. output blocks per tile: any count from 1 to all (``oc_tile``);
+    2. reduction blocks per step: all NIB, or halved until the weights fit (``ic_tile``);
+    3. columns: the whole output width, or halved until the input window fits (``ow_tile``);
+    4. rows: as many as fit (``oh_tile``, found by bisection).
+
+    Among the candidates that fit, the one with the fewest estimated DMA bytes (:meth:`ConvTiling.dma_bytes`)
+    wins. Raises :class:`ScheduleError` when no candidate fits.
+    """
+    _check_geometry(geom)
+    _, nib = geom.block_ranges
+    best: tuple[int, ConvTiling] | None = None
+    for oct in range(1, geom.ob + 1):
+        for ict in _halvings(nib):
+            for tow in _halvings(geom.ow):
+                cand = ConvTiling(geom, oct, ict, 1, tow)
+                rows = _max_rows(cand, intr)
+                if rows == 0:
+                    continue
+                cand = ConvTiling(geom, oct, ict, rows, tow)
+                cost = cand.dma_bytes(intr)
+                if best is None or cost < best[0]:
+                    best = (cost, cand)
+    if best is None:
+        smallest = ConvTiling(geom, 1, 1, 1, 1)
+        raise ScheduleError("no tiling fits: even a one-pixel tile breaks these limits: "
+                            + "; ".join(smallest.check(intr)))
+    return best[1]
+
+
+@dataclass(frozen=True)
+class EltwiseTiling:
+    """An elementwise op over ``entries`` acc entries (packed activation elements), ``tile`` entries at a time.
+
+    Each tile needs ``2 * tile`` acc entries (both operands) in one half of the acc buffer.
+    """
+
+    entries: int
+    tile: int
+
+    def tiles(self) -> Iterator[tuple[int, int]]:
+        """``(first entry, count)`` of every tile."""
+        for e0 in range(0, self.entries, self.tile):
+            yield e0, min(self.tile, self.entries - e0)
+
+
+def plan_eltwise(entries: int, intr: Intrinsics) -> EltwiseTiling:
+    """Tiling of a two-operand elementwise op over ``entries`` packed elements."""
+    if entries < 1:
+        raise ScheduleError(f"an elementwise op needs at least one element, not {entries}")
+    tile = min(entries, intr.capacity("acc") // 4, intr.loop_max)
+    if tile < 1:
+        raise ScheduleError(f"the acc buffer ({intr.capacity('acc')} entries) is too small for two operands in "
+                            f"each of two halves")
+    return EltwiseTiling(entries, tile)

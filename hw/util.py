@@ -1,0 +1,32 @@
+"""Small helpers shared by the hardware blocks: parameter validation and instruction field slicing."""
+from vta.isa import layout
+
+__all__ = ["check_int", "field", "log2_exact", "IDLE", "BUSY", "WAIT_TOKEN", "WAIT_MEM"]
+
+
+def check_int(name, value, *, lo, hi=None, pow2=False):
+    """Validate a keyword parameter of a hardware block; raise TypeError/ValueError with a whole sentence."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an integer, not {value!r}")
+    if value < lo or (hi is not None and value > hi):
+        bound = f"between {lo} and {hi}" if hi is not None else f"at least {lo}"
+        raise ValueError(f"{name} must be {bound}, not {value}")
+    if pow2 and value & (value - 1):
+        raise ValueError(f"{name} must be a power of two, not {value}")
+    return value
+
+
+def log2_exact(n):
+    """log2 of a power of two."""
+    return n.bit_length() - 1
+
+
+def field(insn, cfg, opcode, name):
+    """The bits of field ``name`` of instruction ``opcode`` (an unsigned slice of the Amaranth value ``insn``), at
+    the positions :func:`vta.isa.layout` gives for ``cfg``."""
+    f = layout(cfg).field(opcode, name)
+    return insn[f.lsb:f.lsb + f.width]
+
+
+# Per-cycle state of a module, as counted by the performance counters (see vta.hw.regs).
+IDLE, BUSY, WAIT_TOKEN, WAIT_MEM = 0, 1, 2, 3

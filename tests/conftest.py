@@ -1,0 +1,23 @@
+"""Shared fixtures: a few configs every suite can use."""
+from __future__ import annotations
+
+import pytest
+
+from vta.config import VTAConfig
+
+# Small buffers and an unusual shape (BATCH 2, BLOCK 4): catches layout and depth mistakes; tiny queues catch
+# token-capacity mistakes.
+SMALL_CFG = VTAConfig(log_batch=1, log_block=2, log_uop_buff_size=7, log_inp_buff_size=8, log_wgt_buff_size=9,
+                      log_acc_buff_size=10, cmd_queue_depth=2, token_queue_depth=2)
+
+
+@pytest.fixture
+def cfg() -> VTAConfig:
+    """VTA's default design (1x16_i8w8a32_15_15_18_17)."""
+    return VTAConfig()
+
+
+@pytest.fixture
+def small_cfg() -> VTAConfig:
+    """BATCH 2, BLOCK 4, 32 entries in every buffer, queues of depth 2."""
+    return SMALL_CFG

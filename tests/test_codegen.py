@@ -1,0 +1,183 @@
+"""Tests for vta.compiler.codegen and schedule: single layers lowered to programs, checked on vta.fsim bit for bit
+against the integer reference (vta.compiler.qops) at several configs and tilings."""
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from vta.backend import get_backend
+from vta.compiler import qops
+from vta.compiler.codegen import OUTPUT, AddLayer, ConvLayer, UopCache, build_add_program, build_conv_program
+from vta.compiler.intrin import intrinsics
+from vta.compiler.ir import AddRequant, Requant
+from vta.compiler.layout import pack_activation, unpack_activation
+from vta.compiler.schedule import ConvGeometry, ConvTiling, ScheduleError, plan_conv, plan_eltwise
+from vta.config import VTAConfig
+from vta.isa import Alu, Gemm, Load, Uop
+from vta.program import ProgramBuilder
+
+CONFIGS = {
+    "default": VTAConfig(),
+    "block8": VTAConfig(log_block=3),
+    "block32": VTAConfig(log_block=5),
+    "batch2": VTAConfig(log_batch=1),
+}
+
+
+def _conv_case(cfg, n, c, h, w, o, k, s, p, g, *, per_channel=True, lo=-128, hi=127, seed=0, tiles=None):
+    """Run one quantized conv on fsim; return (got, expected, code, stats)."""
+    rng = np.random.default_rng(seed)
+    intr = intrinsics(cfg)
+    x = rng.integers(-128, 128, (n, c, h, w)).astype(np.int8)
+    wt = rng.integers(-128, 128, (o, c // g, k, k)).astype(np.int8)
+    bias = rng.integers(-5000, 5000, o).astype(np.int32)
+    m = rng.integers(1, 300, o) if per_channel else np.full(o, 3)
+    sh = rng.integers(8, 16, o) if per_channel else np.full(o, 11)
+    expected = qops.qconv2d(x, wt, bias, Requant(m, sh, lo, hi), (s, s), (p, p, p, p), g)
+    layer = ConvLayer.make(x.shape, wt, bias, m, sh, lo, hi, strides=(s, s), pads=(p, p, p, p), groups=g, intr=intr)
+    tiling = ConvTiling(layer.geom, *tiles) if tiles else None
+    program, code = build_conv_program(cfg, layer, pack_activation(x, batch=intr.batch, block=intr.block_in), tiling)
+    result = get_backend("fsim").run(program)
+    got = unpack_activation(program.read(OUTPUT, result.dram), expected.shape)
+    return got, expected, code, result.stats
+
+
+@pytest.mark.parametrize("cfg", CONFIGS.values(), ids=CONFIGS.keys())
+@pytest.mark.parametrize("case", [
+    (1, 20, 9, 9, 24, 3, 1, 1, 1),      # 3x3 same padding, channels not block multiples
+    (1, 3, 17, 17, 20, 7, 2, 3, 1),     # ResNet stem shape: 7x7 stride 2 pad 3
+    (1, 32, 8, 8, 40, 1, 2, 0, 1),      # 1x1 stride 2 (downsample)
+    (1, 24, 9, 9, 24, 3, 1, 1, 24),     # depthwise
+    (3, 24, 6, 7, 48, 3, 2, 1, 3),      # grouped, batch not a multiple of BATCH=2
+], ids=["3x3", "7x7s2", "1x1s2", "depthwise", "grouped"])
+def test_conv_matches_reference(cfg, case):
+    got, expected, code, stats = _conv_case(cfg, *case)
+    np.testing.assert_array_equal(got, expected)
+    assert stats["gemm_uops"] == code.gemm_uops and stats["alu_uops"] == code.alu_uops
+
+
+@pytest.mark.parametrize("tiles", [(1, 1, 2, 3), (2, 2, 2, 3), (3, 1, 4, 4), (1, 2, 11, 10)])
+def test_conv_forced_tilings(tiles):
+    """Many tiles, edge tiles, split reductions: double buffering and tokens must keep results exact."""
+    got, expected, code, stats = _conv_case(VTAConfig(), 1, 40, 11, 10, 40, 3, 1, 1, 1, tiles=tiles, seed=3)
+    np.testing.assert_array_equal(got, expected)
+    n_tiles = -(-3 // tiles[0]) * -(-11 // tiles[2]) * -(-10 // tiles[3])
+    assert code.tiles == n_tiles
+    steps = n_tiles * -(-3 // tiles[1])
+    assert stats["load_to_compute_pops"] == steps
+    assert stats["compute_to_load_pops"] == max(steps - 2, 0)
+
+
+def test_depthwise_and_grouped_tiled_batch2():
+    cfg = VTAConfig(log_batch=1, log_block=3)
+    got, expected, _, _ = _conv_case(cfg, 3, 24, 9, 8, 24, 3, 2, 1, 24, tiles=(2, 1, 2, 3), seed=5)
+    np.testing.assert_array_equal(got, expected)
+    got, expected, _, _ = _conv_case(cfg, 2, 24, 7, 7, 36, 3, 1, 1, 6, tiles=(1, 1, 3, 7), seed=6)
+    np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize("per_channel,lo,hi", [(False, 0, 127), (False, 0, 48), (True, -128, 127)])
+def test_requant_variants(per_channel, lo, hi):
+    got, expected, code, stats = _conv_case(VTAConfig(), 1, 16, 5, 5, 16, 3, 1, 1, 1, per_channel=per_channel,
+                                            lo=lo, hi=hi, seed=7)
+    np.testing.assert_array_equal(got, expected)
+    assert got.min() >= lo and got.max() <= hi
+    # per tensor: ADD, MUL imm, SHR imm, MAX, MIN = 5 ALU passes over 25 pixels of one output block
+    if not per_channel:
+        assert code.alu_uops == 5 * 25
+
+
+@settings(max_examples=12, deadline=None)
+@given(c=st.integers(1, 40), o=st.integers(1, 40), hw=st.integers(1, 9), k=st.sampled_from([1, 3, 5]),
+       s=st.integers(1, 2), p=st.integers(0, 2), seed=st.integers(0, 1000))
+def test_conv_random_shapes(c, o, hw, k, s, p, seed):
+    cfg = VTAConfig(log_block=3)
+    if hw + 2 * p < k or p >= k:
+        return
+    got, expected, _, _ = _conv_case(cfg, 1, c, hw, hw, o, k, s, p, 1, seed=seed)
+    np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize("cfg", CONFIGS.values(), ids=CONFIGS.keys())
+def test_dense_matches_reference(cfg):
+    intr = intrinsics(cfg)
+    rng = np.random.default_rng(1)
+    x = rng.integers(-128, 128, (3, 100)).astype(np.int8)
+    w = rng.integers(-128, 128, (37, 100)).astype(np.int8)
+    bias = rng.integers(-5000, 5000, 37).astype(np.int32)
+    m, sh = rng.integers(1, 200, 37), rng.integers(8, 16, 37)
+    expected = qops.qdense(x, w, bias, Requant(m, sh))
+    layer = ConvLayer.make(x.shape, w, bias, m, sh, -128, 127, intr=intr)
+    program, _ = build_conv_program(cfg, layer, pack_activation(x, batch=intr.batch, block=intr.block_in))
+    result = get_backend("fsim").run(program)
+    np.testing.assert_array_equal(unpack_activation(program.read(OUTPUT, result.dram), expected.shape), expected)
+
+
+@pytest.mark.parametrize("cfg", list(CONFIGS.values()) + [VTAConfig(log_acc_buff_size=10)],
+                         ids=list(CONFIGS.keys()) + ["small_acc"])
+def test_add_matches_reference(cfg):
+    intr = intrinsics(cfg)
+    rng = np.random.default_rng(2)
+    a = rng.integers(-128, 128, (3, 20, 9, 9)).astype(np.int8)
+    b = rng.integers(-128, 128, (3, 20, 9, 9)).astype(np.int8)
+    expected = qops.qadd(a, b, AddRequant(300, 7000, 13, 0, 127))
+    pa, pb = (pack_activation(v, batch=intr.batch, block=intr.block_in) for v in (a, b))
+    program, code = build_add_program(cfg, AddLayer(a.shape, 300, 7000, 13, 0, 127), pa, pb)
+    result = get_backend("fsim").run(program)
+    np.testing.assert_array_equal(unpack_activation(program.read(OUTPUT, result.dram), expected.shape), expected)
+    assert code.tiles == -(-pa[..., 0, 0].size // plan_eltwise(pa[..., 0, 0].size, intr).tile)
+
+
+def test_program_structure_default():
+    """The lowering emits exactly: const LOAD ACC x3, reset GEMM, inp/wgt loads, one GEMM, 5 ALU ops per tile."""
+    intr = intrinsics(VTAConfig())
+    layer = ConvLayer.make((1, 16, 4, 4), np.ones((16, 16, 3, 3), np.int8), np.zeros(16, np.int32),
+                           np.arange(1, 17), np.full(16, 4), 0, 127, pads=(1, 1, 1, 1), intr=intr)
+    program, code = build_conv_program(VTAConfig(), layer)
+    gemms = [i for i in program.insns if isinstance(i, Gemm)]
+    alus = [i for i in program.insns if isinstance(i, Alu)]
+    assert [g.reset for g in gemms] == [True, False]
+    assert (gemms[1].iter_out, gemms[1].iter_in, gemms[1].uop_end - gemms[1].uop_bgn) == (4, 4, 9)
+    assert len(alus) == 5 and code.alu_uops == 5 * 16 and code.gemm_uops == 16 + 9 * 16
+    inp = [i for i in program.insns if isinstance(i, Load) and i.mem == 2]
+    assert [(i.y_size, i.x_size, i.y_pad_0, i.y_pad_1, i.x_pad_0, i.x_pad_1) for i in inp] == [(4, 4, 1, 1, 1, 1)]
+
+
+def test_plan_fits_buffers_resnet_layers():
+    for cfg in CONFIGS.values():
+        intr = intrinsics(cfg)
+        for xs, ws, s, p, g in [((1, 3, 224, 224), (64, 3, 7, 7), 2, 3, 1), ((1, 512, 7, 7), (512, 512, 3, 3), 1, 1, 1),
+                                ((1, 512, 7, 7), (512, 1, 3, 3), 1, 1, 512)]:
+            t = plan_conv(ConvGeometry.make(xs, ws, strides=(s, s), pads=(p,) * 4, groups=g, intr=intr), intr)
+            assert t.check(intr) == []
+            assert t.inp_entries <= intr.capacity("inp") // 2 and t.acc_entries <= intr.capacity("acc") // 2
+
+
+def test_schedule_errors():
+    intr = intrinsics(VTAConfig())
+    with pytest.raises(ScheduleError, match=r"padding \(16, 16, 16, 16\) exceeds the 15 elements"):
+        plan_conv(ConvGeometry.make((1, 16, 40, 40), (16, 16, 33, 33), pads=(16,) * 4, intr=intr), intr)
+    with pytest.raises(ScheduleError, match="some output pixels read only padding"):
+        plan_conv(ConvGeometry.make((1, 16, 4, 4), (16, 16, 1, 1), pads=(2,) * 4, intr=intr), intr)
+    small = VTAConfig(log_inp_buff_size=6, log_wgt_buff_size=11)
+    sintr = intrinsics(small)
+    with pytest.raises(ScheduleError, match="no tiling fits: even a one-pixel tile breaks these limits: the input "
+                                            "tile needs 9 inp entries, more than half the buffer \\(2\\)"):
+        plan_conv(ConvGeometry.make((1, 16, 8, 8), (16, 16, 3, 3), intr=sintr), sintr)
+    with pytest.raises(ScheduleError, match="weights \\(16, 8, 3, 3\\) with groups=1 do not match 16 input"):
+        ConvGeometry.make((1, 16, 8, 8), (16, 8, 3, 3), intr=intr)
+
+
+def test_uop_cache_reuses_and_flushes():
+    cfg = VTAConfig(log_uop_buff_size=6)  # 16 micro-ops
+    pb = ProgramBuilder(cfg)
+    cache = UopCache(pb, intrinsics(cfg), "t")
+    a = [Uop(i, i, 0) for i in range(10)]
+    b = [Uop(i, 0, 0) for i in range(10)]
+    assert cache.place(a) == (0, 10)
+    assert cache.place(a) == (0, 10) and cache.loads == 1
+    assert cache.place(b) == (0, 10) and cache.loads == 2  # flushed: a and b do not both fit
+    assert cache.place(a) == (0, 10) and cache.loads == 3
+    assert len([k for k in pb.allocations if k.startswith("tuop")]) == 2  # each kernel stored in DRAM once
+    with pytest.raises(ValueError, match="a micro-op kernel must hold 1 to 16 micro-ops, not 17"):
+        cache.place([Uop(0, 0, 0)] * 17)

@@ -1,0 +1,80 @@
+"""The graph IR (compiler/ir.py): construction, validation, requant parameter checks, MAC counts."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from vta.compiler.ir import AddRequant, Graph, GraphError, Requant, TensorInfo, conv_output_hw, node_macs
+
+
+def _graph() -> Graph:
+    g = Graph("g", inputs=["x"], outputs=["y"])
+    g.add_tensor("x", (1, 4, 8, 8), "float32")
+    g.add_constant("w", np.zeros((8, 4, 3, 3), np.float32))
+    g.add_tensor("c", (1, 8, 8, 8), "float32")
+    g.add_tensor("y", (1, 8, 8, 8), "float32")
+    g.add_node("Conv2d", "conv", ["x", "w"], ["c"], strides=(1, 1), pads=(1, 1, 1, 1), groups=1)
+    g.add_node("Relu", "relu", ["c"], ["y"])
+    return g
+
+
+def test_graph_queries_and_macs():
+    g = _graph()
+    g.validate()
+    assert g.producer("c").name == "conv" and g.producer("x") is None
+    assert [n.name for n in g.consumers("c")] == ["relu"]
+    assert node_macs(g, g.node("conv")) == 8 * 8 * 8 * 4 * 9
+    assert node_macs(g, g.node("relu")) == 0
+    assert not g.is_quantized
+    assert "conv" in g.summary() and "macs=18432" in g.summary()
+    assert g.unique_name("c") == "c_1" and g.unique_name("z") == "z"
+    assert g.unique_name("conv", node=True) == "conv_1" and g.unique_name("conv") == "conv"
+    with pytest.raises(KeyError, match="Graph 'g' has no node named 'nope'"):
+        g.node("nope")
+
+
+def test_validate_collects_problems():
+    g = _graph()
+    g.nodes.reverse()
+    g.nodes[1].attrs = {}
+    g.add_node("Wibble", "w2", ["y"], ["y"])
+    with pytest.raises(GraphError, match=r"node 'relu' reads 'c' before it is produced; node 'conv' \(Conv2d\) "
+                                         r"lacks attribute\(s\) strides, pads, groups; node 'w2' has op 'Wibble'.*"
+                                         r"tensor 'y' is written twice\.$"):
+        g.validate()
+
+
+def test_tensor_and_name_errors():
+    with pytest.raises(GraphError, match="Tensor 't' has dtype 'float16'; expected one of float32, int8, int32"):
+        TensorInfo("t", (1,), "float16")
+    with pytest.raises(GraphError, match=r"Tensor 't' has shape \(1, 0\); every dimension must be positive"):
+        TensorInfo("t", (1, 0), "int8")
+    g = _graph()
+    with pytest.raises(GraphError, match="Tensor 'x' is declared twice in graph 'g'"):
+        g.add_tensor("x", (1,), "int8")
+    with pytest.raises(GraphError, match="Node name 'conv' is used twice"):
+        g.add_node("Relu", "conv", ["y"], ["z"])
+
+
+def test_requant_checks():
+    r = Requant(np.array([5, 5]), np.array([3, 3]), lo=0, hi=6)
+    assert r.per_tensor and not r.pure_shift and r.channels == 2
+    assert repr(r) == "Requant(M=5, S=3, lo=0, hi=6)"
+    assert not Requant(np.array([1, 2]), np.array([0, 0])).per_tensor
+    with pytest.raises(GraphError, match=r"Requant multiplier spans \[0, 5\]; it must lie in \[1, 32767\]"):
+        Requant(np.array([0, 5]), np.array([1, 1]))
+    with pytest.raises(GraphError, match=r"Requant shift spans \[1, 32\]; it must lie in \[0, 31\]"):
+        Requant(np.array([1, 1]), np.array([1, 32]))
+    with pytest.raises(GraphError, match=r"Requant clip range \(5, 4\)"):
+        Requant(np.array([1]), np.array([1]), lo=5, hi=4)
+    with pytest.raises(GraphError, match="Requant multiplier has shape"):
+        Requant(np.array([1, 1]), np.array([1]))
+    with pytest.raises(GraphError, match="must hold integers"):
+        Requant(np.array([1.5]), np.array([1]))
+    with pytest.raises(GraphError, match=r"AddRequant mb=40000 must lie in \[1, 32767\]"):
+        AddRequant(ma=1, mb=40000, shift=0)
+
+
+def test_conv_output_hw():
+    assert conv_output_hw(224, 224, (7, 7), (2, 2), (3, 3, 3, 3)) == (112, 112)
+    assert conv_output_hw(7, 5, (3, 3), (2, 1), (1, 0, 1, 2)) == (4, 5)

@@ -1,0 +1,119 @@
+"""The llvmlite CPU kernels (compiler/cpu.py): bit-exact with the integer reference (compiler/qops.py)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from vta.compiler import cpu, qops, zoo
+from vta.compiler.ir import AddRequant, GraphError, Requant
+from vta.compiler.onnx_frontend import import_onnx
+from vta.compiler.quantize import quantize
+
+
+def _rand8(rng, shape):
+    return rng.integers(-128, 128, shape).astype(np.int8)
+
+
+@settings(max_examples=12, deadline=None)
+@given(seed=st.integers(0, 2**31), groups=st.sampled_from([1, 3]), k=st.integers(1, 3), stride=st.integers(1, 2),
+       pads=st.tuples(*[st.integers(0, 2)] * 4))
+def test_conv_matches_reference(seed, groups, k, stride, pads):
+    rng = np.random.default_rng(seed)
+    x = _rand8(rng, (2, 6, 7, 6))
+    w = _rand8(rng, (6, 6 // groups, k, k))
+    b = rng.integers(-(2**31), 2**31, 6).astype(np.int32)          # large biases exercise 32-bit wrap-around
+    got = cpu.conv2d_acc(x, w, b, (stride, stride), pads, groups)
+    np.testing.assert_array_equal(got, qops.conv2d_acc(x, w, b, (stride, stride), pads, groups))
+    r = Requant(rng.integers(1, 32768, 6), rng.integers(0, 32, 6), lo=-100, hi=90)
+    np.testing.assert_array_equal(cpu.qconv2d(x, w, b, r, (stride, stride), pads, groups),
+                                  qops.qconv2d(x, w, b, r, (stride, stride), pads, groups))
+
+
+def test_dense_requant_add_rescale_clip():
+    rng = np.random.default_rng(4)
+    x, w = _rand8(rng, (3, 70)), _rand8(rng, (9, 70))
+    b = rng.integers(-(2**20), 2**20, 9).astype(np.int32)
+    r = Requant(rng.integers(1, 32768, 9), rng.integers(0, 32, 9))
+    np.testing.assert_array_equal(cpu.dense_acc(x, w, b), qops.dense_acc(x, w, b))
+    np.testing.assert_array_equal(cpu.qdense(x, w, b, r), qops.qdense(x, w, b, r))
+    a, c = _rand8(rng, (1, 4, 5, 5)), _rand8(rng, (1, 4, 5, 5))
+    ar = AddRequant(ma=20000, mb=32767, shift=15, lo=0, hi=127)
+    np.testing.assert_array_equal(cpu.qadd(a, c, ar), qops.qadd(a, c, ar))
+    m = rng.integers(-32768, 32768, (1, 4, 1, 1))
+    np.testing.assert_array_equal(cpu.rescale(a, m, 9), qops.rescale(a, m, 9))
+    np.testing.assert_array_equal(cpu.rescale(a, 3, 0), qops.rescale(a, 3, 0))
+    np.testing.assert_array_equal(cpu.qclip(a, 0, 48), np.clip(a, 0, 48))
+    with pytest.raises(ValueError, match=r"QAdd operands have shapes \(1, 4, 5, 5\) and \(4, 5, 5\)"):
+        cpu.qadd(a, c[0], ar)
+    with pytest.raises(ValueError, match=r"Dense input has 70 features but weights \(9, 69\) expect 69"):
+        cpu.dense_acc(x, w[:, :69], b)
+
+
+@pytest.mark.parametrize("kernel,strides,pads,include", [((3, 3), (2, 2), (1, 1, 1, 1), False),
+                                                         ((2, 3), (1, 2), (0, 1, 1, 0), False),
+                                                         ((3, 3), (1, 1), (1, 1, 1, 1), True)])
+def test_pools(kernel, strides, pads, include):
+    x = _rand8(np.random.default_rng(5), (2, 3, 7, 8))
+    np.testing.assert_array_equal(cpu.maxpool(x, kernel, strides, pads), qops.maxpool(x, kernel, strides, pads))
+    np.testing.assert_array_equal(cpu.avgpool(x, kernel, strides, pads, include),
+                                  qops.avgpool(x, kernel, strides, pads, include))
+    np.testing.assert_array_equal(cpu.global_avgpool(x), qops.global_avgpool(x))
+
+
+def test_float_boundary_ops():
+    rng = np.random.default_rng(6)
+    f = (rng.standard_normal((2, 3, 4, 5)) * 4).astype(np.float32)
+    f[0, 0, 0, :3] = [0.25, 0.75, -0.25]                  # halves: rint rounds to even, like numpy
+    np.testing.assert_array_equal(cpu.quantize(f, 0.5), qops.quantize(f, 0.5))
+    np.testing.assert_array_equal(cpu.quantize(f, 0.0137), qops.quantize(f, 0.0137))
+    x = _rand8(rng, (2, 3, 4, 5))
+    np.testing.assert_array_equal(cpu.dequantize(x, 0.0137), qops.dequantize(x, 0.0137))
+    got = cpu.softmax(x, 0.05, axis=1)
+    np.testing.assert_allclose(got, qops.softmax(x, 0.05, axis=1), rtol=1e-6, atol=0)
+    np.testing.assert_allclose(got.sum(axis=1), 1.0, rtol=1e-6)
+
+
+def test_kernels_are_cached_per_shape():
+    x = _rand8(np.random.default_rng(7), (1, 2, 5, 5))
+    cpu.maxpool(x, (2, 2), (2, 2), (0, 0, 0, 0))
+    before = cpu.cache_info()
+    cpu.maxpool(x + 1, (2, 2), (2, 2), (0, 0, 0, 0))
+    assert cpu.cache_info() == before
+    cpu.maxpool(x, (3, 3), (2, 2), (0, 0, 0, 0))
+    assert cpu.cache_info() == before + 1
+
+
+@pytest.mark.parametrize("name", ["tiny_cnn", "mini_resnet"])
+def test_cpu_target_is_bit_exact(name):
+    g = import_onnx(zoo.build_model(name))
+    rng = np.random.default_rng(8)
+    q = quantize(g, {"input": rng.standard_normal((4,) + g.shape("input")[1:]).astype(np.float32)})
+    x = rng.standard_normal(g.shape("input")).astype(np.float32)
+    got = cpu.run_cpu(q, {"input": x}, keep_all=True)
+    ref = qops.run_reference(q, {"input": x}, keep_all=True)
+    assert set(got) == set(ref)
+    for tensor in ref:
+        if q.tensors[tensor].dtype != "float32" or tensor == "input":
+            np.testing.assert_array_equal(got[tensor], ref[tensor], err_msg=tensor)
+    np.testing.assert_allclose(got["output"], ref["output"], rtol=1e-6)
+
+
+def test_run_errors():
+    g = import_onnx(zoo.build_model("tiny_cnn"))
+    q = quantize(g, {"input": np.zeros((1, 1, 8, 8), np.float32)})
+    with pytest.raises(ValueError, match=r"Input 'input' has shape \(8, 8\); graph 'tiny_cnn_int8' expects"):
+        cpu.run_cpu(q, {"input": np.zeros((8, 8), np.float32)})
+    q.nodes[1].op = "QFancy"
+    with pytest.raises(GraphError, match="Node 'conv_3' has op 'QFancy', which the CPU backend does not implement"):
+        cpu.run_cpu(q, {"input": np.zeros((1, 1, 8, 8), np.float32)})
+
+
+@pytest.mark.slow
+def test_resnet18_cpu_target_bit_exact():
+    g = import_onnx(zoo.build_model("resnet18"))
+    rng = np.random.default_rng(9)
+    q = quantize(g, {"input": rng.standard_normal((2, 3, 224, 224)).astype(np.float32)})
+    x = rng.standard_normal((1, 3, 224, 224)).astype(np.float32)
+    np.testing.assert_array_equal(cpu.run_cpu(q, {"input": x})["output"], qops.run_reference(q, {"input": x})["output"])

@@ -1,0 +1,160 @@
+"""The ONNX frontend (compiler/onnx_frontend.py): every operator against ONNX Runtime's float output."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from vta.compiler.float_ref import run_float
+from vta.compiler.onnx_frontend import UnsupportedOperatorError, import_onnx
+
+RNG = np.random.default_rng(7)
+
+
+def _model(nodes, in_shape, out_shape, inits=(), extra_inputs=()):
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(in_shape))]
+    inputs += [helper.make_tensor_value_info(n, TensorProto.FLOAT, list(s)) for n, s in extra_inputs]
+    graph = helper.make_graph(nodes, "t", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, out_shape)],
+                              [numpy_helper.from_array(np.asarray(v), k) for k, v in inits])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def _check(model, feeds, atol=1e-5):
+    g = import_onnx(model)
+    ref = ort.InferenceSession(model.SerializeToString()).run(None, feeds)[0]
+    got = run_float(g, feeds)["y"]
+    assert got.shape == ref.shape
+    np.testing.assert_allclose(got, ref, atol=atol, rtol=1e-5)
+    return g
+
+
+def _x(*shape):
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+@pytest.mark.parametrize("groups,stride,pads,k", [(1, 1, [1, 1, 1, 1], 3), (1, 2, [0, 1, 2, 0], 3),
+                                                   (2, 1, [0, 0, 0, 0], 1), (4, 2, [1, 1, 1, 1], 3),
+                                                   (1, 2, [3, 3, 3, 3], 7)])
+def test_conv(groups, stride, pads, k):
+    w = _x(8, 4 // groups, k, k)
+    b = _x(8)
+    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], kernel_shape=[k, k], strides=[stride, stride],
+                            pads=pads, group=groups)
+    model = _model([node], (1, 4, 9, 9), None, [("w", w), ("b", b)])
+    g = _check(model, {"x": _x(1, 4, 9, 9)})
+    conv = g.nodes[0]
+    assert conv.op == "Conv2d" and conv.attrs["groups"] == groups and conv.attrs["pads"] == tuple(pads)
+
+
+def test_conv_auto_pad_same_upper():
+    node = helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[3, 3], strides=[2, 2], auto_pad="SAME_UPPER")
+    g = _check(_model([node], (1, 2, 8, 8), None, [("w", _x(3, 2, 3, 3))]), {"x": _x(1, 2, 8, 8)})
+    assert g.nodes[0].attrs["pads"] == (0, 0, 1, 1)
+
+
+def test_batchnorm_folds_into_conv_and_stands_alone():
+    bn = [("s", RNG.uniform(0.5, 1.5, 4)), ("bb", _x(4)), ("m", _x(4)), ("v", RNG.uniform(0.5, 2, 4))]
+    bn = [(k, np.asarray(v, np.float32)) for k, v in bn]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["c", "s", "bb", "m", "v"], ["y"], epsilon=1e-3)]
+    g = _check(_model(nodes, (1, 3, 6, 6), None, [("w", _x(4, 3, 3, 3))] + bn), {"x": _x(1, 3, 6, 6)})
+    assert [n.op for n in g.nodes] == ["Conv2d"] and g.nodes[0].outputs == ["y"]
+    nodes = [helper.make_node("BatchNormalization", ["x", "s", "bb", "m", "v"], ["y"])]
+    g = _check(_model(nodes, (1, 4, 5, 5), None, bn), {"x": _x(1, 4, 5, 5)})
+    assert g.nodes[0].op == "Conv2d" and g.nodes[0].attrs["groups"] == 4
+
+
+@pytest.mark.parametrize("trans_b", [0, 1])
+def test_gemm_and_matmul(trans_b):
+    w = _x(6, 5) if trans_b else _x(5, 6)
+    node = helper.make_node("Gemm", ["x", "w", "b"], ["y"], transB=trans_b, alpha=0.5, beta=2.0)
+    _check(_model([node], (2, 5), None, [("w", w), ("b", _x(6))]), {"x": _x(2, 5)})
+    node = helper.make_node("MatMul", ["x", "w"], ["y"])
+    _check(_model([node], (2, 5), None, [("w", _x(5, 6))]), {"x": _x(2, 5)})
+
+
+@pytest.mark.parametrize("op,const", [("Mul", True), ("Add", True), ("Sub", True), ("Div", True), ("Add", False)])
+def test_binary(op, const):
+    if const:
+        model = _model([helper.make_node(op, ["x", "c"], ["y"])], (1, 3, 4, 4), None,
+                       [("c", RNG.uniform(0.5, 2, (1, 3, 1, 1)).astype(np.float32))])
+        _check(model, {"x": _x(1, 3, 4, 4)})
+    else:
+        model = _model([helper.make_node("Add", ["x", "z"], ["y"])], (1, 3, 4, 4), None,
+                       extra_inputs=[("z", (1, 3, 4, 4))])
+        g = _check(model, {"x": _x(1, 3, 4, 4), "z": _x(1, 3, 4, 4)})
+        assert g.inputs == ["x", "z"]
+
+
+def test_activations_and_pools():
+    nodes = [helper.make_node("Relu", ["x"], ["r"]),
+             helper.make_node("Clip", ["x", "lo", "hi"], ["c"]),
+             helper.make_node("Add", ["r", "c"], ["s"]),
+             helper.make_node("MaxPool", ["s"], ["m"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+             helper.make_node("AveragePool", ["m"], ["a"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("AveragePool", ["a"], ["a2"], kernel_shape=[2, 2], pads=[1, 1, 0, 0],
+                              count_include_pad=1),
+             helper.make_node("GlobalAveragePool", ["a2"], ["g"]),
+             helper.make_node("Flatten", ["g"], ["f"]),
+             helper.make_node("Softmax", ["f"], ["y"], axis=-1)]
+    inits = [("lo", np.array(-0.5, np.float32)), ("hi", np.array(0.5, np.float32))]
+    g = _check(_model(nodes, (1, 3, 9, 9), None, inits), {"x": _x(1, 3, 9, 9) * 3})
+    assert [n.op for n in g.nodes] == ["Relu", "Clip", "Add", "MaxPool", "AvgPool", "AvgPool", "GlobalAvgPool",
+                                       "Reshape", "Softmax"]
+    assert g.nodes[-1].attrs["axis"] == 1 and g.nodes[1].attrs == {"min": -0.5, "max": 0.5}
+
+
+def test_reshape_pad_concat_identity():
+    nodes = [helper.make_node("Pad", ["x", "p"], ["pd"], mode="constant"),
+             helper.make_node("Identity", ["pd"], ["i"]),
+             helper.make_node("Concat", ["i", "pd"], ["cc"], axis=1),
+             helper.make_node("Dropout", ["cc"], ["d"]),
+             helper.make_node("Reshape", ["d", "shape"], ["y"])]
+    inits = [("p", np.array([0, 0, 1, 0, 0, 0, 0, 2], np.int64)), ("shape", np.array([1, -1], np.int64))]
+    g = _check(_model(nodes, (1, 2, 3, 3), None, inits), {"x": _x(1, 2, 3, 3)})
+    assert g.shape("y") == (1, 4 * 4 * 5) and [n.op for n in g.nodes] == ["Pad", "Concat", "Reshape"]
+
+
+def test_dynamic_batch_is_fixed():
+    node = helper.make_node("Relu", ["x"], ["y"])
+    model = _model([node], ("N", 3), None)
+    assert import_onnx(model, batch=2).shape("x") == (2, 3)
+
+
+def test_unsupported_operator_names_op_and_node():
+    model = _model([helper.make_node("Sigmoid", ["x"], ["y"], name="gate_7")], (1, 3), None)
+    with pytest.raises(UnsupportedOperatorError, match=r"ONNX operator 'Sigmoid' \(node 'gate_7'\) is not supported "
+                                                       r"by the lab; supported operators are .*Conv"):
+        import_onnx(model)
+    node = helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[3, 3], dilations=[2, 2], name="dil")
+    with pytest.raises(UnsupportedOperatorError, match=r"'Conv' \(node 'dil'\) .*: dilations \[2, 2\] \(only 1\)"):
+        import_onnx(_model([node], (1, 1, 8, 8), None, [("w", _x(1, 1, 3, 3))]))
+    node = helper.make_node("Pad", ["x", "p"], ["y"], mode="reflect", name="refl")
+    with pytest.raises(UnsupportedOperatorError, match=r"node 'refl'.*mode 'reflect' \(only 'constant'\)"):
+        import_onnx(_model([node], (1, 4), None, [("p", np.array([0, 1, 0, 1], np.int64))]))
+    with pytest.raises(TypeError, match="import_onnx takes a path or an onnx.ModelProto, not int"):
+        import_onnx(3)
+
+
+def test_import_from_path(tmp_path):
+    model = _model([helper.make_node("Relu", ["x"], ["y"])], (1, 3), None)
+    onnx.save(model, tmp_path / "relu.onnx")
+    g = import_onnx(tmp_path / "relu.onnx")
+    assert g.name == "relu" and g.outputs == ["y"]
+
+
+def test_constant_subgraphs_fold_and_zero_pad_moves_into_conv():
+    # pads computed by a constant subgraph (as torch's exporter emits for "same" padding), then Pad -> Conv
+    nodes = [helper.make_node("Concat", ["p_lo", "p_hi"], ["p_cat"], axis=0),
+             helper.make_node("Cast", ["p_cat"], ["pads"], to=TensorProto.INT64),
+             helper.make_node("Pad", ["x", "pads"], ["xp"], mode="constant"),
+             helper.make_node("Conv", ["xp", "w"], ["y"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 0, 0, 0])]
+    inits = [("p_lo", np.array([0, 0, 0, 1], np.int32)), ("p_hi", np.array([0, 0, 1, 1], np.int32)),
+             ("w", _x(4, 2, 3, 3))]
+    g = _check(_model(nodes, (1, 2, 7, 7), None, inits), {"x": _x(1, 2, 7, 7)})
+    assert [n.op for n in g.nodes] == ["Conv2d"] and g.nodes[0].attrs["pads"] == (1, 1, 1, 1)
+    assert g.nodes[0].inputs[0] == "x"

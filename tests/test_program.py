@@ -1,0 +1,259 @@
+"""Programs and the builder: allocation, element addresses, token folding, FINISH, files and errors."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from vta import fsim
+from vta.config import MEM_ACC, MEM_INP, MEM_OUT, MEM_UOP, MEM_WGT, VTAConfig
+from vta.isa import ALU_ADD, EncodeError, Finish, Gemm, Load, Store, Uop, decode_uops, encode_stream
+from vta.program import Allocation, Program, ProgramBuilder
+
+
+def _flags(insn) -> str:
+    return "".join(name for name, flag in (("p", insn.pop_prev), ("n", insn.pop_next), ("P", insn.push_prev),
+                                           ("N", insn.push_next)) if flag) or "-"
+
+
+def _summary(program: Program) -> list[str]:
+    """Each instruction as 'NAME:flags' (p pop_prev, n pop_next, P push_prev, N push_next; NOOP for x_size 0)."""
+    out = []
+    for insn in program.insns:
+        name = type(insn).__name__.upper()
+        if isinstance(insn, (Load, Store)) and insn.x_size == 0:
+            name += "-NOOP"
+        out.append(f"{name}:{_flags(insn)}")
+    return out
+
+
+# ---- allocation --------------------------------------------------------------------------------------------------
+def test_alloc_aligns_and_fills(cfg):
+    bld = ProgramBuilder(cfg)
+    assert bld.default_align == 256  # the wgt element (16 x 16 int8) is the largest
+    a = bld.alloc("a", np.arange(10, dtype=np.int8))
+    b = bld.alloc("b", (3, 4), np.int32)
+    c = bld.alloc("c", [1, 2, 3], np.int16, align=2)
+    assert a == Allocation("a", 0, 10, (10,), "int8")
+    assert b == Allocation("b", 256, 48, (3, 4), "int32")
+    assert c == Allocation("c", 304, 6, (3,), "int16")
+    prog = bld.finish()
+    assert np.array_equal(prog.read("a"), np.arange(10))
+    assert np.array_equal(prog.read("b"), np.zeros((3, 4)))
+    assert prog.read("c").dtype == np.int16
+    assert prog.dram[304:310].tolist() == [1, 0, 2, 0, 3, 0]  # little-endian
+
+
+def test_elem_addr(cfg):
+    bld = ProgramBuilder(cfg)
+    bld.alloc("pad", (100,))
+    x = bld.alloc("x", (1024,))
+    assert x.offset == 256
+    assert bld.elem_addr(x, MEM_WGT) == 1
+    assert bld.elem_addr("x", MEM_INP, 32) == 18
+    assert bld.elem_addr(x, MEM_ACC) == 4
+    assert bld.elem_addr(x, MEM_UOP, 4) == 65
+    with pytest.raises(ValueError, match=r"^byte 264 \(allocation 'x' \+ 8\) is not a multiple of the 16-byte inp "
+                       r"element; align the allocation or the offset to 16 bytes$"):
+        bld.elem_addr(x, MEM_INP, 8)
+
+
+def test_alloc_errors(cfg):
+    bld = ProgramBuilder(cfg)
+    bld.alloc("a", 4)
+    with pytest.raises(ValueError, match=r"^an allocation named 'a' already exists; choose another name$"):
+        bld.alloc("a", 4)
+    with pytest.raises(ValueError, match=r"^align must be a positive number of bytes, not 0$"):
+        bld.alloc("b", 4, align=0)
+    with pytest.raises(TypeError, match=r"^allocation data must be integers \(DRAM holds fixed-point values\), not "
+                       r"float64$"):
+        bld.alloc("c", np.zeros(3))
+    with pytest.raises(ValueError, match=r"^a shape must be a tuple of non-negative integers, not \(2, -1\)$"):
+        bld.alloc("d", (2, -1))
+    with pytest.raises(KeyError, match=r"no allocation named 'zz'; known allocations: a"):
+        bld.elem_addr("zz", MEM_INP)
+
+
+def test_read_errors(cfg):
+    prog = ProgramBuilder(cfg).finish()
+    with pytest.raises(KeyError, match=r"the program has no allocation named 'out'; known allocations: none"):
+        prog.read("out")
+
+
+def test_uop_kernel_round_trip(cfg):
+    bld = ProgramBuilder(cfg)
+    k = bld.uop_kernel("k", [Uop(1, 2, 3), Uop(2047, 2047, 1023)])
+    prog = bld.finish()
+    words = prog.read("k")
+    assert words.dtype == np.uint32
+    dst, src, wgt = decode_uops(words, cfg)
+    assert (dst.tolist(), src.tolist(), wgt.tolist()) == ([1, 2047], [2, 2047], [3, 1023])
+    assert k.shape == (2,)
+
+
+# ---- tokens ------------------------------------------------------------------------------------------------------
+def test_push_folds_into_last_instruction_and_pop_into_next(cfg):
+    bld = ProgramBuilder(cfg)
+    bld.load(MEM_INP, sram_base=0, dram_base=0)
+    bld.dep_push("load", "compute")
+    bld.dep_pop("load", "compute")
+    bld.gemm(uop_bgn=0, uop_end=1)
+    bld.dep_push("compute", "store")
+    bld.dep_pop("compute", "store")
+    bld.store(sram_base=0, dram_base=0)
+    prog = bld.finish()
+    # FINISH waits on the store module: its push folds into the STORE, FINISH pops it.
+    assert _summary(prog) == ["LOAD:N", "GEMM:pN", "STORE:pP", "FINISH:n"]
+
+
+def test_noops_when_nothing_to_fold_into(cfg):
+    bld = ProgramBuilder(cfg)
+    bld.dep_push("compute", "load")  # compute has no instruction yet: token-only LOAD UOP
+    bld.dep_pop("compute", "load")
+    bld.dep_pop("compute", "load")  # a second pop while one is pending: the first goes into a token-only LOAD INP
+    bld.load(MEM_WGT, sram_base=0, dram_base=0)
+    prog = bld.finish()
+    assert _summary(prog) == ["LOAD-NOOP:P", "LOAD-NOOP:n", "LOAD:n", "STORE-NOOP:P", "FINISH:n"]
+    assert prog.insns[0].mem == MEM_UOP and prog.insns[1].mem == MEM_INP
+    assert prog.insns[3] == Store(y_size=0, x_size=0, x_stride=0, push_prev=True)
+
+
+def test_push_after_pending_pop_is_not_folded_backwards(cfg):
+    """A push must follow the pops requested before it, so it goes with them into a token-only instruction."""
+    bld = ProgramBuilder(cfg)
+    bld.gemm(uop_bgn=0, uop_end=1)
+    bld.dep_pop("store", "compute")
+    bld.dep_push("compute", "load")
+    bld.store(sram_base=0, dram_base=0, x_size=0)
+    prog_insns = bld.insns
+    assert _flags(prog_insns[0]) == "-"
+    assert isinstance(prog_insns[1], Load) and _flags(prog_insns[1]) == "nP"
+
+
+def test_push_flag_already_set_gets_a_noop(cfg):
+    bld = ProgramBuilder(cfg)
+    bld.load(MEM_INP, sram_base=0, dram_base=0)
+    bld.dep_push("load", "compute")
+    bld.dep_push("load", "compute")
+    assert [_flags(i) for i in bld.insns] == ["N", "N"]
+    assert bld.insns[1].x_size == 0
+
+
+def test_finish_commits_pending_pops_of_load_and_store(cfg):
+    bld = ProgramBuilder(cfg)
+    bld.dep_pop("compute", "load")
+    bld.dep_pop("compute", "store")
+    prog = bld.finish()
+    assert _summary(prog) == ["LOAD-NOOP:n", "STORE-NOOP:pP", "FINISH:n"]
+
+
+def test_token_errors(cfg):
+    bld = ProgramBuilder(cfg)
+    with pytest.raises(ValueError, match=r"^module must be one of 'load', 'compute', 'store', not 'fetch'$"):
+        bld.dep_push("fetch", "load")
+    with pytest.raises(ValueError, match=r"^there is no token queue from 'load' to 'store'; queues exist only between "
+                       r"load and compute and between compute and store \(both directions\)$"):
+        bld.dep_pop("load", "store")
+    with pytest.raises(ValueError, match=r"^there is no token queue from 'compute' to 'compute'"):
+        bld.dep_push("compute", "compute")
+
+
+# ---- instructions and errors ------------------------------------------------------------------------------------
+def test_builder_instructions(cfg):
+    bld = ProgramBuilder(cfg)
+    assert bld.load(MEM_INP, sram_base=1, dram_base=2, y_size=3, x_size=4) == 0
+    assert bld.insns[0].x_stride == 4  # defaults to x_size
+    assert bld.alu(ALU_ADD, uop_bgn=0, uop_end=2, use_imm=True, imm=-5) == 1
+    assert bld.store(sram_base=0, dram_base=0, x_size=2, x_stride=7) == 2
+    assert bld.insns[2] == Store(mem=MEM_OUT, x_size=2, x_stride=7)
+    assert bld.emit(Gemm(uop_end=3, iter_in=2)) == 3
+
+
+def test_encode_error_names_the_instruction(cfg):
+    bld = ProgramBuilder(cfg)
+    bld.gemm(uop_bgn=0, uop_end=1)
+    with pytest.raises(EncodeError, match=r"^instruction 1: LOAD field y_pad_0 = 16 does not fit its 4-bit field "
+                       r"\(allowed 0..15\) at config 1x16_i8w8a32_15_15_18_17$"):
+        bld.load(MEM_INP, sram_base=0, dram_base=0, y_pad_0=16)
+    assert len(bld.insns) == 1  # the bad instruction was not appended
+    with pytest.raises(ValueError, match=r"^LOAD takes memory type UOP \(0\), WGT \(1\), INP \(2\), ACC \(3\) or "
+                       r"ACC_8BIT \(5\), not 4$"):
+        bld.load(MEM_OUT, sram_base=0, dram_base=0)
+    with pytest.raises(TypeError, match=r"^expected a Load, Store, Gemm, Alu or Finish instruction, not Uop$"):
+        bld.emit(Uop(0, 0))
+    with pytest.raises(TypeError, match=r"^micro-op 1 of kernel 'k' must be a Uop, not tuple$"):
+        bld.uop_kernel("k", [Uop(0, 0), (1, 2, 3)])
+
+
+def test_builder_closed_after_finish(cfg):
+    bld = ProgramBuilder(cfg)
+    bld.finish()
+    with pytest.raises(RuntimeError, match=r"^finish\(\) was already called on this builder; start a new "
+                       r"ProgramBuilder$"):
+        bld.gemm(uop_bgn=0, uop_end=1)
+
+
+def test_finish_places_the_stream(cfg):
+    bld = ProgramBuilder(cfg.replace(bus_bytes=64))
+    bld.alloc("x", (300,))
+    bld.gemm(uop_bgn=0, uop_end=1)
+    prog = bld.finish()
+    assert prog.insn_offset == 512
+    assert isinstance(prog.insns[-1], Finish)
+    assert np.array_equal(prog.encoded_insns(), encode_stream(prog.insns, prog.cfg))
+    assert prog.dram.size == 512 + 16 * len(prog.insns)
+
+
+def test_program_validation(cfg):
+    with pytest.raises(ValueError, match=r"^insn_offset must be a non-negative multiple of 16 bytes \(the bus width "
+                       r"and the instruction size\), not 8$"):
+        Program(cfg, [Finish()], np.zeros(64, np.uint8), 8)
+    with pytest.raises(ValueError, match=r"^the instruction stream \[48, 64\) does not fit the 60-byte DRAM image$"):
+        Program(cfg, [Finish()], np.zeros(60, np.uint8), 48)
+    with pytest.raises(TypeError, match=r"^dram must be a one-dimensional uint8 numpy array"):
+        Program(cfg, [Finish()], np.zeros(64, np.int8), 0)
+    with pytest.raises(ValueError, match=r"^allocation 'a' \[0, 100\) lies outside the 64-byte DRAM image$"):
+        Program(cfg, [Finish()], np.zeros(64, np.uint8), 0, {"a": Allocation("a", 0, 100, (100,), "int8")})
+
+
+# ---- files -------------------------------------------------------------------------------------------------------
+def test_save_load_round_trip(tmp_path, small_cfg):
+    from vta.workloads import gemm_program
+
+    prog, expected = gemm_program(small_cfg, 9, 13, 7)
+    path = tmp_path / "p.npz"
+    prog.save(path)
+    back = Program.load(path)
+    assert back.cfg == prog.cfg
+    assert back.insns == prog.insns
+    assert np.array_equal(back.dram, prog.dram)
+    assert back.insn_offset == prog.insn_offset
+    assert back.allocations == prog.allocations
+    assert np.array_equal(back.read("C", fsim.run(back).dram), expected)
+
+
+def test_load_rejects_inconsistent_files(tmp_path, cfg):
+    prog = ProgramBuilder(cfg).finish()
+    path = tmp_path / "p.npz"
+    prog.save(path)
+    with np.load(path) as data:
+        parts = dict(data)
+    parts["dram"] = parts["dram"].copy()
+    parts["dram"][-1] ^= 0xFF
+    np.savez(tmp_path / "bad.npz", **parts)
+    with pytest.raises(ValueError, match=r"is inconsistent: the instruction stream in its DRAM image differs from its "
+                       r"encoded instructions$"):
+        Program.load(tmp_path / "bad.npz")
+    np.savez(tmp_path / "other.npz", x=np.zeros(3))
+    with pytest.raises(ValueError, match=r"is not a saved program: it lacks dram, insns, meta$"):
+        Program.load(tmp_path / "other.npz")
+    bad_cfg = dict(parts)
+    bad_cfg["meta"] = np.array(str(parts["meta"]).replace('"LOG_BLOCK": 4', '"LOG_BLOCK": 9'))
+    np.savez(tmp_path / "badcfg.npz", **bad_cfg)
+    with pytest.raises(ValueError, match=r"LOG_BLOCK must be between 2 and 6, not 9"):
+        Program.load(tmp_path / "badcfg.npz")
+
+
+def test_program_config_type():
+    with pytest.raises(TypeError, match=r"^cfg must be a VTAConfig, not dict$"):
+        ProgramBuilder({})
+    assert isinstance(VTAConfig(), VTAConfig)

@@ -1,0 +1,164 @@
+"""Post-training quantization (compiler/quantize.py): requant choice, fusion, overflow safety, accuracy vs float."""
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from vta.compiler import qops, zoo
+from vta.compiler.float_ref import run_float
+from vta.compiler.ir import Graph, GraphError
+from vta.compiler.onnx_frontend import import_onnx
+from vta.compiler.quantize import (QuantizationError, accuracy_vs_onnxruntime, choose_requant, compare_outputs,
+                                   prepare, quantize)
+
+
+def _inputs(g: Graph, n: int, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal((n,) + g.shape("input")[1:]).astype(np.float32)
+
+
+def test_choose_requant_exact():
+    m, s = choose_requant(np.array([0.001, 0.001, 1e-12, 3.0]), np.array([1000, 1_000_000, 10, 10]))
+    assert m.tolist() == [16777, 2097, 1, 24576] and s.tolist() == [24, 21, 31, 13]
+    # a bound so large that even S = 0 cannot keep M = round(m) inside int32: the multiplier is clamped
+    m, s = choose_requant(np.array([5.0]), np.array([2**30]))
+    assert m.tolist() == [1] and s.tolist() == [0]
+
+
+def test_compare_outputs_exact():
+    ref = np.array([[1.0, 2.0], [3.0, 0.0]])
+    got = np.array([[1.0, 2.5], [1.0, 2.0]])
+    r = compare_outputs(ref, got)
+    assert r["top1_agreement"] == 0.5 and r["max_abs_error"] == 2.0
+    assert r["snr_db"] == pytest.approx(10 * np.log10(14 / 8.25))
+
+
+def _quantized(name: str, **kw):
+    g = import_onnx(zoo.build_model(name))
+    return g, quantize(g, {"input": _inputs(g, 16, 1)}, **kw)
+
+
+def _check_contract(q: Graph, calib: np.ndarray) -> None:
+    """Every accelerator op satisfies the contract and never overflows int32 on the calibration data."""
+    for i in range(calib.shape[0]):
+        values = qops.run_reference(q, {"input": calib[i:i + 1]}, keep_all=True)
+        for node in q.nodes:
+            if node.op not in ("QConv2d", "QDense"):
+                continue
+            assert q.tensors[node.outputs[0]].dtype == "int8"
+            assert q.constants[node.inputs[1]].dtype == np.int8 and q.constants[node.inputs[2]].dtype == np.int32
+            x, w, b = (values.get(t, q.constants.get(t)) for t in node.inputs)
+            if node.op == "QConv2d":
+                acc = qops.conv2d_acc(x, w, b, node.attrs["strides"], node.attrs["pads"], node.attrs["groups"])
+                peak = np.abs(acc.astype(np.int64)).max(axis=(0, 2, 3))
+            else:
+                peak = np.abs(qops.dense_acc(x, w, b).astype(np.int64)).max(axis=0)
+            assert (peak * node.attrs["requant"].multiplier < 2**31).all(), node.name
+
+
+@pytest.mark.parametrize("mode,per_channel", [("multiply", True), ("multiply", False), ("shift", True),
+                                              ("multiply", "auto")])
+def test_mini_resnet_accuracy_and_contract(mode, per_channel):
+    g, q = _quantized("mini_resnet", mode=mode, per_channel=per_channel)
+    ops = [n.op for n in q.nodes]
+    assert ops == ["Quantize", "QConv2d", "QConv2d", "QConv2d", "QAdd", "QConv2d", "QConv2d", "MaxPool", "Pad",
+                   "AvgPool", "QConv2d", "QConcat", "QMul", "GlobalAvgPool", "Reshape", "QDense", "Softmax"]
+    convs = [n for n in q.nodes if n.op == "QConv2d"]
+    assert [n.attrs["activation"] for n in convs] == ["relu", "relu", "none", "clip", "relu", "relu"]
+    assert convs[3].attrs["groups"] == 16 and convs[3].attrs["requant"].lo == 0
+    six = int(round(6 / q.tensors[convs[3].outputs[0]].scale))
+    assert convs[3].attrs["requant"].hi == min(127, six)
+    add = q.node(q.nodes[4].name)
+    assert add.attrs["requant"].lo == 0 and add.attrs["activation"] == "relu"
+    if mode == "shift":
+        assert all(n.attrs["requant"].pure_shift for n in convs)
+    if per_channel is False:
+        assert all(n.attrs["requant"].per_tensor for n in convs)
+    calib = _inputs(g, 16, 1)
+    _check_contract(q, calib[:4])
+    test = _inputs(g, 32, 2)
+    sess = ort.InferenceSession(zoo.build_model("mini_resnet").SerializeToString())
+    ref = np.concatenate([sess.run(None, {"input": test[i:i + 1]})[0] for i in range(32)])
+    got = np.concatenate([qops.run_reference(q, {"input": test[i:i + 1]})["output"] for i in range(32)])
+    acc = compare_outputs(ref, got)
+    assert acc["snr_db"] > 24 and acc["top1_agreement"] >= 0.8, acc
+    assert accuracy_vs_onnxruntime(zoo.build_model("mini_resnet"), q, test) == acc
+
+
+def test_tiny_cnn_rounding_folded_into_bias():
+    g, q = _quantized("tiny_cnn")
+    assert [n.op for n in q.nodes] == ["Quantize", "QConv2d", "QConv2d", "Reshape", "QDense", "Dequantize"]
+    assert q.outputs == ["output"] and q.tensors["output"].dtype == "float32"
+    fg = prepare(g)
+    first = q.nodes[1]
+    r = first.attrs["requant"]
+    sx = q.tensors[first.inputs[0]].scale
+    sw = first.attrs["w_scale"].astype(np.float64)
+    b_float = fg.constants[fg.nodes[0].inputs[2]].astype(np.float64)
+    expected = np.rint(b_float / (sx * sw)) + ((1 << (r.shift - 1)) // r.multiplier)
+    np.testing.assert_array_equal(q.constants[first.inputs[2]], expected.astype(np.int32))
+
+
+def _const_model(op_after_relu: str):
+    nodes = [helper.make_node("Conv", ["input", "w"], ["c"], kernel_shape=[1, 1], name="conv"),
+             helper.make_node("Mul", ["c", "k"], ["m"], name="scale"),
+             helper.make_node("Relu", ["m"], ["r"], name="relu"),
+             helper.make_node(op_after_relu, ["r", "k"], ["output"], name="tail")]
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal((2, 2, 1, 1)).astype(np.float32), "w"),
+             numpy_helper.from_array(np.array([[[[2.0]], [[-1.0]]]], np.float32), "k")]
+    graph = helper.make_graph(nodes, "c", [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 2, 3, 3])],
+                              [helper.make_tensor_value_info("output", TensorProto.FLOAT, [1, 2, 3, 3])], inits)
+    return import_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+
+
+def test_prepare_folds_constants_and_keeps_values():
+    g = _const_model("Mul")
+    p = prepare(g)
+    assert [n.op for n in p.nodes] == ["Conv2d", "Relu", "Mul"] and p.nodes[0].outputs == ["m"]
+    x = np.random.default_rng(3).standard_normal((1, 2, 3, 3)).astype(np.float32)
+    np.testing.assert_allclose(run_float(p, {"input": x})["output"], run_float(g, {"input": x})["output"], atol=1e-6)
+    q = quantize(g, {"input": x})
+    assert [n.op for n in q.nodes] == ["Quantize", "QConv2d", "QMul", "Dequantize"]
+
+
+def test_errors():
+    g = _const_model("Add")
+    x = np.zeros((1, 2, 3, 3), np.float32)
+    with pytest.raises(QuantizationError, match="Node 'tail' adds a constant that could not be folded"):
+        quantize(g, {"input": x})
+    with pytest.raises(ValueError, match="Requant mode 'round' is unknown; use 'multiply' or 'shift'"):
+        quantize(g, {"input": x}, mode="round")
+    with pytest.raises(ValueError, match="per_channel='yes' is invalid; use True, False or 'auto'"):
+        quantize(g, {"input": x}, per_channel="yes")
+    with pytest.raises(ValueError, match="Calibration input 'input' has 0 samples|needs at least one"):
+        quantize(g, [])
+    _, q = _quantized("tiny_cnn")
+    with pytest.raises(GraphError, match="Graph 'tiny_cnn_int8' is already quantized"):
+        quantize(q, {"input": x})
+
+
+@pytest.mark.slow
+def test_resnet18_quantized_tracks_float():
+    g = import_onnx(zoo.build_model("resnet18"))
+    q = quantize(g, {"input": _inputs(g, 4, 1)})
+    assert sum(n.op == "QConv2d" for n in q.nodes) == 20 and sum(n.op == "QAdd" for n in q.nodes) == 8
+    x = _inputs(g, 2, 5)
+    ref = np.concatenate([run_float(g, {"input": x[i:i + 1]})["output"] for i in range(2)])
+    got = np.concatenate([qops.run_reference(q, {"input": x[i:i + 1]})["output"] for i in range(2)])
+    assert compare_outputs(ref, got)["snr_db"] > 12
+
+
+@pytest.mark.slow
+def test_digits_cnn_keeps_accuracy_within_one_point():
+    import importlib.util
+    from pathlib import Path
+    pytest.importorskip("sklearn")
+    path = Path(__file__).resolve().parents[1] / "scripts" / "train_digits.py"
+    spec = importlib.util.spec_from_file_location("train_digits", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    result = script.evaluate(script.export_onnx(script.train(epochs=12)), "reference")
+    assert result["images"] == 450 and result["float_acc"] > 95
+    assert result["float_acc"] - result["int8_acc"] <= 1.0, result

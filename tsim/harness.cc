@@ -1,0 +1,349 @@
+// TSIM harness: runs the Verilated vta_core's clock loop in C++ and serves its memory port from a host DRAM image.
+//
+// Python (vta.tsim.bridge) calls tsim_run() once per program. Each call builds a fresh model (so SRAM contents never
+// leak from one program to the next), resets it, pulses `start`, then clocks it until `done`, until a cycle budget
+// runs out, until the watchdog fires (no `progress` for a number of cycles) or until the core addresses memory
+// outside the DRAM image. The DRAM image is a caller-owned buffer (a numpy array): reads and writes go to it
+// directly, after a bounds check on every request and every write beat.
+//
+// Memory model (docs/core-interface.md): a read request accepted in cycle t returns its first beat no earlier than
+// cycle t + latency, then one beat per cycle while the core takes them; requests are served in order; at most
+// TSIM_MAX_OUTSTANDING requests are in flight (mem_rd_req_ready drops when the queue is full). Writes are accepted
+// every cycle.
+//
+// Compile-time parameters: TSIM_BUS_BYTES (B, bytes per beat), TSIM_TRACE (0 none, 1 VCD, 2 FST).
+
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <type_traits>
+
+#include "Vvta_core.h"
+#include "verilated.h"
+
+#if TSIM_TRACE == 1
+#include "verilated_vcd_c.h"
+typedef VerilatedVcdC TraceFile;
+#elif TSIM_TRACE == 2
+#include "verilated_fst_c.h"
+typedef VerilatedFstC TraceFile;
+#endif
+
+#ifndef TSIM_BUS_BYTES
+#error "TSIM_BUS_BYTES must be defined"
+#endif
+#ifndef TSIM_MAX_OUTSTANDING
+#define TSIM_MAX_OUTSTANDING 64
+#endif
+
+static const uint32_t kBus = TSIM_BUS_BYTES;
+
+// Status codes, mirrored in bridge.py.
+enum TsimStatus : int32_t {
+    TSIM_DONE = 0,
+    TSIM_BUDGET = 1,
+    TSIM_WATCHDOG = 2,
+    TSIM_MEM_ERROR = 3,
+    TSIM_BAD_ARGS = 4,
+};
+
+// Filled by tsim_run; layout mirrored by bridge.TsimInfo (ctypes).
+struct TsimInfo {
+    uint64_t cycles;          // cycles clocked after the start pulse (the start cycle itself not counted)
+    uint64_t idle_cycles;     // consecutive cycles without progress when the run stopped
+    uint64_t err_addr;        // MEM_ERROR: first byte address of the offending access
+    uint64_t err_bytes;       // MEM_ERROR: bytes the access spans
+    int32_t status;           // TsimStatus
+    int32_t err_write;        // MEM_ERROR: 1 for a write, 0 for a read request
+    uint64_t rd_requests;     // read requests accepted
+    uint64_t rd_beats;        // read beats delivered
+    uint64_t wr_beats;        // write beats accepted
+    uint64_t done_cycle;      // value of `cycles` when done rose (the drain after it is not part of the run's time)
+};
+
+// ---- moving bytes between the DRAM image and ports of any width --------------------------------------------------
+template <typename T>
+static inline void put_beat(T& port, const uint8_t* src) {
+    static_assert(std::is_integral<T>::value, "scalar port");
+    uint64_t v = 0;
+    std::memcpy(&v, src, kBus);
+    port = static_cast<T>(v);
+}
+template <std::size_t N>
+static inline void put_beat(VlWide<N>& port, const uint8_t* src) {
+    std::memcpy(port.data(), src, kBus);
+}
+template <typename T>
+static inline void get_beat(const T& port, uint8_t* dst) {
+    uint64_t v = static_cast<uint64_t>(port);
+    std::memcpy(dst, &v, kBus);
+}
+template <std::size_t N>
+static inline void get_beat(const VlWide<N>& port, uint8_t* dst) {
+    std::memcpy(dst, port.data(), kBus);
+}
+template <typename T>
+static inline bool strobe_bit(const T& port, uint32_t i) {
+    return (static_cast<uint64_t>(port) >> i) & 1;
+}
+template <std::size_t N>
+static inline bool strobe_bit(const VlWide<N>& port, uint32_t i) {
+    return (port.data()[i / 32] >> (i % 32)) & 1;
+}
+template <typename T>
+static inline bool strobe_full(const T& port) {
+    uint64_t all = (kBus >= 64) ? ~0ull : ((1ull << kBus) - 1);
+    return (static_cast<uint64_t>(port) & all) == all;
+}
+template <std::size_t N>
+static inline bool strobe_full(const VlWide<N>& port) {
+    for (uint32_t i = 0; i < kBus / 32; ++i)
+        if (port.data()[i] != 0xffffffffu) return false;
+    return true;
+}
+
+namespace {
+
+struct ReadReq {
+    uint64_t addr;      // byte address of the next beat
+    uint32_t left;      // beats still to deliver
+    uint64_t ready_at;  // first cycle the next beat may be presented
+};
+
+class Sim {
+  public:
+    Sim(uint8_t* dram, uint64_t dram_size, uint32_t latency, TsimInfo* info)
+        : ctx_(new VerilatedContext), dram_(dram), size_(dram_size), latency_(latency), info_(info) {
+        ctx_->randReset(0);
+        top_.reset(new Vvta_core(ctx_.get(), "vta_core"));
+    }
+    ~Sim() {
+#if TSIM_TRACE
+        close_trace();
+#endif
+        top_->final();
+    }
+
+    Vvta_core* top() { return top_.get(); }
+
+#if TSIM_TRACE
+    void open_trace(const char* path, uint64_t begin, uint64_t end) {
+        ctx_->traceEverOn(true);
+        trace_.reset(new TraceFile);
+        top_->trace(trace_.get(), 99);
+        trace_->open(path);
+        trace_begin_ = begin;
+        trace_end_ = end;
+    }
+    void close_trace() {
+        if (trace_) trace_->close();
+        trace_.reset();
+    }
+#endif
+
+    // One clock cycle: drive host inputs, settle, sample handshakes, rising edge. Returns false on a memory error.
+    inline bool step() {
+        Vvta_core* t = top_.get();
+        // Host inputs for this cycle depend only on host state, never combinationally on core outputs.
+        bool have_beat = !queue_.empty() && queue_.front().ready_at <= cycle_;
+        t->mem_rd_data_valid = have_beat;
+        if (have_beat) put_beat(t->mem_rd_data, dram_ + queue_.front().addr);
+        t->mem_rd_req_ready = queue_.size() < TSIM_MAX_OUTSTANDING;
+        t->mem_wr_ready = 1;
+        t->clk = 0;
+        t->eval();
+        dump(2 * cycle_);
+        progress_ = t->progress;
+        // Handshakes committed at the coming rising edge.
+        if (t->mem_rd_req_valid && t->mem_rd_req_ready) {
+            uint64_t addr = t->mem_rd_req_addr;
+            uint32_t len = t->mem_rd_req_len;
+            uint64_t bytes = uint64_t(len) * kBus;
+            if (len == 0 || addr % kBus || addr + bytes > size_) return fail(addr, len == 0 ? 0 : bytes, 0);
+            queue_.push_back(ReadReq{addr, len, cycle_ + latency_});
+            info_->rd_requests++;
+        }
+        if (have_beat && t->mem_rd_data_ready) {
+            ReadReq& r = queue_.front();
+            info_->rd_beats++;
+            r.addr += kBus;
+            r.ready_at = cycle_ + 1;
+            if (--r.left == 0) {
+                queue_.pop_front();
+                if (!queue_.empty() && queue_.front().ready_at < cycle_ + 1) queue_.front().ready_at = cycle_ + 1;
+            }
+        }
+        if (t->mem_wr_valid) {
+            uint64_t addr = t->mem_wr_addr;
+            if (addr % kBus || addr + kBus > size_) return fail(addr, kBus, 1);
+            write_beat(addr);
+            info_->wr_beats++;
+        }
+        t->clk = 1;
+        t->eval();
+        dump(2 * cycle_ + 1);
+        cycle_++;
+        return true;
+    }
+
+    void reset(uint32_t cycles) {
+        Vvta_core* t = top_.get();
+        t->rst = 1;
+        t->start = 0;
+        t->mem_rd_req_ready = 0;
+        t->mem_rd_data_valid = 0;
+        t->mem_wr_ready = 0;
+        for (uint32_t i = 0; i < cycles; ++i) {
+            t->clk = 0;
+            t->eval();
+            t->clk = 1;
+            t->eval();
+        }
+        t->rst = 0;
+    }
+
+    uint64_t cycle() const { return cycle_; }
+    bool progress() const { return progress_; }
+
+    uint64_t counter(uint32_t index) {
+        top_->csr_addr = index;
+        top_->eval();
+        return top_->csr_rdata;
+    }
+
+  private:
+    bool fail(uint64_t addr, uint64_t bytes, int write) {
+        info_->status = TSIM_MEM_ERROR;
+        info_->err_addr = addr;
+        info_->err_bytes = bytes;
+        info_->err_write = write;
+        return false;
+    }
+
+    inline void write_beat(uint64_t addr) {
+        Vvta_core* t = top_.get();
+        if (strobe_full(t->mem_wr_strb)) {
+            get_beat(t->mem_wr_data, dram_ + addr);
+            return;
+        }
+        uint8_t tmp[kBus];
+        get_beat(t->mem_wr_data, tmp);
+        for (uint32_t i = 0; i < kBus; ++i)
+            if (strobe_bit(t->mem_wr_strb, i)) dram_[addr + i] = tmp[i];
+    }
+
+    inline void dump(uint64_t time) {
+#if TSIM_TRACE
+        if (trace_ && cycle_ >= trace_begin_ && cycle_ < trace_end_) trace_->dump(time);
+#else
+        (void)time;
+#endif
+    }
+
+    std::unique_ptr<VerilatedContext> ctx_;
+    std::unique_ptr<Vvta_core> top_;
+#if TSIM_TRACE
+    std::unique_ptr<TraceFile> trace_;
+    uint64_t trace_begin_ = 0, trace_end_ = 0;
+#endif
+    uint8_t* dram_;
+    uint64_t size_;
+    uint64_t latency_;
+    TsimInfo* info_;
+    std::deque<ReadReq> queue_;
+    uint64_t cycle_ = 0;
+    bool progress_ = false;
+};
+
+}  // namespace
+
+extern "C" {
+
+// Bytes per memory beat the library was built for.
+uint32_t tsim_bus_bytes() { return kBus; }
+
+// 0: no trace support, 1: VCD, 2: FST.
+int32_t tsim_trace_kind() { return TSIM_TRACE; }
+
+// Runs one program. `dram` (dram_size bytes) is read and written in place. The instruction stream is `insn_count`
+// instructions at byte address `insn_addr`. Stops after `max_cycles` cycles (0: no budget) or after `watchdog` cycles
+// in a row without progress (0: no watchdog). After `done` the clock keeps running until nothing progresses for
+// `drain` cycles (0: stop at done), so work FINISH did not wait for shows in the counters. On return
+// `counters[0..n_counters)` holds the core's counters; on a watchdog stop `counters_prev` holds them one cycle
+// before the last (the caller diffs the two to see what each module was doing). `trace_path` (may be NULL) records cycles [trace_begin, trace_end) when the library was built
+// with trace support. Returns info->status.
+int32_t tsim_run(uint8_t* dram, uint64_t dram_size, uint32_t insn_addr, uint32_t insn_count, uint64_t max_cycles,
+                 uint64_t watchdog, uint32_t latency, uint64_t drain, uint64_t* counters, uint64_t* counters_prev,
+                 uint32_t n_counters, const char* trace_path, uint64_t trace_begin, uint64_t trace_end,
+                 TsimInfo* info) {
+    std::memset(info, 0, sizeof(*info));
+    if (!dram || !info || (n_counters && (!counters || !counters_prev))) {
+        if (info) info->status = TSIM_BAD_ARGS;
+        return TSIM_BAD_ARGS;
+    }
+    Sim sim(dram, dram_size, latency, info);
+#if TSIM_TRACE
+    if (trace_path && trace_path[0]) sim.open_trace(trace_path, trace_begin, trace_end);
+#else
+    (void)trace_path;
+    (void)trace_begin;
+    (void)trace_end;
+#endif
+    Vvta_core* t = sim.top();
+    sim.reset(4);
+    // Start pulse (one cycle), with no memory traffic possible yet.
+    t->insn_addr = insn_addr;
+    t->insn_count = insn_count;
+    t->start = 1;
+    t->clk = 0;
+    t->eval();
+    t->clk = 1;
+    t->eval();
+    t->start = 0;
+
+    uint64_t idle = 0;
+    int32_t status = TSIM_DONE;
+    while (true) {
+        if (t->done) {
+            info->done_cycle = sim.cycle();
+            // Drain: modules may still finish work FINISH did not wait for (e.g. loads nothing reads later). Keep
+            // clocking and serving memory until nothing progresses for `drain` cycles, so the counters see all of it.
+            uint64_t quiet = 0;
+            while (quiet < drain && !(max_cycles && sim.cycle() >= max_cycles)) {
+                if (!sim.step()) {
+                    status = TSIM_MEM_ERROR;
+                    break;
+                }
+                quiet = sim.progress() ? 0 : quiet + 1;
+            }
+            break;
+        }
+        if (max_cycles && sim.cycle() >= max_cycles) {
+            status = TSIM_BUDGET;
+            break;
+        }
+        if (!sim.step()) {
+            status = TSIM_MEM_ERROR;
+            break;
+        }
+        idle = sim.progress() ? 0 : idle + 1;
+        if (watchdog && idle >= watchdog) {
+            status = TSIM_WATCHDOG;
+            for (uint32_t i = 0; i < n_counters; ++i) counters_prev[i] = sim.counter(i);
+            if (!sim.step()) status = TSIM_MEM_ERROR;
+            break;
+        }
+    }
+#if TSIM_TRACE
+    sim.close_trace();
+#endif
+    for (uint32_t i = 0; i < n_counters; ++i) counters[i] = sim.counter(i);
+    info->cycles = sim.cycle();
+    info->idle_cycles = idle;
+    info->status = status;
+    return status;
+}
+
+}  // extern "C"

@@ -1,0 +1,554 @@
+"""The ``vta`` command line (also ``python -m vta``). Argument parsing and logging setup live here and only here.
+
+Commands::
+
+    vta config show [--config FILE] [--json]   every field, derived value, ISA field width and the canonical name
+    vta config check FILE                      validate a config file (exit 2 with every problem listed)
+    vta disasm PROGRAM [--raw]                 a saved program (.npz) or a raw instruction binary as text
+    vta asm TEXT -o FILE.bin                   assembly text to raw encoded instructions
+    vta run [MODEL] [--target NAME]            the built-in GEMM benchmark, or a model (delegated to the compiler)
+    vta hw | compile | tsim ...                groups registered by vta.hw.cli, vta.compiler.cli, vta.tsim.cli
+
+Plug-in groups: a module ``vta.<group>.cli`` with ``register(subparsers)`` adds its sub-parsers and sets
+``func=handler`` on each (``handler(args) -> int | None``). It is imported only when its group is the command
+given, so ``vta --help`` and ``vta config ...`` never import amaranth, onnx or llvmlite; a group whose module is
+missing is simply absent. Plug-ins take a config with :func:`add_config_option` and :func:`config_from_args`.
+
+Exit codes: 0 success; 1 a run failed (simulation error, wrong result); 2 bad input (bad config, bad assembly,
+bad file, bad arguments). Library errors print as one message without a traceback unless ``--debug`` is given.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import json
+import logging
+import sys
+import traceback
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from . import __version__
+
+__all__ = ["main", "build_parser", "add_config_option", "config_from_args", "CliError"]
+
+log = logging.getLogger("vta")
+
+# group -> (module, one-line help shown by `vta --help` without importing the module)
+PLUGINS: dict[str, tuple[str, str]] = {
+    "hw": ("vta.hw.cli", "generate the hardware: Verilog, area estimates (vta hw --help)"),
+    "compile": ("vta.compiler.cli", "compile an ONNX model to an accelerator program (vta compile --help)"),
+    "tsim": ("vta.tsim.cli", "Verilator co-simulation: build, run, trace (vta tsim --help)"),
+}
+TARGETS = ("fsim", "tsim", "cpu")
+
+
+class CliError(Exception):
+    """A problem with the command's input; printed as one line, exit code ``code``."""
+
+    def __init__(self, message: str, code: int = 2) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+# ---- helpers shared with plug-ins -----------------------------------------------------------------------------------
+def add_config_option(parser: argparse.ArgumentParser) -> None:
+    """Add the one ``--config FILE`` option every command that takes a config uses."""
+    parser.add_argument("--config", metavar="FILE", default=None,
+                        help="accelerator config: VTA's vta_config.json or a TOML file with the same keys "
+                             "(default: VTA's defaults, 1x16_i8w8a32_15_15_18_17)")
+
+
+def config_from_args(args: argparse.Namespace) -> Any:
+    """The :class:`~vta.config.VTAConfig` named by ``args.config`` (defaults when not given)."""
+    from .config import VTAConfig, load_config
+    path = getattr(args, "config", None)
+    return load_config(path) if path else VTAConfig()
+
+
+# ---- config ---------------------------------------------------------------------------------------------------------
+def _config_facts(cfg: Any) -> dict[str, Any]:
+    """Every field, derived value and ISA layout fact of ``cfg`` as plain data (what `config show` prints)."""
+    from .config import MEM_NAMES
+    from .isa import OPCODE_NAMES, layout
+    lay = layout(cfg)
+    buffers = {}
+    sizes = {"uop": cfg.log_uop_buff_size, "inp": cfg.log_inp_buff_size, "wgt": cfg.log_wgt_buff_size,
+             "acc": cfg.log_acc_buff_size, "out": cfg.log_out_buff_size}
+    for mem, name in MEM_NAMES.items():
+        if name == "acc8":
+            continue
+        depth = cfg.depth(mem)
+        buffers[name] = {"bytes": 1 << sizes[name], "entry_bytes": cfg.elem_bytes(mem), "depth": depth,
+                         "index_bits": max(depth - 1, 0).bit_length()}
+    isa = {OPCODE_NAMES[op]: {f.name: {"lsb": f.lsb, "msb": f.msb, "width": f.width, "signed": f.signed}
+                              for f in fs} for op, fs in sorted(lay.fields.items())}
+    isa["UOP"] = {f.name: {"lsb": f.lsb, "msb": f.msb, "width": f.width, "signed": f.signed} for f in lay.uop_fields}
+    return {
+        "name": cfg.name,
+        "fields": cfg.to_dict(),
+        "derived": {"batch": cfg.batch, "block_in": cfg.block_in, "block_out": cfg.block_out,
+                    "inp_width": cfg.inp_width, "wgt_width": cfg.wgt_width, "acc_width": cfg.acc_width,
+                    "out_width": cfg.out_width, "log_out_buff_size": cfg.log_out_buff_size,
+                    "macs_per_cycle": cfg.macs_per_cycle, "insn_bits": lay.insn_bits, "insn_bytes": lay.insn_bytes,
+                    "uop_bits": lay.uop_bits, "uop_bytes": cfg.uop_bytes},
+        "buffers": buffers,
+        "isa": isa,
+    }
+
+
+def _format_config(facts: dict[str, Any], source: str) -> str:
+    d = facts["derived"]
+    lines = [f"name        {facts['name']}", f"source      {source}", "", "fields"]
+    lines += [f"  {key:<19} {value}" for key, value in facts["fields"].items()]
+    lines += ["", "derived",
+              f"  GEMM core          {d['batch']} x {d['block_in']} times {d['block_in']} x {d['block_out']} "
+              f"({d['macs_per_cycle']} int8 MACs per micro-op)",
+              f"  element widths     inp {d['inp_width']}, wgt {d['wgt_width']}, acc {d['acc_width']}, "
+              f"out {d['out_width']} bits",
+              f"  instructions       {d['insn_bits']} bits ({d['insn_bytes']} bytes)",
+              f"  micro-ops          {d['uop_bits']} bits ({d['uop_bytes']} bytes)",
+              f"  LOG_OUT_BUFF_SIZE  {d['log_out_buff_size']}",
+              "", "buffers     bytes  entry bytes   depth  index bits"]
+    for name, b in facts["buffers"].items():
+        lines.append(f"  {name:<5} {b['bytes']:>9} {b['entry_bytes']:>12} {b['depth']:>7} {b['index_bits']:>11}")
+    lines += ["", "ISA fields (name[msb:lsb], bit 0 = LSB; (s) = signed)"]
+    common = set(facts["isa"]["FINISH"])
+    rows = {"common": facts["isa"]["FINISH"]}
+    rows.update({op: {n: f for n, f in fs.items() if n not in common}
+                 for op, fs in facts["isa"].items() if op != "FINISH"})
+    for op, fs in rows.items():
+        parts = [f"{n}[{f['msb']}:{f['lsb']}]" + ("(s)" if f["signed"] else "") for n, f in fs.items()]
+        lines += _wrap(f"  {op:<7}", parts, width=118)
+    return "\n".join(lines)
+
+
+def _wrap(head: str, words: list[str], width: int) -> list[str]:
+    """``words`` after ``head``, wrapped to ``width`` columns with continuation lines indented under the first."""
+    lines, line = [], head
+    for word in words:
+        if len(line) + 1 + len(word) > width and line.strip():
+            lines.append(line)
+            line = " " * len(head)
+        line += " " + word
+    lines.append(line)
+    return lines
+
+
+def _cmd_config_show(args: argparse.Namespace) -> int:
+    cfg = config_from_args(args)
+    facts = _config_facts(cfg)
+    if args.json:
+        print(json.dumps(facts, indent=2))
+    else:
+        print(_format_config(facts, args.config or "defaults (VTAConfig())"))
+    return 0
+
+
+def _cmd_config_check(args: argparse.Namespace) -> int:
+    from .config import load_config
+    cfg = load_config(args.file)
+    print(f"{args.file}: valid; canonical name {cfg.name}")
+    return 0
+
+
+# ---- asm / disasm ---------------------------------------------------------------------------------------------------
+def _read_bytes(path: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as err:
+        raise CliError(f"cannot read {path}: {err.strerror}") from None
+
+
+def _cmd_disasm(args: argparse.Namespace) -> int:
+    from .asm import disassemble
+    from .isa import decode_stream
+    program = None
+    if args.raw:
+        if args.uops:
+            raise CliError("--uops needs a saved program (.npz): a raw instruction binary has no DRAM image")
+        cfg = config_from_args(args)
+        insns = decode_stream(_read_bytes(args.program), cfg)
+    else:
+        if args.config:
+            raise CliError("--config is only for --raw binaries; a saved program carries its own config")
+        if not Path(args.program).is_file():
+            raise CliError(f"cannot read {args.program}: no such file")
+        from .program import Program
+        program = Program.load(args.program)
+        cfg, insns = program.cfg, program.insns
+    text = f"# config {cfg.name}, {len(insns)} instructions\n" + disassemble(insns, cfg, numbered=args.numbered)
+    if program is not None and args.uops:
+        text += _uop_listing(program)
+    _write_text(text, args.output)
+    return 0
+
+
+def _uop_listing(program: Any) -> str:
+    """The micro-ops every ``LOAD UOP`` of ``program`` loads, read from its initial DRAM image, as UOP lines."""
+    import numpy as np
+    from .asm import disassemble_uops
+    from .config import MEM_UOP
+    from .isa import Load
+    cfg = program.cfg
+    nbytes = cfg.uop_bytes
+    dtype = np.dtype("<u4") if nbytes == 4 else np.dtype("<u8")
+    parts = []
+    for index, insn in enumerate(program.insns):
+        if not (isinstance(insn, Load) and insn.mem == MEM_UOP and insn.x_size):
+            continue
+        rows: list[Any] = []
+        sram: list[int] = []
+        row_len = insn.x_pad_0 + insn.x_size + insn.x_pad_1  # SRAM entries per row, padding included
+        for y in range(insn.y_size):
+            start = (insn.dram_base + y * insn.x_stride) * nbytes
+            end = start + insn.x_size * nbytes
+            if end > program.dram.size:
+                raise CliError(f"instruction {index} loads micro-ops from bytes [{start}, {end}), beyond the "
+                               f"{program.dram.size}-byte DRAM image", 1)
+            rows.append(np.frombuffer(program.dram[start:end].tobytes(), dtype=dtype))
+            first = insn.sram_base + (y + insn.y_pad_0) * row_len + insn.x_pad_0
+            sram.extend(range(first, first + insn.x_size))
+        text = disassemble_uops(np.concatenate(rows), cfg)
+        lines = [f"{line}  # sram {k}" for k, line in zip(sram, text.splitlines())]
+        parts.append(f"\n# micro-ops loaded by instruction {index} (to uop sram {insn.sram_base})\n" +
+                     "".join(line + "\n" for line in lines))
+    return "".join(parts)
+
+
+def _write_text(text: str, output: str | None) -> None:
+    if output is None:
+        sys.stdout.write(text)
+        return
+    try:
+        Path(output).write_text(text)
+    except OSError as err:
+        raise CliError(f"cannot write {output}: {err.strerror}") from None
+
+
+def _cmd_asm(args: argparse.Namespace) -> int:
+    from .asm import assemble_listing
+    from .isa import encode_stream, encode_uops
+    cfg = config_from_args(args)
+    if args.text == "-":
+        text = sys.stdin.read()
+    else:
+        try:
+            text = Path(args.text).read_text()
+        except OSError as err:
+            raise CliError(f"cannot read {args.text}: {err.strerror}") from None
+    listing = assemble_listing(text, cfg)
+    if listing.uops and not args.uop_output:
+        raise CliError(f"{args.text} has {len(listing.uops)} UOP lines; give --uop-output FILE to write them")
+    data = encode_stream(listing.insns, cfg).tobytes()
+    _write_bytes(args.output, data)
+    print(f"wrote {len(listing.insns)} instructions ({len(data)} bytes, {cfg.name}) to {args.output}")
+    if args.uop_output:
+        u = listing.uops
+        words = encode_uops([x.dst for x in u], [x.src for x in u], [x.wgt for x in u], cfg).tobytes() if u else b""
+        _write_bytes(args.uop_output, words)
+        print(f"wrote {len(u)} micro-ops ({len(words)} bytes, little-endian) to {args.uop_output}")
+    return 0
+
+
+def _write_bytes(path: str, data: bytes) -> None:
+    try:
+        Path(path).write_bytes(data)
+    except OSError as err:
+        raise CliError(f"cannot write {path}: {err.strerror}") from None
+
+
+# ---- run ------------------------------------------------------------------------------------------------------------
+def _cmd_run(args: argparse.Namespace) -> int:
+    if args.model is not None and str(args.model).endswith(".npz"):
+        return _run_program(args)
+    if args.model is not None:
+        return _run_model(args)
+    for name in ("m", "k", "n"):
+        value = getattr(args, name)
+        if value < 1:
+            raise CliError(f"--{name} must be a positive number of elements, not {value}")
+    cfg = config_from_args(args)
+    import numpy as np
+    from .backend import get_backend
+    from .workloads import gemm_program
+    program, expected = gemm_program(cfg, args.m, args.k, args.n, seed=args.seed,
+                                     double_buffer=not args.no_double_buffer)
+    try:
+        backend = get_backend(args.target)
+    except ValueError as err:
+        raise CliError(f"{err}; the GEMM benchmark needs an instruction-level backend (--target cpu runs models "
+                       f"through the compiler's CPU fallback: vta run MODEL --target cpu)") from None
+    log.info("running a %dx%dx%d GEMM (%d instructions) on %s", args.m, args.k, args.n, len(program.insns),
+             args.target)
+    result = backend.run(program)
+    correct = bool(np.array_equal(program.read(GEMM_OUTPUT, result.dram), expected))
+    report = {"workload": f"gemm {args.m}x{args.k}x{args.n}", "backend": result.backend, "config": cfg.name,
+              "instructions": len(program.insns), "cycles": result.cycles, "correct": correct,
+              "summary": _summary(cfg, args.m * args.k * args.n, result), "stats": dict(result.stats),
+              "counters": dict(result.counters or {})}
+    if args.json:
+        print(json.dumps(report, indent=2, default=_json_default))
+    else:
+        print(_format_run(report))
+    if not correct:
+        log.error("the GEMM output differs from the numpy reference")
+        return 1
+    return 0
+
+
+def _run_program(args: argparse.Namespace) -> int:
+    """`vta run PROGRAM.npz`: run a saved program as it is and print the backend's statistics."""
+    if args.config:
+        raise CliError("--config does not apply to a saved program (.npz): it carries its own config")
+    if not Path(args.model).is_file():
+        raise CliError(f"cannot read {args.model}: no such file")
+    from .backend import get_backend
+    from .program import Program
+    program = Program.load(args.model)
+    result = get_backend(args.target).run(program)
+    report = {"workload": f"program {args.model}", "backend": result.backend, "config": program.cfg.name,
+              "instructions": len(program.insns), "cycles": result.cycles, "correct": None,
+              "summary": _summary(program.cfg, None, result), "stats": dict(result.stats),
+              "counters": dict(result.counters or {})}
+    if args.json:
+        print(json.dumps(report, indent=2, default=_json_default))
+    else:
+        print(_format_run(report))
+    return 0
+
+
+GEMM_OUTPUT = "C"
+"""The allocation of vta.workloads.gemm_program that holds the result."""
+
+
+def _summary(cfg: Any, useful_macs: int | None, result: Any) -> dict[str, Any]:
+    """Figures derived from a run: MACs, and with cycles the MAC utilization and the time at the config's clock.
+
+    ``useful_macs`` (the workload's own m*k*n, None when unknown) excludes the zero padding of partial blocks;
+    without it the utilization counts every MAC the GEMM core issued (``gemm_uops`` x MACs per micro-op, resets
+    included).
+    """
+    out: dict[str, Any] = {}
+    if useful_macs is not None:
+        out["useful_macs"] = useful_macs
+    macs = result.stats.get("macs")
+    if macs is not None:
+        out["macs_issued"] = int(macs)  # includes the zero padding of partial blocks
+    if result.cycles:
+        work = useful_macs if useful_macs is not None else int(result.stats.get("gemm_uops", 0)) * cfg.macs_per_cycle
+        out["mac_utilization"] = round(work / (result.cycles * cfg.macs_per_cycle), 4)
+        out["time_us"] = round(result.cycles / cfg.clock_mhz, 3)
+    return out
+
+
+def _json_default(value: Any) -> Any:
+    if hasattr(value, "item"):
+        return value.item()
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    return str(value)
+
+
+def _format_run(report: dict[str, Any]) -> str:
+    cycles = report["cycles"]
+    lines = [f"{report['workload']} on {report['backend']} ({report['config']}, {report['instructions']} "
+             f"instructions)",
+             f"  {'result':<28} {_verdict(report['correct'])}",
+             f"  {'cycles':<28} {cycles if cycles is not None else 'n/a (this backend does not count cycles)'}"]
+    for title in ("summary", "stats", "counters"):
+        if report[title]:
+            lines.append(f"{title}")
+            lines += [f"  {key:<28} {_fmt_value(value)}" for key, value in report[title].items()]
+    return "\n".join(lines)
+
+
+def _verdict(correct: bool | None) -> str:
+    if correct is None:
+        return "not checked (no reference for a saved program)"
+    return "correct (matches numpy)" if correct else "WRONG (differs from numpy)"
+
+
+def _fmt_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, int) or (hasattr(value, "dtype") and getattr(value, "ndim", 1) == 0):
+        return f"{int(value):,}"
+    if isinstance(value, float):
+        return f"{value:,.3f}"
+    return str(value)
+
+
+def _run_model(args: argparse.Namespace) -> int:
+    try:
+        from .compiler.cli import run_model
+    except ImportError as err:
+        raise CliError(f"running a model ({args.model}) needs vta.compiler.cli.run_model, which is not available "
+                       f"({err}); without MODEL, `vta run` runs the built-in GEMM benchmark", 1) from None
+    code = run_model(args)
+    return int(code or 0)
+
+
+# ---- parser ---------------------------------------------------------------------------------------------------------
+def _add_config_group(sub: Any) -> None:
+    config = sub.add_parser("config", help="show or check an accelerator config",
+                            description="Show every field of a config with its derived values, or check a file.")
+    csub = config.add_subparsers(dest="config_command", metavar="{show,check}", required=True)
+    show = csub.add_parser("show", help="print every field, derived value, ISA field layout and the canonical name",
+                           description="Print every field of the config, the derived values (buffer depths, "
+                                       "element bytes, instruction and micro-op bits, ISA field positions) and the "
+                                       "canonical name.")
+    add_config_option(show)
+    show.add_argument("--json", action="store_true", help="print the same facts as JSON")
+    show.set_defaults(func=_cmd_config_show)
+    check = csub.add_parser("check", help="validate a config file (exit 2 listing every problem)",
+                            description="Validate a config file (VTA's JSON or TOML); print its canonical name, or "
+                                        "every problem found and exit with code 2.")
+    check.add_argument("file", metavar="FILE", help="vta_config.json or a .toml file")
+    check.set_defaults(func=_cmd_config_check)
+
+
+def _add_asm_commands(sub: Any) -> None:
+    disasm = sub.add_parser("disasm", help="print a program's instructions as assembly text",
+                            description="Print the instructions of a program saved by Program.save (.npz), or of a "
+                                        "raw binary of encoded instructions (--raw, read with --config), one per "
+                                        "line in the syntax `vta asm` reads.")
+    disasm.add_argument("program", metavar="PROGRAM", help="a .npz program file, or a raw binary with --raw")
+    disasm.add_argument("--raw", action="store_true",
+                        help="PROGRAM is raw little-endian instructions (as `vta asm` writes), no header")
+    add_config_option(disasm)
+    disasm.add_argument("-n", "--numbered", action="store_true", help="append each instruction's index as a comment")
+    disasm.add_argument("--uops", action="store_true",
+                        help="also print the micro-ops each LOAD UOP loads, as UOP lines (saved programs only)")
+    disasm.add_argument("-o", "--output", metavar="FILE", help="write the text to FILE instead of standard output")
+    disasm.set_defaults(func=_cmd_disasm)
+    asm = sub.add_parser("asm", help="assemble text into raw encoded instructions",
+                         description="Assemble instruction text (the syntax `vta disasm` prints; see vta.asm) into "
+                                     "raw little-endian instructions of the config's width (128 or 256 bits each).")
+    asm.add_argument("text", metavar="TEXT", help="the assembly file ('-' reads standard input)")
+    asm.add_argument("-o", "--output", metavar="FILE.bin", required=True, help="where to write the instructions")
+    asm.add_argument("--uop-output", metavar="FILE.bin", help="where to write the micro-ops of UOP lines")
+    add_config_option(asm)
+    asm.set_defaults(func=_cmd_asm)
+
+
+def _add_run_command(sub: Any, with_model_options: bool) -> None:
+    run = sub.add_parser("run", help="run the GEMM benchmark or a model on a backend and print statistics",
+                         description="Without MODEL: build the GEMM benchmark program (C = A x B, int8 inputs, "
+                                     "M x K times K x N), run it on the chosen backend, check the result against "
+                                     "numpy and print the backend's statistics. With MODEL (a zoo name such as "
+                                     "resnet18 or an .onnx file): compile and run the model (vta.compiler).")
+    run.add_argument("model", metavar="MODEL", nargs="?", default=None,
+                     help="a model zoo name or an .onnx path, or a saved program (.npz) to run as it is "
+                          "(default: the built-in GEMM benchmark)")
+    run.add_argument("--target", choices=TARGETS, default="fsim",
+                     help="backend: fsim (functional simulator, the spec), tsim (Verilator RTL, cycle-exact), "
+                          "cpu (fallback) (default: fsim)")
+    add_config_option(run)
+    run.add_argument("--m", type=int, default=256, help="GEMM rows of A and C, elements (default: 256)")
+    run.add_argument("--k", type=int, default=256, help="GEMM reduction length, elements (default: 256)")
+    run.add_argument("--n", type=int, default=256, help="GEMM columns of B and C, elements (default: 256)")
+    run.add_argument("--seed", type=int, default=0, help="seed of the random int8 inputs (default: 0)")
+    run.add_argument("--no-double-buffer", action="store_true",
+                     help="do not overlap loads and stores with the GEMM (no latency hiding)")
+    run.add_argument("--json", action="store_true", help="print the statistics as JSON")
+    if with_model_options:
+        _model_run_options(run)
+    run.set_defaults(func=_cmd_run)
+
+
+def _model_run_options(run: argparse.ArgumentParser) -> None:
+    """Let vta.compiler.cli add its model options to `vta run` (optional hook ``add_run_arguments(parser)``)."""
+    try:
+        module = importlib.import_module("vta.compiler.cli")
+    except Exception as err:  # noqa: BLE001 - a broken compiler must not break `vta run` of the GEMM benchmark
+        log.debug("vta.compiler.cli not available: %s", err)
+        return
+    hook: Callable[[argparse.ArgumentParser], None] | None = getattr(module, "add_run_arguments", None)
+    if hook is not None:
+        hook(run)
+
+
+def _plugin_available(module: str) -> bool:
+    """Whether ``module`` can be found, without importing it (its parent package is imported)."""
+    if module in sys.modules:
+        return sys.modules[module] is not None
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _add_plugins(sub: Any, command: str | None) -> None:
+    """Register each plug-in group: for real when it is the command given, else as a light placeholder."""
+    for group, (module, summary) in PLUGINS.items():
+        if group == command:
+            try:
+                plugin = importlib.import_module(module)
+            except ImportError as err:
+                if err.name != module:  # the module exists but something it needs does not
+                    raise CliError(f"the `vta {group}` commands cannot start: {err}") from None
+                continue
+            plugin.register(sub)
+        elif _plugin_available(module):
+            sub.add_parser(group, help=summary, add_help=False)
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The full parser; ``command`` is the subcommand about to run (its plug-in, if any, is imported)."""
+    parser = argparse.ArgumentParser(
+        prog="vta", description="vta-lab: configure, program, simulate and report on a VTA-like int8 GEMM "
+                                "accelerator. Exit codes: 0 ok, 1 a run failed, 2 bad input.")
+    parser.add_argument("--version", action="version", version=f"vta-lab {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logging")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log progress to standard error")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    _add_config_group(sub)
+    _add_asm_commands(sub)
+    _add_run_command(sub, with_model_options=(command == "run"))
+    _add_plugins(sub, command)
+    return parser
+
+
+def _command_of(argv: Sequence[str]) -> str | None:
+    """The first word of ``argv`` that is not an option (the global options take no values)."""
+    return next((word for word in argv if not word.startswith("-")), None)
+
+
+def _exit_code(err: BaseException) -> int | None:
+    """2 for bad input, 1 for a failed run, None for an unexpected error (a bug: show the traceback)."""
+    if isinstance(err, CliError):
+        return err.code
+    if isinstance(err, (ValueError, TypeError, OSError, KeyError)):
+        return 2  # ConfigError, EncodeError, DecodeError, AsmError are ValueErrors
+    if type(err).__module__.startswith("vta."):
+        return 1  # the library's own domain errors, e.g. SimulationError
+    return None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line with ``argv`` (default ``sys.argv[1:]``); returns the exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = _command_of(argv)
+    debug = "--debug" in (argv[:argv.index(command)] if command else argv)
+    try:
+        parser = build_parser(command)
+        try:
+            args = parser.parse_args(argv)
+        except SystemExit as exit_:  # --help, --version, or a usage error argparse has already printed
+            return exit_.code if isinstance(exit_.code, int) else 2
+        level = logging.DEBUG if args.debug else logging.INFO if args.verbose else logging.WARNING
+        logging.basicConfig(level=level, format="vta: %(levelname)s: %(message)s", stream=sys.stderr, force=True)
+        code = args.func(args)
+        return int(code or 0)
+    except KeyboardInterrupt:
+        print("vta: interrupted", file=sys.stderr)
+        return 130
+    except Exception as err:  # noqa: BLE001 - the one place errors become messages and exit codes
+        code = _exit_code(err)
+        if debug or code is None:
+            traceback.print_exc()
+            return code if code is not None else 1
+        print(f"vta: error: {err}", file=sys.stderr)
+        return code

@@ -1,0 +1,714 @@
+"""The functional simulator: the executable definition of every instruction (see :mod:`vta.isa` for the semantics).
+
+:func:`run` executes a :class:`~vta.program.Program` and returns the final DRAM image and event counts. Every other
+backend (the RTL co-simulation, fallbacks) must produce the same DRAM image bit for bit.
+
+Module model (enough to catch token errors): fetch dispatches instructions in program order into three command queues
+(load, compute, store) of ``cfg.cmd_queue_depth`` entries each, an instruction holding its entry until it retires,
+and blocks while the target queue is full. Each module runs its queue in order: the head instruction first pops its
+tokens (all its pops at once, blocking until every one is available), executes, then pushes (all at once, blocking
+while any target token queue holds ``cfg.token_queue_depth`` tokens). The schedule is deterministic: at each step the
+runnable head instruction with the smallest program index advances. Each token queue has one writer and one reader,
+so whether a program deadlocks does not depend on the schedule: a program that completes here completes on the RTL.
+
+FINISH (compute) retires the program; other modules must have no instructions left then (a module still waiting
+would finish after ``done``, so its effect would depend on timing); :meth:`vta.program.ProgramBuilder.finish` makes
+FINISH wait for the store module.
+
+Statistics (:class:`Stats`) use the hardware counters' names (``vta.hw.regs.COUNTERS``) and meaning: byte counts are
+element bytes ``y_size * x_size * elem_bytes`` (padding reads nothing; ACC_8BIT loads count their int8 DRAM bytes
+under ``acc_bytes_read``); micro-op counts are ``iter_out * iter_in * (uop_end - uop_bgn)`` per GEMM/ALU; ``macs``
+counts ``BATCH * BLOCK_IN * BLOCK_OUT`` per GEMM micro-op, except for reset GEMMs, which count micro-ops but no MACs
+(they multiply nothing). FINISH counts as a compute instruction.
+
+Speed: LOAD/STORE are strided numpy copies; GEMM groups the accumulator entries by the sequence of (input, weight)
+tiles they reduce over and runs one float BLAS matmul per group (exact: float32 while a dot product has at most 1024
+terms, float64 beyond, both far from rounding for int8 x int8 products); ALU ops are vectorized, falling back to an
+exact element-order path only when a source entry is overwritten earlier in the same instruction.
+
+Range checks: every buffer entry an instruction reads or writes must be below the buffer's depth. Indices of buffers
+an instruction does not read are not checked (src and wgt of a reset GEMM, src of an ALU op with an immediate or a
+reset). A LOAD/STORE with ``x_size == 0`` moves only tokens and checks nothing.
+"""
+from __future__ import annotations
+
+import contextlib
+from collections import deque
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from .config import MEM_ACC, MEM_ACC_8BIT, MEM_INP, MEM_NAMES, MEM_OUT, MEM_UOP, MEM_WGT, VTAConfig
+from .isa import (ALU_ADD, ALU_MAX, ALU_MIN, ALU_MUL, ALU_NAMES, ALU_SHR, MEMORY_TYPES, Alu, Finish, Gemm, Insn, Load,
+                  Store, decode_uops, module_of)
+from .fsim_race import MODULE_INDEX, RaceTracker
+from .program import MODULES, Program
+
+__all__ = ["run", "FsimResult", "Stats", "SimulationError", "DeadlockError", "SramRangeError", "DramRangeError",
+           "InvalidInstructionError", "RunawayError", "RaceError", "TOKEN_QUEUES"]
+
+TOKEN_QUEUES = ("load_to_compute", "compute_to_load", "compute_to_store", "store_to_compute")
+_POPS = {"load": {"pop_next": "compute_to_load"},
+         "compute": {"pop_prev": "load_to_compute", "pop_next": "store_to_compute"},
+         "store": {"pop_prev": "compute_to_store"}}
+_PUSHES = {"load": {"push_next": "load_to_compute"},
+           "compute": {"push_prev": "compute_to_load", "push_next": "compute_to_store"},
+           "store": {"push_prev": "store_to_compute"}}
+_FLAGS = ("pop_prev", "pop_next", "push_prev", "push_next")
+_CHUNK_ELEMS = 1 << 23  # bound on gathered elements per GEMM/ALU chunk (memory ~32-64 MB)
+
+
+# ---- errors ---------------------------------------------------------------------------------------------------------
+class SimulationError(RuntimeError):
+    """A program cannot run to FINISH. ``insn_index`` is the instruction at fault (None when none is)."""
+
+    def __init__(self, message: str, insn_index: int | None = None) -> None:
+        super().__init__(message)
+        self.insn_index = insn_index
+
+
+class DeadlockError(SimulationError):
+    """No module can make progress and work remains (or FINISH would retire while other modules still wait)."""
+
+
+class SramRangeError(SimulationError):
+    """An instruction addresses an on-chip buffer entry beyond the buffer's depth."""
+
+
+class DramRangeError(SimulationError):
+    """A LOAD or STORE touches bytes outside the DRAM image."""
+
+
+class InvalidInstructionError(SimulationError):
+    """An instruction no module can execute (bad memory type, STORE padding, bad token flag, ...)."""
+
+
+class RunawayError(SimulationError):
+    """More instructions executed than the ``max_insns`` limit."""
+
+
+class RaceError(SimulationError):
+    """Two modules access the same data (SRAM entry or DRAM byte) with no dependency token ordering them, so the
+    result would depend on timing (see :mod:`vta.fsim_race`)."""
+
+
+# ---- results --------------------------------------------------------------------------------------------------------
+@dataclass
+class Stats:
+    """Event counts of one run (names as the hardware counters in ``vta.hw.regs``); bytes, micro-ops, MACs, insns."""
+
+    insn_bytes_read: int = 0
+    uop_bytes_read: int = 0
+    wgt_bytes_read: int = 0
+    inp_bytes_read: int = 0
+    acc_bytes_read: int = 0
+    out_bytes_written: int = 0
+    gemm_uops: int = 0
+    alu_uops: int = 0
+    macs: int = 0
+    fetch_insns: int = 0
+    load_insns: int = 0
+    compute_insns: int = 0
+    store_insns: int = 0
+    load_to_compute_pushes: int = 0
+    load_to_compute_pops: int = 0
+    compute_to_load_pushes: int = 0
+    compute_to_load_pops: int = 0
+    compute_to_store_pushes: int = 0
+    compute_to_store_pops: int = 0
+    store_to_compute_pushes: int = 0
+    store_to_compute_pops: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        """The counts as a plain ``{name: int}`` dict."""
+        return {k: int(v) for k, v in asdict(self).items()}
+
+
+@dataclass
+class FsimResult:
+    """``dram``: the final DRAM image (``uint8``, a copy owned by the caller); ``stats``: event counts; ``sram``: with
+    ``run(..., keep_sram=True)``, the final on-chip buffers: ``inp`` (depth, BATCH, BLOCK_IN) int8, ``wgt`` (depth,
+    BLOCK_OUT, BLOCK_IN) int8, ``acc`` (depth, BATCH, BLOCK_OUT) int32, ``out`` like acc but int8, ``uop`` (3, depth)
+    int64 rows dst, src, wgt; else None."""
+
+    dram: np.ndarray
+    stats: Stats
+    sram: dict[str, np.ndarray] | None = None
+
+
+# ---- helpers --------------------------------------------------------------------------------------------------------
+def _name(insn: Insn) -> str:
+    if isinstance(insn, (Load, Store)):
+        return f"{type(insn).__name__.upper()} {MEMORY_TYPES.get(insn.mem, insn.mem)}"
+    if isinstance(insn, Alu):
+        return f"ALU {ALU_NAMES.get(insn.alu_opcode, insn.alu_opcode)}"
+    return type(insn).__name__.upper()
+
+
+def _wrap32(x: np.ndarray) -> np.ndarray:
+    """Low 32 bits of an int64 array, as int32 (two's complement wrap-around)."""
+    return x.astype(np.int32)
+
+
+def alu_op(opcode: int, a: np.ndarray, b: np.ndarray | int) -> np.ndarray:
+    """The ALU result ``op(a, b)`` as int32; ``a`` and ``b`` hold int32 values (any integer dtype)."""
+    a = np.asarray(a, dtype=np.int64)
+    b = np.asarray(b, dtype=np.int64)
+    if opcode == ALU_MIN:
+        return _wrap32(np.minimum(a, b))
+    if opcode == ALU_MAX:
+        return _wrap32(np.maximum(a, b))
+    if opcode == ALU_ADD:
+        return _wrap32(a + b)
+    if opcode == ALU_MUL:
+        return _wrap32(a * b)
+    if opcode == ALU_SHR:
+        n = ((b & 63) ^ 32) - 32  # low 6 bits as a signed amount in [-32, 31]
+        right = a >> np.maximum(n, 0)
+        left = ((a & 0xFFFFFFFF).astype(np.uint64) << np.clip(-n, 0, 32).astype(np.uint64)) & np.uint64(0xFFFFFFFF)
+        return np.where(n >= 0, _wrap32(right), _wrap32(left.astype(np.int64)))
+    raise ValueError(f"ALU opcode must be one of {sorted(ALU_NAMES)}, not {opcode!r}")
+
+
+def _check_insn(k: int, insn: Insn, cfg: VTAConfig) -> None:
+    """Static checks of one instruction; raises :class:`InvalidInstructionError`."""
+    module = module_of(insn)
+    for flag in _FLAGS:
+        if getattr(insn, flag) and flag not in _POPS[module] and flag not in _PUSHES[module]:
+            valid = ", ".join(sorted([*_POPS[module], *_PUSHES[module]]))
+            raise InvalidInstructionError(f"instruction {k} ({_name(insn)}) sets {flag}, which the {module} module "
+                                          f"does not have; its token flags are {valid}", k)
+    if isinstance(insn, Load) and insn.mem not in (MEM_UOP, MEM_WGT, MEM_INP, MEM_ACC, MEM_ACC_8BIT):
+        raise InvalidInstructionError(f"instruction {k} is a LOAD of memory type {insn.mem} "
+                                      f"({MEMORY_TYPES.get(insn.mem, 'unknown')}); LOAD takes UOP, WGT, INP, ACC or "
+                                      f"ACC_8BIT (the out buffer is written only by GEMM and ALU)", k)
+    if isinstance(insn, Store):
+        if insn.mem != MEM_OUT:
+            raise InvalidInstructionError(f"instruction {k} is a STORE of memory type {insn.mem} "
+                                          f"({MEMORY_TYPES.get(insn.mem, 'unknown')}); STORE reads only OUT (4)", k)
+        pads = (insn.y_pad_0, insn.y_pad_1, insn.x_pad_0, insn.x_pad_1)
+        if any(pads):
+            raise InvalidInstructionError(f"instruction {k} is a STORE with padding (y_pad_0, y_pad_1, x_pad_0, "
+                                          f"x_pad_1) = {pads}; STORE takes no padding", k)
+    if isinstance(insn, (Gemm, Alu)) and insn.uop_end < insn.uop_bgn:
+        raise InvalidInstructionError(f"instruction {k} ({_name(insn)}) has uop_end {insn.uop_end} < uop_bgn "
+                                      f"{insn.uop_bgn}; the micro-op range [uop_bgn, uop_end) must not be negative", k)
+    if isinstance(insn, Alu) and insn.alu_opcode not in ALU_NAMES:
+        raise InvalidInstructionError(f"instruction {k} has ALU opcode {insn.alu_opcode}; known opcodes are "
+                                      f"{', '.join(f'{v}={n}' for n, v in ALU_NAMES.items())}", k)
+
+
+# ---- the datapath ---------------------------------------------------------------------------------------------------
+class _Machine:
+    """SRAMs, DRAM and the execution of single instructions (token handling is the scheduler's)."""
+
+    def __init__(self, program: Program, stats: Stats) -> None:
+        cfg = self.cfg = program.cfg
+        self.stats = stats
+        self.dram = program.dram.copy()
+        b, bi, bo = cfg.batch, cfg.block_in, cfg.block_out
+        self.inp = np.zeros((cfg.inp_depth, b, bi), np.int8)
+        self.wgt = np.zeros((cfg.wgt_depth, bo, bi), np.int8)
+        self.acc = np.zeros((cfg.acc_depth, b, bo), np.int32)
+        self.out = np.zeros((cfg.acc_depth, b, bo), np.int8)
+        self.uop = np.zeros((3, cfg.uop_depth), np.int64)  # rows: dst, src, wgt
+        self._plans: dict[tuple[object, ...], Any] = {}  # GEMM plans by (insn, chunk, micro-op contents)
+        self.race: RaceTracker | None = None  # set by run() when checking races
+        self.vc: tuple[int, ...] = (0, 0, 0)  # vector clock of the executing instruction (see fsim_race)
+        self.elem_shape = {MEM_INP: (b, bi), MEM_WGT: (bo, bi), MEM_ACC: (b, bo), MEM_ACC_8BIT: (b, bo)}
+
+    def _check(self, k: int, message: str | None) -> None:
+        if message is not None:
+            raise RaceError(message, k)
+
+    def execute(self, k: int, insn: Insn) -> None:
+        if isinstance(insn, Load):
+            self._load(k, insn)
+        elif isinstance(insn, Store):
+            self._store(k, insn)
+        elif isinstance(insn, Gemm):
+            self._gemm(k, insn)
+        elif isinstance(insn, Alu):
+            self._alu(k, insn)
+
+    # -- LOAD / STORE
+    def _dram_range(self, k: int, insn: Load | Store, eb: int) -> tuple[int, int]:
+        lo = insn.dram_base * eb
+        hi = (insn.dram_base + (insn.y_size - 1) * insn.x_stride + insn.x_size) * eb
+        if insn.y_size > 0 and (lo < 0 or insn.x_stride < 0 or hi > self.dram.size):
+            verb = "reads" if isinstance(insn, Load) else "writes"
+            raise DramRangeError(f"instruction {k} ({_name(insn)}) {verb} DRAM bytes [{lo}, {hi}), outside the "
+                                 f"{self.dram.size}-byte DRAM image", k)
+        return lo, hi
+
+    def _rows(self, lo: int, y: int, x_bytes: int, stride_bytes: int, writeable: bool = False) -> np.ndarray:
+        """A (y, x_bytes) strided view of DRAM starting at byte ``lo``."""
+        return np.lib.stride_tricks.as_strided(self.dram[lo:], shape=(y, x_bytes), strides=(stride_bytes, 1),
+                                               writeable=writeable)
+
+    def _load(self, k: int, insn: Load) -> None:
+        if insn.x_size == 0:
+            return
+        cfg, mem = self.cfg, insn.mem
+        eb = cfg.elem_bytes(mem)
+        height = insn.y_pad_0 + insn.y_size + insn.y_pad_1
+        width = insn.x_pad_0 + insn.x_size + insn.x_pad_1
+        depth = cfg.depth(mem)
+        end = insn.sram_base + height * width
+        if end > depth:
+            buf = MEM_NAMES[MEM_ACC if mem == MEM_ACC_8BIT else mem]
+            raise SramRangeError(f"instruction {k} ({_name(insn)}) writes {buf} entries [{insn.sram_base}, {end}), "
+                                 f"but the {buf} buffer has {depth} entries (index {end - 1} >= depth {depth})", k)
+        lo, _ = self._dram_range(k, insn, eb)
+        if self.race is not None:
+            module = "load" if mem in (MEM_INP, MEM_WGT) else "compute"
+            self._check(k, self.race.dram_read(k, module, lo, insn.y_size, insn.x_size * eb, insn.x_stride * eb,
+                                               self.vc))
+            if module == "load":
+                self._check(k, self.race.sram_write(k, MEM_NAMES[mem], slice(insn.sram_base, end), self.vc))
+        raw = np.ascontiguousarray(self._rows(lo, insn.y_size, insn.x_size * eb, insn.x_stride * eb))
+        nbytes = insn.y_size * insn.x_size * eb
+        y0, x0 = insn.y_pad_0, insn.x_pad_0
+        ys, xs = slice(y0, y0 + insn.y_size), slice(x0, x0 + insn.x_size)
+        if mem == MEM_UOP:
+            self.stats.uop_bytes_read += nbytes
+            words = raw.view("<u4" if cfg.uop_bytes == 4 else "<u8").reshape(insn.y_size, insn.x_size)
+            block = np.zeros((3, height, width), np.int64)
+            for row, field in enumerate(decode_uops(words, cfg)):
+                block[row, ys, xs] = field
+            self.uop[:, insn.sram_base:end] = block.reshape(3, height * width)
+            return
+        shape = self.elem_shape[mem]
+        if mem == MEM_ACC:
+            self.stats.acc_bytes_read += nbytes
+            data, target = raw.view("<i4").astype(np.int32), self.acc
+        elif mem == MEM_ACC_8BIT:
+            self.stats.acc_bytes_read += nbytes
+            data, target = raw.view(np.int8).astype(np.int32), self.acc
+        elif mem == MEM_INP:
+            self.stats.inp_bytes_read += nbytes
+            data, target = raw.view(np.int8), self.inp
+        else:
+            self.stats.wgt_bytes_read += nbytes
+            data, target = raw.view(np.int8), self.wgt
+        data = data.reshape((insn.y_size, insn.x_size) + shape)
+        if height == insn.y_size and width == insn.x_size:
+            target[insn.sram_base:end] = data.reshape((-1,) + shape)
+            return
+        block = np.zeros((height, width) + shape, target.dtype)
+        block[ys, xs] = data
+        target[insn.sram_base:end] = block.reshape((-1,) + shape)
+
+    def _store(self, k: int, insn: Store) -> None:
+        if insn.x_size == 0:
+            return
+        cfg = self.cfg
+        eb = cfg.out_elem_bytes
+        end = insn.sram_base + insn.y_size * insn.x_size
+        if end > cfg.out_depth:
+            raise SramRangeError(f"instruction {k} ({_name(insn)}) reads out entries [{insn.sram_base}, {end}), but "
+                                 f"the out buffer has {cfg.out_depth} entries (index {end - 1} >= depth "
+                                 f"{cfg.out_depth})", k)
+        lo, _ = self._dram_range(k, insn, eb)
+        if self.race is not None:
+            self._check(k, self.race.sram_read(k, "out", slice(insn.sram_base, end), self.vc))
+            self._check(k, self.race.dram_write(k, lo, insn.y_size, insn.x_size * eb, insn.x_stride * eb, self.vc))
+        data = self.out[insn.sram_base:end].view(np.uint8).reshape(insn.y_size, insn.x_size * eb)
+        self.stats.out_bytes_written += insn.y_size * insn.x_size * eb
+        if insn.x_stride >= insn.x_size or insn.y_size == 1:
+            self._rows(lo, insn.y_size, insn.x_size * eb, insn.x_stride * eb, writeable=True)[...] = data
+        else:  # rows overlap: later rows win, as in element order
+            for y in range(insn.y_size):
+                start = lo + y * insn.x_stride * eb
+                self.dram[start:start + insn.x_size * eb] = data[y]
+
+    # -- GEMM / ALU loops
+    def _chunks(self, insn: Gemm | Alu, width: int) -> list[tuple[int, int]]:
+        """Flat iteration ranges [t0, t1) of at most ~_CHUNK_ELEMS gathered elements, cut at iter_out boundaries."""
+        nu = insn.uop_end - insn.uop_bgn
+        total = insn.iter_out * insn.iter_in * nu
+        limit = max(1, _CHUNK_ELEMS // width)
+        per_o = insn.iter_in * nu
+        if 0 < per_o <= limit:
+            step = (limit // per_o) * per_o
+        elif 0 < nu <= limit:
+            step = (limit // nu) * nu
+        else:
+            step = limit
+        return [(t, min(t + step, total)) for t in range(0, total, step)]
+
+    def _indices(self, k: int, insn: Gemm | Alu, t0: int, t1: int,
+                 targets: list[tuple[int, str, str]]) -> list[np.ndarray]:
+        """Buffer indices of iterations [t0, t1): per target (uop row name, uop row, factor prefix, buffer)."""
+        nu = insn.uop_end - insn.uop_bgn
+        t = np.arange(t0, t1, dtype=np.int64)
+        u = insn.uop_bgn + t % nu
+        i = (t // nu) % insn.iter_in
+        o = t // (nu * insn.iter_in)
+        out = []
+        for row, prefix, buf in targets:
+            idx = self.uop[row][u] + o * getattr(insn, f"{prefix}_factor_out") + i * getattr(insn, f"{prefix}_factor_in")
+            depth = getattr(self.cfg, f"{buf}_depth")
+            bad = idx >= depth
+            if bad.any():
+                j = int(np.argmax(bad))
+                raise SramRangeError(f"instruction {k} ({_name(insn)}) addresses {buf} entry {int(idx[j])} "
+                                     f"(iteration o={int(o[j])}, i={int(i[j])}, micro-op {int(u[j])}), but the {buf} "
+                                     f"buffer has {depth} entries", k)
+            out.append(idx)
+        return out
+
+    def _check_uops(self, k: int, insn: Gemm | Alu) -> int:
+        if insn.uop_end > self.cfg.uop_depth:
+            raise SramRangeError(f"instruction {k} ({_name(insn)}) reads micro-ops [{insn.uop_bgn}, {insn.uop_end}), "
+                                 f"but the uop buffer has {self.cfg.uop_depth} entries", k)
+        return insn.iter_out * insn.iter_in * (insn.uop_end - insn.uop_bgn)
+
+    def _gemm(self, k: int, insn: Gemm) -> None:
+        total = self._check_uops(k, insn)
+        cfg = self.cfg
+        self.stats.gemm_uops += total
+        if not insn.reset:
+            self.stats.macs += total * cfg.macs_per_cycle
+        targets = [(0, "dst", "acc"), (1, "src", "inp"), (2, "wgt", "wgt")]
+        uops = self.uop[:, insn.uop_bgn:insn.uop_end].tobytes()
+        for t0, t1 in self._chunks(insn, cfg.batch * cfg.block_in + cfg.block_out * cfg.block_in):
+            key = (insn, t0, t1, uops)
+            plan = self._plans.get(key)
+            if insn.reset:  # reads neither inp nor wgt: only dst indices are computed and checked
+                if plan is None:
+                    plan = self._plans[key] = self._indices(k, insn, t0, t1, targets[:1])[0]
+                if self.race is not None:
+                    self._check(k, self.race.sram_write(k, "out", plan, self.vc))
+                self.acc[plan] = 0
+                self.out[plan] = 0
+                continue
+            if plan is None:
+                if len(self._plans) >= 256:
+                    self._plans.clear()
+                plan = self._plans[key] = _GemmPlan(*self._indices(k, insn, t0, t1, targets), cfg.block_in)
+            du = plan.du
+            if self.race is not None:
+                self._check(k, self.race.sram_read(k, "inp", plan.reads[0], self.vc))
+                self._check(k, self.race.sram_read(k, "wgt", plan.reads[1], self.vc))
+                self._check(k, self.race.sram_write(k, "out", du, self.vc))
+            new = _wrap32(self.acc[du].astype(np.int64) + plan.sums(self.inp, self.wgt))
+            self.acc[du] = new
+            self.out[du] = new.astype(np.int8)
+
+    def _alu(self, k: int, insn: Alu) -> None:
+        total = self._check_uops(k, insn)
+        cfg = self.cfg
+        self.stats.alu_uops += total
+        for t0, t1 in self._chunks(insn, cfg.batch * cfg.block_out):
+            reads_src = not (insn.reset or insn.use_imm)  # src indices are computed and checked only when read
+            d, *rest = self._indices(k, insn, t0, t1, [(0, "dst", "acc"), (1, "src", "acc")][:1 + reads_src])
+            s = rest[0] if rest else d
+            if self.race is not None:
+                self._check(k, self.race.sram_write(k, "out", d, self.vc))
+            if insn.reset:
+                self.acc[d] = 0
+                self.out[d] = 0
+            elif insn.use_imm:
+                self._alu_rounds(insn, d, None)
+            elif _alu_hazard(d, s, cfg.acc_depth):
+                self._alu_sequential(insn, d, s)
+            else:
+                self._alu_rounds(insn, d, s)
+
+    def _alu_rounds(self, insn: Alu, d: np.ndarray, s: np.ndarray | None) -> None:
+        """Apply the op in rounds, round r taking the r-th occurrence of each destination (exact when no source is
+        an entry this instruction writes, other than the iteration's own destination)."""
+        for sel in _occurrence_rounds(d):
+            dd = d if sel is None else d[sel]
+            b = insn.imm if s is None else self.acc[s if sel is None else s[sel]]
+            new = alu_op(insn.alu_opcode, self.acc[dd], b)
+            self.acc[dd] = new
+            self.out[dd] = new.astype(np.int8)
+
+    def _alu_sequential(self, insn: Alu, d: np.ndarray, s: np.ndarray) -> None:
+        """Element order, one iteration at a time (sources overwritten earlier in the same instruction)."""
+        acc, out, op = self.acc, self.out, insn.alu_opcode
+        for dj, sj in zip(d.tolist(), s.tolist()):
+            acc[dj] = alu_op(op, acc[dj], acc[sj])
+            out[dj] = acc[dj].astype(np.int8)
+
+
+def _occurrence_rounds(d: np.ndarray) -> list[np.ndarray | None]:
+    """Index sets of iterations: round r holds the r-th occurrence of each value in ``d`` ([None] if all unique)."""
+    order = np.argsort(d, kind="stable")
+    ds = d[order]
+    if ds.size < 2 or np.all(ds[1:] != ds[:-1]):
+        return [None]
+    starts = np.r_[True, ds[1:] != ds[:-1]]
+    group_start = np.maximum.accumulate(np.where(starts, np.arange(ds.size), 0))
+    rank = np.arange(ds.size) - group_start
+    return [np.sort(order[rank == r]) for r in range(int(rank.max()) + 1)]
+
+
+def _alu_hazard(d: np.ndarray, s: np.ndarray, depth: int) -> bool:
+    """True when vectorized rounds would not be exact: some iteration reads an entry (other than its own
+    destination) that this instruction writes."""
+    written = np.zeros(depth, bool)
+    written[d] = True
+    return bool(np.any(written[s] & (s != d)))
+
+
+_HASH = np.random.default_rng(0x5EED).integers(1, 1 << 63, 1 << 12, dtype=np.uint64) | np.uint64(1)
+
+
+def _unique_rows(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct rows of the 2D int array ``a`` and, per row, the index of its distinct row (fast path: a 64-bit
+    hash of each row, verified exactly; np.unique(axis=0) when the hash collides or rows are very long)."""
+    if a.shape[1] <= _HASH.size:
+        with np.errstate(over="ignore"):
+            keys = (a.astype(np.uint64) * _HASH[:a.shape[1]]).sum(axis=1, dtype=np.uint64)
+        _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+        uniq = a[first]
+        inverse = inverse.reshape(-1)
+        if np.array_equal(uniq[inverse], a):
+            return uniq, inverse
+    uniq, inverse = np.unique(a, axis=0, return_inverse=True)
+    return uniq, inverse.reshape(-1)
+
+
+class _GemmPlan:
+    """How to compute one chunk of a GEMM: the destinations ``du`` (unique) and the tile gathers and matmuls that give
+    ``sum inp[s] @ wgt[w].T`` per destination. Depends only on the instruction and the micro-ops, so it is cached.
+
+    Kinds: ``product`` (destinations sharing input sequences and weight sequences: one matmul of the distinct input
+    sequences by the distinct weight sequences), ``groups`` (one matmul per distinct weight sequence), ``batched``
+    (one small matmul per destination), ``uneven`` (destinations with different numbers of terms: one product per
+    iteration, summed per destination).
+    """
+
+    def __init__(self, d: np.ndarray, s: np.ndarray, w: np.ndarray, bi: int) -> None:
+        if d.size > 1 and np.any(d[1:] < d[:-1]):
+            order = np.argsort(d, kind="stable")
+            d, s, w = d[order], s[order], w[order]
+        starts = np.flatnonzero(np.r_[True, d[1:] != d[:-1]])
+        self.du = d[starts]
+        self.reads = (np.unique(s), np.unique(w))  # inp and wgt entries read (for race checks)
+        rows = starts.size
+        terms = d.size // rows
+        if rows * terms != d.size or not np.array_equal(starts, np.arange(rows) * terms):
+            self.kind, self.s, self.w, self.starts = "uneven", s, w, starts
+            return
+        self.terms = terms
+        self.ftype = np.float32 if terms * bi <= 1024 else np.float64  # |partial sums| <= terms*bi*2^14: exact
+        self.S, self.W = s.reshape(rows, terms), w.reshape(rows, terms)
+        self.s_u, self.sid = _unique_rows(self.S)
+        self.w_u, self.wid = _unique_rows(self.W)
+        if len(self.s_u) * len(self.w_u) <= 2 * rows:
+            self.kind = "product"
+        elif len(self.w_u) <= 64:
+            self.kind = "groups"
+            self.groups = [np.flatnonzero(self.wid == g) for g in range(len(self.w_u))]
+        else:
+            self.kind = "batched"
+
+    def sums(self, inp: np.ndarray, wgt: np.ndarray) -> np.ndarray:
+        """int64 of shape (len(du), BATCH, BLOCK_OUT)."""
+        b, bi = inp.shape[1:]
+        bo = wgt.shape[1]
+        if self.kind == "uneven":
+            x = inp[self.s].astype(np.float32)
+            y = np.matmul(x, wgt[self.w].astype(np.float32).transpose(0, 2, 1))  # BLOCK_IN terms: exact in float32
+            return np.add.reduceat(y.astype(np.int64), self.starts, axis=0)
+        terms, ftype = self.terms, self.ftype
+
+        def lhs(seqs: np.ndarray) -> np.ndarray:  # (n, terms) -> (n*B, terms*BI)
+            return inp[seqs].transpose(0, 2, 1, 3).reshape(len(seqs) * b, terms * bi).astype(ftype)
+
+        def rhs(seqs: np.ndarray) -> np.ndarray:  # (n, terms) -> (terms*BI, n*BO)
+            return wgt[seqs].transpose(1, 3, 0, 2).reshape(terms * bi, len(seqs) * bo).astype(ftype)
+
+        if self.kind == "product":
+            p = (lhs(self.s_u) @ rhs(self.w_u)).reshape(len(self.s_u), b, len(self.w_u), bo)
+            return p[self.sid, :, self.wid, :].astype(np.int64)
+        if self.kind == "groups":
+            result = np.empty((len(self.du), b, bo), np.int64)
+            for g, sel in enumerate(self.groups):
+                result[sel] = (lhs(self.S[sel]) @ rhs(self.w_u[g:g + 1])).reshape(len(sel), b, bo)
+            return result
+        x = inp[self.S].transpose(0, 2, 1, 3).reshape(len(self.du), b, terms * bi).astype(ftype)
+        y = wgt[self.W].transpose(0, 1, 3, 2).reshape(len(self.du), terms * bi, bo).astype(ftype)
+        return np.matmul(x, y).astype(np.int64)
+
+
+def _blas_single_thread() -> contextlib.AbstractContextManager[object]:
+    """Limit BLAS to one thread while simulating: the matmuls here are small, and a multi-threaded BLAS on a shared
+    machine spends ~100x longer spinning than computing them (measured: 70 ms vs 0.5 ms for a 44x368x352 matmul)."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # optional: without it BLAS keeps its own thread count
+        return contextlib.nullcontext()
+    return threadpool_limits(limits=1, user_api="blas")
+
+
+# ---- the scheduler --------------------------------------------------------------------------------------------------
+def run(program: Program, *, max_insns: int | None = None, keep_sram: bool = False,
+        check_races: bool = True) -> FsimResult:
+    """Run ``program`` to FINISH; returns the final DRAM image (a copy), statistics and, with ``keep_sram``, the
+    final on-chip buffers.
+
+    Raises a :class:`SimulationError` subclass (with ``insn_index``) when the program is invalid, addresses memory
+    out of range, deadlocks, lacks FINISH, executes more than ``max_insns`` instructions or, with ``check_races``,
+    lets two modules access the same data without a dependency token ordering them (:class:`RaceError`).
+    """
+    if not isinstance(program, Program):
+        raise TypeError(f"run() takes a Program, not {type(program).__name__}")
+    if max_insns is not None and (isinstance(max_insns, bool) or not isinstance(max_insns, int) or max_insns < 0):
+        raise ValueError(f"max_insns must be None or a non-negative integer, not {max_insns!r}")
+    cfg, insns = program.cfg, program.insns
+    finish_at = None
+    for k, insn in enumerate(insns):
+        if finish_at is not None:
+            raise InvalidInstructionError(f"instruction {k} ({_name(insn)}) follows FINISH (instruction {finish_at}); "
+                                          f"FINISH must be the last instruction", k)
+        _check_insn(k, insn, cfg)
+        if isinstance(insn, Finish):
+            finish_at = k
+    if finish_at is None:
+        raise InvalidInstructionError(f"the program has no FINISH instruction; its last instruction (index "
+                                      f"{len(insns) - 1}) must be FINISH", len(insns) - 1 if insns else None)
+    stats = Stats()
+    machine = _Machine(program, stats)
+    if check_races:
+        machine.race = _race_tracker(program)
+    with _blas_single_thread():
+        _Scheduler(program, machine, stats, max_insns).run()
+    sram = None
+    if keep_sram:
+        sram = {"inp": machine.inp, "wgt": machine.wgt, "acc": machine.acc, "out": machine.out, "uop": machine.uop}
+    return FsimResult(machine.dram, stats, sram)
+
+
+def _race_tracker(program: Program) -> RaceTracker:
+    module_insns: dict[str, list[int]] = {m: [] for m in MODULES}
+    lo, hi = None, None
+    for k, insn in enumerate(program.insns):
+        module_insns[module_of(insn)].append(k)
+        if isinstance(insn, Store) and insn.x_size and insn.y_size:
+            eb = program.cfg.out_elem_bytes
+            start = insn.dram_base * eb
+            end = (insn.dram_base + (insn.y_size - 1) * insn.x_stride + insn.x_size) * eb
+            lo, hi = (start, end) if lo is None else (min(lo, start), max(hi, end))
+    span = None if lo is None or min(hi, program.dram.size) <= max(lo, 0) else (max(lo, 0), min(hi, program.dram.size))
+    return RaceTracker(program.cfg, module_insns, lambda k: _name(program.insns[k]), span)
+
+
+class _Scheduler:
+    """Fetch, three command queues, four token queues; see the module docstring for the rules."""
+
+    def __init__(self, program: Program, machine: _Machine, stats: Stats, max_insns: int | None) -> None:
+        self.insns = program.insns
+        self.cfg = program.cfg
+        self.machine = machine
+        self.stats = stats
+        self.max_insns = max_insns
+        self.insn_bytes = program.insn_bytes
+        self.modules = [module_of(i) for i in self.insns]
+        self.pops = [[q for f, q in _POPS[m].items() if getattr(i, f)] for i, m in zip(self.insns, self.modules)]
+        self.pushes = [[q for f, q in _PUSHES[m].items() if getattr(i, f)] for i, m in zip(self.insns, self.modules)]
+        self.queues: dict[str, deque[int]] = {m: deque() for m in MODULES}
+        self.executed = {m: False for m in MODULES}  # head has popped and executed; waits to push
+        self.tokens = dict.fromkeys(TOKEN_QUEUES, 0)
+        self.fetched = 0
+        self.count = 0
+        # vector clocks (see fsim_race): per module, and carried by every token in flight
+        self.vc = {m: [0, 0, 0] for m in MODULES}
+        self.token_vcs: dict[str, deque[tuple[int, ...]]] = {q: deque() for q in TOKEN_QUEUES}
+
+    def _fetch(self) -> None:
+        depth = self.cfg.cmd_queue_depth
+        while self.fetched < len(self.insns):
+            q = self.queues[self.modules[self.fetched]]
+            if len(q) >= depth:
+                return
+            q.append(self.fetched)
+            self.fetched += 1
+            self.stats.fetch_insns += 1
+            self.stats.insn_bytes_read += self.insn_bytes
+
+    def _ready(self, module: str) -> bool:
+        k = self.queues[module][0]
+        if self.executed[module]:
+            limit = self.cfg.token_queue_depth
+            return all(self.tokens[q] < limit for q in self.pushes[k])
+        return all(self.tokens[q] > 0 for q in self.pops[k])
+
+    def run(self) -> None:
+        stats = self.stats
+        while True:
+            self._fetch()
+            best, best_module = -1, ""
+            for m in MODULES:
+                q = self.queues[m]
+                if q and (best < 0 or q[0] < best) and self._ready(m):
+                    best, best_module = q[0], m
+            if best < 0:
+                raise DeadlockError(self._blocked_message("the program deadlocks"), self._first_blocked())
+            insn = self.insns[best]
+            if not self.executed[best_module]:
+                vc = self.vc[best_module]
+                for q in self.pops[best]:
+                    self.tokens[q] -= 1
+                    vc[:] = map(max, vc, self.token_vcs[q].popleft())
+                    setattr(stats, f"{q}_pops", getattr(stats, f"{q}_pops") + 1)
+                self.count += 1
+                if self.max_insns is not None and self.count > self.max_insns:
+                    raise RunawayError(f"more than max_insns={self.max_insns} instructions executed (instruction "
+                                       f"{best} would be number {self.count}); raise the limit if the program is "
+                                       f"meant to be this long", best)
+                vc[MODULE_INDEX[best_module]] += 1
+                self.machine.vc = tuple(vc)
+                if isinstance(insn, Finish) and self.machine.race is not None:
+                    self.machine._check(best, self.machine.race.finish(best, vc))
+                self.machine.execute(best, insn)
+                self.executed[best_module] = True
+                if not self._ready(best_module):
+                    continue
+            for q in self.pushes[best]:
+                self.tokens[q] += 1
+                self.token_vcs[q].append(tuple(self.vc[best_module]))
+                setattr(stats, f"{q}_pushes", getattr(stats, f"{q}_pushes") + 1)
+            self.executed[best_module] = False
+            self.queues[best_module].popleft()
+            setattr(stats, f"{best_module}_insns", getattr(stats, f"{best_module}_insns") + 1)
+            if isinstance(insn, Finish):
+                if any(self.queues.values()):
+                    raise DeadlockError(self._blocked_message(f"FINISH (instruction {best}) cannot end the program")
+                                        + "; make FINISH wait for them (ProgramBuilder.finish does this for store)",
+                                        self._first_blocked())
+                return
+
+    def _first_blocked(self) -> int | None:
+        heads = [q[0] for q in self.queues.values() if q]
+        if self.fetched < len(self.insns):
+            heads.append(self.fetched)
+        return min(heads) if heads else None
+
+    def _blocked_message(self, what: str) -> str:
+        parts = []
+        for m in MODULES:
+            if not self.queues[m]:
+                continue
+            k = self.queues[m][0]
+            name = _name(self.insns[k])
+            if self.executed[m]:
+                full = [q for q in self.pushes[k] if self.tokens[q] >= self.cfg.token_queue_depth]
+                waits = " and ".join(f"room in the full {q.replace('_to_', '->')} token queue "
+                                     f"({self.cfg.token_queue_depth} tokens)" for q in full)
+            else:
+                flags = {q: f for f, q in _POPS[m].items()}
+                empty = [q for q in self.pops[k] if self.tokens[q] == 0]
+                waits = " and ".join(f"a {q.replace('_to_', '->')} token ({flags[q]})" for q in empty)
+            waits = waits or "nothing (it could run only after FINISH)"
+            parts.append(f"{m} module: instruction {k} ({name}) waits for {waits}")
+        if self.fetched < len(self.insns):
+            m = self.modules[self.fetched]
+            parts.append(f"fetch: instruction {self.fetched} waits for room in the full {m} command queue "
+                         f"({self.cfg.cmd_queue_depth} instructions)")
+        return f"{what}: " + "; ".join(parts)

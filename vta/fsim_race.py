@@ -1,0 +1,129 @@
+"""Race detection for the functional simulator: every cross-module data dependency must be ordered by tokens.
+
+The modules run concurrently on the hardware, so a program is only correct when each pair of accesses to the same
+data by two different modules (a write and a read, in either order) is ordered by a chain of dependency tokens. The
+simulator's own schedule may happen to run them in the right order; this tracker checks the ordering itself, with
+vector clocks: ``vc[m]`` is the number of instructions of module m known to have completed (``m`` indexes
+``("load", "compute", "store")``), merged through every token popped. Instruction X of module m is the ``vc[m]``-th
+of its module; W happened before X exactly when W's number within its module is ``<= vc_X[module of W]``.
+
+Shared data (writer module -> reader module): inp and wgt entries (load -> compute), out entries (compute -> store),
+DRAM bytes (store -> load for INP/WGT loads, store -> compute for UOP/ACC loads). Ordering through the command queues'
+capacity is deliberately not counted: it depends on the config and is no substitute for a token.
+"""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import numpy as np
+
+from .config import VTAConfig
+
+__all__ = ["RaceTracker", "MODULE_INDEX"]
+
+MODULE_INDEX = {"load": 0, "compute": 1, "store": 2}
+_SRAM = {"inp": ("load", "compute"), "wgt": ("load", "compute"), "out": ("compute", "store")}
+
+
+class RaceTracker:
+    """Last writer and reader (numbered within their module) of every shared datum; methods return an error
+    sentence when an access is not ordered after a conflicting one, else None.
+
+    ``module_insns[m]``: global indices of module m's instructions in order (static); ``name(k)``: how to name
+    instruction k; ``store_span``: the DRAM byte range any STORE may write (DRAM outside it is never tracked).
+    """
+
+    def __init__(self, cfg: VTAConfig, module_insns: dict[str, list[int]], name: Callable[[int], str],
+                 store_span: tuple[int, int] | None) -> None:
+        self.module_insns, self.name = module_insns, name
+        depth = {"inp": cfg.inp_depth, "wgt": cfg.wgt_depth, "out": cfg.out_depth}
+        self.written = {buf: np.zeros(depth[buf], np.int64) for buf in _SRAM}
+        self.read = {buf: np.zeros(depth[buf], np.int64) for buf in _SRAM}
+        self.grain = min(cfg.uop_bytes, cfg.inp_elem_bytes, cfg.out_elem_bytes)  # every DRAM access is aligned to it
+        self.span = store_span
+        if store_span is not None:
+            n = -(-(store_span[1] - store_span[0]) // self.grain)
+            self.dram_written = np.zeros(n, np.int64)
+            self.dram_readers = {"load": np.zeros(n, np.int64), "compute": np.zeros(n, np.int64)}
+
+    def _insn(self, module: str, number: int) -> str:
+        k = self.module_insns[module][number - 1]
+        return f"instruction {k} ({self.name(k)})"
+
+    def _conflict(self, last: np.ndarray, other: str, vc: Sequence[int]) -> int | None:
+        """Position of the first entry whose last access by module ``other`` is not ordered before ``vc``."""
+        bad = last > vc[MODULE_INDEX[other]]
+        return int(np.argmax(bad)) if bad.any() else None
+
+    def _message(self, k: int, verb: str, what: str, module: str, other: str, number: int, other_verb: str) -> str:
+        via = " (through compute)" if {other, module} == {"load", "store"} else ""
+        return (f"race: instruction {k} ({self.name(k)}) {verb} {what}, which {self._insn(other, number)} "
+                f"{other_verb}, and no dependency token orders the two; the {other} module must push a token after "
+                f"that instruction which the {module} module pops{via} before this one")
+
+    # ---- on-chip buffers ---------------------------------------------------------------------------------------
+    def sram_write(self, k: int, buf: str, idx: np.ndarray | slice, vc: Sequence[int]) -> str | None:
+        writer, reader = _SRAM[buf]
+        last = np.atleast_1d(self.read[buf][idx])
+        j = self._conflict(last, reader, vc)
+        if j is not None:
+            entry = np.arange(self.read[buf].size)[idx].reshape(-1)[j]
+            return self._message(k, "overwrites", f"{buf} entry {entry}", writer, reader, int(last[j]), "reads")
+        self.written[buf][idx] = vc[MODULE_INDEX[writer]]
+        return None
+
+    def sram_read(self, k: int, buf: str, idx: np.ndarray | slice, vc: Sequence[int]) -> str | None:
+        writer, reader = _SRAM[buf]
+        last = np.atleast_1d(self.written[buf][idx])
+        j = self._conflict(last, writer, vc)
+        if j is not None:
+            entry = np.arange(self.written[buf].size)[idx].reshape(-1)[j]
+            return self._message(k, "reads", f"{buf} entry {entry}", reader, writer, int(last[j]), "writes")
+        self.read[buf][idx] = vc[MODULE_INDEX[reader]]
+        return None
+
+    # ---- DRAM --------------------------------------------------------------------------------------------------
+    def _grains(self, lo: int, rows: int, row_bytes: int, stride_bytes: int) -> np.ndarray | None:
+        if self.span is None or rows <= 0 or row_bytes <= 0:
+            return None
+        starts = lo + np.arange(rows, dtype=np.int64) * stride_bytes - self.span[0]
+        idx = (starts[:, None] + np.arange(0, row_bytes, self.grain)[None, :]).reshape(-1) // self.grain
+        idx = idx[(idx >= 0) & (idx < self.dram_written.size)]
+        return idx if idx.size else None
+
+    def dram_read(self, k: int, module: str, lo: int, rows: int, row_bytes: int, stride_bytes: int,
+                  vc: Sequence[int]) -> str | None:
+        idx = self._grains(lo, rows, row_bytes, stride_bytes)
+        if idx is None:
+            return None
+        last = self.dram_written[idx]
+        j = self._conflict(last, "store", vc)
+        if j is not None:
+            byte = self.span[0] + int(idx[j]) * self.grain
+            return self._message(k, "reads", f"DRAM byte {byte}", module, "store", int(last[j]), "writes")
+        self.dram_readers[module][idx] = vc[MODULE_INDEX[module]]
+        return None
+
+    def dram_write(self, k: int, lo: int, rows: int, row_bytes: int, stride_bytes: int,
+                   vc: Sequence[int]) -> str | None:
+        idx = self._grains(lo, rows, row_bytes, stride_bytes)
+        if idx is None:
+            return None
+        for reader in ("load", "compute"):
+            last = self.dram_readers[reader][idx]
+            j = self._conflict(last, reader, vc)
+            if j is not None:
+                byte = self.span[0] + int(idx[j]) * self.grain
+                return self._message(k, "overwrites", f"DRAM byte {byte}", "store", reader, int(last[j]), "reads")
+        self.dram_written[idx] = vc[MODULE_INDEX["store"]]
+        return None
+
+    def finish(self, k: int, vc: Sequence[int]) -> str | None:
+        """FINISH must come after every STORE, or ``done`` could rise before the last DRAM write."""
+        stores = self.module_insns["store"]
+        if vc[MODULE_INDEX["store"]] < len(stores):
+            first = stores[vc[MODULE_INDEX["store"]]]
+            return (f"race: FINISH (instruction {k}) is not ordered after instruction {first} ({self.name(first)}), "
+                    f"so the accelerator could signal done before that store completes; pop a store->compute token "
+                    f"pushed after the last STORE (ProgramBuilder.finish does this)")
+        return None

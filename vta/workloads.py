@@ -1,0 +1,447 @@
+"""Built-in programs: a tiled int8 GEMM, an ALU exerciser and random valid programs (for co-simulation).
+
+Every function takes the config explicitly and works for any valid one (BATCH 1..16, BLOCK 4..64, small buffers).
+The returned ``expected`` arrays equal ``program.read(name, final_dram)`` after a correct run, so a check is::
+
+    program, expected = gemm_program(cfg, 64, 64, 64)
+    result = vta.fsim.run(program)
+    assert np.array_equal(program.read("C", result.dram), expected)
+
+DRAM layouts (VTA's packed layouts): the GEMM's A (m x k) is stored as inp elements ``(M/BATCH, K/BLOCK_IN, BATCH,
+BLOCK_IN)``, B (k x n) as wgt elements ``(N/BLOCK_OUT, K/BLOCK_IN, BLOCK_OUT, BLOCK_IN)`` (i.e. B transposed) and C as
+out elements ``(M/BATCH, N/BLOCK_OUT, BATCH, BLOCK_OUT)``, each dimension padded with zeros to whole blocks;
+:func:`pack_inp`, :func:`pack_wgt` and :func:`unpack_out` convert.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .config import MEM_ACC, MEM_ACC_8BIT, MEM_INP, MEM_OUT, MEM_UOP, MEM_WGT, VTAConfig
+from .isa import ALU_ADD, ALU_MAX, ALU_MIN, ALU_MUL, ALU_SHR, Uop
+from .program import Program, ProgramBuilder
+
+__all__ = ["gemm_program", "alu_program", "random_program", "GemmTiling", "gemm_tiling", "pack_inp", "pack_wgt",
+           "unpack_out", "requantize", "ALU_CASES"]
+
+
+def _blocks(n: int, size: int) -> int:
+    return -(-n // size)
+
+
+def pack_inp(a: np.ndarray, cfg: VTAConfig) -> np.ndarray:
+    """(m, k) int8 -> inp elements (M/BATCH, K/BLOCK_IN, BATCH, BLOCK_IN), zero-padded."""
+    m, k = a.shape
+    mb, kb = _blocks(m, cfg.batch), _blocks(k, cfg.block_in)
+    padded = np.zeros((mb * cfg.batch, kb * cfg.block_in), np.int8)
+    padded[:m, :k] = a
+    return padded.reshape(mb, cfg.batch, kb, cfg.block_in).transpose(0, 2, 1, 3).copy()
+
+
+def pack_wgt(b: np.ndarray, cfg: VTAConfig) -> np.ndarray:
+    """(k, n) int8 -> wgt elements (N/BLOCK_OUT, K/BLOCK_IN, BLOCK_OUT, BLOCK_IN), zero-padded."""
+    k, n = b.shape
+    kb, nb = _blocks(k, cfg.block_in), _blocks(n, cfg.block_out)
+    padded = np.zeros((kb * cfg.block_in, nb * cfg.block_out), np.int8)
+    padded[:k, :n] = b
+    return padded.reshape(kb, cfg.block_in, nb, cfg.block_out).transpose(2, 0, 3, 1).copy()
+
+
+def unpack_out(c: np.ndarray, m: int, n: int) -> np.ndarray:
+    """Out elements (M/BATCH, N/BLOCK_OUT, BATCH, BLOCK_OUT) -> (m, n)."""
+    mb, nb, b, bo = c.shape
+    return c.transpose(0, 2, 1, 3).reshape(mb * b, nb * bo)[:m, :n].copy()
+
+
+def requantize(acc: np.ndarray, shift: int) -> np.ndarray:
+    """int32 accumulators -> int8 as the GEMM program's ALU does: arithmetic shift right, clip to [-128, 127]."""
+    return np.clip(np.asarray(acc, np.int64) >> shift, -128, 127).astype(np.int8)
+
+
+@dataclass(frozen=True)
+class GemmTiling:
+    """Tile sizes in blocks: ``tm`` rows of BATCH, ``tk`` blocks of BLOCK_IN, ``tn`` blocks of BLOCK_OUT; ``slots``
+    buffers for inp/wgt tiles and ``acc_slots`` for acc/out tiles (2 each when double buffering)."""
+
+    tm: int
+    tk: int
+    tn: int
+    slots: int
+    acc_slots: int
+
+
+def gemm_tiling(cfg: VTAConfig, m: int, k: int, n: int, *, double_buffer: bool = True) -> GemmTiling:
+    """The largest tiles (most MACs per GEMM instruction) that fit the config's buffers."""
+    mb, kb, nb = _blocks(m, cfg.batch), _blocks(k, cfg.block_in), _blocks(n, cfg.block_out)
+    slots = acc_slots = 2 if double_buffer else 1
+    inp_cap, wgt_cap, acc_cap = cfg.inp_depth // slots, cfg.wgt_depth // slots, cfg.acc_depth // acc_slots
+    uop_cap = (cfg.uop_depth - 2 * acc_slots) // (slots * acc_slots)  # GEMM kernels + reset and ALU micro-ops
+    best: tuple[int, int, GemmTiling] | None = None
+    for tk in range(1, min(kb, uop_cap, inp_cap, wgt_cap, 256) + 1):
+        tn = min(nb, wgt_cap // tk, acc_cap)
+        tm = min(mb, inp_cap // tk, acc_cap // tn)
+        key = (tm * tn * tk, tk)
+        if best is None or key > best[:2]:
+            best = (*key, GemmTiling(tm, tk, tn, slots, acc_slots))
+    if best is None:
+        raise ValueError(f"config {cfg.name} has too few micro-op entries ({cfg.uop_depth}) for a "
+                         f"{'double' if double_buffer else 'single'}-buffered GEMM; use double_buffer=False or a "
+                         f"larger LOG_UOP_BUFF_SIZE")
+    return best[2]
+
+
+def _default_shift(k: int) -> int:
+    """A shift that brings int8 x int8 dot products of length k to roughly int8 range."""
+    std = np.sqrt(max(k, 1)) * 128 * 128 / 3
+    return max(0, int(np.ceil(np.log2(std / 48))))
+
+
+def gemm_program(cfg: VTAConfig, m: int, k: int, n: int, *, seed: int = 0, double_buffer: bool = True,
+                 shift: int | None = None) -> tuple[Program, np.ndarray]:
+    """C = requantize(A @ B) for random int8 A (m x k) and B (k x n) drawn from ``seed``.
+
+    Tiled to the config's buffers (:func:`gemm_tiling`), with dependency tokens as VTA's runtime emits them; with
+    ``double_buffer`` the load of the next inp/wgt tiles and the store of the previous output tile overlap the GEMM.
+    Requantization: ALU SHR by ``shift`` (default from k), MIN 127, MAX -128. Returns the program and the expected
+    contents of allocation ``"C"`` (packed out elements; :func:`unpack_out` gives m x n). Allocations: ``A``, ``B``,
+    ``C``, ``uops``.
+    """
+    for name, v in (("m", m), ("k", k), ("n", n)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{name} must be a positive integer, not {v!r}")
+    rng = np.random.default_rng(seed)
+    a = rng.integers(-128, 128, (m, k), dtype=np.int8)
+    b = rng.integers(-128, 128, (k, n), dtype=np.int8)
+    shift = _default_shift(k) if shift is None else shift
+    if not 0 <= shift <= 31:
+        raise ValueError(f"shift must be between 0 and 31, not {shift}")
+    exact = (a.astype(np.float64) @ b.astype(np.float64)).astype(np.int64)
+    expected_mn = requantize(exact.astype(np.int32), shift)
+    t = gemm_tiling(cfg, m, k, n, double_buffer=double_buffer)
+    mb, kb, nb = _blocks(m, cfg.batch), _blocks(k, cfg.block_in), _blocks(n, cfg.block_out)
+    inp_slot, wgt_slot, acc_slot = cfg.inp_depth // t.slots, cfg.wgt_depth // t.slots, cfg.acc_depth // t.acc_slots
+
+    bld = ProgramBuilder(cfg)
+    a_al = bld.alloc("A", pack_inp(a, cfg))
+    b_al = bld.alloc("B", pack_wgt(b, cfg))
+    c_al = bld.alloc("C", (mb, nb, cfg.batch, cfg.block_out), np.int8)
+    uops: list[Uop] = []
+    gemm_base = {}
+    for s in range(t.slots):
+        for r in range(t.acc_slots):
+            gemm_base[s, r] = len(uops)
+            uops += [Uop(r * acc_slot, s * inp_slot + j, s * wgt_slot + j) for j in range(t.tk)]
+    reset_base = len(uops)
+    uops += [Uop(r * acc_slot, 0, 0) for r in range(t.acc_slots)]
+    alu_base = len(uops)
+    uops += [Uop(r * acc_slot, r * acc_slot, 0) for r in range(t.acc_slots)]
+    bld.load_uops(bld.uop_kernel("uops", uops))
+    a_addr, b_addr = bld.elem_addr(a_al, MEM_INP), bld.elem_addr(b_al, MEM_WGT)
+    c_addr = bld.elem_addr(c_al, MEM_OUT)
+
+    uses = tiles = 0
+    for m0 in range(0, mb, t.tm):
+        tm = min(t.tm, mb - m0)
+        for n0 in range(0, nb, t.tn):
+            tn = min(t.tn, nb - n0)
+            r = tiles % t.acc_slots
+            if tiles >= t.acc_slots:
+                bld.dep_pop("store", "compute")  # the out tile in this slot has been stored
+            bld.gemm(uop_bgn=reset_base + r, uop_end=reset_base + r + 1, iter_out=tm, iter_in=tn,
+                     dst_factor_out=tn * (tm > 1), dst_factor_in=int(tn > 1), reset=True)
+            for k0 in range(0, kb, t.tk):
+                tk = min(t.tk, kb - k0)
+                s = uses % t.slots
+                if uses >= t.slots:
+                    bld.dep_pop("compute", "load")  # the GEMM that read this slot is done
+                bld.load(MEM_INP, sram_base=s * inp_slot, dram_base=a_addr + m0 * kb + k0, y_size=tm, x_size=tk,
+                         x_stride=kb)
+                bld.load(MEM_WGT, sram_base=s * wgt_slot, dram_base=b_addr + n0 * kb + k0, y_size=tn, x_size=tk,
+                         x_stride=kb)
+                bld.dep_push("load", "compute")
+                bld.dep_pop("load", "compute")
+                g = gemm_base[s, r]
+                # a factor is irrelevant when its loop runs once: 0 then, so it fits even a 1-entry-per-slot field
+                bld.gemm(uop_bgn=g, uop_end=g + tk, iter_out=tm, iter_in=tn, dst_factor_out=tn * (tm > 1),
+                         dst_factor_in=int(tn > 1), src_factor_out=tk * (tm > 1), wgt_factor_in=tk * (tn > 1))
+                bld.dep_push("compute", "load")
+                uses += 1
+            for op, imm in ((ALU_SHR, shift), (ALU_MIN, 127), (ALU_MAX, -128)):
+                bld.alu(op, uop_bgn=alu_base + r, uop_end=alu_base + r + 1, iter_out=tm, iter_in=tn,
+                        dst_factor_out=tn * (tm > 1), dst_factor_in=int(tn > 1), use_imm=True, imm=imm)
+            bld.dep_push("compute", "store")
+            bld.dep_pop("compute", "store")
+            bld.store(sram_base=r * acc_slot, dram_base=c_addr + m0 * nb + n0, y_size=tm, x_size=tn, x_stride=nb)
+            bld.dep_push("store", "compute")
+            tiles += 1
+    for _ in range(min(uses, t.slots)):  # drain the WAR tokens nobody waits for, so the queues end empty
+        bld.dep_pop("compute", "load")
+    for _ in range(min(tiles, t.acc_slots)):
+        bld.dep_pop("store", "compute")
+    program = bld.finish()
+    c_packed = np.zeros((mb * cfg.batch, nb * cfg.block_out), np.int8)
+    c_packed[:m, :n] = expected_mn
+    expected = c_packed.reshape(mb, cfg.batch, nb, cfg.block_out).transpose(0, 2, 1, 3).copy()
+    return program, expected
+
+
+# ---- ALU exerciser ----------------------------------------------------------------------------------------------------
+ALU_CASES: tuple[tuple[str, int, int | None], ...] = (
+    ("min_imm", ALU_MIN, -5), ("max_imm", ALU_MAX, 7), ("add_imm", ALU_ADD, 32767), ("shr_imm", ALU_SHR, 3),
+    ("shl_imm", ALU_SHR, -4), ("mul_imm", ALU_MUL, -32768),
+    ("min", ALU_MIN, None), ("max", ALU_MAX, None), ("add", ALU_ADD, None), ("shr", ALU_SHR, None),
+    ("mul", ALU_MUL, None),
+)
+"""(name, ALU opcode, immediate or None for a tensor operand), in the order of ``alu_program``'s output cases."""
+
+
+def _ref_alu(op: int, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Reference ALU on int64 holding int32 values, written independently of vta.fsim (Python ints)."""
+    out = np.empty(a.shape, np.int64)
+    for idx, (x, y) in enumerate(zip(a.reshape(-1).tolist(), np.broadcast_to(b, a.shape).reshape(-1).tolist())):
+        if op == ALU_MIN:
+            r = min(x, y)
+        elif op == ALU_MAX:
+            r = max(x, y)
+        elif op == ALU_ADD:
+            r = x + y
+        elif op == ALU_MUL:
+            r = x * y
+        else:
+            n = y & 63
+            n = n - 64 if n >= 32 else n
+            r = x >> n if n >= 0 else x << -n
+        r &= 0xFFFFFFFF
+        out.reshape(-1)[idx] = r - (1 << 32) if r >= 1 << 31 else r
+    return out
+
+
+def alu_program(cfg: VTAConfig, *, seed: int = 0, entries: int = 4) -> tuple[Program, np.ndarray]:
+    """Every ALU op with an immediate and with a tensor operand (:data:`ALU_CASES`) on random int32 accumulators.
+
+    For each case: LOAD ACC operand a (``entries`` acc entries, values spread over the whole int32 range) and, for
+    tensor cases, operand b (shift amounts in [-40, 40] for SHR, to exercise the 6-bit amount); run the op; then store
+    all four bytes of each 32-bit result (out = low 8 bits; three SHR-by-8 steps expose the upper bytes).
+    Returns the program and the expected contents of allocation ``"out"``: int8 of shape
+    ``(len(ALU_CASES), 4, entries, BATCH, BLOCK_OUT)`` (byte j of every result in ``[:, j]``).
+    """
+    entries = max(1, min(entries, cfg.acc_depth // 2))
+    rng = np.random.default_rng(seed)
+    shape = (entries, cfg.batch, cfg.block_out)
+    n_cases = len(ALU_CASES)
+    a = rng.integers(-(1 << 31), 1 << 31, (n_cases,) + shape, dtype=np.int64)
+    a[:, 0, 0, :4] = [-(1 << 31), (1 << 31) - 1, -1, 0][:min(4, cfg.block_out)]
+    b = rng.integers(-(1 << 31), 1 << 31, (n_cases,) + shape, dtype=np.int64)
+    for c, (_, op, imm) in enumerate(ALU_CASES):
+        if op == ALU_SHR and imm is None:
+            b[c] = rng.integers(-40, 41, shape)
+    bld = ProgramBuilder(cfg)
+    a_al = bld.alloc("a", a.astype(np.int32))
+    b_al = bld.alloc("b", b.astype(np.int32))
+    out_al = bld.alloc("out", (n_cases, 4) + shape, np.int8)
+    kernel = bld.uop_kernel("uops", [Uop(0, entries, 0)])  # dst: entries [0, entries), src: [entries, 2*entries)
+    bld.load_uops(kernel)
+    expected = np.zeros((n_cases, 4) + shape, np.int8)
+    loops = {"uop_bgn": 0, "uop_end": 1, "iter_out": entries, "dst_factor_out": 1, "src_factor_out": 1}
+    for c, (_, op, imm) in enumerate(ALU_CASES):
+        if c:
+            bld.dep_pop("store", "compute")  # the previous case's bytes are stored: the out buffer may change
+        bld.load(MEM_ACC, sram_base=0, dram_base=bld.elem_addr(a_al, MEM_ACC) + c * entries, x_size=entries)
+        if imm is None:
+            bld.load(MEM_ACC, sram_base=entries, dram_base=bld.elem_addr(b_al, MEM_ACC) + c * entries,
+                     x_size=entries)
+            bld.alu(op, **loops)
+            result = _ref_alu(op, a[c], b[c])
+        else:
+            bld.alu(op, **loops, use_imm=True, imm=imm)
+            result = _ref_alu(op, a[c], np.int64(imm))
+        for j in range(4):
+            if j:
+                bld.dep_pop("store", "compute")
+                bld.alu(ALU_SHR, **loops, use_imm=True, imm=8)
+            bld.dep_push("compute", "store")
+            bld.dep_pop("compute", "store")
+            bld.store(sram_base=0, dram_base=bld.elem_addr(out_al, MEM_OUT) + (c * 4 + j) * entries, x_size=entries)
+            bld.dep_push("store", "compute")
+            expected[c, j] = (result >> (8 * j)).astype(np.int8)
+    bld.dep_pop("store", "compute")  # consume the last store's token so the queues end empty
+    return bld.finish(), expected
+
+
+# ---- random programs --------------------------------------------------------------------------------------------------
+class _RandomGen:
+    """State of :func:`random_program`: what each buffer entry holds and which cross-module hazards are open."""
+
+    def __init__(self, cfg: VTAConfig, rng: np.random.Generator, max_index: int, alu_hazards: bool) -> None:
+        self.cfg, self.rng, self.alu_hazards = cfg, rng, alu_hazards
+        self.cap = {"inp": min(cfg.inp_depth, max_index), "wgt": min(cfg.wgt_depth, max_index),
+                    "acc": min(cfg.acc_depth, max_index), "uop": min(cfg.uop_depth, max_index)}
+        self.uops = np.zeros((3, self.cap["uop"]), np.int64)  # dst, src, wgt of the uop buffer's first entries
+        self.flags = {name: np.zeros(self.cap[buf], bool) for name, buf in
+                      (("inp_dirty", "inp"), ("inp_read", "inp"), ("wgt_dirty", "wgt"), ("wgt_read", "wgt"),
+                       ("out_dirty", "acc"), ("out_read", "acc"))}
+        self.bld = ProgramBuilder(cfg)
+        b = self.bld
+        pool = 24
+        self.pools = {
+            MEM_INP: (b.alloc("inp_pool", rng.integers(-128, 128, (pool, cfg.batch, cfg.block_in), dtype=np.int8)),
+                      pool),
+            MEM_WGT: (b.alloc("wgt_pool", rng.integers(-128, 128, (pool, cfg.block_out, cfg.block_in),
+                                                       dtype=np.int8)), pool),
+            MEM_ACC: (b.alloc("acc_pool", self._acc_values((pool, cfg.batch, cfg.block_out))), pool),
+            MEM_ACC_8BIT: (b.alloc("acc8_pool", rng.integers(-128, 128, (pool, cfg.batch, cfg.block_out),
+                                                             dtype=np.int8)), pool),
+        }
+        src_cap = min(self.cap["inp"], self.cap["acc"])
+        self.uop_pool = np.stack([rng.integers(0, self.cap["acc"], pool), rng.integers(0, src_cap, pool),
+                                  rng.integers(0, self.cap["wgt"], pool)])
+        self.pools[MEM_UOP] = (b.uop_kernel("uop_pool", [Uop(*map(int, u)) for u in self.uop_pool.T]), pool)
+        self.out_pool = 48
+        self.out = b.alloc("out", rng.integers(-128, 128, (self.out_pool, cfg.batch, cfg.block_out), dtype=np.int8))
+
+    def _acc_values(self, shape: tuple[int, ...]) -> np.ndarray:
+        small = self.rng.integers(-1000, 1000, shape)
+        big = self.rng.integers(-(1 << 31), 1 << 31, shape)
+        return np.where(self.rng.random(shape) < 0.7, small, big).astype(np.int32)
+
+    def sync(self, src: str, dst: str) -> None:
+        self.bld.dep_push(src, dst)
+        self.bld.dep_pop(src, dst)
+        cleared = {("load", "compute"): ("inp_dirty", "wgt_dirty"), ("compute", "load"): ("inp_read", "wgt_read"),
+                   ("compute", "store"): ("out_dirty",), ("store", "compute"): ("out_read",)}[(src, dst)]
+        for name in cleared:
+            self.flags[name][:] = False
+
+    def _ri(self, lo: int, hi: int) -> int:
+        return int(self.rng.integers(lo, hi + 1))
+
+    def _block(self, cap: int, pool: int, pad: bool) -> dict[str, int] | None:
+        """Random 2D LOAD/STORE shape that fits ``cap`` SRAM entries and a ``pool``-element DRAM region."""
+        for _ in range(20):
+            y, x = self._ri(1, 3), self._ri(1, 4)
+            stride = self._ri(x, x + 3) if self.rng.random() < 0.85 else self._ri(0, x)
+            pads = [self._ri(0, 2) if pad and self.rng.random() < 0.5 else 0 for _ in range(4)]
+            height, width = pads[0] + y + pads[1], pads[2] + x + pads[3]
+            span = (y - 1) * stride + x
+            if height * width <= cap and span <= pool:
+                return {"sram_base": self._ri(0, cap - height * width), "dram_base": self._ri(0, pool - span),
+                        "y_size": y, "x_size": x, "x_stride": stride, "y_pad_0": pads[0], "y_pad_1": pads[1],
+                        "x_pad_0": pads[2], "x_pad_1": pads[3]}
+        return None
+
+    def op_load(self, mem: int) -> None:
+        buf = {MEM_INP: "inp", MEM_WGT: "wgt", MEM_UOP: "uop", MEM_ACC: "acc", MEM_ACC_8BIT: "acc"}[mem]
+        alloc, pool = self.pools[mem]
+        blk = self._block(self.cap[buf], pool, pad=True)
+        if blk is None:
+            return
+        n = (blk["y_pad_0"] + blk["y_size"] + blk["y_pad_1"]) * (blk["x_pad_0"] + blk["x_size"] + blk["x_pad_1"])
+        entries = slice(blk["sram_base"], blk["sram_base"] + n)
+        if buf in ("inp", "wgt"):
+            if self.flags[f"{buf}_read"][entries].any():
+                self.sync("compute", "load")
+            self.flags[f"{buf}_dirty"][entries] = True
+        if mem == MEM_UOP:
+            block = np.zeros((3, n // (blk["x_pad_0"] + blk["x_size"] + blk["x_pad_1"]),
+                              blk["x_pad_0"] + blk["x_size"] + blk["x_pad_1"]), np.int64)
+            for y in range(blk["y_size"]):
+                start = blk["dram_base"] + y * blk["x_stride"]
+                block[:, blk["y_pad_0"] + y, blk["x_pad_0"]:blk["x_pad_0"] + blk["x_size"]] = \
+                    self.uop_pool[:, start:start + blk["x_size"]]
+            self.uops[:, entries] = block.reshape(3, n)
+        blk["dram_base"] += self.bld.elem_addr(alloc, mem)
+        self.bld.load(mem, **blk)
+
+    def _loops(self, kind: str) -> dict[str, int] | None:
+        """Random micro-op loop whose indices stay inside the buffers."""
+        bgn = self._ri(0, self.cap["uop"] - 1)
+        end = min(self.cap["uop"], bgn + self._ri(0 if self.rng.random() < 0.05 else 1, 4))
+        loops = {"uop_bgn": bgn, "uop_end": end, "iter_out": self._ri(1, 3), "iter_in": self._ri(1, 3)}
+        if self.rng.random() < 0.05:
+            loops["iter_in"] = 0
+        names = [("dst", 0, "acc"), ("src", 1, "inp" if kind == "gemm" else "acc")]
+        if kind == "gemm":
+            names.append(("wgt", 2, "wgt"))
+        for name, row, buf in names:
+            top = int(self.uops[row, bgn:end].max()) if end > bgn else 0
+            fo, fi = self._ri(0, 3), self._ri(0, 3)
+            if top + (loops["iter_out"] - 1) * fo + max(loops["iter_in"] - 1, 0) * fi >= self.cap[buf]:
+                fo = fi = 0
+            loops[f"{name}_factor_out"], loops[f"{name}_factor_in"] = fo, fi
+        return loops
+
+    def _indices(self, loops: dict[str, int], name: str, row: int) -> np.ndarray:
+        o, i, u = np.meshgrid(np.arange(loops["iter_out"]), np.arange(loops["iter_in"]),
+                              np.arange(loops["uop_bgn"], loops["uop_end"]), indexing="ij")
+        return (self.uops[row][u] + o * loops[f"{name}_factor_out"] + i * loops[f"{name}_factor_in"]).reshape(-1)
+
+    def _write_out(self, d: np.ndarray) -> None:
+        if self.flags["out_read"][d].any():
+            self.sync("store", "compute")
+        self.flags["out_dirty"][d] = True
+
+    def op_gemm(self) -> None:
+        loops = self._loops("gemm")
+        reset = bool(self.rng.random() < 0.15)
+        d = self._indices(loops, "dst", 0)
+        if not reset:
+            s, w = self._indices(loops, "src", 1), self._indices(loops, "wgt", 2)
+            if self.flags["inp_dirty"][s].any() or self.flags["wgt_dirty"][w].any():
+                self.sync("load", "compute")
+            self.flags["inp_read"][s] = True
+            self.flags["wgt_read"][w] = True
+        self._write_out(d)
+        self.bld.gemm(**loops, reset=reset)
+
+    def op_alu(self) -> None:
+        op = int(self.rng.choice([ALU_MIN, ALU_MAX, ALU_ADD, ALU_SHR, ALU_MUL]))
+        loops = self._loops("alu")
+        d, s = self._indices(loops, "dst", 0), self._indices(loops, "src", 1)
+        use_imm = bool(self.rng.random() < 0.5)
+        if not use_imm and not self.alu_hazards:
+            written = np.zeros(self.cap["acc"], bool)
+            written[d] = True
+            use_imm = bool(np.any(written[s] & (s != d)))
+        imm = self._ri(-40, 40) if op == ALU_SHR and self.rng.random() < 0.8 else self._ri(-(1 << 15), (1 << 15) - 1)
+        self._write_out(d)
+        self.bld.alu(op, **loops, use_imm=use_imm, imm=imm if use_imm else 0, reset=bool(self.rng.random() < 0.05))
+
+    def op_store(self) -> None:
+        blk = self._block(self.cap["acc"], self.out_pool, pad=False)
+        if blk is None:
+            return
+        entries = slice(blk["sram_base"], blk["sram_base"] + blk["y_size"] * blk["x_size"])
+        if self.flags["out_dirty"][entries].any():
+            self.sync("compute", "store")
+        self.flags["out_read"][entries] = True
+        for key in ("y_pad_0", "y_pad_1", "x_pad_0", "x_pad_1"):
+            del blk[key]
+        blk["dram_base"] += self.bld.elem_addr(self.out, MEM_OUT)
+        self.bld.store(**blk)
+
+
+def random_program(cfg: VTAConfig, rng: np.random.Generator, *, n_ops: int = 24, alu_hazards: bool = True,
+                   max_index: int = 32) -> Program:
+    """A random but valid program of about ``n_ops`` operations (for co-simulation against :mod:`vta.fsim`).
+
+    Operations: LOADs of every memory type with random sizes, strides (some overlapping) and padding on all four
+    sides; GEMMs and ALU ops (every opcode, immediates and tensor operands, resets) over random micro-op loops; STOREs
+    with random strides. Buffer indices stay below ``max_index`` so operations collide often. Dependency tokens are
+    inserted exactly where a cross-module hazard exists (load->compute and compute->load on inp/wgt entries,
+    compute->store and store->compute on out entries), so modules overlap wherever the data allow and the final DRAM
+    image does not depend on timing; tokens never exceed two per queue in program order, so no valid config deadlocks.
+    ``alu_hazards=False`` avoids ALU tensor ops that read an entry written earlier by the same instruction.
+    Allocations: ``inp_pool``, ``wgt_pool``, ``acc_pool``, ``acc8_pool``, ``uop_pool`` (inputs) and ``out``.
+    """
+    if not isinstance(rng, np.random.Generator):
+        raise TypeError(f"rng must be a numpy.random.Generator (np.random.default_rng(seed)), not {type(rng).__name__}")
+    gen = _RandomGen(cfg, rng, max_index, alu_hazards)
+    gen.op_load(MEM_UOP)
+    ops = [lambda: gen.op_load(MEM_INP), lambda: gen.op_load(MEM_WGT), lambda: gen.op_load(MEM_UOP),
+           lambda: gen.op_load(MEM_ACC), lambda: gen.op_load(MEM_ACC_8BIT), gen.op_gemm, gen.op_alu, gen.op_store]
+    weights = np.array([3, 2, 1, 1, 1, 3, 3, 3], float)
+    for _ in range(n_ops):
+        ops[int(rng.choice(len(ops), p=weights / weights.sum()))]()
+    gen.op_store()
+    return gen.bld.finish()
