@@ -165,34 +165,37 @@ class _ConvState:
     y: Allocation
     w: Allocation
     consts: Allocation
+    code: LayerCode
     step: int = 0
     total_steps: int = 0
-    code: LayerCode | None = None
 
     @property
     def half(self) -> dict[str, int]:
         return {m: self.intr.capacity(m) // 2 for m in ("inp", "wgt", "acc")}
 
 
-def _tile_in_window(s: _ConvState, tile: ConvTile) -> tuple[int, int, int, int]:
-    """``(row0, rows, col0, cols)`` of a tile's input window: first row and column (negative inside the top/left
-    border) and the counts of rows and columns including borders. One input block takes ``rows * cols`` entries."""
+def _tile_in_window(s: _ConvState, tile: ConvTile, kh0: int, kh1: int) -> tuple[int, int, int, int]:
+    """``(row0, rows, col0, cols)`` of the input window a tile reads through kernel rows ``[kh0, kh1)``: first row
+    and column (negative inside the top/left border) and the counts of rows and columns including borders. One input
+    block takes ``rows * cols`` entries."""
     g = s.layer.geom
-    row0 = tile.r0 * g.sh - g.pads[0]
+    row0 = tile.r0 * g.sh - g.pads[0] + kh0
     col0 = tile.c0 * g.sw - g.pads[1]
-    rows = (tile.toh - 1) * g.sh + g.kh
+    rows = (tile.toh - 1) * g.sh + kh1 - kh0
     cols = (tile.tow - 1) * g.sw + g.kw
     return row0, rows, col0, cols
 
 
-def _emit_loads(s: _ConvState, tile: ConvTile, j0: int, j1: int, inp_base: int, wgt_base: int) -> int:
+def _emit_loads(s: _ConvState, tile: ConvTile, step: tuple[int, int, int, int], inp_base: int,
+                wgt_base: int) -> int:
     """LOAD INP (one per input block, borders as padding) and LOAD WGT of one reduction step; returns the first
     input block loaded."""
     g, pb = s.layer.geom, s.pb
+    j0, j1, kh0, kh1 = step
     ib_lo = s.layer.weight.ib_lo
     first = int(ib_lo[tile.ob0]) + j0
     last = int(ib_lo[tile.ob0 + tile.oct - 1]) + j1
-    row0, rows, col0, cols = _tile_in_window(s, tile)
+    row0, rows, col0, cols = _tile_in_window(s, tile, kh0, kh1)
     block_entries = rows * cols
     y0, y1 = max(row0, 0), min(row0 + rows, g.h)
     x0, x1 = max(col0, 0), min(col0 + cols, g.w)
@@ -202,26 +205,28 @@ def _emit_loads(s: _ConvState, tile: ConvTile, j0: int, j1: int, inp_base: int, 
                 dram_base=x_addr + ((tile.nbi * g.ib + ib) * g.h + y0) * g.w + x0,
                 y_size=y1 - y0, x_size=x1 - x0, x_stride=g.w, y_pad_0=y0 - row0, y_pad_1=row0 + rows - y1,
                 x_pad_0=x0 - col0, x_pad_1=col0 + cols - x1)
-    taps = g.kh * g.kw
+    # (ob, j, kh, kw) weights: a step's kernel rows of one block are contiguous, as are all rows of its blocks
     nib = s.layer.weight.nib
-    pb.load(MEM_WGT, sram_base=wgt_base, dram_base=pb.elem_addr(s.w, MEM_WGT) + (tile.ob0 * nib + j0) * taps,
-            y_size=tile.oct, x_size=(j1 - j0) * taps, x_stride=nib * taps)
+    pb.load(MEM_WGT, sram_base=wgt_base,
+            dram_base=pb.elem_addr(s.w, MEM_WGT) + ((tile.ob0 * nib + j0) * g.kh + kh0) * g.kw,
+            y_size=tile.oct, x_size=(j1 - j0) * (kh1 - kh0) * g.kw, x_stride=nib * g.kh * g.kw)
     return first
 
 
-def _gemm_uops(s: _ConvState, tile: ConvTile, j0: int, j1: int, first: int, inp_base: int, wgt_base: int,
-               acc_base: int) -> list[Uop]:
-    """One GEMM micro-op per (output block, reduction block, kernel tap) of the tile, at output pixel (0, 0)."""
+def _gemm_uops(s: _ConvState, tile: ConvTile, step: tuple[int, int, int, int], first: int, inp_base: int,
+               wgt_base: int, acc_base: int) -> list[Uop]:
+    """One GEMM micro-op per (output block, reduction block, kernel tap) of a step, at output pixel (0, 0)."""
     g = s.layer.geom
-    _, rows, _, cols = _tile_in_window(s, tile)
+    j0, j1, kh0, kh1 = step
+    _, rows, _, cols = _tile_in_window(s, tile, kh0, kh1)
     block_entries = rows * cols
     ib_lo = s.layer.weight.ib_lo
-    taps = g.kh * g.kw
+    taps = (kh1 - kh0) * g.kw
     out = []
     for obl in range(tile.oct):
         for j in range(j0, j1):
             icl = int(ib_lo[tile.ob0 + obl]) + j - first
-            for kh in range(g.kh):
+            for kh in range(kh1 - kh0):
                 for kw in range(g.kw):
                     out.append(Uop(acc_base + obl * s.t.acc_tile,
                                    inp_base + icl * block_entries + kh * cols + kw,
@@ -235,17 +240,17 @@ def _tile_uops(s: _ConvState, tile: ConvTile, acc_base: int, src_base: int | Non
             for obl in range(tile.oct)]
 
 
-def _tile_loop(tile: ConvTile) -> dict[str, int]:
-    """Loop fields walking a tile's rows and columns (dst in acc entries)."""
-    return dict(iter_out=tile.toh, iter_in=tile.tow, dst_factor_out=tile.tow if tile.toh > 1 else 0,
-                dst_factor_in=1 if tile.tow > 1 else 0)
+def _tile_loop(tile: ConvTile) -> tuple[int, int, int, int]:
+    """``(iter_out, iter_in, dst_factor_out, dst_factor_in)`` walking a tile's rows and columns (acc entries)."""
+    return tile.toh, tile.tow, tile.tow if tile.toh > 1 else 0, 1 if tile.tow > 1 else 0
 
 
 def _emit_alu(s: _ConvState, tile: ConvTile, opcode: int, acc_base: int, *, imm: int | None = None,
               src_base: int | None = None) -> None:
     bgn, end = s.uops.place(_tile_uops(s, tile, acc_base, src_base))
-    s.pb.alu(opcode, uop_bgn=bgn, uop_end=end, use_imm=imm is not None, imm=0 if imm is None else imm,
-             **_tile_loop(tile))
+    iter_out, iter_in, dst_out, dst_in = _tile_loop(tile)
+    s.pb.alu(opcode, uop_bgn=bgn, uop_end=end, iter_out=iter_out, iter_in=iter_in, dst_factor_out=dst_out,
+             dst_factor_in=dst_in, use_imm=imm is not None, imm=0 if imm is None else imm)
     s.code.alu_uops += tile.oct * tile.toh * tile.tow
 
 
@@ -261,18 +266,20 @@ def _emit_tile(s: _ConvState, index: int, tile: ConvTile, n_tiles: int) -> None:
         pb.load(MEM_ACC, sram_base=const_base + slot * s.t.oc_tile,
                 dram_base=pb.elem_addr(s.consts, MEM_ACC) + slot * g.ob + tile.ob0, x_size=tile.oct)
     bgn, end = s.uops.place(_tile_uops(s, tile, acc_base, None))
-    pb.gemm(uop_bgn=bgn, uop_end=end, reset=True, **_tile_loop(tile))
+    iter_out, iter_in, dst_out, dst_in = _tile_loop(tile)
+    pb.gemm(uop_bgn=bgn, uop_end=end, reset=True, iter_out=iter_out, iter_in=iter_in, dst_factor_out=dst_out,
+            dst_factor_in=dst_in)
     s.code.gemm_uops += tile.oct * tile.toh * tile.tow
-    for j0, j1 in tile.steps:
+    for step in tile.steps:
         k = s.step
         inp_base, wgt_base = (k % 2) * half["inp"], (k % 2) * half["wgt"]
         if k >= 2:
             pb.dep_pop("compute", "load")
-        first = _emit_loads(s, tile, j0, j1, inp_base, wgt_base)
+        first = _emit_loads(s, tile, step, inp_base, wgt_base)
         pb.dep_push("load", "compute")
         pb.dep_pop("load", "compute")
-        bgn, end = s.uops.place(_gemm_uops(s, tile, j0, j1, first, inp_base, wgt_base, acc_base))
-        cols = _tile_in_window(s, tile)[3]
+        bgn, end = s.uops.place(_gemm_uops(s, tile, step, first, inp_base, wgt_base, acc_base))
+        cols = _tile_in_window(s, tile, step[2], step[3])[3]
         pb.gemm(uop_bgn=bgn, uop_end=end, iter_out=tile.toh, iter_in=tile.tow,
                 dst_factor_out=tile.tow if tile.toh > 1 else 0, dst_factor_in=1 if tile.tow > 1 else 0,
                 src_factor_out=g.sh * cols if tile.toh > 1 else 0, src_factor_in=g.sw if tile.tow > 1 else 0)
@@ -327,10 +334,10 @@ def emit_conv(pb: ProgramBuilder, layer: ConvLayer, x: Allocation, y: Allocation
     t = tiling or plan_conv(layer.geom, intr)
     w = pb.alloc(f"{prefix}w", layer.weight.data)
     consts = pb.alloc(f"{prefix}consts", conv_constants(layer, intr))
-    s = _ConvState(pb, intr, layer, t, UopCache(pb, intr, prefix), x, y, w, consts)
     tiles = list(t.tiles())
+    code = LayerCode([x], y, tiles=len(tiles), tiling=t)
+    s = _ConvState(pb, intr, layer, t, UopCache(pb, intr, prefix), x, y, w, consts, code)
     s.total_steps = sum(len(tile.steps) for tile in tiles)
-    s.code = LayerCode([x], y, tiles=len(tiles), tiling=t)
     for index, tile in enumerate(tiles):
         _emit_tile(s, index, tile, len(tiles))
     s.code.notes["uop_loads"] = s.uops.loads

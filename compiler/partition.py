@@ -1,9 +1,9 @@
 """Partitioning: for each node of a quantized graph, run it on the accelerator or on the CPU, and say why.
 
 A node goes to the accelerator when a rule of :data:`ACCEL_RULES` lowers it (the op is one the accelerator runs and
-the layer can be tiled for the config) **and** the accelerator is estimated to be faster than the CPU, each side charged with the
-layout conversions its choice causes (inputs produced on the other side, an output read by the other side). Every decision is a :class:`Decision` that names the reason, so the
-report can show it.
+the layer can be tiled for the config) **and** the accelerator is estimated to be faster than the CPU, each side
+charged with the layout conversions its choice causes (inputs produced on the other side, an output read by the
+other side). Every decision is a :class:`Decision` that names the reason, so the report can show it.
 
 The estimates are deliberately simple and documented here:
 
@@ -28,8 +28,8 @@ from .ir import Graph, Node, node_macs
 from .layout import ceil_div, fold_weight_columns
 from .schedule import ScheduleError, plan_conv
 
-__all__ = ["Decision", "Lowered", "ColumnFold", "partition", "lower_node", "ACCEL_RULES", "POLICIES", "ACCEL_LAUNCH_US", "CPU_MACS_PER_US",
-           "CPU_ELEMS_PER_US", "CONVERT_BYTES_PER_US", "block_utilization"]
+__all__ = ["Decision", "Lowered", "ColumnFold", "partition", "lower_node", "ACCEL_RULES", "POLICIES",
+           "ACCEL_LAUNCH_US", "CPU_MACS_PER_US", "CPU_ELEMS_PER_US", "CONVERT_BYTES_PER_US", "block_utilization"]
 
 ACCEL_LAUNCH_US = 5.0
 CPU_MACS_PER_US = 2000.0

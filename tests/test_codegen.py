@@ -56,14 +56,19 @@ def test_conv_matches_reference(cfg, case):
     assert stats["gemm_uops"] == code.gemm_uops and stats["alu_uops"] == code.alu_uops
 
 
-@pytest.mark.parametrize("tiles", [(1, 1, 2, 3), (2, 2, 2, 3), (3, 1, 4, 4), (1, 2, 11, 10)])
+@pytest.mark.parametrize("tiles", [(1, 1, 2, 3), (2, 2, 2, 3), (3, 1, 4, 4), (1, 2, 11, 10), (2, 1, 11, 5, 1),
+                                   (1, 1, 3, 10, 2)])
 def test_conv_forced_tilings(tiles):
-    """Many tiles, edge tiles, split reductions: double buffering and tokens must keep results exact."""
+    """Many tiles, edge tiles, split reductions (over input blocks and kernel rows): double buffering and tokens
+    must keep results exact."""
     got, expected, code, stats = _conv_case(VTAConfig(), 1, 40, 11, 10, 40, 3, 1, 1, 1, tiles=tiles, seed=3)
     np.testing.assert_array_equal(got, expected)
     n_tiles = -(-3 // tiles[0]) * -(-11 // tiles[2]) * -(-10 // tiles[3])
     assert code.tiles == n_tiles
-    steps = n_tiles * -(-3 // tiles[1])
+    kh_steps = -(-3 // tiles[4]) if len(tiles) > 4 else 1
+    # steps whose rows are all top/bottom border are skipped: with one-row kernel steps and tiles of whole height,
+    # none is; with 3-row tiles and 2-row kernel steps neither (every tile reads real rows through each step)
+    steps = n_tiles * -(-3 // tiles[1]) * kh_steps
     assert stats["load_to_compute_pops"] == steps
     assert stats["compute_to_load_pops"] == max(steps - 2, 0)
 
@@ -96,6 +101,27 @@ def test_conv_random_shapes(c, o, hw, k, s, p, seed):
         return
     got, expected, _, _ = _conv_case(cfg, 1, c, hw, hw, o, k, s, p, 1, seed=seed)
     np.testing.assert_array_equal(got, expected)
+
+
+def test_tiny_buffers_split_kernel_rows():
+    """32-entry buffers and a 32-entry uop buffer: a 3x3 layer only fits one kernel row per step."""
+    from conftest import SMALL_CFG
+    intr = intrinsics(SMALL_CFG)
+    t = plan_conv(ConvGeometry.make((2, 20, 7, 7), (20, 20, 3, 3), pads=(1,) * 4, intr=intr), intr)
+    assert t.kh_tile < 3 and t.ic_tile == 1 and t.check(intr) == []
+    got, expected, _, _ = _conv_case(SMALL_CFG, 2, 20, 7, 7, 20, 3, 1, 1, 1, seed=8)
+    np.testing.assert_array_equal(got, expected)
+    got, expected, _, _ = _conv_case(SMALL_CFG, 2, 8, 7, 7, 8, 3, 2, 1, 8, seed=9)  # depthwise
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_steps_in_the_border_are_skipped():
+    """One-row kernel steps of a one-row tile at the top: the step through the top border row reads nothing."""
+    intr = intrinsics(VTAConfig())
+    geom = ConvGeometry.make((1, 16, 4, 4), (16, 16, 3, 3), pads=(1,) * 4, intr=intr)
+    tiles = list(ConvTiling(geom, 1, 1, 1, 4, 1).tiles())
+    assert [len(t.steps) for t in tiles] == [2, 3, 3, 2]
+    assert [st[2] for st in tiles[0].steps] == [1, 2] and [st[2] for st in tiles[3].steps] == [0, 1]
 
 
 @pytest.mark.parametrize("cfg", CONFIGS.values(), ids=CONFIGS.keys())
@@ -162,7 +188,7 @@ def test_schedule_errors():
     small = VTAConfig(log_inp_buff_size=6, log_wgt_buff_size=11)
     sintr = intrinsics(small)
     with pytest.raises(ScheduleError, match="no tiling fits: even a one-pixel tile breaks these limits: the input "
-                                            "tile needs 9 inp entries, more than half the buffer \\(2\\)"):
+                                            "tile needs 3 inp entries, more than half the buffer \\(2\\)"):
         plan_conv(ConvGeometry.make((1, 16, 8, 8), (16, 16, 3, 3), intr=sintr), sintr)
     with pytest.raises(ScheduleError, match="weights \\(16, 8, 3, 3\\) with groups=1 do not match 16 input"):
         ConvGeometry.make((1, 16, 8, 8), (16, 8, 3, 3), intr=intr)

@@ -591,3 +591,88 @@ CONFIGS = [SMALL_CFG, VTAConfig(log_block=3, log_uop_buff_size=8, log_inp_buff_s
 def test_random_programs_match_reference(seed, which, n_ops):
     prog = random_program(CONFIGS[which], np.random.default_rng(seed), n_ops=n_ops)
     assert np.array_equal(fsim.run(prog).dram, ref_run(prog))
+
+
+def test_alu_source_written_later_is_vectorized_exactly(small_cfg):
+    """acc[i] = max(acc[i], acc[i+1]) for i = 0..6: each source is overwritten only after it is read."""
+    n = small_cfg.batch * small_cfg.block_out
+    rng = np.random.default_rng(9)
+    prog, a, _ = _alu_prog(small_cfg, ALU_MAX, use_imm=False, a=rng.integers(-99, 99, 8 * n), b=[0] * 8 * n,
+                           uops=[Uop(0, 1)], loops={"uop_bgn": 0, "uop_end": 1, "iter_out": 7, "dst_factor_out": 1,
+                                                    "src_factor_out": 1})
+    res = fsim.run(prog, keep_sram=True)
+    a = a.reshape(8, n)
+    assert np.array_equal(res.sram["acc"][:7].reshape(7, n), np.maximum(a[:7], a[1:]))
+    assert np.array_equal(res.dram, ref_run(prog))
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2 ** 32 - 1), schedule=st.integers(0, 2 ** 32 - 1), which=st.sampled_from(range(3)))
+def test_race_free_programs_do_not_depend_on_the_schedule(seed, schedule, which):
+    prog = random_program(CONFIGS[which], np.random.default_rng(seed), n_ops=30)
+    assert np.array_equal(fsim.run(prog, schedule_seed=schedule).dram, fsim.run(prog).dram)
+
+
+def test_racy_program_depends_on_the_schedule(small_cfg):
+    """What the race check protects against: without the token, some schedules run the LOAD before the GEMM."""
+    prog = _gemm_after_late_load(small_cfg, False)
+    results = {int(fsim.run(prog, keep_sram=True, check_races=False, schedule_seed=s).sram["acc"][0, 0, 0])
+               for s in range(20)}
+    assert results == {0, small_cfg.block_in}
+
+
+# ---- GEMM evaluation strategies (vta.fsim_kernels.GemmPlan) ----------------------------------------------------------
+@pytest.mark.parametrize("kind, uops, loops", [
+    ("product", [Uop(0, 0, 0), Uop(0, 1, 1)], {"iter_out": 6, "dst_factor_out": 1, "src_factor_out": 2}),
+    ("groups", [Uop(0, 0, 0)], {"iter_out": 6, "dst_factor_out": 1, "src_factor_out": 1, "wgt_factor_out": 1}),
+    ("batched", [Uop(0, 0, 0)], {"iter_out": 70, "dst_factor_out": 1, "src_factor_out": 1, "wgt_factor_out": 1}),
+    ("uneven", [Uop(0, 0, 0), Uop(0, 1, 1), Uop(1, 2, 2)], {"iter_out": 2, "src_factor_out": 3}),
+])
+def test_gemm_strategies_match_reference(cfg, kind, uops, loops):
+    from vta.fsim_kernels import GemmPlan
+
+    rng = np.random.default_rng(4)
+    bld = ProgramBuilder(cfg)
+    inp = bld.alloc("inp", rng.integers(-128, 128, (80, 1, 16), dtype=np.int8))
+    wgt = bld.alloc("wgt", rng.integers(-128, 128, (80, 16, 16), dtype=np.int8))
+    bld.load(MEM_INP, sram_base=0, dram_base=bld.elem_addr(inp, MEM_INP), x_size=80)
+    bld.load(MEM_WGT, sram_base=0, dram_base=bld.elem_addr(wgt, MEM_WGT), x_size=80)
+    bld.dep_push("load", "compute")
+    bld.dep_pop("load", "compute")
+    bld.load_uops(bld.uop_kernel("k", uops))
+    bld.gemm(uop_bgn=0, uop_end=len(uops), **loops)
+    prog = _finish_with_store(bld, cfg, n=80)
+    assert np.array_equal(fsim.run(prog).dram, ref_run(prog))
+    # the strategy the plan picks for this loop structure
+    o = np.arange(loops["iter_out"]).repeat(len(uops))
+    u = np.tile(np.arange(len(uops)), loops["iter_out"])
+    d = np.array([x.dst for x in uops])[u] + o * loops.get("dst_factor_out", 0)
+    s = np.array([x.src for x in uops])[u] + o * loops.get("src_factor_out", 0)
+    w = np.array([x.wgt for x in uops])[u] + o * loops.get("wgt_factor_out", 0)
+    assert GemmPlan(d, s, w, 16).kind == kind
+
+
+def test_unique_rows_matches_numpy():
+    from vta.fsim_kernels import unique_rows
+
+    rng = np.random.default_rng(0)
+    a = rng.integers(0, 3, (200, 4))
+    uniq, inverse = unique_rows(a)
+    assert np.array_equal(uniq[inverse], a)
+    assert len(uniq) == len(np.unique(a, axis=0))
+    long = rng.integers(0, 2, (10, 5000))  # longer than the hash: falls back to np.unique
+    uniq, inverse = unique_rows(long)
+    assert np.array_equal(uniq[inverse], long)
+
+
+def test_strided_store_overwriting_unordered_load_is_a_race(small_cfg):
+    """WAR in DRAM: a STORE (rows 3 elements apart) overwrites bytes a LOAD reads, with no token in between."""
+    prog = _raw_program(small_cfg, [Load(mem=MEM_INP, dram_base=4, x_size=1), Gemm(reset=True, push_next=True),
+                                    Store(dram_base=1, y_size=2, x_size=1, x_stride=3, pop_prev=True,
+                                          push_prev=True),
+                                    Finish(pop_next=True)])
+    with pytest.raises(RaceError, match=r"^race: instruction 2 \(STORE OUT\) overwrites DRAM byte 32, which "
+                       r"instruction 0 \(LOAD INP\) reads, and no dependency token orders the two; the load module "
+                       r"must push a token after that instruction which the store module pops \(through compute\) "
+                       r"before this one$"):
+        fsim.run(prog)

@@ -127,6 +127,17 @@ def test_field_overflow_names_field_and_value(insn: object, message: str) -> Non
         encode(insn, DEFAULT)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("value", [1.9, "7"])
+def test_encode_rejects_non_integer_values(value: object) -> None:
+    with pytest.raises(TypeError, match=r"^LOAD field x_size must be an integer, not "):
+        encode(Load(mem=MEM_INP, x_size=value), DEFAULT)  # type: ignore[arg-type]
+
+
+def test_encode_accepts_numpy_integers() -> None:
+    numpy_ints = Load(mem=np.int64(MEM_INP), x_size=np.uint16(3))  # type: ignore[arg-type]
+    assert encode(numpy_ints, DEFAULT) == encode(Load(mem=MEM_INP, x_size=3), DEFAULT)
+
+
 def test_encode_rejects_non_instructions() -> None:
     with pytest.raises(TypeError, match=r"^expected a Load, Store, Gemm, Alu or Finish instruction, not Uop$"):
         encode(Uop(0, 0), DEFAULT)  # type: ignore[arg-type]

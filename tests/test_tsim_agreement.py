@@ -107,7 +107,12 @@ def test_every_fsim_test_program(tsim: TSimBackend, fsim_suite_programs: dict[st
     checked = 0
     for name in names:
         for path in fsim_suite_programs[name]:
-            check_agreement(tsim, Program.load(path), f"fsim test program {path.name}")
+            program = Program.load(path)
+            try:  # programs the tests ran with checks off (e.g. deliberate races) have no timing-free result
+                fsim.run(program)
+            except fsim.SimulationError:
+                continue
+            check_agreement(tsim, program, f"fsim test program {path.name}")
             checked += 1
     if which == "default and small":
         assert checked >= 20, f"only {checked} recorded programs at {sorted(quick)}; the recorder is broken"

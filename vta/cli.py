@@ -6,7 +6,8 @@ Commands::
     vta config check FILE                      validate a config file (exit 2 with every problem listed)
     vta disasm PROGRAM [--raw]                 a saved program (.npz) or a raw instruction binary as text
     vta asm TEXT -o FILE.bin                   assembly text to raw encoded instructions
-    vta run [MODEL] [--target NAME]            the built-in GEMM benchmark, or a model (delegated to the compiler)
+    vta run [MODEL] [--target NAME]            the built-in GEMM benchmark, a saved program (.npz), or a model
+                                               (a zoo name or .onnx file, delegated to vta.compiler.cli.run_model)
     vta hw | compile | tsim ...                groups registered by vta.hw.cli, vta.compiler.cli, vta.tsim.cli
 
 Plug-in groups: a module ``vta.<group>.cli`` with ``register(subparsers)`` adds its sub-parsers and sets
@@ -15,7 +16,8 @@ given, so ``vta --help`` and ``vta config ...`` never import amaranth, onnx or l
 missing is simply absent. Plug-ins take a config with :func:`add_config_option` and :func:`config_from_args`.
 
 Exit codes: 0 success; 1 a run failed (simulation error, wrong result); 2 bad input (bad config, bad assembly,
-bad file, bad arguments). Library errors print as one message without a traceback unless ``--debug`` is given.
+bad file, bad arguments). Library errors print as one message without a traceback unless ``--debug`` is given
+(anywhere on the line).
 """
 from __future__ import annotations
 
@@ -360,7 +362,8 @@ def _format_run(report: dict[str, Any]) -> str:
     for title in ("summary", "stats", "counters"):
         if report[title]:
             lines.append(f"{title}")
-            lines += [f"  {key:<28} {_fmt_value(value)}" for key, value in report[title].items()]
+            lines += [f"  {key:<28} {f'{value:.1%}' if key == 'mac_utilization' else _fmt_value(value)}"
+                      for key, value in report[title].items()]
     return "\n".join(lines)
 
 
@@ -530,8 +533,10 @@ def _exit_code(err: BaseException) -> int | None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line with ``argv`` (default ``sys.argv[1:]``); returns the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    if debug:  # accepted anywhere: `vta run --debug` as well as `vta --debug run`
+        argv = ["--debug"] + [word for word in argv if word != "--debug"]
     command = _command_of(argv)
-    debug = "--debug" in (argv[:argv.index(command)] if command else argv)
     try:
         parser = build_parser(command)
         try:

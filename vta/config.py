@@ -325,7 +325,7 @@ def _log2(n: int) -> int:
 def _check_type(name: str, value: Any) -> list[str]:
     if name == "clock_mhz":
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            return [f"{name} must be a number, not {value!r}"]
+            return [f"{_upper(name)} must be a number, not {value!r}"]
         return []
     if isinstance(value, bool) or not isinstance(value, int):
         return [f"{_upper(name)} must be an integer, not {value!r}"]

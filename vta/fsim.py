@@ -15,6 +15,12 @@ FINISH (compute) retires the program; other modules must have no instructions le
 would finish after ``done``, so its effect would depend on timing); :meth:`vta.program.ProgramBuilder.finish` makes
 FINISH wait for the store module.
 
+Races: the schedule above may happen to order two modules' accesses to the same data correctly even when no token
+does, while the hardware, running the modules concurrently, might not. ``run(..., check_races=True)`` (the default)
+therefore tracks which instruction last wrote and read every shared SRAM entry and DRAM byte and raises
+:class:`RaceError` for any cross-module access pair that no chain of tokens orders, and when FINISH is not ordered
+after every STORE (see :mod:`vta.fsim_race`). A program that passes is deterministic on any timing.
+
 Statistics (:class:`Stats`) use the hardware counters' names (``vta.hw.regs.COUNTERS``) and meaning: byte counts are
 element bytes ``y_size * x_size * elem_bytes`` (padding reads nothing; ACC_8BIT loads count their int8 DRAM bytes
 under ``acc_bytes_read``); micro-op counts are ``iter_out * iter_in * (uop_end - uop_bgn)`` per GEMM/ALU; ``macs``
@@ -40,13 +46,13 @@ from typing import Any
 import numpy as np
 
 from .config import MEM_ACC, MEM_ACC_8BIT, MEM_INP, MEM_NAMES, MEM_OUT, MEM_UOP, MEM_WGT, VTAConfig
-from .isa import (ALU_ADD, ALU_MAX, ALU_MIN, ALU_MUL, ALU_NAMES, ALU_SHR, MEMORY_TYPES, Alu, Finish, Gemm, Insn, Load,
-                  Store, decode_uops, module_of)
+from .fsim_kernels import GemmPlan, alu_hazard, alu_op, occurrence_rounds, wrap32
 from .fsim_race import MODULE_INDEX, RaceTracker
+from .isa import ALU_NAMES, MEMORY_TYPES, Alu, Finish, Gemm, Insn, Load, Store, decode_uops, module_of
 from .program import MODULES, Program
 
 __all__ = ["run", "FsimResult", "Stats", "SimulationError", "DeadlockError", "SramRangeError", "DramRangeError",
-           "InvalidInstructionError", "RunawayError", "RaceError", "TOKEN_QUEUES"]
+           "InvalidInstructionError", "RunawayError", "RaceError", "TOKEN_QUEUES", "alu_op"]
 
 TOKEN_QUEUES = ("load_to_compute", "compute_to_load", "compute_to_store", "store_to_compute")
 _POPS = {"load": {"pop_next": "compute_to_load"},
@@ -144,31 +150,6 @@ def _name(insn: Insn) -> str:
     if isinstance(insn, Alu):
         return f"ALU {ALU_NAMES.get(insn.alu_opcode, insn.alu_opcode)}"
     return type(insn).__name__.upper()
-
-
-def _wrap32(x: np.ndarray) -> np.ndarray:
-    """Low 32 bits of an int64 array, as int32 (two's complement wrap-around)."""
-    return x.astype(np.int32)
-
-
-def alu_op(opcode: int, a: np.ndarray, b: np.ndarray | int) -> np.ndarray:
-    """The ALU result ``op(a, b)`` as int32; ``a`` and ``b`` hold int32 values (any integer dtype)."""
-    a = np.asarray(a, dtype=np.int64)
-    b = np.asarray(b, dtype=np.int64)
-    if opcode == ALU_MIN:
-        return _wrap32(np.minimum(a, b))
-    if opcode == ALU_MAX:
-        return _wrap32(np.maximum(a, b))
-    if opcode == ALU_ADD:
-        return _wrap32(a + b)
-    if opcode == ALU_MUL:
-        return _wrap32(a * b)
-    if opcode == ALU_SHR:
-        n = ((b & 63) ^ 32) - 32  # low 6 bits as a signed amount in [-32, 31]
-        right = a >> np.maximum(n, 0)
-        left = ((a & 0xFFFFFFFF).astype(np.uint64) << np.clip(-n, 0, 32).astype(np.uint64)) & np.uint64(0xFFFFFFFF)
-        return np.where(n >= 0, _wrap32(right), _wrap32(left.astype(np.int64)))
-    raise ValueError(f"ALU opcode must be one of {sorted(ALU_NAMES)}, not {opcode!r}")
 
 
 def _check_insn(k: int, insn: Insn, cfg: VTAConfig) -> None:
@@ -280,6 +261,8 @@ class _Machine:
             self.uop[:, insn.sram_base:end] = block.reshape(3, height * width)
             return
         shape = self.elem_shape[mem]
+        data: np.ndarray
+        target: np.ndarray
         if mem == MEM_ACC:
             self.stats.acc_bytes_read += nbytes
             data, target = raw.view("<i4").astype(np.int32), self.acc
@@ -348,7 +331,8 @@ class _Machine:
         o = t // (nu * insn.iter_in)
         out = []
         for row, prefix, buf in targets:
-            idx = self.uop[row][u] + o * getattr(insn, f"{prefix}_factor_out") + i * getattr(insn, f"{prefix}_factor_in")
+            factor_out, factor_in = getattr(insn, f"{prefix}_factor_out"), getattr(insn, f"{prefix}_factor_in")
+            idx = self.uop[row][u] + o * factor_out + i * factor_in
             depth = getattr(self.cfg, f"{buf}_depth")
             bad = idx >= depth
             if bad.any():
@@ -387,13 +371,14 @@ class _Machine:
             if plan is None:
                 if len(self._plans) >= 256:
                     self._plans.clear()
-                plan = self._plans[key] = _GemmPlan(*self._indices(k, insn, t0, t1, targets), cfg.block_in)
+                d, s, w = self._indices(k, insn, t0, t1, targets)
+                plan = self._plans[key] = GemmPlan(d, s, w, cfg.block_in)
             du = plan.du
             if self.race is not None:
                 self._check(k, self.race.sram_read(k, "inp", plan.reads[0], self.vc))
                 self._check(k, self.race.sram_read(k, "wgt", plan.reads[1], self.vc))
                 self._check(k, self.race.sram_write(k, "out", du, self.vc))
-            new = _wrap32(self.acc[du].astype(np.int64) + plan.sums(self.inp, self.wgt))
+            new = wrap32(self.acc[du].astype(np.int64) + plan.sums(self.inp, self.wgt))
             self.acc[du] = new
             self.out[du] = new.astype(np.int8)
 
@@ -412,7 +397,7 @@ class _Machine:
                 self.out[d] = 0
             elif insn.use_imm:
                 self._alu_rounds(insn, d, None)
-            elif _alu_hazard(d, s, cfg.acc_depth):
+            elif alu_hazard(d, s, cfg.acc_depth):
                 self._alu_sequential(insn, d, s)
             else:
                 self._alu_rounds(insn, d, s)
@@ -420,7 +405,7 @@ class _Machine:
     def _alu_rounds(self, insn: Alu, d: np.ndarray, s: np.ndarray | None) -> None:
         """Apply the op in rounds, round r taking the r-th occurrence of each destination (exact when no source is
         an entry this instruction writes, other than the iteration's own destination)."""
-        for sel in _occurrence_rounds(d):
+        for sel in occurrence_rounds(d):
             dd = d if sel is None else d[sel]
             b = insn.imm if s is None else self.acc[s if sel is None else s[sel]]
             new = alu_op(insn.alu_opcode, self.acc[dd], b)
@@ -435,108 +420,6 @@ class _Machine:
             out[dj] = acc[dj].astype(np.int8)
 
 
-def _occurrence_rounds(d: np.ndarray) -> list[np.ndarray | None]:
-    """Index sets of iterations: round r holds the r-th occurrence of each value in ``d`` ([None] if all unique)."""
-    order = np.argsort(d, kind="stable")
-    ds = d[order]
-    if ds.size < 2 or np.all(ds[1:] != ds[:-1]):
-        return [None]
-    starts = np.r_[True, ds[1:] != ds[:-1]]
-    group_start = np.maximum.accumulate(np.where(starts, np.arange(ds.size), 0))
-    rank = np.arange(ds.size) - group_start
-    return [np.sort(order[rank == r]) for r in range(int(rank.max()) + 1)]
-
-
-def _alu_hazard(d: np.ndarray, s: np.ndarray, depth: int) -> bool:
-    """True when vectorized rounds would not be exact: some iteration reads an entry (other than its own
-    destination) that this instruction writes."""
-    written = np.zeros(depth, bool)
-    written[d] = True
-    return bool(np.any(written[s] & (s != d)))
-
-
-_HASH = np.random.default_rng(0x5EED).integers(1, 1 << 63, 1 << 12, dtype=np.uint64) | np.uint64(1)
-
-
-def _unique_rows(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Distinct rows of the 2D int array ``a`` and, per row, the index of its distinct row (fast path: a 64-bit
-    hash of each row, verified exactly; np.unique(axis=0) when the hash collides or rows are very long)."""
-    if a.shape[1] <= _HASH.size:
-        with np.errstate(over="ignore"):
-            keys = (a.astype(np.uint64) * _HASH[:a.shape[1]]).sum(axis=1, dtype=np.uint64)
-        _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
-        uniq = a[first]
-        inverse = inverse.reshape(-1)
-        if np.array_equal(uniq[inverse], a):
-            return uniq, inverse
-    uniq, inverse = np.unique(a, axis=0, return_inverse=True)
-    return uniq, inverse.reshape(-1)
-
-
-class _GemmPlan:
-    """How to compute one chunk of a GEMM: the destinations ``du`` (unique) and the tile gathers and matmuls that give
-    ``sum inp[s] @ wgt[w].T`` per destination. Depends only on the instruction and the micro-ops, so it is cached.
-
-    Kinds: ``product`` (destinations sharing input sequences and weight sequences: one matmul of the distinct input
-    sequences by the distinct weight sequences), ``groups`` (one matmul per distinct weight sequence), ``batched``
-    (one small matmul per destination), ``uneven`` (destinations with different numbers of terms: one product per
-    iteration, summed per destination).
-    """
-
-    def __init__(self, d: np.ndarray, s: np.ndarray, w: np.ndarray, bi: int) -> None:
-        if d.size > 1 and np.any(d[1:] < d[:-1]):
-            order = np.argsort(d, kind="stable")
-            d, s, w = d[order], s[order], w[order]
-        starts = np.flatnonzero(np.r_[True, d[1:] != d[:-1]])
-        self.du = d[starts]
-        self.reads = (np.unique(s), np.unique(w))  # inp and wgt entries read (for race checks)
-        rows = starts.size
-        terms = d.size // rows
-        if rows * terms != d.size or not np.array_equal(starts, np.arange(rows) * terms):
-            self.kind, self.s, self.w, self.starts = "uneven", s, w, starts
-            return
-        self.terms = terms
-        self.ftype = np.float32 if terms * bi <= 1024 else np.float64  # |partial sums| <= terms*bi*2^14: exact
-        self.S, self.W = s.reshape(rows, terms), w.reshape(rows, terms)
-        self.s_u, self.sid = _unique_rows(self.S)
-        self.w_u, self.wid = _unique_rows(self.W)
-        if len(self.s_u) * len(self.w_u) <= 2 * rows:
-            self.kind = "product"
-        elif len(self.w_u) <= 64:
-            self.kind = "groups"
-            self.groups = [np.flatnonzero(self.wid == g) for g in range(len(self.w_u))]
-        else:
-            self.kind = "batched"
-
-    def sums(self, inp: np.ndarray, wgt: np.ndarray) -> np.ndarray:
-        """int64 of shape (len(du), BATCH, BLOCK_OUT)."""
-        b, bi = inp.shape[1:]
-        bo = wgt.shape[1]
-        if self.kind == "uneven":
-            x = inp[self.s].astype(np.float32)
-            y = np.matmul(x, wgt[self.w].astype(np.float32).transpose(0, 2, 1))  # BLOCK_IN terms: exact in float32
-            return np.add.reduceat(y.astype(np.int64), self.starts, axis=0)
-        terms, ftype = self.terms, self.ftype
-
-        def lhs(seqs: np.ndarray) -> np.ndarray:  # (n, terms) -> (n*B, terms*BI)
-            return inp[seqs].transpose(0, 2, 1, 3).reshape(len(seqs) * b, terms * bi).astype(ftype)
-
-        def rhs(seqs: np.ndarray) -> np.ndarray:  # (n, terms) -> (terms*BI, n*BO)
-            return wgt[seqs].transpose(1, 3, 0, 2).reshape(terms * bi, len(seqs) * bo).astype(ftype)
-
-        if self.kind == "product":
-            p = (lhs(self.s_u) @ rhs(self.w_u)).reshape(len(self.s_u), b, len(self.w_u), bo)
-            return p[self.sid, :, self.wid, :].astype(np.int64)
-        if self.kind == "groups":
-            result = np.empty((len(self.du), b, bo), np.int64)
-            for g, sel in enumerate(self.groups):
-                result[sel] = (lhs(self.S[sel]) @ rhs(self.w_u[g:g + 1])).reshape(len(sel), b, bo)
-            return result
-        x = inp[self.S].transpose(0, 2, 1, 3).reshape(len(self.du), b, terms * bi).astype(ftype)
-        y = wgt[self.W].transpose(0, 1, 3, 2).reshape(len(self.du), terms * bi, bo).astype(ftype)
-        return np.matmul(x, y).astype(np.int64)
-
-
 def _blas_single_thread() -> contextlib.AbstractContextManager[object]:
     """Limit BLAS to one thread while simulating: the matmuls here are small, and a multi-threaded BLAS on a shared
     machine spends ~100x longer spinning than computing them (measured: 70 ms vs 0.5 ms for a 44x368x352 matmul)."""
@@ -548,14 +431,17 @@ def _blas_single_thread() -> contextlib.AbstractContextManager[object]:
 
 
 # ---- the scheduler --------------------------------------------------------------------------------------------------
-def run(program: Program, *, max_insns: int | None = None, keep_sram: bool = False,
-        check_races: bool = True) -> FsimResult:
+def run(program: Program, *, max_insns: int | None = None, keep_sram: bool = False, check_races: bool = True,
+        schedule_seed: int | None = None) -> FsimResult:
     """Run ``program`` to FINISH; returns the final DRAM image (a copy), statistics and, with ``keep_sram``, the
     final on-chip buffers.
 
     Raises a :class:`SimulationError` subclass (with ``insn_index``) when the program is invalid, addresses memory
     out of range, deadlocks, lacks FINISH, executes more than ``max_insns`` instructions or, with ``check_races``,
     lets two modules access the same data without a dependency token ordering them (:class:`RaceError`).
+
+    ``schedule_seed`` (for testing) replaces the smallest-index-first schedule by a seeded random choice among the
+    runnable head instructions: a program that passes the race check ends with the same DRAM image on every schedule.
     """
     if not isinstance(program, Program):
         raise TypeError(f"run() takes a Program, not {type(program).__name__}")
@@ -578,8 +464,8 @@ def run(program: Program, *, max_insns: int | None = None, keep_sram: bool = Fal
     if check_races:
         machine.race = _race_tracker(program)
     with _blas_single_thread():
-        _Scheduler(program, machine, stats, max_insns).run()
-    sram = None
+        _Scheduler(program, machine, stats, max_insns, schedule_seed).run()
+    sram: dict[str, np.ndarray] | None = None
     if keep_sram:
         sram = {"inp": machine.inp, "wgt": machine.wgt, "acc": machine.acc, "out": machine.out, "uop": machine.uop}
     return FsimResult(machine.dram, stats, sram)
@@ -587,22 +473,24 @@ def run(program: Program, *, max_insns: int | None = None, keep_sram: bool = Fal
 
 def _race_tracker(program: Program) -> RaceTracker:
     module_insns: dict[str, list[int]] = {m: [] for m in MODULES}
-    lo, hi = None, None
+    starts, ends = [], []
     for k, insn in enumerate(program.insns):
         module_insns[module_of(insn)].append(k)
         if isinstance(insn, Store) and insn.x_size and insn.y_size:
             eb = program.cfg.out_elem_bytes
-            start = insn.dram_base * eb
-            end = (insn.dram_base + (insn.y_size - 1) * insn.x_stride + insn.x_size) * eb
-            lo, hi = (start, end) if lo is None else (min(lo, start), max(hi, end))
-    span = None if lo is None or min(hi, program.dram.size) <= max(lo, 0) else (max(lo, 0), min(hi, program.dram.size))
+            starts.append(max(insn.dram_base * eb, 0))
+            ends.append(min((insn.dram_base + (insn.y_size - 1) * insn.x_stride + insn.x_size) * eb,
+                            program.dram.size))
+    span = (min(starts), max(ends)) if starts and max(ends) > min(starts) else None
     return RaceTracker(program.cfg, module_insns, lambda k: _name(program.insns[k]), span)
 
 
 class _Scheduler:
     """Fetch, three command queues, four token queues; see the module docstring for the rules."""
 
-    def __init__(self, program: Program, machine: _Machine, stats: Stats, max_insns: int | None) -> None:
+    def __init__(self, program: Program, machine: _Machine, stats: Stats, max_insns: int | None,
+                 schedule_seed: int | None = None) -> None:
+        self.rng = None if schedule_seed is None else np.random.default_rng(schedule_seed)
         self.insns = program.insns
         self.cfg = program.cfg
         self.machine = machine
@@ -639,15 +527,23 @@ class _Scheduler:
             return all(self.tokens[q] < limit for q in self.pushes[k])
         return all(self.tokens[q] > 0 for q in self.pops[k])
 
+    def _pick(self) -> tuple[int, str]:
+        """The head instruction to advance: the runnable one with the smallest index or, with a schedule seed, a
+        random runnable one (FINISH only when nothing else can run). (-1, '') when none can run."""
+        ready = [(self.queues[m][0], m) for m in MODULES if self.queues[m] and self._ready(m)]
+        if not ready:
+            return -1, ""
+        if self.rng is None:
+            return min(ready)
+        others = [r for r in ready if not isinstance(self.insns[r[0]], Finish)]
+        choices = others or ready
+        return choices[int(self.rng.integers(len(choices)))]
+
     def run(self) -> None:
         stats = self.stats
         while True:
             self._fetch()
-            best, best_module = -1, ""
-            for m in MODULES:
-                q = self.queues[m]
-                if q and (best < 0 or q[0] < best) and self._ready(m):
-                    best, best_module = q[0], m
+            best, best_module = self._pick()
             if best < 0:
                 raise DeadlockError(self._blocked_message("the program deadlocks"), self._first_blocked())
             insn = self.insns[best]

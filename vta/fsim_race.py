@@ -41,6 +41,7 @@ class RaceTracker:
         self.read = {buf: np.zeros(depth[buf], np.int64) for buf in _SRAM}
         self.grain = min(cfg.uop_bytes, cfg.inp_elem_bytes, cfg.out_elem_bytes)  # every DRAM access is aligned to it
         self.span = store_span
+        self._span = store_span or (0, 0)
         if store_span is not None:
             n = -(-(store_span[1] - store_span[0]) // self.grain)
             self.dram_written = np.zeros(n, np.int64)
@@ -83,13 +84,24 @@ class RaceTracker:
         return None
 
     # ---- DRAM --------------------------------------------------------------------------------------------------
-    def _grains(self, lo: int, rows: int, row_bytes: int, stride_bytes: int) -> np.ndarray | None:
+    def _grains(self, lo: int, rows: int, row_bytes: int, stride_bytes: int) -> np.ndarray | slice | None:
+        """Grains of the tracked span that a 2D access touches (None when it touches none)."""
         if self.span is None or rows <= 0 or row_bytes <= 0:
             return None
+        hi = lo + (rows - 1) * stride_bytes + row_bytes
+        if hi <= self.span[0] or lo >= self.span[1]:
+            return None
+        if stride_bytes == row_bytes or rows == 1:  # contiguous
+            first = max(lo - self.span[0], 0) // self.grain
+            return slice(first, min(-(-(hi - self.span[0]) // self.grain), self.dram_written.size))
         starts = lo + np.arange(rows, dtype=np.int64) * stride_bytes - self.span[0]
         idx = (starts[:, None] + np.arange(0, row_bytes, self.grain)[None, :]).reshape(-1) // self.grain
         idx = idx[(idx >= 0) & (idx < self.dram_written.size)]
         return idx if idx.size else None
+
+    @staticmethod
+    def _grain_index(idx: np.ndarray | slice, j: int) -> int:
+        return idx.start + j if isinstance(idx, slice) else int(idx[j])
 
     def dram_read(self, k: int, module: str, lo: int, rows: int, row_bytes: int, stride_bytes: int,
                   vc: Sequence[int]) -> str | None:
@@ -99,7 +111,7 @@ class RaceTracker:
         last = self.dram_written[idx]
         j = self._conflict(last, "store", vc)
         if j is not None:
-            byte = self.span[0] + int(idx[j]) * self.grain
+            byte = self._span[0] + int(self._grain_index(idx, j)) * self.grain
             return self._message(k, "reads", f"DRAM byte {byte}", module, "store", int(last[j]), "writes")
         self.dram_readers[module][idx] = vc[MODULE_INDEX[module]]
         return None
@@ -113,7 +125,7 @@ class RaceTracker:
             last = self.dram_readers[reader][idx]
             j = self._conflict(last, reader, vc)
             if j is not None:
-                byte = self.span[0] + int(idx[j]) * self.grain
+                byte = self._span[0] + int(self._grain_index(idx, j)) * self.grain
                 return self._message(k, "overwrites", f"DRAM byte {byte}", "store", reader, int(last[j]), "reads")
         self.dram_written[idx] = vc[MODULE_INDEX["store"]]
         return None

@@ -276,6 +276,8 @@ def encode(insn: Insn, cfg: VTAConfig) -> int:
     word = 0
     for f in layout(cfg).fields[insn.opcode]:
         value = insn.opcode if f.name == "opcode" else getattr(insn, f.name)
+        if not isinstance(value, (int, np.integer)):  # bool is an int; floats and strings are not truncated
+            raise TypeError(f"{OPCODE_NAMES[insn.opcode]} field {f.name} must be an integer, not {value!r}")
         value = int(value)
         if not f.fits(value):
             lo, hi = (-(1 << (f.width - 1)), (1 << (f.width - 1)) - 1) if f.signed else (0, (1 << f.width) - 1)

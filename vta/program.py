@@ -26,7 +26,7 @@ import dataclasses
 import json
 from dataclasses import dataclass, field
 from os import PathLike
-from typing import Any, Sequence
+from typing import Any, Sequence, cast
 
 import numpy as np
 
@@ -173,6 +173,11 @@ class Program:
         return program
 
 
+def _with_flags(insn: Insn, flags: set[str]) -> Insn:
+    """A copy of ``insn`` with the token flags ``flags`` set."""
+    return cast(Insn, dataclasses.replace(cast(Any, insn), **{flag: True for flag in flags}))
+
+
 def _align_up(value: int, align: int) -> int:
     return -(-value // align) * align
 
@@ -314,7 +319,7 @@ class ProgramBuilder:
         module = module_of(insn)
         pending = self._pending[module]
         if pending:
-            insn = dataclasses.replace(insn, **{flag: True for flag in pending})
+            insn = _with_flags(insn, pending)
         index = len(self.insns)
         try:
             encode_stream([insn], self.cfg)
@@ -342,7 +347,7 @@ class ProgramBuilder:
         push_flag, _ = self._pair(src, dst)
         last = self._last[src]
         if not self._pending[src] and last is not None and not getattr(self.insns[last], push_flag):
-            self.insns[last] = dataclasses.replace(self.insns[last], **{push_flag: True})
+            self.insns[last] = _with_flags(self.insns[last], {push_flag})
             return
         self._noop(src, {push_flag})
 

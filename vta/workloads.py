@@ -15,6 +15,7 @@ out elements ``(M/BATCH, N/BLOCK_OUT, BATCH, BLOCK_OUT)``, each dimension padded
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -196,7 +197,7 @@ ALU_CASES: tuple[tuple[str, int, int | None], ...] = (
 """(name, ALU opcode, immediate or None for a tensor operand), in the order of ``alu_program``'s output cases."""
 
 
-def _ref_alu(op: int, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def _ref_alu(op: int, a: np.ndarray, b: np.ndarray | np.integer) -> np.ndarray:
     """Reference ALU on int64 holding int32 values, written independently of vta.fsim (Python ints)."""
     out = np.empty(a.shape, np.int64)
     for idx, (x, y) in enumerate(zip(a.reshape(-1).tolist(), np.broadcast_to(b, a.shape).reshape(-1).tolist())):
@@ -243,7 +244,8 @@ def alu_program(cfg: VTAConfig, *, seed: int = 0, entries: int = 4) -> tuple[Pro
     kernel = bld.uop_kernel("uops", [Uop(0, entries, 0)])  # dst: entries [0, entries), src: [entries, 2*entries)
     bld.load_uops(kernel)
     expected = np.zeros((n_cases, 4) + shape, np.int8)
-    loops = {"uop_bgn": 0, "uop_end": 1, "iter_out": entries, "dst_factor_out": 1, "src_factor_out": 1}
+    loops: dict[str, Any] = {"uop_bgn": 0, "uop_end": 1, "iter_out": entries, "dst_factor_out": 1,
+                             "src_factor_out": 1}
     for c, (_, op, imm) in enumerate(ALU_CASES):
         if c:
             bld.dep_pop("store", "compute")  # the previous case's bytes are stored: the out buffer may change
@@ -353,7 +355,7 @@ class _RandomGen:
         blk["dram_base"] += self.bld.elem_addr(alloc, mem)
         self.bld.load(mem, **blk)
 
-    def _loops(self, kind: str) -> dict[str, int] | None:
+    def _loops(self, kind: str) -> dict[str, int]:
         """Random micro-op loop whose indices stay inside the buffers."""
         bgn = self._ri(0, self.cap["uop"] - 1)
         end = min(self.cap["uop"], bgn + self._ri(0 if self.rng.random() < 0.05 else 1, 4))
