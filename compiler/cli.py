@@ -38,6 +38,8 @@ def register(subparsers: Any) -> None:
                                                                          f"{ARTEFACT_SUFFIX})")
     add_config_option(p)
     _add_model_options(p)
+    p.add_argument("--no-double-buffer", action="store_true",
+                   help="single-threaded programs: no latency hiding (to measure what it buys)")
     p.set_defaults(func=_cmd_compile)
 
 
@@ -53,7 +55,8 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
 
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options `vta run MODEL` takes on top of vta/cli.py's (``--target``, ``--config``, ``--seed``, ``--json``)."""
+    """Options `vta run MODEL` takes on top of vta/cli.py's (``--target``, ``--config``, ``--seed``, ``--json`` and
+    ``--no-double-buffer``, which compiles single-threaded programs)."""
     _add_model_options(parser)
     parser.add_argument("--report-json", metavar="FILE", help="write the per-layer report as JSON")
     parser.add_argument("--report-csv", metavar="FILE", help="write the per-layer report as CSV")
@@ -86,14 +89,16 @@ def _random_inputs(graph: Any, seed: int, samples: int = 1) -> dict[str, np.ndar
 
 
 def compile_model(model: str, cfg: Any, *, policy: str = "auto", force_cpu: list[str] | tuple[str, ...] = (),
-                  batch: int | None = None, calib: int = 4, seed: int = 0, progress: bool = False) -> Any:
+                  batch: int | None = None, calib: int = 4, seed: int = 0, double_buffer: bool = True,
+                  progress: bool = False) -> Any:
     """Import, quantize (on ``calib`` seeded random samples) and compile ``model``; returns the Compiled."""
     from .quantize import quantize
     from .runtime import compile_graph
     start = time.perf_counter()
     graph = load_graph(model, batch=batch)
     qgraph = quantize(graph, _random_inputs(graph, seed + 1, max(calib, 1)))
-    compiled = compile_graph(qgraph, cfg, policy=policy, force_cpu=force_cpu, progress=progress)
+    compiled = compile_graph(qgraph, cfg, policy=policy, force_cpu=force_cpu, double_buffer=double_buffer,
+                             progress=progress)
     compiled.meta.update({"model": model, "frontend_seconds": round(time.perf_counter() - start -
                                                                     compiled.compile_seconds, 3)})
     return compiled
@@ -103,7 +108,8 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     from vta.cli import config_from_args
     cfg = config_from_args(args)
     compiled = compile_model(args.model, cfg, policy=args.policy, force_cpu=args.force_cpu, batch=args.batch,
-                             calib=args.calib, progress=not args.no_progress)
+                             calib=args.calib, double_buffer=not args.no_double_buffer,
+                             progress=not args.no_progress)
     compiled.save(args.output)
     print(f"compiled {args.model} for {cfg.name}: {compiled.accel_steps} of {len(compiled.steps)} layers on the "
           f"accelerator, {compiled.compile_seconds:.2f} s; wrote {args.output}")
@@ -125,7 +131,8 @@ def run_model(args: argparse.Namespace) -> int:
     else:
         compiled = compile_model(args.model, config_from_args(args), policy=getattr(args, "policy", "auto"),
                                  force_cpu=getattr(args, "force_cpu", []), batch=getattr(args, "batch", None),
-                                 calib=getattr(args, "calib", 4), seed=getattr(args, "seed", 0), progress=progress)
+                                 calib=getattr(args, "calib", 4), seed=getattr(args, "seed", 0),
+                                 double_buffer=not getattr(args, "no_double_buffer", False), progress=progress)
     graph = compiled.graph
     inputs = _random_inputs(graph, getattr(args, "seed", 0))
     start = time.perf_counter()

@@ -20,6 +20,9 @@ Per output tile of a convolution (all indices in entries of the named buffer)::
 
 A residual add loads both operands as ACC_8BIT (int8 widened), then ALU MUL Ma, MUL Mb, ADD, SHR, MAX, MIN, STORE.
 
+With ``threads=1`` (no latency hiding, for comparison) each buffer is used whole and every step waits for the
+previous one: the same protocol with distance 1 instead of 2.
+
 Micro-op kernels are cached (:class:`UopCache`): a kernel is stored once in DRAM and loaded into the uop buffer only
 when it is not already resident.
 """
@@ -171,7 +174,8 @@ class _ConvState:
 
     @property
     def half(self) -> dict[str, int]:
-        return {m: self.intr.capacity(m) // 2 for m in ("inp", "wgt", "acc")}
+        """Entries of each buffer part a virtual thread owns (half with double buffering, else all)."""
+        return {m: self.intr.capacity(m) // self.t.threads for m in ("inp", "wgt", "acc")}
 
 
 def _tile_in_window(s: _ConvState, tile: ConvTile, kh0: int, kh1: int) -> tuple[int, int, int, int]:
@@ -256,11 +260,11 @@ def _emit_alu(s: _ConvState, tile: ConvTile, opcode: int, acc_base: int, *, imm:
 
 def _emit_tile(s: _ConvState, index: int, tile: ConvTile, n_tiles: int) -> None:
     pb, g, layer = s.pb, s.layer.geom, s.layer
-    half = s.half
-    acc_base = (index % 2) * half["acc"]
+    half, threads = s.half, s.t.threads
+    acc_base = (index % threads) * half["acc"]
     const_base = acc_base + s.t.oc_tile * s.t.acc_tile
     slots = [0] if layer.per_tensor else [0, 1, 2]
-    if index >= 2:
+    if index >= threads:
         pb.dep_pop("store", "compute")
     for slot in slots:   # bias, then multiplier and shift when they are per channel
         pb.load(MEM_ACC, sram_base=const_base + slot * s.t.oc_tile,
@@ -272,8 +276,8 @@ def _emit_tile(s: _ConvState, index: int, tile: ConvTile, n_tiles: int) -> None:
     s.code.gemm_uops += tile.oct * tile.toh * tile.tow
     for step in tile.steps:
         k = s.step
-        inp_base, wgt_base = (k % 2) * half["inp"], (k % 2) * half["wgt"]
-        if k >= 2:
+        inp_base, wgt_base = (k % threads) * half["inp"], (k % threads) * half["wgt"]
+        if k >= threads:
             pb.dep_pop("compute", "load")
         first = _emit_loads(s, tile, step, inp_base, wgt_base)
         pb.dep_push("load", "compute")
@@ -284,7 +288,7 @@ def _emit_tile(s: _ConvState, index: int, tile: ConvTile, n_tiles: int) -> None:
                 dst_factor_out=tile.tow if tile.toh > 1 else 0, dst_factor_in=1 if tile.tow > 1 else 0,
                 src_factor_out=g.sh * cols if tile.toh > 1 else 0, src_factor_in=g.sw if tile.tow > 1 else 0)
         s.code.gemm_uops += (end - bgn) * tile.toh * tile.tow
-        if k + 2 < s.total_steps:
+        if k + threads < s.total_steps:
             pb.dep_push("compute", "load")
         s.step += 1
     _emit_requant(s, tile, acc_base, const_base)
@@ -295,7 +299,7 @@ def _emit_tile(s: _ConvState, index: int, tile: ConvTile, n_tiles: int) -> None:
         pb.store(sram_base=acc_base + obl * s.t.acc_tile,
                  dram_base=out_addr + ((tile.nbi * g.ob + tile.ob0 + obl) * g.oh + tile.r0) * g.ow + tile.c0,
                  y_size=tile.toh, x_size=tile.tow, x_stride=g.ow)
-    if index + 2 < n_tiles:
+    if index + threads < n_tiles:
         pb.dep_push("store", "compute")
 
 
@@ -325,13 +329,15 @@ def conv_constants(layer: ConvLayer, intr: Intrinsics) -> np.ndarray:
 
 
 def emit_conv(pb: ProgramBuilder, layer: ConvLayer, x: Allocation, y: Allocation, *, prefix: str = "",
-              tiling: ConvTiling | None = None) -> LayerCode:
+              tiling: ConvTiling | None = None, threads: int = 2) -> LayerCode:
     """Emit a whole convolution/dense layer reading packed ``x`` and writing packed ``y`` (allocations of ``pb``).
 
-    Weights and constants are allocated in ``pb`` as ``{prefix}w`` and ``{prefix}consts``.
+    Weights and constants are allocated in ``pb`` as ``{prefix}w`` and ``{prefix}consts``. ``threads``: 2 virtual
+    threads (double buffering, latency hiding) or 1 (each step waits for the previous one); ignored when
+    ``tiling`` is given (it carries its own).
     """
     intr = intrinsics(pb.cfg)
-    t = tiling or plan_conv(layer.geom, intr)
+    t = tiling or plan_conv(layer.geom, intr, threads=threads)
     w = pb.alloc(f"{prefix}w", layer.weight.data)
     consts = pb.alloc(f"{prefix}consts", conv_constants(layer, intr))
     tiles = list(t.tiles())
@@ -346,20 +352,21 @@ def emit_conv(pb: ProgramBuilder, layer: ConvLayer, x: Allocation, y: Allocation
 
 # ---- residual add -----------------------------------------------------------------------------------------------
 def emit_add(pb: ProgramBuilder, layer: AddLayer, a: Allocation, b: Allocation, y: Allocation, *,
-             prefix: str = "") -> LayerCode:
-    """Emit a residual add over packed ``a`` and ``b`` into packed ``y`` (same packed shape)."""
+             prefix: str = "", threads: int = 2) -> LayerCode:
+    """Emit a residual add over packed ``a`` and ``b`` into packed ``y`` (same packed shape); ``threads`` as in
+    :func:`emit_conv`."""
     intr = intrinsics(pb.cfg)
     entries = int(np.prod(a.shape[:4]))
-    plan = plan_eltwise(entries, intr)
+    plan = plan_eltwise(entries, intr, threads=threads)
     uops = UopCache(pb, intr, prefix)
     code = LayerCode([a, b], y, tiles=0)
-    half = intr.capacity("acc") // 2
+    half = intr.capacity("acc") // threads
     tiles = list(plan.tiles())
     a_addr, b_addr = pb.elem_addr(a, MEM_ACC_8BIT), pb.elem_addr(b, MEM_ACC_8BIT)
     for index, (e0, count) in enumerate(tiles):
-        base_a = (index % 2) * half
+        base_a = (index % threads) * half
         base_b = base_a + plan.tile
-        if index >= 2:
+        if index >= threads:
             pb.dep_pop("store", "compute")
         pb.load(MEM_ACC_8BIT, sram_base=base_a, dram_base=a_addr + e0, x_size=count)
         pb.load(MEM_ACC_8BIT, sram_base=base_b, dram_base=b_addr + e0, x_size=count)
@@ -380,7 +387,7 @@ def emit_add(pb: ProgramBuilder, layer: AddLayer, a: Allocation, b: Allocation, 
         pb.dep_push("compute", "store")
         pb.dep_pop("compute", "store")
         pb.store(sram_base=base_a, dram_base=pb.elem_addr(y, MEM_OUT) + e0, x_size=count)
-        if index + 2 < len(tiles):
+        if index + threads < len(tiles):
             pb.dep_push("store", "compute")
         code.tiles += 1
     return code
@@ -388,7 +395,7 @@ def emit_add(pb: ProgramBuilder, layer: AddLayer, a: Allocation, b: Allocation, 
 
 # ---- whole programs for one layer -------------------------------------------------------------------------------
 def build_conv_program(cfg: VTAConfig, layer: ConvLayer, x_packed: np.ndarray | None = None,
-                       tiling: ConvTiling | None = None) -> tuple[Program, LayerCode]:
+                       tiling: ConvTiling | None = None, *, threads: int = 2) -> tuple[Program, LayerCode]:
     """A program computing one conv/dense layer: input allocation ``x`` (packed; zeros when ``x_packed`` is None),
     output ``y`` (packed ``(N/B, O/BO, OH, OW, B, BO)`` int8)."""
     intr = intrinsics(cfg)
@@ -397,12 +404,12 @@ def build_conv_program(cfg: VTAConfig, layer: ConvLayer, x_packed: np.ndarray | 
     x = pb.alloc(INPUT, x_packed if x_packed is not None else (g.nb, g.ib, g.h, g.w, intr.batch, intr.block_in),
                  None if x_packed is not None else "int8")
     y = pb.alloc(OUTPUT, (g.nb, g.ob, g.oh, g.ow, intr.batch, intr.block_out), "int8")
-    code = emit_conv(pb, layer, x, y, tiling=tiling)
+    code = emit_conv(pb, layer, x, y, tiling=tiling, threads=threads)
     return pb.finish(), code
 
 
 def build_add_program(cfg: VTAConfig, layer: AddLayer, a_packed: np.ndarray | tuple[int, ...],
-                      b_packed: np.ndarray | None = None) -> tuple[Program, LayerCode]:
+                      b_packed: np.ndarray | None = None, *, threads: int = 2) -> tuple[Program, LayerCode]:
     """A program computing one residual add: inputs ``x`` and ``x_b``, output ``y`` (all packed, same shape).
 
     ``a_packed`` is the packed data of ``a`` or just its packed shape (inputs zero-filled)."""
@@ -416,7 +423,7 @@ def build_add_program(cfg: VTAConfig, layer: AddLayer, a_packed: np.ndarray | tu
         b = pb.alloc(INPUT_B, b_packed if b_packed is not None else np.zeros_like(a_packed))
         shape = a_packed.shape
     y = pb.alloc(OUTPUT, tuple(shape), "int8")
-    code = emit_add(pb, layer, a, b, y)
+    code = emit_add(pb, layer, a, b, y, threads=threads)
     return pb.finish(), code
 
 

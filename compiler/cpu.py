@@ -1,8 +1,8 @@
 """The CPU fallback: llvmlite-JIT kernels for every quantized operator, bit-exact with :mod:`.qops`.
 
 Each kernel is generated as LLVM IR with the operator's shapes and constants baked in, optimized at ``-O3`` for the
-host CPU, and cached per (kernel, shapes, constants) for the life of the process (:func:`cache_info`). Nothing is
-initialized at import: the JIT engine is created on the first kernel request.
+host CPU, and cached per (kernel, shapes, constants) for the life of the process (:func:`cache_info`) and as object code on disk
+(``$VTA_CACHE_DIR/jit``). Nothing is initialized at import: the JIT engine is created on the first kernel request.
 
 Public entry points:
 
@@ -20,8 +20,12 @@ differ from numpy's in the last bits of float32; every integer op is bit-exact.
 from __future__ import annotations
 
 import ctypes
+import hashlib
+import os
+import tempfile
 from contextlib import contextmanager
-from typing import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 from llvmlite import ir
@@ -43,29 +47,68 @@ def _c(value: int, ty: ir.IntType = I64) -> ir.Constant:
 
 # ---- the JIT engine -------------------------------------------------------------------------------------------------
 class _Jit:
-    """One MCJIT engine; modules are added as kernels are first requested."""
+    """One MCJIT engine; modules are added as kernels are first requested.
+
+    Compiled object code is also kept on disk under ``$VTA_CACHE_DIR/jit`` (default ``~/.cache/vta-lab/jit``), keyed
+    by a hash of the kernel's IR, the host CPU and the llvmlite version, so later processes skip optimization and
+    code generation.
+    """
 
     def __init__(self) -> None:
+        import llvmlite
         import llvmlite.binding as llvm
         llvm.initialize_all_targets()
         llvm.initialize_all_asmprinters()
         self.llvm = llvm
         target = llvm.Target.from_default_triple()
-        self.tm = target.create_target_machine(opt=3, cpu=llvm.get_host_cpu_name(),
-                                               features=llvm.get_host_cpu_features().flatten(), jit=True)
+        cpu, features = llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
+        self.tm = target.create_target_machine(opt=3, cpu=cpu, features=features, jit=True)
         self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), self.tm)
+        self.host = f"{cpu};{features};{llvmlite.__version__}"
+        self.cache_dir = Path(os.path.expanduser(os.environ.get("VTA_CACHE_DIR", "~/.cache/vta-lab"))) / "jit"
+        self.engine.set_object_cache(self._notify, self._getbuffer)
         self.kernels: dict[tuple, Callable[..., None]] = {}
+        self.disk_hits = 0
+
+    def _path(self, key: str) -> Path:
+        return self.cache_dir / f"{key}.o"
+
+    def _notify(self, module: Any, buffer: bytes) -> None:
+        if len(module.name) != 40:                # the engine's initial empty module is not a kernel
+            return
+        try:
+            self.cache_dir.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.cache_dir, suffix=".tmp")
+            with os.fdopen(fd, "wb") as f:
+                f.write(buffer)
+            os.replace(tmp, self._path(module.name))
+        except OSError:
+            pass                                  # a read-only cache only costs compile time
+
+    def _getbuffer(self, module: Any) -> bytes | None:
+        if len(module.name) != 40:
+            return None
+        try:
+            data = self._path(module.name).read_bytes()
+        except OSError:
+            return None
+        self.disk_hits += 1
+        return data
 
     def compile(self, module: ir.Module, name: str, nargs: int) -> Callable[..., None]:
         llvm = self.llvm
         module.triple = llvm.get_process_triple()
-        mod = llvm.parse_assembly(str(module))
-        mod.verify()
-        pto = llvm.create_pipeline_tuning_options(speed_level=3)
-        pto.loop_vectorization = True
-        pto.slp_vectorization = True
-        pb = llvm.create_pass_builder(self.tm, pto)
-        pb.getModulePassManager().run(mod, pb)
+        text = str(module)
+        key = hashlib.sha256((self.host + "\n" + text).encode()).hexdigest()[:40]
+        mod = llvm.parse_assembly(text)
+        mod.name = key
+        if not self._path(key).exists():
+            mod.verify()
+            pto = llvm.create_pipeline_tuning_options(speed_level=3)
+            pto.loop_vectorization = True
+            pto.slp_vectorization = True
+            pb = llvm.create_pass_builder(self.tm, pto)
+            pb.getModulePassManager().run(mod, pb)
         self.engine.add_module(mod)
         self.engine.finalize_object()
         addr = self.engine.get_function_address(name)
@@ -88,7 +131,7 @@ def _kernel(key: tuple, build: Callable[[], tuple[ir.Module, str, int]]) -> Call
 
 
 def cache_info() -> int:
-    """Number of kernels compiled so far in this process."""
+    """Number of kernels loaded so far in this process (compiled, or read from the on-disk object cache)."""
     return 0 if _JIT is None else len(_JIT.kernels)
 
 

@@ -324,6 +324,8 @@ class Graph:
                 missing = [k for k in table[node.op] if k not in node.attrs]
                 if missing:
                     problems.append(f"node {node.name!r} ({node.op}) lacks attribute(s) {', '.join(missing)}")
+                elif node.op in ACCEL_OPS and all(t in self.tensors for t in node.inputs + node.outputs):
+                    problems.extend(self._accel_problems(node))
             for inp in node.inputs:
                 if inp not in known:
                     problems.append(f"node {node.name!r} reads {inp!r} before it is produced")
@@ -338,6 +340,33 @@ class Graph:
                 problems.append(f"graph output {name!r} is never produced")
         if problems:
             raise GraphError(f"Graph {self.name!r} is malformed: " + "; ".join(problems) + ".")
+
+    def _accel_problems(self, node: Node) -> list[str]:
+        """Contract checks of a QConv2d/QDense/QAdd node: dtypes, scales, constant operands, requant size."""
+        problems = []
+        info = [self.tensors[t] for t in node.inputs]
+        out = self.tensors[node.outputs[0]]
+        where = f"node {node.name!r} ({node.op})"
+        if out.dtype != "int8" or out.scale is None:
+            problems.append(f"{where} must write an int8 tensor with a scale, not {out.dtype} scale={out.scale}")
+        if node.op == "QAdd":
+            if len(info) != 2 or any(t.dtype != "int8" for t in info) or info[0].shape != info[-1].shape:
+                problems.append(f"{where} needs two int8 operands of equal shape")
+            elif not isinstance(node.attrs["requant"], AddRequant):
+                problems.append(f"{where} needs an AddRequant, not {type(node.attrs['requant']).__name__}")
+            return problems
+        want = ("int8", "int8", "int32")
+        if len(info) != 3 or tuple(t.dtype for t in info) != want:
+            problems.append(f"{where} needs inputs (x int8, w int8, bias int32), got "
+                            f"{tuple(t.dtype for t in info)}")
+            return problems
+        if node.inputs[1] not in self.constants or node.inputs[2] not in self.constants:
+            problems.append(f"{where} needs constant weights and bias")
+        requant = node.attrs["requant"]
+        channels = info[1].shape[0]
+        if not isinstance(requant, Requant) or requant.channels != channels or info[2].shape != (channels,):
+            problems.append(f"{where} needs a Requant and a bias with {channels} channels (one per output channel)")
+        return problems
 
     # ---- reporting ------------------------------------------------------------------------------------------------
     def summary(self) -> str:

@@ -4,7 +4,7 @@ Pipeline (:func:`quantize`):
 
 1. :func:`prepare` folds a Mul/Add by a per-channel constant into the preceding Conv2d/Dense.
 2. :func:`calibrate` runs the float reference on the calibration inputs and records, per tensor, the largest
-   magnitude (and per channel for convolution/dense outputs, to bound accumulators).
+   magnitude or optionally a percentile of it (and the per-channel maximum, to bound accumulators).
 3. Each float node becomes quantized nodes. Conv2d/Dense followed by Relu/Clip fuse into one QConv2d/QDense; an
    activation Add followed by Relu fuses into one QAdd. Weights get symmetric int8 scales per output channel
    (``per_channel=True``), per tensor (``False``), or per channel only where channel ranges differ by more than
@@ -124,17 +124,28 @@ def _samples(graph: Graph, inputs: Mapping[str, np.ndarray] | Sequence[Mapping[s
     return [dict(s) for s in inputs]
 
 
-def calibrate(graph: Graph, inputs: Mapping[str, np.ndarray] | Sequence[Mapping[str, np.ndarray]]) -> Calibration:
-    """Run the float reference over the calibration inputs (a dict of stacked samples, or a list of dicts)."""
+def calibrate(graph: Graph, inputs: Mapping[str, np.ndarray] | Sequence[Mapping[str, np.ndarray]], *,
+              percentile: float | None = None) -> Calibration:
+    """Run the float reference over the calibration inputs (a dict of stacked samples, or a list of dicts).
+
+    ``absmax`` is the largest magnitude seen, or with ``percentile`` (e.g. 99.9) the largest per-sample percentile
+    of the magnitudes (outliers then saturate); graph inputs and outputs always use the true maximum.
+    ``channel_absmax`` is always the true per-channel maximum (it bounds accumulators against overflow).
+    """
+    if percentile is not None and not 50.0 <= percentile <= 100.0:
+        raise ValueError(f"Calibration percentile {percentile} must lie in [50, 100].")
     absmax: dict[str, float] = {}
     chan: dict[str, np.ndarray] = {}
     samples = _samples(graph, inputs)
     if not samples:
         raise ValueError("Calibration needs at least one input sample; got none.")
+    exact = set(graph.inputs) | set(graph.outputs)
     for sample in samples:
         values = float_ref.run_float(graph, sample, keep_all=True)
         for name, value in values.items():
-            absmax[name] = max(absmax.get(name, 0.0), float(np.abs(value).max()))
+            mag = np.abs(value)
+            peak = float(mag.max()) if percentile is None or name in exact else float(np.percentile(mag, percentile))
+            absmax[name] = max(absmax.get(name, 0.0), peak)
             if value.ndim >= 2:
                 per = np.abs(value).max(axis=tuple(i for i in range(value.ndim) if i != 1))
                 chan[name] = np.maximum(chan.get(name, per), per)
@@ -354,9 +365,11 @@ _HANDLERS = {
 
 
 def quantize(graph: Graph, calib_inputs: Mapping[str, np.ndarray] | Sequence[Mapping[str, np.ndarray]], *,
-             per_channel: bool | Literal["auto"] = True, mode: Literal["multiply", "shift"] = "multiply") -> Graph:
+             per_channel: bool | Literal["auto"] = True, mode: Literal["multiply", "shift"] = "multiply",
+             percentile: float | None = None) -> Graph:
     """Quantize a float graph; ``calib_inputs`` is a dict of stacked samples (leading axis a multiple of the batch)
-    or a list of input dicts. Returns a validated quantized :class:`~.ir.Graph` named ``<name>_int8``."""
+    or a list of input dicts; ``percentile`` selects percentile calibration (see :func:`calibrate`). Returns a
+    validated quantized :class:`~.ir.Graph` named ``<name>_int8``."""
     if mode not in ("multiply", "shift"):
         raise ValueError(f"Requant mode {mode!r} is unknown; use 'multiply' or 'shift'.")
     if per_channel not in (True, False, "auto"):
@@ -364,7 +377,7 @@ def quantize(graph: Graph, calib_inputs: Mapping[str, np.ndarray] | Sequence[Map
     if graph.is_quantized:
         raise GraphError(f"Graph {graph.name!r} is already quantized.")
     fg = prepare(graph)
-    cal = calibrate(fg, calib_inputs)
+    cal = calibrate(fg, calib_inputs, percentile=percentile)
     return _Quantizer(fg, cal, per_channel, mode).run()
 
 

@@ -120,11 +120,11 @@ class Compiled:
         return data["compiled"]
 
 
-def _accel_step(graph: Graph, node: Node, cfg: VTAConfig) -> AccelStep:
+def _accel_step(graph: Graph, node: Node, cfg: VTAConfig, threads: int) -> AccelStep:
     lowered = lower_node(graph, node, cfg)
     layer = lowered.layer
     if isinstance(layer, ConvLayer):
-        program, code = build_conv_program(cfg, layer)
+        program, code = build_conv_program(cfg, layer, threads=threads)
         inputs = [node.inputs[0]]
         t = code.tiling
         tiling = f"oc{t.oc_tile} ic{t.ic_tile} oh{t.oh_tile} ow{t.ow_tile}" if t else ""
@@ -133,7 +133,7 @@ def _accel_step(graph: Graph, node: Node, cfg: VTAConfig) -> AccelStep:
     else:
         intr = intrinsics(cfg)
         program, code = build_add_program(cfg, layer, packed_activation_shape(layer.shape, intr.batch,
-                                                                              intr.block_in))
+                                                                              intr.block_in), threads=threads)
         inputs = list(node.inputs[:2])
         tiling = f"{code.tiles} tiles"
         macs = 0
@@ -142,18 +142,20 @@ def _accel_step(graph: Graph, node: Node, cfg: VTAConfig) -> AccelStep:
 
 
 def compile_graph(graph: Graph, cfg: VTAConfig, *, policy: str = "auto", force_cpu: Iterable[str] = (),
-                  progress: bool = False) -> Compiled:
-    """Partition ``graph`` and generate a program for every accelerator node (see :func:`.partition.partition`)."""
+                  double_buffer: bool = True, progress: bool = False) -> Compiled:
+    """Partition ``graph`` and generate a program for every accelerator node (see :func:`.partition.partition`).
+
+    ``double_buffer=False`` generates single-threaded programs (no latency hiding), to measure what it buys."""
     start = time.perf_counter()
     decisions = partition(graph, cfg, policy=policy, force_cpu=frozenset(force_cpu))
     steps: list[Step] = []
     nodes = _progress(graph.nodes, progress, "compile")
     for node in nodes:
         if decisions[node.name].target == "accel":
-            steps.append(_accel_step(graph, node, cfg))
+            steps.append(_accel_step(graph, node, cfg, 2 if double_buffer else 1))
         else:
             steps.append(CpuStep(node, decisions[node.name].macs))
-    return Compiled(cfg, graph, steps, decisions, time.perf_counter() - start)
+    return Compiled(cfg, graph, steps, decisions, time.perf_counter() - start, {"double_buffer": double_buffer})
 
 
 def _progress(items: list[Any], enabled: bool, desc: str) -> Iterable[Any]:

@@ -138,8 +138,11 @@ class ConvTiling:
     oh_tile: int
     ow_tile: int
     kh_tile: int = 0
+    threads: int = 2
 
     def __post_init__(self) -> None:
+        if self.threads not in (1, 2):
+            raise ValueError(f"threads must be 1 (no latency hiding) or 2 (double buffering), not {self.threads!r}")
         if self.kh_tile == 0:
             object.__setattr__(self, "kh_tile", self.geom.kh)
 
@@ -216,22 +219,26 @@ class ConvTiling:
         insns = tiles * (steps * (self.in_blocks() + 2) + 8 + self.oc_tile)
         return inp + wgt + out + insns * intr.insn_bytes
 
+    @property
+    def _part(self) -> str:
+        return "half" if self.threads == 2 else "all of"
+
     def check(self, intr: Intrinsics) -> list[str]:
         """Every buffer or field limit this tiling breaks (empty when it fits)."""
-        half = {m: intr.capacity(m) // 2 for m in ("inp", "wgt", "acc")}
+        half = {m: intr.capacity(m) // self.threads for m in ("inp", "wgt", "acc")}
         problems = []
         if self.kh_tile < self.geom.kh and self.ic_tile != 1:
             problems.append(f"splitting kernel rows ({self.kh_tile} of {self.geom.kh}) needs one input block per "
                             f"step, not {self.ic_tile}")
         if self.inp_entries > half["inp"]:
-            problems.append(f"the input tile needs {self.inp_entries} inp entries, more than half the buffer "
-                            f"({half['inp']})")
+            problems.append(f"the input tile needs {self.inp_entries} inp entries, more than {self._part} the "
+                            f"buffer ({half['inp']})")
         if self.wgt_entries > half["wgt"]:
-            problems.append(f"the weight tile needs {self.wgt_entries} wgt entries, more than half the buffer "
-                            f"({half['wgt']})")
+            problems.append(f"the weight tile needs {self.wgt_entries} wgt entries, more than {self._part} the "
+                            f"buffer ({half['wgt']})")
         if self.acc_entries > half["acc"]:
-            problems.append(f"the output tile needs {self.acc_entries} acc entries, more than half the buffer "
-                            f"({half['acc']})")
+            problems.append(f"the output tile needs {self.acc_entries} acc entries, more than {self._part} the "
+                            f"buffer ({half['acc']})")
         if self.wgt_entries > intr.uop_depth // 4:
             problems.append(f"the tile needs {self.wgt_entries} GEMM micro-ops, more than a quarter of the uop "
                             f"buffer ({intr.uop_depth // 4})")
@@ -271,7 +278,7 @@ def _max_rows(t: ConvTiling, intr: Intrinsics) -> int:
     lo, hi = 1, t.geom.oh
     while lo <= hi:
         mid = (lo + hi) // 2
-        cand = ConvTiling(t.geom, t.oc_tile, t.ic_tile, mid, t.ow_tile, t.kh_tile)
+        cand = ConvTiling(t.geom, t.oc_tile, t.ic_tile, mid, t.ow_tile, t.kh_tile, t.threads)
         if cand.check(intr):
             hi = mid - 1
         else:
@@ -279,7 +286,7 @@ def _max_rows(t: ConvTiling, intr: Intrinsics) -> int:
     return best
 
 
-def plan_conv(geom: ConvGeometry, intr: Intrinsics) -> ConvTiling:
+def plan_conv(geom: ConvGeometry, intr: Intrinsics, *, threads: int = 2) -> ConvTiling:
     """The tiling of ``geom`` for ``intr``'s buffers. Rules, applied to every candidate:
 
     1. output blocks per tile: any count up to 16, or a halving or divisor of all (``oc_tile``);
@@ -289,9 +296,13 @@ def plan_conv(geom: ConvGeometry, intr: Intrinsics) -> ConvTiling:
     4. rows: as many as fit (``oh_tile``, found by bisection).
 
     Among the candidates that fit, the one with the fewest estimated DMA bytes (:meth:`ConvTiling.dma_bytes`)
-    wins. Raises :class:`ScheduleError` when no candidate fits. Plans are cached per (geometry, config).
+    wins. Raises :class:`ScheduleError` when no candidate fits. ``threads`` 2 splits every buffer in two halves
+    (double buffering), 1 gives each tile whole buffers (no latency hiding). Plans are cached per (geometry,
+    config, threads).
     """
-    return _plan_conv(geom, intr.cfg)
+    if threads not in (1, 2):
+        raise ValueError(f"threads must be 1 (no latency hiding) or 2 (double buffering), not {threads!r}")
+    return _plan_conv(geom, intr.cfg, threads)
 
 
 def _oc_candidates(ob: int) -> list[int]:
@@ -303,7 +314,7 @@ def _oc_candidates(ob: int) -> list[int]:
 
 
 @lru_cache(maxsize=4096)
-def _plan_conv(geom: ConvGeometry, cfg: VTAConfig) -> ConvTiling:
+def _plan_conv(geom: ConvGeometry, cfg: VTAConfig, threads: int) -> ConvTiling:
     intr = intrinsics(cfg)
     _check_geometry(geom)
     _, nib = geom.block_ranges
@@ -311,16 +322,16 @@ def _plan_conv(geom: ConvGeometry, cfg: VTAConfig) -> ConvTiling:
     for oct in _oc_candidates(geom.ob):
         for ict, kht in _reduction_candidates(nib, geom.kh):
             for tow in _halvings(geom.ow):
-                cand = ConvTiling(geom, oct, ict, 1, tow, kht)
+                cand = ConvTiling(geom, oct, ict, 1, tow, kht, threads)
                 rows = _max_rows(cand, intr)
                 if rows == 0:
                     continue
-                cand = ConvTiling(geom, oct, ict, rows, tow, kht)
+                cand = ConvTiling(geom, oct, ict, rows, tow, kht, threads)
                 cost = cand.dma_bytes(intr)
                 if best is None or cost < best[0]:
                     best = (cost, cand)
     if best is None:
-        smallest = ConvTiling(geom, 1, 1, 1, 1, 1)
+        smallest = ConvTiling(geom, 1, 1, 1, 1, 1, threads)
         raise ScheduleError("no tiling fits: even a one-pixel tile breaks these limits: "
                             + "; ".join(smallest.check(intr)))
     return best[1]
@@ -330,11 +341,12 @@ def _plan_conv(geom: ConvGeometry, cfg: VTAConfig) -> ConvTiling:
 class EltwiseTiling:
     """An elementwise op over ``entries`` acc entries (packed activation elements), ``tile`` entries at a time.
 
-    Each tile needs ``2 * tile`` acc entries (both operands) in one half of the acc buffer.
+    Each tile needs ``2 * tile`` acc entries (both operands) in one half (``threads`` 2) or all of the acc buffer.
     """
 
     entries: int
     tile: int
+    threads: int = 2
 
     def tiles(self) -> Iterator[tuple[int, int]]:
         """``(first entry, count)`` of every tile."""
@@ -342,12 +354,12 @@ class EltwiseTiling:
             yield e0, min(self.tile, self.entries - e0)
 
 
-def plan_eltwise(entries: int, intr: Intrinsics) -> EltwiseTiling:
-    """Tiling of a two-operand elementwise op over ``entries`` packed elements."""
+def plan_eltwise(entries: int, intr: Intrinsics, *, threads: int = 2) -> EltwiseTiling:
+    """Tiling of a two-operand elementwise op over ``entries`` packed elements (``threads`` as in plan_conv)."""
     if entries < 1:
         raise ScheduleError(f"an elementwise op needs at least one element, not {entries}")
-    tile = min(entries, intr.capacity("acc") // 4, intr.loop_max)
+    tile = min(entries, intr.capacity("acc") // (2 * threads), intr.loop_max)
     if tile < 1:
         raise ScheduleError(f"the acc buffer ({intr.capacity('acc')} entries) is too small for two operands in "
                             f"each of two halves")
-    return EltwiseTiling(entries, tile)
+    return EltwiseTiling(entries, tile, threads)

@@ -24,7 +24,8 @@ CONFIGS = {
 }
 
 
-def _conv_case(cfg, n, c, h, w, o, k, s, p, g, *, per_channel=True, lo=-128, hi=127, seed=0, tiles=None):
+def _conv_case(cfg, n, c, h, w, o, k, s, p, g, *, per_channel=True, lo=-128, hi=127, seed=0, tiles=None,
+               threads=2):
     """Run one quantized conv on fsim; return (got, expected, code, stats)."""
     rng = np.random.default_rng(seed)
     intr = intrinsics(cfg)
@@ -36,7 +37,8 @@ def _conv_case(cfg, n, c, h, w, o, k, s, p, g, *, per_channel=True, lo=-128, hi=
     expected = qops.qconv2d(x, wt, bias, Requant(m, sh, lo, hi), (s, s), (p, p, p, p), g)
     layer = ConvLayer.make(x.shape, wt, bias, m, sh, lo, hi, strides=(s, s), pads=(p, p, p, p), groups=g, intr=intr)
     tiling = ConvTiling(layer.geom, *tiles) if tiles else None
-    program, code = build_conv_program(cfg, layer, pack_activation(x, batch=intr.batch, block=intr.block_in), tiling)
+    program, code = build_conv_program(cfg, layer, pack_activation(x, batch=intr.batch, block=intr.block_in), tiling,
+                                       threads=threads)
     result = get_backend("fsim").run(program)
     got = unpack_activation(program.read(OUTPUT, result.dram), expected.shape)
     return got, expected, code, result.stats
@@ -71,6 +73,22 @@ def test_conv_forced_tilings(tiles):
     steps = n_tiles * -(-3 // tiles[1]) * kh_steps
     assert stats["load_to_compute_pops"] == steps
     assert stats["compute_to_load_pops"] == max(steps - 2, 0)
+
+
+def test_single_thread_programs():
+    """threads=1: whole buffers, every step waits for the previous one (distance-1 tokens); still exact."""
+    got, expected, code, stats = _conv_case(VTAConfig(), 1, 40, 11, 10, 40, 3, 1, 1, 1, tiles=(1, 1, 2, 3, 3, 1),
+                                            seed=3)
+    np.testing.assert_array_equal(got, expected)
+    steps = 3 * 6 * 4 * 3
+    assert stats["load_to_compute_pops"] == steps and stats["compute_to_load_pops"] == steps - 1
+    assert stats["store_to_compute_pops"] == 3 * 6 * 4  # tiles - 1 in the program, + 1 before FINISH
+    got, expected, code, _ = _conv_case(VTAConfig(), 1, 20, 9, 9, 24, 3, 1, 1, 1, threads=1)
+    np.testing.assert_array_equal(got, expected)
+    assert code.tiling.threads == 1
+    with pytest.raises(ValueError, match="threads must be 1 \\(no latency hiding\\) or 2 \\(double buffering\\), "
+                                         "not 3"):
+        plan_conv(code.tiling.geom, intrinsics(VTAConfig()), threads=3)
 
 
 def test_depthwise_and_grouped_tiled_batch2():

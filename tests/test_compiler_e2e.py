@@ -6,7 +6,7 @@ import pytest
 from vta.cli import main
 from vta.compiler import qops
 from vta.compiler.cli import compile_model
-from vta.compiler.runtime import AccelStep, run
+from vta.compiler.runtime import AccelStep, Compiled, run
 from vta.config import VTAConfig
 
 CONFIGS = {
@@ -61,6 +61,10 @@ def test_cli_run_and_compile(tmp_path, capsys):
                  str(tmp_path / "r.csv")]) == 0
     assert "bit_exact_vs_reference: True" in capsys.readouterr().out
     assert (tmp_path / "r.csv").exists()
+    single = tmp_path / "single.vtac"
+    assert main(["compile", "tiny_cnn", "-o", str(single), "--no-double-buffer", "--no-progress"]) == 0
+    assert Compiled.load(single).meta["double_buffer"] is False
+    capsys.readouterr()
     assert main(["run", "no_such_model", "--no-progress"]) == 2
     assert "model 'no_such_model' is neither a file nor a zoo model" in capsys.readouterr().err
 

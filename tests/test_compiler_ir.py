@@ -78,3 +78,22 @@ def test_requant_checks():
 def test_conv_output_hw():
     assert conv_output_hw(224, 224, (7, 7), (2, 2), (3, 3, 3, 3)) == (112, 112)
     assert conv_output_hw(7, 5, (3, 3), (2, 1), (1, 0, 1, 2)) == (4, 5)
+
+
+def test_validate_checks_the_accelerator_contract():
+    g = Graph("q", inputs=["x"], outputs=["y"])
+    g.add_tensor("x", (1, 4), "int8", 0.1)
+    g.add_constant("w", np.zeros((3, 4), np.int8))
+    g.add_constant("b", np.zeros(3, np.int64).astype(np.int32))
+    g.add_tensor("y", (1, 3), "int8", 0.2)
+    g.add_node("QDense", "fc", ["x", "w", "b"], ["y"], requant=Requant(np.array([1, 1]), np.array([0, 0])))
+    with pytest.raises(GraphError, match=r"node 'fc' \(QDense\) needs a Requant and a bias with 3 channels"):
+        g.validate()
+    g.nodes[0].attrs["requant"] = Requant(np.array([1, 1, 1]), np.array([0, 0, 0]))
+    g.validate()
+    g.tensors["y"].scale = None
+    g.add_tensor("z", (1, 3), "int8", 0.1)
+    g.add_node("QAdd", "add", ["y", "x"], ["z"], requant=AddRequant(1, 1, 0))
+    with pytest.raises(GraphError, match=r"node 'fc' \(QDense\) must write an int8 tensor with a scale, not int8 "
+                                         r"scale=None; node 'add' \(QAdd\) needs two int8 operands of equal shape"):
+        g.validate()

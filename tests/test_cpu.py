@@ -117,3 +117,20 @@ def test_resnet18_cpu_target_bit_exact():
     q = quantize(g, {"input": rng.standard_normal((2, 3, 224, 224)).astype(np.float32)})
     x = rng.standard_normal((1, 3, 224, 224)).astype(np.float32)
     np.testing.assert_array_equal(cpu.run_cpu(q, {"input": x})["output"], qops.run_reference(q, {"input": x})["output"])
+
+
+def test_object_code_is_cached_on_disk(tmp_path, monkeypatch):
+    monkeypatch.setenv("VTA_CACHE_DIR", str(tmp_path))
+    build = lambda: cpu._build_rescale(10, 2, -128, 127)         # noqa: E731
+    x = np.arange(-5, 5, dtype=np.int8)
+    m = np.full(10, 3, np.int32)
+    results = []
+    for _ in range(2):
+        jit = cpu._Jit()                                         # a fresh engine, as in a new process
+        fn = jit.compile(*build())
+        out = np.empty(10, np.int8)
+        cpu._call(fn, x, m, out)
+        results.append((out.tolist(), jit.disk_hits))
+    expected = qops.rescale(x, m, 2).tolist()
+    assert results == [(expected, 0), (expected, 1)]
+    assert len(list((tmp_path / "jit").glob("*.o"))) == 1

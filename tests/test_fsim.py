@@ -516,6 +516,8 @@ def test_instruction_after_finish_and_missing_finish(small_cfg):
     with pytest.raises(InvalidInstructionError, match=r"^the program has no FINISH instruction; its last "
                        r"instruction \(index 0\) must be FINISH$"):
         fsim.run(_raw_program(small_cfg, [Gemm(uop_end=0)]))
+    with pytest.raises(InvalidInstructionError, match=r"^the program has no instructions; it must end with FINISH$"):
+        fsim.run(_raw_program(small_cfg, []))
 
 
 def test_sram_range_errors(small_cfg):
@@ -583,13 +585,17 @@ def test_run_does_not_modify_the_program(small_cfg):
 CONFIGS = [SMALL_CFG, VTAConfig(log_block=3, log_uop_buff_size=8, log_inp_buff_size=8, log_wgt_buff_size=11,
                                 log_acc_buff_size=10, token_queue_depth=2),
            VTAConfig(log_batch=2, log_block=2, log_uop_buff_size=6, log_inp_buff_size=7, log_wgt_buff_size=8,
-                     log_acc_buff_size=8, cmd_queue_depth=3)]
+                     log_acc_buff_size=8, cmd_queue_depth=3),
+           VTAConfig(log_batch=1, log_block=3, log_uop_buff_size=6, log_inp_buff_size=6, log_wgt_buff_size=7,
+                     log_acc_buff_size=7, cmd_queue_depth=2, token_queue_depth=2, bus_bytes=32)]  # 2-entry buffers
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(seed=st.integers(0, 2 ** 32 - 1), which=st.sampled_from(range(len(CONFIGS))), n_ops=st.integers(1, 30))
-def test_random_programs_match_reference(seed, which, n_ops):
-    prog = random_program(CONFIGS[which], np.random.default_rng(seed), n_ops=n_ops)
+@given(seed=st.integers(0, 2 ** 32 - 1), which=st.sampled_from(range(len(CONFIGS))), n_ops=st.integers(1, 30),
+       alu_hazards=st.booleans(), max_index=st.sampled_from([4, 32]))
+def test_random_programs_match_reference(seed, which, n_ops, alu_hazards, max_index):
+    prog = random_program(CONFIGS[which], np.random.default_rng(seed), n_ops=n_ops, alu_hazards=alu_hazards,
+                          max_index=max_index)
     assert np.array_equal(fsim.run(prog).dram, ref_run(prog))
 
 

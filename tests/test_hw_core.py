@@ -19,8 +19,9 @@ from memport import PortTiming  # noqa: E402
 CONFIGS = {
     "default": VTAConfig(),
     "batch2": VTAConfig(log_batch=1),
-    "block8_bus16": VTAConfig(log_block=3, bus_bytes=16, log_uop_buff_size=14, log_inp_buff_size=12,
-                              log_wgt_buff_size=14, log_acc_buff_size=13),
+    # 256-bit instructions and 64-bit micro-ops (the indices of VTA's default buffer sizes at BLOCK 8 need them)
+    "block8_bus16": VTAConfig(log_block=3, bus_bytes=16),
+    # non-default buffer sizes, elements of 32..4096 bytes on a 32-byte bus
     "block32_bus32": VTAConfig(log_block=5, bus_bytes=32, log_inp_buff_size=13, log_wgt_buff_size=17,
                                log_acc_buff_size=14, dram_latency=8),
 }

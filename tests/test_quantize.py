@@ -10,8 +10,8 @@ from vta.compiler import qops, zoo
 from vta.compiler.float_ref import run_float
 from vta.compiler.ir import Graph, GraphError
 from vta.compiler.onnx_frontend import import_onnx
-from vta.compiler.quantize import (QuantizationError, accuracy_vs_onnxruntime, choose_requant, compare_outputs,
-                                   prepare, quantize)
+from vta.compiler.quantize import (QuantizationError, accuracy_vs_onnxruntime, calibrate, choose_requant,
+                                   compare_outputs, prepare, quantize)
 
 
 def _inputs(g: Graph, n: int, seed: int) -> np.ndarray:
@@ -57,10 +57,10 @@ def _check_contract(q: Graph, calib: np.ndarray) -> None:
             assert (peak * node.attrs["requant"].multiplier < 2**31).all(), node.name
 
 
-@pytest.mark.parametrize("mode,per_channel", [("multiply", True), ("multiply", False), ("shift", True),
-                                              ("multiply", "auto")])
-def test_mini_resnet_accuracy_and_contract(mode, per_channel):
-    g, q = _quantized("mini_resnet", mode=mode, per_channel=per_channel)
+@pytest.mark.parametrize("mode,per_channel,pct", [("multiply", True, None), ("multiply", False, None),
+                                                  ("shift", True, None), ("multiply", "auto", 99.9)])
+def test_mini_resnet_accuracy_and_contract(mode, per_channel, pct):
+    g, q = _quantized("mini_resnet", mode=mode, per_channel=per_channel, percentile=pct)
     ops = [n.op for n in q.nodes]
     assert ops == ["Quantize", "QConv2d", "QConv2d", "QConv2d", "QAdd", "QConv2d", "QConv2d", "MaxPool", "Pad",
                    "AvgPool", "QConv2d", "QConcat", "QMul", "GlobalAvgPool", "Reshape", "QDense", "Softmax"]
@@ -84,6 +84,19 @@ def test_mini_resnet_accuracy_and_contract(mode, per_channel):
     acc = compare_outputs(ref, got)
     assert acc["snr_db"] > 24 and acc["top1_agreement"] >= 0.8, acc
     assert accuracy_vs_onnxruntime(zoo.build_model("mini_resnet"), q, test) == acc
+
+
+def test_percentile_calibration_exact():
+    g = import_onnx(zoo.build_model("tiny_cnn"))
+    x = np.random.default_rng(0).uniform(0, 1, (2, 1, 8, 8)).astype(np.float32)
+    full = calibrate(g, {"input": x})
+    pct = calibrate(g, {"input": x}, percentile=90)
+    values = [run_float(g, {"input": x[i:i + 1]}, keep_all=True) for i in range(2)]
+    relu = g.nodes[1].outputs[0]
+    assert full.absmax[relu] == max(float(np.abs(v[relu]).max()) for v in values)
+    assert pct.absmax[relu] == max(float(np.percentile(np.abs(v[relu]), 90)) for v in values) < full.absmax[relu]
+    assert pct.absmax["output"] == full.absmax["output"] and pct.absmax["input"] == full.absmax["input"]
+    np.testing.assert_array_equal(pct.channel_absmax[relu], full.channel_absmax[relu])
 
 
 def test_tiny_cnn_rounding_folded_into_bias():
@@ -132,8 +145,10 @@ def test_errors():
         quantize(g, {"input": x}, mode="round")
     with pytest.raises(ValueError, match="per_channel='yes' is invalid; use True, False or 'auto'"):
         quantize(g, {"input": x}, per_channel="yes")
-    with pytest.raises(ValueError, match="Calibration input 'input' has 0 samples|needs at least one"):
+    with pytest.raises(ValueError, match="Calibration needs at least one input sample; got none"):
         quantize(g, [])
+    with pytest.raises(ValueError, match=r"Calibration percentile 20 must lie in \[50, 100\]"):
+        quantize(g, {"input": x}, percentile=20)
     _, q = _quantized("tiny_cnn")
     with pytest.raises(GraphError, match="Graph 'tiny_cnn_int8' is already quantized"):
         quantize(q, {"input": x})

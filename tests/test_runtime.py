@@ -155,3 +155,25 @@ def test_stem_conv_folds_kernel_columns():
     out = run(compiled, {"x": x})
     np.testing.assert_array_equal(out.outputs["y"], qops.run_reference(g, {"x": x})["y"])
     assert out.layers[0].conversions == 1  # the input folded and packed once (the final unpack is not a layer's)
+
+
+def test_report_utilization_with_cycles():
+    """With cycle counts (tsim), each layer's utilization is MACs / (cycles * MACs per cycle)."""
+    from vta.compiler.runtime import LayerStat, RunOutput
+    compiled = compile_graph(_graph(), VTAConfig(), policy="accel")
+    layers = [LayerStat("conv_a", "QConv2d", "accel", 138240, 100, 50, cycles=1080),
+              LayerStat("pool", "MaxPool", "cpu", 0)]
+    report = build_report(compiled, RunOutput({}, layers, "tsim", "1x16_i8w8a32_15_15_18_17"))
+    assert report.rows[0]["util"] == 0.5 and report.rows[1]["util"] is None
+    t = report.totals
+    assert (t["cycles"], t["util"], t["accel_ms_at_clock"]) == (1080, 0.5, 0.011)
+    text = report.format()
+    assert "accelerator time at 100 MHz: 0.011 ms (1,080 cycles)" in text and " 50% " in text
+
+
+def test_single_thread_compile_is_exact():
+    compiled = compile_graph(_graph(), VTAConfig(log_acc_buff_size=12), policy="accel", double_buffer=False)
+    assert compiled.meta["double_buffer"] is False
+    assert all(s.program is not None for s in compiled.steps if isinstance(s, AccelStep))
+    ref = qops.run_reference(_graph(), _inputs())["y"]
+    np.testing.assert_array_equal(run(compiled, _inputs()).outputs["y"], ref)

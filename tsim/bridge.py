@@ -121,6 +121,15 @@ class Model:
             raise ValueError(f"the library {build.library} was built for a {bus}-byte bus, but config {self.cfg.name} "
                              f"has bus_bytes={self.cfg.bus_bytes}")
 
+    def idle_cycles(self, cycles: int) -> None:
+        """Clock an idle core (reset, never started) for ``cycles`` cycles: the bare model-evaluation cost, for
+        benchmarks (compare its time per cycle with a real run's to see what the harness adds)."""
+        _check_uint("cycles", cycles, 64)
+        fn = self._lib.tsim_idle_cycles
+        fn.argtypes = [ctypes.c_uint64]
+        fn.restype = None
+        fn(cycles)
+
     @property
     def trace_kind(self) -> str:
         """``none``, ``vcd`` or ``fst``: the waveform format this library can write."""

@@ -9,7 +9,9 @@ and blocks while the target queue is full. Each module runs its queue in order: 
 tokens (all its pops at once, blocking until every one is available), executes, then pushes (all at once, blocking
 while any target token queue holds ``cfg.token_queue_depth`` tokens). The schedule is deterministic: at each step the
 runnable head instruction with the smallest program index advances. Each token queue has one writer and one reader,
-so whether a program deadlocks does not depend on the schedule: a program that completes here completes on the RTL.
+so whether a program deadlocks does not depend on the schedule: a program that completes here completes on the RTL
+(which may free a command-queue entry when an instruction starts rather than when it retires: more capacity never
+turns a completing program into a deadlocking one).
 
 FINISH (compute) retires the program; other modules must have no instructions left then (a module still waiting
 would finish after ``done``, so its effect would depend on timing); :meth:`vta.program.ProgramBuilder.finish` makes
@@ -30,15 +32,16 @@ counts ``BATCH * BLOCK_IN * BLOCK_OUT`` per GEMM micro-op, except for reset GEMM
 Speed: LOAD/STORE are strided numpy copies; GEMM groups the accumulator entries by the sequence of (input, weight)
 tiles they reduce over and runs one float BLAS matmul per group (exact: float32 while a dot product has at most 1024
 terms, float64 beyond, both far from rounding for int8 x int8 products); ALU ops are vectorized, falling back to an
-exact element-order path only when a source entry is overwritten earlier in the same instruction.
+exact element-order path only when a source entry is overwritten earlier in the same instruction. The kernels live
+in :mod:`vta.fsim_kernels`; a GEMM's evaluation plan is cached per (instruction, micro-op contents).
 
 Range checks: every buffer entry an instruction reads or writes must be below the buffer's depth. Indices of buffers
 an instruction does not read are not checked (src and wgt of a reset GEMM, src of an ALU op with an immediate or a
-reset). A LOAD/STORE with ``x_size == 0`` moves only tokens and checks nothing.
+reset). A LOAD/STORE with ``x_size == 0`` moves only tokens and checks nothing; a LOAD with ``y_size == 0`` and
+``x_size > 0`` reads nothing and writes only its padding rows (zeros).
 """
 from __future__ import annotations
 
-import contextlib
 from collections import deque
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -46,7 +49,7 @@ from typing import Any
 import numpy as np
 
 from .config import MEM_ACC, MEM_ACC_8BIT, MEM_INP, MEM_NAMES, MEM_OUT, MEM_UOP, MEM_WGT, VTAConfig
-from .fsim_kernels import GemmPlan, alu_hazard, alu_op, occurrence_rounds, wrap32
+from .fsim_kernels import GemmPlan, alu_hazard, alu_op, blas_single_thread, occurrence_rounds, wrap32
 from .fsim_race import MODULE_INDEX, RaceTracker
 from .isa import ALU_NAMES, MEMORY_TYPES, Alu, Finish, Gemm, Insn, Load, Store, decode_uops, module_of
 from .program import MODULES, Program
@@ -386,31 +389,45 @@ class _Machine:
         total = self._check_uops(k, insn)
         cfg = self.cfg
         self.stats.alu_uops += total
+        uops = self.uop[:, insn.uop_bgn:insn.uop_end].tobytes()
         for t0, t1 in self._chunks(insn, cfg.batch * cfg.block_out):
-            reads_src = not (insn.reset or insn.use_imm)  # src indices are computed and checked only when read
-            d, *rest = self._indices(k, insn, t0, t1, [(0, "dst", "acc"), (1, "src", "acc")][:1 + reads_src])
-            s = rest[0] if rest else d
+            key = (insn, t0, t1, uops)
+            plan = self._plans.get(key)
+            if plan is None:
+                plan = self._plans[key] = self._alu_plan(k, insn, t0, t1)
+            mode, d, steps = plan
             if self.race is not None:
                 self._check(k, self.race.sram_write(k, "out", d, self.vc))
-            if insn.reset:
+            if mode == "reset":
                 self.acc[d] = 0
                 self.out[d] = 0
-            elif insn.use_imm:
-                self._alu_rounds(insn, d, None)
-            elif alu_hazard(d, s, cfg.acc_depth):
-                self._alu_sequential(insn, d, s)
+            elif mode == "sequential":
+                self._alu_sequential(insn, *steps[0])
             else:
-                self._alu_rounds(insn, d, s)
+                for dd, ss in steps:  # round r: the r-th occurrence of every destination (all distinct)
+                    new = alu_op(insn.alu_opcode, self.acc[dd], insn.imm if ss is None else self.acc[ss])
+                    self.acc[dd] = new
+                    self.out[dd] = new.astype(np.int8)
 
-    def _alu_rounds(self, insn: Alu, d: np.ndarray, s: np.ndarray | None) -> None:
-        """Apply the op in rounds, round r taking the r-th occurrence of each destination (exact when no source is
-        an entry this instruction writes, other than the iteration's own destination)."""
+    def _alu_plan(self, k: int, insn: Alu, t0: int, t1: int) -> tuple[str, np.ndarray, list[tuple[Any, Any]]]:
+        """(mode, destinations, steps) for iterations [t0, t1): 'reset'; 'rounds' (vectorized, exact when no source
+        is an entry written earlier by this instruction); or 'sequential' (element order)."""
+        if len(self._plans) >= 256:
+            self._plans.clear()
+        reads_src = not (insn.reset or insn.use_imm)  # src indices are computed and checked only when read
+        d, *rest = self._indices(k, insn, t0, t1, [(0, "dst", "acc"), (1, "src", "acc")][:1 + reads_src])
+        s = rest[0] if rest else None
+        if insn.reset:
+            return "reset", d, []
+        if s is not None and alu_hazard(d, s, self.cfg.acc_depth):
+            return "sequential", d, [(d, s)]
+        steps = []
         for sel in occurrence_rounds(d):
-            dd = d if sel is None else d[sel]
-            b = insn.imm if s is None else self.acc[s if sel is None else s[sel]]
-            new = alu_op(insn.alu_opcode, self.acc[dd], b)
-            self.acc[dd] = new
-            self.out[dd] = new.astype(np.int8)
+            if sel is None:
+                steps.append((d, s))
+            else:
+                steps.append((d[sel], None if s is None else s[sel]))
+        return "rounds", d, steps
 
     def _alu_sequential(self, insn: Alu, d: np.ndarray, s: np.ndarray) -> None:
         """Element order, one iteration at a time (sources overwritten earlier in the same instruction)."""
@@ -420,17 +437,6 @@ class _Machine:
             out[dj] = acc[dj].astype(np.int8)
 
 
-def _blas_single_thread() -> contextlib.AbstractContextManager[object]:
-    """Limit BLAS to one thread while simulating: the matmuls here are small, and a multi-threaded BLAS on a shared
-    machine spends ~100x longer spinning than computing them (measured: 70 ms vs 0.5 ms for a 44x368x352 matmul)."""
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:  # optional: without it BLAS keeps its own thread count
-        return contextlib.nullcontext()
-    return threadpool_limits(limits=1, user_api="blas")
-
-
-# ---- the scheduler --------------------------------------------------------------------------------------------------
 def run(program: Program, *, max_insns: int | None = None, keep_sram: bool = False, check_races: bool = True,
         schedule_seed: int | None = None) -> FsimResult:
     """Run ``program`` to FINISH; returns the final DRAM image (a copy), statistics and, with ``keep_sram``, the
@@ -456,33 +462,21 @@ def run(program: Program, *, max_insns: int | None = None, keep_sram: bool = Fal
         _check_insn(k, insn, cfg)
         if isinstance(insn, Finish):
             finish_at = k
+    if not insns:
+        raise InvalidInstructionError("the program has no instructions; it must end with FINISH", None)
     if finish_at is None:
         raise InvalidInstructionError(f"the program has no FINISH instruction; its last instruction (index "
                                       f"{len(insns) - 1}) must be FINISH", len(insns) - 1 if insns else None)
     stats = Stats()
     machine = _Machine(program, stats)
     if check_races:
-        machine.race = _race_tracker(program)
-    with _blas_single_thread():
+        machine.race = RaceTracker.for_program(program, _name)
+    with blas_single_thread():
         _Scheduler(program, machine, stats, max_insns, schedule_seed).run()
     sram: dict[str, np.ndarray] | None = None
     if keep_sram:
         sram = {"inp": machine.inp, "wgt": machine.wgt, "acc": machine.acc, "out": machine.out, "uop": machine.uop}
     return FsimResult(machine.dram, stats, sram)
-
-
-def _race_tracker(program: Program) -> RaceTracker:
-    module_insns: dict[str, list[int]] = {m: [] for m in MODULES}
-    starts, ends = [], []
-    for k, insn in enumerate(program.insns):
-        module_insns[module_of(insn)].append(k)
-        if isinstance(insn, Store) and insn.x_size and insn.y_size:
-            eb = program.cfg.out_elem_bytes
-            starts.append(max(insn.dram_base * eb, 0))
-            ends.append(min((insn.dram_base + (insn.y_size - 1) * insn.x_stride + insn.x_size) * eb,
-                            program.dram.size))
-    span = (min(starts), max(ends)) if starts and max(ends) > min(starts) else None
-    return RaceTracker(program.cfg, module_insns, lambda k: _name(program.insns[k]), span)
 
 
 class _Scheduler:

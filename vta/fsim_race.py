@@ -18,6 +18,8 @@ from typing import Callable, Sequence
 import numpy as np
 
 from .config import VTAConfig
+from .isa import Insn, Store, module_of
+from .program import Program
 
 __all__ = ["RaceTracker", "MODULE_INDEX"]
 
@@ -46,6 +48,21 @@ class RaceTracker:
             n = -(-(store_span[1] - store_span[0]) // self.grain)
             self.dram_written = np.zeros(n, np.int64)
             self.dram_readers = {"load": np.zeros(n, np.int64), "compute": np.zeros(n, np.int64)}
+
+    @classmethod
+    def for_program(cls, program: Program, name: Callable[[Insn], str]) -> "RaceTracker":
+        """A tracker for ``program``; ``name(insn)`` names an instruction in messages."""
+        module_insns: dict[str, list[int]] = {m: [] for m in MODULE_INDEX}
+        starts, ends = [], []
+        eb = program.cfg.out_elem_bytes
+        for k, insn in enumerate(program.insns):
+            module_insns[module_of(insn)].append(k)
+            if isinstance(insn, Store) and insn.x_size and insn.y_size:
+                starts.append(max(insn.dram_base * eb, 0))
+                ends.append(min((insn.dram_base + (insn.y_size - 1) * insn.x_stride + insn.x_size) * eb,
+                                program.dram.size))
+        span = (min(starts), max(ends)) if starts and max(ends) > min(starts) else None
+        return cls(program.cfg, module_insns, lambda k: name(program.insns[k]), span)
 
     def _insn(self, module: str, number: int) -> str:
         k = self.module_insns[module][number - 1]

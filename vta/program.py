@@ -74,7 +74,7 @@ def _le(dtype: str | np.dtype) -> np.dtype:
     return dt.newbyteorder("<") if dt.itemsize > 1 else dt
 
 
-@dataclass
+@dataclass(repr=False)
 class Program:
     """An instruction stream and its DRAM image. Build one with :class:`ProgramBuilder`.
 
@@ -115,6 +115,10 @@ class Program:
             if a.offset < 0 or a.offset + a.nbytes > self.dram.size:
                 raise ValueError(f"allocation {name!r} [{a.offset}, {a.offset + a.nbytes}) lies outside the "
                                  f"{self.dram.size}-byte DRAM image")
+
+    def __repr__(self) -> str:
+        return (f"Program(cfg={self.cfg.name}, insns={len(self.insns)}, dram={self.dram.size} bytes, "
+                f"insn_offset={self.insn_offset}, allocations=[{', '.join(self.allocations)}])")
 
     @property
     def insn_bytes(self) -> int:

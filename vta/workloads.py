@@ -187,7 +187,7 @@ def gemm_program(cfg: VTAConfig, m: int, k: int, n: int, *, seed: int = 0, doubl
     return program, expected
 
 
-# ---- ALU exerciser ----------------------------------------------------------------------------------------------------
+# ---- ALU exerciser ---------------------------------------------------------------------------------------------------
 ALU_CASES: tuple[tuple[str, int, int | None], ...] = (
     ("min_imm", ALU_MIN, -5), ("max_imm", ALU_MAX, 7), ("add_imm", ALU_ADD, 32767), ("shr_imm", ALU_SHR, 3),
     ("shl_imm", ALU_SHR, -4), ("mul_imm", ALU_MUL, -32768),
@@ -271,7 +271,7 @@ def alu_program(cfg: VTAConfig, *, seed: int = 0, entries: int = 4) -> tuple[Pro
     return bld.finish(), expected
 
 
-# ---- random programs --------------------------------------------------------------------------------------------------
+# ---- random programs ------------------------------------------------------------------------------------------------
 class _RandomGen:
     """State of :func:`random_program`: what each buffer entry holds and which cross-module hazards are open."""
 
@@ -367,7 +367,8 @@ class _RandomGen:
             names.append(("wgt", 2, "wgt"))
         for name, row, buf in names:
             top = int(self.uops[row, bgn:end].max()) if end > bgn else 0
-            fo, fi = self._ri(0, 3), self._ri(0, 3)
+            most = min(3, getattr(self.cfg, f"{buf}_depth") - 1)  # the factor field holds depth - 1 at most
+            fo, fi = self._ri(0, most), self._ri(0, most)
             if top + (loops["iter_out"] - 1) * fo + max(loops["iter_in"] - 1, 0) * fi >= self.cap[buf]:
                 fo = fi = 0
             loops[f"{name}_factor_out"], loops[f"{name}_factor_in"] = fo, fi
@@ -430,9 +431,10 @@ def random_program(cfg: VTAConfig, rng: np.random.Generator, *, n_ops: int = 24,
     Operations: LOADs of every memory type with random sizes, strides (some overlapping) and padding on all four
     sides; GEMMs and ALU ops (every opcode, immediates and tensor operands, resets) over random micro-op loops; STOREs
     with random strides. Buffer indices stay below ``max_index`` so operations collide often. Dependency tokens are
-    inserted exactly where a cross-module hazard exists (load->compute and compute->load on inp/wgt entries,
-    compute->store and store->compute on out entries), so modules overlap wherever the data allow and the final DRAM
-    image does not depend on timing; tokens never exceed two per queue in program order, so no valid config deadlocks.
+    inserted where a cross-module hazard exists (load->compute and compute->load on inp/wgt entries, compute->store
+    and store->compute on out entries), plus a few random extra ones, so modules overlap wherever the data allow and
+    the final DRAM image does not depend on timing; tokens never exceed two per queue in program order, so no valid
+    config deadlocks.
     ``alu_hazards=False`` avoids ALU tensor ops that read an entry written earlier by the same instruction.
     Allocations: ``inp_pool``, ``wgt_pool``, ``acc_pool``, ``acc8_pool``, ``uop_pool`` (inputs) and ``out``.
     """
@@ -440,9 +442,11 @@ def random_program(cfg: VTAConfig, rng: np.random.Generator, *, n_ops: int = 24,
         raise TypeError(f"rng must be a numpy.random.Generator (np.random.default_rng(seed)), not {type(rng).__name__}")
     gen = _RandomGen(cfg, rng, max_index, alu_hazards)
     gen.op_load(MEM_UOP)
+    pairs = [("load", "compute"), ("compute", "load"), ("compute", "store"), ("store", "compute")]
     ops = [lambda: gen.op_load(MEM_INP), lambda: gen.op_load(MEM_WGT), lambda: gen.op_load(MEM_UOP),
-           lambda: gen.op_load(MEM_ACC), lambda: gen.op_load(MEM_ACC_8BIT), gen.op_gemm, gen.op_alu, gen.op_store]
-    weights = np.array([3, 2, 1, 1, 1, 3, 3, 3], float)
+           lambda: gen.op_load(MEM_ACC), lambda: gen.op_load(MEM_ACC_8BIT), gen.op_gemm, gen.op_alu, gen.op_store,
+           lambda: gen.sync(*pairs[int(rng.integers(len(pairs)))])]  # a token no hazard needs: more token patterns
+    weights = np.array([3, 2, 1, 1, 1, 3, 3, 3, 1], float)
     for _ in range(n_ops):
         ops[int(rng.choice(len(ops), p=weights / weights.sum()))]()
     gen.op_store()

@@ -1,0 +1,125 @@
+#!/usr/bin/env python3
+"""Benchmark the TSIM co-simulation: simulated cycles per second on a GEMM-heavy program, and build times.
+
+Prints, at the default config (or ``--config FILE``):
+  * cold build time (a fresh cache folder: Amaranth -> Verilog -> Verilator -> shared library; skip with --no-cold),
+  * cached build time (the second ``build()`` with the same design),
+  * for a tiled int8 GEMM of at least ``--min-cycles`` cycles (default 10 million): simulated cycles, wall and CPU
+    seconds, cycles per second (wall and CPU), the MACs per second that implies (MACs the program performs / time,
+    and the peak implied by cycles/s x MACs per cycle), and the fraction of the 1M cycles/s floor,
+  * where the time goes: the CPU time per cycle of a bare clock loop on the idle core (model evaluation only)
+    against the real run's (model + harness memory service).
+
+Wall-clock figures depend on the machine's load; CPU seconds (time.process_time) are the steadier measure on a shared
+machine. Usage::
+
+    python scripts/bench_tsim.py [--config FILE] [--min-cycles N] [--no-cold] [--json]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+FLOOR = 1_000_000  # cycles per second the issue asks for on one core
+
+
+def _gemm_shape(min_cycles: int, macs_per_cycle: int, utilization: float = 0.7) -> tuple[int, int, int]:
+    """A square-ish GEMM (m, k, n) expected to take at least ``min_cycles`` cycles."""
+    macs = min_cycles * macs_per_cycle * utilization / 0.7 * 1.1
+    side = int(round(macs ** (1 / 3) / 64 + 0.5)) * 64
+    return side, side, side
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--config", help="accelerator config file (default: VTA's defaults)")
+    parser.add_argument("--min-cycles", type=int, default=10_000_000, help="minimum simulated cycles (default 10M)")
+    parser.add_argument("--no-cold", action="store_true", help="skip the cold build (it takes 1-3 minutes)")
+    parser.add_argument("--json", action="store_true", help="print the figures as one JSON object")
+    args = parser.parse_args(argv)
+
+    from vta.config import VTAConfig, load_config
+    from vta.tsim.backend import TSimBackend
+    from vta.tsim.build import build
+    from vta.workloads import gemm_program
+
+    cfg = load_config(args.config) if args.config else VTAConfig()
+    out: dict[str, float | int | str] = {"config": cfg.name}
+
+    if not args.no_cold:
+        with tempfile.TemporaryDirectory(prefix="vta-bench-cache-") as cold_root:
+            saved = os.environ.get("VTA_CACHE_DIR")
+            os.environ["VTA_CACHE_DIR"] = cold_root
+            try:
+                cold = build(cfg, progress=sys.stderr.isatty())
+            finally:
+                if saved is None:
+                    os.environ.pop("VTA_CACHE_DIR", None)
+                else:
+                    os.environ["VTA_CACHE_DIR"] = saved
+        out["cold_build_s"] = round(cold.seconds, 2)
+    build(cfg, progress=sys.stderr.isatty())  # make sure the real cache holds it
+    cached = build(cfg, progress=False)
+    out["cached_build_s"] = round(cached.seconds, 4)
+
+    m, k, n = _gemm_shape(args.min_cycles, cfg.macs_per_cycle)
+    while True:
+        t0 = time.perf_counter()
+        program, _ = gemm_program(cfg, m, k, n, seed=1)
+        gen_s = time.perf_counter() - t0
+        backend = TSimBackend(progress=False)
+        backend.model(cfg)
+        wall0, cpu0 = time.perf_counter(), time.process_time()
+        result = backend.run(program)
+        wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+        if result.cycles >= args.min_cycles:
+            break
+        scale = (args.min_cycles / result.cycles * 1.05) ** (1 / 3)
+        m, k, n = (int(v * scale / 16 + 1) * 16 for v in (m, k, n))
+    cycles = int(result.cycles)
+    model = backend.model(cfg)
+    idle = min(cycles, 2_000_000)
+    idle0 = time.process_time()
+    model.idle_cycles(idle)
+    idle_cpu = time.process_time() - idle0
+    macs = int(result.counters["gemm_uops"]) * cfg.macs_per_cycle
+    out.update({
+        "gemm": f"{m}x{k}x{n}", "program_gen_s": round(gen_s, 2), "instructions": len(program.insns),
+        "cycles": cycles, "gemm_uops": int(result.counters["gemm_uops"]),
+        "gemm_utilization": round(result.counters["gemm_uops"] / cycles, 4),
+        "wall_s": round(wall, 3), "cpu_s": round(cpu, 3),
+        "cycles_per_s_wall": int(cycles / wall), "cycles_per_s_cpu": int(cycles / cpu),
+        "macs_per_s_cpu": int(macs / cpu), "peak_macs_per_s_cpu": int(cycles / cpu * cfg.macs_per_cycle),
+        "floor_fraction_cpu": round(cycles / cpu / FLOOR, 3),
+        "idle_cycles_per_s_cpu": int(idle / idle_cpu),
+        "model_share_of_run": round(min(1.0, (idle_cpu / idle) / (cpu / cycles)), 3),
+    })
+    if args.json:
+        print(json.dumps(out, indent=1))
+        return 0
+    print(f"TSIM benchmark at config {cfg.name}")
+    if "cold_build_s" in out:
+        print(f"  cold build:   {out['cold_build_s']:8.2f} s (Amaranth -> Verilog -> Verilator -> libtsim.so)")
+    print(f"  cached build: {out['cached_build_s']:8.4f} s")
+    print(f"  program:      GEMM {out['gemm']} (int8), {out['instructions']} instructions, "
+          f"generated in {out['program_gen_s']} s")
+    print(f"  simulated:    {cycles:,} cycles, {out['gemm_uops']:,} GEMM micro-ops "
+          f"(GEMM core busy {100 * float(out['gemm_utilization']):.1f}% of cycles)")
+    print(f"  time:         {wall:.2f} s wall, {cpu:.2f} s CPU")
+    print(f"  speed:        {out['cycles_per_s_wall']:,} cycles/s wall, {out['cycles_per_s_cpu']:,} cycles/s CPU "
+          f"({100 * float(out['floor_fraction_cpu']):.0f}% of the {FLOOR:,} cycles/s floor)")
+    print(f"  MACs:         {out['macs_per_s_cpu']:,} MACs/s simulated (CPU), "
+          f"peak implied {out['peak_macs_per_s_cpu']:,} MACs/s at {cfg.macs_per_cycle} MACs/cycle")
+    print(f"  where:        the bare model clocks {out['idle_cycles_per_s_cpu']:,} idle cycles/s (CPU), so evaluating "
+          f"the RTL takes ~{100 * float(out['model_share_of_run']):.0f}% of the run's time; the rest is the harness "
+          "(memory service, handshakes, watchdog) and the RTL's extra activity when busy")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,135 @@
+"""The ``vta tsim`` commands (registered by ``vta.cli``): build the Verilator model, run a saved program, trace.
+
+    vta tsim build [--config FILE] [--trace {none,vcd,fst}]     build (or find in the cache) the model; print its path
+    vta tsim run PROGRAM.npz [--trace out.vcd --trace-window A:B] [--max-cycles N] [--watchdog N] [--check] [--json]
+    vta tsim cache [--clear]                                    list (or delete) cached builds
+
+``run`` prints the cycles and every hardware counter; ``--check`` also runs the functional simulator and compares
+the final DRAM images and counters (exit 1 naming the first differing address when they differ).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+from typing import Any
+
+__all__ = ["register", "parse_window"]
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``tsim`` group and its commands to the top-level ``subparsers`` of ``vta``."""
+    from vta.cli import add_config_option
+    tsim = subparsers.add_parser("tsim", help="Verilator co-simulation: build, run, trace")
+    sub = tsim.add_subparsers(dest="tsim_command", metavar="COMMAND", required=True)
+
+    build = sub.add_parser("build", help="build (or find in the cache) the Verilator model of a config's core")
+    add_config_option(build)
+    build.add_argument("--trace", choices=("none", "vcd", "fst"), default="none",
+                       help="build with waveform support (slower simulation); default none")
+    build.set_defaults(func=_cmd_build)
+
+    run = sub.add_parser("run", help="run a saved program (.npz) on the RTL")
+    run.add_argument("program", metavar="PROGRAM", help="a program saved with Program.save (.npz)")
+    run.add_argument("--trace", metavar="FILE", help="write a waveform (.vcd, or .fst when lz4 headers exist)")
+    run.add_argument("--trace-window", metavar="A:B", type=parse_window,
+                     help="record only cycles A (inclusive) to B (exclusive); default all")
+    run.add_argument("--max-cycles", type=int, default=0, metavar="N", help="cycle budget (default: none)")
+    run.add_argument("--watchdog", type=int, default=100_000, metavar="N",
+                     help="stop after N cycles without progress (default 100000; 0: off)")
+    run.add_argument("--check", action="store_true", help="compare with the functional simulator")
+    run.add_argument("--json", action="store_true", help="print cycles and counters as JSON")
+    run.set_defaults(func=_cmd_run)
+
+    cache = sub.add_parser("cache", help="list the cached Verilator builds")
+    cache.add_argument("--clear", action="store_true", help="delete every cached build")
+    cache.set_defaults(func=_cmd_cache)
+
+
+def parse_window(text: str) -> tuple[int, int]:
+    """``"A:B"`` -> ``(A, B)`` cycles with ``0 <= A < B``; argparse shows the error otherwise."""
+    try:
+        first, end = (int(part) for part in text.split(":"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a trace window is FIRST:END in cycles, e.g. 100:200, not {text!r}") from None
+    if not 0 <= first < end:
+        raise argparse.ArgumentTypeError(f"a trace window needs 0 <= FIRST < END, not {text!r}")
+    return first, end
+
+
+def _cmd_build(args: argparse.Namespace) -> int:
+    import sys
+
+    from vta.cli import config_from_args
+
+    from .build import build
+    cfg = config_from_args(args)
+    built = build(cfg, trace=args.trace, progress=sys.stderr.isatty())
+    state = "built" if built.compiled else "cached"
+    print(f"{built.library} ({cfg.name}, {state} in {built.seconds:.1f} s)")
+    return 0
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from vta.cli import CliError
+    from vta.program import Program
+
+    from .backend import STAT_COUNTERS, TSimBackend
+    from .compare import compare_dram, locate
+    path = Path(args.program)
+    if not path.is_file():
+        raise CliError(f"cannot read {path}: no such file")
+    if args.trace_window and not args.trace:
+        raise CliError("--trace-window needs --trace FILE")
+    program = Program.load(path)
+    backend = TSimBackend()
+    options: dict[str, Any] = {"max_cycles": args.max_cycles, "watchdog_cycles": args.watchdog}
+    if args.trace:
+        options.update(trace=args.trace, trace_window=args.trace_window)
+    result = backend.run(program, **options)
+    report: dict[str, Any] = {"config": program.cfg.name, "cycles": result.cycles, "counters": result.counters}
+    if args.trace:
+        report["trace"] = str(args.trace)
+    failed = False
+    if args.check:
+        from vta import fsim
+        expected = fsim.run(program)
+        mismatch = compare_dram(expected.dram, result.dram)
+        stats = expected.stats.as_dict()
+        wrong = {k: [stats[k], result.counters[k]] for k in STAT_COUNTERS if stats[k] != result.counters[k]}
+        report["check"] = {"dram": "equal" if mismatch is None else
+                           f"{mismatch}; {locate(mismatch.address, program.allocations)}",
+                           "counters_differing": wrong}
+        failed = mismatch is not None or bool(wrong)
+    if args.json:
+        print(json.dumps(report, indent=1))
+    else:
+        print(f"{path.name}: {result.cycles:,} cycles at config {program.cfg.name}")
+        for name, value in result.counters.items():
+            print(f"  {name:22s} {value:>14,}")
+        if args.trace:
+            print(f"  waveform written to {args.trace}")
+        if args.check:
+            print(f"  check against fsim: DRAM {report['check']['dram']}; counters "
+                  f"{'equal' if not report['check']['counters_differing'] else report['check']['counters_differing']}")
+    return 1 if failed else 0
+
+
+def _cmd_cache(args: argparse.Namespace) -> int:
+    from .build import cache_root
+    root = cache_root()
+    entries = sorted(p for p in root.glob("*") if p.is_dir() and not p.name.startswith(".")) if root.exists() else []
+    if args.clear:
+        for entry in entries:
+            shutil.rmtree(entry, ignore_errors=True)
+        for lock in root.glob("*.lock") if root.exists() else []:
+            lock.unlink(missing_ok=True)
+        print(f"removed {len(entries)} cached builds from {root}")
+        return 0
+    for entry in entries:
+        size = sum(f.stat().st_size for f in entry.rglob("*") if f.is_file())
+        print(f"{entry.name}  {size / 1e6:.1f} MB")
+    print(f"{len(entries)} cached builds in {root}")
+    return 0
