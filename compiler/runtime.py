@@ -112,6 +112,9 @@ class Compiled:
                 data = pickle.load(f)
         except (OSError, pickle.UnpicklingError, EOFError) as err:
             raise ValueError(f"{path} is not a compiled model written by `vta compile`: {err}") from None
+        except (AttributeError, ImportError, TypeError) as err:
+            raise ValueError(f"{path} was written by an incompatible version of vta-lab ({err}); compile the model "
+                             f"again") from None
         if not isinstance(data, dict) or data.get("magic") != _MAGIC:
             raise ValueError(f"{path} is not a compiled model written by `vta compile`")
         if data.get("version") != ARTEFACT_VERSION:
@@ -128,6 +131,7 @@ def _accel_step(graph: Graph, node: Node, cfg: VTAConfig, threads: int) -> Accel
         inputs = [node.inputs[0]]
         t = code.tiling
         tiling = f"oc{t.oc_tile} ic{t.ic_tile} oh{t.oh_tile} ow{t.ow_tile}" if t else ""
+        tiling += f" kh{t.kh_tile}" if t and t.kh_tile < t.geom.kh else ""
         tiling += " kw-folded" if lowered.fold else ""
         macs = node_macs(graph, node)
     else:

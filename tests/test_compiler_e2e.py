@@ -61,6 +61,12 @@ def test_cli_run_and_compile(tmp_path, capsys):
                  str(tmp_path / "r.csv")]) == 0
     assert "bit_exact_vs_reference: True" in capsys.readouterr().out
     assert (tmp_path / "r.csv").exists()
+    np.save(tmp_path / "x.npy", np.zeros((1, 1, 8, 8), np.float32))
+    assert main(["run", str(artefact), "--input", str(tmp_path / "x.npy"), "--no-progress"]) == 0
+    assert "bit_exact_vs_reference: True" in capsys.readouterr().out
+    np.save(tmp_path / "bad.npy", np.zeros((1, 8, 8), np.float32))
+    assert main(["run", str(artefact), "--input", str(tmp_path / "bad.npy"), "--no-progress"]) == 2
+    assert "has shape (1, 8, 8); the model's input 'input' has shape (1, 1, 8, 8)" in capsys.readouterr().err
     single = tmp_path / "single.vtac"
     assert main(["compile", "tiny_cnn", "-o", str(single), "--no-double-buffer", "--no-progress"]) == 0
     assert Compiled.load(single).meta["double_buffer"] is False

@@ -158,3 +158,16 @@ def test_constant_subgraphs_fold_and_zero_pad_moves_into_conv():
     g = _check(_model(nodes, (1, 2, 7, 7), None, inits), {"x": _x(1, 2, 7, 7)})
     assert [n.op for n in g.nodes] == ["Conv2d"] and g.nodes[0].attrs["pads"] == (1, 1, 1, 1)
     assert g.nodes[0].inputs[0] == "x"
+
+
+@pytest.mark.parametrize("keepdims", [0, 1])
+def test_reduce_mean_squeeze_unsqueeze(keepdims):
+    out = "y" if keepdims else "m"
+    nodes = [helper.make_node("ReduceMean", ["x"], [out], axes=[-1, 2], keepdims=keepdims)]
+    if not keepdims:
+        nodes += [helper.make_node("Unsqueeze", ["m", "ax"], ["u"]), helper.make_node("Squeeze", ["u", "ax"], ["y"])]
+    g = _check(_model(nodes, (1, 3, 4, 5), None, [("ax", np.array([2], np.int64))]), {"x": _x(1, 3, 4, 5)})
+    assert g.nodes[0].op == "GlobalAvgPool" and g.shape("y") == ((1, 3, 1, 1) if keepdims else (1, 3))
+    bad = [helper.make_node("ReduceMean", ["x"], ["y"], axes=[1], name="rm")]
+    with pytest.raises(UnsupportedOperatorError, match=r"node 'rm'.*only the mean over axes \(2, 3\).*axes \[1\]"):
+        import_onnx(_model(bad, (1, 3, 4, 5), None))

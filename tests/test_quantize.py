@@ -4,6 +4,8 @@ from __future__ import annotations
 import numpy as np
 import onnxruntime as ort
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
 from vta.compiler import qops, zoo
@@ -177,3 +179,36 @@ def test_digits_cnn_keeps_accuracy_within_one_point():
     result = script.evaluate(script.export_onnx(script.train(epochs=12)), "reference")
     assert result["images"] == 450 and result["float_acc"] > 95
     assert result["float_acc"] - result["int8_acc"] <= 1.0, result
+
+
+def _conv_graph(w: np.ndarray, b: np.ndarray, relu: bool) -> Graph:
+    g = Graph("conv", inputs=["input"], outputs=["output"])
+    g.add_tensor("input", (1, w.shape[1], 6, 6), "float32")
+    g.add_constant("w", w.astype(np.float32))
+    g.add_constant("b", b.astype(np.float32))
+    g.add_tensor("c", (1, w.shape[0], 6, 6), "float32")
+    g.add_node("Conv2d", "conv", ["input", "w", "b"], ["c"], strides=(1, 1), pads=(1, 1, 1, 1), groups=1)
+    g.add_tensor("output", (1, w.shape[0], 6, 6), "float32")
+    g.add_node("Relu" if relu else "Clip", "act", ["c"], ["output"], **({} if relu else {"min": -3.0, "max": 3.0}))
+    return g
+
+
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 2**31), mode=st.sampled_from(["multiply", "shift"]),
+       per_channel=st.sampled_from([True, False, "auto"]), relu=st.booleans(),
+       in_scale=st.floats(1e-3, 1e3), w_spread=st.floats(0, 4))
+def test_quantized_conv_tracks_float_and_never_overflows(seed, mode, per_channel, relu, in_scale, w_spread):
+    rng = np.random.default_rng(seed)
+    w = rng.standard_normal((5, 3, 3, 3)) * (10.0 ** rng.uniform(-w_spread, 0, (5, 1, 1, 1)))
+    b = rng.standard_normal(5) * in_scale * 0.1
+    g = _conv_graph(w, b, relu)
+    calib = (rng.standard_normal((4, 3, 6, 6)) * in_scale).astype(np.float32)
+    q = quantize(g, {"input": calib}, mode=mode, per_channel=per_channel)
+    assert [n.op for n in q.nodes] == ["Quantize", "QConv2d", "Dequantize"]
+    _check_contract(q, calib)
+    conv = q.nodes[1]
+    sy = q.tensors[conv.outputs[0]].scale
+    for i in range(4):
+        ref = run_float(g, {"input": calib[i:i + 1]})["output"]
+        got = qops.run_reference(q, {"input": calib[i:i + 1]})["output"]
+        assert np.abs(got - ref).max() <= 0.06 * np.abs(ref).max() + 2 * sy

@@ -8,6 +8,7 @@ config and four others. One Verilator build per config is shared by the whole se
 """
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -20,9 +21,12 @@ from hypothesis import strategies as st
 
 from conftest import SMALL_CFG
 from vta import fsim
-from vta.config import VTAConfig
+from vta.cli import main
+from vta.config import MEM_INP, VTAConfig
+from vta.isa import Finish, Gemm, Load, encode_stream
 from vta.program import Program
 from vta.tsim.backend import STAT_COUNTERS, TSimBackend
+from vta.tsim.bridge import TsimMemoryError, TsimWatchdogError
 from vta.tsim.compare import compare_dram, locate
 from vta.workloads import alu_program, gemm_program, random_program
 
@@ -35,7 +39,7 @@ BATCH4_CFG = VTAConfig(log_batch=2, log_block=2, log_uop_buff_size=6, log_inp_bu
                        log_acc_buff_size=8, cmd_queue_depth=3)
 WIDE_BUS_CFG = VTAConfig(bus_bytes=16, dram_latency=40)
 CHECKED = STAT_COUNTERS + ("fetch_insns", "load_insns", "compute_insns", "store_insns")
-HYPOTHESIS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
+HYPOTHESIS = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
 
 
 @pytest.fixture(scope="session")
@@ -56,6 +60,10 @@ def check_agreement(tsim: TSimBackend, program: Program, what: str = "") -> int:
     wrong = {name: (stats[name], actual.counters[name]) for name in CHECKED if stats[name] != actual.counters[name]}
     if wrong:
         pytest.fail(f"{label}: counters differ from the functional simulator's statistics (fsim, tsim): {wrong}")
+    if actual.stats != stats:
+        keys = sorted(stats.keys() | actual.stats.keys())
+        differ = {k: (stats.get(k), actual.stats.get(k)) for k in keys if stats.get(k) != actual.stats.get(k)}
+        pytest.fail(f"{label}: the tsim backend's stats differ from fsim's (fsim, tsim): {differ}")
     assert actual.cycles is not None and actual.cycles > 0
     return actual.cycles
 
@@ -119,14 +127,14 @@ def test_every_fsim_test_program(tsim: TSimBackend, fsim_suite_programs: dict[st
 
 
 # ---- random programs ------------------------------------------------------------------------------------------------
-@settings(max_examples=200, **HYPOTHESIS)
+@settings(HYPOTHESIS, max_examples=200)
 @given(seed=st.integers(0, 2**32 - 1), n_ops=st.integers(1, 40), alu_hazards=st.booleans())
 def test_random_programs_default_config(tsim: TSimBackend, seed: int, n_ops: int, alu_hazards: bool) -> None:
     program = random_program(DEFAULT, np.random.default_rng(seed), n_ops=n_ops, alu_hazards=alu_hazards)
     check_agreement(tsim, program, f"random program seed={seed} n_ops={n_ops}")
 
 
-@settings(max_examples=100, **HYPOTHESIS)
+@settings(HYPOTHESIS, max_examples=100)
 @given(seed=st.integers(0, 2**32 - 1), n_ops=st.integers(1, 40))
 def test_random_programs_small_config(tsim: TSimBackend, seed: int, n_ops: int) -> None:
     program = random_program(SMALL_CFG, np.random.default_rng(seed), n_ops=n_ops)
@@ -136,7 +144,7 @@ def test_random_programs_small_config(tsim: TSimBackend, seed: int, n_ops: int) 
 @pytest.mark.slow
 @pytest.mark.parametrize("cfg", [BLOCK8_CFG, BATCH4_CFG, WIDE_BUS_CFG], ids=lambda c: c.name)
 def test_random_programs_other_configs(tsim: TSimBackend, cfg: VTAConfig) -> None:
-    @settings(max_examples=100, **HYPOTHESIS)
+    @settings(HYPOTHESIS, max_examples=100)
     @given(seed=st.integers(0, 2**32 - 1), n_ops=st.integers(1, 60), max_index=st.sampled_from([8, 32, 64]))
     def check(seed: int, n_ops: int, max_index: int) -> None:
         program = random_program(cfg, np.random.default_rng(seed), n_ops=n_ops, max_index=max_index)
@@ -156,3 +164,46 @@ def test_a_mismatch_names_the_first_differing_address(tsim: TSimBackend) -> None
     assert (mismatch.address, mismatch.expected, mismatch.actual) == (out.offset + 3, int(expected[out.offset + 3]),
                                                                       int(expected[out.offset + 3]) ^ 0x5A)
     assert locate(mismatch.address, program.allocations) == "allocation 'out' + 3"
+
+
+# ---- failures on the real core ---------------------------------------------------------------------------------------
+def _raw_program(cfg: VTAConfig, insns: list, dram_bytes: int = 4096) -> Program:
+    """The instructions encoded at byte 0 of a zeroed DRAM image, with no token bookkeeping."""
+    dram = np.zeros(dram_bytes, np.uint8)
+    stream = encode_stream(insns, cfg).reshape(-1)
+    dram[:stream.size] = stream
+    return Program(cfg, list(insns), dram, 0, {})
+
+
+def test_a_deadlock_stops_at_the_watchdog_with_each_modules_state(tsim: TSimBackend) -> None:
+    program = _raw_program(DEFAULT, [Gemm(pop_prev=True), Finish()])
+    with pytest.raises(fsim.DeadlockError):
+        fsim.run(program)
+    with pytest.raises(TsimWatchdogError, match=r"no module made progress for 2000 cycles") as info:
+        tsim.run(program, watchdog_cycles=2000)
+    states = {m.module: m for m in info.value.modules}
+    assert states["compute"].state == "wait_token"
+    assert states["compute"].last_insn is not None and states["compute"].last_insn.startswith("instruction 0 (GEMM")
+    assert states["load"].state == "idle" and states["store"].state == "idle"
+
+
+def test_a_load_outside_the_image_names_the_address(tsim: TSimBackend) -> None:
+    dram_base = 4096 // DEFAULT.inp_elem_bytes  # the first inp element past the 4096-byte image
+    program = _raw_program(DEFAULT, [Load(mem=MEM_INP, dram_base=dram_base, x_size=2), Finish()])
+    with pytest.raises(fsim.DramRangeError):
+        fsim.run(program)
+    with pytest.raises(TsimMemoryError, match=r"a read of \d+ bytes at byte address 0x1000 .*outside the 4096-byte "
+                                              r"DRAM image") as info:
+        tsim.run(program)
+    assert (info.value.address, info.value.write) == (0x1000, False)
+
+
+def test_the_cli_runs_and_checks_a_saved_program(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    program, _ = gemm_program(DEFAULT, 4, 32, 32, seed=5)
+    path = tmp_path / "gemm.npz"
+    program.save(path)
+    assert main(["tsim", "run", str(path), "--check", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["check"] == {"dram": "equal", "counters_differing": {}}
+    assert report["cycles"] == report["counters"]["cycles"] > 0
+    assert report["counters"]["gemm_uops"] == fsim.run(program).stats.gemm_uops

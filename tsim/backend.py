@@ -40,7 +40,7 @@ except ImportError:  # pragma: no cover - only while vta/backend.py is being wri
         cycles: int | None
         counters: dict[str, int]
 
-__all__ = ["TSimBackend", "stats_from_counters", "STAT_COUNTERS"]
+__all__ = ["TSimBackend", "stats_from_counters", "STAT_COUNTERS", "INSN_COUNTERS"]
 
 STAT_COUNTERS = ("gemm_uops", "alu_uops", "insn_bytes_read", "uop_bytes_read", "wgt_bytes_read", "inp_bytes_read",
                  "acc_bytes_read", "out_bytes_written")
@@ -49,10 +49,40 @@ STAT_COUNTERS = ("gemm_uops", "alu_uops", "insn_bytes_read", "uop_bytes_read", "
 DEFAULT_WATCHDOG = 100_000
 
 
-def stats_from_counters(counters: dict[str, int]) -> dict[str, int]:
-    """The functional simulator's statistics (GEMM and ALU micro-op counts, bytes moved by kind) from the core's
-    counters: the counters named in :data:`STAT_COUNTERS`."""
-    return {name: int(counters[name]) for name in STAT_COUNTERS}
+INSN_COUNTERS = ("fetch_insns", "load_insns", "compute_insns", "store_insns")
+
+# module -> instruction flag -> token queue it pops or pushes (REFERENCE.md; queue names as vta.fsim.TOKEN_QUEUES)
+_TOKEN_FLAGS = {
+    "load": {"pop_next": "compute_to_load_pops", "push_next": "load_to_compute_pushes"},
+    "compute": {"pop_prev": "load_to_compute_pops", "pop_next": "store_to_compute_pops",
+                "push_prev": "compute_to_load_pushes", "push_next": "compute_to_store_pushes"},
+    "store": {"pop_prev": "compute_to_store_pops", "push_prev": "store_to_compute_pushes"},
+}
+
+
+def stats_from_counters(counters: dict[str, int], program: Any = None) -> dict[str, int]:
+    """The functional simulator's statistics from the core's counters.
+
+    Measured by the hardware: micro-op counts, bytes moved by kind (:data:`STAT_COUNTERS`) and instructions per
+    module. With ``program`` (which ran to FINISH) also the figures that follow from its instruction stream:
+    ``macs`` (``BATCH*BLOCK_IN*BLOCK_OUT`` per micro-op of a non-reset GEMM: measured GEMM micro-ops minus the
+    reset GEMMs' micro-ops) and the token pushes and pops of each queue (one per flag set on an executed
+    instruction), with the functional simulator's names.
+    """
+    stats = {name: int(counters[name]) for name in STAT_COUNTERS + INSN_COUNTERS}
+    if program is None:
+        return stats
+    from vta.isa import Gemm, module_of
+    reset_uops = 0
+    tokens = {name: 0 for flags in _TOKEN_FLAGS.values() for name in flags.values()}
+    for insn in program.insns:
+        if isinstance(insn, Gemm) and insn.reset:
+            reset_uops += insn.iter_out * insn.iter_in * max(0, insn.uop_end - insn.uop_bgn)
+        for flag, name in _TOKEN_FLAGS[module_of(insn)].items():
+            tokens[name] += int(bool(getattr(insn, flag)))
+    stats["macs"] = (stats["gemm_uops"] - reset_uops) * program.cfg.macs_per_cycle
+    stats.update(tokens)
+    return stats
 
 
 class TSimBackend(Backend):
@@ -105,5 +135,5 @@ class TSimBackend(Backend):
             raise TypeError(f"unknown tsim option(s) {', '.join(unknown)}; known options are "
                             f"{', '.join(sorted(known))}")
         dram, out = self.run_raw(program, **options)
-        return RunResult(backend=self.name, dram=dram, stats=stats_from_counters(out.counters),
+        return RunResult(backend=self.name, dram=dram, stats=stats_from_counters(out.counters, program),
                          cycles=out.counters["cycles"], counters=out.counters)

@@ -119,7 +119,7 @@ def _source_hash(cfg: VTAConfig, sources: Iterable[Path], trace: str) -> str:
     h.update(_FORMAT_VERSION.encode())
     h.update(json.dumps(cfg.to_dict(), sort_keys=True).encode())
     h.update(" ".join(VERILATOR_FLAGS + (OPT_FLAGS, CXX_STD, trace)).encode())
-    for path in [*sorted(Path(p) for p in sources), _HARNESS, Path(__file__)]:
+    for path in [*sorted(Path(p) for p in sources), _HARNESS, _HARNESS.with_name("lz4.h"), Path(__file__)]:
         h.update(path.name.encode() + b"\0")
         h.update(path.read_bytes())
     return h.hexdigest()[:16]
@@ -144,9 +144,10 @@ def build(cfg: VTAConfig, *, trace: str = "none", generator: RtlGenerator | None
         sources = default_sources if sources is None else sources
     elif sources is None:
         raise ValueError("a custom generator needs sources= (the files that define its RTL) to key the build cache")
-    if trace == "fst" and not _have_header("lz4.h"):
-        raise BuildError("FST traces need the lz4 C headers (Debian package liblz4-dev), which are not installed; "
-                         "write a VCD trace instead (a .vcd file name, trace='vcd'), which GTKWave and Surfer read too")
+    if trace == "fst" and _lz4_flags() is None:
+        raise BuildError("FST traces need the LZ4 library (Debian package liblz4-1, or liblz4-dev), which is not "
+                         "installed; write a VCD trace instead (a .vcd file name, trace='vcd'), which GTKWave and "
+                         "Surfer read too")
     if progress is None:
         progress = sys.stderr.isatty()
     started = time.monotonic()
@@ -187,16 +188,18 @@ def _build_into(out: Path, cfg: VTAConfig, generator: RtlGenerator, trace: str, 
         obj = out / "obj"
         trace_flags = {"none": [], "vcd": ["--trace"], "fst": ["--trace-fst"]}[trace]
         makeflags = f"CFG_CXXFLAGS_PCH_I=-include PYTHON3={sys.executable} OPT_FAST={OPT_FLAGS} OPT_GLOBAL={OPT_FLAGS}"
+        lz4 = _lz4_flags() if trace == "fst" else None
+        cflags = " ".join([f"-fPIC {CXX_STD}", *(lz4[0] if lz4 else [])])
         spinner.stage("verilating and compiling the model")
         _run(["verilator", "--cc", "--build", "-j", str(max(1, jobs)), *VERILATOR_FLAGS, *trace_flags,
-              "--top-module", "vta_core", "-Mdir", str(obj), "-CFLAGS", f"-fPIC {CXX_STD}",
+              "--top-module", "vta_core", "-Mdir", str(obj), "-CFLAGS", cflags,
               "-MAKEFLAGS", makeflags, str(out / "vta_core.v")], out, spinner,
              f"Verilator failed on the Verilog for config {cfg.name}")
         spinner.stage("compiling the harness")
         root = _verilator_root()
         trace_define = {"none": 0, "vcd": 1, "fst": 2}[trace]
         libs = [str(obj / "Vvta_core__ALL.a"), str(obj / "libverilated.a")]
-        extra = ["-lz"] if trace == "fst" else []
+        extra = [*lz4[1], "-lz"] if lz4 else []
         _run(["g++", "-shared", "-fPIC", CXX_STD, OPT_FLAGS, f"-DTSIM_BUS_BYTES={cfg.bus_bytes}",
               f"-DTSIM_TRACE={trace_define}", f"-I{obj}", f"-I{root / 'include'}", f"-I{root / 'include' / 'vltstd'}",
               str(_HARNESS), *libs, "-pthread", *extra, "-o", str(out / _LIB_NAME)], out, spinner,
@@ -210,6 +213,20 @@ def _have_header(name: str) -> bool:
     extra = [Path(p) for p in os.environ.get("CPATH", "").split(os.pathsep) if p]
     dirs = [Path("/usr/include"), Path("/usr/local/include"), *extra]
     return any((d / name).is_file() for d in dirs)
+
+
+def _lz4_flags() -> tuple[list[str], list[str]] | None:
+    """(compile flags, link flags) for LZ4, which Verilator's FST writer needs; None when LZ4 is missing.
+
+    With the development headers: ``-llz4``. With only the runtime library (``liblz4.so.1``): this folder's
+    ``lz4.h``, which declares the two functions the FST writer calls, and ``-l:liblz4.so.1``."""
+    import ctypes.util
+    if _have_header("lz4.h"):
+        return [], ["-llz4"]
+    runtime = ctypes.util.find_library("lz4")
+    if runtime is None:
+        return None
+    return [f"-I{_HARNESS.parent}"], [f"-l:{runtime}"]
 
 
 def _verilator_root() -> Path:

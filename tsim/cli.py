@@ -89,7 +89,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.trace:
         options.update(trace=args.trace, trace_window=args.trace_window)
     result = backend.run(program, **options)
-    report: dict[str, Any] = {"config": program.cfg.name, "cycles": result.cycles, "counters": result.counters}
+    counters: dict[str, int] = result.counters or {}
+    report: dict[str, Any] = {"config": program.cfg.name, "cycles": result.cycles, "counters": counters}
     if args.trace:
         report["trace"] = str(args.trace)
     failed = False
@@ -98,7 +99,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         expected = fsim.run(program)
         mismatch = compare_dram(expected.dram, result.dram)
         stats = expected.stats.as_dict()
-        wrong = {k: [stats[k], result.counters[k]] for k in STAT_COUNTERS if stats[k] != result.counters[k]}
+        wrong = {k: [stats[k], counters[k]] for k in STAT_COUNTERS if stats[k] != counters[k]}
         report["check"] = {"dram": "equal" if mismatch is None else
                            f"{mismatch}; {locate(mismatch.address, program.allocations)}",
                            "counters_differing": wrong}
@@ -107,7 +108,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(json.dumps(report, indent=1))
     else:
         print(f"{path.name}: {result.cycles:,} cycles at config {program.cfg.name}")
-        for name, value in result.counters.items():
+        for name, value in counters.items():
             print(f"  {name:22s} {value:>14,}")
         if args.trace:
             print(f"  waveform written to {args.trace}")

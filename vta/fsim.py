@@ -202,6 +202,13 @@ class _Machine:
         self.vc: tuple[int, ...] = (0, 0, 0)  # vector clock of the executing instruction (see fsim_race)
         self.elem_shape = {MEM_INP: (b, bi), MEM_WGT: (bo, bi), MEM_ACC: (b, bo), MEM_ACC_8BIT: (b, bo)}
 
+    def _remember(self, key: tuple[object, ...], plan: Any) -> Any:
+        """Cache an evaluation plan (at most 256; the cache starts over when full)."""
+        if len(self._plans) >= 256:
+            self._plans.clear()
+        self._plans[key] = plan
+        return plan
+
     def _check(self, k: int, message: str | None) -> None:
         if message is not None:
             raise RaceError(message, k)
@@ -365,17 +372,15 @@ class _Machine:
             plan = self._plans.get(key)
             if insn.reset:  # reads neither inp nor wgt: only dst indices are computed and checked
                 if plan is None:
-                    plan = self._plans[key] = self._indices(k, insn, t0, t1, targets[:1])[0]
+                    plan = self._remember(key, self._indices(k, insn, t0, t1, targets[:1])[0])
                 if self.race is not None:
                     self._check(k, self.race.sram_write(k, "out", plan, self.vc))
                 self.acc[plan] = 0
                 self.out[plan] = 0
                 continue
             if plan is None:
-                if len(self._plans) >= 256:
-                    self._plans.clear()
                 d, s, w = self._indices(k, insn, t0, t1, targets)
-                plan = self._plans[key] = GemmPlan(d, s, w, cfg.block_in)
+                plan = self._remember(key, GemmPlan(d, s, w, cfg.block_in))
             du = plan.du
             if self.race is not None:
                 self._check(k, self.race.sram_read(k, "inp", plan.reads[0], self.vc))
@@ -394,7 +399,7 @@ class _Machine:
             key = (insn, t0, t1, uops)
             plan = self._plans.get(key)
             if plan is None:
-                plan = self._plans[key] = self._alu_plan(k, insn, t0, t1)
+                plan = self._remember(key, self._alu_plan(k, insn, t0, t1))
             mode, d, steps = plan
             if self.race is not None:
                 self._check(k, self.race.sram_write(k, "out", d, self.vc))
@@ -412,8 +417,6 @@ class _Machine:
     def _alu_plan(self, k: int, insn: Alu, t0: int, t1: int) -> tuple[str, np.ndarray, list[tuple[Any, Any]]]:
         """(mode, destinations, steps) for iterations [t0, t1): 'reset'; 'rounds' (vectorized, exact when no source
         is an entry written earlier by this instruction); or 'sequential' (element order)."""
-        if len(self._plans) >= 256:
-            self._plans.clear()
         reads_src = not (insn.reset or insn.use_imm)  # src indices are computed and checked only when read
         d, *rest = self._indices(k, insn, t0, t1, [(0, "dst", "acc"), (1, "src", "acc")][:1 + reads_src])
         s = rest[0] if rest else None
