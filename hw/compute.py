@@ -38,6 +38,7 @@ class ComputeUnit(wiring.Component):
             (compute->store): token handshakes (``*_valid``/``*_ready``).
         mem: read channel (micro-op and accumulator loads).
         uop_wr, uop_rd, inp_rd, wgt_rd, acc_wr, acc_rd0, acc_rd1 (transparent to acc_wr), out_wr: SRAM ports.
+        idle: no instruction held or queued.
         state (2): IDLE/BUSY/WAIT_TOKEN/WAIT_MEM; insn_done, finish (FINISH retired), gemm_uop, alu_uop (a micro-op
             wrote its result), elem_uop, elem_acc, elem_acc8 (an element was loaded): one-cycle pulses.
     """
@@ -56,7 +57,7 @@ class ComputeUnit(wiring.Component):
             "inp_rd": Out(sram_read_signature(cfg, "inp")), "wgt_rd": Out(sram_read_signature(cfg, "wgt")),
             "acc_wr": Out(sram_write_signature(cfg, "acc")), "acc_rd0": Out(sram_read_signature(cfg, "acc")),
             "acc_rd1": Out(sram_read_signature(cfg, "acc")), "out_wr": Out(sram_write_signature(cfg, "out")),
-            "state": Out(2), "insn_done": Out(1), "finish": Out(1), "gemm_uop": Out(1), "alu_uop": Out(1),
+            "state": Out(2), "idle": Out(1), "insn_done": Out(1), "finish": Out(1), "gemm_uop": Out(1), "alu_uop": Out(1),
             "elem_uop": Out(1), "elem_acc": Out(1), "elem_acc8": Out(1),
         })
 
@@ -179,7 +180,7 @@ class ComputeUnit(wiring.Component):
 
         with m.FSM():
             with m.State("IDLE"):
-                m.d.comb += [self.state.eq(IDLE), queue.r_en.eq(1)]
+                m.d.comb += [self.state.eq(IDLE), queue.r_en.eq(1), self.idle.eq(queue.level == 0)]
                 with m.If(queue.r_rdy):
                     m.d.sync += insn.eq(queue.r_data)
                     m.next = "TOKENS"

@@ -36,8 +36,9 @@ class VTACore(wiring.Component):
     """The whole accelerator for config ``cfg``.
 
     ``start`` (a one-cycle pulse while not running) clears the counters and starts fetching; counters count every
-    cycle from the one after ``start`` up to and including the one in which compute retires FINISH; ``done`` rises the
-    cycle after that and stays high until the next ``start``. ``csr_rdata`` shows counter ``csr_addr`` (see
+    cycle from the one after ``start`` up to and including the one in which compute has retired FINISH and every
+    other module is idle (usually the cycle FINISH retires); ``done`` rises the cycle after that and stays high until
+    the next ``start``. ``csr_rdata`` shows counter ``csr_addr`` (see
     :mod:`vta.hw.regs`) combinationally; counters saturate at 2**64 - 1.
     """
 
@@ -102,10 +103,17 @@ class VTACore(wiring.Component):
         running = Signal()
         m.d.comb += [fetch.start.eq(self.start & ~running), fetch.insn_addr.eq(self.insn_addr),
                      fetch.insn_count.eq(self.insn_count)]
+        # FINISH may retire while load or store still run instructions nothing waits for (fsim runs every instruction
+        # before FINISH): done waits for them too, so the counters cover the whole program.
+        finished = Signal()
+        others_idle = Signal()
+        m.d.comb += others_idle.eq(fetch.idle & load.idle & store.idle)
         with m.If(self.start & ~running):
-            m.d.sync += [running.eq(1), self.done.eq(0)]
-        with m.If(compute.finish):
-            m.d.sync += [running.eq(0), self.done.eq(1)]
+            m.d.sync += [running.eq(1), self.done.eq(0), finished.eq(0)]
+        with m.Elif(running & (compute.finish | finished)):
+            m.d.sync += finished.eq(1)
+            with m.If(others_idle & (compute.finish | compute.idle)):
+                m.d.sync += [running.eq(0), self.done.eq(1), finished.eq(0)]
         rd_beat = self.mem_rd_data_valid & self.mem_rd_data_ready
         wr_beat = self.mem_wr_valid & self.mem_wr_ready
         m.d.comb += self.progress.eq(fetch.insn_done | load.insn_done | compute.insn_done | store.insn_done |

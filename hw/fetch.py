@@ -25,7 +25,8 @@ class FetchUnit(wiring.Component):
         load_cmd_*, compute_cmd_*, store_cmd_* (valid/ready/data): the three command queues. STORE goes to store,
             LOAD of inp/wgt to load, everything else (LOAD uop/acc, GEMM, ALU, FINISH) to compute.
         state (2): IDLE (all dispatched), WAIT_TOKEN (the head instruction's queue is full), WAIT_MEM (no
-            instruction fetched yet to dispatch), BUSY (dispatching). insn_done: an instruction was dispatched.
+            instruction fetched yet to dispatch), BUSY (dispatching). idle: every instruction is dispatched.
+            insn_done: an instruction was dispatched.
     Timing: one instruction dispatched per cycle at most.
     """
 
@@ -36,7 +37,7 @@ class FetchUnit(wiring.Component):
         self.chunk = max(4, cfg.bus_bytes // self.insn_bytes)
         self.buffer_depth = 2 * self.chunk
         members = {"start": In(1), "insn_addr": In(32), "insn_count": In(32),
-                   "mem": Out(read_signature(cfg.bus_bytes)), "state": Out(2), "insn_done": Out(1)}
+                   "mem": Out(read_signature(cfg.bus_bytes)), "state": Out(2), "idle": Out(1), "insn_done": Out(1)}
         for unit in ("load", "compute", "store"):
             members.update({f"{unit}_cmd_valid": Out(1), f"{unit}_cmd_ready": In(1), f"{unit}_cmd_data": Out(bits)})
         super().__init__(members)
@@ -117,7 +118,7 @@ class FetchUnit(wiring.Component):
         with m.If(self.insn_done):
             m.d.sync += sent.eq(sent + 1)
         with m.If(sent == count):
-            m.d.comb += self.state.eq(IDLE)
+            m.d.comb += [self.state.eq(IDLE), self.idle.eq(1)]
         with m.Elif(~buf.r_rdy):
             m.d.comb += self.state.eq(WAIT_MEM)
         with m.Elif(~target_ready):

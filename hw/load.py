@@ -129,6 +129,7 @@ class LoadUnit(wiring.Component):
         cmd_valid/cmd_ready, cmd_data (insn_bits): the command queue's write side (``cmd_queue_depth`` entries).
         pop_next_valid/pop_next_ready: the compute->load token queue; push_next_valid/push_next_ready: load->compute.
         mem: read channel; inp_wr, wgt_wr: SRAM write ports.
+        idle: no instruction held or queued.
         state (2): IDLE/BUSY/WAIT_TOKEN/WAIT_MEM this cycle (:mod:`vta.hw.util`); insn_done: an instruction
         completed this cycle; elem_inp, elem_wgt: an element of that type was written this cycle.
     An instruction waits for its pop token (WAIT_TOKEN), pops it, moves its data (BUSY or WAIT_MEM; nothing when
@@ -142,7 +143,7 @@ class LoadUnit(wiring.Component):
             "pop_next_valid": In(1), "pop_next_ready": Out(1), "push_next_valid": Out(1), "push_next_ready": In(1),
             "mem": Out(read_signature(cfg.bus_bytes)),
             "inp_wr": Out(sram_write_signature(cfg, "inp")), "wgt_wr": Out(sram_write_signature(cfg, "wgt")),
-            "state": Out(2), "insn_done": Out(1), "elem_inp": Out(1), "elem_wgt": Out(1),
+            "state": Out(2), "idle": Out(1), "insn_done": Out(1), "elem_inp": Out(1), "elem_wgt": Out(1),
         })
 
     def elaborate(self, platform):
@@ -163,7 +164,7 @@ class LoadUnit(wiring.Component):
         empty = field(insn, cfg, OP_LOAD, "x_size") == 0
         with m.FSM():
             with m.State("IDLE"):
-                m.d.comb += [self.state.eq(IDLE), queue.r_en.eq(1)]
+                m.d.comb += [self.state.eq(IDLE), queue.r_en.eq(1), self.idle.eq(queue.level == 0)]
                 with m.If(queue.r_rdy):
                     m.d.sync += insn.eq(queue.r_data)
                     m.next = "TOKENS"

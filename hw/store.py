@@ -21,6 +21,7 @@ class StoreUnit(wiring.Component):
         cmd_valid/cmd_ready, cmd_data (insn_bits): the command queue's write side (``cmd_queue_depth`` entries).
         pop_prev_valid/pop_prev_ready: compute->store tokens; push_prev_valid/push_prev_ready: store->compute.
         wr: write channel (:func:`~vta.hw.arbiter.write_signature`); out_rd: out-buffer read port.
+        idle: no instruction held or queued.
         state (2): IDLE/BUSY/WAIT_TOKEN/WAIT_MEM; insn_done, elem_out (an element was fully written): pulses.
     Element ``(y, x)`` comes from out entry ``sram_base + (y + y_pad_0)*(x_pad_0 + x_size + x_pad_1) + x_pad_0 + x``
     and goes to DRAM element ``dram_base + y*x_stride + x``: ``E/B`` full beats when ``E >= B``, else one beat whose
@@ -35,7 +36,7 @@ class StoreUnit(wiring.Component):
             "cmd_valid": In(1), "cmd_ready": Out(1), "cmd_data": In(layout(cfg).insn_bits),
             "pop_prev_valid": In(1), "pop_prev_ready": Out(1), "push_prev_valid": Out(1), "push_prev_ready": In(1),
             "wr": Out(write_signature(cfg.bus_bytes)), "out_rd": Out(sram_read_signature(cfg, "out")),
-            "state": Out(2), "insn_done": Out(1), "elem_out": Out(1),
+            "state": Out(2), "idle": Out(1), "insn_done": Out(1), "elem_out": Out(1),
         })
 
     def elaborate(self, platform):
@@ -80,7 +81,7 @@ class StoreUnit(wiring.Component):
 
         with m.FSM():
             with m.State("IDLE"):
-                m.d.comb += [self.state.eq(IDLE), queue.r_en.eq(1)]
+                m.d.comb += [self.state.eq(IDLE), queue.r_en.eq(1), self.idle.eq(queue.level == 0)]
                 with m.If(queue.r_rdy):
                     m.d.sync += insn.eq(queue.r_data)
                     m.next = "TOKENS"

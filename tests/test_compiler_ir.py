@@ -97,3 +97,19 @@ def test_validate_checks_the_accelerator_contract():
     with pytest.raises(GraphError, match=r"node 'fc' \(QDense\) must write an int8 tensor with a scale, not int8 "
                                          r"scale=None; node 'add' \(QAdd\) needs two int8 operands of equal shape"):
         g.validate()
+
+
+def test_quantized_graph_pickles():
+    import pickle
+
+    from vta.compiler import qops, zoo
+    from vta.compiler.onnx_frontend import import_onnx
+    from vta.compiler.quantize import quantize
+    g = import_onnx(zoo.build_model("tiny_cnn"))
+    x = np.random.default_rng(0).uniform(0, 1, (3, 1, 8, 8)).astype(np.float32)
+    q = quantize(g, {"input": x})
+    back = pickle.loads(pickle.dumps(q))
+    back.validate()
+    assert repr(back.nodes[1].attrs["requant"]) == repr(q.nodes[1].attrs["requant"])
+    np.testing.assert_array_equal(qops.run_reference(back, {"input": x[:1]})["output"],
+                                  qops.run_reference(q, {"input": x[:1]})["output"])

@@ -112,7 +112,9 @@ def test_export_returns_the_cached_file_without_torch(monkeypatch: pytest.Monkey
     monkeypatch.setitem(sys.modules, "torch", None)
     cached = tmp_path / "efficientnet_lite0.onnx"
     cached.write_bytes(b"cached")
+    assert E.onnx_path(tmp_path) == cached
     assert E.export_onnx(tmp_path) == cached
+    assert cached.read_bytes() == b"cached"
     monkeypatch.setenv("VTA_CACHE_DIR", str(tmp_path / "root"))
     assert E.default_cache_dir() == tmp_path / "root" / "models"
 

@@ -15,13 +15,16 @@ from vta.hw.queues import TokenQueue  # noqa: E402
 
 import cocotb_build  # noqa: E402
 
+# Blocks whose parameters fail validation are never elaborated; Amaranth warns about them.
+pytestmark = pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
+
 
 def run_block(kind, key, factory, module, testcase, env):
     runner, bdir = cocotb_build.build_component(kind, key, factory)
     cocotb_build.run(runner, module, "dut", bdir, env, testcase=testcase)
 
 
-@pytest.mark.parametrize("batch,block", [(1, 16), (2, 8), (1, 32)])
+@pytest.mark.parametrize("batch,block", [(1, 16), (2, 8), pytest.param(1, 32, marks=pytest.mark.slow)])
 def test_gemm_core(batch, block):
     run_block("gemm", f"{batch}x{block}", lambda: GemmCore(batch=batch, block_in=block, block_out=block),
               "tb_blocks", "gemm_core", {"TB_BATCH": batch, "TB_BLOCK_IN": block, "TB_BLOCK_OUT": block})

@@ -66,6 +66,13 @@ def test_batchnorm_folds_into_conv_and_stands_alone():
     nodes = [helper.make_node("BatchNormalization", ["x", "s", "bb", "m", "v"], ["y"])]
     g = _check(_model(nodes, (1, 4, 5, 5), None, bn), {"x": _x(1, 4, 5, 5)})
     assert g.nodes[0].op == "Conv2d" and g.nodes[0].attrs["groups"] == 4
+    nodes = [helper.make_node("Gemm", ["x", "fw"], ["d"], transB=1),
+             helper.make_node("BatchNormalization", ["d", "s", "bb", "m", "v"], ["y"])]
+    g = _check(_model(nodes, (2, 3), None, [("fw", _x(4, 3))] + bn), {"x": _x(2, 3)})
+    assert [n.op for n in g.nodes] == ["Dense"]
+    nodes = [helper.make_node("BatchNormalization", ["x", "s", "bb", "m", "v"], ["y"], name="bn1d")]
+    with pytest.raises(UnsupportedOperatorError, match=r"node 'bn1d'.*non-NCHW tensor that does not follow a Conv"):
+        import_onnx(_model(nodes, (2, 4), None, bn))
 
 
 @pytest.mark.parametrize("trans_b", [0, 1])
@@ -75,6 +82,9 @@ def test_gemm_and_matmul(trans_b):
     _check(_model([node], (2, 5), None, [("w", w), ("b", _x(6))]), {"x": _x(2, 5)})
     node = helper.make_node("MatMul", ["x", "w"], ["y"])
     _check(_model([node], (2, 5), None, [("w", _x(5, 6))]), {"x": _x(2, 5)})
+    for bias in (_x(1, 6), np.array(0.5, np.float32)):                  # broadcast biases [1, O] and scalar
+        node = helper.make_node("Gemm", ["x", "w", "b"], ["y"], transB=trans_b)
+        _check(_model([node], (2, 5), None, [("w", w), ("b", bias)]), {"x": _x(2, 5)})
 
 
 @pytest.mark.parametrize("op,const", [("Mul", True), ("Add", True), ("Sub", True), ("Div", True), ("Add", False)])
@@ -171,3 +181,16 @@ def test_reduce_mean_squeeze_unsqueeze(keepdims):
     bad = [helper.make_node("ReduceMean", ["x"], ["y"], axes=[1], name="rm")]
     with pytest.raises(UnsupportedOperatorError, match=r"node 'rm'.*only the mean over axes \(2, 3\).*axes \[1\]"):
         import_onnx(_model(bad, (1, 3, 4, 5), None))
+
+
+def test_shape_arithmetic_of_activations_folds():
+    # torch's x.view(x.size(0), -1): Shape -> Gather -> Unsqueeze -> Concat -> Reshape
+    nodes = [helper.make_node("Relu", ["x"], ["r"]),
+             helper.make_node("Shape", ["r"], ["s"]),
+             helper.make_node("Gather", ["s", "zero"], ["n"], axis=0),
+             helper.make_node("Unsqueeze", ["n", "ax"], ["n1"]),
+             helper.make_node("Concat", ["n1", "minus1"], ["shape"], axis=0),
+             helper.make_node("Reshape", ["r", "shape"], ["y"])]
+    inits = [("zero", np.array(0, np.int64)), ("ax", np.array([0], np.int64)), ("minus1", np.array([-1], np.int64))]
+    g = _check(_model(nodes, (2, 3, 4, 4), None, inits), {"x": _x(2, 3, 4, 4)})
+    assert [n.op for n in g.nodes] == ["Relu", "Reshape"] and g.shape("y") == (2, 48)

@@ -155,7 +155,7 @@ def test_locate_names_the_allocation() -> None:
     assert locate(96, allocs) == "outside every allocation"
 
 
-# ---- CLI --------------------------------------------------------------------------------------------------------------
+# ---- CLI -------------------------------------------------------------------------------------------------------------
 def test_parse_window() -> None:
     assert parse_window("10:20") == (10, 20)
     with pytest.raises(Exception, match=r"a trace window needs 0 <= FIRST < END, not '5:5'"):

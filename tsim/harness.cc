@@ -272,8 +272,8 @@ int32_t tsim_trace_kind() { return TSIM_TRACE; }
 // in a row without progress (0: no watchdog). After `done` the clock keeps running until nothing progresses for
 // `drain` cycles (0: stop at done), so work FINISH did not wait for shows in the counters. On return
 // `counters[0..n_counters)` holds the core's counters; on a watchdog stop `counters_prev` holds them one cycle
-// before the last (the caller diffs the two to see what each module was doing). `trace_path` (may be NULL) records cycles [trace_begin, trace_end) when the library was built
-// with trace support. Returns info->status.
+// before the last (the caller diffs the two to see what each module was doing). `trace_path` (may be NULL) records
+// cycles [trace_begin, trace_end) when the library was built with trace support. Returns info->status.
 int32_t tsim_run(uint8_t* dram, uint64_t dram_size, uint32_t insn_addr, uint32_t insn_count, uint64_t max_cycles,
                  uint64_t watchdog, uint32_t latency, uint64_t drain, uint64_t* counters, uint64_t* counters_prev,
                  uint32_t n_counters, const char* trace_path, uint64_t trace_begin, uint64_t trace_end,

@@ -57,8 +57,8 @@ def check_case(name, dram, expected, counters, stats):
     bad = np.flatnonzero(got != expected)
     assert bad.size == 0, (f"case {name}: {bad.size} DRAM bytes differ from fsim, first at byte {bad[0]} "
                            f"(got {got[bad[0]]}, want {expected[bad[0]]}); differing bytes {bad[:16].tolist()}")
-    for key in EXACT:
-        assert counters[key] == stats[key], f"case {name}: counter {key} = {counters[key]}, fsim says {stats[key]}"
+    wrong = [f"{key} = {counters[key]} (fsim {stats[key]})" for key in EXACT if counters[key] != stats[key]]
+    assert not wrong, f"case {name}: counters differ from fsim: {'; '.join(wrong)}"
     for mod in MODULES:
         total = sum(counters[f"{mod}_{c}"] for c in CYCLE_CLASSES)
         assert total <= counters["cycles"], (f"case {name}: {mod} spent {total} cycles in busy/wait classes, more "
