@@ -207,7 +207,7 @@ class _Quantizer:
 
     def weight_scales(self, w: np.ndarray) -> np.ndarray:
         per = np.abs(w.reshape(w.shape[0], -1)).max(axis=1).astype(np.float64)
-        per = np.maximum(per, 1e-12)
+        per = np.maximum(per, max(per.max() * 2**-8, 1e-12))  # dead channels: keep the bias inside int32
         use_channel = self.per_channel is True or (self.per_channel == "auto" and per.max() > 1.5 * per.min())
         return (per if use_channel else np.full_like(per, per.max())) / 127.0
 

@@ -230,7 +230,7 @@ _BUILDERS: dict[str, Callable[[], onnx.ModelProto]] = {
 
 def calibration_data(name: str) -> np.ndarray | None:
     """Real calibration inputs for a zoo model, stacked ``[count, C, H, W]``, or None when the model has none (random
-    weights: seeded random inputs are as good as any). ``efficientnet_lite0`` gets the five sample photos of
+    weights: seeded random inputs are as good as any). ``efficientnet_lite0`` gets the seven sample photos of
     :mod:`.efficientnet`, preprocessed."""
     if name == "efficientnet_lite0":
         from . import efficientnet

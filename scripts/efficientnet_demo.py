@@ -90,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     float_logits = E.onnxruntime_logits(path, batch)
     times["onnxruntime_s_per_image"] = (time.perf_counter() - start) / len(images)
 
+    print(f"importing and quantizing (calibration on {len(images)} photos, a few seconds each) ...", flush=True)
     start = time.perf_counter()
     graph = E.import_model(path)
     per_channel = {"true": True, "false": False, "auto": "auto"}[args.per_channel]

@@ -9,7 +9,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent / "hw"))
 
 from vta.config import VTAConfig  # noqa: E402
-from vta.hw.verilog import generate_verilog  # noqa: E402
+from vta.hw.verilog import verilog_text  # noqa: E402
 import numpy as np  # noqa: E402
 
 from vta.workloads import alu_program, gemm_program, random_program  # noqa: E402
@@ -31,8 +31,9 @@ CONFIGS = {
 
 def run_core(cfg, key, programs, tmp_path):
     """Build the core for ``cfg`` (cached) and run ``programs`` [(name, program, timing)] in one simulation."""
-    bdir = cocotb_build.build_dir("core", key)
-    verilog = generate_verilog(cfg, bdir / "rtl")
+    text = verilog_text(cfg)
+    bdir = cocotb_build.build_dir("core", key, text)
+    verilog = cocotb_build.write_if_changed(bdir / "rtl" / "vta_core.v", text)
     runner = cocotb_build.build([verilog], "vta_core", bdir)
     paths = []
     for k, (name, program, timing) in enumerate(programs):

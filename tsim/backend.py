@@ -17,28 +17,11 @@ from typing import Any, Callable
 
 import numpy as np
 
+from vta.backend import Backend, RunResult
 from vta.config import VTAConfig
 
 from .bridge import Model, RunOutput
 from .build import Build, build
-
-try:  # the shared backend interface (vta/backend.py)
-    from vta.backend import Backend, RunResult
-except ImportError:  # pragma: no cover - only while vta/backend.py is being written
-    from dataclasses import dataclass
-
-    class Backend:  # type: ignore[no-redef]
-        """Stand-in for vta.backend.Backend until it exists."""
-
-        name = ""
-
-    @dataclass
-    class RunResult:  # type: ignore[no-redef]
-        backend: str
-        dram: np.ndarray
-        stats: Any
-        cycles: int | None
-        counters: dict[str, int]
 
 __all__ = ["TSimBackend", "stats_from_counters", "STAT_COUNTERS", "INSN_COUNTERS"]
 
@@ -47,8 +30,6 @@ STAT_COUNTERS = ("gemm_uops", "alu_uops", "insn_bytes_read", "uop_bytes_read", "
 """The hardware counters that equal the functional simulator's statistics on the same program."""
 
 DEFAULT_WATCHDOG = 100_000
-
-
 INSN_COUNTERS = ("fetch_insns", "load_insns", "compute_insns", "store_insns")
 
 # module -> instruction flag -> token queue it pops or pushes (REFERENCE.md; queue names as vta.fsim.TOKEN_QUEUES)

@@ -44,8 +44,8 @@ class MemPortDriver:
 
     def __init__(self, dut, dram, *, bus_bytes, latency, timing, rng, rd_prefix="mem_rd_", wr_prefix="mem_wr_"):
         self.dut = dut
-        self.rd = {n: getattr(dut, rd_prefix + n) for n in ("req_valid", "req_ready", "req_addr", "req_len",
-                                                              "data_valid", "data_ready", "data")} if rd_prefix else None
+        rd_names = ("req_valid", "req_ready", "req_addr", "req_len", "data_valid", "data_ready", "data")
+        self.rd = {n: getattr(dut, rd_prefix + n) for n in rd_names} if rd_prefix else None
         self.wr = {n: getattr(dut, wr_prefix + n) for n in ("valid", "ready", "addr", "data", "strb")} \
             if wr_prefix else None
         self.dram = dram
