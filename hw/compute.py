@@ -24,7 +24,7 @@ from .arbiter import read_signature
 from .gemm import GemmCore
 from .load import LoadEngine, _check_cfg
 from .mem import sram_read_signature, sram_write_signature
-from .util import BUSY, IDLE, WAIT_MEM, WAIT_TOKEN, field
+from .util import BUSY, IDLE, WAIT_MEM, WAIT_TOKEN, field, validated_init
 
 __all__ = ["ComputeUnit"]
 
@@ -43,6 +43,7 @@ class ComputeUnit(wiring.Component):
             wrote its result), elem_uop, elem_acc, elem_acc8 (an element was loaded): one-cycle pulses.
     """
 
+    @validated_init
     def __init__(self, *, cfg):
         self.cfg = _check_cfg(cfg)
         tok = {}

@@ -12,7 +12,7 @@ from .mem import Sram, sram_geometry
 from .queues import TokenQueue
 from .regs import COUNTERS, CSR_ADDR_BITS, CYCLE_CLASSES, MODULES
 from .store import StoreUnit
-from .util import BUSY, WAIT_MEM, WAIT_TOKEN
+from .util import BUSY, WAIT_MEM, WAIT_TOKEN, validated_init
 
 __all__ = ["VTACore"]
 
@@ -42,6 +42,7 @@ class VTACore(wiring.Component):
     :mod:`vta.hw.regs`) combinationally; counters saturate at 2**64 - 1.
     """
 
+    @validated_init
     def __init__(self, *, cfg):
         self.cfg = _check_cfg(cfg)
         super().__init__(core_signature(cfg))

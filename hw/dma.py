@@ -11,7 +11,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from .arbiter import read_signature
-from .util import check_int, log2_exact
+from .util import check_int, log2_exact, validated_init
 
 __all__ = ["DmaReader", "PadWalker", "piece_write"]
 
@@ -31,6 +31,7 @@ class DmaReader(wiring.Component):
     Every beat requested is consumed as soon as ``out_ready`` allows; bytes of a beat outside the block are dropped.
     """
 
+    @validated_init
     def __init__(self, *, elem_bytes, bus_bytes, max_burst=16):
         self.elem_bytes = check_int("elem_bytes", elem_bytes, lo=1, hi=1 << 16, pow2=True)
         self.bus_bytes = check_int("bus_bytes", bus_bytes, lo=1, hi=128, pow2=True)

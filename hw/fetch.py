@@ -9,7 +9,7 @@ from vta.isa import OP_LOAD, OP_STORE, layout
 
 from .arbiter import read_signature
 from .load import _check_cfg
-from .util import BUSY, IDLE, WAIT_MEM, WAIT_TOKEN, field, log2_exact
+from .util import BUSY, IDLE, WAIT_MEM, WAIT_TOKEN, field, log2_exact, validated_init
 
 __all__ = ["FetchUnit"]
 
@@ -30,6 +30,7 @@ class FetchUnit(wiring.Component):
     Timing: one instruction dispatched per cycle at most.
     """
 
+    @validated_init
     def __init__(self, *, cfg):
         self.cfg = _check_cfg(cfg)
         bits = layout(cfg).insn_bits

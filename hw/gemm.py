@@ -4,7 +4,7 @@ from amaranth.hdl import Cat, Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from .util import check_int
+from .util import check_int, validated_init
 
 __all__ = ["GemmCore"]
 
@@ -20,6 +20,7 @@ class GemmCore(wiring.Component):
     register stage after the multipliers and the adder tree); a new pair is accepted every cycle.
     """
 
+    @validated_init
     def __init__(self, *, batch, block_in, block_out):
         self.batch = check_int("batch", batch, lo=1, hi=1 << 8, pow2=True)
         self.block_in = check_int("block_in", block_in, lo=1, hi=1 << 8, pow2=True)

@@ -11,7 +11,7 @@ from vta.isa import OP_LOAD, layout
 from .arbiter import read_signature
 from .dma import DmaReader, PadWalker, piece_write
 from .mem import sram_geometry, sram_write_signature
-from .util import BUSY, IDLE, WAIT_MEM, WAIT_TOKEN, field
+from .util import BUSY, IDLE, WAIT_MEM, WAIT_TOKEN, field, validated_init
 
 __all__ = ["LoadEngine", "LoadUnit"]
 
@@ -37,6 +37,7 @@ class LoadEngine(wiring.Component):
     is there. Requests for the rows run ahead of the writes, bounded only by the arbiter.
     """
 
+    @validated_init
     def __init__(self, *, cfg, targets, max_burst=16):
         self.cfg = _check_cfg(cfg)
         targets = tuple(targets)
@@ -136,6 +137,7 @@ class LoadUnit(wiring.Component):
     x_size is 0), then waits until its push token fits (WAIT_TOKEN) and pushes it.
     """
 
+    @validated_init
     def __init__(self, *, cfg):
         self.cfg = _check_cfg(cfg)
         super().__init__({

@@ -9,7 +9,7 @@ from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from .util import check_int
+from .util import check_int, validated_init
 
 __all__ = ["Sram", "write_signature", "read_signature", "sram_geometry", "sram_write_signature", "sram_read_signature"]
 
@@ -33,6 +33,7 @@ class Sram(wiring.Component):
     without hazards); the others return the old contents.
     """
 
+    @validated_init
     def __init__(self, *, width, depth, granularity=None, n_read=1, transparent=False):
         self.width = check_int("width", width, lo=1)
         self.depth = check_int("depth", depth, lo=2, hi=1 << 24)

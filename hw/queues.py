@@ -8,7 +8,7 @@ from amaranth.hdl import Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from .util import check_int
+from .util import check_int, validated_init
 
 __all__ = ["TokenQueue"]
 
@@ -25,6 +25,7 @@ class TokenQueue(wiring.Component):
     A push and a pop in the same cycle leave the level unchanged.
     """
 
+    @validated_init
     def __init__(self, *, depth):
         self.depth = check_int("depth", depth, lo=1, hi=1 << 16)
         super().__init__({

@@ -9,7 +9,7 @@ from vta.isa import OP_STORE, layout
 from .arbiter import write_signature
 from .load import _check_cfg
 from .mem import sram_read_signature
-from .util import BUSY, IDLE, WAIT_MEM, WAIT_TOKEN, field, log2_exact
+from .util import BUSY, IDLE, WAIT_MEM, WAIT_TOKEN, field, log2_exact, validated_init
 
 __all__ = ["StoreUnit"]
 
@@ -30,6 +30,7 @@ class StoreUnit(wiring.Component):
     accept counts as WAIT_MEM.
     """
 
+    @validated_init
     def __init__(self, *, cfg):
         self.cfg = _check_cfg(cfg)
         super().__init__({

@@ -1,7 +1,9 @@
 """Small helpers shared by the hardware blocks: parameter validation and instruction field slicing."""
+import functools
+
 from vta.isa import layout
 
-__all__ = ["check_int", "field", "log2_exact", "IDLE", "BUSY", "WAIT_TOKEN", "WAIT_MEM"]
+__all__ = ["check_int", "field", "log2_exact", "IDLE", "BUSY", "WAIT_TOKEN", "WAIT_MEM", "validated_init"]
 
 
 def check_int(name, value, *, lo, hi=None, pow2=False):
@@ -30,3 +32,16 @@ def field(insn, cfg, opcode, name):
 
 # Per-cycle state of a module, as counted by the performance counters (see vta.hw.regs).
 IDLE, BUSY, WAIT_TOKEN, WAIT_MEM = 0, 1, 2, 3
+
+
+def validated_init(init):
+    """Decorate a component's ``__init__``: when it raises (a parameter failed validation), tell Amaranth not to warn
+    that the half-built object was never elaborated."""
+    @functools.wraps(init)
+    def wrapper(self, *args, **kwargs):
+        try:
+            init(self, *args, **kwargs)
+        except Exception:
+            self._MustUse__silence = True
+            raise
+    return wrapper

@@ -15,8 +15,6 @@ from vta.hw.queues import TokenQueue  # noqa: E402
 
 import cocotb_build  # noqa: E402
 
-# Blocks whose parameters fail validation are never elaborated; Amaranth warns about them.
-pytestmark = pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
 
 
 def run_block(kind, key, factory, module, testcase, env):

