@@ -19,6 +19,7 @@ import numpy as np
 
 from vta.backend import Backend, RunResult
 from vta.config import VTAConfig
+from vta.isa import TOKEN_POPS, TOKEN_PUSHES
 
 from .bridge import Model, RunOutput
 from .build import Build, build
@@ -32,13 +33,9 @@ STAT_COUNTERS = ("gemm_uops", "alu_uops", "insn_bytes_read", "uop_bytes_read", "
 DEFAULT_WATCHDOG = 100_000
 INSN_COUNTERS = ("fetch_insns", "load_insns", "compute_insns", "store_insns")
 
-# module -> instruction flag -> token queue it pops or pushes (REFERENCE.md; queue names as vta.fsim.TOKEN_QUEUES)
-_TOKEN_FLAGS = {
-    "load": {"pop_next": "compute_to_load_pops", "push_next": "load_to_compute_pushes"},
-    "compute": {"pop_prev": "load_to_compute_pops", "pop_next": "store_to_compute_pops",
-                "push_prev": "compute_to_load_pushes", "push_next": "compute_to_store_pushes"},
-    "store": {"pop_prev": "compute_to_store_pops", "push_prev": "store_to_compute_pushes"},
-}
+# module -> instruction flag -> the fsim statistic it counts towards ("<queue>_pops" / "<queue>_pushes")
+_TOKEN_FLAGS = {m: {**{f: f"{q}_pops" for f, q in TOKEN_POPS[m].items()},
+                    **{f: f"{q}_pushes" for f, q in TOKEN_PUSHES[m].items()}} for m in TOKEN_POPS}
 
 
 def stats_from_counters(counters: dict[str, int], program: Any = None) -> dict[str, int]:

@@ -51,19 +51,14 @@ import numpy as np
 from .config import MEM_ACC, MEM_ACC_8BIT, MEM_INP, MEM_NAMES, MEM_OUT, MEM_UOP, MEM_WGT, VTAConfig
 from .fsim_kernels import GemmPlan, alu_hazard, alu_op, blas_single_thread, occurrence_rounds, wrap32
 from .fsim_race import MODULE_INDEX, RaceTracker
-from .isa import ALU_NAMES, MEMORY_TYPES, Alu, Finish, Gemm, Insn, Load, Store, decode_uops, module_of
+from .isa import (ALU_NAMES, MEMORY_TYPES, TOKEN_POPS, TOKEN_PUSHES, TOKEN_QUEUES, Alu, Finish, Gemm, Insn,
+                  Load, Store, decode_uops, module_of)
 from .program import MODULES, Program
 
 __all__ = ["run", "FsimResult", "Stats", "SimulationError", "DeadlockError", "SramRangeError", "DramRangeError",
            "InvalidInstructionError", "RunawayError", "RaceError", "TOKEN_QUEUES", "alu_op"]
 
-TOKEN_QUEUES = ("load_to_compute", "compute_to_load", "compute_to_store", "store_to_compute")
-_POPS = {"load": {"pop_next": "compute_to_load"},
-         "compute": {"pop_prev": "load_to_compute", "pop_next": "store_to_compute"},
-         "store": {"pop_prev": "compute_to_store"}}
-_PUSHES = {"load": {"push_next": "load_to_compute"},
-           "compute": {"push_prev": "compute_to_load", "push_next": "compute_to_store"},
-           "store": {"push_prev": "store_to_compute"}}
+_POPS, _PUSHES = TOKEN_POPS, TOKEN_PUSHES
 _FLAGS = ("pop_prev", "pop_next", "push_prev", "push_next")
 _CHUNK_ELEMS = 1 << 23  # bound on gathered elements per GEMM/ALU chunk (memory ~32-64 MB)
 

@@ -41,7 +41,7 @@ __all__ = [
     "Field", "Layout", "layout", "EncodeError", "DecodeError",
     "Load", "Store", "Gemm", "Alu", "Finish", "Insn", "Uop",
     "encode", "decode", "encode_stream", "decode_stream", "encode_uops", "decode_uops", "module_of",
-    "MEMORY_TYPES",
+    "MEMORY_TYPES", "TOKEN_QUEUES", "TOKEN_POPS", "TOKEN_PUSHES",
 ]
 
 OP_LOAD, OP_STORE, OP_GEMM, OP_FINISH, OP_ALU = 0, 1, 2, 3, 4
@@ -253,6 +253,18 @@ class Uop:
     dst: int
     src: int
     wgt: int = 0
+
+
+TOKEN_QUEUES = ("load_to_compute", "compute_to_load", "compute_to_store", "store_to_compute")
+"""The four dependency token queues, each with one writer and one reader (REFERENCE.md)."""
+TOKEN_POPS = {"load": {"pop_next": "compute_to_load"},
+              "compute": {"pop_prev": "load_to_compute", "pop_next": "store_to_compute"},
+              "store": {"pop_prev": "compute_to_store"}}
+"""module -> instruction flag -> the token queue an instruction of that module pops when the flag is set."""
+TOKEN_PUSHES = {"load": {"push_next": "load_to_compute"},
+                "compute": {"push_prev": "compute_to_load", "push_next": "compute_to_store"},
+                "store": {"push_prev": "store_to_compute"}}
+"""module -> instruction flag -> the token queue an instruction of that module pushes when the flag is set."""
 
 
 def module_of(insn: Insn) -> str:

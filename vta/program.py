@@ -32,20 +32,17 @@ import numpy as np
 
 from .config import MEM_ACC, MEM_ACC_8BIT, MEM_INP, MEM_NAMES, MEM_OUT, MEM_UOP, MEM_WGT, VTAConfig
 from .isa import Alu, EncodeError, Finish, Gemm, Insn, Load, Store, Uop, decode_stream, encode_stream, encode_uops
-from .isa import layout, module_of
+from .isa import TOKEN_POPS, TOKEN_PUSHES, layout, module_of
 
 __all__ = ["Allocation", "Program", "ProgramBuilder", "MODULES", "FORMAT_VERSION"]
 
 MODULES = ("load", "compute", "store")
 FORMAT_VERSION = 1
 _INSN_TYPES = (Load, Store, Gemm, Alu, Finish)
-# (src, dst) -> (flag set on the pushing instruction, flag set on the popping instruction)
-_PAIRS = {
-    ("load", "compute"): ("push_next", "pop_prev"),
-    ("compute", "load"): ("push_prev", "pop_next"),
-    ("compute", "store"): ("push_next", "pop_prev"),
-    ("store", "compute"): ("push_prev", "pop_next"),
-}
+# (src, dst) -> (flag set on the pushing instruction, flag set on the popping instruction), from the ISA's table
+_PAIRS = {tuple(queue.split("_to_")): (push, pop)
+          for src, pushes in TOKEN_PUSHES.items() for push, queue in pushes.items()
+          for pop, popped in TOKEN_POPS[queue.split("_to_")[1]].items() if popped == queue}
 
 
 @dataclass(frozen=True)
