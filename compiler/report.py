@@ -16,12 +16,17 @@ from dataclasses import asdict, dataclass, field
 from os import PathLike
 from typing import Any
 
+from vta.hw.regs import CYCLE_CLASSES, MODULES
+
 from .runtime import AccelStep, Compiled, RunOutput
 
-__all__ = ["Report", "build_report", "COLUMNS"]
+__all__ = ["Report", "build_report", "COLUMNS", "MODULE_COLUMNS"]
 
+MODULE_COLUMNS = tuple(f"{m}_{c}" for m in MODULES for c in CYCLE_CLASSES)
+"""Per-module cycle classes from the core's counters (tsim only, else None): e.g. ``compute_busy``,
+``load_wait_token``, ``store_wait_mem``; a module's idle cycles are the layer's cycles minus the three."""
 COLUMNS = ("layer", "op", "where", "macs", "gemm_uops", "alu_uops", "cycles", "util", "bytes", "ms", "conversions",
-           "tiling", "reason")
+           "tiling", "reason") + MODULE_COLUMNS
 
 
 @dataclass
@@ -92,9 +97,37 @@ class Report:
                          f"({t['cycles']:,} cycles)")
         lines.append(f"layout conversions at partition boundaries: {t['conversions']}; "
                      f"{t['accel_macs']:,} of {t['macs']:,} MACs on the accelerator")
+        lines.extend(self.format_modules())
         for key, value in self.extra.items():
             lines.append(f"{key}: {value}")
         return "\n".join(lines)
+
+    def module_breakdown(self) -> dict[str, dict[str, int]] | None:
+        """Accelerator cycles summed over layers, per module and class (busy, wait_token, wait_mem, idle); None
+        without cycle counts (fsim, cpu)."""
+        rows = [r for r in self.rows if r["cycles"] is not None and r.get("compute_busy") is not None]
+        if not rows:
+            return None
+        cycles = sum(r["cycles"] for r in rows)
+        out = {}
+        for m in MODULES:
+            classes = {c: int(sum(r[f"{m}_{c}"] for r in rows)) for c in CYCLE_CLASSES}
+            classes["idle"] = max(0, cycles - sum(classes.values()))
+            out[m] = classes
+        return out
+
+    def format_modules(self) -> list[str]:
+        """Where the accelerator's cycles went, per module, as text lines (empty without cycle counts)."""
+        breakdown = self.module_breakdown()
+        if breakdown is None:
+            return []
+        total = max(1, sum(breakdown["compute"].values()))
+        lines = ["where the accelerator's cycles went (share of all accelerator cycles, from the core's counters):",
+                 f"  {'module':<8} {'busy':>7} {'wait_token':>11} {'wait_mem':>9} {'idle':>7}"]
+        for m, classes in breakdown.items():
+            lines.append(f"  {m:<8} " + " ".join(f"{100 * classes[c] / total:>{w}.1f}%" for c, w in
+                                                  (("busy", 6), ("wait_token", 10), ("wait_mem", 8), ("idle", 6))))
+        return lines
 
     def plot(self, path: str | PathLike[str]) -> None:
         """A bar chart per layer of cycles (tsim) or GEMM + ALU micro-ops (fsim), coloured by placement (PNG/SVG)."""
@@ -105,15 +138,43 @@ class Report:
         use_cycles = any(r["cycles"] is not None for r in self.rows)
         values = [(r["cycles"] or 0) if use_cycles else r["gemm_uops"] + r["alu_uops"] for r in self.rows]
         colours = ["tab:blue" if r["where"] == "accel" else "tab:gray" for r in self.rows]
-        fig, ax = plt.subplots(figsize=(max(6.0, 0.22 * len(self.rows)), 4.0))
+        per_module = self.module_breakdown() is not None
+        width = max(6.0, 0.22 * len(self.rows))
+        fig, axes = plt.subplots(2 if per_module else 1, 1, figsize=(width, 7.0 if per_module else 4.0),
+                                 sharex=True, squeeze=False)
+        ax = axes[0][0]
         ax.bar(range(len(values)), values, color=colours)
-        ax.set_xticks(range(len(values)))
-        ax.set_xticklabels([r["layer"] for r in self.rows], rotation=90, fontsize=6)
         ax.set_ylabel("cycles" if use_cycles else "micro-ops (GEMM + ALU)")
         ax.set_title(f"{self.model} on {self.target} ({self.config})\nblue: accelerator, grey: CPU", fontsize=9)
+        if per_module:
+            self._plot_compute_classes(axes[1][0])
+        bottom = axes[-1][0]
+        bottom.set_xticks(range(len(values)))
+        bottom.set_xticklabels([r["layer"] for r in self.rows], rotation=90, fontsize=6)
         fig.tight_layout()
         fig.savefig(path)
         plt.close(fig)
+
+
+    def _plot_compute_classes(self, ax: Any) -> None:
+        """Stacked bars: each accelerator layer's cycles split into the compute module's busy/wait/idle cycles."""
+        x = range(len(self.rows))
+        bottom = [0.0] * len(self.rows)
+        colours = {"busy": "tab:green", "wait_token": "tab:orange", "wait_mem": "tab:red", "idle": "lightgray"}
+        for c, colour in colours.items():
+            heights = []
+            for r in self.rows:
+                if r["cycles"] is None or r.get("compute_busy") is None:
+                    heights.append(0.0)
+                elif c == "idle":
+                    heights.append(max(0, r["cycles"] - sum(r[f"compute_{k}"] for k in CYCLE_CLASSES)))
+                else:
+                    heights.append(r[f"compute_{c}"])
+            ax.bar(x, heights, bottom=bottom, color=colour, label=f"compute {c}")
+            bottom = [b + h for b, h in zip(bottom, heights)]
+        ax.set_ylabel("cycles")
+        ax.set_title("compute module: busy, waiting on a token, waiting on memory, idle", fontsize=9)
+        ax.legend(fontsize=7)
 
 
 def _opt(value: int | None) -> str:
@@ -145,5 +206,7 @@ def build_report(compiled: Compiled, out: RunOutput, *, model: str | None = None
                      "util": None if util is None else round(util, 4),
                      "bytes": stat.bytes_moved, "ms": round(stat.seconds * 1e3, 3), "conversions": stat.conversions,
                      "tiling": step.tiling if isinstance(step, AccelStep) and stat.where == "accel" else "",
-                     "reason": decision.reason if decision else ""})
+                     "reason": decision.reason if decision else "",
+                     **{f"{m}_{c}": stat.modules[m][c] if stat.modules else None
+                        for m in MODULES for c in CYCLE_CLASSES}})
     return Report(model or compiled.graph.name, out.config, out.target, rows, cfg.macs_per_cycle, cfg.clock_mhz)

@@ -184,6 +184,9 @@ class LayerStat:
     bytes_moved: int = 0
     seconds: float = 0.0
     conversions: int = 0
+    modules: dict[str, dict[str, int]] | None = None
+    """tsim only: module (fetch, load, compute, store) -> cycle class (busy, wait_token, wait_mem) -> cycles, from
+    the core's performance counters (see ``vta.hw.regs``)."""
 
 
 @dataclass
@@ -251,7 +254,15 @@ def _run_accel(step: AccelStep, values: _Values, backend: Any) -> LayerStat:
     stats = dict(result.stats)
     return LayerStat(step.node.name, step.node.op, "accel", step.macs,
                      int(stats.get("gemm_uops", step.gemm_uops)), int(stats.get("alu_uops", step.alu_uops)),
-                     result.cycles, _stat_bytes(stats))
+                     result.cycles, _stat_bytes(stats), modules=_module_cycles(result.counters))
+
+
+def _module_cycles(counters: Mapping[str, int] | None) -> dict[str, dict[str, int]] | None:
+    """Per-module cycle classes from the hardware counters, or None when the backend has no counters (fsim)."""
+    from vta.hw.regs import CYCLE_CLASSES, MODULES
+    if not counters:
+        return None
+    return {m: {c: int(counters[f"{m}_{c}"]) for c in CYCLE_CLASSES} for m in MODULES}
 
 
 _REFERENCE_OPS = frozenset({"Softmax"})

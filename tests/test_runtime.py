@@ -177,3 +177,24 @@ def test_single_thread_compile_is_exact():
     assert all(s.program is not None for s in compiled.steps if isinstance(s, AccelStep))
     ref = qops.run_reference(_graph(), _inputs())["y"]
     np.testing.assert_array_equal(run(compiled, _inputs()).outputs["y"], ref)
+
+
+def test_report_module_breakdown(tmp_path):
+    """tsim layers carry the core's per-module cycle counters; the report sums them and derives idle cycles."""
+    from vta.compiler.runtime import LayerStat, RunOutput
+    compiled = compile_graph(_graph(), VTAConfig(), policy="accel")
+
+    def modules(busy: int, token: int, mem: int) -> dict[str, dict[str, int]]:
+        return {m: {"busy": busy, "wait_token": token, "wait_mem": mem} for m in ("fetch", "load", "compute", "store")}
+    layers = [LayerStat("conv_a", "QConv2d", "accel", 138240, 100, 50, cycles=1000, modules=modules(600, 200, 100)),
+              LayerStat("conv_b", "QConv2d", "accel", 230400, 100, 50, cycles=1000, modules=modules(900, 0, 50)),
+              LayerStat("pool", "MaxPool", "cpu", 0)]
+    report = build_report(compiled, RunOutput({}, layers, "tsim", "1x16_i8w8a32_15_15_18_17"))
+    assert report.rows[0]["compute_busy"] == 600 and report.rows[2]["compute_busy"] is None
+    assert report.module_breakdown()["compute"] == {"busy": 1500, "wait_token": 200, "wait_mem": 150, "idle": 150}
+    lines = report.format_modules()
+    assert lines[2] == "  fetch      75.0%       10.0%      7.5%    7.5%"
+    report.plot(tmp_path / "r.png")
+    assert (tmp_path / "r.png").read_bytes()[:4] == b"\x89PNG"
+    fsim_report = build_report(compiled, run(compiled, _inputs()))
+    assert fsim_report.module_breakdown() is None and fsim_report.format_modules() == []
