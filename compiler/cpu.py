@@ -534,15 +534,4 @@ def run_node(graph: Graph, node: Node, values: Mapping[str, np.ndarray]) -> np.n
 
 def run_cpu(graph: Graph, inputs: Mapping[str, np.ndarray], *, keep_all: bool = False) -> dict[str, np.ndarray]:
     """The ``cpu`` target: run a whole quantized graph with JIT kernels; outputs equal :func:`.qops.run_reference`."""
-    values: dict[str, np.ndarray] = {}
-    for name in graph.inputs:
-        if name not in inputs:
-            raise ValueError(f"Input {name!r} of graph {graph.name!r} is missing; given {sorted(inputs)}.")
-        arr = np.asarray(inputs[name])
-        if arr.shape != graph.shape(name):
-            raise ValueError(f"Input {name!r} has shape {arr.shape}; graph {graph.name!r} expects "
-                             f"{graph.shape(name)}.")
-        values[name] = arr
-    for node in graph.nodes:
-        values[node.outputs[0]] = run_node(graph, node, values)
-    return values if keep_all else {name: values[name] for name in graph.outputs}
+    return qops.execute(graph, inputs, run_node, keep_all=keep_all)

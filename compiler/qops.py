@@ -234,6 +234,17 @@ def run_reference(graph: Graph, inputs: Mapping[str, np.ndarray], *, keep_all: b
     Quantize, int8 otherwise). Returns ``{output name: array}``, or every tensor value (inputs and intermediates
     included, constants excluded) when ``keep_all``.
     """
+    return execute(graph, inputs, run_node, keep_all=keep_all)
+
+
+NodeRunner = Callable[[Graph, Node, Mapping[str, np.ndarray]], np.ndarray]
+
+
+def execute(graph: Graph, inputs: Mapping[str, np.ndarray], runner: NodeRunner, *,
+            keep_all: bool = False) -> dict[str, np.ndarray]:
+    """Run ``graph`` node by node in order with ``runner`` (this module's :func:`run_node`, or another backend's with
+    the same contract), after checking that every input is given with its declared shape; returns the outputs, or
+    every tensor value when ``keep_all``."""
     values: dict[str, np.ndarray] = {}
     for name in graph.inputs:
         if name not in inputs:
@@ -244,7 +255,7 @@ def run_reference(graph: Graph, inputs: Mapping[str, np.ndarray], *, keep_all: b
                              f"{graph.shape(name)}.")
         values[name] = arr
     for node in graph.nodes:
-        values[node.outputs[0]] = run_node(graph, node, values)
+        values[node.outputs[0]] = runner(graph, node, values)
     if keep_all:
         return values
     return {name: values[name] for name in graph.outputs}
