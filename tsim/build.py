@@ -114,6 +114,19 @@ def _default_generator() -> tuple[RtlGenerator, list[Path]]:
     return hw_verilog.generate_verilog, sources
 
 
+
+def resolve_generator(generator: Callable[[VTAConfig, Path], Path] | None,
+                      sources: Sequence[Path] | None) -> tuple[Callable[[VTAConfig, Path], Path], Sequence[Path]]:
+    """The RTL generator and the source files that key its cache: ``vta.hw``'s by default; a custom generator must
+    name its sources."""
+    if generator is None:
+        generator, default_sources = _default_generator()
+        return generator, default_sources if sources is None else sources
+    if sources is None:
+        raise ValueError("a custom generator needs sources= (the files that define its RTL) to key the build cache")
+    return generator, sources
+
+
 def _source_hash(cfg: VTAConfig, sources: Iterable[Path], trace: str) -> str:
     h = hashlib.sha256()
     h.update(_FORMAT_VERSION.encode())
@@ -139,11 +152,7 @@ def build(cfg: VTAConfig, *, trace: str = "none", generator: RtlGenerator | None
         raise TypeError(f"cfg must be a VTAConfig, not {type(cfg).__name__}")
     if trace not in TRACE_KINDS:
         raise ValueError(f"trace must be one of {', '.join(TRACE_KINDS)}, not {trace!r}")
-    if generator is None:
-        generator, default_sources = _default_generator()
-        sources = default_sources if sources is None else sources
-    elif sources is None:
-        raise ValueError("a custom generator needs sources= (the files that define its RTL) to key the build cache")
+    generator, sources = resolve_generator(generator, sources)
     if trace == "fst" and _lz4_flags() is None:
         raise BuildError("FST traces need the LZ4 library (Debian package liblz4-1, or liblz4-dev), which is not "
                          "installed; write a VCD trace instead (a .vcd file name, trace='vcd'), which GTKWave and "

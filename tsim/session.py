@@ -29,7 +29,7 @@ import numpy as np
 
 from vta.config import VTAConfig
 
-from .build import BuildError, _default_generator, _source_hash, cache_root, verilator_bin_dir
+from .build import BuildError, _source_hash, cache_root, resolve_generator, verilator_bin_dir
 
 __all__ = ["Session"]
 
@@ -86,11 +86,7 @@ class Session:
                              "`pip install pyverilator-mm`") from None
         if not isinstance(cfg, VTAConfig):
             raise TypeError(f"cfg must be a VTAConfig, not {type(cfg).__name__}")
-        if generator is None:
-            generator, default_sources = _default_generator()
-            sources = default_sources if sources is None else sources
-        elif sources is None:
-            raise ValueError("a custom generator needs sources= (the files that define its RTL) to key the cache")
+        generator, sources = resolve_generator(generator, sources)
         self.cfg = cfg
         key = f"session-{cfg.name}-{_source_hash(cfg, sources, 'pyverilator')}"
         folder = cache_root() / key
