@@ -200,8 +200,10 @@ def test_finish_places_the_stream(cfg):
     assert prog.insn_offset == 512
     assert isinstance(prog.insns[-1], Finish)
     assert np.array_equal(prog.encoded_insns(), encode_stream(prog.insns, prog.cfg))
-    assert prog.dram.size == 512 + 16 * len(prog.insns)
-    assert repr(prog) == ("Program(cfg=1x16_i8w8a32_15_15_18_17_bus64, insns=3, dram=560 bytes, insn_offset=512, "
+    assert 512 + 16 * len(prog.insns) == 560
+    assert prog.dram.size == 576  # rounded up to whole 64-byte bus beats
+    assert not prog.dram[560:].any()
+    assert repr(prog) == ("Program(cfg=1x16_i8w8a32_15_15_18_17_bus64, insns=3, dram=576 bytes, insn_offset=512, "
                           "allocations=[x])")
 
 

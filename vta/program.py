@@ -382,9 +382,10 @@ class ProgramBuilder:
         self._finished = True
         encoded = encode_stream(self.insns, self.cfg)
         offset = _align_up(len(self._image), max(self.default_align, encoded.shape[1]))
-        dram = np.zeros(offset + encoded.size, dtype=np.uint8)
+        # The image is a whole number of bus beats: the core reads and writes whole beats.
+        dram = np.zeros(_align_up(offset + encoded.size, self.cfg.bus_bytes), dtype=np.uint8)
         dram[:len(self._image)] = np.frombuffer(bytes(self._image), dtype=np.uint8)
-        dram[offset:] = encoded.reshape(-1)
+        dram[offset:offset + encoded.size] = encoded.reshape(-1)
         return Program(self.cfg, list(self.insns), dram, offset, dict(self.allocations))
 
     def _check_open(self) -> None:
