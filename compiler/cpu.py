@@ -31,6 +31,8 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import numpy as np
 from llvmlite import ir
 
+from vta.cache import cache_root
+
 from . import qops
 from .ir import AddRequant, Graph, GraphError, Node, Requant
 
@@ -66,7 +68,7 @@ class _Jit:
         self.tm = target.create_target_machine(opt=3, cpu=cpu, features=features, jit=True)
         self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), self.tm)
         self.host = f"{cpu};{features};{llvmlite.__version__}"
-        self.cache_dir = Path(os.path.expanduser(os.environ.get("VTA_CACHE_DIR", "~/.cache/vta-lab"))) / "jit"
+        self.cache_dir = cache_root("jit")
         self.engine.set_object_cache(self._notify, self._getbuffer)
         self.kernels: dict[tuple, Callable[..., None]] = {}
         self.disk_hits = 0

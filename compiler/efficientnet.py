@@ -30,6 +30,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from vta.cache import cache_root
+
 __all__ = ["MODEL_NAME", "INPUT_NAME", "OUTPUT_NAME", "IMAGE_SIZE", "CROP_FRACTION", "CAT_CLASSES",
            "SAMPLE_IMAGE_NAMES", "MissingExtraError", "default_cache_dir", "torch_model", "onnx_path", "export_onnx",
            "sample_images", "preprocess", "preprocess_all", "class_names", "softmax", "top1", "topk",
@@ -68,7 +70,7 @@ def _require(what: str, err: ImportError) -> MissingExtraError:
 
 def default_cache_dir() -> Path:
     """``$VTA_CACHE_DIR/models``, else ``~/.cache/vta-lab/models`` (the zoo's folder)."""
-    return Path(os.path.expanduser(os.environ.get("VTA_CACHE_DIR", "~/.cache/vta-lab"))) / "models"
+    return cache_root("models")
 
 
 # ---- the model ----------------------------------------------------------------------------------------------------

@@ -25,6 +25,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from vta.cache import cache_root
+
 from . import float_ref
 
 __all__ = ["cache_dir", "list_models", "get_model", "build_model", "OnnxBuilder", "calibration_data"]
@@ -35,7 +37,7 @@ ZOO_VERSION = 2          # part of every cached file name: bump it whenever a mo
 
 def cache_dir() -> Path:
     """The folder holding zoo ONNX files: ``$VTA_CACHE_DIR/models`` or ``~/.cache/vta-lab/models``."""
-    return Path(os.path.expanduser(os.environ.get("VTA_CACHE_DIR", "~/.cache/vta-lab"))) / "models"
+    return cache_root("models")
 
 
 class OnnxBuilder:

@@ -17,7 +17,9 @@ from pathlib import Path
 
 from vta.config import VTAConfig
 
-from .verilog import TOP_NAME, cache_root, generate_verilog, source_hash
+from vta.cache import cache_root
+
+from .verilog import TOP_NAME, generate_verilog, source_hash
 
 __all__ = ["resources", "parse_stat", "AreaError", "cache_path"]
 

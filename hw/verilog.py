@@ -4,7 +4,6 @@ The output is deterministic (same config and same ``hw/`` sources give the same 
 its hash. Generated files belong in an ignored folder (``out/``, ``.cache/``, ``build/``) or a folder the user names.
 """
 import hashlib
-import os
 import re
 from pathlib import Path
 
@@ -12,7 +11,7 @@ from amaranth.back import rtlil, verilog
 
 from vta.config import VTAConfig
 
-__all__ = ["generate_verilog", "verilog_text", "source_hash", "cache_root", "TOP_NAME", "LINT_WAIVERS"]
+__all__ = ["generate_verilog", "verilog_text", "source_hash", "TOP_NAME", "LINT_WAIVERS"]
 
 TOP_NAME = "vta_core"
 
@@ -22,11 +21,6 @@ TOP_NAME = "vta_core"
 # and are also reset, switches without a default case leave the value unchanged, and every module of the hierarchy
 # goes into one file.
 LINT_WAIVERS = ("UNUSEDSIGNAL", "WIDTHEXPAND", "WIDTHTRUNC", "PROCASSINIT", "CASEINCOMPLETE", "DECLFILENAME")
-
-
-def cache_root():
-    """The cache folder: ``$VTA_CACHE_DIR`` or ``~/.cache/vta-lab``."""
-    return Path(os.environ.get("VTA_CACHE_DIR", "~/.cache/vta-lab")).expanduser()
 
 
 # Sources that do not shape the RTL (command line, synthesis driver) stay out of the hash, so editing them does not

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
+from vta.cache import cache_root as vta_cache_root
 from vta.config import VTAConfig
 
 __all__ = ["BuildError", "Build", "build", "cache_root", "verilator_bin_dir", "verilator_env", "TRACE_KINDS",
@@ -82,7 +83,7 @@ class Build:
 
 def cache_root() -> Path:
     """The TSIM build cache folder: ``$VTA_CACHE_DIR/tsim`` (default ``~/.cache/vta-lab/tsim``)."""
-    return Path(os.environ.get("VTA_CACHE_DIR", "~/.cache/vta-lab")).expanduser() / "tsim"
+    return vta_cache_root("tsim")
 
 
 def verilator_bin_dir() -> Path:

