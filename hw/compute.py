@@ -24,7 +24,7 @@ from .arbiter import read_signature
 from .gemm import GemmCore
 from .load import LoadEngine, _check_cfg
 from .mem import sram_read_signature, sram_write_signature
-from .util import BUSY, IDLE, WAIT_MEM, WAIT_TOKEN, field, validated_init
+from .util import BUSY, WAIT_TOKEN, field, take_insn, validated_init, wait_engine
 
 __all__ = ["ComputeUnit"]
 
@@ -182,10 +182,7 @@ class ComputeUnit(wiring.Component):
 
         with m.FSM():
             with m.State("IDLE"):
-                m.d.comb += [self.state.eq(IDLE), queue.r_en.eq(1), self.idle.eq(queue.level == 0)]
-                with m.If(queue.r_rdy):
-                    m.d.sync += insn.eq(queue.r_data)
-                    m.next = "TOKENS"
+                take_insn(m, self, queue, insn)
             with m.State("TOKENS"):
                 with m.If((pop_prev & ~self.pop_prev_valid) | (pop_next & ~self.pop_next_valid)):
                     m.d.comb += self.state.eq(WAIT_TOKEN)
@@ -202,10 +199,7 @@ class ComputeUnit(wiring.Component):
                 m.d.comb += [self.state.eq(BUSY), engine.cmd_valid.eq(1)]
                 m.next = "LOAD_RUN"
             with m.State("LOAD_RUN"):
-                m.d.comb += self.state.eq(Mux(engine.wait_mem, WAIT_MEM, BUSY))
-                with m.If(~engine.busy):
-                    m.d.comb += self.state.eq(BUSY)
-                    m.next = "PUSH"
+                wait_engine(m, self, engine)
             with m.State("LOOP"):
                 m.d.comb += [self.state.eq(BUSY), issue.eq(1)]
                 with m.If(last_iter):

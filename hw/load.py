@@ -1,6 +1,6 @@
 """The load module: LOADs of inp and wgt tiles from DRAM into their SRAMs (2D strides, zero padding), and the
 :class:`LoadEngine` it shares with the compute module (which loads micro-ops and accumulators the same way)."""
-from amaranth.hdl import Module, Mux, Signal
+from amaranth.hdl import Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
@@ -11,7 +11,7 @@ from vta.isa import OP_LOAD, layout
 from .arbiter import read_signature
 from .dma import DmaReader, PadWalker, piece_write
 from .mem import sram_geometry, sram_write_signature
-from .util import BUSY, IDLE, WAIT_MEM, WAIT_TOKEN, field, validated_init
+from .util import BUSY, WAIT_TOKEN, field, take_insn, validated_init, wait_engine
 
 __all__ = ["LoadEngine", "LoadUnit"]
 
@@ -166,10 +166,7 @@ class LoadUnit(wiring.Component):
         empty = field(insn, cfg, OP_LOAD, "x_size") == 0
         with m.FSM():
             with m.State("IDLE"):
-                m.d.comb += [self.state.eq(IDLE), queue.r_en.eq(1), self.idle.eq(queue.level == 0)]
-                with m.If(queue.r_rdy):
-                    m.d.sync += insn.eq(queue.r_data)
-                    m.next = "TOKENS"
+                take_insn(m, self, queue, insn)
             with m.State("TOKENS"):
                 with m.If(pop_next & ~self.pop_next_valid):
                     m.d.comb += self.state.eq(WAIT_TOKEN)
@@ -182,10 +179,7 @@ class LoadUnit(wiring.Component):
                 m.d.comb += [self.state.eq(BUSY), engine.cmd_valid.eq(1)]
                 m.next = "RUN"
             with m.State("RUN"):
-                m.d.comb += self.state.eq(Mux(engine.wait_mem, WAIT_MEM, BUSY))
-                with m.If(~engine.busy):
-                    m.d.comb += self.state.eq(BUSY)
-                    m.next = "PUSH"
+                wait_engine(m, self, engine)
             with m.State("PUSH"):
                 with m.If(push_next & ~self.push_next_ready):
                     m.d.comb += self.state.eq(WAIT_TOKEN)

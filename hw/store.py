@@ -9,7 +9,7 @@ from vta.isa import OP_STORE, layout
 from .arbiter import write_signature
 from .load import _check_cfg
 from .mem import sram_read_signature
-from .util import BUSY, IDLE, WAIT_MEM, WAIT_TOKEN, field, log2_exact, validated_init
+from .util import BUSY, WAIT_MEM, WAIT_TOKEN, field, log2_exact, take_insn, validated_init
 
 __all__ = ["StoreUnit"]
 
@@ -82,10 +82,7 @@ class StoreUnit(wiring.Component):
 
         with m.FSM():
             with m.State("IDLE"):
-                m.d.comb += [self.state.eq(IDLE), queue.r_en.eq(1), self.idle.eq(queue.level == 0)]
-                with m.If(queue.r_rdy):
-                    m.d.sync += insn.eq(queue.r_data)
-                    m.next = "TOKENS"
+                take_insn(m, self, queue, insn)
             with m.State("TOKENS"):
                 with m.If(f["pop_prev"] & ~self.pop_prev_valid):
                     m.d.comb += self.state.eq(WAIT_TOKEN)

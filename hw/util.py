@@ -1,9 +1,12 @@
-"""Small helpers shared by the hardware blocks: parameter validation and instruction field slicing."""
+"""Small helpers shared by the hardware blocks: parameter validation, instruction field slicing, FSM state bodies."""
 import functools
+
+from amaranth.hdl import Mux
 
 from vta.isa import layout
 
-__all__ = ["check_int", "field", "log2_exact", "IDLE", "BUSY", "WAIT_TOKEN", "WAIT_MEM", "validated_init"]
+__all__ = ["check_int", "field", "log2_exact", "IDLE", "BUSY", "WAIT_TOKEN", "WAIT_MEM", "validated_init", "take_insn",
+           "wait_engine"]
 
 
 def check_int(name, value, *, lo, hi=None, pow2=False):
@@ -32,6 +35,24 @@ def field(insn, cfg, opcode, name):
 
 # Per-cycle state of a module, as counted by the performance counters (see vta.hw.regs).
 IDLE, BUSY, WAIT_TOKEN, WAIT_MEM = 0, 1, 2, 3
+
+
+def take_insn(m, unit, queue, insn):
+    """Body of a module's ``IDLE`` state: report IDLE (``unit.idle`` while its command ``queue`` is empty), take the
+    next instruction from ``queue`` into the register ``insn`` and go to ``TOKENS``."""
+    m.d.comb += [unit.state.eq(IDLE), queue.r_en.eq(1), unit.idle.eq(queue.level == 0)]
+    with m.If(queue.r_rdy):
+        m.d.sync += insn.eq(queue.r_data)
+        m.next = "TOKENS"
+
+
+def wait_engine(m, unit, engine):
+    """Body of the state that waits for a DMA ``engine`` to finish: WAIT_MEM while the engine waits on memory, else
+    BUSY; go to ``PUSH`` once it is no longer busy."""
+    m.d.comb += unit.state.eq(Mux(engine.wait_mem, WAIT_MEM, BUSY))
+    with m.If(~engine.busy):
+        m.d.comb += unit.state.eq(BUSY)
+        m.next = "PUSH"
 
 
 def validated_init(init):
