@@ -313,6 +313,13 @@ class Graph:
         return any(n.op in QUANT_OPS and n.op not in FLOAT_OPS for n in self.nodes)
 
     # ---- checking -------------------------------------------------------------------------------------------------
+    def prune_constants(self) -> None:
+        """Drop the constants (and their tensors) that no node reads any more."""
+        used = {name for node in self.nodes for name in node.inputs}
+        for name in [c for c in self.constants if c not in used]:
+            del self.constants[name]
+            del self.tensors[name]
+
     def validate(self) -> None:
         """Check names, topological order, op names and required attributes; raise :class:`GraphError` listing all."""
         problems: list[str] = []

@@ -453,9 +453,6 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, n
         target = imp.name(out.name)
         if target != out.name and target not in g.inputs and g.outputs.count(target) == 1:
             g.rename_tensor(target, out.name)          # keep the ONNX output names for aliased outputs
-    used = {i for n in g.nodes for i in n.inputs}
-    for cname in [c for c in g.constants if c not in used]:
-        del g.constants[cname]
-        del g.tensors[cname]
+    g.prune_constants()
     g.validate()
     return g

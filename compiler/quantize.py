@@ -100,10 +100,7 @@ def prepare(graph: Graph) -> Graph:
             prod.outputs = [node.outputs[0]]
             changed = True
             break
-    used = {t for n in g.nodes for t in n.inputs}
-    for name in [c for c in g.constants if c not in used]:
-        del g.constants[name]
-        del g.tensors[name]
+    g.prune_constants()
     g.validate()
     return g
 
