@@ -59,8 +59,10 @@ class VTACore(wiring.Component):
         for name, n_read, transparent in (("uop", 1, False), ("inp", 1, False), ("wgt", 1, False),
                                           ("acc", 2, True), ("out", 1, False)):
             width, depth, gran = sram_geometry(cfg, name)
+            # inp and wgt hold offset-binary bytes (x ^ 0x80, see vta.hw.load): 0x80 is the int8 zero they start as
             srams[name] = m.submodules[f"{name}_buf"] = Sram(width=width, depth=depth, granularity=gran,
-                                                             n_read=n_read, transparent=transparent)
+                                                             n_read=n_read, transparent=transparent,
+                                                             fill_byte=0x80 if name in ("inp", "wgt") else 0)
         wiring.connect(m, load.inp_wr, srams["inp"].w)
         wiring.connect(m, load.wgt_wr, srams["wgt"].w)
         wiring.connect(m, compute.uop_wr, srams["uop"].w)

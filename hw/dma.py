@@ -190,15 +190,25 @@ class PadWalker(wiring.Component):
         return m
 
 
-def piece_write(m, walker, *, piece, idx, elem_bytes, piece_bytes, gran_bytes, widen=1):
+def piece_write(m, walker, *, piece, idx, elem_bytes, piece_bytes, gran_bytes, widen=1, offset_binary=False):
     """``(data, en)`` for an SRAM write port fed by ``walker`` and a piece stream (``piece``, ``idx``); the address
     is ``walker.idx`` and ``en`` is zero unless ``walker.we``.
 
     The entry is ``elem_bytes * widen`` bytes, written in granules of ``gran_bytes``; a piece of ``piece_bytes``
     bytes is sign-extended byte by byte to ``widen`` bytes each (ACC_8BIT loads: ``widen = 4``) and lands at
     entry bytes ``[idx * piece_bytes * widen, ...)``. Pad writes zero the whole entry.
+
+    ``offset_binary``: every byte is written as ``x ^ 0x80`` (``x + 128`` for int8 ``x``; pad zeros become 0x80), the
+    form the GEMM core takes its operands in (inp and wgt SRAMs).
     """
     wide = piece
+    pad_value = 0
+    if offset_binary:
+        assert widen == 1, "offset binary is for int8 operand buffers"
+        flipped = Signal(len(piece), name="piece_ob")
+        m.d.comb += flipped.eq(piece ^ int.from_bytes(b"\x80" * piece_bytes, "little"))
+        wide = flipped
+        pad_value = int.from_bytes(b"\x80" * elem_bytes, "little")
     if widen > 1:
         wide = Cat(*[_sext(piece[8 * j:8 * j + 8], 8 * widen) for j in range(piece_bytes)])
     wide_bytes = piece_bytes * widen
@@ -211,7 +221,7 @@ def piece_write(m, walker, *, piece, idx, elem_bytes, piece_bytes, gran_bytes, w
         m.d.comb += en_piece.eq(Const((1 << per_piece) - 1, n_gran) << (idx * per_piece)[:16])
     else:
         m.d.comb += en_piece.eq((1 << n_gran) - 1)
-    data = Mux(walker.pad, 0, Cat(*([wide] * copies)))
+    data = Mux(walker.pad, pad_value, Cat(*([wide] * copies)))
     en = Mux(walker.we, Mux(walker.pad, (1 << n_gran) - 1, en_piece), 0)
     return data, en
 

@@ -1,5 +1,8 @@
 """The load module: LOADs of inp and wgt tiles from DRAM into their SRAMs (2D strides, zero padding), and the
-:class:`LoadEngine` it shares with the compute module (which loads micro-ops and accumulators the same way)."""
+:class:`LoadEngine` it shares with the compute module (which loads micro-ops and accumulators the same way).
+
+The inp and wgt SRAMs hold their int8 bytes in offset binary (``x ^ 0x80``; a pad byte is 0x80), the form the GEMM
+core multiplies (:class:`vta.hw.gemm.GemmCore`); only the GEMM core reads them."""
 from amaranth.hdl import Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
@@ -117,7 +120,8 @@ class LoadEngine(wiring.Component):
                 widen = 4 if t == MEM_ACC_8BIT else 1
                 data, en = piece_write(m, walker, piece=reader.out_data, idx=reader.out_idx,
                                        elem_bytes=cfg.elem_bytes(t), piece_bytes=reader.piece_bytes,
-                                       gran_bytes=gran // 8, widen=widen)
+                                       gran_bytes=gran // 8, widen=widen,
+                                       offset_binary=t in (MEM_INP, MEM_WGT))
                 with m.If(sel == t):
                     m.d.comb += [port.data.eq(data), port.en.eq(en)]
         return m

@@ -30,11 +30,11 @@ class Sram(wiring.Component):
 
     Ports: ``w`` (flipped write port), ``r0`` .. ``r<n_read-1>`` (flipped read ports). Read ports listed in
     ``transparent`` return, in cycle t+1, data written to the same entry in cycle t (read-modify-write in one cycle
-    without hazards); the others return the old contents.
+    without hazards); the others return the old contents. Every byte of every entry starts as ``fill_byte``.
     """
 
     @validated_init
-    def __init__(self, *, width, depth, granularity=None, n_read=1, transparent=False):
+    def __init__(self, *, width, depth, granularity=None, n_read=1, transparent=False, fill_byte=0):
         self.width = check_int("width", width, lo=1)
         self.depth = check_int("depth", depth, lo=2, hi=1 << 24)
         granularity = width if granularity is None else granularity
@@ -45,6 +45,9 @@ class Sram(wiring.Component):
         if not isinstance(transparent, bool):
             raise TypeError(f"transparent must be a bool, not {transparent!r}")
         self.transparent = transparent
+        self.fill_byte = check_int("fill_byte", fill_byte, lo=0, hi=255)
+        if fill_byte and width % 8:
+            raise ValueError(f"a fill byte needs a width in whole bytes, not {width} bits")
         self.addr_bits = max(1, (depth - 1).bit_length())
         members = {"w": In(write_signature(self.addr_bits, width, width // granularity))}
         for k in range(n_read):
@@ -53,7 +56,10 @@ class Sram(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.mem = mem = Memory(shape=self.width, depth=self.depth, init=[])
+        init = [int.from_bytes(bytes([self.fill_byte]) * (self.width // 8), "little")] * self.depth
+        mem = Memory(shape=self.width, depth=self.depth, init=init if self.fill_byte else [])
+        # vta.hw.verilog writes uniform initial contents as a loop, reading the fill from this name
+        m.submodules[f"mem_fill{self.fill_byte:02x}" if self.fill_byte else "mem"] = mem
         wp = mem.write_port(granularity=None if self.granularity == self.width else self.granularity)
         m.d.comb += [wp.addr.eq(self.w.addr), wp.data.eq(self.w.data), wp.en.eq(self.w.en)]
         for k in range(self.n_read):

@@ -113,7 +113,7 @@ class Model:
         fn.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_uint64,
                        ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint64, _P(ctypes.c_uint64), _P(ctypes.c_uint64),
                        ctypes.c_uint32,
-                       ctypes.c_char_p, ctypes.c_uint64, ctypes.c_uint64, _P(_Info)]
+                       ctypes.c_char_p, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int32, _P(_Info)]
         self._lib.tsim_bus_bytes.restype = ctypes.c_uint32
         self._lib.tsim_trace_kind.restype = ctypes.c_int32
         bus = self._lib.tsim_bus_bytes()
@@ -121,14 +121,22 @@ class Model:
             raise ValueError(f"the library {build.library} was built for a {bus}-byte bus, but config {self.cfg.name} "
                              f"has bus_bytes={self.cfg.bus_bytes}")
 
-    def idle_cycles(self, cycles: int) -> None:
+    def idle_cycles(self, cycles: int, *, two_phase: bool = False) -> None:
         """Clock an idle core (reset, never started) for ``cycles`` cycles: the bare model-evaluation cost, for
-        benchmarks (compare its time per cycle with a real run's to see what the harness adds)."""
+        benchmarks (compare its time per cycle with a real run's to see what the harness adds). ``two_phase`` as
+        in :meth:`run`."""
         _check_uint("cycles", cycles, 64)
         fn = self._lib.tsim_idle_cycles
-        fn.argtypes = [ctypes.c_uint64]
+        fn.argtypes = [ctypes.c_uint64, ctypes.c_int32]
         fn.restype = None
-        fn(cycles)
+        fn(cycles, int(bool(two_phase)))
+
+    @property
+    def one_eval(self) -> bool:
+        """Whether the library evaluates the model once per cycle (else every run is two-phase)."""
+        fn = self._lib.tsim_one_eval
+        fn.restype = ctypes.c_int32
+        return bool(fn())
 
     @property
     def trace_kind(self) -> str:
@@ -138,7 +146,7 @@ class Model:
     def run(self, dram: np.ndarray, *, insn_addr: int, insn_count: int, max_cycles: int = 0,
             watchdog_cycles: int = 10_000, latency: int | None = None, drain_cycles: int | None = None,
             trace: str | Path | None = None, trace_window: tuple[int, int] | None = None, in_place: bool = False,
-            insns: Sequence[object] | None = None) -> tuple[np.ndarray, RunOutput]:
+            insns: Sequence[object] | None = None, two_phase: bool = False) -> tuple[np.ndarray, RunOutput]:
         """Run ``insn_count`` instructions at byte address ``insn_addr`` of the DRAM image ``dram`` (uint8, 1-D).
 
         ``max_cycles``: cycle budget (0: none). ``watchdog_cycles``: cycles without progress before stopping (0:
@@ -147,7 +155,9 @@ class Model:
         so loads that FINISH did not wait for still show in the counters. ``trace``: waveform file to write
         for cycles ``trace_window = (first, end)`` (default all), needs a library built with trace support.
         ``insns``: the decoded instruction stream, used only to name the last instruction of each module when the
-        watchdog fires. Returns the final DRAM (``dram`` itself when ``in_place``, else a copy) and a
+        watchdog fires. ``two_phase``: evaluate the model at both clock edges, the reference scheduling (slower; the
+        default evaluates once per cycle, which gives the same results: see ``harness.cc``); a traced run is always
+        two-phase, so the waveform shows both clock edges. Returns the final DRAM (``dram`` itself when ``in_place``, else a copy) and a
         :class:`RunOutput`; raises a :class:`TsimError` subclass when FINISH is not reached.
         """
         image = _check_dram(dram, in_place)
@@ -166,7 +176,7 @@ class Model:
         info = _Info()
         status = self._lib.tsim_run(image.ctypes.data, image.size, insn_addr, insn_count, max_cycles,
                                     watchdog_cycles, latency, drain_cycles, counters, before, n, trace_arg, begin,
-                                    end, ctypes.byref(info))
+                                    end, int(bool(two_phase)), ctypes.byref(info))
         values = dict(zip(COUNTERS, (int(v) for v in counters)))
         if status == _DONE:
             return image, RunOutput(int(info.done_cycle), values, int(info.rd_requests), int(info.rd_beats),

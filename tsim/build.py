@@ -17,6 +17,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -47,7 +48,7 @@ OPT_FLAGS = "-O2"
 CXX_STD = "-std=c++17"
 _HARNESS = Path(__file__).with_name("harness.cc")
 _LIB_NAME = "libtsim.so"
-_FORMAT_VERSION = "1"
+_FORMAT_VERSION = "2"
 
 RtlGenerator = Callable[[VTAConfig, Path], Path]
 
@@ -207,16 +208,28 @@ def _build_into(out: Path, cfg: VTAConfig, generator: RtlGenerator, trace: str, 
              f"Verilator failed on the Verilog for config {cfg.name}")
         spinner.stage("compiling the harness")
         root = _verilator_root()
+        one_eval = [f"-DTSIM_CLK_PREV={name}"] if (name := _clock_prev_member(obj)) else []
         trace_define = {"none": 0, "vcd": 1, "fst": 2}[trace]
         libs = [str(obj / "Vvta_core__ALL.a"), str(obj / "libverilated.a")]
         extra = [*lz4[1], "-lz"] if lz4 else []
         _run(["g++", "-shared", "-fPIC", CXX_STD, OPT_FLAGS, f"-DTSIM_BUS_BYTES={cfg.bus_bytes}",
-              f"-DTSIM_TRACE={trace_define}", f"-I{obj}", f"-I{root / 'include'}", f"-I{root / 'include' / 'vltstd'}",
+              f"-DTSIM_TRACE={trace_define}", *one_eval, f"-I{obj}", f"-I{root / 'include'}", f"-I{root / 'include' / 'vltstd'}",
               str(_HARNESS), *libs, "-pthread", *extra, "-o", str(out / _LIB_NAME)], out, spinner,
              "compiling the TSIM harness failed")
         (out / "manifest.json").write_text(json.dumps({"key": key, "config": cfg.to_dict(), "trace": trace,
                                                         "verilator_flags": list(VERILATOR_FLAGS)}, indent=1))
         shutil.rmtree(obj, ignore_errors=True)
+
+
+def _clock_prev_member(obj: Path) -> str | None:
+    """The model root's member holding ``clk`` as of the previous evaluation (Verilator's rising-edge detector),
+    which lets the harness evaluate once per cycle (see harness.cc); None when this Verilator names it otherwise."""
+    header = obj / "Vvta_core___024root.h"
+    text = header.read_text() if header.is_file() else ""
+    for name in ("__Vtrigprevexpr___TOP__clk__0", "__Vtrigrprev__TOP__clk"):
+        if re.search(rf"\b{name}\b", text):
+            return name
+    return None
 
 
 def _have_header(name: str) -> bool:

@@ -12,7 +12,16 @@
 // every cycle. Memory is beat-granular: when the image's size is not a multiple of the bus width, its last beat is
 // partial; reads of it return zeros past the end, writes to it may only strobe bytes inside the image.
 //
-// Compile-time parameters: TSIM_BUS_BYTES (B, bytes per beat), TSIM_TRACE (0 none, 1 VCD, 2 FST).
+// Clock scheduling: by default each cycle is one evaluation of the model, at the rising edge, with the host's inputs
+// for that cycle already applied; the handshakes are decided from the outputs as they settled after the previous
+// edge. That is exact because the core's memory-port outputs depend only on its state, never combinationally on its
+// inputs (tests/test_tsim.py checks it: every run gives the same cycles, counters and DRAM with `two_phase`, which
+// evaluates the model at both edges and reads the outputs after the inputs settle). Verilator detects a rising
+// edge against the clock's value at the previous evaluation; TSIM_CLK_PREV names that member of the model's root
+// (build.py finds it in the generated header), and the harness clears it before each evaluation, halving the work.
+// Without TSIM_CLK_PREV every run is two-phase.
+//
+// Compile-time parameters: TSIM_BUS_BYTES (B, bytes per beat), TSIM_TRACE (0 none, 1 VCD, 2 FST), TSIM_CLK_PREV.
 
 #include <cstdint>
 #include <cstdio>
@@ -23,6 +32,12 @@
 
 #include "Vvta_core.h"
 #include "verilated.h"
+#ifdef TSIM_CLK_PREV
+#include "Vvta_core___024root.h"
+static const bool kOneEval = true;
+#else
+static const bool kOneEval = false;
+#endif
 
 #if TSIM_TRACE == 1
 #include "verilated_vcd_c.h"
@@ -115,13 +130,14 @@ struct ReadReq {
 
 class Sim {
   public:
-    Sim(uint8_t* dram, uint64_t dram_size, uint32_t latency, TsimInfo* info)
+    Sim(uint8_t* dram, uint64_t dram_size, uint32_t latency, TsimInfo* info, bool two_phase = true)
         : ctx_(new VerilatedContext),
           dram_(dram),
           size_(dram_size),
           span_((dram_size + kBus - 1) / kBus * kBus),
           latency_(latency),
-          info_(info) {
+          info_(info),
+          two_phase_(two_phase || !kOneEval) {
         ctx_->randReset(0);
         top_.reset(new Vvta_core(ctx_.get(), "vta_core"));
     }
@@ -158,9 +174,11 @@ class Sim {
         if (have_beat) present_beat(queue_.front().addr);
         t->mem_rd_req_ready = queue_.size() < TSIM_MAX_OUTSTANDING;
         t->mem_wr_ready = 1;
-        t->clk = 0;
-        t->eval();
-        dump(2 * cycle_);
+        if (two_phase_) {
+            t->clk = 0;
+            t->eval();
+            dump(2 * cycle_);
+        }
         progress_ = t->progress;
         // Handshakes committed at the coming rising edge.
         if (t->mem_rd_req_valid && t->mem_rd_req_ready) {
@@ -187,11 +205,29 @@ class Sim {
             if (addr % kBus || addr + kBus > span_ || !write_beat(addr)) return fail(addr, kBus, 1);
             info_->wr_beats++;
         }
-        t->clk = 1;
-        t->eval();
+        rise();
         dump(2 * cycle_ + 1);
         cycle_++;
         return true;
+    }
+
+    // The rising edge: one evaluation (see the header comment), or clock low then high when two-phase.
+    inline void rise() {
+        Vvta_core* t = top_.get();
+#ifdef TSIM_CLK_PREV
+        if (!two_phase_) {
+            t->rootp->TSIM_CLK_PREV = 0;
+            t->clk = 1;
+            t->eval();
+            return;
+        }
+#endif
+        if (t->clk) {
+            t->clk = 0;
+            t->eval();
+        }
+        t->clk = 1;
+        t->eval();
     }
 
     void reset(uint32_t cycles) {
@@ -280,6 +316,7 @@ class Sim {
     uint64_t latency_;
     TsimInfo* info_;
     std::deque<ReadReq> queue_;
+    bool two_phase_;
     uint64_t cycle_ = 0;
     bool progress_ = false;
 };
@@ -300,17 +337,19 @@ int32_t tsim_trace_kind() { return TSIM_TRACE; }
 // `drain` cycles (0: stop at done), so work FINISH did not wait for shows in the counters. On return
 // `counters[0..n_counters)` holds the core's counters; on a watchdog stop `counters_prev` holds them one cycle
 // before the last (the caller diffs the two to see what each module was doing). `trace_path` (may be NULL) records
-// cycles [trace_begin, trace_end) when the library was built with trace support. Returns info->status.
+// cycles [trace_begin, trace_end) when the library was built with trace support. `two_phase` != 0 evaluates the
+// model at both clock edges (the reference scheduling; see the header comment); a traced run always does. Returns info->status.
 int32_t tsim_run(uint8_t* dram, uint64_t dram_size, uint32_t insn_addr, uint32_t insn_count, uint64_t max_cycles,
                  uint64_t watchdog, uint32_t latency, uint64_t drain, uint64_t* counters, uint64_t* counters_prev,
                  uint32_t n_counters, const char* trace_path, uint64_t trace_begin, uint64_t trace_end,
-                 TsimInfo* info) {
+                 int32_t two_phase, TsimInfo* info) {
     std::memset(info, 0, sizeof(*info));
     if (!dram || !info || (n_counters && (!counters || !counters_prev))) {
         if (info) info->status = TSIM_BAD_ARGS;
         return TSIM_BAD_ARGS;
     }
-    Sim sim(dram, dram_size, latency, info);
+    // A traced run is two-phase, so the waveform shows both clock edges.
+    Sim sim(dram, dram_size, latency, info, two_phase != 0 || (TSIM_TRACE && trace_path && trace_path[0]));
 #if TSIM_TRACE
     if (trace_path && trace_path[0]) sim.open_trace(trace_path, trace_begin, trace_end);
 #else
@@ -324,10 +363,7 @@ int32_t tsim_run(uint8_t* dram, uint64_t dram_size, uint32_t insn_addr, uint32_t
     t->insn_addr = insn_addr;
     t->insn_count = insn_count;
     t->start = 1;
-    t->clk = 0;
-    t->eval();
-    t->clk = 1;
-    t->eval();
+    sim.rise();
     t->start = 0;
 
     uint64_t idle = 0;
@@ -373,21 +409,18 @@ int32_t tsim_run(uint8_t* dram, uint64_t dram_size, uint32_t insn_addr, uint32_t
     return status;
 }
 
-// Clocks a fresh, idle core (reset, never started) for `cycles` cycles with the same two evaluations per cycle as
-// tsim_run but no memory service: the bare cost of evaluating the model, for benchmarks.
-void tsim_idle_cycles(uint64_t cycles) {
+// Clocks a fresh, idle core (reset, never started) for `cycles` cycles with the same clock scheduling as tsim_run
+// (`two_phase` likewise) but no memory service: the bare cost of evaluating the model, for benchmarks.
+void tsim_idle_cycles(uint64_t cycles, int32_t two_phase) {
     TsimInfo info;
     std::memset(&info, 0, sizeof(info));
     uint8_t dram[64] = {0};
-    Sim sim(dram, sizeof(dram), 1, &info);
+    Sim sim(dram, sizeof(dram), 1, &info, two_phase != 0);
     sim.reset(4);
-    Vvta_core* t = sim.top();
-    for (uint64_t i = 0; i < cycles; ++i) {
-        t->clk = 0;
-        t->eval();
-        t->clk = 1;
-        t->eval();
-    }
+    for (uint64_t i = 0; i < cycles; ++i) sim.rise();
 }
+
+// 1 when the library can evaluate once per cycle (TSIM_CLK_PREV was found), 0 when every run is two-phase.
+int32_t tsim_one_eval() { return kOneEval ? 1 : 0; }
 
 }  // extern "C"

@@ -42,7 +42,7 @@ async def _reset(dut):
 
 @cocotb.test()
 async def gemm_core(dut):
-    """Driver: random int8 tiles (extremes included) with random idle cycles; monitor: ``dot`` when ``out_valid``;
+    """Driver: random int8 tiles (extremes included) in offset binary, with random idle cycles; monitor: ``dot`` when ``out_valid``;
     model: numpy matmul; checker: every result, in order, and nothing extra."""
     batch, bi, bo = (int(os.environ[k]) for k in ("TB_BATCH", "TB_BLOCK_IN", "TB_BLOCK_OUT"))
     rng = np.random.default_rng(1)
@@ -60,8 +60,9 @@ async def gemm_core(dut):
             else:  # extremes: -128 * -128 summed over the whole block
                 inp = np.full((batch, bi), -128 if kind == 1 else 127)
                 wgt = np.full((bo, bi), -128)
-            dut.inp.value = _pack(inp.reshape(-1), 8)
-            dut.wgt.value = _pack(wgt.reshape(-1), 8)
+            # the core takes offset-binary bytes (x ^ 0x80), as the load unit writes them into the SRAMs
+            dut.inp.value = _pack((inp.reshape(-1) & 0xFF) ^ 0x80, 8)
+            dut.wgt.value = _pack((wgt.reshape(-1) & 0xFF) ^ 0x80, 8)
             expected.append((inp @ wgt.T).reshape(-1))
         dut.in_valid.value = int(drive)
         await ReadOnly()

@@ -135,7 +135,8 @@ async def load_unit(dut):
                 g = max(1, ebs[mem] // len(getattr(dut, prefix + "en")))
                 for j in range(len(getattr(dut, prefix + "en"))):
                     if en >> j & 1:
-                        got[mem][addr, j * g:(j + 1) * g] = np.frombuffer(data[j * g:(j + 1) * g], np.uint8)
+                        # the inp and wgt SRAMs take offset-binary bytes (x ^ 0x80), the GEMM core's operand form
+                        got[mem][addr, j * g:(j + 1) * g] = np.frombuffer(data[j * g:(j + 1) * g], np.uint8) ^ 0x80
 
     cocotb.start_soon(monitor())
     pops, pushes = await _issue_and_serve_tokens(dut, cfg, insns, "pop_next", "push_next", rng,
