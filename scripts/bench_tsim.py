@@ -8,12 +8,15 @@ Prints, at the default config (or ``--config FILE``):
     seconds, cycles per second (wall and CPU), the MACs per second that implies (MACs the program performs / time,
     and the peak implied by cycles/s x MACs per cycle), and the fraction of the 1M cycles/s floor,
   * where the time goes: the CPU time per cycle of a bare clock loop on the idle core (model evaluation only)
-    against the real run's (model + harness memory service).
+    against the real run's (model + harness memory service),
+  * baselines, the same program in the same process (skip with --no-baseline): the model built without
+    profile-guided optimization (``pgo=False``), and that model clocked two-phase (evaluated at both clock edges,
+    the harness's reference scheduling), with the default's speed-up over each.
 
 Wall-clock figures depend on the machine's load; CPU seconds (time.process_time) are the steadier measure on a shared
 machine. Usage::
 
-    python scripts/bench_tsim.py [--config FILE] [--min-cycles N] [--no-cold] [--json]
+    python scripts/bench_tsim.py [--config FILE] [--min-cycles N] [--no-cold] [--no-baseline] [--json]
 """
 from __future__ import annotations
 
@@ -24,6 +27,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import numpy as np
 
 FLOOR = 1_000_000  # cycles per second the issue asks for on one core
 
@@ -40,11 +45,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", help="accelerator config file (default: VTA's defaults)")
     parser.add_argument("--min-cycles", type=int, default=10_000_000, help="minimum simulated cycles (default 10M)")
     parser.add_argument("--no-cold", action="store_true", help="skip the cold build (it takes 1-3 minutes)")
+    parser.add_argument("--no-baseline", action="store_true",
+                        help="skip the baseline runs (no PGO; no PGO and two-phase), which build one more model")
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     args = parser.parse_args(argv)
 
     from vta.config import VTAConfig, load_config
     from vta.tsim.backend import TSimBackend
+    from vta.tsim.bridge import Model
     from vta.tsim.build import build
     from vta.workloads import gemm_program
 
@@ -99,12 +107,25 @@ def main(argv: list[str] | None = None) -> int:
         "idle_cycles_per_s_cpu": int(idle / idle_cpu),
         "model_share_of_run": round(min(1.0, (idle_cpu / idle) / (cpu / cycles)), 3),
     })
+    baselines: dict[str, dict[str, float]] = {}
+    if not args.no_baseline:
+        plain = Model(build(cfg, pgo=False, progress=sys.stderr.isatty()))
+        image = np.asarray(program.dram, np.uint8)
+        for label, two_phase in (("no PGO", False), ("no PGO, two-phase", True)):
+            cpu0 = time.process_time()
+            _, run = plain.run(image, insn_addr=int(program.insn_offset), insn_count=len(program.insns),
+                               two_phase=two_phase)
+            base_cpu = time.process_time() - cpu0
+            assert run.cycles == cycles, f"{label}: {run.cycles} cycles, the default build took {cycles}"
+            baselines[label] = {"cycles_per_s_cpu": int(cycles / base_cpu), "speedup": round(base_cpu / cpu, 2)}
+        out["baselines"] = baselines
     if args.json:
         print(json.dumps(out, indent=1))
         return 0
     print(f"TSIM benchmark at config {cfg.name}")
     if "cold_build_s" in out:
-        print(f"  cold build:   {out['cold_build_s']:8.2f} s (Amaranth -> Verilog -> Verilator -> libtsim.so)")
+        print(f"  cold build:   {out['cold_build_s']:8.2f} s (Amaranth -> Verilog -> Verilator -> an instrumented model, "
+              "a profiling run, the model compiled with its profile -> libtsim.so)")
     print(f"  cached build: {out['cached_build_s']:8.4f} s")
     print(f"  program:      GEMM {out['gemm']} (int8), {out['instructions']} instructions, "
           f"generated in {out['program_gen_s']} s")
@@ -115,6 +136,9 @@ def main(argv: list[str] | None = None) -> int:
           f"({100 * float(out['floor_fraction_cpu']):.0f}% of the {FLOOR:,} cycles/s floor)")
     print(f"  MACs:         {out['macs_per_s_cpu']:,} MACs/s simulated (CPU), "
           f"peak implied {out['peak_macs_per_s_cpu']:,} MACs/s at {cfg.macs_per_cycle} MACs/cycle")
+    for label, row in baselines.items():
+        print(f"  baseline:     {label}: {row['cycles_per_s_cpu']:,} cycles/s CPU; the default is "
+              f"{row['speedup']:.2f}x faster")
     print(f"  where:        the bare model clocks {out['idle_cycles_per_s_cpu']:,} idle cycles/s (CPU), so evaluating "
           f"the RTL takes ~{100 * float(out['model_share_of_run']):.0f}% of the run's time; the rest is the harness "
           "(memory service, handshakes, watchdog) and the RTL's extra activity when busy")

@@ -168,6 +168,8 @@ def test_one_evaluation_per_cycle_matches_two_phase_exactly(tsim: TSimBackend, c
     DRAM, on random programs and a GEMM."""
     model = tsim.model(cfg)
     assert model.one_eval, "this Verilator's clock-edge detector was not found: every run is two-phase (slower)"
+    if os.environ.get("VTA_TSIM_PGO", "1") != "0":  # the default build is profile-guided; results must not change
+        assert "-pgo-" in model.build.key
     rng = np.random.default_rng(11)
     programs = [random_program(cfg, rng, n_ops=int(rng.integers(1, 40))) for _ in range(30)]
     programs.append(gemm_program(cfg, 16, 64, 48, seed=3)[0])
