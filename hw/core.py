@@ -5,6 +5,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from .arbiter import MemArbiter
+from .boundary import MemBoundary
 from .compute import ComputeUnit
 from .fetch import FetchUnit
 from .load import LoadUnit, _check_cfg
@@ -36,10 +37,14 @@ class VTACore(wiring.Component):
     """The whole accelerator for config ``cfg``.
 
     ``start`` (a one-cycle pulse while not running) clears the counters and starts fetching; counters count every
-    cycle from the one after ``start`` up to and including the one in which compute has retired FINISH and every
-    other module is idle (usually the cycle FINISH retires); ``done`` rises the cycle after that and stays high until
-    the next ``start``. ``csr_rdata`` shows counter ``csr_addr`` (see
-    :mod:`vta.hw.regs`) combinationally; counters saturate at 2**64 - 1.
+    cycle from the one after ``start`` up to and including the one in which compute has retired FINISH, every other
+    module is idle and the memory boundary (:class:`vta.hw.boundary.MemBoundary`) holds nothing (usually the cycle
+    FINISH retires); ``done`` rises the cycle after that and stays high until the next ``start``. ``csr_rdata``
+    shows counter ``csr_addr`` (see :mod:`vta.hw.regs`) combinationally; counters saturate at 2**64 - 1. The clear
+    takes effect at the end of the cycle after ``start`` (``csr_rdata`` shows the old values in that cycle).
+
+    Only ``csr_rdata`` depends combinationally on an input (``csr_addr``); the memory port is registered (one more
+    cycle of latency each way, see docs/core-interface.md).
     """
 
     @validated_init
@@ -55,6 +60,7 @@ class VTACore(wiring.Component):
         m.submodules.compute = compute = ComputeUnit(cfg=cfg)
         m.submodules.store = store = StoreUnit(cfg=cfg)
         m.submodules.arbiter = arb = MemArbiter(n_readers=3, bus_bytes=cfg.bus_bytes)
+        m.submodules.boundary = bnd = MemBoundary(bus_bytes=cfg.bus_bytes)
         srams = {}
         for name, n_read, transparent in (("uop", 1, False), ("inp", 1, False), ("wgt", 1, False),
                                           ("acc", 2, True), ("out", 1, False)):
@@ -92,15 +98,16 @@ class VTACore(wiring.Component):
             m.d.comb += [q.push_valid.eq(getattr(src, f"{push}_valid")), getattr(src, f"{push}_ready").eq(q.push_ready),
                          getattr(dst, f"{pop}_valid").eq(q.pop_valid), q.pop_ready.eq(getattr(dst, f"{pop}_ready"))]
 
-        # Memory port.
+        # Memory port, behind the registered boundary: top-level inputs feed only its FIFOs' flip-flops.
+        wiring.connect(m, arb.mem_rd, bnd.rd)
+        wiring.connect(m, arb.mem_wr, bnd.wr)
         for name in ("req_valid", "req_addr", "req_len", "data_ready"):
-            m.d.comb += getattr(self, f"mem_rd_{name}").eq(getattr(arb.mem_rd, name))
-        for name in ("req_ready", "data_valid"):
-            m.d.comb += getattr(arb.mem_rd, name).eq(getattr(self, f"mem_rd_{name}"))
-        m.d.comb += arb.mem_rd.data.eq(self.mem_rd_data)
+            m.d.comb += getattr(self, f"mem_rd_{name}").eq(getattr(bnd.mem_rd, name))
+        for name in ("req_ready", "data_valid", "data"):
+            m.d.comb += getattr(bnd.mem_rd, name).eq(getattr(self, f"mem_rd_{name}"))
         for name in ("valid", "addr", "data", "strb"):
-            m.d.comb += getattr(self, f"mem_wr_{name}").eq(getattr(arb.mem_wr, name))
-        m.d.comb += arb.mem_wr.ready.eq(self.mem_wr_ready)
+            m.d.comb += getattr(self, f"mem_wr_{name}").eq(getattr(bnd.mem_wr, name))
+        m.d.comb += bnd.mem_wr.ready.eq(self.mem_wr_ready)
 
         # Control.
         running = Signal()
@@ -110,15 +117,17 @@ class VTACore(wiring.Component):
         # before FINISH): done waits for them too, so the counters cover the whole program.
         finished = Signal()
         others_idle = Signal()
-        m.d.comb += others_idle.eq(fetch.idle & load.idle & store.idle)
+        m.d.comb += others_idle.eq(fetch.idle & load.idle & store.idle & bnd.idle)
         with m.If(self.start & ~running):
             m.d.sync += [running.eq(1), self.done.eq(0), finished.eq(0)]
         with m.Elif(running & (compute.finish | finished)):
             m.d.sync += finished.eq(1)
             with m.If(others_idle & (compute.finish | compute.idle)):
                 m.d.sync += [running.eq(0), self.done.eq(1), finished.eq(0)]
-        rd_beat = self.mem_rd_data_valid & self.mem_rd_data_ready
-        wr_beat = self.mem_wr_valid & self.mem_wr_ready
+        # Beats counted where they cross between the boundary and the arbiter: a function of state, not of the
+        # host's inputs (the boundary stops taking beats within two cycles when the modules stop).
+        rd_beat = bnd.rd.data_valid & bnd.rd.data_ready
+        wr_beat = bnd.wr.valid & bnd.wr.ready
         m.d.comb += self.progress.eq(fetch.insn_done | load.insn_done | compute.insn_done | store.insn_done |
                                      compute.gemm_uop | compute.alu_uop | rd_beat | wr_beat)
 
@@ -142,11 +151,16 @@ class VTACore(wiring.Component):
         missing = set(COUNTERS) - set(inc)
         if missing:  # guards hw/regs.py and this file against drifting apart
             raise ValueError(f"counters {sorted(missing)} of vta.hw.regs have no definition in the core")
+        # The clear that start requests is applied one edge late, as "restart from this cycle's increment", so that no
+        # counter's next value depends on the start input combinationally. Same counts as clearing at the start edge:
+        # both drop the start cycle's increments.
+        clear = Signal()
+        m.d.sync += clear.eq(self.start & ~running)
         counters = []
         for name in COUNTERS:
             cnt = Signal(64, name=f"cnt_{name}")
-            with m.If(self.start & ~running):
-                m.d.sync += cnt.eq(0)
+            with m.If(clear):
+                m.d.sync += cnt.eq(inc[name])
             with m.Elif(cnt != (1 << 64) - 1):
                 m.d.sync += cnt.eq(cnt + inc[name])
             counters.append(cnt)

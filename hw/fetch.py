@@ -18,8 +18,9 @@ class FetchUnit(wiring.Component):
     """Fetches ``insn_count`` instructions of ``insn_bytes`` bytes from byte address ``insn_addr``.
 
     Ports:
-        start (in): one-cycle pulse; latches ``insn_addr`` (a multiple of the bus width and of the instruction
-            size) and ``insn_count``, and begins fetching.
+        start (in): one-cycle pulse while idle (every instruction dispatched, as after reset); latches
+            ``insn_addr`` (a multiple of the bus width and of the instruction size) and ``insn_count``, and begins
+            fetching. No output depends on it combinationally.
         mem: read channel. Requests cover ``chunk`` instructions (the last one fewer) and are issued only while the
             internal buffer has room for every instruction requested, so fetch never holds up the shared port.
         load_cmd_*, compute_cmd_*, store_cmd_* (valid/ready/data): the three command queues. STORE goes to store,
@@ -66,7 +67,8 @@ class FetchUnit(wiring.Component):
         m.d.comb += [remaining.eq(count - req_idx), n.eq(Mux(remaining > self.chunk, self.chunk, remaining))]
         room = buf.level + inflight + self.chunk <= self.buffer_depth
         m.d.comb += [
-            self.mem.req_valid.eq((req_idx != count) & room & ~self.start),
+            # idle when start comes, so req_idx == count: no request goes out with the previous stream's state
+            self.mem.req_valid.eq((req_idx != count) & room),
             self.mem.req_addr.eq((base + (req_idx << log2_exact(e)))[:32]),
             self.mem.req_len.eq(((n << log2_exact(e)) + b - 1) >> log2_exact(b)),
         ]

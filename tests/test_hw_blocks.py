@@ -9,6 +9,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "hw"))
 
 from vta.hw.alu import AluCore  # noqa: E402
 from vta.hw.arbiter import MemArbiter  # noqa: E402
+from vta.hw.boundary import MemBoundary  # noqa: E402
 from vta.hw.gemm import GemmCore  # noqa: E402
 from vta.hw.mem import Sram  # noqa: E402
 from vta.hw.queues import TokenQueue  # noqa: E402
@@ -44,6 +45,11 @@ def test_arbiter(readers, bus):
               "tb_arbiter", "arbiter", {"TB_READERS": readers, "TB_BUS": bus})
 
 
+@pytest.mark.parametrize("bus", [8, 32])
+def test_mem_boundary(bus):
+    run_block("boundary", str(bus), lambda: MemBoundary(bus_bytes=bus), "tb_boundary", "boundary", {"TB_BUS": bus})
+
+
 # ---- parameter validation ------------------------------------------------------------------------------------------
 def test_block_parameters_are_checked():
     with pytest.raises(ValueError, match="^batch must be a power of two, not 3$"):
@@ -56,6 +62,8 @@ def test_block_parameters_are_checked():
         TokenQueue(depth=0)
     with pytest.raises(ValueError, match="^bus_bytes must be a power of two, not 12$"):
         MemArbiter(n_readers=2, bus_bytes=12)
+    with pytest.raises(ValueError, match="^bus_bytes must be between 1 and 128, not 256$"):
+        MemBoundary(bus_bytes=256)
     with pytest.raises(ValueError, match="^granularity must divide the width 64, not 24$"):
         Sram(width=64, depth=16, granularity=24)
     with pytest.raises(TypeError, match="^transparent must be a bool, not 1$"):
