@@ -57,6 +57,18 @@ def test_generation_is_deterministic_and_rewrites_only_on_change(tmp_path):
     assert "initial for (mem_init_i = 0; mem_init_i <= 255;" in first  # the 256-entry uop SRAM, zeroed compactly
 
 
+def test_reset_reaches_only_the_flops():
+    """``rst`` feeds no combinational logic (Verilator would re-evaluate all of it on every evaluation of the model):
+    each use is ``if (rst) <register> <= <initial value>;`` opening an ``always @(posedge clk)`` block."""
+    lines = verilog_text(SMALL).splitlines()
+    wiring_only = re.compile(r"\s*(input rst;|wire rst;|\.rst\(rst\),?)|module .*")
+    uses = [k for k, line in enumerate(lines) if re.search(r"\brst\b", line) and not wiring_only.fullmatch(line)]
+    assert len(uses) > 100   # every register of the core
+    for k in uses:
+        assert re.fullmatch(r"\s*if \(rst\) \S+ *<= \d+'[hd][0-9a-f]+;", lines[k]), lines[k]
+        assert lines[k - 1].strip() == "always @(posedge clk)", lines[k - 1]
+
+
 def _verilator():
     return str(Path(verilator.__file__).parent / "bin" / "verilator")
 
