@@ -15,8 +15,8 @@
 // Clock scheduling: by default each cycle is one evaluation of the model, at the rising edge, with the host's inputs
 // for that cycle already applied; the handshakes are decided from the outputs as they settled after the previous
 // edge. That is exact because the core's memory-port outputs depend only on its state, never combinationally on its
-// inputs (tests/test_tsim.py checks it: every run gives the same cycles, counters and DRAM with `two_phase`, which
-// evaluates the model at both edges and reads the outputs after the inputs settle). Verilator detects a rising
+// inputs (tests/test_tsim_agreement.py checks it: every run gives the same cycles, counters and DRAM with
+// `two_phase`, which evaluates the model at both edges and reads the outputs after the inputs settle). Verilator detects a rising
 // edge against the clock's value at the previous evaluation; TSIM_CLK_PREV names that member of the model's root
 // (build.py finds it in the generated header), and the harness clears it before each evaluation, halving the work.
 // Without TSIM_CLK_PREV every run is two-phase.
