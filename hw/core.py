@@ -48,8 +48,9 @@ class VTACore(wiring.Component):
     """
 
     @validated_init
-    def __init__(self, *, cfg):
+    def __init__(self, *, cfg, gemm_form="packed"):
         self.cfg = _check_cfg(cfg)
+        self.gemm_form = gemm_form  # see vta.hw.gemm.GEMM_FORMS
         super().__init__(core_signature(cfg))
 
     def elaborate(self, platform):
@@ -57,7 +58,7 @@ class VTACore(wiring.Component):
         cfg = self.cfg
         m.submodules.fetch = fetch = FetchUnit(cfg=cfg)
         m.submodules.load = load = LoadUnit(cfg=cfg)
-        m.submodules.compute = compute = ComputeUnit(cfg=cfg)
+        m.submodules.compute = compute = ComputeUnit(cfg=cfg, gemm_form=self.gemm_form)
         m.submodules.store = store = StoreUnit(cfg=cfg)
         m.submodules.arbiter = arb = MemArbiter(n_readers=3, bus_bytes=cfg.bus_bytes)
         m.submodules.boundary = bnd = MemBoundary(bus_bytes=cfg.bus_bytes)

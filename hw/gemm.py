@@ -6,7 +6,11 @@ from amaranth.lib.wiring import In, Out
 
 from .util import check_int, validated_init
 
-__all__ = ["GemmCore", "packing"]
+__all__ = ["GemmCore", "packing", "GEMM_FORMS"]
+
+GEMM_FORMS = ("packed", "array")
+"""Implementations of :class:`GemmCore`, equal bit for bit: ``packed`` (fast to simulate; the default) and ``array``
+(one signed 8x8 multiplier per MAC, what synthesis maps best: area reports use it)."""
 
 
 def packing(block_in):
@@ -47,15 +51,21 @@ class GemmCore(wiring.Component):
     Arithmetic: with offset-binary operands (``u = x + 128``) every product is unsigned, and ``lanes_per_word`` output lanes share one multiplier, each in its own ``lane_bits``-bit field of a packed weight
     word (:func:`packing`: three lanes per 64-bit multiply at BLOCK_IN 16). Then
     ``dot = sum(ua*uw) - 128*(sum(ua) + sum(uw)) + 16384*block_in`` (mod 2**32), which equals the signed dot product.
-    A synthesis tool maps the packed multipliers to DSPs as well as it maps 8x8 ones; the form is chosen because a
-    cycle-based simulator evaluates it with a third of the multiplies and no sign extension.
+    That ``form="packed"`` is chosen because a cycle-based simulator (Verilator) evaluates it with a third of the
+    multiplies and no sign extension. ``form="array"`` is the same function as a plain array of signed 8x8
+    multipliers (operand ``x`` recovered as ``(u ^ 0x80)`` read as signed) and balanced adder trees: synthesis maps it
+    with the same DSPs and about 11k fewer LUTs at the default config, so area reports use it
+    (:mod:`vta.hw.area`). The cocotb testbench checks both forms.
     """
 
     @validated_init
-    def __init__(self, *, batch, block_in, block_out):
+    def __init__(self, *, batch, block_in, block_out, form="packed"):
         self.batch = check_int("batch", batch, lo=1, hi=1 << 8, pow2=True)
         self.block_in = check_int("block_in", block_in, lo=1, hi=1 << 8, pow2=True)
         self.block_out = check_int("block_out", block_out, lo=1, hi=1 << 8, pow2=True)
+        if form not in GEMM_FORMS:
+            raise ValueError(f"form must be one of {', '.join(GEMM_FORMS)}, not {form!r}")
+        self.form = form
         super().__init__({
             "in_valid": In(1), "inp": In(8 * batch * block_in), "wgt": In(8 * block_out * block_in),
             "out_valid": Out(1), "dot": Out(32 * batch * block_out),
@@ -63,6 +73,26 @@ class GemmCore(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
+        lanes = self._array(m) if self.form == "array" else self._packed(m)
+        m.d.sync += [self.dot.eq(Cat(*lanes)), self.out_valid.eq(self.in_valid)]
+        return m
+
+    def _array(self, m):
+        """One signed 8x8 multiplier per MAC and a balanced adder tree per output lane."""
+        bi, lanes = self.block_in, []
+        for b in range(self.batch):
+            for o in range(self.block_out):
+                terms = [(self.inp.word_select(b * bi + k, 8) ^ 0x80).as_signed() *
+                         (self.wgt.word_select(o * bi + k, 8) ^ 0x80).as_signed() for k in range(bi)]
+                while len(terms) > 1:
+                    terms = [terms[j] + terms[j + 1] for j in range(0, len(terms) - 1, 2)] + terms[len(terms) & ~1:]
+                lane = Signal(32, name=f"dot_{b}_{o}")
+                m.d.comb += lane.eq(terms[0])
+                lanes.append(lane)
+        return lanes
+
+    def _packed(self, m):
+        """``lanes_per_word`` output lanes per unsigned multiply (see the class docstring)."""
         bi, bo = self.block_in, self.block_out
         lane_bits, per_word = packing(bi)
         groups = [list(range(o, min(o + per_word, bo))) for o in range(0, bo, per_word)]
@@ -102,5 +132,4 @@ class GemmCore(wiring.Component):
                     m.d.comb += lane.eq(total[field] - ((asum + wsums[g][field]) << 7) + bias)
                     row[o] = lane
             lanes.extend(row)
-        m.d.sync += [self.dot.eq(Cat(*lanes)), self.out_valid.eq(self.in_valid)]
-        return m
+        return lanes

@@ -23,9 +23,11 @@ def run_block(kind, key, factory, module, testcase, env):
     cocotb_build.run(runner, module, "dut", bdir, env, testcase=testcase)
 
 
+@pytest.mark.parametrize("form", ["packed", "array"])
 @pytest.mark.parametrize("batch,block", [(1, 16), (2, 8), pytest.param(1, 32, marks=pytest.mark.slow)])
-def test_gemm_core(batch, block):
-    run_block("gemm", f"{batch}x{block}", lambda: GemmCore(batch=batch, block_in=block, block_out=block),
+def test_gemm_core(batch, block, form):
+    run_block("gemm", f"{batch}x{block}-{form}",
+              lambda: GemmCore(batch=batch, block_in=block, block_out=block, form=form),
               "tb_blocks", "gemm_core", {"TB_BATCH": batch, "TB_BLOCK_IN": block, "TB_BLOCK_OUT": block})
 
 

