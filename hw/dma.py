@@ -11,7 +11,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from .arbiter import read_signature
-from .util import check_int, log2_exact, validated_init
+from .util import byte_fill, check_int, log2_exact, validated_init
 
 __all__ = ["DmaReader", "PadWalker", "piece_write"]
 
@@ -206,9 +206,9 @@ def piece_write(m, walker, *, piece, idx, elem_bytes, piece_bytes, gran_bytes, w
     if offset_binary:
         assert widen == 1, "offset binary is for int8 operand buffers"
         flipped = Signal(len(piece), name="piece_ob")
-        m.d.comb += flipped.eq(piece ^ int.from_bytes(b"\x80" * piece_bytes, "little"))
+        m.d.comb += flipped.eq(piece ^ byte_fill(0x80, piece_bytes))
         wide = flipped
-        pad_value = int.from_bytes(b"\x80" * elem_bytes, "little")
+        pad_value = byte_fill(0x80, elem_bytes)
     if widen > 1:
         wide = Cat(*[_sext(piece[8 * j:8 * j + 8], 8 * widen) for j in range(piece_bytes)])
     wide_bytes = piece_bytes * widen

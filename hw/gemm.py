@@ -21,14 +21,18 @@ def packing(block_in):
     return lane_bits, max(1, 63 // lane_bits)
 
 
-def _tree(m, terms, width, name):
-    """Sum ``terms`` with a balanced adder tree of ``width``-bit (wrapping) named nodes."""
+def _tree(m, terms, width=None, name=""):
+    """Sum ``terms`` with a balanced adder tree: of ``width``-bit (wrapping) named nodes, or with ``width=None`` as
+    one expression that widens as Amaranth's arithmetic does."""
     level = 0
     while len(terms) > 1:
         nxt = []
         for j in range(0, len(terms) - 1, 2):
-            node = Signal(width, name=f"{name}_s{level}_{j // 2}")
-            m.d.comb += node.eq(terms[j] + terms[j + 1])
+            node = terms[j] + terms[j + 1]
+            if width is not None:
+                node_sig = Signal(width, name=f"{name}_s{level}_{j // 2}")
+                m.d.comb += node_sig.eq(node)
+                node = node_sig
             nxt.append(node)
         terms = nxt + terms[len(terms) & ~1:]
         level += 1
@@ -48,8 +52,9 @@ class GemmCore(wiring.Component):
     Timing: operands sampled with ``in_valid`` in cycle t appear on ``dot`` with ``out_valid`` in cycle t+1 (one
     register stage after the multipliers and the adder tree); a new pair is accepted every cycle.
 
-    Arithmetic: with offset-binary operands (``u = x + 128``) every product is unsigned, and ``lanes_per_word`` output lanes share one multiplier, each in its own ``lane_bits``-bit field of a packed weight
-    word (:func:`packing`: three lanes per 64-bit multiply at BLOCK_IN 16). Then
+    Arithmetic: with offset-binary operands (``u = x + 128``) every product is unsigned, and ``lanes_per_word``
+    output lanes share one multiplier, each in its own ``lane_bits``-bit field of a packed weight word
+    (:func:`packing`: three lanes per 64-bit multiply at BLOCK_IN 16). Then
     ``dot = sum(ua*uw) - 128*(sum(ua) + sum(uw)) + 16384*block_in`` (mod 2**32), which equals the signed dot product.
     That ``form="packed"`` is chosen because a cycle-based simulator (Verilator) evaluates it with a third of the
     multiplies and no sign extension. ``form="array"`` is the same function as a plain array of signed 8x8
@@ -84,10 +89,8 @@ class GemmCore(wiring.Component):
             for o in range(self.block_out):
                 terms = [(self.inp.word_select(b * bi + k, 8) ^ 0x80).as_signed() *
                          (self.wgt.word_select(o * bi + k, 8) ^ 0x80).as_signed() for k in range(bi)]
-                while len(terms) > 1:
-                    terms = [terms[j] + terms[j + 1] for j in range(0, len(terms) - 1, 2)] + terms[len(terms) & ~1:]
                 lane = Signal(32, name=f"dot_{b}_{o}")
-                m.d.comb += lane.eq(terms[0])
+                m.d.comb += lane.eq(_tree(m, terms))
                 lanes.append(lane)
         return lanes
 

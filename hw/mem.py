@@ -9,7 +9,7 @@ from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from .util import check_int, validated_init
+from .util import byte_fill, check_int, validated_init
 
 __all__ = ["Sram", "write_signature", "read_signature", "sram_geometry", "sram_write_signature", "sram_read_signature"]
 
@@ -56,7 +56,7 @@ class Sram(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        init = [int.from_bytes(bytes([self.fill_byte]) * (self.width // 8), "little")] * self.depth
+        init = [byte_fill(self.fill_byte, self.width // 8)] * self.depth
         mem = Memory(shape=self.width, depth=self.depth, init=init if self.fill_byte else [])
         # vta.hw.verilog writes uniform initial contents as a loop, reading the fill from this name
         m.submodules[f"mem_fill{self.fill_byte:02x}" if self.fill_byte else "mem"] = mem

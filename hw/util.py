@@ -5,8 +5,8 @@ from amaranth.hdl import Mux
 
 from vta.isa import layout
 
-__all__ = ["check_int", "field", "log2_exact", "IDLE", "BUSY", "WAIT_TOKEN", "WAIT_MEM", "validated_init", "take_insn",
-           "wait_engine"]
+__all__ = ["check_int", "field", "log2_exact", "byte_fill", "IDLE", "BUSY", "WAIT_TOKEN", "WAIT_MEM", "validated_init",
+           "take_insn", "wait_engine"]
 
 
 def check_int(name, value, *, lo, hi=None, pow2=False):
@@ -24,6 +24,11 @@ def check_int(name, value, *, lo, hi=None, pow2=False):
 def log2_exact(n):
     """log2 of a power of two."""
     return n.bit_length() - 1
+
+
+def byte_fill(byte, nbytes):
+    """The ``8*nbytes``-bit integer whose every byte is ``byte`` (e.g. 0x80 in offset binary, the int8 zero)."""
+    return int.from_bytes(bytes([byte]) * nbytes, "little")
 
 
 def field(insn, cfg, opcode, name):

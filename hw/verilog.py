@@ -13,6 +13,8 @@ from amaranth.lib import wiring
 
 from vta.config import VTAConfig
 
+from .util import byte_fill
+
 __all__ = ["generate_verilog", "verilog_text", "source_hash", "TOP_NAME", "LINT_WAIVERS"]
 
 TOP_NAME = "vta_core"
@@ -51,7 +53,7 @@ def _emit_memory_init(self, cell_idx, cell):
     memid = str(self.memories[cell_idx].memid)
     fill = _FILL_NAME.search(memid)
     byte = int(fill.group(1), 16) if fill else 0
-    if row != int.from_bytes(bytes([byte]) * (cell.width // 8), "little") or (byte and cell.width % 8):
+    if row != byte_fill(byte, cell.width // 8) or (byte and cell.width % 8):
         raise AssertionError(f"memory {memid}: uniform initial contents {row:#x} do not match its name's fill byte")
 
 

@@ -42,8 +42,8 @@ async def _reset(dut):
 
 @cocotb.test()
 async def gemm_core(dut):
-    """Driver: random int8 tiles (extremes included) in offset binary, with random idle cycles; monitor: ``dot`` when ``out_valid``;
-    model: numpy matmul; checker: every result, in order, and nothing extra."""
+    """Driver: random int8 tiles (extremes included) in offset binary, with random idle cycles; monitor: ``dot``
+    when ``out_valid``; model: numpy matmul; checker: every result, in order, and nothing extra."""
     batch, bi, bo = (int(os.environ[k]) for k in ("TB_BATCH", "TB_BLOCK_IN", "TB_BLOCK_OUT"))
     rng = np.random.default_rng(1)
     await _reset(dut)
