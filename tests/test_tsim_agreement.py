@@ -174,8 +174,7 @@ def test_one_evaluation_per_cycle_matches_two_phase_exactly(tsim: TSimBackend, c
     programs = [random_program(cfg, rng, n_ops=int(rng.integers(1, 40))) for _ in range(30)]
     programs.append(gemm_program(cfg, 16, 64, 48, seed=3)[0])
     for i, program in enumerate(programs):
-        runs = [model.run(np.asarray(program.dram, np.uint8), insn_addr=int(program.insn_offset),
-                          insn_count=len(program.insns), two_phase=two) for two in (False, True)]
+        runs = [model.run_program(program, two_phase=two) for two in (False, True)]
         (fast_dram, fast), (ref_dram, ref) = runs
         assert fast == ref, f"program {i}: one evaluation per cycle gave {fast}, two-phase {ref}"
         assert np.array_equal(fast_dram, ref_dram), f"program {i}: DRAM differs between the schedulings"

@@ -98,11 +98,8 @@ class TSimBackend(Backend):
             if suffix not in (".fst", ".vcd"):
                 raise ValueError(f"the trace file must end in .fst or .vcd, not {str(trace)!r}")
             kind = suffix[1:]
-        model = self.model(cfg, kind)
-        insns = list(program.insns)
-        return model.run(np.asarray(program.dram, dtype=np.uint8), insn_addr=int(program.insn_offset),
-                         insn_count=len(insns), max_cycles=max_cycles, watchdog_cycles=watchdog_cycles,
-                         trace=trace, trace_window=trace_window, insns=insns)
+        return self.model(cfg, kind).run_program(program, max_cycles=max_cycles, watchdog_cycles=watchdog_cycles,
+                                                 trace=trace, trace_window=trace_window)
 
     def run(self, program: Any, **options: Any) -> RunResult:
         """Run ``program`` to FINISH; see the module docstring for ``options``. Raises a

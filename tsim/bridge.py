@@ -11,7 +11,7 @@ from __future__ import annotations
 import ctypes
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -157,8 +157,8 @@ class Model:
         ``insns``: the decoded instruction stream, used only to name the last instruction of each module when the
         watchdog fires. ``two_phase``: evaluate the model at both clock edges, the reference scheduling (slower; the
         default evaluates once per cycle, which gives the same results: see ``harness.cc``); a traced run is always
-        two-phase, so the waveform shows both clock edges. Returns the final DRAM (``dram`` itself when ``in_place``, else a copy) and a
-        :class:`RunOutput`; raises a :class:`TsimError` subclass when FINISH is not reached.
+        two-phase, so the waveform shows both clock edges. Returns the final DRAM (``dram`` itself when ``in_place``,
+        else a copy) and a :class:`RunOutput`; raises a :class:`TsimError` subclass when FINISH is not reached.
         """
         image = _check_dram(dram, in_place)
         _check_uint("insn_addr", insn_addr, 32)
@@ -182,6 +182,13 @@ class Model:
             return image, RunOutput(int(info.done_cycle), values, int(info.rd_requests), int(info.rd_beats),
                                     int(info.wr_beats), int(info.cycles) - int(info.done_cycle))
         raise self._error(status, info, values, dict(zip(COUNTERS, (int(v) for v in before))), image.size, insns)
+
+    def run_program(self, program: Any, **options: Any) -> tuple[np.ndarray, RunOutput]:
+        """:meth:`run` on a :class:`vta.program.Program`: its DRAM image, instruction offset and instruction stream;
+        ``options`` are :meth:`run`'s keyword arguments."""
+        insns = list(program.insns)
+        return self.run(np.asarray(program.dram, dtype=np.uint8), insn_addr=int(program.insn_offset),
+                        insn_count=len(insns), insns=insns, **options)
 
     def _trace_args(self, trace: str | Path | None, window: tuple[int, int] | None) -> tuple[bytes | None, int, int]:
         if trace is None:

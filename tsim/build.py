@@ -47,6 +47,11 @@ OPT_FLAGS = "-O2"
 
 PGO_ENV = "VTA_TSIM_PGO"
 """Environment variable: ``0`` turns profile-guided optimization of TSIM builds off (see :func:`build`)."""
+PGO_GENERATE = "-fprofile-generate"
+"""Compiler flag of the instrumented (training) build."""
+PGO_USE = "-fprofile-use -fprofile-partial-training -Wno-missing-profile"
+"""Compiler flags of the final build: optimize by the profile; code the training did not run stays optimized
+normally (``-fprofile-partial-training``)."""
 
 CXX_STD = "-std=c++17"
 _HARNESS = Path(__file__).with_name("harness.cc")
@@ -240,12 +245,6 @@ def _build_into(out: Path, cfg: VTAConfig, generator: RtlGenerator, trace: str, 
         shutil.rmtree(obj, ignore_errors=True)
         shutil.rmtree(out / "train", ignore_errors=True)
 
-
-PGO_GENERATE = "-fprofile-generate"
-"""Compiler flag of the instrumented (training) build."""
-PGO_USE = "-fprofile-use -fprofile-partial-training -Wno-missing-profile"
-"""Compiler flags of the final build: optimize by the profile; code the training did not run stays optimized
-normally (``-fprofile-partial-training``)."""
 
 
 def _harness_linker(out: Path, obj: Path, cfg: VTAConfig, trace: str, lz4: tuple[list[str], list[str]] | None,

@@ -16,9 +16,10 @@
 // for that cycle already applied; the handshakes are decided from the outputs as they settled after the previous
 // edge. That is exact because the core's memory-port outputs depend only on its state, never combinationally on its
 // inputs (tests/test_tsim_agreement.py checks it: every run gives the same cycles, counters and DRAM with
-// `two_phase`, which evaluates the model at both edges and reads the outputs after the inputs settle). Verilator detects a rising
-// edge against the clock's value at the previous evaluation; TSIM_CLK_PREV names that member of the model's root
-// (build.py finds it in the generated header), and the harness clears it before each evaluation, halving the work.
+// `two_phase`, which evaluates the model at both edges and reads the outputs after the inputs settle). Verilator
+// detects a rising edge against the clock's value at the previous evaluation; TSIM_CLK_PREV names that member of the
+// model's root (build.py finds it in the generated header), and the harness clears it before each evaluation,
+// halving the work.
 // Without TSIM_CLK_PREV every run is two-phase.
 //
 // Compile-time parameters: TSIM_BUS_BYTES (B, bytes per beat), TSIM_TRACE (0 none, 1 VCD, 2 FST), TSIM_CLK_PREV.
@@ -338,7 +339,8 @@ int32_t tsim_trace_kind() { return TSIM_TRACE; }
 // `counters[0..n_counters)` holds the core's counters; on a watchdog stop `counters_prev` holds them one cycle
 // before the last (the caller diffs the two to see what each module was doing). `trace_path` (may be NULL) records
 // cycles [trace_begin, trace_end) when the library was built with trace support. `two_phase` != 0 evaluates the
-// model at both clock edges (the reference scheduling; see the header comment); a traced run always does. Returns info->status.
+// model at both clock edges (the reference scheduling; see the header comment); a traced run always does. Returns
+// info->status.
 int32_t tsim_run(uint8_t* dram, uint64_t dram_size, uint32_t insn_addr, uint32_t insn_count, uint64_t max_cycles,
                  uint64_t watchdog, uint32_t latency, uint64_t drain, uint64_t* counters, uint64_t* counters_prev,
                  uint32_t n_counters, const char* trace_path, uint64_t trace_begin, uint64_t trace_end,

@@ -17,8 +17,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 from vta.config import VTAConfig
 
 __all__ = ["TRAIN_GEMM_UOPS", "train", "gemm_shape"]
@@ -47,9 +45,7 @@ def train(library: Path, cfg: VTAConfig) -> dict[str, int | float]:
     cycles = 0
     started = time.perf_counter()
     for program, _ in (gemm_program(cfg, m, k, n, seed=1), alu_program(cfg, seed=1)):
-        _, out = model.run(np.asarray(program.dram, np.uint8), insn_addr=int(program.insn_offset),
-                           insn_count=len(program.insns))
-        cycles += out.cycles
+        cycles += model.run_program(program)[1].cycles
     return {"gemm": m, "cycles": cycles, "seconds": round(time.perf_counter() - started, 3)}
 
 
