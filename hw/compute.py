@@ -21,7 +21,7 @@ from vta.isa import OP_ALU, OP_FINISH, OP_GEMM, OP_LOAD, layout
 
 from .alu import AluCore
 from .arbiter import read_signature
-from .gemm import GemmCore
+from .gemm import GemmCore, wgt_operand_bits
 from .load import LoadEngine, _check_cfg
 from .mem import sram_read_signature, sram_write_signature
 from .util import BUSY, WAIT_TOKEN, field, take_insn, validated_init, wait_engine
@@ -56,7 +56,8 @@ class ComputeUnit(wiring.Component):
             "cmd_valid": In(1), "cmd_ready": Out(1), "cmd_data": In(layout(cfg).insn_bits), **tok,
             "mem": Out(read_signature(cfg.bus_bytes)),
             "uop_wr": Out(sram_write_signature(cfg, "uop")), "uop_rd": Out(sram_read_signature(cfg, "uop")),
-            "inp_rd": Out(sram_read_signature(cfg, "inp")), "wgt_rd": Out(sram_read_signature(cfg, "wgt")),
+            "inp_rd": Out(sram_read_signature(cfg, "inp")),
+            "wgt_rd": Out(sram_read_signature(cfg, "wgt", wgt_operand_bits(cfg.block_in, cfg.block_out, gemm_form))),
             "acc_wr": Out(sram_write_signature(cfg, "acc")), "acc_rd0": Out(sram_read_signature(cfg, "acc")),
             "acc_rd1": Out(sram_read_signature(cfg, "acc")), "out_wr": Out(sram_write_signature(cfg, "out")),
             "state": Out(2), "idle": Out(1), "insn_done": Out(1), "finish": Out(1), "gemm_uop": Out(1),

@@ -1,5 +1,7 @@
 """The top-level core ``vta_core``: fetch, load, compute and store, their token queues, the SRAMs, the memory
 arbiter and the control/status registers, with exactly the ports of ``docs/core-interface.md``."""
+import functools
+
 from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
@@ -8,8 +10,9 @@ from .arbiter import MemArbiter
 from .boundary import MemBoundary
 from .compute import ComputeUnit
 from .fetch import FetchUnit
+from .gemm import pack_weights, pack_weights_int, wgt_operand_bits
 from .load import LoadUnit, _check_cfg
-from .mem import Sram, sram_geometry
+from .mem import Sram, StagedSram, sram_geometry
 from .queues import TokenQueue
 from .regs import COUNTERS, CSR_ADDR_BITS, CYCLE_CLASSES, MODULES
 from .store import StoreUnit
@@ -67,9 +70,18 @@ class VTACore(wiring.Component):
                                           ("acc", 2, True), ("out", 1, False)):
             width, depth, gran = sram_geometry(cfg, name)
             # inp and wgt hold offset-binary bytes (x ^ 0x80, see vta.hw.load): 0x80 is the int8 zero they start as
-            srams[name] = m.submodules[f"{name}_buf"] = Sram(width=width, depth=depth, granularity=gran,
-                                                             n_read=n_read, transparent=transparent,
-                                                             fill_byte=0x80 if name in ("inp", "wgt") else 0)
+            fill = 0x80 if name in ("inp", "wgt") else 0
+            if name == "wgt" and self.gemm_form == "packed":
+                # the packed GEMM core reads weight tiles packed: packed once as they are stored
+                bi, bo = cfg.block_in, cfg.block_out
+                buf = StagedSram(width=width, depth=depth, granularity=gran,
+                                 transform=functools.partial(pack_weights, block_in=bi, block_out=bo),
+                                 stored_width=wgt_operand_bits(bi, bo, "packed"),
+                                 init=pack_weights_int([fill] * (bi * bo), bi, bo))
+            else:
+                buf = Sram(width=width, depth=depth, granularity=gran, n_read=n_read, transparent=transparent,
+                           fill_byte=fill)
+            srams[name] = m.submodules[f"{name}_buf"] = buf
         wiring.connect(m, load.inp_wr, srams["inp"].w)
         wiring.connect(m, load.wgt_wr, srams["wgt"].w)
         wiring.connect(m, compute.uop_wr, srams["uop"].w)

@@ -6,7 +6,8 @@ from amaranth.lib.wiring import In, Out
 
 from .util import check_int, validated_init
 
-__all__ = ["GemmCore", "packing", "GEMM_FORMS"]
+__all__ = ["GemmCore", "packing", "GEMM_FORMS", "PackedWeightLayout", "pack_weights",
+           "pack_weights_int", "wgt_operand_bits"]
 
 GEMM_FORMS = ("packed", "array")
 """Implementations of :class:`GemmCore`, equal bit for bit: ``packed`` (fast to simulate; the default) and ``array``
@@ -19,6 +20,83 @@ def packing(block_in):
     lanes, so that every multiply and add stays within 64 bits."""
     lane_bits = 16 + (block_in - 1).bit_length()
     return lane_bits, max(1, 63 // lane_bits)
+
+
+class PackedWeightLayout:
+    """Where the packed GEMM core finds its weights (``form="packed"``): one weight tile (``block_out x block_in``
+    offset-binary bytes) as ``n_words`` 64-bit words plus one 64-bit weight sum per lane group.
+
+    ``groups[g]`` lists the output lanes ``o`` sharing multiplier group ``g`` (``lanes_per_word`` consecutive lanes).
+    Word ``g * block_in + k`` (bits ``64 * (g * block_in + k)``) holds ``uw[o][k]`` of the group's ``j``-th lane at
+    bit ``j * lane_bits``; word ``n_words + g`` holds ``sum_k`` of group ``g``'s words (each lane field the sum of
+    that lane's ``block_in`` weights: below ``2**lane_bits``, so lanes never carry into each other). Total:
+    ``bits = 64 * (n_words + len(groups))``.
+    """
+
+    def __init__(self, block_in, block_out):
+        self.block_in, self.block_out = block_in, block_out
+        self.lane_bits, per_word = packing(block_in)
+        self.lanes_per_word = per_word
+        self.groups = [list(range(o, min(o + per_word, block_out))) for o in range(0, block_out, per_word)]
+        self.word_bits = (per_word - 1) * self.lane_bits + 8
+        self.n_words = len(self.groups) * block_in
+        self.bits = 64 * (self.n_words + len(self.groups))
+
+
+def wgt_operand_bits(block_in, block_out, form):
+    """Width in bits of :class:`GemmCore`'s ``wgt`` operand: the raw tile (``8 * block_out * block_in``) for
+    ``form="array"``, its :class:`PackedWeightLayout` for ``form="packed"``."""
+    if form == "packed":
+        return PackedWeightLayout(block_in, block_out).bits
+    return 8 * block_out * block_in
+
+
+def pack_weights(raw, block_in, block_out):
+    """The packed form (:class:`PackedWeightLayout`) of ``raw``, a weight tile of offset-binary bytes (lane
+    ``o * block_in + k`` at bit ``8 * (o * block_in + k)``), as one Amaranth expression (no named nodes, so that a
+    simulator evaluates it only where it is used)."""
+    lay = PackedWeightLayout(block_in, block_out)
+    words, sums = [], []
+    for outs in lay.groups:
+        for k in range(block_in):
+            words.append(_lanes([raw.word_select(o * block_in + k, 8) for o in outs], lay.lane_bits))
+        sums.append(_lanes([_sum([raw.word_select(o * block_in + k, 8) for k in range(block_in)]) for o in outs],
+                           lay.lane_bits))
+    return Cat(*words, *sums)
+
+
+def pack_weights_int(raw_bytes, block_in, block_out):
+    """:func:`pack_weights` on plain integers: ``raw_bytes`` (``block_out * block_in`` offset-binary bytes, lane
+    order) -> the packed tile as an int (for testbenches and initial memory contents)."""
+    lay = PackedWeightLayout(block_in, block_out)
+    value, pos = 0, 0
+    words = []
+    for outs in lay.groups:
+        for k in range(block_in):
+            words.append(sum(int(raw_bytes[o * block_in + k]) << (j * lay.lane_bits) for j, o in enumerate(outs)))
+    for outs in lay.groups:
+        words.append(sum(sum(int(raw_bytes[o * block_in + k]) for k in range(block_in)) << (j * lay.lane_bits)
+                         for j, o in enumerate(outs)))
+    for w in words:
+        value |= w << pos
+        pos += 64
+    return value
+
+
+def _lanes(values, lane_bits):
+    """A 64-bit word holding ``values[j]`` (each narrower than ``lane_bits``) at bit ``j * lane_bits``."""
+    pieces = []
+    for v in values:
+        pieces += [v, C(0, lane_bits - len(v))]
+    word = Cat(*pieces)
+    return Cat(word, C(0, 64 - len(word))) if len(word) < 64 else word[:64]
+
+
+def _sum(terms):
+    """A balanced sum of ``terms`` as one expression."""
+    while len(terms) > 1:
+        terms = [terms[j] + terms[j + 1] for j in range(0, len(terms) - 1, 2)] + terms[len(terms) & ~1:]
+    return terms[0]
 
 
 def _tree(m, terms, width=None, name=""):
@@ -46,7 +124,9 @@ class GemmCore(wiring.Component):
     ``x ^ 0x80 = x + 128`` (0..255) for the int8 value ``x``.
 
     Layouts (bit 0 = LSB, little-endian lanes as in DRAM): ``inp`` lane ``b*block_in + k`` is 8 bits at
-    ``8*(b*block_in + k)``; ``wgt`` lane ``o*block_in + k``; ``dot`` lane ``b*block_out + o`` is 32 bits at
+    ``8*(b*block_in + k)``; ``wgt`` (``form="array"``) lane ``o*block_in + k``, or (``form="packed"``) the tile
+    packed as :class:`PackedWeightLayout` says, which is how the packed design's weight buffer stores it
+    (:func:`pack_weights`, :class:`vta.hw.mem.StagedSram`); ``dot`` lane ``b*block_out + o`` is 32 bits at
     ``32*(b*block_out + o)``.
 
     Timing: operands sampled with ``in_valid`` in cycle t appear on ``dot`` with ``out_valid`` in cycle t+1 (one
@@ -72,7 +152,7 @@ class GemmCore(wiring.Component):
             raise ValueError(f"form must be one of {', '.join(GEMM_FORMS)}, not {form!r}")
         self.form = form
         super().__init__({
-            "in_valid": In(1), "inp": In(8 * batch * block_in), "wgt": In(8 * block_out * block_in),
+            "in_valid": In(1), "inp": In(8 * batch * block_in), "wgt": In(wgt_operand_bits(block_in, block_out, form)),
             "out_valid": Out(1), "dot": Out(32 * batch * block_out),
         })
 
@@ -95,44 +175,31 @@ class GemmCore(wiring.Component):
         return lanes
 
     def _packed(self, m):
-        """``lanes_per_word`` output lanes per unsigned multiply (see the class docstring)."""
+        """``lanes_per_word`` output lanes per unsigned multiply (see the class docstring); the weights arrive packed
+        (:class:`PackedWeightLayout`), with their sums."""
         bi, bo = self.block_in, self.block_out
-        lane_bits, per_word = packing(bi)
-        groups = [list(range(o, min(o + per_word, bo))) for o in range(0, bo, per_word)]
+        lay = PackedWeightLayout(bi, bo)
         bias = (16384 * bi) % (1 << 32)
-
-        # Packed offset-binary weights: word (g, k) holds uw[o][k] for the group's lanes o, lane_bits apart.
-        packed, wsums = {}, {}
-        for g, outs in enumerate(groups):
-            width = (len(outs) - 1) * lane_bits + 8
-            for k in range(bi):
-                pieces = []
-                for j, o in enumerate(outs):
-                    pieces.append(self.wgt.word_select(o * bi + k, 8))
-                    if j + 1 < len(outs):
-                        pieces.append(C(0, lane_bits - 8))
-                word = Signal(width, name=f"uw_{g}_{k}")
-                m.d.comb += word.eq(Cat(*pieces))
-                packed[g, k] = word
-            wsums[g] = _tree(m, [packed[g, k] for k in range(bi)], per_word * lane_bits, f"wsum_{g}")
-
         lanes = []
         for b in range(self.batch):
             ua = [self.inp.word_select(b * bi + k, 8) for k in range(bi)]
             asum = _tree(m, ua, 32, f"asum_{b}")
             row = [None] * bo
-            for g, outs in enumerate(groups):
-                width = (len(outs) - 1) * lane_bits + 16
+            for g, outs in enumerate(lay.groups):
+                # nodes no wider than 64 bits, so that a cycle-based simulator adds them in one machine word
+                width = (len(outs) - 1) * lay.lane_bits + 16
                 prods = []
                 for k in range(bi):
                     p = Signal(width, name=f"p_{b}_{g}_{k}")
-                    m.d.comb += p.eq(ua[k] * packed[g, k])
+                    m.d.comb += p.eq(ua[k] * self.wgt.word_select(g * bi + k, 64)[:lay.word_bits])
                     prods.append(p)
-                total = _tree(m, prods, per_word * lane_bits, f"t_{b}_{g}")
+                total = _tree(m, prods, lay.lanes_per_word * lay.lane_bits, f"t_{b}_{g}")
+                wsum = self.wgt.word_select(lay.n_words + g, 64)
                 for j, o in enumerate(outs):
-                    field = slice(j * lane_bits, (j + 1) * lane_bits)
+                    field = slice(j * lay.lane_bits, (j + 1) * lay.lane_bits)
                     lane = Signal(32, name=f"dot_{b}_{o}")
-                    m.d.comb += lane.eq(total[field] - ((asum + wsums[g][field]) << 7) + bias)
+                    # x - y (mod 2**32) as x + ~y + 1: unsigned all the way (no sign extension to simulate)
+                    m.d.comb += lane.eq(total[field] + (bias + 1) + ~((asum + wsum[field]) << 7)[:32])
                     row[o] = lane
             lanes.extend(row)
         return lanes

@@ -4,14 +4,17 @@ An :class:`Sram` has one write port (with byte-group write enables) and ``n_read
 modules that use an SRAM see its ports through :func:`write_signature` / :func:`read_signature` members, and the
 core connects them, so a module never owns a buffer that another module reads.
 """
-from amaranth.hdl import Module
+import hashlib
+
+from amaranth.hdl import Array, Cat, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from .util import byte_fill, check_int, validated_init
 
-__all__ = ["Sram", "write_signature", "read_signature", "sram_geometry", "sram_write_signature", "sram_read_signature"]
+__all__ = ["Sram", "StagedSram", "write_signature", "read_signature", "sram_geometry", "sram_write_signature",
+           "sram_read_signature", "uniform_row_key"]
 
 
 def write_signature(addr_bits, data_bits, granules):
@@ -69,6 +72,76 @@ class Sram(wiring.Component):
         return m
 
 
+class StagedSram(wiring.Component):
+    """An SRAM that stores each entry transformed: written in granules like :class:`Sram` (``width`` bits in
+    granules of ``granularity``), it keeps ``transform(entry)`` (``stored_width`` bits) and its read port returns
+    that. The simulation-speed form of the GEMM core's weight buffer stores weights packed this way
+    (:func:`vta.hw.gemm.pack_weights`), so that the packing is computed once per written tile instead of on every
+    read.
+
+    Writes: an entry is written either whole (every ``en`` bit set) or one granule per write, in ascending order, at
+    one address; granules before the last are held in a staging buffer, and the entry is stored, transformed, when
+    its last granule is written. The writers of the weight buffer (the load unit's DMA) write that way.
+
+    Read port ``r0``: ``data`` is the stored entry at the address taken with ``en`` in the cycle before, read
+    through (a write to that entry in the cycle before shows). Every entry starts as ``init`` (an int of
+    ``stored_width`` bits, e.g. the transform of the initial contents of the plain buffer).
+    """
+
+    @validated_init
+    def __init__(self, *, width, depth, granularity, transform, stored_width, init=0):
+        self.width = check_int("width", width, lo=1)
+        self.depth = check_int("depth", depth, lo=2, hi=1 << 24)
+        self.granularity = check_int("granularity", granularity, lo=1, hi=width)
+        if width % granularity:
+            raise ValueError(f"granularity must divide the width {width}, not {granularity}")
+        if not callable(transform):
+            raise TypeError(f"transform must be callable, not {transform!r}")
+        self.transform = transform
+        self.stored_width = check_int("stored_width", stored_width, lo=1)
+        self.init = check_int("init", init, lo=0, hi=(1 << stored_width) - 1)
+        self.addr_bits = max(1, (depth - 1).bit_length())
+        super().__init__({"w": In(write_signature(self.addr_bits, width, width // granularity)),
+                          "r0": In(read_signature(self.addr_bits, stored_width))})
+
+    def elaborate(self, platform):
+        m = Module()
+        n, gb = self.width // self.granularity, self.granularity
+        # a uniform initial row is written as a loop by vta.hw.verilog, which finds its value under this name
+        name = f"mem_row{uniform_row_key(self.init, self.stored_width)}" if self.init else "mem"
+        m.submodules[name] = mem = Memory(shape=self.stored_width, depth=self.depth,
+                                          init=[self.init] * self.depth if self.init else [])
+        last = self.w.en[n - 1]
+        stored = self.transform(self.w.data)
+        if n > 1:
+            m.submodules.stage = stage = Memory(shape=gb, depth=n - 1, init=[])
+            sp = stage.write_port()
+            index = Signal(range(n), name="granule")
+            for b in range(index.shape().width):  # the set bit's index (one bit is set when a granule is staged)
+                m.d.comb += index[b].eq(Cat(*[self.w.en[i] for i in range(n) if i >> b & 1]).any())
+            m.d.comb += [sp.addr.eq(index), sp.data.eq(Array(self.w.data.word_select(i, gb) for i in range(n))[index]),
+                         sp.en.eq(self.w.en.any() & ~last)]
+            held = [stage.read_port(domain="comb") for _ in range(n - 1)]
+            for i, rp in enumerate(held):
+                m.d.comb += rp.addr.eq(i)
+            # the last granule completes a staged entry, unless the write is of the whole entry
+            staged = self.transform(Cat(*[rp.data for rp in held], self.w.data.word_select(n - 1, gb)))
+            stored = Mux(self.w.en.all(), stored, staged)
+        wp = mem.write_port()
+        m.d.comb += [wp.addr.eq(self.w.addr), wp.data.eq(stored), wp.en.eq(last)]
+        addr = Signal(self.addr_bits, name="rd_addr")
+        with m.If(self.r0.en):
+            m.d.sync += addr.eq(self.r0.addr)
+        rp = mem.read_port(domain="comb")
+        m.d.comb += [rp.addr.eq(addr), self.r0.data.eq(rp.data)]
+        return m
+
+
+def uniform_row_key(row, width):
+    """A short name-safe key of an initial row value (see :func:`vta.hw.verilog` and :class:`StagedSram`)."""
+    return hashlib.sha256(f"{width}:{row:x}".encode()).hexdigest()[:12]
+
+
 def sram_geometry(cfg, name):
     """``(width_bits, depth, granularity_bits)`` of on-chip buffer ``name`` (``uop``, ``inp``, ``wgt``, ``acc``,
     ``out``) for config ``cfg``: one entry per element; DMA-written buffers are written in granules of
@@ -89,7 +162,8 @@ def sram_write_signature(cfg, name):
     return write_signature(max(1, (depth - 1).bit_length()), width, width // gran)
 
 
-def sram_read_signature(cfg, name):
-    """Read-port signature of buffer ``name``."""
+def sram_read_signature(cfg, name, data_bits=None):
+    """Read-port signature of buffer ``name``; ``data_bits``: the width of what the port returns when the buffer
+    stores its entries transformed (:class:`StagedSram`), default the entry width."""
     width, depth, _ = sram_geometry(cfg, name)
-    return read_signature(max(1, (depth - 1).bit_length()), width)
+    return read_signature(max(1, (depth - 1).bit_length()), width if data_bits is None else data_bits)

@@ -13,6 +13,7 @@ from amaranth.lib import wiring
 
 from vta.config import VTAConfig
 
+from .mem import uniform_row_key
 from .util import byte_fill
 
 __all__ = ["generate_verilog", "verilog_text", "source_hash", "TOP_NAME", "LINT_WAIVERS"]
@@ -51,6 +52,12 @@ def _emit_memory_init(self, cell_idx, cell):
         return
     row = cell.init[0] if len(cell.init) else 0
     memid = str(self.memories[cell_idx].memid)
+    keyed = _ROW_NAME.search(memid)
+    if keyed:
+        if keyed.group(1) != uniform_row_key(row, cell.width):
+            raise AssertionError(f"memory {memid}: uniform initial contents {row:#x} do not match its name's key")
+        _UNIFORM_ROWS[keyed.group(1)] = (cell.width, row)
+        return
     fill = _FILL_NAME.search(memid)
     byte = int(fill.group(1), 16) if fill else 0
     if row != byte_fill(byte, cell.width // 8) or (byte and cell.width % 8):
@@ -59,6 +66,8 @@ def _emit_memory_init(self, cell_idx, cell):
 
 _ORIGINAL_EMIT_MEMORY = rtlil.ModuleEmitter.emit_memory
 _FILL_NAME = re.compile(r"mem_fill([0-9a-f]{2})$")
+_ROW_NAME = re.compile(r"mem_row([0-9a-f]{12})$")
+_UNIFORM_ROWS = {}  # key of vta.hw.mem.uniform_row_key -> (width, row), filled while a design is converted
 _MEM_DECL = re.compile(r"^(\s*)reg (?:\[(\d+):0\] )?(\S+) \[(\d+):0\];$", re.M)
 
 
@@ -70,7 +79,11 @@ def _fill_init(text):
         indent, top_bit, name, top = match.groups()
         var = f"{name}_init_i"
         fill = _FILL_NAME.search(name)
+        keyed = _ROW_NAME.search(name)
         value = f"{{{(int(top_bit or 0) + 1) // 8}{{8'h{fill.group(1)}}}}}" if fill else "0"
+        if keyed:
+            width, row = _UNIFORM_ROWS[keyed.group(1)]
+            value = f"{width}'h{row:x}"
         return (f"{match.group(0)}\n{indent}integer {var};\n{indent}initial for ({var} = 0; {var} <= {top}; "
                 f"{var} = {var} + 1) {name}[{var}] = {value};")
     return _MEM_DECL.sub(repl, text)

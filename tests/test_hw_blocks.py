@@ -10,8 +10,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "hw"))
 from vta.hw.alu import AluCore  # noqa: E402
 from vta.hw.arbiter import MemArbiter  # noqa: E402
 from vta.hw.boundary import MemBoundary  # noqa: E402
-from vta.hw.gemm import GemmCore  # noqa: E402
-from vta.hw.mem import Sram  # noqa: E402
+from vta.hw.gemm import GemmCore, pack_weights, pack_weights_int, wgt_operand_bits  # noqa: E402
+from vta.hw.mem import Sram, StagedSram  # noqa: E402
 from vta.hw.queues import TokenQueue  # noqa: E402
 
 import cocotb_build  # noqa: E402
@@ -28,7 +28,19 @@ def run_block(kind, key, factory, module, testcase, env):
 def test_gemm_core(batch, block, form):
     run_block("gemm", f"{batch}x{block}-{form}",
               lambda: GemmCore(batch=batch, block_in=block, block_out=block, form=form),
-              "tb_blocks", "gemm_core", {"TB_BATCH": batch, "TB_BLOCK_IN": block, "TB_BLOCK_OUT": block})
+              "tb_blocks", "gemm_core",
+              {"TB_BATCH": batch, "TB_BLOCK_IN": block, "TB_BLOCK_OUT": block, "TB_FORM": form})
+
+
+@pytest.mark.parametrize("block,gran_bytes", [(4, 4), (8, 8)])
+def test_staged_sram(block, gran_bytes):
+    """The packed form's weight buffer: entries written whole or granule by granule, read back packed."""
+    run_block("staged", f"{block}_{gran_bytes}",
+              lambda: StagedSram(width=8 * block * block, depth=8, granularity=8 * gran_bytes,
+                                 transform=lambda raw: pack_weights(raw, block, block),
+                                 stored_width=wgt_operand_bits(block, block, "packed"),
+                                 init=pack_weights_int([0x80] * block * block, block, block)),
+              "tb_blocks", "staged_sram", {"TB_BLOCK": block, "TB_DEPTH": 8, "TB_GRAN_BYTES": gran_bytes})
 
 
 @pytest.mark.parametrize("lanes", [16, 4])

@@ -10,6 +10,7 @@ from cocotb.clock import Clock
 from cocotb.triggers import FallingEdge, ReadOnly, Timer
 
 from vta.fsim import alu_op
+from vta.hw.gemm import pack_weights_int
 
 N = int(os.environ.get("TB_ITEMS", "200"))
 
@@ -62,7 +63,9 @@ async def gemm_core(dut):
                 wgt = np.full((bo, bi), -128)
             # the core takes offset-binary bytes (x ^ 0x80), as the load unit writes them into the SRAMs
             dut.inp.value = _pack((inp.reshape(-1) & 0xFF) ^ 0x80, 8)
-            dut.wgt.value = _pack((wgt.reshape(-1) & 0xFF) ^ 0x80, 8)
+            uw = (wgt.reshape(-1) & 0xFF) ^ 0x80
+            # the packed form takes each weight tile packed, as its weight buffer stores it
+            dut.wgt.value = pack_weights_int(uw, bi, bo) if os.environ["TB_FORM"] == "packed" else _pack(uw, 8)
             expected.append((inp @ wgt.T).reshape(-1))
         dut.in_valid.value = int(drive)
         await ReadOnly()
@@ -123,3 +126,47 @@ async def token_queue(dut):
         assert bool(dut.push_ready.value) == (level < depth), f"cycle {k}: push_ready wrong at level {level}"
         assert bool(dut.pop_valid.value) == (level > 0), f"cycle {k}: pop_valid wrong at level {level}"
         level += int(push and level < depth) - int(pop and level > 0)
+
+
+@cocotb.test()
+async def staged_sram(dut):
+    """Driver: random whole-entry writes, entries written granule by granule in ascending order (with random gaps),
+    and a read every cycle at a random address; model: a dict of the stored (packed) entries, an entry stored when
+    its last granule is written; checker: every read returns the packed entry, reading through the cycle's write."""
+    block, depth = int(os.environ["TB_BLOCK"]), int(os.environ["TB_DEPTH"])
+    n_bytes = block * block
+    gran = int(os.environ["TB_GRAN_BYTES"])
+    n_gran = n_bytes // gran
+    rng = np.random.default_rng(3)
+    stored = {a: pack_weights_int([0x80] * n_bytes, block, block) for a in range(depth)}
+    dut.w__en.value = 0
+    await _reset(dut)
+    pending = None  # (address, bytes, next granule) of an entry being written granule by granule
+    last_read = None
+    for _ in range(N * 4):
+        await FallingEdge(dut.clk)
+        await ReadOnly()
+        if last_read is not None:
+            got = int(dut.r0__data.value)
+            assert got == stored[last_read], f"entry {last_read}: got {got:#x}, want {stored[last_read]:#x}"
+        await FallingEdge(dut.clk)
+        en, addr, data = 0, 0, [0] * n_bytes
+        if pending is None and rng.random() < 0.2:  # a whole entry at once
+            addr, data = int(rng.integers(depth)), rng.integers(0, 256, n_bytes).tolist()
+            en = (1 << n_gran) - 1
+            stored[addr] = pack_weights_int(data, block, block)
+        elif pending is None and rng.random() < 0.3:
+            pending = [int(rng.integers(depth)), rng.integers(0, 256, n_bytes).tolist(), 0]
+        if pending is not None and rng.random() < 0.7:
+            addr, data, k = pending
+            en = 1 << k
+            pending[2] += 1
+            if k == n_gran - 1:
+                stored[addr] = pack_weights_int(data, block, block)
+                pending = None
+            # the granule's bytes sit in their place; the other bytes are noise the buffer must ignore
+            noise = rng.integers(0, 256, n_bytes).tolist()
+            data = [d if i // gran == k else x for i, (d, x) in enumerate(zip(data, noise))]
+        dut.w__addr.value, dut.w__en.value, dut.w__data.value = addr, en, _pack(data, 8)
+        last_read = int(rng.integers(depth))
+        dut.r0__addr.value, dut.r0__en.value = last_read, 1
