@@ -16,7 +16,6 @@ import json
 import logging
 import os
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -29,7 +28,7 @@ ARTEFACT_SUFFIX = ".vtac"
 
 def register(subparsers: Any) -> None:
     """Add ``vta compile`` to the ``vta`` command's subparsers."""
-    from vta.cli import add_config_option
+    from vta.cliutil import add_config_option
     p = subparsers.add_parser("compile", help="compile an ONNX model to an accelerator program",
                               description="Import, quantize and compile MODEL (a zoo name or an .onnx file) for a "
                                           "config; write the compiled artefact (accelerator programs + CPU steps) "
@@ -70,57 +69,8 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                                                             "float32); default: seeded random normal values")
 
 
-def load_graph(model: str, *, batch: int | None = None) -> Any:
-    """The float :class:`~.ir.Graph` of a zoo name or an ONNX path."""
-    from . import zoo
-    from .onnx_frontend import import_onnx
-    if os.path.exists(model):
-        path = Path(model)
-    elif model in zoo.list_models():
-        path = zoo.get_model(model)
-    else:
-        raise ValueError(f"model {model!r} is neither a file nor a zoo model; zoo models are "
-                         f"{', '.join(zoo.list_models())}")
-    return import_onnx(path, batch=batch or 1)
-
-
-def _random_inputs(graph: Any, seed: int, samples: int = 1) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    out = {}
-    for name in graph.inputs:
-        shape = graph.shape(name)
-        out[name] = rng.standard_normal((shape[0] * samples,) + tuple(shape[1:])).astype(np.float32)
-    return out
-
-
-def _calibration_inputs(model: str, graph: Any, seed: int, samples: int) -> dict[str, np.ndarray]:
-    """Real calibration inputs where the zoo has them (real photos for efficientnet_lite0), else seeded random ones."""
-    from . import zoo
-    real = zoo.calibration_data(model) if model in zoo.list_models() else None
-    if real is None or len(graph.inputs) != 1 or graph.shape(graph.inputs[0])[0] != 1:
-        return _random_inputs(graph, seed, samples)
-    return {graph.inputs[0]: np.ascontiguousarray(real, dtype=np.float32)}
-
-
-def compile_model(model: str, cfg: Any, *, policy: str = "auto", force_cpu: list[str] | tuple[str, ...] = (),
-                  batch: int | None = None, calib: int = 4, seed: int = 0, double_buffer: bool = True,
-                  progress: bool = False) -> Any:
-    """Import, quantize (on the zoo's real calibration images where it has them, else ``calib`` seeded random
-    samples) and compile ``model``; returns the Compiled."""
-    from .quantize import quantize
-    from .runtime import compile_graph
-    start = time.perf_counter()
-    graph = load_graph(model, batch=batch)
-    qgraph = quantize(graph, _calibration_inputs(model, graph, seed + 1, max(calib, 1)))
-    compiled = compile_graph(qgraph, cfg, policy=policy, force_cpu=force_cpu, double_buffer=double_buffer,
-                             progress=progress)
-    compiled.meta.update({"model": model, "frontend_seconds": round(time.perf_counter() - start -
-                                                                    compiled.compile_seconds, 3)})
-    return compiled
-
-
 def _cmd_compile(args: argparse.Namespace) -> int:
-    from vta.cli import config_from_args
+    from vta.cliutil import config_from_args
     cfg = config_from_args(args)
     compiled = compile_model(args.model, cfg, policy=args.policy, force_cpu=args.force_cpu, batch=args.batch,
                              calib=args.calib, double_buffer=not args.no_double_buffer,
@@ -133,9 +83,10 @@ def _cmd_compile(args: argparse.Namespace) -> int:
 
 def run_model(args: argparse.Namespace) -> int:
     """`vta run MODEL`: compile (or load) the model, run it on ``args.target``, print the report, check exactness."""
-    from vta.cli import config_from_args
+    from vta.cliutil import config_from_args
 
     from . import qops
+    from .pipeline import compile_model
     from .report import build_report
     from .runtime import Compiled, run
     progress = not getattr(args, "no_progress", False)
@@ -174,6 +125,7 @@ def run_model(args: argparse.Namespace) -> int:
 
 def _inputs_from_args(graph: Any, args: argparse.Namespace) -> dict[str, np.ndarray]:
     """The ``--input`` array for the model's one input, else seeded random inputs."""
+    from .pipeline import _random_inputs
     path = getattr(args, "input", None)
     if not path:
         return _random_inputs(graph, getattr(args, "seed", 0))

@@ -27,12 +27,11 @@ from vta.config import VTAConfig
 from vta.program import Program
 
 from . import qops
-from .codegen import INPUT, INPUT_B, OUTPUT, AddLayer, ConvLayer, build_add_program, build_conv_program
-from .codegen import with_inputs
+from .codegen import INPUT, INPUT_B, OUTPUT, with_inputs
 from .intrin import intrinsics
-from .ir import Graph, Node, node_macs
-from .layout import fold_kernel_columns, pack_activation, packed_activation_shape, unpack_activation
-from .partition import ColumnFold, Decision, lower_node, partition
+from .ir import Graph, Node
+from .layout import fold_kernel_columns, pack_activation, unpack_activation
+from .partition import ColumnFold, Decision
 
 __all__ = ["AccelStep", "CpuStep", "Compiled", "LayerStat", "RunOutput", "compile_graph", "run", "TARGETS",
            "RuntimeFailure", "ARTEFACT_VERSION"]
@@ -123,43 +122,12 @@ class Compiled:
         return data["compiled"]
 
 
-def _accel_step(graph: Graph, node: Node, cfg: VTAConfig, threads: int) -> AccelStep:
-    lowered = lower_node(graph, node, cfg)
-    layer = lowered.layer
-    if isinstance(layer, ConvLayer):
-        program, code = build_conv_program(cfg, layer, threads=threads)
-        inputs = [node.inputs[0]]
-        t = code.tiling
-        tiling = f"oc{t.oc_tile} ic{t.ic_tile} oh{t.oh_tile} ow{t.ow_tile}" if t else ""
-        tiling += f" kh{t.kh_tile}" if t and t.kh_tile < t.geom.kh else ""
-        tiling += " kw-folded" if lowered.fold else ""
-        macs = node_macs(graph, node)
-    else:
-        intr = intrinsics(cfg)
-        program, code = build_add_program(cfg, layer, packed_activation_shape(layer.shape, intr.batch,
-                                                                              intr.block_in), threads=threads)
-        inputs = list(node.inputs[:2])
-        tiling = f"{code.tiles} tiles"
-        macs = 0
-    return AccelStep(node, program, inputs, node.outputs[0], macs, code.gemm_uops, code.alu_uops, code.tiles,
-                     tiling, lowered.fold)
-
-
-def compile_graph(graph: Graph, cfg: VTAConfig, *, policy: str = "auto", force_cpu: Iterable[str] = (),
-                  double_buffer: bool = True, progress: bool = False) -> Compiled:
-    """Partition ``graph`` and generate a program for every accelerator node (see :func:`.partition.partition`).
-
-    ``double_buffer=False`` generates single-threaded programs (no latency hiding), to measure what it buys."""
-    start = time.perf_counter()
-    decisions = partition(graph, cfg, policy=policy, force_cpu=frozenset(force_cpu))
-    steps: list[Step] = []
-    nodes = _progress(graph.nodes, progress, "compile")
-    for node in nodes:
-        if decisions[node.name].target == "accel":
-            steps.append(_accel_step(graph, node, cfg, 2 if double_buffer else 1))
-        else:
-            steps.append(CpuStep(node, decisions[node.name].macs))
-    return Compiled(cfg, graph, steps, decisions, time.perf_counter() - start, {"double_buffer": double_buffer})
+def __getattr__(name: str) -> Any:
+    """``compile_graph`` lives in :mod:`.pipeline`; still importable from here."""
+    if name == "compile_graph":
+        from .pipeline import compile_graph
+        return compile_graph
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _progress(items: list[Any], enabled: bool, desc: str) -> Iterable[Any]:
