@@ -2,7 +2,7 @@
 
 Usage: python scripts/bench_fsim.py [--size N] [--config FILE] [--single-buffer]
 
-Builds the program with ``vta.workloads.gemm_program`` (tiled, tokened, requantized), runs it on ``vta.fsim``, checks
+Builds the program with ``vta.gemm.gemm_program`` (tiled, tokened, requantized), runs it on ``vta.fsim``, checks
 the output against numpy exactly, and prints MACs per second for both (and their ratio) as measured in this run.
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ import numpy as np
 
 from vta import fsim
 from vta.config import VTAConfig, load_config
-from vta.workloads import gemm_program
+from vta.gemm import gemm_program
 
 
 def main() -> None:

@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     from vta.tsim.backend import TSimBackend
     from vta.tsim.bridge import Model
     from vta.tsim.build import build
-    from vta.workloads import gemm_program
+    from vta.gemm import gemm_program
 
     cfg = load_config(args.config) if args.config else VTAConfig()
     out: dict[str, float | int | str] = {"config": cfg.name}

@@ -21,3 +21,9 @@ def cfg() -> VTAConfig:
 def small_cfg() -> VTAConfig:
     """BATCH 2, BLOCK 4, 32 entries in every buffer, queues of depth 2."""
     return SMALL_CFG
+
+
+# BATCH 4, BLOCK 8 and buffers of 4 to 16 entries, queues of depth 2: the GEMM program and the program generators
+# must fit even this.
+TINY = VTAConfig(log_batch=2, log_block=3, log_uop_buff_size=6, log_inp_buff_size=8, log_wgt_buff_size=8,
+                 log_acc_buff_size=9, cmd_queue_depth=2, token_queue_depth=2)

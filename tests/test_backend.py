@@ -9,7 +9,7 @@ import pytest
 
 from vta import fsim
 from vta.backend import Backend, FsimBackend, RunResult, available_backends, get_backend, register_backend
-from vta.workloads import gemm_program
+from vta.gemm import gemm_program
 
 
 def test_available_backends():

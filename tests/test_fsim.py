@@ -12,7 +12,7 @@ from vta.fsim import (DeadlockError, DramRangeError, InvalidInstructionError, Ra
                       SimulationError, SramRangeError)
 from vta.isa import ALU_ADD, ALU_MAX, ALU_MIN, ALU_MUL, ALU_SHR, Alu, Finish, Gemm, Load, Store, Uop, layout
 from vta.program import Program, ProgramBuilder
-from vta.workloads import random_program
+from vta.testing import random_program
 
 from conftest import SMALL_CFG
 

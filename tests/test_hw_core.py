@@ -12,7 +12,8 @@ from vta.config import VTAConfig  # noqa: E402
 from vta.hw.verilog import verilog_text  # noqa: E402
 import numpy as np  # noqa: E402
 
-from vta.workloads import alu_program, gemm_program, random_program  # noqa: E402
+from vta.gemm import gemm_program  # noqa: E402
+from vta.testing import alu_program, random_program  # noqa: E402
 
 import cases  # noqa: E402
 import cocotb_build  # noqa: E402

@@ -221,7 +221,7 @@ def test_program_validation(cfg):
 
 # ---- files -------------------------------------------------------------------------------------------------------
 def test_save_load_round_trip(tmp_path, small_cfg):
-    from vta.workloads import gemm_program
+    from vta.gemm import gemm_program
 
     prog, expected = gemm_program(small_cfg, 9, 13, 7)
     path = tmp_path / "p.npz"

@@ -3,7 +3,7 @@
 Every program must give the same final DRAM image on both, and the hardware counters for micro-ops, bytes moved and
 instructions must equal the functional simulator's statistics. Programs: the workload generators, every program the
 functional simulator's own tests run (recorded by tests/tsim_fsim_recorder.py), and random programs from
-``vta.workloads.random_program`` (random strides, padding, micro-op loops, ALU ops and token patterns), at the default
+``vta.testing.random_program`` (random strides, padding, micro-op loops, ALU ops and token patterns), at the default
 config and four others. One Verilator build per config is shared by the whole session (and cached across runs).
 """
 from __future__ import annotations
@@ -23,12 +23,13 @@ from conftest import SMALL_CFG
 from vta import fsim
 from vta.cli import main
 from vta.config import MEM_INP, VTAConfig
+from vta.gemm import gemm_program
 from vta.isa import Finish, Gemm, Load, encode_stream
 from vta.program import Program
+from vta.testing import alu_program, random_program
 from vta.tsim.backend import STAT_COUNTERS, TSimBackend
 from vta.tsim.bridge import TsimError, TsimMemoryError, TsimWatchdogError
 from vta.tsim.compare import compare_dram, locate
-from vta.workloads import alu_program, gemm_program, random_program
 
 DEFAULT = VTAConfig()
 # The functional simulator's random-test configs (BLOCK 8 with tiny token queues; BATCH 4 x BLOCK 4 with tiny command

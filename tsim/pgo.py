@@ -36,9 +36,10 @@ def gemm_shape(cfg: VTAConfig, uops: int = TRAIN_GEMM_UOPS) -> tuple[int, int, i
 def train(library: Path, cfg: VTAConfig) -> dict[str, int | float]:
     """Run the training workload on the (instrumented) ``library`` built for ``cfg``; returns what ran. The profile
     is written when the process exits, next to the model's object files."""
+    from vta.gemm import gemm_program
+    from vta.testing import alu_program
     from vta.tsim.bridge import Model
     from vta.tsim.build import Build
-    from vta.workloads import alu_program, gemm_program
 
     model = Model(Build(cfg, Path(library), Path(library).parent, "pgo-train", "none", True, 0.0))
     m, k, n = gemm_shape(cfg)

@@ -274,7 +274,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
     import numpy as np
     from .backend import get_backend
-    from .workloads import gemm_program
+    from .gemm import gemm_program
     program, expected = gemm_program(cfg, args.m, args.k, args.n, seed=args.seed,
                                      double_buffer=not args.no_double_buffer)
     try:
@@ -322,7 +322,7 @@ def _run_program(args: argparse.Namespace) -> int:
 
 
 GEMM_OUTPUT = "C"
-"""The allocation of vta.workloads.gemm_program that holds the result."""
+"""The allocation of vta.gemm.gemm_program that holds the result."""
 
 
 def _summary(cfg: Any, useful_macs: int | None, result: Any) -> dict[str, Any]:

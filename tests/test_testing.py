@@ -1,0 +1,77 @@
+"""The shared program generators: the ALU exerciser and random valid programs."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from vta import fsim
+from vta.config import VTAConfig
+from vta.isa import Alu, Gemm, Load, Store
+from vta.testing import ALU_CASES, alu_program, random_program
+
+from conftest import SMALL_CFG, TINY
+
+
+@pytest.mark.parametrize("config", [VTAConfig(), SMALL_CFG, TINY], ids=lambda c: c.name)
+def test_alu_program(config):
+    prog, expected = alu_program(config, seed=3)
+    assert expected.shape[:2] == (len(ALU_CASES), 4)
+    result = fsim.run(prog)
+    assert np.array_equal(prog.read("out", result.dram), expected)
+    assert {op for _, op, _ in ALU_CASES} == {0, 1, 2, 3, 4}
+    assert {imm is None for _, _, imm in ALU_CASES} == {True, False}
+
+
+@pytest.mark.parametrize("config", [VTAConfig(), SMALL_CFG, TINY], ids=lambda c: c.name)
+def test_random_programs_are_valid_and_varied(config):
+    seen = set()
+    for seed in range(15):
+        prog = random_program(config, np.random.default_rng(seed))
+        fsim.run(prog)  # no deadlock, nothing out of range
+        for insn in prog.insns:
+            seen.add(type(insn).__name__)
+            if isinstance(insn, Load) and insn.x_size:
+                seen.add(f"load{insn.mem}")
+                if insn.y_pad_0 and insn.x_pad_1:
+                    seen.add("padded")
+                if insn.x_stride > insn.x_size:
+                    seen.add("strided")
+            if isinstance(insn, Alu) and insn.use_imm:
+                seen.add("alu_imm")
+            if isinstance(insn, Alu) and not insn.use_imm and not insn.reset:
+                seen.add("alu_tensor")
+            if isinstance(insn, (Alu, Gemm)) and insn.iter_in > 1 and insn.uop_end - insn.uop_bgn > 1:
+                seen.add("loops")
+            if isinstance(insn, Store) and insn.x_size and insn.x_stride != insn.x_size:
+                seen.add("store_strided")
+            if insn.pop_prev or insn.pop_next:
+                seen.add("tokens")
+    assert seen >= {"Load", "Store", "Gemm", "Alu", "Finish", "load0", "load1", "load2", "load3", "load5", "padded",
+                    "strided", "alu_imm", "alu_tensor", "loops", "store_strided", "tokens"}
+
+
+def test_random_program_is_deterministic():
+    a = random_program(SMALL_CFG, np.random.default_rng(11))
+    b = random_program(SMALL_CFG, np.random.default_rng(11))
+    assert a.insns == b.insns and np.array_equal(a.dram, b.dram)
+    with pytest.raises(TypeError, match=r"^rng must be a numpy.random.Generator \(np.random.default_rng\(seed\)\), "
+                       r"not int$"):
+        random_program(SMALL_CFG, 11)
+
+
+def test_random_program_without_alu_hazards():
+    for seed in range(20):
+        prog = random_program(SMALL_CFG, np.random.default_rng(seed), alu_hazards=False)
+        fsim.run(prog)
+
+
+@pytest.mark.slow
+def test_many_random_programs_are_race_free_and_schedule_independent():
+    """The random programs the co-simulation relies on: valid on every config, same result on every schedule."""
+    configs = [VTAConfig(), SMALL_CFG, TINY, VTAConfig(log_block=6, log_wgt_buff_size=15, token_queue_depth=2)]
+    for config in configs:
+        for seed in range(60):
+            prog = random_program(config, np.random.default_rng(seed), n_ops=40, alu_hazards=bool(seed % 2))
+            reference = fsim.run(prog).dram
+            for schedule in range(2):
+                assert np.array_equal(fsim.run(prog, schedule_seed=schedule).dram, reference), (config.name, seed)
