@@ -11,7 +11,7 @@ __all__ = ["register"]
 
 def register(subparsers):
     """Add the ``hw`` group and its commands to the top-level ``subparsers`` of ``vta``."""
-    from vta.cli import add_config_option
+    from vta.cliutil import add_config_option
     hw = subparsers.add_parser("hw", help="generate the hardware: Verilog, area estimates")
     sub = hw.add_subparsers(dest="hw_command", metavar="COMMAND", required=True)
     verilog = sub.add_parser("verilog", help="write the core's Verilog (vta_core.v) for a config")
@@ -30,7 +30,7 @@ def register(subparsers):
 
 
 def _cmd_verilog(args):
-    from vta.cli import config_from_args
+    from vta.cliutil import config_from_args
 
     from .verilog import generate_verilog
     cfg = config_from_args(args)
@@ -40,7 +40,7 @@ def _cmd_verilog(args):
 
 
 def _cmd_resources(args):
-    from vta.cli import config_from_args
+    from vta.cliutil import config_from_args
 
     from .area import resources
     cfg = config_from_args(args)

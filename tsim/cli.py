@@ -19,7 +19,7 @@ __all__ = ["register", "parse_window"]
 
 def register(subparsers: Any) -> None:
     """Add the ``tsim`` group and its commands to the top-level ``subparsers`` of ``vta``."""
-    from vta.cli import add_config_option
+    from vta.cliutil import add_config_option
     tsim = subparsers.add_parser("tsim", help="Verilator co-simulation: build, run, trace")
     sub = tsim.add_subparsers(dest="tsim_command", metavar="COMMAND", required=True)
 
@@ -63,7 +63,7 @@ def parse_window(text: str) -> tuple[int, int]:
 def _cmd_build(args: argparse.Namespace) -> int:
     import sys
 
-    from vta.cli import config_from_args
+    from vta.cliutil import config_from_args
 
     from .build import build
     cfg = config_from_args(args)
@@ -76,7 +76,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
 def _cmd_run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from vta.cli import CliError
+    from vta.cliutil import CliError
     from vta.program import Program
 
     from .backend import STAT_COUNTERS, TSimBackend

@@ -13,7 +13,8 @@ Commands::
 Plug-in groups: a module ``vta.<group>.cli`` with ``register(subparsers)`` adds its sub-parsers and sets
 ``func=handler`` on each (``handler(args) -> int | None``). It is imported only when its group is the command
 given, so ``vta --help`` and ``vta config ...`` never import amaranth, onnx or llvmlite; a group whose module is
-missing is simply absent. Plug-ins take a config with :func:`add_config_option` and :func:`config_from_args`.
+missing is simply absent. Plug-ins take a config with :func:`vta.cliutil.add_config_option` and
+:func:`vta.cliutil.config_from_args` and raise :class:`vta.cliutil.CliError`; they never import this module.
 
 Exit codes: 0 success; 1 a run failed (simulation error, wrong result); 2 bad input (bad config, bad assembly,
 bad file, bad arguments). Library errors print as one message without a traceback unless ``--debug`` is given
@@ -32,6 +33,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from . import __version__
+from .cliutil import CliError, add_config_option, config_from_args
 
 __all__ = ["main", "build_parser", "add_config_option", "config_from_args", "CliError"]
 
@@ -44,29 +46,6 @@ PLUGINS: dict[str, tuple[str, str]] = {
     "tsim": ("vta.tsim.cli", "Verilator co-simulation: build, run, trace (vta tsim --help)"),
 }
 TARGETS = ("fsim", "tsim", "cpu")
-
-
-class CliError(Exception):
-    """A problem with the command's input; printed as one line, exit code ``code``."""
-
-    def __init__(self, message: str, code: int = 2) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-# ---- helpers shared with plug-ins -----------------------------------------------------------------------------------
-def add_config_option(parser: argparse.ArgumentParser) -> None:
-    """Add the one ``--config FILE`` option every command that takes a config uses."""
-    parser.add_argument("--config", metavar="FILE", default=None,
-                        help="accelerator config: VTA's vta_config.json or a TOML file with the same keys "
-                             "(default: VTA's defaults, 1x16_i8w8a32_15_15_18_17)")
-
-
-def config_from_args(args: argparse.Namespace) -> Any:
-    """The :class:`~vta.config.VTAConfig` named by ``args.config`` (defaults when not given)."""
-    from .config import VTAConfig, load_config
-    path = getattr(args, "config", None)
-    return load_config(path) if path else VTAConfig()
 
 
 # ---- config ---------------------------------------------------------------------------------------------------------
