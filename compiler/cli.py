@@ -69,8 +69,18 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                                                             "float32); default: seeded random normal values")
 
 
+def __getattr__(name: str) -> Any:
+    """``load_graph`` and ``compile_model`` live in :mod:`.pipeline`; imported from here on first use."""
+    if name in ("load_graph", "compile_model"):
+        from . import pipeline
+        return getattr(pipeline, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def _cmd_compile(args: argparse.Namespace) -> int:
     from vta.cliutil import config_from_args
+
+    from .pipeline import compile_model
     cfg = config_from_args(args)
     compiled = compile_model(args.model, cfg, policy=args.policy, force_cpu=args.force_cpu, batch=args.batch,
                              calib=args.calib, double_buffer=not args.no_double_buffer,
@@ -125,10 +135,10 @@ def run_model(args: argparse.Namespace) -> int:
 
 def _inputs_from_args(graph: Any, args: argparse.Namespace) -> dict[str, np.ndarray]:
     """The ``--input`` array for the model's one input, else seeded random inputs."""
-    from .pipeline import _random_inputs
+    from .pipeline import random_inputs
     path = getattr(args, "input", None)
     if not path:
-        return _random_inputs(graph, getattr(args, "seed", 0))
+        return random_inputs(graph, getattr(args, "seed", 0))
     if len(graph.inputs) != 1:
         raise ValueError(f"--input gives one array but the model takes {len(graph.inputs)} inputs "
                          f"({', '.join(graph.inputs)})")

@@ -125,16 +125,20 @@ ACCEL_RULES: dict[str, Callable[[Graph, Node, Intrinsics], Lowered]] = {
 """op -> rule lowering a node to an accelerator layer (raises :class:`ScheduleError` when it cannot)."""
 
 
-def lower_node(graph: Graph, node: Node, cfg: VTAConfig) -> Lowered:
-    """The accelerator layer for ``node``; :class:`ScheduleError` when no rule lowers it."""
+def lower_node(graph: Graph, node: Node, intr: Intrinsics) -> Lowered:
+    """The accelerator layer for ``node`` on the config of ``intr``; :class:`ScheduleError` when no rule lowers it
+    (including a layer no tiling fits)."""
+    if not isinstance(intr, Intrinsics):
+        raise TypeError(f"lower_node() needs the Intrinsics of a config (see intrinsics(cfg)), not "
+                        f"{type(intr).__name__}")
     rule = ACCEL_RULES.get(node.op)
     if rule is None:
         raise ScheduleError(f"the accelerator has no rule for op {node.op}")
-    return rule(graph, node, intrinsics(cfg))
+    return rule(graph, node, intr)
 
 
-def _accel_us(layer: ConvLayer | AddLayer, cfg: VTAConfig) -> float:
-    intr = intrinsics(cfg)
+def _accel_us(layer: ConvLayer | AddLayer, intr: Intrinsics) -> float:
+    cfg = intr.cfg
     if isinstance(layer, ConvLayer):
         t = plan_conv(layer.geom, intr)
         g = layer.geom
@@ -175,43 +179,51 @@ def _convert_us(graph: Graph, node: Node, placement: dict[str, str], target: str
 
 
 def partition(graph: Graph, cfg: VTAConfig, *, policy: str = "auto",
-              force_cpu: frozenset[str] | set[str] = frozenset()) -> dict[str, Decision]:
+              force_cpu: frozenset[str] | set[str] = frozenset(),
+              lowered: dict[str, Lowered] | None = None) -> dict[str, Decision]:
     """A :class:`Decision` for every node of the quantized ``graph`` (in graph order).
 
-    ``policy`` is one of :data:`POLICIES`; ``force_cpu`` names nodes that must stay on the CPU.
+    ``policy`` is one of :data:`POLICIES`; ``force_cpu`` names nodes that must stay on the CPU. When ``lowered`` is
+    given, it receives the :class:`Lowered` layer of every node placed on the accelerator (node name -> layer), so
+    code generation can use it instead of lowering the node again.
     """
     if policy not in POLICIES:
         raise ValueError(f"policy must be one of {', '.join(POLICIES)}, not {policy!r}")
+    intr = intrinsics(cfg)
     decisions: dict[str, Decision] = {}
     placement: dict[str, str] = {}
     for node in graph.nodes:
         macs = node_macs(graph, node)
-        decision = _decide(graph, node, cfg, policy, force_cpu, placement, macs)
+        decision, layer = _decide(graph, node, intr, policy, force_cpu, placement, macs)
         decisions[node.name] = decision
         placement[node.name] = decision.target
+        if lowered is not None and layer is not None and decision.target == "accel":
+            lowered[node.name] = layer
     return decisions
 
 
-def _decide(graph: Graph, node: Node, cfg: VTAConfig, policy: str, force_cpu: frozenset[str] | set[str],
-            placement: dict[str, str], macs: int) -> Decision:
+def _decide(graph: Graph, node: Node, intr: Intrinsics, policy: str, force_cpu: frozenset[str] | set[str],
+            placement: dict[str, str], macs: int) -> tuple[Decision, Lowered | None]:
+    """The decision for ``node`` and its lowered layer (None when the node was not lowered)."""
+    cfg = intr.cfg
     cpu_us = _cpu_us(graph, node)
     if node.op not in ACCEL_RULES:
-        return Decision(node.name, node.op, "cpu", f"{node.op} has no accelerator rule", macs, None, cpu_us)
+        return Decision(node.name, node.op, "cpu", f"{node.op} has no accelerator rule", macs, None, cpu_us), None
     if policy == "cpu":
-        return Decision(node.name, node.op, "cpu", "the cpu policy offloads nothing", macs, None, cpu_us)
+        return Decision(node.name, node.op, "cpu", "the cpu policy offloads nothing", macs, None, cpu_us), None
     if node.name in force_cpu:
-        return Decision(node.name, node.op, "cpu", "forced onto the CPU", macs, None, cpu_us)
+        return Decision(node.name, node.op, "cpu", "forced onto the CPU", macs, None, cpu_us), None
     try:
-        layer = lower_node(graph, node, cfg)
+        layer = lower_node(graph, node, intr)
     except ScheduleError as err:
-        return Decision(node.name, node.op, "cpu", f"not supported on {cfg.name}: {err}", macs, None, cpu_us)
-    accel_us = _accel_us(layer.layer, cfg) + _convert_us(graph, node, placement, "accel")
+        return Decision(node.name, node.op, "cpu", f"not supported on {cfg.name}: {err}", macs, None, cpu_us), None
+    accel_us = _accel_us(layer.layer, intr) + _convert_us(graph, node, placement, "accel")
     cpu_us += _convert_us(graph, node, placement, "cpu")
     if policy == "accel" or accel_us < cpu_us:
         why = "supported" if policy == "accel" else f"faster ({accel_us:.0f} us vs {cpu_us:.0f} us on the CPU)"
-        return Decision(node.name, node.op, "accel", why, macs, accel_us, cpu_us)
+        return Decision(node.name, node.op, "accel", why, macs, accel_us, cpu_us), layer
     return Decision(node.name, node.op, "cpu", f"the CPU is faster ({cpu_us:.0f} us vs {accel_us:.0f} us)", macs,
-                    accel_us, cpu_us)
+                    accel_us, cpu_us), layer
 
 
 def block_utilization(layer: ConvLayer) -> float:

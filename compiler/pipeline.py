@@ -1,30 +1,51 @@
 """The compile pipeline as a library: load -> quantize -> partition -> lower -> schedule -> codegen -> artefact.
 
-The command line (:mod:`.cli`), the scripts and the tests all compile through these functions.
+Each stage is a public function; the command line (:mod:`.cli`), the scripts and the tests all compile through them:
+
+* :func:`load_graph`: a zoo name or an ONNX path -> the float :class:`~.ir.Graph`;
+* :func:`calibration_inputs` / :func:`random_inputs` and :func:`.quantize.quantize`: the float graph -> the
+  quantized graph;
+* :func:`partition_graph`: a :class:`~.partition.Decision` for every node, and the lowered accelerator layer
+  (:class:`~.partition.Lowered`, with its tiling checked by :func:`.schedule.plan_conv`) of every node placed on the
+  accelerator: each such node is lowered exactly once per compile;
+* :func:`accel_step`: one lowered layer -> its tiling (:mod:`.schedule`) and program (:mod:`.codegen`), an
+  :class:`~.runtime.AccelStep`;
+* :func:`compile_graph`: a quantized graph -> the :class:`~.runtime.Compiled` artefact; :func:`compile_model` runs
+  every stage from a model name.
+
+The intrinsics of the config (:func:`.intrin.intrinsics`) are derived once per config and passed down the stages.
+
+Example::
+
+    compiled = compile_model("tiny_cnn", VTAConfig(), policy="accel")
+    out = run(compiled, random_inputs(compiled.graph, seed=0), target="fsim")
 """
 from __future__ import annotations
 
 import os
 import time
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Iterable
 
 import numpy as np
 
 from vta.config import VTAConfig
 
 from .codegen import ConvLayer, build_add_program, build_conv_program
-from .intrin import intrinsics
+from .intrin import Intrinsics, intrinsics
 from .ir import Graph, Node, node_macs
 from .layout import packed_activation_shape
-from .partition import lower_node, partition
+from .partition import Decision, Lowered, partition
 from .runtime import AccelStep, Compiled, CpuStep, Step, _progress
 
-__all__ = ["load_graph", "compile_model", "compile_graph"]
+__all__ = ["load_graph", "random_inputs", "calibration_inputs", "partition_graph", "accel_step", "compile_graph",
+           "compile_model"]
 
 
-def load_graph(model: str, *, batch: int | None = None) -> Any:
-    """The float :class:`~.ir.Graph` of a zoo name or an ONNX path."""
+def load_graph(model: str, *, batch: int | None = None) -> Graph:
+    """The float :class:`~.ir.Graph` of ``model``: a zoo name (see :func:`.zoo.list_models`) or an ONNX path.
+
+    ``batch``: images per inference for a model whose batch dimension is dynamic (default 1)."""
     from . import zoo
     from .onnx_frontend import import_onnx
     if os.path.exists(model):
@@ -37,7 +58,9 @@ def load_graph(model: str, *, batch: int | None = None) -> Any:
     return import_onnx(path, batch=batch or 1)
 
 
-def _random_inputs(graph: Any, seed: int, samples: int = 1) -> dict[str, np.ndarray]:
+def random_inputs(graph: Graph, seed: int, samples: int = 1) -> dict[str, np.ndarray]:
+    """Seeded standard-normal float32 values for every input of ``graph``: input name -> array of the input's shape
+    with the first (batch) dimension times ``samples``."""
     rng = np.random.default_rng(seed)
     out = {}
     for name in graph.inputs:
@@ -46,34 +69,30 @@ def _random_inputs(graph: Any, seed: int, samples: int = 1) -> dict[str, np.ndar
     return out
 
 
-def _calibration_inputs(model: str, graph: Any, seed: int, samples: int) -> dict[str, np.ndarray]:
-    """Real calibration inputs where the zoo has them (real photos for efficientnet_lite0), else seeded random ones."""
+def calibration_inputs(model: str, graph: Graph, seed: int, samples: int) -> dict[str, np.ndarray]:
+    """Real calibration inputs where the zoo has them for ``model`` (real photos for efficientnet_lite0), else
+    ``samples`` seeded random ones (:func:`random_inputs`)."""
     from . import zoo
     real = zoo.calibration_data(model) if model in zoo.list_models() else None
     if real is None or len(graph.inputs) != 1 or graph.shape(graph.inputs[0])[0] != 1:
-        return _random_inputs(graph, seed, samples)
+        return random_inputs(graph, seed, samples)
     return {graph.inputs[0]: np.ascontiguousarray(real, dtype=np.float32)}
 
 
-def compile_model(model: str, cfg: Any, *, policy: str = "auto", force_cpu: list[str] | tuple[str, ...] = (),
-                  batch: int | None = None, calib: int = 4, seed: int = 0, double_buffer: bool = True,
-                  progress: bool = False) -> Any:
-    """Import, quantize (on the zoo's real calibration images where it has them, else ``calib`` seeded random
-    samples) and compile ``model``; returns the Compiled."""
-    from .quantize import quantize
-    from .runtime import compile_graph
-    start = time.perf_counter()
-    graph = load_graph(model, batch=batch)
-    qgraph = quantize(graph, _calibration_inputs(model, graph, seed + 1, max(calib, 1)))
-    compiled = compile_graph(qgraph, cfg, policy=policy, force_cpu=force_cpu, double_buffer=double_buffer,
-                             progress=progress)
-    compiled.meta.update({"model": model, "frontend_seconds": round(time.perf_counter() - start -
-                                                                    compiled.compile_seconds, 3)})
-    return compiled
+def partition_graph(graph: Graph, intr: Intrinsics, *, policy: str = "auto",
+                    force_cpu: Iterable[str] = ()) -> tuple[dict[str, Decision], dict[str, Lowered]]:
+    """Where every node of the quantized ``graph`` runs (see :func:`.partition.partition`), and the lowered layer of
+    every node placed on the accelerator (node name -> :class:`~.partition.Lowered`)."""
+    lowered: dict[str, Lowered] = {}
+    decisions = partition(graph, intr.cfg, policy=policy, force_cpu=frozenset(force_cpu), lowered=lowered)
+    return decisions, lowered
 
 
-def _accel_step(graph: Graph, node: Node, cfg: VTAConfig, threads: int) -> AccelStep:
-    lowered = lower_node(graph, node, cfg)
+def accel_step(graph: Graph, node: Node, lowered: Lowered, intr: Intrinsics, *, threads: int = 2) -> AccelStep:
+    """The accelerator step of ``node``: the tiling and program of its ``lowered`` layer on ``intr``'s config.
+
+    ``threads``: 2 (double buffering, latency hiding) or 1 (single-threaded program)."""
+    cfg = intr.cfg
     layer = lowered.layer
     if isinstance(layer, ConvLayer):
         program, code = build_conv_program(cfg, layer, threads=threads)
@@ -84,7 +103,6 @@ def _accel_step(graph: Graph, node: Node, cfg: VTAConfig, threads: int) -> Accel
         tiling += " kw-folded" if lowered.fold else ""
         macs = node_macs(graph, node)
     else:
-        intr = intrinsics(cfg)
         program, code = build_add_program(cfg, layer, packed_activation_shape(layer.shape, intr.batch,
                                                                               intr.block_in), threads=threads)
         inputs = list(node.inputs[:2])
@@ -96,16 +114,37 @@ def _accel_step(graph: Graph, node: Node, cfg: VTAConfig, threads: int) -> Accel
 
 def compile_graph(graph: Graph, cfg: VTAConfig, *, policy: str = "auto", force_cpu: Iterable[str] = (),
                   double_buffer: bool = True, progress: bool = False) -> Compiled:
-    """Partition ``graph`` and generate a program for every accelerator node (see :func:`.partition.partition`).
+    """Partition the quantized ``graph`` and generate a program for every accelerator node (see
+    :func:`partition_graph` and :func:`accel_step`); ``policy`` as in :data:`.partition.POLICIES`, ``force_cpu``
+    names nodes kept on the CPU.
 
-    ``double_buffer=False`` generates single-threaded programs (no latency hiding), to measure what it buys."""
+    ``double_buffer=False`` generates single-threaded programs (no latency hiding), to measure what it buys.
+    ``progress`` shows a progress bar (tqdm)."""
     start = time.perf_counter()
-    decisions = partition(graph, cfg, policy=policy, force_cpu=frozenset(force_cpu))
+    intr = intrinsics(cfg)
+    decisions, lowered = partition_graph(graph, intr, policy=policy, force_cpu=force_cpu)
+    threads = 2 if double_buffer else 1
     steps: list[Step] = []
-    nodes = _progress(graph.nodes, progress, "compile")
-    for node in nodes:
+    for node in _progress(graph.nodes, progress, "compile"):
         if decisions[node.name].target == "accel":
-            steps.append(_accel_step(graph, node, cfg, 2 if double_buffer else 1))
+            steps.append(accel_step(graph, node, lowered[node.name], intr, threads=threads))
         else:
             steps.append(CpuStep(node, decisions[node.name].macs))
     return Compiled(cfg, graph, steps, decisions, time.perf_counter() - start, {"double_buffer": double_buffer})
+
+
+def compile_model(model: str, cfg: VTAConfig, *, policy: str = "auto", force_cpu: Iterable[str] = (),
+                  batch: int | None = None, calib: int = 4, seed: int = 0, double_buffer: bool = True,
+                  progress: bool = False) -> Compiled:
+    """Import ``model`` (:func:`load_graph`), quantize it (on the zoo's real calibration images where it has them,
+    else ``calib`` random samples seeded ``seed + 1``) and compile it (:func:`compile_graph`); returns the
+    :class:`~.runtime.Compiled`, whose ``meta`` names the model and the frontend's wall time (seconds)."""
+    from .quantize import quantize
+    start = time.perf_counter()
+    graph = load_graph(model, batch=batch)
+    qgraph = quantize(graph, calibration_inputs(model, graph, seed + 1, max(calib, 1)))
+    compiled = compile_graph(qgraph, cfg, policy=policy, force_cpu=force_cpu, double_buffer=double_buffer,
+                             progress=progress)
+    compiled.meta.update({"model": model, "frontend_seconds": round(time.perf_counter() - start -
+                                                                    compiled.compile_seconds, 3)})
+    return compiled

@@ -1,10 +1,10 @@
 """The compiled artefact and the runtime that executes it on a backend.
 
-:func:`compile_graph` turns a quantized :class:`~.ir.Graph` into a :class:`Compiled` artefact: a list of steps in
-graph order, each either an :class:`AccelStep` (one accelerator :class:`~vta.program.Program` per layer, with the
-bindings of its packed input/output allocations to graph tensors) or a :class:`CpuStep` (a graph node run by the CPU
-kernels of :mod:`.cpu`, or by the integer reference :mod:`.qops` where no kernel exists). The artefact is saved to and
-loaded from one file (:meth:`Compiled.save`, :meth:`Compiled.load`).
+:func:`.pipeline.compile_graph` turns a quantized :class:`~.ir.Graph` into a :class:`Compiled` artefact: a list of
+steps in graph order, each either an :class:`AccelStep` (one accelerator :class:`~vta.program.Program` per layer,
+with the bindings of its packed input/output allocations to graph tensors) or a :class:`CpuStep` (a graph node run by
+the CPU kernels of :mod:`.cpu`, or by the integer reference :mod:`.qops` where no kernel exists). The artefact is
+saved to and loaded from one file (:meth:`Compiled.save`, :meth:`Compiled.load`).
 
 :func:`run` executes it: ``target`` ``fsim`` or ``tsim`` runs accelerator steps on that backend; ``cpu`` runs every
 node on the CPU path (the baseline). Tensors between steps keep the layout their producer wrote: consecutive
@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
+from vta.backend import Backend, backend_info, get_backend, operator_backends
 from vta.config import VTAConfig
 from vta.program import Program
 
@@ -33,10 +34,9 @@ from .ir import Graph, Node
 from .layout import fold_kernel_columns, pack_activation, unpack_activation
 from .partition import ColumnFold, Decision
 
-__all__ = ["AccelStep", "CpuStep", "Compiled", "LayerStat", "RunOutput", "compile_graph", "run", "TARGETS",
+__all__ = ["AccelStep", "CpuStep", "Compiled", "LayerStat", "RunOutput", "compile_graph", "run",
            "RuntimeFailure", "ARTEFACT_VERSION"]
 
-TARGETS = ("fsim", "tsim", "cpu")
 ARTEFACT_VERSION = 1
 _MAGIC = "vta-lab compiled model"
 
@@ -154,7 +154,7 @@ class LayerStat:
     conversions: int = 0
     modules: dict[str, dict[str, int]] | None = None
     """tsim only: module (fetch, load, compute, store) -> cycle class (busy, wait_token, wait_mem) -> cycles, from
-    the core's performance counters (see ``vta.hw.regs``)."""
+    the core's performance counters (see :mod:`vta.counters`)."""
 
 
 @dataclass
@@ -227,39 +227,28 @@ def _run_accel(step: AccelStep, values: _Values, backend: Any) -> LayerStat:
 
 def _module_cycles(counters: Mapping[str, int] | None) -> dict[str, dict[str, int]] | None:
     """Per-module cycle classes from the hardware counters, or None when the backend has no counters (fsim)."""
-    from vta.hw.regs import CYCLE_CLASSES, MODULES
+    from vta.counters import CYCLE_CLASSES, MODULES
     if not counters:
         return None
     return {m: {c: int(counters[f"{m}_{c}"]) for c in CYCLE_CLASSES} for m in MODULES}
 
 
-_REFERENCE_OPS = frozenset({"Softmax"})
-"""Ops run by the integer reference even on the CPU path: the JIT softmax may differ from numpy's in the last bits
-of float32, and the run's outputs must equal :func:`.qops.run_reference` bit for bit."""
-
-
-def _cpu_runner(op: str) -> Callable[[Graph, Node, Mapping[str, np.ndarray]], np.ndarray]:
-    """``run_node(graph, node, values)`` for ``op``: the llvmlite kernels of :mod:`.cpu`, else :mod:`.qops`."""
-    if op in _REFERENCE_OPS:
-        return qops.run_node
-    try:
-        from . import cpu
-    except ImportError:
-        return qops.run_node
-    return getattr(cpu, "run_node", qops.run_node)
-
-
-def _run_cpu(graph: Graph, node: Node, values: _Values, macs: int) -> LayerStat:
+def _run_operator(graph: Graph, node: Node, values: _Values, macs: int, backend: Backend) -> LayerStat:
+    """Run ``node`` on an operator backend (the fallback, or every node with ``--target cpu``)."""
     args = {name: values.get_nchw(name) for name in node.inputs if name not in graph.constants}
-    values.nchw[node.outputs[0]] = np.asarray(_cpu_runner(node.op)(graph, node, args))
-    return LayerStat(node.name, node.op, "cpu", macs)
+    values.nchw[node.outputs[0]] = np.asarray(backend.run_node(graph, node, args))
+    return LayerStat(node.name, node.op, backend.name, macs)
 
 
 def run(compiled: Compiled, inputs: Mapping[str, np.ndarray], *, target: str = "fsim", progress: bool = False,
-        backend_options: Mapping[str, Any] | None = None) -> RunOutput:
-    """Execute ``compiled`` on ``target`` (``fsim``, ``tsim`` or ``cpu``) for graph inputs ``inputs``."""
-    if target not in TARGETS:
-        raise ValueError(f"target must be one of {', '.join(TARGETS)}, not {target!r}")
+        backend_options: Mapping[str, Any] | None = None, fallback: str = "cpu") -> RunOutput:
+    """Execute ``compiled`` on backend ``target`` for graph inputs ``inputs`` (NCHW arrays by input name).
+
+    A program backend (``fsim``, ``tsim``; :func:`vta.backend.program_backends`) runs the accelerator steps and
+    ``fallback`` (an operator backend, default ``cpu``) runs the rest; an operator backend given as ``target``
+    (``cpu``) runs every node. ``backend_options`` go to the target backend's constructor.
+    """
+    info = backend_info(target)
     graph = compiled.graph
     values = _Values(graph, compiled.cfg)
     for name in graph.inputs:
@@ -269,18 +258,24 @@ def run(compiled: Compiled, inputs: Mapping[str, np.ndarray], *, target: str = "
         if arr.shape != graph.shape(name):
             raise RuntimeFailure(f"input {name!r} has shape {arr.shape}; the model expects {graph.shape(name)}")
         values.nchw[name] = arr
-    backend = None
-    if target != "cpu" and compiled.accel_steps:
-        from vta.backend import get_backend
-        backend = get_backend(target, **dict(backend_options or {}))
+    accel = None
+    if info.runs_operators:
+        operators = get_backend(target, **dict(backend_options or {}))
+    else:
+        if not backend_info(fallback).runs_operators:
+            raise ValueError(f"the fallback must be an operator backend ({', '.join(operator_backends())}), "
+                             f"not {fallback!r}")
+        operators = get_backend(fallback)
+        if compiled.accel_steps:
+            accel = get_backend(target, **dict(backend_options or {}))
     layers = []
     for step in _progress(compiled.steps, progress, target):
         before = values.conversions
         start = time.perf_counter()
-        if isinstance(step, AccelStep) and backend is not None:
-            stat = _run_accel(step, values, backend)
+        if isinstance(step, AccelStep) and accel is not None:
+            stat = _run_accel(step, values, accel)
         else:
-            stat = _run_cpu(graph, step.node, values, step.macs)
+            stat = _run_operator(graph, step.node, values, step.macs, operators)
         stat.seconds = time.perf_counter() - start
         stat.conversions = values.conversions - before
         layers.append(stat)

@@ -46,21 +46,21 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from vta.compiler import qops, zoo
-    from vta.compiler.cli import _random_inputs, load_graph
+    from vta.compiler.pipeline import compile_graph, load_graph, random_inputs
     from vta.compiler.quantize import quantize
-    from vta.compiler.runtime import compile_graph, run
+    from vta.compiler.runtime import run
     from vta.config import VTAConfig, load_config
 
     cfg = load_config(args.config) if args.config else VTAConfig()
     path = str(zoo.get_model(args.model)) if args.model in zoo.list_models() else args.model
     start = time.perf_counter()
     graph = load_graph(path)
-    qgraph = quantize(graph, _random_inputs(graph, 1, 4))
+    qgraph = quantize(graph, random_inputs(graph, 1, 4))
     frontend = time.perf_counter() - start
     start = time.perf_counter()
     compiled = compile_graph(qgraph, cfg, policy=args.policy)
     compile_s = time.perf_counter() - start
-    inputs = _random_inputs(graph, 0)
+    inputs = random_inputs(graph, 0)
     start = time.perf_counter()
     out = run(compiled, inputs, target=args.target)
     run_s = time.perf_counter() - start

@@ -70,8 +70,9 @@ def _short(name: str, width: int = 26) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     from vta.compiler import efficientnet as E
+    from vta.compiler.pipeline import compile_graph
     from vta.compiler.report import build_report
-    from vta.compiler.runtime import compile_graph, run
+    from vta.compiler.runtime import run
     from vta.config import VTAConfig, load_config
 
     progress = not args.no_progress

@@ -154,7 +154,8 @@ def int8_runner(qgraph, target: str) -> Callable[[np.ndarray], np.ndarray]:
     if target == "cpu":
         from vta.compiler.cpu import run_cpu
         return lambda img: run_cpu(qgraph, {"input": img})["output"]
-    from vta.compiler.runtime import compile_graph, run
+    from vta.compiler.pipeline import compile_graph
+    from vta.compiler.runtime import run
     from vta.config import VTAConfig
     # policy="accel": on 8x8 images the cost model would keep every layer on the CPU; the point here is the accelerator.
     compiled = compile_graph(qgraph, VTAConfig(), policy="accel")
