@@ -162,8 +162,8 @@ class VTACore(wiring.Component):
             "out_bytes_written": Mux(store.elem_out, cfg.out_elem_bytes, 0),
         })
         missing = set(COUNTERS) - set(inc)
-        if missing:  # guards hw/regs.py and this file against drifting apart
-            raise ValueError(f"counters {sorted(missing)} of vta.hw.regs have no definition in the core")
+        if missing:  # guards vta/counters.py and this file against drifting apart
+            raise ValueError(f"counters {sorted(missing)} of vta.counters have no definition in the core")
         # The clear that start requests is applied one edge late, as "restart from this cycle's increment", so that no
         # counter's next value depends on the start input combinationally. Same counts as clearing at the start edge:
         # both drop the start cycle's increments.
