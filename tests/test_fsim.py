@@ -1,4 +1,4 @@
-"""The functional simulator against plain per-element references, its scheduler, errors and statistics."""
+"""The functional simulator against plain per-element references: LOAD, STORE, GEMM, ALU, tokens, statistics."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,16 +8,14 @@ from hypothesis import strategies as st
 
 from vta import fsim
 from vta.config import MEM_ACC, MEM_ACC_8BIT, MEM_INP, MEM_OUT, MEM_UOP, MEM_WGT, VTAConfig
-from vta.fsim import (DeadlockError, DramRangeError, InvalidInstructionError, RaceError, RunawayError,
-                      SimulationError, SramRangeError)
 from vta.isa import ALU_ADD, ALU_MAX, ALU_MIN, ALU_MUL, ALU_SHR, Alu, Finish, Gemm, Load, Store, Uop, layout
 from vta.program import Program, ProgramBuilder
 from vta.testing import random_program
 
-from conftest import SMALL_CFG
+from fsim_helpers import CONFIGS, _finish_with_store, _gemm_after_late_load, _raw_program, _sync_store
 
 
-# ---- a naive reference: program order, one element at a time, Python ints ------------------------------------------
+# ---- a naive reference: program order, one element at a time, Python ints --------------------------------------------
 def _s32(v: int) -> int:
     v &= 0xFFFFFFFF
     return v - (1 << 32) if v >> 31 else v
@@ -105,12 +103,6 @@ def ref_run(program: Program) -> np.ndarray:
 # ---- helpers ---------------------------------------------------------------------------------------------------------
 def _acc_pool(bld: ProgramBuilder, cfg: VTAConfig, values: np.ndarray, name: str = "accs"):
     return bld.alloc(name, np.asarray(values, np.int32).reshape(-1, cfg.batch, cfg.block_out))
-
-
-def _sync_store(bld: ProgramBuilder, **store) -> None:
-    bld.dep_push("compute", "store")
-    bld.dep_pop("compute", "store")
-    bld.store(**store)
 
 
 # ---- LOAD ------------------------------------------------------------------------------------------------------------
@@ -217,12 +209,6 @@ def _gemm_setup(cfg: VTAConfig, rng: np.random.Generator, acc_init: np.ndarray |
     bld.dep_pop("load", "compute")
     bld.load(MEM_ACC, sram_base=0, dram_base=bld.elem_addr(accs, MEM_ACC), x_size=16)
     return bld
-
-
-def _finish_with_store(bld: ProgramBuilder, cfg: VTAConfig, n: int = 16):
-    res = bld.alloc("res", (n, cfg.batch, cfg.block_out), np.int8)
-    _sync_store(bld, sram_base=0, dram_base=bld.elem_addr(res, MEM_OUT), x_size=n)
-    return bld.finish()
 
 
 @pytest.mark.parametrize("reset", [False, True])
@@ -358,71 +344,9 @@ def test_alu_max_pool_pattern(small_cfg):
 
 
 # ---- tokens and the schedule -----------------------------------------------------------------------------------------
-def _gemm_after_late_load(cfg: VTAConfig, with_token: bool) -> Program:
-    """GEMM (index 2) emitted before the LOAD of its input (index 3); only a token makes it wait for the data."""
-    bld = ProgramBuilder(cfg)
-    inp = bld.alloc("inp", np.ones((1, cfg.batch, cfg.block_in), np.int8))
-    wgt = bld.alloc("wgt", np.ones((1, cfg.block_out, cfg.block_in), np.int8))
-    bld.load_uops(bld.uop_kernel("k", [Uop(0, 0, 0)]))
-    bld.load(MEM_WGT, sram_base=0, dram_base=bld.elem_addr(wgt, MEM_WGT))
-    if with_token:
-        bld.dep_pop("load", "compute")
-    bld.gemm(uop_bgn=0, uop_end=1)
-    bld.load(MEM_INP, sram_base=0, dram_base=bld.elem_addr(inp, MEM_INP))
-    bld.dep_push("load", "compute")
-    if not with_token:
-        bld.dep_pop("load", "compute")
-    return _finish_with_store(bld, cfg, n=1)
-
-
 def test_pop_waits_for_a_later_push(small_cfg):
     res = fsim.run(_gemm_after_late_load(small_cfg, True), keep_sram=True)
     assert res.sram["acc"][0, 0, 0] == small_cfg.block_in
-
-
-def test_missing_token_is_a_race(small_cfg):
-    prog = _gemm_after_late_load(small_cfg, False)
-    with pytest.raises(RaceError, match=r"^race: instruction 2 \(GEMM\) reads wgt entry 0, which instruction 1 "
-                       r"\(LOAD WGT\) writes, and no dependency token orders the two; the load module must push a "
-                       r"token after that instruction which the compute module pops before this one$") as err:
-        fsim.run(prog)
-    assert err.value.insn_index == 2
-    # Unchecked, the simulator's schedule runs the GEMM first, on zeros; the hardware might not.
-    assert fsim.run(prog, keep_sram=True, check_races=False).sram["acc"][0, 0, 0] == 0
-
-
-def test_write_after_read_race_on_out_buffer(small_cfg):
-    """A STORE reads out entry 0; a later ALU overwrites it without waiting for a store->compute token."""
-    prog = _raw_program(small_cfg, [Gemm(reset=True, push_next=True), Store(pop_prev=True, push_prev=True),
-                                    Alu(alu_opcode=ALU_ADD, use_imm=True, imm=1), Finish(pop_next=True)])
-    with pytest.raises(RaceError, match=r"^race: instruction 2 \(ALU ADD\) overwrites out entry 0, which instruction 1 "
-                       r"\(STORE OUT\) reads, and no dependency token orders the two; the store module must push a "
-                       r"token after that instruction which the compute module pops before this one$"):
-        fsim.run(prog)
-
-
-def test_dram_race_between_store_and_load(small_cfg):
-    """A LOAD reading what a STORE wrote must be ordered after it through compute (out and inp elements: 8 bytes)."""
-    racy = _raw_program(small_cfg, [Gemm(reset=True, push_next=True), Store(dram_base=2, pop_prev=True),
-                                    Load(mem=MEM_INP, dram_base=2), Finish()])
-    with pytest.raises(RaceError, match=r"^race: instruction 2 \(LOAD INP\) reads DRAM byte 16, which instruction 1 "
-                       r"\(STORE OUT\) writes, and no dependency token orders the two; the store module must push a "
-                       r"token after that instruction which the load module pops \(through compute\) before this "
-                       r"one$"):
-        fsim.run(racy)
-    ordered = _raw_program(small_cfg, [Gemm(reset=True, push_next=True),
-                                       Store(dram_base=2, pop_prev=True, push_prev=True),
-                                       Gemm(uop_end=0, pop_next=True, push_prev=True),
-                                       Load(mem=MEM_INP, dram_base=2, pop_next=True), Finish()])
-    fsim.run(ordered)  # FINISH is ordered after the STORE too: through the GEMM, earlier in compute order
-
-
-def test_finish_not_ordered_after_last_store(small_cfg):
-    prog = _raw_program(small_cfg, [Gemm(reset=True, push_next=True), Store(dram_base=2, pop_prev=True), Finish()])
-    with pytest.raises(RaceError, match=r"^race: FINISH \(instruction 2\) is not ordered after instruction 1 "
-                       r"\(STORE OUT\), so the accelerator could signal done before that store completes; pop a "
-                       r"store->compute token pushed after the last STORE \(ProgramBuilder.finish does this\)$"):
-        fsim.run(prog)
 
 
 def test_token_counts_and_stats_exact(small_cfg):
@@ -440,46 +364,6 @@ def test_token_counts_and_stats_exact(small_cfg):
     assert n == 6  # LOAD UOP, LOAD WGT, GEMM, LOAD INP, STORE, FINISH: every token folded into an instruction
 
 
-def _raw_program(cfg: VTAConfig, insns: list, dram_bytes: int = 4096) -> Program:
-    """A program from raw instructions, bypassing the builder's token handling (no FINISH synchronisation)."""
-    from vta.isa import encode_stream
-
-    encoded = encode_stream(insns, cfg)
-    dram = np.zeros(dram_bytes + encoded.size, np.uint8)
-    dram[dram_bytes:] = encoded.reshape(-1)
-    return Program(cfg, list(insns), dram, dram_bytes)
-
-
-def test_deadlock_names_every_blocked_module(small_cfg):
-    prog = _raw_program(small_cfg, [Load(mem=MEM_INP, x_size=0, pop_next=True), Gemm(pop_prev=True),
-                                    Store(x_size=0, pop_prev=True), Finish()])
-    with pytest.raises(DeadlockError, match=r"^the program deadlocks: load module: instruction 0 \(LOAD INP\) waits "
-                       r"for a compute->load token \(pop_next\); compute module: instruction 1 \(GEMM\) waits for a "
-                       r"load->compute token \(pop_prev\); store module: instruction 2 \(STORE OUT\) waits for a "
-                       r"compute->store token \(pop_prev\)$") as err:
-        fsim.run(prog)
-    assert err.value.insn_index == 0
-
-
-def test_deadlock_on_full_token_queue_and_full_command_queue(small_cfg):
-    # token queues hold 2: the third push blocks; compute never pops; fetch then fills the load command queue.
-    pushes = [Load(mem=MEM_INP, x_size=0, push_next=True) for _ in range(3)]
-    prog = _raw_program(small_cfg, pushes + [Load(mem=MEM_INP, x_size=0)] * 2 + [Finish()])
-    with pytest.raises(DeadlockError, match=r"^the program deadlocks: load module: instruction 2 \(LOAD INP\) waits "
-                       r"for room in the full load->compute token queue \(2 tokens\); fetch: instruction 4 waits for "
-                       r"room in the full load command queue \(2 instructions\)$") as err:
-        fsim.run(prog)
-    assert err.value.insn_index == 2
-
-
-def test_finish_while_a_store_still_waits(small_cfg):
-    prog = _raw_program(small_cfg, [Store(x_size=0, pop_prev=True), Finish()])
-    with pytest.raises(DeadlockError, match=r"^FINISH \(instruction 1\) cannot end the program: store module: "
-                       r"instruction 0 \(STORE OUT\) waits for a compute->store token \(pop_prev\); make FINISH "
-                       r"wait for them"):
-        fsim.run(prog, check_races=False)
-
-
 def test_pop_before_push_of_same_module_completes(small_cfg):
     """Pops happen before execution and pushes after: a compute instruction may pop and push in one go."""
     prog = _raw_program(small_cfg, [Load(mem=MEM_INP, x_size=0, push_next=True),
@@ -489,90 +373,7 @@ def test_pop_before_push_of_same_module_completes(small_cfg):
     assert (stats.load_to_compute_pops, stats.compute_to_load_pops) == (1, 1)
 
 
-# ---- errors ----------------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("insn, message", [
-    (Load(mem=MEM_OUT), r"instruction 0 is a LOAD of memory type 4 \(OUT\); LOAD takes UOP, WGT, INP, ACC or "
-                        r"ACC_8BIT \(the out buffer is written only by GEMM and ALU\)"),
-    (Store(mem=MEM_INP), r"instruction 0 is a STORE of memory type 2 \(INP\); STORE reads only OUT \(4\)"),
-    (Store(x_pad_1=2), r"instruction 0 is a STORE with padding \(y_pad_0, y_pad_1, x_pad_0, x_pad_1\) = "
-                       r"\(0, 0, 0, 2\); STORE takes no padding"),
-    (Gemm(uop_bgn=5, uop_end=3), r"instruction 0 \(GEMM\) has uop_end 3 < uop_bgn 5; the micro-op range "
-                                 r"\[uop_bgn, uop_end\) must not be negative"),
-    (Load(mem=MEM_INP, pop_prev=True), r"instruction 0 \(LOAD INP\) sets pop_prev, which the load module does not "
-                                       r"have; its token flags are pop_next, push_next"),
-    (Store(push_next=True), r"instruction 0 \(STORE OUT\) sets push_next, which the store module does not have; "
-                            r"its token flags are pop_prev, push_prev"),
-])
-def test_invalid_instructions(small_cfg, insn, message):
-    with pytest.raises(InvalidInstructionError, match="^" + message + "$") as err:
-        fsim.run(_raw_program(small_cfg, [insn, Finish()]))
-    assert err.value.insn_index == 0
-
-
-def test_instruction_after_finish_and_missing_finish(small_cfg):
-    with pytest.raises(InvalidInstructionError, match=r"^instruction 2 \(GEMM\) follows FINISH \(instruction 1\); "
-                       r"FINISH must be the last instruction$"):
-        fsim.run(_raw_program(small_cfg, [Gemm(uop_end=0), Finish(), Gemm(uop_end=0)]))
-    with pytest.raises(InvalidInstructionError, match=r"^the program has no FINISH instruction; its last "
-                       r"instruction \(index 0\) must be FINISH$"):
-        fsim.run(_raw_program(small_cfg, [Gemm(uop_end=0)]))
-    with pytest.raises(InvalidInstructionError, match=r"^the program has no instructions; it must end with FINISH$"):
-        fsim.run(_raw_program(small_cfg, []))
-
-
-def test_sram_range_errors(small_cfg):
-    with pytest.raises(SramRangeError, match=r"^instruction 0 \(LOAD INP\) writes inp entries \[30, 36\), but the inp "
-                       r"buffer has 32 entries \(index 35 >= depth 32\)$") as err:
-        fsim.run(_raw_program(small_cfg, [Load(mem=MEM_INP, sram_base=30, x_size=2, x_pad_1=1, y_size=2), Finish()]))
-    assert err.value.insn_index == 0
-    with pytest.raises(SramRangeError, match=r"^instruction 1 \(GEMM\) addresses wgt entry 32 \(iteration o=2, i=0, "
-                       r"micro-op 0\), but the wgt buffer has 32 entries$"):
-        fsim.run(_raw_program(small_cfg, [Load(mem=MEM_UOP, x_size=0), Gemm(iter_out=3, wgt_factor_out=16),
-                                          Finish()]))
-    with pytest.raises(SramRangeError, match=r"^instruction 0 \(ALU ADD\) reads micro-ops \[30, 33\), but the uop "
-                       r"buffer has 32 entries$"):
-        fsim.run(_raw_program(small_cfg, [Alu(alu_opcode=ALU_ADD, uop_bgn=30, uop_end=33), Finish()]))
-    with pytest.raises(SramRangeError, match=r"^instruction 0 \(STORE OUT\) reads out entries \[31, 33\), but the out "
-                       r"buffer has 32 entries \(index 32 >= depth 32\)$"):
-        fsim.run(_raw_program(small_cfg, [Store(sram_base=31, x_size=2), Finish()]))
-
-
-def test_unread_indices_are_not_checked(small_cfg):
-    """A reset GEMM reads neither inp nor wgt; an ALU op with an immediate reads no src."""
-    fsim.run(_raw_program(small_cfg, [Gemm(reset=True, iter_out=3, src_factor_out=20, wgt_factor_out=20),
-                                      Alu(alu_opcode=ALU_ADD, use_imm=True, iter_out=3, src_factor_out=20),
-                                      Finish()]))
-
-
-def test_dram_range_errors(small_cfg):
-    prog = _raw_program(small_cfg, [Load(mem=MEM_INP, dram_base=500, y_size=3, x_stride=10), Finish()], 4096)
-    assert prog.dram.size == 4128  # 4096 bytes of data, then two 16-byte instructions
-    with pytest.raises(DramRangeError, match=r"^instruction 0 \(LOAD INP\) reads DRAM bytes \[4000, 4168\), outside "
-                       r"the 4128-byte DRAM image$") as err:
-        fsim.run(prog)
-    assert err.value.insn_index == 0
-    with pytest.raises(DramRangeError, match=r"^instruction 0 \(STORE OUT\) writes DRAM bytes \[8000000, 8000008\), "
-                       r"outside the 4128-byte DRAM image$"):
-        fsim.run(_raw_program(small_cfg, [Store(dram_base=10 ** 6), Finish()], 4096))
-
-
-def test_runaway(small_cfg):
-    prog = _raw_program(small_cfg, [Gemm(uop_end=0)] * 5 + [Finish()])
-    assert fsim.run(prog, max_insns=6).stats.compute_insns == 6
-    with pytest.raises(RunawayError, match=r"^more than max_insns=4 instructions executed \(instruction 4 would be "
-                       r"number 5\); raise the limit if the program is meant to be this long$") as err:
-        fsim.run(prog, max_insns=4)
-    assert err.value.insn_index == 4
-    assert issubclass(RunawayError, SimulationError)
-
-
-def test_run_rejects_wrong_arguments(small_cfg):
-    with pytest.raises(TypeError, match=r"^run\(\) takes a Program, not str$"):
-        fsim.run("program")
-    with pytest.raises(ValueError, match=r"^max_insns must be None or a non-negative integer, not -1$"):
-        fsim.run(_raw_program(small_cfg, [Finish()]), max_insns=-1)
-
-
+# ---- run() leaves the program alone ----------------------------------------------------------------------------------
 def test_run_does_not_modify_the_program(small_cfg):
     prog = _finish_with_store(_gemm_setup(small_cfg, np.random.default_rng(0)), small_cfg)
     before = prog.dram.copy()
@@ -582,14 +383,6 @@ def test_run_does_not_modify_the_program(small_cfg):
 
 
 # ---- random programs against the reference ---------------------------------------------------------------------------
-CONFIGS = [SMALL_CFG, VTAConfig(log_block=3, log_uop_buff_size=8, log_inp_buff_size=8, log_wgt_buff_size=11,
-                                log_acc_buff_size=10, token_queue_depth=2),
-           VTAConfig(log_batch=2, log_block=2, log_uop_buff_size=6, log_inp_buff_size=7, log_wgt_buff_size=8,
-                     log_acc_buff_size=8, cmd_queue_depth=3),
-           VTAConfig(log_batch=1, log_block=3, log_uop_buff_size=6, log_inp_buff_size=6, log_wgt_buff_size=7,
-                     log_acc_buff_size=7, cmd_queue_depth=2, token_queue_depth=2, bus_bytes=32)]  # 2-entry buffers
-
-
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2 ** 32 - 1), which=st.sampled_from(range(len(CONFIGS))), n_ops=st.integers(1, 30),
        alu_hazards=st.booleans(), max_index=st.sampled_from([4, 32]))
@@ -610,21 +403,6 @@ def test_alu_source_written_later_is_vectorized_exactly(small_cfg):
     a = a.reshape(8, n)
     assert np.array_equal(res.sram["acc"][:7].reshape(7, n), np.maximum(a[:7], a[1:]))
     assert np.array_equal(res.dram, ref_run(prog))
-
-
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(seed=st.integers(0, 2 ** 32 - 1), schedule=st.integers(0, 2 ** 32 - 1), which=st.sampled_from(range(3)))
-def test_race_free_programs_do_not_depend_on_the_schedule(seed, schedule, which):
-    prog = random_program(CONFIGS[which], np.random.default_rng(seed), n_ops=30)
-    assert np.array_equal(fsim.run(prog, schedule_seed=schedule).dram, fsim.run(prog).dram)
-
-
-def test_racy_program_depends_on_the_schedule(small_cfg):
-    """What the race check protects against: without the token, some schedules run the LOAD before the GEMM."""
-    prog = _gemm_after_late_load(small_cfg, False)
-    results = {int(fsim.run(prog, keep_sram=True, check_races=False, schedule_seed=s).sram["acc"][0, 0, 0])
-               for s in range(20)}
-    assert results == {0, small_cfg.block_in}
 
 
 # ---- GEMM evaluation strategies (vta.fsim_kernels.GemmPlan) ----------------------------------------------------------
@@ -669,16 +447,3 @@ def test_unique_rows_matches_numpy():
     long = rng.integers(0, 2, (10, 5000))  # longer than the hash: falls back to np.unique
     uniq, inverse = unique_rows(long)
     assert np.array_equal(uniq[inverse], long)
-
-
-def test_strided_store_overwriting_unordered_load_is_a_race(small_cfg):
-    """WAR in DRAM: a STORE (rows 3 elements apart) overwrites bytes a LOAD reads, with no token in between."""
-    prog = _raw_program(small_cfg, [Load(mem=MEM_INP, dram_base=4, x_size=1), Gemm(reset=True, push_next=True),
-                                    Store(dram_base=1, y_size=2, x_size=1, x_stride=3, pop_prev=True,
-                                          push_prev=True),
-                                    Finish(pop_next=True)])
-    with pytest.raises(RaceError, match=r"^race: instruction 2 \(STORE OUT\) overwrites DRAM byte 32, which "
-                       r"instruction 0 \(LOAD INP\) reads, and no dependency token orders the two; the load module "
-                       r"must push a token after that instruction which the store module pops \(through compute\) "
-                       r"before this one$"):
-        fsim.run(prog)

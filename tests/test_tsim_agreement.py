@@ -98,13 +98,13 @@ def test_single_buffered_gemm_on_the_small_config(tsim: TSimBackend) -> None:
 # ---- the functional simulator's own test programs --------------------------------------------------------------------
 @pytest.fixture(scope="session")
 def fsim_suite_programs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Path]]:
-    """Every program tests/test_fsim.py runs to completion, saved as .npz files, grouped by config name."""
+    """Every program tests/test_fsim*.py run to completion, saved as .npz files, grouped by config name."""
     folder = tmp_path_factory.mktemp("fsim-programs")
     tests = Path(__file__).parent
     env = dict(os.environ, VTA_TSIM_RECORD_DIR=str(folder),
                PYTHONPATH=os.pathsep.join([str(tests), os.environ.get("PYTHONPATH", "")]))
-    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p",
-                          "tsim_fsim_recorder", str(tests / "test_fsim.py")], env=env, capture_output=True,
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tsim_fsim_recorder",
+                          *sorted(str(path) for path in tests.glob("test_fsim*.py"))], env=env, capture_output=True,
                          text=True, cwd=tests.parent)
     paths = sorted(folder.glob("*.npz"))
     if not paths:

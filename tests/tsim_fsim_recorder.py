@@ -1,7 +1,7 @@
 """A pytest plugin that records every program the functional simulator runs to completion.
 
 Used by tests/test_tsim_agreement.py to replay the functional simulator's own test programs on the RTL: run
-``pytest -p tsim_fsim_recorder tests/test_fsim.py`` with ``VTA_TSIM_RECORD_DIR`` set, and every program that
+``pytest -p tsim_fsim_recorder tests/test_fsim*.py`` with ``VTA_TSIM_RECORD_DIR`` set, and every program that
 ``vta.fsim.run`` finishes without error is saved there as ``NNNN.npz`` (``Program.save``).
 """
 from __future__ import annotations

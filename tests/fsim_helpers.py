@@ -1,0 +1,58 @@
+"""Programs and configs shared by the functional simulator's test files (tests/test_fsim*.py)."""
+from __future__ import annotations
+
+import numpy as np
+
+from vta.config import MEM_INP, MEM_OUT, MEM_WGT, VTAConfig
+from vta.isa import Uop
+from vta.program import Program, ProgramBuilder
+
+from conftest import SMALL_CFG
+
+
+def _sync_store(bld: ProgramBuilder, **store) -> None:
+    bld.dep_push("compute", "store")
+    bld.dep_pop("compute", "store")
+    bld.store(**store)
+
+
+def _finish_with_store(bld: ProgramBuilder, cfg: VTAConfig, n: int = 16):
+    res = bld.alloc("res", (n, cfg.batch, cfg.block_out), np.int8)
+    _sync_store(bld, sram_base=0, dram_base=bld.elem_addr(res, MEM_OUT), x_size=n)
+    return bld.finish()
+
+
+def _gemm_after_late_load(cfg: VTAConfig, with_token: bool) -> Program:
+    """GEMM (index 2) emitted before the LOAD of its input (index 3); only a token makes it wait for the data."""
+    bld = ProgramBuilder(cfg)
+    inp = bld.alloc("inp", np.ones((1, cfg.batch, cfg.block_in), np.int8))
+    wgt = bld.alloc("wgt", np.ones((1, cfg.block_out, cfg.block_in), np.int8))
+    bld.load_uops(bld.uop_kernel("k", [Uop(0, 0, 0)]))
+    bld.load(MEM_WGT, sram_base=0, dram_base=bld.elem_addr(wgt, MEM_WGT))
+    if with_token:
+        bld.dep_pop("load", "compute")
+    bld.gemm(uop_bgn=0, uop_end=1)
+    bld.load(MEM_INP, sram_base=0, dram_base=bld.elem_addr(inp, MEM_INP))
+    bld.dep_push("load", "compute")
+    if not with_token:
+        bld.dep_pop("load", "compute")
+    return _finish_with_store(bld, cfg, n=1)
+
+
+def _raw_program(cfg: VTAConfig, insns: list, dram_bytes: int = 4096) -> Program:
+    """A program from raw instructions, bypassing the builder's token handling (no FINISH synchronisation)."""
+    from vta.isa import encode_stream
+
+    encoded = encode_stream(insns, cfg)
+    dram = np.zeros(dram_bytes + encoded.size, np.uint8)
+    dram[dram_bytes:] = encoded.reshape(-1)
+    return Program(cfg, list(insns), dram, dram_bytes)
+
+
+# ---- configs for random programs -------------------------------------------------------------------------------------
+CONFIGS = [SMALL_CFG, VTAConfig(log_block=3, log_uop_buff_size=8, log_inp_buff_size=8, log_wgt_buff_size=11,
+                                log_acc_buff_size=10, token_queue_depth=2),
+           VTAConfig(log_batch=2, log_block=2, log_uop_buff_size=6, log_inp_buff_size=7, log_wgt_buff_size=8,
+                     log_acc_buff_size=8, cmd_queue_depth=3),
+           VTAConfig(log_batch=1, log_block=3, log_uop_buff_size=6, log_inp_buff_size=6, log_wgt_buff_size=7,
+                     log_acc_buff_size=7, cmd_queue_depth=2, token_queue_depth=2, bus_bytes=32)]  # 2-entry buffers
