@@ -19,7 +19,7 @@ import pickle
 import time
 from dataclasses import dataclass, field
 from os import PathLike
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 
@@ -27,7 +27,6 @@ from vta.backend import Backend, backend_info, get_backend, operator_backends
 from vta.config import VTAConfig
 from vta.program import Program
 
-from . import qops
 from .codegen import INPUT, INPUT_B, OUTPUT, with_inputs
 from .intrin import intrinsics
 from .ir import Graph, Node

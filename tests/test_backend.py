@@ -8,18 +8,44 @@ import numpy as np
 import pytest
 
 from vta import fsim
-from vta.backend import Backend, FsimBackend, RunResult, available_backends, get_backend, register_backend
+from vta.backend import (BACKENDS, Backend, RunResult, UnsupportedWorkError, available_backends, backend_info, get_backend,
+                         operator_backends, program_backends, register_backend, unregister_backend)
+from vta.fsim_backend import FsimBackend
 from vta.gemm import gemm_program
 
 
 def test_available_backends():
-    assert {"fsim", "tsim"} <= set(available_backends())
-    assert available_backends() == sorted(available_backends())
+    assert available_backends() == ["cpu", "fsim", "tsim"]
+    assert program_backends() == ["fsim", "tsim"]
+    assert operator_backends() == ["cpu"]
+    assert list(BACKENDS) == ["fsim", "tsim", "cpu"]
+    assert all(info.summary for info in BACKENDS.values())
 
 
 def test_unknown_backend_lists_known_ones():
-    with pytest.raises(ValueError, match=r"^unknown backend 'fpga'; known backends are fsim, tsim"):
+    with pytest.raises(ValueError, match=r"^unknown backend 'fpga'; known backends are cpu, fsim, tsim$"):
         get_backend("fpga")
+    with pytest.raises(ValueError, match=r"^unknown backend 'fpga'; known backends are cpu, fsim, tsim$"):
+        backend_info("fpga")
+
+
+def test_each_registered_backend_loads_from_its_module():
+    for name, info in BACKENDS.items():
+        cls = info.load()
+        assert issubclass(cls, Backend) and cls.name == name
+        assert (cls.runs_programs, cls.runs_operators) == (info.runs_programs, info.runs_operators)
+
+
+def test_work_of_the_wrong_kind_is_refused(small_cfg):
+    prog, _ = gemm_program(small_cfg, 4, 4, 4)
+    with pytest.raises(UnsupportedWorkError, match=r"^the cpu backend runs graph operators, not accelerator "
+                       r"programs; program backends are fsim, tsim$"):
+        get_backend("cpu").run(prog)
+    with pytest.raises(UnsupportedWorkError, match=r"^the fsim backend runs accelerator programs, not graph "
+                       r"operators; operator backends are cpu$"):
+        get_backend("fsim").run_node(None, None, {})
+    with pytest.raises(TypeError, match=r"^the cpu backend takes no options, not trace$"):
+        get_backend("cpu", trace=True)
 
 
 def test_fsim_backend_runs_a_program(small_cfg):
@@ -58,15 +84,21 @@ def test_register_backend(small_cfg):
     try:
         prog, _ = gemm_program(small_cfg, 4, 4, 4)
         assert get_backend("echo").run(prog).cycles == 0
-        assert "echo" in available_backends()
+        assert "echo" in available_backends() and "echo" in program_backends()
     finally:
-        from vta import backend as module
-        module._FACTORIES.pop("echo")
+        unregister_backend("echo")
+    assert "echo" not in available_backends()
     with pytest.raises(TypeError, match=r"^a backend factory must be callable, not 3$"):
         register_backend("x", 3)
+    with pytest.raises(ValueError, match=r"^'fsim' is a built-in backend and cannot be replaced; choose another "
+                       r"name$"):
+        register_backend("fsim", Echo)
+    with pytest.raises(ValueError, match=r"^'cpu' is a built-in backend and cannot be removed$"):
+        unregister_backend("cpu")
 
 
 def test_importing_backend_loads_no_simulator():
-    code = "import sys, vta.backend; print('vta.tsim.backend' in sys.modules, 'vta.fsim' in sys.modules)"
+    code = ("import sys, vta.backend; print('vta.tsim.backend' in sys.modules, 'vta.fsim' in sys.modules, "
+            "'vta.compiler' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.split() == ["False", "False"]
+    assert out.split() == ["False", "False", "False"]

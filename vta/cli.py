@@ -45,7 +45,6 @@ PLUGINS: dict[str, tuple[str, str]] = {
     "compile": ("vta.compiler.cli", "compile an ONNX model to an accelerator program (vta compile --help)"),
     "tsim": ("vta.tsim.cli", "Verilator co-simulation: build, run, trace (vta tsim --help)"),
 }
-TARGETS = ("fsim", "tsim", "cpu")
 
 
 # ---- config ---------------------------------------------------------------------------------------------------------
@@ -252,15 +251,15 @@ def _cmd_run(args: argparse.Namespace) -> int:
             raise CliError(f"--{name} must be a positive number of elements, not {value}")
     cfg = config_from_args(args)
     import numpy as np
-    from .backend import get_backend
+    from .backend import backend_info, get_backend, program_backends
     from .gemm import gemm_program
     program, expected = gemm_program(cfg, args.m, args.k, args.n, seed=args.seed,
                                      double_buffer=not args.no_double_buffer)
-    try:
-        backend = get_backend(args.target)
-    except ValueError as err:
-        raise CliError(f"{err}; the GEMM benchmark needs an instruction-level backend (--target cpu runs models "
-                       f"through the compiler's CPU fallback: vta run MODEL --target cpu)") from None
+    if not backend_info(args.target).runs_programs:
+        raise CliError(f"the {args.target} backend runs graph operators, not accelerator programs; the GEMM "
+                       f"benchmark needs a program backend ({', '.join(program_backends())}) (--target "
+                       f"{args.target} runs models: vta run MODEL --target {args.target})")
+    backend = get_backend(args.target)
     log.info("running a %dx%dx%d GEMM (%d instructions) on %s", args.m, args.k, args.n, len(program.insns),
              args.target)
     result = backend.run(program)
@@ -424,9 +423,10 @@ def _add_run_command(sub: Any, with_model_options: bool) -> None:
     run.add_argument("model", metavar="MODEL", nargs="?", default=None,
                      help="a model zoo name or an .onnx path, or a saved program (.npz) to run as it is "
                           "(default: the built-in GEMM benchmark)")
-    run.add_argument("--target", choices=TARGETS, default="fsim",
-                     help="backend: fsim (functional simulator, the spec), tsim (Verilator RTL, cycle-exact), "
-                          "cpu (fallback) (default: fsim)")
+    from .backend import BACKENDS
+    run.add_argument("--target", choices=list(BACKENDS), default="fsim",
+                     help="backend: " + "; ".join(f"{info.name}: {info.summary}" for info in BACKENDS.values()) +
+                          " (default: fsim)")
     add_config_option(run)
     run.add_argument("--m", type=int, default=256, help="GEMM rows of A and C, elements (default: 256)")
     run.add_argument("--k", type=int, default=256, help="GEMM reduction length, elements (default: 256)")
