@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from os import PathLike
 from typing import Any
 
-from vta.hw.regs import CYCLE_CLASSES, MODULES
+from vta.counters import CYCLE_CLASSES, MODULES
 
 from .runtime import AccelStep, Compiled, RunOutput
 

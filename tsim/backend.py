@@ -19,6 +19,7 @@ import numpy as np
 
 from vta.backend import Backend, RunResult
 from vta.config import VTAConfig
+from vta.counters import INSN_COUNTERS, STAT_COUNTERS
 from vta.isa import TOKEN_POPS, TOKEN_PUSHES
 
 from .bridge import Model, RunOutput
@@ -26,12 +27,10 @@ from .build import Build, build
 
 __all__ = ["TSimBackend", "stats_from_counters", "STAT_COUNTERS", "INSN_COUNTERS"]
 
-STAT_COUNTERS = ("gemm_uops", "alu_uops", "insn_bytes_read", "uop_bytes_read", "wgt_bytes_read", "inp_bytes_read",
-                 "acc_bytes_read", "out_bytes_written")
-"""The hardware counters that equal the functional simulator's statistics on the same program."""
+# STAT_COUNTERS (micro-ops and bytes) and INSN_COUNTERS (instructions per module): the hardware counters that equal
+# the functional simulator's statistics on the same program; defined in vta.counters, exported here as before.
 
 DEFAULT_WATCHDOG = 100_000
-INSN_COUNTERS = ("fetch_insns", "load_insns", "compute_insns", "store_insns")
 
 # module -> instruction flag -> the fsim statistic it counts towards ("<queue>_pops" / "<queue>_pushes")
 _TOKEN_FLAGS = {m: {**{f: f"{q}_pops" for f, q in TOKEN_POPS[m].items()},

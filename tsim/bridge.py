@@ -16,7 +16,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from vta.config import VTAConfig
-from vta.hw.regs import CYCLE_CLASSES, COUNTERS, MODULES
+from vta.counters import CSR_COUNTERS, CYCLE_CLASSES, MODULES
 
 from .build import Build
 
@@ -87,7 +87,7 @@ class _Info(ctypes.Structure):
 @dataclass
 class RunOutput:
     """One finished run: ``cycles`` (harness cycles from start to done), ``counters`` (name -> value, the core's
-    counters in :data:`vta.hw.regs.COUNTERS` order), the host's view of the memory traffic (``rd_requests``,
+    counters in :data:`vta.counters.CSR_COUNTERS` order), the host's view of the memory traffic (``rd_requests``,
     ``rd_beats``, ``wr_beats``) and ``drain_cycles``, the cycles clocked after done to let late work finish."""
 
     cycles: int
@@ -170,18 +170,18 @@ class Model:
         drain_cycles = 4 * latency + 256 if drain_cycles is None else drain_cycles
         _check_uint("drain_cycles", drain_cycles, 64)
         trace_arg, begin, end = self._trace_args(trace, trace_window)
-        n = len(COUNTERS)
+        n = len(CSR_COUNTERS)
         counters = (ctypes.c_uint64 * n)()
         before = (ctypes.c_uint64 * n)()
         info = _Info()
         status = self._lib.tsim_run(image.ctypes.data, image.size, insn_addr, insn_count, max_cycles,
                                     watchdog_cycles, latency, drain_cycles, counters, before, n, trace_arg, begin,
                                     end, int(bool(two_phase)), ctypes.byref(info))
-        values = dict(zip(COUNTERS, (int(v) for v in counters)))
+        values = dict(zip(CSR_COUNTERS, (int(v) for v in counters)))
         if status == _DONE:
             return image, RunOutput(int(info.done_cycle), values, int(info.rd_requests), int(info.rd_beats),
                                     int(info.wr_beats), int(info.cycles) - int(info.done_cycle))
-        raise self._error(status, info, values, dict(zip(COUNTERS, (int(v) for v in before))), image.size, insns)
+        raise self._error(status, info, values, dict(zip(CSR_COUNTERS, (int(v) for v in before))), image.size, insns)
 
     def run_program(self, program: Any, **options: Any) -> tuple[np.ndarray, RunOutput]:
         """:meth:`run` on a :class:`vta.program.Program`: its DRAM image, instruction offset and instruction stream;

@@ -170,11 +170,9 @@ class Session:
         self.sim.io.rst = 0
 
     def counter(self, name: str) -> int:
-        """Performance counter ``name`` (see ``vta.hw.regs.COUNTERS``) read through the CSR port."""
-        from vta.hw.regs import COUNTERS
-        if name not in COUNTERS:
-            raise KeyError(f"unknown counter {name!r}; counters are {', '.join(COUNTERS)}")
-        self.poke("csr_addr", COUNTERS.index(name))
+        """Performance counter ``name`` (see :data:`vta.counters.CSR_COUNTERS`) read through the CSR port."""
+        from vta.counters import csr_address
+        self.poke("csr_addr", csr_address(name))
         return self.peek("csr_rdata")
 
     # ---- a slow, Python-served memory port for short debugging runs ---------------------------------------------

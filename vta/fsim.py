@@ -100,7 +100,9 @@ class RaceError(SimulationError):
 # ---- results --------------------------------------------------------------------------------------------------------
 @dataclass
 class Stats:
-    """Event counts of one run (names as the hardware counters in ``vta.hw.regs``); bytes, micro-ops, MACs, insns."""
+    """Event counts of one run: bytes, micro-ops, MACs, instructions, tokens. The fields are
+    :data:`vta.counters.STATISTICS`, in that order; each one's unit and meaning is in :data:`vta.counters.CATALOGUE`
+    (``tests/test_counters.py`` checks that they agree)."""
 
     insn_bytes_read: int = 0
     uop_bytes_read: int = 0
