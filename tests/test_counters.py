@@ -32,7 +32,7 @@ SMALL = VTAConfig(log_block=3, log_uop_buff_size=10, log_inp_buff_size=10, log_w
                   log_acc_buff_size=11, cmd_queue_depth=4, token_queue_depth=4)
 
 
-# ---- the catalogue itself ---------------------------------------------------------------------------------------------
+# ---- the catalogue itself --------------------------------------------------------------------------------------------
 def test_csr_order_is_unchanged():
     assert CSR_COUNTERS == CSR_MAP
     assert csr_address("cycles") == 0
@@ -118,7 +118,7 @@ def test_counters_is_on_the_ground_floor():
     assert imports and all(m in ("__future__", "re", "dataclasses", ".isa") for m in imports), imports
 
 
-# ---- the RTL register map ------------------------------------------------------------------------------------------
+# ---- the RTL register map --------------------------------------------------------------------------------------------
 def test_hw_regs_derive_from_counters():
     from vta.hw import regs
     assert regs.COUNTERS == CSR_MAP
