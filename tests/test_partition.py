@@ -1,0 +1,148 @@
+"""Tests for vta.compiler.partition: where each node runs under each policy and the reason recorded, force_cpu,
+layers the accelerator cannot run staying on the CPU, and each accelerator node lowered exactly once per compile."""
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from vta.compiler import partition as P
+from vta.compiler.intrin import intrinsics
+from vta.compiler.ir import AddRequant, Graph, Requant
+from vta.compiler.partition import Lowered, lower_node, partition
+from vta.compiler.pipeline import compile_graph, partition_graph
+from vta.compiler.schedule import ScheduleError
+from vta.config import VTAConfig
+
+
+def _graph() -> Graph:
+    """x -> conv a -> conv b -> add(a, b) -> maxpool -> reshape -> dense."""
+    rng = np.random.default_rng(0)
+    g = Graph("toy")
+    g.add_tensor("x", (1, 12, 8, 8), "int8", 0.05)
+    g.inputs.append("x")
+    g.add_constant("wa", rng.integers(-60, 60, (20, 12, 3, 3)).astype(np.int8))
+    g.add_constant("ba", rng.integers(-900, 900, 20).astype(np.int32))
+    g.add_constant("wb", rng.integers(-60, 60, (20, 20, 3, 3)).astype(np.int8))
+    g.add_constant("bb", rng.integers(-900, 900, 20).astype(np.int32))
+    g.add_constant("wd", rng.integers(-60, 60, (10, 320)).astype(np.int8))
+    g.add_constant("bd", rng.integers(-900, 900, 10).astype(np.int32))
+    for name, shape in [("a", (1, 20, 8, 8)), ("b", (1, 20, 8, 8)), ("s", (1, 20, 8, 8)), ("p", (1, 20, 4, 4)),
+                        ("f", (1, 320)), ("y", (1, 10))]:
+        g.add_tensor(name, shape, "int8", 0.1)
+    g.add_node("QConv2d", "conv_a", ["x", "wa", "ba"], ["a"], strides=(1, 1), pads=(1, 1, 1, 1), groups=1,
+               requant=Requant(np.full(20, 7), np.full(20, 12), 0, 127))
+    g.add_node("QConv2d", "conv_b", ["a", "wb", "bb"], ["b"], strides=(1, 1), pads=(1, 1, 1, 1), groups=1,
+               requant=Requant(np.full(20, 5), np.full(20, 12)))
+    g.add_node("QAdd", "add", ["a", "b"], ["s"], requant=AddRequant(3, 5, 3, 0, 127))
+    g.add_node("MaxPool", "pool", ["s"], ["p"], kernel=(2, 2), strides=(2, 2), pads=(0, 0, 0, 0))
+    g.add_node("Reshape", "flat", ["p"], ["f"], shape=(1, 320))
+    g.add_node("QDense", "fc", ["f", "wd", "bd"], ["y"], requant=Requant(np.full(10, 7), np.full(10, 13)))
+    g.outputs.append("y")
+    g.validate()
+    return g
+
+
+def _untileable() -> Graph:
+    """One 1x4000 convolution: even a one-pixel tile's weights overflow half of the default wgt buffer."""
+    g = Graph("wide")
+    g.add_tensor("x", (1, 16, 1, 4000), "int8", 0.05)
+    g.inputs.append("x")
+    g.add_constant("w", np.ones((16, 16, 1, 4000), np.int8))
+    g.add_constant("bias", np.zeros(16, np.int32))
+    g.add_tensor("y", (1, 16, 1, 1), "int8", 0.1)
+    g.add_node("QConv2d", "wide", ["x", "w", "bias"], ["y"], strides=(1, 1), pads=(0, 0, 0, 0), groups=1,
+               requant=Requant(np.full(16, 3), np.full(16, 20)))
+    g.outputs.append("y")
+    g.validate()
+    return g
+
+
+def _where(decisions):
+    return {name: (d.target, d.reason) for name, d in decisions.items()}
+
+
+def test_accel_policy_offloads_every_supported_node():
+    assert _where(partition(_graph(), VTAConfig(), policy="accel")) == {
+        "conv_a": ("accel", "supported"), "conv_b": ("accel", "supported"), "add": ("accel", "supported"),
+        "pool": ("cpu", "MaxPool has no accelerator rule"), "flat": ("cpu", "Reshape has no accelerator rule"),
+        "fc": ("accel", "supported")}
+
+
+def test_cpu_policy_offloads_nothing():
+    decisions = partition(_graph(), VTAConfig(), policy="cpu")
+    assert {d.target for d in decisions.values()} == {"cpu"}
+    assert decisions["conv_a"].reason == "the cpu policy offloads nothing"
+    assert decisions["pool"].reason == "MaxPool has no accelerator rule"
+    assert decisions["conv_a"].accel_us is None
+
+
+def test_auto_policy_weighs_the_estimates():
+    decisions = partition(_graph(), VTAConfig(), policy="auto")
+    assert [d.node for d in decisions.values()] == ["conv_a", "conv_b", "add", "pool", "flat", "fc"]
+    assert _where(decisions) == {
+        "conv_a": ("accel", "faster (25 us vs 73 us on the CPU)"),
+        "conv_b": ("accel", "faster (36 us vs 120 us on the CPU)"),
+        "add": ("cpu", "the CPU is faster (5 us vs 14 us)"),
+        "pool": ("cpu", "MaxPool has no accelerator rule"),
+        "flat": ("cpu", "Reshape has no accelerator rule"),
+        "fc": ("cpu", "the CPU is faster (2 us vs 13 us)")}
+    conv_a = decisions["conv_a"]
+    assert conv_a.macs == 1 * 20 * 8 * 8 * 12 * 9
+    # CPU: MACs / 2000 + output elements / 500 + the output converted for the accelerator consumers / 1000 (us)
+    assert conv_a.cpu_us == pytest.approx(138240 / 2000 + 1280 / 500 + 1280 / 1000)
+    assert conv_a.accel_us < conv_a.cpu_us
+
+
+def test_force_cpu_keeps_a_node_on_the_cpu():
+    decisions = partition(_graph(), VTAConfig(), policy="accel", force_cpu={"conv_b"})
+    assert (decisions["conv_b"].target, decisions["conv_b"].reason) == ("cpu", "forced onto the CPU")
+    assert decisions["conv_a"].target == decisions["add"].target == "accel"
+
+
+def test_a_layer_no_tiling_fits_stays_on_the_cpu():
+    cfg = VTAConfig()
+    (decision,) = partition(_untileable(), cfg, policy="accel").values()
+    assert decision.target == "cpu"
+    assert decision.reason == (f"not supported on {cfg.name}: no tiling fits: even a one-pixel tile breaks these "
+                               f"limits: the input tile needs 4000 inp entries, more than half the buffer (1024); "
+                               f"the weight tile needs 4000 wgt entries, more than half the buffer (512); the tile needs 4000 "
+                               f"GEMM micro-ops, more than a quarter of the uop buffer (2048)")
+
+
+def test_policy_must_be_known():
+    with pytest.raises(ValueError, match=r"^policy must be one of auto, accel, cpu, not 'gpu'$"):
+        partition(_graph(), VTAConfig(), policy="gpu")
+
+
+def test_partition_hands_back_the_lowered_layers():
+    intr = intrinsics(VTAConfig())
+    decisions, lowered = partition_graph(_graph(), intr, policy="accel", force_cpu=["add"])
+    assert set(lowered) == {name for name, d in decisions.items() if d.target == "accel"} == {"conv_a", "conv_b",
+                                                                                               "fc"}
+    assert all(isinstance(layer, Lowered) for layer in lowered.values())
+    assert lowered["conv_a"].fold is None  # 12 channels x 3 columns fit one 16-channel block no better than 3 blocks
+    assert partition_graph(_graph(), intr, policy="cpu")[1] == {}
+
+
+def test_lower_node_takes_intrinsics():
+    g = _graph()
+    with pytest.raises(TypeError, match=r"^lower_node\(\) needs the Intrinsics of a config \(see intrinsics\(cfg\)\), "
+                                        r"not VTAConfig$"):
+        lower_node(g, g.nodes[0], VTAConfig())
+    with pytest.raises(ScheduleError, match=r"^the accelerator has no rule for op MaxPool$"):
+        lower_node(g, g.nodes[3], intrinsics(VTAConfig()))
+
+
+@pytest.mark.parametrize("policy", ["accel", "auto"])
+def test_each_accelerator_node_is_lowered_once_per_compile(monkeypatch, policy):
+    calls: Counter[str] = Counter()
+    for op, rule in list(P.ACCEL_RULES.items()):
+        def counting(graph, node, intr, rule=rule):
+            calls[node.name] += 1
+            return rule(graph, node, intr)
+        monkeypatch.setitem(P.ACCEL_RULES, op, counting)
+    compiled = compile_graph(_graph(), VTAConfig(), policy=policy)
+    accel = [s.node.name for s in compiled.steps if s.where == "accel"]
+    assert accel
+    assert calls == Counter({name: 1 for name, d in compiled.decisions.items() if d.accel_us is not None})
+    assert all(calls[name] == 1 for name in accel)
