@@ -10,19 +10,21 @@ from vta.program import Program, ProgramBuilder
 from conftest import SMALL_CFG
 
 
-def _sync_store(bld: ProgramBuilder, **store) -> None:
+def sync_store(bld: ProgramBuilder, **store: int) -> None:
+    """A compute->store token, then a STORE with ``store`` (the keyword arguments of ``ProgramBuilder.store``)."""
     bld.dep_push("compute", "store")
     bld.dep_pop("compute", "store")
     bld.store(**store)
 
 
-def _finish_with_store(bld: ProgramBuilder, cfg: VTAConfig, n: int = 16):
+def finish_with_store(bld: ProgramBuilder, cfg: VTAConfig, n: int = 16) -> Program:
+    """Store out entries [0, n) to a new allocation ``"res"`` (n out elements), then finish the program."""
     res = bld.alloc("res", (n, cfg.batch, cfg.block_out), np.int8)
-    _sync_store(bld, sram_base=0, dram_base=bld.elem_addr(res, MEM_OUT), x_size=n)
+    sync_store(bld, sram_base=0, dram_base=bld.elem_addr(res, MEM_OUT), x_size=n)
     return bld.finish()
 
 
-def _gemm_after_late_load(cfg: VTAConfig, with_token: bool) -> Program:
+def gemm_after_late_load(cfg: VTAConfig, with_token: bool) -> Program:
     """GEMM (index 2) emitted before the LOAD of its input (index 3); only a token makes it wait for the data."""
     bld = ProgramBuilder(cfg)
     inp = bld.alloc("inp", np.ones((1, cfg.batch, cfg.block_in), np.int8))
@@ -36,10 +38,10 @@ def _gemm_after_late_load(cfg: VTAConfig, with_token: bool) -> Program:
     bld.dep_push("load", "compute")
     if not with_token:
         bld.dep_pop("load", "compute")
-    return _finish_with_store(bld, cfg, n=1)
+    return finish_with_store(bld, cfg, n=1)
 
 
-def _raw_program(cfg: VTAConfig, insns: list, dram_bytes: int = 4096) -> Program:
+def raw_program(cfg: VTAConfig, insns: list, dram_bytes: int = 4096) -> Program:
     """A program from raw instructions, bypassing the builder's token handling (no FINISH synchronisation)."""
     from vta.isa import encode_stream
 

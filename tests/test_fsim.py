@@ -12,7 +12,7 @@ from vta.isa import ALU_ADD, ALU_MAX, ALU_MIN, ALU_MUL, ALU_SHR, Alu, Finish, Ge
 from vta.program import Program, ProgramBuilder
 from vta.testing import random_program
 
-from fsim_helpers import CONFIGS, _finish_with_store, _gemm_after_late_load, _raw_program, _sync_store
+from fsim_helpers import CONFIGS, finish_with_store, gemm_after_late_load, raw_program, sync_store
 
 
 # ---- a naive reference: program order, one element at a time, Python ints --------------------------------------------
@@ -181,7 +181,7 @@ def test_store_strided(small_cfg, stride):
     bld.load_uops(uop)
     bld.load(MEM_ACC, sram_base=2, dram_base=bld.elem_addr(accs, MEM_ACC), x_size=6)
     bld.alu(ALU_ADD, uop_bgn=0, uop_end=1, iter_out=6, dst_factor_out=1, use_imm=True, imm=0)
-    _sync_store(bld, sram_base=2, dram_base=bld.elem_addr(dst, MEM_OUT) + 1, y_size=2, x_size=3, x_stride=stride)
+    sync_store(bld, sram_base=2, dram_base=bld.elem_addr(dst, MEM_OUT) + 1, y_size=2, x_size=3, x_stride=stride)
     prog = bld.finish()
     res = fsim.run(prog)
     got = prog.read("dst", res.dram)
@@ -219,7 +219,7 @@ def test_gemm_loops_match_reference(small_cfg, reset):
     bld.load_uops(kernel, sram_base=4)
     bld.gemm(uop_bgn=4, uop_end=7, iter_out=3, iter_in=2, dst_factor_out=4, dst_factor_in=2, src_factor_out=1,
              src_factor_in=3, wgt_factor_out=2, wgt_factor_in=1, reset=reset)
-    prog = _finish_with_store(bld, cfg)
+    prog = finish_with_store(bld, cfg)
     res = fsim.run(prog, keep_sram=True)
     assert np.array_equal(res.dram, ref_run(prog))
     assert res.stats.gemm_uops == 18
@@ -236,7 +236,7 @@ def test_gemm_wraps_around_32_bits(small_cfg):
     bld = _gemm_setup(cfg, np.random.default_rng(2), acc_init=big)
     bld.load_uops(bld.uop_kernel("k", [Uop(0, 0, 0)]))
     bld.gemm(uop_bgn=0, uop_end=1, iter_out=8, dst_factor_out=1, src_factor_out=1, wgt_factor_out=1)
-    prog = _finish_with_store(bld, cfg)
+    prog = finish_with_store(bld, cfg)
     res = fsim.run(prog, keep_sram=True)
     inp = prog.read("inp").astype(np.int64)
     wgt = prog.read("wgt").astype(np.int64)
@@ -279,7 +279,7 @@ def _alu_prog(cfg: VTAConfig, op: int, *, use_imm: bool, imm: int = 0, a=None, b
     bld.load_uops(bld.uop_kernel("k", uops or [Uop(0, 8)]))
     loops = loops or {"uop_bgn": 0, "uop_end": 1, "iter_out": 8, "dst_factor_out": 1, "src_factor_out": 1}
     bld.alu(op, **loops, use_imm=use_imm, imm=imm)
-    return _finish_with_store(bld, cfg), a, b
+    return finish_with_store(bld, cfg), a, b
 
 
 @pytest.mark.parametrize("op", ALU_OPS)
@@ -345,13 +345,13 @@ def test_alu_max_pool_pattern(small_cfg):
 
 # ---- tokens and the schedule -----------------------------------------------------------------------------------------
 def test_pop_waits_for_a_later_push(small_cfg):
-    res = fsim.run(_gemm_after_late_load(small_cfg, True), keep_sram=True)
+    res = fsim.run(gemm_after_late_load(small_cfg, True), keep_sram=True)
     assert res.sram["acc"][0, 0, 0] == small_cfg.block_in
 
 
 def test_token_counts_and_stats_exact(small_cfg):
     cfg = small_cfg
-    prog = _gemm_after_late_load(cfg, True)
+    prog = gemm_after_late_load(cfg, True)
     stats = fsim.run(prog).stats.as_dict()
     n = len(prog.insns)
     assert stats == {
@@ -366,16 +366,16 @@ def test_token_counts_and_stats_exact(small_cfg):
 
 def test_pop_before_push_of_same_module_completes(small_cfg):
     """Pops happen before execution and pushes after: a compute instruction may pop and push in one go."""
-    prog = _raw_program(small_cfg, [Load(mem=MEM_INP, x_size=0, push_next=True),
-                                    Gemm(uop_end=0, pop_prev=True, push_prev=True),
-                                    Load(mem=MEM_INP, x_size=0, pop_next=True), Finish()])
+    prog = raw_program(small_cfg, [Load(mem=MEM_INP, x_size=0, push_next=True),
+                                   Gemm(uop_end=0, pop_prev=True, push_prev=True),
+                                   Load(mem=MEM_INP, x_size=0, pop_next=True), Finish()])
     stats = fsim.run(prog).stats
     assert (stats.load_to_compute_pops, stats.compute_to_load_pops) == (1, 1)
 
 
 # ---- run() leaves the program alone ----------------------------------------------------------------------------------
 def test_run_does_not_modify_the_program(small_cfg):
-    prog = _finish_with_store(_gemm_setup(small_cfg, np.random.default_rng(0)), small_cfg)
+    prog = finish_with_store(_gemm_setup(small_cfg, np.random.default_rng(0)), small_cfg)
     before = prog.dram.copy()
     res = fsim.run(prog)
     assert np.array_equal(prog.dram, before)
@@ -425,7 +425,7 @@ def test_gemm_strategies_match_reference(cfg, kind, uops, loops):
     bld.dep_pop("load", "compute")
     bld.load_uops(bld.uop_kernel("k", uops))
     bld.gemm(uop_bgn=0, uop_end=len(uops), **loops)
-    prog = _finish_with_store(bld, cfg, n=80)
+    prog = finish_with_store(bld, cfg, n=80)
     assert np.array_equal(fsim.run(prog).dram, ref_run(prog))
     # the strategy the plan picks for this loop structure
     o = np.arange(loops["iter_out"]).repeat(len(uops))
