@@ -105,8 +105,8 @@ def test_a_layer_no_tiling_fits_stays_on_the_cpu():
     assert decision.target == "cpu"
     assert decision.reason == (f"not supported on {cfg.name}: no tiling fits: even a one-pixel tile breaks these "
                                f"limits: the input tile needs 4000 inp entries, more than half the buffer (1024); "
-                               f"the weight tile needs 4000 wgt entries, more than half the buffer (512); the tile needs 4000 "
-                               f"GEMM micro-ops, more than a quarter of the uop buffer (2048)")
+                               f"the weight tile needs 4000 wgt entries, more than half the buffer (512); "
+                               f"the tile needs 4000 GEMM micro-ops, more than a quarter of the uop buffer (2048)")
 
 
 def test_policy_must_be_known():

@@ -1,0 +1,128 @@
+"""Tests for vta.compiler.pipeline: the stages compose to the artefact the compiler produced before they were split
+(same accelerator steps, identical instruction streams and DRAM images), compiling is deterministic, and the old
+import paths still reach the one implementation."""
+import hashlib
+
+import numpy as np
+import pytest
+
+from vta.compiler import pipeline
+from vta.compiler.intrin import intrinsics
+from vta.compiler.partition import lower_node, partition
+from vta.compiler.pipeline import (accel_step, calibration_inputs, compile_graph, compile_model, load_graph,
+                                   partition_graph, random_inputs)
+from vta.compiler.quantize import quantize
+from vta.compiler.runtime import AccelStep, Compiled, CpuStep
+from vta.config import VTAConfig
+
+
+def _same_programs(a: Compiled, b: Compiled) -> None:
+    assert [(type(s), s.node.name) for s in a.steps] == [(type(s), s.node.name) for s in b.steps]
+    for x, y in zip(a.steps, b.steps):
+        if isinstance(x, AccelStep):
+            assert x.program.insns == y.program.insns
+            assert np.array_equal(x.program.dram, y.program.dram)
+            assert (x.inputs, x.output, x.macs, x.gemm_uops, x.alu_uops, x.tiles, x.tiling, x.fold) == \
+                   (y.inputs, y.output, y.macs, y.gemm_uops, y.alu_uops, y.tiles, y.tiling, y.fold)
+    assert a.decisions == b.decisions
+
+
+def _dram_digest(compiled: Compiled) -> str:
+    """sha256 of every accelerator program's DRAM image (encoded instructions, micro-ops, weights, constants)."""
+    h = hashlib.sha256()
+    for step in compiled.steps:
+        if isinstance(step, AccelStep):
+            h.update(step.program.dram.tobytes())
+    return h.hexdigest()
+
+
+@pytest.fixture(scope="module")
+def tiny() -> Compiled:
+    return compile_model("tiny_cnn", VTAConfig(), policy="accel", calib=2)
+
+
+def test_the_tiny_cnn_artefact_is_unchanged(tiny):
+    """Pinned from the compiler before the pipeline was split into stages (one lowering per node since)."""
+    assert [(type(s).__name__, s.node.name) for s in tiny.steps] == [
+        ("CpuStep", "quantize_input"), ("AccelStep", "conv_3"), ("AccelStep", "conv_7"), ("CpuStep", "flatten_9"),
+        ("AccelStep", "gemm_12"), ("CpuStep", "dequantize_output")]
+    accel = [s for s in tiny.steps if isinstance(s, AccelStep)]
+    assert [len(s.program.insns) for s in accel] == [19, 19, 34]
+    assert [(s.gemm_uops, s.alu_uops, s.tiling) for s in accel] == [
+        (256, 320, "oc1 ic1 oh8 ow8 kw-folded"), (160, 80, "oc1 ic1 oh4 ow4"), (17, 5, "oc1 ic16 oh1 ow1")]
+    assert _dram_digest(tiny) == "ff2e87ba5ba42dd920e523841111ef8afa0482fe0dd8a48093de55ac6d044045"
+    assert tiny.meta["model"] == "tiny_cnn" and tiny.meta["double_buffer"] is True
+
+
+def test_the_stages_compose_to_compile_model(tiny):
+    graph = load_graph("tiny_cnn")
+    qgraph = quantize(graph, calibration_inputs("tiny_cnn", graph, 1, 2))
+    _same_programs(compile_graph(qgraph, VTAConfig(), policy="accel"), tiny)
+
+
+def test_reusing_the_partition_layers_equals_lowering_again(tiny):
+    """What compile_graph did before: partition, then lower every accelerator node a second time."""
+    graph, cfg = tiny.graph, tiny.cfg
+    intr = intrinsics(cfg)
+    decisions = partition(graph, cfg, policy="accel")
+    steps = [accel_step(graph, node, lower_node(graph, node, intr), intr) if decisions[node.name].target == "accel"
+             else CpuStep(node, decisions[node.name].macs) for node in graph.nodes]
+    _same_programs(Compiled(cfg, graph, steps, decisions), tiny)
+
+
+@pytest.mark.parametrize("policy", ["accel", "auto"])
+def test_mini_resnet_compiles_deterministically(policy):
+    first = compile_model("mini_resnet", VTAConfig(), policy=policy, calib=2)
+    second = compile_model("mini_resnet", VTAConfig(), policy=policy, calib=2)
+    _same_programs(first, second)
+    assert (first.accel_steps, len(first.steps)) == ((8, 17) if policy == "accel" else (6, 17))
+    if policy == "accel":
+        assert sum(len(s.program.insns) for s in first.steps if isinstance(s, AccelStep)) == 233
+
+
+def test_single_threaded_programs():
+    qgraph = load_graph("tiny_cnn")
+    qgraph = quantize(qgraph, random_inputs(qgraph, 1, 2))
+    double = compile_graph(qgraph, VTAConfig(), policy="accel")
+    single = compile_graph(qgraph, VTAConfig(), policy="accel", double_buffer=False)
+    assert (double.meta, single.meta) == ({"double_buffer": True}, {"double_buffer": False})
+    assert [s.where for s in double.steps] == [s.where for s in single.steps]
+
+
+def test_partition_graph_lowers_only_accelerator_nodes(tiny):
+    decisions, lowered = partition_graph(tiny.graph, intrinsics(tiny.cfg), policy="accel", force_cpu=["conv_7"])
+    assert sorted(lowered) == ["conv_3", "gemm_12"]
+    assert decisions["conv_7"].reason == "forced onto the CPU"
+
+
+def test_random_inputs_are_seeded_and_shaped():
+    graph = load_graph("tiny_cnn")
+    one = random_inputs(graph, 3)
+    assert list(one) == ["input"] and one["input"].shape == (1, 1, 8, 8) and one["input"].dtype == np.float32
+    assert np.array_equal(one["input"], random_inputs(graph, 3)["input"])
+    assert not np.array_equal(one["input"], random_inputs(graph, 4)["input"])
+    assert random_inputs(graph, 3, samples=4)["input"].shape == (4, 1, 8, 8)
+
+
+def test_calibration_inputs_are_random_without_real_data():
+    graph = load_graph("tiny_cnn")
+    assert np.array_equal(calibration_inputs("tiny_cnn", graph, 1, 2)["input"], random_inputs(graph, 1, 2)["input"])
+
+
+def test_load_graph_names_the_zoo():
+    with pytest.raises(ValueError, match=r"^model 'no_such_net' is neither a file nor a zoo model; zoo models are "
+                                         r".*tiny_cnn"):
+        load_graph("no_such_net")
+
+
+def test_load_graph_batch():
+    assert load_graph("tiny_cnn", batch=2).shape("input") == (2, 1, 8, 8)
+
+
+def test_old_import_paths_reach_the_pipeline():
+    from vta.compiler import cli, runtime
+    assert cli.compile_model is pipeline.compile_model
+    assert cli.load_graph is pipeline.load_graph
+    assert runtime.compile_graph is pipeline.compile_graph
+    with pytest.raises(AttributeError):
+        cli.no_such_name  # noqa: B018
