@@ -1,0 +1,104 @@
+"""Tests for vta.compiler.report: the rows and totals of tiny_cnn run on fsim (exact values), the JSON and CSV
+round trips, the text table, and totals with cycle counts (as tsim reports them)."""
+import csv
+import json
+
+import pytest
+
+from vta.compiler.pipeline import compile_model, random_inputs
+from vta.compiler.report import COLUMNS, MODULE_COLUMNS, Report, build_report
+from vta.compiler.runtime import run
+from vta.config import VTAConfig
+
+KEYS = ("layer", "op", "where", "macs", "gemm_uops", "alu_uops", "cycles", "util", "bytes", "conversions", "tiling",
+        "reason")
+EXPECTED_ROWS = [
+    ("quantize_input", "Quantize", "cpu", 0, 0, 0, None, None, 0, 0, "", "Quantize has no accelerator rule"),
+    ("conv_3", "QConv2d", "accel", 4608, 256, 320, None, None, 3340, 1, "oc1 ic1 oh8 ow8 kw-folded", "supported"),
+    ("conv_7", "QConv2d", "accel", 18432, 160, 80, None, None, 4132, 0, "oc1 ic1 oh4 ow4", "supported"),
+    ("flatten_9", "Reshape", "cpu", 0, 0, 0, None, None, 0, 1, "", "Reshape has no accelerator rule"),
+    ("gemm_12", "QDense", "accel", 2560, 17, 5, None, None, 5184, 1, "oc1 ic16 oh1 ow1", "supported"),
+    ("dequantize_output", "Dequantize", "cpu", 0, 0, 0, None, None, 0, 1, "", "Dequantize has no accelerator rule"),
+]
+
+
+@pytest.fixture(scope="module")
+def report() -> Report:
+    compiled = compile_model("tiny_cnn", VTAConfig(), policy="accel", calib=2)
+    out = run(compiled, random_inputs(compiled.graph, 0), target="fsim")
+    return build_report(compiled, out, model="tiny_cnn")
+
+
+def test_rows_of_tiny_cnn_on_fsim(report):
+    assert (report.model, report.config, report.target) == ("tiny_cnn", VTAConfig().name, "fsim")
+    assert [tuple(row[k] for k in KEYS) for row in report.rows] == EXPECTED_ROWS
+    assert all(set(row) == set(COLUMNS) for row in report.rows)
+    assert all(row[c] is None for row in report.rows for c in MODULE_COLUMNS)  # fsim has no counters
+    assert all(row["ms"] >= 0 for row in report.rows)
+
+
+def test_totals_of_tiny_cnn_on_fsim(report):
+    totals = dict(report.totals)
+    assert totals.pop("ms") >= 0
+    assert totals == {"layers": 6, "accel_layers": 3, "cpu_layers": 3, "macs": 25600, "accel_macs": 25600,
+                      "gemm_uops": 433, "alu_uops": 405, "cycles": None, "util": None, "accel_ms_at_clock": None,
+                      "bytes": 12656, "conversions": 4}
+    assert report.module_breakdown() is None and report.format_modules() == []
+
+
+def test_json_round_trip(report, tmp_path):
+    path = tmp_path / "report.json"
+    report.extra["run_seconds"] = 1.5
+    try:
+        report.write_json(path)
+    finally:
+        del report.extra["run_seconds"]
+    data = json.loads(path.read_text())
+    assert (data["model"], data["config"], data["target"], data["run_seconds"]) == ("tiny_cnn", VTAConfig().name,
+                                                                                     "fsim", 1.5)
+    assert data["layers"] == report.rows
+    assert data["totals"] == report.totals
+
+
+def test_csv_round_trip(report, tmp_path):
+    path = tmp_path / "report.csv"
+    report.write_csv(path)
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        assert tuple(reader.fieldnames) == COLUMNS
+        rows = list(reader)
+    assert len(rows) == len(report.rows)
+    for got, row in zip(rows, report.rows):
+        assert got == {k: "" if row[k] is None else str(row[k]) for k in COLUMNS}
+    assert [int(r["gemm_uops"]) for r in rows] == [0, 256, 160, 0, 17, 0]
+
+
+def test_text_table(report):
+    text = report.format(reasons=True)
+    lines = text.splitlines()
+    assert lines[0] == f"tiny_cnn on fsim ({VTAConfig().name})"
+    assert lines[1].split() == ["layer", "op", "where", "MACs", "gemm", "uops", "alu", "uops", "cycles", "util",
+                                "bytes", "ms"]
+    assert lines[3].split()[:3] == ["quantize_input", "Quantize", "cpu"]
+    assert lines[4].startswith("conv_3") and lines[4].endswith("  supported")
+    total = lines[10].split()
+    assert total[:7] == ["total", "3", "accel", "25,600", "433", "405", "-"]
+    assert "layout conversions at partition boundaries: 4; 25,600 of 25,600 MACs on the accelerator" in lines
+
+
+def _row(layer: str, where: str, macs: int, cycles: int | None) -> dict:
+    row = dict.fromkeys(COLUMNS)
+    row.update(layer=layer, op="QConv2d" if where == "accel" else "MaxPool", where=where, macs=macs, gemm_uops=10,
+               alu_uops=5, cycles=cycles, bytes=100, ms=1.25, conversions=1, tiling="", reason="")
+    return row
+
+
+def test_totals_with_cycles():
+    """Utilization is accelerator MACs over cycles x peak MACs per cycle; the time at the config's clock in ms."""
+    report = Report("m", "cfg", "tsim", [_row("a", "accel", 2560, 100), _row("b", "cpu", 40, None),
+                                         _row("c", "accel", 1280, 200)], macs_per_cycle=256, clock_mhz=100.0)
+    totals = report.totals
+    assert (totals["cycles"], totals["util"], totals["accel_ms_at_clock"]) == (300, 0.05, 0.003)
+    assert (totals["macs"], totals["accel_macs"], totals["gemm_uops"], totals["bytes"], totals["ms"]) == \
+        (3880, 3840, 30, 300, 3.75)
+    assert "accelerator time at 100 MHz: 0.003 ms (300 cycles)" in report.format().splitlines()
