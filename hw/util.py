@@ -5,6 +5,8 @@ from amaranth.hdl import Mux
 
 from vta.isa import layout
 
+from .compat import silence_unused_warning
+
 __all__ = ["check_int", "field", "log2_exact", "byte_fill", "IDLE", "BUSY", "WAIT_TOKEN", "WAIT_MEM", "validated_init",
            "take_insn", "wait_engine"]
 
@@ -68,6 +70,6 @@ def validated_init(init):
         try:
             init(self, *args, **kwargs)
         except Exception:
-            self._MustUse__silence = True
+            silence_unused_warning(self)
             raise
     return wrapper
