@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["register", "add_run_arguments", "run_model", "load_graph", "compile_model", "ARTEFACT_SUFFIX"]
+__all__ = ["register", "add_run_arguments", "run_model", "ARTEFACT_SUFFIX"]
 
 log = logging.getLogger("vta")
 ARTEFACT_SUFFIX = ".vtac"
@@ -67,14 +67,6 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-check", action="store_true", help="skip the bit-exact check against the reference")
     parser.add_argument("--input", metavar="FILE.npy", help="the model's input (a .npy array of its input shape, "
                                                             "float32); default: seeded random normal values")
-
-
-def __getattr__(name: str) -> Any:
-    """``load_graph`` and ``compile_model`` live in :mod:`.pipeline`; imported from here on first use."""
-    if name in ("load_graph", "compile_model"):
-        from . import pipeline
-        return getattr(pipeline, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _cmd_compile(args: argparse.Namespace) -> int:

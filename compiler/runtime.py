@@ -33,7 +33,7 @@ from .ir import Graph, Node
 from .layout import fold_kernel_columns, pack_activation, unpack_activation
 from .partition import ColumnFold, Decision
 
-__all__ = ["AccelStep", "CpuStep", "Compiled", "LayerStat", "RunOutput", "compile_graph", "run",
+__all__ = ["AccelStep", "CpuStep", "Compiled", "LayerStat", "RunOutput", "run",
            "RuntimeFailure", "ARTEFACT_VERSION"]
 
 ARTEFACT_VERSION = 1
@@ -119,14 +119,6 @@ class Compiled:
             raise ValueError(f"{path} has artefact version {data.get('version')!r}; this version reads "
                              f"{ARTEFACT_VERSION}; compile the model again")
         return data["compiled"]
-
-
-def __getattr__(name: str) -> Any:
-    """``compile_graph`` lives in :mod:`.pipeline`; still importable from here."""
-    if name == "compile_graph":
-        from .pipeline import compile_graph
-        return compile_graph
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _progress(items: list[Any], enabled: bool, desc: str) -> Iterable[Any]:

@@ -117,12 +117,3 @@ def test_load_graph_names_the_zoo():
 
 def test_load_graph_batch():
     assert load_graph("tiny_cnn", batch=2).shape("input") == (2, 1, 8, 8)
-
-
-def test_old_import_paths_reach_the_pipeline():
-    from vta.compiler import cli, runtime
-    assert cli.compile_model is pipeline.compile_model
-    assert cli.load_graph is pipeline.load_graph
-    assert runtime.compile_graph is pipeline.compile_graph
-    with pytest.raises(AttributeError):
-        cli.no_such_name  # noqa: B018

@@ -19,7 +19,6 @@ so results compare bit for bit::
 from __future__ import annotations
 
 import importlib
-from abc import ABC
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Mapping
 
@@ -56,7 +55,7 @@ class UnsupportedWorkError(ValueError):
     """A backend was asked for work of a kind it does not do (a program on an operator backend, or the reverse)."""
 
 
-class Backend(ABC):
+class Backend:
     """A way to run work. Subclasses set ``name``, the two ``runs_*`` flags and implement the matching method."""
 
     name: str = ""
@@ -98,7 +97,7 @@ class BackendInfo:
         if callable(self.factory):
             return self.factory
         module, _, attribute = self.factory.partition(":")
-        return getattr(importlib.import_module(module), attribute)  # type: ignore[no-any-return]
+        return getattr(importlib.import_module(module), attribute)
 
 
 BACKENDS: dict[str, BackendInfo] = {info.name: info for info in (
