@@ -16,15 +16,31 @@ from amaranth.lib import wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
-from vta.config import MEM_ACC, MEM_ACC_8BIT, MEM_UOP
-from vta.isa import OP_ALU, OP_FINISH, OP_GEMM, OP_LOAD, layout
+from vta.isa import LOAD_TARGETS, LOOP_OPCODES, OP_ALU, OP_FINISH, OP_GEMM, OP_LOAD, layout
 
 from .alu import AluCore
 from .arbiter import read_signature
 from .gemm import GemmCore, wgt_operand_bits
 from .load import LoadEngine, _check_cfg
 from .mem import sram_read_signature, sram_write_signature
-from .util import BUSY, WAIT_TOKEN, field, take_insn, validated_init, wait_engine
+from .util import (
+    BUSY,
+    WAIT_TOKEN,
+    any_of,
+    common_field,
+    field,
+    is_load_of,
+    pop_flags,
+    pop_tokens,
+    pops_blocked,
+    push_flags,
+    push_tokens,
+    pushes_blocked,
+    take_insn,
+    token_members,
+    validated_init,
+    wait_engine,
+)
 
 __all__ = ["ComputeUnit"]
 
@@ -47,13 +63,8 @@ class ComputeUnit(wiring.Component):
     def __init__(self, *, cfg, gemm_form="packed"):
         self.cfg = _check_cfg(cfg)
         self.gemm_form = gemm_form  # GemmCore checks it
-        tok = {}
-        for name in ("pop_prev", "pop_next"):
-            tok[f"{name}_valid"], tok[f"{name}_ready"] = In(1), Out(1)
-        for name in ("push_prev", "push_next"):
-            tok[f"{name}_valid"], tok[f"{name}_ready"] = Out(1), In(1)
         super().__init__({
-            "cmd_valid": In(1), "cmd_ready": Out(1), "cmd_data": In(layout(cfg).insn_bits), **tok,
+            "cmd_valid": In(1), "cmd_ready": Out(1), "cmd_data": In(layout(cfg).insn_bits), **token_members("compute"),
             "mem": Out(read_signature(cfg.bus_bytes)),
             "uop_wr": Out(sram_write_signature(cfg, "uop")), "uop_rd": Out(sram_read_signature(cfg, "uop")),
             "inp_rd": Out(sram_read_signature(cfg, "inp")),
@@ -70,7 +81,7 @@ class ComputeUnit(wiring.Component):
         cfg = self.cfg
         lay = layout(cfg)
         m.submodules.queue = queue = SyncFIFOBuffered(width=lay.insn_bits, depth=cfg.cmd_queue_depth)
-        m.submodules.engine = engine = LoadEngine(cfg=cfg, targets=(MEM_UOP, MEM_ACC, MEM_ACC_8BIT))
+        m.submodules.engine = engine = LoadEngine(cfg=cfg, targets=LOAD_TARGETS["compute"])
         m.d.comb += [queue.w_data.eq(self.cmd_data), queue.w_en.eq(self.cmd_valid), self.cmd_ready.eq(queue.w_rdy)]
         wiring.connect(m, wiring.flipped(self.mem), engine.mem)
         wiring.connect(m, wiring.flipped(self.uop_wr), engine.uop_wr)
@@ -79,13 +90,12 @@ class ComputeUnit(wiring.Component):
 
         insn = Signal(lay.insn_bits)
         m.d.comb += engine.cmd_insn.eq(insn)
-        opcode = insn[:3]
-        pop_prev, pop_next = insn[3], insn[4]
-        push_prev, push_next = insn[5], insn[6]
-        mem_f = field(insn, cfg, OP_LOAD, "mem")
-        is_load = (opcode == OP_LOAD) & ((mem_f == MEM_UOP) | (mem_f == MEM_ACC) | (mem_f == MEM_ACC_8BIT))
+        opcode = common_field(insn, cfg, "opcode")
+        pops = pop_flags(insn, cfg, "compute")
+        pushes = push_flags(insn, cfg, "compute")
+        is_load = is_load_of(insn, cfg, "compute")
         load_empty = field(insn, cfg, OP_LOAD, "x_size") == 0
-        is_loop = (opcode == OP_GEMM) | (opcode == OP_ALU)
+        is_loop = any_of(opcode, LOOP_OPCODES)
         bgn = field(insn, cfg, OP_GEMM, "uop_bgn")
         end = field(insn, cfg, OP_GEMM, "uop_end")
         iter_out = field(insn, cfg, OP_GEMM, "iter_out")
@@ -96,8 +106,8 @@ class ComputeUnit(wiring.Component):
         loop_init = Signal()
 
         # ---- stage A: loop counters and micro-op read ----------------------------------------------------------
-        o = Signal(14)
-        i = Signal(14)
+        o = Signal(len(iter_out))
+        i = Signal(len(iter_in))
         u = Signal(len(bgn))
         names = ("dst", "src", "wgt")
         fac = {}
@@ -162,7 +172,7 @@ class ComputeUnit(wiring.Component):
         lanes = cfg.batch * cfg.block_out
         m.submodules.alu = alu = AluCore(lanes=lanes)
         imm = field(insn, cfg, OP_ALU, "imm")
-        imm32 = Cat(imm, *([imm[-1]] * 16))
+        imm32 = Cat(imm, *([imm[-1]] * (32 - len(imm))))
         use_imm = field(insn, cfg, OP_ALU, "use_imm")
         m.d.comb += [alu.op.eq(field(insn, cfg, OP_ALU, "alu_opcode")), alu.a.eq(self.acc_rd0.data),
                      alu.b.eq(Mux(use_imm, Cat(*([imm32] * lanes)), self.acc_rd1.data))]
@@ -187,11 +197,10 @@ class ComputeUnit(wiring.Component):
             with m.State("IDLE"):
                 take_insn(m, self, queue, insn)
             with m.State("TOKENS"):
-                with m.If((pop_prev & ~self.pop_prev_valid) | (pop_next & ~self.pop_next_valid)):
+                with m.If(pops_blocked(self, pops)):
                     m.d.comb += self.state.eq(WAIT_TOKEN)
                 with m.Else():
-                    m.d.comb += [self.state.eq(BUSY), self.pop_prev_ready.eq(pop_prev),
-                                 self.pop_next_ready.eq(pop_next)]
+                    m.d.comb += [self.state.eq(BUSY), *pop_tokens(self, pops)]
                     m.next = "PUSH"
                     with m.If(is_load & ~load_empty):
                         m.next = "LOAD"
@@ -212,11 +221,10 @@ class ComputeUnit(wiring.Component):
                 with m.If(~pipe_busy):
                     m.next = "PUSH"
             with m.State("PUSH"):
-                with m.If((push_prev & ~self.push_prev_ready) | (push_next & ~self.push_next_ready)):
+                with m.If(pushes_blocked(self, pushes)):
                     m.d.comb += self.state.eq(WAIT_TOKEN)
                 with m.Else():
-                    m.d.comb += [self.state.eq(BUSY), self.push_prev_valid.eq(push_prev),
-                                 self.push_next_valid.eq(push_next), self.insn_done.eq(1),
+                    m.d.comb += [self.state.eq(BUSY), *push_tokens(self, pushes), self.insn_done.eq(1),
                                  self.finish.eq(opcode == OP_FINISH)]
                     m.next = "IDLE"
         return m

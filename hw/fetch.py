@@ -4,12 +4,11 @@ from amaranth.lib import wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
-from vta.config import MEM_INP, MEM_WGT
-from vta.isa import OP_LOAD, OP_STORE, layout
+from vta.isa import OP_STORE, layout
 
 from .arbiter import read_signature
 from .load import _check_cfg
-from .util import BUSY, IDLE, WAIT_MEM, WAIT_TOKEN, field, log2_exact, validated_init
+from .util import BUSY, IDLE, WAIT_MEM, WAIT_TOKEN, common_field, is_load_of, log2_exact, validated_init
 
 __all__ = ["FetchUnit"]
 
@@ -108,10 +107,8 @@ class FetchUnit(wiring.Component):
 
         # ---- dispatch ------------------------------------------------------------------------------------------
         head = buf.r_data
-        opcode = head[:3]
-        mem_f = field(head, cfg, OP_LOAD, "mem")
-        to_load = (opcode == OP_LOAD) & ((mem_f == MEM_INP) | (mem_f == MEM_WGT))
-        to_store = opcode == OP_STORE
+        to_load = is_load_of(head, cfg, "load")
+        to_store = common_field(head, cfg, "opcode") == OP_STORE
         to_compute = ~to_load & ~to_store
         target_ready = Mux(to_load, self.load_cmd_ready, Mux(to_store, self.store_cmd_ready, self.compute_cmd_ready))
         for unit, sel in (("load", to_load), ("compute", to_compute), ("store", to_store)):

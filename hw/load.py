@@ -9,12 +9,26 @@ from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
 from vta.config import MEM_ACC, MEM_ACC_8BIT, MEM_INP, MEM_NAMES, MEM_UOP, MEM_WGT, VTAConfig
-from vta.isa import OP_LOAD, layout
+from vta.isa import LOAD_TARGETS, OP_LOAD, layout
 
 from .arbiter import read_signature
 from .dma import DmaReader, PadWalker, piece_write
 from .mem import sram_geometry, sram_write_signature
-from .util import BUSY, WAIT_TOKEN, field, take_insn, validated_init, wait_engine
+from .util import (
+    BUSY,
+    WAIT_TOKEN,
+    field,
+    pop_flags,
+    pop_tokens,
+    pops_blocked,
+    push_flags,
+    push_tokens,
+    pushes_blocked,
+    take_insn,
+    token_members,
+    validated_init,
+    wait_engine,
+)
 
 __all__ = ["LoadEngine", "LoadUnit"]
 
@@ -146,7 +160,7 @@ class LoadUnit(wiring.Component):
         self.cfg = _check_cfg(cfg)
         super().__init__({
             "cmd_valid": In(1), "cmd_ready": Out(1), "cmd_data": In(layout(cfg).insn_bits),
-            "pop_next_valid": In(1), "pop_next_ready": Out(1), "push_next_valid": Out(1), "push_next_ready": In(1),
+            **token_members("load"),
             "mem": Out(read_signature(cfg.bus_bytes)),
             "inp_wr": Out(sram_write_signature(cfg, "inp")), "wgt_wr": Out(sram_write_signature(cfg, "wgt")),
             "state": Out(2), "idle": Out(1), "insn_done": Out(1), "elem_inp": Out(1), "elem_wgt": Out(1),
@@ -156,7 +170,7 @@ class LoadUnit(wiring.Component):
         m = Module()
         cfg = self.cfg
         m.submodules.queue = queue = SyncFIFOBuffered(width=layout(cfg).insn_bits, depth=cfg.cmd_queue_depth)
-        m.submodules.engine = engine = LoadEngine(cfg=cfg, targets=(MEM_INP, MEM_WGT))
+        m.submodules.engine = engine = LoadEngine(cfg=cfg, targets=LOAD_TARGETS["load"])
         m.d.comb += [queue.w_data.eq(self.cmd_data), queue.w_en.eq(self.cmd_valid), self.cmd_ready.eq(queue.w_rdy)]
         wiring.connect(m, wiring.flipped(self.mem), engine.mem)
         wiring.connect(m, wiring.flipped(self.inp_wr), engine.inp_wr)
@@ -165,17 +179,17 @@ class LoadUnit(wiring.Component):
 
         insn = Signal(layout(cfg).insn_bits)
         m.d.comb += engine.cmd_insn.eq(insn)
-        pop_next = field(insn, cfg, OP_LOAD, "pop_next")
-        push_next = field(insn, cfg, OP_LOAD, "push_next")
+        pops = pop_flags(insn, cfg, "load")
+        pushes = push_flags(insn, cfg, "load")
         empty = field(insn, cfg, OP_LOAD, "x_size") == 0
         with m.FSM():
             with m.State("IDLE"):
                 take_insn(m, self, queue, insn)
             with m.State("TOKENS"):
-                with m.If(pop_next & ~self.pop_next_valid):
+                with m.If(pops_blocked(self, pops)):
                     m.d.comb += self.state.eq(WAIT_TOKEN)
                 with m.Else():
-                    m.d.comb += [self.state.eq(BUSY), self.pop_next_ready.eq(pop_next)]
+                    m.d.comb += [self.state.eq(BUSY), *pop_tokens(self, pops)]
                     m.next = "START"
                     with m.If(empty):
                         m.next = "PUSH"
@@ -185,9 +199,9 @@ class LoadUnit(wiring.Component):
             with m.State("RUN"):
                 wait_engine(m, self, engine)
             with m.State("PUSH"):
-                with m.If(push_next & ~self.push_next_ready):
+                with m.If(pushes_blocked(self, pushes)):
                     m.d.comb += self.state.eq(WAIT_TOKEN)
                 with m.Else():
-                    m.d.comb += [self.state.eq(BUSY), self.push_next_valid.eq(push_next), self.insn_done.eq(1)]
+                    m.d.comb += [self.state.eq(BUSY), *push_tokens(self, pushes), self.insn_done.eq(1)]
                     m.next = "IDLE"
         return m

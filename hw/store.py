@@ -9,7 +9,22 @@ from vta.isa import OP_STORE, layout
 from .arbiter import write_signature
 from .load import _check_cfg
 from .mem import sram_read_signature
-from .util import BUSY, WAIT_MEM, WAIT_TOKEN, field, log2_exact, take_insn, validated_init
+from .util import (
+    BUSY,
+    WAIT_MEM,
+    WAIT_TOKEN,
+    field,
+    log2_exact,
+    pop_flags,
+    pop_tokens,
+    pops_blocked,
+    push_flags,
+    push_tokens,
+    pushes_blocked,
+    take_insn,
+    token_members,
+    validated_init,
+)
 
 __all__ = ["StoreUnit"]
 
@@ -35,7 +50,7 @@ class StoreUnit(wiring.Component):
         self.cfg = _check_cfg(cfg)
         super().__init__({
             "cmd_valid": In(1), "cmd_ready": Out(1), "cmd_data": In(layout(cfg).insn_bits),
-            "pop_prev_valid": In(1), "pop_prev_ready": Out(1), "push_prev_valid": Out(1), "push_prev_ready": In(1),
+            **token_members("store"),
             "wr": Out(write_signature(cfg.bus_bytes)), "out_rd": Out(sram_read_signature(cfg, "out")),
             "state": Out(2), "idle": Out(1), "insn_done": Out(1), "elem_out": Out(1),
         })
@@ -48,9 +63,10 @@ class StoreUnit(wiring.Component):
         m.submodules.queue = queue = SyncFIFOBuffered(width=lay.insn_bits, depth=cfg.cmd_queue_depth)
         m.d.comb += [queue.w_data.eq(self.cmd_data), queue.w_en.eq(self.cmd_valid), self.cmd_ready.eq(queue.w_rdy)]
         insn = Signal(lay.insn_bits)
+        pops = pop_flags(insn, cfg, "store")
+        pushes = push_flags(insn, cfg, "store")
         f = {name: field(insn, cfg, OP_STORE, name) for name in
-             ("pop_prev", "push_prev", "sram_base", "dram_base", "y_size", "x_size", "x_stride", "y_pad_0",
-              "x_pad_0", "x_pad_1")}
+             ("sram_base", "dram_base", "y_size", "x_size", "x_stride", "y_pad_0", "x_pad_0", "x_pad_1")}
         width = Signal(17)   # padded row width in entries
         m.d.comb += width.eq(f["x_pad_0"] + f["x_size"] + f["x_pad_1"])
         x = Signal(16)
@@ -84,10 +100,10 @@ class StoreUnit(wiring.Component):
             with m.State("IDLE"):
                 take_insn(m, self, queue, insn)
             with m.State("TOKENS"):
-                with m.If(f["pop_prev"] & ~self.pop_prev_valid):
+                with m.If(pops_blocked(self, pops)):
                     m.d.comb += self.state.eq(WAIT_TOKEN)
                 with m.Else():
-                    m.d.comb += [self.state.eq(BUSY), self.pop_prev_ready.eq(f["pop_prev"])]
+                    m.d.comb += [self.state.eq(BUSY), *pop_tokens(self, pops)]
                     first = (f["sram_base"] + f["y_pad_0"] * width)[:16]
                     m.d.sync += [x.eq(0), y.eq(0), k.eq(0), srow.eq(first), sidx.eq(first + f["x_pad_0"]),
                                  drow.eq(f["dram_base"]), delem.eq(f["dram_base"])]
@@ -111,10 +127,9 @@ class StoreUnit(wiring.Component):
                         with m.If(last_elem):
                             m.next = "PUSH"
             with m.State("PUSH"):
-                with m.If(f["push_prev"] & ~self.push_prev_ready):
+                with m.If(pushes_blocked(self, pushes)):
                     m.d.comb += self.state.eq(WAIT_TOKEN)
                 with m.Else():
-                    m.d.comb += [self.state.eq(BUSY), self.push_prev_valid.eq(f["push_prev"]),
-                                 self.insn_done.eq(1)]
+                    m.d.comb += [self.state.eq(BUSY), *push_tokens(self, pushes), self.insn_done.eq(1)]
                     m.next = "IDLE"
         return m

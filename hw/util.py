@@ -1,14 +1,17 @@
 """Small helpers shared by the hardware blocks: parameter validation, instruction field slicing, FSM state bodies."""
 import functools
+import operator
 
 from amaranth.hdl import Mux
+from amaranth.lib.wiring import In, Out
 
-from vta.isa import layout
+from vta.isa import COMMON_FIELDS, LOAD_TARGETS, OP_LOAD, TOKEN_POPS, TOKEN_PUSHES, layout
 
 from .compat import silence_unused_warning
 
-__all__ = ["check_int", "field", "log2_exact", "byte_fill", "IDLE", "BUSY", "WAIT_TOKEN", "WAIT_MEM", "validated_init",
-           "take_insn", "wait_engine"]
+__all__ = ["check_int", "field", "common_field", "any_of", "is_load_of", "token_members", "pop_flags", "push_flags",
+           "pops_blocked", "pushes_blocked", "pop_tokens", "push_tokens", "log2_exact", "byte_fill", "IDLE", "BUSY",
+           "WAIT_TOKEN", "WAIT_MEM", "validated_init", "take_insn", "wait_engine"]
 
 
 def check_int(name, value, *, lo, hi=None, pow2=False):
@@ -38,6 +41,73 @@ def field(insn, cfg, opcode, name):
     the positions :func:`vta.isa.layout` gives for ``cfg``."""
     f = layout(cfg).field(opcode, name)
     return insn[f.lsb:f.lsb + f.width]
+
+
+def common_field(insn, cfg, name):
+    """The bits of ``name``, one of the fields every instruction has at the same bits (:data:`vta.isa.COMMON_FIELDS`:
+    ``opcode`` and the token flags), of the Amaranth value ``insn``."""
+    if name not in COMMON_FIELDS:
+        raise ValueError(f"name must be one of the fields every instruction has {COMMON_FIELDS}, not {name!r}")
+    lay = layout(cfg)
+    placed = {lay.field(opcode, name) for opcode in lay.fields}
+    if len(placed) != 1:  # guards against a vta.isa layout that moves a common field in some instructions
+        raise ValueError(f"field {name} sits at different bits in different instructions at config {cfg.name}")
+    (f,) = placed
+    return insn[f.lsb:f.lsb + f.width]
+
+
+def any_of(value, choices):
+    """``value == c0 | value == c1 | ...``: whether the Amaranth ``value`` is one of ``choices`` (in their order)."""
+    return functools.reduce(operator.or_, [value == c for c in choices])
+
+
+def is_load_of(insn, cfg, unit):
+    """Whether ``insn`` is a LOAD that module ``unit`` executes (its memory type in :data:`vta.isa.LOAD_TARGETS`)."""
+    return (common_field(insn, cfg, "opcode") == OP_LOAD) & any_of(field(insn, cfg, OP_LOAD, "mem"),
+                                                                    LOAD_TARGETS[unit])
+
+
+# Dependency tokens of a module, by the flags of vta.isa.TOKEN_POPS/TOKEN_PUSHES: each flag ``f`` of module ``unit``
+# is a handshake ``f_valid``/``f_ready`` with its token queue (the queue drives ``valid`` for a pop, ``ready`` for a
+# push), and the instruction's flag bit says whether to pop or push.
+def token_members(unit):
+    """Signature members of the token handshakes of module ``unit`` (``"load"``, ``"compute"`` or ``"store"``)."""
+    members = {}
+    for flag in TOKEN_POPS[unit]:
+        members[f"{flag}_valid"], members[f"{flag}_ready"] = In(1), Out(1)
+    for flag in TOKEN_PUSHES[unit]:
+        members[f"{flag}_valid"], members[f"{flag}_ready"] = Out(1), In(1)
+    return members
+
+
+def pop_flags(insn, cfg, unit):
+    """``{flag: bit}``: the pop flags of module ``unit`` in the instruction ``insn``."""
+    return {flag: common_field(insn, cfg, flag) for flag in TOKEN_POPS[unit]}
+
+
+def push_flags(insn, cfg, unit):
+    """``{flag: bit}``: the push flags of module ``unit`` in the instruction ``insn``."""
+    return {flag: common_field(insn, cfg, flag) for flag in TOKEN_PUSHES[unit]}
+
+
+def pops_blocked(component, flags):
+    """Whether an instruction with pop ``flags`` (of :func:`pop_flags`) must wait: a flag is set, its queue empty."""
+    return functools.reduce(operator.or_, [bit & ~getattr(component, f"{flag}_valid") for flag, bit in flags.items()])
+
+
+def pushes_blocked(component, flags):
+    """Whether an instruction with push ``flags`` (of :func:`push_flags`) must wait: a flag is set, its queue full."""
+    return functools.reduce(operator.or_, [bit & ~getattr(component, f"{flag}_ready") for flag, bit in flags.items()])
+
+
+def pop_tokens(component, flags):
+    """Statements popping a token from the queue of each set pop flag (for the cycle no pop is blocked)."""
+    return [getattr(component, f"{flag}_ready").eq(bit) for flag, bit in flags.items()]
+
+
+def push_tokens(component, flags):
+    """Statements pushing a token to the queue of each set push flag (for the cycle no push is blocked)."""
+    return [getattr(component, f"{flag}_valid").eq(bit) for flag, bit in flags.items()]
 
 
 # Per-cycle state of a module, as counted by the performance counters (see vta.hw.regs).

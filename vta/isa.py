@@ -42,6 +42,7 @@ __all__ = [
     "Load", "Store", "Gemm", "Alu", "Finish", "Insn", "Uop",
     "encode", "decode", "encode_stream", "decode_stream", "encode_uops", "decode_uops", "module_of",
     "MEMORY_TYPES", "TOKEN_QUEUES", "TOKEN_POPS", "TOKEN_PUSHES",
+    "COMMON_FIELDS", "LOOP_OPCODES", "LOAD_TARGETS",
 ]
 
 OP_LOAD, OP_STORE, OP_GEMM, OP_FINISH, OP_ALU = 0, 1, 2, 3, 4
@@ -107,6 +108,9 @@ class Layout:
 
 
 _COMMON = [("opcode", 3), ("pop_prev", 1), ("pop_next", 1), ("push_prev", 1), ("push_next", 1)]
+COMMON_FIELDS = tuple(name for name, _ in _COMMON)
+"""The fields every instruction has, at the same bits in every instruction at every config: ``opcode`` and the four
+dependency-token flags (the flags of :data:`TOKEN_POPS` and :data:`TOKEN_PUSHES`)."""
 
 
 def _place(lower: list[tuple[str, int]], upper: list[tuple[str, int]]) -> tuple[list[Field], int]:
@@ -265,6 +269,10 @@ TOKEN_PUSHES = {"load": {"push_next": "load_to_compute"},
                 "compute": {"push_prev": "compute_to_load", "push_next": "compute_to_store"},
                 "store": {"push_prev": "store_to_compute"}}
 """module -> instruction flag -> the token queue an instruction of that module pushes when the flag is set."""
+LOOP_OPCODES = (OP_GEMM, OP_ALU)
+"""The instructions that run the micro-op loop (``uop_bgn``, ``uop_end``, ``iter_out``, ``iter_in``, the factors)."""
+LOAD_TARGETS = {"load": (MEM_INP, MEM_WGT), "compute": (MEM_UOP, MEM_ACC, MEM_ACC_8BIT)}
+"""module -> the memory types whose LOADs it executes (as :func:`module_of` assigns them)."""
 
 
 def module_of(insn: Insn) -> str:
