@@ -1,4 +1,5 @@
-"""Tests of vta/config.py: defaults and derived values (REFERENCE.md), file loading, and every validation message."""
+"""Tests of vta/config.py: defaults and derived values (docs/vta-reference.md), file loading, and every validation
+message."""
 from __future__ import annotations
 
 import dataclasses
@@ -55,7 +56,8 @@ def test_default_name() -> None:
 
 def test_default_depths_match_reference() -> None:
     cfg = VTAConfig()
-    # REFERENCE.md: uop 8192 x 32 bits; inp 2048 x 1x16 int8; wgt 1024 x 16x16 int8; acc 2048 x 1x16 int32; out 2048
+    # docs/vta-reference.md: uop 8192 x 32 bits; inp 2048 x 1x16 int8; wgt 1024 x 16x16 int8;
+    # acc 2048 x 1x16 int32; out 2048
     assert (cfg.uop_depth, cfg.inp_depth, cfg.wgt_depth, cfg.acc_depth, cfg.out_depth) == (8192, 2048, 1024, 2048,
                                                                                            2048)
     assert [cfg.depth(m) for m in (MEM_UOP, MEM_WGT, MEM_INP, MEM_ACC, MEM_OUT, MEM_ACC_8BIT)] == \

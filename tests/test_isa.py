@@ -1,5 +1,5 @@
-"""Tests of vta/isa.py: VTA's bit layout at the default config (REFERENCE.md, written out literally), field widths of
-other configs, encode/decode errors, the signed immediate, instruction streams and micro-ops.
+"""Tests of vta/isa.py: VTA's bit layout at the default config (docs/vta-reference.md, written out literally), field
+widths of other configs, encode/decode errors, the signed immediate, instruction streams and micro-ops.
 
 The property test (random instructions of every kind, decode(encode(x)) == x at several configs) is in test_asm.py,
 next to the assembler's round trip.

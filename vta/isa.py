@@ -1,7 +1,7 @@
 """The instruction set, defined once as data: field layouts derived from a :class:`~vta.config.VTAConfig`.
 
 At the default config every instruction is 128 bits and every field sits exactly where VTA's published layout puts it
-(see ``shared/REFERENCE.md``). Index fields take their widths from the buffer depths, so a config with deeper buffers
+(see ``docs/vta-reference.md``). Index fields take their widths from the buffer depths, so a config with deeper buffers
 gets wider fields; when an instruction's fields no longer fit 128 bits the instruction grows to 256 bits (the second
 half always starts on a 64-bit boundary). Micro-ops are 32 bits while their three indices fit, else 64.
 
@@ -260,7 +260,7 @@ class Uop:
 
 
 TOKEN_QUEUES = ("load_to_compute", "compute_to_load", "compute_to_store", "store_to_compute")
-"""The four dependency token queues, each with one writer and one reader (REFERENCE.md)."""
+"""The four dependency token queues, each with one writer and one reader (docs/vta-reference.md)."""
 TOKEN_POPS = {"load": {"pop_next": "compute_to_load"},
               "compute": {"pop_prev": "load_to_compute", "pop_next": "store_to_compute"},
               "store": {"pop_prev": "compute_to_store"}}

