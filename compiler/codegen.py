@@ -40,7 +40,7 @@ from vta.program import Allocation, Program, ProgramBuilder
 
 from .intrin import Intrinsics, intrinsics
 from .layout import PackedWeight, pack_channel_vector, pack_weight
-from .schedule import CONST_SLOTS, ConvGeometry, ConvTile, ConvTiling, plan_conv, plan_eltwise
+from .schedule import ConvGeometry, ConvTile, ConvTiling, plan_conv, plan_eltwise
 
 __all__ = ["ConvLayer", "AddLayer", "UopCache", "LayerCode", "emit_conv", "emit_add", "build_conv_program",
            "build_add_program", "INPUT", "INPUT_B", "OUTPUT"]

@@ -389,7 +389,8 @@ def _fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:
             if node.op_type in RULES:
                 kept.append(node)
                 continue
-            raise UnsupportedOperatorError(node.op_type, node.name or "<unnamed>", f"constant folding failed ({err})")
+            raise UnsupportedOperatorError(node.op_type, node.name or "<unnamed>",
+                                           f"constant folding failed ({err})") from err
         for name, value in zip(node.output, results):
             consts[name] = np.asarray(value)
     if len(kept) == len(model.graph.node):

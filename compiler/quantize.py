@@ -31,7 +31,7 @@ import numpy as np
 import onnx
 
 from . import float_ref
-from .ir import AddRequant, Graph, GraphError, Node, Requant, M_MAX, S_MAX
+from .ir import M_MAX, S_MAX, AddRequant, Graph, GraphError, Node, Requant
 
 __all__ = ["QuantizationError", "Calibration", "prepare", "calibrate", "quantize", "choose_requant",
            "compare_outputs", "accuracy_vs_onnxruntime"]
@@ -418,6 +418,7 @@ def accuracy_vs_onnxruntime(model: "str | os.PathLike[str] | onnx.ModelProto", q
     multiples of the graph's batch), using :func:`compare_outputs` on the first output. ``runner(qgraph, inputs)``
     defaults to the integer reference :func:`.qops.run_reference`."""
     import onnxruntime as ort
+
     from . import qops
     data = model.SerializeToString() if isinstance(model, onnx.ModelProto) else os.fspath(model)
     sess = ort.InferenceSession(data)

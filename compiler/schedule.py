@@ -265,7 +265,7 @@ def _check_geometry(g: ConvGeometry) -> None:
         raise ScheduleError(f"padding {g.pads} exceeds the {MAX_LOAD_PAD} elements the load unit can insert")
     if g.oh < 1 or g.ow < 1:
         raise ScheduleError(f"the convolution produces an empty {g.oh}x{g.ow} output")
-    for lo, hi, size, stride, k, pad in ((0, g.oh, g.h, g.sh, g.kh, g.pads[0]), (0, g.ow, g.w, g.sw, g.kw, g.pads[1])):
+    for hi, size, stride, k, pad in ((g.oh, g.h, g.sh, g.kh, g.pads[0]), (g.ow, g.w, g.sw, g.kw, g.pads[1])):
         # An output row whose whole window lies in the padding would need a LOAD of zero real rows.
         if pad >= k or (hi - 1) * stride - pad >= size:
             raise ScheduleError(f"some output pixels read only padding (kernel {k}, stride {stride}, padding {pad} "

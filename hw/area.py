@@ -15,9 +15,8 @@ import threading
 import time
 from pathlib import Path
 
-from vta.config import VTAConfig
-
 from vta.cache import cache_root
+from vta.config import VTAConfig
 
 from .verilog import TOP_NAME, generate_verilog, source_hash
 

@@ -7,6 +7,7 @@ import hashlib
 import re
 from pathlib import Path
 
+from vta import config as config_module
 from vta.config import VTAConfig
 
 from .compat import convert_component
@@ -30,11 +31,24 @@ LINT_WAIVERS = ("UNUSEDSIGNAL", "WIDTHEXPAND", "WIDTHTRUNC", "PROCASSINIT", "CAS
 _NOT_RTL = {"__init__.py", "cli.py", "area.py"}
 
 
+# The ground-floor modules the RTL is derived from: the config, the instruction layout, the counter register map.
+_GROUND_RTL_SOURCES = ("config.py", "isa.py", "counters.py")
+
+
+def rtl_sources():
+    """The Python files whose contents shape the generated RTL, in a fixed order: ``hw/*.py`` (less ``_NOT_RTL``)
+    and the ``vta/`` modules it derives from (``_GROUND_RTL_SOURCES``)."""
+    hw_dir = Path(__file__).resolve().parent
+    ground = Path(config_module.__file__).resolve().parent
+    return [*sorted(p for p in hw_dir.glob("*.py") if p.name not in _NOT_RTL),
+            *(ground / name for name in _GROUND_RTL_SOURCES)]
+
+
 def source_hash():
-    """SHA-256 (hex, first 16 characters) of the ``hw/*.py`` sources that generate the RTL, in name order: keys
-    generated artefacts (Verilog, Verilator builds, area results)."""
+    """SHA-256 (hex, first 16 characters) of :func:`rtl_sources`, in order: keys generated artefacts (Verilog,
+    Verilator builds, area results)."""
     digest = hashlib.sha256()
-    for path in sorted(p for p in Path(__file__).parent.glob("*.py") if p.name not in _NOT_RTL):
+    for path in rtl_sources():
         digest.update(path.name.encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
@@ -59,7 +73,8 @@ def _uniform_memory(memid, width, row):
 
 _FILL_NAME = re.compile(r"mem_fill([0-9a-f]{2})$")
 _ROW_NAME = re.compile(r"mem_row([0-9a-f]{12})$")
-_UNIFORM_ROWS = {}  # key of vta.hw.mem.uniform_row_key -> (width, row), filled while a design is converted
+# key of vta.hw.mem.uniform_row_key -> (width, row), filled while a design is converted
+_UNIFORM_ROWS: dict[str, tuple[int, int]] = {}
 _MEM_DECL = re.compile(r"^(\s*)reg (?:\[(\d+):0\] )?(\S+) \[(\d+):0\];$", re.M)
 
 

@@ -54,10 +54,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from vta.config import VTAConfig, load_config
+    from vta.gemm import gemm_program
     from vta.tsim.backend import TSimBackend
     from vta.tsim.bridge import Model
     from vta.tsim.build import build
-    from vta.gemm import gemm_program
 
     cfg = load_config(args.config) if args.config else VTAConfig()
     out: dict[str, float | int | str] = {"config": cfg.name}

@@ -166,6 +166,7 @@ def evaluate(model: onnx.ModelProto, target: str = "reference", epochs_note: str
              seed: int = 0) -> dict[str, float]:
     """Float (ONNX Runtime) and int8 test accuracy in percent, on the first ``limit`` test images (all if None)."""
     import onnxruntime as ort
+
     from vta.compiler.onnx_frontend import import_onnx
     from vta.compiler.quantize import quantize
     x_train, _, x_test, y_test = load_data(seed)

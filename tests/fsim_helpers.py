@@ -2,12 +2,11 @@
 from __future__ import annotations
 
 import numpy as np
+from conftest import SMALL_CFG
 
 from vta.config import MEM_INP, MEM_OUT, MEM_WGT, VTAConfig
 from vta.isa import Uop
 from vta.program import Program, ProgramBuilder
-
-from conftest import SMALL_CFG
 
 
 def sync_store(bld: ProgramBuilder, **store: int) -> None:

@@ -10,11 +10,41 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vta.asm import (AsmError, Listing, _check_layout, assemble, assemble_listing, assemble_uops, disassemble,
-                     disassemble_uops, format_insn, format_uop)
+from vta.asm import (
+    AsmError,
+    Listing,
+    _check_layout,
+    assemble,
+    assemble_listing,
+    assemble_uops,
+    disassemble,
+    disassemble_uops,
+    format_insn,
+    format_uop,
+)
 from vta.config import MEM_ACC, MEM_INP, MEM_OUT, MEM_UOP, MEM_WGT, VTAConfig
-from vta.isa import (ALU_ADD, ALU_MAX, ALU_SHR, OP_ALU, OP_FINISH, OP_GEMM, OP_LOAD, OP_STORE, Alu, EncodeError,
-                     Finish, Gemm, Insn, Load, Store, Uop, decode, encode, encode_uops, layout)
+from vta.isa import (
+    ALU_ADD,
+    ALU_MAX,
+    ALU_SHR,
+    OP_ALU,
+    OP_FINISH,
+    OP_GEMM,
+    OP_LOAD,
+    OP_STORE,
+    Alu,
+    EncodeError,
+    Finish,
+    Gemm,
+    Insn,
+    Load,
+    Store,
+    Uop,
+    decode,
+    encode,
+    encode_uops,
+    layout,
+)
 
 DEFAULT = VTAConfig()
 CONFIGS = [DEFAULT, VTAConfig(log_batch=1, log_block=3), VTAConfig(log_block=5), VTAConfig(log_uop_buff_size=18)]

@@ -8,8 +8,19 @@ import numpy as np
 import pytest
 
 from vta import fsim
-from vta.backend import (BACKENDS, Backend, RunResult, UnsupportedWorkError, available_backends, backend_info, get_backend,
-                         operator_backends, program_backends, register_backend, unregister_backend)
+from vta.backend import (
+    BACKENDS,
+    Backend,
+    RunResult,
+    UnsupportedWorkError,
+    available_backends,
+    backend_info,
+    get_backend,
+    operator_backends,
+    program_backends,
+    register_backend,
+    unregister_backend,
+)
 from vta.fsim_backend import FsimBackend
 from vta.gemm import gemm_program
 

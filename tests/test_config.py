@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from vta.config import (MEM_ACC, MEM_ACC_8BIT, MEM_INP, MEM_OUT, MEM_UOP, MEM_WGT, ConfigError, VTAConfig,
-                        load_config)
+from vta.config import MEM_ACC, MEM_ACC_8BIT, MEM_INP, MEM_OUT, MEM_UOP, MEM_WGT, ConfigError, VTAConfig, load_config
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 

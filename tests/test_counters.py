@@ -9,9 +9,27 @@ import pytest
 
 from vta import counters
 from vta.config import VTAConfig
-from vta.counters import (BYTE_COUNTERS, CATALOGUE, CSR_COUNTERS, CYCLE_CLASSES, HARDWARE, HARDWARE_STATISTICS,
-                          INSN_COUNTERS, MODULE_CYCLE_COUNTERS, MODULES, STAT_COUNTERS, STATISTICS, STREAM,
-                          STREAM_STATISTICS, TOKEN_COUNTERS, UNITS, UOP_COUNTERS, Counter, counter, csr_address)
+from vta.counters import (
+    BYTE_COUNTERS,
+    CATALOGUE,
+    CSR_COUNTERS,
+    CYCLE_CLASSES,
+    HARDWARE,
+    HARDWARE_STATISTICS,
+    INSN_COUNTERS,
+    MODULE_CYCLE_COUNTERS,
+    MODULES,
+    STAT_COUNTERS,
+    STATISTICS,
+    STREAM,
+    STREAM_STATISTICS,
+    TOKEN_COUNTERS,
+    UNITS,
+    UOP_COUNTERS,
+    Counter,
+    counter,
+    csr_address,
+)
 from vta.fsim import Stats, run
 from vta.gemm import gemm_program
 from vta.isa import TOKEN_QUEUES
@@ -144,7 +162,9 @@ def test_fsim_stats_fields_are_the_statistics():
 
 
 def test_tsim_statistics_from_counters_equal_fsim(small_cfg):
-    from vta.tsim.backend import INSN_COUNTERS as TSIM_INSN, STAT_COUNTERS as TSIM_STAT, stats_from_counters
+    from vta.tsim.backend import INSN_COUNTERS as TSIM_INSN
+    from vta.tsim.backend import STAT_COUNTERS as TSIM_STAT
+    from vta.tsim.backend import stats_from_counters
     assert TSIM_STAT == STAT_COUNTERS and TSIM_INSN == INSN_COUNTERS
     prog, _ = gemm_program(small_cfg, 6, 10, 9)
     stats = run(prog).stats.as_dict()

@@ -185,8 +185,8 @@ def test_int8_agrees_with_float(qgraph, photos: np.ndarray, float_logits: np.nda
 
 
 def test_fsim_bit_exact_with_reference(qgraph, photos: np.ndarray) -> None:
-    from vta.compiler.qops import run_reference
     from vta.compiler.pipeline import compile_graph
+    from vta.compiler.qops import run_reference
     from vta.compiler.runtime import run
     from vta.config import VTAConfig
     compiled = compile_graph(qgraph, VTAConfig())
@@ -204,8 +204,8 @@ def test_fsim_bit_exact_with_reference(qgraph, photos: np.ndarray) -> None:
 @pytest.mark.parametrize("target", ["cpu", "tsim"])
 def test_cpu_and_tsim_bit_exact_with_reference(qgraph, photos: np.ndarray, target: str) -> None:
     """The CPU path (~10 s of JIT compile) and the Verilator RTL (~1-2 min: build, 4.2 M cycles) on one photo."""
-    from vta.compiler.qops import run_reference
     from vta.compiler.pipeline import compile_graph
+    from vta.compiler.qops import run_reference
     from vta.compiler.runtime import run
     from vta.config import VTAConfig
     compiled = compile_graph(qgraph, VTAConfig())

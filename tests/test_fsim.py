@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from fsim_helpers import CONFIGS, finish_with_store, gemm_after_late_load, raw_program, sync_store
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -11,8 +12,6 @@ from vta.config import MEM_ACC, MEM_ACC_8BIT, MEM_INP, MEM_OUT, MEM_UOP, MEM_WGT
 from vta.isa import ALU_ADD, ALU_MAX, ALU_MIN, ALU_MUL, ALU_SHR, Alu, Finish, Gemm, Load, Store, Uop, layout
 from vta.program import Program, ProgramBuilder
 from vta.testing import random_program
-
-from fsim_helpers import CONFIGS, finish_with_store, gemm_after_late_load, raw_program, sync_store
 
 
 # ---- a naive reference: program order, one element at a time, Python ints --------------------------------------------

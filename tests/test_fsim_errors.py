@@ -2,14 +2,19 @@
 from __future__ import annotations
 
 import pytest
+from fsim_helpers import raw_program
 
 from vta import fsim
 from vta.config import MEM_INP, MEM_OUT, MEM_UOP
-from vta.fsim import (DeadlockError, DramRangeError, InvalidInstructionError, RunawayError, SimulationError,
-                      SramRangeError)
+from vta.fsim import (
+    DeadlockError,
+    DramRangeError,
+    InvalidInstructionError,
+    RunawayError,
+    SimulationError,
+    SramRangeError,
+)
 from vta.isa import ALU_ADD, Alu, Finish, Gemm, Load, Store
-
-from fsim_helpers import raw_program
 
 
 # ---- deadlocks -------------------------------------------------------------------------------------------------------

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from fsim_helpers import CONFIGS, gemm_after_late_load, raw_program
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -11,8 +12,6 @@ from vta.config import MEM_INP
 from vta.fsim import RaceError
 from vta.isa import ALU_ADD, Alu, Finish, Gemm, Load, Store
 from vta.testing import random_program
-
-from fsim_helpers import CONFIGS, gemm_after_late_load, raw_program
 
 
 # ---- races -----------------------------------------------------------------------------------------------------------

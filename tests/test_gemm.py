@@ -3,13 +3,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import SMALL_CFG, TINY
 
 from vta import fsim
 from vta.config import VTAConfig
 from vta.gemm import gemm_program, gemm_tiling, pack_inp, pack_wgt, requantize, unpack_out
 from vta.isa import Load
-
-from conftest import SMALL_CFG, TINY
 
 
 def test_gemm_128_matches_numpy(cfg):

@@ -7,15 +7,14 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "hw"))
 
+import cocotb_build  # noqa: E402
+
 from vta.hw.alu import AluCore  # noqa: E402
 from vta.hw.arbiter import MemArbiter  # noqa: E402
 from vta.hw.boundary import MemBoundary  # noqa: E402
 from vta.hw.gemm import GemmCore, pack_weights, pack_weights_int, wgt_operand_bits  # noqa: E402
 from vta.hw.mem import Sram, StagedSram  # noqa: E402
 from vta.hw.queues import TokenQueue  # noqa: E402
-
-import cocotb_build  # noqa: E402
-
 
 
 def run_block(kind, key, factory, module, testcase, env):

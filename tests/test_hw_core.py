@@ -8,16 +8,15 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "hw"))
 
-from vta.config import VTAConfig  # noqa: E402
-from vta.hw.verilog import verilog_text  # noqa: E402
-import numpy as np  # noqa: E402
-
-from vta.gemm import gemm_program  # noqa: E402
-from vta.testing import alu_program, random_program  # noqa: E402
-
 import cases  # noqa: E402
 import cocotb_build  # noqa: E402
+import numpy as np  # noqa: E402
 from memport import PortTiming  # noqa: E402
+
+from vta.config import VTAConfig  # noqa: E402
+from vta.gemm import gemm_program  # noqa: E402
+from vta.hw.verilog import verilog_text  # noqa: E402
+from vta.testing import alu_program, random_program  # noqa: E402
 
 CONFIGS = {
     "default": VTAConfig(),

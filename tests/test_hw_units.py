@@ -8,12 +8,11 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "hw"))
 
+import cocotb_build  # noqa: E402
+
 from vta.config import VTAConfig  # noqa: E402
 from vta.hw.load import LoadUnit  # noqa: E402
 from vta.hw.store import StoreUnit  # noqa: E402
-
-import cocotb_build  # noqa: E402
-
 
 # (log_batch, log_block, bus bytes): inp/out elements 4 < 8 bytes and wgt 16 > 8; inp 16 = 16 and wgt 256 > 16;
 # BATCH 2: inp/out 16 < 32 and wgt 64 > 32.

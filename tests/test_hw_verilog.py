@@ -14,7 +14,6 @@ from vta.hw.area import parse_stat
 from vta.hw.core import VTACore
 from vta.hw.verilog import LINT_WAIVERS, generate_verilog, verilog_text
 
-
 SMALL = VTAConfig(log_block=3, log_uop_buff_size=10, log_inp_buff_size=10, log_wgt_buff_size=12,
                   log_acc_buff_size=11, cmd_queue_depth=4, token_queue_depth=4)
 

@@ -10,9 +10,36 @@ import numpy as np
 import pytest
 
 from vta.config import MEM_ACC, MEM_ACC_8BIT, MEM_INP, MEM_OUT, MEM_UOP, MEM_WGT, VTAConfig
-from vta.isa import (ALU_ADD, ALU_MAX, ALU_MIN, ALU_MUL, ALU_SHR, OP_ALU, OP_FINISH, OP_GEMM, OP_LOAD, OP_STORE, Alu,
-                     DecodeError, EncodeError, Field, Finish, Gemm, Insn, Load, Store, Uop, decode, decode_stream,
-                     decode_uops, encode, encode_stream, encode_uops, layout, module_of)
+from vta.isa import (
+    ALU_ADD,
+    ALU_MAX,
+    ALU_MIN,
+    ALU_MUL,
+    ALU_SHR,
+    OP_ALU,
+    OP_FINISH,
+    OP_GEMM,
+    OP_LOAD,
+    OP_STORE,
+    Alu,
+    DecodeError,
+    EncodeError,
+    Field,
+    Finish,
+    Gemm,
+    Insn,
+    Load,
+    Store,
+    Uop,
+    decode,
+    decode_stream,
+    decode_uops,
+    encode,
+    encode_stream,
+    encode_uops,
+    layout,
+    module_of,
+)
 
 DEFAULT = VTAConfig()
 COMMON = [("opcode", 0, 3), ("pop_prev", 3, 1), ("pop_next", 4, 1), ("push_prev", 5, 1), ("push_next", 6, 1)]

@@ -4,8 +4,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vta.compiler.layout import (group_block_ranges, pack_activation, pack_channel_vector, pack_weight,
-                                 packed_activation_shape, unpack_activation, unpack_channel_vector, unpack_weight)
+from vta.compiler.layout import (
+    group_block_ranges,
+    pack_activation,
+    pack_channel_vector,
+    pack_weight,
+    packed_activation_shape,
+    unpack_activation,
+    unpack_channel_vector,
+    unpack_weight,
+)
 
 CONFIG_SHAPES = [(1, 16), (1, 8), (1, 32), (2, 16), (4, 4)]  # (BATCH, BLOCK)
 

@@ -6,11 +6,17 @@ import hashlib
 import numpy as np
 import pytest
 
-from vta.compiler import pipeline
 from vta.compiler.intrin import intrinsics
 from vta.compiler.partition import lower_node, partition
-from vta.compiler.pipeline import (accel_step, calibration_inputs, compile_graph, compile_model, load_graph,
-                                   partition_graph, random_inputs)
+from vta.compiler.pipeline import (
+    accel_step,
+    calibration_inputs,
+    compile_graph,
+    compile_model,
+    load_graph,
+    partition_graph,
+    random_inputs,
+)
 from vta.compiler.quantize import quantize
 from vta.compiler.runtime import AccelStep, Compiled, CpuStep
 from vta.config import VTAConfig

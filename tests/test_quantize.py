@@ -12,8 +12,15 @@ from vta.compiler import qops, zoo
 from vta.compiler.float_ref import run_float
 from vta.compiler.ir import Graph, GraphError
 from vta.compiler.onnx_frontend import import_onnx
-from vta.compiler.quantize import (QuantizationError, accuracy_vs_onnxruntime, calibrate, choose_requant,
-                                   compare_outputs, prepare, quantize)
+from vta.compiler.quantize import (
+    QuantizationError,
+    accuracy_vs_onnxruntime,
+    calibrate,
+    choose_requant,
+    compare_outputs,
+    prepare,
+    quantize,
+)
 
 
 def _inputs(g: Graph, n: int, seed: int) -> np.ndarray:

@@ -8,8 +8,8 @@ import pytest
 from vta.compiler import qops
 from vta.compiler.ir import AddRequant, Graph, Requant
 from vta.compiler.partition import partition
-from vta.compiler.report import COLUMNS, build_report
 from vta.compiler.pipeline import compile_graph
+from vta.compiler.report import COLUMNS, build_report
 from vta.compiler.runtime import AccelStep, Compiled, CpuStep, RuntimeFailure, run
 from vta.config import VTAConfig
 

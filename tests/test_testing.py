@@ -3,13 +3,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import SMALL_CFG, TINY
 
 from vta import fsim
 from vta.config import VTAConfig
 from vta.isa import Alu, Gemm, Load, Store
 from vta.testing import ALU_CASES, alu_program, random_program
-
-from conftest import SMALL_CFG, TINY
 
 
 @pytest.mark.parametrize("config", [VTAConfig(), SMALL_CFG, TINY], ids=lambda c: c.name)

@@ -10,8 +10,8 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-
 from tsim_standin import generate_standin
+
 from vta.config import MEM_INP, VTAConfig
 from vta.isa import Alu, Finish, Gemm, Load, Store, encode_stream
 from vta.tsim.backend import TSimBackend

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import SMALL_CFG
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import SMALL_CFG
 from vta import fsim
 from vta.cli import main
 from vta.config import MEM_INP, VTAConfig

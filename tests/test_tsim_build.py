@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from tsim_standin import generate_standin
+
 from vta.cli import main
 from vta.config import VTAConfig
 from vta.tsim.build import BuildError, _lz4_flags, _source_hash, build, cache_root

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from tsim_standin import generate_standin
+
 from vta.config import MEM_INP, VTAConfig
 from vta.isa import Finish, Insn, Load, encode_stream
 

@@ -6,10 +6,10 @@ Pipeline: ``VTAConfig`` -> Verilog (``vta.hw.verilog.generate_verilog`` by defau
 
 Cache: ``<cache root>/tsim/<cfg.name>-<variant>-<hash>/`` where the cache root is ``$VTA_CACHE_DIR`` (default
 ``~/.cache/vta-lab``), ``variant`` is ``fast`` (no trace support), ``vcd`` or ``fst``, and ``hash`` covers the RTL
-generator's sources (``hw/*.py``), the harness, the build flags and the config. A second :func:`build` with the same
-design returns at once. Two processes building the same design at the same time serialize on a ``fcntl`` lock; a
-build happens in a temporary folder that is renamed into place only when complete, so a half-written library is
-never loaded.
+generator's sources (:func:`vta.hw.verilog.rtl_sources`), the harness, the build flags and the config. A second
+:func:`build` with the same design returns at once. Two processes building the same design at the same time
+serialize on a ``fcntl`` lock; a build happens in a temporary folder that is renamed into place only when complete,
+so a half-written library is never loaded.
 """
 from __future__ import annotations
 
@@ -120,8 +120,7 @@ def _default_generator() -> tuple[RtlGenerator, list[Path]]:
     except ImportError as err:
         raise BuildError(f"the RTL generator vta.hw.verilog cannot be imported ({err}); pass generator= to build a "
                          "stand-in design") from None
-    sources = sorted(Path(hw_verilog.__file__).resolve().parent.glob("*.py"))
-    return hw_verilog.generate_verilog, sources
+    return hw_verilog.generate_verilog, hw_verilog.rtl_sources()
 
 
 
@@ -155,7 +154,8 @@ def build(cfg: VTAConfig, *, trace: str = "none", generator: RtlGenerator | None
 
     ``trace``: one of :data:`TRACE_KINDS`; a model with trace support runs slower, so ask for it only when tracing.
     ``generator(cfg, out_dir) -> Path`` writes ``vta_core.v`` (default ``vta.hw.verilog.generate_verilog``);
-    ``sources`` are the files whose contents key the cache for that generator (default ``hw/*.py``).
+    ``sources`` are the files whose contents key the cache for that generator (default
+    :func:`vta.hw.verilog.rtl_sources`).
     ``progress``: show a progress indicator on stderr (default: when stderr is a terminal). ``jobs``: parallel
     compile jobs. ``pgo``: profile-guided optimization (:mod:`vta.tsim.pgo`): compile the model instrumented, run a
     short GEMM and ALU workload on it, compile it again using the profile; the model then runs about 30% faster and

@@ -37,8 +37,29 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from .config import VTAConfig
-from .isa import (ALU_NAMES, MEMORY_TYPES, OP_ALU, OP_FINISH, OP_GEMM, OP_LOAD, OP_STORE, OPCODE_NAMES, Alu,
-                  EncodeError, Field, Finish, Gemm, Insn, Load, Store, Uop, decode_uops, encode, encode_uops, layout)
+from .isa import (
+    ALU_NAMES,
+    MEMORY_TYPES,
+    OP_ALU,
+    OP_FINISH,
+    OP_GEMM,
+    OP_LOAD,
+    OP_STORE,
+    OPCODE_NAMES,
+    Alu,
+    EncodeError,
+    Field,
+    Finish,
+    Gemm,
+    Insn,
+    Load,
+    Store,
+    Uop,
+    decode_uops,
+    encode,
+    encode_uops,
+    layout,
+)
 
 __all__ = ["AsmError", "Listing", "assemble", "disassemble", "assemble_uops", "disassemble_uops", "assemble_listing",
            "format_insn", "format_uop"]

@@ -168,6 +168,7 @@ def _cmd_disasm(args: argparse.Namespace) -> int:
 def _uop_listing(program: Any) -> str:
     """The micro-ops every ``LOAD UOP`` of ``program`` loads, read from its initial DRAM image, as UOP lines."""
     import numpy as np
+
     from .asm import disassemble_uops
     from .config import MEM_UOP
     from .isa import Load
@@ -251,6 +252,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             raise CliError(f"--{name} must be a positive number of elements, not {value}")
     cfg = config_from_args(args)
     import numpy as np
+
     from .backend import backend_info, get_backend, program_backends
     from .gemm import gemm_program
     program, expected = gemm_program(cfg, args.m, args.k, args.n, seed=args.seed,

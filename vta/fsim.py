@@ -51,8 +51,21 @@ import numpy as np
 from .config import MEM_ACC, MEM_ACC_8BIT, MEM_INP, MEM_NAMES, MEM_OUT, MEM_UOP, MEM_WGT, VTAConfig
 from .fsim_kernels import GemmPlan, alu_hazard, alu_op, blas_single_thread, occurrence_rounds, wrap32
 from .fsim_race import MODULE_INDEX, RaceTracker
-from .isa import (ALU_NAMES, MEMORY_TYPES, TOKEN_POPS, TOKEN_PUSHES, TOKEN_QUEUES, Alu, Finish, Gemm, Insn,
-                  Load, Store, decode_uops, module_of)
+from .isa import (
+    ALU_NAMES,
+    MEMORY_TYPES,
+    TOKEN_POPS,
+    TOKEN_PUSHES,
+    TOKEN_QUEUES,
+    Alu,
+    Finish,
+    Gemm,
+    Insn,
+    Load,
+    Store,
+    decode_uops,
+    module_of,
+)
 from .program import MODULES, Program
 
 __all__ = ["run", "FsimResult", "Stats", "SimulationError", "DeadlockError", "SramRangeError", "DramRangeError",

@@ -320,9 +320,9 @@ def decode(word: int, cfg: VTAConfig) -> Insn:
         values[f.name] = raw
     del values["opcode"]
     cls = _CLASSES[opcode]
-    for f in fields(cls):
-        if f.type in ("bool", bool) and f.name in values:
-            values[f.name] = bool(values[f.name])
+    for attr in fields(cls):
+        if attr.type in ("bool", bool) and attr.name in values:
+            values[attr.name] = bool(values[attr.name])
     return cls(**values)
 
 

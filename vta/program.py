@@ -31,8 +31,23 @@ from typing import Any, Sequence, cast
 import numpy as np
 
 from .config import MEM_ACC, MEM_ACC_8BIT, MEM_INP, MEM_NAMES, MEM_OUT, MEM_UOP, MEM_WGT, VTAConfig
-from .isa import Alu, EncodeError, Finish, Gemm, Insn, Load, Store, Uop, decode_stream, encode_stream, encode_uops
-from .isa import TOKEN_POPS, TOKEN_PUSHES, layout, module_of
+from .isa import (
+    TOKEN_POPS,
+    TOKEN_PUSHES,
+    Alu,
+    EncodeError,
+    Finish,
+    Gemm,
+    Insn,
+    Load,
+    Store,
+    Uop,
+    decode_stream,
+    encode_stream,
+    encode_uops,
+    layout,
+    module_of,
+)
 
 __all__ = ["Allocation", "Program", "ProgramBuilder", "MODULES", "FORMAT_VERSION"]
 

@@ -4,13 +4,12 @@ import json
 from dataclasses import asdict
 
 import numpy as np
+from memport import PortTiming
 
 import vta.fsim
 from vta.config import MEM_ACC, MEM_ACC_8BIT, MEM_INP, MEM_OUT, MEM_WGT
 from vta.isa import ALU_ADD, ALU_MAX, ALU_MIN, ALU_MUL, ALU_SHR, Uop
 from vta.program import ProgramBuilder
-
-from memport import PortTiming
 
 
 def write_case(path, program, *, timing=None, seed=0, max_cycles=200_000):

@@ -15,8 +15,8 @@ import cocotb
 import numpy as np
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, FallingEdge, ReadOnly, RisingEdge
-
 from memport import MemPortDriver, PortTiming
+
 from vta.hw.regs import COUNTERS, CYCLE_CLASSES, MODULES
 
 # Counters that must equal the functional simulator's statistics of the same name.

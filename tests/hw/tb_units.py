@@ -14,8 +14,8 @@ import cocotb
 import numpy as np
 from cocotb.clock import Clock
 from cocotb.triggers import FallingEdge, ReadOnly
-
 from memport import MemPortDriver, PortTiming
+
 from vta.config import MEM_INP, MEM_WGT, VTAConfig
 from vta.isa import Load, Store, encode
 
