@@ -202,10 +202,11 @@ def _write_text(text: str, output: str | None) -> None:
     if output is None:
         sys.stdout.write(text)
         return
+    from .fileio import atomic_write_text
     try:
-        Path(output).write_text(text)
-    except OSError as err:
-        raise CliError(f"cannot write {output}: {err.strerror}") from None
+        atomic_write_text(output, text)
+    except OSError as err:  # its message is a sentence naming the path
+        raise CliError(str(err)) from None
 
 
 def _cmd_asm(args: argparse.Namespace) -> int:
@@ -234,10 +235,11 @@ def _cmd_asm(args: argparse.Namespace) -> int:
 
 
 def _write_bytes(path: str, data: bytes) -> None:
+    from .fileio import atomic_write_bytes
     try:
-        Path(path).write_bytes(data)
-    except OSError as err:
-        raise CliError(f"cannot write {path}: {err.strerror}") from None
+        atomic_write_bytes(path, data)
+    except OSError as err:  # its message is a sentence naming the path
+        raise CliError(str(err)) from None
 
 
 # ---- run ------------------------------------------------------------------------------------------------------------
