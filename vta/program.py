@@ -26,7 +26,7 @@ import dataclasses
 import json
 from dataclasses import dataclass, field
 from os import PathLike
-from typing import Any, Sequence, cast
+from typing import Any, ClassVar, Mapping, Sequence, cast
 
 import numpy as np
 
@@ -159,34 +159,53 @@ class Program:
         return np.frombuffer(raw.tobytes(), dtype=_le(a.dtype)).reshape(a.shape).astype(np.dtype(a.dtype))
 
     # ---- files ------------------------------------------------------------------------------------------------
-    def save(self, path: str | PathLike[str]) -> None:
-        """Write the program to one ``.npz`` file (config, encoded instructions, DRAM image, allocations)."""
+    ARRAY_NAMES: ClassVar[tuple[str, ...]] = ("meta", "insns", "dram")
+    """The arrays of :meth:`to_arrays`: ``meta`` (a 0-d unicode array holding JSON: format, config, insn_offset,
+    allocations), ``insns`` (``uint8 [len(insns), insn_bytes]``, the encoded stream) and ``dram`` (``uint8``)."""
+
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        """The program as plain numpy arrays (no Python objects), keyed by :attr:`ARRAY_NAMES`; the form
+        :meth:`save` writes and compiled-model artefacts embed. :meth:`from_arrays` reads it back."""
         meta = {"format": FORMAT_VERSION, "config": self.cfg.to_dict(), "insn_offset": self.insn_offset,
                 "allocations": [a.to_json() for a in self.allocations.values()]}
-        with open(path, "wb") as f:
-            np.savez_compressed(f, meta=np.array(json.dumps(meta)), insns=self.encoded_insns(), dram=self.dram)
+        return {"meta": np.array(json.dumps(meta)), "insns": self.encoded_insns(), "dram": self.dram}
+
+    @classmethod
+    def from_arrays(cls, arrays: Mapping[str, np.ndarray], *, source: str = "the program") -> "Program":
+        """The program held by ``arrays`` (as :meth:`to_arrays` returns); the config is validated again and the
+        instructions decoded. ``source`` names the file in error messages."""
+        missing = set(cls.ARRAY_NAMES) - set(arrays)
+        if missing:
+            raise ValueError(f"{source} is not a saved program: it lacks {', '.join(sorted(missing))}")
+        meta = json.loads(str(arrays["meta"]))
+        encoded = np.asarray(arrays["insns"], dtype=np.uint8)
+        dram = np.asarray(arrays["dram"], dtype=np.uint8).copy()
+        if not isinstance(meta, dict) or meta.get("format") != FORMAT_VERSION:
+            found = meta.get("format") if isinstance(meta, dict) else meta
+            raise ValueError(f"{source} has program format {found!r}; this version reads format {FORMAT_VERSION}")
+        cfg = VTAConfig.from_dict(meta["config"], source=source)
+        insns = decode_stream(encoded, cfg)
+        allocations = {a["name"]: Allocation.from_json(a) for a in meta["allocations"]}
+        program = cls(cfg, insns, dram, int(meta["insn_offset"]), allocations)
+        if not np.array_equal(program.encoded_insns().reshape(-1), encoded.reshape(-1)):
+            raise ValueError(f"{source} is inconsistent: the instruction stream in its DRAM image differs from its "
+                             f"encoded instructions")
+        return program
+
+    def save(self, path: str | PathLike[str]) -> None:
+        """Write the program to one ``.npz`` file (the arrays of :meth:`to_arrays`), atomically: a failure leaves
+        any previous file at ``path`` intact."""
+        from .fileio import atomic_path
+        arrays: dict[str, Any] = self.to_arrays()  # Any: savez's stubs type ** as its keyword options
+        with atomic_path(path) as tmp, open(tmp, "wb") as f:
+            np.savez_compressed(f, **arrays)
 
     @classmethod
     def load(cls, path: str | PathLike[str]) -> "Program":
         """Read a file written by :meth:`save`; the config is validated again and the instructions decoded."""
         with np.load(path, allow_pickle=False) as data:
-            missing = {"meta", "insns", "dram"} - set(data.files)
-            if missing:
-                raise ValueError(f"{path} is not a saved program: it lacks {', '.join(sorted(missing))}")
-            meta = json.loads(str(data["meta"]))
-            encoded = np.asarray(data["insns"], dtype=np.uint8)
-            dram = np.asarray(data["dram"], dtype=np.uint8).copy()
-        if meta.get("format") != FORMAT_VERSION:
-            raise ValueError(f"{path} has program format {meta.get('format')!r}; this version reads format "
-                             f"{FORMAT_VERSION}")
-        cfg = VTAConfig.from_dict(meta["config"], source=str(path))
-        insns = decode_stream(encoded, cfg)
-        allocations = {a["name"]: Allocation.from_json(a) for a in meta["allocations"]}
-        program = cls(cfg, insns, dram, int(meta["insn_offset"]), allocations)
-        if not np.array_equal(program.encoded_insns().reshape(-1), encoded.reshape(-1)):
-            raise ValueError(f"{path} is inconsistent: the instruction stream in its DRAM image differs from its "
-                             f"encoded instructions")
-        return program
+            arrays = {name: data[name] for name in cls.ARRAY_NAMES if name in data.files}
+        return cls.from_arrays(arrays, source=str(path))
 
 
 def _with_flags(insn: Insn, flags: set[str]) -> Insn:
