@@ -324,3 +324,55 @@ def test_config_error_is_value_error_and_counts() -> None:
     assert isinstance(err, ValueError)
     assert str(err) == "invalid VTA configuration in f.json (2 problems):\n  - a\n  - b"
     assert str(ConfigError(["only"])) == "invalid VTA configuration (1 problem):\n  - only"
+
+
+# ---- limits of the hardware generator -------------------------------------------------------------------------------
+def test_every_config_file_in_configs_validates() -> None:
+    files = sorted(p for p in CONFIGS.iterdir() if p.suffix in (".toml", ".json"))
+    assert len(files) >= 6
+    for path in files:
+        assert load_config(path).name  # raises ConfigError, naming the file, if the generator could not build it
+
+
+def test_block_64_cannot_be_built() -> None:
+    # the generator asserted in Amaranth's netlist after minutes and gigabytes; the config now says why, at once
+    assert problems_of(log_block=6, log_wgt_buff_size=15) == [
+        "LOG_BLOCK=6 (BLOCK 64) cannot be built: the generator's GEMM core stores a weight tile in one 133120-bit SRAM "
+        "word, wider than the 65536 bits an Amaranth netlist value can hold; use LOG_BLOCK at most 5"]
+
+
+def test_block_64_problem_listed_with_the_others(tmp_path: Path) -> None:
+    path = tmp_path / "b64.toml"
+    path.write_text("LOG_BLOCK = 6\nBUS_BYTES = 12\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert info.value.problems[0] == "BUS_BYTES must be a power of two, not 12"
+    assert info.value.problems[1].startswith("LOG_BLOCK=6 (BLOCK 64) cannot be built: ")
+    assert len(info.value.problems) == 2
+
+
+@pytest.mark.parametrize("log_block", range(2, 7))
+def test_packed_wgt_bits_is_the_generators(log_block: int) -> None:
+    from vta.config import packed_wgt_bits
+    from vta.hw.gemm import PackedWeightLayout
+    block = 1 << log_block
+    assert packed_wgt_bits(block) == PackedWeightLayout(block, block).bits
+
+
+def test_every_valid_config_fits_the_netlist() -> None:
+    """Every operand, SRAM word and result width the generator derives from a config that validates fits the 65536
+    bits of one Amaranth netlist value; BLOCK 64 is the first shape that does not."""
+    from vta.hw.gemm import wgt_operand_bits
+    for log_batch in range(0, 5):
+        for log_block in range(2, 7):
+            wide = dict(log_batch=log_batch, log_block=log_block, log_wgt_buff_size=16, log_inp_buff_size=16,
+                        log_acc_buff_size=20)
+            batch, block = 1 << log_batch, 1 << log_block
+            widths = [wgt_operand_bits(block, block, "packed"), wgt_operand_bits(block, block, "array"),
+                      32 * batch * block, 8 * batch * block]
+            try:
+                VTAConfig(**wide)  # type: ignore[arg-type]
+            except ConfigError:
+                assert max(widths) > 1 << 16, (log_batch, log_block)
+            else:
+                assert max(widths) <= 1 << 16, (log_batch, log_block)

@@ -25,7 +25,7 @@ def test_gemm_128_matches_numpy(cfg):
     assert 0.01 < (np.abs(unpack_out(c, 128, 128).astype(int)) >= 127).mean() < 0.1  # requantized, not all clipped
 
 
-@pytest.mark.parametrize("config", [SMALL_CFG, TINY, VTAConfig(log_block=6, log_wgt_buff_size=15),
+@pytest.mark.parametrize("config", [SMALL_CFG, TINY, VTAConfig(log_block=5, log_wgt_buff_size=13),
                                     VTAConfig(log_batch=1, log_block=5)], ids=lambda c: c.name)
 @pytest.mark.parametrize("double_buffer", [True, False])
 def test_gemm_any_config_and_shape(config, double_buffer):

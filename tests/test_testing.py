@@ -67,7 +67,7 @@ def test_random_program_without_alu_hazards():
 @pytest.mark.slow
 def test_many_random_programs_are_race_free_and_schedule_independent():
     """The random programs the co-simulation relies on: valid on every config, same result on every schedule."""
-    configs = [VTAConfig(), SMALL_CFG, TINY, VTAConfig(log_block=6, log_wgt_buff_size=15, token_queue_depth=2)]
+    configs = [VTAConfig(), SMALL_CFG, TINY, VTAConfig(log_block=5, log_wgt_buff_size=13, token_queue_depth=2)]
     for config in configs:
         for seed in range(60):
             prog = random_program(config, np.random.default_rng(seed), n_ops=40, alu_hazards=bool(seed % 2))

@@ -36,6 +36,12 @@ _LOOP_BITS = 14
 _SRAM_BASE_BITS = 16
 _UOP_BITS = 32
 
+# The widest value the hardware generator can build: Amaranth's netlist numbers the bits of a cell's output with 16
+# bits (``amaranth.hdl._nir.Net.from_cell`` asserts ``bit in range(1 << 16)``), so no signal, SRAM word or mux may be
+# wider than 65536 bits. The generator fails on that assertion only after minutes and gigabytes, so the config
+# checks it first (see :func:`_generator_problems`).
+_MAX_NETLIST_BITS = 1 << 16
+
 
 class ConfigError(ValueError):
     """A configuration is invalid. ``problems`` lists every problem found, one sentence each."""
@@ -375,6 +381,37 @@ def _check(cfg: VTAConfig) -> list[str]:
         elif depth > 1 << _SRAM_BASE_BITS:
             problems.append(f"{_upper(name)}={log_size} gives {depth} entries, more than the 16-bit sram_base field "
                             f"of LOAD/STORE can address (65536); use at most {_log2(elem << _SRAM_BASE_BITS)}")
+    problems.extend(_generator_problems(cfg))
+    return problems
+
+
+def packed_wgt_bits(block: int) -> int:
+    """Bits of one BLOCK x BLOCK weight tile as the generator's packed GEMM core stores it in one weight SRAM word.
+
+    The same arithmetic as ``vta.hw.gemm.PackedWeightLayout`` (which tests compare against): a lane holds the sum of
+    ``block`` products of two bytes (``16 + log2(block)`` bits), a 64-bit multiplier word holds ``63 // lane_bits``
+    lanes, and the tile takes ``block`` words plus one weight-sum word per group of lanes.
+    """
+    lane_bits = 16 + (block - 1).bit_length()
+    per_word = max(1, 63 // lane_bits)
+    groups = -(-block // per_word)
+    return 64 * (groups * block + groups)
+
+
+def _generator_problems(cfg: VTAConfig) -> list[str]:
+    """Limits of the hardware generator (``vta.hw``) that the ranges alone do not express, one sentence each.
+
+    Every SRAM word, operand and result of the core must fit one Amaranth netlist value (``_MAX_NETLIST_BITS``).
+    The weight word of the packed GEMM core (:func:`packed_wgt_bits`) grows fastest; within the ranges every other
+    word fits (the widest, a 16 x 64 int32 accumulator word, is 32768 bits; tests/test_config.py checks each).
+    """
+    problems: list[str] = []
+    wgt_bits = packed_wgt_bits(cfg.block_in)
+    if wgt_bits > _MAX_NETLIST_BITS:
+        top = max(b for b in range(int(_RANGES["log_block"][1]) + 1) if packed_wgt_bits(1 << b) <= _MAX_NETLIST_BITS)
+        problems.append(f"LOG_BLOCK={cfg.log_block} (BLOCK {cfg.block_in}) cannot be built: the generator's GEMM core "
+                        f"stores a weight tile in one {wgt_bits}-bit SRAM word, wider than the "
+                        f"{_MAX_NETLIST_BITS} bits an Amaranth netlist value can hold; use LOG_BLOCK at most {top}")
     return problems
 
 
