@@ -7,8 +7,12 @@ Squeeze, Unsqueeze, Pad (constant mode), Concat, Softmax, and the no-ops Identit
 constants (shape arithmetic) are evaluated at import. Anything else raises :class:`UnsupportedOperatorError` naming the
 operator and the node.
 
-Symbolic (dynamic) input dimensions are fixed to ``batch`` before shape inference. Tensor names are ONNX's; a folded
-BatchNorm keeps the name of its output for the convolution that absorbed it.
+A symbolic (dynamic) first input dimension is the batch and becomes ``batch``; any other symbolic or unknown input
+dimension is an error unless ``input_shapes`` gives that input's whole shape. A file that is not an ONNX model
+(missing, empty, a folder, not protobuf, truncated) raises :class:`ModelFileError`, and a model whose default-domain
+opset lies outside :data:`SUPPORTED_OPSETS` raises :class:`UnsupportedOpsetError`, both naming the file.
+
+Tensor names are ONNX's; a folded BatchNorm keeps the name of its output for the convolution that absorbed it.
 """
 from __future__ import annotations
 
@@ -21,7 +25,14 @@ from onnx import numpy_helper, shape_inference
 
 from .ir import Graph, GraphError
 
-__all__ = ["UnsupportedOperatorError", "import_onnx", "RULES"]
+__all__ = ["UnsupportedOperatorError", "ModelFileError", "UnsupportedOpsetError", "import_onnx", "RULES",
+           "SUPPORTED_OPSETS"]
+
+SUPPORTED_OPSETS = (13, 22)
+"""The default-domain (``ai.onnx``) opsets the rules handle, inclusive. Below 13, Softmax flattened its input to 2D
+around ``axis`` (the rule implements the opset-13 per-axis form) and Squeeze/Unsqueeze took their axes otherwise;
+the rules read every operator form up to opset 22 (ReduceMean's ``axes`` input of 18, the Conv and pooling revisions
+of 19 and 22); later revisions are not reviewed."""
 
 
 class UnsupportedOperatorError(ValueError):
@@ -32,6 +43,14 @@ class UnsupportedOperatorError(ValueError):
         self.node_name = node_name
         why = f": {detail}" if detail else f"; supported operators are {', '.join(sorted(RULES))}"
         super().__init__(f"ONNX operator {op_type!r} (node {node_name!r}) is not supported by the lab{why}.")
+
+
+class ModelFileError(ValueError):
+    """A model file that cannot be read as an ONNX model: missing, empty, a folder, not protobuf, or truncated."""
+
+
+class UnsupportedOpsetError(ValueError):
+    """A model whose ONNX opset the frontend does not handle (outside :data:`SUPPORTED_OPSETS`)."""
 
 
 _DTYPES = {onnx.TensorProto.FLOAT: "float32", onnx.TensorProto.INT8: "int8", onnx.TensorProto.INT32: "int32"}
@@ -404,29 +423,108 @@ def _fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:
     return model
 
 
-def _fix_batch(model: onnx.ModelProto, batch: int) -> None:
-    for vi in model.graph.input:
-        for dim in vi.type.tensor_type.shape.dim:
-            if dim.dim_value <= 0:
-                dim.Clear()
-                dim.dim_value = batch
+def _read_model(path: str) -> onnx.ModelProto:
+    """The ModelProto in the file ``path``, or :class:`ModelFileError` saying in one sentence why there is none."""
+    what = "an ONNX model file (.onnx)"
+    if os.path.isdir(path):
+        raise ModelFileError(f"The model {path} is a folder, not {what}.")
+    try:
+        size = os.path.getsize(path)
+    except OSError as err:
+        raise ModelFileError(f"Cannot read the model {path}: {err.strerror}.") from None
+    if size == 0:
+        raise ModelFileError(f"The model {path} is empty (0 bytes), not {what}.")
+    try:
+        proto = onnx.load(path)
+    except OSError as err:
+        raise ModelFileError(f"Cannot read the model {path}: {err.strerror}.") from None
+    except Exception as err:  # noqa: BLE001 - protobuf's DecodeError and whatever a damaged file makes onnx raise
+        raise ModelFileError(f"The model {path} is not {what}, or it is truncated: its {size} bytes do not decode as "
+                             f"an ONNX protobuf ({err}).") from None
+    if not proto.HasField("graph") or not proto.graph.node or not proto.graph.output:
+        raise ModelFileError(f"The model {path} holds no ONNX graph with nodes and outputs; it is not {what}, or it "
+                             f"is truncated.")
+    return proto
 
 
-def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, name: str | None = None) -> Graph:
+def _check_opset(model: onnx.ModelProto, label: str) -> None:
+    """Raise :class:`UnsupportedOpsetError` unless the default-domain opset is within :data:`SUPPORTED_OPSETS`."""
+    lo, hi = SUPPORTED_OPSETS
+    versions = [o.version for o in model.opset_import if o.domain in ("", "ai.onnx")]
+    if not versions:
+        raise UnsupportedOpsetError(f"The model {label} imports no ai.onnx opset; the frontend supports opsets {lo} "
+                                    f"to {hi}.")
+    if not lo <= versions[0] <= hi:
+        raise UnsupportedOpsetError(f"The model {label} uses ONNX opset {versions[0]}; the frontend supports opsets "
+                                    f"{lo} to {hi} (convert it, e.g. with onnx.version_converter.convert_version).")
+
+
+def _dim_text(dim: Any) -> str:
+    return str(dim.dim_value) if dim.HasField("dim_value") else (dim.dim_param or "?")
+
+
+def _fix_inputs(model: onnx.ModelProto, batch: int, input_shapes: dict[str, tuple[int, ...]], label: str) -> None:
+    """Give every graph input a static shape: ``input_shapes[name]`` where given (it must agree with the model's
+    rank and fixed dimensions), else a symbolic or unknown first (batch) dimension becomes ``batch``; any other
+    symbolic or unknown dimension raises ValueError naming it and the ``--input-shape`` that would fix it."""
+    inits = {i.name for i in model.graph.initializer}
+    inputs = [vi for vi in model.graph.input if vi.name not in inits]
+    unknown = sorted(set(input_shapes) - {vi.name for vi in inputs})
+    if unknown:
+        verb = "is" if len(unknown) == 1 else "are"
+        names = ", ".join(repr(vi.name) for vi in inputs)
+        raise ValueError(f"--input-shape names {', '.join(map(repr, unknown))}, which {verb} not an input of the model "
+                         f"{label}; its inputs are {names}.")
+    for vi in inputs:
+        dims = vi.type.tensor_type.shape.dim
+        text = "x".join(_dim_text(d) for d in dims)
+        given = input_shapes.get(vi.name)
+        if given is not None:
+            fixed = [(k, d.dim_value) for k, d in enumerate(dims) if d.HasField("dim_value") and d.dim_value > 0]
+            if len(given) != len(dims) or any(given[k] != v for k, v in fixed):
+                raise ValueError(f"--input-shape {vi.name}={'x'.join(map(str, given))} does not fit the model "
+                                 f"{label}, whose input {vi.name!r} has shape {text}; give {len(dims)} dimensions "
+                                 f"that keep the fixed ones.")
+            values = list(given)
+        else:
+            free = [k for k, d in enumerate(dims) if k > 0 and not (d.HasField("dim_value") and d.dim_value > 0)]
+            if free:
+                names = ", ".join(_dim_text(dims[k]) for k in free)
+                example = "x".join(str(batch) if k == 0 else "224" if k in free else _dim_text(d)
+                                   for k, d in enumerate(dims))
+                raise ValueError(f"The model {label} has input {vi.name!r} of shape {text}, with symbolic or unknown "
+                                 f"dimensions ({names}) besides the batch; give its whole shape, e.g. --input-shape "
+                                 f"{vi.name}={example}.")
+            values = [batch if k == 0 and not (d.HasField("dim_value") and d.dim_value > 0) else d.dim_value
+                      for k, d in enumerate(dims)]
+        for d, v in zip(dims, values):
+            d.Clear()
+            d.dim_value = v
+
+
+def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, name: str | None = None,
+                input_shapes: dict[str, tuple[int, ...]] | None = None) -> Graph:
     """Import an ONNX model (path or ModelProto) as a validated float :class:`~.ir.Graph`.
 
-    Dynamic input dimensions become ``batch``. Raises :class:`UnsupportedOperatorError` for an operator outside
-    :data:`RULES` (naming the op type and node).
+    A dynamic first (batch) input dimension becomes ``batch``; ``input_shapes`` (input name -> whole shape) fixes
+    inputs with other dynamic dimensions, which are an error otherwise. Raises :class:`ModelFileError` for a file
+    that is not an ONNX model, :class:`UnsupportedOpsetError` for an opset outside :data:`SUPPORTED_OPSETS` and
+    :class:`UnsupportedOperatorError` for an operator outside :data:`RULES` (naming the op type and node).
     """
     if isinstance(model, (str, os.PathLike)):
         label = name or os.path.splitext(os.path.basename(os.fspath(model)))[0]
-        proto = onnx.load(os.fspath(model))
+        where = os.fspath(model)
+        proto = _read_model(where)
     elif isinstance(model, onnx.ModelProto):
         label = name or model.graph.name or "model"
+        where = label
         proto = onnx.ModelProto.FromString(model.SerializeToString())
     else:
         raise TypeError(f"import_onnx takes a path or an onnx.ModelProto, not {type(model).__name__}.")
-    _fix_batch(proto, batch)
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        raise ValueError(f"batch must be a positive integer (images per inference), not {batch!r}.")
+    _check_opset(proto, where)
+    _fix_inputs(proto, batch, dict(input_shapes or {}), where)
     model = shape_inference.infer_shapes(_fold_constants(proto))
     for _ in range(4):                                  # Shape nodes fold once their inputs have static shapes
         if not any(n.op_type == "Shape" for n in model.graph.node):

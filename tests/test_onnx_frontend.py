@@ -194,3 +194,102 @@ def test_shape_arithmetic_of_activations_folds():
     inits = [("zero", np.array(0, np.int64)), ("ax", np.array([0], np.int64)), ("minus1", np.array([-1], np.int64))]
     g = _check(_model(nodes, (2, 3, 4, 4), None, inits), {"x": _x(2, 3, 4, 4)})
     assert [n.op for n in g.nodes] == ["Relu", "Reshape"] and g.shape("y") == (2, 48)
+
+
+# ---- files that are not models, opsets, symbolic input dimensions ----------------------------------------------------
+def test_model_file_errors_name_the_file(tmp_path):
+    from vta.compiler.onnx_frontend import ModelFileError
+    empty = tmp_path / "empty.onnx"
+    empty.write_bytes(b"")
+    with pytest.raises(ModelFileError, match=rf"^The model {empty} is empty \(0 bytes\), not an ONNX model file "
+                                             rf"\(\.onnx\)\.$"):
+        import_onnx(empty)
+    with pytest.raises(ModelFileError, match=rf"^The model {tmp_path} is a folder, not an ONNX model file \(\.onnx\)\.$"):
+        import_onnx(tmp_path)
+    with pytest.raises(ModelFileError, match=rf"^Cannot read the model {tmp_path}/missing.onnx: No such file or "
+                                             rf"directory\.$"):
+        import_onnx(tmp_path / "missing.onnx")
+    text = tmp_path / "notes.onnx"
+    text.write_text("this is not a model\n" * 20)
+    with pytest.raises(ModelFileError, match=rf"^The model {text} is not an ONNX model file \(\.onnx\), or it is "
+                                             rf"truncated: its 400 bytes do not decode as an ONNX protobuf \("):
+        import_onnx(text)
+
+
+def test_truncated_model_is_a_model_file_error(tmp_path):
+    from vta.compiler.onnx_frontend import ModelFileError
+    model = _model([helper.make_node("Relu", ["x"], ["y"])], (1, 3), None)
+    data = model.SerializeToString()
+    cut = tmp_path / "cut.onnx"
+    cut.write_bytes(data[:len(data) // 2])
+    with pytest.raises(ModelFileError, match=rf"^The model {cut} .*truncated"):
+        import_onnx(cut)
+
+
+def test_protobuf_without_a_graph(tmp_path):
+    from vta.compiler.onnx_frontend import ModelFileError
+    path = tmp_path / "nograph.onnx"
+    path.write_bytes(onnx.ModelProto(ir_version=8).SerializeToString())
+    with pytest.raises(ModelFileError, match=rf"^The model {path} holds no ONNX graph with nodes and outputs; it is "
+                                             rf"not an ONNX model file \(\.onnx\), or it is truncated\.$"):
+        import_onnx(path)
+
+
+@pytest.mark.parametrize("opset", [11, 23])
+def test_unsupported_opset(opset):
+    from vta.compiler.onnx_frontend import SUPPORTED_OPSETS, UnsupportedOpsetError
+    model = _model([helper.make_node("Relu", ["x"], ["y"])], (1, 3), None)
+    model.opset_import[0].version = opset
+    assert SUPPORTED_OPSETS == (13, 22)
+    with pytest.raises(UnsupportedOpsetError, match=rf"^The model t uses ONNX opset {opset}; the frontend supports "
+                                                    r"opsets 13 to 22 \(convert it, e\.g\. with "
+                                                    r"onnx\.version_converter\.convert_version\)\.$"):
+        import_onnx(model)
+    model.opset_import[0].version = 13
+    assert import_onnx(model).shape("y") == (1, 3)
+
+
+def test_model_without_default_opset():
+    from vta.compiler.onnx_frontend import UnsupportedOpsetError
+    model = _model([helper.make_node("Relu", ["x"], ["y"])], (1, 3), None)
+    model.opset_import[0].domain = "com.example"
+    with pytest.raises(UnsupportedOpsetError, match=r"^The model t imports no ai\.onnx opset; the frontend supports "
+                                                    r"opsets 13 to 22\.$"):
+        import_onnx(model)
+
+
+def test_symbolic_dims_beyond_batch_need_input_shape():
+    model = _model([helper.make_node("Relu", ["x"], ["y"])], ("N", 3, "H", "W"), None)
+    with pytest.raises(ValueError, match=r"^The model t has input 'x' of shape Nx3xHxW, with symbolic or unknown "
+                                         r"dimensions \(H, W\) besides the batch; give its whole shape, e\.g\. "
+                                         r"--input-shape x=2x3x224x224\.$"):
+        import_onnx(model, batch=2)
+    g = import_onnx(model, input_shapes={"x": (1, 3, 8, 6)})
+    assert g.shape("x") == (1, 3, 8, 6) and g.shape("y") == (1, 3, 8, 6)
+
+
+def test_unknown_dim_without_name_needs_input_shape():
+    model = _model([helper.make_node("Relu", ["x"], ["y"])], (1, 3), None)
+    model.graph.input[0].type.tensor_type.shape.dim[1].Clear()  # neither a value nor a name
+    with pytest.raises(ValueError, match=r"^The model t has input 'x' of shape 1x\?, with symbolic or unknown "
+                                         r"dimensions \(\?\) besides the batch; give its whole shape, e\.g\. "
+                                         r"--input-shape x=1x224\.$"):
+        import_onnx(model)
+
+
+def test_input_shape_must_fit_the_model():
+    model = _model([helper.make_node("Relu", ["x"], ["y"])], ("N", 3, "H", "W"), None)
+    with pytest.raises(ValueError, match=r"^--input-shape x=1x4x8x8 does not fit the model t, whose input 'x' has "
+                                         r"shape Nx3xHxW; give 4 dimensions that keep the fixed ones\.$"):
+        import_onnx(model, input_shapes={"x": (1, 4, 8, 8)})
+    with pytest.raises(ValueError, match=r"^--input-shape x=1x3x8 does not fit the model t"):
+        import_onnx(model, input_shapes={"x": (1, 3, 8)})
+    with pytest.raises(ValueError, match=r"^--input-shape names 'img', which is not an input of the model t; its "
+                                         r"inputs are 'x'\.$"):
+        import_onnx(model, input_shapes={"img": (1, 3, 8, 8)})
+
+
+def test_bad_batch():
+    model = _model([helper.make_node("Relu", ["x"], ["y"])], ("N", 3), None)
+    with pytest.raises(ValueError, match=r"^batch must be a positive integer \(images per inference\), not 0\.$"):
+        import_onnx(model, batch=0)
