@@ -5,20 +5,22 @@ Pipeline: ``VTAConfig`` -> Verilog (``vta.hw.verilog.generate_verilog`` by defau
 ``libtsim.so``.
 
 Cache: ``<cache root>/tsim/<cfg.name>-<variant>-<hash>/`` where the cache root is ``$VTA_CACHE_DIR`` (default
-``~/.cache/vta-lab``), ``variant`` is ``fast`` (no trace support), ``vcd`` or ``fst``, and ``hash`` covers the RTL
-generator's sources (:func:`vta.hw.verilog.rtl_sources`), the harness, the build flags and the config. A second
-:func:`build` with the same design returns at once. Two processes building the same design at the same time
-serialize on a ``fcntl`` lock; a build happens in a temporary folder that is renamed into place only when complete,
-so a half-written library is never loaded.
+``~/.cache/vta-lab`` on Linux, see :mod:`vta.cache`), ``variant`` is ``fast`` (no trace support), ``vcd`` or
+``fst``, and ``hash`` covers the RTL generator's sources (:func:`vta.hw.verilog.rtl_sources`), the harness, the
+build flags and the config. A second :func:`build` with the same design returns at once, after checking the folder
+against its manifest (sizes and SHA-256 of its files): a damaged or incomplete build is removed and built again with
+a warning, never loaded. Two processes building the same design serialize on a ``filelock`` lock; a build happens in
+a temporary folder that is renamed into place only when complete (:func:`vta.cache.cached_build`). The compilers run
+in a process group of their own, stopped as a whole when the build is interrupted.
 """
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -28,10 +30,11 @@ from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 from vta.cache import cache_root as vta_cache_root
+from vta.cache import cached_build
 from vta.config import VTAConfig
 
-__all__ = ["BuildError", "Build", "build", "cache_root", "verilator_bin_dir", "verilator_env", "TRACE_KINDS",
-           "VERILATOR_FLAGS"]
+__all__ = ["BuildError", "Build", "build", "cache_root", "verilator_bin_dir", "verilator_env", "kill_group",
+           "TRACE_KINDS", "VERILATOR_FLAGS", "KILL_GRACE_SECONDS"]
 
 TRACE_KINDS = ("none", "vcd", "fst")
 """Accepted values of ``build(..., trace=)``: no trace support (fastest), VCD or FST waveforms."""
@@ -56,7 +59,9 @@ normally (``-fprofile-partial-training``)."""
 CXX_STD = "-std=c++17"
 _HARNESS = Path(__file__).with_name("harness.cc")
 _LIB_NAME = "libtsim.so"
-_FORMAT_VERSION = "2"
+_FORMAT_VERSION = "3"
+KILL_GRACE_SECONDS = 3.0
+"""Seconds an interrupted build's compilers get after SIGTERM before SIGKILL."""
 
 RtlGenerator = Callable[[VTAConfig, Path], Path]
 
@@ -73,8 +78,9 @@ class BuildError(RuntimeError):
 @dataclass(frozen=True)
 class Build:
     """A built model: ``library`` (the shared object to load), ``directory`` (its cache folder, which also holds
-    ``vta_core.v``), the ``key`` naming it, its ``trace`` kind, whether this call ``compiled`` it (False: a cache hit)
-    and the wall-clock ``seconds`` the call took."""
+    ``vta_core.v``), the ``key`` naming it, its ``trace`` kind, whether this call ``compiled`` it (False: a cache hit),
+    the wall-clock ``seconds`` the call took and, of those, the ``build_seconds`` spent compiling (0.0 on a cache
+    hit), to report apart from the time the model then runs."""
 
     cfg: VTAConfig
     library: Path
@@ -83,6 +89,7 @@ class Build:
     trace: str
     compiled: bool
     seconds: float
+    build_seconds: float = 0.0
 
     @property
     def verilog(self) -> Path:
@@ -156,7 +163,9 @@ def build(cfg: VTAConfig, *, trace: str = "none", generator: RtlGenerator | None
     ``generator(cfg, out_dir) -> Path`` writes ``vta_core.v`` (default ``vta.hw.verilog.generate_verilog``);
     ``sources`` are the files whose contents key the cache for that generator (default
     :func:`vta.hw.verilog.rtl_sources`).
-    ``progress``: show a progress indicator on stderr (default: when stderr is a terminal). ``jobs``: parallel
+    ``progress``: False for no output; otherwise (the default) progress on stderr: a spinner on a terminal, plain
+    lines ("building the Verilator model for <config> ... (step k/n: ...)", "... built in 41.2 s") elsewhere. A
+    damaged cache entry is logged as a warning on the ``vta`` logger. ``jobs``: parallel
     compile jobs. ``pgo``: profile-guided optimization (:mod:`vta.tsim.pgo`): compile the model instrumented, run a
     short GEMM and ALU workload on it, compile it again using the profile; the model then runs about 30% faster and
     the build takes about twice as long. Default: on for the real core (the default generator) without trace support,
@@ -175,34 +184,35 @@ def build(cfg: VTAConfig, *, trace: str = "none", generator: RtlGenerator | None
         raise BuildError("FST traces need the LZ4 library (Debian package liblz4-1, or liblz4-dev), which is not "
                          "installed; write a VCD trace instead (a .vcd file name, trace='vcd'), which GTKWave and "
                          "Surfer read too")
-    if progress is None:
-        progress = sys.stderr.isatty()
     started = time.monotonic()
     variant = "fast" if trace == "none" else trace
     key = f"{cfg.name}-{variant}{'-pgo' if pgo else ''}-{_source_hash(cfg, sources, trace)}"
-    root = cache_root()
-    final = root / key
-    if (final / _LIB_NAME).exists():
-        return Build(cfg, final / _LIB_NAME, final, key, trace, False, time.monotonic() - started)
-    root.mkdir(parents=True, exist_ok=True)
-    with open(root / f"{key}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if (final / _LIB_NAME).exists():  # another process built it while we waited
-            return Build(cfg, final / _LIB_NAME, final, key, trace, False, time.monotonic() - started)
-        tmp = root / f".tmp-{key}-{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        try:
-            _build_into(tmp, cfg, generator, trace, progress, jobs, key, pgo)
-            os.rename(tmp, final)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    return Build(cfg, final / _LIB_NAME, final, key, trace, True, time.monotonic() - started)
+    mode = _progress_mode(progress)
+    compile_seconds = 0.0
+
+    def make(out: Path) -> dict[str, object]:
+        nonlocal compile_seconds
+        began = time.monotonic()
+        _build_into(out, cfg, generator, trace, mode, jobs, key, pgo)
+        compile_seconds = time.monotonic() - began
+        return {"config": cfg.to_dict(), "trace": trace, "verilator_flags": list(VERILATOR_FLAGS), "pgo": pgo}
+
+    final, compiled = cached_build(cache_root(), key, make, required=[_LIB_NAME], what="Verilator model")
+    return Build(cfg, final / _LIB_NAME, final, key, trace, compiled, time.monotonic() - started, compile_seconds)
 
 
-def _build_into(out: Path, cfg: VTAConfig, generator: RtlGenerator, trace: str, progress: bool, jobs: int,
+def _progress_mode(progress: bool | None) -> str:
+    """How a build shows progress on stderr: ``"off"`` when ``progress`` is False, otherwise ``"spinner"`` on a
+    terminal and ``"lines"`` (one plain line per step, for logs and CI) elsewhere."""
+    if progress is False:
+        return "off"
+    return "spinner" if sys.stderr.isatty() else "lines"
+
+
+def _build_into(out: Path, cfg: VTAConfig, generator: RtlGenerator, trace: str, mode: str, jobs: int,
                 key: str, pgo: bool) -> None:
-    out.mkdir(parents=True)
-    spinner = _Spinner(f"tsim: building {key}", enabled=progress)
+    """Build the model into the (empty, existing) folder ``out``: ``vta_core.v``, ``rtl/`` and ``libtsim.so``."""
+    spinner = _Progress(cfg.name, key, mode=mode, steps=5 if pgo else 3)
     with spinner:
         spinner.stage("generating Verilog")
         try:
@@ -239,16 +249,13 @@ def _build_into(out: Path, cfg: VTAConfig, generator: RtlGenerator, trace: str, 
                  f"compiling the model of config {cfg.name} with its profile failed")
         spinner.stage("compiling the harness")
         link(out / _LIB_NAME, [])
-        (out / "manifest.json").write_text(json.dumps({"key": key, "config": cfg.to_dict(), "trace": trace,
-                                                        "verilator_flags": list(VERILATOR_FLAGS), "pgo": pgo},
-                                                       indent=1))
         shutil.rmtree(obj, ignore_errors=True)
         shutil.rmtree(out / "train", ignore_errors=True)
 
 
 
 def _harness_linker(out: Path, obj: Path, cfg: VTAConfig, trace: str, lz4: tuple[list[str], list[str]] | None,
-                    spinner: "_Spinner") -> Callable[[Path, list[str]], None]:
+                    spinner: "_Progress") -> Callable[[Path, list[str]], None]:
     """A function ``link(library, extra_flags)`` compiling the harness against the model in ``obj``."""
     root = _verilator_root()
     one_eval = [f"-DTSIM_CLK_PREV={name}"] if (name := _clock_prev_member(obj)) else []
@@ -303,32 +310,73 @@ def _verilator_root() -> Path:
     return Path(out.stdout.strip())
 
 
-def _run(cmd: list[str], cwd: Path, spinner: "_Spinner", what: str) -> None:
-    """Run ``cmd``, streaming its output lines to the spinner; raise BuildError with the output on failure."""
+def _run(cmd: list[str], cwd: Path, spinner: "_Progress", what: str) -> None:
+    """Run ``cmd`` in a process group of its own, streaming its output lines to the progress display; raise
+    BuildError with the output on failure. On any exception while it runs (KeyboardInterrupt too) the whole group
+    (verilator, make, the compilers) is stopped (:func:`kill_group`) before the exception goes on."""
     env = verilator_env()
     env["MAKEFLAGS"] = ""  # do not inherit a caller's make jobserver
     try:
-        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True)
     except FileNotFoundError as err:
         raise BuildError(f"{what}: the program {cmd[0]!r} was not found ({err})") from None
     lines: list[str] = []
     assert proc.stdout is not None
-    for line in proc.stdout:
-        lines.append(line)
-        spinner.tick()
-    code = proc.wait()
+    try:
+        for line in proc.stdout:
+            lines.append(line)
+            spinner.tick()
+        code = proc.wait()
+    except BaseException:
+        kill_group(proc)
+        raise
+    finally:
+        proc.stdout.close()
     if code != 0:
         raise BuildError(f"{what} (exit status {code}): {' '.join(cmd[:3])} ...", "".join(lines))
 
 
-class _Spinner:
-    """A one-line progress indicator on stderr: stage, elapsed seconds and a spinner, refreshed by a thread."""
+def kill_group(proc: subprocess.Popen, grace: float = KILL_GRACE_SECONDS) -> None:
+    """Stop ``proc`` and every process in its process group (it must lead one, ``start_new_session=True``): SIGTERM,
+    then SIGKILL after ``grace`` seconds; returns when the group is gone (or after a few more seconds)."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        pass
+    deadline = time.monotonic() + grace + 5.0
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            break
+        if proc.poll() is None:
+            try:
+                proc.wait(timeout=0.05)
+            except subprocess.TimeoutExpired:
+                pass
+        else:
+            time.sleep(0.05)  # grandchildren (make, the compilers) are reaped by init
+
+
+class _Progress:
+    """Build progress on stderr. ``mode="spinner"`` (a terminal): one line with the step, elapsed seconds and a
+    spinner, refreshed by a thread. ``"lines"`` (a log, CI): one plain line per step and one at the end.
+    ``"off"``: nothing."""
 
     _FRAMES = "|/-\\"
 
-    def __init__(self, title: str, *, enabled: bool) -> None:
-        self.title = title
-        self.enabled = enabled
+    def __init__(self, config: str, key: str, *, mode: str, steps: int) -> None:
+        self.config = config
+        self.title = f"tsim: building {key}"
+        self.key = key
+        self.mode = mode
+        self.steps = steps
+        self._step = 0
         self._stage = ""
         self._start = time.monotonic()
         self._stop = threading.Event()
@@ -337,6 +385,11 @@ class _Spinner:
 
     def stage(self, text: str) -> None:
         self._stage = text
+        self._step += 1
+        if self.mode == "lines":
+            sys.stderr.write(f"tsim: building the Verilator model for {self.config} ... (step {self._step}/"
+                             f"{self.steps}: {text})\n")
+            sys.stderr.flush()
 
     def tick(self) -> None:
         self._frame += 1
@@ -352,16 +405,21 @@ class _Spinner:
             self._frame += 1
             self._draw()
 
-    def __enter__(self) -> "_Spinner":
-        if self.enabled:
+    def __enter__(self) -> "_Progress":
+        if self.mode == "spinner":
             self._thread = threading.Thread(target=self._loop, daemon=True)
             self._thread.start()
         return self
 
     def __exit__(self, exc_type: object, *args: object) -> None:
+        elapsed = time.monotonic() - self._start
         if self._thread is not None:
             self._stop.set()
             self._thread.join()
             self._stage = "failed" if exc_type else "done"
             self._draw(final="x" if exc_type else "ok")
             sys.stderr.write("\n")
+        elif self.mode == "lines":
+            outcome = f"failed after {elapsed:.1f} s" if exc_type else f"built in {elapsed:.1f} s"
+            sys.stderr.write(f"tsim: the Verilator model for {self.config} {outcome} ({self.key})\n")
+            sys.stderr.flush()
