@@ -204,7 +204,8 @@ def test_model_file_errors_name_the_file(tmp_path):
     with pytest.raises(ModelFileError, match=rf"^The model {empty} is empty \(0 bytes\), not an ONNX model file "
                                              rf"\(\.onnx\)\.$"):
         import_onnx(empty)
-    with pytest.raises(ModelFileError, match=rf"^The model {tmp_path} is a folder, not an ONNX model file \(\.onnx\)\.$"):
+    with pytest.raises(ModelFileError, match=rf"^The model {tmp_path} is a folder, not an ONNX model file "
+                                             rf"\(\.onnx\)\.$"):
         import_onnx(tmp_path)
     with pytest.raises(ModelFileError, match=rf"^Cannot read the model {tmp_path}/missing.onnx: No such file or "
                                              rf"directory\.$"):
