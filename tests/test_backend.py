@@ -78,8 +78,8 @@ def test_fsim_backend_options(small_cfg):
         get_backend("fsim", max_insns=2).run(prog)
     with pytest.raises(fsim.RunawayError):
         get_backend("fsim").run(prog, max_insns=1)
-    with pytest.raises(TypeError, match=r"^the fsim backend takes only the options max_insns, check_races, not "
-                       r"trace$"):
+    with pytest.raises(TypeError, match=r"^the fsim backend takes only the options max_insns, max_uops, check_races, "
+                       r"not trace$"):
         get_backend("fsim").run(prog, trace=True)
     assert get_backend("fsim", check_races=False).run(prog).stats == get_backend("fsim").run(prog).stats
 

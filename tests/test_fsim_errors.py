@@ -119,7 +119,8 @@ def test_runaway(small_cfg):
     prog = raw_program(small_cfg, [Gemm(uop_end=0)] * 5 + [Finish()])
     assert fsim.run(prog, max_insns=6).stats.compute_insns == 6
     with pytest.raises(RunawayError, match=r"^more than max_insns=4 instructions executed \(instruction 4 would be "
-                       r"number 5\); raise the limit if the program is meant to be this long$") as err:
+                       r"number 5\); raise the limit \(max_insns=N, vta run --max-insns N; None or 'none' for no "
+                       r"limit\) if the program is meant to be this long$") as err:
         fsim.run(prog, max_insns=4)
     assert err.value.insn_index == 4
     assert issubclass(RunawayError, SimulationError)

@@ -247,6 +247,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.model is not None and str(args.model).endswith(".npz"):
         return _run_program(args)
     if args.model is not None:
+        _limit_options(args)  # rejects the fsim limits, which model runs do not take yet
         return _run_model(args)
     for name in ("m", "k", "n"):
         value = getattr(args, name)
@@ -263,7 +264,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         raise CliError(f"the {args.target} backend runs graph operators, not accelerator programs; the GEMM "
                        f"benchmark needs a program backend ({', '.join(program_backends())}) (--target "
                        f"{args.target} runs models: vta run MODEL --target {args.target})")
-    backend = get_backend(args.target)
+    backend = get_backend(args.target, **_limit_options(args))
     log.info("running a %dx%dx%d GEMM (%d instructions) on %s", args.m, args.k, args.n, len(program.insns),
              args.target)
     result = backend.run(program)
@@ -291,7 +292,7 @@ def _run_program(args: argparse.Namespace) -> int:
     from .backend import get_backend
     from .program import Program
     program = Program.load(args.model)
-    result = get_backend(args.target).run(program)
+    result = get_backend(args.target, **_limit_options(args)).run(program)
     report = {"workload": f"program {args.model}", "backend": result.backend, "config": program.cfg.name,
               "instructions": len(program.insns), "cycles": result.cycles, "correct": None,
               "summary": _summary(program.cfg, None, result), "stats": dict(result.stats),
@@ -301,6 +302,36 @@ def _run_program(args: argparse.Namespace) -> int:
     else:
         print(_format_run(report))
     return 0
+
+
+def _limit(text: str) -> int | None:
+    """An argparse type: a non-negative integer, or 'none' for no limit."""
+    if text.strip().lower() == "none":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer or 'none', not {text!r}")
+    return value
+
+
+def _flags_of(names: dict[str, object]) -> str:
+    """Option names as command-line flags: ``--max-insns, --max-uops``."""
+    return ", ".join("--" + name.replace("_", "-") for name in names)
+
+
+def _limit_options(args: argparse.Namespace) -> dict[str, int | None]:
+    """The fsim backend's work limits given on the command line (--max-insns, --max-uops); CliError for others."""
+    given = {name: getattr(args, name) for name in ("max_insns", "max_uops") if hasattr(args, name)}
+    if given and args.target != "fsim":
+        raise CliError(f"{_flags_of(given)} apply only to the fsim backend, not to --target {args.target}; leave "
+                       f"them out")
+    if given and args.model is not None and not str(args.model).endswith(".npz"):
+        raise CliError(f"{_flags_of(given)} apply to the GEMM benchmark and to saved programs (.npz), not yet to "
+                       f"models ({args.model}); leave them out")
+    return given
 
 
 GEMM_OUTPUT = "C"
@@ -439,6 +470,12 @@ def _add_run_command(sub: Any, with_model_options: bool) -> None:
     run.add_argument("--no-double-buffer", action="store_true",
                      help="do not overlap loads and stores with the GEMM (no latency hiding)")
     run.add_argument("--json", action="store_true", help="print the statistics as JSON")
+    run.add_argument("--max-insns", type=_limit, default=argparse.SUPPRESS, metavar="N",
+                     help="fsim: stop with an error before executing more than N instructions ('none': no limit; "
+                          "default: 10000000)")
+    run.add_argument("--max-uops", type=_limit, default=argparse.SUPPRESS, metavar="N",
+                     help="fsim: stop with an error before executing more than N GEMM/ALU micro-op iterations "
+                          "('none': no limit; default: 2**32)")
     if with_model_options:
         _model_run_options(run)
     run.set_defaults(func=_cmd_run)

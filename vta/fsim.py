@@ -42,14 +42,14 @@ reset). A LOAD/STORE with ``x_size == 0`` moves only tokens and checks nothing; 
 """
 from __future__ import annotations
 
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
 from .config import MEM_ACC, MEM_ACC_8BIT, MEM_INP, MEM_NAMES, MEM_OUT, MEM_UOP, MEM_WGT, VTAConfig
-from .fsim_kernels import GemmPlan, alu_hazard, alu_op, blas_single_thread, occurrence_rounds, wrap32
+from .fsim_kernels import GemmPlan, alu_hazard, alu_op, blas_single_thread, nbytes_of, occurrence_rounds, wrap32
 from .fsim_race import MODULE_INDEX, RaceTracker
 from .isa import (
     ALU_NAMES,
@@ -69,11 +69,20 @@ from .isa import (
 from .program import MODULES, Program
 
 __all__ = ["run", "FsimResult", "Stats", "SimulationError", "DeadlockError", "SramRangeError", "DramRangeError",
-           "InvalidInstructionError", "RunawayError", "RaceError", "TOKEN_QUEUES", "alu_op"]
+           "InvalidInstructionError", "RunawayError", "RaceError", "TOKEN_QUEUES", "alu_op", "DEFAULT_MAX_INSNS",
+           "DEFAULT_MAX_UOPS", "uop_count"]
 
 _POPS, _PUSHES = TOKEN_POPS, TOKEN_PUSHES
 _FLAGS = ("pop_prev", "pop_next", "push_prev", "push_next")
 _CHUNK_ELEMS = 1 << 23  # bound on gathered elements per GEMM/ALU chunk (memory ~32-64 MB)
+_CHUNK_ITERS = 1 << 19  # bound on loop iterations per chunk (index arrays: a few int64 arrays of this many elements)
+_PLAN_CACHE_BYTES = 1 << 27  # bound on the bytes of cached evaluation plans and their keys (128 MiB)
+
+DEFAULT_MAX_INSNS = 10_000_000
+"""Default bound on instructions executed by :func:`run` (ResNet-18 needs ~10^5)."""
+DEFAULT_MAX_UOPS = 2 ** 32
+"""Default bound on GEMM and ALU micro-op iterations executed by :func:`run` (``iter_out * iter_in * (uop_end -
+uop_bgn)`` summed; ResNet-18 needs ~7.4 million per inference, ResNet-50 a few times that)."""
 
 
 # ---- errors ---------------------------------------------------------------------------------------------------------
@@ -102,7 +111,8 @@ class InvalidInstructionError(SimulationError):
 
 
 class RunawayError(SimulationError):
-    """More instructions executed than the ``max_insns`` limit."""
+    """The program would execute more instructions than ``max_insns`` or more GEMM/ALU micro-op iterations than
+    ``max_uops`` (raised before the instruction that would exceed the limit executes)."""
 
 
 class RaceError(SimulationError):
@@ -207,16 +217,30 @@ class _Machine:
         self.acc = np.zeros((cfg.acc_depth, b, bo), np.int32)
         self.out = np.zeros((cfg.acc_depth, b, bo), np.int8)
         self.uop = np.zeros((3, cfg.uop_depth), np.int64)  # rows: dst, src, wgt
-        self._plans: dict[tuple[object, ...], Any] = {}  # GEMM plans by (insn, chunk, micro-op contents)
+        self._plans: OrderedDict[tuple[object, ...], tuple[Any, int]] = OrderedDict()  # (plan, bytes) by
+        self._plan_bytes = 0  # (insn, chunk, micro-op contents), least recently used first; total bytes
         self.race: RaceTracker | None = None  # set by run() when checking races
         self.vc: tuple[int, ...] = (0, 0, 0)  # vector clock of the executing instruction (see fsim_race)
         self.elem_shape = {MEM_INP: (b, bi), MEM_WGT: (bo, bi), MEM_ACC: (b, bo), MEM_ACC_8BIT: (b, bo)}
 
+    def _recall(self, key: tuple[object, ...]) -> Any:
+        """The cached plan of ``key`` (None when there is none)."""
+        entry = self._plans.get(key)
+        if entry is None:
+            return None
+        self._plans.move_to_end(key)
+        return entry[0]
+
     def _remember(self, key: tuple[object, ...], plan: Any) -> Any:
-        """Cache an evaluation plan (at most 256; the cache starts over when full)."""
-        if len(self._plans) >= 256:
-            self._plans.clear()
-        self._plans[key] = plan
+        """Cache an evaluation plan; the least recently used plans go while the cache would exceed
+        ``_PLAN_CACHE_BYTES`` (plan arrays plus the key's micro-op bytes); a plan larger than that is not cached."""
+        size = nbytes_of(plan) + nbytes_of(key)
+        if size > _PLAN_CACHE_BYTES:
+            return plan
+        while self._plans and self._plan_bytes + size > _PLAN_CACHE_BYTES:
+            self._plan_bytes -= self._plans.popitem(last=False)[1][1]
+        self._plans[key] = (plan, size)
+        self._plan_bytes += size
         return plan
 
     def _check(self, k: int, message: str | None) -> None:
@@ -327,11 +351,13 @@ class _Machine:
                 self.dram[start:start + insn.x_size * eb] = data[y]
 
     # -- GEMM / ALU loops
-    def _chunks(self, insn: Gemm | Alu, width: int) -> list[tuple[int, int]]:
-        """Flat iteration ranges [t0, t1) of at most ~_CHUNK_ELEMS gathered elements, cut at iter_out boundaries."""
+    def _chunks(self, insn: Gemm | Alu, width: int) -> Iterator[tuple[int, int]]:
+        """Flat iteration ranges [t0, t1), in order, of at most ``_CHUNK_ITERS`` iterations and ~``_CHUNK_ELEMS``
+        gathered elements (``width`` elements per iteration), cut at iter_out boundaries where possible. A generator:
+        memory does not grow with the loop extents."""
         nu = insn.uop_end - insn.uop_bgn
         total = insn.iter_out * insn.iter_in * nu
-        limit = max(1, _CHUNK_ELEMS // width)
+        limit = max(1, min(_CHUNK_ELEMS // width, _CHUNK_ITERS))
         per_o = insn.iter_in * nu
         if 0 < per_o <= limit:
             step = (limit // per_o) * per_o
@@ -339,7 +365,8 @@ class _Machine:
             step = (limit // nu) * nu
         else:
             step = limit
-        return [(t, min(t + step, total)) for t in range(0, total, step)]
+        for t in range(0, total, step):
+            yield t, min(t + step, total)
 
     def _indices(self, k: int, insn: Gemm | Alu, t0: int, t1: int,
                  targets: list[tuple[int, str, str]]) -> list[np.ndarray]:
@@ -379,7 +406,7 @@ class _Machine:
         uops = self.uop[:, insn.uop_bgn:insn.uop_end].tobytes()
         for t0, t1 in self._chunks(insn, cfg.batch * cfg.block_in + cfg.block_out * cfg.block_in):
             key = (insn, t0, t1, uops)
-            plan = self._plans.get(key)
+            plan = self._recall(key)
             if insn.reset:  # reads neither inp nor wgt: only dst indices are computed and checked
                 if plan is None:
                     plan = self._remember(key, self._indices(k, insn, t0, t1, targets[:1])[0])
@@ -407,7 +434,7 @@ class _Machine:
         uops = self.uop[:, insn.uop_bgn:insn.uop_end].tobytes()
         for t0, t1 in self._chunks(insn, cfg.batch * cfg.block_out):
             key = (insn, t0, t1, uops)
-            plan = self._plans.get(key)
+            plan = self._recall(key)
             if plan is None:
                 plan = self._remember(key, self._alu_plan(k, insn, t0, t1))
             mode, d, steps = plan
@@ -450,22 +477,40 @@ class _Machine:
             out[dj] = acc[dj].astype(np.int8)
 
 
-def run(program: Program, *, max_insns: int | None = None, keep_sram: bool = False, check_races: bool = True,
-        schedule_seed: int | None = None) -> FsimResult:
+def uop_count(insn: Insn) -> int:
+    """GEMM/ALU micro-op iterations of ``insn``: ``iter_out * iter_in * (uop_end - uop_bgn)`` (0 for others)."""
+    if isinstance(insn, (Gemm, Alu)):
+        return insn.iter_out * insn.iter_in * max(insn.uop_end - insn.uop_bgn, 0)
+    return 0
+
+
+def _check_limit(name: str, value: object) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+        raise ValueError(f"{name} must be None or a non-negative integer, not {value!r}")
+
+
+def run(program: Program, *, max_insns: int | None = DEFAULT_MAX_INSNS, max_uops: int | None = DEFAULT_MAX_UOPS,
+        keep_sram: bool = False, check_races: bool = True, schedule_seed: int | None = None) -> FsimResult:
     """Run ``program`` to FINISH; returns the final DRAM image (a copy), statistics and, with ``keep_sram``, the
     final on-chip buffers.
 
     Raises a :class:`SimulationError` subclass (with ``insn_index``) when the program is invalid, addresses memory
-    out of range, deadlocks, lacks FINISH, executes more than ``max_insns`` instructions or, with ``check_races``,
-    lets two modules access the same data without a dependency token ordering them (:class:`RaceError`).
+    out of range, deadlocks, lacks FINISH, would execute more than ``max_insns`` instructions or more than
+    ``max_uops`` GEMM/ALU micro-op iterations (:class:`RunawayError`, before the instruction that would exceed the
+    limit executes; None means no limit) or, with ``check_races``, lets two modules access the same data without a
+    dependency token ordering them (:class:`RaceError`).
+
+    Memory: the DRAM image (a copy), the config's buffers, the race tracker's arrays (proportional to both) and the
+    working arrays of one chunk of a GEMM/ALU loop (at most ``_CHUNK_ITERS`` iterations), plus a plan cache of at most
+    ``_PLAN_CACHE_BYTES``; none of it grows with the loop extents.
 
     ``schedule_seed`` (for testing) replaces the smallest-index-first schedule by a seeded random choice among the
     runnable head instructions: a program that passes the race check ends with the same DRAM image on every schedule.
     """
     if not isinstance(program, Program):
         raise TypeError(f"run() takes a Program, not {type(program).__name__}")
-    if max_insns is not None and (isinstance(max_insns, bool) or not isinstance(max_insns, int) or max_insns < 0):
-        raise ValueError(f"max_insns must be None or a non-negative integer, not {max_insns!r}")
+    _check_limit("max_insns", max_insns)
+    _check_limit("max_uops", max_uops)
     cfg, insns = program.cfg, program.insns
     finish_at = None
     for k, insn in enumerate(insns):
@@ -485,7 +530,7 @@ def run(program: Program, *, max_insns: int | None = None, keep_sram: bool = Fal
     if check_races:
         machine.race = RaceTracker.for_program(program, _name)
     with blas_single_thread():
-        _Scheduler(program, machine, stats, max_insns, schedule_seed).run()
+        _Scheduler(program, machine, stats, max_insns, max_uops, schedule_seed).run()
     sram: dict[str, np.ndarray] | None = None
     if keep_sram:
         sram = {"inp": machine.inp, "wgt": machine.wgt, "acc": machine.acc, "out": machine.out, "uop": machine.uop}
@@ -496,13 +541,15 @@ class _Scheduler:
     """Fetch, three command queues, four token queues; see the module docstring for the rules."""
 
     def __init__(self, program: Program, machine: _Machine, stats: Stats, max_insns: int | None,
-                 schedule_seed: int | None = None) -> None:
+                 max_uops: int | None, schedule_seed: int | None = None) -> None:
         self.rng = None if schedule_seed is None else np.random.default_rng(schedule_seed)
         self.insns = program.insns
         self.cfg = program.cfg
         self.machine = machine
         self.stats = stats
         self.max_insns = max_insns
+        self.max_uops = max_uops
+        self.uops = 0  # GEMM/ALU micro-op iterations executed
         self.insn_bytes = program.insn_bytes
         self.modules = [module_of(i) for i in self.insns]
         self.pops = [[q for f, q in _POPS[m].items() if getattr(i, f)] for i, m in zip(self.insns, self.modules)]
@@ -560,11 +607,7 @@ class _Scheduler:
                     self.tokens[q] -= 1
                     vc[:] = map(max, vc, self.token_vcs[q].popleft())
                     setattr(stats, f"{q}_pops", getattr(stats, f"{q}_pops") + 1)
-                self.count += 1
-                if self.max_insns is not None and self.count > self.max_insns:
-                    raise RunawayError(f"more than max_insns={self.max_insns} instructions executed (instruction "
-                                       f"{best} would be number {self.count}); raise the limit if the program is "
-                                       f"meant to be this long", best)
+                self._count_work(best, insn)
                 vc[MODULE_INDEX[best_module]] += 1
                 self.machine.vc = tuple(vc)
                 if isinstance(insn, Finish) and self.machine.race is not None:
@@ -586,6 +629,24 @@ class _Scheduler:
                                         + "; make FINISH wait for them (ProgramBuilder.finish does this for store)",
                                         self._first_blocked())
                 return
+
+    def _count_work(self, k: int, insn: Insn) -> None:
+        """Count instruction ``k`` and its micro-ops; :class:`RunawayError` (before it executes) past a limit."""
+        self.count += 1
+        if self.max_insns is not None and self.count > self.max_insns:
+            raise RunawayError(f"more than max_insns={self.max_insns} instructions executed (instruction {k} would "
+                               f"be number {self.count}); raise the limit (max_insns=N, vta run --max-insns N; None "
+                               f"or 'none' for no limit) if the program is meant to be this long", k)
+        if not isinstance(insn, (Gemm, Alu)):
+            return
+        n = uop_count(insn)
+        if self.max_uops is not None and self.uops + n > self.max_uops:
+            raise RunawayError(f"more than max_uops={self.max_uops} GEMM/ALU micro-op iterations executed: "
+                               f"instruction {k} ({_name(insn)}) would execute {n} (iter_out {insn.iter_out} x "
+                               f"iter_in {insn.iter_in} x {insn.uop_end - insn.uop_bgn} micro-ops) after {self.uops}; "
+                               f"raise the limit (max_uops=N, vta run --max-uops N; None or 'none' for no limit) if "
+                               f"the program is meant to do this much work", k)
+        self.uops += n
 
     def _first_blocked(self) -> int | None:
         heads = [q[0] for q in self.queues.values() if q]

@@ -13,7 +13,10 @@ import numpy as np
 
 from .isa import ALU_ADD, ALU_MAX, ALU_MIN, ALU_MUL, ALU_NAMES, ALU_SHR
 
-__all__ = ["alu_op", "wrap32", "GemmPlan", "occurrence_rounds", "alu_hazard", "unique_rows", "blas_single_thread"]
+__all__ = ["alu_op", "wrap32", "GemmPlan", "occurrence_rounds", "alu_hazard", "unique_rows", "blas_single_thread",
+           "nbytes_of"]
+
+_OBJECT_BYTES = 64  # rough cost of one Python object (header, list slot) counted by nbytes_of
 
 
 def wrap32(x: np.ndarray) -> np.ndarray:
@@ -84,8 +87,21 @@ def unique_rows(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         inverse = inverse.reshape(-1)
         if np.array_equal(uniq[inverse], a):
             return uniq, inverse
-    uniq, inverse = np.unique(a, axis=0, return_inverse=True)
-    return uniq, inverse.reshape(-1)
+    return _unique_rows_sorted(a)
+
+
+def _unique_rows_sorted(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """What ``np.unique(a, axis=0, return_inverse=True)`` returns (rows in lexicographic order), by a lexicographic
+    sort: np.unique(axis=0) builds a structured dtype with one field per column, which numpy does not free (measured:
+    ~1 KB kept per column per call with numpy 2.4, so long rows leaked memory on every GEMM chunk)."""
+    if a.shape[0] == 0:
+        return a.copy(), np.zeros(0, np.intp)
+    order = np.lexsort(a.T[::-1])
+    ordered = a[order]
+    new = np.r_[True, np.any(ordered[1:] != ordered[:-1], axis=1)]
+    inverse = np.empty(a.shape[0], np.intp)
+    inverse[order] = np.cumsum(new) - 1
+    return ordered[new], inverse
 
 
 class GemmPlan:
@@ -150,6 +166,20 @@ class GemmPlan:
         x = inp[self.S].transpose(0, 2, 1, 3).reshape(len(self.du), b, terms * bi).astype(ftype)
         y = wgt[self.W].transpose(0, 1, 3, 2).reshape(len(self.du), terms * bi, bo).astype(ftype)
         return np.matmul(x, y).astype(np.int64)
+
+
+def nbytes_of(obj: object) -> int:
+    """Approximate bytes held by ``obj``: array and bytes buffers plus ``_OBJECT_BYTES`` per object, through tuples,
+    lists and :class:`GemmPlan` attributes (what the simulator's plan cache holds; other objects count as one)."""
+    if isinstance(obj, np.ndarray):
+        return obj.nbytes + _OBJECT_BYTES
+    if isinstance(obj, (bytes, bytearray)):
+        return len(obj) + _OBJECT_BYTES
+    if isinstance(obj, (tuple, list)):
+        return _OBJECT_BYTES + sum(nbytes_of(item) for item in obj)
+    if isinstance(obj, GemmPlan):
+        return _OBJECT_BYTES + sum(nbytes_of(value) for value in vars(obj).values())
+    return _OBJECT_BYTES
 
 
 def blas_single_thread() -> contextlib.AbstractContextManager[object]:
