@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from vta import fsim
-from vta.config import MEM_INP
+from vta.config import MEM_INP, MEM_UOP
 from vta.fsim import RaceError
 from vta.isa import ALU_ADD, Alu, Finish, Gemm, Load, Store
 from vta.testing import random_program
@@ -71,6 +71,61 @@ def test_strided_store_overwriting_unordered_load_is_a_race(small_cfg):
                        r"must push a token after that instruction which the store module pops \(through compute\) "
                        r"before this one$"):
         fsim.run(prog)
+
+
+# ---- the instruction stream and micro-ops in DRAM -----------------------------------------------------------------
+def _store_into_stream(cfg, **store):
+    """GEMM 0 resets out entry 0; STORE 1 waits for GEMM 2 (so instructions 0-2 are known fetched) and writes
+    ``store``; FINISH 3. raw_program puts the stream at byte 4096: instruction j is DRAM bytes [4096 + 16 j, +16),
+    out element e is bytes [8 e, 8 e + 8)."""
+    return raw_program(cfg, [Gemm(reset=True), Store(pop_prev=True, push_prev=True, **store),
+                             Gemm(uop_end=0, push_next=True), Finish(pop_next=True)])
+
+
+def test_store_into_instructions_not_yet_fetched_is_a_race(small_cfg):
+    assert small_cfg.out_elem_bytes == 8 and _store_into_stream(small_cfg).insn_bytes == 16
+    for store in (dict(dram_base=512 + 2 * 3), dict(dram_base=3, y_size=2, x_size=1, x_stride=512 + 2 * 3 - 3)):
+        with pytest.raises(RaceError, match=r"^race: instruction 1 \(STORE OUT\) overwrites DRAM bytes \[4144, 4160\) "
+                           r"of instruction 3 \(FINISH\), which fetch may not have read yet \(the last instruction "
+                           r"known to be fetched is instruction 2 \(GEMM\)\), so what the accelerator runs would "
+                           r"depend on timing; keep STOREs out of the instruction stream \[4096, 4160\) or write "
+                           r"only instructions that an earlier, token-ordered instruction shows fetched$") as err:
+            fsim.run(_store_into_stream(small_cfg, **store))
+        assert err.value.insn_index == 1
+    # instruction 2 is known fetched (the STORE waited for its token): overwriting it changes nothing the hardware runs
+    prog = _store_into_stream(small_cfg, dram_base=512 + 2 * 2)
+    assert prog.dram[4128:4136].any()
+    dram = fsim.run(prog).dram
+    assert not dram[4128:4136].any() and np.array_equal(dram[4136:], prog.dram[4136:])
+
+
+def test_store_into_the_stream_with_nothing_fetched_before_it(small_cfg):
+    """Only the STORE itself (instruction 0) is known fetched; it writes instruction 1."""
+    prog = raw_program(small_cfg, [Store(dram_base=512 + 2), Finish()])
+    with pytest.raises(RaceError, match=r"^race: instruction 0 \(STORE OUT\) overwrites DRAM bytes \[4112, 4128\) of "
+                       r"instruction 1 \(FINISH\), which fetch may not have read yet \(the last instruction known to "
+                       r"be fetched is instruction 0 \(STORE OUT\)\), "):
+        fsim.run(prog)
+
+
+def test_store_into_micro_ops_a_later_load_reads(small_cfg):
+    """Micro-ops are DRAM data read by LOAD UOP (compute): a STORE into them needs a store->compute token."""
+    racy = raw_program(small_cfg, [Gemm(reset=True, push_next=True), Store(dram_base=2, pop_prev=True),
+                                   Load(mem=MEM_UOP, dram_base=4), Finish()])
+    with pytest.raises(RaceError, match=r"^race: instruction 2 \(LOAD UOP\) reads DRAM byte 16, which instruction 1 "
+                       r"\(STORE OUT\) writes, and no dependency token orders the two; the store module must push a "
+                       r"token after that instruction which the compute module pops before this one$"):
+        fsim.run(racy)
+    war = raw_program(small_cfg, [Gemm(reset=True, push_next=True), Load(mem=MEM_UOP, dram_base=4),
+                                  Store(dram_base=2, pop_prev=True, push_prev=True), Finish(pop_next=True)])
+    with pytest.raises(RaceError, match=r"^race: instruction 2 \(STORE OUT\) overwrites DRAM byte 16, which "
+                       r"instruction 1 \(LOAD UOP\) reads, and no dependency token orders the two; "):
+        fsim.run(war)
+    ordered = raw_program(small_cfg, [Gemm(reset=True, push_next=True),
+                                      Store(dram_base=2, pop_prev=True, push_prev=True),
+                                      Load(mem=MEM_UOP, dram_base=4, pop_next=True), Finish()])
+    ordered.dram[16:20] = 0xFF
+    assert fsim.run(ordered, keep_sram=True).sram["uop"][:, 0].tolist() == [0, 0, 0]  # the stored zeros
 
 
 # ---- race-free programs and the schedule -----------------------------------------------------------------------------

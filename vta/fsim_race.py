@@ -8,8 +8,15 @@ vector clocks: ``vc[m]`` is the number of instructions of module m known to have
 of its module; W happened before X exactly when W's number within its module is ``<= vc_X[module of W]``.
 
 Shared data (writer module -> reader module): inp and wgt entries (load -> compute), out entries (compute -> store),
-DRAM bytes (store -> load for INP/WGT loads, store -> compute for UOP/ACC loads). Ordering through the command queues'
-capacity is deliberately not counted: it depends on the config and is no substitute for a token.
+DRAM bytes (store -> load for INP/WGT loads, store -> compute for UOP/ACC loads, so a STORE into micro-ops that a
+LOAD UOP reads must be ordered by tokens like any other DRAM data). Ordering through the command queues' capacity is
+deliberately not counted: it depends on the config and is no substitute for a token.
+
+The instruction stream: fetch reads the encoded instructions from DRAM in order, as far ahead as the command queues
+allow, and pops no tokens. The simulator runs the decoded ``program.insns``; the hardware runs what it reads. So a
+STORE may write the bytes of instruction j only when j is certainly fetched already: j is at or before the STORE
+itself or before an instruction that happened before the STORE (by the vector clocks). Any other write into the
+stream is a race (what the hardware runs would depend on how far fetch had got).
 """
 from __future__ import annotations
 
@@ -32,12 +39,14 @@ class RaceTracker:
     sentence when an access is not ordered after a conflicting one, else None.
 
     ``module_insns[m]``: global indices of module m's instructions in order (static); ``name(k)``: how to name
-    instruction k; ``store_span``: the DRAM byte range any STORE may write (DRAM outside it is never tracked).
+    instruction k; ``store_span``: the DRAM byte range any STORE may write (DRAM outside it is never tracked);
+    ``insn_stream``: (byte offset, number of instructions, bytes per instruction) of the encoded instruction stream.
     """
 
     def __init__(self, cfg: VTAConfig, module_insns: dict[str, list[int]], name: Callable[[int], str],
-                 store_span: tuple[int, int] | None) -> None:
+                 store_span: tuple[int, int] | None, insn_stream: tuple[int, int, int] = (0, 0, 1)) -> None:
         self.module_insns, self.name = module_insns, name
+        self.stream = insn_stream  # (byte offset, instructions, bytes per instruction) of the encoded stream
         depth = {"inp": cfg.inp_depth, "wgt": cfg.wgt_depth, "out": cfg.out_depth}
         self.written = {buf: np.zeros(depth[buf], np.int64) for buf in _SRAM}
         self.read = {buf: np.zeros(depth[buf], np.int64) for buf in _SRAM}
@@ -62,7 +71,8 @@ class RaceTracker:
                 ends.append(min((insn.dram_base + (insn.y_size - 1) * insn.x_stride + insn.x_size) * eb,
                                 program.dram.size))
         span = (min(starts), max(ends)) if starts and max(ends) > min(starts) else None
-        return cls(program.cfg, module_insns, lambda k: name(program.insns[k]), span)
+        stream = (program.insn_offset, len(program.insns), program.insn_bytes)
+        return cls(program.cfg, module_insns, lambda k: name(program.insns[k]), span, stream)
 
     def _insn(self, module: str, number: int) -> str:
         k = self.module_insns[module][number - 1]
@@ -133,8 +143,39 @@ class RaceTracker:
         self.dram_readers[module][idx] = vc[MODULE_INDEX[module]]
         return None
 
+    def fetched(self, vc: Sequence[int]) -> int:
+        """The largest instruction index certainly fetched at vector clock ``vc`` (-1 when none is)."""
+        known = [self.module_insns[m][vc[i] - 1] for m, i in MODULE_INDEX.items() if vc[i] > 0]
+        return max(known, default=-1)
+
+    def insn_write(self, k: int, lo: int, rows: int, row_bytes: int, stride_bytes: int,
+                   vc: Sequence[int]) -> str | None:
+        """A DRAM write (rows of ``row_bytes`` bytes, ``stride_bytes`` apart, from byte ``lo``) into the encoded
+        instruction stream at an instruction that fetch may not have read yet."""
+        base, count, size = self.stream
+        end = base + count * size
+        if rows <= 0 or row_bytes <= 0 or count == 0:
+            return None
+        starts = lo + np.arange(rows, dtype=np.int64) * stride_bytes
+        first = (np.maximum(starts, base) - base) // size  # first and last instruction each row touches
+        last = (np.minimum(starts + row_bytes, end) - base - 1) // size
+        g = self.fetched(vc)
+        touched = (starts < end) & (starts + row_bytes > base) & (last > g)
+        if not touched.any():
+            return None
+        j = int(np.maximum(first[touched], g + 1).min())
+        known = f"instruction {g} ({self.name(g)})" if g >= 0 else "none"
+        return (f"race: instruction {k} ({self.name(k)}) overwrites DRAM bytes [{base + j * size}, "
+                f"{base + (j + 1) * size}) of instruction {j} ({self.name(j)}), which fetch may not have read yet (the "
+                f"last instruction known to be fetched is {known}), so what the accelerator runs would depend on "
+                f"timing; keep STOREs out of the instruction stream [{base}, {end}) or write only instructions "
+                f"that an earlier, token-ordered instruction shows fetched")
+
     def dram_write(self, k: int, lo: int, rows: int, row_bytes: int, stride_bytes: int,
                    vc: Sequence[int]) -> str | None:
+        message = self.insn_write(k, lo, rows, row_bytes, stride_bytes, vc)
+        if message is not None:
+            return message
         idx = self._grains(lo, rows, row_bytes, stride_bytes)
         if idx is None:
             return None
