@@ -9,6 +9,8 @@ FINISH become exceptions: :class:`TsimMemoryError` (an access outside the image,
 from __future__ import annotations
 
 import ctypes
+import dataclasses
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -20,10 +22,15 @@ from vta.counters import CSR_COUNTERS, CYCLE_CLASSES, MODULES
 
 from .build import Build
 
-__all__ = ["TsimError", "TsimMemoryError", "TsimWatchdogError", "TsimBudgetError", "Model", "RunOutput",
-           "ModuleState", "load"]
+__all__ = ["TsimError", "TsimMemoryError", "TsimWatchdogError", "TsimBudgetError", "TsimMismatchError", "Model",
+           "RunOutput", "ModuleState", "SLICE_SECONDS", "load", "module_states", "token_occupancy", "memory_culprit"]
 
-_DONE, _BUDGET, _WATCHDOG, _MEM_ERROR, _BAD_ARGS = 0, 1, 2, 3, 4
+_DONE, _BUDGET, _WATCHDOG, _MEM_ERROR, _BAD_ARGS, _RUNNING = 0, 1, 2, 3, 4, 5
+
+SLICE_SECONDS = 0.1
+"""Target wall time of one call into the C++ clock loop, seconds: Python handles Ctrl-C between calls."""
+_FIRST_SLICE = 1 << 14  # cycles in the first call; later calls scale towards SLICE_SECONDS
+_MAX_SLICE = 1 << 22
 
 
 class TsimError(RuntimeError):
@@ -37,44 +44,77 @@ class TsimError(RuntimeError):
 
 class TsimMemoryError(TsimError):
     """The core addressed memory outside the program's DRAM image (or misaligned): ``address`` (bytes), ``nbytes``,
-    ``write`` (True for a write beat, False for a read request)."""
+    ``write`` (True for a write beat, False for a read request), ``insn_index``: the instruction that made the access
+    when it can be known (see :func:`memory_culprit`), else None."""
 
     def __init__(self, message: str, *, address: int, nbytes: int, write: bool, cycles: int,
-                 counters: Mapping[str, int]) -> None:
+                 counters: Mapping[str, int], insn_index: int | None = None) -> None:
         super().__init__(message, cycles=cycles, counters=counters)
         self.address = address
         self.nbytes = nbytes
         self.write = write
+        self.insn_index = insn_index
 
 
 @dataclass(frozen=True)
 class ModuleState:
     """What one module was doing when the watchdog fired: ``state`` is ``idle``, ``busy``, ``wait_token`` or
     ``wait_mem`` (its cycle class in the last cycle); ``insns_done`` counts the instructions it completed;
-    ``last_insn`` describes the instruction it took last (the one it was working on), when known."""
+    ``last_insn`` describes the instruction it took last (the one it was working on), when known; ``insn_index`` is
+    that instruction's index when the module holds it (not idle); ``waits_for`` says what a module in
+    ``wait_token`` waits for (a token, room in a token queue or, for fetch, in a command queue), when known."""
 
     module: str
     state: str
     insns_done: int
     last_insn: str | None = None
+    insn_index: int | None = None
+    waits_for: str | None = None
 
     def __str__(self) -> str:
         text = f"{self.module}: {self.state}, {self.insns_done} instructions done"
-        return text + (f", last took {self.last_insn}" if self.last_insn else "")
+        text += f", last took {self.last_insn}" if self.last_insn else ""
+        return text + (f", waits for {self.waits_for}" if self.waits_for else "")
+
+    def summary(self) -> str:
+        """One phrase for a stuck module: which instruction it holds and in which state."""
+        held = f" holds {self.last_insn}" if self.insn_index is not None else ""
+        waits = f", waiting for {self.waits_for}" if self.waits_for else ""
+        return f"{self.module}{held} in {self.state}{waits}"
 
 
 class TsimWatchdogError(TsimError):
-    """No module made progress for ``idle_cycles`` cycles; ``modules`` lists each module's :class:`ModuleState`."""
+    """No module made progress for ``idle_cycles`` cycles; ``modules`` lists each module's :class:`ModuleState`,
+    ``tokens`` the tokens in each queue (see :func:`token_occupancy`; empty when the instructions were not given)."""
 
     def __init__(self, message: str, *, modules: Sequence[ModuleState], idle_cycles: int, cycles: int,
-                 counters: Mapping[str, int]) -> None:
+                 counters: Mapping[str, int], tokens: Mapping[str, int] | None = None) -> None:
         super().__init__(message, cycles=cycles, counters=counters)
         self.modules = tuple(modules)
         self.idle_cycles = idle_cycles
+        self.tokens = dict(tokens or {})
+
+    @property
+    def stuck(self) -> tuple[str, ...]:
+        """The modules that were not idle when the run stopped."""
+        return tuple(m.module for m in self.modules if m.state != "idle")
 
 
 class TsimBudgetError(TsimError):
     """The run used its whole cycle budget without reaching FINISH."""
+
+
+class TsimMismatchError(TsimError):
+    """The RTL reached FINISH with a result that differs from the functional simulator's (the spec): ``mismatch``
+    is the first differing DRAM byte (a :class:`vta.tsim.compare.Mismatch`, or None when the images are equal),
+    ``where`` the allocation it lies in, ``stats_differing`` maps each differing statistic to (fsim, tsim)."""
+
+    def __init__(self, message: str, *, mismatch: Any, where: str, stats_differing: Mapping[str, tuple[int, int]],
+                 cycles: int, counters: Mapping[str, int]) -> None:
+        super().__init__(message, cycles=cycles, counters=counters)
+        self.mismatch = mismatch
+        self.where = where
+        self.stats_differing = dict(stats_differing)
 
 
 class _Info(ctypes.Structure):
@@ -108,12 +148,16 @@ class Model:
         self.build = build
         self.cfg: VTAConfig = build.cfg
         self._lib = ctypes.CDLL(str(build.library))
-        fn = self._lib.tsim_run
+        fn = self._lib.tsim_open
+        fn.restype = ctypes.c_void_p
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_uint32,
+                       ctypes.c_char_p, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int32]
+        fn = self._lib.tsim_resume
         fn.restype = ctypes.c_int32
-        fn.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_uint64,
-                       ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint64, _P(ctypes.c_uint64), _P(ctypes.c_uint64),
-                       ctypes.c_uint32,
-                       ctypes.c_char_p, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int32, _P(_Info)]
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint64,
+                       _P(ctypes.c_uint64), _P(ctypes.c_uint64), ctypes.c_uint32, _P(_Info)]
+        self._lib.tsim_close.restype = None
+        self._lib.tsim_close.argtypes = [ctypes.c_void_p]
         self._lib.tsim_bus_bytes.restype = ctypes.c_uint32
         self._lib.tsim_trace_kind.restype = ctypes.c_int32
         bus = self._lib.tsim_bus_bytes()
@@ -146,7 +190,8 @@ class Model:
     def run(self, dram: np.ndarray, *, insn_addr: int, insn_count: int, max_cycles: int = 0,
             watchdog_cycles: int = 10_000, latency: int | None = None, drain_cycles: int | None = None,
             trace: str | Path | None = None, trace_window: tuple[int, int] | None = None, in_place: bool = False,
-            insns: Sequence[object] | None = None, two_phase: bool = False) -> tuple[np.ndarray, RunOutput]:
+            insns: Sequence[object] | None = None, two_phase: bool = False,
+            budget_note: str = "") -> tuple[np.ndarray, RunOutput]:
         """Run ``insn_count`` instructions at byte address ``insn_addr`` of the DRAM image ``dram`` (uint8, 1-D).
 
         ``max_cycles``: cycle budget (0: none). ``watchdog_cycles``: cycles without progress before stopping (0:
@@ -154,11 +199,16 @@ class Model:
         keep clocking until nothing progresses for this many cycles (default ``4 * latency + 256``; 0: stop at done),
         so loads that FINISH did not wait for still show in the counters. ``trace``: waveform file to write
         for cycles ``trace_window = (first, end)`` (default all), needs a library built with trace support.
-        ``insns``: the decoded instruction stream, used only to name the last instruction of each module when the
-        watchdog fires. ``two_phase``: evaluate the model at both clock edges, the reference scheduling (slower; the
-        default evaluates once per cycle, which gives the same results: see ``harness.cc``); a traced run is always
-        two-phase, so the waveform shows both clock edges. Returns the final DRAM (``dram`` itself when ``in_place``,
-        else a copy) and a :class:`RunOutput`; raises a :class:`TsimError` subclass when FINISH is not reached.
+        ``insns``: the decoded instruction stream, used only to name instructions in errors (the one each module
+        held when the watchdog fired, the one that made a bad memory access). ``two_phase``: evaluate the model at
+        both clock edges, the reference scheduling (slower; the default evaluates once per cycle, which gives the
+        same results: see ``harness.cc``); a traced run is always two-phase, so the waveform shows both clock edges.
+        ``budget_note``: appended to the :class:`TsimBudgetError` message (how the budget was chosen).
+
+        The clock loop runs in C++ in slices of about :data:`SLICE_SECONDS` each, so Ctrl-C (KeyboardInterrupt)
+        stops a run within a fraction of a second; the interrupted run's model is discarded, the library stays
+        usable. Returns the final DRAM (``dram`` itself when ``in_place``, else a copy) and a :class:`RunOutput`;
+        raises a :class:`TsimError` subclass when FINISH is not reached.
         """
         image = _check_dram(dram, in_place)
         _check_uint("insn_addr", insn_addr, 32)
@@ -174,14 +224,27 @@ class Model:
         counters = (ctypes.c_uint64 * n)()
         before = (ctypes.c_uint64 * n)()
         info = _Info()
-        status = self._lib.tsim_run(image.ctypes.data, image.size, insn_addr, insn_count, max_cycles,
-                                    watchdog_cycles, latency, drain_cycles, counters, before, n, trace_arg, begin,
-                                    end, int(bool(two_phase)), ctypes.byref(info))
+        handle = self._lib.tsim_open(image.ctypes.data, image.size, insn_addr, insn_count, latency, trace_arg, begin,
+                                     end, int(bool(two_phase)))
+        slice_cycles = _FIRST_SLICE
+        try:
+            while True:
+                start = time.perf_counter()
+                status = self._lib.tsim_resume(handle, slice_cycles, max_cycles, watchdog_cycles, drain_cycles,
+                                               counters, before, n, ctypes.byref(info))
+                if status != _RUNNING:
+                    break
+                seconds = time.perf_counter() - start
+                scale = SLICE_SECONDS / seconds if seconds > 0 else 4.0
+                slice_cycles = int(min(_MAX_SLICE, max(_FIRST_SLICE, slice_cycles * min(4.0, scale))))
+        finally:
+            self._lib.tsim_close(handle)
         values = dict(zip(CSR_COUNTERS, (int(v) for v in counters)))
         if status == _DONE:
             return image, RunOutput(int(info.done_cycle), values, int(info.rd_requests), int(info.rd_beats),
                                     int(info.wr_beats), int(info.cycles) - int(info.done_cycle))
-        raise self._error(status, info, values, dict(zip(CSR_COUNTERS, (int(v) for v in before))), image.size, insns)
+        raise self._error(status, info, values, dict(zip(CSR_COUNTERS, (int(v) for v in before))), image.size,
+                          insns, insn_addr, budget_note)
 
     def run_program(self, program: Any, **options: Any) -> tuple[np.ndarray, RunOutput]:
         """:meth:`run` on a :class:`vta.program.Program`: its DRAM image, instruction offset and instruction stream;
@@ -205,7 +268,7 @@ class Model:
         return str(trace).encode(), begin, min(end, 2**64 - 1)
 
     def _error(self, status: int, info: _Info, values: dict[str, int], before: dict[str, int], size: int,
-               insns: Sequence[object] | None) -> TsimError:
+               insns: Sequence[object] | None, insn_addr: int, budget_note: str) -> TsimError:
         cycles = int(info.cycles)
         if status == _MEM_ERROR:
             kind = "write" if info.err_write else "read"
@@ -218,21 +281,47 @@ class Model:
             else:
                 what = (f"a {kind} of {nbytes} bytes at byte address {addr:#x} (up to {addr + nbytes:#x}), "
                         f"outside the {size}-byte DRAM image")
-            return TsimMemoryError(f"the core made {what} at cycle {cycles}; the run was stopped",
+            culprit = memory_culprit(self.cfg, addr, bool(info.err_write), values, insns, insn_addr)
+            whose = ""
+            if culprit is not None and insns is not None:
+                whose = f" for instruction {culprit[0]} ({_describer()(insns[culprit[0]])}) of the {culprit[1]} module"
+            return TsimMemoryError(f"the core made {what} at cycle {cycles}{whose}; the run was stopped",
                                    address=addr, nbytes=nbytes, write=bool(info.err_write), cycles=cycles,
-                                   counters=values)
+                                   counters=values, insn_index=None if culprit is None else culprit[0])
         if status == _WATCHDOG:
             modules = module_states(values, before, insns)
+            tokens = token_occupancy(self.cfg, values, modules, insns)
+            stuck = [m for m in modules if m.state != "idle"]
+            idle = int(info.idle_cycles)
+            head = f"no module made progress for {idle} cycles (at cycle {cycles}); the run was stopped"
+            if stuck:
+                head += ". Stuck: " + "; ".join(m.summary() for m in stuck)
+            else:
+                head += ". Every module is idle, yet done never rose"
+            if tokens:
+                depth = self.cfg.token_queue_depth
+                head += (f". Token queues (tokens held of {depth}): "
+                         + ", ".join(f"{q.replace('_to_', '->')} {n}" for q, n in tokens.items()))
             lines = "\n".join(f"  {m}" for m in modules)
-            return TsimWatchdogError(f"no module made progress for {int(info.idle_cycles)} cycles (at cycle {cycles}); "
-                                     f"the run was stopped:\n{lines}", modules=modules,
+            return TsimWatchdogError(f"{head}:\n{lines}", modules=modules, tokens=tokens,
                                      idle_cycles=int(info.idle_cycles), cycles=cycles, counters=values)
         if status == _BUDGET:
             return TsimBudgetError(f"the run used its whole budget of {cycles} cycles without reaching FINISH "
                                    f"({values.get('fetch_insns', 0)} instructions fetched, "
-                                   f"{values.get('compute_insns', 0)} computed); raise max_cycles if the program "
-                                   "is simply long", cycles=cycles, counters=values)
+                                   f"{values.get('compute_insns', 0)} computed){budget_note}; raise max_cycles if the "
+                                   "program is simply long", cycles=cycles, counters=values)
         return TsimError(f"the harness rejected its arguments (status {status})", cycles=cycles, counters=values)
+
+
+def _routed(insns: Sequence[object] | None) -> dict[str, list[tuple[int, Any]]]:
+    """Each module's instructions (index, instruction) in program order, routed as fetch does (fetch sees all)."""
+    routed: dict[str, list[tuple[int, Any]]] = {m: [] for m in MODULES}
+    if insns is not None:
+        from vta.isa import module_of
+        for k, insn in enumerate(insns):
+            routed["fetch"].append((k, insn))
+            routed[module_of(insn)].append((k, insn))  # type: ignore[arg-type]
+    return routed
 
 
 def module_states(after: Mapping[str, int], before: Mapping[str, int],
@@ -240,28 +329,99 @@ def module_states(after: Mapping[str, int], before: Mapping[str, int],
     """Each module's state in the cycle between two counter snapshots, and the instruction it took last.
 
     The state is the cycle class whose counter grew (``idle`` when none did). The last instruction is looked up in
-    ``insns`` (the program's decoded stream) by routing every instruction to its module as fetch does.
+    ``insns`` (the program's decoded stream) by routing every instruction to its module as fetch does; a module that
+    is not idle holds it (``insn_index``).
     """
-    routed: dict[str, list[tuple[int, object]]] = {m: [] for m in MODULES}
+    routed = _routed(insns)
     describe = _describer()
-    if insns is not None:
-        from vta.isa import module_of
-        for k, insn in enumerate(insns):
-            routed["fetch"].append((k, insn))
-            routed[module_of(insn)].append((k, insn))  # type: ignore[arg-type]
     out = []
     for m in MODULES:
         grew = [c for c in CYCLE_CLASSES if after.get(f"{m}_{c}", 0) > before.get(f"{m}_{c}", 0)]
         state = grew[0] if grew else "idle"
         done = after.get(f"{m}_insns", 0)
-        last = None
+        last, index = None, None
         if routed[m]:
             k = min(done - 1 if state == "idle" else done, len(routed[m]) - 1)
             if k >= 0:
                 index, insn = routed[m][k]
                 last = f"instruction {index} ({describe(insn)})"
-        out.append(ModuleState(m, state, done, last))
+        out.append(ModuleState(m, state, done, last, index if state != "idle" else None))
     return out
+
+
+def token_occupancy(cfg: VTAConfig, after: Mapping[str, int], modules: list[ModuleState],
+                    insns: Sequence[object] | None) -> dict[str, int]:
+    """The tokens in each queue when the core stopped (in :data:`vta.isa.TOKEN_QUEUES` order), derived from the
+    instruction stream: the pushes minus the pops of the instructions each module completed (``*_insns``), minus the
+    pops of the instructions modules hold and have started (every pop available: the core pops them all at once).
+    Fills in each stuck module's ``waits_for`` (in place). Empty when ``insns`` is None."""
+    if insns is None:
+        return {}
+    from vta.isa import TOKEN_POPS, TOKEN_PUSHES, TOKEN_QUEUES
+    routed = _routed(insns)
+    tokens = dict.fromkeys(TOKEN_QUEUES, 0)
+    held: list[tuple[int, ModuleState]] = []
+    for state in modules:
+        if state.module == "fetch":
+            continue
+        for _, insn in routed[state.module][:after.get(f"{state.module}_insns", 0)]:
+            for flag, q in TOKEN_PUSHES[state.module].items():
+                tokens[q] += int(bool(getattr(insn, flag)))
+            for flag, q in TOKEN_POPS[state.module].items():
+                tokens[q] -= int(bool(getattr(insn, flag)))
+        if state.insn_index is not None:
+            held.append((modules.index(state), state))
+    for position, state in held:
+        insn = insns[state.insn_index]  # type: ignore[index]
+        pops = {q: f for f, q in TOKEN_POPS[state.module].items() if getattr(insn, f)}
+        pushes = [q for f, q in TOKEN_PUSHES[state.module].items() if getattr(insn, f)]
+        missing = [q for q in pops if tokens[q] <= 0]
+        if state.state == "wait_token" and missing:
+            waits = " and ".join(f"a {q.replace('_to_', '->')} token ({pops[q]})" for q in missing)
+        else:
+            for q in pops:
+                tokens[q] -= 1
+            full = [q for q in pushes if tokens[q] >= cfg.token_queue_depth]
+            waits = " and ".join(f"room in the full {q.replace('_to_', '->')} queue" for q in full)
+        if state.state == "wait_token":
+            modules[position] = dataclasses.replace(state, waits_for=waits or "nothing the token counts explain")
+    fetch = next((i for i, m in enumerate(modules) if m.module == "fetch"), None)
+    if fetch is not None and modules[fetch].state == "wait_token" and modules[fetch].insn_index is not None:
+        from vta.isa import module_of
+        target = module_of(insns[modules[fetch].insn_index])  # type: ignore[arg-type, index]
+        modules[fetch] = dataclasses.replace(modules[fetch], waits_for=f"room in the full {target} command queue "
+                                                                       f"({cfg.cmd_queue_depth} instructions)")
+    return tokens
+
+
+def memory_culprit(cfg: VTAConfig, address: int, write: bool, counters: Mapping[str, int],
+                   insns: Sequence[object] | None, insn_addr: int) -> tuple[int, str] | None:
+    """The instruction (index, module) whose memory access at byte ``address`` stopped the run, when it can be
+    known: a LOAD (reads) or STORE (writes) that its module holds or has just finished (by the ``*_insns``
+    counters) and whose DRAM rows contain the address, or, for a read within the instruction stream, the instruction
+    fetch was reading. None when no instruction matches (or ``insns`` is None)."""
+    if insns is None:
+        return None
+    from vta.isa import Load, Store, layout
+    routed = _routed(insns)
+    kinds = (Store,) if write else (Load,)
+    for module in ("store",) if write else ("load", "compute"):
+        done = counters.get(f"{module}_insns", 0)
+        for k, insn in routed[module][max(0, done - 1):done + 2]:
+            if not isinstance(insn, kinds) or insn.y_size == 0 or insn.x_size == 0:
+                continue
+            try:
+                eb = cfg.elem_bytes(insn.mem)
+            except ValueError:
+                continue
+            for row in range(insn.y_size):
+                lo = (insn.dram_base + row * insn.x_stride) * eb
+                if lo - lo % cfg.bus_bytes <= address < lo + insn.x_size * eb:
+                    return k, module
+    insn_bytes = layout(cfg).insn_bytes
+    if not write and insn_addr <= address < insn_addr + len(insns) * insn_bytes:
+        return (address - insn_addr) // insn_bytes, "fetch"
+    return None
 
 
 def _describer() -> Callable[[object], str]:

@@ -1,9 +1,10 @@
 // TSIM harness: runs the Verilated vta_core's clock loop in C++ and serves its memory port from a host DRAM image.
 //
-// Python (vta.tsim.bridge) calls tsim_run() once per program. Each call builds a fresh model (so SRAM contents never
-// leak from one program to the next), resets it, pulses `start`, then clocks it until `done`, until a cycle budget
-// runs out, until the watchdog fires (no `progress` for a number of cycles) or until the core addresses memory
-// outside the DRAM image. The DRAM image is a caller-owned buffer (a numpy array): reads and writes go to it
+// Python (vta.tsim.bridge) runs a program with tsim_open() (a fresh model, so SRAM contents never leak from one
+// program to the next: reset, then the `start` pulse), tsim_resume() called repeatedly, each call clocking at most a
+// slice of cycles (so the caller's Ctrl-C handler runs between slices), until `done`, until a cycle budget runs out,
+// until the watchdog fires (no `progress` for a number of cycles) or until the core addresses memory outside the DRAM
+// image, and tsim_close(). The DRAM image is a caller-owned buffer (a numpy array): reads and writes go to it
 // directly, after a bounds check on every request and every write beat.
 //
 // Memory model (docs/core-interface.md): a read request accepted in cycle t returns its first beat no earlier than
@@ -64,9 +65,10 @@ enum TsimStatus : int32_t {
     TSIM_WATCHDOG = 2,
     TSIM_MEM_ERROR = 3,
     TSIM_BAD_ARGS = 4,
+    TSIM_RUNNING = 5,  // tsim_resume: the slice ended, the run goes on
 };
 
-// Filled by tsim_run; layout mirrored by bridge.TsimInfo (ctypes).
+// Filled by tsim_resume; layout mirrored by bridge._Info (ctypes).
 struct TsimInfo {
     uint64_t cycles;          // cycles clocked after the start pulse (the start cycle itself not counted)
     uint64_t idle_cycles;     // consecutive cycles without progress when the run stopped
@@ -332,26 +334,31 @@ uint32_t tsim_bus_bytes() { return kBus; }
 // 0: no trace support, 1: VCD, 2: FST.
 int32_t tsim_trace_kind() { return TSIM_TRACE; }
 
-// Runs one program. `dram` (dram_size bytes) is read and written in place. The instruction stream is `insn_count`
-// instructions at byte address `insn_addr`. Stops after `max_cycles` cycles (0: no budget) or after `watchdog` cycles
-// in a row without progress (0: no watchdog). After `done` the clock keeps running until nothing progresses for
-// `drain` cycles (0: stop at done), so work FINISH did not wait for shows in the counters. On return
-// `counters[0..n_counters)` holds the core's counters; on a watchdog stop `counters_prev` holds them one cycle
-// before the last (the caller diffs the two to see what each module was doing). `trace_path` (may be NULL) records
-// cycles [trace_begin, trace_end) when the library was built with trace support. `two_phase` != 0 evaluates the
-// model at both clock edges (the reference scheduling; see the header comment); a traced run always does. Returns
-// info->status.
-int32_t tsim_run(uint8_t* dram, uint64_t dram_size, uint32_t insn_addr, uint32_t insn_count, uint64_t max_cycles,
-                 uint64_t watchdog, uint32_t latency, uint64_t drain, uint64_t* counters, uint64_t* counters_prev,
-                 uint32_t n_counters, const char* trace_path, uint64_t trace_begin, uint64_t trace_end,
-                 int32_t two_phase, TsimInfo* info) {
-    std::memset(info, 0, sizeof(*info));
-    if (!dram || !info || (n_counters && (!counters || !counters_prev))) {
-        if (info) info->status = TSIM_BAD_ARGS;
-        return TSIM_BAD_ARGS;
-    }
+// One program's run, between tsim_open and tsim_close.
+struct TsimRun {
+    TsimInfo info;  // Sim updates the traffic counts here; copied to the caller's TsimInfo by every tsim_resume
+    Sim sim;
+    uint64_t idle = 0;      // consecutive cycles without progress
+    uint64_t quiet = 0;     // consecutive cycles without progress after done (the drain)
+    bool draining = false;  // done has risen
+    bool over = false;      // a final status was returned
+
+    TsimRun(uint8_t* dram, uint64_t dram_size, uint32_t latency, bool two_phase)
+        : info(), sim(dram, dram_size, latency, &info, two_phase) {}
+};
+
+// Starts one program: `dram` (dram_size bytes, read and written in place until tsim_close) holds `insn_count`
+// instructions at byte address `insn_addr`. Builds a fresh model, holds reset, pulses `start`. `trace_path` (may be
+// NULL) records cycles [trace_begin, trace_end) when the library was built with trace support. `two_phase` != 0
+// evaluates the model at both clock edges (the reference scheduling; see the header comment); a traced run always
+// does. Returns the run's handle for tsim_resume and tsim_close, NULL when `dram` is NULL.
+TsimRun* tsim_open(uint8_t* dram, uint64_t dram_size, uint32_t insn_addr, uint32_t insn_count, uint32_t latency,
+                   const char* trace_path, uint64_t trace_begin, uint64_t trace_end, int32_t two_phase) {
+    if (!dram) return nullptr;
     // A traced run is two-phase, so the waveform shows both clock edges.
-    Sim sim(dram, dram_size, latency, info, two_phase != 0 || (TSIM_TRACE && trace_path && trace_path[0]));
+    TsimRun* run = new TsimRun(dram, dram_size, latency,
+                               two_phase != 0 || (TSIM_TRACE && trace_path && trace_path[0]));
+    Sim& sim = run->sim;
 #if TSIM_TRACE
     if (trace_path && trace_path[0]) sim.open_trace(trace_path, trace_begin, trace_end);
 #else
@@ -367,23 +374,43 @@ int32_t tsim_run(uint8_t* dram, uint64_t dram_size, uint32_t insn_addr, uint32_t
     t->start = 1;
     sim.rise();
     t->start = 0;
+    return run;
+}
 
-    uint64_t idle = 0;
-    int32_t status = TSIM_DONE;
-    while (true) {
-        if (t->done) {
-            info->done_cycle = sim.cycle();
+// Clocks the run for at most `slice` more cycles. Stops for good after `max_cycles` cycles in all (0: no budget) or
+// after `watchdog` cycles in a row without progress (0: no watchdog). After `done` the clock keeps running until
+// nothing progresses for `drain` cycles (0: stop at done), so work FINISH did not wait for shows in the counters.
+// Returns TSIM_RUNNING when the slice ended first (call again), else the final status; `info` then holds the run's
+// figures, `counters[0..n_counters)` the core's counters and, on a watchdog stop, `counters_prev` the counters one
+// cycle before the last (the caller diffs the two to see what each module was doing).
+int32_t tsim_resume(TsimRun* run, uint64_t slice, uint64_t max_cycles, uint64_t watchdog, uint64_t drain,
+                    uint64_t* counters, uint64_t* counters_prev, uint32_t n_counters, TsimInfo* info) {
+    if (!run || !info || run->over || (n_counters && (!counters || !counters_prev))) {
+        if (info) info->status = TSIM_BAD_ARGS;
+        return TSIM_BAD_ARGS;
+    }
+    Sim& sim = run->sim;
+    Vvta_core* t = sim.top();
+    uint64_t stop = sim.cycle() + slice < sim.cycle() ? ~0ull : sim.cycle() + slice;
+    int32_t status = TSIM_RUNNING;
+    while (sim.cycle() < stop) {
+        if (!run->draining && t->done) {
+            run->info.done_cycle = sim.cycle();
+            run->draining = true;
+        }
+        if (run->draining) {
             // Drain: modules may still finish work FINISH did not wait for (e.g. loads nothing reads later). Keep
             // clocking and serving memory until nothing progresses for `drain` cycles, so the counters see all of it.
-            uint64_t quiet = 0;
-            while (quiet < drain && !(max_cycles && sim.cycle() >= max_cycles)) {
-                if (!sim.step()) {
-                    status = TSIM_MEM_ERROR;
-                    break;
-                }
-                quiet = sim.progress() ? 0 : quiet + 1;
+            if (run->quiet >= drain || (max_cycles && sim.cycle() >= max_cycles)) {
+                status = TSIM_DONE;
+                break;
             }
-            break;
+            if (!sim.step()) {
+                status = TSIM_MEM_ERROR;
+                break;
+            }
+            run->quiet = sim.progress() ? 0 : run->quiet + 1;
+            continue;
         }
         if (max_cycles && sim.cycle() >= max_cycles) {
             status = TSIM_BUDGET;
@@ -393,25 +420,32 @@ int32_t tsim_run(uint8_t* dram, uint64_t dram_size, uint32_t insn_addr, uint32_t
             status = TSIM_MEM_ERROR;
             break;
         }
-        idle = sim.progress() ? 0 : idle + 1;
-        if (watchdog && idle >= watchdog) {
+        run->idle = sim.progress() ? 0 : run->idle + 1;
+        if (watchdog && run->idle >= watchdog) {
             status = TSIM_WATCHDOG;
             for (uint32_t i = 0; i < n_counters; ++i) counters_prev[i] = sim.counter(i);
             if (!sim.step()) status = TSIM_MEM_ERROR;
             break;
         }
     }
+    if (status != TSIM_RUNNING) {
+        run->over = true;
 #if TSIM_TRACE
-    sim.close_trace();
+        sim.close_trace();
 #endif
-    for (uint32_t i = 0; i < n_counters; ++i) counters[i] = sim.counter(i);
-    info->cycles = sim.cycle();
-    info->idle_cycles = idle;
-    info->status = status;
+        for (uint32_t i = 0; i < n_counters; ++i) counters[i] = sim.counter(i);
+    }
+    run->info.cycles = sim.cycle();
+    run->info.idle_cycles = run->idle;
+    run->info.status = status;
+    *info = run->info;
     return status;
 }
 
-// Clocks a fresh, idle core (reset, never started) for `cycles` cycles with the same clock scheduling as tsim_run
+// Ends a run (finished or not) and frees its model; the DRAM image is no longer touched.
+void tsim_close(TsimRun* run) { delete run; }
+
+// Clocks a fresh, idle core (reset, never started) for `cycles` cycles with the same clock scheduling as tsim_resume
 // (`two_phase` likewise) but no memory service: the bare cost of evaluating the model, for benchmarks.
 void tsim_idle_cycles(uint64_t cycles, int32_t two_phase) {
     TsimInfo info;
