@@ -202,7 +202,10 @@ def test_the_backend_runs_a_program_and_maps_counters_to_stats() -> None:
     backend = TSimBackend(generator=generate_standin, sources=SOURCES, progress=False)
     insns = [copy(DATA // 8, 256, 2), Alu(alu_opcode=0, iter_out=3), Finish()]
     program = SimpleNamespace(cfg=CFG, dram=image(insns), insn_offset=0, insns=insns)
-    result = backend.run(program)
+    with pytest.raises(TypeError, match=r"check='fsim' runs the program on the functional simulator first, which "
+                                        r"takes a vta.program.Program, not SimpleNamespace; pass check='none'"):
+        backend.run(program)
+    result = backend.run(program, check="none")
     assert result.backend == "tsim"
     assert {k: result.stats[k] for k in ("gemm_uops", "alu_uops", "insn_bytes_read", "inp_bytes_read", "macs",
                                          "load_insns", "compute_insns", "load_to_compute_pushes")} == {
@@ -210,10 +213,15 @@ def test_the_backend_runs_a_program_and_maps_counters_to_stats() -> None:
         "compute_insns": 2, "load_to_compute_pushes": 0}
     assert result.cycles == result.counters["cycles"] > 0
     np.testing.assert_array_equal(result.dram[2048:2064], program.dram[DATA:DATA + 16])
-    with pytest.raises(TypeError, match=r"unknown tsim option\(s\) speed; known options are max_cycles, trace, "):
+    with pytest.raises(TypeError, match=r"unknown tsim option\(s\) speed; known options are check, max_cycles, "
+                                        r"trace, "):
         backend.run(program, speed=2)
     with pytest.raises(ValueError, match=r"the trace file must end in .fst or .vcd, not 'x.txt'"):
-        backend.run(program, trace="x.txt")
+        backend.run(program, check="none", trace="x.txt")
+    with pytest.raises(ValueError, match=r"check must be one of 'fsim', 'none', not 'spec'"):
+        backend.run(program, check="spec")
+    with pytest.raises(ValueError, match=r"max_cycles must be a non-negative number of cycles, not -1"):
+        TSimBackend(max_cycles=-1)
 
 
 def test_a_wider_bus_config() -> None:

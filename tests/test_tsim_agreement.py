@@ -45,8 +45,10 @@ HYPOTHESIS = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow
 
 @pytest.fixture(scope="session")
 def tsim() -> TSimBackend:
-    """One backend for the session: each config's model is built (or loaded from the cache) once."""
-    return TSimBackend(progress=False)
+    """One backend for the session: each config's model is built (or loaded from the cache) once. It runs the RTL
+    alone (``check="none"``): :func:`check_agreement` compares with fsim itself (tests/test_tsim_checks.py tests
+    the backend's own check)."""
+    return TSimBackend(check="none", progress=False)
 
 
 def check_agreement(tsim: TSimBackend, program: Program, what: str = "") -> int:
