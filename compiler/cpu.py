@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import logging
 import os
 import tempfile
 from contextlib import contextmanager
@@ -41,6 +42,8 @@ __all__ = ["conv2d_acc", "dense_acc", "requantize", "qconv2d", "qdense", "qadd",
            "cache_info"]
 
 I8, I32, I64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
+_OBJ_MAGIC = b"vta-jit-object sha256 "
+"""The start of every cached object file, followed by the SHA-256 of the object code in hex and a newline."""
 F32, F64 = ir.FloatType(), ir.DoubleType()
 
 
@@ -54,7 +57,10 @@ class _Jit:
 
     Compiled object code is also kept on disk under ``$VTA_CACHE_DIR/jit`` (default ``~/.cache/vta-lab/jit``), keyed
     by a hash of the kernel's IR, the host CPU and the llvmlite version, so later processes skip optimization and
-    code generation.
+    code generation. Each file holds a header with the SHA-256 of its object code (:data:`_OBJ_MAGIC`, the hash in
+    hex, a newline) and is written whole by a rename; a file whose object code does not match its hash (truncated,
+    corrupted) is never handed to LLVM, which would abort the process: it is removed with a warning on the ``vta``
+    logger and the kernel is compiled again.
     """
 
     def __init__(self) -> None:
@@ -67,11 +73,12 @@ class _Jit:
         cpu, features = llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
         self.tm = target.create_target_machine(opt=3, cpu=cpu, features=features, jit=True)
         self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), self.tm)
-        self.host = f"{cpu};{features};{llvmlite.__version__}"
+        self.host = f"{cpu};{features};{llvmlite.__version__};obj-v2"
         self.cache_dir = cache_root("jit")
         self.engine.set_object_cache(self._notify, self._getbuffer)
         self.kernels: dict[tuple, Callable[..., None]] = {}
         self.disk_hits = 0
+        self._loaded: dict[str, bytes] = {}       # key -> verified object code, for _getbuffer
 
     def _path(self, key: str) -> Path:
         return self.cache_dir / f"{key}.o"
@@ -83,19 +90,32 @@ class _Jit:
             self.cache_dir.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=self.cache_dir, suffix=".tmp")
             with os.fdopen(fd, "wb") as f:
-                f.write(buffer)
+                f.write(_OBJ_MAGIC + hashlib.sha256(buffer).hexdigest().encode() + b"\n" + buffer)
             os.replace(tmp, self._path(module.name))
         except OSError:
             pass                                  # a read-only cache only costs compile time
 
-    def _getbuffer(self, module: Any) -> bytes | None:
-        if len(module.name) != 40:
-            return None
+    def _read_verified(self, key: str) -> bytes | None:
+        """The cached object code of kernel ``key`` when its file exists and matches its hash; a damaged file is
+        removed with a warning (None: compile the kernel)."""
+        path = self._path(key)
         try:
-            data = self._path(module.name).read_bytes()
+            data = path.read_bytes()
         except OSError:
             return None
-        self.disk_hits += 1
+        head, obj = data[:len(_OBJ_MAGIC) + 65], data[len(_OBJ_MAGIC) + 65:]
+        if head.startswith(_OBJ_MAGIC) and head.endswith(b"\n") and \
+                head[len(_OBJ_MAGIC):-1] == hashlib.sha256(obj).hexdigest().encode():
+            return obj
+        logging.getLogger("vta").warning("the cached JIT object code %s is damaged (%d bytes, its hash does not "
+                                         "match); removing it and compiling the kernel again", path, len(data))
+        path.unlink(missing_ok=True)
+        return None
+
+    def _getbuffer(self, module: Any) -> bytes | None:
+        data = self._loaded.pop(module.name, None)
+        if data is not None:
+            self.disk_hits += 1
         return data
 
     def compile(self, module: ir.Module, name: str, nargs: int) -> Callable[..., None]:
@@ -105,7 +125,10 @@ class _Jit:
         key = hashlib.sha256((self.host + "\n" + text).encode()).hexdigest()[:40]
         mod = llvm.parse_assembly(text)
         mod.name = key
-        if not self._path(key).exists():
+        cached = self._read_verified(key)
+        if cached is not None:
+            self._loaded[key] = cached
+        else:
             mod.verify()
             pto = llvm.create_pipeline_tuning_options(speed_level=3)
             pto.loop_vectorization = True

@@ -134,3 +134,32 @@ def test_object_code_is_cached_on_disk(tmp_path, monkeypatch):
     expected = qops.rescale(x, m, 2).tolist()
     assert results == [(expected, 0), (expected, 1)]
     assert len(list((tmp_path / "jit").glob("*.o"))) == 1
+
+
+def test_a_corrupted_cached_object_is_recompiled(tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("VTA_CACHE_DIR", str(tmp_path))
+    build = lambda: cpu._build_rescale(12, 3, -128, 127)         # noqa: E731
+    x = np.arange(-6, 6, dtype=np.int8)
+    m = np.full(12, 5, np.int32)
+    expected = qops.rescale(x, m, 3).tolist()
+
+    def run():
+        jit = cpu._Jit()                                         # a fresh engine, as in a new process
+        out = np.empty(12, np.int8)
+        cpu._call(jit.compile(*build()), x, m, out)
+        return out.tolist(), jit.disk_hits
+
+    assert run() == (expected, 0)
+    [path] = (tmp_path / "jit").glob("*.o")
+    good = path.read_bytes()
+    for damaged in (good[:len(good) // 2],                                        # truncated
+                    good[:200] + bytes(b ^ 0x5A for b in good[200:400]) + good[400:],  # corrupted, same size
+                    good[len(cpu._OBJ_MAGIC) + 65:]):                              # no header
+        path.write_bytes(damaged)
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="vta"):
+            assert run() == (expected, 0), "recompiled, never handed to LLVM"
+        assert caplog.messages == [f"the cached JIT object code {path} is damaged ({len(damaged)} bytes, its hash "
+                                   "does not match); removing it and compiling the kernel again"]
+        assert path.read_bytes() == good, "the recompiled object replaced the damaged one"
+    assert run() == (expected, 1)
