@@ -52,8 +52,68 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch", type=int, default=None,
                    help="images per inference for a model whose batch dimension is dynamic (default: 1; a fixed "
                         "batch dimension is kept)")
+    p.add_argument("--input-shape", metavar="NAME=SHAPE", action="append", default=[], type=_input_shape,
+                   help="the whole shape of an input whose dimensions beyond the batch are symbolic, e.g. "
+                        "images=1x3x224x224 (repeatable)")
     p.add_argument("--calib", type=int, default=4, help="random calibration samples (default: 4)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
+def _input_shape(text: str) -> tuple[str, tuple[int, ...]]:
+    """``NAME=1x3x224x224`` -> ``("NAME", (1, 3, 224, 224))`` (argparse reports the ArgumentTypeError as usage)."""
+    name, sep, dims = text.rpartition("=")
+    try:
+        shape = tuple(int(d) for d in dims.lower().split("x"))
+    except ValueError:
+        shape = ()
+    if not sep or not name or not shape or min(shape) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAME=SHAPE with positive dimensions joined by x, e.g. "
+                                         f"images=1x3x224x224")
+    return name, shape
+
+
+# option -> (the suffixes it takes, what it writes)
+OUTPUT_SUFFIXES = {"--report-json": ((".json",), "a JSON report"), "--report-csv": ((".csv",), "a CSV report"),
+                   "--plot": ((".png", ".svg", ".pdf"), "a plot"), "-o": ((ARTEFACT_SUFFIX,), "a compiled artefact")}
+
+
+def check_output_path(option: str, path: str) -> None:
+    """Before any work: ``path`` (given to ``option``) has a suffix ``option`` writes, is not a folder, and its folder
+    exists and is writable; else a :class:`~vta.cliutil.CliError` (exit 2) saying which."""
+    from vta.cliutil import CliError
+    suffixes, what = OUTPUT_SUFFIXES[option]
+    suffix = os.path.splitext(path)[1].lower()
+    if suffix not in suffixes:
+        choices = suffixes[0] if len(suffixes) == 1 else ", ".join(suffixes[:-1]) + " or " + suffixes[-1]
+        raise CliError(f"{option} {path}: {what} is written as {choices}, not {suffix or 'a file without suffix'}")
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise CliError(f"{option} {path}: that is a folder; give a file name ending {suffix}")
+    if not os.path.isdir(folder):
+        raise CliError(f"{option} {path}: the folder {folder} does not exist; create it first")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise CliError(f"{option} {path}: the folder {folder} is not writable")
+    if os.path.exists(path) and not os.access(path, os.W_OK):
+        raise CliError(f"{option} {path}: the file exists and is not writable")
+
+
+def _input_shapes(args: argparse.Namespace) -> dict[str, tuple[int, ...]]:
+    from vta.cliutil import CliError
+    shapes: dict[str, tuple[int, ...]] = {}
+    for name, shape in getattr(args, "input_shape", None) or []:
+        if name in shapes and shapes[name] != shape:
+            raise CliError(f"--input-shape gives input {name!r} twice, as {'x'.join(map(str, shapes[name]))} and "
+                           f"{'x'.join(map(str, shape))}")
+        shapes[name] = shape
+    return shapes
+
+
+def _check_compile_options(args: argparse.Namespace) -> None:
+    from vta.cliutil import CliError
+    if getattr(args, "batch", None) is not None and args.batch < 1:
+        raise CliError(f"--batch must be at least 1 (images per inference), not {args.batch}")
+    if getattr(args, "calib", 4) < 1:
+        raise CliError(f"--calib must be at least 1 (calibration samples), not {args.calib}")
 
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
@@ -62,7 +122,8 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     _add_model_options(parser)
     parser.add_argument("--report-json", metavar="FILE", help="write the per-layer report as JSON")
     parser.add_argument("--report-csv", metavar="FILE", help="write the per-layer report as CSV")
-    parser.add_argument("--plot", metavar="FILE", help="write a bar chart of cycles or micro-ops per layer (PNG)")
+    parser.add_argument("--plot", metavar="FILE", help="write a bar chart of cycles or micro-ops per layer (.png, "
+                                                      ".svg or .pdf)")
     parser.add_argument("--reasons", action="store_true", help="show why each layer runs where it does")
     parser.add_argument("--no-check", action="store_true", help="skip the bit-exact check against the reference")
     parser.add_argument("--input", metavar="FILE.npy", help="the model's input (a .npy array of its input shape, "
@@ -72,11 +133,15 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
 def _cmd_compile(args: argparse.Namespace) -> int:
     from vta.cliutil import config_from_args
 
-    from .pipeline import compile_model
+    from .pipeline import check_force_cpu, compile_model, load_graph
+    check_output_path("-o", args.output)
+    _check_compile_options(args)
     cfg = config_from_args(args)
+    graph = load_graph(args.model, batch=args.batch, input_shapes=_input_shapes(args))
+    check_force_cpu(graph, args.force_cpu)
     compiled = compile_model(args.model, cfg, policy=args.policy, force_cpu=args.force_cpu, batch=args.batch,
                              calib=args.calib, double_buffer=not args.no_double_buffer,
-                             progress=not args.no_progress)
+                             progress=not args.no_progress, graph=graph)
     compiled.save(args.output)
     print(f"compiled {args.model} for {cfg.name}: {compiled.accel_steps} of {len(compiled.steps)} layers on the "
           f"accelerator, {compiled.compile_seconds:.2f} s; wrote {args.output}")
@@ -88,21 +153,30 @@ def run_model(args: argparse.Namespace) -> int:
     from vta.cliutil import config_from_args
 
     from . import qops
-    from .pipeline import compile_model
+    from .pipeline import check_force_cpu, compile_model, load_graph
     from .report import build_report
     from .runtime import Compiled, run
     progress = not getattr(args, "no_progress", False)
+    for option, attr in (("--report-json", "report_json"), ("--report-csv", "report_csv"), ("--plot", "plot")):
+        if getattr(args, attr, None):
+            check_output_path(option, getattr(args, attr))
+    _check_compile_options(args)
     if str(args.model).endswith(ARTEFACT_SUFFIX) and os.path.exists(args.model):
         compiled = Compiled.load(args.model)
         if getattr(args, "config", None) and config_from_args(args) != compiled.cfg:
             raise ValueError(f"{args.model} was compiled for {compiled.cfg.name}, not for the --config given")
+        inputs = _inputs_from_args(compiled.graph, args)
     else:
-        compiled = compile_model(args.model, config_from_args(args), policy=getattr(args, "policy", "auto"),
+        cfg = config_from_args(args)
+        float_graph = load_graph(args.model, batch=getattr(args, "batch", None), input_shapes=_input_shapes(args))
+        check_force_cpu(float_graph, getattr(args, "force_cpu", []))
+        inputs = _inputs_from_args(float_graph, args)  # checked before the compile; the same inputs after it
+        compiled = compile_model(args.model, cfg, policy=getattr(args, "policy", "auto"),
                                  force_cpu=getattr(args, "force_cpu", []), batch=getattr(args, "batch", None),
                                  calib=getattr(args, "calib", 4), seed=getattr(args, "seed", 0),
-                                 double_buffer=not getattr(args, "no_double_buffer", False), progress=progress)
+                                 double_buffer=not getattr(args, "no_double_buffer", False), progress=progress,
+                                 graph=float_graph)
     graph = compiled.graph
-    inputs = _inputs_from_args(graph, args)
     start = time.perf_counter()
     out = run(compiled, inputs, target=args.target, progress=progress)
     seconds = time.perf_counter() - start
@@ -126,20 +200,13 @@ def run_model(args: argparse.Namespace) -> int:
 
 
 def _inputs_from_args(graph: Any, args: argparse.Namespace) -> dict[str, np.ndarray]:
-    """The ``--input`` array for the model's one input, else seeded random inputs."""
-    from .pipeline import random_inputs
+    """The ``--input`` array for the model's one input (checked: numeric, its shape, finite), else seeded random
+    inputs."""
+    from .pipeline import load_input, random_inputs
     path = getattr(args, "input", None)
     if not path:
         return random_inputs(graph, getattr(args, "seed", 0))
-    if len(graph.inputs) != 1:
-        raise ValueError(f"--input gives one array but the model takes {len(graph.inputs)} inputs "
-                         f"({', '.join(graph.inputs)})")
-    name = graph.inputs[0]
-    value = np.load(path)
-    if value.shape != graph.shape(name):
-        raise ValueError(f"--input {path} has shape {value.shape}; the model's input {name!r} has shape "
-                         f"{graph.shape(name)}")
-    return {name: value.astype(np.float32)}
+    return load_input(graph, path)
 
 
 def _write_outputs(report: Any, args: argparse.Namespace) -> None:

@@ -22,6 +22,7 @@ Example::
 """
 from __future__ import annotations
 
+import difflib
 import os
 import time
 from pathlib import Path
@@ -38,14 +39,18 @@ from .layout import packed_activation_shape
 from .partition import Decision, Lowered, partition
 from .runtime import AccelStep, Compiled, CpuStep, Step, _progress
 
-__all__ = ["load_graph", "random_inputs", "calibration_inputs", "partition_graph", "accel_step", "compile_graph",
+__all__ = ["load_graph", "load_input", "check_inputs", "check_force_cpu",
+           "random_inputs", "calibration_inputs", "partition_graph", "accel_step", "compile_graph",
            "compile_model"]
 
 
-def load_graph(model: str, *, batch: int | None = None) -> Graph:
+def load_graph(model: str, *, batch: int | None = None,
+               input_shapes: dict[str, tuple[int, ...]] | None = None) -> Graph:
     """The float :class:`~.ir.Graph` of ``model``: a zoo name (see :func:`.zoo.list_models`) or an ONNX path.
 
-    ``batch``: images per inference for a model whose batch dimension is dynamic (default 1)."""
+    ``batch``: images per inference for a model whose batch dimension is dynamic (default 1). ``input_shapes``:
+    input name -> whole shape, for inputs with other dynamic dimensions (an error without it). A file that is not an
+    ONNX model raises :class:`.onnx_frontend.ModelFileError` naming it."""
     from . import zoo
     from .onnx_frontend import import_onnx
     if os.path.exists(model):
@@ -55,7 +60,71 @@ def load_graph(model: str, *, batch: int | None = None) -> Graph:
     else:
         raise ValueError(f"model {model!r} is neither a file nor a zoo model; zoo models are "
                          f"{', '.join(zoo.list_models())}")
-    return import_onnx(path, batch=batch or 1)
+    return import_onnx(path, batch=batch or 1, input_shapes=input_shapes)
+
+
+def check_inputs(graph: Graph, values: dict[str, np.ndarray], source: str = "the input") -> dict[str, np.ndarray]:
+    """``values`` as the float32 arrays the model takes, or ValueError/TypeError naming ``source``: every input of
+    ``graph`` given, each a numeric (bool, integer or float) array of the input's shape with only finite values."""
+    missing = [name for name in graph.inputs if name not in values]
+    extra = sorted(set(values) - set(graph.inputs))
+    if missing or extra:
+        given = ", ".join(map(repr, sorted(values))) or "no arrays"
+        raise ValueError(f"{source} gives {given}; the model's inputs are {', '.join(map(repr, graph.inputs))}.")
+    out = {}
+    for name in graph.inputs:
+        value = values[name]
+        if not isinstance(value, np.ndarray):
+            raise TypeError(f"{source} for input {name!r} must be a numpy array, not {type(value).__name__}.")
+        if value.dtype.kind not in "biuf":
+            raise TypeError(f"{source} has dtype {value.dtype}; the model's input {name!r} takes numbers (bool, "
+                            f"integer or float, converted to float32).")
+        if value.shape != graph.shape(name):
+            raise ValueError(f"{source} has shape {value.shape}; the model's input {name!r} has shape "
+                             f"{graph.shape(name)}.")
+        with np.errstate(over="ignore"):
+            converted = value.astype(np.float32)
+        bad = ~np.isfinite(converted)
+        if bad.any():
+            nan = int(np.isnan(converted).sum())
+            inf = int(bad.sum()) - nan
+            big = " (values beyond float32's range become infinite)" if value.dtype.kind == "f" and inf and \
+                np.isfinite(value).all() else ""
+            raise ValueError(f"{source} holds {nan} NaN and {inf} infinite values{big}; the model's input {name!r} "
+                             f"must be finite.")
+        out[name] = converted
+    return out
+
+
+def load_input(graph: Graph, path: str) -> dict[str, np.ndarray]:
+    """The model's one input from the ``.npy`` file ``path`` (read without pickles), checked by :func:`check_inputs`."""
+    source = f"--input {path}"
+    if len(graph.inputs) != 1:
+        raise ValueError(f"{source} gives one array but the model takes {len(graph.inputs)} inputs "
+                         f"({', '.join(graph.inputs)}).")
+    if os.path.isdir(path):
+        raise ValueError(f"{source} is a folder; give a .npy file holding one array.")
+    try:
+        value = np.load(path, allow_pickle=False)
+    except OSError as err:
+        raise ValueError(f"Cannot read {source}: {err.strerror or err}.") from None
+    except ValueError as err:  # pickled data, object arrays, a damaged header
+        raise ValueError(f"{source} is not a .npy array of numbers ({err}); save one with numpy.save.") from None
+    if not isinstance(value, np.ndarray):  # an .npz archive
+        value.close()
+        raise ValueError(f"{source} is an .npz archive; give a .npy file holding one array (numpy.save).")
+    return check_inputs(graph, {graph.inputs[0]: value}, source)
+
+
+def check_force_cpu(graph: Graph, names: Iterable[str]) -> None:
+    """ValueError unless every name in ``names`` is a node of ``graph``, suggesting the closest node names."""
+    nodes = [node.name for node in graph.nodes]
+    for name in names:
+        if name not in nodes:
+            close = difflib.get_close_matches(name, nodes, n=5)
+            hint = f"the closest are {', '.join(close)}" if close else f"its nodes are {', '.join(nodes[:10])}" + \
+                (", ..." if len(nodes) > 10 else "")
+            raise ValueError(f"--force-cpu {name}: the model has no node named {name!r}; {hint}.")
 
 
 def random_inputs(graph: Graph, seed: int, samples: int = 1) -> dict[str, np.ndarray]:
@@ -135,13 +204,14 @@ def compile_graph(graph: Graph, cfg: VTAConfig, *, policy: str = "auto", force_c
 
 def compile_model(model: str, cfg: VTAConfig, *, policy: str = "auto", force_cpu: Iterable[str] = (),
                   batch: int | None = None, calib: int = 4, seed: int = 0, double_buffer: bool = True,
-                  progress: bool = False) -> Compiled:
+                  progress: bool = False, graph: Graph | None = None) -> Compiled:
     """Import ``model`` (:func:`load_graph`), quantize it (on the zoo's real calibration images where it has them,
     else ``calib`` random samples seeded ``seed + 1``) and compile it (:func:`compile_graph`); returns the
-    :class:`~.runtime.Compiled`, whose ``meta`` names the model and the frontend's wall time (seconds)."""
+    :class:`~.runtime.Compiled`, whose ``meta`` names the model and the frontend's wall time (seconds).
+    ``graph``: ``model``'s float graph when the caller has already loaded it (to check inputs first)."""
     from .quantize import quantize
     start = time.perf_counter()
-    graph = load_graph(model, batch=batch)
+    graph = graph if graph is not None else load_graph(model, batch=batch)
     qgraph = quantize(graph, calibration_inputs(model, graph, seed + 1, max(calib, 1)))
     compiled = compile_graph(qgraph, cfg, policy=policy, force_cpu=force_cpu, double_buffer=double_buffer,
                              progress=progress)

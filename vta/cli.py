@@ -567,6 +567,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         logging.basicConfig(level=level, format="vta: %(levelname)s: %(message)s", stream=sys.stderr, force=True)
         code = args.func(args)
         return int(code or 0)
+def _message(err: BaseException) -> str:
+    """The one line a user sees for ``err``: its message, an OSError as ``FILE: reason``, a KeyError's key text."""
+    if isinstance(err, OSError) and err.strerror:
+        return f"{err.filename}: {err.strerror}" if err.filename else err.strerror
+    if isinstance(err, KeyError) and len(err.args) == 1 and isinstance(err.args[0], str):
+        return err.args[0]
+    return str(err) or type(err).__name__
+
+
     except KeyboardInterrupt:
         print("vta: interrupted", file=sys.stderr)
         return 130
@@ -575,5 +584,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         if debug or code is None:
             traceback.print_exc()
             return code if code is not None else 1
-        print(f"vta: error: {err}", file=sys.stderr)
+        print(f"vta: error: {_message(err)}", file=sys.stderr)
         return code
