@@ -2,17 +2,24 @@
 from __future__ import annotations
 
 import json
+import logging
+import os
+import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 from tsim_standin import generate_standin
 
+import vta.tsim.build as tsim_build
+from vta.cache import entry_lock, verify_entry
 from vta.cli import main
 from vta.config import VTAConfig
-from vta.tsim.build import BuildError, _lz4_flags, _source_hash, build, cache_root
+from vta.tsim.build import BuildError, _lz4_flags, _Progress, _progress_mode, _source_hash, build, cache_root
 from vta.tsim.cli import parse_window
 from vta.tsim.compare import DramMismatchError, Mismatch, assert_dram_equal, compare_dram, locate
 
@@ -37,6 +44,7 @@ def test_cache_root_follows_the_environment(monkeypatch: pytest.MonkeyPatch, tmp
     monkeypatch.setenv("VTA_CACHE_DIR", str(tmp_path))
     assert cache_root() == tmp_path / "tsim"
     monkeypatch.delenv("VTA_CACHE_DIR")
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
     assert cache_root() == Path("~/.cache/vta-lab/tsim").expanduser()
 
 
@@ -121,6 +129,169 @@ def test_two_processes_building_the_same_design_share_one_build(monkeypatch: pyt
     assert results[0][1] == results[1][1]
 
 
+# ---- a damaged cache repairs itself (a stand-in compile step: no compiler run, nothing loaded) ---------------------
+class FakeCompile:
+    """Replaces the compile step: writes a fake ``libtsim.so`` and ``vta_core.v``, counts its calls."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, out: Path, *args: object) -> None:
+        self.calls += 1
+        time.sleep(0.01)
+        (out / "libtsim.so").write_bytes(b"\x7fELF" + b"\x00" * 8188)
+        (out / "vta_core.v").write_text("module vta_core; endmodule\n")
+
+
+@pytest.fixture
+def fake_compile(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> FakeCompile:
+    monkeypatch.setenv("VTA_CACHE_DIR", str(tmp_path))
+    fake = FakeCompile()
+    monkeypatch.setattr(tsim_build, "_build_into", fake)
+    return fake
+
+
+def _fake_build() -> tsim_build.Build:
+    return build(CFG, generator=generate_standin, sources=SOURCES, progress=False)
+
+
+def test_a_truncated_library_is_rebuilt_never_loaded(fake_compile: FakeCompile,
+                                                     caplog: pytest.LogCaptureFixture) -> None:
+    first = _fake_build()
+    assert first.compiled and first.build_seconds >= 0.01 and fake_compile.calls == 1
+    hit = _fake_build()
+    assert not hit.compiled and hit.build_seconds == 0.0 and fake_compile.calls == 1
+    with open(first.library, "r+b") as f:
+        f.truncate(4096)
+    with caplog.at_level(logging.WARNING, logger="vta"):
+        again = _fake_build()
+    assert again.compiled and fake_compile.calls == 2 and again.library.stat().st_size == 8192
+    assert caplog.messages == [f"the cached Verilator model in {first.directory} is damaged: libtsim.so is 4096 "
+                               "bytes, the manifest says 8192; removing it and building it again"]
+    assert verify_entry(again.directory, ["libtsim.so"]) is None
+
+
+def test_a_deleted_library_with_its_folder_left_is_rebuilt(fake_compile: FakeCompile,
+                                                           caplog: pytest.LogCaptureFixture) -> None:
+    first = _fake_build()
+    first.library.unlink()
+    with caplog.at_level(logging.WARNING, logger="vta"):
+        again = _fake_build()
+    assert again.compiled and again.library.is_file() and fake_compile.calls == 2
+    assert "is damaged: libtsim.so is missing; removing it and building it again" in caplog.text
+    assert _fake_build().compiled is False
+
+
+def test_a_manifest_mismatch_is_rebuilt(fake_compile: FakeCompile, caplog: pytest.LogCaptureFixture) -> None:
+    first = _fake_build()
+    manifest = json.loads((first.directory / "manifest.json").read_text())
+    assert manifest["key"] == first.key and manifest["files"]["libtsim.so"]["size"] == 8192
+    manifest["files"]["libtsim.so"]["sha256"] = "0" * 64
+    (first.directory / "manifest.json").write_text(json.dumps(manifest))
+    with caplog.at_level(logging.WARNING, logger="vta"):
+        assert _fake_build().compiled
+    assert "is damaged: libtsim.so's SHA-256 differs from the manifest's" in caplog.text
+
+
+def test_a_stale_temp_folder_is_cleaned_by_the_next_build(fake_compile: FakeCompile, tmp_path: Path) -> None:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    stale = tmp_path / "tsim" / f".tmp-somekey-{proc.pid}-7"
+    (stale / "obj").mkdir(parents=True)
+    _fake_build()
+    assert not stale.exists()
+
+
+# ---- progress --------------------------------------------------------------------------------------------------------
+def test_progress_is_plain_lines_when_stderr_is_not_a_terminal(capsys: pytest.CaptureFixture[str]) -> None:
+    assert _progress_mode(None) == "lines" and _progress_mode(True) == "lines" and _progress_mode(False) == "off"
+    with _Progress("cfgA", "cfgA-fast-01", mode="lines", steps=3) as progress:
+        progress.stage("generating Verilog")
+        progress.stage("compiling the harness")
+    err = capsys.readouterr().err.splitlines()
+    assert err[:2] == ["tsim: building the Verilator model for cfgA ... (step 1/3: generating Verilog)",
+                       "tsim: building the Verilator model for cfgA ... (step 2/3: compiling the harness)"]
+    assert err[2].startswith("tsim: the Verilator model for cfgA built in 0.0 s (cfgA-fast-01)")
+    with pytest.raises(RuntimeError), _Progress("cfgA", "k", mode="lines", steps=3):
+        raise RuntimeError
+    assert capsys.readouterr().err.startswith("tsim: the Verilator model for cfgA failed after 0.0 s (k)")
+    with _Progress("cfgA", "k", mode="off", steps=3) as progress:
+        progress.stage("generating Verilog")
+    assert capsys.readouterr().err == ""
+
+
+# ---- Ctrl-C during a real build --------------------------------------------------------------------------------------
+_INTERRUPTED = """
+import sys
+sys.path.insert(0, {tests!r})
+from pathlib import Path
+from tsim_standin import generate_standin
+from vta.config import VTAConfig
+from vta.tsim.build import build
+build(VTAConfig(dram_latency=11), generator=generate_standin, sources=[Path({src!r})], progress=False, jobs=2)
+"""
+
+
+def _descendants(pid: int) -> dict[int, tuple[str, int]]:
+    """Processes below ``pid``: pid -> (command name, process group)."""
+    table: dict[int, tuple[int, str, int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            name = stat[stat.index("(") + 1:stat.rindex(")")]
+            fields = stat[stat.rindex(")") + 2:].split()
+            table[int(entry.name)] = (int(fields[1]), name, int(fields[2]))
+    found: dict[int, tuple[str, int]] = {}
+    frontier = [pid]
+    while frontier:
+        parent = frontier.pop()
+        for child, (ppid, name, pgid) in table.items():
+            if ppid == parent and child not in found:
+                found[child] = (name, pgid)
+                frontier.append(child)
+    return found
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads the process table from /proc")
+def test_ctrl_c_stops_every_compiler_and_leaves_no_temp_folder(tmp_path: Path) -> None:
+    env = {**os.environ, "VTA_CACHE_DIR": str(tmp_path)}
+    code = _INTERRUPTED.format(tests=str(Path(__file__).parent), src=str(SOURCES[0]))
+    proc = subprocess.Popen([sys.executable, "-c", code], env=env, stderr=subprocess.PIPE, text=True)
+    seen: dict[int, tuple[str, int]] = {}
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        seen.update(_descendants(proc.pid))
+        if any(name in ("cc1plus", "make") for name, _ in seen.values()):
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, "the build ended before a compiler was seen"
+    assert any(name in ("cc1plus", "make") for name, _ in seen.values()), seen
+    time.sleep(0.5)
+    seen.update(_descendants(proc.pid))
+    assert all(pgid != os.getpgid(proc.pid) for _, pgid in seen.values()), "the compilers have a group of their own"
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode != 0 and "KeyboardInterrupt" in err
+    groups = {pgid for _, pgid in seen.values()}
+    time.sleep(0.2)
+    survivors = [(pid, name) for pid, (name, _) in seen.items() if _running(pid)]
+    survivors += [(pid, name) for pid, (name, pgid) in _descendants(1).items() if pgid in groups and _running(pid)]
+    assert survivors == []
+    assert [p.name for p in (tmp_path / "tsim").iterdir() if p.name.startswith(".")] == []
+
+
 # ---- compare ---------------------------------------------------------------------------------------------------------
 def test_compare_dram_finds_the_first_difference() -> None:
     a = np.arange(64, dtype=np.uint8)
@@ -175,6 +346,58 @@ def test_cli_cache_lists_and_clears(monkeypatch: pytest.MonkeyPatch, tmp_path: P
     assert main(["tsim", "cache", "--clear"]) == 0
     assert "removed 1 cached builds" in capsys.readouterr().out
     assert not (tmp_path / "tsim" / "cfgA-fast-0123").exists()
+
+
+def test_cli_cache_clear_skips_a_build_in_progress(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("VTA_CACHE_DIR", str(tmp_path))
+    root = tmp_path / "tsim"
+    for key in ("cfgA-fast-0123", "cfgB-fast-4567"):
+        (root / key).mkdir(parents=True)
+        (root / key / "libtsim.so").write_bytes(b"x" * 10)
+    building = root / ".tmp-cfgC-fast-89ab-1-1"  # a first build in progress: a held lock and a temp folder
+    with entry_lock(root, "cfgB-fast-4567"), entry_lock(root, "cfgC-fast-89ab"):
+        assert main(["tsim", "cache", "--clear"]) == 0
+        out = capsys.readouterr().out
+        assert (root / "cfgB-fast-4567.lock").exists() and (root / "cfgC-fast-89ab.lock").exists()
+        assert (root / "cfgB-fast-4567" / "libtsim.so").exists()
+    assert not (root / "cfgA-fast-0123").exists() and not (root / "cfgA-fast-0123.lock").exists()
+    assert not building.exists()
+    assert out.splitlines() == [
+        f"removed 1 cached builds from {root}",
+        "skipped cfgB-fast-4567: a build of it is in progress (its lock is held); `vta tsim cache --clear --wait` "
+        "waits for it",
+        "skipped cfgC-fast-89ab: a build of it is in progress (its lock is held); `vta tsim cache --clear --wait` "
+        "waits for it"]
+
+
+def test_cli_cache_clear_wait_waits_for_the_build(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("VTA_CACHE_DIR", str(tmp_path))
+    root = tmp_path / "tsim"
+    (root / "cfgB-fast-4567").mkdir(parents=True)
+    held, done = threading.Event(), threading.Event()
+
+    def builder() -> None:  # another thread holds the lock for a second, as a build would
+        with entry_lock(root, "cfgB-fast-4567"):
+            held.set()
+            time.sleep(1.0)
+            done.set()
+
+    thread = threading.Thread(target=builder)
+    thread.start()
+    held.wait()
+    assert main(["tsim", "cache", "--clear", "--wait"]) == 0
+    assert done.is_set(), "the clear waited for the lock"
+    thread.join()
+    assert capsys.readouterr().out.splitlines() == ["waiting for the build of cfgB-fast-4567 to finish ...",
+                                                    f"removed 1 cached builds from {root}"]
+    assert list(root.iterdir()) == []
+
+
+def test_cli_cache_wait_needs_clear(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["tsim", "cache", "--wait"]) == 2
+    assert "--wait only applies with --clear (wait for builds in progress, then delete them)" in capsys.readouterr().err
 
 
 def test_cli_run_needs_an_existing_program(capsys: pytest.CaptureFixture[str]) -> None:

@@ -2,7 +2,7 @@
 
     vta tsim build [--config FILE] [--trace {none,vcd,fst}]     build (or find in the cache) the model; print its path
     vta tsim run PROGRAM.npz [--trace out.vcd --trace-window A:B] [--max-cycles N] [--watchdog N] [--check] [--json]
-    vta tsim cache [--clear]                                    list (or delete) cached builds
+    vta tsim cache [--clear [--wait]]                           list (or delete) cached builds
 
 ``run`` prints the cycles and every hardware counter; ``--check`` also runs the functional simulator and compares
 the final DRAM images and counters (exit 1 naming the first differing address when they differ).
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
+from pathlib import Path
 from typing import Any
 
 __all__ = ["register", "parse_window"]
@@ -45,7 +45,10 @@ def register(subparsers: Any) -> None:
     run.set_defaults(func=_cmd_run)
 
     cache = sub.add_parser("cache", help="list the cached Verilator builds")
-    cache.add_argument("--clear", action="store_true", help="delete every cached build")
+    cache.add_argument("--clear", action="store_true",
+                       help="delete every cached build; builds in progress are skipped (named) unless --wait")
+    cache.add_argument("--wait", action="store_true",
+                       help="with --clear: wait for builds in progress, then delete them")
     cache.set_defaults(func=_cmd_cache)
 
 
@@ -61,15 +64,13 @@ def parse_window(text: str) -> tuple[int, int]:
 
 
 def _cmd_build(args: argparse.Namespace) -> int:
-    import sys
-
     from vta.cliutil import config_from_args
 
     from .build import build
     cfg = config_from_args(args)
-    built = build(cfg, trace=args.trace, progress=sys.stderr.isatty(), pgo=False if args.no_pgo else None)
-    state = "built" if built.compiled else "cached"
-    print(f"{built.library} ({cfg.name}, {state} in {built.seconds:.1f} s)")
+    built = build(cfg, trace=args.trace, pgo=False if args.no_pgo else None)
+    state = f"built in {built.build_seconds:.1f} s" if built.compiled else f"cached, checked in {built.seconds:.3f} s"
+    print(f"{built.library} ({cfg.name}, {state})")
     return 0
 
 
@@ -122,18 +123,54 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_cache(args: argparse.Namespace) -> int:
+    from vta.cliutil import CliError
+
     from .build import cache_root
+    if args.wait and not args.clear:
+        raise CliError("--wait only applies with --clear (wait for builds in progress, then delete them)")
     root = cache_root()
     entries = sorted(p for p in root.glob("*") if p.is_dir() and not p.name.startswith(".")) if root.exists() else []
     if args.clear:
-        for entry in entries:
-            shutil.rmtree(entry, ignore_errors=True)
-        for lock in root.glob("*.lock") if root.exists() else []:
-            lock.unlink(missing_ok=True)
-        print(f"removed {len(entries)} cached builds from {root}")
-        return 0
+        return _clear(root, wait=args.wait)
     for entry in entries:
         size = sum(f.stat().st_size for f in entry.rglob("*") if f.is_file())
         print(f"{entry.name}  {size / 1e6:.1f} MB")
     print(f"{len(entries)} cached builds in {root}")
+    return 0
+
+
+def _clear(root: Path, *, wait: bool) -> int:
+    """Delete every cached build in ``root`` (and its lock file) while holding its lock; a build in progress (its
+    lock held) is skipped with a message naming it, or waited for when ``wait``. Stale temporary folders go too."""
+    import filelock
+
+    from vta.cache import clean_stale, entry_lock, remove_entry
+    if not root.exists():
+        print(f"removed 0 cached builds from {root}")
+        return 0
+    keys = sorted({p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")} |
+                  {p.name[:-len(".lock")] for p in root.glob("*.lock")})
+    removed, skipped = 0, []
+    for key in keys:
+        lock = entry_lock(root, key)
+        try:
+            lock.acquire(timeout=0)
+        except filelock.Timeout:
+            if not wait:
+                skipped.append(key)
+                continue
+            print(f"waiting for the build of {key} to finish ...", flush=True)
+            lock.acquire()
+        try:
+            if (root / key).is_dir():
+                remove_entry(root / key)
+                removed += 1
+            (root / f"{key}.lock").unlink(missing_ok=True)  # while held: a waiter re-checks the file it locked
+        finally:
+            lock.release()
+    clean_stale(root)
+    print(f"removed {removed} cached builds from {root}")
+    for key in skipped:
+        print(f"skipped {key}: a build of it is in progress (its lock is held); `vta tsim cache --clear --wait` waits "
+              "for it")
     return 0
