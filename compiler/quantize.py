@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Callable, Iterable, Literal, Mapping, Sequence
+from typing import Callable, Iterable, Iterator, Literal, Mapping
 
 import numpy as np
 import onnx
@@ -106,46 +106,88 @@ def prepare(graph: Graph) -> Graph:
 
 
 # ---- 2. calibration -----------------------------------------------------------------------------------------------
-def _samples(graph: Graph, inputs: Mapping[str, np.ndarray] | Sequence[Mapping[str, np.ndarray]]) \
-        -> list[dict[str, np.ndarray]]:
-    """Split calibration inputs into per-run dicts matching the graph's input shapes."""
+def _samples(graph: Graph, inputs: Mapping[str, np.ndarray] | Iterable[Mapping[str, np.ndarray]]) \
+        -> Iterator[dict[str, np.ndarray]]:
+    """Calibration inputs one graph batch at a time (a stacked dict is sliced and converted to float32 per batch, so
+    only one batch is ever converted)."""
     if isinstance(inputs, Mapping):
         name = graph.inputs[0]
-        arrays = {k: np.asarray(v, np.float32) for k, v in inputs.items()}
         batch = graph.shape(name)[0]
-        total = arrays[name].shape[0]
+        total = np.shape(inputs[name])[0]
         if total % batch:
             raise ValueError(f"Calibration input {name!r} has {total} samples, not a multiple of the graph's batch "
                              f"{batch}.")
-        return [{k: v[i:i + batch] for k, v in arrays.items()} for i in range(0, total, batch)]
-    return [dict(s) for s in inputs]
+        for i in range(0, total, batch):
+            yield {k: np.asarray(v[i:i + batch], np.float32) for k, v in inputs.items()}
+        return
+    for sample in inputs:
+        yield dict(sample)
 
 
-def calibrate(graph: Graph, inputs: Mapping[str, np.ndarray] | Sequence[Mapping[str, np.ndarray]], *,
+def _run_observed(graph: Graph, sample: Mapping[str, np.ndarray], observe: Callable[[str, np.ndarray], None]) \
+        -> None:
+    """Run the float reference (:mod:`.float_ref`) on one sample, passing every non-constant tensor to ``observe``
+    as it is produced and dropping it after its last consumer: memory is the live tensors, not all of them."""
+    last_use = {name: k for k, node in enumerate(graph.nodes) for name in node.inputs}
+    values: dict[str, np.ndarray] = {}
+    for name in graph.inputs:
+        if name not in sample:
+            raise ValueError(f"Input {name!r} of graph {graph.name!r} is missing; given {sorted(sample)}.")
+        values[name] = np.asarray(sample[name], dtype=np.float32)
+        if values[name].shape != graph.shape(name):
+            raise ValueError(f"Input {name!r} has shape {values[name].shape}; graph {graph.name!r} expects "
+                             f"{graph.shape(name)}.")
+        observe(name, values[name])
+    for k, node in enumerate(graph.nodes):
+        fn = float_ref.FLOAT_FNS.get(node.op)
+        if fn is None:
+            raise GraphError(f"Node {node.name!r} has op {node.op!r}, which the float reference does not define.")
+        args = [values[i] if i in values else graph.constants[i] for i in node.inputs]
+        out = node.outputs[0]
+        values[out] = np.asarray(fn(node, args), dtype=np.float32)
+        del args
+        observe(out, values[out])
+        for name in [*node.inputs, out]:
+            if name in values and last_use.get(name, -1) <= k:
+                del values[name]
+
+
+def calibrate(graph: Graph, inputs: Mapping[str, np.ndarray] | Iterable[Mapping[str, np.ndarray]], *,
               percentile: float | None = None) -> Calibration:
-    """Run the float reference over the calibration inputs (a dict of stacked samples, or a list of dicts).
+    """Run the float reference over the calibration inputs (a dict of stacked samples, or an iterable of dicts, which
+    may be a generator), one graph batch at a time.
 
     ``absmax`` is the largest magnitude seen, or with ``percentile`` (e.g. 99.9) the largest per-sample percentile
     of the magnitudes (outliers then saturate); graph inputs and outputs always use the true maximum.
     ``channel_absmax`` is always the true per-channel maximum (it bounds accumulators against overflow).
+
+    Memory (bytes) is bounded independently of the number of samples: one batch of inputs (converted to float32),
+    the float reference's live tensors of that batch, one tensor-sized temporary for a percentile, and the running
+    maxima (one float per tensor, one per channel).
     """
     if percentile is not None and not 50.0 <= percentile <= 100.0:
         raise ValueError(f"Calibration percentile {percentile} must lie in [50, 100].")
     absmax: dict[str, float] = {}
     chan: dict[str, np.ndarray] = {}
-    samples = _samples(graph, inputs)
-    if not samples:
-        raise ValueError("Calibration needs at least one input sample; got none.")
     exact = set(graph.inputs) | set(graph.outputs)
-    for sample in samples:
-        values = float_ref.run_float(graph, sample, keep_all=True)
-        for name, value in values.items():
-            mag = np.abs(value)
-            peak = float(mag.max()) if percentile is None or name in exact else float(np.percentile(mag, percentile))
-            absmax[name] = max(absmax.get(name, 0.0), peak)
-            if value.ndim >= 2:
-                per = np.abs(value).max(axis=tuple(i for i in range(value.ndim) if i != 1))
-                chan[name] = np.maximum(chan.get(name, per), per)
+
+    def observe(name: str, value: np.ndarray) -> None:
+        if percentile is None or name in exact:  # max |v| without a |v| temporary: max(max v, -min v), exact
+            peak = float(max(value.max(), -value.min()))
+        else:
+            peak = float(np.percentile(np.abs(value), percentile))
+        absmax[name] = max(absmax.get(name, 0.0), peak)
+        if value.ndim >= 2:
+            axes = tuple(i for i in range(value.ndim) if i != 1)
+            per = np.maximum(value.max(axis=axes), -value.min(axis=axes)) + np.float32(0)  # + 0: no -0.0
+            chan[name] = np.maximum(chan.get(name, per), per)
+
+    count = 0
+    for sample in _samples(graph, inputs):
+        _run_observed(graph, sample, observe)
+        count += 1
+    if not count:
+        raise ValueError("Calibration needs at least one input sample; got none.")
     return Calibration(absmax, chan)
 
 
@@ -379,7 +421,7 @@ _HANDLERS = {
 }
 
 
-def quantize(graph: Graph, calib_inputs: Mapping[str, np.ndarray] | Sequence[Mapping[str, np.ndarray]], *,
+def quantize(graph: Graph, calib_inputs: Mapping[str, np.ndarray] | Iterable[Mapping[str, np.ndarray]], *,
              per_channel: bool | Literal["auto"] = True, mode: Literal["multiply", "shift"] = "multiply",
              percentile: float | None = None, round_adds: bool = True) -> Graph:
     """Quantize a float graph; ``calib_inputs`` is a dict of stacked samples (leading axis a multiple of the batch)
