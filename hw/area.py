@@ -2,9 +2,13 @@
 
 ``resources(cfg)`` runs ``synth_xilinx -flatten`` on ``vta_core.v`` and returns LUT, FF, DSP and block-RAM counts;
 results are cached as JSON under ``<cache root>/area/`` keyed by the config's canonical name and the hash of the
-``hw/*.py`` sources, so a sweep synthesizes each design point once.
+``hw/*.py`` sources, so a sweep synthesizes each design point once. A result file is written whole (a temporary file
+renamed into place); one that cannot be read or lacks a count (damaged) is removed with a warning on the ``vta``
+logger and synthesized again.
 """
 import json
+import logging
+import os
 import queue
 import re
 import shutil
@@ -97,7 +101,9 @@ def resources(cfg, *, force=False, progress=None):
         raise TypeError(f"cfg must be a VTAConfig, not {type(cfg).__name__}")
     path = cache_path(cfg)
     if path.exists() and not force:
-        return json.loads(path.read_text())
+        cached = _read_cached(path)
+        if cached is not None:
+            return cached
     with tempfile.TemporaryDirectory(prefix="vta-area-") as tmp:
         # the GEMM core as a multiplier array: what synthesis maps best (the same function as the packed form the
         # simulators use, see vta.hw.gemm)
@@ -118,5 +124,26 @@ def resources(cfg, *, force=False, progress=None):
     counts = parse_stat(design.get("num_cells_by_type", {}))
     counts.update({"config": cfg.name, "hw_hash": source_hash(), "seconds": round(seconds, 1)})
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(counts, indent=1, sort_keys=True))
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(counts, indent=1, sort_keys=True))
+    os.replace(tmp, path)
     return counts
+
+
+_KEYS = ("lut", "lutram", "ff", "dsp", "bram36", "bram18", "bram", "cells", "config", "hw_hash")
+
+
+def _read_cached(path):
+    """The cached counts in ``path``, or None (after removing the file with a warning) when it is damaged."""
+    try:
+        counts = json.loads(path.read_text())
+        missing = [k for k in _KEYS if k not in counts] if isinstance(counts, dict) else list(_KEYS)
+        problem = f"it lacks {', '.join(missing)}" if missing else None
+    except (OSError, ValueError) as err:
+        problem = f"it cannot be read ({type(err).__name__}: {err})"
+    if problem is None:
+        return counts
+    logging.getLogger("vta").warning("the cached area result %s is damaged: %s; removing it and synthesizing again",
+                                     path, problem)
+    path.unlink(missing_ok=True)
+    return None

