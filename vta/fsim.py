@@ -33,7 +33,9 @@ Speed: LOAD/STORE are strided numpy copies; GEMM groups the accumulator entries 
 tiles they reduce over and runs one float BLAS matmul per group (exact: float32 while a dot product has at most 1024
 terms, float64 beyond, both far from rounding for int8 x int8 products); ALU ops are vectorized, falling back to an
 exact element-order path only when a source entry is overwritten earlier in the same instruction. The kernels live
-in :mod:`vta.fsim_kernels`; a GEMM's evaluation plan is cached per (instruction, micro-op contents).
+in :mod:`vta.fsim_kernels`; a GEMM's evaluation plan is cached per (instruction, chunk, micro-op contents)
+in an LRU cache of at most ``_PLAN_CACHE_BYTES``. Loops run in chunks of at most ``_CHUNK_ITERS`` iterations, so memory
+is proportional to the buffers and the DRAM image, never to the loop extents.
 
 Range checks: every buffer entry an instruction reads or writes must be below the buffer's depth. Indices of buffers
 an instruction does not read are not checked (src and wgt of a reset GEMM, src of an ALU op with an immediate or a
