@@ -178,7 +178,9 @@ def run_model(args: argparse.Namespace) -> int:
                                  graph=float_graph)
     graph = compiled.graph
     start = time.perf_counter()
-    out = run(compiled, inputs, target=args.target, progress=progress)
+    cycles = getattr(args, "max_cycles", None)  # vta run --max-cycles N (tsim), checked by vta.cli
+    out = run(compiled, inputs, target=args.target, progress=progress,
+              backend_options=None if cycles is None else {"max_cycles": cycles})
     seconds = time.perf_counter() - start
     report = build_report(compiled, out, model=compiled.meta.get("model", graph.name))
     report.extra["compile_seconds"] = round(compiled.compile_seconds, 3)
