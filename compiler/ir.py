@@ -43,13 +43,14 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 
 __all__ = [
     "DTYPES", "FLOAT_OPS", "QUANT_OPS", "GraphError", "TensorInfo", "Node", "Graph", "Requant", "AddRequant",
-    "node_macs", "conv_output_hw", "ACCEL_OPS", "INT8_MIN", "INT8_MAX", "M_MAX", "S_MAX",
+    "node_macs", "conv_output_hw", "ACCEL_OPS", "INT8_MIN", "INT8_MAX", "M_MAX", "S_MAX", "value_to_data",
+    "value_from_data",
 ]
 
 DTYPES = ("float32", "int8", "int32")
@@ -379,6 +380,58 @@ class Graph:
             problems.append(f"{where} needs a Requant and a bias with {channels} channels (one per output channel)")
         return problems
 
+    # ---- plain data (artefact files) ----------------------------------------------------------------------------
+    def to_data(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        """The graph as JSON-able data plus numpy arrays (no Python objects): constants and array attributes are
+        arrays keyed ``constants/<k>`` and ``nodes/<k>/<attr>[/<field>]``, which the data names by key (see
+        :func:`value_to_data`). :meth:`from_data` reads it back equal."""
+        arrays: dict[str, np.ndarray] = {}
+        constants = []
+        for k, (name, value) in enumerate(self.constants.items()):
+            arrays[f"constants/{k}"] = np.asarray(value)
+            constants.append([name, f"constants/{k}"])
+        nodes = [{"op": n.op, "name": n.name, "inputs": list(n.inputs), "outputs": list(n.outputs),
+                  "attrs": {key: value_to_data(value, arrays, f"nodes/{k}/{key}") for key, value in n.attrs.items()}}
+                 for k, n in enumerate(self.nodes)]
+        tensors = [{"name": t.name, "shape": list(t.shape), "dtype": t.dtype,
+                    "scale": None if t.scale is None else float(t.scale)} for t in self.tensors.values()]
+        data = {"name": self.name, "inputs": list(self.inputs), "outputs": list(self.outputs), "tensors": tensors,
+                "constants": constants, "nodes": nodes}
+        return data, arrays
+
+    @classmethod
+    def from_data(cls, data: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> "Graph":
+        """The graph :meth:`to_data` described; raises :class:`GraphError` when the data is malformed (an unknown
+        field, a missing array, a constant whose shape or dtype differs from its tensor) and validates the graph."""
+        _expect_keys(data, ("name", "inputs", "outputs", "tensors", "constants", "nodes"), "the graph")
+        graph = cls(_str(data["name"], "the graph name"), _strs(data["inputs"], "the graph inputs"),
+                    _strs(data["outputs"], "the graph outputs"))
+        for t in _list(data["tensors"], "the graph tensors"):
+            _expect_keys(t, ("name", "shape", "dtype", "scale"), "a tensor")
+            scale = t["scale"]
+            if scale is not None and not isinstance(scale, float):
+                raise GraphError(f"Tensor {t['name']!r} has scale {scale!r}; expected a float or null.")
+            graph.add_tensor(_str(t["name"], "a tensor name"), _ints(t["shape"], f"the shape of {t['name']!r}"),
+                             _str(t["dtype"], f"the dtype of {t['name']!r}"), scale)
+        for entry in _list(data["constants"], "the graph constants"):
+            name, key = _strs(entry, "a constant entry")
+            value = _array(arrays, key)
+            info = graph.tensors.get(name)
+            if info is None or info.shape != value.shape or info.dtype != str(value.dtype):
+                raise GraphError(f"Constant {name!r} is a {value.dtype} array of shape {value.shape}, which its "
+                                 f"tensor {info} does not describe.")
+            graph.constants[name] = value
+        for n in _list(data["nodes"], "the graph nodes"):
+            _expect_keys(n, ("op", "name", "inputs", "outputs", "attrs"), "a node")
+            if not isinstance(n["attrs"], dict):
+                raise GraphError(f"The attributes of node {n['name']!r} are a {type(n['attrs']).__name__}, not an "
+                                 f"object.")
+            graph.add_node(_str(n["op"], "an op"), _str(n["name"], "a node name"), _strs(n["inputs"], "node inputs"),
+                           _strs(n["outputs"], "node outputs"),
+                           **{key: value_from_data(value, arrays) for key, value in n["attrs"].items()})
+        graph.validate()
+        return graph
+
     # ---- reporting ------------------------------------------------------------------------------------------------
     def summary(self) -> str:
         """One line per node: name, op, output shape and dtype, MACs."""
@@ -401,3 +454,107 @@ def node_macs(graph: Graph, node: Node) -> int:
         n = graph.shape(node.outputs[0])[0]
         return n * o * k
     return 0
+
+
+# ---- plain data helpers ---------------------------------------------------------------------------------------------
+_SCALARS = (type(None), bool, int, float, str)
+
+
+def value_to_data(value: Any, arrays: dict[str, np.ndarray], key: str) -> Any:
+    """An attribute (or metadata) value as JSON-able data, exactly recoverable by :func:`value_from_data`.
+
+    ``None``, ``bool``, ``int``, ``float`` and ``str`` stay as they are; a list becomes a JSON list; every other kind
+    becomes an object with one key naming it: ``{"tuple": [...]}``, ``{"dict": {...}}`` (string keys),
+    ``{"scalar": [dtype, value]}`` (a numpy scalar), ``{"array": key}`` (a numpy array, stored in ``arrays`` under
+    ``key``), ``{"Requant": {...}}`` and ``{"AddRequant": {...}}``. Raises :class:`TypeError` for any other kind.
+    """
+    if isinstance(value, np.ndarray):
+        if value.dtype.hasobject:
+            raise TypeError(f"{key} is an array of Python objects; only plain numeric arrays can be stored.")
+        arrays[key] = value
+        return {"array": key}
+    if isinstance(value, np.generic):
+        return {"scalar": [value.dtype.str, value.item()]}
+    if isinstance(value, _SCALARS):
+        return value
+    if isinstance(value, list):
+        return [value_to_data(v, arrays, f"{key}/{k}") for k, v in enumerate(value)]
+    if isinstance(value, tuple):
+        return {"tuple": [value_to_data(v, arrays, f"{key}/{k}") for k, v in enumerate(value)]}
+    if isinstance(value, dict):
+        if not all(isinstance(k, str) for k in value):
+            raise TypeError(f"{key} is a dict with keys that are not strings; only string keys can be stored.")
+        return {"dict": {k: value_to_data(v, arrays, f"{key}/{k}") for k, v in value.items()}}
+    if isinstance(value, Requant):
+        return {"Requant": {"multiplier": value_to_data(value.multiplier, arrays, f"{key}/multiplier"),
+                            "shift": value_to_data(value.shift, arrays, f"{key}/shift"), "lo": value.lo,
+                            "hi": value.hi}}
+    if isinstance(value, AddRequant):
+        return {"AddRequant": {"ma": value.ma, "mb": value.mb, "shift": value.shift, "lo": value.lo, "hi": value.hi}}
+    raise TypeError(f"{key} is a {type(value).__name__}, which cannot be stored; attribute values must be None, "
+                    f"bool, int, float, str, list, tuple, dict, numpy arrays or scalars, Requant or AddRequant.")
+
+
+def value_from_data(data: Any, arrays: Mapping[str, np.ndarray]) -> Any:
+    """The value :func:`value_to_data` encoded; raises :class:`GraphError` for data it cannot have written."""
+    if isinstance(data, _SCALARS):
+        return data
+    if isinstance(data, list):
+        return [value_from_data(v, arrays) for v in data]
+    if not isinstance(data, dict) or len(data) != 1:
+        raise GraphError(f"A stored value must be a JSON scalar, a list or an object with one key, not {data!r}.")
+    (kind, body), = data.items()
+    if kind == "array":
+        return _array(arrays, _str(body, "an array key"))
+    if kind == "tuple":
+        return tuple(value_from_data(v, arrays) for v in _list(body, "a tuple"))
+    if kind == "dict" and isinstance(body, dict):
+        return {k: value_from_data(v, arrays) for k, v in body.items()}
+    if kind == "scalar" and isinstance(body, list) and len(body) == 2:
+        dtype = np.dtype(_str(body[0], "a scalar dtype"))
+        if dtype.hasobject:
+            raise GraphError(f"A stored scalar has dtype {dtype}; only plain numeric scalars can be stored.")
+        return dtype.type(body[1])
+    if kind == "Requant" and isinstance(body, dict):
+        _expect_keys(body, ("multiplier", "shift", "lo", "hi"), "a Requant")
+        return Requant(value_from_data(body["multiplier"], arrays), value_from_data(body["shift"], arrays),
+                       body["lo"], body["hi"])
+    if kind == "AddRequant" and isinstance(body, dict):
+        _expect_keys(body, ("ma", "mb", "shift", "lo", "hi"), "an AddRequant")
+        return AddRequant(**body)
+    raise GraphError(f"A stored value of kind {kind!r} is malformed or unknown: {body!r}.")
+
+
+def _expect_keys(data: Any, keys: tuple[str, ...], what: str) -> None:
+    if not isinstance(data, dict) or set(data) != set(keys):
+        found = sorted(data) if isinstance(data, dict) else type(data).__name__
+        raise GraphError(f"The data of {what} must be an object with keys {', '.join(keys)}, not {found}.")
+
+
+def _list(data: Any, what: str) -> list[Any]:
+    if not isinstance(data, list):
+        raise GraphError(f"{what[0].upper()}{what[1:]} must be a list, not {type(data).__name__}.")
+    return data
+
+
+def _str(data: Any, what: str) -> str:
+    if not isinstance(data, str):
+        raise GraphError(f"{what[0].upper()}{what[1:]} must be a string, not {data!r}.")
+    return data
+
+
+def _strs(data: Any, what: str) -> list[str]:
+    return [_str(v, what) for v in _list(data, what)]
+
+
+def _ints(data: Any, what: str) -> list[int]:
+    values = _list(data, what)
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        raise GraphError(f"{what[0].upper()}{what[1:]} must be a list of integers, not {values!r}.")
+    return values
+
+
+def _array(arrays: Mapping[str, np.ndarray], key: str) -> np.ndarray:
+    if key not in arrays:
+        raise GraphError(f"The data names array {key!r}, which is not stored.")
+    return arrays[key]

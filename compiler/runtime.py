@@ -4,7 +4,8 @@
 steps in graph order, each either an :class:`AccelStep` (one accelerator :class:`~vta.program.Program` per layer,
 with the bindings of its packed input/output allocations to graph tensors) or a :class:`CpuStep` (a graph node run by
 the CPU kernels of :mod:`.cpu`, or by the integer reference :mod:`.qops` where no kernel exists). The artefact is
-saved to and loaded from one file (:meth:`Compiled.save`, :meth:`Compiled.load`).
+saved to and loaded from one file (:meth:`Compiled.save`, :meth:`Compiled.load`; the format is
+:mod:`.artefact`: plain arrays and a JSON manifest, no pickle).
 
 :func:`run` executes it: ``target`` ``fsim`` or ``tsim`` runs accelerator steps on that backend; ``cpu`` runs every
 node on the CPU path (the baseline). Tensors between steps keep the layout their producer wrote: consecutive
@@ -14,8 +15,7 @@ The outputs equal :func:`.qops.run_reference` bit for bit.
 """
 from __future__ import annotations
 
-import gzip
-import pickle
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from os import PathLike
@@ -27,17 +27,17 @@ from vta.backend import Backend, backend_info, get_backend, operator_backends
 from vta.config import VTAConfig
 from vta.program import Program
 
+from .artefact import FORMAT_VERSION as ARTEFACT_VERSION
+from .artefact import read_artefact, write_artefact
 from .codegen import INPUT, INPUT_B, OUTPUT, with_inputs
 from .intrin import intrinsics
-from .ir import Graph, Node
+from .ir import Graph, Node, value_from_data, value_to_data
 from .layout import fold_kernel_columns, pack_activation, unpack_activation
 from .partition import ColumnFold, Decision
 
 __all__ = ["AccelStep", "CpuStep", "Compiled", "LayerStat", "RunOutput", "run",
            "RuntimeFailure", "ARTEFACT_VERSION"]
 
-ARTEFACT_VERSION = 1
-_MAGIC = "vta-lab compiled model"
 
 
 class RuntimeFailure(RuntimeError):
@@ -97,28 +97,73 @@ class Compiled:
         return sum(isinstance(s, AccelStep) for s in self.steps)
 
     def save(self, path: str | PathLike[str]) -> None:
-        """Write the artefact to one file (gzip-compressed pickle with a version header; trusted files only)."""
-        with gzip.open(path, "wb", compresslevel=3) as f:
-            pickle.dump({"magic": _MAGIC, "version": ARTEFACT_VERSION, "compiled": self}, f,
-                        protocol=pickle.HIGHEST_PROTOCOL)
+        """Write the artefact to one file, atomically (a zip of plain arrays and a JSON manifest, no pickle; see
+        :mod:`.artefact`)."""
+        body, arrays = self.to_data()
+        write_artefact(path, self.cfg, body, arrays)
 
     @classmethod
     def load(cls, path: str | PathLike[str]) -> "Compiled":
-        """Read a file written by :meth:`save`."""
-        try:
-            with gzip.open(path, "rb") as f:
-                data = pickle.load(f)
-        except (OSError, pickle.UnpicklingError, EOFError) as err:
-            raise ValueError(f"{path} is not a compiled model written by `vta compile`: {err}") from None
-        except (AttributeError, ImportError, TypeError) as err:
-            raise ValueError(f"{path} was written by an incompatible version of vta-lab ({err}); compile the model "
-                             f"again") from None
-        if not isinstance(data, dict) or data.get("magic") != _MAGIC:
-            raise ValueError(f"{path} is not a compiled model written by `vta compile`")
-        if data.get("version") != ARTEFACT_VERSION:
-            raise ValueError(f"{path} has artefact version {data.get('version')!r}; this version reads "
-                             f"{ARTEFACT_VERSION}; compile the model again")
-        return data["compiled"]
+        """Read a file written by :meth:`save`; raises :class:`~.artefact.ArtefactError` (a ValueError) naming the
+        file and the problem when it is not an intact artefact of this version."""
+        return read_artefact(path, cls.from_data)
+
+    def to_data(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        """The artefact as JSON-able data plus plain arrays keyed by member name: the graph's (``graph/...``, see
+        :meth:`.ir.Graph.to_data`), each accelerator program's (``steps/<k>/program/...``, see
+        :meth:`vta.program.Program.to_arrays`) and any array in ``meta`` (``meta/...``). Steps name their node."""
+        graph, graph_arrays = self.graph.to_data()
+        arrays = {f"graph/{key}": value for key, value in graph_arrays.items()}
+        steps = []
+        for k, step in enumerate(self.steps):
+            if self.graph.node(step.node.name) is not step.node:
+                raise ValueError(f"step {k} runs a node {step.node.name!r} that is not the graph's node of that name; "
+                                 f"a compiled model's steps must run the nodes of its graph")
+            if isinstance(step, CpuStep):
+                steps.append({"kind": "cpu", "node": step.node.name, "macs": step.macs})
+                continue
+            for key, value in step.program.to_arrays().items():
+                arrays[f"steps/{k}/program/{key}"] = value
+            fold = None if step.fold is None else dataclasses.asdict(step.fold)
+            steps.append({"kind": "accel", "node": step.node.name, "program": f"steps/{k}/program",
+                          "inputs": list(step.inputs), "output": step.output, "macs": step.macs,
+                          "gemm_uops": step.gemm_uops, "alu_uops": step.alu_uops, "tiles": step.tiles,
+                          "tiling": step.tiling, "fold": fold})
+        meta_arrays: dict[str, np.ndarray] = {}
+        meta = value_to_data(dict(self.meta), meta_arrays, "meta")
+        arrays.update(meta_arrays)
+        body = {"graph": graph, "steps": steps, "decisions": [dataclasses.asdict(d) for d in self.decisions.values()],
+                "compile_seconds": float(self.compile_seconds), "meta": meta}
+        return body, arrays
+
+    @classmethod
+    def from_data(cls, body: Mapping[str, Any], arrays: Mapping[str, np.ndarray], cfg: VTAConfig) -> "Compiled":
+        """The artefact :meth:`to_data` described, for ``cfg``; raises ``ValueError``, ``KeyError`` or ``TypeError``
+        when the data is malformed or a program was written for another config."""
+        graph = Graph.from_data(body["graph"], {k[6:]: v for k, v in arrays.items() if k.startswith("graph/")})
+        steps: list[Step] = []
+        for k, data in enumerate(body["steps"]):
+            node = graph.node(data["node"])
+            if data["kind"] == "cpu":
+                steps.append(CpuStep(node, int(data["macs"])))
+                continue
+            if data["kind"] != "accel":
+                raise ValueError(f"step {k} has kind {data['kind']!r}, not 'accel' or 'cpu'")
+            prefix = f"{data['program']}/"
+            program = Program.from_arrays({name: arrays[prefix + name] for name in Program.ARRAY_NAMES},
+                                          source=f"the program of step {k}")
+            if program.cfg != cfg:
+                raise ValueError(f"the program of step {k} is written for {program.cfg.name}, not for the artefact's "
+                                 f"config {cfg.name}")
+            fold = None if data["fold"] is None else ColumnFold(**data["fold"])
+            steps.append(AccelStep(node, program, [str(name) for name in data["inputs"]], str(data["output"]),
+                                   int(data["macs"]), int(data["gemm_uops"]), int(data["alu_uops"]),
+                                   int(data["tiles"]), str(data["tiling"]), fold))
+        decisions = {d["node"]: Decision(**d) for d in body["decisions"]}
+        meta = value_from_data(body["meta"], arrays)
+        if not isinstance(meta, dict):
+            raise TypeError(f"the artefact's meta is a {type(meta).__name__}, not a dict")
+        return cls(cfg, graph, steps, decisions, float(body["compile_seconds"]), meta)
 
 
 def _progress(items: list[Any], enabled: bool, desc: str) -> Iterable[Any]:

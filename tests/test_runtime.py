@@ -73,7 +73,8 @@ def test_save_load_round_trip(tmp_path):
     np.testing.assert_array_equal(run(loaded, _inputs()).outputs["y"], run(compiled, _inputs()).outputs["y"])
     bad = tmp_path / "bad.vtac"
     bad.write_bytes(b"not a model")
-    with pytest.raises(ValueError, match="is not a compiled model written by `vta compile`"):
+    with pytest.raises(ValueError, match=r"bad\.vtac is not a vta-lab compiled model: it is not a zip file \(it "
+                                         r"starts with b'not '\); write one with `vta compile MODEL -o FILE\.vtac`$"):
         Compiled.load(bad)
 
 
