@@ -11,12 +11,14 @@ achieved (tsim only). The totals add ``accel_ms_at_clock``: the accelerator cycl
 from __future__ import annotations
 
 import csv
+import io
 import json
 from dataclasses import asdict, dataclass, field
 from os import PathLike
 from typing import Any
 
 from vta.counters import CYCLE_CLASSES, MODULES
+from vta.fileio import atomic_path, atomic_write_text
 
 from .runtime import AccelStep, Compiled, RunOutput
 
@@ -63,15 +65,17 @@ class Report:
                 "totals": self.totals, **self.extra}
 
     def write_json(self, path: str | PathLike[str]) -> None:
-        with open(path, "w") as f:
-            json.dump(self.to_dict(), f, indent=2, default=_json_default)
+        """Write :meth:`to_dict` as JSON, atomically (a failure leaves any previous file intact)."""
+        atomic_write_text(path, json.dumps(self.to_dict(), indent=2, default=_json_default))
 
     def write_csv(self, path: str | PathLike[str]) -> None:
-        with open(path, "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=list(COLUMNS))
-            writer.writeheader()
-            for row in self.rows:
-                writer.writerow({k: "" if row[k] is None else row[k] for k in COLUMNS})
+        """Write the rows as CSV (columns :data:`COLUMNS`, None as an empty cell), atomically."""
+        out = io.StringIO(newline="")
+        writer = csv.DictWriter(out, fieldnames=list(COLUMNS))
+        writer.writeheader()
+        for row in self.rows:
+            writer.writerow({k: "" if row[k] is None else row[k] for k in COLUMNS})
+        atomic_write_text(path, out.getvalue())
 
     def format(self, *, reasons: bool = False) -> str:
         """The table as text: one line per layer, then totals."""
@@ -130,7 +134,8 @@ class Report:
         return lines
 
     def plot(self, path: str | PathLike[str]) -> None:
-        """A bar chart per layer of cycles (tsim) or GEMM + ALU micro-ops (fsim), coloured by placement (PNG/SVG)."""
+        """A bar chart per layer of cycles (tsim) or GEMM + ALU micro-ops (fsim), coloured by placement (PNG/SVG by
+        ``path``'s suffix), written atomically."""
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
@@ -152,8 +157,11 @@ class Report:
         bottom.set_xticks(range(len(values)))
         bottom.set_xticklabels([r["layer"] for r in self.rows], rotation=90, fontsize=6)
         fig.tight_layout()
-        fig.savefig(path)
-        plt.close(fig)
+        try:
+            with atomic_path(path) as tmp:  # the temporary name keeps the suffix that picks the format
+                fig.savefig(tmp)
+        finally:
+            plt.close(fig)
 
 
     def _plot_compute_classes(self, ax: Any) -> None:
