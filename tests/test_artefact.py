@@ -325,3 +325,64 @@ def test_300_single_byte_flips_load_identical_or_are_refused(saved, tiny):
     reads, e.g. timestamps, and must load identical)."""
     outcomes = _flips(saved, tiny, 300, seed=2)
     assert outcomes["refused"] > 200 and sum(outcomes.values()) == 300
+
+
+# ---- the value encoding of compiler/ir.py ----------------------------------------------------------------------------
+def test_values_round_trip_with_their_kinds():
+    from vta.compiler.ir import AddRequant, Requant, value_from_data, value_to_data
+    value = {"t": (1, 2.5, None, True, "s"), "l": [np.int8(-3), np.float32(0.1)], "a": np.arange(4, dtype=np.int32),
+             "r": Requant(np.array([1, 2]), np.array([3, 4]), 0, 100), "q": AddRequant(1, 2, 3)}
+    arrays: dict = {}
+    data = value_to_data(value, arrays, "v")
+    assert sorted(arrays) == ["v/a", "v/r/multiplier", "v/r/shift"]
+    back = value_from_data(json.loads(json.dumps(data)), arrays)
+    assert back["t"] == value["t"] and type(back["t"]) is tuple
+    assert [type(x) for x in back["l"]] == [np.int8, np.float32] and back["l"] == value["l"]
+    assert back["a"] is arrays["v/a"] and back["q"] == value["q"]
+    assert back["r"].multiplier.tolist() == [1, 2] and (back["r"].lo, back["r"].hi) == (0, 100)
+
+
+def test_value_encoding_errors():
+    from vta.compiler.ir import GraphError, value_from_data, value_to_data
+    with pytest.raises(TypeError, match=r"^v is a set, which cannot be stored; attribute values must be None, bool, "
+                                        r"int, float, str, list, tuple, dict, numpy arrays or scalars, Requant or "
+                                        r"AddRequant\.$"):
+        value_to_data({1}, {}, "v")
+    with pytest.raises(TypeError, match=r"^v is a dict with keys that are not strings; only string keys can be "
+                                        r"stored\.$"):
+        value_to_data({1: 2}, {}, "v")
+    with pytest.raises(TypeError, match=r"^v is an array of Python objects; only plain numeric arrays can be "
+                                        r"stored\.$"):
+        value_to_data(np.array([None]), {}, "v")
+    with pytest.raises(GraphError, match=r"^A stored value must be a JSON scalar, a list or an object with one key, "
+                                         r"not \{\}\.$"):
+        value_from_data({}, {})
+    with pytest.raises(GraphError, match=r"^A stored value of kind 'pickle' is malformed or unknown: 'x'\.$"):
+        value_from_data({"pickle": "x"}, {})
+    with pytest.raises(GraphError, match=r"^The data names array 'k', which is not stored\.$"):
+        value_from_data({"array": "k"}, {})
+    with pytest.raises(GraphError, match=r"^A stored scalar has dtype object; only plain numeric scalars can be "
+                                         r"stored\.$"):
+        value_from_data({"scalar": ["|O", 1]}, {})
+    with pytest.raises(GraphError, match=r"^The data of a Requant must be an object with keys multiplier, shift, lo, "
+                                         r"hi, not \['lo'\]\.$"):
+        value_from_data({"Requant": {"lo": 0}}, {})
+
+
+def test_graph_data_errors(tiny):
+    from vta.compiler.ir import Graph, GraphError
+    data, arrays = tiny.graph.to_data()
+    with pytest.raises(GraphError, match=r"^The graph inputs must be a list, not str\.$"):
+        Graph.from_data({**data, "inputs": "x"}, arrays)
+    with pytest.raises(GraphError, match=r"^A tensor name must be a string, not 3\.$"):
+        Graph.from_data({**data, "tensors": [{"name": 3, "shape": [1], "dtype": "int8", "scale": None}]}, arrays)
+    with pytest.raises(GraphError, match=r"^The shape of 't' must be a list of integers, not \[1\.5\]\.$"):
+        Graph.from_data({**data, "tensors": [{"name": "t", "shape": [1.5], "dtype": "int8", "scale": None}]}, arrays)
+    with pytest.raises(GraphError, match=r"^Tensor 't' has scale '1'; expected a float or null\.$"):
+        Graph.from_data({**data, "tensors": [{"name": "t", "shape": [1], "dtype": "int8", "scale": "1"}]}, arrays)
+    name, key = data["constants"][0]
+    with pytest.raises(GraphError, match=rf"^Constant '{name}' is a int16 array of shape"):
+        Graph.from_data(data, {**arrays, key: arrays[key].astype(np.int16)})
+    nodes = [dict(data["nodes"][0], attrs=[])] + data["nodes"][1:]
+    with pytest.raises(GraphError, match=r"^The attributes of node '.*' are a list, not an object\.$"):
+        Graph.from_data({**data, "nodes": nodes}, arrays)
