@@ -248,6 +248,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return _run_program(args)
     if args.model is not None:
         _limit_options(args)  # rejects the fsim limits, which model runs do not take yet
+        _cycle_options(args)  # checks --max-cycles before the compile (the model run passes it on)
         return _run_model(args)
     for name in ("m", "k", "n"):
         value = getattr(args, name)
@@ -264,7 +265,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         raise CliError(f"the {args.target} backend runs graph operators, not accelerator programs; the GEMM "
                        f"benchmark needs a program backend ({', '.join(program_backends())}) (--target "
                        f"{args.target} runs models: vta run MODEL --target {args.target})")
-    backend = get_backend(args.target, **_limit_options(args))
+    backend = get_backend(args.target, **_limit_options(args), **_cycle_options(args))
     log.info("running a %dx%dx%d GEMM (%d instructions) on %s", args.m, args.k, args.n, len(program.insns),
              args.target)
     result = backend.run(program)
@@ -292,7 +293,7 @@ def _run_program(args: argparse.Namespace) -> int:
     from .backend import get_backend
     from .program import Program
     program = Program.load(args.model)
-    result = get_backend(args.target, **_limit_options(args)).run(program)
+    result = get_backend(args.target, **_limit_options(args), **_cycle_options(args)).run(program)
     report = {"workload": f"program {args.model}", "backend": result.backend, "config": program.cfg.name,
               "instructions": len(program.insns), "cycles": result.cycles, "correct": None,
               "summary": _summary(program.cfg, None, result), "stats": dict(result.stats),
@@ -332,6 +333,19 @@ def _limit_options(args: argparse.Namespace) -> dict[str, int | None]:
         raise CliError(f"{_flags_of(given)} apply to the GEMM benchmark and to saved programs (.npz), not yet to "
                        f"models ({args.model}); leave them out")
     return given
+
+
+def _cycle_options(args: argparse.Namespace) -> dict[str, int]:
+    """The tsim backend's cycle budget given on the command line (--max-cycles N; 0: derived from the program)."""
+    if getattr(args, "max_cycles", None) is None:
+        return {}
+    if args.target != "tsim":
+        raise CliError(f"--max-cycles is a cycle budget for --target tsim, not for --target {args.target}; leave "
+                       "it out")
+    if args.max_cycles < 0:
+        raise CliError(f"--max-cycles must be a number of cycles >= 0 (0: derived from the program), not "
+                       f"{args.max_cycles}")
+    return {"max_cycles": args.max_cycles}
 
 
 GEMM_OUTPUT = "C"
@@ -476,6 +490,9 @@ def _add_run_command(sub: Any, with_model_options: bool) -> None:
     run.add_argument("--max-uops", type=_limit, default=argparse.SUPPRESS, metavar="N",
                      help="fsim: stop with an error before executing more than N GEMM/ALU micro-op iterations "
                           "('none': no limit; default: 2**32)")
+    run.add_argument("--max-cycles", type=int, default=None, metavar="N",
+                     help="tsim: cycle budget per program (default 0: derived from the program, 4x its work plus "
+                          "slack)")
     if with_model_options:
         _model_run_options(run)
     run.set_defaults(func=_cmd_run)
@@ -550,6 +567,15 @@ def _exit_code(err: BaseException) -> int | None:
     return None
 
 
+def _message(err: BaseException) -> str:
+    """The one line a user sees for ``err``: its message, an OSError as ``FILE: reason``, a KeyError's key text."""
+    if isinstance(err, OSError) and err.strerror:
+        return f"{err.filename}: {err.strerror}" if err.filename else err.strerror
+    if isinstance(err, KeyError) and len(err.args) == 1 and isinstance(err.args[0], str):
+        return err.args[0]
+    return str(err) or type(err).__name__
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line with ``argv`` (default ``sys.argv[1:]``); returns the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -567,15 +593,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         logging.basicConfig(level=level, format="vta: %(levelname)s: %(message)s", stream=sys.stderr, force=True)
         code = args.func(args)
         return int(code or 0)
-def _message(err: BaseException) -> str:
-    """The one line a user sees for ``err``: its message, an OSError as ``FILE: reason``, a KeyError's key text."""
-    if isinstance(err, OSError) and err.strerror:
-        return f"{err.filename}: {err.strerror}" if err.filename else err.strerror
-    if isinstance(err, KeyError) and len(err.args) == 1 and isinstance(err.args[0], str):
-        return err.args[0]
-    return str(err) or type(err).__name__
-
-
     except KeyboardInterrupt:
         print("vta: interrupted", file=sys.stderr)
         return 130
