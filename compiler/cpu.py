@@ -25,30 +25,28 @@ import hashlib
 import logging
 import os
 import tempfile
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 from llvmlite import ir
 
 from vta.cache import cache_root
 
+from . import elements as el
 from . import qops
+from .elements import F32, F64, I8, I32
 from .ir import AddRequant, Graph, GraphError, Node, Requant
 
 __all__ = ["conv2d_acc", "dense_acc", "requantize", "qconv2d", "qdense", "qadd", "rescale", "qclip", "maxpool",
            "avgpool", "global_avgpool", "quantize", "dequantize", "softmax", "CPU_OPS", "run_node", "run_cpu",
            "cache_info"]
 
-I8, I32, I64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
 _OBJ_MAGIC = b"vta-jit-object sha256 "
 """The start of every cached object file, followed by the SHA-256 of the object code in hex and a newline."""
-F32, F64 = ir.FloatType(), ir.DoubleType()
 
-
-def _c(value: int, ty: ir.IntType = I64) -> ir.Constant:
-    return ir.Constant(ty, int(value))
+# The IR helpers shared with the GPU kernels (:mod:`.elements`), under this module's historical names.
+_c, _range, _at, _idx, _clip = el.const, el.loop, el.at, el.index, el.clip
 
 
 # ---- the JIT engine -------------------------------------------------------------------------------------------------
@@ -169,44 +167,6 @@ def _function(name: str, argtypes: Sequence[ir.Type]) -> tuple[ir.Module, ir.Fun
     return module, fn, ir.IRBuilder(fn.append_basic_block("entry"))
 
 
-@contextmanager
-def _range(b: ir.IRBuilder, stop: int | ir.Value, start: int | ir.Value = 0) -> Iterator[ir.Value]:
-    """``for i in range(start, stop)`` (i64); the body is emitted inside the ``with``."""
-    start_v = _c(start) if isinstance(start, int) else start
-    stop_v = _c(stop) if isinstance(stop, int) else stop
-    pre = b.block
-    head, body, done = (b.append_basic_block(t) for t in ("head", "body", "done"))
-    b.branch(head)
-    b.position_at_end(head)
-    i = b.phi(I64)
-    i.add_incoming(start_v, pre)
-    b.cbranch(b.icmp_signed("<", i, stop_v), body, done)
-    b.position_at_end(body)
-    yield i
-    i.add_incoming(b.add(i, _c(1)), b.block)
-    b.branch(head)
-    b.position_at_end(done)
-
-
-def _at(b: ir.IRBuilder, ptr: ir.Value, index: ir.Value) -> ir.Value:
-    return b.gep(ptr, [index])
-
-
-def _idx(b: ir.IRBuilder, *terms: tuple[ir.Value | int, int]) -> ir.Value:
-    """Sum of ``value * stride`` terms as i64."""
-    total: ir.Value = _c(0)
-    for value, stride in terms:
-        v = _c(value) if isinstance(value, int) else value
-        total = b.add(total, b.mul(v, _c(stride)) if stride != 1 else v)
-    return total
-
-
-def _clip(b: ir.IRBuilder, v: ir.Value, lo: int, hi: int) -> ir.Value:
-    ty = v.type
-    v = b.select(b.icmp_signed("<", v, ir.Constant(ty, lo)), ir.Constant(ty, lo), v)
-    return b.select(b.icmp_signed(">", v, ir.Constant(ty, hi)), ir.Constant(ty, hi), v)
-
-
 def _call(fn: Callable[..., None], *arrays: np.ndarray) -> None:
     """Call a kernel on C-contiguous arrays; ``arrays`` keeps temporaries alive for the whole call."""
     for a in arrays:
@@ -231,13 +191,13 @@ def _build_conv(x_shape: tuple, w_shape: tuple, strides: tuple, groups: int, out
             with _range(b, ow_) as ow:
                 b.store(bo, _at(b, out, b.add(row, ow)))
             with _range(b, cg) as c, _range(b, kh_) as kh, _range(b, kw_) as kw:
-                wv = b.sext(b.load(_at(b, w, _idx(b, (o, cg * kh_ * kw_), (c, kh_ * kw_), (kh, kw_), (kw, 1)))), I32)
+                wv = b.load(_at(b, w, _idx(b, (o, cg * kh_ * kw_), (c, kh_ * kw_), (kh, kw_), (kw, 1))))
                 ih = b.add(b.mul(oh, _c(strides[0])), kh)
                 base = _idx(b, (n, c_ * hp * wp), (g, cg * hp * wp), (c, hp * wp), (ih, wp), (kw, 1))
                 with _range(b, ow_) as ow:
-                    xv = b.sext(b.load(_at(b, x, b.add(base, b.mul(ow, _c(strides[1]))))), I32)
+                    xv = b.load(_at(b, x, b.add(base, b.mul(ow, _c(strides[1])))))
                     slot = _at(b, out, b.add(row, ow))
-                    b.store(b.add(b.load(slot), b.mul(xv, wv)), slot)
+                    b.store(el.mac(b, b.load(slot), xv, wv), slot)
     b.ret_void()
     return module, "conv", 4
 
@@ -266,12 +226,7 @@ def _build_dense(n_: int, k_: int, o_: int):
     module, fn, b = _function("dense", [I8.as_pointer(), I8.as_pointer(), I32.as_pointer(), I32.as_pointer()])
     x, w, bias, out = fn.args
     with _range(b, n_) as n, _range(b, o_) as o:
-        slot = _at(b, out, _idx(b, (n, o_), (o, 1)))
-        b.store(b.load(_at(b, bias, o)), slot)
-        with _range(b, k_) as k:
-            xv = b.sext(b.load(_at(b, x, _idx(b, (n, k_), (k, 1)))), I32)
-            wv = b.sext(b.load(_at(b, w, _idx(b, (o, k_), (k, 1)))), I32)
-            b.store(b.add(b.load(slot), b.mul(xv, wv)), slot)
+        b.store(el.dense_value(b, x, w, bias, n, o, k_), _at(b, out, _idx(b, (n, o_), (o, 1))))
     b.ret_void()
     return module, "dense", 4
 
@@ -298,8 +253,7 @@ def _build_requant(outer: int, channels: int, inner: int, lo: int, hi: int):
         s = b.load(_at(b, shift, o))
         with _range(b, inner) as i:
             k = _idx(b, (n, channels * inner), (o, inner), (i, 1))
-            v = b.ashr(b.mul(b.load(_at(b, acc, k)), m), s)
-            b.store(b.trunc(_clip(b, v, lo, hi), I8), _at(b, out, k))
+            b.store(el.requant_value(b, b.load(_at(b, acc, k)), m, s, lo, hi), _at(b, out, k))
     b.ret_void()
     return module, "requant", 4
 
@@ -332,10 +286,7 @@ def _build_qadd(size: int, r: AddRequant):
     module, fn, b = _function("qadd", [I8.as_pointer(), I8.as_pointer(), I8.as_pointer()])
     a, bb, out = fn.args
     with _range(b, size) as i:
-        av = b.mul(b.sext(b.load(_at(b, a, i)), I32), _c(r.ma, I32))
-        bv = b.mul(b.sext(b.load(_at(b, bb, i)), I32), _c(r.mb, I32))
-        v = b.ashr(b.add(av, bv), _c(r.shift, I32))
-        b.store(b.trunc(_clip(b, v, r.lo, r.hi), I8), _at(b, out, i))
+        b.store(el.qadd_value(b, b.load(_at(b, a, i)), b.load(_at(b, bb, i)), r), _at(b, out, i))
     b.ret_void()
     return module, "qadd", 3
 
@@ -354,11 +305,8 @@ def qadd(a: np.ndarray, b: np.ndarray, requant: AddRequant) -> np.ndarray:
 def _build_rescale(size: int, shift: int, lo: int, hi: int):
     module, fn, b = _function("rescale", [I8.as_pointer(), I32.as_pointer(), I8.as_pointer()])
     x, mult, out = fn.args
-    rnd = (1 << (shift - 1)) if shift > 0 else 0
     with _range(b, size) as i:
-        v = b.mul(b.sext(b.load(_at(b, x, i)), I64), b.sext(b.load(_at(b, mult, i)), I64))
-        v = b.ashr(b.add(v, _c(rnd)), _c(shift))
-        b.store(b.trunc(_clip(b, v, lo, hi), I8), _at(b, out, i))
+        b.store(el.rescale_value(b, b.load(_at(b, x, i)), b.load(_at(b, mult, i)), shift, lo, hi), _at(b, out, i))
     b.ret_void()
     return module, "rescale", 3
 
@@ -386,35 +334,11 @@ def _build_pool(kind: str, planes: int, hw: tuple, out_hw: tuple, kernel: tuple,
                 include_pad: bool):
     module, fn, b = _function("pool", [I8.as_pointer(), I8.as_pointer()])
     x, out = fn.args
-    h_, w_ = hw
     oh_, ow_ = out_hw
-    with b.goto_entry_block():
-        acc_p, cnt_p = b.alloca(I64), b.alloca(I64)
     with _range(b, planes) as p, _range(b, oh_) as oh, _range(b, ow_) as ow:
-        b.store(_c(-128 if kind == "max" else 0), acc_p)
-        b.store(_c(0), cnt_p)
-        with _range(b, kernel[0]) as kh, _range(b, kernel[1]) as kw:
-            ih = b.add(b.mul(oh, _c(strides[0])), b.sub(kh, _c(pads[0])))
-            iw = b.add(b.mul(ow, _c(strides[1])), b.sub(kw, _c(pads[1])))
-            inside = b.and_(b.and_(b.icmp_signed(">=", ih, _c(0)), b.icmp_signed("<", ih, _c(h_))),
-                            b.and_(b.icmp_signed(">=", iw, _c(0)), b.icmp_signed("<", iw, _c(w_))))
-            k = b.select(inside, _idx(b, (p, h_ * w_), (ih, w_), (iw, 1)), _c(0))
-            v = b.sext(b.load(_at(b, x, k)), I64)
-            acc = b.load(acc_p)
-            if kind == "max":
-                new = b.select(b.icmp_signed(">", v, acc), v, acc)
-            else:
-                new = b.add(acc, v)
-            b.store(b.select(inside, new, acc), acc_p)
-            b.store(b.add(b.load(cnt_p), b.zext(inside, I64)), cnt_p)
-        res = b.load(acc_p)
-        if kind == "avg":
-            count = _c(kernel[0] * kernel[1]) if include_pad else b.load(cnt_p)
-            num = b.add(b.mul(res, _c(2)), count)
-            den = b.mul(count, _c(2))
-            q = b.sdiv(num, den)
-            res = b.select(b.icmp_signed("<", b.srem(num, den), _c(0)), b.sub(q, _c(1)), q)   # floor division
-        b.store(b.trunc(_clip(b, res, -128, 127), I8), _at(b, out, _idx(b, (p, oh_ * ow_), (oh, ow_), (ow, 1))))
+        v = el.pool_value(b, kind, x, p, oh, ow, hw=hw, kernel=kernel, strides=strides, pads=pads,
+                          include_pad=include_pad)
+        b.store(v, _at(b, out, _idx(b, (p, oh_ * ow_), (oh, ow_), (ow, 1))))
     b.ret_void()
     return module, "pool", 2
 
@@ -454,16 +378,9 @@ def _build_convert(kind: str, size: int, scale: float):
     src, dst = (F32, I8) if kind == "quantize" else (I8, F32)
     module, fn, b = _function(kind, [src.as_pointer(), dst.as_pointer()])
     x, out = fn.args
-    rint = module.declare_intrinsic("llvm.rint", [F64])
+    value = el.quantize_value if kind == "quantize" else el.dequantize_value
     with _range(b, size) as i:
-        v = b.load(_at(b, x, i))
-        if kind == "quantize":
-            q = b.call(rint, [b.fdiv(b.fpext(v, F64), ir.Constant(F64, scale))])
-            q = b.select(b.fcmp_ordered("<", q, ir.Constant(F64, -128.0)), ir.Constant(F64, -128.0), q)
-            q = b.select(b.fcmp_ordered(">", q, ir.Constant(F64, 127.0)), ir.Constant(F64, 127.0), q)
-            b.store(b.trunc(b.fptosi(q, I32), I8), _at(b, out, i))
-        else:
-            b.store(b.fptrunc(b.fmul(b.sitofp(v, F64), ir.Constant(F64, scale)), F32), _at(b, out, i))
+        b.store(value(b, b.load(_at(b, x, i)), scale), _at(b, out, i))
     b.ret_void()
     return module, kind, 2
 
