@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SUBPACKAGES = {"hw": "hw", "compiler": "compiler", "tsim": "tsim"}
+SUBPACKAGES = {"hw": "hw", "compiler": "compiler", "tsim": "tsim", "sweep": "sweep"}
 """Installed name under ``vta`` -> source folder (as ``[tool.setuptools] package-dir`` in pyproject.toml)."""
 
 

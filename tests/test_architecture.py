@@ -13,7 +13,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = {"vta": ROOT / "vta", "vta.hw": ROOT / "hw", "vta.compiler": ROOT / "compiler", "vta.tsim": ROOT / "tsim"}
+PACKAGES = {"vta": ROOT / "vta", "vta.hw": ROOT / "hw", "vta.compiler": ROOT / "compiler", "vta.tsim": ROOT / "tsim",
+            "vta.sweep": ROOT / "sweep"}
 """Installed package name -> source folder (pyproject.toml maps hw/, compiler/, tsim/ under vta)."""
 
 GROUND = "vta"
@@ -22,6 +23,7 @@ MAY_IMPORT = {
     "vta.hw": {"vta", "vta.hw"},
     "vta.compiler": {"vta", "vta.compiler"},
     "vta.tsim": {"vta", "vta.hw", "vta.tsim"},
+    "vta.sweep": {"vta", "vta.compiler", "vta.hw", "vta.tsim", "vta.sweep"},
 }
 """Floor -> the floors its modules may import. ``vta.cli``, the one front door, may import every floor."""
 

@@ -1,0 +1,190 @@
+"""Measure one sweep point in a worker: compile the model for the design, then predict or simulate it.
+
+``model`` mode: :func:`vta.compiler.pipeline.compile_graph` for the config (the model is loaded and quantized once per
+worker: quantization does not depend on the config), :func:`vta.compiler.cost.estimate` of every accelerator layer's
+program, :func:`vta.sweep.area.estimate_area` and :mod:`vta.sweep.energy` over the layers' counters. ``exact`` mode:
+the same compile, then :func:`vta.compiler.runtime.run` on the ``tsim`` target (Verilator; cycles from the core's
+counters; a build per config, minutes each). In both modes the layers the partitioner leaves on the CPU are charged
+the partitioner's own CPU-time estimate (``Decision.cpu_us``), run in sequence with the accelerator layers; conversions
+between layouts and program launches are not charged.
+
+Timeouts: in a process's main thread (local worker processes) an interval timer interrupts the point after
+``timeout`` seconds; elsewhere (Dask worker threads) the deadline is checked between compile and each layer's
+measurement, and a point that finishes late is still recorded as timed out.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import threading
+import time
+from collections import Counter, OrderedDict
+from datetime import datetime, timezone
+from typing import Any, Iterator
+
+from vta.config import VTAConfig
+
+from .area import estimate_area
+from .counts import program_counts
+from .energy import layer_energy, load_tech, static_pj
+from .spec import Point
+
+__all__ = ["measure", "PointTimeout", "COMPILE_CACHE_SIZE"]
+
+COMPILE_CACHE_SIZE = 8
+"""Compiled models each worker keeps (least recently used dropped first), keyed by (model, config name, knobs)."""
+
+_graphs: dict[str, Any] = {}
+_compiled: OrderedDict[tuple[str, str, str], Any] = OrderedDict()
+
+
+class PointTimeout(BaseException):
+    """A point ran past its timeout. A BaseException, as KeyboardInterrupt is, so that the interval timer's raise
+    goes through libraries' ``except Exception`` (the ONNX loader would report it as a bad model file)."""
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+class _Deadline:
+    """The point's deadline: an interval timer where signals can be used, and :meth:`check` everywhere."""
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        self.end = time.monotonic() + timeout
+        self._armed = threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer")
+        self._old: Any = None
+
+    def __enter__(self) -> "_Deadline":
+        if self._armed:
+            self._old = signal.signal(signal.SIGALRM, self._fire)
+            signal.setitimer(signal.ITIMER_REAL, self.timeout)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._armed:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self._old)
+
+    def _fire(self, signum: int, frame: Any) -> None:
+        raise PointTimeout(f"the point ran past its timeout of {self.timeout:g} s")
+
+    def check(self) -> None:
+        if time.monotonic() > self.end:
+            raise PointTimeout(f"the point ran past its timeout of {self.timeout:g} s")
+
+
+def _quantized(model: str) -> Any:
+    """The quantized graph of ``model`` (zoo calibration images or seeded random samples, as compile_model does)."""
+    if model not in _graphs:
+        from vta.compiler.pipeline import calibration_inputs, load_graph
+        from vta.compiler.quantize import quantize
+        graph = load_graph(model)
+        _graphs[model] = quantize(graph, calibration_inputs(model, graph, 1, 4))
+    return _graphs[model]
+
+
+def _compile(model: str, cfg: VTAConfig, knobs: dict[str, Any]) -> tuple[Any, float]:
+    """(the compiled model, compile seconds; 0 when it came from the worker's cache)."""
+    from vta.compiler.pipeline import compile_graph
+    key = (model, cfg.name, json.dumps(knobs, sort_keys=True))
+    if key in _compiled:
+        _compiled.move_to_end(key)
+        return _compiled[key], 0.0
+    start = time.perf_counter()
+    compiled = compile_graph(_quantized(model), cfg, policy=knobs["policy"], double_buffer=knobs["double_buffer"])
+    _compiled[key] = compiled
+    while len(_compiled) > COMPILE_CACHE_SIZE:
+        _compiled.popitem(last=False)
+    return compiled, time.perf_counter() - start
+
+
+def _layer_cycles(compiled: Any, mode: str, deadline: _Deadline) -> Iterator[tuple[Any, int, str]]:
+    """(accelerator step, cycles, bounding module) of each accelerator layer."""
+    from vta.compiler.runtime import AccelStep
+    steps = [s for s in compiled.steps if isinstance(s, AccelStep)]
+    if mode == "model":
+        from vta.compiler.cost import estimate
+        for step in steps:
+            deadline.check()
+            est = estimate(step.program)
+            yield step, est.cycles, est.bound
+        return
+    from vta.compiler.pipeline import random_inputs
+    from vta.compiler.runtime import run
+    out = run(compiled, random_inputs(compiled.graph, seed=0), target="tsim")
+    by_name = {layer.layer: layer for layer in out.layers}
+    for step in steps:
+        layer = by_name[step.node.name]
+        modules = layer.modules or {}
+        bound = max(modules, key=lambda m: modules[m].get("busy", 0)) if modules else ""
+        yield step, int(layer.cycles or 0), bound
+
+
+def _evaluate(point: Point, deadline: _Deadline) -> dict[str, Any]:
+    """The measured columns of an ok point (see :mod:`vta.sweep.store`)."""
+    cfg = point.design.cfg
+    assert cfg is not None
+    tech = load_tech(point.tech)
+    compiled, compile_s = _compile(point.model, cfg, point.design.knobs)
+    deadline.check()
+    start = time.perf_counter()
+    area = estimate_area(cfg)
+    cycles = accel_macs = 0
+    energy: dict[str, float] = {}
+    bounds: Counter[str] = Counter()
+    for step, step_cycles, bound in _layer_cycles(compiled, point.mode, deadline):
+        cycles += step_cycles
+        bounds[bound] += step_cycles
+        counts = program_counts(step.program)
+        accel_macs += counts["macs"]
+        for part, pj in layer_energy(counts, cfg, tech).items():
+            energy[part] = energy.get(part, 0.0) + pj
+    cpu = [s for s in compiled.steps if s.where == "cpu"]
+    cpu_us = sum(compiled.decisions[s.node.name].cpu_us or 0.0 for s in cpu)
+    cpu_macs = sum(s.macs for s in cpu)
+    latency_us = cycles / cfg.clock_mhz + cpu_us
+    energy["cpu"] = cpu_macs * tech.cpu_mac_pj
+    energy["static"] = static_pj(tech, area.area_clb, latency_us * 1e-6)
+    return {
+        "cycles": cycles, "cpu_us": round(cpu_us, 3), "latency_us": round(latency_us, 3),
+        "inferences_per_s": 1e6 / latency_us if latency_us else None,
+        "utilization": accel_macs / (cycles * cfg.macs_per_cycle) if cycles else 0.0,
+        "macs": accel_macs + cpu_macs, "accel_macs": accel_macs, "accel_layers": compiled.accel_steps,
+        "cpu_layers": len(cpu), "bound": bounds.most_common(1)[0][0] if bounds else "",
+        "lut": area.lut, "ff": area.ff, "dsp": area.dsp, "bram": area.bram, "area_clb": area.area_clb,
+        "energy_uj": sum(energy.values()) * 1e-6, "energy": {k: v * 1e-6 for k, v in sorted(energy.items())},
+        "compile_s": round(compile_s, 4), "measure_s": round(time.perf_counter() - start, 4),
+    }
+
+
+def base_row(point: Point) -> dict[str, Any]:
+    """The identifying columns of ``point``'s row."""
+    d = point.design
+    return {"design": d.key, "config_name": d.cfg.name if d.cfg else None, "config": d.fields, "knobs": d.knobs,
+            "model": point.model, "mode": point.mode}
+
+
+def measure(point: Point) -> dict[str, Any]:
+    """Measure ``point`` and return its whole row; never raises for a failure of the point itself: a point that
+    raises is ``failed`` with the error, one past its timeout is ``timeout``."""
+    row = base_row(point)
+    row.update(started=_now(), worker=f"{socket.gethostname()}:{os.getpid()}")
+    start = time.monotonic()
+    if point.design.cfg is None:
+        row.update(status="failed", error=f"invalid config: {point.design.error}")
+    else:
+        deadline = _Deadline(point.timeout)
+        try:
+            with deadline:
+                row.update(_evaluate(point, deadline), status="ok")
+            deadline.check()
+        except PointTimeout as err:
+            row.update(status="timeout", error=str(err))
+        except Exception as err:  # noqa: BLE001 - any failure of one point is recorded and the sweep goes on
+            row.update(status="failed", error=f"{type(err).__name__}: {err}")
+    row.update(seconds=round(time.monotonic() - start, 4), finished=_now())
+    return row

@@ -1,0 +1,101 @@
+"""Sweep results in SQLite: one row per (design, model, mode) point.
+
+Only the process running the sweep writes (workers return their rows to it), one transaction per row, so a killed
+sweep keeps every point finished before it and a rerun skips them (:meth:`ResultStore.finished`).
+
+Columns (units): ``design`` (unique key: config name, clock, knobs), ``config_name`` (canonical name), ``config``
+(VTA keys -> values, JSON), ``knobs`` (JSON), ``model``, ``mode``, ``status`` (``ok``, ``failed``, ``timeout``),
+``error`` (the reason, for failed and timed-out points), ``cycles`` (accelerator cycles of one inference, summed over
+the accelerator layers), ``cpu_us`` (estimated CPU time of the layers left on the CPU, microseconds), ``latency_us``,
+``inferences_per_s`` (at CLOCK_MHZ, accelerator and CPU layers in sequence), ``utilization`` (MACs on the accelerator
+over cycles x BATCH x BLOCK_IN x BLOCK_OUT), ``macs``, ``accel_macs``, ``accel_layers``, ``cpu_layers``, ``bound``
+(the module bounding most cycles), ``lut``, ``ff``, ``dsp``, ``bram`` (RAMB36 units), ``area_clb``
+(CLB-equivalents), ``energy_uj`` (per inference, microjoules), ``energy`` (component -> microjoules, JSON),
+``compile_s``, ``measure_s``, ``seconds`` (wall time of the point), ``worker``, ``started``, ``finished`` (ISO 8601
+UTC).
+"""
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from typing import Any, Iterator
+
+__all__ = ["ResultStore", "COLUMNS", "STATUSES"]
+
+STATUSES = ("ok", "failed", "timeout")
+COLUMNS: dict[str, str] = {
+    "design": "TEXT NOT NULL", "config_name": "TEXT", "config": "TEXT", "knobs": "TEXT", "model": "TEXT NOT NULL",
+    "mode": "TEXT NOT NULL", "status": "TEXT NOT NULL", "error": "TEXT", "cycles": "INTEGER", "cpu_us": "REAL",
+    "latency_us": "REAL", "inferences_per_s": "REAL", "utilization": "REAL", "macs": "INTEGER",
+    "accel_macs": "INTEGER", "accel_layers": "INTEGER", "cpu_layers": "INTEGER", "bound": "TEXT", "lut": "INTEGER",
+    "ff": "INTEGER", "dsp": "INTEGER", "bram": "REAL", "area_clb": "REAL", "energy_uj": "REAL", "energy": "TEXT",
+    "compile_s": "REAL", "measure_s": "REAL", "seconds": "REAL", "worker": "TEXT", "started": "TEXT",
+    "finished": "TEXT",
+}
+"""Column -> SQLite type of the ``points`` table, in order."""
+_JSON = ("config", "knobs", "energy")
+
+
+class ResultStore:
+    """The results database at ``path`` (created with its table when missing)."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = os.fspath(path)
+        self._db = sqlite3.connect(self.path)
+        self._db.row_factory = sqlite3.Row
+        cols = ", ".join(f"{name} {kind}" for name, kind in COLUMNS.items())
+        with self._db:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute(f"CREATE TABLE IF NOT EXISTS points (id INTEGER PRIMARY KEY, {cols}, "
+                             "UNIQUE (design, model, mode))")
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> "ResultStore":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def put(self, row: dict[str, Any]) -> None:
+        """Insert or replace the row of point (``row["design"]``, ``row["model"]``, ``row["mode"]``) and commit."""
+        unknown = set(row) - set(COLUMNS)
+        if unknown:
+            raise ValueError(f"unknown result columns {sorted(unknown)}; columns are {', '.join(COLUMNS)}")
+        if row.get("status") not in STATUSES:
+            raise ValueError(f"status must be one of {', '.join(STATUSES)}, not {row.get('status')!r}")
+        values = {k: json.dumps(v) if k in _JSON and v is not None else v for k, v in row.items()}
+        names = ", ".join(values)
+        marks = ", ".join(f":{k}" for k in values)
+        with self._db:
+            self._db.execute(f"INSERT OR REPLACE INTO points ({names}) VALUES ({marks})", values)
+
+    def finished(self, statuses: tuple[str, ...] = STATUSES) -> set[tuple[str, str, str]]:
+        """(design, model, mode) of every point recorded with one of ``statuses``."""
+        marks = ", ".join("?" for _ in statuses)
+        cur = self._db.execute(f"SELECT design, model, mode FROM points WHERE status IN ({marks})", statuses)
+        return {(r[0], r[1], r[2]) for r in cur}
+
+    def rows(self, *, mode: str | None = None, status: str | None = None) -> list[dict[str, Any]]:
+        """Every row (JSON columns decoded), optionally only of ``mode`` and ``status``, in insertion order."""
+        return list(self._iter(mode, status))
+
+    def _iter(self, mode: str | None, status: str | None) -> Iterator[dict[str, Any]]:
+        where, args = [], []
+        for col, value in (("mode", mode), ("status", status)):
+            if value is not None:
+                where.append(f"{col} = ?")
+                args.append(value)
+        sql = "SELECT * FROM points" + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY id"
+        for r in self._db.execute(sql, args):
+            row = dict(r)
+            for k in _JSON:
+                if row.get(k) is not None:
+                    row[k] = json.loads(row[k])
+            yield row
+
+    def counts(self) -> dict[str, int]:
+        """Status -> number of rows."""
+        return {r[0]: r[1] for r in self._db.execute("SELECT status, COUNT(*) FROM points GROUP BY status")}

@@ -1,0 +1,43 @@
+"""`vta sweep FILE` (vta.sweep.cli through the vta command) and scripts/sweep.py."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from vta.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+SMALL = ROOT / "scripts" / "sweeps" / "small.toml"
+
+
+def test_vta_sweep_prints_the_frontier_and_names_the_files(tmp_path, capsys):
+    db, plots = tmp_path / "s.sqlite", tmp_path / "plots"
+    argv = ["sweep", str(SMALL), "--db", str(db), "--plot-dir", str(plots), "--workers", "0", "--no-progress"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "sweep small: 4 designs x 2 models = 8 points, mode model" in out
+    assert "6 ok, 2 failed, 0 timed out; 0 already in" in out
+    assert "frontier, throughput vs area (all models, " in out and "frontier, energy vs area (all models, " in out
+    assert "1x16_i8w8a32_15_15_18_17 " in out
+    assert out.rstrip().endswith(f"files written:\n  {db}\n  {plots / 'pareto_throughput.png'}\n  "
+                                 f"{plots / 'pareto_energy.png'}")
+    assert main(argv) == 0  # a rerun measures nothing
+    assert "measured 0 points" in capsys.readouterr().out
+
+
+def test_vta_sweep_reports_every_problem_of_a_bad_file(tmp_path, capsys):
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[sweep]\nmodels = []\nmode = "fast"\n')
+    assert main(["sweep", str(bad), "--workers", "0"]) == 2
+    err = capsys.readouterr().err
+    assert f"invalid sweep file {bad} (2 problems)" in err
+    assert "models must be a non-empty list" in err and "mode must be one of 'model', 'exact', not 'fast'" in err
+
+
+def test_script_runs_the_same_command(tmp_path):
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "sweep.py"), str(SMALL), "--workers", "0",
+                           "--no-progress", "--db", str(tmp_path / "s.sqlite"), "--plot-dir", str(tmp_path / "p")],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "files written:" in done.stdout and (tmp_path / "p" / "pareto_energy.png").is_file()

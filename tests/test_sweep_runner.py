@@ -1,0 +1,98 @@
+"""vta.sweep.runner, measure and store: rows in SQLite, resume, failures and timeouts recorded, local and Dask
+workers."""
+from __future__ import annotations
+
+import os
+import sqlite3
+
+import pytest
+
+from vta.sweep.runner import run_sweep
+from vta.sweep.spec import parse_spec
+from vta.sweep.store import ResultStore
+
+
+def _spec(models, vary, **sweep):
+    return parse_spec({"sweep": {"models": models, **sweep}, "vary": vary})
+
+
+def test_rows_resume_and_retry(tmp_path):
+    spec = _spec(["mini_resnet"], {"LOG_BLOCK": [3, 4], "LOG_WGT_BUFF_SIZE": [8, 18]})
+    db = tmp_path / "r.sqlite"
+    with ResultStore(db) as store:
+        first = run_sweep(spec, store, workers=1)
+        assert (first.total, first.skipped, first.ok, first.failed, first.timeout) == (4, 0, 3, 1, 0)
+        rows = {r["design"]: r for r in store.rows()}
+    ok = rows["1x16_i8w8a32_15_15_18_17"]
+    assert ok["status"] == "ok" and ok["error"] is None and ok["model"] == "mini_resnet" and ok["mode"] == "model"
+    assert ok["config"]["LOG_BLOCK"] == 4 and ok["knobs"] == {"policy": "auto", "double_buffer": True}
+    assert ok["cycles"] > 0 and 0 < ok["utilization"] <= 1
+    assert ok["inferences_per_s"] == pytest.approx(1e6 / (ok["cycles"] / 100.0 + ok["cpu_us"]))
+    assert (ok["lut"], ok["ff"], ok["dsp"], ok["bram"]) == (14212, 4667, 305, 151.5)
+    assert ok["energy_uj"] == pytest.approx(sum(ok["energy"].values()))
+    assert ok["started"] <= ok["finished"] and ok["worker"].endswith(tuple("0123456789"))
+    assert int(ok["worker"].rsplit(":", 1)[1]) != os.getpid()  # measured in a worker process
+    bad = rows["invalid[LOG_BLOCK=4,LOG_WGT_BUFF_SIZE=8]"]
+    assert bad["status"] == "failed" and bad["cycles"] is None
+    assert bad["error"].startswith("invalid config: LOG_WGT_BUFF_SIZE=8 gives 256 bytes, too small for two entries")
+
+    with ResultStore(db) as store:  # a rerun skips every recorded point
+        again = run_sweep(spec, store, workers=0)
+        assert (again.skipped, again.measured) == (4, 0)
+    con = sqlite3.connect(db)
+    with con:
+        con.execute("DELETE FROM points WHERE design = '1x8_i8w8a32_15_15_8_17'")
+    con.close()
+    with ResultStore(db) as store:  # only the missing point is measured again
+        resumed = run_sweep(spec, store, workers=0)
+        assert (resumed.skipped, resumed.ok) == (3, 1)
+        retried = run_sweep(spec, store, workers=0, retry=True)  # retry: failed points again, ok ones skipped
+        assert (retried.skipped, retried.failed) == (3, 1)
+        assert len(store.rows()) == 4 and store.counts() == {"ok": 3, "failed": 1}
+
+
+def test_a_point_that_raises_is_recorded_and_the_sweep_goes_on(tmp_path):
+    junk = tmp_path / "junk.onnx"
+    junk.write_bytes(b"this is not an ONNX model")
+    spec = _spec([str(junk), "tiny_cnn"], {"LOG_BLOCK": [4]})
+    with ResultStore(tmp_path / "r.sqlite") as store:
+        summary = run_sweep(spec, store, workers=0)
+        rows = {r["model"]: r for r in store.rows()}
+    assert (summary.ok, summary.failed) == (1, 1)
+    assert rows["tiny_cnn"]["status"] == "ok"
+    failed = rows[str(junk)]
+    assert failed["status"] == "failed" and "junk.onnx" in failed["error"]
+    assert failed["error"].split(":")[0].endswith("Error")  # the exception's type, then its message
+
+
+def test_a_point_past_its_timeout_is_recorded_as_timeout(tmp_path):
+    # resnet18 takes seconds to load and compile; 50 ms interrupts it (the interval timer, in a worker process)
+    spec = _spec(["resnet18", "tiny_cnn"], {"LOG_BLOCK": [4]}, timeout=0.05)
+    with ResultStore(tmp_path / "r.sqlite") as store:
+        summary = run_sweep(spec, store, workers=1)
+        rows = {r["model"]: r for r in store.rows()}
+    assert summary.timeout == 1
+    assert rows["resnet18"]["status"] == "timeout"
+    assert rows["resnet18"]["error"] == "the point ran past its timeout of 0.05 s"
+    assert rows["resnet18"]["seconds"] < 2
+
+
+def test_store_rejects_unknown_columns_and_statuses(tmp_path):
+    with ResultStore(tmp_path / "r.sqlite") as store:
+        with pytest.raises(ValueError, match=r"unknown result columns \['colour'\]"):
+            store.put({"design": "d", "model": "m", "mode": "model", "status": "ok", "colour": 1})
+        with pytest.raises(ValueError, match="status must be one of ok, failed, timeout, not 'done'"):
+            store.put({"design": "d", "model": "m", "mode": "model", "status": "done"})
+
+
+def test_dask_local_cluster(tmp_path):
+    distributed = pytest.importorskip("dask.distributed", reason="dask[distributed] is not installed (pip install "
+                                                                 "vta-lab[sweep])")
+    spec = _spec(["tiny_cnn"], {"LOG_BLOCK": [3, 4]})
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as cl:
+        with distributed.Client(cl) as client, ResultStore(tmp_path / "r.sqlite") as store:
+            summary = run_sweep(spec, store, scheduler=client)
+            rows = store.rows()
+            worker_pids = set(client.run(os.getpid).values())
+    assert (summary.ok, summary.failed) == (2, 0)
+    assert {int(r["worker"].rsplit(":", 1)[1]) for r in rows} == worker_pids

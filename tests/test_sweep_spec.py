@@ -1,0 +1,117 @@
+"""vta.sweep.spec: sweep files validated whole, expanded deterministically, invalid configs kept as failed points."""
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+
+from vta.config import VTAConfig
+from vta.sweep.spec import SweepSpecError, config_key, load_spec, parse_spec
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _spec(vary: dict, **sweep: object):
+    return parse_spec({"sweep": {"models": ["tiny_cnn"], **sweep}, "vary": vary})
+
+
+def test_grid_expands_in_file_order_last_key_fastest():
+    spec = _spec({"LOG_BLOCK": [3, 4], "bus_bytes": [8, 16, 32]})
+    designs = spec.designs()
+    assert [(d.cfg.log_block, d.cfg.bus_bytes) for d in designs] == list(itertools.product([3, 4], [8, 16, 32]))
+    assert designs[1].key == "1x8_i8w8a32_15_15_18_17_bus16"
+    assert spec.grid_size == 6
+
+
+def test_points_are_every_design_on_every_model():
+    spec = parse_spec({"sweep": {"models": ["tiny_cnn", "mini_resnet"], "timeout": 5}, "vary": {"LOG_BATCH": [0, 1]}})
+    points = spec.points()
+    assert [(p.design.cfg.log_batch, p.model, p.timeout) for p in points] == [
+        (0, "tiny_cnn", 5.0), (0, "mini_resnet", 5.0), (1, "tiny_cnn", 5.0), (1, "mini_resnet", 5.0)]
+
+
+def test_random_samples_are_deterministic_distinct_and_from_the_grid():
+    vary = {"LOG_BLOCK": [3, 4, 5], "LOG_BATCH": [0, 1], "BUS_BYTES": [8, 16, 32, 64]}
+    a = [d.key for d in _spec(vary, samples=7, seed=3).designs()]
+    b = [d.key for d in _spec(vary, samples=7, seed=3).designs()]
+    c = [d.key for d in _spec(vary, samples=7, seed=4).designs()]
+    grid = [d.key for d in _spec(vary).designs()]
+    assert a == b and a != c
+    assert len(set(a)) == 7 and set(a) <= set(grid)
+    assert a == [k for k in grid if k in set(a)]  # in grid order
+    assert len(_spec(vary, samples=1000).designs()) == 24  # more samples than designs: the whole grid
+
+
+def test_invalid_combination_becomes_a_design_with_its_reason():
+    designs = _spec({"LOG_BLOCK": [4], "LOG_WGT_BUFF_SIZE": [8, 18]}).designs()
+    bad, good = designs
+    assert bad.cfg is None and bad.key == "invalid[LOG_BLOCK=4,LOG_WGT_BUFF_SIZE=8]"
+    assert "LOG_WGT_BUFF_SIZE=8 gives 256 bytes, too small for two entries" in bad.error
+    assert bad.fields["LOG_WGT_BUFF_SIZE"] == 8
+    assert good.cfg == VTAConfig()
+
+
+def test_base_table_and_knobs_in_the_key():
+    spec = parse_spec({"sweep": {"models": ["tiny_cnn"]}, "base": {"CLOCK_MHZ": 200},
+                       "vary": {"policy": ["auto", "accel"], "double_buffer": [True, False]}})
+    keys = [d.key for d in spec.designs()]
+    assert keys == ["1x16_i8w8a32_15_15_18_17_clk200", "1x16_i8w8a32_15_15_18_17_clk200+double_buffer=false",
+                    "1x16_i8w8a32_15_15_18_17_clk200+policy=\"accel\"",
+                    "1x16_i8w8a32_15_15_18_17_clk200+double_buffer=false+policy=\"accel\""]
+    assert config_key(VTAConfig(), {"policy": "auto", "double_buffer": True}) == "1x16_i8w8a32_15_15_18_17"
+
+
+def test_base_file_relative_to_the_sweep_file(tmp_path):
+    (tmp_path / "design.toml").write_text("LOG_BLOCK = 3\nBUS_BYTES = 16\n")
+    (tmp_path / "s.toml").write_text('[sweep]\nmodels = ["tiny_cnn"]\nbase = "design.toml"\n[vary]\nLOG_BATCH = [1]\n')
+    spec = load_spec(tmp_path / "s.toml")
+    assert spec.name == "s"
+    assert spec.designs()[0].cfg == VTAConfig(log_block=3, bus_bytes=16, log_batch=1)
+
+
+def test_every_problem_is_listed_at_once(tmp_path):
+    with pytest.raises(SweepSpecError) as info:
+        parse_spec({"sweep": {"models": ["no_such_net", 3], "mode": "fast", "timeout": 0, "samples": -1,
+                              "seed": "x", "colour": 1, "base": "missing.toml"},
+                    "base": {"LOG_BLOCK": 9, "SPEED": 1},
+                    "vary": {"LOG_BLOK": [3], "LOG_BATCH": [], "BUS_BYTES": [8, 8], "policy": ["fast"]},
+                    "extra": {}}, base_dir=tmp_path, source="s.toml")
+    problems = info.value.problems
+    expected = [
+        "unknown table or key [extra]; a sweep file has [sweep], [base] and [vary]",
+        "unknown key 'colour' in [sweep]; known keys are base, mode, models, name, samples, seed, tech, timeout",
+        "models: 'no_such_net' is neither a zoo model",
+        "models: 3 is not a string",
+        "mode must be one of 'model', 'exact', not 'fast'",
+        "timeout must be a positive number of seconds, not 0",
+        "samples must be a positive integer (designs drawn at random), not -1",
+        "seed must be an integer, not 'x'",
+        "base must name an existing file (relative to the sweep file), not 'missing.toml'",
+        "[base]: unknown config field 'SPEED'",
+        "[base]: LOG_BLOCK must be between 2 and 6, not 9",
+        "[vary]: 'LOG_BLOK' is neither a config field",
+        "[vary]: LOG_BATCH must be a non-empty list of values, not []",
+        "[vary]: BUS_BYTES lists a value twice: [8, 8]",
+        "[vary]: policy values must be among ['auto', 'accel'], not ['fast']",
+    ]
+    assert len(problems) == len(expected)
+    for want, got in zip(expected, problems):
+        assert got.startswith(want), (want, got)
+    assert str(info.value).startswith("invalid sweep file s.toml (15 problems):\n  - unknown table")
+
+
+def test_unreadable_and_malformed_files(tmp_path):
+    with pytest.raises(SweepSpecError, match="cannot read the file"):
+        load_spec(tmp_path / "none.toml")
+    (tmp_path / "bad.toml").write_text("[sweep\n")
+    with pytest.raises(SweepSpecError, match="the file is not valid TOML"):
+        load_spec(tmp_path / "bad.toml")
+
+
+def test_example_sweep_files_are_valid():
+    wide = load_spec(ROOT / "scripts" / "sweeps" / "wide.toml")
+    assert wide.grid_size >= 200 and wide.models == ("resnet18", "mini_resnet")
+    assert all(d.cfg is not None for d in wide.designs())
+    small = load_spec(ROOT / "scripts" / "sweeps" / "small.toml")
+    assert [d.cfg is None for d in small.designs()] == [False, False, True, False]
