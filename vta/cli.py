@@ -44,6 +44,7 @@ PLUGINS: dict[str, tuple[str, str]] = {
     "hw": ("vta.hw.cli", "generate the hardware: Verilog, area estimates (vta hw --help)"),
     "compile": ("vta.compiler.cli", "compile an ONNX model to an accelerator program (vta compile --help)"),
     "tsim": ("vta.tsim.cli", "Verilator co-simulation: build, run, trace (vta tsim --help)"),
+    "sweep": ("vta.sweep.cli", "design-space sweep: frontier of speed, area and energy (vta sweep --help)"),
 }
 
 
