@@ -30,20 +30,26 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import importlib
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
+from vta.cache import cache_root
 from vta.config import MEM_ACC, MEM_ACC_8BIT, MEM_INP, MEM_OUT, MEM_WGT, VTAConfig
+from vta.fileio import atomic_write_text
 from vta.isa import Uop
 from vta.program import Allocation, Program, ProgramBuilder
 
 from .intrin import Intrinsics, intrinsics
 from .layout import PackedWeight, pack_channel_vector, pack_weight
-from .schedule import ConvGeometry, ConvTile, ConvTiling, plan_conv, plan_eltwise
+from .schedule import ConvGeometry, ConvTile, ConvTiling, conv_candidates, plan_conv, plan_eltwise
 
 __all__ = ["ConvLayer", "AddLayer", "UopCache", "LayerCode", "emit_conv", "emit_add", "build_conv_program",
-           "build_add_program", "INPUT", "INPUT_B", "OUTPUT"]
+           "build_add_program", "INPUT", "INPUT_B", "OUTPUT", "alu_passes", "bias_image", "SearchResult",
+           "search_conv", "tiling_to_dict", "tiling_from_dict", "SEARCH_KEEP"]
 
 INPUT, INPUT_B, OUTPUT = "x", "x_b", "y"
 """Allocation names of a layer program's packed input(s) and output."""
@@ -171,6 +177,7 @@ class _ConvState:
     code: LayerCode
     step: int = 0
     total_steps: int = 0
+    bias_image: Allocation | None = None
 
     @property
     def half(self) -> dict[str, int]:
@@ -275,16 +282,21 @@ def _emit_tile(s: _ConvState, index: int, tile: ConvTile, n_tiles: int) -> None:
     acc_base = (index % threads) * half["acc"]
     const_base = acc_base + s.t.oc_tile * s.t.acc_tile
     slots = [0] if layer.per_tensor else [0, 1, 2]
+    if s.t.bias_load:
+        slots = slots[1:]
     if index >= threads:
         pb.dep_pop("store", "compute")
     for slot in slots:   # bias, then multiplier and shift when they are per channel
         pb.load(MEM_ACC, sram_base=const_base + slot * s.t.oc_tile,
                 dram_base=pb.elem_addr(s.consts, MEM_ACC) + slot * g.ob + tile.ob0, x_size=tile.oct)
-    bgn, end = s.uops.place(_tile_uops(s, tile, acc_base, None))
-    iter_out, iter_in, dst_out, dst_in = _tile_loop(tile)
-    pb.gemm(uop_bgn=bgn, uop_end=end, reset=True, iter_out=iter_out, iter_in=iter_in, dst_factor_out=dst_out,
-            dst_factor_in=dst_in)
-    s.code.gemm_uops += tile.oct * tile.toh * tile.tow
+    if s.t.bias_load:
+        _emit_bias_init(s, tile, acc_base)
+    else:
+        bgn, end = s.uops.place(_tile_uops(s, tile, acc_base, None))
+        iter_out, iter_in, dst_out, dst_in = _tile_loop(tile)
+        pb.gemm(uop_bgn=bgn, uop_end=end, reset=True, iter_out=iter_out, iter_in=iter_in, dst_factor_out=dst_out,
+                dst_factor_in=dst_in)
+        s.code.gemm_uops += tile.oct * tile.toh * tile.tow
     for step in tile.steps:
         k = s.step
         inp_base, wgt_base = (k % threads) * half["inp"], (k % threads) * half["wgt"]
@@ -314,10 +326,43 @@ def _emit_tile(s: _ConvState, index: int, tile: ConvTile, n_tiles: int) -> None:
         pb.dep_push("store", "compute")
 
 
+def _emit_bias_init(s: _ConvState, tile: ConvTile, acc_base: int) -> None:
+    """Start the tile's accumulators at the bias: LOAD ACC from the bias image (each output block's bias repeated
+    for the ``acc_tile`` entries of a full tile); one LOAD for a full tile, one per output block for an edge tile
+    (whose blocks are ``acc_tile`` entries apart but hold fewer pixels)."""
+    assert s.bias_image is not None
+    addr = s.pb.elem_addr(s.bias_image, MEM_ACC)
+    per_block = tile.toh * tile.tow
+    t_entries = s.t.acc_tile
+    if per_block == t_entries:
+        s.pb.load(MEM_ACC, sram_base=acc_base, dram_base=addr + tile.ob0 * t_entries, y_size=tile.oct,
+                  x_size=t_entries, x_stride=t_entries)
+        return
+    for obl in range(tile.oct):
+        s.pb.load(MEM_ACC, sram_base=acc_base + obl * t_entries, dram_base=addr + (tile.ob0 + obl) * t_entries,
+                  x_size=per_block)
+
+
+def alu_passes(layer: ConvLayer, *, bias_load: bool = False) -> list[str]:
+    """The ALU intrinsics the requantization of ``layer`` applies to every output entry, in order: ADD bias
+    (unless the bias was loaded as the accumulators' start), MUL M, SHR S (each skipped when it is the identity),
+    MAX lo, MIN hi."""
+    ops = [] if bias_load else ["ADD"]
+    if layer.per_tensor:
+        ops += ["MUL"] if int(layer.multiplier[0]) != 1 else []
+        ops += ["SHR"] if int(layer.shift[0]) != 0 else []
+    else:
+        ops += ["MUL"] if not (layer.multiplier == 1).all() else []
+        ops += ["SHR"] if (layer.shift != 0).any() else []
+    return ops + ["MAX", "MIN"]
+
+
 def _emit_requant(s: _ConvState, tile: ConvTile, acc_base: int, const_base: int) -> None:
-    """ALU ADD bias, MUL M, SHR S, MAX lo, MIN hi over the tile (the operator contract's requantization)."""
+    """ALU ADD bias (unless loaded as the start value), MUL M, SHR S, MAX lo, MIN hi over the tile (the operator
+    contract's requantization)."""
     layer = s.layer
-    _emit_alu(s, tile, "ADD", acc_base, src_base=const_base)
+    if not s.t.bias_load:
+        _emit_alu(s, tile, "ADD", acc_base, src_base=const_base)
     if layer.per_tensor:
         if int(layer.multiplier[0]) != 1:
             _emit_alu(s, tile, "MUL", acc_base, imm=int(layer.multiplier[0]))
@@ -339,6 +384,13 @@ def conv_constants(layer: ConvLayer, intr: Intrinsics) -> np.ndarray:
     return np.concatenate(vecs, axis=0)
 
 
+def bias_image(layer: ConvLayer, intr: Intrinsics, entries: int) -> np.ndarray:
+    """The bias of every output block repeated ``entries`` times, as acc elements: int32 ``(O/BO * entries, B,
+    BO)`` (what a tile's accumulators start at when the tiling loads the bias)."""
+    packed = pack_channel_vector(layer.bias.astype(np.int32), batch=intr.batch, block_out=intr.block_out)
+    return np.repeat(packed, entries, axis=0)
+
+
 def emit_conv(pb: ProgramBuilder, layer: ConvLayer, x: Allocation, y: Allocation, *, prefix: str = "",
               tiling: ConvTiling | None = None, threads: int = 2) -> LayerCode:
     """Emit a whole convolution/dense layer reading packed ``x`` and writing packed ``y`` (allocations of ``pb``).
@@ -354,6 +406,8 @@ def emit_conv(pb: ProgramBuilder, layer: ConvLayer, x: Allocation, y: Allocation
     tiles = list(t.tiles())
     code = LayerCode([x], y, tiles=len(tiles), tiling=t)
     s = _ConvState(pb, intr, layer, t, UopCache(pb, intr, prefix), x, y, w, consts, code)
+    if t.bias_load:
+        s.bias_image = pb.alloc(f"{prefix}bias_init", bias_image(layer, intr, t.acc_tile))
     s.total_steps = sum(len(tile.steps) for tile in tiles)
     for index, tile in enumerate(tiles):
         _emit_tile(s, index, tile, len(tiles))
@@ -448,3 +502,137 @@ def with_inputs(program: Program, values: dict[str, np.ndarray]) -> Program:
             raise ValueError(f"value for {name!r} has {len(raw)} bytes; the allocation holds {a.nbytes}")
         dram[a.offset:a.offset + a.nbytes] = np.frombuffer(raw, dtype=np.uint8)
     return dataclasses.replace(program, dram=dram)
+
+
+# ---- schedule search ----------------------------------------------------------------------------------------------
+SEARCH_KEEP = 8
+"""Candidates per layer whose programs are built and estimated by the cycle model (the best by
+:meth:`~.schedule.ConvTiling.work_bound`, plus :func:`~.schedule.plan_conv`'s choice)."""
+_SEARCH_VERSION = 1
+_TILING_FIELDS = ("oc_tile", "ic_tile", "oh_tile", "ow_tile", "kh_tile", "threads", "order", "bias_load")
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """The tiling the search chose, the cycle model's prediction for its program (cycles) and how many candidate
+    programs were estimated (0 when the choice came from a cache)."""
+
+    tiling: ConvTiling
+    predicted_cycles: int
+    evaluated: int
+    source: str
+
+
+def tiling_to_dict(t: ConvTiling) -> dict[str, int | str | bool]:
+    """The tile sizes and options of ``t`` as plain JSON-able data (the geometry is the layer's)."""
+    return {name: getattr(t, name) for name in _TILING_FIELDS}
+
+
+def tiling_from_dict(geom: ConvGeometry, data: dict) -> ConvTiling:
+    """The :class:`ConvTiling` of ``geom`` that :func:`tiling_to_dict` described."""
+    return ConvTiling(geom, **{name: data[name] for name in _TILING_FIELDS})
+
+
+_memory: dict[str, tuple[dict, int]] = {}
+
+
+def _source_digest() -> str:
+    """A digest of the sources the search result depends on (tiling rules, code generation, cycle model)."""
+    h = hashlib.sha256()
+    for name in ("schedule", "codegen", "cost"):
+        module = importlib.import_module(f"{__package__}.{name}")
+        with open(module.__file__ or "", "rb") as f:
+            h.update(f.read())
+    return h.hexdigest()[:16]
+
+
+_DIGEST: list[str] = []
+
+
+def _search_key(layer: ConvLayer, cfg: VTAConfig, threads: tuple[int, ...], bias: tuple[bool, ...]) -> str:
+    """The cache key of a search: layer geometry, the ALU passes, the config's fields, the options, the sources."""
+    if not _DIGEST:
+        _DIGEST.append(_source_digest())
+    g = layer.geom
+    data = {"v": _SEARCH_VERSION, "src": _DIGEST[0], "cfg": dataclasses.asdict(cfg),
+            "geom": [g.n, g.c, g.h, g.w, g.o, g.kh, g.kw, g.sh, g.sw, list(g.pads), g.groups],
+            "alu": alu_passes(layer), "per_tensor": layer.per_tensor, "threads": list(threads), "bias": list(bias)}
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def _disk_path(key: str) -> Path | None:
+    """The JSON file of search ``key`` in the cache folder, or None when no cache folder can be determined."""
+    try:
+        return Path(cache_root("schedules")) / f"{key}.json"
+    except (OSError, ImportError):
+        return None
+
+
+def _disk_read(key: str) -> tuple[dict, int] | None:
+    """The cached (tiling, predicted cycles) of search ``key``, or None when absent or damaged."""
+    path = _disk_path(key)
+    if path is None or not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+        if data.get("key") != key:
+            return None
+        return dict(data["tiling"]), int(data["predicted_cycles"])
+    except (OSError, ValueError, KeyError, TypeError):  # a damaged entry is searched again and rewritten
+        return None
+
+
+def _disk_write(key: str, tiling: dict, cycles: int) -> None:
+    """Store search ``key``'s result atomically (temporary file, then os.replace; JSON)."""
+    path = _disk_path(key)
+    if path is None:
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, json.dumps({"key": key, "tiling": tiling, "predicted_cycles": cycles},
+                                           sort_keys=True))
+    except OSError:  # a read-only cache only costs the next compile a search
+        pass
+
+
+def search_conv(cfg: VTAConfig, layer: ConvLayer, *, threads: tuple[int, ...] = (1, 2),
+                bias_load: tuple[bool, ...] = (False, True), keep: int = SEARCH_KEEP,
+                use_cache: bool = True) -> SearchResult:
+    """The fastest tiling of ``layer`` by the cycle model (:func:`.cost.estimate`): every candidate of
+    :func:`~.schedule.conv_candidates` is ranked by its quick bound, the ``keep`` best (and
+    :func:`~.schedule.plan_conv`'s tiling) get their programs built and estimated, and the fewest predicted cycles
+    win (ties: fewer DMA bytes). Results are cached per (layer shape, ALU passes, config, options) in memory and as
+    JSON under ``vta.cache.cache_root("schedules")`` (``use_cache=False`` searches afresh)."""
+    from .cost import estimate
+    key = _search_key(layer, cfg, threads, bias_load)
+    if use_cache:
+        hit = _memory.get(key)
+        source = "memory"
+        if hit is None:
+            hit = _disk_read(key)
+            source = "disk"
+        if hit is not None:
+            _memory[key] = hit
+            return SearchResult(tiling_from_dict(layer.geom, hit[0]), hit[1], 0, source)
+    intr = intrinsics(cfg)
+    n_alu = len(alu_passes(layer))
+    consts = 1 if layer.per_tensor else 3
+    cands = conv_candidates(layer.geom, intr, threads=threads, bias_load=bias_load)
+    cands.sort(key=lambda t: (t.work_bound(intr, n_alu - t.bias_load, consts - t.bias_load), t.dma_bytes(intr)))
+    chosen = cands[:keep]
+    default = plan_conv(layer.geom, intr, threads=max(threads))
+    if default not in chosen:
+        chosen.append(default)
+    best: tuple[int, int, ConvTiling] | None = None
+    for t in chosen:
+        program, _ = build_conv_program(cfg, layer, None, t)
+        cycles = estimate(program).cycles
+        rank = (cycles, t.dma_bytes(intr))
+        if best is None or rank < best[:2]:
+            best = (cycles, rank[1], t)
+    assert best is not None
+    result = (tiling_to_dict(best[2]), best[0])
+    _memory[key] = result
+    if use_cache:
+        _disk_write(key, *result)
+    return SearchResult(best[2], best[0], len(chosen), "search")

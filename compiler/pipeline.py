@@ -32,12 +32,14 @@ import numpy as np
 
 from vta.config import VTAConfig
 
-from .codegen import ConvLayer, build_add_program, build_conv_program
+from .codegen import ConvLayer, build_add_program, build_conv_program, search_conv, tiling_to_dict
+from .cost import estimate
 from .intrin import Intrinsics, intrinsics
 from .ir import Graph, Node, node_macs
 from .layout import packed_activation_shape
 from .partition import Decision, Lowered, partition
 from .runtime import AccelStep, Compiled, CpuStep, Step, _progress
+from .schedule import ConvTiling
 
 __all__ = ["load_graph", "load_input", "check_inputs", "check_force_cpu",
            "random_inputs", "calibration_inputs", "partition_graph", "accel_step", "compile_graph",
@@ -157,28 +159,45 @@ def partition_graph(graph: Graph, intr: Intrinsics, *, policy: str = "auto",
     return decisions, lowered
 
 
-def accel_step(graph: Graph, node: Node, lowered: Lowered, intr: Intrinsics, *, threads: int = 2) -> AccelStep:
+def accel_step(graph: Graph, node: Node, lowered: Lowered, intr: Intrinsics, *, threads: int = 2,
+               search: bool = True) -> AccelStep:
     """The accelerator step of ``node``: the tiling and program of its ``lowered`` layer on ``intr``'s config.
 
-    ``threads``: 2 (double buffering, latency hiding) or 1 (single-threaded program)."""
+    ``threads``: 2 (double buffering, latency hiding; the search may still pick one thread for a layer where the
+    cycle model says it is faster) or 1 (single-threaded programs only). ``search``: pick a conv/dense tiling by
+    the cycle model (:func:`.codegen.search_conv`); False keeps :func:`.schedule.plan_conv`'s (fewest bytes). The
+    step records the schedule and the model's predicted cycles of its program."""
     cfg = intr.cfg
     layer = lowered.layer
     if isinstance(layer, ConvLayer):
-        program, code = build_conv_program(cfg, layer, threads=threads)
+        chosen = search_conv(cfg, layer, threads=(1, 2) if threads == 2 else (1,)).tiling if search else None
+        program, code = build_conv_program(cfg, layer, tiling=chosen, threads=threads)
         inputs = [node.inputs[0]]
         t = code.tiling
-        tiling = f"oc{t.oc_tile} ic{t.ic_tile} oh{t.oh_tile} ow{t.ow_tile}" if t else ""
-        tiling += f" kh{t.kh_tile}" if t and t.kh_tile < t.geom.kh else ""
-        tiling += " kw-folded" if lowered.fold else ""
+        tiling = _tiling_label(t) + (" kw-folded" if lowered.fold else "") if t else ""
+        schedule = tiling_to_dict(t) if t else {}
         macs = node_macs(graph, node)
     else:
         program, code = build_add_program(cfg, layer, packed_activation_shape(layer.shape, intr.batch,
                                                                               intr.block_in), threads=threads)
         inputs = list(node.inputs[:2])
         tiling = f"{code.tiles} tiles"
+        schedule = {"tiles": code.tiles}
         macs = 0
+    predicted = estimate(program)
+    schedule["bound"] = predicted.bound
     return AccelStep(node, program, inputs, node.outputs[0], macs, code.gemm_uops, code.alu_uops, code.tiles,
-                     tiling, lowered.fold)
+                     tiling, lowered.fold, schedule, predicted.cycles)
+
+
+def _tiling_label(t: ConvTiling) -> str:
+    """A short text of a tiling: tile sizes, then the options that differ from the defaults."""
+    label = f"oc{t.oc_tile} ic{t.ic_tile} oh{t.oh_tile} ow{t.ow_tile}"
+    label += f" kh{t.kh_tile}" if t.kh_tile < t.geom.kh else ""
+    label += " 1thread" if t.threads == 1 else ""
+    label += " pixel-outer" if t.order == "pixel" else ""
+    label += " bias-load" if t.bias_load else ""
+    return label
 
 
 def compile_graph(graph: Graph, cfg: VTAConfig, *, policy: str = "auto", force_cpu: Iterable[str] = (),

@@ -27,8 +27,10 @@ __all__ = ["Report", "build_report", "COLUMNS", "MODULE_COLUMNS"]
 MODULE_COLUMNS = tuple(f"{m}_{c}" for m in MODULES for c in CYCLE_CLASSES)
 """Per-module cycle classes from the core's counters (tsim only, else None): e.g. ``compute_busy``,
 ``load_wait_token``, ``store_wait_mem``; a module's idle cycles are the layer's cycles minus the three."""
-COLUMNS = ("layer", "op", "where", "macs", "gemm_uops", "alu_uops", "cycles", "util", "bytes", "ms", "conversions",
-           "tiling", "reason") + MODULE_COLUMNS
+COLUMNS = ("layer", "op", "where", "macs", "gemm_uops", "alu_uops", "cycles", "util", "predicted", "bound", "bytes",
+           "ms", "conversions", "tiling", "reason") + MODULE_COLUMNS
+"""``predicted``: the cycle model's cycles for an accelerator layer's program (any target; None on the CPU);
+``bound``: the module the model says bounds it (``load``, ``compute``, ``store``; empty on the CPU)."""
 
 
 @dataclass
@@ -51,12 +53,14 @@ class Report:
         cycles = [r["cycles"] for r in self.rows if r["cycles"] is not None]
         accel_macs = sum(r["macs"] for r in self.rows if r["where"] == "accel")
         accel_cycles = int(sum(cycles)) if cycles else None
+        predicted = [r["predicted"] for r in self.rows if r.get("predicted") is not None]
         util = round(accel_macs / (accel_cycles * self.macs_per_cycle), 4) if accel_cycles else None
         at_clock = round(accel_cycles / self.clock_mhz / 1e3, 3) if accel_cycles else None
         return {"layers": len(self.rows), "accel_layers": sum(r["where"] == "accel" for r in self.rows),
                 "cpu_layers": sum(r["where"] == "cpu" for r in self.rows), "macs": total("macs"),
                 "accel_macs": accel_macs, "gemm_uops": total("gemm_uops"), "alu_uops": total("alu_uops"),
-                "cycles": accel_cycles, "util": util, "accel_ms_at_clock": at_clock, "bytes": total("bytes"),
+                "cycles": accel_cycles, "util": util, "predicted": int(sum(predicted)) if predicted else None,
+                "accel_ms_at_clock": at_clock, "bytes": total("bytes"),
                 "ms": round(sum(r["ms"] for r in self.rows), 3), "conversions": total("conversions")}
 
     # ---- output -------------------------------------------------------------------------------------------------
@@ -80,12 +84,12 @@ class Report:
     def format(self, *, reasons: bool = False) -> str:
         """The table as text: one line per layer, then totals."""
         head = (f"{'layer':<28} {'op':<13} {'where':<5} {'MACs':>13} {'gemm uops':>11} {'alu uops':>10} "
-                f"{'cycles':>11} {'util':>5} {'bytes':>11} {'ms':>9}")
+                f"{'cycles':>11} {'util':>5} {'predicted':>11} {'bound':<7} {'bytes':>11} {'ms':>9}")
         lines = [f"{self.model} on {self.target} ({self.config})", head, "-" * len(head)]
         for r in self.rows:
             line = (f"{r['layer'][:28]:<28} {r['op'][:13]:<13} {r['where']:<5} {r['macs']:>13,} "
                     f"{r['gemm_uops']:>11,} {r['alu_uops']:>10,} {_opt(r['cycles']):>11} {_pct(r['util']):>5} "
-                    f"{r['bytes']:>11,} "
+                    f"{_opt(r['predicted']):>11} {r['bound'] or '-':<7} {r['bytes']:>11,} "
                     f"{r['ms']:>9.2f}")
             if reasons:
                 line += f"  {r['reason']}"
@@ -94,7 +98,7 @@ class Report:
         lines.append("-" * len(head))
         lines.append(f"{'total':<28} {str(t['accel_layers']) + ' accel':<13} {'':<5} {t['macs']:>13,} "
                      f"{t['gemm_uops']:>11,} {t['alu_uops']:>10,} {_opt(t['cycles']):>11} {_pct(t['util']):>5} "
-                     f"{t['bytes']:>11,} "
+                     f"{_opt(t['predicted']):>11} {'':<7} {t['bytes']:>11,} "
                      f"{t['ms']:>9.2f}")
         if t["accel_ms_at_clock"] is not None:
             lines.append(f"accelerator time at {self.clock_mhz:g} MHz: {t['accel_ms_at_clock']:,} ms "
@@ -208,10 +212,13 @@ def build_report(compiled: Compiled, out: RunOutput, *, model: str | None = None
         step = steps.get(stat.layer)
         decision = compiled.decisions.get(stat.layer)
         row = asdict(stat)
+        accel = step if isinstance(step, AccelStep) and stat.where == "accel" else None
         util = stat.macs / (stat.cycles * cfg.macs_per_cycle) if stat.cycles and stat.macs else None
         rows.append({"layer": stat.layer, "op": stat.op, "where": stat.where, "macs": stat.macs,
                      "gemm_uops": row["gemm_uops"], "alu_uops": row["alu_uops"], "cycles": stat.cycles,
                      "util": None if util is None else round(util, 4),
+                     "predicted": accel.predicted_cycles if accel else None,
+                     "bound": accel.schedule.get("bound", "") if accel else "",
                      "bytes": stat.bytes_moved, "ms": round(stat.seconds * 1e3, 3), "conversions": stat.conversions,
                      "tiling": step.tiling if isinstance(step, AccelStep) and stat.where == "accel" else "",
                      "reason": decision.reason if decision else "",

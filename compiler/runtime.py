@@ -60,6 +60,11 @@ class AccelStep:
     tiles: int
     tiling: str
     fold: ColumnFold | None = None
+    schedule: dict[str, Any] = field(default_factory=dict)
+    """The tiling the schedule search chose, as plain JSON-able data (tile sizes in blocks/rows/columns, ``threads``,
+    loop ``order``, ``bias_load``; a residual add's ``tiles``) and the ``bound`` module the cycle model names."""
+    predicted_cycles: int = 0
+    """The cycle model's prediction for ``program`` (:func:`.cost.estimate`), cycles."""
 
     @property
     def where(self) -> str:
@@ -273,15 +278,16 @@ def _run_operator(graph: Graph, node: Node, values: _Values, macs: int, backend:
     """Run ``node`` on an operator backend (the fallback, or every node with ``--target cpu``)."""
     args = {name: values.get_nchw(name) for name in node.inputs if name not in graph.constants}
     values.nchw[node.outputs[0]] = np.asarray(backend.run_node(graph, node, args))
-    return LayerStat(node.name, node.op, backend.name, macs)
+    return LayerStat(node.name, node.op, getattr(backend, "where_ran", backend.name), macs)  # gpu: gpu/simt/cpu
 
 
 def run(compiled: Compiled, inputs: Mapping[str, np.ndarray], *, target: str = "fsim", progress: bool = False,
-        backend_options: Mapping[str, Any] | None = None, fallback: str = "cpu") -> RunOutput:
+        backend_options: Mapping[str, Any] | None = None, fallback: str | Backend = "cpu") -> RunOutput:
     """Execute ``compiled`` on backend ``target`` for graph inputs ``inputs`` (NCHW arrays by input name).
 
     A program backend (``fsim``, ``tsim``; :func:`vta.backend.program_backends`) runs the accelerator steps and
-    ``fallback`` (an operator backend, default ``cpu``) runs the rest; an operator backend given as ``target``
+    ``fallback`` (an operator backend's name, default ``cpu``, or a constructed one such as
+    ``GpuBackend(emulate=True)``) runs the rest; an operator backend given as ``target``
     (``cpu``) runs every node. ``backend_options`` go to the target backend's constructor.
     """
     info = backend_info(target)
@@ -298,10 +304,13 @@ def run(compiled: Compiled, inputs: Mapping[str, np.ndarray], *, target: str = "
     if info.runs_operators:
         operators = get_backend(target, **dict(backend_options or {}))
     else:
-        if not backend_info(fallback).runs_operators:
+        if isinstance(fallback, Backend):
+            operators = fallback
+        elif not backend_info(fallback).runs_operators:
             raise ValueError(f"the fallback must be an operator backend ({', '.join(operator_backends())}), "
                              f"not {fallback!r}")
-        operators = get_backend(fallback)
+        else:
+            operators = get_backend(fallback)
         if compiled.accel_steps:
             accel = get_backend(target, **dict(backend_options or {}))
     layers = []

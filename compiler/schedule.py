@@ -19,7 +19,7 @@ bytes. :func:`plan_eltwise` tiles the residual add.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property, lru_cache
 from typing import Iterator
 
@@ -30,11 +30,14 @@ from vta.config import VTAConfig
 from .intrin import MAX_LOAD_PAD, Intrinsics, intrinsics
 from .layout import ceil_div, group_block_ranges
 
-__all__ = ["ScheduleError", "ConvGeometry", "ConvTiling", "ConvTile", "plan_conv", "EltwiseTiling",
-           "plan_eltwise", "CONST_SLOTS"]
+__all__ = ["ScheduleError", "ConvGeometry", "ConvTiling", "ConvTile", "plan_conv", "conv_candidates",
+           "EltwiseTiling", "plan_eltwise", "CONST_SLOTS", "ORDERS"]
 
 CONST_SLOTS = 3
 """acc entries reserved per output block of a tile: bias, requant multiplier, requant shift."""
+ORDERS = ("oc", "pixel")
+"""Tile loop orders: ``oc`` walks output blocks outside rows and columns (weights of a block group reused by
+consecutive tiles), ``pixel`` walks rows and columns outside the output blocks (one input window reused)."""
 
 
 class ScheduleError(ValueError):
@@ -139,10 +142,16 @@ class ConvTiling:
     ow_tile: int
     kh_tile: int = 0
     threads: int = 2
+    order: str = "oc"
+    bias_load: bool = False
+    """True: each tile's accumulators start as the bias (a LOAD ACC of a bias image) instead of a GEMM reset and
+    an ALU ADD of the bias after the reduction."""
 
     def __post_init__(self) -> None:
         if self.threads not in (1, 2):
             raise ValueError(f"threads must be 1 (no latency hiding) or 2 (double buffering), not {self.threads!r}")
+        if self.order not in ORDERS:
+            raise ValueError(f"order must be one of {', '.join(ORDERS)}, not {self.order!r}")
         if self.kh_tile == 0:
             object.__setattr__(self, "kh_tile", self.geom.kh)
 
@@ -184,19 +193,24 @@ class ConvTiling:
         return self.oc_tile * (self.acc_tile + CONST_SLOTS)
 
     def tiles(self) -> Iterator[ConvTile]:
-        """Every output tile, in execution order (batch block, output blocks, rows, columns)."""
+        """Every output tile, in execution order: batch block, then output blocks, rows, columns (``order`` "oc")
+        or rows, columns, output blocks (``order`` "pixel")."""
         g = self.geom
         _, nib = g.block_ranges
         steps = [(j, min(j + self.ic_tile, nib), k, min(k + self.kh_tile, g.kh))
                  for j in range(0, nib, self.ic_tile) for k in range(0, g.kh, self.kh_tile)]
+        blocks = range(0, g.ob, self.oc_tile)
+        pixels = [(r0, c0) for r0 in range(0, g.oh, self.oh_tile) for c0 in range(0, g.ow, self.ow_tile)]
+        pairs = [(ob0, px) for ob0 in blocks for px in pixels] if self.order == "oc" else \
+            [(ob0, px) for px in pixels for ob0 in blocks]
+        live: dict[int, tuple[tuple[int, int, int, int], ...]] = {}
         for nbi in range(g.nb):
-            for ob0 in range(0, g.ob, self.oc_tile):
-                for r0 in range(0, g.oh, self.oh_tile):
-                    toh = min(self.oh_tile, g.oh - r0)
-                    live = tuple(st for st in steps if self._has_rows(r0, toh, st[2], st[3]))
-                    for c0 in range(0, g.ow, self.ow_tile):
-                        yield ConvTile(nbi, ob0, min(self.oc_tile, g.ob - ob0), r0, toh, c0,
-                                       min(self.ow_tile, g.ow - c0), live)
+            for ob0, (r0, c0) in pairs:
+                toh = min(self.oh_tile, g.oh - r0)
+                if r0 not in live:
+                    live[r0] = tuple(st for st in steps if self._has_rows(r0, toh, st[2], st[3]))
+                yield ConvTile(nbi, ob0, min(self.oc_tile, g.ob - ob0), r0, toh, c0, min(self.ow_tile, g.ow - c0),
+                               live[r0])
 
     def _has_rows(self, r0: int, toh: int, kh0: int, kh1: int) -> bool:
         """True when output rows ``[r0, r0 + toh)`` read some real input row through kernel rows [kh0, kh1)."""
@@ -204,6 +218,34 @@ class ConvTiling:
         first = r0 * g.sh - g.pads[0] + kh0
         last = (r0 + toh - 1) * g.sh - g.pads[0] + kh1 - 1
         return last >= 0 and first < g.h
+
+    def work_bound(self, intr: Intrinsics, alu_ops: int, const_loads: int) -> int:
+        """A quick estimate of the layer's cycles, to rank candidate tilings before building their programs: the
+        busiest module's work (compute: constant loads, reset or bias load, GEMM and ``alu_ops`` ALU passes, each
+        instruction with its loop overhead; load: input windows and weights, one 16-beat wgt entry per micro-op;
+        store: output entries) with double buffering, the sum of the three without. ``const_loads``: LOAD ACC of
+        per-channel constants per tile. Edge tiles are counted as full tiles, so this is an upper-ish estimate."""
+        g, cfg = self.geom, intr.cfg
+        n_oc, n_oh, n_ow = ceil_div(g.ob, self.oc_tile), ceil_div(g.oh, self.oh_tile), ceil_div(g.ow, self.ow_tile)
+        tiles = g.nb * n_oc * n_oh * n_ow
+        _, nib = g.block_ranges
+        steps = ceil_div(nib, self.ic_tile) * ceil_div(g.kh, self.kh_tile)
+        latency = cfg.dram_latency + 8
+        pix = self.oc_tile * self.acc_tile
+        acc_beats = max(1, intr.dma["acc"].elem_bytes // cfg.bus_bytes)
+        init = (latency + pix * acc_beats) if self.bias_load else (pix + 8)
+        compute = tiles * (const_loads * (latency + self.oc_tile * acc_beats) + init
+                           + steps * (self.wgt_entries * self.acc_tile + 8) + alu_ops * (pix + 8))
+        wgt_beats = max(1, intr.dma["wgt"].elem_bytes // cfg.bus_bytes)
+        inp_beats = max(1, intr.dma["inp"].elem_bytes // cfg.bus_bytes)
+        load = tiles * steps * (self.in_blocks() * (latency + self.in_rows * self.in_cols * inp_beats)
+                                + latency + self.wgt_entries * wgt_beats)
+        out_beats = max(1, intr.dma["out"].elem_bytes // cfg.bus_bytes)
+        store = tiles * (self.oc_tile * (3 + self.acc_tile * out_beats) + 4)
+        if self.threads == 1:
+            return compute + load + store
+        first = latency + self.in_rows * self.in_cols * inp_beats + self.wgt_entries * wgt_beats
+        return max(compute, load, store) + first + self.oc_tile * self.acc_tile * out_beats
 
     def dma_bytes(self, intr: Intrinsics) -> int:
         """Estimated bytes loaded and stored by the whole layer (the cost the planner minimizes)."""
@@ -278,8 +320,7 @@ def _max_rows(t: ConvTiling, intr: Intrinsics) -> int:
     lo, hi = 1, t.geom.oh
     while lo <= hi:
         mid = (lo + hi) // 2
-        cand = ConvTiling(t.geom, t.oc_tile, t.ic_tile, mid, t.ow_tile, t.kh_tile, t.threads)
-        if cand.check(intr):
+        if replace(t, oh_tile=mid).check(intr):
             hi = mid - 1
         else:
             best, lo = mid, mid + 1
@@ -335,6 +376,46 @@ def _plan_conv(geom: ConvGeometry, cfg: VTAConfig, threads: int) -> ConvTiling:
         raise ScheduleError("no tiling fits: even a one-pixel tile breaks these limits: "
                             + "; ".join(smallest.check(intr)))
     return best[1]
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def conv_candidates(geom: ConvGeometry, intr: Intrinsics, *, threads: tuple[int, ...] = (1, 2),
+                    bias_load: tuple[bool, ...] = (False, True)) -> list[ConvTiling]:
+    """Every tiling the schedule search considers for ``geom``, each fitting ``intr``'s buffers:
+
+    output blocks per tile as in :func:`plan_conv`; reduction steps as in :func:`plan_conv`; columns: the halvings
+    and divisors of the output width; rows: the most that fit, and the same number of row tiles with balanced
+    heights; each with every ``threads`` and ``bias_load`` option and both loop :data:`ORDERS` (when the layer has
+    more than one output-block group and more than one pixel tile). Raises :class:`ScheduleError` when none fits.
+    """
+    _check_geometry(geom)
+    _, nib = geom.block_ranges
+    widths = sorted(set(_halvings(geom.ow)) | set(_divisors(geom.ow)), reverse=True)
+    out: list[ConvTiling] = []
+    for th in threads:
+        for oct in _oc_candidates(geom.ob):
+            for ict, kht in _reduction_candidates(nib, geom.kh):
+                for tow in widths:
+                    for bias in bias_load:
+                        base = ConvTiling(geom, oct, ict, 1, tow, kht, th, "oc", bias)
+                        rows = _max_rows(base, intr)
+                        if rows == 0:
+                            continue
+                        balanced = ceil_div(geom.oh, ceil_div(geom.oh, rows))
+                        for oht in sorted({rows, balanced}):
+                            cand = replace(base, oh_tile=oht)
+                            out.append(cand)
+                            many = ceil_div(geom.oh, oht) * ceil_div(geom.ow, tow) > 1
+                            if many and oct < geom.ob:
+                                out.append(replace(cand, order="pixel"))
+    if not out:
+        smallest = ConvTiling(geom, 1, 1, 1, 1, 1, min(threads))
+        raise ScheduleError("no tiling fits: even a one-pixel tile breaks these limits: "
+                            + "; ".join(smallest.check(intr)))
+    return out
 
 
 @dataclass(frozen=True)

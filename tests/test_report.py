@@ -15,9 +15,10 @@ KEYS = ("layer", "op", "where", "macs", "gemm_uops", "alu_uops", "cycles", "util
 EXPECTED_ROWS = [
     ("quantize_input", "Quantize", "cpu", 0, 0, 0, None, None, 0, 0, "", "Quantize has no accelerator rule"),
     ("conv_3", "QConv2d", "accel", 4608, 256, 320, None, None, 3340, 1, "oc1 ic1 oh8 ow8 kw-folded", "supported"),
-    ("conv_7", "QConv2d", "accel", 18432, 160, 80, None, None, 4132, 0, "oc1 ic1 oh4 ow4", "supported"),
+    ("conv_7", "QConv2d", "accel", 18432, 160, 80, None, None, 4132, 0, "oc1 ic1 oh4 ow4 1thread", "supported"),
     ("flatten_9", "Reshape", "cpu", 0, 0, 0, None, None, 0, 1, "", "Reshape has no accelerator rule"),
-    ("gemm_12", "QDense", "accel", 2560, 17, 5, None, None, 5184, 1, "oc1 ic16 oh1 ow1", "supported"),
+    ("gemm_12", "QDense", "accel", 2560, 16, 4, None, None, 5132, 1, "oc1 ic16 oh1 ow1 1thread bias-load",
+     "supported"),
     ("dequantize_output", "Dequantize", "cpu", 0, 0, 0, None, None, 0, 1, "", "Dequantize has no accelerator rule"),
 ]
 
@@ -32,6 +33,9 @@ def report() -> Report:
 def test_rows_of_tiny_cnn_on_fsim(report):
     assert (report.model, report.config, report.target) == ("tiny_cnn", VTAConfig().name, "fsim")
     assert [tuple(row[k] for k in KEYS) for row in report.rows] == EXPECTED_ROWS
+    # the cycle model's prediction and bounding module of each accelerator layer (any target), none on the CPU
+    assert [(row["predicted"], row["bound"]) for row in report.rows] == [
+        (None, ""), (1185, "compute"), (927, "compute"), (None, ""), (1171, "load"), (None, "")]
     assert all(set(row) == set(COLUMNS) for row in report.rows)
     assert all(row[c] is None for row in report.rows for c in MODULE_COLUMNS)  # fsim has no counters
     assert all(row["ms"] >= 0 for row in report.rows)
@@ -41,8 +45,8 @@ def test_totals_of_tiny_cnn_on_fsim(report):
     totals = dict(report.totals)
     assert totals.pop("ms") >= 0
     assert totals == {"layers": 6, "accel_layers": 3, "cpu_layers": 3, "macs": 25600, "accel_macs": 25600,
-                      "gemm_uops": 433, "alu_uops": 405, "cycles": None, "util": None, "accel_ms_at_clock": None,
-                      "bytes": 12656, "conversions": 4}
+                      "gemm_uops": 432, "alu_uops": 404, "cycles": None, "util": None, "predicted": 3283,
+                      "accel_ms_at_clock": None, "bytes": 12604, "conversions": 4}
     assert report.module_breakdown() is None and report.format_modules() == []
 
 
@@ -70,7 +74,7 @@ def test_csv_round_trip(report, tmp_path):
     assert len(rows) == len(report.rows)
     for got, row in zip(rows, report.rows):
         assert got == {k: "" if row[k] is None else str(row[k]) for k in COLUMNS}
-    assert [int(r["gemm_uops"]) for r in rows] == [0, 256, 160, 0, 17, 0]
+    assert [int(r["gemm_uops"]) for r in rows] == [0, 256, 160, 0, 16, 0]
 
 
 def test_text_table(report):
@@ -78,11 +82,12 @@ def test_text_table(report):
     lines = text.splitlines()
     assert lines[0] == f"tiny_cnn on fsim ({VTAConfig().name})"
     assert lines[1].split() == ["layer", "op", "where", "MACs", "gemm", "uops", "alu", "uops", "cycles", "util",
-                                "bytes", "ms"]
+                                "predicted", "bound", "bytes", "ms"]
+    assert lines[4].split()[8:10] == ["1,185", "compute"]
     assert lines[3].split()[:3] == ["quantize_input", "Quantize", "cpu"]
     assert lines[4].startswith("conv_3") and lines[4].endswith("  supported")
     total = lines[10].split()
-    assert total[:7] == ["total", "3", "accel", "25,600", "433", "405", "-"]
+    assert total[:9] == ["total", "3", "accel", "25,600", "432", "404", "-", "-", "3,283"]
     assert "layout conversions at partition boundaries: 4; 25,600 of 25,600 MACs on the accelerator" in lines
 
 

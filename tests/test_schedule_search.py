@@ -1,0 +1,115 @@
+"""Tests for the schedule search ranked by the cycle model (vta.compiler.codegen.search_conv): candidates fit the
+buffers, the new tiling options (bias loaded as the accumulators' start, pixel-outer loop order) stay bit-exact on
+fsim, the search is never worse than plan_conv by the model, and its results are cached in memory and on disk."""
+import json
+
+import numpy as np
+import pytest
+from test_codegen import _conv_case
+
+from vta.compiler import codegen
+from vta.compiler.codegen import (
+    ConvLayer,
+    alu_passes,
+    build_conv_program,
+    search_conv,
+    tiling_from_dict,
+    tiling_to_dict,
+)
+from vta.compiler.cost import estimate
+from vta.compiler.intrin import intrinsics
+from vta.compiler.pipeline import compile_model
+from vta.compiler.runtime import AccelStep
+from vta.compiler.schedule import ConvTiling, conv_candidates, plan_conv
+from vta.config import VTAConfig
+
+
+def _layer(c: int = 40, hw: int = 11, o: int = 40, k: int = 3, seed: int = 0) -> ConvLayer:
+    rng = np.random.default_rng(seed)
+    intr = intrinsics(VTAConfig())
+    w = rng.integers(-128, 128, (o, c, k, k)).astype(np.int8)
+    return ConvLayer.make((1, c, hw, hw), w, rng.integers(-5000, 5000, o), rng.integers(1, 300, o),
+                          rng.integers(8, 16, o), 0, 127, pads=(k // 2,) * 4, intr=intr)
+
+
+@pytest.mark.parametrize("tiles", [(1, 1, 2, 3, 3, 2, "oc", True), (2, 2, 4, 5, 3, 2, "pixel", True),
+                                   (1, 2, 11, 10, 3, 1, "pixel", True), (3, 1, 3, 4, 3, 2, "pixel", False),
+                                   (1, 1, 3, 10, 2, 2, "oc", True)])
+def test_bias_load_and_pixel_order_are_exact(tiles):
+    got, expected, code, stats = _conv_case(VTAConfig(), 1, 40, 11, 10, 40, 3, 1, 1, 1, tiles=tiles, seed=3)
+    np.testing.assert_array_equal(got, expected)
+    assert stats["gemm_uops"] == code.gemm_uops and stats["alu_uops"] == code.alu_uops
+    outputs = 3 * 11 * 10  # output blocks x pixels: one ALU pass fewer and no reset when the bias is loaded
+    assert code.alu_uops == outputs * (4 if tiles[7] else 5)
+
+
+def test_alu_passes():
+    layer = _layer()
+    assert alu_passes(layer) == ["ADD", "MUL", "SHR", "MAX", "MIN"]
+    assert alu_passes(layer, bias_load=True) == ["MUL", "SHR", "MAX", "MIN"]
+
+
+def test_candidates_fit_and_include_the_byte_planner():
+    intr = intrinsics(VTAConfig())
+    layer = _layer(64, 14, 64)
+    cands = conv_candidates(layer.geom, intr)
+    assert all(not t.check(intr) for t in cands)
+    assert {t.threads for t in cands} == {1, 2} and {t.order for t in cands} == {"oc", "pixel"}
+    assert {t.bias_load for t in cands} == {False, True}
+    assert plan_conv(layer.geom, intr) in cands
+    assert {t.threads for t in conv_candidates(layer.geom, intr, threads=(1,))} == {1}
+
+
+def test_search_beats_or_equals_plan_conv_and_reports_the_model(tmp_path, monkeypatch):
+    monkeypatch.setenv("VTA_CACHE_DIR", str(tmp_path))
+    cfg = VTAConfig()
+    layer = _layer(64, 14, 64)
+    result = search_conv(cfg, layer, use_cache=False)
+    program, _ = build_conv_program(cfg, layer, None, result.tiling)
+    assert estimate(program).cycles == result.predicted_cycles
+    baseline, _ = build_conv_program(cfg, layer)
+    assert result.predicted_cycles <= estimate(baseline).cycles
+    assert result.evaluated >= 2 and result.source == "search"
+
+
+def test_search_cache_in_memory_and_on_disk(tmp_path, monkeypatch):
+    monkeypatch.setenv("VTA_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(codegen, "_memory", {})
+    cfg = VTAConfig()
+    layer = _layer(32, 9, 48, seed=1)
+    first = search_conv(cfg, layer)
+    files = list((tmp_path / "schedules").glob("*.json"))
+    assert len(files) == 1 and first.source == "search"
+    data = json.loads(files[0].read_text())
+    assert tiling_from_dict(layer.geom, data["tiling"]) == first.tiling
+    assert data["predicted_cycles"] == first.predicted_cycles
+    assert search_conv(cfg, layer).source == "memory"
+    codegen._memory.clear()
+    again = search_conv(cfg, layer)
+    assert (again.source, again.tiling, again.predicted_cycles) == ("disk", first.tiling, first.predicted_cycles)
+    files[0].write_text("{not json")  # a damaged entry is searched again and rewritten
+    codegen._memory.clear()
+    assert search_conv(cfg, layer).source == "search"
+    assert json.loads(files[0].read_text())["tiling"] == tiling_to_dict(first.tiling)
+    assert not [p for p in (tmp_path / "schedules").iterdir() if p.suffix != ".json"]  # no temporary files left
+
+
+def test_tiling_dict_round_trip():
+    layer = _layer()
+    t = ConvTiling(layer.geom, 2, 1, 4, 5, 3, 1, "pixel", True)
+    data = json.loads(json.dumps(tiling_to_dict(t)))
+    assert tiling_from_dict(layer.geom, data) == t
+    with pytest.raises(ValueError, match="order must be one of oc, pixel, not 'rows'"):
+        ConvTiling(layer.geom, 1, 1, 1, 1, order="rows")
+
+
+def test_steps_record_schedule_and_prediction(tmp_path, monkeypatch):
+    monkeypatch.setenv("VTA_CACHE_DIR", str(tmp_path))
+    compiled = compile_model("tiny_cnn", VTAConfig(), policy="accel", calib=2)
+    for step in compiled.steps:
+        if isinstance(step, AccelStep):
+            est = estimate(step.program)
+            assert step.predicted_cycles == est.cycles and step.schedule["bound"] == est.bound
+            json.dumps(step.schedule)  # plain data, for the artefact
+    single = compile_model("tiny_cnn", VTAConfig(), policy="accel", calib=2, double_buffer=False)
+    assert all(s.schedule["threads"] == 1 for s in single.steps if isinstance(s, AccelStep) and s.macs)
