@@ -74,7 +74,8 @@ def report_resnet18(cfg: VTAConfig, model_only: bool) -> None:
           f"{'met' if conv_total <= TARGET_CONVS else 'missed'})")
     print(f"convolutions after the first: {after_first:,} cycles (target <= {TARGET_AFTER_FIRST:,}: "
           f"{'met' if after_first <= TARGET_AFTER_FIRST else 'missed'})")
-    print(f"first convolution: {convs[0][1]:,} cycles, {_utilization(convs[0][0], convs[0][1], cfg.macs_per_cycle):.0%}")
+    first, first_cycles = convs[0]
+    print(f"first convolution: {first_cycles:,} cycles, {_utilization(first, first_cycles, cfg.macs_per_cycle):.0%}")
     print(f"residual adds: {adds:,} cycles")
     utils = [_utilization(s, c, cfg.macs_per_cycle) for s, c in convs]
     print(f"median per-layer GEMM utilization of the convolutions: {statistics.median(utils):.1%}")
