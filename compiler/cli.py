@@ -128,6 +128,46 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-check", action="store_true", help="skip the bit-exact check against the reference")
     parser.add_argument("--input", metavar="FILE.npy", help="the model's input (a .npy array of its input shape, "
                                                             "float32); default: seeded random normal values")
+    parser.add_argument("--fallback", choices=FALLBACKS, default="cpu",
+                        help="where layers the accelerator does not run go: cpu (the llvmlite kernels), gpu (the GPU "
+                             "kernels on a CUDA device), auto (gpu when a device is present, else cpu) (default: cpu)")
+    parser.add_argument("--emulate-gpu", action="store_true",
+                        help="with --fallback gpu or --target gpu: run the GPU kernels in the SIMT emulator on the "
+                             "CPU (needed where there is no CUDA device)")
+
+
+FALLBACKS = ("cpu", "gpu", "auto")
+
+
+def _gpu_choice(args: argparse.Namespace) -> tuple[Any, dict[str, Any] | None, str | None]:
+    """``--fallback``, ``--emulate-gpu`` and ``--target gpu``, checked before any work: the ``fallback`` for
+    :func:`.runtime.run`, the gpu target's options and a note for the report saying where operators run. Asking for
+    the GPU where there is no CUDA device, without --emulate-gpu, is a CliError (exit 2) saying where the work can
+    run instead."""
+    from vta.cliutil import CliError
+    choice, emulate = getattr(args, "fallback", "cpu") or "cpu", bool(getattr(args, "emulate_gpu", False))
+    if args.target != "gpu" and choice == "cpu":
+        if emulate:
+            raise CliError("--emulate-gpu runs the GPU kernels in the SIMT emulator; it goes with --fallback gpu or "
+                           "--target gpu, not with the cpu fallback")
+        return "cpu", None, None
+    from vta.backend import backend_info, program_backends
+    if args.target != "gpu" and backend_info(args.target).runs_operators:
+        raise CliError(f"--fallback {choice} chooses where an accelerator target's other layers run "
+                       f"({', '.join(program_backends())}); --target {args.target} runs every layer itself")
+    from .gpu_backend import GpuBackend, device_reason
+    reason = None if emulate else device_reason()
+    if choice == "auto" and args.target != "gpu" and not emulate:
+        return ("cpu", None, f"cpu (auto: {reason})") if reason else ("gpu", None, "gpu (auto: a CUDA device)")
+    option = "--target gpu" if args.target == "gpu" else "--fallback gpu"
+    if reason:
+        raise CliError(f"{option}: {reason}; nothing was run. Run the operators on the CPU instead (--fallback cpu or "
+                       f"--target cpu), let --fallback auto choose (the GPU when one is present, else the CPU), or "
+                       f"add --emulate-gpu to run the GPU kernels in the SIMT emulator on the CPU")
+    where = "gpu kernels in the SIMT emulator on the CPU (--emulate-gpu)" if emulate else "gpu (a CUDA device)"
+    if args.target == "gpu":
+        return "cpu", {"emulate": emulate}, where
+    return (GpuBackend(emulate=True) if emulate else "gpu"), None, where
 
 
 def _cmd_compile(args: argparse.Namespace) -> int:
@@ -161,6 +201,7 @@ def run_model(args: argparse.Namespace) -> int:
         if getattr(args, attr, None):
             check_output_path(option, getattr(args, attr))
     _check_compile_options(args)
+    fallback, gpu_options, fallback_note = _gpu_choice(args)
     if str(args.model).endswith(ARTEFACT_SUFFIX) and os.path.exists(args.model):
         compiled = Compiled.load(args.model)
         if getattr(args, "config", None) and config_from_args(args) != compiled.cfg:
@@ -180,11 +221,13 @@ def run_model(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     cycles = getattr(args, "max_cycles", None)  # vta run --max-cycles N (tsim), checked by vta.cli
     out = run(compiled, inputs, target=args.target, progress=progress,
-              backend_options=None if cycles is None else {"max_cycles": cycles})
+              backend_options=gpu_options if cycles is None else {"max_cycles": cycles}, fallback=fallback)
     seconds = time.perf_counter() - start
     report = build_report(compiled, out, model=compiled.meta.get("model", graph.name))
     report.extra["compile_seconds"] = round(compiled.compile_seconds, 3)
     report.extra["run_seconds"] = round(seconds, 3)
+    if fallback_note:
+        report.extra["fallback"] = fallback_note
     exact = None
     if not getattr(args, "no_check", False):
         ref = qops.run_reference(graph, inputs)

@@ -26,17 +26,17 @@ from vta.gemm import gemm_program
 
 
 def test_available_backends():
-    assert available_backends() == ["cpu", "fsim", "tsim"]
+    assert available_backends() == ["cpu", "fsim", "gpu", "tsim"]
     assert program_backends() == ["fsim", "tsim"]
-    assert operator_backends() == ["cpu"]
-    assert list(BACKENDS) == ["fsim", "tsim", "cpu"]
+    assert operator_backends() == ["cpu", "gpu"]
+    assert list(BACKENDS) == ["fsim", "tsim", "cpu", "gpu"]
     assert all(info.summary for info in BACKENDS.values())
 
 
 def test_unknown_backend_lists_known_ones():
-    with pytest.raises(ValueError, match=r"^unknown backend 'fpga'; known backends are cpu, fsim, tsim$"):
+    with pytest.raises(ValueError, match=r"^unknown backend 'fpga'; known backends are cpu, fsim, gpu, tsim$"):
         get_backend("fpga")
-    with pytest.raises(ValueError, match=r"^unknown backend 'fpga'; known backends are cpu, fsim, tsim$"):
+    with pytest.raises(ValueError, match=r"^unknown backend 'fpga'; known backends are cpu, fsim, gpu, tsim$"):
         backend_info("fpga")
 
 
@@ -53,7 +53,7 @@ def test_work_of_the_wrong_kind_is_refused(small_cfg):
                        r"programs; program backends are fsim, tsim$"):
         get_backend("cpu").run(prog)
     with pytest.raises(UnsupportedWorkError, match=r"^the fsim backend runs accelerator programs, not graph "
-                       r"operators; operator backends are cpu$"):
+                       r"operators; operator backends are cpu, gpu$"):
         get_backend("fsim").run_node(None, None, {})
     with pytest.raises(TypeError, match=r"^the cpu backend takes no options, not trace$"):
         get_backend("cpu", trace=True)

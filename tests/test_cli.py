@@ -339,8 +339,8 @@ def test_run_wrong_result_exit_1(capsys: pytest.CaptureFixture[str], monkeypatch
 def test_run_bad_arguments(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(capsys, "run", "--m", "0")
     assert code == 2 and err == "vta: error: --m must be a positive number of elements, not 0\n"
-    code, _, err = run(capsys, "run", "--target", "gpu")
-    assert code == 2 and "argument --target: invalid choice: 'gpu'" in err
+    code, _, err = run(capsys, "run", "--target", "npu")
+    assert code == 2 and "argument --target: invalid choice: 'npu'" in err
     code, _, err = run(capsys, "run", "--target", "cpu")
     assert code == 2
     assert err == ("vta: error: the cpu backend runs graph operators, not accelerator programs; the GEMM benchmark "

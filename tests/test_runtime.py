@@ -98,8 +98,8 @@ def test_partition_decisions():
 
 def test_run_errors():
     compiled = compile_graph(_graph(), VTAConfig(), policy="accel")
-    with pytest.raises(ValueError, match=r"^unknown backend 'gpu'; known backends are cpu, fsim, tsim$"):
-        run(compiled, _inputs(), target="gpu")
+    with pytest.raises(ValueError, match=r"^unknown backend 'npu'; known backends are cpu, fsim, gpu, tsim$"):
+        run(compiled, _inputs(), target="npu")
     with pytest.raises(RuntimeFailure, match="input 'x' is missing; the model takes x"):
         run(compiled, {})
     with pytest.raises(RuntimeFailure, match=r"input 'x' has shape \(1, 12, 8\); the model expects \(1, 12, 8, 8\)"):

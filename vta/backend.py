@@ -107,6 +107,9 @@ BACKENDS: dict[str, BackendInfo] = {info.name: info for info in (
                 "(cycle-exact, hardware counters)", runs_programs=True, runs_operators=False),
     BackendInfo("cpu", "vta.compiler.cpu_backend:CpuBackend", "the compiler's llvmlite CPU kernels (runs whole "
                 "models; no accelerator programs)", runs_programs=False, runs_operators=True),
+    BackendInfo("gpu", "vta.compiler.gpu_backend:GpuBackend", "the compiler's GPU kernels on a CUDA device "
+                "(emulate=True: in the SIMT emulator on the CPU; no accelerator programs)", runs_programs=False,
+                runs_operators=True),
 )}
 """Every backend by name, in the order ``--help`` lists them."""
 
