@@ -12,6 +12,11 @@ The estimates are deliberately simple and documented here:
 * CPU time = MACs / :data:`CPU_MACS_PER_US` (the llvmlite kernels), elementwise ops
   :data:`CPU_ELEMS_PER_US`;
 * a layout conversion (pack or unpack) costs bytes / :data:`CONVERT_BYTES_PER_US`.
+
+One exception under the ``auto`` policy: when the estimates would leave the accelerator with nothing to run (a small
+model such as ``tiny_cnn``, where the launch cost outweighs every layer), the supported layer where the accelerator
+comes closest (the smallest ratio of accelerator to CPU time) is placed on it all the same, and the later nodes are
+decided again around it. A model that already puts a layer on the accelerator is partitioned as before.
 """
 from __future__ import annotations
 
@@ -36,7 +41,8 @@ CPU_MACS_PER_US = 2000.0
 CPU_ELEMS_PER_US = 500.0
 CONVERT_BYTES_PER_US = 1000.0
 POLICIES = ("auto", "accel", "cpu")
-"""``auto``: accelerator where supported and faster; ``accel``: wherever supported; ``cpu``: nothing offloaded."""
+"""``auto``: accelerator where supported and faster (and at least one layer there when it can run any);
+``accel``: wherever supported; ``cpu``: nothing offloaded."""
 
 
 @dataclass(frozen=True)
@@ -190,20 +196,45 @@ def partition(graph: Graph, cfg: VTAConfig, *, policy: str = "auto",
     if policy not in POLICIES:
         raise ValueError(f"policy must be one of {', '.join(POLICIES)}, not {policy!r}")
     intr = intrinsics(cfg)
-    decisions: dict[str, Decision] = {}
-    placement: dict[str, str] = {}
-    for node in graph.nodes:
-        macs = node_macs(graph, node)
-        decision, layer = _decide(graph, node, intr, policy, force_cpu, placement, macs)
-        decisions[node.name] = decision
-        placement[node.name] = decision.target
-        if lowered is not None and layer is not None and decision.target == "accel":
-            lowered[node.name] = layer
+    decisions, layers = _place(graph, intr, policy, force_cpu, frozenset())
+    if policy == "auto" and all(d.target == "cpu" for d in decisions.values()):
+        closest = _closest_call(decisions)
+        if closest is not None:
+            decisions, layers = _place(graph, intr, policy, force_cpu, frozenset({closest}))
+    if lowered is not None:
+        lowered.update(layers)
     return decisions
 
 
+def _place(graph: Graph, intr: Intrinsics, policy: str, force_cpu: frozenset[str] | set[str],
+           prefer: frozenset[str]) -> tuple[dict[str, Decision], dict[str, Lowered]]:
+    """Decide every node in graph order (each decision sees where its producers went); ``prefer`` names nodes placed
+    on the accelerator whatever the estimates say. Returns the decisions and the lowered accelerator layers."""
+    decisions: dict[str, Decision] = {}
+    placement: dict[str, str] = {}
+    layers: dict[str, Lowered] = {}
+    for node in graph.nodes:
+        macs = node_macs(graph, node)
+        decision, layer = _decide(graph, node, intr, policy, force_cpu, placement, macs, prefer)
+        decisions[node.name] = decision
+        placement[node.name] = decision.target
+        if layer is not None and decision.target == "accel":
+            layers[node.name] = layer
+    return decisions, layers
+
+
+def _closest_call(decisions: dict[str, Decision]) -> str | None:
+    """The node the accelerator was estimated to run closest to the CPU's time (smallest accelerator / CPU ratio),
+    among the nodes it could run; None when it could run none."""
+    candidates = [d for d in decisions.values() if d.accel_us is not None and d.cpu_us]
+    if not candidates:
+        return None
+    return min(candidates, key=lambda d: (d.accel_us or 0.0) / (d.cpu_us or 1.0)).node
+
+
 def _decide(graph: Graph, node: Node, intr: Intrinsics, policy: str, force_cpu: frozenset[str] | set[str],
-            placement: dict[str, str], macs: int) -> tuple[Decision, Lowered | None]:
+            placement: dict[str, str], macs: int, prefer: frozenset[str] = frozenset()
+            ) -> tuple[Decision, Lowered | None]:
     """The decision for ``node`` and its lowered layer (None when the node was not lowered)."""
     cfg = intr.cfg
     cpu_us = _cpu_us(graph, node)
@@ -219,6 +250,10 @@ def _decide(graph: Graph, node: Node, intr: Intrinsics, policy: str, force_cpu: 
         return Decision(node.name, node.op, "cpu", f"not supported on {cfg.name}: {err}", macs, None, cpu_us), None
     accel_us = _accel_us(layer.layer, intr) + _convert_us(graph, node, placement, "accel")
     cpu_us += _convert_us(graph, node, placement, "cpu")
+    if node.name in prefer:
+        why = (f"the accelerator's closest call ({accel_us:.0f} us vs {cpu_us:.0f} us on the CPU): the auto policy "
+               f"puts at least one layer on the accelerator")
+        return Decision(node.name, node.op, "accel", why, macs, accel_us, cpu_us), layer
     if policy == "accel" or accel_us < cpu_us:
         why = "supported" if policy == "accel" else f"faster ({accel_us:.0f} us vs {cpu_us:.0f} us on the CPU)"
         return Decision(node.name, node.op, "accel", why, macs, accel_us, cpu_us), layer

@@ -146,3 +146,45 @@ def test_each_accelerator_node_is_lowered_once_per_compile(monkeypatch, policy):
     assert accel
     assert calls == Counter({name: 1 for name, d in compiled.decisions.items() if d.accel_us is not None})
     assert all(calls[name] == 1 for name in accel)
+
+
+def _zoo_decisions(model: str) -> dict[str, P.Decision]:
+    """The default (auto) partition of zoo ``model`` at the default config, quantized as `vta run` does."""
+    from vta.compiler.pipeline import calibration_inputs, load_graph
+    from vta.compiler.quantize import quantize
+    graph = load_graph(model)
+    return partition(quantize(graph, calibration_inputs(model, graph, 1, 4)), VTAConfig())
+
+
+def test_auto_puts_one_layer_of_tiny_cnn_on_the_accelerator():
+    """Every tiny_cnn layer is estimated faster on the CPU (the launch cost dominates), yet a user of the lab expects
+    the default policy to use the accelerator: the closest call (conv_7, 11 us vs 10 us) goes there."""
+    decisions = _zoo_decisions("tiny_cnn")
+    assert [(d.node, d.target) for d in decisions.values() if d.op in P.ACCEL_RULES] == [
+        ("conv_3", "cpu"), ("conv_7", "accel"), ("gemm_12", "cpu")]
+    assert decisions["conv_7"].reason == ("the accelerator's closest call (11 us vs 10 us on the CPU): the auto "
+                                          "policy puts at least one layer on the accelerator")
+    assert decisions["conv_3"].reason == "the CPU is faster (4 us vs 11 us)"
+
+
+def test_auto_moves_nothing_when_a_layer_already_runs_on_the_accelerator():
+    resnet18 = _zoo_decisions("resnet18")
+    assert (sum(d.target == "accel" for d in resnet18.values()), len(resnet18)) == (25, 34)
+    assert not any(d.reason.startswith("the accelerator's closest call") for d in partition(_graph(), VTAConfig())
+                   .values())
+
+
+def test_auto_needs_a_layer_the_accelerator_can_run():
+    """A graph whose only layer no tiling fits stays wholly on the CPU under auto: nothing is forced."""
+    (decision,) = partition(_untileable(), VTAConfig()).values()
+    assert decision.target == "cpu" and decision.reason.startswith("not supported on ")
+
+
+def test_auto_lowered_layers_match_the_final_decisions():
+    """The lowered layers handed back are those of the second pass: exactly the nodes finally on the accelerator."""
+    from vta.compiler.pipeline import calibration_inputs, load_graph
+    from vta.compiler.quantize import quantize
+    graph = load_graph("tiny_cnn")
+    qgraph = quantize(graph, calibration_inputs("tiny_cnn", graph, 1, 4))
+    decisions, lowered = partition_graph(qgraph, intrinsics(VTAConfig()))
+    assert set(lowered) == {name for name, d in decisions.items() if d.target == "accel"} == {"conv_7"}
