@@ -10,6 +10,7 @@ import types
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from vta.cli import main
@@ -341,10 +342,37 @@ def test_run_bad_arguments(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 2 and err == "vta: error: --m must be a positive number of elements, not 0\n"
     code, _, err = run(capsys, "run", "--target", "npu")
     assert code == 2 and "argument --target: invalid choice: 'npu'" in err
-    code, _, err = run(capsys, "run", "--target", "cpu")
-    assert code == 2
-    assert err == ("vta: error: the cpu backend runs graph operators, not accelerator programs; the GEMM benchmark "
-                   "needs a program backend (fsim, tsim) (--target cpu runs models: vta run MODEL --target cpu)\n")
+
+
+def test_run_gemm_cpu_is_the_same_benchmark(capsys: pytest.CaptureFixture[str]) -> None:
+    """`vta run --target cpu` without a model runs the GEMM benchmark too: the same A, B and shift as the program
+    fsim runs, as one QDense operator, checked against the same numpy reference."""
+    code, out, err = run(capsys, "run", "--target", "cpu", "--m", "20", "--k", "40", "--n", "24", "--json")
+    assert (code, err) == (0, "")
+    report = json.loads(out)
+    assert (report["workload"], report["backend"], report["correct"]) == ("gemm 20x40x24", "cpu", True)
+    assert (report["instructions"], report["cycles"], report["stats"]) == (None, None, {})
+    from vta.gemm import gemm_program
+    from vta.isa import ALU_SHR, Alu
+    program, _ = gemm_program(VTAConfig(), 20, 40, 24)
+    shift = next(i.imm for i in program.insns if isinstance(i, Alu) and i.alu_opcode == ALU_SHR)
+    assert (report["summary"]["useful_macs"], report["summary"]["shift"]) == (20 * 40 * 24, shift)
+    assert report["summary"]["wall_time_us"] > 0
+    code, out, _ = run(capsys, "run", "--target", "cpu", "--m", "16", "--k", "16", "--n", "16")
+    assert code == 0
+    assert out.splitlines()[:3] == [
+        "gemm 16x16x16 on cpu (1x16_i8w8a32_15_15_18_17, one graph operator, no accelerator program)",
+        "  result                       correct (matches numpy)",
+        "  cycles                       n/a (this backend does not count cycles)"]
+
+
+def test_run_gemm_cpu_wrong_result_exit_1(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from vta.compiler.cpu_backend import CpuBackend
+    monkeypatch.setattr(CpuBackend, "run_node", lambda self, graph, node, values: np.zeros((16, 16), np.int8))
+    code, out, err = run(capsys, "run", "--target", "cpu", "--m", "16", "--k", "16", "--n", "16")
+    assert code == 1
+    assert out.splitlines()[1] == "  result                       WRONG (differs from numpy)"
+    assert err == "vta: ERROR: the GEMM output differs from the numpy reference\n"
 
 
 def test_run_model_without_compiler(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:

@@ -263,9 +263,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     program, expected = gemm_program(cfg, args.m, args.k, args.n, seed=args.seed,
                                      double_buffer=not args.no_double_buffer)
     if not backend_info(args.target).runs_programs:
-        raise CliError(f"the {args.target} backend runs graph operators, not accelerator programs; the GEMM "
-                       f"benchmark needs a program backend ({', '.join(program_backends())}) (--target "
-                       f"{args.target} runs models: vta run MODEL --target {args.target})")
+        if not backend_info(args.target).runs_operators:
+            raise CliError(f"the {args.target} backend runs neither accelerator programs nor graph operators; the "
+                           f"GEMM benchmark needs a backend that runs one of them ({', '.join(program_backends())}, "
+                           f"or an operator backend such as cpu)")
+        return _run_gemm_operator(args, cfg, program, expected)
     backend = get_backend(args.target, **_limit_options(args), **_cycle_options(args))
     log.info("running a %dx%dx%d GEMM (%d instructions) on %s", args.m, args.k, args.n, len(program.insns),
              args.target)
@@ -275,6 +277,52 @@ def _cmd_run(args: argparse.Namespace) -> int:
               "instructions": len(program.insns), "cycles": result.cycles, "correct": correct,
               "summary": _summary(cfg, args.m * args.k * args.n, result), "stats": dict(result.stats),
               "counters": dict(result.counters or {})}
+    if args.json:
+        print(json.dumps(report, indent=2, default=_json_default))
+    else:
+        print(_format_run(report))
+    if not correct:
+        log.error("the GEMM output differs from the numpy reference")
+        return 1
+    return 0
+
+
+def _run_gemm_operator(args: argparse.Namespace, cfg: Any, program: Any, expected: Any) -> int:
+    """The GEMM benchmark on an operator backend (``--target cpu``): the same A, B and requantization as the
+    accelerator program, computed by the compiler's quantized Dense operator (``QDense``, ``y = clip((x @ w.T) >>
+    shift, -128, 127)``) and checked against the same numpy reference. There are no instructions and no cycles; the
+    summary gives the operator's wall time (its second call, after the JIT has compiled the kernel)."""
+    import time
+
+    import numpy as np
+
+    from .backend import get_backend
+    from .compiler.ir import Graph, Requant
+    from .gemm import unpack_out
+    from .isa import ALU_SHR, Alu
+    m, k, n = args.m, args.k, args.n
+    a = unpack_out(program.read("A"), m, k)  # packed inp elements -> (m, k)
+    w = unpack_out(program.read("B"), n, k)  # packed wgt elements are B transposed: (n, k), Dense's weight layout
+    shift = next(insn.imm for insn in program.insns if isinstance(insn, Alu) and insn.alu_opcode == ALU_SHR)
+    graph = Graph("gemm")
+    graph.add_tensor("A", (m, k), "int8")
+    graph.add_constant("B_T", w)
+    graph.add_constant("bias", np.zeros(n, np.int32))
+    graph.add_tensor("C", (m, n), "int8")
+    node = graph.add_node("QDense", "gemm", ["A", "B_T", "bias"], ["C"],
+                          requant=Requant(np.ones(n, np.int64), np.full(n, shift, np.int64)))
+    backend = get_backend(args.target, **_limit_options(args), **_cycle_options(args))  # these raise for cpu
+    log.info("running a %dx%dx%d GEMM as one QDense operator on %s", m, k, n, args.target)
+    backend.run_node(graph, node, {"A": a})  # the first call compiles the kernel (JIT); time the second
+    start = time.perf_counter()
+    out = np.asarray(backend.run_node(graph, node, {"A": a}))
+    seconds = time.perf_counter() - start
+    correct = bool(np.array_equal(out, unpack_out(expected, m, n)))
+    report = {"workload": f"gemm {m}x{k}x{n}", "backend": args.target, "config": cfg.name, "instructions": None,
+              "cycles": None, "correct": correct,
+              "summary": {"useful_macs": m * k * n, "operator": "QDense (the compiler's quantized Dense)",
+                          "shift": int(shift), "wall_time_us": round(seconds * 1e6, 3)},
+              "stats": {}, "counters": {}}
     if args.json:
         print(json.dumps(report, indent=2, default=_json_default))
     else:
@@ -383,8 +431,9 @@ def _json_default(value: Any) -> Any:
 
 def _format_run(report: dict[str, Any]) -> str:
     cycles = report["cycles"]
-    lines = [f"{report['workload']} on {report['backend']} ({report['config']}, {report['instructions']} "
-             f"instructions)",
+    program = (f"{report['instructions']} instructions" if report["instructions"] is not None
+               else "one graph operator, no accelerator program")
+    lines = [f"{report['workload']} on {report['backend']} ({report['config']}, {program})",
              f"  {'result':<28} {_verdict(report['correct'])}",
              f"  {'cycles':<28} {cycles if cycles is not None else 'n/a (this backend does not count cycles)'}"]
     for title in ("summary", "stats", "counters"):
@@ -467,8 +516,9 @@ def _add_asm_commands(sub: Any) -> None:
 def _add_run_command(sub: Any, with_model_options: bool) -> None:
     run = sub.add_parser("run", help="run the GEMM benchmark or a model on a backend and print statistics",
                          description="Without MODEL: build the GEMM benchmark program (C = A x B, int8 inputs, "
-                                     "M x K times K x N), run it on the chosen backend, check the result against "
-                                     "numpy and print the backend's statistics. With MODEL (a zoo name such as "
+                                     "M x K times K x N), run it on the chosen backend (on cpu: the same GEMM as "
+                                     "one quantized Dense operator), check the result against numpy and print the "
+                                     "backend's statistics. With MODEL (a zoo name such as "
                                      "resnet18 or an .onnx file): compile and run the model (vta.compiler).")
     run.add_argument("model", metavar="MODEL", nargs="?", default=None,
                      help="a model zoo name or an .onnx path, or a saved program (.npz) to run as it is "
