@@ -82,6 +82,8 @@ class GpuBackend(Backend):
         self.where_ran = self.device.name
         self.kernel_ms: list[tuple[str, str, float]] = []
         """(node name, kernel name, milliseconds) per launch."""
+        self.kernels: dict[tuple, gpu.Kernel] = {}
+        """Every kernel launched, by key."""
         self.transfers = {"uploads": 0, "upload_bytes": 0, "downloads": 0, "download_bytes": 0}
         self._resident: dict[str, tuple[np.ndarray, Any]] = {}
         self._constants: dict[tuple[int, str], tuple[Any, Any]] = {}
@@ -120,6 +122,7 @@ class GpuBackend(Backend):
         return buf
 
     def _launch(self, node: Node, kernel: gpu.Kernel, bufs: list[Any]) -> None:
+        self.kernels.setdefault(kernel.key, kernel)
         self.kernel_ms.append((node.name, kernel.name, self.device.launch(kernel, bufs)))
 
     # ---- the Backend interface ----------------------------------------------------------------------------------
