@@ -133,7 +133,8 @@ class Compiled:
             steps.append({"kind": "accel", "node": step.node.name, "program": f"steps/{k}/program",
                           "inputs": list(step.inputs), "output": step.output, "macs": step.macs,
                           "gemm_uops": step.gemm_uops, "alu_uops": step.alu_uops, "tiles": step.tiles,
-                          "tiling": step.tiling, "fold": fold})
+                          "tiling": step.tiling, "fold": fold, "schedule": dict(step.schedule),
+                          "predicted_cycles": int(step.predicted_cycles)})
         meta_arrays: dict[str, np.ndarray] = {}
         meta = value_to_data(dict(self.meta), meta_arrays, "meta")
         arrays.update(meta_arrays)
@@ -161,9 +162,13 @@ class Compiled:
                 raise ValueError(f"the program of step {k} is written for {program.cfg.name}, not for the artefact's "
                                  f"config {cfg.name}")
             fold = None if data["fold"] is None else ColumnFold(**data["fold"])
+            schedule = data["schedule"]
+            if not isinstance(schedule, dict):
+                raise TypeError(f"the schedule of step {k} is a {type(schedule).__name__}, not a dict")
             steps.append(AccelStep(node, program, [str(name) for name in data["inputs"]], str(data["output"]),
                                    int(data["macs"]), int(data["gemm_uops"]), int(data["alu_uops"]),
-                                   int(data["tiles"]), str(data["tiling"]), fold))
+                                   int(data["tiles"]), str(data["tiling"]), fold, schedule=schedule,
+                                   predicted_cycles=int(data["predicted_cycles"])))
         decisions = {d["node"]: Decision(**d) for d in body["decisions"]}
         meta = value_from_data(body["meta"], arrays)
         if not isinstance(meta, dict):

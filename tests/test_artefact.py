@@ -57,6 +57,8 @@ def test_round_trip_is_identical_and_runs_the_same(tmp_path, model):
             assert np.array_equal(b.program.dram, a.program.dram) and b.program.dram.dtype == np.uint8
             assert b.program.allocations == a.program.allocations
             assert (b.inputs, b.output, b.fold, b.tiling, b.tiles) == (a.inputs, a.output, a.fold, a.tiling, a.tiles)
+            assert (b.schedule, b.predicted_cycles) == (a.schedule, a.predicted_cycles)
+            assert a.schedule and a.predicted_cycles > 0  # the schedule search's choice survives the round trip
     for name, value in compiled.graph.constants.items():
         assert loaded.graph.constants[name].dtype == value.dtype and np.array_equal(loaded.graph.constants[name], value)
     for a, b in zip(compiled.graph.nodes, loaded.graph.nodes):
