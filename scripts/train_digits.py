@@ -6,9 +6,11 @@ Flatten, Gemm (10). Trained with Adam on a fixed 75/25 split of the 1797 images 
 The int8 model is calibrated on 200 training images and evaluated on the whole test split with the integer
 reference (``--target reference``, default), the llvmlite CPU path (``cpu``) or the accelerator through the compiler
 runtime (``fsim`` / ``tsim``, default config). Prints float (ONNX Runtime) and int8 test accuracy; exits 1 when the
-int8 accuracy is more than 1 point below float.
+int8 accuracy is more than 1 point below float. While it trains (and evaluates) it shows a progress bar (tqdm) on
+standard error when that is a terminal; ``--no-progress`` turns it off.
 
-Usage: ``python scripts/train_digits.py [--epochs 40] [--target reference|cpu|fsim|tsim] [--out digits.onnx]``
+Usage: ``python scripts/train_digits.py [--epochs 40] [--target reference|cpu|fsim|tsim] [--out digits.onnx]
+[--no-progress]``
 Needs scikit-learn (``pip install scikit-learn``).
 """
 from __future__ import annotations
@@ -17,7 +19,7 @@ import argparse
 import os
 import sys
 import time
-from typing import Callable
+from typing import Callable, Iterable, TypeVar
 
 import numpy as np
 import onnx
@@ -101,21 +103,42 @@ def backward(p: dict[str, np.ndarray], cache: list, dlogits: np.ndarray) -> dict
     return g
 
 
-def train(epochs: int = 40, seed: int = 0, lr: float = 3e-3, batch: int = 64) -> dict[str, np.ndarray]:
-    """Adam on softmax cross-entropy; returns the parameters."""
+T = TypeVar("T")
+
+
+def stderr_is_tty() -> bool:
+    """Whether standard error is a terminal (progress bars are drawn only there)."""
+    return sys.stderr.isatty()
+
+
+def _bar(items: Iterable[T], enabled: bool, **options: object) -> Iterable[T]:
+    """``items``, wrapped in a tqdm progress bar on standard error when ``enabled``."""
+    if not enabled:
+        return items
+    from tqdm import tqdm
+    return tqdm(items, file=sys.stderr, **options)  # type: ignore[call-overload]
+
+
+def train(epochs: int = 40, seed: int = 0, lr: float = 3e-3, batch: int = 64,
+          progress: bool = False) -> dict[str, np.ndarray]:
+    """Adam on softmax cross-entropy; returns the parameters. ``progress``: a bar over the epochs showing the last
+    epoch's mean training loss."""
     x, y, _, _ = load_data(seed)
     rng = np.random.default_rng(seed)
     p = init_params(rng)
     m = {k: np.zeros_like(v) for k, v in p.items()}
     v = {k: np.zeros_like(v) for k, v in p.items()}
     step = 0
-    for _ in range(epochs):
+    bar = _bar(range(epochs), progress, desc="train", unit="epoch")
+    for _ in bar:
         order = rng.permutation(len(y))
+        loss = 0.0
         for i in range(0, len(y), batch):
             idx = order[i:i + batch]
             logits, cache = forward(p, x[idx])
             e = np.exp(logits - logits.max(axis=1, keepdims=True))
             prob = e / e.sum(axis=1, keepdims=True)
+            loss += float(-np.log(prob[np.arange(len(idx)), y[idx]] + 1e-12).sum())
             prob[np.arange(len(idx)), y[idx]] -= 1
             grads = backward(p, cache, prob / len(idx))
             step += 1
@@ -124,6 +147,8 @@ def train(epochs: int = 40, seed: int = 0, lr: float = 3e-3, batch: int = 64) ->
                 v[k] = 0.999 * v[k] + 0.001 * grads[k] ** 2
                 mhat, vhat = m[k] / (1 - 0.9**step), v[k] / (1 - 0.999**step)
                 p[k] = (p[k] - lr * mhat / (np.sqrt(vhat) + 1e-8)).astype(np.float32)
+        if progress:
+            bar.set_postfix(loss=f"{loss / len(y):.4f}")  # type: ignore[attr-defined]
     return p
 
 
@@ -163,8 +188,9 @@ def int8_runner(qgraph, target: str) -> Callable[[np.ndarray], np.ndarray]:
 
 
 def evaluate(model: onnx.ModelProto, target: str = "reference", epochs_note: str = "", limit: int | None = None,
-             seed: int = 0) -> dict[str, float]:
-    """Float (ONNX Runtime) and int8 test accuracy in percent, on the first ``limit`` test images (all if None)."""
+             seed: int = 0, progress: bool = False) -> dict[str, float]:
+    """Float (ONNX Runtime) and int8 test accuracy in percent, on the first ``limit`` test images (all if None);
+    ``progress``: a bar over the test images run in int8."""
     import onnxruntime as ort
 
     from vta.compiler.onnx_frontend import import_onnx
@@ -177,7 +203,8 @@ def evaluate(model: onnx.ModelProto, target: str = "reference", epochs_note: str
     graph = import_onnx(model, batch=1)
     qgraph = quantize(graph, {"input": x_train[:200]})
     runner = int8_runner(qgraph, target)
-    int8_pred = np.array([runner(x_test[i:i + 1]).argmax() for i in range(len(y_test))])
+    images = _bar(range(len(y_test)), progress, desc=f"int8 on {target}", unit="image")
+    int8_pred = np.array([runner(x_test[i:i + 1]).argmax() for i in images])
     return {"float_acc": 100.0 * float((float_pred == y_test).mean()),
             "int8_acc": 100.0 * float((int8_pred == y_test).mean()),
             "agreement": 100.0 * float((float_pred == int8_pred).mean()), "images": float(len(y_test))}
@@ -191,16 +218,19 @@ def main(argv: list[str] | None = None) -> int:
                         help="where the int8 model runs (default: the integer reference)")
     parser.add_argument("--limit", type=int, default=None, help="evaluate on the first LIMIT test images only")
     parser.add_argument("--out", default=None, help="write the trained ONNX model here (default: the cache folder)")
+    parser.add_argument("--no-progress", action="store_true",
+                        help="no progress bars (they are shown only when standard error is a terminal)")
     args = parser.parse_args(argv)
+    progress = not args.no_progress and stderr_is_tty()
     start = time.perf_counter()
-    params = train(args.epochs, args.seed)
+    params = train(args.epochs, args.seed, progress=progress)
     model = export_onnx(params)
     out = args.out or os.path.join(os.path.expanduser(os.environ.get("VTA_CACHE_DIR", "~/.cache/vta-lab")),
                                    "models", "digits_cnn.onnx")
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     onnx.save(model, out)
     trained = time.perf_counter() - start
-    result = evaluate(model, args.target, limit=args.limit, seed=args.seed)
+    result = evaluate(model, args.target, limit=args.limit, seed=args.seed, progress=progress)
     print(f"trained {args.epochs} epochs in {trained:.1f} s; model written to {out}")
     print(f"test images: {int(result['images'])}  float32 accuracy: {result['float_acc']:.2f}%  "
           f"int8 accuracy ({args.target}): {result['int8_acc']:.2f}%  "
