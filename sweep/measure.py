@@ -2,7 +2,7 @@
 
 ``model`` mode: :func:`vta.compiler.pipeline.compile_graph` for the config (the model is loaded and quantized once per
 worker: quantization does not depend on the config), :func:`vta.compiler.cost.estimate` of every accelerator layer's
-program, :func:`vta.sweep.area.estimate_area` and :mod:`vta.sweep.energy` over the layers' counters. ``exact`` mode:
+program, :func:`vta.sweep.area.estimate_area` and :mod:`vta.energy` over the layers' counters. ``exact`` mode:
 the same compile, then :func:`vta.compiler.runtime.run` on the ``tsim`` target (Verilator; cycles from the core's
 counters; a build per config, minutes each). In both modes the layers the partitioner leaves on the CPU are charged
 the partitioner's own CPU-time estimate (``Decision.cpu_us``), run in sequence with the accelerator layers; conversions
@@ -25,10 +25,10 @@ from datetime import datetime, timezone
 from typing import Any, Iterator
 
 from vta.config import VTAConfig
+from vta.energy import layer_energy, load_tech, static_pj
 
 from .area import estimate_area
 from .counts import program_counts
-from .energy import layer_energy, load_tech, static_pj
 from .spec import Point
 
 __all__ = ["measure", "PointTimeout", "COMPILE_CACHE_SIZE"]

@@ -2,8 +2,8 @@
 
 The technology file (TOML, default ``tech/default_45nm.toml``: Horowitz, ISSCC 2014, 45 nm) gives pJ per 8-bit
 multiply and 32-bit add, pJ per SRAM access by SRAM size, pJ per DRAM access, pJ per CPU MAC and static power per
-area. Events per accelerator layer follow from its counters (:func:`vta.sweep.counts.program_counts`, names of
-:mod:`vta.counters`) and the config:
+area. Events per accelerator layer follow from its counters (a run's statistics, or
+:func:`vta.sweep.counts.program_counts` without a run; names of :mod:`vta.counters`) and the config:
 
 * each MAC (``macs``): one 8-bit multiply + one 32-bit add;
 * each GEMM micro-op: reads one inp entry, one wgt entry, one micro-op, reads and writes one acc entry and writes one
@@ -16,6 +16,9 @@ area. Events per accelerator layer follow from its counters (:func:`vta.sweep.co
 SRAM energy per byte is the file's access energy at the buffer's size (interpolated in log2 of the size) divided by
 the access width in bytes. CPU layers cost ``cpu.mac_pj`` per MAC; static energy is ``static.mw_per_kclb`` times the
 design's area (CLB-equivalents, :mod:`vta.sweep.area`) times the inference's time. All energies are pJ.
+
+On the ground floor (it imports only :mod:`vta.config`): the sweep (:mod:`vta.sweep.measure`) and the per-run
+reports (:mod:`vta.compiler.report`) use the same model.
 """
 from __future__ import annotations
 
@@ -26,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from vta.config import VTAConfig
+from .config import VTAConfig
 
 __all__ = ["Tech", "load_tech", "DEFAULT_TECH", "layer_energy", "sram_pj_per_byte", "TechError", "BUFFERS"]
 
