@@ -12,10 +12,13 @@ Models (:func:`list_models`): ``resnet18``, ``resnet34``, ``resnet50`` (``[N, 3,
 add, a depthwise conv with ReLU6, Pad, Concat, Mul, Max/Average pooling), and the pretrained
 ``efficientnet_lite0`` (``[1, 3, 224, 224]`` -> ``[1, 1000]`` ImageNet logits, batch fixed at 1; needs the
 ``efficientnet`` extra), exported once by :mod:`.efficientnet` (which also provides the photos and class names) as
-``efficientnet_lite0.onnx`` in the same folder. :func:`calibration_data` gives real calibration inputs.
+``efficientnet_lite0.onnx`` in the same folder. A cached model whose SHA-256 differs from the one recorded next to it
+(``<name>.v<ZOO_VERSION>.onnx.sha256``) is built again with a warning. :func:`calibration_data` gives real
+calibration inputs.
 """
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
 from pathlib import Path
@@ -25,7 +28,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from vta.cache import cache_root
+from vta.cache import cache_root, file_sha256
+from vta.fileio import atomic_write_text
 
 from . import float_ref
 
@@ -262,11 +266,36 @@ def get_model(name: str) -> Path:
         from . import efficientnet
         return efficientnet.export_onnx(cache_dir())
     path = cache_dir() / f"{name}.v{ZOO_VERSION}.onnx"
-    if not path.exists():
+    problem = _damage(path)
+    if problem is not None:
+        if path.exists():
+            logging.getLogger("vta").warning("the cached zoo model %s is damaged (%s); building it again", path,
+                                             problem)
         path.parent.mkdir(parents=True, exist_ok=True)
         model = build_model(name)
         fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".onnx.tmp")
         os.close(fd)
         onnx.save(model, tmp)
+        digest = file_sha256(Path(tmp))
         os.replace(tmp, path)
+        atomic_write_text(_digest_path(path), digest + "\n")  # written last: a kill before it means a rebuild
     return path
+
+
+def _digest_path(path: Path) -> Path:
+    """The file recording the SHA-256 of a cached zoo model (``<name>.v<N>.onnx.sha256``)."""
+    return path.with_name(path.name + ".sha256")
+
+
+def _damage(path: Path) -> str | None:
+    """None when the cached model ``path`` exists and has the SHA-256 recorded when it was written; otherwise what
+    is wrong (missing, no record, changed), so :func:`get_model` builds it again."""
+    if not path.exists():
+        return "missing"
+    try:
+        recorded = _digest_path(path).read_text().strip()
+    except OSError:
+        return "no recorded SHA-256"
+    if file_sha256(path) != recorded:
+        return "its SHA-256 differs from the one recorded when it was written"
+    return None

@@ -24,12 +24,30 @@ def test_cache_dir_and_caching(tmp_path, monkeypatch):
     assert path == tmp_path / "models" / f"tiny_cnn.v{zoo.ZOO_VERSION}.onnx" and path.exists()
     stamp = path.stat().st_mtime_ns
     assert zoo.get_model("tiny_cnn").stat().st_mtime_ns == stamp        # reused, not rebuilt
-    assert [p.name for p in (tmp_path / "models").iterdir()] == [path.name]
+    assert sorted(p.name for p in (tmp_path / "models").iterdir()) == [path.name, path.name + ".sha256"]
     g = import_onnx(path, batch=2)                                          # the batch dimension is dynamic
     assert g.shape("input") == (2, 1, 8, 8) and g.shape("output") == (2, 10)
     x = np.random.default_rng(0).uniform(0, 1, (2, 1, 8, 8)).astype(np.float32)
     ref = ort.InferenceSession(str(path)).run(None, {"input": x})[0]
     np.testing.assert_allclose(run_float(g, {"input": x})["output"], ref, atol=1e-5)
+
+
+def test_damaged_cached_model_is_rebuilt(tmp_path, monkeypatch, caplog):
+    """A truncated or altered cached model (found by the fault campaign) is built again, not reported forever as
+    the user's bad ONNX file; so is one without its recorded SHA-256 (an older cache or a kill before it)."""
+    monkeypatch.setenv("VTA_CACHE_DIR", str(tmp_path))
+    path = zoo.get_model("tiny_cnn")
+    good = path.read_bytes()
+    for damage in (lambda: path.write_bytes(good[:100]), lambda: path.write_bytes(good[:-1] + b"x"),
+                   lambda: path.with_name(path.name + ".sha256").unlink()):
+        damage()
+        caplog.clear()
+        assert zoo.get_model("tiny_cnn") == path and path.read_bytes() == good
+        assert zoo.get_model("tiny_cnn").read_bytes() == good
+    assert "damaged (no recorded SHA-256); building it again" in caplog.text
+    path.unlink()
+    caplog.clear()
+    assert zoo.get_model("tiny_cnn").read_bytes() == good and "damaged" not in caplog.text   # missing: no warning
 
 
 @pytest.mark.parametrize("name", ["tiny_cnn", "mini_resnet"])
