@@ -122,8 +122,8 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     _add_model_options(parser)
     parser.add_argument("--report-json", metavar="FILE", help="write the per-layer report as JSON")
     parser.add_argument("--report-csv", metavar="FILE", help="write the per-layer report as CSV")
-    parser.add_argument("--plot", metavar="FILE", help="write a bar chart of cycles or micro-ops per layer (.png, "
-                                                      ".svg or .pdf)")
+    parser.add_argument("--plot", metavar="FILE", help="write per-layer stacked bars of where cycles and energy went "
+                                                      "(.png, .svg or .pdf) and the roofline beside it (FILE_roofline)")
     parser.add_argument("--reasons", action="store_true", help="show why each layer runs where it does")
     parser.add_argument("--no-check", action="store_true", help="skip the bit-exact check against the reference")
     parser.add_argument("--input", metavar="FILE.npy", help="the model's input (a .npy array of its input shape, "
@@ -260,4 +260,6 @@ def _write_outputs(report: Any, args: argparse.Namespace) -> None:
     if getattr(args, "report_csv", None):
         report.write_csv(args.report_csv)
     if getattr(args, "plot", None):
+        from .report import roofline_path
         report.plot(args.plot)
+        report.plot_roofline(roofline_path(args.plot))

@@ -7,30 +7,55 @@ iterations (fsim and tsim); ``cycles`` clock cycles (tsim only, else None); ``by
 by the accelerator; ``ms`` wall-clock milliseconds of the step on this machine (simulation time, not accelerator
 time); ``util`` the fraction of the GEMM core's peak (``BATCH * BLOCK_IN * BLOCK_OUT`` MACs per cycle) the layer
 achieved (tsim only). The totals add ``accel_ms_at_clock``: the accelerator cycles at the config's clock.
+
+Memory traffic and energy: ``insn_bytes_read`` ... ``out_bytes_written`` are an accelerator layer's bytes per memory
+type from the backend's statistics (:data:`vta.counters.BYTE_COUNTERS`; None on the CPU); ``intensity`` its MACs per
+DRAM byte; ``macs_per_cycle`` the MACs per cycle it achieved (measured cycles, tsim only). ``energy_uj`` and the
+``energy_<part>_uj`` columns are microjoules from :mod:`vta.energy` and a technology file (default the 45 nm table):
+accelerator layers from their statistics (MACs, ALU lanes, SRAM bytes per buffer, DRAM bytes), layers on a CPU or
+GPU fallback at the file's ``cpu.mac_pj`` per MAC. Static energy needs an area and is left to the sweep.
+
+:meth:`Report.plot` draws per-layer stacked bars of where the cycles (per module, from the counters) and the energy
+went; :meth:`Report.plot_roofline` the roofline (operational intensity against achieved MACs per cycle, the compute
+roof ``BATCH * BLOCK_IN * BLOCK_OUT`` and the bus's ``BUS_BYTES`` per cycle). :func:`load_report` reads a saved JSON
+report back (``vta report RUN``) and :func:`compare` puts two runs side by side, layer by layer.
 """
 from __future__ import annotations
 
 import csv
 import io
 import json
+import os
 from dataclasses import asdict, dataclass, field
 from os import PathLike
 from typing import Any
 
-from vta.counters import CYCLE_CLASSES, MODULES
+from vta.config import VTAConfig
+from vta.counters import BYTE_COUNTERS, CYCLE_CLASSES, MODULES
+from vta.energy import BUFFERS, Tech, layer_energy, load_tech
 from vta.fileio import atomic_path, atomic_write_text
 
 from .runtime import AccelStep, Compiled, RunOutput
 
-__all__ = ["Report", "build_report", "COLUMNS", "MODULE_COLUMNS"]
+__all__ = ["Report", "build_report", "COLUMNS", "MODULE_COLUMNS", "BYTE_COLUMNS", "ENERGY_PARTS", "ENERGY_COLUMNS",
+           "ReportError", "load_report", "compare", "format_comparison", "roofline_path"]
 
 MODULE_COLUMNS = tuple(f"{m}_{c}" for m in MODULES for c in CYCLE_CLASSES)
 """Per-module cycle classes from the core's counters (tsim only, else None): e.g. ``compute_busy``,
 ``load_wait_token``, ``store_wait_mem``; a module's idle cycles are the layer's cycles minus the three."""
+BYTE_COLUMNS = tuple(BYTE_COUNTERS.values())
+"""Bytes per memory type an accelerator layer moved (``insn_bytes_read``, ``uop_bytes_read``, ``wgt_bytes_read``,
+``inp_bytes_read``, ``acc_bytes_read``, ``out_bytes_written``), None on the CPU."""
+ENERGY_PARTS = ("mac", "alu", *(f"sram_{b}" for b in BUFFERS), "dram", "cpu")
+"""The components of a layer's energy: :func:`vta.energy.layer_energy`'s, and ``cpu`` for fallback layers."""
+ENERGY_COLUMNS = ("energy_uj",) + tuple(f"energy_{p}_uj" for p in ENERGY_PARTS)
+"""A layer's energy (microjoules) and its components (None where a component does not apply)."""
 COLUMNS = ("layer", "op", "where", "macs", "gemm_uops", "alu_uops", "cycles", "util", "predicted", "bound", "bytes",
-           "ms", "conversions", "tiling", "reason") + MODULE_COLUMNS
+           "ms", "conversions", "tiling", "reason") + MODULE_COLUMNS + BYTE_COLUMNS + (
+    "hw_macs", "intensity", "macs_per_cycle") + ENERGY_COLUMNS
 """``predicted``: the cycle model's cycles for an accelerator layer's program (any target; None on the CPU);
-``bound``: the module the model says bounds it (``load``, ``compute``, ``store``; empty on the CPU)."""
+``bound``: the module the model says bounds it (``load``, ``compute``, ``store``; empty on the CPU); ``hw_macs``: the
+MACs the GEMM core performed including padding lanes (the statistics' ``macs``; what costs energy)."""
 
 
 @dataclass
@@ -44,6 +69,12 @@ class Report:
     macs_per_cycle: int = 1
     clock_mhz: float = 100.0
     extra: dict[str, Any] = field(default_factory=dict)
+    bus_bytes: int = 8
+    """The DMA bus width in bytes per cycle: the roofline's bandwidth roof."""
+    config_fields: dict[str, Any] | None = None
+    """The config's fields (:meth:`vta.config.VTAConfig.to_dict`), so a saved report can be re-rendered."""
+    tech: str = ""
+    """The technology file's name its energies come from."""
 
     @property
     def totals(self) -> dict[str, Any]:
@@ -61,12 +92,69 @@ class Report:
                 "accel_macs": accel_macs, "gemm_uops": total("gemm_uops"), "alu_uops": total("alu_uops"),
                 "cycles": accel_cycles, "util": util, "predicted": int(sum(predicted)) if predicted else None,
                 "accel_ms_at_clock": at_clock, "bytes": total("bytes"),
-                "ms": round(sum(r["ms"] for r in self.rows), 3), "conversions": total("conversions")}
+                "ms": round(sum(r["ms"] for r in self.rows), 3), "conversions": total("conversions"),
+                **self._traffic_totals()}
+
+    def _traffic_totals(self) -> dict[str, Any]:
+        """Bytes per memory type, intensity and energy (microjoules) summed over layers; None where no layer has
+        them."""
+        out: dict[str, Any] = {}
+        for key in BYTE_COLUMNS + ENERGY_COLUMNS:
+            values = [r[key] for r in self.rows if r.get(key) is not None]
+            out[key] = (round(sum(values), 6) if key.startswith("energy") else int(sum(values))) if values else None
+        dram = sum(out[k] or 0 for k in BYTE_COLUMNS)
+        accel_macs = sum(r["macs"] for r in self.rows if r["where"] == "accel")
+        out["intensity"] = round(accel_macs / dram, 4) if dram else None
+        return out
 
     # ---- output -------------------------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        return {"model": self.model, "config": self.config, "target": self.target, "layers": self.rows,
-                "totals": self.totals, **self.extra}
+        return {"model": self.model, "config": self.config, "target": self.target, "macs_per_cycle":
+                self.macs_per_cycle, "clock_mhz": self.clock_mhz, "bus_bytes": self.bus_bytes,
+                "config_fields": self.config_fields, "tech": self.tech, "layers": self.rows, "totals": self.totals,
+                **self.extra}
+
+    @classmethod
+    def from_dict(cls, data: Any, *, source: str = "the report") -> "Report":
+        """The report :meth:`to_dict` (a saved JSON report) describes; :class:`ReportError` naming ``source`` and
+        the first problem when ``data`` is not one."""
+        if not isinstance(data, dict):
+            raise ReportError(f"{source}: not a run report (a JSON object written by vta run --report-json)")
+        missing = [k for k in ("model", "config", "target", "layers") if k not in data]
+        if missing:
+            raise ReportError(f"{source}: not a run report written by vta run --report-json (no "
+                              f"{', '.join(repr(k) for k in missing)})")
+        if not isinstance(data["layers"], list) or not all(isinstance(r, dict) for r in data["layers"]):
+            raise ReportError(f"{source}: 'layers' is not a list of rows")
+        rows = []
+        for i, row in enumerate(data["layers"]):
+            lacking = [k for k in ("layer", "op", "where", "macs") if k not in row]
+            if lacking:
+                raise ReportError(f"{source}: layer {i} has no {', '.join(lacking)}")
+            rows.append({k: row.get(k, "" if k in ("bound", "tiling", "reason") else 0 if k in (
+                "gemm_uops", "alu_uops", "bytes", "ms", "conversions") else None) for k in COLUMNS})
+        known = {"model", "config", "target", "macs_per_cycle", "clock_mhz", "bus_bytes", "config_fields", "tech",
+                 "layers", "totals"}
+        try:
+            return cls(str(data["model"]), str(data["config"]), str(data["target"]), rows,
+                       int(data.get("macs_per_cycle") or 1), float(data.get("clock_mhz") or 100.0),
+                       {k: v for k, v in data.items() if k not in known}, int(data.get("bus_bytes") or 8),
+                       data.get("config_fields"), str(data.get("tech") or ""))
+        except (TypeError, ValueError) as err:
+            raise ReportError(f"{source}: a report field has the wrong type ({err})") from None
+
+    def with_tech(self, tech: Tech) -> "Report":
+        """The same report with every layer's energy computed again from its statistics with ``tech``; needs the
+        config's fields (reports written since they are saved)."""
+        if not self.config_fields:
+            raise ReportError(f"the report of {self.model} does not hold its config's fields; run it again to "
+                              f"recompute its energy")
+        cfg = VTAConfig.from_dict(self.config_fields)
+        rows = [dict(r) for r in self.rows]
+        for row in rows:
+            _fill_energy(row, cfg, tech)
+        return Report(self.model, self.config, self.target, rows, self.macs_per_cycle, self.clock_mhz,
+                      dict(self.extra), self.bus_bytes, self.config_fields, tech.name)
 
     def write_json(self, path: str | PathLike[str]) -> None:
         """Write :meth:`to_dict` as JSON, atomically (a failure leaves any previous file intact)."""
@@ -106,6 +194,7 @@ class Report:
         lines.append(f"layout conversions at partition boundaries: {t['conversions']}; "
                      f"{t['accel_macs']:,} of {t['macs']:,} MACs on the accelerator")
         lines.extend(self.format_modules())
+        lines.extend(self.format_traffic())
         for key, value in self.extra.items():
             lines.append(f"{key}: {value}")
         return "\n".join(lines)
@@ -137,56 +226,271 @@ class Report:
                                                   (("busy", 6), ("wait_token", 10), ("wait_mem", 8), ("idle", 6))))
         return lines
 
+    def format_traffic(self) -> list[str]:
+        """Bytes per memory type, intensity, achieved MACs per cycle and energy of each layer, as text lines (empty
+        when no layer has statistics or energy: reports written before they were recorded)."""
+        if not any(r.get("energy_uj") is not None or r.get(BYTE_COLUMNS[0]) is not None for r in self.rows):
+            return []
+        head = (f"  {'layer':<28} {'where':<5} " + " ".join(f"{k.split('_')[0]:>9}" for k in BYTE_COLUMNS)
+                + f" {'MAC/B':>7} {'MAC/cyc':>7} {'energy uJ':>10}")
+        lines = [f"memory traffic (bytes per memory type), intensity (MACs per DRAM byte) and energy ({self.tech}):",
+                 head]
+        for r in self.rows:
+            lines.append(f"  {r['layer'][:28]:<28} {r['where']:<5} "
+                         + " ".join(f"{_opt(r.get(k)):>9}" for k in BYTE_COLUMNS)
+                         + f" {_num(r.get('intensity'), 2):>7} {_num(r.get('macs_per_cycle'), 1):>7} "
+                         f"{_num(r.get('energy_uj'), 3):>10}")
+        t = self.totals
+        lines.append(f"  {'total':<28} {'':<5} " + " ".join(f"{_opt(t.get(k)):>9}" for k in BYTE_COLUMNS)
+                     + f" {_num(t.get('intensity'), 2):>7} {'':>7} {_num(t.get('energy_uj'), 3):>10}")
+        if t.get("energy_uj"):
+            parts = [(p, t.get(f"energy_{p}_uj") or 0.0) for p in ENERGY_PARTS]
+            shares = ", ".join(f"{p} {100 * v / t['energy_uj']:.1f}%" for p, v in parts if v)
+            lines.append(f"energy per inference: {t['energy_uj']:,.3f} uJ dynamic ({shares})")
+        return lines
+
     def plot(self, path: str | PathLike[str]) -> None:
-        """A bar chart per layer of cycles (tsim) or GEMM + ALU micro-ops (fsim), coloured by placement (PNG/SVG by
-        ``path``'s suffix), written atomically."""
+        """:meth:`figure` written to ``path`` (PNG/SVG/PDF by its suffix), atomically."""
+        _save(self.figure(), path)
+
+    def plot_roofline(self, path: str | PathLike[str]) -> None:
+        """:meth:`roofline_figure` written to ``path`` (PNG/SVG/PDF by its suffix), atomically."""
+        _save(self.roofline_figure(), path)
+
+    def figure(self) -> Any:
+        """A matplotlib figure of per-layer bars of where the cycles and the energy went. Top: each layer's cycles
+        (tsim), else the cycle model's prediction, else its micro-ops, coloured by where it ran; then, with the
+        core's counters, one panel per module stacking its busy, waiting-on-a-token, waiting-on-memory and idle
+        cycles (they add up to the layer's cycles); then the energy by component. A legend names only what is
+        drawn."""
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        use_cycles = any(r["cycles"] is not None for r in self.rows)
-        values = [(r["cycles"] or 0) if use_cycles else r["gemm_uops"] + r["alu_uops"] for r in self.rows]
-        colours = ["tab:blue" if r["where"] == "accel" else "tab:gray" for r in self.rows]
         per_module = self.module_breakdown() is not None
+        energy = any(r.get("energy_uj") for r in self.rows)
+        panels = 1 + (len(MODULES) if per_module else 0) + int(energy)
         width = max(6.0, 0.22 * len(self.rows))
-        fig, axes = plt.subplots(2 if per_module else 1, 1, figsize=(width, 7.0 if per_module else 4.0),
-                                 sharex=True, squeeze=False)
-        ax = axes[0][0]
-        ax.bar(range(len(values)), values, color=colours)
-        ax.set_ylabel("cycles" if use_cycles else "micro-ops (GEMM + ALU)")
-        ax.set_title(f"{self.model} on {self.target} ({self.config})\nblue: accelerator, grey: CPU", fontsize=9)
+        fig, axes = plt.subplots(panels, 1, figsize=(width, 2.2 + 2.0 * panels), sharex=True, squeeze=False)
+        x = list(range(len(self.rows)))
+        self._plot_overview(axes[0][0], x)
+        k = 1
         if per_module:
-            self._plot_compute_classes(axes[1][0])
+            for m in MODULES:
+                self._plot_module(axes[k][0], x, m)
+                k += 1
+        if energy:
+            series = {p: [r.get(f"energy_{p}_uj") or 0.0 for r in self.rows] for p in ENERGY_PARTS}
+            _stacked(axes[k][0], x, series, _ENERGY_COLOURS)
+            axes[k][0].set_ylabel("energy (uJ)")
+            axes[k][0].set_title(f"energy by component ({self.tech})", fontsize=9)
         bottom = axes[-1][0]
-        bottom.set_xticks(range(len(values)))
+        bottom.set_xticks(x)
         bottom.set_xticklabels([r["layer"] for r in self.rows], rotation=90, fontsize=6)
         fig.tight_layout()
-        try:
-            with atomic_path(path) as tmp:  # the temporary name keeps the suffix that picks the format
-                fig.savefig(tmp)
-        finally:
-            plt.close(fig)
+        return fig
 
+    def _plot_overview(self, ax: Any, x: list[int]) -> None:
+        """Bars of each layer's cycles, predicted cycles or micro-ops, coloured by where it ran."""
+        if any(r["cycles"] is not None for r in self.rows):
+            values, what = [float(r["cycles"] or 0) for r in self.rows], "cycles (tsim)"
+        elif any(r.get("predicted") is not None for r in self.rows):
+            values, what = [float(r.get("predicted") or 0) for r in self.rows], "cycles (cycle model)"
+        else:
+            values, what = [float(r["gemm_uops"] + r["alu_uops"]) for r in self.rows], "micro-ops (GEMM + ALU)"
+        for where in dict.fromkeys(r["where"] for r in self.rows):
+            heights = [v if r["where"] == where else 0.0 for v, r in zip(values, self.rows)]
+            if any(heights):
+                ax.bar(x, heights, color=_WHERE_COLOURS.get(where, "tab:purple"), label=_WHERE_LABELS.get(where,
+                                                                                                      where))
+        ax.set_ylabel(what)
+        ax.set_title(f"{self.model} on {self.target} ({self.config})", fontsize=9)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
 
-    def _plot_compute_classes(self, ax: Any) -> None:
-        """Stacked bars: each accelerator layer's cycles split into the compute module's busy/wait/idle cycles."""
-        x = range(len(self.rows))
-        bottom = [0.0] * len(self.rows)
-        colours = {"busy": "tab:green", "wait_token": "tab:orange", "wait_mem": "tab:red", "idle": "lightgray"}
-        for c, colour in colours.items():
+    def _plot_module(self, ax: Any, x: list[int], module: str) -> None:
+        """Stacked bars: each layer's cycles split into ``module``'s busy, wait_token, wait_mem and idle cycles."""
+        series: dict[str, list[float]] = {}
+        for c in (*CYCLE_CLASSES, "idle"):
             heights = []
             for r in self.rows:
-                if r["cycles"] is None or r.get("compute_busy") is None:
+                if r["cycles"] is None or r.get(f"{module}_busy") is None:
                     heights.append(0.0)
                 elif c == "idle":
-                    heights.append(max(0, r["cycles"] - sum(r[f"compute_{k}"] for k in CYCLE_CLASSES)))
+                    heights.append(max(0.0, r["cycles"] - sum(r[f"{module}_{k}"] for k in CYCLE_CLASSES)))
                 else:
-                    heights.append(r[f"compute_{c}"])
-            ax.bar(x, heights, bottom=bottom, color=colour, label=f"compute {c}")
-            bottom = [b + h for b, h in zip(bottom, heights)]
+                    heights.append(float(r[f"{module}_{c}"]))
+            series[c] = heights
+        _stacked(ax, x, series, _CLASS_COLOURS)
         ax.set_ylabel("cycles")
-        ax.set_title("compute module: busy, waiting on a token, waiting on memory, idle", fontsize=9)
+        ax.set_title(f"{module} module: busy, waiting on a token, waiting on memory, idle", fontsize=9)
+
+    def roofline_points(self) -> list[dict[str, Any]]:
+        """One point per accelerator layer with MACs and traffic: ``layer``, ``intensity`` (MACs per DRAM byte),
+        ``macs_per_cycle`` achieved (MACs over measured cycles, else over the cycle model's) and ``measured``."""
+        points = []
+        for r in self.rows:
+            cycles, measured = (r["cycles"], True) if r["cycles"] else (r.get("predicted"), False)
+            if r["where"] != "accel" or not r.get("intensity") or not cycles:
+                continue
+            points.append({"layer": r["layer"], "intensity": r["intensity"], "macs_per_cycle": r["macs"] / cycles,
+                           "measured": measured})
+        return points
+
+    def roofline_figure(self) -> Any:
+        """A matplotlib figure of the run's roofline: each accelerator layer a point at its
+        operational intensity (MACs per DRAM byte) and achieved MACs per cycle (measured cycles, else the cycle
+        model's: the legend says which), under the compute roof (``macs_per_cycle``) and the bandwidth roof
+        (``bus_bytes`` per cycle times the intensity)."""
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        points = self.roofline_points()
+        fig, ax = plt.subplots(figsize=(7.0, 5.0))
+        xs = [p["intensity"] for p in points] or [1.0]
+        lo, hi = min(min(xs) / 2, 0.5), max(max(xs) * 2, 4.0 * self.macs_per_cycle / self.bus_bytes)
+        ridge = self.macs_per_cycle / self.bus_bytes
+        ax.plot([lo, ridge], [self.bus_bytes * lo, self.macs_per_cycle], color="tab:red",
+                label=f"bandwidth roof ({self.bus_bytes} B/cycle)")
+        ax.plot([ridge, hi], [self.macs_per_cycle] * 2, color="tab:blue",
+                label=f"compute roof ({self.macs_per_cycle} MACs/cycle)")
+        for measured, marker, label in ((True, "o", "layers (tsim cycles)"), (False, "^", "layers (cycle model)")):
+            sel = [p for p in points if p["measured"] is measured]
+            if sel:
+                ax.scatter([p["intensity"] for p in sel], [p["macs_per_cycle"] for p in sel], marker=marker,
+                           color="black", zorder=3, label=label)
+        for p in points:
+            ax.annotate(p["layer"], (p["intensity"], p["macs_per_cycle"]), fontsize=6, xytext=(3, 3),
+                        textcoords="offset points")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log", base=2)
+        ax.set_xlim(lo, hi)
+        ax.set_xlabel("operational intensity (MACs per DRAM byte)")
+        ax.set_ylabel("achieved MACs per cycle")
+        ax.set_title(f"roofline: {self.model} on {self.target} ({self.config})", fontsize=9)
+        ax.legend(fontsize=7, loc="lower right")
+        fig.tight_layout()
+        return fig
+
+
+_WHERE_COLOURS = {"accel": "tab:blue", "cpu": "tab:gray", "gpu": "tab:olive", "simt": "tab:cyan"}
+_WHERE_LABELS = {"accel": "accelerator", "cpu": "CPU", "gpu": "GPU", "simt": "GPU kernels (SIMT emulator)"}
+_CLASS_COLOURS = {"busy": "tab:green", "wait_token": "tab:orange", "wait_mem": "tab:red", "idle": "lightgray"}
+_ENERGY_COLOURS = {"mac": "tab:blue", "alu": "tab:cyan", "sram_uop": "#c7b3e5", "sram_inp": "#9c7fd1",
+                   "sram_wgt": "#7a55c0", "sram_acc": "#5a3a9e", "sram_out": "#3d2470", "dram": "tab:red",
+                   "cpu": "tab:gray"}
+
+
+def _stacked(ax: Any, x: list[int], series: dict[str, list[float]], colours: dict[str, str]) -> None:
+    """Stacked bars of ``series`` (label -> heights); a series of zeros is neither drawn nor in the legend."""
+    bottom = [0.0] * len(x)
+    for label, heights in series.items():
+        if not any(heights):
+            continue
+        ax.bar(x, heights, bottom=bottom, color=colours.get(label), label=label)
+        bottom = [b + h for b, h in zip(bottom, heights)]
+    if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=7)
+
+
+def _save(fig: Any, path: str | PathLike[str]) -> None:
+    import matplotlib.pyplot as plt
+    try:
+        with atomic_path(path) as tmp:  # the temporary name keeps the suffix that picks the format
+            fig.savefig(tmp)
+    finally:
+        plt.close(fig)
+
+
+def roofline_path(path: str | PathLike[str]) -> str:
+    """Where the roofline goes beside the bar chart ``path``: ``run.png`` -> ``run_roofline.png``."""
+    root, suffix = os.path.splitext(os.fspath(path))
+    return f"{root}_roofline{suffix}"
+
+
+class ReportError(ValueError):
+    """A saved report cannot be read or re-rendered; the message names the file and the problem."""
+
+
+def load_report(path: str | PathLike[str]) -> Report:
+    """The :class:`Report` saved at ``path`` by ``vta run --report-json`` (or ``vta report --report-json``);
+    :class:`ReportError` when it cannot be read or is not a report."""
+    try:
+        text = open(path).read()
+    except OSError as err:
+        raise ReportError(f"{os.fspath(path)}: {err.strerror}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ReportError(f"{os.fspath(path)}: not JSON ({err})") from None
+    return Report.from_dict(data, source=os.fspath(path))
+
+
+def _cost(row: dict[str, Any] | None) -> tuple[float | None, str]:
+    """A layer's cycles (measured, else predicted) and which it is."""
+    if row is None:
+        return None, ""
+    if row.get("cycles") is not None:
+        return float(row["cycles"]), "tsim"
+    if row.get("predicted") is not None:
+        return float(row["predicted"]), "model"
+    return None, ""
+
+
+def compare(a: Report, b: Report) -> list[dict[str, Any]]:
+    """Two runs layer by layer, matched by layer name (A's order, then layers only B has): where each ran, cycles
+    (measured, else the cycle model's), energy (uJ) and the ratios B/A (None when either side lacks the value)."""
+    rows_b = {r["layer"]: r for r in b.rows}
+    names = [r["layer"] for r in a.rows] + [r["layer"] for r in b.rows if r["layer"] not in
+                                             {x["layer"] for x in a.rows}]
+    rows_a = {r["layer"]: r for r in a.rows}
+    out = []
+    for name in names:
+        ra, rb = rows_a.get(name), rows_b.get(name)
+        ca, kind_a = _cost(ra)
+        cb, kind_b = _cost(rb)
+        ea = ra.get("energy_uj") if ra else None
+        eb = rb.get("energy_uj") if rb else None
+        out.append({"layer": name, "op": (ra or rb or {}).get("op", ""), "where_a": ra["where"] if ra else None,
+                    "where_b": rb["where"] if rb else None, "cycles_a": ca, "cycles_b": cb,
+                    "cycles_from": "/".join(k for k in (kind_a, kind_b) if k),
+                    "cycles_ratio": round(cb / ca, 4) if ca and cb is not None else None,
+                    "energy_uj_a": ea, "energy_uj_b": eb,
+                    "energy_ratio": round(eb / ea, 4) if ea and eb is not None else None})
+    return out
+
+
+def format_comparison(a: Report, b: Report, label_a: str = "A", label_b: str = "B") -> str:
+    """:func:`compare` as a text table with totals."""
+    rows = compare(a, b)
+    head = (f"{'layer':<28} {'where A/B':<11} {'cycles A':>11} {'cycles B':>11} {'B/A':>6} {'uJ A':>9} "
+            f"{'uJ B':>9} {'B/A':>6}")
+    lines = [f"A: {label_a}: {a.model} on {a.target} ({a.config})",
+             f"B: {label_b}: {b.model} on {b.target} ({b.config})", head, "-" * len(head)]
+    for r in rows:
+        where = f"{r['where_a'] or '-'}/{r['where_b'] or '-'}"
+        lines.append(f"{r['layer'][:28]:<28} {where:<11} {_num(r['cycles_a'], 0):>11} {_num(r['cycles_b'], 0):>11} "
+                     f"{_num(r['cycles_ratio'], 2):>6} {_num(r['energy_uj_a'], 3):>9} {_num(r['energy_uj_b'], 3):>9} "
+                     f"{_num(r['energy_ratio'], 2):>6}")
+    ca = sum(r["cycles_a"] or 0 for r in rows)
+    cb = sum(r["cycles_b"] or 0 for r in rows)
+    ea, eb = a.totals.get("energy_uj"), b.totals.get("energy_uj")
+    lines.append("-" * len(head))
+    lines.append(f"{'total':<28} {'':<11} {_num(ca, 0):>11} {_num(cb, 0):>11} "
+                 f"{_num(cb / ca if ca else None, 2):>6} {_num(ea, 3):>9} {_num(eb, 3):>9} "
+                 f"{_num(eb / ea if ea and eb is not None else None, 2):>6}")
+    kinds = {k for r in rows for k in r["cycles_from"].split("/") if k}
+    lines.append("cycles: " + (" and ".join(sorted(kinds)) if kinds else "none recorded")
+                 + " (tsim: measured; model: the cycle model's prediction)")
+    moved = [r["layer"] for r in rows if r["where_a"] and r["where_b"] and r["where_a"] != r["where_b"]]
+    if moved:
+        lines.append(f"placed differently: {', '.join(moved)}")
+    return "\n".join(lines)
+
+
+def _num(value: float | None, digits: int) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
 
 
 def _opt(value: int | None) -> str:
@@ -203,8 +507,10 @@ def _json_default(value: Any) -> Any:
     return str(value)
 
 
-def build_report(compiled: Compiled, out: RunOutput, *, model: str | None = None) -> Report:
-    """The :class:`Report` of run ``out`` of ``compiled``."""
+def build_report(compiled: Compiled, out: RunOutput, *, model: str | None = None,
+                 tech: Tech | None = None) -> Report:
+    """The :class:`Report` of run ``out`` of ``compiled``; energies from ``tech`` (default: the 45 nm table)."""
+    tech = tech if tech is not None else load_tech()
     steps = {s.node.name: s for s in compiled.steps}
     cfg = compiled.cfg
     rows = []
@@ -223,5 +529,37 @@ def build_report(compiled: Compiled, out: RunOutput, *, model: str | None = None
                      "tiling": step.tiling if isinstance(step, AccelStep) and stat.where == "accel" else "",
                      "reason": decision.reason if decision else "",
                      **{f"{m}_{c}": stat.modules[m][c] if stat.modules else None
-                        for m in MODULES for c in CYCLE_CLASSES}})
-    return Report(model or compiled.graph.name, out.config, out.target, rows, cfg.macs_per_cycle, cfg.clock_mhz)
+                        for m in MODULES for c in CYCLE_CLASSES},
+                     **_traffic(stat.counters, stat.macs, stat.cycles)})
+        _fill_energy(rows[-1], cfg, tech)
+    return Report(model or compiled.graph.name, out.config, out.target, rows, cfg.macs_per_cycle, cfg.clock_mhz,
+                  bus_bytes=cfg.bus_bytes, config_fields=cfg.to_dict(), tech=tech.name)
+
+
+def _traffic(counters: dict[str, int] | None, macs: int, cycles: int | None) -> dict[str, Any]:
+    """The byte, ``hw_macs``, ``intensity`` and ``macs_per_cycle`` columns of a layer from its statistics."""
+    if not counters:
+        return {k: None for k in BYTE_COLUMNS + ("hw_macs", "intensity", "macs_per_cycle")}
+    out: dict[str, Any] = {k: int(counters.get(k, 0)) for k in BYTE_COLUMNS}
+    dram = sum(out.values())
+    out.update(hw_macs=int(counters.get("macs", macs)), intensity=round(macs / dram, 4) if dram else None,
+               macs_per_cycle=round(macs / cycles, 3) if cycles else None)
+    return out
+
+
+def _fill_energy(row: dict[str, Any], cfg: VTAConfig, tech: Tech) -> None:
+    """Set ``row``'s energy columns (microjoules): an accelerator layer's from its statistics, a fallback layer's at
+    ``tech.cpu_mac_pj`` per MAC; None for an accelerator layer without statistics."""
+    row.update(dict.fromkeys(ENERGY_COLUMNS))
+    if row["where"] == "accel":
+        if row.get(BYTE_COLUMNS[0]) is None:
+            return
+        counts = {k: int(row[k]) for k in BYTE_COLUMNS}
+        counts.update(macs=int(row.get("hw_macs") or row["macs"]), gemm_uops=int(row["gemm_uops"]),
+                      alu_uops=int(row["alu_uops"]))
+        parts = layer_energy(counts, cfg, tech)
+    else:
+        parts = {"cpu": row["macs"] * tech.cpu_mac_pj}
+    for part, pj in parts.items():
+        row[f"energy_{part}_uj"] = round(pj * 1e-6, 9)
+    row["energy_uj"] = round(sum(parts.values()) * 1e-6, 9)

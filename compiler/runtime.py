@@ -201,6 +201,9 @@ class LayerStat:
     modules: dict[str, dict[str, int]] | None = None
     """tsim only: module (fetch, load, compute, store) -> cycle class (busy, wait_token, wait_mem) -> cycles, from
     the core's performance counters (see :mod:`vta.counters`)."""
+    counters: dict[str, int] | None = None
+    """Accelerator layers: the backend's event statistics (names of :mod:`vta.counters`: ``macs``, micro-ops, bytes
+    per memory type such as ``wgt_bytes_read``), None on an operator backend."""
 
 
 @dataclass
@@ -268,7 +271,8 @@ def _run_accel(step: AccelStep, values: _Values, backend: Any) -> LayerStat:
     stats = dict(result.stats)
     return LayerStat(step.node.name, step.node.op, "accel", step.macs,
                      int(stats.get("gemm_uops", step.gemm_uops)), int(stats.get("alu_uops", step.alu_uops)),
-                     result.cycles, _stat_bytes(stats), modules=_module_cycles(result.counters))
+                     result.cycles, _stat_bytes(stats), modules=_module_cycles(result.counters),
+                     counters={k: int(v) for k, v in stats.items()})
 
 
 def _module_cycles(counters: Mapping[str, int] | None) -> dict[str, dict[str, int]] | None:

@@ -45,6 +45,7 @@ PLUGINS: dict[str, tuple[str, str]] = {
     "compile": ("vta.compiler.cli", "compile an ONNX model to an accelerator program (vta compile --help)"),
     "tsim": ("vta.tsim.cli", "Verilator co-simulation: build, run, trace (vta tsim --help)"),
     "sweep": ("vta.sweep.cli", "design-space sweep: frontier of speed, area and energy (vta sweep --help)"),
+    "report": ("vta.compiler.report_cli", "re-render a saved run report or compare two runs (vta report --help)"),
 }
 
 

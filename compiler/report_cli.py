@@ -1,0 +1,88 @@
+"""``vta report RUN [RUN_B]``: re-render a saved run report, or compare two runs layer by layer.
+
+``RUN`` is a JSON report written by ``vta run MODEL --report-json FILE`` (:mod:`.report`). With one run: the
+per-layer table (cycles, MACs, utilization, per-module cycle classes, bytes per memory type, intensity, energy),
+and on request the CSV, the JSON again (``--tech`` recomputes the energies with another technology file) and the
+plots (per-layer stacked bars and the roofline beside them). With two: A and B side by side per layer (where each
+ran, cycles, energy and the ratios B/A) and the totals.
+
+A plug-in group of :mod:`vta.cli` (``PLUGINS``).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+__all__ = ["register", "report_command"]
+
+
+def register(subparsers: Any) -> None:
+    """Add ``vta report`` to the ``vta`` command's subparsers."""
+    p = subparsers.add_parser("report", help="re-render a saved run report, or compare two runs",
+                              description=__doc__.split("\n\n")[0] + " RUN is the JSON of vta run MODEL "
+                                          "--report-json FILE.")
+    p.add_argument("runs", metavar="RUN", nargs="+", help="one saved JSON report to re-render, or two to compare "
+                                                          "(A then B)")
+    p.add_argument("--tech", metavar="FILE", help="recompute the energies with this technology file (TOML, as "
+                                                  "vta/tech/default_45nm.toml)")
+    p.add_argument("--report-json", metavar="FILE", help="write the (re-rendered) report as JSON")
+    p.add_argument("--report-csv", metavar="FILE", help="write the per-layer report as CSV")
+    p.add_argument("--plot", metavar="FILE", help="write the per-layer stacked bars to FILE and the roofline to "
+                                                  "FILE_roofline (.png, .svg or .pdf)")
+    p.add_argument("--reasons", action="store_true", help="show why each layer runs where it does")
+    p.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    p.set_defaults(func=report_command)
+
+
+def report_command(args: argparse.Namespace) -> int:
+    """Print (and write) the saved report, or the comparison of two; bad input is a CliError (exit 2)."""
+    from vta.cliutil import CliError
+    from vta.energy import TechError, load_tech
+
+    from .cli import check_output_path
+    from .report import ReportError, compare, format_comparison, load_report, roofline_path
+    if len(args.runs) > 2:
+        raise CliError(f"vta report takes one run to re-render or two to compare, not {len(args.runs)}")
+    for option, attr in (("--report-json", "report_json"), ("--report-csv", "report_csv"), ("--plot", "plot")):
+        if getattr(args, attr, None):
+            check_output_path(option, getattr(args, attr))
+    try:
+        tech = load_tech(args.tech) if args.tech else None
+    except TechError as err:
+        raise CliError(str(err).splitlines()[0] + " " + "; ".join(err.problems)) from None
+    try:
+        reports = [load_report(path) for path in args.runs]
+        if tech is not None:
+            reports = [r.with_tech(tech) for r in reports]
+    except ReportError as err:
+        raise CliError(str(err)) from None
+    if len(reports) == 2:
+        if args.report_csv or args.plot:
+            raise CliError("--report-csv and --plot render one run; give one RUN (compare writes --report-json)")
+        a, b = reports
+        if args.report_json:
+            from vta.fileio import atomic_write_text
+            atomic_write_text(args.report_json, json.dumps({"a": args.runs[0], "b": args.runs[1],
+                                                            "layers": compare(a, b)}, indent=2))
+        if args.json:
+            print(json.dumps({"a": args.runs[0], "b": args.runs[1], "layers": compare(a, b)}, indent=2))
+        else:
+            print(format_comparison(a, b, args.runs[0], args.runs[1]))
+        return 0
+    report = reports[0]
+    if args.report_json:
+        report.write_json(args.report_json)
+    if args.report_csv:
+        report.write_csv(args.report_csv)
+    if args.plot:
+        report.plot(args.plot)
+        report.plot_roofline(roofline_path(args.plot))
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2, default=str))
+    else:
+        print(report.format(reasons=args.reasons))
+    for path in (args.report_json, args.report_csv, args.plot, args.plot and roofline_path(args.plot)):
+        if path and not args.json:
+            print(f"wrote {path}")
+    return 0
