@@ -257,6 +257,27 @@ def test_load_rejects_inconsistent_files(tmp_path, cfg):
         Program.load(tmp_path / "badcfg.npz")
 
 
+def test_load_rejects_damaged_files(tmp_path, cfg):
+    """Truncated, non-zip, pickle-carrying and metadata-damaged .npz files are ValueErrors naming the file, never a
+    zipfile or numpy traceback (found by scripts/fault_campaign.py)."""
+    prog = ProgramBuilder(cfg).finish()
+    path = tmp_path / "p.npz"
+    prog.save(path)
+    good = path.read_bytes()
+    (tmp_path / "cut.npz").write_bytes(good[:len(good) // 2])
+    (tmp_path / "junk.npz").write_bytes(b"not a zip at all")
+    np.savez(tmp_path / "obj.npz", meta=np.array([{"a": 1}], dtype=object), insns=np.zeros(1), dram=np.zeros(1))
+    for name in ("cut.npz", "junk.npz", "obj.npz"):
+        with pytest.raises(ValueError, match=rf"{name} is not a readable saved program \(\.npz\): it is damaged"):
+            Program.load(tmp_path / name)
+    with np.load(path) as data:
+        parts = dict(data)
+    parts["meta"] = np.array(str(parts["meta"]).replace('"allocations"', '"allocs"'))
+    np.savez(tmp_path / "meta.npz", **parts)
+    with pytest.raises(ValueError, match=r"meta.npz is not a valid saved program: its metadata is damaged \(KeyError"):
+        Program.load(tmp_path / "meta.npz")
+
+
 def test_program_config_type():
     with pytest.raises(TypeError, match=r"^cfg must be a VTAConfig, not dict$"):
         ProgramBuilder({})

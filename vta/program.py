@@ -183,10 +183,14 @@ class Program:
         if not isinstance(meta, dict) or meta.get("format") != FORMAT_VERSION:
             found = meta.get("format") if isinstance(meta, dict) else meta
             raise ValueError(f"{source} has program format {found!r}; this version reads format {FORMAT_VERSION}")
-        cfg = VTAConfig.from_dict(meta["config"], source=source)
-        insns = decode_stream(encoded, cfg)
-        allocations = {a["name"]: Allocation.from_json(a) for a in meta["allocations"]}
-        program = cls(cfg, insns, dram, int(meta["insn_offset"]), allocations)
+        try:
+            cfg = VTAConfig.from_dict(meta["config"], source=source)
+            insns = decode_stream(encoded, cfg)
+            allocations = {a["name"]: Allocation.from_json(a) for a in meta["allocations"]}
+            program = cls(cfg, insns, dram, int(meta["insn_offset"]), allocations)
+        except (KeyError, TypeError, IndexError, AttributeError) as err:  # a damaged or crafted metadata record
+            raise ValueError(f"{source} is not a valid saved program: its metadata is damaged "
+                             f"({type(err).__name__}: {err})") from None
         if not np.array_equal(program.encoded_insns().reshape(-1), encoded.reshape(-1)):
             raise ValueError(f"{source} is inconsistent: the instruction stream in its DRAM image differs from its "
                              f"encoded instructions")
@@ -203,8 +207,15 @@ class Program:
     @classmethod
     def load(cls, path: str | PathLike[str]) -> "Program":
         """Read a file written by :meth:`save`; the config is validated again and the instructions decoded."""
-        with np.load(path, allow_pickle=False) as data:
-            arrays = {name: data[name] for name in cls.ARRAY_NAMES if name in data.files}
+        try:
+            with np.load(path, allow_pickle=False) as data:
+                arrays = {name: data[name] for name in cls.ARRAY_NAMES if name in data.files}
+        except OSError:
+            raise
+        except Exception as err:  # damaged or crafted bytes: zipfile, zlib and numpy raise many kinds (BadZipFile,
+            # zlib.error, EOFError, ValueError for pickled members, ...), none of them part of a contract
+            raise ValueError(f"{path} is not a readable saved program (.npz): it is damaged, truncated or not "
+                             f"written by Program.save ({type(err).__name__}: {err})") from None
         return cls.from_arrays(arrays, source=str(path))
 
 
