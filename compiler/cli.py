@@ -15,6 +15,7 @@ import argparse
 import json
 import logging
 import os
+import sys
 import time
 from typing import Any
 
@@ -233,11 +234,13 @@ def run_model(args: argparse.Namespace) -> int:
         ref = qops.run_reference(graph, inputs)
         exact = all(np.array_equal(ref[k], out.outputs[k]) for k in ref)
         report.extra["bit_exact_vs_reference"] = exact
-    _write_outputs(report, args)
+    written = _write_outputs(report, args)
     if getattr(args, "json", False):
         print(json.dumps(report.to_dict(), indent=2, default=str))
     else:
         print(report.format(reasons=getattr(args, "reasons", False)))
+    for line in written:  # every file written, named (on standard error with --json, which keeps stdout JSON)
+        print(line, file=sys.stderr if getattr(args, "json", False) else sys.stdout)
     if exact is False:
         log.error("the output differs from the integer reference")
         return 1
@@ -254,12 +257,19 @@ def _inputs_from_args(graph: Any, args: argparse.Namespace) -> dict[str, np.ndar
     return load_input(graph, path)
 
 
-def _write_outputs(report: Any, args: argparse.Namespace) -> None:
+def _write_outputs(report: Any, args: argparse.Namespace) -> list[str]:
+    """Write the ``--report-json``, ``--report-csv`` and ``--plot`` files; returns one ``wrote ...`` line each."""
+    written = []
     if getattr(args, "report_json", None):
         report.write_json(args.report_json)
+        written.append(f"wrote the per-layer report (JSON) to {args.report_json}")
     if getattr(args, "report_csv", None):
         report.write_csv(args.report_csv)
+        written.append(f"wrote the per-layer report (CSV) to {args.report_csv}")
     if getattr(args, "plot", None):
         from .report import roofline_path
         report.plot(args.plot)
         report.plot_roofline(roofline_path(args.plot))
+        written.append(f"wrote the per-layer plot to {args.plot}")
+        written.append(f"wrote the roofline plot to {roofline_path(args.plot)}")
+    return written

@@ -36,7 +36,7 @@ from .layout import fold_kernel_columns, pack_activation, unpack_activation
 from .partition import ColumnFold, Decision
 
 __all__ = ["AccelStep", "CpuStep", "Compiled", "LayerStat", "RunOutput", "run",
-           "RuntimeFailure", "ARTEFACT_VERSION"]
+           "RuntimeFailure", "ARTEFACT_VERSION", "layer_programs"]
 
 
 
@@ -204,6 +204,14 @@ class LayerStat:
     counters: dict[str, int] | None = None
     """Accelerator layers: the backend's event statistics (names of :mod:`vta.counters`: ``macs``, micro-ops, bytes
     per memory type such as ``wgt_bytes_read``), None on an operator backend."""
+
+
+
+def layer_programs(path: str | PathLike[str]) -> list[tuple[str, Program]]:
+    """``(layer name, program)`` of every accelerator layer of the artefact at ``path``, in graph order (what
+    :func:`vta.programfile.read_programs` returns for a ``.vtac``: ``vta disasm`` and ``vta tsim run`` take it)."""
+    compiled = Compiled.load(path)
+    return [(step.node.name, step.program) for step in compiled.steps if isinstance(step, AccelStep)]
 
 
 @dataclass

@@ -226,7 +226,8 @@ def test_disasm_saved_program_with_uops(capsys: pytest.CaptureFixture[str], tmp_
     assert lines[-3:] == ["# micro-ops loaded by instruction 0 (to uop sram 8)", "UOP dst=1 src=2 wgt=3  # sram 8",
                           "UOP dst=4 src=5 wgt=6  # sram 9"]
     out_file = tmp_path / "p.s"
-    assert run(capsys, "disasm", str(path), "-o", str(out_file))[:2] == (0, "")
+    assert run(capsys, "disasm", str(path), "-o", str(out_file))[:2] == (0, f"wrote 4 instructions as text to "
+                                                                            f"{out_file}\n")
     from vta.asm import assemble
     from vta.program import Program
     assert assemble(out_file.read_text(), VTAConfig()) == Program.load(path).insns

@@ -35,8 +35,12 @@ def register(subparsers: Any) -> None:
                             "VTA_TSIM_PGO=0)")
     build.set_defaults(func=_cmd_build)
 
-    run = sub.add_parser("run", help="run a saved program (.npz) on the RTL")
-    run.add_argument("program", metavar="PROGRAM", help="a program saved with Program.save (.npz)")
+    run = sub.add_parser("run", help="run a saved program (.npz) or a compiled model's layer (.vtac) on the RTL")
+    run.add_argument("program", metavar="PROGRAM",
+                     help="a program saved with Program.save (.npz), or a model compiled by `vta compile` (.vtac)")
+    run.add_argument("--layer", metavar="NAME", default=None,
+                     help="with a .vtac: the accelerator layer to run (needed when it has more than one; "
+                          "`vta disasm MODEL.vtac` lists them)")
     run.add_argument("--trace", metavar="FILE", help="write a waveform (.vcd, or .fst when lz4 headers exist)")
     run.add_argument("--trace-window", metavar="A:B", type=parse_window,
                      help="record only cycles A (inclusive) to B (exclusive); default all")
@@ -84,15 +88,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from vta.cliutil import CliError
-    from vta.program import Program
+    from vta.programfile import read_program
 
     from .backend import TSimBackend
     path = Path(args.program)
-    if not path.is_file():
-        raise CliError(f"cannot read {path}: no such file")
     if args.trace_window and not args.trace:
         raise CliError("--trace-window needs --trace FILE")
-    program = Program.load(path)
+    if args.trace and Path(args.trace).suffix.lower() not in (".vcd", ".fst"):
+        raise CliError(f"--trace {args.trace}: a waveform is written as .vcd or .fst, not "
+                       f"{Path(args.trace).suffix or 'a file without a suffix'}")
+    layer, program = read_program(path, args.layer)  # a .npz, or one accelerator layer of a .vtac
     if args.max_cycles < 0:
         raise CliError(f"--max-cycles must be a number of cycles >= 0 (0: derived from the program), not "
                        f"{args.max_cycles}")
@@ -103,13 +108,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
     result = backend.run(program, **options)  # raises fsim's error, or TsimMismatchError, when the check fails
     counters: dict[str, int] = result.counters or {}
     report: dict[str, Any] = {"config": program.cfg.name, "cycles": result.cycles, "counters": counters}
+    if layer != path.name:
+        report["layer"] = layer
     if args.trace:
         report["trace"] = str(args.trace)
     report["check"] = {"dram": "equal", "counters_differing": {}} if args.check == "fsim" else "none"
     if args.json:
         print(json.dumps(report, indent=1))
     else:
-        print(f"{path.name}: {result.cycles:,} cycles at config {program.cfg.name}")
+        print(f"{path.name if layer == path.name else f'{path.name}, layer {layer}'}: {result.cycles:,} cycles at "
+              f"config {program.cfg.name}")
         for name, value in counters.items():
             print(f"  {name:22s} {value:>14,}")
         if args.trace:

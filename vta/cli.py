@@ -146,24 +146,35 @@ def _read_bytes(path: str) -> bytes:
 def _cmd_disasm(args: argparse.Namespace) -> int:
     from .asm import disassemble
     from .isa import decode_stream
-    program = None
     if args.raw:
+        if args.layer is not None:
+            raise CliError("--layer picks a layer of a compiled model (.vtac), not of a raw binary")
         if args.uops:
             raise CliError("--uops needs a saved program (.npz): a raw instruction binary has no DRAM image")
         cfg = config_from_args(args)
         insns = decode_stream(_read_bytes(args.program), cfg)
+        text = f"# config {cfg.name}, {len(insns)} instructions\n" + disassemble(insns, cfg, numbered=args.numbered)
     else:
         if args.config:
             raise CliError("--config is only for --raw binaries; a saved program carries its own config")
-        if not Path(args.program).is_file():
-            raise CliError(f"cannot read {args.program}: no such file")
-        from .program import Program
-        program = Program.load(args.program)
-        cfg, insns = program.cfg, program.insns
-    text = f"# config {cfg.name}, {len(insns)} instructions\n" + disassemble(insns, cfg, numbered=args.numbered)
-    if program is not None and args.uops:
-        text += _uop_listing(program)
+        from .programfile import read_program, read_programs
+        is_model = str(args.program).lower().endswith(".vtac")
+        # a .vtac holds one program per accelerator layer: --layer picks one, else every layer is listed in turn
+        if args.layer is not None or not is_model:
+            programs = [read_program(args.program, args.layer)]
+        else:
+            programs = read_programs(args.program)
+        parts = []
+        for name, program in programs:
+            cfg, insns = program.cfg, program.insns
+            part = (f"# layer {name}\n" if is_model else "") + f"# config {cfg.name}, {len(insns)} instructions\n"
+            part += disassemble(insns, cfg, numbered=args.numbered)
+            parts.append(part + (_uop_listing(program) if args.uops else ""))
+        text = "\n".join(parts)
+        insns = [insn for _, program in programs for insn in program.insns]
     _write_text(text, args.output)
+    if args.output is not None:
+        print(f"wrote {len(insns)} instructions as text to {args.output}")
     return 0
 
 
@@ -492,10 +503,15 @@ def _add_config_group(sub: Any) -> None:
 
 def _add_asm_commands(sub: Any) -> None:
     disasm = sub.add_parser("disasm", help="print a program's instructions as assembly text",
-                            description="Print the instructions of a program saved by Program.save (.npz), or of a "
-                                        "raw binary of encoded instructions (--raw, read with --config), one per "
-                                        "line in the syntax `vta asm` reads.")
-    disasm.add_argument("program", metavar="PROGRAM", help="a .npz program file, or a raw binary with --raw")
+                            description="Print the instructions of a program saved by Program.save (.npz), of a "
+                                        "model compiled by `vta compile` (.vtac: every accelerator layer, or the "
+                                        "one --layer names), or of a raw binary of encoded instructions (--raw, "
+                                        "read with --config), one per line in the syntax `vta asm` reads.")
+    disasm.add_argument("program", metavar="PROGRAM",
+                        help="a .npz program file, a compiled model (.vtac), or a raw binary with --raw")
+    disasm.add_argument("--layer", metavar="NAME", default=None,
+                        help="with a .vtac: only this accelerator layer (a graph node name, as the run's table "
+                             "shows it)")
     disasm.add_argument("--raw", action="store_true",
                         help="PROGRAM is raw little-endian instructions (as `vta asm` writes), no header")
     add_config_option(disasm)

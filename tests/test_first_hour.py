@@ -1,0 +1,105 @@
+"""The rough edges a first-time user hit (issue 16), each pinned: a compiled model (.vtac) accepted wherever a
+program is (`vta disasm MODEL.vtac [--layer NAME]`, `vta tsim run MODEL.vtac --layer NAME`), every file a command
+writes named on standard output, unknown output suffixes refused before any work, the per-layer plot readable at
+ResNet-50 scale."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from vta.asm import assemble
+from vta.cli import main
+from vta.compiler.report import roofline_path
+from vta.config import VTAConfig
+from vta.programfile import ProgramFileError, read_program, read_programs
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """mini_resnet compiled with every supported layer on the accelerator (several accelerator layers)."""
+    path = tmp_path_factory.mktemp("vtac") / "mini.vtac"
+    assert main(["compile", "mini_resnet", "--policy", "accel", "--no-progress", "-o", str(path)]) == 0
+    return path
+
+
+def test_read_programs_of_a_model_and_a_program(model: Path, tmp_path: Path) -> None:
+    programs = read_programs(model)
+    names = [name for name, _ in programs]
+    assert len(programs) > 1 and len(set(names)) == len(names)
+    name, program = read_program(model, names[1])
+    assert name == names[1] and program.insns == programs[1][1].insns
+    program.save(tmp_path / "one.npz")
+    assert read_program(tmp_path / "one.npz")[0] == "one.npz"
+    with pytest.raises(ProgramFileError, match=f"choose one with --layer NAME: {names[0]}, "):
+        read_program(model)
+    with pytest.raises(ProgramFileError, match="has no accelerator layer 'nope'; its accelerator layers are "):
+        read_program(model, "nope")
+    with pytest.raises(ProgramFileError, match=r"is not a program file: expected \.npz or \.vtac"):
+        read_programs(tmp_path / "model.onnx")
+
+
+def test_disasm_a_model_whole_and_one_layer(model: Path, tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    programs = read_programs(model)
+    code, out, err = run(capsys, "disasm", str(model))
+    assert code == 0 and err == ""
+    assert [line[len("# layer "):] for line in out.splitlines() if line.startswith("# layer ")] == \
+        [name for name, _ in programs]
+    name, program = programs[-1]
+    code, out, _ = run(capsys, "disasm", str(model), "--layer", name)
+    assert code == 0 and out.splitlines()[0] == f"# layer {name}"
+    assert assemble(out, VTAConfig()) == program.insns  # the text reassembles to the layer's instructions
+    text = tmp_path / "layer.s"
+    code, out, _ = run(capsys, "disasm", str(model), "--layer", name, "-o", str(text))
+    assert (code, out) == (0, f"wrote {len(program.insns)} instructions as text to {text}\n")
+    assert assemble(text.read_text(), VTAConfig()) == program.insns
+    code, out, err = run(capsys, "disasm", str(model), "--layer", "nope")
+    assert code == 2 and out == "" and err.startswith(f"vta: error: {model} has no accelerator layer 'nope'")
+    code, _, err = run(capsys, "disasm", "--raw", str(text), "--layer", name)
+    assert code == 2 and err == "vta: error: --layer picks a layer of a compiled model (.vtac), not of a raw binary\n"
+
+
+def test_tsim_run_refuses_before_any_build(model: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Errors that need no Verilator model: a missing --layer, an unknown layer, a waveform suffix."""
+    code, _, err = run(capsys, "tsim", "run", str(model))
+    assert code == 2 and "accelerator layers; choose one with --layer NAME: " in err
+    name = read_programs(model)[0][0]
+    code, _, err = run(capsys, "tsim", "run", str(model), "--layer", name, "--trace", "wave.png")
+    assert (code, err) == (2, "vta: error: --trace wave.png: a waveform is written as .vcd or .fst, not .png\n")
+
+
+def test_tsim_run_one_layer_of_a_model_with_a_waveform(model: Path, tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """`vta tsim run MODEL.vtac --layer NAME --trace F.vcd`: the layer on the RTL, checked against fsim (uses the
+    default config's VCD build, shared with docs/tutorials/04_rtl.py)."""
+    name, program = read_programs(model)[0]
+    wave = tmp_path / "layer.vcd"
+    code, out, err = run(capsys, "tsim", "run", str(model), "--layer", name, "--trace", str(wave), "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["layer"] == name and report["cycles"] > 0 and report["trace"] == str(wave)
+    assert report["counters"]["fetch_insns"] == len(program.insns)
+    assert wave.read_text(errors="replace").startswith("$") and "$enddefinitions" in wave.read_text(errors="replace")
+
+
+def test_run_names_every_file_it_writes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    files = {"--report-json": tmp_path / "r.json", "--report-csv": tmp_path / "r.csv", "--plot": tmp_path / "p.svg"}
+    argv = ["run", "tiny_cnn", "--no-progress"] + [str(x) for pair in files.items() for x in pair]
+    code, out, _ = run(capsys, *argv)
+    assert code == 0
+    roofline = Path(roofline_path(str(files["--plot"])))
+    assert out.splitlines()[-4:] == [f"wrote the per-layer report (JSON) to {files['--report-json']}",
+                                     f"wrote the per-layer report (CSV) to {files['--report-csv']}",
+                                     f"wrote the per-layer plot to {files['--plot']}",
+                                     f"wrote the roofline plot to {roofline}"]
+    assert all(path.stat().st_size > 0 for path in [*files.values(), roofline])
+    code, out, err = run(capsys, *argv, "--json")  # stdout stays one JSON document; the names go to stderr
+    assert code == 0 and json.loads(out)["model"] and f"wrote the per-layer plot to {files['--plot']}" in err
