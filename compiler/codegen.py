@@ -282,7 +282,7 @@ def _emit_tile(s: _ConvState, index: int, tile: ConvTile, n_tiles: int) -> None:
     acc_base = (index % threads) * half["acc"]
     const_base = acc_base + s.t.oc_tile * s.t.acc_tile
     slots = [0] if layer.per_tensor else [0, 1, 2]
-    if s.t.bias_load:
+    if s.t.bias_load or not layer.bias.any():
         slots = slots[1:]
     if index >= threads:
         pb.dep_pop("store", "compute")
@@ -345,9 +345,10 @@ def _emit_bias_init(s: _ConvState, tile: ConvTile, acc_base: int) -> None:
 
 def alu_passes(layer: ConvLayer, *, bias_load: bool = False) -> list[str]:
     """The ALU intrinsics the requantization of ``layer`` applies to every output entry, in order: ADD bias
-    (unless the bias was loaded as the accumulators' start), MUL M, SHR S (each skipped when it is the identity),
+    (unless the bias was loaded as the accumulators' start or is zero, e.g. carried by im2col's bias lanes), MUL M,
+    SHR S (each skipped when it is the identity),
     MAX lo, MIN hi."""
-    ops = [] if bias_load else ["ADD"]
+    ops = [] if bias_load or not layer.bias.any() else ["ADD"]
     if layer.per_tensor:
         ops += ["MUL"] if int(layer.multiplier[0]) != 1 else []
         ops += ["SHR"] if int(layer.shift[0]) != 0 else []
@@ -361,7 +362,7 @@ def _emit_requant(s: _ConvState, tile: ConvTile, acc_base: int, const_base: int)
     """ALU ADD bias (unless loaded as the start value), MUL M, SHR S, MAX lo, MIN hi over the tile (the operator
     contract's requantization)."""
     layer = s.layer
-    if not s.t.bias_load:
+    if not s.t.bias_load and layer.bias.any():
         _emit_alu(s, tile, "ADD", acc_base, src_base=const_base)
     if layer.per_tensor:
         if int(layer.multiplier[0]) != 1:

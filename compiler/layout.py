@@ -25,7 +25,8 @@ import numpy as np
 
 __all__ = ["ceil_div", "round_up", "pack_activation", "unpack_activation", "packed_activation_shape",
            "PackedWeight", "pack_weight", "unpack_weight", "pack_channel_vector", "unpack_channel_vector",
-           "group_block_ranges", "fold_kernel_columns", "fold_weight_columns"]
+           "group_block_ranges", "fold_kernel_columns", "fold_weight_columns", "im2col", "im2col_weights",
+           "bias_lane_values", "bias_lane_weights"]
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -209,3 +210,67 @@ def fold_weight_columns(w: np.ndarray) -> np.ndarray:
     w = np.asarray(w)
     o, c, kh, kw = w.shape
     return np.ascontiguousarray(w.transpose(0, 1, 3, 2).reshape(o, c * kw, kh, 1))
+
+
+def im2col(x: np.ndarray, *, kh: int, kw: int, sh: int, sw: int, pads: tuple[int, int, int, int],
+           bias_lanes: int = 0) -> np.ndarray:
+    """Fold a convolution's whole kernel window into channels: NCHW ``x`` -> ``[N, C*KH*KW + L, OH, OW]``.
+
+    ``out[n, (c*KH + i)*KW + j, r, q] = x_padded[n, c, r*sh + i, q*sw + j]`` (zero padding ``pads`` = top, left,
+    bottom, right), so the convolution equals a 1x1 convolution with stride 1 on the result, with weights from
+    :func:`im2col_weights`. The last ``L = bias_lanes`` channels hold the constants of :func:`bias_lane_values`
+    (the lanes that carry the bias through the GEMM). Used for a network's first convolution (3 input channels),
+    where it fills the reduction lanes that a per-tap GEMM would leave empty; the cost is host time and ``KH*KW``
+    times the input bytes.
+    """
+    x = np.asarray(x)
+    n, c, h, w = x.shape
+    top, left, bottom, right = pads
+    xp = np.pad(x, ((0, 0), (0, 0), (top, bottom), (left, right)))
+    oh = (h + top + bottom - kh) // sh + 1
+    ow = (w + left + right - kw) // sw + 1
+    out = np.empty((n, c * kh * kw + bias_lanes, oh, ow), dtype=x.dtype)
+    for i in range(kh):
+        for j in range(kw):
+            out[:, i * kw + j:c * kh * kw:kh * kw] = xp[:, :, i:i + (oh - 1) * sh + 1:sh, j:j + (ow - 1) * sw + 1:sw]
+    if bias_lanes:
+        out[:, c * kh * kw:] = bias_lane_values(bias_lanes).astype(x.dtype)[None, :, None, None]
+    return out
+
+
+def im2col_weights(w: np.ndarray, lane_weights: np.ndarray | None = None) -> np.ndarray:
+    """``[O, C, KH, KW]`` -> ``[O, C*KH*KW + L, 1, 1]``: the weights matching :func:`im2col`; ``lane_weights``
+    (int8 ``[O, L]``, from :func:`bias_lane_weights`) go to the ``L`` bias lanes."""
+    w = np.asarray(w)
+    o = w.shape[0]
+    flat = w.reshape(o, -1)
+    if lane_weights is not None:
+        flat = np.concatenate([flat, np.asarray(lane_weights, dtype=w.dtype).reshape(o, -1)], axis=1)
+    return np.ascontiguousarray(flat.reshape(o, -1, 1, 1))
+
+
+def bias_lane_values(lanes: int) -> np.ndarray:
+    """The input value of each of ``lanes`` bias lanes (int8): 127 on every lane but the last, 1 on the last."""
+    if lanes < 1:
+        raise ValueError(f"bias lanes must be at least 1, not {lanes}")
+    return np.array([127] * (lanes - 1) + [1], dtype=np.int8)
+
+
+def bias_lane_weights(bias: np.ndarray, lanes: int) -> np.ndarray | None:
+    """int8 weights ``[O, lanes]`` with ``sum(bias_lane_values(lanes) * w[o]) == bias[o]`` for every channel, so a
+    GEMM over the bias lanes adds the bias (no ALU ADD); None when some bias is out of their reach (about
+    ``127 * 128 * (lanes - 1)``)."""
+    b = np.asarray(bias, dtype=np.int64).reshape(-1)
+    if lanes < 1:
+        return None
+    out = np.zeros((b.size, lanes), dtype=np.int64)
+    rest = ((b + 63) % 127) - 63 if lanes > 1 else b        # the last lane (value 1) takes a remainder in [-63, 63]
+    q = (b - rest) // 127                                   # the lanes of value 127 share the quotient
+    for k in range(lanes - 1):
+        out[:, k] = np.clip(q, -128, 127)
+        q = q - out[:, k]
+    out[:, lanes - 1] = rest
+    values = bias_lane_values(lanes).astype(np.int64)
+    if (q != 0).any() or (out < -128).any() or (out > 127).any() or not np.array_equal(out @ values, b):
+        return None
+    return out.astype(np.int8)

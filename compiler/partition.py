@@ -30,16 +30,21 @@ from vta.config import VTAConfig
 from .codegen import AddLayer, ConvLayer
 from .intrin import Intrinsics, intrinsics
 from .ir import Graph, Node, node_macs
-from .layout import ceil_div, fold_weight_columns, packed_activation_shape
+from .layout import bias_lane_weights, ceil_div, fold_weight_columns, im2col_weights, packed_activation_shape, round_up
 from .schedule import ScheduleError, plan_conv
 
-__all__ = ["Decision", "Lowered", "ColumnFold", "partition", "lower_node", "ACCEL_RULES", "POLICIES",
+__all__ = ["Decision", "Lowered", "ColumnFold", "partition", "lower_node", "ACCEL_RULES", "POLICIES", "STEMS",
            "ACCEL_LAUNCH_US", "CPU_MACS_PER_US", "CPU_ELEMS_PER_US", "CONVERT_BYTES_PER_US", "block_utilization"]
 
 ACCEL_LAUNCH_US = 5.0
 CPU_MACS_PER_US = 2000.0
 CPU_ELEMS_PER_US = 500.0
 CONVERT_BYTES_PER_US = 1000.0
+STEMS = ("auto", "im2col", "columns", "direct")
+"""Lowerings of a convolution whose few-channel input comes from the CPU side (a network's first convolution):
+``im2col`` folds the whole kernel window and the channels into the reduction (a 1x1 GEMM; bias in spare lanes),
+``columns`` folds the kernel columns only, ``direct`` folds nothing; ``auto`` picks the fastest by
+:func:`stem_costs`."""
 POLICIES = ("auto", "accel", "cpu")
 """``auto``: accelerator where supported and faster (and at least one layer there when it can run any);
 ``accel``: wherever supported; ``cpu``: nothing offloaded."""
@@ -60,12 +65,26 @@ class Decision:
 
 @dataclass(frozen=True)
 class ColumnFold:
-    """The input transform of :func:`~.layout.fold_kernel_columns` (kernel width, column stride, W paddings)."""
+    """The input transform of a first convolution, done on the host before packing: with ``kh == 0``,
+    :func:`~.layout.fold_kernel_columns` (kernel width, column stride, W paddings; the layer becomes ``KH x 1``);
+    with ``kh > 0``, :func:`~.layout.im2col` of the whole ``kh x kw`` window (row stride ``sh``, H paddings too;
+    the layer becomes a 1x1 GEMM) with ``bias_lanes`` constant lanes that carry the bias (0: the bias stays an ALU
+    ADD)."""
 
     kw: int
     sw: int
     pad_left: int
     pad_right: int
+    kh: int = 0
+    sh: int = 1
+    pad_top: int = 0
+    pad_bottom: int = 0
+    bias_lanes: int = 0
+
+    @property
+    def label(self) -> str:
+        """``im2col`` or ``kw-folded``: the lowering's name in reports."""
+        return "im2col" if self.kh else "kw-folded"
 
 
 @dataclass(frozen=True)
@@ -76,24 +95,62 @@ class Lowered:
     fold: ColumnFold | None = None
 
 
-def _fold_rule(graph: Graph, node: Node, intr: Intrinsics) -> ColumnFold | None:
-    """Fold kernel columns into channels when the input has few channels, comes from the CPU side (so the fold
-    costs no extra layout conversion) and the fold needs fewer GEMM micro-ops: ``ceil(C*KW/BI) * KH`` against
-    ``ceil(C/BI) * KH * KW`` per output pixel."""
+def stem_costs(graph: Graph, node: Node, intr: Intrinsics) -> dict[str, tuple[float, int, int]]:
+    """For a convolution whose input comes from the CPU side: lowering (:data:`STEMS` but ``auto``) -> (estimated
+    microseconds, micro-ops per output vector, host bytes packed). The estimate is the accelerator's micro-ops
+    (GEMM per reduction block and tap, one reset, the ALU passes: ADD bias unless the bias rides in spare im2col
+    lanes, MUL, SHR, MAX, MIN) at ``cfg.clock_mhz`` plus the host's im2col/fold and packing bytes at
+    :data:`CONVERT_BYTES_PER_US`. Empty when no fold applies: grouped, an accelerator producer, or folding the
+    kernel columns into channels would not need fewer GEMM micro-ops (``ceil(C*KW/BI) * KH`` against
+    ``ceil(C/BI) * KH * KW`` per output pixel: the input has many channels or the kernel one column)."""
     if node.op != "QConv2d" or int(node.attrs.get("groups", 1)) != 1:
-        return None
+        return {}
     producer = graph.producer(node.inputs[0])
     if producer is not None and producer.op in ACCEL_RULES:
+        return {}
+    n, c, h, w = graph.shape(node.inputs[0])
+    o, _, kh, kw = graph.shape(node.inputs[1])
+    bi, cfg = intr.block_in, intr.cfg
+    if kw == 1 or ceil_div(c * kw, bi) * kh >= ceil_div(c, bi) * kh * kw:  # only few channels gain from a fold
+        return {}
+    _, _, oh, ow = graph.shape(node.outputs[0])
+    vectors = ceil_div(n, intr.batch) * intr.batch * ceil_div(o, intr.block_out) * oh * ow
+    k = c * kh * kw
+    lanes = round_up(k, bi) - k
+    bias = graph.constants[node.inputs[2]] if len(node.inputs) > 2 else np.zeros(o, np.int32)
+    carried = not np.asarray(bias).any() or (lanes > 0 and bias_lane_weights(bias, lanes) is not None)
+    per = {"direct": ceil_div(c, bi) * kh * kw + 6, "columns": ceil_div(c * kw, bi) * kh + 6,
+           "im2col": ceil_div(k, bi) + (5 if carried else 6)}
+    packed = {"direct": round_up(c, bi) * h * w, "columns": round_up(c * kw, bi) * h * ow,
+              "im2col": round_up(k, bi) * oh * ow}
+    return {name: (per[name] * vectors / (intr.batch * cfg.clock_mhz) + n * packed[name] / CONVERT_BYTES_PER_US,
+                   per[name], n * packed[name]) for name in per}
+
+
+def _fold_rule(graph: Graph, node: Node, intr: Intrinsics, stem: str = "auto") -> ColumnFold | None:
+    """The host-side fold of a convolution's few-channel input from the CPU side (see :data:`STEMS`): ``auto``
+    takes the lowering :func:`stem_costs` estimates fastest (so the fold is used only when it pays for its host
+    time); None keeps the layer as it is."""
+    costs = stem_costs(graph, node, intr)
+    if not costs:
+        return None
+    choice = min(costs, key=lambda name: costs[name][0]) if stem == "auto" else stem
+    if choice == "direct":
         return None
     _, c, _, _ = graph.shape(node.inputs[0])
-    _, _, kh, kw = graph.shape(node.inputs[1])
-    if kw == 1 or ceil_div(c * kw, intr.block_in) * kh >= ceil_div(c, intr.block_in) * kh * kw:
-        return None
-    pads = tuple(node.attrs.get("pads", (0, 0, 0, 0)))
-    return ColumnFold(kw, int(node.attrs.get("strides", (1, 1))[1]), int(pads[1]), int(pads[3]))
+    o, _, kh, kw = graph.shape(node.inputs[1])
+    pads = tuple(int(p) for p in node.attrs.get("pads", (0, 0, 0, 0)))
+    sh, sw = (int(v) for v in node.attrs.get("strides", (1, 1)))
+    if choice == "columns":
+        return ColumnFold(kw, sw, pads[1], pads[3])
+    k = c * kh * kw
+    lanes = round_up(k, intr.block_in) - k
+    bias = graph.constants[node.inputs[2]] if len(node.inputs) > 2 else np.zeros(o, np.int32)
+    carry = np.asarray(bias).any() and lanes > 0 and bias_lane_weights(bias, lanes) is not None
+    return ColumnFold(kw, sw, pads[1], pads[3], kh, sh, pads[0], pads[2], lanes if carry else 0)
 
 
-def _lower_conv(graph: Graph, node: Node, intr: Intrinsics) -> Lowered:
+def _lower_conv(graph: Graph, node: Node, intr: Intrinsics, stem: str = "auto") -> Lowered:
     a = node.attrs
     rq = a["requant"]
     x_shape = graph.shape(node.inputs[0])
@@ -101,8 +158,16 @@ def _lower_conv(graph: Graph, node: Node, intr: Intrinsics) -> Lowered:
     bias = graph.constants[node.inputs[2]] if len(node.inputs) > 2 else np.zeros(w.shape[0], np.int32)
     strides = tuple(a.get("strides", (1, 1)))
     pads = tuple(a.get("pads", (0, 0, 0, 0)))
-    fold = _fold_rule(graph, node, intr)
-    if fold is not None:
+    fold = _fold_rule(graph, node, intr, stem)
+    if fold is not None and fold.kh:
+        n, c, _, _ = x_shape
+        _, _, oh, ow = graph.shape(node.outputs[0])
+        lane_w = bias_lane_weights(bias, fold.bias_lanes) if fold.bias_lanes else None
+        w = im2col_weights(w, lane_w)
+        if lane_w is not None:
+            bias = np.zeros_like(bias)
+        x_shape, strides, pads = (n, w.shape[1], oh, ow), (1, 1), (0, 0, 0, 0)
+    elif fold is not None:
         n, c, h, _ = x_shape
         ow = graph.shape(node.outputs[0])[3]
         x_shape, w = (n, c * fold.kw, h, ow), fold_weight_columns(w)
@@ -131,15 +196,19 @@ ACCEL_RULES: dict[str, Callable[[Graph, Node, Intrinsics], Lowered]] = {
 """op -> rule lowering a node to an accelerator layer (raises :class:`ScheduleError` when it cannot)."""
 
 
-def lower_node(graph: Graph, node: Node, intr: Intrinsics) -> Lowered:
+def lower_node(graph: Graph, node: Node, intr: Intrinsics, stem: str = "auto") -> Lowered:
     """The accelerator layer for ``node`` on the config of ``intr``; :class:`ScheduleError` when no rule lowers it
-    (including a layer no tiling fits)."""
+    (including a layer no tiling fits). ``stem``: the lowering of a first convolution (:data:`STEMS`)."""
+    if stem not in STEMS:
+        raise ValueError(f"stem must be one of {', '.join(STEMS)}, not {stem!r}")
     if not isinstance(intr, Intrinsics):
         raise TypeError(f"lower_node() needs the Intrinsics of a config (see intrinsics(cfg)), not "
                         f"{type(intr).__name__}")
     rule = ACCEL_RULES.get(node.op)
     if rule is None:
         raise ScheduleError(f"the accelerator has no rule for op {node.op}")
+    if stem != "auto" and rule is _lower_conv:
+        return _lower_conv(graph, node, intr, stem)
     return rule(graph, node, intr)
 
 
@@ -186,28 +255,31 @@ def _convert_us(graph: Graph, node: Node, placement: dict[str, str], target: str
 
 def partition(graph: Graph, cfg: VTAConfig, *, policy: str = "auto",
               force_cpu: frozenset[str] | set[str] = frozenset(),
-              lowered: dict[str, Lowered] | None = None) -> dict[str, Decision]:
+              lowered: dict[str, Lowered] | None = None, stem: str = "auto") -> dict[str, Decision]:
     """A :class:`Decision` for every node of the quantized ``graph`` (in graph order).
 
     ``policy`` is one of :data:`POLICIES`; ``force_cpu`` names nodes that must stay on the CPU. When ``lowered`` is
     given, it receives the :class:`Lowered` layer of every node placed on the accelerator (node name -> layer), so
-    code generation can use it instead of lowering the node again.
+    code generation can use it instead of lowering the node again. ``stem``: how a first convolution is lowered
+    (:data:`STEMS`; ``auto`` picks the fastest and the decision's reason says which and why).
     """
     if policy not in POLICIES:
         raise ValueError(f"policy must be one of {', '.join(POLICIES)}, not {policy!r}")
     intr = intrinsics(cfg)
-    decisions, layers = _place(graph, intr, policy, force_cpu, frozenset())
+    if stem not in STEMS:
+        raise ValueError(f"stem must be one of {', '.join(STEMS)}, not {stem!r}")
+    decisions, layers = _place(graph, intr, policy, force_cpu, frozenset(), stem)
     if policy == "auto" and all(d.target == "cpu" for d in decisions.values()):
         closest = _closest_call(decisions)
         if closest is not None:
-            decisions, layers = _place(graph, intr, policy, force_cpu, frozenset({closest}))
+            decisions, layers = _place(graph, intr, policy, force_cpu, frozenset({closest}), stem)
     if lowered is not None:
         lowered.update(layers)
     return decisions
 
 
 def _place(graph: Graph, intr: Intrinsics, policy: str, force_cpu: frozenset[str] | set[str],
-           prefer: frozenset[str]) -> tuple[dict[str, Decision], dict[str, Lowered]]:
+           prefer: frozenset[str], stem: str = "auto") -> tuple[dict[str, Decision], dict[str, Lowered]]:
     """Decide every node in graph order (each decision sees where its producers went); ``prefer`` names nodes placed
     on the accelerator whatever the estimates say. Returns the decisions and the lowered accelerator layers."""
     decisions: dict[str, Decision] = {}
@@ -215,7 +287,7 @@ def _place(graph: Graph, intr: Intrinsics, policy: str, force_cpu: frozenset[str
     layers: dict[str, Lowered] = {}
     for node in graph.nodes:
         macs = node_macs(graph, node)
-        decision, layer = _decide(graph, node, intr, policy, force_cpu, placement, macs, prefer)
+        decision, layer = _decide(graph, node, intr, policy, force_cpu, placement, macs, prefer, stem)
         decisions[node.name] = decision
         placement[node.name] = decision.target
         if layer is not None and decision.target == "accel":
@@ -233,7 +305,7 @@ def _closest_call(decisions: dict[str, Decision]) -> str | None:
 
 
 def _decide(graph: Graph, node: Node, intr: Intrinsics, policy: str, force_cpu: frozenset[str] | set[str],
-            placement: dict[str, str], macs: int, prefer: frozenset[str] = frozenset()
+            placement: dict[str, str], macs: int, prefer: frozenset[str] = frozenset(), stem: str = "auto"
             ) -> tuple[Decision, Lowered | None]:
     """The decision for ``node`` and its lowered layer (None when the node was not lowered)."""
     cfg = intr.cfg
@@ -245,7 +317,7 @@ def _decide(graph: Graph, node: Node, intr: Intrinsics, policy: str, force_cpu: 
     if node.name in force_cpu:
         return Decision(node.name, node.op, "cpu", "forced onto the CPU", macs, None, cpu_us), None
     try:
-        layer = lower_node(graph, node, intr)
+        layer = lower_node(graph, node, intr, stem)
     except ScheduleError as err:
         return Decision(node.name, node.op, "cpu", f"not supported on {cfg.name}: {err}", macs, None, cpu_us), None
     accel_us = _accel_us(layer.layer, intr) + _convert_us(graph, node, placement, "accel")
@@ -256,9 +328,25 @@ def _decide(graph: Graph, node: Node, intr: Intrinsics, policy: str, force_cpu: 
         return Decision(node.name, node.op, "accel", why, macs, accel_us, cpu_us), layer
     if policy == "accel" or accel_us < cpu_us:
         why = "supported" if policy == "accel" else f"faster ({accel_us:.0f} us vs {cpu_us:.0f} us on the CPU)"
+        why += _stem_reason(graph, node, intr, layer, stem)
         return Decision(node.name, node.op, "accel", why, macs, accel_us, cpu_us), layer
     return Decision(node.name, node.op, "cpu", f"the CPU is faster ({cpu_us:.0f} us vs {accel_us:.0f} us)", macs,
                     accel_us, cpu_us), layer
+
+
+def _stem_reason(graph: Graph, node: Node, intr: Intrinsics, layer: Lowered, stem: str) -> str:
+    """``; <lowering> by ...``: which first-convolution lowering was taken and the estimates it was chosen by
+    (nothing when ``auto`` kept the layer as it is)."""
+    costs = stem_costs(graph, node, intr)
+    if not costs:
+        return ""
+    if layer.fold is None and stem == "auto":
+        return ""
+    taken = layer.fold.label if layer.fold is not None else "direct"
+    names = {"im2col": "im2col", "columns": "kw-folded", "direct": "direct"}
+    parts = ", ".join(f"{names[k]} {v[0]:.0f} us ({v[1]} uops/vector, {v[2]:,} host bytes)" for k, v in costs.items())
+    how = "the fastest estimate" if stem == "auto" else f"stem={stem}"
+    return f"; {taken} by {how}: {parts}"
 
 
 def block_utilization(layer: ConvLayer) -> float:

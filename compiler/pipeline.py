@@ -151,11 +151,13 @@ def calibration_inputs(model: str, graph: Graph, seed: int, samples: int) -> dic
 
 
 def partition_graph(graph: Graph, intr: Intrinsics, *, policy: str = "auto",
-                    force_cpu: Iterable[str] = ()) -> tuple[dict[str, Decision], dict[str, Lowered]]:
+                    force_cpu: Iterable[str] = (), stem: str = "auto"
+                    ) -> tuple[dict[str, Decision], dict[str, Lowered]]:
     """Where every node of the quantized ``graph`` runs (see :func:`.partition.partition`), and the lowered layer of
-    every node placed on the accelerator (node name -> :class:`~.partition.Lowered`)."""
+    every node placed on the accelerator (node name -> :class:`~.partition.Lowered`). ``stem``: a first
+    convolution's lowering (:data:`.partition.STEMS`)."""
     lowered: dict[str, Lowered] = {}
-    decisions = partition(graph, intr.cfg, policy=policy, force_cpu=frozenset(force_cpu), lowered=lowered)
+    decisions = partition(graph, intr.cfg, policy=policy, force_cpu=frozenset(force_cpu), lowered=lowered, stem=stem)
     return decisions, lowered
 
 
@@ -174,7 +176,7 @@ def accel_step(graph: Graph, node: Node, lowered: Lowered, intr: Intrinsics, *, 
         program, code = build_conv_program(cfg, layer, tiling=chosen, threads=threads)
         inputs = [node.inputs[0]]
         t = code.tiling
-        tiling = _tiling_label(t) + (" kw-folded" if lowered.fold else "") if t else ""
+        tiling = _tiling_label(t) + (f" {lowered.fold.label}" if lowered.fold else "") if t else ""
         schedule = tiling_to_dict(t) if t else {}
         macs = node_macs(graph, node)
     else:
@@ -201,16 +203,17 @@ def _tiling_label(t: ConvTiling) -> str:
 
 
 def compile_graph(graph: Graph, cfg: VTAConfig, *, policy: str = "auto", force_cpu: Iterable[str] = (),
-                  double_buffer: bool = True, progress: bool = False) -> Compiled:
+                  double_buffer: bool = True, progress: bool = False, stem: str = "auto") -> Compiled:
     """Partition the quantized ``graph`` and generate a program for every accelerator node (see
     :func:`partition_graph` and :func:`accel_step`); ``policy`` as in :data:`.partition.POLICIES`, ``force_cpu``
     names nodes kept on the CPU.
 
     ``double_buffer=False`` generates single-threaded programs (no latency hiding), to measure what it buys.
-    ``progress`` shows a progress bar (tqdm)."""
+    ``progress`` shows a progress bar (tqdm). ``stem``: a first convolution's lowering (:data:`.partition.STEMS`;
+    ``auto``: the fastest estimate)."""
     start = time.perf_counter()
     intr = intrinsics(cfg)
-    decisions, lowered = partition_graph(graph, intr, policy=policy, force_cpu=force_cpu)
+    decisions, lowered = partition_graph(graph, intr, policy=policy, force_cpu=force_cpu, stem=stem)
     threads = 2 if double_buffer else 1
     steps: list[Step] = []
     for node in _progress(graph.nodes, progress, "compile"):
@@ -223,17 +226,18 @@ def compile_graph(graph: Graph, cfg: VTAConfig, *, policy: str = "auto", force_c
 
 def compile_model(model: str, cfg: VTAConfig, *, policy: str = "auto", force_cpu: Iterable[str] = (),
                   batch: int | None = None, calib: int = 4, seed: int = 0, double_buffer: bool = True,
-                  progress: bool = False, graph: Graph | None = None) -> Compiled:
+                  progress: bool = False, graph: Graph | None = None, stem: str = "auto") -> Compiled:
     """Import ``model`` (:func:`load_graph`), quantize it (on the zoo's real calibration images where it has them,
     else ``calib`` random samples seeded ``seed + 1``) and compile it (:func:`compile_graph`); returns the
     :class:`~.runtime.Compiled`, whose ``meta`` names the model and the frontend's wall time (seconds).
-    ``graph``: ``model``'s float graph when the caller has already loaded it (to check inputs first)."""
+    ``graph``: ``model``'s float graph when the caller has already loaded it (to check inputs first). ``stem``: as
+    in :func:`compile_graph`."""
     from .quantize import quantize
     start = time.perf_counter()
     graph = graph if graph is not None else load_graph(model, batch=batch)
     qgraph = quantize(graph, calibration_inputs(model, graph, seed + 1, max(calib, 1)))
     compiled = compile_graph(qgraph, cfg, policy=policy, force_cpu=force_cpu, double_buffer=double_buffer,
-                             progress=progress)
+                             progress=progress, stem=stem)
     compiled.meta.update({"model": model, "frontend_seconds": round(time.perf_counter() - start -
                                                                     compiled.compile_seconds, 3)})
     return compiled

@@ -32,7 +32,7 @@ from .artefact import read_artefact, write_artefact
 from .codegen import INPUT, INPUT_B, OUTPUT, with_inputs
 from .intrin import intrinsics
 from .ir import Graph, Node, value_from_data, value_to_data
-from .layout import fold_kernel_columns, pack_activation, unpack_activation
+from .layout import fold_kernel_columns, im2col, pack_activation, unpack_activation
 from .partition import ColumnFold, Decision
 
 __all__ = ["AccelStep", "CpuStep", "Compiled", "LayerStat", "RunOutput", "run",
@@ -48,7 +48,8 @@ class RuntimeFailure(RuntimeError):
 class AccelStep:
     """An accelerator layer: ``program`` reads packed ``inputs`` (graph tensor names bound to allocations ``x`` and
     ``x_b``) and writes packed ``output`` (allocation ``y``). ``node`` is the graph node (for the CPU target).
-    ``fold``: the first input's kernel columns are folded into channels before packing (see ``ColumnFold``)."""
+    ``fold``: the first input's kernel columns (or whole kernel window) are folded into channels before packing
+    (see ``ColumnFold``)."""
 
     node: Node
     program: Program
@@ -244,11 +245,17 @@ class _Values:
         return self.nchw[name]
 
     def get_folded(self, name: str, fold: ColumnFold) -> np.ndarray:
-        """``name`` with its kernel columns folded into channels, packed (a conversion, cached)."""
-        key = f"{name}#fold{fold.kw}.{fold.sw}.{fold.pad_left}.{fold.pad_right}"
+        """``name`` with its kernel columns (or whole window: im2col) folded into channels, packed (a conversion,
+        cached)."""
+        key = f"{name}#fold" + ".".join(str(v) for v in dataclasses.astuple(fold))
         if key not in self.packed:
-            folded = fold_kernel_columns(self.get_nchw(name), kw=fold.kw, sw=fold.sw, pad_left=fold.pad_left,
-                                         pad_right=fold.pad_right)
+            if fold.kh:
+                folded = im2col(self.get_nchw(name), kh=fold.kh, kw=fold.kw, sh=fold.sh, sw=fold.sw,
+                                pads=(fold.pad_top, fold.pad_left, fold.pad_bottom, fold.pad_right),
+                                bias_lanes=fold.bias_lanes)
+            else:
+                folded = fold_kernel_columns(self.get_nchw(name), kw=fold.kw, sw=fold.sw, pad_left=fold.pad_left,
+                                             pad_right=fold.pad_right)
             self.packed[key] = pack_activation(folded, batch=self.batch, block=self.block)
             self.conversions += 1
         return self.packed[key]

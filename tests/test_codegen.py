@@ -175,7 +175,7 @@ def test_add_matches_reference(cfg):
 def test_program_structure_default():
     """The lowering emits exactly: const LOAD ACC x3, reset GEMM, inp/wgt loads, one GEMM, 5 ALU ops per tile."""
     intr = intrinsics(VTAConfig())
-    layer = ConvLayer.make((1, 16, 4, 4), np.ones((16, 16, 3, 3), np.int8), np.zeros(16, np.int32),
+    layer = ConvLayer.make((1, 16, 4, 4), np.ones((16, 16, 3, 3), np.int8), np.arange(-8, 8, dtype=np.int32),
                            np.arange(1, 17), np.full(16, 4), 0, 127, pads=(1, 1, 1, 1), intr=intr)
     program, code = build_conv_program(VTAConfig(), layer)
     gemms = [i for i in program.insns if isinstance(i, Gemm)]

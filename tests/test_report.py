@@ -14,7 +14,9 @@ KEYS = ("layer", "op", "where", "macs", "gemm_uops", "alu_uops", "cycles", "util
         "reason")
 EXPECTED_ROWS = [
     ("quantize_input", "Quantize", "cpu", 0, 0, 0, None, None, 0, 0, "", "Quantize has no accelerator rule"),
-    ("conv_3", "QConv2d", "accel", 4608, 256, 320, None, None, 3340, 1, "oc1 ic1 oh8 ow8 kw-folded", "supported"),
+    ("conv_3", "QConv2d", "accel", 4608, 128, 256, None, None, 2684, 1, "oc1 ic1 oh8 ow8 im2col",
+     "supported; im2col by the fastest estimate: direct 11 us (15 uops/vector, 1,024 host bytes), kw-folded 7 us "
+     "(9 uops/vector, 1,024 host bytes), im2col 5 us (6 uops/vector, 1,024 host bytes)"),
     ("conv_7", "QConv2d", "accel", 18432, 160, 80, None, None, 4132, 0, "oc1 ic1 oh4 ow4 1thread", "supported"),
     ("flatten_9", "Reshape", "cpu", 0, 0, 0, None, None, 0, 1, "", "Reshape has no accelerator rule"),
     ("gemm_12", "QDense", "accel", 2560, 16, 4, None, None, 5132, 1, "oc1 ic16 oh1 ow1 1thread bias-load",
@@ -35,7 +37,7 @@ def test_rows_of_tiny_cnn_on_fsim(report):
     assert [tuple(row[k] for k in KEYS) for row in report.rows] == EXPECTED_ROWS
     # the cycle model's prediction and bounding module of each accelerator layer (any target), none on the CPU
     assert [(row["predicted"], row["bound"]) for row in report.rows] == [
-        (None, ""), (1185, "compute"), (927, "compute"), (None, ""), (1171, "load"), (None, "")]
+        (None, ""), (849, "compute"), (927, "compute"), (None, ""), (1171, "load"), (None, "")]
     assert all(set(row) == set(COLUMNS) for row in report.rows)
     assert all(row[c] is None for row in report.rows for c in MODULE_COLUMNS)  # fsim has no counters
     assert all(row["ms"] >= 0 for row in report.rows)
@@ -47,8 +49,8 @@ def test_totals_of_tiny_cnn_on_fsim(report):
     for key in BYTE_COLUMNS + ENERGY_COLUMNS + ("intensity",):  # test_report_energy.py checks these
         totals.pop(key)
     assert totals == {"layers": 6, "accel_layers": 3, "cpu_layers": 3, "macs": 25600, "accel_macs": 25600,
-                      "gemm_uops": 432, "alu_uops": 404, "cycles": None, "util": None, "predicted": 3283,
-                      "accel_ms_at_clock": None, "bytes": 12604, "conversions": 4}
+                      "gemm_uops": 304, "alu_uops": 340, "cycles": None, "util": None, "predicted": 2947,
+                      "accel_ms_at_clock": None, "bytes": 11948, "conversions": 4}
     assert report.module_breakdown() is None and report.format_modules() == []
 
 
@@ -76,7 +78,7 @@ def test_csv_round_trip(report, tmp_path):
     assert len(rows) == len(report.rows)
     for got, row in zip(rows, report.rows):
         assert got == {k: "" if row[k] is None else str(row[k]) for k in COLUMNS}
-    assert [int(r["gemm_uops"]) for r in rows] == [0, 256, 160, 0, 16, 0]
+    assert [int(r["gemm_uops"]) for r in rows] == [0, 128, 160, 0, 16, 0]
 
 
 def test_text_table(report):
@@ -85,11 +87,11 @@ def test_text_table(report):
     assert lines[0] == f"tiny_cnn on fsim ({VTAConfig().name})"
     assert lines[1].split() == ["layer", "op", "where", "MACs", "gemm", "uops", "alu", "uops", "cycles", "util",
                                 "predicted", "bound", "bytes", "ms"]
-    assert lines[4].split()[8:10] == ["1,185", "compute"]
+    assert lines[4].split()[8:10] == ["849", "compute"]
     assert lines[3].split()[:3] == ["quantize_input", "Quantize", "cpu"]
-    assert lines[4].startswith("conv_3") and lines[4].endswith("  supported")
+    assert lines[4].startswith("conv_3") and lines[4].endswith("im2col 5 us (6 uops/vector, 1,024 host bytes)")
     total = lines[10].split()
-    assert total[:9] == ["total", "3", "accel", "25,600", "432", "404", "-", "-", "3,283"]
+    assert total[:9] == ["total", "3", "accel", "25,600", "304", "340", "-", "-", "2,947"]
     assert "layout conversions at partition boundaries: 4; 25,600 of 25,600 MACs on the accelerator" in lines
 
 
