@@ -112,10 +112,17 @@ def _run_local(points: list[Point], workers: int, record: Callable[[dict[str, An
     while queue:
         with ProcessPoolExecutor(max_workers=workers) as pool:
             flying: dict[Future[dict[str, Any]], Point] = {}
-            while queue or flying:
+            broken = False
+            while (queue or flying) and not broken:
                 while queue and len(flying) < 2 * workers:
-                    p = queue.pop()
-                    flying[pool.submit(measure, p)] = p
+                    try:
+                        fut = pool.submit(measure, queue[-1])
+                    except BrokenProcessPool:  # a worker died since the last wait: no new work on this pool
+                        broken = True
+                        break
+                    flying[fut] = queue.pop()
+                if broken or not flying:
+                    break
                 finished, _ = wait(flying, return_when=FIRST_COMPLETED)
                 if any(isinstance(f.exception(), BrokenProcessPool) for f in finished):
                     break

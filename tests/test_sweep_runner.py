@@ -2,6 +2,7 @@
 workers."""
 from __future__ import annotations
 
+import multiprocessing
 import os
 import sqlite3
 
@@ -96,3 +97,32 @@ def test_dask_local_cluster(tmp_path):
             worker_pids = set(client.run(os.getpid).values())
     assert (summary.ok, summary.failed) == (2, 0)
     assert {int(r["worker"].rsplit(":", 1)[1]) for r in rows} == worker_pids
+
+
+def test_a_worker_killed_mid_sweep_loses_no_row(tmp_path, monkeypatch):
+    """A point whose worker process is killed (SIGKILL, as the OOM killer would) each time it is measured is recorded
+    failed with the reason; the points finished before, in flight beside it and after it are all recorded ok. The
+    pool's workers are forked, so they inherit the patched measurement."""
+    import signal
+
+    import vta.sweep.measure as measure_module
+    if multiprocessing.get_start_method() != "fork":
+        pytest.skip("the patched measurement reaches the workers only when they are forked")
+    evaluate = measure_module._evaluate
+    victim = "1x8_i8w8a32_15_15_18_17"
+
+    def kill_on_victim(point, deadline):
+        if point.design.key == victim:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return evaluate(point, deadline)
+
+    monkeypatch.setattr(measure_module, "_evaluate", kill_on_victim)
+    spec = _spec(["tiny_cnn"], {"LOG_BLOCK": [3, 4], "LOG_INP_BUFF_SIZE": [14, 15]})
+    with ResultStore(tmp_path / "r.sqlite") as store:
+        summary = run_sweep(spec, store, workers=1)
+        rows = {r["design"]: r for r in store.rows()}
+    assert (summary.ok, summary.failed, summary.timeout) == (3, 1, 0)
+    assert len(rows) == 4 and rows[victim]["status"] == "failed"
+    assert rows[victim]["error"] == ("the worker process died twice while measuring this point (killed, or out of "
+                                     "memory)")
+    assert all(r["status"] == "ok" and r["cycles"] > 0 for d, r in rows.items() if d != victim)
