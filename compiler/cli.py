@@ -221,14 +221,19 @@ def run_model(args: argparse.Namespace) -> int:
     graph = compiled.graph
     start = time.perf_counter()
     cycles = getattr(args, "max_cycles", None)  # vta run --max-cycles N (tsim), checked by vta.cli
-    out = run(compiled, inputs, target=args.target, progress=progress,
-              backend_options=gpu_options if cycles is None else {"max_cycles": cycles}, fallback=fallback)
+    options = dict(getattr(args, "rtl_options", None) or {})  # vta run --rtl: a foreign core (generator, sources)
+    if cycles is not None:
+        options["max_cycles"] = cycles
+    out = run(compiled, inputs, target=args.target, progress=progress, backend_options=options or gpu_options,
+              fallback=fallback)
     seconds = time.perf_counter() - start
     report = build_report(compiled, out, model=compiled.meta.get("model", graph.name))
     report.extra["compile_seconds"] = round(compiled.compile_seconds, 3)
     report.extra["run_seconds"] = round(seconds, 3)
     if fallback_note:
         report.extra["fallback"] = fallback_note
+    if options.get("generator") is not None:  # vta run --rtl: the report names the foreign core it ran on
+        report.extra["rtl_core"] = str(options["generator"])
     exact = None
     if not getattr(args, "no_check", False):
         ref = qops.run_reference(graph, inputs)

@@ -33,8 +33,8 @@ from vta.cache import cache_root as vta_cache_root
 from vta.cache import cached_build
 from vta.config import VTAConfig
 
-__all__ = ["BuildError", "Build", "build", "cache_root", "verilator_bin_dir", "verilator_env", "kill_group",
-           "TRACE_KINDS", "VERILATOR_FLAGS", "KILL_GRACE_SECONDS"]
+__all__ = ["BuildError", "RtlInputError", "Build", "build", "cache_root", "verilator_bin_dir", "verilator_env",
+           "kill_group", "TRACE_KINDS", "VERILATOR_FLAGS", "KILL_GRACE_SECONDS"]
 
 TRACE_KINDS = ("none", "vcd", "fst")
 """Accepted values of ``build(..., trace=)``: no trace support (fastest), VCD or FST waveforms."""
@@ -59,6 +59,7 @@ normally (``-fprofile-partial-training``)."""
 CXX_STD = "-std=c++17"
 _HARNESS = Path(__file__).with_name("harness.cc")
 _LIB_NAME = "libtsim.so"
+_TOP = "vta_core"
 _FORMAT_VERSION = "3"
 KILL_GRACE_SECONDS = 3.0
 """Seconds an interrupted build's compilers get after SIGTERM before SIGKILL."""
@@ -73,6 +74,11 @@ class BuildError(RuntimeError):
         self.output = output
         tail = "\n".join(output.rstrip().splitlines()[-40:])
         super().__init__(f"{message}\n--- last lines of the output ---\n{tail}" if tail else message)
+
+
+class RtlInputError(ValueError):
+    """A generator refused its input (e.g. a foreign core whose ports do not match the core interface,
+    :class:`vta.tsim.ports.CoreInterfaceError`): :func:`build` raises it as it is, not wrapped in a BuildError."""
 
 
 @dataclass(frozen=True)
@@ -143,9 +149,20 @@ def resolve_generator(generator: Callable[[VTAConfig, Path], Path] | None,
     return generator, sources
 
 
-def _source_hash(cfg: VTAConfig, sources: Iterable[Path], trace: str) -> str:
+def _top_of(generator: RtlGenerator) -> str:
+    """The top module a generator's Verilog defines: its ``top`` attribute (a foreign core's,
+    :class:`vta.tsim.byo.ForeignCore`), else ``vta_core``."""
+    top = getattr(generator, "top", _TOP)
+    if not isinstance(top, str) or not top.isidentifier():
+        raise ValueError(f"the generator's top module must be a Verilog module name, not {top!r}")
+    return top
+
+
+def _source_hash(cfg: VTAConfig, sources: Iterable[Path], trace: str, top: str = "vta_core") -> str:
     h = hashlib.sha256()
     h.update(_FORMAT_VERSION.encode())
+    if top != _TOP:  # a foreign core's top name keys its build; the default core's key stays as it was
+        h.update(f"top={top}".encode())
     h.update(json.dumps(cfg.to_dict(), sort_keys=True).encode())
     h.update(" ".join(VERILATOR_FLAGS + (OPT_FLAGS, CXX_STD, trace)).encode())
     for path in [*sorted(Path(p) for p in sources), _HARNESS, _HARNESS.with_name("lz4.h"), Path(__file__)]:
@@ -186,7 +203,8 @@ def build(cfg: VTAConfig, *, trace: str = "none", generator: RtlGenerator | None
                          "Surfer read too")
     started = time.monotonic()
     variant = "fast" if trace == "none" else trace
-    key = f"{cfg.name}-{variant}{'-pgo' if pgo else ''}-{_source_hash(cfg, sources, trace)}"
+    top = _top_of(generator)
+    key = f"{cfg.name}-{variant}{'-pgo' if pgo else ''}-{_source_hash(cfg, sources, trace, top)}"
     mode = _progress_mode(progress)
     compile_seconds = 0.0
 
@@ -217,11 +235,17 @@ def _build_into(out: Path, cfg: VTAConfig, generator: RtlGenerator, trace: str, 
         spinner.stage("generating Verilog")
         try:
             verilog = Path(generator(cfg, out / "rtl"))
+        except RtlInputError:
+            raise  # e.g. a foreign core that does not lint or match the interface: the user's error, as it is
         except Exception as err:
             raise BuildError(f"generating Verilog for config {cfg.name} failed: {type(err).__name__}: {err}") from err
         if not verilog.is_file():
             raise BuildError(f"the RTL generator returned {verilog}, which is not a file")
-        shutil.copyfile(verilog, out / "vta_core.v")
+        if verilog.suffix == ".f":  # a file list (a foreign core's copies): Verilator reads it with -f
+            inputs = ["-f", str(verilog.resolve())]
+        else:
+            shutil.copyfile(verilog, out / "vta_core.v")
+            inputs = [str(out / "vta_core.v")]
         obj = out / "obj"
         trace_flags = {"none": [], "vcd": ["--trace"], "fst": ["--trace-fst"]}[trace]
         lz4 = _lz4_flags() if trace == "fst" else None
@@ -229,8 +253,9 @@ def _build_into(out: Path, cfg: VTAConfig, generator: RtlGenerator, trace: str, 
         makeflags = f"CFG_CXXFLAGS_PCH_I=-include PYTHON3={sys.executable} OPT_FAST={OPT_FLAGS} OPT_GLOBAL={OPT_FLAGS}"
         spinner.stage("verilating and compiling the model" + (" (instrumented for PGO)" if pgo else ""))
         _run(["verilator", "--cc", "--build", "-j", str(max(1, jobs)), *VERILATOR_FLAGS, *trace_flags,
-              "--top-module", "vta_core", "-Mdir", str(obj), "-CFLAGS", f"{cflags} {PGO_GENERATE}" if pgo else cflags,
-              "-MAKEFLAGS", makeflags, str(out / "vta_core.v")], out, spinner,
+              "--top-module", _top_of(generator), "--prefix", "Vvta_core", "-Mdir", str(obj),
+              "-CFLAGS", f"{cflags} {PGO_GENERATE}" if pgo else cflags,
+              "-MAKEFLAGS", makeflags, *inputs], out, spinner,
              f"Verilator failed on the Verilog for config {cfg.name}")
         link = _harness_linker(out, obj, cfg, trace, lz4, spinner)
         if pgo:

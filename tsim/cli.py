@@ -1,14 +1,19 @@
 """The ``vta tsim`` commands (registered by ``vta.cli``): build the Verilator model, run a saved program, trace.
 
-    vta tsim build [--config FILE] [--trace {none,vcd,fst}]     build (or find in the cache) the model; print its path
+    vta tsim build [--config FILE] [--trace {none,vcd,fst}] [--rtl FILE... [--top NAME]]
+                                                                build (or find in the cache) the model; print its path
     vta tsim run PROGRAM.npz [--trace out.vcd --trace-window A:B] [--max-cycles N] [--watchdog N]
-                 [--check {fsim,none}] [--json]
+                 [--check {fsim,none}] [--json] [--rtl FILE... [--top NAME]]
     vta tsim cache [--clear [--wait]]                           list (or delete) cached builds
 
 ``run`` prints the cycles and every hardware counter. By default (``--check fsim``) the program first runs on the
 functional simulator, which rejects an invalid program (exit 1, fsim's error naming the instruction), and the RTL's
 final DRAM image and counters are compared with fsim's (exit 1 naming the first differing address when they differ);
 ``--check none`` runs the RTL alone. ``--max-cycles 0`` (the default) derives the cycle budget from the program.
+
+``--rtl FILE...`` (Verilog, SystemVerilog or ``.f`` lists) swaps in a foreign core (:mod:`vta.tsim.byo`), with top
+module ``--top`` (default ``vta_core``): it is linted and its ports checked against the core interface of the config
+before anything is built (exit 2 naming every mismatch); docs/byo-rtl.md.
 """
 from __future__ import annotations
 
@@ -17,7 +22,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-__all__ = ["register", "parse_window"]
+__all__ = ["register", "parse_window", "add_rtl_options", "foreign_core"]
 
 
 def register(subparsers: Any) -> None:
@@ -33,6 +38,7 @@ def register(subparsers: Any) -> None:
     build.add_argument("--no-pgo", action="store_true",
                        help="skip profile-guided optimization (a faster build, a ~30%% slower model; also "
                             "VTA_TSIM_PGO=0)")
+    add_rtl_options(build)
     build.set_defaults(func=_cmd_build)
 
     run = sub.add_parser("run", help="run a saved program (.npz) or a compiled model's layer (.vtac) on the RTL")
@@ -52,6 +58,7 @@ def register(subparsers: Any) -> None:
                      help="fsim (default): validate on the functional simulator first and compare the result with "
                           "its; none: run the RTL alone")
     run.add_argument("--json", action="store_true", help="print cycles and counters as JSON")
+    add_rtl_options(run)
     run.set_defaults(func=_cmd_run)
 
     cache = sub.add_parser("cache", help="list the cached Verilator builds")
@@ -60,6 +67,30 @@ def register(subparsers: Any) -> None:
     cache.add_argument("--wait", action="store_true",
                        help="with --clear: wait for builds in progress, then delete them")
     cache.set_defaults(func=_cmd_cache)
+
+
+def add_rtl_options(parser: argparse.ArgumentParser) -> None:
+    """``--rtl FILE...`` and ``--top NAME``: a foreign core instead of the generated one (docs/byo-rtl.md)."""
+    parser.add_argument("--rtl", metavar="FILE", nargs="+", default=None,
+                        help="a foreign core: Verilog (.v), SystemVerilog (.sv) files or file lists (.f) "
+                             "(docs/byo-rtl.md)")
+    parser.add_argument("--top", metavar="NAME", default=None, help="with --rtl: the top module (default vta_core)")
+
+
+def foreign_core(args: argparse.Namespace, cfg: Any = None) -> Any:
+    """The :class:`~vta.tsim.byo.ForeignCore` of ``--rtl``/``--top`` (None without ``--rtl``); with ``cfg`` it is
+    linted and its ports checked now, before anything is built (CoreInterfaceError naming every mismatch)."""
+    from vta.cliutil import CliError
+
+    from .byo import ForeignCore
+    if getattr(args, "rtl", None) is None:
+        if getattr(args, "top", None) is not None:
+            raise CliError("--top names the top module of a foreign core; give its files with --rtl FILE...")
+        return None
+    core = ForeignCore(args.rtl, top=args.top)
+    if cfg is not None:
+        core.check(cfg)
+    return core
 
 
 def parse_window(text: str) -> tuple[int, int]:
@@ -78,7 +109,11 @@ def _cmd_build(args: argparse.Namespace) -> int:
 
     from .build import build
     cfg = config_from_args(args)
-    built = build(cfg, trace=args.trace, pgo=False if args.no_pgo else None)
+    core = foreign_core(args, cfg)
+    if core is not None:
+        print(f"{core.top}: ports match the core interface of {cfg.name}")
+    options = {} if core is None else core.backend_options()
+    built = build(cfg, trace=args.trace, pgo=False if args.no_pgo else None, **options)
     state = f"built in {built.build_seconds:.1f} s" if built.compiled else f"cached, checked in {built.seconds:.3f} s"
     print(f"{built.library} ({cfg.name}, {state})")
     return 0
@@ -101,7 +136,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.max_cycles < 0:
         raise CliError(f"--max-cycles must be a number of cycles >= 0 (0: derived from the program), not "
                        f"{args.max_cycles}")
-    backend = TSimBackend(check=args.check)
+    core = foreign_core(args, program.cfg)
+    backend = TSimBackend(check=args.check, **({} if core is None else core.backend_options()))
     options: dict[str, Any] = {"max_cycles": args.max_cycles, "watchdog_cycles": args.watchdog}
     if args.trace:
         options.update(trace=args.trace, trace_window=args.trace_window)

@@ -46,6 +46,7 @@ PLUGINS: dict[str, tuple[str, str]] = {
     "tsim": ("vta.tsim.cli", "Verilator co-simulation: build, run, trace (vta tsim --help)"),
     "sweep": ("vta.sweep.cli", "design-space sweep: frontier of speed, area and energy (vta sweep --help)"),
     "report": ("vta.compiler.report_cli", "re-render a saved run report or compare two runs (vta report --help)"),
+    "conform": ("vta.tsim.conform", "conformance kit: check a foreign core's RTL against fsim (vta conform --help)"),
 }
 
 
@@ -257,6 +258,7 @@ def _write_bytes(path: str, data: bytes) -> None:
 
 # ---- run ------------------------------------------------------------------------------------------------------------
 def _cmd_run(args: argparse.Namespace) -> int:
+    args.rtl_options = _rtl_options(args)  # --rtl/--top: a foreign core for tsim, checked before any work
     if args.model is not None and str(args.model).endswith(".npz"):
         return _run_program(args)
     if args.model is not None:
@@ -280,7 +282,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
                            f"GEMM benchmark needs a backend that runs one of them ({', '.join(program_backends())}, "
                            f"or an operator backend such as cpu)")
         return _run_gemm_operator(args, cfg, program, expected)
-    backend = get_backend(args.target, **_limit_options(args), **_cycle_options(args))
+    backend = get_backend(args.target, **args.rtl_options, **_limit_options(args), **_cycle_options(args))
     log.info("running a %dx%dx%d GEMM (%d instructions) on %s", args.m, args.k, args.n, len(program.insns),
              args.target)
     result = backend.run(program)
@@ -354,7 +356,8 @@ def _run_program(args: argparse.Namespace) -> int:
     from .backend import get_backend
     from .program import Program
     program = Program.load(args.model)
-    result = get_backend(args.target, **_limit_options(args), **_cycle_options(args)).run(program)
+    backend = get_backend(args.target, **args.rtl_options, **_limit_options(args), **_cycle_options(args))
+    result = backend.run(program)
     report = {"workload": f"program {args.model}", "backend": result.backend, "config": program.cfg.name,
               "instructions": len(program.insns), "cycles": result.cycles, "correct": None,
               "summary": _summary(program.cfg, None, result), "stats": dict(result.stats),
@@ -382,6 +385,19 @@ def _limit(text: str) -> int | None:
 def _flags_of(names: dict[str, object]) -> str:
     """Option names as command-line flags: ``--max-insns, --max-uops``."""
     return ", ".join("--" + name.replace("_", "-") for name in names)
+
+
+def _rtl_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The tsim backend's options for ``--rtl FILE... [--top NAME]`` (a foreign core, vta.tsim.byo), linted and
+    port-checked against the config now, before any compile or build; {} without ``--rtl``."""
+    if getattr(args, "rtl", None) is None and getattr(args, "top", None) is None:
+        return {}
+    if args.target != "tsim":
+        raise CliError(f"--rtl and --top give a foreign core for --target tsim, not for --target {args.target}")
+    from .tsim.cli import foreign_core
+    is_artefact = args.model is not None and str(args.model).endswith((".npz", ".vtac"))
+    core = foreign_core(args, None if is_artefact else config_from_args(args))
+    return core.backend_options()
 
 
 def _limit_options(args: argparse.Namespace) -> dict[str, int | None]:
@@ -552,6 +568,9 @@ def _add_run_command(sub: Any, with_model_options: bool) -> None:
     run.add_argument("--no-double-buffer", action="store_true",
                      help="do not overlap loads and stores with the GEMM (no latency hiding)")
     run.add_argument("--json", action="store_true", help="print the statistics as JSON")
+    run.add_argument("--rtl", metavar="FILE", nargs="+", default=None,
+                     help="tsim: a foreign core (Verilog/SystemVerilog files or .f lists; docs/byo-rtl.md)")
+    run.add_argument("--top", metavar="NAME", default=None, help="tsim: the foreign core's top module (vta_core)")
     run.add_argument("--max-insns", type=_limit, default=argparse.SUPPRESS, metavar="N",
                      help="fsim: stop with an error before executing more than N instructions ('none': no limit; "
                           "default: 10000000)")

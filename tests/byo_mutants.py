@@ -1,0 +1,74 @@
+"""Single-point mutants of the generated core's Verilog, for the conformance kit's mutation check.
+
+Each :class:`Mutant` changes one piece of text inside one module of the Verilog ``vta.hw.verilog`` writes (for
+``configs/small1x8.toml``: the anchors name its bus and vector widths): an ALU opcode decoded wrongly, an operand
+swapped, an off-by-one in a loop or pad bound, a dropped dependency token, a wrong pad value... ``feature`` is the
+conformance kit's feature (:mod:`vta.tsim.conform_programs`) that must fail on it. :func:`mutate` refuses a text that
+does not occur exactly once in its module, so a change in the generator shows as a clear error, not as a mutant that
+silently mutates nothing.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["Mutant", "MUTANTS", "mutate", "write_mutant"]
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """``old`` replaced by ``new`` in module ``module`` (its name without the ``vta_core.`` prefix)."""
+
+    name: str
+    module: str
+    old: str
+    new: str
+    feature: str
+
+
+MUTANTS: tuple[Mutant, ...] = (
+    Mutant("alu-min-decoded-as-max", "compute.alu", "res_0 = \\$2 ;", "res_0 = \\$4 ;", "alu min"),
+    Mutant("alu-add-decoded-as-mul", "compute.alu", "res_0 = \\$5 [31:0];", "res_0 = \\$10 [31:0];", "alu add"),
+    Mutant("alu-shr-logical", "compute.alu", "$signed(a[31:0]) >>> b[4:0]", "a[31:0] >> b[4:0]", "alu shr"),
+    Mutant("alu-min-unsigned", "compute.alu", "assign \\$1  = $signed(a[31:0]) < $signed(b[31:0]);",
+           "assign \\$1  = a[31:0] < b[31:0];", "alu min"),
+    Mutant("gemm-reset-ignored", "compute", "assign res = cmd_insn[7] ?", "assign res = 1'h0 ?", "gemm reset"),
+    Mutant("gemm-inp-reads-wgt-index", "compute", "assign inp_rd__addr = \\$9 [10:0];",
+           "assign inp_rd__addr = \\$10 [10:0];", "gemm"),
+    Mutant("load-inp-pad-value", "load.engine", "pad ? 64'h8080808080808080 :", "pad ? 64'h8080808080808081 :",
+           "load inp"),
+    Mutant("load-acc-pad-value", "compute.engine", "assign \\$35  = pad ? 256'h" + "0" * 64,
+           "assign \\$35  = pad ? 256'h" + "0" * 63 + "1", "load acc"),
+    Mutant("load-bottom-pad-off-by-one", "load.engine.walker", "assign \\$16  = r >= \\$signal$11 ;",
+           "assign \\$16  = r > \\$signal$11 ;", "load inp"),
+    Mutant("store-stride-is-x-size", "store", "assign \\$52  = drow + insn[111:96];",
+           "assign \\$52  = drow + insn[95:80];", "store"),
+    Mutant("token-compute-to-load-dropped", "tq_c2l", "assign push = push_valid & push_ready;",
+           "assign push = 1'h0 & push_ready;", "tokens compute->load"),
+    Mutant("uop-loop-ends-one-early", "compute", "assign \\$56  = cmd_insn[34:21] - 1'h1;",
+           "assign \\$56  = cmd_insn[34:21] - 2'h2;", "gemm"),
+    Mutant("load-uop-pad-value", "compute.engine", "pad ? 32'd0 :", "pad ? 32'd1 :", "load uop"),
+)
+"""The mutants, each with the feature that must fail on it."""
+
+
+def mutate(verilog: str, mutant: Mutant) -> str:
+    """``verilog`` with ``mutant`` applied; ValueError when its text does not occur exactly once in its module."""
+    header = f"module \\vta_core.{mutant.module} "
+    start = verilog.find(header)
+    if start < 0 or verilog.find(header, start + 1) >= 0:
+        raise ValueError(f"mutant {mutant.name}: module vta_core.{mutant.module} not found once in the Verilog")
+    end = verilog.index("\nendmodule", start)
+    body = verilog[start:end]
+    if body.count(mutant.old) != 1:
+        raise ValueError(f"mutant {mutant.name}: {mutant.old!r} occurs {body.count(mutant.old)} times in module "
+                         f"vta_core.{mutant.module}, not once")
+    return verilog[:start] + body.replace(mutant.old, mutant.new) + verilog[end:]
+
+
+def write_mutant(verilog: Path, mutant: Mutant, out_dir: Path) -> Path:
+    """Write the mutated copy of the core ``verilog`` to ``out_dir/vta_core.v``; returns its path."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "vta_core.v"
+    path.write_text(mutate(Path(verilog).read_text(), mutant))
+    return path

@@ -1,0 +1,135 @@
+"""The conformance kit (vta.tsim.conform, ``vta conform``): the generated core passes it, and single-point mutants of
+its Verilog (tests/byo_mutants.py) fail it naming the feature they break.
+
+By default: the kit's programs on fsim at every shipped config, the unmodified core of configs/small1x8.toml through
+``vta conform --rtl`` (the build test_byo_rtl.py makes too, shared through the cache), and one mutant. Marked slow:
+every mutant (one Verilator build each, about a minute), and the generated core at every shipped config.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from byo_mutants import MUTANTS, Mutant, mutate, write_mutant
+
+from vta import fsim
+from vta.cli import main
+from vta.config import MEM_ACC, MEM_ACC_8BIT, MEM_INP, MEM_UOP, MEM_WGT, VTAConfig, load_config
+from vta.hw.verilog import generate_verilog
+from vta.isa import Alu, Gemm, Load, Store
+from vta.testing import ALU_CASES
+from vta.tsim.byo import ForeignCore
+from vta.tsim.conform import Outcome, format_table, run_kit
+from vta.tsim.conform_programs import FEATURES
+
+ROOT = Path(__file__).resolve().parent.parent
+SMALL = ROOT / "configs" / "small1x8.toml"
+SHIPPED = sorted((ROOT / "configs").glob("*.toml"))
+LOADED = {MEM_UOP, MEM_WGT, MEM_INP, MEM_ACC, MEM_ACC_8BIT}
+"""The memory types a LOAD writes."""
+
+
+@pytest.fixture(scope="module")
+def small_cfg8() -> VTAConfig:
+    return load_config(SMALL)
+
+
+@pytest.fixture(scope="module")
+def small_core(tmp_path_factory: pytest.TempPathFactory, small_cfg8: VTAConfig) -> Path:
+    """The generated core of configs/small1x8.toml, as a user would bring it (vta hw verilog -o DIR)."""
+    return Path(generate_verilog(small_cfg8, tmp_path_factory.mktemp("small")))
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=[p.stem for p in SHIPPED])
+def test_the_kits_programs_cover_every_instruction_and_run_on_fsim(path: Path) -> None:
+    cfg = load_config(path)
+    programs = {name: make(cfg) for name, make in FEATURES.items()}
+    for program in programs.values():
+        fsim.run(program)  # valid at this config: no error
+    loads = {i.mem for p in programs.values() for i in p.insns if isinstance(i, Load)}
+    assert loads == LOADED
+    padded = [i for p in programs.values() for i in p.insns if isinstance(i, Load) and i.y_pad_0 and i.y_pad_1
+              and i.x_pad_0 and i.x_pad_1 and i.x_stride > i.x_size]
+    assert {i.mem for i in padded} == LOADED  # every memory loaded with all four pads and a stride
+    gemms = [i for p in programs.values() for i in p.insns if isinstance(i, Gemm)]
+    assert {i.reset for i in gemms} == {False, True}
+    alus = {(i.alu_opcode, i.use_imm) for p in programs.values() for i in p.insns if isinstance(i, Alu)}
+    assert alus >= {(op, imm) for _, op, _ in ALU_CASES for imm in (False, True)}
+    assert any(isinstance(i, Store) and i.y_size > 1 and i.x_stride > i.x_size for i in programs["store"].insns)
+    for queue, (src, dst) in {"tokens load->compute": ("load", "compute"),
+                              "tokens compute->load": ("compute", "load"),
+                              "tokens compute->store": ("compute", "store"),
+                              "tokens store->compute": ("store", "compute")}.items():
+        stats = fsim.run(programs[queue]).stats.as_dict()
+        assert stats["gemm_uops"] > 0 and stats["out_bytes_written"] > 0, (queue, src, dst)
+
+
+def test_the_table_names_each_feature_and_what_differs() -> None:
+    table = format_table([Outcome("alu min", "pass", cycles=315),
+                          Outcome("gemm", "fail", "DRAM byte 64 differs", cycles=615),
+                          Outcome("tokens compute->load", "hang", "compute waits for a token")])
+    lines = table.splitlines()
+    assert lines[0].split() == ["feature", "result", "cycles", "detail"]
+    assert lines[1].split() == ["alu", "min", "pass", "315"]
+    assert lines[2].split()[:3] == ["gemm", "fail", "615"] and lines[2].endswith("DRAM byte 64 differs")
+    assert lines[3].split()[:4] == ["tokens", "compute->load", "hang", "-"]
+    assert lines[-1] == "1 of 3 features pass; failing: gemm, tokens compute->load"
+
+
+def test_mutants_change_exactly_one_place(small_core: Path) -> None:
+    text = small_core.read_text()
+    for mutant in MUTANTS:
+        changed = mutate(text, mutant)
+        assert changed != text and len(changed) - len(text) == len(mutant.new) - len(mutant.old), mutant.name
+    assert len({m.name for m in MUTANTS}) == len(MUTANTS) >= 10
+    assert {m.feature for m in MUTANTS} <= set(FEATURES)
+    with pytest.raises(ValueError, match="occurs 0 times in module vta_core.compute.alu"):
+        mutate(text, Mutant("none", "compute.alu", "no such text", "x", "alu min"))
+
+
+def test_the_generated_core_passes_vta_conform(small_core: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["conform", "--rtl", str(small_core), "--config", str(SMALL), "--seeds", "3", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    features = [o["feature"] for o in report["outcomes"]]
+    assert features == [*FEATURES, "random 0", "random 1", "random 2", "model tiny_cnn"]
+    assert all(o["status"] == "pass" and o["cycles"] > 0 for o in report["outcomes"]), report
+
+
+def _failing(small_cfg8: VTAConfig, small_core: Path, mutant: Mutant, out: Path) -> dict[str, Outcome]:
+    core = ForeignCore([write_mutant(small_core, mutant, out)])
+    outcomes = run_kit(small_cfg8, backend_options=core.backend_options(), seeds=2, model=None)
+    return {o.feature: o for o in outcomes if not o.passed}
+
+
+def test_a_mutant_fails_naming_the_feature_and_the_first_difference(
+        small_cfg8: VTAConfig, small_core: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    mutant = next(m for m in MUTANTS if m.name == "alu-min-decoded-as-max")
+    path = write_mutant(small_core, mutant, tmp_path / mutant.name)
+    assert main(["conform", "--rtl", str(path), "--config", str(SMALL), "--seeds", "0", "--no-model",
+                 "--only", "alu"]) == 1
+    out = capsys.readouterr().out
+    rows = {line.split("  ")[0].strip(): line for line in out.splitlines() if line.startswith("alu ")}
+    assert set(rows) == {f"alu {name}" for name in
+                         ("min_imm", "max_imm", "add_imm", "shr_imm", "shl_imm", "mul_imm", "min", "max", "add",
+                          "shr", "mul")}
+    assert " fail " in rows["alu min"] and " fail " in rows["alu min_imm"]
+    assert "differs" in rows["alu min"] and "written by instruction" in rows["alu min"]
+    assert all(" pass " in rows[f"alu {name}"] for name in ("max", "add", "mul", "shr", "max_imm"))
+    assert out.splitlines()[-1] == "9 of 11 features pass; failing: alu min_imm, alu min"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mutant", MUTANTS, ids=[m.name for m in MUTANTS])
+def test_every_mutant_fails_the_kit_naming_its_feature(small_cfg8: VTAConfig, small_core: Path, tmp_path: Path,
+                                                       mutant: Mutant) -> None:
+    failing = _failing(small_cfg8, small_core, mutant, tmp_path)
+    assert mutant.feature in failing, (mutant.name, sorted(failing))
+    assert failing[mutant.feature].detail
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", SHIPPED, ids=[p.stem for p in SHIPPED])
+def test_the_generated_core_passes_the_kit_at_every_shipped_config(path: Path) -> None:
+    outcomes = run_kit(load_config(path), seeds=3)
+    assert [o.feature for o in outcomes if not o.passed] == [], format_table(outcomes)
