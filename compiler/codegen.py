@@ -40,7 +40,7 @@ import numpy as np
 from vta.cache import cache_root
 from vta.config import MEM_ACC, MEM_ACC_8BIT, MEM_INP, MEM_OUT, MEM_WGT, VTAConfig
 from vta.fileio import atomic_write_text
-from vta.isa import Uop
+from vta.isa import Uop, requant_imm, requant_word
 from vta.program import Allocation, Program, ProgramBuilder
 
 from .intrin import Intrinsics, intrinsics
@@ -48,8 +48,8 @@ from .layout import PackedWeight, pack_channel_vector, pack_weight
 from .schedule import ConvGeometry, ConvTile, ConvTiling, conv_candidates, plan_conv, plan_eltwise
 
 __all__ = ["ConvLayer", "AddLayer", "UopCache", "LayerCode", "emit_conv", "emit_add", "build_conv_program",
-           "build_add_program", "INPUT", "INPUT_B", "OUTPUT", "alu_passes", "bias_image", "SearchResult",
-           "search_conv", "tiling_to_dict", "tiling_from_dict", "SEARCH_KEEP"]
+           "build_add_program", "INPUT", "INPUT_B", "OUTPUT", "alu_passes", "fused_requant", "bias_image",
+           "SearchResult", "search_conv", "tiling_to_dict", "tiling_from_dict", "SEARCH_KEEP"]
 
 INPUT, INPUT_B, OUTPUT = "x", "x_b", "y"
 """Allocation names of a layer program's packed input(s) and output."""
@@ -178,6 +178,8 @@ class _ConvState:
     step: int = 0
     total_steps: int = 0
     bias_image: Allocation | None = None
+    fused: bool = False
+    """Requantize with one ALU REQ (:func:`fused_requant`)."""
 
     @property
     def half(self) -> dict[str, int]:
@@ -281,7 +283,7 @@ def _emit_tile(s: _ConvState, index: int, tile: ConvTile, n_tiles: int) -> None:
     half, threads = s.half, s.t.threads
     acc_base = (index % threads) * half["acc"]
     const_base = acc_base + s.t.oc_tile * s.t.acc_tile
-    slots = [0] if layer.per_tensor else [0, 1, 2]
+    slots = [0, 1] if s.fused else [0] if layer.per_tensor else [0, 1, 2]
     if s.t.bias_load or not layer.bias.any():
         slots = slots[1:]
     if index >= threads:
@@ -343,12 +345,22 @@ def _emit_bias_init(s: _ConvState, tile: ConvTile, acc_base: int) -> None:
                   x_size=per_block)
 
 
-def alu_passes(layer: ConvLayer, *, bias_load: bool = False) -> list[str]:
+def fused_requant(layer: ConvLayer, intr: Intrinsics) -> bool:
+    """True when ``layer`` requantizes with one ALU REQ: the config has the ``fused_requant`` knob and every M, S,
+    lo and hi fits REQ's fields (16-bit signed M, S in [-32, 31], signed-byte clip bounds)."""
+    return ("REQ" in intr.alu and bool((np.abs(layer.multiplier) < 1 << 15).all())
+            and bool(((layer.shift >= -32) & (layer.shift < 32)).all())
+            and -128 <= layer.lo <= layer.hi < 128)
+
+
+def alu_passes(layer: ConvLayer, *, bias_load: bool = False, fused: bool = False) -> list[str]:
     """The ALU intrinsics the requantization of ``layer`` applies to every output entry, in order: ADD bias
     (unless the bias was loaded as the accumulators' start or is zero, e.g. carried by im2col's bias lanes), MUL M,
     SHR S (each skipped when it is the identity),
-    MAX lo, MIN hi."""
+    MAX lo, MIN hi; or with ``fused`` (:func:`fused_requant`) ADD bias (unless loaded) and one REQ."""
     ops = [] if bias_load or not layer.bias.any() else ["ADD"]
+    if fused:
+        return ops + ["REQ"]
     if layer.per_tensor:
         ops += ["MUL"] if int(layer.multiplier[0]) != 1 else []
         ops += ["SHR"] if int(layer.shift[0]) != 0 else []
@@ -364,6 +376,14 @@ def _emit_requant(s: _ConvState, tile: ConvTile, acc_base: int, const_base: int)
     layer = s.layer
     if not s.t.bias_load and layer.bias.any():
         _emit_alu(s, tile, "ADD", acc_base, src_base=const_base)
+    if s.fused:  # REQ: (M, S) lanes from the constants' slot 1, the clip range in the immediate
+        opcode = s.intr.alu["REQ"].opcode
+        bgn, end = s.uops.place(_tile_uops(s, tile, acc_base, const_base + s.t.oc_tile))
+        iter_out, iter_in, dst_out, dst_in = _tile_loop(tile)
+        s.pb.alu(opcode, uop_bgn=bgn, uop_end=end, iter_out=iter_out, iter_in=iter_in, dst_factor_out=dst_out,
+                 dst_factor_in=dst_in, imm=requant_imm(layer.lo, layer.hi))
+        s.code.alu_uops += tile.oct * tile.toh * tile.tow
+        return
     if layer.per_tensor:
         if int(layer.multiplier[0]) != 1:
             _emit_alu(s, tile, "MUL", acc_base, imm=int(layer.multiplier[0]))
@@ -379,9 +399,17 @@ def _emit_requant(s: _ConvState, tile: ConvTile, acc_base: int, const_base: int)
 
 
 def conv_constants(layer: ConvLayer, intr: Intrinsics) -> np.ndarray:
-    """Bias, multiplier and shift packed as acc elements: int32 ``(3 * O/BO, B, BO)`` in that order."""
+    """Bias, multiplier and shift packed as acc elements: int32 ``(3 * O/BO, B, BO)`` in that order; when the layer
+    uses REQ (:func:`fused_requant`), bias and REQ's (M, S) words (:func:`vta.isa.requant_word`): ``(2 * O/BO, B,
+    BO)``."""
+    rows: tuple[np.ndarray, ...]
+    if fused_requant(layer, intr):
+        words = np.array([requant_word(int(m), int(sh)) for m, sh in zip(layer.multiplier, layer.shift)], np.int64)
+        rows = (layer.bias, words)
+    else:
+        rows = (layer.bias, layer.multiplier, layer.shift)
     vecs = [pack_channel_vector(v.astype(np.int64).astype(np.int32), batch=intr.batch, block_out=intr.block_out)
-            for v in (layer.bias, layer.multiplier, layer.shift)]
+            for v in rows]
     return np.concatenate(vecs, axis=0)
 
 
@@ -406,7 +434,8 @@ def emit_conv(pb: ProgramBuilder, layer: ConvLayer, x: Allocation, y: Allocation
     consts = pb.alloc(f"{prefix}consts", conv_constants(layer, intr))
     tiles = list(t.tiles())
     code = LayerCode([x], y, tiles=len(tiles), tiling=t)
-    s = _ConvState(pb, intr, layer, t, UopCache(pb, intr, prefix), x, y, w, consts, code)
+    s = _ConvState(pb, intr, layer, t, UopCache(pb, intr, prefix), x, y, w, consts, code,
+                   fused=fused_requant(layer, intr))
     if t.bias_load:
         s.bias_image = pb.alloc(f"{prefix}bias_init", bias_image(layer, intr, t.acc_tile))
     s.total_steps = sum(len(tile.steps) for tile in tiles)
@@ -557,7 +586,8 @@ def _search_key(layer: ConvLayer, cfg: VTAConfig, threads: tuple[int, ...], bias
     g = layer.geom
     data = {"v": _SEARCH_VERSION, "src": _DIGEST[0], "cfg": dataclasses.asdict(cfg),
             "geom": [g.n, g.c, g.h, g.w, g.o, g.kh, g.kw, g.sh, g.sw, list(g.pads), g.groups],
-            "alu": alu_passes(layer), "per_tensor": layer.per_tensor, "threads": list(threads), "bias": list(bias)}
+            "alu": alu_passes(layer, fused=fused_requant(layer, intrinsics(cfg))), "per_tensor": layer.per_tensor,
+            "threads": list(threads), "bias": list(bias)}
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:32]
 
 
@@ -616,8 +646,9 @@ def search_conv(cfg: VTAConfig, layer: ConvLayer, *, threads: tuple[int, ...] = 
             _memory[key] = hit
             return SearchResult(tiling_from_dict(layer.geom, hit[0]), hit[1], 0, source)
     intr = intrinsics(cfg)
-    n_alu = len(alu_passes(layer))
-    consts = 1 if layer.per_tensor else 3
+    fused = fused_requant(layer, intr)
+    n_alu = len(alu_passes(layer, fused=fused))
+    consts = 2 if fused else 1 if layer.per_tensor else 3
     cands = conv_candidates(layer.geom, intr, threads=threads, bias_load=bias_load)
     cands.sort(key=lambda t: (t.work_bound(intr, n_alu - t.bias_load, consts - t.bias_load), t.dma_bytes(intr)))
     chosen = cands[:keep]

@@ -6,7 +6,8 @@ field directly or writes a magic number:
 * :class:`GemmIntrinsic`: one GEMM micro-op computes ``acc[BATCH, BLOCK_OUT] += inp[BATCH, BLOCK_IN] @
   wgt[BLOCK_OUT, BLOCK_IN].T`` (int8 x int8 -> int32, wrapping), i.e. ``BATCH * BLOCK_IN * BLOCK_OUT`` MACs.
 * :class:`AluIntrinsic`: one ALU micro-op applies MIN/MAX/ADD/SHR/MUL to one acc entry (``BATCH x BLOCK_OUT``
-  int32) with an immediate (16-bit signed) or another acc entry.
+  int32) with an immediate (16-bit signed) or another acc entry; with the ``fused_requant`` knob also REQ (the
+  requantization in one micro-op, see :mod:`vta.isa`).
 * :class:`DmaShape`: per memory type, the element (one SRAM entry) shape and dtype, its bytes in DRAM, the buffer
   depth in elements and the largest padding a LOAD can insert (4-bit pad fields).
 * :class:`Intrinsics`: all of the above for one config, built by :func:`intrinsics` (cached per config).
@@ -24,7 +25,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from vta.config import MEM_ACC, MEM_ACC_8BIT, MEM_INP, MEM_OUT, MEM_UOP, MEM_WGT, VTAConfig
-from vta.isa import ALU_ADD, ALU_MUL, ALU_NAMES, IMM_BITS, LOOP_BITS, layout
+from vta.isa import ALU_ADD, ALU_MUL, IMM_BITS, LOOP_BITS, alu_opcodes, layout
 
 __all__ = ["GemmIntrinsic", "AluIntrinsic", "DmaShape", "Intrinsics", "intrinsics", "MAX_LOAD_PAD"]
 
@@ -151,7 +152,7 @@ def _intrinsics(cfg: VTAConfig) -> Intrinsics:
     imm_lo, imm_hi = -(1 << (IMM_BITS - 1)), (1 << (IMM_BITS - 1)) - 1
     alu = {name: AluIntrinsic(name=name, opcode=code, shape=(b, bo), imm_min=imm_lo, imm_max=imm_hi,
                               wraps=code in (ALU_ADD, ALU_MUL))
-           for code, name in ALU_NAMES.items()}
+           for code, name in alu_opcodes(cfg).items()}
     dma = {
         "uop": DmaShape("uop", MEM_UOP, (1,), "uint32" if cfg.uop_bits == 32 else "uint64", cfg.uop_bytes,
                         cfg.uop_depth, 0),

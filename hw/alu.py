@@ -1,9 +1,10 @@
-"""The tensor ALU: lane-wise int32 MIN, MAX, ADD, SHR (negative amounts shift left) and MUL (low 32 bits)."""
+"""The tensor ALU: lane-wise int32 MIN, MAX, ADD, SHR (negative amounts shift left) and MUL (low 32 bits); with the
+``fused_requant`` knob also REQ, the fused requantization (``vta.isa``)."""
 from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from vta.isa import ALU_ADD, ALU_MAX, ALU_MIN, ALU_MUL, ALU_SHR
+from vta.isa import ALU_ADD, ALU_MAX, ALU_MIN, ALU_MUL, ALU_REQ, ALU_SHR, REQ_SHIFT_LSB
 
 from .util import check_int, validated_init
 
@@ -17,14 +18,25 @@ class AluCore(wiring.Component):
     ``b[j]`` as a signed amount ``n`` in [-32, 31]; ``n >= 0`` shifts ``a[j]`` right arithmetically, ``n < 0``
     shifts it left by ``-n`` (wrapping). Other opcodes give ``a`` unchanged. ``b`` is the second operand tensor, or
     the sign-extended immediate repeated on every lane (the caller's choice).
+
+    ``requant=True`` (the ``fused_requant`` knob) adds the ``imm`` port (the instruction's 16-bit immediate) and REQ:
+    ``clip(SHR(a[j] * M, S), lo, hi)`` with ``M`` = ``b[j]`` bits 0..15 (signed), ``S`` = bits 16..21, ``lo``/``hi``
+    the low/high byte of ``imm`` (signed). REQ shares MUL's multiplier and SHR's shifter (operand multiplexers) and
+    adds two 32-bit comparators per lane; the whole op is one combinational step like the others.
     """
 
     @validated_init
-    def __init__(self, *, lanes):
+    def __init__(self, *, lanes, requant=False):
         self.lanes = check_int("lanes", lanes, lo=1, hi=1 << 12)
-        super().__init__({"op": In(3), "a": In(32 * lanes), "b": In(32 * lanes), "res": Out(32 * lanes)})
+        self.requant = bool(requant)
+        ports = {"op": In(3), "a": In(32 * lanes), "b": In(32 * lanes), "res": Out(32 * lanes)}
+        if self.requant:
+            ports["imm"] = In(16)
+        super().__init__(ports)
 
     def elaborate(self, platform):
+        if self.requant:
+            return self._elaborate_requant()
         m = Module()
         out = []
         for j in range(self.lanes):
@@ -43,6 +55,50 @@ class AluCore(wiring.Component):
                     m.d.comb += r.eq(Mux(n[5], (a.as_unsigned() << (-n)[:6])[:32], a >> n[:5]))
                 with m.Case(ALU_MUL):
                     m.d.comb += r.eq(a * b)
+                with m.Default():
+                    m.d.comb += r.eq(a)
+            out.append(r)
+        m.d.comb += self.res.eq(Cat(*out))
+        return m
+
+    def _elaborate_requant(self):
+        """The ALU with REQ: one multiplier and one shifter per lane, their operands chosen by the opcode."""
+        m = Module()
+        out = []
+        is_req = self.op == ALU_REQ
+        lo = self.imm[:8].as_signed()
+        hi = self.imm[8:].as_signed()
+        for j in range(self.lanes):
+            a = self.a.word_select(j, 32).as_signed()
+            b = self.b.word_select(j, 32).as_signed()
+            mul_b = Signal(32, name=f"mul_b_{j}")
+            m.d.comb += mul_b.eq(Mux(is_req, b[:16].as_signed(), b))
+            prod = Signal(32, name=f"prod_{j}")
+            m.d.comb += prod.eq(a * mul_b.as_signed())
+            sh_a = Signal(32, name=f"sh_a_{j}")
+            n = Signal(6, name=f"sh_n_{j}")
+            m.d.comb += [sh_a.eq(Mux(is_req, prod, a)),
+                         n.eq(Mux(is_req, b[REQ_SHIFT_LSB:REQ_SHIFT_LSB + 6], b[:6]))]
+            ns = n.as_signed()
+            shifted = Signal(32, name=f"shifted_{j}")
+            m.d.comb += shifted.eq(Mux(n[5], (sh_a << (-ns)[:6])[:32], sh_a.as_signed() >> n[:5]))
+            q = shifted.as_signed()
+            floor = Signal(32, name=f"floor_{j}")
+            m.d.comb += floor.eq(Mux(q < lo, lo, q))
+            r = Signal(32, name=f"res_{j}")
+            with m.Switch(self.op):
+                with m.Case(ALU_MIN):
+                    m.d.comb += r.eq(Mux(a < b, a, b))
+                with m.Case(ALU_MAX):
+                    m.d.comb += r.eq(Mux(a > b, a, b))
+                with m.Case(ALU_ADD):
+                    m.d.comb += r.eq(a + b)
+                with m.Case(ALU_SHR):
+                    m.d.comb += r.eq(shifted)
+                with m.Case(ALU_MUL):
+                    m.d.comb += r.eq(prod)
+                with m.Case(ALU_REQ):
+                    m.d.comb += r.eq(Mux(floor.as_signed() > hi, hi, floor))
                 with m.Default():
                     m.d.comb += r.eq(a)
             out.append(r)

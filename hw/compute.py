@@ -170,8 +170,10 @@ class ComputeUnit(wiring.Component):
         d_dst = Signal(16)
         m.d.sync += [d_valid.eq(c_valid), d_dst.eq(c_dst)]
         lanes = cfg.batch * cfg.block_out
-        m.submodules.alu = alu = AluCore(lanes=lanes)
+        m.submodules.alu = alu = AluCore(lanes=lanes, requant=cfg.fused_requant)
         imm = field(insn, cfg, OP_ALU, "imm")
+        if cfg.fused_requant:  # REQ's clip range; its (multiplier, shift) lanes come through b as acc[src]
+            m.d.comb += alu.imm.eq(imm)
         imm32 = Cat(imm, *([imm[-1]] * (32 - len(imm))))
         use_imm = field(insn, cfg, OP_ALU, "use_imm")
         m.d.comb += [alu.op.eq(field(insn, cfg, OP_ALU, "alu_opcode")), alu.a.eq(self.acc_rd0.data),

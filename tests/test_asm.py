@@ -181,8 +181,8 @@ def test_listing_and_uops() -> None:
     ("\n\nLOAD x=1", r"^line 3, token 'x=1': LOAD needs a memory type after the mnemonic"),
     ("LOAD FOO", r"^line 1, token 'FOO': expected a memory type: one of UOP, WGT, INP, ACC, OUT, ACC_8BIT or a "
                  r"number$"),
-    ("ALU PLUS", r"^line 1, token 'PLUS': expected an ALU operation: one of MIN, MAX, ADD, SHR, MUL or a number$"),
-    ("ALU", r"^line 1: ALU needs an ALU operation after the mnemonic \(MIN, MAX, ADD, SHR, MUL\)$"),
+    ("ALU PLUS", r"^line 1, token 'PLUS': expected an ALU operation: one of MIN, MAX, ADD, SHR, MUL, REQ or a number$"),
+    ("ALU", r"^line 1: ALU needs an ALU operation after the mnemonic \(MIN, MAX, ADD, SHR, MUL, REQ\)$"),
     ("LOAD INP q=1", r"^line 1, token 'q=1': unknown key 'q' for LOAD; expected one of sram, dram, y, x, stride, "
                      r"pad$"),
     ("LOAD INP bogus", r"^line 1, token 'bogus': expected key=value or a flag of LOAD; keys: sram, dram, y, x, "

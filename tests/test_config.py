@@ -9,7 +9,18 @@ from pathlib import Path
 
 import pytest
 
-from vta.config import MEM_ACC, MEM_ACC_8BIT, MEM_INP, MEM_OUT, MEM_UOP, MEM_WGT, ConfigError, VTAConfig, load_config
+from vta.config import (
+    KNOBS,
+    MEM_ACC,
+    MEM_ACC_8BIT,
+    MEM_INP,
+    MEM_OUT,
+    MEM_UOP,
+    MEM_WGT,
+    ConfigError,
+    VTAConfig,
+    load_config,
+)
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 
@@ -201,7 +212,7 @@ def test_unknown_key() -> None:
         VTAConfig.from_dict({"LOG_BATCHES": 1})
     assert info.value.problems == [
         "unknown key 'LOG_BATCHES'; known keys are BUS_BYTES, CLOCK_MHZ, CMD_QUEUE_DEPTH, DRAM_LATENCY, "
-        "LOG_ACC_BUFF_SIZE, LOG_ACC_WIDTH, LOG_BATCH, LOG_BLOCK, LOG_INP_BUFF_SIZE, LOG_INP_WIDTH, "
+        "FUSED_REQUANT, LOG_ACC_BUFF_SIZE, LOG_ACC_WIDTH, LOG_BATCH, LOG_BLOCK, LOG_INP_BUFF_SIZE, LOG_INP_WIDTH, "
         "LOG_UOP_BUFF_SIZE, LOG_WGT_BUFF_SIZE, LOG_WGT_WIDTH, TOKEN_QUEUE_DEPTH"]
 
 
@@ -281,9 +292,9 @@ def test_several_problems_at_once() -> None:
     with pytest.raises(ConfigError) as info:
         VTAConfig.from_dict({"LOG_BATCH": 7, "LOG_BLOCK": "4", "BUS_BYTES": 12, "COLOR": "red"}, source="x.toml")
     assert info.value.problems == [
-        "unknown key 'COLOR'; known keys are BUS_BYTES, CLOCK_MHZ, CMD_QUEUE_DEPTH, DRAM_LATENCY, LOG_ACC_BUFF_SIZE, "
-        "LOG_ACC_WIDTH, LOG_BATCH, LOG_BLOCK, LOG_INP_BUFF_SIZE, LOG_INP_WIDTH, LOG_UOP_BUFF_SIZE, LOG_WGT_BUFF_SIZE, "
-        "LOG_WGT_WIDTH, TOKEN_QUEUE_DEPTH",
+        "unknown key 'COLOR'; known keys are BUS_BYTES, CLOCK_MHZ, CMD_QUEUE_DEPTH, DRAM_LATENCY, FUSED_REQUANT, "
+        "LOG_ACC_BUFF_SIZE, LOG_ACC_WIDTH, LOG_BATCH, LOG_BLOCK, LOG_INP_BUFF_SIZE, LOG_INP_WIDTH, LOG_UOP_BUFF_SIZE, "
+        "LOG_WGT_BUFF_SIZE, LOG_WGT_WIDTH, TOKEN_QUEUE_DEPTH",
         "LOG_BATCH must be between 0 and 4, not 7",
         "LOG_BLOCK must be an integer, not '4'",
         "BUS_BYTES must be a power of two, not 12",
@@ -376,3 +387,29 @@ def test_every_valid_config_fits_the_netlist() -> None:
                 assert max(widths) > 1 << 16, (log_batch, log_block)
             else:
                 assert max(widths) <= 1 << 16, (log_batch, log_block)
+
+
+# ---- codesign knobs -------------------------------------------------------------------------------------------------
+def test_knobs_are_off_by_default_and_leave_the_default_design_alone() -> None:
+    cfg = VTAConfig()
+    assert all(getattr(cfg, knob) is False for knob in KNOBS)
+    assert "FUSED_REQUANT" not in cfg.to_dict()  # VTA's keys only, as before the knobs
+    assert cfg.name == "1x16_i8w8a32_15_15_18_17"
+
+
+def test_fused_requant_knob_round_trips_and_tags_the_name(tmp_path: Path) -> None:
+    cfg = VTAConfig(fused_requant=True)
+    assert cfg.name == "1x16_i8w8a32_15_15_18_17_rq"
+    assert cfg.to_dict()["FUSED_REQUANT"] is True
+    assert VTAConfig.from_dict(cfg.to_dict()) == cfg
+    path = tmp_path / "knobs.toml"
+    path.write_text("LOG_BLOCK = 3\nFUSED_REQUANT = true\n")
+    assert load_config(path) == VTAConfig(log_block=3, fused_requant=True)
+    assert load_config(CONFIGS / "knobs.toml").fused_requant
+
+
+@pytest.mark.parametrize("value", [1, 0, "yes", None])
+def test_knob_values_must_be_booleans(value: object) -> None:
+    with pytest.raises(ConfigError) as info:
+        VTAConfig.from_dict({"FUSED_REQUANT": value})
+    assert info.value.problems == [f"FUSED_REQUANT is a knob and must be true or false, not {value!r}"]

@@ -47,6 +47,13 @@ def test_tensor_alu(lanes):
     run_block("alu", str(lanes), lambda: AluCore(lanes=lanes), "tb_blocks", "tensor_alu", {"TB_LANES": lanes})
 
 
+@pytest.mark.parametrize("lanes", [16, 2])
+def test_tensor_alu_requant(lanes):
+    """The fused_requant knob's ALU (REQ added, the other ops shared with it) against fsim's alu_op."""
+    run_block("alu-rq", str(lanes), lambda: AluCore(lanes=lanes, requant=True), "tb_blocks", "tensor_alu_requant",
+              {"TB_LANES": lanes})
+
+
 @pytest.mark.parametrize("depth", [2, 5])
 def test_token_queue(depth):
     run_block("tokenq", str(depth), lambda: TokenQueue(depth=depth), "tb_blocks", "token_queue", {"TB_DEPTH": depth})

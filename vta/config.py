@@ -23,7 +23,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Mapping
 
-__all__ = ["VTAConfig", "ConfigError", "load_config", "MEM_UOP", "MEM_WGT", "MEM_INP", "MEM_ACC", "MEM_OUT",
+__all__ = ["VTAConfig", "ConfigError", "load_config", "KNOBS", "MEM_UOP", "MEM_WGT", "MEM_INP", "MEM_ACC", "MEM_OUT",
            "MEM_ACC_8BIT", "MEM_NAMES"]
 
 # Memory types, as encoded in LOAD/STORE instructions.
@@ -62,7 +62,12 @@ _VTA_KEYS = {
     "LOG_ACC_BUFF_SIZE": "log_acc_buff_size",
     "BUS_BYTES": "bus_bytes", "DRAM_LATENCY": "dram_latency", "CMD_QUEUE_DEPTH": "cmd_queue_depth",
     "TOKEN_QUEUE_DEPTH": "token_queue_depth", "CLOCK_MHZ": "clock_mhz",
+    "FUSED_REQUANT": "fused_requant",
 }
+# Codesign knobs: boolean fields beyond VTA's design, off by default. Off, a knob leaves the design VTA's (same ISA,
+# RTL and timing); ``to_dict`` and ``name`` mention a knob only when it is on, so default configs are unchanged.
+KNOBS = {"fused_requant": "rq"}
+"""knob field -> the tag ``VTAConfig.name`` appends when the knob is on."""
 # Keys that VTA's own vta_config.json carries but that do not describe the accelerator we generate; accepted and
 # ignored so that VTA's files load unchanged.
 _IGNORED_VTA_KEYS = {"TARGET", "HW_VER", "LOG_BLOCK_IN", "LOG_BLOCK_OUT", "LOG_OUT_WIDTH", "LOG_OUT_BUFF_SIZE",
@@ -74,7 +79,7 @@ _RANGES: dict[str, tuple[float, float]] = {
     "log_uop_buff_size": (6, 20), "log_inp_buff_size": (6, 22), "log_wgt_buff_size": (6, 24),
     "log_acc_buff_size": (6, 24),
     "bus_bytes": (1, 128), "dram_latency": (1, 1024), "cmd_queue_depth": (2, 4096),
-    "token_queue_depth": (2, 4096), "clock_mhz": (1.0, 10000.0),
+    "token_queue_depth": (2, 4096), "clock_mhz": (1.0, 10000.0), "fused_requant": (0, 1),
 }
 _WHY = {
     "log_inp_width": "only int8 inputs (3) are supported", "log_wgt_width": "only int8 weights (3) are supported",
@@ -97,6 +102,10 @@ class VTAConfig:
         cmd_queue_depth: entries in each module's instruction (command) queue.
         token_queue_depth: dependency tokens each of the four token queues can hold.
         clock_mhz: clock frequency, used only to turn cycles into time in reports.
+    Codesign knobs (booleans, off by default; ``KNOBS``):
+        fused_requant: the tensor ALU gains REQ (``vta.isa.ALU_REQ``), one micro-op computing
+            ``clip((acc * M) >> S, lo, hi)`` with per-lane M and S from an acc operand and lo/hi from the immediate;
+            the compiler requantizes with one ALU pass instead of MUL, SHR, MAX, MIN.
     """
 
     log_inp_width: int = 3
@@ -113,6 +122,7 @@ class VTAConfig:
     cmd_queue_depth: int = 64
     token_queue_depth: int = 64
     clock_mhz: float = 100.0
+    fused_requant: bool = False
 
     def __post_init__(self) -> None:
         problems = _check(self)
@@ -149,9 +159,11 @@ class VTAConfig:
         return cfg
 
     def to_dict(self) -> dict[str, Any]:
-        """VTA-style upper-case keys -> values; ``VTAConfig.from_dict(cfg.to_dict()) == cfg``."""
+        """VTA-style upper-case keys -> values; ``VTAConfig.from_dict(cfg.to_dict()) == cfg``. Knobs appear only when
+        on, so a design without knobs has exactly VTA's keys."""
         inverse = {v: k for k, v in _VTA_KEYS.items()}
-        return {inverse[f.name]: getattr(self, f.name) for f in fields(self)}
+        return {inverse[f.name]: getattr(self, f.name) for f in fields(self)
+                if f.name not in KNOBS or getattr(self, f.name)}
 
     def replace(self, **changes: Any) -> "VTAConfig":
         """A copy with some fields changed (validated again)."""
@@ -318,6 +330,9 @@ class VTAConfig:
         for tag, field in tags:
             if getattr(self, field) != default[field].default:
                 base += f"_{tag}{getattr(self, field)}"
+        for field, tag in KNOBS.items():
+            if getattr(self, field):
+                base += f"_{tag}"
         return base
 
     def __str__(self) -> str:
@@ -329,6 +344,10 @@ def _log2(n: int) -> int:
 
 
 def _check_type(name: str, value: Any) -> list[str]:
+    if name in KNOBS:
+        if not isinstance(value, bool):
+            return [f"{_upper(name)} is a knob and must be true or false, not {value!r}"]
+        return []
     if name == "clock_mhz":
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             return [f"{_upper(name)} must be a number, not {value!r}"]

@@ -55,6 +55,8 @@ from .fsim_kernels import GemmPlan, alu_hazard, alu_op, blas_single_thread, nbyt
 from .fsim_race import MODULE_INDEX, RaceTracker
 from .isa import (
     ALU_NAMES,
+    ALU_REQ,
+    KNOB_ALU_OPS,
     MEMORY_TYPES,
     TOKEN_POPS,
     TOKEN_PUSHES,
@@ -65,6 +67,7 @@ from .isa import (
     Insn,
     Load,
     Store,
+    alu_opcodes,
     decode_uops,
     module_of,
 )
@@ -200,9 +203,14 @@ def _check_insn(k: int, insn: Insn, cfg: VTAConfig) -> None:
     if isinstance(insn, (Gemm, Alu)) and insn.uop_end < insn.uop_bgn:
         raise InvalidInstructionError(f"instruction {k} ({_name(insn)}) has uop_end {insn.uop_end} < uop_bgn "
                                       f"{insn.uop_bgn}; the micro-op range [uop_bgn, uop_end) must not be negative", k)
-    if isinstance(insn, Alu) and insn.alu_opcode not in ALU_NAMES:
-        raise InvalidInstructionError(f"instruction {k} has ALU opcode {insn.alu_opcode}; known opcodes are "
-                                      f"{', '.join(f'{v}={n}' for n, v in ALU_NAMES.items())}", k)
+    if isinstance(insn, Alu) and insn.alu_opcode not in alu_opcodes(cfg):
+        knob = KNOB_ALU_OPS.get(insn.alu_opcode)
+        extra = f" ({ALU_NAMES[insn.alu_opcode]} needs the {knob} knob, off in {cfg.name})" if knob else ""
+        raise InvalidInstructionError(f"instruction {k} has ALU opcode {insn.alu_opcode}{extra}; known opcodes are "
+                                      f"{', '.join(f'{v}={n}' for n, v in alu_opcodes(cfg).items())}", k)
+    if isinstance(insn, Alu) and insn.alu_opcode == ALU_REQ and insn.use_imm:
+        raise InvalidInstructionError(f"instruction {k} (ALU REQ) sets use_imm; REQ reads its multiplier and shift "
+                                      f"from acc[src] and its clip range from imm, so use_imm must be clear", k)
 
 
 # ---- the datapath ---------------------------------------------------------------------------------------------------
@@ -449,7 +457,7 @@ class _Machine:
                 self._alu_sequential(insn, *steps[0])
             else:
                 for dd, ss in steps:  # round r: the r-th occurrence of every destination (all distinct)
-                    new = alu_op(insn.alu_opcode, self.acc[dd], insn.imm if ss is None else self.acc[ss])
+                    new = alu_op(insn.alu_opcode, self.acc[dd], insn.imm if ss is None else self.acc[ss], insn.imm)
                     self.acc[dd] = new
                     self.out[dd] = new.astype(np.int8)
 
@@ -475,7 +483,7 @@ class _Machine:
         """Element order, one iteration at a time (sources overwritten earlier in the same instruction)."""
         acc, out, op = self.acc, self.out, insn.alu_opcode
         for dj, sj in zip(d.tolist(), s.tolist()):
-            acc[dj] = alu_op(op, acc[dj], acc[sj])
+            acc[dj] = alu_op(op, acc[dj], acc[sj], insn.imm)
             out[dj] = acc[dj].astype(np.int8)
 
 

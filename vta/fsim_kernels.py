@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from .isa import ALU_ADD, ALU_MAX, ALU_MIN, ALU_MUL, ALU_NAMES, ALU_SHR
+from .isa import ALU_ADD, ALU_MAX, ALU_MIN, ALU_MUL, ALU_NAMES, ALU_REQ, ALU_SHR, REQ_SHIFT_LSB
 
 __all__ = ["alu_op", "wrap32", "GemmPlan", "occurrence_rounds", "alu_hazard", "unique_rows", "blas_single_thread",
            "nbytes_of"]
@@ -24,8 +24,18 @@ def wrap32(x: np.ndarray) -> np.ndarray:
     return x.astype(np.int32)
 
 
-def alu_op(opcode: int, a: np.ndarray, b: np.ndarray | int) -> np.ndarray:
-    """The ALU result ``op(a, b)`` as int32; ``a`` and ``b`` hold int32 values (any integer dtype)."""
+def _shr(a: np.ndarray, amount: np.ndarray) -> np.ndarray:
+    """SHR: ``amount``'s low 6 bits as a signed shift in [-32, 31]; right arithmetic, or left (wrapping) when
+    negative; int32 result."""
+    n = ((amount & 63) ^ 32) - 32
+    right = a >> np.maximum(n, 0)
+    left = ((a & 0xFFFFFFFF).astype(np.uint64) << np.clip(-n, 0, 32).astype(np.uint64)) & np.uint64(0xFFFFFFFF)
+    return np.where(n >= 0, wrap32(right), wrap32(left.astype(np.int64)))
+
+
+def alu_op(opcode: int, a: np.ndarray, b: np.ndarray | int, imm: int = 0) -> np.ndarray:
+    """The ALU result ``op(a, b)`` as int32; ``a`` and ``b`` hold int32 values (any integer dtype). For REQ, ``b``
+    holds the (multiplier, shift) lanes and ``imm`` the instruction's immediate (the clip range); see vta.isa."""
     a = np.asarray(a, dtype=np.int64)
     b = np.asarray(b, dtype=np.int64)
     if opcode == ALU_MIN:
@@ -37,10 +47,12 @@ def alu_op(opcode: int, a: np.ndarray, b: np.ndarray | int) -> np.ndarray:
     if opcode == ALU_MUL:
         return wrap32(a * b)
     if opcode == ALU_SHR:
-        n = ((b & 63) ^ 32) - 32  # low 6 bits as a signed amount in [-32, 31]
-        right = a >> np.maximum(n, 0)
-        left = ((a & 0xFFFFFFFF).astype(np.uint64) << np.clip(-n, 0, 32).astype(np.uint64)) & np.uint64(0xFFFFFFFF)
-        return np.where(n >= 0, wrap32(right), wrap32(left.astype(np.int64)))
+        return _shr(a, b)
+    if opcode == ALU_REQ:
+        mult = ((b & 0xFFFF) ^ 0x8000) - 0x8000
+        shifted = _shr(wrap32(a * mult).astype(np.int64), b >> REQ_SHIFT_LSB).astype(np.int64)
+        lo, hi = ((imm & 0xFF) ^ 0x80) - 0x80, (((imm >> 8) & 0xFF) ^ 0x80) - 0x80
+        return wrap32(np.minimum(np.maximum(shifted, lo), hi))
     raise ValueError(f"ALU opcode must be one of {sorted(ALU_NAMES)}, not {opcode!r}")
 
 

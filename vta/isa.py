@@ -24,6 +24,12 @@ Semantics (what the functional simulator implements):
   MIN, MAX, ADD and MUL wrap to 32 bits. SHR takes the shift amount's low 6 bits as a signed number ``n`` in
   [-32, 31]: ``n >= 0`` shifts right arithmetically, ``n < 0`` shifts left by ``-n`` (wrapping). ``imm`` is a 16-bit
   signed value.
+* ALU REQ (opcode 5, valid only with the ``fused_requant`` knob, see :data:`KNOB_ALU_OPS`): the fused requantization
+  ``acc[d] = min(max(SHR(acc[d] * M, S), lo), hi)``, lane by lane: ``M`` is the low 16 bits of ``acc[s]``'s lane as a
+  signed number, ``S`` its bits 16..21 (the shift amount as SHR takes it), the product wraps to 32 bits as MUL's does;
+  ``lo`` is the low byte of ``imm`` and ``hi`` its high byte, both signed (:func:`requant_word`,
+  :func:`requant_imm`). It always reads ``acc[s]`` and must have ``use_imm`` clear. Equal, bit for bit, to MUL by
+  ``M``, SHR by ``S``, MAX ``lo``, MIN ``hi`` in a row.
 """
 from __future__ import annotations
 
@@ -37,7 +43,8 @@ from .config import MEM_ACC, MEM_ACC_8BIT, MEM_INP, MEM_OUT, MEM_UOP, MEM_WGT, V
 
 __all__ = [
     "OP_LOAD", "OP_STORE", "OP_GEMM", "OP_FINISH", "OP_ALU", "OPCODE_NAMES",
-    "ALU_MIN", "ALU_MAX", "ALU_ADD", "ALU_SHR", "ALU_MUL", "ALU_NAMES",
+    "ALU_MIN", "ALU_MAX", "ALU_ADD", "ALU_SHR", "ALU_MUL", "ALU_REQ", "ALU_NAMES", "KNOB_ALU_OPS", "alu_opcodes",
+    "REQ_SHIFT_LSB", "requant_word", "requant_imm",
     "Field", "Layout", "layout", "EncodeError", "DecodeError",
     "Load", "Store", "Gemm", "Alu", "Finish", "Insn", "Uop",
     "encode", "decode", "encode_stream", "decode_stream", "encode_uops", "decode_uops", "module_of",
@@ -47,11 +54,42 @@ __all__ = [
 
 OP_LOAD, OP_STORE, OP_GEMM, OP_FINISH, OP_ALU = 0, 1, 2, 3, 4
 OPCODE_NAMES = {OP_LOAD: "LOAD", OP_STORE: "STORE", OP_GEMM: "GEMM", OP_FINISH: "FINISH", OP_ALU: "ALU"}
-ALU_MIN, ALU_MAX, ALU_ADD, ALU_SHR, ALU_MUL = 0, 1, 2, 3, 4
-ALU_NAMES = {ALU_MIN: "MIN", ALU_MAX: "MAX", ALU_ADD: "ADD", ALU_SHR: "SHR", ALU_MUL: "MUL"}
+ALU_MIN, ALU_MAX, ALU_ADD, ALU_SHR, ALU_MUL, ALU_REQ = 0, 1, 2, 3, 4, 5
+ALU_NAMES = {ALU_MIN: "MIN", ALU_MAX: "MAX", ALU_ADD: "ADD", ALU_SHR: "SHR", ALU_MUL: "MUL", ALU_REQ: "REQ"}
+KNOB_ALU_OPS = {ALU_REQ: "fused_requant"}
+"""ALU opcodes that exist only in designs with a codesign knob on: opcode -> the config field (VTA's ALU has 0..4)."""
 
 LOOP_BITS = 14
 IMM_BITS = 16
+
+
+def alu_opcodes(cfg: VTAConfig) -> dict[int, str]:
+    """The ALU opcodes valid at ``cfg`` -> their names: VTA's five plus those of the knobs that are on."""
+    return {op: name for op, name in ALU_NAMES.items() if op not in KNOB_ALU_OPS or getattr(cfg, KNOB_ALU_OPS[op])}
+
+
+REQ_SHIFT_LSB = 16
+"""Bit of an REQ operand lane where the 6-bit shift amount starts (the multiplier is bits 0..15)."""
+
+
+def requant_word(multiplier: int, shift: int) -> int:
+    """The int32 acc lane value REQ reads as (``multiplier``, ``shift``): ``multiplier`` in [-32768, 32767] (16
+    bits, signed), ``shift`` in [-32, 31] (SHR's amount: negative shifts left)."""
+    if not -(1 << 15) <= multiplier < (1 << 15):
+        raise ValueError(f"REQ multiplier {multiplier} does not fit 16 signed bits")
+    if not -32 <= shift < 32:
+        raise ValueError(f"REQ shift {shift} is outside [-32, 31]")
+    word = ((shift & 63) << REQ_SHIFT_LSB) | (multiplier & 0xFFFF)
+    return word - (1 << 32) if word >> 31 else word
+
+
+def requant_imm(lo: int, hi: int) -> int:
+    """The 16-bit signed immediate REQ reads as its clip range [``lo``, ``hi``] (each a signed byte)."""
+    for name, v in (("lo", lo), ("hi", hi)):
+        if not -128 <= v < 128:
+            raise ValueError(f"REQ clip bound {name} = {v} does not fit a signed byte")
+    value = ((hi & 0xFF) << 8) | (lo & 0xFF)
+    return value - (1 << 16) if value >> 15 else value
 
 
 class EncodeError(ValueError):
