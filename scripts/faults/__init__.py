@@ -1,0 +1,1 @@
+"""Fault-campaign helpers (scripts/fault_campaign.py): probes, their subprocess runner and the families."""
