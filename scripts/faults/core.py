@@ -108,10 +108,14 @@ def worker_argv(task: str, payload: dict[str, Any]) -> list[str]:
 
 
 def _limits(mem_mb: int) -> Callable[[], None]:
+    """What the child does before it starts the command: the memory limit, no core files, and SIGINT back to its
+    default (a campaign started in the background, e.g. under nohup, inherits SIGINT ignored, and Python then never
+    raises KeyboardInterrupt: the SIGINT probes would test nothing)."""
     def apply() -> None:
         limit = mem_mb * 1024 * 1024
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
     return apply
 
 

@@ -140,8 +140,8 @@ def signal_probes(ctx: Context, rng: np.random.Generator, count: int) -> list[Pr
 
 def _compile_probe(ctx: Context, rng: np.random.Generator, signum: int, k: int) -> Probe:
     """Interrupt ``vta compile -o existing.vtac``: the old file survives intact, or a complete new one replaces it."""
-    delay = float(rng.uniform(0.3, 4.0))
     model = str(rng.choice(["tiny_cnn", "mini_resnet"]))
+    delay = float(rng.uniform(0.2, 1.5 if model == "tiny_cnn" else 2.5))  # mostly before the command ends
     old = ctx.refs["vtac"].read_bytes()
 
     def setup(folder: Path) -> None:
