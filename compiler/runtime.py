@@ -32,7 +32,7 @@ from .artefact import read_artefact, write_artefact
 from .codegen import INPUT, INPUT_B, OUTPUT, with_inputs
 from .intrin import intrinsics
 from .ir import Graph, Node, value_from_data, value_to_data
-from .layout import fold_kernel_columns, im2col, pack_activation, unpack_activation
+from .layout import fold_kernel_columns, im2col_packed, pack_activation, unpack_activation
 from .partition import ColumnFold, Decision
 
 __all__ = ["AccelStep", "CpuStep", "Compiled", "LayerStat", "RunOutput", "run",
@@ -250,13 +250,13 @@ class _Values:
         key = f"{name}#fold" + ".".join(str(v) for v in dataclasses.astuple(fold))
         if key not in self.packed:
             if fold.kh:
-                folded = im2col(self.get_nchw(name), kh=fold.kh, kw=fold.kw, sh=fold.sh, sw=fold.sw,
-                                pads=(fold.pad_top, fold.pad_left, fold.pad_bottom, fold.pad_right),
-                                bias_lanes=fold.bias_lanes)
+                self.packed[key] = im2col_packed(self.get_nchw(name), kh=fold.kh, kw=fold.kw, sh=fold.sh, sw=fold.sw,
+                                                 pads=(fold.pad_top, fold.pad_left, fold.pad_bottom, fold.pad_right),
+                                                 bias_lanes=fold.bias_lanes, batch=self.batch, block=self.block)
             else:
                 folded = fold_kernel_columns(self.get_nchw(name), kw=fold.kw, sw=fold.sw, pad_left=fold.pad_left,
                                              pad_right=fold.pad_right)
-            self.packed[key] = pack_activation(folded, batch=self.batch, block=self.block)
+                self.packed[key] = pack_activation(folded, batch=self.batch, block=self.block)
             self.conversions += 1
         return self.packed[key]
 

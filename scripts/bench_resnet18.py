@@ -28,7 +28,7 @@ from typing import Callable
 
 import numpy as np
 
-from vta.compiler.layout import fold_kernel_columns, im2col, pack_activation
+from vta.compiler.layout import fold_kernel_columns, im2col, im2col_packed, pack_activation
 from vta.compiler.pipeline import compile_model
 from vta.compiler.runtime import AccelStep, Compiled
 from vta.config import ConfigError, VTAConfig, load_config
@@ -218,8 +218,8 @@ def stem_comparison(cfg: VTAConfig) -> None:
 
     pads = (fold.pad_top, fold.pad_left, fold.pad_bottom, fold.pad_right)
     cols = im2col(x, kh=fold.kh, kw=fold.kw, sh=fold.sh, sw=fold.sw, pads=pads, bias_lanes=fold.bias_lanes)
-    host = best(lambda: pack_activation(im2col(x, kh=fold.kh, kw=fold.kw, sh=fold.sh, sw=fold.sw, pads=pads,
-                                                bias_lanes=fold.bias_lanes), batch=cfg.batch, block=cfg.block_in))
+    host = best(lambda: im2col_packed(x, kh=fold.kh, kw=fold.kw, sh=fold.sh, sw=fold.sw, pads=pads,
+                                      bias_lanes=fold.bias_lanes, batch=cfg.batch, block=cfg.block_in))
     folded = best(lambda: pack_activation(fold_kernel_columns(x, kw=fold.kw, sw=fold.sw, pad_left=fold.pad_left,
                                                               pad_right=fold.pad_right),
                                           batch=cfg.batch, block=cfg.block_in))

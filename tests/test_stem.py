@@ -5,7 +5,14 @@ import pytest
 
 from vta.compiler import qops
 from vta.compiler.ir import Graph
-from vta.compiler.layout import bias_lane_values, bias_lane_weights, im2col, im2col_weights
+from vta.compiler.layout import (
+    bias_lane_values,
+    bias_lane_weights,
+    im2col,
+    im2col_packed,
+    im2col_weights,
+    pack_activation,
+)
 from vta.compiler.pipeline import compile_graph
 from vta.compiler.qops import Requant
 from vta.compiler.runtime import run
@@ -34,6 +41,15 @@ def test_im2col_is_the_convolution():
     assert cols.shape == (2, 45 + lanes, 5, 9) and wk.shape == (5, 45 + lanes, 1, 1)
     got = np.einsum("nkhw,ok->nohw", cols.astype(np.int64), wk[:, :, 0, 0].astype(np.int64))
     np.testing.assert_array_equal(got, qops.conv2d_acc(x, w, b, (2, 1), (1, 2, 0, 2), 1))
+
+
+@pytest.mark.parametrize("batch,block", [(1, 16), (2, 8), (1, 32)])
+def test_im2col_packed_equals_packing_im2col(batch, block):
+    x = np.random.default_rng(3).integers(-128, 128, (3, 3, 13, 10)).astype(np.int8)
+    kwargs = dict(kh=7, kw=5, sh=2, sw=3, pads=(3, 2, 1, 2))
+    lanes = -(3 * 35) % block
+    np.testing.assert_array_equal(im2col_packed(x, bias_lanes=lanes, batch=batch, block=block, **kwargs),
+                                  pack_activation(im2col(x, bias_lanes=lanes, **kwargs), batch=batch, block=block))
 
 
 def _stem_graph(bias_range: int) -> Graph:
