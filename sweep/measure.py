@@ -4,7 +4,9 @@
 worker: quantization does not depend on the config), :func:`vta.compiler.cost.estimate` of every accelerator layer's
 program, :func:`vta.sweep.area.estimate_area` and :mod:`vta.energy` over the layers' counters. ``exact`` mode:
 the same compile, then :func:`vta.compiler.runtime.run` on the ``tsim`` target (Verilator; cycles from the core's
-counters; a build per config, minutes each). In both modes the layers the partitioner leaves on the CPU are charged
+counters; a build per config, minutes each). A point's area is the analytical model's, or with ``area = "yosys"``
+(the default in exact mode) the sum of its modules' Yosys counts (:func:`vta.sweep.synth.synth_design`, each distinct
+module synthesized once and cached). In both modes the layers the partitioner leaves on the CPU are charged
 the partitioner's own CPU-time estimate (``Decision.cpu_us``), run in sequence with the accelerator layers; conversions
 between layouts and program launches are not charged.
 
@@ -27,7 +29,7 @@ from typing import Any, Iterator
 from vta.config import VTAConfig
 from vta.energy import layer_energy, load_tech, static_pj
 
-from .area import estimate_area
+from .area import Area, estimate_area
 from .counts import program_counts
 from .spec import Point
 
@@ -133,6 +135,13 @@ def _evaluate(point: Point, deadline: _Deadline) -> dict[str, Any]:
     deadline.check()
     start = time.perf_counter()
     area = estimate_area(cfg)
+    area_s = 0.0
+    if point.area == "yosys":
+        from .synth import synth_design
+        synthesized = synth_design(cfg, jobs=1, timeout=max(1.0, deadline.end - time.monotonic()))
+        area_s = synthesized.seconds
+        area = Area(synthesized.lut, synthesized.ff, synthesized.dsp, synthesized.bram, synthesized.area_clb)
+        deadline.check()
     cycles = accel_macs = 0
     energy: dict[str, float] = {}
     bounds: Counter[str] = Counter()
@@ -158,6 +167,7 @@ def _evaluate(point: Point, deadline: _Deadline) -> dict[str, Any]:
         "lut": area.lut, "ff": area.ff, "dsp": area.dsp, "bram": area.bram, "area_clb": area.area_clb,
         "energy_uj": sum(energy.values()) * 1e-6, "energy": {k: v * 1e-6 for k, v in sorted(energy.items())},
         "compile_s": round(compile_s, 4), "measure_s": round(time.perf_counter() - start, 4),
+        "area_from": point.area, "area_s": round(area_s, 2),
     }
 
 

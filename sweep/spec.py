@@ -6,6 +6,8 @@ A sweep file is TOML::
     name = "wide"                       # optional; default: the file's stem
     models = ["resnet18", "net.onnx"]   # zoo names or ONNX paths (relative to the sweep file)
     mode = "model"                      # "model": cycle model + analytical area + energy; "exact": tsim cycles
+    area = "yosys"                      # optional: "yosys" (per-module synthesis, cached; the default in exact
+                                        # mode) or "model" (the analytical area model; the default in model mode)
     timeout = 120                       # seconds per point (compile + measurement)
     base = "design.toml"                # optional base config file (VTA JSON or TOML), relative to the sweep file
     tech = "my_tech.toml"               # optional technology file for energy (default: the 45 nm table)
@@ -41,15 +43,17 @@ from typing import Any
 
 from vta.config import ConfigError, VTAConfig, load_config
 
-__all__ = ["SweepSpec", "Design", "Point", "SweepSpecError", "load_spec", "parse_spec", "MODES", "KNOBS",
+__all__ = ["SweepSpec", "Design", "Point", "SweepSpecError", "load_spec", "parse_spec", "MODES", "AREAS", "KNOBS",
            "config_key"]
 
 MODES = ("model", "exact")
+AREAS = ("model", "yosys")
+"""How a point's area is measured: the analytical model (:mod:`vta.sweep.area`) or Yosys (:mod:`vta.sweep.synth`)."""
 """``model``: the analytical cycle model (vta.compiler.cost), area model and energy model; ``exact``: tsim cycles."""
 KNOBS: dict[str, tuple[Any, ...]] = {"policy": ("auto", "accel"), "double_buffer": (True, False)}
 """Compile knobs a sweep may vary, with their allowed values (see vta.compiler.pipeline.compile_model)."""
 _DEFAULT_KNOBS: dict[str, Any] = {"policy": "auto", "double_buffer": True}
-_SWEEP_KEYS = {"name", "models", "mode", "timeout", "base", "tech", "samples", "seed"}
+_SWEEP_KEYS = {"name", "models", "mode", "timeout", "base", "tech", "samples", "seed", "area"}
 _TOP_KEYS = {"sweep", "base", "vary"}
 _FIELD_NAMES = {f.lower() for f in VTAConfig().to_dict()}
 
@@ -90,6 +94,8 @@ class Point:
     mode: str
     timeout: float
     tech: str | None = None
+    area: str = "model"
+    """How the area is measured: one of :data:`AREAS`."""
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -113,6 +119,7 @@ class SweepSpec:
     seed: int = 0
     tech: str | None = None
     source: str | None = field(default=None, compare=False)
+    area: str = "model"
 
     @property
     def grid_size(self) -> int:
@@ -136,7 +143,8 @@ class SweepSpec:
 
     def points(self) -> list[Point]:
         """Every (design, model) point: each design on each model, designs in order."""
-        return [Point(d, m, self.mode, self.timeout, self.tech) for d in self.designs() for m in self.models]
+        return [Point(d, m, self.mode, self.timeout, self.tech, self.area) for d in self.designs()
+                for m in self.models]
 
 
 def _combo_at(values: list[tuple[Any, ...]], index: int) -> tuple[Any, ...]:
@@ -226,6 +234,9 @@ def parse_spec(data: dict[str, Any], *, base_dir: str | os.PathLike[str] = ".", 
     if isinstance(seed, bool) or not isinstance(seed, int):
         problems.append(f"seed must be an integer, not {seed!r}")
     tech = _path(sweep.get("tech"), "tech", base_dir, problems)
+    area = sweep.get("area", "yosys" if mode == "exact" else "model")
+    if area not in AREAS:
+        problems.append(f"area must be one of {', '.join(repr(a) for a in AREAS)}, not {area!r}")
     base = _base(sweep.get("base"), _table(data, "base", problems), base_dir, problems)
     vary = _vary(_table(data, "vary", problems), problems)
     spec_name = sweep.get("name", name)
@@ -233,7 +244,7 @@ def parse_spec(data: dict[str, Any], *, base_dir: str | os.PathLike[str] = ".", 
         problems.append(f"name must be a non-empty string, not {spec_name!r}")
     if problems:
         raise SweepSpecError(problems, source)
-    return SweepSpec(spec_name, tuple(models), base, vary, mode, float(timeout), samples, seed, tech, source)
+    return SweepSpec(spec_name, tuple(models), base, vary, mode, float(timeout), samples, seed, tech, source, area)
 
 
 def _table(data: dict[str, Any], key: str, problems: list[str]) -> dict[str, Any]:

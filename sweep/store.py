@@ -12,7 +12,8 @@ over cycles x BATCH x BLOCK_IN x BLOCK_OUT), ``macs``, ``accel_macs``, ``accel_l
 (the module bounding most cycles), ``lut``, ``ff``, ``dsp``, ``bram`` (RAMB36 units), ``area_clb``
 (CLB-equivalents), ``energy_uj`` (per inference, microjoules), ``energy`` (component -> microjoules, JSON),
 ``compile_s``, ``measure_s``, ``seconds`` (wall time of the point), ``worker``, ``started``, ``finished`` (ISO 8601
-UTC).
+UTC), ``area_from`` (``model``: the analytical area model; ``yosys``: per-module synthesis, :mod:`vta.sweep.synth`),
+``area_s`` (seconds spent on the area; 0 for cached modules and the model).
 """
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ COLUMNS: dict[str, str] = {
     "accel_macs": "INTEGER", "accel_layers": "INTEGER", "cpu_layers": "INTEGER", "bound": "TEXT", "lut": "INTEGER",
     "ff": "INTEGER", "dsp": "INTEGER", "bram": "REAL", "area_clb": "REAL", "energy_uj": "REAL", "energy": "TEXT",
     "compile_s": "REAL", "measure_s": "REAL", "seconds": "REAL", "worker": "TEXT", "started": "TEXT",
-    "finished": "TEXT",
+    "finished": "TEXT", "area_from": "TEXT", "area_s": "REAL",
 }
 """Column -> SQLite type of the ``points`` table, in order."""
 _JSON = ("config", "knobs", "energy")
@@ -49,6 +50,10 @@ class ResultStore:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute(f"CREATE TABLE IF NOT EXISTS points (id INTEGER PRIMARY KEY, {cols}, "
                              "UNIQUE (design, model, mode))")
+            have = {r[1] for r in self._db.execute("PRAGMA table_info(points)")}
+            for name, kind in COLUMNS.items():  # a database from an older version gains the newer columns
+                if name not in have:
+                    self._db.execute(f"ALTER TABLE points ADD COLUMN {name} {kind}")
 
     def close(self) -> None:
         self._db.close()

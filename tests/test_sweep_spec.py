@@ -80,7 +80,7 @@ def test_every_problem_is_listed_at_once(tmp_path):
     problems = info.value.problems
     expected = [
         "unknown table or key [extra]; a sweep file has [sweep], [base] and [vary]",
-        "unknown key 'colour' in [sweep]; known keys are base, mode, models, name, samples, seed, tech, timeout",
+        "unknown key 'colour' in [sweep]; known keys are area, base, mode, models, name, samples, seed, tech, timeout",
         "models: 'no_such_net' is neither a zoo model",
         "models: 3 is not a string",
         "mode must be one of 'model', 'exact', not 'fast'",
@@ -115,3 +115,13 @@ def test_example_sweep_files_are_valid():
     assert all(d.cfg is not None for d in wide.designs())
     small = load_spec(ROOT / "scripts" / "sweeps" / "small.toml")
     assert [d.cfg is None for d in small.designs()] == [False, False, True, False]
+
+
+def test_area_defaults_by_mode_and_is_checked():
+    assert _spec({"LOG_BLOCK": [4]}).points()[0].area == "model"
+    assert _spec({"LOG_BLOCK": [4]}, mode="exact").points()[0].area == "yosys"
+    assert _spec({"LOG_BLOCK": [4]}, mode="exact", area="model").points()[0].area == "model"
+    with pytest.raises(SweepSpecError, match="area must be one of 'model', 'yosys', not 'abc'"):
+        _spec({"LOG_BLOCK": [4]}, area="abc")
+    exact = load_spec(ROOT / "scripts" / "sweeps" / "exact.toml")
+    assert (exact.mode, exact.area, len(exact.designs()), exact.models) == ("exact", "yosys", 12, ("resnet18",))

