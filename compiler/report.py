@@ -270,7 +270,7 @@ class Report:
         per_module = self.module_breakdown() is not None
         energy = any(r.get("energy_uj") for r in self.rows)
         panels = 1 + (len(MODULES) if per_module else 0) + int(energy)
-        width = max(6.0, 0.22 * len(self.rows))
+        width = max(6.0, _INCHES_PER_LAYER * len(self.rows))  # room for every label at ResNet-50's ~75 layers
         fig, axes = plt.subplots(panels, 1, figsize=(width, 2.2 + 2.0 * panels), sharex=True, squeeze=False)
         x = list(range(len(self.rows)))
         self._plot_overview(axes[0][0], x)
@@ -286,7 +286,8 @@ class Report:
             axes[k][0].set_title(f"energy by component ({self.tech})", fontsize=9)
         bottom = axes[-1][0]
         bottom.set_xticks(x)
-        bottom.set_xticklabels([r["layer"] for r in self.rows], rotation=90, fontsize=6)
+        bottom.set_xticklabels([r["layer"] for r in self.rows], rotation=90, fontsize=_LABEL_POINTS)
+        bottom.set_xlim(-0.6, len(self.rows) - 0.4)
         fig.tight_layout()
         return fig
 
@@ -380,6 +381,12 @@ _CLASS_COLOURS = {"busy": "tab:green", "wait_token": "tab:orange", "wait_mem": "
 _ENERGY_COLOURS = {"mac": "tab:blue", "alu": "tab:cyan", "sram_uop": "#c7b3e5", "sram_inp": "#9c7fd1",
                    "sram_wgt": "#7a55c0", "sram_acc": "#5a3a9e", "sram_out": "#3d2470", "dram": "tab:red",
                    "cpu": "tab:gray"}
+
+
+_LABEL_POINTS = 8
+"""The per-layer plot's x labels (layer names), points: readable on screen and in print."""
+_INCHES_PER_LAYER = 0.3
+"""The per-layer plot's width per layer (inches): one label of :data:`_LABEL_POINTS` each without overlap."""
 
 
 def _stacked(ax: Any, x: list[int], series: dict[str, list[float]], colours: dict[str, str]) -> None:

@@ -103,3 +103,28 @@ def test_run_names_every_file_it_writes(tmp_path: Path, capsys: pytest.CaptureFi
     assert all(path.stat().st_size > 0 for path in [*files.values(), roofline])
     code, out, err = run(capsys, *argv, "--json")  # stdout stays one JSON document; the names go to stderr
     assert code == 0 and json.loads(out)["model"] and f"wrote the per-layer plot to {files['--plot']}" in err
+
+
+def test_the_per_layer_plot_is_readable_at_resnet50_scale() -> None:
+    """ResNet-50's report has ~75 rows: every layer name gets a label of at least 8 points, rotated upright, and no
+    two labels overlap (measured on the rendered figure)."""
+    import dataclasses
+
+    from vta.compiler.pipeline import compile_model, random_inputs
+    from vta.compiler.report import build_report
+    from vta.compiler.runtime import run as run_compiled
+
+    compiled = compile_model("tiny_cnn", VTAConfig())
+    report = build_report(compiled, run_compiled(compiled, random_inputs(compiled.graph, seed=0)))
+    rows = [dict(row, layer=f"{row['layer']}_{k:03d}") for k in range(13) for row in report.rows]
+    assert len(rows) >= 75
+    fig = dataclasses.replace(report, rows=rows).figure()
+    fig.canvas.draw()
+    labels = [t for t in fig.axes[-1].get_xticklabels() if t.get_text()]
+    assert [t.get_text() for t in labels] == [row["layer"] for row in rows]
+    assert all(t.get_fontsize() >= 8 and t.get_rotation() == 90 for t in labels)
+    boxes = [t.get_window_extent() for t in labels]
+    assert all(a.x1 <= b.x0 for a, b in zip(boxes, boxes[1:])), "x labels overlap"
+    assert fig.get_size_inches()[0] >= 0.28 * len(rows)
+    import matplotlib.pyplot as plt
+    plt.close(fig)
