@@ -55,6 +55,9 @@ def sweep_command(args: argparse.Namespace) -> int:
         raise CliError(f"--workers must be 0 or more, not {args.workers}")
     stem = Path(args.file).stem
     db = Path(args.db or f"{stem}.sqlite")
+    if db.suffix.lower() not in (".sqlite", ".sqlite3", ".db"):
+        raise CliError(f"--db {db}: the results database is written as .sqlite, .sqlite3 or .db, not "
+                       f"{db.suffix or 'a file without a suffix'}")
     plot_dir = Path(args.plot_dir or f"{stem}-plots")
     points = spec.points()
     print(f"sweep {spec.name}: {len(points) // len(spec.models)} designs x {len(spec.models)} models = {len(points)} "

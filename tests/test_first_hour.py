@@ -128,3 +128,22 @@ def test_the_per_layer_plot_is_readable_at_resnet50_scale() -> None:
     assert fig.get_size_inches()[0] >= 0.28 * len(rows)
     import matplotlib.pyplot as plt
     plt.close(fig)
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["disasm", "{dir}/p.npz", "-o", "{dir}/p.npz"], "-o {dir}/p.npz: assembly text is written as .s or .asm or .txt, "
+                                                    "not .npz"),
+    (["asm", "{dir}/p.s", "-o", "{dir}/p.txt"],
+     "-o {dir}/p.txt: a raw instruction binary is written as .bin, not .txt"),
+    (["asm", "{dir}/p.s", "-o", "{dir}/p.bin", "--uop-output", "{dir}/u"],
+     "--uop-output {dir}/u: a raw micro-op binary is written as .bin, not a file without a suffix"),
+    (["sweep", "{sweep}", "--db", "{dir}/s.csv"], "--db {dir}/s.csv: the results database is written as .sqlite, "
+                                                  ".sqlite3 or .db, not .csv"),
+])
+def test_an_unknown_output_suffix_is_refused_before_any_work(argv: list[str], message: str, tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    sweep = Path(__file__).resolve().parents[1] / "scripts" / "sweeps" / "small.toml"
+    argv = [a.format(dir=tmp_path, sweep=sweep) for a in argv]
+    code, out, err = run(capsys, *argv)
+    assert (code, out, err) == (2, "", f"vta: error: {message.format(dir=tmp_path)}\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing read, nothing written

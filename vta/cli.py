@@ -144,9 +144,24 @@ def _read_bytes(path: str) -> bytes:
         raise CliError(f"cannot read {path}: {err.strerror}") from None
 
 
+TEXT_SUFFIXES = (".s", ".asm", ".txt")
+"""What `vta disasm -o` writes: assembly text."""
+
+
+def _check_suffix(option: str, path: str | None, suffixes: tuple[str, ...], what: str) -> None:
+    """CliError (exit 2, before any work) unless ``path`` (when given) ends in one of ``suffixes``."""
+    if path is None:
+        return
+    suffix = Path(path).suffix.lower()
+    if suffix not in suffixes:
+        raise CliError(f"{option} {path}: {what} is written as {' or '.join(suffixes)}, not "
+                       f"{suffix or 'a file without a suffix'}")
+
+
 def _cmd_disasm(args: argparse.Namespace) -> int:
     from .asm import disassemble
     from .isa import decode_stream
+    _check_suffix("-o", args.output, TEXT_SUFFIXES, "assembly text")
     if args.raw:
         if args.layer is not None:
             raise CliError("--layer picks a layer of a compiled model (.vtac), not of a raw binary")
@@ -226,6 +241,8 @@ def _write_text(text: str, output: str | None) -> None:
 def _cmd_asm(args: argparse.Namespace) -> int:
     from .asm import assemble_listing
     from .isa import encode_stream, encode_uops
+    _check_suffix("-o", args.output, (".bin",), "a raw instruction binary")
+    _check_suffix("--uop-output", args.uop_output, (".bin",), "a raw micro-op binary")
     cfg = config_from_args(args)
     if args.text == "-":
         text = sys.stdin.read()
