@@ -3,6 +3,7 @@ generated core's, a core with wrong ports or one that does not lint is refused b
 problem, file lists, and a foreign core built, run and checked against fsim from the command line."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -191,3 +192,34 @@ def test_the_default_builds_cache_key_does_not_depend_on_the_top_option(small_cf
         assert build_module._source_hash(small_cfg8, core.sources, "none", core.top) != before
     finally:
         small_core.write_text(small_core.read_text().removesuffix("\n// an edit\n"))
+
+
+def _make_inner() -> object:
+    """examples/byo_core/make_inner.py, loaded from its path (the example is not a package)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("byo_make_inner", ROOT / "examples" / "byo_core" / "make_inner.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.slow
+def test_the_byo_core_example_passes_the_kit_and_runs_a_model_with_its_own_cycles(
+        small_cfg8: VTAConfig, small_core: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from vta.tsim.conform import run_kit
+    listing = _make_inner().make_inner(small_cfg8, tmp_path / "byo")  # type: ignore[attr-defined]
+    core = ForeignCore([listing], top="byo_core")
+    assert [p.name for p in core.compiled_files] == ["byo_core.v", "vta_core_inner.v"]
+    outcomes = run_kit(small_cfg8, backend_options=core.backend_options(), seeds=2)
+    assert [o.feature for o in outcomes if not o.passed] == []
+    reference = {o.feature: o.cycles for o in run_kit(small_cfg8, backend_options=ForeignCore([small_core])
+                                                      .backend_options(), seeds=2)}
+    # a register stage on each memory channel: every program takes longer on the wrapper
+    assert all(o.cycles is not None and o.cycles >= (reference[o.feature] or 0) for o in outcomes)
+    assert sum(o.cycles or 0 for o in outcomes) > sum(c or 0 for c in reference.values())
+    assert main(["run", "tiny_cnn", "--target", "tsim", "--config", str(SMALL), "--rtl", str(listing), "--top",
+                 "byo_core", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["rtl_core"] == "byo_core (byo_core.v, vta_core_inner.v)"
+    assert report["totals"]["cycles"] > 0 and report["bit_exact_vs_reference"] is True

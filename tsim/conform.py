@@ -135,13 +135,13 @@ def check_program(backend: Any, program: Program, feature: str) -> Outcome:
     return Outcome(feature, "fail" if problems else "pass", "; ".join(problems), cycles, seconds)
 
 
-def check_model(backend_options: dict[str, Any], cfg: VTAConfig, model: str) -> Outcome:
-    """``model`` compiled at policy ``accel`` and run end to end on fsim and on the core: outputs and each layer's
-    micro-ops and bytes compared."""
+def check_model(backend_options: dict[str, Any], cfg: VTAConfig, model: str | Any) -> Outcome:
+    """``model`` (a zoo name or ONNX file, or a model the compiler already compiled) compiled at policy ``accel``
+    and run end to end on fsim and on the core: outputs and each layer's micro-ops and bytes compared."""
     from .bridge import TsimBudgetError, TsimWatchdogError
     started = time.monotonic()
-    feature = f"model {model}"
-    compiled = _hook("compile")(model, cfg, policy="accel")
+    compiled = _hook("compile")(model, cfg, policy="accel") if isinstance(model, str) else model
+    feature = f"model {compiled.meta.get('model', compiled.graph.name)}"
     inputs = _hook("inputs")(compiled.graph, 0)
     run = _hook("run")
     want = run(compiled, inputs, target="fsim")
@@ -193,8 +193,9 @@ def run_kit(cfg: VTAConfig, *, backend_options: dict[str, Any] | None = None, se
     cases += [(f"random {seed}", partial(_program_case, backend,
                                          partial(random_program, cfg, np.random.default_rng(seed)), f"random {seed}"))
               for seed in range(seeds)]
-    if model:
-        cases.append((f"model {model}", partial(check_model, options, cfg, model)))
+    if model and wanted(f"model {model}"):  # compiled first: a model the compiler refuses stops the kit at once
+        compiled = _hook("compile")(model, cfg, policy="accel")
+        cases.append((f"model {model}", partial(check_model, options, cfg, compiled)))
     outcomes = []
     for name, case in cases:
         if not wanted(name):
@@ -232,7 +233,9 @@ def register(subparsers: Any) -> None:
     from .cli import add_rtl_options
     p = subparsers.add_parser("conform", help="conformance kit: run a core against the functional simulator",
                               description="Run the conformance kit on a core (the generated one, or a foreign core "
-                                          "given with --rtl) and print a table by feature; exit 1 on any failure.")
+                                          "given with --rtl) and print a table by feature. Exit 1 when a feature "
+                                          "fails or hangs, 2 when the core does not lint or its ports do not match "
+                                          "the interface (before anything is built); docs/byo-rtl.md.")
     add_rtl_options(p)
     add_config_option(p)
     p.add_argument("--seeds", type=int, default=DEFAULT_SEEDS, metavar="N",
