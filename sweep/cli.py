@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-__all__ = ["register", "add_arguments", "sweep_command"]
+__all__ = ["register", "add_arguments", "sweep_command", "check_model"]
 
 log = logging.getLogger("vta")
 
@@ -28,6 +28,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                                           "<FILE stem>-plots in the current folder)")
     parser.add_argument("--retry", action="store_true", help="measure failed and timed-out points again")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--check", type=int, default=0, metavar="N",
+                        help="model mode: measure N of the ok points (seeded sample) again in exact mode (tsim cycles; "
+                             "area as --check-area) and print the model's error (default 0)")
+    parser.add_argument("--check-area", choices=("model", "yosys"), default="yosys",
+                        help="area of the --check points: Yosys per-module synthesis (default) or the model")
 
 
 def register(subparsers: Any) -> None:
@@ -53,6 +58,8 @@ def sweep_command(args: argparse.Namespace) -> int:
         raise CliError(str(err)) from None
     if args.workers < 0:
         raise CliError(f"--workers must be 0 or more, not {args.workers}")
+    if args.check < 0:
+        raise CliError(f"--check must be 0 or more points, not {args.check}")
     stem = Path(args.file).stem
     db = Path(args.db or f"{stem}.sqlite")
     if db.suffix.lower() not in (".sqlite", ".sqlite3", ".db"):
@@ -79,8 +86,55 @@ def sweep_command(args: argparse.Namespace) -> int:
         front = frontier(suite, "area_clb", column, maximize_y=maximize)
         print(f"\nfrontier, {metric} vs area ({name}, {len(front)} of {len(suite)} designs):")
         print(frontier_table(front, metric))
+    if args.check > 0:
+        if spec.mode != "model":
+            raise CliError("--check measures model-mode points again in exact mode; this sweep is already exact")
+        with ResultStore(db) as store:
+            print()
+            print(check_model(spec, store, rows, args.check, area=args.check_area, workers=args.workers,
+                              scheduler=args.scheduler, progress=not args.no_progress))
     written = plot_frontiers(groups, plot_dir, title=f"sweep {spec.name} ({spec.mode} mode)")
     print("\nfiles written:")
     for path in [db, *written]:
         print(f"  {path}")
     return 0
+
+
+def check_model(spec: Any, store: Any, rows: list[dict[str, Any]], count: int, *, area: str = "yosys",
+                workers: int = 0, scheduler: Any = None, progress: bool = False, seed: int = 0) -> str:
+    """Measure ``count`` of the ok model-mode ``rows`` (a seeded sample) in exact mode (into ``store``, so a rerun
+    reuses them) and return a table of the model's errors: cycles (cycle model vs tsim) and, with Yosys area, LUT,
+    FF and CLB-equivalents (area model vs per-module Yosys), in percent of the exact figure."""
+    import random
+    from dataclasses import replace
+
+    from .runner import run_sweep
+    by_key = {(p.design.key, p.model): p for p in spec.points()}
+    chosen = random.Random(seed).sample(rows, min(count, len(rows)))
+    points = [replace(by_key[(r["design"], r["model"])], mode="exact", area=area) for r in chosen
+              if (r["design"], r["model"]) in by_key]
+    summary = run_sweep(spec, store, workers=workers, scheduler=scheduler, progress=progress, points=points)
+    exact = {(r["design"], r["model"]): r for r in store.rows(mode="exact")}
+    head = f"  {'design':<34} {'model':<12} {'cycles model':>13} {'tsim':>13} {'error':>7}"
+    if area == "yosys":
+        head += f" {'LUT err':>8} {'FF err':>7} {'CLB err':>8}"
+    lines = [f"exact check of {len(points)} model points ({summary.measured} measured now, {summary.skipped} "
+             f"already in the database; area: {area}):", head]
+    errors: list[float] = []
+    for r in chosen:
+        e = exact.get((r["design"], r["model"]))
+        if e is None or e["status"] != "ok":
+            lines.append(f"  {r['design'][:34]:<34} {r['model'][:12]:<12} exact point "
+                         f"{'missing' if e is None else e['status']}: {e and e['error']}")
+            continue
+        err = 100.0 * (r["cycles"] - e["cycles"]) / e["cycles"] if e["cycles"] else float("nan")
+        errors.append(abs(err))
+        line = f"  {r['design'][:34]:<34} {r['model'][:12]:<12} {r['cycles']:>13,} {e['cycles']:>13,} {err:>+6.2f}%"
+        if area == "yosys":
+            line += " " + " ".join(f"{100.0 * (r[k] - e[k]) / e[k]:>+{w}.1f}%" if e[k] else f"{'-':>{w + 1}}"
+                                   for k, w in (("lut", 7), ("ff", 6), ("area_clb", 7)))
+        lines.append(line)
+    if errors:
+        lines.append(f"cycle model: mean |error| {sum(errors) / len(errors):.2f}%, worst {max(errors):.2f}% over "
+                     f"{len(errors)} points")
+    return "\n".join(lines)

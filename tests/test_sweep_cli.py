@@ -41,3 +41,22 @@ def test_script_runs_the_same_command(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "files written:" in done.stdout and (tmp_path / "p" / "pareto_energy.png").is_file()
+
+
+def test_check_measures_model_points_again_in_exact_mode(tmp_path, capsys):
+    import pytest
+    pytest.importorskip("pyverilator")
+    sweep = tmp_path / "one.toml"
+    sweep.write_text('[sweep]\nmodels = ["tiny_cnn"]\n[vary]\nLOG_BLOCK = [4]\n')
+    argv = ["sweep", str(sweep), "--db", str(tmp_path / "s.sqlite"), "--plot-dir", str(tmp_path / "p"),
+            "--workers", "0", "--no-progress", "--check", "1", "--check-area", "model"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "exact check of 1 model points (1 measured now, 0 already in the database; area: model):" in out
+    line = next(x for x in out.splitlines() if x.startswith("  1x16_i8w8a32_15_15_18_17"))
+    model_cycles, tsim_cycles = (int(v.replace(",", "")) for v in line.split()[2:4])
+    assert line.split()[4] == f"{100 * (model_cycles - tsim_cycles) / tsim_cycles:+.2f}%"
+    assert "cycle model: mean |error|" in out
+    assert main(argv) == 0  # the exact point is in the database now
+    assert "(0 measured now, 1 already in the database; area: model)" in capsys.readouterr().out
+    assert main(argv[:-4] + ["--check", "-1"]) == 2
