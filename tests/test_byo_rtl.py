@@ -108,9 +108,14 @@ def test_the_command_line_refuses_a_bad_core_with_exit_2(bad_core: Path, tmp_pat
                                                          monkeypatch: pytest.MonkeyPatch,
                                                          capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("VTA_CACHE_DIR", str(tmp_path / "cache"))
+    from vta.testing import random_program
+    program = tmp_path / "prog.npz"
+    random_program(load_config(SMALL), np.random.default_rng(1)).save(program)  # a saved program: its own config
     for argv in (["tsim", "build", "--rtl", str(bad_core), "--config", str(SMALL)],
                  ["conform", "--rtl", str(bad_core), "--config", str(SMALL)],
-                 ["run", "--target", "tsim", "--rtl", str(bad_core), "--config", str(SMALL)]):
+                 ["run", "--target", "tsim", "--rtl", str(bad_core), "--config", str(SMALL)],
+                 ["run", str(program), "--target", "tsim", "--rtl", str(bad_core)],
+                 ["tsim", "run", str(program), "--rtl", str(bad_core)]):
         assert main(argv) == 2
         err = capsys.readouterr().err
         assert all(problem in err for problem in BAD_CORE_PROBLEMS), err

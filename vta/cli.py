@@ -411,10 +411,19 @@ def _rtl_options(args: argparse.Namespace) -> dict[str, Any]:
         return {}
     if args.target != "tsim":
         raise CliError(f"--rtl and --top give a foreign core for --target tsim, not for --target {args.target}")
+    from pathlib import Path
+
     from .tsim.cli import foreign_core
-    is_artefact = args.model is not None and str(args.model).endswith((".npz", ".vtac"))
-    core = foreign_core(args, None if is_artefact else config_from_args(args))
-    return core.backend_options()
+    model = Path(str(args.model)) if args.model is not None else None
+    if model is not None and model.suffix == ".npz" and model.is_file():  # a saved program carries its config
+        from .program import Program
+        cfg = Program.load(model).cfg
+    elif model is not None and model.suffix == ".vtac" and model.is_file():  # so does a compiled artefact
+        from .compiler.runtime import Compiled
+        cfg = Compiled.load(model).cfg
+    else:
+        cfg = config_from_args(args)
+    return foreign_core(args, cfg).backend_options()
 
 
 def _limit_options(args: argparse.Namespace) -> dict[str, int | None]:
