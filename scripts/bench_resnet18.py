@@ -28,10 +28,12 @@ from typing import Callable
 
 import numpy as np
 
+from vta.compiler.cost import estimate, loop_uops
 from vta.compiler.layout import fold_kernel_columns, im2col, im2col_packed, pack_activation
 from vta.compiler.pipeline import compile_model
 from vta.compiler.runtime import AccelStep, Compiled
 from vta.config import ConfigError, VTAConfig, load_config
+from vta.isa import Alu, Gemm
 
 TARGET_CONVS = 7_800_000
 TARGET_AFTER_FIRST = 7_200_000
@@ -107,15 +109,30 @@ def per_layer(fig: Figures, measured: dict[str, int] | None = None) -> None:
     error where ``measured`` has the layer)."""
     print(f"\n{fig.name} ({fig.cfg.name}, batch {fig.cfg.batch}): per layer, cycle model"
           + (" and tsim" if measured else ""))
-    print(f"{'layer':10s} {'kernel':>6s} {'model':>9s} {'util':>5s} {'tsim':>9s} {'error':>7s} {'bound':8s} schedule")
+    print("(gemm, alu: micro-ops the compute module issues; other: its remaining busy cycles, i.e. instruction "
+          "overheads and LOAD ACC/UOP; idle: cycles it waits for loads and stores)")
+    print(f"{'layer':10s} {'kernel':>6s} {'model':>9s} {'util':>5s} {'tsim':>9s} {'error':>7s} {'gemm':>9s} "
+          f"{'alu':>8s} {'other':>7s} {'idle':>6s} {'bound':8s} schedule")
     for step in _accel_steps(fig.compiled):
         c = step.predicted_cycles
         util = fig.util(step, c) if step.macs else 0.0
         kh, kw = _kernel(fig.compiled, step) if step.macs else (0, 0)
         got = (measured or {}).get(step.node.name)
         tsim = f"{got:9,d} {(c - got) / got * 100:6.2f}%" if got else f"{'-':>9s} {'-':>7s}"
+        gemm, alu, other, idle = compute_breakdown(step)
         print(f"{step.node.name:10s} {f'{kh}x{kw}' if step.macs else '':>6s} {c:9,d} {util * 100:4.0f}% {tsim} "
-              f"{step.schedule.get('bound', ''):8s} {step.tiling}")
+              f"{gemm:9,d} {alu:8,d} {other:7,d} {idle:6,d} {step.schedule.get('bound', ''):8s} {step.tiling}")
+
+
+def compute_breakdown(step: AccelStep) -> tuple[int, int, int, int]:
+    """Where the compute module's cycles go in ``step``'s program by the cycle model: (GEMM micro-ops, ALU
+    micro-ops, other busy cycles: instruction overheads and its LOAD ACC/UOP, idle cycles: waiting for loads and
+    stores, including the program's start and drain)."""
+    est = estimate(step.program)
+    gemm = sum(loop_uops(i) for i in step.program.insns if isinstance(i, Gemm))
+    alu = sum(loop_uops(i) for i in step.program.insns if isinstance(i, Alu))
+    busy = est.busy["compute"]
+    return gemm, alu, busy - gemm - alu, est.cycles - busy
 
 
 def side_by_side(figs: list[Figures]) -> None:
