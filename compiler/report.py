@@ -490,6 +490,8 @@ def format_comparison(a: Report, b: Report, label_a: str = "A", label_b: str = "
     kinds = {k for r in rows for k in r["cycles_from"].split("/") if k}
     lines.append("cycles: " + (" and ".join(sorted(kinds)) if kinds else "none recorded")
                  + " (tsim: measured; model: the cycle model's prediction)")
+    if a.model != b.model:
+        lines.append(f"note: A ran {a.model} and B ran {b.model}; layers are matched by name")
     moved = [r["layer"] for r in rows if r["where_a"] and r["where_b"] and r["where_a"] != r["where_b"]]
     if moved:
         lines.append(f"placed differently: {', '.join(moved)}")

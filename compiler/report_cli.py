@@ -20,8 +20,8 @@ __all__ = ["register", "report_command"]
 def register(subparsers: Any) -> None:
     """Add ``vta report`` to the ``vta`` command's subparsers."""
     p = subparsers.add_parser("report", help="re-render a saved run report, or compare two runs",
-                              description=__doc__.split("\n\n")[0] + " RUN is the JSON of vta run MODEL "
-                                          "--report-json FILE.")
+                              description="Re-render a saved run report (RUN: the JSON written by vta run MODEL "
+                                          "--report-json FILE), or compare two runs layer by layer.")
     p.add_argument("runs", metavar="RUN", nargs="+", help="one saved JSON report to re-render, or two to compare "
                                                           "(A then B)")
     p.add_argument("--tech", metavar="FILE", help="recompute the energies with this technology file (TOML, as "
