@@ -12,7 +12,7 @@ sweep. It counts the structures the generator builds (``hw/``), in the GEMM core
   queues with RAMB18 (512 x 36). A memory of at most :data:`LUTRAM_BITS` bits becomes LUT-RAM instead (RAM32M/RAM64M:
   48 bits per LUT, twice for two read ports). The total is scaled by :data:`BRAM_SCALE`, fitted at the default.
 * LUT: per GEMM output lane an adder tree of BLOCK_IN products plus the 32-bit accumulate, per ALU lane its
-  MIN/MAX/ADD/SHR/MUL-select logic, the DMA's byte steering (per bus bit), the 64-bit counters, output muxes of
+  MIN/MAX/ADD/SHR/MUL-select logic (and REQ's with the ``fused_requant`` knob, :data:`REQ_LANE_LUTS`), the DMA's byte steering (per bus bit), the 64-bit counters, output muxes of
   SRAMs split in depth, LUT-RAM, and a fixed control part fitted at the default.
 * FF: the 64-bit counters, the GEMM core's register stage (32 bits per output lane), the memory boundary's FIFOs
   (per bus bit), instruction registers, and a fixed part fitted at the default.
@@ -59,6 +59,10 @@ COUNTERS = 22
 ALU_LANE_LUTS = 290
 """One 32-bit ALU lane: comparator and MIN/MAX mux (64), adder (32), 6-level barrel shifter (96), the DSP multiply's
 partial-product adds (32) and the 5:1 result mux (64)."""
+REQ_LANE_LUTS = 198
+"""What the ``fused_requant`` knob adds to an ALU lane: REQ's operand multiplexers in front of the shared multiplier
+and shifter, two 32-bit clip comparators and their multiplexers, a sixth result case (measured: a 16-lane AluCore
+synthesizes to 6,504 LUTs without REQ and 9,670 with it, DSP 48 both)."""
 DMA_LUTS_PER_BUS_BIT = 4
 """Byte steering of beats into elements and write strobes, per bit of the bus."""
 BOUNDARY_FFS_PER_BUS_BIT = 4.25
@@ -141,7 +145,8 @@ def estimate_area(cfg: VTAConfig) -> Area:
     insn_bits = layout(cfg).insn_bits
     bram_raw, mem_luts = _memory_resources(cfg)
     tree = (cfg.block_in - 1) * (17 + log_block // 2) + 32  # adders of 17..16+log2(BLOCK) bits, then the accumulate
-    lut = (lanes * tree + lanes * ALU_LANE_LUTS + DMA_LUTS_PER_BUS_BIT * bus_bits + 64 * COUNTERS + mem_luts
+    alu_lane = ALU_LANE_LUTS + (REQ_LANE_LUTS if cfg.fused_requant else 0)
+    lut = (lanes * tree + lanes * alu_lane + DMA_LUTS_PER_BUS_BIT * bus_bits + 64 * COUNTERS + mem_luts
            + LUT_FIXED)
     ff = round(64 * COUNTERS + 32 * lanes + BOUNDARY_FFS_PER_BUS_BIT * bus_bits + INSN_REGISTERS * insn_bits
                + FF_FIXED)
@@ -153,7 +158,7 @@ def estimate_area(cfg: VTAConfig) -> Area:
 
 # ---- measured designs -------------------------------------------------------------------------------------------
 _NAME = re.compile(r"(?P<batch>\d+)x(?P<block>\d+)_i8w8a32_(?P<uop>\d+)_(?P<inp>\d+)_(?P<wgt>\d+)_(?P<acc>\d+)"
-                   r"(?:_bus(?P<bus>\d+))?(?:_lat(?P<lat>\d+))?(?:_cq(?P<cq>\d+))?(?:_tq(?P<tq>\d+))?")
+                   r"(?:_bus(?P<bus>\d+))?(?:_lat(?P<lat>\d+))?(?:_cq(?P<cq>\d+))?(?:_tq(?P<tq>\d+))?(?P<rq>_rq)?")
 
 
 def config_from_name(name: str) -> VTAConfig:
@@ -162,12 +167,13 @@ def config_from_name(name: str) -> VTAConfig:
     match = _NAME.fullmatch(name)
     if match is None:
         raise ValueError(f"{name!r} is not a canonical config name such as '1x16_i8w8a32_15_15_18_17'")
-    g = {k: int(v) for k, v in match.groupdict().items() if v is not None}
+    g = {k: int(v) for k, v in match.groupdict().items() if v is not None and k != "rq"}
     try:
         return VTAConfig(log_batch=_exact_log2(g["batch"], name), log_block=_exact_log2(g["block"], name),
                          log_uop_buff_size=g["uop"], log_inp_buff_size=g["inp"], log_wgt_buff_size=g["wgt"],
                          log_acc_buff_size=g["acc"], bus_bytes=g.get("bus", 8), dram_latency=g.get("lat", 16),
-                         cmd_queue_depth=g.get("cq", 64), token_queue_depth=g.get("tq", 64))
+                         cmd_queue_depth=g.get("cq", 64), token_queue_depth=g.get("tq", 64),
+                         fused_requant=match.group("rq") is not None)
     except ConfigError as err:
         raise ValueError(f"{name!r} names an invalid config: {'; '.join(err.problems)}") from None
 

@@ -20,6 +20,7 @@ A sweep file is TOML::
     [vary]                              # field or knob -> the values to try (every combination: a grid)
     LOG_BLOCK = [3, 4, 5]
     LOG_BATCH = [0, 1]
+    FUSED_REQUANT = [false, true]       # codesign knobs are config fields (vta.config.KNOBS)
     policy = ["auto", "accel"]          # compile knobs: policy, double_buffer
 
 Every problem in the file is collected and raised at once (:class:`SweepSpecError`). A combination that makes an
@@ -32,6 +33,7 @@ for each design.
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import os
@@ -55,7 +57,7 @@ KNOBS: dict[str, tuple[Any, ...]] = {"policy": ("auto", "accel"), "double_buffer
 _DEFAULT_KNOBS: dict[str, Any] = {"policy": "auto", "double_buffer": True}
 _SWEEP_KEYS = {"name", "models", "mode", "timeout", "base", "tech", "samples", "seed", "area"}
 _TOP_KEYS = {"sweep", "base", "vary"}
-_FIELD_NAMES = {f.lower() for f in VTAConfig().to_dict()}
+_FIELD_NAMES = {f.name for f in dataclasses.fields(VTAConfig)}  # VTA's keys and the codesign knobs (FUSED_REQUANT)
 
 
 class SweepSpecError(ValueError):

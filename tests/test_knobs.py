@@ -195,3 +195,16 @@ def test_tiny_model_on_tsim_with_the_knob_is_bit_exact() -> None:
         np.testing.assert_array_equal(tsim.outputs[name], ref[name])
         np.testing.assert_array_equal(fs.outputs[name], ref[name])
     assert sum(layer.alu_uops for layer in tsim.layers) == sum(layer.alu_uops for layer in fs.layers) > 0
+
+
+# ---- sweep ----------------------------------------------------------------------------------------------------------
+def test_a_sweep_varies_the_knob_and_its_area_model_counts_it() -> None:
+    from vta.sweep.area import REQ_LANE_LUTS, config_from_name, estimate_area
+    from vta.sweep.spec import parse_spec
+    spec = parse_spec({"sweep": {"models": ["tiny_cnn"]}, "vary": {"FUSED_REQUANT": [False, True]}})
+    cfgs = [d.cfg for d in spec.designs()]
+    assert [c.fused_requant for c in cfgs if c is not None] == [False, True]
+    assert [d.key for d in spec.designs()] == ["1x16_i8w8a32_15_15_18_17", "1x16_i8w8a32_15_15_18_17_rq"]
+    off, on = estimate_area(VTAConfig()), estimate_area(KNOB)
+    assert (on.lut - off.lut, on.ff - off.ff, on.dsp - off.dsp, on.bram - off.bram) == (16 * REQ_LANE_LUTS, 0, 0, 0)
+    assert config_from_name(KNOB.name) == KNOB
