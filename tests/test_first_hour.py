@@ -5,6 +5,7 @@ ResNet-50 scale."""
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import pytest
@@ -147,3 +148,32 @@ def test_an_unknown_output_suffix_is_refused_before_any_work(argv: list[str], me
     code, out, err = run(capsys, *argv)
     assert (code, out, err) == (2, "", f"vta: error: {message.format(dir=tmp_path)}\n")
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing read, nothing written
+
+
+def test_a_build_waiting_on_another_process_says_so(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A second builder of the same cache entry logs that it waits for the lock's holder, then uses its build."""
+    import threading
+
+    from vta.cache import cached_build, entry_lock
+
+    def make(folder: Path) -> dict:
+        (folder / "lib.so").write_bytes(b"built")
+        return {}
+
+    holder = entry_lock(tmp_path, "k1")
+    holder.acquire()
+    result: list = []
+    waiter = threading.Thread(target=lambda: result.append(cached_build(tmp_path, "k1", make, required=["lib.so"],
+                                                                         what="Verilator model")))
+    with caplog.at_level(logging.WARNING, logger="vta"):
+        waiter.start()
+        for _ in range(200):
+            if "another process is building" in caplog.text:
+                break
+            waiter.join(0.01)
+        assert waiter.is_alive()                                   # still waiting, and said so
+        holder.release()
+        waiter.join(10)
+    assert (f"another process is building the Verilator model k1 (its lock {tmp_path / 'k1.lock'} is held); "
+            f"waiting for it to finish, then using its build") in caplog.text
+    assert result and result[0][0] == tmp_path / "k1" and (tmp_path / "k1" / "lib.so").read_bytes() == b"built"

@@ -19,6 +19,7 @@ A cached build is a folder ``<root>/<key>/`` made by :func:`cached_build`:
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -209,6 +210,23 @@ def clean_stale(root: Path) -> list[Path]:
     return removed
 
 
+@contextlib.contextmanager
+def _held(lock: Any, what: str, key: str) -> Any:
+    """``lock`` acquired for the block; when another process holds it (building the same entry), a warning says so
+    before waiting, so a run that waits is not silent."""
+    import filelock
+    try:
+        lock.acquire(timeout=0)
+    except filelock.Timeout:
+        log.warning("another process is building the %s %s (its lock %s is held); waiting for it to finish, then "
+                    "using its build", what, key, lock.lock_file)
+        lock.acquire()
+    try:
+        yield lock
+    finally:
+        lock.release()
+
+
 def cached_build(root: Path, key: str, make: Callable[[Path], dict[str, Any]], *, required: Iterable[str],
                  what: str) -> tuple[Path, bool]:
     """The verified cache folder ``<root>/<key>``, built now if missing or damaged; returns (folder, built now).
@@ -224,7 +242,7 @@ def cached_build(root: Path, key: str, make: Callable[[Path], dict[str, Any]], *
         return final, False
     root.mkdir(parents=True, exist_ok=True)
     clean_stale(root)
-    with entry_lock(root, key):
+    with _held(entry_lock(root, key), what, key):
         problem = verify_entry(final, required)
         if problem is None:  # another process built it while we waited
             return final, False
