@@ -12,8 +12,9 @@ sweep. It counts the structures the generator builds (``hw/``), in the GEMM core
   queues with RAMB18 (512 x 36). A memory of at most :data:`LUTRAM_BITS` bits becomes LUT-RAM instead (RAM32M/RAM64M:
   48 bits per LUT, twice for two read ports). The total is scaled by :data:`BRAM_SCALE`, fitted at the default.
 * LUT: per GEMM output lane an adder tree of BLOCK_IN products plus the 32-bit accumulate, per ALU lane its
-  MIN/MAX/ADD/SHR/MUL-select logic (and REQ's with the ``fused_requant`` knob, :data:`REQ_LANE_LUTS`), the DMA's byte steering (per bus bit), the 64-bit counters, output muxes of
-  SRAMs split in depth, LUT-RAM, and a fixed control part fitted at the default.
+  MIN/MAX/ADD/SHR/MUL-select logic (and REQ's with the ``fused_requant`` knob, :data:`REQ_LANE_LUTS`), the DMA's
+  byte steering (per bus bit), the 64-bit counters, output muxes of SRAMs split in depth, LUT-RAM, and a fixed
+  control part fitted at the default.
 * FF: the 64-bit counters, the GEMM core's register stage (32 bits per output lane), the memory boundary's FIFOs
   (per bus bit), instruction registers, and a fixed part fitted at the default.
 
