@@ -166,11 +166,13 @@ def _compile_probe(ctx: Context, rng: np.random.Generator, signum: int, k: int) 
 
 
 def _signal_exit(run: Run) -> Verdict | None:
-    """A process we signalled: exit 130 with 'vta: interrupted' (SIGINT), killed (SIGKILL), or 0 (finished first)."""
+    """A process we signalled: exit 130 with 'vta: interrupted' (SIGINT), killed by the signal sent (SIGKILL, or a
+    SIGINT that arrives after the command's work, while the interpreter shuts down: Python then ends by the signal,
+    as Unix asks, with no traceback), or 0 (finished first)."""
     early = judge_process(run)
     if early is not None:
         return early
-    if run.sent_signal == signal.SIGINT and run.returncode not in (0, 130):
+    if run.sent_signal == signal.SIGINT and run.returncode not in (0, 130, -signal.SIGINT):
         return Verdict("traceback", f"exit {run.returncode} after SIGINT (expected 130)")
     if run.sent_signal == signal.SIGINT and run.returncode == 130 and "vta: interrupted" not in run.stderr:
         return Verdict("traceback", "exit 130 without 'vta: interrupted'")
