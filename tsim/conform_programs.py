@@ -191,12 +191,17 @@ def _store(cfg: VTAConfig) -> Program:
     return k.finish()
 
 
+_QUEUES = ("load->compute", "compute->load", "compute->store", "store->compute")
+"""The four token queues, as the features name them."""
+
+
 def _tokens(cfg: VTAConfig, queue: str) -> Program:
     """Rounds in which the named token queue orders a hazard, with two tokens of it in flight at once where it
     can: loads refill the same inp/wgt entries (compute->load: write after read), GEMMs read them (load->compute:
     read after write), stores read the out buffer (compute->store) that the next round's GEMM overwrites
-    (store->compute)."""
-    k = _Kit(cfg, seed=60 + len(queue))
+    (store->compute). Every round needs all four queues; the load<->compute features run one store per round, the
+    compute<->store features two (two tokens in flight each way), each with its own data."""
+    k = _Kit(cfg, seed=60 + _QUEUES.index(queue))
     b = k.bld
     inp, wgt = k.pool("inp", MEM_INP, 12), k.pool("wgt", MEM_WGT, 12)
     k.uops("gemm", [Uop(i, i, i) for i in range(4)])
@@ -235,8 +240,7 @@ FEATURES: dict[str, Callable[[VTAConfig], Program]] = {
     "gemm reset": partial(_gemm, reset=True),
     **{f"alu {name}": partial(_alu, op=op, imm=imm) for name, op, imm in ALU_CASES},
     "store": _store,
-    **{f"tokens {q}": partial(_tokens, queue=q)
-       for q in ("load->compute", "compute->load", "compute->store", "store->compute")},
+    **{f"tokens {q}": partial(_tokens, queue=q) for q in _QUEUES},
     "finish": _finish,
 }
 """Feature name -> the function building its program for a config."""
