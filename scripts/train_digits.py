@@ -7,7 +7,8 @@ The int8 model is calibrated on 200 training images and evaluated on the whole t
 reference (``--target reference``, default), the llvmlite CPU path (``cpu``) or the accelerator through the compiler
 runtime (``fsim`` / ``tsim``, default config). Prints float (ONNX Runtime) and int8 test accuracy; exits 1 when the
 int8 accuracy is more than 1 point below float. While it trains (and evaluates) it shows a progress bar (tqdm) on
-standard error when that is a terminal; ``--no-progress`` turns it off.
+standard error when that is a terminal, else (a log, ``| tee``) a plain line every quarter of the epochs;
+``--no-progress`` turns both off.
 
 Usage: ``python scripts/train_digits.py [--epochs 40] [--target reference|cpu|fsim|tsim] [--out digits.onnx]
 [--no-progress]``
@@ -116,13 +117,14 @@ def _bar(items: Iterable[T], enabled: bool, **options: object) -> Iterable[T]:
     if not enabled:
         return items
     from tqdm import tqdm
-    return tqdm(items, file=sys.stderr, **options)  # type: ignore[call-overload]
+    return tqdm(items, file=sys.stderr, **options)
 
 
 def train(epochs: int = 40, seed: int = 0, lr: float = 3e-3, batch: int = 64,
-          progress: bool = False) -> dict[str, np.ndarray]:
+          progress: bool = False, lines: int = 0) -> dict[str, np.ndarray]:
     """Adam on softmax cross-entropy; returns the parameters. ``progress``: a bar over the epochs showing the last
-    epoch's mean training loss."""
+    epoch's mean training loss; else ``lines`` > 0: a plain line with it on standard error every ``lines`` epochs
+    (for logs, where a bar cannot redraw)."""
     x, y, _, _ = load_data(seed)
     rng = np.random.default_rng(seed)
     p = init_params(rng)
@@ -130,7 +132,7 @@ def train(epochs: int = 40, seed: int = 0, lr: float = 3e-3, batch: int = 64,
     v = {k: np.zeros_like(v) for k, v in p.items()}
     step = 0
     bar = _bar(range(epochs), progress, desc="train", unit="epoch")
-    for _ in bar:
+    for epoch in bar:
         order = rng.permutation(len(y))
         loss = 0.0
         for i in range(0, len(y), batch):
@@ -149,6 +151,8 @@ def train(epochs: int = 40, seed: int = 0, lr: float = 3e-3, batch: int = 64,
                 p[k] = (p[k] - lr * mhat / (np.sqrt(vhat) + 1e-8)).astype(np.float32)
         if progress:
             bar.set_postfix(loss=f"{loss / len(y):.4f}")  # type: ignore[attr-defined]
+        elif lines and (epoch + 1) % lines == 0:
+            print(f"train: epoch {epoch + 1}/{epochs}, mean loss {loss / len(y):.4f}", file=sys.stderr, flush=True)
     return p
 
 
@@ -219,11 +223,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit", type=int, default=None, help="evaluate on the first LIMIT test images only")
     parser.add_argument("--out", default=None, help="write the trained ONNX model here (default: the cache folder)")
     parser.add_argument("--no-progress", action="store_true",
-                        help="no progress bars (they are shown only when standard error is a terminal)")
+                        help="no progress (a bar when standard error is a terminal, else a line per quarter of the "
+                             "epochs)")
     args = parser.parse_args(argv)
     progress = not args.no_progress and stderr_is_tty()
+    lines = 0 if args.no_progress or progress else max(1, args.epochs // 4)  # off a terminal: 4 plain lines
     start = time.perf_counter()
-    params = train(args.epochs, args.seed, progress=progress)
+    params = train(args.epochs, args.seed, progress=progress, lines=lines)
     model = export_onnx(params)
     out = args.out or os.path.join(os.path.expanduser(os.environ.get("VTA_CACHE_DIR", "~/.cache/vta-lab")),
                                    "models", "digits_cnn.onnx")
