@@ -48,6 +48,10 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--policy", choices=("auto", "accel", "cpu"), default="auto",
                    help="auto: offload where supported and estimated faster; accel: wherever supported; cpu: "
                         "nothing (default: auto)")
+    p.add_argument("--stem", choices=("auto", "im2col", "columns", "direct"), default="auto",
+                   help="how a first convolution (few channels from the CPU side) is lowered: im2col folds the "
+                        "kernel window and channels into the reduction (a 1x1 GEMM, bias in spare lanes), columns "
+                        "folds the kernel columns, direct neither; auto: the fastest estimate (default)")
     p.add_argument("--force-cpu", metavar="NODE", action="append", default=[],
                    help="keep the named node on the CPU (repeatable)")
     p.add_argument("--batch", type=int, default=None,
@@ -182,7 +186,7 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     check_force_cpu(graph, args.force_cpu)
     compiled = compile_model(args.model, cfg, policy=args.policy, force_cpu=args.force_cpu, batch=args.batch,
                              calib=args.calib, double_buffer=not args.no_double_buffer,
-                             progress=not args.no_progress, graph=graph)
+                             progress=not args.no_progress, graph=graph, stem=args.stem)
     compiled.save(args.output)
     print(f"compiled {args.model} for {cfg.name}: {compiled.accel_steps} of {len(compiled.steps)} layers on the "
           f"accelerator, {compiled.compile_seconds:.2f} s; wrote {args.output}")
@@ -217,7 +221,7 @@ def run_model(args: argparse.Namespace) -> int:
                                  force_cpu=getattr(args, "force_cpu", []), batch=getattr(args, "batch", None),
                                  calib=getattr(args, "calib", 4), seed=getattr(args, "seed", 0),
                                  double_buffer=not getattr(args, "no_double_buffer", False), progress=progress,
-                                 graph=float_graph)
+                                 graph=float_graph, stem=getattr(args, "stem", "auto"))
     graph = compiled.graph
     start = time.perf_counter()
     cycles = getattr(args, "max_cycles", None)  # vta run --max-cycles N (tsim), checked by vta.cli

@@ -97,3 +97,17 @@ def test_im2col_keeps_the_add_when_the_bias_is_out_of_reach():
 def test_unknown_stem():
     with pytest.raises(ValueError, match="stem must be one of auto, im2col, columns, direct, not 'x'"):
         compile_graph(_stem_graph(10), VTAConfig(), policy="accel", stem="x")
+
+
+def test_cli_stem_option(tmp_path):
+    """vta compile --stem columns keeps tiny_cnn's first convolution kw-folded (auto takes im2col)."""
+    from vta.cli import main
+    from vta.compiler.runtime import AccelStep, Compiled
+    labels = {}
+    for stem in ("columns", "auto"):
+        out = tmp_path / f"{stem}.vtac"
+        assert main(["compile", "tiny_cnn", "--policy", "accel", "--calib", "1", "--no-progress", "--stem", stem,
+                     "-o", str(out)]) == 0
+        first = next(s for s in Compiled.load(out).steps if isinstance(s, AccelStep))
+        labels[stem] = first.tiling.split()[-1]
+    assert labels == {"columns": "kw-folded", "auto": "im2col"}
