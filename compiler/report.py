@@ -389,13 +389,21 @@ _INCHES_PER_LAYER = 0.3
 """The per-layer plot's width per layer (inches): one label of :data:`_LABEL_POINTS` each without overlap."""
 
 
+_VISIBLE = 0.005
+"""A stacked series whose tallest bar is below this fraction of the tallest stack (under a pixel on a 2-inch panel)
+is drawn but left out of the legend: a legend entry with no bar to be seen reads as a bug."""
+
+
 def _stacked(ax: Any, x: list[int], series: dict[str, list[float]], colours: dict[str, str]) -> None:
-    """Stacked bars of ``series`` (label -> heights); a series of zeros is neither drawn nor in the legend."""
+    """Stacked bars of ``series`` (label -> heights); a series of zeros is neither drawn nor in the legend, one too
+    small to see (:data:`_VISIBLE`) is drawn but not in the legend."""
     bottom = [0.0] * len(x)
+    tallest = max((sum(column) for column in zip(*series.values())), default=0.0)
     for label, heights in series.items():
         if not any(heights):
             continue
-        ax.bar(x, heights, bottom=bottom, color=colours.get(label), label=label)
+        shown = max(heights) >= _VISIBLE * tallest
+        ax.bar(x, heights, bottom=bottom, color=colours.get(label), label=label if shown else "_" + label)
         bottom = [b + h for b, h in zip(bottom, heights)]
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=7)

@@ -177,3 +177,26 @@ def test_a_build_waiting_on_another_process_says_so(tmp_path: Path, caplog: pyte
     assert (f"another process is building the Verilator model k1 (its lock {tmp_path / 'k1.lock'} is held); "
             f"waiting for it to finish, then using its build") in caplog.text
     assert result and result[0][0] == tmp_path / "k1" and (tmp_path / "k1" / "lib.so").read_bytes() == b"built"
+
+
+def test_the_legend_names_no_series_too_small_to_see() -> None:
+    """mini_resnet's CPU layers use ~0.1% of the largest layer's energy: their grey bars cannot be seen, so the
+    energy panel's legend leaves 'cpu' out; every entry it has belongs to bars at least 0.5% of the tallest stack."""
+    from vta.compiler.pipeline import compile_model, random_inputs
+    from vta.compiler.report import build_report
+    from vta.compiler.runtime import run as run_compiled
+
+    compiled = compile_model("mini_resnet", VTAConfig())
+    report = build_report(compiled, run_compiled(compiled, random_inputs(compiled.graph, seed=0)))
+    cpu = [row.get("energy_cpu_uj") or 0.0 for row in report.rows]
+    totals = [row.get("energy_uj") or 0.0 for row in report.rows]
+    assert 0 < max(cpu) < 0.005 * max(totals)                      # drawn, but under a pixel
+    fig = report.figure()
+    energy_axes = fig.axes[-1]
+    labels = energy_axes.get_legend_handles_labels()[1]
+    assert "cpu" not in labels and "dram" in labels and "sram_wgt" in labels
+    for label in labels:
+        key = f"energy_{label}_uj"
+        assert max(row.get(key) or 0.0 for row in report.rows) >= 0.005 * max(totals)
+    import matplotlib.pyplot as plt
+    plt.close(fig)
