@@ -45,7 +45,7 @@ from vta.program import Allocation, Program, ProgramBuilder
 
 from .intrin import Intrinsics, intrinsics
 from .layout import PackedWeight, pack_channel_vector, pack_weight
-from .schedule import ConvGeometry, ConvTile, ConvTiling, conv_candidates, plan_conv, plan_eltwise
+from .schedule import ConvGeometry, ConvTile, ConvTiling, EltwiseTiling, conv_candidates, plan_conv, plan_eltwise
 
 __all__ = ["ConvLayer", "AddLayer", "UopCache", "LayerCode", "emit_conv", "emit_add", "build_conv_program",
            "build_add_program", "INPUT", "INPUT_B", "OUTPUT", "alu_passes", "fused_requant", "bias_image",
@@ -178,6 +178,9 @@ class _ConvState:
     step: int = 0
     total_steps: int = 0
     bias_image: Allocation | None = None
+    resident: dict[int, tuple[int, int]] = field(default_factory=dict)
+    """acc part (virtual thread) -> ``(ob0, oct)`` of the per-channel constants it holds: a tile of the same output
+    blocks in the same part (consecutive pixel tiles, loop order ``oc``) loads them again for nothing."""
     fused: bool = False
     """Requantize with one ALU REQ (:func:`fused_requant`)."""
 
@@ -288,9 +291,11 @@ def _emit_tile(s: _ConvState, index: int, tile: ConvTile, n_tiles: int) -> None:
         slots = slots[1:]
     if index >= threads:
         pb.dep_pop("store", "compute")
-    for slot in slots:   # bias, then multiplier and shift when they are per channel
-        pb.load(MEM_ACC, sram_base=const_base + slot * s.t.oc_tile,
-                dram_base=pb.elem_addr(s.consts, MEM_ACC) + slot * g.ob + tile.ob0, x_size=tile.oct)
+    if s.resident.get(index % threads) != (tile.ob0, tile.oct):  # no GEMM/ALU writes the constants' entries
+        for slot in slots:   # bias, then multiplier and shift when they are per channel
+            pb.load(MEM_ACC, sram_base=const_base + slot * s.t.oc_tile,
+                    dram_base=pb.elem_addr(s.consts, MEM_ACC) + slot * g.ob + tile.ob0, x_size=tile.oct)
+        s.resident[index % threads] = (tile.ob0, tile.oct)
     if s.t.bias_load:
         _emit_bias_init(s, tile, acc_base)
     else:
@@ -446,16 +451,28 @@ def emit_conv(pb: ProgramBuilder, layer: ConvLayer, x: Allocation, y: Allocation
 
 
 # ---- residual add -----------------------------------------------------------------------------------------------
+def _add_fuses(layer: AddLayer, intr: Intrinsics) -> bool:
+    """True when a residual add's SHR, MAX, MIN can be one REQ (M = 1): the knob is on and S, lo, hi fit REQ."""
+    return "REQ" in intr.alu and -32 <= layer.shift < 32 and -128 <= layer.lo <= layer.hi < 128
+
+
 def emit_add(pb: ProgramBuilder, layer: AddLayer, a: Allocation, b: Allocation, y: Allocation, *,
              prefix: str = "", threads: int = 2) -> LayerCode:
     """Emit a residual add over packed ``a`` and ``b`` into packed ``y`` (same packed shape); ``threads`` as in
-    :func:`emit_conv`."""
+    :func:`emit_conv`. With the ``fused_requant`` knob the SHR, MAX, MIN after the ADD are one REQ (M = 1)."""
     intr = intrinsics(pb.cfg)
     entries = int(np.prod(a.shape[:4]))
     plan = plan_eltwise(entries, intr, threads=threads)
     uops = UopCache(pb, intr, prefix)
     code = LayerCode([a, b], y, tiles=0)
     half = intr.capacity("acc") // threads
+    fused = _add_fuses(layer, intr)
+    req = None
+    if fused:  # SHR, MAX, MIN as one REQ (M = 1): its operand entry sits after b's, so a tile may need one entry less
+        if 2 * plan.tile + 1 > half:
+            plan = EltwiseTiling(entries, plan.tile - 1, threads)
+        word = np.full((1, intr.batch, intr.block_out), requant_word(1, layer.shift), np.int32)
+        req = pb.elem_addr(pb.alloc(f"{prefix}req", word), MEM_ACC)
     tiles = list(plan.tiles())
     a_addr, b_addr = pb.elem_addr(a, MEM_ACC_8BIT), pb.elem_addr(b, MEM_ACC_8BIT)
     for index, (e0, count) in enumerate(tiles):
@@ -471,13 +488,21 @@ def emit_add(pb: ProgramBuilder, layer: AddLayer, a: Allocation, b: Allocation, 
         if layer.mb != 1:
             ops.append(("MUL", base_b, layer.mb))
         ops.append(("ADD", base_a, None))
-        if layer.shift:
-            ops.append(("SHR", base_a, layer.shift))
-        ops += [("MAX", base_a, layer.lo), ("MIN", base_a, layer.hi)]
+        if req is None:
+            if layer.shift:
+                ops.append(("SHR", base_a, layer.shift))
+            ops += [("MAX", base_a, layer.lo), ("MIN", base_a, layer.hi)]
+        else:
+            pb.load(MEM_ACC, sram_base=base_b + plan.tile, dram_base=req, x_size=1)
         for name, dst, imm in ops:
             bgn, end = uops.place([Uop(dst, 0 if imm is not None else base_b)])
             pb.alu(_alu_opcode(intr, name, imm), uop_bgn=bgn, uop_end=end, iter_out=count, dst_factor_out=1,
                    src_factor_out=0 if imm is not None else 1, use_imm=imm is not None, imm=imm or 0)
+            code.alu_uops += count
+        if req is not None:  # every entry reads the one REQ word entry (src factor 0)
+            bgn, end = uops.place([Uop(base_a, base_b + plan.tile)])
+            pb.alu(intr.alu["REQ"].opcode, uop_bgn=bgn, uop_end=end, iter_out=count, dst_factor_out=1,
+                   imm=requant_imm(layer.lo, layer.hi))
             code.alu_uops += count
         pb.dep_push("compute", "store")
         pb.dep_pop("compute", "store")

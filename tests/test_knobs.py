@@ -169,12 +169,14 @@ def test_knob_off_rtl_has_no_req_logic() -> None:
 
 @pytest.mark.slow
 def test_tsim_runs_req_programs_bit_exact() -> None:
-    """A REQ program and a requantized convolution on the Verilator model of a small core with the knob: the same
-    DRAM and micro-op counts as fsim, and the cycle model's prediction within 5 %."""
+    """A REQ program, a requantized convolution and a residual add on the Verilator model of a small core with the
+    knob: the same DRAM and micro-op counts as fsim, and the cycle model's prediction within 5 %."""
     from vta.tsim.backend import TSimBackend
     tsim = TSimBackend(check="none", progress=False)
+    from vta.compiler.codegen import AddLayer, build_add_program
     layer, x = _conv(SMALL_KNOB, False)
-    for program in (requant_program(SMALL_KNOB)[0], build_conv_program(SMALL_KNOB, layer, x)[0]):
+    add = build_add_program(SMALL_KNOB, AddLayer((2, 8, 9, 9), 3, 7, 3, 0, 127), x[:, :2])[0]
+    for program in (requant_program(SMALL_KNOB)[0], build_conv_program(SMALL_KNOB, layer, x)[0], add):
         want, got = fsim.run(program), tsim.run(program)
         np.testing.assert_array_equal(got.dram, want.dram)
         assert got.counters["alu_uops"] == want.stats.alu_uops
@@ -208,3 +210,20 @@ def test_a_sweep_varies_the_knob_and_its_area_model_counts_it() -> None:
     off, on = estimate_area(VTAConfig()), estimate_area(KNOB)
     assert (on.lut - off.lut, on.ff - off.ff, on.dsp - off.dsp, on.bram - off.bram) == (16 * REQ_LANE_LUTS, 0, 0, 0)
     assert config_from_name(KNOB.name) == KNOB
+
+
+@pytest.mark.parametrize("ma, mb, shift", [(3, 5, 4), (1, 1, 0), (700, 21000, 14)])
+def test_residual_add_with_req_is_bit_exact(ma: int, mb: int, shift: int) -> None:
+    from vta.compiler.codegen import AddLayer, build_add_program
+    rng = np.random.default_rng(ma)
+    layer = AddLayer((1, 64, 30, 30), ma, mb, shift, -128, 127)
+    outs, alu = [], []
+    shape = (1, 4, 30, 30, 1, 16)   # both configs are 1x16
+    a, b = (rng.integers(-128, 128, shape).astype(np.int8) for _ in range(2))
+    for cfg in (VTAConfig(), KNOB):
+        program, code = build_add_program(cfg, layer, a, b)
+        outs.append(program.read(OUTPUT, fsim.run(program).dram))
+        alu.append(code.alu_uops)
+    np.testing.assert_array_equal(outs[0], outs[1])
+    passes = (ma != 1) + (mb != 1) + 1
+    assert (alu[0], alu[1]) == (900 * 4 * (passes + 2 + (shift != 0)), 900 * 4 * (passes + 1))
