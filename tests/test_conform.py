@@ -17,11 +17,11 @@ from vta import fsim
 from vta.cli import main
 from vta.config import MEM_ACC, MEM_ACC_8BIT, MEM_INP, MEM_UOP, MEM_WGT, VTAConfig, load_config
 from vta.hw.verilog import generate_verilog
-from vta.isa import Alu, Gemm, Load, Store
+from vta.isa import Alu, Gemm, Load, Store, alu_opcodes
 from vta.testing import ALU_CASES
 from vta.tsim.byo import ForeignCore
 from vta.tsim.conform import Outcome, format_table, run_kit
-from vta.tsim.conform_programs import FEATURES
+from vta.tsim.conform_programs import FEATURES, feature_programs, features_for
 
 ROOT = Path(__file__).resolve().parent.parent
 SMALL = ROOT / "configs" / "small1x8.toml"
@@ -44,7 +44,7 @@ def small_core(tmp_path_factory: pytest.TempPathFactory, small_cfg8: VTAConfig) 
 @pytest.mark.parametrize("path", SHIPPED, ids=[p.stem for p in SHIPPED])
 def test_the_kits_programs_cover_every_instruction_and_run_on_fsim(path: Path) -> None:
     cfg = load_config(path)
-    programs = {name: make(cfg) for name, make in FEATURES.items()}
+    programs = feature_programs(cfg)
     for program in programs.values():
         fsim.run(program)  # valid at this config: no error
     loads = {i.mem for p in programs.values() for i in p.insns if isinstance(i, Load)}
@@ -56,6 +56,7 @@ def test_the_kits_programs_cover_every_instruction_and_run_on_fsim(path: Path) -
     assert {i.reset for i in gemms} == {False, True}
     alus = {(i.alu_opcode, i.use_imm) for p in programs.values() for i in p.insns if isinstance(i, Alu)}
     assert alus >= {(op, imm) for _, op, _ in ALU_CASES for imm in (False, True)}
+    assert {op for op, _ in alus} == set(alu_opcodes(cfg))  # REQ too where the fused_requant knob is on
     assert any(isinstance(i, Store) and i.y_size > 1 and i.x_stride > i.x_size for i in programs["store"].insns)
     for queue, (src, dst) in {"tokens load->compute": ("load", "compute"),
                               "tokens compute->load": ("compute", "load"),
@@ -92,7 +93,8 @@ def test_the_generated_core_passes_vta_conform(small_core: Path, capsys: pytest.
     assert main(["conform", "--rtl", str(small_core), "--config", str(SMALL), "--seeds", "3", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     features = [o["feature"] for o in report["outcomes"]]
-    assert features == [*FEATURES, "random 0", "random 1", "random 2", "model tiny_cnn"]
+    assert features == [*features_for(load_config(SMALL)), "random 0", "random 1", "random 2", "model tiny_cnn"]
+    assert "alu req" not in features  # small1x8 has no fused_requant
     assert all(o["status"] == "pass" and o["cycles"] > 0 for o in report["outcomes"]), report
 
 

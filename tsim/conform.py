@@ -181,7 +181,7 @@ def run_kit(cfg: VTAConfig, *, backend_options: dict[str, Any] | None = None, se
     from vta.testing import random_program
 
     from .backend import TSimBackend
-    from .conform_programs import FEATURES
+    from .conform_programs import features_for
     options = dict(backend_options or {})
     backend = TSimBackend(check="none", watchdog_cycles=20_000, **options)
 
@@ -189,7 +189,7 @@ def run_kit(cfg: VTAConfig, *, backend_options: dict[str, Any] | None = None, se
         return not only or any(text in name for text in only)
 
     cases: list[tuple[str, Callable[[], Outcome]]] = [
-        (name, partial(_program_case, backend, partial(make, cfg), name)) for name, make in FEATURES.items()]
+        (name, partial(_program_case, backend, partial(make, cfg), name)) for name, make in features_for(cfg).items()]
     cases += [(f"random {seed}", partial(_program_case, backend,
                                          partial(random_program, cfg, np.random.default_rng(seed)), f"random {seed}"))
               for seed in range(seeds)]

@@ -8,9 +8,9 @@ functional simulator (the spec) and on the core and compares; the expected value
 Features (:func:`feature_programs`): LOADs with padding on all four sides and a row stride to each memory type
 (``load uop``, ``load wgt``, ``load inp``, ``load acc``, ``load acc8``), ``gemm`` (two-level loops, every factor,
 accumulating) and ``gemm reset``, ``alu <case>`` for every case of :data:`vta.testing.ALU_CASES` (every opcode, with
-an immediate and with a vector operand), ``store`` (strided rows over pre-filled DRAM), ``tokens <src>-><dst>`` for
-the four token queues (hazards that only the tokens order, with several tokens in flight) and ``finish`` (FINISH
-alone).
+an immediate and with a vector operand; ``alu req`` at configs with the ``fused_requant`` knob), ``store`` (strided
+rows over pre-filled DRAM), ``tokens <src>-><dst>`` for the four token queues (hazards that only the tokens order,
+with several tokens in flight) and ``finish`` (FINISH alone).
 """
 from __future__ import annotations
 
@@ -20,11 +20,11 @@ from typing import Any, Callable
 import numpy as np
 
 from vta.config import MEM_ACC, MEM_ACC_8BIT, MEM_INP, MEM_OUT, MEM_UOP, MEM_WGT, VTAConfig
-from vta.isa import ALU_ADD, ALU_SHR, Uop
+from vta.isa import ALU_ADD, ALU_REQ, ALU_SHR, KNOB_ALU_OPS, Uop, requant_imm, requant_word
 from vta.program import Allocation, Program, ProgramBuilder
 from vta.testing import ALU_CASES
 
-__all__ = ["feature_programs", "FEATURES"]
+__all__ = ["feature_programs", "features_for", "FEATURES", "FEATURE_KNOBS"]
 
 
 class _Kit:
@@ -177,6 +177,29 @@ def _alu(cfg: VTAConfig, op: int, imm: int | None) -> Program:
     return k.finish()
 
 
+def _alu_req(cfg: VTAConfig) -> Program:
+    """ALU REQ (the ``fused_requant`` knob) over 8 entries with two-level loops: a = clip(SHR(a * M, S), lo, hi)
+    with per-lane multipliers and shifts (right on the negative values, left and none on the others) and a clip
+    range that both ends cut; a exposed."""
+    k = _Kit(cfg, seed=48)
+    entries = np.arange(8).reshape(8, 1, 1)
+    lanes = np.arange(cfg.batch * cfg.block_out).reshape(1, cfg.batch, cfg.block_out)
+    negative = (entries + lanes) % 2 == 0
+    shape = (8, cfg.batch, cfg.block_out)
+    data = np.abs(k.rng.integers(-(1 << 20), 1 << 20, shape, dtype=np.int64))
+    k.load(MEM_ACC, k.bld.alloc("a", np.where(negative, -data, data).astype(np.int32)), sram_base=0, x_size=8)
+    turn = (entries // 2 + lanes) % 4
+    shifts = np.where(negative, np.take((1, 7, 12, 31), turn), np.take((-1, 0, 9, 20), turn))
+    multipliers = k.rng.integers(-(1 << 15), 1 << 15, shape)
+    words = np.vectorize(requant_word)(multipliers, shifts).astype(np.int32)
+    k.load(MEM_ACC, k.bld.alloc("b", words), sram_base=8, x_size=8)
+    k.uops("alu", [Uop(0, 8, 0), Uop(1, 9, 0)])
+    k.bld.alu(ALU_REQ, uop_bgn=0, uop_end=2, iter_out=2, iter_in=2, dst_factor_out=4, dst_factor_in=2,
+              src_factor_out=4, src_factor_in=2, imm=requant_imm(-100, 90))
+    k.expose_acc(8)
+    return k.finish()
+
+
 def _store(cfg: VTAConfig) -> Program:
     """A strided STORE of 3 rows of 3 entries (stride 5: each row's start follows from the one before) over DRAM
     pre-filled with a pattern."""
@@ -239,6 +262,7 @@ FEATURES: dict[str, Callable[[VTAConfig], Program]] = {
     "gemm": partial(_gemm, reset=False),
     "gemm reset": partial(_gemm, reset=True),
     **{f"alu {name}": partial(_alu, op=op, imm=imm) for name, op, imm in ALU_CASES},
+    "alu req": _alu_req,
     "store": _store,
     **{f"tokens {q}": partial(_tokens, queue=q) for q in _QUEUES},
     "finish": _finish,
@@ -246,6 +270,16 @@ FEATURES: dict[str, Callable[[VTAConfig], Program]] = {
 """Feature name -> the function building its program for a config."""
 
 
+FEATURE_KNOBS: dict[str, str] = {"alu req": KNOB_ALU_OPS[ALU_REQ]}
+"""Features that exist only at configs with a codesign knob on (feature -> the config field)."""
+
+
+def features_for(cfg: VTAConfig) -> dict[str, Callable[[VTAConfig], Program]]:
+    """:data:`FEATURES` that apply at ``cfg``: those of :data:`FEATURE_KNOBS` only with their knob on."""
+    return {name: make for name, make in FEATURES.items()
+            if name not in FEATURE_KNOBS or getattr(cfg, FEATURE_KNOBS[name])}
+
+
 def feature_programs(cfg: VTAConfig) -> dict[str, Program]:
-    """Every directed program of the kit for ``cfg``, by feature name (see the module docstring)."""
-    return {name: make(cfg) for name, make in FEATURES.items()}
+    """Every directed program of the kit that applies at ``cfg``, by feature name (see the module docstring)."""
+    return {name: make(cfg) for name, make in features_for(cfg).items()}
