@@ -5,6 +5,7 @@
 """
 import json
 import sys
+from pathlib import Path
 
 __all__ = ["register"]
 
@@ -30,9 +31,12 @@ def register(subparsers):
 
 
 def _cmd_verilog(args):
-    from vta.cliutil import config_from_args
+    from vta.cliutil import CliError, config_from_args
 
     from .verilog import generate_verilog
+    if Path(args.output).suffix.lower() in (".v", ".sv"):  # a file name where a folder is expected
+        raise CliError(f"-o {args.output}: -o names the folder vta_core.v is written into, not a Verilog file; e.g. "
+                       f"-o {Path(args.output).parent / 'rtl'}")
     cfg = config_from_args(args)
     path = generate_verilog(cfg, args.output, gemm_form=args.gemm_form)
     print(f"{path} ({cfg.name})")

@@ -200,3 +200,11 @@ def test_the_legend_names_no_series_too_small_to_see() -> None:
         assert max(row.get(key) or 0.0 for row in report.rows) >= 0.005 * max(totals)
     import matplotlib.pyplot as plt
     plt.close(fig)
+
+
+def test_hw_verilog_refuses_a_file_name_for_its_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "hw", "verilog", "-o", str(tmp_path / "core.v"))
+    assert (code, out) == (2, "")
+    assert err == (f"vta: error: -o {tmp_path / 'core.v'}: -o names the folder vta_core.v is written into, not a "
+                   f"Verilog file; e.g. -o {tmp_path / 'rtl'}\n")
+    assert not (tmp_path / "core.v").exists()
