@@ -153,3 +153,15 @@ def test_05_codesign(workdir: Path, capsys: pytest.CaptureFixture[str], monkeypa
     assert best["design"] in {row["design"] for row in front}      # the fastest design is on the frontier
     for path in r["plots"]:
         assert Path(path).read_bytes()[:8] == PNG and f"wrote {path}" in out
+
+
+def test_the_readme_quick_start_links_every_tutorial() -> None:
+    import re
+    readme = (TUTORIALS.parents[1] / "README.md").read_text()
+    quick = readme[readme.index("## Quick start"):readme.index("## Install")]
+    links = re.findall(r"\]\((docs/tutorials/[^)]+)\)", quick)
+    scripts = sorted(p.name for p in TUTORIALS.glob("[0-9][0-9]_*.py"))
+    assert sorted(Path(link).name for link in links if link.endswith(".py")) == scripts
+    assert all((TUTORIALS.parents[1] / link).is_file() for link in links)
+    index = (TUTORIALS / "README.md").read_text()
+    assert all(f"]({name})" in index for name in scripts)
