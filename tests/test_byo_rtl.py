@@ -228,3 +228,15 @@ def test_the_byo_core_example_passes_the_kit_and_runs_a_model_with_its_own_cycle
     report = json.loads(capsys.readouterr().out)
     assert report["rtl_core"] == "byo_core (byo_core.v, vta_core_inner.v)"
     assert report["totals"]["cycles"] > 0 and report["bit_exact_vs_reference"] is True
+
+
+def test_systemverilog_port_types_have_their_bit_widths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "t.sv").write_text(
+        "typedef struct packed { logic [15:0] len; logic [31:0] addr; } req_t;\n"
+        "typedef union packed { logic [7:0] b; logic [1:0][3:0] n; } u_t;\n"
+        "module t #(parameter int B = 8) (input logic clk, input req_t r, output logic [8*B-1:0] d,\n"
+        "    input wire [3:0][7:0] arr, input u_t u, input int i, output logic un [2]);\n"
+        "  assign d = {r, 16'h0};\n  assign un[0] = 1'b0;\n  assign un[1] = 1'b0;\nendmodule\n")
+    monkeypatch.chdir(tmp_path)  # a relative path: Verilator runs elsewhere
+    widths = {p.name: p.width for p in read_ports([Path("t.sv")], "t")}
+    assert widths == {"clk": 1, "r": 48, "d": 64, "arr": 32, "u": 8, "i": 32, "un": 0}  # unpacked: no plain width

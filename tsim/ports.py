@@ -108,7 +108,9 @@ def _verilator(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
 
 
 def _input_args(files: Sequence[Path], include_dirs: Sequence[Path]) -> list[str]:
-    return [*(f"-I{d}" for d in include_dirs), *(str(f) for f in files)]
+    """Verilator's arguments for ``files`` and ``include_dirs``, as absolute paths (Verilator runs in a temporary
+    folder)."""
+    return [*(f"-I{Path(d).resolve()}" for d in include_dirs), *(str(Path(f).resolve()) for f in files)]
 
 
 def _errors(output: str) -> str:
@@ -169,23 +171,36 @@ def _ports_of(tree: dict[str, Any], top: str) -> tuple[Port, ...]:
     return tuple(ports)
 
 
-def _width(index: dict[str, dict[str, Any]], addr: Any) -> int:
+def _width(index: dict[str, dict[str, Any]], addr: Any, depth: int = 0) -> int:
     """Bit width of the data type at ``addr`` in Verilator's tree: a basic type's ``range`` (``"hi:lo"``) or its
-    keyword's width; references followed; 0 when the type is not a plain vector."""
-    for _ in range(16):
-        dtype = index.get(str(addr))
-        if dtype is None:
+    keyword's width, a packed array's element width times its length, a packed struct's members summed (a packed
+    union's widest); typedefs, members and enums followed to their types; 0 for anything else (an unpacked array,
+    an unpacked struct), which never matches a port of the interface."""
+    dtype = index.get(str(addr))
+    if dtype is None or depth > 32:
+        return 0
+    kind = dtype.get("type")
+    if kind == "BASICDTYPE":
+        rng = dtype.get("range")
+        if rng:
+            hi, lo = (int(v) for v in str(rng).split(":"))
+            return abs(hi - lo) + 1
+        return _KEYWORD_WIDTHS.get(str(dtype.get("keyword")), 0)
+    sub = dtype.get("refDTypep") or dtype.get("subDTypep")
+    if kind in ("REFDTYPE", "TYPEDEFDTYPE", "MEMBERDTYPE", "ENUMDTYPE"):
+        return _width(index, sub, depth + 1) if sub and sub != "UNLINKED" else 0
+    if kind == "PACKARRAYDTYPE":
+        first, _, last = str(dtype.get("declRange", "")).strip("[]").partition(":")
+        try:
+            length = abs(int(first) - int(last)) + 1
+        except ValueError:
             return 0
-        if dtype.get("type") == "BASICDTYPE":
-            rng = dtype.get("range")
-            if rng:
-                hi, lo = (int(v) for v in str(rng).split(":"))
-                return abs(hi - lo) + 1
-            return _KEYWORD_WIDTHS.get(str(dtype.get("keyword")), 0)
-        nxt = dtype.get("refDTypep") or dtype.get("subDTypep")
-        if dtype.get("type") not in ("REFDTYPE", "TYPEDEFDTYPE") or not nxt or nxt == "UNLINKED":
+        return length * _width(index, sub, depth + 1) if sub and sub != "UNLINKED" else 0
+    if kind in ("STRUCTDTYPE", "UNIONDTYPE") and dtype.get("packed"):
+        widths = [_width(index, m.get("addr"), depth + 1) for m in dtype.get("membersp", [])]
+        if not widths or 0 in widths:
             return 0
-        addr = nxt
+        return sum(widths) if kind == "STRUCTDTYPE" else max(widths)
     return 0
 
 
