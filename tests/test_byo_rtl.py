@@ -240,3 +240,5 @@ def test_systemverilog_port_types_have_their_bit_widths(tmp_path: Path, monkeypa
     monkeypatch.chdir(tmp_path)  # a relative path: Verilator runs elsewhere
     widths = {p.name: p.width for p in read_ports([Path("t.sv")], "t")}
     assert widths == {"clk": 1, "r": 48, "d": 64, "arr": 32, "u": 8, "i": 32, "un": 0}  # unpacked: no plain width
+    assert port_problems([Port("un", "out", 1)], [Port("un", "out", 0)]) == [
+        "port un is not a packed bit vector (an unpacked array or struct?), expected 1 bit"]

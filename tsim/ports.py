@@ -94,7 +94,10 @@ def port_problems(expected: Iterable[Port], actual: Iterable[Port]) -> list[str]
             problems.append(f"port {name} is an {got.direction}put, expected an {port.direction}put"
                             if got.direction in ("in", "out") else
                             f"port {name} has direction {got.direction}, expected {port.direction}put")
-        if got.width != port.width:
+        if got.width == 0:
+            problems.append(f"port {name} is not a packed bit vector (an unpacked array or struct?), expected "
+                            f"{port.width} bit{'s' if port.width > 1 else ''}")
+        elif got.width != port.width:
             problems.append(f"port {name} is {got.width} bits wide, expected {port.width}")
     for name, port in have.items():
         if name not in want:
