@@ -66,3 +66,13 @@ def test_synth_modules_sums_and_caches(tmp_path):
     assert module_key("mul8", renamed["mul8"], command) == module_key("leaf", modules["leaf"], command)
     wider = modules["leaf"].replace("[7:0] b", "[8:0] b")
     assert module_key("leaf", wider, command) != module_key("leaf", modules["leaf"], command)
+
+
+def test_split_modules_and_children():
+    """What one Yosys run is given: the modules of a file and who instantiates whom (escaped names too)."""
+    from vta.sweep.synth import children, split_modules
+    text = TWO_MODULES + "module \\core.q (input a);\nendmodule\nmodule \\core (input a);\n  \\core.q  u (.a(a));\n" \
+                         "  leaf m (.a(8'd1), .b(8'd2), .p());\nendmodule\n"
+    modules = split_modules(text)
+    assert list(modules) == ["leaf", "top", "\\core.q", "\\core"]
+    assert children(modules) == {"leaf": set(), "top": {"leaf"}, "\\core.q": set(), "\\core": {"\\core.q", "leaf"}}
