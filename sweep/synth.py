@@ -144,26 +144,43 @@ def _synth_batch(names: list[str], modules: dict[str, str], command: list[str],
     with tempfile.TemporaryDirectory(prefix="vta-synth-") as tmp:
         (Path(tmp) / "top.v").write_text("".join(modules[n] for n in names) + wrapper)
         (Path(tmp) / "lib.v").write_text("".join(t for n, t in modules.items() if n not in wanted))
+        # one stat report per module: Yosys 0.23 can write a multi-module report that is not valid JSON
+        stats = "; ".join(f"tee -q -o stat{i}.json stat -json {n}" for i, n in enumerate(names))
         script = ("read_verilog -lib lib.v; read_verilog top.v; "
-                  + SCRIPT.format(top="__vta_synth_all", stat="stat.json"))
+                  + SCRIPT.format(top="__vta_synth_all", stat="stat.json").split("; tee")[0] + "; " + stats)
         try:
             proc = subprocess.run(command + ["-q", "-p", script], cwd=tmp, capture_output=True, text=True,
                                   timeout=timeout)
         except subprocess.TimeoutExpired:
             raise SynthError(f"yosys ran past {timeout:g} s on {len(names)} modules") from None
-        stat = Path(tmp) / "stat.json"
-        if proc.returncode != 0 or not stat.exists():
+        if proc.returncode != 0 or not all((Path(tmp) / f"stat{i}.json").exists() for i in range(len(names))):
             tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-15:])
             raise SynthError(f"yosys failed on {len(names)} modules (exit {proc.returncode}):\n{tail}")
-        report = json.loads(stat.read_text()).get("modules", {})
+        reports = [_stat_json((Path(tmp) / f"stat{i}.json").read_text(), n).get("modules", {})
+                   for i, n in enumerate(names)]
     out = {}
-    for n in names:
+    for n, report in zip(names, reports):
         entry = report.get("\\" + ids[n]) or report.get(ids[n]) or report.get(n)
         if entry is None:
             raise SynthError(f"yosys reported no counts for module {n}")
         counts = parse_stat(entry.get("num_cells_by_type", {}))
         out[n] = {k: counts[k] for k in _KEYS}
     return out
+
+
+def _stat_json(text: str, module: str) -> dict[str, Any]:
+    """Yosys' ``stat -json`` output of one module; a comma before a closing brace (seen from Yosys 0.23) is removed
+    before giving up with a :class:`SynthError` quoting the bad line."""
+    try:
+        return dict(json.loads(text))
+    except json.JSONDecodeError:
+        pass
+    try:
+        return dict(json.loads(re.sub(r",(\s*[}\]])", r"\1", text)))
+    except json.JSONDecodeError as err:
+        line = text.splitlines()[err.lineno - 1] if err.lineno <= len(text.splitlines()) else ""
+        raise SynthError(f"yosys' stat -json report of module {module} is not JSON ({err.msg} at line "
+                         f"{err.lineno}: {line.strip()!r})") from None
 
 
 def synth_design(cfg: VTAConfig, *, jobs: int | None = None, timeout: float = 3600.0,
