@@ -52,6 +52,10 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
                    help="how a first convolution (few channels from the CPU side) is lowered: im2col folds the "
                         "kernel window and channels into the reduction (a 1x1 GEMM, bias in spare lanes), columns "
                         "folds the kernel columns, direct neither; auto: the fastest estimate (default)")
+    p.add_argument("--requant", choices=("multiply", "shift"), default="multiply",
+                   help="requantization of each layer's int32 results to int8: multiply (an integer multiplier and "
+                        "a shift per channel, default) or shift (power-of-two scales as VTA's TVM stack: one fewer "
+                        "ALU micro-op per output vector, slightly less accurate)")
     p.add_argument("--force-cpu", metavar="NODE", action="append", default=[],
                    help="keep the named node on the CPU (repeatable)")
     p.add_argument("--batch", type=int, default=None,
@@ -186,7 +190,8 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     check_force_cpu(graph, args.force_cpu)
     compiled = compile_model(args.model, cfg, policy=args.policy, force_cpu=args.force_cpu, batch=args.batch,
                              calib=args.calib, double_buffer=not args.no_double_buffer,
-                             progress=not args.no_progress, graph=graph, stem=args.stem)
+                             progress=not args.no_progress, graph=graph, stem=args.stem,
+                             requant=args.requant)
     compiled.save(args.output)
     print(f"compiled {args.model} for {cfg.name}: {compiled.accel_steps} of {len(compiled.steps)} layers on the "
           f"accelerator, {compiled.compile_seconds:.2f} s; wrote {args.output}")
@@ -221,7 +226,8 @@ def run_model(args: argparse.Namespace) -> int:
                                  force_cpu=getattr(args, "force_cpu", []), batch=getattr(args, "batch", None),
                                  calib=getattr(args, "calib", 4), seed=getattr(args, "seed", 0),
                                  double_buffer=not getattr(args, "no_double_buffer", False), progress=progress,
-                                 graph=float_graph, stem=getattr(args, "stem", "auto"))
+                                 graph=float_graph, stem=getattr(args, "stem", "auto"),
+                                 requant=getattr(args, "requant", "multiply"))
     graph = compiled.graph
     start = time.perf_counter()
     cycles = getattr(args, "max_cycles", None)  # vta run --max-cycles N (tsim), checked by vta.cli
@@ -232,6 +238,8 @@ def run_model(args: argparse.Namespace) -> int:
               fallback=fallback)
     seconds = time.perf_counter() - start
     report = build_report(compiled, out, model=compiled.meta.get("model", graph.name))
+    if "requant" in compiled.meta:  # artefacts compiled before the option existed do not record it
+        report.extra["requant"] = compiled.meta["requant"]
     report.extra["compile_seconds"] = round(compiled.compile_seconds, 3)
     report.extra["run_seconds"] = round(seconds, 3)
     if fallback_note:

@@ -43,7 +43,10 @@ from .schedule import ConvTiling
 
 __all__ = ["load_graph", "load_input", "check_inputs", "check_force_cpu",
            "random_inputs", "calibration_inputs", "partition_graph", "accel_step", "compile_graph",
-           "compile_model"]
+           "compile_model", "REQUANT_MODES"]
+
+# compile_model's requant choices: an integer multiplier and a shift per channel, or a power-of-two scale (shift only)
+REQUANT_MODES = ("multiply", "shift")
 
 
 def load_graph(model: str, *, batch: int | None = None,
@@ -226,18 +229,24 @@ def compile_graph(graph: Graph, cfg: VTAConfig, *, policy: str = "auto", force_c
 
 def compile_model(model: str, cfg: VTAConfig, *, policy: str = "auto", force_cpu: Iterable[str] = (),
                   batch: int | None = None, calib: int = 4, seed: int = 0, double_buffer: bool = True,
-                  progress: bool = False, graph: Graph | None = None, stem: str = "auto") -> Compiled:
+                  progress: bool = False, graph: Graph | None = None, stem: str = "auto",
+                  requant: str = "multiply") -> Compiled:
     """Import ``model`` (:func:`load_graph`), quantize it (on the zoo's real calibration images where it has them,
     else ``calib`` random samples seeded ``seed + 1``) and compile it (:func:`compile_graph`); returns the
-    :class:`~.runtime.Compiled`, whose ``meta`` names the model and the frontend's wall time (seconds).
-    ``graph``: ``model``'s float graph when the caller has already loaded it (to check inputs first). ``stem``: as
-    in :func:`compile_graph`."""
+    :class:`~.runtime.Compiled`, whose ``meta`` names the model, the requantization and the frontend's wall time
+    (seconds). ``graph``: ``model``'s float graph when the caller has already loaded it (to check inputs first).
+    ``stem``: as in :func:`compile_graph`. ``requant``: ``"multiply"`` (an integer multiplier and a shift per
+    channel) or ``"shift"`` (power-of-two scales, a shift alone, as VTA's TVM stack: one fewer ALU micro-op per
+    output vector, slightly less accurate); see :func:`.quantize.quantize`'s ``mode``."""
     from .quantize import quantize
+    if requant not in REQUANT_MODES:
+        raise ValueError(f"requant={requant!r} is unknown; use one of {', '.join(REQUANT_MODES)}")
     start = time.perf_counter()
     graph = graph if graph is not None else load_graph(model, batch=batch)
-    qgraph = quantize(graph, calibration_inputs(model, graph, seed + 1, max(calib, 1)))
+    qgraph = quantize(graph, calibration_inputs(model, graph, seed + 1, max(calib, 1)),
+                      mode="shift" if requant == "shift" else "multiply")
     compiled = compile_graph(qgraph, cfg, policy=policy, force_cpu=force_cpu, double_buffer=double_buffer,
                              progress=progress, stem=stem)
-    compiled.meta.update({"model": model, "frontend_seconds": round(time.perf_counter() - start -
-                                                                    compiled.compile_seconds, 3)})
+    compiled.meta.update({"model": model, "requant": requant,
+                          "frontend_seconds": round(time.perf_counter() - start - compiled.compile_seconds, 3)})
     return compiled
