@@ -2,7 +2,7 @@
 cycles, utilization and the schedule search's choices, against the targets of the issue "codesign for speed".
 
 Usage: python scripts/bench_resnet18.py [--designs NAMES] [--per-layer] [--tsim] [--tsim-layers NAMES]
-                                        [--no-resnet50] [--no-stem]
+                                        [--no-resnet50] [--no-stem] [--requant multiply|shift]
 
 Each design compiles ResNet-18 with one image per BATCH row (the schedule search picks each conv/dense tiling by the
 cycle model; results cached under the cache folder) and prints, side by side: the convolutions including the first
@@ -14,7 +14,9 @@ module, schedule; the default design's is always printed). ``--tsim`` runs every
 RTL (``vta tsim``; slow: minutes per design) and prints the model's error per layer and the largest;
 ``--tsim-layers`` limits that to the named layers. Unless ``--no-stem``, the first convolution's three lowerings
 (im2col, kw-folded, direct) are compared by the model on the default design, against the CPU kernel's measured time
-and with the host's im2col time measured.
+and with the host's im2col time measured. ``--requant shift`` compiles every design with power-of-two requantization
+(as VTA's TVM stack: a shift alone, no ALU MUL, one fewer non-MAC micro-op per output vector; slightly less accurate)
+instead of the default multiplier and shift.
 """
 from __future__ import annotations
 
@@ -93,14 +95,15 @@ def design_config(name: str) -> VTAConfig:
     return VTAConfig() if file is None else load_config(CONFIGS / file)
 
 
-def figures(name: str, cfg: VTAConfig, resnet50: bool) -> Figures:
-    """Compile ResNet-18 (and ResNet-50 when asked) for ``cfg`` with ``cfg.batch`` images; the model's figures."""
-    compiled = compile_model("resnet18", cfg, batch=cfg.batch)
+def figures(name: str, cfg: VTAConfig, resnet50: bool, requant: str = "multiply") -> Figures:
+    """Compile ResNet-18 (and ResNet-50 when asked) for ``cfg`` with ``cfg.batch`` images and ``requant``
+    requantization (see :func:`compile_model`); the model's figures."""
+    compiled = compile_model("resnet18", cfg, batch=cfg.batch, requant=requant)
     convs = [(s, s.predicted_cycles) for s in _accel_steps(compiled) if s.node.op == "QConv2d"]
     adds = sum(s.predicted_cycles for s in _accel_steps(compiled) if s.node.op == "QAdd")
     fig = Figures(name, cfg, compiled, convs, adds)
     if resnet50:
-        steps = _accel_steps(compile_model("resnet50", cfg, batch=cfg.batch))
+        steps = _accel_steps(compile_model("resnet50", cfg, batch=cfg.batch, requant=requant))
         cycles = sum(s.predicted_cycles for s in steps)
         fig.resnet50 = sum(s.macs for s in steps) / (cycles * cfg.macs_per_cycle)
     return fig
@@ -162,7 +165,7 @@ def side_by_side(figs: list[Figures]) -> None:
         [f"{f.resnet50:.1%}" if f.resnet50 is not None else "-" for f in figs])
 
 
-def targets(fig: Figures) -> None:
+def targets(fig: Figures, requant: str = "multiply") -> None:
     """Which of the VTA-compatible targets the default design meets, by the cycle model."""
     checks = [("convs incl. first", fig.conv_total <= TARGET_CONVS, f"{fig.conv_total:,} <= {TARGET_CONVS:,}"),
               ("convs after first", fig.after_first <= TARGET_AFTER_FIRST,
@@ -174,7 +177,7 @@ def targets(fig: Figures) -> None:
     if fig.resnet50 is not None:
         checks.append(("ResNet-50 overall", fig.resnet50 >= TARGET_RESNET50,
                        f"{fig.resnet50:.1%} >= {TARGET_RESNET50:.0%}"))
-    print(f"\ntargets on {fig.name} (VTA-compatible ISA, cycle model):")
+    print(f"\ntargets on {fig.name} (VTA-compatible ISA, cycle model, {requant} requantization):")
     for label, ok, text in checks:
         print(f"  {label:26s} {'met' if ok else 'missed':7s} {text}")
 
@@ -261,6 +264,10 @@ def main() -> None:
     parser.add_argument("--tsim-layers", help="with --tsim: only these comma-separated layers (e.g. conv_2,conv_60)")
     parser.add_argument("--no-resnet50", action="store_true", help="skip ResNet-50")
     parser.add_argument("--no-stem", action="store_true", help="skip the first convolution's lowering comparison")
+    parser.add_argument("--requant", choices=("multiply", "shift"), default="multiply",
+                        help="requantization: multiply (an integer multiplier and a shift per channel, default) or "
+                             "shift (power-of-two scales as VTA's TVM stack: no ALU MUL, one fewer micro-op per "
+                             "output vector, slightly less accurate)")
     parser.add_argument("--model-only", action="store_true", help=argparse.SUPPRESS)  # the model is the default now
     args = parser.parse_args()
     names = [n.strip() for n in args.designs.split(",") if n.strip()]
@@ -278,7 +285,7 @@ def main() -> None:
             print(f"bench_resnet18.py: error: design {name}: {err}", file=sys.stderr)
             sys.exit(2)
         t0 = time.perf_counter()
-        fig = figures(name, cfg, not args.no_resnet50)
+        fig = figures(name, cfg, not args.no_resnet50, args.requant)
         print(f"{name}: compiled in {time.perf_counter() - t0:.1f} s", flush=True)
         measured = run_tsim(fig, only) if args.tsim else None
         if args.per_layer or name == "default" or measured:
@@ -292,10 +299,12 @@ def main() -> None:
     side_by_side(figs)
     for fig in figs:
         if fig.name == "default":
-            targets(fig)
+            targets(fig, args.requant)
             bound, vectors = floor_after_first(fig)
-            print(f"  after the first: GEMM bound {bound:,} + {vectors:,} output vectors x 6 non-MAC micro-ops "
-                  f"(reset, ADD bias, MUL, SHR, MAX, MIN) = {bound + 6 * vectors:,} cycles at least on this ISA")
+            ops = "reset, ADD bias, SHR, MAX, MIN" if args.requant == "shift" else "reset, ADD bias, MUL, SHR, MAX, MIN"
+            per = ops.count(",") + 1
+            print(f"  after the first: GEMM bound {bound:,} + {vectors:,} output vectors x {per} non-MAC micro-ops "
+                  f"({ops}) = {bound + per * vectors:,} cycles at least on this ISA")
         if fig.name == "knobs":  # the default design with every codesign knob on (configs/knobs.toml)
             print(f"\ntarget on knobs (all codesign knobs on, cycle model): convs incl. first "
                   f"{'met' if fig.conv_total <= TARGET_KNOBS else 'missed'} {fig.conv_total:,} <= {TARGET_KNOBS:,}")

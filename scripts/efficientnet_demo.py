@@ -43,6 +43,10 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--cache-dir", metavar="DIR", default=None, help="where the ONNX export is cached")
     p.add_argument("--per-channel", choices=("true", "false", "auto"), default="true",
                    help="per-channel weight scales (default: true)")
+    p.add_argument("--requant", choices=("multiply", "shift"), default="multiply",
+                   help="requantization: multiply (an integer multiplier and a shift per channel, default) or shift "
+                        "(power-of-two scales as VTA's TVM stack: one fewer ALU micro-op per output vector, slightly "
+                        "less accurate)")
     p.add_argument("--json", metavar="FILE", help="write the results (table, timings, per-layer report) as JSON")
     p.add_argument("--report-csv", metavar="FILE", help="write the per-layer report as CSV")
     p.add_argument("--reasons", action="store_true", help="show why each layer runs where it does")
@@ -95,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     graph = E.import_model(path)
     per_channel = {"true": True, "false": False, "auto": "auto"}[args.per_channel]
-    qgraph = E.quantize_model(graph, batch, per_channel=per_channel)
+    qgraph = E.quantize_model(graph, batch, per_channel=per_channel, mode=args.requant)
     times["import_quantize_s"] = time.perf_counter() - start
     cfg = load_config(args.config) if args.config else VTAConfig()
     compiled = compile_graph(qgraph, cfg, progress=progress)

@@ -56,3 +56,23 @@ def test_plain_lines_when_standard_error_is_not_a_terminal(script: ModuleType, t
     losses = [float(line.rsplit(" ", 1)[1]) for line in lines]
     assert all(0 < x < 3 for x in losses) and losses[-1] < losses[0]  # the loss falls as it trains
     assert "%|" not in err and out.startswith("trained 8 epochs in ")
+
+
+def test_requant_shift_is_used_and_named(script: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """--requant shift quantizes with power-of-two scales (every requant multiplier 1) and the summary names it."""
+    from vta.compiler import quantize as quantize_module
+    modes: list[str] = []
+    real = quantize_module.quantize
+
+    def spy(*args, **kwargs):  # type: ignore[no-untyped-def]
+        modes.append(kwargs.get("mode", "multiply"))
+        qgraph = real(*args, **kwargs)
+        multipliers = [n.attrs["requant"].multiplier for n in qgraph.nodes if n.op in ("QConv2d", "QDense")]
+        assert multipliers and all((m == 1).all() for m in multipliers)
+        return qgraph
+
+    monkeypatch.setattr(quantize_module, "quantize", spy)
+    assert _main(script, tmp_path, "--no-progress", "--requant", "shift") in (0, 1)
+    assert modes == ["shift"]
+    assert "int8 accuracy (reference, shift)" in capsys.readouterr().out
