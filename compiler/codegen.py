@@ -12,7 +12,8 @@ way VTA's runtime does with two virtual threads:
 
 Per output tile of a convolution (all indices in entries of the named buffer)::
 
-    LOAD ACC bias[, multiplier, shift]     per-channel constants, one acc entry per output block
+    LOAD ACC bias[, multiplier, shift]     per-channel constants, one acc entry per output block (each only when
+                                           its ALU pass is emitted)
     GEMM reset                             zero the tile
     per reduction step: LOAD INP (one per input block, borders as load padding), LOAD WGT, [LOAD UOP], GEMM
     ALU ADD bias; [MUL M]; SHR S; MAX lo; MIN hi     (M and S as immediates when per tensor, else tensors)
@@ -287,6 +288,9 @@ def _emit_tile(s: _ConvState, index: int, tile: ConvTile, n_tiles: int) -> None:
     acc_base = (index % threads) * half["acc"]
     const_base = acc_base + s.t.oc_tile * s.t.acc_tile
     slots = [0, 1] if s.fused else [0] if layer.per_tensor else [0, 1, 2]
+    if not s.fused and not layer.per_tensor:  # no MUL (power-of-two scales) or no SHR: that constant is not loaded
+        slots = [k for k in slots if not (k == 1 and (layer.multiplier == 1).all() or
+                                          k == 2 and not (layer.shift != 0).any())]
     if s.t.bias_load or not layer.bias.any():
         slots = slots[1:]
     if index >= threads:

@@ -12,8 +12,8 @@ from vta.cli import main
 from vta.compiler import qops
 from vta.compiler.pipeline import compile_model, random_inputs
 from vta.compiler.runtime import AccelStep, Compiled, run
-from vta.config import VTAConfig
-from vta.isa import ALU_MUL, Alu
+from vta.config import MEM_ACC, VTAConfig
+from vta.isa import ALU_MUL, Alu, Load
 
 
 def _conv_steps(compiled: Compiled) -> list[AccelStep]:
@@ -51,6 +51,10 @@ def test_shift_is_predicted_faster_with_fewer_alu_uops(both: dict[str, Compiled]
     assert [s.gemm_uops for s in shift] == [s.gemm_uops for s in multiply]
     assert sum(s.alu_uops for s in shift) < sum(s.alu_uops for s in multiply)
     assert sum(s.predicted_cycles for s in shift) < sum(s.predicted_cycles for s in multiply)
+    # nor is the multiplier constant loaded: fewer LOAD ACC where the constants are per channel
+    acc_loads = [[sum(isinstance(i, Load) and i.mem == MEM_ACC for i in s.program.insns) for s in steps]
+                 for steps in (multiply, shift)]
+    assert sum(acc_loads[1]) < sum(acc_loads[0])
 
 
 def test_requant_is_recorded_and_round_trips(both: dict[str, Compiled], tmp_path: Path) -> None:
