@@ -125,6 +125,24 @@ def _check_compile_options(args: argparse.Namespace) -> None:
         raise CliError(f"--calib must be at least 1 (calibration samples), not {args.calib}")
 
 
+_COMPILE_DEFAULTS: tuple[tuple[str, str, object], ...] = (
+    ("--policy", "policy", "auto"), ("--stem", "stem", "auto"), ("--requant", "requant", "multiply"),
+    ("--force-cpu", "force_cpu", []), ("--batch", "batch", None), ("--calib", "calib", 4),
+    ("--input-shape", "input_shape", []))
+
+
+def _refuse_compile_options(args: argparse.Namespace) -> None:
+    """`vta run MODEL.vtac` with a compile option changed from its default: a CliError naming it (the artefact was
+    compiled already, with its own choices; ignoring the option silently would report a run not asked for)."""
+    from vta.cliutil import CliError
+    given = [option for option, attr, default in _COMPILE_DEFAULTS
+             if getattr(args, attr, default) not in (default, None)]
+    if given:
+        raise CliError(f"{', '.join(given)} {'is a compile option' if len(given) == 1 else 'are compile options'}: "
+                       f"{args.model} was compiled already with its own; compile again (vta compile MODEL "
+                       f"{given[0]} ... -o FILE.vtac) or run the model by name")
+
+
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     """Options `vta run MODEL` takes on top of vta/cli.py's (``--target``, ``--config``, ``--seed``, ``--json`` and
     ``--no-double-buffer``, which compiles single-threaded programs)."""
@@ -213,6 +231,7 @@ def run_model(args: argparse.Namespace) -> int:
     _check_compile_options(args)
     fallback, gpu_options, fallback_note = _gpu_choice(args)
     if str(args.model).endswith(ARTEFACT_SUFFIX) and os.path.exists(args.model):
+        _refuse_compile_options(args)
         compiled = Compiled.load(args.model)
         if getattr(args, "config", None) and config_from_args(args) != compiled.cfg:
             raise ValueError(f"{args.model} was compiled for {compiled.cfg.name}, not for the --config given")

@@ -219,3 +219,17 @@ def test_a_bug_still_shows_its_traceback(capsys: pytest.CaptureFixture[str], mon
     monkeypatch.setattr("vta.cli._cmd_config_show", fail)
     code, _, err = run(capsys, "config", "show")
     assert code == 1 and "Traceback" in err and err.rstrip().endswith("IndexError: list index out of range")
+
+
+def test_compile_options_on_an_artefact_are_refused(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """`vta run MODEL.vtac` with a compile option changed: exit 2 naming the options (the artefact keeps its own
+    choices; ignoring the option silently would report a run that was not asked for); without one it runs."""
+    artefact = tmp_path / "m.vtac"
+    assert run(capsys, "compile", "tiny_cnn", "-o", str(artefact), "--no-progress")[0] == 0
+    code, out, err = run(capsys, "run", str(artefact), "--requant", "shift")
+    assert (code, out) == (2, "")
+    assert err.startswith(f"vta: error: --requant is a compile option: {artefact} was compiled already")
+    code, _, err = run(capsys, "run", str(artefact), "--stem", "im2col", "--force-cpu", "conv_3")
+    assert code == 2 and err.startswith("vta: error: --stem, --force-cpu are compile options:")
+    code, out, _ = run(capsys, "run", str(artefact), "--no-progress")
+    assert code == 0 and "bit_exact_vs_reference: True" in out
