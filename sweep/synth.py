@@ -150,7 +150,7 @@ def children(modules: dict[str, str]) -> dict[str, set[str]]:
     for name, text in modules.items():
         body = text[text.find(";") + 1:]  # after the port list
         out[name] = {other for other in modules if other != name and re.search(
-            (re.escape(other) + r"\s") if other.startswith("\\") else (r"\b" + re.escape(other) + r"\b"), body)}
+            r"(?<![\w.\\$])" + re.escape(other) + r"\s", body)}  # not inside a longer or escaped name
     return out
 
 
@@ -182,13 +182,14 @@ def _synth_batch(names: list[str], modules: dict[str, str], command: list[str],
         if proc.returncode != 0 or not all((Path(tmp) / f"stat{i}.json").exists() for i in range(len(names))):
             tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-15:])
             raise SynthError(f"yosys failed on {len(names)} modules (exit {proc.returncode}):\n{tail}")
-        reports = [_stat_json((Path(tmp) / f"stat{i}.json").read_text(), n).get("modules", {})
-                   for i, n in enumerate(names)]
+        reports = [{} if "did not match any module" in text else _stat_json(text, n).get("modules", {})
+                   for n, text in ((n, (Path(tmp) / f"stat{i}.json").read_text()) for i, n in enumerate(names))]
     out = {}
     for n, report in zip(names, reports):
         entry = report.get("\\" + ids[n]) or report.get(ids[n]) or report.get(n)
-        if entry is None:
-            raise SynthError(f"yosys reported no counts for module {n}")
+        if entry is None:  # Yosys dropped it from the batch (seen with 0.23): synthesized alone instead
+            out[n] = _synth_one(n, modules, command, timeout)
+            continue
         counts = parse_stat(entry.get("num_cells_by_type", {}))
         out[n] = {k: counts[k] for k in _KEYS}
     return out
