@@ -74,7 +74,7 @@ def sweep_command(args: argparse.Namespace) -> int:
                             progress=not args.no_progress)
         keys = {p.key for p in points}
         rows = [r for r in store.rows(mode=spec.mode, status="ok") if (r["design"], r["model"], r["mode"]) in keys]
-    print(f"measured {summary.measured} points in {summary.seconds:.1f} s ({summary.points_per_minute:.0f} "
+    print(f"measured {summary.measured} points in {summary.seconds:.1f} s ({summary.points_per_minute:.3g} "
           f"points/min): {summary.ok} ok, {summary.failed} failed, {summary.timeout} timed out; {summary.skipped} "
           f"already in {db}")
     groups = {m: [r for r in rows if r["model"] == m] for m in spec.models}
