@@ -207,7 +207,6 @@ class LayerStat:
     per memory type such as ``wgt_bytes_read``), None on an operator backend."""
 
 
-
 def layer_programs(path: str | PathLike[str]) -> list[tuple[str, Program]]:
     """``(layer name, program)`` of every accelerator layer of the artefact at ``path``, in graph order (what
     :func:`vta.programfile.read_programs` returns for a ``.vtac``: ``vta disasm`` and ``vta tsim run`` take it)."""
