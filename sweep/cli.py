@@ -51,7 +51,7 @@ def sweep_command(args: argparse.Namespace) -> int:
     from .pareto import SUITE, frontier, frontier_table, plot_frontiers, suite_rows
     from .runner import run_sweep
     from .spec import SweepSpecError, load_spec
-    from .store import ResultStore
+    from .store import ResultStore, StoreError
     try:
         spec = load_spec(args.file)
     except SweepSpecError as err:
@@ -66,6 +66,10 @@ def sweep_command(args: argparse.Namespace) -> int:
         raise CliError(f"--db {db}: the results database is written as .sqlite, .sqlite3 or .db, not "
                        f"{db.suffix or 'a file without a suffix'}")
     plot_dir = Path(args.plot_dir or f"{stem}-plots")
+    try:  # before any work: a database that cannot be opened is the user's to fix
+        ResultStore(db).close()
+    except StoreError as err:
+        raise CliError(f"--db {err}") from None
     points = spec.points()
     print(f"sweep {spec.name}: {len(points) // len(spec.models)} designs x {len(spec.models)} models = {len(points)} "
           f"points, mode {spec.mode}")

@@ -22,7 +22,7 @@ import os
 import sqlite3
 from typing import Any, Iterator
 
-__all__ = ["ResultStore", "COLUMNS", "STATUSES"]
+__all__ = ["ResultStore", "StoreError", "COLUMNS", "STATUSES"]
 
 STATUSES = ("ok", "failed", "timeout")
 COLUMNS: dict[str, str] = {
@@ -38,22 +38,39 @@ COLUMNS: dict[str, str] = {
 _JSON = ("config", "knobs", "energy")
 
 
+class StoreError(ValueError):
+    """The results database cannot be opened or is not one (its folder is missing, the file is not SQLite, ...):
+    the message names the file and the reason."""
+
+
 class ResultStore:
-    """The results database at ``path`` (created with its table when missing)."""
+    """The results database at ``path`` (created with its table when missing); :class:`StoreError` when the file
+    cannot be opened as one."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = os.fspath(path)
-        self._db = sqlite3.connect(self.path)
+        folder = os.path.dirname(os.path.abspath(self.path))
+        if not os.path.isdir(folder):
+            raise StoreError(f"{self.path}: the folder {folder} does not exist; create it first")
+        try:
+            self._db = sqlite3.connect(self.path)
+        except sqlite3.Error as err:
+            raise StoreError(f"{self.path}: cannot open the results database ({err})") from None
         self._db.row_factory = sqlite3.Row
         cols = ", ".join(f"{name} {kind}" for name, kind in COLUMNS.items())
-        with self._db:
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute(f"CREATE TABLE IF NOT EXISTS points (id INTEGER PRIMARY KEY, {cols}, "
-                             "UNIQUE (design, model, mode))")
-            have = {r[1] for r in self._db.execute("PRAGMA table_info(points)")}
-            for name, kind in COLUMNS.items():  # a database from an older version gains the newer columns
-                if name not in have:
-                    self._db.execute(f"ALTER TABLE points ADD COLUMN {name} {kind}")
+        try:
+            with self._db:
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute(f"CREATE TABLE IF NOT EXISTS points (id INTEGER PRIMARY KEY, {cols}, "
+                                 "UNIQUE (design, model, mode))")
+                have = {r[1] for r in self._db.execute("PRAGMA table_info(points)")}
+                for name, kind in COLUMNS.items():  # a database from an older version gains the newer columns
+                    if name not in have:
+                        self._db.execute(f"ALTER TABLE points ADD COLUMN {name} {kind}")
+        except sqlite3.Error as err:
+            self._db.close()
+            raise StoreError(f"{self.path}: not a results database of vta sweep ({err}); give another --db "
+                             "or move this file away") from None
 
     def close(self) -> None:
         self._db.close()

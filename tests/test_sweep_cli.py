@@ -35,6 +35,21 @@ def test_vta_sweep_reports_every_problem_of_a_bad_file(tmp_path, capsys):
     assert "models must be a non-empty list" in err and "mode must be one of 'model', 'exact', not 'fast'" in err
 
 
+def test_a_database_that_cannot_be_opened_is_refused_before_any_work(tmp_path, capsys):
+    """--db in a missing folder, or a file that is not SQLite: one exit-2 line naming it, the file left as it was."""
+    missing = tmp_path / "nope" / "s.sqlite"
+    assert main(["sweep", str(SMALL), "--db", str(missing), "--workers", "0", "--no-progress"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == f"vta: error: --db {missing}: the folder {missing.parent} does not exist; create it first\n"
+    assert "points, mode" not in captured.out and not missing.parent.exists()
+    notes = tmp_path / "notes.sqlite"
+    notes.write_text("my notes, not a database\n")
+    assert main(["sweep", str(SMALL), "--db", str(notes), "--workers", "0", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"vta: error: --db {notes}: not a results database of vta sweep (")
+    assert notes.read_text() == "my notes, not a database\n"
+
+
 def test_script_runs_the_same_command(tmp_path):
     done = subprocess.run([sys.executable, str(ROOT / "scripts" / "sweep.py"), str(SMALL), "--workers", "0",
                            "--no-progress", "--db", str(tmp_path / "s.sqlite"), "--plot-dir", str(tmp_path / "p")],
