@@ -274,6 +274,19 @@ def _write_bytes(path: str, data: bytes) -> None:
 
 
 # ---- run ------------------------------------------------------------------------------------------------------------
+def _print_gemm_report(args: argparse.Namespace, report: dict[str, Any]) -> int:
+    """Print the GEMM benchmark's ``report`` (JSON with ``--json``, else the table); exit code 1 when its
+    ``correct`` is false (the output differs from the numpy reference), else 0."""
+    if args.json:
+        print(json.dumps(report, indent=2, default=_json_default))
+    else:
+        print(_format_run(report))
+    if not report["correct"]:
+        log.error("the GEMM output differs from the numpy reference")
+        return 1
+    return 0
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     args.rtl_options = _rtl_options(args)  # --rtl/--top: a foreign core for tsim, checked before any work
     if args.model is not None and str(args.model).endswith(".npz"):
@@ -308,14 +321,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
               "instructions": len(program.insns), "cycles": result.cycles, "correct": correct,
               "summary": _summary(cfg, args.m * args.k * args.n, result), "stats": dict(result.stats),
               "counters": dict(result.counters or {})}
-    if args.json:
-        print(json.dumps(report, indent=2, default=_json_default))
-    else:
-        print(_format_run(report))
-    if not correct:
-        log.error("the GEMM output differs from the numpy reference")
-        return 1
-    return 0
+    return _print_gemm_report(args, report)
 
 
 def _run_gemm_operator(args: argparse.Namespace, cfg: Any, program: Any, expected: Any) -> int:
@@ -354,14 +360,7 @@ def _run_gemm_operator(args: argparse.Namespace, cfg: Any, program: Any, expecte
               "summary": {"useful_macs": m * k * n, "operator": "QDense (the compiler's quantized Dense)",
                           "shift": int(shift), "wall_time_us": round(seconds * 1e6, 3)},
               "stats": {}, "counters": {}}
-    if args.json:
-        print(json.dumps(report, indent=2, default=_json_default))
-    else:
-        print(_format_run(report))
-    if not correct:
-        log.error("the GEMM output differs from the numpy reference")
-        return 1
-    return 0
+    return _print_gemm_report(args, report)
 
 
 def _run_program(args: argparse.Namespace) -> int:
