@@ -20,6 +20,7 @@ import dataclasses
 import json
 import tomllib
 from dataclasses import dataclass, fields
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -129,6 +130,15 @@ class VTAConfig:
         if problems:
             raise ConfigError(problems)
 
+    def __hash__(self) -> int:
+        """The hash of the fields, computed once: configs key many caches (layouts, intrinsics, plans) on hot paths.
+        Derived values (``uop_bits``, element sizes) are likewise computed once per config (``cached_property``)."""
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash(tuple(getattr(self, f.name) for f in fields(self)))
+            self.__dict__["_hash"] = h
+        return int(h)
+
     # ---- construction -------------------------------------------------------------------------------------------
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, source: str | None = None) -> "VTAConfig":
@@ -216,7 +226,7 @@ class VTAConfig:
         return self.batch * self.block_in * self.block_out
 
     # Element = one SRAM entry: inp is BATCH x BLOCK_IN, wgt BLOCK_OUT x BLOCK_IN, acc/out BATCH x BLOCK_OUT.
-    @property
+    @cached_property
     def uop_index_bits(self) -> tuple[int, int, int]:
         """Widths in bits of a micro-op's (dst, src, wgt) index fields: acc index, inp-or-acc index, wgt index."""
         inp = (1 << self.log_inp_buff_size) // self.inp_elem_bytes
@@ -224,32 +234,32 @@ class VTAConfig:
         wgt = (1 << self.log_wgt_buff_size) // self.wgt_elem_bytes
         return _log2(acc), max(_log2(inp), _log2(acc)), _log2(wgt)
 
-    @property
+    @cached_property
     def uop_bits(self) -> int:
         """Bits per micro-op: 32 as in VTA when the three indices fit, else 64."""
         return _UOP_BITS if sum(self.uop_index_bits) <= _UOP_BITS else 2 * _UOP_BITS
 
-    @property
+    @cached_property
     def uop_bytes(self) -> int:
         """Bytes per micro-op."""
         return self.uop_bits // 8
 
-    @property
+    @cached_property
     def inp_elem_bytes(self) -> int:
         """Bytes per inp buffer entry (BATCH x BLOCK_IN int8)."""
         return self.batch * self.block_in * self.inp_width // 8
 
-    @property
+    @cached_property
     def wgt_elem_bytes(self) -> int:
         """Bytes per wgt buffer entry (BLOCK_OUT x BLOCK_IN int8)."""
         return self.block_out * self.block_in * self.wgt_width // 8
 
-    @property
+    @cached_property
     def acc_elem_bytes(self) -> int:
         """Bytes per acc buffer entry (BATCH x BLOCK_OUT int32)."""
         return self.batch * self.block_out * self.acc_width // 8
 
-    @property
+    @cached_property
     def out_elem_bytes(self) -> int:
         """Bytes per out buffer entry (BATCH x BLOCK_OUT int8)."""
         return self.batch * self.block_out * self.out_width // 8
@@ -259,11 +269,16 @@ class VTAConfig:
 
         ``MEM_ACC_8BIT`` elements are BATCH x BLOCK_OUT int8 in DRAM, widened into the acc buffer.
         """
-        table = {MEM_UOP: self.uop_bytes, MEM_WGT: self.wgt_elem_bytes, MEM_INP: self.inp_elem_bytes,
-                 MEM_ACC: self.acc_elem_bytes, MEM_OUT: self.out_elem_bytes, MEM_ACC_8BIT: self.out_elem_bytes}
+        table = self._elem_table
         if mem not in table:
             raise ValueError(f"memory type must be one of {sorted(table)}, not {mem!r}")
         return table[mem]
+
+    @cached_property
+    def _elem_table(self) -> dict[int, int]:
+        """Memory type -> bytes per DRAM element (:meth:`elem_bytes`), computed once per config."""
+        return {MEM_UOP: self.uop_bytes, MEM_WGT: self.wgt_elem_bytes, MEM_INP: self.inp_elem_bytes,
+                MEM_ACC: self.acc_elem_bytes, MEM_OUT: self.out_elem_bytes, MEM_ACC_8BIT: self.out_elem_bytes}
 
     @property
     def uop_depth(self) -> int:

@@ -286,6 +286,7 @@ class Finish(_Deps):
 
 Insn = Union[Load, Store, Gemm, Alu, Finish]
 _CLASSES: dict[int, type] = {OP_LOAD: Load, OP_STORE: Store, OP_GEMM: Gemm, OP_ALU: Alu, OP_FINISH: Finish}
+_CLASS_SET = frozenset(_CLASSES.values())
 
 
 @dataclass(frozen=True)
@@ -329,20 +330,38 @@ def encode(insn: Insn, cfg: VTAConfig) -> int:
     Raises :class:`EncodeError` naming the field and the value when a value does not fit its field, and
     :class:`TypeError` for something that is not an instruction.
     """
-    if type(insn) not in _CLASSES.values():
+    if type(insn) not in _CLASS_SET:
         raise TypeError(f"expected a Load, Store, Gemm, Alu or Finish instruction, not {type(insn).__name__}")
-    word = 0
-    for f in layout(cfg).fields[insn.opcode]:
-        value = insn.opcode if f.name == "opcode" else getattr(insn, f.name)
-        if not isinstance(value, (int, np.integer)):  # bool is an int; floats and strings are not truncated
-            raise TypeError(f"{OPCODE_NAMES[insn.opcode]} field {f.name} must be an integer, not {value!r}")
-        value = int(value)
-        if not f.fits(value):
-            lo, hi = (-(1 << (f.width - 1)), (1 << (f.width - 1)) - 1) if f.signed else (0, (1 << f.width) - 1)
-            raise EncodeError(f"{OPCODE_NAMES[insn.opcode]} field {f.name} = {value} does not fit its {f.width}-bit "
-                              f"field (allowed {lo}..{hi}) at config {cfg.name}")
-        word |= (value & ((1 << f.width) - 1)) << f.lsb
+    opcode = insn.opcode
+    word = opcode
+    for name, lsb, lo, hi, mask in _encoder(cfg)[opcode]:
+        value = getattr(insn, name)
+        if type(value) is not int and type(value) is not bool:
+            if not isinstance(value, (int, np.integer)):  # floats and strings are not truncated
+                raise TypeError(f"{OPCODE_NAMES[opcode]} field {name} must be an integer, not {value!r}")
+            value = int(value)
+        if not lo <= value <= hi:
+            raise EncodeError(f"{OPCODE_NAMES[opcode]} field {name} = {value} does not fit its "
+                              f"{mask.bit_length()}-bit field (allowed {lo}..{hi}) at config {cfg.name}")
+        word |= (value & mask) << lsb
     return word
+
+
+@lru_cache(maxsize=64)
+def _encoder(cfg: VTAConfig) -> dict[int, tuple[tuple[str, int, int, int, int], ...]]:
+    """opcode -> (name, lsb, lowest, highest, mask) of each field but ``opcode`` (bits 0-2), from :func:`layout`:
+    what :func:`encode` needs per field, computed once per config."""
+    out = {}
+    for opcode, fs in layout(cfg).fields.items():
+        specs = []
+        for f in fs:
+            if f.name == "opcode":
+                assert f.lsb == 0 and f.width == 3
+                continue
+            lo, hi = (-(1 << (f.width - 1)), (1 << (f.width - 1)) - 1) if f.signed else (0, (1 << f.width) - 1)
+            specs.append((f.name, f.lsb, lo, hi, (1 << f.width) - 1))
+        out[opcode] = tuple(specs)
+    return out
 
 
 def decode(word: int, cfg: VTAConfig) -> Insn:

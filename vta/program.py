@@ -22,11 +22,10 @@ Element layouts in DRAM (as VTA's): an inp element is ``BATCH x BLOCK_IN`` int8 
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 from dataclasses import dataclass, field
 from os import PathLike
-from typing import Any, ClassVar, Mapping, Sequence, cast
+from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 
@@ -43,6 +42,7 @@ from .isa import (
     Store,
     Uop,
     decode_stream,
+    encode,
     encode_stream,
     encode_uops,
     layout,
@@ -220,8 +220,16 @@ class Program:
 
 
 def _with_flags(insn: Insn, flags: set[str]) -> Insn:
-    """A copy of ``insn`` with the token flags ``flags`` set."""
-    return cast(Insn, dataclasses.replace(cast(Any, insn), **{flag: True for flag in flags}))
+    """A copy of ``insn`` with the token flags ``flags`` (names of boolean fields) set: the instruction classes are
+    plain frozen dataclasses without validation, so their fields are copied directly (``dataclasses.replace`` runs
+    ``__init__`` and cost a tenth of a compile)."""
+    new = object.__new__(type(insn))
+    new.__dict__.update(insn.__dict__)
+    for flag in flags:
+        if flag not in new.__dict__:
+            raise AttributeError(f"{type(insn).__name__} has no token flag {flag!r}")
+        new.__dict__[flag] = True
+    return new
 
 
 def _align_up(value: int, align: int) -> int:
@@ -242,6 +250,7 @@ class ProgramBuilder:
             raise TypeError(f"cfg must be a VTAConfig, not {type(cfg).__name__}")
         self.cfg = cfg
         self.insns: list[Insn] = []
+        self._words: list[int] = []  # each of insns encoded (vta.isa.encode), kept in step with insns
         self.allocations: dict[str, Allocation] = {}
         self._image = bytearray()
         self._pending: dict[str, set[str]] = {m: set() for m in MODULES}
@@ -368,11 +377,12 @@ class ProgramBuilder:
             insn = _with_flags(insn, pending)
         index = len(self.insns)
         try:
-            encode_stream([insn], self.cfg)
+            word = encode(insn, self.cfg)
         except EncodeError as err:
             raise EncodeError(f"instruction {index}: {err}") from None
         pending.clear()
         self.insns.append(insn)
+        self._words.append(word)
         self._last[module] = index
         return index
 
@@ -394,6 +404,7 @@ class ProgramBuilder:
         last = self._last[src]
         if not self._pending[src] and last is not None and not getattr(self.insns[last], push_flag):
             self.insns[last] = _with_flags(self.insns[last], {push_flag})
+            self._words[last] = encode(self.insns[last], self.cfg)
             return
         self._noop(src, {push_flag})
 
@@ -425,7 +436,12 @@ class ProgramBuilder:
         self.dep_pop("store", "compute")
         self.emit(Finish())
         self._finished = True
-        encoded = encode_stream(self.insns, self.cfg)
+        nbytes = layout(self.cfg).insn_bytes
+        if len(self._words) == len(self.insns):  # each instruction was encoded (and checked) as it was emitted
+            encoded = np.frombuffer(b"".join(w.to_bytes(nbytes, "little") for w in self._words),
+                                    dtype=np.uint8).reshape(len(self._words), nbytes)
+        else:
+            encoded = encode_stream(self.insns, self.cfg)
         offset = _align_up(len(self._image), max(self.default_align, encoded.shape[1]))
         # The image is a whole number of bus beats: the core reads and writes whole beats.
         dram = np.zeros(_align_up(offset + encoded.size, self.cfg.bus_bytes), dtype=np.uint8)
