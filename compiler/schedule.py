@@ -315,16 +315,19 @@ def _check_geometry(g: ConvGeometry) -> None:
 
 
 def _max_rows(t: ConvTiling, intr: Intrinsics) -> int:
-    """The most output rows a tile with ``t``'s other sizes can take (0 when even one row does not fit)."""
-    best = 0
-    lo, hi = 1, t.geom.oh
-    while lo <= hi:
-        mid = (lo + hi) // 2
-        if replace(t, oh_tile=mid).check(intr):
-            hi = mid - 1
-        else:
-            best, lo = mid, mid + 1
-    return best
+    """The most output rows a tile with ``t``'s other sizes can take (0 when even one row does not fit): the
+    largest ``oh_tile`` in ``[1, geom.oh]`` for which :meth:`ConvTiling.check` finds nothing, in closed form (each
+    limit of ``check`` that depends on the rows bounds them; the others allow any number or none)."""
+    g = t.geom
+    half = {m: intr.capacity(m) // t.threads for m in ("inp", "wgt", "acc")}
+    if (t.kh_tile < g.kh and t.ic_tile != 1) or t.wgt_entries > half["wgt"] or \
+            t.wgt_entries > intr.uop_depth // 4 or t.ow_tile > intr.loop_max:
+        return 0
+    rows_in = half["inp"] // (t.in_blocks() * t.in_cols)  # input rows of the tile: (oh - 1) * sh + kh_tile
+    by_inp = (rows_in - t.kh_tile) // g.sh + 1 if rows_in >= t.kh_tile else 0
+    by_acc = max(0, half["acc"] // t.oc_tile - CONST_SLOTS) // t.ow_tile  # oc * (oh * ow + CONST_SLOTS) entries
+    by_loop = intr.loop_max // t.ow_tile  # oh * ow iterations (and oh) at most loop_max
+    return max(0, min(g.oh, by_inp, by_acc, by_loop))
 
 
 def plan_conv(geom: ConvGeometry, intr: Intrinsics, *, threads: int = 2) -> ConvTiling:

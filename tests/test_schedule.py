@@ -128,3 +128,41 @@ def test_threads_must_be_one_or_two():
 def test_weights_must_match_the_channels():
     with pytest.raises(ScheduleError, match=r"^weights \(8, 3, 3, 3\) with groups=1 do not match 4 input channels$"):
         ConvGeometry.make((1, 4, 8, 8), (8, 3, 3, 3), intr=intrinsics(VTAConfig()))
+
+
+def _max_rows_by_search(t: ConvTiling, intr) -> int:
+    """The reference for schedule._max_rows: the largest row count ConvTiling.check accepts, by bisection."""
+    from dataclasses import replace
+    best, lo, hi = 0, 1, t.geom.oh
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        if replace(t, oh_tile=mid).check(intr):
+            hi = mid - 1
+        else:
+            best, lo = mid, mid + 1
+    return best
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_max_rows_closed_form_matches_the_checks(name):
+    """The closed-form row limit the candidate enumeration uses equals the largest row count check() accepts, for
+    every layer, output-block, reduction, width, thread and bias option (the rows of each tiling)."""
+    import random
+
+    from vta.compiler.schedule import _halvings, _max_rows, _reduction_candidates
+    cfg = CONFIGS[name]
+    intr = intrinsics(cfg)
+    rng = random.Random(0)
+    compared = 0
+    for layer in LAYERS:
+        g = _geom(layer, cfg)
+        _, nib = g.block_ranges
+        for th in (1, 2):
+            for oct in _halvings(g.ob):
+                for ict, kht in _reduction_candidates(nib, g.kh):
+                    for tow in sorted({*_halvings(g.ow), rng.randint(1, g.ow)}):
+                        for bias in (False, True):
+                            t = ConvTiling(g, oct, ict, 1, tow, kht, th, "oc", bias)
+                            assert _max_rows(t, intr) == _max_rows_by_search(t, intr), t
+                            compared += 1
+    assert compared > 100
