@@ -174,9 +174,13 @@ def accel_step(graph: Graph, node: Node, lowered: Lowered, intr: Intrinsics, *, 
     step records the schedule and the model's predicted cycles of its program."""
     cfg = intr.cfg
     layer = lowered.layer
+    predicted = None
     if isinstance(layer, ConvLayer):
-        chosen = search_conv(cfg, layer, threads=(1, 2) if threads == 2 else (1,)).tiling if search else None
-        program, code = build_conv_program(cfg, layer, tiling=chosen, threads=threads)
+        found = search_conv(cfg, layer, threads=(1, 2) if threads == 2 else (1,)) if search else None
+        if found is not None and found.built is not None:  # the search built and estimated the chosen program
+            program, code, predicted = found.built
+        else:
+            program, code = build_conv_program(cfg, layer, tiling=found.tiling if found else None, threads=threads)
         inputs = [node.inputs[0]]
         t = code.tiling
         tiling = _tiling_label(t) + (f" {lowered.fold.label}" if lowered.fold else "") if t else ""
@@ -189,7 +193,8 @@ def accel_step(graph: Graph, node: Node, lowered: Lowered, intr: Intrinsics, *, 
         tiling = f"{code.tiles} tiles"
         schedule = {"tiles": code.tiles}
         macs = 0
-    predicted = estimate(program)
+    if predicted is None:
+        predicted = estimate(program)
     schedule["bound"] = predicted.bound
     return AccelStep(node, program, inputs, node.outputs[0], macs, code.gemm_uops, code.alu_uops, code.tiles,
                      tiling, lowered.fold, schedule, predicted.cycles)

@@ -1,8 +1,8 @@
 """Measure one sweep point in a worker: compile the model for the design, then predict or simulate it.
 
 ``model`` mode: :func:`vta.compiler.pipeline.compile_graph` for the config (the model is loaded and quantized once per
-worker: quantization does not depend on the config), :func:`vta.compiler.cost.estimate` of every accelerator layer's
-program, :func:`vta.sweep.area.estimate_area` and :mod:`vta.energy` over the layers' counters. ``exact`` mode:
+worker: quantization does not depend on the config), the cycle model's prediction
+(:func:`vta.compiler.cost.estimate`) the compile made of every accelerator layer's program, :func:`vta.sweep.area.estimate_area` and :mod:`vta.energy` over the layers' counters. ``exact`` mode:
 the same compile, then :func:`vta.compiler.runtime.run` on the ``tsim`` target (Verilator; cycles from the core's
 counters; a build per config, minutes each). A point's area is the analytical model's, or with ``area = "yosys"``
 (the default in exact mode) the sum of its modules' Yosys counts (:func:`vta.sweep.synth.synth_design`, each distinct
@@ -108,12 +108,10 @@ def _layer_cycles(compiled: Any, mode: str, deadline: _Deadline) -> Iterator[tup
     """(accelerator step, cycles, bounding module) of each accelerator layer."""
     from vta.compiler.runtime import AccelStep
     steps = [s for s in compiled.steps if isinstance(s, AccelStep)]
-    if mode == "model":
-        from vta.compiler.cost import estimate
+    if mode == "model":  # the compile estimated each program (AccelStep.predicted_cycles, schedule["bound"])
         for step in steps:
             deadline.check()
-            est = estimate(step.program)
-            yield step, est.cycles, est.bound
+            yield step, step.predicted_cycles, str(step.schedule.get("bound", ""))
         return
     from vta.compiler.pipeline import random_inputs
     from vta.compiler.runtime import run

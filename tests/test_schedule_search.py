@@ -113,3 +113,34 @@ def test_steps_record_schedule_and_prediction(tmp_path, monkeypatch):
             json.dumps(step.schedule)  # plain data, for the artefact
     single = compile_model("tiny_cnn", VTAConfig(), policy="accel", calib=2, double_buffer=False)
     assert all(s.schedule["threads"] == 1 for s in single.steps if isinstance(s, AccelStep) and s.macs)
+
+
+def test_buffer_sizes_reach_a_tiling_only_as_sram_bases(tmp_path, monkeypatch):
+    """The candidate memo (codegen._candidate_key) shares predictions between configs that differ only in the inp,
+    wgt and acc buffer sizes: for one tiling their programs differ only in SRAM base addresses and micro-op words,
+    and the cycle model predicts the same cycles; a search under the second config with the memo filled by the first
+    picks what a fresh search picks."""
+    import dataclasses
+
+    from vta.isa import Alu, Gemm
+    monkeypatch.setenv("VTA_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(codegen, "_memory", {})
+    small = VTAConfig(log_inp_buff_size=14, log_wgt_buff_size=17, log_acc_buff_size=16)
+    big = VTAConfig()  # the same 32-bit micro-ops: larger buffers would need 64-bit ones (another key)
+    assert small.uop_bits == big.uop_bits
+    layer = _layer(64, 14, 64, seed=2)
+    for t in conv_candidates(layer.geom, intrinsics(small))[::97]:
+        a, _ = build_conv_program(small, layer, None, t)
+        b, _ = build_conv_program(big, layer, None, t)
+        strip = [dataclasses.replace(i, sram_base=0) if hasattr(i, "sram_base") else i for i in a.insns]
+        assert strip == [dataclasses.replace(i, sram_base=0) if hasattr(i, "sram_base") else i for i in b.insns]
+        assert any(isinstance(i, (Gemm, Alu)) for i in a.insns)
+        assert estimate(a).cycles == estimate(b).cycles
+        assert codegen._candidate_key(layer, small, t) == codegen._candidate_key(layer, big, t)
+    search_conv(small, layer, use_cache=False)
+    fresh = search_conv(big, layer, use_cache=False)
+    codegen._memory.clear()
+    search_conv(small, layer)
+    memo = search_conv(big, layer)
+    assert (memo.tiling, memo.predicted_cycles) == (fresh.tiling, fresh.predicted_cycles)
+    assert memo.built_programs < memo.evaluated
