@@ -696,8 +696,9 @@ def search_conv(cfg: VTAConfig, layer: ConvLayer, *, threads: tuple[int, ...] = 
     :func:`~.schedule.conv_candidates` is ranked by its quick bound, the ``keep`` best (and
     :func:`~.schedule.plan_conv`'s tiling) get their programs built and estimated, and the fewest predicted cycles
     win (ties: fewer DMA bytes). Results are cached per (layer shape, ALU passes, config, options) in memory and as
-    JSON under ``vta.cache.cache_root("schedules")``; each candidate's prediction is kept in a per-process memo shared by
-configs that differ only in buffer sizes (:func:`_candidate_key`). ``use_cache=False`` searches afresh."""
+    JSON under ``vta.cache.cache_root("schedules")``; each candidate's prediction is kept in a per-process memo
+    shared by configs that differ only in buffer sizes (:func:`_candidate_key`). ``use_cache=False`` searches
+    afresh."""
     from .cost import estimate
     key = _search_key(layer, cfg, threads, bias_load)
     if use_cache:

@@ -2,7 +2,8 @@
 
 ``model`` mode: :func:`vta.compiler.pipeline.compile_graph` for the config (the model is loaded and quantized once per
 worker: quantization does not depend on the config), the cycle model's prediction
-(:func:`vta.compiler.cost.estimate`) the compile made of every accelerator layer's program, :func:`vta.sweep.area.estimate_area` and :mod:`vta.energy` over the layers' counters. ``exact`` mode:
+(:func:`vta.compiler.cost.estimate`) the compile made of every accelerator layer's program,
+:func:`vta.sweep.area.estimate_area` and :mod:`vta.energy` over the layers' counters. ``exact`` mode:
 the same compile, then :func:`vta.compiler.runtime.run` on the ``tsim`` target (Verilator; cycles from the core's
 counters; a build per config, minutes each). A point's area is the analytical model's, or with ``area = "yosys"``
 (the default in exact mode) the sum of its modules' Yosys counts (:func:`vta.sweep.synth.synth_design`, each distinct
