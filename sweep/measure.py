@@ -27,11 +27,11 @@ from collections import Counter, OrderedDict
 from datetime import datetime, timezone
 from typing import Any, Iterator
 
+from vta.compiler.counts import program_counts
 from vta.config import VTAConfig
 from vta.energy import layer_energy, load_tech, static_pj
 
 from .area import Area, estimate_area
-from .counts import program_counts
 from .spec import Point
 
 __all__ = ["measure", "PointTimeout", "COMPILE_CACHE_SIZE"]

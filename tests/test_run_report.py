@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from vta.cli import main
+from vta.compiler.counts import program_counts
 from vta.compiler.pipeline import compile_model, random_inputs
 from vta.compiler.report import (
     BYTE_COLUMNS,
@@ -27,7 +28,6 @@ from vta.compiler.runtime import AccelStep, run
 from vta.config import VTAConfig
 from vta.counters import CYCLE_CLASSES, MODULES
 from vta.energy import DEFAULT_TECH, layer_energy, load_tech
-from vta.sweep.counts import program_counts
 
 
 @pytest.fixture(scope="module")
