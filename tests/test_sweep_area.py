@@ -75,3 +75,60 @@ def test_cached_measurements_read_the_area_cache(tmp_path):
     (tmp_path / "1x8_i8w8a32_15_15_18_17-abc.json").write_text("not json")
     assert cached_measurements(tmp_path) == [(VTAConfig(), {"lut": 14212, "ff": 4667, "dsp": 305, "bram": 151.5})]
     assert cached_measurements(tmp_path / "missing") == []
+
+
+def test_plan_runs_puts_big_modules_alone_and_balances_the_jobs():
+    """vta.sweep.synth.plan_runs: longest first; a module costing at least the fixed cost (or named alone) is a run
+    of its own, the small ones of a job share one run; the estimated load per job is balanced."""
+    from vta.sweep.synth import plan_runs
+    costs = {"alu": 19.0, "wgt": 18.0, "gemm": 11.0, "top": 1.0, "a": 2.0, "b": 1.5, "c": 1.0, "d": 0.5}
+    plan = plan_runs(costs, 2, alone={"top"}, fixed=3.0)
+    # alu 19 -> job 0 (22), wgt 18 -> job 1 (21), gemm 11 -> job 1 (35), then a, b, c, top, d to job 0 (27, 28.5,
+    # 29.5, 33.5 with top's own run, 34)
+    assert plan == [[["alu"], ["top"], ["a", "b", "c", "d"]], [["wgt"], ["gemm"]]]
+    loads = [sum(3.0 + sum(costs[n] for n in run) for run in runs) for runs in plan]
+    assert loads == [34.0, 35.0]
+    assert sorted(n for runs in plan for run in runs for n in run) == sorted(costs)
+    # one job runs everything; more jobs than modules leaves the idle ones out; bad jobs are refused
+    assert plan_runs(costs, 1, fixed=3.0) == [[["alu"], ["wgt"], ["gemm"], ["a", "b", "c", "top", "d"]]]
+    assert plan_runs({"x": 0.1, "y": 0.2}, 4) == [[["y"]], [["x"]]]
+    assert plan_runs({}, 2) == []
+    with pytest.raises(ValueError, match="jobs must be at least 1, not 0"):
+        plan_runs(costs, 0)
+
+
+def test_estimate_seconds_ranks_shifters_memories_and_size():
+    from vta.sweep.synth import estimate_seconds
+    small = "module q (input clk);\n  reg [7:0] r = 8'h00;\nendmodule\n"
+    shifter = "module s (input [31:0] a, input [4:0] b, output [31:0] y);\n  assign y = a << b;\nendmodule\n"
+    memory = "module m (input clk);\n  reg [511:0] mem [2047:0];\nendmodule\n"
+    assert estimate_seconds(small) == pytest.approx(0.06 * len(small) / 1000 + 0.004 * 8)
+    assert estimate_seconds(shifter) == pytest.approx(0.06 * len(shifter) / 1000 + 0.55)
+    assert estimate_seconds(memory) == pytest.approx(0.06 * len(memory) / 1000 + 4.0)
+
+
+def test_readmem_init_writes_the_same_words_to_a_file():
+    """A memory's init loop becomes $readmemh of a file with the loop's words; one it cannot evaluate stays."""
+    from vta.sweep.synth import _constant, readmem_init
+    assert _constant("0") == (0, None)
+    assert _constant("{2{8'h80, 4'h1}}") == (0x801801, 24)
+    assert _constant("{4{2'b10}}") == (0b10101010, 8)
+    assert _constant("8'hxx") is None and _constant("a + 1") is None and _constant("{2{8'h1}} + 1") is None
+    text = ("module \\core.buf (input clk);\n  reg [15:0] mem_fill80 [3:0];\n  reg [7:0] other [1:0];\n"
+            "  initial for (mem_fill80_init_i = 0; mem_fill80_init_i <= 3; mem_fill80_init_i = mem_fill80_init_i + 1)"
+            " mem_fill80[mem_fill80_init_i] = {2{8'h80}};\n"
+            "  initial for (other_init_i = 0; other_init_i <= 1; other_init_i = other_init_i + 1)"
+            " other[other_init_i] = x;\nendmodule\n")
+    out, files = readmem_init(text, "m3")
+    assert files == {"m3_0.hex": "8080\n" * 4}
+    assert '  initial $readmemh("m3_0.hex", mem_fill80, 0, 3);\n' in out
+    assert "other[other_init_i] = x;" in out  # not a constant: left as it was
+    assert readmem_init("module e;\nendmodule\n", "m0") == ("module e;\nendmodule\n", {})
+
+
+def test_black_box_keeps_only_the_interface():
+    from vta.sweep.synth import black_box
+    text = ("module \\core.acc (clk, a, y);\n  input clk;\n  wire clk;\n  input [10:0] a;\n  output [511:0] y;\n"
+            "  reg [511:0] mem [2047:0];\n  assign y = mem[a];\nendmodule\n")
+    assert black_box(text) == ("module \\core.acc (clk, a, y);\n  input clk;\n  input [10:0] a;\n"
+                               "  output [511:0] y;\nendmodule\n")
