@@ -282,3 +282,23 @@ def test_program_config_type():
     with pytest.raises(TypeError, match=r"^cfg must be a VTAConfig, not dict$"):
         ProgramBuilder({})
     assert isinstance(VTAConfig(), VTAConfig)
+
+
+def test_the_image_holds_each_instruction_as_encoded_after_its_token_flags():
+    """ProgramBuilder encodes each instruction as it is emitted and sets token bits in place (dep_push on an
+    emitted instruction): the finished image equals a fresh encoding of the final instruction list."""
+    from vta.compiler.codegen import ConvLayer, build_conv_program
+    from vta.compiler.intrin import intrinsics
+    from vta.compiler.schedule import ConvTiling
+
+    rng = np.random.default_rng(4)
+    for cfg in (VTAConfig(), VTAConfig(log_block=3, bus_bytes=16)):
+        w = rng.integers(-128, 128, (40, 24, 3, 3)).astype(np.int8)
+        layer = ConvLayer.make((1, 24, 7, 7), w, rng.integers(-500, 500, 40), rng.integers(1, 300, 40),
+                               rng.integers(8, 16, 40), 0, 127, pads=(1, 1, 1, 1), intr=intrinsics(cfg))
+        for threads in (1, 2):
+            prog, _ = build_conv_program(cfg, layer, None, ConvTiling(layer.geom, 1, 1, 3, 4, 3, threads))
+            assert any(i.push_next or i.push_prev for i in prog.insns)
+            n = len(prog.insns)
+            image = prog.dram[prog.insn_offset:prog.insn_offset + n * prog.insn_bytes].reshape(n, -1)
+            np.testing.assert_array_equal(image, encode_stream(prog.insns, cfg))

@@ -35,7 +35,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 from functools import lru_cache
-from typing import Iterable, Union
+from operator import attrgetter
+from typing import Any, Callable, Iterable, Union
 
 import numpy as np
 
@@ -334,8 +335,8 @@ def encode(insn: Insn, cfg: VTAConfig) -> int:
         raise TypeError(f"expected a Load, Store, Gemm, Alu or Finish instruction, not {type(insn).__name__}")
     opcode = insn.opcode
     word = opcode
-    for name, lsb, lo, hi, mask in _encoder(cfg)[opcode]:
-        value = getattr(insn, name)
+    getter, specs = _encoder(cfg)[opcode]
+    for value, (name, lsb, lo, hi, mask) in zip(getter(insn), specs):
         if type(value) is not int and type(value) is not bool:
             if not isinstance(value, (int, np.integer)):  # floats and strings are not truncated
                 raise TypeError(f"{OPCODE_NAMES[opcode]} field {name} must be an integer, not {value!r}")
@@ -347,11 +348,15 @@ def encode(insn: Insn, cfg: VTAConfig) -> int:
     return word
 
 
+_FieldSpec = tuple[str, int, int, int, int]
+"""(name, lsb, lowest value, highest value, mask) of one instruction field, for :func:`encode`."""
+
+
 @lru_cache(maxsize=64)
-def _encoder(cfg: VTAConfig) -> dict[int, tuple[tuple[str, int, int, int, int], ...]]:
-    """opcode -> (name, lsb, lowest, highest, mask) of each field but ``opcode`` (bits 0-2), from :func:`layout`:
-    what :func:`encode` needs per field, computed once per config."""
-    out = {}
+def _encoder(cfg: VTAConfig) -> dict[int, tuple[Callable[[Any], tuple[Any, ...]], tuple[_FieldSpec, ...]]]:
+    """opcode -> (a getter of the instruction's field values, in order; (name, lsb, lowest, highest, mask) of each
+    field but ``opcode`` (bits 0-2)), from :func:`layout`: what :func:`encode` needs, computed once per config."""
+    out: dict[int, tuple[Callable[[Any], tuple[Any, ...]], tuple[_FieldSpec, ...]]] = {}
     for opcode, fs in layout(cfg).fields.items():
         specs = []
         for f in fs:
@@ -360,7 +365,9 @@ def _encoder(cfg: VTAConfig) -> dict[int, tuple[tuple[str, int, int, int, int], 
                 continue
             lo, hi = (-(1 << (f.width - 1)), (1 << (f.width - 1)) - 1) if f.signed else (0, (1 << f.width) - 1)
             specs.append((f.name, f.lsb, lo, hi, (1 << f.width) - 1))
-        out[opcode] = tuple(specs)
+        names = [spec[0] for spec in specs]
+        getter = attrgetter(*names) if len(names) > 1 else (lambda insn, n=names[0]: (getattr(insn, n),))
+        out[opcode] = (getter, tuple(specs))
     return out
 
 

@@ -31,6 +31,7 @@ import numpy as np
 
 from .config import MEM_ACC, MEM_ACC_8BIT, MEM_INP, MEM_NAMES, MEM_OUT, MEM_UOP, MEM_WGT, VTAConfig
 from .isa import (
+    OP_FINISH,
     TOKEN_POPS,
     TOKEN_PUSHES,
     Alu,
@@ -232,6 +233,12 @@ def _with_flags(insn: Insn, flags: set[str]) -> Insn:
     return new
 
 
+def _flag_lsb(cfg: VTAConfig, flag: str) -> int:
+    """The bit of token flag ``flag`` in an encoded instruction (the common fields sit at the same bits in every
+    instruction, :data:`vta.isa.COMMON_FIELDS`)."""
+    return layout(cfg).field(OP_FINISH, flag).lsb
+
+
 def _align_up(value: int, align: int) -> int:
     return -(-value // align) * align
 
@@ -404,7 +411,7 @@ class ProgramBuilder:
         last = self._last[src]
         if not self._pending[src] and last is not None and not getattr(self.insns[last], push_flag):
             self.insns[last] = _with_flags(self.insns[last], {push_flag})
-            self._words[last] = encode(self.insns[last], self.cfg)
+            self._words[last] |= 1 << _flag_lsb(self.cfg, push_flag)
             return
         self._noop(src, {push_flag})
 
