@@ -19,7 +19,7 @@ bytes. :func:`plan_eltwise` tiles the residual add.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from typing import Iterator
 
@@ -84,23 +84,23 @@ class ConvGeometry:
         return cls(n, c, h, w, o, kh, kw, int(strides[0]), int(strides[1]), (top, left, bottom, right),
                    int(groups), intr.batch, intr.block_in, intr.block_out)
 
-    @property
+    @cached_property
     def oh(self) -> int:
         return (self.h + self.pads[0] + self.pads[2] - self.kh) // self.sh + 1
 
-    @property
+    @cached_property
     def ow(self) -> int:
         return (self.w + self.pads[1] + self.pads[3] - self.kw) // self.sw + 1
 
-    @property
+    @cached_property
     def nb(self) -> int:
         return ceil_div(self.n, self.batch)
 
-    @property
+    @cached_property
     def ib(self) -> int:
         return ceil_div(self.c, self.block_in)
 
-    @property
+    @cached_property
     def ob(self) -> int:
         return ceil_div(self.o, self.block_out)
 
@@ -226,26 +226,28 @@ class ConvTiling:
         store: output entries) with double buffering, the sum of the three without. ``const_loads``: LOAD ACC of
         per-channel constants per tile. Edge tiles are counted as full tiles, so this is an upper-ish estimate."""
         g, cfg = self.geom, intr.cfg
-        n_oc, n_oh, n_ow = ceil_div(g.ob, self.oc_tile), ceil_div(g.oh, self.oh_tile), ceil_div(g.ow, self.ow_tile)
-        tiles = g.nb * n_oc * n_oh * n_ow
+        oc_tile, acc_tile, wgt_entries = self.oc_tile, self.acc_tile, self.wgt_entries
+        in_window = self.in_rows * self.in_cols
+        tiles = g.nb * -(-g.ob // oc_tile) * -(-g.oh // self.oh_tile) * -(-g.ow // self.ow_tile)
         _, nib = g.block_ranges
-        steps = ceil_div(nib, self.ic_tile) * ceil_div(g.kh, self.kh_tile)
+        steps = -(-nib // self.ic_tile) * -(-g.kh // self.kh_tile)
         latency = cfg.dram_latency + 8
-        pix = self.oc_tile * self.acc_tile
-        acc_beats = max(1, intr.dma["acc"].elem_bytes // cfg.bus_bytes)
+        pix = oc_tile * acc_tile
+        bus, dma = cfg.bus_bytes, intr.dma
+        acc_beats = max(1, dma["acc"].elem_bytes // bus)
         init = (latency + pix * acc_beats) if self.bias_load else (pix + 8)
-        compute = tiles * (const_loads * (latency + self.oc_tile * acc_beats) + init
-                           + steps * (self.wgt_entries * self.acc_tile + 8) + alu_ops * (pix + 8))
-        wgt_beats = max(1, intr.dma["wgt"].elem_bytes // cfg.bus_bytes)
-        inp_beats = max(1, intr.dma["inp"].elem_bytes // cfg.bus_bytes)
-        load = tiles * steps * (self.in_blocks() * (latency + self.in_rows * self.in_cols * inp_beats)
-                                + latency + self.wgt_entries * wgt_beats)
-        out_beats = max(1, intr.dma["out"].elem_bytes // cfg.bus_bytes)
-        store = tiles * (self.oc_tile * (3 + self.acc_tile * out_beats) + 4)
+        compute = tiles * (const_loads * (latency + oc_tile * acc_beats) + init
+                           + steps * (wgt_entries * acc_tile + 8) + alu_ops * (pix + 8))
+        wgt_beats = max(1, dma["wgt"].elem_bytes // bus)
+        inp_beats = max(1, dma["inp"].elem_bytes // bus)
+        load = tiles * steps * (self.in_blocks() * (latency + in_window * inp_beats)
+                                + latency + wgt_entries * wgt_beats)
+        out_beats = max(1, dma["out"].elem_bytes // bus)
+        store = tiles * (oc_tile * (3 + acc_tile * out_beats) + 4)
         if self.threads == 1:
             return compute + load + store
-        first = latency + self.in_rows * self.in_cols * inp_beats + self.wgt_entries * wgt_beats
-        return max(compute, load, store) + first + self.oc_tile * self.acc_tile * out_beats
+        first = latency + in_window * inp_beats + wgt_entries * wgt_beats
+        return max(compute, load, store) + first + pix * out_beats
 
     def dma_bytes(self, intr: Intrinsics) -> int:
         """Estimated bytes loaded and stored by the whole layer (the cost the planner minimizes)."""
@@ -409,11 +411,10 @@ def conv_candidates(geom: ConvGeometry, intr: Intrinsics, *, threads: tuple[int,
                             continue
                         balanced = ceil_div(geom.oh, ceil_div(geom.oh, rows))
                         for oht in sorted({rows, balanced}):
-                            cand = replace(base, oh_tile=oht)
-                            out.append(cand)
+                            out.append(ConvTiling(geom, oct, ict, oht, tow, kht, th, "oc", bias))
                             many = ceil_div(geom.oh, oht) * ceil_div(geom.ow, tow) > 1
                             if many and oct < geom.ob:
-                                out.append(replace(cand, order="pixel"))
+                                out.append(ConvTiling(geom, oct, ict, oht, tow, kht, th, "pixel", bias))
     if not out:
         smallest = ConvTiling(geom, 1, 1, 1, 1, 1, min(threads))
         raise ScheduleError("no tiling fits: even a one-pixel tile breaks these limits: "
