@@ -51,8 +51,9 @@ from .layout import PackedWeight, pack_channel_vector, pack_weight
 from .schedule import ConvGeometry, ConvTile, ConvTiling, EltwiseTiling, conv_candidates, plan_conv, plan_eltwise
 
 __all__ = ["ConvLayer", "AddLayer", "UopCache", "LayerCode", "emit_conv", "emit_add", "build_conv_program",
-           "build_add_program", "INPUT", "INPUT_B", "OUTPUT", "alu_passes", "fused_requant", "bias_image",
-           "SearchResult", "search_conv", "tiling_to_dict", "tiling_from_dict", "SEARCH_KEEP"]
+           "build_add_program", "LayerPlan", "plan_program", "INPUT", "INPUT_B", "OUTPUT", "alu_passes",
+           "fused_requant", "bias_image", "SearchResult", "search_conv", "tiling_to_dict", "tiling_from_dict",
+           "SEARCH_KEEP"]
 
 INPUT, INPUT_B, OUTPUT = "x", "x_b", "y"
 """Allocation names of a layer program's packed input(s) and output."""
@@ -142,11 +143,17 @@ class UopCache:
         self._next = 0
         self.loads = 0
 
-    def place(self, uops: list[Uop]) -> tuple[int, int]:
-        """``(uop_bgn, uop_end)`` of ``uops`` in the uop buffer, emitting a LOAD UOP when they are not resident."""
+    @staticmethod
+    def kernel_key(uops: list[Uop]) -> bytes:
+        """The identity of a kernel's contents (a digest of its micro-ops' fields)."""
+        return hashlib.sha1(np.array([(u.dst, u.src, u.wgt) for u in uops], dtype=np.int64).tobytes()).digest()
+
+    def place(self, uops: list[Uop], key: bytes | None = None) -> tuple[int, int]:
+        """``(uop_bgn, uop_end)`` of ``uops`` in the uop buffer, emitting a LOAD UOP when they are not resident.
+        ``key``: :meth:`kernel_key` of ``uops`` when the caller has it."""
         if not uops or len(uops) > self.depth:
             raise ValueError(f"a micro-op kernel must hold 1 to {self.depth} micro-ops, not {len(uops)}")
-        key = hashlib.sha1(np.array([(u.dst, u.src, u.wgt) for u in uops], dtype=np.int64).tobytes()).digest()
+        key = self.kernel_key(uops) if key is None else key
         if key in self._resident:
             bgn = self._resident[key]
             return bgn, bgn + len(uops)
@@ -186,6 +193,9 @@ class _ConvState:
     blocks in the same part (consecutive pixel tiles, loop order ``oc``) loads them again for nothing."""
     fused: bool = False
     """Requantize with one ALU REQ (:func:`fused_requant`)."""
+    gemm_kernels: dict[tuple, tuple[list[Uop], bytes]] = field(default_factory=dict)
+    """The GEMM micro-op kernels built so far and their :meth:`UopCache.kernel_key`, by what determines them (see
+    :func:`_gemm_kernel`): most tiles of a layer repeat a few kernels."""
 
     @property
     def half(self) -> dict[str, int]:
@@ -240,17 +250,33 @@ def _gemm_uops(s: _ConvState, tile: ConvTile, step: tuple[int, int, int, int], f
     _, rows, _, cols = _tile_in_window(s, tile, kh0, kh1)
     block_entries = rows * cols
     ib_lo = s.layer.weight.ib_lo
-    taps = (kh1 - kh0) * g.kw
+    kw_, nj = g.kw, j1 - j0
+    taps = (kh1 - kh0) * kw_
+    window = [kh * cols + kw for kh in range(kh1 - kh0) for kw in range(kw_)]  # tap -> inp offset in a block
     out = []
     for obl in range(tile.oct):
+        dst = acc_base + obl * s.t.acc_tile
+        inp0 = inp_base + (int(ib_lo[tile.ob0 + obl]) - first) * block_entries
         for j in range(j0, j1):
-            icl = int(ib_lo[tile.ob0 + obl]) + j - first
-            for kh in range(kh1 - kh0):
-                for kw in range(g.kw):
-                    out.append(Uop(acc_base + obl * s.t.acc_tile,
-                                   inp_base + icl * block_entries + kh * cols + kw,
-                                   wgt_base + (obl * (j1 - j0) + j - j0) * taps + kh * g.kw + kw))
+            src = inp0 + j * block_entries
+            wgt = wgt_base + (obl * nj + j - j0) * taps
+            out.extend([Uop(dst, src + off, wgt + tap) for tap, off in enumerate(window)])
     return out
+
+
+def _gemm_kernel(s: _ConvState, tile: ConvTile, step: tuple[int, int, int, int], first: int, inp_base: int,
+                 wgt_base: int, acc_base: int) -> tuple[list[Uop], bytes]:
+    """:func:`_gemm_uops` and its kernel key, built once per distinct (input blocks each output block reads, step,
+    window, bases)."""
+    _, rows, _, cols = _tile_in_window(s, tile, step[2], step[3])
+    ib_lo = s.layer.weight.ib_lo
+    key = (tuple(int(ib_lo[tile.ob0 + obl]) - first for obl in range(tile.oct)), step, rows, cols, inp_base,
+           wgt_base, acc_base)
+    hit = s.gemm_kernels.get(key)
+    if hit is None:
+        uops = _gemm_uops(s, tile, step, first, inp_base, wgt_base, acc_base)
+        hit = s.gemm_kernels[key] = (uops, UopCache.kernel_key(uops))
+    return hit
 
 
 def _tile_uops(s: _ConvState, tile: ConvTile, acc_base: int, src_base: int | None) -> list[Uop]:
@@ -318,7 +344,7 @@ def _emit_tile(s: _ConvState, index: int, tile: ConvTile, n_tiles: int) -> None:
         first = _emit_loads(s, tile, step, inp_base, wgt_base)
         pb.dep_push("load", "compute")
         pb.dep_pop("load", "compute")
-        bgn, end = s.uops.place(_gemm_uops(s, tile, step, first, inp_base, wgt_base, acc_base))
+        bgn, end = s.uops.place(*_gemm_kernel(s, tile, step, first, inp_base, wgt_base, acc_base))
         cols = _tile_in_window(s, tile, step[2], step[3])[3]
         pb.gemm(uop_bgn=bgn, uop_end=end, iter_out=tile.toh, iter_in=tile.tow,
                 dst_factor_out=tile.tow if tile.toh > 1 else 0, dst_factor_in=1 if tile.tow > 1 else 0,
@@ -574,6 +600,32 @@ _TILING_FIELDS = ("oc_tile", "ic_tile", "oh_tile", "ow_tile", "kh_tile", "thread
 
 
 @dataclass(frozen=True)
+class LayerPlan:
+    """What a layer's program costs, without the program: the cycle model's prediction, the module that bounds it,
+    and the program's event counts (:func:`.counts.program_counts`: micro-ops, MACs, bytes per memory type). It does
+    not depend on where the buffers' parts start, so it is shared as :func:`_candidate_key` says."""
+
+    cycles: int
+    bound: str
+    counts: dict[str, int]
+
+    def to_data(self) -> dict[str, Any]:
+        return {"cycles": self.cycles, "bound": self.bound, "counts": dict(self.counts)}
+
+    @classmethod
+    def from_data(cls, data: dict[str, Any]) -> "LayerPlan":
+        return cls(int(data["cycles"]), str(data["bound"]), {str(k): int(v) for k, v in data["counts"].items()})
+
+
+def plan_program(program: Program) -> LayerPlan:
+    """The :class:`LayerPlan` of a built program (:func:`.cost.estimate`, :func:`.counts.program_counts`)."""
+    from .cost import estimate
+    from .counts import program_counts
+    est = estimate(program)
+    return LayerPlan(est.cycles, est.bound, program_counts(program))
+
+
+@dataclass(frozen=True)
 class SearchResult:
     """The tiling the search chose, the cycle model's prediction for its program (cycles) and how many candidate
     programs were estimated (0 when the choice came from a cache)."""
@@ -586,6 +638,9 @@ class SearchResult:
     """The chosen tiling's program, code (``build_conv_program(cfg, layer, None, tiling)``) and its
     :class:`~.cost.Estimate`, as the search built them, so the compile does not build and estimate it again; None
     when the choice came from a cache."""
+    plan: LayerPlan | None = field(default=None, compare=False)
+    """The chosen tiling's cost (cycles, bounding module, event counts), so a model-mode sweep needs no program
+    (:func:`.pipeline.plan_graph`); None only for a disk cache entry written before plans were stored."""
     built_programs: int = 0
     """Candidate programs the search built and estimated (the others' predictions came from the per-process memo of
     candidates, :func:`_candidate_key`)."""
@@ -601,7 +656,7 @@ def tiling_from_dict(geom: ConvGeometry, data: dict) -> ConvTiling:
     return ConvTiling(geom, **{name: data[name] for name in _TILING_FIELDS})
 
 
-_memory: dict[str, tuple[dict, int]] = {}
+_memory: dict[str, tuple[dict, int, LayerPlan | None]] = {}
 
 
 def _source_digest() -> str:
@@ -635,7 +690,7 @@ thread's part of the buffer starts), which the cycle model does not read: candid
 are valid under another (``tests/test_schedule_search.py`` checks it)."""
 CANDIDATE_MEMO_SIZE = 20000
 """Candidate estimates kept per process (least recently used dropped first)."""
-_candidates: OrderedDict[str, int] = OrderedDict()
+_candidates: OrderedDict[str, LayerPlan] = OrderedDict()
 
 
 def _candidate_key(layer: ConvLayer, cfg: VTAConfig, t: ConvTiling) -> str:
@@ -662,8 +717,8 @@ def _disk_path(key: str) -> Path | None:
         return None
 
 
-def _disk_read(key: str) -> tuple[dict, int] | None:
-    """The cached (tiling, predicted cycles) of search ``key``, or None when absent or damaged."""
+def _disk_read(key: str) -> tuple[dict, int, LayerPlan | None] | None:
+    """The cached (tiling, predicted cycles, plan or None) of search ``key``, or None when absent or damaged."""
     path = _disk_path(key)
     if path is None or not path.is_file():
         return None
@@ -671,21 +726,57 @@ def _disk_read(key: str) -> tuple[dict, int] | None:
         data = json.loads(path.read_text())
         if data.get("key") != key:
             return None
-        return dict(data["tiling"]), int(data["predicted_cycles"])
-    except (OSError, ValueError, KeyError, TypeError):  # a damaged entry is searched again and rewritten
+        plan = LayerPlan.from_data(data["plan"]) if "plan" in data else None
+        return dict(data["tiling"]), int(data["predicted_cycles"]), plan
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):  # a damaged entry is searched again
         return None
 
 
-def _disk_write(key: str, tiling: dict, cycles: int) -> None:
+def _disk_write(key: str, tiling: dict, cycles: int, plan: LayerPlan | None) -> None:
     """Store search ``key``'s result atomically (temporary file, then os.replace; JSON)."""
     path = _disk_path(key)
     if path is None:
         return
+    data: dict[str, Any] = {"key": key, "tiling": tiling, "predicted_cycles": cycles}
+    if plan is not None:
+        data["plan"] = plan.to_data()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(path, json.dumps({"key": key, "tiling": tiling, "predicted_cycles": cycles},
-                                           sort_keys=True))
+        atomic_write_text(path, json.dumps(data, sort_keys=True))
     except OSError:  # a read-only cache only costs the next compile a search
+        pass
+
+
+def _candidate_path(ckey: str) -> Path | None:
+    """The JSON file of candidate ``ckey``'s plan (:func:`_candidate_key`), beside the search results."""
+    try:
+        return Path(cache_root("schedules")) / "candidates" / f"{ckey}.json"
+    except (OSError, ImportError):
+        return None
+
+
+def _candidate_read(ckey: str) -> LayerPlan | None:
+    """Candidate ``ckey``'s plan from the disk cache (another process of a sweep may have estimated it), or None
+    when absent or damaged."""
+    path = _candidate_path(ckey)
+    if path is None or not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+        return LayerPlan.from_data(data["plan"]) if data.get("key") == ckey else None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):  # damaged: estimated again and rewritten
+        return None
+
+
+def _candidate_write(ckey: str, plan: LayerPlan) -> None:
+    """Store candidate ``ckey``'s plan atomically; a read-only cache only costs the next process a build."""
+    path = _candidate_path(ckey)
+    if path is None:
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, json.dumps({"key": ckey, "plan": plan.to_data()}, sort_keys=True))
+    except OSError:
         pass
 
 
@@ -696,10 +787,11 @@ def search_conv(cfg: VTAConfig, layer: ConvLayer, *, threads: tuple[int, ...] = 
     :func:`~.schedule.conv_candidates` is ranked by its quick bound, the ``keep`` best (and
     :func:`~.schedule.plan_conv`'s tiling) get their programs built and estimated, and the fewest predicted cycles
     win (ties: fewer DMA bytes). Results are cached per (layer shape, ALU passes, config, options) in memory and as
-    JSON under ``vta.cache.cache_root("schedules")``; each candidate's prediction is kept in a per-process memo
-    shared by configs that differ only in buffer sizes (:func:`_candidate_key`). ``use_cache=False`` searches
-    afresh."""
+    JSON under ``vta.cache.cache_root("schedules")``; each candidate's plan (predicted cycles, bounding module, event
+    counts) is kept in a per-process memo and on disk (``schedules/candidates/``), shared by configs that differ only
+    in buffer sizes (:func:`_candidate_key`) and by the processes of a sweep. ``use_cache=False`` searches afresh."""
     from .cost import estimate
+    from .counts import program_counts
     key = _search_key(layer, cfg, threads, bias_load)
     if use_cache:
         hit = _memory.get(key)
@@ -709,38 +801,48 @@ def search_conv(cfg: VTAConfig, layer: ConvLayer, *, threads: tuple[int, ...] = 
             source = "disk"
         if hit is not None:
             _memory[key] = hit
-            return SearchResult(tiling_from_dict(layer.geom, hit[0]), hit[1], 0, source)
+            return SearchResult(tiling_from_dict(layer.geom, hit[0]), hit[1], 0, source, plan=hit[2])
     intr = intrinsics(cfg)
     fused = fused_requant(layer, intr)
     n_alu = len(alu_passes(layer, fused=fused))
     consts = 2 if fused else 1 if layer.per_tensor else 3
     cands = conv_candidates(layer.geom, intr, threads=threads, bias_load=bias_load)
-    cands.sort(key=lambda t: (t.work_bound(intr, n_alu - t.bias_load, consts - t.bias_load), t.dma_bytes(intr)))
-    chosen = cands[:keep]
+    work = [t.work_bound(intr, n_alu - t.bias_load, consts - t.bias_load) for t in cands]
+    # the keep best by (work bound, DMA bytes), in the candidates' order among equals; DMA bytes are computed only
+    # for the candidates whose bound could place them among the keep
+    cutoff = sorted(work)[min(keep, len(work)) - 1]
+    near = [(w, t.dma_bytes(intr), k) for k, (w, t) in enumerate(zip(work, cands)) if w <= cutoff]
+    chosen = [cands[k] for _, _, k in sorted(near)[:keep]]
     default = plan_conv(layer.geom, intr, threads=max(threads))
     if default not in chosen:
         chosen.append(default)
-    best: tuple[int, int, ConvTiling, tuple[Program, LayerCode, Any] | None] | None = None
+    best: tuple[int, int, ConvTiling, LayerPlan, tuple[Program, LayerCode, Any] | None] | None = None
     built = 0
     for t in chosen:
         ckey = _candidate_key(layer, cfg, t)
         made: tuple[Program, LayerCode, Any] | None = None
-        if use_cache and ckey in _candidates:
-            cycles = _candidates[ckey]
+        plan = _candidates.get(ckey) if use_cache else None
+        if plan is not None:
             _candidates.move_to_end(ckey)
         else:
-            program, code = build_conv_program(cfg, layer, None, t)
-            made = (program, code, estimate(program))
-            cycles = _candidates[ckey] = made[2].cycles
-            built += 1
+            plan = _candidate_read(ckey) if use_cache else None
+            if plan is None:
+                program, code = build_conv_program(cfg, layer, None, t)
+                est = estimate(program)
+                plan = LayerPlan(est.cycles, est.bound, program_counts(program))
+                made = (program, code, est)
+                built += 1
+                if use_cache:
+                    _candidate_write(ckey, plan)
+            _candidates[ckey] = plan
             while len(_candidates) > CANDIDATE_MEMO_SIZE:
                 _candidates.popitem(last=False)
-        rank = (cycles, t.dma_bytes(intr))
+        rank = (plan.cycles, t.dma_bytes(intr))
         if best is None or rank < best[:2]:
-            best = (cycles, rank[1], t, made)
+            best = (plan.cycles, rank[1], t, plan, made)
     assert best is not None
-    result = (tiling_to_dict(best[2]), best[0])
+    result = (tiling_to_dict(best[2]), best[0], best[3])
     _memory[key] = result
     if use_cache:
         _disk_write(key, *result)
-    return SearchResult(best[2], best[0], len(chosen), "search", best[3], built)
+    return SearchResult(best[2], best[0], len(chosen), "search", best[4], best[3], built)

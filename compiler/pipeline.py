@@ -25,14 +25,23 @@ from __future__ import annotations
 import difflib
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable
 
 import numpy as np
 
 from vta.config import VTAConfig
 
-from .codegen import ConvLayer, build_add_program, build_conv_program, search_conv, tiling_to_dict
+from .codegen import (
+    ConvLayer,
+    LayerPlan,
+    build_add_program,
+    build_conv_program,
+    plan_program,
+    search_conv,
+    tiling_to_dict,
+)
 from .cost import estimate
 from .intrin import Intrinsics, intrinsics
 from .ir import Graph, Node, node_macs
@@ -43,7 +52,7 @@ from .schedule import ConvTiling
 
 __all__ = ["load_graph", "load_input", "check_inputs", "check_force_cpu",
            "random_inputs", "calibration_inputs", "partition_graph", "accel_step", "compile_graph",
-           "compile_model", "REQUANT_MODES"]
+           "compile_model", "plan_graph", "Planned", "PlannedLayer", "REQUANT_MODES"]
 
 # compile_model's requant choices: an integer multiplier and a shift per channel, or a power-of-two scale (shift only)
 REQUANT_MODES = ("multiply", "shift")
@@ -230,6 +239,63 @@ def compile_graph(graph: Graph, cfg: VTAConfig, *, policy: str = "auto", force_c
         else:
             steps.append(CpuStep(node, decisions[node.name].macs))
     return Compiled(cfg, graph, steps, decisions, time.perf_counter() - start, {"double_buffer": double_buffer})
+
+
+@dataclass
+class PlannedLayer:
+    """An accelerator layer as :func:`plan_graph` predicts it: its node, MACs, the cost of the program
+    :func:`compile_graph` would generate (cycles, bounding module, event counts) and its schedule (as
+    :attr:`.runtime.AccelStep.schedule`)."""
+
+    node: Node
+    macs: int
+    plan: LayerPlan
+    schedule: dict[str, Any]
+
+
+@dataclass
+class Planned:
+    """A model planned for a config without its programs (:func:`plan_graph`): the accelerator layers, the nodes the
+    partitioner keeps on the CPU, its decisions, and the planning time in seconds."""
+
+    cfg: VTAConfig
+    layers: list[PlannedLayer]
+    cpu: list[CpuStep]
+    decisions: dict[str, Decision]
+    plan_seconds: float = 0.0
+
+
+def plan_graph(graph: Graph, cfg: VTAConfig, *, policy: str = "auto", force_cpu: Iterable[str] = (),
+               double_buffer: bool = True, stem: str = "auto") -> Planned:
+    """What :func:`compile_graph` (same arguments) predicts for each accelerator layer -- the same partition, the
+    same schedule search, the same predicted cycles, bounding module and event counts -- without keeping programs:
+    a convolution's cost comes from the search (:attr:`.codegen.SearchResult.plan`, usually from its caches without
+    building a program), a residual add's program is built and estimated. What a model-mode sweep needs, several
+    times faster than compiling when the schedules are known."""
+    start = time.perf_counter()
+    intr = intrinsics(cfg)
+    decisions, lowered = partition_graph(graph, intr, policy=policy, force_cpu=force_cpu, stem=stem)
+    threads = 2 if double_buffer else 1
+    layers: list[PlannedLayer] = []
+    cpu: list[CpuStep] = []
+    for node in graph.nodes:
+        if decisions[node.name].target != "accel":
+            cpu.append(CpuStep(node, decisions[node.name].macs))
+            continue
+        layer = lowered[node.name].layer
+        if isinstance(layer, ConvLayer):
+            found = search_conv(cfg, layer, threads=(1, 2) if threads == 2 else (1,))
+            plan = found.plan or plan_program(build_conv_program(cfg, layer, tiling=found.tiling)[0])
+            schedule: dict[str, Any] = tiling_to_dict(found.tiling)
+            macs = node_macs(graph, node)
+        else:
+            program, code = build_add_program(cfg, layer, packed_activation_shape(layer.shape, intr.batch,
+                                                                                  intr.block_in), threads=threads)
+            plan = plan_program(program)
+            schedule, macs = {"tiles": code.tiles}, 0
+        schedule["bound"] = plan.bound
+        layers.append(PlannedLayer(node, macs, plan, schedule))
+    return Planned(cfg, layers, cpu, decisions, time.perf_counter() - start)
 
 
 def compile_model(model: str, cfg: VTAConfig, *, policy: str = "auto", force_cpu: Iterable[str] = (),

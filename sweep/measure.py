@@ -1,15 +1,15 @@
 """Measure one sweep point in a worker: compile the model for the design, then predict or simulate it.
 
-``model`` mode: :func:`vta.compiler.pipeline.compile_graph` for the config (the model is loaded and quantized once per
-worker: quantization does not depend on the config), the cycle model's prediction
-(:func:`vta.compiler.cost.estimate`) the compile made of every accelerator layer's program,
-:func:`vta.sweep.area.estimate_area` and :mod:`vta.energy` over the layers' counters. ``exact`` mode:
-the same compile, then :func:`vta.compiler.runtime.run` on the ``tsim`` target (Verilator; cycles from the core's
-counters; a build per config, minutes each). A point's area is the analytical model's, or with ``area = "yosys"``
-(the default in exact mode) the sum of its modules' Yosys counts (:func:`vta.sweep.synth.synth_design`, each distinct
-module synthesized once and cached). In both modes the layers the partitioner leaves on the CPU are charged
-the partitioner's own CPU-time estimate (``Decision.cpu_us``), run in sequence with the accelerator layers; conversions
-between layouts and program launches are not charged.
+``model`` mode: :func:`vta.compiler.pipeline.plan_graph` for the config (the model is loaded and quantized once per
+worker: quantization does not depend on the config): the compile's partition and schedule search with the cycle model's
+prediction (:func:`vta.compiler.cost.estimate`) and event counts of every accelerator layer's program, without keeping
+programs; :func:`vta.sweep.area.estimate_area` and :mod:`vta.energy` over the layers' counters. ``exact`` mode:
+:func:`vta.compiler.pipeline.compile_graph`, then :func:`vta.compiler.runtime.run` on the ``tsim`` target (Verilator;
+cycles from the core's counters; a build per config, minutes each). A point's area is the analytical model's, or with
+``area = "yosys"`` (the default in exact mode) the sum of its modules' Yosys counts
+(:func:`vta.sweep.synth.synth_design`, each distinct module synthesized once and cached). In both modes the layers the
+partitioner leaves on the CPU are charged the partitioner's own CPU-time estimate (``Decision.cpu_us``), run in sequence
+with the accelerator layers; conversions between layouts and program launches are not charged.
 
 Timeouts: in a process's main thread (local worker processes) an interval timer interrupts the point after
 ``timeout`` seconds; elsewhere (Dask worker threads) the deadline is checked between compile and each layer's
@@ -90,39 +90,41 @@ def _quantized(model: str) -> Any:
     return _graphs[model]
 
 
-def _compile(model: str, cfg: VTAConfig, knobs: dict[str, Any]) -> tuple[Any, float]:
-    """(the compiled model, compile seconds; 0 when it came from the worker's cache)."""
-    from vta.compiler.pipeline import compile_graph
-    key = (model, cfg.name, json.dumps(knobs, sort_keys=True))
+def _compile(model: str, cfg: VTAConfig, knobs: dict[str, Any], mode: str) -> tuple[Any, float]:
+    """(the compiled model -- in ``model`` mode its plan, :func:`vta.compiler.pipeline.plan_graph`, without
+    programs --, compile seconds; 0 when it came from the worker's cache)."""
+    from vta.compiler.pipeline import compile_graph, plan_graph
+    key = (model, cfg.name, json.dumps(knobs, sort_keys=True) + mode)
     if key in _compiled:
         _compiled.move_to_end(key)
         return _compiled[key], 0.0
     start = time.perf_counter()
-    compiled = compile_graph(_quantized(model), cfg, policy=knobs["policy"], double_buffer=knobs["double_buffer"])
+    build = plan_graph if mode == "model" else compile_graph
+    compiled = build(_quantized(model), cfg, policy=knobs["policy"], double_buffer=knobs["double_buffer"])
     _compiled[key] = compiled
     while len(_compiled) > COMPILE_CACHE_SIZE:
         _compiled.popitem(last=False)
     return compiled, time.perf_counter() - start
 
 
-def _layer_cycles(compiled: Any, mode: str, deadline: _Deadline) -> Iterator[tuple[Any, int, str]]:
-    """(accelerator step, cycles, bounding module) of each accelerator layer."""
-    from vta.compiler.runtime import AccelStep
-    steps = [s for s in compiled.steps if isinstance(s, AccelStep)]
-    if mode == "model":  # the compile estimated each program (AccelStep.predicted_cycles, schedule["bound"])
-        for step in steps:
+def _layer_costs(compiled: Any, mode: str, deadline: _Deadline) -> Iterator[tuple[int, str, dict[str, int]]]:
+    """(cycles, bounding module, event counts) of each accelerator layer: in ``model`` mode the plan's prediction,
+    in ``exact`` mode tsim's cycles and busiest module with the program's counts."""
+    if mode == "model":
+        for layer in compiled.layers:
             deadline.check()
-            yield step, step.predicted_cycles, str(step.schedule.get("bound", ""))
+            yield layer.plan.cycles, layer.plan.bound, layer.plan.counts
         return
     from vta.compiler.pipeline import random_inputs
-    from vta.compiler.runtime import run
+    from vta.compiler.runtime import AccelStep, run
+    steps = [s for s in compiled.steps if isinstance(s, AccelStep)]
     out = run(compiled, random_inputs(compiled.graph, seed=0), target="tsim")
     by_name = {layer.layer: layer for layer in out.layers}
     for step in steps:
         layer = by_name[step.node.name]
         modules = layer.modules or {}
         bound = max(modules, key=lambda m: modules[m].get("busy", 0)) if modules else ""
-        yield step, int(layer.cycles or 0), bound
+        yield int(layer.cycles or 0), bound, program_counts(step.program)
 
 
 def _evaluate(point: Point, deadline: _Deadline) -> dict[str, Any]:
@@ -130,7 +132,7 @@ def _evaluate(point: Point, deadline: _Deadline) -> dict[str, Any]:
     cfg = point.design.cfg
     assert cfg is not None
     tech = load_tech(point.tech)
-    compiled, compile_s = _compile(point.model, cfg, point.design.knobs)
+    compiled, compile_s = _compile(point.model, cfg, point.design.knobs, point.mode)
     deadline.check()
     start = time.perf_counter()
     area = estimate_area(cfg)
@@ -144,24 +146,24 @@ def _evaluate(point: Point, deadline: _Deadline) -> dict[str, Any]:
     cycles = accel_macs = 0
     energy: dict[str, float] = {}
     bounds: Counter[str] = Counter()
-    for step, step_cycles, bound in _layer_cycles(compiled, point.mode, deadline):
-        cycles += step_cycles
-        bounds[bound] += step_cycles
-        counts = program_counts(step.program)
+    for layer_cycles, bound, counts in _layer_costs(compiled, point.mode, deadline):
+        cycles += layer_cycles
+        bounds[bound] += layer_cycles
         accel_macs += counts["macs"]
         for part, pj in layer_energy(counts, cfg, tech).items():
             energy[part] = energy.get(part, 0.0) + pj
-    cpu = [s for s in compiled.steps if s.where == "cpu"]
+    cpu = compiled.cpu if point.mode == "model" else [s for s in compiled.steps if s.where == "cpu"]
     cpu_us = sum(compiled.decisions[s.node.name].cpu_us or 0.0 for s in cpu)
     cpu_macs = sum(s.macs for s in cpu)
     latency_us = cycles / cfg.clock_mhz + cpu_us
     energy["cpu"] = cpu_macs * tech.cpu_mac_pj
     energy["static"] = static_pj(tech, area.area_clb, latency_us * 1e-6)
+    accel_layers = len(compiled.layers) if point.mode == "model" else compiled.accel_steps
     return {
         "cycles": cycles, "cpu_us": round(cpu_us, 3), "latency_us": round(latency_us, 3),
         "inferences_per_s": 1e6 / latency_us if latency_us else None,
         "utilization": accel_macs / (cycles * cfg.macs_per_cycle) if cycles else 0.0,
-        "macs": accel_macs + cpu_macs, "accel_macs": accel_macs, "accel_layers": compiled.accel_steps,
+        "macs": accel_macs + cpu_macs, "accel_macs": accel_macs, "accel_layers": accel_layers,
         "cpu_layers": len(cpu), "bound": bounds.most_common(1)[0][0] if bounds else "",
         "lut": area.lut, "ff": area.ff, "dsp": area.dsp, "bram": area.bram, "area_clb": area.area_clb,
         "energy_uj": sum(energy.values()) * 1e-6, "energy": {k: v * 1e-6 for k, v in sorted(energy.items())},

@@ -75,6 +75,7 @@ def test_search_beats_or_equals_plan_conv_and_reports_the_model(tmp_path, monkey
 def test_search_cache_in_memory_and_on_disk(tmp_path, monkeypatch):
     monkeypatch.setenv("VTA_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(codegen, "_memory", {})
+    monkeypatch.setattr(codegen, "_candidates", codegen.OrderedDict())
     cfg = VTAConfig()
     layer = _layer(32, 9, 48, seed=1)
     first = search_conv(cfg, layer)
@@ -91,7 +92,16 @@ def test_search_cache_in_memory_and_on_disk(tmp_path, monkeypatch):
     codegen._memory.clear()
     assert search_conv(cfg, layer).source == "search"
     assert json.loads(files[0].read_text())["tiling"] == tiling_to_dict(first.tiling)
-    assert not [p for p in (tmp_path / "schedules").iterdir() if p.suffix != ".json"]  # no temporary files left
+    left = [p for p in (tmp_path / "schedules").rglob("*") if p.is_file() and p.suffix != ".json"]
+    assert not left  # no temporary files left
+    assert len(list((tmp_path / "schedules" / "candidates").glob("*.json"))) == first.built_programs
+    # another process (empty memory) searching afresh finds every candidate's plan on disk: nothing is built
+    files[0].unlink()
+    codegen._memory.clear()
+    codegen._candidates.clear()
+    other = search_conv(cfg, layer)
+    assert (other.source, other.tiling, other.predicted_cycles) == ("search", first.tiling, first.predicted_cycles)
+    assert other.built_programs == 0 and other.plan == first.plan
 
 
 def test_tiling_dict_round_trip():
@@ -144,3 +154,30 @@ def test_buffer_sizes_reach_a_tiling_only_as_sram_bases(tmp_path, monkeypatch):
     memo = search_conv(big, layer)
     assert (memo.tiling, memo.predicted_cycles) == (fresh.tiling, fresh.predicted_cycles)
     assert memo.built_programs < memo.evaluated
+
+
+@pytest.mark.parametrize("cfg", [VTAConfig(), VTAConfig(log_block=3, bus_bytes=16, log_acc_buff_size=16)],
+                         ids=["default", "block8"])
+def test_plan_graph_predicts_what_compile_graph_builds(cfg, tmp_path, monkeypatch):
+    """plan_graph (a model-mode sweep's compile, without programs) gives each accelerator layer the schedule,
+    predicted cycles, bounding module and event counts of compile_graph's program, from a cold cache and again
+    from a warm one."""
+    from vta.compiler.counts import program_counts
+    from vta.compiler.pipeline import compile_graph, plan_graph
+    from vta.sweep.measure import _quantized
+    monkeypatch.setenv("VTA_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(codegen, "_memory", {})
+    monkeypatch.setattr(codegen, "_candidates", codegen.OrderedDict())
+    graph = _quantized("mini_resnet")
+    planned = plan_graph(graph, cfg)
+    compiled = compile_graph(graph, cfg)
+    steps = [s for s in compiled.steps if isinstance(s, AccelStep)]
+    assert len(steps) == len(planned.layers) == compiled.accel_steps > 0
+    assert [s.node.name for s in compiled.steps if s.where == "cpu"] == [s.node.name for s in planned.cpu]
+    for step, layer in zip(steps, planned.layers):
+        assert (layer.node.name, layer.macs, layer.schedule) == (step.node.name, step.macs, step.schedule)
+        assert (layer.plan.cycles, layer.plan.bound) == (step.predicted_cycles, step.schedule["bound"])
+        assert layer.plan.counts == program_counts(step.program)
+    codegen._memory.clear()
+    again = plan_graph(graph, cfg)
+    assert [(x.plan, x.schedule) for x in again.layers] == [(x.plan, x.schedule) for x in planned.layers]
