@@ -235,3 +235,20 @@ def test_a_wider_bus_config() -> None:
     narrow = Model(build(CFG, generator=generate_standin, sources=SOURCES, progress=False))
     with pytest.raises(ValueError, match=r"was built for a 8-byte bus, but config .*_bus16_lat4 has bus_bytes=16"):
         Model(dataclasses.replace(narrow.build, cfg=cfg))
+
+
+def test_the_backend_passes_its_pgo_choice_to_the_build(monkeypatch) -> None:
+    """TSimBackend(pgo=...) reaches vta.tsim.build.build (a sweep's exact points build without PGO); the default
+    leaves the choice to build (None)."""
+    import vta.tsim.backend as backend_module
+    seen = []
+
+    def fake_build(cfg, **kwargs):
+        seen.append(kwargs["pgo"])
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(backend_module, "build", fake_build)
+    for pgo in (False, None):
+        with pytest.raises(RuntimeError, match="stop here"):
+            TSimBackend(pgo=pgo, progress=False).model(CFG)
+    assert seen == [False, None]
