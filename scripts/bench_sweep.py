@@ -5,13 +5,16 @@ Usage: python scripts/bench_sweep.py [--mode model|exact|both] [--model NAME] [-
 Measures ``--designs`` designs (default: 24 in model mode, 2 in exact mode) on ``--model`` (default resnet18), drawn
 with a fixed seed from the wide sweep's grid (BLOCK 8/16/32 without 32 in exact mode, BATCH 1/2, buffer sizes, bus
 width), into a fresh temporary database, and prints the points per minute, the seconds per point and the failed and
-timed-out points. Model mode: the cycle model, the analytical area and the 45 nm energy model. Exact mode: tsim
-(a Verilator build per design, cached across runs) and per-module Yosys area (cached across runs; see
+timed-out points. Model mode: the cycle model, the analytical area and the 45 nm energy model; it runs twice side by
+side, first with an empty cache folder (``VTA_CACHE_DIR`` a fresh temporary folder: every schedule searched, as on a
+new machine) and then again with that folder warm (schedules cached), and prints the ratio. Exact mode: tsim (a
+Verilator build per design, cached across runs) and per-module Yosys area (cached across runs; see
 scripts/bench_area.py for cold figures); use --area model to time tsim alone.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -52,13 +55,32 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     for mode in ("model", "exact") if args.mode == "both" else (args.mode,):
         designs = args.designs or (24 if mode == "model" else 2)
-        r = bench(mode, args.model, designs, args.workers, args.area)
-        print(f"{mode:<6} {args.model}: {r['points']} points in {r['seconds']:.1f} s = {r['per_minute']:.2f} "
-              f"points/min ({r['seconds'] / max(1, r['points']):.1f} s per point, {args.workers} workers); "
-              f"{r['ok']} ok, {r['failed']} failed, {r['timeout']} timed out", flush=True)
-        for error in r["errors"]:
-            print(f"    {error}")
+        if mode == "exact":
+            _report(mode, args, bench(mode, args.model, designs, args.workers, args.area))
+            continue
+        saved = os.environ.get("VTA_CACHE_DIR")
+        with tempfile.TemporaryDirectory(prefix="vta-bench-cache-") as cache:
+            os.environ["VTA_CACHE_DIR"] = cache  # the workers inherit it
+            try:
+                cold = _report("model", args, bench(mode, args.model, designs, args.workers, None), "cold")
+                warm = _report("model", args, bench(mode, args.model, designs, args.workers, None), "warm")
+            finally:
+                if saved is None:
+                    os.environ.pop("VTA_CACHE_DIR", None)
+                else:
+                    os.environ["VTA_CACHE_DIR"] = saved
+        print(f"model  cold / warm: {cold / max(warm, 1e-9):.2f}x the time (the schedule search per new design)")
     return 0
+
+
+def _report(mode: str, args: argparse.Namespace, r: dict[str, Any], label: str = "") -> float:
+    """Print one bench's line (and its errors); its seconds."""
+    print(f"{mode:<6} {args.model}{' ' + label if label else ''}: {r['points']} points in {r['seconds']:.1f} s = "
+          f"{r['per_minute']:.2f} points/min ({r['seconds'] / max(1, r['points']):.2f} s per point, "
+          f"{args.workers} workers); {r['ok']} ok, {r['failed']} failed, {r['timeout']} timed out", flush=True)
+    for error in r["errors"]:
+        print(f"    {error}")
+    return float(r["seconds"])
 
 
 if __name__ == "__main__":
