@@ -126,3 +126,55 @@ def test_a_worker_killed_mid_sweep_loses_no_row(tmp_path, monkeypatch):
     assert rows[victim]["error"] == ("the worker process died twice while measuring this point (killed, or out of "
                                      "memory)")
     assert all(r["status"] == "ok" and r["cycles"] > 0 for d, r in rows.items() if d != victim)
+
+
+class _KillOnVictim:
+    """A Dask worker plugin (setup on every worker, restarted ones too): the worker's measurement SIGKILLs its own
+    process when it meets design ``victim``, as the OOM killer would."""
+
+    def __init__(self, victim: str) -> None:
+        self.victim = victim
+
+    def setup(self, worker) -> None:
+        import signal
+
+        import vta.sweep.measure as measure_module
+        evaluate, victim = measure_module._evaluate, self.victim
+
+        def kill_on_victim(point, deadline):
+            if point.design.key == victim:
+                os.kill(os.getpid(), signal.SIGKILL)
+            return evaluate(point, deadline)
+
+        measure_module._evaluate = kill_on_victim
+
+
+@pytest.mark.slow  # Dask restarts the killed worker process twice: ~20 s
+def test_a_dask_worker_killed_mid_sweep_loses_no_row(tmp_path):
+    """On a Dask cluster, a point that kills its worker every time is recorded failed with Dask's reason (after the
+    scheduler's allowed retries); every other point is recorded ok."""
+    import sys
+
+    distributed = pytest.importorskip("dask.distributed", reason="dask[distributed] is not installed (pip install "
+                                                                 "vta-lab[sweep])")
+    import cloudpickle
+    import dask
+    from distributed.diagnostics.plugin import WorkerPlugin
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the workers cannot import this test module
+    victim = "1x8_i8w8a32_15_15_18_17"
+    spec = _spec(["tiny_cnn"], {"LOG_BLOCK": [3, 4], "LOG_INP_BUFF_SIZE": [14, 15]})
+    plugin = type("KillOnVictim", (_KillOnVictim, WorkerPlugin), {})(victim)
+    # one task per worker at a time (no queued neighbour on the worker that dies: Dask would count the death against
+    # it too), one retry before KilledWorker
+    settings = {"distributed.scheduler.allowed-failures": 1, "distributed.scheduler.worker-saturation": 1.0}
+    with dask.config.set(settings), \
+            distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                     dashboard_address=None) as cluster, \
+            distributed.Client(cluster) as client, ResultStore(tmp_path / "r.sqlite") as store:
+        client.register_plugin(plugin)
+        summary = run_sweep(spec, store, scheduler=client)
+        rows = {r["design"]: r for r in store.rows()}
+    assert (summary.ok, summary.failed) == (3, 1)
+    assert rows[victim]["status"] == "failed" and "KilledWorker" in rows[victim]["error"]
+    assert all(r["status"] == "ok" and r["cycles"] > 0 for d, r in rows.items() if d != victim)
