@@ -136,14 +136,6 @@ def _evaluate(point: Point, deadline: _Deadline) -> dict[str, Any]:
     compiled, compile_s = _compile(point.model, cfg, point.design.knobs, point.mode)
     deadline.check()
     start = time.perf_counter()
-    area = estimate_area(cfg)
-    area_s = 0.0
-    if point.area == "yosys":
-        from .synth import synth_design
-        synthesized = synth_design(cfg, jobs=1, timeout=max(1.0, deadline.end - time.monotonic()))
-        area_s = synthesized.seconds
-        area = Area(synthesized.lut, synthesized.ff, synthesized.dsp, synthesized.bram, synthesized.area_clb)
-        deadline.check()
     cycles = accel_macs = 0
     energy: dict[str, float] = {}
     bounds: Counter[str] = Counter()
@@ -153,6 +145,10 @@ def _evaluate(point: Point, deadline: _Deadline) -> dict[str, Any]:
         accel_macs += counts["macs"]
         for part, pj in layer_energy(counts, cfg, tech).items():
             energy[part] = energy.get(part, 0.0) + pj
+    area = estimate_area(cfg)
+    area_s = 0.0
+    if point.area == "yosys":
+        area, area_s = _yosys_area(cfg, deadline)
     cpu = compiled.cpu if point.mode == "model" else [s for s in compiled.steps if s.where == "cpu"]
     cpu_us = sum(compiled.decisions[s.node.name].cpu_us or 0.0 for s in cpu)
     cpu_macs = sum(s.macs for s in cpu)
@@ -171,6 +167,24 @@ def _evaluate(point: Point, deadline: _Deadline) -> dict[str, Any]:
         "compile_s": round(compile_s, 4), "measure_s": round(time.perf_counter() - start, 4),
         "area_from": point.area, "area_s": round(area_s, 2),
     }
+
+
+def _yosys_area(cfg: VTAConfig, deadline: _Deadline) -> tuple[Area, float]:
+    """``cfg``'s area from per-module Yosys synthesis (:func:`vta.sweep.synth.synth_design`) and its seconds. One
+    process of the sweep synthesizes at a time (a lock in the module cache's folder), with every core: the designs of a
+    sweep share most modules, and two workers starting cold would otherwise both synthesize them. A point runs its
+    simulation first, so a worker waiting here has already done the rest of its work."""
+    from vta.cache import cache_root, entry_lock
+
+    from .synth import synth_design
+    folder = cache_root("area-modules")
+    folder.mkdir(parents=True, exist_ok=True)
+    with entry_lock(folder, "synth"):
+        deadline.check()
+        synthesized = synth_design(cfg, jobs=None, timeout=max(1.0, deadline.end - time.monotonic()))
+    deadline.check()
+    return Area(synthesized.lut, synthesized.ff, synthesized.dsp, synthesized.bram,
+                synthesized.area_clb), synthesized.seconds
 
 
 def base_row(point: Point) -> dict[str, Any]:
