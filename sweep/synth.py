@@ -221,12 +221,13 @@ def black_box(text: str) -> str:
 
 
 def _run(names: list[str], top: str, extra: str, modules: dict[str, str], command: list[str], timeout: float,
-         what: str) -> tuple[Path, tempfile.TemporaryDirectory[str], list[str]]:
+         what: str, kids: dict[str, set[str]] | None = None
+         ) -> tuple[Path, tempfile.TemporaryDirectory[str], list[str]]:
     """Run Yosys on ``names`` (their memory init loops as :func:`readmem_init` files) with the modules they
     instantiate read as black boxes (``read_verilog -lib``), ``synth_xilinx`` of ``top`` (``extra`` Verilog appended,
     e.g. a wrapper) and one ``stat -json`` report per module, ``stat<i>.json``. Returns the folder (kept until the
     returned TemporaryDirectory is cleaned up) and the names."""
-    kids = children(modules)
+    kids = kids if kids is not None else children(modules)
     wanted = set(names)
     lib = sorted({k for n in names for k in kids[n]} - wanted, key=list(modules).index)
     tmp = tempfile.TemporaryDirectory(prefix="vta-synth-")
@@ -257,12 +258,13 @@ def _run(names: list[str], top: str, extra: str, modules: dict[str, str], comman
     return folder, tmp, names
 
 
-def _synth_one(name: str, modules: dict[str, str], command: list[str], timeout: float) -> dict[str, float]:
+def _synth_one(name: str, modules: dict[str, str], command: list[str], timeout: float,
+               kids: dict[str, set[str]] | None = None) -> dict[str, float]:
     """Synthesize module ``name`` alone (``-top``), the modules it instantiates as black boxes; its counts
     (:func:`vta.hw.area.parse_stat`). The design's top module goes this way: under the batch wrapper Yosys 0.23
     dropped it."""
     from vta.hw.area import parse_stat
-    folder, tmp, _ = _run([name], name, "", modules, command, timeout, f"module {name}")
+    folder, tmp, _ = _run([name], name, "", modules, command, timeout, f"module {name}", kids)
     with tmp:
         report = _stat_json((folder / "stat0.json").read_text(), name)
     entries: dict[str, dict[str, Any]] = report.get("modules") or {}
@@ -281,8 +283,8 @@ def children(modules: dict[str, str]) -> dict[str, set[str]]:
     return out
 
 
-def _synth_batch(names: list[str], modules: dict[str, str], command: list[str],
-                 timeout: float) -> dict[str, dict[str, float]]:
+def _synth_batch(names: list[str], modules: dict[str, str], command: list[str], timeout: float,
+                 kids: dict[str, set[str]] | None = None) -> dict[str, dict[str, float]]:
     """Synthesize the modules ``names`` in one Yosys run (the modules they instantiate read as black boxes): one
     ``synth_xilinx`` over a hierarchy, not flattened, so each module is mapped on its own and ``stat`` counts each;
     Yosys' fixed cost (its cell libraries, techmap files) is paid once instead of once per module. Every top of
@@ -290,14 +292,15 @@ def _synth_batch(names: list[str], modules: dict[str, str], command: list[str],
     all."""
     from vta.hw.area import parse_stat
     if len(names) == 1:
-        return {names[0]: _synth_one(names[0], modules, command, timeout)}
-    kids = children(modules)
+        return {names[0]: _synth_one(names[0], modules, command, timeout, kids)}
+    kids = kids if kids is not None else children(modules)
     wanted = set(names)
     tops = [n for n in names if not any(n in kids[p] for p in wanted)]
     ids = {n: n[1:] if n.startswith("\\") else n for n in modules}  # the identifier without Verilog's escape
     wrapper = "module __vta_synth_all;\n" + "".join(
         f"  (* keep *) {n} u{i} ();\n" for i, n in enumerate(tops)) + "endmodule\n"  # keep: not removed unused
-    folder, tmp, _ = _run(names, "__vta_synth_all", wrapper, modules, command, timeout, f"{len(names)} modules")
+    folder, tmp, _ = _run(names, "__vta_synth_all", wrapper, modules, command, timeout, f"{len(names)} modules",
+                          kids)
     with tmp:
         reports = [{} if "did not match any module" in text else _stat_json(text, n).get("modules", {})
                    for n, text in ((n, (folder / f"stat{i}.json").read_text()) for i, n in enumerate(names))]
@@ -305,7 +308,7 @@ def _synth_batch(names: list[str], modules: dict[str, str], command: list[str],
     for n, report in zip(names, reports):
         entry = report.get("\\" + ids[n]) or report.get(ids[n]) or report.get(n)
         if entry is None:  # Yosys dropped it from the batch (seen with 0.23): synthesized alone instead
-            out[n] = _synth_one(n, modules, command, timeout)
+            out[n] = _synth_one(n, modules, command, timeout, kids)
             continue
         counts = parse_stat(entry.get("num_cells_by_type", {}))
         out[n] = {k: counts[k] for k in _KEYS}
@@ -428,7 +431,7 @@ def synth_modules(name: str, modules: dict[str, str], *, jobs: int | None = None
         done: dict[str, dict[str, float]] = {}
         for run in runs:
             t0 = time.monotonic()
-            counts = _synth_batch(run, modules, command, timeout)
+            counts = _synth_batch(run, modules, command, timeout, kids)
             seconds = round(time.monotonic() - t0, 2)
             for n in run:
                 path = folder / f"{names[n]}.json"
