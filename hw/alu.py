@@ -8,7 +8,7 @@ from vta.isa import ALU_ADD, ALU_MAX, ALU_MIN, ALU_MUL, ALU_REQ, ALU_SHR, REQ_SH
 
 from .util import check_int, validated_init
 
-__all__ = ["AluCore"]
+__all__ = ["AluCore", "AluLane"]
 
 
 class AluCore(wiring.Component):
@@ -23,6 +23,10 @@ class AluCore(wiring.Component):
     ``clip(SHR(a[j] * M, S), lo, hi)`` with ``M`` = ``b[j]`` bits 0..15 (signed), ``S`` = bits 16..21, ``lo``/``hi``
     the low/high byte of ``imm`` (signed). REQ shares MUL's multiplier and SHR's shifter (operand multiplexers) and
     adds two 32-bit comparators per lane; the whole op is one combinational step like the others.
+
+    Each lane is an :class:`AluLane` submodule (``lane0``, ``lane1``, ...): the same logic as one flat module, and the
+    lanes' Verilog modules are identical but for their names, so per-module synthesis (``vta.sweep.synth``) maps one
+    lane and counts it ``lanes`` times.
     """
 
     @validated_init
@@ -35,72 +39,88 @@ class AluCore(wiring.Component):
         super().__init__(ports)
 
     def elaborate(self, platform):
-        if self.requant:
-            return self._elaborate_requant()
         m = Module()
         out = []
         for j in range(self.lanes):
-            a = self.a.word_select(j, 32).as_signed()
-            b = self.b.word_select(j, 32).as_signed()
-            n = b[:6].as_signed()
-            r = Signal(32, name=f"res_{j}")
-            with m.Switch(self.op):
-                with m.Case(ALU_MIN):
-                    m.d.comb += r.eq(Mux(a < b, a, b))
-                with m.Case(ALU_MAX):
-                    m.d.comb += r.eq(Mux(a > b, a, b))
-                with m.Case(ALU_ADD):
-                    m.d.comb += r.eq(a + b)
-                with m.Case(ALU_SHR):
-                    m.d.comb += r.eq(Mux(n[5], (a.as_unsigned() << (-n)[:6])[:32], a >> n[:5]))
-                with m.Case(ALU_MUL):
-                    m.d.comb += r.eq(a * b)
-                with m.Default():
-                    m.d.comb += r.eq(a)
-            out.append(r)
+            lane = m.submodules[f"lane{j}"] = AluLane(requant=self.requant)
+            m.d.comb += [lane.op.eq(self.op), lane.a.eq(self.a.word_select(j, 32)),
+                         lane.b.eq(self.b.word_select(j, 32))]
+            if self.requant:
+                m.d.comb += lane.imm.eq(self.imm)
+            out.append(lane.res)
         m.d.comb += self.res.eq(Cat(*out))
         return m
 
-    def _elaborate_requant(self):
-        """The ALU with REQ: one multiplier and one shifter per lane, their operands chosen by the opcode."""
+
+class AluLane(wiring.Component):
+    """One int32 lane of :class:`AluCore`: ``res = op(a, b)``, combinational (``imm`` and REQ with ``requant``)."""
+
+    def __init__(self, *, requant=False):
+        self.requant = bool(requant)
+        ports = {"op": In(3), "a": In(32), "b": In(32), "res": Out(32)}
+        if self.requant:
+            ports["imm"] = In(16)
+        super().__init__(ports)
+
+    def elaborate(self, platform):
+        if self.requant:
+            return self._elaborate_requant()
         m = Module()
-        out = []
+        a = self.a.as_signed()
+        b = self.b.as_signed()
+        n = b[:6].as_signed()
+        r = self.res
+        with m.Switch(self.op):
+            with m.Case(ALU_MIN):
+                m.d.comb += r.eq(Mux(a < b, a, b))
+            with m.Case(ALU_MAX):
+                m.d.comb += r.eq(Mux(a > b, a, b))
+            with m.Case(ALU_ADD):
+                m.d.comb += r.eq(a + b)
+            with m.Case(ALU_SHR):
+                m.d.comb += r.eq(Mux(n[5], (a.as_unsigned() << (-n)[:6])[:32], a >> n[:5]))
+            with m.Case(ALU_MUL):
+                m.d.comb += r.eq(a * b)
+            with m.Default():
+                m.d.comb += r.eq(a)
+        return m
+
+    def _elaborate_requant(self):
+        """The lane with REQ: one multiplier and one shifter, their operands chosen by the opcode."""
+        m = Module()
         is_req = self.op == ALU_REQ
         lo = self.imm[:8].as_signed()
         hi = self.imm[8:].as_signed()
-        for j in range(self.lanes):
-            a = self.a.word_select(j, 32).as_signed()
-            b = self.b.word_select(j, 32).as_signed()
-            mul_b = Signal(32, name=f"mul_b_{j}")
-            m.d.comb += mul_b.eq(Mux(is_req, b[:16].as_signed(), b))
-            prod = Signal(32, name=f"prod_{j}")
-            m.d.comb += prod.eq(a * mul_b.as_signed())
-            sh_a = Signal(32, name=f"sh_a_{j}")
-            n = Signal(6, name=f"sh_n_{j}")
-            m.d.comb += [sh_a.eq(Mux(is_req, prod, a)),
-                         n.eq(Mux(is_req, b[REQ_SHIFT_LSB:REQ_SHIFT_LSB + 6], b[:6]))]
-            ns = n.as_signed()
-            shifted = Signal(32, name=f"shifted_{j}")
-            m.d.comb += shifted.eq(Mux(n[5], (sh_a << (-ns)[:6])[:32], sh_a.as_signed() >> n[:5]))
-            q = shifted.as_signed()
-            floor = Signal(32, name=f"floor_{j}")
-            m.d.comb += floor.eq(Mux(q < lo, lo, q))
-            r = Signal(32, name=f"res_{j}")
-            with m.Switch(self.op):
-                with m.Case(ALU_MIN):
-                    m.d.comb += r.eq(Mux(a < b, a, b))
-                with m.Case(ALU_MAX):
-                    m.d.comb += r.eq(Mux(a > b, a, b))
-                with m.Case(ALU_ADD):
-                    m.d.comb += r.eq(a + b)
-                with m.Case(ALU_SHR):
-                    m.d.comb += r.eq(shifted)
-                with m.Case(ALU_MUL):
-                    m.d.comb += r.eq(prod)
-                with m.Case(ALU_REQ):
-                    m.d.comb += r.eq(Mux(floor.as_signed() > hi, hi, floor))
-                with m.Default():
-                    m.d.comb += r.eq(a)
-            out.append(r)
-        m.d.comb += self.res.eq(Cat(*out))
+        a = self.a.as_signed()
+        b = self.b.as_signed()
+        mul_b = Signal(32, name="mul_b")
+        m.d.comb += mul_b.eq(Mux(is_req, b[:16].as_signed(), b))
+        prod = Signal(32, name="prod")
+        m.d.comb += prod.eq(a * mul_b.as_signed())
+        sh_a = Signal(32, name="sh_a")
+        n = Signal(6, name="sh_n")
+        m.d.comb += [sh_a.eq(Mux(is_req, prod, a)),
+                     n.eq(Mux(is_req, b[REQ_SHIFT_LSB:REQ_SHIFT_LSB + 6], b[:6]))]
+        ns = n.as_signed()
+        shifted = Signal(32, name="shifted")
+        m.d.comb += shifted.eq(Mux(n[5], (sh_a << (-ns)[:6])[:32], sh_a.as_signed() >> n[:5]))
+        q = shifted.as_signed()
+        floor = Signal(32, name="floor")
+        m.d.comb += floor.eq(Mux(q < lo, lo, q))
+        r = self.res
+        with m.Switch(self.op):
+            with m.Case(ALU_MIN):
+                m.d.comb += r.eq(Mux(a < b, a, b))
+            with m.Case(ALU_MAX):
+                m.d.comb += r.eq(Mux(a > b, a, b))
+            with m.Case(ALU_ADD):
+                m.d.comb += r.eq(a + b)
+            with m.Case(ALU_SHR):
+                m.d.comb += r.eq(shifted)
+            with m.Case(ALU_MUL):
+                m.d.comb += r.eq(prod)
+            with m.Case(ALU_REQ):
+                m.d.comb += r.eq(Mux(floor.as_signed() > hi, hi, floor))
+            with m.Default():
+                m.d.comb += r.eq(a)
         return m
