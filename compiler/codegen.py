@@ -660,9 +660,10 @@ _memory: dict[str, tuple[dict, int, LayerPlan | None]] = {}
 
 
 def _source_digest() -> str:
-    """A digest of the sources the search result depends on (tiling rules, code generation, cycle model)."""
+    """A digest of the sources the search result depends on (tiling rules, code generation, cycle model, event
+    counts)."""
     h = hashlib.sha256()
-    for name in ("schedule", "codegen", "cost"):
+    for name in ("schedule", "codegen", "cost", "counts"):
         module = importlib.import_module(f"{__package__}.{name}")
         with open(module.__file__ or "", "rb") as f:
             h.update(f.read())
