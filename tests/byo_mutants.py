@@ -27,11 +27,11 @@ class Mutant:
 
 
 MUTANTS: tuple[Mutant, ...] = (
-    Mutant("alu-min-decoded-as-max", "compute.alu", "res_0 = \\$2 ;", "res_0 = \\$4 ;", "alu min"),
-    Mutant("alu-add-decoded-as-mul", "compute.alu", "res_0 = \\$5 [31:0];", "res_0 = \\$10 [31:0];", "alu add"),
-    Mutant("alu-shr-logical", "compute.alu", "$signed(a[31:0]) >>> b[4:0]", "a[31:0] >> b[4:0]", "alu shr"),
-    Mutant("alu-min-unsigned", "compute.alu", "assign \\$1  = $signed(a[31:0]) < $signed(b[31:0]);",
-           "assign \\$1  = a[31:0] < b[31:0];", "alu min"),
+    Mutant("alu-min-decoded-as-max", "compute.alu.lane0", "res = \\$2 ;", "res = \\$4 ;", "alu min"),
+    Mutant("alu-add-decoded-as-mul", "compute.alu.lane0", "res = \\$5 [31:0];", "res = \\$10 [31:0];", "alu add"),
+    Mutant("alu-shr-logical", "compute.alu.lane0", "$signed(a) >>> b[4:0]", "a >> b[4:0]", "alu shr"),
+    Mutant("alu-min-unsigned", "compute.alu.lane0", "assign \\$1  = $signed(a) < $signed(b);",
+           "assign \\$1  = a < b;", "alu min"),
     Mutant("gemm-reset-ignored", "compute", "assign res = cmd_insn[7] ?", "assign res = 1'h0 ?", "gemm reset"),
     Mutant("gemm-inp-reads-wgt-index", "compute", "assign inp_rd__addr = \\$9 [10:0];",
            "assign inp_rd__addr = \\$10 [10:0];", "gemm"),
