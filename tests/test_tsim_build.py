@@ -268,7 +268,9 @@ def _running(pid: int) -> bool:
 def test_ctrl_c_stops_every_compiler_and_leaves_no_temp_folder(tmp_path: Path) -> None:
     env = {**os.environ, "VTA_CACHE_DIR": str(tmp_path)}
     code = _INTERRUPTED.format(tests=str(Path(__file__).parent), src=str(SOURCES[0]))
-    proc = subprocess.Popen([sys.executable, "-c", code], env=env, stderr=subprocess.PIPE, text=True)
+    # SIGINT's default in the child, even when the suite runs in the background with SIGINT ignored
+    proc = subprocess.Popen([sys.executable, "-c", code], env=env, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     seen: dict[int, tuple[str, int]] = {}
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:

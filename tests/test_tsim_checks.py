@@ -233,9 +233,11 @@ def test_ctrl_c_stops_the_clock_loop_within_a_second(tsim: TSimBackend, tmp_path
     tsim.model(DEFAULT)  # built (or loaded) here, so the subprocess finds it in the cache
     path = tmp_path / "hang.npz"
     raw_program(DEFAULT, [Gemm(pop_prev=True), Finish()]).save(path)  # never finishes: watchdog off, huge budget
+    # SIGINT back to its default in the child: a suite started in the background (nohup, `cmd &` in a script) runs
+    # with SIGINT ignored, which the child would inherit, and Python then never raises KeyboardInterrupt
     proc = subprocess.Popen([sys.executable, "-m", "vta", "-v", "tsim", "run", str(path), "--check", "none",
                              "--watchdog", "0", "--max-cycles", str(10**12)], stderr=subprocess.PIPE, text=True,
-                            env=dict(os.environ))
+                            env=dict(os.environ), preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         assert proc.stderr is not None
         seen = ""
