@@ -63,12 +63,16 @@ class AluLane(wiring.Component):
         super().__init__(ports)
 
     def elaborate(self, platform):
-        if self.requant:
-            return self._elaborate_requant()
         m = Module()
         a = self.a.as_signed()
         b = self.b.as_signed()
-        n = b[:6].as_signed()
+        req = None
+        if self.requant:
+            shr, mul, req = self._requant_paths(m, a, b)
+        else:
+            n = b[:6].as_signed()
+            shr = Mux(n[5], (a.as_unsigned() << (-n)[:6])[:32], a >> n[:5])
+            mul = a * b
         r = self.res
         with m.Switch(self.op):
             with m.Case(ALU_MIN):
@@ -78,21 +82,22 @@ class AluLane(wiring.Component):
             with m.Case(ALU_ADD):
                 m.d.comb += r.eq(a + b)
             with m.Case(ALU_SHR):
-                m.d.comb += r.eq(Mux(n[5], (a.as_unsigned() << (-n)[:6])[:32], a >> n[:5]))
+                m.d.comb += r.eq(shr)
             with m.Case(ALU_MUL):
-                m.d.comb += r.eq(a * b)
+                m.d.comb += r.eq(mul)
+            if req is not None:
+                with m.Case(ALU_REQ):
+                    m.d.comb += r.eq(req)
             with m.Default():
                 m.d.comb += r.eq(a)
         return m
 
-    def _elaborate_requant(self):
-        """The lane with REQ: one multiplier and one shifter, their operands chosen by the opcode."""
-        m = Module()
+    def _requant_paths(self, m, a, b):
+        """SHR's, MUL's and REQ's results with REQ: one multiplier and one shifter, their operands chosen by the
+        opcode, and the clip."""
         is_req = self.op == ALU_REQ
         lo = self.imm[:8].as_signed()
         hi = self.imm[8:].as_signed()
-        a = self.a.as_signed()
-        b = self.b.as_signed()
         mul_b = Signal(32, name="mul_b")
         m.d.comb += mul_b.eq(Mux(is_req, b[:16].as_signed(), b))
         prod = Signal(32, name="prod")
@@ -107,20 +112,4 @@ class AluLane(wiring.Component):
         q = shifted.as_signed()
         floor = Signal(32, name="floor")
         m.d.comb += floor.eq(Mux(q < lo, lo, q))
-        r = self.res
-        with m.Switch(self.op):
-            with m.Case(ALU_MIN):
-                m.d.comb += r.eq(Mux(a < b, a, b))
-            with m.Case(ALU_MAX):
-                m.d.comb += r.eq(Mux(a > b, a, b))
-            with m.Case(ALU_ADD):
-                m.d.comb += r.eq(a + b)
-            with m.Case(ALU_SHR):
-                m.d.comb += r.eq(shifted)
-            with m.Case(ALU_MUL):
-                m.d.comb += r.eq(prod)
-            with m.Case(ALU_REQ):
-                m.d.comb += r.eq(Mux(floor.as_signed() > hi, hi, floor))
-            with m.Default():
-                m.d.comb += r.eq(a)
-        return m
+        return shifted, prod, Mux(floor.as_signed() > hi, hi, floor)
