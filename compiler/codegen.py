@@ -193,6 +193,8 @@ class _ConvState:
     blocks in the same part (consecutive pixel tiles, loop order ``oc``) loads them again for nothing."""
     fused: bool = False
     """Requantize with one ALU REQ (:func:`fused_requant`)."""
+    const_slots: tuple[int, ...] = ()
+    """The per-channel constants a tile loads (:func:`_const_slots`)."""
     gemm_kernels: dict[tuple, tuple[list[Uop], bytes]] = field(default_factory=dict)
     """The GEMM micro-op kernels built so far and their :meth:`UopCache.kernel_key`, by what determines them (see
     :func:`_gemm_kernel`): most tiles of a layer repeat a few kernels."""
@@ -311,20 +313,14 @@ def _emit_alu(s: _ConvState, tile: ConvTile, name: str, acc_base: int, *, imm: i
 
 
 def _emit_tile(s: _ConvState, index: int, tile: ConvTile, n_tiles: int) -> None:
-    pb, g, layer = s.pb, s.layer.geom, s.layer
+    pb, g = s.pb, s.layer.geom
     half, threads = s.half, s.t.threads
     acc_base = (index % threads) * half["acc"]
     const_base = acc_base + s.t.oc_tile * s.t.acc_tile
-    slots = [0, 1] if s.fused else [0] if layer.per_tensor else [0, 1, 2]
-    if not s.fused and not layer.per_tensor:  # no MUL (power-of-two scales) or no SHR: that constant is not loaded
-        slots = [k for k in slots if not (k == 1 and (layer.multiplier == 1).all() or
-                                          k == 2 and not (layer.shift != 0).any())]
-    if s.t.bias_load or not layer.bias.any():
-        slots = slots[1:]
     if index >= threads:
         pb.dep_pop("store", "compute")
     if s.resident.get(index % threads) != (tile.ob0, tile.oct):  # no GEMM/ALU writes the constants' entries
-        for slot in slots:   # bias, then multiplier and shift when they are per channel
+        for slot in s.const_slots:
             pb.load(MEM_ACC, sram_base=const_base + slot * s.t.oc_tile,
                     dram_base=pb.elem_addr(s.consts, MEM_ACC) + slot * g.ob + tile.ob0, x_size=tile.oct)
         s.resident[index % threads] = (tile.ob0, tile.oct)
@@ -407,6 +403,15 @@ def alu_passes(layer: ConvLayer, *, bias_load: bool = False, fused: bool = False
     return ops + ["MAX", "MIN"]
 
 
+def _const_slots(layer: ConvLayer, bias_load: bool, fused: bool) -> tuple[int, ...]:
+    """The slots of the per-channel constants (0 bias, 1 multiplier or REQ's (M, S) word, 2 shift; see
+    :func:`conv_constants`) a tile loads: those of the ALU passes it emits (:func:`alu_passes`) that read a per-channel
+    operand; per-tensor multipliers and shifts are immediates."""
+    passes = alu_passes(layer, bias_load=bias_load, fused=fused)
+    operands = {"ADD": 0} | ({"REQ": 1} if fused else {} if layer.per_tensor else {"MUL": 1, "SHR": 2})
+    return tuple(operands[op] for op in passes if op in operands)
+
+
 def _emit_requant(s: _ConvState, tile: ConvTile, acc_base: int, const_base: int) -> None:
     """ALU ADD bias (unless loaded as the start value), MUL M, SHR S, MAX lo, MIN hi over the tile (the operator
     contract's requantization)."""
@@ -471,8 +476,9 @@ def emit_conv(pb: ProgramBuilder, layer: ConvLayer, x: Allocation, y: Allocation
     consts = pb.alloc(f"{prefix}consts", conv_constants(layer, intr))
     tiles = list(t.tiles())
     code = LayerCode([x], y, tiles=len(tiles), tiling=t)
-    s = _ConvState(pb, intr, layer, t, UopCache(pb, intr, prefix), x, y, w, consts, code,
-                   fused=fused_requant(layer, intr))
+    fused = fused_requant(layer, intr)
+    s = _ConvState(pb, intr, layer, t, UopCache(pb, intr, prefix), x, y, w, consts, code, fused=fused,
+                   const_slots=_const_slots(layer, t.bias_load, fused))
     if t.bias_load:
         s.bias_image = pb.alloc(f"{prefix}bias_init", bias_image(layer, intr, t.acc_tile))
     s.total_steps = sum(len(tile.steps) for tile in tiles)
