@@ -640,10 +640,10 @@ class SearchResult:
     predicted_cycles: int
     evaluated: int
     source: str
-    built: tuple[Program, LayerCode, Any] | None = field(default=None, compare=False, repr=False)
-    """The chosen tiling's program, code (``build_conv_program(cfg, layer, None, tiling)``) and its
-    :class:`~.cost.Estimate`, as the search built them, so the compile does not build and estimate it again; None
-    when the choice came from a cache."""
+    built: tuple[Program, LayerCode] | None = field(default=None, compare=False, repr=False)
+    """The chosen tiling's program and code (``build_conv_program(cfg, layer, None, tiling)``) as the search built
+    them, so the compile does not build them again (their cost is :attr:`plan`); None when the choice came from a
+    cache."""
     plan: LayerPlan | None = field(default=None, compare=False)
     """The chosen tiling's cost (cycles, bounding module, event counts), so a model-mode sweep needs no program
     (:func:`.pipeline.plan_graph`); None only for a disk cache entry written before plans were stored."""
@@ -716,75 +716,66 @@ def _candidate_key(layer: ConvLayer, cfg: VTAConfig, t: ConvTiling) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:32]
 
 
-def _disk_path(key: str) -> Path | None:
-    """The JSON file of search ``key`` in the cache folder, or None when no cache folder can be determined."""
+def _disk_path(key: str, folder: str = "") -> Path | None:
+    """The JSON file of ``key`` under ``schedules/`` (search results) or ``schedules/<folder>/`` (``candidates``:
+    candidate plans) in the cache folder, or None when no cache folder can be determined."""
     try:
-        return Path(cache_root("schedules")) / f"{key}.json"
+        return Path(cache_root("schedules")) / folder / f"{key}.json"
     except (OSError, ImportError):
         return None
 
 
-def _disk_read(key: str) -> tuple[dict, int, LayerPlan | None] | None:
-    """The cached (tiling, predicted cycles, plan or None) of search ``key``, or None when absent or damaged."""
-    path = _disk_path(key)
+def _cache_load(path: Path | None, key: str) -> dict[str, Any] | None:
+    """The JSON entry at ``path`` written for ``key``, or None when absent or unreadable (searched again)."""
     if path is None or not path.is_file():
         return None
     try:
         data = json.loads(path.read_text())
-        if data.get("key") != key:
-            return None
-        plan = LayerPlan.from_data(data["plan"]) if "plan" in data else None
-        return dict(data["tiling"]), int(data["predicted_cycles"]), plan
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):  # a damaged entry is searched again
+    except (OSError, ValueError):
         return None
+    return data if isinstance(data, dict) and data.get("key") == key else None
 
 
-def _disk_write(key: str, tiling: dict, cycles: int, plan: LayerPlan | None) -> None:
-    """Store search ``key``'s result atomically (temporary file, then os.replace; JSON)."""
-    path = _disk_path(key)
+def _cache_store(path: Path | None, data: dict[str, Any]) -> None:
+    """Write ``data`` to ``path`` atomically (temporary file, then os.replace; JSON); a read-only cache only costs
+    the next compile a search."""
     if path is None:
         return
-    data: dict[str, Any] = {"key": key, "tiling": tiling, "predicted_cycles": cycles}
-    if plan is not None:
-        data["plan"] = plan.to_data()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(path, json.dumps(data, sort_keys=True))
-    except OSError:  # a read-only cache only costs the next compile a search
+    except OSError:
         pass
 
 
-def _candidate_path(ckey: str) -> Path | None:
-    """The JSON file of candidate ``ckey``'s plan (:func:`_candidate_key`), beside the search results."""
+def _disk_read(key: str) -> tuple[dict, int, LayerPlan | None] | None:
+    """The cached (tiling, predicted cycles, plan or None) of search ``key``, or None when absent or damaged."""
+    data = _cache_load(_disk_path(key), key)
+    if data is None:
+        return None
     try:
-        return Path(cache_root("schedules")) / "candidates" / f"{ckey}.json"
-    except (OSError, ImportError):
+        plan = LayerPlan.from_data(data["plan"]) if "plan" in data else None
+        return dict(data["tiling"]), int(data["predicted_cycles"]), plan
+    except (ValueError, KeyError, TypeError, AttributeError):  # a damaged entry is searched again and rewritten
         return None
 
 
 def _candidate_read(ckey: str) -> LayerPlan | None:
     """Candidate ``ckey``'s plan from the disk cache (another process of a sweep may have estimated it), or None
-    when absent or damaged."""
-    path = _candidate_path(ckey)
-    if path is None or not path.is_file():
-        return None
+    when absent or damaged (estimated again and rewritten)."""
+    data = _cache_load(_disk_path(ckey, "candidates"), ckey)
     try:
-        data = json.loads(path.read_text())
-        return LayerPlan.from_data(data["plan"]) if data.get("key") == ckey else None
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):  # damaged: estimated again and rewritten
+        return LayerPlan.from_data(data["plan"]) if data is not None else None
+    except (ValueError, KeyError, TypeError, AttributeError):
         return None
 
 
-def _candidate_write(ckey: str, plan: LayerPlan) -> None:
-    """Store candidate ``ckey``'s plan atomically; a read-only cache only costs the next process a build."""
-    path = _candidate_path(ckey)
-    if path is None:
-        return
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(path, json.dumps({"key": ckey, "plan": plan.to_data()}, sort_keys=True))
-    except OSError:
-        pass
+def _disk_write(key: str, tiling: dict, cycles: int, plan: LayerPlan | None) -> None:
+    """Store search ``key``'s result (:func:`_cache_store`)."""
+    data: dict[str, Any] = {"key": key, "tiling": tiling, "predicted_cycles": cycles}
+    if plan is not None:
+        data["plan"] = plan.to_data()
+    _cache_store(_disk_path(key), data)
 
 
 def search_conv(cfg: VTAConfig, layer: ConvLayer, *, threads: tuple[int, ...] = (1, 2),
@@ -797,8 +788,6 @@ def search_conv(cfg: VTAConfig, layer: ConvLayer, *, threads: tuple[int, ...] = 
     JSON under ``vta.cache.cache_root("schedules")``; each candidate's plan (predicted cycles, bounding module, event
     counts) is kept in a per-process memo and on disk (``schedules/candidates/``), shared by configs that differ only
     in buffer sizes (:func:`_candidate_key`) and by the processes of a sweep. ``use_cache=False`` searches afresh."""
-    from .cost import estimate
-    from .counts import program_counts
     key = _search_key(layer, cfg, threads, bias_load)
     if use_cache:
         hit = _memory.get(key)
@@ -823,24 +812,22 @@ def search_conv(cfg: VTAConfig, layer: ConvLayer, *, threads: tuple[int, ...] = 
     default = plan_conv(layer.geom, intr, threads=max(threads))
     if default not in chosen:
         chosen.append(default)
-    best: tuple[int, int, ConvTiling, LayerPlan, tuple[Program, LayerCode, Any] | None] | None = None
+    best: tuple[int, int, ConvTiling, LayerPlan, tuple[Program, LayerCode] | None] | None = None
     built = 0
     for t in chosen:
         ckey = _candidate_key(layer, cfg, t)
-        made: tuple[Program, LayerCode, Any] | None = None
+        made: tuple[Program, LayerCode] | None = None
         plan = _candidates.get(ckey) if use_cache else None
         if plan is not None:
             _candidates.move_to_end(ckey)
         else:
             plan = _candidate_read(ckey) if use_cache else None
             if plan is None:
-                program, code = build_conv_program(cfg, layer, None, t)
-                est = estimate(program)
-                plan = LayerPlan(est.cycles, est.bound, program_counts(program))
-                made = (program, code, est)
+                made = build_conv_program(cfg, layer, None, t)
+                plan = plan_program(made[0])
                 built += 1
                 if use_cache:
-                    _candidate_write(ckey, plan)
+                    _cache_store(_disk_path(ckey, "candidates"), {"key": ckey, "plan": plan.to_data()})
             _candidates[ckey] = plan
             while len(_candidates) > CANDIDATE_MEMO_SIZE:
                 _candidates.popitem(last=False)

@@ -183,11 +183,14 @@ def accel_step(graph: Graph, node: Node, lowered: Lowered, intr: Intrinsics, *, 
     step records the schedule and the model's predicted cycles of its program."""
     cfg = intr.cfg
     layer = lowered.layer
-    predicted = None
+    cycles: int | None = None
+    bound = ""
     if isinstance(layer, ConvLayer):
         found = search_conv(cfg, layer, threads=(1, 2) if threads == 2 else (1,)) if search else None
         if found is not None and found.built is not None:  # the search built and estimated the chosen program
-            program, code, predicted = found.built
+            program, code = found.built
+            assert found.plan is not None
+            cycles, bound = found.plan.cycles, found.plan.bound
         else:
             program, code = build_conv_program(cfg, layer, tiling=found.tiling if found else None, threads=threads)
         inputs = [node.inputs[0]]
@@ -202,11 +205,12 @@ def accel_step(graph: Graph, node: Node, lowered: Lowered, intr: Intrinsics, *, 
         tiling = f"{code.tiles} tiles"
         schedule = {"tiles": code.tiles}
         macs = 0
-    if predicted is None:
+    if cycles is None:
         predicted = estimate(program)
-    schedule["bound"] = predicted.bound
+        cycles, bound = predicted.cycles, predicted.bound
+    schedule["bound"] = bound
     return AccelStep(node, program, inputs, node.outputs[0], macs, code.gemm_uops, code.alu_uops, code.tiles,
-                     tiling, lowered.fold, schedule, predicted.cycles)
+                     tiling, lowered.fold, schedule, cycles)
 
 
 def _tiling_label(t: ConvTiling) -> str:
