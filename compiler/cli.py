@@ -45,6 +45,7 @@ def register(subparsers: Any) -> None:
 
 
 def _add_model_options(p: argparse.ArgumentParser) -> None:
+    from vta.compiler.ir import REQUANT_MODES
     p.add_argument("--policy", choices=("auto", "accel", "cpu"), default="auto",
                    help="auto: offload where supported and estimated faster; accel: wherever supported; cpu: "
                         "nothing (default: auto)")
@@ -52,7 +53,7 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
                    help="how a first convolution (few channels from the CPU side) is lowered: im2col folds the "
                         "kernel window and channels into the reduction (a 1x1 GEMM, bias in spare lanes), columns "
                         "folds the kernel columns, direct neither; auto: the fastest estimate (default)")
-    p.add_argument("--requant", choices=("multiply", "shift"), default="multiply",
+    p.add_argument("--requant", choices=REQUANT_MODES, default="multiply",
                    help="requantization of each layer's int32 results to int8: multiply (an integer multiplier and "
                         "a shift per channel, default) or shift (power-of-two scales as VTA's TVM stack: one fewer "
                         "ALU micro-op per output vector, slightly less accurate)")

@@ -58,6 +58,9 @@ DTYPES = ("float32", "int8", "int32")
 INT8_MIN, INT8_MAX = -128, 127
 M_MAX = 32767
 S_MAX = 31
+REQUANT_MODES = ("multiply", "shift")
+"""How per-channel scales become integers (:func:`.quantize.quantize`'s ``mode``): an integer multiplier M <= M_MAX
+and a shift S <= S_MAX, or a power of two (a shift alone, as VTA's TVM stack)."""
 
 # op -> required attribute keys. Optional keys are noted in comments.
 FLOAT_OPS: dict[str, tuple[str, ...]] = {

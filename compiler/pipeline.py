@@ -44,7 +44,7 @@ from .codegen import (
 )
 from .cost import estimate
 from .intrin import Intrinsics, intrinsics
-from .ir import Graph, Node, node_macs
+from .ir import REQUANT_MODES, Graph, Node, node_macs
 from .layout import packed_activation_shape
 from .partition import Decision, Lowered, partition
 from .runtime import AccelStep, Compiled, CpuStep, Step, _progress
@@ -53,9 +53,6 @@ from .schedule import ConvTiling
 __all__ = ["load_graph", "load_input", "check_inputs", "check_force_cpu",
            "random_inputs", "calibration_inputs", "partition_graph", "accel_step", "compile_graph",
            "compile_model", "plan_graph", "Planned", "PlannedLayer", "REQUANT_MODES"]
-
-# compile_model's requant choices: an integer multiplier and a shift per channel, or a power-of-two scale (shift only)
-REQUANT_MODES = ("multiply", "shift")
 
 
 def load_graph(model: str, *, batch: int | None = None,

@@ -31,7 +31,7 @@ import numpy as np
 import onnx
 
 from . import float_ref
-from .ir import M_MAX, S_MAX, AddRequant, Graph, GraphError, Node, Requant
+from .ir import M_MAX, REQUANT_MODES, S_MAX, AddRequant, Graph, GraphError, Node, Requant
 
 __all__ = ["QuantizationError", "Calibration", "prepare", "calibrate", "quantize", "choose_requant",
            "compare_outputs", "accuracy_vs_onnxruntime"]
@@ -428,7 +428,7 @@ def quantize(graph: Graph, calib_inputs: Mapping[str, np.ndarray] | Iterable[Map
     or a list of input dicts; ``percentile`` selects percentile calibration (see :func:`calibrate`); ``round_adds``
     cancels QAdd's truncation on average through the bias of a producing convolution. Returns a validated quantized
     :class:`~.ir.Graph` named ``<name>_int8``."""
-    if mode not in ("multiply", "shift"):
+    if mode not in REQUANT_MODES:
         raise ValueError(f"Requant mode {mode!r} is unknown; use 'multiply' or 'shift'.")
     if per_channel not in (True, False, "auto"):
         raise ValueError(f"per_channel={per_channel!r} is invalid; use True, False or 'auto'.")

@@ -32,7 +32,7 @@ import numpy as np
 
 from vta.compiler.cost import estimate, loop_uops
 from vta.compiler.layout import fold_kernel_columns, im2col, im2col_packed, pack_activation
-from vta.compiler.pipeline import compile_model
+from vta.compiler.pipeline import REQUANT_MODES, compile_model
 from vta.compiler.runtime import AccelStep, Compiled
 from vta.config import ConfigError, VTAConfig, load_config
 from vta.isa import Alu, Gemm
@@ -264,7 +264,7 @@ def main() -> None:
     parser.add_argument("--tsim-layers", help="with --tsim: only these comma-separated layers (e.g. conv_2,conv_60)")
     parser.add_argument("--no-resnet50", action="store_true", help="skip ResNet-50")
     parser.add_argument("--no-stem", action="store_true", help="skip the first convolution's lowering comparison")
-    parser.add_argument("--requant", choices=("multiply", "shift"), default="multiply",
+    parser.add_argument("--requant", choices=REQUANT_MODES, default="multiply",
                         help="requantization: multiply (an integer multiplier and a shift per channel, default) or "
                              "shift (power-of-two scales as VTA's TVM stack: no ALU MUL, one fewer micro-op per "
                              "output vector, slightly less accurate)")

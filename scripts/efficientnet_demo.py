@@ -35,6 +35,7 @@ TARGETS = ("ref", "cpu", "fsim", "tsim")
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
+    from vta.compiler.ir import REQUANT_MODES
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--targets", default="ref,cpu,fsim",
                    help=f"comma-separated int8 targets among {', '.join(TARGETS)} (default: ref,cpu,fsim)")
@@ -43,7 +44,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--cache-dir", metavar="DIR", default=None, help="where the ONNX export is cached")
     p.add_argument("--per-channel", choices=("true", "false", "auto"), default="true",
                    help="per-channel weight scales (default: true)")
-    p.add_argument("--requant", choices=("multiply", "shift"), default="multiply",
+    p.add_argument("--requant", choices=REQUANT_MODES, default="multiply",
                    help="requantization: multiply (an integer multiplier and a shift per channel, default) or shift "
                         "(power-of-two scales as VTA's TVM stack: one fewer ALU micro-op per output vector, slightly "
                         "less accurate)")

@@ -216,13 +216,14 @@ def evaluate(model: onnx.ModelProto, target: str = "reference", epochs_note: str
 
 
 def main(argv: list[str] | None = None) -> int:
+    from vta.compiler.ir import REQUANT_MODES
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=int, default=40, help="training epochs (default 40)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--target", default="reference", choices=["reference", "cpu", "fsim", "tsim"],
                         help="where the int8 model runs (default: the integer reference)")
     parser.add_argument("--limit", type=int, default=None, help="evaluate on the first LIMIT test images only")
-    parser.add_argument("--requant", choices=("multiply", "shift"), default="multiply",
+    parser.add_argument("--requant", choices=REQUANT_MODES, default="multiply",
                         help="requantization: multiply (an integer multiplier and a shift per channel, default) or "
                              "shift (power-of-two scales as VTA's TVM stack: one fewer ALU micro-op per output "
                              "vector, slightly less accurate)")
