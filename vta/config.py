@@ -63,11 +63,11 @@ _VTA_KEYS = {
     "LOG_ACC_BUFF_SIZE": "log_acc_buff_size",
     "BUS_BYTES": "bus_bytes", "DRAM_LATENCY": "dram_latency", "CMD_QUEUE_DEPTH": "cmd_queue_depth",
     "TOKEN_QUEUE_DEPTH": "token_queue_depth", "CLOCK_MHZ": "clock_mhz",
-    "FUSED_REQUANT": "fused_requant",
+    "FUSED_REQUANT": "fused_requant", "CONCURRENT_ALU": "concurrent_alu",
 }
 # Codesign knobs: boolean fields beyond VTA's design, off by default. Off, a knob leaves the design VTA's (same ISA,
 # RTL and timing); ``to_dict`` and ``name`` mention a knob only when it is on, so default configs are unchanged.
-KNOBS = {"fused_requant": "rq"}
+KNOBS = {"fused_requant": "rq", "concurrent_alu": "ca"}
 """knob field -> the tag ``VTAConfig.name`` appends when the knob is on."""
 # Keys that VTA's own vta_config.json carries but that do not describe the accelerator we generate; accepted and
 # ignored so that VTA's files load unchanged.
@@ -81,6 +81,7 @@ _RANGES: dict[str, tuple[float, float]] = {
     "log_acc_buff_size": (6, 24),
     "bus_bytes": (1, 128), "dram_latency": (1, 1024), "cmd_queue_depth": (2, 4096),
     "token_queue_depth": (2, 4096), "clock_mhz": (1.0, 10000.0), "fused_requant": (0, 1),
+    "concurrent_alu": (0, 1),
 }
 _WHY = {
     "log_inp_width": "only int8 inputs (3) are supported", "log_wgt_width": "only int8 weights (3) are supported",
@@ -107,6 +108,10 @@ class VTAConfig:
         fused_requant: the tensor ALU gains REQ (``vta.isa.ALU_REQ``), one micro-op computing
             ``clip((acc * M) >> S, lo, hi)`` with per-lane M and S from an acc operand and lo/hi from the immediate;
             the compiler requantizes with one ALU pass instead of MUL, SHR, MAX, MIN.
+        concurrent_alu: ALU instructions run on a second micro-op engine of the compute module, concurrently with
+            the GEMMs and LOAD ACCs after them; the acc and out buffers become two banks (top index bit), and a
+            program must order any access to a bank the running ALU instructions touch (fsim's race check, see
+            docs/hardware.md).
     """
 
     log_inp_width: int = 3
@@ -124,6 +129,7 @@ class VTAConfig:
     token_queue_depth: int = 64
     clock_mhz: float = 100.0
     fused_requant: bool = False
+    concurrent_alu: bool = False
 
     def __post_init__(self) -> None:
         problems = _check(self)
