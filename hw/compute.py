@@ -105,52 +105,9 @@ class ComputeUnit(wiring.Component):
         issue = Signal()
         loop_init = Signal()
 
-        # ---- stage A: loop counters and micro-op read ----------------------------------------------------------
-        o = Signal(len(iter_out))
-        i = Signal(len(iter_in))
-        u = Signal(len(bgn))
-        names = ("dst", "src", "wgt")
-        fac = {}
-        for nm in names:  # ALU and GEMM place the dst/src factors differently; wgt factors are GEMM only
-            pair = []
-            for suffix in ("out", "in"):
-                gemm_f = field(insn, cfg, OP_GEMM, f"{nm}_factor_{suffix}")
-                if nm == "wgt":
-                    pair.append(gemm_f)
-                else:
-                    pair.append(Mux(opcode == OP_ALU, field(insn, cfg, OP_ALU, f"{nm}_factor_{suffix}"), gemm_f))
-            fac[nm] = tuple(pair)
-        base_o = {nm: Signal(16, name=f"{nm}_base_o") for nm in names}   # o * factor_out
-        off = {nm: Signal(16, name=f"{nm}_off") for nm in names}         # o * factor_out + i * factor_in
-        last_u = u == end - 1
-        last_i = i == iter_in - 1
-        last_o = o == iter_out - 1
-        last_iter = Signal()
-        m.d.comb += last_iter.eq(last_u & last_i & last_o)
-        with m.If(loop_init):
-            m.d.sync += [o.eq(0), i.eq(0), u.eq(bgn)]
-            m.d.sync += [base_o[nm].eq(0) for nm in names] + [off[nm].eq(0) for nm in names]
-        with m.If(issue):
-            m.d.sync += u.eq(u + 1)
-            with m.If(last_u):
-                m.d.sync += [u.eq(bgn), i.eq(i + 1)]
-                m.d.sync += [off[nm].eq(off[nm] + fac[nm][1]) for nm in names]
-                with m.If(last_i):
-                    m.d.sync += [i.eq(0), o.eq(o + 1)]
-                    m.d.sync += [base_o[nm].eq(base_o[nm] + fac[nm][0]) for nm in names]
-                    m.d.sync += [off[nm].eq(base_o[nm] + fac[nm][0]) for nm in names]
-        m.d.comb += [self.uop_rd.addr.eq(u), self.uop_rd.en.eq(1)]
-
-        # ---- stage B: indices, inp/wgt reads -------------------------------------------------------------------
-        b_valid = Signal()
-        b_off = {nm: Signal(16, name=f"b_{nm}_off") for nm in names}
-        m.d.sync += b_valid.eq(issue)
-        m.d.sync += [b_off[nm].eq(off[nm]) for nm in names]
-        uop = self.uop_rd.data
-        idx = {}
-        for f in lay.uop_fields:
-            idx[f.name] = Signal(16, name=f"b_{f.name}")
-            m.d.comb += idx[f.name].eq(uop[f.lsb:f.lsb + f.width] + b_off[f.name])
+        # ---- stages A and B: loop counters, micro-op read, indices; inp/wgt reads ---------------------------------
+        last_iter, b_valid, idx = _loop_stages(m, cfg, insn, opcode, issue, loop_init, self.uop_rd,
+                                               ("dst", "src", "wgt"))
         m.d.comb += [self.inp_rd.addr.eq(idx["src"]), self.inp_rd.en.eq(1),
                      self.wgt_rd.addr.eq(idx["wgt"]), self.wgt_rd.en.eq(1)]
 
@@ -230,3 +187,61 @@ class ComputeUnit(wiring.Component):
                                  self.finish.eq(opcode == OP_FINISH)]
                     m.next = "IDLE"
         return m
+
+
+def _loop_stages(m, cfg, insn, opcode, issue, loop_init, uop_rd, names):
+    """Stages A and B of a micro-op loop over the GEMM/ALU instruction ``insn`` (see the module docstring): the loop
+    counters (reset by ``loop_init``, advanced by ``issue``), the micro-op read through ``uop_rd`` and, one cycle
+    later, the indices of the micro-op fields in ``names`` plus the loop offsets. Returns ``(last_iter, b_valid,
+    idx)``: ``last_iter`` is high while stage A holds the last iteration, ``b_valid`` while stage B holds an issued
+    one, ``idx[name]`` (16 bits, entries) its indices."""
+    lay = layout(cfg)
+    bgn = field(insn, cfg, OP_GEMM, "uop_bgn")
+    end = field(insn, cfg, OP_GEMM, "uop_end")
+    iter_out = field(insn, cfg, OP_GEMM, "iter_out")
+    iter_in = field(insn, cfg, OP_GEMM, "iter_in")
+    o = Signal(len(iter_out))
+    i = Signal(len(iter_in))
+    u = Signal(len(bgn))
+    fac = {}
+    for nm in names:  # ALU and GEMM place the dst/src factors differently; wgt factors are GEMM only
+        pair = []
+        for suffix in ("out", "in"):
+            gemm_f = field(insn, cfg, OP_GEMM, f"{nm}_factor_{suffix}")
+            if nm == "wgt":
+                pair.append(gemm_f)
+            else:
+                pair.append(Mux(opcode == OP_ALU, field(insn, cfg, OP_ALU, f"{nm}_factor_{suffix}"), gemm_f))
+        fac[nm] = tuple(pair)
+    base_o = {nm: Signal(16, name=f"{nm}_base_o") for nm in names}   # o * factor_out
+    off = {nm: Signal(16, name=f"{nm}_off") for nm in names}         # o * factor_out + i * factor_in
+    last_u = u == end - 1
+    last_i = i == iter_in - 1
+    last_o = o == iter_out - 1
+    last_iter = Signal()
+    m.d.comb += last_iter.eq(last_u & last_i & last_o)
+    with m.If(loop_init):
+        m.d.sync += [o.eq(0), i.eq(0), u.eq(bgn)]
+        m.d.sync += [base_o[nm].eq(0) for nm in names] + [off[nm].eq(0) for nm in names]
+    with m.If(issue):
+        m.d.sync += u.eq(u + 1)
+        with m.If(last_u):
+            m.d.sync += [u.eq(bgn), i.eq(i + 1)]
+            m.d.sync += [off[nm].eq(off[nm] + fac[nm][1]) for nm in names]
+            with m.If(last_i):
+                m.d.sync += [i.eq(0), o.eq(o + 1)]
+                m.d.sync += [base_o[nm].eq(base_o[nm] + fac[nm][0]) for nm in names]
+                m.d.sync += [off[nm].eq(base_o[nm] + fac[nm][0]) for nm in names]
+    m.d.comb += [uop_rd.addr.eq(u), uop_rd.en.eq(1)]
+
+    b_valid = Signal()
+    b_off = {nm: Signal(16, name=f"b_{nm}_off") for nm in names}
+    m.d.sync += b_valid.eq(issue)
+    m.d.sync += [b_off[nm].eq(off[nm]) for nm in names]
+    uop = uop_rd.data
+    idx = {}
+    for f in lay.uop_fields:
+        if f.name in names:
+            idx[f.name] = Signal(16, name=f"b_{f.name}")
+            m.d.comb += idx[f.name].eq(uop[f.lsb:f.lsb + f.width] + b_off[f.name])
+    return last_iter, b_valid, idx
