@@ -12,7 +12,7 @@ from .compute import ComputeUnit
 from .fetch import FetchUnit
 from .gemm import pack_weights, pack_weights_int, wgt_operand_bits
 from .load import LoadUnit, _check_cfg
-from .mem import Sram, StagedSram, sram_geometry
+from .mem import BankedSram, Sram, StagedSram, sram_geometry
 from .queues import TokenQueue
 from .regs import COUNTERS, CSR_ADDR_BITS, CYCLE_CLASSES, MODULES
 from .store import StoreUnit
@@ -78,7 +78,14 @@ class VTACore(wiring.Component):
                                  transform=functools.partial(pack_weights, block_in=bi, block_out=bo),
                                  stored_width=wgt_operand_bits(bi, bo, "packed"),
                                  init=pack_weights_int([fill] * (bi * bo), bi, bo))
+            elif cfg.concurrent_alu and name in ("acc", "out"):
+                # two banks, reached by the GEMM side (writer 0, reader 0) and the ALU engine (writer 1, the other
+                # readers); acc: the GEMMs' acc[dst] and the ALU's acc[dst] share a bank's first read port
+                buf = BankedSram(width=width, depth=depth, granularity=gran, transparent=transparent,
+                                 read_map=(0, 0, 1) if name == "acc" else (0,))
             else:
+                if cfg.concurrent_alu and name == "uop":
+                    n_read = 2  # the ALU engine's micro-op reads
                 buf = Sram(width=width, depth=depth, granularity=gran, n_read=n_read, transparent=transparent,
                            fill_byte=fill)
             srams[name] = m.submodules[f"{name}_buf"] = buf
@@ -88,10 +95,20 @@ class VTACore(wiring.Component):
         wiring.connect(m, compute.uop_rd, srams["uop"].r0)
         wiring.connect(m, compute.inp_rd, srams["inp"].r0)
         wiring.connect(m, compute.wgt_rd, srams["wgt"].r0)
-        wiring.connect(m, compute.acc_wr, srams["acc"].w)
-        wiring.connect(m, compute.acc_rd0, srams["acc"].r0)
-        wiring.connect(m, compute.acc_rd1, srams["acc"].r1)
-        wiring.connect(m, compute.out_wr, srams["out"].w)
+        if cfg.concurrent_alu:
+            wiring.connect(m, compute.alu_uop_rd, srams["uop"].r1)
+            wiring.connect(m, compute.acc_wr, srams["acc"].w0)
+            wiring.connect(m, compute.alu_acc_wr, srams["acc"].w1)
+            wiring.connect(m, compute.acc_rd0, srams["acc"].r0)
+            wiring.connect(m, compute.alu_acc_rd0, srams["acc"].r1)
+            wiring.connect(m, compute.alu_acc_rd1, srams["acc"].r2)
+            wiring.connect(m, compute.out_wr, srams["out"].w0)
+            wiring.connect(m, compute.alu_out_wr, srams["out"].w1)
+        else:
+            wiring.connect(m, compute.acc_wr, srams["acc"].w)
+            wiring.connect(m, compute.acc_rd0, srams["acc"].r0)
+            wiring.connect(m, compute.acc_rd1, srams["acc"].r1)
+            wiring.connect(m, compute.out_wr, srams["out"].w)
         wiring.connect(m, store.out_rd, srams["out"].r0)
         wiring.connect(m, fetch.mem, arb.rd_0)
         wiring.connect(m, load.mem, arb.rd_1)
@@ -141,8 +158,9 @@ class VTACore(wiring.Component):
         # host's inputs (the boundary stops taking beats within two cycles when the modules stop).
         rd_beat = bnd.rd.data_valid & bnd.rd.data_ready
         wr_beat = bnd.wr.valid & bnd.wr.ready
-        m.d.comb += self.progress.eq(fetch.insn_done | load.insn_done | compute.insn_done | store.insn_done |
-                                     compute.gemm_uop | compute.alu_uop | rd_beat | wr_beat)
+        progress = (fetch.insn_done | load.insn_done | compute.insn_done | store.insn_done | compute.gemm_uop |
+                    compute.alu_uop | rd_beat | wr_beat)
+        m.d.comb += self.progress.eq(progress | compute.alu_insn_done if cfg.concurrent_alu else progress)
 
         # Counters.
         units = {"fetch": fetch, "load": load, "compute": compute, "store": store}
@@ -151,6 +169,8 @@ class VTACore(wiring.Component):
             for cls in CYCLE_CLASSES:
                 inc[f"{mod}_{cls}"] = running & (units[mod].state == _CLASS_CODE[cls])
             inc[f"{mod}_insns"] = units[mod].insn_done
+        if cfg.concurrent_alu:  # the ALU engine retires its instructions on its own
+            inc["compute_insns"] = compute.insn_done + compute.alu_insn_done
         inc.update({
             "gemm_uops": compute.gemm_uop, "alu_uops": compute.alu_uop,
             "insn_bytes_read": Mux(fetch.insn_done, fetch.insn_bytes, 0),

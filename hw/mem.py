@@ -13,8 +13,8 @@ from amaranth.lib.wiring import In, Out
 
 from .util import byte_fill, check_int, validated_init
 
-__all__ = ["Sram", "StagedSram", "write_signature", "read_signature", "sram_geometry", "sram_write_signature",
-           "sram_read_signature", "uniform_row_key"]
+__all__ = ["Sram", "StagedSram", "BankedSram", "write_signature", "read_signature", "sram_geometry",
+           "sram_write_signature", "sram_read_signature", "uniform_row_key"]
 
 
 def write_signature(addr_bits, data_bits, granules):
@@ -69,6 +69,72 @@ class Sram(wiring.Component):
             port = getattr(self, f"r{k}")
             rp = mem.read_port(transparent_for=(wp,) if self.transparent else ())
             m.d.comb += [rp.addr.eq(port.addr), rp.en.eq(port.en), port.data.eq(rp.data)]
+        return m
+
+
+class BankedSram(wiring.Component):
+    """An :class:`Sram` (``width`` bits x ``depth`` entries, granules of ``granularity`` bits) built as two banks of
+    ``depth / 2`` entries, entries ``[0, depth/2)`` and ``[depth/2, depth)`` (the top index bit), each an
+    :class:`Sram` with one write port and ``n_phys`` read ports, so that two writers and more readers reach it in one
+    cycle as long as they use different banks (``concurrent_alu``'s acc and out buffers; the program rule that
+    fsim checks guarantees it).
+
+    Ports: ``w0`` .. ``w<n_write-1>`` (flipped write ports): in each bank the lowest-numbered writer whose ``en`` is
+    not zero and whose address is in the bank writes. ``r0`` .. (flipped read ports), one per entry of ``read_map``:
+    reader ``j`` uses physical read port ``read_map[j]`` of the bank its address is in; readers sharing a physical
+    port take it in order of ``j`` when their ``en`` is high; ``data`` is that bank's port output from the cycle after
+    (valid the cycle after ``en``). ``transparent``: as :class:`Sram`, within a bank.
+    """
+
+    @validated_init
+    def __init__(self, *, width, depth, granularity=None, n_write=2, read_map=(0,), transparent=False):
+        self.width = check_int("width", width, lo=1)
+        self.depth = check_int("depth", depth, lo=4, hi=1 << 24)
+        if depth & (depth - 1):
+            raise ValueError(f"a banked SRAM needs a power-of-two depth, not {depth}")
+        self.granularity = width if granularity is None else check_int("granularity", granularity, lo=1, hi=width)
+        self.n_write = check_int("n_write", n_write, lo=1, hi=4)
+        if not read_map or any(not isinstance(p, int) or p < 0 for p in read_map):
+            raise ValueError(f"read_map must list each reader's physical port (ints >= 0), not {read_map!r}")
+        self.read_map = tuple(read_map)
+        self.n_phys = max(self.read_map) + 1
+        if set(self.read_map) != set(range(self.n_phys)):
+            raise ValueError(f"read_map must use physical ports 0 .. {self.n_phys - 1}, not {read_map!r}")
+        self.transparent = bool(transparent)
+        self.addr_bits = (depth - 1).bit_length()
+        members = {f"w{k}": In(write_signature(self.addr_bits, width, width // self.granularity))
+                   for k in range(n_write)}
+        for j in range(len(self.read_map)):
+            members[f"r{j}"] = In(read_signature(self.addr_bits, width))
+        super().__init__(members)
+
+    def elaborate(self, platform):
+        m = Module()
+        top = self.addr_bits - 1
+        banks = []
+        for b in range(2):
+            m.submodules[f"bank{b}"] = bank = Sram(width=self.width, depth=self.depth // 2,
+                                                   granularity=self.granularity, n_read=self.n_phys,
+                                                   transparent=self.transparent)
+            banks.append(bank)
+            m.d.comb += bank.w.en.eq(0)
+            for k in reversed(range(self.n_write)):  # later statements win: the lowest-numbered active writer
+                w = getattr(self, f"w{k}")
+                with m.If((w.en != 0) & (w.addr[top] == b)):
+                    m.d.comb += [bank.w.addr.eq(w.addr[:top]), bank.w.data.eq(w.data), bank.w.en.eq(w.en)]
+            for p in range(self.n_phys):
+                port = getattr(bank, f"r{p}")
+                readers = [getattr(self, f"r{j}") for j, q in enumerate(self.read_map) if q == p]
+                m.d.comb += [port.addr.eq(readers[-1].addr[:top]), port.en.eq(0)]
+                for r in reversed(readers):  # later statements win: the lowest-numbered enabled reader
+                    with m.If(r.en & (r.addr[top] == b)):
+                        m.d.comb += [port.addr.eq(r.addr[:top]), port.en.eq(1)]
+        for j, p in enumerate(self.read_map):
+            r = getattr(self, f"r{j}")
+            sel = Signal(name=f"r{j}_bank")
+            with m.If(r.en):
+                m.d.sync += sel.eq(r.addr[top])
+            m.d.comb += r.data.eq(Mux(sel, getattr(banks[1], f"r{p}").data, getattr(banks[0], f"r{p}").data))
         return m
 
 
