@@ -23,6 +23,12 @@ therefore tracks which instruction last wrote and read every shared SRAM entry a
 :class:`RaceError` for any cross-module access pair that no chain of tokens orders, and when FINISH is not ordered
 after every STORE (see :mod:`vta.fsim_race`). A program that passes is deterministic on any timing.
 
+CONCURRENT_ALU (``cfg.concurrent_alu``): ALU instructions still execute when the compute module takes them, but the
+race check treats them as run by a second engine (a fourth agent with its own vector clock, handed each ALU
+instruction after its pops): an ALU instruction's acc/out accesses and any GEMM's or LOAD ACC/ACC_8BIT's to the same
+bank (``index >= acc_depth // 2``) must be ordered by a drain (LOAD UOP, FINISH), by the front end's wait before
+pushing to a queue the engine pushes to, or by tokens; the ALU's out writes reach the store through its own pushes.
+
 Statistics (:class:`Stats`) use the hardware counters' names (``vta.hw.regs.COUNTERS``) and meaning: byte counts are
 element bytes ``y_size * x_size * elem_bytes`` (padding reads nothing; ACC_8BIT loads count their int8 DRAM bytes
 under ``acc_bytes_read``); micro-op counts are ``iter_out * iter_in * (uop_end - uop_bgn)`` per GEMM/ALU; ``macs``
@@ -230,7 +236,8 @@ class _Machine:
         self._plans: OrderedDict[tuple[object, ...], tuple[Any, int]] = OrderedDict()  # (plan, bytes) by
         self._plan_bytes = 0  # (insn, chunk, micro-op contents), least recently used first; total bytes
         self.race: RaceTracker | None = None  # set by run() when checking races
-        self.vc: tuple[int, ...] = (0, 0, 0)  # vector clock of the executing instruction (see fsim_race)
+        self.vc: tuple[int, ...] = (0,) * len(MODULE_INDEX)  # vector clock of the executing instruction (fsim_race)
+        self.banked = cfg.concurrent_alu  # CONCURRENT_ALU: acc/out bank accesses by the front end and the ALU engine
         self.elem_shape = {MEM_INP: (b, bi), MEM_WGT: (bo, bi), MEM_ACC: (b, bo), MEM_ACC_8BIT: (b, bo)}
 
     def _recall(self, key: tuple[object, ...]) -> Any:
@@ -302,6 +309,8 @@ class _Machine:
                                                self.vc))
             if module == "load":
                 self._check(k, self.race.sram_write(k, MEM_NAMES[mem], slice(insn.sram_base, end), self.vc))
+            elif self.banked and mem in (MEM_ACC, MEM_ACC_8BIT):
+                self._check(k, self.race.bank_access(k, "compute", slice(insn.sram_base, end), self.vc))
         raw = np.ascontiguousarray(self._rows(lo, insn.y_size, insn.x_size * eb, insn.x_stride * eb))
         nbytes = insn.y_size * insn.x_size * eb
         y0, x0 = insn.y_pad_0, insn.x_pad_0
@@ -422,6 +431,8 @@ class _Machine:
                     plan = self._remember(key, self._indices(k, insn, t0, t1, targets[:1])[0])
                 if self.race is not None:
                     self._check(k, self.race.sram_write(k, "out", plan, self.vc))
+                    if self.banked:
+                        self._check(k, self.race.bank_access(k, "compute", plan, self.vc))
                 self.acc[plan] = 0
                 self.out[plan] = 0
                 continue
@@ -433,6 +444,8 @@ class _Machine:
                 self._check(k, self.race.sram_read(k, "inp", plan.reads[0], self.vc))
                 self._check(k, self.race.sram_read(k, "wgt", plan.reads[1], self.vc))
                 self._check(k, self.race.sram_write(k, "out", du, self.vc))
+                if self.banked:
+                    self._check(k, self.race.bank_access(k, "compute", du, self.vc))
             new = wrap32(self.acc[du].astype(np.int64) + plan.sums(self.inp, self.wgt))
             self.acc[du] = new
             self.out[du] = new.astype(np.int8)
@@ -449,7 +462,12 @@ class _Machine:
                 plan = self._remember(key, self._alu_plan(k, insn, t0, t1))
             mode, d, steps = plan
             if self.race is not None:
-                self._check(k, self.race.sram_write(k, "out", d, self.vc))
+                self._check(k, self.race.sram_write(k, "out", d, self.vc, self.banked))
+                if self.banked:  # the engine's destinations, then its sources (acc entries it reads)
+                    self._check(k, self.race.bank_access(k, "alu", d, self.vc))
+                    for _, ss in steps:
+                        if ss is not None and ss.size:
+                            self._check(k, self.race.bank_access(k, "alu", ss, self.vc))
             if mode == "reset":
                 self.acc[d] = 0
                 self.out[d] = 0
@@ -570,8 +588,13 @@ class _Scheduler:
         self.fetched = 0
         self.count = 0
         # vector clocks (see fsim_race): per module, and carried by every token in flight
-        self.vc = {m: [0, 0, 0] for m in MODULES}
+        self.vc = {m: [0] * len(MODULE_INDEX) for m in MODULES}
         self.token_vcs: dict[str, deque[tuple[int, ...]]] = {q: deque() for q in TOKEN_QUEUES}
+        # CONCURRENT_ALU: the ALU engine's clock, and per token queue its clock right after the last ALU
+        # instruction pushing to that queue (the front end waits for that one before pushing there itself)
+        self.concurrent_alu = self.cfg.concurrent_alu
+        self.engine = [0] * len(MODULE_INDEX)
+        self.engine_pushed: dict[str, tuple[int, ...]] = {}
 
     def _fetch(self) -> None:
         depth = self.cfg.cmd_queue_depth
@@ -618,17 +641,25 @@ class _Scheduler:
                     vc[:] = map(max, vc, self.token_vcs[q].popleft())
                     setattr(stats, f"{q}_pops", getattr(stats, f"{q}_pops") + 1)
                 self._count_work(best, insn)
-                vc[MODULE_INDEX[best_module]] += 1
-                self.machine.vc = tuple(vc)
+                if self.concurrent_alu and best_module == "compute":
+                    self.machine.vc = self._front_end(best, insn, vc)
+                else:
+                    vc[MODULE_INDEX[best_module]] += 1
+                    self.machine.vc = tuple(vc)
                 if isinstance(insn, Finish) and self.machine.race is not None:
                     self.machine._check(best, self.machine.race.finish(best, vc))
                 self.machine.execute(best, insn)
+                if self.concurrent_alu and best_module == "compute" and not isinstance(insn, Alu):
+                    for q in self.pushes[best]:  # wait for the engine's instructions pushing to q
+                        if q in self.engine_pushed:
+                            vc[:] = map(max, vc, self.engine_pushed[q])
                 self.executed[best_module] = True
                 if not self._ready(best_module):
                     continue
+            clock = self.engine if self.concurrent_alu and isinstance(insn, Alu) else self.vc[best_module]
             for q in self.pushes[best]:
                 self.tokens[q] += 1
-                self.token_vcs[q].append(tuple(self.vc[best_module]))
+                self.token_vcs[q].append(tuple(clock))
                 setattr(stats, f"{q}_pushes", getattr(stats, f"{q}_pushes") + 1)
             self.executed[best_module] = False
             self.queues[best_module].popleft()
@@ -639,6 +670,24 @@ class _Scheduler:
                                         + "; make FINISH wait for them (ProgramBuilder.finish does this for store)",
                                         self._first_blocked())
                 return
+
+    def _front_end(self, k: int, insn: Insn, vc: list[int]) -> tuple[int, ...]:
+        """CONCURRENT_ALU: the happens-before bookkeeping of compute instruction ``k`` (its pops are already in
+        ``vc``, the front end's clock); returns the clock its accesses are checked with. An ALU instruction is handed
+        to the engine (the engine's clock takes the front end's and counts one more ALU instruction; the front end's
+        count does not move); a LOAD UOP or FINISH first drains the engine (the front end takes the engine's clock)."""
+        engine = self.engine
+        if isinstance(insn, Alu):
+            engine[:] = map(max, engine, vc)
+            engine[MODULE_INDEX["alu"]] += 1
+            clock = tuple(engine)
+            for q in self.pushes[k]:
+                self.engine_pushed[q] = clock
+            return clock
+        if isinstance(insn, Finish) or (isinstance(insn, Load) and insn.mem == MEM_UOP):
+            vc[:] = map(max, vc, engine)
+        vc[MODULE_INDEX["compute"]] += 1
+        return tuple(vc)
 
     def _count_work(self, k: int, insn: Insn) -> None:
         """Count instruction ``k`` and its micro-ops; :class:`RunawayError` (before it executes) past a limit."""

@@ -4,8 +4,9 @@ The modules run concurrently on the hardware, so a program is only correct when 
 data by two different modules (a write and a read, in either order) is ordered by a chain of dependency tokens. The
 simulator's own schedule may happen to run them in the right order; this tracker checks the ordering itself, with
 vector clocks: ``vc[m]`` is the number of instructions of module m known to have completed (``m`` indexes
-``("load", "compute", "store")``), merged through every token popped. Instruction X of module m is the ``vc[m]``-th
-of its module; W happened before X exactly when W's number within its module is ``<= vc_X[module of W]``.
+``("load", "compute", "store", "alu")``; "alu" only with CONCURRENT_ALU, see below), merged through every token
+popped. Instruction X of module m is the ``vc[m]``-th of its module; W happened before X exactly when W's number
+within its module is ``<= vc_X[module of W]``.
 
 Shared data (writer module -> reader module): inp and wgt entries (load -> compute), out entries (compute -> store),
 DRAM bytes (store -> load for INP/WGT loads, store -> compute for UOP/ACC loads, so a STORE into micro-ops that a
@@ -17,6 +18,18 @@ allow, and pops no tokens. The simulator runs the decoded ``program.insns``; the
 STORE may write the bytes of instruction j only when j is certainly fetched already: j is at or before the STORE
 itself or before an instruction that happened before the STORE (by the vector clocks). Any other write into the
 stream is a race (what the hardware runs would depend on how far fetch had got).
+
+CONCURRENT_ALU (``cfg.concurrent_alu``, docs/hardware.md "Codesign knobs"): the compute module's ALU engine is a
+fourth agent, ``"alu"``: ALU instructions are numbered within it, not within compute. The scheduler (vta.fsim) gives
+the engine its own clock: at the hand-off it takes the front end's clock (after the ALU instruction's pops) and counts
+one more ALU instruction; the ALU's accesses are checked with it and its pushes carry it. The front end merges the
+engine's clock before a LOAD UOP and FINISH (drains), and before the pushes of a non-ALU instruction to queue Q the
+engine's clock as it was after the last ALU instruction pushing to Q. The acc and out buffers are then two banks
+(``index >= acc_depth // 2``) shared by the two agents: every acc/out access by one (GEMM acc/out entries, LOAD
+ACC/ACC_8BIT entries with padding, ALU destinations and sources) must be ordered after the other's last access to the
+same bank. One table covers both buffers: every out access comes with an acc access to the same index by the same
+instruction, so tracking acc/out banks apart would find the same pairs. Out entries written by the engine are tracked
+towards the store module like the front end's (a second last-writer array).
 """
 from __future__ import annotations
 
@@ -25,13 +38,21 @@ from typing import Callable, Sequence
 import numpy as np
 
 from .config import VTAConfig
-from .isa import Insn, Store, module_of
+from .isa import Alu, Insn, Store, module_of
 from .program import Program
 
 __all__ = ["RaceTracker", "MODULE_INDEX"]
 
-MODULE_INDEX = {"load": 0, "compute": 1, "store": 2}
+MODULE_INDEX = {"load": 0, "compute": 1, "store": 2, "alu": 3}
 _SRAM = {"inp": ("load", "compute"), "wgt": ("load", "compute"), "out": ("compute", "store")}
+
+
+def _who(agent: str, pushes: bool) -> str:
+    """How a message names an agent: the ALU engine (CONCURRENT_ALU) pushes an ALU instruction's tokens, while the
+    compute module's front end pops them."""
+    if agent == "alu":
+        return "compute module's ALU engine" if pushes else "compute module"
+    return f"{agent} module"
 
 
 class RaceTracker:
@@ -53,6 +74,10 @@ class RaceTracker:
         self.grain = min(cfg.uop_bytes, cfg.inp_elem_bytes, cfg.out_elem_bytes)  # every DRAM access is aligned to it
         self.span = store_span
         self._span = store_span or (0, 0)
+        # CONCURRENT_ALU: out entries' last writer within "alu"; per acc/out bank, the last access by each agent
+        self.alu_written = np.zeros(cfg.out_depth, np.int64) if cfg.concurrent_alu else None
+        self.half = cfg.acc_depth // 2  # first entry of bank 1
+        self.bank_last = [[0] * len(MODULE_INDEX) for _ in range(2)]
         if store_span is not None:
             n = -(-(store_span[1] - store_span[0]) // self.grain)
             self.dram_written = np.zeros(n, np.int64)
@@ -64,8 +89,9 @@ class RaceTracker:
         module_insns: dict[str, list[int]] = {m: [] for m in MODULE_INDEX}
         starts, ends = [], []
         eb = program.cfg.out_elem_bytes
+        alu_agent = program.cfg.concurrent_alu
         for k, insn in enumerate(program.insns):
-            module_insns[module_of(insn)].append(k)
+            module_insns["alu" if alu_agent and isinstance(insn, Alu) else module_of(insn)].append(k)
             if isinstance(insn, Store) and insn.x_size and insn.y_size:
                 starts.append(max(insn.dram_base * eb, 0))
                 ends.append(min((insn.dram_base + (insn.y_size - 1) * insn.x_stride + insn.x_size) * eb,
@@ -86,29 +112,76 @@ class RaceTracker:
     def _message(self, k: int, verb: str, what: str, module: str, other: str, number: int, other_verb: str) -> str:
         via = " (through compute)" if {other, module} == {"load", "store"} else ""
         return (f"race: instruction {k} ({self.name(k)}) {verb} {what}, which {self._insn(other, number)} "
-                f"{other_verb}, and no dependency token orders the two; the {other} module must push a token after "
-                f"that instruction which the {module} module pops{via} before this one")
+                f"{other_verb}, and no dependency token orders the two; the {_who(other, True)} must push a token "
+                f"after that instruction which the {_who(module, False)} pops{via} before this one")
 
     # ---- on-chip buffers ---------------------------------------------------------------------------------------
-    def sram_write(self, k: int, buf: str, idx: np.ndarray | slice, vc: Sequence[int]) -> str | None:
+    def sram_write(self, k: int, buf: str, idx: np.ndarray | slice, vc: Sequence[int],
+                   alu: bool = False) -> str | None:
+        """A write of ``buf`` entries ``idx`` by instruction ``k``; ``alu``: by the ALU engine (CONCURRENT_ALU;
+        only out entries), numbered within "alu"."""
         writer, reader = _SRAM[buf]
+        if alu:
+            writer = "alu"
         last = np.atleast_1d(self.read[buf][idx])
         j = self._conflict(last, reader, vc)
         if j is not None:
             entry = np.arange(self.read[buf].size)[idx].reshape(-1)[j]
             return self._message(k, "overwrites", f"{buf} entry {entry}", writer, reader, int(last[j]), "reads")
-        self.written[buf][idx] = vc[MODULE_INDEX[writer]]
+        if alu and self.alu_written is not None:
+            self.alu_written[idx] = vc[MODULE_INDEX["alu"]]
+        else:
+            self.written[buf][idx] = vc[MODULE_INDEX[writer]]
         return None
 
     def sram_read(self, k: int, buf: str, idx: np.ndarray | slice, vc: Sequence[int]) -> str | None:
         writer, reader = _SRAM[buf]
-        last = np.atleast_1d(self.written[buf][idx])
-        j = self._conflict(last, writer, vc)
-        if j is not None:
-            entry = np.arange(self.written[buf].size)[idx].reshape(-1)[j]
-            return self._message(k, "reads", f"{buf} entry {entry}", reader, writer, int(last[j]), "writes")
+        writers = [(writer, self.written[buf])]
+        if buf == "out" and self.alu_written is not None:
+            writers.append(("alu", self.alu_written))
+        for who, written in writers:
+            last = np.atleast_1d(written[idx])
+            j = self._conflict(last, who, vc)
+            if j is not None:
+                entry = np.arange(written.size)[idx].reshape(-1)[j]
+                return self._message(k, "reads", f"{buf} entry {entry}", reader, who, int(last[j]), "writes")
         self.read[buf][idx] = vc[MODULE_INDEX[reader]]
         return None
+
+    def bank_access(self, k: int, agent: str, idx: np.ndarray | slice, vc: Sequence[int]) -> str | None:
+        """CONCURRENT_ALU: instruction ``k`` of ``agent`` ("compute": the front end's GEMM or LOAD ACC/ACC_8BIT;
+        "alu": the ALU engine) accesses acc/out entries ``idx`` (a non-empty index array or a slice with a stop)
+        with vector clock ``vc``; an error sentence when the other agent's last access to one of the banks touched
+        is not ordered before it."""
+        if isinstance(idx, slice):
+            lo, hi = idx.start or 0, idx.stop - 1
+        else:
+            lo, hi = int(idx.min()), int(idx.max())
+        if hi < lo:
+            return None
+        other = "alu" if agent == "compute" else "compute"
+        mine, theirs = MODULE_INDEX[agent], MODULE_INDEX[other]
+        for bank in range(0 if lo < self.half else 1, 2 if hi >= self.half else 1):
+            last = self.bank_last[bank]
+            if last[theirs] > vc[theirs]:
+                return self._bank_message(k, agent, bank, last[theirs])
+            last[mine] = vc[mine]
+        return None
+
+    def _bank_message(self, k: int, agent: str, bank: int, number: int) -> str:
+        entries = f"[{bank * self.half}, {(bank + 1) * self.half})"
+        if agent == "compute":  # a GEMM or LOAD ACC after an ALU instruction still running in the engine
+            j = self.module_insns["alu"][number - 1]
+            return (f"race: instruction {k} ({self.name(k)}) accesses acc/out bank {bank} (entries {entries}), which "
+                    f"instruction {j} ({self.name(j)}) in the ALU engine also accesses, and nothing orders the two: "
+                    f"the ALU engine runs concurrently with the GEMMs and LOAD ACCs after it (CONCURRENT_ALU); drain "
+                    f"the engine between them (a LOAD UOP), order them by a token chain from the ALU instruction's "
+                    f"pushes, or use the other bank")
+        j = self.module_insns["compute"][number - 1]
+        return (f"race: instruction {k} ({self.name(k)}) in the ALU engine accesses acc/out bank {bank} (entries "
+                f"{entries}), which instruction {j} ({self.name(j)}) of the compute front end also accesses, and "
+                f"nothing orders the two: the ALU engine and the front end access the banks concurrently "
+                f"(CONCURRENT_ALU)")
 
     # ---- DRAM --------------------------------------------------------------------------------------------------
     def _grains(self, lo: int, rows: int, row_bytes: int, stride_bytes: int) -> np.ndarray | slice | None:
