@@ -15,14 +15,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from vta.config import VTAConfig
+from vta.config import MEM_UOP, VTAConfig
 from vta.isa import TOKEN_POPS, TOKEN_PUSHES, Alu, Finish, Gemm, Insn, Load, Store, layout, module_of
 from vta.program import Program
 
 __all__ = ["Estimate", "estimate", "estimate_insns", "CostModelError", "MODULES"]
 
 MODULES = ("fetch", "load", "compute", "store")
-"""The modules whose busy cycles an :class:`Estimate` reports."""
+"""The modules whose busy cycles an :class:`Estimate` reports; with ``concurrent_alu`` also ``alu``, the ALU engine
+(the compute module's ``busy`` is then its front end's)."""
+ALU_QUEUE_DEPTH = 4
+"""Instructions the ``concurrent_alu`` engine's queue holds besides the one it runs (``hw/compute.py``)."""
 
 # ---- constants, each the timing of one RTL path ---------------------------------------------------------------------
 TAKE = 2
@@ -63,6 +66,12 @@ DONE_FINISH = 0
 DONE = 1
 """Cycles counted after the PUSH of another module's last instruction: that module reports idle the cycle after
 (IDLE with an empty queue), ``done`` rises the cycle after that."""
+HAND_OFF = 1
+"""``concurrent_alu``: the front end's cycles for an ALU instruction, TOKENS to its hand-off inclusive (the hand-off is
+the TOKENS cycle: pops and the write into the engine's queue together)."""
+ENGINE_START = 3
+"""``concurrent_alu``: cycles from the hand-off to the engine's START state (its TOKENS) when the engine is idle: the
+queue (SyncFIFOBuffered: write, output register), IDLE takes it, START."""
 
 
 class CostModelError(ValueError):
@@ -182,6 +191,14 @@ class _Schedule:
         self.chunk = max(4, cfg.bus_bytes // self.insn_bytes)
         self.chunk_req: list[tuple[int, int, int]] = []
         self.window = max(0, MAX_OUTSTANDING * MAX_BURST - cfg.dram_latency - REQ_TO_DATA)
+        # concurrent_alu: the ALU engine's START cycles (in hand-off order), the cycle after its last PUSH, and per
+        # token queue the PUSH cycle of the last ALU instruction handed off that pushes there
+        self.engine = cfg.concurrent_alu
+        self.engine_starts: list[int] = []
+        self.engine_free = 0
+        self.engine_push: dict[str, int] = {}
+        if self.engine:
+            self.busy["alu"] = self.work["alu"] = 0
 
     # ---- fetch --------------------------------------------------------------------------------------------------
     def _chunk_arrival(self, c: int) -> int | None:
@@ -234,6 +251,13 @@ class _Schedule:
             return None
         t = max(self.free[m], self.dispatch[k] + FETCH_TO_QUEUE)
         insn = self.insns[k]
+        if self.engine and m == "compute":
+            if isinstance(insn, Alu):  # room in the engine's queue: the instruction DEPTH+1 before it has started
+                n = len(self.engine_starts)
+                if n > ALU_QUEUE_DEPTH:
+                    t = max(t, self.engine_starts[n - ALU_QUEUE_DEPTH - 1])
+            elif isinstance(insn, Finish) or (isinstance(insn, Load) and insn.mem == MEM_UOP):
+                t = max(t, self.engine_free)  # the engine must be empty
         for flag, q in TOKEN_POPS[m].items():
             if getattr(insn, flag):
                 idx = len(self.pops[q])
@@ -296,20 +320,54 @@ class _Schedule:
             if getattr(insn, flag):
                 self.pushes[q][-1] += cycles
 
-    def _run(self, m: str, start: int) -> None:
-        k = self.queue[m][self.next[m]]
-        insn = self.insns[k]
-        for flag, q in TOKEN_POPS[m].items():
-            if getattr(insn, flag):
-                self.pops[q].append(start)
-        dur = self._duration(m, k, insn, start)
-        end = start + dur - 1
+    def _push_end(self, m: str, insn: Insn, end: int) -> int:
+        """The PUSH cycle of ``insn`` (module ``m``) whose work ends at ``end``: when a token queue it pushes to is
+        full, the cycle after the pop that makes room; records its pushes."""
         for flag, q in TOKEN_PUSHES[m].items():
             if getattr(insn, flag):
                 held = len(self.pushes[q]) - self.cfg.token_queue_depth
                 if held >= 0 and held < len(self.pops[q]):  # the queue is full until that pop
                     end = max(end, self.pops[q][held] + 1)
                 self.pushes[q].append(end)
+        return end
+
+    def _hand_off(self, k: int, insn: Alu, start: int) -> None:
+        """``concurrent_alu``: the front end hands ALU instruction ``k`` to the engine at ``start``; the engine runs
+        it in order after the ones before and makes its pushes."""
+        e_start = max(start + ENGINE_START, self.engine_free)
+        self.engine_starts.append(e_start)
+        uops = loop_uops(insn)
+        dur = LOOP_OVERHEAD + uops if uops else EMPTY
+        end = self._push_end("compute", insn, e_start + dur - 1)
+        for flag, q in TOKEN_PUSHES["compute"].items():
+            if getattr(insn, flag):
+                self.engine_push[q] = end
+        self.end[k] = end
+        self.engine_free = end + TAKE
+        self.busy["alu"] += end - e_start + 1
+        self.work["alu"] += dur
+
+    def _run(self, m: str, start: int) -> None:
+        k = self.queue[m][self.next[m]]
+        insn = self.insns[k]
+        for flag, q in TOKEN_POPS[m].items():
+            if getattr(insn, flag):
+                self.pops[q].append(start)
+        if self.engine and m == "compute" and isinstance(insn, Alu):
+            self._hand_off(k, insn, start)
+            self.take[k] = start
+            self.busy[m] += HAND_OFF
+            self.work[m] += HAND_OFF
+            self.free[m] = start + HAND_OFF - 1 + TAKE
+            self.next[m] += 1
+            return
+        dur = self._duration(m, k, insn, start)
+        end = start + dur - 1
+        if self.engine and m == "compute":  # a push waits for the engine's pushes to the same queue
+            for flag, q in TOKEN_PUSHES[m].items():
+                if getattr(insn, flag) and q in self.engine_push:
+                    end = max(end, self.engine_push[q] + 1)
+        end = self._push_end(m, insn, end)
         self.take[k] = start
         self.end[k] = end
         self.busy[m] += end - start + 1
@@ -339,7 +397,7 @@ class _Schedule:
         others = [self.end[k] for k in range(self.n) if not isinstance(self.insns[k], Finish)]
         cycles = max([e + DONE_FINISH for e in finish] + [e + DONE for e in others] + [0])
         self.busy["fetch"] = max(self.dispatch) if self.n else 0
-        bound = max(MODULES[1:], key=lambda m: self.busy[m])
+        bound = max([*MODULES[1:], *(["alu"] if self.engine else [])], key=lambda m: self.busy[m])
         return Estimate(cycles, dict(self.busy), dict(self.work), bound, list(self.end))
 
 

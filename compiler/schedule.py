@@ -223,8 +223,10 @@ class ConvTiling:
         """A quick estimate of the layer's cycles, to rank candidate tilings before building their programs: the
         busiest module's work (compute: constant loads, reset or bias load, GEMM and ``alu_ops`` ALU passes, each
         instruction with its loop overhead; load: input windows and weights, one 16-beat wgt entry per micro-op;
-        store: output entries) with double buffering, the sum of the three without. ``const_loads``: LOAD ACC of
-        per-channel constants per tile. Edge tiles are counted as full tiles, so this is an upper-ish estimate."""
+        store: output entries) with double buffering, the sum of the three without; with ``concurrent_alu`` and
+        double buffering the ALU passes count apart from the rest of compute (their own engine). ``const_loads``:
+        LOAD ACC of per-channel constants per tile. Edge tiles are counted as full tiles, so this is an upper-ish
+        estimate."""
         g, cfg = self.geom, intr.cfg
         oc_tile, acc_tile, wgt_entries = self.oc_tile, self.acc_tile, self.wgt_entries
         in_window = self.in_rows * self.in_cols
@@ -236,8 +238,10 @@ class ConvTiling:
         bus, dma = cfg.bus_bytes, intr.dma
         acc_beats = max(1, dma["acc"].elem_bytes // bus)
         init = (latency + pix * acc_beats) if self.bias_load else (pix + 8)
-        compute = tiles * (const_loads * (latency + oc_tile * acc_beats) + init
-                           + steps * (wgt_entries * acc_tile + 8) + alu_ops * (pix + 8))
+        compute = tiles * (const_loads * (latency + oc_tile * acc_beats) + init + steps * (wgt_entries * acc_tile + 8))
+        alu = tiles * alu_ops * (pix + 8)
+        # with concurrent_alu the ALU passes run on their own engine beside the GEMMs (two virtual threads only)
+        compute = max(compute, alu) if cfg.concurrent_alu and self.threads > 1 else compute + alu
         wgt_beats = max(1, dma["wgt"].elem_bytes // bus)
         inp_beats = max(1, dma["inp"].elem_bytes // bus)
         load = tiles * steps * (self.in_blocks() * (latency + in_window * inp_beats)
