@@ -75,3 +75,34 @@ def test_many_random_programs_match_fsim(key, seed, tmp_path):
     program = random_program(cfg, np.random.default_rng(1000 + seed), n_ops=48)
     timing = PortTiming.stressed() if seed % 2 else PortTiming()
     run_core(cfg, key, [("random", program, timing)], tmp_path)
+
+
+# CONCURRENT_ALU: the compiler's conv and residual-add programs run their ALU passes on the second engine while the
+# next tile's constant loads and GEMMs use the other acc bank; under memory backpressure the DRAM and the counters
+# (instructions, micro-ops, bytes) must still be fsim's.
+CONCURRENT = VTAConfig(log_block=3, log_uop_buff_size=10, log_inp_buff_size=11, log_wgt_buff_size=13,
+                       log_acc_buff_size=12, concurrent_alu=True)
+
+
+def test_concurrent_alu_core_matches_fsim(tmp_path):
+    from vta.compiler.codegen import AddLayer, ConvLayer, build_add_program, build_conv_program
+    from vta.compiler.intrin import intrinsics
+    cfg = CONCURRENT
+    rng = np.random.default_rng(5)
+    intr = intrinsics(cfg)
+    o = c = 4 * intr.block_out
+    programs = []
+    for per_tensor in (True, False):
+        mult = np.full(o, 1234) if per_tensor else rng.integers(1, 32767, o)
+        shift = np.full(o, 17) if per_tensor else rng.integers(10, 24, o)
+        layer = ConvLayer.make((1, c, 9, 9), rng.integers(-128, 128, (o, c, 3, 3)), rng.integers(-5000, 5000, o),
+                               mult, shift, 0, 127, pads=(1, 1, 1, 1), intr=intr)
+        x = rng.integers(-128, 128, (1, c // intr.block_in, 9, 9, 1, intr.block_in)).astype(np.int8)
+        programs.append((f"conv_{per_tensor}", build_conv_program(cfg, layer, x)[0], PortTiming.stressed()))
+    a = rng.integers(-128, 128, (1, 2, 9, 9, 1, intr.block_out)).astype(np.int8)
+    add = build_add_program(cfg, AddLayer((1, 2 * intr.block_out, 9, 9), 3, 7, 3, 0, 127), a, a[:, ::-1])[0]
+    programs.append(("add", add, PortTiming.stressed()))
+    gemm, _ = gemm_program(cfg, 2, 2 * cfg.block_in, 2 * cfg.block_out, seed=1)
+    programs.append(("gemm", gemm, PortTiming()))
+    results = run_core(cfg, "concurrent_alu", programs, tmp_path)
+    assert len(results) == len(programs)
