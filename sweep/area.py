@@ -42,7 +42,7 @@ import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from vta.config import ConfigError, VTAConfig
+from vta.config import KNOBS, ConfigError, VTAConfig
 from vta.isa import layout
 
 __all__ = ["Area", "estimate_area", "MEASURED", "cached_measurements", "config_from_name", "LUTRAM_BITS",
@@ -160,7 +160,8 @@ def estimate_area(cfg: VTAConfig) -> Area:
 
 # ---- measured designs -------------------------------------------------------------------------------------------
 _NAME = re.compile(r"(?P<batch>\d+)x(?P<block>\d+)_i8w8a32_(?P<uop>\d+)_(?P<inp>\d+)_(?P<wgt>\d+)_(?P<acc>\d+)"
-                   r"(?:_bus(?P<bus>\d+))?(?:_lat(?P<lat>\d+))?(?:_cq(?P<cq>\d+))?(?:_tq(?P<tq>\d+))?(?P<rq>_rq)?")
+                   r"(?:_bus(?P<bus>\d+))?(?:_lat(?P<lat>\d+))?(?:_cq(?P<cq>\d+))?(?:_tq(?P<tq>\d+))?"
+                   + "".join(f"(?P<{tag}>_{tag})?" for tag in KNOBS.values()))
 
 
 def config_from_name(name: str) -> VTAConfig:
@@ -169,13 +170,13 @@ def config_from_name(name: str) -> VTAConfig:
     match = _NAME.fullmatch(name)
     if match is None:
         raise ValueError(f"{name!r} is not a canonical config name such as '1x16_i8w8a32_15_15_18_17'")
-    g = {k: int(v) for k, v in match.groupdict().items() if v is not None and k != "rq"}
+    g = {k: int(v) for k, v in match.groupdict().items() if v is not None and k not in KNOBS.values()}
+    knobs = {name: match.group(tag) is not None for name, tag in KNOBS.items()}
     try:
         return VTAConfig(log_batch=_exact_log2(g["batch"], name), log_block=_exact_log2(g["block"], name),
                          log_uop_buff_size=g["uop"], log_inp_buff_size=g["inp"], log_wgt_buff_size=g["wgt"],
                          log_acc_buff_size=g["acc"], bus_bytes=g.get("bus", 8), dram_latency=g.get("lat", 16),
-                         cmd_queue_depth=g.get("cq", 64), token_queue_depth=g.get("tq", 64),
-                         fused_requant=match.group("rq") is not None)
+                         cmd_queue_depth=g.get("cq", 64), token_queue_depth=g.get("tq", 64), **knobs)
     except ConfigError as err:
         raise ValueError(f"{name!r} names an invalid config: {'; '.join(err.problems)}") from None
 
