@@ -11,7 +11,7 @@ from fsim_helpers import finish_with_store
 from vta import fsim
 from vta.compiler.codegen import OUTPUT, AddLayer, ConvLayer, build_add_program, build_conv_program
 from vta.compiler.intrin import intrinsics
-from vta.config import MEM_ACC, MEM_INP, MEM_WGT, VTAConfig
+from vta.config import MEM_ACC, MEM_ACC_8BIT, MEM_INP, MEM_WGT, VTAConfig
 from vta.fsim import RaceError
 from vta.isa import ALU_ADD, Uop
 from vta.program import Program, ProgramBuilder
@@ -40,12 +40,14 @@ def _prologue(cfg: VTAConfig) -> tuple[ProgramBuilder, object]:
 
 def alu_then(cfg: VTAConfig, bank: int, *, between: str = "none", then: str = "gemm",
              alu_pushes: bool = True) -> tuple[Program, int, int]:
-    """An ALU ADD on bank 0 (acc[0] += acc[0]), then a GEMM or a LOAD ACC (``then``) on ``bank``; ``between``:
+    """An ALU ADD on bank 0 (acc[0] += acc[0]), then a GEMM, a LOAD ACC or a padded LOAD ACC_8BIT
+    (``then``) on ``bank``; ``between``:
     nothing, a LOAD UOP ("drain") or a token chain ALU -> store -> compute ("tokens"). ``alu_pushes``: the ALU
     pushes a compute->store token (else only the later instruction does). Returns (program, ALU index, index of the
     later instruction); the program stores all out entries."""
     bld, kernel = _prologue(cfg)
     acc = bld.alloc("acc", np.arange(cfg.batch * cfg.block_out, dtype=np.int32).reshape(1, cfg.batch, -1))
+    acc8 = bld.alloc("acc8", np.arange(cfg.batch * cfg.block_out, dtype=np.int8).reshape(1, cfg.batch, -1))
     alu = bld.alu(ALU_ADD, uop_bgn=0, uop_end=1)
     if alu_pushes:
         bld.dep_push("compute", "store")
@@ -57,6 +59,9 @@ def alu_then(cfg: VTAConfig, bank: int, *, between: str = "none", then: str = "g
         bld.load_uops(kernel)
     if then == "gemm":
         later = bld.gemm(uop_bgn=bank, uop_end=bank + 1)
+    elif then == "load_acc8_padded":  # its data in the first entry of ``bank``, its padding in the entry before
+        later = bld.load(MEM_ACC_8BIT, sram_base=bank * (cfg.acc_depth // 2) - 1,
+                         dram_base=bld.elem_addr(acc8, MEM_ACC_8BIT), x_pad_0=1)
     else:
         later = bld.load(MEM_ACC, sram_base=bank * (cfg.acc_depth // 2), dram_base=bld.elem_addr(acc, MEM_ACC))
     return finish_with_store(bld, cfg, n=cfg.out_depth), alu, later
@@ -65,21 +70,26 @@ def alu_then(cfg: VTAConfig, bank: int, *, between: str = "none", then: str = "g
 def _bank_race(later: int, name: str, alu: int) -> str:
     return (rf"^race: instruction {later} \({name}\) accesses acc/out bank 0 \(entries \[0, {HALF}\)\), which "
             rf"instruction {alu} \(ALU ADD\) in the ALU engine also accesses, and nothing orders the two: the ALU "
-            rf"engine runs concurrently with the GEMMs and LOAD ACCs after it \(CONCURRENT_ALU\); ")
+            rf"engine runs concurrently with the GEMMs and LOAD ACCs after it \(CONCURRENT_ALU\); drain the engine "
+            rf"between them \(a LOAD UOP\), order them by a token chain from the ALU instruction's pushes, or use the "
+            rf"other bank$")
 
 
 # ---- the bank rule --------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("then", ["gemm", "load_acc"])
-def test_knob_off_nothing_changes(then: str) -> None:
-    """Without the knob the ALU runs in program order with the GEMMs: the same-bank program passes."""
-    program, _, _ = alu_then(SMALL_CFG, 0, then=then)
+@pytest.mark.parametrize("then, bank", [("gemm", 0), ("load_acc", 0), ("load_acc8_padded", 1)])
+def test_knob_off_nothing_changes(then: str, bank: int) -> None:
+    """Without the knob the ALU runs in program order with the GEMMs: the same-bank programs pass."""
+    program, _, _ = alu_then(SMALL_CFG, bank, then=then)
     result = fsim.run(program)
     assert result.stats.alu_uops == 1
 
 
-@pytest.mark.parametrize("then, name", [("gemm", "GEMM"), ("load_acc", "LOAD ACC")])
-def test_same_bank_without_ordering_is_a_race(then: str, name: str) -> None:
-    program, alu, later = alu_then(ON, 0, then=then)
+@pytest.mark.parametrize("then, bank, name", [("gemm", 0, "GEMM"), ("load_acc", 0, "LOAD ACC"),
+                                             ("load_acc8_padded", 1, "LOAD ACC_8BIT")])
+def test_same_bank_without_ordering_is_a_race(then: str, bank: int, name: str) -> None:
+    """The ALU works on bank 0; so does the GEMM or LOAD ACC after it (the padded LOAD ACC_8BIT through its padding
+    entry only)."""
+    program, alu, later = alu_then(ON, bank, then=then)
     with pytest.raises(RaceError, match=_bank_race(later, name, alu)) as err:
         fsim.run(program)
     assert err.value.insn_index == later

@@ -152,7 +152,8 @@ class RaceTracker:
         """CONCURRENT_ALU: instruction ``k`` of ``agent`` ("compute": the front end's GEMM or LOAD ACC/ACC_8BIT;
         "alu": the ALU engine) accesses acc/out entries ``idx`` (a non-empty index array or a slice with a stop)
         with vector clock ``vc``; an error sentence when the other agent's last access to one of the banks touched
-        is not ordered before it."""
+        is not ordered before it. (An ALU instruction is always ordered after the front end's earlier accesses, by
+        the hand-off, so in practice the front end's GEMM or LOAD ACC is the one that finds a race.)"""
         if isinstance(idx, slice):
             lo, hi = idx.start or 0, idx.stop - 1
         else:
@@ -169,19 +170,15 @@ class RaceTracker:
         return None
 
     def _bank_message(self, k: int, agent: str, bank: int, number: int) -> str:
+        other = "alu" if agent == "compute" else "compute"
+        j = self.module_insns[other][number - 1]
+        where = {"alu": " in the ALU engine", "compute": ""}
         entries = f"[{bank * self.half}, {(bank + 1) * self.half})"
-        if agent == "compute":  # a GEMM or LOAD ACC after an ALU instruction still running in the engine
-            j = self.module_insns["alu"][number - 1]
-            return (f"race: instruction {k} ({self.name(k)}) accesses acc/out bank {bank} (entries {entries}), which "
-                    f"instruction {j} ({self.name(j)}) in the ALU engine also accesses, and nothing orders the two: "
-                    f"the ALU engine runs concurrently with the GEMMs and LOAD ACCs after it (CONCURRENT_ALU); drain "
-                    f"the engine between them (a LOAD UOP), order them by a token chain from the ALU instruction's "
-                    f"pushes, or use the other bank")
-        j = self.module_insns["compute"][number - 1]
-        return (f"race: instruction {k} ({self.name(k)}) in the ALU engine accesses acc/out bank {bank} (entries "
-                f"{entries}), which instruction {j} ({self.name(j)}) of the compute front end also accesses, and "
-                f"nothing orders the two: the ALU engine and the front end access the banks concurrently "
-                f"(CONCURRENT_ALU)")
+        return (f"race: instruction {k} ({self.name(k)}){where[agent]} accesses acc/out bank {bank} (entries "
+                f"{entries}), which instruction {j} ({self.name(j)}){where[other]} also accesses, and nothing orders "
+                f"the two: the ALU engine runs concurrently with the GEMMs and LOAD ACCs after it (CONCURRENT_ALU); "
+                f"drain the engine between them (a LOAD UOP), order them by a token chain from the ALU instruction's "
+                f"pushes, or use the other bank")
 
     # ---- DRAM --------------------------------------------------------------------------------------------------
     def _grains(self, lo: int, rows: int, row_bytes: int, stride_bytes: int) -> np.ndarray | slice | None:
