@@ -656,6 +656,8 @@ class _Scheduler:
                 self.executed[best_module] = True
                 if not self._ready(best_module):
                     continue
+            # an ALU instruction's pushes carry the engine's clock (still this ALU's: compute hands off no other
+            # instruction before these pushes are made)
             clock = self.engine if self.concurrent_alu and isinstance(insn, Alu) else self.vc[best_module]
             for q in self.pushes[best]:
                 self.tokens[q] += 1
