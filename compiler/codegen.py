@@ -14,7 +14,8 @@ Per output tile of a convolution (all indices in entries of the named buffer)::
 
     LOAD ACC bias[, multiplier, shift]     per-channel constants, one acc entry per output block (each only when
                                            its ALU pass is emitted)
-    GEMM reset                             zero the tile
+    GEMM reset                             zero the tile (none with the gemm_overwrite knob: the first step's
+                                           reset GEMM writes each output block's first products instead)
     per reduction step: LOAD INP (one per input block, borders as load padding), LOAD WGT, [LOAD UOP], GEMM
     ALU ADD bias; [MUL M]; SHR S; MAX lo; MIN hi     (M and S as immediates when per tensor, else tensors)
     STORE (one per output block)
@@ -267,16 +268,20 @@ def _gemm_uops(s: _ConvState, tile: ConvTile, step: tuple[int, int, int, int], f
 
 
 def _gemm_kernel(s: _ConvState, tile: ConvTile, step: tuple[int, int, int, int], first: int, inp_base: int,
-                 wgt_base: int, acc_base: int) -> tuple[list[Uop], bytes]:
+                 wgt_base: int, acc_base: int, overwrite: bool = False) -> tuple[list[Uop], bytes]:
     """:func:`_gemm_uops` and its kernel key, built once per distinct (input blocks each output block reads, step,
-    window, bases)."""
+    window, bases). ``overwrite``: the micro-op that starts each output block first (``tile.oct`` of them, for a
+    ``gemm_overwrite`` reset GEMM), then the others in their order."""
     _, rows, _, cols = _tile_in_window(s, tile, step[2], step[3])
     ib_lo = s.layer.weight.ib_lo
     key = (tuple(int(ib_lo[tile.ob0 + obl]) - first for obl in range(tile.oct)), step, rows, cols, inp_base,
-           wgt_base, acc_base)
+           wgt_base, acc_base, overwrite)
     hit = s.gemm_kernels.get(key)
     if hit is None:
         uops = _gemm_uops(s, tile, step, first, inp_base, wgt_base, acc_base)
+        if overwrite:  # each output block's micro-ops are contiguous, as many for every block
+            per = len(uops) // tile.oct
+            uops = uops[::per] + [u for k, u in enumerate(uops) if k % per]
         hit = s.gemm_kernels[key] = (uops, UopCache.kernel_key(uops))
     return hit
 
@@ -324,15 +329,17 @@ def _emit_tile(s: _ConvState, index: int, tile: ConvTile, n_tiles: int) -> None:
             pb.load(MEM_ACC, sram_base=const_base + slot * s.t.oc_tile,
                     dram_base=pb.elem_addr(s.consts, MEM_ACC) + slot * g.ob + tile.ob0, x_size=tile.oct)
         s.resident[index % threads] = (tile.ob0, tile.oct)
+    # gemm_overwrite: the first step's first micro-op per output block writes instead of accumulating
+    overwrite = s.intr.cfg.gemm_overwrite and not s.t.bias_load
     if s.t.bias_load:
         _emit_bias_init(s, tile, acc_base)
-    else:
+    elif not overwrite:
         bgn, end = s.uops.place(_tile_uops(s, tile, acc_base, None))
         iter_out, iter_in, dst_out, dst_in = _tile_loop(tile)
         pb.gemm(uop_bgn=bgn, uop_end=end, reset=True, iter_out=iter_out, iter_in=iter_in, dst_factor_out=dst_out,
                 dst_factor_in=dst_in)
         s.code.gemm_uops += tile.oct * tile.toh * tile.tow
-    for step in tile.steps:
+    for si, step in enumerate(tile.steps):
         k = s.step
         inp_base, wgt_base = (k % threads) * half["inp"], (k % threads) * half["wgt"]
         if k >= threads:
@@ -340,11 +347,18 @@ def _emit_tile(s: _ConvState, index: int, tile: ConvTile, n_tiles: int) -> None:
         first = _emit_loads(s, tile, step, inp_base, wgt_base)
         pb.dep_push("load", "compute")
         pb.dep_pop("load", "compute")
-        bgn, end = s.uops.place(*_gemm_kernel(s, tile, step, first, inp_base, wgt_base, acc_base))
+        starts = overwrite and si == 0
+        bgn, end = s.uops.place(*_gemm_kernel(s, tile, step, first, inp_base, wgt_base, acc_base, starts))
         cols = _tile_in_window(s, tile, step[2], step[3])[3]
-        pb.gemm(uop_bgn=bgn, uop_end=end, iter_out=tile.toh, iter_in=tile.tow,
-                dst_factor_out=tile.tow if tile.toh > 1 else 0, dst_factor_in=1 if tile.tow > 1 else 0,
-                src_factor_out=g.sh * cols if tile.toh > 1 else 0, src_factor_in=g.sw if tile.tow > 1 else 0)
+        loops: dict[str, Any] = dict(iter_out=tile.toh, iter_in=tile.tow,
+                                     dst_factor_out=tile.tow if tile.toh > 1 else 0,
+                                     dst_factor_in=1 if tile.tow > 1 else 0,
+                                     src_factor_out=g.sh * cols if tile.toh > 1 else 0,
+                                     src_factor_in=g.sw if tile.tow > 1 else 0)
+        if starts:
+            pb.gemm(uop_bgn=bgn, uop_end=bgn + tile.oct, reset=True, **loops)
+        if not starts or end > bgn + tile.oct:
+            pb.gemm(uop_bgn=bgn + tile.oct if starts else bgn, uop_end=end, **loops)
         s.code.gemm_uops += (end - bgn) * tile.toh * tile.tow
         if k + threads < s.total_steps:
             pb.dep_push("compute", "load")

@@ -36,7 +36,7 @@ def program_counts(program: Program) -> dict[str, int]:
             uops = insn.iter_out * insn.iter_in * max(0, insn.uop_end - insn.uop_bgn)
             if isinstance(insn, Gemm):
                 counts["gemm_uops"] += uops
-                if not insn.reset:
+                if not insn.reset or cfg.gemm_overwrite:  # a gemm_overwrite reset multiplies too
                     counts["macs"] += uops * cfg.macs_per_cycle
             else:
                 counts["alu_uops"] += uops

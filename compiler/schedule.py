@@ -237,7 +237,8 @@ class ConvTiling:
         pix = oc_tile * acc_tile
         bus, dma = cfg.bus_bytes, intr.dma
         acc_beats = max(1, dma["acc"].elem_bytes // bus)
-        init = (latency + pix * acc_beats) if self.bias_load else (pix + 8)
+        # the accumulators' start: the bias loaded, a reset GEMM, or (gemm_overwrite) a split first GEMM
+        init = (latency + pix * acc_beats) if self.bias_load else 8 if cfg.gemm_overwrite else (pix + 8)
         compute = tiles * (const_loads * (latency + oc_tile * acc_beats) + init + steps * (wgt_entries * acc_tile + 8))
         alu = tiles * alu_ops * (pix + 8)
         # with concurrent_alu the ALU passes run on their own engine beside the GEMMs (two virtual threads only)

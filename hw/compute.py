@@ -151,10 +151,12 @@ class ComputeUnit(wiring.Component):
                        for j in range(lanes)])
         reset = field(insn, cfg, OP_GEMM, "reset")
         res = Signal(32 * lanes)
+        # a reset writes zeros; with gemm_overwrite a GEMM's reset writes its products instead
+        cleared = Mux(opcode == OP_ALU, 0, gemm.dot) if cfg.gemm_overwrite else 0
         if ca:
-            m.d.comb += res.eq(Mux(reset, 0, summed))
+            m.d.comb += res.eq(Mux(reset, gemm.dot if cfg.gemm_overwrite else 0, summed))
         else:
-            m.d.comb += res.eq(Mux(reset, 0, Mux(opcode == OP_ALU, alu_res, summed)))
+            m.d.comb += res.eq(Mux(reset, cleared, Mux(opcode == OP_ALU, alu_res, summed)))
         with m.If(d_valid):
             m.d.comb += [self.acc_wr.addr.eq(d_dst), self.acc_wr.data.eq(res), self.acc_wr.en.eq(-1)]
         with m.Else():

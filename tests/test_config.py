@@ -212,8 +212,8 @@ def test_unknown_key() -> None:
         VTAConfig.from_dict({"LOG_BATCHES": 1})
     assert info.value.problems == [
         "unknown key 'LOG_BATCHES'; known keys are BUS_BYTES, CLOCK_MHZ, CMD_QUEUE_DEPTH, CONCURRENT_ALU, "
-        "DRAM_LATENCY, FUSED_REQUANT, LOG_ACC_BUFF_SIZE, LOG_ACC_WIDTH, LOG_BATCH, LOG_BLOCK, LOG_INP_BUFF_SIZE, "
-        "LOG_INP_WIDTH, LOG_UOP_BUFF_SIZE, LOG_WGT_BUFF_SIZE, LOG_WGT_WIDTH, TOKEN_QUEUE_DEPTH"]
+        "DRAM_LATENCY, FUSED_REQUANT, GEMM_OVERWRITE, LOG_ACC_BUFF_SIZE, LOG_ACC_WIDTH, LOG_BATCH, LOG_BLOCK, "
+        "LOG_INP_BUFF_SIZE, LOG_INP_WIDTH, LOG_UOP_BUFF_SIZE, LOG_WGT_BUFF_SIZE, LOG_WGT_WIDTH, TOKEN_QUEUE_DEPTH"]
 
 
 def test_key_given_twice() -> None:
@@ -293,8 +293,8 @@ def test_several_problems_at_once() -> None:
         VTAConfig.from_dict({"LOG_BATCH": 7, "LOG_BLOCK": "4", "BUS_BYTES": 12, "COLOR": "red"}, source="x.toml")
     assert info.value.problems == [
         "unknown key 'COLOR'; known keys are BUS_BYTES, CLOCK_MHZ, CMD_QUEUE_DEPTH, CONCURRENT_ALU, DRAM_LATENCY, "
-        "FUSED_REQUANT, LOG_ACC_BUFF_SIZE, LOG_ACC_WIDTH, LOG_BATCH, LOG_BLOCK, LOG_INP_BUFF_SIZE, LOG_INP_WIDTH, "
-        "LOG_UOP_BUFF_SIZE, LOG_WGT_BUFF_SIZE, LOG_WGT_WIDTH, TOKEN_QUEUE_DEPTH",
+        "FUSED_REQUANT, GEMM_OVERWRITE, LOG_ACC_BUFF_SIZE, LOG_ACC_WIDTH, LOG_BATCH, LOG_BLOCK, LOG_INP_BUFF_SIZE, "
+        "LOG_INP_WIDTH, LOG_UOP_BUFF_SIZE, LOG_WGT_BUFF_SIZE, LOG_WGT_WIDTH, TOKEN_QUEUE_DEPTH",
         "LOG_BATCH must be between 0 and 4, not 7",
         "LOG_BLOCK must be an integer, not '4'",
         "BUS_BYTES must be a power of two, not 12",
@@ -406,7 +406,7 @@ def test_fused_requant_knob_round_trips_and_tags_the_name(tmp_path: Path) -> Non
     path.write_text("LOG_BLOCK = 3\nFUSED_REQUANT = true\n")
     assert load_config(path) == VTAConfig(log_block=3, fused_requant=True)
     knobs = load_config(CONFIGS / "knobs.toml")
-    assert knobs.fused_requant and knobs.concurrent_alu
+    assert knobs.fused_requant and knobs.concurrent_alu and knobs.gemm_overwrite
 
 
 @pytest.mark.parametrize("value", [1, 0, "yes", None])

@@ -77,11 +77,11 @@ def test_many_random_programs_match_fsim(key, seed, tmp_path):
     run_core(cfg, key, [("random", program, timing)], tmp_path)
 
 
-# CONCURRENT_ALU: the compiler's conv and residual-add programs run their ALU passes on the second engine while the
-# next tile's constant loads and GEMMs use the other acc bank; under memory backpressure the DRAM and the counters
-# (instructions, micro-ops, bytes) must still be fsim's.
+# CONCURRENT_ALU and GEMM_OVERWRITE: the compiler's conv and residual-add programs run their ALU passes on the second
+# engine while the next tile's constant loads and GEMMs use the other acc bank, and start each tile with an overwriting
+# GEMM; under memory backpressure the DRAM and the counters (instructions, micro-ops, bytes) must still be fsim's.
 CONCURRENT = VTAConfig(log_block=3, log_uop_buff_size=10, log_inp_buff_size=11, log_wgt_buff_size=13,
-                       log_acc_buff_size=12, concurrent_alu=True)
+                       log_acc_buff_size=12, concurrent_alu=True, gemm_overwrite=True)
 
 
 def test_concurrent_alu_core_matches_fsim(tmp_path):

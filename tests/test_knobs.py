@@ -12,7 +12,7 @@ from vta.compiler import qops
 from vta.compiler.codegen import OUTPUT, ConvLayer, alu_passes, build_conv_program, fused_requant
 from vta.compiler.cost import estimate
 from vta.compiler.intrin import intrinsics
-from vta.config import MEM_ACC, MEM_OUT, VTAConfig
+from vta.config import MEM_ACC, MEM_INP, MEM_OUT, MEM_WGT, VTAConfig
 from vta.fsim import InvalidInstructionError, alu_op
 from vta.hw.verilog import verilog_text
 from vta.isa import ALU_MAX, ALU_MIN, ALU_MUL, ALU_REQ, ALU_SHR, Uop, alu_opcodes, requant_imm, requant_word
@@ -230,3 +230,67 @@ def test_residual_add_with_req_is_bit_exact(ma: int, mb: int, shift: int) -> Non
     np.testing.assert_array_equal(outs[0], outs[1])
     passes = (ma != 1) + (mb != 1) + 1
     assert (alu[0], alu[1]) == (900 * 4 * (passes + 2 + (shift != 0)), 900 * 4 * (passes + 1))
+
+
+# ---- GEMM_OVERWRITE ------------------------------------------------------------------------------------------------
+OVERWRITE = VTAConfig(gemm_overwrite=True)
+
+
+def overwrite_program(cfg: VTAConfig, seed: int = 0) -> tuple[Program, dict[str, np.ndarray]]:
+    """LOAD INP, WGT and ACC (random), a reset GEMM of three micro-ops (two write acc entry 0, one entry 1), an ALU
+    reset of entry 2, STORE of out entries 0..3 (entry 3 is never computed). Returns the program and its operands."""
+    rng = np.random.default_rng(seed)
+    bt, bi, bo = cfg.batch, cfg.block_in, cfg.block_out
+    data = {"inp": rng.integers(-128, 128, (3, bt, bi)), "wgt": rng.integers(-128, 128, (3, bo, bi)),
+            "acc": rng.integers(-1000, 1000, (4, bt, bo))}
+    b = ProgramBuilder(cfg)
+    inp, wgt = b.alloc("inp", data["inp"].astype(np.int8)), b.alloc("wgt", data["wgt"].astype(np.int8))
+    acc, out = b.alloc("acc", data["acc"].astype(np.int32)), b.alloc("out", (4, bt, bo), np.int8)
+    b.load(MEM_INP, sram_base=0, dram_base=b.elem_addr(inp, MEM_INP), x_size=3)
+    b.load(MEM_WGT, sram_base=0, dram_base=b.elem_addr(wgt, MEM_WGT), x_size=3)
+    b.dep_push("load", "compute")
+    b.load_uops(b.uop_kernel("uops", [Uop(0, 0, 0), Uop(1, 1, 2), Uop(0, 2, 1), Uop(2, 0, 0)]))
+    b.load(MEM_ACC, sram_base=0, dram_base=b.elem_addr(acc, MEM_ACC), x_size=4)
+    b.dep_pop("load", "compute")
+    b.gemm(uop_bgn=0, uop_end=3, reset=True)
+    b.alu(ALU_MAX, uop_bgn=3, uop_end=4, reset=True, use_imm=True, imm=0)
+    b.dep_push("compute", "store")
+    b.dep_pop("compute", "store")
+    b.store(sram_base=0, dram_base=b.elem_addr(out, MEM_OUT), x_size=4)
+    return b.finish(), data
+
+
+def test_gemm_overwrite_reset_writes_the_products() -> None:
+    """With the knob a reset GEMM's micro-op writes inp[s] @ wgt[w].T (the last one to a destination wins); an ALU
+    reset still writes zeros; without the knob both write zeros. Expected values computed here with numpy."""
+    for cfg in (VTAConfig(), OVERWRITE):
+        program, d = overwrite_program(cfg)
+        result = fsim.run(program)
+        got = program.read("out", result.dram).astype(np.int64)
+        want = np.zeros_like(d["acc"])  # out entries 2 (ALU reset) and 3 (not computed) stay zero
+        if cfg.gemm_overwrite:
+            want[0] = d["inp"][2] @ d["wgt"][1].T
+            want[1] = d["inp"][1] @ d["wgt"][2].T
+        np.testing.assert_array_equal(got, ((want + 128) % 256) - 128)
+        assert result.stats.macs == (3 * cfg.macs_per_cycle if cfg.gemm_overwrite else 0)
+
+
+@pytest.mark.parametrize("per_tensor", [True, False], ids=["per_tensor", "per_channel"])
+def test_conv_with_gemm_overwrite_is_bit_exact_without_zeroing_gemms(per_tensor: bool) -> None:
+    """The compiler starts each tile with the first step's overwriting GEMM instead of a zeroing one: same output,
+    same MACs, one GEMM micro-op fewer per output entry (this small layer is load-bound: its cycles barely move)."""
+    from vta.compiler.codegen import plan_program
+    from vta.compiler.schedule import plan_conv
+    results = []
+    for cfg in (VTAConfig(), OVERWRITE):
+        layer, x = _conv(cfg, per_tensor)
+        tiling = plan_conv(layer.geom, intrinsics(cfg), threads=2)  # the same tiling for both
+        program, code = build_conv_program(cfg, layer, x, tiling)
+        run = fsim.run(program)
+        results.append((program.read(OUTPUT, run.dram), run.stats.macs, run.stats.gemm_uops,
+                        estimate(program).cycles, plan_program(program).counts["macs"]))
+    (out0, macs0, gemm0, cyc0, counted0), (out1, macs1, gemm1, cyc1, counted1) = results
+    np.testing.assert_array_equal(out0, out1)
+    assert macs0 == macs1 == counted0 == counted1
+    entries = layer.geom.ob * layer.geom.oh * layer.geom.ow
+    assert gemm0 - gemm1 == entries and abs(cyc1 - cyc0) < 0.01 * cyc0

@@ -65,9 +65,9 @@ def stats_from_counters(counters: dict[str, int], program: Any = None) -> dict[s
 
     Measured by the hardware: micro-op counts, bytes moved by kind (:data:`STAT_COUNTERS`) and instructions per
     module. With ``program`` (which ran to FINISH) also the figures that follow from its instruction stream:
-    ``macs`` (``BATCH*BLOCK_IN*BLOCK_OUT`` per micro-op of a non-reset GEMM: measured GEMM micro-ops minus the
-    reset GEMMs' micro-ops) and the token pushes and pops of each queue (one per flag set on an executed
-    instruction), with the functional simulator's names.
+    ``macs`` (``BATCH*BLOCK_IN*BLOCK_OUT`` per micro-op of a non-reset GEMM, or of every GEMM with
+    ``gemm_overwrite``: measured GEMM micro-ops minus the reset GEMMs' micro-ops) and the token pushes and pops of
+    each queue (one per flag set on an executed instruction), with the functional simulator's names.
     """
     stats = {name: int(counters[name]) for name in STAT_COUNTERS + INSN_COUNTERS}
     if program is None:
@@ -76,7 +76,7 @@ def stats_from_counters(counters: dict[str, int], program: Any = None) -> dict[s
     reset_uops = 0
     tokens = {name: 0 for flags in _TOKEN_FLAGS.values() for name in flags.values()}
     for insn in program.insns:
-        if isinstance(insn, Gemm) and insn.reset:
+        if isinstance(insn, Gemm) and insn.reset and not program.cfg.gemm_overwrite:
             reset_uops += insn.iter_out * insn.iter_in * max(0, insn.uop_end - insn.uop_bgn)
         for flag, name in _TOKEN_FLAGS[module_of(insn)].items():
             tokens[name] += int(bool(getattr(insn, flag)))

@@ -63,11 +63,11 @@ _VTA_KEYS = {
     "LOG_ACC_BUFF_SIZE": "log_acc_buff_size",
     "BUS_BYTES": "bus_bytes", "DRAM_LATENCY": "dram_latency", "CMD_QUEUE_DEPTH": "cmd_queue_depth",
     "TOKEN_QUEUE_DEPTH": "token_queue_depth", "CLOCK_MHZ": "clock_mhz",
-    "FUSED_REQUANT": "fused_requant", "CONCURRENT_ALU": "concurrent_alu",
+    "FUSED_REQUANT": "fused_requant", "CONCURRENT_ALU": "concurrent_alu", "GEMM_OVERWRITE": "gemm_overwrite",
 }
 # Codesign knobs: boolean fields beyond VTA's design, off by default. Off, a knob leaves the design VTA's (same ISA,
 # RTL and timing); ``to_dict`` and ``name`` mention a knob only when it is on, so default configs are unchanged.
-KNOBS = {"fused_requant": "rq", "concurrent_alu": "ca"}
+KNOBS = {"fused_requant": "rq", "concurrent_alu": "ca", "gemm_overwrite": "ow"}
 """knob field -> the tag ``VTAConfig.name`` appends when the knob is on."""
 # Keys that VTA's own vta_config.json carries but that do not describe the accelerator we generate; accepted and
 # ignored so that VTA's files load unchanged.
@@ -81,7 +81,7 @@ _RANGES: dict[str, tuple[float, float]] = {
     "log_acc_buff_size": (6, 24),
     "bus_bytes": (1, 128), "dram_latency": (1, 1024), "cmd_queue_depth": (2, 4096),
     "token_queue_depth": (2, 4096), "clock_mhz": (1.0, 10000.0), "fused_requant": (0, 1),
-    "concurrent_alu": (0, 1),
+    "concurrent_alu": (0, 1), "gemm_overwrite": (0, 1),
 }
 _WHY = {
     "log_inp_width": "only int8 inputs (3) are supported", "log_wgt_width": "only int8 weights (3) are supported",
@@ -112,6 +112,9 @@ class VTAConfig:
             the GEMMs and LOAD ACCs after them; the acc and out buffers become two banks (top index bit), and a
             program must order any access to a bank the running ALU instructions touch (fsim's race check, see
             docs/hardware.md).
+        gemm_overwrite: a GEMM with its reset flag set writes its products, ``acc[d] = inp[s] @ wgt[w].T``, instead
+            of zeros (an ALU reset still writes zeros); the compiler starts each output tile with it instead of a
+            reset GEMM before the accumulating ones.
     """
 
     log_inp_width: int = 3
@@ -130,6 +133,7 @@ class VTAConfig:
     clock_mhz: float = 100.0
     fused_requant: bool = False
     concurrent_alu: bool = False
+    gemm_overwrite: bool = False
 
     def __post_init__(self) -> None:
         problems = _check(self)

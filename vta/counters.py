@@ -126,7 +126,7 @@ _INSN_MEANING = {
 }
 _INSNS = tuple(_hw(f"{m}_insns", "instructions", _INSN_MEANING[m]) for m in MODULES)
 _MACS = (_stream("macs", "MACs", "Multiply-accumulates: BATCH * BLOCK_IN * BLOCK_OUT per micro-op of a non-reset "
-                                 "GEMM."),)
+                                 "GEMM (of every GEMM with the gemm_overwrite knob)."),)
 _TOKEN_VERB = {"pushes": "pushed to", "pops": "popped from"}
 _TOKENS = tuple(_stream(f"{q}_{kind}", "tokens", f"Tokens {_TOKEN_VERB[kind]} the {q} queue: one per flag set on "
                                                  "an executed instruction.")

@@ -33,7 +33,8 @@ Statistics (:class:`Stats`) use the hardware counters' names (``vta.hw.regs.COUN
 element bytes ``y_size * x_size * elem_bytes`` (padding reads nothing; ACC_8BIT loads count their int8 DRAM bytes
 under ``acc_bytes_read``); micro-op counts are ``iter_out * iter_in * (uop_end - uop_bgn)`` per GEMM/ALU; ``macs``
 counts ``BATCH * BLOCK_IN * BLOCK_OUT`` per GEMM micro-op, except for reset GEMMs, which count micro-ops but no MACs
-(they multiply nothing). FINISH counts as a compute instruction.
+(they multiply nothing; with ``gemm_overwrite`` a reset GEMM writes its products, ``vta.isa``, and counts them).
+FINISH counts as a compute instruction.
 
 Speed: LOAD/STORE are strided numpy copies; GEMM groups the accumulator entries by the sequence of (input, weight)
 tiles they reduce over and runs one float BLAS matmul per group (exact: float32 while a dot product has at most 1024
@@ -44,9 +45,9 @@ in an LRU cache of at most ``_PLAN_CACHE_BYTES``. Loops run in chunks of at most
 is proportional to the buffers and the DRAM image, never to the loop extents.
 
 Range checks: every buffer entry an instruction reads or writes must be below the buffer's depth. Indices of buffers
-an instruction does not read are not checked (src and wgt of a reset GEMM, src of an ALU op with an immediate or a
-reset). A LOAD/STORE with ``x_size == 0`` moves only tokens and checks nothing; a LOAD with ``y_size == 0`` and
-``x_size > 0`` reads nothing and writes only its padding rows (zeros).
+an instruction does not read are not checked (src and wgt of a reset GEMM without ``gemm_overwrite``, src of an ALU
+op with an immediate or a reset). A LOAD/STORE with ``x_size == 0`` moves only tokens and checks nothing; a LOAD
+with ``y_size == 0`` and ``x_size > 0`` reads nothing and writes only its padding rows (zeros).
 """
 from __future__ import annotations
 
@@ -419,13 +420,28 @@ class _Machine:
         total = self._check_uops(k, insn)
         cfg = self.cfg
         self.stats.gemm_uops += total
-        if not insn.reset:
+        overwrite = insn.reset and cfg.gemm_overwrite  # the knob's reset writes the products instead of zeros
+        if not insn.reset or overwrite:
             self.stats.macs += total * cfg.macs_per_cycle
         targets = [(0, "dst", "acc"), (1, "src", "inp"), (2, "wgt", "wgt")]
         uops = self.uop[:, insn.uop_bgn:insn.uop_end].tobytes()
         for t0, t1 in self._chunks(insn, cfg.batch * cfg.block_in + cfg.block_out * cfg.block_in):
             key = (insn, t0, t1, uops)
             plan = self._recall(key)
+            if overwrite:
+                if plan is None:
+                    d, s, w = self._indices(k, insn, t0, t1, targets)
+                    # each destination ends with the products of the last micro-op that writes it
+                    _, rev = np.unique(d[::-1], return_index=True)
+                    last = d.size - 1 - rev
+                    plan = GemmPlan(d[last], s[last], w[last], cfg.block_in)
+                    plan.reads = (np.unique(s), np.unique(w))  # every micro-op reads its operands
+                    plan = self._remember(key, plan)
+                self._gemm_checks(k, plan)
+                new = wrap32(plan.sums(self.inp, self.wgt))
+                self.acc[plan.du] = new
+                self.out[plan.du] = new.astype(np.int8)
+                continue
             if insn.reset:  # reads neither inp nor wgt: only dst indices are computed and checked
                 if plan is None:
                     plan = self._remember(key, self._indices(k, insn, t0, t1, targets[:1])[0])
@@ -440,15 +456,19 @@ class _Machine:
                 d, s, w = self._indices(k, insn, t0, t1, targets)
                 plan = self._remember(key, GemmPlan(d, s, w, cfg.block_in))
             du = plan.du
-            if self.race is not None:
-                self._check(k, self.race.sram_read(k, "inp", plan.reads[0], self.vc))
-                self._check(k, self.race.sram_read(k, "wgt", plan.reads[1], self.vc))
-                self._check(k, self.race.sram_write(k, "out", du, self.vc))
-                if self.banked:
-                    self._check(k, self.race.bank_access(k, "compute", du, self.vc))
+            self._gemm_checks(k, plan)
             new = wrap32(self.acc[du].astype(np.int64) + plan.sums(self.inp, self.wgt))
             self.acc[du] = new
             self.out[du] = new.astype(np.int8)
+
+    def _gemm_checks(self, k: int, plan: GemmPlan) -> None:
+        """Race checks of a GEMM chunk that reads inp/wgt (``plan.reads``) and writes acc/out ``plan.du``."""
+        if self.race is not None:
+            self._check(k, self.race.sram_read(k, "inp", plan.reads[0], self.vc))
+            self._check(k, self.race.sram_read(k, "wgt", plan.reads[1], self.vc))
+            self._check(k, self.race.sram_write(k, "out", plan.du, self.vc))
+            if self.banked:
+                self._check(k, self.race.bank_access(k, "compute", plan.du, self.vc))
 
     def _alu(self, k: int, insn: Alu) -> None:
         total = self._check_uops(k, insn)

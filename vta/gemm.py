@@ -15,6 +15,7 @@ out elements ``(M/BATCH, N/BLOCK_OUT, BATCH, BLOCK_OUT)``, each dimension padded
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -147,8 +148,9 @@ def gemm_program(cfg: VTAConfig, m: int, k: int, n: int, *, seed: int = 0, doubl
             r = tiles % t.acc_slots
             if tiles >= t.acc_slots:
                 bld.dep_pop("store", "compute")  # the out tile in this slot has been stored
-            bld.gemm(uop_bgn=reset_base + r, uop_end=reset_base + r + 1, iter_out=tm, iter_in=tn,
-                     dst_factor_out=tn * (tm > 1), dst_factor_in=int(tn > 1), reset=True)
+            if not cfg.gemm_overwrite:  # with the knob the first step's first micro-op overwrites instead
+                bld.gemm(uop_bgn=reset_base + r, uop_end=reset_base + r + 1, iter_out=tm, iter_in=tn,
+                         dst_factor_out=tn * (tm > 1), dst_factor_in=int(tn > 1), reset=True)
             for k0 in range(0, kb, t.tk):
                 tk = min(t.tk, kb - k0)
                 s = uses % t.slots
@@ -162,8 +164,15 @@ def gemm_program(cfg: VTAConfig, m: int, k: int, n: int, *, seed: int = 0, doubl
                 bld.dep_pop("load", "compute")
                 g = gemm_base[s, r]
                 # a factor is irrelevant when its loop runs once: 0 then, so it fits even a 1-entry-per-slot field
-                bld.gemm(uop_bgn=g, uop_end=g + tk, iter_out=tm, iter_in=tn, dst_factor_out=tn * (tm > 1),
-                         dst_factor_in=int(tn > 1), src_factor_out=tk * (tm > 1), wgt_factor_in=tk * (tn > 1))
+                loops: dict[str, Any] = dict(iter_out=tm, iter_in=tn, dst_factor_out=tn * (tm > 1),
+                                             dst_factor_in=int(tn > 1), src_factor_out=tk * (tm > 1),
+                                             wgt_factor_in=tk * (tn > 1))
+                if cfg.gemm_overwrite and k0 == 0:  # acc = the first block's products, then accumulate the rest
+                    bld.gemm(uop_bgn=g, uop_end=g + 1, reset=True, **loops)
+                    if tk > 1:
+                        bld.gemm(uop_bgn=g + 1, uop_end=g + tk, **loops)
+                else:
+                    bld.gemm(uop_bgn=g, uop_end=g + tk, **loops)
                 bld.dep_push("compute", "load")
                 uses += 1
             for op, imm in ((ALU_SHR, shift), (ALU_MIN, 127), (ALU_MAX, -128)):

@@ -18,7 +18,8 @@ Semantics (what the functional simulator implements):
   ``x_size == 0`` moves only tokens.
 * GEMM: for ``o < iter_out``, ``i < iter_in``, ``u`` in ``[uop_bgn, uop_end)``:
   ``acc[d] = 0 if reset else acc[d] + inp[s] @ wgt[w].T`` with ``d = uop.dst + o*dst_factor_out + i*dst_factor_in``
-  (likewise ``s`` with the src factors and ``w`` with the wgt factors); ``out[d] = low 8 bits of acc[d]``.
+  (likewise ``s`` with the src factors and ``w`` with the wgt factors); ``out[d] = low 8 bits of acc[d]``. With the
+  ``gemm_overwrite`` knob a reset GEMM writes ``acc[d] = inp[s] @ wgt[w].T`` instead of zeros.
 * ALU: the same loops; ``acc[d] = op(acc[d], imm if use_imm else acc[s])`` and ``out[d] = low 8 bits of acc[d]``;
   ``reset`` writes zeros instead, as for GEMM (the wgt factors and the micro-ops' wgt field are unused).
   MIN, MAX, ADD and MUL wrap to 32 bits. SHR takes the shift amount's low 6 bits as a signed number ``n`` in
