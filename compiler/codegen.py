@@ -206,14 +206,22 @@ class _ConvState:
         return {m: self.intr.capacity(m) // self.t.threads for m in ("inp", "wgt", "acc")}
 
 
+def _row_pitch(s: _ConvState, kh0: int, kh1: int) -> int:
+    """Input rows from one loaded row of a step's window to the next: the vertical stride when the step covers one
+    kernel row (only every stride-th input row is read: the LOAD skips the others), else 1 (every row of the window
+    is read by some kernel row, or rows come in groups a 2D LOAD cannot pick out)."""
+    sh = s.layer.geom.sh
+    return sh if kh1 - kh0 == 1 and sh > 1 else 1
+
+
 def _tile_in_window(s: _ConvState, tile: ConvTile, kh0: int, kh1: int) -> tuple[int, int, int, int]:
     """``(row0, rows, col0, cols)`` of the input window a tile reads through kernel rows ``[kh0, kh1)``: first row
-    and column (negative inside the top/left border) and the counts of rows and columns including borders. One input
-    block takes ``rows * cols`` entries."""
+    and column (negative inside the top/left border) and the counts of rows (loaded rows, :func:`_row_pitch` input
+    rows apart) and columns including borders. One input block takes ``rows * cols`` entries."""
     g = s.layer.geom
     row0 = tile.r0 * g.sh - g.pads[0] + kh0
     col0 = tile.c0 * g.sw - g.pads[1]
-    rows = (tile.toh - 1) * g.sh + kh1 - kh0
+    rows = tile.toh if _row_pitch(s, kh0, kh1) > 1 else (tile.toh - 1) * g.sh + kh1 - kh0
     cols = (tile.tow - 1) * g.sw + g.kw
     return row0, rows, col0, cols
 
@@ -228,14 +236,18 @@ def _emit_loads(s: _ConvState, tile: ConvTile, step: tuple[int, int, int, int], 
     first = int(ib_lo[tile.ob0]) + j0
     last = int(ib_lo[tile.ob0 + tile.oct - 1]) + j1
     row0, rows, col0, cols = _tile_in_window(s, tile, kh0, kh1)
+    pitch = _row_pitch(s, kh0, kh1)
     block_entries = rows * cols
-    y0, y1 = max(row0, 0), min(row0 + rows, g.h)
+    # loaded row r < rows sits at input row row0 + r * pitch: those above row 0 or below the last are padding
+    r0 = min(rows, -(-max(0, -row0) // pitch))
+    r1 = max(r0, min(rows, -(-(g.h - row0) // pitch)))
+    y0 = row0 + r0 * pitch
     x0, x1 = max(col0, 0), min(col0 + cols, g.w)
     x_addr = pb.elem_addr(s.x, MEM_INP)
     for k, ib in enumerate(range(first, last)):
         pb.load(MEM_INP, sram_base=inp_base + k * block_entries,
-                dram_base=x_addr + ((tile.nbi * g.ib + ib) * g.h + y0) * g.w + x0,
-                y_size=y1 - y0, x_size=x1 - x0, x_stride=g.w, y_pad_0=y0 - row0, y_pad_1=row0 + rows - y1,
+                dram_base=x_addr + ((tile.nbi * g.ib + ib) * g.h + max(y0, 0)) * g.w + x0,
+                y_size=r1 - r0, x_size=x1 - x0, x_stride=g.w * pitch, y_pad_0=r0, y_pad_1=rows - r1,
                 x_pad_0=x0 - col0, x_pad_1=col0 + cols - x1)
     # (ob, j, kh, kw) weights: a step's kernel rows of one block are contiguous, as are all rows of its blocks
     nib = s.layer.weight.nib
@@ -305,16 +317,16 @@ def _alu_opcode(intr: Intrinsics, name: str, imm: int | None) -> int:
     return op.opcode
 
 
-def _emit_alu(s: _ConvState, tile: ConvTile, name: str, acc_base: int, *, imm: int | None = None,
-              src_base: int | None = None) -> None:
-    """ALU intrinsic ``name`` over every output block of the tile, with ``imm`` or the per-block acc operand
-    ``src_base + block``."""
+def _emit_alu(s: _ConvState, tile: ConvTile, name: str, acc_base: int, blocks: tuple[int, int], *,
+              imm: int | None = None, src_base: int | None = None) -> None:
+    """ALU intrinsic ``name`` over the output blocks ``[b0, b1)`` of the tile, with ``imm`` or the per-block acc
+    operand ``src_base + block``."""
     opcode = _alu_opcode(s.intr, name, imm)
-    bgn, end = s.uops.place(_tile_uops(s, tile, acc_base, src_base))
+    bgn, _ = s.uops.place(_tile_uops(s, tile, acc_base, src_base))  # the whole tile's kernel; its blocks' part
     iter_out, iter_in, dst_out, dst_in = _tile_loop(tile)
-    s.pb.alu(opcode, uop_bgn=bgn, uop_end=end, iter_out=iter_out, iter_in=iter_in, dst_factor_out=dst_out,
-             dst_factor_in=dst_in, use_imm=imm is not None, imm=0 if imm is None else imm)
-    s.code.alu_uops += tile.oct * tile.toh * tile.tow
+    s.pb.alu(opcode, uop_bgn=bgn + blocks[0], uop_end=bgn + blocks[1], iter_out=iter_out, iter_in=iter_in,
+             dst_factor_out=dst_out, dst_factor_in=dst_in, use_imm=imm is not None, imm=0 if imm is None else imm)
+    s.code.alu_uops += (blocks[1] - blocks[0]) * tile.toh * tile.tow
 
 
 def _emit_tile(s: _ConvState, index: int, tile: ConvTile, n_tiles: int) -> None:
@@ -329,6 +341,10 @@ def _emit_tile(s: _ConvState, index: int, tile: ConvTile, n_tiles: int) -> None:
             pb.load(MEM_ACC, sram_base=const_base + slot * s.t.oc_tile,
                     dram_base=pb.elem_addr(s.consts, MEM_ACC) + slot * g.ob + tile.ob0, x_size=tile.oct)
         s.resident[index % threads] = (tile.ob0, tile.oct)
+    # the requantization's micro-op kernels are made resident now: a LOAD UOP just before the ALU passes would wait
+    # for the previous tile's passes to finish with concurrent_alu
+    for _, _, src_base in _requant_passes(s, const_base):
+        s.uops.place(_tile_uops(s, tile, acc_base, src_base))
     # gemm_overwrite: the first step's first micro-op per output block writes instead of accumulating
     overwrite = s.intr.cfg.gemm_overwrite and not s.t.bias_load
     if s.t.bias_load:
@@ -350,10 +366,11 @@ def _emit_tile(s: _ConvState, index: int, tile: ConvTile, n_tiles: int) -> None:
         starts = overwrite and si == 0
         bgn, end = s.uops.place(*_gemm_kernel(s, tile, step, first, inp_base, wgt_base, acc_base, starts))
         cols = _tile_in_window(s, tile, step[2], step[3])[3]
+        row_step = g.sh // _row_pitch(s, step[2], step[3]) * cols  # inp entries from one output row to the next
         loops: dict[str, Any] = dict(iter_out=tile.toh, iter_in=tile.tow,
                                      dst_factor_out=tile.tow if tile.toh > 1 else 0,
                                      dst_factor_in=1 if tile.tow > 1 else 0,
-                                     src_factor_out=g.sh * cols if tile.toh > 1 else 0,
+                                     src_factor_out=row_step if tile.toh > 1 else 0,
                                      src_factor_in=g.sw if tile.tow > 1 else 0)
         if starts:
             pb.gemm(uop_bgn=bgn, uop_end=bgn + tile.oct, reset=True, **loops)
@@ -363,14 +380,20 @@ def _emit_tile(s: _ConvState, index: int, tile: ConvTile, n_tiles: int) -> None:
         if k + threads < s.total_steps:
             pb.dep_push("compute", "load")
         s.step += 1
-    _emit_requant(s, tile, acc_base, const_base)
-    pb.dep_push("compute", "store")
-    pb.dep_pop("compute", "store")
+    # the last tile is requantized and stored in parts (up to LAST_TILE_PARTS groups of output blocks): a part's
+    # stores overlap the next part's ALU passes, so only the last part's stores follow the tile's last ALU pass
+    n_parts = min(tile.oct, LAST_TILE_PARTS) if index == n_tiles - 1 else 1
+    cuts = [tile.oct * p // n_parts for p in range(n_parts + 1)]
+    parts = list(zip(cuts[:-1], cuts[1:]))
     out_addr = pb.elem_addr(s.y, MEM_OUT)
-    for obl in range(tile.oct):
-        pb.store(sram_base=acc_base + obl * s.t.acc_tile,
-                 dram_base=out_addr + ((tile.nbi * g.ob + tile.ob0 + obl) * g.oh + tile.r0) * g.ow + tile.c0,
-                 y_size=tile.toh, x_size=tile.tow, x_stride=g.ow)
+    for blocks in parts:
+        _emit_requant(s, tile, acc_base, const_base, blocks)
+        pb.dep_push("compute", "store")
+        pb.dep_pop("compute", "store")
+        for obl in range(*blocks):
+            pb.store(sram_base=acc_base + obl * s.t.acc_tile,
+                     dram_base=out_addr + ((tile.nbi * g.ob + tile.ob0 + obl) * g.oh + tile.r0) * g.ow + tile.c0,
+                     y_size=tile.toh, x_size=tile.tow, x_stride=g.ow)
     if index + threads < n_tiles:
         pb.dep_push("store", "compute")
 
@@ -426,32 +449,42 @@ def _const_slots(layer: ConvLayer, bias_load: bool, fused: bool) -> tuple[int, .
     return tuple(operands[op] for op in passes if op in operands)
 
 
-def _emit_requant(s: _ConvState, tile: ConvTile, acc_base: int, const_base: int) -> None:
-    """ALU ADD bias (unless loaded as the start value), MUL M, SHR S, MAX lo, MIN hi over the tile (the operator
-    contract's requantization)."""
-    layer = s.layer
+def _requant_passes(s: _ConvState, const_base: int) -> list[tuple[str, int | None, int | None]]:
+    """``(ALU intrinsic, immediate, per-block operand base)`` of each requantization pass, in order (see
+    :func:`alu_passes`): ADD bias (unless loaded as the start value), MUL M, SHR S, MAX lo, MIN hi; or ADD and one
+    REQ (its immediate the clip range, its operand the (M, S) words)."""
+    layer, oc = s.layer, s.t.oc_tile
+    passes: list[tuple[str, int | None, int | None]] = []
     if not s.t.bias_load and layer.bias.any():
-        _emit_alu(s, tile, "ADD", acc_base, src_base=const_base)
-    if s.fused:  # REQ: (M, S) lanes from the constants' slot 1, the clip range in the immediate
-        opcode = s.intr.alu["REQ"].opcode
-        bgn, end = s.uops.place(_tile_uops(s, tile, acc_base, const_base + s.t.oc_tile))
-        iter_out, iter_in, dst_out, dst_in = _tile_loop(tile)
-        s.pb.alu(opcode, uop_bgn=bgn, uop_end=end, iter_out=iter_out, iter_in=iter_in, dst_factor_out=dst_out,
-                 dst_factor_in=dst_in, imm=requant_imm(layer.lo, layer.hi))
-        s.code.alu_uops += tile.oct * tile.toh * tile.tow
-        return
+        passes.append(("ADD", None, const_base))
+    if s.fused:
+        return passes + [("REQ", requant_imm(layer.lo, layer.hi), const_base + oc)]
     if layer.per_tensor:
         if int(layer.multiplier[0]) != 1:
-            _emit_alu(s, tile, "MUL", acc_base, imm=int(layer.multiplier[0]))
+            passes.append(("MUL", int(layer.multiplier[0]), None))
         if int(layer.shift[0]) != 0:
-            _emit_alu(s, tile, "SHR", acc_base, imm=int(layer.shift[0]))
+            passes.append(("SHR", int(layer.shift[0]), None))
     else:
         if not (layer.multiplier == 1).all():
-            _emit_alu(s, tile, "MUL", acc_base, src_base=const_base + s.t.oc_tile)
+            passes.append(("MUL", None, const_base + oc))
         if (layer.shift != 0).any():
-            _emit_alu(s, tile, "SHR", acc_base, src_base=const_base + 2 * s.t.oc_tile)
-    _emit_alu(s, tile, "MAX", acc_base, imm=layer.lo)
-    _emit_alu(s, tile, "MIN", acc_base, imm=layer.hi)
+            passes.append(("SHR", None, const_base + 2 * oc))
+    return passes + [("MAX", layer.lo, None), ("MIN", layer.hi, None)]
+
+
+def _emit_requant(s: _ConvState, tile: ConvTile, acc_base: int, const_base: int, blocks: tuple[int, int]) -> None:
+    """The requantization passes (:func:`_requant_passes`, the operator contract's) over the output blocks
+    ``[b0, b1)`` of the tile."""
+    for name, imm, src_base in _requant_passes(s, const_base):
+        if name != "REQ":
+            _emit_alu(s, tile, name, acc_base, blocks, imm=imm, src_base=src_base)
+            continue
+        # REQ: (M, S) lanes from the constants' slot 1, the clip range in the immediate (use_imm clear)
+        bgn, _ = s.uops.place(_tile_uops(s, tile, acc_base, src_base))
+        iter_out, iter_in, dst_out, dst_in = _tile_loop(tile)
+        s.pb.alu(s.intr.alu["REQ"].opcode, uop_bgn=bgn + blocks[0], uop_end=bgn + blocks[1], iter_out=iter_out,
+                 iter_in=iter_in, dst_factor_out=dst_out, dst_factor_in=dst_in, imm=imm or 0)
+        s.code.alu_uops += (blocks[1] - blocks[0]) * tile.toh * tile.tow
 
 
 def conv_constants(layer: ConvLayer, intr: Intrinsics) -> np.ndarray:
@@ -612,6 +645,9 @@ def with_inputs(program: Program, values: dict[str, np.ndarray]) -> Program:
 
 
 # ---- schedule search ----------------------------------------------------------------------------------------------
+LAST_TILE_PARTS = 4
+"""Groups of output blocks a conv's last tile is requantized and stored in (each group its ALU passes, a token,
+its STOREs): the stores of one overlap the ALU passes of the next."""
 SEARCH_KEEP = 8
 """Candidates per layer whose programs are built and estimated by the cycle model (the best by
 :meth:`~.schedule.ConvTiling.work_bound`, plus :func:`~.schedule.plan_conv`'s choice)."""

@@ -157,7 +157,10 @@ class ConvTiling:
 
     @property
     def in_rows(self) -> int:
-        """Input rows (with borders) a full tile reads."""
+        """Input rows (with borders) a full tile reads per step: with one kernel row per step and a vertical stride,
+        only the rows that kernel row reads (one per output row, the LOAD skipping the others)."""
+        if self.kh_tile == 1 and self.geom.sh > 1:
+            return self.oh_tile
         return (self.oh_tile - 1) * self.geom.sh + self.kh_tile
 
     @property
@@ -240,9 +243,11 @@ class ConvTiling:
         # the accumulators' start: the bias loaded, a reset GEMM, or (gemm_overwrite) a split first GEMM
         init = (latency + pix * acc_beats) if self.bias_load else 8 if cfg.gemm_overwrite else (pix + 8)
         compute = tiles * (const_loads * (latency + oc_tile * acc_beats) + init + steps * (wgt_entries * acc_tile + 8))
-        alu = tiles * alu_ops * (pix + 8)
-        # with concurrent_alu the ALU passes run on their own engine beside the GEMMs (two virtual threads only)
-        compute = max(compute, alu) if cfg.concurrent_alu and self.threads > 1 else compute + alu
+        tile_alu = alu_ops * (pix + 8)
+        # with concurrent_alu the ALU passes run on their own engine beside the GEMMs (two virtual threads only),
+        # but the last tile's run after its GEMMs
+        overlap = cfg.concurrent_alu and self.threads > 1
+        compute = max(compute, tiles * tile_alu) if overlap else compute + tiles * tile_alu
         wgt_beats = max(1, dma["wgt"].elem_bytes // bus)
         inp_beats = max(1, dma["inp"].elem_bytes // bus)
         load = tiles * steps * (self.in_blocks() * (latency + in_window * inp_beats)
@@ -252,7 +257,7 @@ class ConvTiling:
         if self.threads == 1:
             return compute + load + store
         first = latency + in_window * inp_beats + wgt_entries * wgt_beats
-        return max(compute, load, store) + first + pix * out_beats
+        return max(compute, load, store) + first + pix * out_beats + (tile_alu if overlap else 0)
 
     def dma_bytes(self, intr: Intrinsics) -> int:
         """Estimated bytes loaded and stored by the whole layer (the cost the planner minimizes)."""
@@ -330,8 +335,11 @@ def _max_rows(t: ConvTiling, intr: Intrinsics) -> int:
     if (t.kh_tile < g.kh and t.ic_tile != 1) or t.wgt_entries > half["wgt"] or \
             t.wgt_entries > intr.uop_depth // 4 or t.ow_tile > intr.loop_max:
         return 0
-    rows_in = half["inp"] // (t.in_blocks() * t.in_cols)  # input rows of the tile: (oh - 1) * sh + kh_tile
-    by_inp = (rows_in - t.kh_tile) // g.sh + 1 if rows_in >= t.kh_tile else 0
+    rows_in = half["inp"] // (t.in_blocks() * t.in_cols)  # input rows of the tile (ConvTiling.in_rows)
+    if t.kh_tile == 1 and g.sh > 1:
+        by_inp = rows_in  # one loaded row per output row
+    else:
+        by_inp = (rows_in - t.kh_tile) // g.sh + 1 if rows_in >= t.kh_tile else 0
     by_acc = max(0, half["acc"] // t.oc_tile - CONST_SLOTS) // t.ow_tile  # oc * (oh * ow + CONST_SLOTS) entries
     by_loop = intr.loop_max // t.ow_tile  # oh * ow iterations (and oh) at most loop_max
     return max(0, min(g.oh, by_inp, by_acc, by_loop))
