@@ -14,11 +14,17 @@ Per output tile of a convolution (all indices in entries of the named buffer)::
 
     LOAD ACC bias[, multiplier, shift]     per-channel constants, one acc entry per output block (each only when
                                            its ALU pass is emitted)
+    [LOAD UOP]                             the requantization's kernels, made resident before the GEMMs
     GEMM reset                             zero the tile (none with the gemm_overwrite knob: the first step's
                                            reset GEMM writes each output block's first products instead)
     per reduction step: LOAD INP (one per input block, borders as load padding), LOAD WGT, [LOAD UOP], GEMM
     ALU ADD bias; [MUL M]; SHR S; MAX lo; MIN hi     (M and S as immediates when per tensor, else tensors)
     STORE (one per output block)
+
+A step over a single kernel row of a vertically strided convolution loads only the input rows that row reads (the
+LOAD's row stride is the convolution's: a 1x1 stride-2 convolution loads half its input window). The last tile
+requantizes and stores its output blocks in up to :data:`LAST_TILE_PARTS` groups (ALU passes, a token, the group's
+STOREs), so that only the last group's stores follow the layer's last ALU pass.
 
 A residual add loads both operands as ACC_8BIT (int8 widened), then ALU MUL Ma, MUL Mb, ADD, SHR, MAX, MIN, STORE.
 
