@@ -65,6 +65,14 @@ REQ_LANE_LUTS = 147
 and shifter, two 32-bit clip comparators and their multiplexers, a sixth result case. Fitted to the whole core:
 ``configs/knobs.toml`` synthesizes to LUT 16,571 against the default's 14,212 (FF, DSP, BRAM unchanged), 2,359 LUTs
 for 16 lanes; the ALU alone (16 lanes) grows more, 6,504 -> 9,670, before flattening shares logic with the core."""
+CONCURRENT_LUTS_PER_ACC_BIT = 8.33
+"""What the ``concurrent_alu`` knob adds, per bit of an acc entry (32 per lane): the acc and out banks' write-data
+and read-data multiplexers (the GEMM side and the ALU engine reach either bank) and the engine's loop and index
+logic. Native Yosys 0.23 measured +5,209 LUTs on the default design (LUT 22,570 against 17,361); scaled here by the
+two Yosys versions' ratio at the default (14,212 / 17,361) to this model's calibration."""
+CONCURRENT_FFS_PER_ACC_BIT = 2.3
+"""``concurrent_alu``'s flip-flops beyond its instruction registers (queue of 4, the engine's own): pipeline and
+bank-select registers per acc bit (+1,954 FFs measured on the default, scaled as above)."""
 DMA_LUTS_PER_BUS_BIT = 4
 """Byte steering of beats into elements and write strobes, per bit of the bus."""
 BOUNDARY_FFS_PER_BUS_BIT = 4.25
@@ -121,6 +129,10 @@ def memories(cfg: VTAConfig) -> list[tuple[str, int, int, int]]:
     mems = [("uop", cfg.uop_depth, cfg.uop_bits, 1), ("inp", cfg.inp_depth, 8 * cfg.inp_elem_bytes, 1),
             ("wgt", cfg.wgt_depth, 8 * cfg.wgt_elem_bytes, 1), ("acc", cfg.acc_depth, 8 * cfg.acc_elem_bytes, 2),
             ("out", cfg.out_depth, 8 * cfg.out_elem_bytes, 1)]
+    if cfg.concurrent_alu:  # a second uop read port (a copy); acc and out as two banks of half the depth each
+        mems = [("uop", cfg.uop_depth, cfg.uop_bits, 2), mems[1], mems[2],
+                ("acc", cfg.acc_depth // 2, 8 * cfg.acc_elem_bytes, 4),
+                ("out", cfg.out_depth // 2, 8 * cfg.out_elem_bytes, 2)]
     mems += [(f"{unit}_queue", cfg.cmd_queue_depth, insn_bits, 1) for unit in ("load", "compute", "store")]
     return mems
 
@@ -152,6 +164,9 @@ def estimate_area(cfg: VTAConfig) -> Area:
            + LUT_FIXED)
     ff = round(64 * COUNTERS + 32 * lanes + BOUNDARY_FFS_PER_BUS_BIT * bus_bits + INSN_REGISTERS * insn_bits
                + FF_FIXED)
+    if cfg.concurrent_alu:
+        lut += round(CONCURRENT_LUTS_PER_ACC_BIT * 32 * lanes)
+        ff += round(5 * insn_bits + CONCURRENT_FFS_PER_ACC_BIT * 32 * lanes)
     dsp = cfg.macs_per_cycle + 3 * lanes + 1
     bram = round(bram_raw * BRAM_SCALE * 2) / 2
     area_clb = max(lut / 8, ff / 16) + 2.5 * dsp + 5 * bram

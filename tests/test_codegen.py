@@ -12,7 +12,7 @@ from vta.compiler.intrin import intrinsics
 from vta.compiler.ir import AddRequant, Requant
 from vta.compiler.layout import pack_activation, unpack_activation
 from vta.compiler.schedule import ConvGeometry, ConvTiling, ScheduleError, plan_conv, plan_eltwise
-from vta.config import VTAConfig
+from vta.config import MEM_INP, VTAConfig
 from vta.isa import Alu, Gemm, Load, Uop
 from vta.program import ProgramBuilder
 
@@ -133,6 +133,27 @@ def test_tiny_buffers_split_kernel_rows():
     np.testing.assert_array_equal(got, expected)
 
 
+@pytest.mark.parametrize("case, tiles", [
+    ((1, 32, 13, 12, 32, 1, 2, 0, 1), (2, 1, 3, 6)),        # 1x1 stride 2: every step one kernel row
+    ((1, 16, 11, 12, 32, 3, 2, 1, 1), (1, 1, 2, 6, 1)),     # 3x3 stride 2, one kernel row per step, padded rows
+    ((1, 16, 10, 9, 16, 3, 3, 2, 1), (1, 1, 1, 3, 1)),      # stride 3, pad 2: rows of padding at both ends
+], ids=["1x1s2", "3x3s2_kh1", "3x3s3_kh1"])
+def test_strided_one_row_steps_load_only_the_rows_they_read(case, tiles):
+    """A step over one kernel row of a stride-s convolution loads one input row per output row, s rows apart in
+    DRAM (padding rows included as load padding), and the results stay exact."""
+    got, expected, code, stats = _conv_case(VTAConfig(), *case, tiles=tiles, seed=11)
+    np.testing.assert_array_equal(got, expected)
+    n, c, h, w, o, k, s, p, g = case
+    intr = intrinsics(VTAConfig())
+    layer = ConvLayer.make((n, c, h, w), np.zeros((o, c, k, k), np.int8), np.zeros(o, np.int32), np.ones(o),
+                           np.zeros(o), -128, 127, strides=(s, s), pads=(p,) * 4, intr=intr)
+    program, _ = build_conv_program(VTAConfig(), layer, None, ConvTiling(layer.geom, *tiles))
+    inp_loads = [i for i in program.insns if isinstance(i, Load) and i.mem == MEM_INP]
+    assert inp_loads and all(i.x_stride == w * s for i in inp_loads if i.y_size > 1)
+    # rows loaded per input block: one per output row of the tile (oh_tile of a full tile), not (oh - 1) * s + 1
+    assert max(i.y_pad_0 + i.y_size + i.y_pad_1 for i in inp_loads) == tiles[2]
+
+
 def test_steps_in_the_border_are_skipped():
     """One-row kernel steps of a one-row tile at the top: the step through the top border row reads nothing."""
     intr = intrinsics(VTAConfig())
@@ -225,3 +246,15 @@ def test_uop_cache_reuses_and_flushes():
     assert len([k for k in pb.allocations if k.startswith("tuop")]) == 2  # each kernel stored in DRAM once
     with pytest.raises(ValueError, match="a micro-op kernel must hold 1 to 16 micro-ops, not 17"):
         cache.place([Uop(0, 0, 0)] * 17)
+
+
+def test_the_last_tile_is_stored_in_parts():
+    """The last tile requantizes and stores its output blocks in up to LAST_TILE_PARTS groups, one compute->store
+    token each (the other tiles one each); exact either way."""
+    from vta.compiler.codegen import LAST_TILE_PARTS
+    for oc_tile, parts in ((5, min(5, LAST_TILE_PARTS)), (4, 1), (1, 1)):  # 5 output blocks: last tiles of 5, 1, 1
+        got, expected, code, stats = _conv_case(VTAConfig(), 1, 32, 9, 9, 80, 3, 1, 1, 1,
+                                                tiles=(oc_tile, 2, 5, 9), seed=12)
+        np.testing.assert_array_equal(got, expected)
+        assert stats["compute_to_store_pushes"] == code.tiles - 1 + parts
+        assert stats["alu_uops"] == code.alu_uops
