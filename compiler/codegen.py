@@ -50,7 +50,7 @@ import numpy as np
 from vta.cache import cache_root
 from vta.config import MEM_ACC, MEM_ACC_8BIT, MEM_INP, MEM_OUT, MEM_WGT, VTAConfig
 from vta.fileio import atomic_write_text
-from vta.isa import Uop, requant_imm, requant_word
+from vta.isa import OP_LOAD, Uop, layout, requant_imm, requant_word
 from vta.program import Allocation, Program, ProgramBuilder
 
 from .intrin import Intrinsics, intrinsics
@@ -202,6 +202,8 @@ class _ConvState:
     """Requantize with one ALU REQ (:func:`fused_requant`)."""
     const_slots: tuple[int, ...] = ()
     """The per-channel constants a tile loads (:func:`_const_slots`)."""
+    max_pad: int = 0
+    """The largest padding a LOAD's x_pad fields hold at this config."""
     gemm_kernels: dict[tuple, tuple[list[Uop], bytes]] = field(default_factory=dict)
     """The GEMM micro-op kernels built so far and their :meth:`UopCache.kernel_key`, by what determines them (see
     :func:`_gemm_kernel`): most tiles of a layer repeat a few kernels."""
@@ -343,9 +345,7 @@ def _emit_tile(s: _ConvState, index: int, tile: ConvTile, n_tiles: int) -> None:
     if index >= threads:
         pb.dep_pop("store", "compute")
     if s.resident.get(index % threads) != (tile.ob0, tile.oct):  # no GEMM/ALU writes the constants' entries
-        for slot in s.const_slots:
-            pb.load(MEM_ACC, sram_base=const_base + slot * s.t.oc_tile,
-                    dram_base=pb.elem_addr(s.consts, MEM_ACC) + slot * g.ob + tile.ob0, x_size=tile.oct)
+        _load_consts(s, tile, const_base)
         s.resident[index % threads] = (tile.ob0, tile.oct)
     # the requantization's micro-op kernels are made resident now: a LOAD UOP just before the ALU passes would wait
     # for the previous tile's passes to finish with concurrent_alu
@@ -402,6 +402,23 @@ def _emit_tile(s: _ConvState, index: int, tile: ConvTile, n_tiles: int) -> None:
                      y_size=tile.toh, x_size=tile.tow, x_stride=g.ow)
     if index + threads < n_tiles:
         pb.dep_push("store", "compute")
+
+
+def _load_consts(s: _ConvState, tile: ConvTile, const_base: int) -> None:
+    """LOAD ACC the per-channel constants of the tile's output blocks (slot ``k`` at ``const_base + k * oc_tile``):
+    one 2D LOAD of a row per slot when the slots are evenly spaced and the gap between rows fits the LOAD's
+    x_pad_1 field (the padding writes zeros into entries no pass reads), else one LOAD per slot."""
+    slots, oc, g = s.const_slots, s.t.oc_tile, s.layer.geom
+    addr = s.pb.elem_addr(s.consts, MEM_ACC)
+    gap = slots[1] - slots[0] if len(slots) > 1 else 0
+    pad = gap * oc - tile.oct
+    if len(slots) > 1 and all(b - a == gap for a, b in zip(slots, slots[1:])) and pad <= s.max_pad:
+        s.pb.load(MEM_ACC, sram_base=const_base + slots[0] * oc, dram_base=addr + slots[0] * g.ob + tile.ob0,
+                  y_size=len(slots), x_size=tile.oct, x_stride=gap * g.ob, x_pad_1=pad)
+        return
+    for slot in slots:
+        s.pb.load(MEM_ACC, sram_base=const_base + slot * oc, dram_base=addr + slot * g.ob + tile.ob0,
+                  x_size=tile.oct)
 
 
 def _emit_bias_init(s: _ConvState, tile: ConvTile, acc_base: int) -> None:
@@ -531,7 +548,8 @@ def emit_conv(pb: ProgramBuilder, layer: ConvLayer, x: Allocation, y: Allocation
     code = LayerCode([x], y, tiles=len(tiles), tiling=t)
     fused = fused_requant(layer, intr)
     s = _ConvState(pb, intr, layer, t, UopCache(pb, intr, prefix), x, y, w, consts, code, fused=fused,
-                   const_slots=_const_slots(layer, t.bias_load, fused))
+                   const_slots=_const_slots(layer, t.bias_load, fused),
+                   max_pad=(1 << layout(intr.cfg).field(OP_LOAD, "x_pad_1").width) - 1)
     if t.bias_load:
         s.bias_image = pb.alloc(f"{prefix}bias_init", bias_image(layer, intr, t.acc_tile))
     s.total_steps = sum(len(tile.steps) for tile in tiles)
