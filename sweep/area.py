@@ -73,6 +73,9 @@ two Yosys versions' ratio at the default (14,212 / 17,361) to this model's calib
 CONCURRENT_FFS_PER_ACC_BIT = 2.3
 """``concurrent_alu``'s flip-flops beyond its instruction registers (queue of 4, the engine's own): pipeline and
 bank-select registers per acc bit (+1,954 FFs measured on the default, scaled as above)."""
+OVERWRITE_LUTS_PER_ACC_BIT = 0.95
+"""``gemm_overwrite``: stage D's reset multiplexer picks the GEMM core's products instead of zero, per acc bit (+593
+LUTs measured on the default with native Yosys, scaled as above; FF, DSP, BRAM unchanged)."""
 DMA_LUTS_PER_BUS_BIT = 4
 """Byte steering of beats into elements and write strobes, per bit of the bus."""
 BOUNDARY_FFS_PER_BUS_BIT = 4.25
@@ -164,6 +167,8 @@ def estimate_area(cfg: VTAConfig) -> Area:
            + LUT_FIXED)
     ff = round(64 * COUNTERS + 32 * lanes + BOUNDARY_FFS_PER_BUS_BIT * bus_bits + INSN_REGISTERS * insn_bits
                + FF_FIXED)
+    if cfg.gemm_overwrite:
+        lut += round(OVERWRITE_LUTS_PER_ACC_BIT * 32 * lanes)
     if cfg.concurrent_alu:
         lut += round(CONCURRENT_LUTS_PER_ACC_BIT * 32 * lanes)
         ff += round(5 * insn_bits + CONCURRENT_FFS_PER_ACC_BIT * 32 * lanes)
