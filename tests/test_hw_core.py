@@ -106,3 +106,27 @@ def test_concurrent_alu_core_matches_fsim(tmp_path):
     programs.append(("gemm", gemm, PortTiming()))
     results = run_core(cfg, "concurrent_alu", programs, tmp_path)
     assert len(results) == len(programs)
+
+
+def test_random_programs_with_every_knob_match_fsim(tmp_path):
+    """Random programs that fsim accepts at a core with CONCURRENT_ALU and GEMM_OVERWRITE (most break the bank rule
+    and are rejected: the first two of the seeds that pass, each with ALU instructions), each in a fresh simulation
+    under backpressure."""
+    from vta import fsim
+    from vta.isa import Alu
+    cfg = CONCURRENT.replace(fused_requant=True)
+    kept = []
+    for seed in range(200):
+        program = random_program(cfg, np.random.default_rng(2000 + seed), n_ops=24)
+        try:
+            fsim.run(program)
+        except fsim.SimulationError:
+            continue
+        if any(isinstance(insn, Alu) for insn in program.insns):
+            kept.append(program)
+        if len(kept) == 2:
+            break
+    assert len(kept) == 2
+    for k, program in enumerate(kept):
+        (tmp_path / str(k)).mkdir()
+        run_core(cfg, "concurrent_alu_rq", [("random", program, PortTiming.stressed())], tmp_path / str(k))
