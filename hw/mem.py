@@ -89,7 +89,7 @@ class BankedSram(wiring.Component):
     @validated_init
     def __init__(self, *, width, depth, granularity=None, n_write=2, read_map=(0,), transparent=False):
         self.width = check_int("width", width, lo=1)
-        self.depth = check_int("depth", depth, lo=4, hi=1 << 24)
+        self.depth = check_int("depth", depth, lo=2, hi=1 << 24)
         if depth & (depth - 1):
             raise ValueError(f"a banked SRAM needs a power-of-two depth, not {depth}")
         self.granularity = width if granularity is None else check_int("granularity", granularity, lo=1, hi=width)
@@ -113,7 +113,8 @@ class BankedSram(wiring.Component):
         top = self.addr_bits - 1
         banks = []
         for b in range(2):
-            m.submodules[f"bank{b}"] = bank = Sram(width=self.width, depth=self.depth // 2,
+            # a bank of one entry (a 2-entry buffer) is an Sram of two with its top entry unused
+            m.submodules[f"bank{b}"] = bank = Sram(width=self.width, depth=max(2, self.depth // 2),
                                                    granularity=self.granularity, n_read=self.n_phys,
                                                    transparent=self.transparent)
             banks.append(bank)

@@ -153,14 +153,18 @@ def test_alu_out_writes_reach_the_store_through_the_engines_pushes() -> None:
 
 @pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: c.name)
 def test_random_programs_race_or_compute_the_same(cfg: VTAConfig) -> None:
-    """vta.testing's random programs order their hazards for the knob-off design only: with the knob each one either
-    passes, with the knob-off DRAM on any schedule, or stops at a bank race or an ALU out entry the store reads
-    unordered (some of each over these seeds)."""
+    """vta.testing's random programs with ``overlap_alu`` order their hazards for the knob-off design only: with the
+    knob each one either passes, with the knob-off DRAM on any schedule, or stops at a bank race or an ALU out entry
+    the store reads unordered (some of each over these seeds). Without ``overlap_alu`` they drain the engine after
+    every ALU instruction and always pass."""
     on = cfg.replace(concurrent_alu=True)
     kinds = set()
     for seed in range(12):
-        program = random_program(on, np.random.default_rng(seed))
-        want = fsim.run(random_program(cfg, np.random.default_rng(seed))).dram
+        program = random_program(on, np.random.default_rng(seed), overlap_alu=True)
+        off = random_program(cfg, np.random.default_rng(seed))
+        want = fsim.run(off).dram
+        drained = random_program(on, np.random.default_rng(seed))  # more instructions: compare the stored output
+        np.testing.assert_array_equal(drained.read("out", fsim.run(drained).dram), off.read("out", want))
         try:
             got = fsim.run(program).dram
         except RaceError as err:

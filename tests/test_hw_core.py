@@ -109,15 +109,15 @@ def test_concurrent_alu_core_matches_fsim(tmp_path):
 
 
 def test_random_programs_with_every_knob_match_fsim(tmp_path):
-    """Random programs that fsim accepts at a core with CONCURRENT_ALU and GEMM_OVERWRITE (most break the bank rule
-    and are rejected: the first two of the seeds that pass, each with ALU instructions), each in a fresh simulation
-    under backpressure."""
+    """Random programs whose ALU instructions overlap what follows (``overlap_alu``) that fsim accepts at a core with
+    CONCURRENT_ALU and GEMM_OVERWRITE (most break the bank rule and are rejected: the first two of the seeds that
+    pass, each with ALU instructions), each in a fresh simulation under backpressure."""
     from vta import fsim
     from vta.isa import Alu
     cfg = CONCURRENT.replace(fused_requant=True)
     kept = []
     for seed in range(200):
-        program = random_program(cfg, np.random.default_rng(2000 + seed), n_ops=24)
+        program = random_program(cfg, np.random.default_rng(2000 + seed), n_ops=24, overlap_alu=True)
         try:
             fsim.run(program)
         except fsim.SimulationError:

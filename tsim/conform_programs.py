@@ -27,13 +27,23 @@ from vta.testing import ALU_CASES
 __all__ = ["feature_programs", "features_for", "FEATURES", "FEATURE_KNOBS"]
 
 
+class _DrainingBuilder(ProgramBuilder):
+    """A builder that drains the ``concurrent_alu`` engine after every ALU instruction: the kit's programs reuse acc
+    entries right after ALU instructions, which the knob's bank rule allows only once the engine is done."""
+
+    def alu(self, *args: Any, **kwargs: Any) -> int:
+        index = super().alu(*args, **kwargs)
+        self.drain_alu()
+        return index
+
+
 class _Kit:
     """A program under construction with seeded random pools in DRAM and helpers that expose buffers."""
 
     def __init__(self, cfg: VTAConfig, seed: int) -> None:
         self.cfg = cfg
         self.rng = np.random.default_rng(seed)
-        self.bld = ProgramBuilder(cfg)
+        self.bld = _DrainingBuilder(cfg) if cfg.concurrent_alu else ProgramBuilder(cfg)
         self.out = self.bld.alloc("out", (128, cfg.batch, cfg.block_out), np.int8)
         self.stored = 0
 

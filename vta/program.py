@@ -423,6 +423,13 @@ class ProgramBuilder:
             self._noop(dst, set())
         self._pending[dst].add(pop_flag)
 
+    def drain_alu(self) -> int | None:
+        """With the ``concurrent_alu`` knob: emit a token-only LOAD UOP, before which the compute module waits for
+        its ALU engine to finish every ALU instruction so far (docs/hardware.md), so that what follows may use any
+        acc/out bank; returns its index. Without the knob nothing is emitted (None)."""
+        self._check_open()
+        return self._noop("compute", set()) if self.cfg.concurrent_alu else None
+
     def _noop(self, module: str, flags: set[str]) -> int:
         """Emit a token-only instruction for ``module`` carrying its pending pops and ``flags``."""
         kw = {flag: True for flag in flags}

@@ -107,6 +107,7 @@ class _RandomGen:
 
     def __init__(self, cfg: VTAConfig, rng: np.random.Generator, max_index: int, alu_hazards: bool) -> None:
         self.cfg, self.rng, self.alu_hazards = cfg, rng, alu_hazards
+        self.drain = False  # drain the concurrent_alu engine after every ALU instruction
         self.cap = {"inp": min(cfg.inp_depth, max_index), "wgt": min(cfg.wgt_depth, max_index),
                     "acc": min(cfg.acc_depth, max_index), "uop": min(cfg.uop_depth, max_index)}
         self.uops = np.zeros((3, self.cap["uop"]), np.int64)  # dst, src, wgt of the uop buffer's first entries
@@ -239,6 +240,8 @@ class _RandomGen:
         imm = self._ri(-40, 40) if op == ALU_SHR and self.rng.random() < 0.8 else self._ri(-(1 << 15), (1 << 15) - 1)
         self._write_out(d)
         self.bld.alu(op, **loops, use_imm=use_imm, imm=imm if use_imm else 0, reset=bool(self.rng.random() < 0.05))
+        if self.drain:
+            self.bld.drain_alu()
 
     def op_store(self) -> None:
         blk = self._block(self.cap["acc"], self.out_pool, pad=False)
@@ -255,7 +258,7 @@ class _RandomGen:
 
 
 def random_program(cfg: VTAConfig, rng: np.random.Generator, *, n_ops: int = 24, alu_hazards: bool = True,
-                   max_index: int = 32) -> Program:
+                   max_index: int = 32, overlap_alu: bool = False) -> Program:
     """A random but valid program of about ``n_ops`` operations (for co-simulation against :mod:`vta.fsim`).
 
     Operations: LOADs of every memory type with random sizes, strides (some overlapping) and padding on all four
@@ -266,11 +269,15 @@ def random_program(cfg: VTAConfig, rng: np.random.Generator, *, n_ops: int = 24,
     the final DRAM image does not depend on timing; tokens never exceed two per queue in program order, so no valid
     config deadlocks.
     ``alu_hazards=False`` avoids ALU tensor ops that read an entry written earlier by the same instruction.
+    With the ``concurrent_alu`` knob every ALU instruction is followed by a drain (``ProgramBuilder.drain_alu``), so the
+    program keeps the knob's bank rule; ``overlap_alu=True`` leaves them out (most such programs break the rule, which
+    fsim reports).
     Allocations: ``inp_pool``, ``wgt_pool``, ``acc_pool``, ``acc8_pool``, ``uop_pool`` (inputs) and ``out``.
     """
     if not isinstance(rng, np.random.Generator):
         raise TypeError(f"rng must be a numpy.random.Generator (np.random.default_rng(seed)), not {type(rng).__name__}")
     gen = _RandomGen(cfg, rng, max_index, alu_hazards)
+    gen.drain = cfg.concurrent_alu and not overlap_alu
     gen.op_load(MEM_UOP)
     pairs = [("load", "compute"), ("compute", "load"), ("compute", "store"), ("store", "compute")]
     ops = [lambda: gen.op_load(MEM_INP), lambda: gen.op_load(MEM_WGT), lambda: gen.op_load(MEM_UOP),
