@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from vta.config import MEM_UOP, VTAConfig
+from vta.config import ALU_QUEUE_DEPTH, MEM_UOP, VTAConfig
 from vta.isa import TOKEN_POPS, TOKEN_PUSHES, Alu, Finish, Gemm, Insn, Load, Store, layout, module_of
 from vta.program import Program
 
@@ -24,8 +24,6 @@ __all__ = ["Estimate", "estimate", "estimate_insns", "CostModelError", "MODULES"
 MODULES = ("fetch", "load", "compute", "store")
 """The modules whose busy cycles an :class:`Estimate` reports; with ``concurrent_alu`` also ``alu``, the ALU engine
 (the compute module's ``busy`` is then its front end's)."""
-ALU_QUEUE_DEPTH = 4
-"""Instructions the ``concurrent_alu`` engine's queue holds besides the one it runs (``hw/compute.py``)."""
 
 # ---- constants, each the timing of one RTL path ---------------------------------------------------------------------
 TAKE = 2

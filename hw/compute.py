@@ -19,7 +19,7 @@ from amaranth.lib import wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
-from vta.config import MEM_UOP
+from vta.config import ALU_QUEUE_DEPTH, MEM_UOP
 from vta.isa import LOAD_TARGETS, LOOP_OPCODES, OP_ALU, OP_FINISH, OP_GEMM, OP_LOAD, TOKEN_PUSHES, layout
 
 from .alu import AluCore
@@ -46,10 +46,7 @@ from .util import (
     wait_engine,
 )
 
-__all__ = ["ComputeUnit", "AluEngine", "ALU_QUEUE_DEPTH"]
-
-ALU_QUEUE_DEPTH = 4
-"""ALU instructions the concurrent ALU engine holds besides the one it runs (``concurrent_alu``)."""
+__all__ = ["ComputeUnit", "AluEngine"]
 
 
 class ComputeUnit(wiring.Component):
@@ -325,7 +322,7 @@ class AluEngine(wiring.Component):
     cycle, then the drain), then makes the instruction's pushes and retires it.
 
     Ports:
-        cmd_valid/cmd_ready, cmd_data (insn_bits): its instruction queue (:data:`ALU_QUEUE_DEPTH` entries).
+        cmd_valid/cmd_ready, cmd_data (insn_bits): its instruction queue (:data:`vta.config.ALU_QUEUE_DEPTH` entries).
         push_prev_*, push_next_*: token pushes (the compute module ORs them with its front end's).
         pending_prev, pending_next: an instruction queued or running pushes to that queue (the front end does not
             push there until it has).

@@ -24,8 +24,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Mapping
 
-__all__ = ["VTAConfig", "ConfigError", "load_config", "KNOBS", "MEM_UOP", "MEM_WGT", "MEM_INP", "MEM_ACC", "MEM_OUT",
-           "MEM_ACC_8BIT", "MEM_NAMES"]
+__all__ = ["VTAConfig", "ConfigError", "load_config", "KNOBS", "ALU_QUEUE_DEPTH", "MEM_UOP", "MEM_WGT", "MEM_INP",
+           "MEM_ACC", "MEM_OUT", "MEM_ACC_8BIT", "MEM_NAMES"]
 
 # Memory types, as encoded in LOAD/STORE instructions.
 MEM_UOP, MEM_WGT, MEM_INP, MEM_ACC, MEM_OUT, MEM_ACC_8BIT = 0, 1, 2, 3, 4, 5
@@ -69,6 +69,9 @@ _VTA_KEYS = {
 # RTL and timing); ``to_dict`` and ``name`` mention a knob only when it is on, so default configs are unchanged.
 KNOBS = {"fused_requant": "rq", "concurrent_alu": "ca", "gemm_overwrite": "ow"}
 """knob field -> the tag ``VTAConfig.name`` appends when the knob is on."""
+ALU_QUEUE_DEPTH = 4
+"""``concurrent_alu``: ALU instructions the compute module's ALU engine holds in its queue besides the one it runs
+(the RTL's queue, ``hw/compute.py``, and the cycle model's, ``compiler/cost.py``)."""
 # Keys that VTA's own vta_config.json carries but that do not describe the accelerator we generate; accepted and
 # ignored so that VTA's files load unchanged.
 _IGNORED_VTA_KEYS = {"TARGET", "HW_VER", "LOG_BLOCK_IN", "LOG_BLOCK_OUT", "LOG_OUT_WIDTH", "LOG_OUT_BUFF_SIZE",
