@@ -327,13 +327,14 @@ def _alu_opcode(intr: Intrinsics, name: str, imm: int | None) -> int:
 
 def _emit_alu(s: _ConvState, tile: ConvTile, name: str, acc_base: int, blocks: tuple[int, int], *,
               imm: int | None = None, src_base: int | None = None) -> None:
-    """ALU intrinsic ``name`` over the output blocks ``[b0, b1)`` of the tile, with ``imm`` or the per-block acc
-    operand ``src_base + block``."""
+    """ALU intrinsic ``name`` over the output blocks ``[b0, b1)`` of the tile, with the per-block acc operand
+    ``src_base + block`` or else the immediate ``imm`` (REQ has both: its operand words and its clip range in the
+    immediate field, ``use_imm`` clear)."""
     opcode = _alu_opcode(s.intr, name, imm)
     bgn, _ = s.uops.place(_tile_uops(s, tile, acc_base, src_base))  # the whole tile's kernel; its blocks' part
     iter_out, iter_in, dst_out, dst_in = _tile_loop(tile)
     s.pb.alu(opcode, uop_bgn=bgn + blocks[0], uop_end=bgn + blocks[1], iter_out=iter_out, iter_in=iter_in,
-             dst_factor_out=dst_out, dst_factor_in=dst_in, use_imm=imm is not None, imm=0 if imm is None else imm)
+             dst_factor_out=dst_out, dst_factor_in=dst_in, use_imm=src_base is None, imm=0 if imm is None else imm)
     s.code.alu_uops += (blocks[1] - blocks[0]) * tile.toh * tile.tow
 
 
@@ -463,51 +464,41 @@ def alu_passes(layer: ConvLayer, *, bias_load: bool = False, fused: bool = False
     return ops + ["MAX", "MIN"]
 
 
+_CONST_SLOT = {"ADD": 0, "REQ": 1, "MUL": 1, "SHR": 2}
+"""The slot of the per-channel constant an ALU pass reads (:func:`conv_constants`): 0 bias, 1 multiplier or REQ's
+(M, S) word, 2 shift."""
+
+
+def _per_channel(layer: ConvLayer, name: str) -> bool:
+    """Whether ALU pass ``name`` reads a per-channel constant (an acc operand); per-tensor multipliers and shifts
+    are immediates, as are the clip bounds."""
+    return name in ("ADD", "REQ") or (name in ("MUL", "SHR") and not layer.per_tensor)
+
+
 def _const_slots(layer: ConvLayer, bias_load: bool, fused: bool) -> tuple[int, ...]:
-    """The slots of the per-channel constants (0 bias, 1 multiplier or REQ's (M, S) word, 2 shift; see
-    :func:`conv_constants`) a tile loads: those of the ALU passes it emits (:func:`alu_passes`) that read a per-channel
-    operand; per-tensor multipliers and shifts are immediates."""
-    passes = alu_passes(layer, bias_load=bias_load, fused=fused)
-    operands = {"ADD": 0} | ({"REQ": 1} if fused else {} if layer.per_tensor else {"MUL": 1, "SHR": 2})
-    return tuple(operands[op] for op in passes if op in operands)
+    """The slots of the per-channel constants a tile loads (:data:`_CONST_SLOT`): those of the ALU passes it emits
+    (:func:`alu_passes`) that read a per-channel operand."""
+    return tuple(_CONST_SLOT[op] for op in alu_passes(layer, bias_load=bias_load, fused=fused)
+                 if _per_channel(layer, op))
 
 
 def _requant_passes(s: _ConvState, const_base: int) -> list[tuple[str, int | None, int | None]]:
-    """``(ALU intrinsic, immediate, per-block operand base)`` of each requantization pass, in order (see
-    :func:`alu_passes`): ADD bias (unless loaded as the start value), MUL M, SHR S, MAX lo, MIN hi; or ADD and one
-    REQ (its immediate the clip range, its operand the (M, S) words)."""
+    """``(ALU intrinsic, immediate, per-block operand base)`` of each requantization pass of :func:`alu_passes`, in
+    order: ADD bias, MUL M, SHR S, MAX lo, MIN hi (M and S immediates when per tensor); or ADD and one REQ (its
+    immediate the clip range, its operand the (M, S) words)."""
     layer, oc = s.layer, s.t.oc_tile
-    passes: list[tuple[str, int | None, int | None]] = []
-    if not s.t.bias_load and layer.bias.any():
-        passes.append(("ADD", None, const_base))
-    if s.fused:
-        return passes + [("REQ", requant_imm(layer.lo, layer.hi), const_base + oc)]
+    imms = {"REQ": requant_imm(layer.lo, layer.hi), "MAX": layer.lo, "MIN": layer.hi}
     if layer.per_tensor:
-        if int(layer.multiplier[0]) != 1:
-            passes.append(("MUL", int(layer.multiplier[0]), None))
-        if int(layer.shift[0]) != 0:
-            passes.append(("SHR", int(layer.shift[0]), None))
-    else:
-        if not (layer.multiplier == 1).all():
-            passes.append(("MUL", None, const_base + oc))
-        if (layer.shift != 0).any():
-            passes.append(("SHR", None, const_base + 2 * oc))
-    return passes + [("MAX", layer.lo, None), ("MIN", layer.hi, None)]
+        imms |= {"MUL": int(layer.multiplier[0]), "SHR": int(layer.shift[0])}
+    return [(op, imms.get(op), const_base + _CONST_SLOT[op] * oc if _per_channel(layer, op) else None)
+            for op in alu_passes(layer, bias_load=s.t.bias_load, fused=s.fused)]
 
 
 def _emit_requant(s: _ConvState, tile: ConvTile, acc_base: int, const_base: int, blocks: tuple[int, int]) -> None:
     """The requantization passes (:func:`_requant_passes`, the operator contract's) over the output blocks
     ``[b0, b1)`` of the tile."""
     for name, imm, src_base in _requant_passes(s, const_base):
-        if name != "REQ":
-            _emit_alu(s, tile, name, acc_base, blocks, imm=imm, src_base=src_base)
-            continue
-        # REQ: (M, S) lanes from the constants' slot 1, the clip range in the immediate (use_imm clear)
-        bgn, _ = s.uops.place(_tile_uops(s, tile, acc_base, src_base))
-        iter_out, iter_in, dst_out, dst_in = _tile_loop(tile)
-        s.pb.alu(s.intr.alu["REQ"].opcode, uop_bgn=bgn + blocks[0], uop_end=bgn + blocks[1], iter_out=iter_out,
-                 iter_in=iter_in, dst_factor_out=dst_out, dst_factor_in=dst_in, imm=imm or 0)
-        s.code.alu_uops += (blocks[1] - blocks[0]) * tile.toh * tile.tow
+        _emit_alu(s, tile, name, acc_base, blocks, imm=imm, src_base=src_base)
 
 
 def conv_constants(layer: ConvLayer, intr: Intrinsics) -> np.ndarray:
