@@ -334,8 +334,7 @@ class _Schedule:
         it in order after the ones before and makes its pushes."""
         e_start = max(start + ENGINE_START, self.engine_free)
         self.engine_starts.append(e_start)
-        uops = loop_uops(insn)
-        dur = LOOP_OVERHEAD + uops if uops else EMPTY
+        dur = self._duration("compute", k, insn, e_start)  # the loop's timing, as on the front end
         end = self._push_end("compute", insn, e_start + dur - 1)
         for flag, q in TOKEN_PUSHES["compute"].items():
             if getattr(insn, flag):
@@ -395,7 +394,7 @@ class _Schedule:
         others = [self.end[k] for k in range(self.n) if not isinstance(self.insns[k], Finish)]
         cycles = max([e + DONE_FINISH for e in finish] + [e + DONE for e in others] + [0])
         self.busy["fetch"] = max(self.dispatch) if self.n else 0
-        bound = max([*MODULES[1:], *(["alu"] if self.engine else [])], key=lambda m: self.busy[m])
+        bound = max((m for m in self.busy if m != "fetch"), key=lambda m: self.busy[m])  # with the engine: alu
         return Estimate(cycles, dict(self.busy), dict(self.work), bound, list(self.end))
 
 
