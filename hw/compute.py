@@ -149,10 +149,10 @@ class ComputeUnit(wiring.Component):
         reset = field(insn, cfg, OP_GEMM, "reset")
         res = Signal(32 * lanes)
         # a reset writes zeros; with gemm_overwrite a GEMM's reset writes its products instead
-        cleared = Mux(opcode == OP_ALU, 0, gemm.dot) if cfg.gemm_overwrite else 0
-        if ca:
+        if ca:  # this pipeline runs GEMMs only
             m.d.comb += res.eq(Mux(reset, gemm.dot if cfg.gemm_overwrite else 0, summed))
         else:
+            cleared = Mux(opcode == OP_ALU, 0, gemm.dot) if cfg.gemm_overwrite else 0
             m.d.comb += res.eq(Mux(reset, cleared, Mux(opcode == OP_ALU, alu_res, summed)))
         with m.If(d_valid):
             m.d.comb += [self.acc_wr.addr.eq(d_dst), self.acc_wr.data.eq(res), self.acc_wr.en.eq(-1)]
