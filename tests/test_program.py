@@ -184,6 +184,30 @@ def test_encode_error_names_the_instruction(cfg):
         bld.uop_kernel("k", [Uop(0, 0), (1, 2, 3)])
 
 
+def test_patch_changes_fields_and_keeps_the_token_flags(cfg):
+    """patch() sets an emitted instruction's operands (a LOAD UOP sized once its kernels are known) and re-encodes it;
+    the flags it carries stay, and the flags themselves, unknown fields, bad indices and values too wide are
+    refused."""
+    bld = ProgramBuilder(cfg)
+    bld.dep_pop("load", "compute")
+    k = bld.load(MEM_UOP, sram_base=0, dram_base=0, x_size=1)
+    bld.dep_push("compute", "store")
+    bld.patch(k, dram_base=12, x_size=5)
+    assert bld.insns[k] == Load(mem=MEM_UOP, dram_base=12, x_size=5, x_stride=1, pop_prev=True, push_next=True)
+    with pytest.raises(AttributeError, match=r"^Load has no field 'push_next' to patch$"):
+        bld.patch(k, push_next=False)
+    with pytest.raises(AttributeError, match=r"^Load has no field 'uop_bgn' to patch$"):
+        bld.patch(k, uop_bgn=1)
+    with pytest.raises(IndexError, match=r"^instruction 1 does not exist: 1 emitted so far$"):
+        bld.patch(1, x_size=1)
+    with pytest.raises(EncodeError, match=r"^instruction 0: LOAD field y_pad_0 = 16 does not fit"):
+        bld.patch(k, y_pad_0=16)
+    assert bld.insns[k].y_pad_0 == 0
+    prog = bld.finish()
+    end = prog.insn_offset + len(prog.insns) * prog.insn_bytes  # the image holds the patched instruction
+    assert encode_stream(prog.insns, cfg).tobytes() == prog.dram[prog.insn_offset:end].tobytes()
+
+
 def test_builder_closed_after_finish(cfg):
     bld = ProgramBuilder(cfg)
     bld.finish()

@@ -393,6 +393,27 @@ class ProgramBuilder:
         self._last[module] = index
         return index
 
+    def patch(self, index: int, **fields: int) -> None:
+        """Change fields (addresses, sizes) of instruction ``index``, already emitted, keeping its dependency flags;
+        for an instruction whose operands are known only later (a LOAD UOP of micro-op kernels placed after it).
+        Raises :class:`~vta.isa.EncodeError` (naming the index) when a value does not fit its field."""
+        self._check_open()
+        if not 0 <= index < len(self.insns):
+            raise IndexError(f"instruction {index} does not exist: {len(self.insns)} emitted so far")
+        old = self.insns[index]
+        for name in fields:
+            if name not in old.__dict__ or name in ("pop_prev", "pop_next", "push_prev", "push_next"):
+                raise AttributeError(f"{type(old).__name__} has no field {name!r} to patch")
+        new = object.__new__(type(old))
+        new.__dict__.update(old.__dict__)
+        new.__dict__.update(fields)
+        try:
+            word = encode(new, self.cfg)
+        except EncodeError as err:
+            raise EncodeError(f"instruction {index}: {err}") from None
+        self.insns[index] = new
+        self._words[index] = word
+
     # ---- dependency tokens ------------------------------------------------------------------------------------
     @staticmethod
     def _pair(src: str, dst: str) -> tuple[str, str]:
