@@ -13,8 +13,9 @@ way VTA's runtime does with two virtual threads:
 Per output tile of a convolution (all indices in entries of the named buffer)::
 
     LOAD ACC bias[, multiplier, shift]     per-channel constants, one acc entry per output block (each only when
-                                           its ALU pass is emitted)
-    [LOAD UOP]                             the requantization's kernels, made resident before the GEMMs
+                                           its ALU pass is emitted; none when a tile of the same output blocks left
+                                           them in either part, or in its own part with concurrent_alu)
+    [LOAD UOP]                             first tile: every micro-op kernel of the layer, while they fit together
     GEMM reset                             zero the tile (none with the gemm_overwrite knob: the first step's
                                            reset GEMM writes each output block's first products instead)
     per reduction step: LOAD INP (one per input block, borders as load padding), LOAD WGT, [LOAD UOP], GEMM
@@ -31,8 +32,10 @@ A residual add loads both operands as ACC_8BIT (int8 widened), then ALU MUL Ma, 
 With ``threads=1`` (no latency hiding, for comparison) each buffer is used whole and every step waits for the
 previous one: the same protocol with distance 1 instead of 2.
 
-Micro-op kernels are cached (:class:`UopCache`): a kernel is stored once in DRAM and loaded into the uop buffer only
-when it is not already resident.
+Micro-op kernels are cached (:class:`UopCache`): a kernel is stored once in DRAM, and a layer's kernels are loaded
+by one LOAD UOP at its start when they fit the uop buffer together (else each when needed and not resident). The
+layer's first reduction step comes in parts (:meth:`.schedule.ConvTiling.tiles`), so that the first GEMM waits for
+less than a whole step's loads.
 """
 from __future__ import annotations
 
@@ -48,7 +51,7 @@ from typing import Any
 import numpy as np
 
 from vta.cache import cache_root
-from vta.config import MEM_ACC, MEM_ACC_8BIT, MEM_INP, MEM_OUT, MEM_WGT, VTAConfig
+from vta.config import MEM_ACC, MEM_ACC_8BIT, MEM_INP, MEM_OUT, MEM_UOP, MEM_WGT, VTAConfig
 from vta.fileio import atomic_write_text
 from vta.isa import OP_LOAD, Uop, layout, requant_imm, requant_word
 from vta.program import Allocation, Program, ProgramBuilder
@@ -135,13 +138,20 @@ class LayerCode:
 
 
 class UopCache:
-    """Micro-op kernels resident in the uop buffer, loaded on demand (bump allocation, flushed when full).
+    """Micro-op kernels resident in the uop buffer (bump allocation, flushed when full).
+
+    With ``preload`` (what layers use) the first kernel placed emits one LOAD UOP that, once :meth:`close` sizes it,
+    loads every kernel placed after it too, for as long as they fit the buffer together: a layer's kernels arrive in
+    one load at its start, while the compute module waits for its first inputs anyway, instead of a LOAD UOP each on
+    the compute module's path later (a DRAM latency and a few cycles apiece, and with ``concurrent_alu`` a drain of
+    the ALU engine). A kernel that does not fit ends the preload: from then on (and without ``preload``) a kernel is
+    loaded when it is placed and not resident, the buffer flushed when full. Each kernel is stored in DRAM once.
 
     The uop buffer is written only by the compute module, in program order, so overwriting a kernel that earlier
     GEMM/ALU instructions used is safe.
     """
 
-    def __init__(self, pb: ProgramBuilder, intr: Intrinsics, prefix: str) -> None:
+    def __init__(self, pb: ProgramBuilder, intr: Intrinsics, prefix: str, *, preload: bool = False) -> None:
         self.pb = pb
         self.depth = intr.uop_depth
         self.prefix = prefix
@@ -149,6 +159,12 @@ class UopCache:
         self._resident: dict[bytes, int] = {}
         self._next = 0
         self.loads = 0
+        """LOAD UOP instructions emitted (the preload's one included)."""
+        self._preload = preload
+        self._batch: list[Uop] = []
+        """The preloaded kernels' micro-ops, in buffer order from entry 0."""
+        self._batch_insn: int | None = None
+        """Index of the preload's LOAD UOP while it is open (its size is set by :meth:`close`)."""
 
     @staticmethod
     def kernel_key(uops: list[Uop]) -> bytes:
@@ -156,25 +172,44 @@ class UopCache:
         return hashlib.sha1(np.array([(u.dst, u.src, u.wgt) for u in uops], dtype=np.int64).tobytes()).digest()
 
     def place(self, uops: list[Uop], key: bytes | None = None) -> tuple[int, int]:
-        """``(uop_bgn, uop_end)`` of ``uops`` in the uop buffer, emitting a LOAD UOP when they are not resident.
-        ``key``: :meth:`kernel_key` of ``uops`` when the caller has it."""
+        """``(uop_bgn, uop_end)`` of ``uops`` in the uop buffer, loaded before any instruction emitted after this
+        call (by the open preload or by a LOAD UOP emitted now). ``key``: :meth:`kernel_key` of ``uops`` when the
+        caller has it."""
         if not uops or len(uops) > self.depth:
             raise ValueError(f"a micro-op kernel must hold 1 to {self.depth} micro-ops, not {len(uops)}")
         key = self.kernel_key(uops) if key is None else key
         if key in self._resident:
             bgn = self._resident[key]
             return bgn, bgn + len(uops)
-        if key not in self._dram:
-            self._dram[key] = self.pb.uop_kernel(f"{self.prefix}uop{len(self._dram)}", uops)
         if self._next + len(uops) > self.depth:
+            self.close()
+            self._preload = False
             self._resident.clear()
             self._next = 0
         bgn = self._next
-        self.pb.load_uops(self._dram[key], sram_base=bgn)
-        self.loads += 1
+        if self._preload:
+            if self._batch_insn is None:  # sized by close(), when every preloaded kernel is known
+                self._batch_insn = self.pb.load(MEM_UOP, sram_base=bgn, dram_base=0, x_size=len(uops))
+                self.loads += 1
+            self._batch.extend(uops)
+        else:
+            if key not in self._dram:
+                self._dram[key] = self.pb.uop_kernel(f"{self.prefix}uop{len(self._dram)}", uops)
+            self.pb.load_uops(self._dram[key], sram_base=bgn)
+            self.loads += 1
         self._resident[key] = bgn
         self._next += len(uops)
         return bgn, bgn + len(uops)
+
+    def close(self) -> None:
+        """Store the preloaded kernels in DRAM (one allocation, ``{prefix}uops``) and size the preload's LOAD UOP
+        to them; no further kernel joins it. Call once the layer is emitted; nothing to do without a preload."""
+        if self._batch_insn is None:
+            return
+        kernel = self.pb.uop_kernel(f"{self.prefix}uops", self._batch)
+        self.pb.patch(self._batch_insn, dram_base=self.pb.elem_addr(kernel, MEM_UOP), x_size=len(self._batch))
+        self._batch_insn = None
+        self._preload = False
 
 
 # ---- convolution ------------------------------------------------------------------------------------------------
@@ -197,7 +232,8 @@ class _ConvState:
     bias_image: Allocation | None = None
     resident: dict[int, tuple[int, int]] = field(default_factory=dict)
     """acc part (virtual thread) -> ``(ob0, oct)`` of the per-channel constants it holds: a tile of the same output
-    blocks in the same part (consecutive pixel tiles, loop order ``oc``) loads them again for nothing."""
+    blocks reads them there instead of loading them again (from its own part only with ``concurrent_alu``, whose
+    ALU engine may still be reading a part's constants while the front end loads the next tile's into it)."""
     fused: bool = False
     """Requantize with one ALU REQ (:func:`fused_requant`)."""
     const_slots: tuple[int, ...] = ()
@@ -342,12 +378,17 @@ def _emit_tile(s: _ConvState, index: int, tile: ConvTile, n_tiles: int) -> None:
     pb, g = s.pb, s.layer.geom
     half, threads = s.half, s.t.threads
     acc_base = (index % threads) * half["acc"]
-    const_base = acc_base + s.t.oc_tile * s.t.acc_tile
     if index >= threads:
         pb.dep_pop("store", "compute")
-    if s.resident.get(index % threads) != (tile.ob0, tile.oct):  # no GEMM/ALU writes the constants' entries
-        _load_consts(s, tile, const_base)
-        s.resident[index % threads] = (tile.ob0, tile.oct)
+    # no GEMM/ALU writes the constants' entries; without concurrent_alu the compute module runs every instruction in
+    # order, so a part's constants are read by the tiles before the next load into that part
+    holders = [index % threads] if s.intr.cfg.concurrent_alu else [index % threads, *range(threads)]
+    part = next((p for p in holders if s.resident.get(p) == (tile.ob0, tile.oct)), None)
+    if part is None:
+        part = index % threads
+        _load_consts(s, tile, part * half["acc"] + s.t.oc_tile * s.t.acc_tile)
+        s.resident[part] = (tile.ob0, tile.oct)
+    const_base = part * half["acc"] + s.t.oc_tile * s.t.acc_tile
     # the requantization's micro-op kernels are made resident now: a LOAD UOP just before the ALU passes would wait
     # for the previous tile's passes to finish with concurrent_alu
     for _, _, src_base in _requant_passes(s, const_base):
@@ -406,19 +447,20 @@ def _emit_tile(s: _ConvState, index: int, tile: ConvTile, n_tiles: int) -> None:
 
 
 def _load_consts(s: _ConvState, tile: ConvTile, const_base: int) -> None:
-    """LOAD ACC the per-channel constants of the tile's output blocks (slot ``k`` at ``const_base + k * oc_tile``):
-    one 2D LOAD of a row per slot when the slots are evenly spaced and the gap between rows fits the LOAD's
-    x_pad_1 field (the padding writes zeros into entries no pass reads), else one LOAD per slot."""
+    """LOAD ACC the per-channel constants of the tile's output blocks: the ``k``-th of :attr:`_ConvState.const_slots`
+    (DRAM row ``slot`` of :func:`conv_constants`) at ``const_base + k * oc_tile``. One 2D LOAD of a row per slot when
+    the slots' DRAM rows are evenly spaced and an edge tile's missing blocks fit the LOAD's x_pad_1 field (the
+    padding writes zeros into entries no pass reads), else one LOAD per slot."""
     slots, oc, g = s.const_slots, s.t.oc_tile, s.layer.geom
     addr = s.pb.elem_addr(s.consts, MEM_ACC)
     gap = slots[1] - slots[0] if len(slots) > 1 else 0
-    pad = gap * oc - tile.oct
+    pad = oc - tile.oct
     if len(slots) > 1 and all(b - a == gap for a, b in zip(slots, slots[1:])) and pad <= s.max_pad:
-        s.pb.load(MEM_ACC, sram_base=const_base + slots[0] * oc, dram_base=addr + slots[0] * g.ob + tile.ob0,
+        s.pb.load(MEM_ACC, sram_base=const_base, dram_base=addr + slots[0] * g.ob + tile.ob0,
                   y_size=len(slots), x_size=tile.oct, x_stride=gap * g.ob, x_pad_1=pad)
         return
-    for slot in slots:
-        s.pb.load(MEM_ACC, sram_base=const_base + slot * oc, dram_base=addr + slot * g.ob + tile.ob0,
+    for k, slot in enumerate(slots):
+        s.pb.load(MEM_ACC, sram_base=const_base + k * oc, dram_base=addr + slot * g.ob + tile.ob0,
                   x_size=tile.oct)
 
 
@@ -490,8 +532,8 @@ def _requant_passes(s: _ConvState, const_base: int) -> list[tuple[str, int | Non
     imms = {"REQ": requant_imm(layer.lo, layer.hi), "MAX": layer.lo, "MIN": layer.hi}
     if layer.per_tensor:
         imms |= {"MUL": int(layer.multiplier[0]), "SHR": int(layer.shift[0])}
-    return [(op, imms.get(op), const_base + _CONST_SLOT[op] * oc if _per_channel(layer, op) else None)
-            for op in alu_passes(layer, bias_load=s.t.bias_load, fused=s.fused)]
+    return [(op, imms.get(op), const_base + s.const_slots.index(_CONST_SLOT[op]) * oc
+             if _per_channel(layer, op) else None) for op in alu_passes(layer, bias_load=s.t.bias_load, fused=s.fused)]
 
 
 def _emit_requant(s: _ConvState, tile: ConvTile, acc_base: int, const_base: int, blocks: tuple[int, int]) -> None:
@@ -538,7 +580,7 @@ def emit_conv(pb: ProgramBuilder, layer: ConvLayer, x: Allocation, y: Allocation
     tiles = list(t.tiles())
     code = LayerCode([x], y, tiles=len(tiles), tiling=t)
     fused = fused_requant(layer, intr)
-    s = _ConvState(pb, intr, layer, t, UopCache(pb, intr, prefix), x, y, w, consts, code, fused=fused,
+    s = _ConvState(pb, intr, layer, t, UopCache(pb, intr, prefix, preload=True), x, y, w, consts, code, fused=fused,
                    const_slots=_const_slots(layer, t.bias_load, fused),
                    max_pad=(1 << layout(intr.cfg).field(OP_LOAD, "x_pad_1").width) - 1)
     if t.bias_load:
@@ -546,6 +588,7 @@ def emit_conv(pb: ProgramBuilder, layer: ConvLayer, x: Allocation, y: Allocation
     s.total_steps = sum(len(tile.steps) for tile in tiles)
     for index, tile in enumerate(tiles):
         _emit_tile(s, index, tile, len(tiles))
+    s.uops.close()
     s.code.notes["uop_loads"] = s.uops.loads
     return s.code
 
@@ -563,7 +606,7 @@ def emit_add(pb: ProgramBuilder, layer: AddLayer, a: Allocation, b: Allocation, 
     intr = intrinsics(pb.cfg)
     entries = int(np.prod(a.shape[:4]))
     plan = plan_eltwise(entries, intr, threads=threads)
-    uops = UopCache(pb, intr, prefix)
+    uops = UopCache(pb, intr, prefix, preload=True)
     code = LayerCode([a, b], y, tiles=0)
     half = intr.capacity("acc") // threads
     fused = _add_fuses(layer, intr)
@@ -610,6 +653,7 @@ def emit_add(pb: ProgramBuilder, layer: AddLayer, a: Allocation, b: Allocation, 
         if index + threads < len(tiles):
             pb.dep_push("store", "compute")
         code.tiles += 1
+    uops.close()
     return code
 
 

@@ -6,8 +6,10 @@ A convolution (dense layers are 1x1 convolutions on a 1x1 image) is described by
 of the packed layouts of :mod:`.layout`. A :class:`ConvTiling` cuts its output into tiles of ``oc_tile`` output
 blocks x ``oh_tile`` rows x ``ow_tile`` columns (one batch block at a time); the reduction over input blocks is cut
 into steps of ``ic_tile`` blocks (of the NIB blocks each output block reads) and, when even one block of weights
-does not fit, of ``kh_tile`` kernel rows (then ``ic_tile`` is 1). Each buffer is split in two halves,
-one per virtual thread (double buffering), so a tile must fit half of each buffer:
+does not fit, of ``kh_tile`` kernel rows (then ``ic_tile`` is 1). With double buffering the layer's first step
+comes in one part per kernel row when it has one input block (:meth:`ConvTiling._lead`), so that its GEMMs start
+after a part's loads rather than the whole step's. Each buffer is split in two halves, one per virtual thread
+(double buffering), so a tile must fit half of each buffer:
 
 * inp: ``in_blocks * in_rows * in_cols`` entries (the input window including the convolution's zero borders, which
   the load unit writes as padding);
@@ -197,7 +199,7 @@ class ConvTiling:
 
     def tiles(self) -> Iterator[ConvTile]:
         """Every output tile, in execution order: batch block, then output blocks, rows, columns (``order`` "oc")
-        or rows, columns, output blocks (``order`` "pixel")."""
+        or rows, columns, output blocks (``order`` "pixel"); the first tile's first step in parts (:meth:`_lead`)."""
         g = self.geom
         _, nib = g.block_ranges
         steps = [(j, min(j + self.ic_tile, nib), k, min(k + self.kh_tile, g.kh))
@@ -207,13 +209,29 @@ class ConvTiling:
         pairs = [(ob0, px) for ob0 in blocks for px in pixels] if self.order == "oc" else \
             [(ob0, px) for px in pixels for ob0 in blocks]
         live: dict[int, tuple[tuple[int, int, int, int], ...]] = {}
+        first = True
         for nbi in range(g.nb):
             for ob0, (r0, c0) in pairs:
                 toh = min(self.oh_tile, g.oh - r0)
                 if r0 not in live:
                     live[r0] = tuple(st for st in steps if self._has_rows(r0, toh, st[2], st[3]))
+                tile_steps = live[r0]
+                if first and tile_steps and self.threads > 1:
+                    tile_steps = self._lead(r0, toh, tile_steps[0]) + tile_steps[1:]
+                first = False
                 yield ConvTile(nbi, ob0, min(self.oc_tile, g.ob - ob0), r0, toh, c0, min(self.ow_tile, g.ow - c0),
-                               live[r0])
+                               tile_steps)
+
+    def _lead(self, r0: int, toh: int, step: tuple[int, int, int, int]) -> tuple[tuple[int, int, int, int], ...]:
+        """The layer's first step in one part per kernel row (the parts that read only the zero border left out), so
+        that the GEMMs start after one row's loads (the loads before the first GEMM are the layer's start-up time)
+        while the next rows load into the other buffer half. Only a step of one input block is cut (a part of several
+        blocks and some of the kernel rows would not be one 2D LOAD of weights), and only with double buffering
+        (with one thread every part would wait for the previous one)."""
+        j0, j1, k0, k1 = step
+        if j1 - j0 > 1:
+            return (step,)
+        return tuple(st for st in ((j0, j1, k, k + 1) for k in range(k0, k1)) if self._has_rows(r0, toh, st[2], st[3]))
 
     def _has_rows(self, r0: int, toh: int, kh0: int, kh1: int) -> bool:
         """True when output rows ``[r0, r0 + toh)`` read some real input row through kernel rows [kh0, kh1)."""

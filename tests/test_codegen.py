@@ -12,7 +12,7 @@ from vta.compiler.intrin import intrinsics
 from vta.compiler.ir import AddRequant, Requant
 from vta.compiler.layout import pack_activation, unpack_activation
 from vta.compiler.schedule import ConvGeometry, ConvTiling, ScheduleError, plan_conv, plan_eltwise
-from vta.config import MEM_INP, VTAConfig
+from vta.config import MEM_ACC, MEM_INP, VTAConfig
 from vta.isa import Alu, Gemm, Load, Uop
 from vta.program import ProgramBuilder
 
@@ -70,7 +70,9 @@ def test_conv_forced_tilings(tiles):
     kh_steps = -(-3 // tiles[4]) if len(tiles) > 4 else 1
     # steps whose rows are all top/bottom border are skipped: with one-row kernel steps and tiles of whole height,
     # none is; with 3-row tiles and 2-row kernel steps neither (every tile reads real rows through each step)
-    steps = n_tiles * -(-3 // tiles[1]) * kh_steps
+    # the first tile's first step comes in one part per kernel row when it has one input block
+    lead = 1 if tiles[1] > 1 else min(3, tiles[4] if len(tiles) > 4 else 3)
+    steps = n_tiles * -(-3 // tiles[1]) * kh_steps + lead - 1
     assert stats["load_to_compute_pops"] == steps
     assert stats["compute_to_load_pops"] == max(steps - 2, 0)
 
@@ -80,7 +82,7 @@ def test_single_thread_programs():
     got, expected, code, stats = _conv_case(VTAConfig(), 1, 40, 11, 10, 40, 3, 1, 1, 1, tiles=(1, 1, 2, 3, 3, 1),
                                             seed=3)
     np.testing.assert_array_equal(got, expected)
-    steps = 3 * 6 * 4 * 3
+    steps = 3 * 6 * 4 * 3  # one thread: the first step is not cut into kernel rows
     assert stats["load_to_compute_pops"] == steps and stats["compute_to_load_pops"] == steps - 1
     assert stats["store_to_compute_pops"] == 3 * 6 * 4  # tiles - 1 in the program, + 1 before FINISH
     got, expected, code, _ = _conv_case(VTAConfig(), 1, 20, 9, 9, 24, 3, 1, 1, 1, threads=1)
@@ -194,18 +196,22 @@ def test_add_matches_reference(cfg):
 
 
 def test_program_structure_default():
-    """The lowering emits exactly: const LOAD ACC x3, reset GEMM, inp/wgt loads, one GEMM, 5 ALU ops per tile."""
+    """The lowering emits exactly: the constants' LOAD ACC, one LOAD UOP, the reset GEMM, inp/wgt loads and a GEMM
+    per kernel row (the layer's first step in parts), 5 ALU ops per tile."""
     intr = intrinsics(VTAConfig())
     layer = ConvLayer.make((1, 16, 4, 4), np.ones((16, 16, 3, 3), np.int8), np.arange(-8, 8, dtype=np.int32),
                            np.arange(1, 17), np.full(16, 4), 0, 127, pads=(1, 1, 1, 1), intr=intr)
     program, code = build_conv_program(VTAConfig(), layer)
     gemms = [i for i in program.insns if isinstance(i, Gemm)]
     alus = [i for i in program.insns if isinstance(i, Alu)]
-    assert [g.reset for g in gemms] == [True, False]
-    assert (gemms[1].iter_out, gemms[1].iter_in, gemms[1].uop_end - gemms[1].uop_bgn) == (4, 4, 9)
+    assert [g.reset for g in gemms] == [True, False, False, False]
+    assert all((g.iter_out, g.iter_in, g.uop_end - g.uop_bgn) == (4, 4, 3) for g in gemms[1:])
     assert len(alus) == 5 and code.alu_uops == 5 * 16 and code.gemm_uops == 16 + 9 * 16
+    assert [i.mem for i in program.insns if isinstance(i, Load) and i.mem in (MEM_ACC, 0)] == [MEM_ACC, 0]
     inp = [i for i in program.insns if isinstance(i, Load) and i.mem == 2]
-    assert [(i.y_size, i.x_size, i.y_pad_0, i.y_pad_1, i.x_pad_0, i.x_pad_1) for i in inp] == [(4, 4, 1, 1, 1, 1)]
+    # kernel row k reads input rows k - 1 .. k + 2: the top row is padding for k = 0, the bottom one for k = 2
+    assert [(i.y_size, i.x_size, i.y_pad_0, i.y_pad_1, i.x_pad_0, i.x_pad_1) for i in inp] == [
+        (3, 4, 1, 0, 1, 1), (4, 4, 0, 0, 1, 1), (3, 4, 0, 1, 1, 1)]
 
 
 def test_plan_fits_buffers_resnet_layers():
@@ -246,6 +252,61 @@ def test_uop_cache_reuses_and_flushes():
     assert len([k for k in pb.allocations if k.startswith("tuop")]) == 2  # each kernel stored in DRAM once
     with pytest.raises(ValueError, match="a micro-op kernel must hold 1 to 16 micro-ops, not 17"):
         cache.place([Uop(0, 0, 0)] * 17)
+
+
+def test_uop_cache_preload():
+    """With preload the first kernel's LOAD UOP loads, once closed, every kernel placed while they fit the buffer
+    together (one allocation in placement order); a kernel that does not fit ends the preload and kernels load on
+    demand from then on."""
+    from vta.isa import decode_uops
+    cfg = VTAConfig(log_uop_buff_size=6)  # 16 micro-ops
+    pb = ProgramBuilder(cfg)
+    cache = UopCache(pb, intrinsics(cfg), "t", preload=True)
+    a, b, c = ([Uop(i, k, 0) for i in range(n)] for k, n in ((1, 6), (2, 8), (3, 4)))
+    assert cache.place(a) == (0, 6) and cache.place(b) == (6, 14) and cache.place(a) == (0, 6)
+    assert cache.loads == 1 and len(pb.insns) == 1
+    assert cache.place(c) == (0, 4) and cache.loads == 2  # 14 + 4 > 16: the preload closes, c loads on demand
+    cache.close()
+    first, second = pb.insns
+    assert (first.x_size, first.sram_base, second.x_size, second.sram_base) == (14, 0, 4, 0)
+    program = pb.finish()
+    assert first.dram_base == program.allocations["tuops"].offset // cfg.uop_bytes
+    dst, src, _ = decode_uops(program.read("tuops"), cfg)
+    assert list(zip(dst.tolist(), src.tolist())) == [(u.dst, u.src) for u in a + b]
+
+
+@pytest.mark.parametrize("ic_tile, lead", [(2, ((0, 2, 0, 3),)), (1, ((0, 1, 0, 1), (0, 1, 1, 2), (0, 1, 2, 3)))])
+def test_layers_preload_their_kernels_and_start_with_a_part_of_a_step(ic_tile, lead):
+    """A layer's micro-op kernels arrive in one LOAD UOP; its first tile's first step comes in one part per kernel
+    row when it reads one input block (not two: a 2D LOAD of weights cannot pick some kernel rows of several
+    blocks), so that the GEMMs start after a part's loads; the result stays exact."""
+    tiles = (2, ic_tile, 5, 9)
+    got, expected, code, _ = _conv_case(VTAConfig(), 1, 32, 9, 9, 48, 3, 1, 1, 1, tiles=tiles, seed=13)
+    np.testing.assert_array_equal(got, expected)
+    assert code.notes["uop_loads"] == 1
+    intr = intrinsics(VTAConfig())
+    geom = ConvGeometry.make((1, 32, 9, 9), (48, 32, 3, 3), pads=(1,) * 4, intr=intr)
+    steps = [t.steps for t in ConvTiling(geom, *tiles).tiles()]
+    rest = tuple((j, j + ic_tile, 0, 3) for j in range(0, 2, ic_tile))
+    assert steps[0] == lead + rest[1:] and all(st == rest for st in steps[1:])
+    single = ConvTiling(geom, *tiles, 3, 1)  # one thread: no parts
+    assert all(t.steps == rest for t in single.tiles())
+
+
+@pytest.mark.parametrize("concurrent_alu", [False, True])
+def test_tiles_share_resident_constants(concurrent_alu):
+    """Tiles of the same output blocks read the per-channel constants another part loaded (one LOAD ACC of them
+    per layer), except with concurrent_alu, whose ALU engine may still read a part's constants when the next tile's
+    are loaded there (one per part); exact either way."""
+    cfg = VTAConfig(concurrent_alu=concurrent_alu)
+    got, expected, code, _ = _conv_case(cfg, 1, 16, 8, 8, 32, 3, 1, 1, 1, tiles=(2, 1, 2, 8), seed=14)
+    np.testing.assert_array_equal(got, expected)
+    intr = intrinsics(cfg)
+    layer = ConvLayer.make((1, 16, 8, 8), np.zeros((32, 16, 3, 3), np.int8), np.ones(32, np.int32), np.ones(32),
+                           np.full(32, 2), -128, 127, pads=(1,) * 4, intr=intr)
+    program, _ = build_conv_program(cfg, layer, None, ConvTiling(layer.geom, 2, 1, 2, 8))
+    const_loads = [i for i in program.insns if isinstance(i, Load) and i.mem == MEM_ACC]
+    assert len(const_loads) == (2 if concurrent_alu else 1)
 
 
 def test_the_last_tile_is_stored_in_parts():

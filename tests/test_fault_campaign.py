@@ -50,7 +50,10 @@ def test_fast_subset_has_no_defects(tmp_path):
     defects = {r.probe.name: (r.verdict.outcome, r.verdict.note) for r in records if r.verdict.outcome in DEFECTS}
     assert defects == {}, fc.report(records, ctx)
     total = table["total"]
-    assert total["clear"] >= 12 and total["ok"] >= 5          # both kinds of clean ending occur
+    # both kinds of clean ending occur; how many of each depends on where the seeded corruptions land in the
+    # programs and artefacts of the day (a flipped byte a zip member does not depend on reads back identical: ok)
+    assert total["clear"] >= 10 and total["ok"] >= 5
+    assert all(r.verdict.outcome == "clear" for r in records if r.probe.family == "models")
     assert {r.probe.name.split()[1] for r in records if r.probe.family == "artefacts"} >= {
         "pickle_member", "pickle_extra", "pickle_v1", "raw_pickle"}        # every planted pickle was refused
     assert all(r.verdict.outcome == "ok" for r in records if r.probe.family == "cache")  # rebuilt and ran
