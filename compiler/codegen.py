@@ -33,9 +33,9 @@ With ``threads=1`` (no latency hiding, for comparison) each buffer is used whole
 previous one: the same protocol with distance 1 instead of 2.
 
 Micro-op kernels are cached (:class:`UopCache`): a kernel is stored once in DRAM, and a layer's kernels are loaded
-by one LOAD UOP at its start when they fit the uop buffer together (else each when needed and not resident). The
-layer's first reduction step comes in parts (:meth:`.schedule.ConvTiling.tiles`), so that the first GEMM waits for
-less than a whole step's loads.
+by one LOAD UOP at its start when they fit the uop buffer together (else in batches, each loaded where its first
+kernel is needed). The layer's first reduction step comes in two parts (:meth:`.schedule.ConvTiling.tiles`), so that
+the first GEMM waits for less than a whole step's loads.
 """
 from __future__ import annotations
 
@@ -140,12 +140,13 @@ class LayerCode:
 class UopCache:
     """Micro-op kernels resident in the uop buffer (bump allocation, flushed when full).
 
-    With ``preload`` (what layers use) the first kernel placed emits one LOAD UOP that, once :meth:`close` sizes it,
-    loads every kernel placed after it too, for as long as they fit the buffer together: a layer's kernels arrive in
-    one load at its start, while the compute module waits for its first inputs anyway, instead of a LOAD UOP each on
-    the compute module's path later (a DRAM latency and a few cycles apiece, and with ``concurrent_alu`` a drain of
-    the ALU engine). A kernel that does not fit ends the preload: from then on (and without ``preload``) a kernel is
-    loaded when it is placed and not resident, the buffer flushed when full. Each kernel is stored in DRAM once.
+    With ``preload`` (what layers use) kernels are loaded in batches: the first kernel placed emits a LOAD UOP that,
+    once :meth:`close` sizes it, loads every kernel placed after it too, for as long as they fit the buffer together.
+    A layer's kernels thus arrive in one load at its start, while the compute module waits for its first inputs
+    anyway, instead of a LOAD UOP each on the compute module's path later (a DRAM latency and a few cycles apiece,
+    and with ``concurrent_alu`` a drain of the ALU engine). A kernel that does not fit closes the batch and flushes
+    the buffer; it starts the next batch, loaded where it is placed. Without ``preload`` a kernel is loaded when it
+    is placed and not resident. Each kernel is stored in DRAM once (a batch's kernels together).
 
     The uop buffer is written only by the compute module, in program order, so overwriting a kernel that earlier
     GEMM/ALU instructions used is safe.
@@ -163,6 +164,7 @@ class UopCache:
         self._preload = preload
         self._batch: list[Uop] = []
         """The preloaded kernels' micro-ops, in buffer order from entry 0."""
+        self._batches = 0
         self._batch_insn: int | None = None
         """Index of the preload's LOAD UOP while it is open (its size is set by :meth:`close`)."""
 
@@ -183,7 +185,6 @@ class UopCache:
             return bgn, bgn + len(uops)
         if self._next + len(uops) > self.depth:
             self.close()
-            self._preload = False
             self._resident.clear()
             self._next = 0
         bgn = self._next
@@ -202,14 +203,16 @@ class UopCache:
         return bgn, bgn + len(uops)
 
     def close(self) -> None:
-        """Store the preloaded kernels in DRAM (one allocation, ``{prefix}uops``) and size the preload's LOAD UOP
-        to them; no further kernel joins it. Call once the layer is emitted; nothing to do without a preload."""
+        """Store the open batch's kernels in DRAM (one allocation, ``{prefix}uops{n}`` for the ``n``-th batch) and
+        size its LOAD UOP to them; the next kernel placed starts a new batch. Call once the layer is emitted; nothing
+        to do without an open batch."""
         if self._batch_insn is None:
             return
-        kernel = self.pb.uop_kernel(f"{self.prefix}uops", self._batch)
+        kernel = self.pb.uop_kernel(f"{self.prefix}uops{self._batches}", self._batch)
+        self._batches += 1
         self.pb.patch(self._batch_insn, dram_base=self.pb.elem_addr(kernel, MEM_UOP), x_size=len(self._batch))
         self._batch_insn = None
-        self._preload = False
+        self._batch = []
 
 
 # ---- convolution ------------------------------------------------------------------------------------------------

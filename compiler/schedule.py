@@ -6,10 +6,10 @@ A convolution (dense layers are 1x1 convolutions on a 1x1 image) is described by
 of the packed layouts of :mod:`.layout`. A :class:`ConvTiling` cuts its output into tiles of ``oc_tile`` output
 blocks x ``oh_tile`` rows x ``ow_tile`` columns (one batch block at a time); the reduction over input blocks is cut
 into steps of ``ic_tile`` blocks (of the NIB blocks each output block reads) and, when even one block of weights
-does not fit, of ``kh_tile`` kernel rows (then ``ic_tile`` is 1). With double buffering the layer's first step
-comes in one part per kernel row when it has one input block (:meth:`ConvTiling._lead`), so that its GEMMs start
-after a part's loads rather than the whole step's. Each buffer is split in two halves, one per virtual thread
-(double buffering), so a tile must fit half of each buffer:
+does not fit, of ``kh_tile`` kernel rows (then ``ic_tile`` is 1). With double buffering the layer's first step, when
+it has one input block, comes as its first kernel row and then the others (:meth:`ConvTiling._lead`), so that its
+GEMMs start after one row's loads rather than the whole step's. Each buffer is split in two halves, one per virtual
+thread (double buffering), so a tile must fit half of each buffer:
 
 * inp: ``in_blocks * in_rows * in_cols`` entries (the input window including the convolution's zero borders, which
   the load unit writes as padding);
@@ -223,15 +223,16 @@ class ConvTiling:
                                tile_steps)
 
     def _lead(self, r0: int, toh: int, step: tuple[int, int, int, int]) -> tuple[tuple[int, int, int, int], ...]:
-        """The layer's first step in one part per kernel row (the parts that read only the zero border left out), so
-        that the GEMMs start after one row's loads (the loads before the first GEMM are the layer's start-up time)
-        while the next rows load into the other buffer half. Only a step of one input block is cut (a part of several
-        blocks and some of the kernel rows would not be one 2D LOAD of weights), and only with double buffering
-        (with one thread every part would wait for the previous one)."""
+        """The layer's first step as two: its first kernel row, then the others (a part that reads only the zero
+        border left out), so that the GEMMs start after one row's loads (the loads before the first GEMM are the
+        layer's start-up time) while the other rows load into the other buffer half. Only a step of one input block
+        and several kernel rows is cut (a part of several blocks and some of the kernel rows would not be one 2D
+        LOAD of weights), and only with double buffering (with one thread the second part would wait for the
+        first)."""
         j0, j1, k0, k1 = step
-        if j1 - j0 > 1:
+        if j1 - j0 > 1 or k1 - k0 < 2:
             return (step,)
-        return tuple(st for st in ((j0, j1, k, k + 1) for k in range(k0, k1)) if self._has_rows(r0, toh, st[2], st[3]))
+        return tuple(st for st in ((j0, j1, k0, k0 + 1), (j0, j1, k0 + 1, k1)) if self._has_rows(r0, toh, st[2], st[3]))
 
     def _has_rows(self, r0: int, toh: int, kh0: int, kh1: int) -> bool:
         """True when output rows ``[r0, r0 + toh)`` read some real input row through kernel rows [kh0, kh1)."""

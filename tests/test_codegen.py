@@ -70,8 +70,8 @@ def test_conv_forced_tilings(tiles):
     kh_steps = -(-3 // tiles[4]) if len(tiles) > 4 else 1
     # steps whose rows are all top/bottom border are skipped: with one-row kernel steps and tiles of whole height,
     # none is; with 3-row tiles and 2-row kernel steps neither (every tile reads real rows through each step)
-    # the first tile's first step comes in one part per kernel row when it has one input block
-    lead = 1 if tiles[1] > 1 else min(3, tiles[4] if len(tiles) > 4 else 3)
+    # the first tile's first step comes as its first kernel row and the others when it has one input block
+    lead = 1 if tiles[1] > 1 or (len(tiles) > 4 and tiles[4] == 1) else 2
     steps = n_tiles * -(-3 // tiles[1]) * kh_steps + lead - 1
     assert stats["load_to_compute_pops"] == steps
     assert stats["compute_to_load_pops"] == max(steps - 2, 0)
@@ -197,21 +197,21 @@ def test_add_matches_reference(cfg):
 
 def test_program_structure_default():
     """The lowering emits exactly: the constants' LOAD ACC, one LOAD UOP, the reset GEMM, inp/wgt loads and a GEMM
-    per kernel row (the layer's first step in parts), 5 ALU ops per tile."""
+    for the first kernel row, then for the other two (the layer's first step in two parts), 5 ALU ops per tile."""
     intr = intrinsics(VTAConfig())
     layer = ConvLayer.make((1, 16, 4, 4), np.ones((16, 16, 3, 3), np.int8), np.arange(-8, 8, dtype=np.int32),
                            np.arange(1, 17), np.full(16, 4), 0, 127, pads=(1, 1, 1, 1), intr=intr)
     program, code = build_conv_program(VTAConfig(), layer)
     gemms = [i for i in program.insns if isinstance(i, Gemm)]
     alus = [i for i in program.insns if isinstance(i, Alu)]
-    assert [g.reset for g in gemms] == [True, False, False, False]
-    assert all((g.iter_out, g.iter_in, g.uop_end - g.uop_bgn) == (4, 4, 3) for g in gemms[1:])
+    assert [g.reset for g in gemms] == [True, False, False]
+    assert [(g.iter_out, g.iter_in, g.uop_end - g.uop_bgn) for g in gemms[1:]] == [(4, 4, 3), (4, 4, 6)]
     assert len(alus) == 5 and code.alu_uops == 5 * 16 and code.gemm_uops == 16 + 9 * 16
     assert [i.mem for i in program.insns if isinstance(i, Load) and i.mem in (MEM_ACC, 0)] == [MEM_ACC, 0]
     inp = [i for i in program.insns if isinstance(i, Load) and i.mem == 2]
-    # kernel row k reads input rows k - 1 .. k + 2: the top row is padding for k = 0, the bottom one for k = 2
+    # kernel row 0 reads input rows -1 .. 2 (the top one padding), rows 1 and 2 read rows 0 .. 4 (the last padding)
     assert [(i.y_size, i.x_size, i.y_pad_0, i.y_pad_1, i.x_pad_0, i.x_pad_1) for i in inp] == [
-        (3, 4, 1, 0, 1, 1), (4, 4, 0, 0, 1, 1), (3, 4, 0, 1, 1, 1)]
+        (3, 4, 1, 0, 1, 1), (4, 4, 0, 1, 1, 1)]
 
 
 def test_plan_fits_buffers_resnet_layers():
@@ -256,8 +256,8 @@ def test_uop_cache_reuses_and_flushes():
 
 def test_uop_cache_preload():
     """With preload the first kernel's LOAD UOP loads, once closed, every kernel placed while they fit the buffer
-    together (one allocation in placement order); a kernel that does not fit ends the preload and kernels load on
-    demand from then on."""
+    together (one allocation in placement order); a kernel that does not fit flushes the buffer and starts the next
+    batch."""
     from vta.isa import decode_uops
     cfg = VTAConfig(log_uop_buff_size=6)  # 16 micro-ops
     pb = ProgramBuilder(cfg)
@@ -265,21 +265,23 @@ def test_uop_cache_preload():
     a, b, c = ([Uop(i, k, 0) for i in range(n)] for k, n in ((1, 6), (2, 8), (3, 4)))
     assert cache.place(a) == (0, 6) and cache.place(b) == (6, 14) and cache.place(a) == (0, 6)
     assert cache.loads == 1 and len(pb.insns) == 1
-    assert cache.place(c) == (0, 4) and cache.loads == 2  # 14 + 4 > 16: the preload closes, c loads on demand
+    assert cache.place(c) == (0, 4) and cache.loads == 2  # 14 + 4 > 16: the batch closes, c starts the next
+    assert cache.place(a) == (4, 10) and cache.loads == 2    # a was flushed: it joins c's batch
     cache.close()
     first, second = pb.insns
-    assert (first.x_size, first.sram_base, second.x_size, second.sram_base) == (14, 0, 4, 0)
+    assert (first.x_size, first.sram_base, second.x_size, second.sram_base) == (14, 0, 10, 0)
     program = pb.finish()
-    assert first.dram_base == program.allocations["tuops"].offset // cfg.uop_bytes
-    dst, src, _ = decode_uops(program.read("tuops"), cfg)
-    assert list(zip(dst.tolist(), src.tolist())) == [(u.dst, u.src) for u in a + b]
+    for insn, name, kernels in ((first, "tuops0", a + b), (second, "tuops1", c + a)):
+        assert insn.dram_base == program.allocations[name].offset // cfg.uop_bytes
+        dst, src, _ = decode_uops(program.read(name), cfg)
+        assert list(zip(dst.tolist(), src.tolist())) == [(u.dst, u.src) for u in kernels]
 
 
-@pytest.mark.parametrize("ic_tile, lead", [(2, ((0, 2, 0, 3),)), (1, ((0, 1, 0, 1), (0, 1, 1, 2), (0, 1, 2, 3)))])
+@pytest.mark.parametrize("ic_tile, lead", [(2, ((0, 2, 0, 3),)), (1, ((0, 1, 0, 1), (0, 1, 1, 3)))])
 def test_layers_preload_their_kernels_and_start_with_a_part_of_a_step(ic_tile, lead):
-    """A layer's micro-op kernels arrive in one LOAD UOP; its first tile's first step comes in one part per kernel
-    row when it reads one input block (not two: a 2D LOAD of weights cannot pick some kernel rows of several
-    blocks), so that the GEMMs start after a part's loads; the result stays exact."""
+    """A layer's micro-op kernels arrive in one LOAD UOP; its first tile's first step comes as its first kernel row
+    and then the others when it reads one input block (not two: a 2D LOAD of weights cannot pick some kernel rows of
+    several blocks), so that the GEMMs start after one row's loads; the result stays exact."""
     tiles = (2, ic_tile, 5, 9)
     got, expected, code, _ = _conv_case(VTAConfig(), 1, 32, 9, 9, 48, 3, 1, 1, 1, tiles=tiles, seed=13)
     np.testing.assert_array_equal(got, expected)
