@@ -316,6 +316,10 @@ def main() -> None:
                     for fig_step in _accel_steps(fig.compiled) if fig_step.node.name in measured]
             print(f"  {name}: model error against tsim on {len(errs)} layers: largest {max(errs):.2%}, "
                   f"mean {statistics.mean(errs):.2%}")
+            convs = [measured.get(step.node.name) for step, _ in fig.convs]
+            if all(c is not None for c in convs):
+                print(f"  {name} on tsim: convs incl. first {sum(convs):,} (model {fig.conv_total:,}), after the "
+                      f"first {sum(convs[1:]):,} (model {fig.after_first:,})")
         figs.append(fig)
     side_by_side(figs)
     for fig in figs:
