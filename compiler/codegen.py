@@ -160,13 +160,13 @@ class UopCache:
         self._resident: dict[bytes, int] = {}
         self._next = 0
         self.loads = 0
-        """LOAD UOP instructions emitted (the preload's one included)."""
+        """LOAD UOP instructions emitted (one per preload batch)."""
         self._preload = preload
         self._batch: list[Uop] = []
-        """The preloaded kernels' micro-ops, in buffer order from entry 0."""
+        """The open batch's micro-ops, in buffer order from entry 0 (a batch starts on an empty buffer)."""
         self._batches = 0
         self._batch_insn: int | None = None
-        """Index of the preload's LOAD UOP while it is open (its size is set by :meth:`close`)."""
+        """Index of the open batch's LOAD UOP (its size is set by :meth:`close`), else None."""
 
     @staticmethod
     def kernel_key(uops: list[Uop]) -> bytes:
