@@ -27,7 +27,7 @@ import numpy as np
 
 from vta.config import VTAConfig
 
-from .codegen import AddLayer, ConvLayer
+from .codegen import AddLayer, ConvLayer, alu_passes, fused_requant
 from .intrin import Intrinsics, intrinsics
 from .ir import Graph, Node, node_macs
 from .layout import bias_lane_weights, ceil_div, fold_weight_columns, im2col_weights, packed_activation_shape, round_up
@@ -98,8 +98,9 @@ class Lowered:
 def stem_costs(graph: Graph, node: Node, intr: Intrinsics) -> dict[str, tuple[float, int, int]]:
     """For a convolution whose input comes from the CPU side: lowering (:data:`STEMS` but ``auto``) -> (estimated
     microseconds, micro-ops per output vector, host bytes packed). The estimate is the accelerator's micro-ops
-    (GEMM per reduction block and tap, one reset, the ALU passes: ADD bias unless the bias rides in spare im2col
-    lanes, MUL, SHR, MAX, MIN) at ``cfg.clock_mhz`` plus the host's im2col/fold and packing bytes at
+    (GEMM per reduction block and tap, one reset unless ``gemm_overwrite`` makes it a MAC micro-op, the layer's ALU
+    passes (:func:`~.codegen.alu_passes`: ADD bias unless the bias rides in spare im2col lanes, MUL, SHR, MAX, MIN,
+    or REQ with ``fused_requant``) at ``cfg.clock_mhz`` plus the host's im2col/fold and packing bytes at
     :data:`CONVERT_BYTES_PER_US`. Empty when no fold applies: grouped, an accelerator producer, or folding the
     kernel columns into channels would not need fewer GEMM micro-ops (``ceil(C*KW/BI) * KH`` against
     ``ceil(C/BI) * KH * KW`` per output pixel: the input has many channels or the kernel one column)."""
@@ -119,8 +120,14 @@ def stem_costs(graph: Graph, node: Node, intr: Intrinsics) -> dict[str, tuple[fl
     lanes = round_up(k, bi) - k
     bias = graph.constants[node.inputs[2]] if len(node.inputs) > 2 else np.zeros(o, np.int32)
     carried = not np.asarray(bias).any() or (lanes > 0 and bias_lane_weights(bias, lanes) is not None)
-    per = {"direct": ceil_div(c, bi) * kh * kw + 6, "columns": ceil_div(c * kw, bi) * kh + 6,
-           "im2col": ceil_div(k, bi) + (5 if carried else 6)}
+    rq = node.attrs["requant"]
+    a = node.attrs
+    layer = ConvLayer.make((n, c, h, w), graph.constants[node.inputs[1]], bias, rq.multiplier, rq.shift, rq.lo, rq.hi,
+                           strides=tuple(a.get("strides", (1, 1))), pads=tuple(a.get("pads", (0, 0, 0, 0))), intr=intr)
+    passes = alu_passes(layer, fused=fused_requant(layer, intr))
+    other = (0 if cfg.gemm_overwrite else 1) + len(passes)  # the reset and the ALU passes, per output vector
+    per = {"direct": ceil_div(c, bi) * kh * kw + other, "columns": ceil_div(c * kw, bi) * kh + other,
+           "im2col": ceil_div(k, bi) + other - (carried and "ADD" in passes)}
     packed = {"direct": round_up(c, bi) * h * w, "columns": round_up(c * kw, bi) * h * ow,
               "im2col": round_up(k, bi) * oh * ow}
     return {name: (per[name] * vectors / (intr.batch * cfg.clock_mhz) + n * packed[name] / CONVERT_BYTES_PER_US,

@@ -94,6 +94,24 @@ def test_im2col_keeps_the_add_when_the_bias_is_out_of_reach():
     np.testing.assert_array_equal(run(compiled, {"x": x}).outputs["y"], qops.run_reference(g, {"x": x})["y"])
 
 
+@pytest.mark.parametrize("knobs", [{}, {"fused_requant": True, "gemm_overwrite": True}, {"concurrent_alu": True}])
+@pytest.mark.parametrize("bias_range", [90_000, 100_000_000])
+def test_stem_estimates_count_the_micro_ops_each_lowering_issues(knobs, bias_range):
+    """The micro-ops per output vector that the stem's estimate counts (in the partition's reason) are the ones the
+    compiled layer issues, for every lowering and with the knobs that change them (REQ for four passes, no reset
+    micro-op with gemm_overwrite), the bias in im2col's spare lanes or out of their reach."""
+    from vta.compiler.intrin import intrinsics
+    from vta.compiler.partition import stem_costs
+    cfg = VTAConfig(**knobs)
+    g = _stem_graph(bias_range)
+    costs = stem_costs(g, g.nodes[0], intrinsics(cfg))
+    for stem, name in (("im2col", "im2col"), ("columns", "columns"), ("direct", "direct")):
+        step = compile_graph(g, cfg, policy="accel", stem=stem).steps[0]
+        vectors = 100  # 10x10 output pixels, one output block
+        issued = step.gemm_uops + step.alu_uops
+        assert costs[name][1] * vectors == issued, (stem, costs[name][1], issued / vectors)
+
+
 def test_unknown_stem():
     with pytest.raises(ValueError, match="stem must be one of auto, im2col, columns, direct, not 'x'"):
         compile_graph(_stem_graph(10), VTAConfig(), policy="accel", stem="x")
