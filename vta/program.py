@@ -220,17 +220,22 @@ class Program:
         return cls.from_arrays(arrays, source=str(path))
 
 
-def _with_flags(insn: Insn, flags: set[str]) -> Insn:
-    """A copy of ``insn`` with the token flags ``flags`` (names of boolean fields) set: the instruction classes are
-    plain frozen dataclasses without validation, so their fields are copied directly (``dataclasses.replace`` runs
+def _replaced(insn: Insn, fields: dict[str, Any]) -> Insn:
+    """A copy of ``insn`` with ``fields`` set (names already checked by the caller): the instruction classes are plain
+    frozen dataclasses without validation, so their fields are copied directly (``dataclasses.replace`` runs
     ``__init__`` and cost a tenth of a compile)."""
     new = object.__new__(type(insn))
     new.__dict__.update(insn.__dict__)
-    for flag in flags:
-        if flag not in new.__dict__:
-            raise AttributeError(f"{type(insn).__name__} has no token flag {flag!r}")
-        new.__dict__[flag] = True
+    new.__dict__.update(fields)
     return new
+
+
+def _with_flags(insn: Insn, flags: set[str]) -> Insn:
+    """A copy of ``insn`` with the token flags ``flags`` (names of boolean fields) set."""
+    for flag in flags:
+        if flag not in insn.__dict__:
+            raise AttributeError(f"{type(insn).__name__} has no token flag {flag!r}")
+    return _replaced(insn, {flag: True for flag in flags})
 
 
 def _flag_lsb(cfg: VTAConfig, flag: str) -> int:
@@ -404,9 +409,7 @@ class ProgramBuilder:
         for name in fields:
             if name not in old.__dict__ or name in ("pop_prev", "pop_next", "push_prev", "push_next"):
                 raise AttributeError(f"{type(old).__name__} has no field {name!r} to patch")
-        new = object.__new__(type(old))
-        new.__dict__.update(old.__dict__)
-        new.__dict__.update(fields)
+        new = _replaced(old, fields)
         try:
             word = encode(new, self.cfg)
         except EncodeError as err:
