@@ -387,11 +387,12 @@ def _emit_tile(s: _ConvState, index: int, tile: ConvTile, n_tiles: int) -> None:
     # order, so a part's constants are read by the tiles before the next load into that part
     holders = [index % threads] if s.intr.cfg.concurrent_alu else [index % threads, *range(threads)]
     part = next((p for p in holders if s.resident.get(p) == (tile.ob0, tile.oct)), None)
-    if part is None:
-        part = index % threads
-        _load_consts(s, tile, part * half["acc"] + s.t.oc_tile * s.t.acc_tile)
-        s.resident[part] = (tile.ob0, tile.oct)
+    fresh = part is None
+    part = index % threads if part is None else part
     const_base = part * half["acc"] + s.t.oc_tile * s.t.acc_tile
+    if fresh:
+        _load_consts(s, tile, const_base)
+        s.resident[part] = (tile.ob0, tile.oct)
     # the requantization's micro-op kernels are made resident now: a LOAD UOP just before the ALU passes would wait
     # for the previous tile's passes to finish with concurrent_alu
     for _, _, src_base in _requant_passes(s, const_base):
