@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from vta.config import ALU_QUEUE_DEPTH, MEM_UOP, VTAConfig
+from vta.config import ALU_QUEUE_DEPTH, MAX_BURST, MAX_OUTSTANDING, MEM_UOP, VTAConfig
 from vta.isa import TOKEN_POPS, TOKEN_PUSHES, Alu, Finish, Gemm, Insn, Load, Store, layout, module_of
 from vta.program import Program
 
@@ -49,10 +49,6 @@ show TOKENS..PUSH of a 2-beat LOAD as 25 cycles; the split between this and FETC
 total)."""
 LOAD_TAIL = 2
 """LOAD: cycles after the last element is written: the engine is seen idle (1, state BUSY), PUSH (1)."""
-MAX_BURST = 16
-"""Beats per read request at most (``LoadEngine(max_burst=16)``)."""
-MAX_OUTSTANDING = 8
-"""Read requests the arbiter tracks at once (its tag FIFO); a tag is freed when the request's last beat is taken."""
 FETCH_FIRST_REQ = 1
 """Cycle of fetch's first instruction request after ``start`` (fetch is idle and requests as soon as it has a count)."""
 FETCH_TO_QUEUE = 4

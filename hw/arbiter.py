@@ -15,6 +15,8 @@ from amaranth.lib import wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
+from vta.config import MAX_OUTSTANDING
+
 from .util import check_int, validated_init
 
 __all__ = ["read_signature", "write_signature", "MemArbiter"]
@@ -46,14 +48,14 @@ class MemArbiter(wiring.Component):
 
     Timing: requests are granted round-robin, at most one per cycle, combinationally (a requester's ``req_ready`` is
     high in the cycle its request is forwarded and accepted by ``mem_rd``). The arbiter remembers the requester and
-    length of up to ``max_outstanding`` accepted requests and routes the returning beats, in order, to their
-    requester: ``data_valid``/``data_ready`` pass through combinationally. A requester must consume every beat it
-    asked for without waiting on anything but itself, or the port stalls for everyone. The write channel passes
-    straight through (there is one writer, the store module).
+    length of up to ``max_outstanding`` (:data:`vta.config.MAX_OUTSTANDING` unless given) accepted requests and
+    routes the returning beats, in order, to their requester: ``data_valid``/``data_ready`` pass through
+    combinationally. A requester must consume every beat it asked for without waiting on anything but itself, or the
+    port stalls for everyone. The write channel passes straight through (there is one writer, the store module).
     """
 
     @validated_init
-    def __init__(self, *, n_readers, bus_bytes, max_outstanding=8):
+    def __init__(self, *, n_readers, bus_bytes, max_outstanding=MAX_OUTSTANDING):
         self.n_readers = check_int("n_readers", n_readers, lo=1, hi=16)
         self.bus_bytes = check_int("bus_bytes", bus_bytes, lo=1, hi=128, pow2=True)
         self.max_outstanding = check_int("max_outstanding", max_outstanding, lo=1, hi=256)

@@ -10,6 +10,8 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
+from vta.config import MAX_BURST
+
 from .arbiter import read_signature
 from .util import byte_fill, check_int, log2_exact, validated_init
 
@@ -24,7 +26,7 @@ class DmaReader(wiring.Component):
         cmd_valid/cmd_ready, cmd_base (32, elements), cmd_y (16), cmd_x (16), cmd_stride (16): one block, accepted
             while idle (``cmd_ready``); ``cmd_x`` and ``cmd_y`` must be >= 1.
         mem: the read channel (:func:`~vta.hw.arbiter.read_signature`). Each row is requested as bursts of at most
-            ``max_burst`` beats, issued as early as the port accepts them.
+            ``max_burst`` beats (:data:`vta.config.MAX_BURST` unless given), issued as early as the port accepts them.
         out_valid/out_ready, out_data (8*min(E,B) bits), out_idx (piece index in its element), out_last (last piece
             of its element): the pieces in DRAM order; ``out_valid`` follows ``mem.data_valid`` combinationally.
         busy: requests or pieces of the current block remain.
@@ -32,7 +34,7 @@ class DmaReader(wiring.Component):
     """
 
     @validated_init
-    def __init__(self, *, elem_bytes, bus_bytes, max_burst=16):
+    def __init__(self, *, elem_bytes, bus_bytes, max_burst=MAX_BURST):
         self.elem_bytes = check_int("elem_bytes", elem_bytes, lo=1, hi=1 << 16, pow2=True)
         self.bus_bytes = check_int("bus_bytes", bus_bytes, lo=1, hi=128, pow2=True)
         self.max_burst = check_int("max_burst", max_burst, lo=1, hi=1 << 15)

@@ -8,7 +8,7 @@ from amaranth.lib import wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
-from vta.config import MEM_ACC, MEM_ACC_8BIT, MEM_INP, MEM_NAMES, MEM_UOP, MEM_WGT, VTAConfig
+from vta.config import MAX_BURST, MEM_ACC, MEM_ACC_8BIT, MEM_INP, MEM_NAMES, MEM_UOP, MEM_WGT, VTAConfig
 from vta.isa import LOAD_TARGETS, OP_LOAD, layout
 
 from .arbiter import read_signature
@@ -55,7 +55,7 @@ class LoadEngine(wiring.Component):
     """
 
     @validated_init
-    def __init__(self, *, cfg, targets, max_burst=16):
+    def __init__(self, *, cfg, targets, max_burst=MAX_BURST):
         self.cfg = _check_cfg(cfg)
         targets = tuple(targets)
         for t in targets:
