@@ -38,7 +38,11 @@ def _cmd_verilog(args):
         raise CliError(f"-o {args.output}: -o names the folder vta_core.v is written into, not a Verilog file; e.g. "
                        f"-o {Path(args.output).parent / 'rtl'}")
     cfg = config_from_args(args)
-    path = generate_verilog(cfg, args.output, gemm_form=args.gemm_form)
+    try:
+        path = generate_verilog(cfg, args.output, gemm_form=args.gemm_form)  # written whole (vta.fileio)
+    except OSError as err:  # from vta.fileio, a sentence naming the path; from mkdir, the folder and the reason
+        raise CliError(str(err) if err.filename is None else f"-o {args.output}: cannot write there ({err.filename}: "
+                       f"{err.strerror})") from None
     print(f"{path} ({cfg.name})")
     return 0
 

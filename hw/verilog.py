@@ -9,6 +9,7 @@ from pathlib import Path
 
 from vta import config as config_module
 from vta.config import VTAConfig
+from vta.fileio import atomic_write_text
 
 from .compat import convert_component
 from .mem import uniform_row_key
@@ -113,11 +114,11 @@ def verilog_text(cfg, *, gemm_form="packed"):
 def generate_verilog(cfg, out_dir, *, gemm_form="packed"):
     """Write ``<out_dir>/vta_core.v`` for ``cfg`` (``gemm_form`` as in :func:`verilog_text`) and return its path. The
     folder is created if needed; the file is rewritten only when its contents change (so its timestamp keys
-    make-style caches)."""
+    make-style caches), and then whole (:mod:`vta.fileio`: :class:`OSError` naming the path when it cannot be)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{TOP_NAME}.v"
     text = verilog_text(cfg, gemm_form=gemm_form)
     if not path.exists() or path.read_text() != text:
-        path.write_text(text)
+        atomic_write_text(path, text)
     return path

@@ -104,6 +104,30 @@ def test_cli_writes_verilog(tmp_path, capsys):
     assert capsys.readouterr().out.strip() == f"{tmp_path / 'out' / 'vta_core.v'} (1x8_i8w8a32_10_10_12_11)"
 
 
+def test_cli_verilog_is_written_whole_or_not_at_all(tmp_path, capsys, monkeypatch):
+    """vta hw verilog -o goes through vta.fileio: a failed write leaves the previous file and no temporary one, and
+    is reported as a sentence naming the path; a folder that cannot be made is named too."""
+    from vta.cli import main
+    cfg_file = tmp_path / "c.json"
+    cfg_file.write_text('{"LOG_BLOCK": 2, "LOG_UOP_BUFF_SIZE": 8, "LOG_INP_BUFF_SIZE": 8, "LOG_WGT_BUFF_SIZE": 8, '
+                        '"LOG_ACC_BUFF_SIZE": 8}')
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "vta_core.v").write_text("previous")
+
+    def full_disk(src, dst):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(os, "replace", full_disk)
+    assert main(["hw", "verilog", "--config", str(cfg_file), "-o", str(out)]) == 2
+    assert capsys.readouterr().err == f"vta: error: cannot write {out / 'vta_core.v'}: No space left on device.\n"
+    assert sorted(p.name for p in out.iterdir()) == ["vta_core.v"] and (out / "vta_core.v").read_text() == "previous"
+    monkeypatch.undo()
+    (tmp_path / "file").write_text("")
+    assert main(["hw", "verilog", "--config", str(cfg_file), "-o", str(tmp_path / "file" / "rtl")]) == 2
+    assert capsys.readouterr().err == (f"vta: error: -o {tmp_path / 'file' / 'rtl'}: cannot write there "
+                                       f"({tmp_path / 'file' / 'rtl'}: Not a directory)\n")
+
+
 def test_parse_stat_counts_xilinx_cells():
     cells = {"LUT1": 3, "LUT6": 10, "LUT3": 2, "RAM64M": 4, "FDRE": 20, "FDSE": 1, "DSP48E1": 16, "RAMB36E1": 3,
              "RAMB18E1": 3, "CARRY4": 5, "BUFG": 1}
