@@ -12,6 +12,8 @@ import os
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from vta.fileio import atomic_path
+
 __all__ = ["frontier", "suite_rows", "frontier_table", "plot_frontiers", "METRICS", "SUITE"]
 
 SUITE = "all models"
@@ -126,7 +128,8 @@ def plot_frontiers(groups: dict[str, list[dict[str, Any]]], folder: str | os.Pat
             fig.suptitle(title)
         fig.tight_layout()
         path = folder / f"pareto_{metric}.png"
-        fig.savefig(path, dpi=120)
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, dpi=120)
         plt.close(fig)
         written.append(path)
     return written

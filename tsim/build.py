@@ -32,6 +32,7 @@ from typing import Callable, Iterable, Sequence
 from vta.cache import cache_root as vta_cache_root
 from vta.cache import cached_build
 from vta.config import VTAConfig
+from vta.fileio import atomic_write_text
 
 __all__ = ["BuildError", "RtlInputError", "Build", "build", "cache_root", "verilator_bin_dir", "verilator_env",
            "kill_group", "TRACE_KINDS", "VERILATOR_FLAGS", "KILL_GRACE_SECONDS"]
@@ -263,7 +264,7 @@ def _build_into(out: Path, cfg: VTAConfig, generator: RtlGenerator, trace: str, 
             train_lib = out / "train" / _LIB_NAME
             train_lib.parent.mkdir()
             link(train_lib, [PGO_GENERATE])
-            (out / "train" / "config.json").write_text(json.dumps(cfg.to_dict()))
+            atomic_write_text(out / "train" / "config.json", json.dumps(cfg.to_dict()))
             _run([sys.executable, "-m", "vta.tsim.pgo", str(train_lib), str(out / "train" / "config.json")], out,
                  spinner, "the PGO training run on the instrumented model failed")
             spinner.stage("compiling the model with its profile")

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from vta.config import VTAConfig
+from vta.fileio import atomic_write_text
 
 from .ports import TOP_NAME, Port, check_core
 
@@ -169,7 +170,7 @@ class ForeignCore:
             copies.append(out_dir / path.name)
         listing = out_dir / "core.f"
         lines = [f"+incdir+{out_dir.resolve()}", *(str(p.resolve()) for p in copies if p.suffix in SOURCE_SUFFIXES)]
-        listing.write_text("\n".join(lines) + "\n")
+        atomic_write_text(listing, "\n".join(lines) + "\n")
         return listing
 
     def __str__(self) -> str:

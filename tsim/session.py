@@ -29,6 +29,7 @@ import numpy as np
 
 from vta.cache import cached_build
 from vta.config import VTAConfig
+from vta.fileio import atomic_path
 
 from .build import BuildError, _source_hash, cache_root, resolve_generator, verilator_bin_dir
 
@@ -52,10 +53,9 @@ def _version_wrapper() -> Path:
     text = _WRAPPER.replace("{driver}", str(verilator_bin_dir() / "verilator"))
     if not path.exists() or path.read_text() != text:
         folder.mkdir(parents=True, exist_ok=True)
-        tmp = folder / f".verilator-{os.getpid()}"
-        tmp.write_text(text)
-        tmp.chmod(0o755)
-        os.replace(tmp, path)
+        with atomic_path(path) as tmp:
+            tmp.write_text(text)
+            tmp.chmod(0o755)
     return folder
 
 
