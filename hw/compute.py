@@ -10,17 +10,17 @@ The micro-op loop is a four-stage pipeline that issues one micro-op every cycle 
 
 Stage C reads the accumulator through ports transparent to stage D's write, so a micro-op that reads what the one
 before it writes sees the new value: no hazards, no stalls.
-"""
-import functools
-import operator
 
+This is VTA's compute module, where GEMM and ALU instructions share the pipeline. The ``concurrent_alu`` knob's
+variant, which hands ALU instructions to a second engine, is :mod:`vta.hw.concurrent_alu`: a subclass that fills in
+the hooks (``_acc_reads`` ... ``_merge_engine``) this class leaves empty.
+"""
 from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
-from vta.config import ALU_QUEUE_DEPTH, MEM_UOP
-from vta.isa import LOAD_TARGETS, LOOP_OPCODES, OP_ALU, OP_FINISH, OP_GEMM, OP_LOAD, TOKEN_PUSHES, layout
+from vta.isa import LOAD_TARGETS, LOOP_OPCODES, OP_ALU, OP_FINISH, OP_GEMM, OP_LOAD, layout
 
 from .alu import AluCore
 from .arbiter import read_signature
@@ -46,11 +46,12 @@ from .util import (
     wait_engine,
 )
 
-__all__ = ["ComputeUnit", "AluEngine"]
+__all__ = ["ComputeUnit"]
 
 
 class ComputeUnit(wiring.Component):
-    """The compute module.
+    """The compute module of VTA's design (``cfg.concurrent_alu`` off; on, it is
+    :class:`vta.hw.concurrent_alu.ConcurrentAluCompute`).
 
     Ports:
         cmd_valid/cmd_ready, cmd_data (insn_bits): the command queue's write side (``cmd_queue_depth`` entries).
@@ -61,37 +62,42 @@ class ComputeUnit(wiring.Component):
         idle: no instruction held or queued.
         state (2): IDLE/BUSY/WAIT_TOKEN/WAIT_MEM; insn_done, finish (FINISH retired), gemm_uop, alu_uop (a micro-op
             wrote its result), elem_uop, elem_acc, elem_acc8 (an element was loaded): one-cycle pulses.
-        With ``cfg.concurrent_alu``: ALU instructions run on :class:`AluEngine` (a submodule), whose SRAM ports are
-            alu_uop_rd, alu_acc_rd0, alu_acc_rd1, alu_acc_wr, alu_out_wr (the core banks acc and out so that both
-            engines reach them in one cycle); there is no acc_rd1 (GEMMs read acc[dst] only, with ``en`` only while
-            stage C holds a micro-op), alu_insn_done pulses when the engine retires an instruction (insn_done counts
-            the others) and alu_uop comes from the engine. ``state`` is the front end's.
     """
+
+    concurrent_alu = False
+    """The value of ``cfg.concurrent_alu`` this class builds."""
 
     @validated_init
     def __init__(self, *, cfg, gemm_form="packed"):
         self.cfg = _check_cfg(cfg)
+        if cfg.concurrent_alu != self.concurrent_alu:
+            right = "vta.hw.concurrent_alu.ConcurrentAluCompute" if cfg.concurrent_alu else "vta.hw.compute.ComputeUnit"
+            raise ValueError(f"cfg.concurrent_alu is {cfg.concurrent_alu} (config {cfg.name}): its compute module is "
+                             f"{right}, not {type(self).__module__}.{type(self).__name__}")
         self.gemm_form = gemm_form  # GemmCore checks it
-        super().__init__({
+        super().__init__(self._members(cfg))
+
+    def _members(self, cfg):
+        """The signature members (see the class docstring)."""
+        return {
             "cmd_valid": In(1), "cmd_ready": Out(1), "cmd_data": In(layout(cfg).insn_bits), **token_members("compute"),
             "mem": Out(read_signature(cfg.bus_bytes)),
             "uop_wr": Out(sram_write_signature(cfg, "uop")), "uop_rd": Out(sram_read_signature(cfg, "uop")),
             "inp_rd": Out(sram_read_signature(cfg, "inp")),
-            "wgt_rd": Out(sram_read_signature(cfg, "wgt", wgt_operand_bits(cfg.block_in, cfg.block_out, gemm_form))),
+            "wgt_rd": Out(sram_read_signature(cfg, "wgt", wgt_operand_bits(cfg.block_in, cfg.block_out,
+                                                                            self.gemm_form))),
             "acc_wr": Out(sram_write_signature(cfg, "acc")), "acc_rd0": Out(sram_read_signature(cfg, "acc")),
-            **({} if cfg.concurrent_alu else {"acc_rd1": Out(sram_read_signature(cfg, "acc"))}),
+            "acc_rd1": Out(sram_read_signature(cfg, "acc")),
             "out_wr": Out(sram_write_signature(cfg, "out")),
             "state": Out(2), "idle": Out(1), "insn_done": Out(1), "finish": Out(1), "gemm_uop": Out(1),
             "alu_uop": Out(1),
             "elem_uop": Out(1), "elem_acc": Out(1), "elem_acc8": Out(1),
-            **(_engine_ports(cfg) if cfg.concurrent_alu else {}),
-        })
+        }
 
     def elaborate(self, platform):
         m = Module()
         cfg = self.cfg
         lay = layout(cfg)
-        ca = cfg.concurrent_alu
         m.submodules.queue = queue = SyncFIFOBuffered(width=lay.insn_bits, depth=cfg.cmd_queue_depth)
         m.submodules.engine = engine = LoadEngine(cfg=cfg, targets=LOAD_TARGETS["compute"])
         m.d.comb += [queue.w_data.eq(self.cmd_data), queue.w_en.eq(self.cmd_valid), self.cmd_ready.eq(queue.w_rdy)]
@@ -132,28 +138,17 @@ class ComputeUnit(wiring.Component):
                                                  form=self.gemm_form)
         m.d.comb += [gemm.in_valid.eq(c_valid), gemm.inp.eq(self.inp_rd.data), gemm.wgt.eq(self.wgt_rd.data),
                      self.acc_rd0.addr.eq(c_dst)]
-        if ca:  # the acc banks give acc_rd0's bank to the ALU engine while no GEMM micro-op reads it
-            m.d.comb += self.acc_rd0.en.eq(c_valid)
-        else:
-            m.d.comb += [self.acc_rd0.en.eq(1), self.acc_rd1.addr.eq(c_src), self.acc_rd1.en.eq(1)]
+        self._acc_reads(m, c_valid, c_src)
 
         # ---- stage D: accumulate / ALU, acc and out writes -----------------------------------------------------
         d_valid = Signal()
         d_dst = Signal(16)
         m.d.sync += [d_valid.eq(c_valid), d_dst.eq(c_dst)]
         lanes = cfg.batch * cfg.block_out
-        if not ca:
-            alu_res = _alu_stage(m, cfg, insn, self.acc_rd0.data, self.acc_rd1.data)
         summed = Cat(*[(self.acc_rd0.data.word_select(j, 32) + gemm.dot.word_select(j, 32))[:32]
                        for j in range(lanes)])
-        reset = field(insn, cfg, OP_GEMM, "reset")
         res = Signal(32 * lanes)
-        # a reset writes zeros; with gemm_overwrite a GEMM's reset writes its products instead
-        if ca:  # this pipeline runs GEMMs only
-            m.d.comb += res.eq(Mux(reset, gemm.dot if cfg.gemm_overwrite else 0, summed))
-        else:
-            cleared = Mux(opcode == OP_ALU, 0, gemm.dot) if cfg.gemm_overwrite else 0
-            m.d.comb += res.eq(Mux(reset, cleared, Mux(opcode == OP_ALU, alu_res, summed)))
+        m.d.comb += res.eq(self._result(m, insn, opcode, gemm.dot, summed))
         with m.If(d_valid):
             m.d.comb += [self.acc_wr.addr.eq(d_dst), self.acc_wr.data.eq(res), self.acc_wr.en.eq(-1)]
         with m.Else():
@@ -163,33 +158,20 @@ class ComputeUnit(wiring.Component):
             self.out_wr.addr.eq(d_dst), self.out_wr.en.eq(d_valid),
             self.out_wr.data.eq(Cat(*[res.word_select(j, 32)[:8] for j in range(lanes)])),
             self.gemm_uop.eq(d_valid & (opcode == OP_GEMM)),
-            *([] if ca else [self.alu_uop.eq(d_valid & (opcode == OP_ALU))]),  # else from the engine
+            *self._alu_uops(d_valid, opcode),
             pipe_busy.eq(b_valid | c_valid | d_valid),
         ]
-        if ca:
-            hand_off = Signal()  # an ALU instruction goes to the engine
-            wait_alu = Signal()  # the front end waits for the engine before this instruction's pops or pushes
-            m.submodules.alu_engine = eng = AluEngine(cfg=self.cfg)
-            for port in ("uop_rd", "acc_rd0", "acc_rd1", "acc_wr", "out_wr"):
-                wiring.connect(m, wiring.flipped(getattr(self, f"alu_{port}")), getattr(eng, port))
-            m.d.comb += [eng.cmd_data.eq(insn), eng.cmd_valid.eq(hand_off), self.alu_uop.eq(eng.alu_uop),
-                         self.alu_insn_done.eq(eng.insn_done)]
-            for flag in TOKEN_PUSHES["compute"]:  # the engine pushes only to queues the front end is not pushing to
-                m.d.comb += getattr(eng, f"{flag}_ready").eq(getattr(self, f"{flag}_ready"))
-            is_uop_load = is_load & (field(insn, cfg, OP_LOAD, "mem") == MEM_UOP)
-            drain = is_uop_load | (opcode == OP_FINISH)
-            push_wait = [pushes[flag] & getattr(eng, f"pending_{flag}") for flag in TOKEN_PUSHES["compute"]]
+        link = self._attach_engine(m, insn, opcode, is_load, pushes)
 
         with m.FSM():
             with m.State("IDLE"):
                 take_insn(m, self, queue, insn)
             with m.State("TOKENS"):
-                if ca:  # before a LOAD UOP or FINISH the engine must be empty; an ALU waits for room in its queue
-                    m.d.comb += wait_alu.eq(Mux(opcode == OP_ALU, ~eng.cmd_ready, drain & ~eng.idle))
+                wait = self._wait_before_pops(m, link, opcode)
                 with m.If(pops_blocked(self, pops)):
                     m.d.comb += self.state.eq(WAIT_TOKEN)
-                if ca:
-                    with m.Elif(wait_alu):
+                if wait is not None:
+                    with m.Elif(wait):
                         m.d.comb += self.state.eq(BUSY)
                 with m.Else():
                     m.d.comb += [self.state.eq(BUSY), *pop_tokens(self, pops)]
@@ -199,10 +181,7 @@ class ComputeUnit(wiring.Component):
                     with m.If(is_loop & ~loop_empty):
                         m.d.comb += loop_init.eq(1)
                         m.next = "LOOP"
-                    if ca:  # the engine runs it, pushes its tokens and counts it
-                        with m.If(opcode == OP_ALU):
-                            m.d.comb += [hand_off.eq(1), loop_init.eq(0)]
-                            m.next = "IDLE"
+                    self._hand_off(m, link, opcode, loop_init)
             with m.State("LOAD"):
                 m.d.comb += [self.state.eq(BUSY), engine.cmd_valid.eq(1)]
                 m.next = "LOAD_RUN"
@@ -218,22 +197,56 @@ class ComputeUnit(wiring.Component):
                     m.next = "PUSH"
             with m.State("PUSH"):
                 blocked = pushes_blocked(self, pushes)
-                if ca:  # pushes to a queue the engine still pushes to wait until it has
-                    m.d.comb += wait_alu.eq(functools.reduce(operator.or_, push_wait))
-                    blocked = blocked | wait_alu
+                wait = self._wait_before_pushes(m, link)
+                if wait is not None:
+                    blocked = blocked | wait
                 with m.If(blocked):
                     m.d.comb += self.state.eq(WAIT_TOKEN)
                 with m.Else():
                     m.d.comb += [self.state.eq(BUSY), *push_tokens(self, pushes), self.insn_done.eq(1),
                                  self.finish.eq(opcode == OP_FINISH)]
                     m.next = "IDLE"
-        if ca:
-            for flag in TOKEN_PUSHES["compute"]:
-                with m.If(getattr(eng, f"{flag}_valid")):
-                    m.d.comb += getattr(self, f"{flag}_valid").eq(1)
-            with m.If(~eng.idle):
-                m.d.comb += self.idle.eq(0)
+        self._merge_engine(m, link)
         return m
+
+    # ---- hooks: VTA's design here; vta.hw.concurrent_alu.ConcurrentAluCompute overrides them -----------------------
+    def _acc_reads(self, m, c_valid, c_src):
+        """Stage C's accumulator reads besides acc_rd0's address (acc[dst]): both ports always on, acc_rd1 reads
+        acc[src] (an ALU operand)."""
+        m.d.comb += [self.acc_rd0.en.eq(1), self.acc_rd1.addr.eq(c_src), self.acc_rd1.en.eq(1)]
+
+    def _result(self, m, insn, opcode, dot, summed):
+        """Stage D's result (``BATCH * BLOCK_OUT`` lanes of 32 bits) from the GEMM core's ``dot`` and ``summed``
+        (acc[dst] + dot): an ALU's, a GEMM's sum, or a reset's zeros (with gemm_overwrite a GEMM's reset writes its
+        products instead)."""
+        cfg = self.cfg
+        alu_res = _alu_stage(m, cfg, insn, self.acc_rd0.data, self.acc_rd1.data)
+        reset = field(insn, cfg, OP_GEMM, "reset")
+        cleared = Mux(opcode == OP_ALU, 0, dot) if cfg.gemm_overwrite else 0
+        return Mux(reset, cleared, Mux(opcode == OP_ALU, alu_res, summed))
+
+    def _alu_uops(self, d_valid, opcode):
+        """Statements driving ``alu_uop``: stage D holds an ALU micro-op."""
+        return [self.alu_uop.eq(d_valid & (opcode == OP_ALU))]
+
+    def _attach_engine(self, m, insn, opcode, is_load, pushes):
+        """Add a second micro-op engine for ALU instructions; returns what the hooks below need of it (VTA's design
+        has none: ``None``)."""
+        return None
+
+    def _wait_before_pops(self, m, link, opcode):
+        """In TOKENS, a signal holding the instruction (state BUSY) once its pops are not blocked, or ``None``."""
+        return None
+
+    def _hand_off(self, m, link, opcode, loop_init):
+        """In TOKENS, once its pops are made: the statements that send the instruction elsewhere."""
+
+    def _wait_before_pushes(self, m, link):
+        """In PUSH, a signal blocking the pushes (state WAIT_TOKEN) besides full queues, or ``None``."""
+        return None
+
+    def _merge_engine(self, m, link):
+        """After the front end's FSM: merge the engine's token pushes and idleness into the module's."""
 
 
 def _loop_stages(m, cfg, insn, opcode, issue, loop_init, uop_rd, names):
@@ -307,107 +320,3 @@ def _alu_stage(m, cfg, insn, acc_d, acc_s):
     m.d.comb += [alu.op.eq(field(insn, cfg, OP_ALU, "alu_opcode")), alu.a.eq(acc_d),
                  alu.b.eq(Mux(use_imm, Cat(*([imm32] * lanes)), acc_s))]
     return alu.res
-
-
-def _engine_ports(cfg):
-    """The ComputeUnit members that reach its :class:`AluEngine` (``concurrent_alu``)."""
-    return {"alu_uop_rd": Out(sram_read_signature(cfg, "uop")), "alu_acc_rd0": Out(sram_read_signature(cfg, "acc")),
-            "alu_acc_rd1": Out(sram_read_signature(cfg, "acc")), "alu_acc_wr": Out(sram_write_signature(cfg, "acc")),
-            "alu_out_wr": Out(sram_write_signature(cfg, "out")), "alu_insn_done": Out(1)}
-
-
-class AluEngine(wiring.Component):
-    """The second micro-op engine of ``concurrent_alu``: runs the ALU instructions the compute module's front end
-    hands it (tokens already popped), in order, each with the micro-op loop's timing (stages A-D, one micro-op per
-    cycle, then the drain), then makes the instruction's pushes and retires it.
-
-    Ports:
-        cmd_valid/cmd_ready, cmd_data (insn_bits): its instruction queue (:data:`vta.config.ALU_QUEUE_DEPTH` entries).
-        push_prev_*, push_next_*: token pushes (the compute module ORs them with its front end's).
-        pending_prev, pending_next: an instruction queued or running pushes to that queue (the front end does not
-            push there until it has).
-        uop_rd, acc_rd0 (acc[dst]), acc_rd1 (acc[src]), acc_wr, out_wr: SRAM ports; the reads are enabled only
-            while a micro-op needs them (the acc banks share a port with the GEMMs).
-        idle: nothing queued or running. insn_done, alu_uop: one-cycle pulses.
-    """
-
-    @validated_init
-    def __init__(self, *, cfg):
-        self.cfg = _check_cfg(cfg)
-        super().__init__({
-            "cmd_valid": In(1), "cmd_ready": Out(1), "cmd_data": In(layout(cfg).insn_bits),
-            **{f"{flag}_{hs}": (Out(1) if hs == "valid" else In(1)) for flag in TOKEN_PUSHES["compute"]
-               for hs in ("valid", "ready")},
-            **{f"pending_{flag}": Out(1) for flag in TOKEN_PUSHES["compute"]},
-            "uop_rd": Out(sram_read_signature(cfg, "uop")), "acc_rd0": Out(sram_read_signature(cfg, "acc")),
-            "acc_rd1": Out(sram_read_signature(cfg, "acc")), "acc_wr": Out(sram_write_signature(cfg, "acc")),
-            "out_wr": Out(sram_write_signature(cfg, "out")),
-            "idle": Out(1), "insn_done": Out(1), "alu_uop": Out(1),
-        })
-
-    def elaborate(self, platform):
-        m = Module()
-        cfg = self.cfg
-        lay = layout(cfg)
-        m.submodules.queue = queue = SyncFIFOBuffered(width=lay.insn_bits, depth=ALU_QUEUE_DEPTH)
-        m.d.comb += [queue.w_data.eq(self.cmd_data), queue.w_en.eq(self.cmd_valid), self.cmd_ready.eq(queue.w_rdy)]
-        insn = Signal(lay.insn_bits)
-        pushes = push_flags(insn, cfg, "compute")
-        # instructions queued or running that push to each queue: +1 as one is queued, -1 as it pushes
-        taken = push_flags(self.cmd_data, cfg, "compute")
-        for flag in TOKEN_PUSHES["compute"]:
-            count = Signal(range(ALU_QUEUE_DEPTH + 2), name=f"pending_{flag}_count")
-            up = self.cmd_valid & self.cmd_ready & taken[flag]
-            down = getattr(self, f"{flag}_valid") & getattr(self, f"{flag}_ready")
-            m.d.sync += count.eq(count + up - down)
-            m.d.comb += getattr(self, f"pending_{flag}").eq(count != 0)
-
-        bgn = field(insn, cfg, OP_GEMM, "uop_bgn")
-        end = field(insn, cfg, OP_GEMM, "uop_end")
-        loop_empty = ((field(insn, cfg, OP_GEMM, "iter_out") == 0) | (field(insn, cfg, OP_GEMM, "iter_in") == 0)
-                      | (end <= bgn))
-        issue = Signal()
-        loop_init = Signal()
-        last_iter, b_valid, idx = _loop_stages(m, cfg, insn, OP_ALU, issue, loop_init, self.uop_rd, ("dst", "src"))
-        c_valid = Signal()
-        c_dst = Signal(16)
-        c_src = Signal(16)
-        m.d.sync += [c_valid.eq(b_valid), c_dst.eq(idx["dst"]), c_src.eq(idx["src"])]
-        m.d.comb += [self.acc_rd0.addr.eq(c_dst), self.acc_rd0.en.eq(c_valid),
-                     self.acc_rd1.addr.eq(c_src), self.acc_rd1.en.eq(c_valid)]
-        d_valid = Signal()
-        d_dst = Signal(16)
-        m.d.sync += [d_valid.eq(c_valid), d_dst.eq(c_dst)]
-        lanes = cfg.batch * cfg.block_out
-        res = Signal(32 * lanes)
-        m.d.comb += res.eq(Mux(field(insn, cfg, OP_GEMM, "reset"), 0,
-                               _alu_stage(m, cfg, insn, self.acc_rd0.data, self.acc_rd1.data)))
-        m.d.comb += [
-            self.acc_wr.addr.eq(d_dst), self.acc_wr.data.eq(res), self.acc_wr.en.eq(Mux(d_valid, -1, 0)),
-            self.out_wr.addr.eq(d_dst), self.out_wr.en.eq(d_valid),
-            self.out_wr.data.eq(Cat(*[res.word_select(j, 32)[:8] for j in range(lanes)])),
-            self.alu_uop.eq(d_valid),
-        ]
-        with m.FSM():
-            with m.State("IDLE"):
-                m.d.comb += [queue.r_en.eq(1), self.idle.eq(queue.level == 0)]
-                with m.If(queue.r_rdy):
-                    m.d.sync += insn.eq(queue.r_data)
-                    m.next = "START"
-            with m.State("START"):
-                m.next = "PUSH"
-                with m.If(~loop_empty):
-                    m.d.comb += loop_init.eq(1)
-                    m.next = "LOOP"
-            with m.State("LOOP"):
-                m.d.comb += issue.eq(1)
-                with m.If(last_iter):
-                    m.next = "DRAIN"
-            with m.State("DRAIN"):
-                with m.If(~(b_valid | c_valid | d_valid)):
-                    m.next = "PUSH"
-            with m.State("PUSH"):
-                with m.If(~pushes_blocked(self, pushes)):
-                    m.d.comb += [*push_tokens(self, pushes), self.insn_done.eq(1)]
-                    m.next = "IDLE"
-        return m

@@ -9,6 +9,7 @@ from amaranth.lib.wiring import In, Out
 from .arbiter import MemArbiter
 from .boundary import MemBoundary
 from .compute import ComputeUnit
+from .concurrent_alu import ConcurrentAluCompute
 from .fetch import FetchUnit
 from .gemm import pack_weights, pack_weights_int, wgt_operand_bits
 from .load import LoadUnit, _check_cfg
@@ -61,7 +62,8 @@ class VTACore(wiring.Component):
         cfg = self.cfg
         m.submodules.fetch = fetch = FetchUnit(cfg=cfg)
         m.submodules.load = load = LoadUnit(cfg=cfg)
-        m.submodules.compute = compute = ComputeUnit(cfg=cfg, gemm_form=self.gemm_form)
+        compute_class = ConcurrentAluCompute if cfg.concurrent_alu else ComputeUnit
+        m.submodules.compute = compute = compute_class(cfg=cfg, gemm_form=self.gemm_form)
         m.submodules.store = store = StoreUnit(cfg=cfg)
         m.submodules.arbiter = arb = MemArbiter(n_readers=3, bus_bytes=cfg.bus_bytes)
         m.submodules.boundary = bnd = MemBoundary(bus_bytes=cfg.bus_bytes)
