@@ -1,24 +1,79 @@
 """Float reference of the float graph IR in numpy (float32 activations): calibration and frontend checks.
 
 :func:`run_float` executes a float :class:`~.ir.Graph` (ops of :data:`~.ir.FLOAT_OPS`) and can return every
-intermediate tensor, which is what calibration needs. Convolutions use im2col and BLAS (float32).
+intermediate tensor, which is what calibration needs.
+
+Every result is the same bytes on every machine: calibration, and so the scales and programs of a compiled model,
+must not depend on the host. A BLAS product does (its kernel, chosen by the CPU, and its thread count set the order
+in which it sums, and float sums round differently in another order), so convolutions and dense layers go through
+:func:`exact_matmul`, whose BLAS call adds integers that float64 holds exactly. The other operations are numpy's
+element-wise arithmetic and reductions, whose order is fixed by numpy's own code, not by the CPU.
 """
 from __future__ import annotations
 
+import math
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
 from .ir import Graph, GraphError, Node
 
-__all__ = ["conv2d", "dense", "maxpool", "avgpool", "FLOAT_FNS", "run_float"]
+__all__ = ["exact_matmul", "exact_exp", "conv2d", "dense", "maxpool", "avgpool", "FLOAT_FNS", "run_float"]
+
+_MANTISSA_BITS = 53
+"""float64 holds every integer of up to this many bits exactly."""
+
+
+def _fixed_point(x: np.ndarray, axis: int, bits: int) -> tuple[np.ndarray, np.ndarray]:
+    """``x`` as integers (float64) of at most ``bits`` bits and power-of-two exponents along ``axis``:
+    ``x ~ ints * 2**exps``, each slice along ``axis`` scaled by its own largest magnitude (block floating point)."""
+    peak = np.maximum(np.max(x, axis=axis, keepdims=True), -np.min(x, axis=axis, keepdims=True))
+    exps = np.frexp(peak)[1] - bits          # |x| < 2**frexp(peak)[1], so |ints| <= 2**bits
+    ints = x * np.ldexp(1.0, -exps)          # a product by a power of two: exact
+    return np.rint(ints, out=ints), exps
+
+
+_BLOCK_ELEMENTS = 1 << 14
+"""Elements of ``a`` rounded and multiplied per BLAS call (128 KiB of float64): bounds the temporaries."""
+
+
+def exact_matmul(a: np.ndarray, b: np.ndarray, dtype: type = np.float64) -> np.ndarray:
+    """``a @ b`` (``a [..., M, K]``, ``b [..., K, N]``, float) as ``dtype``, the same bits whatever BLAS kernel or
+    thread count the host uses.
+
+    Each row of ``a`` and each column of ``b`` is rounded to an integer of ``(53 - ceil(log2 K)) / 2`` bits times a
+    power of two (20 bits for K = 4608: a relative error of 2**-20 of the row's or column's largest value, far below
+    float32 activations' use here, which is to set int8 scales); the integers' products and their sums over K then
+    fit float64's 53-bit mantissa, so BLAS adds them exactly in any order, and scaling back by the powers of two is
+    exact too. Rows of ``a`` go through in blocks (:data:`_BLOCK_ELEMENTS`), which bounds the float64 temporaries
+    without changing a bit. Non-finite operands fall back to a plain float64 product."""
+    a = np.asarray(a)
+    b = np.asarray(b, np.float64)
+    k = a.shape[-1]
+    if not (np.isfinite(a).all() and np.isfinite(b).all()):
+        return np.matmul(a.astype(np.float64), b).astype(dtype)
+    total = _MANTISSA_BITS - max(1, int(k - 1).bit_length())
+    b_int, b_exp = _fixed_point(b, -2, total - total // 2)
+    b_scale = np.ldexp(1.0, b_exp)
+    out: np.ndarray = np.empty(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1]), dtype)
+    rows = max(1, _BLOCK_ELEMENTS // max(1, k * int(np.prod(a.shape[:-2], dtype=np.int64))))
+    for r in range(0, a.shape[-2], rows):
+        a_int, a_exp = _fixed_point(a[..., r:r + rows, :].astype(np.float64), -1, total // 2)
+        block = np.matmul(a_int, b_int)
+        block *= np.ldexp(1.0, a_exp)        # products by powers of two: exact
+        block *= b_scale
+        out[..., r:r + rows, :] = block
+    return out
 
 
 def _pad_hw(x: np.ndarray, pads: Sequence[int], value: float) -> np.ndarray:
     top, left, bottom, right = (int(p) for p in pads)
     if not (top or left or bottom or right):
         return x
-    return np.pad(x, ((0, 0), (0, 0), (top, bottom), (left, right)), constant_values=value)
+    n, c, h, w = x.shape  # not np.pad: its slice tuples outlive the call until the garbage collector runs
+    out = np.full((n, c, top + h + bottom, left + w + right), value, x.dtype)
+    out[:, :, top:top + h, left:left + w] = x
+    return out
 
 
 def _windows(x: np.ndarray, kernel: Sequence[int], strides: Sequence[int]) -> np.ndarray:
@@ -36,15 +91,16 @@ def conv2d(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, strides: Sequence
     og = o // groups
     cols = win.reshape(n, groups, cg, oh, ow, kh, kw).transpose(1, 0, 3, 4, 2, 5, 6).reshape(groups, n * oh * ow, -1)
     wmat = w.astype(np.float32).reshape(groups, og, cg * kh * kw).transpose(0, 2, 1)
-    out = np.matmul(cols, wmat).reshape(groups, n, oh, ow, og).transpose(1, 0, 4, 2, 3).reshape(n, o, oh, ow)
+    out = exact_matmul(cols, wmat, np.float32).reshape(groups, n, oh, ow, og)
+    out = out.transpose(1, 0, 4, 2, 3).reshape(n, o, oh, ow)
     if b is not None:
         out = out + b.astype(np.float32).reshape(1, o, 1, 1)
     return out
 
 
 def dense(x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.ndarray:
-    """``x [N, K] @ w[O, K].T + b`` float32."""
-    out = x.astype(np.float32) @ w.astype(np.float32).T
+    """``x [N, K] @ w[O, K].T + b`` float32 (the product by :func:`exact_matmul`)."""
+    out = exact_matmul(x, np.asarray(w).T, np.float32)
     return out + b.astype(np.float32) if b is not None else out
 
 
@@ -68,8 +124,15 @@ def _clip(x: np.ndarray, lo: float | None, hi: float | None) -> np.ndarray:
     return np.clip(x, -np.inf if lo is None else lo, np.inf if hi is None else hi)
 
 
+def exact_exp(x: np.ndarray) -> np.ndarray:
+    """``exp(x)`` in float64 by the C library's ``exp``, one element at a time: numpy's vectorised ``exp`` is chosen
+    by the CPU's instruction set (AVX-512 or not) and may differ from it in the last bit."""
+    flat = np.asarray(x, np.float64).ravel()
+    return np.fromiter(map(math.exp, flat.tolist()), np.float64, flat.size).reshape(np.shape(x))
+
+
 def _softmax(x: np.ndarray, axis: int) -> np.ndarray:
-    z = np.exp(x - x.max(axis=axis, keepdims=True))
+    z = exact_exp(x - x.max(axis=axis, keepdims=True))
     return z / z.sum(axis=axis, keepdims=True)
 
 

@@ -141,7 +141,8 @@ class OnnxBuilder:
         k = x[1].shape[1]
         w = (self.rng.standard_normal((classes, k)) * np.sqrt(1.0 / k)).astype(np.float32)
         b = (self.rng.standard_normal(classes) * 0.05).astype(np.float32)
-        out = (self._node("Gemm", [x[0], self._init("fc_w", w), self._init("fc_b", b)], transB=1), x[1] @ w.T + b)
+        out = (self._node("Gemm", [x[0], self._init("fc_w", w), self._init("fc_b", b)], transB=1),
+               float_ref.dense(x[1], w, b))
         if softmax:
             z = np.exp(out[1] - out[1].max(axis=1, keepdims=True))
             out = (self._node("Softmax", [out[0]], axis=1), z / z.sum(axis=1, keepdims=True))
