@@ -213,7 +213,7 @@ def _cmd_compile(args: argparse.Namespace) -> int:
                              requant=args.requant)
     compiled.save(args.output)
     print(f"compiled {args.model} for {cfg.name}: {compiled.accel_steps} of {len(compiled.steps)} layers on the "
-          f"accelerator, {compiled.compile_seconds:.2f} s; wrote {args.output}")
+          f"accelerator, {compiled.compile_seconds or 0.0:.2f} s; wrote {args.output}")
     return 0
 
 
@@ -260,7 +260,8 @@ def run_model(args: argparse.Namespace) -> int:
     report = build_report(compiled, out, model=compiled.meta.get("model", graph.name))
     if "requant" in compiled.meta:  # artefacts compiled before the option existed do not record it
         report.extra["requant"] = compiled.meta["requant"]
-    report.extra["compile_seconds"] = round(compiled.compile_seconds, 3)
+    if compiled.compile_seconds is not None:  # compiled in this run, not loaded from a .vtac
+        report.extra["compile_seconds"] = round(compiled.compile_seconds, 3)
     report.extra["run_seconds"] = round(seconds, 3)
     if fallback_note:
         report.extra["fallback"] = fallback_note

@@ -305,8 +305,9 @@ def compile_model(model: str, cfg: VTAConfig, *, policy: str = "auto", force_cpu
                   requant: str = "multiply") -> Compiled:
     """Import ``model`` (:func:`load_graph`), quantize it (on the zoo's real calibration images where it has them,
     else ``calib`` random samples seeded ``seed + 1``) and compile it (:func:`compile_graph`); returns the
-    :class:`~.runtime.Compiled`, whose ``meta`` names the model, the requantization and the frontend's wall time
-    (seconds). ``graph``: ``model``'s float graph when the caller has already loaded it (to check inputs first).
+    :class:`~.runtime.Compiled`, whose ``meta`` names the model and the requantization (its
+    ``frontend_seconds`` is the import's and quantization's wall time).
+    ``graph``: ``model``'s float graph when the caller has already loaded it (to check inputs first).
     ``stem``: as in :func:`compile_graph`. ``requant``: ``"multiply"`` (an integer multiplier and a shift per
     channel) or ``"shift"`` (power-of-two scales, a shift alone, as VTA's TVM stack: one fewer ALU micro-op per
     output vector, slightly less accurate); see :func:`.quantize.quantize`'s ``mode``."""
@@ -319,6 +320,6 @@ def compile_model(model: str, cfg: VTAConfig, *, policy: str = "auto", force_cpu
                       mode="shift" if requant == "shift" else "multiply")
     compiled = compile_graph(qgraph, cfg, policy=policy, force_cpu=force_cpu, double_buffer=double_buffer,
                              progress=progress, stem=stem)
-    compiled.meta.update({"model": model, "requant": requant,
-                          "frontend_seconds": round(time.perf_counter() - start - compiled.compile_seconds, 3)})
+    compiled.meta.update({"model": model, "requant": requant})
+    compiled.frontend_seconds = time.perf_counter() - start - (compiled.compile_seconds or 0.0)
     return compiled

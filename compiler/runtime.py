@@ -89,14 +89,19 @@ Step = AccelStep | CpuStep
 
 @dataclass
 class Compiled:
-    """A compiled model: the config, the quantized graph (constants for CPU steps), the steps and the decisions."""
+    """A compiled model: the config, the quantized graph (constants for CPU steps), the steps and the decisions.
+
+    ``compile_seconds`` and ``frontend_seconds`` are this process's wall times (seconds) of the compile and of the
+    import and quantization before it; they are facts of a run, not of the model, so the artefact does not store
+    them (the same model, config and options give the same ``.vtac`` bytes) and a loaded artefact has ``None``."""
 
     cfg: VTAConfig
     graph: Graph
     steps: list[Step]
     decisions: dict[str, Decision]
-    compile_seconds: float = 0.0
+    compile_seconds: float | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    frontend_seconds: float | None = None
 
     @property
     def accel_steps(self) -> int:
@@ -140,7 +145,7 @@ class Compiled:
         meta = value_to_data(dict(self.meta), meta_arrays, "meta")
         arrays.update(meta_arrays)
         body = {"graph": graph, "steps": steps, "decisions": [dataclasses.asdict(d) for d in self.decisions.values()],
-                "compile_seconds": float(self.compile_seconds), "meta": meta}
+                "meta": meta}
         return body, arrays
 
     @classmethod
@@ -174,7 +179,7 @@ class Compiled:
         meta = value_from_data(body["meta"], arrays)
         if not isinstance(meta, dict):
             raise TypeError(f"the artefact's meta is a {type(meta).__name__}, not a dict")
-        return cls(cfg, graph, steps, decisions, float(body["compile_seconds"]), meta)
+        return cls(cfg, graph, steps, decisions, None, meta)
 
 
 def _progress(items: list[Any], enabled: bool, desc: str) -> Iterable[Any]:

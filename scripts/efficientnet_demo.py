@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     times["import_quantize_s"] = time.perf_counter() - start
     cfg = load_config(args.config) if args.config else VTAConfig()
     compiled = compile_graph(qgraph, cfg, progress=progress)
-    times["compile_s"] = compiled.compile_seconds
+    times["compile_s"] = compiled.compile_seconds or 0.0
     print(f"quantized on {len(images)} photos and compiled for {cfg.name} in "
           f"{times['import_quantize_s'] + times['compile_s']:.1f} s: {compiled.accel_steps} of "
           f"{len(compiled.steps)} layers on the accelerator")

@@ -47,7 +47,8 @@ def test_round_trip_is_identical_and_runs_the_same(tmp_path, model):
     compiled.save(path)
     loaded = Compiled.load(path)
     assert loaded.cfg == compiled.cfg and loaded.meta == compiled.meta
-    assert loaded.decisions == compiled.decisions and loaded.compile_seconds == compiled.compile_seconds
+    assert loaded.decisions == compiled.decisions
+    assert compiled.compile_seconds is not None and loaded.compile_seconds is None  # a run's fact, not stored
     assert [type(s) for s in loaded.steps] == [type(s) for s in compiled.steps]
     assert loaded.accel_steps == compiled.accel_steps > 0
     for a, b in zip(compiled.steps, loaded.steps):

@@ -55,9 +55,10 @@ def main(argv: list[str] | None = None) -> dict:
     compiled = compile_model(onnx_path, cfg)
     vtac = os.path.join(OUT_DIR, f"{name}.vtac")
     compiled.save(vtac)
+    seconds = compiled.compile_seconds or 0.0  # a fact of this run: the artefact does not store it
     compiled = Compiled.load(vtac)   # what a later session would do
     where = Counter(step.where for step in compiled.steps)
-    print(f"compiled in {compiled.compile_seconds:.2f} s: {where['accel']} of {len(compiled.steps)} layers on the "
+    print(f"compiled in {seconds:.2f} s: {where['accel']} of {len(compiled.steps)} layers on the "
           f"accelerator; wrote {vtac}")
 
     # 3. What ran where, and why: each node has a Decision (target, reason, estimated times in microseconds).
