@@ -183,7 +183,7 @@ def _gpu_choice(args: argparse.Namespace) -> tuple[Any, dict[str, Any] | None, s
     if args.target != "gpu" and backend_info(args.target).runs_operators:
         raise CliError(f"--fallback {choice} chooses where an accelerator target's other layers run "
                        f"({', '.join(program_backends())}); --target {args.target} runs every layer itself")
-    from .gpu_backend import GpuBackend, device_reason
+    from .kernels.gpu_backend import GpuBackend, device_reason
     reason = None if emulate else device_reason()
     if choice == "auto" and args.target != "gpu" and not emulate:
         return ("cpu", None, f"cpu (auto: {reason})") if reason else ("gpu", None, "gpu (auto: a CUDA device)")
@@ -224,7 +224,7 @@ def run_model(args: argparse.Namespace) -> int:
     from . import qops
     from .pipeline import check_force_cpu, compile_model, load_graph
     from .report import build_report
-    from .runtime import Compiled, run
+    from .runtime.executor import Compiled, run
     progress = not getattr(args, "no_progress", False)
     for option, attr in (("--report-json", "report_json"), ("--report-csv", "report_csv"), ("--plot", "plot")):
         if getattr(args, attr, None):

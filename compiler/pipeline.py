@@ -32,8 +32,10 @@ from typing import Any, Iterable
 import numpy as np
 
 from vta.config import VTAConfig
+from vta.cost import estimate
 
-from .codegen import (
+from .ir import REQUANT_MODES, Graph, Node, node_macs
+from .lowering.codegen import (
     ConvLayer,
     LayerPlan,
     build_add_program,
@@ -42,13 +44,11 @@ from .codegen import (
     search_conv,
     tiling_to_dict,
 )
-from .cost import estimate
-from .intrin import Intrinsics, intrinsics
-from .ir import REQUANT_MODES, Graph, Node, node_macs
-from .layout import packed_activation_shape
-from .partition import Decision, Lowered, partition
-from .runtime import AccelStep, Compiled, CpuStep, Step, _progress
-from .schedule import ConvTiling
+from .lowering.intrin import Intrinsics, intrinsics
+from .lowering.layout import packed_activation_shape
+from .lowering.partition import Decision, Lowered, partition
+from .lowering.schedule import ConvTiling
+from .runtime.executor import AccelStep, Compiled, CpuStep, Step, _progress
 
 __all__ = ["load_graph", "load_input", "check_inputs", "check_force_cpu",
            "random_inputs", "calibration_inputs", "partition_graph", "accel_step", "compile_graph",
@@ -62,8 +62,8 @@ def load_graph(model: str, *, batch: int | None = None,
     ``batch``: images per inference for a model whose batch dimension is dynamic (default 1). ``input_shapes``:
     input name -> whole shape, for inputs with other dynamic dimensions (an error without it). A file that is not an
     ONNX model raises :class:`.onnx_frontend.ModelFileError` naming it."""
-    from . import zoo
-    from .onnx_frontend import import_onnx
+    from .frontend import zoo
+    from .frontend.onnx_frontend import import_onnx
     if os.path.exists(model):
         path = Path(model)
     elif model in zoo.list_models():
@@ -152,7 +152,7 @@ def random_inputs(graph: Graph, seed: int, samples: int = 1) -> dict[str, np.nda
 def calibration_inputs(model: str, graph: Graph, seed: int, samples: int) -> dict[str, np.ndarray]:
     """Real calibration inputs where the zoo has them for ``model`` (real photos for efficientnet_lite0), else
     ``samples`` seeded random ones (:func:`random_inputs`)."""
-    from . import zoo
+    from .frontend import zoo
     real = zoo.calibration_data(model) if model in zoo.list_models() else None
     if real is None or len(graph.inputs) != 1 or graph.shape(graph.inputs[0])[0] != 1:
         return random_inputs(graph, seed, samples)
@@ -311,7 +311,7 @@ def compile_model(model: str, cfg: VTAConfig, *, policy: str = "auto", force_cpu
     ``stem``: as in :func:`compile_graph`. ``requant``: ``"multiply"`` (an integer multiplier and a shift per
     channel) or ``"shift"`` (power-of-two scales, a shift alone, as VTA's TVM stack: one fewer ALU micro-op per
     output vector, slightly less accurate); see :func:`.quantize.quantize`'s ``mode``."""
-    from .quantize import quantize
+    from .frontend.quantize import quantize
     if requant not in REQUANT_MODES:
         raise ValueError(f"requant={requant!r} is unknown; use one of {', '.join(REQUANT_MODES)}")
     start = time.perf_counter()

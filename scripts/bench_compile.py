@@ -45,10 +45,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     args = parser.parse_args(argv)
 
-    from vta.compiler import qops, zoo
+    from vta.compiler import qops
+    from vta.compiler.frontend import zoo
+    from vta.compiler.frontend.quantize import quantize
     from vta.compiler.pipeline import compile_graph, load_graph, random_inputs
-    from vta.compiler.quantize import quantize
-    from vta.compiler.runtime import run
+    from vta.compiler.runtime.executor import run
     from vta.config import VTAConfig, load_config
 
     cfg = load_config(args.config) if args.config else VTAConfig()

@@ -1,4 +1,4 @@
-"""The analytical cycle model (vta.compiler.cost) against tsim on every accelerator layer of ResNet-18.
+"""The analytical cycle model (vta.cost) against tsim on every accelerator layer of ResNet-18.
 
 Usage: python scripts/bench_cost.py [--config FILE] [--no-tsim]
 
@@ -12,10 +12,10 @@ from __future__ import annotations
 import argparse
 import time
 
-from vta.compiler.cost import estimate
 from vta.compiler.pipeline import compile_model, random_inputs
-from vta.compiler.runtime import AccelStep, run
+from vta.compiler.runtime.executor import AccelStep, run
 from vta.config import VTAConfig, load_config
+from vta.cost import estimate
 
 
 def main() -> None:

@@ -17,9 +17,10 @@ from typing import Any
 
 import numpy as np
 
-from vta.compiler import gpu, qops
-from vta.compiler.cpu_backend import CpuBackend
-from vta.compiler.gpu_backend import GpuBackend, device_reason
+from vta.compiler import qops
+from vta.compiler.kernels import gpu
+from vta.compiler.kernels.cpu_backend import CpuBackend
+from vta.compiler.kernels.gpu_backend import GpuBackend, device_reason
 from vta.compiler.pipeline import compile_model, random_inputs
 from vta.config import VTAConfig
 
@@ -56,7 +57,7 @@ def _onnxruntime_ms(model: str, inputs: dict[str, np.ndarray], repeat: int) -> f
         import onnxruntime as ort
     except ImportError:
         return None
-    from vta.compiler import zoo
+    from vta.compiler.frontend import zoo
     session = ort.InferenceSession(zoo.build_model(model).SerializeToString(), providers=ort.get_available_providers())
     session.run(None, inputs)
     best = float("inf")

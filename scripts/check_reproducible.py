@@ -4,7 +4,7 @@ Compiles each model in a fresh process per environment -- OpenBLAS core types (`
 numpy's BLAS would pick on another CPU), BLAS thread counts, and numpy with its AVX-512 and AVX2 code paths turned off
 (``NPY_DISABLE_CPU_FEATURES``) -- each with its own empty cache folder, so the zoo's model files are built again too.
 Prints each artefact's SHA-256 per environment and, where two differ, which parts differ
-(``vta.compiler.fingerprint``: a layer's instructions, micro-ops, weights, constants, a tensor's scale)::
+(``vta.compiler.runtime.fingerprint``: a layer's instructions, micro-ops, weights, constants, a tensor's scale)::
 
     python3 scripts/check_reproducible.py                       # tiny_cnn and mini_resnet, four environments
     python3 scripts/check_reproducible.py resnet18 --envs all   # ResNet-18 under every environment below
@@ -36,9 +36,9 @@ DEFAULT_ENVS = ("Haswell", "SkylakeX", "Prescott", "Zen")
 
 _CHILD = """
 import hashlib, json, sys
-from vta.compiler.fingerprint import fingerprint
+from vta.compiler.runtime.fingerprint import fingerprint
 from vta.compiler.pipeline import compile_model
-from vta.compiler.runtime import Compiled
+from vta.compiler.runtime.executor import Compiled
 from vta.config import VTAConfig
 out = {}
 for model in sys.argv[2:]:
@@ -68,7 +68,7 @@ def compile_in(env_name: str, models: list[str], folder: Path) -> dict[str, Any]
 def compare(results: dict[str, dict[str, Any]]) -> list[str]:
     """One line per model and environment whose artefact differs from the first environment's, followed by the
     parts that differ; empty when all are the same."""
-    from vta.compiler.fingerprint import differences
+    from vta.compiler.runtime.fingerprint import differences
     first, *others = results
     lines = []
     for env_name in others:

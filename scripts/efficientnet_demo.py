@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """EfficientNet-Lite0 (pretrained, ImageNet) end to end on the lab with real photos.
 
-Steps: export the model to ONNX once (cached, see :func:`vta.compiler.efficientnet.export_onnx`); preprocess seven
-real photos that ship with scikit-image and matplotlib; float top-1 with ONNX Runtime; import, quantize to int8
+Steps: export the model to ONNX once (cached, see :func:`vta.compiler.frontend.efficientnet.export_onnx`); preprocess
+seven real photos that ship with scikit-image and matplotlib; float top-1 with ONNX Runtime; import, quantize to int8
 (calibrated on the same photos) and compile for the config; run the int8 model on the integer reference
 (``ref``), the CPU path (``cpu``: llvmlite kernels for every layer) and the accelerator (``fsim``, or ``tsim`` when
 the RTL backend is built); print one table row per image (float top-1 class and probability, int8 top-1, agreement,
@@ -74,10 +74,10 @@ def _short(name: str, width: int = 26) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
-    from vta.compiler import efficientnet as E
+    from vta.compiler.frontend import efficientnet as E
     from vta.compiler.pipeline import compile_graph
     from vta.compiler.report import build_report
-    from vta.compiler.runtime import run
+    from vta.compiler.runtime.executor import run
     from vta.config import VTAConfig, load_config
 
     progress = not args.no_progress

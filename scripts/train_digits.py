@@ -181,10 +181,10 @@ def int8_runner(qgraph, target: str) -> Callable[[np.ndarray], np.ndarray]:
         from vta.compiler.qops import run_reference
         return lambda img: run_reference(qgraph, {"input": img})["output"]
     if target == "cpu":
-        from vta.compiler.cpu import run_cpu
+        from vta.compiler.kernels.cpu import run_cpu
         return lambda img: run_cpu(qgraph, {"input": img})["output"]
     from vta.compiler.pipeline import compile_graph
-    from vta.compiler.runtime import run
+    from vta.compiler.runtime.executor import run
     from vta.config import VTAConfig
     # policy="accel": on 8x8 images the cost model would keep every layer on the CPU; the point here is the accelerator.
     compiled = compile_graph(qgraph, VTAConfig(), policy="accel")
@@ -198,8 +198,8 @@ def evaluate(model: onnx.ModelProto, target: str = "reference", epochs_note: str
     ``shift``, power-of-two scales)."""
     import onnxruntime as ort
 
-    from vta.compiler.onnx_frontend import import_onnx
-    from vta.compiler.quantize import quantize
+    from vta.compiler.frontend.onnx_frontend import import_onnx
+    from vta.compiler.frontend.quantize import quantize
     x_train, _, x_test, y_test = load_data(seed)
     if limit is not None:
         x_test, y_test = x_test[:limit], y_test[:limit]

@@ -2,11 +2,11 @@
 
 ``model`` mode: :func:`vta.compiler.pipeline.plan_graph` for the config (the model is loaded and quantized once per
 worker: quantization does not depend on the config): the compile's partition and schedule search with the cycle model's
-prediction (:func:`vta.compiler.cost.estimate`) and event counts of every accelerator layer's program, without keeping
+prediction (:func:`vta.cost.estimate`) and event counts of every accelerator layer's program, without keeping
 programs; :func:`vta.sweep.area.estimate_area` and :mod:`vta.energy` over the layers' counters. ``exact`` mode:
-:func:`vta.compiler.pipeline.compile_graph`, then :func:`vta.compiler.runtime.run` on the ``tsim`` target (Verilator;
-cycles from the core's counters; a build per config, minutes each). A point's area is the analytical model's, or with
-``area = "yosys"`` (the default in exact mode) the sum of its modules' Yosys counts
+:func:`vta.compiler.pipeline.compile_graph`, then :func:`vta.compiler.runtime.executor.run` on the ``tsim`` target
+(Verilator; cycles from the core's counters; a build per config, minutes each). A point's area is the analytical
+model's, or with ``area = "yosys"`` (the default in exact mode) the sum of its modules' Yosys counts
 (:func:`vta.sweep.synth.synth_design`, each distinct module synthesized once and cached). In both modes the layers the
 partitioner leaves on the CPU are charged the partitioner's own CPU-time estimate (``Decision.cpu_us``), run in sequence
 with the accelerator layers; conversions between layouts and program launches are not charged.
@@ -27,8 +27,8 @@ from collections import Counter, OrderedDict
 from datetime import datetime, timezone
 from typing import Any, Iterator
 
-from vta.compiler.counts import program_counts
 from vta.config import VTAConfig
+from vta.counts import program_counts
 from vta.energy import layer_energy, load_tech, static_pj
 
 from .area import Area, estimate_area
@@ -83,8 +83,8 @@ class _Deadline:
 def _quantized(model: str) -> Any:
     """The quantized graph of ``model`` (zoo calibration images or seeded random samples, as compile_model does)."""
     if model not in _graphs:
+        from vta.compiler.frontend.quantize import quantize
         from vta.compiler.pipeline import calibration_inputs, load_graph
-        from vta.compiler.quantize import quantize
         graph = load_graph(model)
         _graphs[model] = quantize(graph, calibration_inputs(model, graph, 1, 4))
     return _graphs[model]
@@ -116,7 +116,7 @@ def _layer_costs(compiled: Any, mode: str, deadline: _Deadline) -> Iterator[tupl
             yield layer.plan.cycles, layer.plan.bound, layer.plan.counts
         return
     from vta.compiler.pipeline import random_inputs
-    from vta.compiler.runtime import AccelStep, run
+    from vta.compiler.runtime.executor import AccelStep, run
     steps = [s for s in compiled.steps if isinstance(s, AccelStep)]
     # built without PGO: a sweep runs each model once, where PGO's second compile costs more than it saves
     out = run(compiled, random_inputs(compiled.graph, seed=0), target="tsim", backend_options={"pgo": False})

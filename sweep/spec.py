@@ -51,7 +51,7 @@ __all__ = ["SweepSpec", "Design", "Point", "SweepSpecError", "load_spec", "parse
 MODES = ("model", "exact")
 AREAS = ("model", "yosys")
 """How a point's area is measured: the analytical model (:mod:`vta.sweep.area`) or Yosys (:mod:`vta.sweep.synth`)."""
-"""``model``: the analytical cycle model (vta.compiler.cost), area model and energy model; ``exact``: tsim cycles."""
+"""``model``: the analytical cycle model (vta.cost), area model and energy model; ``exact``: tsim cycles."""
 KNOBS: dict[str, tuple[Any, ...]] = {"policy": ("auto", "accel"), "double_buffer": (True, False)}
 """Compile knobs a sweep may vary, with their allowed values (see vta.compiler.pipeline.compile_model)."""
 _DEFAULT_KNOBS: dict[str, Any] = {"policy": "auto", "double_buffer": True}
@@ -214,7 +214,7 @@ def load_spec(path: str | os.PathLike[str]) -> SweepSpec:
 def parse_spec(data: dict[str, Any], *, base_dir: str | os.PathLike[str] = ".", name: str = "sweep",
                source: str | None = None) -> SweepSpec:
     """Validate the parsed TOML ``data`` of a sweep file; paths in it are relative to ``base_dir``."""
-    from vta.compiler.zoo import list_models
+    from vta.compiler.frontend.zoo import list_models
     problems: list[str] = []
     base_dir = Path(base_dir)
     problems += [f"unknown table or key [{k}]; a sweep file has [sweep], [base] and [vary]"

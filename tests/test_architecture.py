@@ -30,13 +30,36 @@ MAY_IMPORT = {
 FRONT_DOOR = {"vta.cli", "vta.__main__"}
 
 
+COMPILER_SHARED = {"vta.compiler.ir", "vta.compiler.qops"}
+"""The compiler's graph IR and its integer semantics: every part of the compiler may use them."""
+COMPILER_PARTS = {
+    "vta.compiler.frontend": {"vta.compiler.frontend"},
+    "vta.compiler.lowering": {"vta.compiler.lowering"},
+    "vta.compiler.kernels": {"vta.compiler.kernels"},
+    "vta.compiler.runtime": {"vta.compiler.runtime", "vta.compiler.lowering"},
+}
+"""A part of the compiler -> the parts it may import besides :data:`COMPILER_SHARED` and the ground floor; the
+compiler's top-level modules (pipeline, report, the CLI plug-ins) compose the parts and may import them all."""
+
+
 def _modules() -> dict[str, Path]:
-    """Every module of the project by dotted name (packages as their ``__init__``)."""
+    """Every module of the project by dotted name (packages as their ``__init__``), sub-packages included."""
     out = {}
     for package, folder in PACKAGES.items():
-        for path in sorted(folder.glob("*.py")):
-            out[package if path.stem == "__init__" else f"{package}.{path.stem}"] = path
+        for path in sorted(folder.rglob("*.py")):
+            parts = path.relative_to(folder).with_suffix("").parts
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            name = ".".join((package, *parts))
+            if not any(name.startswith(other + ".") or name == other
+                       for other in PACKAGES if other != package and other.startswith(package + ".")):
+                out[name] = path
     return out
+
+
+def _part(module: str) -> str | None:
+    """The part of the compiler ``module`` belongs to (None outside the parts)."""
+    return next((part for part in COMPILER_PARTS if module == part or module.startswith(part + ".")), None)
 
 
 def _floor(module: str) -> str:
@@ -90,6 +113,23 @@ def test_every_import_follows_the_floor_rule():
         if module != "vta.cli":
             bad += [f"{module} imports the front door vta.cli" for target in targets if target == "vta.cli"]
     assert not bad, "imports that break the layering of docs/architecture.md:\n" + "\n".join(bad)
+
+
+def test_each_part_of_the_compiler_imports_only_the_parts_it_builds_on():
+    graph = _graph()
+    parts = {_part(m) for m in graph} - {None}
+    assert parts == set(COMPILER_PARTS)
+    bad = []
+    for module, targets in graph.items():
+        part = _part(module)
+        if part is None:
+            continue
+        for target in sorted(targets):
+            if _floor(target) != "vta.compiler" or target in COMPILER_SHARED:
+                continue
+            if _part(target) not in COMPILER_PARTS[part]:
+                bad.append(f"{module} imports {target}")
+    assert not bad, "compiler parts that reach past the parts they build on (docs/architecture.md):\n" + "\n".join(bad)
 
 
 def test_there_is_no_import_cycle():

@@ -1,5 +1,5 @@
-"""Tests for vta.compiler.artefact and Compiled.save/load: round trips of real models, every strictness check with
-its message, a pickle member refused without unpickling, and single-byte flips that must load identical or fail."""
+"""Tests for vta.compiler.runtime.artefact and Compiled.save/load: round trips of real models, every strictness check
+with its message, a pickle member refused without unpickling, and single-byte flips that must load identical or fail."""
 import gzip
 import io
 import json
@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from vta.cli import main
-from vta.compiler.artefact import FORMAT_NAME, FORMAT_VERSION, ArtefactError, read_artefact, write_artefact
 from vta.compiler.pipeline import compile_model, random_inputs
-from vta.compiler.runtime import AccelStep, Compiled, run
+from vta.compiler.runtime.artefact import FORMAT_NAME, FORMAT_VERSION, ArtefactError, read_artefact, write_artefact
+from vta.compiler.runtime.executor import AccelStep, Compiled, run
 from vta.config import VTAConfig
 
 

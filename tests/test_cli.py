@@ -368,7 +368,7 @@ def test_run_gemm_cpu_is_the_same_benchmark(capsys: pytest.CaptureFixture[str]) 
 
 
 def test_run_gemm_cpu_wrong_result_exit_1(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    from vta.compiler.cpu_backend import CpuBackend
+    from vta.compiler.kernels.cpu_backend import CpuBackend
     monkeypatch.setattr(CpuBackend, "run_node", lambda self, graph, node, values: np.zeros((16, 16), np.int8))
     code, out, err = run(capsys, "run", "--target", "cpu", "--m", "16", "--k", "16", "--n", "16")
     assert code == 1

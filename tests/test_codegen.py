@@ -1,5 +1,5 @@
-"""Tests for vta.compiler.codegen and schedule: single layers lowered to programs, checked on vta.fsim bit for bit
-against the integer reference (vta.compiler.qops) at several configs and tilings."""
+"""Tests for vta.compiler.lowering.codegen and schedule: single layers lowered to programs, checked on vta.fsim bit
+for bit against the integer reference (vta.compiler.qops) at several configs and tilings."""
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -7,11 +7,11 @@ from hypothesis import strategies as st
 
 from vta.backend import get_backend
 from vta.compiler import qops
-from vta.compiler.codegen import OUTPUT, AddLayer, ConvLayer, UopCache, build_add_program, build_conv_program
-from vta.compiler.intrin import intrinsics
 from vta.compiler.ir import AddRequant, Requant
-from vta.compiler.layout import pack_activation, unpack_activation
-from vta.compiler.schedule import ConvGeometry, ConvTiling, ScheduleError, plan_conv, plan_eltwise
+from vta.compiler.lowering.codegen import OUTPUT, AddLayer, ConvLayer, UopCache, build_add_program, build_conv_program
+from vta.compiler.lowering.intrin import intrinsics
+from vta.compiler.lowering.layout import pack_activation, unpack_activation
+from vta.compiler.lowering.schedule import ConvGeometry, ConvTiling, ScheduleError, plan_conv, plan_eltwise
 from vta.config import MEM_ACC, MEM_INP, VTAConfig
 from vta.isa import Alu, Gemm, Load, Uop
 from vta.program import ProgramBuilder
@@ -314,7 +314,7 @@ def test_tiles_share_resident_constants(concurrent_alu):
 def test_the_last_tile_is_stored_in_parts():
     """The last tile requantizes and stores its output blocks in up to LAST_TILE_PARTS groups, one compute->store
     token each (the other tiles one each); exact either way."""
-    from vta.compiler.codegen import LAST_TILE_PARTS
+    from vta.compiler.lowering.codegen import LAST_TILE_PARTS
     for oc_tile, parts in ((5, min(5, LAST_TILE_PARTS)), (4, 1), (1, 1)):  # 5 output blocks: last tiles of 5, 1, 1
         got, expected, code, stats = _conv_case(VTAConfig(), 1, 32, 9, 9, 80, 3, 1, 1, 1,
                                                 tiles=(oc_tile, 2, 5, 9), seed=12)

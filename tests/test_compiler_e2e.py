@@ -6,7 +6,7 @@ import pytest
 from vta.cli import main
 from vta.compiler import qops
 from vta.compiler.pipeline import compile_model
-from vta.compiler.runtime import AccelStep, Compiled, run
+from vta.compiler.runtime.executor import AccelStep, Compiled, run
 from vta.config import VTAConfig
 
 CONFIGS = {

@@ -102,9 +102,10 @@ def test_validate_checks_the_accelerator_contract():
 def test_quantized_graph_pickles():
     import pickle
 
-    from vta.compiler import qops, zoo
-    from vta.compiler.onnx_frontend import import_onnx
-    from vta.compiler.quantize import quantize
+    from vta.compiler import qops
+    from vta.compiler.frontend import zoo
+    from vta.compiler.frontend.onnx_frontend import import_onnx
+    from vta.compiler.frontend.quantize import quantize
     g = import_onnx(zoo.build_model("tiny_cnn"))
     x = np.random.default_rng(0).uniform(0, 1, (3, 1, 8, 8)).astype(np.float32)
     q = quantize(g, {"input": x})

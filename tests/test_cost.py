@@ -1,4 +1,4 @@
-"""Tests for vta.compiler.cost: exact predictions on tiny programs whose cycles were measured on tsim (default config,
+"""Tests for vta.cost: exact predictions on tiny programs whose cycles were measured on tsim (default config,
 2026-11-24, RTL at commit 508269d) and pinned here; one slow test compares the model with tsim on random programs."""
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Callable
 import numpy as np
 import pytest
 
-from vta.compiler.cost import CostModelError, Estimate, estimate, estimate_insns, load_data_cycles, loop_uops
 from vta.config import MEM_ACC, MEM_ACC_8BIT, MEM_INP, MEM_UOP, MEM_WGT, VTAConfig
+from vta.cost import CostModelError, Estimate, estimate, estimate_insns, load_data_cycles, loop_uops
 from vta.gemm import gemm_program
 from vta.isa import ALU_ADD, Finish, Gemm, Load, Uop
 from vta.program import Program, ProgramBuilder

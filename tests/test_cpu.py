@@ -1,4 +1,4 @@
-"""The llvmlite CPU kernels (compiler/cpu.py): bit-exact with the integer reference (compiler/qops.py)."""
+"""The llvmlite CPU kernels (compiler/kernels/cpu.py): bit-exact with the integer reference (compiler/qops.py)."""
 from __future__ import annotations
 
 import numpy as np
@@ -6,10 +6,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vta.compiler import cpu, qops, zoo
+from vta.compiler import qops
+from vta.compiler.frontend import zoo
+from vta.compiler.frontend.onnx_frontend import import_onnx
+from vta.compiler.frontend.quantize import quantize
 from vta.compiler.ir import AddRequant, GraphError, Requant
-from vta.compiler.onnx_frontend import import_onnx
-from vta.compiler.quantize import quantize
+from vta.compiler.kernels import cpu
 
 
 def _rand8(rng, shape):

@@ -1,4 +1,4 @@
-"""Tests of compiler/efficientnet.py: preprocessing, images, class names, the ONNX export of the pretrained
+"""Tests of compiler/frontend/efficientnet.py: preprocessing, images, class names, the ONNX export of the pretrained
 EfficientNet-Lite0 (checked against torch), its float and int8 classifications of real photos, and the accelerator
 run (fsim) bit-exact with the integer reference.
 
@@ -14,7 +14,7 @@ import sys
 import numpy as np
 import pytest
 
-from vta.compiler import efficientnet as E
+from vta.compiler.frontend import efficientnet as E
 
 FLOAT_TOP1 = {"chelsea": 282, "coffee": 967, "rocket": 657, "astronaut": 560, "grace_hopper": 400, "motorcycle": 665,
               "camera": 872}
@@ -187,7 +187,7 @@ def test_int8_agrees_with_float(qgraph, photos: np.ndarray, float_logits: np.nda
 def test_fsim_bit_exact_with_reference(qgraph, photos: np.ndarray) -> None:
     from vta.compiler.pipeline import compile_graph
     from vta.compiler.qops import run_reference
-    from vta.compiler.runtime import run
+    from vta.compiler.runtime.executor import run
     from vta.config import VTAConfig
     compiled = compile_graph(qgraph, VTAConfig())
     assert compiled.accel_steps >= 40                              # every pointwise conv and residual add at least
@@ -206,7 +206,7 @@ def test_cpu_and_tsim_bit_exact_with_reference(qgraph, photos: np.ndarray, targe
     """The CPU path (~10 s of JIT compile) and the Verilator RTL (~1-2 min: build, 4.2 M cycles) on one photo."""
     from vta.compiler.pipeline import compile_graph
     from vta.compiler.qops import run_reference
-    from vta.compiler.runtime import run
+    from vta.compiler.runtime.executor import run
     from vta.config import VTAConfig
     compiled = compile_graph(qgraph, VTAConfig())
     x = {"input": photos[:1]}

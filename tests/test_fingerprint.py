@@ -1,4 +1,5 @@
-"""Tests for vta.compiler.fingerprint: a compiled model's parts by digest, and differences that name the part."""
+"""Tests for vta.compiler.runtime.fingerprint: a compiled model's parts by digest, and differences that name the
+part."""
 from __future__ import annotations
 
 import dataclasses
@@ -6,9 +7,9 @@ import dataclasses
 import numpy as np
 import pytest
 
-from vta.compiler.fingerprint import PART_MEANINGS, differences, fingerprint, program_parts
 from vta.compiler.pipeline import compile_model
-from vta.compiler.runtime import AccelStep, Compiled
+from vta.compiler.runtime.executor import AccelStep, Compiled
+from vta.compiler.runtime.fingerprint import PART_MEANINGS, differences, fingerprint, program_parts
 from vta.config import VTAConfig
 
 

@@ -113,7 +113,7 @@ def test_the_per_layer_plot_is_readable_at_resnet50_scale() -> None:
 
     from vta.compiler.pipeline import compile_model, random_inputs
     from vta.compiler.report import build_report
-    from vta.compiler.runtime import run as run_compiled
+    from vta.compiler.runtime.executor import run as run_compiled
 
     compiled = compile_model("tiny_cnn", VTAConfig())
     report = build_report(compiled, run_compiled(compiled, random_inputs(compiled.graph, seed=0)))
@@ -184,7 +184,7 @@ def test_the_legend_names_no_series_too_small_to_see() -> None:
     energy panel's legend leaves 'cpu' out; every entry it has belongs to bars at least 0.5% of the tallest stack."""
     from vta.compiler.pipeline import compile_model, random_inputs
     from vta.compiler.report import build_report
-    from vta.compiler.runtime import run as run_compiled
+    from vta.compiler.runtime.executor import run as run_compiled
 
     compiled = compile_model("mini_resnet", VTAConfig())
     report = build_report(compiled, run_compiled(compiled, random_inputs(compiled.graph, seed=0)))

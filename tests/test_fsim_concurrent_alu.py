@@ -9,8 +9,8 @@ from conftest import SMALL_CFG
 from fsim_helpers import CONFIGS, finish_with_store
 
 from vta import fsim
-from vta.compiler.codegen import OUTPUT, AddLayer, ConvLayer, build_add_program, build_conv_program
-from vta.compiler.intrin import intrinsics
+from vta.compiler.lowering.codegen import OUTPUT, AddLayer, ConvLayer, build_add_program, build_conv_program
+from vta.compiler.lowering.intrin import intrinsics
 from vta.config import MEM_ACC, MEM_ACC_8BIT, MEM_INP, MEM_WGT, VTAConfig
 from vta.fsim import RaceError
 from vta.isa import ALU_ADD, Load, Uop

@@ -1,5 +1,5 @@
-"""The GPU kernels (compiler/gpu.py) through the SIMT emulator (compiler/simt.py), against the integer reference,
-and their PTX through ptxas for sm_80 and sm_90."""
+"""The GPU kernels (compiler/kernels/gpu.py) through the SIMT emulator (compiler/kernels/simt.py), against the integer
+reference, and their PTX through ptxas for sm_80 and sm_90."""
 from __future__ import annotations
 
 import re
@@ -8,8 +8,9 @@ from typing import Callable
 import numpy as np
 import pytest
 
-from vta.compiler import gpu, qops, simt
+from vta.compiler import qops
 from vta.compiler.ir import AddRequant, Requant
+from vta.compiler.kernels import gpu, simt
 
 RNG = np.random.default_rng(7)
 

@@ -1,5 +1,6 @@
-"""The gpu backend (compiler/gpu_backend.py): whole models bit-exact through the SIMT emulator, the messages when no
-device is present, data movement, `vta run --fallback/--emulate-gpu`, and (only with a CUDA device) real launches."""
+"""The gpu backend (compiler/kernels/gpu_backend.py): whole models bit-exact through the SIMT emulator, the messages
+when no device is present, data movement, `vta run --fallback/--emulate-gpu`, and (only with a CUDA device) real
+launches."""
 from __future__ import annotations
 
 import ctypes
@@ -9,11 +10,12 @@ import pytest
 
 from vta.backend import get_backend
 from vta.cli import main
-from vta.compiler import cuda_driver, gpu, qops
-from vta.compiler.gpu_backend import GpuBackend, GpuUnavailableError, device_reason
+from vta.compiler import qops
 from vta.compiler.ir import AddRequant
+from vta.compiler.kernels import cuda_driver, gpu
+from vta.compiler.kernels.gpu_backend import GpuBackend, GpuUnavailableError, device_reason
 from vta.compiler.pipeline import compile_model, random_inputs
-from vta.compiler.runtime import run
+from vta.compiler.runtime.executor import run
 from vta.config import VTAConfig
 
 REASON = device_reason()

@@ -1,5 +1,5 @@
 """The hardware constants the cycle model mirrors (vta.config.MAX_BURST, MAX_OUTSTANDING) are the ones the RTL is
-built with: the core's arbiter and every DMA reader of its load engines, and compiler/cost.py imports them rather than
+built with: the core's arbiter and every DMA reader of its load engines, and vta/cost.py imports them rather than
 keeping its own copies."""
 import ast
 from pathlib import Path
@@ -36,7 +36,7 @@ def test_every_dma_reader_of_the_core_bursts_max_burst_beats():
 
 
 def test_cost_model_imports_the_constants_from_the_config():
-    from vta.compiler import cost
+    from vta import cost
     tree = ast.parse(Path(cost.__file__).read_text())
     imported = {alias.name for node in tree.body if isinstance(node, ast.ImportFrom) and node.module == "vta.config"
                 for alias in node.names}

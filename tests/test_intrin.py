@@ -1,7 +1,7 @@
-"""Tests for vta.compiler.intrin: the tensor intrinsics derived from the config."""
+"""Tests for vta.compiler.lowering.intrin: the tensor intrinsics derived from the config."""
 import pytest
 
-from vta.compiler.intrin import MAX_LOAD_PAD, intrinsics
+from vta.compiler.lowering.intrin import MAX_LOAD_PAD, intrinsics
 from vta.config import MEM_ACC_8BIT, MEM_INP, VTAConfig
 from vta.isa import ALU_MUL, ALU_SHR
 

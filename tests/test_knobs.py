@@ -9,10 +9,10 @@ import pytest
 
 from vta import fsim
 from vta.compiler import qops
-from vta.compiler.codegen import OUTPUT, ConvLayer, alu_passes, build_conv_program, fused_requant
-from vta.compiler.cost import estimate
-from vta.compiler.intrin import intrinsics
+from vta.compiler.lowering.codegen import OUTPUT, ConvLayer, alu_passes, build_conv_program, fused_requant
+from vta.compiler.lowering.intrin import intrinsics
 from vta.config import MEM_ACC, MEM_INP, MEM_OUT, MEM_WGT, VTAConfig
+from vta.cost import estimate
 from vta.fsim import InvalidInstructionError, alu_op
 from vta.hw.verilog import verilog_text
 from vta.isa import ALU_MAX, ALU_MIN, ALU_MUL, ALU_REQ, ALU_SHR, Uop, alu_opcodes, requant_imm, requant_word
@@ -176,7 +176,7 @@ def test_tsim_runs_req_programs_bit_exact() -> None:
     knob: the same DRAM and micro-op counts as fsim, and the cycle model's prediction within 5 %."""
     from vta.tsim.backend import TSimBackend
     tsim = TSimBackend(check="none", progress=False)
-    from vta.compiler.codegen import AddLayer, build_add_program
+    from vta.compiler.lowering.codegen import AddLayer, build_add_program
     layer, x = _conv(SMALL_KNOB, False)
     add = build_add_program(SMALL_KNOB, AddLayer((2, 8, 9, 9), 3, 7, 3, 0, 127), x[:, :2])[0]
     for program in (requant_program(SMALL_KNOB)[0], build_conv_program(SMALL_KNOB, layer, x)[0], add):
@@ -189,7 +189,7 @@ def test_tsim_runs_req_programs_bit_exact() -> None:
 @pytest.mark.slow
 def test_tiny_model_on_tsim_with_the_knob_is_bit_exact() -> None:
     from vta.compiler.pipeline import compile_model
-    from vta.compiler.runtime import run
+    from vta.compiler.runtime.executor import run
     compiled = compile_model("tiny_cnn", SMALL_KNOB, policy="accel", calib=2)
     rng = np.random.default_rng(7)
     inputs = {name: rng.standard_normal(compiled.graph.shape(name)).astype(np.float32)
@@ -217,7 +217,7 @@ def test_a_sweep_varies_the_knob_and_its_area_model_counts_it() -> None:
 
 @pytest.mark.parametrize("ma, mb, shift", [(3, 5, 4), (1, 1, 0), (700, 21000, 14)])
 def test_residual_add_with_req_is_bit_exact(ma: int, mb: int, shift: int) -> None:
-    from vta.compiler.codegen import AddLayer, build_add_program
+    from vta.compiler.lowering.codegen import AddLayer, build_add_program
     rng = np.random.default_rng(ma)
     layer = AddLayer((1, 64, 30, 30), ma, mb, shift, -128, 127)
     outs, alu = [], []
@@ -279,8 +279,8 @@ def test_gemm_overwrite_reset_writes_the_products() -> None:
 def test_conv_with_gemm_overwrite_is_bit_exact_without_zeroing_gemms(per_tensor: bool) -> None:
     """The compiler starts each tile with the first step's overwriting GEMM instead of a zeroing one: same output,
     same MACs, one GEMM micro-op fewer per output entry (this small layer is load-bound: its cycles barely move)."""
-    from vta.compiler.codegen import plan_program
-    from vta.compiler.schedule import plan_conv
+    from vta.compiler.lowering.codegen import plan_program
+    from vta.compiler.lowering.schedule import plan_conv
     results = []
     for cfg in (VTAConfig(), OVERWRITE):
         layer, x = _conv(cfg, per_tensor)
@@ -316,7 +316,7 @@ def test_tsim_runs_every_knob_bit_exact_and_the_model_follows() -> None:
     """tiny_cnn and mini_resnet on a small core with every knob (FUSED_REQUANT, CONCURRENT_ALU, GEMM_OVERWRITE):
     tsim's outputs equal the integer reference and fsim's, and the cycle model is within 5 % on every layer."""
     from vta.compiler.pipeline import compile_model
-    from vta.compiler.runtime import run
+    from vta.compiler.runtime.executor import run
     cfg = SMALL_KNOB.replace(concurrent_alu=True, gemm_overwrite=True)
     for model in ("tiny_cnn", "mini_resnet"):
         compiled = compile_model(model, cfg, policy="accel", calib=2)

@@ -1,10 +1,10 @@
-"""Tests for vta.compiler.layout: packing NCHW tensors and weights into the accelerator's blocked layouts."""
+"""Tests for vta.compiler.lowering.layout: packing NCHW tensors and weights into the accelerator's blocked layouts."""
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vta.compiler.layout import (
+from vta.compiler.lowering.layout import (
     group_block_ranges,
     pack_activation,
     pack_channel_vector,
@@ -105,7 +105,7 @@ def test_layout_errors():
 @pytest.mark.parametrize("kw,sw,pl,pr", [(7, 2, 3, 3), (3, 1, 1, 1), (5, 3, 0, 2)])
 def test_fold_kernel_columns_is_the_same_convolution(kw, sw, pl, pr):
     from vta.compiler import qops
-    from vta.compiler.layout import fold_kernel_columns, fold_weight_columns
+    from vta.compiler.lowering.layout import fold_kernel_columns, fold_weight_columns
     rng = np.random.default_rng(kw)
     x = rng.integers(-128, 128, (2, 3, 9, 13)).astype(np.int8)
     w = rng.integers(-128, 128, (5, 3, 4, kw)).astype(np.int8)

@@ -1,4 +1,4 @@
-"""The ONNX frontend (compiler/onnx_frontend.py): every operator against ONNX Runtime's float output."""
+"""The ONNX frontend (compiler/frontend/onnx_frontend.py): every operator against ONNX Runtime's float output."""
 from __future__ import annotations
 
 import numpy as np
@@ -7,8 +7,8 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from vta.compiler.float_ref import run_float
-from vta.compiler.onnx_frontend import UnsupportedOperatorError, import_onnx
+from vta.compiler.frontend.float_ref import run_float
+from vta.compiler.frontend.onnx_frontend import UnsupportedOperatorError, import_onnx
 
 RNG = np.random.default_rng(7)
 
@@ -198,7 +198,7 @@ def test_shape_arithmetic_of_activations_folds():
 
 # ---- files that are not models, opsets, symbolic input dimensions ----------------------------------------------------
 def test_model_file_errors_name_the_file(tmp_path):
-    from vta.compiler.onnx_frontend import ModelFileError
+    from vta.compiler.frontend.onnx_frontend import ModelFileError
     empty = tmp_path / "empty.onnx"
     empty.write_bytes(b"")
     with pytest.raises(ModelFileError, match=rf"^The model {empty} is empty \(0 bytes\), not an ONNX model file "
@@ -218,7 +218,7 @@ def test_model_file_errors_name_the_file(tmp_path):
 
 
 def test_truncated_model_is_a_model_file_error(tmp_path):
-    from vta.compiler.onnx_frontend import ModelFileError
+    from vta.compiler.frontend.onnx_frontend import ModelFileError
     model = _model([helper.make_node("Relu", ["x"], ["y"])], (1, 3), None)
     data = model.SerializeToString()
     cut = tmp_path / "cut.onnx"
@@ -228,7 +228,7 @@ def test_truncated_model_is_a_model_file_error(tmp_path):
 
 
 def test_protobuf_without_a_graph(tmp_path):
-    from vta.compiler.onnx_frontend import ModelFileError
+    from vta.compiler.frontend.onnx_frontend import ModelFileError
     path = tmp_path / "nograph.onnx"
     path.write_bytes(onnx.ModelProto(ir_version=8).SerializeToString())
     with pytest.raises(ModelFileError, match=rf"^The model {path} holds no ONNX graph with nodes and outputs; it is "
@@ -238,7 +238,7 @@ def test_protobuf_without_a_graph(tmp_path):
 
 @pytest.mark.parametrize("opset", [11, 23])
 def test_unsupported_opset(opset):
-    from vta.compiler.onnx_frontend import SUPPORTED_OPSETS, UnsupportedOpsetError
+    from vta.compiler.frontend.onnx_frontend import SUPPORTED_OPSETS, UnsupportedOpsetError
     model = _model([helper.make_node("Relu", ["x"], ["y"])], (1, 3), None)
     model.opset_import[0].version = opset
     assert SUPPORTED_OPSETS == (13, 22)
@@ -251,7 +251,7 @@ def test_unsupported_opset(opset):
 
 
 def test_model_without_default_opset():
-    from vta.compiler.onnx_frontend import UnsupportedOpsetError
+    from vta.compiler.frontend.onnx_frontend import UnsupportedOpsetError
     model = _model([helper.make_node("Relu", ["x"], ["y"])], (1, 3), None)
     model.opset_import[0].domain = "com.example"
     with pytest.raises(UnsupportedOpsetError, match=r"^The model t imports no ai\.onnx opset; the frontend supports "

@@ -1,16 +1,16 @@
-"""Tests for vta.compiler.partition: where each node runs under each policy and the reason recorded, force_cpu,
+"""Tests for vta.compiler.lowering.partition: where each node runs under each policy and the reason recorded, force_cpu,
 layers the accelerator cannot run staying on the CPU, and each accelerator node lowered exactly once per compile."""
 from collections import Counter
 
 import numpy as np
 import pytest
 
-from vta.compiler import partition as P
-from vta.compiler.intrin import intrinsics
 from vta.compiler.ir import AddRequant, Graph, Requant
-from vta.compiler.partition import Lowered, lower_node, partition
+from vta.compiler.lowering import partition as P
+from vta.compiler.lowering.intrin import intrinsics
+from vta.compiler.lowering.partition import Lowered, lower_node, partition
+from vta.compiler.lowering.schedule import ScheduleError
 from vta.compiler.pipeline import compile_graph, partition_graph
-from vta.compiler.schedule import ScheduleError
 from vta.config import VTAConfig
 
 
@@ -150,8 +150,8 @@ def test_each_accelerator_node_is_lowered_once_per_compile(monkeypatch, policy):
 
 def _zoo_decisions(model: str) -> dict[str, P.Decision]:
     """The default (auto) partition of zoo ``model`` at the default config, quantized as `vta run` does."""
+    from vta.compiler.frontend.quantize import quantize
     from vta.compiler.pipeline import calibration_inputs, load_graph
-    from vta.compiler.quantize import quantize
     graph = load_graph(model)
     return partition(quantize(graph, calibration_inputs(model, graph, 1, 4)), VTAConfig())
 
@@ -182,8 +182,8 @@ def test_auto_needs_a_layer_the_accelerator_can_run():
 
 def test_auto_lowered_layers_match_the_final_decisions():
     """The lowered layers handed back are those of the second pass: exactly the nodes finally on the accelerator."""
+    from vta.compiler.frontend.quantize import quantize
     from vta.compiler.pipeline import calibration_inputs, load_graph
-    from vta.compiler.quantize import quantize
     graph = load_graph("tiny_cnn")
     qgraph = quantize(graph, calibration_inputs("tiny_cnn", graph, 1, 4))
     decisions, lowered = partition_graph(qgraph, intrinsics(VTAConfig()))

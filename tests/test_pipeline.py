@@ -4,9 +4,9 @@ import paths still reach the one implementation."""
 import numpy as np
 import pytest
 
-from vta.compiler.fingerprint import differences, fingerprint
-from vta.compiler.intrin import intrinsics
-from vta.compiler.partition import lower_node, partition
+from vta.compiler.frontend.quantize import quantize
+from vta.compiler.lowering.intrin import intrinsics
+from vta.compiler.lowering.partition import lower_node, partition
 from vta.compiler.pipeline import (
     accel_step,
     calibration_inputs,
@@ -16,8 +16,8 @@ from vta.compiler.pipeline import (
     partition_graph,
     random_inputs,
 )
-from vta.compiler.quantize import quantize
-from vta.compiler.runtime import AccelStep, Compiled, CpuStep
+from vta.compiler.runtime.executor import AccelStep, Compiled, CpuStep
+from vta.compiler.runtime.fingerprint import differences, fingerprint
 from vta.config import VTAConfig
 
 
@@ -74,8 +74,8 @@ TINY_CNN_PARTS = {
     "gemm_12 schedule": "c4c7c8cbdb9f4e81",
 }
 """tiny_cnn compiled for the default design (``policy="accel"``, two calibration samples), part by part
-(:func:`vta.compiler.fingerprint.fingerprint`). A change that moves a part on purpose re-pins it here, and the
-commit says why; what moves each kind of part is in :data:`~vta.compiler.fingerprint.PART_MEANINGS`."""
+(:func:`vta.compiler.runtime.fingerprint.fingerprint`). A change that moves a part on purpose re-pins it here, and the
+commit says why; what moves each kind of part is in :data:`~vta.compiler.runtime.fingerprint.PART_MEANINGS`."""
 
 
 def test_the_tiny_cnn_artefact_is_unchanged(tiny):

@@ -311,9 +311,9 @@ def test_program_config_type():
 def test_the_image_holds_each_instruction_as_encoded_after_its_token_flags():
     """ProgramBuilder encodes each instruction as it is emitted and sets token bits in place (dep_push on an
     emitted instruction): the finished image equals a fresh encoding of the final instruction list."""
-    from vta.compiler.codegen import ConvLayer, build_conv_program
-    from vta.compiler.intrin import intrinsics
-    from vta.compiler.schedule import ConvTiling
+    from vta.compiler.lowering.codegen import ConvLayer, build_conv_program
+    from vta.compiler.lowering.intrin import intrinsics
+    from vta.compiler.lowering.schedule import ConvTiling
 
     rng = np.random.default_rng(4)
     for cfg in (VTAConfig(), VTAConfig(log_block=3, bus_bytes=16)):

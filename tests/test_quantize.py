@@ -1,4 +1,5 @@
-"""Post-training quantization (compiler/quantize.py): requant choice, fusion, overflow safety, accuracy vs float."""
+"""Post-training quantization (compiler/frontend/quantize.py): requant choice, fusion, overflow safety, accuracy vs
+float."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,11 +9,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
-from vta.compiler import qops, zoo
-from vta.compiler.float_ref import run_float
-from vta.compiler.ir import Graph, GraphError
-from vta.compiler.onnx_frontend import import_onnx
-from vta.compiler.quantize import (
+from vta.compiler import qops
+from vta.compiler.frontend import zoo
+from vta.compiler.frontend.float_ref import run_float
+from vta.compiler.frontend.onnx_frontend import import_onnx
+from vta.compiler.frontend.quantize import (
     QuantizationError,
     accuracy_vs_onnxruntime,
     calibrate,
@@ -21,6 +22,7 @@ from vta.compiler.quantize import (
     prepare,
     quantize,
 )
+from vta.compiler.ir import Graph, GraphError
 
 
 def _inputs(g: Graph, n: int, seed: int) -> np.ndarray:

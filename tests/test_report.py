@@ -7,7 +7,7 @@ import pytest
 
 from vta.compiler.pipeline import compile_model, random_inputs
 from vta.compiler.report import BYTE_COLUMNS, COLUMNS, ENERGY_COLUMNS, MODULE_COLUMNS, Report, build_report
-from vta.compiler.runtime import run
+from vta.compiler.runtime.executor import run
 from vta.config import VTAConfig
 
 KEYS = ("layer", "op", "where", "macs", "gemm_uops", "alu_uops", "cycles", "util", "bytes", "conversions", "tiling",

@@ -1,7 +1,8 @@
 """Compilation is reproducible: the same model, config and options give the same ``.vtac`` bytes whatever BLAS
 kernel (``OPENBLAS_CORETYPE``) and thread count the host's numpy uses, and from one run to the next
-(scripts/check_reproducible.py; the float reference's products are exact, :func:`vta.compiler.float_ref.exact_matmul`,
-and the artefact stores no wall times). A difference names the parts that differ, not only a digest."""
+(scripts/check_reproducible.py; the float reference's products are exact,
+:func:`vta.compiler.frontend.float_ref.exact_matmul`, and the artefact stores no wall times). A difference names the
+parts that differ, not only a digest."""
 from __future__ import annotations
 
 import importlib.util
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from vta.compiler import float_ref
+from vta.compiler.frontend import float_ref
 from vta.compiler.pipeline import compile_model
 from vta.config import VTAConfig
 

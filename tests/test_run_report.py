@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 
 from vta.cli import main
-from vta.compiler.counts import program_counts
 from vta.compiler.pipeline import compile_model, random_inputs
 from vta.compiler.report import (
     BYTE_COLUMNS,
@@ -24,9 +23,10 @@ from vta.compiler.report import (
     load_report,
     roofline_path,
 )
-from vta.compiler.runtime import AccelStep, run
+from vta.compiler.runtime.executor import AccelStep, run
 from vta.config import VTAConfig
 from vta.counters import CYCLE_CLASSES, MODULES
+from vta.counts import program_counts
 from vta.energy import DEFAULT_TECH, layer_energy, load_tech
 
 

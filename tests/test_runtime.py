@@ -1,5 +1,5 @@
-"""Tests for vta.compiler.partition, runtime and report: a hand-built quantized graph compiled, saved, loaded and
-run on fsim and the CPU path, bit-exact against the integer reference."""
+"""Tests for vta.compiler.lowering.partition, runtime and report: a hand-built quantized graph compiled, saved, loaded
+and run on fsim and the CPU path, bit-exact against the integer reference."""
 import json
 
 import numpy as np
@@ -7,10 +7,10 @@ import pytest
 
 from vta.compiler import qops
 from vta.compiler.ir import AddRequant, Graph, Requant
-from vta.compiler.partition import partition
+from vta.compiler.lowering.partition import partition
 from vta.compiler.pipeline import compile_graph
 from vta.compiler.report import COLUMNS, build_report
-from vta.compiler.runtime import AccelStep, Compiled, CpuStep, RuntimeFailure, run
+from vta.compiler.runtime.executor import AccelStep, Compiled, CpuStep, RuntimeFailure, run
 from vta.config import VTAConfig
 
 
@@ -161,7 +161,7 @@ def test_stem_conv_folds_kernel_columns():
 
 def test_report_utilization_with_cycles():
     """With cycle counts (tsim), each layer's utilization is MACs / (cycles * MACs per cycle)."""
-    from vta.compiler.runtime import LayerStat, RunOutput
+    from vta.compiler.runtime.executor import LayerStat, RunOutput
     compiled = compile_graph(_graph(), VTAConfig(), policy="accel")
     layers = [LayerStat("conv_a", "QConv2d", "accel", 138240, 100, 50, cycles=1080),
               LayerStat("pool", "MaxPool", "cpu", 0)]
@@ -183,7 +183,7 @@ def test_single_thread_compile_is_exact():
 
 def test_report_module_breakdown(tmp_path):
     """tsim layers carry the core's per-module cycle counters; the report sums them and derives idle cycles."""
-    from vta.compiler.runtime import LayerStat, RunOutput
+    from vta.compiler.runtime.executor import LayerStat, RunOutput
     compiled = compile_graph(_graph(), VTAConfig(), policy="accel")
 
     def modules(busy: int, token: int, mem: int) -> dict[str, dict[str, int]]:

@@ -1,11 +1,11 @@
-"""Tests for vta.compiler.schedule: every plan fits the buffers of its config (configs/*.toml), covers the output
-exactly once, has the exact tile sizes pinned for known layers, and the errors name the limit."""
+"""Tests for vta.compiler.lowering.schedule: every plan fits the buffers of its config (configs/*.toml), covers the
+output exactly once, has the exact tile sizes pinned for known layers, and the errors name the limit."""
 from pathlib import Path
 
 import pytest
 
-from vta.compiler.intrin import intrinsics
-from vta.compiler.schedule import ConvGeometry, ConvTiling, ScheduleError, plan_conv, plan_eltwise
+from vta.compiler.lowering.intrin import intrinsics
+from vta.compiler.lowering.schedule import ConvGeometry, ConvTiling, ScheduleError, plan_conv, plan_eltwise
 from vta.config import VTAConfig, load_config
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
@@ -149,7 +149,7 @@ def test_max_rows_closed_form_matches_the_checks(name):
     every layer, output-block, reduction, width, thread and bias option (the rows of each tiling)."""
     import random
 
-    from vta.compiler.schedule import _halvings, _max_rows, _reduction_candidates
+    from vta.compiler.lowering.schedule import _halvings, _max_rows, _reduction_candidates
     cfg = CONFIGS[name]
     intr = intrinsics(cfg)
     rng = random.Random(0)

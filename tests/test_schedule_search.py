@@ -1,5 +1,5 @@
-"""Tests for the schedule search ranked by the cycle model (vta.compiler.codegen.search_conv): candidates fit the
-buffers, the new tiling options (bias loaded as the accumulators' start, pixel-outer loop order) stay bit-exact on
+"""Tests for the schedule search ranked by the cycle model (vta.compiler.lowering.codegen.search_conv): candidates fit
+the buffers, the new tiling options (bias loaded as the accumulators' start, pixel-outer loop order) stay bit-exact on
 fsim, the search is never worse than plan_conv by the model, and its results are cached in memory and on disk."""
 import json
 
@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from test_codegen import _conv_case
 
-from vta.compiler import codegen
-from vta.compiler.codegen import (
+from vta.compiler.lowering import codegen
+from vta.compiler.lowering.codegen import (
     ConvLayer,
     alu_passes,
     build_conv_program,
@@ -16,12 +16,12 @@ from vta.compiler.codegen import (
     tiling_from_dict,
     tiling_to_dict,
 )
-from vta.compiler.cost import estimate
-from vta.compiler.intrin import intrinsics
+from vta.compiler.lowering.intrin import intrinsics
+from vta.compiler.lowering.schedule import ConvTiling, conv_candidates, plan_conv
 from vta.compiler.pipeline import compile_model
-from vta.compiler.runtime import AccelStep
-from vta.compiler.schedule import ConvTiling, conv_candidates, plan_conv
+from vta.compiler.runtime.executor import AccelStep
 from vta.config import VTAConfig
+from vta.cost import estimate
 
 
 def _layer(c: int = 40, hw: int = 11, o: int = 40, k: int = 3, seed: int = 0) -> ConvLayer:
@@ -162,8 +162,8 @@ def test_plan_graph_predicts_what_compile_graph_builds(cfg, tmp_path, monkeypatc
     """plan_graph (a model-mode sweep's compile, without programs) gives each accelerator layer the schedule,
     predicted cycles, bounding module and event counts of compile_graph's program, from a cold cache and again
     from a warm one."""
-    from vta.compiler.counts import program_counts
     from vta.compiler.pipeline import compile_graph, plan_graph
+    from vta.counts import program_counts
     from vta.sweep.measure import _quantized
     monkeypatch.setenv("VTA_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(codegen, "_memory", {})

@@ -5,7 +5,7 @@ import pytest
 
 from vta.compiler import qops
 from vta.compiler.ir import Graph
-from vta.compiler.layout import (
+from vta.compiler.lowering.layout import (
     bias_lane_values,
     bias_lane_weights,
     im2col,
@@ -15,7 +15,7 @@ from vta.compiler.layout import (
 )
 from vta.compiler.pipeline import compile_graph
 from vta.compiler.qops import Requant
-from vta.compiler.runtime import run
+from vta.compiler.runtime.executor import run
 from vta.config import VTAConfig
 
 
@@ -100,8 +100,8 @@ def test_stem_estimates_count_the_micro_ops_each_lowering_issues(knobs, bias_ran
     """The micro-ops per output vector that the stem's estimate counts (in the partition's reason) are the ones the
     compiled layer issues, for every lowering and with the knobs that change them (REQ for four passes, no reset
     micro-op with gemm_overwrite), the bias in im2col's spare lanes or out of their reach."""
-    from vta.compiler.intrin import intrinsics
-    from vta.compiler.partition import stem_costs
+    from vta.compiler.lowering.intrin import intrinsics
+    from vta.compiler.lowering.partition import stem_costs
     cfg = VTAConfig(**knobs)
     g = _stem_graph(bias_range)
     costs = stem_costs(g, g.nodes[0], intrinsics(cfg))
@@ -120,7 +120,7 @@ def test_unknown_stem():
 def test_cli_stem_option(tmp_path):
     """vta compile --stem columns keeps tiny_cnn's first convolution kw-folded (auto takes im2col)."""
     from vta.cli import main
-    from vta.compiler.runtime import AccelStep, Compiled
+    from vta.compiler.runtime.executor import AccelStep, Compiled
     labels = {}
     for stem in ("columns", "auto"):
         out = tmp_path / f"{stem}.vtac"

@@ -1,4 +1,4 @@
-"""vta.compiler.counts and vta.energy: counters from the program equal fsim's; energies from the 45 nm table."""
+"""vta.counts and vta.energy: counters from the program equal fsim's; energies from the 45 nm table."""
 from __future__ import annotations
 
 import dataclasses
@@ -6,11 +6,11 @@ import dataclasses
 import pytest
 
 from vta import fsim
-from vta.compiler.counts import COUNTED, program_counts
 from vta.compiler.pipeline import compile_model
-from vta.compiler.runtime import AccelStep
+from vta.compiler.runtime.executor import AccelStep
 from vta.config import VTAConfig
 from vta.counters import CATALOGUE
+from vta.counts import COUNTED, program_counts
 from vta.energy import DEFAULT_TECH, TechError, layer_energy, load_tech, sram_pj_per_byte, static_pj
 
 

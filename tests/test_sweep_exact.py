@@ -13,7 +13,7 @@ from vta.sweep.store import ResultStore
 def test_exact_point_is_the_tsim_run(tmp_path):
     pytest.importorskip("pyverilator")
     from vta.compiler.pipeline import random_inputs
-    from vta.compiler.runtime import run
+    from vta.compiler.runtime.executor import run
     from vta.sweep.measure import _compile
     spec = parse_spec({"sweep": {"models": ["tiny_cnn"], "mode": "exact", "area": "model", "timeout": 900},
                        "vary": {"LOG_BLOCK": [4]}})

@@ -61,7 +61,7 @@ def test_plain_lines_when_standard_error_is_not_a_terminal(script: ModuleType, t
 def test_requant_shift_is_used_and_named(script: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """--requant shift quantizes with power-of-two scales (every requant multiplier 1) and the summary names it."""
-    from vta.compiler import quantize as quantize_module
+    from vta.compiler.frontend import quantize as quantize_module
     modes: list[str] = []
     real = quantize_module.quantize
 

@@ -1,4 +1,4 @@
-"""The model zoo (compiler/zoo.py): structure, determinism, caching, and agreement with ONNX Runtime."""
+"""The model zoo (compiler/frontend/zoo.py): structure, determinism, caching, and agreement with ONNX Runtime."""
 from __future__ import annotations
 
 import numpy as np
@@ -6,10 +6,10 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from vta.compiler import zoo
-from vta.compiler.float_ref import run_float
+from vta.compiler.frontend import zoo
+from vta.compiler.frontend.float_ref import run_float
+from vta.compiler.frontend.onnx_frontend import import_onnx
 from vta.compiler.ir import node_macs
-from vta.compiler.onnx_frontend import import_onnx
 
 
 def test_list_and_unknown():
@@ -106,8 +106,8 @@ def test_efficientnet_lite0_int8_tracks_float_top1(tmp_path, monkeypatch):
     pytest.importorskip("torch")
     pytest.importorskip("efficientnet_lite_pytorch")
     pytest.importorskip("skimage")
-    from vta.compiler import cpu
-    from vta.compiler.quantize import quantize
+    from vta.compiler.frontend.quantize import quantize
+    from vta.compiler.kernels import cpu
     monkeypatch.setenv("VTA_CACHE_DIR", str(tmp_path))
     path = zoo.get_model("efficientnet_lite0")
     assert path == tmp_path / "models" / "efficientnet_lite0.onnx"

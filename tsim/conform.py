@@ -36,7 +36,7 @@ DEFAULT_SEEDS = 4
 DEFAULT_MODEL = "tiny_cnn"
 """The model run end to end by default."""
 MODEL_HOOKS = {"compile": "vta.compiler.pipeline:compile_model", "inputs": "vta.compiler.pipeline:random_inputs",
-               "run": "vta.compiler.runtime:run"}
+               "run": "vta.compiler.runtime.executor:run"}
 """The compiler's entry points the model case uses, by name (imported on first use: ``vta.tsim`` does not import
 the compiler's floor; see docs/architecture.md)."""
 

@@ -105,9 +105,9 @@ BACKENDS: dict[str, BackendInfo] = {info.name: info for info in (
                 "counts, no cycles)", runs_programs=True, runs_operators=False),
     BackendInfo("tsim", "vta.tsim.backend:TSimBackend", "Verilator co-simulation of the generated RTL "
                 "(cycle-exact, hardware counters)", runs_programs=True, runs_operators=False),
-    BackendInfo("cpu", "vta.compiler.cpu_backend:CpuBackend", "the compiler's llvmlite CPU kernels (runs whole "
+    BackendInfo("cpu", "vta.compiler.kernels.cpu_backend:CpuBackend", "the compiler's llvmlite CPU kernels (runs whole "
                 "models; no accelerator programs)", runs_programs=False, runs_operators=True),
-    BackendInfo("gpu", "vta.compiler.gpu_backend:GpuBackend", "the compiler's GPU kernels on a CUDA device "
+    BackendInfo("gpu", "vta.compiler.kernels.gpu_backend:GpuBackend", "the compiler's GPU kernels on a CUDA device "
                 "(emulate=True: in the SIMT emulator on the CPU; no accelerator programs)", runs_programs=False,
                 runs_operators=True),
 )}

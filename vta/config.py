@@ -71,13 +71,13 @@ KNOBS = {"fused_requant": "rq", "concurrent_alu": "ca", "gemm_overwrite": "ow"}
 """knob field -> the tag ``VTAConfig.name`` appends when the knob is on."""
 ALU_QUEUE_DEPTH = 4
 """``concurrent_alu``: ALU instructions the compute module's ALU engine holds in its queue besides the one it runs
-(the RTL's queue, ``hw/compute.py``, and the cycle model's, ``compiler/cost.py``)."""
+(the RTL's queue, ``hw/compute.py``, and the cycle model's, ``vta/cost.py``)."""
 MAX_BURST = 16
 """Beats per DRAM read request at most: a LOAD's rows are requested in bursts of up to this many beats (the RTL's
-DMA reader, ``hw/dma.py``, and the cycle model, ``compiler/cost.py``)."""
+DMA reader, ``hw/dma.py``, and the cycle model, ``vta/cost.py``)."""
 MAX_OUTSTANDING = 8
 """Read requests the memory arbiter tracks at once (its tag FIFO's entries; a tag is freed when the request's last beat
-is taken): the RTL's arbiter, ``hw/arbiter.py``, and the cycle model, ``compiler/cost.py``."""
+is taken): the RTL's arbiter, ``hw/arbiter.py``, and the cycle model, ``vta/cost.py``."""
 # Keys that VTA's own vta_config.json carries but that do not describe the accelerator we generate; accepted and
 # ignored so that VTA's files load unchanged.
 _IGNORED_VTA_KEYS = {"TARGET", "HW_VER", "LOG_BLOCK_IN", "LOG_BLOCK_OUT", "LOG_OUT_WIDTH", "LOG_OUT_BUFF_SIZE",

@@ -3,7 +3,7 @@
 The technology file (TOML, default ``tech/default_45nm.toml``: Horowitz, ISSCC 2014, 45 nm) gives pJ per 8-bit
 multiply and 32-bit add, pJ per SRAM access by SRAM size, pJ per DRAM access, pJ per CPU MAC and static power per
 area. Events per accelerator layer follow from its counters (a run's statistics, or
-:func:`vta.compiler.counts.program_counts` without a run; names of :mod:`vta.counters`) and the config:
+:func:`vta.counts.program_counts` without a run; names of :mod:`vta.counters`) and the config:
 
 * each MAC (``macs``): one 8-bit multiply + one 32-bit add;
 * each GEMM micro-op: reads one inp entry, one wgt entry, one micro-op, reads and writes one acc entry and writes one
@@ -151,7 +151,7 @@ def buffer_bytes(cfg: VTAConfig) -> dict[str, int]:
 
 def layer_energy(counts: Mapping[str, int], cfg: VTAConfig, tech: Tech) -> dict[str, float]:
     """Dynamic energy (pJ) of one accelerator layer by component: ``mac``, ``alu``, ``sram_<buffer>`` for each of
-    :data:`BUFFERS`, ``dram``; from its ``counts`` (:func:`vta.compiler.counts.program_counts`) on ``cfg``."""
+    :data:`BUFFERS`, ``dram``; from its ``counts`` (:func:`vta.counts.program_counts`) on ``cfg``."""
     per_byte = {b: sram_pj_per_byte(tech, size) for b, size in buffer_bytes(cfg).items()}
     write = tech.sram_write_factor
     gemm = counts["macs"] // cfg.macs_per_cycle

@@ -19,7 +19,7 @@ import sys
 
 from vta.compiler.pipeline import compile_model, random_inputs
 from vta.compiler.report import Report, build_report, compare, format_comparison
-from vta.compiler.runtime import run
+from vta.compiler.runtime.executor import run
 from vta.config import VTAConfig
 from vta.sweep.pareto import frontier, frontier_table, plot_frontiers
 from vta.sweep.runner import run_sweep

@@ -117,7 +117,7 @@ class Context:
 
 
 JIT_MAGIC = b"vta-jit-object sha256 "
-"""The header of a cached JIT object (compiler/cpu.py): this, the object code's SHA-256 in hex, a newline."""
+"""The header of a cached JIT object (compiler/kernels/cpu.py): this, the object code's SHA-256 in hex, a newline."""
 
 
 def jit_object_problem(path: Path) -> str | None:

@@ -156,7 +156,7 @@ def _same_content(ctx: Context, ref: str, name: str) -> Callable[[Run], Verdict]
 def _payload_manifest(ctx: Context) -> Callable[[Path], None]:
     """A correctly signed artefact whose manifest carries the payload string in the graph's name and a meta value."""
     def setup(path: Path) -> None:
-        from vta.compiler.artefact import _canonical, _digest
+        from vta.compiler.runtime.artefact import _canonical, _digest
         members = dict(_zip_members(ctx.refs["vtac"].read_bytes()))
         manifest = json.loads(np.load(io.BytesIO(members["manifest.npy"])).tobytes())
         manifest["body"]["graph"]["name"] = PAYLOAD_TEXT

@@ -142,7 +142,7 @@ def task_digest(args: dict[str, Any]) -> dict[str, Any]:
     """The SHA-256 of what a ``.vtac`` or ``.npz`` program file holds as the library reads it, or its error."""
     h = hashlib.sha256()
     if args["kind"] == "vtac":
-        from vta.compiler.artefact import read_artefact
+        from vta.compiler.runtime.artefact import read_artefact
 
         def decode(body: Any, arrays: Any, cfg: Any) -> None:
             h.update(json.dumps(body, sort_keys=True).encode())

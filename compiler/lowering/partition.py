@@ -27,9 +27,9 @@ import numpy as np
 
 from vta.config import VTAConfig
 
+from ..ir import Graph, Node, node_macs
 from .codegen import AddLayer, ConvLayer, alu_passes, fused_requant
 from .intrin import Intrinsics, intrinsics
-from .ir import Graph, Node, node_macs
 from .layout import bias_lane_weights, ceil_div, fold_weight_columns, im2col_weights, packed_activation_shape, round_up
 from .schedule import ScheduleError, plan_conv
 

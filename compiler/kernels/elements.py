@@ -16,7 +16,7 @@ from typing import Iterator, Sequence
 
 from llvmlite import ir
 
-from .ir import AddRequant
+from ..ir import AddRequant
 
 __all__ = ["I8", "I32", "I64", "F32", "F64", "const", "loop", "at", "index", "clip", "mac", "requant_value",
            "qadd_value", "rescale_value", "quantize_value", "dequantize_value", "dense_value", "conv_value",

@@ -738,8 +738,8 @@ class LayerPlan:
 
 def plan_program(program: Program) -> LayerPlan:
     """The :class:`LayerPlan` of a built program (:func:`.cost.estimate`, :func:`.counts.program_counts`)."""
-    from .cost import estimate
-    from .counts import program_counts
+    from vta.cost import estimate
+    from vta.counts import program_counts
     est = estimate(program)
     return LayerPlan(est.cycles, est.bound, program_counts(program))
 
@@ -782,8 +782,8 @@ def _source_digest() -> str:
     """A digest of the sources the search result depends on (tiling rules, code generation, cycle model, event
     counts)."""
     h = hashlib.sha256()
-    for name in ("schedule", "codegen", "cost", "counts"):
-        module = importlib.import_module(f"{__package__}.{name}")
+    for name in (f"{__package__}.schedule", f"{__package__}.codegen", "vta.cost", "vta.counts"):
+        module = importlib.import_module(name)
         with open(module.__file__ or "", "rb") as f:
             h.update(f.read())
     return h.hexdigest()[:16]

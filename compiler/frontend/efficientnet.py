@@ -187,8 +187,8 @@ def preprocess_all(images: Mapping[str, np.ndarray]) -> np.ndarray:
 
 
 def calibration_inputs(batch: np.ndarray) -> list[dict[str, np.ndarray]]:
-    """Calibration samples for :func:`vta.compiler.quantize.quantize`: one ``{input: [1, 3, 224, 224]}`` dict per
-    image of the preprocessed ``batch`` ``[N, 3, 224, 224]``."""
+    """Calibration samples for :func:`vta.compiler.frontend.quantize.quantize`: one ``{input: [1, 3, 224, 224]}`` dict
+    per image of the preprocessed ``batch`` ``[N, 3, 224, 224]``."""
     return [{INPUT_NAME: batch[i:i + 1]} for i in range(batch.shape[0])]
 
 
@@ -246,7 +246,7 @@ def import_model(path: str | os.PathLike[str]) -> Any:
 
 def quantize_model(graph: Any, calib_batch: np.ndarray, **options: Any) -> Any:
     """The int8 graph of the float ``graph``, calibrated on the preprocessed images ``calib_batch``
-    ``[N, 3, 224, 224]`` (about 3 s per image); ``options`` go to :func:`vta.compiler.quantize.quantize`
+    ``[N, 3, 224, 224]`` (about 3 s per image); ``options`` go to :func:`vta.compiler.frontend.quantize.quantize`
     (default: per-channel weight scales, multiply-then-shift requantization)."""
     from .quantize import quantize
     return quantize(graph, calibration_inputs(calib_batch), **options)
@@ -255,6 +255,6 @@ def quantize_model(graph: Any, calib_batch: np.ndarray, **options: Any) -> Any:
 def int8_logits(qgraph: Any, batch: np.ndarray) -> np.ndarray:
     """Logits ``[N, 1000]`` (dequantized, float32) of the quantized graph run by the integer reference
     (:func:`vta.compiler.qops.run_reference`) on ``batch`` ``[N, 3, 224, 224]``, one image at a time (~2 s each)."""
-    from .qops import run_reference
+    from ..qops import run_reference
     out = qgraph.outputs[0]
     return np.concatenate([run_reference(qgraph, {INPUT_NAME: batch[i:i + 1]})[out] for i in range(batch.shape[0])])

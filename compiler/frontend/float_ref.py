@@ -16,7 +16,7 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from .ir import Graph, GraphError, Node
+from ..ir import Graph, GraphError, Node
 
 __all__ = ["exact_matmul", "exact_exp", "conv2d", "dense", "maxpool", "avgpool", "FLOAT_FNS", "run_float"]
 

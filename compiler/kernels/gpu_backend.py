@@ -27,8 +27,9 @@ import numpy as np
 
 from vta.backend import Backend
 
-from . import gpu, qops
-from .ir import Graph, GraphError, Node
+from .. import qops
+from ..ir import Graph, GraphError, Node
+from . import gpu
 
 __all__ = ["GpuBackend", "GpuUnavailableError", "KERNEL_OPS", "HOST_OPS", "device_reason"]
 

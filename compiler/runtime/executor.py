@@ -27,13 +27,13 @@ from vta.backend import Backend, backend_info, get_backend, operator_backends
 from vta.config import VTAConfig
 from vta.program import Program
 
+from ..ir import Graph, Node, value_from_data, value_to_data
+from ..lowering.codegen import INPUT, INPUT_B, OUTPUT, with_inputs
+from ..lowering.intrin import intrinsics
+from ..lowering.layout import fold_kernel_columns, im2col_packed, pack_activation, unpack_activation
+from ..lowering.partition import ColumnFold, Decision
 from .artefact import FORMAT_VERSION as ARTEFACT_VERSION
 from .artefact import read_artefact, write_artefact
-from .codegen import INPUT, INPUT_B, OUTPUT, with_inputs
-from .intrin import intrinsics
-from .ir import Graph, Node, value_from_data, value_to_data
-from .layout import fold_kernel_columns, im2col_packed, pack_activation, unpack_activation
-from .partition import ColumnFold, Decision
 
 __all__ = ["AccelStep", "CpuStep", "Compiled", "LayerStat", "RunOutput", "run",
            "RuntimeFailure", "ARTEFACT_VERSION", "layer_programs"]

@@ -23,7 +23,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper, shape_inference
 
-from .ir import Graph, GraphError
+from ..ir import Graph, GraphError
 
 __all__ = ["UnsupportedOperatorError", "ModelFileError", "UnsupportedOpsetError", "import_onnx", "RULES",
            "SUPPORTED_OPSETS"]

@@ -30,8 +30,8 @@ from typing import Callable, Iterable, Iterator, Literal, Mapping
 import numpy as np
 import onnx
 
+from ..ir import M_MAX, REQUANT_MODES, S_MAX, AddRequant, Graph, GraphError, Node, Requant
 from . import float_ref
-from .ir import M_MAX, REQUANT_MODES, S_MAX, AddRequant, Graph, GraphError, Node, Requant
 
 __all__ = ["QuantizationError", "Calibration", "prepare", "calibrate", "quantize", "choose_requant",
            "compare_outputs", "accuracy_vs_onnxruntime"]
@@ -461,7 +461,7 @@ def accuracy_vs_onnxruntime(model: "str | os.PathLike[str] | onnx.ModelProto", q
     defaults to the integer reference :func:`.qops.run_reference`."""
     import onnxruntime as ort
 
-    from . import qops
+    from .. import qops
     data = model.SerializeToString() if isinstance(model, onnx.ModelProto) else os.fspath(model)
     sess = ort.InferenceSession(data)
     name, out = qgraph.inputs[0], qgraph.outputs[0]

@@ -12,8 +12,8 @@ import numpy as np
 
 from vta.backend import Backend
 
-from . import qops
-from .ir import Graph, Node
+from .. import qops
+from ..ir import Graph, Node
 
 __all__ = ["CpuBackend", "REFERENCE_OPS"]
 

@@ -28,9 +28,9 @@ from typing import Any, Callable, Sequence
 
 from llvmlite import ir
 
+from ..ir import AddRequant
 from . import elements as el
 from .elements import F32, I8, I32, I64
-from .ir import AddRequant
 
 __all__ = ["Kernel", "KernelError", "PtxasError", "TRIPLE", "ARCHS", "INDEX_ACCESSORS", "kernel_module",
            "ptx_module", "ptx", "ptxas_path", "assemble", "cache_info", "quantize_kernel", "dequantize_kernel",

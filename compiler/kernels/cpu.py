@@ -33,10 +33,10 @@ from llvmlite import ir
 
 from vta.cache import cache_root
 
+from .. import qops
+from ..ir import AddRequant, Graph, GraphError, Node, Requant
 from . import elements as el
-from . import qops
 from .elements import F32, F64, I8, I32
-from .ir import AddRequant, Graph, GraphError, Node, Requant
 
 __all__ = ["conv2d_acc", "dense_acc", "requantize", "qconv2d", "qdense", "qadd", "rescale", "qclip", "maxpool",
            "avgpool", "global_avgpool", "quantize", "dequantize", "softmax", "CPU_OPS", "run_node", "run_cpu",
