@@ -66,6 +66,9 @@ class ComputeUnit(wiring.Component):
 
     concurrent_alu = False
     """The value of ``cfg.concurrent_alu`` this class builds."""
+    engine_done_ports: tuple[str, ...] = ()
+    """Ports pulsing when an engine other than the front end retires an instruction (``insn_done`` counts the
+    front end's)."""
 
     @validated_init
     def __init__(self, *, cfg, gemm_form="packed"):
@@ -210,6 +213,7 @@ class ComputeUnit(wiring.Component):
         return m
 
     # ---- hooks: VTA's design here; vta.hw.concurrent_alu.ConcurrentAluCompute overrides them -----------------------
+    # Each runs at its place in elaborate(), and the order of the statements it adds is part of the generated Verilog.
     def _acc_reads(self, m, c_valid, c_src):
         """Stage C's accumulator reads besides acc_rd0's address (acc[dst]): both ports always on, acc_rd1 reads
         acc[src] (an ALU operand)."""

@@ -36,6 +36,7 @@ class ConcurrentAluCompute(ComputeUnit):
     """
 
     concurrent_alu = True
+    engine_done_ports = ("alu_insn_done",)
 
     def _members(self, cfg):
         members = super()._members(cfg)

@@ -1,10 +1,13 @@
 """The top-level core ``vta_core``: fetch, load, compute and store, their token queues, the SRAMs, the memory
 arbiter and the control/status registers, with exactly the ports of ``docs/core-interface.md``."""
 import functools
+import operator
 
 from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
+
+from vta.isa import TOKEN_POPS, TOKEN_PUSHES, TOKEN_QUEUES
 
 from .arbiter import MemArbiter
 from .boundary import MemBoundary
@@ -22,6 +25,46 @@ from .util import BUSY, WAIT_MEM, WAIT_TOKEN, validated_init
 __all__ = ["VTACore"]
 
 _CLASS_CODE = {"busy": BUSY, "wait_token": WAIT_TOKEN, "wait_mem": WAIT_MEM}
+
+# What cfg.concurrent_alu changes in the core (off, on): the compute module's class, the SRAMs' read ports, and who
+# reaches which SRAM port. The ALU engine of concurrent_alu reads micro-ops through a second port and needs the acc and
+# out buffers banked (BankedSram: two writers, each read port reading the bank its read_map entry names) so that both
+# engines reach them in the same cycle.
+_COMPUTE = {False: ComputeUnit, True: ConcurrentAluCompute}
+_SRAM_READS = {
+    # SRAM -> its read ports: how many (Sram), or, for a BankedSram, the bank each one reads (its read_map)
+    False: {"uop": 1, "inp": 1, "wgt": 1, "acc": 2, "out": 1},
+    True: {"uop": 2, "inp": 1, "wgt": 1, "acc": (0, 0, 1), "out": (0,)},
+}
+_SRAM_LINKS = {
+    # (module.port, SRAM.port), in the order they are connected (the order shapes the generated Verilog)
+    False: (("load.inp_wr", "inp.w"), ("load.wgt_wr", "wgt.w"),
+            ("compute.uop_wr", "uop.w"), ("compute.uop_rd", "uop.r0"), ("compute.inp_rd", "inp.r0"),
+            ("compute.wgt_rd", "wgt.r0"),
+            ("compute.acc_wr", "acc.w"), ("compute.acc_rd0", "acc.r0"), ("compute.acc_rd1", "acc.r1"),
+            ("compute.out_wr", "out.w"),
+            ("store.out_rd", "out.r0")),
+    True: (("load.inp_wr", "inp.w"), ("load.wgt_wr", "wgt.w"),
+           ("compute.uop_wr", "uop.w"), ("compute.uop_rd", "uop.r0"), ("compute.inp_rd", "inp.r0"),
+           ("compute.wgt_rd", "wgt.r0"), ("compute.alu_uop_rd", "uop.r1"),
+           # acc[dst] of a GEMM and of an ALU micro-op share bank reader 0 (r0, r1); the ALU's acc[src] is r2
+           ("compute.acc_wr", "acc.w0"), ("compute.alu_acc_wr", "acc.w1"), ("compute.acc_rd0", "acc.r0"),
+           ("compute.alu_acc_rd0", "acc.r1"), ("compute.alu_acc_rd1", "acc.r2"),
+           ("compute.out_wr", "out.w0"), ("compute.alu_out_wr", "out.w1"),
+           ("store.out_rd", "out.r0")),
+}
+
+
+def _token_links():
+    """``(name, writer, push flag, reader, pop flag)`` of each dependency token queue of :data:`vta.isa.TOKEN_QUEUES`,
+    in that order, from :data:`vta.isa.TOKEN_PUSHES` and :data:`~vta.isa.TOKEN_POPS`; ``name`` is the queue's
+    submodule name without ``tq_`` (``l2c`` for load_to_compute)."""
+    links = []
+    for queue in TOKEN_QUEUES:
+        (src, push), = [(unit, f) for unit, flags in TOKEN_PUSHES.items() for f, q in flags.items() if q == queue]
+        (dst, pop), = [(unit, f) for unit, flags in TOKEN_POPS.items() for f, q in flags.items() if q == queue]
+        links.append((f"{src[0]}2{dst[0]}", src, push, dst, pop))
+    return links
 
 
 def core_signature(cfg):
@@ -62,56 +105,18 @@ class VTACore(wiring.Component):
         cfg = self.cfg
         m.submodules.fetch = fetch = FetchUnit(cfg=cfg)
         m.submodules.load = load = LoadUnit(cfg=cfg)
-        compute_class = ConcurrentAluCompute if cfg.concurrent_alu else ComputeUnit
-        m.submodules.compute = compute = compute_class(cfg=cfg, gemm_form=self.gemm_form)
+        m.submodules.compute = compute = _COMPUTE[cfg.concurrent_alu](cfg=cfg, gemm_form=self.gemm_form)
         m.submodules.store = store = StoreUnit(cfg=cfg)
         m.submodules.arbiter = arb = MemArbiter(n_readers=3, bus_bytes=cfg.bus_bytes)
         m.submodules.boundary = bnd = MemBoundary(bus_bytes=cfg.bus_bytes)
+        units = {"fetch": fetch, "load": load, "compute": compute, "store": store}
         srams = {}
-        for name, n_read, transparent in (("uop", 1, False), ("inp", 1, False), ("wgt", 1, False),
-                                          ("acc", 2, True), ("out", 1, False)):
-            width, depth, gran = sram_geometry(cfg, name)
-            # inp and wgt hold offset-binary bytes (x ^ 0x80, see vta.hw.load): 0x80 is the int8 zero they start as
-            fill = 0x80 if name in ("inp", "wgt") else 0
-            if name == "wgt" and self.gemm_form == "packed":
-                # the packed GEMM core reads weight tiles packed: packed once as they are stored
-                bi, bo = cfg.block_in, cfg.block_out
-                buf = StagedSram(width=width, depth=depth, granularity=gran,
-                                 transform=functools.partial(pack_weights, block_in=bi, block_out=bo),
-                                 stored_width=wgt_operand_bits(bi, bo, "packed"),
-                                 init=pack_weights_int([fill] * (bi * bo), bi, bo))
-            elif cfg.concurrent_alu and name in ("acc", "out"):
-                # two banks, reached by the GEMM side (writer 0, reader 0) and the ALU engine (writer 1, the other
-                # readers); acc: the GEMMs' acc[dst] and the ALU's acc[dst] share a bank's first read port
-                buf = BankedSram(width=width, depth=depth, granularity=gran, transparent=transparent,
-                                 read_map=(0, 0, 1) if name == "acc" else (0,))
-            else:
-                if cfg.concurrent_alu and name == "uop":
-                    n_read = 2  # the ALU engine's micro-op reads
-                buf = Sram(width=width, depth=depth, granularity=gran, n_read=n_read, transparent=transparent,
-                           fill_byte=fill)
-            srams[name] = m.submodules[f"{name}_buf"] = buf
-        wiring.connect(m, load.inp_wr, srams["inp"].w)
-        wiring.connect(m, load.wgt_wr, srams["wgt"].w)
-        wiring.connect(m, compute.uop_wr, srams["uop"].w)
-        wiring.connect(m, compute.uop_rd, srams["uop"].r0)
-        wiring.connect(m, compute.inp_rd, srams["inp"].r0)
-        wiring.connect(m, compute.wgt_rd, srams["wgt"].r0)
-        if cfg.concurrent_alu:
-            wiring.connect(m, compute.alu_uop_rd, srams["uop"].r1)
-            wiring.connect(m, compute.acc_wr, srams["acc"].w0)
-            wiring.connect(m, compute.alu_acc_wr, srams["acc"].w1)
-            wiring.connect(m, compute.acc_rd0, srams["acc"].r0)
-            wiring.connect(m, compute.alu_acc_rd0, srams["acc"].r1)
-            wiring.connect(m, compute.alu_acc_rd1, srams["acc"].r2)
-            wiring.connect(m, compute.out_wr, srams["out"].w0)
-            wiring.connect(m, compute.alu_out_wr, srams["out"].w1)
-        else:
-            wiring.connect(m, compute.acc_wr, srams["acc"].w)
-            wiring.connect(m, compute.acc_rd0, srams["acc"].r0)
-            wiring.connect(m, compute.acc_rd1, srams["acc"].r1)
-            wiring.connect(m, compute.out_wr, srams["out"].w)
-        wiring.connect(m, store.out_rd, srams["out"].r0)
+        for name, reads in _SRAM_READS[cfg.concurrent_alu].items():
+            srams[name] = m.submodules[f"{name}_buf"] = _sram(cfg, name, reads, self.gemm_form)
+        for port, sram_port in _SRAM_LINKS[cfg.concurrent_alu]:
+            unit, member = port.split(".")
+            sram, sram_member = sram_port.split(".")
+            wiring.connect(m, getattr(units[unit], member), getattr(srams[sram], sram_member))
         wiring.connect(m, fetch.mem, arb.rd_0)
         wiring.connect(m, load.mem, arb.rd_1)
         wiring.connect(m, compute.mem, arb.rd_2)
@@ -123,9 +128,8 @@ class VTACore(wiring.Component):
                          dest.cmd_data.eq(getattr(fetch, f"{unit}_cmd_data")),
                          getattr(fetch, f"{unit}_cmd_ready").eq(dest.cmd_ready)]
         tq = cfg.token_queue_depth
-        links = (("l2c", load, "push_next", compute, "pop_prev"), ("c2l", compute, "push_prev", load, "pop_next"),
-                 ("c2s", compute, "push_next", store, "pop_prev"), ("s2c", store, "push_prev", compute, "pop_next"))
-        for name, src, push, dst, pop in links:
+        for name, writer, push, reader, pop in _token_links():
+            src, dst = units[writer], units[reader]
             m.submodules[f"tq_{name}"] = q = TokenQueue(depth=tq)
             m.d.comb += [q.push_valid.eq(getattr(src, f"{push}_valid")), getattr(src, f"{push}_ready").eq(q.push_ready),
                          getattr(dst, f"{pop}_valid").eq(q.pop_valid), q.pop_ready.eq(getattr(dst, f"{pop}_ready"))]
@@ -162,17 +166,17 @@ class VTACore(wiring.Component):
         wr_beat = bnd.wr.valid & bnd.wr.ready
         progress = (fetch.insn_done | load.insn_done | compute.insn_done | store.insn_done | compute.gemm_uop |
                     compute.alu_uop | rd_beat | wr_beat)
-        m.d.comb += self.progress.eq(progress | compute.alu_insn_done if cfg.concurrent_alu else progress)
+        # an engine of the compute module (concurrent_alu's ALU engine) retires its instructions on its own
+        engines_done = [getattr(compute, name) for name in compute.engine_done_ports]
+        m.d.comb += self.progress.eq(functools.reduce(operator.or_, engines_done, progress))
 
         # Counters.
-        units = {"fetch": fetch, "load": load, "compute": compute, "store": store}
         inc = {"cycles": running}
         for mod in MODULES:
             for cls in CYCLE_CLASSES:
                 inc[f"{mod}_{cls}"] = running & (units[mod].state == _CLASS_CODE[cls])
             inc[f"{mod}_insns"] = units[mod].insn_done
-        if cfg.concurrent_alu:  # the ALU engine retires its instructions on its own
-            inc["compute_insns"] = compute.insn_done + compute.alu_insn_done
+        inc["compute_insns"] = functools.reduce(operator.add, engines_done, compute.insn_done)
         inc.update({
             "gemm_uops": compute.gemm_uop, "alu_uops": compute.alu_uop,
             "insn_bytes_read": Mux(fetch.insn_done, fetch.insn_bytes, 0),
@@ -191,16 +195,42 @@ class VTACore(wiring.Component):
         # both drop the start cycle's increments.
         clear = Signal()
         m.d.sync += clear.eq(self.start & ~running)
-        counters = []
-        for name in COUNTERS:
-            cnt = Signal(64, name=f"cnt_{name}")
-            with m.If(clear):
-                m.d.sync += cnt.eq(inc[name])
-            with m.Elif(cnt != (1 << 64) - 1):
-                m.d.sync += cnt.eq(cnt + inc[name])
-            counters.append(cnt)
-        with m.Switch(self.csr_addr):
-            for k, cnt in enumerate(counters):
-                with m.Case(k):
-                    m.d.comb += self.csr_rdata.eq(cnt)
+        _counters(m, inc, clear, self.csr_addr, self.csr_rdata)
         return m
+
+
+def _sram(cfg, name, reads, gemm_form):
+    """The SRAM ``name`` (``uop``, ``inp``, ``wgt``, ``acc`` or ``out``) with the read ports ``reads`` of
+    :data:`_SRAM_READS`; acc's reads are transparent to its write (stage C reads what stage D writes)."""
+    width, depth, gran = sram_geometry(cfg, name)
+    transparent = name == "acc"
+    # inp and wgt hold offset-binary bytes (x ^ 0x80, see vta.hw.load): 0x80 is the int8 zero they start as
+    fill = 0x80 if name in ("inp", "wgt") else 0
+    if name == "wgt" and gemm_form == "packed":
+        # the packed GEMM core reads weight tiles packed: packed once as they are stored
+        bi, bo = cfg.block_in, cfg.block_out
+        return StagedSram(width=width, depth=depth, granularity=gran,
+                          transform=functools.partial(pack_weights, block_in=bi, block_out=bo),
+                          stored_width=wgt_operand_bits(bi, bo, "packed"),
+                          init=pack_weights_int([fill] * (bi * bo), bi, bo))
+    if isinstance(reads, tuple):
+        return BankedSram(width=width, depth=depth, granularity=gran, transparent=transparent, read_map=reads)
+    return Sram(width=width, depth=depth, granularity=gran, n_read=reads, transparent=transparent, fill_byte=fill)
+
+
+def _counters(m, inc, clear, csr_addr, csr_rdata):
+    """The 64-bit saturating counters of :data:`vta.hw.regs.COUNTERS` (``cnt_<name>``), each adding ``inc[name]``
+    every cycle (restarting from it in a cycle ``clear`` is high), and the read mux ``csr_rdata`` = counter
+    ``csr_addr``."""
+    counters = []
+    for name in COUNTERS:
+        cnt = Signal(64, name=f"cnt_{name}")
+        with m.If(clear):
+            m.d.sync += cnt.eq(inc[name])
+        with m.Elif(cnt != (1 << 64) - 1):
+            m.d.sync += cnt.eq(cnt + inc[name])
+        counters.append(cnt)
+    with m.Switch(csr_addr):
+        for k, cnt in enumerate(counters):
+            with m.Case(k):
+                m.d.comb += csr_rdata.eq(cnt)

@@ -85,8 +85,8 @@ CONCURRENT = VTAConfig(log_block=3, log_uop_buff_size=10, log_inp_buff_size=11, 
 
 
 def test_concurrent_alu_core_matches_fsim(tmp_path):
-    from vta.compiler.codegen import AddLayer, ConvLayer, build_add_program, build_conv_program
-    from vta.compiler.intrin import intrinsics
+    from vta.compiler.lowering.codegen import AddLayer, ConvLayer, build_add_program, build_conv_program
+    from vta.compiler.lowering.intrin import intrinsics
     cfg = CONCURRENT
     rng = np.random.default_rng(5)
     intr = intrinsics(cfg)
@@ -130,3 +130,13 @@ def test_random_programs_with_every_knob_match_fsim(tmp_path):
     for k, program in enumerate(kept):
         (tmp_path / str(k)).mkdir()
         run_core(cfg, "concurrent_alu_rq", [("random", program, PortTiming.stressed())], tmp_path / str(k))
+
+
+def test_token_queues_are_the_links_of_vta_isa_token_tables():
+    """The core's token queues come from vta.isa's TOKEN_QUEUES, TOKEN_PUSHES and TOKEN_POPS: (submodule name without
+    tq_, writer, its push flag, reader, its pop flag), in TOKEN_QUEUES' order."""
+    from vta.hw.core import _token_links
+    assert _token_links() == [("l2c", "load", "push_next", "compute", "pop_prev"),
+                              ("c2l", "compute", "push_prev", "load", "pop_next"),
+                              ("c2s", "compute", "push_next", "store", "pop_prev"),
+                              ("s2c", "store", "push_prev", "compute", "pop_next")]
