@@ -71,7 +71,7 @@ KNOBS = {"fused_requant": "rq", "concurrent_alu": "ca", "gemm_overwrite": "ow"}
 """knob field -> the tag ``VTAConfig.name`` appends when the knob is on."""
 ALU_QUEUE_DEPTH = 4
 """``concurrent_alu``: ALU instructions the compute module's ALU engine holds in its queue besides the one it runs
-(the RTL's queue, ``hw/compute.py``, and the cycle model's, ``vta/cost.py``)."""
+(the RTL's queue, ``hw/concurrent_alu.py``, and the cycle model's, ``vta/cost.py``)."""
 MAX_BURST = 16
 """Beats per DRAM read request at most: a LOAD's rows are requested in bursts of up to this many beats (the RTL's
 DMA reader, ``hw/dma.py``, and the cycle model, ``vta/cost.py``)."""
