@@ -31,7 +31,6 @@ import numpy as np
 from vta.backend import Backend, RunResult
 from vta.config import MEM_ACC, MEM_INP, MEM_OUT, MEM_UOP, MEM_WGT, VTAConfig
 from vta.counters import INSN_COUNTERS, STAT_COUNTERS
-from vta.isa import TOKEN_POPS, TOKEN_PUSHES
 
 from .bridge import Model, RunOutput, TsimMismatchError
 from .build import Build, build
@@ -55,33 +54,25 @@ BUDGET_SLACK = 10_000
 INSN_OVERHEAD = 16
 """Cycles of work the derived budget counts per instruction on top of its data (decode, token handshakes)."""
 
-# module -> instruction flag -> the fsim statistic it counts towards ("<queue>_pops" / "<queue>_pushes")
-_TOKEN_FLAGS = {m: {**{f: f"{q}_pops" for f, q in TOKEN_POPS[m].items()},
-                    **{f: f"{q}_pushes" for f, q in TOKEN_PUSHES[m].items()}} for m in TOKEN_POPS}
-
 
 def stats_from_counters(counters: dict[str, int], program: Any = None) -> dict[str, int]:
     """The functional simulator's statistics from the core's counters.
 
     Measured by the hardware: micro-op counts, bytes moved by kind (:data:`STAT_COUNTERS`) and instructions per
     module. With ``program`` (which ran to FINISH) also the figures that follow from its instruction stream:
-    ``macs`` (``BATCH*BLOCK_IN*BLOCK_OUT`` per micro-op of a non-reset GEMM, or of every GEMM with
-    ``gemm_overwrite``: measured GEMM micro-ops minus the reset GEMMs' micro-ops) and the token pushes and pops of
-    each queue (one per flag set on an executed instruction), with the functional simulator's names.
+    ``macs`` (``BATCH*BLOCK_IN*BLOCK_OUT`` per measured GEMM micro-op, minus the micro-ops of the GEMMs that multiply
+    nothing, :func:`vta.isa.gemm_multiplies`) and the token pushes and pops of each queue
+    (:func:`vta.counts.token_counts`), with the functional simulator's names.
     """
     stats = {name: int(counters[name]) for name in STAT_COUNTERS + INSN_COUNTERS}
     if program is None:
         return stats
-    from vta.isa import Gemm, module_of
-    reset_uops = 0
-    tokens = {name: 0 for flags in _TOKEN_FLAGS.values() for name in flags.values()}
-    for insn in program.insns:
-        if isinstance(insn, Gemm) and insn.reset and not program.cfg.gemm_overwrite:
-            reset_uops += insn.iter_out * insn.iter_in * max(0, insn.uop_end - insn.uop_bgn)
-        for flag, name in _TOKEN_FLAGS[module_of(insn)].items():
-            tokens[name] += int(bool(getattr(insn, flag)))
-    stats["macs"] = (stats["gemm_uops"] - reset_uops) * program.cfg.macs_per_cycle
-    stats.update(tokens)
+    from vta.counts import token_counts
+    from vta.isa import Gemm, gemm_multiplies, insn_uops
+    cfg = program.cfg
+    idle_uops = sum(insn_uops(i) for i in program.insns if isinstance(i, Gemm) and not gemm_multiplies(i, cfg))
+    stats["macs"] = (stats["gemm_uops"] - idle_uops) * cfg.macs_per_cycle
+    stats.update(token_counts(program.insns))
     return stats
 
 

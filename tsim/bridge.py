@@ -357,7 +357,7 @@ def token_occupancy(cfg: VTAConfig, after: Mapping[str, int], modules: list[Modu
     Fills in each stuck module's ``waits_for`` (in place). Empty when ``insns`` is None."""
     if insns is None:
         return {}
-    from vta.isa import TOKEN_POPS, TOKEN_PUSHES, TOKEN_QUEUES
+    from vta.isa import TOKEN_POPS, TOKEN_QUEUES, insn_pops, insn_pushes
     routed = _routed(insns)
     tokens = dict.fromkeys(TOKEN_QUEUES, 0)
     held: list[tuple[int, ModuleState]] = []
@@ -365,16 +365,17 @@ def token_occupancy(cfg: VTAConfig, after: Mapping[str, int], modules: list[Modu
         if state.module == "fetch":
             continue
         for _, insn in routed[state.module][:after.get(f"{state.module}_insns", 0)]:
-            for flag, q in TOKEN_PUSHES[state.module].items():
-                tokens[q] += int(bool(getattr(insn, flag)))
-            for flag, q in TOKEN_POPS[state.module].items():
-                tokens[q] -= int(bool(getattr(insn, flag)))
+            for q in insn_pushes(insn):
+                tokens[q] += 1
+            for q in insn_pops(insn):
+                tokens[q] -= 1
         if state.insn_index is not None:
             held.append((modules.index(state), state))
     for position, state in held:
         insn = insns[state.insn_index]  # type: ignore[index]
-        pops = {q: f for f, q in TOKEN_POPS[state.module].items() if getattr(insn, f)}
-        pushes = [q for f, q in TOKEN_PUSHES[state.module].items() if getattr(insn, f)]
+        flags = {q: f for f, q in TOKEN_POPS[state.module].items()}
+        pops = {q: flags[q] for q in insn_pops(insn)}  # type: ignore[arg-type]
+        pushes = insn_pushes(insn)  # type: ignore[arg-type]
         missing = [q for q in pops if tokens[q] <= 0]
         if state.state == "wait_token" and missing:
             waits = " and ".join(f"a {q.replace('_to_', '->')} token ({pops[q]})" for q in missing)

@@ -16,7 +16,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from vta.config import ALU_QUEUE_DEPTH, MAX_BURST, MAX_OUTSTANDING, MEM_UOP, VTAConfig
-from vta.isa import TOKEN_POPS, TOKEN_PUSHES, Alu, Finish, Gemm, Insn, Load, Store, layout, module_of
+from vta.isa import (
+    TOKEN_QUEUES,
+    Alu,
+    Finish,
+    Gemm,
+    Insn,
+    Load,
+    Store,
+    insn_pops,
+    insn_pushes,
+    insn_uops,
+    layout,
+    module_of,
+)
 from vta.program import Program
 
 __all__ = ["Estimate", "estimate", "estimate_insns", "CostModelError", "MODULES"]
@@ -94,9 +107,9 @@ class Estimate:
 
 
 # ---- durations ----------------------------------------------------------------------------------------------------
-def loop_uops(insn: Gemm | Alu) -> int:
-    """Micro-op iterations a GEMM or ALU instruction issues (zero when any loop bound is empty)."""
-    return max(0, insn.uop_end - insn.uop_bgn) * insn.iter_out * insn.iter_in
+loop_uops = insn_uops
+"""Micro-op iterations a GEMM or ALU instruction issues: :func:`vta.isa.insn_uops` under its former name here (still
+imported by ``scripts/bench_resnet18.py``)."""
 
 
 def _load_shape(insn: Load, cfg: VTAConfig) -> tuple[int, int, int, int, int]:
@@ -163,6 +176,8 @@ class _Schedule:
         self.insns = insns
         self.n = len(insns)
         self.mod = [module_of(i) for i in insns]
+        self.pops_of = [insn_pops(i) for i in insns]      # the token queues each instruction pops
+        self.pushes_of = [insn_pushes(i) for i in insns]  # and pushes
         self.queue: dict[str, list[int]] = {m: [] for m in MODULES[1:]}
         for k, m in enumerate(self.mod):
             self.queue[m].append(k)
@@ -252,19 +267,18 @@ class _Schedule:
                     t = max(t, self.engine_starts[n - ALU_QUEUE_DEPTH - 1])
             elif isinstance(insn, Finish) or (isinstance(insn, Load) and insn.mem == MEM_UOP):
                 t = max(t, self.engine_free)  # the engine must be empty
-        for flag, q in TOKEN_POPS[m].items():
-            if getattr(insn, flag):
-                idx = len(self.pops[q])
-                if idx >= len(self.pushes[q]):
-                    return None
-                t = max(t, self.pushes[q][idx] + 1)
+        for q in self.pops_of[k]:
+            idx = len(self.pops[q])
+            if idx >= len(self.pushes[q]):
+                return None
+            t = max(t, self.pushes[q][idx] + 1)
         return t
 
     def _duration(self, m: str, k: int, insn: Insn, start: int) -> int:
         """Cycles from TOKENS (``start``) to PUSH inclusive; reserves the read port for LOADs."""
         cfg = self.cfg
         if isinstance(insn, (Gemm, Alu)):
-            uops = loop_uops(insn)
+            uops = insn_uops(insn)
             return LOOP_OVERHEAD + uops if uops else EMPTY
         if isinstance(insn, Store):
             if not insn.x_size or not insn.y_size:
@@ -306,23 +320,20 @@ class _Schedule:
         m, k = owner
         if self.end[k] < 0:
             return
-        insn = self.insns[k]
         self.end[k] += cycles
         self.free[m] += cycles
         self.busy[m] += cycles
-        for flag, q in TOKEN_PUSHES[m].items():
-            if getattr(insn, flag):
-                self.pushes[q][-1] += cycles
+        for q in self.pushes_of[k]:
+            self.pushes[q][-1] += cycles
 
-    def _push_end(self, m: str, insn: Insn, end: int) -> int:
-        """The PUSH cycle of ``insn`` (module ``m``) whose work ends at ``end``: when a token queue it pushes to is
-        full, the cycle after the pop that makes room; records its pushes."""
-        for flag, q in TOKEN_PUSHES[m].items():
-            if getattr(insn, flag):
-                held = len(self.pushes[q]) - self.cfg.token_queue_depth
-                if held >= 0 and held < len(self.pops[q]):  # the queue is full until that pop
-                    end = max(end, self.pops[q][held] + 1)
-                self.pushes[q].append(end)
+    def _push_end(self, k: int, end: int) -> int:
+        """The PUSH cycle of instruction ``k`` whose work ends at ``end``: when a token queue it pushes to is full,
+        the cycle after the pop that makes room; records its pushes."""
+        for q in self.pushes_of[k]:
+            held = len(self.pushes[q]) - self.cfg.token_queue_depth
+            if held >= 0 and held < len(self.pops[q]):  # the queue is full until that pop
+                end = max(end, self.pops[q][held] + 1)
+            self.pushes[q].append(end)
         return end
 
     def _hand_off(self, k: int, insn: Alu, start: int) -> None:
@@ -331,10 +342,9 @@ class _Schedule:
         e_start = max(start + ENGINE_START, self.engine_free)
         self.engine_starts.append(e_start)
         dur = self._duration("compute", k, insn, e_start)  # the loop's timing, as on the front end
-        end = self._push_end("compute", insn, e_start + dur - 1)
-        for flag, q in TOKEN_PUSHES["compute"].items():
-            if getattr(insn, flag):
-                self.engine_push[q] = end
+        end = self._push_end(k, e_start + dur - 1)
+        for q in self.pushes_of[k]:
+            self.engine_push[q] = end
         self.end[k] = end
         self.engine_free = end + TAKE
         self.busy["alu"] += end - e_start + 1
@@ -343,9 +353,8 @@ class _Schedule:
     def _run(self, m: str, start: int) -> None:
         k = self.queue[m][self.next[m]]
         insn = self.insns[k]
-        for flag, q in TOKEN_POPS[m].items():
-            if getattr(insn, flag):
-                self.pops[q].append(start)
+        for q in self.pops_of[k]:
+            self.pops[q].append(start)
         if self.engine and m == "compute" and isinstance(insn, Alu):
             self._hand_off(k, insn, start)
             self.take[k] = start
@@ -357,10 +366,10 @@ class _Schedule:
         dur = self._duration(m, k, insn, start)
         end = start + dur - 1
         if self.engine and m == "compute":  # a push waits for the engine's pushes to the same queue
-            for flag, q in TOKEN_PUSHES[m].items():
-                if getattr(insn, flag) and q in self.engine_push:
+            for q in self.pushes_of[k]:
+                if q in self.engine_push:
                     end = max(end, self.engine_push[q] + 1)
-        end = self._push_end(m, insn, end)
+        end = self._push_end(k, end)
         self.take[k] = start
         self.end[k] = end
         self.busy[m] += end - start + 1
@@ -395,7 +404,7 @@ class _Schedule:
 
 
 def _queues() -> list[str]:
-    return sorted({q for pops in TOKEN_POPS.values() for q in pops.values()})
+    return sorted(TOKEN_QUEUES)
 
 
 def estimate_insns(cfg: VTAConfig, insns: list[Insn]) -> Estimate:

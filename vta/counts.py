@@ -2,18 +2,21 @@
 :mod:`vta.counters`.
 
 A VTA program has no branches: every instruction runs once, so each statistic is a sum over the instruction list
-(``y_size * x_size * element bytes`` per LOAD and STORE, ``iter_out * iter_in * (uop_end - uop_bgn)`` micro-ops per
-GEMM and ALU, MACs for the non-reset GEMMs). ``tests/test_sweep_energy.py`` checks them against
-:func:`vta.fsim.run` on compiled layers.
+(``y_size * x_size * element bytes`` per LOAD and STORE; micro-ops, MACs and tokens per instruction by the rules of
+:mod:`vta.isa`: :func:`~vta.isa.insn_uops`, :func:`~vta.isa.insn_macs`, :func:`~vta.isa.insn_pushes`,
+:func:`~vta.isa.insn_pops`). ``tests/test_sweep_energy.py`` checks them against :func:`vta.fsim.run` on compiled
+layers.
 """
 from __future__ import annotations
 
+from typing import Iterable
+
 from vta.config import MEM_ACC, MEM_ACC_8BIT, MEM_INP, MEM_UOP, MEM_WGT
-from vta.counters import BYTE_COUNTERS
-from vta.isa import Alu, Gemm, Load, Store
+from vta.counters import BYTE_COUNTERS, TOKEN_COUNTERS
+from vta.isa import Alu, Gemm, Insn, Load, Store, insn_macs, insn_pops, insn_pushes, insn_uops
 from vta.program import Program
 
-__all__ = ["program_counts", "COUNTED"]
+__all__ = ["program_counts", "token_counts", "COUNTED"]
 
 COUNTED = ("gemm_uops", "alu_uops", "macs", *BYTE_COUNTERS.values())
 """The statistics :func:`program_counts` returns (names of :data:`vta.counters.CATALOGUE`)."""
@@ -32,12 +35,22 @@ def program_counts(program: Program) -> dict[str, int]:
             counts[_LOAD_COUNTER[insn.mem]] += insn.y_size * insn.x_size * cfg.elem_bytes(insn.mem)
         elif isinstance(insn, Store):
             counts[BYTE_COUNTERS["out"]] += insn.y_size * insn.x_size * cfg.elem_bytes(insn.mem)
-        elif isinstance(insn, (Gemm, Alu)):
-            uops = insn.iter_out * insn.iter_in * max(0, insn.uop_end - insn.uop_bgn)
-            if isinstance(insn, Gemm):
-                counts["gemm_uops"] += uops
-                if not insn.reset or cfg.gemm_overwrite:  # a gemm_overwrite reset multiplies too
-                    counts["macs"] += uops * cfg.macs_per_cycle
-            else:
-                counts["alu_uops"] += uops
+        elif isinstance(insn, Gemm):
+            counts["gemm_uops"] += insn_uops(insn)
+            counts["macs"] += insn_macs(insn, cfg)
+        elif isinstance(insn, Alu):
+            counts["alu_uops"] += insn_uops(insn)
+    return counts
+
+
+def token_counts(insns: Iterable[Insn]) -> dict[str, int]:
+    """Token pushes and pops per queue of one run of ``insns`` to FINISH (every instruction runs once), named as
+    :data:`vta.counters.TOKEN_COUNTERS` (``<queue>_pushes``, ``<queue>_pops``): :func:`vta.isa.insn_pushes` and
+    :func:`vta.isa.insn_pops` summed."""
+    counts = dict.fromkeys(TOKEN_COUNTERS, 0)
+    for insn in insns:
+        for q in insn_pushes(insn):
+            counts[f"{q}_pushes"] += 1
+        for q in insn_pops(insn):
+            counts[f"{q}_pops"] += 1
     return counts

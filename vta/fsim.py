@@ -31,10 +31,11 @@ pushing to a queue the engine pushes to, or by tokens; the ALU's out writes reac
 
 Statistics (:class:`Stats`) use the hardware counters' names (``vta.hw.regs.COUNTERS``) and meaning: byte counts are
 element bytes ``y_size * x_size * elem_bytes`` (padding reads nothing; ACC_8BIT loads count their int8 DRAM bytes
-under ``acc_bytes_read``); micro-op counts are ``iter_out * iter_in * (uop_end - uop_bgn)`` per GEMM/ALU; ``macs``
-counts ``BATCH * BLOCK_IN * BLOCK_OUT`` per GEMM micro-op, except for reset GEMMs, which count micro-ops but no MACs
-(they multiply nothing; with ``gemm_overwrite`` a reset GEMM writes its products, ``vta.isa``, and counts them).
-FINISH counts as a compute instruction.
+under ``acc_bytes_read``); micro-op counts are ``iter_out * iter_in * (uop_end - uop_bgn)`` per GEMM/ALU
+(:func:`vta.isa.insn_uops`); ``macs`` counts ``BATCH * BLOCK_IN * BLOCK_OUT`` per GEMM micro-op, except for reset
+GEMMs, which count micro-ops but no MACs (they multiply nothing; with ``gemm_overwrite`` a reset GEMM writes its
+products and counts them: :func:`vta.isa.insn_macs`); tokens are counted as :func:`vta.isa.insn_pops` and
+:func:`vta.isa.insn_pushes` name them. FINISH counts as a compute instruction.
 
 Speed: LOAD/STORE are strided numpy copies; GEMM groups the accumulator entries by the sequence of (input, weight)
 tiles they reduce over and runs one float BLAS matmul per group (exact: float32 while a dot product has at most 1024
@@ -76,13 +77,17 @@ from .isa import (
     Store,
     alu_opcodes,
     decode_uops,
+    insn_macs,
+    insn_pops,
+    insn_pushes,
+    insn_uops,
     module_of,
 )
 from .program import MODULES, Program
 
 __all__ = ["run", "FsimResult", "Stats", "SimulationError", "DeadlockError", "SramRangeError", "DramRangeError",
            "InvalidInstructionError", "RunawayError", "RaceError", "TOKEN_QUEUES", "alu_op", "DEFAULT_MAX_INSNS",
-           "DEFAULT_MAX_UOPS", "uop_count"]
+           "DEFAULT_MAX_UOPS"]
 
 _POPS, _PUSHES = TOKEN_POPS, TOKEN_PUSHES
 _FLAGS = ("pop_prev", "pop_next", "push_prev", "push_next")
@@ -376,7 +381,7 @@ class _Machine:
         gathered elements (``width`` elements per iteration), cut at iter_out boundaries where possible. A generator:
         memory does not grow with the loop extents."""
         nu = insn.uop_end - insn.uop_bgn
-        total = insn.iter_out * insn.iter_in * nu
+        total = insn_uops(insn)
         limit = max(1, min(_CHUNK_ELEMS // width, _CHUNK_ITERS))
         per_o = insn.iter_in * nu
         if 0 < per_o <= limit:
@@ -414,15 +419,14 @@ class _Machine:
         if insn.uop_end > self.cfg.uop_depth:
             raise SramRangeError(f"instruction {k} ({_name(insn)}) reads micro-ops [{insn.uop_bgn}, {insn.uop_end}), "
                                  f"but the uop buffer has {self.cfg.uop_depth} entries", k)
-        return insn.iter_out * insn.iter_in * (insn.uop_end - insn.uop_bgn)
+        return insn_uops(insn)
 
     def _gemm(self, k: int, insn: Gemm) -> None:
         total = self._check_uops(k, insn)
         cfg = self.cfg
         self.stats.gemm_uops += total
+        self.stats.macs += insn_macs(insn, cfg)
         overwrite = insn.reset and cfg.gemm_overwrite  # the knob's reset writes the products instead of zeros
-        if not insn.reset or overwrite:
-            self.stats.macs += total * cfg.macs_per_cycle
         targets = [(0, "dst", "acc"), (1, "src", "inp"), (2, "wgt", "wgt")]
         uops = self.uop[:, insn.uop_bgn:insn.uop_end].tobytes()
         for t0, t1 in self._chunks(insn, cfg.batch * cfg.block_in + cfg.block_out * cfg.block_in):
@@ -525,13 +529,6 @@ class _Machine:
             out[dj] = acc[dj].astype(np.int8)
 
 
-def uop_count(insn: Insn) -> int:
-    """GEMM/ALU micro-op iterations of ``insn``: ``iter_out * iter_in * (uop_end - uop_bgn)`` (0 for others)."""
-    if isinstance(insn, (Gemm, Alu)):
-        return insn.iter_out * insn.iter_in * max(insn.uop_end - insn.uop_bgn, 0)
-    return 0
-
-
 def _check_limit(name: str, value: object) -> None:
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
         raise ValueError(f"{name} must be None or a non-negative integer, not {value!r}")
@@ -600,8 +597,8 @@ class _Scheduler:
         self.uops = 0  # GEMM/ALU micro-op iterations executed
         self.insn_bytes = program.insn_bytes
         self.modules = [module_of(i) for i in self.insns]
-        self.pops = [[q for f, q in _POPS[m].items() if getattr(i, f)] for i, m in zip(self.insns, self.modules)]
-        self.pushes = [[q for f, q in _PUSHES[m].items() if getattr(i, f)] for i, m in zip(self.insns, self.modules)]
+        self.pops = [insn_pops(i) for i in self.insns]
+        self.pushes = [insn_pushes(i) for i in self.insns]
         self.queues: dict[str, deque[int]] = {m: deque() for m in MODULES}
         self.executed = {m: False for m in MODULES}  # head has popped and executed; waits to push
         self.tokens = dict.fromkeys(TOKEN_QUEUES, 0)
@@ -720,7 +717,7 @@ class _Scheduler:
                                f"or 'none' for no limit) if the program is meant to be this long", k)
         if not isinstance(insn, (Gemm, Alu)):
             return
-        n = uop_count(insn)
+        n = insn_uops(insn)
         if self.max_uops is not None and self.uops + n > self.max_uops:
             raise RunawayError(f"more than max_uops={self.max_uops} GEMM/ALU micro-op iterations executed: "
                                f"instruction {k} ({_name(insn)}) would execute {n} (iter_out {insn.iter_out} x "

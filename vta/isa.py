@@ -50,6 +50,7 @@ __all__ = [
     "Field", "Layout", "layout", "EncodeError", "DecodeError",
     "Load", "Store", "Gemm", "Alu", "Finish", "Insn", "Uop",
     "encode", "decode", "encode_stream", "decode_stream", "encode_uops", "decode_uops", "module_of",
+    "insn_uops", "insn_macs", "gemm_multiplies", "insn_pops", "insn_pushes",
     "MEMORY_TYPES", "TOKEN_QUEUES", "TOKEN_POPS", "TOKEN_PUSHES",
     "COMMON_FIELDS", "LOOP_OPCODES", "LOAD_TARGETS",
 ]
@@ -323,6 +324,43 @@ def module_of(insn: Insn) -> str:
     if isinstance(insn, Store):
         return "store"
     return "compute"
+
+
+# ---- what one instruction does, counted: the rules every simulator, model and counter takes -----------------------
+def insn_uops(insn: Insn) -> int:
+    """Micro-op iterations a GEMM or ALU instruction issues: ``iter_out * iter_in * (uop_end - uop_bgn)`` (0 when a
+    bound is empty or ``uop_end < uop_bgn``, and for every other instruction). The ``gemm_uops`` / ``alu_uops``
+    counters sum it."""
+    if isinstance(insn, (Gemm, Alu)):
+        return max(0, insn.uop_end - insn.uop_bgn) * insn.iter_out * insn.iter_in
+    return 0
+
+
+def gemm_multiplies(insn: Gemm, cfg: VTAConfig) -> bool:
+    """Whether the GEMM ``insn`` multiplies (and counts MACs): a GEMM without ``reset``, or any GEMM with the
+    ``gemm_overwrite`` knob (its reset writes the products, ``acc[d] = inp[s] @ wgt[w].T``); a plain reset GEMM
+    writes zeros and multiplies nothing."""
+    return not insn.reset or cfg.gemm_overwrite
+
+
+def insn_macs(insn: Insn, cfg: VTAConfig) -> int:
+    """Multiply-accumulates ``insn`` performs at ``cfg``: ``BATCH * BLOCK_IN * BLOCK_OUT`` per micro-op iteration of
+    a GEMM that multiplies (:func:`gemm_multiplies`), 0 for every other instruction. The ``macs`` statistic sums it."""
+    if isinstance(insn, Gemm) and gemm_multiplies(insn, cfg):
+        return insn_uops(insn) * cfg.macs_per_cycle
+    return 0
+
+
+def insn_pops(insn: Insn) -> tuple[str, ...]:
+    """The token queues (:data:`TOKEN_QUEUES` names) ``insn`` pops, one token each, in :data:`TOKEN_POPS` order: its
+    module's pop flags that are set. A flag its module does not pop from (e.g. a LOAD INP's ``pop_prev``) pops
+    nothing."""
+    return tuple(q for flag, q in TOKEN_POPS[module_of(insn)].items() if getattr(insn, flag))
+
+
+def insn_pushes(insn: Insn) -> tuple[str, ...]:
+    """The token queues ``insn`` pushes, one token each, in :data:`TOKEN_PUSHES` order (as :func:`insn_pops`)."""
+    return tuple(q for flag, q in TOKEN_PUSHES[module_of(insn)].items() if getattr(insn, flag))
 
 
 # ---- encode / decode -----------------------------------------------------------------------------------------------
