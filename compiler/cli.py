@@ -224,7 +224,8 @@ def run_model(args: argparse.Namespace) -> int:
     from . import qops
     from .pipeline import check_force_cpu, compile_model, load_graph
     from .report import build_report
-    from .runtime.executor import Compiled, run
+    from .runtime.compiled import Compiled
+    from .runtime.executor import run
     progress = not getattr(args, "no_progress", False)
     for option, attr in (("--report-json", "report_json"), ("--report-csv", "report_csv"), ("--plot", "plot")):
         if getattr(args, attr, None):

@@ -48,7 +48,7 @@ from .lowering.intrin import Intrinsics, intrinsics
 from .lowering.layout import packed_activation_shape
 from .lowering.partition import Decision, Lowered, partition
 from .lowering.schedule import ConvTiling
-from .runtime.executor import AccelStep, Compiled, CpuStep, Step, _progress
+from .runtime.compiled import AccelStep, Compiled, CpuStep, Step, _progress
 
 __all__ = ["load_graph", "load_input", "check_inputs", "check_force_cpu",
            "random_inputs", "calibration_inputs", "partition_graph", "accel_step", "compile_graph",

@@ -35,7 +35,8 @@ from vta.counters import BYTE_COUNTERS, CYCLE_CLASSES, MODULES
 from vta.energy import BUFFERS, Tech, layer_energy, load_tech
 from vta.fileio import atomic_path, atomic_write_text
 
-from .runtime.executor import AccelStep, Compiled, RunOutput
+from .runtime.compiled import AccelStep, Compiled
+from .runtime.executor import RunOutput
 
 __all__ = ["Report", "build_report", "COLUMNS", "MODULE_COLUMNS", "BYTE_COLUMNS", "ENERGY_PARTS", "ENERGY_COLUMNS",
            "ReportError", "load_report", "compare", "format_comparison", "roofline_path"]

@@ -13,7 +13,8 @@ import argparse
 import time
 
 from vta.compiler.pipeline import compile_model, random_inputs
-from vta.compiler.runtime.executor import AccelStep, run
+from vta.compiler.runtime.compiled import AccelStep
+from vta.compiler.runtime.executor import run
 from vta.config import VTAConfig, load_config
 from vta.cost import estimate
 

@@ -35,7 +35,7 @@ import numpy as np
 
 from vta.compiler.lowering.layout import fold_kernel_columns, im2col, im2col_packed, pack_activation
 from vta.compiler.pipeline import REQUANT_MODES, compile_model
-from vta.compiler.runtime.executor import AccelStep, Compiled
+from vta.compiler.runtime.compiled import AccelStep, Compiled
 from vta.config import ConfigError, VTAConfig, load_config
 from vta.cost import estimate, loop_uops
 from vta.isa import Alu, Gemm

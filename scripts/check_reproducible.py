@@ -38,7 +38,7 @@ _CHILD = """
 import hashlib, json, sys
 from vta.compiler.runtime.fingerprint import fingerprint
 from vta.compiler.pipeline import compile_model
-from vta.compiler.runtime.executor import Compiled
+from vta.compiler.runtime.compiled import Compiled
 from vta.config import VTAConfig
 out = {}
 for model in sys.argv[2:]:

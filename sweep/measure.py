@@ -116,7 +116,8 @@ def _layer_costs(compiled: Any, mode: str, deadline: _Deadline) -> Iterator[tupl
             yield layer.plan.cycles, layer.plan.bound, layer.plan.counts
         return
     from vta.compiler.pipeline import random_inputs
-    from vta.compiler.runtime.executor import AccelStep, run
+    from vta.compiler.runtime.compiled import AccelStep
+    from vta.compiler.runtime.executor import run
     steps = [s for s in compiled.steps if isinstance(s, AccelStep)]
     # built without PGO: a sweep runs each model once, where PGO's second compile costs more than it saves
     out = run(compiled, random_inputs(compiled.graph, seed=0), target="tsim", backend_options={"pgo": False})

@@ -12,7 +12,8 @@ import pytest
 from vta.cli import main
 from vta.compiler.pipeline import compile_model, random_inputs
 from vta.compiler.runtime.artefact import FORMAT_NAME, FORMAT_VERSION, ArtefactError, read_artefact, write_artefact
-from vta.compiler.runtime.executor import AccelStep, Compiled, run
+from vta.compiler.runtime.compiled import AccelStep, Compiled
+from vta.compiler.runtime.executor import run
 from vta.config import VTAConfig
 
 

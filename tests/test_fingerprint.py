@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from vta.compiler.pipeline import compile_model
-from vta.compiler.runtime.executor import AccelStep, Compiled
+from vta.compiler.runtime.compiled import AccelStep, Compiled
 from vta.compiler.runtime.fingerprint import PART_MEANINGS, differences, fingerprint, program_parts
 from vta.config import VTAConfig
 

@@ -16,7 +16,7 @@ from vta.compiler.pipeline import (
     partition_graph,
     random_inputs,
 )
-from vta.compiler.runtime.executor import AccelStep, Compiled, CpuStep
+from vta.compiler.runtime.compiled import AccelStep, Compiled, CpuStep
 from vta.compiler.runtime.fingerprint import differences, fingerprint
 from vta.config import VTAConfig
 

@@ -11,7 +11,8 @@ import pytest
 from vta.cli import main
 from vta.compiler import qops
 from vta.compiler.pipeline import compile_model, random_inputs
-from vta.compiler.runtime.executor import AccelStep, Compiled, run
+from vta.compiler.runtime.compiled import AccelStep, Compiled
+from vta.compiler.runtime.executor import run
 from vta.config import MEM_ACC, VTAConfig
 from vta.isa import ALU_MUL, Alu, Load
 

@@ -23,7 +23,8 @@ from vta.compiler.report import (
     load_report,
     roofline_path,
 )
-from vta.compiler.runtime.executor import AccelStep, run
+from vta.compiler.runtime.compiled import AccelStep
+from vta.compiler.runtime.executor import run
 from vta.config import VTAConfig
 from vta.counters import CYCLE_CLASSES, MODULES
 from vta.counts import program_counts

@@ -10,7 +10,8 @@ from vta.compiler.ir import AddRequant, Graph, Requant
 from vta.compiler.lowering.partition import partition
 from vta.compiler.pipeline import compile_graph
 from vta.compiler.report import COLUMNS, build_report
-from vta.compiler.runtime.executor import AccelStep, Compiled, CpuStep, RuntimeFailure, run
+from vta.compiler.runtime.compiled import AccelStep, Compiled, CpuStep
+from vta.compiler.runtime.executor import RuntimeFailure, run
 from vta.config import VTAConfig
 
 

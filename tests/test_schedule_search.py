@@ -19,7 +19,7 @@ from vta.compiler.lowering.codegen import (
 from vta.compiler.lowering.intrin import intrinsics
 from vta.compiler.lowering.schedule import ConvTiling, conv_candidates, plan_conv
 from vta.compiler.pipeline import compile_model
-from vta.compiler.runtime.executor import AccelStep
+from vta.compiler.runtime.compiled import AccelStep
 from vta.config import VTAConfig
 from vta.cost import estimate
 

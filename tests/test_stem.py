@@ -120,7 +120,7 @@ def test_unknown_stem():
 def test_cli_stem_option(tmp_path):
     """vta compile --stem columns keeps tiny_cnn's first convolution kw-folded (auto takes im2col)."""
     from vta.cli import main
-    from vta.compiler.runtime.executor import AccelStep, Compiled
+    from vta.compiler.runtime.compiled import AccelStep, Compiled
     labels = {}
     for stem in ("columns", "auto"):
         out = tmp_path / f"{stem}.vtac"

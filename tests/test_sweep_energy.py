@@ -7,7 +7,7 @@ import pytest
 
 from vta import fsim
 from vta.compiler.pipeline import compile_model
-from vta.compiler.runtime.executor import AccelStep
+from vta.compiler.runtime.compiled import AccelStep
 from vta.config import VTAConfig
 from vta.counters import CATALOGUE
 from vta.counts import COUNTED, program_counts

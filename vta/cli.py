@@ -274,14 +274,14 @@ def _write_bytes(path: str, data: bytes) -> None:
 
 
 # ---- run ------------------------------------------------------------------------------------------------------------
-def _print_gemm_report(args: argparse.Namespace, report: dict[str, Any]) -> int:
-    """Print the GEMM benchmark's ``report`` (JSON with ``--json``, else the table); exit code 1 when its
-    ``correct`` is false (the output differs from the numpy reference), else 0."""
+def _print_gemm_report(args: argparse.Namespace, report: Any) -> int:
+    """Print the GEMM benchmark's :class:`~vta.backend.RunSummary` (JSON with ``--json``, else the table); exit
+    code 1 when its ``correct`` is false (the output differs from the numpy reference), else 0."""
     if args.json:
-        print(json.dumps(report, indent=2, default=_json_default))
+        print(report.to_json())
     else:
-        print(_format_run(report))
-    if not report["correct"]:
+        print(_format_run(report.to_dict()))
+    if not report.correct:
         log.error("the GEMM output differs from the numpy reference")
         return 1
     return 0
@@ -302,7 +302,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
     import numpy as np
 
-    from .backend import backend_info, get_backend, program_backends
+    from .backend import RunSummary, backend_info, get_backend, program_backends
     from .gemm import gemm_program
     program, expected = gemm_program(cfg, args.m, args.k, args.n, seed=args.seed,
                                      double_buffer=not args.no_double_buffer)
@@ -317,10 +317,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
              args.target)
     result = backend.run(program)
     correct = bool(np.array_equal(program.read(GEMM_OUTPUT, result.dram), expected))
-    report = {"workload": f"gemm {args.m}x{args.k}x{args.n}", "backend": result.backend, "config": cfg.name,
-              "instructions": len(program.insns), "cycles": result.cycles, "correct": correct,
-              "summary": _summary(cfg, args.m * args.k * args.n, result), "stats": dict(result.stats),
-              "counters": dict(result.counters or {})}
+    report = RunSummary.of(f"gemm {args.m}x{args.k}x{args.n}", program, result,
+                           useful_macs=args.m * args.k * args.n, correct=correct)
     return _print_gemm_report(args, report)
 
 
@@ -333,7 +331,7 @@ def _run_gemm_operator(args: argparse.Namespace, cfg: Any, program: Any, expecte
 
     import numpy as np
 
-    from .backend import get_backend
+    from .backend import RunSummary, get_backend
     from .compiler.ir import Graph, Requant
     from .gemm import unpack_out
     from .isa import ALU_SHR, Alu
@@ -355,11 +353,9 @@ def _run_gemm_operator(args: argparse.Namespace, cfg: Any, program: Any, expecte
     out = np.asarray(backend.run_node(graph, node, {"A": a}))
     seconds = time.perf_counter() - start
     correct = bool(np.array_equal(out, unpack_out(expected, m, n)))
-    report = {"workload": f"gemm {m}x{k}x{n}", "backend": args.target, "config": cfg.name, "instructions": None,
-              "cycles": None, "correct": correct,
-              "summary": {"useful_macs": m * k * n, "operator": "QDense (the compiler's quantized Dense)",
-                          "shift": int(shift), "wall_time_us": round(seconds * 1e6, 3)},
-              "stats": {}, "counters": {}}
+    report = RunSummary(f"gemm {m}x{k}x{n}", args.target, cfg.name, None, None, correct,
+                        {"useful_macs": m * k * n, "operator": "QDense (the compiler's quantized Dense)",
+                         "shift": int(shift), "wall_time_us": round(seconds * 1e6, 3)})
     return _print_gemm_report(args, report)
 
 
@@ -369,19 +365,13 @@ def _run_program(args: argparse.Namespace) -> int:
         raise CliError("--config does not apply to a saved program (.npz): it carries its own config")
     if not Path(args.model).is_file():
         raise CliError(f"cannot read {args.model}: no such file")
-    from .backend import get_backend
+    from .backend import RunSummary, get_backend
     from .program import Program
     program = Program.load(args.model)
     backend = get_backend(args.target, **args.rtl_options, **_limit_options(args), **_cycle_options(args))
     result = backend.run(program)
-    report = {"workload": f"program {args.model}", "backend": result.backend, "config": program.cfg.name,
-              "instructions": len(program.insns), "cycles": result.cycles, "correct": None,
-              "summary": _summary(program.cfg, None, result), "stats": dict(result.stats),
-              "counters": dict(result.counters or {})}
-    if args.json:
-        print(json.dumps(report, indent=2, default=_json_default))
-    else:
-        print(_format_run(report))
+    report = RunSummary.of(f"program {args.model}", program, result)
+    print(report.to_json() if args.json else _format_run(report.to_dict()))
     return 0
 
 
@@ -418,7 +408,7 @@ def _rtl_options(args: argparse.Namespace) -> dict[str, Any]:
         from .program import Program
         cfg = Program.load(model).cfg
     elif model is not None and model.suffix == ".vtac" and model.is_file():  # so does a compiled artefact
-        from .compiler.runtime import Compiled
+        from .compiler.runtime.compiled import Compiled
         cfg = Compiled.load(model).cfg
     else:
         cfg = config_from_args(args)
@@ -452,34 +442,6 @@ def _cycle_options(args: argparse.Namespace) -> dict[str, int]:
 
 GEMM_OUTPUT = "C"
 """The allocation of vta.gemm.gemm_program that holds the result."""
-
-
-def _summary(cfg: Any, useful_macs: int | None, result: Any) -> dict[str, Any]:
-    """Figures derived from a run: MACs, and with cycles the MAC utilization and the time at the config's clock.
-
-    ``useful_macs`` (the workload's own m*k*n, None when unknown) excludes the zero padding of partial blocks;
-    without it the utilization counts every MAC the GEMM core issued (``gemm_uops`` x MACs per micro-op, resets
-    included).
-    """
-    out: dict[str, Any] = {}
-    if useful_macs is not None:
-        out["useful_macs"] = useful_macs
-    macs = result.stats.get("macs")
-    if macs is not None:
-        out["macs_issued"] = int(macs)  # includes the zero padding of partial blocks
-    if result.cycles:
-        work = useful_macs if useful_macs is not None else int(result.stats.get("gemm_uops", 0)) * cfg.macs_per_cycle
-        out["mac_utilization"] = round(work / (result.cycles * cfg.macs_per_cycle), 4)
-        out["time_us"] = round(result.cycles / cfg.clock_mhz, 3)
-    return out
-
-
-def _json_default(value: Any) -> Any:
-    if hasattr(value, "item"):
-        return value.item()
-    if hasattr(value, "tolist"):
-        return value.tolist()
-    return str(value)
 
 
 def _format_run(report: dict[str, Any]) -> str:
@@ -592,7 +554,9 @@ def _add_run_command(sub: Any, with_model_options: bool) -> None:
     run.add_argument("--seed", type=int, default=0, help="seed of the random int8 inputs (default: 0)")
     run.add_argument("--no-double-buffer", action="store_true",
                      help="do not overlap loads and stores with the GEMM (no latency hiding)")
-    run.add_argument("--json", action="store_true", help="print the statistics as JSON")
+    run.add_argument("--json", action="store_true",
+                     help="print the statistics as JSON (a GEMM or a saved program: the keys of "
+                          "vta.backend.RunSummary, as `vta tsim run --json`; a model: the run report)")
     run.add_argument("--rtl", metavar="FILE", nargs="+", default=None,
                      help="tsim: a foreign core (Verilog/SystemVerilog files or .f lists; docs/byo-rtl.md)")
     run.add_argument("--top", metavar="NAME", default=None, help="tsim: the foreign core's top module (vta_core)")

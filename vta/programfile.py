@@ -25,7 +25,7 @@ class ProgramFileError(ValueError):
     """A program file that cannot be read, or a layer it does not have."""
 
 
-READERS: dict[str, str] = {".vtac": "vta.compiler.runtime.executor:layer_programs"}
+READERS: dict[str, str] = {".vtac": "vta.compiler.runtime.compiled:layer_programs"}
 """Suffix -> ``"module:function"`` returning ``[(layer name, Program), ...]`` for a file of that kind."""
 
 SUFFIXES = (".npz", *READERS)

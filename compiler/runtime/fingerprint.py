@@ -29,7 +29,7 @@ import numpy as np
 
 from vta.program import Program
 
-from .executor import AccelStep, Compiled
+from .compiled import AccelStep, Compiled
 
 __all__ = ["PART_MEANINGS", "fingerprint", "program_parts", "differences"]
 

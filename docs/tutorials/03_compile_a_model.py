@@ -26,7 +26,8 @@ from vta.compiler.frontend import zoo
 from vta.compiler.pipeline import compile_model, random_inputs
 from vta.compiler.qops import run_reference
 from vta.compiler.report import build_report, roofline_path
-from vta.compiler.runtime.executor import AccelStep, Compiled, run
+from vta.compiler.runtime.compiled import AccelStep, Compiled
+from vta.compiler.runtime.executor import run
 from vta.config import VTAConfig
 from vta.programfile import read_program
 
