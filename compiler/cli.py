@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["register", "add_run_arguments", "run_model", "ARTEFACT_SUFFIX"]
+__all__ = ["register", "add_run_arguments", "run_model", "compile_options", "ARTEFACT_SUFFIX"]
 
 log = logging.getLogger("vta")
 ARTEFACT_SUFFIX = ".vtac"
@@ -45,27 +45,33 @@ def register(subparsers: Any) -> None:
 
 
 def _add_model_options(p: argparse.ArgumentParser) -> None:
-    from vta.compiler.ir import REQUANT_MODES
-    p.add_argument("--policy", choices=("auto", "accel", "cpu"), default="auto",
+    """The compile options (:class:`.options.CompileOptions`; their defaults are the dataclass's)."""
+    from .ir import REQUANT_MODES
+    from .lowering.partition import POLICIES, STEMS
+    from .options import CompileOptions
+    default = CompileOptions()
+    p.add_argument("--policy", choices=POLICIES, default=default.policy,
                    help="auto: offload where supported and estimated faster; accel: wherever supported; cpu: "
-                        "nothing (default: auto)")
-    p.add_argument("--stem", choices=("auto", "im2col", "columns", "direct"), default="auto",
+                        "nothing (default: %(default)s)")
+    p.add_argument("--stem", choices=STEMS, default=default.stem,
                    help="how a first convolution (few channels from the CPU side) is lowered: im2col folds the "
                         "kernel window and channels into the reduction (a 1x1 GEMM, bias in spare lanes), columns "
-                        "folds the kernel columns, direct neither; auto: the fastest estimate (default)")
-    p.add_argument("--requant", choices=REQUANT_MODES, default="multiply",
+                        "folds the kernel columns, direct neither; auto: the fastest estimate (default: "
+                        "%(default)s)")
+    p.add_argument("--requant", choices=REQUANT_MODES, default=default.requant,
                    help="requantization of each layer's int32 results to int8: multiply (an integer multiplier and "
-                        "a shift per channel, default) or shift (power-of-two scales as VTA's TVM stack: one fewer "
-                        "ALU micro-op per output vector, slightly less accurate)")
-    p.add_argument("--force-cpu", metavar="NODE", action="append", default=[],
+                        "a shift per channel) or shift (power-of-two scales as VTA's TVM stack: one fewer ALU "
+                        "micro-op per output vector, slightly less accurate) (default: %(default)s)")
+    p.add_argument("--force-cpu", metavar="NODE", action="append", default=list(default.force_cpu),
                    help="keep the named node on the CPU (repeatable)")
-    p.add_argument("--batch", type=int, default=None,
+    p.add_argument("--batch", type=int, default=default.batch,
                    help="images per inference for a model whose batch dimension is dynamic (default: 1; a fixed "
                         "batch dimension is kept)")
-    p.add_argument("--input-shape", metavar="NAME=SHAPE", action="append", default=[], type=_input_shape,
-                   help="the whole shape of an input whose dimensions beyond the batch are symbolic, e.g. "
-                        "images=1x3x224x224 (repeatable)")
-    p.add_argument("--calib", type=int, default=4, help="random calibration samples (default: 4)")
+    p.add_argument("--input-shape", metavar="NAME=SHAPE", action="append", default=list(default.input_shapes),
+                   type=_input_shape, help="the whole shape of an input whose dimensions beyond the batch are "
+                                           "symbolic, e.g. images=1x3x224x224 (repeatable)")
+    p.add_argument("--calib", type=int, default=default.calib,
+                   help="random calibration samples (default: %(default)s)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
@@ -107,37 +113,31 @@ def check_output_path(option: str, path: str) -> None:
         raise CliError(f"{option} {path}: the file exists and is not writable")
 
 
-def _input_shapes(args: argparse.Namespace) -> dict[str, tuple[int, ...]]:
+def compile_options(args: argparse.Namespace) -> Any:
+    """The :class:`.options.CompileOptions` of parsed arguments, checked: a CliError for a batch or a calibration
+    count below 1, or an input given two shapes."""
     from vta.cliutil import CliError
-    shapes: dict[str, tuple[int, ...]] = {}
-    for name, shape in getattr(args, "input_shape", None) or []:
-        if name in shapes and shapes[name] != shape:
-            raise CliError(f"--input-shape gives input {name!r} twice, as {'x'.join(map(str, shapes[name]))} and "
-                           f"{'x'.join(map(str, shape))}")
-        shapes[name] = shape
-    return shapes
+
+    from .options import CompileOptions
+    options = CompileOptions.from_args(args)
+    if options.batch is not None and options.batch < 1:
+        raise CliError(f"--batch must be at least 1 (images per inference), not {options.batch}")
+    if options.calib < 1:
+        raise CliError(f"--calib must be at least 1 (calibration samples), not {options.calib}")
+    return options
 
 
-def _check_compile_options(args: argparse.Namespace) -> None:
-    from vta.cliutil import CliError
-    if getattr(args, "batch", None) is not None and args.batch < 1:
-        raise CliError(f"--batch must be at least 1 (images per inference), not {args.batch}")
-    if getattr(args, "calib", 4) < 1:
-        raise CliError(f"--calib must be at least 1 (calibration samples), not {args.calib}")
+_COMPILE_FLAGS = {"policy": "--policy", "stem": "--stem", "requant": "--requant", "force_cpu": "--force-cpu",
+                  "batch": "--batch", "calib": "--calib", "input_shapes": "--input-shape"}
+"""CompileOptions field -> its option; the ones `vta run MODEL.vtac` refuses (the artefact fixed them)."""
 
 
-_COMPILE_DEFAULTS: tuple[tuple[str, str, object], ...] = (
-    ("--policy", "policy", "auto"), ("--stem", "stem", "auto"), ("--requant", "requant", "multiply"),
-    ("--force-cpu", "force_cpu", []), ("--batch", "batch", None), ("--calib", "calib", 4),
-    ("--input-shape", "input_shape", []))
-
-
-def _refuse_compile_options(args: argparse.Namespace) -> None:
+def _refuse_compile_options(args: argparse.Namespace, options: Any) -> None:
     """`vta run MODEL.vtac` with a compile option changed from its default: a CliError naming it (the artefact was
     compiled already, with its own choices; ignoring the option silently would report a run not asked for)."""
     from vta.cliutil import CliError
-    given = [option for option, attr, default in _COMPILE_DEFAULTS
-             if getattr(args, attr, default) not in (default, None)]
+    changed = options.changed()
+    given = [flag for name, flag in _COMPILE_FLAGS.items() if name in changed]
     if given:
         raise CliError(f"{', '.join(given)} {'is a compile option' if len(given) == 1 else 'are compile options'}: "
                        f"{args.model} was compiled already with its own; compile again (vta compile MODEL "
@@ -156,46 +156,16 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-check", action="store_true", help="skip the bit-exact check against the reference")
     parser.add_argument("--input", metavar="FILE.npy", help="the model's input (a .npy array of its input shape, "
                                                             "float32); default: seeded random normal values")
-    parser.add_argument("--fallback", choices=FALLBACKS, default="cpu",
+    from vta.backend import FALLBACKS
+
+    from .options import RunOptions
+    parser.add_argument("--fallback", choices=FALLBACKS, default=RunOptions.fallback,
                         help="where layers the accelerator does not run go: cpu (the llvmlite kernels), gpu (the GPU "
-                             "kernels on a CUDA device), auto (gpu when a device is present, else cpu) (default: cpu)")
+                             "kernels on a CUDA device), auto (gpu when a device is present, else cpu; decided by "
+                             "vta.backend.choose_fallback) (default: %(default)s)")
     parser.add_argument("--emulate-gpu", action="store_true",
                         help="with --fallback gpu or --target gpu: run the GPU kernels in the SIMT emulator on the "
                              "CPU (needed where there is no CUDA device)")
-
-
-FALLBACKS = ("cpu", "gpu", "auto")
-
-
-def _gpu_choice(args: argparse.Namespace) -> tuple[Any, dict[str, Any] | None, str | None]:
-    """``--fallback``, ``--emulate-gpu`` and ``--target gpu``, checked before any work: the ``fallback`` for
-    :func:`.runtime.run`, the gpu target's options and a note for the report saying where operators run. Asking for
-    the GPU where there is no CUDA device, without --emulate-gpu, is a CliError (exit 2) saying where the work can
-    run instead."""
-    from vta.cliutil import CliError
-    choice, emulate = getattr(args, "fallback", "cpu") or "cpu", bool(getattr(args, "emulate_gpu", False))
-    if args.target != "gpu" and choice == "cpu":
-        if emulate:
-            raise CliError("--emulate-gpu runs the GPU kernels in the SIMT emulator; it goes with --fallback gpu or "
-                           "--target gpu, not with the cpu fallback")
-        return "cpu", None, None
-    from vta.backend import backend_info, program_backends
-    if args.target != "gpu" and backend_info(args.target).runs_operators:
-        raise CliError(f"--fallback {choice} chooses where an accelerator target's other layers run "
-                       f"({', '.join(program_backends())}); --target {args.target} runs every layer itself")
-    from .kernels.gpu_backend import GpuBackend, device_reason
-    reason = None if emulate else device_reason()
-    if choice == "auto" and args.target != "gpu" and not emulate:
-        return ("cpu", None, f"cpu (auto: {reason})") if reason else ("gpu", None, "gpu (auto: a CUDA device)")
-    option = "--target gpu" if args.target == "gpu" else "--fallback gpu"
-    if reason:
-        raise CliError(f"{option}: {reason}; nothing was run. Run the operators on the CPU instead (--fallback cpu or "
-                       f"--target cpu), let --fallback auto choose (the GPU when one is present, else the CPU), or "
-                       f"add --emulate-gpu to run the GPU kernels in the SIMT emulator on the CPU")
-    where = "gpu kernels in the SIMT emulator on the CPU (--emulate-gpu)" if emulate else "gpu (a CUDA device)"
-    if args.target == "gpu":
-        return "cpu", {"emulate": emulate}, where
-    return (GpuBackend(emulate=True) if emulate else "gpu"), None, where
 
 
 def _cmd_compile(args: argparse.Namespace) -> int:
@@ -203,14 +173,11 @@ def _cmd_compile(args: argparse.Namespace) -> int:
 
     from .pipeline import check_force_cpu, compile_model, load_graph
     check_output_path("-o", args.output)
-    _check_compile_options(args)
+    options = compile_options(args)
     cfg = config_from_args(args)
-    graph = load_graph(args.model, batch=args.batch, input_shapes=_input_shapes(args))
-    check_force_cpu(graph, args.force_cpu)
-    compiled = compile_model(args.model, cfg, policy=args.policy, force_cpu=args.force_cpu, batch=args.batch,
-                             calib=args.calib, double_buffer=not args.no_double_buffer,
-                             progress=not args.no_progress, graph=graph, stem=args.stem,
-                             requant=args.requant)
+    graph = load_graph(args.model, batch=options.batch, input_shapes=options.input_shape_map())
+    check_force_cpu(graph, options.force_cpu)
+    compiled = compile_model(args.model, cfg, options, graph=graph)
     compiled.save(args.output)
     print(f"compiled {args.model} for {cfg.name}: {compiled.accel_steps} of {len(compiled.steps)} layers on the "
           f"accelerator, {compiled.compile_seconds or 0.0:.2f} s; wrote {args.output}")
@@ -219,44 +186,39 @@ def _cmd_compile(args: argparse.Namespace) -> int:
 
 def run_model(args: argparse.Namespace) -> int:
     """`vta run MODEL`: compile (or load) the model, run it on ``args.target``, print the report, check exactness."""
+    from vta.backend import choose_fallback
     from vta.cliutil import config_from_args
 
     from . import qops
+    from .options import RunOptions
     from .pipeline import check_force_cpu, compile_model, load_graph
     from .report import build_report
     from .runtime.compiled import Compiled
     from .runtime.executor import run
-    progress = not getattr(args, "no_progress", False)
     for option, attr in (("--report-json", "report_json"), ("--report-csv", "report_csv"), ("--plot", "plot")):
         if getattr(args, attr, None):
             check_output_path(option, getattr(args, attr))
-    _check_compile_options(args)
-    fallback, gpu_options, fallback_note = _gpu_choice(args)
+    copts, ropts = compile_options(args), RunOptions.from_args(args)
+    choice = choose_fallback(ropts.target, ropts.fallback, emulate_gpu=ropts.emulate_gpu)
     if str(args.model).endswith(ARTEFACT_SUFFIX) and os.path.exists(args.model):
-        _refuse_compile_options(args)
+        _refuse_compile_options(args, copts)
         compiled = Compiled.load(args.model)
         if getattr(args, "config", None) and config_from_args(args) != compiled.cfg:
             raise ValueError(f"{args.model} was compiled for {compiled.cfg.name}, not for the --config given")
-        inputs = _inputs_from_args(compiled.graph, args)
+        inputs = _inputs(compiled.graph, ropts, copts.seed)
     else:
         cfg = config_from_args(args)
-        float_graph = load_graph(args.model, batch=getattr(args, "batch", None), input_shapes=_input_shapes(args))
-        check_force_cpu(float_graph, getattr(args, "force_cpu", []))
-        inputs = _inputs_from_args(float_graph, args)  # checked before the compile; the same inputs after it
-        compiled = compile_model(args.model, cfg, policy=getattr(args, "policy", "auto"),
-                                 force_cpu=getattr(args, "force_cpu", []), batch=getattr(args, "batch", None),
-                                 calib=getattr(args, "calib", 4), seed=getattr(args, "seed", 0),
-                                 double_buffer=not getattr(args, "no_double_buffer", False), progress=progress,
-                                 graph=float_graph, stem=getattr(args, "stem", "auto"),
-                                 requant=getattr(args, "requant", "multiply"))
+        float_graph = load_graph(args.model, batch=copts.batch, input_shapes=copts.input_shape_map())
+        check_force_cpu(float_graph, copts.force_cpu)
+        inputs = _inputs(float_graph, ropts, copts.seed)  # checked before the compile; the same inputs after it
+        compiled = compile_model(args.model, cfg, copts, graph=float_graph)
     graph = compiled.graph
     start = time.perf_counter()
-    cycles = getattr(args, "max_cycles", None)  # vta run --max-cycles N (tsim), checked by vta.cli
     options = dict(getattr(args, "rtl_options", None) or {})  # vta run --rtl: a foreign core (generator, sources)
-    if cycles is not None:
-        options["max_cycles"] = cycles
-    out = run(compiled, inputs, target=args.target, progress=progress, backend_options=options or gpu_options,
-              fallback=fallback)
+    if ropts.max_cycles is not None:  # vta run --max-cycles N (tsim), checked by vta.cli
+        options["max_cycles"] = ropts.max_cycles
+    out = run(compiled, inputs, target=ropts.target, progress=copts.progress,
+              backend_options=options or choice.target_options, fallback=choice.fallback)
     seconds = time.perf_counter() - start
     report = build_report(compiled, out, model=compiled.meta.get("model", graph.name))
     if "requant" in compiled.meta:  # artefacts compiled before the option existed do not record it
@@ -264,12 +226,12 @@ def run_model(args: argparse.Namespace) -> int:
     if compiled.compile_seconds is not None:  # compiled in this run, not loaded from a .vtac
         report.extra["compile_seconds"] = round(compiled.compile_seconds, 3)
     report.extra["run_seconds"] = round(seconds, 3)
-    if fallback_note:
-        report.extra["fallback"] = fallback_note
+    if choice.note:
+        report.extra["fallback"] = choice.note
     if options.get("generator") is not None:  # vta run --rtl: the report names the foreign core it ran on
         report.extra["rtl_core"] = str(options["generator"])
     exact = None
-    if not getattr(args, "no_check", False):
+    if ropts.check:
         ref = qops.run_reference(graph, inputs)
         exact = all(np.array_equal(ref[k], out.outputs[k]) for k in ref)
         report.extra["bit_exact_vs_reference"] = exact
@@ -277,7 +239,7 @@ def run_model(args: argparse.Namespace) -> int:
     if getattr(args, "json", False):
         print(json.dumps(report.to_dict(), indent=2, default=str))
     else:
-        print(report.format(reasons=getattr(args, "reasons", False)))
+        print(report.format(reasons=ropts.reasons))
     for line in written:  # every file written, named (on standard error with --json, which keeps stdout JSON)
         print(line, file=sys.stderr if getattr(args, "json", False) else sys.stdout)
     if exact is False:
@@ -286,14 +248,13 @@ def run_model(args: argparse.Namespace) -> int:
     return 0
 
 
-def _inputs_from_args(graph: Any, args: argparse.Namespace) -> dict[str, np.ndarray]:
-    """The ``--input`` array for the model's one input (checked: numeric, its shape, finite), else seeded random
-    inputs."""
+def _inputs(graph: Any, options: Any, seed: int) -> dict[str, np.ndarray]:
+    """The ``--input`` array for the model's one input (checked: numeric, its shape, finite), else random inputs
+    seeded ``seed``."""
     from .pipeline import load_input, random_inputs
-    path = getattr(args, "input", None)
-    if not path:
-        return random_inputs(graph, getattr(args, "seed", 0))
-    return load_input(graph, path)
+    if not options.input:
+        return random_inputs(graph, seed)
+    return load_input(graph, options.input)
 
 
 def _write_outputs(report: Any, args: argparse.Namespace) -> list[str]:

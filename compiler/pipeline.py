@@ -48,11 +48,12 @@ from .lowering.intrin import Intrinsics, intrinsics
 from .lowering.layout import packed_activation_shape
 from .lowering.partition import Decision, Lowered, partition
 from .lowering.schedule import ConvTiling
+from .options import CompileOptions
 from .runtime.compiled import AccelStep, Compiled, CpuStep, Step, _progress
 
 __all__ = ["load_graph", "load_input", "check_inputs", "check_force_cpu",
            "random_inputs", "calibration_inputs", "partition_graph", "accel_step", "compile_graph",
-           "compile_model", "plan_graph", "Planned", "PlannedLayer", "REQUANT_MODES"]
+           "compile_model", "CompileOptions", "plan_graph", "Planned", "PlannedLayer", "REQUANT_MODES"]
 
 
 def load_graph(model: str, *, batch: int | None = None,
@@ -299,27 +300,27 @@ def plan_graph(graph: Graph, cfg: VTAConfig, *, policy: str = "auto", force_cpu:
     return Planned(cfg, layers, cpu, decisions, time.perf_counter() - start)
 
 
-def compile_model(model: str, cfg: VTAConfig, *, policy: str = "auto", force_cpu: Iterable[str] = (),
-                  batch: int | None = None, calib: int = 4, seed: int = 0, double_buffer: bool = True,
-                  progress: bool = False, graph: Graph | None = None, stem: str = "auto",
-                  requant: str = "multiply") -> Compiled:
+def compile_model(model: str, cfg: VTAConfig, options: CompileOptions | None = None, *, graph: Graph | None = None,
+                  **overrides: Any) -> Compiled:
     """Import ``model`` (:func:`load_graph`), quantize it (on the zoo's real calibration images where it has them,
     else ``calib`` random samples seeded ``seed + 1``) and compile it (:func:`compile_graph`); returns the
     :class:`~.runtime.Compiled`, whose ``meta`` names the model and the requantization (its
     ``frontend_seconds`` is the import's and quantization's wall time).
-    ``graph``: ``model``'s float graph when the caller has already loaded it (to check inputs first).
-    ``stem``: as in :func:`compile_graph`. ``requant``: ``"multiply"`` (an integer multiplier and a shift per
-    channel) or ``"shift"`` (power-of-two scales, a shift alone, as VTA's TVM stack: one fewer ALU micro-op per
-    output vector, slightly less accurate); see :func:`.quantize.quantize`'s ``mode``."""
+
+    ``options``: a :class:`~.options.CompileOptions` (default: every field's default); ``overrides``: its fields by
+    keyword (``policy="accel", calib=2``), replacing those of ``options``. ``graph``: ``model``'s float graph when the
+    caller has already loaded it (to check inputs first). ``requant``: ``"multiply"`` (an integer multiplier and a
+    shift per channel) or ``"shift"`` (power-of-two scales, a shift alone, as VTA's TVM stack: one fewer ALU micro-op
+    per output vector, slightly less accurate); see :func:`.quantize.quantize`'s ``mode``."""
     from .frontend.quantize import quantize
-    if requant not in REQUANT_MODES:
-        raise ValueError(f"requant={requant!r} is unknown; use one of {', '.join(REQUANT_MODES)}")
+    opts = CompileOptions.build(options, **overrides)
     start = time.perf_counter()
-    graph = graph if graph is not None else load_graph(model, batch=batch)
-    qgraph = quantize(graph, calibration_inputs(model, graph, seed + 1, max(calib, 1)),
-                      mode="shift" if requant == "shift" else "multiply")
-    compiled = compile_graph(qgraph, cfg, policy=policy, force_cpu=force_cpu, double_buffer=double_buffer,
-                             progress=progress, stem=stem)
-    compiled.meta.update({"model": model, "requant": requant})
+    if graph is None:
+        graph = load_graph(model, batch=opts.batch, input_shapes=opts.input_shape_map() or None)
+    qgraph = quantize(graph, calibration_inputs(model, graph, opts.seed + 1, max(opts.calib, 1)),
+                      mode="shift" if opts.requant == "shift" else "multiply")
+    compiled = compile_graph(qgraph, cfg, policy=opts.policy, force_cpu=opts.force_cpu,
+                             double_buffer=opts.double_buffer, progress=opts.progress, stem=opts.stem)
+    compiled.meta.update({"model": model, "requant": opts.requant})
     compiled.frontend_seconds = time.perf_counter() - start - (compiled.compile_seconds or 0.0)
     return compiled

@@ -1,6 +1,7 @@
 """The backend interface: lookup by name, the fsim backend, lazy loading of tsim."""
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -11,16 +12,21 @@ from vta import fsim
 from vta.backend import (
     BACKENDS,
     Backend,
+    FallbackChoice,
+    FallbackError,
     RunResult,
+    RunSummary,
     UnsupportedWorkError,
     available_backends,
     backend_info,
+    choose_fallback,
     get_backend,
     operator_backends,
     program_backends,
     register_backend,
     unregister_backend,
 )
+from vta.config import VTAConfig
 from vta.fsim_backend import FsimBackend
 from vta.gemm import gemm_program
 
@@ -113,3 +119,51 @@ def test_importing_backend_loads_no_simulator():
             "'vta.compiler' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "False", "False"]
+
+
+def test_the_cpu_fallback_needs_no_probe():
+    assert choose_fallback("fsim") == FallbackChoice("cpu")
+    assert choose_fallback("tsim", "cpu") == FallbackChoice("cpu")
+
+
+def test_fallback_choices_that_do_not_go_with_the_target_are_refused():
+    with pytest.raises(FallbackError, match=r"^--emulate-gpu runs the GPU kernels in the SIMT emulator; it goes with "
+                                            r"--fallback gpu or --target gpu, not with the cpu fallback$"):
+        choose_fallback("fsim", "cpu", emulate_gpu=True)
+    with pytest.raises(FallbackError, match=r"^--fallback gpu chooses where an accelerator target's other layers run "
+                                            r"\(fsim, tsim\); --target cpu runs every layer itself$"):
+        choose_fallback("cpu", "gpu")
+    with pytest.raises(FallbackError, match=r"^--fallback tpu is unknown; use one of cpu, gpu, auto$"):
+        choose_fallback("fsim", "tpu")
+
+
+def test_auto_and_gpu_follow_the_probe(monkeypatch):
+    monkeypatch.setattr("vta.compiler.kernels.gpu_backend.device_reason", lambda: "no CUDA device: none here")
+    assert choose_fallback("fsim", "auto") == FallbackChoice("cpu", None, "cpu (auto: no CUDA device: none here)")
+    with pytest.raises(FallbackError, match=r"^--fallback gpu: no CUDA device: none here; nothing was run\."):
+        choose_fallback("fsim", "gpu")
+    with pytest.raises(FallbackError, match=r"^--target gpu: no CUDA device: none here; nothing was run\."):
+        choose_fallback("gpu")
+    emulated = choose_fallback("fsim", "gpu", emulate_gpu=True)
+    assert emulated.fallback.emulated is True and emulated.target_options is None
+    assert choose_fallback("gpu", emulate_gpu=True) == FallbackChoice(
+        "cpu", {"emulate": True}, "gpu kernels in the SIMT emulator on the CPU (--emulate-gpu)")
+    monkeypatch.setattr("vta.compiler.kernels.gpu_backend.device_reason", lambda: None)
+    assert choose_fallback("fsim", "auto") == FallbackChoice("gpu", None, "gpu (auto: a CUDA device)")
+    assert choose_fallback("fsim", "gpu") == FallbackChoice("gpu", None, "gpu (a CUDA device)")
+
+
+def test_a_run_summary_has_the_same_keys_for_every_backend():
+    cfg = VTAConfig()
+    program, _ = gemm_program(cfg, 16, 16, 16, seed=0)
+    result = RunResult("tsim", program.dram.copy(), {"macs": 4096, "gemm_uops": 16}, cycles=292,
+                       counters={"cycles": 292})
+    summary = RunSummary.of("program p.npz", program, result, layer="conv1")
+    assert summary.to_dict() == {
+        "workload": "program p.npz", "backend": "tsim", "config": cfg.name, "instructions": len(program.insns),
+        "cycles": 292, "correct": None, "summary": {"macs_issued": 4096, "mac_utilization": 0.0548, "time_us": 2.92},
+        "stats": {"macs": 4096, "gemm_uops": 16}, "counters": {"cycles": 292}, "layer": "conv1", "trace": None,
+        "check": "none"}
+    untimed = RunSummary.of("program p.npz", program, RunResult("fsim", program.dram.copy(), {"macs": np.int64(8)}))
+    assert list(untimed.to_dict()) == list(summary.to_dict())
+    assert json.loads(untimed.to_json())["summary"] == {"macs_issued": 8}

@@ -480,3 +480,39 @@ def test_subprocess_python_m_vta_exit_codes(tmp_path: Path) -> None:
     ok = subprocess.run([sys.executable, "-m", "vta", "config", "show", "--json"], capture_output=True, text=True,
                         timeout=120)
     assert ok.returncode == 0 and json.loads(ok.stdout)["name"] == "1x16_i8w8a32_15_15_18_17"
+
+
+def test_run_of_a_saved_program_prints_a_run_summary(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """`vta run PROGRAM.npz --json` prints vta.backend.RunSummary's keys, the same as `vta tsim run --json`."""
+    from vta.backend import RunSummary
+    from vta.gemm import gemm_program
+    path = tmp_path / "gemm.npz"
+    gemm_program(VTAConfig(), 16, 16, 16, seed=0)[0].save(path)
+    code, out, _ = run(capsys, "run", str(path), "--json")
+    report = json.loads(out)
+    assert code == 0 and list(report) == list(RunSummary("", "", "", None, None).to_dict())
+    assert (report["workload"], report["backend"], report["layer"], report["trace"], report["check"]) == (
+        f"program {path}", "fsim", None, None, "none")
+
+
+def test_compile_options_come_from_the_arguments_with_the_dataclass_defaults() -> None:
+    from vta.cli import build_parser
+    from vta.compiler.cli import compile_options
+    from vta.compiler.options import CompileOptions
+    args = build_parser("run").parse_args(["run", "tiny_cnn", "--calib", "2", "--force-cpu", "a", "--input-shape",
+                                           "x=1x3x8x8", "--no-progress"])
+    options = compile_options(args)
+    assert options == CompileOptions(force_cpu=("a",), input_shapes=(("x", (1, 3, 8, 8)),), calib=2)
+    assert options.changed() == ["force_cpu", "input_shapes", "calib"]
+    assert compile_options(build_parser("compile").parse_args(["compile", "m", "-o", "m.vtac"])) == CompileOptions(
+        progress=True)
+
+
+def test_compile_options_reject_unknown_keywords_and_values() -> None:
+    from vta.compiler.options import CompileOptions
+    from vta.compiler.pipeline import compile_model
+    with pytest.raises(TypeError, match=r"^unknown compile option calb; the options are policy, force_cpu, "):
+        compile_model("tiny_cnn", VTAConfig(), calb=2)
+    with pytest.raises(ValueError, match=r"^policy='fast' is unknown; use one of auto, accel, cpu$"):
+        CompileOptions(policy="fast")
+    assert CompileOptions.build(CompileOptions(calib=2), policy="accel") == CompileOptions(policy="accel", calib=2)

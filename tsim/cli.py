@@ -18,7 +18,6 @@ before anything is built (exit 2 naming every mismatch); docs/byo-rtl.md.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +56,9 @@ def register(subparsers: Any) -> None:
     run.add_argument("--check", nargs="?", const="fsim", default="fsim", choices=("fsim", "none"),
                      help="fsim (default): validate on the functional simulator first and compare the result with "
                           "its; none: run the RTL alone")
-    run.add_argument("--json", action="store_true", help="print cycles and counters as JSON")
+    run.add_argument("--json", action="store_true",
+                     help="print the run summary as JSON: cycles, counters, statistics and the check, the same keys "
+                          "as `vta run PROGRAM.npz --json` (vta.backend.RunSummary)")
     add_rtl_options(run)
     run.set_defaults(func=_cmd_run)
 
@@ -122,6 +123,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
 def _cmd_run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from vta.backend import RunSummary
     from vta.cliutil import CliError
     from vta.programfile import read_program
 
@@ -143,14 +145,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
         options.update(trace=args.trace, trace_window=args.trace_window)
     result = backend.run(program, **options)  # raises fsim's error, or TsimMismatchError, when the check fails
     counters: dict[str, int] = result.counters or {}
-    report: dict[str, Any] = {"config": program.cfg.name, "cycles": result.cycles, "counters": counters}
-    if layer != path.name:
-        report["layer"] = layer
-    if args.trace:
-        report["trace"] = str(args.trace)
-    report["check"] = {"dram": "equal", "counters_differing": {}} if args.check == "fsim" else "none"
+    report = RunSummary.of(f"program {args.program}", program, result, layer=None if layer == path.name else layer,
+                           trace=str(args.trace) if args.trace else None,
+                           check={"dram": "equal", "counters_differing": {}} if args.check == "fsim" else "none")
     if args.json:
-        print(json.dumps(report, indent=1))
+        print(report.to_json(indent=1))
     else:
         print(f"{path.name if layer == path.name else f'{path.name}, layer {layer}'}: {result.cycles:,} cycles at "
               f"config {program.cfg.name}")

@@ -19,7 +19,8 @@ so results compare bit for bit::
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Mapping
 
 import numpy as np
@@ -27,7 +28,8 @@ import numpy as np
 from .program import Program
 
 __all__ = ["RunResult", "Backend", "BackendInfo", "UnsupportedWorkError", "BACKENDS", "get_backend", "backend_info",
-           "available_backends", "program_backends", "operator_backends", "register_backend", "unregister_backend"]
+           "available_backends", "program_backends", "operator_backends", "register_backend", "unregister_backend",
+           "unavailable_reason", "FALLBACKS", "FallbackChoice", "FallbackError", "choose_fallback", "RunSummary"]
 
 
 @dataclass
@@ -49,6 +51,83 @@ class RunResult:
     def read(self, program: Program, name: str) -> np.ndarray:
         """Allocation ``name`` of ``program`` from this run's final DRAM image."""
         return program.read(name, self.dram)
+
+
+@dataclass
+class RunSummary:
+    """One run of one accelerator program (or of the GEMM benchmark) on a backend: what ``vta run PROGRAM.npz
+    --json`` and ``vta tsim run PROGRAM --json`` print, the same keys from both (:meth:`to_dict`).
+
+    workload: what ran (``program FILE``, ``gemm MxKxN``). backend: the backend's name. config: the config's
+    canonical name. instructions: the program's instructions (None for an operator backend). cycles: clock cycles
+    (None for untimed backends). correct: the result against a reference (the GEMM benchmark's numpy product; None:
+    not checked). summary: derived figures (:meth:`derived`: ``useful_macs``, ``macs_issued``, ``mac_utilization``,
+    ``time_us`` at the config's clock). stats: the backend's event counts (:mod:`vta.counters`). counters: the
+    hardware performance counters ({} without them). layer: the accelerator layer of a compiled model (``.vtac``)
+    that ran, else None. trace: the waveform written, else None. check: the comparison with fsim (``{"dram":
+    "equal", "counters_differing": {}}`` when made; ``"none"`` when not).
+    """
+
+    workload: str
+    backend: str
+    config: str
+    instructions: int | None
+    cycles: int | None
+    correct: bool | None = None
+    summary: dict[str, Any] = field(default_factory=dict)
+    stats: dict[str, int] = field(default_factory=dict)
+    counters: dict[str, int] = field(default_factory=dict)
+    layer: str | None = None
+    trace: str | None = None
+    check: dict[str, Any] | str = "none"
+
+    @classmethod
+    def of(cls, workload: str, program: Program, result: RunResult, *, useful_macs: int | None = None,
+           **fields: Any) -> "RunSummary":
+        """The summary of ``result``, a run of ``program``; ``fields``: the other fields (correct, layer, ...)."""
+        return cls(workload, result.backend, program.cfg.name, len(program.insns), result.cycles,
+                   summary=cls.derived(program.cfg, useful_macs, result), stats=dict(result.stats),
+                   counters=dict(result.counters or {}), **fields)
+
+    @staticmethod
+    def derived(cfg: Any, useful_macs: int | None, result: RunResult) -> dict[str, Any]:
+        """Figures derived from a run: MACs, and with cycles the MAC utilization and the time at the config's clock.
+
+        ``useful_macs`` (the workload's own m*k*n, None when unknown) excludes the zero padding of partial blocks;
+        without it the utilization counts every MAC the GEMM core issued (``gemm_uops`` x MACs per micro-op, resets
+        included).
+        """
+        out: dict[str, Any] = {}
+        if useful_macs is not None:
+            out["useful_macs"] = useful_macs
+        macs = result.stats.get("macs")
+        if macs is not None:
+            out["macs_issued"] = int(macs)  # includes the zero padding of partial blocks
+        if result.cycles:
+            work = useful_macs if useful_macs is not None else \
+                int(result.stats.get("gemm_uops", 0)) * cfg.macs_per_cycle
+            out["mac_utilization"] = round(work / (result.cycles * cfg.macs_per_cycle), 4)
+            out["time_us"] = round(result.cycles / cfg.clock_mhz, 3)
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every field by name, in field order (plain Python values)."""
+        return {"workload": self.workload, "backend": self.backend, "config": self.config,
+                "instructions": self.instructions, "cycles": self.cycles, "correct": self.correct,
+                "summary": dict(self.summary), "stats": dict(self.stats), "counters": dict(self.counters),
+                "layer": self.layer, "trace": self.trace, "check": self.check}
+
+    def to_json(self, indent: int = 2) -> str:
+        """:meth:`to_dict` as JSON (numpy scalars as numbers)."""
+        return json.dumps(self.to_dict(), indent=indent, default=_json_default)
+
+
+def _json_default(value: Any) -> Any:
+    if hasattr(value, "item"):
+        return value.item()
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    return str(value)
 
 
 class UnsupportedWorkError(ValueError):
@@ -83,7 +162,9 @@ class BackendInfo:
 
     name: what ``--target`` and :func:`get_backend` take. factory: ``"module:attribute"`` of the backend class
     (imported on first use) or a callable ``factory(**options) -> Backend``. summary: one line for ``--help``.
-    runs_programs / runs_operators: the kinds of work (see :class:`Backend`).
+    runs_programs / runs_operators: the kinds of work (see :class:`Backend`). probe: ``"module:function"`` (or a
+    callable) returning None when the backend can run on this machine, else a sentence saying why not (no probe:
+    always available).
     """
 
     name: str
@@ -91,6 +172,7 @@ class BackendInfo:
     summary: str
     runs_programs: bool
     runs_operators: bool
+    probe: str | Callable[[], str | None] | None = None
 
     def load(self) -> Callable[..., Backend]:
         """The factory, importing its module if it is named by path."""
@@ -109,7 +191,7 @@ BACKENDS: dict[str, BackendInfo] = {info.name: info for info in (
                 "models; no accelerator programs)", runs_programs=False, runs_operators=True),
     BackendInfo("gpu", "vta.compiler.kernels.gpu_backend:GpuBackend", "the compiler's GPU kernels on a CUDA device "
                 "(emulate=True: in the SIMT emulator on the CPU; no accelerator programs)", runs_programs=False,
-                runs_operators=True),
+                runs_operators=True, probe="vta.compiler.kernels.gpu_backend:device_reason"),
 )}
 """Every backend by name, in the order ``--help`` lists them."""
 
@@ -160,3 +242,70 @@ def backend_info(name: str) -> BackendInfo:
 def get_backend(name: str, **options: Any) -> Backend:
     """The backend called ``name`` ('fsim', 'tsim', 'cpu', ...), constructed with ``options``."""
     return backend_info(name).load()(**options)
+
+
+def unavailable_reason(name: str) -> str | None:
+    """None when the backend ``name`` can run on this machine (its registry row's probe says so, or it has none),
+    else the probe's sentence saying why not (e.g. ``"no CUDA device ..."``)."""
+    probe = backend_info(name).probe
+    if probe is None:
+        return None
+    if not callable(probe):
+        module, _, attribute = probe.partition(":")
+        probe = getattr(importlib.import_module(module), attribute)
+    return probe()
+
+
+FALLBACKS = ("cpu", "gpu", "auto")
+"""Where a model's layers the accelerator does not run may go: ``cpu`` (the llvmlite kernels), ``gpu`` (the GPU
+kernels on a CUDA device) or ``auto`` (gpu when a device is present, else cpu); see :func:`choose_fallback`."""
+
+
+class FallbackError(ValueError):
+    """A fallback choice that cannot be honoured (the GPU asked for without a device, an option that does not go with
+    the target); the message names the command-line options, as ``vta run`` users give them."""
+
+
+@dataclass(frozen=True)
+class FallbackChoice:
+    """Where a model's operators run, decided by :func:`choose_fallback`.
+
+    fallback: the operator backend of the layers the accelerator does not run (a name, or a constructed backend),
+    what :func:`vta.compiler.runtime.executor.run` takes. target_options: the target backend's options when the
+    target itself runs operators (``--target gpu``), else None. note: where the operators run, a phrase for the run
+    report (None for the plain cpu fallback).
+    """
+
+    fallback: str | Backend
+    target_options: Mapping[str, Any] | None = None
+    note: str | None = None
+
+
+def choose_fallback(target: str, fallback: str = "cpu", *, emulate_gpu: bool = False) -> FallbackChoice:
+    """Where a model run on ``target`` runs its other layers, for ``fallback`` (one of :data:`FALLBACKS`) and
+    ``emulate_gpu`` (the GPU kernels in the SIMT emulator on the CPU), checked before any work: a
+    :class:`FallbackError` when the choice does not go with the target or asks for the GPU where there is no CUDA
+    device (without ``emulate_gpu``), saying where the work can run instead."""
+    if fallback not in FALLBACKS:
+        raise FallbackError(f"--fallback {fallback} is unknown; use one of {', '.join(FALLBACKS)}")
+    if target != "gpu" and fallback == "cpu":
+        if emulate_gpu:
+            raise FallbackError("--emulate-gpu runs the GPU kernels in the SIMT emulator; it goes with --fallback gpu "
+                                "or --target gpu, not with the cpu fallback")
+        return FallbackChoice("cpu")
+    if target != "gpu" and backend_info(target).runs_operators:
+        raise FallbackError(f"--fallback {fallback} chooses where an accelerator target's other layers run "
+                            f"({', '.join(program_backends())}); --target {target} runs every layer itself")
+    reason = None if emulate_gpu else unavailable_reason("gpu")
+    if fallback == "auto" and target != "gpu" and not emulate_gpu:
+        return FallbackChoice("cpu", None, f"cpu (auto: {reason})") if reason else \
+            FallbackChoice("gpu", None, "gpu (auto: a CUDA device)")
+    option = "--target gpu" if target == "gpu" else "--fallback gpu"
+    if reason:
+        raise FallbackError(f"{option}: {reason}; nothing was run. Run the operators on the CPU instead (--fallback "
+                            f"cpu or --target cpu), let --fallback auto choose (the GPU when one is present, else the "
+                            f"CPU), or add --emulate-gpu to run the GPU kernels in the SIMT emulator on the CPU")
+    where = "gpu kernels in the SIMT emulator on the CPU (--emulate-gpu)" if emulate_gpu else "gpu (a CUDA device)"
+    if target == "gpu":
+        return FallbackChoice("cpu", {"emulate": emulate_gpu}, where)
+    return FallbackChoice(get_backend("gpu", emulate=True) if emulate_gpu else "gpu", None, where)

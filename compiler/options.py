@@ -1,0 +1,147 @@
+"""The options of a compile and of a model's run, each one frozen dataclass whose field defaults are the only defaults.
+
+:class:`CompileOptions` is everything :func:`.pipeline.compile_model` takes besides the model and the config;
+:class:`RunOptions` is what ``vta run MODEL`` takes besides them to run the compiled model. The command line
+(:mod:`.cli`) builds each once from its parsed arguments (:meth:`CompileOptions.from_args`,
+:meth:`RunOptions.from_args`) and passes it down; its ``--help`` defaults are read from the fields, so no default is
+written twice. Scripts and tests may keep calling ``compile_model(model, cfg, policy="accel", calib=2)``: the keywords
+build a :class:`CompileOptions`.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
+
+from vta.backend import FALLBACKS
+
+__all__ = ["CompileOptions", "RunOptions", "FALLBACKS"]
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    """How a model is imported, quantized and compiled (:func:`.pipeline.compile_model`).
+
+    policy: where nodes run (:data:`.lowering.partition.POLICIES`). force_cpu: node names kept on the CPU.
+    batch: images per inference for a model whose batch dimension is dynamic (None: 1; a fixed one is kept).
+    input_shapes: (input name, whole shape) pairs for inputs with other dynamic dimensions. calib: random calibration
+    samples (where the zoo has no real images). seed: the calibration samples are seeded ``seed + 1`` (``vta run``'s
+    random input ``seed``). double_buffer: two-thread programs (latency hiding); False: single-threaded.
+    stem: a first convolution's lowering (:data:`.lowering.partition.STEMS`). requant: ``multiply`` or ``shift``
+    (:data:`.ir.REQUANT_MODES`). progress: show progress bars (does not change the artefact).
+    """
+
+    policy: str = "auto"
+    force_cpu: tuple[str, ...] = ()
+    batch: int | None = None
+    input_shapes: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    calib: int = 4
+    seed: int = 0
+    double_buffer: bool = True
+    stem: str = "auto"
+    requant: str = "multiply"
+    progress: bool = False
+
+    def __post_init__(self) -> None:
+        from .ir import REQUANT_MODES
+        from .lowering.partition import POLICIES, STEMS
+        if isinstance(self.force_cpu, str):
+            raise TypeError(f"force_cpu must be a list of node names, not the string {self.force_cpu!r}")
+        object.__setattr__(self, "force_cpu", tuple(self.force_cpu))
+        shapes = self.input_shapes.items() if isinstance(self.input_shapes, Mapping) else self.input_shapes
+        object.__setattr__(self, "input_shapes", tuple((str(n), tuple(int(d) for d in s)) for n, s in shapes))
+        for name, value, choices in (("policy", self.policy, POLICIES), ("stem", self.stem, STEMS),
+                                     ("requant", self.requant, REQUANT_MODES)):
+            if value not in choices:
+                raise ValueError(f"{name}={value!r} is unknown; use one of {', '.join(choices)}")
+
+    @classmethod
+    def build(cls, options: "CompileOptions | None" = None, **overrides: Any) -> "CompileOptions":
+        """``options`` (default: every default) with the fields named in ``overrides`` replaced; a TypeError naming
+        an unknown keyword."""
+        unknown = sorted(set(overrides) - {f.name for f in dataclasses.fields(cls)})
+        if unknown:
+            raise TypeError(f"unknown compile option{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}; the "
+                            f"options are {', '.join(f.name for f in dataclasses.fields(cls))}")
+        base = options if options is not None else cls()
+        if not isinstance(base, cls):
+            raise TypeError(f"options must be a CompileOptions, not {type(base).__name__}")
+        return dataclasses.replace(base, **overrides) if overrides else base
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> "CompileOptions":
+        """The options of parsed ``vta compile`` / ``vta run MODEL`` arguments; an option the parser did not define
+        keeps its field's default."""
+        given: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            if f.name in _ARG_NAMES and hasattr(args, _ARG_NAMES[f.name]):
+                given[f.name] = getattr(args, _ARG_NAMES[f.name])
+        if "double_buffer" in given:
+            given["double_buffer"] = not given["double_buffer"]
+        if "progress" in given:
+            given["progress"] = not given["progress"]
+        if "input_shapes" in given:
+            given["input_shapes"] = _shapes(given["input_shapes"] or [])
+        if given.get("force_cpu") is None:
+            given.pop("force_cpu", None)
+        return cls(**given)
+
+    def changed(self) -> list[str]:
+        """The fields that differ from their defaults, in field order."""
+        default = type(self)()
+        return [f.name for f in dataclasses.fields(self) if getattr(self, f.name) != getattr(default, f.name)]
+
+    def input_shape_map(self) -> dict[str, tuple[int, ...]]:
+        """:attr:`input_shapes` as a dict (what :func:`.pipeline.load_graph` takes)."""
+        return dict(self.input_shapes)
+
+
+_ARG_NAMES = {"policy": "policy", "force_cpu": "force_cpu", "batch": "batch", "input_shapes": "input_shape",
+              "calib": "calib", "seed": "seed", "double_buffer": "no_double_buffer", "stem": "stem",
+              "requant": "requant", "progress": "no_progress"}
+"""CompileOptions field -> the argparse attribute it is read from (``no_*`` flags are negated)."""
+
+
+def _shapes(pairs: Iterable[tuple[str, tuple[int, ...]]]) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """``--input-shape`` pairs, each name once; a CliError naming an input given twice with different shapes."""
+    from vta.cliutil import CliError
+    shapes: dict[str, tuple[int, ...]] = {}
+    for name, shape in pairs:
+        if name in shapes and shapes[name] != shape:
+            raise CliError(f"--input-shape gives input {name!r} twice, as {'x'.join(map(str, shapes[name]))} and "
+                           f"{'x'.join(map(str, shape))}")
+        shapes[name] = shape
+    return tuple(shapes.items())
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How ``vta run MODEL`` runs a compiled model (:func:`.cli.run_model`).
+
+    target: the backend of the accelerator layers (or of every layer: an operator backend such as ``cpu``).
+    fallback: where the other layers go (:data:`FALLBACKS`; resolved by :func:`vta.backend.choose_fallback`).
+    emulate_gpu: run the GPU kernels in the SIMT emulator on the CPU. max_cycles: tsim's cycle budget per program
+    (None: tsim's own default). check: compare the output with the integer reference bit for bit. input: a ``.npy``
+    file of the model's input (None: seeded random values). reasons: show why each layer runs where it does.
+    """
+
+    target: str
+    fallback: str = "cpu"
+    emulate_gpu: bool = False
+    max_cycles: int | None = None
+    check: bool = True
+    input: str | None = None
+    reasons: bool = False
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> "RunOptions":
+        """The options of parsed ``vta run MODEL`` arguments; one the parser did not define keeps its default."""
+        given: dict[str, Any] = {"target": args.target}
+        for name, attr in (("fallback", "fallback"), ("emulate_gpu", "emulate_gpu"), ("max_cycles", "max_cycles"),
+                           ("input", "input"), ("reasons", "reasons")):
+            if getattr(args, attr, None) is not None:
+                given[name] = getattr(args, attr)
+        if hasattr(args, "no_check"):
+            given["check"] = not args.no_check
+        return cls(**given)
