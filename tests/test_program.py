@@ -326,3 +326,19 @@ def test_the_image_holds_each_instruction_as_encoded_after_its_token_flags():
             n = len(prog.insns)
             image = prog.dram[prog.insn_offset:prog.insn_offset + n * prog.insn_bytes].reshape(n, -1)
             np.testing.assert_array_equal(image, encode_stream(prog.insns, cfg))
+
+
+def test_with_data_fills_allocations_in_a_copy_and_names_bad_ones():
+    cfg = VTAConfig()
+    b = ProgramBuilder(cfg)
+    b.alloc("a", np.zeros((2, cfg.batch, cfg.block_in), np.int8))
+    b.alloc("c", np.zeros(3, np.int32))
+    program = b.finish()
+    values = np.arange(-3, 3, dtype=np.int32)[:3]
+    filled = program.with_data({"c": values})
+    assert np.array_equal(filled.read("c"), values) and not program.read("c").any()
+    assert np.array_equal(filled.read("a"), program.read("a"))
+    with pytest.raises(KeyError, match="no allocation named 'b'; known allocations: a, c"):
+        program.with_data({"b": values})
+    with pytest.raises(ValueError, match="value for 'c' has 8 bytes; the allocation holds 12"):
+        program.with_data({"c": values[:2]})

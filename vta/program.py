@@ -22,6 +22,7 @@ Element layouts in DRAM (as VTA's): an inp element is ``BATCH x BLOCK_IN`` int8 
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from os import PathLike
@@ -143,13 +144,17 @@ class Program:
         nb = self.insn_bytes
         return self.dram[self.insn_offset:self.insn_offset + len(self.insns) * nb].reshape(-1, nb).copy()
 
-    def read(self, name: str, dram: np.ndarray | None = None) -> np.ndarray:
-        """Allocation ``name`` as an array of its shape and dtype, from ``dram`` (e.g. a backend's final image) or,
-        when ``dram`` is None, from the initial image. Returns a copy."""
+    def allocation(self, name: str) -> Allocation:
+        """Allocation ``name``; a KeyError naming the known allocations when there is none."""
         if name not in self.allocations:
             known = ", ".join(sorted(self.allocations)) or "none"
             raise KeyError(f"the program has no allocation named {name!r}; known allocations: {known}")
-        a = self.allocations[name]
+        return self.allocations[name]
+
+    def read(self, name: str, dram: np.ndarray | None = None) -> np.ndarray:
+        """Allocation ``name`` as an array of its shape and dtype, from ``dram`` (e.g. a backend's final image) or,
+        when ``dram`` is None, from the initial image. Returns a copy."""
+        a = self.allocation(name)
         image = self.dram if dram is None else np.asarray(dram)
         if image.dtype != np.uint8 or image.ndim != 1:
             raise TypeError("dram must be a one-dimensional uint8 numpy array")
@@ -160,6 +165,19 @@ class Program:
         return np.frombuffer(raw.tobytes(), dtype=_le(a.dtype)).reshape(a.shape).astype(np.dtype(a.dtype))
 
     # ---- files ------------------------------------------------------------------------------------------------
+    def with_data(self, values: Mapping[str, np.ndarray]) -> "Program":
+        """A copy whose initial DRAM image holds ``values`` (allocation name -> array) in the named allocations,
+        little-endian as :meth:`read` reads them; each value must have the allocation's size in bytes once converted
+        to its dtype. Raises KeyError for an unknown allocation, ValueError for a size that differs."""
+        dram = self.dram.copy()
+        for name, value in values.items():
+            a = self.allocation(name)
+            raw = np.ascontiguousarray(value, dtype=_le(a.dtype)).tobytes()
+            if len(raw) != a.nbytes:
+                raise ValueError(f"value for {name!r} has {len(raw)} bytes; the allocation holds {a.nbytes}")
+            dram[a.offset:a.offset + a.nbytes] = np.frombuffer(raw, dtype=np.uint8)
+        return dataclasses.replace(self, dram=dram)
+
     ARRAY_NAMES: ClassVar[tuple[str, ...]] = ("meta", "insns", "dram")
     """The arrays of :meth:`to_arrays`: ``meta`` (a 0-d unicode array holding JSON: format, config, insn_offset,
     allocations), ``insns`` (``uint8 [len(insns), insn_bytes]``, the encoded stream) and ``dram`` (``uint8``)."""

@@ -57,16 +57,14 @@ from vta.isa import OP_LOAD, Uop, layout, requant_imm, requant_word
 from vta.program import Allocation, Program, ProgramBuilder
 
 from .intrin import Intrinsics, intrinsics
-from .layout import PackedWeight, pack_channel_vector, pack_weight
+from .layout import INPUT, INPUT_B, OUTPUT, PackedWeight, pack_channel_vector, pack_weight
 from .schedule import ConvGeometry, ConvTile, ConvTiling, EltwiseTiling, conv_candidates, plan_conv, plan_eltwise
 
 __all__ = ["ConvLayer", "AddLayer", "UopCache", "LayerCode", "emit_conv", "emit_add", "build_conv_program",
-           "build_add_program", "LayerPlan", "plan_program", "INPUT", "INPUT_B", "OUTPUT", "alu_passes",
+           "build_add_program", "LayerPlan", "plan_program", "alu_passes",
            "fused_requant", "bias_image", "SearchResult", "search_conv", "tiling_to_dict", "tiling_from_dict",
            "SEARCH_KEEP"]
 
-INPUT, INPUT_B, OUTPUT = "x", "x_b", "y"
-"""Allocation names of a layer program's packed input(s) and output."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -693,18 +691,6 @@ def build_add_program(cfg: VTAConfig, layer: AddLayer, a_packed: np.ndarray | tu
     y = pb.alloc(OUTPUT, tuple(shape), "int8")
     code = emit_add(pb, layer, a, b, y, threads=threads)
     return pb.finish(), code
-
-
-def with_inputs(program: Program, values: dict[str, np.ndarray]) -> Program:
-    """A copy of ``program`` whose allocations ``values`` (name -> packed array) hold the given data."""
-    dram = program.dram.copy()
-    for name, value in values.items():
-        a = program.allocations[name]
-        raw = np.ascontiguousarray(value, dtype=np.dtype(a.dtype)).tobytes()
-        if len(raw) != a.nbytes:
-            raise ValueError(f"value for {name!r} has {len(raw)} bytes; the allocation holds {a.nbytes}")
-        dram[a.offset:a.offset + a.nbytes] = np.frombuffer(raw, dtype=np.uint8)
-    return dataclasses.replace(program, dram=dram)
 
 
 # ---- schedule search ----------------------------------------------------------------------------------------------

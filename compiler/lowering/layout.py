@@ -16,6 +16,10 @@ Per-channel constants (bias, requant multiplier and shift, int32) are packed as 
 element per output block, the vector repeated on every batch row.
 
 Every ``pack_*`` has an inverse ``unpack_*`` (tests check the round trip for every config shape).
+
+A layer program holds its packed operands in DRAM allocations named :data:`INPUT` (and :data:`INPUT_B`, a residual
+add's second operand) and its packed result in :data:`OUTPUT`: the code generator allocates them, the runtime fills
+and reads them.
 """
 from __future__ import annotations
 
@@ -23,10 +27,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["ceil_div", "round_up", "pack_activation", "unpack_activation", "packed_activation_shape",
-           "PackedWeight", "pack_weight", "unpack_weight", "pack_channel_vector", "unpack_channel_vector",
-           "group_block_ranges", "fold_kernel_columns", "fold_weight_columns", "im2col", "im2col_weights",
-           "bias_lane_values", "bias_lane_weights", "im2col_packed"]
+__all__ = ["INPUT", "INPUT_B", "OUTPUT", "ceil_div", "round_up", "pack_activation", "unpack_activation",
+           "packed_activation_shape", "PackedWeight", "pack_weight", "unpack_weight", "pack_channel_vector",
+           "unpack_channel_vector", "group_block_ranges", "fold_kernel_columns", "fold_weight_columns", "im2col",
+           "im2col_weights", "bias_lane_values", "bias_lane_weights", "im2col_packed"]
+
+INPUT, INPUT_B, OUTPUT = "x", "x_b", "y"
+"""Allocation names of a layer program's packed input(s) and output."""
 
 
 def ceil_div(a: int, b: int) -> int:

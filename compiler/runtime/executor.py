@@ -19,9 +19,16 @@ from vta.backend import Backend, backend_info, get_backend, operator_backends
 from vta.config import VTAConfig
 
 from ..ir import Graph, Node
-from ..lowering.codegen import INPUT, INPUT_B, OUTPUT, with_inputs
 from ..lowering.intrin import intrinsics
-from ..lowering.layout import fold_kernel_columns, im2col_packed, pack_activation, unpack_activation
+from ..lowering.layout import (
+    INPUT,
+    INPUT_B,
+    OUTPUT,
+    fold_kernel_columns,
+    im2col_packed,
+    pack_activation,
+    unpack_activation,
+)
 from ..lowering.partition import ColumnFold
 from .compiled import AccelStep, Compiled, _progress
 
@@ -117,7 +124,7 @@ def _run_accel(step: AccelStep, values: _Values, backend: Any) -> LayerStat:
     bound = {INPUT: values.get_folded(first, step.fold) if step.fold else values.get_packed(first)}
     if len(step.inputs) > 1:
         bound[INPUT_B] = values.get_packed(step.inputs[1])
-    program = with_inputs(step.program, bound)
+    program = step.program.with_data(bound)
     try:
         result = backend.run(program)
     except Exception as err:  # a backend failure is reported with the layer that caused it
