@@ -1,9 +1,11 @@
-"""Shared fixtures: a few configs every suite can use."""
+"""Shared fixtures: a few configs every suite can use, and the generated core of configs/small1x8.toml."""
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
-from vta.config import VTAConfig
+from vta.config import VTAConfig, load_config
 
 # Small buffers and an unusual shape (BATCH 2, BLOCK 4): catches layout and depth mistakes; tiny queues catch
 # token-capacity mistakes.
@@ -27,3 +29,22 @@ def small_cfg() -> VTAConfig:
 # must fit even this.
 TINY = VTAConfig(log_batch=2, log_block=3, log_uop_buff_size=6, log_inp_buff_size=8, log_wgt_buff_size=8,
                  log_acc_buff_size=9, cmd_queue_depth=2, token_queue_depth=2)
+
+
+SMALL1X8_TOML = Path(__file__).resolve().parent.parent / "configs" / "small1x8.toml"
+"""The shipped small config (BLOCK 8, bus 8 bytes): the one the bring-your-own-RTL tests and the conformance kit
+build a core for."""
+
+
+@pytest.fixture(scope="module")
+def small_cfg8() -> VTAConfig:
+    """configs/small1x8.toml."""
+    return load_config(SMALL1X8_TOML)
+
+
+@pytest.fixture(scope="module")
+def small_core(tmp_path_factory: pytest.TempPathFactory, small_cfg8: VTAConfig) -> Path:
+    """The generated core of configs/small1x8.toml, as a user would bring it (vta hw verilog -o DIR); one per test
+    module, so a test that edits it (and restores it) cannot disturb another module's."""
+    from vta.hw.verilog import generate_verilog  # Amaranth only for the tests that use the core
+    return Path(generate_verilog(small_cfg8, tmp_path_factory.mktemp("small")))

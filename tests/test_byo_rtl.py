@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import SMALL1X8_TOML
 
 from vta.cli import main
 from vta.config import VTAConfig, load_config
@@ -17,7 +18,6 @@ from vta.tsim.byo import ForeignCore, read_file_list
 from vta.tsim.ports import CoreInterfaceError, Port, check_core, expected_ports, port_problems, read_ports
 
 ROOT = Path(__file__).resolve().parent.parent
-SMALL = ROOT / "configs" / "small1x8.toml"
 
 BAD_CORE = """
 module vta_core (
@@ -41,17 +41,6 @@ BAD_CORE_PROBLEMS = [
     "port mem_wr_data is 32 bits wide, expected 64",
     "port debug (output debug) is not part of the core interface",
 ]
-
-
-@pytest.fixture(scope="module")
-def small_cfg8() -> VTAConfig:
-    return load_config(SMALL)
-
-
-@pytest.fixture(scope="module")
-def small_core(tmp_path_factory: pytest.TempPathFactory, small_cfg8: VTAConfig) -> Path:
-    """The generated core of configs/small1x8.toml, as a user would bring it (vta hw verilog -o DIR)."""
-    return Path(generate_verilog(small_cfg8, tmp_path_factory.mktemp("small")))
 
 
 @pytest.fixture
@@ -104,16 +93,16 @@ def test_a_bad_core_is_refused_before_any_build_starts(small_cfg8: VTAConfig, ba
     assert calls == []  # neither verilator --cc nor the compilers ran
 
 
-def test_the_command_line_refuses_a_bad_core_with_exit_2(bad_core: Path, tmp_path: Path,
+def test_the_command_line_refuses_a_bad_core_with_exit_2(small_cfg8: VTAConfig, bad_core: Path, tmp_path: Path,
                                                          monkeypatch: pytest.MonkeyPatch,
                                                          capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("VTA_CACHE_DIR", str(tmp_path / "cache"))
     from vta.testing import random_program
     program = tmp_path / "prog.npz"
-    random_program(load_config(SMALL), np.random.default_rng(1)).save(program)  # a saved program: its own config
-    for argv in (["tsim", "build", "--rtl", str(bad_core), "--config", str(SMALL)],
-                 ["conform", "--rtl", str(bad_core), "--config", str(SMALL)],
-                 ["run", "--target", "tsim", "--rtl", str(bad_core), "--config", str(SMALL)],
+    random_program(small_cfg8, np.random.default_rng(1)).save(program)  # a saved program: its own config
+    for argv in (["tsim", "build", "--rtl", str(bad_core), "--config", str(SMALL1X8_TOML)],
+                 ["conform", "--rtl", str(bad_core), "--config", str(SMALL1X8_TOML)],
+                 ["run", "--target", "tsim", "--rtl", str(bad_core), "--config", str(SMALL1X8_TOML)],
                  ["run", str(program), "--target", "tsim", "--rtl", str(bad_core)],
                  ["tsim", "run", str(program), "--rtl", str(bad_core)]):
         assert main(argv) == 2
@@ -169,7 +158,7 @@ def test_top_without_rtl_and_rtl_on_another_target_are_refused(small_core: Path,
 def test_a_foreign_core_builds_runs_and_matches_fsim_from_the_command_line(
         small_cfg8: VTAConfig, small_core: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from vta.testing import random_program
-    assert main(["tsim", "build", "--rtl", str(small_core), "--config", str(SMALL)]) == 0
+    assert main(["tsim", "build", "--rtl", str(small_core), "--config", str(SMALL1X8_TOML)]) == 0
     out = capsys.readouterr().out
     assert "vta_core: ports match the core interface of 1x8_i8w8a32_15_14_16_16" in out
     program = random_program(small_cfg8, np.random.default_rng(5))
@@ -223,7 +212,7 @@ def test_the_byo_core_example_passes_the_kit_and_runs_a_model_with_its_own_cycle
     # a register stage on each memory channel: every program takes longer on the wrapper
     assert all(o.cycles is not None and o.cycles >= (reference[o.feature] or 0) for o in outcomes)
     assert sum(o.cycles or 0 for o in outcomes) > sum(c or 0 for c in reference.values())
-    assert main(["run", "tiny_cnn", "--target", "tsim", "--config", str(SMALL), "--rtl", str(listing), "--top",
+    assert main(["run", "tiny_cnn", "--target", "tsim", "--config", str(SMALL1X8_TOML), "--rtl", str(listing), "--top",
                  "byo_core", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["rtl_core"] == "byo_core (byo_core.v, vta_core_inner.v)"

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 from byo_mutants import MUTANTS, Mutant, mutate, write_mutant
+from conftest import SMALL1X8_TOML
 
 from vta import fsim
 from vta.cli import main
 from vta.config import MEM_ACC, MEM_ACC_8BIT, MEM_INP, MEM_UOP, MEM_WGT, VTAConfig, load_config
-from vta.hw.verilog import generate_verilog
 from vta.isa import Alu, Gemm, Load, Store, alu_opcodes
 from vta.testing import ALU_CASES
 from vta.tsim.byo import ForeignCore
@@ -24,21 +24,9 @@ from vta.tsim.conform import Outcome, format_table, run_kit
 from vta.tsim.conform_programs import FEATURES, feature_programs, features_for
 
 ROOT = Path(__file__).resolve().parent.parent
-SMALL = ROOT / "configs" / "small1x8.toml"
 SHIPPED = sorted((ROOT / "configs").glob("*.toml"))
 LOADED = {MEM_UOP, MEM_WGT, MEM_INP, MEM_ACC, MEM_ACC_8BIT}
 """The memory types a LOAD writes."""
-
-
-@pytest.fixture(scope="module")
-def small_cfg8() -> VTAConfig:
-    return load_config(SMALL)
-
-
-@pytest.fixture(scope="module")
-def small_core(tmp_path_factory: pytest.TempPathFactory, small_cfg8: VTAConfig) -> Path:
-    """The generated core of configs/small1x8.toml, as a user would bring it (vta hw verilog -o DIR)."""
-    return Path(generate_verilog(small_cfg8, tmp_path_factory.mktemp("small")))
 
 
 @pytest.mark.parametrize("path", SHIPPED, ids=[p.stem for p in SHIPPED])
@@ -89,11 +77,12 @@ def test_mutants_change_exactly_one_place(small_core: Path) -> None:
         mutate(text, Mutant("none", "compute.alu", "no such text", "x", "alu min"))
 
 
-def test_the_generated_core_passes_vta_conform(small_core: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["conform", "--rtl", str(small_core), "--config", str(SMALL), "--seeds", "3", "--json"]) == 0
+def test_the_generated_core_passes_vta_conform(small_cfg8: VTAConfig, small_core: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["conform", "--rtl", str(small_core), "--config", str(SMALL1X8_TOML), "--seeds", "3", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     features = [o["feature"] for o in report["outcomes"]]
-    assert features == [*features_for(load_config(SMALL)), "random 0", "random 1", "random 2", "model tiny_cnn"]
+    assert features == [*features_for(small_cfg8), "random 0", "random 1", "random 2", "model tiny_cnn"]
     assert "alu req" not in features  # small1x8 has no fused_requant
     assert all(o["status"] == "pass" and o["cycles"] > 0 for o in report["outcomes"]), report
 
@@ -108,7 +97,7 @@ def test_a_mutant_fails_naming_the_feature_and_the_first_difference(
         small_cfg8: VTAConfig, small_core: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     mutant = next(m for m in MUTANTS if m.name == "alu-min-decoded-as-max")
     path = write_mutant(small_core, mutant, tmp_path / mutant.name)
-    assert main(["conform", "--rtl", str(path), "--config", str(SMALL), "--seeds", "0", "--no-model",
+    assert main(["conform", "--rtl", str(path), "--config", str(SMALL1X8_TOML), "--seeds", "0", "--no-model",
                  "--only", "alu"]) == 1
     out = capsys.readouterr().out
     rows = {line.split("  ")[0].strip(): line for line in out.splitlines() if line.startswith("alu ")}

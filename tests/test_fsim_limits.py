@@ -8,29 +8,23 @@ import textwrap
 
 import numpy as np
 import pytest
-from fsim_helpers import raw_program
+from helpers import raw_program_after_data
 
 from vta import fsim
 from vta.backend import get_backend
 from vta.cli import main
-from vta.config import MEM_INP, VTAConfig
-from vta.fsim import DEFAULT_MAX_INSNS, DEFAULT_MAX_UOPS, RunawayError, Stats, uop_count
+from vta.config import VTAConfig
+from vta.fsim import DEFAULT_MAX_INSNS, DEFAULT_MAX_UOPS, RunawayError, Stats
 from vta.fsim_kernels import GemmPlan, nbytes_of, unique_rows
 from vta.gemm import gemm_program
-from vta.isa import ALU_ADD, Alu, Finish, Gemm, Load, Store
+from vta.isa import ALU_ADD, Alu, Finish, Gemm
 
 
 # ---- max_uops ------------------------------------------------------------------------------------------------------
-def test_uop_count():
-    assert uop_count(Gemm(iter_out=3, iter_in=5, uop_bgn=2, uop_end=9)) == 105
-    assert uop_count(Alu(alu_opcode=ALU_ADD, iter_out=2, iter_in=2, uop_end=1)) == 4
-    assert uop_count(Load(mem=MEM_INP, x_size=9)) == uop_count(Store()) == uop_count(Finish()) == 0
-
-
 def test_max_uops_is_checked_before_the_instruction_runs(small_cfg):
-    prog = raw_program(small_cfg, [Gemm(reset=True, iter_out=3, uop_end=2),  # 6 micro-ops
-                                   Alu(alu_opcode=ALU_ADD, use_imm=True, iter_in=4, uop_end=1),  # 4 micro-ops
-                                   Finish()])
+    prog = raw_program_after_data(small_cfg, [Gemm(reset=True, iter_out=3, uop_end=2),  # 6 uops
+                                              Alu(alu_opcode=ALU_ADD, use_imm=True, iter_in=4, uop_end=1),  # 4 uops
+                                              Finish()])
     stats = fsim.run(prog, max_uops=10).stats
     assert stats.gemm_uops + stats.alu_uops == 10
     with pytest.raises(RunawayError, match=r"^more than max_uops=9 GEMM/ALU micro-op iterations executed: instruction "
@@ -40,7 +34,7 @@ def test_max_uops_is_checked_before_the_instruction_runs(small_cfg):
         fsim.run(prog, max_uops=9)
     assert err.value.insn_index == 1
     # before it executes: an instruction past the limit that would also address out of range reports the limit
-    bad = raw_program(small_cfg, [Gemm(reset=True, iter_out=1000, dst_factor_out=1), Finish()])
+    bad = raw_program_after_data(small_cfg, [Gemm(reset=True, iter_out=1000, dst_factor_out=1), Finish()])
     with pytest.raises(RunawayError, match=r"^more than max_uops=999 "):
         fsim.run(bad, max_uops=999)
     with pytest.raises(fsim.SramRangeError):
@@ -48,7 +42,7 @@ def test_max_uops_is_checked_before_the_instruction_runs(small_cfg):
 
 
 def test_limit_arguments(small_cfg):
-    prog = raw_program(small_cfg, [Finish()])
+    prog = raw_program_after_data(small_cfg, [Finish()])
     for name in ("max_insns", "max_uops"):
         for bad in (-1, 1.5, True, "10"):
             with pytest.raises(ValueError, match=rf"^{name} must be None or a non-negative integer, not {bad!r}$"):
@@ -59,7 +53,8 @@ def test_limit_arguments(small_cfg):
 
 def _huge_gemm_program(cfg: VTAConfig) -> fsim.Program:
     """A 2-instruction program whose GEMM runs 16383 x 16383 x (the whole micro-op buffer) iterations."""
-    return raw_program(cfg, [Gemm(iter_out=16383, iter_in=16383, uop_bgn=0, uop_end=cfg.uop_depth), Finish()], 1024)
+    return raw_program_after_data(cfg, [Gemm(iter_out=16383, iter_in=16383, uop_bgn=0, uop_end=cfg.uop_depth),
+                                        Finish()], 1024)
 
 
 def test_default_limits_stop_a_huge_gemm_before_it_runs():
@@ -124,7 +119,7 @@ def test_chunks_are_lazy_and_bounded():
 
 def test_plan_cache_is_bounded_in_bytes(small_cfg, monkeypatch):
     monkeypatch.setattr(fsim, "_PLAN_CACHE_BYTES", 10_000)
-    machine = fsim._Machine(raw_program(small_cfg, [Finish()]), Stats())
+    machine = fsim._Machine(raw_program_after_data(small_cfg, [Finish()]), Stats())
     plans = [np.zeros(300, np.int64) for _ in range(4)]  # 2400 + 64 bytes each, keys 64 + 64 * 2: 2656 a plan
     for i, plan in enumerate(plans[:3]):
         machine._remember(("key", i), plan)

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from fsim_helpers import CONFIGS, gemm_after_late_load, raw_program
+from fsim_helpers import CONFIGS, gemm_after_late_load
+from helpers import raw_program_after_data
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -28,8 +29,8 @@ def test_missing_token_is_a_race(small_cfg):
 
 def test_write_after_read_race_on_out_buffer(small_cfg):
     """A STORE reads out entry 0; a later ALU overwrites it without waiting for a store->compute token."""
-    prog = raw_program(small_cfg, [Gemm(reset=True, push_next=True), Store(pop_prev=True, push_prev=True),
-                                   Alu(alu_opcode=ALU_ADD, use_imm=True, imm=1), Finish(pop_next=True)])
+    prog = raw_program_after_data(small_cfg, [Gemm(reset=True, push_next=True), Store(pop_prev=True, push_prev=True),
+                                              Alu(alu_opcode=ALU_ADD, use_imm=True, imm=1), Finish(pop_next=True)])
     with pytest.raises(RaceError, match=r"^race: instruction 2 \(ALU ADD\) overwrites out entry 0, which instruction 1 "
                        r"\(STORE OUT\) reads, and no dependency token orders the two; the store module must push a "
                        r"token after that instruction which the compute module pops before this one$"):
@@ -38,22 +39,23 @@ def test_write_after_read_race_on_out_buffer(small_cfg):
 
 def test_dram_race_between_store_and_load(small_cfg):
     """A LOAD reading what a STORE wrote must be ordered after it through compute (out and inp elements: 8 bytes)."""
-    racy = raw_program(small_cfg, [Gemm(reset=True, push_next=True), Store(dram_base=2, pop_prev=True),
-                                   Load(mem=MEM_INP, dram_base=2), Finish()])
+    racy = raw_program_after_data(small_cfg, [Gemm(reset=True, push_next=True), Store(dram_base=2, pop_prev=True),
+                                              Load(mem=MEM_INP, dram_base=2), Finish()])
     with pytest.raises(RaceError, match=r"^race: instruction 2 \(LOAD INP\) reads DRAM byte 16, which instruction 1 "
                        r"\(STORE OUT\) writes, and no dependency token orders the two; the store module must push a "
                        r"token after that instruction which the load module pops \(through compute\) before this "
                        r"one$"):
         fsim.run(racy)
-    ordered = raw_program(small_cfg, [Gemm(reset=True, push_next=True),
-                                      Store(dram_base=2, pop_prev=True, push_prev=True),
-                                      Gemm(uop_end=0, pop_next=True, push_prev=True),
-                                      Load(mem=MEM_INP, dram_base=2, pop_next=True), Finish()])
+    ordered = raw_program_after_data(small_cfg, [Gemm(reset=True, push_next=True),
+                                                 Store(dram_base=2, pop_prev=True, push_prev=True),
+                                                 Gemm(uop_end=0, pop_next=True, push_prev=True),
+                                                 Load(mem=MEM_INP, dram_base=2, pop_next=True), Finish()])
     fsim.run(ordered)  # FINISH is ordered after the STORE too: through the GEMM, earlier in compute order
 
 
 def test_finish_not_ordered_after_last_store(small_cfg):
-    prog = raw_program(small_cfg, [Gemm(reset=True, push_next=True), Store(dram_base=2, pop_prev=True), Finish()])
+    prog = raw_program_after_data(small_cfg, [Gemm(reset=True, push_next=True), Store(dram_base=2, pop_prev=True),
+                                              Finish()])
     with pytest.raises(RaceError, match=r"^race: FINISH \(instruction 2\) is not ordered after instruction 1 "
                        r"\(STORE OUT\), so the accelerator could signal done before that store completes; pop a "
                        r"store->compute token pushed after the last STORE \(ProgramBuilder.finish does this\)$"):
@@ -62,10 +64,11 @@ def test_finish_not_ordered_after_last_store(small_cfg):
 
 def test_strided_store_overwriting_unordered_load_is_a_race(small_cfg):
     """WAR in DRAM: a STORE (rows 3 elements apart) overwrites bytes a LOAD reads, with no token in between."""
-    prog = raw_program(small_cfg, [Load(mem=MEM_INP, dram_base=4, x_size=1), Gemm(reset=True, push_next=True),
-                                   Store(dram_base=1, y_size=2, x_size=1, x_stride=3, pop_prev=True,
-                                         push_prev=True),
-                                   Finish(pop_next=True)])
+    prog = raw_program_after_data(small_cfg, [Load(mem=MEM_INP, dram_base=4, x_size=1),
+                                              Gemm(reset=True, push_next=True),
+                                              Store(dram_base=1, y_size=2, x_size=1, x_stride=3, pop_prev=True,
+                                                    push_prev=True),
+                                              Finish(pop_next=True)])
     with pytest.raises(RaceError, match=r"^race: instruction 2 \(STORE OUT\) overwrites DRAM byte 32, which "
                        r"instruction 0 \(LOAD INP\) reads, and no dependency token orders the two; the load module "
                        r"must push a token after that instruction which the store module pops \(through compute\) "
@@ -76,10 +79,10 @@ def test_strided_store_overwriting_unordered_load_is_a_race(small_cfg):
 # ---- the instruction stream and micro-ops in DRAM -----------------------------------------------------------------
 def _store_into_stream(cfg, **store):
     """GEMM 0 resets out entry 0; STORE 1 waits for GEMM 2 (so instructions 0-2 are known fetched) and writes
-    ``store``; FINISH 3. raw_program puts the stream at byte 4096: instruction j is DRAM bytes [4096 + 16 j, +16),
-    out element e is bytes [8 e, 8 e + 8)."""
-    return raw_program(cfg, [Gemm(reset=True), Store(pop_prev=True, push_prev=True, **store),
-                             Gemm(uop_end=0, push_next=True), Finish(pop_next=True)])
+    ``store``; FINISH 3. raw_program_after_data puts the stream at byte 4096: instruction j is DRAM bytes
+    [4096 + 16 j, +16), out element e is bytes [8 e, 8 e + 8)."""
+    return raw_program_after_data(cfg, [Gemm(reset=True), Store(pop_prev=True, push_prev=True, **store),
+                                        Gemm(uop_end=0, push_next=True), Finish(pop_next=True)])
 
 
 def test_store_into_instructions_not_yet_fetched_is_a_race(small_cfg):
@@ -101,7 +104,7 @@ def test_store_into_instructions_not_yet_fetched_is_a_race(small_cfg):
 
 def test_store_into_the_stream_with_nothing_fetched_before_it(small_cfg):
     """Only the STORE itself (instruction 0) is known fetched; it writes instruction 1."""
-    prog = raw_program(small_cfg, [Store(dram_base=512 + 2), Finish()])
+    prog = raw_program_after_data(small_cfg, [Store(dram_base=512 + 2), Finish()])
     with pytest.raises(RaceError, match=r"^race: instruction 0 \(STORE OUT\) overwrites DRAM bytes \[4112, 4128\) of "
                        r"instruction 1 \(FINISH\), which fetch may not have read yet \(the last instruction known to "
                        r"be fetched is instruction 0 \(STORE OUT\)\), "):
@@ -110,20 +113,20 @@ def test_store_into_the_stream_with_nothing_fetched_before_it(small_cfg):
 
 def test_store_into_micro_ops_a_later_load_reads(small_cfg):
     """Micro-ops are DRAM data read by LOAD UOP (compute): a STORE into them needs a store->compute token."""
-    racy = raw_program(small_cfg, [Gemm(reset=True, push_next=True), Store(dram_base=2, pop_prev=True),
-                                   Load(mem=MEM_UOP, dram_base=4), Finish()])
+    racy = raw_program_after_data(small_cfg, [Gemm(reset=True, push_next=True), Store(dram_base=2, pop_prev=True),
+                                              Load(mem=MEM_UOP, dram_base=4), Finish()])
     with pytest.raises(RaceError, match=r"^race: instruction 2 \(LOAD UOP\) reads DRAM byte 16, which instruction 1 "
                        r"\(STORE OUT\) writes, and no dependency token orders the two; the store module must push a "
                        r"token after that instruction which the compute module pops before this one$"):
         fsim.run(racy)
-    war = raw_program(small_cfg, [Gemm(reset=True, push_next=True), Load(mem=MEM_UOP, dram_base=4),
-                                  Store(dram_base=2, pop_prev=True, push_prev=True), Finish(pop_next=True)])
+    war = raw_program_after_data(small_cfg, [Gemm(reset=True, push_next=True), Load(mem=MEM_UOP, dram_base=4),
+                                             Store(dram_base=2, pop_prev=True, push_prev=True), Finish(pop_next=True)])
     with pytest.raises(RaceError, match=r"^race: instruction 2 \(STORE OUT\) overwrites DRAM byte 16, which "
                        r"instruction 1 \(LOAD UOP\) reads, and no dependency token orders the two; "):
         fsim.run(war)
-    ordered = raw_program(small_cfg, [Gemm(reset=True, push_next=True),
-                                      Store(dram_base=2, pop_prev=True, push_prev=True),
-                                      Load(mem=MEM_UOP, dram_base=4, pop_next=True), Finish()])
+    ordered = raw_program_after_data(small_cfg, [Gemm(reset=True, push_next=True),
+                                                 Store(dram_base=2, pop_prev=True, push_prev=True),
+                                                 Load(mem=MEM_UOP, dram_base=4, pop_next=True), Finish()])
     ordered.dram[16:20] = 0xFF
     assert fsim.run(ordered, keep_sram=True).sram["uop"][:, 0].tolist() == [0, 0, 0]  # the stored zeros
 

@@ -4,42 +4,15 @@ from collections import Counter
 
 import numpy as np
 import pytest
+from helpers import toy_graph
 
-from vta.compiler.ir import AddRequant, Graph, Requant
+from vta.compiler.ir import Graph, Requant
 from vta.compiler.lowering import partition as P
 from vta.compiler.lowering.intrin import intrinsics
 from vta.compiler.lowering.partition import Lowered, lower_node, partition
 from vta.compiler.lowering.schedule import ScheduleError
 from vta.compiler.pipeline import compile_graph, partition_graph
 from vta.config import VTAConfig
-
-
-def _graph() -> Graph:
-    """x -> conv a -> conv b -> add(a, b) -> maxpool -> reshape -> dense."""
-    rng = np.random.default_rng(0)
-    g = Graph("toy")
-    g.add_tensor("x", (1, 12, 8, 8), "int8", 0.05)
-    g.inputs.append("x")
-    g.add_constant("wa", rng.integers(-60, 60, (20, 12, 3, 3)).astype(np.int8))
-    g.add_constant("ba", rng.integers(-900, 900, 20).astype(np.int32))
-    g.add_constant("wb", rng.integers(-60, 60, (20, 20, 3, 3)).astype(np.int8))
-    g.add_constant("bb", rng.integers(-900, 900, 20).astype(np.int32))
-    g.add_constant("wd", rng.integers(-60, 60, (10, 320)).astype(np.int8))
-    g.add_constant("bd", rng.integers(-900, 900, 10).astype(np.int32))
-    for name, shape in [("a", (1, 20, 8, 8)), ("b", (1, 20, 8, 8)), ("s", (1, 20, 8, 8)), ("p", (1, 20, 4, 4)),
-                        ("f", (1, 320)), ("y", (1, 10))]:
-        g.add_tensor(name, shape, "int8", 0.1)
-    g.add_node("QConv2d", "conv_a", ["x", "wa", "ba"], ["a"], strides=(1, 1), pads=(1, 1, 1, 1), groups=1,
-               requant=Requant(np.full(20, 7), np.full(20, 12), 0, 127))
-    g.add_node("QConv2d", "conv_b", ["a", "wb", "bb"], ["b"], strides=(1, 1), pads=(1, 1, 1, 1), groups=1,
-               requant=Requant(np.full(20, 5), np.full(20, 12)))
-    g.add_node("QAdd", "add", ["a", "b"], ["s"], requant=AddRequant(3, 5, 3, 0, 127))
-    g.add_node("MaxPool", "pool", ["s"], ["p"], kernel=(2, 2), strides=(2, 2), pads=(0, 0, 0, 0))
-    g.add_node("Reshape", "flat", ["p"], ["f"], shape=(1, 320))
-    g.add_node("QDense", "fc", ["f", "wd", "bd"], ["y"], requant=Requant(np.full(10, 7), np.full(10, 13)))
-    g.outputs.append("y")
-    g.validate()
-    return g
 
 
 def _untileable() -> Graph:
@@ -62,14 +35,14 @@ def _where(decisions):
 
 
 def test_accel_policy_offloads_every_supported_node():
-    assert _where(partition(_graph(), VTAConfig(), policy="accel")) == {
+    assert _where(partition(toy_graph(), VTAConfig(), policy="accel")) == {
         "conv_a": ("accel", "supported"), "conv_b": ("accel", "supported"), "add": ("accel", "supported"),
         "pool": ("cpu", "MaxPool has no accelerator rule"), "flat": ("cpu", "Reshape has no accelerator rule"),
         "fc": ("accel", "supported")}
 
 
 def test_cpu_policy_offloads_nothing():
-    decisions = partition(_graph(), VTAConfig(), policy="cpu")
+    decisions = partition(toy_graph(), VTAConfig(), policy="cpu")
     assert {d.target for d in decisions.values()} == {"cpu"}
     assert decisions["conv_a"].reason == "the cpu policy offloads nothing"
     assert decisions["pool"].reason == "MaxPool has no accelerator rule"
@@ -77,7 +50,7 @@ def test_cpu_policy_offloads_nothing():
 
 
 def test_auto_policy_weighs_the_estimates():
-    decisions = partition(_graph(), VTAConfig(), policy="auto")
+    decisions = partition(toy_graph(), VTAConfig(), policy="auto")
     assert [d.node for d in decisions.values()] == ["conv_a", "conv_b", "add", "pool", "flat", "fc"]
     assert _where(decisions) == {
         "conv_a": ("accel", "faster (25 us vs 73 us on the CPU)"),
@@ -94,7 +67,7 @@ def test_auto_policy_weighs_the_estimates():
 
 
 def test_force_cpu_keeps_a_node_on_the_cpu():
-    decisions = partition(_graph(), VTAConfig(), policy="accel", force_cpu={"conv_b"})
+    decisions = partition(toy_graph(), VTAConfig(), policy="accel", force_cpu={"conv_b"})
     assert (decisions["conv_b"].target, decisions["conv_b"].reason) == ("cpu", "forced onto the CPU")
     assert decisions["conv_a"].target == decisions["add"].target == "accel"
 
@@ -111,21 +84,21 @@ def test_a_layer_no_tiling_fits_stays_on_the_cpu():
 
 def test_policy_must_be_known():
     with pytest.raises(ValueError, match=r"^policy must be one of auto, accel, cpu, not 'gpu'$"):
-        partition(_graph(), VTAConfig(), policy="gpu")
+        partition(toy_graph(), VTAConfig(), policy="gpu")
 
 
 def test_partition_hands_back_the_lowered_layers():
     intr = intrinsics(VTAConfig())
-    decisions, lowered = partition_graph(_graph(), intr, policy="accel", force_cpu=["add"])
+    decisions, lowered = partition_graph(toy_graph(), intr, policy="accel", force_cpu=["add"])
     assert set(lowered) == {name for name, d in decisions.items() if d.target == "accel"} == {"conv_a", "conv_b",
                                                                                                "fc"}
     assert all(isinstance(layer, Lowered) for layer in lowered.values())
     assert lowered["conv_a"].fold is None  # 12 channels x 3 columns fit one 16-channel block no better than 3 blocks
-    assert partition_graph(_graph(), intr, policy="cpu")[1] == {}
+    assert partition_graph(toy_graph(), intr, policy="cpu")[1] == {}
 
 
 def test_lower_node_takes_intrinsics():
-    g = _graph()
+    g = toy_graph()
     with pytest.raises(TypeError, match=r"^lower_node\(\) needs the Intrinsics of a config \(see intrinsics\(cfg\)\), "
                                         r"not VTAConfig$"):
         lower_node(g, g.nodes[0], VTAConfig())
@@ -141,7 +114,7 @@ def test_each_accelerator_node_is_lowered_once_per_compile(monkeypatch, policy):
             calls[node.name] += 1
             return rule(graph, node, intr)
         monkeypatch.setitem(P.ACCEL_RULES, op, counting)
-    compiled = compile_graph(_graph(), VTAConfig(), policy=policy)
+    compiled = compile_graph(toy_graph(), VTAConfig(), policy=policy)
     accel = [s.node.name for s in compiled.steps if s.where == "accel"]
     assert accel
     assert calls == Counter({name: 1 for name, d in compiled.decisions.items() if d.accel_us is not None})
@@ -170,7 +143,7 @@ def test_auto_puts_one_layer_of_tiny_cnn_on_the_accelerator():
 def test_auto_moves_nothing_when_a_layer_already_runs_on_the_accelerator():
     resnet18 = _zoo_decisions("resnet18")
     assert (sum(d.target == "accel" for d in resnet18.values()), len(resnet18)) == (25, 34)
-    assert not any(d.reason.startswith("the accelerator's closest call") for d in partition(_graph(), VTAConfig())
+    assert not any(d.reason.startswith("the accelerator's closest call") for d in partition(toy_graph(), VTAConfig())
                    .values())
 
 

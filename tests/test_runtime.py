@@ -4,9 +4,10 @@ import json
 
 import numpy as np
 import pytest
+from helpers import add_random_weights, graph_with_input, toy_graph, toy_inputs
 
 from vta.compiler import qops
-from vta.compiler.ir import AddRequant, Graph, Requant
+from vta.compiler.ir import Requant
 from vta.compiler.lowering.partition import partition
 from vta.compiler.pipeline import compile_graph
 from vta.compiler.report import COLUMNS, build_report
@@ -15,49 +16,17 @@ from vta.compiler.runtime.executor import RuntimeFailure, run
 from vta.config import VTAConfig
 
 
-def _graph(pads=(1, 1, 1, 1)) -> Graph:
-    """x -> conv a (relu) -> conv b -> add(a, b) -> maxpool -> reshape -> dense."""
-    rng = np.random.default_rng(0)
-    g = Graph("toy")
-    g.add_tensor("x", (1, 12, 8, 8), "int8", 0.05)
-    g.inputs.append("x")
-    g.add_constant("wa", rng.integers(-60, 60, (20, 12, 3, 3)).astype(np.int8))
-    g.add_constant("ba", rng.integers(-900, 900, 20).astype(np.int32))
-    g.add_constant("wb", rng.integers(-60, 60, (20, 20, 3, 3)).astype(np.int8))
-    g.add_constant("bb", rng.integers(-900, 900, 20).astype(np.int32))
-    g.add_constant("wd", rng.integers(-60, 60, (10, 320)).astype(np.int8))
-    g.add_constant("bd", rng.integers(-900, 900, 10).astype(np.int32))
-    for name, shape in [("a", (1, 20, 8, 8)), ("b", (1, 20, 8, 8)), ("s", (1, 20, 8, 8)), ("p", (1, 20, 4, 4)),
-                        ("f", (1, 320)), ("y", (1, 10))]:
-        g.add_tensor(name, shape, "int8", 0.1)
-    g.add_node("QConv2d", "conv_a", ["x", "wa", "ba"], ["a"], strides=(1, 1), pads=pads, groups=1,
-               requant=Requant(rng.integers(1, 100, 20), rng.integers(10, 14, 20), 0, 127))
-    g.add_node("QConv2d", "conv_b", ["a", "wb", "bb"], ["b"], strides=(1, 1), pads=(1, 1, 1, 1), groups=1,
-               requant=Requant(np.full(20, 5), np.full(20, 12)))
-    g.add_node("QAdd", "add", ["a", "b"], ["s"], requant=AddRequant(3, 5, 3, 0, 127))
-    g.add_node("MaxPool", "pool", ["s"], ["p"], kernel=(2, 2), strides=(2, 2), pads=(0, 0, 0, 0))
-    g.add_node("Reshape", "flat", ["p"], ["f"], shape=(1, 320))
-    g.add_node("QDense", "fc", ["f", "wd", "bd"], ["y"], requant=Requant(np.full(10, 7), np.full(10, 13)))
-    g.outputs.append("y")
-    g.validate()
-    return g
-
-
-def _inputs():
-    return {"x": np.random.default_rng(1).integers(-128, 128, (1, 12, 8, 8)).astype(np.int8)}
-
-
 @pytest.mark.parametrize("cfg", [VTAConfig(), VTAConfig(log_block=3), VTAConfig(log_batch=1)],
                          ids=["default", "block8", "batch2"])
 def test_fsim_and_cpu_match_reference(cfg):
-    g = _graph()
+    g = toy_graph()
     compiled = compile_graph(g, cfg, policy="accel")
     assert [type(s).__name__ for s in compiled.steps] == ["AccelStep", "AccelStep", "AccelStep", "CpuStep",
                                                           "CpuStep", "AccelStep"]
-    ref = qops.run_reference(g, _inputs())["y"]
-    out = run(compiled, _inputs(), target="fsim")
+    ref = qops.run_reference(g, toy_inputs())["y"]
+    out = run(compiled, toy_inputs(), target="fsim")
     np.testing.assert_array_equal(out.outputs["y"], ref)
-    np.testing.assert_array_equal(run(compiled, _inputs(), target="cpu").outputs["y"], ref)
+    np.testing.assert_array_equal(run(compiled, toy_inputs(), target="cpu").outputs["y"], ref)
     # packed layout kept between accelerator layers: x packed once, a and b feed conv_b/add packed,
     # s unpacked for the pool, f packed for the dense layer, y unpacked at the end
     assert [layer.conversions for layer in out.layers] == [1, 0, 0, 1, 0, 1]
@@ -66,12 +35,12 @@ def test_fsim_and_cpu_match_reference(cfg):
 
 
 def test_save_load_round_trip(tmp_path):
-    compiled = compile_graph(_graph(), VTAConfig(), policy="accel")
+    compiled = compile_graph(toy_graph(), VTAConfig(), policy="accel")
     path = tmp_path / "toy.vtac"
     compiled.save(path)
     loaded = Compiled.load(path)
     assert loaded.cfg == compiled.cfg and len(loaded.steps) == len(compiled.steps)
-    np.testing.assert_array_equal(run(loaded, _inputs()).outputs["y"], run(compiled, _inputs()).outputs["y"])
+    np.testing.assert_array_equal(run(loaded, toy_inputs()).outputs["y"], run(compiled, toy_inputs()).outputs["y"])
     bad = tmp_path / "bad.vtac"
     bad.write_bytes(b"not a model")
     with pytest.raises(ValueError, match=r"bad\.vtac is not a vta-lab compiled model: it is not a zip file \(it "
@@ -81,26 +50,26 @@ def test_save_load_round_trip(tmp_path):
 
 def test_partition_decisions():
     cfg = VTAConfig()
-    d = partition(_graph(), cfg, policy="accel", force_cpu={"conv_b"})
+    d = partition(toy_graph(), cfg, policy="accel", force_cpu={"conv_b"})
     assert [(x.node, x.target) for x in d.values()] == [("conv_a", "accel"), ("conv_b", "cpu"), ("add", "accel"),
                                                         ("pool", "cpu"), ("flat", "cpu"), ("fc", "accel")]
     assert d["conv_b"].reason == "forced onto the CPU"
     assert d["pool"].reason == "MaxPool has no accelerator rule"
-    assert all(x.target == "cpu" for x in partition(_graph(), cfg, policy="cpu").values())
-    auto = partition(_graph(), cfg)
+    assert all(x.target == "cpu" for x in partition(toy_graph(), cfg, policy="cpu").values())
+    auto = partition(toy_graph(), cfg)
     assert auto["conv_a"].accel_us is not None and auto["conv_a"].cpu_us is not None
     assert auto["conv_a"].reason.startswith("faster" if auto["conv_a"].target == "accel" else "the CPU is faster")
-    unsupported = partition(_graph(pads=(1, 16, 1, 1)), cfg, policy="accel")
+    unsupported = partition(toy_graph(pads=(1, 16, 1, 1)), cfg, policy="accel")
     assert unsupported["conv_a"].target == "cpu"
     assert unsupported["conv_a"].reason.startswith("not supported on 1x16_i8w8a32_15_15_18_17: padding (1, 16, 1, 1)")
     with pytest.raises(ValueError, match="policy must be one of auto, accel, cpu, not 'gpu'"):
-        partition(_graph(), cfg, policy="gpu")
+        partition(toy_graph(), cfg, policy="gpu")
 
 
 def test_run_errors():
-    compiled = compile_graph(_graph(), VTAConfig(), policy="accel")
+    compiled = compile_graph(toy_graph(), VTAConfig(), policy="accel")
     with pytest.raises(ValueError, match=r"^unknown backend 'npu'; known backends are cpu, fsim, gpu, tsim$"):
-        run(compiled, _inputs(), target="npu")
+        run(compiled, toy_inputs(), target="npu")
     with pytest.raises(RuntimeFailure, match="input 'x' is missing; the model takes x"):
         run(compiled, {})
     with pytest.raises(RuntimeFailure, match=r"input 'x' has shape \(1, 12, 8\); the model expects \(1, 12, 8, 8\)"):
@@ -108,8 +77,8 @@ def test_run_errors():
 
 
 def test_report_outputs(tmp_path):
-    compiled = compile_graph(_graph(), VTAConfig(), policy="accel")
-    out = run(compiled, _inputs())
+    compiled = compile_graph(toy_graph(), VTAConfig(), policy="accel")
+    out = run(compiled, toy_inputs())
     report = build_report(compiled, out, model="toy")
     assert [r["layer"] for r in report.rows] == ["conv_a", "conv_b", "add", "pool", "flat", "fc"]
     assert set(report.rows[0]) == set(COLUMNS)
@@ -129,7 +98,7 @@ def test_report_outputs(tmp_path):
 
 
 def test_step_kinds():
-    compiled = compile_graph(_graph(), VTAConfig(), policy="accel")
+    compiled = compile_graph(toy_graph(), VTAConfig(), policy="accel")
     conv = compiled.steps[0]
     assert isinstance(conv, AccelStep) and conv.inputs == ["x"] and conv.output == "a"
     add = compiled.steps[2]
@@ -140,11 +109,8 @@ def test_step_kinds():
 def test_stem_conv_folds_kernel_columns():
     """A first convolution with 3 input channels folds its 7 kernel columns into channels: 3.5x fewer GEMM uops."""
     rng = np.random.default_rng(4)
-    g = Graph("stem")
-    g.add_tensor("x", (1, 3, 20, 20), "int8", 0.05)
-    g.inputs.append("x")
-    g.add_constant("w", rng.integers(-60, 60, (16, 3, 7, 7)).astype(np.int8))
-    g.add_constant("b", rng.integers(-900, 900, 16).astype(np.int32))
+    g = graph_with_input("stem", (1, 3, 20, 20))
+    add_random_weights(g, rng, "w", "b", (16, 3, 7, 7))
     g.add_tensor("y", (1, 16, 10, 10), "int8", 0.1)
     g.add_node("QConv2d", "stem", ["x", "w", "b"], ["y"], strides=(2, 2), pads=(3, 3, 3, 3), groups=1,
                requant=Requant(rng.integers(1, 100, 16), rng.integers(10, 14, 16), 0, 127))
@@ -163,7 +129,7 @@ def test_stem_conv_folds_kernel_columns():
 def test_report_utilization_with_cycles():
     """With cycle counts (tsim), each layer's utilization is MACs / (cycles * MACs per cycle)."""
     from vta.compiler.runtime.executor import LayerStat, RunOutput
-    compiled = compile_graph(_graph(), VTAConfig(), policy="accel")
+    compiled = compile_graph(toy_graph(), VTAConfig(), policy="accel")
     layers = [LayerStat("conv_a", "QConv2d", "accel", 138240, 100, 50, cycles=1080),
               LayerStat("pool", "MaxPool", "cpu", 0)]
     report = build_report(compiled, RunOutput({}, layers, "tsim", "1x16_i8w8a32_15_15_18_17"))
@@ -175,17 +141,17 @@ def test_report_utilization_with_cycles():
 
 
 def test_single_thread_compile_is_exact():
-    compiled = compile_graph(_graph(), VTAConfig(log_acc_buff_size=12), policy="accel", double_buffer=False)
+    compiled = compile_graph(toy_graph(), VTAConfig(log_acc_buff_size=12), policy="accel", double_buffer=False)
     assert compiled.meta["double_buffer"] is False
     assert all(s.program is not None for s in compiled.steps if isinstance(s, AccelStep))
-    ref = qops.run_reference(_graph(), _inputs())["y"]
-    np.testing.assert_array_equal(run(compiled, _inputs()).outputs["y"], ref)
+    ref = qops.run_reference(toy_graph(), toy_inputs())["y"]
+    np.testing.assert_array_equal(run(compiled, toy_inputs()).outputs["y"], ref)
 
 
 def test_report_module_breakdown(tmp_path):
     """tsim layers carry the core's per-module cycle counters; the report sums them and derives idle cycles."""
     from vta.compiler.runtime.executor import LayerStat, RunOutput
-    compiled = compile_graph(_graph(), VTAConfig(), policy="accel")
+    compiled = compile_graph(toy_graph(), VTAConfig(), policy="accel")
 
     def modules(busy: int, token: int, mem: int) -> dict[str, dict[str, int]]:
         return {m: {"busy": busy, "wait_token": token, "wait_mem": mem} for m in ("fetch", "load", "compute", "store")}
@@ -199,5 +165,5 @@ def test_report_module_breakdown(tmp_path):
     assert lines[2] == "  fetch      75.0%       10.0%      7.5%    7.5%"
     report.plot(tmp_path / "r.png")
     assert (tmp_path / "r.png").read_bytes()[:4] == b"\x89PNG"
-    fsim_report = build_report(compiled, run(compiled, _inputs()))
+    fsim_report = build_report(compiled, run(compiled, toy_inputs()))
     assert fsim_report.module_breakdown() is None and fsim_report.format_modules() == []

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import SMALL_CFG
+from helpers import raw_program_at_byte_0
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -24,7 +25,7 @@ from vta import fsim
 from vta.cli import main
 from vta.config import MEM_INP, VTAConfig
 from vta.gemm import gemm_program
-from vta.isa import Finish, Gemm, Load, encode_stream
+from vta.isa import Finish, Gemm, Load
 from vta.program import Program
 from vta.testing import alu_program, random_program
 from vta.tsim.backend import STAT_COUNTERS, TSimBackend
@@ -197,16 +198,8 @@ def test_a_mismatch_names_the_first_differing_address(tsim: TSimBackend) -> None
 
 
 # ---- failures on the real core ---------------------------------------------------------------------------------------
-def _raw_program(cfg: VTAConfig, insns: list, dram_bytes: int = 4096) -> Program:
-    """The instructions encoded at byte 0 of a zeroed DRAM image, with no token bookkeeping."""
-    dram = np.zeros(dram_bytes, np.uint8)
-    stream = encode_stream(insns, cfg).reshape(-1)
-    dram[:stream.size] = stream
-    return Program(cfg, list(insns), dram, 0, {})
-
-
 def test_a_deadlock_stops_at_the_watchdog_with_each_modules_state(tsim: TSimBackend) -> None:
-    program = _raw_program(DEFAULT, [Gemm(pop_prev=True), Finish()])
+    program = raw_program_at_byte_0(DEFAULT, [Gemm(pop_prev=True), Finish()])
     with pytest.raises(fsim.DeadlockError):
         fsim.run(program)
     with pytest.raises(TsimWatchdogError, match=r"no module made progress for 2000 cycles") as info:
@@ -219,7 +212,7 @@ def test_a_deadlock_stops_at_the_watchdog_with_each_modules_state(tsim: TSimBack
 
 def test_a_load_outside_the_image_names_the_address(tsim: TSimBackend) -> None:
     dram_base = 4096 // DEFAULT.inp_elem_bytes  # the first inp element past the 4096-byte image
-    program = _raw_program(DEFAULT, [Load(mem=MEM_INP, dram_base=dram_base, x_size=2), Finish()])
+    program = raw_program_at_byte_0(DEFAULT, [Load(mem=MEM_INP, dram_base=dram_base, x_size=2), Finish()])
     with pytest.raises(fsim.DramRangeError):
         fsim.run(program)
     with pytest.raises(TsimMemoryError, match=r"a read of \d+ bytes at byte address 0x1000 .*outside the 4096-byte "

@@ -1,0 +1,79 @@
+"""Plain helpers shared by several test files: a toy quantized graph and raw instruction programs in the two DRAM
+layouts the tests rely on. (Fixtures live in tests/conftest.py; the functional simulator's own programs in
+tests/fsim_helpers.py.)"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from vta.compiler.ir import AddRequant, Graph, Requant
+from vta.config import VTAConfig
+from vta.isa import Insn, encode_stream
+from vta.program import Program
+
+
+# ---- graphs ----------------------------------------------------------------------------------------------------------
+def graph_with_input(name: str, shape: tuple[int, ...]) -> Graph:
+    """An empty graph ``name`` whose one input is the int8 tensor ``x`` of ``shape`` (scale 0.05)."""
+    g = Graph(name)
+    g.add_tensor("x", shape, "int8", 0.05)
+    g.inputs.append("x")
+    return g
+
+
+def add_random_weights(g: Graph, rng: np.random.Generator, weight: str, bias: str, shape: tuple[int, ...]) -> None:
+    """Constants ``weight`` (int8 in [-60, 60), ``shape``) and ``bias`` (int32 in [-900, 900), one per output channel,
+    ``shape[0]``), drawn from ``rng`` in that order."""
+    g.add_constant(weight, rng.integers(-60, 60, shape).astype(np.int8))
+    g.add_constant(bias, rng.integers(-900, 900, shape[0]).astype(np.int32))
+
+
+def toy_graph(pads: tuple[int, int, int, int] = (1, 1, 1, 1)) -> Graph:
+    """x (1x12x8x8) -> conv a (relu, ``pads``) -> conv b -> add(a, b) -> maxpool -> reshape -> dense y (1x10).
+
+    Every layer kind the partitioner decides on: two convolutions and an add the accelerator runs, a pool and a
+    reshape it has no rule for, and a dense layer. conv_a's requant has per-channel multipliers and shifts."""
+    rng = np.random.default_rng(0)
+    g = graph_with_input("toy", (1, 12, 8, 8))
+    add_random_weights(g, rng, "wa", "ba", (20, 12, 3, 3))
+    add_random_weights(g, rng, "wb", "bb", (20, 20, 3, 3))
+    add_random_weights(g, rng, "wd", "bd", (10, 320))
+    for name, shape in [("a", (1, 20, 8, 8)), ("b", (1, 20, 8, 8)), ("s", (1, 20, 8, 8)), ("p", (1, 20, 4, 4)),
+                        ("f", (1, 320)), ("y", (1, 10))]:
+        g.add_tensor(name, shape, "int8", 0.1)
+    g.add_node("QConv2d", "conv_a", ["x", "wa", "ba"], ["a"], strides=(1, 1), pads=pads, groups=1,
+               requant=Requant(rng.integers(1, 100, 20), rng.integers(10, 14, 20), 0, 127))
+    g.add_node("QConv2d", "conv_b", ["a", "wb", "bb"], ["b"], strides=(1, 1), pads=(1, 1, 1, 1), groups=1,
+               requant=Requant(np.full(20, 5), np.full(20, 12)))
+    g.add_node("QAdd", "add", ["a", "b"], ["s"], requant=AddRequant(3, 5, 3, 0, 127))
+    g.add_node("MaxPool", "pool", ["s"], ["p"], kernel=(2, 2), strides=(2, 2), pads=(0, 0, 0, 0))
+    g.add_node("Reshape", "flat", ["p"], ["f"], shape=(1, 320))
+    g.add_node("QDense", "fc", ["f", "wd", "bd"], ["y"], requant=Requant(np.full(10, 7), np.full(10, 13)))
+    g.outputs.append("y")
+    g.validate()
+    return g
+
+
+def toy_inputs() -> dict[str, np.ndarray]:
+    """The input of :func:`toy_graph`: random int8 ``x`` (seed 1)."""
+    return {"x": np.random.default_rng(1).integers(-128, 128, (1, 12, 8, 8)).astype(np.int8)}
+
+
+# ---- raw programs: instructions as given, no builder, no token bookkeeping, no FINISH synchronisation ---------------
+def raw_program_after_data(cfg: VTAConfig, insns: Sequence[Insn], data_bytes: int = 4096) -> Program:
+    """``insns`` encoded after ``data_bytes`` zero bytes: DRAM bytes [0, data_bytes) are data, the stream starts at
+    byte ``data_bytes`` (instruction j at ``data_bytes + j * insn_bytes``) and the image ends with it."""
+    stream = encode_stream(list(insns), cfg).reshape(-1)
+    dram = np.zeros(data_bytes + stream.size, np.uint8)
+    dram[data_bytes:] = stream
+    return Program(cfg, list(insns), dram, data_bytes)
+
+
+def raw_program_at_byte_0(cfg: VTAConfig, insns: Sequence[Insn], image_bytes: int = 4096) -> Program:
+    """``insns`` encoded at byte 0 of a zeroed DRAM image of exactly ``image_bytes`` bytes: data addresses share the
+    image with the stream, and an access at or past ``image_bytes`` is out of range."""
+    dram = np.zeros(image_bytes, np.uint8)
+    stream = encode_stream(list(insns), cfg).reshape(-1)
+    dram[:stream.size] = stream
+    return Program(cfg, list(insns), dram, 0, {})
