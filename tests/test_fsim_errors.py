@@ -98,10 +98,17 @@ def test_sram_range_errors(small_cfg):
 
 
 def test_unread_indices_are_not_checked(small_cfg):
-    """A reset GEMM reads neither inp nor wgt; an ALU op with an immediate reads no src."""
-    fsim.run(raw_program_after_data(small_cfg, [Gemm(reset=True, iter_out=3, src_factor_out=20, wgt_factor_out=20),
-                                                Alu(alu_opcode=ALU_ADD, use_imm=True, iter_out=3, src_factor_out=20),
-                                                Finish()]))
+    """A reset GEMM reads neither inp nor wgt; an ALU op with an immediate reads no src: indices past the 32 entries
+    of the buffers (20 * 2 = 40 in the last iteration) are fine there, and every iteration runs."""
+    stats = fsim.run(raw_program_after_data(small_cfg, [
+        Gemm(reset=True, iter_out=3, src_factor_out=20, wgt_factor_out=20),
+        Alu(alu_opcode=ALU_ADD, use_imm=True, iter_out=3, src_factor_out=20), Finish()])).stats
+    assert (stats.gemm_uops, stats.alu_uops) == (3, 3)
+    for reads, what in [(Gemm(iter_out=3, src_factor_out=20), r"\(GEMM\) addresses inp"),
+                        (Alu(alu_opcode=ALU_ADD, iter_out=3, src_factor_out=20), r"\(ALU ADD\) addresses acc")]:
+        with pytest.raises(SramRangeError, match=rf"^instruction 0 {what} entry 40 \(iteration o=2, i=0, micro-op 0\), "
+                                                 r"but the \w+ buffer has 32 entries$"):
+            fsim.run(raw_program_after_data(small_cfg, [reads, Finish()]))
 
 
 def test_dram_range_errors(small_cfg):

@@ -7,6 +7,7 @@ from conftest import SMALL_CFG, TINY
 
 from vta import fsim
 from vta.config import VTAConfig
+from vta.fsim_kernels import alu_hazard
 from vta.isa import Alu, Gemm, Load, Store
 from vta.testing import ALU_CASES, alu_program, random_program
 
@@ -58,10 +59,25 @@ def test_random_program_is_deterministic():
         random_program(SMALL_CFG, 11)
 
 
-def test_random_program_without_alu_hazards():
+def _alu_hazards(monkeypatch: pytest.MonkeyPatch, alu_hazards: bool) -> list[bool]:
+    """Run 20 random programs; for each ALU tensor op fsim plans, whether it reads an entry the same instruction
+    writes (``vta.fsim_kernels.alu_hazard``, the test fsim uses to fall back to element order)."""
+    seen: list[bool] = []
+
+    def spy(d: np.ndarray, s: np.ndarray, depth: int) -> bool:
+        seen.append(alu_hazard(d, s, depth))
+        return seen[-1]
+
+    monkeypatch.setattr(fsim, "alu_hazard", spy)
     for seed in range(20):
-        prog = random_program(SMALL_CFG, np.random.default_rng(seed), alu_hazards=False)
-        fsim.run(prog)
+        fsim.run(random_program(SMALL_CFG, np.random.default_rng(seed), alu_hazards=alu_hazards))
+    return seen
+
+
+def test_random_program_without_alu_hazards(monkeypatch):
+    without = _alu_hazards(monkeypatch, alu_hazards=False)
+    assert without and not any(without)
+    assert any(_alu_hazards(monkeypatch, alu_hazards=True))  # the check sees hazards where they are allowed
 
 
 @pytest.mark.slow
