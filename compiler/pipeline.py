@@ -35,19 +35,12 @@ from vta.config import VTAConfig
 from vta.cost import estimate
 
 from .ir import REQUANT_MODES, Graph, Node, node_macs
-from .lowering.codegen import (
-    ConvLayer,
-    LayerPlan,
-    build_add_program,
-    build_conv_program,
-    plan_program,
-    search_conv,
-    tiling_to_dict,
-)
+from .lowering.codegen import ConvLayer, build_add_program, build_conv_program
 from .lowering.intrin import Intrinsics, intrinsics
 from .lowering.layout import packed_activation_shape
 from .lowering.partition import Decision, Lowered, partition
 from .lowering.schedule import ConvTiling
+from .lowering.search import LayerPlan, plan_program, search_conv, tiling_to_dict
 from .options import CompileOptions
 from .runtime.compiled import AccelStep, Compiled, CpuStep, Step, _progress
 
@@ -177,8 +170,8 @@ def accel_step(graph: Graph, node: Node, lowered: Lowered, intr: Intrinsics, *, 
 
     ``threads``: 2 (double buffering, latency hiding; the search may still pick one thread for a layer where the
     cycle model says it is faster) or 1 (single-threaded programs only). ``search``: pick a conv/dense tiling by
-    the cycle model (:func:`.codegen.search_conv`); False keeps :func:`.schedule.plan_conv`'s (fewest bytes). The
-    step records the schedule and the model's predicted cycles of its program."""
+    the cycle model (:func:`.lowering.search.search_conv`); False keeps :func:`.schedule.plan_conv`'s (fewest
+    bytes). The step records the schedule and the model's predicted cycles of its program."""
     cfg = intr.cfg
     layer = lowered.layer
     cycles: int | None = None
@@ -271,8 +264,8 @@ def plan_graph(graph: Graph, cfg: VTAConfig, *, policy: str = "auto", force_cpu:
                double_buffer: bool = True, stem: str = "auto") -> Planned:
     """What :func:`compile_graph` (same arguments) predicts for each accelerator layer -- the same partition, the
     same schedule search, the same predicted cycles, bounding module and event counts -- without keeping programs:
-    a convolution's cost comes from the search (:attr:`.codegen.SearchResult.plan`, usually from its caches without
-    building a program), a residual add's program is built and estimated. What a model-mode sweep needs, several
+    a convolution's cost comes from the search (:attr:`.lowering.search.SearchResult.plan`, usually from its caches
+    without building a program), a residual add's program is built and estimated. What a model-mode sweep needs, several
     times faster than compiling when the schedules are known."""
     start = time.perf_counter()
     intr = intrinsics(cfg)

@@ -8,10 +8,11 @@ from hypothesis import strategies as st
 from vta.backend import get_backend
 from vta.compiler import qops
 from vta.compiler.ir import AddRequant, Requant
-from vta.compiler.lowering.codegen import OUTPUT, AddLayer, ConvLayer, UopCache, build_add_program, build_conv_program
+from vta.compiler.lowering.codegen import OUTPUT, AddLayer, ConvLayer, build_add_program, build_conv_program
 from vta.compiler.lowering.intrin import intrinsics
 from vta.compiler.lowering.layout import pack_activation, unpack_activation
 from vta.compiler.lowering.schedule import ConvGeometry, ConvTiling, ScheduleError, plan_conv, plan_eltwise
+from vta.compiler.lowering.uopcache import UopCache
 from vta.config import MEM_ACC, MEM_INP, VTAConfig
 from vta.isa import Alu, Gemm, Load, Uop
 from vta.program import ProgramBuilder

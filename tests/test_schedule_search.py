@@ -1,4 +1,4 @@
-"""Tests for the schedule search ranked by the cycle model (vta.compiler.lowering.codegen.search_conv): candidates fit
+"""Tests for the schedule search ranked by the cycle model (vta.compiler.lowering.search.search_conv): candidates fit
 the buffers, the new tiling options (bias loaded as the accumulators' start, pixel-outer loop order) stay bit-exact on
 fsim, the search is never worse than plan_conv by the model, and its results are cached in memory and on disk."""
 import json
@@ -7,17 +7,11 @@ import numpy as np
 import pytest
 from test_codegen import _conv_case
 
-from vta.compiler.lowering import codegen
-from vta.compiler.lowering.codegen import (
-    ConvLayer,
-    alu_passes,
-    build_conv_program,
-    search_conv,
-    tiling_from_dict,
-    tiling_to_dict,
-)
+from vta.compiler.lowering import search
+from vta.compiler.lowering.codegen import ConvLayer, alu_passes, build_conv_program
 from vta.compiler.lowering.intrin import intrinsics
 from vta.compiler.lowering.schedule import ConvTiling, conv_candidates, plan_conv
+from vta.compiler.lowering.search import search_conv, tiling_from_dict, tiling_to_dict
 from vta.compiler.pipeline import compile_model
 from vta.compiler.runtime.compiled import AccelStep
 from vta.config import VTAConfig
@@ -74,8 +68,8 @@ def test_search_beats_or_equals_plan_conv_and_reports_the_model(tmp_path, monkey
 
 def test_search_cache_in_memory_and_on_disk(tmp_path, monkeypatch):
     monkeypatch.setenv("VTA_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(codegen, "_memory", {})
-    monkeypatch.setattr(codegen, "_candidates", codegen.OrderedDict())
+    monkeypatch.setattr(search, "_memory", {})
+    monkeypatch.setattr(search, "_candidates", search.OrderedDict())
     cfg = VTAConfig()
     layer = _layer(32, 9, 48, seed=1)
     first = search_conv(cfg, layer)
@@ -85,11 +79,11 @@ def test_search_cache_in_memory_and_on_disk(tmp_path, monkeypatch):
     assert tiling_from_dict(layer.geom, data["tiling"]) == first.tiling
     assert data["predicted_cycles"] == first.predicted_cycles
     assert search_conv(cfg, layer).source == "memory"
-    codegen._memory.clear()
+    search._memory.clear()
     again = search_conv(cfg, layer)
     assert (again.source, again.tiling, again.predicted_cycles) == ("disk", first.tiling, first.predicted_cycles)
     files[0].write_text("{not json")  # a damaged entry is searched again and rewritten
-    codegen._memory.clear()
+    search._memory.clear()
     assert search_conv(cfg, layer).source == "search"
     assert json.loads(files[0].read_text())["tiling"] == tiling_to_dict(first.tiling)
     left = [p for p in (tmp_path / "schedules").rglob("*") if p.is_file() and p.suffix != ".json"]
@@ -97,8 +91,8 @@ def test_search_cache_in_memory_and_on_disk(tmp_path, monkeypatch):
     assert len(list((tmp_path / "schedules" / "candidates").glob("*.json"))) == first.built_programs
     # another process (empty memory) searching afresh finds every candidate's plan on disk: nothing is built
     files[0].unlink()
-    codegen._memory.clear()
-    codegen._candidates.clear()
+    search._memory.clear()
+    search._candidates.clear()
     other = search_conv(cfg, layer)
     assert (other.source, other.tiling, other.predicted_cycles) == ("search", first.tiling, first.predicted_cycles)
     assert other.built_programs == 0 and other.plan == first.plan
@@ -126,7 +120,7 @@ def test_steps_record_schedule_and_prediction(tmp_path, monkeypatch):
 
 
 def test_buffer_sizes_reach_a_tiling_only_as_sram_bases(tmp_path, monkeypatch):
-    """The candidate memo (codegen._candidate_key) shares predictions between configs that differ only in the inp,
+    """The candidate memo (search._candidate_key) shares predictions between configs that differ only in the inp,
     wgt and acc buffer sizes: for one tiling their programs differ only in SRAM base addresses and micro-op words,
     and the cycle model predicts the same cycles; a search under the second config with the memo filled by the first
     picks what a fresh search picks."""
@@ -134,7 +128,7 @@ def test_buffer_sizes_reach_a_tiling_only_as_sram_bases(tmp_path, monkeypatch):
 
     from vta.isa import Alu, Gemm
     monkeypatch.setenv("VTA_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(codegen, "_memory", {})
+    monkeypatch.setattr(search, "_memory", {})
     small = VTAConfig(log_inp_buff_size=14, log_wgt_buff_size=17, log_acc_buff_size=16)
     big = VTAConfig()  # the same 32-bit micro-ops: larger buffers would need 64-bit ones (another key)
     assert small.uop_bits == big.uop_bits
@@ -146,10 +140,10 @@ def test_buffer_sizes_reach_a_tiling_only_as_sram_bases(tmp_path, monkeypatch):
         assert strip == [dataclasses.replace(i, sram_base=0) if hasattr(i, "sram_base") else i for i in b.insns]
         assert any(isinstance(i, (Gemm, Alu)) for i in a.insns)
         assert estimate(a).cycles == estimate(b).cycles
-        assert codegen._candidate_key(layer, small, t) == codegen._candidate_key(layer, big, t)
+        assert search._candidate_key(layer, small, t) == search._candidate_key(layer, big, t)
     search_conv(small, layer, use_cache=False)
     fresh = search_conv(big, layer, use_cache=False)
-    codegen._memory.clear()
+    search._memory.clear()
     search_conv(small, layer)
     memo = search_conv(big, layer)
     assert (memo.tiling, memo.predicted_cycles) == (fresh.tiling, fresh.predicted_cycles)
@@ -166,8 +160,8 @@ def test_plan_graph_predicts_what_compile_graph_builds(cfg, tmp_path, monkeypatc
     from vta.counts import program_counts
     from vta.sweep.measure import _quantized
     monkeypatch.setenv("VTA_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(codegen, "_memory", {})
-    monkeypatch.setattr(codegen, "_candidates", codegen.OrderedDict())
+    monkeypatch.setattr(search, "_memory", {})
+    monkeypatch.setattr(search, "_candidates", search.OrderedDict())
     graph = _quantized("mini_resnet")
     planned = plan_graph(graph, cfg)
     compiled = compile_graph(graph, cfg)
@@ -178,6 +172,6 @@ def test_plan_graph_predicts_what_compile_graph_builds(cfg, tmp_path, monkeypatc
         assert (layer.node.name, layer.macs, layer.schedule) == (step.node.name, step.macs, step.schedule)
         assert (layer.plan.cycles, layer.plan.bound) == (step.predicted_cycles, step.schedule["bound"])
         assert layer.plan.counts == program_counts(step.program)
-    codegen._memory.clear()
+    search._memory.clear()
     again = plan_graph(graph, cfg)
     assert [(x.plan, x.schedule) for x in again.layers] == [(x.plan, x.schedule) for x in planned.layers]
