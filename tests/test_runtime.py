@@ -15,6 +15,11 @@ from vta.compiler.runtime.compiled import AccelStep, Compiled, CpuStep
 from vta.compiler.runtime.executor import RuntimeFailure, run
 from vta.config import VTAConfig
 
+CONV_A_MACS = 20 * 64 * 12 * 9
+"""toy_graph's conv_a: 20 output channels x 8x8 pixels x 12 input channels x 3x3 taps."""
+CONV_B_MACS = 20 * 64 * 20 * 9
+"""toy_graph's conv_b: 20 output channels x 8x8 pixels x 20 input channels x 3x3 taps."""
+
 
 @pytest.mark.parametrize("cfg", [VTAConfig(), VTAConfig(log_block=3), VTAConfig(log_batch=1)],
                          ids=["default", "block8", "batch2"])
@@ -31,7 +36,7 @@ def test_fsim_and_cpu_match_reference(cfg):
     # s unpacked for the pool, f packed for the dense layer, y unpacked at the end
     assert [layer.conversions for layer in out.layers] == [1, 0, 0, 1, 0, 1]
     assert [layer.where for layer in out.layers] == ["accel", "accel", "accel", "cpu", "cpu", "accel"]
-    assert out.layers[0].macs == 20 * 64 * 12 * 9 and out.layers[0].gemm_uops > 0
+    assert out.layers[0].macs == CONV_A_MACS and out.layers[0].gemm_uops > 0
 
 
 def test_save_load_round_trip(tmp_path):
@@ -84,7 +89,7 @@ def test_report_outputs(tmp_path):
     assert set(report.rows[0]) == set(COLUMNS)
     t = report.totals
     assert t["accel_layers"] == 4 and t["cpu_layers"] == 2 and t["cycles"] is None
-    assert t["macs"] == 20 * 64 * 12 * 9 + 20 * 64 * 20 * 9 + 10 * 320
+    assert t["macs"] == CONV_A_MACS + CONV_B_MACS + 10 * 320
     assert t["gemm_uops"] == sum(layer.gemm_uops for layer in out.layers) > 0
     text = report.format(reasons=True)
     assert text.splitlines()[0] == "toy on fsim (1x16_i8w8a32_15_15_18_17)"
@@ -130,7 +135,8 @@ def test_report_utilization_with_cycles():
     """With cycle counts (tsim), each layer's utilization is MACs / (cycles * MACs per cycle)."""
     from vta.compiler.runtime.executor import LayerStat, RunOutput
     compiled = compile_graph(toy_graph(), VTAConfig(), policy="accel")
-    layers = [LayerStat("conv_a", "QConv2d", "accel", 138240, 100, 50, cycles=1080),
+    # 1080 cycles x 256 MACs a cycle = twice conv_a's 138,240 MACs: utilization 0.5
+    layers = [LayerStat("conv_a", "QConv2d", "accel", CONV_A_MACS, 100, 50, cycles=1080),
               LayerStat("pool", "MaxPool", "cpu", 0)]
     report = build_report(compiled, RunOutput({}, layers, "tsim", "1x16_i8w8a32_15_15_18_17"))
     assert report.rows[0]["util"] == 0.5 and report.rows[1]["util"] is None
@@ -155,8 +161,10 @@ def test_report_module_breakdown(tmp_path):
 
     def modules(busy: int, token: int, mem: int) -> dict[str, dict[str, int]]:
         return {m: {"busy": busy, "wait_token": token, "wait_mem": mem} for m in ("fetch", "load", "compute", "store")}
-    layers = [LayerStat("conv_a", "QConv2d", "accel", 138240, 100, 50, cycles=1000, modules=modules(600, 200, 100)),
-              LayerStat("conv_b", "QConv2d", "accel", 230400, 100, 50, cycles=1000, modules=modules(900, 0, 50)),
+    layers = [LayerStat("conv_a", "QConv2d", "accel", CONV_A_MACS, 100, 50, cycles=1000,
+                        modules=modules(600, 200, 100)),
+              LayerStat("conv_b", "QConv2d", "accel", CONV_B_MACS, 100, 50, cycles=1000,
+                        modules=modules(900, 0, 50)),
               LayerStat("pool", "MaxPool", "cpu", 0)]
     report = build_report(compiled, RunOutput({}, layers, "tsim", "1x16_i8w8a32_15_15_18_17"))
     assert report.rows[0]["compute_busy"] == 600 and report.rows[2]["compute_busy"] is None

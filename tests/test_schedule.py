@@ -85,7 +85,7 @@ def test_exact_plan_of_a_small_layer():
     intr = intrinsics(VTAConfig())
     g = ConvGeometry.make((1, 16, 8, 8), (32, 16, 3, 3), pads=(1, 1, 1, 1), intr=intr)
     t = plan_conv(g, intr)
-    assert (g.ib, g.ob, g.oh, g.ow, g.macs) == (1, 2, 8, 8, 294912)
+    assert (g.ib, g.ob, g.oh, g.ow, g.macs) == (1, 2, 8, 8, 8 * 8 * 32 * 16 * 3 * 3)
     assert (t.oc_tile, t.ic_tile, t.oh_tile, t.ow_tile, t.kh_tile) == (2, 1, 8, 8, 3)
     assert (t.in_rows, t.in_cols, t.inp_entries, t.wgt_entries, t.acc_entries) == (10, 10, 100, 18, 134)
     assert t.dma_bytes(intr) == 8464
