@@ -28,7 +28,7 @@ import json
 import os
 from dataclasses import asdict, dataclass, field
 from os import PathLike
-from typing import Any
+from typing import Any, Iterable, Mapping
 
 from vta.config import VTAConfig
 from vta.counters import BYTE_COUNTERS, CYCLE_CLASSES, MODULES
@@ -39,7 +39,8 @@ from .runtime.compiled import AccelStep, Compiled
 from .runtime.executor import RunOutput
 
 __all__ = ["Report", "build_report", "COLUMNS", "MODULE_COLUMNS", "BYTE_COLUMNS", "ENERGY_PARTS", "ENERGY_COLUMNS",
-           "ReportError", "load_report", "compare", "format_comparison", "roofline_path"]
+           "ReportError", "load_report", "compare", "format_comparison", "roofline_path", "layer_bound", "run_bound",
+           "step_energy"]
 
 MODULE_COLUMNS = tuple(f"{m}_{c}" for m in MODULES for c in CYCLE_CLASSES)
 """Per-module cycle classes from the core's counters (tsim only, else None): e.g. ``compute_busy``,
@@ -55,8 +56,47 @@ COLUMNS = ("layer", "op", "where", "macs", "gemm_uops", "alu_uops", "cycles", "u
            "ms", "conversions", "tiling", "reason") + MODULE_COLUMNS + BYTE_COLUMNS + (
     "hw_macs", "intensity", "macs_per_cycle") + ENERGY_COLUMNS
 """``predicted``: the cycle model's cycles for an accelerator layer's program (any target; None on the CPU);
-``bound``: the module the model says bounds it (``load``, ``compute``, ``store``; empty on the CPU); ``hw_macs``: the
-MACs the GEMM core performed including padding lanes (the statistics' ``macs``; what costs energy)."""
+``bound``: the module the model says bounds it (``load``, ``compute``, ``store``, ``alu`` with the concurrent ALU
+engine; by :func:`layer_bound`'s rule; empty on the CPU); ``hw_macs``: the MACs the GEMM core performed including
+padding lanes (the statistics' ``macs``; what costs energy)."""
+
+
+def layer_bound(occupancy: Mapping[str, int]) -> str:
+    """The module that bounds a layer: of ``occupancy`` (module -> cycles it held an instruction: busy + wait_token +
+    wait_mem), the one with the most cycles, ``fetch`` excluded (it dispatches; it never does a layer's work); ties go
+    to the first in ``occupancy``'s order; ``""`` when there is none. The cycle model's :attr:`vta.cost.Estimate.bound`
+    is this rule over its predicted occupancy; a tsim run's is this rule over the core's counters
+    (:func:`module_occupancy`)."""
+    modules = [m for m in occupancy if m != "fetch"]
+    return max(modules, key=lambda m: occupancy[m]) if modules else ""
+
+
+def module_occupancy(classes: Mapping[str, Mapping[str, int]]) -> dict[str, int]:
+    """Module -> cycles it held an instruction (the sum of its :data:`vta.counters.CYCLE_CLASSES`), from the core's
+    per-module cycle classes (a tsim run's :attr:`~.runtime.executor.LayerStat.modules`)."""
+    return {m: int(sum(c.get(k, 0) for k in CYCLE_CLASSES)) for m, c in classes.items()}
+
+
+def run_bound(layers: Iterable[tuple[str, int]]) -> str:
+    """The module that bounds a whole run: over ``layers`` as (the layer's bound, :func:`layer_bound`; its cycles),
+    the bound of the most cycles (ties: the first seen); ``""`` without accelerator layers. The run report's
+    ``totals["bound"]`` and the sweep's ``bound`` column."""
+    cycles: dict[str, int] = {}
+    for bound, n in layers:
+        if bound:
+            cycles[bound] = cycles.get(bound, 0) + int(n)
+    return max(cycles, key=lambda b: cycles[b]) if cycles else ""
+
+
+def step_energy(where: str, counts: Mapping[str, int] | None, macs: int, cfg: VTAConfig,
+                tech: Tech) -> dict[str, float] | None:
+    """Dynamic energy (pJ) of one layer by component: on the accelerator (``where == "accel"``) from its event
+    ``counts`` (:func:`vta.energy.layer_energy`; None without counts), elsewhere (a CPU or GPU fallback) ``macs`` at
+    ``tech.cpu_mac_pj`` as ``{"cpu": pJ}``. A run's ``energy_uj`` and a sweep point's are the sum over layers; static
+    energy (area x time) is not in it (the sweep reports it apart: ``energy_total_uj``)."""
+    if where == "accel":
+        return None if counts is None else layer_energy(counts, cfg, tech)
+    return {"cpu": macs * tech.cpu_mac_pj}
 
 
 @dataclass
@@ -92,9 +132,22 @@ class Report:
                 "cpu_layers": sum(r["where"] == "cpu" for r in self.rows), "macs": total("macs"),
                 "accel_macs": accel_macs, "gemm_uops": total("gemm_uops"), "alu_uops": total("alu_uops"),
                 "cycles": accel_cycles, "util": util, "predicted": int(sum(predicted)) if predicted else None,
-                "accel_ms_at_clock": at_clock, "bytes": total("bytes"),
+                "accel_ms_at_clock": at_clock, "bound": self._bound(), "bytes": total("bytes"),
                 "ms": round(sum(r["ms"] for r in self.rows), 3), "conversions": total("conversions"),
                 **self._traffic_totals()}
+
+    def _bound(self) -> str:
+        """:func:`run_bound` over the accelerator layers: each layer's bound from the core's counters where the run
+        has them (tsim), else the cycle model's, weighted by its cycles (measured, else predicted)."""
+        layers = []
+        for r in self.rows:
+            if r["where"] != "accel":
+                continue
+            measured = r["cycles"] is not None and r.get("compute_busy") is not None
+            bound = layer_bound({m: sum(r[f"{m}_{c}"] for c in CYCLE_CLASSES) for m in MODULES}) if measured else \
+                r.get("bound") or ""
+            layers.append((bound, r["cycles"] if r["cycles"] is not None else r.get("predicted") or 0))
+        return run_bound(layers)
 
     def _traffic_totals(self) -> dict[str, Any]:
         """Bytes per memory type, intensity and energy (microjoules) summed over layers; None where no layer has
@@ -569,15 +622,14 @@ def _fill_energy(row: dict[str, Any], cfg: VTAConfig, tech: Tech) -> None:
     """Set ``row``'s energy columns (microjoules): an accelerator layer's from its statistics, a fallback layer's at
     ``tech.cpu_mac_pj`` per MAC; None for an accelerator layer without statistics."""
     row.update(dict.fromkeys(ENERGY_COLUMNS))
-    if row["where"] == "accel":
-        if row.get(BYTE_COLUMNS[0]) is None:
-            return
+    counts = None
+    if row["where"] == "accel" and row.get(BYTE_COLUMNS[0]) is not None:
         counts = {k: int(row[k]) for k in BYTE_COLUMNS}
         counts.update(macs=int(row.get("hw_macs") or row["macs"]), gemm_uops=int(row["gemm_uops"]),
                       alu_uops=int(row["alu_uops"]))
-        parts = layer_energy(counts, cfg, tech)
-    else:
-        parts = {"cpu": row["macs"] * tech.cpu_mac_pj}
+    parts = step_energy(row["where"], counts, row["macs"], cfg, tech)
+    if parts is None:
+        return
     for part, pj in parts.items():
         row[f"energy_{part}_uj"] = round(pj * 1e-6, 9)
     row["energy_uj"] = round(sum(parts.values()) * 1e-6, 9)

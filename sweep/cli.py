@@ -48,7 +48,7 @@ def sweep_command(args: argparse.Namespace) -> int:
     when some points failed or timed out: they are results (recorded with their reasons), not errors of the run."""
     from vta.cliutil import CliError
 
-    from .pareto import SUITE, frontier, frontier_table, plot_frontiers, suite_rows
+    from .pareto import METRICS, SUITE, frontier, frontier_table, plot_frontiers, suite_rows
     from .runner import run_sweep
     from .spec import SweepSpecError, load_spec
     from .store import ResultStore, StoreError
@@ -86,7 +86,7 @@ def sweep_command(args: argparse.Namespace) -> int:
         groups[SUITE] = suite_rows(rows, list(spec.models))
     suite = groups[SUITE] if len(spec.models) > 1 else groups[spec.models[0]]
     name = SUITE if len(spec.models) > 1 else spec.models[0]
-    for metric, column, maximize in (("throughput", "inferences_per_s", True), ("energy", "energy_uj", False)):
+    for metric, (column, maximize, _) in METRICS.items():
         front = frontier(suite, "area_clb", column, maximize_y=maximize)
         print(f"\nfrontier, {metric} vs area ({name}, {len(front)} of {len(suite)} designs):")
         print(frontier_table(front, metric))

@@ -23,13 +23,13 @@ import signal
 import socket
 import threading
 import time
-from collections import Counter, OrderedDict
+from collections import OrderedDict
 from datetime import datetime, timezone
 from typing import Any, Iterator
 
 from vta.config import VTAConfig
 from vta.counts import program_counts
-from vta.energy import layer_energy, load_tech, static_pj
+from vta.energy import load_tech, static_pj
 
 from .area import Area, estimate_area
 from .spec import Point
@@ -109,13 +109,16 @@ def _compile(model: str, cfg: VTAConfig, knobs: dict[str, Any], mode: str) -> tu
 
 def _layer_costs(compiled: Any, mode: str, deadline: _Deadline) -> Iterator[tuple[int, str, dict[str, int]]]:
     """(cycles, bounding module, event counts) of each accelerator layer: in ``model`` mode the plan's prediction,
-    in ``exact`` mode tsim's cycles and busiest module with the program's counts."""
+    in ``exact`` mode tsim's cycles and the bound of the core's counters by the same rule
+    (:func:`vta.compiler.report.layer_bound`: the module holding an instruction the most cycles, fetch excluded) with
+    the program's counts."""
     if mode == "model":
         for layer in compiled.layers:
             deadline.check()
             yield layer.plan.cycles, layer.plan.bound, layer.plan.counts
         return
     from vta.compiler.pipeline import random_inputs
+    from vta.compiler.report import layer_bound, module_occupancy
     from vta.compiler.runtime.compiled import AccelStep
     from vta.compiler.runtime.executor import run
     steps = [s for s in compiled.steps if isinstance(s, AccelStep)]
@@ -124,13 +127,15 @@ def _layer_costs(compiled: Any, mode: str, deadline: _Deadline) -> Iterator[tupl
     by_name = {layer.layer: layer for layer in out.layers}
     for step in steps:
         layer = by_name[step.node.name]
-        modules = layer.modules or {}
-        bound = max(modules, key=lambda m: modules[m].get("busy", 0)) if modules else ""
+        bound = layer_bound(module_occupancy(layer.modules or {}))
         yield int(layer.cycles or 0), bound, program_counts(step.program)
 
 
 def _evaluate(point: Point, deadline: _Deadline) -> dict[str, Any]:
-    """The measured columns of an ok point (see :mod:`vta.sweep.store`)."""
+    """The measured columns of an ok point (see :mod:`vta.sweep.store`): ``bound`` and ``energy_uj`` by the run
+    report's definitions (:func:`vta.compiler.report.run_bound`, :func:`vta.compiler.report.step_energy`: dynamic
+    energy), ``energy_total_uj`` with the static energy."""
+    from vta.compiler.report import run_bound, step_energy
     cfg = point.design.cfg
     assert cfg is not None
     tech = load_tech(point.tech)
@@ -139,12 +144,12 @@ def _evaluate(point: Point, deadline: _Deadline) -> dict[str, Any]:
     start = time.perf_counter()
     cycles = accel_macs = 0
     energy: dict[str, float] = {}
-    bounds: Counter[str] = Counter()
+    bounds: list[tuple[str, int]] = []
     for layer_cycles, bound, counts in _layer_costs(compiled, point.mode, deadline):
         cycles += layer_cycles
-        bounds[bound] += layer_cycles
+        bounds.append((bound, layer_cycles))
         accel_macs += counts["macs"]
-        for part, pj in layer_energy(counts, cfg, tech).items():
+        for part, pj in (step_energy("accel", counts, counts["macs"], cfg, tech) or {}).items():
             energy[part] = energy.get(part, 0.0) + pj
     area = estimate_area(cfg)
     area_s = 0.0
@@ -154,7 +159,10 @@ def _evaluate(point: Point, deadline: _Deadline) -> dict[str, Any]:
     cpu_us = sum(compiled.decisions[s.node.name].cpu_us or 0.0 for s in cpu)
     cpu_macs = sum(s.macs for s in cpu)
     latency_us = cycles / cfg.clock_mhz + cpu_us
-    energy["cpu"] = cpu_macs * tech.cpu_mac_pj
+    energy["cpu"] = 0.0
+    for step in cpu:  # at the fallback's cost per MAC, as in a run report
+        energy["cpu"] += (step_energy(step.where, None, step.macs, cfg, tech) or {}).get("cpu", 0.0)
+    dynamic = sum(energy.values())
     energy["static"] = static_pj(tech, area.area_clb, latency_us * 1e-6)
     accel_layers = len(compiled.layers) if point.mode == "model" else compiled.accel_steps
     return {
@@ -162,9 +170,10 @@ def _evaluate(point: Point, deadline: _Deadline) -> dict[str, Any]:
         "inferences_per_s": 1e6 / latency_us if latency_us else None,
         "utilization": accel_macs / (cycles * cfg.macs_per_cycle) if cycles else 0.0,
         "macs": accel_macs + cpu_macs, "accel_macs": accel_macs, "accel_layers": accel_layers,
-        "cpu_layers": len(cpu), "bound": bounds.most_common(1)[0][0] if bounds else "",
+        "cpu_layers": len(cpu), "bound": run_bound(bounds),
         "lut": area.lut, "ff": area.ff, "dsp": area.dsp, "bram": area.bram, "area_clb": area.area_clb,
-        "energy_uj": sum(energy.values()) * 1e-6, "energy": {k: v * 1e-6 for k, v in sorted(energy.items())},
+        "energy_uj": dynamic * 1e-6, "energy_total_uj": sum(energy.values()) * 1e-6,
+        "energy": {k: v * 1e-6 for k, v in sorted(energy.items())},
         "compile_s": round(compile_s, 4), "measure_s": round(time.perf_counter() - start, 4),
         "area_from": point.area, "area_s": round(area_s, 2),
     }

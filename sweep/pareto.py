@@ -20,7 +20,7 @@ SUITE = "all models"
 """The model name of suite rows (:func:`suite_rows`)."""
 METRICS = {
     "throughput": ("inferences_per_s", True, "inferences/s"),
-    "energy": ("energy_uj", False, "energy per inference (uJ)"),
+    "energy": ("energy_total_uj", False, "energy per inference, static included (uJ)"),
 }
 """Plot name -> (column, larger is better, axis label); the x axis is always ``area_clb``."""
 AREA = ("area_clb", "area (CLB-equivalents, 7-series)")
@@ -44,7 +44,8 @@ def frontier(rows: Iterable[dict[str, Any]], x: str, y: str, *, maximize_y: bool
 
 def suite_rows(rows: Iterable[dict[str, Any]], models: Sequence[str]) -> list[dict[str, Any]]:
     """One row per design measured ``ok`` on every one of ``models``: its area columns, the summed
-    ``latency_us``, ``energy_uj`` and ``cycles``, ``inferences_per_s`` = 1e6 / latency; model :data:`SUITE`."""
+    ``latency_us``, ``energy_uj``, ``energy_total_uj`` (None when a model's row lacks it) and ``cycles``,
+    ``inferences_per_s`` = 1e6 / latency; model :data:`SUITE`."""
     by_design: dict[str, dict[str, dict[str, Any]]] = {}
     for r in rows:
         if r["status"] == "ok":
@@ -58,9 +59,16 @@ def suite_rows(rows: Iterable[dict[str, Any]], models: Sequence[str]) -> list[di
         row = {k: first[k] for k in ("design", "config_name", "lut", "ff", "dsp", "bram", "area_clb")}
         row.update(model=SUITE, status="ok", latency_us=latency, inferences_per_s=1e6 / latency if latency else None,
                    energy_uj=sum(per_model[m]["energy_uj"] for m in models),
+                   energy_total_uj=_total(per_model[m].get("energy_total_uj") for m in models),
                    cycles=sum(per_model[m]["cycles"] for m in models))
         out.append(row)
     return out
+
+
+def _total(values: Iterable[float | None]) -> float | None:
+    """The sum of ``values``; None when any is None."""
+    items = list(values)
+    return None if any(v is None for v in items) else sum(v for v in items if v is not None)
 
 
 def frontier_table(rows: Sequence[dict[str, Any]], metric: str) -> str:

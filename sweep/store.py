@@ -9,8 +9,14 @@ Columns (units): ``design`` (unique key: config name, clock, knobs), ``config_na
 the accelerator layers), ``cpu_us`` (estimated CPU time of the layers left on the CPU, microseconds), ``latency_us``,
 ``inferences_per_s`` (at CLOCK_MHZ, accelerator and CPU layers in sequence), ``utilization`` (MACs on the accelerator
 over cycles x BATCH x BLOCK_IN x BLOCK_OUT), ``macs``, ``accel_macs``, ``accel_layers``, ``cpu_layers``, ``bound``
-(the module bounding most cycles), ``lut``, ``ff``, ``dsp``, ``bram`` (RAMB36 units), ``area_clb``
-(CLB-equivalents), ``energy_uj`` (per inference, microjoules), ``energy`` (component -> microjoules, JSON),
+(the module bounding most accelerator cycles, as a run report's ``totals["bound"]``: each layer's bound is the module
+that held an instruction the most cycles -- busy, waiting on a token or on memory --, fetch excluded, from the cycle
+model in model mode and from the core's counters in exact mode; :func:`vta.compiler.report.run_bound`), ``lut``,
+``ff``, ``dsp``, ``bram`` (RAMB36 units), ``area_clb`` (CLB-equivalents), ``energy_uj`` (dynamic energy per
+inference, microjoules: the accelerator layers' events and the CPU layers' MACs, as a run report's
+``totals["energy_uj"]``; :func:`vta.compiler.report.step_energy`), ``energy_total_uj`` (``energy_uj`` plus the static
+energy of the design's area over the inference's latency: what the energy frontier ranks), ``energy`` (component ->
+microjoules, JSON, ``static`` included),
 ``compile_s``, ``measure_s``, ``seconds`` (wall time of the point), ``worker``, ``started``, ``finished`` (ISO 8601
 UTC), ``area_from`` (``model``: the analytical area model; ``yosys``: per-module synthesis, :mod:`vta.sweep.synth`),
 ``area_s`` (seconds spent on the area; 0 for cached modules and the model).
@@ -31,6 +37,7 @@ COLUMNS: dict[str, str] = {
     "latency_us": "REAL", "inferences_per_s": "REAL", "utilization": "REAL", "macs": "INTEGER",
     "accel_macs": "INTEGER", "accel_layers": "INTEGER", "cpu_layers": "INTEGER", "bound": "TEXT", "lut": "INTEGER",
     "ff": "INTEGER", "dsp": "INTEGER", "bram": "REAL", "area_clb": "REAL", "energy_uj": "REAL", "energy": "TEXT",
+    "energy_total_uj": "REAL",
     "compile_s": "REAL", "measure_s": "REAL", "seconds": "REAL", "worker": "TEXT", "started": "TEXT",
     "finished": "TEXT", "area_from": "TEXT", "area_s": "REAL",
 }
@@ -116,8 +123,19 @@ class ResultStore:
             for k in _JSON:
                 if row.get(k) is not None:
                     row[k] = json.loads(row[k])
-            yield row
+            yield _upgrade(row)
 
     def counts(self) -> dict[str, int]:
         """Status -> number of rows."""
         return {r[0]: r[1] for r in self._db.execute("SELECT status, COUNT(*) FROM points GROUP BY status")}
+
+
+def _upgrade(row: dict[str, Any]) -> dict[str, Any]:
+    """A row written before ``energy_total_uj`` existed, read with today's meanings: its ``energy_uj`` included the
+    static energy, so that is its ``energy_total_uj`` and the static part comes off ``energy_uj``."""
+    energy = row.get("energy")
+    if row.get("energy_total_uj") is None and row.get("energy_uj") is not None and isinstance(energy, dict) and \
+            "static" in energy:
+        row["energy_total_uj"] = row["energy_uj"]
+        row["energy_uj"] = row["energy_uj"] - energy["static"]
+    return row

@@ -50,7 +50,7 @@ def test_totals_of_tiny_cnn_on_fsim(report):
         totals.pop(key)
     assert totals == {"layers": 6, "accel_layers": 3, "cpu_layers": 3, "macs": 25600, "accel_macs": 25600,
                       "gemm_uops": 304, "alu_uops": 340, "cycles": None, "util": None, "predicted": 2589,
-                      "accel_ms_at_clock": None, "bytes": 12156, "conversions": 4}
+                      "accel_ms_at_clock": None, "bound": "load", "bytes": 12156, "conversions": 4}
     assert report.module_breakdown() is None and report.format_modules() == []
 
 
@@ -111,3 +111,17 @@ def test_totals_with_cycles():
     assert (totals["macs"], totals["accel_macs"], totals["gemm_uops"], totals["bytes"], totals["ms"]) == \
         (3880, 3840, 30, 300, 3.75)
     assert "accelerator time at 100 MHz: 0.003 ms (300 cycles)" in report.format().splitlines()
+
+
+def test_bounds_one_rule_for_layers_and_runs():
+    from vta.compiler.report import layer_bound, module_occupancy, run_bound
+    # occupancy counts the waits; fetch never bounds a layer
+    classes = {"fetch": {"busy": 900, "wait_token": 0, "wait_mem": 0},
+               "load": {"busy": 100, "wait_token": 0, "wait_mem": 300},
+               "compute": {"busy": 350, "wait_token": 10, "wait_mem": 0}, "store": {"busy": 5}}
+    assert module_occupancy(classes) == {"fetch": 900, "load": 400, "compute": 360, "store": 5}
+    assert layer_bound(module_occupancy(classes)) == "load"
+    assert layer_bound({"fetch": 3}) == "" and run_bound([]) == ""
+    # a run's bound bounds the most cycles, not the most layers
+    assert run_bound([("compute", 680), ("load", 834), ("", 50), ("load", 1075)]) == "load"
+    assert run_bound([("compute", 3000), ("load", 834), ("load", 1075)]) == "compute"

@@ -33,8 +33,8 @@ def test_frontier_of_nothing_and_of_one():
 
 def _row(design, model, latency, energy, status="ok"):
     return {"design": design, "model": model, "status": status, "latency_us": latency, "energy_uj": energy,
-            "cycles": int(latency * 100), "config_name": design, "lut": 1, "ff": 2, "dsp": 3, "bram": 4.0,
-            "area_clb": 10.0}
+            "energy_total_uj": energy + 0.5, "cycles": int(latency * 100), "config_name": design, "lut": 1, "ff": 2,
+            "dsp": 3, "bram": 4.0, "area_clb": 10.0}
 
 
 def test_suite_rows_sum_one_inference_of_each_model():
@@ -44,7 +44,19 @@ def test_suite_rows_sum_one_inference_of_each_model():
     assert len(suite) == 1  # y failed on m2, z was not measured on m2
     assert suite[0]["design"] == "x" and suite[0]["model"] == SUITE
     assert suite[0]["latency_us"] == 400.0 and suite[0]["inferences_per_s"] == pytest.approx(2500.0)
-    assert suite[0]["energy_uj"] == 3.0 and suite[0]["cycles"] == 40000
+    assert suite[0]["energy_uj"] == 3.0 and suite[0]["energy_total_uj"] == 4.0 and suite[0]["cycles"] == 40000
+
+
+def test_old_rows_are_read_with_todays_energy_meanings(tmp_path):
+    """A row written before energy_total_uj: its energy_uj included the static energy."""
+    from vta.sweep.store import ResultStore
+    with ResultStore(tmp_path / "r.sqlite") as store:
+        store.put({"design": "x", "model": "m", "mode": "model", "status": "ok", "energy_uj": 5.0,
+                   "energy": {"mac": 1.0, "dram": 2.5, "cpu": 0.0, "static": 1.5}})
+        store.put({"design": "y", "model": "m", "mode": "model", "status": "ok", "energy_uj": 3.5,
+                   "energy_total_uj": 5.0, "energy": {"mac": 1.0, "dram": 2.5, "cpu": 0.0, "static": 1.5}})
+        rows = store.rows()
+    assert [(r["energy_uj"], r["energy_total_uj"]) for r in rows] == [(3.5, 5.0), (3.5, 5.0)]
 
 
 def test_table_and_plots(tmp_path):

@@ -30,7 +30,10 @@ def test_rows_resume_and_retry(tmp_path):
     assert ok["cycles"] > 0 and 0 < ok["utilization"] <= 1
     assert ok["inferences_per_s"] == pytest.approx(1e6 / (ok["cycles"] / 100.0 + ok["cpu_us"]))
     assert (ok["lut"], ok["ff"], ok["dsp"], ok["bram"]) == (14212, 4667, 305, 151.5)
-    assert ok["energy_uj"] == pytest.approx(sum(ok["energy"].values()))
+    # energy_uj is the dynamic energy, as a run report's; energy_total_uj adds the static energy
+    assert ok["energy_total_uj"] == pytest.approx(sum(ok["energy"].values()))
+    assert ok["energy_uj"] == pytest.approx(ok["energy_total_uj"] - ok["energy"]["static"])
+    assert ok["energy"]["static"] > 0
     assert ok["started"] <= ok["finished"] and ok["worker"].endswith(tuple("0123456789"))
     assert int(ok["worker"].rsplit(":", 1)[1]) != os.getpid()  # measured in a worker process
     bad = rows["invalid[LOG_BLOCK=4,LOG_WGT_BUFF_SIZE=8]"]
