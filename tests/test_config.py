@@ -188,21 +188,16 @@ def test_load_config_missing_file(tmp_path: Path) -> None:
         load_config(path)
 
 
-def test_load_config_bad_json_and_toml(tmp_path: Path) -> None:
-    bad_json = tmp_path / "bad.json"
-    bad_json.write_text("{LOG_BATCH: 1}")
-    with pytest.raises(ConfigError, match=r"  - the file is not valid JSON: Expecting property name"):
-        load_config(bad_json)
-    bad_toml = tmp_path / "bad.toml"
-    bad_toml.write_text("LOG_BATCH = = 1\n")
-    with pytest.raises(ConfigError, match=r"  - the file is not valid TOML: "):
-        load_config(bad_toml)
-
-
-def test_load_config_not_a_table(tmp_path: Path) -> None:
-    path = tmp_path / "list.json"
-    path.write_text("[1, 2]")
-    with pytest.raises(ConfigError, match=r"  - the file must hold a table of keys, not list$"):
+@pytest.mark.parametrize("name, text, problem", [
+    ("bad.json", "{LOG_BATCH: 1}", r"  - the file is not valid JSON: Expecting property name"),
+    ("bad.toml", "LOG_BATCH = = 1\n", r"  - the file is not valid TOML: "),
+    ("list.json", "[1, 2]", r"  - the file must hold a table of keys, not list$"),
+])
+def test_load_config_refuses_a_file_that_is_not_a_table_of_keys(tmp_path: Path, name: str, text: str,
+                                                                 problem: str) -> None:
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=problem):
         load_config(path)
 
 

@@ -37,15 +37,20 @@ def test_write_after_read_race_on_out_buffer(small_cfg):
         fsim.run(prog)
 
 
+def _load_after_unordered_store(cfg, load):
+    """GEMM 0 resets out entry 0; STORE 1 writes it to out element 2 (DRAM bytes [16, 24) at 8-byte elements);
+    ``load`` (instruction 2) follows with no store->compute token between them; FINISH 3."""
+    return raw_program_after_data(cfg, [Gemm(reset=True, push_next=True), Store(dram_base=2, pop_prev=True), load,
+                                        Finish()])
+
+
 def test_dram_race_between_store_and_load(small_cfg):
     """A LOAD reading what a STORE wrote must be ordered after it through compute (out and inp elements: 8 bytes)."""
-    racy = raw_program_after_data(small_cfg, [Gemm(reset=True, push_next=True), Store(dram_base=2, pop_prev=True),
-                                              Load(mem=MEM_INP, dram_base=2), Finish()])
     with pytest.raises(RaceError, match=r"^race: instruction 2 \(LOAD INP\) reads DRAM byte 16, which instruction 1 "
                        r"\(STORE OUT\) writes, and no dependency token orders the two; the store module must push a "
                        r"token after that instruction which the load module pops \(through compute\) before this "
                        r"one$"):
-        fsim.run(racy)
+        fsim.run(_load_after_unordered_store(small_cfg, Load(mem=MEM_INP, dram_base=2)))
     ordered = raw_program_after_data(small_cfg, [Gemm(reset=True, push_next=True),
                                                  Store(dram_base=2, pop_prev=True, push_prev=True),
                                                  Gemm(uop_end=0, pop_next=True, push_prev=True),
@@ -113,12 +118,10 @@ def test_store_into_the_stream_with_nothing_fetched_before_it(small_cfg):
 
 def test_store_into_micro_ops_a_later_load_reads(small_cfg):
     """Micro-ops are DRAM data read by LOAD UOP (compute): a STORE into them needs a store->compute token."""
-    racy = raw_program_after_data(small_cfg, [Gemm(reset=True, push_next=True), Store(dram_base=2, pop_prev=True),
-                                              Load(mem=MEM_UOP, dram_base=4), Finish()])
     with pytest.raises(RaceError, match=r"^race: instruction 2 \(LOAD UOP\) reads DRAM byte 16, which instruction 1 "
                        r"\(STORE OUT\) writes, and no dependency token orders the two; the store module must push a "
                        r"token after that instruction which the compute module pops before this one$"):
-        fsim.run(racy)
+        fsim.run(_load_after_unordered_store(small_cfg, Load(mem=MEM_UOP, dram_base=4)))
     war = raw_program_after_data(small_cfg, [Gemm(reset=True, push_next=True), Load(mem=MEM_UOP, dram_base=4),
                                              Store(dram_base=2, pop_prev=True, push_prev=True), Finish(pop_next=True)])
     with pytest.raises(RaceError, match=r"^race: instruction 2 \(STORE OUT\) overwrites DRAM byte 16, which "
