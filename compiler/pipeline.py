@@ -40,7 +40,7 @@ from .lowering.intrin import Intrinsics, intrinsics
 from .lowering.layout import packed_activation_shape
 from .lowering.partition import Decision, Lowered, partition
 from .lowering.schedule import ConvTiling
-from .lowering.search import LayerPlan, plan_program, search_conv, tiling_to_dict
+from .lowering.search import LayerPlan, SearchCache, plan_program, search_conv, tiling_to_dict
 from .options import CompileOptions
 from .runtime.compiled import AccelStep, Compiled, CpuStep, Step, _progress
 
@@ -165,19 +165,21 @@ def partition_graph(graph: Graph, intr: Intrinsics, *, policy: str = "auto",
 
 
 def accel_step(graph: Graph, node: Node, lowered: Lowered, intr: Intrinsics, *, threads: int = 2,
-               search: bool = True) -> AccelStep:
+               search: bool = True, search_cache: SearchCache | None = None) -> AccelStep:
     """The accelerator step of ``node``: the tiling and program of its ``lowered`` layer on ``intr``'s config.
 
     ``threads``: 2 (double buffering, latency hiding; the search may still pick one thread for a layer where the
     cycle model says it is faster) or 1 (single-threaded programs only). ``search``: pick a conv/dense tiling by
     the cycle model (:func:`.lowering.search.search_conv`); False keeps :func:`.schedule.plan_conv`'s (fewest
-    bytes). The step records the schedule and the model's predicted cycles of its program."""
+    bytes); ``search_cache``: the search's caches (:class:`.lowering.search.SearchCache`; None: a new one). The step
+    records the schedule and the model's predicted cycles of its program."""
     cfg = intr.cfg
     layer = lowered.layer
     cycles: int | None = None
     bound = ""
     if isinstance(layer, ConvLayer):
-        found = search_conv(cfg, layer, threads=(1, 2) if threads == 2 else (1,)) if search else None
+        found = search_conv(cfg, layer, threads=(1, 2) if threads == 2 else (1,),
+                            cache=search_cache) if search else None
         if found is not None and found.built is not None:  # the search built and estimated the chosen program
             program, code = found.built
             assert found.plan is not None
@@ -215,22 +217,26 @@ def _tiling_label(t: ConvTiling) -> str:
 
 
 def compile_graph(graph: Graph, cfg: VTAConfig, *, policy: str = "auto", force_cpu: Iterable[str] = (),
-                  double_buffer: bool = True, progress: bool = False, stem: str = "auto") -> Compiled:
+                  double_buffer: bool = True, progress: bool = False, stem: str = "auto",
+                  search_cache: SearchCache | None = None) -> Compiled:
     """Partition the quantized ``graph`` and generate a program for every accelerator node (see
     :func:`partition_graph` and :func:`accel_step`); ``policy`` as in :data:`.partition.POLICIES`, ``force_cpu``
     names nodes kept on the CPU.
 
     ``double_buffer=False`` generates single-threaded programs (no latency hiding), to measure what it buys.
     ``progress`` shows a progress bar (tqdm). ``stem``: a first convolution's lowering (:data:`.partition.STEMS`;
-    ``auto``: the fastest estimate)."""
+    ``auto``: the fastest estimate). ``search_cache``: the schedule search's caches, shared by every layer
+    (:class:`.lowering.search.SearchCache`; None: one for this compile, which reads and adds to the cache folder)."""
     start = time.perf_counter()
+    search_cache = SearchCache() if search_cache is None else search_cache
     intr = intrinsics(cfg)
     decisions, lowered = partition_graph(graph, intr, policy=policy, force_cpu=force_cpu, stem=stem)
     threads = 2 if double_buffer else 1
     steps: list[Step] = []
     for node in _progress(graph.nodes, progress, "compile"):
         if decisions[node.name].target == "accel":
-            steps.append(accel_step(graph, node, lowered[node.name], intr, threads=threads))
+            steps.append(accel_step(graph, node, lowered[node.name], intr, threads=threads,
+                                    search_cache=search_cache))
         else:
             steps.append(CpuStep(node, decisions[node.name].macs))
     return Compiled(cfg, graph, steps, decisions, time.perf_counter() - start, {"double_buffer": double_buffer})
@@ -261,13 +267,15 @@ class Planned:
 
 
 def plan_graph(graph: Graph, cfg: VTAConfig, *, policy: str = "auto", force_cpu: Iterable[str] = (),
-               double_buffer: bool = True, stem: str = "auto") -> Planned:
+               double_buffer: bool = True, stem: str = "auto", search_cache: SearchCache | None = None) -> Planned:
     """What :func:`compile_graph` (same arguments) predicts for each accelerator layer -- the same partition, the
     same schedule search, the same predicted cycles, bounding module and event counts -- without keeping programs:
     a convolution's cost comes from the search (:attr:`.lowering.search.SearchResult.plan`, usually from its caches
     without building a program), a residual add's program is built and estimated. What a model-mode sweep needs, several
-    times faster than compiling when the schedules are known."""
+    times faster than compiling when the schedules are known. ``search_cache``: as in :func:`compile_graph` (a sweep's
+    worker passes one for all its points)."""
     start = time.perf_counter()
+    search_cache = SearchCache() if search_cache is None else search_cache
     intr = intrinsics(cfg)
     decisions, lowered = partition_graph(graph, intr, policy=policy, force_cpu=force_cpu, stem=stem)
     threads = 2 if double_buffer else 1
@@ -279,7 +287,7 @@ def plan_graph(graph: Graph, cfg: VTAConfig, *, policy: str = "auto", force_cpu:
             continue
         layer = lowered[node.name].layer
         if isinstance(layer, ConvLayer):
-            found = search_conv(cfg, layer, threads=(1, 2) if threads == 2 else (1,))
+            found = search_conv(cfg, layer, threads=(1, 2) if threads == 2 else (1,), cache=search_cache)
             plan = found.plan or plan_program(build_conv_program(cfg, layer, tiling=found.tiling)[0])
             schedule: dict[str, Any] = tiling_to_dict(found.tiling)
             macs = node_macs(graph, node)

@@ -41,6 +41,16 @@ COMPILE_CACHE_SIZE = 8
 
 _graphs: dict[str, Any] = {}
 _compiled: OrderedDict[tuple[str, str, str], Any] = OrderedDict()
+_search: list[Any] = []
+"""The worker's one :class:`vta.compiler.lowering.search.SearchCache`, made on first use: the schedule searches and
+candidate plans of one point serve the next (designs that differ only in buffer sizes share most candidates)."""
+
+
+def _search_cache() -> Any:
+    if not _search:
+        from vta.compiler.lowering.search import SearchCache
+        _search.append(SearchCache())
+    return _search[0]
 
 
 class PointTimeout(BaseException):
@@ -100,7 +110,8 @@ def _compile(model: str, cfg: VTAConfig, knobs: dict[str, Any], mode: str) -> tu
         return _compiled[key], 0.0
     start = time.perf_counter()
     build = plan_graph if mode == "model" else compile_graph
-    compiled = build(_quantized(model), cfg, policy=knobs["policy"], double_buffer=knobs["double_buffer"])
+    compiled = build(_quantized(model), cfg, policy=knobs["policy"], double_buffer=knobs["double_buffer"],
+                     search_cache=_search_cache())
     _compiled[key] = compiled
     while len(_compiled) > COMPILE_CACHE_SIZE:
         _compiled.popitem(last=False)

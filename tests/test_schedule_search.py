@@ -11,7 +11,7 @@ from vta.compiler.lowering import search
 from vta.compiler.lowering.codegen import ConvLayer, alu_passes, build_conv_program
 from vta.compiler.lowering.intrin import intrinsics
 from vta.compiler.lowering.schedule import ConvTiling, conv_candidates, plan_conv
-from vta.compiler.lowering.search import search_conv, tiling_from_dict, tiling_to_dict
+from vta.compiler.lowering.search import SearchCache, search_conv, tiling_from_dict, tiling_to_dict
 from vta.compiler.pipeline import compile_model
 from vta.compiler.runtime.compiled import AccelStep
 from vta.config import VTAConfig
@@ -66,34 +66,30 @@ def test_search_beats_or_equals_plan_conv_and_reports_the_model(tmp_path, monkey
     assert result.evaluated >= 2 and result.source == "search"
 
 
-def test_search_cache_in_memory_and_on_disk(tmp_path, monkeypatch):
-    monkeypatch.setenv("VTA_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(search, "_memory", {})
-    monkeypatch.setattr(search, "_candidates", search.OrderedDict())
+def test_search_cache_in_memory_and_on_disk(tmp_path):
+    cache = SearchCache(tmp_path / "schedules")
     cfg = VTAConfig()
     layer = _layer(32, 9, 48, seed=1)
-    first = search_conv(cfg, layer)
+    first = search_conv(cfg, layer, cache=cache)
     files = list((tmp_path / "schedules").glob("*.json"))
     assert len(files) == 1 and first.source == "search"
     data = json.loads(files[0].read_text())
     assert tiling_from_dict(layer.geom, data["tiling"]) == first.tiling
     assert data["predicted_cycles"] == first.predicted_cycles
-    assert search_conv(cfg, layer).source == "memory"
-    search._memory.clear()
-    again = search_conv(cfg, layer)
+    assert search_conv(cfg, layer, cache=cache).source == "memory"
+    cache.results.clear()
+    again = search_conv(cfg, layer, cache=cache)
     assert (again.source, again.tiling, again.predicted_cycles) == ("disk", first.tiling, first.predicted_cycles)
     files[0].write_text("{not json")  # a damaged entry is searched again and rewritten
-    search._memory.clear()
-    assert search_conv(cfg, layer).source == "search"
+    cache.results.clear()
+    assert search_conv(cfg, layer, cache=cache).source == "search"
     assert json.loads(files[0].read_text())["tiling"] == tiling_to_dict(first.tiling)
     left = [p for p in (tmp_path / "schedules").rglob("*") if p.is_file() and p.suffix != ".json"]
     assert not left  # no temporary files left
     assert len(list((tmp_path / "schedules" / "candidates").glob("*.json"))) == first.built_programs
-    # another process (empty memory) searching afresh finds every candidate's plan on disk: nothing is built
+    # another process (a new cache: empty memory) searching afresh finds every candidate's plan on disk
     files[0].unlink()
-    search._memory.clear()
-    search._candidates.clear()
-    other = search_conv(cfg, layer)
+    other = search_conv(cfg, layer, cache=SearchCache(tmp_path / "schedules"))
     assert (other.source, other.tiling, other.predicted_cycles) == ("search", first.tiling, first.predicted_cycles)
     assert other.built_programs == 0 and other.plan == first.plan
 
@@ -119,7 +115,7 @@ def test_steps_record_schedule_and_prediction(tmp_path, monkeypatch):
     assert all(s.schedule["threads"] == 1 for s in single.steps if isinstance(s, AccelStep) and s.macs)
 
 
-def test_buffer_sizes_reach_a_tiling_only_as_sram_bases(tmp_path, monkeypatch):
+def test_buffer_sizes_reach_a_tiling_only_as_sram_bases(tmp_path):
     """The candidate memo (search._candidate_key) shares predictions between configs that differ only in the inp,
     wgt and acc buffer sizes: for one tiling their programs differ only in SRAM base addresses and micro-op words,
     and the cycle model predicts the same cycles; a search under the second config with the memo filled by the first
@@ -127,8 +123,7 @@ def test_buffer_sizes_reach_a_tiling_only_as_sram_bases(tmp_path, monkeypatch):
     import dataclasses
 
     from vta.isa import Alu, Gemm
-    monkeypatch.setenv("VTA_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(search, "_memory", {})
+    cache = SearchCache(tmp_path)
     small = VTAConfig(log_inp_buff_size=14, log_wgt_buff_size=17, log_acc_buff_size=16)
     big = VTAConfig()  # the same 32-bit micro-ops: larger buffers would need 64-bit ones (another key)
     assert small.uop_bits == big.uop_bits
@@ -141,30 +136,28 @@ def test_buffer_sizes_reach_a_tiling_only_as_sram_bases(tmp_path, monkeypatch):
         assert any(isinstance(i, (Gemm, Alu)) for i in a.insns)
         assert estimate(a).cycles == estimate(b).cycles
         assert search._candidate_key(layer, small, t) == search._candidate_key(layer, big, t)
-    search_conv(small, layer, use_cache=False)
-    fresh = search_conv(big, layer, use_cache=False)
-    search._memory.clear()
-    search_conv(small, layer)
-    memo = search_conv(big, layer)
+    search_conv(small, layer, use_cache=False, cache=cache)
+    fresh = search_conv(big, layer, use_cache=False, cache=cache)
+    cache.results.clear()
+    search_conv(small, layer, cache=cache)
+    memo = search_conv(big, layer, cache=cache)
     assert (memo.tiling, memo.predicted_cycles) == (fresh.tiling, fresh.predicted_cycles)
     assert memo.built_programs < memo.evaluated
 
 
 @pytest.mark.parametrize("cfg", [VTAConfig(), VTAConfig(log_block=3, bus_bytes=16, log_acc_buff_size=16)],
                          ids=["default", "block8"])
-def test_plan_graph_predicts_what_compile_graph_builds(cfg, tmp_path, monkeypatch):
+def test_plan_graph_predicts_what_compile_graph_builds(cfg, tmp_path):
     """plan_graph (a model-mode sweep's compile, without programs) gives each accelerator layer the schedule,
     predicted cycles, bounding module and event counts of compile_graph's program, from a cold cache and again
     from a warm one."""
     from vta.compiler.pipeline import compile_graph, plan_graph
     from vta.counts import program_counts
     from vta.sweep.measure import _quantized
-    monkeypatch.setenv("VTA_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(search, "_memory", {})
-    monkeypatch.setattr(search, "_candidates", search.OrderedDict())
+    cache = SearchCache(tmp_path)
     graph = _quantized("mini_resnet")
-    planned = plan_graph(graph, cfg)
-    compiled = compile_graph(graph, cfg)
+    planned = plan_graph(graph, cfg, search_cache=cache)
+    compiled = compile_graph(graph, cfg, search_cache=cache)
     steps = [s for s in compiled.steps if isinstance(s, AccelStep)]
     assert len(steps) == len(planned.layers) == compiled.accel_steps > 0
     assert [s.node.name for s in compiled.steps if s.where == "cpu"] == [s.node.name for s in planned.cpu]
@@ -172,6 +165,6 @@ def test_plan_graph_predicts_what_compile_graph_builds(cfg, tmp_path, monkeypatc
         assert (layer.node.name, layer.macs, layer.schedule) == (step.node.name, step.macs, step.schedule)
         assert (layer.plan.cycles, layer.plan.bound) == (step.predicted_cycles, step.schedule["bound"])
         assert layer.plan.counts == program_counts(step.program)
-    search._memory.clear()
-    again = plan_graph(graph, cfg)
+    cache.results.clear()
+    again = plan_graph(graph, cfg, search_cache=cache)
     assert [(x.plan, x.schedule) for x in again.layers] == [(x.plan, x.schedule) for x in planned.layers]

@@ -7,6 +7,7 @@ builds the best few programs (:func:`.codegen.build_conv_program`) and estimates
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import importlib
 import json
@@ -24,8 +25,8 @@ from .codegen import ConvLayer, LayerCode, alu_passes, build_conv_program, fused
 from .intrin import intrinsics
 from .schedule import ConvGeometry, ConvTiling, conv_candidates, plan_conv
 
-__all__ = ["LayerPlan", "plan_program", "SearchResult", "search_conv", "tiling_to_dict", "tiling_from_dict",
-           "SEARCH_KEEP"]
+__all__ = ["LayerPlan", "plan_program", "SearchResult", "SearchCache", "search_conv", "tiling_to_dict",
+           "tiling_from_dict", "SEARCH_KEEP"]
 
 
 SEARCH_KEEP = 8
@@ -78,8 +79,8 @@ class SearchResult:
     """The chosen tiling's cost (cycles, bounding module, event counts), so a model-mode sweep needs no program
     (:func:`.pipeline.plan_graph`); None only for a disk cache entry written before plans were stored."""
     built_programs: int = 0
-    """Candidate programs the search built and estimated (the others' predictions came from the per-process memo of
-    candidates, :func:`_candidate_key`)."""
+    """Candidate programs the search built and estimated (the others' predictions came from the
+    :class:`SearchCache`'s candidate plans, :func:`_candidate_key`)."""
 
 
 def tiling_to_dict(t: ConvTiling) -> dict[str, int | str | bool]:
@@ -92,29 +93,23 @@ def tiling_from_dict(geom: ConvGeometry, data: dict) -> ConvTiling:
     return ConvTiling(geom, **{name: data[name] for name in _TILING_FIELDS})
 
 
-_memory: dict[str, tuple[dict, int, LayerPlan | None]] = {}
-
-
+@functools.cache
 def _source_digest() -> str:
-    """A digest of the sources the search result depends on (tiling rules, code generation, cycle model, event
-    counts)."""
+    """A digest of the sources the search result depends on (tiling rules, code generation, the micro-op cache, the
+    search, the cycle model, event counts): a change to any of them makes every cached result stale."""
     h = hashlib.sha256()
-    for name in (f"{__package__}.schedule", f"{__package__}.codegen", "vta.cost", "vta.counts"):
+    for name in (f"{__package__}.schedule", f"{__package__}.codegen", f"{__package__}.uopcache", __name__,
+                 "vta.cost", "vta.counts"):
         module = importlib.import_module(name)
         with open(module.__file__ or "", "rb") as f:
             h.update(f.read())
     return h.hexdigest()[:16]
 
 
-_DIGEST: list[str] = []
-
-
 def _search_key(layer: ConvLayer, cfg: VTAConfig, threads: tuple[int, ...], bias: tuple[bool, ...]) -> str:
     """The cache key of a search: layer geometry, the ALU passes, the config's fields, the options, the sources."""
-    if not _DIGEST:
-        _DIGEST.append(_source_digest())
     g = layer.geom
-    data = {"v": _SEARCH_VERSION, "src": _DIGEST[0], "cfg": dataclasses.asdict(cfg),
+    data = {"v": _SEARCH_VERSION, "src": _source_digest(), "cfg": dataclasses.asdict(cfg),
             "geom": [g.n, g.c, g.h, g.w, g.o, g.kh, g.kw, g.sh, g.sw, list(g.pads), g.groups],
             "alu": alu_passes(layer, fused=fused_requant(layer, intrinsics(cfg))), "per_tensor": layer.per_tensor,
             "threads": list(threads), "bias": list(bias)}
@@ -126,8 +121,7 @@ _PLACEMENT_FIELDS = ("log_inp_buff_size", "log_wgt_buff_size", "log_acc_buff_siz
 thread's part of the buffer starts), which the cycle model does not read: candidates estimated under one of them
 are valid under another (``tests/test_schedule_search.py`` checks it)."""
 CANDIDATE_MEMO_SIZE = 20000
-"""Candidate estimates kept per process (least recently used dropped first)."""
-_candidates: OrderedDict[str, LayerPlan] = OrderedDict()
+"""Candidate estimates a :class:`SearchCache` keeps in memory (least recently used dropped first)."""
 
 
 def _candidate_key(layer: ConvLayer, cfg: VTAConfig, t: ConvTiling) -> str:
@@ -135,99 +129,140 @@ def _candidate_key(layer: ConvLayer, cfg: VTAConfig, t: ConvTiling) -> str:
     of :data:`_PLACEMENT_FIELDS` (the micro-op width they imply is kept: it sets the micro-op kernels' DRAM bytes).
     Designs of a sweep that differ only in buffer sizes share most candidates (ResNet-18 over 12 buffer-size
     combinations: 2,151 candidates, 292 distinct)."""
-    if not _DIGEST:
-        _DIGEST.append(_source_digest())
     g = layer.geom
     fields = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in _PLACEMENT_FIELDS}
-    data = {"v": _SEARCH_VERSION, "src": _DIGEST[0], "cfg": fields, "uop_bits": cfg.uop_bits,
+    data = {"v": _SEARCH_VERSION, "src": _source_digest(), "cfg": fields, "uop_bits": cfg.uop_bits,
             "geom": [g.n, g.c, g.h, g.w, g.o, g.kh, g.kw, g.sh, g.sw, list(g.pads), g.groups],
             "alu": alu_passes(layer, fused=fused_requant(layer, intrinsics(cfg))), "per_tensor": layer.per_tensor,
             "tiling": tiling_to_dict(t)}
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:32]
 
 
-def _disk_path(key: str, folder: str = "") -> Path | None:
-    """The JSON file of ``key`` under ``schedules/`` (search results) or ``schedules/<folder>/`` (``candidates``:
-    candidate plans) in the cache folder, or None when no cache folder can be determined."""
+def _default_folder() -> Path | None:
+    """``schedules/`` in the cache folder (:func:`vta.cache.cache_root`), or None when none can be determined."""
     try:
-        return Path(cache_root("schedules")) / folder / f"{key}.json"
+        return Path(cache_root("schedules"))
     except (OSError, ImportError):
         return None
 
 
-def _cache_load(path: Path | None, key: str) -> dict[str, Any] | None:
-    """The JSON entry at ``path`` written for ``key``, or None when absent or unreadable (searched again)."""
-    if path is None or not path.is_file():
-        return None
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) and data.get("key") == key else None
+SearchHit = tuple[dict, int, LayerPlan | None]
+"""A cached search result: the tiling (:func:`tiling_to_dict`), its predicted cycles, its plan (None for a disk
+entry written before plans were stored)."""
 
 
-def _cache_store(path: Path | None, data: dict[str, Any]) -> None:
-    """Write ``data`` to ``path`` atomically (temporary file, then os.replace; JSON); a read-only cache only costs
-    the next compile a search."""
-    if path is None:
-        return
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(path, json.dumps(data, sort_keys=True))
-    except OSError:
-        pass
+class SearchCache:
+    """The schedule search's caches, one object that whoever compiles creates and passes down (the pipeline makes
+    one per compile unless given one; a sweep's worker keeps one for all its points; a test makes its own).
 
+    * search results (:func:`_search_key` -> :data:`SearchHit`) in memory and as JSON files in ``folder``;
+    * candidate plans (:func:`_candidate_key` -> :class:`LayerPlan`) in memory, at most ``memo_size`` (least recently
+      used dropped first), and in ``folder/candidates/``, shared by configs that differ only in buffer sizes and by
+      the processes of a sweep.
 
-def _disk_read(key: str) -> tuple[dict, int, LayerPlan | None] | None:
-    """The cached (tiling, predicted cycles, plan or None) of search ``key``, or None when absent or damaged."""
-    data = _cache_load(_disk_path(key), key)
-    if data is None:
-        return None
-    try:
-        plan = LayerPlan.from_data(data["plan"]) if "plan" in data else None
-        return dict(data["tiling"]), int(data["predicted_cycles"]), plan
-    except (ValueError, KeyError, TypeError, AttributeError):  # a damaged entry is searched again and rewritten
-        return None
+    ``folder``: where the JSON files live (default: ``schedules/`` in the cache folder); ``disk=False``: memory only.
+    A damaged or unreadable file counts as absent (searched again and rewritten); a read-only folder only costs
+    searches.
+    """
 
+    def __init__(self, folder: Path | str | None = None, *, disk: bool = True,
+                 memo_size: int = CANDIDATE_MEMO_SIZE) -> None:
+        self.folder: Path | None = None if not disk else _default_folder() if folder is None else Path(folder)
+        self.memo_size = memo_size
+        self.results: dict[str, SearchHit] = {}
+        self.candidates: OrderedDict[str, LayerPlan] = OrderedDict()
 
-def _candidate_read(ckey: str) -> LayerPlan | None:
-    """Candidate ``ckey``'s plan from the disk cache (another process of a sweep may have estimated it), or None
-    when absent or damaged (estimated again and rewritten)."""
-    data = _cache_load(_disk_path(ckey, "candidates"), ckey)
-    try:
-        return LayerPlan.from_data(data["plan"]) if data is not None else None
-    except (ValueError, KeyError, TypeError, AttributeError):
-        return None
+    def _path(self, key: str, sub: str = "") -> Path | None:
+        return None if self.folder is None else self.folder / sub / f"{key}.json"
 
+    def _load(self, path: Path | None, key: str) -> dict[str, Any] | None:
+        """The JSON entry at ``path`` written for ``key``, or None when absent or unreadable."""
+        if path is None or not path.is_file():
+            return None
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) and data.get("key") == key else None
 
-def _disk_write(key: str, tiling: dict, cycles: int, plan: LayerPlan | None) -> None:
-    """Store search ``key``'s result (:func:`_cache_store`)."""
-    data: dict[str, Any] = {"key": key, "tiling": tiling, "predicted_cycles": cycles}
-    if plan is not None:
-        data["plan"] = plan.to_data()
-    _cache_store(_disk_path(key), data)
+    def _store(self, path: Path | None, data: dict[str, Any]) -> None:
+        """Write ``data`` to ``path`` atomically (JSON); a read-only cache only costs the next compile a search."""
+        if path is None:
+            return
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(path, json.dumps(data, sort_keys=True))
+        except OSError:
+            pass
+
+    def result(self, key: str) -> tuple[SearchHit, str] | None:
+        """Search ``key``'s cached result and where it was found (``"memory"`` or ``"disk"``), or None."""
+        hit = self.results.get(key)
+        if hit is not None:
+            return hit, "memory"
+        data = self._load(self._path(key), key)
+        if data is None:
+            return None
+        try:
+            plan = LayerPlan.from_data(data["plan"]) if "plan" in data else None
+            hit = dict(data["tiling"]), int(data["predicted_cycles"]), plan
+        except (ValueError, KeyError, TypeError, AttributeError):  # a damaged entry is searched again and rewritten
+            return None
+        self.results[key] = hit
+        return hit, "disk"
+
+    def store_result(self, key: str, hit: SearchHit, *, disk: bool = True) -> None:
+        """Keep search ``key``'s result in memory and (``disk``) in the folder."""
+        self.results[key] = hit
+        if disk:
+            data: dict[str, Any] = {"key": key, "tiling": hit[0], "predicted_cycles": hit[1]}
+            if hit[2] is not None:
+                data["plan"] = hit[2].to_data()
+            self._store(self._path(key), data)
+
+    def candidate(self, ckey: str) -> LayerPlan | None:
+        """Candidate ``ckey``'s plan from memory or the folder (another process may have estimated it), or None."""
+        plan = self.candidates.get(ckey)
+        if plan is not None:
+            self.candidates.move_to_end(ckey)
+            return plan
+        data = self._load(self._path(ckey, "candidates"), ckey)
+        try:
+            plan = LayerPlan.from_data(data["plan"]) if data is not None else None
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return None
+        if plan is not None:
+            self._remember(ckey, plan)
+        return plan
+
+    def store_candidate(self, ckey: str, plan: LayerPlan, *, disk: bool = True) -> None:
+        """Keep candidate ``ckey``'s plan in memory and (``disk``) in the folder."""
+        self._remember(ckey, plan)
+        if disk:
+            self._store(self._path(ckey, "candidates"), {"key": ckey, "plan": plan.to_data()})
+
+    def _remember(self, ckey: str, plan: LayerPlan) -> None:
+        self.candidates[ckey] = plan
+        while len(self.candidates) > self.memo_size:
+            self.candidates.popitem(last=False)
 
 
 def search_conv(cfg: VTAConfig, layer: ConvLayer, *, threads: tuple[int, ...] = (1, 2),
                 bias_load: tuple[bool, ...] = (False, True), keep: int = SEARCH_KEEP,
-                use_cache: bool = True) -> SearchResult:
-    """The fastest tiling of ``layer`` by the cycle model (:func:`.cost.estimate`): every candidate of
+                use_cache: bool = True, cache: SearchCache | None = None) -> SearchResult:
+    """The fastest tiling of ``layer`` by the cycle model (:func:`vta.cost.estimate`): every candidate of
     :func:`~.schedule.conv_candidates` is ranked by its quick bound, the ``keep`` best (and
     :func:`~.schedule.plan_conv`'s tiling) get their programs built and estimated, and the fewest predicted cycles
-    win (ties: fewer DMA bytes). Results are cached per (layer shape, ALU passes, config, options) in memory and as
-    JSON under ``vta.cache.cache_root("schedules")``; each candidate's plan (predicted cycles, bounding module, event
-    counts) is kept in a per-process memo and on disk (``schedules/candidates/``), shared by configs that differ only
-    in buffer sizes (:func:`_candidate_key`) and by the processes of a sweep. ``use_cache=False`` searches afresh."""
+    win (ties: fewer DMA bytes). Results are cached per (layer shape, ALU passes, config, options) and each
+    candidate's plan (predicted cycles, bounding module, event counts) per :func:`_candidate_key`, in ``cache``
+    (:class:`SearchCache`; None: a new one, which still finds what earlier processes left in the cache folder).
+    ``use_cache=False`` searches afresh: nothing is read, and nothing is written to the folder."""
+    cache = SearchCache() if cache is None else cache
     key = _search_key(layer, cfg, threads, bias_load)
-    if use_cache:
-        hit = _memory.get(key)
-        source = "memory"
-        if hit is None:
-            hit = _disk_read(key)
-            source = "disk"
-        if hit is not None:
-            _memory[key] = hit
-            return SearchResult(tiling_from_dict(layer.geom, hit[0]), hit[1], 0, source, plan=hit[2])
+    found = cache.result(key) if use_cache else None
+    if found is not None:
+        hit, source = found
+        return SearchResult(tiling_from_dict(layer.geom, hit[0]), hit[1], 0, source, plan=hit[2])
     intr = intrinsics(cfg)
     fused = fused_requant(layer, intr)
     n_alu = len(alu_passes(layer, fused=fused))
@@ -247,26 +282,15 @@ def search_conv(cfg: VTAConfig, layer: ConvLayer, *, threads: tuple[int, ...] = 
     for t in chosen:
         ckey = _candidate_key(layer, cfg, t)
         made: tuple[Program, LayerCode] | None = None
-        plan = _candidates.get(ckey) if use_cache else None
-        if plan is not None:
-            _candidates.move_to_end(ckey)
-        else:
-            plan = _candidate_read(ckey) if use_cache else None
-            if plan is None:
-                made = build_conv_program(cfg, layer, None, t)
-                plan = plan_program(made[0])
-                built += 1
-                if use_cache:
-                    _cache_store(_disk_path(ckey, "candidates"), {"key": ckey, "plan": plan.to_data()})
-            _candidates[ckey] = plan
-            while len(_candidates) > CANDIDATE_MEMO_SIZE:
-                _candidates.popitem(last=False)
+        plan = cache.candidate(ckey) if use_cache else None
+        if plan is None:
+            made = build_conv_program(cfg, layer, None, t)
+            plan = plan_program(made[0])
+            built += 1
+            cache.store_candidate(ckey, plan, disk=use_cache)
         rank = (plan.cycles, t.dma_bytes(intr))
         if best is None or rank < best[:2]:
             best = (plan.cycles, rank[1], t, plan, made)
     assert best is not None
-    result = (tiling_to_dict(best[2]), best[0], best[3])
-    _memory[key] = result
-    if use_cache:
-        _disk_write(key, *result)
+    cache.store_result(key, (tiling_to_dict(best[2]), best[0], best[3]), disk=use_cache)
     return SearchResult(best[2], best[0], len(chosen), "search", best[4], best[3], built)
