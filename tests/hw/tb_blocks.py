@@ -85,6 +85,26 @@ def _alu_operands(rng, lanes):
     return np.where(pick == 0, rand, np.where(pick == 1, small, rng.choice(edge, lanes)))
 
 
+async def _check_alu(dut, lanes, op, a, b, imm=None):
+    """Driver: ``op`` on lanes ``a`` and ``b`` (and the 16-bit immediate ``imm`` of the requant ALU, when given);
+    checker: every lane of the result against ``vta.fsim.alu_op`` (the ALU is combinational: sampled after it
+    settles)."""
+    dut.op.value = op
+    dut.a.value = _pack(a, 32)
+    dut.b.value = _pack(b, 32)
+    if imm is not None:
+        dut.imm.value = imm & 0xFFFF
+    await Timer(1, unit="ns")
+    await ReadOnly()
+    got = _unpack(int(dut.res.value), 32, lanes)
+    want = (alu_op(op, a, b) if imm is None else alu_op(op, a, b, imm)).astype(np.int64)
+    bad = np.flatnonzero(got != want)
+    given = "" if imm is None else f" imm={imm}"
+    assert bad.size == 0, (f"op {op}, lane {bad[0]}: a={a[bad[0]]} b={b[bad[0]]}{given} gave {got[bad[0]]}, "
+                           f"want {want[bad[0]]}")
+    await Timer(1, unit="ns")
+
+
 @cocotb.test()
 async def tensor_alu(dut):
     """Driver: every opcode on random, small and edge-case int32 lanes; model: ``vta.fsim.alu_op``; checker:
@@ -93,18 +113,7 @@ async def tensor_alu(dut):
     rng = np.random.default_rng(2)
     for k in range(N):
         op = k % 5
-        a, b = _alu_operands(rng, lanes), _alu_operands(rng, lanes)
-        dut.op.value = op
-        dut.a.value = _pack(a, 32)
-        dut.b.value = _pack(b, 32)
-        await Timer(1, unit="ns")
-        await ReadOnly()
-        got = _unpack(int(dut.res.value), 32, lanes)
-        want = alu_op(op, a, b).astype(np.int64)
-        bad = np.flatnonzero(got != want)
-        assert bad.size == 0, (f"op {op}, lane {bad[0]}: a={a[bad[0]]} b={b[bad[0]]} gave {got[bad[0]]}, "
-                               f"want {want[bad[0]]}")
-        await Timer(1, unit="ns")
+        await _check_alu(dut, lanes, op, _alu_operands(rng, lanes), _alu_operands(rng, lanes))
 
 
 @cocotb.test()
@@ -118,19 +127,7 @@ async def tensor_alu_requant(dut):
         a, b = _alu_operands(rng, lanes), _alu_operands(rng, lanes)
         if op == 5 and k % 12 < 6:  # realistic requant words: 16-bit multiplier, shift in [-32, 31]
             b = (rng.integers(-32, 32, lanes) & 63) << 16 | (rng.integers(-2**15, 2**15, lanes) & 0xFFFF)
-        imm = int(rng.integers(-2**15, 2**15))
-        dut.op.value = op
-        dut.a.value = _pack(a, 32)
-        dut.b.value = _pack(b, 32)
-        dut.imm.value = imm & 0xFFFF
-        await Timer(1, unit="ns")
-        await ReadOnly()
-        got = _unpack(int(dut.res.value), 32, lanes)
-        want = alu_op(op, a, b, imm).astype(np.int64)
-        bad = np.flatnonzero(got != want)
-        assert bad.size == 0, (f"op {op}, lane {bad[0]}: a={a[bad[0]]} b={b[bad[0]]} imm={imm} gave {got[bad[0]]}, "
-                               f"want {want[bad[0]]}")
-        await Timer(1, unit="ns")
+        await _check_alu(dut, lanes, op, a, b, imm=int(rng.integers(-2**15, 2**15)))
 
 
 @cocotb.test()
