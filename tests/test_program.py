@@ -342,3 +342,36 @@ def test_with_data_fills_allocations_in_a_copy_and_names_bad_ones():
         program.with_data({"b": values})
     with pytest.raises(ValueError, match="value for 'c' has 8 bytes; the allocation holds 12"):
         program.with_data({"c": values[:2]})
+
+
+@pytest.mark.parametrize("total", [None, 5])
+@pytest.mark.parametrize("slots", [1, 2])
+def test_slot_ring_balances_its_tokens_and_runs(slots, total):
+    """Five uses of a load -> compute ring: every token pushed is popped (with ``total`` none is pushed that no use
+    pops; without it ``drain`` pops the rest), the parts alternate, and fsim runs the program to its end."""
+    from vta.counts import token_counts
+    from vta.program import SlotRing
+    cfg = VTAConfig()
+    b = ProgramBuilder(cfg)
+    x = b.alloc("x", np.ones((2, cfg.batch, cfg.block_in), np.int8))
+    ring = SlotRing(b, "load", "compute", slots, total=total)
+    parts = []
+    for _ in range(5):
+        parts.append(ring.claim())
+        b.load(MEM_INP, sram_base=parts[-1], dram_base=b.elem_addr(x, MEM_INP), x_size=1)
+        ring.handoff()
+        b.gemm(uop_bgn=0, uop_end=1, reset=True)
+        ring.release()
+    ring.drain()
+    program = b.finish()
+    counts = token_counts(program.insns)
+    assert parts == [k % slots for k in range(5)]
+    assert counts["load_to_compute_pushes"] == counts["load_to_compute_pops"] == 5
+    assert counts["compute_to_load_pushes"] == counts["compute_to_load_pops"] == (5 if total is None else 5 - slots)
+    fsim.run(program)
+
+
+def test_slot_ring_needs_a_slot():
+    from vta.program import SlotRing
+    with pytest.raises(ValueError, match="a slot ring needs at least one slot, not 0"):
+        SlotRing(ProgramBuilder(VTAConfig()), "load", "compute", 0)

@@ -21,7 +21,7 @@ import numpy as np
 
 from .config import MEM_INP, MEM_OUT, MEM_WGT, VTAConfig
 from .isa import ALU_MAX, ALU_MIN, ALU_SHR, Uop
-from .program import Program, ProgramBuilder
+from .program import Program, ProgramBuilder, SlotRing
 
 __all__ = ["gemm_program", "GemmTiling", "gemm_tiling", "pack_inp", "pack_wgt", "unpack_out", "requantize"]
 
@@ -140,28 +140,24 @@ def gemm_program(cfg: VTAConfig, m: int, k: int, n: int, *, seed: int = 0, doubl
     a_addr, b_addr = bld.elem_addr(a_al, MEM_INP), bld.elem_addr(b_al, MEM_WGT)
     c_addr = bld.elem_addr(c_al, MEM_OUT)
 
-    uses = tiles = 0
+    steps = SlotRing(bld, "load", "compute", t.slots)   # inp/wgt parts: loaded, then read by the GEMMs
+    outs = SlotRing(bld, "compute", "store", t.acc_slots)  # acc/out parts: computed, then stored
     for m0 in range(0, mb, t.tm):
         tm = min(t.tm, mb - m0)
         for n0 in range(0, nb, t.tn):
             tn = min(t.tn, nb - n0)
-            r = tiles % t.acc_slots
-            if tiles >= t.acc_slots:
-                bld.dep_pop("store", "compute")  # the out tile in this slot has been stored
+            r = outs.claim()  # waits until the out tile last in this part has been stored
             if not cfg.gemm_overwrite:  # with the knob the first step's first micro-op overwrites instead
                 bld.gemm(uop_bgn=reset_base + r, uop_end=reset_base + r + 1, iter_out=tm, iter_in=tn,
                          dst_factor_out=tn * (tm > 1), dst_factor_in=int(tn > 1), reset=True)
             for k0 in range(0, kb, t.tk):
                 tk = min(t.tk, kb - k0)
-                s = uses % t.slots
-                if uses >= t.slots:
-                    bld.dep_pop("compute", "load")  # the GEMM that read this slot is done
+                s = steps.claim()  # waits until the GEMM that read this part is done
                 bld.load(MEM_INP, sram_base=s * inp_slot, dram_base=a_addr + m0 * kb + k0, y_size=tm, x_size=tk,
                          x_stride=kb)
                 bld.load(MEM_WGT, sram_base=s * wgt_slot, dram_base=b_addr + n0 * kb + k0, y_size=tn, x_size=tk,
                          x_stride=kb)
-                bld.dep_push("load", "compute")
-                bld.dep_pop("load", "compute")
+                steps.handoff()
                 g = gemm_base[s, r]
                 # a factor is irrelevant when its loop runs once: 0 then, so it fits even a 1-entry-per-slot field
                 loops: dict[str, Any] = dict(iter_out=tm, iter_in=tn, dst_factor_out=tn * (tm > 1),
@@ -173,20 +169,15 @@ def gemm_program(cfg: VTAConfig, m: int, k: int, n: int, *, seed: int = 0, doubl
                         bld.gemm(uop_bgn=g + 1, uop_end=g + tk, **loops)
                 else:
                     bld.gemm(uop_bgn=g, uop_end=g + tk, **loops)
-                bld.dep_push("compute", "load")
-                uses += 1
+                steps.release()
             for op, imm in ((ALU_SHR, shift), (ALU_MIN, 127), (ALU_MAX, -128)):
                 bld.alu(op, uop_bgn=alu_base + r, uop_end=alu_base + r + 1, iter_out=tm, iter_in=tn,
                         dst_factor_out=tn * (tm > 1), dst_factor_in=int(tn > 1), use_imm=True, imm=imm)
-            bld.dep_push("compute", "store")
-            bld.dep_pop("compute", "store")
+            outs.handoff()
             bld.store(sram_base=r * acc_slot, dram_base=c_addr + m0 * nb + n0, y_size=tm, x_size=tn, x_stride=nb)
-            bld.dep_push("store", "compute")
-            tiles += 1
-    for _ in range(min(uses, t.slots)):  # drain the WAR tokens nobody waits for, so the queues end empty
-        bld.dep_pop("compute", "load")
-    for _ in range(min(tiles, t.acc_slots)):
-        bld.dep_pop("store", "compute")
+            outs.release()
+    steps.drain()  # the release tokens nobody waits for, so the queues end empty
+    outs.drain()
     program = bld.finish()
     c_packed = np.zeros((mb * cfg.batch, nb * cfg.block_out), np.int8)
     c_packed[:m, :n] = expected_mn

@@ -51,7 +51,7 @@ from .isa import (
     module_of,
 )
 
-__all__ = ["Allocation", "Program", "ProgramBuilder", "MODULES", "FORMAT_VERSION"]
+__all__ = ["Allocation", "Program", "ProgramBuilder", "SlotRing", "MODULES", "FORMAT_VERSION"]
 
 MODULES = ("load", "compute", "store")
 FORMAT_VERSION = 1
@@ -508,3 +508,54 @@ class ProgramBuilder:
     def _check_open(self) -> None:
         if self._finished:
             raise RuntimeError("finish() was already called on this builder; start a new ProgramBuilder")
+
+
+class SlotRing:
+    """Double buffering between two modules, as VTA's runtime does it with virtual threads: a ``producer`` (e.g. load)
+    fills buffer parts that a ``consumer`` (e.g. compute) reads, ``slots`` parts used in turn, ordered by dependency
+    tokens. The one definition of that protocol; for use ``k`` (0, 1, ...) of the ring:
+
+    * :meth:`claim` before the producer writes part ``k % slots``: from the ``slots``-th use on, the producer first
+      pops the token the consumer pushed when it finished with the part (write after read);
+    * :meth:`handoff` after the producer's writes: the producer pushes a token and the consumer pops it before it
+      reads (read after write); a use may hand off in several pieces;
+    * :meth:`release` after the consumer's reads: the consumer pushes the token that use ``k + slots`` pops, unless
+      ``total`` (the uses there will be) says no such use comes -- nobody would pop it;
+    * :meth:`drain` at the end when ``total`` was not known: the producer pops the tokens nobody popped, so the
+      queues end empty.
+
+    ``slots == 1`` is the single-threaded protocol: every use waits for the previous one.
+    """
+
+    def __init__(self, builder: "ProgramBuilder", producer: str, consumer: str, slots: int, *,
+                 total: int | None = None) -> None:
+        if slots < 1:
+            raise ValueError(f"a slot ring needs at least one slot, not {slots}")
+        self.builder, self.producer, self.consumer = builder, producer, consumer
+        self.slots, self.total = slots, total
+        self.uses = 0
+        """Uses claimed so far; the current use is ``uses - 1``."""
+
+    def claim(self) -> int:
+        """Start the next use; returns its part (``k % slots``)."""
+        k = self.uses
+        if k >= self.slots:
+            self.builder.dep_pop(self.consumer, self.producer)
+        self.uses += 1
+        return k % self.slots
+
+    def handoff(self) -> None:
+        """The producer's writes of the current use (or a piece of them) are done: the consumer may read them."""
+        self.builder.dep_push(self.producer, self.consumer)
+        self.builder.dep_pop(self.producer, self.consumer)
+
+    def release(self) -> None:
+        """The consumer is done with the current use's part: the use ``slots`` later may overwrite it."""
+        if self.total is None or self.uses - 1 + self.slots < self.total:
+            self.builder.dep_push(self.consumer, self.producer)
+
+    def drain(self) -> None:
+        """Pop the release tokens no later use popped (only needed when ``total`` was not given)."""
+        for _ in range(min(self.uses, self.slots) if self.total is None else 0):
+            self.builder.dep_pop(self.consumer, self.producer)
+

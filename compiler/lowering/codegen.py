@@ -46,7 +46,7 @@ import numpy as np
 
 from vta.config import MEM_ACC, MEM_ACC_8BIT, MEM_INP, MEM_OUT, MEM_WGT, VTAConfig
 from vta.isa import OP_LOAD, Uop, layout, requant_imm, requant_word
-from vta.program import Allocation, Program, ProgramBuilder
+from vta.program import Allocation, Program, ProgramBuilder, SlotRing
 
 from .intrin import Intrinsics, intrinsics
 from .layout import INPUT, INPUT_B, OUTPUT, PackedWeight, pack_channel_vector, pack_weight
@@ -144,8 +144,10 @@ class _ConvState:
     w: Allocation
     consts: Allocation
     code: LayerCode
-    step: int = 0
-    total_steps: int = 0
+    steps: SlotRing = field(init=False)
+    """The inp/wgt parts: load -> compute, one use per reduction step."""
+    outs: SlotRing = field(init=False)
+    """The acc/out parts: compute -> store, one use per output tile."""
     bias_image: Allocation | None = None
     resident: dict[int, tuple[int, int]] = field(default_factory=dict)
     """acc part (virtual thread) -> ``(ob0, oct)`` of the per-channel constants it holds: a tile of the same output
@@ -291,77 +293,96 @@ def _emit_alu(s: _ConvState, tile: ConvTile, name: str, acc_base: int, blocks: t
     s.code.alu_uops += (blocks[1] - blocks[0]) * tile.toh * tile.tow
 
 
-def _emit_tile(s: _ConvState, index: int, tile: ConvTile, n_tiles: int) -> None:
-    pb, g = s.pb, s.layer.geom
+def _tile_prologue(s: _ConvState, tile: ConvTile) -> tuple[int, int]:
+    """Start an output tile; returns ``(acc_base, const_base)``.
+
+    Token protocol: claims the tile's acc/out part from the store module (:class:`~vta.program.SlotRing` ``s.outs``,
+    compute -> store; from the ``threads``-th tile on, compute first pops the token the store pushed when it had
+    stored the part's previous tile). Then, on the compute module: the per-channel constants (unless a tile of the
+    same output blocks left them in a part it may read), the requantization's micro-op kernels made resident, and
+    the accumulators' start (a reset GEMM, the bias image, or nothing with ``gemm_overwrite``)."""
     half, threads = s.half, s.t.threads
-    acc_base = (index % threads) * half["acc"]
-    if index >= threads:
-        pb.dep_pop("store", "compute")
+    part = s.outs.claim()
+    acc_base = part * half["acc"]
     # no GEMM/ALU writes the constants' entries; without concurrent_alu the compute module runs every instruction in
     # order, so a part's constants are read by the tiles before the next load into that part
-    holders = [index % threads] if s.intr.cfg.concurrent_alu else [index % threads, *range(threads)]
-    part = next((p for p in holders if s.resident.get(p) == (tile.ob0, tile.oct)), None)
-    fresh = part is None
-    part = index % threads if part is None else part
-    const_base = part * half["acc"] + s.t.oc_tile * s.t.acc_tile
-    if fresh:
+    holders = [part] if s.intr.cfg.concurrent_alu else [part, *range(threads)]
+    held = next((p for p in holders if s.resident.get(p) == (tile.ob0, tile.oct)), None)
+    const_base = (part if held is None else held) * half["acc"] + s.t.oc_tile * s.t.acc_tile
+    if held is None:
         _load_consts(s, tile, const_base)
         s.resident[part] = (tile.ob0, tile.oct)
     # the requantization's micro-op kernels are made resident now: a LOAD UOP just before the ALU passes would wait
     # for the previous tile's passes to finish with concurrent_alu
     for _, _, src_base in _requant_passes(s, const_base):
         s.uops.place(_tile_uops(s, tile, acc_base, src_base))
-    # gemm_overwrite: the first step's first micro-op per output block writes instead of accumulating
-    overwrite = s.intr.cfg.gemm_overwrite and not s.t.bias_load
     if s.t.bias_load:
         _emit_bias_init(s, tile, acc_base)
-    elif not overwrite:
+    elif not _overwrites(s):
         bgn, end = s.uops.place(_tile_uops(s, tile, acc_base, None))
         iter_out, iter_in, dst_out, dst_in = _tile_loop(tile)
-        pb.gemm(uop_bgn=bgn, uop_end=end, reset=True, iter_out=iter_out, iter_in=iter_in, dst_factor_out=dst_out,
-                dst_factor_in=dst_in)
+        s.pb.gemm(uop_bgn=bgn, uop_end=end, reset=True, iter_out=iter_out, iter_in=iter_in, dst_factor_out=dst_out,
+                  dst_factor_in=dst_in)
         s.code.gemm_uops += tile.oct * tile.toh * tile.tow
-    for si, step in enumerate(tile.steps):
-        k = s.step
-        inp_base, wgt_base = (k % threads) * half["inp"], (k % threads) * half["wgt"]
-        if k >= threads:
-            pb.dep_pop("compute", "load")
-        first = _emit_loads(s, tile, step, inp_base, wgt_base)
-        pb.dep_push("load", "compute")
-        pb.dep_pop("load", "compute")
-        starts = overwrite and si == 0
-        bgn, end = s.uops.place(*_gemm_kernel(s, tile, step, first, inp_base, wgt_base, acc_base, starts))
-        cols = _tile_in_window(s, tile, step[2], step[3])[3]
-        row_step = g.sh // _row_pitch(s, step[2], step[3]) * cols  # inp entries from one output row to the next
-        loops: dict[str, Any] = dict(iter_out=tile.toh, iter_in=tile.tow,
-                                     dst_factor_out=tile.tow if tile.toh > 1 else 0,
-                                     dst_factor_in=1 if tile.tow > 1 else 0,
-                                     src_factor_out=row_step if tile.toh > 1 else 0,
-                                     src_factor_in=g.sw if tile.tow > 1 else 0)
-        if starts:
-            pb.gemm(uop_bgn=bgn, uop_end=bgn + tile.oct, reset=True, **loops)
-        if not starts or end > bgn + tile.oct:
-            pb.gemm(uop_bgn=bgn + tile.oct if starts else bgn, uop_end=end, **loops)
-        s.code.gemm_uops += (end - bgn) * tile.toh * tile.tow
-        if k + threads < s.total_steps:
-            pb.dep_push("compute", "load")
-        s.step += 1
-    # the last tile is requantized and stored in parts (up to LAST_TILE_PARTS groups of output blocks): a part's
-    # stores overlap the next part's ALU passes, so only the last part's stores follow the tile's last ALU pass
-    n_parts = min(tile.oct, LAST_TILE_PARTS) if index == n_tiles - 1 else 1
+    return acc_base, const_base
+
+
+def _overwrites(s: _ConvState) -> bool:
+    """With ``gemm_overwrite`` (and no bias image): the first step's first micro-op per output block writes its
+    products instead of accumulating, so no reset GEMM starts the tile."""
+    return s.intr.cfg.gemm_overwrite and not s.t.bias_load
+
+
+def _reduction_step(s: _ConvState, tile: ConvTile, step: tuple[int, int, int, int], acc_base: int,
+                    starts: bool) -> None:
+    """One reduction step of a tile: its inputs and weights loaded, then its GEMMs (``starts``: the tile's first
+    step with ``gemm_overwrite``, whose first micro-op per output block overwrites).
+
+    Token protocol (:class:`~vta.program.SlotRing` ``s.steps``, load -> compute): the load module claims the step's
+    inp/wgt part (from the ``threads``-th step on it pops the token compute pushed when its GEMMs had read the part),
+    loads, and hands off (pushes; compute pops before its GEMMs); after the GEMMs compute releases the part (pushes
+    the token the step ``threads`` later pops, unless no such step comes)."""
+    g, pb, half = s.layer.geom, s.pb, s.half
+    part = s.steps.claim()
+    inp_base, wgt_base = part * half["inp"], part * half["wgt"]
+    first = _emit_loads(s, tile, step, inp_base, wgt_base)
+    s.steps.handoff()
+    bgn, end = s.uops.place(*_gemm_kernel(s, tile, step, first, inp_base, wgt_base, acc_base, starts))
+    cols = _tile_in_window(s, tile, step[2], step[3])[3]
+    row_step = g.sh // _row_pitch(s, step[2], step[3]) * cols  # inp entries from one output row to the next
+    loops: dict[str, Any] = dict(iter_out=tile.toh, iter_in=tile.tow,
+                                 dst_factor_out=tile.tow if tile.toh > 1 else 0,
+                                 dst_factor_in=1 if tile.tow > 1 else 0,
+                                 src_factor_out=row_step if tile.toh > 1 else 0,
+                                 src_factor_in=g.sw if tile.tow > 1 else 0)
+    if starts:
+        pb.gemm(uop_bgn=bgn, uop_end=bgn + tile.oct, reset=True, **loops)
+    if not starts or end > bgn + tile.oct:
+        pb.gemm(uop_bgn=bgn + tile.oct if starts else bgn, uop_end=end, **loops)
+    s.code.gemm_uops += (end - bgn) * tile.toh * tile.tow
+    s.steps.release()
+
+
+def _tile_epilogue(s: _ConvState, tile: ConvTile, acc_base: int, const_base: int, last: bool) -> None:
+    """Requantize the tile and store it.
+
+    Token protocol (``s.outs``, compute -> store): after each group's ALU passes compute hands the group to the
+    store module (pushes; the store pops before its STOREs); after the STOREs the store releases the part (pushes
+    the token the tile ``threads`` later pops, unless no such tile comes). The ``last`` tile goes in up to
+    :data:`LAST_TILE_PARTS` groups of output blocks, so that a group's stores overlap the next group's ALU passes
+    and only the last group's stores follow the layer's last ALU pass; other tiles in one group."""
+    g, pb = s.layer.geom, s.pb
+    n_parts = min(tile.oct, LAST_TILE_PARTS) if last else 1
     cuts = [tile.oct * p // n_parts for p in range(n_parts + 1)]
-    parts = list(zip(cuts[:-1], cuts[1:]))
     out_addr = pb.elem_addr(s.y, MEM_OUT)
-    for blocks in parts:
+    for blocks in zip(cuts[:-1], cuts[1:]):
         _emit_requant(s, tile, acc_base, const_base, blocks)
-        pb.dep_push("compute", "store")
-        pb.dep_pop("compute", "store")
+        s.outs.handoff()
         for obl in range(*blocks):
             pb.store(sram_base=acc_base + obl * s.t.acc_tile,
                      dram_base=out_addr + ((tile.nbi * g.ob + tile.ob0 + obl) * g.oh + tile.r0) * g.ow + tile.c0,
                      y_size=tile.toh, x_size=tile.tow, x_stride=g.ow)
-    if index + threads < n_tiles:
-        pb.dep_push("store", "compute")
+    s.outs.release()
 
 
 def _load_consts(s: _ConvState, tile: ConvTile, const_base: int) -> None:
@@ -503,9 +524,13 @@ def emit_conv(pb: ProgramBuilder, layer: ConvLayer, x: Allocation, y: Allocation
                    max_pad=(1 << layout(intr.cfg).field(OP_LOAD, "x_pad_1").width) - 1)
     if t.bias_load:
         s.bias_image = pb.alloc(f"{prefix}bias_init", bias_image(layer, intr, t.acc_tile))
-    s.total_steps = sum(len(tile.steps) for tile in tiles)
+    s.steps = SlotRing(pb, "load", "compute", t.threads, total=sum(len(tile.steps) for tile in tiles))
+    s.outs = SlotRing(pb, "compute", "store", t.threads, total=len(tiles))
     for index, tile in enumerate(tiles):
-        _emit_tile(s, index, tile, len(tiles))
+        acc_base, const_base = _tile_prologue(s, tile)
+        for si, step in enumerate(tile.steps):
+            _reduction_step(s, tile, step, acc_base, starts=si == 0 and _overwrites(s))
+        _tile_epilogue(s, tile, acc_base, const_base, last=index == len(tiles) - 1)
     s.uops.close()
     s.code.notes["uop_loads"] = s.uops.loads
     return s.code
@@ -536,11 +561,10 @@ def emit_add(pb: ProgramBuilder, layer: AddLayer, a: Allocation, b: Allocation, 
         req = pb.elem_addr(pb.alloc(f"{prefix}req", word), MEM_ACC)
     tiles = list(plan.tiles())
     a_addr, b_addr = pb.elem_addr(a, MEM_ACC_8BIT), pb.elem_addr(b, MEM_ACC_8BIT)
-    for index, (e0, count) in enumerate(tiles):
-        base_a = (index % threads) * half
+    outs = SlotRing(pb, "compute", "store", threads, total=len(tiles))  # acc/out parts, as a convolution's tiles
+    for e0, count in tiles:
+        base_a = outs.claim() * half
         base_b = base_a + plan.tile
-        if index >= threads:
-            pb.dep_pop("store", "compute")
         pb.load(MEM_ACC_8BIT, sram_base=base_a, dram_base=a_addr + e0, x_size=count)
         pb.load(MEM_ACC_8BIT, sram_base=base_b, dram_base=b_addr + e0, x_size=count)
         ops: list[tuple[str, int, int | None]] = []
@@ -565,11 +589,9 @@ def emit_add(pb: ProgramBuilder, layer: AddLayer, a: Allocation, b: Allocation, 
             pb.alu(intr.alu["REQ"].opcode, uop_bgn=bgn, uop_end=end, iter_out=count, dst_factor_out=1,
                    imm=requant_imm(layer.lo, layer.hi))
             code.alu_uops += count
-        pb.dep_push("compute", "store")
-        pb.dep_pop("compute", "store")
+        outs.handoff()
         pb.store(sram_base=base_a, dram_base=pb.elem_addr(y, MEM_OUT) + e0, x_size=count)
-        if index + threads < len(tiles):
-            pb.dep_push("store", "compute")
+        outs.release()
         code.tiles += 1
     uops.close()
     return code
