@@ -11,7 +11,10 @@ Pipeline (:func:`quantize`):
    ``1.5x`` (``"auto"``, so per-tensor layers keep ALU immediates). Requant (M, S) per output channel:
 
    - ``mode="multiply"``: the largest S <= 31 such that ``M = round(m * 2**S)`` is <= 32767 and ``acc * M`` stays
-     inside int32 for twice the calibrated accumulator range (never beyond the worst case ``sum|w| * 128 + |bias|``);
+     inside int32 for every accumulator the layer can produce, not only the calibrated ones: the worst case of
+     ``sum(x * w) + bias`` over all inputs ``x`` in the int8 range of the producing layer (its clip range, e.g.
+     [0, 127] after a ReLU), plus the rounding below. The requantization product can therefore never wrap, whatever
+     data the model is run on (qops and the ALU define ``acc * M`` as wrapping);
    - ``mode="shift"``: M = 1 and per-channel weight scales are powers of two apart so that ``2**-S[o]`` is exact.
 
    Rounding is folded into the bias: ``bias += 2**(S-1) // M``. Pass-through ops (pools, Reshape, Pad, a standalone
@@ -37,6 +40,9 @@ __all__ = ["QuantizationError", "Calibration", "prepare", "calibrate", "quantize
            "compare_outputs", "accuracy_vs_onnxruntime"]
 
 INT32_MAX = 2**31 - 1
+BIAS_LIMIT = 2**30 - 1
+"""The largest ``|bias| + max|sum(x * w)|`` of a quantized layer: the bias is clipped so that the accumulator plus the
+rounding :func:`choose_requant` adds (at most 2**30) stays inside int32 whatever the input."""
 
 
 class QuantizationError(ValueError):
@@ -192,22 +198,26 @@ def calibrate(graph: Graph, inputs: Mapping[str, np.ndarray] | Iterable[Mapping[
 
 
 # ---- 3. requant parameters ----------------------------------------------------------------------------------------
-def choose_requant(m: np.ndarray, acc_bound: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def choose_requant(m: np.ndarray, acc_bound: np.ndarray, *, rounding: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """(M, S) per channel for real multipliers ``m`` (> 0) with ``|acc| <= acc_bound`` (int32 overflow-free).
 
-    S is the largest value <= 31 with ``M = round(m * 2**S) <= min(32767, (2**31 - 1) // (acc_bound + 1))``.
+    S is the largest value <= 31 with ``M = round(m * 2**S) <= 32767`` and ``M * (acc_bound + r) <= 2**31 - 1``, where
+    ``r`` is the rounding :func:`quantize` folds into the bias, ``2**(S-1) // M`` (with ``rounding``; else 0): then
+    ``acc * M`` cannot wrap for any accumulator within the bound. When no S fits, S = 0 and M is the largest
+    multiplier that does (at least 1; a bound beyond int32 leaves M = 1, whose product is the accumulator itself).
     """
     mult = np.ones(m.shape, np.int64)
     shift = np.zeros(m.shape, np.int64)
     for o, (mo, bound) in enumerate(zip(m.astype(np.float64), acc_bound)):
-        limit = max(1, min(M_MAX, INT32_MAX // (int(bound) + 1)))
+        bound = int(bound)
         for s in range(S_MAX, -1, -1):
-            value = int(round(mo * 2.0**s))
-            if value <= limit:
-                mult[o], shift[o] = max(value, 1), s
+            value = max(int(round(mo * 2.0**s)), 1)
+            r = (1 << (s - 1)) // value if rounding and s > 0 else 0
+            if value <= M_MAX and value * (bound + r) <= INT32_MAX:
+                mult[o], shift[o] = value, s
                 break
         else:
-            mult[o], shift[o] = limit, 0
+            mult[o], shift[o] = max(1, min(M_MAX, INT32_MAX // (bound + 1))), 0
     return mult, shift
 
 
@@ -219,7 +229,7 @@ def _clip_range(activation: Node | None, sy: float) -> tuple[int, int, str]:
     lo_f, hi_f = activation.attrs["min"], activation.attrs["max"]
     lo = -128 if lo_f is None else int(np.clip(np.round(lo_f / sy), -128, 127))
     hi = 127 if hi_f is None else int(np.clip(np.round(hi_f / sy), -128, 127))
-    return lo, max(lo, hi), "clip"
+    return min(lo, hi), hi, "clip"          # min > max: every value becomes max, as ONNX's Clip (numpy's clip)
 
 
 class _Quantizer:
@@ -244,6 +254,31 @@ class _Quantizer:
         self.scales[name] = scale
         return name
 
+    def int8_range(self, name: str) -> tuple[int, int]:
+        """The values the int8 tensor ``name`` can hold: its producer's clip range, through pools, Reshape and Pad
+        (whose pad value widens it); (-128, 127) after any other op."""
+        prod = self.qg.producer(name)
+        if prod is None:
+            return -128, 127
+        if prod.op in ("QConv2d", "QDense", "QAdd"):
+            return prod.attrs["requant"].lo, prod.attrs["requant"].hi
+        if prod.op == "QClip":
+            return prod.attrs["lo"], prod.attrs["hi"]
+        if prod.op in ("MaxPool", "AvgPool", "GlobalAvgPool", "Reshape", "Pad"):
+            lo, hi = self.int8_range(prod.inputs[0])
+            pad = prod.attrs.get("value", lo) if prod.op == "Pad" else lo
+            return min(lo, pad), max(hi, pad)
+        return -128, 127
+
+    def product_bound(self, wq: np.ndarray, x: str) -> np.ndarray:
+        """Per output channel, the largest ``|sum(x * w)|`` any input ``x`` can give: every input at the end of its
+        int8 range (:meth:`int8_range`, zero included for a convolution's padding) that makes the sum largest."""
+        lo, hi = self.int8_range(x)
+        lo, hi = min(lo, 0), max(hi, 0)
+        w = wq.reshape(wq.shape[0], -1).astype(np.int64)
+        pos, neg = np.where(w > 0, w, 0).sum(axis=1), np.where(w < 0, w, 0).sum(axis=1)
+        return np.maximum(pos * hi + neg * lo, -(pos * lo + neg * hi))
+
     def weight_scales(self, w: np.ndarray) -> np.ndarray:
         per = np.abs(w.reshape(w.shape[0], -1)).max(axis=1).astype(np.float64)
         per = np.maximum(per, max(per.max() * 2**-8, 1e-12))  # dead channels: keep the bias inside int32
@@ -259,22 +294,22 @@ class _Quantizer:
         w = self.fg.constants[node.inputs[1]].astype(np.float64)
         o = w.shape[0]
         b = self.fg.constants[node.inputs[2]].astype(np.float64) if len(node.inputs) > 2 else np.zeros(o)
-        pre = self.cal.channel_absmax.get(node.outputs[0], np.full(o, self.cal.absmax[node.outputs[0]]))
         shift_mode = self.mode == "shift"
         if shift_mode:
             sw, mult, shift = self._shift_weights(w, sx, sy)
         else:
             sw = self.weight_scales(w)
         wq = np.clip(np.rint(w / sw.reshape((o,) + (1,) * (w.ndim - 1))), -127, 127).astype(np.int8)
-        bq = np.rint(b / (sx * sw))
-        worst = np.abs(wq.reshape(o, -1).astype(np.int64)).sum(axis=1) * 128 + np.abs(bq) + 1
+        products = self.product_bound(wq, x)
+        cap = np.maximum(BIAS_LIMIT - products, 0)
+        bq = np.clip(np.rint(b / (sx * sw)), -cap, cap)
         if not shift_mode:
-            bound = np.minimum(worst, 2.0 * pre / (sx * sw) + np.abs(bq))
+            bound = products + np.abs(bq)                  # every accumulator the int8 input can produce
             if (sw == sw[0]).all():
                 bound = np.full(o, bound.max())            # per-tensor weights: one (M, S) for every channel
-            mult, shift = choose_requant(sx * sw / sy, bound)
+            mult, shift = choose_requant(sx * sw / sy, bound, rounding=True)
         rounding = np.where(shift > 0, (np.int64(1) << np.maximum(shift - 1, 0)) // mult, 0)
-        bq = np.clip(bq + rounding, -(2**31), INT32_MAX).astype(np.int32)
+        bq = (bq + rounding).astype(np.int32)
         lo, hi, kind = _clip_range(act, sy)
         tag = node.name
         wname, bname = self.qg.unique_name(f"{tag}_wq"), self.qg.unique_name(f"{tag}_bq")
@@ -348,19 +383,36 @@ class _Quantizer:
         self.qg.add_node("QMul", node.name, [x], [self.out_tensor(out, sy)], multiplier=mult, shift=s)
 
     def concat(self, node: Node) -> None:
+        """Concat -> QConcat at the largest input scale; a constant operand becomes an int8 constant at that scale."""
         out = node.outputs[0]
-        sy = max(self.scales[i] for i in node.inputs)
+        consts = {i: self.fg.constants[i].astype(np.float64) for i in node.inputs if i in self.fg.constants}
+        scales = {i: max(float(np.abs(c).max()), 1e-6) / 127.0 for i, c in consts.items()}
+        scales.update({i: self.scales[i] for i in node.inputs if i not in consts})
+        sy = max(scales.values())
+        inputs = list(node.inputs)
         mults, shifts = [], []
-        for name in node.inputs:
-            ratio = self.scales[name] / sy
+        for k, name in enumerate(node.inputs):
+            if name in consts:
+                inputs[k] = self.qg.unique_name(f"{name}_q")
+                self.qg.add_constant(inputs[k], np.clip(np.rint(consts[name] / sy), -128, 127).astype(np.int8))
+            ratio = 1.0 if name in consts else scales[name] / sy
             if ratio == 1.0:
                 mults.append(1)
                 shifts.append(0)
             else:
                 mults.append(int(round(ratio * 2**14)))
                 shifts.append(14)
-        self.qg.add_node("QConcat", node.name, list(node.inputs), [self.out_tensor(out, sy)], axis=node.attrs["axis"],
+        self.qg.add_node("QConcat", node.name, inputs, [self.out_tensor(out, sy)], axis=node.attrs["axis"],
                          multipliers=mults, shifts=shifts)
+
+    def lut(self, node: Node) -> None:
+        """An element-wise activation (Sigmoid, HardSigmoid, HardSwish) -> QLut: its table maps each int8 input q
+        to ``clip(rint(f(q * s_in) / s_out))``, ``f`` the float reference's own function."""
+        x, out = node.inputs[0], node.outputs[0]
+        sy = self.cal.scale(out)
+        real = float_ref.ACTIVATIONS[node.op](np.arange(-128, 128, dtype=np.float64) * self.scales[x], node.attrs)
+        table = np.clip(np.rint(real / sy), -128, 127).astype(np.int8)
+        self.qg.add_node("QLut", node.name, [x], [self.out_tensor(out, sy)], table=table, function=node.op)
 
     def passthrough(self, node: Node) -> None:
         """Ops whose int8 output keeps the input scale."""
@@ -417,7 +469,9 @@ class _Quantizer:
 _HANDLERS = {
     "Conv2d": _Quantizer.linear, "Dense": _Quantizer.linear, "Add": _Quantizer.add, "Mul": _Quantizer.mul,
     "Concat": _Quantizer.concat, "Softmax": _Quantizer.softmax,
-    **{op: _Quantizer.passthrough for op in ("Relu", "Clip", "MaxPool", "AvgPool", "GlobalAvgPool", "Reshape", "Pad")},
+    **{op: _Quantizer.passthrough for op in ("Relu", "Clip", "MaxPool", "AvgPool", "GlobalAvgPool", "Reshape", "Pad",
+                                             "Transpose", "Resize")},
+    **{op: _Quantizer.lut for op in float_ref.ACTIVATIONS},
 }
 
 
