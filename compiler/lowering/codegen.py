@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from vta.config import MEM_ACC, MEM_ACC_8BIT, MEM_INP, MEM_OUT, MEM_WGT, VTAConfig
-from vta.isa import OP_LOAD, Uop, layout, requant_imm, requant_word
+from vta.isa import OP_LOAD, Alu, Gemm, Insn, Uop, insn_uops, layout, requant_imm, requant_word
 from vta.program import Allocation, Program, ProgramBuilder, SlotRing
 
 from .intrin import Intrinsics, intrinsics
@@ -290,7 +290,6 @@ def _emit_alu(s: _ConvState, tile: ConvTile, name: str, acc_base: int, blocks: t
     iter_out, iter_in, dst_out, dst_in = _tile_loop(tile)
     s.pb.alu(opcode, uop_bgn=bgn + blocks[0], uop_end=bgn + blocks[1], iter_out=iter_out, iter_in=iter_in,
              dst_factor_out=dst_out, dst_factor_in=dst_in, use_imm=src_base is None, imm=0 if imm is None else imm)
-    s.code.alu_uops += (blocks[1] - blocks[0]) * tile.toh * tile.tow
 
 
 def _tile_prologue(s: _ConvState, tile: ConvTile) -> tuple[int, int]:
@@ -323,7 +322,6 @@ def _tile_prologue(s: _ConvState, tile: ConvTile) -> tuple[int, int]:
         iter_out, iter_in, dst_out, dst_in = _tile_loop(tile)
         s.pb.gemm(uop_bgn=bgn, uop_end=end, reset=True, iter_out=iter_out, iter_in=iter_in, dst_factor_out=dst_out,
                   dst_factor_in=dst_in)
-        s.code.gemm_uops += tile.oct * tile.toh * tile.tow
     return acc_base, const_base
 
 
@@ -359,7 +357,6 @@ def _reduction_step(s: _ConvState, tile: ConvTile, step: tuple[int, int, int, in
         pb.gemm(uop_bgn=bgn, uop_end=bgn + tile.oct, reset=True, **loops)
     if not starts or end > bgn + tile.oct:
         pb.gemm(uop_bgn=bgn + tile.oct if starts else bgn, uop_end=end, **loops)
-    s.code.gemm_uops += (end - bgn) * tile.toh * tile.tow
     s.steps.release()
 
 
@@ -513,6 +510,7 @@ def emit_conv(pb: ProgramBuilder, layer: ConvLayer, x: Allocation, y: Allocation
     ``tiling`` is given (it carries its own).
     """
     intr = intrinsics(pb.cfg)
+    first_insn = len(pb.insns)
     t = tiling or plan_conv(layer.geom, intr, threads=threads)
     w = pb.alloc(f"{prefix}w", layer.weight.data)
     consts = pb.alloc(f"{prefix}consts", conv_constants(layer, intr))
@@ -533,6 +531,7 @@ def emit_conv(pb: ProgramBuilder, layer: ConvLayer, x: Allocation, y: Allocation
         _tile_epilogue(s, tile, acc_base, const_base, last=index == len(tiles) - 1)
     s.uops.close()
     s.code.notes["uop_loads"] = s.uops.loads
+    _count_uops(s.code, pb.insns[first_insn:])
     return s.code
 
 
@@ -547,6 +546,7 @@ def emit_add(pb: ProgramBuilder, layer: AddLayer, a: Allocation, b: Allocation, 
     """Emit a residual add over packed ``a`` and ``b`` into packed ``y`` (same packed shape); ``threads`` as in
     :func:`emit_conv`. With the ``fused_requant`` knob the SHR, MAX, MIN after the ADD are one REQ (M = 1)."""
     intr = intrinsics(pb.cfg)
+    first_insn = len(pb.insns)
     entries = int(np.prod(a.shape[:4]))
     plan = plan_eltwise(entries, intr, threads=threads)
     uops = UopCache(pb, intr, prefix, preload=True)
@@ -583,18 +583,23 @@ def emit_add(pb: ProgramBuilder, layer: AddLayer, a: Allocation, b: Allocation, 
             bgn, end = uops.place([Uop(dst, 0 if imm is not None else base_b)])
             pb.alu(_alu_opcode(intr, name, imm), uop_bgn=bgn, uop_end=end, iter_out=count, dst_factor_out=1,
                    src_factor_out=0 if imm is not None else 1, use_imm=imm is not None, imm=imm or 0)
-            code.alu_uops += count
         if req is not None:  # every entry reads the one REQ word entry (src factor 0)
             bgn, end = uops.place([Uop(base_a, base_b + plan.tile)])
             pb.alu(intr.alu["REQ"].opcode, uop_bgn=bgn, uop_end=end, iter_out=count, dst_factor_out=1,
                    imm=requant_imm(layer.lo, layer.hi))
-            code.alu_uops += count
         outs.handoff()
         pb.store(sram_base=base_a, dram_base=pb.elem_addr(y, MEM_OUT) + e0, x_size=count)
         outs.release()
         code.tiles += 1
     uops.close()
+    _count_uops(code, pb.insns[first_insn:])
     return code
+
+
+def _count_uops(code: LayerCode, insns: list[Insn]) -> None:
+    """Set ``code``'s micro-op counts from the layer's instructions (:func:`vta.isa.insn_uops`)."""
+    code.gemm_uops = sum(insn_uops(i) for i in insns if isinstance(i, Gemm))
+    code.alu_uops = sum(insn_uops(i) for i in insns if isinstance(i, Alu))
 
 
 # ---- whole programs for one layer -------------------------------------------------------------------------------
