@@ -37,8 +37,8 @@ from vta.compiler.lowering.layout import fold_kernel_columns, im2col, im2col_pac
 from vta.compiler.pipeline import REQUANT_MODES, compile_model
 from vta.compiler.runtime.compiled import AccelStep, Compiled
 from vta.config import ConfigError, VTAConfig, load_config
-from vta.cost import estimate, loop_uops
-from vta.isa import Alu, Gemm
+from vta.cost import estimate
+from vta.isa import Alu, Gemm, insn_uops
 
 TARGET_CONVS = 7_800_000
 TARGET_AFTER_FIRST = 7_200_000
@@ -137,8 +137,8 @@ def compute_breakdown(step: AccelStep) -> tuple[int, int, int, int]:
     micro-ops, other busy cycles: instruction overheads and its LOAD ACC/UOP, idle cycles: waiting for loads and
     stores, including the program's start and drain)."""
     est = estimate(step.program)
-    gemm = sum(loop_uops(i) for i in step.program.insns if isinstance(i, Gemm))
-    alu = sum(loop_uops(i) for i in step.program.insns if isinstance(i, Alu))
+    gemm = sum(insn_uops(i) for i in step.program.insns if isinstance(i, Gemm))
+    alu = sum(insn_uops(i) for i in step.program.insns if isinstance(i, Alu))
     busy = est.busy["compute"]
     return gemm, alu, busy - gemm - alu, est.cycles - busy
 

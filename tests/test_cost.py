@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from vta.config import MEM_ACC, MEM_ACC_8BIT, MEM_INP, MEM_UOP, MEM_WGT, VTAConfig
-from vta.cost import CostModelError, Estimate, estimate, estimate_insns, load_data_cycles, loop_uops
+from vta.cost import CostModelError, Estimate, estimate, estimate_insns, load_data_cycles
 from vta.gemm import gemm_program
 from vta.isa import ALU_ADD, Finish, Gemm, Load, Uop
 from vta.program import Program, ProgramBuilder
@@ -99,9 +99,7 @@ def test_module_busy_and_bound() -> None:
     assert estimate(_program(_load(MEM_WGT, 4, 4))).bound == "load"
 
 
-def test_loop_uops_and_load_data_cycles() -> None:
-    assert loop_uops(Gemm(uop_bgn=2, uop_end=5, iter_out=3, iter_in=4)) == 36
-    assert loop_uops(Gemm(uop_bgn=5, uop_end=5)) == 0
+def test_load_data_cycles() -> None:  # (the micro-op rule, vta.isa.insn_uops, is tested in tests/test_isa_rules.py)
     assert load_data_cycles(Load(mem=MEM_WGT, y_size=2, x_size=3, x_stride=3), CFG) == (2 * 3 * 32, 2 * 3 * 32)
     assert load_data_cycles(Load(mem=MEM_INP, y_size=1, x_size=2, x_stride=2, x_pad_1=3), CFG) == (4 + 3, 4)
 

@@ -107,9 +107,6 @@ class Estimate:
 
 
 # ---- durations ----------------------------------------------------------------------------------------------------
-loop_uops = insn_uops
-"""Micro-op iterations a GEMM or ALU instruction issues: :func:`vta.isa.insn_uops` under its former name here (still
-imported by ``scripts/bench_resnet18.py``)."""
 
 
 def _load_shape(insn: Load, cfg: VTAConfig) -> tuple[int, int, int, int, int]:
