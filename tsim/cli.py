@@ -50,7 +50,8 @@ def register(subparsers: Any) -> None:
     run.add_argument("--trace-window", metavar="A:B", type=parse_window,
                      help="record only cycles A (inclusive) to B (exclusive); default all")
     run.add_argument("--max-cycles", type=int, default=0, metavar="N",
-                     help="cycle budget (default 0: derived from the program, 4x its work plus slack)")
+                     help="cycle budget (default 0: derived from the program, 8x the cycle model's prediction plus "
+                          "the watchdog window, the drain and 10,000 slack)")
     run.add_argument("--watchdog", type=int, default=100_000, metavar="N",
                      help="stop after N cycles without progress (default 100000; 0: off)")
     run.add_argument("--check", nargs="?", const="fsim", default="fsim", choices=("fsim", "none"),

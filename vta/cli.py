@@ -567,8 +567,8 @@ def _add_run_command(sub: Any, with_model_options: bool) -> None:
                      help="fsim: stop with an error before executing more than N GEMM/ALU micro-op iterations "
                           "('none': no limit; default: 2**32)")
     run.add_argument("--max-cycles", type=int, default=None, metavar="N",
-                     help="tsim: cycle budget per program (default 0: derived from the program, 4x its work plus "
-                          "slack)")
+                     help="tsim: cycle budget per program (default 0: derived from the program, 8x the cycle "
+                          "model's prediction plus slack)")
     if with_model_options:
         _model_run_options(run)
     run.set_defaults(func=_cmd_run)

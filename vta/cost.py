@@ -6,8 +6,8 @@ order into the three command queues; the load, compute and store modules each ta
 instruction starts when its module is free, it has been dispatched, and the tokens it pops have been pushed; its
 duration follows from its fields (rows, elements, padding, micro-ops) and the shared DRAM read port, which delivers one
 bus beat per cycle to whichever requester holds it. Every constant below is the timing of an RTL state machine
-(``hw/load.py``, ``hw/dma.py``, ``hw/compute.py``, ``hw/store.py``, ``hw/fetch.py``, ``hw/arbiter.py``,
-``hw/boundary.py``), confirmed by the tsim measurements pinned in ``tests/test_cost.py``.
+(``hw/load.py``, ``hw/dma.py``, ``hw/compute.py``, ``hw/concurrent_alu.py``, ``hw/store.py``, ``hw/fetch.py``,
+``hw/arbiter.py``, ``hw/boundary.py``), confirmed by the tsim measurements pinned in ``tests/test_cost.py``.
 
 Units: cycles of the core clock; ``B`` = ``cfg.bus_bytes`` bytes per beat; ``L`` = ``cfg.dram_latency`` cycles.
 """
