@@ -178,8 +178,7 @@ def accel_step(graph: Graph, node: Node, lowered: Lowered, intr: Intrinsics, *, 
     cycles: int | None = None
     bound = ""
     if isinstance(layer, ConvLayer):
-        found = search_conv(cfg, layer, threads=(1, 2) if threads == 2 else (1,),
-                            cache=search_cache) if search else None
+        found = search_conv(cfg, layer, threads=_search_threads(threads), cache=search_cache) if search else None
         if found is not None and found.built is not None:  # the search built and estimated the chosen program
             program, code = found.built
             assert found.plan is not None
@@ -216,6 +215,22 @@ def _tiling_label(t: ConvTiling) -> str:
     return label
 
 
+def _partitioned(graph: Graph, cfg: VTAConfig, policy: str, force_cpu: Iterable[str], stem: str,
+                 search_cache: SearchCache | None) -> tuple[Intrinsics, dict[str, Decision], dict[str, Lowered],
+                                                           SearchCache]:
+    """What :func:`compile_graph` and :func:`plan_graph` start from: the config's intrinsics, the partition
+    (:func:`partition_graph`) and the search's caches (``search_cache``, else a new one for this call)."""
+    intr = intrinsics(cfg)
+    decisions, lowered = partition_graph(graph, intr, policy=policy, force_cpu=force_cpu, stem=stem)
+    return intr, decisions, lowered, SearchCache() if search_cache is None else search_cache
+
+
+def _search_threads(threads: int) -> tuple[int, ...]:
+    """The thread counts the schedule search may choose from: both with double buffering (one thread wins where
+    the cycle model says so), else one."""
+    return (1, 2) if threads == 2 else (1,)
+
+
 def compile_graph(graph: Graph, cfg: VTAConfig, *, policy: str = "auto", force_cpu: Iterable[str] = (),
                   double_buffer: bool = True, progress: bool = False, stem: str = "auto",
                   search_cache: SearchCache | None = None) -> Compiled:
@@ -228,9 +243,7 @@ def compile_graph(graph: Graph, cfg: VTAConfig, *, policy: str = "auto", force_c
     ``auto``: the fastest estimate). ``search_cache``: the schedule search's caches, shared by every layer
     (:class:`.lowering.search.SearchCache`; None: one for this compile, which reads and adds to the cache folder)."""
     start = time.perf_counter()
-    search_cache = SearchCache() if search_cache is None else search_cache
-    intr = intrinsics(cfg)
-    decisions, lowered = partition_graph(graph, intr, policy=policy, force_cpu=force_cpu, stem=stem)
+    intr, decisions, lowered, search_cache = _partitioned(graph, cfg, policy, force_cpu, stem, search_cache)
     threads = 2 if double_buffer else 1
     steps: list[Step] = []
     for node in _progress(graph.nodes, progress, "compile"):
@@ -275,9 +288,7 @@ def plan_graph(graph: Graph, cfg: VTAConfig, *, policy: str = "auto", force_cpu:
     times faster than compiling when the schedules are known. ``search_cache``: as in :func:`compile_graph` (a sweep's
     worker passes one for all its points)."""
     start = time.perf_counter()
-    search_cache = SearchCache() if search_cache is None else search_cache
-    intr = intrinsics(cfg)
-    decisions, lowered = partition_graph(graph, intr, policy=policy, force_cpu=force_cpu, stem=stem)
+    intr, decisions, lowered, search_cache = _partitioned(graph, cfg, policy, force_cpu, stem, search_cache)
     threads = 2 if double_buffer else 1
     layers: list[PlannedLayer] = []
     cpu: list[CpuStep] = []
@@ -287,7 +298,7 @@ def plan_graph(graph: Graph, cfg: VTAConfig, *, policy: str = "auto", force_cpu:
             continue
         layer = lowered[node.name].layer
         if isinstance(layer, ConvLayer):
-            found = search_conv(cfg, layer, threads=(1, 2) if threads == 2 else (1,), cache=search_cache)
+            found = search_conv(cfg, layer, threads=_search_threads(threads), cache=search_cache)
             plan = found.plan or plan_program(build_conv_program(cfg, layer, tiling=found.tiling)[0])
             schedule: dict[str, Any] = tiling_to_dict(found.tiling)
             macs = node_macs(graph, node)
