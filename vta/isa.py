@@ -210,8 +210,8 @@ class _Deps:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Load(_Deps):
-    """LOAD ``mem`` from DRAM to SRAM. Sizes and addresses in elements of that memory type."""
+class _Move(_Deps):
+    """The fields of LOAD and STORE (``mem_lower`` and ``mem_upper`` in :func:`layout`)."""
 
     mem: int
     sram_base: int = 0
@@ -223,29 +223,26 @@ class Load(_Deps):
     y_pad_1: int = 0
     x_pad_0: int = 0
     x_pad_1: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Load(_Move):
+    """LOAD ``mem`` from DRAM to SRAM. Sizes and addresses in elements of that memory type."""
+
     opcode = OP_LOAD
 
 
 @dataclass(frozen=True, kw_only=True)
-class Store(_Deps):
+class Store(_Move):
     """STORE from the out buffer to DRAM (``mem`` must be ``MEM_OUT``); no padding."""
 
     mem: int = MEM_OUT
-    sram_base: int = 0
-    dram_base: int = 0
-    y_size: int = 1
-    x_size: int = 1
-    x_stride: int = 1
-    y_pad_0: int = 0
-    y_pad_1: int = 0
-    x_pad_0: int = 0
-    x_pad_1: int = 0
     opcode = OP_STORE
 
 
 @dataclass(frozen=True, kw_only=True)
-class Gemm(_Deps):
-    """GEMM over micro-ops ``[uop_bgn, uop_end)`` in a two-level loop; ``reset`` writes zeros instead."""
+class _Loop(_Deps):
+    """The micro-op loop fields GEMM and ALU share (``loop_lower`` in :func:`layout` and the dst and src factors)."""
 
     reset: bool = False
     uop_bgn: int = 0
@@ -256,25 +253,22 @@ class Gemm(_Deps):
     dst_factor_in: int = 0
     src_factor_out: int = 0
     src_factor_in: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Gemm(_Loop):
+    """GEMM over micro-ops ``[uop_bgn, uop_end)`` in a two-level loop; ``reset`` writes zeros instead."""
+
     wgt_factor_out: int = 0
     wgt_factor_in: int = 0
     opcode = OP_GEMM
 
 
 @dataclass(frozen=True, kw_only=True)
-class Alu(_Deps):
+class Alu(_Loop):
     """Tensor ALU op ``alu_opcode`` (``ALU_*``) over micro-ops, with ``imm`` when ``use_imm`` else acc[src]."""
 
     alu_opcode: int
-    reset: bool = False
-    uop_bgn: int = 0
-    uop_end: int = 1
-    iter_out: int = 1
-    iter_in: int = 1
-    dst_factor_out: int = 0
-    dst_factor_in: int = 0
-    src_factor_out: int = 0
-    src_factor_in: int = 0
     use_imm: bool = False
     imm: int = 0
     opcode = OP_ALU
