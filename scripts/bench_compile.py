@@ -18,6 +18,8 @@ import time
 
 import numpy as np
 
+from vta.fileio import atomic_write_text
+
 
 def _onnxruntime_seconds(path: str, inputs: dict[str, np.ndarray], repeat: int) -> float | None:
     try:
@@ -78,8 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     for key, value in figures.items():
         print(f"{key:<{width}}  {value}")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(figures, f, indent=2)
+        atomic_write_text(args.json, json.dumps(figures, indent=2))
+        print(f"wrote {args.json}")
     return 0 if exact else 1
 
 

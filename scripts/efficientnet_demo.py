@@ -31,6 +31,8 @@ from typing import Any
 
 import numpy as np
 
+from vta.fileio import atomic_write_text
+
 TARGETS = ("ref", "cpu", "fsim", "tsim")
 
 
@@ -161,7 +163,8 @@ def main(argv: list[str] | None = None) -> int:
         data = {"model": str(path), "config": cfg.name, "int8_target": main_target, "rows": rows,
                 "times": {k: round(v, 3) for k, v in times.items()},
                 "report": report.to_dict() if report is not None else None}
-        Path(args.json).write_text(json.dumps(data, indent=2, default=str))
+        atomic_write_text(args.json, json.dumps(data, indent=2, default=str))
+        print(f"wrote {args.json}")
     ok = all(all(v) for v in exact.values())
     if not ok:
         print("ERROR: a target's output differs from the integer reference", file=sys.stderr)

@@ -30,6 +30,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from .fileio import atomic_write_text
+
 __all__ = ["cache_root", "cached_build", "verify_entry", "write_manifest", "clean_stale", "entry_lock", "temp_dir",
            "remove_entry", "file_sha256", "MANIFEST"]
 
@@ -128,12 +130,7 @@ def write_manifest(folder: Path, info: dict[str, Any]) -> None:
         with open(path, "rb") as f:
             os.fsync(f.fileno())
         files[path.relative_to(folder).as_posix()] = {"size": path.stat().st_size, "sha256": file_sha256(path)}
-    tmp = folder / f".{MANIFEST}.tmp"
-    with open(tmp, "w") as f:
-        json.dump({**info, "files": files}, f, indent=1)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, folder / MANIFEST)
+    atomic_write_text(folder / MANIFEST, json.dumps({**info, "files": files}, indent=1))
 
 
 def _signature(folder: Path, names: Iterable[str]) -> tuple[tuple[int, int, int], ...]:
