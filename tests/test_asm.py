@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from vta import isa
 from vta.asm import (
     AsmError,
     Listing,
@@ -23,39 +24,18 @@ from vta.asm import (
     format_uop,
 )
 from vta.config import MEM_ACC, MEM_INP, MEM_OUT, MEM_UOP, MEM_WGT, VTAConfig
-from vta.isa import (
-    ALU_ADD,
-    ALU_MAX,
-    ALU_SHR,
-    OP_ALU,
-    OP_FINISH,
-    OP_GEMM,
-    OP_LOAD,
-    OP_STORE,
-    Alu,
-    EncodeError,
-    Finish,
-    Gemm,
-    Insn,
-    Load,
-    Store,
-    Uop,
-    decode,
-    encode,
-    encode_uops,
-    layout,
-)
 
 DEFAULT = VTAConfig()
 CONFIGS = [DEFAULT, VTAConfig(log_batch=1, log_block=3), VTAConfig(log_block=5), VTAConfig(log_uop_buff_size=18)]
-CLASSES = {OP_LOAD: Load, OP_STORE: Store, OP_GEMM: Gemm, OP_ALU: Alu, OP_FINISH: Finish}
+CLASSES = {isa.OP_LOAD: isa.Load, isa.OP_STORE: isa.Store, isa.OP_GEMM: isa.Gemm, isa.OP_ALU: isa.Alu,
+           isa.OP_FINISH: isa.Finish}
 
 
 def field_values(cfg: VTAConfig, opcode: int) -> dict[str, st.SearchStrategy[int | bool]]:
     """Strategies for every field of ``opcode``: any value within its width at ``cfg`` (bools for flag fields)."""
     bools = {f.name for f in fields(CLASSES[opcode]) if f.type in ("bool", bool)}
     parts: dict[str, st.SearchStrategy[int | bool]] = {}
-    for f in layout(cfg).fields[opcode]:
+    for f in isa.layout(cfg).fields[opcode]:
         if f.name == "opcode":
             continue
         if f.name in bools:
@@ -68,7 +48,7 @@ def field_values(cfg: VTAConfig, opcode: int) -> dict[str, st.SearchStrategy[int
 
 
 @functools.lru_cache(maxsize=None)
-def instructions(cfg: VTAConfig) -> st.SearchStrategy[Insn]:
+def instructions(cfg: VTAConfig) -> st.SearchStrategy[isa.Insn]:
     """Random valid instructions of every kind at ``cfg`` (any value of every field, mem and ALU op included)."""
     return st.one_of([st.builds(cls, **field_values(cfg, op)) for op, cls in CLASSES.items()])
 
@@ -79,7 +59,7 @@ def instructions(cfg: VTAConfig) -> st.SearchStrategy[Insn]:
 def test_round_trips(cfg: VTAConfig, data: st.DataObject) -> None:
     insns = data.draw(st.lists(instructions(cfg), min_size=1, max_size=5))
     for insn in insns:
-        assert decode(encode(insn, cfg), cfg) == insn
+        assert isa.decode(isa.encode(insn, cfg), cfg) == insn
     text = disassemble(insns, cfg)
     assert assemble(text, cfg) == insns
     assert assemble(text.lower(), cfg) == insns  # mnemonics, names, keys and flags are case-insensitive
@@ -90,12 +70,12 @@ def test_round_trips(cfg: VTAConfig, data: st.DataObject) -> None:
 @settings(max_examples=100, deadline=None)
 @given(data=st.data())
 def test_uop_round_trip(cfg: VTAConfig, data: st.DataObject) -> None:
-    widths = [f.width for f in layout(cfg).uop_fields]
-    uops = data.draw(st.lists(st.builds(Uop, *(st.integers(0, (1 << w) - 1) for w in widths)), max_size=6))
+    widths = [f.width for f in isa.layout(cfg).uop_fields]
+    uops = data.draw(st.lists(st.builds(isa.Uop, *(st.integers(0, (1 << w) - 1) for w in widths)), max_size=6))
     text = disassemble_uops(uops, cfg)
     assert assemble_uops(text, cfg) == uops
     if uops:
-        words = encode_uops([u.dst for u in uops], [u.src for u in uops], [u.wgt for u in uops], cfg)
+        words = isa.encode_uops([u.dst for u in uops], [u.src for u in uops], [u.wgt for u in uops], cfg)
         assert disassemble_uops(words, cfg) == text
 
 
@@ -105,15 +85,16 @@ def test_every_field_has_syntax() -> None:
 
 
 # ---- exact text -----------------------------------------------------------------------------------------------------
-EXAMPLE: list[Insn] = [
-    Load(mem=MEM_INP, sram_base=0, dram_base=64, y_size=4, x_size=16, x_stride=16, x_pad_0=1, x_pad_1=1,
-         pop_next=True, push_next=True),
-    Store(dram_base=128, x_size=4, x_stride=4, pop_prev=True, push_prev=True),
-    Gemm(reset=True, uop_bgn=0, uop_end=16, iter_out=4, iter_in=2, dst_factor_out=16, dst_factor_in=1,
-         src_factor_out=32, src_factor_in=1, wgt_factor_out=0, wgt_factor_in=4),
-    Alu(alu_opcode=ALU_SHR, iter_out=8, dst_factor_out=1, src_factor_out=1, use_imm=True, imm=-3, pop_prev=True),
-    Alu(alu_opcode=ALU_MAX, uop_bgn=2, uop_end=3, src_factor_in=2),
-    Finish(),
+EXAMPLE: list[isa.Insn] = [
+    isa.Load(mem=MEM_INP, sram_base=0, dram_base=64, y_size=4, x_size=16, x_stride=16, x_pad_0=1, x_pad_1=1,
+             pop_next=True, push_next=True),
+    isa.Store(dram_base=128, x_size=4, x_stride=4, pop_prev=True, push_prev=True),
+    isa.Gemm(reset=True, uop_bgn=0, uop_end=16, iter_out=4, iter_in=2, dst_factor_out=16, dst_factor_in=1,
+             src_factor_out=32, src_factor_in=1, wgt_factor_out=0, wgt_factor_in=4),
+    isa.Alu(alu_opcode=isa.ALU_SHR, iter_out=8, dst_factor_out=1, src_factor_out=1, use_imm=True, imm=-3,
+            pop_prev=True),
+    isa.Alu(alu_opcode=isa.ALU_MAX, uop_bgn=2, uop_end=3, src_factor_in=2),
+    isa.Finish(),
 ]
 EXAMPLE_TEXT = """\
 LOAD INP sram=0 dram=64 y=4 x=16 stride=16 pad=0,0,1,1 pop_next push_next
@@ -128,16 +109,17 @@ FINISH
 def test_disassemble_exact() -> None:
     assert disassemble(EXAMPLE, DEFAULT) == EXAMPLE_TEXT
     assert disassemble([], DEFAULT) == ""
-    assert disassemble([Finish(push_prev=True)], DEFAULT, numbered=True) == "FINISH push_prev  # 0\n"
+    assert disassemble([isa.Finish(push_prev=True)], DEFAULT, numbered=True) == "FINISH push_prev  # 0\n"
 
 
 def test_odd_values_print_exactly() -> None:
-    assert format_insn(Load(mem=7)) == "LOAD 7 sram=0 dram=0 y=1 x=1 stride=1 pad=0,0,0,0"
-    assert format_insn(Alu(alu_opcode=6)) == "ALU 6 uop=0:1 iter=1,1 dst=0,0 src=0,0"
-    assert format_insn(Alu(alu_opcode=ALU_ADD, imm=5)) == "ALU ADD uop=0:1 iter=1,1 dst=0,0 src=0,0 unused_imm=5"
-    assert format_insn(Load(mem=MEM_UOP, x_size=0, pop_prev=True, pop_next=True, push_prev=True, push_next=True)) \
+    assert format_insn(isa.Load(mem=7)) == "LOAD 7 sram=0 dram=0 y=1 x=1 stride=1 pad=0,0,0,0"
+    assert format_insn(isa.Alu(alu_opcode=6)) == "ALU 6 uop=0:1 iter=1,1 dst=0,0 src=0,0"
+    assert format_insn(isa.Alu(alu_opcode=isa.ALU_ADD, imm=5)) == \
+        "ALU ADD uop=0:1 iter=1,1 dst=0,0 src=0,0 unused_imm=5"
+    assert format_insn(isa.Load(mem=MEM_UOP, x_size=0, pop_prev=True, pop_next=True, push_prev=True, push_next=True)) \
         == "LOAD UOP sram=0 dram=0 y=1 x=0 stride=1 pad=0,0,0,0 pop_prev pop_next push_prev push_next"
-    assert format_uop(Uop(1, 2, 3)) == "UOP dst=1 src=2 wgt=3"
+    assert format_uop(isa.Uop(1, 2, 3)) == "UOP dst=1 src=2 wgt=3"
 
 
 def test_assemble_example_and_liberal_input() -> None:
@@ -156,18 +138,19 @@ def test_assemble_example_and_liberal_input() -> None:
 
 
 def test_defaults_for_missing_keys() -> None:
-    assert assemble("LOAD WGT x=4", DEFAULT) == [Load(mem=MEM_WGT, x_size=4)]
-    assert assemble("STORE OUT", DEFAULT) == [Store()]
-    assert assemble("LOAD ACC_8bit", DEFAULT) == [Load(mem=5)]
-    assert assemble("LOAD acc", DEFAULT) == [Load(mem=MEM_ACC)]
-    assert assemble("STORE 4", DEFAULT) == [Store(mem=MEM_OUT)]
+    assert assemble("LOAD WGT x=4", DEFAULT) == [isa.Load(mem=MEM_WGT, x_size=4)]
+    assert assemble("STORE OUT", DEFAULT) == [isa.Store()]
+    assert assemble("LOAD ACC_8bit", DEFAULT) == [isa.Load(mem=5)]
+    assert assemble("LOAD acc", DEFAULT) == [isa.Load(mem=MEM_ACC)]
+    assert assemble("STORE 4", DEFAULT) == [isa.Store(mem=MEM_OUT)]
 
 
 def test_listing_and_uops() -> None:
     text = "UOP dst=1 src=2 wgt=3\nGEMM uop=0:2\nuop DST=4 src=5  # wgt defaults to 0\nFINISH\n"
-    assert assemble_listing(text, DEFAULT) == Listing([Gemm(uop_end=2), Finish()], [Uop(1, 2, 3), Uop(4, 5, 0)])
-    assert disassemble_uops([Uop(1, 2, 3)], DEFAULT, numbered=True) == "UOP dst=1 src=2 wgt=3  # 0\n"
-    words = encode_uops([7], [8], [9], DEFAULT)
+    assert assemble_listing(text, DEFAULT) == Listing([isa.Gemm(uop_end=2), isa.Finish()],
+                                                      [isa.Uop(1, 2, 3), isa.Uop(4, 5, 0)])
+    assert disassemble_uops([isa.Uop(1, 2, 3)], DEFAULT, numbered=True) == "UOP dst=1 src=2 wgt=3  # 0\n"
+    words = isa.encode_uops([7], [8], [9], DEFAULT)
     assert disassemble_uops(words, DEFAULT) == "UOP dst=7 src=8 wgt=9\n"
     assert disassemble_uops(np.zeros(0, dtype=np.uint32), DEFAULT) == ""
 
@@ -223,7 +206,7 @@ def test_asm_error_attributes() -> None:
 
 def test_field_width_follows_config() -> None:
     cfg = VTAConfig(log_batch=1, log_block=3)  # wgt factors are 12 bits there
-    assert assemble("GEMM wgt=0,4095", cfg) == [Gemm(wgt_factor_in=4095)]
+    assert assemble("GEMM wgt=0,4095", cfg) == [isa.Gemm(wgt_factor_in=4095)]
     with pytest.raises(AsmError, match=r"at config 1x16_i8w8a32_15_15_18_17$"):
         assemble("GEMM wgt=0,4095", DEFAULT)
 
@@ -243,13 +226,14 @@ def test_assemble_uop_errors(text: str, message: str) -> None:
 
 
 def test_disassemble_checks_fields_and_types() -> None:
-    with pytest.raises(EncodeError, match=r"^instruction 1: GEMM field uop_bgn = 8192 does not fit its 13-bit field"):
-        disassemble([Finish(), Gemm(uop_bgn=8192)], DEFAULT)
+    with pytest.raises(isa.EncodeError,
+                       match=r"^instruction 1: GEMM field uop_bgn = 8192 does not fit its 13-bit field"):
+        disassemble([isa.Finish(), isa.Gemm(uop_bgn=8192)], DEFAULT)
     with pytest.raises(TypeError, match=r"^expected a Load, Store, Gemm, Alu or Finish instruction, not Uop$"):
-        disassemble([Uop(0, 0)], DEFAULT)  # type: ignore[list-item]
+        disassemble([isa.Uop(0, 0)], DEFAULT)  # type: ignore[list-item]
     with pytest.raises(TypeError, match=r"^expected a sequence of Uop, found a Finish$"):
-        disassemble_uops([Finish()], DEFAULT)  # type: ignore[list-item]
-    with pytest.raises(EncodeError, match=r"^micro-op field wgt = 1024 does not fit"):
-        disassemble_uops([Uop(0, 0, 1024)], DEFAULT)
+        disassemble_uops([isa.Finish()], DEFAULT)  # type: ignore[list-item]
+    with pytest.raises(isa.EncodeError, match=r"^micro-op field wgt = 1024 does not fit"):
+        disassemble_uops([isa.Uop(0, 0, 1024)], DEFAULT)
     with pytest.raises(TypeError, match=r"^assembly text must be a str, not bytes$"):
         assemble(b"FINISH", DEFAULT)  # type: ignore[arg-type]
