@@ -62,6 +62,10 @@ REQUANT_MODES = ("multiply", "shift")
 """How per-channel scales become integers (:func:`.quantize.quantize`'s ``mode``): an integer multiplier M <= M_MAX
 and a shift S <= S_MAX, or a power of two (a shift alone, as VTA's TVM stack)."""
 
+RESIZE_ATTRS = ("mode", "coordinate_transformation_mode", "nearest_mode", "scales", "sizes")
+"""Resize's attributes: ``mode`` 'nearest' or 'linear', ONNX's coordinate transformation and nearest mode names,
+``scales`` (a float per axis, as ONNX's ``scales`` or sizes / input sizes) and ``sizes`` (the output shape)."""
+
 # op -> required attribute keys. Optional keys are noted in comments.
 FLOAT_OPS: dict[str, tuple[str, ...]] = {
     "Conv2d": ("strides", "pads", "groups"),            # inputs x, w [O, C/g, KH, KW], optional bias [O]
@@ -78,6 +82,11 @@ FLOAT_OPS: dict[str, tuple[str, ...]] = {
     "Pad": ("pads", "value"),                            # pads in ONNX order: begins of every axis, then ends
     "Concat": ("axis",),
     "Softmax": ("axis",),
+    "Sigmoid": (),
+    "HardSigmoid": ("alpha", "beta"),                    # clip(alpha * x + beta, 0, 1)
+    "HardSwish": (),                                     # x * clip(x / 6 + 1 / 2, 0, 1)
+    "Transpose": ("perm",),                              # a permutation of every axis, non-negative
+    "Resize": RESIZE_ATTRS,
 }
 
 QUANT_OPS: dict[str, tuple[str, ...]] = {
@@ -95,6 +104,9 @@ QUANT_OPS: dict[str, tuple[str, ...]] = {
     "Reshape": ("shape",),
     "Pad": ("pads", "value"),                            # value is an int8
     "Softmax": ("axis", "scale"),                        # int8 -> float32 softmax(x * scale)
+    "QLut": ("table",),                                  # y = table[x + 128], table int8 [256]; optional "function"
+    "Transpose": ("perm",),
+    "Resize": RESIZE_ATTRS,                              # int8 in, int8 out at the same scale
 }
 
 ACCEL_OPS = ("QConv2d", "QDense", "QAdd")

@@ -13,6 +13,13 @@ Integer semantics (the quantized operator contract, see :mod:`.ir`):
     ``S > 0`` else 0, ``M`` may be negative (QMul) and broadcasts with numpy rules.
   - ``MaxPool`` pads with -128. ``AvgPool``/``GlobalAvgPool``: ``floor((2 * sum + count) / (2 * count))`` (round
     half up), ``count`` = window elements inside the input (all of them when ``count_include_pad``).
+  - ``QLut``: ``table[x + 128]``, a 256-entry int8 table the quantizer computes from the input and output scales
+    (Sigmoid, HardSigmoid, HardSwish: any function of one int8 value is exact this way).
+  - ``Transpose``: numpy's transpose. ``Resize`` (output scale = input scale): ``nearest`` picks the source element
+    of :func:`resize_source`'s coordinate rounded by ``nearest_mode``; ``linear`` interpolates between the two
+    neighbours of each resized axis in turn with weights ``w1 = rint(frac * 2**8)``, ``w0 = 2**8 - w1`` in int64,
+    and rounds once at the end: ``(acc + 2**(T-1)) >> T``, ``T = 8`` times the axes interpolated. Neighbours outside
+    the input repeat its edge (ONNX's rule).
   - ``Quantize``: ``clip(rint(float64(x) / scale), -128, 127)`` (rint rounds half to even). ``Dequantize``:
     ``float32(float64(x) * scale)``. ``Softmax``: float32 of a float64 softmax of ``x * scale``.
 
@@ -29,6 +36,7 @@ from .ir import AddRequant, Graph, GraphError, Node, Requant
 __all__ = [
     "wrap32", "conv2d_acc", "dense_acc", "requantize", "qconv2d", "qdense", "qadd", "rescale", "qmul", "qconcat",
     "maxpool", "avgpool", "global_avgpool", "pad", "quantize", "dequantize", "softmax", "QOPS", "run_reference",
+    "lut", "resize", "resize_source", "resize_taps", "RESIZE_WEIGHT_BITS",
 ]
 
 
@@ -189,6 +197,74 @@ def softmax(x: np.ndarray, scale: float, axis: int = -1) -> np.ndarray:
     return (z / z.sum(axis=axis, keepdims=True)).astype(np.float32)
 
 
+def lut(x: np.ndarray, table: np.ndarray) -> np.ndarray:
+    """int8 table lookup ``table[x + 128]`` (``table``: 256 int8 values, for inputs -128 to 127)."""
+    return np.asarray(table, np.int8)[x.astype(np.int64) + 128]
+
+
+def resize_source(in_len: int, out_len: int, scale: float, mode: str) -> np.ndarray:
+    """float64 source coordinate of each of the ``out_len`` output positions of one axis resized by ``scale``, by
+    ONNX's coordinate transformation ``mode`` (as onnx.reference computes it, with ``scale * in_len`` as the output
+    length where ONNX uses it)."""
+    x = np.arange(out_len, dtype=np.float64)
+    width = scale * in_len
+    if mode == "asymmetric":
+        return x / scale
+    if mode == "align_corners":
+        return np.zeros(out_len) if width == 1 else x * (in_len - 1) / (width - 1)
+    if mode == "pytorch_half_pixel" and width == 1:
+        return np.full(out_len, -0.5)
+    if mode in ("half_pixel", "pytorch_half_pixel"):
+        return (x + 0.5) / scale - 0.5
+    if mode == "half_pixel_symmetric":
+        offset = in_len / 2 * (1 - out_len / width)
+        return offset + (x + 0.5) / scale - 0.5
+    raise ValueError(f"Resize coordinate transformation {mode!r} is not one the lab implements.")
+
+
+def resize_taps(src: np.ndarray, in_len: int, mode: str, nearest_mode: str) -> tuple[np.ndarray, np.ndarray,
+                                                                                       np.ndarray]:
+    """(first index, second index, weight of the second in [0, 1)) per output position: ``linear`` takes the source
+    elements left and right of ``src``, ``nearest`` one element (weight 0) by ``nearest_mode``; indices outside the
+    input are clamped to its edge."""
+    low = np.floor(src)
+    frac = src - low
+    if mode == "linear":
+        return (np.clip(low, 0, in_len - 1).astype(np.int64), np.clip(low + 1, 0, in_len - 1).astype(np.int64), frac)
+    up = {"round_prefer_floor": frac > 0.5, "round_prefer_ceil": frac >= 0.5, "floor": np.zeros(src.shape, bool),
+          "ceil": frac > 0}[nearest_mode]
+    idx = np.clip(low + up, 0, in_len - 1).astype(np.int64)
+    return idx, idx, np.zeros(src.shape)
+
+
+RESIZE_WEIGHT_BITS = 8
+"""Fractional bits of the integer linear-interpolation weights of :func:`resize`."""
+
+
+def resize(x: np.ndarray, mode: str, coordinate_transformation_mode: str, nearest_mode: str, scales: Sequence[float],
+           sizes: Sequence[int]) -> np.ndarray:
+    """int8 Resize (see the module docstring): ``sizes`` is the output shape, ``scales`` ONNX's factor per axis."""
+    acc = x.astype(np.int64)
+    bits = 0
+    one = 1 << RESIZE_WEIGHT_BITS
+    for axis, (in_len, out_len, scale) in enumerate(zip(x.shape, sizes, scales)):
+        if in_len == out_len and scale == 1.0:
+            continue
+        i0, i1, frac = resize_taps(resize_source(in_len, out_len, scale, coordinate_transformation_mode), in_len,
+                                   mode, nearest_mode)
+        w1 = np.rint(frac * one).astype(np.int64)
+        if not w1.any():
+            acc = np.take(acc, i0, axis=axis)
+            continue
+        shape = [1] * acc.ndim
+        shape[axis] = out_len
+        acc = np.take(acc, i0, axis=axis) * (one - w1).reshape(shape) + np.take(acc, i1, axis=axis) * w1.reshape(shape)
+        bits += RESIZE_WEIGHT_BITS
+    if bits:
+        acc = (acc + (1 << (bits - 1))) >> bits
+    return np.clip(acc, -128, 127).astype(np.int8)
+
+
 # ---- the graph executor ------------------------------------------------------------------------------------------
 OpFn = Callable[[Node, list[np.ndarray]], np.ndarray]
 
@@ -214,6 +290,10 @@ QOPS: dict[str, OpFn] = {
     "Reshape": lambda n, v: v[0].reshape(n.attrs["shape"]),
     "Pad": lambda n, v: pad(v[0], n.attrs["pads"], n.attrs["value"]),
     "Softmax": lambda n, v: softmax(v[0], n.attrs["scale"], n.attrs["axis"]),
+    "QLut": lambda n, v: lut(v[0], n.attrs["table"]),
+    "Transpose": lambda n, v: np.ascontiguousarray(np.transpose(v[0], n.attrs["perm"])),
+    "Resize": lambda n, v: resize(v[0], n.attrs["mode"], n.attrs["coordinate_transformation_mode"],
+                                  n.attrs["nearest_mode"], n.attrs["scales"], n.attrs["sizes"]),
 }
 
 

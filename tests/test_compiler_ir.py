@@ -114,3 +114,22 @@ def test_quantized_graph_pickles():
     assert repr(back.nodes[1].attrs["requant"]) == repr(q.nodes[1].attrs["requant"])
     np.testing.assert_array_equal(qops.run_reference(back, {"input": x[:1]})["output"],
                                   qops.run_reference(q, {"input": x[:1]})["output"])
+
+
+def test_lut_transpose_and_resize_nodes_validate_and_round_trip_as_data():
+    g = Graph("q", inputs=["x"], outputs=["z"])
+    g.add_tensor("x", (1, 2, 3, 4), "int8", 0.1)
+    g.add_tensor("a", (1, 2, 3, 4), "int8", 0.05)
+    g.add_tensor("b", (1, 3, 4, 2), "int8", 0.05)
+    g.add_tensor("z", (1, 3, 8, 4), "int8", 0.05)
+    g.add_node("QLut", "sig", ["x"], ["a"], table=np.arange(-128, 128).astype(np.int8), function="Sigmoid")
+    g.add_node("Transpose", "t", ["a"], ["b"], perm=(0, 2, 3, 1))
+    g.add_node("Resize", "up", ["b"], ["z"], mode="linear", coordinate_transformation_mode="half_pixel",
+               nearest_mode="round_prefer_floor", scales=(1.0, 1.0, 2.0, 2.0), sizes=(1, 3, 8, 4))
+    g.validate()
+    back = Graph.from_data(*g.to_data())
+    assert back.node("up").attrs == g.node("up").attrs and back.node("t").attrs["perm"] == (0, 2, 3, 1)
+    np.testing.assert_array_equal(back.node("sig").attrs["table"], g.node("sig").attrs["table"])
+    del g.node("up").attrs["sizes"]
+    with pytest.raises(GraphError, match=r"node 'up' \(Resize\) lacks attribute\(s\) sizes"):
+        g.validate()

@@ -165,3 +165,10 @@ def test_a_corrupted_cached_object_is_recompiled(tmp_path, monkeypatch, caplog):
                                    "does not match); removing it and compiling the kernel again"]
         assert path.read_bytes() == good, "the recompiled object replaced the damaged one"
     assert run() == (expected, 1)
+
+
+def test_lut_matches_reference():
+    rng = np.random.default_rng(5)
+    x = np.arange(-128, 128, dtype=np.int8).reshape(2, 8, 16)
+    table = _rand8(rng, (256,))
+    np.testing.assert_array_equal(cpu.lut(x, table), qops.lut(x, table))

@@ -168,3 +168,35 @@ def test_run_reference_errors():
     g.nodes[2].op = "Frobnicate"
     with pytest.raises(GraphError, match="Node 'gap' has op 'Frobnicate', which the integer reference does not"):
         qops.run_reference(g, {"x": np.zeros((1, 2, 4, 4), np.float32)})
+
+
+def test_lut_indexes_its_table_by_the_input_plus_128():
+    table = np.arange(127, -129, -1).astype(np.int8)
+    assert qops.lut(np.array([-128, -1, 0, 127], np.int8), table).tolist() == [127, 0, -1, -128]
+
+
+def test_resize_linear_weights_have_8_bits_and_round_once():
+    x = np.array([0, 100], np.int8).reshape(1, 1, 1, 2)
+    y = qops.resize(x, "linear", "asymmetric", "round_prefer_floor", (1, 1, 1, 4), (1, 1, 1, 8))
+    # sources 0, 1/4, 1/2, 3/4, 1, then the edge: (100 * rint(frac * 256) + 128) >> 8
+    assert y.reshape(-1).tolist() == [0, (100 * 64 + 128) >> 8, (100 * 128 + 128) >> 8, (100 * 192 + 128) >> 8,
+                                      100, 100, 100, 100]
+    two_axes = qops.resize(np.array([[0, 0], [0, 100]], np.int8).reshape(1, 1, 2, 2), "linear", "asymmetric",
+                           "floor", (1, 1, 2, 2), (1, 1, 4, 4))
+    assert two_axes[0, 0, 1, 1] == (100 * 128 * 128 + (1 << 15)) >> 16   # one rounding after both axes
+
+
+@pytest.mark.parametrize("nearest_mode,expected", [("round_prefer_floor", [10, 10, 20, 20]),
+                                                   ("round_prefer_ceil", [10, 20, 20, 20]),
+                                                   ("floor", [10, 10, 20, 20]), ("ceil", [10, 20, 20, 20])])
+def test_resize_nearest_modes_break_ties_as_onnx(nearest_mode, expected):
+    x = np.array([10, 20], np.int8).reshape(1, 1, 1, 2)
+    y = qops.resize(x, "nearest", "asymmetric", nearest_mode, (1, 1, 1, 2), (1, 1, 1, 4))  # sources 0, .5, 1, 1.5
+    assert y.reshape(-1).tolist() == expected
+
+
+def test_resize_source_follows_onnx_reference():
+    assert qops.resize_source(4, 2, 0.6, "align_corners").tolist() == [0.0, 3 / 1.4]     # scale * length - 1
+    assert qops.resize_source(4, 8, 2.0, "half_pixel").tolist()[:2] == [-0.25, 0.25]
+    with pytest.raises(ValueError, match="Resize coordinate transformation 'tf_crop_and_resize' is not one the lab"):
+        qops.resize_source(4, 8, 2.0, "tf_crop_and_resize")

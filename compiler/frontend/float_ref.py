@@ -17,8 +17,10 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from ..ir import Graph, GraphError, Node
+from ..qops import resize_source, resize_taps
 
-__all__ = ["exact_matmul", "exact_exp", "conv2d", "dense", "maxpool", "avgpool", "FLOAT_FNS", "run_float"]
+__all__ = ["exact_matmul", "exact_exp", "conv2d", "dense", "maxpool", "avgpool", "resize", "ACTIVATIONS", "FLOAT_FNS",
+           "run_float"]
 
 _MANTISSA_BITS = 53
 """float64 holds every integer of up to this many bits exactly."""
@@ -141,7 +143,48 @@ def _pad(x: np.ndarray, pads: Sequence[int], value: float) -> np.ndarray:
     return np.pad(x, [(pads[i], pads[i + rank]) for i in range(rank)], constant_values=value)
 
 
+def resize(x: np.ndarray, mode: str, coordinate_transformation_mode: str, nearest_mode: str, scales: Sequence[float],
+           sizes: Sequence[int]) -> np.ndarray:
+    """Float Resize, nearest or linear (each resized axis in turn, float64 weights), as :func:`.qops.resize` with
+    real weights and no rounding."""
+    out = np.asarray(x, np.float64)
+    for axis, (in_len, out_len, scale) in enumerate(zip(x.shape, sizes, scales)):
+        if in_len == out_len and scale == 1.0:
+            continue
+        i0, i1, frac = resize_taps(resize_source(in_len, out_len, scale, coordinate_transformation_mode), in_len,
+                                   mode, nearest_mode)
+        shape = [1] * out.ndim
+        shape[axis] = out_len
+        w1 = frac.reshape(shape)
+        out = np.take(out, i0, axis=axis) * (1.0 - w1) + np.take(out, i1, axis=axis) * w1
+    return out
+
+
+def _sigmoid(x: np.ndarray, attrs: Mapping) -> np.ndarray:
+    return 1.0 / (1.0 + exact_exp(-np.asarray(x, np.float64)))
+
+
+def _hard_sigmoid(x: np.ndarray, attrs: Mapping) -> np.ndarray:
+    return np.clip(attrs["alpha"] * np.asarray(x, np.float64) + attrs["beta"], 0.0, 1.0)
+
+
+def _hard_swish(x: np.ndarray, attrs: Mapping) -> np.ndarray:
+    x = np.asarray(x, np.float64)
+    return x * np.clip(x / 6.0 + 0.5, 0.0, 1.0)
+
+
+ACTIVATIONS: dict[str, Callable[[np.ndarray, Mapping], np.ndarray]] = {
+    "Sigmoid": _sigmoid, "HardSigmoid": _hard_sigmoid, "HardSwish": _hard_swish,
+}
+"""Element-wise activations ``f(x float64, node attrs) -> float64``, the same bits on every machine (exp by
+:func:`exact_exp`): the float reference and the quantizer's lookup tables both use them."""
+
 FloatFn = Callable[[Node, list[np.ndarray]], np.ndarray]
+
+
+def _elementwise(fn: Callable[[np.ndarray, Mapping], np.ndarray]) -> FloatFn:
+    return lambda node, values: fn(values[0], node.attrs)
+
 
 FLOAT_FNS: dict[str, FloatFn] = {
     "Conv2d": lambda n, v: conv2d(v[0], v[1], v[2] if len(v) > 2 else None, n.attrs["strides"], n.attrs["pads"],
@@ -159,6 +202,10 @@ FLOAT_FNS: dict[str, FloatFn] = {
     "Pad": lambda n, v: _pad(v[0], n.attrs["pads"], n.attrs["value"]),
     "Concat": lambda n, v: np.concatenate(v, axis=n.attrs["axis"]),
     "Softmax": lambda n, v: _softmax(v[0], n.attrs["axis"]),
+    **{op: _elementwise(fn) for op, fn in ACTIVATIONS.items()},
+    "Transpose": lambda n, v: np.transpose(v[0], n.attrs["perm"]),
+    "Resize": lambda n, v: resize(v[0], n.attrs["mode"], n.attrs["coordinate_transformation_mode"],
+                                  n.attrs["nearest_mode"], n.attrs["scales"], n.attrs["sizes"]),
 }
 
 

@@ -3,9 +3,16 @@
 Supported ONNX operators (see :data:`RULES`): Conv (any kernel, stride, padding, groups; dilation 1), Gemm, MatMul
 (by a constant), BatchNormalization (folded into the preceding Conv/Gemm, else a depthwise 1x1 Conv), Relu, Clip, Add,
 Sub/Mul/Div by a constant, MaxPool, AveragePool, GlobalAveragePool (or ReduceMean over H, W), Flatten, Reshape,
-Squeeze, Unsqueeze, Pad (constant mode), Concat, Softmax, and the no-ops Identity and Dropout. Subgraphs computing
-constants (shape arithmetic) are evaluated at import. Anything else raises :class:`UnsupportedOperatorError` naming the
-operator and the node.
+Squeeze, Unsqueeze, Pad (constant mode), Concat (constant operands too), Softmax, Sigmoid, HardSigmoid, HardSwish,
+Transpose, DepthToSpace (DCR and CRD: a Reshape, a Transpose and a Reshape), Resize (nearest and linear; see
+:data:`RESIZE_COORDINATE_MODES`), and the no-ops Identity and Dropout. MaxPool and AveragePool take 1D, 2D and 3D
+windows: a 1D pool is a 2D pool of one row, a 3D pool a 2D pool over (H, W) then one over D (max and mean are
+separable; both between Reshapes). Subgraphs computing constants (shape arithmetic) are evaluated at import.
+
+A model with nodes the rules cannot import raises one :class:`UnsupportedOperatorError` listing every such node (the
+op, the node, and the attribute, input or shape that is the problem), not only the first. A tensor whose size
+(from shape inference) would exceed :func:`tensor_byte_limit` raises :class:`TensorTooLargeError` naming it and its
+size before anything is allocated.
 
 A symbolic (dynamic) first input dimension is the batch and becomes ``batch``; any other symbolic or unknown input
 dimension is an error unless ``input_shapes`` gives that input's whole shape. A file that is not an ONNX model
@@ -25,8 +32,9 @@ from onnx import numpy_helper, shape_inference
 
 from ..ir import Graph, GraphError
 
-__all__ = ["UnsupportedOperatorError", "ModelFileError", "UnsupportedOpsetError", "import_onnx", "RULES",
-           "SUPPORTED_OPSETS"]
+__all__ = ["UnsupportedOperatorError", "UnsupportedModelError", "ModelFileError", "UnsupportedOpsetError",
+           "TensorTooLargeError", "import_onnx", "RULES", "SUPPORTED_OPSETS", "RESIZE_COORDINATE_MODES",
+           "tensor_byte_limit"]
 
 SUPPORTED_OPSETS = (13, 22)
 """The default-domain (``ai.onnx``) opsets the rules handle, inclusive. Below 13, Softmax flattened its input to 2D
@@ -41,8 +49,27 @@ class UnsupportedOperatorError(ValueError):
     def __init__(self, op_type: str, node_name: str, detail: str = "") -> None:
         self.op_type = op_type
         self.node_name = node_name
+        self.detail = detail
         why = f": {detail}" if detail else f"; supported operators are {', '.join(sorted(RULES))}"
         super().__init__(f"ONNX operator {op_type!r} (node {node_name!r}) is not supported by the lab{why}.")
+
+
+class UnsupportedModelError(UnsupportedOperatorError):
+    """Several nodes of one model that the lab cannot compile, each in :attr:`problems` and on a line of the message."""
+
+    def __init__(self, label: str, problems: list[UnsupportedOperatorError]) -> None:
+        ValueError.__init__(self, "")
+        self.problems = problems
+        self.op_type, self.node_name, self.detail = problems[0].op_type, problems[0].node_name, problems[0].detail
+        lines = [f"  - {p.op_type} (node {p.node_name!r}): {p.detail or 'no rule for this operator'}"
+                 for p in problems]
+        tail = f"Supported operators are {', '.join(sorted(RULES))}." if any(not p.detail for p in problems) else ""
+        self.args = (f"The model {label} has {len(problems)} nodes the lab cannot compile:\n" + "\n".join(lines)
+                     + (f"\n{tail}" if tail else ""),)
+
+
+class TensorTooLargeError(ValueError):
+    """A tensor of the model (an input, an intermediate or an output) that would not fit in memory."""
 
 
 class ModelFileError(ValueError):
@@ -114,6 +141,27 @@ class _Importer:
         self.graph.add_node(op, self.graph.unique_name(node.name or f"{node.op_type}_{out}", node=True),
                             [self.name(i) for i in inputs], [out], **attrs)
 
+    def emit_shaped(self, op: str, node: onnx.NodeProto, inputs: list[str], out_shape: tuple[int, ...],
+                    **attrs: Any) -> str:
+        """Like :meth:`emit`, for an inner node of a decomposition: its output, a new tensor named after the ONNX
+        node's output, has ``out_shape``; returns the output's name."""
+        out = self.graph.unique_name(f"{node.output[0]}_{op.lower()}")
+        self.graph.add_tensor(out, out_shape, "float32")
+        self.graph.add_node(op, self.graph.unique_name(f"{node.name or node.op_type}_{op.lower()}", node=True),
+                            [self.name(i) for i in inputs], [out], **attrs)
+        return out
+
+    def const_input(self, node: onnx.NodeProto, index: int, what: str) -> np.ndarray | None:
+        """The constant value of input ``index`` of ``node`` (None when absent), or
+        :class:`UnsupportedOperatorError` naming the input (``what``) when another node computes it."""
+        if len(node.input) <= index or not node.input[index]:
+            return None
+        if not self.is_const(node.input[index]):
+            raise UnsupportedOperatorError(node.op_type, node.name or "<unnamed>",
+                                           f"its {what} input {node.input[index]!r} is computed by another node; it "
+                                           f"must be a constant initializer")
+        return self.const(node.input[index])
+
     def shapes_of(self, tensor: str) -> tuple[int, ...]:
         if tensor not in self.shapes:
             raise GraphError(f"Shape inference found no static shape for tensor {tensor!r}; give the model static "
@@ -129,27 +177,40 @@ def _decode(value: Any) -> Any:
     return value.decode() if isinstance(value, bytes) else value
 
 
-def _spatial_pads(imp: _Importer, node: onnx.NodeProto, kernel: tuple[int, ...], strides: tuple[int, ...],
-                  attrs: dict[str, Any]) -> tuple[int, int, int, int]:
-    """(top, left, bottom, right) pads from ``pads`` or ``auto_pad``."""
+def _nd_pads(imp: _Importer, node: onnx.NodeProto, kernel: tuple[int, ...], strides: tuple[int, ...],
+             attrs: dict[str, Any]) -> list[tuple[int, int]]:
+    """(begin, end) pads of each spatial axis from ``pads`` or ``auto_pad``."""
+    rank = len(kernel)
     auto = _decode(attrs.get("auto_pad", "NOTSET"))
     if auto in ("NOTSET", "VALID"):
-        p = list(attrs.get("pads", [0, 0, 0, 0])) if auto == "NOTSET" else [0, 0, 0, 0]
-        if len(p) != 4:
-            raise UnsupportedOperatorError(node.op_type, node.name, f"only 2D pads are supported, got {p}")
-        return (int(p[0]), int(p[1]), int(p[2]), int(p[3]))
-    h, w = imp.shape(node.input[0])[2:]
+        p = list(attrs.get("pads", [0] * 2 * rank)) if auto == "NOTSET" else [0] * 2 * rank
+        if len(p) != 2 * rank:
+            raise UnsupportedOperatorError(node.op_type, node.name, f"pads {p} for a {rank}D window (need "
+                                                                    f"{2 * rank} values)")
+        return [(int(p[i]), int(p[i + rank])) for i in range(rank)]
+    if auto not in ("SAME_UPPER", "SAME_LOWER"):
+        raise UnsupportedOperatorError(node.op_type, node.name, f"auto_pad {auto!r}")
     pads = []
-    for size, k, s in ((h, kernel[0], strides[0]), (w, kernel[1], strides[1])):
+    for size, k, s in zip(imp.shape(node.input[0])[2:], kernel, strides):
         out = -(-size // s)
         total = max(0, (out - 1) * s + k - size)
         small, big = total // 2, total - total // 2
         pads.append((small, big) if auto == "SAME_UPPER" else (big, small))
-    return (pads[0][0], pads[1][0], pads[0][1], pads[1][1])
+    return pads
+
+
+def _spatial_pads(imp: _Importer, node: onnx.NodeProto, kernel: tuple[int, ...], strides: tuple[int, ...],
+                  attrs: dict[str, Any]) -> tuple[int, int, int, int]:
+    """(top, left, bottom, right) pads of a 2D window from ``pads`` or ``auto_pad``."""
+    if _decode(attrs.get("auto_pad", "NOTSET")) == "NOTSET" and len(attrs.get("pads", [0] * 4)) != 4:
+        raise UnsupportedOperatorError(node.op_type, node.name, f"only 2D pads are supported, got "
+                                                                f"{list(attrs['pads'])}")
+    (top, bottom), (left, right) = _nd_pads(imp, node, kernel, strides, attrs)
+    return (top, left, bottom, right)
 
 
 def _check_dilations(node: onnx.NodeProto, attrs: dict[str, Any]) -> None:
-    if any(d != 1 for d in attrs.get("dilations", [1, 1])):
+    if any(d != 1 for d in attrs.get("dilations", [1])):
         raise UnsupportedOperatorError(node.op_type, node.name, f"dilations {list(attrs['dilations'])} (only 1)")
 
 
@@ -171,7 +232,7 @@ def _conv(imp: _Importer, node: onnx.NodeProto) -> None:
         x, extra = absorbed
         pads = (pads[0] + extra[0], pads[1] + extra[1], pads[2] + extra[2], pads[3] + extra[3])
     inputs = [x, imp.use_const(node.input[1])]
-    if len(node.input) > 2 and node.input[2]:
+    if imp.const_input(node, 2, "bias B") is not None:
         inputs.append(imp.use_const(node.input[2]))
     imp.emit("Conv2d", node, inputs, strides=strides, pads=pads, groups=int(a.get("group", 1)))
 
@@ -193,7 +254,9 @@ def _absorb_pad(imp: _Importer, tensor: str) -> tuple[str, tuple[int, int, int, 
 
 def _batchnorm(imp: _Importer, node: onnx.NodeProto) -> None:
     eps = float(_attrs(node).get("epsilon", 1e-5))
-    gamma, beta, mean, var = (imp.const(t).astype(np.float64) for t in node.input[1:5])
+    params = [imp.const_input(node, k, what) for k, what in enumerate(("", "scale", "B", "input_mean", "input_var"))
+              if k]
+    gamma, beta, mean, var = (np.asarray(p, np.float64) for p in params)
     mult = gamma / np.sqrt(var + eps)
     shift = beta - mean * mult
     src = imp.name(node.input[0])
@@ -223,8 +286,9 @@ def _gemm(imp: _Importer, node: onnx.NodeProto) -> None:
     w = imp.const(node.input[1]).astype(np.float64) * float(a.get("alpha", 1.0))
     w = w if a.get("transB", 0) else w.T
     inputs = [node.input[0], imp.new_const(f"{node.output[0]}_w", w)]
-    if len(node.input) > 2 and node.input[2]:
-        c = imp.const(node.input[2]).astype(np.float64).reshape(-1) * float(a.get("beta", 1.0))
+    bias = imp.const_input(node, 2, "bias C")
+    if bias is not None:
+        c = bias.astype(np.float64).reshape(-1) * float(a.get("beta", 1.0))
         if c.size not in (1, w.shape[0]):
             raise UnsupportedOperatorError(node.op_type, node.name, f"a bias C of {c.size} values for "
                                                                     f"{w.shape[0]} outputs (only per-output biases)")
@@ -242,10 +306,11 @@ def _matmul(imp: _Importer, node: onnx.NodeProto) -> None:
 def _clip(imp: _Importer, node: onnx.NodeProto) -> None:
     a = _attrs(node)
     lo, hi = a.get("min"), a.get("max")
-    if len(node.input) > 1 and node.input[1]:
-        lo = float(imp.const(node.input[1]))
-    if len(node.input) > 2 and node.input[2]:
-        hi = float(imp.const(node.input[2]))
+    lo_input, hi_input = imp.const_input(node, 1, "min"), imp.const_input(node, 2, "max")
+    if lo_input is not None:
+        lo = float(lo_input.reshape(()))
+    if hi_input is not None:
+        hi = float(hi_input.reshape(()))
     imp.emit("Clip", node, [node.input[0]], min=None if lo is None else float(lo),
              max=None if hi is None else float(hi))
 
@@ -274,20 +339,48 @@ def _binary(imp: _Importer, node: onnx.NodeProto) -> None:
 
 
 def _pool(imp: _Importer, node: onnx.NodeProto) -> None:
+    """MaxPool/AveragePool of a 1D, 2D or 3D window (see the module docstring for 1D and 3D)."""
     a = _attrs(node)
-    _check_dilations(node, a)
-    if a.get("ceil_mode", 0):
-        raise UnsupportedOperatorError(node.op_type, node.name, "ceil_mode=1")
     kernel = tuple(int(k) for k in a["kernel_shape"])
-    strides = tuple(int(s) for s in a.get("strides", [1, 1]))
-    pads = _spatial_pads(imp, node, kernel, strides, a)
-    if node.op_type == "MaxPool":
-        if len(node.output) > 1 and node.output[1]:
-            raise UnsupportedOperatorError(node.op_type, node.name, "the Indices output")
-        imp.emit("MaxPool", node, [node.input[0]], kernel=kernel, strides=strides, pads=pads)
+    rank = len(kernel)
+    problems = []
+    if any(d != 1 for d in a.get("dilations", [1])):
+        problems.append(f"dilations {list(a['dilations'])} (only 1)")
+    if a.get("ceil_mode", 0):
+        problems.append("ceil_mode=1 (only 0)")
+    if node.op_type == "MaxPool" and len(node.output) > 1 and node.output[1]:
+        problems.append("the Indices output")
+    if rank not in (1, 2, 3):
+        problems.append(f"a {rank}D window (only 1D, 2D and 3D)")
+    if problems:
+        raise UnsupportedOperatorError(node.op_type, node.name, "; ".join(problems))
+    strides = tuple(int(s) for s in a.get("strides", [1] * rank))
+    pads = _nd_pads(imp, node, kernel, strides, a)
+    op = "MaxPool" if node.op_type == "MaxPool" else "AvgPool"
+    extra: dict[str, Any] = {} if op == "MaxPool" else {"count_include_pad": bool(a.get("count_include_pad", 0))}
+    x, out = node.input[0], node.output[0]
+    shape = imp.shape(x)
+    if rank == 2:
+        imp.emit(op, node, [x], kernel=kernel, strides=strides, pads=(pads[0][0], pads[1][0], pads[0][1], pads[1][1]),
+                 **extra)
+    elif rank == 1:
+        n, c, length = shape
+        (begin, end), = pads
+        olen = imp.shapes_of(out)[2]
+        row = imp.emit_shaped("Reshape", node, [x], (n, c, 1, length), shape=(n, c, 1, length))
+        pooled = imp.emit_shaped(op, node, [row], (n, c, 1, olen), kernel=(1, kernel[0]), strides=(1, strides[0]),
+                                 pads=(0, begin, 0, end), **extra)
+        imp.emit("Reshape", node, [pooled], shape=(n, c, olen))
     else:
-        imp.emit("AvgPool", node, [node.input[0]], kernel=kernel, strides=strides, pads=pads,
-                 count_include_pad=bool(a.get("count_include_pad", 0)))
+        n, c, d, h, w = shape
+        od, oh, ow = imp.shapes_of(out)[2:]
+        planes = imp.emit_shaped("Reshape", node, [x], (n, c * d, h, w), shape=(n, c * d, h, w))
+        hw = imp.emit_shaped(op, node, [planes], (n, c * d, oh, ow), kernel=kernel[1:], strides=strides[1:],
+                             pads=(pads[1][0], pads[2][0], pads[1][1], pads[2][1]), **extra)
+        cols = imp.emit_shaped("Reshape", node, [hw], (n, c, d, oh * ow), shape=(n, c, d, oh * ow))
+        depth = imp.emit_shaped(op, node, [cols], (n, c, od, oh * ow), kernel=(kernel[0], 1), strides=(strides[0], 1),
+                                pads=(pads[0][0], 0, pads[0][1], 0), **extra)
+        imp.emit("Reshape", node, [depth], shape=(n, c, od, oh, ow))
 
 
 def _reshape(imp: _Importer, node: onnx.NodeProto) -> None:
@@ -300,12 +393,13 @@ def _pad(imp: _Importer, node: onnx.NodeProto) -> None:
         raise UnsupportedOperatorError(node.op_type, node.name, f"mode {_decode(a['mode'])!r} (only 'constant')")
     pads = a.get("pads")
     value = float(a.get("value", 0.0))
-    if len(node.input) > 1 and node.input[1]:
-        pads = imp.const(node.input[1]).tolist()
+    pads_input, value_input = imp.const_input(node, 1, "pads"), imp.const_input(node, 2, "constant_value")
+    if pads_input is not None:
+        pads = pads_input.tolist()
     if pads is None:
         raise UnsupportedOperatorError(node.op_type, node.name, "no pads given")
-    if len(node.input) > 2 and node.input[2]:
-        value = float(imp.const(node.input[2]))
+    if value_input is not None:
+        value = float(value_input.reshape(()))
     if len(node.input) > 3 and node.input[3]:
         raise UnsupportedOperatorError(node.op_type, node.name, "the axes input")
     imp.emit("Pad", node, [node.input[0]], pads=tuple(int(p) for p in pads), value=value)
@@ -315,16 +409,84 @@ def _axis_op(op: str) -> Callable[[_Importer, onnx.NodeProto], None]:
     def rule(imp: _Importer, node: onnx.NodeProto) -> None:
         rank = len(imp.shape(node.input[0]))
         axis = int(_attrs(node).get("axis", -1 if op == "Softmax" else 0))
-        imp.emit(op, node, list(node.input), axis=axis % rank)
+        inputs = [imp.use_const(t) if imp.is_const(t) else t for t in node.input]   # Concat of a constant
+        imp.emit(op, node, inputs, axis=axis % rank)
     return rule
+
+
+def _transpose(imp: _Importer, node: onnx.NodeProto) -> None:
+    rank = len(imp.shape(node.input[0]))
+    perm = tuple(int(p) % rank for p in _attrs(node).get("perm", range(rank - 1, -1, -1)))
+    imp.emit("Transpose", node, [node.input[0]], perm=perm)
+
+
+def _depth_to_space(imp: _Importer, node: onnx.NodeProto) -> None:
+    """DepthToSpace as ONNX defines it: Reshape to 6D, Transpose, Reshape."""
+    a = _attrs(node)
+    mode, bs = _decode(a.get("mode", "DCR")), int(a["blocksize"])
+    if mode not in ("DCR", "CRD"):
+        raise UnsupportedOperatorError(node.op_type, node.name, f"mode {mode!r} (only 'DCR' and 'CRD')")
+    n, c, h, w = imp.shape(node.input[0])
+    if mode == "DCR":
+        split, perm = (n, bs, bs, c // bs**2, h, w), (0, 3, 4, 1, 5, 2)
+    else:
+        split, perm = (n, c // bs**2, bs, bs, h, w), (0, 1, 4, 2, 5, 3)
+    blocks = imp.emit_shaped("Reshape", node, [node.input[0]], split, shape=split)
+    moved = imp.emit_shaped("Transpose", node, [blocks], tuple(split[p] for p in perm), perm=perm)
+    imp.emit("Reshape", node, [moved], shape=(n, c // bs**2, h * bs, w * bs))
+
+
+RESIZE_COORDINATE_MODES = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric")
+"""Resize's coordinate transformations the lab implements (with modes ``nearest`` and ``linear``); ONNX's other one,
+``tf_crop_and_resize`` (a region of interest, an extrapolation value), is refused by name, as are ``cubic``,
+``antialias=1`` and a ``keep_aspect_ratio_policy`` other than ``stretch``."""
+
+
+def _resize(imp: _Importer, node: onnx.NodeProto) -> None:
+    a = _attrs(node)
+    mode = _decode(a.get("mode", "nearest"))
+    coord = _decode(a.get("coordinate_transformation_mode", "half_pixel"))
+    policy = _decode(a.get("keep_aspect_ratio_policy", "stretch"))
+    problems = []
+    if mode not in ("nearest", "linear"):
+        problems.append(f"mode {mode!r} (only 'nearest' and 'linear')")
+    if coord not in RESIZE_COORDINATE_MODES:
+        problems.append(f"coordinate_transformation_mode {coord!r} (only {', '.join(RESIZE_COORDINATE_MODES)})")
+    if a.get("antialias", 0):
+        problems.append("antialias=1 (only 0)")
+    if policy != "stretch":
+        problems.append(f"keep_aspect_ratio_policy {policy!r} (only 'stretch')")
+    nearest = _decode(a.get("nearest_mode", "round_prefer_floor"))
+    if mode == "nearest" and nearest not in ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil"):
+        problems.append(f"nearest_mode {nearest!r}")
+    if problems:
+        raise UnsupportedOperatorError(node.op_type, node.name, "; ".join(problems))
+    in_shape, out_shape = imp.shape(node.input[0]), imp.shapes_of(node.output[0])
+    rank = len(in_shape)
+    axes = [int(x) % rank for x in a.get("axes", range(rank))]
+    given = imp.const_input(node, 2, "scales")
+    sizes = imp.const_input(node, 3, "sizes")
+    scales = [1.0] * rank
+    if given is not None and given.size:
+        for axis, value in zip(axes, given.reshape(-1).tolist()):
+            scales[axis] = float(value)
+    elif sizes is not None:
+        for axis, value in zip(axes, sizes.reshape(-1).tolist()):
+            scales[axis] = int(value) / in_shape[axis]
+    else:
+        raise UnsupportedOperatorError(node.op_type, node.name, "neither scales nor sizes is given")
+    imp.emit("Resize", node, [node.input[0]], mode=mode, coordinate_transformation_mode=coord,
+             nearest_mode=nearest, scales=tuple(scales),
+             sizes=tuple(out_shape))
 
 
 def _reduce_mean(imp: _Importer, node: onnx.NodeProto) -> None:
     """ReduceMean over H and W of an NCHW tensor (how exporters often write global average pooling)."""
     a = _attrs(node)
     axes = a.get("axes")
-    if len(node.input) > 1 and node.input[1]:
-        axes = imp.const(node.input[1]).tolist()
+    axes_input = imp.const_input(node, 1, "axes")
+    if axes_input is not None:
+        axes = axes_input.tolist()
     rank = len(imp.shape(node.input[0]))
     if rank != 4 or axes is None or sorted(int(x) % rank for x in axes) != [2, 3]:
         raise UnsupportedOperatorError(node.op_type, node.name, f"only the mean over axes (2, 3) of an NCHW tensor, "
@@ -366,6 +528,14 @@ RULES: dict[str, Callable[[_Importer, onnx.NodeProto], None]] = {
     "Pad": _pad,
     "Concat": _axis_op("Concat"),
     "Softmax": _axis_op("Softmax"),
+    "Sigmoid": lambda imp, node: imp.emit("Sigmoid", node, [node.input[0]]),
+    "HardSigmoid": lambda imp, node: imp.emit("HardSigmoid", node, [node.input[0]],
+                                              alpha=float(_attrs(node).get("alpha", 0.2)),
+                                              beta=float(_attrs(node).get("beta", 0.5))),
+    "HardSwish": lambda imp, node: imp.emit("HardSwish", node, [node.input[0]]),
+    "Transpose": _transpose,
+    "DepthToSpace": _depth_to_space,
+    "Resize": _resize,
     "Identity": _alias,
     "Dropout": _alias,
     "Constant": _constant,
@@ -459,6 +629,44 @@ def _check_opset(model: onnx.ModelProto, label: str) -> None:
                                     f"{lo} to {hi} (convert it, e.g. with onnx.version_converter.convert_version).")
 
 
+def tensor_byte_limit() -> int:
+    """The most bytes one tensor of a model may take: a quarter of the machine's physical memory (``os.sysconf``;
+    8 GiB when the system does not say). A quarter, because running a model holds a node's inputs and outputs at once,
+    calibration keeps float64 temporaries of a tensor, and the integer reference keeps every tensor of the graph."""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, OSError, ValueError):
+        total = 32 << 30
+    return max(total, 1 << 20) // 4
+
+
+def _size_text(nbytes: int) -> str:
+    for unit, factor in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if nbytes >= factor:
+            return f"{nbytes / factor:.1f} {unit}"
+    return f"{nbytes} bytes"
+
+
+def _check_sizes(model: onnx.ModelProto, label: str, limit: int) -> None:
+    """Raise :class:`TensorTooLargeError` naming the first tensor (inputs first, then in graph order) whose static
+    shape would take more than ``limit`` bytes as float32 (the float reference's type) or its own wider type."""
+    for vi in list(model.graph.input) + list(model.graph.value_info) + list(model.graph.output):
+        tt = vi.type.tensor_type
+        dims = [d.dim_value for d in tt.shape.dim]
+        if not tt.HasField("shape") or not all(d > 0 for d in dims):
+            continue
+        try:
+            width = max(4, onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type).itemsize)
+        except (KeyError, TypeError, ValueError):
+            width = 4
+        nbytes = int(np.prod(dims, dtype=object)) * width
+        if nbytes > limit:
+            raise TensorTooLargeError(
+                f"The model {label} has tensor {vi.name!r} of shape {'x'.join(map(str, dims))}, which would take "
+                f"{_size_text(nbytes)}; the lab allows {_size_text(limit)} per tensor on this machine (a quarter of "
+                f"its memory); give a smaller batch or input shape.")
+
+
 def _dim_text(dim: Any) -> str:
     return str(dim.dim_value) if dim.HasField("dim_value") else (dim.dim_param or "?")
 
@@ -502,14 +710,44 @@ def _fix_inputs(model: onnx.ModelProto, batch: int, input_shapes: dict[str, tupl
             d.dim_value = v
 
 
+def _apply_rules(imp: _Importer, model: onnx.ModelProto, label: str) -> None:
+    """Import every node by its rule; raise one error naming every node no rule takes (after a refused node, its
+    outputs stand in with their inferred shapes so that the later nodes are checked too)."""
+    problems: list[UnsupportedOperatorError] = []
+    for node in model.graph.node:
+        rule = RULES.get(node.op_type)
+        try:
+            if rule is None or node.domain not in ("", "ai.onnx"):
+                raise UnsupportedOperatorError(node.op_type, node.name)
+            rule(imp, node)
+        except UnsupportedOperatorError as err:
+            if not node.name:                            # name an unnamed node by its output
+                err = UnsupportedOperatorError(err.op_type, f"<unnamed, writes {node.output[0]}>", err.detail)
+            problems.append(err)
+        except GraphError:
+            if not problems:
+                raise
+        else:
+            continue
+        for out in node.output:                          # stand-ins: the later rules read their shapes
+            if out and out in imp.shapes and out not in imp.graph.tensors:
+                imp.graph.add_tensor(out, imp.shapes[out], "float32")
+    if len(problems) == 1:
+        raise problems[0]
+    if problems:
+        raise UnsupportedModelError(label, problems)
+
+
 def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, name: str | None = None,
-                input_shapes: dict[str, tuple[int, ...]] | None = None) -> Graph:
+                input_shapes: dict[str, tuple[int, ...]] | None = None, max_tensor_bytes: int | None = None) -> Graph:
     """Import an ONNX model (path or ModelProto) as a validated float :class:`~.ir.Graph`.
 
     A dynamic first (batch) input dimension becomes ``batch``; ``input_shapes`` (input name -> whole shape) fixes
     inputs with other dynamic dimensions, which are an error otherwise. Raises :class:`ModelFileError` for a file
     that is not an ONNX model, :class:`UnsupportedOpsetError` for an opset outside :data:`SUPPORTED_OPSETS` and
-    :class:`UnsupportedOperatorError` for an operator outside :data:`RULES` (naming the op type and node).
+    :class:`UnsupportedOperatorError` for an operator outside :data:`RULES` (naming the op type and node; one
+    :class:`UnsupportedModelError` listing them all when several nodes are refused) and :class:`TensorTooLargeError`
+    for a tensor of more than ``max_tensor_bytes`` (default :func:`tensor_byte_limit`), before allocating anything.
     """
     if isinstance(model, (str, os.PathLike)):
         label = name or os.path.splitext(os.path.basename(os.fspath(model)))[0]
@@ -525,11 +763,14 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, n
         raise ValueError(f"batch must be a positive integer (images per inference), not {batch!r}.")
     _check_opset(proto, where)
     _fix_inputs(proto, batch, dict(input_shapes or {}), where)
+    limit = tensor_byte_limit() if max_tensor_bytes is None else max_tensor_bytes
+    _check_sizes(proto, where, limit)
     model = shape_inference.infer_shapes(_fold_constants(proto))
     for _ in range(4):                                  # Shape nodes fold once their inputs have static shapes
         if not any(n.op_type == "Shape" for n in model.graph.node):
             break
         model = shape_inference.infer_shapes(_fold_constants(model))
+    _check_sizes(model, where, limit)
     imp = _Importer(model, label)
     g = imp.graph
     init_names = {i.name for i in model.graph.initializer}
@@ -538,15 +779,12 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, n
             continue
         dtype = _DTYPES.get(vi.type.tensor_type.elem_type)
         if dtype != "float32":
-            raise GraphError(f"Graph input {vi.name!r} has ONNX element type {vi.type.tensor_type.elem_type}; "
-                             f"only float32 inputs are supported.")
+            kind = onnx.TensorProto.DataType.Name(vi.type.tensor_type.elem_type)
+            raise GraphError(f"Graph input {vi.name!r} has ONNX element type {kind}; only float32 inputs are "
+                             f"supported.")
         g.add_tensor(vi.name, imp.shapes_of(vi.name), "float32")
         g.inputs.append(vi.name)
-    for node in model.graph.node:
-        rule = RULES.get(node.op_type)
-        if rule is None or node.domain not in ("", "ai.onnx"):
-            raise UnsupportedOperatorError(node.op_type, node.name or "<unnamed>")
-        rule(imp, node)
+    _apply_rules(imp, model, where)
     g.outputs = [imp.name(o.name) for o in model.graph.output]
     for out in model.graph.output:
         target = imp.name(out.name)

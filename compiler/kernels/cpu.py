@@ -9,14 +9,15 @@ Public entry points:
 
 * one function per operator (:func:`conv2d_acc`, :func:`dense_acc`, :func:`requantize`, :func:`qconv2d`,
   :func:`qdense`, :func:`qadd`, :func:`rescale`, :func:`maxpool`, :func:`avgpool`, :func:`global_avgpool`,
-  :func:`qclip`, :func:`quantize`, :func:`dequantize`, :func:`softmax`) with the same arguments as its
+  :func:`qclip`, :func:`lut`, :func:`quantize`, :func:`dequantize`, :func:`softmax`) with the same arguments as its
   :mod:`.qops` twin;
 * :data:`CPU_OPS` / :func:`run_node`: the op table, with the same signature as :func:`.qops.run_node`, for a runtime
   that sends some nodes to the CPU;
 * :func:`run_cpu`: the ``cpu`` target, the whole quantized graph on this path.
 
-Data movement (Reshape, Pad, Concat's final copy) uses numpy; all arithmetic runs in JIT code. Softmax (float) may
-differ from numpy's in the last bits of float32; every integer op is bit-exact.
+Data movement (Reshape, Pad, Transpose, Concat's final copy) uses numpy; all arithmetic runs in JIT code but
+Resize's, which is the integer reference's numpy code (:func:`.qops.resize`: gathers and a few integer products per
+element). Softmax (float) may differ from numpy's in the last bits of float32; every integer op is bit-exact.
 """
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ from ..ir import AddRequant, Graph, GraphError, Node, Requant
 from . import elements as el
 from .elements import F32, F64, I8, I32
 
-__all__ = ["conv2d_acc", "dense_acc", "requantize", "qconv2d", "qdense", "qadd", "rescale", "qclip", "maxpool",
+__all__ = ["conv2d_acc", "dense_acc", "requantize", "qconv2d", "qdense", "qadd", "rescale", "qclip", "lut", "maxpool",
            "avgpool", "global_avgpool", "quantize", "dequantize", "softmax", "CPU_OPS", "run_node", "run_cpu",
            "cache_info"]
 
@@ -329,6 +330,23 @@ def qclip(x: np.ndarray, lo: int, hi: int) -> np.ndarray:
     return out
 
 
+def _build_lut(size: int):
+    module, fn, b = _function("lut", [I8.as_pointer(), I8.as_pointer(), I8.as_pointer()])
+    x, table, out = fn.args
+    with _range(b, size) as i:
+        b.store(el.lut_value(b, b.load(_at(b, x, i)), table), _at(b, out, i))
+    b.ret_void()
+    return module, "lut", 3
+
+
+def lut(x: np.ndarray, table: np.ndarray) -> np.ndarray:
+    """int8 table lookup ``table[x + 128]`` (see :func:`.qops.lut`)."""
+    fn = _kernel(("lut", x.size), lambda: _build_lut(x.size))
+    out = np.empty(x.shape, np.int8)
+    _call(fn, np.ascontiguousarray(x, np.int8), np.ascontiguousarray(table, np.int8), out)
+    return out
+
+
 # ---- pooling ------------------------------------------------------------------------------------------------------
 def _build_pool(kind: str, planes: int, hw: tuple, out_hw: tuple, kernel: tuple, strides: tuple, pads: tuple,
                 include_pad: bool):
@@ -462,6 +480,9 @@ CPU_OPS: dict[str, Callable[[Node, list[np.ndarray]], np.ndarray]] = {
     "Reshape": lambda n, v: v[0].reshape(n.attrs["shape"]),
     "Pad": lambda n, v: qops.pad(v[0], n.attrs["pads"], n.attrs["value"]),
     "Softmax": lambda n, v: softmax(v[0], n.attrs["scale"], n.attrs["axis"]),
+    "QLut": lambda n, v: lut(v[0], n.attrs["table"]),
+    "Transpose": qops.QOPS["Transpose"],
+    "Resize": qops.QOPS["Resize"],
 }
 
 

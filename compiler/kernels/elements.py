@@ -20,7 +20,7 @@ from ..ir import AddRequant
 
 __all__ = ["I8", "I32", "I64", "F32", "F64", "const", "loop", "at", "index", "clip", "mac", "requant_value",
            "qadd_value", "rescale_value", "quantize_value", "dequantize_value", "dense_value", "conv_value",
-           "pool_value"]
+           "pool_value", "lut_value"]
 
 I8, I32, I64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
 F32, F64 = ir.FloatType(), ir.DoubleType()
@@ -95,6 +95,11 @@ def rescale_value(b: ir.IRBuilder, x: ir.Value, m: ir.Value, shift: int, lo: int
     rnd = (1 << (shift - 1)) if shift > 0 else 0
     v = b.mul(b.sext(x, I64), b.sext(m, I64))
     return b.trunc(clip(b, b.ashr(b.add(v, const(rnd)), const(shift)), lo, hi), I8)
+
+
+def lut_value(b: ir.IRBuilder, x: ir.Value, table: ir.Value) -> ir.Value:
+    """int8 ``table[x + 128]`` of int8 ``x`` and a pointer to 256 int8 values (:func:`.qops.lut`)."""
+    return b.load(at(b, table, b.add(b.sext(x, I64), const(128))))
 
 
 def quantize_value(b: ir.IRBuilder, v: ir.Value, scale: float) -> ir.Value:
