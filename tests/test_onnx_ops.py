@@ -99,7 +99,8 @@ def test_resize_by_sizes_and_its_refusals():
 @pytest.mark.parametrize("op", ["MaxPool", "AveragePool"])
 def test_pools_of_one_and_three_dimensions(op):
     x1 = _x(2, 3, 11)
-    for attrs in ({"kernel_shape": [3], "strides": [2], "pads": [1, 1]}, {"kernel_shape": [4], "auto_pad": "SAME_LOWER"}):
+    for attrs in ({"kernel_shape": [3], "strides": [2], "pads": [1, 1]},
+                  {"kernel_shape": [4], "auto_pad": "SAME_LOWER"}):
         _end_to_end(_model([helper.make_node(op, ["x"], ["y"], **attrs)], {"x": x1}), {"x": x1})
     x3 = _x(1, 2, 5, 6, 7)
     extra = [{}] if op == "MaxPool" else [{"count_include_pad": 0}, {"count_include_pad": 1}]
