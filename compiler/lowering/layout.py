@@ -27,6 +27,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..ir import conv_output_hw
+
 __all__ = ["INPUT", "INPUT_B", "OUTPUT", "ceil_div", "round_up", "pack_activation", "unpack_activation",
            "packed_activation_shape", "PackedWeight", "pack_weight", "unpack_weight", "pack_channel_vector",
            "unpack_channel_vector", "group_block_ranges", "fold_kernel_columns", "fold_weight_columns", "im2col",
@@ -219,6 +221,12 @@ def fold_weight_columns(w: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(w.transpose(0, 1, 3, 2).reshape(o, c * kw, kh, 1))
 
 
+def _pad_hw(x: np.ndarray, pads: tuple[int, int, int, int]) -> np.ndarray:
+    """``x`` (N, C, H, W) with zero rows and columns around its pixels: ``pads`` = top, left, bottom, right."""
+    top, left, bottom, right = pads
+    return np.pad(x, ((0, 0), (0, 0), (top, bottom), (left, right)))
+
+
 def im2col(x: np.ndarray, *, kh: int, kw: int, sh: int, sw: int, pads: tuple[int, int, int, int],
            bias_lanes: int = 0) -> np.ndarray:
     """Fold a convolution's whole kernel window into channels: NCHW ``x`` -> ``[N, C*KH*KW + L, OH, OW]``.
@@ -232,10 +240,8 @@ def im2col(x: np.ndarray, *, kh: int, kw: int, sh: int, sw: int, pads: tuple[int
     """
     x = np.asarray(x)
     n, c, h, w = x.shape
-    top, left, bottom, right = pads
-    xp = np.pad(x, ((0, 0), (0, 0), (top, bottom), (left, right)))
-    oh = (h + top + bottom - kh) // sh + 1
-    ow = (w + left + right - kw) // sw + 1
+    xp = _pad_hw(x, pads)
+    oh, ow = conv_output_hw(h, w, (kh, kw), (sh, sw), pads)
     out = np.empty((n, c * kh * kw + bias_lanes, oh, ow), dtype=x.dtype)
     for i in range(kh):
         for j in range(kw):
@@ -255,10 +261,8 @@ def im2col_packed(x: np.ndarray, *, kh: int, kw: int, sh: int, sw: int, pads: tu
     _check_block("block", block)
     x = np.asarray(x)
     n, c, h, w = x.shape
-    top, left, bottom, right = pads
-    xp = np.pad(x, ((0, 0), (0, 0), (top, bottom), (left, right)))
-    oh = (h + top + bottom - kh) // sh + 1
-    ow = (w + left + right - kw) // sw + 1
+    xp = _pad_hw(x, pads)
+    oh, ow = conv_output_hw(h, w, (kh, kw), (sh, sw), pads)
     k = c * kh * kw
     kp, nb = round_up(k + bias_lanes, block), ceil_div(n, batch)
     out = np.zeros((nb * batch, oh, ow, kp), dtype=x.dtype)               # channels last
