@@ -30,22 +30,24 @@ def _blocks(n: int, size: int) -> int:
     return -(-n // size)
 
 
+def _tiles(a: np.ndarray, rows: int, cols: int) -> np.ndarray:
+    """(r, c) int8 -> (R/rows, rows, C/cols, cols): zero-padded to multiples of ``rows`` x ``cols``, cut into tiles
+    (not yet in element order)."""
+    r, c = a.shape
+    rb, cb = _blocks(r, rows), _blocks(c, cols)
+    padded = np.zeros((rb * rows, cb * cols), np.int8)
+    padded[:r, :c] = a
+    return padded.reshape(rb, rows, cb, cols)
+
+
 def pack_inp(a: np.ndarray, cfg: VTAConfig) -> np.ndarray:
     """(m, k) int8 -> inp elements (M/BATCH, K/BLOCK_IN, BATCH, BLOCK_IN), zero-padded."""
-    m, k = a.shape
-    mb, kb = _blocks(m, cfg.batch), _blocks(k, cfg.block_in)
-    padded = np.zeros((mb * cfg.batch, kb * cfg.block_in), np.int8)
-    padded[:m, :k] = a
-    return padded.reshape(mb, cfg.batch, kb, cfg.block_in).transpose(0, 2, 1, 3).copy()
+    return _tiles(a, cfg.batch, cfg.block_in).transpose(0, 2, 1, 3).copy()
 
 
 def pack_wgt(b: np.ndarray, cfg: VTAConfig) -> np.ndarray:
     """(k, n) int8 -> wgt elements (N/BLOCK_OUT, K/BLOCK_IN, BLOCK_OUT, BLOCK_IN), zero-padded."""
-    k, n = b.shape
-    kb, nb = _blocks(k, cfg.block_in), _blocks(n, cfg.block_out)
-    padded = np.zeros((kb * cfg.block_in, nb * cfg.block_out), np.int8)
-    padded[:k, :n] = b
-    return padded.reshape(kb, cfg.block_in, nb, cfg.block_out).transpose(2, 0, 3, 1).copy()
+    return _tiles(b, cfg.block_in, cfg.block_out).transpose(2, 0, 3, 1).copy()
 
 
 def unpack_out(c: np.ndarray, m: int, n: int) -> np.ndarray:
