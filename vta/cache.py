@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from .fileio import atomic_write_text
+from .fileio import atomic_write_text, fsync_folder
 
 __all__ = ["cache_root", "cached_build", "verify_entry", "write_manifest", "clean_stale", "entry_lock", "temp_dir",
            "remove_entry", "file_sha256", "MANIFEST"]
@@ -97,19 +97,6 @@ def temp_dir(root: Path, key: str, kind: str = "tmp") -> Path:
     ``<root>/.<kind>-<key>-<pid>-<start>``, which :func:`clean_stale` can tell from a live one."""
     pid = os.getpid()
     return root / f".{kind}-{key}-{pid}-{_process_start(pid)}"
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def remove_entry(folder: Path) -> None:
@@ -253,7 +240,8 @@ def cached_build(root: Path, key: str, make: Callable[[Path], dict[str, Any]], *
             write_manifest(tmp, {"key": key, "built": time.strftime("%Y-%m-%dT%H:%M:%S"), **info})
             remove_entry(final)
             os.rename(tmp, final)
-            _fsync_dir(root)
+            with contextlib.suppress(OSError):  # best effort: the entry is published and verified before each use
+                fsync_folder(root)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     return final, True

@@ -10,6 +10,8 @@ removed.
 * :func:`atomic_write_bytes` and :func:`atomic_write_text` write a whole ``bytes``/``str`` value.
 * :func:`atomic_path` is a context manager yielding the temporary path, for writers that need a file name; the
   target is replaced only when the ``with`` block ends without an exception.
+* :func:`fsync_folder` makes a rename in a folder durable, for callers that publish by a rename of their own (the
+  build cache, :mod:`vta.cache`).
 
 Errors are :class:`OSError` (of the original subclass, e.g. :class:`PermissionError`, with its ``errno``) whose
 message is a sentence naming the path, e.g. ``cannot write out/model.vtac: the folder out does not exist; create it
@@ -25,7 +27,7 @@ from os import PathLike
 from pathlib import Path
 from typing import Iterator
 
-__all__ = ["atomic_path", "atomic_write_bytes", "atomic_write_text"]
+__all__ = ["atomic_path", "atomic_write_bytes", "atomic_write_text", "fsync_folder"]
 
 
 def _error(err: OSError, target: Path, doing: str = "write") -> OSError:
@@ -66,8 +68,9 @@ def _fsync_path(path: Path) -> None:
         os.close(fd)
 
 
-def _fsync_folder(folder: Path) -> None:
-    """Make a rename in ``folder`` durable; silently skipped where folders cannot be opened (Windows)."""
+def fsync_folder(folder: Path) -> None:
+    """Make a rename in ``folder`` durable; silently skipped where folders cannot be opened (Windows) or file systems
+    cannot fsync them (EINVAL, EBADF); any other failure raises its OSError."""
     try:
         fd = os.open(folder, os.O_RDONLY)
     except OSError:
@@ -103,7 +106,7 @@ def atomic_path(path: str | PathLike[str]) -> Iterator[Path]:
         try:
             _fsync_path(tmp)
             os.replace(tmp, target)
-            _fsync_folder(target.parent)
+            fsync_folder(target.parent)
         except OSError as err:
             raise _error(err, target) from err
     finally:
