@@ -2,10 +2,12 @@
 
 ``MODEL`` is a model-zoo name (``resnet18``, ``tiny_cnn``, ... see :func:`.zoo.list_models`), a path to an ONNX
 file, or (for ``vta run``) a compiled artefact written by ``vta compile`` (``.vtac``). ONNX models are imported,
-quantized on seeded random calibration inputs (``--calib`` samples) and compiled for the config; ``vta run`` then
-runs the model on ``--target`` with a seeded random input (or ``--input FILE.npy``), prints the per-layer table of
-:mod:`.report` and checks the output against the integer reference (:func:`.qops.run_reference`) bit for bit (exit
-code 1 when it differs).
+quantized on the user's data (``--calibration FILE.npz|DIR``, :mod:`.frontend.calibration`) or, with a loud warning,
+on seeded random inputs (``--calib`` samples), and compiled for the config; ``vta run`` then runs the model on
+``--target`` with a seeded random input (or ``--input FILE.npy``), prints the per-layer table of :mod:`.report`,
+checks the output against the integer reference (:func:`.qops.run_reference`) bit for bit (exit code 1 when it
+differs) and states its error against the float model (ONNX Runtime on the ONNX file, else the float reference;
+exit code 1 when it exceeds ``--accuracy-budget``).
 
 vta/cli.py owns the parser of ``vta run`` and calls :func:`add_run_arguments` and :func:`run_model` lazily.
 """
@@ -71,7 +73,26 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
                    type=_input_shape, help="the whole shape of an input whose dimensions beyond the batch are "
                                            "symbolic, e.g. images=1x3x224x224 (repeatable)")
     p.add_argument("--calib", type=int, default=default.calib,
-                   help="random calibration samples (default: %(default)s)")
+                   help="random calibration samples when no --calibration is given (default: %(default)s)")
+    from .frontend.calibration import METHODS, PREPROCESS
+    p.add_argument("--calibration", metavar="FILE|DIR", default=default.calibration,
+                   help="calibrate on your data: an .npz of named input batches (input name -> array [N, ...] of N "
+                        "samples), or a folder of .npy files (one sample or a batch each; one-input models) or of "
+                        "images (.png/.jpg, needs Pillow; NCHW inputs of 1 or 3 channels, see --preprocess). "
+                        "Without it the model is calibrated on random normal values and its accuracy on real inputs "
+                        "is unknown")
+    p.add_argument("--preprocess", choices=tuple(PREPROCESS), default=default.preprocess,
+                   help="how calibration images become inputs, after a bilinear resize to the input's H x W: "
+                        + "; ".join(f"{k}: {v}" for k, v in PREPROCESS.items()) + " (default: %(default)s)")
+    p.add_argument("--calibration-method", choices=METHODS, default=default.calibration_method,
+                   help="how each tensor's range is chosen from the calibration data: minmax (the largest "
+                        "magnitude), percentile (--calibration-percentile of the magnitudes per sample; outliers "
+                        "saturate), entropy (the KL-divergence threshold of the magnitudes' histogram, as TensorRT's "
+                        "and onnxruntime's Entropy calibrators); weights are always per channel (default: "
+                        "%(default)s)")
+    p.add_argument("--calibration-percentile", type=float, default=default.calibration_percentile,
+                   metavar="P", help="the percentile of --calibration-method percentile, in [50, 100] (default: "
+                                     "%(default)s)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
@@ -90,7 +111,8 @@ def _input_shape(text: str) -> tuple[str, tuple[int, ...]]:
 
 # option -> (the suffixes it takes, what it writes)
 OUTPUT_SUFFIXES = {"--report-json": ((".json",), "a JSON report"), "--report-csv": ((".csv",), "a CSV report"),
-                   "--plot": ((".png", ".svg", ".pdf"), "a plot"), "-o": ((ARTEFACT_SUFFIX,), "a compiled artefact")}
+                   "--plot": ((".png", ".svg", ".pdf"), "a plot"), "-o": ((ARTEFACT_SUFFIX,), "a compiled artefact"),
+                   "--output": ((".npz",), "the model's outputs")}
 
 
 def check_output_path(option: str, path: str) -> None:
@@ -124,11 +146,15 @@ def compile_options(args: argparse.Namespace) -> Any:
         raise CliError(f"--batch must be at least 1 (images per inference), not {options.batch}")
     if options.calib < 1:
         raise CliError(f"--calib must be at least 1 (calibration samples), not {options.calib}")
+    if options.calibration and not os.path.exists(options.calibration):
+        raise CliError(f"--calibration {options.calibration}: no such file or folder")
     return options
 
 
 _COMPILE_FLAGS = {"policy": "--policy", "stem": "--stem", "requant": "--requant", "force_cpu": "--force-cpu",
-                  "batch": "--batch", "calib": "--calib", "input_shapes": "--input-shape"}
+                  "batch": "--batch", "calib": "--calib", "input_shapes": "--input-shape",
+                  "calibration": "--calibration", "preprocess": "--preprocess",
+                  "calibration_method": "--calibration-method", "calibration_percentile": "--calibration-percentile"}
 """CompileOptions field -> its option; the ones `vta run MODEL.vtac` refuses (the artefact fixed them)."""
 
 
@@ -156,6 +182,12 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-check", action="store_true", help="skip the bit-exact check against the reference")
     parser.add_argument("--input", metavar="FILE.npy", help="the model's input (a .npy array of its input shape, "
                                                             "float32); default: seeded random normal values")
+    parser.add_argument("--output", metavar="FILE.npz", help="save the model's outputs (output name -> array)")
+    parser.add_argument("--accuracy-budget", metavar="BUDGET",
+                        help="fail the run (exit 1) when its error against the float model exceeds BUDGET: a number "
+                             "X (or X%%) bounds the largest error as %% of the float output's range; cosine>=V, "
+                             "top1>=V or top5>=V (V in [0, 1]) bound the cosine similarity or the top-1/top-5 "
+                             "agreement from below")
     from vta.backend import FALLBACKS
 
     from .options import RunOptions
@@ -171,13 +203,15 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
 def _cmd_compile(args: argparse.Namespace) -> int:
     from vta.cliutil import config_from_args
 
-    from .pipeline import check_force_cpu, compile_model, load_graph
+    from .pipeline import calibration_set, check_force_cpu, compile_model, load_graph
     check_output_path("-o", args.output)
     options = compile_options(args)
     cfg = config_from_args(args)
     graph = load_graph(args.model, batch=options.batch, input_shapes=options.input_shape_map())
     check_force_cpu(graph, options.force_cpu)
-    compiled = compile_model(args.model, cfg, options, graph=graph)
+    calibration = calibration_set(args.model, graph, options)
+    _warn_random_calibration(calibration.info)
+    compiled = compile_model(args.model, cfg, options, graph=graph, calibration=calibration)
     compiled.save(args.output)
     print(f"compiled {args.model} for {cfg.name}: {compiled.accel_steps} of {len(compiled.steps)} layers on the "
           f"accelerator, {compiled.compile_seconds or 0.0:.2f} s; wrote {args.output}")
@@ -191,14 +225,17 @@ def run_model(args: argparse.Namespace) -> int:
 
     from . import qops
     from .options import RunOptions
-    from .pipeline import check_force_cpu, compile_model, load_graph
-    from .report import build_report
+    from .pipeline import calibration_set, check_force_cpu, compile_model, load_graph
+    from .report import budget_failure, build_report, parse_budget
     from .runtime.compiled import Compiled
     from .runtime.executor import run
-    for option, attr in (("--report-json", "report_json"), ("--report-csv", "report_csv"), ("--plot", "plot")):
+    for option, attr in (("--report-json", "report_json"), ("--report-csv", "report_csv"), ("--plot", "plot"),
+                         ("--output", "output")):
         if getattr(args, attr, None):
             check_output_path(option, getattr(args, attr))
     copts, ropts = compile_options(args), RunOptions.from_args(args)
+    if ropts.accuracy_budget is not None:
+        parse_budget(ropts.accuracy_budget)  # a bad budget is bad input: refused before any work
     choice = choose_fallback(ropts.target, ropts.fallback, emulate_gpu=ropts.emulate_gpu)
     if str(args.model).endswith(ARTEFACT_SUFFIX) and os.path.exists(args.model):
         _refuse_compile_options(args, copts)
@@ -206,12 +243,16 @@ def run_model(args: argparse.Namespace) -> int:
         if getattr(args, "config", None) and config_from_args(args) != compiled.cfg:
             raise ValueError(f"{args.model} was compiled for {compiled.cfg.name}, not for the --config given")
         inputs = _inputs(compiled.graph, ropts, copts.seed)
+        float_graph = None
+        _warn_random_calibration(compiled.meta.get("calibration", {}))
     else:
         cfg = config_from_args(args)
         float_graph = load_graph(args.model, batch=copts.batch, input_shapes=copts.input_shape_map())
         check_force_cpu(float_graph, copts.force_cpu)
         inputs = _inputs(float_graph, ropts, copts.seed)  # checked before the compile; the same inputs after it
-        compiled = compile_model(args.model, cfg, copts, graph=float_graph)
+        calibration = calibration_set(args.model, float_graph, copts)
+        _warn_random_calibration(calibration.info)
+        compiled = compile_model(args.model, cfg, copts, graph=float_graph, calibration=calibration)
     graph = compiled.graph
     start = time.perf_counter()
     options = dict(getattr(args, "rtl_options", None) or {})  # vta run --rtl: a foreign core (generator, sources)
@@ -234,8 +275,15 @@ def run_model(args: argparse.Namespace) -> int:
     if ropts.check:
         ref = qops.run_reference(graph, inputs)
         exact = all(np.array_equal(ref[k], out.outputs[k]) for k in ref)
-        report.extra["bit_exact_vs_reference"] = exact
+        report.extra["matches_integer_reference"] = exact
+        report.extra["bit_exact_vs_reference"] = exact  # the key's old name, until its readers move to the new one
+    report.extra["accuracy"] = _accuracy(args.model, compiled, float_graph, inputs, out.outputs)
+    if "calibration" in compiled.meta:  # artefacts compiled before calibration was recorded do not say
+        report.extra["calibration"] = compiled.meta["calibration"]
     written = _write_outputs(report, args)
+    if ropts.output:
+        _save_outputs(ropts.output, out.outputs)
+        written.append(f"wrote the outputs ({', '.join(out.outputs)}) to {ropts.output}")
     if getattr(args, "json", False):
         print(json.dumps(report.to_dict(), indent=2, default=str))
     else:
@@ -245,7 +293,50 @@ def run_model(args: argparse.Namespace) -> int:
     if exact is False:
         log.error("the output differs from the integer reference")
         return 1
+    failure = budget_failure(report.extra["accuracy"], ropts.accuracy_budget) if ropts.accuracy_budget else None
+    if failure:
+        from vta.cliutil import CliError
+        raise CliError(failure, 1)
     return 0
+
+
+def _warn_random_calibration(info: dict[str, Any]) -> None:
+    """One loud line on standard error when the model was calibrated on random values rather than data."""
+    if info.get("source") == "random normal":
+        print(f"vta: warning: calibrated on {info.get('samples')} samples of RANDOM normal data (no --calibration): "
+              f"the quantization ranges fit random inputs, so the accuracy figures mean nothing for real inputs; "
+              f"give --calibration FILE.npz|DIR with samples of your data", file=sys.stderr)
+
+
+def _accuracy(model: str, compiled: Any, float_graph: Any, inputs: dict[str, np.ndarray],
+              outputs: dict[str, np.ndarray]) -> dict[str, Any]:
+    """The run's error against the float model: ONNX Runtime on the ONNX file or zoo model when installed, else the
+    float reference on the float graph (:func:`.frontend.quantize.float_outputs`); ``{"reference": which,
+    "outputs": {name: metrics}}``. For an artefact (.vtac) the float model is its recorded model, when found."""
+    from .frontend import zoo
+    from .frontend.quantize import accuracy_vs_float, float_outputs, output_scale
+    from .pipeline import load_graph
+    source = compiled.meta.get("model", model)
+    path = source if os.path.isfile(source) and source.endswith(".onnx") else \
+        zoo.get_model(source) if source in zoo.list_models() else None
+    if float_graph is None:
+        if path is None:
+            return {"reference": f"none (the float model {source} of this artefact is not at hand)", "outputs": {}}
+        first = compiled.graph.inputs[0]
+        float_graph = load_graph(os.fspath(path), batch=compiled.graph.shape(first)[0])
+    ref, which = float_outputs(path, float_graph, inputs)
+    which = f"{which} on {'the zoo model ' if source in zoo.list_models() else ''}{source}" if which == \
+        "onnxruntime" else f"the lab's float reference on the float graph of {source}"
+    return {"reference": which,
+            "outputs": {name: accuracy_vs_float(ref[name], outputs[name], output_scale(compiled.graph, name))
+                        for name in compiled.graph.outputs}}
+
+
+def _save_outputs(path: str, outputs: dict[str, np.ndarray]) -> None:
+    """``--output FILE.npz``: the outputs by name, written atomically."""
+    from vta.fileio import atomic_path
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        np.savez(f, **outputs)  # type: ignore[arg-type]  # numpy's stub types allow_pickle, not **arrays
 
 
 def _inputs(graph: Any, options: Any, seed: int) -> dict[str, np.ndarray]:

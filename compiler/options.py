@@ -30,6 +30,10 @@ class CompileOptions:
     random input ``seed``). double_buffer: two-thread programs (latency hiding); False: single-threaded.
     stem: a first convolution's lowering (:data:`.lowering.partition.STEMS`). requant: ``multiply`` or ``shift``
     (:data:`.ir.REQUANT_MODES`). progress: show progress bars (does not change the artefact).
+    calibration: an ``.npz`` of named input batches or a folder of ``.npy`` files or images to calibrate on (None:
+    ``calib`` random samples; see :mod:`.frontend.calibration`). preprocess: how images become inputs
+    (:data:`.frontend.calibration.PREPROCESS`). calibration_method: minmax, percentile or entropy
+    (:data:`.frontend.calibration.METHODS`); calibration_percentile: the percentile method's (in [50, 100]).
     """
 
     policy: str = "auto"
@@ -42,17 +46,27 @@ class CompileOptions:
     stem: str = "auto"
     requant: str = "multiply"
     progress: bool = False
+    calibration: str | None = None
+    preprocess: str = "imagenet"
+    calibration_method: str = "minmax"
+    calibration_percentile: float = 99.99
 
     def __post_init__(self) -> None:
+        from .frontend.calibration import METHODS, PREPROCESS
         from .ir import REQUANT_MODES
         from .lowering.partition import POLICIES, STEMS
+        if not 50.0 <= self.calibration_percentile <= 100.0:
+            raise ValueError(f"calibration_percentile={self.calibration_percentile} must lie in [50, 100] (a "
+                             f"percentile of the magnitudes, e.g. 99.99)")
         if isinstance(self.force_cpu, str):
             raise TypeError(f"force_cpu must be a list of node names, not the string {self.force_cpu!r}")
         object.__setattr__(self, "force_cpu", tuple(self.force_cpu))
         shapes = self.input_shapes.items() if isinstance(self.input_shapes, Mapping) else self.input_shapes
         object.__setattr__(self, "input_shapes", tuple((str(n), tuple(int(d) for d in s)) for n, s in shapes))
         for name, value, choices in (("policy", self.policy, POLICIES), ("stem", self.stem, STEMS),
-                                     ("requant", self.requant, REQUANT_MODES)):
+                                     ("requant", self.requant, REQUANT_MODES),
+                                     ("preprocess", self.preprocess, tuple(PREPROCESS)),
+                                     ("calibration_method", self.calibration_method, METHODS)):
             if value not in choices:
                 raise ValueError(f"{name}={value!r} is unknown; use one of {', '.join(choices)}")
 
@@ -99,7 +113,9 @@ class CompileOptions:
 
 _ARG_NAMES = {"policy": "policy", "force_cpu": "force_cpu", "batch": "batch", "input_shapes": "input_shape",
               "calib": "calib", "seed": "seed", "double_buffer": "no_double_buffer", "stem": "stem",
-              "requant": "requant", "progress": "no_progress"}
+              "requant": "requant", "progress": "no_progress", "calibration": "calibration",
+              "preprocess": "preprocess", "calibration_method": "calibration_method",
+              "calibration_percentile": "calibration_percentile"}
 """CompileOptions field -> the argparse attribute it is read from (``no_*`` flags are negated)."""
 
 
@@ -124,6 +140,8 @@ class RunOptions:
     emulate_gpu: run the GPU kernels in the SIMT emulator on the CPU. max_cycles: tsim's cycle budget per program
     (None: tsim's own default). check: compare the output with the integer reference bit for bit. input: a ``.npy``
     file of the model's input (None: seeded random values). reasons: show why each layer runs where it does.
+    output: an ``.npz`` file to save the outputs in (graph output name -> array). accuracy_budget: the largest
+    error against the float model the run accepts (:func:`.report.parse_budget`'s syntax; None: no limit).
     """
 
     target: str
@@ -133,13 +151,16 @@ class RunOptions:
     check: bool = True
     input: str | None = None
     reasons: bool = False
+    output: str | None = None
+    accuracy_budget: str | None = None
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> "RunOptions":
         """The options of parsed ``vta run MODEL`` arguments; one the parser did not define keeps its default."""
         given: dict[str, Any] = {"target": args.target}
         for name, attr in (("fallback", "fallback"), ("emulate_gpu", "emulate_gpu"), ("max_cycles", "max_cycles"),
-                           ("input", "input"), ("reasons", "reasons")):
+                           ("input", "input"), ("reasons", "reasons"), ("output", "output"),
+                           ("accuracy_budget", "accuracy_budget")):
             if getattr(args, attr, None) is not None:
                 given[name] = getattr(args, attr)
         if hasattr(args, "no_check"):

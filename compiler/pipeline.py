@@ -45,7 +45,8 @@ from .options import CompileOptions
 from .runtime.compiled import AccelStep, Compiled, CpuStep, Step, _progress
 
 __all__ = ["load_graph", "load_input", "check_inputs", "check_force_cpu",
-           "random_inputs", "calibration_inputs", "partition_graph", "accel_step", "compile_graph",
+           "random_inputs", "calibration_inputs", "calibration_set", "CalibrationSet", "partition_graph", "accel_step",
+           "compile_graph",
            "compile_model", "CompileOptions", "plan_graph", "Planned", "PlannedLayer", "REQUANT_MODES"]
 
 
@@ -146,11 +147,60 @@ def random_inputs(graph: Graph, seed: int, samples: int = 1) -> dict[str, np.nda
 def calibration_inputs(model: str, graph: Graph, seed: int, samples: int) -> dict[str, np.ndarray]:
     """Real calibration inputs where the zoo has them for ``model`` (real photos for efficientnet_lite0), else
     ``samples`` seeded random ones (:func:`random_inputs`)."""
+    real = _zoo_images(model, graph)
+    return random_inputs(graph, seed, samples) if real is None else real
+
+
+def _zoo_images(model: str, graph: Graph) -> dict[str, np.ndarray] | None:
+    """The zoo's real calibration images of ``model`` as stacked inputs, when it has them and the graph takes one
+    image at a time; else None."""
     from .frontend import zoo
     real = zoo.calibration_data(model) if model in zoo.list_models() else None
     if real is None or len(graph.inputs) != 1 or graph.shape(graph.inputs[0])[0] != 1:
-        return random_inputs(graph, seed, samples)
+        return None
     return {graph.inputs[0]: np.ascontiguousarray(real, dtype=np.float32)}
+
+
+@dataclass(frozen=True)
+class CalibrationSet:
+    """The samples a compile calibrates on (input name -> stacked float32 array, as :func:`.quantize.quantize`
+    takes) and what they are (``info``: ``source`` -- ``random normal``, ``zoo images`` or the ``--calibration``
+    path --, ``samples``, ``method`` and its ``percentile``, an image folder's ``preprocess``), which the artefact's
+    ``meta["calibration"]`` and the run report record."""
+
+    inputs: dict[str, np.ndarray]
+    info: dict[str, Any]
+
+    @property
+    def random(self) -> bool:
+        """True when the samples are seeded random values, not data: accuracy on real inputs is then unknown."""
+        return self.info.get("source") == "random normal"
+
+
+def calibration_set(model: str, graph: Graph, options: CompileOptions) -> CalibrationSet:
+    """The calibration samples of compiling ``model`` (its float ``graph``) with ``options``: the
+    ``options.calibration`` file or folder (:func:`.calibration.load_calibration`; a
+    :class:`.calibration.CalibrationError` naming it when it cannot calibrate the model), else
+    :func:`calibration_inputs` (the zoo's real images where it has them, else ``calib`` random samples seeded
+    ``seed + 1``)."""
+    from .frontend.calibration import describe, load_calibration, sample_count
+    info: dict[str, Any]
+    real = None if options.calibration else _zoo_images(model, graph)
+    if options.calibration:
+        inputs = load_calibration(options.calibration, graph, preprocess=options.preprocess)
+        info = {"source": str(options.calibration), "kind": describe(options.calibration)}
+        if info["kind"] == "image folder":
+            info["preprocess"] = options.preprocess
+    elif real is not None:
+        inputs, info = real, {"source": "zoo images"}
+    else:
+        inputs = random_inputs(graph, options.seed + 1, max(options.calib, 1))
+        info = {"source": "random normal", "seed": options.seed + 1}
+    info["samples"] = sample_count(inputs) // graph.shape(graph.inputs[0])[0]
+    info["method"] = options.calibration_method
+    if options.calibration_method == "percentile":
+        info["percentile"] = options.calibration_percentile
+    return CalibrationSet(inputs, info)
 
 
 def partition_graph(graph: Graph, intr: Intrinsics, *, policy: str = "auto",
@@ -313,7 +363,7 @@ def plan_graph(graph: Graph, cfg: VTAConfig, *, policy: str = "auto", force_cpu:
 
 
 def compile_model(model: str, cfg: VTAConfig, options: CompileOptions | None = None, *, graph: Graph | None = None,
-                  **overrides: Any) -> Compiled:
+                  calibration: CalibrationSet | None = None, **overrides: Any) -> Compiled:
     """Import ``model`` (:func:`load_graph`), quantize it (on the zoo's real calibration images where it has them,
     else ``calib`` random samples seeded ``seed + 1``) and compile it (:func:`compile_graph`); returns the
     :class:`~.runtime.Compiled`, whose ``meta`` names the model and the requantization (its
@@ -323,16 +373,21 @@ def compile_model(model: str, cfg: VTAConfig, options: CompileOptions | None = N
     keyword (``policy="accel", calib=2``), replacing those of ``options``. ``graph``: ``model``'s float graph when the
     caller has already loaded it (to check inputs first). ``requant``: ``"multiply"`` (an integer multiplier and a
     shift per channel) or ``"shift"`` (power-of-two scales, a shift alone, as VTA's TVM stack: one fewer ALU micro-op
-    per output vector, slightly less accurate); see :func:`.quantize.quantize`'s ``mode``."""
+    per output vector, slightly less accurate); see :func:`.quantize.quantize`'s ``mode``. ``calibration``: the
+    samples to calibrate on when the caller has already read them (:func:`calibration_set`, to check the files
+    first); the artefact's ``meta["calibration"]`` says what they were."""
     from .frontend.quantize import quantize
     opts = CompileOptions.build(options, **overrides)
     start = time.perf_counter()
     if graph is None:
         graph = load_graph(model, batch=opts.batch, input_shapes=opts.input_shape_map() or None)
-    qgraph = quantize(graph, calibration_inputs(model, graph, opts.seed + 1, max(opts.calib, 1)),
-                      mode="shift" if opts.requant == "shift" else "multiply")
+    if calibration is None:
+        calibration = calibration_set(model, graph, opts)
+    qgraph = quantize(graph, calibration.inputs, mode="shift" if opts.requant == "shift" else "multiply",
+                      method=opts.calibration_method, percentile=opts.calibration_percentile
+                      if opts.calibration_method == "percentile" else None)
     compiled = compile_graph(qgraph, cfg, policy=opts.policy, force_cpu=opts.force_cpu,
                              double_buffer=opts.double_buffer, progress=opts.progress, stem=opts.stem)
-    compiled.meta.update({"model": model, "requant": opts.requant})
+    compiled.meta.update({"model": model, "requant": opts.requant, "calibration": dict(calibration.info)})
     compiled.frontend_seconds = time.perf_counter() - start - (compiled.compile_seconds or 0.0)
     return compiled

@@ -40,7 +40,7 @@ from .runtime.executor import RunOutput
 
 __all__ = ["Report", "build_report", "COLUMNS", "MODULE_COLUMNS", "BYTE_COLUMNS", "ENERGY_PARTS", "ENERGY_COLUMNS",
            "ReportError", "load_report", "compare", "format_comparison", "roofline_path", "layer_bound", "run_bound",
-           "step_energy"]
+           "step_energy", "parse_budget", "budget_failure", "format_accuracy", "format_calibration"]
 
 MODULE_COLUMNS = tuple(f"{m}_{c}" for m in MODULES for c in CYCLE_CLASSES)
 """Per-module cycle classes from the core's counters (tsim only, else None): e.g. ``compute_busy``,
@@ -189,6 +189,8 @@ class Report:
                 "gemm_uops", "alu_uops", "bytes", "ms", "conversions") else None) for k in COLUMNS})
         known = {"model", "config", "target", "macs_per_cycle", "clock_mhz", "bus_bytes", "config_fields", "tech",
                  "layers", "totals"}
+        if "bit_exact_vs_reference" in data and "matches_integer_reference" not in data:  # a report before the rename
+            data = {**data, "matches_integer_reference": data["bit_exact_vs_reference"]}
         try:
             return cls(str(data["model"]), str(data["config"]), str(data["target"]), rows,
                        int(data.get("macs_per_cycle") or 1), float(data.get("clock_mhz") or 100.0),
@@ -250,7 +252,12 @@ class Report:
         lines.extend(self.format_modules())
         lines.extend(self.format_traffic())
         for key, value in self.extra.items():
-            lines.append(f"{key}: {value}")
+            if key == "accuracy" and isinstance(value, dict):
+                lines.extend(format_accuracy(value))
+            elif key == "calibration" and isinstance(value, dict):
+                lines.append(format_calibration(value))
+            else:
+                lines.append(f"{key}: {value}")
         return "\n".join(lines)
 
     def module_breakdown(self) -> dict[str, dict[str, int]] | None:
@@ -558,6 +565,75 @@ def format_comparison(a: Report, b: Report, label_a: str = "A", label_b: str = "
     if moved:
         lines.append(f"placed differently: {', '.join(moved)}")
     return "\n".join(lines)
+
+
+# ---- accuracy against the float model ------------------------------------------------------------------------------
+BUDGET_METRICS = {"cosine": "cosine", "top1": "top1_agreement", "top5": "top5_agreement"}
+"""``--accuracy-budget METRIC>=V`` names -> the :func:`.frontend.quantize.accuracy_vs_float` key they bound."""
+
+
+def parse_budget(text: str) -> tuple[str, float]:
+    """``--accuracy-budget``'s text -> (metric key, limit): ``X`` or ``X%`` bounds the largest error as % of the float
+    output's range (``max_error_pct_of_range <= X``); ``cosine>=V``, ``top1>=V`` or ``top5>=V`` (V in [0, 1]) bound
+    the cosine similarity or the top-1/top-5 agreement from below. ValueError naming the text otherwise."""
+    spec = text.replace(" ", "").lower()
+    name, sep, value = spec.partition(">=")
+    try:
+        if not sep:
+            limit = float(spec.removesuffix("%"))
+            if limit >= 0:
+                return "max_error_pct_of_range", limit
+        elif name in BUDGET_METRICS and 0.0 <= float(value) <= 1.0:
+            return BUDGET_METRICS[name], float(value)
+    except ValueError:
+        pass
+    raise ValueError(f"--accuracy-budget {text!r} is not a budget; give the largest error as % of the float output's "
+                     f"range (e.g. 2 or 2%), or cosine>=V, top1>=V or top5>=V with V in [0, 1] (e.g. cosine>=0.99)")
+
+
+def budget_failure(accuracy: Mapping[str, Any], budget: str) -> str | None:
+    """The sentence saying how the run's ``accuracy`` (:func:`format_accuracy`'s data) exceeds ``budget``
+    (:func:`parse_budget`), for the first output that does; None when every output keeps it. ValueError when no
+    output has the budget's metric (top-1 of an output that is not ``[N, C]``)."""
+    key, limit = parse_budget(budget)
+    outputs = accuracy.get("outputs", {})
+    measured = [(name, m[key]) for name, m in outputs.items() if m.get(key) is not None]
+    if not measured:
+        raise ValueError(f"--accuracy-budget {budget}: no output has {key} (top-1/top-5 need a classifier output "
+                         f"[N, C]); bound the error instead, e.g. --accuracy-budget 2")
+    for name, value in measured:
+        worse = value > limit if key == "max_error_pct_of_range" else value < limit
+        if worse:
+            what = f"max error {value:.3g}% of the float output's range > {limit:g}%" if \
+                key == "max_error_pct_of_range" else f"{key} {value:.5g} < {limit:g}"
+            return f"accuracy budget exceeded on output {name!r}: {what} (against {accuracy.get('reference')})"
+    return None
+
+
+def format_accuracy(accuracy: Mapping[str, Any]) -> list[str]:
+    """The text lines of a run's error against the float model: ``accuracy`` is ``{"reference": which float model
+    ran, "outputs": {output name: accuracy_vs_float's metrics}}``."""
+    lines = [f"error against the float model ({accuracy.get('reference')}):"]
+    for name, m in accuracy.get("outputs", {}).items():
+        lsb = "" if m.get("max_abs_error_lsb") is None else \
+            f"max {m['max_abs_error_lsb']:.3g} LSB, mean {m['mean_abs_error_lsb']:.3g} LSB; "
+        line = (f"  {name}: {lsb}max {m['max_error_pct_of_range']:.3g}% of range, mean "
+                f"{m['mean_error_pct_of_range']:.3g}%; cosine {m['cosine']:.6f}")
+        for key, label in (("top1_agreement", "top-1"), ("top5_agreement", "top-5")):
+            if m.get(key) is not None:
+                line += f"; {label} agreement {100 * m[key]:.0f}%"
+        lines.append(line)
+    return lines
+
+
+def format_calibration(info: Mapping[str, Any]) -> str:
+    """One line saying what the model was calibrated on (an artefact's ``meta["calibration"]``)."""
+    method = str(info.get("method", "minmax")) + (f" {info['percentile']:g}" if "percentile" in info else "")
+    kind = f"{info['kind']}, " if "kind" in info else ""
+    pre = f", preprocess {info['preprocess']}" if "preprocess" in info else ""
+    note = " -- NOT your data: the error above says nothing about real inputs" if \
+        info.get("source") == "random normal" else ""
+    return f"calibration: {info.get('source')} ({kind}{info.get('samples')} samples, {method}{pre}){note}"
 
 
 def _num(value: float | None, digits: int) -> str:

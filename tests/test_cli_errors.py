@@ -19,6 +19,10 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     return code, out, err
 
 
+RANDOM_CALIBRATION = "vta: warning: calibrated on 4 samples of RANDOM normal data (no --calibration)"
+"""The start of the one line a run calibrated on random data prints on standard error."""
+
+
 @pytest.fixture
 def no_compile(monkeypatch: pytest.MonkeyPatch) -> None:
     """Compiling is the work that must not start: any call fails the test."""
@@ -94,7 +98,8 @@ def test_symbolic_dims_need_input_shape(capsys: pytest.CaptureFixture[str], tmp_
         2, "", f"vta: error: The model {path} has input 'x' of shape Nx3xHxW, with symbolic or unknown dimensions "
                f"(H, W) besides the batch; give its whole shape, e.g. --input-shape x=1x3x224x224.\n")
     code, out, err = run(capsys, "run", str(path), "--no-progress", "--input-shape", "x=1x3x4x5")
-    assert (code, err) == (0, "") and "bit_exact_vs_reference: True" in out
+    assert (code, err.count("\n")) == (0, 1) and err.startswith(RANDOM_CALIBRATION)
+    assert "matches_integer_reference: True" in out
 
 
 def test_input_shape_syntax(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -203,6 +208,12 @@ def test_compile_bad_batch_and_calib(capsys: pytest.CaptureFixture[str], tmp_pat
         2, "", "vta: error: --batch must be at least 1 (images per inference), not 0\n")
     assert run(capsys, "compile", "tiny_cnn", "-o", out, "--calib", "-1") == (
         2, "", "vta: error: --calib must be at least 1 (calibration samples), not -1\n")
+    missing = tmp_path / "nope.npz"
+    assert run(capsys, "compile", "tiny_cnn", "-o", out, "--calibration", str(missing)) == (
+        2, "", f"vta: error: --calibration {missing}: no such file or folder\n")
+    assert run(capsys, "compile", "tiny_cnn", "-o", out, "--calibration-percentile", "20") == (
+        2, "", "vta: error: calibration_percentile=20.0 must lie in [50, 100] (a percentile of the magnitudes, e.g. "
+               "99.99)\n")
 
 
 # ---- the mapping itself ----------------------------------------------------------------------------------------------
@@ -231,5 +242,7 @@ def test_compile_options_on_an_artefact_are_refused(capsys: pytest.CaptureFixtur
     assert err.startswith(f"vta: error: --requant is a compile option: {artefact} was compiled already")
     code, _, err = run(capsys, "run", str(artefact), "--stem", "im2col", "--force-cpu", "conv_3")
     assert code == 2 and err.startswith("vta: error: --stem, --force-cpu are compile options:")
-    code, out, _ = run(capsys, "run", str(artefact), "--no-progress")
-    assert code == 0 and "bit_exact_vs_reference: True" in out
+    code, _, err = run(capsys, "run", str(artefact), "--calibration-method", "entropy")
+    assert code == 2 and err.startswith("vta: error: --calibration-method is a compile option:")
+    code, out, err = run(capsys, "run", str(artefact), "--no-progress")
+    assert code == 0 and "matches_integer_reference: True" in out and err.startswith(RANDOM_CALIBRATION)

@@ -15,10 +15,12 @@ from vta.compiler.frontend.float_ref import run_float
 from vta.compiler.frontend.onnx_frontend import import_onnx
 from vta.compiler.frontend.quantize import (
     QuantizationError,
-    accuracy_vs_onnxruntime,
+    accuracy_vs_float,
     calibrate,
     choose_requant,
     compare_outputs,
+    float_outputs,
+    output_scale,
     prepare,
     quantize,
 )
@@ -94,7 +96,8 @@ def test_mini_resnet_accuracy_and_contract(mode, per_channel, pct):
     got = np.concatenate([qops.run_reference(q, {"input": test[i:i + 1]})["output"] for i in range(32)])
     acc = compare_outputs(ref, got)
     assert acc["snr_db"] > 24 and acc["top1_agreement"] >= 0.8, acc
-    assert accuracy_vs_onnxruntime(zoo.build_model("mini_resnet"), q, test) == acc
+    first, source = float_outputs(zoo.build_model("mini_resnet"), g, {"input": test[:1]})
+    assert source == "onnxruntime" and np.array_equal(first["output"], ref[:1])
 
 
 def test_percentile_calibration_exact():
@@ -297,3 +300,25 @@ def test_calibration_memory_does_not_grow_with_samples():
         finally:
             tracemalloc.stop()
     assert peaks[1] < 2 << 20 and peaks[1] < peaks[0] + (512 << 10)
+
+
+def test_accuracy_vs_float_exact():
+    ref = np.array([[0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0], [8.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]])
+    got = ref.copy()
+    got[0, 7], got[1, 0], got[1, 1] = 6.5, 4.0, 5.0   # row 0: top-1 still 7; row 1: top-1 moves to 1, in top 5
+    r = accuracy_vs_float(ref, got, 0.5)
+    assert r["max_abs_error_lsb"] == 10.0 and r["mean_abs_error_lsb"] == pytest.approx(10.5 / 16 / 0.5)
+    assert r["max_error_pct_of_range"] == 5 / 8 * 100
+    assert r["mean_error_pct_of_range"] == pytest.approx(10.5 / 16 / 8 * 100)
+    assert r["cosine"] == pytest.approx((ref * got).sum() / np.linalg.norm(ref) / np.linalg.norm(got))
+    assert r["top1_agreement"] == 0.5 and r["top5_agreement"] == 1.0
+    flat = accuracy_vs_float(np.ones((1, 3, 2, 2)), np.ones((1, 3, 2, 2)), None)
+    assert flat["max_abs_error_lsb"] is None and flat["cosine"] == pytest.approx(1.0) and "top1_agreement" not in flat
+
+
+def test_float_outputs_without_a_model_runs_the_float_reference():
+    g, q = _quantized("tiny_cnn")
+    x = {"input": _inputs(g, 1, 3)}
+    out, source = float_outputs(None, g, x)
+    assert source == "float reference" and np.array_equal(out["output"], run_float(g, x)["output"])
+    assert output_scale(q, "output") == q.node("dequantize_output").attrs["scale"]

@@ -22,7 +22,8 @@ Pipeline (:func:`quantize`):
 4. Graph inputs get a Quantize node; int8 graph outputs get a Dequantize node named like the float output.
 
 :func:`compare_outputs` measures accuracy against a float reference (top-1 agreement, max error, SNR);
-:func:`accuracy_vs_onnxruntime` does so against ONNX Runtime's run of the original model.
+:func:`float_outputs` runs the float model (ONNX Runtime on the original file, else the float reference) and
+:func:`accuracy_vs_float` gives the error ``vta run`` reports (LSBs, % of range, cosine, top-1/top-5 agreement).
 """
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ from ..ir import M_MAX, REQUANT_MODES, S_MAX, AddRequant, Graph, GraphError, Nod
 from . import float_ref
 
 __all__ = ["QuantizationError", "Calibration", "prepare", "calibrate", "quantize", "choose_requant",
-           "compare_outputs", "accuracy_vs_onnxruntime"]
+           "compare_outputs", "float_outputs", "accuracy_vs_float", "output_scale"]
 
 INT32_MAX = 2**31 - 1
 BIAS_LIMIT = 2**30 - 1
@@ -159,29 +160,39 @@ def _run_observed(graph: Graph, sample: Mapping[str, np.ndarray], observe: Calla
 
 
 def calibrate(graph: Graph, inputs: Mapping[str, np.ndarray] | Iterable[Mapping[str, np.ndarray]], *,
-              percentile: float | None = None) -> Calibration:
+              percentile: float | None = None, method: str | None = None) -> Calibration:
     """Run the float reference over the calibration inputs (a dict of stacked samples, or an iterable of dicts, which
     may be a generator), one graph batch at a time.
 
-    ``absmax`` is the largest magnitude seen, or with ``percentile`` (e.g. 99.9) the largest per-sample percentile
-    of the magnitudes (outliers then saturate); graph inputs and outputs always use the true maximum.
-    ``channel_absmax`` is always the true per-channel maximum (it bounds accumulators against overflow).
+    ``method`` (:data:`.calibration.METHODS`; default ``percentile`` when ``percentile`` is given, else ``minmax``)
+    sets ``absmax``: ``minmax`` the largest magnitude seen; ``percentile`` (default 99.99) the largest per-sample
+    percentile of the magnitudes (outliers then saturate); ``entropy`` the KL-divergence threshold of the
+    magnitudes' histogram over all samples (:func:`.calibration.entropy_threshold`; a second pass over the inputs).
+    Graph inputs and outputs always use the true maximum. ``channel_absmax`` is always the true per-channel maximum.
 
     Memory (bytes) is bounded independently of the number of samples: one batch of inputs (converted to float32),
-    the float reference's live tensors of that batch, one tensor-sized temporary for a percentile, and the running
-    maxima (one float per tensor, one per channel).
+    the float reference's live tensors of that batch, one tensor-sized temporary for a percentile or a histogram,
+    the running maxima (one float per tensor, one per channel) and, for entropy, one histogram of 2048 bins per
+    tensor (an iterable of dicts is then kept as a list).
     """
-    if percentile is not None and not 50.0 <= percentile <= 100.0:
-        raise ValueError(f"Calibration percentile {percentile} must lie in [50, 100].")
+    from .calibration import HISTOGRAM_BINS, METHODS, entropy_threshold
+    method = method or ("percentile" if percentile is not None else "minmax")
+    if method not in METHODS:
+        raise ValueError(f"Calibration method {method!r} is unknown; use one of {', '.join(METHODS)}.")
+    level = 99.99 if percentile is None else percentile
+    if method == "percentile" and not 50.0 <= level <= 100.0:
+        raise ValueError(f"Calibration percentile {level} must lie in [50, 100].")
     absmax: dict[str, float] = {}
     chan: dict[str, np.ndarray] = {}
     exact = set(graph.inputs) | set(graph.outputs)
+    if method == "entropy" and not isinstance(inputs, Mapping):
+        inputs = list(inputs)
 
     def observe(name: str, value: np.ndarray) -> None:
-        if percentile is None or name in exact:  # max |v| without a |v| temporary: max(max v, -min v), exact
+        if method != "percentile" or name in exact:  # max |v| without a |v| temporary: max(max v, -min v), exact
             peak = float(max(value.max(), -value.min()))
         else:
-            peak = float(np.percentile(np.abs(value), percentile))
+            peak = float(np.percentile(np.abs(value), level))
         absmax[name] = max(absmax.get(name, 0.0), peak)
         if value.ndim >= 2:
             axes = tuple(i for i in range(value.ndim) if i != 1)
@@ -194,6 +205,18 @@ def calibrate(graph: Graph, inputs: Mapping[str, np.ndarray] | Iterable[Mapping[
         count += 1
     if not count:
         raise ValueError("Calibration needs at least one input sample; got none.")
+    if method == "entropy":
+        hists: dict[str, np.ndarray] = {}
+
+        def histogram(name: str, value: np.ndarray) -> None:
+            if name not in exact and absmax[name] > 0:
+                counts, _ = np.histogram(np.abs(value), bins=HISTOGRAM_BINS, range=(0.0, absmax[name]))
+                hists[name] = hists.get(name, 0) + counts
+
+        for sample in _samples(graph, inputs):
+            _run_observed(graph, sample, histogram)
+        for name, counts in hists.items():
+            absmax[name] = min(absmax[name], entropy_threshold(counts, absmax[name] / HISTOGRAM_BINS))
     return Calibration(absmax, chan)
 
 
@@ -477,9 +500,10 @@ _HANDLERS = {
 
 def quantize(graph: Graph, calib_inputs: Mapping[str, np.ndarray] | Iterable[Mapping[str, np.ndarray]], *,
              per_channel: bool | Literal["auto"] = True, mode: Literal["multiply", "shift"] = "multiply",
-             percentile: float | None = None, round_adds: bool = True) -> Graph:
+             percentile: float | None = None, round_adds: bool = True, method: str | None = None) -> Graph:
     """Quantize a float graph; ``calib_inputs`` is a dict of stacked samples (leading axis a multiple of the batch)
-    or a list of input dicts; ``percentile`` selects percentile calibration (see :func:`calibrate`); ``round_adds``
+    or a list of input dicts; ``method`` (minmax, percentile, entropy) and ``percentile`` select the calibration
+    (see :func:`calibrate`); ``round_adds``
     cancels QAdd's truncation on average through the bias of a producing convolution. Returns a validated quantized
     :class:`~.ir.Graph` named ``<name>_int8``."""
     if mode not in REQUANT_MODES:
@@ -489,7 +513,7 @@ def quantize(graph: Graph, calib_inputs: Mapping[str, np.ndarray] | Iterable[Map
     if graph.is_quantized:
         raise GraphError(f"Graph {graph.name!r} is already quantized.")
     fg = prepare(graph)
-    cal = calibrate(fg, calib_inputs, percentile=percentile)
+    cal = calibrate(fg, calib_inputs, percentile=percentile, method=method)
     return _Quantizer(fg, cal, per_channel, mode, round_adds).run()
 
 
@@ -507,25 +531,64 @@ def compare_outputs(reference: np.ndarray, test: np.ndarray) -> dict[str, float]
     }
 
 
-def accuracy_vs_onnxruntime(model: "str | os.PathLike[str] | onnx.ModelProto", qgraph: Graph,
-                            samples: np.ndarray, *, runner: Callable[..., Mapping[str, np.ndarray]] | None = None) \
-        -> dict[str, float]:
-    """Accuracy of the quantized graph against ONNX Runtime's float model on ``samples`` (stacked along axis 0 in
-    multiples of the graph's batch), using :func:`compare_outputs` on the first output. ``runner(qgraph, inputs)``
-    defaults to the integer reference :func:`.qops.run_reference`."""
-    import onnxruntime as ort
+def float_outputs(model: "str | os.PathLike[str] | onnx.ModelProto | None", graph: Graph,
+                  inputs: Mapping[str, np.ndarray]) -> tuple[dict[str, np.ndarray], str]:
+    """The float model's outputs for ``inputs`` (input name -> array of the graph's input shape), and which model
+    ran: ONNX Runtime on ``model`` (an ONNX file or proto) when onnxruntime is installed and ``model`` is given
+    (``"onnxruntime"``), else the lab's float reference :func:`.float_ref.run_float` on the float ``graph``
+    (``"float reference"``). Outputs are keyed by ``graph``'s output names (ONNX Runtime's in the same order)."""
+    if model is not None:
+        try:
+            import onnxruntime as ort
+        except ImportError:
+            ort = None
+        if ort is not None:
+            data = model.SerializeToString() if isinstance(model, onnx.ModelProto) else os.fspath(model)
+            sess = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+            feed = {i.name: np.asarray(inputs[name], np.float32) for i, name in zip(sess.get_inputs(), graph.inputs)}
+            got = sess.run(None, feed)
+            return {name: np.asarray(v) for name, v in zip(graph.outputs, got)}, "onnxruntime"
+    return float_ref.run_float(graph, inputs), "float reference"
 
-    from .. import qops
-    data = model.SerializeToString() if isinstance(model, onnx.ModelProto) else os.fspath(model)
-    sess = ort.InferenceSession(data)
-    name, out = qgraph.inputs[0], qgraph.outputs[0]
-    run = runner or qops.run_reference
-    batch = qgraph.shape(name)[0]
-    ref, got = [], []
-    for x in iter_batches(np.asarray(samples, np.float32), batch):
-        ref.append(sess.run(None, {sess.get_inputs()[0].name: x})[0])
-        got.append(np.asarray(run(qgraph, {name: x})[out]))
-    return compare_outputs(np.concatenate(ref), np.concatenate(got))
+
+def accuracy_vs_float(reference: np.ndarray, test: np.ndarray, scale: float | None) -> dict[str, float | None]:
+    """How far the quantized model's output ``test`` is from the float model's ``reference`` (same shape):
+
+    ``max_abs_error_lsb`` / ``mean_abs_error_lsb``: absolute error in LSBs of the output's quantization ``scale``
+    (None without one, e.g. after a Softmax); ``max_error_pct_of_range`` / ``mean_error_pct_of_range``: absolute
+    error as % of the float output's range (max - min); ``cosine``: cosine similarity of the flattened outputs;
+    for classifier-shaped outputs (``[N, C]``, ``C >= 2``) ``top1_agreement`` (fraction of rows whose argmax
+    matches) and, with ``C > 5``, ``top5_agreement`` (fraction whose float top-1 class is in the quantized top 5).
+    """
+    ref = np.asarray(reference, np.float64)
+    got = np.asarray(test, np.float64)
+    err = np.abs(ref - got)
+    span = float(ref.max() - ref.min()) if ref.size else 0.0
+    norms = float(np.linalg.norm(ref) * np.linalg.norm(got))
+    out: dict[str, float | None] = {
+        "max_abs_error_lsb": float(err.max() / scale) if scale else None,
+        "mean_abs_error_lsb": float(err.mean() / scale) if scale else None,
+        "max_error_pct_of_range": float(100 * err.max() / span) if span > 0 else float(100 * (err.max() > 0)),
+        "mean_error_pct_of_range": float(100 * err.mean() / span) if span > 0 else float(100 * (err.mean() > 0)),
+        "cosine": float((ref * got).sum() / norms) if norms > 0 else float(np.array_equal(ref, got)),
+    }
+    if ref.ndim == 2 and ref.shape[1] >= 2:
+        best = ref.argmax(axis=1)
+        out["top1_agreement"] = float((best == got.argmax(axis=1)).mean())
+        if ref.shape[1] > 5:
+            top5 = np.argsort(-got, axis=1, kind="stable")[:, :5]
+            out["top5_agreement"] = float((top5 == best[:, None]).any(axis=1).mean())
+    return out
+
+
+def output_scale(qgraph: Graph, name: str) -> float | None:
+    """The quantization scale of the quantized graph's output ``name`` (the scale its Dequantize multiplies by, or
+    an int8 output's own); None for an output computed in float (a Softmax)."""
+    prod = qgraph.producer(name)
+    if prod is not None and prod.op == "Dequantize":
+        return float(prod.attrs["scale"])
+    tensor = qgraph.tensors[name]
+    return float(tensor.scale) if tensor.dtype == "int8" and tensor.scale else None
 
 
 def iter_batches(x: np.ndarray, batch: int) -> Iterable[np.ndarray]:
