@@ -17,7 +17,6 @@ the hooks (``_acc_reads`` ... ``_merge_engine``) this class leaves empty.
 """
 from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import wiring
-from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
 from vta.isa import LOAD_TARGETS, LOOP_OPCODES, OP_ALU, OP_FINISH, OP_GEMM, OP_LOAD, layout
@@ -29,17 +28,15 @@ from .load import LoadEngine, _check_cfg
 from .mem import sram_read_signature, sram_write_signature
 from .util import (
     BUSY,
-    WAIT_TOKEN,
     any_of,
+    command_queue,
     common_field,
     field,
     is_load_of,
     pop_flags,
-    pop_tokens,
-    pops_blocked,
+    pop_state,
     push_flags,
-    push_tokens,
-    pushes_blocked,
+    push_state,
     take_insn,
     token_members,
     validated_init,
@@ -101,9 +98,8 @@ class ComputeUnit(wiring.Component):
         m = Module()
         cfg = self.cfg
         lay = layout(cfg)
-        m.submodules.queue = queue = SyncFIFOBuffered(width=lay.insn_bits, depth=cfg.cmd_queue_depth)
+        queue = command_queue(m, self, cfg)
         m.submodules.engine = engine = LoadEngine(cfg=cfg, targets=LOAD_TARGETS["compute"])
-        m.d.comb += [queue.w_data.eq(self.cmd_data), queue.w_en.eq(self.cmd_valid), self.cmd_ready.eq(queue.w_rdy)]
         wiring.connect(m, wiring.flipped(self.mem), engine.mem)
         wiring.connect(m, wiring.flipped(self.uop_wr), engine.uop_wr)
         m.d.comb += [self.elem_uop.eq(engine.elem_uop), self.elem_acc.eq(engine.elem_acc),
@@ -169,22 +165,14 @@ class ComputeUnit(wiring.Component):
         with m.FSM():
             with m.State("IDLE"):
                 take_insn(m, self, queue, insn)
-            with m.State("TOKENS"):
-                wait = self._wait_before_pops(m, link, opcode)
-                with m.If(pops_blocked(self, pops)):
-                    m.d.comb += self.state.eq(WAIT_TOKEN)
-                if wait is not None:
-                    with m.Elif(wait):
-                        m.d.comb += self.state.eq(BUSY)
-                with m.Else():
-                    m.d.comb += [self.state.eq(BUSY), *pop_tokens(self, pops)]
-                    m.next = "PUSH"
-                    with m.If(is_load & ~load_empty):
-                        m.next = "LOAD"
-                    with m.If(is_loop & ~loop_empty):
-                        m.d.comb += loop_init.eq(1)
-                        m.next = "LOOP"
-                    self._hand_off(m, link, opcode, loop_init)
+            with m.State("TOKENS"), pop_state(m, self, pops, hold=self._wait_before_pops(m, link, opcode)):
+                m.next = "PUSH"
+                with m.If(is_load & ~load_empty):
+                    m.next = "LOAD"
+                with m.If(is_loop & ~loop_empty):
+                    m.d.comb += loop_init.eq(1)
+                    m.next = "LOOP"
+                self._hand_off(m, link, opcode, loop_init)
             with m.State("LOAD"):
                 m.d.comb += [self.state.eq(BUSY), engine.cmd_valid.eq(1)]
                 m.next = "LOAD_RUN"
@@ -199,16 +187,8 @@ class ComputeUnit(wiring.Component):
                 with m.If(~pipe_busy):
                     m.next = "PUSH"
             with m.State("PUSH"):
-                blocked = pushes_blocked(self, pushes)
-                wait = self._wait_before_pushes(m, link)
-                if wait is not None:
-                    blocked = blocked | wait
-                with m.If(blocked):
-                    m.d.comb += self.state.eq(WAIT_TOKEN)
-                with m.Else():
-                    m.d.comb += [self.state.eq(BUSY), *push_tokens(self, pushes), self.insn_done.eq(1),
-                                 self.finish.eq(opcode == OP_FINISH)]
-                    m.next = "IDLE"
+                push_state(m, self, pushes, hold=self._wait_before_pushes(m, link),
+                           done=[self.finish.eq(opcode == OP_FINISH)])
         self._merge_engine(m, link)
         return m
 

@@ -5,7 +5,6 @@ The inp and wgt SRAMs hold their int8 bytes in offset binary (``x ^ 0x80``; a pa
 core multiplies (:class:`vta.hw.gemm.GemmCore`); only the GEMM core reads them."""
 from amaranth.hdl import Module, Signal
 from amaranth.lib import wiring
-from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
 from vta.config import MAX_BURST, MEM_ACC, MEM_ACC_8BIT, MEM_INP, MEM_NAMES, MEM_UOP, MEM_WGT, VTAConfig
@@ -16,14 +15,12 @@ from .dma import DmaReader, PadWalker, piece_write
 from .mem import sram_geometry, sram_write_signature
 from .util import (
     BUSY,
-    WAIT_TOKEN,
+    command_queue,
     field,
     pop_flags,
-    pop_tokens,
-    pops_blocked,
+    pop_state,
     push_flags,
-    push_tokens,
-    pushes_blocked,
+    push_state,
     take_insn,
     token_members,
     validated_init,
@@ -169,9 +166,8 @@ class LoadUnit(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         cfg = self.cfg
-        m.submodules.queue = queue = SyncFIFOBuffered(width=layout(cfg).insn_bits, depth=cfg.cmd_queue_depth)
+        queue = command_queue(m, self, cfg)
         m.submodules.engine = engine = LoadEngine(cfg=cfg, targets=LOAD_TARGETS["load"])
-        m.d.comb += [queue.w_data.eq(self.cmd_data), queue.w_en.eq(self.cmd_valid), self.cmd_ready.eq(queue.w_rdy)]
         wiring.connect(m, wiring.flipped(self.mem), engine.mem)
         wiring.connect(m, wiring.flipped(self.inp_wr), engine.inp_wr)
         wiring.connect(m, wiring.flipped(self.wgt_wr), engine.wgt_wr)
@@ -185,23 +181,15 @@ class LoadUnit(wiring.Component):
         with m.FSM():
             with m.State("IDLE"):
                 take_insn(m, self, queue, insn)
-            with m.State("TOKENS"):
-                with m.If(pops_blocked(self, pops)):
-                    m.d.comb += self.state.eq(WAIT_TOKEN)
-                with m.Else():
-                    m.d.comb += [self.state.eq(BUSY), *pop_tokens(self, pops)]
-                    m.next = "START"
-                    with m.If(empty):
-                        m.next = "PUSH"
+            with m.State("TOKENS"), pop_state(m, self, pops):
+                m.next = "START"
+                with m.If(empty):
+                    m.next = "PUSH"
             with m.State("START"):
                 m.d.comb += [self.state.eq(BUSY), engine.cmd_valid.eq(1)]
                 m.next = "RUN"
             with m.State("RUN"):
                 wait_engine(m, self, engine)
             with m.State("PUSH"):
-                with m.If(pushes_blocked(self, pushes)):
-                    m.d.comb += self.state.eq(WAIT_TOKEN)
-                with m.Else():
-                    m.d.comb += [self.state.eq(BUSY), *push_tokens(self, pushes), self.insn_done.eq(1)]
-                    m.next = "IDLE"
+                push_state(m, self, pushes)
         return m

@@ -1,7 +1,6 @@
 """The store module: STOREs of out-buffer tiles to DRAM (2D, strided), one write beat at a time."""
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import wiring
-from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
 from vta.isa import OP_STORE, layout
@@ -12,15 +11,13 @@ from .mem import sram_read_signature
 from .util import (
     BUSY,
     WAIT_MEM,
-    WAIT_TOKEN,
+    command_queue,
     field,
     log2_exact,
     pop_flags,
-    pop_tokens,
-    pops_blocked,
+    pop_state,
     push_flags,
-    push_tokens,
-    pushes_blocked,
+    push_state,
     take_insn,
     token_members,
     validated_init,
@@ -60,8 +57,7 @@ class StoreUnit(wiring.Component):
         cfg = self.cfg
         lay = layout(cfg)
         e, b = cfg.out_elem_bytes, cfg.bus_bytes
-        m.submodules.queue = queue = SyncFIFOBuffered(width=lay.insn_bits, depth=cfg.cmd_queue_depth)
-        m.d.comb += [queue.w_data.eq(self.cmd_data), queue.w_en.eq(self.cmd_valid), self.cmd_ready.eq(queue.w_rdy)]
+        queue = command_queue(m, self, cfg)
         insn = Signal(lay.insn_bits)
         pops = pop_flags(insn, cfg, "store")
         pushes = push_flags(insn, cfg, "store")
@@ -99,17 +95,13 @@ class StoreUnit(wiring.Component):
         with m.FSM():
             with m.State("IDLE"):
                 take_insn(m, self, queue, insn)
-            with m.State("TOKENS"):
-                with m.If(pops_blocked(self, pops)):
-                    m.d.comb += self.state.eq(WAIT_TOKEN)
-                with m.Else():
-                    m.d.comb += [self.state.eq(BUSY), *pop_tokens(self, pops)]
-                    first = (f["sram_base"] + f["y_pad_0"] * width)[:16]
-                    m.d.sync += [x.eq(0), y.eq(0), k.eq(0), srow.eq(first), sidx.eq(first + f["x_pad_0"]),
-                                 drow.eq(f["dram_base"]), delem.eq(f["dram_base"])]
-                    m.next = "PUSH"
-                    with m.If((f["x_size"] != 0) & (f["y_size"] != 0)):
-                        m.next = "READ"
+            with m.State("TOKENS"), pop_state(m, self, pops):
+                first = (f["sram_base"] + f["y_pad_0"] * width)[:16]
+                m.d.sync += [x.eq(0), y.eq(0), k.eq(0), srow.eq(first), sidx.eq(first + f["x_pad_0"]),
+                             drow.eq(f["dram_base"]), delem.eq(f["dram_base"])]
+                m.next = "PUSH"
+                with m.If((f["x_size"] != 0) & (f["y_size"] != 0)):
+                    m.next = "READ"
             with m.State("READ"):
                 m.d.comb += [self.state.eq(BUSY), self.out_rd.addr.eq(sidx), self.out_rd.en.eq(1)]
                 m.next = "WRITE"
@@ -127,9 +119,5 @@ class StoreUnit(wiring.Component):
                         with m.If(last_elem):
                             m.next = "PUSH"
             with m.State("PUSH"):
-                with m.If(pushes_blocked(self, pushes)):
-                    m.d.comb += self.state.eq(WAIT_TOKEN)
-                with m.Else():
-                    m.d.comb += [self.state.eq(BUSY), *push_tokens(self, pushes), self.insn_done.eq(1)]
-                    m.next = "IDLE"
+                push_state(m, self, pushes)
         return m

@@ -1,8 +1,10 @@
 """Small helpers shared by the hardware blocks: parameter validation, instruction field slicing, FSM state bodies."""
 import functools
 import operator
+from contextlib import contextmanager
 
 from amaranth.hdl import Mux
+from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
 from vta.isa import COMMON_FIELDS, LOAD_TARGETS, OP_LOAD, TOKEN_POPS, TOKEN_PUSHES, layout
@@ -11,7 +13,8 @@ from .compat import silence_unused_warning
 
 __all__ = ["check_int", "field", "common_field", "any_of", "is_load_of", "token_members", "pop_flags", "push_flags",
            "pops_blocked", "pushes_blocked", "pop_tokens", "push_tokens", "log2_exact", "byte_fill", "IDLE", "BUSY",
-           "WAIT_TOKEN", "WAIT_MEM", "validated_init", "take_insn", "wait_engine"]
+           "WAIT_TOKEN", "WAIT_MEM", "validated_init", "command_queue", "take_insn", "pop_state", "push_state",
+           "wait_engine"]
 
 
 def check_int(name, value, *, lo, hi=None, pow2=False):
@@ -114,6 +117,14 @@ def push_tokens(component, flags):
 IDLE, BUSY, WAIT_TOKEN, WAIT_MEM = 0, 1, 2, 3
 
 
+def command_queue(m, unit, cfg):
+    """Add a module's command queue (``cfg.cmd_queue_depth`` instructions) to ``m`` as submodule ``queue``, its write
+    side driven by ``unit``'s ``cmd_valid``/``cmd_ready``/``cmd_data``; return it (:func:`take_insn` reads it)."""
+    m.submodules.queue = queue = SyncFIFOBuffered(width=layout(cfg).insn_bits, depth=cfg.cmd_queue_depth)
+    m.d.comb += [queue.w_data.eq(unit.cmd_data), queue.w_en.eq(unit.cmd_valid), unit.cmd_ready.eq(queue.w_rdy)]
+    return queue
+
+
 def take_insn(m, unit, queue, insn):
     """Body of a module's ``IDLE`` state: report IDLE (``unit.idle`` while its command ``queue`` is empty), take the
     next instruction from ``queue`` into the register ``insn`` and go to ``TOKENS``."""
@@ -121,6 +132,35 @@ def take_insn(m, unit, queue, insn):
     with m.If(queue.r_rdy):
         m.d.sync += insn.eq(queue.r_data)
         m.next = "TOKENS"
+
+
+@contextmanager
+def pop_state(m, unit, pops, *, hold=None):
+    """Body of a module's ``TOKENS`` state, for the flags ``pops`` (of :func:`pop_flags`): WAIT_TOKEN while a pop is
+    blocked; else BUSY while ``hold`` (a signal, or ``None`` for none) is high; else BUSY, pop the tokens and run the
+    ``with`` block (which chooses the next state)."""
+    with m.If(pops_blocked(unit, pops)):
+        m.d.comb += unit.state.eq(WAIT_TOKEN)
+    if hold is not None:
+        with m.Elif(hold):
+            m.d.comb += unit.state.eq(BUSY)
+    with m.Else():
+        m.d.comb += [unit.state.eq(BUSY), *pop_tokens(unit, pops)]
+        yield
+
+
+def push_state(m, unit, pushes, *, hold=None, done=()):
+    """Body of a module's ``PUSH`` state, for the flags ``pushes`` (of :func:`push_flags`): WAIT_TOKEN while a push is
+    blocked or ``hold`` (a signal, or ``None`` for none) is high; else BUSY, push the tokens, pulse ``insn_done``
+    with the statements ``done`` and go to ``IDLE``."""
+    blocked = pushes_blocked(unit, pushes)
+    if hold is not None:
+        blocked = blocked | hold
+    with m.If(blocked):
+        m.d.comb += unit.state.eq(WAIT_TOKEN)
+    with m.Else():
+        m.d.comb += [unit.state.eq(BUSY), *push_tokens(unit, pushes), unit.insn_done.eq(1), *done]
+        m.next = "IDLE"
 
 
 def wait_engine(m, unit, engine):
