@@ -35,6 +35,13 @@ def run_core(cfg, key, programs, tmp_path):
     bdir = cocotb_build.build_dir("core", key, text)
     verilog = cocotb_build.write_if_changed(bdir / "rtl" / "vta_core.v", text)
     runner = cocotb_build.build([verilog], "vta_core", bdir)
+    return run_cases(runner, "vta_core", bdir, programs, tmp_path)
+
+
+def run_cases(runner, top, bdir, programs, tmp_path):
+    """Run ``programs`` [(name, program, timing)] in one simulation of the built core ``top`` under the whole-core
+    testbench (tests/hw/tb_core.py), which checks each against fsim; returns the measured counters by case."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
     paths = []
     for k, (name, program, timing) in enumerate(programs):
         path = tmp_path / f"{k}_{name}.npz"
@@ -42,18 +49,24 @@ def run_core(cfg, key, programs, tmp_path):
         paths.append(str(path))
     (tmp_path / "cases.json").write_text(json.dumps(paths))
     results = tmp_path / "results.json"
-    cocotb_build.run(runner, "tb_core", "vta_core", bdir,
+    cocotb_build.run(runner, "tb_core", top, bdir,
                      {"VTA_TB_CASES": tmp_path / "cases.json", "VTA_TB_RESULTS": results})
     return json.loads(results.read_text())
+
+
+def directed_programs(cfg):
+    """The directed cases [(name, program, timing)] every core runs: a GEMM, the feature program and the ALU
+    exerciser, the last two under stressed memory-port timing."""
+    gemm, _ = gemm_program(cfg, 2 * cfg.batch, 2 * cfg.block_in, 2 * cfg.block_out, seed=1)
+    alu, _ = alu_program(cfg, seed=2)
+    return [("gemm", gemm, PortTiming()), ("features", cases.feature_program(cfg, seed=3), PortTiming.stressed()),
+            ("alu", alu, PortTiming.stressed())]
 
 
 @pytest.mark.parametrize("key", list(CONFIGS))
 def test_core_matches_fsim(key, tmp_path):
     cfg = CONFIGS[key]
-    gemm, _ = gemm_program(cfg, 2 * cfg.batch, 2 * cfg.block_in, 2 * cfg.block_out, seed=1)
-    alu, _ = alu_program(cfg, seed=2)
-    programs = [("gemm", gemm, PortTiming()), ("features", cases.feature_program(cfg, seed=3), PortTiming.stressed()),
-                ("alu", alu, PortTiming.stressed())]
+    programs = directed_programs(cfg)
     results = run_core(cfg, key, programs, tmp_path)
     assert len(results) == len(programs)
 

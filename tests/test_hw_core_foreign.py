@@ -8,7 +8,6 @@ each memory channel around the generated core) at configs/small1x8.toml. To test
 (the config file it was written for). Slow: one cocotb Verilator build of the whole core (minutes here).
 """
 import importlib.util
-import json
 import os
 import sys
 from pathlib import Path
@@ -17,14 +16,13 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "hw"))
 
-import cases  # noqa: E402
 import cocotb_build  # noqa: E402
 import numpy as np  # noqa: E402
 from memport import PortTiming  # noqa: E402
+from test_hw_core import directed_programs, run_cases  # noqa: E402
 
 from vta.config import load_config  # noqa: E402
-from vta.gemm import gemm_program  # noqa: E402
-from vta.testing import alu_program, random_program  # noqa: E402
+from vta.testing import random_program  # noqa: E402
 from vta.tsim.byo import ForeignCore  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -49,26 +47,13 @@ def run_foreign_core(cfg, core, programs, tmp_path):
     text = "".join(path.read_text() for path in core.files)
     bdir = cocotb_build.build_dir(f"foreign-{core.top}", cfg.name, text)
     runner = cocotb_build.build(core.compiled_files, core.top, bdir)
-    tmp_path.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for k, (name, program, timing) in enumerate(programs):
-        path = tmp_path / f"{k}_{name}.npz"
-        cases.write_case(path, program, timing=timing, seed=k)
-        paths.append(str(path))
-    (tmp_path / "cases.json").write_text(json.dumps(paths))
-    results = tmp_path / "results.json"
-    cocotb_build.run(runner, "tb_core", core.top, bdir,
-                     {"VTA_TB_CASES": tmp_path / "cases.json", "VTA_TB_RESULTS": results})
-    return json.loads(results.read_text())
+    return run_cases(runner, core.top, bdir, programs, tmp_path)
 
 
 @pytest.mark.slow
 def test_a_foreign_core_matches_fsim_under_the_whole_core_testbench(tmp_path_factory, tmp_path):
     cfg, core = _foreign_core(tmp_path_factory)
-    gemm, _ = gemm_program(cfg, 2 * cfg.batch, 2 * cfg.block_in, 2 * cfg.block_out, seed=1)
-    alu, _ = alu_program(cfg, seed=2)
-    programs = [("gemm", gemm, PortTiming()), ("features", cases.feature_program(cfg, seed=3), PortTiming.stressed()),
-                ("alu", alu, PortTiming.stressed())]
+    programs = directed_programs(cfg)
     results = run_foreign_core(cfg, core, programs, tmp_path / "directed")
     assert len(results) == len(programs)
     # a random program may read buffer entries it never loaded (fsim's start from zeros): a fresh simulation
