@@ -209,8 +209,8 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
     graph = load_graph(args.model, batch=options.batch, input_shapes=options.input_shape_map())
     check_force_cpu(graph, options.force_cpu)
-    calibration = calibration_set(args.model, graph, options)
-    _warn_random_calibration(calibration.info)
+    calibration = None if graph.is_quantized else calibration_set(args.model, graph, options)  # a QDQ model: none
+    _warn_random_calibration(calibration.info if calibration else {})
     compiled = compile_model(args.model, cfg, options, graph=graph, calibration=calibration)
     compiled.save(args.output)
     print(f"compiled {args.model} for {cfg.name}: {compiled.accel_steps} of {len(compiled.steps)} layers on the "
@@ -250,8 +250,8 @@ def run_model(args: argparse.Namespace) -> int:
         float_graph = load_graph(args.model, batch=copts.batch, input_shapes=copts.input_shape_map())
         check_force_cpu(float_graph, copts.force_cpu)
         inputs = _inputs(float_graph, ropts, copts.seed)  # checked before the compile; the same inputs after it
-        calibration = calibration_set(args.model, float_graph, copts)
-        _warn_random_calibration(calibration.info)
+        calibration = None if float_graph.is_quantized else calibration_set(args.model, float_graph, copts)
+        _warn_random_calibration(calibration.info if calibration else {})
         compiled = compile_model(args.model, cfg, copts, graph=float_graph, calibration=calibration)
     graph = compiled.graph
     start = time.perf_counter()
