@@ -48,8 +48,17 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("uop-loop-ends-one-early", "compute", "assign \\$56  = cmd_insn[34:21] - 1'h1;",
            "assign \\$56  = cmd_insn[34:21] - 2'h2;", "gemm"),
     Mutant("load-uop-pad-value", "compute.engine", "pad ? 32'd0 :", "pad ? 32'd1 :", "load uop"),
+    # The three classes the kit missed before its corner and stress programs (issue 28): each escapes the directed
+    # programs of one feature each and random programs, and is caught by the feature named here.
+    Mutant("alu-shl-amount-5-bits", "compute.alu.lane0", "assign \\$7  = a << \\$6 [5:0];",
+           "assign \\$7  = a << \\$6 [4:0];", "corner alu shr"),
+    Mutant("gemm-dot-18-bits", "compute", "a[31:0] + dot[31:0];", "a[31:0] + { {14{dot[17]}}, dot[17:0] };",
+           "corner gemm extremes"),
+    Mutant("token-l2c-lost-when-push-meets-pop", "tq_l2c", "assign \\$4  = pop & \\$3 ;", "assign \\$4  = pop ;",
+           "stress tokens"),
 )
-"""The mutants, each with the feature that must fail on it."""
+"""The mutants, each with the feature that must fail on it (a feature name, or the start of the names of a group of
+features: ``stress tokens`` is every ``stress tokens ...`` feature; one of them must fail)."""
 
 
 def mutate(verilog: str, mutant: Mutant) -> str:

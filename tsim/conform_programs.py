@@ -11,6 +11,15 @@ accumulating) and ``gemm reset``, ``alu <case>`` for every case of :data:`vta.te
 an immediate and with a vector operand; ``alu req`` at configs with the ``fused_requant`` knob), ``store`` (strided
 rows over pre-filled DRAM), ``tokens <src>-><dst>`` for the four token queues (hazards that only the tokens order,
 with several tokens in flight) and ``finish`` (FINISH alone).
+
+Corner values, by design rather than by luck: ``corner alu <op>`` (every pair of :data:`EDGE_VALUES` as vector
+operands and every edge immediate; for SHR every amount at and beyond the lane width in both directions),
+``corner gemm extremes`` (int8 operands at their extremes and of mixed signs over a reduction long enough that the
+accumulators reach their full width and wrap; accumulators loaded next to the int32 extremes), ``corner loops``
+(every loop shape, zero iterations included), ``corner pads <mem>`` (every combination of padded sides, and pads of
+15) and ``corner store`` (STOREs at their shape limits). Timing stress: ``stress tokens`` (a long stream of rounds in
+which load, compute and store take turns being the slowest, up to four tokens in each queue at once:
+:func:`vta.testing.token_stream_program`), which the kit runs at several memory latencies.
 """
 from __future__ import annotations
 
@@ -20,11 +29,12 @@ from typing import Any, Callable
 import numpy as np
 
 from vta.config import MEM_ACC, MEM_ACC_8BIT, MEM_INP, MEM_OUT, MEM_UOP, MEM_WGT, VTAConfig
-from vta.isa import ALU_ADD, ALU_REQ, ALU_SHR, KNOB_ALU_OPS, Uop, requant_imm, requant_word
+from vta.isa import ALU_ADD, ALU_MAX, ALU_MIN, ALU_MUL, ALU_REQ, ALU_SHR, KNOB_ALU_OPS, Uop, requant_imm, requant_word
 from vta.program import Allocation, Program, ProgramBuilder
-from vta.testing import ALU_CASES
+from vta.testing import ALU_CASES, token_stream_program
 
-__all__ = ["feature_programs", "features_for", "FEATURES", "FEATURE_KNOBS"]
+__all__ = ["feature_programs", "features_for", "stress_program", "FEATURES", "FEATURE_KNOBS", "EDGE_VALUES",
+           "EDGE_IMMS", "SHIFT_AMOUNTS", "SHIFT_IMMS", "STRESS_ROUNDS", "THOROUGH_ROUNDS"]
 
 
 class _DrainingBuilder(ProgramBuilder):
@@ -40,11 +50,11 @@ class _DrainingBuilder(ProgramBuilder):
 class _Kit:
     """A program under construction with seeded random pools in DRAM and helpers that expose buffers."""
 
-    def __init__(self, cfg: VTAConfig, seed: int) -> None:
+    def __init__(self, cfg: VTAConfig, seed: int, out_rows: int = 128) -> None:
         self.cfg = cfg
         self.rng = np.random.default_rng(seed)
         self.bld = _DrainingBuilder(cfg) if cfg.concurrent_alu else ProgramBuilder(cfg)
-        self.out = self.bld.alloc("out", (128, cfg.batch, cfg.block_out), np.int8)
+        self.out = self.bld.alloc("out", (out_rows, cfg.batch, cfg.block_out), np.int8)
         self.stored = 0
 
     def pool(self, name: str, mem: int, n: int) -> Allocation:
@@ -263,6 +273,225 @@ def _finish(cfg: VTAConfig) -> Program:
     return ProgramBuilder(cfg).finish()
 
 
+# ---- corner values ------------------------------------------------------------------------------------------------
+INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
+EDGE_VALUES = (INT32_MIN, INT32_MIN + 1, -46341, -32769, -32768, -1, 0, 1, 32767, 32768, 46341, INT32_MAX - 1,
+               INT32_MAX)
+"""Accumulator values at the edges: the int32 extremes and their neighbours, 0 and +-1, the 16-bit immediate's range
+and the square roots where MUL starts to overflow (46341 ** 2 > INT32_MAX)."""
+EDGE_IMMS = (-32768, -32767, -1, 0, 1, 32766, 32767)
+"""Immediates at the edges of their 16-bit range."""
+SHIFT_AMOUNTS = (*range(-64, 64), -65, 64, 65, -32768, 32767, INT32_MIN, INT32_MAX)
+"""SHR amounts: every 6-bit amount (right 0..31, left 1..32) with the values that wrap into it from beyond the lane
+width in both directions (-64..-33 and 32..63 as written), and far beyond."""
+SHIFT_IMMS = (-64, -40, -33, -32, -31, -1, 0, 1, 30, 31, 32, 33, 40, 63, 64, -32768, 32767)
+"""SHR immediates: amounts at and beyond the lane width in both directions."""
+SHIFTED_VALUES = (INT32_MIN, -1, 0, 1, INT32_MAX, 0x12345678, -0x12345679)
+"""Values a corner SHR shifts: the extremes, 0, +-1 and two with bits everywhere."""
+
+
+def _rows_of(values: list[int], lanes: int) -> np.ndarray:
+    """``values`` laid out ``lanes`` to an entry (the last entry filled by repeating from the start)."""
+    n = -(-len(values) // lanes)
+    return np.resize(np.asarray(values, np.int64), n * lanes).reshape(n, lanes)
+
+
+def _alu_corner(cfg: VTAConfig, op: int) -> Program:
+    """Operand pairs at the edges of their ranges for ALU opcode ``op``: every pair of :data:`EDGE_VALUES` (for SHR:
+    every value of :data:`SHIFTED_VALUES` with every amount of :data:`SHIFT_AMOUNTS`) as a vector operation, then the
+    edge values with each immediate of :data:`EDGE_IMMS` (:data:`SHIFT_IMMS`); every result exposed whole."""
+    lanes = cfg.batch * cfg.block_out
+    left, right, imms = (SHIFTED_VALUES, SHIFT_AMOUNTS, SHIFT_IMMS) if op == ALU_SHR else \
+        (EDGE_VALUES, EDGE_VALUES, EDGE_IMMS)
+    pairs = [(a, b) for a in left for b in right]
+    a_vec, b_vec = _rows_of([a for a, _ in pairs], lanes), _rows_of([b for _, b in pairs], lanes)
+    a_imm = _rows_of(list(left), lanes)
+    vec, per = len(a_vec), len(a_imm)
+    total = vec + len(imms) * per  # result entries: [0, vec) vector, then one region per immediate
+    k = _Kit(cfg, seed=70 + op, out_rows=4 * total)
+    shape = (cfg.batch, cfg.block_out)
+    a = np.concatenate([a_vec] + [a_imm] * len(imms)).reshape((total, *shape))
+    k.load(MEM_ACC, k.bld.alloc("a", a.astype(np.int32)), sram_base=0, x_size=total)
+    k.load(MEM_ACC, k.bld.alloc("b", b_vec.reshape((vec, *shape)).astype(np.int32)), sram_base=total, x_size=vec)
+    k.uops("alu", [Uop(0, total, 0)] + [Uop(vec + j * per, 0, 0) for j in range(len(imms))])
+    k.bld.alu(op, uop_bgn=0, uop_end=1, iter_out=vec, dst_factor_out=1, src_factor_out=1)
+    for j, imm in enumerate(imms):
+        k.bld.alu(op, uop_bgn=1 + j, uop_end=2 + j, iter_out=per, dst_factor_out=1, use_imm=True,
+                  imm=int(np.clip(imm, -32768, 32767)))
+    k.expose_acc(total)
+    return k.finish()
+
+
+def _gemm_corner(cfg: VTAConfig) -> Program:
+    """GEMM with int8 operands at their extremes over a reduction long enough that the accumulators reach their full
+    width and wrap: all -128 x -128 (the largest dot product), -128 x 127 (the smallest), 127 x 127 and two
+    mixed-sign patterns, each accumulated ``2**31 / (BLOCK_IN * 2**14) + 1`` times by one GEMM's loops; then single
+    extreme dot products added to accumulators loaded next to INT32_MAX and INT32_MIN (wrapping at once, or landing
+    on INT32_MAX exactly)."""
+    bi, bo, batch = cfg.block_in, cfg.block_out, cfg.batch
+    k = _Kit(cfg, seed=80, out_rows=4 * 10)
+    sign = np.where((np.arange(bi) + np.arange(batch)[:, None]) % 2 == 0, -128, 127)
+    inp = np.stack([np.full((batch, bi), -128), np.full((batch, bi), 127), sign])
+    mixed = np.where((np.arange(bi) + np.arange(bo)[:, None]) % 3 == 0, 127, -128)
+    wgt = np.stack([np.full((bo, bi), -128), np.full((bo, bi), 127), mixed])
+    k.load(MEM_INP, k.bld.alloc("inp", inp.astype(np.int8)), sram_base=0, x_size=3)
+    k.load(MEM_WGT, k.bld.alloc("wgt", wgt.astype(np.int8)), sram_base=0, x_size=3)
+    near = np.array([INT32_MAX - 5, INT32_MIN + 5, INT32_MAX, INT32_MIN, INT32_MAX - (bi << 14)])
+    k.load(MEM_ACC, k.bld.alloc("acc", np.broadcast_to(near[:, None, None], (5, batch, bo)).astype(np.int32)),
+           sram_base=5, x_size=5)
+    k.bld.dep_push("load", "compute")
+    k.bld.dep_pop("load", "compute")
+    long = [Uop(0, 0, 0), Uop(1, 0, 1), Uop(2, 1, 1), Uop(3, 2, 2), Uop(4, 0, 2)]
+    once = [Uop(5, 0, 0), Uop(6, 0, 0), Uop(7, 2, 2), Uop(8, 1, 0), Uop(9, 0, 0)]
+    k.uops("gemm", long + once)
+    reps = (1 << 31) // (bi << 14) + 1
+    inner = min(reps, (1 << 14) - 1)
+    k.bld.gemm(uop_bgn=0, uop_end=5, reset=True)
+    k.bld.gemm(uop_bgn=0, uop_end=5, iter_out=-(-reps // inner), iter_in=inner)
+    k.bld.gemm(uop_bgn=5, uop_end=10)
+    k.expose_acc(10)
+    return k.finish()
+
+
+def _loops_corner(cfg: VTAConfig) -> Program:
+    """GEMM and ALU (ADD of an immediate) with every loop shape: 0, 1 or 3 micro-ops, outer and inner iterations
+    each, on loaded accumulators; every accumulator exposed."""
+    k = _Kit(cfg, seed=85, out_rows=4 * 24)
+    k.load(MEM_ACC, k.pool("acc", MEM_ACC, 24), sram_base=0, x_size=24)
+    k.load(MEM_INP, k.pool("inp", MEM_INP, 4), sram_base=0, x_size=4)
+    k.load(MEM_WGT, k.pool("wgt", MEM_WGT, 4), sram_base=0, x_size=4)
+    k.bld.dep_push("load", "compute")
+    k.bld.dep_pop("load", "compute")
+    k.uops("loops", [Uop(0, 1, 2), Uop(1, 3, 0), Uop(2, 2, 1)])
+    factors = {"dst_factor_out": 8, "dst_factor_in": 3, "src_factor_out": 0, "src_factor_in": 1}
+    for uops in (0, 1, 3):
+        for outer in (0, 1, 2):
+            for inner in (0, 1, 2):
+                loop: dict[str, Any] = {"uop_bgn": 0, "uop_end": uops, "iter_out": outer, "iter_in": inner,
+                                        **factors}
+                k.bld.gemm(**loop, wgt_factor_out=1, wgt_factor_in=0)
+                k.bld.alu(ALU_ADD, **loop, use_imm=True, imm=uops + 3 * outer + 9 * inner + 1)
+    k.expose_acc(24)
+    return k.finish()
+
+
+PAD_MAX = 15
+"""The largest pad a LOAD's 4-bit pad fields hold."""
+
+
+def _pad_loads(cfg: VTAConfig, mem: int) -> list[dict[str, int]]:
+    """LOAD shapes with every combination of padded sides (pads of 1 and 2, 2 rows of 2 elements, stride 3), then
+    one with every pad at :data:`PAD_MAX` around a single element (two opposite corners' pads where the buffer is too
+    small for all four)."""
+    loads = []
+    for c in range(16):
+        p = 1 + c % 2
+        loads.append({"y_size": 2, "x_size": 2, "x_stride": 3, "y_pad_0": p * (c & 1), "y_pad_1": p * (c >> 1 & 1),
+                      "x_pad_0": p * (c >> 2 & 1), "x_pad_1": p * (c >> 3 & 1)})
+    depth = {MEM_INP: cfg.inp_depth, MEM_WGT: cfg.wgt_depth, MEM_UOP: cfg.uop_depth}.get(mem, cfg.acc_depth)
+    room = min(depth, cfg.acc_depth // 2)
+    for pads in ((PAD_MAX,) * 4, (PAD_MAX, 0, 0, PAD_MAX)):  # all four sides; else two, where the buffer is small
+        if (1 + pads[0] + pads[1]) * (1 + pads[2] + pads[3]) <= room:
+            loads.append({"y_size": 1, "x_size": 1, "x_stride": 1, **dict(zip(_PADS, pads))})
+            break
+    return loads
+
+
+_PADS = ("y_pad_0", "y_pad_1", "x_pad_0", "x_pad_1")
+
+
+def _entries(load: dict[str, int]) -> int:
+    return (load["y_pad_0"] + load["y_size"] + load["y_pad_1"]) * (load["x_pad_0"] + load["x_size"] + load["x_pad_1"])
+
+
+def _pads_corner(cfg: VTAConfig, mem: int) -> Program:
+    """Every pad combination (and the largest pads) for LOADs to ``mem``, each into its own SRAM range; what they wrote
+    is exposed (acc, acc8 directly; inp, wgt through GEMMs over every entry, in as many phases as the buffer needs;
+    uop by running the loaded micro-ops)."""
+    loads = _pad_loads(cfg, mem)
+    sizes = [_entries(load) for load in loads]
+    exposed = sum(sizes) if mem in (MEM_ACC, MEM_ACC_8BIT, MEM_INP, MEM_WGT) else 8
+    k = _Kit(cfg, seed=90 + mem, out_rows=4 * exposed)
+    b = k.bld
+    if mem == MEM_UOP:
+        kernel = b.uop_kernel("padded", [Uop(1 + i % 7, i % 5, (3 * i) % 6) for i in range(8)])
+        k.load(MEM_ACC, k.pool("acc", MEM_ACC, 8), sram_base=0, x_size=8)
+        k.load(MEM_INP, k.pool("inp", MEM_INP, 5), sram_base=0, x_size=5)
+        k.load(MEM_WGT, k.pool("wgt", MEM_WGT, 6), sram_base=0, x_size=6)
+        b.dep_push("load", "compute")
+        b.dep_pop("load", "compute")
+        for j, load in enumerate(loads):
+            b.load(MEM_UOP, sram_base=0, dram_base=b.elem_addr(kernel, MEM_UOP) + j % 3, **load)
+            b.gemm(uop_bgn=0, uop_end=_entries(load))
+        k.expose_acc(8)
+        return k.finish()
+    pool = k.pool("padded", mem, 8)
+    if mem in (MEM_ACC, MEM_ACC_8BIT):
+        base = 0
+        for j, load in enumerate(loads):
+            b.load(mem, sram_base=base, dram_base=b.elem_addr(pool, mem) + j % 3, **load)
+            base += _entries(load)
+        k.expose_acc(exposed)
+        return k.finish()
+    other = MEM_WGT if mem == MEM_INP else MEM_INP
+    k.load(other, k.pool("plain", other, 4), sram_base=0, x_size=4)
+    depth = cfg.inp_depth if mem == MEM_INP else cfg.wgt_depth
+    done = 0
+    phases: list[list[int]] = [[]]
+    for j, n in enumerate(sizes):
+        if sum(sizes[i] for i in phases[-1]) + n > depth:
+            phases.append([])
+        phases[-1].append(j)
+    for p, phase in enumerate(phases):
+        if p:
+            b.dep_pop("compute", "load")  # the previous phase's GEMMs have read the buffer
+        base = 0
+        for j in phase:
+            b.load(mem, sram_base=base, dram_base=b.elem_addr(pool, mem) + j % 3, **loads[j])
+            base += sizes[j]
+        b.dep_push("load", "compute")
+        b.dep_pop("load", "compute")
+        k.uops(f"gemm{p}", [Uop(done + i, i if mem == MEM_INP else i % 4, i if mem == MEM_WGT else i % 4)
+                            for i in range(base)])
+        b.gemm(uop_bgn=0, uop_end=base, reset=True)
+        b.gemm(uop_bgn=0, uop_end=base)
+        if p + 1 < len(phases):
+            b.dep_push("compute", "load")
+        done += base
+    k.expose_acc(exposed)
+    return k.finish()
+
+
+def _store_corner(cfg: VTAConfig) -> Program:
+    """STOREs at their shape limits over pre-filled DRAM: one element, a contiguous block (stride = row), rows
+    overlapping in DRAM (stride < row: the later row wins) and a single long row."""
+    k = _Kit(cfg, seed=95)
+    n = 24
+    target = k.bld.alloc("target", np.full((64, cfg.batch, cfg.block_out), 0x5A, np.int8))
+    k.load(MEM_ACC_8BIT, k.pool("acc8", MEM_ACC_8BIT, n), sram_base=0, x_size=n)
+    k.uops("alu", [Uop(0, 0, 0)])
+    k.bld.alu(ALU_ADD, uop_bgn=0, uop_end=1, iter_out=n, dst_factor_out=1, src_factor_out=1, use_imm=True, imm=3)
+    k.bld.dep_push("compute", "store")
+    k.bld.dep_pop("compute", "store")
+    at = k.bld.elem_addr(target, MEM_OUT)
+    for sram, dram, y, x, stride in ((5, 0, 1, 1, 1), (0, 2, 3, 4, 4), (1, 16, 3, 5, 2), (0, 30, 1, n, n)):
+        k.bld.store(sram_base=sram, dram_base=at + dram, y_size=y, x_size=x, x_stride=stride)
+    return k.finish()
+
+
+# ---- timing stress ------------------------------------------------------------------------------------------------
+STRESS_ROUNDS = 64
+"""Rounds of the default ``stress tokens`` programs (``--thorough``: :data:`THOROUGH_ROUNDS`)."""
+THOROUGH_ROUNDS = 128
+STRESS_SLOTS = 4
+"""Parts of each ring: tokens each queue may hold at once in the stress programs."""
+
+
+def stress_program(cfg: VTAConfig, seed: int, rounds: int = STRESS_ROUNDS) -> Program:
+    """:func:`vta.testing.token_stream_program`: a long stream at changing paces (see there)."""
+    return token_stream_program(cfg, np.random.default_rng(seed), rounds=rounds, slots=STRESS_SLOTS)
+
+
 FEATURES: dict[str, Callable[[VTAConfig], Program]] = {
     "load uop": _load_uop,
     "load wgt": partial(_load_operand, mem=MEM_WGT),
@@ -276,6 +505,14 @@ FEATURES: dict[str, Callable[[VTAConfig], Program]] = {
     "store": _store,
     **{f"tokens {q}": partial(_tokens, queue=q) for q in _QUEUES},
     "finish": _finish,
+    **{f"corner alu {name}": partial(_alu_corner, op=op) for name, op in
+       (("min", ALU_MIN), ("max", ALU_MAX), ("add", ALU_ADD), ("shr", ALU_SHR), ("mul", ALU_MUL))},
+    "corner gemm extremes": _gemm_corner,
+    "corner loops": _loops_corner,
+    **{f"corner pads {name}": partial(_pads_corner, mem=mem) for name, mem in
+       (("uop", MEM_UOP), ("wgt", MEM_WGT), ("inp", MEM_INP), ("acc", MEM_ACC), ("acc8", MEM_ACC_8BIT))},
+    "corner store": _store_corner,
+    "stress tokens": partial(stress_program, seed=0),
 }
 """Feature name -> the function building its program for a config."""
 

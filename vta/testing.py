@@ -12,9 +12,9 @@ import numpy as np
 
 from .config import MEM_ACC, MEM_ACC_8BIT, MEM_INP, MEM_OUT, MEM_UOP, MEM_WGT, VTAConfig
 from .isa import ALU_ADD, ALU_MAX, ALU_MIN, ALU_MUL, ALU_SHR, Uop
-from .program import Program, ProgramBuilder
+from .program import Program, ProgramBuilder, SlotRing
 
-__all__ = ["alu_program", "random_program", "ALU_CASES"]
+__all__ = ["alu_program", "random_program", "token_stream_program", "ALU_CASES", "PACES"]
 
 
 # ---- ALU exerciser ---------------------------------------------------------------------------------------------------
@@ -288,3 +288,66 @@ def random_program(cfg: VTAConfig, rng: np.random.Generator, *, n_ops: int = 24,
         ops[int(rng.choice(len(ops), p=weights / weights.sum()))]()
     gen.op_store()
     return gen.bld.finish()
+
+
+# ---- long token streams ---------------------------------------------------------------------------------------------
+PACES = ("load", "compute", "store")
+"""The module a stretch of :func:`token_stream_program`'s rounds makes the slowest."""
+
+
+def token_stream_program(cfg: VTAConfig, rng: np.random.Generator, *, rounds: int = 32, slots: int = 3,
+                         stretch: int = 4) -> Program:
+    """A pipelined stream of ``rounds`` rounds in which load, compute and store run at different paces, ordered
+    only by dependency tokens (for timing stress: a lost, duplicated or reordered token shows as a hang or as wrong
+    data).
+
+    Round r: load fills part ``r % slots`` of inp and wgt (1-3 rows of 1-4 elements, a row stride), compute runs a
+    GEMM of 1-4 micro-ops over it into part ``r % slots`` of acc/out (reset on the part's first use, then
+    accumulating), store writes that part to the next free rows of allocation ``out``. The parts are two
+    :class:`~vta.program.SlotRing` rings (load->compute, compute->store), so a module may run up to ``slots``
+    rounds ahead of the next one and each of the four token queues holds up to ``slots`` tokens. Every ``stretch``
+    rounds another module (:data:`PACES`, in a random order) is made the slowest: long LOADs (more rows and
+    elements), long GEMMs (up to 16 x 8 iterations) or long STOREs. Allocations ``inp``, ``wgt`` (inputs), ``out``.
+    """
+    if not isinstance(rng, np.random.Generator):
+        raise TypeError(f"rng must be a numpy.random.Generator (np.random.default_rng(seed)), not {type(rng).__name__}")
+    if rounds < 1 or slots < 1 or stretch < 1:
+        raise ValueError(f"rounds, slots and stretch must be at least 1, not {rounds}, {slots}, {stretch}")
+    slots = min(slots, cfg.token_queue_depth)
+    part = max(1, min(cfg.inp_depth, cfg.wgt_depth, cfg.acc_depth) // slots)
+    rows, elems = min(3, part), 1
+    elems = max(1, min(4, part // rows))
+    size = rows * elems  # SRAM entries of a part the loads fill
+    pool = 64
+    b = ProgramBuilder(cfg)
+    inp = b.alloc("inp", rng.integers(-128, 128, (pool, cfg.batch, cfg.block_in), dtype=np.int8))
+    wgt = b.alloc("wgt", rng.integers(-128, 128, (pool, cfg.block_out, cfg.block_in), dtype=np.int8))
+    out = b.alloc("out", np.zeros((rounds * size, cfg.batch, cfg.block_out), np.int8))
+    kernel = b.uop_kernel("uops", [Uop(i, i, i) for i in range(slots * size)])  # part p: [p * size, +size)
+    b.load_uops(kernel)
+    operands = SlotRing(b, "load", "compute", slots, total=rounds)
+    results = SlotRing(b, "compute", "store", slots, total=rounds)
+    order = [PACES[int(i)] for i in rng.permutation(len(PACES))]
+    stored = 0
+    for r in range(rounds):
+        slow = order[(r // stretch) % len(order)]
+        base = operands.claim() * size
+        y, x = (int(rng.integers(1, rows + 1)), int(rng.integers(1, elems + 1))) if slow == "load" else (1, 1)
+        stride = x + int(rng.integers(0, 3))
+        for mem, alloc in ((MEM_INP, inp), (MEM_WGT, wgt)):
+            start = int(rng.integers(0, pool - (y - 1) * stride - x + 1))
+            b.load(mem, sram_base=base, dram_base=b.elem_addr(alloc, mem) + start, y_size=y, x_size=x,
+                   x_stride=stride)
+        operands.handoff()
+        results.claim()  # the same part as the operands': both rings turn once a round
+        uops = int(rng.integers(1, y * x + 1))
+        iters = (int(rng.integers(4, 17)), int(rng.integers(2, 9))) if slow == "compute" else (1, 1)
+        b.gemm(uop_bgn=base, uop_end=base + size, reset=True)
+        b.gemm(uop_bgn=base, uop_end=base + uops, iter_out=iters[0], iter_in=iters[1])
+        operands.release()
+        results.handoff()
+        n = size if slow == "store" else uops
+        b.store(sram_base=base, dram_base=b.elem_addr(out, MEM_OUT) + stored, x_size=n)
+        stored += n
+        results.release()
+    return b.finish()
