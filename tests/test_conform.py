@@ -20,8 +20,16 @@ from vta.config import MEM_ACC, MEM_ACC_8BIT, MEM_INP, MEM_UOP, MEM_WGT, VTAConf
 from vta.isa import Alu, Gemm, Load, Store, alu_opcodes
 from vta.testing import ALU_CASES
 from vta.tsim.byo import ForeignCore
-from vta.tsim.conform import (STRESS_LATENCIES, STRESS_STREAMS, Coverage, Outcome, _observing, format_table, run_kit,
-                              token_depths)
+from vta.tsim.conform import (
+    STRESS_LATENCIES,
+    STRESS_STREAMS,
+    Coverage,
+    Outcome,
+    _observing,
+    format_table,
+    run_kit,
+    token_depths,
+)
 from vta.tsim.conform_programs import FEATURES, feature_programs, features_for
 
 ROOT = Path(__file__).resolve().parent.parent
