@@ -17,7 +17,9 @@ Structure (everything is a plain, picklable dataclass; nothing here depends on t
 
 * A **float graph** (from :mod:`.onnx_frontend`) uses the ops of :data:`FLOAT_OPS`; BatchNorm is already folded into
   the preceding convolution where there is one.
-* A **quantized graph** (from :mod:`.quantize`) uses the ops of :data:`QUANT_OPS`. It starts with ``Quantize``
+* A **quantized graph** (from :mod:`.quantize`, or from a pre-quantized ONNX model by :mod:`.frontend.prequant`,
+  whose int8 tensors may have a zero point that only the ``QuantizeZp``/``DequantizeZp``/``QAffine`` ops read) uses
+  the ops of :data:`QUANT_OPS`. It starts with ``Quantize``
   (float32 input -> int8) and usually ends with ``Dequantize`` (int8 -> float32) or ``Softmax`` (int8 -> float32).
   Its semantics is defined exactly by :mod:`.qops` (``run_reference``). The contract for the accelerator ops:
 
@@ -107,7 +109,13 @@ QUANT_OPS: dict[str, tuple[str, ...]] = {
     "QLut": ("table",),                                  # y = table[x + 128], table int8 [256]; optional "function"
     "Transpose": ("perm",),
     "Resize": RESIZE_ATTRS,                              # int8 in, int8 out at the same scale
+    "QuantizeZp": ("scale", "zero_point"),               # float32 -> int8: clip(rint(x / scale) + zero_point)
+    "DequantizeZp": ("scale", "zero_point"),             # int8 -> float32: (x - zero_point) * scale
+    "QAffine": ("multipliers", "offset", "shift", "lo", "hi"),  # clip((sum_i x_i * M_i + offset) >> S), int64
 }
+"""The ``Zp`` ops and ``QAffine`` carry an int8 zero point (a pre-quantized ONNX model's own,
+:mod:`.frontend.prequant`): the real value of such a tensor is ``(x - zero_point) * scale``; every other op assumes
+zero point 0 or is zero-point invariant (pools, Reshape, Transpose, MaxPool)."""
 
 ACCEL_OPS = ("QConv2d", "QDense", "QAdd")
 

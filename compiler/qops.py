@@ -22,6 +22,10 @@ Integer semantics (the quantized operator contract, see :mod:`.ir`):
     the input repeat its edge (ONNX's rule).
   - ``Quantize``: ``clip(rint(float64(x) / scale), -128, 127)`` (rint rounds half to even). ``Dequantize``:
     ``float32(float64(x) * scale)``. ``Softmax``: float32 of a float64 softmax of ``x * scale``.
+  - With a zero point ``z`` (pre-quantized models, :mod:`.frontend.prequant`): ``QuantizeZp`` is
+    ``clip(rint(float64(x) / scale) + z, -128, 127)``, ``DequantizeZp`` ``float32(float64(x - z) * scale)``, and
+    ``QAffine`` ``clip((sum_i x_i * M_i + offset) >> S, lo, hi)`` in int64 (no wrap-around; inputs of one shape,
+    rounding and zero points folded into ``offset``): a rescale (one input) or an add (two).
 
 :func:`run_reference` executes a whole quantized graph and is what backends are checked against.
 """
@@ -36,7 +40,7 @@ from .ir import AddRequant, Graph, GraphError, Node, Requant
 __all__ = [
     "wrap32", "conv2d_acc", "dense_acc", "requantize", "qconv2d", "qdense", "qadd", "rescale", "qmul", "qconcat",
     "maxpool", "avgpool", "global_avgpool", "pad", "quantize", "dequantize", "softmax", "QOPS", "run_reference",
-    "lut", "resize", "resize_source", "resize_taps", "RESIZE_WEIGHT_BITS",
+    "lut", "resize", "resize_source", "resize_taps", "RESIZE_WEIGHT_BITS", "quantize_zp", "dequantize_zp", "qaffine",
 ]
 
 
@@ -190,6 +194,28 @@ def dequantize(x: np.ndarray, scale: float) -> np.ndarray:
     return (x.astype(np.float64) * scale).astype(np.float32)
 
 
+def quantize_zp(x: np.ndarray, scale: float, zero_point: int) -> np.ndarray:
+    """float -> int8 with a zero point: ``clip(rint(float64(x) / scale) + zero_point, -128, 127)``."""
+    return np.clip(np.rint(np.asarray(x, dtype=np.float64) / scale) + zero_point, -128, 127).astype(np.int8)
+
+
+def dequantize_zp(x: np.ndarray, scale: float, zero_point: int) -> np.ndarray:
+    """int8 with a zero point -> float32: ``float32(float64(x - zero_point) * scale)``."""
+    return ((x.astype(np.int64) - zero_point).astype(np.float64) * scale).astype(np.float32)
+
+
+def qaffine(xs: Sequence[np.ndarray], multipliers: Sequence[int], offset: int, shift: int, lo: int = -128,
+            hi: int = 127) -> np.ndarray:
+    """``clip((sum_i x_i * M_i + offset) >> shift, lo, hi)`` as int8, in int64 (same-shape int8 inputs)."""
+    if len(xs) != len(multipliers) or any(x.shape != xs[0].shape for x in xs):
+        raise ValueError(f"QAffine takes one multiplier per input and inputs of one shape, not {len(multipliers)} "
+                         f"multipliers for inputs of shapes {[x.shape for x in xs]}.")
+    total = np.full(xs[0].shape, int(offset), np.int64)
+    for x, m in zip(xs, multipliers):
+        total += x.astype(np.int64) * int(m)
+    return np.clip(total >> int(shift), lo, hi).astype(np.int8)
+
+
 def softmax(x: np.ndarray, scale: float, axis: int = -1) -> np.ndarray:
     """float32 softmax of the dequantized int8 input along ``axis`` (computed in float64)."""
     z = x.astype(np.float64) * scale
@@ -294,6 +320,10 @@ QOPS: dict[str, OpFn] = {
     "Transpose": lambda n, v: np.ascontiguousarray(np.transpose(v[0], n.attrs["perm"])),
     "Resize": lambda n, v: resize(v[0], n.attrs["mode"], n.attrs["coordinate_transformation_mode"],
                                   n.attrs["nearest_mode"], n.attrs["scales"], n.attrs["sizes"]),
+    "QuantizeZp": lambda n, v: quantize_zp(v[0], n.attrs["scale"], n.attrs["zero_point"]),
+    "DequantizeZp": lambda n, v: dequantize_zp(v[0], n.attrs["scale"], n.attrs["zero_point"]),
+    "QAffine": lambda n, v: qaffine(v, n.attrs["multipliers"], n.attrs["offset"], n.attrs["shift"], n.attrs["lo"],
+                                    n.attrs["hi"]),
 }
 
 

@@ -17,7 +17,8 @@ Public entry points:
 
 Data movement (Reshape, Pad, Transpose, Concat's final copy) uses numpy; all arithmetic runs in JIT code but
 Resize's, which is the integer reference's numpy code (:func:`.qops.resize`: gathers and a few integer products per
-element). Softmax (float) may differ from numpy's in the last bits of float32; every integer op is bit-exact.
+element), and the zero-point ops of pre-quantized models (``QuantizeZp``, ``DequantizeZp``, ``QAffine``), also the
+reference's. Softmax (float) may differ from numpy's in the last bits of float32; every integer op is bit-exact.
 """
 from __future__ import annotations
 
@@ -483,6 +484,9 @@ CPU_OPS: dict[str, Callable[[Node, list[np.ndarray]], np.ndarray]] = {
     "QLut": lambda n, v: lut(v[0], n.attrs["table"]),
     "Transpose": qops.QOPS["Transpose"],
     "Resize": qops.QOPS["Resize"],
+    "QuantizeZp": qops.QOPS["QuantizeZp"],              # pre-quantized models' zero-point ops: the reference
+    "DequantizeZp": qops.QOPS["DequantizeZp"],
+    "QAffine": qops.QOPS["QAffine"],
 }
 
 

@@ -1,0 +1,900 @@
+"""Pre-quantized ONNX -> the quantized graph IR (:mod:`..ir`), with the model's own scales and zero points.
+
+:func:`is_quantized_model` recognizes a model quantized already (any operator of :data:`QUANTIZED_OPS`);
+:func:`import_model` (what :func:`..pipeline.load_graph` calls) then imports it by :func:`import_quantized`, any
+other model by :func:`.onnx_frontend.import_onnx`, and the pipeline compiles a quantized result without calibrating
+(the model's scales are the quantization).
+
+Formats (as ``onnxruntime.quantization.quantize_static`` writes them):
+
+* **QDQ**: ``QuantizeLinear``/``DequantizeLinear`` pairs around float operators. A ``DequantizeLinear`` of an int
+  tensor makes its float output an *alias* of that int tensor (read with the DQ's scale and zero point); Relu, Clip,
+  MaxPool, Reshape, Flatten, Squeeze, Unsqueeze, Transpose, Identity and Dropout of an alias are aliases too. Conv,
+  Gemm, MatMul, Add, GlobalAveragePool, AveragePool, Concat and Sigmoid of aliases must feed one ``QuantizeLinear``
+  (through Relu/Clip at most), whose scale and zero point become their output's. Weights and biases are
+  ``DequantizeLinear`` of int8/int32 initializers (per channel or per tensor).
+* **QOperator**: ``QuantizeLinear``, ``DequantizeLinear``, ``QLinearConv``, ``QLinearMatMul`` and, from
+  ``com.microsoft``, ``QGemm``, ``QLinearAdd``, ``QLinearGlobalAveragePool``, ``QLinearAveragePool``,
+  ``QLinearConcat`` and ``QLinearSigmoid``; Flatten, Reshape, MaxPool, Transpose, Squeeze and Unsqueeze of int
+  tensors. ``ConvInteger``, ``MatMulInteger`` and ``DynamicQuantizeLinear`` (dynamic quantization: int32 results
+  scaled by float operators, scales computed at run time) are refused with that reason.
+
+How the integers map (every IR int8 tensor has a scale and an int8 zero point ``z``; real = ``(x - z) * scale``):
+
+* **uint8** activations become int8 by subtracting 128 from the values and the zero point (``u`` with zero point
+  ``zu`` is ``u - 128`` with ``zu - 128``): the same real values, exactly. uint8 weights are used as ``w - zw`` when
+  that fits int8 (else refused).
+* **Convolution / dense** (``QConv2d``/``QDense``, which the accelerator runs): the input zero point ``zx`` is exact:
+  a padded convolution gets an explicit ``Pad`` with value ``zx`` first (ONNX pads with the real zero), and
+  ``-zx * sum(w)`` per output channel is folded into the int32 bias, which is then ``conv(x, w) + bias``, the same
+  accumulator as ``conv(x - zx, w) + bias``. The requantization ``x_scale * w_scale / y_scale`` becomes (M, S) by
+  :func:`.quantize.choose_requant` with the accumulator bound of every int8 input (no wrap-around for any data),
+  and the output zero point plus the rounding become ``floor((2 * zy + 1) * 2**(S-1) / M)`` added to the bias.
+  onnxruntime computes ``rint(float32(acc * scale)) + zy`` (round half to even, in float32); the lab computes
+  ``floor((acc + bias') * M / 2**S)``: the same but for M's precision (relative error <= 2**-(bits of M)), the bias
+  term's floor (< M / 2**S of an output step) and ties. Saturation is the same clip, to [-128, 127] in the int8
+  domain (a fused Relu/Clip narrows it: Relu clips at the output zero point).
+* **Add**: ``QAffine`` ``(a * Ma + b * Mb + offset) >> S`` with both zero points, the output's and the rounding in
+  ``offset`` (int64 on the CPU; S up to 40, M < 2**24): exact round-half-up of the real ratios to 2**-24. When
+  every zero point is 0 and one operand comes from a convolution (or dense) that feeds only this add and does not
+  clip, it becomes the accelerator's ``QAdd`` (``(a * Ma + b * Mb) >> S``, 15-bit M) and the truncation is
+  offset by raising that convolution's bias by half an output step of the add (the rule of
+  :mod:`.quantize`): right on average, but an element may differ from onnxruntime's by one step more often.
+* **Rescale** (a QuantizeLinear of an alias at other parameters, Concat inputs at other parameters): ``QAffine``
+  with one input. **GlobalAveragePool** at the input's parameters: ``GlobalAvgPool`` (zero-point invariant, round
+  half up); at other parameters a depthwise ``QConv2d`` with a ones kernel (``x_scale / (y_scale * H * W)``).
+  **AveragePool**: ``AvgPool`` at the input's parameters (an explicit Pad with ``zx`` when padding counts), then a
+  rescale when the output's differ (rounded twice). **Sigmoid**: a ``QLut`` table from both parameters, exact.
+  **MaxPool**, Reshape, Transpose: zero-point invariant. **Relu/Clip**: ``QClip`` at the zero point / the rounded
+  bounds, fused into a producing convolution, dense or add that feeds nothing else.
+* **QuantizeLinear** of the float input: ``QuantizeZp`` (``Quantize`` when z = 0): ``rint(float64(x) / s) + z``;
+  onnxruntime divides in float32 (a rare one-step difference at a rounding boundary). **DequantizeLinear** to a
+  graph output: ``DequantizeZp`` (``Dequantize`` when z = 0).
+
+So the lab's result may differ from onnxruntime's int8 execution by one output step at rounding boundaries
+(precision of M, ties, float32 against float64, a QAdd's average rounding); the tests hold it to within one step on
+at least 99 % of the output elements.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from ..ir import INT8_MAX, INT8_MIN, AddRequant, Graph, GraphError, Node, Requant, conv_output_hw
+from .onnx_frontend import (
+    UnsupportedModelError,
+    UnsupportedOperatorError,
+    _check_opset,
+    _check_sizes,
+    _fix_inputs,
+    _read_model,
+    import_onnx,
+    tensor_byte_limit,
+)
+from .quantize import choose_requant
+
+__all__ = ["QUANTIZED_OPS", "is_quantized_model", "import_quantized", "import_model"]
+
+QUANTIZED_OPS = frozenset({
+    "QuantizeLinear", "DequantizeLinear", "QLinearConv", "QLinearMatMul", "ConvInteger", "MatMulInteger",
+    "DynamicQuantizeLinear", "QGemm", "QLinearAdd", "QLinearGlobalAveragePool", "QLinearAveragePool",
+    "QLinearConcat", "QLinearSigmoid",
+})
+"""ONNX operators that make a model pre-quantized (one is enough)."""
+
+INT32_MAX = 2**31 - 1
+AFFINE_BITS = 24
+"""``QAffine`` multipliers stay below ``2**AFFINE_BITS`` (int64 arithmetic: no overflow for int8 inputs)."""
+
+
+def import_model(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, name: str | None = None,
+                 input_shapes: dict[str, tuple[int, ...]] | None = None) -> Graph:
+    """Any ONNX model (path or ModelProto) as a validated graph: a pre-quantized one (:func:`is_quantized_model`)
+    by :func:`import_quantized`, with :func:`.onnx_frontend.import_onnx`'s checks of the file, the opset, the input
+    shapes (``batch``, ``input_shapes``) and the tensor sizes; any other by :func:`.onnx_frontend.import_onnx` (a
+    float graph)."""
+    is_path = isinstance(model, (str, os.PathLike))
+    proto = _read_model(os.fspath(model)) if is_path else model
+    if not isinstance(proto, onnx.ModelProto) or not is_quantized_model(proto):
+        return import_onnx(model, batch=batch, name=name, input_shapes=input_shapes)
+    where = os.fspath(model) if is_path else (name or proto.graph.name or "model")
+    label = name or (os.path.splitext(os.path.basename(where))[0] if is_path else where)
+    proto = onnx.ModelProto.FromString(proto.SerializeToString())
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        raise ValueError(f"batch must be a positive integer (images per inference), not {batch!r}.")
+    _check_opset(proto, where)
+    _fix_inputs(proto, batch, dict(input_shapes or {}), where)
+    _check_sizes(proto, where, tensor_byte_limit())
+    return import_quantized(proto, label)
+
+
+def is_quantized_model(model: onnx.ModelProto) -> bool:
+    """True when ``model`` uses an operator of :data:`QUANTIZED_OPS` (it carries its own quantization)."""
+    return any(node.op_type in QUANTIZED_OPS for node in model.graph.node)
+
+
+@dataclass(frozen=True)
+class _Act:
+    """An IR int8 tensor read with ``scale`` and int8-domain zero point ``zp``."""
+
+    name: str
+    scale: float
+    zp: int
+
+
+@dataclass(frozen=True)
+class _Out:
+    """Where a quantized operator writes: the ONNX int tensor, its scale and int8-domain zero point, whether ONNX
+    holds it as uint8, and the clip range (int8 domain) of a fused Relu/Clip."""
+
+    name: str
+    scale: float
+    zp: int
+    unsigned: bool
+    lo: int = INT8_MIN
+    hi: int = INT8_MAX
+
+
+class _Refused(Exception):
+    """A node read a tensor a refused node would have written (reported once, at the refused node)."""
+
+
+class _Importer:
+    """State of one import: the IR graph being built and what each ONNX tensor is."""
+
+    def __init__(self, model: onnx.ModelProto, label: str) -> None:
+        self.model = model
+        self.graph = Graph(label)
+        self.consts: dict[str, np.ndarray] = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+        self.ints: dict[str, str] = {}            # ONNX int tensor -> IR int8 tensor (values shifted to int8)
+        self.unsigned: dict[str, bool] = {}
+        self.floats: dict[str, _Act] = {}         # ONNX float tensor that is DequantizeLinear of an int tensor
+        self.weights: dict[str, tuple[np.ndarray, np.ndarray, int]] = {}  # DQ of a constant: (int64, scale, axis)
+        self.consumers: dict[str, list[onnx.NodeProto]] = {}
+        for node in model.graph.node:
+            for name in node.input:
+                self.consumers.setdefault(name, []).append(node)
+        self.outputs = {o.name for o in model.graph.output}
+        self.skip: set[int] = set()
+        self.refused: set[str] = set()
+
+    # ---- reading parameters -------------------------------------------------------------------------------------
+    def const(self, node: onnx.NodeProto, index: int, what: str) -> np.ndarray:
+        if index >= len(node.input) or not node.input[index]:
+            raise UnsupportedOperatorError(node.op_type, node.name, f"its {what} is missing")
+        name = node.input[index]
+        if name not in self.consts:
+            raise UnsupportedOperatorError(node.op_type, node.name, f"its {what} {name!r} is not a constant")
+        return self.consts[name]
+
+    def scalar_scale(self, node: onnx.NodeProto, index: int) -> float:
+        scale = self.const(node, index, "scale").astype(np.float64).reshape(-1)
+        if scale.size != 1:
+            raise UnsupportedOperatorError(node.op_type, node.name, f"its activation scale has {scale.size} values; "
+                                           f"activations must be quantized per tensor")
+        return float(scale[0])
+
+    def zero_point(self, node: onnx.NodeProto, index: int, unsigned: bool | None = None) -> tuple[int, bool]:
+        """(int8-domain zero point, ONNX type is uint8) of input ``index`` (absent: 0 of ``unsigned``'s type)."""
+        if index >= len(node.input) or not node.input[index]:
+            unsigned = True if unsigned is None else unsigned
+            return (-128 if unsigned else 0), unsigned
+        zp = self.const(node, index, "zero point")
+        if zp.dtype not in (np.uint8, np.int8) or zp.size != 1:
+            raise UnsupportedOperatorError(node.op_type, node.name, f"its activation zero point is {zp.size} "
+                                           f"{zp.dtype} values; the lab takes one int8 or uint8 value")
+        is_unsigned = zp.dtype == np.uint8
+        return int(zp.reshape(-1)[0]) - (128 if is_unsigned else 0), is_unsigned
+
+    def act(self, node: onnx.NodeProto, index: int, scale_index: int, zp_index: int) -> _Act:
+        """An int input of a QOperator node with its scale and zero point."""
+        name = node.input[index]
+        ir = self.int_tensor(node, name)
+        zp, _ = self.zero_point(node, zp_index, self.unsigned[name])
+        return _Act(ir, self.scalar_scale(node, scale_index), zp)
+
+    def out(self, node: onnx.NodeProto, output: str, scale_index: int, zp_index: int) -> _Out:
+        zp, unsigned = self.zero_point(node, zp_index)
+        return _Out(output, self.scalar_scale(node, scale_index), zp, unsigned)
+
+    def int_tensor(self, node: onnx.NodeProto, name: str) -> str:
+        if name in self.refused:
+            raise _Refused
+        if name not in self.ints:
+            raise UnsupportedOperatorError(node.op_type, node.name, f"its input {name!r} is not a quantized "
+                                           f"activation the lab computed")
+        return self.ints[name]
+
+    def alias(self, node: onnx.NodeProto, name: str) -> _Act:
+        if name in self.refused:
+            raise _Refused
+        if name not in self.floats:
+            raise UnsupportedOperatorError(node.op_type, node.name, f"its input {name!r} is a float value that is "
+                                           f"not DequantizeLinear of a quantized activation")
+        return self.floats[name]
+
+    def weight(self, node: onnx.NodeProto, name: str) -> tuple[np.ndarray, np.ndarray, int]:
+        if name not in self.weights:
+            raise UnsupportedOperatorError(node.op_type, node.name, f"its weight {name!r} is not DequantizeLinear "
+                                           f"of an integer constant")
+        return self.weights[name]
+
+    # ---- building ---------------------------------------------------------------------------------------------
+    def tensor(self, base: str, shape: tuple[int, ...], scale: float) -> str:
+        name = self.graph.unique_name(base)
+        self.graph.add_tensor(name, shape, "int8", scale)
+        return name
+
+    def emit(self, op: str, base: str, inputs: list[str], output: str, **attrs: Any) -> Node:
+        return self.graph.add_node(op, self.graph.unique_name(base or op, node=True), inputs, [output], **attrs)
+
+    def emit_out(self, op: str, base: str, inputs: list[str], out: _Out, shape: tuple[int, ...], **attrs: Any) -> str:
+        """Emit a node writing ``out`` (an ONNX int tensor); returns the IR tensor name."""
+        name = self.tensor(out.name, shape, out.scale)
+        self.emit(op, base, inputs, name, **attrs)
+        self.ints[out.name] = name
+        self.unsigned[out.name] = out.unsigned
+        return name
+
+    def constant(self, base: str, value: np.ndarray) -> str:
+        name = self.graph.unique_name(base)
+        self.graph.add_constant(name, value)
+        return name
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return self.graph.shape(name)
+
+
+def _attrs(node: onnx.NodeProto) -> dict[str, Any]:
+    out = {}
+    for a in node.attribute:
+        value = onnx.helper.get_attribute_value(a)
+        out[a.name] = value.decode() if isinstance(value, bytes) else value
+    return out
+
+
+# ---- emitters shared by both formats ------------------------------------------------------------------------------
+def _rescale(imp: _Importer, base: str, src: _Act, out: _Out, shape: tuple[int, ...]) -> str:
+    """``QAffine`` of one input: ``round((x - zx) * sx / sy) + zy`` (half up), clipped to ``out``'s range."""
+    return _affine(imp, base, [src], out, shape)
+
+
+def _affine(imp: _Importer, base: str, srcs: list[_Act], out: _Out, shape: tuple[int, ...]) -> str:
+    ratios = [s.scale / out.scale for s in srcs]
+    peak = max(max(ratios), 2.0**-40)
+    shift = int(np.clip(np.floor(np.log2((2**AFFINE_BITS - 1) / peak)), 0, 40))
+    mults = [int(round(r * 2.0**shift)) for r in ratios]
+    half = (1 << (shift - 1)) if shift else 0
+    offset = (out.zp << shift) + half - sum(m * s.zp for m, s in zip(mults, srcs))
+    return imp.emit_out("QAffine", base, [s.name for s in srcs], out, shape, multipliers=tuple(mults), offset=offset,
+                        shift=shift, lo=out.lo, hi=out.hi, ratios=tuple(ratios), zero_points=tuple(
+                            [s.zp for s in srcs] + [out.zp]))
+
+
+def _product_bound(w: np.ndarray) -> np.ndarray:
+    """Per output channel, the largest ``|sum(x * w)|`` of any int8 input ``x``."""
+    flat = w.reshape(w.shape[0], -1).astype(np.int64)
+    pos, neg = np.where(flat > 0, flat, 0).sum(axis=1), np.where(flat < 0, flat, 0).sum(axis=1)
+    return np.maximum(pos * INT8_MAX + neg * INT8_MIN, -(pos * INT8_MIN + neg * INT8_MAX))
+
+
+def _linear(imp: _Importer, node: onnx.NodeProto, x: _Act, w: np.ndarray, sw: np.ndarray, bias: np.ndarray,
+            out: _Out, conv: dict[str, Any] | None) -> None:
+    """QConv2d (``conv``: strides, pads, groups) or QDense of ``x``: int weights ``w`` [O, ...] (zero point
+    removed), weight scales ``sw`` [O], ``bias`` [O] in accumulator units (scale ``sx * sw``)."""
+    o = w.shape[0]
+    if w.min() < INT8_MIN or w.max() > INT8_MAX:
+        raise UnsupportedOperatorError(node.op_type, node.name, f"its weights minus their zero point span "
+                                       f"[{w.min()}, {w.max()}], outside int8")
+    src, n_shape = x.name, imp.shape(x.name)
+    if conv is not None and x.zp != 0 and any(conv["pads"]):
+        top, left, bottom, right = conv["pads"]
+        n, c, h, wd = n_shape
+        n_shape = (n, c, h + top + bottom, wd + left + right)
+        padded = imp.tensor(f"{x.name}_pad", n_shape, x.scale)
+        imp.emit("Pad", f"{node.name}_pad", [src], padded, pads=(0, 0, top, left, 0, 0, bottom, right), value=x.zp)
+        src, conv = padded, dict(conv, pads=(0, 0, 0, 0))
+    b = np.rint(bias).astype(np.int64) - x.zp * w.reshape(o, -1).sum(axis=1)
+    m = x.scale * sw / out.scale
+    products = _product_bound(w)
+    bound = products + np.abs(b) + np.ceil(abs(out.zp) / m).astype(np.int64) + 2
+    if (sw == sw[0]).all():
+        bound = np.full(o, bound.max())                    # per-tensor weights: one (M, S) for every channel
+    mult, shift = choose_requant(m, bound, rounding=True)
+    half = np.left_shift(np.int64(1), np.maximum(shift - 1, 0))
+    offset = np.where(shift > 0, np.floor_divide((2 * out.zp + 1) * half, mult), np.rint(out.zp / mult))
+    bq = b + offset.astype(np.int64)
+    if ((products + np.abs(bq)) * mult > INT32_MAX).any():
+        raise UnsupportedOperatorError(node.op_type, node.name, "its accumulator with the zero points folded in "
+                                       "cannot be requantized inside int32")
+    wname = imp.constant(f"{node.name or out.name}_wq", w.astype(np.int8))
+    bname = imp.constant(f"{node.name or out.name}_bq", bq.astype(np.int32))
+    kind = "none" if (out.lo, out.hi) == (INT8_MIN, INT8_MAX) else "clip"
+    attrs: dict[str, Any] = dict(requant=Requant(mult, shift, out.lo, out.hi), w_scale=sw.astype(np.float32),
+                                 activation=kind)
+    if conv is not None:
+        n, _, h, wd = n_shape
+        oh, ow = _output_hw(h, wd, w.shape[2:], conv["strides"], conv["pads"])
+        attrs.update(strides=tuple(conv["strides"]), pads=tuple(conv["pads"]), groups=int(conv["groups"]))
+        imp.emit_out("QConv2d", node.name, [src, wname, bname], out, (n, o, oh, ow), **attrs)
+    else:
+        imp.emit_out("QDense", node.name, [src, wname, bname], out, (n_shape[0], o), **attrs)
+
+
+def _output_hw(h: int, w: int, kernel: tuple[int, ...], strides: tuple[int, ...],
+               pads: tuple[int, ...]) -> tuple[int, int]:
+    return conv_output_hw(h, w, (kernel[0], kernel[1]), (strides[0], strides[1]), (pads[0], pads[1], pads[2], pads[3]))
+
+
+def _bias_units(imp: _Importer, node: onnx.NodeProto, name: str | None, o: int, sx: float,
+                sw: np.ndarray) -> np.ndarray:
+    """A bias in accumulator units (scale ``sx * sw``): int32 as given (QOperator), or a DequantizeLinear'd or float
+    constant converted (QDQ)."""
+    if not name:
+        return np.zeros(o)
+    if name in imp.weights:
+        values, scale, _ = imp.weights[name]
+        real = values.astype(np.float64) * scale
+    elif name in imp.consts and imp.consts[name].dtype.kind in "iu":
+        return imp.consts[name].astype(np.float64).reshape(o)      # QOperator: int32 at scale sx * sw already
+    elif name in imp.consts:
+        real = imp.consts[name].astype(np.float64)
+    else:
+        raise UnsupportedOperatorError(node.op_type, node.name, f"its bias {name!r} is not a constant")
+    return real.reshape(o) / (sx * sw)
+
+
+def _channel_scale(scale: np.ndarray, o: int, axis: int, want_axis: int, node: onnx.NodeProto) -> np.ndarray:
+    scale = np.asarray(scale, np.float64).reshape(-1)
+    if scale.size == 1:
+        return np.full(o, scale[0])
+    if scale.size != o or axis != want_axis:
+        raise UnsupportedOperatorError(node.op_type, node.name, f"its weight scale has {scale.size} values along "
+                                       f"axis {axis}; the lab takes one per tensor or one per output channel")
+    return scale
+
+
+def _conv_attrs(node: onnx.NodeProto, kernel: tuple[int, ...], group: int = 1) -> dict[str, Any]:
+    a = _attrs(node)
+    if len(kernel) != 2:
+        raise UnsupportedOperatorError(node.op_type, node.name, f"it has a {len(kernel)}D kernel; the lab takes 2D")
+    if any(d != 1 for d in a.get("dilations", [1, 1])):
+        raise UnsupportedOperatorError(node.op_type, node.name, f"dilations={a['dilations']} (only 1 is supported)")
+    if a.get("auto_pad", "NOTSET") not in ("NOTSET", "VALID"):
+        raise UnsupportedOperatorError(node.op_type, node.name, f"auto_pad={a['auto_pad']} (give explicit pads)")
+    pads = tuple(int(p) for p in a.get("pads", [0, 0, 0, 0]))
+    return {"strides": tuple(int(s) for s in a.get("strides", [1, 1])), "pads": pads,
+            "groups": int(a.get("group", group))}
+
+
+def _conv(imp: _Importer, node: onnx.NodeProto, x: _Act, w_name: str, w: np.ndarray, wz: np.ndarray,
+          w_scale: np.ndarray, w_axis: int, bias: str | None, out: _Out) -> None:
+    o = w.shape[0]
+    wq = w.astype(np.int64) - np.asarray(wz, np.int64).reshape((-1,) + (1,) * (w.ndim - 1))
+    sw = _channel_scale(w_scale, o, w_axis, 0, node)
+    conv = _conv_attrs(node, tuple(w.shape[2:]))
+    _linear(imp, node, x, wq, sw, _bias_units(imp, node, bias, o, x.scale, sw), out, conv)
+
+
+def _dense(imp: _Importer, node: onnx.NodeProto, x: _Act, w: np.ndarray, wz: np.ndarray, w_scale: np.ndarray,
+           w_axis: int, transposed: bool, bias: str | None, out: _Out) -> None:
+    """``x @ w`` (``w`` [K, O]) or ``x @ w.T`` (``transposed``: [O, K]) as QDense."""
+    if len(imp.shape(x.name)) != 2 or w.ndim != 2:
+        raise UnsupportedOperatorError(node.op_type, node.name, f"it multiplies a {imp.shape(x.name)} input by "
+                                       f"{w.shape} weights; the lab takes a [N, K] input and [K, O] weights")
+    wz = np.asarray(wz, np.int64).reshape(-1)
+    wq = w.astype(np.int64) - (wz.reshape(1, -1) if not transposed and wz.size > 1 else wz.reshape(-1, 1))
+    wq = wq if transposed else wq.T
+    o = wq.shape[0]
+    sw = _channel_scale(w_scale, o, w_axis, 0 if transposed else 1, node)
+    _linear(imp, node, x, wq, sw, _bias_units(imp, node, bias, o, x.scale, sw), out, None)
+
+
+def _gap(imp: _Importer, node: onnx.NodeProto, x: _Act, out: _Out) -> None:
+    n, c, h, w = imp.shape(x.name)
+    if (x.scale, x.zp) == (out.scale, out.zp) and (out.lo, out.hi) == (INT8_MIN, INT8_MAX):
+        imp.emit_out("GlobalAvgPool", node.name, [x.name], out, (n, c, 1, 1))
+        return
+    ones = np.ones((c, 1, h, w), np.int64)
+    _linear(imp, node, x, ones, np.full(c, 1.0 / (h * w)), np.zeros(c), out,
+            {"strides": (1, 1), "pads": (0, 0, 0, 0), "groups": c})
+
+
+def _avgpool(imp: _Importer, node: onnx.NodeProto, x: _Act, out: _Out) -> None:
+    a = _attrs(node)
+    kernel = tuple(int(k) for k in a.get("kernel_shape", []))
+    if len(kernel) != 2 or a.get("ceil_mode", 0) or a.get("auto_pad", "NOTSET") not in ("NOTSET", "VALID") or \
+            a.get("channels_last", 0) or any(d != 1 for d in a.get("dilations", [1, 1])):
+        raise UnsupportedOperatorError(node.op_type, node.name, "the lab takes 2D NCHW average pools without "
+                                       "ceil_mode, auto_pad or dilations")
+    strides = tuple(int(s) for s in a.get("strides", [1, 1]))
+    pads = tuple(int(p) for p in a.get("pads", [0, 0, 0, 0]))
+    count_pad = bool(a.get("count_include_pad", 0))
+    src, (n, c, h, w) = x.name, imp.shape(x.name)
+    if count_pad and any(pads) and x.zp != 0:
+        top, left, bottom, right = pads
+        h, w = h + top + bottom, w + left + right
+        src = imp.tensor(f"{x.name}_pad", (n, c, h, w), x.scale)
+        imp.emit("Pad", f"{node.name}_pad", [x.name], src, pads=(0, 0, top, left, 0, 0, bottom, right), value=x.zp)
+        pads = (0, 0, 0, 0)
+    oh, ow = _output_hw(h, w, kernel, strides, pads)
+    same = (x.scale, x.zp) == (out.scale, out.zp)
+    mid = _Out(out.name if same else f"{out.name}_avg", x.scale, x.zp, out.unsigned, out.lo if same else INT8_MIN,
+               out.hi if same else INT8_MAX)
+    pooled = imp.emit_out("AvgPool", node.name, [src], mid, (n, c, oh, ow), kernel=kernel, strides=strides,
+                          pads=pads, count_include_pad=count_pad)
+    if not same:
+        _rescale(imp, f"{node.name}_rescale", _Act(pooled, x.scale, x.zp), out, (n, c, oh, ow))
+    elif (out.lo, out.hi) != (INT8_MIN, INT8_MAX):
+        _clip_to(imp, node.name, out)
+
+
+def _clip_to(imp: _Importer, base: str, out: _Out) -> None:
+    """A QClip of ``out``'s tensor to its range (the op wrote the full range)."""
+    src = imp.ints[out.name]
+    imp.emit_out("QClip", f"{base}_clip", [src], _Out(f"{out.name}_clip", out.scale, out.zp, out.unsigned),
+                 imp.shape(src), lo=out.lo, hi=out.hi)
+    imp.ints[out.name] = imp.ints.pop(f"{out.name}_clip")
+
+
+def _add(imp: _Importer, node: onnx.NodeProto, a: _Act, b: _Act, out: _Out) -> None:
+    if imp.shape(a.name) != imp.shape(b.name):
+        raise UnsupportedOperatorError(node.op_type, node.name, f"it adds shapes {imp.shape(a.name)} and "
+                                       f"{imp.shape(b.name)}; the lab adds equal shapes")
+    _affine(imp, node.name, [a, b], out, imp.shape(a.name))
+
+
+def _concat(imp: _Importer, node: onnx.NodeProto, xs: list[_Act], axis: int, out: _Out) -> None:
+    shapes = [imp.shape(x.name) for x in xs]
+    axis = axis % len(shapes[0])
+    names = []
+    for k, x in enumerate(xs):
+        if (x.scale, x.zp) == (out.scale, out.zp):
+            names.append(x.name)
+        else:
+            tmp = _Out(f"{out.name}_in{k}", out.scale, out.zp, out.unsigned)
+            names.append(_rescale(imp, f"{node.name}_in{k}", x, tmp, shapes[k]))
+    shape = list(shapes[0])
+    shape[axis] = sum(s[axis] for s in shapes)
+    imp.emit_out("QConcat", node.name, names, _Out(out.name, out.scale, out.zp, out.unsigned), tuple(shape),
+                 axis=axis, multipliers=tuple([1] * len(xs)), shifts=tuple([0] * len(xs)))
+    if (out.lo, out.hi) != (INT8_MIN, INT8_MAX):
+        _clip_to(imp, node.name, out)
+
+
+def _sigmoid(imp: _Importer, node: onnx.NodeProto, x: _Act, out: _Out) -> None:
+    q = np.arange(INT8_MIN, INT8_MAX + 1, dtype=np.float64)
+    real = 1.0 / (1.0 + np.exp(-(q - x.zp) * x.scale))
+    table = np.clip(np.rint(real / out.scale) + out.zp, out.lo, out.hi).astype(np.int8)
+    imp.emit_out("QLut", node.name, [x.name], out, imp.shape(x.name), table=table, function="Sigmoid")
+
+
+# ---- QDQ: float operators between DequantizeLinear and QuantizeLinear ---------------------------------------------
+def _quantized_output(imp: _Importer, node: onnx.NodeProto) -> _Out:
+    """The QuantizeLinear a float operator's output feeds (through Relu/Clip at most), as an :class:`_Out` with the
+    clip of the activation; those nodes are then skipped."""
+    tensor, acts = node.output[0], []
+    while True:
+        users = imp.consumers.get(tensor, [])
+        if tensor in imp.outputs or len(users) != 1:
+            raise UnsupportedOperatorError(node.op_type, node.name, f"its float result {tensor!r} is not quantized "
+                                           f"(it must feed exactly one QuantizeLinear, through Relu/Clip at most)")
+        user = users[0]
+        if user.op_type in ("Relu", "Clip"):
+            acts.append(user)
+            tensor = user.output[0]
+            continue
+        if user.op_type != "QuantizeLinear":
+            raise UnsupportedOperatorError(node.op_type, node.name, f"its float result {tensor!r} feeds "
+                                           f"{user.op_type}, not QuantizeLinear")
+        break
+    out = imp.out(user, user.output[0], 1, 2)
+    lo, hi = INT8_MIN, INT8_MAX
+    for act in acts:
+        a_lo, a_hi = _activation_range(imp, act, out.scale, out.zp)
+        lo, hi = max(lo, a_lo), min(hi, a_hi)
+        imp.skip.add(id(act))
+    imp.skip.add(id(user))
+    return _Out(out.name, out.scale, out.zp, out.unsigned, lo, max(lo, hi))
+
+
+def _activation_range(imp: _Importer, node: onnx.NodeProto, scale: float, zp: int) -> tuple[int, int]:
+    """The int8 range (at ``scale``, ``zp``) a Relu or Clip leaves."""
+    if node.op_type == "Relu":
+        return zp, INT8_MAX
+    a = _attrs(node)
+    lo_f, hi_f = a.get("min"), a.get("max")
+    if len(node.input) > 1 and node.input[1]:
+        lo_f = float(imp.const(node, 1, "min").reshape(()))
+    if len(node.input) > 2 and node.input[2]:
+        hi_f = float(imp.const(node, 2, "max").reshape(()))
+    lo = INT8_MIN if lo_f is None else int(np.clip(np.rint(lo_f / scale) + zp, INT8_MIN, INT8_MAX))
+    hi = INT8_MAX if hi_f is None else int(np.clip(np.rint(hi_f / scale) + zp, INT8_MIN, INT8_MAX))
+    return lo, hi
+
+
+def _qdq_conv(imp: _Importer, node: onnx.NodeProto) -> None:
+    x = imp.alias(node, node.input[0])
+    w, scale, axis = imp.weight(node, node.input[1])
+    _conv(imp, node, x, node.input[1], w, np.zeros(1), scale, axis, node.input[2] if len(node.input) > 2 else None,
+          _quantized_output(imp, node))
+
+
+def _qdq_gemm(imp: _Importer, node: onnx.NodeProto) -> None:
+    a = _attrs(node)
+    if a.get("transA", 0) or a.get("alpha", 1.0) != 1.0 or a.get("beta", 1.0) != 1.0:
+        raise UnsupportedOperatorError(node.op_type, node.name, "the lab takes Gemm with transA=0, alpha=beta=1")
+    x = imp.alias(node, node.input[0])
+    w, scale, axis = imp.weight(node, node.input[1])
+    bias = node.input[2] if len(node.input) > 2 else None
+    _dense(imp, node, x, w, np.zeros(1), scale, axis, bool(a.get("transB", 0)), bias or None,
+           _quantized_output(imp, node))
+
+
+def _qdq_matmul(imp: _Importer, node: onnx.NodeProto) -> None:
+    x = imp.alias(node, node.input[0])
+    w, scale, axis = imp.weight(node, node.input[1])
+    _dense(imp, node, x, w, np.zeros(1), scale, axis, False, None, _quantized_output(imp, node))
+
+
+def _qdq_unary(fn: Callable[[_Importer, onnx.NodeProto, _Act, _Out], None]) -> Callable[[_Importer,
+                                                                                           onnx.NodeProto], None]:
+    def rule(imp: _Importer, node: onnx.NodeProto) -> None:
+        fn(imp, node, imp.alias(node, node.input[0]), _quantized_output(imp, node))
+    return rule
+
+
+def _qdq_add(imp: _Importer, node: onnx.NodeProto) -> None:
+    _add(imp, node, imp.alias(node, node.input[0]), imp.alias(node, node.input[1]), _quantized_output(imp, node))
+
+
+def _qdq_concat(imp: _Importer, node: onnx.NodeProto) -> None:
+    xs = [imp.alias(node, name) for name in node.input]
+    _concat(imp, node, xs, int(_attrs(node)["axis"]), _quantized_output(imp, node))
+
+
+# ---- QOperator ----------------------------------------------------------------------------------------------------
+def _weight_const(imp: _Importer, node: onnx.NodeProto, index: int) -> np.ndarray:
+    w = imp.const(node, index, "weight")
+    if w.dtype not in (np.int8, np.uint8):
+        raise UnsupportedOperatorError(node.op_type, node.name, f"its weights are {w.dtype}; int8 or uint8 expected")
+    return w
+
+
+def _qlinear_conv(imp: _Importer, node: onnx.NodeProto) -> None:
+    x = imp.act(node, 0, 1, 2)
+    w = _weight_const(imp, node, 3)
+    wz = imp.const(node, 5, "weight zero point")
+    bias = node.input[8] if len(node.input) > 8 and node.input[8] else None
+    _conv(imp, node, x, node.input[3], w, wz, imp.const(node, 4, "weight scale"), 0, bias,
+          imp.out(node, node.output[0], 6, 7))
+
+
+def _qlinear_matmul(imp: _Importer, node: onnx.NodeProto) -> None:
+    x = imp.act(node, 0, 1, 2)
+    w = _weight_const(imp, node, 3)
+    _dense(imp, node, x, w, imp.const(node, 5, "weight zero point"), imp.const(node, 4, "weight scale"), 1, False,
+           None, imp.out(node, node.output[0], 6, 7))
+
+
+def _qgemm(imp: _Importer, node: onnx.NodeProto) -> None:
+    a = _attrs(node)
+    if a.get("transA", 0) or a.get("alpha", 1.0) != 1.0 or len(node.input) < 8 or not node.input[7]:
+        raise UnsupportedOperatorError(node.op_type, node.name, "the lab takes QGemm with transA=0, alpha=1 and a "
+                                       "quantized output (y_scale)")
+    x = imp.act(node, 0, 1, 2)
+    w = _weight_const(imp, node, 3)
+    transposed = bool(a.get("transB", 0))
+    _dense(imp, node, x, w, imp.const(node, 5, "weight zero point"), imp.const(node, 4, "weight scale"),
+           0 if transposed else 1, transposed, node.input[6] or None, imp.out(node, node.output[0], 7, 8))
+
+
+def _qlinear_add(imp: _Importer, node: onnx.NodeProto) -> None:
+    _add(imp, node, imp.act(node, 0, 1, 2), imp.act(node, 3, 4, 5), imp.out(node, node.output[0], 6, 7))
+
+
+def _qlinear_pool(fn: Callable[[_Importer, onnx.NodeProto, _Act, _Out], None]) -> Callable[[_Importer,
+                                                                                              onnx.NodeProto], None]:
+    def rule(imp: _Importer, node: onnx.NodeProto) -> None:
+        if _attrs(node).get("channels_last", 0):
+            raise UnsupportedOperatorError(node.op_type, node.name, "channels_last=1 (the lab takes NCHW)")
+        fn(imp, node, imp.act(node, 0, 1, 2), imp.out(node, node.output[0], 3, 4))
+    return rule
+
+
+def _qlinear_concat(imp: _Importer, node: onnx.NodeProto) -> None:
+    out = imp.out(node, node.output[0], 0, 1)
+    xs = [imp.act(node, k, k + 1, k + 2) for k in range(2, len(node.input), 3)]
+    _concat(imp, node, xs, int(_attrs(node)["axis"]), out)
+
+
+def _refuse_dynamic(imp: _Importer, node: onnx.NodeProto) -> None:
+    raise UnsupportedOperatorError(node.op_type, node.name, "dynamic quantization (int32 results scaled by float "
+                                   "operators, activation scales computed at run time) is not supported; quantize "
+                                   "the model statically (QDQ or QOperator)")
+
+
+# ---- QuantizeLinear / DequantizeLinear and the shape-only operators -----------------------------------------------
+def _quantize_linear(imp: _Importer, node: onnx.NodeProto) -> None:
+    x, y = node.input[0], node.output[0]
+    if _attrs(node).get("output_dtype", 0) or _attrs(node).get("saturate", 1) != 1:
+        raise UnsupportedOperatorError(node.op_type, node.name, "output_dtype and saturate=0 are not supported")
+    out = imp.out(node, y, 1, 2)
+    if x in imp.floats:
+        src = imp.floats[x]
+        if (src.scale, src.zp) == (out.scale, out.zp):
+            imp.ints[y], imp.unsigned[y] = src.name, out.unsigned
+        else:
+            _rescale(imp, node.name or f"{y}_rescale", src, out, imp.shape(src.name))
+        return
+    if x not in imp.graph.inputs:
+        if x in imp.refused:
+            raise _Refused
+        raise UnsupportedOperatorError(node.op_type, node.name, f"it quantizes {x!r}, a float value the lab does "
+                                       f"not compute (only graph inputs and DequantizeLinear results)")
+    if out.zp == 0:
+        imp.emit_out("Quantize", node.name or f"{y}_quantize", [x], out, imp.shape(x), scale=out.scale)
+    else:
+        imp.emit_out("QuantizeZp", node.name or f"{y}_quantize", [x], out, imp.shape(x), scale=out.scale,
+                     zero_point=out.zp)
+
+
+def _dequantize_linear(imp: _Importer, node: onnx.NodeProto) -> None:
+    x, y = node.input[0], node.output[0]
+    if x in imp.consts:
+        values = imp.consts[x]
+        wzp = imp.consts[node.input[2]] if len(node.input) > 2 and node.input[2] else np.zeros(1, values.dtype)
+        axis = int(_attrs(node).get("axis", 1))
+        scale = imp.const(node, 1, "scale").astype(np.float64)
+        shape = [1] * values.ndim
+        if scale.size > 1:
+            shape[axis % values.ndim] = -1
+        wzp = np.asarray(wzp).astype(np.int64)
+        imp.weights[y] = (values.astype(np.int64) - wzp.reshape(shape if wzp.size > 1 else [1] * values.ndim),
+                          scale.reshape(shape) if scale.size > 1 else scale.reshape(-1),
+                          axis % values.ndim if values.ndim else 0)
+        return
+    src = imp.int_tensor(node, x)
+    zp, _ = imp.zero_point(node, 2, imp.unsigned[x])
+    imp.floats[y] = _Act(src, imp.scalar_scale(node, 1), zp)
+
+
+def _reshape_shape(imp: _Importer, node: onnx.NodeProto, shape: tuple[int, ...]) -> tuple[int, ...]:
+    op = node.op_type
+    if op == "Flatten":
+        axis = int(_attrs(node).get("axis", 1)) % (len(shape) + 1)
+        return (int(np.prod(shape[:axis], dtype=np.int64)), int(np.prod(shape[axis:], dtype=np.int64)))
+    if op == "Reshape":
+        target = [int(v) for v in imp.const(node, 1, "shape").reshape(-1)]
+        target = [shape[k] if v == 0 else v for k, v in enumerate(target)]
+        if -1 in target:
+            known = int(np.prod([v for v in target if v != -1], dtype=np.int64))
+            target[target.index(-1)] = int(np.prod(shape, dtype=np.int64)) // known
+        return tuple(target)
+    axes_in: Any = imp.const(node, 1, "axes").reshape(-1) if len(node.input) > 1 and node.input[1] else \
+        _attrs(node).get("axes")
+    if op == "Squeeze":
+        axes = {int(a) % len(shape) for a in axes_in} if axes_in is not None else \
+            {k for k, d in enumerate(shape) if d == 1}
+        return tuple(d for k, d in enumerate(shape) if k not in axes)
+    rank = len(shape) + len(axes_in)
+    axes = {int(a) % rank for a in axes_in}
+    it = iter(shape)
+    return tuple(1 if k in axes else next(it) for k in range(rank))
+
+
+def _passthrough(imp: _Importer, node: onnx.NodeProto) -> None:
+    """Shape-only and order-preserving operators of an int tensor or of an alias: the same scale and zero point."""
+    x, y = node.input[0], node.output[0]
+    if x in imp.refused:
+        raise _Refused
+    if x in imp.floats:
+        src = imp.floats[x]
+        unsigned = False
+    elif x in imp.ints and node.op_type not in ("Relu", "Clip"):    # raw integers: zero point irrelevant
+        src, unsigned = _Act(imp.ints[x], imp.graph.tensors[imp.ints[x]].scale or 1.0, 0), imp.unsigned[x]
+    else:
+        raise UnsupportedOperatorError(node.op_type, node.name, f"its input {x!r} is neither a quantized activation "
+                                       f"nor DequantizeLinear of one")
+    shape = imp.shape(src.name)
+    op, attrs, out_shape = _passthrough_op(imp, node, shape, src)
+    if op is None:
+        name = src.name
+    else:
+        name = imp.tensor(y, out_shape, src.scale)
+        imp.emit(op, node.name or f"{y}_{op}", [src.name], name, **attrs)
+    if x in imp.floats:
+        imp.floats[y] = _Act(name, src.scale, src.zp)
+    else:
+        imp.ints[y], imp.unsigned[y] = name, unsigned
+
+
+def _passthrough_op(imp: _Importer, node: onnx.NodeProto, shape: tuple[int, ...],
+                    src: _Act) -> tuple[str | None, dict[str, Any], tuple[int, ...]]:
+    op = node.op_type
+    if op in ("Identity", "Dropout"):
+        return None, {}, shape
+    if op in ("Relu", "Clip"):
+        lo, hi = _activation_range(imp, node, src.scale, src.zp)
+        return "QClip", {"lo": lo, "hi": max(lo, hi)}, shape
+    if op == "Transpose":
+        perm = tuple(int(p) for p in _attrs(node).get("perm", range(len(shape) - 1, -1, -1)))
+        return "Transpose", {"perm": perm}, tuple(shape[p] for p in perm)
+    if op == "MaxPool":
+        a = _attrs(node)
+        kernel = tuple(int(k) for k in a["kernel_shape"])
+        if len(kernel) != 2 or a.get("ceil_mode", 0) or a.get("storage_order", 0) or len(node.output) > 1 or \
+                a.get("auto_pad", "NOTSET") not in ("NOTSET", "VALID") or any(d != 1 for d in a.get("dilations",
+                                                                                                     [1, 1])):
+            raise UnsupportedOperatorError(op, node.name, "the lab takes 2D max pools without ceil_mode, auto_pad, "
+                                           "dilations or indices")
+        strides = tuple(int(s) for s in a.get("strides", [1, 1]))
+        pads = tuple(int(p) for p in a.get("pads", [0, 0, 0, 0]))
+        oh, ow = _output_hw(shape[2], shape[3], kernel, strides, pads)
+        return "MaxPool", {"kernel": kernel, "strides": strides, "pads": pads}, (shape[0], shape[1], oh, ow)
+    new = _reshape_shape(imp, node, shape)
+    if int(np.prod(new, dtype=np.int64)) != int(np.prod(shape, dtype=np.int64)):
+        raise UnsupportedOperatorError(op, node.name, f"it reshapes {shape} to {new}, another number of elements")
+    return "Reshape", {"shape": new}, new
+
+
+def _constant(imp: _Importer, node: onnx.NodeProto) -> None:
+    imp.consts[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
+
+
+RULES: dict[str, Callable[[_Importer, onnx.NodeProto], None]] = {
+    "QuantizeLinear": _quantize_linear,
+    "DequantizeLinear": _dequantize_linear,
+    "Constant": _constant,
+    "Conv": _qdq_conv,
+    "Gemm": _qdq_gemm,
+    "MatMul": _qdq_matmul,
+    "Add": _qdq_add,
+    "GlobalAveragePool": _qdq_unary(_gap),
+    "AveragePool": _qdq_unary(_avgpool),
+    "Sigmoid": _qdq_unary(_sigmoid),
+    "Concat": _qdq_concat,
+    "QLinearConv": _qlinear_conv,
+    "QLinearMatMul": _qlinear_matmul,
+    "QGemm": _qgemm,
+    "QLinearAdd": _qlinear_add,
+    "QLinearGlobalAveragePool": _qlinear_pool(_gap),
+    "QLinearAveragePool": _qlinear_pool(_avgpool),
+    "QLinearSigmoid": _qlinear_pool(_sigmoid),
+    "QLinearConcat": _qlinear_concat,
+    "ConvInteger": _refuse_dynamic,
+    "MatMulInteger": _refuse_dynamic,
+    "DynamicQuantizeLinear": _refuse_dynamic,
+    **{op: _passthrough for op in ("Relu", "Clip", "MaxPool", "Reshape", "Flatten", "Squeeze", "Unsqueeze",
+                                   "Transpose", "Identity", "Dropout")},
+}
+"""ONNX op type -> rule importing one node of a pre-quantized model."""
+
+
+# ---- whole-graph passes -------------------------------------------------------------------------------------------
+def _fuse_clips(g: Graph) -> None:
+    """A QClip whose input comes from a QConv2d/QDense/QAffine feeding nothing else narrows that node's range."""
+    for clip in [n for n in g.nodes if n.op == "QClip"]:
+        prod = g.producer(clip.inputs[0])
+        if prod is None or prod.op not in ("QConv2d", "QDense", "QAffine") or len(g.consumers(prod.outputs[0])) != 1 \
+                or prod.outputs[0] in g.outputs:
+            continue
+        if prod.op == "QAffine":
+            lo, hi = prod.attrs["lo"], prod.attrs["hi"]
+        else:
+            lo, hi = prod.attrs["requant"].lo, prod.attrs["requant"].hi
+        lo = max(lo, clip.attrs["lo"])
+        hi = max(lo, min(hi, clip.attrs["hi"]))
+        if prod.op == "QAffine":
+            prod.attrs.update(lo=lo, hi=hi)
+        else:
+            rq = prod.attrs["requant"]
+            prod.attrs.update(requant=Requant(rq.multiplier, rq.shift, lo, hi), activation="clip")
+        old = prod.outputs[0]
+        prod.outputs = [clip.outputs[0]]
+        g.nodes.remove(clip)
+        del g.tensors[old]
+
+
+def _accelerate_adds(g: Graph) -> None:
+    """A two-input QAffine with every zero point 0 whose one operand comes from an unclipped QConv2d/QDense feeding
+    only it becomes the accelerator's QAdd, that producer's bias raised by half an output step of the add (the
+    truncation's average)."""
+    for node in [n for n in g.nodes if n.op == "QAffine" and len(n.inputs) == 2]:
+        if any(node.attrs["zero_points"]) or node.inputs[0] == node.inputs[1]:
+            continue
+        ra, rb = node.attrs["ratios"]
+        mult, shift = choose_requant(np.array([ra, rb]), np.array([128, 128]))
+        s = int(min(shift))
+        ma, mb = int(np.clip(round(ra * 2**s), 1, 32767)), int(np.clip(round(rb * 2**s), 1, 32767))
+        sy = g.tensors[node.outputs[0]].scale or 1.0
+        if not any(_raise_bias(g, operand, 0.5 * sy) for operand in node.inputs):
+            continue
+        node.op = "QAdd"
+        kind = "none" if (node.attrs["lo"], node.attrs["hi"]) == (INT8_MIN, INT8_MAX) else "clip"
+        node.attrs = {"requant": AddRequant(ma, mb, s, node.attrs["lo"], node.attrs["hi"]), "activation": kind}
+
+
+def _raise_bias(g: Graph, operand: str, real: float) -> bool:
+    """Raise the bias of the unclipped QConv2d/QDense writing ``operand`` (read by one node only) by ``real``
+    (real units) when its accumulator stays requantizable inside int32; True when done."""
+    prod = g.producer(operand)
+    if prod is None or prod.op not in ("QConv2d", "QDense") or len(g.consumers(operand)) != 1 or operand in g.outputs:
+        return False
+    rq = prod.attrs["requant"]
+    if (rq.lo, rq.hi) != (INT8_MIN, INT8_MAX):
+        return False
+    sx = g.tensors[prod.inputs[0]].scale or 1.0
+    sw = prod.attrs["w_scale"].astype(np.float64)
+    bias = g.constants[prod.inputs[2]].astype(np.int64) + np.rint(real / (sx * sw)).astype(np.int64)
+    if ((_product_bound(g.constants[prod.inputs[1]]) + np.abs(bias)) * rq.multiplier > INT32_MAX).any():
+        return False
+    g.constants[prod.inputs[2]] = bias.astype(np.int32)
+    return True
+
+
+def _dequantize_outputs(imp: _Importer) -> None:
+    for out in imp.model.graph.output:
+        if out.name in imp.floats:
+            src = imp.floats[out.name]
+            if src.zp == 0:
+                imp.emit("Dequantize", f"{out.name}_dequantize", [src.name], out.name, scale=src.scale)
+            else:
+                imp.emit("DequantizeZp", f"{out.name}_dequantize", [src.name], out.name, scale=src.scale,
+                         zero_point=src.zp)
+            imp.graph.add_tensor(out.name, imp.shape(src.name), "float32")
+        elif out.name not in imp.refused:
+            raise UnsupportedOperatorError("output", out.name, "a graph output must be DequantizeLinear of a "
+                                           "quantized activation (the lab's graphs output float32)")
+        imp.graph.outputs.append(out.name)
+
+
+def import_quantized(model: onnx.ModelProto, label: str, *, accel_adds: bool = True) -> Graph:
+    """The quantized :class:`~..ir.Graph` of the pre-quantized ``model`` (static input shapes already fixed), with its
+    own scales and zero points (see the module docstring). ``accel_adds``: turn the adds that allow it into the
+    accelerator's QAdd (False: every add stays an exact ``QAffine`` on the CPU). Raises
+    :class:`.onnx_frontend.UnsupportedOperatorError` (one :class:`.onnx_frontend.UnsupportedModelError` listing every
+    node when several) for what it cannot take."""
+    imp = _Importer(model, label)
+    init = set(imp.consts)
+    for vi in model.graph.input:
+        if vi.name in init:
+            continue
+        if vi.type.tensor_type.elem_type != onnx.TensorProto.FLOAT:
+            raise GraphError(f"Graph input {vi.name!r} of the quantized model {label} is not float32; the lab's "
+                             f"quantized graphs start with QuantizeLinear of a float32 input.")
+        imp.graph.add_tensor(vi.name, tuple(d.dim_value for d in vi.type.tensor_type.shape.dim), "float32")
+        imp.graph.inputs.append(vi.name)
+    problems: list[UnsupportedOperatorError] = []
+    for node in model.graph.node:
+        if id(node) in imp.skip:
+            continue
+        rule = RULES.get(node.op_type)
+        try:
+            if rule is None or node.domain not in ("", "ai.onnx", "com.microsoft"):
+                raise UnsupportedOperatorError(node.op_type, node.name, "no rule imports it in a quantized model")
+            rule(imp, node)
+        except UnsupportedOperatorError as err:
+            problems.append(err)
+            imp.refused.update(node.output)
+        except _Refused:
+            imp.refused.update(node.output)
+    try:
+        _dequantize_outputs(imp)
+    except UnsupportedOperatorError as err:
+        problems.append(err)
+    if len(problems) == 1:
+        raise problems[0]
+    if problems:
+        raise UnsupportedModelError(label, problems)
+    _fuse_clips(imp.graph)
+    if accel_adds:
+        _accelerate_adds(imp.graph)
+    imp.graph.prune_constants()
+    imp.graph.validate()
+    return imp.graph

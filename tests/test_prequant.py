@@ -1,0 +1,223 @@
+"""tests for compiler/frontend/prequant.py: pre-quantized ONNX (QDQ and QOperator, as onnxruntime's quantize_static
+writes them) imported with the model's own scales and zero points, run by the lab and compared with onnxruntime's
+own execution of the quantized model: at least 99 % of the output elements within one output step."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from vta.compiler import qops
+from vta.compiler.frontend.onnx_frontend import UnsupportedOperatorError
+from vta.compiler.frontend.prequant import import_model, import_quantized, is_quantized_model
+from vta.compiler.pipeline import compile_graph, compile_model
+from vta.compiler.runtime.executor import run
+from vta.config import VTAConfig
+
+ort = pytest.importorskip("onnxruntime")
+quantization = pytest.importorskip("onnxruntime.quantization")
+
+SHAPE = (1, 3, 8, 8)
+ONE_STEP = 1 + 1e-3
+"""One output step, with room for float32 rounding of the dequantized outputs (relative 1e-6 of the range)."""
+
+
+def _float_cnn(seed: int = 0) -> onnx.ModelProto:
+    """Conv+Relu, Conv, a residual Add, GlobalAveragePool, Flatten, Gemm; seeded weights."""
+    rng = np.random.default_rng(seed)
+
+    def init(name: str, shape: tuple[int, ...], scale: float) -> onnx.TensorProto:
+        return numpy_helper.from_array((rng.standard_normal(shape) * scale).astype(np.float32), name)
+    inits = [init("w1", (8, 3, 3, 3), 0.3), init("b1", (8,), 0.1), init("w2", (8, 8, 3, 3), 0.15),
+             init("b2", (8,), 0.1), init("wf", (10, 8), 0.4), init("bf", (10,), 0.1)]
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1], name="conv1"),
+             helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+             helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1], name="conv2"),
+             helper.make_node("Add", ["r1", "c2"], ["s"], name="add"),
+             helper.make_node("GlobalAveragePool", ["s"], ["g"], name="gap"),
+             helper.make_node("Flatten", ["g"], ["f"], name="flatten"),
+             helper.make_node("Gemm", ["f", "wf", "bf"], ["y"], transB=1, name="fc")]
+    graph = helper.make_graph(nodes, "cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(SHAPE))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    return model
+
+
+class _Reader(quantization.CalibrationDataReader):
+    """Eight seeded standard-normal inputs."""
+
+    def __init__(self) -> None:
+        rng = np.random.default_rng(1)
+        self.samples = iter([{"x": rng.standard_normal(SHAPE).astype(np.float32)} for _ in range(8)])
+
+    def get_next(self) -> dict[str, np.ndarray] | None:
+        return next(self.samples, None)
+
+
+CONFIGS = [(fmt, act, per_channel, symmetric) for fmt in ("QDQ", "QOperator") for act in ("QUInt8", "QInt8")
+           for per_channel in (True, False) for symmetric in (False, True)]
+
+
+def _label(config: tuple[str, str, bool, bool]) -> str:
+    fmt, act, per_channel, symmetric = config
+    return f"{fmt}-{act}-{'pc' if per_channel else 'pt'}-{'sym' if symmetric else 'asym'}"
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Every configuration of :data:`CONFIGS` quantized by onnxruntime, by label."""
+    folder = tmp_path_factory.mktemp("prequant")
+    source = folder / "float.onnx"
+    onnx.save(_float_cnn(), source)
+    out = {}
+    for config in CONFIGS:
+        fmt, act, per_channel, symmetric = config
+        path = folder / f"{_label(config)}.onnx"
+        quantization.quantize_static(str(source), str(path), _Reader(), quant_format=getattr(quantization.QuantFormat,
+                                     fmt), activation_type=getattr(quantization.QuantType, act),
+                                     weight_type=quantization.QuantType.QInt8, per_channel=per_channel,
+                                     extra_options={"ActivationSymmetric": symmetric})
+        out[_label(config)] = path
+    return out
+
+
+def _inputs(count: int, seed: int = 5) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(SHAPE).astype(np.float32) for _ in range(count)]
+
+
+def _steps(path: Path, graph_outputs: list[np.ndarray], xs: list[np.ndarray], scale: float) -> np.ndarray:
+    """|lab - onnxruntime| in output steps, every element of every input."""
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    ref = np.concatenate([session.run(None, {"x": x})[0].ravel() for x in xs]).astype(np.float64)
+    lab = np.concatenate([o.ravel() for o in graph_outputs]).astype(np.float64)
+    return np.abs(lab - ref) / scale
+
+
+def _output_scale(graph) -> float:
+    return float(graph.producer(graph.outputs[0]).attrs["scale"])
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=_label)
+def test_the_integer_reference_agrees_with_onnxruntime(models, config):
+    """Every format and configuration, 32 inputs through the integer reference: >= 99 % within one output step
+    (the figures of docs/prequant.md)."""
+    path = models[_label(config)]
+    graph = import_model(path)
+    xs = _inputs(32)
+    steps = _steps(path, [qops.run_reference(graph, {"x": x})[graph.outputs[0]] for x in xs], xs,
+                   _output_scale(graph))
+    assert np.mean(steps <= ONE_STEP) >= 0.99 and steps.max() <= 2 * ONE_STEP, (np.mean(steps <= ONE_STEP),
+                                                                                steps.max())
+    print(f"{_label(config)}: {100 * np.mean(steps <= ONE_STEP):.1f}% within one step, "
+          f"{100 * np.mean(steps < 1e-3):.1f}% exact, max {steps.max():.2f} steps")
+
+
+@pytest.mark.parametrize("label", ["QDQ-QUInt8-pc-sym", "QOperator-QInt8-pt-sym"])
+def test_exact_adds_on_the_cpu_agree_as_well(models, label):
+    """``accel_adds=False`` keeps the symmetric residual add an exact QAffine on the CPU."""
+    model = onnx.load(models[label])
+    graph = import_quantized(model, label, accel_adds=False)
+    assert "QAdd" not in [n.op for n in graph.nodes] and "QAffine" in [n.op for n in graph.nodes]
+    xs = _inputs(32)
+    steps = _steps(models[label], [qops.run_reference(graph, {"x": x})[graph.outputs[0]] for x in xs], xs,
+                   _output_scale(graph))
+    assert np.mean(steps <= ONE_STEP) >= 0.99 and steps.max() <= ONE_STEP
+
+
+@pytest.mark.parametrize("label", ["QDQ-QUInt8-pc-asym", "QOperator-QInt8-pt-sym"])
+def test_fsim_runs_it_as_the_reference_does(models, label):
+    """Compiled (policy accel) and run on fsim: bit-exact with the integer reference, so as close to onnxruntime."""
+    compiled = compile_model(str(models[label]), VTAConfig(), policy="accel")
+    xs = _inputs(4)
+    for x in xs:
+        out = run(compiled, {"x": x}, target="fsim").outputs
+        ref = qops.run_reference(compiled.graph, {"x": x})
+        np.testing.assert_array_equal(out[compiled.graph.outputs[0]], ref[compiled.graph.outputs[0]])
+    assert "calibration" not in compiled.meta and compiled.meta["quantization"].startswith("the model's own")
+
+
+def test_the_accelerator_takes_what_the_rules_allow(models):
+    """Convolutions and dense layers go to the accelerator with any zero point (the input's is an explicit Pad and
+    a bias term, the output's a bias term); a symmetric residual add too (QAdd); an asymmetric one stays an exact
+    QAffine on the CPU, and so do the zero-point Quantize/Dequantize."""
+    cfg = VTAConfig()
+    asym = compile_graph(import_model(models["QDQ-QUInt8-pc-asym"]), cfg, policy="accel").decisions
+    sym = compile_graph(import_model(models["QOperator-QInt8-pc-sym"]), cfg, policy="accel").decisions
+    where = {d.node: (d.op, d.target) for d in asym.values()}
+    assert where["conv1"] == ("QConv2d", "accel") and where["conv2"] == ("QConv2d", "accel")
+    assert where["fc"] == ("QDense", "accel") and where["add"] == ("QAffine", "cpu")
+    assert {d.op for d in asym.values() if d.target == "cpu"} == {"QuantizeZp", "Pad", "QAffine", "Reshape",
+                                                                "DequantizeZp"}
+    assert asym["add"].reason == "QAffine has no accelerator rule"
+    ops = {d.op: d.target for d in sym.values()}
+    assert ops["QConv2d"] == "accel" and ops["QAdd"] == "accel" and ops["QDense"] == "accel"
+    assert "Pad" not in ops and "QAffine" not in ops
+
+
+def test_zero_points_map_to_int8():
+    """uint8 with zero point 128 is int8 with zero point 0: a symmetric uint8 model needs no zero-point op."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])
+    inits = [numpy_helper.from_array(np.array(0.5, np.float32), "s"),
+             numpy_helper.from_array(np.array(128, np.uint8), "z"),
+             numpy_helper.from_array(np.array(100, np.uint8), "z2")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]),
+             helper.make_node("DequantizeLinear", ["q", "s", "z2"], ["y"])]
+    model = helper.make_model(helper.make_graph(nodes, "qdq", [x], [y], inits),
+                              opset_imports=[helper.make_opsetid("", 13)])
+    assert is_quantized_model(model)
+    graph = import_quantized(model, "qdq")
+    assert [n.op for n in graph.nodes] == ["Quantize", "DequantizeZp"]
+    assert graph.nodes[1].attrs["zero_point"] == -28
+    values = np.array([[-1.0, 0.26, 3.0, 100.0]], np.float32)
+    out = qops.run_reference(graph, {"x": values})["y"]
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    np.testing.assert_array_equal(out, session.run(None, {"x": values})[0])
+
+
+def test_dynamic_quantization_is_refused_with_the_reason():
+    """onnxruntime's quantize_dynamic: scales computed at run time, int32 results scaled by float operators."""
+    a = helper.make_tensor_value_info("a", TensorProto.FLOAT, [2, 3])
+    b = helper.make_tensor_value_info("b", TensorProto.INT32, [2, 4])
+    w = numpy_helper.from_array(np.ones((3, 4), np.int8), "w")
+    nodes = [helper.make_node("DynamicQuantizeLinear", ["a"], ["aq", "s", "z"], name="dq"),
+             helper.make_node("MatMulInteger", ["aq", "w", "z"], ["b"], name="mm")]
+    model = helper.make_model(helper.make_graph(nodes, "dyn", [a], [b], [w]),
+                              opset_imports=[helper.make_opsetid("", 13)])
+    with pytest.raises(UnsupportedOperatorError, match="DynamicQuantizeLinear .*dynamic quantization") as err:
+        import_quantized(model, "dyn")
+    assert [p.op_type for p in err.value.problems] == ["DynamicQuantizeLinear", "MatMulInteger"]
+
+
+def test_a_float_result_that_is_not_quantized_is_refused():
+    """A Conv of DequantizeLinear'd values whose float result is a graph output: nothing to requantize it to."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 2, 2])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1, 2, 2])
+    inits = [numpy_helper.from_array(np.array(0.1, np.float32), "s"),
+             numpy_helper.from_array(np.array(0, np.int8), "z"),
+             numpy_helper.from_array(np.ones((1, 1, 1, 1), np.int8), "w"),
+             numpy_helper.from_array(np.array([0.5], np.float32), "ws")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]),
+             helper.make_node("DequantizeLinear", ["q", "s", "z"], ["xf"]),
+             helper.make_node("DequantizeLinear", ["w", "ws"], ["wf"], axis=0),
+             helper.make_node("Conv", ["xf", "wf"], ["y"], name="conv")]
+    model = helper.make_model(helper.make_graph(nodes, "open", [x], [y], inits),
+                              opset_imports=[helper.make_opsetid("", 13)])
+    with pytest.raises(UnsupportedOperatorError, match="its float result 'y' is not quantized"):
+        import_quantized(model, "open")
+
+
+@pytest.mark.slow
+def test_tsim_runs_a_prequantized_model_bit_exactly(models):
+    """The RTL (Verilator build cached under ~/.cache/vta-lab) runs the same programs: equal to the reference."""
+    compiled = compile_model(str(models["QOperator-QUInt8-pc-asym"]), VTAConfig(), policy="accel")
+    x = _inputs(1)[0]
+    out = run(compiled, {"x": x}, target="tsim")
+    ref = qops.run_reference(compiled.graph, {"x": x})
+    np.testing.assert_array_equal(out.outputs[compiled.graph.outputs[0]], ref[compiled.graph.outputs[0]])
+    assert any(layer.where == "accel" for layer in out.layers)
