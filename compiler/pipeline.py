@@ -52,13 +52,15 @@ __all__ = ["load_graph", "load_input", "check_inputs", "check_force_cpu",
 
 def load_graph(model: str, *, batch: int | None = None,
                input_shapes: dict[str, tuple[int, ...]] | None = None) -> Graph:
-    """The float :class:`~.ir.Graph` of ``model``: a zoo name (see :func:`.zoo.list_models`) or an ONNX path.
+    """The float :class:`~.ir.Graph` of ``model``: a zoo name (see :func:`.zoo.list_models`) or an ONNX path (a
+    pre-quantized ONNX model gives its quantized graph, :mod:`.frontend.prequant`; :func:`compile_model` then skips
+    calibration).
 
     ``batch``: images per inference for a model whose batch dimension is dynamic (default 1). ``input_shapes``:
     input name -> whole shape, for inputs with other dynamic dimensions (an error without it). A file that is not an
     ONNX model raises :class:`.onnx_frontend.ModelFileError` naming it."""
     from .frontend import zoo
-    from .frontend.onnx_frontend import import_onnx
+    from .frontend.prequant import import_model
     if os.path.exists(model):
         path = Path(model)
     elif model in zoo.list_models():
@@ -66,7 +68,7 @@ def load_graph(model: str, *, batch: int | None = None,
     else:
         raise ValueError(f"model {model!r} is neither a file nor a zoo model; zoo models are "
                          f"{', '.join(zoo.list_models())}")
-    return import_onnx(path, batch=batch or 1, input_shapes=input_shapes)
+    return import_model(path, batch=batch or 1, input_shapes=input_shapes)
 
 
 def check_inputs(graph: Graph, values: dict[str, np.ndarray], source: str = "the input") -> dict[str, np.ndarray]:
@@ -362,6 +364,16 @@ def plan_graph(graph: Graph, cfg: VTAConfig, *, policy: str = "auto", force_cpu:
     return Planned(cfg, layers, cpu, decisions, time.perf_counter() - start)
 
 
+def _compile_prequantized(model: str, graph: Graph, cfg: VTAConfig, opts: CompileOptions, start: float) -> Compiled:
+    """:func:`compile_model` of a pre-quantized ONNX model, whose ``graph`` :func:`load_graph` imported already
+    quantized (:mod:`.frontend.prequant`: the model's own scales and zero points): compiled without calibrating."""
+    compiled = compile_graph(graph, cfg, policy=opts.policy, force_cpu=opts.force_cpu,
+                             double_buffer=opts.double_buffer, progress=opts.progress, stem=opts.stem)
+    compiled.meta.update({"model": model, "requant": "multiply", "quantization": "the model's own (pre-quantized)"})
+    compiled.frontend_seconds = time.perf_counter() - start - (compiled.compile_seconds or 0.0)
+    return compiled
+
+
 def compile_model(model: str, cfg: VTAConfig, options: CompileOptions | None = None, *, graph: Graph | None = None,
                   calibration: CalibrationSet | None = None, **overrides: Any) -> Compiled:
     """Import ``model`` (:func:`load_graph`), quantize it (on the zoo's real calibration images where it has them,
@@ -381,6 +393,8 @@ def compile_model(model: str, cfg: VTAConfig, options: CompileOptions | None = N
     start = time.perf_counter()
     if graph is None:
         graph = load_graph(model, batch=opts.batch, input_shapes=opts.input_shape_map() or None)
+    if graph.is_quantized:  # a pre-quantized ONNX model (frontend/prequant.py): its own scales, nothing to calibrate
+        return _compile_prequantized(model, graph, cfg, opts, start)
     if calibration is None:
         calibration = calibration_set(model, graph, opts)
     qgraph = quantize(graph, calibration.inputs, mode="shift" if opts.requant == "shift" else "multiply",
