@@ -471,7 +471,7 @@ def format_coverage(report: dict[str, dict[str, Any]], *, shown: int = 4) -> str
         if missed:
             line += f"  missed: {', '.join(missed[:shown])}" + (f" and {len(missed) - shown} more"
                                                                  if len(missed) > shown else "")
-        lines.append(line)
+        lines.append(line.rstrip())
     return "\n".join(lines)
 
 
