@@ -161,7 +161,7 @@ def test_vta_run_emulated_gpu_is_bit_exact_and_reported(capsys, option):
     code, out, _ = _vta(capsys, "run", "mini_resnet", "--no-progress", *option)
     assert code == 0
     assert "fallback: gpu kernels in the SIMT emulator on the CPU (--emulate-gpu)" in out
-    assert "bit_exact_vs_reference: True" in out
+    assert "matches_integer_reference: True" in out
     rows = [line.split() for line in out.splitlines() if line.startswith(("conv_50 ", "softmax_60 "))]
     assert [row[2] for row in rows] == ["simt", "cpu"]
 

@@ -79,4 +79,4 @@ def test_cli_run_reports_shift(capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["run", "tiny_cnn", "--requant", "shift", "--policy", "accel", "--calib", "2", "--no-progress"])
     out = capsys.readouterr().out
     assert code == 0
-    assert "requant: shift" in out and "bit_exact_vs_reference: True" in out
+    assert "requant: shift" in out and "matches_integer_reference: True" in out

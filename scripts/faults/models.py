@@ -102,7 +102,7 @@ def _model_judge(kind: str) -> Callable[[Run], Verdict]:
     def on_success(run: Run) -> Verdict:
         if kind in REFUSED_EXIT0:
             return Verdict("wrong", f"exit 0 on an input that cannot run ({kind})")
-        if "bit_exact_vs_reference: True" not in run.stdout:
+        if "matches_integer_reference: True" not in run.stdout:
             return Verdict("wrong", "exit 0 without a bit-exact result")
         return Verdict("ok", "ran, bit-exact")
     return lambda run: judge_cli(run, on_success)
