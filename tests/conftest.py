@@ -48,3 +48,17 @@ def small_core(tmp_path_factory: pytest.TempPathFactory, small_cfg8: VTAConfig) 
     module, so a test that edits it (and restores it) cannot disturb another module's."""
     from vta.hw.verilog import generate_verilog  # Amaranth only for the tests that use the core
     return Path(generate_verilog(small_cfg8, tmp_path_factory.mktemp("small")))
+
+
+@pytest.fixture
+def unbuilt_parts_are_expected():
+    """For tests that elaborate a component one level to look at its parts and never build them: Amaranth would warn
+    about each part ("created but never used") as it is collected."""
+    import gc
+    import warnings
+
+    from amaranth.hdl import UnusedElaboratable
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UnusedElaboratable)
+        yield
+        gc.collect()

@@ -1,10 +1,7 @@
 """hw/concurrent_alu.py: the compute module of the concurrent_alu knob is ComputeUnit with the ALU engine attached,
 and each class builds only its own value of the knob."""
-import gc
-import warnings
 
 import pytest
-from amaranth.hdl import UnusedElaboratable
 
 from vta.config import VTAConfig
 from vta.hw.compute import ComputeUnit
@@ -14,14 +11,7 @@ from vta.hw.core import VTACore
 CA = VTAConfig(concurrent_alu=True)
 
 
-@pytest.fixture(autouse=True)
-def _unbuilt_parts_are_expected():
-    """These tests elaborate a component one level to look at its parts and never build them; Amaranth would warn
-    about each part ("created but never used") as it is collected."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UnusedElaboratable)
-        yield
-        gc.collect()
+pytestmark = pytest.mark.usefixtures("unbuilt_parts_are_expected")
 
 
 def test_compute_unit_refuses_a_concurrent_alu_config():

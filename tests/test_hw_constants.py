@@ -2,26 +2,15 @@
 built with: the core's arbiter and every DMA reader of its load engines, and vta/cost.py imports them rather than
 keeping its own copies."""
 import ast
-import gc
-import warnings
 from pathlib import Path
 
 import pytest
-from amaranth.hdl import UnusedElaboratable
 
 from vta import config
 from vta.config import MAX_BURST, MAX_OUTSTANDING, VTAConfig
 from vta.hw.core import VTACore
 
-
-@pytest.fixture(autouse=True)
-def _unbuilt_parts_are_expected():
-    """These tests elaborate a component one level to look at its parts and never build them; Amaranth would warn
-    about each part ("created but never used") as it is collected."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UnusedElaboratable)
-        yield
-        gc.collect()
+pytestmark = pytest.mark.usefixtures("unbuilt_parts_are_expected")
 
 
 def _sub(component, name):
