@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["register", "add_run_arguments", "run_model", "compile_options", "ARTEFACT_SUFFIX"]
+__all__ = ["register", "add_run_arguments", "add_report_options", "run_model", "compile_options", "ARTEFACT_SUFFIX"]
 
 log = logging.getLogger("vta")
 ARTEFACT_SUFFIX = ".vtac"
@@ -170,15 +170,21 @@ def _refuse_compile_options(args: argparse.Namespace, options: Any) -> None:
                        f"{given[0]} ... -o FILE.vtac) or run the model by name")
 
 
-def add_run_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options `vta run MODEL` takes on top of vta/cli.py's (``--target``, ``--config``, ``--seed``, ``--json`` and
-    ``--no-double-buffer``, which compiles single-threaded programs)."""
-    _add_model_options(parser)
+def add_report_options(parser: argparse.ArgumentParser) -> None:
+    """The options that write or show a run report (``vta run MODEL`` and ``vta report``): ``--report-json``,
+    ``--report-csv``, ``--plot`` (suffixes checked by :data:`OUTPUT_SUFFIXES`) and ``--reasons``."""
     parser.add_argument("--report-json", metavar="FILE", help="write the per-layer report as JSON")
     parser.add_argument("--report-csv", metavar="FILE", help="write the per-layer report as CSV")
     parser.add_argument("--plot", metavar="FILE", help="write per-layer stacked bars of where cycles and energy went "
                                                       "(.png, .svg or .pdf) and the roofline beside it (FILE_roofline)")
     parser.add_argument("--reasons", action="store_true", help="show why each layer runs where it does")
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options `vta run MODEL` takes on top of vta/cli.py's (``--target``, ``--config``, ``--seed``, ``--json`` and
+    ``--no-double-buffer``, which compiles single-threaded programs)."""
+    _add_model_options(parser)
+    add_report_options(parser)
     parser.add_argument("--no-check", action="store_true", help="skip the bit-exact check against the reference")
     parser.add_argument("--input", metavar="FILE.npy", help="the model's input (a .npy array of its input shape, "
                                                             "float32); default: seeded random normal values")

@@ -19,6 +19,7 @@ __all__ = ["register", "report_command"]
 
 def register(subparsers: Any) -> None:
     """Add ``vta report`` to the ``vta`` command's subparsers."""
+    from .cli import add_report_options
     p = subparsers.add_parser("report", help="re-render a saved run report, or compare two runs",
                               description="Re-render a saved run report (RUN: the JSON written by vta run MODEL "
                                           "--report-json FILE), or compare two runs layer by layer.")
@@ -26,11 +27,7 @@ def register(subparsers: Any) -> None:
                                                           "(A then B)")
     p.add_argument("--tech", metavar="FILE", help="recompute the energies with this technology file (TOML, as "
                                                   "vta/tech/default_45nm.toml)")
-    p.add_argument("--report-json", metavar="FILE", help="write the (re-rendered) report as JSON")
-    p.add_argument("--report-csv", metavar="FILE", help="write the per-layer report as CSV")
-    p.add_argument("--plot", metavar="FILE", help="write the per-layer stacked bars to FILE and the roofline to "
-                                                  "FILE_roofline (.png, .svg or .pdf)")
-    p.add_argument("--reasons", action="store_true", help="show why each layer runs where it does")
+    add_report_options(p)
     p.add_argument("--json", action="store_true", help="print JSON instead of the table")
     p.set_defaults(func=report_command)
 
