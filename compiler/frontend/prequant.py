@@ -59,7 +59,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 import numpy as np
 import onnx
@@ -79,6 +79,7 @@ from .onnx_frontend import (
 from .quantize import choose_requant
 
 __all__ = ["QUANTIZED_OPS", "is_quantized_model", "import_quantized", "import_model"]
+T = TypeVar("T")
 
 QUANTIZED_OPS = frozenset({
     "QuantizeLinear", "DequantizeLinear", "QLinearConv", "QLinearMatMul", "ConvInteger", "MatMulInteger",
@@ -203,20 +204,20 @@ class _Importer:
         return _Out(output, self.scalar_scale(node, scale_index), zp, unsigned)
 
     def int_tensor(self, node: onnx.NodeProto, name: str) -> str:
-        if name in self.refused:
-            raise _Refused
-        if name not in self.ints:
-            raise UnsupportedOperatorError(node.op_type, node.name, f"its input {name!r} is not a quantized "
-                                           f"activation the lab computed")
-        return self.ints[name]
+        return self._known(self.ints, node, name, "is not a quantized activation the lab computed")
 
     def alias(self, node: onnx.NodeProto, name: str) -> _Act:
+        return self._known(self.floats, node, name, "is a float value that is not DequantizeLinear of a quantized "
+                                                    "activation")
+
+    def _known(self, table: dict[str, T], node: onnx.NodeProto, name: str, otherwise: str) -> T:
+        """``table[name]``; :class:`_Refused` when ``name`` comes from a refused node (that node's refusal is the
+        one reported), else an UnsupportedOperatorError saying that input ``name`` ``otherwise``."""
         if name in self.refused:
             raise _Refused
-        if name not in self.floats:
-            raise UnsupportedOperatorError(node.op_type, node.name, f"its input {name!r} is a float value that is "
-                                           f"not DequantizeLinear of a quantized activation")
-        return self.floats[name]
+        if name not in table:
+            raise UnsupportedOperatorError(node.op_type, node.name, f"its input {name!r} {otherwise}")
+        return table[name]
 
     def weight(self, node: onnx.NodeProto, name: str) -> tuple[np.ndarray, np.ndarray, int]:
         if name not in self.weights:
