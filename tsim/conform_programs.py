@@ -73,6 +73,14 @@ class _Kit:
     def load(self, mem: int, alloc: Allocation, **fields: int) -> None:
         self.bld.load(mem, dram_base=self.bld.elem_addr(alloc, mem), **fields)
 
+    def operands(self, acc: int, inp: int, wgt: int) -> None:
+        """Load pools of ``acc``, ``inp`` and ``wgt`` random entries at the start of each buffer (LOAD ACC on the
+        compute module, LOAD INP and WGT on the load module, which then hands them to compute: a token)."""
+        for mem, name, n in ((MEM_ACC, "acc", acc), (MEM_INP, "inp", inp), (MEM_WGT, "wgt", wgt)):
+            self.load(mem, self.pool(name, mem, n), sram_base=0, x_size=n)
+        self.bld.dep_push("load", "compute")
+        self.bld.dep_pop("load", "compute")
+
     def uops(self, name: str, uops: list[Uop]) -> None:
         """Load micro-ops ``uops`` into the uop buffer at 0."""
         self.bld.load_uops(self.bld.uop_kernel(name, uops))
@@ -140,11 +148,7 @@ def _load_uop(cfg: VTAConfig) -> Program:
     k = _Kit(cfg, seed=20)
     words = [Uop(1 + (i % 7), i % 5, (3 * i) % 6) for i in range(12)]
     kernel = k.bld.uop_kernel("padded", words)
-    k.load(MEM_ACC, k.pool("acc", MEM_ACC, 8), sram_base=0, x_size=8)
-    k.load(MEM_INP, k.pool("inp", MEM_INP, 5), sram_base=0, x_size=5)
-    k.load(MEM_WGT, k.pool("wgt", MEM_WGT, 6), sram_base=0, x_size=6)
-    k.bld.dep_push("load", "compute")
-    k.bld.dep_pop("load", "compute")
+    k.operands(acc=8, inp=5, wgt=6)
     k.bld.load(MEM_UOP, dram_base=k.bld.elem_addr(kernel, MEM_UOP), **_padded(MEM_UOP))
     k.bld.gemm(uop_bgn=0, uop_end=_PADDED_ENTRIES)
     k.expose_acc(8)
@@ -154,11 +158,7 @@ def _load_uop(cfg: VTAConfig) -> Program:
 def _gemm(cfg: VTAConfig, reset: bool) -> Program:
     """A GEMM with two-level loops and every index factor, accumulating on loaded acc (or resetting it)."""
     k = _Kit(cfg, seed=30 + reset)
-    k.load(MEM_ACC, k.pool("acc", MEM_ACC, 24), sram_base=0, x_size=24)
-    k.load(MEM_INP, k.pool("inp", MEM_INP, 16), sram_base=0, x_size=16)
-    k.load(MEM_WGT, k.pool("wgt", MEM_WGT, 16), sram_base=0, x_size=16)
-    k.bld.dep_push("load", "compute")
-    k.bld.dep_pop("load", "compute")
+    k.operands(acc=24, inp=16, wgt=16)
     k.uops("gemm", [Uop(0, 0, 0), Uop(1, 2, 1), Uop(2, 1, 3)])
     k.bld.gemm(uop_bgn=0, uop_end=3, iter_out=3, iter_in=2, dst_factor_out=6, dst_factor_in=3, src_factor_out=4,
                src_factor_in=1, wgt_factor_out=1, wgt_factor_in=5, reset=reset)
@@ -357,11 +357,7 @@ def _loops_corner(cfg: VTAConfig) -> Program:
     """GEMM and ALU (ADD of an immediate) with every loop shape: 0, 1 or 3 micro-ops, outer and inner iterations
     each, on loaded accumulators; every accumulator exposed."""
     k = _Kit(cfg, seed=85, out_rows=4 * 24)
-    k.load(MEM_ACC, k.pool("acc", MEM_ACC, 24), sram_base=0, x_size=24)
-    k.load(MEM_INP, k.pool("inp", MEM_INP, 4), sram_base=0, x_size=4)
-    k.load(MEM_WGT, k.pool("wgt", MEM_WGT, 4), sram_base=0, x_size=4)
-    k.bld.dep_push("load", "compute")
-    k.bld.dep_pop("load", "compute")
+    k.operands(acc=24, inp=4, wgt=4)
     k.uops("loops", [Uop(0, 1, 2), Uop(1, 3, 0), Uop(2, 2, 1)])
     factors = {"dst_factor_out": 8, "dst_factor_in": 3, "src_factor_out": 0, "src_factor_in": 1}
     for uops in (0, 1, 3):
@@ -415,11 +411,7 @@ def _pads_corner(cfg: VTAConfig, mem: int) -> Program:
     b = k.bld
     if mem == MEM_UOP:
         kernel = b.uop_kernel("padded", [Uop(1 + i % 7, i % 5, (3 * i) % 6) for i in range(8)])
-        k.load(MEM_ACC, k.pool("acc", MEM_ACC, 8), sram_base=0, x_size=8)
-        k.load(MEM_INP, k.pool("inp", MEM_INP, 5), sram_base=0, x_size=5)
-        k.load(MEM_WGT, k.pool("wgt", MEM_WGT, 6), sram_base=0, x_size=6)
-        b.dep_push("load", "compute")
-        b.dep_pop("load", "compute")
+        k.operands(acc=8, inp=5, wgt=6)
         for j, load in enumerate(loads):
             b.load(MEM_UOP, sram_base=0, dram_base=b.elem_addr(kernel, MEM_UOP) + j % 3, **load)
             b.gemm(uop_bgn=0, uop_end=_entries(load))
