@@ -29,6 +29,9 @@ Structure (everything is a plain, picklable dataclass; nothing here depends on t
   - ``QDense`` inputs ``[x int8 [N,K], w int8 [O,K], bias int32 [O]]``, attr ``requant``; the same with a matmul.
   - ``QAdd`` inputs ``[a int8, b int8]`` (same shape), attr ``requant`` :class:`AddRequant`;
     ``y = clip((a * Ma + b * Mb) >> S, lo, hi)``.
+  - The transformer ops (``QMatMul``, ``QSoftmax``, ``QLayerNorm``, ``Gather``, ``Slice``, ``Where``) run on the
+    CPU; their integer semantics are in :mod:`.qops`. A MatMul over tokens by a constant is a ``QConv2d`` (1x1, the
+    token rows as the image's rows), so it reaches the accelerator as a convolution.
   - ``*`` wraps to 32 bits, ``>>`` is arithmetic. Rounding is already folded into the bias.
 
   Extra, informational attrs the quantizer sets: ``w_scale`` (np.ndarray float [O]: weight scale per output channel)
@@ -89,6 +92,14 @@ FLOAT_OPS: dict[str, tuple[str, ...]] = {
     "HardSwish": (),                                     # x * clip(x / 6 + 1 / 2, 0, 1)
     "Transpose": ("perm",),                              # a permutation of every axis, non-negative
     "Resize": RESIZE_ATTRS,
+    "MatMul": (),                                        # a [..., M, K] @ b [..., K, N], numpy broadcasting; either
+                                                         # may be a constant, rank >= 2 each
+    "LayerNorm": ("axis", "epsilon"),                    # inputs x, gamma, beta (constants of x.shape[axis:])
+    "Gelu": ("approximate",),                            # "none" (erf) or "tanh", as ONNX's Gelu (opset 20)
+    "Tanh": (),
+    "Gather": ("axis", "indices"),                       # np.take(x, indices, axis); indices an int64 array
+    "Slice": ("axes", "indices"),                        # per axis of axes, the tuple of kept indices, in order
+    "Where": ("keep", "fill"),                           # where(keep, x, fill): keep a bool array broadcast to x
 }
 
 QUANT_OPS: dict[str, tuple[str, ...]] = {
@@ -105,7 +116,14 @@ QUANT_OPS: dict[str, tuple[str, ...]] = {
     "GlobalAvgPool": (),
     "Reshape": ("shape",),
     "Pad": ("pads", "value"),                            # value is an int8
-    "Softmax": ("axis", "scale"),                        # int8 -> float32 softmax(x * scale)
+    "Softmax": ("axis", "scale"),                        # int8 -> float32 softmax(x * scale); optional masks
+                                                         # "bias" (float array) and "keep"/"fill", see qops.softmax
+    "QSoftmax": ("axis", "scale", "out_scale"),          # int8 -> int8: clip(rint(softmax / out_scale)); same masks
+    "QMatMul": ("multiplier", "shift"),                  # int8 a @ int8 b: clip((acc * M + r) >> S), int64
+    "QLayerNorm": ("axis", "epsilon", "scale", "gamma", "beta", "out_scale"),   # float64 from int8, see qops
+    "Gather": ("axis", "indices"),
+    "Slice": ("axes", "indices"),
+    "Where": ("keep", "fill"),                           # fill an int8
     "QLut": ("table",),                                  # y = table[x + 128], table int8 [256]; optional "function"
     "Transpose": ("perm",),
     "Resize": RESIZE_ATTRS,                              # int8 in, int8 out at the same scale
@@ -467,7 +485,7 @@ class Graph:
 
 
 def node_macs(graph: Graph, node: Node) -> int:
-    """Multiply-accumulates of a (Q)Conv2d or (Q)Dense node (0 for every other op)."""
+    """Multiply-accumulates of a (Q)Conv2d, (Q)Dense or (Q)MatMul node (0 for every other op)."""
     if node.op in ("Conv2d", "QConv2d"):
         o, cg, kh, kw = graph.shape(node.inputs[1])
         n, _, oh, ow = graph.shape(node.outputs[0])
@@ -476,6 +494,8 @@ def node_macs(graph: Graph, node: Node) -> int:
         o, k = graph.shape(node.inputs[1])
         n = graph.shape(node.outputs[0])[0]
         return n * o * k
+    if node.op in ("MatMul", "QMatMul"):
+        return graph.tensors[node.outputs[0]].size * graph.shape(node.inputs[0])[-1]
     return 0
 
 

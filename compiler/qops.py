@@ -22,6 +22,15 @@ Integer semantics (the quantized operator contract, see :mod:`.ir`):
     the input repeat its edge (ONNX's rule).
   - ``Quantize``: ``clip(rint(float64(x) / scale), -128, 127)`` (rint rounds half to even). ``Dequantize``:
     ``float32(float64(x) * scale)``. ``Softmax``: float32 of a float64 softmax of ``x * scale``.
+  - Transformer operators (float64 from the int8 input, then requantized; every step an IEEE basic operation or
+    the C library's ``exp`` one element at a time, so the result is the same bits on every machine):
+    ``QMatMul`` is ``clip((acc * M + r) >> S, -128, 127)`` with ``acc = a @ b`` exact in int64 (numpy broadcasting
+    of the leading axes; the quantizer keeps ``acc * M + r`` inside int32), ``r = 2**(S-1)`` (0 when S == 0).
+    ``QSoftmax`` is ``clip(rint(p / out_scale), -128, 127)`` of :func:`softmax`'s ``p`` (``Softmax`` returns ``p``
+    as float32); both take an optional additive mask ``bias`` and a ``keep``/``fill`` mask (a causal mask, fused
+    into the softmax by the quantizer so that the mask's -inf or -10000 never meets an int8 scale).
+    ``QLayerNorm``: :func:`layer_norm`. ``Gather``, ``Slice`` and ``Where`` select int8 values (``Where``'s fill is
+    an int8).
   - With a zero point ``z`` (pre-quantized models, :mod:`.frontend.prequant`): ``QuantizeZp`` is
     ``clip(rint(float64(x) / scale) + z, -128, 127)``, ``DequantizeZp`` ``float32(float64(x - z) * scale)``, and
     ``QAffine`` ``clip((sum_i x_i * M_i + offset) >> S, lo, hi)`` in int64 (no wrap-around; inputs of one shape,
@@ -31,6 +40,7 @@ Integer semantics (the quantized operator contract, see :mod:`.ir`):
 """
 from __future__ import annotations
 
+import math
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
@@ -41,6 +51,7 @@ __all__ = [
     "wrap32", "conv2d_acc", "dense_acc", "requantize", "qconv2d", "qdense", "qadd", "rescale", "qmul", "qconcat",
     "maxpool", "avgpool", "global_avgpool", "pad", "quantize", "dequantize", "softmax", "QOPS", "run_reference",
     "lut", "resize", "resize_source", "resize_taps", "RESIZE_WEIGHT_BITS", "quantize_zp", "dequantize_zp", "qaffine",
+    "qsoftmax", "qmatmul", "layer_norm", "slice_take",
 ]
 
 
@@ -216,11 +227,81 @@ def qaffine(xs: Sequence[np.ndarray], multipliers: Sequence[int], offset: int, s
     return np.clip(total >> int(shift), lo, hi).astype(np.int8)
 
 
-def softmax(x: np.ndarray, scale: float, axis: int = -1) -> np.ndarray:
-    """float32 softmax of the dequantized int8 input along ``axis`` (computed in float64)."""
+def softmax(x: np.ndarray, scale: float, axis: int = -1, bias: np.ndarray | None = None,
+            keep: np.ndarray | None = None, fill: float = 0.0) -> np.ndarray:
+    """float32 softmax of the dequantized int8 input along ``axis`` (computed in float64).
+
+    With masks, the softmax is of ``z = where(keep, x * scale + bias, fill)`` (``bias`` float and ``keep`` bool,
+    each broadcast against ``x``) and ``exp`` is the C library's, element by element (:func:`_exact_exp`); without,
+    numpy's ``exp`` as before."""
     z = x.astype(np.float64) * scale
-    z = np.exp(z - z.max(axis=axis, keepdims=True))
-    return (z / z.sum(axis=axis, keepdims=True)).astype(np.float32)
+    if bias is None and keep is None:
+        z = np.exp(z - z.max(axis=axis, keepdims=True))
+        return (z / z.sum(axis=axis, keepdims=True)).astype(np.float32)
+    return _masked_softmax(z, axis, bias, keep, fill).astype(np.float32)
+
+
+def _exact_exp(x: np.ndarray) -> np.ndarray:
+    """``exp`` by the C library one element at a time (numpy's vectorised ``exp`` depends on the CPU's SIMD)."""
+    flat = np.asarray(x, np.float64).ravel()
+    return np.fromiter(map(math.exp, flat.tolist()), np.float64, flat.size).reshape(np.shape(x))
+
+
+def _masked_softmax(z: np.ndarray, axis: int, bias: np.ndarray | None, keep: np.ndarray | None,
+                    fill: float) -> np.ndarray:
+    """float64 softmax of ``where(keep, z + bias, fill)`` along ``axis`` with :func:`_exact_exp`."""
+    if bias is not None:
+        z = z + np.asarray(bias, np.float64)
+    if keep is not None:
+        z = np.where(np.asarray(keep, bool), z, float(fill))
+    e = _exact_exp(z - z.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def qsoftmax(x: np.ndarray, scale: float, out_scale: float, axis: int = -1, bias: np.ndarray | None = None,
+             keep: np.ndarray | None = None, fill: float = 0.0) -> np.ndarray:
+    """int8 softmax: ``clip(rint(p / out_scale), -128, 127)``, ``p`` the float64 softmax of the dequantized input
+    with its masks (:func:`softmax`), always with the C library's ``exp``."""
+    p = _masked_softmax(x.astype(np.float64) * scale, axis, bias, keep, fill)
+    return np.clip(np.rint(p / out_scale), -128, 127).astype(np.int8)
+
+
+def qmatmul(a: np.ndarray, b: np.ndarray, multiplier: int, shift: int) -> np.ndarray:
+    """int8 ``a [..., M, K] @ b [..., K, N]`` (numpy broadcasting) requantized: ``clip((acc * M + r) >> S)``,
+    ``r = 2**(S-1)`` (0 when S == 0), ``acc`` exact, all in int64."""
+    if a.shape[-1] != b.shape[-2]:
+        raise ValueError(f"QMatMul operands have shapes {a.shape} and {b.shape}; a's last axis must equal b's "
+                         f"second to last.")
+    acc = np.matmul(a.astype(np.int64), b.astype(np.int64))
+    return rescale(acc, int(multiplier), int(shift))
+
+
+def layer_norm(x: np.ndarray, scale: float, gamma: np.ndarray, beta: np.ndarray, out_scale: float, axis: int = -1,
+               epsilon: float = 1e-5) -> np.ndarray:
+    """int8 LayerNorm over the axes ``axis`` to the last, from the int8 input ``x`` of ``scale``.
+
+    With ``D`` elements per row, ``s = sum(x)`` and ``q = sum(x*x)`` (exact int64), ``c = D*x - s`` and
+    ``v = D*q - s*s`` (exact int64), in float64: ``n = c / sqrt(v + D*D * epsilon / scale**2)`` (the normalised
+    value: scale cancels but for epsilon), ``y = n * gamma + beta``, and the result ``clip(rint(y / out_scale))``.
+    Only IEEE basic operations and sqrt, in a fixed order: the same bits on every machine."""
+    axis = axis % x.ndim
+    axes = tuple(range(axis, x.ndim))
+    d = int(np.prod(x.shape[axis:]))
+    xi = x.astype(np.int64)
+    total = xi.sum(axis=axes, keepdims=True)
+    squares = (xi * xi).sum(axis=axes, keepdims=True)
+    centred = (d * xi - total).astype(np.float64)
+    var = (d * squares - total * total).astype(np.float64)
+    y = centred / np.sqrt(var + float(d * d) * epsilon / (scale * scale))
+    y = y * np.asarray(gamma, np.float64) + np.asarray(beta, np.float64)
+    return np.clip(np.rint(y / out_scale), -128, 127).astype(np.int8)
+
+
+def slice_take(x: np.ndarray, axes: Sequence[int], indices: Sequence[Sequence[int]]) -> np.ndarray:
+    """The elements at ``indices[k]`` along ``axes[k]`` for every k (ONNX Slice and Split, as index lists)."""
+    for axis, idx in zip(axes, indices):
+        x = np.take(x, np.asarray(idx, np.int64), axis=axis)
+    return np.ascontiguousarray(x)
 
 
 def lut(x: np.ndarray, table: np.ndarray) -> np.ndarray:
@@ -315,7 +396,16 @@ QOPS: dict[str, OpFn] = {
     "GlobalAvgPool": lambda n, v: global_avgpool(v[0]),
     "Reshape": lambda n, v: v[0].reshape(n.attrs["shape"]),
     "Pad": lambda n, v: pad(v[0], n.attrs["pads"], n.attrs["value"]),
-    "Softmax": lambda n, v: softmax(v[0], n.attrs["scale"], n.attrs["axis"]),
+    "Softmax": lambda n, v: softmax(v[0], n.attrs["scale"], n.attrs["axis"], n.attrs.get("bias"),
+                                    n.attrs.get("keep"), n.attrs.get("fill", 0.0)),
+    "QSoftmax": lambda n, v: qsoftmax(v[0], n.attrs["scale"], n.attrs["out_scale"], n.attrs["axis"],
+                                      n.attrs.get("bias"), n.attrs.get("keep"), n.attrs.get("fill", 0.0)),
+    "QMatMul": lambda n, v: qmatmul(v[0], v[1], n.attrs["multiplier"], n.attrs["shift"]),
+    "QLayerNorm": lambda n, v: layer_norm(v[0], n.attrs["scale"], n.attrs["gamma"], n.attrs["beta"],
+                                          n.attrs["out_scale"], n.attrs["axis"], n.attrs["epsilon"]),
+    "Gather": lambda n, v: np.ascontiguousarray(np.take(v[0], n.attrs["indices"], axis=n.attrs["axis"])),
+    "Slice": lambda n, v: slice_take(v[0], n.attrs["axes"], n.attrs["indices"]),
+    "Where": lambda n, v: np.where(n.attrs["keep"], v[0], np.int8(n.attrs["fill"])).astype(np.int8),
     "QLut": lambda n, v: lut(v[0], n.attrs["table"]),
     "Transpose": lambda n, v: np.ascontiguousarray(np.transpose(v[0], n.attrs["perm"])),
     "Resize": lambda n, v: resize(v[0], n.attrs["mode"], n.attrs["coordinate_transformation_mode"],

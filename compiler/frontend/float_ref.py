@@ -19,8 +19,8 @@ import numpy as np
 from ..ir import Graph, GraphError, Node
 from ..qops import resize_source, resize_taps
 
-__all__ = ["exact_matmul", "exact_exp", "conv2d", "dense", "maxpool", "avgpool", "resize", "ACTIVATIONS", "FLOAT_FNS",
-           "run_float"]
+__all__ = ["exact_matmul", "exact_exp", "conv2d", "dense", "maxpool", "avgpool", "resize", "layer_norm", "slice_take",
+           "ACTIVATIONS", "FLOAT_FNS", "run_float"]
 
 _MANTISSA_BITS = 53
 """float64 holds every integer of up to this many bits exactly."""
@@ -160,6 +160,40 @@ def resize(x: np.ndarray, mode: str, coordinate_transformation_mode: str, neares
     return out
 
 
+def _scalar_map(fn: Callable[[float], float], x: np.ndarray) -> np.ndarray:
+    """``fn`` (a C library function of :mod:`math`) on every element in float64, one at a time (as
+    :func:`exact_exp`)."""
+    flat = np.asarray(x, np.float64).ravel()
+    return np.fromiter(map(fn, flat.tolist()), np.float64, flat.size).reshape(np.shape(x))
+
+
+def _gelu(x: np.ndarray, attrs: Mapping) -> np.ndarray:
+    """ONNX's Gelu: ``x/2 * (1 + erf(x / sqrt 2))``, or with ``approximate="tanh"``
+    ``x/2 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x**3)))``."""
+    x = np.asarray(x, np.float64)
+    if attrs["approximate"] == "tanh":
+        inner = math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x)
+        return 0.5 * x * (1.0 + _scalar_map(math.tanh, inner))
+    return 0.5 * x * (1.0 + _scalar_map(math.erf, x / math.sqrt(2.0)))
+
+
+def layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, axis: int, epsilon: float) -> np.ndarray:
+    """ONNX's LayerNormalization over the axes ``axis`` to the last, in float64: ``(x - mean) / sqrt(var + eps) *
+    gamma + beta`` (population variance)."""
+    x = np.asarray(x, np.float64)
+    axes = tuple(range(axis, x.ndim))
+    centred = x - x.mean(axis=axes, keepdims=True)
+    var = (centred * centred).mean(axis=axes, keepdims=True)
+    return centred / np.sqrt(var + epsilon) * np.asarray(gamma, np.float64) + np.asarray(beta, np.float64)
+
+
+def slice_take(x: np.ndarray, axes: Sequence[int], indices: Sequence[Sequence[int]]) -> np.ndarray:
+    """The elements of ``x`` at ``indices[k]`` along ``axes[k]`` for every k (a Slice or Split as index lists)."""
+    for axis, idx in zip(axes, indices):
+        x = np.take(x, np.asarray(idx, np.int64), axis=axis)
+    return x
+
+
 def _sigmoid(x: np.ndarray, attrs: Mapping) -> np.ndarray:
     return 1.0 / (1.0 + exact_exp(-np.asarray(x, np.float64)))
 
@@ -174,7 +208,8 @@ def _hard_swish(x: np.ndarray, attrs: Mapping) -> np.ndarray:
 
 
 ACTIVATIONS: dict[str, Callable[[np.ndarray, Mapping], np.ndarray]] = {
-    "Sigmoid": _sigmoid, "HardSigmoid": _hard_sigmoid, "HardSwish": _hard_swish,
+    "Sigmoid": _sigmoid, "HardSigmoid": _hard_sigmoid, "HardSwish": _hard_swish, "Gelu": _gelu,
+    "Tanh": lambda x, attrs: _scalar_map(math.tanh, x),
 }
 """Element-wise activations ``f(x float64, node attrs) -> float64``, the same bits on every machine (exp by
 :func:`exact_exp`): the float reference and the quantizer's lookup tables both use them."""
@@ -206,6 +241,11 @@ FLOAT_FNS: dict[str, FloatFn] = {
     "Transpose": lambda n, v: np.transpose(v[0], n.attrs["perm"]),
     "Resize": lambda n, v: resize(v[0], n.attrs["mode"], n.attrs["coordinate_transformation_mode"],
                                   n.attrs["nearest_mode"], n.attrs["scales"], n.attrs["sizes"]),
+    "MatMul": lambda n, v: exact_matmul(v[0], v[1], np.float32),
+    "LayerNorm": lambda n, v: layer_norm(v[0], v[1], v[2], n.attrs["axis"], n.attrs["epsilon"]),
+    "Gather": lambda n, v: np.take(v[0], n.attrs["indices"], axis=n.attrs["axis"]),
+    "Slice": lambda n, v: slice_take(v[0], n.attrs["axes"], n.attrs["indices"]),
+    "Where": lambda n, v: np.where(n.attrs["keep"], v[0], np.float32(n.attrs["fill"])),
 }
 
 

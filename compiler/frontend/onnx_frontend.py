@@ -1,11 +1,17 @@
 """ONNX -> float graph IR (:mod:`.ir`), with shapes from ``onnx.shape_inference`` and BatchNorm folded into convs.
 
 Supported ONNX operators (see :data:`RULES`): Conv (any kernel, stride, padding, groups; dilation 1), Gemm, MatMul
-(by a constant), BatchNormalization (folded into the preceding Conv/Gemm, else a depthwise 1x1 Conv), Relu, Clip, Add,
+(by a constant ``[K, O]``: a Dense, or over tokens ``[..., K]`` a 1x1 Conv2d of every token row; else of two
+activations or a constant of rank > 2, batched with broadcasting), BatchNormalization (folded into the preceding Conv/Gemm, else a depthwise 1x1 Conv), Relu, Clip, Add,
 Sub/Mul/Div by a constant, MaxPool, AveragePool, GlobalAveragePool (or ReduceMean over H, W), Flatten, Reshape,
 Squeeze, Unsqueeze, Pad (constant mode), Concat (constant operands too), Softmax, Sigmoid, HardSigmoid, HardSwish,
 Transpose, DepthToSpace (DCR and CRD: a Reshape, a Transpose and a Reshape), Resize (nearest and linear; see
-:data:`RESIZE_COORDINATE_MODES`), and the no-ops Identity and Dropout. MaxPool and AveragePool take 1D, 2D and 3D
+:data:`RESIZE_COORDINATE_MODES`), the no-ops Identity and Dropout, and for transformers LayerNormalization, Gelu,
+Tanh, Gather (constant indices), Slice, Split (one Slice per output) and Where (a constant condition and a scalar
+fill: a causal mask). Before the rules run, the decompositions exporters emit for opsets without those operators are
+fused back into one node (:func:`_fuse_decompositions`): LayerNorm's ReduceMean/Sub/Pow/ReduceMean/Add/Sqrt/Div
+(+ Mul gamma, Add beta) over the last axis, and Gelu's Erf and Tanh forms, recognised as any closed element-wise
+region around an Erf or Tanh that computes Gelu on sample values, whatever the order of its operands. MaxPool and AveragePool take 1D, 2D and 3D
 windows: a 1D pool is a 2D pool of one row, a 3D pool a 2D pool over (H, W) then one over D (max and mean are
 separable; both between Reshapes). Subgraphs computing constants (shape arithmetic) are evaluated at import.
 
@@ -23,6 +29,7 @@ Tensor names are ONNX's; a folded BatchNorm keeps the name of its output for the
 """
 from __future__ import annotations
 
+import math
 import os
 from typing import Any, Callable
 
@@ -30,7 +37,8 @@ import numpy as np
 import onnx
 from onnx import numpy_helper, shape_inference
 
-from ..ir import Graph, GraphError
+from ..ir import Graph, GraphError, Node
+from . import float_ref
 
 __all__ = ["UnsupportedOperatorError", "UnsupportedModelError", "ModelFileError", "UnsupportedOpsetError",
            "TensorTooLargeError", "import_onnx", "RULES", "SUPPORTED_OPSETS", "RESIZE_COORDINATE_MODES",
@@ -103,6 +111,7 @@ class _Importer:
             for tensor in node.input:
                 self.uses[tensor] = self.uses.get(tensor, 0) + 1
         self.graph_outputs = {o.name for o in model.graph.output}
+        self.token_linear: dict[str, Node] = {}          # output of a MatMul over tokens -> its Conv2d
 
     # ---- helpers used by the rules ------------------------------------------------------------------------------
     def name(self, tensor: str) -> str:
@@ -298,9 +307,60 @@ def _gemm(imp: _Importer, node: onnx.NodeProto) -> None:
 
 
 def _matmul(imp: _Importer, node: onnx.NodeProto) -> None:
-    if not imp.is_const(node.input[1]) or len(imp.shape(node.input[0])) != 2:
-        raise UnsupportedOperatorError(node.op_type, node.name, "only [N, K] x constant [K, O] is supported")
-    imp.emit("Dense", node, [node.input[0], imp.new_const(f"{node.output[0]}_w", imp.const(node.input[1]).T)])
+    """MatMul by a constant ``[K, O]``: a Dense layer for an input ``[N, K]``; for an input ``[..., K]`` of rank > 2
+    (tokens), a 1x1 Conv2d over the image ``[1, K, R, 1]`` of all ``R = prod(...)`` token rows (see
+    :func:`_token_linear`); any other MatMul (two activations, or a constant of rank > 2) is a batched,
+    broadcasting MatMul."""
+    a, b = node.input[0], node.input[1]
+    ranks = [len(imp.shape(t)) if not imp.is_const(t) else imp.const(t).ndim for t in (a, b)]
+    if min(ranks) < 2:
+        raise UnsupportedOperatorError(node.op_type, node.name, f"operands of rank {ranks[0]} and {ranks[1]}; both "
+                                                                f"must have rank 2 or more")
+    if imp.is_const(a):
+        raise UnsupportedOperatorError(node.op_type, node.name, "a constant first operand (only the second may be "
+                                                                "a constant)")
+    if not imp.is_const(b) or ranks[1] > 2:
+        imp.emit("MatMul", node, [a, imp.use_const(b) if imp.is_const(b) else b])
+        return
+    w = imp.new_const(f"{node.output[0]}_w", imp.const(b).T)
+    shape = imp.shape(a)
+    if len(shape) == 2:
+        imp.emit("Dense", node, [a, w])
+        return
+    _token_linear(imp, node, a, imp.const(b))
+
+
+def _token_linear(imp: _Importer, node: onnx.NodeProto, x: str, w: np.ndarray) -> None:
+    """``x [..., K] @ w [K, O]`` as a 1x1 convolution whose image is every token row: ``x`` reshaped to ``[R, K]``,
+    transposed and viewed as ``[1, K, R, 1]``, the Conv2d, and back to ``[..., O]``. On the accelerator the tokens
+    are then the GEMM rows of one image, and the weights are loaded once for all of them (a Dense of ``R`` batch
+    rows would load them again for every batch block)."""
+    shape = imp.shape(x)
+    rows, k, o = int(np.prod(shape[:-1])), shape[-1], w.shape[1]
+    flat = imp.emit_shaped("Reshape", node, [x], (rows, k), shape=(rows, k))
+    cols = imp.emit_shaped("Transpose", node, [flat], (k, rows), perm=(1, 0))
+    image = imp.emit_shaped("Reshape", node, [cols], (1, k, rows, 1), shape=(1, k, rows, 1))
+    weight = imp.new_const(f"{node.output[0]}_w", w.T.reshape(o, k, 1, 1))
+    conv = imp.emit_shaped("Conv2d", node, [image, weight], (1, o, rows, 1), strides=(1, 1), pads=(0, 0, 0, 0),
+                           groups=1)
+    back = imp.emit_shaped("Reshape", node, [conv], (o, rows), shape=(o, rows))
+    out = imp.emit_shaped("Transpose", node, [back], (rows, o), perm=(1, 0))
+    imp.emit("Reshape", node, [out], shape=imp.shapes_of(node.output[0]))
+    producer = imp.graph.producer(conv)
+    if producer is not None:
+        imp.token_linear[node.output[0]] = producer
+
+
+def _dense_bias_target(imp: _Importer, x: str, c: np.ndarray) -> Node | None:
+    """The Conv2d of a MatMul over tokens (:func:`_token_linear`) that wrote ``x``, when the constant ``c``
+    broadcasts along the last axis only and ``x`` has one use: an Add of ``c`` then folds into its bias."""
+    conv = imp.token_linear.get(imp.name(x))
+    if conv is None or imp.uses.get(x, 0) != 1 or x in imp.graph_outputs:
+        return None
+    o = imp.graph.shape(conv.inputs[1])[0]
+    if c.size not in (1, o) or (c.ndim and c.shape[-1] != c.size):
+        return None
+    return conv
 
 
 def _clip(imp: _Importer, node: onnx.NodeProto) -> None:
@@ -335,6 +395,13 @@ def _binary(imp: _Importer, node: onnx.NodeProto) -> None:
         c = -c
     elif node.op_type == "Div":
         c = 1.0 / c
+    dense = _dense_bias_target(imp, x, c) if op == "Add" else None
+    if dense is not None:                                # a MatMul over tokens and its bias: one Conv2d
+        o = imp.graph.shape(dense.inputs[1])[0]
+        bias = imp.graph.constants[dense.inputs[2]].astype(np.float64) if len(dense.inputs) > 2 else np.zeros(o)
+        dense.inputs[2:] = [imp.new_const(f"{node.output[0]}_b", bias + np.broadcast_to(c.reshape(-1), (o,)))]
+        imp.alias[node.output[0]] = imp.name(x)
+        return
     imp.emit(op, node, [x, imp.new_const(f"{node.output[0]}_c", c)])
 
 
@@ -501,6 +568,105 @@ def _reduce_mean(imp: _Importer, node: onnx.NodeProto) -> None:
     imp.emit("Reshape", node, [pooled], shape=(n, c))
 
 
+def _layer_norm(imp: _Importer, node: onnx.NodeProto) -> None:
+    """LayerNormalization (opset 17) with constant scale and bias; only its first output."""
+    a = _attrs(node)
+    shape = imp.shape(node.input[0])
+    axis = int(a.get("axis", -1)) % len(shape)
+    if any(out for out in node.output[1:]):
+        raise UnsupportedOperatorError(node.op_type, node.name, "the Mean and InvStdDev outputs (only Y)")
+    gamma = imp.const_input(node, 1, "Scale")
+    beta = imp.const_input(node, 2, "B")
+    normed = shape[axis:]
+    params = []
+    for what, value, default in (("Scale", gamma, 1.0), ("B", beta, 0.0)):
+        value = np.full(normed, default) if value is None else value
+        try:
+            params.append(np.broadcast_to(value, normed))
+        except ValueError:
+            raise UnsupportedOperatorError(node.op_type, node.name, f"a {what} of shape {value.shape} for "
+                                                                    f"normalised shape {normed}") from None
+    imp.emit("LayerNorm", node, [node.input[0], imp.new_const(f"{node.output[0]}_gamma", params[0]),
+                                 imp.new_const(f"{node.output[0]}_beta", params[1])],
+             axis=axis, epsilon=float(a.get("epsilon", 1e-5)))
+
+
+def _gelu(imp: _Importer, node: onnx.NodeProto) -> None:
+    approximate = _decode(_attrs(node).get("approximate", "none"))
+    if approximate not in ("none", "tanh"):
+        raise UnsupportedOperatorError(node.op_type, node.name, f"approximate {approximate!r} (only 'none', 'tanh')")
+    imp.emit("Gelu", node, [node.input[0]], approximate=approximate)
+
+
+def _gather(imp: _Importer, node: onnx.NodeProto) -> None:
+    """Gather of constant indices from an activation (a token, a head, the class token)."""
+    if imp.is_const(node.input[0]) and not imp.is_const(node.input[1]):
+        raise UnsupportedOperatorError(node.op_type, node.name, "an embedding lookup of computed indices (model "
+                                                                "inputs are float32; give the embedded tokens as the "
+                                                                "input)")
+    indices = imp.const_input(node, 1, "indices")
+    rank = len(imp.shape(node.input[0]))
+    axis = int(_attrs(node).get("axis", 0)) % rank
+    size = imp.shape(node.input[0])[axis]
+    idx = np.asarray(indices, np.int64)
+    if idx.size and (idx.min() < -size or idx.max() >= size):
+        raise UnsupportedOperatorError(node.op_type, node.name, f"indices outside [-{size}, {size - 1}]")
+    imp.emit("Gather", node, [node.input[0]], axis=axis, indices=np.where(idx < 0, idx + size, idx))
+
+
+def _slice_indices(dim: int, start: int, end: int, step: int) -> tuple[int, ...]:
+    """The indices ONNX's Slice keeps of an axis of ``dim`` elements (its clamping rules)."""
+    start, end = (v + dim if v < 0 else v for v in (start, end))
+    if step > 0:
+        return tuple(range(min(max(start, 0), dim), min(max(end, 0), dim), step))
+    return tuple(range(min(max(start, 0), dim - 1), min(max(end, -1), dim - 1), step))
+
+
+def _slice(imp: _Importer, node: onnx.NodeProto) -> None:
+    shape = imp.shape(node.input[0])
+    starts = imp.const_input(node, 1, "starts")
+    ends = imp.const_input(node, 2, "ends")
+    if starts is None or ends is None:
+        raise UnsupportedOperatorError(node.op_type, node.name, "no starts and ends inputs (opset 10 or later)")
+    axes = imp.const_input(node, 3, "axes")
+    steps = imp.const_input(node, 4, "steps")
+    axes_list = [int(v) % len(shape) for v in (range(len(starts)) if axes is None else axes.reshape(-1))]
+    steps_list = [1] * len(axes_list) if steps is None else [int(v) for v in steps.reshape(-1)]
+    if 0 in steps_list:
+        raise UnsupportedOperatorError(node.op_type, node.name, "a step of 0")
+    indices = tuple(_slice_indices(shape[ax], int(b), int(e), st)
+                    for ax, b, e, st in zip(axes_list, starts.reshape(-1), ends.reshape(-1), steps_list))
+    imp.emit("Slice", node, [node.input[0]], axes=tuple(axes_list), indices=indices)
+
+
+def _split(imp: _Importer, node: onnx.NodeProto) -> None:
+    """Split: one Slice per output, sizes from shape inference."""
+    shape = imp.shape(node.input[0])
+    axis = int(_attrs(node).get("axis", 0)) % len(shape)
+    begin = 0
+    for out in node.output:
+        size = imp.shapes_of(out)[axis]
+        if out:
+            imp.emit("Slice", node, [node.input[0]], output=out, axes=(axis,), indices=(tuple(range(begin,
+                                                                                                  begin + size)),))
+        begin += size
+
+
+def _where(imp: _Importer, node: onnx.NodeProto) -> None:
+    """Where with a constant condition, an activation and a constant scalar (a causal mask)."""
+    cond, x, y = node.input
+    keep = imp.const_input(node, 0, "condition")
+    if imp.is_const(x) == imp.is_const(y):
+        raise UnsupportedOperatorError(node.op_type, node.name, "needs one activation and one constant value")
+    src, fill = (y, x) if imp.is_const(x) else (x, y)
+    value = imp.const(fill)
+    keep = np.asarray(keep, bool) if src == x else ~np.asarray(keep, bool)
+    if value.size != 1 or imp.shapes_of(node.output[0]) != imp.shape(src):
+        raise UnsupportedOperatorError(node.op_type, node.name, f"a constant of shape {value.shape} (only a scalar) "
+                                                                f"or an output larger than the activation")
+    imp.emit("Where", node, [src], keep=keep, fill=float(value.reshape(())))
+
+
 def _alias(imp: _Importer, node: onnx.NodeProto) -> None:
     imp.alias[node.output[0]] = imp.name(node.input[0])
 
@@ -536,10 +702,222 @@ RULES: dict[str, Callable[[_Importer, onnx.NodeProto], None]] = {
     "Transpose": _transpose,
     "DepthToSpace": _depth_to_space,
     "Resize": _resize,
+    "LayerNormalization": _layer_norm,
+    "Gelu": _gelu,
+    "Tanh": lambda imp, node: imp.emit("Tanh", node, [node.input[0]]),
+    "Gather": _gather,
+    "Slice": _slice,
+    "Split": _split,
+    "Where": _where,
     "Identity": _alias,
     "Dropout": _alias,
     "Constant": _constant,
 }
+
+
+# ---- decompositions exporters emit, fused back into one node before the rules run ---------------------------------
+class _OnnxGraph:
+    """Producers, consumers and constants of an ONNX graph's tensors, for the pattern matchers."""
+
+    def __init__(self, model: onnx.ModelProto) -> None:
+        self.model = model
+        self.consts = {init.name: numpy_helper.to_array(init) for init in model.graph.initializer}
+        self.producer: dict[str, onnx.NodeProto] = {}
+        self.consumers: dict[str, list[onnx.NodeProto]] = {}
+        for node in model.graph.node:
+            for out in node.output:
+                self.producer[out] = node
+            for inp in node.input:
+                self.consumers.setdefault(inp, []).append(node)
+        self.outputs = {o.name for o in model.graph.output}
+
+    def only_user(self, tensor: str, op: str) -> onnx.NodeProto | None:
+        """The single consumer of ``tensor`` when it has op ``op`` and ``tensor`` is not a graph output."""
+        users = self.consumers.get(tensor, [])
+        if len(users) == 1 and users[0].op_type == op and tensor not in self.outputs:
+            return users[0]
+        return None
+
+    def other_input(self, node: onnx.NodeProto, tensor: str) -> str:
+        return node.input[1] if node.input[0] == tensor else node.input[0]
+
+    def scalar(self, node: onnx.NodeProto, tensor: str) -> float | None:
+        """The value of ``node``'s other (constant, one-element) operand."""
+        other = self.other_input(node, tensor)
+        value = self.consts.get(other)
+        return float(value.reshape(())) if value is not None and value.size == 1 else None
+
+
+def _reduce_axes(g: _OnnxGraph, node: onnx.NodeProto) -> list[int] | None:
+    a = _attrs(node)
+    axes = a.get("axes")
+    if len(node.input) > 1 and node.input[1]:
+        axes = g.consts[node.input[1]].tolist() if node.input[1] in g.consts else None
+    return None if axes is None or not a.get("keepdims", 1) else [int(v) for v in axes]
+
+
+def _match_layer_norm(g: _OnnxGraph, mean: onnx.NodeProto, rank: int
+                      ) -> tuple[list[onnx.NodeProto], dict[str, Any]] | None:
+    """``ReduceMean(x) -> Sub(x, mean) -> Pow 2 (or Mul by itself) -> ReduceMean -> Add eps -> Sqrt -> Div`` over
+    the last axis, then an optional Mul by gamma and Add of beta: the nodes and the LayerNormalization's parts."""
+    axes = _reduce_axes(g, mean)
+    if axes is None or [v % rank for v in axes] != [rank - 1]:
+        return None
+    x = mean.input[0]
+    sub = g.only_user(mean.output[0], "Sub")
+    if sub is None or list(sub.input) != [x, mean.output[0]]:
+        return None
+    d = sub.output[0]
+    users = g.consumers.get(d, [])
+    div = next((u for u in users if u.op_type == "Div" and list(u.input[:1]) == [d]), None)
+    sq = next((u for u in users if u is not div), None)
+    if len(users) != 2 or div is None or sq is None or d in g.outputs:
+        return None
+    if not ((sq.op_type == "Pow" and g.scalar(sq, d) == 2.0) or (sq.op_type == "Mul" and list(sq.input) == [d, d])):
+        return None
+    var = g.only_user(sq.output[0], "ReduceMean")
+    if var is None or _reduce_axes(g, var) != axes:
+        return None
+    add = g.only_user(var.output[0], "Add")
+    eps = None if add is None else g.scalar(add, var.output[0])
+    sqrt = None if add is None else g.only_user(add.output[0], "Sqrt")
+    if add is None or eps is None or sqrt is None or list(div.input) != [d, sqrt.output[0]] or \
+            g.consumers.get(sqrt.output[0], []) != [div]:
+        return None
+    nodes: list[onnx.NodeProto] = [mean, sub, sq, var, add, sqrt, div]
+    out, parts = div.output[0], {"x": x, "epsilon": eps}
+    for op, key in (("Mul", "gamma"), ("Add", "beta")):
+        nxt = g.only_user(out, op)
+        other = None if nxt is None else g.other_input(nxt, out)
+        if nxt is None or other is None or other not in g.consts or \
+                (g.consts[other].ndim and g.consts[other].shape[-1] != g.consts[other].size):
+            continue
+        nodes.append(nxt)
+        parts[key], out = g.consts[other].reshape(-1), nxt.output[0]
+    parts["out"] = out
+    return nodes, parts
+
+
+_ELEMENTWISE: dict[str, Callable[..., Any]] = {
+    "Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide, "Pow": np.power, "Sqrt": np.sqrt,
+    "Erf": np.vectorize(math.erf), "Tanh": np.tanh}
+
+
+def _region(g: _OnnxGraph, source: str, end: onnx.NodeProto, order: dict[int, int]) -> list[onnx.NodeProto] | None:
+    """The nodes on the paths from tensor ``source`` to node ``end`` when they form a closed element-wise region:
+    each reads ``source``, another region node's output or a one-element constant, and only ``end``'s output leaves
+    it."""
+    forward: set[int] = set()
+    todo = [source]
+    for _ in range(10):                                  # nodes up to 10 steps after the source
+        users = [u for t in todo for u in g.consumers.get(t, []) if id(u) not in forward]
+        forward.update(id(u) for u in users)
+        todo = [out for u in users for out in u.output]
+    region: dict[int, onnx.NodeProto] = {}
+    todo_nodes = [end]
+    while todo_nodes:
+        node = todo_nodes.pop()
+        if id(node) not in forward or id(node) in region:
+            continue
+        region[id(node)] = node
+        todo_nodes.extend(g.producer[t] for t in node.input if t in g.producer)
+    if id(end) not in region:
+        return None
+    inside = {out for node in region.values() for out in node.output}
+    for node in region.values():
+        if node.op_type not in _ELEMENTWISE:
+            return None
+        for t in node.input:
+            if t != source and t not in inside and not (t in g.consts and g.consts[t].size == 1):
+                return None
+        for out in node.output:
+            if node is not end and (out in g.outputs or any(id(u) not in region for u in g.consumers.get(out, []))):
+                return None
+    return sorted(region.values(), key=lambda n: order[id(n)])
+
+
+def _gelu_kind(g: _OnnxGraph, source: str, nodes: list[onnx.NodeProto]) -> str | None:
+    """``"none"`` or ``"tanh"`` when the element-wise ``nodes`` compute ONNX's Gelu of ``source`` (checked on 81
+    values in [-6, 6]), else None."""
+    x = np.linspace(-6.0, 6.0, 81)
+    values = {source: x}
+    with np.errstate(all="ignore"):
+        for node in nodes:
+            args = [values[t] if t in values else g.consts[t].astype(np.float64).reshape(()) for t in node.input]
+            values[node.output[0]] = _ELEMENTWISE[node.op_type](*args)
+    got = values[nodes[-1].output[0]]
+    for kind in ("none", "tanh"):
+        want = float_ref.ACTIVATIONS["Gelu"](x, {"approximate": kind})
+        if np.all(np.isfinite(got)) and np.abs(got - want).max() < 1e-4:
+            return kind
+    return None
+
+
+def _match_gelu(g: _OnnxGraph, core: onnx.NodeProto, order: dict[int, int]
+                ) -> tuple[list[onnx.NodeProto], str, str] | None:
+    """The element-wise region around an Erf or Tanh node that computes Gelu: (its nodes, source, approximate)."""
+    sources: list[str] = []
+    frontier = [core]
+    for _ in range(5):                                  # the source: up to 5 steps before the core
+        frontier = [g.producer[t] for n in frontier for t in n.input if t in g.producer]
+        sources.extend(t for n in frontier for t in n.input if t not in g.consts and t not in sources)
+    sources = [t for t in core.input] + sources
+    ends, frontier = [core], [core]
+    for _ in range(4):                                  # the end: up to 4 steps after it
+        frontier = [u for n in frontier for u in g.consumers.get(n.output[0], [])]
+        ends.extend(frontier)
+    for end in reversed(ends):
+        for source in sources:
+            nodes = _region(g, source, end, order)
+            kind = None if nodes is None or len(nodes) < 4 else _gelu_kind(g, source, nodes)
+            if nodes is not None and kind is not None:
+                return nodes, source, kind
+    return None
+
+
+def _fuse_decompositions(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Replace the LayerNorm and Gelu decompositions exporters emit (ReduceMean/Sub/Pow/Sqrt/Div; the Erf and Tanh
+    forms of Gelu) by one LayerNormalization or Gelu node writing the decomposition's output, so each imports as
+    one operator. Shapes are already inferred; the fused nodes keep the output names."""
+    g = _OnnxGraph(model)
+    shapes = _static_shapes(model)
+    order = {id(n): k for k, n in enumerate(model.graph.node)}
+    removed: set[int] = set()
+    replacement: dict[int, onnx.NodeProto] = {}
+    for node in model.graph.node:
+        if id(node) in removed:
+            continue
+        if node.op_type == "ReduceMean" and node.input[0] in shapes:
+            found = _match_layer_norm(g, node, len(shapes[node.input[0]]))
+            if found is None:
+                continue
+            nodes, parts = found
+            width = shapes[parts["x"]][-1]
+            names = []
+            for key, default in (("gamma", 1.0), ("beta", 0.0)):
+                name = f"{parts['out']}_ln_{key}"
+                value = np.broadcast_to(parts.get(key, np.float32(default)), (width,)).astype(np.float32)
+                model.graph.initializer.append(numpy_helper.from_array(value, name))
+                names.append(name)
+            fused = onnx.helper.make_node("LayerNormalization", [parts["x"], *names], [parts["out"]],
+                                          name=f"{parts['out']}_layernorm", axis=-1, epsilon=parts["epsilon"])
+        elif node.op_type in ("Erf", "Tanh"):
+            found_gelu = _match_gelu(g, node, order)
+            if found_gelu is None:
+                continue
+            nodes, source, kind = found_gelu
+            fused = onnx.helper.make_node("Gelu", [source], [nodes[-1].output[0]], name=f"{nodes[-1].output[0]}_gelu",
+                                          approximate=kind)
+        else:
+            continue
+        removed.update(id(n) for n in nodes)
+        replacement[id(nodes[-1])] = fused
+    if not replacement:
+        return model
+    kept = [replacement.get(id(n), n) for n in model.graph.node if id(n) not in removed or id(n) in replacement]
+    del model.graph.node[:]
+    model.graph.node.extend(kept)
+    return model
 
 
 def _static_shapes(model: onnx.ModelProto) -> dict[str, tuple[int, ...]]:
@@ -771,6 +1149,7 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, n
             break
         model = shape_inference.infer_shapes(_fold_constants(model))
     _check_sizes(model, where, limit)
+    model = _fuse_decompositions(model)
     imp = _Importer(model, label)
     g = imp.graph
     init_names = {i.name for i in model.graph.initializer}

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator, Literal, Mapping
+from typing import Any, Callable, Iterable, Iterator, Literal, Mapping
 
 import numpy as np
 import onnx
@@ -264,6 +264,7 @@ class _Quantizer:
         self.qg = Graph(fg.name + "_int8")
         self.scales: dict[str, float] = {}
         self.skip: set[str] = set()
+        self.masks: dict[str, tuple[str, dict[str, Any]]] = {}
 
     def fused_activation(self, node: Node) -> Node | None:
         out = node.outputs[0]
@@ -355,11 +356,45 @@ class _Quantizer:
         shift = np.clip(np.floor(np.log2(sy * 127.0 / (sx * wmax))), 0, S_MAX).astype(np.int64)
         return sy / (sx * 2.0**shift), np.ones(o, np.int64), shift
 
+    def softmax_mask(self, node: Node, mask: dict[str, Any]) -> bool:
+        """When ``node`` (an Add of a constant or a Where) feeds only a Softmax, record ``mask`` for that Softmax,
+        which applies it in float (an additive -10000 or a -inf fill would otherwise set the int8 scale); True if
+        so."""
+        users = self.fg.consumers(node.outputs[0])
+        if len(users) != 1 or users[0].op != "Softmax" or node.outputs[0] in self.fg.outputs:
+            return False
+        self.masks[node.outputs[0]] = (node.inputs[0], mask)
+        return True
+
+    def add_constant(self, node: Node) -> None:
+        """Add of a constant the frontend could not fold into a Dense bias: a Softmax mask, or a QAffine of the
+        activation and the constant quantized at its own scale (broadcast to the activation's shape)."""
+        x, const = (node.inputs[0], node.inputs[1]) if node.inputs[1] in self.fg.constants else node.inputs[::-1]
+        c = self.fg.constants[const].astype(np.float64)
+        if self.softmax_mask(Node(node.op, node.name, [x, const], node.outputs), {"bias": c}):
+            return
+        shape = self.qg.shape(x)
+        if len(shape) == 4 and _per_channel_const(c, shape[1], 4) is not None:
+            raise QuantizationError(f"Node {node.name!r} adds a constant that could not be folded into a preceding "
+                                    f"Conv2d/Dense; the quantized operator set adds a per-channel constant to an NCHW "
+                                    f"tensor only through a convolution's bias.")
+        out = node.outputs[0]
+        sx, sy = self.scales[x], self.cal.scale(out)
+        sc = max(float(np.abs(c).max()), 1e-6) / 127.0
+        mult, shift = choose_requant(np.array([sx / sy, sc / sy]), np.array([128, 128]))
+        s = int(min(shift))
+        cname = self.qg.unique_name(f"{node.name}_cq")
+        cq = np.clip(np.rint(c / sc), -127, 127).astype(np.int8)
+        self.qg.add_constant(cname, np.ascontiguousarray(np.broadcast_to(cq, shape)))
+        self.qg.add_node("QAffine", node.name, [x, cname], [self.out_tensor(out, sy)],
+                         multipliers=[int(np.clip(round(m * 2**s), 1, M_MAX)) for m in (sx / sy, sc / sy)],
+                         offset=(1 << (s - 1)) if s > 0 else 0, shift=s, lo=-128, hi=127)
+
     def add(self, node: Node) -> None:
         """Add of two activations (+ fused Relu/Clip) -> QAdd."""
         if any(i in self.fg.constants for i in node.inputs):
-            raise QuantizationError(f"Node {node.name!r} adds a constant that could not be folded into a preceding "
-                                    f"Conv2d/Dense; the quantized operator set has no add of a constant.")
+            self.add_constant(node)
+            return
         act = self.fused_activation(node)
         out = act.outputs[0] if act is not None else node.outputs[0]
         a, b = node.inputs
@@ -450,13 +485,59 @@ class _Quantizer:
             op, attrs = "QClip", {"lo": lo, "hi": hi}
         elif op == "Pad":
             attrs["value"] = int(np.clip(np.rint(node.attrs["value"] / sx), -128, 127))
+        elif op == "Where":
+            attrs["fill"] = int(np.clip(np.rint(node.attrs["fill"] / sx), -128, 127))
         self.qg.add_node(op, node.name, [x], [self.out_tensor(out, sx)], **attrs)
 
     def softmax(self, node: Node) -> None:
+        """Softmax -> float32 Softmax at a graph output, else QSoftmax (int8 at its calibrated scale); a mask fused
+        into it (:meth:`softmax_mask`) goes along as attributes."""
         out = node.outputs[0]
-        self.qg.add_tensor(out, self.fg.shape(out), "float32")
-        self.qg.add_node("Softmax", node.name, [node.inputs[0]], [out], axis=node.attrs["axis"],
-                         scale=self.scales[node.inputs[0]])
+        src, mask = self.masks.pop(node.inputs[0], (node.inputs[0], {}))
+        if out in self.fg.outputs:
+            self.qg.add_tensor(out, self.fg.shape(out), "float32")
+            self.qg.add_node("Softmax", node.name, [src], [out], axis=node.attrs["axis"], scale=self.scales[src],
+                             **mask)
+            return
+        self.qg.add_node("QSoftmax", node.name, [src], [self.out_tensor(out, self.cal.scale(out))],
+                         axis=node.attrs["axis"], scale=self.scales[src], out_scale=self.cal.scale(out), **mask)
+
+    def where(self, node: Node) -> None:
+        """Where (a constant mask and fill): fused into a following Softmax, else int8 at the input's scale."""
+        if not self.softmax_mask(node, {"keep": node.attrs["keep"], "fill": float(node.attrs["fill"])}):
+            self.passthrough(node)
+
+    def matmul(self, node: Node) -> None:
+        """MatMul of two operands (activations, or an int8 constant at its own per-tensor scale) -> QMatMul with
+        one (M, S) chosen so that ``acc * M + r`` stays inside int32 for any int8 operands."""
+        operands, scales = [], []
+        for name in node.inputs:
+            if name in self.fg.constants:
+                c = self.fg.constants[name].astype(np.float64)
+                sc = max(float(np.abs(c).max()), 1e-6) / 127.0
+                qname = self.qg.unique_name(f"{name}_q")
+                self.qg.add_constant(qname, np.clip(np.rint(c / sc), -127, 127).astype(np.int8))
+                operands.append(qname)
+                scales.append(sc)
+            else:
+                operands.append(name)
+                scales.append(self.scales[name])
+        out = node.outputs[0]
+        sy = self.cal.scale(out)
+        depth = self.qg.shape(operands[0])[-1]
+        mult, shift = choose_requant(np.array([scales[0] * scales[1] / sy]), np.array([depth * 128 * 128]),
+                                     rounding=True)
+        self.qg.add_node("QMatMul", node.name, operands, [self.out_tensor(out, sy)], multiplier=int(mult[0]),
+                         shift=int(shift[0]))
+
+    def layer_norm(self, node: Node) -> None:
+        """LayerNorm -> QLayerNorm (float64 from the int8 input, see :func:`.qops.layer_norm`)."""
+        x, out = node.inputs[0], node.outputs[0]
+        gamma, beta = (self.fg.constants[name].astype(np.float32) for name in node.inputs[1:3])
+        sy = self.cal.scale(out)
+        self.qg.add_node("QLayerNorm", node.name, [x], [self.out_tensor(out, sy)], axis=node.attrs["axis"],
+                         epsilon=float(node.attrs["epsilon"]), scale=self.scales[x], gamma=gamma, beta=beta,
+                         out_scale=sy)
 
     def run(self) -> Graph:
         fg, qg = self.fg, self.qg
@@ -491,9 +572,10 @@ class _Quantizer:
 
 _HANDLERS = {
     "Conv2d": _Quantizer.linear, "Dense": _Quantizer.linear, "Add": _Quantizer.add, "Mul": _Quantizer.mul,
-    "Concat": _Quantizer.concat, "Softmax": _Quantizer.softmax,
+    "Concat": _Quantizer.concat, "Softmax": _Quantizer.softmax, "MatMul": _Quantizer.matmul,
+    "LayerNorm": _Quantizer.layer_norm, "Where": _Quantizer.where,
     **{op: _Quantizer.passthrough for op in ("Relu", "Clip", "MaxPool", "AvgPool", "GlobalAvgPool", "Reshape", "Pad",
-                                             "Transpose", "Resize")},
+                                             "Transpose", "Resize", "Gather", "Slice")},
     **{op: _Quantizer.lut for op in float_ref.ACTIVATIONS},
 }
 

@@ -219,6 +219,108 @@ def _mini_resnet() -> onnx.ModelProto:
     return b.finish(b.head(x, 10, softmax=True))
 
 
+class _Transformer:
+    """Builds ``bert_tiny`` node by node with onnx.helper (names only: no BatchNorm statistics to measure)."""
+
+    def __init__(self, seed: int, tokens: int, width: int, heads: int) -> None:
+        self.b = OnnxBuilder("bert_tiny", np.zeros((1, tokens, width)), seed)
+        self.tokens, self.width, self.heads = tokens, width, heads
+
+    def const(self, base: str, value: np.ndarray) -> str:
+        return self.b._init(base, value)
+
+    def node(self, op: str, inputs: list[str], **attrs: Any) -> str:
+        return self.b._node(op, inputs, **attrs)
+
+    def linear(self, x: str, cin: int, cout: int) -> str:
+        """MatMul by a ``[cin, cout]`` weight and Add of a bias, as exporters write a linear layer over tokens."""
+        rng = self.b.rng
+        w = (rng.standard_normal((cin, cout)) * np.sqrt(1.0 / cin)).astype(np.float32)
+        bias = (rng.standard_normal(cout) * 0.02).astype(np.float32)
+        return self.node("Add", [self.node("MatMul", [x, self.const("w", w)]), self.const("b", bias)])
+
+    def layer_norm(self, x: str, decomposed: bool) -> str:
+        """LayerNormalization (opset 17), or the ReduceMean/Sub/Pow/Sqrt/Div form older exporters emit."""
+        rng = self.b.rng
+        gamma = self.const("gamma", rng.uniform(0.8, 1.2, self.width).astype(np.float32))
+        beta = self.const("beta", (rng.standard_normal(self.width) * 0.05).astype(np.float32))
+        if not decomposed:
+            return self.node("LayerNormalization", [x, gamma, beta], axis=-1, epsilon=1e-5)
+        mean = self.node("ReduceMean", [x], axes=[-1])
+        d = self.node("Sub", [x, mean])
+        var = self.node("ReduceMean", [self.node("Pow", [d, self.const("two", np.array(2.0, np.float32))])], axes=[-1])
+        std = self.node("Sqrt", [self.node("Add", [var, self.const("eps", np.array(1e-5, np.float32))])])
+        return self.node("Add", [self.node("Mul", [self.node("Div", [d, std]), gamma]), beta])
+
+    def gelu(self, x: str, tanh: bool) -> str:
+        """Gelu as opset 17 exporters write it: the erf form, or the tanh approximation."""
+        def c(v: float) -> str:
+            return self.const("c", np.array(v, np.float32))
+        if tanh:
+            cube = self.node("Mul", [self.node("Pow", [x, c(3.0)]), c(0.044715)])
+            inner = self.node("Mul", [self.node("Add", [x, cube]), c(float(np.sqrt(2.0 / np.pi)))])
+            return self.node("Mul", [self.node("Mul", [x, c(0.5)]), self.node("Add", [self.node("Tanh", [inner]),
+                                                                                      c(1.0)])])
+        erf = self.node("Erf", [self.node("Div", [x, c(float(np.sqrt(2.0)))])])
+        return self.node("Mul", [self.node("Mul", [x, self.node("Add", [erf, c(1.0)])]), c(0.5)])
+
+    def attention(self, x: str, causal: bool) -> str:
+        """Multi-head self-attention: one QKV MatMul, Split, heads by Reshape/Transpose, softmax of the scaled
+        scores with an additive padding mask (or a causal Where mask), P.V, heads merged, output projection."""
+        t, d, h = self.tokens, self.width, self.heads
+        dh = d // h
+        q, k, v = self.b._fresh("q"), self.b._fresh("k"), self.b._fresh("v")
+        self.b.nodes.append(helper.make_node("Split", [self.linear(x, d, 3 * d), self.const("split", np.array(
+            [d, d, d], np.int64))], [q, k, v], name=self.b._fresh("split"), axis=-1))
+        heads = self.const("heads", np.array([0, t, h, dh], np.int64))
+        q, k, v = (self.node("Reshape", [y, heads]) for y in (q, k, v))
+        q = self.node("Transpose", [q], perm=[0, 2, 1, 3])
+        k = self.node("Transpose", [k], perm=[0, 2, 3, 1])
+        v = self.node("Transpose", [v], perm=[0, 2, 1, 3])
+        scores = self.node("Div", [self.node("MatMul", [q, k]), self.const("sqrt_dh", np.array(np.sqrt(dh),
+                                                                                                np.float32))])
+        if causal:
+            keep = np.tril(np.ones((t, t), bool)).reshape(1, 1, t, t)
+            scores = self.node("Where", [self.const("causal", keep), scores,
+                                         self.const("neg_inf", np.array(-np.inf, np.float32))])
+        else:
+            mask = np.zeros((1, 1, 1, t), np.float32)
+            mask[..., t - t // 8:] = -10000.0                        # the last eighth of the tokens is padding
+            scores = self.node("Add", [scores, self.const("mask", mask)])
+        context = self.node("MatMul", [self.node("Softmax", [scores], axis=-1), v])
+        merged = self.node("Reshape", [self.node("Transpose", [context], perm=[0, 2, 1, 3]),
+                                       self.const("merge", np.array([0, t, d], np.int64))])
+        return self.linear(merged, d, d)
+
+    def block(self, x: str, index: int) -> str:
+        """A post-LN encoder block; block 1 uses the decomposed LayerNorm, tanh Gelu and a causal mask, so the zoo
+        model exercises every import path."""
+        other = index % 2 == 1
+        x = self.layer_norm(self.node("Add", [x, self.attention(x, causal=other)]), decomposed=other)
+        hidden = self.gelu(self.linear(x, self.width, 4 * self.width), tanh=other)
+        return self.layer_norm(self.node("Add", [x, self.linear(hidden, 4 * self.width, self.width)]),
+                               decomposed=other)
+
+
+def _bert_tiny() -> onnx.ModelProto:
+    """A BERT-style encoder: ``[N, 32, 64]`` token embeddings -> ``[N, 10]`` logits (see the module docstring)."""
+    tokens, width, layers, classes = 32, 64, 2, 10
+    tb = _Transformer(seed=27, tokens=tokens, width=width, heads=4)
+    table = (tb.b.rng.standard_normal((64, width)) * 0.5).astype(np.float32)
+    positions = tb.node("Gather", [tb.const("pos_table", table), tb.const("pos_ids", np.arange(tokens))], axis=0)
+    x = tb.layer_norm(tb.node("Add", ["input", positions]), decomposed=False)
+    for index in range(layers):
+        x = tb.block(x, index)
+    cls = tb.node("Gather", [x, tb.const("cls", np.array(0, np.int64))], axis=1)   # the first token: [N, width]
+    w1 = (tb.b.rng.standard_normal((width, width)) * np.sqrt(1.0 / width)).astype(np.float32)
+    pooled = tb.node("Tanh", [tb.node("Gemm", [cls, tb.const("pool_w", w1), tb.const("pool_b", np.zeros(
+        width, np.float32))])])
+    w2 = (tb.b.rng.standard_normal((classes, width)) * np.sqrt(1.0 / width)).astype(np.float32)
+    logits = tb.node("Gemm", [pooled, tb.const("fc_w", w2), tb.const("fc_b", np.zeros(classes, np.float32))],
+                     transB=1)
+    return tb.b.finish((logits, np.zeros((1, classes), np.float32)))
+
+
 def _efficientnet_lite0() -> onnx.ModelProto:
     """The pretrained EfficientNet-Lite0, exported by :func:`.efficientnet.export_onnx` (needs the ``efficientnet``
     extra)."""
@@ -233,6 +335,7 @@ _BUILDERS: dict[str, Callable[[], onnx.ModelProto]] = {
     "tiny_cnn": _tiny_cnn,
     "mini_resnet": _mini_resnet,
     "efficientnet_lite0": _efficientnet_lite0,
+    "bert_tiny": _bert_tiny,
 }
 
 def calibration_data(name: str) -> np.ndarray | None:

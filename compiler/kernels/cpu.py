@@ -480,14 +480,18 @@ CPU_OPS: dict[str, Callable[[Node, list[np.ndarray]], np.ndarray]] = {
     "GlobalAvgPool": lambda n, v: global_avgpool(v[0]),
     "Reshape": lambda n, v: v[0].reshape(n.attrs["shape"]),
     "Pad": lambda n, v: qops.pad(v[0], n.attrs["pads"], n.attrs["value"]),
-    "Softmax": lambda n, v: softmax(v[0], n.attrs["scale"], n.attrs["axis"]),
+    "Softmax": lambda n, v: qops.QOPS["Softmax"](n, v) if "bias" in n.attrs or "keep" in n.attrs else
+    softmax(v[0], n.attrs["scale"], n.attrs["axis"]),
     "QLut": lambda n, v: lut(v[0], n.attrs["table"]),
     "Transpose": qops.QOPS["Transpose"],
     "Resize": qops.QOPS["Resize"],
     "QuantizeZp": qops.QOPS["QuantizeZp"],              # pre-quantized models' zero-point ops: the reference
     "DequantizeZp": qops.QOPS["DequantizeZp"],
     "QAffine": qops.QOPS["QAffine"],
+    **{op: qops.QOPS[op] for op in ("QSoftmax", "QMatMul", "QLayerNorm", "Gather", "Slice", "Where")},
 }
+"""The transformer operators run through the integer reference (:mod:`.qops`), bit-exact by construction; a masked
+Softmax too (the kernel has no mask)."""
 
 
 def run_node(graph: Graph, node: Node, values: Mapping[str, np.ndarray]) -> np.ndarray:

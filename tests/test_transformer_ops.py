@@ -1,0 +1,258 @@
+"""Transformer operators (compiler/frontend/onnx_frontend.py, float_ref.py, quantize.py, compiler/qops.py) and the
+bert_tiny zoo model: each operator against ONNX Runtime in float and its quantized graph on the CPU path against the
+integer reference; the LayerNorm and Gelu decompositions fused into one node; MatMuls over tokens as accelerator
+convolutions; bert_tiny end to end on fsim."""
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from vta.compiler import qops
+from vta.compiler.frontend import zoo
+from vta.compiler.frontend.float_ref import run_float
+from vta.compiler.frontend.onnx_frontend import UnsupportedOperatorError, import_onnx
+from vta.compiler.frontend.quantize import quantize
+from vta.compiler.ir import node_macs
+from vta.compiler.kernels import cpu
+from vta.config import VTAConfig
+
+RNG = np.random.default_rng(27)
+
+
+def _model(nodes, inputs, inits=(), opset=17):
+    graph = helper.make_graph(nodes, "ops", [helper.make_tensor_value_info(k, TensorProto.FLOAT, list(v.shape))
+                                             for k, v in inputs.items()],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(np.asarray(v), k) for k, v in inits])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 9
+    return model
+
+
+def _x(*shape, spread=1.0):
+    return (RNG.standard_normal(shape) * spread).astype(np.float32)
+
+
+def _check(model, feeds, *, steps=3.0):
+    """Float import == ONNX Runtime; the quantized graph on the CPU path == the integer reference and within
+    ``steps`` output steps of ONNX Runtime. Returns (float graph, quantized graph)."""
+    want = ort.InferenceSession(model.SerializeToString()).run(None, feeds)[0]
+    graph = import_onnx(model)
+    np.testing.assert_allclose(run_float(graph, feeds)["y"], want, atol=2e-5, rtol=1e-4)
+    qgraph = quantize(graph, feeds)
+    got = cpu.run_cpu(qgraph, feeds)["y"]
+    np.testing.assert_array_equal(got, qops.run_reference(qgraph, feeds)["y"])
+    s_out = next(n.attrs["scale"] for n in qgraph.nodes if n.op == "Dequantize")
+    assert np.abs(got - want).max() <= steps * s_out
+    return graph, qgraph
+
+
+def _ops(graph):
+    return [n.op for n in graph.nodes]
+
+
+# ---- MatMul ---------------------------------------------------------------------------------------------------------
+def test_matmul_of_two_activations_broadcasts():
+    a, b = _x(2, 3, 8, 16), _x(1, 3, 16, 5)
+    graph, qgraph = _check(_model([helper.make_node("MatMul", ["a", "b"], ["y"])], {"a": a, "b": b}),
+                           {"a": a, "b": b})
+    assert _ops(graph) == ["MatMul"] and "QMatMul" in _ops(qgraph)
+    assert node_macs(graph, graph.nodes[0]) == 2 * 3 * 8 * 5 * 16
+
+
+def test_matmul_over_tokens_is_a_convolution_with_its_bias():
+    x, w, b = _x(2, 6, 16), _x(16, 24, spread=0.3), _x(24)
+    model = _model([helper.make_node("MatMul", ["x", "w"], ["t"]), helper.make_node("Add", ["t", "b"], ["y"])],
+                   {"x": x}, [("w", w), ("b", b)])
+    graph, qgraph = _check(model, {"x": x})
+    conv = next(n for n in graph.nodes if n.op == "Conv2d")
+    assert graph.shape(conv.inputs[0]) == (1, 16, 12, 1) and len(conv.inputs) == 3     # every token row, the bias
+    assert "Add" not in _ops(graph) and "QConv2d" in _ops(qgraph)
+
+
+def test_matmul_refusals():
+    a = _x(4)
+    with pytest.raises(UnsupportedOperatorError, match="operands of rank 1 and 2; both must have rank 2 or more"):
+        import_onnx(_model([helper.make_node("MatMul", ["a", "w"], ["y"])], {"a": a}, [("w", _x(4, 3))]))
+
+
+def test_qmatmul_rounds_half_up_in_int64():
+    a = np.array([[10, -3], [-10, 3]], np.int8)
+    b = np.array([[2], [1]], np.int8)
+    assert qops.qmatmul(a, b, 3, 2).tolist() == [[(17 * 3 + 2) >> 2], [(-17 * 3 + 2) >> 2]] == [[13], [-13]]
+    assert qops.qmatmul(a, b, 32767, 0).tolist() == [[127], [-128]]
+    with pytest.raises(ValueError, match="a's last axis must equal b's second to last"):
+        qops.qmatmul(a, b.T, 1, 0)
+
+
+# ---- LayerNorm and Gelu, and their decompositions -------------------------------------------------------------------
+def _layer_norm_decomposed(x, gamma, beta):
+    nodes = [helper.make_node("ReduceMean", ["x"], ["m"], axes=[-1]), helper.make_node("Sub", ["x", "m"], ["d"]),
+             helper.make_node("Pow", ["d", "two"], ["p"]), helper.make_node("ReduceMean", ["p"], ["v"], axes=[-1]),
+             helper.make_node("Add", ["v", "eps"], ["ve"]), helper.make_node("Sqrt", ["ve"], ["s"]),
+             helper.make_node("Div", ["d", "s"], ["n"]), helper.make_node("Mul", ["n", "g"], ["ng"]),
+             helper.make_node("Add", ["ng", "b"], ["y"])]
+    inits = [("two", np.array(2.0, np.float32)), ("eps", np.array(1e-5, np.float32)), ("g", gamma), ("b", beta)]
+    return _model(nodes, {"x": x}, inits)
+
+
+@pytest.mark.parametrize("decomposed", [False, True])
+def test_layer_norm(decomposed):
+    x, gamma, beta = _x(1, 10, 32, spread=3.0) + 1.0, RNG.uniform(0.5, 1.5, 32).astype(np.float32), _x(32) * 0.1
+    if decomposed:
+        model = _layer_norm_decomposed(x, gamma, beta)
+    else:
+        model = _model([helper.make_node("LayerNormalization", ["x", "g", "b"], ["y"], axis=-1, epsilon=1e-5)],
+                       {"x": x}, [("g", gamma), ("b", beta)])
+    graph, qgraph = _check(model, {"x": x})
+    assert _ops(graph) == ["LayerNorm"] and "QLayerNorm" in _ops(qgraph)
+
+
+def test_qops_layer_norm_is_scale_free_but_for_epsilon():
+    x = RNG.integers(-128, 128, (3, 16)).astype(np.int8)
+    ones, zeros = np.ones(16, np.float32), np.zeros(16, np.float32)
+    a = qops.layer_norm(x, 0.5, ones, zeros, 1 / 32, epsilon=0.0)
+    assert np.array_equal(a, qops.layer_norm(x, 0.01, ones, zeros, 1 / 32, epsilon=0.0))
+    real = x.astype(np.float64)
+    want = (real - real.mean(-1, keepdims=True)) / real.std(-1, keepdims=True)
+    assert np.abs(a * (1 / 32) - want).max() <= 0.5 / 32 + 1e-9
+
+
+def _gelu_nodes(tanh):
+    if tanh:
+        nodes = [helper.make_node("Pow", ["x", "three"], ["c"]), helper.make_node("Mul", ["c", "k"], ["ck"]),
+                 helper.make_node("Add", ["x", "ck"], ["s"]), helper.make_node("Mul", ["s", "r"], ["sr"]),
+                 helper.make_node("Tanh", ["sr"], ["t"]), helper.make_node("Add", ["t", "one"], ["t1"]),
+                 helper.make_node("Mul", ["half", "x"], ["hx"]), helper.make_node("Mul", ["hx", "t1"], ["y"])]
+        inits = [("three", 3.0), ("k", 0.044715), ("r", np.sqrt(2 / np.pi)), ("one", 1.0), ("half", 0.5)]
+    else:                                                # torch's export: x * 0.5 * (1 + erf(x / sqrt 2))
+        nodes = [helper.make_node("Div", ["x", "sq2"], ["d"]), helper.make_node("Erf", ["d"], ["e"]),
+                 helper.make_node("Add", ["e", "one"], ["e1"]), helper.make_node("Mul", ["x", "e1"], ["xe"]),
+                 helper.make_node("Mul", ["xe", "half"], ["y"])]
+        inits = [("sq2", np.sqrt(2.0)), ("one", 1.0), ("half", 0.5)]
+    return nodes, [(k, np.array(v, np.float32)) for k, v in inits]
+
+
+@pytest.mark.parametrize("form", ["opset20", "erf", "tanh"])
+def test_gelu_becomes_one_lookup_table(form):
+    x = _x(1, 8, 40, spread=2.0)
+    if form == "opset20":
+        model = _model([helper.make_node("Gelu", ["x"], ["y"], approximate="tanh")], {"x": x}, opset=20)
+    else:
+        model = _model(*_gelu_nodes(form == "tanh")[:1], {"x": x}, _gelu_nodes(form == "tanh")[1])
+    graph, qgraph = _check(model, {"x": x})
+    assert _ops(graph) == ["Gelu"] and _ops(qgraph) == ["Quantize", "QLut", "Dequantize"]
+    assert graph.nodes[0].attrs["approximate"] == ("none" if form == "erf" else "tanh")
+
+
+def test_a_gelu_lookalike_is_not_fused():
+    nodes, inits = _gelu_nodes(False)
+    inits = [(k, np.array(0.6, np.float32)) if k == "half" else (k, v) for k, v in inits]
+    x = _x(1, 4, spread=2.0)
+    with pytest.raises(UnsupportedOperatorError, match="only Add takes two activations"):
+        import_onnx(_model(nodes, {"x": x}, inits))
+
+
+# ---- Softmax and masks ----------------------------------------------------------------------------------------------
+def _attention_scores(mask_nodes, inits, axis=-1):
+    x = _x(1, 2, 6, 6, spread=2.0)
+    nodes = mask_nodes + [helper.make_node("Softmax", ["z"], ["p"], axis=axis),
+                          helper.make_node("Transpose", ["p"], ["y"], perm=[0, 1, 3, 2])]
+    return _model(nodes, {"x": x}, inits), {"x": x}
+
+
+@pytest.mark.parametrize("axis", [1, 2, -1])
+def test_softmax_inside_the_graph_has_an_int8_output(axis):
+    model, feeds = _attention_scores([helper.make_node("Identity", ["x"], ["z"])], [], axis)
+    _, qgraph = _check(model, feeds)
+    node = next(n for n in qgraph.nodes if n.op == "QSoftmax")
+    assert qgraph.tensors[node.outputs[0]].dtype == "int8"
+
+
+def test_additive_mask_is_applied_in_float():
+    mask = np.where(np.tril(np.ones((6, 6))) > 0, 0.0, -10000.0).astype(np.float32).reshape(1, 1, 6, 6)
+    model, feeds = _attention_scores([helper.make_node("Add", ["x", "mask"], ["z"])], [("mask", mask)])
+    _, qgraph = _check(model, feeds)
+    node = next(n for n in qgraph.nodes if n.op == "QSoftmax")
+    assert "bias" in node.attrs and "Add" not in _ops(qgraph)
+    out = qops.run_reference(qgraph, feeds, keep_all=True)[node.outputs[0]]
+    assert (out[0, 0][mask[0, 0] < 0] == 0).all()
+
+
+def test_causal_where_mask():
+    keep = np.tril(np.ones((1, 1, 6, 6), bool))
+    model, feeds = _attention_scores([helper.make_node("Where", ["keep", "x", "fill"], ["z"])],
+                                     [("keep", keep), ("fill", np.array(-np.inf, np.float32))])
+    graph, qgraph = _check(model, feeds)
+    assert "Where" in _ops(graph) and "Where" not in _ops(qgraph)
+
+
+def test_where_refusals():
+    x = _x(1, 4)
+    model = _model([helper.make_node("Where", ["keep", "x", "fill"], ["y"])], {"x": x},
+                   [("keep", np.array([True, False, True, True])), ("fill", np.zeros(4, np.float32))])
+    with pytest.raises(UnsupportedOperatorError, match=r"a constant of shape \(4,\) \(only a scalar\)"):
+        import_onnx(model)
+
+
+def test_masked_softmax_rows_sum_to_one():
+    x = RNG.integers(-128, 128, (2, 5)).astype(np.int8)
+    keep = np.array([True, True, False, True, False])
+    p = qops.softmax(x, 0.05, -1, keep=keep, fill=-np.inf)
+    assert np.allclose(p.sum(-1), 1.0) and (p[:, ~keep] == 0).all()
+
+
+# ---- token and head axes --------------------------------------------------------------------------------------------
+def test_split_slice_concat_over_heads():
+    x = _x(1, 8, 12)
+    nodes = [helper.make_node("Split", ["x", "sizes"], ["a", "b", "c"], axis=-1),
+             helper.make_node("Slice", ["b", "starts", "ends", "axes", "steps"], ["s"]),
+             helper.make_node("Concat", ["c", "s", "a"], ["y0"], axis=1),
+             helper.make_node("Reshape", ["y0", "heads"], ["y1"]),
+             helper.make_node("Transpose", ["y1"], ["y"], perm=[0, 2, 1, 3])]
+    inits = [("sizes", np.array([4, 4, 4], np.int64)), ("starts", np.array([-1], np.int64)),
+             ("ends", np.array([-100], np.int64)), ("axes", np.array([1], np.int64)), ("steps", np.array([-2], np.int64)),
+             ("heads", np.array([0, 20, 2, 2], np.int64))]
+    graph, _ = _check(_model(nodes, {"x": x}, inits), {"x": x})
+    assert _ops(graph).count("Slice") == 4
+
+
+def test_gather_a_token_and_refuse_computed_indices():
+    x = _x(1, 8, 12)
+    model = _model([helper.make_node("Gather", ["x", "i"], ["y"], axis=1)], {"x": x}, [("i", np.array(-8))])
+    graph, _ = _check(model, {"x": x})
+    assert graph.shape("y") == (1, 12) and graph.nodes[0].attrs["indices"] == 0
+    ids = _model([helper.make_node("Gather", ["table", "x"], ["y"])], {"x": x}, [("table", _x(10, 4))])
+    with pytest.raises(UnsupportedOperatorError, match="an embedding lookup of computed indices"):
+        import_onnx(ids)
+
+
+# ---- the zoo model, end to end ---------------------------------------------------------------------------------------
+def test_bert_tiny_imports_every_pattern_and_matches_onnxruntime():
+    model = zoo.build_model("bert_tiny")
+    assert model.SerializeToString() == zoo.build_model("bert_tiny").SerializeToString()
+    x = _x(1, 32, 64)
+    want = ort.InferenceSession(model.SerializeToString()).run(None, {"input": x})[0]
+    graph = import_onnx(model)
+    np.testing.assert_allclose(run_float(graph, {"input": x})["output"], want, atol=1e-4)
+    ops = _ops(graph)
+    assert ops.count("LayerNorm") == 5 and ops.count("Gelu") == 2 and ops.count("Conv2d") == 8
+    assert ops.count("MatMul") == 4 and ops.count("Where") == 1 and ops.count("Gather") == 1
+
+
+def test_bert_tiny_on_fsim_puts_the_linear_layers_on_the_accelerator(tmp_path, monkeypatch):
+    from vta.compiler.pipeline import compile_model
+    from vta.compiler.runtime.compiled import AccelStep
+    from vta.compiler.runtime.executor import run
+    monkeypatch.setenv("VTA_CACHE_DIR", str(tmp_path))
+    compiled = compile_model("bert_tiny", VTAConfig(), calib=2)
+    accel = [s for s in compiled.steps if isinstance(s, AccelStep)]
+    assert len(accel) == 8 and {s.node.op for s in accel} == {"QConv2d"}
+    assert all(s.predicted_cycles > 0 for s in accel)
+    graph = compiled.graph
+    x = {"input": _x(1, 32, 64)}
+    out = run(compiled, x, target="fsim")
+    np.testing.assert_array_equal(out.outputs["output"], qops.run_reference(graph, x)["output"])
+    assert sum(layer.where == "accel" for layer in out.layers) == 8
