@@ -213,7 +213,8 @@ def test_split_slice_concat_over_heads():
              helper.make_node("Reshape", ["y0", "heads"], ["y1"]),
              helper.make_node("Transpose", ["y1"], ["y"], perm=[0, 2, 1, 3])]
     inits = [("sizes", np.array([4, 4, 4], np.int64)), ("starts", np.array([-1], np.int64)),
-             ("ends", np.array([-100], np.int64)), ("axes", np.array([1], np.int64)), ("steps", np.array([-2], np.int64)),
+             ("ends", np.array([-100], np.int64)), ("axes", np.array([1], np.int64)),
+             ("steps", np.array([-2], np.int64)),
              ("heads", np.array([0, 20, 2, 2], np.int64))]
     graph, _ = _check(_model(nodes, {"x": x}, inits), {"x": x})
     assert _ops(graph).count("Slice") == 4
