@@ -1,19 +1,19 @@
 """ONNX -> float graph IR (:mod:`.ir`), with shapes from ``onnx.shape_inference`` and BatchNorm folded into convs.
 
-Supported ONNX operators (see :data:`RULES`): Conv (any kernel, stride, padding, groups; dilation 1), Gemm, MatMul
-(by a constant ``[K, O]``: a Dense, or over tokens ``[..., K]`` a 1x1 Conv2d of every token row; else of two
-activations or a constant of rank > 2, batched with broadcasting), BatchNormalization (folded into the preceding
-Conv/Gemm, else a depthwise 1x1 Conv), Relu, Clip, Add, Sub/Mul/Div by a constant, MaxPool, AveragePool,
-GlobalAveragePool (or ReduceMean over H, W), Flatten, Reshape, Squeeze, Unsqueeze, Pad (constant mode), Concat (constant operands too), Softmax, Sigmoid, HardSigmoid, HardSwish,
-Transpose, DepthToSpace (DCR and CRD: a Reshape, a Transpose and a Reshape), Resize (nearest and linear; see
-:data:`RESIZE_COORDINATE_MODES`), the no-ops Identity and Dropout, and for transformers LayerNormalization, Gelu,
-Tanh, Gather (constant indices), Slice, Split (one Slice per output) and Where (a constant condition and a scalar
+Supported ONNX operators (see :data:`RULES`): Conv (any kernel, stride, padding, groups; dilation 1), Gemm, MatMul (by a
+constant ``[K, O]``: a Dense, or over tokens ``[..., K]`` a 1x1 Conv2d of every token row; else of two activations or a
+constant of rank > 2, batched with broadcasting), BatchNormalization (folded into the preceding Conv/Gemm, else a
+depthwise 1x1 Conv), Relu, Clip, Add, Sub/Mul/Div by a constant, MaxPool, AveragePool, GlobalAveragePool (or ReduceMean
+over H, W), Flatten, Reshape, Squeeze, Unsqueeze, Pad (constant mode), Concat (constant operands too), Softmax, Sigmoid,
+HardSigmoid, HardSwish, Transpose, DepthToSpace (DCR and CRD: a Reshape, a Transpose and a Reshape), Resize (nearest and
+linear; see :data:`RESIZE_COORDINATE_MODES`), the no-ops Identity and Dropout, and for transformers LayerNormalization,
+Gelu, Tanh, Gather (constant indices), Slice, Split (one Slice per output) and Where (a constant condition and a scalar
 fill: a causal mask). Before the rules run, the decompositions exporters emit for opsets without those operators are
-fused back into one node (:func:`_fuse_decompositions`): LayerNorm's ReduceMean/Sub/Pow/ReduceMean/Add/Sqrt/Div
-(+ Mul gamma, Add beta) over the last axis, and Gelu's Erf and Tanh forms, recognised as any closed element-wise
-region around an Erf or Tanh that computes Gelu on sample values, whatever the order of its operands. MaxPool and
-AveragePool take 1D, 2D and 3D windows: a 1D pool is a 2D pool of one row, a 3D pool a 2D pool over (H, W) then
-one over D (max and mean are separable; both between Reshapes). Subgraphs computing constants (shape arithmetic) are evaluated at import.
+fused back into one node (:func:`_fuse_decompositions`): LayerNorm's ReduceMean/Sub/Pow/ReduceMean/Add/Sqrt/Div (+ Mul
+gamma, Add beta) over the last axis, and Gelu's Erf and Tanh forms, recognised as any closed element-wise region around
+an Erf or Tanh that computes Gelu on sample values, whatever the order of its operands. MaxPool and AveragePool take 1D,
+2D and 3D windows: a 1D pool is a 2D pool of one row, a 3D pool a 2D pool over (H, W) then one over D (max and mean are
+separable; both between Reshapes). Subgraphs computing constants (shape arithmetic) are evaluated at import.
 
 A model with nodes the rules cannot import raises one :class:`UnsupportedOperatorError` listing every such node (the
 op, the node, and the attribute, input or shape that is the problem), not only the first. A tensor whose size
