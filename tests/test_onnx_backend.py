@@ -70,21 +70,22 @@ REFUSALS: list[tuple[str, str]] = [
     (r"^test_constant_pad_(negative_)?axes", r"'Pad' .*the axes input"),
     (r"^test_reduce_mean_", r"only the mean over axes \(2, 3\) of an NCHW tensor"),
     (r"^test_dropout_(default|random)_old", r"uses ONNX opset 11; the frontend supports opsets 13 to 22"),
-    # a scalar or empty graph input (Dropout's ratio, Clip's bounds read by Less/Where, a 0-sized dimension): the
-    # frontend asks for static shapes it does not record
+    (r"^test_dropout_default_mask$", r"its mask output 'z' is used; the lab runs Dropout in inference mode"),
+    # a scalar graph input (Dropout's ratio, Clip's bounds read by Less/Where) or a 0-sized dimension
     (r"^test_(training_)?dropout_.*(ratio|mask)$|^test_training_dropout(_default)?$|^test_clip(_.*)?_expanded$",
-     r"Shape inference found no static shape for tensor '(r|min|max)'"),
-    (r"^test_reshape_allowzero_reordered", r"Shape inference found no static shape for tensor 'data'"),
+     r"Tensor '(r|min|max)' is a scalar computed at run time; the lab computes tensors of rank 1 or more"),
+    (r"^test_reshape_allowzero_reordered", r"Tensor 'data' has shape 0x3x4, with a dimension of size 0"),
+    (r"^test_constant$", r"graph output\(s\) 'values' that are constants .*the lab compiles computations only"),
+    (r"^test_batchnorm_.*_training_mode$", r"training_mode=1 .*the lab runs inference"),
     (r"^test_hardswish_expanded", r"'Mul' \(node .*only Add takes two activations"),
     (r"^test_softmax_.*_expanded", r"- ReduceMax \(node .*\): no rule for this operator"),
 ]
 """(case name pattern, message pattern): why the lab refuses a case when it does (searched with re.search, the first
 name pattern that matches)."""
 
-KNOWN_DEFECTS = (r"^test_constant_(fsim|cpu)$", r"^test_dropout_default_mask_(fsim|cpu)$",
-                 r"^test_batchnorm_.*_training_mode_(fsim|cpu)$")
-"""Valid models the frontend reports as malformed (a Constant node as the graph output, Dropout's mask,
-BatchNormalization's running statistics): a frontend defect, expected to fail until fixed."""
+KNOWN_DEFECTS: tuple[str, ...] = ()
+"""Valid models the frontend reports wrongly (as malformed): expected failures until fixed. None today: a Constant
+node as the graph output, Dropout's mask and BatchNormalization's training mode are refused with their reasons."""
 
 
 @cache

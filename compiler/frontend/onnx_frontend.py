@@ -100,10 +100,18 @@ class _Importer:
         self.shapes: dict[str, tuple[int, ...]] = {}
         self.alias: dict[str, str] = {}
         self.consts: dict[str, np.ndarray] = {}
+        self.empty: dict[str, tuple[int, ...]] = {}
+        """Tensors whose static shape the lab cannot compute: scalars (shape ``()``) and shapes with a dimension of
+        size 0, refused by name when used."""
         for vi in list(model.graph.value_info) + list(model.graph.input) + list(model.graph.output):
-            dims = tuple(d.dim_value for d in vi.type.tensor_type.shape.dim)
+            tt = vi.type.tensor_type
+            dims = tuple(d.dim_value for d in tt.shape.dim)
+            if not tt.HasField("shape"):
+                continue
             if dims and all(d > 0 for d in dims):
                 self.shapes[vi.name] = dims
+            elif all(d.HasField("dim_value") for d in tt.shape.dim):  # a scalar, or a dimension of size 0
+                self.empty[vi.name] = dims
         for init in model.graph.initializer:
             self.consts[init.name] = numpy_helper.to_array(init)
         self.uses: dict[str, int] = {}
@@ -127,10 +135,7 @@ class _Importer:
         tensor = self.name(tensor)
         if tensor in self.graph.tensors:
             return self.graph.tensors[tensor].shape
-        if tensor in self.shapes:
-            return self.shapes[tensor]
-        raise GraphError(f"Shape inference found no static shape for tensor {tensor!r}; give the model static input "
-                         f"shapes.")
+        return self.shapes_of(tensor)
 
     def use_const(self, tensor: str, value: np.ndarray | None = None) -> str:
         """Register an initializer (or a computed constant) as a float32 graph constant; returns its name."""
@@ -172,6 +177,13 @@ class _Importer:
         return self.const(node.input[index])
 
     def shapes_of(self, tensor: str) -> tuple[int, ...]:
+        if tensor in self.empty and not self.empty[tensor]:
+            raise GraphError(f"Tensor {tensor!r} is a scalar computed at run time; the lab computes tensors of rank 1 "
+                             f"or more (a scalar parameter, such as Dropout's ratio or Clip's bounds, must be a "
+                             f"constant initializer).")
+        if tensor in self.empty:
+            raise GraphError(f"Tensor {tensor!r} has shape {'x'.join(map(str, self.empty[tensor]))}, with a "
+                             f"dimension of size 0: the lab does not compute empty tensors.")
         if tensor not in self.shapes:
             raise GraphError(f"Shape inference found no static shape for tensor {tensor!r}; give the model static "
                              f"input shapes.")
@@ -262,6 +274,10 @@ def _absorb_pad(imp: _Importer, tensor: str) -> tuple[str, tuple[int, int, int, 
 
 
 def _batchnorm(imp: _Importer, node: onnx.NodeProto) -> None:
+    if _attrs(node).get("training_mode", 0):
+        raise UnsupportedOperatorError(node.op_type, node.name or f"<unnamed, writes {node.output[0]}>",
+                                       "training_mode=1 (batch statistics and running-statistics outputs); the lab "
+                                       "runs inference, with the model's mean and var")
     eps = float(_attrs(node).get("epsilon", 1e-5))
     params = [imp.const_input(node, k, what) for k, what in enumerate(("", "scale", "B", "input_mean", "input_var"))
               if k]
@@ -671,6 +687,20 @@ def _alias(imp: _Importer, node: onnx.NodeProto) -> None:
     imp.alias[node.output[0]] = imp.name(node.input[0])
 
 
+def _dropout(imp: _Importer, node: onnx.NodeProto) -> None:
+    """Dropout in inference mode: an identity. Its mask output and training mode have no inference meaning."""
+    training = imp.const_input(node, 2, "training_mode")
+    if training is not None and bool(np.asarray(training).any()):
+        raise UnsupportedOperatorError(node.op_type, node.name or f"<unnamed, writes {node.output[0]}>",
+                                       "training_mode is true; the lab runs inference, where Dropout is an identity")
+    if len(node.output) > 1 and node.output[1] and (imp.uses.get(node.output[1], 0)
+                                                   or node.output[1] in imp.graph_outputs):
+        raise UnsupportedOperatorError(node.op_type, node.name or f"<unnamed, writes {node.output[0]}>",
+                                       f"its mask output {node.output[1]!r} is used; the lab runs Dropout in "
+                                       f"inference mode, as an identity, and computes no mask")
+    _alias(imp, node)
+
+
 def _constant(imp: _Importer, node: onnx.NodeProto) -> None:
     imp.consts[node.output[0]] = numpy_helper.to_array(_attrs(node)["value"])
 
@@ -710,7 +740,7 @@ RULES: dict[str, Callable[[_Importer, onnx.NodeProto], None]] = {
     "Split": _split,
     "Where": _where,
     "Identity": _alias,
-    "Dropout": _alias,
+    "Dropout": _dropout,
     "Constant": _constant,
 }
 
@@ -1164,6 +1194,11 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, n
         g.add_tensor(vi.name, imp.shapes_of(vi.name), "float32")
         g.inputs.append(vi.name)
     _apply_rules(imp, model, where)
+    constant = [o.name for o in model.graph.output if imp.name(o.name) in imp.consts]
+    if constant:
+        raise GraphError(f"The model {where} has graph output(s) {', '.join(map(repr, constant))} that are constants "
+                         f"(an initializer or a Constant node): it computes nothing for them, and the lab compiles "
+                         f"computations only.")
     g.outputs = [imp.name(o.name) for o in model.graph.output]
     for out in model.graph.output:
         target = imp.name(out.name)
