@@ -44,7 +44,7 @@ from .pipeline import check_inputs, compile_graph
 from .runtime.compiled import Compiled
 from .runtime.executor import run
 
-__all__ = ["VtaBackend", "VtaBackendRep", "DEVICES", "CONSTANT_INPUTS"]
+__all__ = ["VtaBackend", "VtaBackendRep", "DEVICES", "CONSTANT_INPUTS", "restamp"]
 
 DEVICES = ("fsim", "cpu", "tsim")
 """The targets a model runs on (:mod:`vta.backend`): the functional simulator (accelerator layers, the rest on the
@@ -203,7 +203,7 @@ class VtaBackend(Backend):
             raise TypeError(f"calibration must be a dict input name -> [N, ...] array, not "
                             f"{type(calibration).__name__}")
         target = _target(device)
-        return VtaBackendRep(_restamp(onnx.ModelProto.FromString(model.SerializeToString())), target=target,
+        return VtaBackendRep(restamp(onnx.ModelProto.FromString(model.SerializeToString())), target=target,
                              cfg=cfg, calibration=calibration)
 
     @classmethod
@@ -275,7 +275,7 @@ def _freeze(model: onnx.ModelProto, values: Mapping[str, np.ndarray]) -> onnx.Mo
     return out
 
 
-def _restamp(model: onnx.ModelProto) -> onnx.ModelProto:
+def restamp(model: onnx.ModelProto) -> onnx.ModelProto:
     """``model`` stamped with the frontend's highest opset when its own (above it) names the same operators (see
     the module doc); else ``model`` unchanged."""
     hi = SUPPORTED_OPSETS[1]

@@ -34,6 +34,7 @@ import onnx.backend.test
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnx.backend.test.loader import load_model_tests
+from test_onnx_node_cases import OPERATOR_REFUSALS
 
 from vta.compiler.frontend.onnx_frontend import UnsupportedModelError, UnsupportedOperatorError, UnsupportedOpsetError
 from vta.compiler.frontend.quantize import QuantizationError
@@ -55,13 +56,7 @@ LAB_ERRORS = (UnsupportedOperatorError, UnsupportedOpsetError, QuantizationError
 _TYPE = r"Graph input '\w+' has ONNX element type [A-Z0-9]+; only float32 inputs are supported"
 REFUSALS: list[tuple[str, str]] = [
     (r"_u?int(8|16|32|64)|_sequence|_opt$|^test_(edge|reflect|wrap)_pad", _TYPE),
-    (r"resize_.*cubic", r"mode 'cubic' \(only 'nearest' and 'linear'\)"),
-    (r"resize_tf_crop_and_resize", r"coordinate_transformation_mode 'tf_crop_and_resize' \(only half_pixel"),
-    (r"resize_.*antialias", r"antialias=1 \(only 0\)"),
-    (r"resize_.*not_(larger|smaller)", r"keep_aspect_ratio_policy 'not_(larger|smaller)' \(only 'stretch'\)"),
-    (r"pool_.*dilations", r"dilations \[2, 2(, 2)?\] \(only 1\)"),
-    (r"pool_.*ceil(?!_mode_is_False)", r"ceil_mode=1 \(only 0\)"),
-    (r"maxpool_with_argmax", r"'MaxPool' \(node .*the Indices output"),
+    *OPERATOR_REFUSALS,
     (r"^test_add_bcast", r"Add operands must have equal shapes"),
     (r"^test_sub(_example|_bcast)?_", r"adds a constant that could not be folded into a preceding Conv2d/Dense"),
     (r"^test_gemm_default_matrix_bias", r"a bias C of 12 values for 4 outputs \(only per-output biases\)"),

@@ -16,7 +16,8 @@ How the cases are prepared, the same for every case:
   initializers with the case's values: the lab compiles a model for fixed parameters;
 * a case stamped with an opset above the frontend's 22 only because an operator's later revision widened its
   element types (Transpose-25, DepthToSpace-28, Reshape-25...) is re-stamped 22 when every node's schema at the
-  case's opset has the same documentation, attributes, inputs and outputs as at opset 22 (:func:`_restamp`).
+  case's opset has the same documentation, attributes, inputs and outputs as at opset 22
+  (:func:`vta.compiler.onnx_backend.restamp`, as the lab's ONNX backend does).
 """
 from __future__ import annotations
 
@@ -30,9 +31,10 @@ import pytest
 from onnx import numpy_helper
 
 from vta.compiler import qops
-from vta.compiler.frontend.onnx_frontend import SUPPORTED_OPSETS, UnsupportedOperatorError, import_onnx
+from vta.compiler.frontend.onnx_frontend import UnsupportedOperatorError, import_onnx
 from vta.compiler.frontend.quantize import QuantizationError, quantize
 from vta.compiler.ir import GraphError
+from vta.compiler.onnx_backend import restamp
 from vta.compiler.pipeline import compile_graph
 from vta.compiler.runtime.executor import run
 from vta.config import VTAConfig
@@ -52,7 +54,7 @@ decompositions onnx generates for them)."""
 PARAMETERS = {"Clip": (1, 2), "Resize": (1, 2, 3)}
 """Inputs (positions) of an operator that are parameters, frozen as initializers; Concat's are all data."""
 
-REFUSALS: list[tuple[str, str]] = [
+OPERATOR_REFUSALS: list[tuple[str, str]] = [
     (r"resize_.*cubic", r"'Resize' \(node .*mode 'cubic' \(only 'nearest' and 'linear'\)"),
     (r"resize_tf_crop_and_resize", r"coordinate_transformation_mode 'tf_crop_and_resize' \(only half_pixel"),
     (r"resize_.*antialias", r"antialias=1 \(only 0\)"),
@@ -60,27 +62,17 @@ REFUSALS: list[tuple[str, str]] = [
     (r"pool_.*dilations", r"dilations \[2, 2(, 2)?\] \(only 1\)"),
     (r"pool_.*ceil(?!_mode_is_False)", r"ceil_mode=1 \(only 0\)"),
     (r"maxpool_with_argmax", r"'MaxPool' \(node .*the Indices output"),
+]
+"""The attribute values of Resize and the pools the lab refuses, and the reason it gives (also the ONNX backend
+test's, tests/test_onnx_backend.py)."""
+
+REFUSALS: list[tuple[str, str]] = [
+    *OPERATOR_REFUSALS,
     (r"(uint8|int8)", r"Graph input 'x' has ONNX element type (UINT8|INT8); only float32 inputs are supported"),
     (r"clip(?!_default_inbounds).*_expanded$", r"- Less \(node .*\): no rule for this operator\n.*- Where \(node "),
     (r"hardswish_expanded", r"'Mul' \(node .*only Add takes two activations"),
 ]
 """(case name pattern, message pattern) for every case the lab refuses, and why (searched with re.search)."""
-
-
-def _restamp(model: onnx.ModelProto) -> onnx.ModelProto:
-    """``model`` stamped with opset 22 when its own (above 22) only widens element types (see the module doc)."""
-    hi = SUPPORTED_OPSETS[1]
-    opset = next(o for o in model.opset_import if o.domain in ("", "ai.onnx"))
-    if opset.version <= hi:
-        return model
-    for node in model.graph.node:
-        new, old = onnx.defs.get_schema(node.op_type, opset.version), onnx.defs.get_schema(node.op_type, hi)
-        if new.doc != old.doc or sorted(new.attributes) != sorted(old.attributes) or \
-                [i.name for i in new.inputs] != [i.name for i in old.inputs] or \
-                [o.name for o in new.outputs] != [o.name for o in old.outputs]:
-            return model
-    opset.version = hi
-    return model
 
 
 @cache
@@ -112,7 +104,7 @@ def _names(family: str) -> list[str]:
 
 def _prepare(case) -> tuple[onnx.ModelProto, dict[str, np.ndarray], list[np.ndarray]]:
     """(model with frozen parameters, the data inputs by name, the expected outputs)."""
-    model = _restamp(onnx.ModelProto.FromString(case.model.SerializeToString()))
+    model = restamp(onnx.ModelProto.FromString(case.model.SerializeToString()))
     inputs, expected = case.data_sets[0]
     names = [vi.name for vi in model.graph.input]
     values = {name: numpy_helper.to_array(v) if isinstance(v, onnx.TensorProto) else np.asarray(v)
@@ -134,7 +126,7 @@ def _expected_refusal(name: str) -> str | None:
 
 LAB_ERRORS = (UnsupportedOperatorError, QuantizationError, GraphError)
 """What a refusal may raise: the lab's own errors, each naming the node or tensor (UnsupportedOpsetError does not
-occur: every case's opset is within the supported range after :func:`_restamp`)."""
+occur: every case's opset is within the supported range after :func:`vta.compiler.onnx_backend.restamp`)."""
 
 
 def _check_case(family: str, name: str) -> str:
