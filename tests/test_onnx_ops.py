@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from helpers import onnx_model
+from onnx import helper
 
 from vta.compiler import qops
 from vta.compiler.frontend.float_ref import run_float
@@ -24,13 +25,7 @@ RNG = np.random.default_rng(11)
 
 
 def _model(nodes, inputs, inits=(), opset=19):
-    graph = helper.make_graph(nodes, "ops", [helper.make_tensor_value_info(k, TensorProto.FLOAT, list(v.shape))
-                                             for k, v in inputs.items()],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-                              [numpy_helper.from_array(np.asarray(v), k) for k, v in inits])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 9
-    return model
+    return onnx_model(nodes, inputs, inits, opset=opset)
 
 
 def _x(*shape, spread=2.0):
