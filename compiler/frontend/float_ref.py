@@ -249,8 +249,15 @@ FLOAT_FNS: dict[str, FloatFn] = {
 }
 
 
-def run_float(graph: Graph, inputs: Mapping[str, np.ndarray], *, keep_all: bool = False) -> dict[str, np.ndarray]:
-    """Execute a float graph; returns its outputs, or every non-constant tensor when ``keep_all`` (float32)."""
+def run_float(graph: Graph, inputs: Mapping[str, np.ndarray], *, keep_all: bool = False,
+              observe: Callable[[str, np.ndarray], None] | None = None) -> dict[str, np.ndarray]:
+    """Execute a float graph; returns its outputs, or every non-constant tensor when ``keep_all`` (float32).
+
+    ``observe(name, value)`` is called with every input and every tensor a node produces, as it is produced. Unless
+    ``keep_all``, a tensor is dropped after its last consumer: memory is the live tensors, not all of them (what
+    calibration over many samples needs)."""
+    last_use = {name: k for k, node in enumerate(graph.nodes) for name in node.inputs}
+    keep = set(graph.outputs)
     values: dict[str, np.ndarray] = {}
     for name in graph.inputs:
         if name not in inputs:
@@ -259,10 +266,20 @@ def run_float(graph: Graph, inputs: Mapping[str, np.ndarray], *, keep_all: bool 
         if values[name].shape != graph.shape(name):
             raise ValueError(f"Input {name!r} has shape {values[name].shape}; graph {graph.name!r} expects "
                              f"{graph.shape(name)}.")
-    for node in graph.nodes:
+        if observe is not None:
+            observe(name, values[name])
+    for k, node in enumerate(graph.nodes):
         fn = FLOAT_FNS.get(node.op)
         if fn is None:
             raise GraphError(f"Node {node.name!r} has op {node.op!r}, which the float reference does not define.")
         args = [values[i] if i in values else graph.constants[i] for i in node.inputs]
-        values[node.outputs[0]] = np.asarray(fn(node, args), dtype=np.float32)
+        out = node.outputs[0]
+        values[out] = np.asarray(fn(node, args), dtype=np.float32)
+        del args
+        if observe is not None:
+            observe(out, values[out])
+        if not keep_all:
+            for name in [*node.inputs, out]:
+                if name in values and name not in keep and last_use.get(name, -1) <= k:
+                    del values[name]
     return values if keep_all else {name: values[name] for name in graph.outputs}

@@ -133,30 +133,9 @@ def _samples(graph: Graph, inputs: Mapping[str, np.ndarray] | Iterable[Mapping[s
 
 def _run_observed(graph: Graph, sample: Mapping[str, np.ndarray], observe: Callable[[str, np.ndarray], None]) \
         -> None:
-    """Run the float reference (:mod:`.float_ref`) on one sample, passing every non-constant tensor to ``observe``
-    as it is produced and dropping it after its last consumer: memory is the live tensors, not all of them."""
-    last_use = {name: k for k, node in enumerate(graph.nodes) for name in node.inputs}
-    values: dict[str, np.ndarray] = {}
-    for name in graph.inputs:
-        if name not in sample:
-            raise ValueError(f"Input {name!r} of graph {graph.name!r} is missing; given {sorted(sample)}.")
-        values[name] = np.asarray(sample[name], dtype=np.float32)
-        if values[name].shape != graph.shape(name):
-            raise ValueError(f"Input {name!r} has shape {values[name].shape}; graph {graph.name!r} expects "
-                             f"{graph.shape(name)}.")
-        observe(name, values[name])
-    for k, node in enumerate(graph.nodes):
-        fn = float_ref.FLOAT_FNS.get(node.op)
-        if fn is None:
-            raise GraphError(f"Node {node.name!r} has op {node.op!r}, which the float reference does not define.")
-        args = [values[i] if i in values else graph.constants[i] for i in node.inputs]
-        out = node.outputs[0]
-        values[out] = np.asarray(fn(node, args), dtype=np.float32)
-        del args
-        observe(out, values[out])
-        for name in [*node.inputs, out]:
-            if name in values and last_use.get(name, -1) <= k:
-                del values[name]
+    """Run the float reference on one sample, passing every non-constant tensor to ``observe`` as it is produced
+    (:func:`.float_ref.run_float`, which keeps only the live tensors)."""
+    float_ref.run_float(graph, sample, observe=observe)
 
 
 def calibrate(graph: Graph, inputs: Mapping[str, np.ndarray] | Iterable[Mapping[str, np.ndarray]], *,
