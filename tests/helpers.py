@@ -92,3 +92,24 @@ def onnx_model(nodes: list, inputs: dict[str, np.ndarray], inits: Sequence = (),
     model.ir_version = 9
     return model
 
+
+def onnx_op_run(model, feeds: dict[str, np.ndarray], *, rtol: float, atol: float):
+    """``model`` (one float output ``y``) through the lab against ONNX Runtime: the float import agrees with it within
+    ``rtol``/``atol``, the quantized graph (calibrated on ``feeds``) runs on the CPU path bit-exact with the integer
+    reference. Returns ``(float graph, quantized graph, the CPU path's y, ONNX Runtime's y)`` for the caller's
+    tolerance check."""
+    import onnxruntime as ort
+
+    from vta.compiler import qops
+    from vta.compiler.frontend.float_ref import run_float
+    from vta.compiler.frontend.onnx_frontend import import_onnx
+    from vta.compiler.frontend.quantize import quantize
+    from vta.compiler.kernels import cpu
+    want = ort.InferenceSession(model.SerializeToString()).run(None, feeds)[0]
+    graph = import_onnx(model)
+    np.testing.assert_allclose(run_float(graph, feeds)["y"], want, atol=atol, rtol=rtol)
+    qgraph = quantize(graph, feeds)
+    got = cpu.run_cpu(qgraph, feeds)["y"]
+    np.testing.assert_array_equal(got, qops.run_reference(qgraph, feeds)["y"])
+    return graph, qgraph, got, want
+

@@ -5,21 +5,16 @@ error, parameters another node computes, tensors too large for the machine."""
 from __future__ import annotations
 
 import numpy as np
-import onnxruntime as ort
 import pytest
-from helpers import onnx_model
+from helpers import onnx_model, onnx_op_run
 from onnx import helper
 
-from vta.compiler import qops
-from vta.compiler.frontend.float_ref import run_float
 from vta.compiler.frontend.onnx_frontend import (
     TensorTooLargeError,
     UnsupportedModelError,
     UnsupportedOperatorError,
     import_onnx,
 )
-from vta.compiler.frontend.quantize import quantize
-from vta.compiler.kernels import cpu
 
 RNG = np.random.default_rng(11)
 
@@ -35,12 +30,7 @@ def _x(*shape, spread=2.0):
 def _end_to_end(model, feeds):
     """Float import == ONNX Runtime; quantized CPU run == integer reference and within 2 output steps + 1 input step
     of ONNX Runtime. Returns the quantized graph."""
-    want = ort.InferenceSession(model.SerializeToString()).run(None, feeds)[0]
-    graph = import_onnx(model)
-    np.testing.assert_allclose(run_float(graph, feeds)["y"], want, atol=1e-5, rtol=1e-5)
-    qgraph = quantize(graph, feeds)
-    got = cpu.run_cpu(qgraph, feeds)["y"]
-    np.testing.assert_array_equal(got, qops.run_reference(qgraph, feeds)["y"])
+    _, qgraph, got, want = onnx_op_run(model, feeds, atol=1e-5, rtol=1e-5)
     s_in = max(n.attrs["scale"] for n in qgraph.nodes if n.op == "Quantize")
     s_out = next(n.attrs["scale"] for n in qgraph.nodes if n.op == "Dequantize")
     assert np.abs(got - want).max() <= 2 * s_out + s_in

@@ -7,16 +7,14 @@ from __future__ import annotations
 import numpy as np
 import onnxruntime as ort
 import pytest
-from helpers import onnx_model
+from helpers import onnx_model, onnx_op_run
 from onnx import helper
 
 from vta.compiler import qops
 from vta.compiler.frontend import zoo
 from vta.compiler.frontend.float_ref import run_float
 from vta.compiler.frontend.onnx_frontend import UnsupportedOperatorError, import_onnx
-from vta.compiler.frontend.quantize import quantize
 from vta.compiler.ir import node_macs
-from vta.compiler.kernels import cpu
 from vta.config import VTAConfig
 
 RNG = np.random.default_rng(27)
@@ -33,12 +31,7 @@ def _x(*shape, spread=1.0):
 def _check(model, feeds, *, steps=3.0):
     """Float import == ONNX Runtime; the quantized graph on the CPU path == the integer reference and within
     ``steps`` output steps of ONNX Runtime. Returns (float graph, quantized graph)."""
-    want = ort.InferenceSession(model.SerializeToString()).run(None, feeds)[0]
-    graph = import_onnx(model)
-    np.testing.assert_allclose(run_float(graph, feeds)["y"], want, atol=2e-5, rtol=1e-4)
-    qgraph = quantize(graph, feeds)
-    got = cpu.run_cpu(qgraph, feeds)["y"]
-    np.testing.assert_array_equal(got, qops.run_reference(qgraph, feeds)["y"])
+    graph, qgraph, got, want = onnx_op_run(model, feeds, atol=2e-5, rtol=1e-4)
     s_out = next(n.attrs["scale"] for n in qgraph.nodes if n.op == "Dequantize")
     assert np.abs(got - want).max() <= steps * s_out
     return graph, qgraph
