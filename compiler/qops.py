@@ -41,7 +41,8 @@ Integer semantics (the quantized operator contract, see :mod:`.ir`):
 from __future__ import annotations
 
 import math
-from typing import Callable, Mapping, Sequence
+import sys
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -376,24 +377,37 @@ def resize(x: np.ndarray, mode: str, coordinate_transformation_mode: str, neares
 OpFn = Callable[[Node, list[np.ndarray]], np.ndarray]
 
 
-def _conv(node: Node, v: list[np.ndarray]) -> np.ndarray:
-    a = node.attrs
-    return qconv2d(v[0], v[1], v[2], a["requant"], a["strides"], a["pads"], a["groups"])
+def qclip(x: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """``clip(x, lo, hi)`` of an int8 tensor."""
+    return np.clip(x, lo, hi).astype(np.int8)
+
+
+def kernel_ops(k: Any) -> dict[str, OpFn]:
+    """The ops that have kernels, bound to those of ``k`` (this module, or :mod:`.kernels.cpu`: each provides
+    ``quantize``, ``dequantize``, ``qconv2d``, ``qdense``, ``qadd``, ``rescale``, ``qclip``, ``maxpool``,
+    ``avgpool``, ``global_avgpool`` and ``lut`` with these functions' signatures): how a node's attributes become its
+    kernel's arguments, written once for the reference and for the CPU path."""
+    return {
+        "Quantize": lambda n, v: k.quantize(v[0], n.attrs["scale"]),
+        "Dequantize": lambda n, v: k.dequantize(v[0], n.attrs["scale"]),
+        "QConv2d": lambda n, v: k.qconv2d(v[0], v[1], v[2], n.attrs["requant"], n.attrs["strides"], n.attrs["pads"],
+                                          n.attrs["groups"]),
+        "QDense": lambda n, v: k.qdense(v[0], v[1], v[2], n.attrs["requant"]),
+        "QAdd": lambda n, v: k.qadd(v[0], v[1], n.attrs["requant"]),
+        "QMul": lambda n, v: k.rescale(v[0], n.attrs["multiplier"], n.attrs["shift"]),
+        "QConcat": lambda n, v: np.concatenate([k.rescale(x, m, s) for x, m, s in zip(
+            v, n.attrs["multipliers"], n.attrs["shifts"])], axis=n.attrs["axis"]),
+        "QClip": lambda n, v: k.qclip(v[0], n.attrs["lo"], n.attrs["hi"]),
+        "MaxPool": lambda n, v: k.maxpool(v[0], n.attrs["kernel"], n.attrs["strides"], n.attrs["pads"]),
+        "AvgPool": lambda n, v: k.avgpool(v[0], n.attrs["kernel"], n.attrs["strides"], n.attrs["pads"],
+                                          n.attrs["count_include_pad"]),
+        "GlobalAvgPool": lambda n, v: k.global_avgpool(v[0]),
+        "QLut": lambda n, v: k.lut(v[0], n.attrs["table"]),
+    }
 
 
 QOPS: dict[str, OpFn] = {
-    "Quantize": lambda n, v: quantize(v[0], n.attrs["scale"]),
-    "Dequantize": lambda n, v: dequantize(v[0], n.attrs["scale"]),
-    "QConv2d": _conv,
-    "QDense": lambda n, v: qdense(v[0], v[1], v[2], n.attrs["requant"]),
-    "QAdd": lambda n, v: qadd(v[0], v[1], n.attrs["requant"]),
-    "QMul": lambda n, v: qmul(v[0], n.attrs["multiplier"], n.attrs["shift"]),
-    "QConcat": lambda n, v: qconcat(v, n.attrs["axis"], n.attrs["multipliers"], n.attrs["shifts"]),
-    "QClip": lambda n, v: np.clip(v[0], n.attrs["lo"], n.attrs["hi"]).astype(np.int8),
-    "MaxPool": lambda n, v: maxpool(v[0], n.attrs["kernel"], n.attrs["strides"], n.attrs["pads"]),
-    "AvgPool": lambda n, v: avgpool(v[0], n.attrs["kernel"], n.attrs["strides"], n.attrs["pads"],
-                                    n.attrs["count_include_pad"]),
-    "GlobalAvgPool": lambda n, v: global_avgpool(v[0]),
+    **kernel_ops(sys.modules[__name__]),
     "Reshape": lambda n, v: v[0].reshape(n.attrs["shape"]),
     "Pad": lambda n, v: pad(v[0], n.attrs["pads"], n.attrs["value"]),
     "Softmax": lambda n, v: softmax(v[0], n.attrs["scale"], n.attrs["axis"], n.attrs.get("bias"),
@@ -406,7 +420,6 @@ QOPS: dict[str, OpFn] = {
     "Gather": lambda n, v: np.ascontiguousarray(np.take(v[0], n.attrs["indices"], axis=n.attrs["axis"])),
     "Slice": lambda n, v: slice_take(v[0], n.attrs["axes"], n.attrs["indices"]),
     "Where": lambda n, v: np.where(n.attrs["keep"], v[0], np.int8(n.attrs["fill"])).astype(np.int8),
-    "QLut": lambda n, v: lut(v[0], n.attrs["table"]),
     "Transpose": lambda n, v: np.ascontiguousarray(np.transpose(v[0], n.attrs["perm"])),
     "Resize": lambda n, v: resize(v[0], n.attrs["mode"], n.attrs["coordinate_transformation_mode"],
                                   n.attrs["nearest_mode"], n.attrs["scales"], n.attrs["sizes"]),

@@ -26,6 +26,7 @@ import ctypes
 import hashlib
 import logging
 import os
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -459,39 +460,16 @@ def softmax(x: np.ndarray, scale: float, axis: int = -1) -> np.ndarray:
 
 
 # ---- the cpu target -----------------------------------------------------------------------------------------------
-def _conv_node(node: Node, v: list[np.ndarray]) -> np.ndarray:
-    a = node.attrs
-    return qconv2d(v[0], v[1], v[2], a["requant"], a["strides"], a["pads"], a["groups"])
-
-
 CPU_OPS: dict[str, Callable[[Node, list[np.ndarray]], np.ndarray]] = {
-    "Quantize": lambda n, v: quantize(v[0], n.attrs["scale"]),
-    "Dequantize": lambda n, v: dequantize(v[0], n.attrs["scale"]),
-    "QConv2d": _conv_node,
-    "QDense": lambda n, v: qdense(v[0], v[1], v[2], n.attrs["requant"]),
-    "QAdd": lambda n, v: qadd(v[0], v[1], n.attrs["requant"]),
-    "QMul": lambda n, v: rescale(v[0], n.attrs["multiplier"], n.attrs["shift"]),
-    "QConcat": lambda n, v: np.concatenate([rescale(x, m, s) for x, m, s in
-                                            zip(v, n.attrs["multipliers"], n.attrs["shifts"])], axis=n.attrs["axis"]),
-    "QClip": lambda n, v: qclip(v[0], n.attrs["lo"], n.attrs["hi"]),
-    "MaxPool": lambda n, v: maxpool(v[0], n.attrs["kernel"], n.attrs["strides"], n.attrs["pads"]),
-    "AvgPool": lambda n, v: avgpool(v[0], n.attrs["kernel"], n.attrs["strides"], n.attrs["pads"],
-                                    n.attrs["count_include_pad"]),
-    "GlobalAvgPool": lambda n, v: global_avgpool(v[0]),
-    "Reshape": lambda n, v: v[0].reshape(n.attrs["shape"]),
-    "Pad": lambda n, v: qops.pad(v[0], n.attrs["pads"], n.attrs["value"]),
+    **qops.QOPS,                                # the reference where no kernel exists, bit-exact by definition
+    **qops.kernel_ops(sys.modules[__name__]),   # the JIT kernels, bound to nodes as the reference's are
     "Softmax": lambda n, v: qops.QOPS["Softmax"](n, v) if "bias" in n.attrs or "keep" in n.attrs else
     softmax(v[0], n.attrs["scale"], n.attrs["axis"]),
-    "QLut": lambda n, v: lut(v[0], n.attrs["table"]),
-    "Transpose": qops.QOPS["Transpose"],
-    "Resize": qops.QOPS["Resize"],
-    "QuantizeZp": qops.QOPS["QuantizeZp"],              # pre-quantized models' zero-point ops: the reference
-    "DequantizeZp": qops.QOPS["DequantizeZp"],
-    "QAffine": qops.QOPS["QAffine"],
-    **{op: qops.QOPS[op] for op in ("QSoftmax", "QMatMul", "QLayerNorm", "Gather", "Slice", "Where")},
 }
-"""The transformer operators run through the integer reference (:mod:`.qops`), bit-exact by construction; a masked
-Softmax too (the kernel has no mask)."""
+"""Every quantized op: the JIT kernels of this module where they exist (:func:`.qops.kernel_ops`, and the softmax
+kernel for an unmasked Softmax), else the integer reference (:mod:`.qops`), bit-exact by construction: the
+transformer operators, Resize, Transpose, the pre-quantized models' zero-point ops, a masked Softmax (the kernel
+has no mask)."""
 
 
 def run_node(graph: Graph, node: Node, values: Mapping[str, np.ndarray]) -> np.ndarray:
