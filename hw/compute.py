@@ -21,27 +21,13 @@ from amaranth.lib.wiring import In, Out
 
 from vta.isa import LOAD_TARGETS, LOOP_OPCODES, OP_ALU, OP_FINISH, OP_GEMM, OP_LOAD, layout
 
+from . import util
 from .alu import AluCore
 from .arbiter import read_signature
 from .gemm import GemmCore, wgt_operand_bits
 from .load import LoadEngine, _check_cfg
 from .mem import sram_read_signature, sram_write_signature
-from .util import (
-    BUSY,
-    any_of,
-    command_queue,
-    common_field,
-    field,
-    is_load_of,
-    pop_flags,
-    pop_state,
-    push_flags,
-    push_state,
-    take_insn,
-    token_members,
-    validated_init,
-    wait_engine,
-)
+from .util import BUSY, any_of, command_queue, common_field, field, is_load_of, take_insn, validated_init, wait_engine
 
 __all__ = ["ComputeUnit"]
 
@@ -80,7 +66,8 @@ class ComputeUnit(wiring.Component):
     def _members(self, cfg):
         """The signature members (see the class docstring)."""
         return {
-            "cmd_valid": In(1), "cmd_ready": Out(1), "cmd_data": In(layout(cfg).insn_bits), **token_members("compute"),
+            "cmd_valid": In(1), "cmd_ready": Out(1), "cmd_data": In(layout(cfg).insn_bits),
+            **util.token_members("compute"),
             "mem": Out(read_signature(cfg.bus_bytes)),
             "uop_wr": Out(sram_write_signature(cfg, "uop")), "uop_rd": Out(sram_read_signature(cfg, "uop")),
             "inp_rd": Out(sram_read_signature(cfg, "inp")),
@@ -108,8 +95,8 @@ class ComputeUnit(wiring.Component):
         insn = Signal(lay.insn_bits)
         m.d.comb += engine.cmd_insn.eq(insn)
         opcode = common_field(insn, cfg, "opcode")
-        pops = pop_flags(insn, cfg, "compute")
-        pushes = push_flags(insn, cfg, "compute")
+        pops = util.pop_flags(insn, cfg, "compute")
+        pushes = util.push_flags(insn, cfg, "compute")
         is_load = is_load_of(insn, cfg, "compute")
         load_empty = field(insn, cfg, OP_LOAD, "x_size") == 0
         is_loop = any_of(opcode, LOOP_OPCODES)
@@ -165,7 +152,7 @@ class ComputeUnit(wiring.Component):
         with m.FSM():
             with m.State("IDLE"):
                 take_insn(m, self, queue, insn)
-            with m.State("TOKENS"), pop_state(m, self, pops, hold=self._wait_before_pops(m, link, opcode)):
+            with m.State("TOKENS"), util.pop_state(m, self, pops, hold=self._wait_before_pops(m, link, opcode)):
                 m.next = "PUSH"
                 with m.If(is_load & ~load_empty):
                     m.next = "LOAD"
@@ -187,7 +174,7 @@ class ComputeUnit(wiring.Component):
                 with m.If(~pipe_busy):
                     m.next = "PUSH"
             with m.State("PUSH"):
-                push_state(m, self, pushes, hold=self._wait_before_pushes(m, link),
+                util.push_state(m, self, pushes, hold=self._wait_before_pushes(m, link),
                            done=[self.finish.eq(opcode == OP_FINISH)])
         self._merge_engine(m, link)
         return m

@@ -10,22 +10,11 @@ from amaranth.lib.wiring import In, Out
 from vta.config import MAX_BURST, MEM_ACC, MEM_ACC_8BIT, MEM_INP, MEM_NAMES, MEM_UOP, MEM_WGT, VTAConfig
 from vta.isa import LOAD_TARGETS, OP_LOAD, layout
 
+from . import util
 from .arbiter import read_signature
 from .dma import DmaReader, PadWalker, piece_write
 from .mem import sram_geometry, sram_write_signature
-from .util import (
-    BUSY,
-    command_queue,
-    field,
-    pop_flags,
-    pop_state,
-    push_flags,
-    push_state,
-    take_insn,
-    token_members,
-    validated_init,
-    wait_engine,
-)
+from .util import BUSY, command_queue, field, take_insn, validated_init, wait_engine
 
 __all__ = ["LoadEngine", "LoadUnit"]
 
@@ -157,7 +146,7 @@ class LoadUnit(wiring.Component):
         self.cfg = _check_cfg(cfg)
         super().__init__({
             "cmd_valid": In(1), "cmd_ready": Out(1), "cmd_data": In(layout(cfg).insn_bits),
-            **token_members("load"),
+            **util.token_members("load"),
             "mem": Out(read_signature(cfg.bus_bytes)),
             "inp_wr": Out(sram_write_signature(cfg, "inp")), "wgt_wr": Out(sram_write_signature(cfg, "wgt")),
             "state": Out(2), "idle": Out(1), "insn_done": Out(1), "elem_inp": Out(1), "elem_wgt": Out(1),
@@ -175,13 +164,13 @@ class LoadUnit(wiring.Component):
 
         insn = Signal(layout(cfg).insn_bits)
         m.d.comb += engine.cmd_insn.eq(insn)
-        pops = pop_flags(insn, cfg, "load")
-        pushes = push_flags(insn, cfg, "load")
+        pops = util.pop_flags(insn, cfg, "load")
+        pushes = util.push_flags(insn, cfg, "load")
         empty = field(insn, cfg, OP_LOAD, "x_size") == 0
         with m.FSM():
             with m.State("IDLE"):
                 take_insn(m, self, queue, insn)
-            with m.State("TOKENS"), pop_state(m, self, pops):
+            with m.State("TOKENS"), util.pop_state(m, self, pops):
                 m.next = "START"
                 with m.If(empty):
                     m.next = "PUSH"
@@ -191,5 +180,5 @@ class LoadUnit(wiring.Component):
             with m.State("RUN"):
                 wait_engine(m, self, engine)
             with m.State("PUSH"):
-                push_state(m, self, pushes)
+                util.push_state(m, self, pushes)
         return m

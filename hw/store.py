@@ -5,23 +5,11 @@ from amaranth.lib.wiring import In, Out
 
 from vta.isa import OP_STORE, layout
 
+from . import util
 from .arbiter import write_signature
 from .load import _check_cfg
 from .mem import sram_read_signature
-from .util import (
-    BUSY,
-    WAIT_MEM,
-    command_queue,
-    field,
-    log2_exact,
-    pop_flags,
-    pop_state,
-    push_flags,
-    push_state,
-    take_insn,
-    token_members,
-    validated_init,
-)
+from .util import BUSY, WAIT_MEM, command_queue, field, log2_exact, take_insn, validated_init
 
 __all__ = ["StoreUnit"]
 
@@ -47,7 +35,7 @@ class StoreUnit(wiring.Component):
         self.cfg = _check_cfg(cfg)
         super().__init__({
             "cmd_valid": In(1), "cmd_ready": Out(1), "cmd_data": In(layout(cfg).insn_bits),
-            **token_members("store"),
+            **util.token_members("store"),
             "wr": Out(write_signature(cfg.bus_bytes)), "out_rd": Out(sram_read_signature(cfg, "out")),
             "state": Out(2), "idle": Out(1), "insn_done": Out(1), "elem_out": Out(1),
         })
@@ -59,8 +47,8 @@ class StoreUnit(wiring.Component):
         e, b = cfg.out_elem_bytes, cfg.bus_bytes
         queue = command_queue(m, self, cfg)
         insn = Signal(lay.insn_bits)
-        pops = pop_flags(insn, cfg, "store")
-        pushes = push_flags(insn, cfg, "store")
+        pops = util.pop_flags(insn, cfg, "store")
+        pushes = util.push_flags(insn, cfg, "store")
         f = {name: field(insn, cfg, OP_STORE, name) for name in
              ("sram_base", "dram_base", "y_size", "x_size", "x_stride", "y_pad_0", "x_pad_0", "x_pad_1")}
         width = Signal(17)   # padded row width in entries
@@ -95,7 +83,7 @@ class StoreUnit(wiring.Component):
         with m.FSM():
             with m.State("IDLE"):
                 take_insn(m, self, queue, insn)
-            with m.State("TOKENS"), pop_state(m, self, pops):
+            with m.State("TOKENS"), util.pop_state(m, self, pops):
                 first = (f["sram_base"] + f["y_pad_0"] * width)[:16]
                 m.d.sync += [x.eq(0), y.eq(0), k.eq(0), srow.eq(first), sidx.eq(first + f["x_pad_0"]),
                              drow.eq(f["dram_base"]), delem.eq(f["dram_base"])]
@@ -119,5 +107,5 @@ class StoreUnit(wiring.Component):
                         with m.If(last_elem):
                             m.next = "PUSH"
             with m.State("PUSH"):
-                push_state(m, self, pushes)
+                util.push_state(m, self, pushes)
         return m
