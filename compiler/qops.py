@@ -49,7 +49,7 @@ import numpy as np
 from .ir import AddRequant, Graph, GraphError, Node, Requant
 
 __all__ = [
-    "wrap32", "conv2d_acc", "dense_acc", "requantize", "qconv2d", "qdense", "qadd", "rescale", "qmul", "qconcat",
+    "wrap32", "conv2d_acc", "dense_acc", "requantize", "qconv2d", "qdense", "qadd", "rescale", "qconcat",
     "maxpool", "avgpool", "global_avgpool", "pad", "quantize", "dequantize", "softmax", "QOPS", "run_reference",
     "lut", "resize", "resize_source", "resize_taps", "RESIZE_WEIGHT_BITS", "quantize_zp", "dequantize_zp", "qaffine",
     "qsoftmax", "qmatmul", "layer_norm", "slice_take",
@@ -146,11 +146,6 @@ def rescale(x: np.ndarray, multiplier: np.ndarray | int, shift: int) -> np.ndarr
     rnd = (1 << (shift - 1)) if shift > 0 else 0
     val = (x.astype(np.int64) * np.asarray(multiplier, dtype=np.int64) + rnd) >> shift
     return np.clip(val, -128, 127).astype(np.int8)
-
-
-def qmul(x: np.ndarray, multiplier: np.ndarray, shift: int) -> np.ndarray:
-    """Multiplication by a constant: :func:`rescale` with an int multiplier array broadcast against ``x``."""
-    return rescale(x, multiplier, shift)
 
 
 def qconcat(xs: Sequence[np.ndarray], axis: int, multipliers: Sequence[int], shifts: Sequence[int]) -> np.ndarray:
