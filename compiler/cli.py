@@ -23,6 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from vta.cliutil import wrote
+
 __all__ = ["register", "add_run_arguments", "add_report_options", "run_model", "compile_options", "ARTEFACT_SUFFIX"]
 
 log = logging.getLogger("vta")
@@ -220,7 +222,8 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     compiled = compile_model(args.model, cfg, options, graph=graph, calibration=calibration)
     compiled.save(args.output)
     print(f"compiled {args.model} for {cfg.name}: {compiled.accel_steps} of {len(compiled.steps)} layers on the "
-          f"accelerator, {compiled.compile_seconds or 0.0:.2f} s; wrote {args.output}")
+          f"accelerator, {compiled.compile_seconds or 0.0:.2f} s")
+    print(wrote(args.output, "compiled model"))
     return 0
 
 
@@ -288,7 +291,7 @@ def run_model(args: argparse.Namespace) -> int:
     written = _write_outputs(report, args)
     if ropts.output:
         _save_outputs(ropts.output, out.outputs)
-        written.append(f"wrote the outputs ({', '.join(out.outputs)}) to {ropts.output}")
+        written.append(wrote(ropts.output, f"the outputs {', '.join(out.outputs)}"))
     if getattr(args, "json", False):
         print(json.dumps(report.to_dict(), indent=2, default=str))
     else:
@@ -358,14 +361,14 @@ def _write_outputs(report: Any, args: argparse.Namespace) -> list[str]:
     written = []
     if getattr(args, "report_json", None):
         report.write_json(args.report_json)
-        written.append(f"wrote the per-layer report (JSON) to {args.report_json}")
+        written.append(wrote(args.report_json, "per-layer report, JSON"))
     if getattr(args, "report_csv", None):
         report.write_csv(args.report_csv)
-        written.append(f"wrote the per-layer report (CSV) to {args.report_csv}")
+        written.append(wrote(args.report_csv, "per-layer report, CSV"))
     if getattr(args, "plot", None):
         from .report import roofline_path
         report.plot(args.plot)
         report.plot_roofline(roofline_path(args.plot))
-        written.append(f"wrote the per-layer plot to {args.plot}")
-        written.append(f"wrote the roofline plot to {roofline_path(args.plot)}")
+        written.append(wrote(args.plot, "per-layer plot"))
+        written.append(wrote(roofline_path(args.plot), "roofline plot"))
     return written

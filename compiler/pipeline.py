@@ -22,7 +22,6 @@ Example::
 """
 from __future__ import annotations
 
-import difflib
 import os
 import time
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from vta.cliutil import close_matches, did_you_mean
 from vta.config import VTAConfig
 from vta.cost import estimate
 
@@ -65,10 +65,18 @@ def load_graph(model: str, *, batch: int | None = None,
         path = Path(model)
     elif model in zoo.list_models():
         path = zoo.get_model(model)
+    elif _looks_like_path(model):
+        raise FileNotFoundError(f"model file {model} does not exist")
     else:
-        raise ValueError(f"model {model!r} is neither a file nor a zoo model; zoo models are "
-                         f"{', '.join(zoo.list_models())}")
+        names = zoo.list_models()
+        raise ValueError(f"model {model!r} is not a zoo model{did_you_mean(model, names)} and not a file; zoo models "
+                         f"are {', '.join(names)}")
     return import_model(path, batch=batch or 1, input_shapes=input_shapes)
+
+
+def _looks_like_path(model: str) -> bool:
+    """Whether ``model`` is meant as a file: it has a suffix (.onnx, .vtac, .npz, ...) or a folder separator."""
+    return bool(Path(model).suffix) or "/" in model or os.sep in model
 
 
 def check_inputs(graph: Graph, values: dict[str, np.ndarray], source: str = "the input") -> dict[str, np.ndarray]:
@@ -129,7 +137,7 @@ def check_force_cpu(graph: Graph, names: Iterable[str]) -> None:
     nodes = [node.name for node in graph.nodes]
     for name in names:
         if name not in nodes:
-            close = difflib.get_close_matches(name, nodes, n=5)
+            close = close_matches(name, nodes, n=5)
             hint = f"the closest are {', '.join(close)}" if close else f"its nodes are {', '.join(nodes[:10])}" + \
                 (", ..." if len(nodes) > 10 else "")
             raise ValueError(f"--force-cpu {name}: the model has no node named {name!r}; {hint}.")

@@ -13,9 +13,13 @@ __all__ = ["register"]
 def register(subparsers):
     """Add the ``hw`` group and its commands to the top-level ``subparsers`` of ``vta``."""
     from vta.cliutil import add_config_option
-    hw = subparsers.add_parser("hw", help="generate the hardware: Verilog, area estimates")
+    hw = subparsers.add_parser("hw", help="generate the hardware: Verilog, area estimates",
+                               description="Generate the accelerator core of a config: its Verilog, or its FPGA "
+                                           "resource counts from a Yosys synthesis.")
     sub = hw.add_subparsers(dest="hw_command", metavar="COMMAND", required=True)
-    verilog = sub.add_parser("verilog", help="write the core's Verilog (vta_core.v) for a config")
+    verilog = sub.add_parser("verilog", help="write the core's Verilog (vta_core.v) for a config",
+                             description="Generate the core of the config (Amaranth) and write its Verilog as "
+                                         "vta_core.v into the folder -o names.")
     add_config_option(verilog)
     verilog.add_argument("-o", "--output", metavar="DIR", required=True, help="folder to write vta_core.v into")
     verilog.add_argument("--gemm-form", choices=("packed", "array"), default="packed",
@@ -23,7 +27,9 @@ def register(subparsers):
                               "the default) or array (a signed 8x8 multiplier per MAC, better to synthesize; "
                               "'vta hw resources' uses it)")
     verilog.set_defaults(func=_cmd_verilog)
-    res = sub.add_parser("resources", help="synthesize the core (Yosys synth_xilinx) and report LUT, FF, DSP, BRAM")
+    res = sub.add_parser("resources", help="synthesize the core (Yosys synth_xilinx) and report LUT, FF, DSP, BRAM",
+                         description="Synthesize the core of the config with Yosys (synth_xilinx) and print its "
+                                     "LUT, LUT-RAM, FF, DSP and BRAM counts; a result is cached per config.")
     add_config_option(res)
     res.add_argument("--force", action="store_true", help="synthesize again even when a cached result exists")
     res.add_argument("--json", action="store_true", help="print the counts as JSON")

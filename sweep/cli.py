@@ -1,4 +1,4 @@
-"""``vta sweep FILE``: run a design-space sweep, print the frontier and name every file written.
+"""``vta sweep FILE``: run a design-space sweep, print the frontier and name every file written (``wrote PATH``).
 
 A plug-in group of :mod:`vta.cli` (``PLUGINS``); ``scripts/sweep.py`` runs the same :func:`sweep_command`.
 """
@@ -14,18 +14,22 @@ __all__ = ["register", "add_arguments", "sweep_command", "check_model"]
 
 log = logging.getLogger("vta")
 
+DEFAULT_DIR = Path("build")
+"""Where the results database and the plots go unless ``--db`` and ``--plot-dir`` say otherwise (relative to the
+current folder; created when needed)."""
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``vta sweep`` (shared with ``scripts/sweep.py``)."""
     parser.add_argument("file", metavar="FILE", help="the sweep file (TOML; see scripts/sweeps/)")
-    parser.add_argument("--db", metavar="PATH", help="results database (SQLite; default <FILE stem>.sqlite in the "
-                                                     "current folder); a rerun skips the points it holds")
+    parser.add_argument("--db", metavar="PATH", help="results database (SQLite; default build/<FILE stem>.sqlite, "
+                                                     "build/ created if needed); a rerun skips the points it holds")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, metavar="N",
                         help="local worker processes (default: the CPU count; 0: in this process)")
     parser.add_argument("--scheduler", metavar="ADDR", help="run on a Dask distributed cluster at ADDR "
                                                             "(tcp://host:8786) instead of local workers")
     parser.add_argument("--plot-dir", metavar="DIR", help="where to write the frontier plots (default "
-                                                          "<FILE stem>-plots in the current folder)")
+                                                          "build/<FILE stem>-plots)")
     parser.add_argument("--retry", action="store_true", help="measure failed and timed-out points again")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--check", type=int, default=0, metavar="N",
@@ -38,7 +42,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def register(subparsers: Any) -> None:
     """Add the ``sweep`` command to the top-level ``subparsers`` of ``vta``."""
     parser = subparsers.add_parser("sweep", help="design-space sweep: which accelerator for these models",
-                                   description=__doc__.splitlines()[0])
+                                   description="Run the design-space sweep of FILE (every design of its grid on "
+                                               "every model), print the frontier of speed, area and energy and name "
+                                               "every file written: the results database and the frontier plots, by "
+                                               "default in build/ of the current folder.")
     add_arguments(parser)
     parser.set_defaults(func=sweep_command)
 
@@ -46,7 +53,7 @@ def register(subparsers: Any) -> None:
 def sweep_command(args: argparse.Namespace) -> int:
     """Run the sweep of ``args.file``; print the summary, the frontier tables and the files written. Returns 0 even
     when some points failed or timed out: they are results (recorded with their reasons), not errors of the run."""
-    from vta.cliutil import CliError
+    from vta.cliutil import CliError, wrote
 
     from .pareto import METRICS, SUITE, frontier, frontier_table, plot_frontiers, suite_rows
     from .runner import run_sweep
@@ -61,11 +68,13 @@ def sweep_command(args: argparse.Namespace) -> int:
     if args.check < 0:
         raise CliError(f"--check must be 0 or more points, not {args.check}")
     stem = Path(args.file).stem
-    db = Path(args.db or f"{stem}.sqlite")
+    db = Path(args.db) if args.db else DEFAULT_DIR / f"{stem}.sqlite"
     if db.suffix.lower() not in (".sqlite", ".sqlite3", ".db"):
         raise CliError(f"--db {db}: the results database is written as .sqlite, .sqlite3 or .db, not "
                        f"{db.suffix or 'a file without a suffix'}")
-    plot_dir = Path(args.plot_dir or f"{stem}-plots")
+    plot_dir = Path(args.plot_dir) if args.plot_dir else DEFAULT_DIR / f"{stem}-plots"
+    if not args.db:
+        DEFAULT_DIR.mkdir(exist_ok=True)
     try:  # before any work: a database that cannot be opened is the user's to fix
         ResultStore(db).close()
     except StoreError as err:
@@ -98,9 +107,10 @@ def sweep_command(args: argparse.Namespace) -> int:
             print(check_model(spec, store, rows, args.check, area=args.check_area, workers=args.workers,
                               scheduler=args.scheduler, progress=not args.no_progress))
     written = plot_frontiers(groups, plot_dir, title=f"sweep {spec.name} ({spec.mode} mode)")
-    print("\nfiles written:")
-    for path in [db, *written]:
-        print(f"  {path}")
+    print()
+    print(wrote(db, "results database"))
+    for path in written:
+        print(wrote(path, "frontier plot"))
     return 0
 
 

@@ -81,6 +81,38 @@ def test_config_show_default(capsys: pytest.CaptureFixture[str]) -> None:
     assert max(len(line) for line in lines) <= 120
 
 
+def test_config_show_lists_the_knobs_as_true_or_false(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """Every field, the codesign knobs too when off; booleans as the TOML and JSON spell them."""
+    code, out, _ = run(capsys, "config", "show")
+    lines = out.splitlines()
+    assert code == 0
+    assert lines[lines.index("fields") + 15:lines.index("fields") + 18] == [
+        "  FUSED_REQUANT       false", "  CONCURRENT_ALU      false", "  GEMM_OVERWRITE      false"]
+    path = tmp_path / "k.toml"
+    path.write_text("CONCURRENT_ALU = true\n")
+    code, out, _ = run(capsys, "config", "show", "--config", str(path))
+    assert "  CONCURRENT_ALU      true" in out.splitlines() and "True" not in out
+    code, out, _ = run(capsys, "config", "show", "--json", "--config", str(path))
+    assert {k: v for k, v in json.loads(out)["fields"].items() if k in ("FUSED_REQUANT", "CONCURRENT_ALU")} == {
+        "FUSED_REQUANT": False, "CONCURRENT_ALU": True}
+
+
+def test_every_subcommand_has_a_description() -> None:
+    """Each help page a user can reach (`vta GROUP COMMAND --help`) opens with a description."""
+    from vta.cli import PLUGINS, build_parser
+
+    def pages(parser: argparse.ArgumentParser) -> Any:
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for sub in action.choices.values():
+                    if sub.add_help:  # not a plug-in's placeholder
+                        yield sub
+                        yield from pages(sub)
+    seen = {p.prog: p.description for command in ["run", *PLUGINS] for p in pages(build_parser(command))}
+    assert {"vta hw verilog", "vta tsim cache", "vta sweep", "vta config show"} <= set(seen)
+    assert [prog for prog, description in seen.items() if not description] == []
+
+
 def test_config_show_json(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "config", "show", "--json", "--config", str(CONFIGS / "batch2x16.toml"))
     assert code == 0
@@ -144,7 +176,7 @@ def test_asm_then_disasm_raw(capsys: pytest.CaptureFixture[str], tmp_path: Path)
     src.write_text(ASM_TEXT)
     binary = tmp_path / "prog.bin"
     code, out, _ = run(capsys, "asm", str(src), "-o", str(binary))
-    assert (code, out) == (0, f"wrote 2 instructions (32 bytes, 1x16_i8w8a32_15_15_18_17) to {binary}\n")
+    assert (code, out) == (0, f"wrote {binary} (2 instructions, 32 bytes, 1x16_i8w8a32_15_15_18_17)\n")
     expected = encode_stream([Load(mem=MEM_INP, dram_base=64, y_size=4, x_size=16, x_stride=16, x_pad_0=1,
                                    x_pad_1=1, pop_next=True, push_next=True), Finish()], VTAConfig())
     assert binary.read_bytes() == expected.tobytes()
@@ -191,7 +223,7 @@ def test_asm_uop_lines(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> No
     code, out, _ = run(capsys, "asm", str(src), "-o", str(tmp_path / "k.bin"), "--uop-output",
                        str(tmp_path / "u.bin"))
     assert code == 0
-    assert out.splitlines()[1] == f"wrote 2 micro-ops (8 bytes, little-endian) to {tmp_path / 'u.bin'}"
+    assert out.splitlines()[1] == f"wrote {tmp_path / 'u.bin'} (2 micro-ops, 8 bytes, little-endian)"
     cfg = VTAConfig()
     assert (tmp_path / "u.bin").read_bytes() == encode_uops([1, 4], [2, 5], [3, 0], cfg).tobytes()
     assert (tmp_path / "k.bin").read_bytes() == encode_stream([Gemm(uop_end=2), Finish()], cfg).tobytes()
@@ -229,8 +261,8 @@ def test_disasm_saved_program_with_uops(capsys: pytest.CaptureFixture[str], tmp_
     assert lines[-3:] == ["# micro-ops loaded by instruction 0 (to uop sram 8)", "UOP dst=1 src=2 wgt=3  # sram 8",
                           "UOP dst=4 src=5 wgt=6  # sram 9"]
     out_file = tmp_path / "p.s"
-    assert run(capsys, "disasm", str(path), "-o", str(out_file))[:2] == (0, f"wrote 4 instructions as text to "
-                                                                            f"{out_file}\n")
+    assert run(capsys, "disasm", str(path), "-o", str(out_file))[:2] == (0, f"wrote {out_file} (4 instructions as "
+                                                                            f"text)\n")
     from vta.asm import assemble
     from vta.program import Program
     assert assemble(out_file.read_text(), VTAConfig()) == Program.load(path).insns

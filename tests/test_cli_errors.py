@@ -76,10 +76,44 @@ def test_model_folder(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> Non
 
 
 def test_missing_model(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    code, _, err = run(capsys, "run", str(tmp_path / "nope.onnx"))
-    assert code == 2
-    assert err.startswith(f"vta: error: model '{tmp_path / 'nope.onnx'}' is neither a file nor a zoo model; zoo "
-                          f"models are ")
+    """A word that looks like a path (a suffix or a slash) is a missing file; the path is named."""
+    assert run(capsys, "run", str(tmp_path / "nope.onnx")) == (
+        2, "", f"vta: error: model file {tmp_path / 'nope.onnx'} does not exist\n")
+    assert run(capsys, "compile", "model.vtac", "-o", str(tmp_path / "m.vtac")) == (
+        2, "", "vta: error: model file model.vtac does not exist\n")
+    assert run(capsys, "run", "models/resnet")[2] == "vta: error: model file models/resnet does not exist\n"
+
+
+def test_unknown_zoo_model_suggests_the_closest(capsys: pytest.CaptureFixture[str]) -> None:
+    from vta.compiler.frontend.zoo import list_models
+    zoo = ", ".join(list_models())
+    assert run(capsys, "run", "resnet81") == (
+        2, "", f"vta: error: model 'resnet81' is not a zoo model (did you mean resnet18?) and not a file; zoo models "
+               f"are {zoo}\n")
+    assert run(capsys, "run", "frobnicate")[2] == (f"vta: error: model 'frobnicate' is not a zoo model and not a file; "
+                                                   f"zoo models are {zoo}\n")
+
+
+def test_unknown_config_key_suggests_the_closest(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text("LOG_BLOK = 4\nlog_batches = 0\n")
+    code, out, err = run(capsys, "config", "check", str(path))
+    assert (code, out) == (2, "")
+    assert "  - unknown key 'LOG_BLOK' (did you mean LOG_BLOCK?); known keys are BUS_BYTES, " in err
+    assert "  - unknown key 'log_batches' (did you mean log_batch?); known keys are BUS_BYTES, " in err
+
+
+def test_a_mistyped_option_shows_the_subcommand_usage(capsys: pytest.CaptureFixture[str]) -> None:
+    """A subcommand's unknown option: that subcommand's usage, then one `vta: error:` line with the closest option."""
+    code, out, err = run(capsys, "run", "--taget", "tsim")
+    assert (code, out) == (2, "")
+    assert err.startswith("usage: vta run [-h] [--target {")
+    assert err.splitlines()[-1] == "vta: error: unrecognized arguments: --taget (did you mean --target?)"
+    code, _, err = run(capsys, "config", "show", "--jsn")
+    assert (code, err) == (2, "usage: vta config show [-h] [--config FILE] [--json]\n"
+                              "vta: error: unrecognized arguments: --jsn (did you mean --json?)\n")
+    code, _, err = run(capsys, "config", "show", "--zzz")
+    assert err.splitlines()[-1] == "vta: error: unrecognized arguments: --zzz"
 
 
 def test_unsupported_opset(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

@@ -73,7 +73,7 @@ def test_cli_run_and_compile(tmp_path, capsys):
     assert Compiled.load(single).meta["double_buffer"] is False
     capsys.readouterr()
     assert main(["run", "no_such_model", "--no-progress"]) == 2
-    assert "model 'no_such_model' is neither a file nor a zoo model" in capsys.readouterr().err
+    assert "model 'no_such_model' is not a zoo model and not a file" in capsys.readouterr().err
 
 
 @pytest.mark.slow

@@ -206,9 +206,10 @@ def test_unknown_key() -> None:
     with pytest.raises(ConfigError) as info:
         VTAConfig.from_dict({"LOG_BATCHES": 1})
     assert info.value.problems == [
-        "unknown key 'LOG_BATCHES'; known keys are BUS_BYTES, CLOCK_MHZ, CMD_QUEUE_DEPTH, CONCURRENT_ALU, "
-        "DRAM_LATENCY, FUSED_REQUANT, GEMM_OVERWRITE, LOG_ACC_BUFF_SIZE, LOG_ACC_WIDTH, LOG_BATCH, LOG_BLOCK, "
-        "LOG_INP_BUFF_SIZE, LOG_INP_WIDTH, LOG_UOP_BUFF_SIZE, LOG_WGT_BUFF_SIZE, LOG_WGT_WIDTH, TOKEN_QUEUE_DEPTH"]
+        "unknown key 'LOG_BATCHES' (did you mean LOG_BATCH?); known keys are BUS_BYTES, CLOCK_MHZ, CMD_QUEUE_DEPTH, "
+        "CONCURRENT_ALU, DRAM_LATENCY, FUSED_REQUANT, GEMM_OVERWRITE, LOG_ACC_BUFF_SIZE, LOG_ACC_WIDTH, LOG_BATCH, "
+        "LOG_BLOCK, LOG_INP_BUFF_SIZE, LOG_INP_WIDTH, LOG_UOP_BUFF_SIZE, LOG_WGT_BUFF_SIZE, LOG_WGT_WIDTH, "
+        "TOKEN_QUEUE_DEPTH"]
 
 
 def test_key_given_twice() -> None:

@@ -60,7 +60,7 @@ def test_disasm_a_model_whole_and_one_layer(model: Path, tmp_path: Path,
     assert assemble(out, VTAConfig()) == program.insns  # the text reassembles to the layer's instructions
     text = tmp_path / "layer.s"
     code, out, _ = run(capsys, "disasm", str(model), "--layer", name, "-o", str(text))
-    assert (code, out) == (0, f"wrote {len(program.insns)} instructions as text to {text}\n")
+    assert (code, out) == (0, f"wrote {text} ({len(program.insns)} instructions as text)\n")
     assert assemble(text.read_text(), VTAConfig()) == program.insns
     code, out, err = run(capsys, "disasm", str(model), "--layer", "nope")
     assert code == 2 and out == "" and err.startswith(f"vta: error: {model} has no accelerator layer 'nope'")
@@ -97,13 +97,13 @@ def test_run_names_every_file_it_writes(tmp_path: Path, capsys: pytest.CaptureFi
     code, out, _ = run(capsys, *argv)
     assert code == 0
     roofline = Path(roofline_path(str(files["--plot"])))
-    assert out.splitlines()[-4:] == [f"wrote the per-layer report (JSON) to {files['--report-json']}",
-                                     f"wrote the per-layer report (CSV) to {files['--report-csv']}",
-                                     f"wrote the per-layer plot to {files['--plot']}",
-                                     f"wrote the roofline plot to {roofline}"]
+    assert out.splitlines()[-4:] == [f"wrote {files['--report-json']} (per-layer report, JSON)",
+                                     f"wrote {files['--report-csv']} (per-layer report, CSV)",
+                                     f"wrote {files['--plot']} (per-layer plot)",
+                                     f"wrote {roofline} (roofline plot)"]
     assert all(path.stat().st_size > 0 for path in [*files.values(), roofline])
     code, out, err = run(capsys, *argv, "--json")  # stdout stays one JSON document; the names go to stderr
-    assert code == 0 and json.loads(out)["model"] and f"wrote the per-layer plot to {files['--plot']}" in err
+    assert code == 0 and json.loads(out)["model"] and f"wrote {files['--plot']} (per-layer plot)" in err
 
 
 def test_the_per_layer_plot_is_readable_at_resnet50_scale() -> None:

@@ -153,7 +153,7 @@ def test_calibration_inputs_are_random_without_real_data():
 
 
 def test_load_graph_names_the_zoo():
-    with pytest.raises(ValueError, match=r"^model 'no_such_net' is neither a file nor a zoo model; zoo models are "
+    with pytest.raises(ValueError, match=r"^model 'no_such_net' is not a zoo model and not a file; zoo models are "
                                          r".*tiny_cnn"):
         load_graph("no_such_net")
 

@@ -20,10 +20,22 @@ def test_vta_sweep_prints_the_frontier_and_names_the_files(tmp_path, capsys):
     assert "6 ok, 2 failed, 0 timed out; 0 already in" in out
     assert "frontier, throughput vs area (all models, " in out and "frontier, energy vs area (all models, " in out
     assert "1x16_i8w8a32_15_15_18_17 " in out
-    assert out.rstrip().endswith(f"files written:\n  {db}\n  {plots / 'pareto_throughput.png'}\n  "
-                                 f"{plots / 'pareto_energy.png'}")
+    assert out.rstrip().endswith(f"wrote {db} (results database)\nwrote {plots / 'pareto_throughput.png'} (frontier "
+                                 f"plot)\nwrote {plots / 'pareto_energy.png'} (frontier plot)")
     assert main(argv) == 0  # a rerun measures nothing
     assert "measured 0 points" in capsys.readouterr().out
+
+
+def test_vta_sweep_writes_into_build_by_default(tmp_path, monkeypatch, capsys):
+    """Without --db and --plot-dir: build/NAME.sqlite and build/NAME-plots/ of the current folder, build/ created."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["sweep", str(SMALL), "--workers", "0", "--no-progress"]) == 0
+    plots = Path("build") / "small-plots"
+    assert capsys.readouterr().out.rstrip().endswith(
+        f"wrote {Path('build') / 'small.sqlite'} (results database)\nwrote {plots / 'pareto_throughput.png'} (frontier "
+        f"plot)\nwrote {plots / 'pareto_energy.png'} (frontier plot)")
+    assert (tmp_path / "build" / "small.sqlite").is_file() and (tmp_path / plots / "pareto_energy.png").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["build"]
 
 
 def test_vta_sweep_reports_every_problem_of_a_bad_file(tmp_path, capsys):
@@ -55,7 +67,8 @@ def test_script_runs_the_same_command(tmp_path):
                            "--no-progress", "--db", str(tmp_path / "s.sqlite"), "--plot-dir", str(tmp_path / "p")],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert "files written:" in done.stdout and (tmp_path / "p" / "pareto_energy.png").is_file()
+    assert f"wrote {tmp_path / 's.sqlite'} (results database)" in done.stdout
+    assert (tmp_path / "p" / "pareto_energy.png").is_file()
 
 
 def test_check_measures_model_points_again_in_exact_mode(tmp_path, capsys):

@@ -21,16 +21,22 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from vta.cliutil import wrote
+
 __all__ = ["register", "parse_window", "add_rtl_options", "foreign_core"]
 
 
 def register(subparsers: Any) -> None:
     """Add the ``tsim`` group and its commands to the top-level ``subparsers`` of ``vta``."""
     from vta.cliutil import add_config_option
-    tsim = subparsers.add_parser("tsim", help="Verilator co-simulation: build, run, trace")
+    tsim = subparsers.add_parser("tsim", help="Verilator co-simulation: build, run, trace",
+                                 description="Co-simulate the core's RTL with Verilator: build (and cache) the model "
+                                             "of a config's core, run programs on it, trace waveforms.")
     sub = tsim.add_subparsers(dest="tsim_command", metavar="COMMAND", required=True)
 
-    build = sub.add_parser("build", help="build (or find in the cache) the Verilator model of a config's core")
+    build = sub.add_parser("build", help="build (or find in the cache) the Verilator model of a config's core",
+                           description="Build the Verilator model of the config's core (or of a foreign core, "
+                                       "--rtl), or find it in the cache; print the library's path.")
     add_config_option(build)
     build.add_argument("--trace", choices=("none", "vcd", "fst"), default="none",
                        help="build with waveform support (slower simulation); default none")
@@ -40,7 +46,10 @@ def register(subparsers: Any) -> None:
     add_rtl_options(build)
     build.set_defaults(func=_cmd_build)
 
-    run = sub.add_parser("run", help="run a saved program (.npz) or a compiled model's layer (.vtac) on the RTL")
+    run = sub.add_parser("run", help="run a saved program (.npz) or a compiled model's layer (.vtac) on the RTL",
+                         description="Run a saved program (.npz) or one accelerator layer of a compiled model "
+                                     "(.vtac) on the Verilator model of its config's core, checked against the "
+                                     "functional simulator; print the cycles and counters.")
     run.add_argument("program", metavar="PROGRAM",
                      help="a program saved with Program.save (.npz), or a model compiled by `vta compile` (.vtac)")
     run.add_argument("--layer", metavar="NAME", default=None,
@@ -63,7 +72,9 @@ def register(subparsers: Any) -> None:
     add_rtl_options(run)
     run.set_defaults(func=_cmd_run)
 
-    cache = sub.add_parser("cache", help="list the cached Verilator builds")
+    cache = sub.add_parser("cache", help="list the cached Verilator builds",
+                           description="List the cached Verilator builds with their sizes, or delete them "
+                                       "(--clear).")
     cache.add_argument("--clear", action="store_true",
                        help="delete every cached build; builds in progress are skipped (named) unless --wait")
     cache.add_argument("--wait", action="store_true",
@@ -157,7 +168,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         for name, value in counters.items():
             print(f"  {name:22s} {value:>14,}")
         if args.trace:
-            print(f"  waveform written to {args.trace}")
+            print(f"  {wrote(args.trace, 'waveform')}")
         print("  check against fsim: DRAM equal; counters equal" if args.check == "fsim" else
               "  not checked against fsim (--check none)")
     return 0

@@ -30,10 +30,10 @@ import logging
 import sys
 import traceback
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NoReturn, Sequence
 
 from . import __version__
-from .cliutil import CliError, add_config_option, config_from_args
+from .cliutil import CliError, add_config_option, config_from_args, did_you_mean, wrote
 
 __all__ = ["main", "build_parser", "add_config_option", "config_from_args", "CliError"]
 
@@ -70,7 +70,7 @@ def _config_facts(cfg: Any) -> dict[str, Any]:
     isa["UOP"] = {f.name: {"lsb": f.lsb, "msb": f.msb, "width": f.width, "signed": f.signed} for f in lay.uop_fields}
     return {
         "name": cfg.name,
-        "fields": cfg.to_dict(),
+        "fields": _all_fields(cfg),
         "derived": {"batch": cfg.batch, "block_in": cfg.block_in, "block_out": cfg.block_out,
                     "inp_width": cfg.inp_width, "wgt_width": cfg.wgt_width, "acc_width": cfg.acc_width,
                     "out_width": cfg.out_width, "log_out_buff_size": cfg.log_out_buff_size,
@@ -81,10 +81,18 @@ def _config_facts(cfg: Any) -> dict[str, Any]:
     }
 
 
+def _all_fields(cfg: Any) -> dict[str, Any]:
+    """Every field of ``cfg`` under its VTA-style key, the codesign knobs too when they are off (``to_dict`` leaves
+    them out so that a design without knobs has exactly VTA's keys)."""
+    from .config import KNOBS
+    return {**cfg.to_dict(), **{knob.upper(): getattr(cfg, knob) for knob in KNOBS if not getattr(cfg, knob)}}
+
+
 def _format_config(facts: dict[str, Any], source: str) -> str:
     d = facts["derived"]
     lines = [f"name        {facts['name']}", f"source      {source}", "", "fields"]
-    lines += [f"  {key:<19} {value}" for key, value in facts["fields"].items()]
+    lines += [f"  {key:<19} {json.dumps(value) if isinstance(value, bool) else value}"
+              for key, value in facts["fields"].items()]
     lines += ["", "derived",
               f"  GEMM core          {d['batch']} x {d['block_in']} times {d['block_in']} x {d['block_out']} "
               f"({d['macs_per_cycle']} int8 MACs per micro-op)",
@@ -190,7 +198,7 @@ def _cmd_disasm(args: argparse.Namespace) -> int:
         insns = [insn for _, program in programs for insn in program.insns]
     _write_text(text, args.output)
     if args.output is not None:
-        print(f"wrote {len(insns)} instructions as text to {args.output}")
+        print(wrote(args.output, f"{len(insns)} instructions as text"))
     return 0
 
 
@@ -256,12 +264,12 @@ def _cmd_asm(args: argparse.Namespace) -> int:
         raise CliError(f"{args.text} has {len(listing.uops)} UOP lines; give --uop-output FILE to write them")
     data = encode_stream(listing.insns, cfg).tobytes()
     _write_bytes(args.output, data)
-    print(f"wrote {len(listing.insns)} instructions ({len(data)} bytes, {cfg.name}) to {args.output}")
+    print(wrote(args.output, f"{len(listing.insns)} instructions, {len(data)} bytes, {cfg.name}"))
     if args.uop_output:
         u = listing.uops
         words = encode_uops([x.dst for x in u], [x.src for x in u], [x.wgt for x in u], cfg).tobytes() if u else b""
         _write_bytes(args.uop_output, words)
-        print(f"wrote {len(u)} micro-ops ({len(words)} bytes, little-endian) to {args.uop_output}")
+        print(wrote(args.uop_output, f"{len(u)} micro-ops, {len(words)} bytes, little-endian"))
     return 0
 
 
@@ -611,9 +619,35 @@ def _add_plugins(sub: Any, command: str | None) -> None:
             sub.add_parser(group, help=summary, add_help=False)
 
 
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose subcommands report their own usage errors: an unknown option of `vta run` shows the
+    usage of `vta run` (not of `vta`) and the closest option, then one ``vta: error: ...`` line (exit code 2).
+
+    argparse hands a subcommand's unknown words up to the top-level parser, which would print its own usage; a
+    subcommand's parser (every parser ``add_subparsers`` makes is of this class) rejects them itself instead."""
+
+    def parse_known_args(self, args: Any = None,  # type: ignore[override]
+                         namespace: Any = None) -> tuple[argparse.Namespace, list[str]]:
+        namespace, extras = super().parse_known_args(args, namespace)
+        if extras and self.prog != "vta":
+            self.error(self.unrecognized(extras))
+        return namespace, extras
+
+    def unrecognized(self, extras: list[str]) -> str:
+        """The message for ``extras``, the first unknown option followed by its closest known option, if any."""
+        options = [opt for action in self._actions for opt in action.option_strings]
+        first = next((word for word in extras if word.startswith("-")), None)
+        hint = did_you_mean(first.split("=", 1)[0], options) if first else ""
+        return f"unrecognized arguments: {' '.join(extras)}{hint}"
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(2, f"vta: error: {message}\n")
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The full parser; ``command`` is the subcommand about to run (its plug-in, if any, is imported)."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="vta", description="vta-lab: configure, program, simulate and report on a VTA-like int8 GEMM "
                                 "accelerator. Exit codes: 0 ok, 1 a run failed, 2 bad input.")
     parser.add_argument("--version", action="version", version=f"vta-lab {__version__}")

@@ -1,14 +1,17 @@
 """Command-line helpers shared by ``vta.cli`` and its plug-in groups (``vta.hw.cli``, ``vta.compiler.cli``,
-``vta.tsim.cli``): the error type that becomes an exit code and the one ``--config`` option.
+``vta.tsim.cli``): the error type that becomes an exit code, the one ``--config`` option, the "did you mean"
+suggestion of a close name and the one form of the ``wrote PATH (what)`` line of a command that writes a file.
 
 It lives on the ground floor so that plug-ins never import ``vta.cli`` (which imports them): no import cycle.
 """
 from __future__ import annotations
 
 import argparse
-from typing import Any
+import difflib
+import os
+from typing import Any, Iterable
 
-__all__ = ["CliError", "add_config_option", "config_from_args"]
+__all__ = ["CliError", "add_config_option", "config_from_args", "close_matches", "did_you_mean", "wrote"]
 
 
 class CliError(Exception):
@@ -31,3 +34,20 @@ def config_from_args(args: argparse.Namespace) -> Any:
     from .config import VTAConfig, load_config
     path = getattr(args, "config", None)
     return load_config(path) if path else VTAConfig()
+
+
+def close_matches(word: str, choices: Iterable[str], n: int = 1) -> list[str]:
+    """Up to ``n`` of ``choices`` closest to ``word`` (closest first; difflib's ratio of at least 0.6), or none."""
+    return difflib.get_close_matches(word, list(choices), n=n)
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """``" (did you mean NAME?)"`` naming the one of ``choices`` closest to ``word``, or ``""`` when none is close;
+    appended right after the word in a message that names it."""
+    close = close_matches(word, choices)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+def wrote(path: str | os.PathLike[str], what: str) -> str:
+    """The one line a command prints for a file it wrote: ``wrote PATH (what)``."""
+    return f"wrote {os.fspath(path)} ({what})"

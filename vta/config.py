@@ -173,7 +173,9 @@ class VTAConfig:
                 continue
             name = _VTA_KEYS.get(key, key if key in names else None)
             if name is None:
-                problems.append(f"unknown key {key!r}; known keys are {', '.join(sorted(_VTA_KEYS))}")
+                from .cliutil import did_you_mean
+                hint = did_you_mean(key, _VTA_KEYS if key.isupper() else sorted(names))
+                problems.append(f"unknown key {key!r}{hint}; known keys are {', '.join(sorted(_VTA_KEYS))}")
                 continue
             if name in kwargs:
                 problems.append(f"key {key!r} is given twice (as upper and lower case)")
