@@ -30,9 +30,9 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from vta.cliutil import close_matches, did_you_mean
 from vta.config import VTAConfig
 from vta.cost import estimate
+from vta.suggest import close_matches, did_you_mean
 
 from .ir import REQUANT_MODES, Graph, Node, node_macs
 from .lowering.codegen import ConvLayer, build_add_program, build_conv_program

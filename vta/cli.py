@@ -33,7 +33,8 @@ from pathlib import Path
 from typing import Any, Callable, NoReturn, Sequence
 
 from . import __version__
-from .cliutil import CliError, add_config_option, config_from_args, did_you_mean, wrote
+from .cliutil import CliError, add_config_option, config_from_args, wrote
+from .suggest import did_you_mean
 
 __all__ = ["main", "build_parser", "add_config_option", "config_from_args", "CliError"]
 

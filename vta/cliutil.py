@@ -7,11 +7,10 @@ It lives on the ground floor so that plug-ins never import ``vta.cli`` (which im
 from __future__ import annotations
 
 import argparse
-import difflib
 import os
-from typing import Any, Iterable
+from typing import Any
 
-__all__ = ["CliError", "add_config_option", "config_from_args", "close_matches", "did_you_mean", "wrote"]
+__all__ = ["CliError", "add_config_option", "config_from_args", "wrote"]
 
 
 class CliError(Exception):
@@ -34,18 +33,6 @@ def config_from_args(args: argparse.Namespace) -> Any:
     from .config import VTAConfig, load_config
     path = getattr(args, "config", None)
     return load_config(path) if path else VTAConfig()
-
-
-def close_matches(word: str, choices: Iterable[str], n: int = 1) -> list[str]:
-    """Up to ``n`` of ``choices`` closest to ``word`` (closest first; difflib's ratio of at least 0.6), or none."""
-    return difflib.get_close_matches(word, list(choices), n=n)
-
-
-def did_you_mean(word: str, choices: Iterable[str]) -> str:
-    """``" (did you mean NAME?)"`` naming the one of ``choices`` closest to ``word``, or ``""`` when none is close;
-    appended right after the word in a message that names it."""
-    close = close_matches(word, choices)
-    return f" (did you mean {close[0]}?)" if close else ""
 
 
 def wrote(path: str | os.PathLike[str], what: str) -> str:

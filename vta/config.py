@@ -173,7 +173,7 @@ class VTAConfig:
                 continue
             name = _VTA_KEYS.get(key, key if key in names else None)
             if name is None:
-                from .cliutil import did_you_mean
+                from .suggest import did_you_mean
                 hint = did_you_mean(key, _VTA_KEYS if key.isupper() else sorted(names))
                 problems.append(f"unknown key {key!r}{hint}; known keys are {', '.join(sorted(_VTA_KEYS))}")
                 continue
