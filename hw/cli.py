@@ -12,14 +12,13 @@ __all__ = ["register"]
 
 def register(subparsers):
     """Add the ``hw`` group and its commands to the top-level ``subparsers`` of ``vta``."""
-    from vta.cliutil import add_config_option
+    from vta.cliutil import add_config_option, command_doc
     hw = subparsers.add_parser("hw", help="generate the hardware: Verilog, area estimates",
                                description="Generate the accelerator core of a config: its Verilog, or its FPGA "
                                            "resource counts from a Yosys synthesis.")
     sub = hw.add_subparsers(dest="hw_command", metavar="COMMAND", required=True)
     verilog = sub.add_parser("verilog", help="write the core's Verilog (vta_core.v) for a config",
-                             description="Generate the core of the config (Amaranth) and write its Verilog as "
-                                         "vta_core.v into the folder -o names.")
+                             description=command_doc(_cmd_verilog))
     add_config_option(verilog)
     verilog.add_argument("-o", "--output", metavar="DIR", required=True, help="folder to write vta_core.v into")
     verilog.add_argument("--gemm-form", choices=("packed", "array"), default="packed",
@@ -37,6 +36,7 @@ def register(subparsers):
 
 
 def _cmd_verilog(args):
+    """Generate the core of the config (Amaranth) and write its Verilog as vta_core.v into the folder -o names."""
     from vta.cliutil import CliError, config_from_args
 
     from .verilog import generate_verilog

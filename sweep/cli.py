@@ -41,18 +41,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def register(subparsers: Any) -> None:
     """Add the ``sweep`` command to the top-level ``subparsers`` of ``vta``."""
+    from vta.cliutil import command_doc
     parser = subparsers.add_parser("sweep", help="design-space sweep: which accelerator for these models",
-                                   description="Run the design-space sweep of FILE (every design of its grid on "
-                                               "every model), print the frontier of speed, area and energy and name "
-                                               "every file written: the results database and the frontier plots, by "
-                                               "default in build/ of the current folder.")
+                                   description=command_doc(sweep_command))
     add_arguments(parser)
     parser.set_defaults(func=sweep_command)
 
 
 def sweep_command(args: argparse.Namespace) -> int:
-    """Run the sweep of ``args.file``; print the summary, the frontier tables and the files written. Returns 0 even
-    when some points failed or timed out: they are results (recorded with their reasons), not errors of the run."""
+    """Run the design-space sweep of FILE (every design of its grid on every model), print the frontier of speed,
+    area and energy and name every file written: the results database and the frontier plots, by default in build/
+    of the current folder.
+
+    Returns 0 even when some points failed or timed out: they are results (recorded with their reasons), not errors
+    of the run."""
     from vta.cliutil import CliError, wrote
 
     from .pareto import METRICS, SUITE, frontier, frontier_table, plot_frontiers, suite_rows

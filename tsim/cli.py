@@ -28,15 +28,14 @@ __all__ = ["register", "parse_window", "add_rtl_options", "foreign_core"]
 
 def register(subparsers: Any) -> None:
     """Add the ``tsim`` group and its commands to the top-level ``subparsers`` of ``vta``."""
-    from vta.cliutil import add_config_option
+    from vta.cliutil import add_config_option, command_doc
     tsim = subparsers.add_parser("tsim", help="Verilator co-simulation: build, run, trace",
                                  description="Co-simulate the core's RTL with Verilator: build (and cache) the model "
                                              "of a config's core, run programs on it, trace waveforms.")
     sub = tsim.add_subparsers(dest="tsim_command", metavar="COMMAND", required=True)
 
     build = sub.add_parser("build", help="build (or find in the cache) the Verilator model of a config's core",
-                           description="Build the Verilator model of the config's core (or of a foreign core, "
-                                       "--rtl), or find it in the cache; print the library's path.")
+                           description=command_doc(_cmd_build))
     add_config_option(build)
     build.add_argument("--trace", choices=("none", "vcd", "fst"), default="none",
                        help="build with waveform support (slower simulation); default none")
@@ -118,6 +117,8 @@ def parse_window(text: str) -> tuple[int, int]:
 
 
 def _cmd_build(args: argparse.Namespace) -> int:
+    """Build the Verilator model of the config's core (or of a foreign core, --rtl), or find it in the cache; print
+    the library's path."""
     from vta.cliutil import config_from_args
 
     from .build import build

@@ -491,14 +491,11 @@ def format_table(outcomes: Iterable[Outcome]) -> str:
 
 def register(subparsers: Any) -> None:
     """Add ``vta conform`` to the ``vta`` command's subparsers."""
-    from vta.cliutil import add_config_option
+    from vta.cliutil import add_config_option, command_doc
 
     from .cli import add_rtl_options
     p = subparsers.add_parser("conform", help="conformance kit: run a core against the functional simulator",
-                              description="Run the conformance kit on a core (the generated one, or a foreign core "
-                                          "given with --rtl) and print a table by feature. Exit 1 when a feature "
-                                          "fails or hangs, 2 when the core does not lint or its ports do not match "
-                                          "the interface (before anything is built); docs/byo-rtl.md.")
+                              description=command_doc(_cmd_conform))
     add_rtl_options(p)
     add_config_option(p)
     p.add_argument("--seeds", type=int, default=DEFAULT_SEEDS, metavar="N",
@@ -515,6 +512,9 @@ def register(subparsers: Any) -> None:
 
 
 def _cmd_conform(args: argparse.Namespace) -> int:
+    """Run the conformance kit on a core (the generated one, or a foreign core given with --rtl) and print a table
+    by feature. Exit 1 when a feature fails or hangs, 2 when the core does not lint or its ports do not match the
+    interface (before anything is built); docs/byo-rtl.md."""
     from vta.cliutil import CliError, config_from_args
 
     from .cli import foreign_core

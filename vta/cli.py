@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Callable, NoReturn, Sequence
 
 from . import __version__
-from .cliutil import CliError, add_config_option, config_from_args, wrote
+from .cliutil import CliError, add_config_option, command_doc, config_from_args, wrote
 from .suggest import did_you_mean
 
 __all__ = ["main", "build_parser", "add_config_option", "config_from_args", "CliError"]
@@ -168,6 +168,9 @@ def _check_suffix(option: str, path: str | None, suffixes: tuple[str, ...], what
 
 
 def _cmd_disasm(args: argparse.Namespace) -> int:
+    """Print the instructions of a program saved by Program.save (.npz), of a model compiled by `vta compile`
+    (.vtac: every accelerator layer, or the one --layer names), or of a raw binary of encoded instructions (--raw,
+    read with --config), one per line in the syntax `vta asm` reads."""
     from .asm import disassemble
     from .isa import decode_stream
     _check_suffix("-o", args.output, TEXT_SUFFIXES, "assembly text")
@@ -515,10 +518,7 @@ def _add_config_group(sub: Any) -> None:
 
 def _add_asm_commands(sub: Any) -> None:
     disasm = sub.add_parser("disasm", help="print a program's instructions as assembly text",
-                            description="Print the instructions of a program saved by Program.save (.npz), of a "
-                                        "model compiled by `vta compile` (.vtac: every accelerator layer, or the "
-                                        "one --layer names), or of a raw binary of encoded instructions (--raw, "
-                                        "read with --config), one per line in the syntax `vta asm` reads.")
+                            description=command_doc(_cmd_disasm))
     disasm.add_argument("program", metavar="PROGRAM",
                         help="a .npz program file, a compiled model (.vtac), or a raw binary with --raw")
     disasm.add_argument("--layer", metavar="NAME", default=None,

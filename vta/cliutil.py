@@ -7,10 +7,11 @@ It lives on the ground floor so that plug-ins never import ``vta.cli`` (which im
 from __future__ import annotations
 
 import argparse
+import inspect
 import os
 from typing import Any
 
-__all__ = ["CliError", "add_config_option", "config_from_args", "wrote"]
+__all__ = ["CliError", "add_config_option", "config_from_args", "command_doc", "wrote"]
 
 
 class CliError(Exception):
@@ -38,3 +39,10 @@ def config_from_args(args: argparse.Namespace) -> Any:
 def wrote(path: str | os.PathLike[str], what: str) -> str:
     """The one line a command prints for a file it wrote: ``wrote PATH (what)``."""
     return f"wrote {os.fspath(path)} ({what})"
+
+
+def command_doc(handler: Any) -> str:
+    """The first paragraph of ``handler``'s docstring on one line: a subcommand's ``--help`` description, written
+    once where the command is implemented."""
+    return " ".join((inspect.getdoc(handler) or "").split("\n\n")[0].split())
+
