@@ -61,17 +61,18 @@ def load_graph(model: str, *, batch: int | None = None,
     ONNX model raises :class:`.onnx_frontend.ModelFileError` naming it."""
     from .frontend import zoo
     from .frontend.prequant import import_model
+    name = None
     if os.path.exists(model):
         path = Path(model)
     elif model in zoo.list_models():
-        path = zoo.get_model(model)
+        path, name = zoo.get_model(model), model  # named by the zoo, not by its cache file (<name>.v<N>.onnx)
     elif _looks_like_path(model):
         raise FileNotFoundError(f"model file {model} does not exist")
     else:
         names = zoo.list_models()
         raise ValueError(f"model {model!r} is not a zoo model{did_you_mean(model, names)} and not a file; zoo models "
                          f"are {', '.join(names)}")
-    return import_model(path, batch=batch or 1, input_shapes=input_shapes)
+    return import_model(path, batch=batch or 1, name=name, input_shapes=input_shapes)
 
 
 def _looks_like_path(model: str) -> bool:

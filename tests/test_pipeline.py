@@ -38,7 +38,7 @@ def tiny() -> Compiled:
 
 
 TINY_CNN_PARTS = {
-    "graph": "1378d09aa760e89c",
+    "graph": "c6fb028f820e2766",
     "scales": "31c6a94f6d375f61",
     "constant conv_3_wq": "1dab0b8e36e6192d",
     "constant conv_3_bq": "c43daa1863867d90",
