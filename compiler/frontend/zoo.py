@@ -36,7 +36,7 @@ from . import float_ref
 __all__ = ["cache_dir", "list_models", "get_model", "build_model", "OnnxBuilder", "calibration_data"]
 
 OPSET = 17
-ZOO_VERSION = 2          # part of every cached file name: bump it whenever a model's construction changes
+ZOO_VERSION = 3          # part of every cached file name: bump it whenever a model's construction changes
 
 
 def cache_dir() -> Path:
