@@ -63,7 +63,7 @@ def test_config_show_default(capsys: pytest.CaptureFixture[str]) -> None:
     expected = [
         "  LOG_WGT_BUFF_SIZE   18",
         "  CLOCK_MHZ           100.0",
-        "  GEMM core          1 x 16 times 16 x 16 (256 int8 MACs per micro-op)",
+        "  GEMM core          1 x 16 times 16 x 16 (256 int8 x int8 MACs per micro-op)",
         "  instructions       128 bits (16 bytes)",
         "  micro-ops          32 bits (4 bytes)",
         # buffer, bytes, entry bytes, depth, index bits

@@ -242,8 +242,9 @@ def test_clock_must_be_a_number(value: object) -> None:
 @pytest.mark.parametrize("changes, message", [
     ({"log_batch": 5}, "LOG_BATCH must be between 0 and 4, not 5"),
     ({"log_block": 1}, "LOG_BLOCK must be between 2 and 6, not 1"),
-    ({"log_inp_width": 4}, "LOG_INP_WIDTH must be between 3 and 3 (only int8 inputs (3) are supported), not 4"),
-    ({"log_wgt_width": 2}, "LOG_WGT_WIDTH must be between 3 and 3 (only int8 weights (3) are supported), not 2"),
+    ({"log_inp_width": 4}, "LOG_INP_WIDTH must be between 2 and 3 (int4 (2) and int8 (3) inputs are supported), not 4"),
+    ({"log_wgt_width": 1}, "LOG_WGT_WIDTH must be between 2 and 3 (int4 (2) and int8 (3) weights are supported), "
+                           "not 1"),
     ({"log_acc_width": 4},
      "LOG_ACC_WIDTH must be between 5 and 5 (only int32 accumulators (5) are supported), not 4"),
     ({"log_uop_buff_size": 21}, "LOG_UOP_BUFF_SIZE must be between 6 and 20, not 21"),

@@ -96,7 +96,7 @@ def _format_config(facts: dict[str, Any], source: str) -> str:
               for key, value in facts["fields"].items()]
     lines += ["", "derived",
               f"  GEMM core          {d['batch']} x {d['block_in']} times {d['block_in']} x {d['block_out']} "
-              f"({d['macs_per_cycle']} int8 MACs per micro-op)",
+              f"({d['macs_per_cycle']} int{d['inp_width']} x int{d['wgt_width']} MACs per micro-op)",
               f"  element widths     inp {d['inp_width']}, wgt {d['wgt_width']}, acc {d['acc_width']}, "
               f"out {d['out_width']} bits",
               f"  instructions       {d['insn_bits']} bits ({d['insn_bytes']} bytes)",

@@ -84,7 +84,7 @@ _IGNORED_VTA_KEYS = {"TARGET", "HW_VER", "LOG_BLOCK_IN", "LOG_BLOCK_OUT", "LOG_O
                      "ACC_DEP_DISTANCE"}
 
 _RANGES: dict[str, tuple[float, float]] = {
-    "log_inp_width": (3, 3), "log_wgt_width": (3, 3), "log_acc_width": (5, 5),
+    "log_inp_width": (2, 3), "log_wgt_width": (2, 3), "log_acc_width": (5, 5),
     "log_batch": (0, 4), "log_block": (2, 6),
     "log_uop_buff_size": (6, 20), "log_inp_buff_size": (6, 22), "log_wgt_buff_size": (6, 24),
     "log_acc_buff_size": (6, 24),
@@ -93,7 +93,8 @@ _RANGES: dict[str, tuple[float, float]] = {
     "concurrent_alu": (0, 1), "gemm_overwrite": (0, 1),
 }
 _WHY = {
-    "log_inp_width": "only int8 inputs (3) are supported", "log_wgt_width": "only int8 weights (3) are supported",
+    "log_inp_width": "int4 (2) and int8 (3) inputs are supported",
+    "log_wgt_width": "int4 (2) and int8 (3) weights are supported",
     "log_acc_width": "only int32 accumulators (5) are supported",
 }
 
@@ -103,7 +104,9 @@ class VTAConfig:
     """One accelerator design. All fields are keyword-only; sizes are log2 of bytes unless stated.
 
     VTA's keys:
-        log_inp_width, log_wgt_width, log_acc_width: log2 of element widths in bits (3 = int8, 5 = int32).
+        log_inp_width, log_wgt_width, log_acc_width: log2 of element widths in bits (2 = int4, 3 = int8,
+            5 = int32). Inputs and weights may be int4 or int8 (the output buffer has the input width); int4
+            elements are packed two per byte in DRAM and in SRAM entries (``vta.packing``; docs/precision.md).
         log_batch: log2 of BATCH, the rows of the GEMM core's input tile.
         log_block: log2 of BLOCK_IN = BLOCK_OUT, the GEMM core's reduction and output width.
         log_uop_buff_size, log_inp_buff_size, log_wgt_buff_size, log_acc_buff_size: log2 of SRAM sizes in bytes.
@@ -267,12 +270,12 @@ class VTAConfig:
 
     @cached_property
     def inp_elem_bytes(self) -> int:
-        """Bytes per inp buffer entry (BATCH x BLOCK_IN int8)."""
+        """Bytes per inp buffer entry (BATCH x BLOCK_IN elements of ``inp_width`` bits, packed)."""
         return self.batch * self.block_in * self.inp_width // 8
 
     @cached_property
     def wgt_elem_bytes(self) -> int:
-        """Bytes per wgt buffer entry (BLOCK_OUT x BLOCK_IN int8)."""
+        """Bytes per wgt buffer entry (BLOCK_OUT x BLOCK_IN elements of ``wgt_width`` bits, packed)."""
         return self.block_out * self.block_in * self.wgt_width // 8
 
     @cached_property
@@ -282,13 +285,14 @@ class VTAConfig:
 
     @cached_property
     def out_elem_bytes(self) -> int:
-        """Bytes per out buffer entry (BATCH x BLOCK_OUT int8)."""
+        """Bytes per out buffer entry (BATCH x BLOCK_OUT elements of ``out_width`` bits, packed)."""
         return self.batch * self.block_out * self.out_width // 8
 
     def elem_bytes(self, mem: int) -> int:
         """Bytes of one element of memory type ``mem`` (``MEM_*``) as laid out in DRAM.
 
-        ``MEM_ACC_8BIT`` elements are BATCH x BLOCK_OUT int8 in DRAM, widened into the acc buffer.
+        ``MEM_ACC_8BIT`` elements are BATCH x BLOCK_OUT out-width values in DRAM (int8, or int4 packed at
+        ``inp_width`` 4), sign-extended into the acc buffer.
         """
         table = self._elem_table
         if mem not in table:

@@ -5,7 +5,10 @@ multiply and 32-bit add, pJ per SRAM access by SRAM size, pJ per DRAM access, pJ
 area. Events per accelerator layer follow from its counters (a run's statistics, or
 :func:`vta.counts.program_counts` without a run; names of :mod:`vta.counters`) and the config:
 
-* each MAC (``macs``): one 8-bit multiply + one 32-bit add;
+* each MAC (``macs``): one multiply of the design's input x weight widths + one 32-bit add; a narrower multiply
+  costs the 8-bit one times ``(inp_bits * wgt_bits) / 64`` (an array multiplier's partial products; the table's own
+  8-bit and 32-bit multiplies, 0.2 and 3.1 pJ, scale as the width squared within 3%), so int4 x int8 is half and
+  int4 x int4 a quarter of the 8-bit multiply;
 * each GEMM micro-op: reads one inp entry, one wgt entry, one micro-op, reads and writes one acc entry and writes one
   out entry (a reset GEMM: only the micro-op read and the acc and out writes);
 * each ALU micro-op: BATCH x BLOCK_OUT 32-bit adds, reads two acc entries and a micro-op, writes one acc and one out
@@ -69,6 +72,11 @@ class Tech:
     def mac_pj(self) -> float:
         """One MAC of the GEMM core: an 8-bit multiply and a 32-bit accumulate."""
         return self.mult_8b_pj + self.add_32b_pj
+
+    def mac_pj_at(self, inp_bits: int, wgt_bits: int) -> float:
+        """One MAC of ``inp_bits`` x ``wgt_bits`` operands: the 8-bit multiply scaled by ``inp_bits * wgt_bits / 64``
+        (see the module docstring) and a 32-bit accumulate; equals :attr:`mac_pj` at 8 x 8."""
+        return self.mult_8b_pj * (inp_bits * wgt_bits) / 64 + self.add_32b_pj
 
     @property
     def dram_pj_per_byte(self) -> float:
@@ -166,7 +174,8 @@ def layer_energy(counts: Mapping[str, int], cfg: VTAConfig, tech: Tech) -> dict[
         "acc": ((gemm + 2 * alu) * acc_e, (gemm + reset + alu) * acc_e + counts["acc_bytes_read"]),
         "out": (counts["out_bytes_written"], (gemm + reset + alu) * out_e),
     }
-    energy = {"mac": counts["macs"] * tech.mac_pj, "alu": alu * cfg.batch * cfg.block_out * tech.add_32b_pj}
+    energy = {"mac": counts["macs"] * tech.mac_pj_at(cfg.inp_width, cfg.wgt_width),
+              "alu": alu * cfg.batch * cfg.block_out * tech.add_32b_pj}
     for b, (read, written) in sram_bytes.items():
         energy[f"sram_{b}"] = (read + write * written) * per_byte[b]
     dram = sum(counts[k] for k in ("insn_bytes_read", "uop_bytes_read", "wgt_bytes_read", "inp_bytes_read",

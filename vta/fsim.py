@@ -83,6 +83,7 @@ from .isa import (
     insn_uops,
     module_of,
 )
+from .packing import pack_elements, unpack_elements, wrap_elements
 from .program import MODULES, Program
 
 __all__ = ["run", "FsimResult", "Stats", "SimulationError", "DeadlockError", "SramRangeError", "DramRangeError",
@@ -337,13 +338,13 @@ class _Machine:
             data, target = raw.view("<i4").astype(np.int32), self.acc
         elif mem == MEM_ACC_8BIT:
             self.stats.acc_bytes_read += nbytes
-            data, target = raw.view(np.int8).astype(np.int32), self.acc
+            data, target = unpack_elements(raw, cfg.out_width).astype(np.int32), self.acc
         elif mem == MEM_INP:
             self.stats.inp_bytes_read += nbytes
-            data, target = raw.view(np.int8), self.inp
+            data, target = unpack_elements(raw, cfg.inp_width), self.inp
         else:
             self.stats.wgt_bytes_read += nbytes
-            data, target = raw.view(np.int8), self.wgt
+            data, target = unpack_elements(raw, cfg.wgt_width), self.wgt
         data = data.reshape((insn.y_size, insn.x_size) + shape)
         if height == insn.y_size and width == insn.x_size:
             target[insn.sram_base:end] = data.reshape((-1,) + shape)
@@ -366,7 +367,7 @@ class _Machine:
         if self.race is not None:
             self._check(k, self.race.sram_read(k, "out", slice(insn.sram_base, end), self.vc))
             self._check(k, self.race.dram_write(k, lo, insn.y_size, insn.x_size * eb, insn.x_stride * eb, self.vc))
-        data = self.out[insn.sram_base:end].view(np.uint8).reshape(insn.y_size, insn.x_size * eb)
+        data = pack_elements(self.out[insn.sram_base:end], cfg.out_width).reshape(insn.y_size, insn.x_size * eb)
         self.stats.out_bytes_written += insn.y_size * insn.x_size * eb
         if insn.x_stride >= insn.x_size or insn.y_size == 1:
             self._rows(lo, insn.y_size, insn.x_size * eb, insn.x_stride * eb, writeable=True)[...] = data
@@ -444,7 +445,7 @@ class _Machine:
                 self._gemm_checks(k, plan)
                 new = wrap32(plan.sums(self.inp, self.wgt))
                 self.acc[plan.du] = new
-                self.out[plan.du] = new.astype(np.int8)
+                self.out[plan.du] = wrap_elements(new, cfg.out_width)
                 continue
             if insn.reset:  # reads neither inp nor wgt: only dst indices are computed and checked
                 if plan is None:
@@ -463,7 +464,7 @@ class _Machine:
             self._gemm_checks(k, plan)
             new = wrap32(self.acc[du].astype(np.int64) + plan.sums(self.inp, self.wgt))
             self.acc[du] = new
-            self.out[du] = new.astype(np.int8)
+            self.out[du] = wrap_elements(new, cfg.out_width)
 
     def _gemm_checks(self, k: int, plan: GemmPlan) -> None:
         """Race checks of a GEMM chunk that reads inp/wgt (``plan.reads``) and writes acc/out ``plan.du``."""
@@ -501,7 +502,7 @@ class _Machine:
                 for dd, ss in steps:  # round r: the r-th occurrence of every destination (all distinct)
                     new = alu_op(insn.alu_opcode, self.acc[dd], insn.imm if ss is None else self.acc[ss], insn.imm)
                     self.acc[dd] = new
-                    self.out[dd] = new.astype(np.int8)
+                    self.out[dd] = wrap_elements(new, cfg.out_width)
 
     def _alu_plan(self, k: int, insn: Alu, t0: int, t1: int) -> tuple[str, np.ndarray, list[tuple[Any, Any]]]:
         """(mode, destinations, steps) for iterations [t0, t1): 'reset'; 'rounds' (vectorized, exact when no source
@@ -526,7 +527,7 @@ class _Machine:
         acc, out, op = self.acc, self.out, insn.alu_opcode
         for dj, sj in zip(d.tolist(), s.tolist()):
             acc[dj] = alu_op(op, acc[dj], acc[sj], insn.imm)
-            out[dj] = acc[dj].astype(np.int8)
+            out[dj] = wrap_elements(acc[dj], self.cfg.out_width)
 
 
 def _check_limit(name: str, value: object) -> None:

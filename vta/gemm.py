@@ -1,4 +1,5 @@
-"""A tiled int8 GEMM benchmark program and the packing helpers for its operands.
+"""A tiled GEMM benchmark program (int8, or int4 operands on a design with int4 inputs or weights) and the packing
+helpers for its operands.
 
 Every function takes the config explicitly and works for any valid one (BATCH 1..16, BLOCK 4..64, small buffers).
 The returned ``expected`` array equals ``program.read("C", final_dram)`` after a correct run, so a check is::
@@ -21,6 +22,7 @@ import numpy as np
 
 from .config import MEM_INP, MEM_OUT, MEM_WGT, VTAConfig
 from .isa import ALU_MAX, ALU_MIN, ALU_SHR, Uop
+from .packing import alloc_dtype, element_range
 from .program import Program, ProgramBuilder, SlotRing
 
 __all__ = ["gemm_program", "GemmTiling", "gemm_tiling", "pack_inp", "pack_wgt", "unpack_out", "requantize"]
@@ -56,9 +58,11 @@ def unpack_out(c: np.ndarray, m: int, n: int) -> np.ndarray:
     return c.transpose(0, 2, 1, 3).reshape(mb * b, nb * bo)[:m, :n].copy()
 
 
-def requantize(acc: np.ndarray, shift: int) -> np.ndarray:
-    """int32 accumulators -> int8 as the GEMM program's ALU does: arithmetic shift right, clip to [-128, 127]."""
-    return np.clip(np.asarray(acc, np.int64) >> shift, -128, 127).astype(np.int8)
+def requantize(acc: np.ndarray, shift: int, bits: int = 8) -> np.ndarray:
+    """int32 accumulators -> ``bits``-bit outputs (int8 array) as the GEMM program's ALU does: arithmetic shift
+    right, clip to the signed range ([-128, 127] for int8, [-8, 7] for int4)."""
+    lo, hi = element_range(bits)
+    return np.clip(np.asarray(acc, np.int64) >> shift, lo, hi).astype(np.int8)
 
 
 @dataclass(frozen=True)
@@ -93,15 +97,20 @@ def gemm_tiling(cfg: VTAConfig, m: int, k: int, n: int, *, double_buffer: bool =
     return best[2]
 
 
-def _default_shift(k: int) -> int:
-    """A shift that brings int8 x int8 dot products of length k to roughly int8 range."""
-    std = np.sqrt(max(k, 1)) * 128 * 128 / 3
-    return max(0, int(np.ceil(np.log2(std / 48))))
+def _default_shift(k: int, cfg: VTAConfig | None = None) -> int:
+    """A shift that brings dot products of length k of the config's operands (int8 x int8 without a config) to
+    roughly the output range."""
+    a = -element_range(cfg.inp_width)[0] if cfg else 128
+    b = -element_range(cfg.wgt_width)[0] if cfg else 128
+    out = -element_range(cfg.out_width)[0] if cfg else 128
+    std = np.sqrt(max(k, 1)) * a * b / 3
+    return max(0, int(np.ceil(np.log2(std / (48 * out / 128)))))
 
 
 def gemm_program(cfg: VTAConfig, m: int, k: int, n: int, *, seed: int = 0, double_buffer: bool = True,
                  shift: int | None = None) -> tuple[Program, np.ndarray]:
-    """C = requantize(A @ B) for random int8 A (m x k) and B (k x n) drawn from ``seed``.
+    """C = requantize(A @ B) for random A (m x k) and B (k x n) drawn from ``seed``: int8, or int4 where the config's
+    input or weight width is 4 (stored packed, :mod:`vta.packing`); C has the output (input) width.
 
     Tiled to the config's buffers (:func:`gemm_tiling`), with dependency tokens as VTA's runtime emits them; with
     ``double_buffer`` the load of the next inp/wgt tiles and the store of the previous output tile overlap the GEMM.
@@ -113,21 +122,23 @@ def gemm_program(cfg: VTAConfig, m: int, k: int, n: int, *, seed: int = 0, doubl
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ValueError(f"{name} must be a positive integer, not {v!r}")
     rng = np.random.default_rng(seed)
-    a = rng.integers(-128, 128, (m, k), dtype=np.int8)
-    b = rng.integers(-128, 128, (k, n), dtype=np.int8)
-    shift = _default_shift(k) if shift is None else shift
+    (a_lo, a_hi), (b_lo, b_hi) = element_range(cfg.inp_width), element_range(cfg.wgt_width)
+    out_lo, out_hi = element_range(cfg.out_width)
+    a = rng.integers(a_lo, a_hi + 1, (m, k), dtype=np.int8)
+    b = rng.integers(b_lo, b_hi + 1, (k, n), dtype=np.int8)
+    shift = _default_shift(k, cfg) if shift is None else shift
     if not 0 <= shift <= 31:
         raise ValueError(f"shift must be between 0 and 31, not {shift}")
     exact = (a.astype(np.float64) @ b.astype(np.float64)).astype(np.int64)
-    expected_mn = requantize(exact.astype(np.int32), shift)
+    expected_mn = requantize(exact.astype(np.int32), shift, cfg.out_width)
     t = gemm_tiling(cfg, m, k, n, double_buffer=double_buffer)
     mb, kb, nb = _blocks(m, cfg.batch), _blocks(k, cfg.block_in), _blocks(n, cfg.block_out)
     inp_slot, wgt_slot, acc_slot = cfg.inp_depth // t.slots, cfg.wgt_depth // t.slots, cfg.acc_depth // t.acc_slots
 
     bld = ProgramBuilder(cfg)
-    a_al = bld.alloc("A", pack_inp(a, cfg))
-    b_al = bld.alloc("B", pack_wgt(b, cfg))
-    c_al = bld.alloc("C", (mb, nb, cfg.batch, cfg.block_out), np.int8)
+    a_al = bld.alloc("A", pack_inp(a, cfg), alloc_dtype(cfg.inp_width))
+    b_al = bld.alloc("B", pack_wgt(b, cfg), alloc_dtype(cfg.wgt_width))
+    c_al = bld.alloc("C", (mb, nb, cfg.batch, cfg.block_out), alloc_dtype(cfg.out_width))
     uops: list[Uop] = []
     gemm_base = {}
     for s in range(t.slots):
@@ -172,7 +183,7 @@ def gemm_program(cfg: VTAConfig, m: int, k: int, n: int, *, seed: int = 0, doubl
                 else:
                     bld.gemm(uop_bgn=g, uop_end=g + tk, **loops)
                 steps.release()
-            for op, imm in ((ALU_SHR, shift), (ALU_MIN, 127), (ALU_MAX, -128)):
+            for op, imm in ((ALU_SHR, shift), (ALU_MIN, out_hi), (ALU_MAX, out_lo)):
                 bld.alu(op, uop_bgn=alu_base + r, uop_end=alu_base + r + 1, iter_out=tm, iter_in=tn,
                         dst_factor_out=tn * (tm > 1), dst_factor_in=int(tn > 1), use_imm=True, imm=imm)
             outs.handoff()

@@ -18,7 +18,9 @@ token-only LOAD/STORE with ``x_size == 0``). Example::
 
 Element layouts in DRAM (as VTA's): an inp element is ``BATCH x BLOCK_IN`` int8 row-major, a wgt element
 ``BLOCK_OUT x BLOCK_IN`` int8, an acc element ``BATCH x BLOCK_OUT`` int32 little-endian, an out / ACC_8BIT element
-``BATCH x BLOCK_OUT`` int8, a micro-op one little-endian word of ``cfg.uop_bytes``.
+``BATCH x BLOCK_OUT`` int8, a micro-op one little-endian word of ``cfg.uop_bytes``. On a design with int4 inputs or
+weights (``LOG_INP_WIDTH`` / ``LOG_WGT_WIDTH`` = 2) those elements are int4 packed two per byte, element ``2i`` in the
+low nibble of byte ``i`` (:mod:`vta.packing`; allocate them with ``dtype="int4"``).
 """
 from __future__ import annotations
 
@@ -50,6 +52,7 @@ from .isa import (
     layout,
     module_of,
 )
+from .packing import check_element_range, dtype_bits, pack_elements, unpack_elements
 
 __all__ = ["Allocation", "Program", "ProgramBuilder", "SlotRing", "MODULES", "FORMAT_VERSION"]
 
@@ -80,6 +83,19 @@ class Allocation:
     def from_json(cls, data: dict[str, Any]) -> "Allocation":
         return cls(str(data["name"]), int(data["offset"]), int(data["nbytes"]), tuple(int(s) for s in data["shape"]),
                    str(data["dtype"]))
+
+
+def _raw_bytes(data: Any, dtype: str, what: str) -> bytes:
+    """The DRAM bytes of ``data`` stored as ``dtype``: a numpy dtype little-endian, or ``"int4"`` packed two
+    elements per byte (:mod:`vta.packing`; values checked to lie in [-8, 7])."""
+    bits = dtype_bits(dtype)
+    if bits is None:
+        return np.ascontiguousarray(data, dtype=_le(dtype)).tobytes()
+    values = np.asarray(data)
+    if values.dtype.kind not in "iu":
+        raise TypeError(f"{what} must be integers to be stored as {dtype}, not {values.dtype.name}")
+    check_element_range(values, bits, what)
+    return pack_elements(values, bits).tobytes()
 
 
 def _le(dtype: str | np.dtype) -> np.dtype:
@@ -162,6 +178,9 @@ class Program:
             raise ValueError(f"allocation {name!r} ends at byte {a.offset + a.nbytes}, beyond the given "
                              f"{image.size}-byte DRAM image")
         raw = image[a.offset:a.offset + a.nbytes]
+        bits = dtype_bits(a.dtype)
+        if bits is not None:  # packed narrow elements (vta.packing), read as int8
+            return unpack_elements(raw, bits, int(np.prod(a.shape, dtype=np.int64))).reshape(a.shape).copy()
         return np.frombuffer(raw.tobytes(), dtype=_le(a.dtype)).reshape(a.shape).astype(np.dtype(a.dtype))
 
     # ---- files ------------------------------------------------------------------------------------------------
@@ -172,7 +191,7 @@ class Program:
         dram = self.dram.copy()
         for name, value in values.items():
             a = self.allocation(name)
-            raw = np.ascontiguousarray(value, dtype=_le(a.dtype)).tobytes()
+            raw = _raw_bytes(value, a.dtype, f"value for {name!r}")
             if len(raw) != a.nbytes:
                 raise ValueError(f"value for {name!r} has {len(raw)} bytes; the allocation holds {a.nbytes}")
             dram[a.offset:a.offset + a.nbytes] = np.frombuffer(raw, dtype=np.uint8)
@@ -293,7 +312,9 @@ class ProgramBuilder:
         """Reserve a DRAM region named ``name``.
 
         ``data_or_shape`` is either a shape (an int or a tuple of ints; the region is zero-filled, ``dtype`` defaults
-        to int8) or array data (a numpy array or a list; converted to ``dtype`` when given). ``align`` (bytes)
+        to int8) or array data (a numpy array or a list; converted to ``dtype`` when given). ``dtype="int4"`` stores
+        int8-valued data in [-8, 7] packed two elements per byte (:mod:`vta.packing`; the allocation reads back as
+        int8 values), the DRAM form of an int4 design's inp, wgt and out elements. ``align`` (bytes)
         defaults to :attr:`default_align`: the largest element size of any memory type and the bus width, so the
         region's element address is integral for every memory type.
         """
@@ -308,20 +329,22 @@ class ProgramBuilder:
             raise ValueError(f"align must be a positive number of bytes, not {align!r}")
         if isinstance(data_or_shape, (int, np.integer)) and not isinstance(data_or_shape, bool):
             data_or_shape = (int(data_or_shape),)
+        packed = isinstance(dtype, str) and dtype_bits(dtype) is not None
         if isinstance(data_or_shape, tuple):
             if not all(isinstance(s, (int, np.integer)) and s >= 0 for s in data_or_shape):
                 raise ValueError(f"a shape must be a tuple of non-negative integers, not {data_or_shape!r}")
-            data = np.zeros(tuple(int(s) for s in data_or_shape), dtype=np.dtype(dtype or "int8"))
+            data = np.zeros(tuple(int(s) for s in data_or_shape), dtype=np.dtype("int8" if packed else dtype or "int8"))
         else:
-            data = np.asarray(data_or_shape, dtype=None if dtype is None else np.dtype(dtype))
+            data = np.asarray(data_or_shape, dtype=None if dtype is None or packed else np.dtype(dtype))
             if data.dtype.kind not in "iub":
                 raise TypeError(f"allocation data must be integers (DRAM holds fixed-point values), not "
                                 f"{data.dtype.name}")
         offset = _align_up(len(self._image), align)
-        raw = np.ascontiguousarray(data, dtype=_le(data.dtype)).tobytes()
+        dtype_name = str(dtype) if packed else data.dtype.name
+        raw = _raw_bytes(data, dtype_name, f"allocation {name!r}")
         self._image.extend(bytes(offset - len(self._image)))
         self._image.extend(raw)
-        alloc = Allocation(name, offset, len(raw), tuple(data.shape), data.dtype.name)
+        alloc = Allocation(name, offset, len(raw), tuple(data.shape), dtype_name)
         self.allocations[name] = alloc
         return alloc
 

@@ -1,0 +1,147 @@
+"""Precision as a design axis: int4 / int8 inputs and weights (vta.packing, the config, fsim, the cycle model,
+energy; see docs/precision.md)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from vta import fsim
+from vta.config import MEM_ACC, MEM_OUT, ConfigError, VTAConfig, load_config
+from vta.cost import estimate
+from vta.counts import program_counts
+from vta.energy import layer_energy, load_tech
+from vta.gemm import gemm_program
+from vta.isa import ALU_ADD, Uop
+from vta.packing import (
+    alloc_dtype,
+    element_range,
+    pack_elements,
+    packed_nbytes,
+    unpack_elements,
+    wrap_elements,
+)
+from vta.program import ProgramBuilder
+
+ROOT = Path(__file__).resolve().parents[1]
+W4A8 = load_config(ROOT / "configs" / "w4a8.toml")
+W4A4 = load_config(ROOT / "configs" / "w4a4.toml")
+
+
+# ---- the config -----------------------------------------------------------------------------------------------------
+def test_config_names_and_derived_sizes():
+    assert W4A8.name == "1x16_i8w4a32_15_15_17_17"
+    assert W4A4.name == "1x16_i4w4a32_15_14_17_17"
+    assert (W4A8.wgt_elem_bytes, W4A8.inp_elem_bytes, W4A8.out_elem_bytes) == (128, 16, 16)
+    assert (W4A4.wgt_elem_bytes, W4A4.inp_elem_bytes, W4A4.out_elem_bytes) == (128, 8, 8)
+    default = VTAConfig()
+    # halved buffers hold the default's tiles, so the ISA (index fields, micro-op width) is VTA's
+    for cfg in (W4A8, W4A4):
+        assert (cfg.inp_depth, cfg.wgt_depth, cfg.acc_depth) == (default.inp_depth, default.wgt_depth,
+                                                                 default.acc_depth)
+        assert cfg.uop_bits == 32
+
+
+def test_config_rejects_unsupported_widths_in_one_error():
+    with pytest.raises(ConfigError) as err:
+        VTAConfig(log_inp_width=1, log_wgt_width=4, log_acc_width=4)
+    assert err.value.problems == [
+        "LOG_INP_WIDTH must be between 2 and 3 (int4 (2) and int8 (3) inputs are supported), not 1",
+        "LOG_WGT_WIDTH must be between 2 and 3 (int4 (2) and int8 (3) weights are supported), not 4",
+        "LOG_ACC_WIDTH must be between 5 and 5 (only int32 accumulators (5) are supported), not 4",
+    ]
+
+
+# ---- packing --------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("bits", [4, 8])
+def test_pack_round_trip(bits):
+    lo, hi = element_range(bits)
+    rng = np.random.default_rng(bits)
+    for count in (1, 2, 7, 64):
+        values = rng.integers(lo, hi + 1, count).astype(np.int8)
+        raw = pack_elements(values, bits)
+        assert raw.dtype == np.uint8 and raw.size == packed_nbytes(count, bits)
+        assert np.array_equal(unpack_elements(raw, bits, count), values)
+
+
+def test_int4_nibble_order_and_sign_extension():
+    # element 2i in the low nibble of byte i, two's complement
+    assert pack_elements(np.array([1, -1, -8, 7], np.int8), 4).tolist() == [0xF1, 0x78]
+    assert unpack_elements(np.array([0x8F], np.uint8), 4).tolist() == [-1, -8]
+    assert wrap_elements(np.array([7, 8, 15, 16, -9, 0x7FFFFFF9]), 4).tolist() == [7, -8, -1, 0, 7, -7]
+    assert wrap_elements(np.array([127, 128, -129]), 8).tolist() == [127, -128, 127]
+
+
+def test_bad_width_is_a_sentence():
+    with pytest.raises(ValueError, match="element width must be one of 4, 8 bits, not 2"):
+        pack_elements(np.zeros(2, np.int8), 2)
+
+
+def test_int4_allocation_round_trip_and_range_error():
+    b = ProgramBuilder(W4A4)
+    values = np.arange(-8, 8, dtype=np.int8).reshape(2, 8)
+    a = b.alloc("x", values, "int4")
+    assert (a.nbytes, a.dtype, a.shape) == (8, "int4", (2, 8))
+    with pytest.raises(ValueError, match=r"allocation 'y' must be int4 values in \[-8, 7\], but element 1 is 8"):
+        b.alloc("y", np.array([0, 8], np.int8), "int4")
+    prog = b.finish()
+    assert np.array_equal(prog.read("x"), values)
+    other = prog.with_data({"x": -values - 1})
+    assert np.array_equal(other.read("x"), -values - 1)
+    assert alloc_dtype(8) == "int8" and alloc_dtype(4) == "int4"
+
+
+# ---- fsim: the GEMM at every width pair -----------------------------------------------------------------------------
+@pytest.mark.parametrize("cfg", [W4A8, W4A4, VTAConfig(log_inp_width=2), VTAConfig(log_block=2, log_wgt_width=2,
+                                                                                      log_inp_width=2)],
+                         ids=["w4a8", "w4a4", "w8a4", "block4_w4a4"])
+@pytest.mark.parametrize("dims", [(16, 64, 32), (5, 37, 19)])
+def test_fsim_gemm_bit_exact(cfg, dims):
+    """The tiled GEMM program (packed operands in DRAM, int4 sign-extended into the GEMM, the output clipped to the
+    output width and packed by STORE) leaves exactly requantize(A @ B) in DRAM."""
+    program, expected = gemm_program(cfg, *dims, seed=3)
+    result = fsim.run(program)
+    assert np.array_equal(program.read("C", result.dram), expected)
+    lo, hi = element_range(cfg.out_width)
+    assert expected.min() >= lo and expected.max() <= hi
+
+
+def test_fsim_out_buffer_keeps_low_bits_of_acc():
+    """Without a clip, STORE writes the low out-width bits of each accumulator (VTA's out buffer semantics)."""
+    cfg = W4A4
+    b = ProgramBuilder(cfg)
+    acc = np.arange(cfg.block_out, dtype=np.int32).reshape(1, 1, cfg.block_out) * 3 - 20
+    src = b.alloc("acc", acc)
+    out = b.alloc("out", (1, 1, cfg.block_out), "int4")
+    b.load_uops(b.uop_kernel("u", [Uop(0, 0, 0)]))
+    b.load(MEM_ACC, sram_base=0, dram_base=b.elem_addr(src, MEM_ACC), x_size=1)
+    b.alu(ALU_ADD, uop_bgn=0, uop_end=1, use_imm=True, imm=0)
+    b.dep_push("compute", "store")
+    b.dep_pop("compute", "store")
+    b.store(sram_base=0, dram_base=b.elem_addr(out, MEM_OUT), x_size=1)
+    prog = b.finish()
+    got = prog.read("out", fsim.run(prog).dram)
+    assert np.array_equal(got, wrap_elements(acc, 4))
+
+
+# ---- bytes moved, cycles and energy shrink ------------------------------------------------------------------------
+def test_bytes_cycles_and_energy_shrink_with_width():
+    dims = (64, 256, 256)
+    rows = {}
+    tech = load_tech()
+    for name, cfg in (("w8a8", VTAConfig()), ("w4a8", W4A8), ("w4a4", W4A4)):
+        program, _ = gemm_program(cfg, *dims)
+        counts = program_counts(program)
+        stats = fsim.run(program).stats.as_dict()
+        for key in ("wgt_bytes_read", "inp_bytes_read", "out_bytes_written", "macs"):
+            assert counts[key] == stats[key]
+        rows[name] = (counts, estimate(program).cycles, sum(layer_energy(counts, cfg, tech).values()))
+    (c8, cyc8, e8), (c48, cyc48, e48), (c44, cyc44, e44) = rows["w8a8"], rows["w4a8"], rows["w4a4"]
+    assert c48["wgt_bytes_read"] * 2 == c8["wgt_bytes_read"] and c48["inp_bytes_read"] == c8["inp_bytes_read"]
+    assert c44["inp_bytes_read"] * 2 == c8["inp_bytes_read"] and c44["out_bytes_written"] * 2 == c8["out_bytes_written"]
+    assert c8["macs"] == c48["macs"] == c44["macs"]
+    assert cyc44 <= cyc48 < cyc8  # this GEMM is bound by weight traffic
+    assert e44 < e48 < e8
+    assert tech.mac_pj_at(8, 8) == tech.mac_pj
+    assert tech.mac_pj_at(4, 8) == pytest.approx(tech.mult_8b_pj / 2 + tech.add_32b_pj)
