@@ -114,7 +114,7 @@ def _input_shape(text: str) -> tuple[str, tuple[int, ...]]:
 # option -> (the suffixes it takes, what it writes)
 OUTPUT_SUFFIXES = {"--report-json": ((".json",), "a JSON report"), "--report-csv": ((".csv",), "a CSV report"),
                    "--plot": ((".png", ".svg", ".pdf"), "a plot"), "-o": ((ARTEFACT_SUFFIX,), "a compiled artefact"),
-                   "--output": ((".npz",), "the model's outputs")}
+                   "--output": ((".npz",), "the model's outputs"), "--html": ((".html",), "an HTML report")}
 
 
 def check_output_path(option: str, path: str) -> None:
@@ -174,12 +174,18 @@ def _refuse_compile_options(args: argparse.Namespace, options: Any) -> None:
 
 def add_report_options(parser: argparse.ArgumentParser) -> None:
     """The options that write or show a run report (``vta run MODEL`` and ``vta report``): ``--report-json``,
-    ``--report-csv``, ``--plot`` (suffixes checked by :data:`OUTPUT_SUFFIXES`) and ``--reasons``."""
+    ``--report-csv``, ``--plot``, ``--html`` (suffixes checked by :data:`OUTPUT_SUFFIXES`), ``--reasons`` and
+    ``--wide``."""
     parser.add_argument("--report-json", metavar="FILE", help="write the per-layer report as JSON")
     parser.add_argument("--report-csv", metavar="FILE", help="write the per-layer report as CSV")
     parser.add_argument("--plot", metavar="FILE", help="write per-layer stacked bars of where cycles and energy went "
                                                       "(.png, .svg or .pdf) and the roofline beside it (FILE_roofline)")
+    parser.add_argument("--html", metavar="FILE", help="write the report as one self-contained HTML page (opens "
+                                                      "offline): sortable layer table, cycles per module, roofline, "
+                                                      "energy, accuracy, config")
     parser.add_argument("--reasons", action="store_true", help="show why each layer runs where it does")
+    parser.add_argument("--wide", action="store_true", help="every column of the per-layer table (input shapes, "
+                                                            "micro-ops, whole names); default: fits 120 columns")
 
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
@@ -239,7 +245,7 @@ def run_model(args: argparse.Namespace) -> int:
     from .runtime.compiled import Compiled
     from .runtime.executor import run
     for option, attr in (("--report-json", "report_json"), ("--report-csv", "report_csv"), ("--plot", "plot"),
-                         ("--output", "output")):
+                         ("--html", "html"), ("--output", "output")):
         if getattr(args, attr, None):
             check_output_path(option, getattr(args, attr))
     copts, ropts = compile_options(args), RunOptions.from_args(args)
@@ -295,7 +301,7 @@ def run_model(args: argparse.Namespace) -> int:
     if getattr(args, "json", False):
         print(json.dumps(report.to_dict(), indent=2, default=str))
     else:
-        print(report.format(reasons=ropts.reasons))
+        print(report.format(reasons=ropts.reasons, wide=getattr(args, "wide", False)))
     for line in written:  # every file written, named (on standard error with --json, which keeps stdout JSON)
         print(line, file=sys.stderr if getattr(args, "json", False) else sys.stdout)
     if exact is False:
@@ -357,7 +363,8 @@ def _inputs(graph: Any, options: Any, seed: int) -> dict[str, np.ndarray]:
 
 
 def _write_outputs(report: Any, args: argparse.Namespace) -> list[str]:
-    """Write the ``--report-json``, ``--report-csv`` and ``--plot`` files; returns one ``wrote ...`` line each."""
+    """Write the ``--report-json``, ``--report-csv``, ``--plot`` and ``--html`` files; returns one ``wrote ...`` line
+    each."""
     written = []
     if getattr(args, "report_json", None):
         report.write_json(args.report_json)
@@ -371,4 +378,8 @@ def _write_outputs(report: Any, args: argparse.Namespace) -> list[str]:
         report.plot_roofline(roofline_path(args.plot))
         written.append(wrote(args.plot, "per-layer plot"))
         written.append(wrote(roofline_path(args.plot), "roofline plot"))
+    if getattr(args, "html", None):
+        from .html_report import write_run_html
+        write_run_html(report, args.html)
+        written.append(wrote(args.html, "HTML report, self-contained"))
     return written

@@ -26,6 +26,7 @@ import csv
 import io
 import json
 import os
+import textwrap
 from dataclasses import asdict, dataclass, field
 from os import PathLike
 from typing import Any, Iterable, Mapping
@@ -40,7 +41,8 @@ from .runtime.executor import RunOutput
 
 __all__ = ["Report", "build_report", "COLUMNS", "MODULE_COLUMNS", "BYTE_COLUMNS", "ENERGY_PARTS", "ENERGY_COLUMNS",
            "ReportError", "load_report", "compare", "format_comparison", "roofline_path", "layer_bound", "run_bound",
-           "step_energy", "parse_budget", "budget_failure", "format_accuracy", "format_calibration"]
+           "step_energy", "config_difference", "parse_budget", "budget_failure", "format_accuracy",
+           "format_calibration"]
 
 MODULE_COLUMNS = tuple(f"{m}_{c}" for m in MODULES for c in CYCLE_CLASSES)
 """Per-module cycle classes from the core's counters (tsim only, else None): e.g. ``compute_busy``,
@@ -52,10 +54,13 @@ ENERGY_PARTS = ("mac", "alu", *(f"sram_{b}" for b in BUFFERS), "dram", "cpu")
 """The components of a layer's energy: :func:`vta.energy.layer_energy`'s, and ``cpu`` for fallback layers."""
 ENERGY_COLUMNS = ("energy_uj",) + tuple(f"energy_{p}_uj" for p in ENERGY_PARTS)
 """A layer's energy (microjoules) and its components (None where a component does not apply)."""
-COLUMNS = ("layer", "op", "where", "macs", "gemm_uops", "alu_uops", "cycles", "util", "predicted", "bound", "bytes",
-           "ms", "conversions", "tiling", "reason") + MODULE_COLUMNS + BYTE_COLUMNS + (
+COLUMNS = ("layer", "op", "in_shape", "out_shape", "where", "macs", "gemm_uops", "alu_uops", "cycles", "util",
+           "predicted", "bound", "bytes", "ms", "conversions", "tiling", "reason") + MODULE_COLUMNS + BYTE_COLUMNS + (
     "hw_macs", "intensity", "macs_per_cycle") + ENERGY_COLUMNS
-"""``predicted``: the cycle model's cycles for an accelerator layer's program (any target; None on the CPU);
+"""``in_shape``/``out_shape``: the layer's first input's and its output's shapes as ``1x16x8x8`` (empty in reports
+written before they were recorded); ``ms``: host milliseconds (wall clock of the step on this machine, not the
+accelerator's time); ``predicted``: the cycle model's cycles for an accelerator layer's program (any target; None on
+the CPU);
 ``bound``: the module the model says bounds it (``load``, ``compute``, ``store``, ``alu`` with the concurrent ALU
 engine; by :func:`layer_bound`'s rule; empty on the CPU); ``hw_macs``: the MACs the GEMM core performed including
 padding lanes (the statistics' ``macs``; what costs energy)."""
@@ -185,7 +190,8 @@ class Report:
             lacking = [k for k in ("layer", "op", "where", "macs") if k not in row]
             if lacking:
                 raise ReportError(f"{source}: layer {i} has no {', '.join(lacking)}")
-            rows.append({k: row.get(k, "" if k in ("bound", "tiling", "reason") else 0 if k in (
+            text = ("bound", "tiling", "reason", "in_shape", "out_shape")
+            rows.append({k: row.get(k, "" if k in text else 0 if k in (
                 "gemm_uops", "alu_uops", "bytes", "ms", "conversions") else None) for k in COLUMNS})
         known = {"model", "config", "target", "macs_per_cycle", "clock_mhz", "bus_bytes", "config_fields", "tech",
                  "layers", "totals"}
@@ -225,25 +231,26 @@ class Report:
             writer.writerow({k: "" if row[k] is None else row[k] for k in COLUMNS})
         atomic_write_text(path, out.getvalue())
 
-    def format(self, *, reasons: bool = False) -> str:
-        """The table as text: one line per layer, then totals."""
-        head = (f"{'layer':<28} {'op':<13} {'where':<5} {'MACs':>13} {'gemm uops':>11} {'alu uops':>10} "
-                f"{'cycles':>11} {'util':>5} {'predicted':>11} {'bound':<7} {'bytes':>11} {'ms':>9}")
+    def format(self, *, reasons: bool = False, wide: bool = False) -> str:
+        """The table as text: one line per layer, then totals. By default it fits 120 columns (:data:`NARROW`);
+        ``wide`` adds the input shapes and micro-op counts and keeps names whole (:data:`WIDE`); ``reasons`` appends
+        why each layer runs where it does."""
+        spec = WIDE if wide else NARROW
+        head = " ".join(_cell(label, width) for label, width, _ in spec)
         lines = [f"{self.model} on {self.target} ({self.config})", head, "-" * len(head)]
         for r in self.rows:
-            line = (f"{r['layer'][:28]:<28} {r['op'][:13]:<13} {r['where']:<5} {r['macs']:>13,} "
-                    f"{r['gemm_uops']:>11,} {r['alu_uops']:>10,} {_opt(r['cycles']):>11} {_pct(r['util']):>5} "
-                    f"{_opt(r['predicted']):>11} {r['bound'] or '-':<7} {r['bytes']:>11,} "
-                    f"{r['ms']:>9.2f}")
+            line = " ".join(_cell(_TABLE_CELLS[key](r), width) for _, width, key in spec)
             if reasons:
                 line += f"  {r['reason']}"
             lines.append(line)
         t = self.totals
         lines.append("-" * len(head))
-        lines.append(f"{'total':<28} {str(t['accel_layers']) + ' accel':<13} {'':<5} {t['macs']:>13,} "
-                     f"{t['gemm_uops']:>11,} {t['alu_uops']:>10,} {_opt(t['cycles']):>11} {_pct(t['util']):>5} "
-                     f"{_opt(t['predicted']):>11} {'':<7} {t['bytes']:>11,} "
-                     f"{t['ms']:>9.2f}")
+        total = {**t, "layer": "total", "op": f"{t['accel_layers']} accel", "where": "", "in_shape": "",
+                 "out_shape": ""}
+        lines.append(" ".join(_cell(_TABLE_CELLS[key](total), width) for _, width, key in spec))
+        lines.append("host ms: wall-clock time of each step on this machine (simulation, not the accelerator's time)"
+                     + (f"; the Verilator build took {self.extra['build_seconds']:,.1f} s apart" if
+                        self.extra.get("build_seconds") else ""))
         if t["accel_ms_at_clock"] is not None:
             lines.append(f"accelerator time at {self.clock_mhz:g} MHz: {t['accel_ms_at_clock']:,} ms "
                          f"({t['cycles']:,} cycles)")
@@ -256,7 +263,7 @@ class Report:
                 lines.extend(format_accuracy(value))
             elif key == "calibration" and isinstance(value, dict):
                 lines.append(format_calibration(value))
-            else:
+            elif key != "build_seconds":
                 lines.append(f"{key}: {value}")
         return "\n".join(lines)
 
@@ -292,22 +299,23 @@ class Report:
         when no layer has statistics or energy: reports written before they were recorded)."""
         if not any(r.get("energy_uj") is not None or r.get(BYTE_COLUMNS[0]) is not None for r in self.rows):
             return []
-        head = (f"  {'layer':<28} {'where':<5} " + " ".join(f"{k.split('_')[0]:>9}" for k in BYTE_COLUMNS)
+        head = (f"  {'layer':<22} {'where':<5} " + " ".join(f"{k.split('_')[0]:>9}" for k in BYTE_COLUMNS)
                 + f" {'MAC/B':>7} {'MAC/cyc':>7} {'energy uJ':>10}")
         lines = [f"memory traffic (bytes per memory type), intensity (MACs per DRAM byte) and energy ({self.tech}):",
                  head]
         for r in self.rows:
-            lines.append(f"  {r['layer'][:28]:<28} {r['where']:<5} "
+            lines.append(f"  {_cell(r['layer'], -22)} {r['where']:<5} "
                          + " ".join(f"{_opt(r.get(k)):>9}" for k in BYTE_COLUMNS)
                          + f" {_num(r.get('intensity'), 2):>7} {_num(r.get('macs_per_cycle'), 1):>7} "
                          f"{_num(r.get('energy_uj'), 3):>10}")
         t = self.totals
-        lines.append(f"  {'total':<28} {'':<5} " + " ".join(f"{_opt(t.get(k)):>9}" for k in BYTE_COLUMNS)
+        lines.append(f"  {'total':<22} {'':<5} " + " ".join(f"{_opt(t.get(k)):>9}" for k in BYTE_COLUMNS)
                      + f" {_num(t.get('intensity'), 2):>7} {'':>7} {_num(t.get('energy_uj'), 3):>10}")
         if t.get("energy_uj"):
             parts = [(p, t.get(f"energy_{p}_uj") or 0.0) for p in ENERGY_PARTS]
             shares = ", ".join(f"{p} {100 * v / t['energy_uj']:.1f}%" for p, v in parts if v)
-            lines.append(f"energy per inference: {t['energy_uj']:,.3f} uJ dynamic ({shares})")
+            lines.extend(textwrap.wrap(f"energy per inference: {t['energy_uj']:,.3f} uJ dynamic ({shares})", 120,
+                                       subsequent_indent="  "))
         return lines
 
     def plot(self, path: str | PathLike[str]) -> None:
@@ -537,13 +545,34 @@ def compare(a: Report, b: Report) -> list[dict[str, Any]]:
     return out
 
 
+def config_difference(a: Report, b: Report) -> str:
+    """One line saying what differs between the designs and runs of ``a`` and ``b``: ``differs: BUS_BYTES 8 -> 16,
+    target fsim -> tsim``, or that nothing does. Config fields come from the reports' ``config_fields`` (reports
+    written before they were saved compare by canonical name only)."""
+    changes = []
+    fa, fb = a.config_fields or {}, b.config_fields or {}
+    if fa and fb:
+        changes += [f"{k} {fa.get(k, '-')} -> {fb.get(k, '-')}" for k in dict.fromkeys([*fa, *fb])
+                    if fa.get(k) != fb.get(k)]
+    elif a.config != b.config:
+        changes.append(f"config {a.config} -> {b.config}")
+    if not (fa and fb) and a.clock_mhz != b.clock_mhz:
+        changes.append(f"clock {a.clock_mhz:g} -> {b.clock_mhz:g} MHz")
+    for what, va, vb in (("model", a.model, b.model), ("target", a.target, b.target), ("tech", a.tech, b.tech),
+                         ("requant", a.extra.get("requant"), b.extra.get("requant"))):
+        if va != vb:
+            changes.append(f"{what} {va or '-'} -> {vb or '-'}")
+    return "differs: " + ", ".join(changes) if changes else \
+        "differs: nothing in the config, model, target or technology (the same design run twice)"
+
+
 def format_comparison(a: Report, b: Report, label_a: str = "A", label_b: str = "B") -> str:
     """:func:`compare` as a text table with totals."""
     rows = compare(a, b)
     head = (f"{'layer':<28} {'where A/B':<11} {'cycles A':>11} {'cycles B':>11} {'B/A':>6} {'uJ A':>9} "
             f"{'uJ B':>9} {'B/A':>6}")
     lines = [f"A: {label_a}: {a.model} on {a.target} ({a.config})",
-             f"B: {label_b}: {b.model} on {b.target} ({b.config})", head, "-" * len(head)]
+             f"B: {label_b}: {b.model} on {b.target} ({b.config})", config_difference(a, b), head, "-" * len(head)]
     for r in rows:
         where = f"{r['where_a'] or '-'}/{r['where_b'] or '-'}"
         lines.append(f"{r['layer'][:28]:<28} {where:<11} {_num(r['cycles_a'], 0):>11} {_num(r['cycles_b'], 0):>11} "
@@ -622,7 +651,7 @@ def format_accuracy(accuracy: Mapping[str, Any]) -> list[str]:
         for key, label in (("top1_agreement", "top-1"), ("top5_agreement", "top-5")):
             if m.get(key) is not None:
                 line += f"; {label} agreement {100 * m[key]:.0f}%"
-        lines.append(line)
+        lines.extend(textwrap.wrap(line, 120, subsequent_indent="    "))
     return lines
 
 
@@ -634,6 +663,35 @@ def format_calibration(info: Mapping[str, Any]) -> str:
     note = " -- NOT your data: the error above says nothing about real inputs" if \
         info.get("source") == "random normal" else ""
     return f"calibration: {info.get('source')} ({kind}{info.get('samples')} samples, {method}{pre}){note}"
+
+
+NARROW = (("layer", -22, "layer"), ("op", -10, "op"), ("where", -5, "where"), ("out shape", 11, "out_shape"),
+          ("MACs", 11, "macs"), ("cycles", 11, "cycles"), ("util", 4, "util"), ("predicted", 11, "predicted"),
+          ("bound", -7, "bound"), ("bytes", 10, "bytes"), ("host ms", 8, "ms"))
+"""The default per-layer table's columns (label, width: negative left-aligned, row key): 120 columns."""
+WIDE = (("layer", -40, "layer"), ("op", -13, "op"), ("where", -5, "where"), ("in shape", 14, "in_shape"),
+        ("out shape", 14, "out_shape"), ("MACs", 13, "macs"), ("gemm uops", 11, "gemm_uops"),
+        ("alu uops", 10, "alu_uops"), ("cycles", 11, "cycles"), ("util", 4, "util"), ("predicted", 11, "predicted"),
+        ("bound", -7, "bound"), ("bytes", 11, "bytes"), ("host ms", 9, "ms"))
+"""``--wide``: every column of the per-layer table, names whole up to 40 characters."""
+_TABLE_CELLS = {
+    "layer": lambda r: r["layer"], "op": lambda r: r["op"], "where": lambda r: r["where"],
+    "in_shape": lambda r: r.get("in_shape") or "-", "out_shape": lambda r: r.get("out_shape") or "-",
+    "macs": lambda r: f"{r['macs']:,}", "gemm_uops": lambda r: f"{r['gemm_uops']:,}",
+    "alu_uops": lambda r: f"{r['alu_uops']:,}", "cycles": lambda r: _opt(r["cycles"]),
+    "util": lambda r: _pct(r["util"]),
+    "predicted": lambda r: _opt(r["predicted"]), "bound": lambda r: r["bound"] or "-",
+    "bytes": lambda r: f"{r['bytes']:,}", "ms": lambda r: f"{r['ms']:,.2f}"}
+
+
+def _cell(text: str, width: int) -> str:
+    """``text`` in ``abs(width)`` characters (left-aligned when ``width`` < 0); a longer text keeps its start and
+    its end (``conv_1..ock.3.conv``: layer names differ most at the end)."""
+    n = abs(width)
+    if len(text) > n:
+        keep = n - 2
+        text = text[:keep // 2] + ".." + text[len(text) - (keep - keep // 2):]
+    return f"{text:<{n}}" if width < 0 else f"{text:>{n}}"
 
 
 def _num(value: float | None, digits: int) -> str:
@@ -667,7 +725,8 @@ def build_report(compiled: Compiled, out: RunOutput, *, model: str | None = None
         row = asdict(stat)
         accel = step if isinstance(step, AccelStep) and stat.where == "accel" else None
         util = stat.macs / (stat.cycles * cfg.macs_per_cycle) if stat.cycles and stat.macs else None
-        rows.append({"layer": stat.layer, "op": stat.op, "where": stat.where, "macs": stat.macs,
+        rows.append({"layer": stat.layer, "op": stat.op, **_shapes(compiled, step), "where": stat.where,
+                     "macs": stat.macs,
                      "gemm_uops": row["gemm_uops"], "alu_uops": row["alu_uops"], "cycles": stat.cycles,
                      "util": None if util is None else round(util, 4),
                      "predicted": accel.predicted_cycles if accel else None,
@@ -681,6 +740,20 @@ def build_report(compiled: Compiled, out: RunOutput, *, model: str | None = None
         _fill_energy(rows[-1], cfg, tech)
     return Report(model or compiled.graph.name, out.config, out.target, rows, cfg.macs_per_cycle, cfg.clock_mhz,
                   bus_bytes=cfg.bus_bytes, config_fields=cfg.to_dict(), tech=tech.name)
+
+
+def _shapes(compiled: Compiled, step: Any) -> dict[str, str]:
+    """A layer's ``in_shape`` (its first input's) and ``out_shape`` as ``1x16x8x8``; empty where unknown."""
+    def text(name: str) -> str:
+        try:
+            return "x".join(str(d) for d in compiled.graph.shape(name))
+        except (KeyError, ValueError):
+            return ""
+    node = getattr(step, "node", None)
+    if node is None:
+        return {"in_shape": "", "out_shape": ""}
+    return {"in_shape": text(node.inputs[0]) if node.inputs else "",
+            "out_shape": text(node.outputs[0]) if node.outputs else ""}
 
 
 def _traffic(counters: dict[str, int] | None, macs: int, cycles: int | None) -> dict[str, Any]:

@@ -14,7 +14,11 @@ import argparse
 import json
 from typing import Any
 
-__all__ = ["register", "report_command"]
+__all__ = ["register", "report_command", "SWEEP_EXPLORER"]
+
+SWEEP_EXPLORER = "vta.sweep.html:write_sweep_html_from_db"
+"""What writes a sweep's explorer (``vta report SWEEP.sqlite --html FILE``), by name: the sweep floor is above the
+compiler's, so it is imported on first use, as the CLI's plug-ins are."""
 
 
 def register(subparsers: Any) -> None:
@@ -34,16 +38,19 @@ def register(subparsers: Any) -> None:
 
 def report_command(args: argparse.Namespace) -> int:
     """Print (and write) the saved report, or the comparison of two; bad input is a CliError (exit 2)."""
-    from vta.cliutil import CliError
+    from vta.cliutil import CliError, wrote
     from vta.energy import TechError, load_tech
 
     from .cli import check_output_path
     from .report import ReportError, compare, format_comparison, load_report, roofline_path
     if len(args.runs) > 2:
         raise CliError(f"vta report takes one run to re-render or two to compare, not {len(args.runs)}")
-    for option, attr in (("--report-json", "report_json"), ("--report-csv", "report_csv"), ("--plot", "plot")):
+    for option, attr in (("--report-json", "report_json"), ("--report-csv", "report_csv"), ("--plot", "plot"),
+                         ("--html", "html")):
         if getattr(args, attr, None):
             check_output_path(option, getattr(args, attr))
+    if len(args.runs) == 1 and args.runs[0].lower().endswith((".sqlite", ".sqlite3", ".db")):
+        return _sweep_report(args)
     try:
         tech = load_tech(args.tech) if args.tech else None
     except TechError as err:
@@ -55,8 +62,9 @@ def report_command(args: argparse.Namespace) -> int:
     except ReportError as err:
         raise CliError(str(err)) from None
     if len(reports) == 2:
-        if args.report_csv or args.plot:
-            raise CliError("--report-csv and --plot render one run; give one RUN (compare writes --report-json)")
+        if args.report_csv or args.plot or args.html:
+            raise CliError("--report-csv, --plot and --html render one run; give one RUN (compare writes "
+                           "--report-json)")
         a, b = reports
         if args.report_json:
             from vta.fileio import atomic_write_text
@@ -75,11 +83,34 @@ def report_command(args: argparse.Namespace) -> int:
     if args.plot:
         report.plot(args.plot)
         report.plot_roofline(roofline_path(args.plot))
+    if args.html:
+        from .html_report import write_run_html
+        write_run_html(report, args.html)
     if args.json:
         print(json.dumps(report.to_dict(), indent=2, default=str))
     else:
-        print(report.format(reasons=args.reasons))
-    for path in (args.report_json, args.report_csv, args.plot, args.plot and roofline_path(args.plot)):
+        print(report.format(reasons=args.reasons, wide=args.wide))
+    for path, what in ((args.report_json, "per-layer report, JSON"), (args.report_csv, "per-layer report, CSV"),
+                       (args.plot, "per-layer plot"), (args.plot and roofline_path(args.plot), "roofline plot"),
+                       (args.html, "HTML report, self-contained")):
         if path and not args.json:
-            print(f"wrote {path}")
+            print(wrote(path, what))
+    return 0
+
+
+def _sweep_report(args: argparse.Namespace) -> int:
+    """``vta report SWEEP.sqlite --html FILE``: the sweep explorer of a results database (:mod:`vta.sweep.html`).
+    The sweep floor is above the compiler's, so it is reached by name, as the CLI's plug-ins are."""
+    import importlib
+    import os
+
+    from vta.cliutil import CliError, wrote
+    if not args.html:
+        raise CliError(f"{args.runs[0]} is a sweep's results database: give --html FILE to write its explorer "
+                       f"(vta sweep FILE prints its frontiers)")
+    if not os.path.isfile(args.runs[0]):
+        raise CliError(f"{args.runs[0]}: no such file")
+    module, _, name = SWEEP_EXPLORER.partition(":")
+    getattr(importlib.import_module(module), name)(args.runs[0], args.html)
+    print(wrote(args.html, "sweep explorer, HTML, self-contained"))
     return 0

@@ -82,17 +82,43 @@ def test_csv_round_trip(report, tmp_path):
 
 
 def test_text_table(report):
+    """The default table fits 120 columns (output shapes, no micro-op columns); host time is labelled as such."""
     text = report.format(reasons=True)
     lines = text.splitlines()
     assert lines[0] == f"tiny_cnn on fsim ({VTAConfig().name})"
-    assert lines[1].split() == ["layer", "op", "where", "MACs", "gemm", "uops", "alu", "uops", "cycles", "util",
-                                "predicted", "bound", "bytes", "ms"]
-    assert lines[4].split()[8:10] == ["680", "compute"]
+    assert lines[1].split() == ["layer", "op", "where", "out", "shape", "MACs", "cycles", "util", "predicted", "bound",
+                                "bytes", "host", "ms"]
+    assert lines[4].split()[:8] == ["conv_3", "QConv2d", "accel", "1x8x8x8", "4,608", "-", "-", "680"]
+    assert lines[4].split()[8] == "compute"
     assert lines[3].split()[:3] == ["quantize_input", "Quantize", "cpu"]
-    assert lines[4].startswith("conv_3") and lines[4].endswith("im2col 5 us (6 uops/vector, 1,024 host bytes)")
+    assert lines[4].endswith("im2col 5 us (6 uops/vector, 1,024 host bytes)")
     total = lines[10].split()
-    assert total[:9] == ["total", "3", "accel", "25,600", "304", "340", "-", "-", "2,589"]
+    assert total[:10] == ["total", "3", "accel", "-", "25,600", "-", "-", "2,589", "load", "12,156"]
     assert "layout conversions at partition boundaries: 4; 25,600 of 25,600 MACs on the accelerator" in lines
+    assert lines[11].startswith("host ms: wall-clock time of each step on this machine")
+    plain = report.format()
+    assert max(len(line) for line in plain.splitlines()) <= 120
+
+
+def test_wide_table(report):
+    """--wide: input and output shapes, micro-ops, whole names; a narrow table shortens a long name in the middle."""
+    lines = report.format(wide=True).splitlines()
+    assert lines[1].split() == ["layer", "op", "where", "in", "shape", "out", "shape", "MACs", "gemm", "uops", "alu",
+                                "uops", "cycles", "util", "predicted", "bound", "bytes", "host", "ms"]
+    assert lines[4].split()[:8] == ["conv_3", "QConv2d", "accel", "1x1x8x8", "1x8x8x8", "4,608", "128", "256"]
+    from vta.compiler.report import _cell
+    assert _cell("blocks.11.attn.softmax_scores", -22) == "blocks.11...max_scores"
+    assert _cell("conv_3", 8) == "  conv_3"
+
+
+def test_config_difference_leads_a_comparison(report):
+    """vta report A B says first what differs between the two designs and runs."""
+    from vta.compiler.report import config_difference, format_comparison
+    b = Report.from_dict({**report.to_dict(), "config_fields": {**report.config_fields, "BUS_BYTES": 16},
+                          "target": "tsim"})
+    assert config_difference(report, b) == "differs: BUS_BYTES 8 -> 16, target fsim -> tsim"
+    assert format_comparison(report, b).splitlines()[2] == "differs: BUS_BYTES 8 -> 16, target fsim -> tsim"
+    assert config_difference(report, report).startswith("differs: nothing in the config")
 
 
 def _row(layer: str, where: str, macs: int, cycles: int | None) -> dict:

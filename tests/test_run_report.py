@@ -192,7 +192,8 @@ def test_compare_two_runs_layer_by_layer():
     assert rows[0]["cycles_from"] == "tsim/model"
     text = format_comparison(a, b, "a.json", "b.json").splitlines()
     assert text[0] == "A: a.json: m on tsim (cfg_a)"
-    assert text[5].split()[:3] == ["conv_2", "accel/cpu", "500"]
+    assert text[2] == "differs: config cfg_a -> cfg_b, target tsim -> fsim"  # no config fields: by name
+    assert text[6].split()[:3] == ["conv_2", "accel/cpu", "500"]
     assert "placed differently: conv_2" in text
 
 
