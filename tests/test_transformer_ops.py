@@ -238,10 +238,10 @@ def test_bert_tiny_on_fsim_puts_the_linear_layers_on_the_accelerator(tmp_path, m
     monkeypatch.setenv("VTA_CACHE_DIR", str(tmp_path))
     compiled = compile_model("bert_tiny", VTAConfig(), calib=2)
     accel = [s for s in compiled.steps if isinstance(s, AccelStep)]
-    assert len(accel) == 8 and {s.node.op for s in accel} == {"QConv2d"}
+    assert len(accel) == 12 and {s.node.op for s in accel} == {"QConv2d", "QMatMul"}   # 8 linear, 4 attention
     assert all(s.predicted_cycles > 0 for s in accel)
     graph = compiled.graph
     x = {"input": _x(1, 32, 64)}
     out = run(compiled, x, target="fsim")
     np.testing.assert_array_equal(out.outputs["output"], qops.run_reference(graph, x)["output"])
-    assert sum(layer.where == "accel" for layer in out.layers) == 8
+    assert sum(layer.where == "accel" for layer in out.layers) == 12

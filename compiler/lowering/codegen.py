@@ -64,6 +64,8 @@ class ConvLayer:
 
     ``geom``: shapes and blocks; ``weight``: packed weights; ``bias``: int32 [O] (rounding folded in);
     ``multiplier``/``shift``: int [O] requantization, ``lo``/``hi`` the clip range (per the operator contract).
+    ``rounding``: a constant added after the multiplication and before the shift (0: none), QMatMul's rescale
+    ``clip((acc * M + rounding) >> S)`` (:func:`..qops.rescale`); an ALU ADD of a constant acc entry (``RND``).
     """
 
     geom: ConvGeometry
@@ -73,18 +75,20 @@ class ConvLayer:
     shift: np.ndarray
     lo: int
     hi: int
+    rounding: int = 0
 
     @classmethod
     def make(cls, x_shape: tuple[int, ...], w: np.ndarray, bias: np.ndarray, multiplier: np.ndarray,
              shift: np.ndarray, lo: int, hi: int, *, strides: tuple[int, int] = (1, 1),
-             pads: tuple[int, int, int, int] = (0, 0, 0, 0), groups: int = 1, intr: Intrinsics) -> "ConvLayer":
+             pads: tuple[int, int, int, int] = (0, 0, 0, 0), groups: int = 1, intr: Intrinsics,
+             rounding: int = 0) -> "ConvLayer":
         """From NCHW (or ``[N, K]``) input shape and unpacked weights ``[O, C/groups, KH, KW]`` (or ``[O, K]``)."""
         geom = ConvGeometry.make(x_shape, np.shape(w), strides=strides, pads=pads, groups=groups, intr=intr)
         o = geom.o
         weight = pack_weight(np.asarray(w, dtype=np.int8), block_out=intr.block_out, block_in=intr.block_in,
                              groups=groups, in_channels=geom.c)
         vec = [np.broadcast_to(np.asarray(v, dtype=np.int64), (o,)) for v in (bias, multiplier, shift)]
-        return cls(geom, weight, vec[0].astype(np.int32), vec[1], vec[2], int(lo), int(hi))
+        return cls(geom, weight, vec[0].astype(np.int32), vec[1], vec[2], int(lo), int(hi), int(rounding))
 
     @property
     def per_tensor(self) -> bool:
@@ -285,7 +289,7 @@ def _emit_alu(s: _ConvState, tile: ConvTile, name: str, acc_base: int, blocks: t
     """ALU intrinsic ``name`` over the output blocks ``[b0, b1)`` of the tile, with the per-block acc operand
     ``src_base + block`` or else the immediate ``imm`` (REQ has both: its operand words and its clip range in the
     immediate field, ``use_imm`` clear)."""
-    opcode = _alu_opcode(s.intr, name, imm)
+    opcode = _alu_opcode(s.intr, "ADD" if name == "RND" else name, imm)
     bgn, _ = s.uops.place(_tile_uops(s, tile, acc_base, src_base))  # the whole tile's kernel; its blocks' part
     iter_out, iter_in, dst_out, dst_in = _tile_loop(tile)
     s.pb.alu(opcode, uop_bgn=bgn + blocks[0], uop_end=bgn + blocks[1], iter_out=iter_out, iter_in=iter_in,
@@ -420,7 +424,7 @@ def _emit_bias_init(s: _ConvState, tile: ConvTile, acc_base: int) -> None:
 def fused_requant(layer: ConvLayer, intr: Intrinsics) -> bool:
     """True when ``layer`` requantizes with one ALU REQ: the config has the ``fused_requant`` knob and every M, S,
     lo and hi fits REQ's fields (16-bit signed M, S in [-32, 31], signed-byte clip bounds)."""
-    return ("REQ" in intr.alu and bool((np.abs(layer.multiplier) < 1 << 15).all())
+    return ("REQ" in intr.alu and not layer.rounding and bool((np.abs(layer.multiplier) < 1 << 15).all())
             and bool(((layer.shift >= -32) & (layer.shift < 32)).all())
             and -128 <= layer.lo <= layer.hi < 128)
 
@@ -428,7 +432,7 @@ def fused_requant(layer: ConvLayer, intr: Intrinsics) -> bool:
 def alu_passes(layer: ConvLayer, *, bias_load: bool = False, fused: bool = False) -> list[str]:
     """The ALU intrinsics the requantization of ``layer`` applies to every output entry, in order: ADD bias
     (unless the bias was loaded as the accumulators' start or is zero, e.g. carried by im2col's bias lanes), MUL M,
-    SHR S (each skipped when it is the identity),
+    RND (an ADD of the layer's ``rounding``, when it has one), SHR S (MUL and SHR skipped when the identity),
     MAX lo, MIN hi; or with ``fused`` (:func:`fused_requant`) ADD bias (unless loaded) and one REQ."""
     ops = [] if bias_load or not layer.bias.any() else ["ADD"]
     if fused:
@@ -439,18 +443,20 @@ def alu_passes(layer: ConvLayer, *, bias_load: bool = False, fused: bool = False
     else:
         ops += ["MUL"] if not (layer.multiplier == 1).all() else []
         ops += ["SHR"] if (layer.shift != 0).any() else []
+    if layer.rounding:
+        ops.insert(len(ops) - (ops[-1:] == ["SHR"]), "RND")
     return ops + ["MAX", "MIN"]
 
 
-_CONST_SLOT = {"ADD": 0, "REQ": 1, "MUL": 1, "SHR": 2}
+_CONST_SLOT = {"ADD": 0, "REQ": 1, "MUL": 1, "SHR": 2, "RND": 3}
 """The slot of the per-channel constant an ALU pass reads (:func:`conv_constants`): 0 bias, 1 multiplier or REQ's
-(M, S) word, 2 shift."""
+(M, S) word, 2 shift, 3 rounding."""
 
 
 def _per_channel(layer: ConvLayer, name: str) -> bool:
     """Whether ALU pass ``name`` reads a per-channel constant (an acc operand); per-tensor multipliers and shifts
     are immediates, as are the clip bounds."""
-    return name in ("ADD", "REQ") or (name in ("MUL", "SHR") and not layer.per_tensor)
+    return name in ("ADD", "REQ", "RND") or (name in ("MUL", "SHR") and not layer.per_tensor)
 
 
 def _const_slots(layer: ConvLayer, bias_load: bool, fused: bool) -> tuple[int, ...]:
@@ -482,13 +488,15 @@ def _emit_requant(s: _ConvState, tile: ConvTile, acc_base: int, const_base: int,
 def conv_constants(layer: ConvLayer, intr: Intrinsics) -> np.ndarray:
     """Bias, multiplier and shift packed as acc elements: int32 ``(3 * O/BO, B, BO)`` in that order; when the layer
     uses REQ (:func:`fused_requant`), bias and REQ's (M, S) words (:func:`vta.isa.requant_word`): ``(2 * O/BO, B,
-    BO)``."""
+    BO)``; a layer with ``rounding`` adds it as a fourth row (``(4 * O/BO, B, BO)``)."""
     rows: tuple[np.ndarray, ...]
     if fused_requant(layer, intr):
         words = np.array([requant_word(int(m), int(sh)) for m, sh in zip(layer.multiplier, layer.shift)], np.int64)
         rows = (layer.bias, words)
     else:
         rows = (layer.bias, layer.multiplier, layer.shift)
+        if layer.rounding:
+            rows += (np.full(layer.geom.o, layer.rounding, np.int64),)
     vecs = [pack_channel_vector(v.astype(np.int64).astype(np.int32), batch=intr.batch, block_out=intr.block_out)
             for v in rows]
     return np.concatenate(vecs, axis=0)

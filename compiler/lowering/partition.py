@@ -31,6 +31,7 @@ from ..ir import Graph, Node, node_macs
 from .codegen import AddLayer, ConvLayer, alu_passes, fused_requant
 from .intrin import Intrinsics, intrinsics
 from .layout import bias_lane_weights, ceil_div, fold_weight_columns, im2col_weights, packed_activation_shape, round_up
+from .matmul import lower_matmul
 from .schedule import ScheduleError, plan_conv
 
 __all__ = ["Decision", "Lowered", "ColumnFold", "partition", "lower_node", "ACCEL_RULES", "POLICIES", "STEMS",
@@ -195,10 +196,17 @@ def _lower_add(graph: Graph, node: Node, intr: Intrinsics) -> Lowered:
     return Lowered(AddLayer(tuple(sa), int(rq.ma), int(rq.mb), int(rq.shift), int(rq.lo), int(rq.hi)))
 
 
+def _lower_matmul(graph: Graph, node: Node, intr: Intrinsics) -> Lowered:
+    """QMatMul (two activations, or an activation and a constant) as a grouped 1x1 convolution
+    (:mod:`.matmul`)."""
+    return Lowered(lower_matmul(graph, node, intr))
+
+
 ACCEL_RULES: dict[str, Callable[[Graph, Node, Intrinsics], Lowered]] = {
     "QConv2d": _lower_conv,
     "QDense": _lower_conv,
     "QAdd": _lower_add,
+    "QMatMul": _lower_matmul,
 }
 """op -> rule lowering a node to an accelerator layer (raises :class:`ScheduleError` when it cannot)."""
 

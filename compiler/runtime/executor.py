@@ -29,6 +29,7 @@ from ..lowering.layout import (
     pack_activation,
     unpack_activation,
 )
+from ..lowering.matmul import WEIGHT, matmul_dims, pack_a, pack_b, unpack_out
 from ..lowering.partition import ColumnFold
 from .compiled import AccelStep, Compiled, _progress
 
@@ -78,6 +79,7 @@ class _Values:
     def __init__(self, graph: Graph, cfg: VTAConfig) -> None:
         self.graph = graph
         intr = intrinsics(cfg)
+        self.intr = intr
         self.batch, self.block = intr.batch, intr.block_in
         self.nchw: dict[str, np.ndarray] = {}
         self.packed: dict[str, np.ndarray] = {}
@@ -119,9 +121,27 @@ def _stat_bytes(stats: Mapping[str, int]) -> int:
                    or k.endswith("bytes_loaded") or k.endswith("bytes_stored")))
 
 
+def _matmul_operands(step: AccelStep, values: _Values) -> dict[str, np.ndarray]:
+    """A QMatMul's operands in its program's layouts (:mod:`..lowering.matmul`): ``a`` as the input image, ``b``
+    (unless a constant, packed at compile time) as the weights: the host layout step, two conversions."""
+    graph, intr = values.graph, values.intr
+    a_name, b_name = step.node.inputs[0], step.node.inputs[1]
+    dims = matmul_dims(graph.shape(a_name), graph.shape(b_name), intr)
+    bound = {INPUT: pack_a(values.get_nchw(a_name), dims, intr)}
+    values.conversions += 1
+    if b_name not in graph.constants:
+        bound[WEIGHT] = pack_b(values.get_nchw(b_name), dims, intr)
+        values.conversions += 1
+    return bound
+
+
 def _run_accel(step: AccelStep, values: _Values, backend: Any) -> LayerStat:
     first = step.inputs[0]
-    bound = {INPUT: values.get_folded(first, step.fold) if step.fold else values.get_packed(first)}
+    matmul = step.node.op == "QMatMul"
+    if matmul:
+        bound = _matmul_operands(step, values)
+    else:
+        bound = {INPUT: values.get_folded(first, step.fold) if step.fold else values.get_packed(first)}
     if len(step.inputs) > 1:
         bound[INPUT_B] = values.get_packed(step.inputs[1])
     program = step.program.with_data(bound)
@@ -129,7 +149,13 @@ def _run_accel(step: AccelStep, values: _Values, backend: Any) -> LayerStat:
         result = backend.run(program)
     except Exception as err:  # a backend failure is reported with the layer that caused it
         raise RuntimeFailure(f"layer {step.node.name!r} ({step.node.op}) failed on {backend.name}: {err}") from err
-    values.packed[step.output] = program.read(OUTPUT, result.dram)
+    if matmul:
+        dims = matmul_dims(values.graph.shape(step.node.inputs[0]), values.graph.shape(step.node.inputs[1]),
+                           values.intr)
+        values.nchw[step.output] = unpack_out(program.read(OUTPUT, result.dram), dims, values.intr)
+        values.conversions += 1
+    else:
+        values.packed[step.output] = program.read(OUTPUT, result.dram)
     stats = dict(result.stats)
     return LayerStat(step.node.name, step.node.op, "accel", step.macs,
                      int(stats.get("gemm_uops", step.gemm_uops)), int(stats.get("alu_uops", step.alu_uops)),

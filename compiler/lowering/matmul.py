@@ -1,0 +1,146 @@
+"""A QMatMul of two activations (attention's Q.K^T and P.V) as a grouped 1x1 convolution on the accelerator.
+
+``a [..., M, K] @ b [..., K, N]`` (numpy broadcasting over the leading axes, ``G`` = the product of the broadcast
+batch shape, e.g. batch x heads) is one grouped convolution over an image of ``M`` rows and one column:
+
+* the input image is ``[1, G*Kp, M, 1]``: group ``g``'s channels ``g*Kp .. g*Kp+K-1`` at row ``m`` hold
+  ``a[g, m, :]``;
+* the weights are ``[G*Np, Kp]`` in ``G`` groups: output channel ``g*Np + n`` reads ``b[g, :, n]``;
+* the output image ``[1, G*Np, M, 1]`` holds ``out[g, m, n]`` at channel ``g*Np + n``, row ``m``.
+
+``Kp`` and ``Np`` are ``K`` and ``N`` rounded up to the blocks (``BLOCK_IN``, ``BLOCK_OUT``), zero-filled, so no
+block straddles two groups and each output block reads exactly ``Kp/BI`` input blocks. The requantization is
+QMatMul's (:func:`..qops.qmatmul`): MUL M, an ADD of the rounding ``2**(S-1)``, SHR S, MAX, MIN on the ALU (the
+frontend chose ``(M, S)`` so that ``acc * M + r`` fits int32).
+
+The second operand is an activation, so it reaches the weight buffer through the host: the runtime packs ``b`` into
+the blocked weight layout (:func:`pack_b`) and binds it to the program's weight allocation (:data:`WEIGHT`), as it
+packs ``a`` (:func:`pack_a`) and unpacks the output (:func:`unpack_out`) at the partition boundary. A constant ``b``
+is packed once, at compile time, into the program.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..ir import Graph, Node
+from .codegen import ConvLayer
+from .intrin import Intrinsics
+from .layout import round_up
+from .schedule import ScheduleError, plan_conv
+
+__all__ = ["MatMulDims", "matmul_dims", "lower_matmul", "pack_a", "pack_b", "unpack_out", "WEIGHT"]
+
+WEIGHT = "w"
+"""The allocation holding a layer program's packed weights (:func:`.codegen.emit_conv` with no prefix): the runtime
+binds a QMatMul's packed second operand to it."""
+
+
+@dataclass(frozen=True)
+class MatMulDims:
+    """The shapes of one QMatMul: ``batch`` the broadcast leading axes (``G`` = their product), ``m, k, n`` the
+    matrix sizes, ``kp, np_`` K and N rounded up to the blocks; ``a_shape``/``b_shape``/``out_shape`` the tensors'."""
+
+    a_shape: tuple[int, ...]
+    b_shape: tuple[int, ...]
+    batch: tuple[int, ...]
+    m: int
+    k: int
+    n: int
+    kp: int
+    np_: int
+
+    @property
+    def groups(self) -> int:
+        return int(np.prod(self.batch, dtype=np.int64))
+
+    @property
+    def out_shape(self) -> tuple[int, ...]:
+        return (*self.batch, self.m, self.n)
+
+    @property
+    def image(self) -> tuple[int, int, int, int]:
+        """The input image of the grouped convolution, NCHW."""
+        return (1, self.groups * self.kp, self.m, 1)
+
+
+def matmul_dims(a_shape: tuple[int, ...], b_shape: tuple[int, ...], intr: Intrinsics) -> MatMulDims:
+    """The :class:`MatMulDims` of ``a [..., M, K] @ b [..., K, N]``; ScheduleError when the shapes do not multiply."""
+    if len(a_shape) < 2 or len(b_shape) < 2:
+        raise ScheduleError(f"the operands have shapes {a_shape} and {b_shape}; the accelerator multiplies operands "
+                            f"of rank 2 or more")
+    if a_shape[-1] != b_shape[-2]:
+        raise ScheduleError(f"the operands have shapes {a_shape} and {b_shape}; a's last axis must equal b's second "
+                            f"to last")
+    try:
+        batch = tuple(int(v) for v in np.broadcast_shapes(tuple(a_shape[:-2]), tuple(b_shape[:-2])))
+    except ValueError:
+        raise ScheduleError(f"the operands' batch axes {a_shape[:-2]} and {b_shape[:-2]} do not broadcast") from None
+    m, k, n = int(a_shape[-2]), int(a_shape[-1]), int(b_shape[-1])
+    return MatMulDims(tuple(a_shape), tuple(b_shape), batch, m, k, n, round_up(k, intr.block_in),
+                      round_up(n, intr.block_out))
+
+
+def _groups_of(x: np.ndarray, dims: MatMulDims) -> np.ndarray:
+    """``x [..., R, C]`` broadcast to the batch shape, as ``[G, R, C]``."""
+    x = np.broadcast_to(x, (*dims.batch, *x.shape[-2:]))
+    return x.reshape(dims.groups, *x.shape[-2:])
+
+
+def pack_a(a: np.ndarray, dims: MatMulDims, intr: Intrinsics) -> np.ndarray:
+    """The first operand ``a [..., M, K]`` (int8) as the packed input image ``(1, G*Kp/BI, M, 1, B, BI)``
+    (:func:`.layout.pack_activation`'s layout of :attr:`MatMulDims.image`); zeros in the padding."""
+    bi = intr.block_in
+    ag = _groups_of(np.asarray(a, np.int8), dims)
+    out = np.zeros((1, dims.groups * dims.kp // bi, dims.m, 1, intr.batch, bi), np.int8)
+    padded = np.zeros((dims.groups, dims.m, dims.kp), np.int8)
+    padded[:, :, :dims.k] = ag
+    blocks = padded.reshape(dims.groups, dims.m, dims.kp // bi, bi).transpose(0, 2, 1, 3)
+    out[0, :, :, 0, 0, :] = blocks.reshape(dims.groups * dims.kp // bi, dims.m, bi)
+    return out
+
+
+def pack_b(b: np.ndarray, dims: MatMulDims, intr: Intrinsics) -> np.ndarray:
+    """The second operand ``b [..., K, N]`` (int8) as packed grouped weights ``(G*Np/BO, Kp/BI, 1, 1, BO, BI)``
+    (:func:`.layout.pack_weight`'s layout: output block ``g*Np/BO + j`` reads input blocks ``g*Kp/BI + i``)."""
+    bi, bo = intr.block_in, intr.block_out
+    bg = _groups_of(np.asarray(b, np.int8), dims)
+    padded = np.zeros((dims.groups, dims.kp, dims.np_), np.int8)
+    padded[:, :dims.k, :dims.n] = bg
+    blocks = padded.reshape(dims.groups, dims.kp // bi, bi, dims.np_ // bo, bo).transpose(0, 3, 1, 4, 2)
+    return np.ascontiguousarray(blocks).reshape(dims.groups * dims.np_ // bo, dims.kp // bi, 1, 1, bo, bi)
+
+
+def unpack_out(y: np.ndarray, dims: MatMulDims, intr: Intrinsics) -> np.ndarray:
+    """The packed output image ``(1, G*Np/BO, M, 1, B, BO)`` as ``out [..., M, N]`` (int8)."""
+    bo = intr.block_out
+    blocks = np.asarray(y)[0, :, :, 0, 0, :].reshape(dims.groups, dims.np_ // bo, dims.m, bo)
+    out = blocks.transpose(0, 2, 1, 3).reshape(dims.groups, dims.m, dims.np_)[:, :, :dims.n]
+    return np.ascontiguousarray(out).reshape(dims.out_shape)
+
+
+def _weights(b: np.ndarray, dims: MatMulDims) -> np.ndarray:
+    """A constant ``b`` as the unpacked grouped weights ``[G*Np, Kp, 1, 1]`` of the convolution."""
+    bg = _groups_of(np.asarray(b, np.int8), dims)
+    padded = np.zeros((dims.groups, dims.np_, dims.kp), np.int8)
+    padded[:, :dims.n, :dims.k] = bg.transpose(0, 2, 1)
+    return padded.reshape(dims.groups * dims.np_, dims.kp, 1, 1)
+
+
+def lower_matmul(graph: Graph, node: Node, intr: Intrinsics) -> ConvLayer:
+    """The grouped 1x1 convolution computing QMatMul ``node`` (see the module docstring); its weights are ``b``
+    when ``b`` is a constant, else zeros that the runtime replaces by the packed activation. Raises
+    :class:`ScheduleError` when the shapes do not multiply or no tiling fits."""
+    a_name, b_name = node.inputs[0], node.inputs[1]
+    dims = matmul_dims(graph.shape(a_name), graph.shape(b_name), intr)
+    shift = int(node.attrs["shift"])
+    if b_name in graph.constants:
+        w = _weights(graph.constants[b_name], dims)
+    else:
+        w = np.zeros((dims.groups * dims.np_, dims.kp, 1, 1), np.int8)
+    layer = ConvLayer.make(dims.image, w, np.zeros(dims.groups * dims.np_, np.int32),
+                           np.array([int(node.attrs["multiplier"])]), np.array([shift]), -128, 127,
+                           groups=dims.groups, intr=intr, rounding=(1 << (shift - 1)) if shift > 0 else 0)
+    plan_conv(layer.geom, intr)  # raises ScheduleError when it cannot be tiled
+    return layer

