@@ -6,7 +6,8 @@ Structure (everything is a plain, picklable dataclass; nothing here depends on t
 
   - ``tensors``: ``name -> TensorInfo(name, shape, dtype, scale)`` for **every** value (graph inputs, constants,
     intermediates, outputs). Shapes are tuples of ints, activations NCHW (``[N, C, H, W]``) or ``[N, K]``.
-    ``dtype`` is one of ``"float32"``, ``"int8"``, ``"int32"``. ``scale`` is the symmetric per-tensor scale of an
+    ``dtype`` is one of ``"float32"``, ``"int8"``, ``"int32"``, ``"int64"`` (token ids: a graph input an
+    ``Embedding`` reads). ``scale`` is the symmetric per-tensor scale of an
     int8 activation (real value = int value * scale, zero point 0); ``None`` for float tensors and constants.
   - ``constants``: ``name -> np.ndarray`` for weights and biases (float32 in a float graph; int8 weights and int32
     biases in a quantized graph). A constant's name also has an entry in ``tensors``.
@@ -58,7 +59,7 @@ __all__ = [
     "value_from_data",
 ]
 
-DTYPES = ("float32", "int8", "int32")
+DTYPES = ("float32", "int8", "int32", "int64")
 
 INT8_MIN, INT8_MAX = -128, 127
 M_MAX = 32767
@@ -98,6 +99,8 @@ FLOAT_OPS: dict[str, tuple[str, ...]] = {
     "Gelu": ("approximate",),                            # "none" (erf) or "tanh", as ONNX's Gelu (opset 20)
     "Tanh": (),
     "Gather": ("axis", "indices"),                       # np.take(x, indices, axis); indices an int64 array
+    "Embedding": (),                                     # inputs ids (an int64 graph input), table const [V, D]:
+                                                         # table[ids], shape ids.shape + (D,)
     "Slice": ("axes", "indices"),                        # per axis of axes, the tuple of kept indices, in order
     "Where": ("keep", "fill"),                           # where(keep, x, fill): keep a bool array broadcast to x
 }
@@ -122,6 +125,7 @@ QUANT_OPS: dict[str, tuple[str, ...]] = {
     "QMatMul": ("multiplier", "shift"),                  # int8 a @ int8 b: clip((acc * M + r) >> S), int64
     "QLayerNorm": ("axis", "epsilon", "scale", "gamma", "beta", "out_scale"),   # float64 from int8, see qops
     "Gather": ("axis", "indices"),
+    "Embedding": (),                                     # int8 table [V, D] at the output's scale: table[ids]
     "Slice": ("axes", "indices"),
     "Where": ("keep", "fill"),                           # fill an int8
     "QLut": ("table",),                                  # y = table[x + 128], table int8 [256]; optional "function"

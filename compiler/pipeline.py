@@ -44,7 +44,7 @@ from .lowering.search import LayerPlan, SearchCache, plan_program, search_conv, 
 from .options import CompileOptions
 from .runtime.compiled import AccelStep, Compiled, CpuStep, Step, _progress
 
-__all__ = ["load_graph", "load_input", "check_inputs", "check_force_cpu",
+__all__ = ["load_graph", "load_input", "check_inputs", "check_force_cpu", "token_range",
            "random_inputs", "calibration_inputs", "calibration_set", "CalibrationSet", "partition_graph", "accel_step",
            "compile_graph",
            "compile_model", "CompileOptions", "plan_graph", "Planned", "PlannedLayer", "REQUANT_MODES"]
@@ -80,15 +80,25 @@ def _looks_like_path(model: str) -> bool:
     return bool(Path(model).suffix) or "/" in model or os.sep in model
 
 
+def token_range(graph: Graph, name: str) -> int | None:
+    """For an int64 input of ``graph`` (token ids), the number of rows of the smallest embedding table it indexes:
+    valid ids are ``0 <= id < token_range``; None for any other input."""
+    if graph.tensors[name].dtype != "int64":
+        return None
+    rows = [graph.shape(node.inputs[1])[0] for node in graph.consumers(name) if node.op == "Embedding"]
+    return min(rows) if rows else None
+
+
 def check_inputs(graph: Graph, values: dict[str, np.ndarray], source: str = "the input") -> dict[str, np.ndarray]:
-    """``values`` as the float32 arrays the model takes, or ValueError/TypeError naming ``source``: every input of
-    ``graph`` given, each a numeric (bool, integer or float) array of the input's shape with only finite values."""
+    """``values`` as the arrays the model takes, or ValueError/TypeError naming ``source``: every input of ``graph``
+    given, each a numeric (bool, integer or float) array of the input's shape with only finite values, converted to
+    float32; token ids (an int64 input, :func:`token_range`) integers in the table's range, as int64."""
     missing = [name for name in graph.inputs if name not in values]
     extra = sorted(set(values) - set(graph.inputs))
     if missing or extra:
         given = ", ".join(map(repr, sorted(values))) or "no arrays"
         raise ValueError(f"{source} gives {given}; the model's inputs are {', '.join(map(repr, graph.inputs))}.")
-    out = {}
+    out: dict[str, np.ndarray] = {}
     for name in graph.inputs:
         value = values[name]
         if not isinstance(value, np.ndarray):
@@ -99,6 +109,17 @@ def check_inputs(graph: Graph, values: dict[str, np.ndarray], source: str = "the
         if value.shape != graph.shape(name):
             raise ValueError(f"{source} has shape {value.shape}; the model's input {name!r} has shape "
                              f"{graph.shape(name)}.")
+        rows = token_range(graph, name)
+        if rows is not None:
+            if value.dtype.kind not in "iu":
+                raise TypeError(f"{source} has dtype {value.dtype}; the model's input {name!r} takes integer token "
+                                f"ids.")
+            outside = int(((value < 0) | (value >= rows)).sum())
+            if outside:
+                raise ValueError(f"{source} holds {outside} token ids outside [0, {rows - 1}], the rows of the "
+                                 f"embedding table that input {name!r} indexes.")
+            out[name] = value.astype(np.int64)
+            continue
         with np.errstate(over="ignore"):
             converted = value.astype(np.float32)
         bad = ~np.isfinite(converted)
@@ -114,8 +135,11 @@ def check_inputs(graph: Graph, values: dict[str, np.ndarray], source: str = "the
 
 
 def load_input(graph: Graph, path: str) -> dict[str, np.ndarray]:
-    """The model's one input from the ``.npy`` file ``path`` (read without pickles), checked by :func:`check_inputs`."""
+    """The model's one input from the ``.npy`` file ``path``, or its inputs by name from the ``.npz`` file ``path``
+    (read without pickles), checked by :func:`check_inputs`."""
     source = f"--input {path}"
+    if path.lower().endswith(".npz") and not os.path.isdir(path):
+        return check_inputs(graph, _load_npz(path, source), source)
     if len(graph.inputs) != 1:
         raise ValueError(f"{source} gives one array but the model takes {len(graph.inputs)} inputs "
                          f"({', '.join(graph.inputs)}).")
@@ -133,6 +157,18 @@ def load_input(graph: Graph, path: str) -> dict[str, np.ndarray]:
     return check_inputs(graph, {graph.inputs[0]: value}, source)
 
 
+def _load_npz(path: str, source: str) -> dict[str, np.ndarray]:
+    """The arrays of the ``.npz`` file ``path`` by name (no pickles), or ValueError naming ``source``."""
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            return {name: archive[name] for name in archive.files}
+    except OSError as err:
+        raise ValueError(f"Cannot read {source}: {err.strerror or err}.") from None
+    except ValueError as err:
+        raise ValueError(f"{source} is not an .npz archive of number arrays ({err}); save one with numpy.savez."
+                         ) from None
+
+
 def check_force_cpu(graph: Graph, names: Iterable[str]) -> None:
     """ValueError unless every name in ``names`` is a node of ``graph``, suggesting the closest node names."""
     nodes = [node.name for node in graph.nodes]
@@ -145,13 +181,20 @@ def check_force_cpu(graph: Graph, names: Iterable[str]) -> None:
 
 
 def random_inputs(graph: Graph, seed: int, samples: int = 1) -> dict[str, np.ndarray]:
-    """Seeded standard-normal float32 values for every input of ``graph``: input name -> array of the input's shape
-    with the first (batch) dimension times ``samples``."""
+    """Seeded random values for every input of ``graph``: input name -> array of the input's shape with the first
+    (batch) dimension times ``samples``: standard-normal float32, or for token ids (:func:`token_range`) int64 ids
+    uniform over the embedding table's rows. (A KV cache input is float32 like any other: keys and values of
+    LayerNormed tokens by weights of standard deviation ``1/sqrt(width)`` are about standard normal.)"""
     rng = np.random.default_rng(seed)
     out = {}
     for name in graph.inputs:
         shape = graph.shape(name)
-        out[name] = rng.standard_normal((shape[0] * samples,) + tuple(shape[1:])).astype(np.float32)
+        full = (shape[0] * samples,) + tuple(shape[1:])
+        rows = token_range(graph, name)
+        if rows is not None:
+            out[name] = rng.integers(0, rows, full, dtype=np.int64)
+        else:
+            out[name] = rng.standard_normal(full).astype(np.float32)
     return out
 
 

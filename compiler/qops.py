@@ -30,7 +30,7 @@ Integer semantics (the quantized operator contract, see :mod:`.ir`):
     as float32); both take an optional additive mask ``bias`` and a ``keep``/``fill`` mask (a causal mask, fused
     into the softmax by the quantizer so that the mask's -inf or -10000 never meets an int8 scale).
     ``QLayerNorm``: :func:`layer_norm`. ``Gather``, ``Slice`` and ``Where`` select int8 values (``Where``'s fill is
-    an int8).
+    an int8); ``Embedding`` selects the rows ``ids`` (an int64 graph input) of its int8 table.
   - With a zero point ``z`` (pre-quantized models, :mod:`.frontend.prequant`): ``QuantizeZp`` is
     ``clip(rint(float64(x) / scale) + z, -128, 127)``, ``DequantizeZp`` ``float32(float64(x - z) * scale)``, and
     ``QAffine`` ``clip((sum_i x_i * M_i + offset) >> S, lo, hi)`` in int64 (no wrap-around; inputs of one shape,
@@ -413,6 +413,7 @@ QOPS: dict[str, OpFn] = {
     "QLayerNorm": lambda n, v: layer_norm(v[0], n.attrs["scale"], n.attrs["gamma"], n.attrs["beta"],
                                           n.attrs["out_scale"], n.attrs["axis"], n.attrs["epsilon"]),
     "Gather": lambda n, v: np.ascontiguousarray(np.take(v[0], n.attrs["indices"], axis=n.attrs["axis"])),
+    "Embedding": lambda n, v: np.take(v[1], np.asarray(v[0], np.int64), axis=0),
     "Slice": lambda n, v: slice_take(v[0], n.attrs["axes"], n.attrs["indices"]),
     "Where": lambda n, v: np.where(n.attrs["keep"], v[0], np.int8(n.attrs["fill"])).astype(np.int8),
     "Transpose": lambda n, v: np.ascontiguousarray(np.transpose(v[0], n.attrs["perm"])),

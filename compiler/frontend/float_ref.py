@@ -244,6 +244,7 @@ FLOAT_FNS: dict[str, FloatFn] = {
     "MatMul": lambda n, v: exact_matmul(v[0], v[1], np.float32),
     "LayerNorm": lambda n, v: layer_norm(v[0], v[1], v[2], n.attrs["axis"], n.attrs["epsilon"]),
     "Gather": lambda n, v: np.take(v[0], n.attrs["indices"], axis=n.attrs["axis"]),
+    "Embedding": lambda n, v: np.take(v[1], np.asarray(v[0], np.int64), axis=0),
     "Slice": lambda n, v: slice_take(v[0], n.attrs["axes"], n.attrs["indices"]),
     "Where": lambda n, v: np.where(n.attrs["keep"], v[0], np.float32(n.attrs["fill"])),
 }
@@ -262,7 +263,8 @@ def run_float(graph: Graph, inputs: Mapping[str, np.ndarray], *, keep_all: bool 
     for name in graph.inputs:
         if name not in inputs:
             raise ValueError(f"Input {name!r} of graph {graph.name!r} is missing; given {sorted(inputs)}.")
-        values[name] = np.asarray(inputs[name], dtype=np.float32)
+        values[name] = np.asarray(inputs[name], dtype=np.int64 if graph.tensors[name].dtype == "int64" else
+                                  np.float32)
         if values[name].shape != graph.shape(name):
             raise ValueError(f"Input {name!r} has shape {values[name].shape}; graph {graph.name!r} expects "
                              f"{graph.shape(name)}.")

@@ -7,11 +7,13 @@ depthwise 1x1 Conv), Relu, Clip, Add, Sub/Mul/Div by a constant, MaxPool, Averag
 over H, W), Flatten, Reshape, Squeeze, Unsqueeze, Pad (constant mode), Concat (constant operands too), Softmax, Sigmoid,
 HardSigmoid, HardSwish, Transpose, DepthToSpace (DCR and CRD: a Reshape, a Transpose and a Reshape), Resize (nearest and
 linear; see :data:`RESIZE_COORDINATE_MODES`), the no-ops Identity and Dropout, and for transformers LayerNormalization,
-Gelu, Tanh, Gather (constant indices), Slice, Split (one Slice per output) and Where (a constant condition and a scalar
-fill: a causal mask). Before the rules run, the decompositions exporters emit for opsets without those operators are
-fused back into one node (:func:`_fuse_decompositions`): LayerNorm's ReduceMean/Sub/Pow/ReduceMean/Add/Sqrt/Div (+ Mul
-gamma, Add beta) over the last axis, and Gelu's Erf and Tanh forms, recognised as any closed element-wise region around
-an Erf or Tanh that computes Gelu on sample values, whatever the order of its operands. MaxPool and AveragePool take 1D,
+Gelu, Tanh, Gather (constant indices; of a constant table by an int64 graph input of token ids, an Embedding), Slice,
+Split (one Slice per output) and Where (a constant condition and a scalar fill: a causal mask). Before the rules run,
+the decompositions exporters emit for opsets without those operators are fused back into one node
+(:func:`_fuse_decompositions`): LayerNorm's ReduceMean/Sub/Pow/ReduceMean/Add/Sqrt/Div (+ Mul gamma, Add beta) over the
+last axis, and Gelu's Erf and Tanh forms, recognised as any closed element-wise region around an Erf or Tanh that
+computes Gelu on sample values, whatever the order of its operands (the fused Gelu keeps the name of the region's last
+node). MaxPool and AveragePool take 1D,
 2D and 3D windows: a 1D pool is a 2D pool of one row, a 3D pool a 2D pool over (H, W) then one over D (max and mean are
 separable; both between Reshapes). Subgraphs computing constants (shape arithmetic) are evaluated at import.
 
@@ -88,7 +90,8 @@ class UnsupportedOpsetError(ValueError):
     """A model whose ONNX opset the frontend does not handle (outside :data:`SUPPORTED_OPSETS`)."""
 
 
-_DTYPES = {onnx.TensorProto.FLOAT: "float32", onnx.TensorProto.INT8: "int8", onnx.TensorProto.INT32: "int32"}
+_DTYPES = {onnx.TensorProto.FLOAT: "float32", onnx.TensorProto.INT8: "int8", onnx.TensorProto.INT32: "int32",
+           onnx.TensorProto.INT64: "int64"}
 
 
 class _Importer:
@@ -365,6 +368,10 @@ def _token_linear(imp: _Importer, node: onnx.NodeProto, x: str, w: np.ndarray) -
     producer = imp.graph.producer(conv)
     if producer is not None:
         imp.token_linear[node.output[0]] = producer
+        last = imp.graph.nodes[-1]
+        if node.name and last.name == node.name:     # the compiled layer keeps the ONNX node's name (the report row)
+            last.name = imp.graph.unique_name(f"{node.name}_reshape_out", node=True)
+            producer.name = node.name
 
 
 def _dense_bias_target(imp: _Importer, x: str, c: np.ndarray) -> Node | None:
@@ -490,7 +497,7 @@ def _pad(imp: _Importer, node: onnx.NodeProto) -> None:
 
 def _axis_op(op: str) -> Callable[[_Importer, onnx.NodeProto], None]:
     def rule(imp: _Importer, node: onnx.NodeProto) -> None:
-        rank = len(imp.shape(node.input[0]))
+        rank = len(imp.shapes_of(node.output[0]))       # the output's: the first input may be a constant
         axis = int(_attrs(node).get("axis", -1 if op == "Softmax" else 0))
         inputs = [imp.use_const(t) if imp.is_const(t) else t for t in node.input]   # Concat of a constant
         imp.emit(op, node, inputs, axis=axis % rank)
@@ -615,11 +622,18 @@ def _gelu(imp: _Importer, node: onnx.NodeProto) -> None:
 
 
 def _gather(imp: _Importer, node: onnx.NodeProto) -> None:
-    """Gather of constant indices from an activation (a token, a head, the class token)."""
+    """Gather of constant indices from an activation (a token, a head, the class token); Gather on axis 0 of a
+    constant table by an int64 graph input (token ids) is an Embedding."""
     if imp.is_const(node.input[0]) and not imp.is_const(node.input[1]):
-        raise UnsupportedOperatorError(node.op_type, node.name, "an embedding lookup of computed indices (model "
-                                                                "inputs are float32; give the embedded tokens as the "
-                                                                "input)")
+        ids = imp.name(node.input[1])
+        axis = int(_attrs(node).get("axis", 0)) % max(imp.const(node.input[0]).ndim, 1)
+        if ids not in imp.graph.inputs or imp.graph.tensors[ids].dtype != "int64" or axis != 0 or \
+                imp.const(node.input[0]).ndim != 2:
+            raise UnsupportedOperatorError(node.op_type, node.name, "an embedding lookup of computed indices (only "
+                                                                    "an int64 graph input of token ids can index a "
+                                                                    "constant table [rows, width] on axis 0)")
+        imp.emit("Embedding", node, [ids, imp.use_const(node.input[0])])
+        return
     indices = imp.const_input(node, 1, "indices")
     rank = len(imp.shape(node.input[0]))
     axis = int(_attrs(node).get("axis", 0)) % rank
@@ -936,8 +950,8 @@ def _fuse_decompositions(model: onnx.ModelProto) -> onnx.ModelProto:
             if found_gelu is None:
                 continue
             nodes, source, kind = found_gelu
-            fused = onnx.helper.make_node("Gelu", [source], [nodes[-1].output[0]], name=f"{nodes[-1].output[0]}_gelu",
-                                          approximate=kind)
+            fused = onnx.helper.make_node("Gelu", [source], [nodes[-1].output[0]],
+                                          name=nodes[-1].name or f"{nodes[-1].output[0]}_gelu", approximate=kind)
         else:
             continue
         removed.update(id(n) for n in nodes)
@@ -1146,6 +1160,13 @@ def _apply_rules(imp: _Importer, model: onnx.ModelProto, label: str) -> None:
         raise UnsupportedModelError(label, problems)
 
 
+def _only_embedding_ids(model: onnx.ModelProto, name: str) -> bool:
+    """Whether every use of the graph input ``name`` is as the indices of a Gather from an initializer."""
+    inits = {i.name for i in model.graph.initializer}
+    uses = [(node, k) for node in model.graph.node for k, t in enumerate(node.input) if t == name]
+    return bool(uses) and all(node.op_type == "Gather" and k == 1 and node.input[0] in inits for node, k in uses)
+
+
 def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, name: str | None = None,
                 input_shapes: dict[str, tuple[int, ...]] | None = None, max_tensor_bytes: int | None = None) -> Graph:
     """Import an ONNX model (path or ModelProto) as a validated float :class:`~.ir.Graph`.
@@ -1187,11 +1208,11 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, n
         if vi.name in init_names:
             continue
         dtype = _DTYPES.get(vi.type.tensor_type.elem_type)
-        if dtype != "float32":
+        if dtype not in ("float32", "int64") or (dtype == "int64" and not _only_embedding_ids(model, vi.name)):
             kind = onnx.TensorProto.DataType.Name(vi.type.tensor_type.elem_type)
-            raise GraphError(f"Graph input {vi.name!r} has ONNX element type {kind}; only float32 inputs are "
-                             f"supported.")
-        g.add_tensor(vi.name, imp.shapes_of(vi.name), "float32")
+            raise GraphError(f"Graph input {vi.name!r} has ONNX element type {kind}; only float32 inputs, and int64 "
+                             f"token ids that only index a constant embedding table (Gather), are supported.")
+        g.add_tensor(vi.name, imp.shapes_of(vi.name), dtype)
         g.inputs.append(vi.name)
     _apply_rules(imp, model, where)
     constant = [o.name for o in model.graph.output if imp.name(o.name) in imp.consts]

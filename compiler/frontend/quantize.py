@@ -125,7 +125,8 @@ def _samples(graph: Graph, inputs: Mapping[str, np.ndarray] | Iterable[Mapping[s
             raise ValueError(f"Calibration input {name!r} has {total} samples, not a multiple of the graph's batch "
                              f"{batch}.")
         for i in range(0, total, batch):
-            yield {k: np.asarray(v[i:i + batch], np.float32) for k, v in inputs.items()}
+            yield {k: np.asarray(v[i:i + batch], np.int64 if graph.tensors[k].dtype == "int64" else np.float32)
+                   for k, v in inputs.items()}
         return
     for sample in inputs:
         yield dict(sample)
@@ -509,6 +510,16 @@ class _Quantizer:
         self.qg.add_node("QMatMul", node.name, operands, [self.out_tensor(out, sy)], multiplier=int(mult[0]),
                          shift=int(shift[0]))
 
+    def embedding(self, node: Node) -> None:
+        """Embedding (token ids into a float table) -> Embedding of the int8 table, per-tensor, at its own scale
+        (the output's: a row lookup does not rescale)."""
+        ids, table = node.inputs
+        c = self.fg.constants[table].astype(np.float64)
+        sc = max(float(np.abs(c).max()), 1e-6) / 127.0
+        qname = self.qg.unique_name(f"{table}_q")
+        self.qg.add_constant(qname, np.clip(np.rint(c / sc), -127, 127).astype(np.int8))
+        self.qg.add_node("Embedding", node.name, [ids, qname], [self.out_tensor(node.outputs[0], sc)])
+
     def layer_norm(self, node: Node) -> None:
         """LayerNorm -> QLayerNorm (float64 from the int8 input, see :func:`.qops.layer_norm`)."""
         x, out = node.inputs[0], node.outputs[0]
@@ -521,13 +532,15 @@ class _Quantizer:
     def run(self) -> Graph:
         fg, qg = self.fg, self.qg
         for name in fg.inputs:
-            qg.add_tensor(name, fg.shape(name), "float32")
+            qg.add_tensor(name, fg.shape(name), fg.tensors[name].dtype)
             qg.inputs.append(name)
+            if fg.tensors[name].dtype == "int64":       # token ids: read by an Embedding as they are
+                continue
             qname = f"{name}_q"
             qg.add_tensor(qname, fg.shape(name), "int8", self.cal.scale(name))
             qg.add_node("Quantize", f"quantize_{name}", [name], [qname], scale=self.cal.scale(name))
             self.scales[qname] = self.cal.scale(name)
-        renamed = {name: f"{name}_q" for name in fg.inputs}
+        renamed = {name: f"{name}_q" for name in fg.inputs if fg.tensors[name].dtype != "int64"}
         for node in fg.nodes:
             node = Node(node.op, node.name, [renamed.get(i, i) for i in node.inputs], node.outputs, node.attrs)
             if node.name in self.skip:
@@ -552,7 +565,7 @@ class _Quantizer:
 _HANDLERS = {
     "Conv2d": _Quantizer.linear, "Dense": _Quantizer.linear, "Add": _Quantizer.add, "Mul": _Quantizer.mul,
     "Concat": _Quantizer.concat, "Softmax": _Quantizer.softmax, "MatMul": _Quantizer.matmul,
-    "LayerNorm": _Quantizer.layer_norm, "Where": _Quantizer.where,
+    "LayerNorm": _Quantizer.layer_norm, "Where": _Quantizer.where, "Embedding": _Quantizer.embedding,
     **{op: _Quantizer.passthrough for op in ("Relu", "Clip", "MaxPool", "AvgPool", "GlobalAvgPool", "Reshape", "Pad",
                                              "Transpose", "Resize", "Gather", "Slice")},
     **{op: _Quantizer.lut for op in float_ref.ACTIVATIONS},
@@ -606,7 +619,8 @@ def float_outputs(model: "str | os.PathLike[str] | onnx.ModelProto | None", grap
         if ort is not None:
             data = model.SerializeToString() if isinstance(model, onnx.ModelProto) else os.fspath(model)
             sess = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
-            feed = {i.name: np.asarray(inputs[name], np.float32) for i, name in zip(sess.get_inputs(), graph.inputs)}
+            feed = {i.name: np.asarray(inputs[name], np.int64 if i.type == "tensor(int64)" else np.float32)
+                    for i, name in zip(sess.get_inputs(), graph.inputs)}
             got = sess.run(None, feed)
             return {name: np.asarray(v) for name, v in zip(graph.outputs, got)}, "onnxruntime"
     return float_ref.run_float(graph, inputs), "float reference"

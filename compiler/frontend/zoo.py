@@ -12,8 +12,10 @@ Models (:func:`list_models`): ``resnet18``, ``resnet34``, ``resnet50`` (``[N, 3,
 add, a depthwise conv with ReLU6, Pad, Concat, Mul, Max/Average pooling), and the pretrained
 ``efficientnet_lite0`` (``[1, 3, 224, 224]`` -> ``[1, 1000]`` ImageNet logits, batch fixed at 1; needs the
 ``efficientnet`` extra), exported once by :mod:`.efficientnet` (which also provides the photos and class names) as
-``efficientnet_lite0.onnx`` in the same folder. A cached model whose SHA-256 differs from the one recorded next to it
-(``<name>.v<ZOO_VERSION>.onnx.sha256``) is built again with a warning. :func:`calibration_data` gives real
+``efficientnet_lite0.onnx`` in the same folder. Transformers: ``bert_tiny`` (built here) and the full-size ones of
+:mod:`.zoo_transformers` (``vit_tiny``, ``bert_base``, ``gpt2_prefill``, ``gpt2_decode``). A cached model whose
+SHA-256 differs from the one recorded next to it (``<name>.v<ZOO_VERSION>.onnx.sha256``) is built again with a
+warning. :func:`calibration_data` gives real
 calibration inputs.
 """
 from __future__ import annotations
@@ -31,7 +33,7 @@ from onnx import TensorProto, helper, numpy_helper
 from vta.cache import cache_root, file_sha256
 from vta.fileio import atomic_write_text
 
-from . import float_ref
+from . import float_ref, zoo_transformers
 
 __all__ = ["cache_dir", "list_models", "get_model", "build_model", "OnnxBuilder", "calibration_data"]
 
@@ -336,6 +338,7 @@ _BUILDERS: dict[str, Callable[[], onnx.ModelProto]] = {
     "mini_resnet": _mini_resnet,
     "efficientnet_lite0": _efficientnet_lite0,
     "bert_tiny": _bert_tiny,
+    **zoo_transformers.MODELS,
 }
 
 def calibration_data(name: str) -> np.ndarray | None:
