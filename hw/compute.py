@@ -72,7 +72,8 @@ class ComputeUnit(wiring.Component):
             "uop_wr": Out(sram_write_signature(cfg, "uop")), "uop_rd": Out(sram_read_signature(cfg, "uop")),
             "inp_rd": Out(sram_read_signature(cfg, "inp")),
             "wgt_rd": Out(sram_read_signature(cfg, "wgt", wgt_operand_bits(cfg.block_in, cfg.block_out,
-                                                                            self.gemm_form))),
+                                                                            self.gemm_form, cfg.inp_width,
+                                                                            cfg.wgt_width))),
             "acc_wr": Out(sram_write_signature(cfg, "acc")), "acc_rd0": Out(sram_read_signature(cfg, "acc")),
             "acc_rd1": Out(sram_read_signature(cfg, "acc")),
             "out_wr": Out(sram_write_signature(cfg, "out")),
@@ -121,7 +122,7 @@ class ComputeUnit(wiring.Component):
         c_src = Signal(16)
         m.d.sync += [c_valid.eq(b_valid), c_dst.eq(idx["dst"]), c_src.eq(idx["src"])]
         m.submodules.gemm = gemm = GemmCore(batch=cfg.batch, block_in=cfg.block_in, block_out=cfg.block_out,
-                                                 form=self.gemm_form)
+                                            form=self.gemm_form, inp_bits=cfg.inp_width, wgt_bits=cfg.wgt_width)
         m.d.comb += [gemm.in_valid.eq(c_valid), gemm.inp.eq(self.inp_rd.data), gemm.wgt.eq(self.wgt_rd.data),
                      self.acc_rd0.addr.eq(c_dst)]
         self._acc_reads(m, c_valid, c_src)
@@ -142,7 +143,7 @@ class ComputeUnit(wiring.Component):
                          self.acc_wr.en.eq(engine.acc_wr.en)]
         m.d.comb += [
             self.out_wr.addr.eq(d_dst), self.out_wr.en.eq(d_valid),
-            self.out_wr.data.eq(Cat(*[res.word_select(j, 32)[:8] for j in range(lanes)])),
+            self.out_wr.data.eq(Cat(*[res.word_select(j, 32)[:cfg.out_width] for j in range(lanes)])),
             self.gemm_uop.eq(d_valid & (opcode == OP_GEMM)),
             *self._alu_uops(d_valid, opcode),
             pipe_busy.eq(b_valid | c_valid | d_valid),

@@ -180,7 +180,7 @@ class AluEngine(wiring.Component):
         m.d.comb += [
             self.acc_wr.addr.eq(d_dst), self.acc_wr.data.eq(res), self.acc_wr.en.eq(Mux(d_valid, -1, 0)),
             self.out_wr.addr.eq(d_dst), self.out_wr.en.eq(d_valid),
-            self.out_wr.data.eq(Cat(*[res.word_select(j, 32)[:8] for j in range(lanes)])),
+            self.out_wr.data.eq(Cat(*[res.word_select(j, 32)[:cfg.out_width] for j in range(lanes)])),
             self.alu_uop.eq(d_valid),
         ]
         with m.FSM():

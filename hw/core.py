@@ -204,15 +204,18 @@ def _sram(cfg, name, reads, gemm_form):
     :data:`_SRAM_READS`; acc's reads are transparent to its write (stage C reads what stage D writes)."""
     width, depth, gran = sram_geometry(cfg, name)
     transparent = name == "acc"
-    # inp and wgt hold offset-binary bytes (x ^ 0x80, see vta.hw.load): 0x80 is the int8 zero they start as
-    fill = 0x80 if name in ("inp", "wgt") else 0
+    # inp and wgt hold offset-binary values (x ^ 0x80, or x ^ 0x8 per int4 nibble, see vta.hw.load): 0x80 (0x88)
+    # is the zero they start as
+    bits = {"inp": cfg.inp_width, "wgt": cfg.wgt_width}.get(name, 8)
+    fill = (0x80 if bits == 8 else 0x88) if name in ("inp", "wgt") else 0
     if name == "wgt" and gemm_form == "packed":
         # the packed GEMM core reads weight tiles packed: packed once as they are stored
         bi, bo = cfg.block_in, cfg.block_out
+        widths = {"inp_bits": cfg.inp_width, "wgt_bits": cfg.wgt_width}
         return StagedSram(width=width, depth=depth, granularity=gran,
-                          transform=functools.partial(pack_weights, block_in=bi, block_out=bo),
-                          stored_width=wgt_operand_bits(bi, bo, "packed"),
-                          init=pack_weights_int([fill] * (bi * bo), bi, bo))
+                          transform=functools.partial(pack_weights, block_in=bi, block_out=bo, **widths),
+                          stored_width=wgt_operand_bits(bi, bo, "packed", **widths),
+                          init=pack_weights_int([1 << (cfg.wgt_width - 1)] * (bi * bo), bi, bo, **widths))
     if isinstance(reads, tuple):
         return BankedSram(width=width, depth=depth, granularity=gran, transparent=transparent, read_map=reads)
     return Sram(width=width, depth=depth, granularity=gran, n_read=reads, transparent=transparent, fill_byte=fill)

@@ -192,27 +192,31 @@ class PadWalker(wiring.Component):
         return m
 
 
-def piece_write(m, walker, *, piece, idx, elem_bytes, piece_bytes, gran_bytes, widen=1, offset_binary=False):
+def piece_write(m, walker, *, piece, idx, elem_bytes, piece_bytes, gran_bytes, widen=1, offset_binary=False,
+                elem_bits=8):
     """``(data, en)`` for an SRAM write port fed by ``walker`` and a piece stream (``piece``, ``idx``); the address
     is ``walker.idx`` and ``en`` is zero unless ``walker.we``.
 
     The entry is ``elem_bytes * widen`` bytes, written in granules of ``gran_bytes``; a piece of ``piece_bytes``
-    bytes is sign-extended byte by byte to ``widen`` bytes each (ACC_8BIT loads: ``widen = 4``) and lands at
-    entry bytes ``[idx * piece_bytes * widen, ...)``. Pad writes zero the whole entry.
+    bytes holds values of ``elem_bits`` bits (8, or 4 packed two per byte, low nibble first), each sign-extended to
+    ``elem_bits * widen`` bits (ACC_8BIT loads: ``widen = 32 // elem_bits``, int32 lanes), and lands at entry bytes
+    ``[idx * piece_bytes * widen, ...)``. Pad writes zero the whole entry.
 
-    ``offset_binary``: every byte is written as ``x ^ 0x80`` (``x + 128`` for int8 ``x``; pad zeros become 0x80), the
-    form the GEMM core takes its operands in (inp and wgt SRAMs).
+    ``offset_binary``: every value is written as ``x ^ 0x80`` (``x + 128`` for int8 ``x``), or ``x ^ 0x8`` for int4
+    (bytes ``^ 0x88``); pad zeros become 0x80 (0x88): the form the GEMM core takes its operands in (inp and wgt SRAMs).
     """
     wide = piece
     pad_value = 0
+    ob_byte = 0x80 if elem_bits == 8 else 0x88
     if offset_binary:
-        assert widen == 1, "offset binary is for int8 operand buffers"
+        assert widen == 1, "offset binary is for operand buffers, which are not widened"
         flipped = Signal(len(piece), name="piece_ob")
-        m.d.comb += flipped.eq(piece ^ byte_fill(0x80, piece_bytes))
+        m.d.comb += flipped.eq(piece ^ byte_fill(ob_byte, piece_bytes))
         wide = flipped
-        pad_value = byte_fill(0x80, elem_bytes)
+        pad_value = byte_fill(ob_byte, elem_bytes)
     if widen > 1:
-        wide = Cat(*[_sext(piece[8 * j:8 * j + 8], 8 * widen) for j in range(piece_bytes)])
+        wide = Cat(*[_sext(piece.word_select(j, elem_bits), elem_bits * widen)
+                     for j in range(8 * piece_bytes // elem_bits)])
     wide_bytes = piece_bytes * widen
     entry_bytes = elem_bytes * widen
     copies = entry_bytes // wide_bytes

@@ -1,4 +1,5 @@
-"""The GEMM core: BATCH x BLOCK_IN int8 inputs times the transpose of BLOCK_OUT x BLOCK_IN int8 weights, giving
+"""The GEMM core: BATCH x BLOCK_IN int8 (or int4) inputs times the transpose of BLOCK_OUT x BLOCK_IN int8 (or int4)
+weights, giving
 BATCH x BLOCK_OUT int32 dot products, pipelined to take a new pair of operands every cycle."""
 from amaranth.hdl import C, Cat, Module, Signal
 from amaranth.lib import wiring
@@ -14,17 +15,19 @@ GEMM_FORMS = ("packed", "array")
 (one signed 8x8 multiplier per MAC, what synthesis maps best: area reports use it)."""
 
 
-def packing(block_in):
+def packing(block_in, inp_bits=8, wgt_bits=8):
     """``(lane_bits, lanes_per_word)`` of the packed multipliers for ``block_in``: a lane holds an unsigned sum of
-    ``block_in`` products of two 8-bit values (each below 2**16), and a word of at most 63 bits holds that many
-    lanes, so that every multiply and add stays within 64 bits."""
-    lane_bits = 16 + (block_in - 1).bit_length()
+    ``block_in`` products of an ``inp_bits``-bit and a ``wgt_bits``-bit value (each below
+    ``2**(inp_bits + wgt_bits)``), and a word of at most 63 bits holds that many lanes, so that every multiply and
+    add stays within 64 bits (int8 x int8 at BLOCK_IN 16: three 20-bit lanes; int4 x int4: five 12-bit lanes)."""
+    lane_bits = inp_bits + wgt_bits + (block_in - 1).bit_length()
     return lane_bits, max(1, 63 // lane_bits)
 
 
 class PackedWeightLayout:
     """Where the packed GEMM core finds its weights (``form="packed"``): one weight tile (``block_out x block_in``
-    offset-binary bytes) as ``n_words`` 64-bit words plus one 64-bit weight sum per lane group.
+    offset-binary elements of ``wgt_bits`` bits) as ``n_words`` 64-bit words plus one 64-bit weight sum per lane
+    group.
 
     ``groups[g]`` lists the output lanes ``o`` sharing multiplier group ``g`` (``lanes_per_word`` consecutive lanes).
     Word ``g * block_in + k`` (bits ``64 * (g * block_in + k)``) holds ``uw[o][k]`` of the group's ``j``-th lane at
@@ -33,42 +36,44 @@ class PackedWeightLayout:
     ``bits = 64 * (n_words + len(groups))``.
     """
 
-    def __init__(self, block_in, block_out):
+    def __init__(self, block_in, block_out, inp_bits=8, wgt_bits=8):
         self.block_in, self.block_out = block_in, block_out
-        self.lane_bits, per_word = packing(block_in)
+        self.inp_bits, self.wgt_bits = inp_bits, wgt_bits
+        self.lane_bits, per_word = packing(block_in, inp_bits, wgt_bits)
         self.lanes_per_word = per_word
         self.groups = [list(range(o, min(o + per_word, block_out))) for o in range(0, block_out, per_word)]
-        self.word_bits = (per_word - 1) * self.lane_bits + 8
+        self.word_bits = (per_word - 1) * self.lane_bits + wgt_bits
         self.n_words = len(self.groups) * block_in
         self.bits = 64 * (self.n_words + len(self.groups))
 
 
-def wgt_operand_bits(block_in, block_out, form):
-    """Width in bits of :class:`GemmCore`'s ``wgt`` operand: the raw tile (``8 * block_out * block_in``) for
+def wgt_operand_bits(block_in, block_out, form, inp_bits=8, wgt_bits=8):
+    """Width in bits of :class:`GemmCore`'s ``wgt`` operand: the raw tile (``wgt_bits * block_out * block_in``) for
     ``form="array"``, its :class:`PackedWeightLayout` for ``form="packed"``."""
     if form == "packed":
-        return PackedWeightLayout(block_in, block_out).bits
-    return 8 * block_out * block_in
+        return PackedWeightLayout(block_in, block_out, inp_bits, wgt_bits).bits
+    return wgt_bits * block_out * block_in
 
 
-def pack_weights(raw, block_in, block_out):
-    """The packed form (:class:`PackedWeightLayout`) of ``raw``, a weight tile of offset-binary bytes (lane
-    ``o * block_in + k`` at bit ``8 * (o * block_in + k)``), as one Amaranth expression (no named nodes, so that a
-    simulator evaluates it only where it is used)."""
-    lay = PackedWeightLayout(block_in, block_out)
+def pack_weights(raw, block_in, block_out, inp_bits=8, wgt_bits=8):
+    """The packed form (:class:`PackedWeightLayout`) of ``raw``, a weight tile of offset-binary elements (lane
+    ``o * block_in + k`` at bit ``wgt_bits * (o * block_in + k)``), as one Amaranth expression (no named nodes, so
+    that a simulator evaluates it only where it is used)."""
+    lay = PackedWeightLayout(block_in, block_out, inp_bits, wgt_bits)
+    w = wgt_bits
     words, sums = [], []
     for outs in lay.groups:
         for k in range(block_in):
-            words.append(_lanes([raw.word_select(o * block_in + k, 8) for o in outs], lay.lane_bits))
-        sums.append(_lanes([_sum([raw.word_select(o * block_in + k, 8) for k in range(block_in)]) for o in outs],
+            words.append(_lanes([raw.word_select(o * block_in + k, w) for o in outs], lay.lane_bits))
+        sums.append(_lanes([_sum([raw.word_select(o * block_in + k, w) for k in range(block_in)]) for o in outs],
                            lay.lane_bits))
     return Cat(*words, *sums)
 
 
-def pack_weights_int(raw_bytes, block_in, block_out):
-    """:func:`pack_weights` on plain integers: ``raw_bytes`` (``block_out * block_in`` offset-binary bytes, lane
-    order) -> the packed tile as an int (for testbenches and initial memory contents)."""
-    lay = PackedWeightLayout(block_in, block_out)
+def pack_weights_int(raw_bytes, block_in, block_out, inp_bits=8, wgt_bits=8):
+    """:func:`pack_weights` on plain integers: ``raw_bytes`` (``block_out * block_in`` offset-binary elements of
+    ``wgt_bits`` bits, lane order) -> the packed tile as an int (for testbenches and initial memory contents)."""
+    lay = PackedWeightLayout(block_in, block_out, inp_bits, wgt_bits)
     value, pos = 0, 0
     words = []
     for outs in lay.groups:
@@ -118,10 +123,12 @@ def _tree(m, terms, width=None, name=""):
 
 
 class GemmCore(wiring.Component):
-    """``dot[b][o] = sum_k inp[b][k] * wgt[o][k]`` (int8 operands, int32 result).
+    """``dot[b][o] = sum_k inp[b][k] * wgt[o][k]`` (int8 or int4 operands, int32 result).
 
     Operands arrive in offset binary, as the load unit writes them into the inp and wgt SRAMs: each byte holds
-    ``x ^ 0x80 = x + 128`` (0..255) for the int8 value ``x``.
+    ``x ^ 0x80 = x + 128`` (0..255) for the int8 value ``x``. With ``inp_bits`` or ``wgt_bits`` 4 (an int4 design)
+    that operand's lanes are 4 bits wide, packed two per byte, each ``x ^ 0x8 = x + 8`` (0..15); the multipliers
+    narrow with them and every formula below holds with 128 replaced by ``2**(bits - 1)`` of each operand.
 
     Layouts (bit 0 = LSB, little-endian lanes as in DRAM): ``inp`` lane ``b*block_in + k`` is 8 bits at
     ``8*(b*block_in + k)``; ``wgt`` (``form="array"``) lane ``o*block_in + k``, or (``form="packed"``) the tile
@@ -144,15 +151,20 @@ class GemmCore(wiring.Component):
     """
 
     @validated_init
-    def __init__(self, *, batch, block_in, block_out, form="packed"):
+    def __init__(self, *, batch, block_in, block_out, form="packed", inp_bits=8, wgt_bits=8):
         self.batch = check_int("batch", batch, lo=1, hi=1 << 8, pow2=True)
         self.block_in = check_int("block_in", block_in, lo=1, hi=1 << 8, pow2=True)
         self.block_out = check_int("block_out", block_out, lo=1, hi=1 << 8, pow2=True)
         if form not in GEMM_FORMS:
             raise ValueError(f"form must be one of {', '.join(GEMM_FORMS)}, not {form!r}")
+        for name, bits in (("inp_bits", inp_bits), ("wgt_bits", wgt_bits)):
+            if bits not in (4, 8):
+                raise ValueError(f"{name} must be 4 or 8, not {bits!r}")
         self.form = form
+        self.inp_bits, self.wgt_bits = inp_bits, wgt_bits
+        wgt = wgt_operand_bits(block_in, block_out, form, inp_bits, wgt_bits)
         super().__init__({
-            "in_valid": In(1), "inp": In(8 * batch * block_in), "wgt": In(wgt_operand_bits(block_in, block_out, form)),
+            "in_valid": In(1), "inp": In(inp_bits * batch * block_in), "wgt": In(wgt),
             "out_valid": Out(1), "dot": Out(32 * batch * block_out),
         })
 
@@ -165,10 +177,11 @@ class GemmCore(wiring.Component):
     def _array(self, m):
         """One signed 8x8 multiplier per MAC and a balanced adder tree per output lane."""
         bi, lanes = self.block_in, []
+        ib, wb = self.inp_bits, self.wgt_bits
         for b in range(self.batch):
             for o in range(self.block_out):
-                terms = [(self.inp.word_select(b * bi + k, 8) ^ 0x80).as_signed() *
-                         (self.wgt.word_select(o * bi + k, 8) ^ 0x80).as_signed() for k in range(bi)]
+                terms = [(self.inp.word_select(b * bi + k, ib) ^ (1 << (ib - 1))).as_signed() *
+                         (self.wgt.word_select(o * bi + k, wb) ^ (1 << (wb - 1))).as_signed() for k in range(bi)]
                 lane = Signal(32, name=f"dot_{b}_{o}")
                 m.d.comb += lane.eq(_tree(m, terms))
                 lanes.append(lane)
@@ -178,16 +191,17 @@ class GemmCore(wiring.Component):
         """``lanes_per_word`` output lanes per unsigned multiply (see the class docstring); the weights arrive packed
         (:class:`PackedWeightLayout`), with their sums."""
         bi, bo = self.block_in, self.block_out
-        lay = PackedWeightLayout(bi, bo)
-        bias = (16384 * bi) % (1 << 32)
+        ib, wb = self.inp_bits, self.wgt_bits
+        lay = PackedWeightLayout(bi, bo, ib, wb)
+        bias = ((1 << (ib - 1)) * (1 << (wb - 1)) * bi) % (1 << 32)
         lanes = []
         for b in range(self.batch):
-            ua = [self.inp.word_select(b * bi + k, 8) for k in range(bi)]
+            ua = [self.inp.word_select(b * bi + k, ib) for k in range(bi)]
             asum = _tree(m, ua, 32, f"asum_{b}")
             row = [None] * bo
             for g, outs in enumerate(lay.groups):
                 # nodes no wider than 64 bits, so that a cycle-based simulator adds them in one machine word
-                width = (len(outs) - 1) * lay.lane_bits + 16
+                width = (len(outs) - 1) * lay.lane_bits + ib + wb
                 prods = []
                 for k in range(bi):
                     p = Signal(width, name=f"p_{b}_{g}_{k}")
@@ -199,7 +213,11 @@ class GemmCore(wiring.Component):
                     field = slice(j * lay.lane_bits, (j + 1) * lay.lane_bits)
                     lane = Signal(32, name=f"dot_{b}_{o}")
                     # x - y (mod 2**32) as x + ~y + 1: unsigned all the way (no sign extension to simulate)
-                    m.d.comb += lane.eq(total[field] + (bias + 1) + ~((asum + wsum[field]) << 7)[:32])
+                    if ib == wb:
+                        offsets = (asum + wsum[field]) << (ib - 1)
+                    else:  # each sum times the other operand's offset
+                        offsets = (asum << (wb - 1)) + (wsum[field] << (ib - 1))
+                    m.d.comb += lane.eq(total[field] + (bias + 1) + ~offsets[:32])
                     row[o] = lane
             lanes.extend(row)
         return lanes

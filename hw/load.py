@@ -117,11 +117,12 @@ class LoadEngine(wiring.Component):
                 if _BUFFER[t] != buf:
                     continue
                 reader = readers[t]
-                widen = 4 if t == MEM_ACC_8BIT else 1
+                bits = {MEM_INP: cfg.inp_width, MEM_WGT: cfg.wgt_width}.get(t, cfg.out_width)
+                widen = cfg.acc_width // bits if t == MEM_ACC_8BIT else 1
                 data, en = piece_write(m, walker, piece=reader.out_data, idx=reader.out_idx,
                                        elem_bytes=cfg.elem_bytes(t), piece_bytes=reader.piece_bytes,
                                        gran_bytes=gran // 8, widen=widen,
-                                       offset_binary=t in (MEM_INP, MEM_WGT))
+                                       offset_binary=t in (MEM_INP, MEM_WGT), elem_bits=bits)
                 with m.If(sel == t):
                     m.d.comb += [port.data.eq(data), port.en.eq(en)]
         return m

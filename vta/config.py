@@ -444,14 +444,15 @@ def _check(cfg: VTAConfig) -> list[str]:
     return problems
 
 
-def packed_wgt_bits(block: int) -> int:
+def packed_wgt_bits(block: int, inp_bits: int = 8, wgt_bits: int = 8) -> int:
     """Bits of one BLOCK x BLOCK weight tile as the generator's packed GEMM core stores it in one weight SRAM word.
 
     The same arithmetic as ``vta.hw.gemm.PackedWeightLayout`` (which tests compare against): a lane holds the sum of
-    ``block`` products of two bytes (``16 + log2(block)`` bits), a 64-bit multiplier word holds ``63 // lane_bits``
-    lanes, and the tile takes ``block`` words plus one weight-sum word per group of lanes.
+    ``block`` products of an input and a weight (``inp_bits + wgt_bits + log2(block)`` bits), a 64-bit multiplier
+    word holds ``63 // lane_bits`` lanes, and the tile takes ``block`` words plus one weight-sum word per group of
+    lanes.
     """
-    lane_bits = 16 + (block - 1).bit_length()
+    lane_bits = inp_bits + wgt_bits + (block - 1).bit_length()
     per_word = max(1, 63 // lane_bits)
     groups = -(-block // per_word)
     return 64 * (groups * block + groups)
@@ -465,9 +466,11 @@ def _generator_problems(cfg: VTAConfig) -> list[str]:
     word fits (the widest, a 16 x 64 int32 accumulator word, is 32768 bits; tests/test_config.py checks each).
     """
     problems: list[str] = []
-    wgt_bits = packed_wgt_bits(cfg.block_in)
+    widths = (cfg.inp_width, cfg.wgt_width)
+    wgt_bits = packed_wgt_bits(cfg.block_in, *widths)
     if wgt_bits > _MAX_NETLIST_BITS:
-        top = max(b for b in range(int(_RANGES["log_block"][1]) + 1) if packed_wgt_bits(1 << b) <= _MAX_NETLIST_BITS)
+        top = max(b for b in range(int(_RANGES["log_block"][1]) + 1)
+                  if packed_wgt_bits(1 << b, *widths) <= _MAX_NETLIST_BITS)
         problems.append(f"LOG_BLOCK={cfg.log_block} (BLOCK {cfg.block_in}) cannot be built: the generator's GEMM core "
                         f"stores a weight tile in one {wgt_bits}-bit SRAM word, wider than the "
                         f"{_MAX_NETLIST_BITS} bits an Amaranth netlist value can hold; use LOG_BLOCK at most {top}")
