@@ -451,7 +451,8 @@ def compile_model(model: str, cfg: VTAConfig, options: CompileOptions | None = N
         calibration = calibration_set(model, graph, opts)
     qgraph = quantize(graph, calibration.inputs, mode="shift" if opts.requant == "shift" else "multiply",
                       method=opts.calibration_method, percentile=opts.calibration_percentile
-                      if opts.calibration_method == "percentile" else None)
+                      if opts.calibration_method == "percentile" else None,
+                      act_bits=cfg.inp_width, wgt_bits=cfg.wgt_width)  # the design's widths (docs/precision.md)
     compiled = compile_graph(qgraph, cfg, policy=opts.policy, force_cpu=opts.force_cpu,
                              double_buffer=opts.double_buffer, progress=opts.progress, stem=opts.stem)
     compiled.meta.update({"model": model, "requant": opts.requant, "calibration": dict(calibration.info)})

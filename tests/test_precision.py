@@ -145,3 +145,70 @@ def test_bytes_cycles_and_energy_shrink_with_width():
     assert e44 < e48 < e8
     assert tech.mac_pj_at(8, 8) == tech.mac_pj
     assert tech.mac_pj_at(4, 8) == pytest.approx(tech.mult_8b_pj / 2 + tech.add_32b_pj)
+
+
+# ---- the compiler: quantization to the design's widths, packing, bit-exact on fsim ------------------------------
+@pytest.fixture(scope="module")
+def tiny_w4a4():
+    from vta.compiler.pipeline import compile_model
+    return compile_model("tiny_cnn", W4A4, policy="accel", calib=2)
+
+
+@pytest.mark.parametrize("cfg", [W4A8, W4A4], ids=["w4a8", "w4a4"])
+def test_tiny_cnn_bit_exact_on_fsim(cfg, tiny_w4a4):
+    """tiny_cnn quantized for the design's widths runs its convolutions and dense layer on the accelerator (fsim)
+    and matches the integer reference (qops) bit for bit."""
+    from vta.compiler import qops
+    from vta.compiler.pipeline import compile_model
+    from vta.compiler.runtime.executor import run
+    compiled = tiny_w4a4 if cfg is W4A4 else compile_model("tiny_cnn", cfg, policy="accel", calib=2)
+    graph = compiled.graph
+    accel = [s.node.op for s in compiled.steps if type(s).__name__ == "AccelStep"]
+    assert accel == ["QConv2d", "QConv2d", "QDense"]
+    for node in graph.nodes:
+        if node.op in ("QConv2d", "QDense"):
+            w = graph.constants[node.inputs[1]]
+            assert w.min() >= -7 and w.max() <= 7          # int4 weights, symmetric
+            rq = node.attrs["requant"]
+            assert (rq.lo, rq.hi) in ((0, 7), (-8, 7)) if cfg.inp_width == 4 else (rq.lo, rq.hi) in ((0, 127),
+                                                                                                   (-128, 127))
+    rng = np.random.default_rng(5)
+    x = {n: rng.standard_normal(graph.shape(n)).astype(np.float32) for n in graph.inputs}
+    got = run(compiled, x, target="fsim").outputs
+    ref = qops.run_reference(graph, x)
+    for name in graph.outputs:
+        assert np.array_equal(np.asarray(got[name]), np.asarray(ref[name]))
+
+
+def test_int8_graph_stays_on_the_cpu_of_an_int4_design():
+    """A graph quantized for int8 on an int4 design: the partitioner keeps its layers on the CPU and says why."""
+    from vta.compiler.frontend.quantize import quantize
+    from vta.compiler.lowering.partition import partition
+    from vta.compiler.pipeline import load_graph
+    graph = load_graph("tiny_cnn")
+    rng = np.random.default_rng(0)
+    qg = quantize(graph, {n: rng.standard_normal((2,) + graph.shape(n)[1:]).astype(np.float32)
+                          for n in graph.inputs})
+    decisions = partition(qg, W4A8, policy="accel")
+    conv = [d for d in decisions.values() if d.op == "QConv2d"]
+    assert conv and all(d.target == "cpu" for d in conv)
+    assert "wider than the design's int4 weights" in conv[0].reason
+
+
+def test_quantizer_refuses_int8_only_ops_at_int4_activations():
+    from vta.compiler.frontend.quantize import QuantizationError, quantize
+    from vta.compiler.ir import Graph
+    g = Graph("mm")
+    g.add_tensor("a", (1, 4, 8), "float32")
+    g.add_tensor("b", (1, 8, 4), "float32")
+    g.add_tensor("y", (1, 4, 4), "float32")
+    g.inputs += ["a", "b"]
+    g.add_node("MatMul", "mm", ["a", "b"], ["y"])
+    g.outputs.append("y")
+    rng = np.random.default_rng(0)
+    data = {"a": rng.standard_normal((1, 4, 8)).astype(np.float32), "b": rng.standard_normal((1, 8, 4))
+            .astype(np.float32)}
+    with pytest.raises(QuantizationError, match="supports only at int8 activations, not int4"):
+        quantize(g, data, act_bits=4)
+    with pytest.raises(ValueError, match="act_bits must be 4 or 8, not 5"):
+        quantize(g, data, act_bits=5)

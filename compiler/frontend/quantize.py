@@ -57,9 +57,10 @@ class Calibration:
     absmax: dict[str, float]
     channel_absmax: dict[str, np.ndarray]
 
-    def scale(self, name: str) -> float:
-        """Symmetric int8 scale of tensor ``name``: ``absmax / 127`` (a tiny floor keeps all-zero tensors legal)."""
-        return max(self.absmax[name], 1e-6) / 127.0
+    def scale(self, name: str, qmax: int = 127) -> float:
+        """Symmetric scale of tensor ``name``: ``absmax / qmax`` (127 for int8, 7 for int4 activations; a tiny floor
+        keeps all-zero tensors legal)."""
+        return max(self.absmax[name], 1e-6) / qmax
 
 
 # ---- 1. folding -------------------------------------------------------------------------------------------------
@@ -224,24 +225,30 @@ def choose_requant(m: np.ndarray, acc_bound: np.ndarray, *, rounding: bool = Fal
     return mult, shift
 
 
-def _clip_range(activation: Node | None, sy: float) -> tuple[int, int, str]:
+def _clip_range(activation: Node | None, sy: float, qmin: int = -128, qmax: int = 127) -> tuple[int, int, str]:
+    """``(lo, hi, kind)`` of a fused activation in the activation range ``[qmin, qmax]``."""
     if activation is None:
-        return -128, 127, "none"
+        return qmin, qmax, "none"
     if activation.op == "Relu":
-        return 0, 127, "relu"
+        return 0, qmax, "relu"
     lo_f, hi_f = activation.attrs["min"], activation.attrs["max"]
-    lo = -128 if lo_f is None else int(np.clip(np.round(lo_f / sy), -128, 127))
-    hi = 127 if hi_f is None else int(np.clip(np.round(hi_f / sy), -128, 127))
+    lo = qmin if lo_f is None else int(np.clip(np.round(lo_f / sy), qmin, qmax))
+    hi = qmax if hi_f is None else int(np.clip(np.round(hi_f / sy), qmin, qmax))
     return min(lo, hi), hi, "clip"          # min > max: every value becomes max, as ONNX's Clip (numpy's clip)
 
 
 class _Quantizer:
     """State of one quantization: the float graph, calibration, options and the quantized graph being built."""
 
-    def __init__(self, fg: Graph, cal: Calibration, per_channel: bool | str, mode: str, round_adds: bool) -> None:
+    def __init__(self, fg: Graph, cal: Calibration, per_channel: bool | str, mode: str, round_adds: bool,
+                 act_bits: int = 8, wgt_bits: int = 8) -> None:
         self.fg, self.cal, self.per_channel, self.mode = fg, cal, per_channel, mode
         self.round_adds = round_adds
-        self.qg = Graph(fg.name + "_int8")
+        self.act_bits, self.wgt_bits = act_bits, wgt_bits
+        self.qmin, self.qmax = -(1 << (act_bits - 1)), (1 << (act_bits - 1)) - 1  # activation range
+        self.wmax = (1 << (wgt_bits - 1)) - 1                                       # weights: [-wmax, wmax]
+        narrow = act_bits != 8 or wgt_bits != 8
+        self.qg = Graph(fg.name + (f"_w{wgt_bits}a{act_bits}" if narrow else "_int8"))
         self.scales: dict[str, float] = {}
         self.skip: set[str] = set()
         self.masks: dict[str, tuple[str, dict[str, Any]]] = {}
@@ -253,6 +260,16 @@ class _Quantizer:
             return users[0]
         return None
 
+    def act_scale(self, name: str) -> float:
+        """The calibrated scale of activation ``name`` at the activation width: ``absmax / qmax``."""
+        return self.cal.scale(name, self.qmax)
+
+    def narrow_only(self, node: Node) -> None:
+        """Refuse ``node`` at int4 activations: its quantized op clips to int8 (see docs/precision.md)."""
+        if self.act_bits != 8:
+            raise QuantizationError(f"Node {node.name!r} has op {node.op!r}, which the quantizer supports only at "
+                                    f"int8 activations, not int{self.act_bits}; quantize with act_bits=8.")
+
     def out_tensor(self, name: str, scale: float) -> str:
         self.qg.add_tensor(name, self.fg.shape(name), "int8", scale)
         self.scales[name] = scale
@@ -260,10 +277,10 @@ class _Quantizer:
 
     def int8_range(self, name: str) -> tuple[int, int]:
         """The values the int8 tensor ``name`` can hold: its producer's clip range, through pools, Reshape and Pad
-        (whose pad value widens it); (-128, 127) after any other op."""
+        (whose pad value widens it); the activation range ([-128, 127], or [-8, 7] at int4) after any other op."""
         prod = self.qg.producer(name)
         if prod is None:
-            return -128, 127
+            return self.qmin, self.qmax
         if prod.op in ("QConv2d", "QDense", "QAdd"):
             return prod.attrs["requant"].lo, prod.attrs["requant"].hi
         if prod.op == "QClip":
@@ -272,7 +289,7 @@ class _Quantizer:
             lo, hi = self.int8_range(prod.inputs[0])
             pad = prod.attrs.get("value", lo) if prod.op == "Pad" else lo
             return min(lo, pad), max(hi, pad)
-        return -128, 127
+        return self.qmin, self.qmax
 
     def product_bound(self, wq: np.ndarray, x: str) -> np.ndarray:
         """Per output channel, the largest ``|sum(x * w)|`` any input ``x`` can give: every input at the end of its
@@ -287,14 +304,14 @@ class _Quantizer:
         per = np.abs(w.reshape(w.shape[0], -1)).max(axis=1).astype(np.float64)
         per = np.maximum(per, max(per.max() * 2**-8, 1e-12))  # dead channels: keep the bias inside int32
         use_channel = self.per_channel is True or (self.per_channel == "auto" and per.max() > 1.5 * per.min())
-        return (per if use_channel else np.full_like(per, per.max())) / 127.0
+        return (per if use_channel else np.full_like(per, per.max())) / float(self.wmax)
 
     def linear(self, node: Node) -> None:
         """Conv2d or Dense (+ fused Relu/Clip) -> QConv2d/QDense."""
         act = self.fused_activation(node)
         out = act.outputs[0] if act is not None else node.outputs[0]
         x = node.inputs[0]
-        sx, sy = self.scales[x], self.cal.scale(out)
+        sx, sy = self.scales[x], self.act_scale(out)
         w = self.fg.constants[node.inputs[1]].astype(np.float64)
         o = w.shape[0]
         b = self.fg.constants[node.inputs[2]].astype(np.float64) if len(node.inputs) > 2 else np.zeros(o)
@@ -303,7 +320,7 @@ class _Quantizer:
             sw, mult, shift = self._shift_weights(w, sx, sy)
         else:
             sw = self.weight_scales(w)
-        wq = np.clip(np.rint(w / sw.reshape((o,) + (1,) * (w.ndim - 1))), -127, 127).astype(np.int8)
+        wq = np.clip(np.rint(w / sw.reshape((o,) + (1,) * (w.ndim - 1))), -self.wmax, self.wmax).astype(np.int8)
         products = self.product_bound(wq, x)
         cap = np.maximum(BIAS_LIMIT - products, 0)
         bq = np.clip(np.rint(b / (sx * sw)), -cap, cap)
@@ -314,7 +331,7 @@ class _Quantizer:
             mult, shift = choose_requant(sx * sw / sy, bound, rounding=True)
         rounding = np.where(shift > 0, (np.int64(1) << np.maximum(shift - 1, 0)) // mult, 0)
         bq = (bq + rounding).astype(np.int32)
-        lo, hi, kind = _clip_range(act, sy)
+        lo, hi, kind = _clip_range(act, sy, self.qmin, self.qmax)
         tag = node.name
         wname, bname = self.qg.unique_name(f"{tag}_wq"), self.qg.unique_name(f"{tag}_bq")
         self.qg.add_constant(wname, wq)
@@ -333,7 +350,7 @@ class _Quantizer:
         """Pure-shift requant: per-channel weight scales sy / (sx * 2**S[o]) (M = 1)."""
         o = w.shape[0]
         wmax = np.maximum(np.abs(w.reshape(o, -1)).max(axis=1), 1e-12)
-        shift = np.clip(np.floor(np.log2(sy * 127.0 / (sx * wmax))), 0, S_MAX).astype(np.int64)
+        shift = np.clip(np.floor(np.log2(sy * self.wmax / (sx * wmax))), 0, S_MAX).astype(np.int64)
         return sy / (sx * 2.0**shift), np.ones(o, np.int64), shift
 
     def softmax_mask(self, node: Node, mask: dict[str, Any]) -> bool:
@@ -359,7 +376,7 @@ class _Quantizer:
                                     f"Conv2d/Dense; the quantized operator set adds a per-channel constant to an NCHW "
                                     f"tensor only through a convolution's bias.")
         out = node.outputs[0]
-        sx, sy = self.scales[x], self.cal.scale(out)
+        sx, sy = self.scales[x], self.act_scale(out)
         sc = max(float(np.abs(c).max()), 1e-6) / 127.0
         mult, shift = choose_requant(np.array([sx / sy, sc / sy]), np.array([128, 128]))
         s = int(min(shift))
@@ -368,7 +385,7 @@ class _Quantizer:
         self.qg.add_constant(cname, np.ascontiguousarray(np.broadcast_to(cq, shape)))
         self.qg.add_node("QAffine", node.name, [x, cname], [self.out_tensor(out, sy)],
                          multipliers=[int(np.clip(round(m * 2**s), 1, M_MAX)) for m in (sx / sy, sc / sy)],
-                         offset=(1 << (s - 1)) if s > 0 else 0, shift=s, lo=-128, hi=127)
+                         offset=(1 << (s - 1)) if s > 0 else 0, shift=s, lo=self.qmin, hi=self.qmax)
 
     def add(self, node: Node) -> None:
         """Add of two activations (+ fused Relu/Clip) -> QAdd."""
@@ -378,13 +395,13 @@ class _Quantizer:
         act = self.fused_activation(node)
         out = act.outputs[0] if act is not None else node.outputs[0]
         a, b = node.inputs
-        sy = self.cal.scale(out)
+        sy = self.act_scale(out)
         ma, mb = self.scales[a] / sy, self.scales[b] / sy
         mult, shift = choose_requant(np.array([ma, mb]), np.array([128, 128]))
         s = int(min(shift))
         ma_i = int(np.clip(round(ma * 2**s), 1, M_MAX))
         mb_i = int(np.clip(round(mb * 2**s), 1, M_MAX))
-        lo, hi, kind = _clip_range(act, sy)
+        lo, hi, kind = _clip_range(act, sy, self.qmin, self.qmax)
         self.qg.add_node("QAdd", node.name, [a, b], [self.out_tensor(out, sy)],
                          requant=AddRequant(ma_i, mb_i, s, lo, hi), activation=kind)
         if act is not None:
@@ -411,9 +428,10 @@ class _Quantizer:
         """Mul by a constant -> QMul with an int multiplier array."""
         if node.inputs[1] not in self.fg.constants:
             raise QuantizationError(f"Node {node.name!r} multiplies two activations; only a constant is supported.")
+        self.narrow_only(node)
         c = self.fg.constants[node.inputs[1]].astype(np.float64)
         x, out = node.inputs[0], node.outputs[0]
-        sy = self.cal.scale(out)
+        sy = self.act_scale(out)
         m = c * self.scales[x] / sy
         peak = max(float(np.abs(m).max()), 1e-12)
         s = int(np.clip(np.floor(np.log2(M_MAX / peak)), 0, S_MAX))
@@ -432,7 +450,8 @@ class _Quantizer:
         for k, name in enumerate(node.inputs):
             if name in consts:
                 inputs[k] = self.qg.unique_name(f"{name}_q")
-                self.qg.add_constant(inputs[k], np.clip(np.rint(consts[name] / sy), -128, 127).astype(np.int8))
+                self.qg.add_constant(inputs[k], np.clip(np.rint(consts[name] / sy), self.qmin, self.qmax)
+                                     .astype(np.int8))
             ratio = 1.0 if name in consts else scales[name] / sy
             if ratio == 1.0:
                 mults.append(1)
@@ -447,9 +466,9 @@ class _Quantizer:
         """An element-wise activation (Sigmoid, HardSigmoid, HardSwish) -> QLut: its table maps each int8 input q
         to ``clip(rint(f(q * s_in) / s_out))``, ``f`` the float reference's own function."""
         x, out = node.inputs[0], node.outputs[0]
-        sy = self.cal.scale(out)
+        sy = self.act_scale(out)
         real = float_ref.ACTIVATIONS[node.op](np.arange(-128, 128, dtype=np.float64) * self.scales[x], node.attrs)
-        table = np.clip(np.rint(real / sy), -128, 127).astype(np.int8)
+        table = np.clip(np.rint(real / sy), self.qmin, self.qmax).astype(np.int8)
         self.qg.add_node("QLut", node.name, [x], [self.out_tensor(out, sy)], table=table, function=node.op)
 
     def passthrough(self, node: Node) -> None:
@@ -459,14 +478,14 @@ class _Quantizer:
         attrs = dict(node.attrs)
         op = node.op
         if op == "Relu":
-            op, attrs = "QClip", {"lo": 0, "hi": 127}
+            op, attrs = "QClip", {"lo": 0, "hi": self.qmax}
         elif op == "Clip":
-            lo, hi, _ = _clip_range(node, sx)
+            lo, hi, _ = _clip_range(node, sx, self.qmin, self.qmax)
             op, attrs = "QClip", {"lo": lo, "hi": hi}
         elif op == "Pad":
-            attrs["value"] = int(np.clip(np.rint(node.attrs["value"] / sx), -128, 127))
+            attrs["value"] = int(np.clip(np.rint(node.attrs["value"] / sx), self.qmin, self.qmax))
         elif op == "Where":
-            attrs["fill"] = int(np.clip(np.rint(node.attrs["fill"] / sx), -128, 127))
+            attrs["fill"] = int(np.clip(np.rint(node.attrs["fill"] / sx), self.qmin, self.qmax))
         self.qg.add_node(op, node.name, [x], [self.out_tensor(out, sx)], **attrs)
 
     def softmax(self, node: Node) -> None:
@@ -474,6 +493,8 @@ class _Quantizer:
         into it (:meth:`softmax_mask`) goes along as attributes."""
         out = node.outputs[0]
         src, mask = self.masks.pop(node.inputs[0], (node.inputs[0], {}))
+        if out not in self.fg.outputs:
+            self.narrow_only(node)
         if out in self.fg.outputs:
             self.qg.add_tensor(out, self.fg.shape(out), "float32")
             self.qg.add_node("Softmax", node.name, [src], [out], axis=node.attrs["axis"], scale=self.scales[src],
@@ -490,6 +511,7 @@ class _Quantizer:
     def matmul(self, node: Node) -> None:
         """MatMul of two operands (activations, or an int8 constant at its own per-tensor scale) -> QMatMul with
         one (M, S) chosen so that ``acc * M + r`` stays inside int32 for any int8 operands."""
+        self.narrow_only(node)
         operands, scales = [], []
         for name in node.inputs:
             if name in self.fg.constants:
@@ -513,6 +535,7 @@ class _Quantizer:
     def embedding(self, node: Node) -> None:
         """Embedding (token ids into a float table) -> Embedding of the int8 table, per-tensor, at its own scale
         (the output's: a row lookup does not rescale)."""
+        self.narrow_only(node)
         ids, table = node.inputs
         c = self.fg.constants[table].astype(np.float64)
         sc = max(float(np.abs(c).max()), 1e-6) / 127.0
@@ -522,6 +545,7 @@ class _Quantizer:
 
     def layer_norm(self, node: Node) -> None:
         """LayerNorm -> QLayerNorm (float64 from the int8 input, see :func:`.qops.layer_norm`)."""
+        self.narrow_only(node)
         x, out = node.inputs[0], node.outputs[0]
         gamma, beta = (self.fg.constants[name].astype(np.float32) for name in node.inputs[1:3])
         sy = self.cal.scale(out)
@@ -537,9 +561,17 @@ class _Quantizer:
             if fg.tensors[name].dtype == "int64":       # token ids: read by an Embedding as they are
                 continue
             qname = f"{name}_q"
-            qg.add_tensor(qname, fg.shape(name), "int8", self.cal.scale(name))
-            qg.add_node("Quantize", f"quantize_{name}", [name], [qname], scale=self.cal.scale(name))
-            self.scales[qname] = self.cal.scale(name)
+            scale = self.act_scale(name)
+            if self.act_bits == 8:
+                qg.add_tensor(qname, fg.shape(name), "int8", scale)
+                qg.add_node("Quantize", f"quantize_{name}", [name], [qname], scale=scale)
+            else:  # Quantize to int8 at the narrow scale, then clip to the activation range
+                wide = f"{name}_q8"
+                qg.add_tensor(wide, fg.shape(name), "int8", scale)
+                qg.add_node("Quantize", f"quantize_{name}", [name], [wide], scale=scale)
+                qg.add_tensor(qname, fg.shape(name), "int8", scale)
+                qg.add_node("QClip", f"clip_{name}", [wide], [qname], lo=self.qmin, hi=self.qmax)
+            self.scales[qname] = scale
         renamed = {name: f"{name}_q" for name in fg.inputs if fg.tensors[name].dtype != "int64"}
         for node in fg.nodes:
             node = Node(node.op, node.name, [renamed.get(i, i) for i in node.inputs], node.outputs, node.attrs)
@@ -574,12 +606,23 @@ _HANDLERS = {
 
 def quantize(graph: Graph, calib_inputs: Mapping[str, np.ndarray] | Iterable[Mapping[str, np.ndarray]], *,
              per_channel: bool | Literal["auto"] = True, mode: Literal["multiply", "shift"] = "multiply",
-             percentile: float | None = None, round_adds: bool = True, method: str | None = None) -> Graph:
+             percentile: float | None = None, round_adds: bool = True, method: str | None = None,
+             act_bits: int = 8, wgt_bits: int = 8) -> Graph:
     """Quantize a float graph; ``calib_inputs`` is a dict of stacked samples (leading axis a multiple of the batch)
     or a list of input dicts; ``method`` (minmax, percentile, entropy) and ``percentile`` select the calibration
     (see :func:`calibrate`); ``round_adds``
     cancels QAdd's truncation on average through the bias of a producing convolution. Returns a validated quantized
-    :class:`~.ir.Graph` named ``<name>_int8``."""
+    :class:`~.ir.Graph` named ``<name>_int8`` (``<name>_w<wgt_bits>a<act_bits>`` at a narrower width).
+
+    ``act_bits`` / ``wgt_bits`` (8 or 4; a design's ``inp_width`` / ``wgt_width``): int4 activations get scales
+    ``absmax / 7`` and every requantization (convolutions, dense layers, adds, clips, the input's Quantize) clips to
+    [-8, 7] (ReLU: [0, 7]); int4 weights of Conv2d/Dense get symmetric scales ``absmax / 7`` (per output channel with
+    ``per_channel``) and values in [-7, 7]. Tensors stay int8 arrays holding int4 values, so the integer reference
+    (qops) computes at those widths unchanged. Ops that clip to int8 (Mul, MatMul, LayerNorm, Embedding, an inner
+    Softmax) are refused at int4 activations (:class:`QuantizationError`)."""
+    for what, bits in (("act_bits", act_bits), ("wgt_bits", wgt_bits)):
+        if bits not in (4, 8):
+            raise ValueError(f"{what} must be 4 or 8, not {bits!r}")
     if mode not in REQUANT_MODES:
         raise ValueError(f"Requant mode {mode!r} is unknown; use 'multiply' or 'shift'.")
     if per_channel not in (True, False, "auto"):
@@ -588,7 +631,7 @@ def quantize(graph: Graph, calib_inputs: Mapping[str, np.ndarray] | Iterable[Map
         raise GraphError(f"Graph {graph.name!r} is already quantized.")
     fg = prepare(graph)
     cal = calibrate(fg, calib_inputs, percentile=percentile, method=method)
-    return _Quantizer(fg, cal, per_channel, mode, round_adds).run()
+    return _Quantizer(fg, cal, per_channel, mode, round_adds, act_bits, wgt_bits).run()
 
 
 def compare_outputs(reference: np.ndarray, test: np.ndarray) -> dict[str, float]:

@@ -46,6 +46,7 @@ import numpy as np
 
 from vta.config import MEM_ACC, MEM_ACC_8BIT, MEM_INP, MEM_OUT, MEM_WGT, VTAConfig
 from vta.isa import OP_LOAD, Alu, Gemm, Insn, Uop, insn_uops, layout, requant_imm, requant_word
+from vta.packing import alloc_dtype
 from vta.program import Allocation, Program, ProgramBuilder, SlotRing
 
 from .intrin import Intrinsics, intrinsics
@@ -520,7 +521,7 @@ def emit_conv(pb: ProgramBuilder, layer: ConvLayer, x: Allocation, y: Allocation
     intr = intrinsics(pb.cfg)
     first_insn = len(pb.insns)
     t = tiling or plan_conv(layer.geom, intr, threads=threads)
-    w = pb.alloc(f"{prefix}w", layer.weight.data)
+    w = pb.alloc(f"{prefix}w", layer.weight.data, alloc_dtype(pb.cfg.wgt_width))  # int4 packed on a w4 design
     consts = pb.alloc(f"{prefix}consts", conv_constants(layer, intr))
     tiles = list(t.tiles())
     code = LayerCode([x], y, tiles=len(tiles), tiling=t)
@@ -618,9 +619,9 @@ def build_conv_program(cfg: VTAConfig, layer: ConvLayer, x_packed: np.ndarray | 
     intr = intrinsics(cfg)
     g = layer.geom
     pb = ProgramBuilder(cfg)
-    x = pb.alloc(INPUT, x_packed if x_packed is not None else (g.nb, g.ib, g.h, g.w, intr.batch, intr.block_in),
-                 None if x_packed is not None else "int8")
-    y = pb.alloc(OUTPUT, (g.nb, g.ob, g.oh, g.ow, intr.batch, intr.block_out), "int8")
+    act = alloc_dtype(cfg.inp_width)  # activations: int8, or int4 packed two per byte (vta.packing)
+    x = pb.alloc(INPUT, x_packed if x_packed is not None else (g.nb, g.ib, g.h, g.w, intr.batch, intr.block_in), act)
+    y = pb.alloc(OUTPUT, (g.nb, g.ob, g.oh, g.ow, intr.batch, intr.block_out), act)
     code = emit_conv(pb, layer, x, y, tiling=tiling, threads=threads)
     return pb.finish(), code
 
@@ -631,14 +632,15 @@ def build_add_program(cfg: VTAConfig, layer: AddLayer, a_packed: np.ndarray | tu
 
     ``a_packed`` is the packed data of ``a`` or just its packed shape (inputs zero-filled)."""
     pb = ProgramBuilder(cfg)
+    act = alloc_dtype(cfg.inp_width)  # activations: int8, or int4 packed two per byte (vta.packing)
     if isinstance(a_packed, tuple):
-        a = pb.alloc(INPUT, a_packed, "int8")
-        b = pb.alloc(INPUT_B, a_packed, "int8")
+        a = pb.alloc(INPUT, a_packed, act)
+        b = pb.alloc(INPUT_B, a_packed, act)
         shape = a_packed
     else:
-        a = pb.alloc(INPUT, a_packed)
-        b = pb.alloc(INPUT_B, b_packed if b_packed is not None else np.zeros_like(a_packed))
+        a = pb.alloc(INPUT, a_packed, act)
+        b = pb.alloc(INPUT_B, b_packed if b_packed is not None else np.zeros_like(a_packed), act)
         shape = a_packed.shape
-    y = pb.alloc(OUTPUT, tuple(shape), "int8")
+    y = pb.alloc(OUTPUT, tuple(shape), act)
     code = emit_add(pb, layer, a, b, y, threads=threads)
     return pb.finish(), code

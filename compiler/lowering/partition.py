@@ -32,6 +32,7 @@ from .codegen import AddLayer, ConvLayer, alu_passes, fused_requant
 from .intrin import Intrinsics, intrinsics
 from .layout import bias_lane_weights, ceil_div, fold_weight_columns, im2col_weights, packed_activation_shape, round_up
 from .matmul import lower_matmul
+from .precision import width_problem
 from .schedule import ScheduleError, plan_conv
 
 __all__ = ["Decision", "Lowered", "ColumnFold", "partition", "lower_node", "ACCEL_RULES", "POLICIES", "STEMS",
@@ -120,7 +121,8 @@ def stem_costs(graph: Graph, node: Node, intr: Intrinsics) -> dict[str, tuple[fl
     k = c * kh * kw
     lanes = round_up(k, bi) - k
     bias = graph.constants[node.inputs[2]] if len(node.inputs) > 2 else np.zeros(o, np.int32)
-    carried = not np.asarray(bias).any() or (lanes > 0 and bias_lane_weights(bias, lanes) is not None)
+    int8 = cfg.inp_width == 8 and cfg.wgt_width == 8  # bias lanes hold int8 values (127): int8 designs only
+    carried = not np.asarray(bias).any() or (int8 and lanes > 0 and bias_lane_weights(bias, lanes) is not None)
     rq = node.attrs["requant"]
     a = node.attrs
     layer = ConvLayer.make((n, c, h, w), graph.constants[node.inputs[1]], bias, rq.multiplier, rq.shift, rq.lo, rq.hi,
@@ -154,7 +156,8 @@ def _fold_rule(graph: Graph, node: Node, intr: Intrinsics, stem: str = "auto") -
     k = c * kh * kw
     lanes = round_up(k, intr.block_in) - k
     bias = graph.constants[node.inputs[2]] if len(node.inputs) > 2 else np.zeros(o, np.int32)
-    carry = np.asarray(bias).any() and lanes > 0 and bias_lane_weights(bias, lanes) is not None
+    int8 = intr.cfg.inp_width == 8 and intr.cfg.wgt_width == 8  # bias lanes hold int8 values: int8 designs only
+    carry = np.asarray(bias).any() and int8 and lanes > 0 and bias_lane_weights(bias, lanes) is not None
     return ColumnFold(kw, sw, pads[1], pads[3], kh, sh, pads[0], pads[2], lanes if carry else 0)
 
 
@@ -222,6 +225,9 @@ def lower_node(graph: Graph, node: Node, intr: Intrinsics, stem: str = "auto") -
     rule = ACCEL_RULES.get(node.op)
     if rule is None:
         raise ScheduleError(f"the accelerator has no rule for op {node.op}")
+    narrow = width_problem(graph, node, intr.cfg)  # int4 designs: values must fit the element widths
+    if narrow is not None:
+        raise ScheduleError(narrow)
     if stem != "auto" and rule is _lower_conv:
         return _lower_conv(graph, node, intr, stem)
     return rule(graph, node, intr)
