@@ -91,7 +91,19 @@ def test_qmatmul_requantizes_with_a_rounding_add_between_mul_and_shift():
     layer = lower_matmul(qgraph, node, intrinsics(knobs))
     assert layer.rounding == 1 << (int(node.attrs["shift"]) - 1) and layer.geom.groups == 2
     assert alu_passes(layer) == ["MUL", "RND", "SHR", "MAX", "MIN"]
-    assert not fused_requant(layer, intrinsics(knobs))   # REQ has no rounding term: the passes stay apart
+    assert fused_requant(layer, intrinsics(knobs))       # REQ has no rounding term: MUL and RND first, REQ with M = 1
+    assert alu_passes(layer, fused=True) == ["MUL", "RND", "REQ"]
+
+
+@pytest.mark.parametrize(("a_shape", "b_shape"), [SHAPES[0], SHAPES[3]])
+def test_qmatmul_with_the_knobs_is_bit_exact(a_shape, b_shape):
+    qgraph, feeds = _matmul_graph(a_shape, b_shape)
+    cfg = VTAConfig(fused_requant=True, concurrent_alu=True, gemm_overwrite=True)
+    compiled = compile_graph(qgraph, cfg, policy="accel")
+    step = next(s for s in compiled.steps if isinstance(s, AccelStep))
+    assert step.alu_uops == 3 * step.gemm_uops // (a_shape[-1] + 15 >> 4)   # MUL, RND, REQ per output vector
+    out = run(compiled, feeds, target="fsim")
+    np.testing.assert_array_equal(out.outputs["y"], qops.run_reference(qgraph, feeds)["y"])
 
 
 def test_the_partitioner_places_attention_products_by_its_estimates():

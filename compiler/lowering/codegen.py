@@ -390,13 +390,13 @@ def _tile_epilogue(s: _ConvState, tile: ConvTile, acc_base: int, const_base: int
 def _load_consts(s: _ConvState, tile: ConvTile, const_base: int) -> None:
     """LOAD ACC the per-channel constants of the tile's output blocks: the ``k``-th of :attr:`_ConvState.const_slots`
     (DRAM row ``slot`` of :func:`conv_constants`) at ``const_base + k * oc_tile``. One 2D LOAD of a row per slot when
-    the slots' DRAM rows are evenly spaced and an edge tile's missing blocks fit the LOAD's x_pad_1 field (the
+    the slots' DRAM rows are evenly spaced upwards and an edge tile's missing blocks fit the LOAD's x_pad_1 field (the
     padding writes zeros into entries no pass reads), else one LOAD per slot."""
     slots, oc, g = s.const_slots, s.t.oc_tile, s.layer.geom
     addr = s.pb.elem_addr(s.consts, MEM_ACC)
     gap = slots[1] - slots[0] if len(slots) > 1 else 0
     pad = oc - tile.oct
-    if len(slots) > 1 and all(b - a == gap for a, b in zip(slots, slots[1:])) and pad <= s.max_pad:
+    if len(slots) > 1 and gap > 0 and all(b - a == gap for a, b in zip(slots, slots[1:])) and pad <= s.max_pad:
         s.pb.load(MEM_ACC, sram_base=const_base, dram_base=addr + slots[0] * g.ob + tile.ob0,
                   y_size=len(slots), x_size=tile.oct, x_stride=gap * g.ob, x_pad_1=pad)
         return
@@ -424,8 +424,10 @@ def _emit_bias_init(s: _ConvState, tile: ConvTile, acc_base: int) -> None:
 
 def fused_requant(layer: ConvLayer, intr: Intrinsics) -> bool:
     """True when ``layer`` requantizes with one ALU REQ: the config has the ``fused_requant`` knob and every M, S,
-    lo and hi fits REQ's fields (16-bit signed M, S in [-32, 31], signed-byte clip bounds)."""
-    return ("REQ" in intr.alu and not layer.rounding and bool((np.abs(layer.multiplier) < 1 << 15).all())
+    lo and hi fits REQ's fields (16-bit signed M, S in [-32, 31], signed-byte clip bounds). A layer with a
+    ``rounding`` (per tensor only) then requantizes with MUL M, RND and REQ with M = 1 (REQ has no rounding term)."""
+    return ("REQ" in intr.alu and (not layer.rounding or layer.per_tensor)
+            and bool((np.abs(layer.multiplier) < 1 << 15).all())
             and bool(((layer.shift >= -32) & (layer.shift < 32)).all())
             and -128 <= layer.lo <= layer.hi < 128)
 
@@ -434,10 +436,11 @@ def alu_passes(layer: ConvLayer, *, bias_load: bool = False, fused: bool = False
     """The ALU intrinsics the requantization of ``layer`` applies to every output entry, in order: ADD bias
     (unless the bias was loaded as the accumulators' start or is zero, e.g. carried by im2col's bias lanes), MUL M,
     RND (an ADD of the layer's ``rounding``, when it has one), SHR S (MUL and SHR skipped when the identity),
-    MAX lo, MIN hi; or with ``fused`` (:func:`fused_requant`) ADD bias (unless loaded) and one REQ."""
+    MAX lo, MIN hi; or with ``fused`` (:func:`fused_requant`) ADD bias (unless loaded) and one REQ (a layer with a
+    ``rounding``: MUL M, RND, and REQ with M = 1 doing SHR, MAX and MIN)."""
     ops = [] if bias_load or not layer.bias.any() else ["ADD"]
     if fused:
-        return ops + ["REQ"]
+        return ops + (["MUL", "RND", "REQ"] if layer.rounding else ["REQ"])
     if layer.per_tensor:
         ops += ["MUL"] if int(layer.multiplier[0]) != 1 else []
         ops += ["SHR"] if int(layer.shift[0]) != 0 else []
@@ -489,9 +492,13 @@ def _emit_requant(s: _ConvState, tile: ConvTile, acc_base: int, const_base: int,
 def conv_constants(layer: ConvLayer, intr: Intrinsics) -> np.ndarray:
     """Bias, multiplier and shift packed as acc elements: int32 ``(3 * O/BO, B, BO)`` in that order; when the layer
     uses REQ (:func:`fused_requant`), bias and REQ's (M, S) words (:func:`vta.isa.requant_word`): ``(2 * O/BO, B,
-    BO)``; a layer with ``rounding`` adds it as a fourth row (``(4 * O/BO, B, BO)``)."""
+    BO)``; a layer with ``rounding`` adds it as a fourth row (``(4 * O/BO, B, BO)``; with REQ the words are of
+    M = 1 and the third row is unused)."""
     rows: tuple[np.ndarray, ...]
-    if fused_requant(layer, intr):
+    if fused_requant(layer, intr) and layer.rounding:  # MUL M and RND first, then REQ's (1, S): rows 0, 1, -, 3
+        words = np.array([requant_word(1, int(sh)) for sh in layer.shift], np.int64)
+        rows = (layer.bias, words, np.zeros(layer.geom.o, np.int64), np.full(layer.geom.o, layer.rounding, np.int64))
+    elif fused_requant(layer, intr):
         words = np.array([requant_word(int(m), int(sh)) for m, sh in zip(layer.multiplier, layer.shift)], np.int64)
         rows = (layer.bias, words)
     else:
