@@ -237,6 +237,30 @@ def _clip_range(activation: Node | None, sy: float, qmin: int = -128, qmax: int 
     return min(lo, hi), hi, "clip"          # min > max: every value becomes max, as ONNX's Clip (numpy's clip)
 
 
+WEIGHT_CLIP_GRID = np.linspace(0.5, 1.0, 26)
+"""Fractions of a weight range tried by :func:`_mse_scales` (int4 weights)."""
+
+
+def _mse_scales(w: np.ndarray, scales: np.ndarray, wmax: int, per_channel: bool) -> np.ndarray:
+    """Symmetric scales for narrow weights ``w`` (``[O, K]``): for each output channel (or the whole tensor), the
+    fraction of the absmax scale ``scales`` in :data:`WEIGHT_CLIP_GRID` whose quantized weights
+    ``s * clip(rint(w / s), -wmax, wmax)`` have the least squared error; the largest wins a tie, so a range that
+    clipping does not help keeps the absmax scale."""
+    best = scales.copy()
+    rows = [np.arange(w.shape[0])] if not per_channel else [np.array([o]) for o in range(w.shape[0])]
+    for idx in rows:
+        base = float(scales[idx[0]])
+        errors = []
+        for frac in WEIGHT_CLIP_GRID:
+            sc = base * frac
+            q = np.clip(np.rint(w[idx] / sc), -wmax, wmax) * sc
+            errors.append(float(((w[idx] - q) ** 2).sum()))
+        err = np.asarray(errors)
+        pick = int(np.flatnonzero(err <= err.min() * (1 + 1e-12))[-1])
+        best[idx] = base * WEIGHT_CLIP_GRID[pick]
+    return best
+
+
 class _Quantizer:
     """State of one quantization: the float graph, calibration, options and the quantized graph being built."""
 
@@ -304,7 +328,10 @@ class _Quantizer:
         per = np.abs(w.reshape(w.shape[0], -1)).max(axis=1).astype(np.float64)
         per = np.maximum(per, max(per.max() * 2**-8, 1e-12))  # dead channels: keep the bias inside int32
         use_channel = self.per_channel is True or (self.per_channel == "auto" and per.max() > 1.5 * per.min())
-        return (per if use_channel else np.full_like(per, per.max())) / float(self.wmax)
+        scales = (per if use_channel else np.full_like(per, per.max())) / float(self.wmax)
+        if self.wgt_bits < 8:  # int4: clip each channel's (or the tensor's) range where that lowers the error
+            scales = _mse_scales(w.reshape(w.shape[0], -1).astype(np.float64), scales, self.wmax, use_channel)
+        return scales
 
     def linear(self, node: Node) -> None:
         """Conv2d or Dense (+ fused Relu/Clip) -> QConv2d/QDense."""
