@@ -30,6 +30,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                                             "(tcp://host:8786) instead of local workers")
     parser.add_argument("--plot-dir", metavar="DIR", help="where to write the frontier plots (default "
                                                           "build/<FILE stem>-plots)")
+    parser.add_argument("--html", metavar="FILE", help="write the sweep explorer: one self-contained HTML page (opens "
+                                                      "offline) of every design, its Pareto fronts, filters and "
+                                                      "per-layer breakdowns, and the failed points")
     parser.add_argument("--retry", action="store_true", help="measure failed and timed-out points again")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--check", type=int, default=0, metavar="N",
@@ -69,6 +72,9 @@ def sweep_command(args: argparse.Namespace) -> int:
         raise CliError(f"--workers must be 0 or more, not {args.workers}")
     if args.check < 0:
         raise CliError(f"--check must be 0 or more points, not {args.check}")
+    if args.html:
+        from vta.compiler.cli import check_output_path
+        check_output_path("--html", args.html)
     stem = Path(args.file).stem
     db = Path(args.db) if args.db else DEFAULT_DIR / f"{stem}.sqlite"
     if db.suffix.lower() not in (".sqlite", ".sqlite3", ".db"):
@@ -113,6 +119,12 @@ def sweep_command(args: argparse.Namespace) -> int:
     print(wrote(db, "results database"))
     for path in written:
         print(wrote(path, "frontier plot"))
+    if args.html:
+        from .html import write_sweep_html
+        with ResultStore(db) as store:
+            everything = [r for r in store.rows() if (r["design"], r["model"], r["mode"]) in keys]
+        write_sweep_html(everything, args.html, title=f"sweep {spec.name} ({spec.mode} mode)")
+        print(wrote(args.html, "sweep explorer, HTML, self-contained"))
     return 0
 
 

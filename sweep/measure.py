@@ -27,6 +27,7 @@ from collections import OrderedDict
 from datetime import datetime, timezone
 from typing import Any, Iterator
 
+from vta.clock import design_clock
 from vta.config import VTAConfig
 from vta.counts import program_counts
 from vta.energy import load_tech, static_pj
@@ -118,15 +119,15 @@ def _compile(model: str, cfg: VTAConfig, knobs: dict[str, Any], mode: str) -> tu
     return compiled, time.perf_counter() - start
 
 
-def _layer_costs(compiled: Any, mode: str, deadline: _Deadline) -> Iterator[tuple[int, str, dict[str, int]]]:
-    """(cycles, bounding module, event counts) of each accelerator layer: in ``model`` mode the plan's prediction,
-    in ``exact`` mode tsim's cycles and the bound of the core's counters by the same rule
+def _layer_costs(compiled: Any, mode: str, deadline: _Deadline) -> Iterator[tuple[Any, int, str, dict[str, int]]]:
+    """(the graph node, cycles, bounding module, event counts) of each accelerator layer: in ``model`` mode the plan's
+    prediction, in ``exact`` mode tsim's cycles and the bound of the core's counters by the same rule
     (:func:`vta.compiler.report.layer_bound`: the module holding an instruction the most cycles, fetch excluded) with
     the program's counts."""
     if mode == "model":
         for layer in compiled.layers:
             deadline.check()
-            yield layer.plan.cycles, layer.plan.bound, layer.plan.counts
+            yield layer.node, layer.plan.cycles, layer.plan.bound, layer.plan.counts
         return
     from vta.compiler.pipeline import random_inputs
     from vta.compiler.report import layer_bound, module_occupancy
@@ -139,7 +140,7 @@ def _layer_costs(compiled: Any, mode: str, deadline: _Deadline) -> Iterator[tupl
     for step in steps:
         layer = by_name[step.node.name]
         bound = layer_bound(module_occupancy(layer.modules or {}))
-        yield int(layer.cycles or 0), bound, program_counts(step.program)
+        yield step.node, int(layer.cycles or 0), bound, program_counts(step.program)
 
 
 def _evaluate(point: Point, deadline: _Deadline) -> dict[str, Any]:
@@ -156,12 +157,16 @@ def _evaluate(point: Point, deadline: _Deadline) -> dict[str, Any]:
     cycles = accel_macs = 0
     energy: dict[str, float] = {}
     bounds: list[tuple[str, int]] = []
-    for layer_cycles, bound, counts in _layer_costs(compiled, point.mode, deadline):
+    layers: dict[str, dict[str, Any]] = {}
+    for node, layer_cycles, bound, counts in _layer_costs(compiled, point.mode, deadline):
         cycles += layer_cycles
         bounds.append((bound, layer_cycles))
         accel_macs += counts["macs"]
-        for part, pj in (step_energy("accel", counts, counts["macs"], cfg, tech) or {}).items():
+        parts = step_energy("accel", counts, counts["macs"], cfg, tech) or {}
+        for part, pj in parts.items():
             energy[part] = energy.get(part, 0.0) + pj
+        layers[node.name] = {"layer": node.name, "op": node.op, "where": "accel", "cycles": layer_cycles,
+                             "bound": bound, "macs": counts["macs"], "energy_uj": sum(parts.values()) * 1e-6}
     area = estimate_area(cfg)
     area_s = 0.0
     if point.area == "yosys":
@@ -169,16 +174,21 @@ def _evaluate(point: Point, deadline: _Deadline) -> dict[str, Any]:
     cpu = compiled.cpu if point.mode == "model" else [s for s in compiled.steps if s.where == "cpu"]
     cpu_us = sum(compiled.decisions[s.node.name].cpu_us or 0.0 for s in cpu)
     cpu_macs = sum(s.macs for s in cpu)
-    latency_us = cycles / cfg.clock_mhz + cpu_us
+    clock = design_clock(cfg, measured=False)  # every point's clock from the model (or the spec's CLOCK_MHZ)
+    latency_us = cycles / clock.mhz + cpu_us
     energy["cpu"] = 0.0
     for step in cpu:  # at the fallback's cost per MAC, as in a run report
-        energy["cpu"] += (step_energy(step.where, None, step.macs, cfg, tech) or {}).get("cpu", 0.0)
+        pj = (step_energy(step.where, None, step.macs, cfg, tech) or {}).get("cpu", 0.0)
+        energy["cpu"] += pj
+        layers[step.node.name] = {"layer": step.node.name, "op": step.node.op, "where": "cpu", "macs": step.macs,
+                                  "cpu_us": compiled.decisions[step.node.name].cpu_us, "energy_uj": pj * 1e-6}
     dynamic = sum(energy.values())
     energy["static"] = static_pj(tech, area.area_clb, latency_us * 1e-6)
     accel_layers = len(compiled.layers) if point.mode == "model" else compiled.accel_steps
     return {
         "cycles": cycles, "cpu_us": round(cpu_us, 3), "latency_us": round(latency_us, 3),
         "inferences_per_s": 1e6 / latency_us if latency_us else None,
+        "clock_mhz": clock.mhz, "clock_source": clock.source, "critical_unit": clock.unit,
         "utilization": accel_macs / (cycles * cfg.macs_per_cycle) if cycles else 0.0,
         "macs": accel_macs + cpu_macs, "accel_macs": accel_macs, "accel_layers": accel_layers,
         "cpu_layers": len(cpu), "bound": run_bound(bounds),
@@ -187,6 +197,7 @@ def _evaluate(point: Point, deadline: _Deadline) -> dict[str, Any]:
         "energy": {k: v * 1e-6 for k, v in sorted(energy.items())},
         "compile_s": round(compile_s, 4), "measure_s": round(time.perf_counter() - start, 4),
         "area_from": point.area, "area_s": round(area_s, 2),
+        "layers": [layers[name] for name in compiled.decisions if name in layers],
     }
 
 

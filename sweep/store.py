@@ -7,11 +7,12 @@ Columns (units): ``design`` (unique key: config name, clock, knobs), ``config_na
 (VTA keys -> values, JSON), ``knobs`` (JSON), ``model``, ``mode``, ``status`` (``ok``, ``failed``, ``timeout``),
 ``error`` (the reason, for failed and timed-out points), ``cycles`` (accelerator cycles of one inference, summed over
 the accelerator layers), ``cpu_us`` (estimated CPU time of the layers left on the CPU, microseconds), ``latency_us``,
-``inferences_per_s`` (at CLOCK_MHZ, accelerator and CPU layers in sequence), ``utilization`` (MACs on the accelerator
-over cycles x BATCH x BLOCK_IN x BLOCK_OUT), ``macs``, ``accel_macs``, ``accel_layers``, ``cpu_layers``, ``bound``
-(the module bounding most accelerator cycles, as a run report's ``totals["bound"]``: each layer's bound is the module
-that held an instruction the most cycles -- busy, waiting on a token or on memory --, fetch excluded, from the cycle
-model in model mode and from the core's counters in exact mode; :func:`vta.compiler.report.run_bound`), ``lut``,
+``inferences_per_s`` (at ``clock_mhz``, accelerator and CPU layers in sequence), ``utilization`` (MACs on the
+accelerator over cycles x BATCH x BLOCK_IN x BLOCK_OUT), ``macs``, ``accel_macs``, ``accel_layers``, ``cpu_layers``,
+``bound`` (the module bounding most accelerator cycles, as a run report's ``totals["bound"]``: each layer's bound is
+the module that held an instruction the most cycles -- busy, waiting on a token or on memory --, fetch excluded, from
+the cycle model in model mode and from the core's counters in exact mode; :func:`vta.compiler.report.run_bound`),
+``lut``,
 ``ff``, ``dsp``, ``bram`` (RAMB36 units), ``area_clb`` (CLB-equivalents), ``energy_uj`` (dynamic energy per
 inference, microjoules: the accelerator layers' events and the CPU layers' MACs, as a run report's
 ``totals["energy_uj"]``; :func:`vta.compiler.report.step_energy`), ``energy_total_uj`` (``energy_uj`` plus the static
@@ -19,7 +20,12 @@ energy of the design's area over the inference's latency: what the energy fronti
 microjoules, JSON, ``static`` included),
 ``compile_s``, ``measure_s``, ``seconds`` (wall time of the point), ``worker``, ``started``, ``finished`` (ISO 8601
 UTC), ``area_from`` (``model``: the analytical area model; ``yosys``: per-module synthesis, :mod:`vta.sweep.synth`),
-``area_s`` (seconds spent on the area; 0 for cached modules and the model).
+``area_s`` (seconds spent on the area; 0 for cached modules and the model), ``layers`` (JSON, one object per layer
+in graph order: ``layer``, ``op``, ``where`` (``accel`` or ``cpu``), ``macs``, ``energy_uj``; an accelerator layer's
+``cycles`` and ``bound``, a CPU layer's estimated ``cpu_us``: what the sweep explorer shows for a clicked design),
+``clock_mhz`` (the design's clock ``latency_us`` is at: the clock model's, :func:`vta.clock.model_clock`, or the
+config's CLOCK_MHZ when it is not the default 100), ``clock_source`` (``model`` or ``user``) and ``critical_unit``
+(the unit of the model's critical path, e.g. ``compute.alu``; empty for a user's clock).
 """
 from __future__ import annotations
 
@@ -39,10 +45,11 @@ COLUMNS: dict[str, str] = {
     "ff": "INTEGER", "dsp": "INTEGER", "bram": "REAL", "area_clb": "REAL", "energy_uj": "REAL", "energy": "TEXT",
     "energy_total_uj": "REAL",
     "compile_s": "REAL", "measure_s": "REAL", "seconds": "REAL", "worker": "TEXT", "started": "TEXT",
-    "finished": "TEXT", "area_from": "TEXT", "area_s": "REAL",
+    "finished": "TEXT", "area_from": "TEXT", "area_s": "REAL", "layers": "TEXT",
+    "clock_mhz": "REAL", "clock_source": "TEXT", "critical_unit": "TEXT",
 }
 """Column -> SQLite type of the ``points`` table, in order."""
-_JSON = ("config", "knobs", "energy")
+_JSON = ("config", "knobs", "energy", "layers")
 
 
 class StoreError(ValueError):

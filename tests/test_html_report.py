@@ -127,3 +127,103 @@ def test_vta_report_html(report, tmp_path, capsys):
     assert main(["report", str(run_json), "--html", str(tmp_path / "run.htm")]) == 2
     assert "--html" in capsys.readouterr().err
     json.loads(run_json.read_text())  # untouched
+
+
+# ---- the sweep explorer ---------------------------------------------------------------------------------------------
+def _sweep_rows() -> list[dict]:
+    """Rows as a results database holds them: two models, four designs (two with identical figures), one failed."""
+    def row(design: str, model: str, block: int, area: float, ips: float, **extra) -> dict:
+        return {"design": design, "model": model, "mode": "model", "status": "ok", "error": None,
+                "config": {"LOG_BLOCK": block, "BUS_BYTES": 8}, "knobs": {"policy": "auto"}, "config_name": design,
+                "area_clb": area, "lut": 100, "ff": 100, "dsp": 10, "bram": 1.0, "inferences_per_s": ips,
+                "latency_us": 1e6 / ips, "energy_uj": 5.0, "energy_total_uj": 6.0, "cycles": 1000, "cpu_us": 1.0,
+                "layers": [{"layer": "conv_1", "op": "QConv2d", "where": "accel", "cycles": 900, "bound": "load",
+                            "macs": 4096, "energy_uj": 4.0},
+                           {"layer": "gemm_2", "op": "QDense", "where": "cpu", "macs": 100, "cpu_us": 1.0,
+                            "energy_uj": 1.0}], **extra}
+    rows = []
+    for model in ("m1", "m2"):
+        rows += [row("1x8_a", model, 3, 1000.0, 500.0), row("1x8_b", model, 3, 1000.0, 500.0),
+                 row("1x16", model, 4, 2000.0, 900.0)]
+    rows.append({"design": "bad", "model": "m1", "mode": "model", "status": "failed", "config": {"LOG_BLOCK": 9},
+                 "knobs": {"policy": "auto"}, "error": "invalid config: LOG_BLOCK=9 is too large"})
+    return rows
+
+
+def test_sweep_page():
+    """The explorer holds every ok point (and the all-models suite), the swept parameters, the failed point with
+    its error, and the objectives named as the sweep's tables name them."""
+    from vta.sweep.html import sweep_html, swept_parameters
+    from vta.sweep.pareto import METRICS
+    rows = _sweep_rows()
+    assert swept_parameters(rows) == {"LOG_BLOCK": ["3", "4", "9"]}
+    text = sweep_html(rows, title="sweep t")
+    page = _parse(text)
+    assert page.tables["failed"]["rows"] == [["bad", "m1", "model", "failed", "invalid config: LOG_BLOCK=9 is too "
+                                                                              "large"]]
+    data = json.loads(text.split("const DATA = ", 1)[1].split(";\n", 1)[0])
+    assert [(p["design"], p["model"]) for p in data["points"]] == [
+        ("1x8_a", "m1"), ("1x8_b", "m1"), ("1x16", "m1"), ("1x8_a", "m2"), ("1x8_b", "m2"), ("1x16", "m2"),
+        ("1x8_a", "all models"), ("1x8_b", "all models"), ("1x16", "all models")]
+    suite = data["points"][-1]
+    assert suite["figures"]["latency_us"] == pytest.approx(2 * 1e6 / 900.0)
+    assert suite["figures"]["inferences_per_s"] == pytest.approx(450.0)
+    assert {k: m["label"] for k, m in data["metrics"].items()} == {k: v[2] for k, v in METRICS.items()}
+    assert data["points"][0]["layers"][0]["cycles"] == 900
+
+
+def test_vta_report_sweep_html(tmp_path, capsys):
+    """vta report SWEEP.sqlite --html FILE writes the explorer of a saved database; without --html it says what to
+    give."""
+    from vta.sweep.store import ResultStore
+    db = tmp_path / "s.sqlite"
+    with ResultStore(db) as store:
+        for r in _sweep_rows():
+            store.put(r)
+    assert main(["report", str(db), "--html", str(tmp_path / "s.html")]) == 0
+    assert "sweep explorer" in capsys.readouterr().out
+    assert "const DATA = " in (tmp_path / "s.html").read_text()
+    assert main(["report", str(db)]) == 2
+    assert "give --html FILE" in capsys.readouterr().err
+
+
+# ---- in a real browser ----------------------------------------------------------------------------------------------
+def _chromium() -> str | None:
+    import shutil
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def _open(browser: str, url: str) -> tuple[str, list[str]]:
+    """The DOM of ``url`` after its scripts ran in headless Chromium, and the console messages it logged (our pages
+    log nothing, so any is an error: an exception, a failed load, a plotly warning)."""
+    import subprocess
+    done = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr",
+                           "--v=0", "--virtual-time-budget=10000", "--dump-dom", url],
+                          capture_output=True, text=True, timeout=120)
+    console = [line for line in done.stderr.splitlines() if ":CONSOLE" in line]
+    return done.stdout, console
+
+
+def test_pages_render_in_chromium(report, tmp_path):
+    """Both pages open in headless Chromium without a console message and their plots render (plotly's SVG roots
+    in every figure's div); the explorer opens a linked design's per-layer detail. Skipped where no chromium is
+    installed (apt-get install chromium; .ci/run installs it)."""
+    browser = _chromium()
+    if browser is None:
+        pytest.skip("no chromium on PATH (Debian: apt-get install chromium)")
+    from vta.compiler.html_report import write_run_html
+    from vta.sweep.html import write_sweep_html
+    write_run_html(report, tmp_path / "run.html")
+    write_sweep_html(_sweep_rows(), tmp_path / "sweep.html")
+    dom, console = _open(browser, (tmp_path / "run.html").as_uri())
+    assert console == []
+    for fig in ("fig-layers", "fig-roofline", "fig-energy"):
+        after = dom.split(f'id="{fig}"', 1)[1]
+        assert 'class="main-svg"' in after.split('<h2>', 1)[0], fig
+    assert dom.count('class="main-svg"') >= 6  # plotly draws two SVG layers per figure
+    dom, console = _open(browser, (tmp_path / "sweep.html").as_uri() + "#design=1x16&model=m1")
+    assert console == []
+    pareto = dom.split('id="fig-pareto"', 1)[1].split("</div></div></div>", 1)[0]
+    assert 'class="main-svg"' in pareto and "scatterlayer" in pareto
+    assert 'id="detail-layers"' in dom and "conv_1" in dom.split('id="detail-layers"', 1)[1]
+    assert 'id="designs-table"' in dom
