@@ -22,10 +22,10 @@ from typing import Any, Sequence
 from vta.compiler.html_report import ENERGY_COLOURS, html_table, json_script, page
 from vta.fileio import atomic_write_text
 
-from .pareto import AREA, METRICS, SUITE, suite_rows
+from .pareto import AREA, METRICS, SUITE, json_key, suite_rows, swept_parameters
 from .store import ResultStore
 
-__all__ = ["sweep_html", "write_sweep_html", "write_sweep_html_from_db", "swept_parameters", "FIGURES"]
+__all__ = ["sweep_html", "write_sweep_html", "write_sweep_html_from_db", "FIGURES"]
 
 FIGURES = {"area_clb": "area (CLB-equivalents)", "inferences_per_s": "inferences/s", "latency_us": "latency (us)",
            "cycles": "accelerator cycles", "cpu_us": "CPU time (us)", "utilization": "utilization",
@@ -34,28 +34,6 @@ FIGURES = {"area_clb": "area (CLB-equivalents)", "inferences_per_s": "inferences
            "accel_layers": "accelerator layers", "cpu_layers": "CPU layers", "clock_mhz": "clock (MHz)",
            "area_from": "area from"}
 """Column -> its name in hovers and tables; a column a row lacks (an older database) is left out."""
-
-
-def swept_parameters(rows: Sequence[dict[str, Any]]) -> dict[str, list[Any]]:
-    """The config fields and knobs whose value differs between ``rows`` -> their values, sorted: what the explorer
-    colours and filters by."""
-    values: dict[str, set[str]] = {}
-    for r in rows:
-        for k, v in {**(r.get("config") or {}), **(r.get("knobs") or {})}.items():
-            values.setdefault(k, set()).add(json_key(v))
-    return {k: sorted(vs, key=_order) for k, vs in values.items() if len(vs) > 1}
-
-
-def json_key(value: Any) -> str:
-    """A parameter's value as the text the page filters on."""
-    return str(value).lower() if isinstance(value, bool) else str(value)
-
-
-def _order(text: str) -> tuple[int, float, str]:
-    try:
-        return 0, float(text), ""
-    except ValueError:
-        return 1, 0.0, text
 
 
 def _point(r: dict[str, Any], params: Sequence[str]) -> dict[str, Any]:

@@ -14,7 +14,8 @@ from typing import Any, Iterable, Sequence
 
 from vta.fileio import atomic_path
 
-__all__ = ["frontier", "suite_rows", "frontier_table", "plot_frontiers", "METRICS", "SUITE"]
+__all__ = ["frontier", "suite_rows", "frontier_table", "plot_frontiers", "swept_parameters", "json_key", "METRICS",
+           "SUITE"]
 
 SUITE = "all models"
 """The model name of suite rows (:func:`suite_rows`)."""
@@ -81,6 +82,28 @@ def frontier_table(rows: Sequence[dict[str, Any]], metric: str) -> str:
         lines.append(f"{r['design']:44s} {r['area_clb']:9.0f} {r['lut']:7d} {r['ff']:6d} {r['dsp']:5d} "
                      f"{r['bram']:6.1f} {value:26.4g}")
     return "\n".join(lines)
+
+
+def swept_parameters(rows: Sequence[dict[str, Any]]) -> dict[str, list[Any]]:
+    """The config fields and knobs whose value differs between ``rows`` -> their values, sorted: what the explorer
+    colours and filters by."""
+    values: dict[str, set[str]] = {}
+    for r in rows:
+        for k, v in {**(r.get("config") or {}), **(r.get("knobs") or {})}.items():
+            values.setdefault(k, set()).add(json_key(v))
+    return {k: sorted(vs, key=_order) for k, vs in values.items() if len(vs) > 1}
+
+
+def json_key(value: Any) -> str:
+    """A parameter's value as the text the page filters on."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _order(text: str) -> tuple[int, float, str]:
+    try:
+        return 0, float(text), ""
+    except ValueError:
+        return 1, 0.0, text
 
 
 def _short(design: str) -> str:

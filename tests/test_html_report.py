@@ -153,8 +153,8 @@ def _sweep_rows() -> list[dict]:
 def test_sweep_page():
     """The explorer holds every ok point (and the all-models suite), the swept parameters, the failed point with
     its error, and the objectives named as the sweep's tables name them."""
-    from vta.sweep.html import sweep_html, swept_parameters
-    from vta.sweep.pareto import METRICS
+    from vta.sweep.html import sweep_html
+    from vta.sweep.pareto import METRICS, swept_parameters
     rows = _sweep_rows()
     assert swept_parameters(rows) == {"LOG_BLOCK": ["3", "4", "9"]}
     text = sweep_html(rows, title="sweep t")
