@@ -136,3 +136,30 @@ def test_qmatmul_on_tsim_is_bit_exact_and_the_model_is_close():
     step = next(s for s in compiled.steps if isinstance(s, AccelStep))
     stat = next(layer for layer in out.layers if layer.op == "QMatMul")
     assert stat.cycles is not None and abs(step.predicted_cycles - stat.cycles) <= 0.05 * stat.cycles
+
+
+def _bench_script():
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[1] / "scripts" / "bench_attention.py"
+    spec = importlib.util.spec_from_file_location("bench_attention", path)
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    return script
+
+
+def test_a_small_encoder_block_puts_every_product_on_the_accelerator_bit_exact():
+    """scripts/bench_attention.py's block at a small shape: the 4 linear layers and both attention products on the
+    accelerator under the auto policy, fsim bit-exact with the integer reference."""
+    script = _bench_script()
+    model = script.bert_block(tokens=32, width=64, heads=4, mlp=128)
+    calib = {"input": RNG.standard_normal((2, 32, 64)).astype(np.float32)}
+    qgraph = quantize(import_onnx(model), calib)
+    compiled = compile_graph(qgraph, VTAConfig())
+    accel = {s.node.name: s.node.op for s in compiled.steps if isinstance(s, AccelStep)}
+    roles = sorted(script.role_of(name) for name in accel)
+    assert roles == sorted(script.ROLES.values()) and sorted(accel.values()).count("QMatMul") == 2
+    x = {"input": RNG.standard_normal((1, 32, 64)).astype(np.float32)}
+    out = run(compiled, x, target="fsim")
+    np.testing.assert_array_equal(out.outputs["output"], qops.run_reference(qgraph, x)["output"])
