@@ -114,7 +114,10 @@ def sweep_command(args: argparse.Namespace) -> int:
             print()
             print(check_model(spec, store, rows, args.check, area=args.check_area, workers=args.workers,
                               scheduler=args.scheduler, progress=not args.no_progress))
-    written = plot_frontiers(groups, plot_dir, title=f"sweep {spec.name} ({spec.mode} mode)")
+    with ResultStore(db) as store:
+        failed = [r for r in store.rows(mode=spec.mode) if r["status"] != "ok" and
+                  (r["design"], r["model"], r["mode"]) in keys]
+    written = plot_frontiers(groups, plot_dir, title=f"sweep {spec.name} ({spec.mode} mode)", failed=failed)
     print()
     print(wrote(db, "results database"))
     for path in written:

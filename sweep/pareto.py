@@ -14,8 +14,8 @@ from typing import Any, Iterable, Sequence
 
 from vta.fileio import atomic_path
 
-__all__ = ["frontier", "suite_rows", "frontier_table", "plot_frontiers", "swept_parameters", "json_key", "METRICS",
-           "SUITE"]
+__all__ = ["frontier", "suite_rows", "frontier_table", "plot_frontiers", "swept_parameters", "json_key", "figure",
+           "METRICS", "SUITE"]
 
 SUITE = "all models"
 """The model name of suite rows (:func:`suite_rows`)."""
@@ -106,61 +106,118 @@ def _order(text: str) -> tuple[int, float, str]:
         return 1, 0.0, text
 
 
-def _short(design: str) -> str:
-    """A design key without the fixed int8/int32 widths, for labels."""
-    return design.replace("_i8w8a32", "")
+def figure(value: float | None) -> str:
+    """A figure in the sweep's one number format: thousands separated with no decimals from 1,000 up (37,860),
+    four significant digits below (703.2, 65.85, 0.1829); ``-`` for None."""
+    if value is None:
+        return "-"
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
 
 
-def _spaced(front: list[dict[str, Any]], column: str, gap: float = 1.1) -> list[dict[str, Any]]:
-    """The frontier designs to label: each at least ``gap`` times the last labelled one away on an axis (the rest
-    crowd it; the frontier table lists every one)."""
-    out: list[dict[str, Any]] = []
-    for r in front:
-        if not out:
-            out.append(r)
-            continue
-        x0, y0, x, y = out[-1][AREA[0]], out[-1][column], r[AREA[0]], r[column]
-        if x >= gap * x0 or max(y, y0) >= gap * min(y, y0):
-            out.append(r)
-    return out
+LOG_SPAN = 20.0
+"""An axis is logarithmic only when its values span more than this factor; a narrower range reads better linear."""
+
+
+def _scale(ax: Any, axis: str, values: Sequence[float]) -> None:
+    """Log scale on ``axis`` (``"x"`` or ``"y"``) of ``ax`` when ``values`` span more than :data:`LOG_SPAN`, else
+    linear with plain, thousands-separated tick labels."""
+    from matplotlib.ticker import FuncFormatter
+    positive = [v for v in values if v > 0]
+    log = bool(positive) and max(positive) / min(positive) > LOG_SPAN
+    (ax.set_xscale if axis == "x" else ax.set_yscale)("log" if log else "linear")
+    target = ax.xaxis if axis == "x" else ax.yaxis
+    target.set_major_formatter(FuncFormatter(lambda v, _: figure(v)))
+
+
+def _params_of(row: dict[str, Any], by_design: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """A row's config fields and knobs as text (suite rows take their design's from ``by_design``)."""
+    source = row if row.get("config") is not None else by_design.get(row["design"], {})
+    return {k: json_key(v) for k, v in {**(source.get("config") or {}), **(source.get("knobs") or {})}.items()}
+
+
+_PALETTE = ("tab:blue", "tab:orange", "tab:green", "tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:cyan",
+            "tab:gray")
+
+
+def _panel(ax: Any, rows: list[dict[str, Any]], column: str, maximize: bool, colour_by: str | None,
+           values: list[str], by_design: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """One model's panel: every design (coloured by ``colour_by``'s value; designs with identical figures drawn
+    once, larger, with their count), the frontier numbered; returns the frontier."""
+    pts = [r for r in rows if r.get(column) is not None and r.get(AREA[0]) is not None]
+    front = frontier(pts, AREA[0], column, maximize_y=maximize)
+    groups: dict[tuple[float, float], list[dict[str, Any]]] = {}
+    for r in pts:
+        groups.setdefault((r[AREA[0]], r[column]), []).append(r)
+    for i, value in enumerate(values or [""]):
+        sel = [(xy, g) for xy, g in groups.items() if not colour_by or _params_of(g[0], by_design).get(colour_by) ==
+               value]
+        if sel:
+            ax.scatter([xy[0] for xy, _ in sel], [xy[1] for xy, _ in sel], s=[14 + 10 * (len(g) - 1) for _, g in sel],
+                       c=_PALETTE[i % len(_PALETTE)], alpha=0.75, linewidths=0,
+                       label=f"{colour_by} = {value}" if colour_by else "designs")
+    for (x, y), g in groups.items():
+        if len(g) > 1:
+            ax.annotate(f"x{len(g)}", (x, y), fontsize=6, xytext=(4, -8), textcoords="offset points", color="0.3")
+    ax.step([r[AREA[0]] for r in front], [r[column] for r in front], where="post", c="tab:red", lw=1)
+    ax.scatter([r[AREA[0]] for r in front], [r[column] for r in front], s=60, facecolors="none",
+               edgecolors="tab:red", linewidths=1.2, label=f"frontier ({len(front)})")
+    for k, r in enumerate(front, 1):
+        ax.annotate(str(k), (r[AREA[0]], r[column]), fontsize=7, color="tab:red", xytext=(-3, 5),
+                    textcoords="offset points", ha="right")
+    _scale(ax, "x", [r[AREA[0]] for r in pts])
+    _scale(ax, "y", [r[column] for r in pts])
+    coincident = sum(len(g) for g in groups.values() if len(g) > 1)
+    ax.legend(fontsize=7, title=f"{len(pts)} designs" + (f", {coincident} sharing figures (xN)" if coincident else
+                                                        ""), title_fontsize=7)
+    return front
 
 
 def plot_frontiers(groups: dict[str, list[dict[str, Any]]], folder: str | os.PathLike[str],
-                   title: str = "") -> list[Path]:
-    """One PNG per metric of :data:`METRICS` in ``folder``: a panel per group (model name -> ok rows), every design
-    in grey and the frontier in red, its designs labelled where there is room. Returns the files written."""
+                   title: str = "", *, failed: Sequence[dict[str, Any]] = (),
+                   colour_by: str | None = None) -> list[Path]:
+    """One PNG per metric of :data:`METRICS` in ``folder``: a panel per group (model name -> ok rows; :data:`SUITE`
+    is one inference of each model in sequence, as the panel's title says), every design drawn and coloured by the
+    swept parameter ``colour_by`` (default: the first of :func:`swept_parameters`), designs with identical figures
+    drawn once with their count, the frontier in red and numbered, its designs named under the panel by their full
+    names (as the tables name them); ``failed`` rows (status failed or timeout) listed with their errors under the
+    panels. An axis is logarithmic only where its values span more than :data:`LOG_SPAN`. Returns the files
+    written."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
+    every = [r for rows in groups.values() for r in rows]
+    by_design = {r["design"]: r for r in every if r.get("config") is not None}
+    params = swept_parameters(list(by_design.values()))
+    colour_by = colour_by if colour_by in params else next(iter(params), None)
+    values = params.get(colour_by, []) if colour_by else []
     written = []
     for metric, (column, maximize, label) in METRICS.items():
         n = len(groups)
         fig, axes = plt.subplots(1, n, figsize=(6.5 * n, 5.5), squeeze=False)
         for ax, (model, rows) in zip(axes[0], groups.items()):
-            pts = [r for r in rows if r.get(column) is not None]
-            front = frontier(pts, AREA[0], column, maximize_y=maximize)
-            ax.scatter([r[AREA[0]] for r in pts], [r[column] for r in pts], s=10, c="0.7", label=f"{len(pts)} designs")
-            ax.step([r[AREA[0]] for r in front], [r[column] for r in front], where="post", c="tab:red", lw=1)
-            ax.scatter([r[AREA[0]] for r in front], [r[column] for r in front], s=24, c="tab:red",
-                       label=f"frontier ({len(front)})")
-            for r in _spaced(front, column):
-                ax.annotate(_short(r["design"]), (r[AREA[0]], r[column]), fontsize=6, xytext=(3, 3),
-                            textcoords="offset points")
-            ax.set_xscale("log")
-            ax.set_yscale("log")
+            front = _panel(ax, rows, column, maximize, colour_by, values, by_design)
             ax.set_xlabel(AREA[1])
             ax.set_ylabel(label)
-            ax.set_title(model if len(model) < 40 else "..." + model[-37:])
-            ax.grid(True, which="both", lw=0.3)
-            ax.legend(fontsize=8)
+            name = model if len(model) < 40 else "..." + model[-37:]
+            ax.set_title(f"{name}: one inference of each model in sequence" if model == SUITE else name, fontsize=10)
+            ax.grid(True, which="major", lw=0.3)
+            key = "\n".join(f"{k}: {r['design']}  ({r[AREA[0]]:,.0f} CLB, {figure(r[column])})"
+                            for k, r in enumerate(front, 1))
+            ax.text(0.0, -0.14, "frontier:\n" + key, transform=ax.transAxes, va="top", fontsize=7, family="monospace")
+        if failed:
+            lines = [f"{r['design']} on {r['model']}: {r['status']}: {(r.get('error') or '')[:160]}"
+                     for r in failed[:12]]
+            more = f"\n... and {len(failed) - 12} more (the results database lists all)" if len(failed) > 12 else ""
+            fig.text(0.01, -0.02, f"{len(failed)} failed or timed-out points, not drawn:\n" + "\n".join(lines) + more,
+                     va="top", fontsize=7, family="monospace")
         if title:
             fig.suptitle(title)
         fig.tight_layout()
         path = folder / f"pareto_{metric}.png"
         with atomic_path(path) as tmp:
-            fig.savefig(tmp, dpi=120)
+            fig.savefig(tmp, dpi=120, bbox_inches="tight")
         plt.close(fig)
         written.append(path)
     return written
