@@ -91,14 +91,17 @@ class _Deadline:
             raise PointTimeout(f"the point ran past its timeout of {self.timeout:g} s")
 
 
-def _quantized(model: str) -> Any:
-    """The quantized graph of ``model`` (zoo calibration images or seeded random samples, as compile_model does)."""
-    if model not in _graphs:
+def _quantized(model: str, cfg: VTAConfig) -> Any:
+    """The quantized graph of ``model`` at ``cfg``'s input and weight widths (zoo calibration images or seeded random
+    samples, as compile_model does); one per (model, widths) in a worker."""
+    key = model if (cfg.inp_width, cfg.wgt_width) == (8, 8) else f"{model}@w{cfg.wgt_width}a{cfg.inp_width}"
+    if key not in _graphs:
         from vta.compiler.frontend.quantize import quantize
         from vta.compiler.pipeline import calibration_inputs, load_graph
         graph = load_graph(model)
-        _graphs[model] = quantize(graph, calibration_inputs(model, graph, 1, 4))
-    return _graphs[model]
+        _graphs[key] = quantize(graph, calibration_inputs(model, graph, 1, 4), act_bits=cfg.inp_width,
+                                wgt_bits=cfg.wgt_width)
+    return _graphs[key]
 
 
 def _compile(model: str, cfg: VTAConfig, knobs: dict[str, Any], mode: str) -> tuple[Any, float]:
@@ -111,7 +114,7 @@ def _compile(model: str, cfg: VTAConfig, knobs: dict[str, Any], mode: str) -> tu
         return _compiled[key], 0.0
     start = time.perf_counter()
     build = plan_graph if mode == "model" else compile_graph
-    compiled = build(_quantized(model), cfg, policy=knobs["policy"], double_buffer=knobs["double_buffer"],
+    compiled = build(_quantized(model, cfg), cfg, policy=knobs["policy"], double_buffer=knobs["double_buffer"],
                      search_cache=_search_cache())
     _compiled[key] = compiled
     while len(_compiled) > COMPILE_CACHE_SIZE:
@@ -185,7 +188,10 @@ def _evaluate(point: Point, deadline: _Deadline) -> dict[str, Any]:
     dynamic = sum(energy.values())
     energy["static"] = static_pj(tech, area.area_clb, latency_us * 1e-6)
     accel_layers = len(compiled.layers) if point.mode == "model" else compiled.accel_steps
+    from .accuracy import model_accuracy  # the quantized model's accuracy at the design's widths (cached)
+    accuracy = model_accuracy(point.model, cfg.inp_width, cfg.wgt_width)
     return {
+        "accuracy": accuracy["accuracy"], "accuracy_on": accuracy["accuracy_on"],
         "cycles": cycles, "cpu_us": round(cpu_us, 3), "latency_us": round(latency_us, 3),
         "inferences_per_s": 1e6 / latency_us if latency_us else None,
         "clock_mhz": clock.mhz, "clock_source": clock.source, "critical_unit": clock.unit,

@@ -25,7 +25,9 @@ in graph order: ``layer``, ``op``, ``where`` (``accel`` or ``cpu``), ``macs``, `
 ``cycles`` and ``bound``, a CPU layer's estimated ``cpu_us``: what the sweep explorer shows for a clicked design),
 ``clock_mhz`` (the design's clock ``latency_us`` is at: the clock model's, :func:`vta.clock.model_clock`, or the
 config's CLOCK_MHZ when it is not the default 100), ``clock_source`` (``model`` or ``user``) and ``critical_unit``
-(the unit of the model's critical path, e.g. ``compute.alu``; empty for a user's clock).
+(the unit of the model's critical path, e.g. ``compute.alu``; empty for a user's clock), ``accuracy`` (percent: the
+model quantized to the design's input/weight widths, on the integer reference; test accuracy with labelled evaluation
+data, else top-1 agreement with float32; :mod:`vta.sweep.accuracy`) and ``accuracy_on`` (what it was measured on).
 """
 from __future__ import annotations
 
@@ -47,6 +49,7 @@ COLUMNS: dict[str, str] = {
     "compile_s": "REAL", "measure_s": "REAL", "seconds": "REAL", "worker": "TEXT", "started": "TEXT",
     "finished": "TEXT", "area_from": "TEXT", "area_s": "REAL", "layers": "TEXT",
     "clock_mhz": "REAL", "clock_source": "TEXT", "critical_unit": "TEXT",
+    "accuracy": "REAL", "accuracy_on": "TEXT",
 }
 """Column -> SQLite type of the ``points`` table, in order."""
 _JSON = ("config", "knobs", "energy", "layers")

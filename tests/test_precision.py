@@ -195,8 +195,11 @@ def test_int8_graph_stays_on_the_cpu_of_an_int4_design():
     assert "wider than the design's int4 weights" in conv[0].reason
 
 
-def test_quantizer_refuses_int8_only_ops_at_int4_activations():
-    from vta.compiler.frontend.quantize import QuantizationError, quantize
+def test_int8_clipping_ops_are_clipped_to_int4_activations():
+    """A MatMul (whose integer semantics clip to int8) at int4 activations is followed by a QClip to [-8, 7]; the
+    widths are checked."""
+    from vta.compiler import qops
+    from vta.compiler.frontend.quantize import quantize
     from vta.compiler.ir import Graph
     g = Graph("mm")
     g.add_tensor("a", (1, 4, 8), "float32")
@@ -208,7 +211,13 @@ def test_quantizer_refuses_int8_only_ops_at_int4_activations():
     rng = np.random.default_rng(0)
     data = {"a": rng.standard_normal((1, 4, 8)).astype(np.float32), "b": rng.standard_normal((1, 8, 4))
             .astype(np.float32)}
-    with pytest.raises(QuantizationError, match="supports only at int8 activations, not int4"):
-        quantize(g, data, act_bits=4)
+    qg = quantize(g, data, act_bits=4)
+    ops = [n.op for n in qg.nodes]
+    assert ops == ["Quantize", "QClip", "Quantize", "QClip", "QMatMul", "QClip", "Dequantize"]
+    values = qops.run_reference(qg, data, keep_all=True)
+    for node in qg.nodes:
+        if node.op == "QClip":
+            out = values[node.outputs[0]]
+            assert out.min() >= -8 and out.max() <= 7
     with pytest.raises(ValueError, match="act_bits must be 4 or 8, not 5"):
         quantize(g, data, act_bits=5)

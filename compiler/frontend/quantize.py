@@ -273,6 +273,7 @@ class _Quantizer:
         self.wmax = (1 << (wgt_bits - 1)) - 1                                       # weights: [-wmax, wmax]
         narrow = act_bits != 8 or wgt_bits != 8
         self.qg = Graph(fg.name + (f"_w{wgt_bits}a{act_bits}" if narrow else "_int8"))
+        self.pending_clips: list[tuple[str, str, float]] = []  # (int8 tensor, clipped name, scale): see wide_out
         self.scales: dict[str, float] = {}
         self.skip: set[str] = set()
         self.masks: dict[str, tuple[str, dict[str, Any]]] = {}
@@ -288,11 +289,16 @@ class _Quantizer:
         """The calibrated scale of activation ``name`` at the activation width: ``absmax / qmax``."""
         return self.cal.scale(name, self.qmax)
 
-    def narrow_only(self, node: Node) -> None:
-        """Refuse ``node`` at int4 activations: its quantized op clips to int8 (see docs/precision.md)."""
-        if self.act_bits != 8:
-            raise QuantizationError(f"Node {node.name!r} has op {node.op!r}, which the quantizer supports only at "
-                                    f"int8 activations, not int{self.act_bits}; quantize with act_bits=8.")
+    def wide_out(self, name: str, scale: float) -> str:
+        """The output tensor of an op whose integer semantics clip to int8 (QMul, QMatMul, QSoftmax, QLayerNorm,
+        Embedding): ``name`` itself at int8 activations; at int4 a temporary int8 tensor that :meth:`run` clips to
+        the activation range into ``name`` (a QClip after the op), so every activation stays within [-8, 7]."""
+        if self.act_bits == 8:
+            return self.out_tensor(name, scale)
+        wide = self.qg.unique_name(f"{name}_q8")
+        self.qg.add_tensor(wide, self.fg.shape(name), "int8", scale)
+        self.pending_clips.append((wide, name, scale))
+        return wide
 
     def out_tensor(self, name: str, scale: float) -> str:
         self.qg.add_tensor(name, self.fg.shape(name), "int8", scale)
@@ -455,7 +461,6 @@ class _Quantizer:
         """Mul by a constant -> QMul with an int multiplier array."""
         if node.inputs[1] not in self.fg.constants:
             raise QuantizationError(f"Node {node.name!r} multiplies two activations; only a constant is supported.")
-        self.narrow_only(node)
         c = self.fg.constants[node.inputs[1]].astype(np.float64)
         x, out = node.inputs[0], node.outputs[0]
         sy = self.act_scale(out)
@@ -463,7 +468,7 @@ class _Quantizer:
         peak = max(float(np.abs(m).max()), 1e-12)
         s = int(np.clip(np.floor(np.log2(M_MAX / peak)), 0, S_MAX))
         mult = np.rint(m * 2.0**s).astype(np.int32)
-        self.qg.add_node("QMul", node.name, [x], [self.out_tensor(out, sy)], multiplier=mult, shift=s)
+        self.qg.add_node("QMul", node.name, [x], [self.wide_out(out, sy)], multiplier=mult, shift=s)
 
     def concat(self, node: Node) -> None:
         """Concat -> QConcat at the largest input scale; a constant operand becomes an int8 constant at that scale."""
@@ -520,15 +525,13 @@ class _Quantizer:
         into it (:meth:`softmax_mask`) goes along as attributes."""
         out = node.outputs[0]
         src, mask = self.masks.pop(node.inputs[0], (node.inputs[0], {}))
-        if out not in self.fg.outputs:
-            self.narrow_only(node)
         if out in self.fg.outputs:
             self.qg.add_tensor(out, self.fg.shape(out), "float32")
             self.qg.add_node("Softmax", node.name, [src], [out], axis=node.attrs["axis"], scale=self.scales[src],
                              **mask)
             return
-        self.qg.add_node("QSoftmax", node.name, [src], [self.out_tensor(out, self.cal.scale(out))],
-                         axis=node.attrs["axis"], scale=self.scales[src], out_scale=self.cal.scale(out), **mask)
+        self.qg.add_node("QSoftmax", node.name, [src], [self.wide_out(out, self.act_scale(out))],
+                         axis=node.attrs["axis"], scale=self.scales[src], out_scale=self.act_scale(out), **mask)
 
     def where(self, node: Node) -> None:
         """Where (a constant mask and fill): fused into a following Softmax, else int8 at the input's scale."""
@@ -538,7 +541,6 @@ class _Quantizer:
     def matmul(self, node: Node) -> None:
         """MatMul of two operands (activations, or an int8 constant at its own per-tensor scale) -> QMatMul with
         one (M, S) chosen so that ``acc * M + r`` stays inside int32 for any int8 operands."""
-        self.narrow_only(node)
         operands, scales = [], []
         for name in node.inputs:
             if name in self.fg.constants:
@@ -552,31 +554,29 @@ class _Quantizer:
                 operands.append(name)
                 scales.append(self.scales[name])
         out = node.outputs[0]
-        sy = self.cal.scale(out)
+        sy = self.act_scale(out)
         depth = self.qg.shape(operands[0])[-1]
         mult, shift = choose_requant(np.array([scales[0] * scales[1] / sy]), np.array([depth * 128 * 128]),
                                      rounding=True)
-        self.qg.add_node("QMatMul", node.name, operands, [self.out_tensor(out, sy)], multiplier=int(mult[0]),
+        self.qg.add_node("QMatMul", node.name, operands, [self.wide_out(out, sy)], multiplier=int(mult[0]),
                          shift=int(shift[0]))
 
     def embedding(self, node: Node) -> None:
         """Embedding (token ids into a float table) -> Embedding of the int8 table, per-tensor, at its own scale
         (the output's: a row lookup does not rescale)."""
-        self.narrow_only(node)
         ids, table = node.inputs
         c = self.fg.constants[table].astype(np.float64)
         sc = max(float(np.abs(c).max()), 1e-6) / 127.0
         qname = self.qg.unique_name(f"{table}_q")
         self.qg.add_constant(qname, np.clip(np.rint(c / sc), -127, 127).astype(np.int8))
-        self.qg.add_node("Embedding", node.name, [ids, qname], [self.out_tensor(node.outputs[0], sc)])
+        self.qg.add_node("Embedding", node.name, [ids, qname], [self.wide_out(node.outputs[0], sc)])
 
     def layer_norm(self, node: Node) -> None:
         """LayerNorm -> QLayerNorm (float64 from the int8 input, see :func:`.qops.layer_norm`)."""
-        self.narrow_only(node)
         x, out = node.inputs[0], node.outputs[0]
         gamma, beta = (self.fg.constants[name].astype(np.float32) for name in node.inputs[1:3])
-        sy = self.cal.scale(out)
-        self.qg.add_node("QLayerNorm", node.name, [x], [self.out_tensor(out, sy)], axis=node.attrs["axis"],
+        sy = self.act_scale(out)
+        self.qg.add_node("QLayerNorm", node.name, [x], [self.wide_out(out, sy)], axis=node.attrs["axis"],
                          epsilon=float(node.attrs["epsilon"]), scale=self.scales[x], gamma=gamma, beta=beta,
                          out_scale=sy)
 
@@ -608,6 +608,10 @@ class _Quantizer:
             if handler is None:
                 raise QuantizationError(f"Node {node.name!r} has op {node.op!r}, which the quantizer does not handle.")
             handler(self, node)
+            for wide, name, scale in self.pending_clips:  # int4 activations: clip an int8-clipping op's output
+                self.qg.add_node("QClip", self.qg.unique_name(f"{node.name}_clip"), [wide],
+                                 [self.out_tensor(name, scale)], lo=self.qmin, hi=self.qmax)
+            self.pending_clips.clear()
         for name in fg.outputs:
             if qg.tensors[name].dtype == "int8":
                 qname = qg.unique_name(f"{name}_q")
@@ -645,8 +649,8 @@ def quantize(graph: Graph, calib_inputs: Mapping[str, np.ndarray] | Iterable[Map
     ``absmax / 7`` and every requantization (convolutions, dense layers, adds, clips, the input's Quantize) clips to
     [-8, 7] (ReLU: [0, 7]); int4 weights of Conv2d/Dense get symmetric scales ``absmax / 7`` (per output channel with
     ``per_channel``) and values in [-7, 7]. Tensors stay int8 arrays holding int4 values, so the integer reference
-    (qops) computes at those widths unchanged. Ops that clip to int8 (Mul, MatMul, LayerNorm, Embedding, an inner
-    Softmax) are refused at int4 activations (:class:`QuantizationError`)."""
+    (qops) computes at those widths unchanged. The output of an op whose integer semantics clip to int8 (Mul,
+    MatMul, LayerNorm, Embedding, an inner Softmax) is followed by a QClip to the activation range at int4."""
     for what, bits in (("act_bits", act_bits), ("wgt_bits", wgt_bits)):
         if bits not in (4, 8):
             raise ValueError(f"{what} must be 4 or 8, not {bits!r}")

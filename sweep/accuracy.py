@@ -1,0 +1,110 @@
+"""The accuracy objective of a sweep point: the model quantized to the design's widths, on the integer reference.
+
+A design's precision (``LOG_INP_WIDTH``, ``LOG_WGT_WIDTH``) sets how the compiler quantizes the model
+(:func:`vta.compiler.frontend.quantize.quantize` with ``act_bits`` / ``wgt_bits``); the design runs that quantized
+graph bit-exactly (fsim and tsim match :func:`vta.compiler.qops.run_reference`), so its accuracy is the reference's,
+computed here on the fast path (numpy, no simulation) and cached on disk per (model file, widths, calibration,
+samples): designs that differ in anything else share one evaluation.
+
+What is measured, by the evaluation data available:
+
+* ``MODEL.eval.npz`` beside an ONNX file (``x``: stacked inputs of the model's first input; ``y``: int labels,
+  optional; scripts/train_digits.py writes one with the digits test split): with ``y``, ``accuracy`` is test accuracy
+  in percent and ``accuracy_float`` the float model's; without, top-1 agreement with the float model;
+* otherwise ``samples`` seeded random inputs (seed 1000, distinct from calibration's): top-1 agreement (percent) of
+  the quantized model's argmax with the float reference's (:func:`vta.compiler.frontend.float_ref.run_float`).
+
+Calibration is as the sweep's compile: the zoo's real images where it has them, else 4 seeded random samples, or
+the first 200 rows of ``x`` with an evaluation file; ``method`` is the quantizer's calibration method.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vta.cache import cache_root, file_sha256
+from vta.fileio import atomic_write_text
+
+__all__ = ["model_accuracy", "eval_data_path", "ACCURACY_SAMPLES", "ACCURACY_VERSION"]
+
+ACCURACY_SAMPLES = 32
+"""Seeded random inputs an accuracy without evaluation data is measured on."""
+ACCURACY_VERSION = 1
+"""Part of every cache key: bump it when what is measured changes."""
+
+
+def eval_data_path(model: str) -> Path | None:
+    """``MODEL.eval.npz`` beside an ONNX file ``model`` (``digits.onnx`` -> ``digits.eval.npz``), when it exists."""
+    if not model.endswith(".onnx"):
+        return None
+    path = Path(model[:-len(".onnx")] + ".eval.npz")
+    return path if path.is_file() else None
+
+
+def _model_key(model: str) -> str:
+    """What identifies the model's weights: a zoo name with the zoo's version, or a file's SHA-256."""
+    if model.endswith(".onnx") and os.path.isfile(model):
+        return file_sha256(Path(model))[:16]
+    from vta.compiler.frontend.zoo import ZOO_VERSION
+    return f"{model}.v{ZOO_VERSION}"
+
+
+def model_accuracy(model: str, act_bits: int, wgt_bits: int, *, method: str | None = None,
+                   samples: int = ACCURACY_SAMPLES) -> dict[str, Any]:
+    """``{"accuracy": percent, "accuracy_on": what it was measured on, "accuracy_float": percent or None}`` of
+    ``model`` (zoo name or ONNX path) quantized to ``act_bits`` / ``wgt_bits`` (8 or 4); see the module docstring.
+    Cached in the cache folder ``accuracy``."""
+    data = eval_data_path(model)
+    key = "_".join([_model_key(model), f"w{wgt_bits}a{act_bits}", method or "minmax",
+                    f"eval{file_sha256(data)[:12]}" if data else f"n{samples}", f"v{ACCURACY_VERSION}"])
+    folder = cache_root("accuracy")
+    path = folder / f"{key.replace('/', '_')}.json"
+    if path.is_file():
+        try:
+            return dict(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            pass  # a damaged entry is measured again
+    result = _measure(model, act_bits, wgt_bits, method, samples, data)
+    folder.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, json.dumps(result, sort_keys=True) + "\n")
+    return result
+
+
+def _measure(model: str, act_bits: int, wgt_bits: int, method: str | None, samples: int,
+             data: Path | None) -> dict[str, Any]:
+    from vta.compiler.frontend.float_ref import run_float
+    from vta.compiler.frontend.quantize import quantize
+    from vta.compiler.pipeline import calibration_inputs, load_graph, random_inputs
+    from vta.compiler.qops import run_reference
+    graph = load_graph(model)
+    labels: np.ndarray | None = None
+    if data is not None:
+        with np.load(data) as npz:
+            x = np.asarray(npz["x"], np.float32)
+            labels = np.asarray(npz["y"]) if "y" in npz.files else None
+        name = graph.inputs[0]
+        calib = {name: x[:200]}
+        inputs = [{name: x[i:i + 1]} for i in range(len(x))]
+        on = f"{len(x)} inputs of {data.name}" + (" (test accuracy, labels)" if labels is not None else
+                                                  " (top-1 agreement with float32)")
+    else:
+        calib = calibration_inputs(model, graph, 1, 4)
+        stacked = random_inputs(graph, 1000, samples)
+        batch = graph.shape(graph.inputs[0])[0]
+        inputs = [{k: v[i * batch:(i + 1) * batch] for k, v in stacked.items()} for i in range(samples)]
+        on = f"top-1 agreement with float32 on {samples} seeded random inputs"
+    qgraph = quantize(graph, calib, act_bits=act_bits, wgt_bits=wgt_bits, method=method)
+    out = graph.outputs[0]
+    quant_top, float_top = [], []
+    for sample in inputs:
+        quant_top.append(np.asarray(run_reference(qgraph, sample)[out]).reshape(-1).argmax())
+        float_top.append(np.asarray(run_float(graph, sample)[out]).reshape(-1).argmax())
+    q, f = np.asarray(quant_top), np.asarray(float_top)
+    if labels is not None:
+        return {"accuracy": 100.0 * float((q == labels[:len(q)]).mean()), "accuracy_on": on,
+                "accuracy_float": 100.0 * float((f == labels[:len(f)]).mean())}
+    return {"accuracy": 100.0 * float((q == f).mean()), "accuracy_on": on, "accuracy_float": None}
