@@ -13,6 +13,9 @@ standard error when that is a terminal, else (a log, ``| tee``) a plain line eve
 Usage: ``python scripts/train_digits.py [--epochs 40] [--target reference|cpu|fsim|tsim] [--out digits.onnx]
 [--precision w8a8,w4a8,w4a4] [--calibration-method minmax|percentile|entropy] [--no-progress]``
 
+The test split is written beside the model as ``<model>.eval.npz`` (``x`` images, ``y`` labels, ``calib`` the 200
+training images the quantizer calibrates on), which
+``vta sweep`` reads for its accuracy objective (test accuracy of the model quantized to each design's widths).
 ``--precision`` evaluates the model quantized to each listed weight/activation width (int4 weights per output
 channel, int4 activations with their own requantization clip; docs/precision.md) on the accelerator design of those
 widths.
@@ -258,6 +261,9 @@ def main(argv: list[str] | None = None) -> int:
                                    "models", "digits_cnn.onnx")
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     onnx.save(model, out)
+    x_train, _, x_test, y_test = load_data(args.seed)  # beside the model: vta sweep's accuracy objective
+    np.savez(out[:-len(".onnx")] + ".eval.npz" if out.endswith(".onnx") else out + ".eval.npz", x=x_test, y=y_test,
+             calib=x_train[:200])
     trained = time.perf_counter() - start
     widths = [_parse_precision(p) for p in args.precision.split(",")]
     print(f"trained {args.epochs} epochs in {trained:.1f} s; model written to {out}")

@@ -9,13 +9,14 @@ samples): designs that differ in anything else share one evaluation.
 What is measured, by the evaluation data available:
 
 * ``MODEL.eval.npz`` beside an ONNX file (``x``: stacked inputs of the model's first input; ``y``: int labels,
-  optional; scripts/train_digits.py writes one with the digits test split): with ``y``, ``accuracy`` is test accuracy
+  optional; ``calib``: the inputs to calibrate on, optional, default the first 200 of ``x``; scripts/train_digits.py
+  writes one with the digits test split and 200 training images): with ``y``, ``accuracy`` is test accuracy
   in percent and ``accuracy_float`` the float model's; without, top-1 agreement with the float model;
 * otherwise ``samples`` seeded random inputs (seed 1000, distinct from calibration's): top-1 agreement (percent) of
   the quantized model's argmax with the float reference's (:func:`vta.compiler.frontend.float_ref.run_float`).
 
 Calibration is as the sweep's compile: the zoo's real images where it has them, else 4 seeded random samples, or
-the first 200 rows of ``x`` with an evaluation file; ``method`` is the quantizer's calibration method.
+the evaluation file's ``calib`` (or first 200 rows of ``x``); ``method`` is the quantizer's calibration method.
 """
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ __all__ = ["model_accuracy", "eval_data_path", "ACCURACY_SAMPLES", "ACCURACY_VER
 
 ACCURACY_SAMPLES = 32
 """Seeded random inputs an accuracy without evaluation data is measured on."""
-ACCURACY_VERSION = 1
+ACCURACY_VERSION = 2
 """Part of every cache key: bump it when what is measured changes."""
 
 
@@ -86,8 +87,9 @@ def _measure(model: str, act_bits: int, wgt_bits: int, method: str | None, sampl
         with np.load(data) as npz:
             x = np.asarray(npz["x"], np.float32)
             labels = np.asarray(npz["y"]) if "y" in npz.files else None
+            calib_x = np.asarray(npz["calib"], np.float32) if "calib" in npz.files else x[:200]
         name = graph.inputs[0]
-        calib = {name: x[:200]}
+        calib = {name: calib_x}
         inputs = [{name: x[i:i + 1]} for i in range(len(x))]
         on = f"{len(x)} inputs of {data.name}" + (" (test accuracy, labels)" if labels is not None else
                                                   " (top-1 agreement with float32)")
