@@ -139,6 +139,27 @@ _PALETTE = ("tab:blue", "tab:orange", "tab:green", "tab:purple", "tab:brown", "t
             "tab:gray")
 
 
+def _uncrowded(items: list[tuple[tuple[float, float], str]], ax: Any, *, merge: bool = True,
+               pixels: float = 16.0) -> list[tuple[tuple[float, float], str]]:
+    """Labels (data point, text) that do not overprint on ``ax``: with ``merge``, a run of consecutive labels within
+    ``pixels`` of the run's first becomes one label ``first-last`` at the first; without it, a label within
+    ``pixels`` of one already kept is dropped (its point still drawn)."""
+    out: list[tuple[tuple[float, float], str]] = []
+    anchors: list[Any] = []
+    for xy, text in items:
+        here = ax.transData.transform(xy)
+        near = [i for i, a in enumerate(anchors) if abs(a[0] - here[0]) < pixels and abs(a[1] - here[1]) < pixels]
+        if merge and near and near[-1] == len(anchors) - 1:
+            first = out[-1][1].split("-")[0]
+            out[-1] = (out[-1][0], f"{first}-{text}")
+            continue
+        if not merge and near:
+            continue
+        out.append((xy, text))
+        anchors.append(here)
+    return out
+
+
 def _panel(ax: Any, rows: list[dict[str, Any]], column: str, maximize: bool, colour_by: str | None,
            values: list[str], by_design: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     """One model's panel: every design (coloured by ``colour_by``'s value; designs with identical figures drawn
@@ -155,17 +176,17 @@ def _panel(ax: Any, rows: list[dict[str, Any]], column: str, maximize: bool, col
             ax.scatter([xy[0] for xy, _ in sel], [xy[1] for xy, _ in sel], s=[14 + 10 * (len(g) - 1) for _, g in sel],
                        c=_PALETTE[i % len(_PALETTE)], alpha=0.75, linewidths=0,
                        label=f"{colour_by} = {value}" if colour_by else "designs")
-    for (x, y), g in groups.items():
-        if len(g) > 1:
-            ax.annotate(f"x{len(g)}", (x, y), fontsize=6, xytext=(4, -8), textcoords="offset points", color="0.3")
     ax.step([r[AREA[0]] for r in front], [r[column] for r in front], where="post", c="tab:red", lw=1)
     ax.scatter([r[AREA[0]] for r in front], [r[column] for r in front], s=60, facecolors="none",
                edgecolors="tab:red", linewidths=1.2, label=f"frontier ({len(front)})")
-    for k, r in enumerate(front, 1):
-        ax.annotate(str(k), (r[AREA[0]], r[column]), fontsize=7, color="tab:red", xytext=(-3, 5),
-                    textcoords="offset points", ha="right")
     _scale(ax, "x", [r[AREA[0]] for r in pts])
     _scale(ax, "y", [r[column] for r in pts])
+    ax.autoscale_view()
+    for (x, y), text in _uncrowded([((r[AREA[0]], r[column]), str(k)) for k, r in enumerate(front, 1)], ax):
+        ax.annotate(text, (x, y), fontsize=7, color="tab:red", xytext=(-3, 5), textcoords="offset points", ha="right")
+    counts = [((x, y), f"x{len(g)}") for (x, y), g in groups.items() if len(g) > 1]
+    for (x, y), text in _uncrowded(counts, ax, merge=False):
+        ax.annotate(text, (x, y), fontsize=6, xytext=(4, -8), textcoords="offset points", color="0.3")
     coincident = sum(len(g) for g in groups.values() if len(g) > 1)
     ax.legend(fontsize=7, title=f"{len(pts)} designs" + (f", {coincident} sharing figures (xN)" if coincident else
                                                         ""), title_fontsize=7)
@@ -196,8 +217,10 @@ def plot_frontiers(groups: dict[str, list[dict[str, Any]]], folder: str | os.Pat
     for metric, (column, maximize, label) in METRICS.items():
         n = len(groups)
         fig, axes = plt.subplots(1, n, figsize=(6.5 * n, 5.5), squeeze=False)
+        longest = 0
         for ax, (model, rows) in zip(axes[0], groups.items()):
             front = _panel(ax, rows, column, maximize, colour_by, values, by_design)
+            longest = max(longest, len(front))
             ax.set_xlabel(AREA[1])
             ax.set_ylabel(label)
             name = model if len(model) < 40 else "..." + model[-37:]
@@ -206,15 +229,17 @@ def plot_frontiers(groups: dict[str, list[dict[str, Any]]], folder: str | os.Pat
             key = "\n".join(f"{k}: {r['design']}  ({r[AREA[0]]:,.0f} CLB, {figure(r[column])})"
                             for k, r in enumerate(front, 1))
             ax.text(0.0, -0.14, "frontier:\n" + key, transform=ax.transAxes, va="top", fontsize=7, family="monospace")
-        if failed:
+        if failed:  # under the longest frontier key, from the first panel's left edge
             lines = [f"{r['design']} on {r['model']}: {r['status']}: {(r.get('error') or '')[:160]}"
                      for r in failed[:12]]
             more = f"\n... and {len(failed) - 12} more (the results database lists all)" if len(failed) > 12 else ""
-            fig.text(0.01, -0.02, f"{len(failed)} failed or timed-out points, not drawn:\n" + "\n".join(lines) + more,
-                     va="top", fontsize=7, family="monospace")
+            axes[0][0].annotate(f"{len(failed)} failed or timed-out points, not drawn:\n" + "\n".join(lines) + more,
+                                (0.0, -0.14), xycoords="axes fraction", xytext=(0, -8.5 * (longest + 3)),
+                                textcoords="offset points", va="top", fontsize=7, family="monospace",
+                                annotation_clip=False)
         if title:
             fig.suptitle(title)
-        fig.tight_layout()
+        fig.subplots_adjust(left=0.06, right=0.98, wspace=0.22)  # the keys below are kept by bbox_inches="tight"
         path = folder / f"pareto_{metric}.png"
         with atomic_path(path) as tmp:
             fig.savefig(tmp, dpi=120, bbox_inches="tight")
