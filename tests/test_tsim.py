@@ -15,7 +15,7 @@ from tsim_standin import generate_standin
 from vta.config import MEM_INP, VTAConfig
 from vta.isa import Alu, Finish, Gemm, Load, Store, encode_stream
 from vta.tsim.backend import TSimBackend
-from vta.tsim.bridge import Model, TsimBudgetError, TsimMemoryError, TsimWatchdogError
+from vta.tsim.bridge import Model, Stall, TsimBudgetError, TsimMemoryError, TsimWatchdogError
 from vta.tsim.build import _lz4_flags, build
 
 CFG = VTAConfig()
@@ -155,6 +155,37 @@ def test_the_budget_stops_a_long_run(model: Model) -> None:
     assert info.value.cycles == 1000
     _, run = model.run(image(insns), insn_addr=0, insn_count=2, max_cycles=10_000)
     assert run.counters["alu_uops"] == 5000
+
+
+def test_random_backpressure_is_seeded_slows_the_run_and_keeps_the_data(model: Model) -> None:
+    insns = [copy(DATA // 8, 256, 5), copy(DATA // 8 + 10, 300, 3, store=True), copy(DATA // 8 + 20, 320, 4),
+             Alu(alu_opcode=0, iter_out=7), Finish()]
+    dram = image(insns)
+    want, calm = model.run(dram, insn_addr=0, insn_count=len(insns))
+    assert calm.stalls == (0, 0, 0)
+    runs = [model.run(dram, insn_addr=0, insn_count=len(insns), stall=Stall(seed=seed)) for seed in (7, 7, 8)]
+    for out, run in runs:
+        np.testing.assert_array_equal(out, want)
+        assert (run.rd_beats, run.wr_beats) == (calm.rd_beats, calm.wr_beats)
+        assert run.cycles > calm.cycles and min(run.stalls) > 0
+    (_, a), (_, b), (_, c) = runs
+    assert (a.cycles, a.stalls, a.counters) == (b.cycles, b.stalls, b.counters), "the same seed, the same run"
+    assert (a.cycles, a.stalls) != (c.cycles, c.stalls), "another seed, another run"
+    out, heavy = model.run(dram, insn_addr=0, insn_count=len(insns),
+                           stall=Stall(seed=1, rd_req=0.9, rd_data=0.9, wr=0.9, extra_latency=100))
+    np.testing.assert_array_equal(out, want)
+    assert heavy.cycles > a.cycles
+    _, late = model.run(dram, insn_addr=0, insn_count=len(insns), stall=Stall(seed=1, rd_req=0, rd_data=0, wr=0,
+                                                                              extra_latency=40))
+    assert late.stalls == (0, 0, 0) and late.cycles > calm.cycles, "extra latency alone delays the reads"
+
+
+def test_bad_backpressure_settings_are_named_at_once() -> None:
+    with pytest.raises(ValueError, match=r"seed must be an integer from 0 to 2\*\*64-1, not -1; rd_req must be a "
+                                         r"probability in \[0, 1\), not 1.0; wr must be a probability in \[0, 1\), "
+                                         r"not 'x'; extra_latency must be a number of cycles"):
+        Stall(seed=-1, rd_req=1.0, wr="x", extra_latency=-2)  # type: ignore[arg-type]
+    assert Stall(seed=3, rd_req=0.5).units() == (32768, 16384, 16384)
 
 
 def test_bad_arguments_are_rejected(model: Model) -> None:

@@ -4,7 +4,8 @@ The DRAM image is a numpy ``uint8`` array shared with the harness: the core read
 must be C-contiguous and writeable; :meth:`Model.run` works on a copy unless ``in_place=True``). Stops other than
 FINISH become exceptions: :class:`TsimMemoryError` (an access outside the image, naming the address),
 :class:`TsimWatchdogError` (no progress: each module's state, the last instruction it took, the counters) and
-:class:`TsimBudgetError` (the cycle budget ran out).
+:class:`TsimBudgetError` (the cycle budget ran out). A run may put seeded random backpressure and extra read latency
+on the memory port (:class:`Stall`; off by default).
 """
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ from vta.counters import CSR_COUNTERS, CYCLE_CLASSES, MODULES
 from .build import Build
 
 __all__ = ["TsimError", "TsimMemoryError", "TsimWatchdogError", "TsimBudgetError", "TsimMismatchError", "Model",
-           "RunOutput", "ModuleState", "SLICE_SECONDS", "load", "module_states", "token_occupancy", "memory_culprit"]
+           "RunOutput", "ModuleState", "Stall", "SLICE_SECONDS", "load", "module_states", "token_occupancy",
+           "memory_culprit"]
 
 _DONE, _BUDGET, _WATCHDOG, _MEM_ERROR, _BAD_ARGS, _RUNNING = 0, 1, 2, 3, 4, 5
 
@@ -124,11 +126,59 @@ class _Info(ctypes.Structure):
                 ("done_cycle", ctypes.c_uint64)]
 
 
+_STALL_ONE = 1 << 16
+"""The harness's probabilities are in units of 1/65536."""
+
+
+@dataclass(frozen=True)
+class Stall:
+    """Seeded random backpressure and extra read latency on the memory port for one run (the harness's
+    ``tsim_stall``): in each cycle the host holds ``mem_rd_req_ready`` low with probability ``rd_req``, holds back a
+    read beat it could present with probability ``rd_data``, and holds ``mem_wr_ready`` low with probability ``wr``
+    (each in [0, 1), resolved to 1/65536); each read request's first beat comes 0..``extra_latency`` cycles
+    (uniform) after the run's read latency, requests still in order. The same ``seed`` (0 .. 2**64-1) on the same
+    core and program gives the same run, cycle for cycle. A core that loses or duplicates a beat or a token when a
+    handshake stalls then hangs or computes wrong data."""
+
+    seed: int
+    rd_req: float = 0.25
+    rd_data: float = 0.25
+    wr: float = 0.25
+    extra_latency: int = 16
+
+    def __post_init__(self) -> None:
+        problems = []
+        if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)) or \
+                not 0 <= int(self.seed) < 1 << 64:
+            problems.append(f"seed must be an integer from 0 to 2**64-1, not {self.seed!r}")
+        for name in ("rd_req", "rd_data", "wr"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)) or \
+                    not 0 <= float(value) < 1:
+                problems.append(f"{name} must be a probability in [0, 1), not {value!r}")
+        if isinstance(self.extra_latency, bool) or not isinstance(self.extra_latency, (int, np.integer)) or \
+                not 0 <= int(self.extra_latency) < 1 << 32:
+            problems.append(f"extra_latency must be a number of cycles from 0 to 2**32-1, not {self.extra_latency!r}")
+        if problems:
+            raise ValueError("bad random backpressure (Stall): " + "; ".join(problems))
+
+    def units(self) -> tuple[int, int, int]:
+        """``rd_req``, ``rd_data``, ``wr`` in the harness's units (of 65536)."""
+        return tuple(min(_STALL_ONE - 1, round(float(p) * _STALL_ONE))  # type: ignore[return-value]
+                     for p in (self.rd_req, self.rd_data, self.wr))
+
+    def __str__(self) -> str:
+        return (f"random backpressure seed {self.seed} (rd_req_ready low {self.rd_req:.0%}, read beats held "
+                f"{self.rd_data:.0%}, wr_ready low {self.wr:.0%} of cycles, 0-{self.extra_latency} extra read cycles)")
+
+
 @dataclass
 class RunOutput:
     """One finished run: ``cycles`` (harness cycles from start to done), ``counters`` (name -> value, the core's
     counters in :data:`vta.counters.CSR_COUNTERS` order), the host's view of the memory traffic (``rd_requests``,
-    ``rd_beats``, ``wr_beats``) and ``drain_cycles``, the cycles clocked after done to let late work finish."""
+    ``rd_beats``, ``wr_beats``), ``drain_cycles``, the cycles clocked after done to let late work finish, and
+    ``stalls``, the cycles random backpressure (:class:`Stall`) held ``mem_rd_req_ready`` low, held a read beat back
+    and held ``mem_wr_ready`` low (zeros without it)."""
 
     cycles: int
     counters: dict[str, int] = field(default_factory=dict)
@@ -136,6 +186,7 @@ class RunOutput:
     rd_beats: int = 0
     wr_beats: int = 0
     drain_cycles: int = 0
+    stalls: tuple[int, int, int] = (0, 0, 0)
 
 
 _P = ctypes.POINTER
@@ -190,8 +241,8 @@ class Model:
     def run(self, dram: np.ndarray, *, insn_addr: int, insn_count: int, max_cycles: int = 0,
             watchdog_cycles: int = 10_000, latency: int | None = None, drain_cycles: int | None = None,
             trace: str | Path | None = None, trace_window: tuple[int, int] | None = None, in_place: bool = False,
-            insns: Sequence[object] | None = None, two_phase: bool = False,
-            budget_note: str = "") -> tuple[np.ndarray, RunOutput]:
+            insns: Sequence[object] | None = None, two_phase: bool = False, budget_note: str = "",
+            stall: Stall | None = None) -> tuple[np.ndarray, RunOutput]:
         """Run ``insn_count`` instructions at byte address ``insn_addr`` of the DRAM image ``dram`` (uint8, 1-D).
 
         ``max_cycles``: cycle budget (0: none). ``watchdog_cycles``: cycles without progress before stopping (0:
@@ -203,7 +254,9 @@ class Model:
         held when the watchdog fired, the one that made a bad memory access). ``two_phase``: evaluate the model at
         both clock edges, the reference scheduling (slower; the default evaluates once per cycle, which gives the
         same results: see ``harness.cc``); a traced run is always two-phase, so the waveform shows both clock edges.
-        ``budget_note``: appended to the :class:`TsimBudgetError` message (how the budget was chosen).
+        ``budget_note``: appended to the :class:`TsimBudgetError` message (how the budget was chosen). ``stall``:
+        random backpressure and extra read latency on the memory port (:class:`Stall`; None: off); the cycle budget
+        is the caller's to widen for it.
 
         The clock loop runs in C++ in slices of about :data:`SLICE_SECONDS` each, so Ctrl-C (KeyboardInterrupt)
         stops a run within a fraction of a second; the interrupted run's model is discarded, the library stays
@@ -220,6 +273,9 @@ class Model:
         drain_cycles = 4 * latency + 256 if drain_cycles is None else drain_cycles
         _check_uint("drain_cycles", drain_cycles, 64)
         trace_arg, begin, end = self._trace_args(trace, trace_window)
+        if stall is not None and not isinstance(stall, Stall):
+            raise TypeError(f"stall must be a vta.tsim.bridge.Stall or None, not {type(stall).__name__}")
+        stall_fn = self._stall_functions() if stall is not None else None
         n = len(CSR_COUNTERS)
         counters = (ctypes.c_uint64 * n)()
         before = (ctypes.c_uint64 * n)()
@@ -227,7 +283,11 @@ class Model:
         handle = self._lib.tsim_open(image.ctypes.data, image.size, insn_addr, insn_count, latency, trace_arg, begin,
                                      end, int(bool(two_phase)))
         slice_cycles = _FIRST_SLICE
+        stalls = (ctypes.c_uint64 * 3)()
         try:
+            if stall is not None and stall_fn is not None:
+                if stall_fn[0](handle, int(stall.seed), *stall.units(), int(stall.extra_latency)) != 0:
+                    raise ValueError(f"the harness refused the backpressure settings {stall!r}")
             while True:
                 start = time.perf_counter()
                 status = self._lib.tsim_resume(handle, slice_cycles, max_cycles, watchdog_cycles, drain_cycles,
@@ -237,12 +297,15 @@ class Model:
                 seconds = time.perf_counter() - start
                 scale = SLICE_SECONDS / seconds if seconds > 0 else 4.0
                 slice_cycles = int(min(_MAX_SLICE, max(_FIRST_SLICE, slice_cycles * min(4.0, scale))))
+            if stall_fn is not None:
+                stall_fn[1](handle, stalls)
         finally:
             self._lib.tsim_close(handle)
         values = dict(zip(CSR_COUNTERS, (int(v) for v in counters)))
         if status == _DONE:
             return image, RunOutput(int(info.done_cycle), values, int(info.rd_requests), int(info.rd_beats),
-                                    int(info.wr_beats), int(info.cycles) - int(info.done_cycle))
+                                    int(info.wr_beats), int(info.cycles) - int(info.done_cycle),
+                                    (int(stalls[0]), int(stalls[1]), int(stalls[2])))
         raise self._error(status, info, values, dict(zip(CSR_COUNTERS, (int(v) for v in before))), image.size,
                           insns, insn_addr, budget_note)
 
@@ -252,6 +315,20 @@ class Model:
         insns = list(program.insns)
         return self.run(np.asarray(program.dram, dtype=np.uint8), insn_addr=int(program.insn_offset),
                         insn_count=len(insns), insns=insns, **options)
+
+    def _stall_functions(self) -> tuple[Any, Any]:
+        """The harness's ``tsim_stall`` and ``tsim_stall_counts`` (ValueError for a library built without them)."""
+        try:
+            fn, counts = self._lib.tsim_stall, self._lib.tsim_stall_counts
+        except AttributeError:
+            raise ValueError(f"the library {self.build.library} was built from a harness without random backpressure "
+                             "(tsim_stall); rebuild it") from None
+        fn.restype = ctypes.c_int32
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_uint32,
+                       ctypes.c_uint32]
+        counts.restype = None
+        counts.argtypes = [ctypes.c_void_p, _P(ctypes.c_uint64)]
+        return fn, counts
 
     def _trace_args(self, trace: str | Path | None, window: tuple[int, int] | None) -> tuple[bytes | None, int, int]:
         if trace is None:

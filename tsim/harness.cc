@@ -10,8 +10,16 @@
 // Memory model (docs/core-interface.md): a read request accepted in cycle t returns its first beat no earlier than
 // cycle t + latency, then one beat per cycle while the core takes them; requests are served in order; at most
 // TSIM_MAX_OUTSTANDING requests are in flight (mem_rd_req_ready drops when the queue is full). Writes are accepted
-// every cycle. Memory is beat-granular: when the image's size is not a multiple of the bus width, its last beat is
-// partial; reads of it return zeros past the end, writes to it may only strobe bytes inside the image.
+// every cycle (mem_wr_ready high) unless random backpressure is on (below). Memory is beat-granular: when the image's
+// size is not a multiple of the bus width, its last beat is partial; reads of it return zeros past the end, writes to
+// it may only strobe bytes inside the image.
+//
+// Random backpressure (off unless tsim_stall is called after tsim_open): seeded by the caller, each cycle the host
+// drops mem_rd_req_ready, holds back a read beat it could present, and drops mem_wr_ready, each with its own
+// probability (of 65536), and each read request's first beat comes a uniformly drawn 0..extra_latency cycles later
+// than the latency says (requests are still served in order). The draws depend only on the seed and the cycle's
+// host state (three a cycle, one more per accepted request), so the same seed and core give the same run, cycle for
+// cycle. A core that loses or duplicates beats or tokens when its handshakes stall then hangs or computes wrong data.
 //
 // Clock scheduling: by default each cycle is one evaluation of the model, at the rising edge, with the host's inputs
 // for that cycle already applied; the handshakes are decided from the outputs as they settled after the previous
@@ -125,6 +133,28 @@ static inline bool strobe_full(const VlWide<N>& port) {
 
 namespace {
 
+// splitmix64: the random backpressure's generator (small, fast, the same on every platform).
+static inline uint64_t splitmix64(uint64_t& state) {
+    uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+// Random backpressure settings (see the header comment); all zero: off.
+struct Stall {
+    uint64_t state = 0;          // the generator's state (seeded by tsim_stall)
+    uint32_t rd_req = 0;         // P(mem_rd_req_ready held low in a cycle), of 65536
+    uint32_t rd_data = 0;        // P(a presentable read beat held back a cycle), of 65536
+    uint32_t wr = 0;             // P(mem_wr_ready held low in a cycle), of 65536
+    uint32_t extra_latency = 0;  // a read request's first beat comes 0..extra_latency cycles later (uniform)
+    bool on = false;
+    uint64_t stalls[3] = {0, 0, 0};  // cycles the host held rd_req_ready low, held a beat back, held wr_ready low
+
+    // True with probability p/65536 (one draw).
+    inline bool draw(uint32_t p) { return (splitmix64(state) & 0xffff) < p; }
+};
+
 struct ReadReq {
     uint64_t addr;      // byte address of the next beat
     uint32_t left;      // beats still to deliver
@@ -152,6 +182,7 @@ class Sim {
     }
 
     Vvta_core* top() { return top_.get(); }
+    Stall& stall() { return stall_; }
 
 #if TSIM_TRACE
     void open_trace(const char* path, uint64_t begin, uint64_t end) {
@@ -173,10 +204,22 @@ class Sim {
         Vvta_core* t = top_.get();
         // Host inputs for this cycle depend only on host state, never combinationally on core outputs.
         bool have_beat = !queue_.empty() && queue_.front().ready_at <= cycle_;
+        bool req_ready = queue_.size() < TSIM_MAX_OUTSTANDING;
+        bool wr_ready = true;
+        if (stall_.on) {  // three draws every cycle, whatever the core does
+            bool hold_req = stall_.draw(stall_.rd_req), hold_beat = stall_.draw(stall_.rd_data);
+            bool hold_wr = stall_.draw(stall_.wr);
+            stall_.stalls[0] += req_ready && hold_req;
+            stall_.stalls[1] += have_beat && hold_beat;
+            stall_.stalls[2] += hold_wr;
+            req_ready = req_ready && !hold_req;
+            have_beat = have_beat && !hold_beat;
+            wr_ready = !hold_wr;
+        }
         t->mem_rd_data_valid = have_beat;
         if (have_beat) present_beat(queue_.front().addr);
-        t->mem_rd_req_ready = queue_.size() < TSIM_MAX_OUTSTANDING;
-        t->mem_wr_ready = 1;
+        t->mem_rd_req_ready = req_ready;
+        t->mem_wr_ready = wr_ready;
         if (two_phase_) {
             t->clk = 0;
             t->eval();
@@ -190,7 +233,9 @@ class Sim {
             uint64_t bytes = uint64_t(len) * kBus;
             // Reads may cover the image's last, partial beat (bytes past the end read as zero), nothing beyond.
             if (len == 0 || addr % kBus || addr + bytes > span_) return fail(addr, len == 0 ? 0 : bytes, 0);
-            queue_.push_back(ReadReq{addr, len, cycle_ + latency_});
+            uint64_t extra = stall_.on && stall_.extra_latency
+                                 ? splitmix64(stall_.state) % (uint64_t(stall_.extra_latency) + 1) : 0;
+            queue_.push_back(ReadReq{addr, len, cycle_ + latency_ + extra});
             info_->rd_requests++;
         }
         if (have_beat && t->mem_rd_data_ready) {
@@ -203,7 +248,7 @@ class Sim {
                 if (!queue_.empty() && queue_.front().ready_at < cycle_ + 1) queue_.front().ready_at = cycle_ + 1;
             }
         }
-        if (t->mem_wr_valid) {
+        if (t->mem_wr_valid && wr_ready) {
             uint64_t addr = t->mem_wr_addr;
             if (addr % kBus || addr + kBus > span_ || !write_beat(addr)) return fail(addr, kBus, 1);
             info_->wr_beats++;
@@ -319,6 +364,7 @@ class Sim {
     uint64_t latency_;
     TsimInfo* info_;
     std::deque<ReadReq> queue_;
+    Stall stall_;
     bool two_phase_;
     uint64_t cycle_ = 0;
     bool progress_ = false;
@@ -375,6 +421,30 @@ TsimRun* tsim_open(uint8_t* dram, uint64_t dram_size, uint32_t insn_addr, uint32
     sim.rise();
     t->start = 0;
     return run;
+}
+
+// Turns random backpressure on for a run just opened (before its first tsim_resume): `seed` seeds the generator;
+// `rd_req`, `rd_data`, `wr` are the probabilities (of 65536, each below 65536) that, in a cycle, mem_rd_req_ready is
+// held low, a read beat that could be presented is held back, mem_wr_ready is held low; each read request's first
+// beat comes 0..`extra_latency` cycles (uniform) after the run's latency. Returns 0, or TSIM_BAD_ARGS (a probability
+// of 65536 or more, or a run that already started).
+int32_t tsim_stall(TsimRun* run, uint64_t seed, uint32_t rd_req, uint32_t rd_data, uint32_t wr,
+                   uint32_t extra_latency) {
+    if (!run || run->sim.cycle() != 0 || rd_req >= 65536 || rd_data >= 65536 || wr >= 65536) return TSIM_BAD_ARGS;
+    Stall& s = run->sim.stall();
+    s.state = seed;
+    s.rd_req = rd_req;
+    s.rd_data = rd_data;
+    s.wr = wr;
+    s.extra_latency = extra_latency;
+    s.on = rd_req || rd_data || wr || extra_latency;
+    return 0;
+}
+
+// The cycles random backpressure held each channel so far: stalls[0] mem_rd_req_ready low (when the queue had
+// room), stalls[1] a read beat held back, stalls[2] mem_wr_ready low.
+void tsim_stall_counts(TsimRun* run, uint64_t* stalls) {
+    for (int i = 0; i < 3; ++i) stalls[i] = run ? run->sim.stall().stalls[i] : 0;
 }
 
 // Clocks the run for at most `slice` more cycles. Stops for good after `max_cycles` cycles in all (0: no budget) or
