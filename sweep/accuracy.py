@@ -30,7 +30,8 @@ import numpy as np
 from vta.cache import cache_root, file_sha256
 from vta.fileio import atomic_write_text
 
-__all__ = ["model_accuracy", "eval_data_path", "ACCURACY_SAMPLES", "ACCURACY_VERSION"]
+__all__ = ["model_accuracy", "eval_data_path", "four_way_front", "front_table", "plot_accuracy", "OBJECTIVES",
+           "ACCURACY_SAMPLES", "ACCURACY_VERSION"]
 
 ACCURACY_SAMPLES = 32
 """Seeded random inputs an accuracy without evaluation data is measured on."""
@@ -110,3 +111,80 @@ def _measure(model: str, act_bits: int, wgt_bits: int, method: str | None, sampl
         return {"accuracy": 100.0 * float((q == labels[:len(q)]).mean()), "accuracy_on": on,
                 "accuracy_float": 100.0 * float((f == labels[:len(f)]).mean())}
     return {"accuracy": 100.0 * float((q == f).mean()), "accuracy_on": on, "accuracy_float": None}
+
+
+# ---- the four-way front ---------------------------------------------------------------------------------------------
+OBJECTIVES = (("accuracy", True, "accuracy (%)"), ("latency_us", False, "latency (us)"),
+              ("energy_total_uj", False, "energy per inference, static included (uJ)"),
+              ("area_clb", False, "area (CLB-equivalents, 7-series)"))
+"""(column, larger is better, label) of the four objectives a sweep with accuracy ranks designs on."""
+
+
+def _dominates(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """True when ``a`` is at least as good as ``b`` on every objective and better on one."""
+    better = False
+    for column, larger, _ in OBJECTIVES:
+        x, y = (a[column], b[column]) if larger else (-a[column], -b[column])
+        if x < y:
+            return False
+        better = better or x > y
+    return better
+
+
+def four_way_front(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The ``ok`` rows (of one model) that no other row dominates on accuracy, latency, energy and area
+    (:data:`OBJECTIVES`), sorted by accuracy (best first) then latency; rows missing an objective are ignored; of rows
+    equal on all four only the first is kept."""
+    valid = [r for r in rows if r.get("status", "ok") == "ok" and all(r.get(c) is not None for c, _, _ in OBJECTIVES)]
+    front: list[dict[str, Any]] = []
+    for r in valid:
+        if any(_dominates(o, r) for o in valid):
+            continue
+        if any(all(o[c] == r[c] for c, _, _ in OBJECTIVES) for o in front):
+            continue
+        front.append(r)
+    return sorted(front, key=lambda r: (-r["accuracy"], r["latency_us"]))
+
+
+def front_table(front: list[dict[str, Any]]) -> str:
+    """The four-way front as a text table: design, accuracy, latency, energy, area."""
+    head = f"{'design':<44} {'accuracy %':>10} {'latency us':>11} {'energy uJ':>10} {'area CLB':>9}"
+    lines = [head, "-" * len(head)]
+    for r in front:
+        lines.append(f"{r['design']:<44} {r['accuracy']:>10.2f} {r['latency_us']:>11.1f} "
+                     f"{r['energy_total_uj']:>10.2f} {r['area_clb']:>9.0f}")
+    return "\n".join(lines)
+
+
+def plot_accuracy(groups: dict[str, list[dict[str, Any]]], folder: str | os.PathLike[str]) -> list[Path]:
+    """Per model with accuracy, one PNG ``accuracy_<model>.png``: accuracy against latency, energy and area (the
+    four-way front's 2D projections), every design grey and the front's designs marked. Returns the files."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from vta.fileio import atomic_path
+    written = []
+    for model, rows in groups.items():
+        valid = [r for r in rows if r.get("accuracy") is not None and r.get("status", "ok") == "ok"]
+        if not valid:
+            continue
+        front = four_way_front(valid)
+        fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
+        for ax, (column, _, label) in zip(axes, OBJECTIVES[1:]):
+            ax.scatter([r[column] for r in valid], [r["accuracy"] for r in valid], s=12, c="0.7", label="designs")
+            ax.scatter([r[column] for r in front], [r["accuracy"] for r in front], s=30, c="C3",
+                       label="four-way front")
+            ax.set_xlabel(label)
+            ax.set_ylabel("accuracy (%)")
+            ax.grid(alpha=0.3)
+        axes[0].legend(loc="lower right")
+        fig.suptitle(f"{Path(model).stem}: accuracy ({valid[0].get('accuracy_on', '')}) against the other objectives")
+        fig.tight_layout()
+        path = Path(folder) / f"accuracy_{Path(model).stem}.png"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, dpi=110, format="png")
+        plt.close(fig)
+        written.append(path)
+    return written

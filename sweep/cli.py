@@ -107,6 +107,13 @@ def sweep_command(args: argparse.Namespace) -> int:
         front = frontier(suite, "area_clb", column, maximize_y=maximize)
         print(f"\nfrontier, {metric} vs area ({name}, {len(front)} of {len(suite)} designs):")
         print(frontier_table(front, metric))
+    from .accuracy import four_way_front, front_table, plot_accuracy
+    for model in spec.models:  # with accuracy (a design's widths): the four-way front per model
+        front = four_way_front(groups[model])
+        if front:
+            print(f"\nfour-way front, accuracy ({front[0]['accuracy_on']}), latency, energy, area ({model}, "
+                  f"{len(front)} of {len(groups[model])} designs):")
+            print(front_table(front))
     if args.check > 0:
         if spec.mode != "model":
             raise CliError("--check measures model-mode points again in exact mode; this sweep is already exact")
@@ -118,6 +125,7 @@ def sweep_command(args: argparse.Namespace) -> int:
         failed = [r for r in store.rows(mode=spec.mode) if r["status"] != "ok" and
                   (r["design"], r["model"], r["mode"]) in keys]
     written = plot_frontiers(groups, plot_dir, title=f"sweep {spec.name} ({spec.mode} mode)", failed=failed)
+    written += plot_accuracy({m: groups[m] for m in spec.models}, plot_dir)
     print()
     print(wrote(db, "results database"))
     for path in written:
