@@ -113,6 +113,53 @@ def host_layout_seconds(qgraph: Any, node: Any, cfg: VTAConfig, repeats: int = 2
     return out
 
 
+def weight_paths(qgraph: Any, node: Any, cfg: VTAConfig, tsim: bool) -> dict[str, dict[str, Any]]:
+    """Both ways a QMatMul's activation ``b`` reaches the weight buffer (:data:`vta.compiler.lowering.matmul.
+    WEIGHT_PATHS`): per path, the cycle model's cycles of the searched program, tsim's cycles (when ``tsim``, on
+    random int8 operands, checked against :func:`vta.compiler.qops.qmatmul`) and the median microseconds of the host
+    packing ``b`` needs (:func:`pack_b`, or :func:`pack_b_image` for the load unit's gather)."""
+    from vta.backend import get_backend
+    from vta.compiler import qops
+    from vta.compiler.lowering.codegen import build_conv_program
+    from vta.compiler.lowering.intrin import intrinsics
+    from vta.compiler.lowering.layout import INPUT, OUTPUT
+    from vta.compiler.lowering.matmul import WEIGHT, lower_matmul, matmul_dims, pack_a, pack_b, pack_b_image, unpack_out
+    from vta.compiler.lowering.search import search_conv
+    from vta.cost import estimate
+    intr = intrinsics(cfg)
+    dims = matmul_dims(qgraph.shape(node.inputs[0]), qgraph.shape(node.inputs[1]), intr)
+    rng = np.random.default_rng(2)
+    a = rng.integers(-128, 128, dims.a_shape, dtype=np.int8)
+    b = rng.integers(-128, 128, dims.b_shape, dtype=np.int8)
+    out: dict[str, dict[str, Any]] = {}
+    for path, packer in (("host", pack_b), ("load", pack_b_image)):
+        layer = lower_matmul(qgraph, node, intr, weights=path)
+        tiling = search_conv(cfg, layer).tiling
+        program, _ = build_conv_program(cfg, layer, tiling=tiling)
+        est = estimate(program)
+        row: dict[str, Any] = {"predicted_cycles": est.cycles, "bound": est.bound,
+                               "load_insns": sum(type(i).__name__ == "Load" for i in program.insns),
+                               "pack_b_us": _median_us(lambda: packer(b, dims, intr))}  # noqa: B023 (called here)
+        if tsim:
+            bound = program.with_data({INPUT: pack_a(a, dims, intr), WEIGHT: packer(b, dims, intr)})
+            result = get_backend("tsim").run(bound)
+            got = unpack_out(bound.read(OUTPUT, result.dram), dims, intr)
+            row["tsim_cycles"] = result.cycles
+            row["exact"] = bool(np.array_equal(got, qops.qmatmul(a, b, node.attrs["multiplier"],
+                                                                 node.attrs["shift"])))
+        out[path] = row
+    return out
+
+
+def _median_us(call: Any, repeats: int = 20) -> float:
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times)) * 1e6
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", help="VTA config file (default: VTA's default design)")
@@ -179,6 +226,12 @@ def main() -> None:
             print(f"{s.node.name}: the host layout step (pack a, pack b into the weight layout, unpack the output) "
                   f"takes " + ", ".join(f"{k} {v:.0f} us" for k, v in layout.items())
                   + f" (median of 20, this machine); the accelerator {accel_us:.0f} us at {cfg.clock_mhz:g} MHz")
+            paths = weight_paths(qgraph, s.node, cfg, not args.no_tsim)
+            row["weight_paths"] = paths
+            for path, figures in paths.items():
+                print(f"  b by {path:4}: " + ", ".join(f"{k} {v:,}" if isinstance(v, int) and not isinstance(v, bool)
+                                                      else f"{k} {v:.0f}" if isinstance(v, float) else f"{k} {v}"
+                                                      for k, v in figures.items()))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"config": cfg.name, "macs_per_cycle": peak, "layers": rows}, f, indent=1)

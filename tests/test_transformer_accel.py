@@ -163,3 +163,43 @@ def test_a_small_encoder_block_puts_every_product_on_the_accelerator_bit_exact()
     x = {"input": RNG.standard_normal((1, 32, 64)).astype(np.float32)}
     out = run(compiled, x, target="fsim")
     np.testing.assert_array_equal(out.outputs["output"], qops.run_reference(qgraph, x)["output"])
+
+
+
+def _run_matmul_program(qgraph, feeds, weights, cfg, target="fsim"):
+    """The QMatMul of ``qgraph`` built with weight path ``weights`` and run on ``target`` with its operands bound as
+    the runtime binds them; returns (output, qops' output, the backend's result)."""
+    from vta.backend import get_backend
+    from vta.compiler.lowering.codegen import build_conv_program
+    from vta.compiler.lowering.layout import INPUT, OUTPUT
+    from vta.compiler.lowering.matmul import WEIGHT, pack_b_image
+    intr = intrinsics(cfg)
+    node = next(n for n in qgraph.nodes if n.op == "QMatMul")
+    values = qops.run_reference(qgraph, feeds, keep_all=True)
+    a, b = (values[name] for name in node.inputs)
+    dims = matmul_dims(a.shape, b.shape, intr)
+    program, _ = build_conv_program(cfg, lower_matmul(qgraph, node, intr, weights=weights))
+    packed_b = (pack_b_image if weights == "load" else pack_b)(b, dims, intr)
+    program = program.with_data({INPUT: pack_a(a, dims, intr), WEIGHT: packed_b})
+    result = get_backend(target).run(program)
+    got = unpack_out(program.read(OUTPUT, result.dram), dims, intr)
+    return got, qops.qmatmul(a, b, node.attrs["multiplier"], node.attrs["shift"]), result
+
+
+@pytest.mark.parametrize(("a_shape", "b_shape"), [SHAPES[0], SHAPES[1], SHAPES[3], ((1, 3, 40, 32), (1, 3, 32, 48))])
+def test_the_load_unit_gathers_b_from_an_activation_image_bit_exact(a_shape, b_shape):
+    qgraph, feeds = _matmul_graph(a_shape, b_shape)
+    got, want, _ = _run_matmul_program(qgraph, feeds, "load", VTAConfig())
+    np.testing.assert_array_equal(got, want)
+    got, want, _ = _run_matmul_program(qgraph, feeds, "host", VTAConfig())
+    np.testing.assert_array_equal(got, want)
+
+
+def test_the_load_path_is_refused_where_it_cannot_work():
+    from vta.compiler.lowering.schedule import ScheduleError
+    qgraph, _ = _matmul_graph((1, 2, 16, 16), (1, 2, 16, 16))
+    node = next(n for n in qgraph.nodes if n.op == "QMatMul")
+    with pytest.raises(ScheduleError, match="at batch 1 only, not 2"):
+        lower_matmul(qgraph, node, intrinsics(VTAConfig(log_batch=1)), weights="load")
+    with pytest.raises(ValueError, match="weights must be one of host, load, not 'dma'"):
+        lower_matmul(qgraph, node, intrinsics(VTAConfig()), weights="dma")

@@ -67,6 +67,10 @@ class ConvLayer:
     ``multiplier``/``shift``: int [O] requantization, ``lo``/``hi`` the clip range (per the operator contract).
     ``rounding``: a constant added after the multiplication and before the shift (0: none), QMatMul's rescale
     ``clip((acc * M + rounding) >> S)`` (:func:`..qops.rescale`); an ALU ADD of a constant acc entry (``RND``).
+    ``weights_as_image``: the weights reach DRAM not blocked but as the packed activation image
+    ``(1, NIB*groups, O/groups, 1, 1, BI)`` whose channels are the reduction and whose rows are a group's output
+    channels (:func:`.matmul.pack_b_image`, the layout the accelerator's own layers write); the load unit gathers
+    each output block's weight entries from it (one strided LOAD per output block). 1x1 kernels, batch 1 only.
     """
 
     geom: ConvGeometry
@@ -77,6 +81,7 @@ class ConvLayer:
     lo: int
     hi: int
     rounding: int = 0
+    weights_as_image: bool = False
 
     @classmethod
     def make(cls, x_shape: tuple[int, ...], w: np.ndarray, bias: np.ndarray, multiplier: np.ndarray,
@@ -219,10 +224,27 @@ def _emit_loads(s: _ConvState, tile: ConvTile, step: tuple[int, int, int, int], 
                 x_pad_0=x0 - col0, x_pad_1=col0 + cols - x1)
     # (ob, j, kh, kw) weights: a step's kernel rows of one block are contiguous, as are all rows of its blocks
     nib = s.layer.weight.nib
+    if s.layer.weights_as_image:
+        _emit_image_weight_loads(s, tile, j0, j1, wgt_base)
+        return first
     pb.load(MEM_WGT, sram_base=wgt_base,
             dram_base=pb.elem_addr(s.w, MEM_WGT) + ((tile.ob0 * nib + j0) * g.kh + kh0) * g.kw,
             y_size=tile.oct, x_size=(j1 - j0) * (kh1 - kh0) * g.kw, x_stride=nib * g.kh * g.kw)
     return first
+
+
+def _emit_image_weight_loads(s: _ConvState, tile: ConvTile, j0: int, j1: int, wgt_base: int) -> None:
+    """LOAD WGT of a step from weights laid out as an activation image (:attr:`ConvLayer.weights_as_image`): output
+    block ``ob``'s reduction block ``j`` is the wgt entry ``(ib_lo[ob] + j) * per + ob % per`` (``per`` output blocks
+    per group: 16 image rows of one channel block make one 256-byte entry), so one LOAD per output block takes its
+    ``j1 - j0`` entries ``per`` apart, into the step's usual ``[output block][reduction block]`` order."""
+    g, ib_lo = s.layer.geom, s.layer.weight.ib_lo
+    per = g.ob // g.groups
+    w_addr = s.pb.elem_addr(s.w, MEM_WGT)
+    for obl in range(tile.oct):
+        ob = tile.ob0 + obl
+        s.pb.load(MEM_WGT, sram_base=wgt_base + obl * (j1 - j0),
+                  dram_base=w_addr + (int(ib_lo[ob]) + j0) * per + ob % per, y_size=j1 - j0, x_size=1, x_stride=per)
 
 
 def _gemm_uops(s: _ConvState, tile: ConvTile, step: tuple[int, int, int, int], first: int, inp_base: int,
@@ -528,7 +550,11 @@ def emit_conv(pb: ProgramBuilder, layer: ConvLayer, x: Allocation, y: Allocation
     intr = intrinsics(pb.cfg)
     first_insn = len(pb.insns)
     t = tiling or plan_conv(layer.geom, intr, threads=threads)
-    w = pb.alloc(f"{prefix}w", layer.weight.data, alloc_dtype(pb.cfg.wgt_width))  # int4 packed on a w4 design
+    wdata = layer.weight.data
+    if layer.weights_as_image:  # the same bytes, shaped as the activation image the runtime binds
+        g = layer.geom
+        wdata = np.zeros((1, g.ib, g.o // g.groups, 1, 1, intr.block_in), np.int8)
+    w = pb.alloc(f"{prefix}w", wdata, alloc_dtype(pb.cfg.wgt_width))  # int4 packed on a w4 design
     consts = pb.alloc(f"{prefix}consts", conv_constants(layer, intr))
     tiles = list(t.tiles())
     code = LayerCode([x], y, tiles=len(tiles), tiling=t)

@@ -13,13 +13,21 @@ block straddles two groups and each output block reads exactly ``Kp/BI`` input b
 QMatMul's (:func:`..qops.qmatmul`): MUL M, an ADD of the rounding ``2**(S-1)``, SHR S, MAX, MIN on the ALU (the
 frontend chose ``(M, S)`` so that ``acc * M + r`` fits int32).
 
-The second operand is an activation, so it reaches the weight buffer through the host: the runtime packs ``b`` into
-the blocked weight layout (:func:`pack_b`) and binds it to the program's weight allocation (:data:`WEIGHT`), as it
-packs ``a`` (:func:`pack_a`) and unpacks the output (:func:`unpack_out`) at the partition boundary. A constant ``b``
-is packed once, at compile time, into the program.
+The second operand is an activation. It reaches the weight buffer by one of two paths (:data:`WEIGHT_PATHS`):
+
+* ``host`` (what the partitioner lowers): the runtime packs ``b`` into the blocked weight layout (:func:`pack_b`) and
+  binds it to the program's weight allocation (:data:`WEIGHT`), as it packs ``a`` (:func:`pack_a`) and unpacks the
+  output (:func:`unpack_out`) at the partition boundary; the program loads each step's weights with one LOAD;
+* ``load``: ``b`` reaches DRAM as an activation image whose channels are K and rows are N (:func:`pack_b_image`, the
+  layout the accelerator's own layers write), and the load unit gathers the weight entries from it, one strided
+  LOAD per output block (:attr:`.codegen.ConvLayer.weights_as_image`).
+
+The runtime tells them apart by the shape of the program's weight allocation. A constant ``b`` is packed once, at
+compile time, into the program (blocked). Both paths are int8 only (an int4 design keeps QMatMul on the CPU).
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,11 +38,14 @@ from .intrin import Intrinsics
 from .layout import round_up
 from .schedule import ScheduleError, plan_conv
 
-__all__ = ["MatMulDims", "matmul_dims", "lower_matmul", "pack_a", "pack_b", "unpack_out", "WEIGHT"]
+__all__ = ["MatMulDims", "matmul_dims", "lower_matmul", "pack_a", "pack_b", "pack_b_image", "image_shape",
+           "unpack_out", "WEIGHT", "WEIGHT_PATHS"]
 
 WEIGHT = "w"
 """The allocation holding a layer program's packed weights (:func:`.codegen.emit_conv` with no prefix): the runtime
 binds a QMatMul's packed second operand to it."""
+WEIGHT_PATHS = ("host", "load")
+"""How a QMatMul's activation ``b`` reaches the weight buffer (see the module docstring)."""
 
 
 @dataclass(frozen=True)
@@ -112,6 +123,23 @@ def pack_b(b: np.ndarray, dims: MatMulDims, intr: Intrinsics) -> np.ndarray:
     return np.ascontiguousarray(blocks).reshape(dims.groups * dims.np_ // bo, dims.kp // bi, 1, 1, bo, bi)
 
 
+def image_shape(dims: MatMulDims, intr: Intrinsics) -> tuple[int, ...]:
+    """The packed shape of ``b`` as an activation image (:func:`pack_b_image`): ``(1, G*Kp/BI, Np, 1, 1, BI)``."""
+    return (1, dims.groups * dims.kp // intr.block_in, dims.np_, 1, 1, intr.block_in)
+
+
+def pack_b_image(b: np.ndarray, dims: MatMulDims, intr: Intrinsics) -> np.ndarray:
+    """The second operand ``b [..., K, N]`` (int8) as the packed activation image ``(1, G*Kp/BI, Np, 1, 1, BI)`` of
+    the NCHW image ``[1, G*Kp, Np, 1]`` (channel ``g*Kp + k``, row ``n`` holds ``b[g, k, n]``): what the ``load``
+    path's program gathers its weight entries from (16 consecutive rows of one channel block are one entry)."""
+    bi = intr.block_in
+    bg = _groups_of(np.asarray(b, np.int8), dims)
+    padded = np.zeros((dims.groups, dims.kp, dims.np_), np.int8)
+    padded[:, :dims.k, :dims.n] = bg
+    blocks = padded.reshape(dims.groups, dims.kp // bi, bi, dims.np_).transpose(0, 1, 3, 2)
+    return np.ascontiguousarray(blocks).reshape(image_shape(dims, intr))
+
+
 def unpack_out(y: np.ndarray, dims: MatMulDims, intr: Intrinsics) -> np.ndarray:
     """The packed output image ``(1, G*Np/BO, M, 1, B, BO)`` as ``out [..., M, N]`` (int8)."""
     bo = intr.block_out
@@ -128,11 +156,22 @@ def _weights(b: np.ndarray, dims: MatMulDims) -> np.ndarray:
     return padded.reshape(dims.groups * dims.np_, dims.kp, 1, 1)
 
 
-def lower_matmul(graph: Graph, node: Node, intr: Intrinsics) -> ConvLayer:
+def lower_matmul(graph: Graph, node: Node, intr: Intrinsics, *, weights: str = "host") -> ConvLayer:
     """The grouped 1x1 convolution computing QMatMul ``node`` (see the module docstring); its weights are ``b``
-    when ``b`` is a constant, else zeros that the runtime replaces by the packed activation. Raises
-    :class:`ScheduleError` when the shapes do not multiply or no tiling fits."""
+    when ``b`` is a constant, else zeros that the runtime replaces by the packed activation, reaching the weight
+    buffer by path ``weights`` (:data:`WEIGHT_PATHS`). Raises :class:`ScheduleError` when the shapes do not multiply,
+    the design is not int8 (or, for ``load``, not batch 1) or no tiling fits."""
+    if weights not in WEIGHT_PATHS:
+        raise ValueError(f"weights must be one of {', '.join(WEIGHT_PATHS)}, not {weights!r}")
+    cfg = intr.cfg
+    if cfg.inp_width != 8 or cfg.wgt_width != 8:
+        raise ScheduleError(f"the host layout step packs int8 operands; this design has int{cfg.inp_width} inputs and "
+                            f"int{cfg.wgt_width} weights")
     a_name, b_name = node.inputs[0], node.inputs[1]
+    image = weights == "load" and b_name not in graph.constants
+    if image and intr.batch != 1:
+        raise ScheduleError(f"the load unit gathers weight entries from an activation image at batch 1 only, not "
+                            f"{intr.batch}")
     dims = matmul_dims(graph.shape(a_name), graph.shape(b_name), intr)
     shift = int(node.attrs["shift"])
     if b_name in graph.constants:
@@ -142,5 +181,7 @@ def lower_matmul(graph: Graph, node: Node, intr: Intrinsics) -> ConvLayer:
     layer = ConvLayer.make(dims.image, w, np.zeros(dims.groups * dims.np_, np.int32),
                            np.array([int(node.attrs["multiplier"])]), np.array([shift]), -128, 127,
                            groups=dims.groups, intr=intr, rounding=(1 << (shift - 1)) if shift > 0 else 0)
+    if image:
+        layer = dataclasses.replace(layer, weights_as_image=True)
     plan_conv(layer.geom, intr)  # raises ScheduleError when it cannot be tiled
     return layer

@@ -107,12 +107,13 @@ def _source_digest() -> str:
 
 
 def _search_key(layer: ConvLayer, cfg: VTAConfig, threads: tuple[int, ...], bias: tuple[bool, ...]) -> str:
-    """The cache key of a search: layer geometry, the ALU passes, the config's fields, the options, the sources."""
+    """The cache key of a search: layer geometry, the ALU passes, the weights' layout, the config's fields, the
+    options, the sources."""
     g = layer.geom
     data = {"v": _SEARCH_VERSION, "src": _source_digest(), "cfg": dataclasses.asdict(cfg),
             "geom": [g.n, g.c, g.h, g.w, g.o, g.kh, g.kw, g.sh, g.sw, list(g.pads), g.groups],
             "alu": alu_passes(layer, fused=fused_requant(layer, intrinsics(cfg))), "per_tensor": layer.per_tensor,
-            "threads": list(threads), "bias": list(bias)}
+            "threads": list(threads), "bias": list(bias), "weights_as_image": layer.weights_as_image}
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:32]
 
 
@@ -134,7 +135,7 @@ def _candidate_key(layer: ConvLayer, cfg: VTAConfig, t: ConvTiling) -> str:
     data = {"v": _SEARCH_VERSION, "src": _source_digest(), "cfg": fields, "uop_bits": cfg.uop_bits,
             "geom": [g.n, g.c, g.h, g.w, g.o, g.kh, g.kw, g.sh, g.sw, list(g.pads), g.groups],
             "alu": alu_passes(layer, fused=fused_requant(layer, intrinsics(cfg))), "per_tensor": layer.per_tensor,
-            "tiling": tiling_to_dict(t)}
+            "tiling": tiling_to_dict(t), "weights_as_image": layer.weights_as_image}
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:32]
 
 

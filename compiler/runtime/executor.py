@@ -29,7 +29,7 @@ from ..lowering.layout import (
     pack_activation,
     unpack_activation,
 )
-from ..lowering.matmul import WEIGHT, matmul_dims, pack_a, pack_b, unpack_out
+from ..lowering.matmul import WEIGHT, image_shape, matmul_dims, pack_a, pack_b, pack_b_image, unpack_out
 from ..lowering.partition import ColumnFold
 from .compiled import AccelStep, Compiled, _progress
 
@@ -123,14 +123,16 @@ def _stat_bytes(stats: Mapping[str, int]) -> int:
 
 def _matmul_operands(step: AccelStep, values: _Values) -> dict[str, np.ndarray]:
     """A QMatMul's operands in its program's layouts (:mod:`..lowering.matmul`): ``a`` as the input image, ``b``
-    (unless a constant, packed at compile time) as the weights: the host layout step, two conversions."""
+    (unless a constant, packed at compile time) as the blocked weights or, for a program whose load unit gathers
+    them, as an activation image: two conversions."""
     graph, intr = values.graph, values.intr
     a_name, b_name = step.node.inputs[0], step.node.inputs[1]
     dims = matmul_dims(graph.shape(a_name), graph.shape(b_name), intr)
     bound = {INPUT: pack_a(values.get_nchw(a_name), dims, intr)}
     values.conversions += 1
-    if b_name not in graph.constants:
-        bound[WEIGHT] = pack_b(values.get_nchw(b_name), dims, intr)
+    if b_name not in graph.constants:  # the weight allocation's shape says which path the program takes
+        as_image = step.program.allocation(WEIGHT).shape == image_shape(dims, intr)
+        bound[WEIGHT] = (pack_b_image if as_image else pack_b)(values.get_nchw(b_name), dims, intr)
         values.conversions += 1
     return bound
 
