@@ -338,12 +338,13 @@ class Report:
 
         per_module = self.module_breakdown() is not None
         energy = any(r.get("energy_uj") for r in self.rows)
-        panels = 1 + (len(MODULES) if per_module else 0) + int(energy)
+        panels = 2 + (len(MODULES) if per_module else 0) + int(energy)
         width = max(6.0, _INCHES_PER_LAYER * len(self.rows))  # room for every label at ResNet-50's ~75 layers
         fig, axes = plt.subplots(panels, 1, figsize=(width, 2.2 + 2.0 * panels), sharex=True, squeeze=False)
         x = list(range(len(self.rows)))
         self._plot_overview(axes[0][0], x)
-        k = 1
+        self._plot_macs(axes[1][0], x)
+        k = 2
         if per_module:
             for m in MODULES:
                 self._plot_module(axes[k][0], x, m)
@@ -356,6 +357,8 @@ class Report:
         bottom = axes[-1][0]
         bottom.set_xticks(x)
         bottom.set_xticklabels([r["layer"] for r in self.rows], rotation=90, fontsize=_LABEL_POINTS)
+        for label, r in zip(bottom.get_xticklabels(), self.rows):
+            label.set_color("black" if r["where"] == "accel" else "0.45")
         bottom.set_xlim(-0.6, len(self.rows) - 0.4)
         fig.tight_layout()
         return fig
@@ -373,8 +376,25 @@ class Report:
             if any(heights):
                 ax.bar(x, heights, color=_WHERE_COLOURS.get(where, "tab:purple"), label=_WHERE_LABELS.get(where,
                                                                                                       where))
+        fallback = [i for i, r in zip(x, self.rows) if r["where"] != "accel"]
+        for k, i in enumerate(fallback):  # a layer with no accelerator cycles is shown as a grey band, not a gap
+            ax.axvspan(i - 0.4, i + 0.4, color="0.88", zorder=0,
+                       label="on the fallback (no accelerator cycles)" if k == 0 else None)
         ax.set_ylabel(what)
         ax.set_title(f"{self.model} on {self.target} ({self.config})", fontsize=9)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+
+    def _plot_macs(self, ax: Any, x: list[int]) -> None:
+        """Bars of every layer's MACs coloured by where it ran: the layers on a CPU or GPU fallback, which have no
+        accelerator cycles, are seen here."""
+        for where in dict.fromkeys(r["where"] for r in self.rows):
+            heights = [float(r["macs"]) if r["where"] == where else 0.0 for r in self.rows]
+            if any(heights):
+                ax.bar(x, heights, color=_WHERE_COLOURS.get(where, "tab:purple"), label=_WHERE_LABELS.get(where,
+                                                                                                      where))
+        ax.set_ylabel("MACs")
+        ax.set_title("MACs per layer, wherever it ran", fontsize=9)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
 
@@ -418,9 +438,9 @@ class Report:
 
         points = self.roofline_points()
         fig, ax = plt.subplots(figsize=(7.0, 5.0))
-        xs = [p["intensity"] for p in points] or [1.0]
-        lo, hi = min(min(xs) / 2, 0.5), max(max(xs) * 2, 4.0 * self.macs_per_cycle / self.bus_bytes)
         ridge = self.macs_per_cycle / self.bus_bytes
+        xs = [p["intensity"] for p in points] or [ridge]
+        lo, hi = min(min(xs), ridge) / 1.5, max(max(xs), ridge) * 1.5
         ax.plot([lo, ridge], [self.bus_bytes * lo, self.macs_per_cycle], color="tab:red",
                 label=f"bandwidth roof ({self.bus_bytes} B/cycle)")
         ax.plot([ridge, hi], [self.macs_per_cycle] * 2, color="tab:blue",
@@ -430,12 +450,21 @@ class Report:
             if sel:
                 ax.scatter([p["intensity"] for p in sel], [p["macs_per_cycle"] for p in sel], marker=marker,
                            color="black", zorder=3, label=label)
-        for p in points:
-            ax.annotate(p["layer"], (p["intensity"], p["macs_per_cycle"]), fontsize=6, xytext=(3, 3),
-                        textcoords="offset points")
         ax.set_xscale("log", base=2)
         ax.set_yscale("log", base=2)
         ax.set_xlim(lo, hi)
+        labels = uncrowded_labels([((p["intensity"], p["macs_per_cycle"]), p["layer"]) for p in points], ax,
+                                  merge=False, pixels=12.0)
+        for xy, text in labels:
+            ax.annotate(text, xy, fontsize=6, xytext=(3, 3), textcoords="offset points")
+        hidden = len(points) - len(labels)
+        cpu = [r["layer"] for r in self.rows if r["where"] != "accel" and r["macs"]]
+        notes = ([f"{hidden} labels left out where they would overprint (vta run --html: every layer on hover)"]
+                 if hidden else []) + ([f"not on the roofline (ran on the fallback, no accelerator cycles): "
+                                        f"{', '.join(cpu[:6])}{' ...' if len(cpu) > 6 else ''}"] if cpu else [])
+        if notes:
+            ax.annotate("\n".join(notes), (0.0, -0.16), xycoords="axes fraction", va="top", fontsize=7,
+                        annotation_clip=False)
         ax.set_xlabel("operational intensity (MACs per DRAM byte)")
         ax.set_ylabel("achieved MACs per cycle")
         ax.set_title(f"roofline: {self.model} on {self.target} ({self.config})", fontsize=9)
@@ -447,9 +476,30 @@ class Report:
 _WHERE_COLOURS = {"accel": "tab:blue", "cpu": "tab:gray", "gpu": "tab:olive", "simt": "tab:cyan"}
 _WHERE_LABELS = {"accel": "accelerator", "cpu": "CPU", "gpu": "GPU", "simt": "GPU kernels (SIMT emulator)"}
 _CLASS_COLOURS = {"busy": "tab:green", "wait_token": "tab:orange", "wait_mem": "tab:red", "idle": "lightgray"}
-_ENERGY_COLOURS = {"mac": "tab:blue", "alu": "tab:cyan", "sram_uop": "#c7b3e5", "sram_inp": "#9c7fd1",
-                   "sram_wgt": "#7a55c0", "sram_acc": "#5a3a9e", "sram_out": "#3d2470", "dram": "tab:red",
+_ENERGY_COLOURS = {"mac": "tab:blue", "alu": "tab:cyan", "sram_uop": "tab:orange", "sram_inp": "tab:green",
+                   "sram_wgt": "tab:purple", "sram_acc": "tab:brown", "sram_out": "tab:pink", "dram": "tab:red",
                    "cpu": "tab:gray"}
+"""One distinct colour per energy component (the SRAM buffers were once shades of one purple)."""
+
+
+def uncrowded_labels(items: list[tuple[tuple[float, float], str]], ax: Any, *, merge: bool = True,
+                     pixels: float = 16.0) -> list[tuple[tuple[float, float], str]]:
+    """Labels (data point, text) that do not overprint on ``ax`` (its scales and limits set): with ``merge``, a run
+    of consecutive labels within ``pixels`` of the run's first becomes one label ``first-last`` at the first;
+    without it, a label within ``pixels`` of one already kept is dropped (its point still drawn)."""
+    out: list[tuple[tuple[float, float], str]] = []
+    anchors: list[Any] = []
+    for xy, text in items:
+        here = ax.transData.transform(xy)
+        near = [i for i, a in enumerate(anchors) if abs(a[0] - here[0]) < pixels and abs(a[1] - here[1]) < pixels]
+        if merge and near and near[-1] == len(anchors) - 1:
+            out[-1] = (out[-1][0], f"{out[-1][1].split('-')[0]}-{text}")
+            continue
+        if not merge and near:
+            continue
+        out.append((xy, text))
+        anchors.append(here)
+    return out
 
 
 _LABEL_POINTS = 8
@@ -482,7 +532,7 @@ def _save(fig: Any, path: str | PathLike[str]) -> None:
     import matplotlib.pyplot as plt
     try:
         with atomic_path(path) as tmp:  # the temporary name keeps the suffix that picks the format
-            fig.savefig(tmp)
+            fig.savefig(tmp, bbox_inches="tight")  # notes under the axes kept
     finally:
         plt.close(fig)
 

@@ -151,9 +151,12 @@ def test_figure_legends_name_only_what_is_drawn():
     report = Report("m", "cfg", "tsim", rows, macs_per_cycle=256, bus_bytes=8)
     fig = report.figure()
     axes = fig.axes
-    assert len(axes) == 1 + len(MODULES) + 1  # overview, one per module, energy
-    assert _labels(axes[0]) == ["accelerator"]  # the CPU layer has no cycles: no bar, no legend entry
-    module_axes = {ax.get_title().split()[0]: ax for ax in axes[1:1 + len(MODULES)]}
+    assert len(axes) == 2 + len(MODULES) + 1  # overview, MACs, one per module, energy
+    # the CPU layer has no cycles: a grey band says so
+    assert _labels(axes[0]) == ["on the fallback (no accelerator cycles)", "accelerator"]
+    assert _labels(axes[1]) == ["accelerator"]  # MACs: pool_2 has none
+    assert [t.get_color() for t in axes[-1].get_xticklabels()] == ["black", "0.45", "black"]
+    module_axes = {ax.get_title().split()[0]: ax for ax in axes[2:2 + len(MODULES)]}
     assert _labels(module_axes["load"]) == ["busy", "wait_mem", "idle"]
     assert _labels(module_axes["compute"]) == ["busy", "wait_token", "idle"]
     assert _labels(module_axes["store"]) == ["busy", "idle"]
@@ -167,6 +170,8 @@ def test_figure_legends_name_only_what_is_drawn():
     assert _labels(ax) == ["bandwidth roof (8 B/cycle)", "compute roof (256 MACs/cycle)", "layers (tsim cycles)"]
     roof = ax.get_lines()[1].get_ydata()
     assert list(roof) == [256, 256]
+    assert ax.get_xlim()[0] == pytest.approx(16.0 / 1.5) and ax.get_xlim()[1] == pytest.approx(48.0)  # fitted
+    assert [t.get_text() for t in ax.texts] == ["conv_1", "conv_3"]  # labels that do not overprint; pool_2: no MACs
     plt.close(fig)
 
 
