@@ -139,31 +139,11 @@ _PALETTE = ("tab:blue", "tab:orange", "tab:green", "tab:purple", "tab:brown", "t
             "tab:gray")
 
 
-def _uncrowded(items: list[tuple[tuple[float, float], str]], ax: Any, *, merge: bool = True,
-               pixels: float = 16.0) -> list[tuple[tuple[float, float], str]]:
-    """Labels (data point, text) that do not overprint on ``ax``: with ``merge``, a run of consecutive labels within
-    ``pixels`` of the run's first becomes one label ``first-last`` at the first; without it, a label within
-    ``pixels`` of one already kept is dropped (its point still drawn)."""
-    out: list[tuple[tuple[float, float], str]] = []
-    anchors: list[Any] = []
-    for xy, text in items:
-        here = ax.transData.transform(xy)
-        near = [i for i, a in enumerate(anchors) if abs(a[0] - here[0]) < pixels and abs(a[1] - here[1]) < pixels]
-        if merge and near and near[-1] == len(anchors) - 1:
-            first = out[-1][1].split("-")[0]
-            out[-1] = (out[-1][0], f"{first}-{text}")
-            continue
-        if not merge and near:
-            continue
-        out.append((xy, text))
-        anchors.append(here)
-    return out
-
-
 def _panel(ax: Any, rows: list[dict[str, Any]], column: str, maximize: bool, colour_by: str | None,
            values: list[str], by_design: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     """One model's panel: every design (coloured by ``colour_by``'s value; designs with identical figures drawn
     once, larger, with their count), the frontier numbered; returns the frontier."""
+    from vta.compiler.report import uncrowded_labels
     pts = [r for r in rows if r.get(column) is not None and r.get(AREA[0]) is not None]
     front = frontier(pts, AREA[0], column, maximize_y=maximize)
     groups: dict[tuple[float, float], list[dict[str, Any]]] = {}
@@ -182,10 +162,10 @@ def _panel(ax: Any, rows: list[dict[str, Any]], column: str, maximize: bool, col
     _scale(ax, "x", [r[AREA[0]] for r in pts])
     _scale(ax, "y", [r[column] for r in pts])
     ax.autoscale_view()
-    for (x, y), text in _uncrowded([((r[AREA[0]], r[column]), str(k)) for k, r in enumerate(front, 1)], ax):
+    for (x, y), text in uncrowded_labels([((r[AREA[0]], r[column]), str(k)) for k, r in enumerate(front, 1)], ax):
         ax.annotate(text, (x, y), fontsize=7, color="tab:red", xytext=(-3, 5), textcoords="offset points", ha="right")
     counts = [((x, y), f"x{len(g)}") for (x, y), g in groups.items() if len(g) > 1]
-    for (x, y), text in _uncrowded(counts, ax, merge=False):
+    for (x, y), text in uncrowded_labels(counts, ax, merge=False):
         ax.annotate(text, (x, y), fontsize=6, xytext=(4, -8), textcoords="offset points", color="0.3")
     coincident = sum(len(g) for g in groups.values() if len(g) > 1)
     ax.legend(fontsize=7, title=f"{len(pts)} designs" + (f", {coincident} sharing figures (xN)" if coincident else
