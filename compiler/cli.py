@@ -194,8 +194,10 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     _add_model_options(parser)
     add_report_options(parser)
     parser.add_argument("--no-check", action="store_true", help="skip the bit-exact check against the reference")
-    parser.add_argument("--input", metavar="FILE.npy", help="the model's input (a .npy array of its input shape, "
-                                                            "float32); default: seeded random normal values")
+    parser.add_argument("--input", metavar="FILE.npy|FILE.npz",
+                        help="the model's input (a .npy array of its input shape, float32), or every input by name "
+                             "(an .npz; e.g. a decode step's input_ids and past.N.key/value); default: seeded random "
+                             "values (token ids uniform over the embedding table, floats standard normal)")
     parser.add_argument("--output", metavar="FILE.npz", help="save the model's outputs (output name -> array)")
     parser.add_argument("--accuracy-budget", metavar="BUDGET",
                         help="fail the run (exit 1) when its error against the float model exceeds BUDGET: a number "
@@ -292,6 +294,7 @@ def run_model(args: argparse.Namespace) -> int:
         exact = all(np.array_equal(ref[k], out.outputs[k]) for k in ref)
         report.extra["matches_integer_reference"] = exact
     report.extra["accuracy"] = _accuracy(args.model, compiled, float_graph, inputs, out.outputs)
+    report.extra.update(_transformer_figures(compiled.meta.get("model", args.model), compiled, report))
     if "calibration" in compiled.meta:  # artefacts compiled before calibration was recorded do not say
         report.extra["calibration"] = compiled.meta["calibration"]
     written = _write_outputs(report, args)
@@ -346,6 +349,31 @@ def _accuracy(model: str, compiled: Any, float_graph: Any, inputs: dict[str, np.
                         for name in compiled.graph.outputs}}
 
 
+def _transformer_figures(model: str, compiled: Any, report: Any) -> dict[str, str]:
+    """Report lines for a model of token ids: ``tokens_per_s`` at the design's clock (the report's inferences per
+    second times the tokens of one inference: 128 for a prefill, 1 for a decode step); for a zoo model with a
+    labelled test set (``vit_digits``), ``test_accuracy``: float and int8 top-1 on it (:func:`.zoo.test_accuracy`)."""
+    from .frontend import zoo
+    from .pipeline import token_range
+    graph = compiled.graph
+    lines = {}
+    ids = [name for name in graph.inputs if token_range(graph, name) is not None]
+    per_s = report.totals.get("inferences_per_s")
+    if ids and per_s:
+        tokens = int(np.prod(graph.shape(ids[0])))
+        lines["tokens_per_s"] = (f"{per_s * tokens:,.1f} ({tokens} tokens per inference of {ids[0]} "
+                                 f"{list(graph.shape(ids[0]))}, at {report.clock_mhz:.4g} MHz; the "
+                                 f"{report.totals['latency_cycles']} accelerator cycles only, the layers on the CPU "
+                                 f"fallback not counted)")
+    found = zoo.test_accuracy(model, graph) if model in zoo.list_models() else None
+    if found is not None:
+        lines["test_accuracy"] = (f"float {found['float']:.2f}%, int8 {found['int8']:.2f}% top-1 on "
+                                  f"{found['images']} images ({found['source']}; float: {found['float_reference']}, "
+                                  f"int8: the integer reference, which the accelerator's outputs match); the two "
+                                  f"agree on {found['agreement']:.2f}% of them")
+    return lines
+
+
 def _save_outputs(path: str, outputs: dict[str, np.ndarray]) -> None:
     """``--output FILE.npz``: the outputs by name, written atomically."""
     from vta.fileio import atomic_path
@@ -354,8 +382,8 @@ def _save_outputs(path: str, outputs: dict[str, np.ndarray]) -> None:
 
 
 def _inputs(graph: Any, options: Any, seed: int) -> dict[str, np.ndarray]:
-    """The ``--input`` array for the model's one input (checked: numeric, its shape, finite), else random inputs
-    seeded ``seed``."""
+    """The ``--input`` arrays (an .npy for a model's one input, an .npz by name; checked: numeric, their shapes,
+    finite, token ids in range), else random inputs seeded ``seed``."""
     from .pipeline import load_input, random_inputs
     if not options.input:
         return random_inputs(graph, seed)

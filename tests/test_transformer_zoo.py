@@ -129,3 +129,46 @@ def test_the_zoo_serves_the_full_size_transformers_by_name():
     assert set(zt.MODELS) == {"vit_tiny", "bert_base", "gpt2_prefill", "gpt2_decode"}
     with pytest.raises(ValueError, match="exceeds max_positions 32"):
         zt.gpt2(tokens=30, past=8, **TEXT)
+
+
+# ---- vit_digits: a transformer trained on real data ----------------------------------------------------------------
+def test_vit_digits_backward_matches_finite_differences():
+    from vta.compiler.frontend import digits_vit as dv
+    params = dv._initial()
+    x = dv.load_split()[0][:3].astype(np.float64)
+    labels = np.array([0, 1, 2])
+
+    def loss(p):
+        logits, caches = dv._forward(p, x)
+        e = np.exp(logits - logits.max(1, keepdims=True))
+        prob = e / e.sum(1, keepdims=True)
+        return -np.log(prob[np.arange(3), labels]).sum(), prob, caches
+
+    _, prob, caches = loss(params)
+    prob[np.arange(3), labels] -= 1.0
+    grads = dv._backward(params, caches, prob)
+    assert set(grads) == set(params)
+    rng = np.random.default_rng(0)
+    for name in ("patch_embed.weight", "pos_embed.value", "blocks.0.attn.qkv.weight", "blocks.1.mlp.fc1.bias",
+                 "blocks.0.ln1.weight", "norm.bias", "head.weight"):
+        flat = params[name].reshape(-1)
+        for k in rng.choice(flat.size, 3, replace=False):
+            keep = flat[k]
+            flat[k] = keep + 1e-5
+            up = loss(params)[0]
+            flat[k] = keep - 1e-5
+            down = loss(params)[0]
+            flat[k] = keep
+            assert abs((up - down) / 2e-5 - grads[name].reshape(-1)[k]) <= 1e-4 + 1e-3 * abs((up - down) / 2e-5)
+
+
+def test_vit_digits_accuracy_is_measured_on_the_held_out_digits():
+    """The zoo's trained tiny ViT (trained on first use into the cache, then reused): float and int8 accuracy on the
+    450 held-out images, which `vta run vit_digits` prints."""
+    from vta.compiler.pipeline import compile_model
+    compiled = compile_model("vit_digits", VTAConfig())
+    assert compiled.meta["calibration"]["source"] == "zoo images"
+    found = zoo.test_accuracy("vit_digits", compiled.graph)
+    assert found is not None and found["images"] == 450
+    assert found["float"] >= 90.0 and found["int8"] >= 88.0 and found["agreement"] >= 95.0
+    assert zoo.test_accuracy("bert_tiny", compiled.graph) is None

@@ -14,7 +14,8 @@ from vta.compiler.ir import node_macs
 
 def test_list_and_unknown():
     assert zoo.list_models() == ["bert_base", "bert_tiny", "efficientnet_lite0", "gpt2_decode", "gpt2_prefill",
-                                 "mini_resnet", "resnet18", "resnet34", "resnet50", "tiny_cnn", "vit_tiny"]
+                                 "mini_resnet", "resnet18", "resnet34", "resnet50", "tiny_cnn", "vit_digits",
+                                 "vit_tiny"]
     with pytest.raises(ValueError, match="Unknown zoo model 'vgg16'; known models are bert_base, bert_tiny, "
                                          "efficientnet_lite0"):
         zoo.get_model("vgg16")

@@ -9,7 +9,8 @@ last BatchNorm of each residual branch has a small gamma, as in trained ResNets.
 
 Models (:func:`list_models`): ``resnet18``, ``resnet34``, ``resnet50`` (``[N, 3, 224, 224]`` -> ``[N, 1000]``),
 ``tiny_cnn`` (``[N, 1, 8, 8]`` -> ``[N, 10]``), ``mini_resnet`` (``[N, 3, 32, 32]`` -> ``[N, 10]`` softmax; a residual
-add, a depthwise conv with ReLU6, Pad, Concat, Mul, Max/Average pooling), and the pretrained
+add, a depthwise conv with ReLU6, Pad, Concat, Mul, Max/Average pooling), ``vit_digits`` (a tiny ViT trained at
+first use on scikit-learn's digits, :mod:`.digits_vit`; :func:`test_accuracy` measures it), and the pretrained
 ``efficientnet_lite0`` (``[1, 3, 224, 224]`` -> ``[1, 1000]`` ImageNet logits, batch fixed at 1; needs the
 ``efficientnet`` extra), exported once by :mod:`.efficientnet` (which also provides the photos and class names) as
 ``efficientnet_lite0.onnx`` in the same folder. Transformers: ``bert_tiny`` (built here) and the full-size ones of
@@ -33,9 +34,10 @@ from onnx import TensorProto, helper, numpy_helper
 from vta.cache import cache_root, file_sha256
 from vta.fileio import atomic_write_text
 
-from . import float_ref, zoo_transformers
+from . import digits_vit, float_ref, zoo_transformers
 
-__all__ = ["cache_dir", "list_models", "get_model", "build_model", "OnnxBuilder", "calibration_data"]
+__all__ = ["cache_dir", "list_models", "get_model", "build_model", "OnnxBuilder", "calibration_data",
+           "test_accuracy"]
 
 OPSET = 17
 ZOO_VERSION = 3          # part of every cached file name: bump it whenever a model's construction changes
@@ -339,6 +341,7 @@ _BUILDERS: dict[str, Callable[[], onnx.ModelProto]] = {
     "efficientnet_lite0": _efficientnet_lite0,
     "bert_tiny": _bert_tiny,
     **zoo_transformers.MODELS,
+    "vit_digits": digits_vit.build,
 }
 
 def calibration_data(name: str) -> np.ndarray | None:
@@ -348,9 +351,39 @@ def calibration_data(name: str) -> np.ndarray | None:
     if name == "efficientnet_lite0":
         from . import efficientnet
         return efficientnet.preprocess_all(efficientnet.sample_images())
+    if name == "vit_digits":
+        return digits_vit.calibration_images()
     if name not in _BUILDERS:
         raise ValueError(f"Unknown zoo model {name!r}; known models are {', '.join(list_models())}.")
     return None
+
+
+def test_accuracy(name: str, qgraph: Any) -> dict[str, Any] | None:
+    """Top-1 accuracy in percent on zoo model ``name``'s labelled test set, when it has one (``vit_digits``: the 450
+    held-out digits), of the float model (ONNX Runtime on the zoo file when installed, else the float reference)
+    and of the quantized graph ``qgraph`` in the integer reference (:func:`..qops.run_reference`, which every
+    backend matches bit for bit); None for a model without a test set. Keys: ``float``, ``int8``, ``agreement``
+    (percent of images where both predict the same class), ``images``, ``float_reference``, ``source``."""
+    if name != "vit_digits":
+        return None
+    from .. import qops
+    from .onnx_frontend import import_onnx
+    x, y = digits_vit.test_set()
+    path = get_model(name)
+    inp, out = qgraph.inputs[0], qgraph.outputs[0]
+    try:
+        import onnxruntime as ort
+        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        float_pred = np.array([session.run(None, {inp: x[i:i + 1]})[0].argmax() for i in range(len(y))])
+        which = "onnxruntime"
+    except ImportError:
+        fg = import_onnx(path)
+        float_pred = np.array([float_ref.run_float(fg, {inp: x[i:i + 1]})[out].argmax() for i in range(len(y))])
+        which = "the lab's float reference"
+    int8_pred = np.array([qops.run_reference(qgraph, {inp: x[i:i + 1]})[out].argmax() for i in range(len(y))])
+    return {"float": 100.0 * float((float_pred == y).mean()), "int8": 100.0 * float((int8_pred == y).mean()),
+            "agreement": 100.0 * float((float_pred == int8_pred).mean()), "images": len(y),
+            "float_reference": which, "source": "the held-out 25% of scikit-learn's digits"}
 
 
 def list_models() -> list[str]:

@@ -50,8 +50,9 @@ OPSET = 17
 class _Net:
     """An ONNX graph built node by node: every node is named, and names its (first) output after itself."""
 
-    def __init__(self, name: str, seed: int) -> None:
+    def __init__(self, name: str, seed: int, weights: dict[str, np.ndarray] | None = None) -> None:
         self.name = name
+        self.weights = dict(weights or {})
         self.rng = np.random.default_rng(seed)
         self.nodes: list[onnx.NodeProto] = []
         self.inits: list[onnx.TensorProto] = []
@@ -60,7 +61,12 @@ class _Net:
         self.shared: dict[str, str] = {}
 
     def const(self, name: str, value: np.ndarray) -> str:
-        """An initializer called ``name``."""
+        """An initializer called ``name``: ``value``, or the given weight of that name (trained; same shape)."""
+        given = self.weights.pop(name, None)
+        if given is not None:
+            if given.shape != np.shape(value):
+                raise ValueError(f"weight {name!r} has shape {given.shape}; the graph needs {np.shape(value)}.")
+            value = np.asarray(given, np.float32)
         self.inits.append(numpy_helper.from_array(np.asarray(value), name))
         return name
 
@@ -108,6 +114,8 @@ class _Net:
         self.outputs.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, shape))
 
     def finish(self) -> onnx.ModelProto:
+        if self.weights:
+            raise ValueError(f"weights {', '.join(sorted(self.weights))} are not initializers of {self.name}.")
         graph = helper.make_graph(self.nodes, self.name, self.inputs, self.outputs, self.inits)
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="vta-lab")
         model.ir_version = 8
@@ -155,10 +163,11 @@ def _mlp(net: _Net, x: str, p: str, width: int, hidden: int) -> str:
 
 
 def vit(*, name: str = "vit_tiny", image: int = 224, patch: int = 16, channels: int = 3, width: int = 192,
-        depth: int = 12, heads: int = 3, mlp: int = 768, classes: int = 1000, seed: int = 2701) -> onnx.ModelProto:
+        depth: int = 12, heads: int = 3, mlp: int = 768, classes: int = 1000, seed: int = 2701,
+        weights: dict[str, np.ndarray] | None = None) -> onnx.ModelProto:
     """A ViT (DeiT-Tiny's layout, pre-LN): ``pixel_values [1, channels, image, image]`` -> ``logits [1, classes]``
-    (see the module docstring)."""
-    net = _Net(name, seed)
+    (see the module docstring). ``weights``: trained values of initializers by name (the rest seeded)."""
+    net = _Net(name, seed, weights)
     grid = image // patch
     tokens = grid * grid + 1
     x = net.add_input("pixel_values", TensorProto.FLOAT, [1, channels, image, image])
