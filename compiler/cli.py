@@ -358,13 +358,13 @@ def _transformer_figures(model: str, compiled: Any, report: Any) -> dict[str, st
     graph = compiled.graph
     lines = {}
     ids = [name for name in graph.inputs if token_range(graph, name) is not None]
-    per_s = report.totals.get("inferences_per_s")
-    if ids and per_s:
+    totals = report.totals
+    cycles, kind = (totals["cycles"], "measured") if totals["cycles"] else (totals["predicted"], "predicted")
+    if ids and cycles:
         tokens = int(np.prod(graph.shape(ids[0])))
-        lines["tokens_per_s"] = (f"{per_s * tokens:,.1f} ({tokens} tokens per inference of {ids[0]} "
-                                 f"{list(graph.shape(ids[0]))}, at {report.clock_mhz:.4g} MHz; the "
-                                 f"{report.totals['latency_cycles']} accelerator cycles only, the layers on the CPU "
-                                 f"fallback not counted)")
+        lines["tokens_per_s"] = (f"{tokens * report.clock_mhz * 1e6 / cycles:,.1f} ({tokens} token(s) per inference "
+                                 f"of {ids[0]} {list(graph.shape(ids[0]))} in {cycles:,} {kind} accelerator cycles "
+                                 f"at {report.clock_mhz:.4g} MHz; the layers on the CPU fallback not counted)")
     found = zoo.test_accuracy(model, graph) if model in zoo.list_models() else None
     if found is not None:
         lines["test_accuracy"] = (f"float {found['float']:.2f}%, int8 {found['int8']:.2f}% top-1 on "
