@@ -113,8 +113,9 @@ def test_the_generated_core_passes_vta_conform(small_cfg8: VTAConfig, small_core
     assert main(["conform", "--rtl", str(small_core), "--config", str(SMALL1X8_TOML), "--seeds", "3", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     features = [o["feature"] for o in report["outcomes"]]
-    stress = [f"stress tokens {seed}" + (f" latency {latency}" if latency else "") for seed in range(STRESS_STREAMS)
-              for latency in STRESS_LATENCIES]
+    stress = [name for seed in range(STRESS_STREAMS) for name in
+              [*(f"stress tokens {seed}" + (f" latency {latency}" if latency else "") for latency in STRESS_LATENCIES),
+               f"stress tokens {seed} backpressure"]]
     assert features == [*(f for f in features_for(small_cfg8) if f != "stress tokens"), *stress, "random 0",
                         "random 1", "random 2", "model tiny_cnn"]
     assert "alu req" not in features  # small1x8 has no fused_requant
@@ -122,7 +123,7 @@ def test_the_generated_core_passes_vta_conform(small_cfg8: VTAConfig, small_core
     coverage = report["coverage"]
     assert {g: (c["hit"], c["total"]) for g, c in coverage.items()} == {
         "instructions": (19, 19), "alu operands": (560, 560), "gemm accumulators": (4, 4), "loop shapes": (54, 54),
-        "pads": (85, 85), "token depth": (16, 16)}
+        "pads": (85, 85), "token depth": (16, 16), "backpressure": (4, 4)}
 
 
 def _failing(small_cfg8: VTAConfig, small_core: Path, mutant: Mutant, out: Path) -> dict[str, Outcome]:

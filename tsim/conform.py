@@ -16,8 +16,10 @@ interface's ports (:mod:`vta.tsim.ports`), before anything is built.
 
 The directed programs include corner values (ALU operands and immediates at their range edges, GEMM with extreme
 operands until the accumulators wrap, every loop shape and pad combination) and long token streams run at several
-memory read latencies (``stress tokens <seed> [latency L]``); ``--thorough`` runs longer streams at more seeds and
-latencies and more random programs. :class:`Coverage` records the bins the programs exercised (opcodes x operand
+memory read latencies (``stress tokens <seed> [latency L]``) and under seeded random backpressure with extra read
+latency on every memory channel (``stress tokens <seed> backpressure``, :class:`vta.tsim.bridge.Stall`);
+``--thorough`` runs longer streams at more seeds and latencies, each also under backpressure, and more random
+programs, each also under backpressure. :class:`Coverage` records the bins the programs exercised (opcodes x operand
 classes, gemm accumulator extremes, loop shapes, pad combinations, token queue depths), printed under the table and
 in the JSON, so a pass says what it covered.
 """
@@ -40,6 +42,7 @@ from vta.program import Program
 
 __all__ = ["Outcome", "Coverage", "run_kit", "check_program", "format_table", "format_coverage", "token_depths",
            "register", "MODEL_HOOKS", "DEFAULT_SEEDS", "DEFAULT_MODEL", "STRESS_LATENCIES", "THOROUGH_LATENCIES",
+           "backpressure",
            "THOROUGH_SEEDS"]
 
 DEFAULT_SEEDS = 4
@@ -76,6 +79,8 @@ _SHIFT_CLASSES = tuple(f"{kind}{wrap}" for wrap in ("", " wrapped") for kind in
                        ("0", "right 1-30", "right 31", "left 1-30", "left 31", "left 32"))
 """SHR amounts by their 6-bit value (right 0..31, left 1..32), as written or wrapped from beyond [-32, 31]."""
 _ARITH_OPS = ("MIN", "MAX", "ADD", "MUL")
+_STALL_BINS = ("rd_req_ready held low", "read beat held back", "wr_ready held low")
+"""The backpressure bins of the harness's stall counts (:attr:`vta.tsim.bridge.RunOutput.stalls`), in order."""
 _SHAPES = ("0", "1", "many")
 
 
@@ -106,7 +111,10 @@ class Coverage:
     * ``pads``: each LOAD memory type with each of the 16 combinations of padded sides, and with a pad of 15;
     * ``token depth``: each queue holding 1, 2, 3 or 4+ tokens at once, as far as the program lets it: the depth
       reached when the queue's consumer runs last (a token-only run of the program with in-order fetch and the
-      config's queue depths).
+      config's queue depths);
+    * ``backpressure``: what the host did to the memory port in the runs under random backpressure
+      (:class:`vta.tsim.bridge.Stall`, the harness's counts): held ``mem_rd_req_ready`` low, held back a read beat
+      that was due, held ``mem_wr_ready`` low, and delayed read requests by an extra latency.
     """
 
     def __init__(self, cfg: VTAConfig) -> None:
@@ -129,6 +137,7 @@ class Coverage:
                      [("".join(side for bit, side in zip(range(4), ("T", "B", "L", "R")) if c >> bit & 1) or "none")
                       for c in range(16)] + ["pad 15"]],
             "token depth": [f"{q.replace('_to_', '->')} {d}" for q in TOKEN_QUEUES for d in ("1", "2", "3", "4+")],
+            "backpressure": list(_STALL_BINS) + ["extra read latency"],
         }
         self.hit: set[str] = set()
         self.deepest: dict[str, int] = dict.fromkeys((q.replace("_to_", "->") for q in TOKEN_QUEUES), 0)
@@ -190,6 +199,14 @@ class Coverage:
             self.deepest[name] = max(self.deepest[name], depth)
             for d in range(1, min(depth, 4) + 1):
                 self.hit.add(f"{name} {'4+' if d == 4 else d}")
+
+    # -- what the host did (a run under random backpressure) --
+    def stalls(self, stall: Any, out: Any) -> None:
+        """A run under ``stall`` (:class:`vta.tsim.bridge.Stall`) that finished with ``out``
+        (:class:`vta.tsim.bridge.RunOutput`)."""
+        self.hit.update(name for name, count in zip(_STALL_BINS, out.stalls) if count)
+        if stall.extra_latency and out.rd_requests:
+            self.hit.add("extra read latency")
 
     def report(self) -> dict[str, dict[str, Any]]:
         """Per group: bins ``hit`` of ``total`` and the ``missed`` bins' names."""
@@ -302,10 +319,11 @@ def _unfinished(program: Program, counters: dict[str, int]) -> str:
 
 
 def check_program(backend: Any, program: Program, feature: str, *, latency: int | None = None,
-                  coverage: Coverage | None = None) -> Outcome:
+                  coverage: Coverage | None = None, stall: Any = None) -> Outcome:
     """Run ``program`` on fsim and on ``backend``'s core (no check inside the backend) and compare. ``latency``: the
     memory's read latency in cycles for this run (default the config's ``dram_latency``). ``coverage``: record the
-    bins the program exercises there."""
+    bins the program exercises there. ``stall``: random backpressure and extra read latency for the run
+    (:class:`vta.tsim.bridge.Stall`; None: none), named in the outcome's detail when the run fails."""
     from vta import fsim
 
     from .backend import cycle_budget, stats_from_counters
@@ -316,24 +334,29 @@ def check_program(backend: Any, program: Program, feature: str, *, latency: int 
         expected = fsim.run(program)
     if coverage is not None:
         coverage.program(program)
+    under = f" (under {stall})" if stall is not None else ""
     try:
-        if latency is None:
+        if latency is None and stall is None:
             dram, out = backend.run_raw(program)
         else:
-            budget = cycle_budget(program, watchdog_cycles=backend.watchdog_cycles, latency=latency)
+            latency = program.cfg.dram_latency if latency is None else latency
+            extra = stall.extra_latency if stall is not None else 0  # the budget allows the longest extra latency
+            budget = cycle_budget(program, watchdog_cycles=backend.watchdog_cycles, latency=latency + extra)
             dram, out = backend.model(program.cfg).run_program(
                 program, max_cycles=budget.cycles, watchdog_cycles=backend.watchdog_cycles, latency=latency,
-                budget_note=f" (the default budget derived from the program: {budget})")
+                budget_note=f" (the default budget derived from the program: {budget})", stall=stall)
     except TsimWatchdogError as err:
         stuck = "; ".join(m.summary() + _queues_popped(program, m) for m in err.modules if m.state != "idle") \
             or "no module busy"
         return Outcome(feature, "hang", f"no progress for {err.idle_cycles:,} cycles at cycle {err.cycles:,}: "
-                                        f"{stuck}", None, time.monotonic() - started)
+                                        f"{stuck}{under}", None, time.monotonic() - started)
     except TsimBudgetError as err:
-        return Outcome(feature, "hang", f"{str(err).split(' (')[0]}: {_unfinished(program, err.counters)}", None,
-                       time.monotonic() - started)
+        return Outcome(feature, "hang", f"{str(err).split(' (')[0]}: {_unfinished(program, err.counters)}{under}",
+                       None, time.monotonic() - started)
     except TsimError as err:
-        return Outcome(feature, "error", str(err).splitlines()[0], None, time.monotonic() - started)
+        return Outcome(feature, "error", str(err).splitlines()[0] + under, None, time.monotonic() - started)
+    if coverage is not None and stall is not None:
+        coverage.stalls(stall, out)
     stats = stats_from_counters(out.counters, program)
     want = expected.stats.as_dict()
     problems = []
@@ -347,7 +370,8 @@ def check_program(backend: Any, program: Program, feature: str, *, latency: int 
         problems.append("statistics differ (fsim vs core): " + ", ".join(differing))
     seconds = time.monotonic() - started
     cycles = int(out.counters.get("cycles", out.cycles))
-    return Outcome(feature, "fail" if problems else "pass", "; ".join(problems), cycles, seconds)
+    return Outcome(feature, "fail" if problems else "pass", "; ".join(problems) + (under if problems else ""),
+                   cycles, seconds)
 
 
 def _queues_popped(program: Program, module: Any) -> str:
@@ -404,16 +428,27 @@ THOROUGH_SEEDS = 16
 """Random programs (and ``stress tokens`` seeds: a quarter as many) that ``--thorough`` runs."""
 
 
+def backpressure(seed: int, *, heavy: bool = False) -> Any:
+    """The random backpressure the kit runs programs under (:class:`vta.tsim.bridge.Stall`), seeded by ``seed``:
+    each memory channel (read requests, read data, writes) stalled in a quarter of the cycles and up to 16 extra
+    read cycles; ``heavy`` (``--thorough``): half the cycles and up to 64."""
+    from .bridge import Stall
+    if heavy:
+        return Stall(seed=seed, rd_req=0.5, rd_data=0.5, wr=0.5, extra_latency=64)
+    return Stall(seed=seed)
+
+
 def run_kit(cfg: VTAConfig, *, backend_options: dict[str, Any] | None = None, seeds: int = DEFAULT_SEEDS,
             model: str | None = DEFAULT_MODEL, only: Sequence[str] = (), thorough: bool = False,
             coverage: Coverage | None = None, on_outcome: Callable[[Outcome], None] | None = None) -> list[Outcome]:
     """Run the kit on the core for ``cfg`` (``backend_options`` for :class:`~vta.tsim.backend.TSimBackend`:
     ``generator``/``sources`` of a foreign core; default the generated core) and return one :class:`Outcome` per
     feature: the directed programs (corner values, and :data:`STRESS_STREAMS` ``stress tokens <seed>`` streams at
-    each latency of :data:`STRESS_LATENCIES`), ``random <seed>`` for ``seeds`` seeds, and ``model <model>`` unless
-    ``model`` is None. ``thorough``: the stress streams :data:`~vta.tsim.conform_programs.THOROUGH_ROUNDS` long, at
-    four seeds and the
-    latencies of :data:`THOROUGH_LATENCIES`, and at least :data:`THOROUGH_SEEDS` random programs. ``only``: run just
+    each latency of :data:`STRESS_LATENCIES` and once under :func:`backpressure`, ``stress tokens <seed>
+    backpressure``), ``random <seed>`` for ``seeds`` seeds, and ``model <model>`` unless ``model`` is None.
+    ``thorough``: the stress streams :data:`~vta.tsim.conform_programs.THOROUGH_ROUNDS` long, at four seeds and the
+    latencies of :data:`THOROUGH_LATENCIES`, each also under heavy backpressure (``... backpressure``), and at least
+    :data:`THOROUGH_SEEDS` random programs, each also under backpressure. ``only``: run just
     the features whose names contain one of these texts. ``coverage``: a :class:`Coverage` the programs that run are
     recorded in. ``on_outcome`` is called as each finishes."""
     from vta.testing import random_program
@@ -426,8 +461,9 @@ def run_kit(cfg: VTAConfig, *, backend_options: dict[str, Any] | None = None, se
     def wanted(name: str) -> bool:
         return not only or any(text in name for text in only)
 
-    def case(name: str, make: Callable[[], Program], latency: int | None = None) -> tuple[str, Callable[[], Outcome]]:
-        return name, partial(_program_case, backend, make, name, latency, coverage)
+    def case(name: str, make: Callable[[], Program], latency: int | None = None,
+             stall: Any = None) -> tuple[str, Callable[[], Outcome]]:
+        return name, partial(_program_case, backend, make, name, latency, coverage, stall)
 
     if thorough:
         seeds = max(seeds, THOROUGH_SEEDS)
@@ -435,11 +471,18 @@ def run_kit(cfg: VTAConfig, *, backend_options: dict[str, Any] | None = None, se
     latencies = THOROUGH_LATENCIES if thorough else STRESS_LATENCIES
     for seed in range(max(seeds // 4, STRESS_STREAMS) if thorough else STRESS_STREAMS):
         make = partial(stress_program, cfg, seed, THOROUGH_ROUNDS if thorough else STRESS_ROUNDS)
-        for latency in latencies:
-            cases.append(case(f"stress tokens {seed}" + (f" latency {latency}" if latency is not None else ""), make,
-                              latency))
-    cases += [case(f"random {seed}", partial(random_program, cfg, np.random.default_rng(seed)))
-              for seed in range(seeds)]
+        for k, latency in enumerate(latencies):
+            name = f"stress tokens {seed}" + (f" latency {latency}" if latency is not None else "")
+            cases.append(case(name, make, latency))
+            if thorough:
+                cases.append(case(f"{name} backpressure", make, latency, backpressure(100 * seed + k, heavy=True)))
+        if not thorough:
+            cases.append(case(f"stress tokens {seed} backpressure", make, None, backpressure(seed)))
+    for seed in range(seeds):
+        make = partial(random_program, cfg, np.random.default_rng(seed))
+        cases.append(case(f"random {seed}", make))
+        if thorough:
+            cases.append(case(f"random {seed} backpressure", make, None, backpressure(seed)))
     if model and wanted(f"model {model}"):  # compiled first: a model the compiler refuses stops the kit at once
         compiled = _hook("compile")(model, cfg, policy="accel")
         cases.append((f"model {model}", partial(check_model, options, cfg, compiled)))
@@ -455,9 +498,9 @@ def run_kit(cfg: VTAConfig, *, backend_options: dict[str, Any] | None = None, se
 
 
 def _program_case(backend: Any, make: Callable[[], Program], feature: str, latency: int | None,
-                  coverage: Coverage | None) -> Outcome:
+                  coverage: Coverage | None, stall: Any = None) -> Outcome:
     """:func:`check_program` on the program ``make()`` builds (built when the case runs)."""
-    return check_program(backend, make(), feature, latency=latency, coverage=coverage)
+    return check_program(backend, make(), feature, latency=latency, coverage=coverage, stall=stall)
 
 
 def format_coverage(report: dict[str, dict[str, Any]], *, shown: int = 4) -> str:
