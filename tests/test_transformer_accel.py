@@ -136,6 +136,9 @@ def test_qmatmul_on_tsim_is_bit_exact_and_the_model_is_close():
     step = next(s for s in compiled.steps if isinstance(s, AccelStep))
     stat = next(layer for layer in out.layers if layer.op == "QMatMul")
     assert stat.cycles is not None and abs(step.predicted_cycles - stat.cycles) <= 0.05 * stat.cycles
+    got, want, result = _run_matmul_program(qgraph, feeds, "load", VTAConfig(), target="tsim")
+    np.testing.assert_array_equal(got, want)
+    assert result.cycles is not None and result.cycles > 0
 
 
 def _bench_script():
