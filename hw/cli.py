@@ -2,6 +2,8 @@
 
     vta hw verilog [--config C] -o DIR     write DIR/vta_core.v for the config
     vta hw resources [--config C] [--force] [--json]   LUT/FF/DSP/BRAM of the core (Yosys synth_xilinx, cached)
+    vta hw timing [--config C] [--seed N] [--device D] [--estimate] [--force] [--json]   max clock and critical path
+        (Yosys synth_ecp5 + nextpnr-ecp5, cached)
 """
 import json
 import sys
@@ -33,6 +35,26 @@ def register(subparsers):
     res.add_argument("--force", action="store_true", help="synthesize again even when a cached result exists")
     res.add_argument("--json", action="store_true", help="print the counts as JSON")
     res.set_defaults(func=_cmd_resources)
+    _register_timing(sub, add_config_option, command_doc)
+
+
+def _register_timing(sub, add_config_option, command_doc):
+    from .timing import DEFAULT_DEVICE, DEFAULT_SEED, DEVICES
+    tim = sub.add_parser("timing", help="place and route the core on an ECP5 FPGA: max clock and critical path",
+                         description=command_doc(_cmd_timing))
+    add_config_option(tim)
+    tim.add_argument("--seed", type=int, default=DEFAULT_SEED, metavar="N",
+                     help=f"nextpnr's placement seed (default {DEFAULT_SEED}); the clock moves ~10%% with it")
+    tim.add_argument("--device", choices=sorted(DEVICES), default=DEFAULT_DEVICE,
+                     help=f"ECP5 part (default {DEFAULT_DEVICE}: {DEVICES[DEFAULT_DEVICE]}, the largest)")
+    tim.add_argument("--estimate", action="store_true",
+                     help="place only and report nextpnr's post-placement estimate (minutes faster than routing)")
+    tim.add_argument("--timeout", type=float, default=1800.0, metavar="S",
+                     help="seconds routing may take before the post-placement estimate is taken instead "
+                          "(default 1800)")
+    tim.add_argument("--force", action="store_true", help="synthesize and place again even when a result is cached")
+    tim.add_argument("--json", action="store_true", help="print the result as JSON")
+    tim.set_defaults(func=_cmd_timing)
 
 
 def _cmd_verilog(args):
@@ -64,4 +86,27 @@ def _cmd_resources(args):
     else:
         print(f"{cfg.name}: LUT {counts['lut']} (LUT-RAM {counts['lutram']}), FF {counts['ff']}, DSP {counts['dsp']}, "
               f"BRAM {counts['bram']:g} (RAMB36 {counts['bram36']}, RAMB18 {counts['bram18']})")
+    return 0
+
+
+def _cmd_timing(args):
+    """Synthesize the core of the config for a Lattice ECP5 (Yosys synth_ecp5) inside a five-pin wrapper and place
+    and route it (nextpnr-ecp5, router2, a fixed seed): print its maximum clock, the critical path in the core's
+    terms (unit, from which register to which), run time and tool versions. Cached per design, tools, seed and
+    device. A design too large for the device is named with the resources it lacks."""
+    from vta.cliutil import CliError, config_from_args
+
+    from .timing import TimingError, format_timing, timing
+    cfg = config_from_args(args)
+    if args.seed < 0:
+        raise CliError(f"--seed {args.seed}: the seed must be 0 or more")
+    try:
+        result = timing(cfg, seed=args.seed, device=args.device, force=args.force, estimate=args.estimate,
+                        route_timeout=args.timeout, progress=lambda msg: print(msg, file=sys.stderr, flush=True))
+    except TimingError as err:
+        raise CliError(str(err)) from None
+    if args.json:
+        print(json.dumps(result, indent=1, sort_keys=True))
+    else:
+        print(format_timing(result))
     return 0

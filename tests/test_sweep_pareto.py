@@ -62,8 +62,12 @@ def test_old_rows_are_read_with_todays_energy_meanings(tmp_path):
 def test_table_and_plots(tmp_path):
     rows = [dict(_row("1x16_i8w8a32_15_15_18_17", "m", 100.0, 2.0), inferences_per_s=1e4)]
     table = frontier_table(rows, "throughput").splitlines()
-    assert table[0].split() == ["design", "area", "CLB", "LUT", "FF", "DSP", "BRAM", "inferences/s"]
-    assert table[2].split() == ["1x16_i8w8a32_15_15_18_17", "10", "1", "2", "3", "4.0", "1e+04"]
+    assert table[0].split() == ["design", "area", "CLB", "LUT", "FF", "DSP", "BRAM", "MHz", "critical", "path",
+                                "inferences/s"]
+    assert table[2].split() == ["1x16_i8w8a32_15_15_18_17", "10", "1", "2", "3", "4.0", "-", "-", "1e+04"]
+    timed = frontier_table([dict(rows[0], clock_mhz=31.25, clock_source="model", critical_unit="compute.alu")],
+                           "throughput").splitlines()
+    assert timed[2].split()[6:8] == ["31.2", "compute.alu"] and "model" in timed[3]
     written = plot_frontiers({"m": rows, SUITE: rows}, tmp_path / "plots", title="t")
     assert [p.name for p in written] == ["pareto_throughput.png", "pareto_energy.png"]
     assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in written)

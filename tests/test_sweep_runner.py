@@ -8,6 +8,8 @@ import sqlite3
 
 import pytest
 
+from vta.clock import model_clock
+from vta.config import VTAConfig
 from vta.sweep.runner import run_sweep
 from vta.sweep.spec import parse_spec
 from vta.sweep.store import ResultStore
@@ -28,7 +30,10 @@ def test_rows_resume_and_retry(tmp_path):
     assert ok["status"] == "ok" and ok["error"] is None and ok["model"] == "mini_resnet" and ok["mode"] == "model"
     assert ok["config"]["LOG_BLOCK"] == 4 and ok["knobs"] == {"policy": "auto", "double_buffer": True}
     assert ok["cycles"] > 0 and 0 < ok["utilization"] <= 1
-    assert ok["inferences_per_s"] == pytest.approx(1e6 / (ok["cycles"] / 100.0 + ok["cpu_us"]))
+    # at the design's clock from the clock model (the config leaves CLOCK_MHZ at its default)
+    clock = model_clock(VTAConfig())
+    assert (ok["clock_mhz"], ok["clock_source"], ok["critical_unit"]) == (clock.mhz, "model", clock.unit)
+    assert ok["inferences_per_s"] == pytest.approx(1e6 / (ok["cycles"] / clock.mhz + ok["cpu_us"]))
     assert (ok["lut"], ok["ff"], ok["dsp"], ok["bram"]) == (14212, 4667, 305, 151.5)
     # energy_uj is the dynamic energy, as a run report's; energy_total_uj adds the static energy
     assert ok["energy_total_uj"] == pytest.approx(sum(ok["energy"].values()))
