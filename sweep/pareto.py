@@ -58,6 +58,7 @@ def suite_rows(rows: Iterable[dict[str, Any]], models: Sequence[str]) -> list[di
         first = per_model[models[0]]
         latency = sum(per_model[m]["latency_us"] for m in models)
         row = {k: first[k] for k in ("design", "config_name", "lut", "ff", "dsp", "bram", "area_clb")}
+        row.update({k: first.get(k) for k in ("clock_mhz", "clock_source", "critical_unit")})
         row.update(model=SUITE, status="ok", latency_us=latency, inferences_per_s=1e6 / latency if latency else None,
                    energy_uj=sum(per_model[m]["energy_uj"] for m in models),
                    energy_total_uj=_total(per_model[m].get("energy_total_uj") for m in models),
@@ -75,12 +76,18 @@ def _total(values: Iterable[float | None]) -> float | None:
 def frontier_table(rows: Sequence[dict[str, Any]], metric: str) -> str:
     """A text table of frontier ``rows`` for ``metric`` (a key of :data:`METRICS`)."""
     column, _, label = METRICS[metric]
-    head = f"{'design':44s} {'area CLB':>9s} {'LUT':>7s} {'FF':>6s} {'DSP':>5s} {'BRAM':>6s} {label:>26s}"
+    head = (f"{'design':44s} {'area CLB':>9s} {'LUT':>7s} {'FF':>6s} {'DSP':>5s} {'BRAM':>6s} {'MHz':>6s} "
+            f"{'critical path':<13s} {label:>26s}")
     lines = [head, "-" * len(head)]
     for r in rows:
         value = r[column]
+        mhz = "-" if r.get("clock_mhz") is None else f"{r['clock_mhz']:.1f}"
         lines.append(f"{r['design']:44s} {r['area_clb']:9.0f} {r['lut']:7d} {r['ff']:6d} {r['dsp']:5d} "
-                     f"{r['bram']:6.1f} {value:26.4g}")
+                     f"{r['bram']:6.1f} {mhz:>6s} {r.get('critical_unit') or '-':<13s} {value:26.4g}")
+    clocks = {str(r["clock_source"]) for r in rows if r.get("clock_source")}
+    if clocks:
+        lines.append(f"MHz: each design's clock ({', '.join(sorted(clocks))}: the clock model of vta.clock unless "
+                     f"the design sets CLOCK_MHZ); inferences/s at that clock")
     return "\n".join(lines)
 
 
