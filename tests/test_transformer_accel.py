@@ -40,6 +40,8 @@ SHAPES = [
     ((1, 5, 7), (1, 7, 9)),               # every size odd: K and N padded to the blocks
     ((2, 19, 13), (1, 13, 21)),           # rank 3, broadcast b
     ((1, 1, 6, 20), (1, 3, 20, 17)),      # a broadcast over heads
+    ((1, 12, 1, 64), (1, 12, 64, 129)),   # a decode step's Q.K^T: one query row against a KV cache of 129
+    ((1, 3, 197, 64), (1, 3, 64, 197)),   # vit_tiny's Q.K^T: 197 tokens
 ]
 
 
