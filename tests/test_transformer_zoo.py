@@ -122,6 +122,14 @@ def test_multi_input_decode_loads_every_input_from_an_npz(tmp_path):
     loaded = load_input(graph, str(path))
     assert set(loaded) == set(graph.inputs)
     assert all(np.array_equal(loaded[k], values[k]) for k in values)
+    from vta.compiler.runtime.compiled import Compiled
+    qgraph = quantize(graph, random_inputs(graph, 1, 2))
+    compile_graph(qgraph, VTAConfig(), policy="accel").save(str(tmp_path / "decode.vtac"))
+    compiled = Compiled.load(str(tmp_path / "decode.vtac"))                     # int64 ids survive the artefact
+    assert compiled.graph.tensors["input_ids"].dtype == "int64"
+    out = run(compiled, loaded, target="fsim").outputs
+    ref = qops.run_reference(qgraph, loaded)
+    assert all(np.array_equal(out[k], ref[k]) for k in ref)
 
 
 def test_the_zoo_serves_the_full_size_transformers_by_name():
