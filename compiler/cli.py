@@ -284,6 +284,8 @@ def run_model(args: argparse.Namespace) -> int:
     if compiled.compile_seconds is not None:  # compiled in this run, not loaded from a .vtac
         report.extra["compile_seconds"] = round(compiled.compile_seconds, 3)
     report.extra["run_seconds"] = round(seconds, 3)
+    if out.setup_seconds >= 0.01:  # tsim's Verilator build or cache load, apart from every layer's host ms
+        report.extra["build_seconds"] = round(out.setup_seconds, 2)
     if choice.note:
         report.extra["fallback"] = choice.note
     if options.get("generator") is not None:  # vta run --rtl: the report names the foreign core it ran on

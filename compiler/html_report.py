@@ -171,7 +171,7 @@ def _summary(report: Report) -> str:
     host = f"host time: {t['ms']:,.1f} ms over all layers (wall clock of the simulation on this machine, not the " \
            f"accelerator's time)"
     if report.extra.get("build_seconds"):
-        host += f"; the Verilator build took {report.extra['build_seconds']:,.1f} s apart"
+        host += f"; building or loading the simulator took {report.extra['build_seconds']:,.2f} s, not in host ms"
     items.append(host)
     exact = report.extra.get("matches_integer_reference")
     if exact is not None:

@@ -249,8 +249,8 @@ class Report:
                  "out_shape": ""}
         lines.append(" ".join(_cell(_TABLE_CELLS[key](total), width) for _, width, key in spec))
         lines.append("host ms: wall-clock time of each step on this machine (simulation, not the accelerator's time)"
-                     + (f"; the Verilator build took {self.extra['build_seconds']:,.1f} s apart" if
-                        self.extra.get("build_seconds") else ""))
+                     + (f"; building or loading the simulator took {self.extra['build_seconds']:,.2f} s, not in "
+                        f"host ms" if self.extra.get("build_seconds") else ""))
         if t["accel_ms_at_clock"] is not None:
             lines.append(f"accelerator time at {self.clock_mhz:g} MHz: {t['accel_ms_at_clock']:,} ms "
                          f"({t['cycles']:,} cycles)")

@@ -45,25 +45,21 @@ class SweepSummary:
 
 
 class _Progress:
-    """A tqdm bar of the points to measure, showing done, failed and remaining; or nothing."""
+    """The points to measure, done, failed and remaining (:class:`vta.progress.Progress`: a bar on a terminal, a line
+    per point elsewhere); or nothing."""
 
     def __init__(self, total: int, enabled: bool) -> None:
-        self.bar = None
-        if enabled:
-            from tqdm import tqdm
-            self.bar = tqdm(total=total, unit="point", desc="sweep", dynamic_ncols=True)
+        from vta.progress import Progress
+        self.bar = Progress(total, desc="sweep", unit="point", enabled=enabled)
         self.total, self.done, self.failed = total, 0, 0
 
-    def update(self, status: str) -> None:
+    def update(self, status: str, note: str = "") -> None:
         self.done += 1
         self.failed += status != "ok"
-        if self.bar is not None:
-            self.bar.set_postfix(done=self.done, failed=self.failed, remaining=self.total - self.done, refresh=False)
-            self.bar.update(1)
+        self.bar.update(f"{note} {status}".strip(), failed=self.failed, remaining=self.total - self.done)
 
     def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
+        self.bar.close()
 
 
 def run_sweep(spec: SweepSpec, store: ResultStore, *, workers: int = 2, scheduler: Any = None, retry: bool = False,
@@ -79,7 +75,7 @@ def run_sweep(spec: SweepSpec, store: ResultStore, *, workers: int = 2, schedule
     def record(row: dict[str, Any]) -> None:
         store.put(row)
         setattr(summary, row["status"], getattr(summary, row["status"]) + 1)
-        bar.update(row["status"])
+        bar.update(row["status"], f"{row['design']} {row['model']}")
 
     try:
         for p in [p for p in pending if p.design.cfg is None]:

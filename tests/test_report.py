@@ -15,8 +15,8 @@ KEYS = ("layer", "op", "where", "macs", "gemm_uops", "alu_uops", "cycles", "util
 EXPECTED_ROWS = [
     ("quantize_input", "Quantize", "cpu", 0, 0, 0, None, None, 0, 0, "", "Quantize has no accelerator rule"),
     ("conv_3", "QConv2d", "accel", 4608, 128, 256, None, None, 3052, 1, "oc1 ic1 oh8 ow4 im2col",
-     "supported; im2col by the fastest estimate: direct 11 us (15 uops/vector, 1,024 host bytes), kw-folded 7 us "
-     "(9 uops/vector, 1,024 host bytes), im2col 5 us (6 uops/vector, 1,024 host bytes)"),
+     "supported; im2col by the fastest estimate, time relative to it: direct 2.18x (15 uops/vector, 1,024 host "
+     "bytes), kw-folded 1.39x (9 uops/vector, 1,024 host bytes), im2col 1.00x (6 uops/vector, 1,024 host bytes)"),
     ("conv_7", "QConv2d", "accel", 18432, 160, 80, None, None, 4036, 0, "oc1 ic1 oh4 ow4 1thread", "supported"),
     ("flatten_9", "Reshape", "cpu", 0, 0, 0, None, None, 0, 1, "", "Reshape has no accelerator rule"),
     ("gemm_12", "QDense", "accel", 2560, 16, 4, None, None, 5068, 1, "oc1 ic16 oh1 ow1 1thread bias-load",
@@ -91,7 +91,7 @@ def test_text_table(report):
     assert lines[4].split()[:8] == ["conv_3", "QConv2d", "accel", "1x8x8x8", "4,608", "-", "-", "680"]
     assert lines[4].split()[8] == "compute"
     assert lines[3].split()[:3] == ["quantize_input", "Quantize", "cpu"]
-    assert lines[4].endswith("im2col 5 us (6 uops/vector, 1,024 host bytes)")
+    assert lines[4].endswith("im2col 1.00x (6 uops/vector, 1,024 host bytes)")
     total = lines[10].split()
     assert total[:10] == ["total", "3", "accel", "-", "25,600", "-", "-", "2,589", "load", "12,156"]
     assert "layout conversions at partition boundaries: 4; 25,600 of 25,600 MACs on the accelerator" in lines

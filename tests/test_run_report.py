@@ -231,3 +231,15 @@ def test_vta_report_cli(report, tmp_path, capsys):
     bad.write_text("[source]\nname = 'x'\n")
     code, _, err = _cli(capsys, "report", str(run_json), "--tech", str(bad))
     assert code == 2 and "is missing" in err and len(err.strip().splitlines()) == 1
+
+
+def test_build_time_is_reported_apart_from_host_time():
+    """A tsim run's build (or cache load) is timed before the first step (RunOutput.setup_seconds) and the table
+    says so under the host ms it is not part of."""
+    report = Report("m", "cfg", "tsim", [_tsim_row("conv_1", 25600, 1000, 800)], extra={"build_seconds": 41.5})
+    lines = report.format().splitlines()
+    assert "host ms: wall-clock time of each step on this machine (simulation, not the accelerator's time); building " \
+           "or loading the simulator took 41.50 s, not in host ms" in lines
+    assert not any(line.startswith("build_seconds") for line in lines)
+    from vta.backend import Backend
+    assert Backend().prepare(None) is None  # nothing to prepare by default

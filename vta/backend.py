@@ -143,6 +143,11 @@ class Backend:
     runs_operators: ClassVar[bool] = False
     """Whether :meth:`run_node` executes graph operators (a fallback for what the accelerator does not run)."""
 
+    def prepare(self, cfg: Any) -> None:
+        """Get ready to run programs of ``cfg`` (a :class:`vta.config.VTAConfig`): what a backend does once before
+        its first program (tsim: build or load the simulator), so that a caller can time it apart. Default: nothing;
+        :meth:`run` prepares on its own when not called."""
+
     def run(self, program: Program, **options: Any) -> RunResult:
         """Run ``program`` to FINISH and return its final DRAM image and statistics."""
         raise UnsupportedWorkError(f"the {self.name} backend runs graph operators, not accelerator programs; "

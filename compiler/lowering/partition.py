@@ -356,8 +356,9 @@ def _decide(graph: Graph, node: Node, intr: Intrinsics, policy: str, force_cpu: 
 
 
 def _stem_reason(graph: Graph, node: Node, intr: Intrinsics, layer: Lowered, stem: str) -> str:
-    """``; <lowering> by ...``: which first-convolution lowering was taken and the estimates it was chosen by
-    (nothing when ``auto`` kept the layer as it is)."""
+    """``; <lowering> by ...``: which first-convolution lowering was taken and what it was chosen by: each
+    lowering's estimated time relative to the taken one's (so the reason quotes one absolute estimate, the
+    placement's), its micro-ops per output vector and host bytes (nothing when ``auto`` kept the layer as it is)."""
     costs = stem_costs(graph, node, intr)
     if not costs:
         return ""
@@ -365,9 +366,11 @@ def _stem_reason(graph: Graph, node: Node, intr: Intrinsics, layer: Lowered, ste
         return ""
     taken = layer.fold.label if layer.fold is not None else "direct"
     names = {"im2col": "im2col", "columns": "kw-folded", "direct": "direct"}
-    parts = ", ".join(f"{names[k]} {v[0]:.0f} us ({v[1]} uops/vector, {v[2]:,} host bytes)" for k, v in costs.items())
+    base = costs[taken][0] if taken in costs and costs[taken][0] else 1.0
+    parts = ", ".join(f"{names[k]} {v[0] / base:.2f}x ({v[1]} uops/vector, {v[2]:,} host bytes)"
+                      for k, v in costs.items())
     how = "the fastest estimate" if stem == "auto" else f"stem={stem}"
-    return f"; {taken} by {how}: {parts}"
+    return f"; {names.get(taken, taken)} by {how}, time relative to it: {parts}"
 
 
 def block_utilization(layer: ConvLayer) -> float:

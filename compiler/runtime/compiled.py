@@ -166,10 +166,12 @@ class Compiled:
 
 
 def _progress(items: list[Any], enabled: bool, desc: str) -> Iterable[Any]:
+    """``items`` with a progress display (:func:`vta.progress.progress`: a bar on a terminal, a line per layer
+    elsewhere) when ``enabled``."""
     if not enabled:
         return items
-    from tqdm import tqdm
-    return tqdm(items, desc=desc, unit="layer", leave=False)
+    from vta.progress import progress
+    return progress(items, desc=desc, unit="layer")
 
 
 def layer_programs(path: str | PathLike[str]) -> list[tuple[str, Program]]:

