@@ -103,6 +103,9 @@ def sweep_command(args: argparse.Namespace) -> int:
         groups[SUITE] = suite_rows(rows, list(spec.models))
     suite = groups[SUITE] if len(spec.models) > 1 else groups[spec.models[0]]
     name = SUITE if len(spec.models) > 1 else spec.models[0]
+    if len(spec.models) > 1:
+        print(f"\n{SUITE}: one inference of each of {', '.join(spec.models)} in sequence: latency and energy "
+              f"summed,\ninferences/s = 1e6 / the summed latency in us; only designs measured ok on every model")
     for metric, (column, maximize, _) in METRICS.items():
         front = frontier(suite, "area_clb", column, maximize_y=maximize)
         print(f"\nfrontier, {metric} vs area ({name}, {len(front)} of {len(suite)} designs):")

@@ -74,7 +74,8 @@ def _total(values: Iterable[float | None]) -> float | None:
 
 
 def frontier_table(rows: Sequence[dict[str, Any]], metric: str) -> str:
-    """A text table of frontier ``rows`` for ``metric`` (a key of :data:`METRICS`)."""
+    """A text table of frontier ``rows`` for ``metric`` (a key of :data:`METRICS`); figures in the one format of
+    :func:`figure`, units in the heads."""
     column, _, label = METRICS[metric]
     head = (f"{'design':44s} {'area CLB':>9s} {'LUT':>7s} {'FF':>6s} {'DSP':>5s} {'BRAM':>6s} {'MHz':>6s} "
             f"{'critical path':<13s} {label:>26s}")
@@ -82,8 +83,8 @@ def frontier_table(rows: Sequence[dict[str, Any]], metric: str) -> str:
     for r in rows:
         value = r[column]
         mhz = "-" if r.get("clock_mhz") is None else f"{r['clock_mhz']:.1f}"
-        lines.append(f"{r['design']:44s} {r['area_clb']:9.0f} {r['lut']:7d} {r['ff']:6d} {r['dsp']:5d} "
-                     f"{r['bram']:6.1f} {mhz:>6s} {r.get('critical_unit') or '-':<13s} {value:26.4g}")
+        lines.append(f"{r['design']:44s} {figure(r['area_clb']):>9s} {r['lut']:7,} {r['ff']:6,} {r['dsp']:5,} "
+                     f"{r['bram']:6.1f} {mhz:>6s} {r.get('critical_unit') or '-':<13s} {figure(value):>26s}")
     clocks = {str(r["clock_source"]) for r in rows if r.get("clock_source")}
     if clocks:
         lines.append(f"MHz: each design's clock ({', '.join(sorted(clocks))}: the clock model of vta.clock unless "

@@ -64,7 +64,7 @@ def test_table_and_plots(tmp_path):
     table = frontier_table(rows, "throughput").splitlines()
     assert table[0].split() == ["design", "area", "CLB", "LUT", "FF", "DSP", "BRAM", "MHz", "critical", "path",
                                 "inferences/s"]
-    assert table[2].split() == ["1x16_i8w8a32_15_15_18_17", "10", "1", "2", "3", "4.0", "-", "-", "1e+04"]
+    assert table[2].split() == ["1x16_i8w8a32_15_15_18_17", "10", "1", "2", "3", "4.0", "-", "-", "10,000"]
     timed = frontier_table([dict(rows[0], clock_mhz=31.25, clock_source="model", critical_unit="compute.alu")],
                            "throughput").splitlines()
     assert timed[2].split()[6:8] == ["31.2", "compute.alu"] and "model" in timed[3]
