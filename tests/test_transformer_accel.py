@@ -113,6 +113,8 @@ def test_the_partitioner_places_attention_products_by_its_estimates():
     node = next(n for n in qgraph.nodes if n.op == "QMatMul")
     decision = partition(qgraph, VTAConfig())[node.name]
     assert decision.target == "accel" and decision.reason.startswith("faster (")
+    assert decision.reason.endswith("; a grouped 1x1 convolution of 4 groups, b packed into the weight layout by the "
+                                    "host")
     assert decision.accel_us is not None and decision.cpu_us is not None and decision.accel_us < decision.cpu_us
     tiny, _ = _matmul_graph((1, 2, 3), (1, 3, 2))                # launch and conversions outweigh 12 MACs
     node = next(n for n in tiny.nodes if n.op == "QMatMul")

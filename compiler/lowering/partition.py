@@ -349,10 +349,19 @@ def _decide(graph: Graph, node: Node, intr: Intrinsics, policy: str, force_cpu: 
         return Decision(node.name, node.op, "accel", why, macs, accel_us, cpu_us), layer
     if policy == "accel" or accel_us < cpu_us:
         why = "supported" if policy == "accel" else f"faster ({accel_us:.0f} us vs {cpu_us:.0f} us on the CPU)"
-        why += _stem_reason(graph, node, intr, layer, stem)
+        why += _stem_reason(graph, node, intr, layer, stem) + _matmul_reason(graph, node, layer)
         return Decision(node.name, node.op, "accel", why, macs, accel_us, cpu_us), layer
     return Decision(node.name, node.op, "cpu", f"the CPU is faster ({cpu_us:.0f} us vs {accel_us:.0f} us)", macs,
                     accel_us, cpu_us), layer
+
+
+def _matmul_reason(graph: Graph, node: Node, layer: Lowered) -> str:
+    """``; <G> groups of a grouped 1x1 convolution, ...``: how a QMatMul runs (nothing for other ops)."""
+    if node.op != "QMatMul" or not isinstance(layer.layer, ConvLayer):
+        return ""
+    how = "b packed at compile time" if node.inputs[1] in graph.constants else "b packed into the weight layout " \
+        "by the host"
+    return f"; a grouped 1x1 convolution of {layer.layer.geom.groups} groups, {how}"
 
 
 def _stem_reason(graph: Graph, node: Node, intr: Intrinsics, layer: Lowered, stem: str) -> str:

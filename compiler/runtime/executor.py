@@ -4,6 +4,8 @@
 node on the CPU path (the baseline). Tensors between steps keep the layout their producer wrote: consecutive
 accelerator layers pass packed arrays ``(N/B, C/BI, H, W, B, BI)`` straight through, and a tensor is converted
 (packed or unpacked) only where a CPU step reads an accelerator output or the reverse: at partition boundaries.
+A QMatMul's operands and output are converted to and from its own layouts (:mod:`..lowering.matmul`): ``a`` as an
+input image, ``b`` as weights, the output from an image of ``G*N`` channels.
 The outputs equal :func:`..qops.run_reference` bit for bit.
 """
 from __future__ import annotations
