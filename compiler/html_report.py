@@ -41,7 +41,9 @@ h1 { font-size: 1.4em; } h2 { font-size: 1.15em; margin-top: 1.6em; border-botto
 table { border-collapse: collapse; font-size: 0.85em; }
 th, td { border: 1px solid #ddd; padding: 2px 6px; }
 th { background: #f3f3f3; cursor: pointer; position: sticky; top: 0; }
-td.num { text-align: right; font-variant-numeric: tabular-nums; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+td { vertical-align: top; } td.text { min-width: 5em; } td.long { min-width: 34em; }
+.scroll { overflow-x: auto; }
 tr.cpu td { color: #555; background: #fafafa; }
 .note { color: #555; font-size: 0.9em; }
 .summary li { margin: 0.2em 0; }
@@ -106,7 +108,8 @@ def _cell(value: Any) -> str:
         return f'<td class="num" data-v="{value}">{value:,}</td>'
     if isinstance(value, float):
         return f'<td class="num" data-v="{value!r}">{_fmt(value)}</td>'
-    return f"<td>{html.escape(str(value))}</td>"
+    text = str(value)
+    return f'<td class="{"long" if len(text) > 60 else "text"}">{html.escape(text)}</td>'
 
 
 def _fmt(value: float) -> str:
@@ -154,7 +157,8 @@ def _summary(report: Report) -> str:
                      f"({source}), {share:.0f}% of the accelerator's cycles, bound by "
                      f"<b>{_esc(row.get('bound') or '-')}</b>{util}")
     clock = report.clock_mhz
-    clock_source = report.extra.get("clock_source")
+    clock_source = getattr(report, "clock_note", "") or getattr(report, "clock_source", "") or \
+        report.extra.get("clock_note") or report.extra.get("clock_source")
     clock_text = f"{clock:g} MHz" + (f" ({_esc(clock_source)})" if clock_source else " (the config's CLOCK_MHZ)")
     if t.get("cycles"):
         items.append(f"accelerator: {t['cycles']:,} cycles measured on {report.target}, {t['accel_ms_at_clock']} ms at "
@@ -162,9 +166,10 @@ def _summary(report: Report) -> str:
     elif t.get("predicted"):
         items.append(f"accelerator: {t['predicted']:,} cycles predicted by the cycle model (no cycle-accurate run: "
                      f"target {report.target}), {t['predicted'] / clock / 1e3:.3f} ms at {clock_text}")
-    for key, value in report.extra.items():  # the timing fields another part of the lab may add, shown as they are
-        if ("latency" in key or key.endswith("_us")) and isinstance(value, (int, float)):
-            items.append(f"{_esc(key)}: {value:,.3f}")
+    if t.get("latency_us"):
+        ips = f", {t['inferences_per_s']:,.1f} inferences/s" if t.get("inferences_per_s") else ""
+        items.append(f"one inference: {t['latency_us']:,.3f} us of accelerator time at {clock_text} (from "
+                     f"{_esc(t.get('latency_cycles') or 'its')} cycles; CPU layers not counted){ips}")
     if t.get("energy_uj"):
         items.append(f"energy per inference: {t['energy_uj']:,.3f} uJ dynamic ({_esc(report.tech)}; static energy "
                      f"needs an area: see a sweep)")
@@ -181,11 +186,12 @@ def _summary(report: Report) -> str:
 
 
 LAYER_HEAD = ("#", "layer", "op", "input shape", "output shape", "where", "MACs", "cycles", "cycles from",
-              "predicted", "util %", "bound", "DRAM bytes", "MACs/byte", "energy uJ", "host ms", "tiling",
+              "predicted", "time us", "util %", "bound", "DRAM bytes", "MACs/byte", "energy uJ", "host ms", "tiling",
               "why here")
 LAYER_TITLES = ("order in the graph", "the node's name", "operator", "first input's shape", "output's shape",
                 "where it ran", "multiply-accumulates", "cycles (measured on tsim, else the cycle model's)",
                 "tsim: measured; cycle model: predicted", "the cycle model's cycles for this program",
+                "microseconds at the design's clock (its cycles over the clock; accelerator layers)",
                 "MACs over cycles x the GEMM core's MACs per cycle", "the module that held an instruction the most "
                 "cycles (fetch excluded)", "DMA bytes loaded and stored, all memory types",
                 "operational intensity: MACs per DRAM byte", "dynamic energy, microjoules",
@@ -200,7 +206,7 @@ def layer_rows(report: Report) -> list[list[Any]]:
         cycles, source = _cycles(r)
         out.append([i, r["layer"], r["op"], r.get("in_shape") or None, r.get("out_shape") or None,
                     WHERE_LABELS.get(r["where"], r["where"]), r["macs"],
-                    None if cycles is None else int(cycles), source or None, r.get("predicted"),
+                    None if cycles is None else int(cycles), source or None, r.get("predicted"), r.get("time_us"),
                     None if r.get("util") is None else round(100 * r["util"], 1), r.get("bound") or None,
                     _dram_bytes(r), r.get("intensity"), r.get("energy_uj"), r.get("ms"), r.get("tiling") or None,
                     r.get("reason") or None])
@@ -369,9 +375,9 @@ def run_html(report: Report) -> str:
     parts = [f"<h1>{_esc(title)}</h1>", _summary(report), "<h2>Layers</h2>",
              "<p class=\"note\">Click a column's head to sort by it (again to reverse); hover a head for its meaning. "
              "CPU layers are grey: they have MACs and host time but no accelerator cycles or DRAM bytes.</p>",
-             html_table(LAYER_HEAD, layer_rows(report), table_id="layers",
-                        row_classes=["" if r["where"] == "accel" else "cpu" for r in report.rows],
-                        titles=LAYER_TITLES),
+             '<div class="scroll">' + html_table(LAYER_HEAD, layer_rows(report), table_id="layers",
+                                                 row_classes=["" if r["where"] == "accel" else "cpu"
+                                                              for r in report.rows], titles=LAYER_TITLES) + "</div>",
              "<h2>Cycles and MACs per layer</h2>", plotly_div(_layer_figure(report), "fig-layers"),
              "<h2>Where the accelerator's cycles went</h2>"]
     modules = _module_figure(report)

@@ -32,7 +32,7 @@ FIGURES = {"area_clb": "area (CLB-equivalents)", "inferences_per_s": "inferences
            "energy_uj": "dynamic energy (uJ)", "energy_total_uj": "energy, static included (uJ)",
            "lut": "LUT", "ff": "FF", "dsp": "DSP", "bram": "BRAM (RAMB36)", "bound": "bound by",
            "accel_layers": "accelerator layers", "cpu_layers": "CPU layers", "clock_mhz": "clock (MHz)",
-           "area_from": "area from"}
+           "clock_source": "clock from", "critical_unit": "critical path in", "area_from": "area from"}
 """Column -> its name in hovers and tables; a column a row lacks (an older database) is left out."""
 
 
