@@ -31,6 +31,19 @@ def test_gemm_core(batch, block, form):
               {"TB_BATCH": batch, "TB_BLOCK_IN": block, "TB_BLOCK_OUT": block, "TB_FORM": form})
 
 
+@pytest.mark.parametrize("inp_bits,wgt_bits,form", [
+    (4, 4, "packed"),  # one build in the default suite; the rest (a Verilator build each) are slow-marked
+    *[pytest.param(i, w, f, marks=pytest.mark.slow) for i, w, f in
+      ((4, 4, "array"), (8, 4, "packed"), (8, 4, "array"), (4, 8, "packed"), (4, 8, "array"))]])
+def test_gemm_core_int4(inp_bits, wgt_bits, form):
+    """The GEMM core of an int4 design (docs/precision.md): int4 lanes in offset binary, narrower multipliers."""
+    run_block("gemm", f"2x8-{form}-i{inp_bits}w{wgt_bits}",
+              lambda: GemmCore(batch=2, block_in=8, block_out=8, form=form, inp_bits=inp_bits, wgt_bits=wgt_bits),
+              "tb_blocks", "gemm_core",
+              {"TB_BATCH": 2, "TB_BLOCK_IN": 8, "TB_BLOCK_OUT": 8, "TB_FORM": form, "TB_INP_BITS": inp_bits,
+               "TB_WGT_BITS": wgt_bits})
+
+
 @pytest.mark.parametrize("block,gran_bytes", [(4, 4), (8, 8)])
 def test_staged_sram(block, gran_bytes):
     """The packed form's weight buffer: entries written whole or granule by granule, read back packed."""
@@ -76,6 +89,8 @@ def test_block_parameters_are_checked():
         GemmCore(batch=3, block_in=16, block_out=16)
     with pytest.raises(TypeError, match="^block_in must be an integer, not '16'$"):
         GemmCore(batch=1, block_in="16", block_out=16)
+    with pytest.raises(ValueError, match="^wgt_bits must be 4 or 8, not 2$"):
+        GemmCore(batch=1, block_in=16, block_out=16, wgt_bits=2)
     with pytest.raises(ValueError, match="^lanes must be between 1 and 4096, not 0$"):
         AluCore(lanes=0)
     with pytest.raises(ValueError, match="^depth must be between 1 and 65536, not 0$"):

@@ -43,9 +43,12 @@ async def _reset(dut):
 
 @cocotb.test()
 async def gemm_core(dut):
-    """Driver: random int8 tiles (extremes included) in offset binary, with random idle cycles; monitor: ``dot``
-    when ``out_valid``; model: numpy matmul; checker: every result, in order, and nothing extra."""
+    """Driver: random int8 (or, with TB_INP_BITS / TB_WGT_BITS 4, int4) tiles (extremes included) in offset binary,
+    with random idle cycles; monitor: ``dot`` when ``out_valid``; model: numpy matmul; checker: every result, in
+    order, and nothing extra."""
     batch, bi, bo = (int(os.environ[k]) for k in ("TB_BATCH", "TB_BLOCK_IN", "TB_BLOCK_OUT"))
+    ib, wb = int(os.environ.get("TB_INP_BITS", "8")), int(os.environ.get("TB_WGT_BITS", "8"))
+    ilo, ihi, wlo, whi = -(1 << (ib - 1)), (1 << (ib - 1)) - 1, -(1 << (wb - 1)), (1 << (wb - 1)) - 1
     rng = np.random.default_rng(1)
     await _reset(dut)
     expected = []
@@ -56,16 +59,17 @@ async def gemm_core(dut):
         if drive:
             kind = rng.integers(3)
             if kind == 0:
-                inp = rng.integers(-128, 128, (batch, bi))
-                wgt = rng.integers(-128, 128, (bo, bi))
-            else:  # extremes: -128 * -128 summed over the whole block
-                inp = np.full((batch, bi), -128 if kind == 1 else 127)
-                wgt = np.full((bo, bi), -128)
-            # the core takes offset-binary bytes (x ^ 0x80), as the load unit writes them into the SRAMs
-            dut.inp.value = _pack((inp.reshape(-1) & 0xFF) ^ 0x80, 8)
-            uw = (wgt.reshape(-1) & 0xFF) ^ 0x80
+                inp = rng.integers(ilo, ihi + 1, (batch, bi))
+                wgt = rng.integers(wlo, whi + 1, (bo, bi))
+            else:  # extremes: -128 * -128 (or -8 * -8) summed over the whole block
+                inp = np.full((batch, bi), ilo if kind == 1 else ihi)
+                wgt = np.full((bo, bi), wlo)
+            # the core takes offset-binary values (x ^ 0x80, or x ^ 0x8 for int4), as the load unit writes them
+            dut.inp.value = _pack((inp.reshape(-1) & ((1 << ib) - 1)) ^ (1 << (ib - 1)), ib)
+            uw = (wgt.reshape(-1) & ((1 << wb) - 1)) ^ (1 << (wb - 1))
             # the packed form takes each weight tile packed, as its weight buffer stores it
-            dut.wgt.value = pack_weights_int(uw, bi, bo) if os.environ["TB_FORM"] == "packed" else _pack(uw, 8)
+            dut.wgt.value = (pack_weights_int(uw, bi, bo, ib, wb) if os.environ["TB_FORM"] == "packed"
+                             else _pack(uw, wb))
             expected.append((inp @ wgt.T).reshape(-1))
         dut.in_valid.value = int(drive)
         await ReadOnly()
