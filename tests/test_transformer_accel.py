@@ -92,6 +92,8 @@ def test_qmatmul_requantizes_with_a_rounding_add_between_mul_and_shift():
     knobs = VTAConfig(fused_requant=True)
     layer = lower_matmul(qgraph, node, intrinsics(knobs))
     assert layer.rounding == 1 << (int(node.attrs["shift"]) - 1) and layer.geom.groups == 2
+    ib_lo, nib = layer.geom.block_ranges                 # the weights' block ranges are the grouped geometry's
+    assert (layer.weight.ib_lo == ib_lo).all() and layer.weight.nib == nib
     assert alu_passes(layer) == ["MUL", "RND", "SHR", "MAX", "MIN"]
     assert fused_requant(layer, intrinsics(knobs))       # REQ has no rounding term: MUL and RND first, REQ with M = 1
     assert alu_passes(layer, fused=True) == ["MUL", "RND", "REQ"]

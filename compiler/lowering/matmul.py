@@ -27,7 +27,6 @@ compile time, into the program (blocked). Both paths are int8 only (an int4 desi
 """
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,8 +34,8 @@ import numpy as np
 from ..ir import Graph, Node
 from .codegen import ConvLayer
 from .intrin import Intrinsics
-from .layout import round_up
-from .schedule import ScheduleError, plan_conv
+from .layout import PackedWeight, round_up
+from .schedule import ConvGeometry, ScheduleError, plan_conv
 
 __all__ = ["MatMulDims", "matmul_dims", "lower_matmul", "pack_a", "pack_b", "pack_b_image", "image_shape",
            "unpack_out", "WEIGHT", "WEIGHT_PATHS"]
@@ -148,14 +147,6 @@ def unpack_out(y: np.ndarray, dims: MatMulDims, intr: Intrinsics) -> np.ndarray:
     return np.ascontiguousarray(out).reshape(dims.out_shape)
 
 
-def _weights(b: np.ndarray, dims: MatMulDims) -> np.ndarray:
-    """A constant ``b`` as the unpacked grouped weights ``[G*Np, Kp, 1, 1]`` of the convolution."""
-    bg = _groups_of(np.asarray(b, np.int8), dims)
-    padded = np.zeros((dims.groups, dims.np_, dims.kp), np.int8)
-    padded[:, :dims.n, :dims.k] = bg.transpose(0, 2, 1)
-    return padded.reshape(dims.groups * dims.np_, dims.kp, 1, 1)
-
-
 def lower_matmul(graph: Graph, node: Node, intr: Intrinsics, *, weights: str = "host") -> ConvLayer:
     """The grouped 1x1 convolution computing QMatMul ``node`` (see the module docstring); its weights are ``b``
     when ``b`` is a constant, else zeros that the runtime replaces by the packed activation, reaching the weight
@@ -173,15 +164,21 @@ def lower_matmul(graph: Graph, node: Node, intr: Intrinsics, *, weights: str = "
         raise ScheduleError(f"the load unit gathers weight entries from an activation image at batch 1 only, not "
                             f"{intr.batch}")
     dims = matmul_dims(graph.shape(a_name), graph.shape(b_name), intr)
-    shift = int(node.attrs["shift"])
-    if b_name in graph.constants:
-        w = _weights(graph.constants[b_name], dims)
-    else:
-        w = np.zeros((dims.groups * dims.np_, dims.kp, 1, 1), np.int8)
-    layer = ConvLayer.make(dims.image, w, np.zeros(dims.groups * dims.np_, np.int32),
-                           np.array([int(node.attrs["multiplier"])]), np.array([shift]), -128, 127,
-                           groups=dims.groups, intr=intr, rounding=(1 << (shift - 1)) if shift > 0 else 0)
-    if image:
-        layer = dataclasses.replace(layer, weights_as_image=True)
-    plan_conv(layer.geom, intr)  # raises ScheduleError when it cannot be tiled
+    shift, o = int(node.attrs["shift"]), dims.groups * dims.np_
+    geom = ConvGeometry.make(dims.image, (o, dims.kp, 1, 1), groups=dims.groups, intr=intr)
+    layer = ConvLayer(geom, _packed_weight(graph.constants.get(b_name), dims, intr), np.zeros(o, np.int32),
+                      np.full(o, int(node.attrs["multiplier"]), np.int64), np.full(o, shift, np.int64), -128, 127,
+                      (1 << (shift - 1)) if shift > 0 else 0, image)
+    plan_conv(geom, intr)  # raises ScheduleError when it cannot be tiled
     return layer
+
+
+def _packed_weight(b: np.ndarray | None, dims: MatMulDims, intr: Intrinsics) -> PackedWeight:
+    """The grouped convolution's weights: a constant ``b`` packed (:func:`pack_b`), else zeros of that shape (the
+    runtime binds the activation); output block ``ob`` reads input blocks from ``ib_lo[ob]`` = its group's first.
+    Packed directly rather than by :func:`.layout.pack_weight`, which builds the dense ``[G*Np, G*Kp]`` matrix."""
+    bi, bo = intr.block_in, intr.block_out
+    obs = dims.groups * dims.np_ // bo
+    data = pack_b(b, dims, intr) if b is not None else np.zeros((obs, dims.kp // bi, 1, 1, bo, bi), np.int8)
+    ib_lo = (np.arange(obs, dtype=np.int64) // (dims.np_ // bo)) * (dims.kp // bi)
+    return PackedWeight(data, ib_lo, (dims.groups * dims.np_, dims.kp, 1, 1), dims.groups * dims.kp, dims.groups)
