@@ -129,7 +129,7 @@ function detail(p) {
   const clock = p.figures.clock_mhz || null;
   Plotly.newPlot('fig-detail', [
     {type: 'bar', name: 'accelerator: cycles', x: acc.map(l => l.layer), y: acc.map(l => l.cycles), marker: {color: '#1f77b4'},
-     text: acc.map(l => `bound by ${l.bound}`), hovertemplate: '%{x}: %{y:,} cycles, %{text}<extra></extra>'},
+     text: acc.map(l => `bound by ${l.bound}`), textposition: 'none', hovertemplate: '%{x}: %{y:,} cycles, %{text}<extra></extra>'},
     {type: 'bar', name: 'CPU: estimated us', x: cpu.map(l => l.layer), y: cpu.map(l => l.cpu_us), yaxis: 'y2', marker: {color: '#7f7f7f'},
      hovertemplate: '%{x}: %{y:.3g} us on the CPU (the partitioner\'s estimate)<extra></extra>'}],
     {title: {text: 'per layer: accelerator cycles (cycle model or tsim) and CPU time (estimate)'}, barmode: 'group',
@@ -143,7 +143,12 @@ draw();
 const linked = new URLSearchParams(location.hash.slice(1));  // #design=NAME&model=MODEL opens that design's detail
 if (linked.get('design')) {
   const p = DATA.points.find(q => q.design === linked.get('design') && (!linked.get('model') || q.model === linked.get('model')));
-  if (p) detail(p);
+  if (p) {
+    state.model = p.model;
+    controls();
+    draw();
+    detail(p);
+  }
 }
 document.getElementById('fig-pareto').on('plotly_click', ev => {
   const pt = ev.points[0];
