@@ -180,3 +180,16 @@ def test_vit_digits_accuracy_is_measured_on_the_held_out_digits():
     assert found is not None and found["images"] == 450
     assert found["float"] >= 90.0 and found["int8"] >= 88.0 and found["agreement"] >= 95.0
     assert zoo.test_accuracy("bert_tiny", compiled.graph) is None
+
+
+def test_calibration_file_of_token_ids_is_checked_and_kept_integer(tmp_path):
+    from vta.compiler.frontend.calibration import CalibrationError, load_calibration
+    graph = import_onnx(BUILDERS["bert"]())
+    ids = np.random.default_rng(4).integers(0, TEXT["vocab"], (3, 16))
+    np.savez(tmp_path / "ids.npz", input_ids=ids)
+    loaded = load_calibration(tmp_path / "ids.npz", graph)
+    assert loaded["input_ids"].dtype == np.int64 and np.array_equal(loaded["input_ids"], ids)
+    quantize(graph, loaded)                                                        # calibrates on the real ids
+    np.savez(tmp_path / "bad.npz", input_ids=ids + TEXT["vocab"])
+    with pytest.raises(CalibrationError, match=r"input 'input_ids' takes token ids, integers in \[0, 99\]"):
+        load_calibration(tmp_path / "bad.npz", graph)

@@ -58,7 +58,8 @@ class CalibrationError(ValueError):
 def load_calibration(path: str | os.PathLike[str], graph: Graph, *, preprocess: str = "imagenet") \
         -> dict[str, np.ndarray]:
     """The calibration samples in ``path`` (an ``.npz`` file, or a folder of ``.npy`` files or images) for the float
-    ``graph``: input name -> float32 ``[N, *shape[1:]]``, N a positive multiple of the input's batch."""
+    ``graph``: input name -> float32 ``[N, *shape[1:]]`` (int64 for token ids), N a positive multiple of the input's
+    batch."""
     if preprocess not in PREPROCESS:
         raise ValueError(f"preprocess={preprocess!r} is unknown; use one of {', '.join(PREPROCESS)}")
     where = f"--calibration {os.fspath(path)}"
@@ -175,7 +176,8 @@ def _preprocess(pixels: np.ndarray, how: str) -> np.ndarray:
 
 def _checked(graph: Graph, values: dict[str, np.ndarray], where: str) -> dict[str, np.ndarray]:
     """``values`` checked against ``graph``'s inputs: every input named, numeric, finite, ``[N, *shape[1:]]`` with
-    the same positive N (a multiple of the batch) for all."""
+    the same positive N (a multiple of the batch) for all; token ids (an int64 input) integers within their
+    embedding table, kept as int64."""
     missing = [n for n in graph.inputs if n not in values]
     extra = sorted(set(values) - set(graph.inputs))
     if missing or extra:
@@ -196,6 +198,14 @@ def _checked(graph: Graph, values: dict[str, np.ndarray], where: str) -> dict[st
         if value.shape[0] == 0 or value.shape[0] % shape[0]:
             raise CalibrationError(f"{where}: input {name!r} has {value.shape[0]} samples; give a positive "
                                    f"multiple of the batch {shape[0]}")
+        if graph.tensors[name].dtype == "int64":        # token ids into an embedding table
+            rows = min([graph.shape(n.inputs[1])[0] for n in graph.consumers(name) if n.op == "Embedding"] or [0])
+            if value.dtype.kind not in "iu" or ((value < 0) | (value >= rows)).any():
+                raise CalibrationError(f"{where}: input {name!r} takes token ids, integers in [0, {rows - 1}] (the "
+                                       f"rows of its embedding table)")
+            counts.add(value.shape[0])
+            out[name] = value.astype(np.int64)
+            continue
         converted = value.astype(np.float32)
         if not np.isfinite(converted).all():
             raise CalibrationError(f"{where}: input {name!r} holds NaN or infinite values")
