@@ -186,7 +186,7 @@ def _checked(graph: Graph, values: dict[str, np.ndarray], where: str) -> dict[st
         raise CalibrationError(f"{where}: {what}; the model's inputs are {', '.join(map(repr, graph.inputs))} "
                                f"(the archive has {', '.join(map(repr, sorted(values))) or 'no arrays'})")
     counts = set()
-    out = {}
+    out: dict[str, np.ndarray] = {}
     for name in graph.inputs:
         value, shape = values[name], graph.shape(name)
         if value.dtype.kind not in "biuf":
