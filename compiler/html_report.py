@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 from os import PathLike
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -135,6 +136,15 @@ def _cycles(row: Mapping[str, Any]) -> tuple[float | None, str]:
     return None, ""
 
 
+def _bound(row: Mapping[str, Any]) -> tuple[str, str]:
+    """A layer's bounding module and where the rule was applied: the core's counters when the row has them (tsim),
+    else the cycle model's prediction (:func:`~.report.layer_bound`, one rule for both)."""
+    from .report import layer_bound
+    if row.get("cycles") is not None and row.get("compute_busy") is not None:
+        return layer_bound({m: sum(row.get(f"{m}_{c}") or 0 for c in CYCLE_CLASSES) for m in MODULES}), "counters"
+    return str(row.get("bound") or ""), "cycle model" if row.get("bound") else ""
+
+
 def _dram_bytes(row: Mapping[str, Any]) -> int | None:
     values = [row.get(k) for k in BYTE_COLUMNS]
     return None if all(v is None for v in values) else int(sum(v or 0 for v in values))
@@ -155,7 +165,7 @@ def _summary(report: Report) -> str:
         items.append(f"slowest accelerator layer: <b>{_esc(row['layer'])}</b> ({_esc(row['op'])}"
                      f"{', ' + _esc(row['out_shape']) if row.get('out_shape') else ''}): {cycles:,.0f} cycles "
                      f"({source}), {share:.0f}% of the accelerator's cycles, bound by "
-                     f"<b>{_esc(row.get('bound') or '-')}</b>{util}")
+                     f"<b>{_esc(_bound(row)[0] or '-')}</b> ({_bound(row)[1] or '-'}){util}")
     clock = report.clock_mhz
     clock_source = getattr(report, "clock_note", "") or getattr(report, "clock_source", "") or \
         report.extra.get("clock_note") or report.extra.get("clock_source")
@@ -193,7 +203,8 @@ LAYER_TITLES = ("order in the graph", "the node's name", "operator", "first inpu
                 "tsim: measured; cycle model: predicted", "the cycle model's cycles for this program",
                 "microseconds at the design's clock (its cycles over the clock; accelerator layers)",
                 "MACs over cycles x the GEMM core's MACs per cycle", "the module that held an instruction the most "
-                "cycles (fetch excluded)", "DMA bytes loaded and stored, all memory types",
+                "cycles (fetch excluded): from the core's counters where measured (tsim), else the cycle model's",
+                "DMA bytes loaded and stored, all memory types",
                 "operational intensity: MACs per DRAM byte", "dynamic energy, microjoules",
                 "wall-clock milliseconds of the step on this machine (simulation time, not the accelerator's)",
                 "the schedule's tiling", "why the partitioner put it here")
@@ -207,7 +218,7 @@ def layer_rows(report: Report) -> list[list[Any]]:
         out.append([i, r["layer"], r["op"], r.get("in_shape") or None, r.get("out_shape") or None,
                     WHERE_LABELS.get(r["where"], r["where"]), r["macs"],
                     None if cycles is None else int(cycles), source or None, r.get("predicted"), r.get("time_us"),
-                    None if r.get("util") is None else round(100 * r["util"], 1), r.get("bound") or None,
+                    None if r.get("util") is None else round(100 * r["util"], 1), _bound(r)[0] or None,
                     _dram_bytes(r), r.get("intensity"), r.get("energy_uj"), r.get("ms"), r.get("tiling") or None,
                     r.get("reason") or None])
     return out
@@ -249,8 +260,9 @@ def _hover(r: Mapping[str, Any]) -> str:
         parts.append(f"cycles {cycles:,.0f} ({source})")
     if r.get("util") is not None:
         parts.append(f"utilization {100 * r['util']:.1f}%")
-    if r.get("bound"):
-        parts.append(f"bound by {_esc(r['bound'])}")
+    bound, by = _bound(r)
+    if bound:
+        parts.append(f"bound by {_esc(bound)} ({by})")
     if _dram_bytes(r) is not None:
         parts.append(f"DRAM bytes {_dram_bytes(r):,}")
     if r.get("energy_uj") is not None:
@@ -304,15 +316,16 @@ def _roofline_figure(report: Report) -> Any:
             r["where"], r["where"]) for r in cpu})) + ", no accelerator cycles): " + ", ".join(
             f"{_esc(r['layer'])} ({r['macs']:,} MACs)" for r in cpu[:8]) + (" ..." if len(cpu) > 8 else ""),
             xref="paper", yref="paper", x=0, y=-0.22, showarrow=False, align="left", font={"size": 11})
-    fig.update_xaxes(type="log", title="operational intensity (MACs per DRAM byte)", range=_log_range(lo, hi))
-    fig.update_yaxes(type="log", title="achieved MACs per cycle", range=_log_range(
+    two = math.log10(2)  # ticks at powers of two, as the roofs are
+    fig.update_xaxes(type="log", title="operational intensity (MACs per DRAM byte)", range=_log_range(lo, hi),
+                     dtick=two, tickformat=".3~g")
+    fig.update_yaxes(type="log", title="achieved MACs per cycle", dtick=two, tickformat=".3~g", range=_log_range(
         min([p["macs_per_cycle"] for p in points] + [bus * lo]) / 1.5, peak * 1.5))
     fig.update_layout(height=480, margin={"b": 110}, title=f"roofline ({report.config})")
     return fig
 
 
 def _log_range(lo: float, hi: float) -> list[float]:
-    import math
     return [math.log10(max(lo, 1e-9)), math.log10(max(hi, 1e-9))]
 
 
