@@ -24,6 +24,7 @@ from vta.counters import CYCLE_CLASSES, MODULES
 from vta.fileio import atomic_write_text
 
 from .report import BYTE_COLUMNS, ENERGY_PARTS, Report
+from .report import row_bound as _bound
 
 __all__ = ["run_html", "write_run_html", "page", "html_table", "plotly_div", "json_script", "ENERGY_COLOURS",
            "WHERE_COLOURS"]
@@ -134,15 +135,6 @@ def _cycles(row: Mapping[str, Any]) -> tuple[float | None, str]:
     if row.get("predicted") is not None:
         return float(row["predicted"]), "cycle model"
     return None, ""
-
-
-def _bound(row: Mapping[str, Any]) -> tuple[str, str]:
-    """A layer's bounding module and where the rule was applied: the core's counters when the row has them (tsim),
-    else the cycle model's prediction (:func:`~.report.layer_bound`, one rule for both)."""
-    from .report import layer_bound
-    if row.get("cycles") is not None and row.get("compute_busy") is not None:
-        return layer_bound({m: sum(row.get(f"{m}_{c}") or 0 for c in CYCLE_CLASSES) for m in MODULES}), "counters"
-    return str(row.get("bound") or ""), "cycle model" if row.get("bound") else ""
 
 
 def _dram_bytes(row: Mapping[str, Any]) -> int | None:

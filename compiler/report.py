@@ -42,7 +42,7 @@ from .runtime.executor import RunOutput
 __all__ = ["Report", "build_report", "COLUMNS", "MODULE_COLUMNS", "BYTE_COLUMNS", "ENERGY_PARTS", "ENERGY_COLUMNS",
            "ReportError", "load_report", "compare", "format_comparison", "roofline_path", "layer_bound", "run_bound",
            "step_energy", "config_difference", "parse_budget", "budget_failure", "format_accuracy",
-           "format_calibration"]
+           "format_calibration", "row_bound", "uncrowded_labels"]
 
 MODULE_COLUMNS = tuple(f"{m}_{c}" for m in MODULES for c in CYCLE_CLASSES)
 """Per-module cycle classes from the core's counters (tsim only, else None): e.g. ``compute_busy``,
@@ -730,8 +730,17 @@ _TABLE_CELLS = {
     "macs": lambda r: f"{r['macs']:,}", "gemm_uops": lambda r: f"{r['gemm_uops']:,}",
     "alu_uops": lambda r: f"{r['alu_uops']:,}", "cycles": lambda r: _opt(r["cycles"]),
     "util": lambda r: _pct(r["util"]),
-    "predicted": lambda r: _opt(r["predicted"]), "bound": lambda r: r["bound"] or "-",
+    "predicted": lambda r: _opt(r["predicted"]), "bound": lambda r: row_bound(r)[0] or "-",
     "bytes": lambda r: f"{r['bytes']:,}", "ms": lambda r: f"{r['ms']:,.2f}"}
+
+
+def row_bound(row: Mapping[str, Any]) -> tuple[str, str]:
+    """A layer's bounding module and what it comes from: ``"counters"`` (:func:`layer_bound` over the core's cycle
+    classes, where the row has them: tsim) or ``"cycle model"`` (the row's predicted ``bound``); ``("", "")`` for a
+    layer with neither (CPU). The run's ``totals["bound"]`` weighs these per layer."""
+    if row.get("cycles") is not None and row.get("compute_busy") is not None:
+        return layer_bound({m: sum(row.get(f"{m}_{c}") or 0 for c in CYCLE_CLASSES) for m in MODULES}), "counters"
+    return (str(row["bound"]), "cycle model") if row.get("bound") else ("", "")
 
 
 def _cell(text: str, width: int) -> str:

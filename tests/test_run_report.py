@@ -243,3 +243,15 @@ def test_build_time_is_reported_apart_from_host_time():
     assert not any(line.startswith("build_seconds") for line in lines)
     from vta.backend import Backend
     assert Backend().prepare(None) is None  # nothing to prepare by default
+
+
+def test_a_measured_layer_is_bound_by_its_counters():
+    """On tsim the table's bound is the core's counters' (as the run's), not the cycle model's prediction."""
+    from vta.compiler.report import row_bound
+    row = dict(_tsim_row("conv_1", 25600, 1000, 800), bound="store")  # the model predicted store
+    row.update(compute_busy=900)
+    assert row_bound(row) == ("compute", "counters")
+    assert row_bound(_row("conv_2", "accel", 100, None, bound="load")) == ("load", "cycle model")
+    assert row_bound(_row("pool_3", "cpu", 0, None)) == ("", "")
+    line = Report("m", "cfg", "tsim", [row]).format().splitlines()[3]
+    assert line.split()[8] == "compute"
