@@ -193,3 +193,20 @@ def test_calibration_file_of_token_ids_is_checked_and_kept_integer(tmp_path):
     np.savez(tmp_path / "bad.npz", input_ids=ids + TEXT["vocab"])
     with pytest.raises(CalibrationError, match=r"input 'input_ids' takes token ids, integers in \[0, 99\]"):
         load_calibration(tmp_path / "bad.npz", graph)
+
+
+def test_a_sweep_takes_the_transformers_and_a_decode_step_of_token_ids_and_a_kv_cache(tmp_path):
+    import onnx
+
+    from vta.sweep.runner import run_sweep
+    from vta.sweep.spec import parse_spec
+    from vta.sweep.store import ResultStore
+    names = ["vit_tiny", "bert_base", "gpt2_prefill", "gpt2_decode", "vit_digits"]
+    assert parse_spec({"sweep": {"models": names}, "vary": {"LOG_BLOCK": [4]}}).models == tuple(names)
+    path = tmp_path / "decode.onnx"
+    onnx.save(BUILDERS["gpt2_decode"](), path)
+    spec = parse_spec({"sweep": {"models": [str(path)]}, "vary": {"LOG_BLOCK": [3, 4]}})
+    with ResultStore(tmp_path / "r.sqlite") as store:
+        summary = run_sweep(spec, store, workers=0)
+        rows = store.rows()
+    assert summary.ok == 2 and all(r["status"] == "ok" and r["cycles"] > 0 for r in rows)
