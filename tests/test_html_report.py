@@ -227,3 +227,23 @@ def test_pages_render_in_chromium(report, tmp_path):
     assert 'class="main-svg"' in pareto and "scatterlayer" in pareto
     assert 'id="detail-layers"' in dom and "conv_1" in dom.split('id="detail-layers"', 1)[1]
     assert 'id="designs-table"' in dom
+
+
+def test_vta_sweep_html(tmp_path, capsys):
+    """vta sweep FILE --html PAGE writes the explorer beside the database and the plots, names it last, and defines
+    'all models' in its text; a wrong suffix is refused before any work."""
+    from pathlib import Path
+    small = Path(__file__).resolve().parent.parent / "scripts" / "sweeps" / "small.toml"
+    page = tmp_path / "s.html"
+    argv = ["sweep", str(small), "--db", str(tmp_path / "s.sqlite"), "--plot-dir", str(tmp_path / "plots"),
+            "--workers", "0", "--no-progress"]
+    assert main(argv + ["--html", str(tmp_path / "s.htm")]) == 2
+    assert "--html" in capsys.readouterr().err and not (tmp_path / "s.sqlite").exists()
+    assert main(argv + ["--html", str(page)]) == 0
+    out = capsys.readouterr().out
+    assert "all models: one inference of each of tiny_cnn, mini_resnet in sequence" in out
+    assert out.rstrip().endswith(f"wrote {page} (sweep explorer, HTML, self-contained)")
+    data = json.loads(page.read_text().split("const DATA = ", 1)[1].split(";\n", 1)[0])
+    assert len([p for p in data["points"] if p["model"] == "all models"]) == 3
+    assert all(p["layers"] for p in data["points"] if p["model"] != "all models")
+    assert _parse(page.read_text()).tables["failed"]["rows"][0][3] == "failed"
