@@ -11,7 +11,7 @@ standard error when that is a terminal, else (a log, ``| tee``) a plain line eve
 ``--no-progress`` turns both off.
 
 Usage: ``python scripts/train_digits.py [--epochs 40] [--target reference|cpu|fsim|tsim] [--out digits.onnx]
-[--precision w8a8,w4a8,w4a4] [--calibration-method minmax|percentile|entropy] [--no-progress]``
+[--precision w8a8,w4a8,w4a4] [--calibration-method minmax|percentile|entropy] [--keep-int8 fc] [--no-progress]``
 
 The test split is written beside the model as ``<model>.eval.npz`` (``x`` images, ``y`` labels, ``calib`` the 200
 training images the quantizer calibrates on), which
@@ -202,12 +202,13 @@ def int8_runner(qgraph, target: str, act_bits: int = 8, wgt_bits: int = 8) -> Ca
 
 def evaluate(model: onnx.ModelProto, target: str = "reference", epochs_note: str = "", limit: int | None = None,
              seed: int = 0, progress: bool = False, requant: str = "multiply", act_bits: int = 8,
-             wgt_bits: int = 8, method: str | None = None) -> dict[str, float]:
+             wgt_bits: int = 8, method: str | None = None, keep_int8: tuple[str, ...] = ()) -> dict[str, float]:
     """Float (ONNX Runtime) and quantized test accuracy in percent (key ``int8_acc`` whatever the widths), on the
     first ``limit`` test images (all if None); ``progress``: a bar over the test images run quantized; ``requant``:
     the quantizer's mode (``multiply`` or ``shift``, power-of-two scales); ``act_bits`` / ``wgt_bits``: the
     activation and weight widths (8 or 4) the model is quantized to; ``method``: the calibration method (minmax,
-    percentile, entropy; default minmax)."""
+    percentile, entropy; default minmax); ``keep_int8``: Conv2d/Dense nodes kept at int8 weights (on the CPU of a
+    narrow design; see :func:`vta.compiler.frontend.quantize.quantize`)."""
     import onnxruntime as ort
 
     from vta.compiler.frontend.onnx_frontend import import_onnx
@@ -219,7 +220,7 @@ def evaluate(model: onnx.ModelProto, target: str = "reference", epochs_note: str
     float_pred = sess.run(None, {"input": x_test})[0].argmax(axis=1)
     graph = import_onnx(model, batch=1)
     qgraph = quantize(graph, {"input": x_train[:200]}, mode="shift" if requant == "shift" else "multiply",
-                      act_bits=act_bits, wgt_bits=wgt_bits, method=method)
+                      act_bits=act_bits, wgt_bits=wgt_bits, method=method, keep_int8=keep_int8)
     runner = int8_runner(qgraph, target, act_bits, wgt_bits)
     name = "int8" if (wgt_bits, act_bits) == (8, 8) else f"w{wgt_bits}a{act_bits}"
     images = _bar(range(len(y_test)), progress, desc=f"{name} on {target}", unit="image")
@@ -247,6 +248,9 @@ def main(argv: list[str] | None = None) -> int:
                              "which is reported only")
     parser.add_argument("--calibration-method", choices=["minmax", "percentile", "entropy"], default=None,
                         help="how activation ranges are calibrated (default minmax)")
+    parser.add_argument("--keep-int8", default="", metavar="NODES",
+                        help="comma-separated Conv/Gemm nodes (conv0, conv1, fc) kept at int8 weights on the CPU "
+                             "when the precision is narrower (mixed precision), e.g. fc or conv0,fc")
     parser.add_argument("--out", default=None, help="write the trained ONNX model here (default: the cache folder)")
     parser.add_argument("--no-progress", action="store_true",
                         help="no progress (a bar when standard error is a terminal, else a line per quarter of the "
@@ -270,7 +274,9 @@ def main(argv: list[str] | None = None) -> int:
     code = 0
     for wgt_bits, act_bits in widths:
         result = evaluate(model, args.target, limit=args.limit, seed=args.seed, progress=progress,
-                          requant=args.requant, act_bits=act_bits, wgt_bits=wgt_bits, method=args.calibration_method)
+                          requant=args.requant, act_bits=act_bits, wgt_bits=wgt_bits, method=args.calibration_method,
+                          keep_int8=tuple(k for k in args.keep_int8.split(",") if k) if (wgt_bits, act_bits) != (8, 8)
+                          else ())
         name = "int8" if (wgt_bits, act_bits) == (8, 8) else f"w{wgt_bits}a{act_bits}"
         print(f"test images: {int(result['images'])}  float32 accuracy: {result['float_acc']:.2f}%  "
               f"{name} accuracy ({args.target}, {args.requant}): {result['int8_acc']:.2f}%  "

@@ -180,6 +180,28 @@ def test_tiny_cnn_bit_exact_on_fsim(cfg, tiny_w4a4):
         assert np.array_equal(np.asarray(got[name]), np.asarray(ref[name]))
 
 
+def test_mixed_precision_keeps_named_layers_int8_on_the_cpu():
+    """keep_int8: the first conv and the dense layer at int8 weights (int8 input and logits) run on the CPU of the
+    w4a4 design, the middle conv on the accelerator at int4; the whole is bit-exact on fsim."""
+    from vta.compiler import qops
+    from vta.compiler.frontend.quantize import quantize
+    from vta.compiler.pipeline import compile_graph, load_graph
+    from vta.compiler.runtime.executor import run
+    graph = load_graph("tiny_cnn")
+    rng = np.random.default_rng(0)
+    calib = {n: rng.standard_normal((2,) + graph.shape(n)[1:]).astype(np.float32) for n in graph.inputs}
+    qg = quantize(graph, calib, act_bits=4, wgt_bits=4, keep_int8=["conv_3", "gemm_12"])
+    assert "QClip" not in [n.op for n in qg.nodes][:2]  # the input, read only by an int8 layer, stays int8
+    compiled = compile_graph(qg, W4A4, policy="accel")
+    where = {s.node.name: type(s).__name__ for s in compiled.steps if s.node.op in ("QConv2d", "QDense")}
+    assert where == {"conv_3": "CpuStep", "conv_7": "AccelStep", "gemm_12": "CpuStep"}
+    x = {n: rng.standard_normal(graph.shape(n)).astype(np.float32) for n in graph.inputs}
+    got, ref = run(compiled, x, target="fsim").outputs, qops.run_reference(qg, x)
+    assert all(np.array_equal(np.asarray(got[k]), np.asarray(ref[k])) for k in graph.outputs)
+    with pytest.raises(ValueError, match="keep_int8 names nope, which are not Conv2d/Dense nodes"):
+        quantize(graph, calib, act_bits=4, keep_int8=["nope"])
+
+
 def test_int8_graph_stays_on_the_cpu_of_an_int4_design():
     """A graph quantized for int8 on an int4 design: the partitioner keeps its layers on the CPU and says why."""
     from vta.compiler.frontend.quantize import quantize

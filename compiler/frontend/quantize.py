@@ -265,12 +265,13 @@ class _Quantizer:
     """State of one quantization: the float graph, calibration, options and the quantized graph being built."""
 
     def __init__(self, fg: Graph, cal: Calibration, per_channel: bool | str, mode: str, round_adds: bool,
-                 act_bits: int = 8, wgt_bits: int = 8) -> None:
+                 act_bits: int = 8, wgt_bits: int = 8, keep_int8: Iterable[str] = ()) -> None:
         self.fg, self.cal, self.per_channel, self.mode = fg, cal, per_channel, mode
         self.round_adds = round_adds
         self.act_bits, self.wgt_bits = act_bits, wgt_bits
         self.qmin, self.qmax = -(1 << (act_bits - 1)), (1 << (act_bits - 1)) - 1  # activation range
         self.wmax = (1 << (wgt_bits - 1)) - 1                                       # weights: [-wmax, wmax]
+        self.keep_int8 = frozenset(keep_int8)  # Conv2d/Dense kept at int8 weights (and int8 graph inputs/outputs)
         narrow = act_bits != 8 or wgt_bits != 8
         self.qg = Graph(fg.name + (f"_w{wgt_bits}a{act_bits}" if narrow else "_int8"))
         self.pending_clips: list[tuple[str, str, float]] = []  # (int8 tensor, clipped name, scale): see wide_out
@@ -315,6 +316,8 @@ class _Quantizer:
             return prod.attrs["requant"].lo, prod.attrs["requant"].hi
         if prod.op == "QClip":
             return prod.attrs["lo"], prod.attrs["hi"]
+        if prod.op == "Quantize":  # an int8 graph input (at int4 activations a QClip follows unless kept int8)
+            return -128, 127
         if prod.op in ("MaxPool", "AvgPool", "GlobalAvgPool", "Reshape", "Pad"):
             lo, hi = self.int8_range(prod.inputs[0])
             pad = prod.attrs.get("value", lo) if prod.op == "Pad" else lo
@@ -330,13 +333,13 @@ class _Quantizer:
         pos, neg = np.where(w > 0, w, 0).sum(axis=1), np.where(w < 0, w, 0).sum(axis=1)
         return np.maximum(pos * hi + neg * lo, -(pos * lo + neg * hi))
 
-    def weight_scales(self, w: np.ndarray) -> np.ndarray:
+    def weight_scales(self, w: np.ndarray, wmax: int) -> np.ndarray:
         per = np.abs(w.reshape(w.shape[0], -1)).max(axis=1).astype(np.float64)
         per = np.maximum(per, max(per.max() * 2**-8, 1e-12))  # dead channels: keep the bias inside int32
         use_channel = self.per_channel is True or (self.per_channel == "auto" and per.max() > 1.5 * per.min())
-        scales = (per if use_channel else np.full_like(per, per.max())) / float(self.wmax)
-        if self.wgt_bits < 8:  # int4: clip each channel's (or the tensor's) range where that lowers the error
-            scales = _mse_scales(w.reshape(w.shape[0], -1).astype(np.float64), scales, self.wmax, use_channel)
+        scales = (per if use_channel else np.full_like(per, per.max())) / float(wmax)
+        if wmax < 127:  # int4: clip each channel's (or the tensor's) range where that lowers the error
+            scales = _mse_scales(w.reshape(w.shape[0], -1).astype(np.float64), scales, wmax, use_channel)
         return scales
 
     def linear(self, node: Node) -> None:
@@ -344,16 +347,19 @@ class _Quantizer:
         act = self.fused_activation(node)
         out = act.outputs[0] if act is not None else node.outputs[0]
         x = node.inputs[0]
-        sx, sy = self.scales[x], self.act_scale(out)
+        keep = node.name in self.keep_int8
+        wide_out = keep and out in self.fg.outputs  # a kept layer's graph output stays int8
+        wmax = 127 if keep else self.wmax
+        sx, sy = self.scales[x], (self.cal.scale(out) if wide_out else self.act_scale(out))
         w = self.fg.constants[node.inputs[1]].astype(np.float64)
         o = w.shape[0]
         b = self.fg.constants[node.inputs[2]].astype(np.float64) if len(node.inputs) > 2 else np.zeros(o)
         shift_mode = self.mode == "shift"
         if shift_mode:
-            sw, mult, shift = self._shift_weights(w, sx, sy)
+            sw, mult, shift = self._shift_weights(w, sx, sy, wmax)
         else:
-            sw = self.weight_scales(w)
-        wq = np.clip(np.rint(w / sw.reshape((o,) + (1,) * (w.ndim - 1))), -self.wmax, self.wmax).astype(np.int8)
+            sw = self.weight_scales(w, wmax)
+        wq = np.clip(np.rint(w / sw.reshape((o,) + (1,) * (w.ndim - 1))), -wmax, wmax).astype(np.int8)
         products = self.product_bound(wq, x)
         cap = np.maximum(BIAS_LIMIT - products, 0)
         bq = np.clip(np.rint(b / (sx * sw)), -cap, cap)
@@ -364,7 +370,7 @@ class _Quantizer:
             mult, shift = choose_requant(sx * sw / sy, bound, rounding=True)
         rounding = np.where(shift > 0, (np.int64(1) << np.maximum(shift - 1, 0)) // mult, 0)
         bq = (bq + rounding).astype(np.int32)
-        lo, hi, kind = _clip_range(act, sy, self.qmin, self.qmax)
+        lo, hi, kind = _clip_range(act, sy) if wide_out else _clip_range(act, sy, self.qmin, self.qmax)
         tag = node.name
         wname, bname = self.qg.unique_name(f"{tag}_wq"), self.qg.unique_name(f"{tag}_bq")
         self.qg.add_constant(wname, wq)
@@ -379,11 +385,12 @@ class _Quantizer:
         if act is not None:
             self.skip.add(act.name)
 
-    def _shift_weights(self, w: np.ndarray, sx: float, sy: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Pure-shift requant: per-channel weight scales sy / (sx * 2**S[o]) (M = 1)."""
+    def _shift_weights(self, w: np.ndarray, sx: float, sy: float, qmax: int) -> tuple[np.ndarray, np.ndarray,
+                                                                                      np.ndarray]:
+        """Pure-shift requant: per-channel weight scales sy / (sx * 2**S[o]) (M = 1), weights in [-qmax, qmax]."""
         o = w.shape[0]
         wmax = np.maximum(np.abs(w.reshape(o, -1)).max(axis=1), 1e-12)
-        shift = np.clip(np.floor(np.log2(sy * self.wmax / (sx * wmax))), 0, S_MAX).astype(np.int64)
+        shift = np.clip(np.floor(np.log2(sy * qmax / (sx * wmax))), 0, S_MAX).astype(np.int64)
         return sy / (sx * 2.0**shift), np.ones(o, np.int64), shift
 
     def softmax_mask(self, node: Node, mask: dict[str, Any]) -> bool:
@@ -588,8 +595,10 @@ class _Quantizer:
             if fg.tensors[name].dtype == "int64":       # token ids: read by an Embedding as they are
                 continue
             qname = f"{name}_q"
-            scale = self.act_scale(name)
-            if self.act_bits == 8:
+            users = fg.consumers(name)
+            wide_input = bool(users) and all(u.name in self.keep_int8 for u in users)  # read only by int8 layers
+            scale = self.cal.scale(name) if wide_input else self.act_scale(name)
+            if self.act_bits == 8 or wide_input:
                 qg.add_tensor(qname, fg.shape(name), "int8", scale)
                 qg.add_node("Quantize", f"quantize_{name}", [name], [qname], scale=scale)
             else:  # Quantize to int8 at the narrow scale, then clip to the activation range
@@ -638,7 +647,7 @@ _HANDLERS = {
 def quantize(graph: Graph, calib_inputs: Mapping[str, np.ndarray] | Iterable[Mapping[str, np.ndarray]], *,
              per_channel: bool | Literal["auto"] = True, mode: Literal["multiply", "shift"] = "multiply",
              percentile: float | None = None, round_adds: bool = True, method: str | None = None,
-             act_bits: int = 8, wgt_bits: int = 8) -> Graph:
+             act_bits: int = 8, wgt_bits: int = 8, keep_int8: Iterable[str] = ()) -> Graph:
     """Quantize a float graph; ``calib_inputs`` is a dict of stacked samples (leading axis a multiple of the batch)
     or a list of input dicts; ``method`` (minmax, percentile, entropy) and ``percentile`` select the calibration
     (see :func:`calibrate`); ``round_adds``
@@ -650,7 +659,10 @@ def quantize(graph: Graph, calib_inputs: Mapping[str, np.ndarray] | Iterable[Map
     [-8, 7] (ReLU: [0, 7]); int4 weights of Conv2d/Dense get symmetric scales ``absmax / 7`` (per output channel with
     ``per_channel``) and values in [-7, 7]. Tensors stay int8 arrays holding int4 values, so the integer reference
     (qops) computes at those widths unchanged. The output of an op whose integer semantics clip to int8 (Mul,
-    MatMul, LayerNorm, Embedding, an inner Softmax) is followed by a QClip to the activation range at int4."""
+    MatMul, LayerNorm, Embedding, an inner Softmax) is followed by a QClip to the activation range at int4.
+    ``keep_int8`` names Conv2d/Dense nodes kept at int8 weights (mixed precision): a graph input read only by such
+    layers stays int8, as does such a layer's graph output; on a narrow design the partitioner then runs them on the
+    CPU (their values do not fit the design's widths)."""
     for what, bits in (("act_bits", act_bits), ("wgt_bits", wgt_bits)):
         if bits not in (4, 8):
             raise ValueError(f"{what} must be 4 or 8, not {bits!r}")
@@ -662,7 +674,12 @@ def quantize(graph: Graph, calib_inputs: Mapping[str, np.ndarray] | Iterable[Map
         raise GraphError(f"Graph {graph.name!r} is already quantized.")
     fg = prepare(graph)
     cal = calibrate(fg, calib_inputs, percentile=percentile, method=method)
-    return _Quantizer(fg, cal, per_channel, mode, round_adds, act_bits, wgt_bits).run()
+    keep = set(keep_int8)
+    known = {n.name for n in fg.nodes if n.op in ("Conv2d", "Dense")}
+    if keep - known:
+        raise ValueError(f"keep_int8 names {', '.join(sorted(keep - known))}, which are not Conv2d/Dense nodes of "
+                         f"the graph; its Conv2d/Dense nodes are {', '.join(sorted(known))}")
+    return _Quantizer(fg, cal, per_channel, mode, round_adds, act_bits, wgt_bits, keep).run()
 
 
 def compare_outputs(reference: np.ndarray, test: np.ndarray) -> dict[str, float]:
