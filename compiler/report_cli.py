@@ -26,9 +26,11 @@ def register(subparsers: Any) -> None:
     from .cli import add_report_options
     p = subparsers.add_parser("report", help="re-render a saved run report, or compare two runs",
                               description="Re-render a saved run report (RUN: the JSON written by vta run MODEL "
-                                          "--report-json FILE), or compare two runs layer by layer.")
+                                          "--report-json FILE), or compare two runs layer by layer (led by what "
+                                          "differs between them); or, with --html, write the explorer of a sweep's "
+                                          "results database (RUN: a .sqlite written by vta sweep).")
     p.add_argument("runs", metavar="RUN", nargs="+", help="one saved JSON report to re-render, or two to compare "
-                                                          "(A then B)")
+                                                          "(A then B), or a sweep's .sqlite with --html")
     p.add_argument("--tech", metavar="FILE", help="recompute the energies with this technology file (TOML, as "
                                                   "vta/tech/default_45nm.toml)")
     add_report_options(p)
