@@ -80,6 +80,12 @@ function draw() {
       text: sel.map(p => hover(p, pos.get(p).k, pos.get(p).n)), hoverinfo: 'text', customdata: sel.map(p => DATA.points.indexOf(p))});
   });
   const front = frontier(pts, x, y, m.maximize);
+  if (state.selected && pts.includes(state.selected)) {  // the clicked design, ringed
+    const q = state.selected;
+    traces.push({type: 'scatter', mode: 'markers', name: 'clicked: ' + q.design, x: [pos.get(q).x],
+      y: [q.figures[y]], marker: {size: 20, symbol: 'circle-open', color: '#000', line: {width: 2.5}},
+      hoverinfo: 'skip'});
+  }
   traces.push({type: 'scatter', mode: 'lines+markers', name: `Pareto front (${front.length} of ${pts.length})`,
     x: front.map(p => p.figures[x]), y: front.map(p => p.figures[y]), line: {shape: 'hv', color: '#d62728', width: 1.5},
     marker: {size: 13, color: 'rgba(0,0,0,0)', line: {width: 2, color: '#d62728'}}, hoverinfo: 'skip'});
@@ -109,6 +115,7 @@ function designsTable(pts, front) {
 }
 
 function detail(p) {
+  if (state.selected !== p) { state.selected = p; draw(); }
   let h = `<p><b>${esc(p.design)}</b> on ${esc(p.model)}</p><table><tbody>` +
     Object.entries(p.params).map(([k, v]) => `<tr><td>${esc(k)}</td><td>${esc(v)}</td></tr>`).join('') +
     Object.entries(DATA.figures).filter(([c]) => p.figures[c] != null).map(([c, l]) => `<tr><td>${esc(l)}</td><td class="num">${fmt(p.figures[c])}</td></tr>`).join('') +
