@@ -175,10 +175,14 @@ def test_input_file_missing_or_npz(capsys: pytest.CaptureFixture[str], tmp_path:
     model = relu_model(tmp_path / "m.onnx")
     assert run(capsys, "run", str(model), "--input", str(tmp_path / "no.npy")) == (
         2, "", f"vta: error: Cannot read --input {tmp_path / 'no.npy'}: No such file or directory.\n")
-    npz = tmp_path / "in.npz"
-    np.savez(npz, x=np.zeros((1, 3)))
+    npz = tmp_path / "in.npz"                   # an .npz gives the inputs by name (a multi-input model's way)
+    np.savez(npz, images=np.zeros((1, 3)))
     assert run(capsys, "run", str(model), "--input", str(npz)) == (
-        2, "", f"vta: error: --input {npz} is an .npz archive; give a .npy file holding one array (numpy.save).\n")
+        2, "", f"vta: error: --input {npz} gives 'images'; the model's inputs are 'x'.\n")
+    renamed = tmp_path / "in.npy"                # an .npz archive under a .npy name
+    npz.rename(renamed)
+    assert run(capsys, "run", str(model), "--input", str(renamed)) == (
+        2, "", f"vta: error: --input {renamed} is an .npz archive; give a .npy file holding one array (numpy.save).\n")
 
 
 def test_random_inputs_are_finite() -> None:
