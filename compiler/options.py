@@ -34,6 +34,8 @@ class CompileOptions:
     ``calib`` random samples; see :mod:`.frontend.calibration`). preprocess: how images become inputs
     (:data:`.frontend.calibration.PREPROCESS`). calibration_method: minmax, percentile or entropy
     (:data:`.frontend.calibration.METHODS`); calibration_percentile: the percentile method's (in [50, 100]).
+    keep_int8: Conv2d/Dense node names quantized with int8 weights on a design with int4 inputs or weights (mixed
+    precision; the partitioner runs them on the CPU, see docs/precision.md); nothing on an int8 design.
     """
 
     policy: str = "auto"
@@ -50,6 +52,7 @@ class CompileOptions:
     preprocess: str = "imagenet"
     calibration_method: str = "minmax"
     calibration_percentile: float = 99.99
+    keep_int8: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         from .frontend.calibration import METHODS, PREPROCESS
@@ -61,6 +64,9 @@ class CompileOptions:
         if isinstance(self.force_cpu, str):
             raise TypeError(f"force_cpu must be a list of node names, not the string {self.force_cpu!r}")
         object.__setattr__(self, "force_cpu", tuple(self.force_cpu))
+        if isinstance(self.keep_int8, str):
+            raise TypeError(f"keep_int8 must be a list of node names, not the string {self.keep_int8!r}")
+        object.__setattr__(self, "keep_int8", tuple(self.keep_int8))
         shapes = self.input_shapes.items() if isinstance(self.input_shapes, Mapping) else self.input_shapes
         object.__setattr__(self, "input_shapes", tuple((str(n), tuple(int(d) for d in s)) for n, s in shapes))
         for name, value, choices in (("policy", self.policy, POLICIES), ("stem", self.stem, STEMS),
@@ -97,8 +103,9 @@ class CompileOptions:
             given["progress"] = not given["progress"]
         if "input_shapes" in given:
             given["input_shapes"] = _shapes(given["input_shapes"] or [])
-        if given.get("force_cpu") is None:
-            given.pop("force_cpu", None)
+        for name in ("force_cpu", "keep_int8"):
+            if given.get(name) is None:
+                given.pop(name, None)
         return cls(**given)
 
     def changed(self) -> list[str]:
@@ -115,7 +122,7 @@ _ARG_NAMES = {"policy": "policy", "force_cpu": "force_cpu", "batch": "batch", "i
               "calib": "calib", "seed": "seed", "double_buffer": "no_double_buffer", "stem": "stem",
               "requant": "requant", "progress": "no_progress", "calibration": "calibration",
               "preprocess": "preprocess", "calibration_method": "calibration_method",
-              "calibration_percentile": "calibration_percentile"}
+              "calibration_percentile": "calibration_percentile", "keep_int8": "keep_int8"}
 """CompileOptions field -> the argparse attribute it is read from (``no_*`` flags are negated)."""
 
 

@@ -452,7 +452,8 @@ def compile_model(model: str, cfg: VTAConfig, options: CompileOptions | None = N
     qgraph = quantize(graph, calibration.inputs, mode="shift" if opts.requant == "shift" else "multiply",
                       method=opts.calibration_method, percentile=opts.calibration_percentile
                       if opts.calibration_method == "percentile" else None,
-                      act_bits=cfg.inp_width, wgt_bits=cfg.wgt_width)  # the design's widths (docs/precision.md)
+                      act_bits=cfg.inp_width, wgt_bits=cfg.wgt_width,  # the design's widths (docs/precision.md)
+                      keep_int8=opts.keep_int8 if (cfg.inp_width, cfg.wgt_width) != (8, 8) else ())
     compiled = compile_graph(qgraph, cfg, policy=opts.policy, force_cpu=opts.force_cpu,
                              double_buffer=opts.double_buffer, progress=opts.progress, stem=opts.stem)
     compiled.meta.update({"model": model, "requant": opts.requant, "calibration": dict(calibration.info)})

@@ -63,8 +63,7 @@ def width_problem(graph: Graph, node: Node, cfg: VTAConfig) -> str | None:
         rng = value_range(graph, name)
         if not _fits(rng, bits):
             return (f"its {what} {name!r} hold values in [{rng[0]}, {rng[1]}], wider than the design's int{bits} "
-                    f"{what}; quantize for the design's widths (act_bits={cfg.inp_width}, "
-                    f"wgt_bits={cfg.wgt_width})")
+                    f"{what} (a layer kept at int8, or a graph quantized for wider elements)")
     for out in node.outputs:
         rng = value_range(graph, out)
         if not _fits(rng, cfg.out_width):
