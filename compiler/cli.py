@@ -68,6 +68,10 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
                         "micro-op per output vector, slightly less accurate) (default: %(default)s)")
     p.add_argument("--force-cpu", metavar="NODE", action="append", default=list(default.force_cpu),
                    help="keep the named node on the CPU (repeatable)")
+    p.add_argument("--keep-int8", metavar="NODE", action="append", default=list(default.keep_int8),
+                   help="on a design with int4 inputs or weights: quantize the named Conv/Dense node with int8 "
+                        "weights and run it on the CPU (mixed precision, e.g. the last layer; repeatable; "
+                        "docs/precision.md)")
     p.add_argument("--batch", type=int, default=default.batch,
                    help="images per inference for a model whose batch dimension is dynamic (default: 1; a fixed "
                         "batch dimension is kept)")
@@ -156,7 +160,8 @@ def compile_options(args: argparse.Namespace) -> Any:
 _COMPILE_FLAGS = {"policy": "--policy", "stem": "--stem", "requant": "--requant", "force_cpu": "--force-cpu",
                   "batch": "--batch", "calib": "--calib", "input_shapes": "--input-shape",
                   "calibration": "--calibration", "preprocess": "--preprocess",
-                  "calibration_method": "--calibration-method", "calibration_percentile": "--calibration-percentile"}
+                  "calibration_method": "--calibration-method", "calibration_percentile": "--calibration-percentile",
+                  "keep_int8": "--keep-int8"}
 """CompileOptions field -> its option; the ones `vta run MODEL.vtac` refuses (the artefact fixed them)."""
 
 
