@@ -60,7 +60,7 @@ def sweep_command(args: argparse.Namespace) -> int:
     of the run."""
     from vta.cliutil import CliError, wrote
 
-    from .pareto import METRICS, SUITE, frontier, frontier_table, plot_frontiers, suite_rows
+    from .pareto import METRICS, SUITE, figure, frontier, frontier_table, plot_frontiers, suite_rows
     from .runner import run_sweep
     from .spec import SweepSpecError, load_spec
     from .store import ResultStore, StoreError
@@ -95,7 +95,7 @@ def sweep_command(args: argparse.Namespace) -> int:
                             progress=not args.no_progress)
         keys = {p.key for p in points}
         rows = [r for r in store.rows(mode=spec.mode, status="ok") if (r["design"], r["model"], r["mode"]) in keys]
-    print(f"measured {summary.measured} points in {summary.seconds:.1f} s ({summary.points_per_minute:.3g} "
+    print(f"measured {summary.measured} points in {summary.seconds:.1f} s ({figure(summary.points_per_minute)} "
           f"points/min): {summary.ok} ok, {summary.failed} failed, {summary.timeout} timed out; {summary.skipped} "
           f"already in {db}")
     groups = {m: [r for r in rows if r["model"] == m] for m in spec.models}
