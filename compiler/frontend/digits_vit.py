@@ -4,10 +4,11 @@ The model is :func:`.zoo_transformers.vit`'s graph at a small shape: ``pixel_val
 [0, 1]) -> 2x2 patches (a stride-2 convolution: 16 tokens of width 32), the class token, a position embedding, two
 pre-LN blocks with 2 heads and an MLP of 64 (Gelu), LayerNorm, the class token, ``logits [1, 10]``. It is trained
 here in numpy (forward and backward written out; Adam on softmax cross-entropy, seeded) on a fixed 75/25 split of the
-1,797 images (the split of ``scripts/train_digits.py``), in about ten seconds on one core, then exported with the
-trained weights; :mod:`.zoo` caches the ONNX file like every zoo model. :func:`test_set` gives the 450 held-out
-images and labels that ``vta run vit_digits`` measures float and int8 accuracy on; :func:`calibration_images` the
-training images it calibrates on. Needs scikit-learn (which ships the data set).
+1,797 images (the split of ``scripts/train_digits.py``), well under a minute on one core (26 s measured on the
+lab's 2-core machine under a load average of 16), then exported with the trained weights; :mod:`.zoo` caches the
+ONNX file like every zoo model. :func:`test_set` gives the 450 held-out images and labels that ``vta run vit_digits``
+measures float and int8 accuracy on; :func:`calibration_images` the training images it calibrates on. Needs
+scikit-learn (which ships the data set).
 
 Training uses a rational approximation of erf (Abramowitz and Stegun 7.1.26, error below 1.5e-7) for speed; the
 exported graph computes Gelu exactly (Erf), so the trained network and the exported one differ by less than that.
@@ -21,7 +22,7 @@ import onnx
 
 from . import zoo_transformers
 
-__all__ = ["SHAPE", "load_split", "train", "build", "test_set", "calibration_images"]
+__all__ = ["SHAPE", "load_split", "train", "accuracy", "build", "test_set", "calibration_images"]
 
 SHAPE: dict[str, Any] = {"image": 8, "patch": 2, "channels": 1, "width": 32, "depth": 2, "heads": 2, "mlp": 64,
                          "classes": 10}
