@@ -22,7 +22,10 @@ run as YosysHQ's mutation-cover flow (mcy) runs them: all in one netlist, one bu
    whole run (a later edit of the harness does not rebuild it mid-run).
 4. The kit (:func:`vta.tsim.conform.run_kit`, ``--kit-seeds`` random programs, no model) runs first at mutsel 0,
    which must pass, then at each candidate's index, stopping at the first feature that does not pass: ``killed``
-   (that feature, its status and detail recorded) or ``survived`` (every feature passed).
+   (that feature, its status and detail recorded) or ``survived`` (every feature passed). The harness runs two-phase
+   here (both clock edges evaluated, its reference scheduling): a mutation on a flip-flop's clock pin puts a
+   multiplexer on that clock (a derived clock), and the default one-evaluation-per-cycle scheduling only re-arms the
+   top clock's edge detector, so the derived clock would never tick again, even while its mutation is off.
 
 ``--separate`` is the former path: each candidate written as a netlist of its own and built by itself (1-3 minutes
 each), into ``<work>-separate.jsonl``; it gives the same verdicts and checks the muxed build. ``--only`` runs the
@@ -40,6 +43,7 @@ import shlex
 import subprocess
 import sys
 import time
+from functools import partialmethod
 from pathlib import Path
 from typing import Any, Callable
 from unittest.mock import patch
@@ -231,10 +235,12 @@ def kit_verdict(cfg: Any, backend_options: dict[str, Any], kit_seeds: int, *, st
         if stop_first and not outcome.passed:
             raise _Stop(outcome)
 
+    from vta.tsim.bridge import Model
     started = time.monotonic()
-    try:
-        outcomes = run_kit(cfg, backend_options={**backend_options, "progress": False}, seeds=kit_seeds, model=None,
-                           on_outcome=check)
+    try:  # two-phase: a mutation on a flip-flop's clock pin makes a derived clock (see the module docstring)
+        with patch.object(Model, "run", partialmethod(Model.run, two_phase=True)):
+            outcomes = run_kit(cfg, backend_options={**backend_options, "progress": False}, seeds=kit_seeds,
+                               model=None, on_outcome=check)
     except _Stop as stop:
         outcomes = [stop.outcome]
     failed = [o for o in outcomes if not o.passed]
