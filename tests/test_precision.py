@@ -285,5 +285,5 @@ def test_area_model_follows_the_widths():
     from vta.sweep.area import estimate_area
     base, w4a8, w4a4 = (estimate_area(c) for c in (VTAConfig(), W4A8, W4A4))
     assert base.dsp == w4a8.dsp == 305 and w4a4.dsp == 305 - 256
-    assert w4a4.lut > base.lut > w4a8.lut
+    assert w4a4.lut > base.lut == w4a8.lut
     assert w4a4.bram < w4a8.bram < base.bram
