@@ -27,7 +27,7 @@ import argparse
 import os
 import sys
 import time
-from typing import Callable, Iterable, TypeVar
+from typing import Any, Callable, Iterable, TypeVar
 
 import numpy as np
 import onnx
@@ -202,32 +202,48 @@ def int8_runner(qgraph, target: str, act_bits: int = 8, wgt_bits: int = 8) -> Ca
 
 def evaluate(model: onnx.ModelProto, target: str = "reference", epochs_note: str = "", limit: int | None = None,
              seed: int = 0, progress: bool = False, requant: str = "multiply", act_bits: int = 8,
-             wgt_bits: int = 8, method: str | None = None, keep_int8: tuple[str, ...] = ()) -> dict[str, float]:
+             wgt_bits: int = 8, method: str | None = None, keep_int8: tuple[str, ...] | str = ()) -> dict[str, Any]:
     """Float (ONNX Runtime) and quantized test accuracy in percent (key ``int8_acc`` whatever the widths), on the
     first ``limit`` test images (all if None); ``progress``: a bar over the test images run quantized; ``requant``:
     the quantizer's mode (``multiply`` or ``shift``, power-of-two scales); ``act_bits`` / ``wgt_bits``: the
     activation and weight widths (8 or 4) the model is quantized to; ``method``: the calibration method (minmax,
     percentile, entropy; default minmax); ``keep_int8``: Conv2d/Dense nodes kept at int8 weights (on the CPU of a
-    narrow design; see :func:`vta.compiler.frontend.quantize.quantize`)."""
+    narrow design; see :func:`vta.compiler.frontend.quantize.quantize`), or ``"auto"``: the fewest layers that bring
+    the accuracy within 1 point of float on 500 held-out training images (:func:`~vta.compiler.frontend.quantize.
+    choose_int8_layers`); the result's ``kept`` names them and ``cost`` gives each one's estimated CPU and
+    accelerator microseconds (the partitioner's estimates on the default design at these widths)."""
     import onnxruntime as ort
 
     from vta.compiler.frontend.onnx_frontend import import_onnx
-    from vta.compiler.frontend.quantize import quantize
-    x_train, _, x_test, y_test = load_data(seed)
+    from vta.compiler.frontend.quantize import choose_int8_layers, quantize
+    x_train, y_train, x_test, y_test = load_data(seed)
     if limit is not None:
         x_test, y_test = x_test[:limit], y_test[:limit]
     sess = ort.InferenceSession(model.SerializeToString())
     float_pred = sess.run(None, {"input": x_test})[0].argmax(axis=1)
     graph = import_onnx(model, batch=1)
+    if keep_int8 == "auto":  # chosen on training images the calibration does not use, never on the test split
+        keep_int8, _ = choose_int8_layers(graph, {"input": x_train[:200]}, {"input": x_train[200:700]},
+                                          act_bits=act_bits, wgt_bits=wgt_bits, budget=1.0,
+                                          labels=y_train[200:700], method=method)
     qgraph = quantize(graph, {"input": x_train[:200]}, mode="shift" if requant == "shift" else "multiply",
                       act_bits=act_bits, wgt_bits=wgt_bits, method=method, keep_int8=keep_int8)
     runner = int8_runner(qgraph, target, act_bits, wgt_bits)
     name = "int8" if (wgt_bits, act_bits) == (8, 8) else f"w{wgt_bits}a{act_bits}"
     images = _bar(range(len(y_test)), progress, desc=f"{name} on {target}", unit="image")
     int8_pred = np.array([runner(x_test[i:i + 1]).argmax() for i in images])
+    cost = {}
+    if keep_int8:  # what keeping them costs in time: the partitioner's estimates for each kept layer
+        from vta.compiler.lowering.partition import partition
+        from vta.config import VTAConfig
+        cfg = VTAConfig(log_inp_width=act_bits.bit_length() - 1, log_wgt_width=wgt_bits.bit_length() - 1)
+        plain = quantize(graph, {"input": x_train[:200]}, act_bits=act_bits, wgt_bits=wgt_bits, method=method)
+        decisions = partition(plain, cfg, policy="accel")
+        cost = {n: (decisions[n].cpu_us, decisions[n].accel_us) for n in keep_int8}
     return {"float_acc": 100.0 * float((float_pred == y_test).mean()),
             "int8_acc": 100.0 * float((int8_pred == y_test).mean()),
-            "agreement": 100.0 * float((float_pred == int8_pred).mean()), "images": float(len(y_test))}
+            "agreement": 100.0 * float((float_pred == int8_pred).mean()), "images": float(len(y_test)),
+            "kept": list(keep_int8), "cost": cost}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -250,7 +266,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="how activation ranges are calibrated (default minmax)")
     parser.add_argument("--keep-int8", default="", metavar="NODES",
                         help="comma-separated Conv/Gemm nodes (conv0, conv1, fc) kept at int8 weights on the CPU "
-                             "when the precision is narrower (mixed precision), e.g. fc or conv0,fc")
+                             "when the precision is narrower (mixed precision), e.g. fc or conv0,fc; auto: the fewest "
+                             "that keep held-out training accuracy within 1 point of float")
     parser.add_argument("--out", default=None, help="write the trained ONNX model here (default: the cache folder)")
     parser.add_argument("--no-progress", action="store_true",
                         help="no progress (a bar when standard error is a terminal, else a line per quarter of the "
@@ -275,8 +292,7 @@ def main(argv: list[str] | None = None) -> int:
     for wgt_bits, act_bits in widths:
         result = evaluate(model, args.target, limit=args.limit, seed=args.seed, progress=progress,
                           requant=args.requant, act_bits=act_bits, wgt_bits=wgt_bits, method=args.calibration_method,
-                          keep_int8=tuple(k for k in args.keep_int8.split(",") if k) if (wgt_bits, act_bits) != (8, 8)
-                          else ())
+                          keep_int8=_keep(args.keep_int8) if (wgt_bits, act_bits) != (8, 8) else ())
         name = "int8" if (wgt_bits, act_bits) == (8, 8) else f"w{wgt_bits}a{act_bits}"
         print(f"test images: {int(result['images'])}  float32 accuracy: {result['float_acc']:.2f}%  "
               f"{name} accuracy ({args.target}, {args.requant}): {result['int8_acc']:.2f}%  "
@@ -285,9 +301,18 @@ def main(argv: list[str] | None = None) -> int:
         checked = (wgt_bits, act_bits) != (4, 4)
         verdict = ("within" if drop <= 1.0 else "OUTSIDE") + " the 1-point budget" if checked else "reported only"
         print(f"{name} - float: {-drop:+.2f} points ({verdict})")
+        if result["kept"]:
+            costs = ", ".join(f"{n} (CPU {c:.1f} us, accelerator {a:.1f} us estimated)" if a is not None else
+                              f"{n} (CPU {c:.1f} us estimated)" for n, (c, a) in result["cost"].items())
+            print(f"  kept at int8 on the CPU: {costs}")
         if checked and drop > 1.0:
             code = 1
     return code
+
+
+def _keep(text: str) -> tuple[str, ...] | str:
+    """``--keep-int8``: ``auto``, or comma-separated node names."""
+    return "auto" if text == "auto" else tuple(k for k in text.split(",") if k)
 
 
 def _parse_precision(text: str) -> tuple[int, int]:

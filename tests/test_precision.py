@@ -287,3 +287,16 @@ def test_area_model_follows_the_widths():
     assert base.dsp == w4a8.dsp == 305 and w4a4.dsp == 305 - 256
     assert w4a4.lut > base.lut == w4a8.lut
     assert w4a4.bram < w4a8.bram < base.bram
+
+
+def test_choose_int8_layers_is_greedy_within_a_budget():
+    from vta.compiler.frontend.quantize import choose_int8_layers
+    from vta.compiler.pipeline import load_graph
+    graph = load_graph("tiny_cnn")
+    rng = np.random.default_rng(1)
+    calib = {"input": rng.standard_normal((4,) + graph.shape("input")[1:]).astype(np.float32)}
+    data = {"input": rng.standard_normal((6,) + graph.shape("input")[1:]).astype(np.float32)}
+    kept, trail = choose_int8_layers(graph, calib, data, act_bits=4, wgt_bits=4, budget=100.0)
+    assert kept == [] and len(trail) == 1 and 0.0 <= trail[0][1] <= 100.0
+    kept, trail = choose_int8_layers(graph, calib, data, act_bits=4, wgt_bits=4, budget=-1.0)  # unreachable
+    assert kept == ["conv_3", "conv_7", "gemm_12"] and [len(k) for k, _ in trail] == [0, 1, 2, 3]

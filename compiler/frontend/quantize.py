@@ -38,7 +38,7 @@ from ..ir import M_MAX, REQUANT_MODES, S_MAX, AddRequant, Graph, GraphError, Nod
 from . import float_ref
 
 __all__ = ["QuantizationError", "Calibration", "prepare", "calibrate", "quantize", "choose_requant",
-           "compare_outputs", "float_outputs", "accuracy_vs_float", "output_scale"]
+           "choose_int8_layers", "compare_outputs", "float_outputs", "accuracy_vs_float", "output_scale"]
 
 INT32_MAX = 2**31 - 1
 BIAS_LIMIT = 2**30 - 1
@@ -680,6 +680,43 @@ def quantize(graph: Graph, calib_inputs: Mapping[str, np.ndarray] | Iterable[Map
         raise ValueError(f"keep_int8 names {', '.join(sorted(keep - known))}, which are not Conv2d/Dense nodes of "
                          f"the graph; its Conv2d/Dense nodes are {', '.join(sorted(known))}")
     return _Quantizer(fg, cal, per_channel, mode, round_adds, act_bits, wgt_bits, keep).run()
+
+
+def choose_int8_layers(graph: Graph, calib_inputs: Mapping[str, np.ndarray], eval_inputs: Mapping[str, np.ndarray],
+                       *, act_bits: int, wgt_bits: int, budget: float, labels: np.ndarray | None = None,
+                       method: str | None = None) -> tuple[list[str], list[tuple[list[str], float]]]:
+    """Sensitive layers to keep at int8 (``keep_int8`` of :func:`quantize`) so that the model at ``act_bits`` /
+    ``wgt_bits`` loses at most ``budget`` points of top-1 accuracy (percent) against float on ``eval_inputs``
+    (stacked samples of the graph's one input; against ``labels`` when given, else agreement with the float model).
+
+    Greedy: while over budget, try keeping each remaining Conv2d/Dense at int8 as well and keep the one that helps
+    most (ties: the earlier layer). Returns (the chosen layer names, the trail: each step's kept layers and accuracy
+    in percent, the first with none kept). Choose on data held out from the test set."""
+    from ..qops import run_reference
+    name = graph.inputs[0]
+    x = np.asarray(eval_inputs[name])
+    batch = graph.shape(name)[0]
+    out = graph.outputs[0]
+    float_top = np.concatenate([float_ref.run_float(graph, {name: x[i:i + batch]})[out].reshape(batch, -1)
+                                .argmax(axis=1) for i in range(0, len(x), batch)])
+    target = float_top if labels is None else np.asarray(labels)
+    reference = 100.0 * float((float_top == target).mean())
+
+    def accuracy(keep: list[str]) -> float:
+        qg = quantize(graph, calib_inputs, act_bits=act_bits, wgt_bits=wgt_bits, keep_int8=keep, method=method)
+        top = np.concatenate([np.asarray(run_reference(qg, {name: x[i:i + batch]})[out]).reshape(batch, -1)
+                              .argmax(axis=1) for i in range(0, len(x), batch)])
+        return 100.0 * float((top == target).mean())
+
+    layers = [n.name for n in graph.nodes if n.op in ("Conv2d", "Dense")]
+    kept: list[str] = []
+    trail: list[tuple[list[str], float]] = [([], accuracy([]))]
+    while reference - trail[-1][1] > budget and len(kept) < len(layers):
+        tries = [(accuracy(kept + [n]), -k, n) for k, n in enumerate(layers) if n not in kept]
+        best, _, layer = max(tries)
+        kept = [n for n in layers if n in kept + [layer]]
+        trail.append((list(kept), best))
+    return kept, trail
 
 
 def compare_outputs(reference: np.ndarray, test: np.ndarray) -> dict[str, float]:
