@@ -45,6 +45,12 @@ in :mod:`vta.fsim_kernels`; a GEMM's evaluation plan is cached per (instruction,
 in an LRU cache of at most ``_PLAN_CACHE_BYTES``. Loops run in chunks of at most ``_CHUNK_ITERS`` iterations, so memory
 is proportional to the buffers and the DRAM image, never to the loop extents.
 
+Element widths (``LOG_INP_WIDTH`` / ``LOG_WGT_WIDTH`` 2: int4, :mod:`vta.packing`): LOAD INP/WGT unpacks two int4
+elements per byte (element ``2i`` in the low nibble) and sign-extends them, LOAD ACC_8BIT sign-extends out-width
+elements into int32, GEMM multiplies the sign-extended values as at int8, every out-buffer write keeps the low
+out-width bits of the accumulator (read back signed), and STORE packs them; byte counts are the packed bytes. The
+buffers here hold the unpacked values (``keep_sram`` returns them as int8 arrays).
+
 Range checks: every buffer entry an instruction reads or writes must be below the buffer's depth. Indices of buffers
 an instruction does not read are not checked (src and wgt of a reset GEMM without ``gemm_overwrite``, src of an ALU
 op with an immediate or a reset). A LOAD/STORE with ``x_size == 0`` moves only tokens and checks nothing; a LOAD
