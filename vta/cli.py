@@ -337,8 +337,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def _run_gemm_operator(args: argparse.Namespace, cfg: Any, program: Any, expected: Any) -> int:
     """The GEMM benchmark on an operator backend (``--target cpu``): the same A, B and requantization as the
     accelerator program, computed by the compiler's quantized Dense operator (``QDense``, ``y = clip((x @ w.T) >>
-    shift, -128, 127)``) and checked against the same numpy reference. There are no instructions and no cycles; the
-    summary gives the operator's wall time (its second call, after the JIT has compiled the kernel)."""
+    shift, lo, hi)`` with the design's output range) and checked against the same numpy reference. There are no
+    instructions and no cycles; the summary gives the operator's wall time (its second call, after the JIT has
+    compiled the kernel)."""
     import time
 
     import numpy as np
@@ -347,6 +348,7 @@ def _run_gemm_operator(args: argparse.Namespace, cfg: Any, program: Any, expecte
     from .compiler.ir import Graph, Requant
     from .gemm import unpack_out
     from .isa import ALU_SHR, Alu
+    from .packing import element_range
     m, k, n = args.m, args.k, args.n
     a = unpack_out(program.read("A"), m, k)  # packed inp elements -> (m, k)
     w = unpack_out(program.read("B"), n, k)  # packed wgt elements are B transposed: (n, k), Dense's weight layout
@@ -356,8 +358,9 @@ def _run_gemm_operator(args: argparse.Namespace, cfg: Any, program: Any, expecte
     graph.add_constant("B_T", w)
     graph.add_constant("bias", np.zeros(n, np.int32))
     graph.add_tensor("C", (m, n), "int8")
+    lo, hi = element_range(cfg.out_width)  # the accelerator's clip: [-128, 127], or [-8, 7] on an int4 design
     node = graph.add_node("QDense", "gemm", ["A", "B_T", "bias"], ["C"],
-                          requant=Requant(np.ones(n, np.int64), np.full(n, shift, np.int64)))
+                          requant=Requant(np.ones(n, np.int64), np.full(n, shift, np.int64), lo, hi))
     backend = get_backend(args.target, **_limit_options(args), **_cycle_options(args))  # these raise for cpu
     log.info("running a %dx%dx%d GEMM as one QDense operator on %s", m, k, n, args.target)
     backend.run_node(graph, node, {"A": a})  # the first call compiles the kernel (JIT); time the second
