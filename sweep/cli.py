@@ -111,7 +111,9 @@ def sweep_command(args: argparse.Namespace) -> int:
         print(f"\nfrontier, {metric} vs area ({name}, {len(front)} of {len(suite)} designs):")
         print(frontier_table(front, metric))
     from .accuracy import four_way_front, front_table, plot_accuracy
-    for model in spec.models:  # with accuracy (a design's widths): the four-way front per model
+    widths = {(r["config"].get("LOG_INP_WIDTH"), r["config"].get("LOG_WGT_WIDTH")) for r in rows if r.get("config")}
+    precision = len(widths) > 1  # the sweep varies a width: accuracy is a fourth objective
+    for model in spec.models if precision else []:  # the four-way front per model
         front = four_way_front(groups[model])
         if front:
             print(f"\nfour-way front, accuracy ({front[0]['accuracy_on']}), latency, energy, area ({model}, "
@@ -128,7 +130,7 @@ def sweep_command(args: argparse.Namespace) -> int:
         failed = [r for r in store.rows(mode=spec.mode) if r["status"] != "ok" and
                   (r["design"], r["model"], r["mode"]) in keys]
     written = plot_frontiers(groups, plot_dir, title=f"sweep {spec.name} ({spec.mode} mode)", failed=failed)
-    written += plot_accuracy({m: groups[m] for m in spec.models}, plot_dir)
+    written += plot_accuracy({m: groups[m] for m in spec.models}, plot_dir) if precision else []
     print()
     print(wrote(db, "results database"))
     for path in written:
