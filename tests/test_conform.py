@@ -16,7 +16,7 @@ from conftest import SMALL1X8_TOML
 
 from vta import fsim
 from vta.cli import main
-from vta.config import MEM_ACC, MEM_ACC_8BIT, MEM_INP, MEM_UOP, MEM_WGT, VTAConfig, load_config
+from vta.config import MEM_ACC, MEM_ACC_8BIT, MEM_INP, MEM_OUT, MEM_UOP, MEM_WGT, VTAConfig, load_config
 from vta.isa import Alu, Gemm, Load, Store, alu_opcodes
 from vta.testing import ALU_CASES
 from vta.tsim.byo import ForeignCore
@@ -28,9 +28,10 @@ from vta.tsim.conform import (
     _observing,
     format_table,
     run_kit,
+    timing_counter_problems,
     token_depths,
 )
-from vta.tsim.conform_programs import FEATURES, feature_programs, features_for
+from vta.tsim.conform_programs import FAR_BITS, FEATURES, feature_programs, features_for
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = sorted((ROOT / "configs").glob("*.toml"))
@@ -75,8 +76,32 @@ def test_the_corner_and_stress_programs_cover_every_bin_on_fsim(path: Path) -> N
     report = coverage.report()
     for group in ("instructions", "alu operands", "gemm accumulators", "loop shapes", "pads", "token depth"):
         assert report[group]["missed"] == [], (group, report[group]["missed"][:8])
-    assert report["token depth"]["deepest"] == dict.fromkeys(
-        ("load->compute", "compute->load", "compute->store", "store->compute"), min(4, cfg.token_queue_depth))
+    assert report["token depth"]["deepest"] == {  # corner queue full fills load->compute to its depth
+        "load->compute": cfg.token_queue_depth,
+        **dict.fromkeys(("compute->load", "compute->store", "store->compute"), min(4, cfg.token_queue_depth))}
+
+
+def test_timing_counters_that_contradict_their_definitions_are_named() -> None:
+    counters = {"cycles": 500, "fetch_busy": 100, "fetch_wait_token": 50, "fetch_wait_mem": 10,
+                "compute_busy": 400, "compute_wait_token": 90, "compute_wait_mem": 20}
+    assert timing_counter_problems(counters, 500) == [
+        "compute's busy, wait_token and wait_mem cycles (400 + 90 + 20) exceed the cycles counter (500)"]
+    assert timing_counter_problems({**counters, "compute_busy": 300}, 520) == []  # a wrapper's counter may trail
+    assert timing_counter_problems({**counters, "compute_busy": 300}, 600) == [
+        "the cycles counter reads 500, the host counted 600 cycles from start to done"]
+    assert timing_counter_problems({**counters, "compute_busy": 300}, 499)[0].startswith("the cycles counter reads")
+
+
+def test_the_address_and_queue_corners_reach_the_far_bits_and_a_full_queue(small_cfg8: VTAConfig) -> None:
+    from vta.isa import Store
+    programs = feature_programs(small_cfg8)
+    loads = [i for i in programs["corner addresses wgt"].insns if isinstance(i, Load) and i.mem == MEM_WGT]
+    byte_addresses = {i.dram_base * small_cfg8.elem_bytes(MEM_WGT) for i in loads}
+    assert max(byte_addresses) >= 1 << (FAR_BITS - 1) and {i.x_stride for i in loads if i.y_size == 2} >= {1, 2, 4}
+    assert max(i.sram_base for i in loads) == small_cfg8.depth(MEM_WGT) - 1
+    stores = [i for i in programs["corner addresses wgt"].insns if isinstance(i, Store) and i.x_size]
+    assert max(i.dram_base for i in stores) * small_cfg8.elem_bytes(MEM_OUT) >= 1 << (FAR_BITS - 1)
+    assert token_depths(programs["corner queue full"])["load_to_compute"] == small_cfg8.token_queue_depth
 
 
 def test_token_depths_are_what_the_program_lets_a_queue_hold(small_cfg8: VTAConfig) -> None:

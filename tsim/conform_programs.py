@@ -471,6 +471,92 @@ def _store_corner(cfg: VTAConfig) -> Program:
     return k.finish()
 
 
+FAR_BITS = 23
+"""The ``corner addresses`` programs reach DRAM byte addresses up to ``2**FAR_BITS`` (an 8 MB region)."""
+
+
+def _far_loads(cfg: VTAConfig, mem: int, first: int) -> list[dict[str, int]]:
+    """LOADs of one element each (two for a strided pair) from a ``2**FAR_BITS``-byte region, into SRAM entries
+    ``first``, ``first + 1``, ...: at every power-of-two byte offset of the region and its last element, and
+    two-row LOADs with every power-of-two row stride that fits (``dram_base`` relative to the region)."""
+    eb = cfg.elem_bytes(mem)
+    size = (1 << FAR_BITS) // eb
+    loads = [{"dram_base": (1 << k) // eb, "x_size": 1} for k in range(eb.bit_length() - 1, FAR_BITS)]
+    loads.append({"dram_base": size - 1, "x_size": 1})
+    loads += [{"dram_base": 0, "y_size": 2, "x_size": 1, "x_stride": 1 << s} for s in range(16) if (1 << s) < size]
+    entry = first
+    for load in loads:
+        load["sram_base"] = entry
+        entry += load.get("y_size", 1)
+    return loads
+
+
+def _addresses_corner(cfg: VTAConfig, mem: int) -> Program:
+    """LOADs to ``mem`` from DRAM addresses with every address bit up to ``FAR_BITS`` set, two-row LOADs with every
+    power-of-two stride, and LOADs into SRAM entries at every power of two of the buffer's depth (read back through
+    a GEMM or the ALU into low entries); the results exposed, then STOREs of them to every power-of-two offset and
+    stride of the same region."""
+    k = _Kit(cfg, seed=120 + mem)
+    b = k.bld
+    far = b.alloc("far", k.rng.integers(-128, 128, 1 << FAR_BITS, dtype=np.int8))
+    base = b.elem_addr(far, mem)
+    loads = _far_loads(cfg, mem, 0)
+    n = loads[-1]["sram_base"] + loads[-1].get("y_size", 1)
+    depth = cfg.depth(mem)
+    high = [1 << j for j in range(n.bit_length(), depth.bit_length() - 1)] + [depth - 1]
+    for load in loads:
+        b.load(mem, **{**load, "dram_base": base + load["dram_base"]})
+    for i, entry in enumerate(high):  # entries at the buffer's high addresses, from the region's start
+        b.load(mem, sram_base=entry, dram_base=base + i, x_size=1)
+    total = n + len(high)
+    if mem in (MEM_INP, MEM_WGT):
+        other = MEM_WGT if mem == MEM_INP else MEM_INP
+        k.load(other, k.pool("plain", other, 1), sram_base=0, x_size=1)
+        b.dep_push("load", "compute")
+        b.dep_pop("load", "compute")
+        index = list(range(n)) + high
+        k.uops("gemm", [Uop(i, index[i] if mem == MEM_INP else 0, index[i] if mem == MEM_WGT else 0)
+                        for i in range(total)])
+        b.gemm(uop_bgn=0, uop_end=total, reset=True)
+        b.gemm(uop_bgn=0, uop_end=total)
+    else:  # acc: the high entries added to zeroed low entries
+        k.uops("zero", [Uop(n + i, 0, 0) for i in range(len(high))] + [Uop(n + i, e, 0) for i, e in enumerate(high)])
+        b.gemm(uop_bgn=0, uop_end=len(high), reset=True)
+        b.alu(ALU_ADD, uop_bgn=len(high), uop_end=2 * len(high))
+    k.expose_acc(total)
+    b.dep_push("compute", "store")
+    b.dep_pop("compute", "store")
+    at = b.elem_addr(far, MEM_OUT)
+    for store in _far_loads(cfg, MEM_OUT, 0):
+        b.store(**{**store, "sram_base": store["sram_base"] % total, "dram_base": at + store["dram_base"]})
+    return k.finish()
+
+
+def _queue_full(cfg: VTAConfig) -> Program:
+    """The load->compute token queue and load's command queue filled past their depths: compute first runs a long
+    GEMM, while load runs ``token_queue_depth + 4`` one-element LOADs that each push a token (load must wait for
+    room once the queue is full, and its later LOADs wait in its command queue); then compute pops them one GEMM
+    each, and the results are exposed."""
+    k = _Kit(cfg, seed=130)
+    b = k.bld
+    n = cfg.token_queue_depth + 4
+    inp, wgt = k.pool("inp", MEM_INP, n + 1), k.pool("wgt", MEM_WGT, 1)
+    k.load(MEM_WGT, wgt, sram_base=0, x_size=1)
+    b.load(MEM_INP, sram_base=n, dram_base=b.elem_addr(inp, MEM_INP) + n, x_size=1)  # the long GEMM's operand
+    b.dep_push("load", "compute")
+    b.dep_pop("load", "compute")
+    k.uops("gemm", [Uop(0, n, 0)] + [Uop(1 + i % 8, i, 0) for i in range(n)])
+    b.gemm(uop_bgn=0, uop_end=1, iter_out=4 * n, iter_in=64, reset=True)  # long: load runs ahead
+    for i in range(n):
+        b.load(MEM_INP, sram_base=i, dram_base=b.elem_addr(inp, MEM_INP) + i, x_size=1)
+        b.dep_push("load", "compute")
+    for i in range(n):
+        b.dep_pop("load", "compute")
+        b.gemm(uop_bgn=1 + i, uop_end=2 + i)
+    k.expose_acc(9)
+    return k.finish()
+
+
 # ---- timing stress ------------------------------------------------------------------------------------------------
 STRESS_ROUNDS = 64
 """Rounds of the default ``stress tokens`` programs (``--thorough``: :data:`THOROUGH_ROUNDS`)."""
@@ -504,6 +590,9 @@ FEATURES: dict[str, Callable[[VTAConfig], Program]] = {
     **{f"corner pads {name}": partial(_pads_corner, mem=mem) for name, mem in
        (("uop", MEM_UOP), ("wgt", MEM_WGT), ("inp", MEM_INP), ("acc", MEM_ACC), ("acc8", MEM_ACC_8BIT))},
     "corner store": _store_corner,
+    **{f"corner addresses {name}": partial(_addresses_corner, mem=mem) for name, mem in
+       (("wgt", MEM_WGT), ("inp", MEM_INP), ("acc", MEM_ACC), ("acc8", MEM_ACC_8BIT))},
+    "corner queue full": _queue_full,
     "stress tokens": partial(stress_program, seed=0),
 }
 """Feature name -> the function building its program for a config."""
