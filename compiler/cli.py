@@ -177,6 +177,14 @@ def _refuse_compile_options(args: argparse.Namespace, options: Any) -> None:
                        f"{given[0]} ... -o FILE.vtac) or run the model by name")
 
 
+def check_clock(args: argparse.Namespace) -> None:
+    """``--clock-mhz`` must be a clock the config accepts (1 to 10000 MHz); CliError otherwise."""
+    from vta.cliutil import CliError
+    mhz = getattr(args, "clock_mhz", None)
+    if mhz is not None and not 1.0 <= mhz <= 10000.0:
+        raise CliError(f"--clock-mhz {mhz:g}: the clock must be between 1 and 10000 MHz")
+
+
 def add_report_options(parser: argparse.ArgumentParser) -> None:
     """The options that write or show a run report (``vta run MODEL`` and ``vta report``): ``--report-json``,
     ``--report-csv``, ``--plot``, ``--html`` (suffixes checked by :data:`OUTPUT_SUFFIXES`), ``--reasons`` and
@@ -188,6 +196,9 @@ def add_report_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--html", metavar="FILE", help="write the report as one self-contained HTML page (opens "
                                                       "offline): sortable layer table, cycles per module, roofline, "
                                                       "energy, accuracy, config")
+    parser.add_argument("--clock-mhz", type=float, metavar="MHZ", default=None,
+                        help="give times at this clock (default: the design's own: its cached vta hw timing "
+                             "result, else the clock model; a config's CLOCK_MHZ other than 100 counts as given)")
     parser.add_argument("--reasons", action="store_true", help="show why each layer runs where it does")
     parser.add_argument("--wide", action="store_true", help="every column of the per-layer table (input shapes, "
                                                             "micro-ops, whole names); default: fits 120 columns")
@@ -244,6 +255,7 @@ def run_model(args: argparse.Namespace) -> int:
     """`vta run MODEL`: compile (or load) the model, run it on ``args.target``, print the report, check exactness."""
     from vta.backend import choose_fallback
     from vta.cliutil import config_from_args
+    from vta.clock import design_clock
 
     from . import qops
     from .options import RunOptions
@@ -256,6 +268,7 @@ def run_model(args: argparse.Namespace) -> int:
         if getattr(args, attr, None):
             check_output_path(option, getattr(args, attr))
     copts, ropts = compile_options(args), RunOptions.from_args(args)
+    check_clock(args)
     if ropts.accuracy_budget is not None:
         parse_budget(ropts.accuracy_budget)  # a bad budget is bad input: refused before any work
     choice = choose_fallback(ropts.target, ropts.fallback, emulate_gpu=ropts.emulate_gpu)
@@ -283,7 +296,8 @@ def run_model(args: argparse.Namespace) -> int:
     out = run(compiled, inputs, target=ropts.target, progress=copts.progress,
               backend_options=options or choice.target_options, fallback=choice.fallback)
     seconds = time.perf_counter() - start
-    report = build_report(compiled, out, model=compiled.meta.get("model", graph.name))
+    report = build_report(compiled, out, model=compiled.meta.get("model", graph.name),
+                          clock=design_clock(compiled.cfg, args.clock_mhz))
     if "requant" in compiled.meta:  # artefacts compiled before the option existed do not record it
         report.extra["requant"] = compiled.meta["requant"]
     if compiled.compile_seconds is not None:  # compiled in this run, not loaded from a .vtac

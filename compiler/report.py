@@ -6,7 +6,12 @@ one row per layer plus totals. Units: ``macs`` multiply-accumulates; ``gemm_uops
 iterations (fsim and tsim); ``cycles`` clock cycles (tsim only, else None); ``bytes`` DMA bytes loaded and stored
 by the accelerator; ``ms`` wall-clock milliseconds of the step on this machine (simulation time, not accelerator
 time); ``util`` the fraction of the GEMM core's peak (``BATCH * BLOCK_IN * BLOCK_OUT`` MACs per cycle) the layer
-achieved (tsim only). The totals add ``accel_ms_at_clock``: the accelerator cycles at the config's clock.
+achieved (tsim only). ``time_us`` is an accelerator layer's time in microseconds at the design's clock (its measured
+cycles, else the cycle model's). The totals add ``accel_ms_at_clock`` (the measured accelerator cycles at that
+clock), ``latency_us`` (one inference's accelerator time: the measured cycles where every accelerator layer has
+them, else the predicted ones, ``latency_cycles`` says which; CPU layers not counted) and ``inferences_per_s``. The
+clock is the report's ``clock_mhz`` with ``clock_source`` (``place-and-route``, ``estimate``, ``model``, ``user``;
+:func:`vta.clock.design_clock`) and ``clock_note`` (what it was measured against).
 
 Memory traffic and energy: ``insn_bytes_read`` ... ``out_bytes_written`` are an accelerator layer's bytes per memory
 type from the backend's statistics (:data:`vta.counters.BYTE_COUNTERS`; None on the CPU); ``intensity`` its MACs per
@@ -31,6 +36,7 @@ from dataclasses import asdict, dataclass, field
 from os import PathLike
 from typing import Any, Iterable, Mapping
 
+from vta.clock import Clock, design_clock
 from vta.config import VTAConfig
 from vta.counters import BYTE_COUNTERS, CYCLE_CLASSES, MODULES
 from vta.energy import BUFFERS, Tech, layer_energy, load_tech
@@ -56,7 +62,7 @@ ENERGY_COLUMNS = ("energy_uj",) + tuple(f"energy_{p}_uj" for p in ENERGY_PARTS)
 """A layer's energy (microjoules) and its components (None where a component does not apply)."""
 COLUMNS = ("layer", "op", "in_shape", "out_shape", "where", "macs", "gemm_uops", "alu_uops", "cycles", "util",
            "predicted", "bound", "bytes", "ms", "conversions", "tiling", "reason") + MODULE_COLUMNS + BYTE_COLUMNS + (
-    "hw_macs", "intensity", "macs_per_cycle") + ENERGY_COLUMNS
+    "hw_macs", "intensity", "macs_per_cycle") + ENERGY_COLUMNS + ("time_us",)
 """``in_shape``/``out_shape``: the layer's first input's and its output's shapes as ``1x16x8x8`` (empty in reports
 written before they were recorded); ``ms``: host milliseconds (wall clock of the step on this machine, not the
 accelerator's time); ``predicted``: the cycle model's cycles for an accelerator layer's program (any target; None on
@@ -121,6 +127,20 @@ class Report:
     """The config's fields (:meth:`vta.config.VTAConfig.to_dict`), so a saved report can be re-rendered."""
     tech: str = ""
     """The technology file's name its energies come from."""
+    clock_source: str = "user"
+    """Where ``clock_mhz`` comes from (:data:`vta.clock.SOURCES`)."""
+    clock_note: str = ""
+    """What the clock was measured against (tool, device, seed; or the model and its error)."""
+
+    def __post_init__(self) -> None:
+        for row in self.rows:  # each accelerator layer's time at this report's clock
+            cycles = row.get("cycles") if row.get("cycles") is not None else row.get("predicted")
+            row["time_us"] = round(cycles / self.clock_mhz, 3) if row.get("where") == "accel" and cycles else None
+
+    def with_clock(self, mhz: float, source: str = "user", note: str = "") -> "Report":
+        """The same report with its times at another clock (``mhz``, from ``source``)."""
+        return Report(self.model, self.config, self.target, [dict(r) for r in self.rows], self.macs_per_cycle, mhz,
+                      dict(self.extra), self.bus_bytes, self.config_fields, self.tech, source, note)
 
     @property
     def totals(self) -> dict[str, Any]:
@@ -133,11 +153,18 @@ class Report:
         predicted = [r["predicted"] for r in self.rows if r.get("predicted") is not None]
         util = round(accel_macs / (accel_cycles * self.macs_per_cycle), 4) if accel_cycles else None
         at_clock = round(accel_cycles / self.clock_mhz / 1e3, 3) if accel_cycles else None
+        accel = [r for r in self.rows if r["where"] == "accel"]
+        measured = bool(accel) and all(r["cycles"] is not None for r in accel)
+        latency = sum(r["cycles"] if measured else r.get("predicted") or 0 for r in accel)
+        latency_us = round(latency / self.clock_mhz, 3) if latency else None
         return {"layers": len(self.rows), "accel_layers": sum(r["where"] == "accel" for r in self.rows),
                 "cpu_layers": sum(r["where"] == "cpu" for r in self.rows), "macs": total("macs"),
                 "accel_macs": accel_macs, "gemm_uops": total("gemm_uops"), "alu_uops": total("alu_uops"),
                 "cycles": accel_cycles, "util": util, "predicted": int(sum(predicted)) if predicted else None,
-                "accel_ms_at_clock": at_clock, "bound": self._bound(), "bytes": total("bytes"),
+                "accel_ms_at_clock": at_clock, "latency_us": latency_us,
+                "latency_cycles": ("measured" if measured else "predicted") if latency_us else None,
+                "inferences_per_s": round(1e6 / latency_us, 3) if latency_us else None,
+                "bound": self._bound(), "bytes": total("bytes"),
                 "ms": round(sum(r["ms"] for r in self.rows), 3), "conversions": total("conversions"),
                 **self._traffic_totals()}
 
@@ -169,7 +196,8 @@ class Report:
     # ---- output -------------------------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         return {"model": self.model, "config": self.config, "target": self.target, "macs_per_cycle":
-                self.macs_per_cycle, "clock_mhz": self.clock_mhz, "bus_bytes": self.bus_bytes,
+                self.macs_per_cycle, "clock_mhz": self.clock_mhz, "clock_source": self.clock_source,
+                "clock_note": self.clock_note, "bus_bytes": self.bus_bytes,
                 "config_fields": self.config_fields, "tech": self.tech, "layers": self.rows, "totals": self.totals,
                 **self.extra}
 
@@ -194,6 +222,7 @@ class Report:
             rows.append({k: row.get(k, "" if k in text else 0 if k in (
                 "gemm_uops", "alu_uops", "bytes", "ms", "conversions") else None) for k in COLUMNS})
         known = {"model", "config", "target", "macs_per_cycle", "clock_mhz", "bus_bytes", "config_fields", "tech",
+                 "clock_source", "clock_note",
                  "layers", "totals"}
         if "bit_exact_vs_reference" in data and "matches_integer_reference" not in data:  # a report before the rename
             data = {**data, "matches_integer_reference": data["bit_exact_vs_reference"]}
@@ -201,7 +230,8 @@ class Report:
             return cls(str(data["model"]), str(data["config"]), str(data["target"]), rows,
                        int(data.get("macs_per_cycle") or 1), float(data.get("clock_mhz") or 100.0),
                        {k: v for k, v in data.items() if k not in known}, int(data.get("bus_bytes") or 8),
-                       data.get("config_fields"), str(data.get("tech") or ""))
+                       data.get("config_fields"), str(data.get("tech") or ""),
+                       str(data.get("clock_source") or "user"), str(data.get("clock_note") or ""))
         except (TypeError, ValueError) as err:
             raise ReportError(f"{source}: a report field has the wrong type ({err})") from None
 
@@ -216,7 +246,8 @@ class Report:
         for row in rows:
             _fill_energy(row, cfg, tech)
         return Report(self.model, self.config, self.target, rows, self.macs_per_cycle, self.clock_mhz,
-                      dict(self.extra), self.bus_bytes, self.config_fields, tech.name)
+                      dict(self.extra), self.bus_bytes, self.config_fields, tech.name, self.clock_source,
+                      self.clock_note)
 
     def write_json(self, path: str | PathLike[str]) -> None:
         """Write :meth:`to_dict` as JSON, atomically (a failure leaves any previous file intact)."""
@@ -251,9 +282,12 @@ class Report:
         lines.append("host ms: wall-clock time of each step on this machine (simulation, not the accelerator's time)"
                      + (f"; building or loading the simulator took {self.extra['build_seconds']:,.2f} s, not in "
                         f"host ms" if self.extra.get("build_seconds") else ""))
-        if t["accel_ms_at_clock"] is not None:
-            lines.append(f"accelerator time at {self.clock_mhz:g} MHz: {t['accel_ms_at_clock']:,} ms "
-                         f"({t['cycles']:,} cycles)")
+        if t["latency_us"] is not None:
+            lines.append(f"accelerator time at {self.clock_mhz:.4g} MHz ({self.clock_source}): "
+                         f"{t['latency_us'] / 1e3:,.3f} ms per inference ({t['latency_cycles']} cycles), "
+                         f"{t['inferences_per_s']:,.2f} inferences/s")
+            if self.clock_note:
+                lines.extend(textwrap.wrap(f"clock: {self.clock_note}", 120, subsequent_indent="  "))
         lines.append(f"layout conversions at partition boundaries: {t['conversions']}; "
                      f"{t['accel_macs']:,} of {t['macs']:,} MACs on the accelerator")
         lines.extend(self.format_modules())
@@ -772,8 +806,10 @@ def _json_default(value: Any) -> Any:
 
 
 def build_report(compiled: Compiled, out: RunOutput, *, model: str | None = None,
-                 tech: Tech | None = None) -> Report:
-    """The :class:`Report` of run ``out`` of ``compiled``; energies from ``tech`` (default: the 45 nm table)."""
+                 tech: Tech | None = None, clock: Clock | None = None) -> Report:
+    """The :class:`Report` of run ``out`` of ``compiled``; energies from ``tech`` (default: the 45 nm table); times
+    at ``clock`` (default :func:`vta.clock.design_clock` of the config)."""
+    clock = clock if clock is not None else design_clock(compiled.cfg)
     tech = tech if tech is not None else load_tech()
     steps = {s.node.name: s for s in compiled.steps}
     cfg = compiled.cfg
@@ -797,8 +833,9 @@ def build_report(compiled: Compiled, out: RunOutput, *, model: str | None = None
                         for m in MODULES for c in CYCLE_CLASSES},
                      **_traffic(stat.counters, stat.macs, stat.cycles)})
         _fill_energy(rows[-1], cfg, tech)
-    return Report(model or compiled.graph.name, out.config, out.target, rows, cfg.macs_per_cycle, cfg.clock_mhz,
-                  bus_bytes=cfg.bus_bytes, config_fields=cfg.to_dict(), tech=tech.name)
+    return Report(model or compiled.graph.name, out.config, out.target, rows, cfg.macs_per_cycle, clock.mhz,
+                  bus_bytes=cfg.bus_bytes, config_fields=cfg.to_dict(), tech=tech.name, clock_source=clock.source,
+                  clock_note=clock.note)
 
 
 def _shapes(compiled: Compiled, step: Any) -> dict[str, str]:

@@ -43,10 +43,11 @@ def report_command(args: argparse.Namespace) -> int:
     from vta.cliutil import CliError, wrote
     from vta.energy import TechError, load_tech
 
-    from .cli import check_output_path
+    from .cli import check_clock, check_output_path
     from .report import ReportError, compare, format_comparison, load_report, roofline_path
     if len(args.runs) > 2:
         raise CliError(f"vta report takes one run to re-render or two to compare, not {len(args.runs)}")
+    check_clock(args)
     for option, attr in (("--report-json", "report_json"), ("--report-csv", "report_csv"), ("--plot", "plot"),
                          ("--html", "html")):
         if getattr(args, attr, None):
@@ -61,6 +62,8 @@ def report_command(args: argparse.Namespace) -> int:
         reports = [load_report(path) for path in args.runs]
         if tech is not None:
             reports = [r.with_tech(tech) for r in reports]
+        if args.clock_mhz is not None:
+            reports = [r.with_clock(args.clock_mhz, "user", "--clock-mhz") for r in reports]
     except ReportError as err:
         raise CliError(str(err)) from None
     if len(reports) == 2:

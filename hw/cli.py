@@ -93,7 +93,8 @@ def _cmd_timing(args):
     """Synthesize the core of the config for a Lattice ECP5 (Yosys synth_ecp5) inside a five-pin wrapper and place
     and route it (nextpnr-ecp5, router2, a fixed seed): print its maximum clock, the critical path in the core's
     terms (unit, from which register to which), run time and tool versions. Cached per design, tools, seed and
-    device. A design too large for the device is named with the resources it lacks."""
+    device. A design too large for the device is named with the resources it lacks and gets the clock model's
+    figure, labelled as such."""
     from vta.cliutil import CliError, config_from_args
 
     from .timing import TimingError, format_timing, timing
@@ -105,6 +106,10 @@ def _cmd_timing(args):
                         route_timeout=args.timeout, progress=lambda msg: print(msg, file=sys.stderr, flush=True))
     except TimingError as err:
         raise CliError(str(err)) from None
+    if result["source"] == "none":
+        from vta.clock import model_clock
+        est = model_clock(cfg)
+        result["model"] = {"fmax_mhz": est.mhz, "unit": est.unit, "error_pct": est.error_pct}
     if args.json:
         print(json.dumps(result, indent=1, sort_keys=True))
     else:

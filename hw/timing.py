@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -173,10 +174,11 @@ def synthesize(verilog: str, folder: Path, *, what: str, progress: Callable[[str
 
 def place_and_route(folder: Path, *, device: str = DEFAULT_DEVICE, seed: int = DEFAULT_SEED, route: bool = True,
                     what: str, progress: Callable[[str], None] | None = None, timeout: float | None = None,
-                    heartbeat: float = 30.0) -> tuple[bool, float]:
+                    heartbeat: float = 30.0) -> tuple[bool, float, float]:
     """Place (and with ``route``, route) ``folder/netlist.json`` with nextpnr-ecp5 on ``device`` (a key of
     :data:`DEVICES`), router2, placement seed ``seed``, a 100 MHz target with timing allowed to fail; writes
-    ``report.json`` (``--report``) and ``nextpnr.log`` into ``folder``. Returns (whether nextpnr finished, seconds).
+    ``report.json`` (``--report``) and ``nextpnr.log`` into ``folder``. Returns (whether nextpnr finished, wall
+    seconds, CPU seconds of nextpnr: what counts on a shared machine).
     A design that does not fit the device makes nextpnr fail (False; its log says why); :class:`TimingError` when
     it runs past ``timeout`` seconds or cannot start."""
     if device not in DEVICES:
@@ -188,7 +190,7 @@ def place_and_route(folder: Path, *, device: str = DEFAULT_DEVICE, seed: int = D
     if not route:
         command.append("--no-route")
     (folder / "report.json").unlink(missing_ok=True)
-    start = time.monotonic()
+    start, cpu0 = time.monotonic(), _children_cpu()
     try:
         proc = subprocess.Popen(command, cwd=folder, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     except OSError as err:
@@ -206,7 +208,13 @@ def place_and_route(folder: Path, *, device: str = DEFAULT_DEVICE, seed: int = D
             if progress is not None:
                 progress(f"[{elapsed:5.0f} s] nextpnr: {_last_info(folder / 'nextpnr.log')}")
     seconds = time.monotonic() - start
-    return proc.returncode == 0 and (folder / "report.json").exists(), seconds
+    return proc.returncode == 0 and (folder / "report.json").exists(), seconds, _children_cpu() - cpu0
+
+
+def _children_cpu() -> float:
+    """CPU seconds (user + system) of this process's finished children."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _last_error(log: Path) -> str:
@@ -299,13 +307,14 @@ _BIT = re.compile(r"\[\d+\]$")
 
 def unit_of(name: str) -> str:
     """The unit of the core a flattened netlist name belongs to: its module path inside the core, e.g.
-    ``core.compute.alu.lane_3.result`` -> ``compute.alu.lane_3``; ``core.state`` -> ``core`` (the top module);
+    ``core.compute.alu.lane_3.result`` -> ``compute.alu.lane_3``; ``core.state`` -> ``core`` (the top module); a
+    block RAM's tile numbers are dropped (``core.compute.acc.0.3`` -> ``compute.acc``);
     a name outside the core (the wrapper's shift registers) -> ``wrapper``."""
     name = name.lstrip("\\")
     if not name.startswith(CORE_INSTANCE + "."):
         return "wrapper"
     parts = _BIT.sub("", name).split(".")[1:-1]
-    return ".".join(p for p in parts if not p.startswith("$")) or "core"
+    return ".".join(p for p in parts if not p.startswith("$") and not p.isdigit()) or "core"
 
 
 def _public(name: str) -> bool:
@@ -351,7 +360,7 @@ class Netlist:
     def cell_type(self, cell: str) -> str:
         """The type of ``cell`` (``TRELLIS_FF``, ``DP16KD``, ...); a cell nextpnr split off a Yosys cell
         (``X$CCU2_COMB0``) has its parent's; ``?`` when unknown."""
-        info = self.cells.get(cell) or self.cells.get(cell.split("$", 1)[0])
+        info = self.cells.get(cell) or self.cells.get(cell.rsplit("$", 1)[0])
         return str(info.get("type", "?")) if info is not None else "?"
 
     def output_name(self, cell: str) -> str:
@@ -367,18 +376,26 @@ class Netlist:
         return cell
 
 
+_MEMORIES = ("DP16KD", "PDPW16KD", "TRELLIS_DPR16X4")
+
+
 def name_path(path: CriticalPath, netlist: Netlist | None) -> dict[str, Any]:
-    """``path`` in the core's terms: ``from``/``to`` (the register or memory bit at each end, names of the Amaranth
-    hierarchy, ``core.`` dropped), ``from_unit``/``to_unit``/``unit`` (:func:`unit_of`; ``unit`` the one most of the
-    path's delay is in), ``units`` (the units the path passes, in order), ``delay_ns``, ``logic_ns``, ``routing_ns``,
-    ``cells`` (logic steps) and ``elements`` (``[cell type, cells, ns]`` of each clock-to-output, logic and setup
-    step in order, a carry chain's cells as one: what the clock model's element delays are read from)."""
+    """``path`` in the core's terms: ``from``/``to`` (the register bit or the block RAM at each end, names of the
+    Amaranth hierarchy, ``core.`` dropped), ``from_unit``/``to_unit``/``unit`` (:func:`unit_of`; ``unit`` the one
+    most of the path's delay is in, a block RAM at an end counted only when no other unit is on the path), ``units``
+    (the units the path passes, in order), ``delay_ns``, ``logic_ns``, ``routing_ns``, ``cells`` (logic steps) and
+    ``elements`` (``[cell type, cells, ns]`` of each clock-to-output, logic and setup step in order, a carry chain's
+    cells as one: what the clock model's element delays are read from)."""
     steps = path.steps
     start, end = steps[0].from_cell, steps[-1].to_cell
     routed = [s for s in steps if s.kind == "routing" and s.net]
     if netlist is not None:
         start_name = netlist.net_name(routed[0].net) if routed else netlist.output_name(start)
         end_name = netlist.output_name(end)
+        if netlist.cell_type(start) in _MEMORIES:  # a block RAM: named by its memory, not by one tile's pin
+            start_name = f"{CORE_INSTANCE}.{unit_of(start)} (block RAM read)"
+        if netlist.cell_type(end) in _MEMORIES:
+            end_name = f"{CORE_INSTANCE}.{unit_of(end)} (block RAM write)"
     else:
         start_name = routed[0].net if routed else start
         end_name = end
@@ -387,6 +404,8 @@ def name_path(path: CriticalPath, netlist: Netlist | None) -> dict[str, Any]:
     elements: list[list[Any]] = []
     for s in steps:
         cell = s.from_cell if s.kind == "clk-to-q" else s.to_cell
+        if cell.startswith("$"):  # a cell nextpnr made (a carry chain's feed-through): no unit of its own
+            continue
         unit = unit_of(cell)
         if not units or units[-1] != unit:
             units.append(unit)
@@ -401,8 +420,12 @@ def name_path(path: CriticalPath, netlist: Netlist | None) -> dict[str, Any]:
 
     def strip(name: str) -> str:
         return name[len(CORE_INSTANCE) + 1:] if name.startswith(CORE_INSTANCE + ".") else name
+    # the unit of the logic between the ends: Yosys names the LUTs after a block RAM's output nets, so a memory at an
+    # end (and the wrapper) counts only when no other unit is on the path
+    ends = {unit_of(c) for c in (start, end) if netlist is not None and netlist.cell_type(c) in _MEMORIES}
+    inner = {u: w for u, w in weight.items() if u not in ends and u != "wrapper"} or weight
     return {"from": strip(start_name), "to": strip(end_name), "from_unit": unit_of(start),
-            "to_unit": unit_of(end), "unit": max(weight, key=lambda u: weight[u]) if weight else "",
+            "to_unit": unit_of(end), "unit": max(inner, key=lambda u: inner[u]) if inner else "",
             "units": units, "delay_ns": round(path.delay_ns, 3), "logic_ns": round(path.logic_ns, 3),
             "routing_ns": round(path.routing_ns, 3), "cells": sum(1 for s in steps if s.kind == "logic"),
             "elements": elements}
@@ -494,22 +517,16 @@ def timing(cfg: VTAConfig, *, seed: int = DEFAULT_SEED, device: str = DEFAULT_DE
             if cached is not None:
                 return cached
     netlist_dir, synth_s = _netlist_folder(cfg, verilog, digest, tools, progress=progress, timeout=None)
-    result: dict[str, Any] = {"config": cfg.name, "seed": seed, "device": device, "part": DEVICES[device],
-                              "package": DEFAULT_PACKAGE, "speed": DEFAULT_SPEED, "router": "router2",
-                              "verilog_digest": digest, "tools": tools, "fmax_mhz": None, "period_ns": None,
-                              "critical_path": None}
-    cells = read_stat(netlist_dir / "stat.json", f"config {cfg.name}")
-    design: dict[str, Any] = cells.get("design") or next(iter(cells.get("modules", {}).values()), {})
-    result["cells"] = {k: v for k, v in sorted(design.get("num_cells_by_type", {}).items())}
+    result = base_result(cfg, seed, device, digest, tools, netlist_dir / "stat.json")
     with tempfile.TemporaryDirectory(prefix="vta-pnr-") as tmp:
         work = Path(tmp)
         shutil.copy(netlist_dir / "netlist.json", work / "netlist.json")
-        ok, pnr_s = False, 0.0
+        ok, pnr_s, pnr_cpu = False, 0.0, 0.0
         source = "estimate" if estimate else "place-and-route"
         if not estimate:
             try:
-                ok, pnr_s = place_and_route(work, device=device, seed=seed, what=f"config {cfg.name}",
-                                            progress=progress, timeout=route_timeout)
+                ok, pnr_s, pnr_cpu = place_and_route(work, device=device, seed=seed, what=f"config {cfg.name}",
+                                                     progress=progress, timeout=route_timeout)
             except TimingError as err:
                 if "ran past" not in str(err):
                     raise
@@ -519,27 +536,50 @@ def timing(cfg: VTAConfig, *, seed: int = DEFAULT_SEED, device: str = DEFAULT_DE
                 source = "estimate"
         fits = not device_capacity(_log_utilization(work / "nextpnr.log"))
         if not ok and fits:  # routing failed or ran too long: place only, and take the post-placement estimate
-            ok, place_s = place_and_route(work, device=device, seed=seed, route=False, what=f"config {cfg.name}",
-                                          progress=progress)
-            pnr_s += place_s
+            ok, place_s, place_cpu = place_and_route(work, device=device, seed=seed, route=False,
+                                                     what=f"config {cfg.name}", progress=progress)
+            pnr_s, pnr_cpu = pnr_s + place_s, pnr_cpu + place_cpu
         if not ok:
             util = _log_utilization(work / "nextpnr.log")
             result.update({"source": "none", "utilization": util, "over": device_capacity(util),
-                           "seconds": {"synthesis": round(synth_s, 1), "place_and_route": round(pnr_s, 1),
-                                       "total": round(synth_s + pnr_s, 1)},
+                           "seconds": _seconds(synth_s, pnr_s, pnr_cpu),
                            "log_tail": _last_error(work / "nextpnr.log")})
             write_cached(paths["none"], result)
             return result
-        parsed = parse_report(json.loads((work / "report.json").read_text()))
-        netlist = Netlist(json.loads((work / "netlist.json").read_text()))
+        add_routed(result, work, source, synth_s, pnr_s, pnr_cpu)
+    write_cached(paths[source], result)
+    return result
+
+
+def base_result(cfg: VTAConfig, seed: int, device: str, digest: str, tools: Mapping[str, str],
+                stat: Path) -> dict[str, Any]:
+    """The fields of :func:`timing`'s result known before place-and-route: the design, the flow's settings, the
+    synthesized cell counts (``cells``, from the ``stat -json`` report ``stat``)."""
+    cells = read_stat(stat, f"config {cfg.name}")
+    design: dict[str, Any] = cells.get("design") or next(iter(cells.get("modules", {}).values()), {})
+    return {"config": cfg.name, "seed": seed, "device": device, "part": DEVICES[device], "package": DEFAULT_PACKAGE,
+            "speed": DEFAULT_SPEED, "router": "router2", "verilog_digest": digest, "tools": dict(tools),
+            "fmax_mhz": None, "period_ns": None, "critical_path": None,
+            "cells": {k: v for k, v in sorted(design.get("num_cells_by_type", {}).items()) if not k.startswith("$")}}
+
+
+def _seconds(synth_s: float, pnr_s: float, pnr_cpu: float) -> dict[str, float]:
+    return {"synthesis": round(synth_s, 1), "place_and_route": round(pnr_s, 1),
+            "place_and_route_cpu": round(pnr_cpu, 1), "total": round(synth_s + pnr_s, 1)}
+
+
+def add_routed(result: dict[str, Any], work: Path, source: str, synth_s: float, pnr_s: float,
+               pnr_cpu: float) -> None:
+    """Fill ``result`` (:func:`timing`'s) from a finished nextpnr run in ``work`` (``report.json``, ``netlist.json``):
+    the clock, the named critical path, the utilization, the run times (seconds: synthesis and place-and-route wall
+    time, place-and-route CPU time)."""
+    parsed = parse_report(json.loads((work / "report.json").read_text()))
+    netlist = Netlist(json.loads((work / "netlist.json").read_text()))
     result.update({"source": source, "fmax_mhz": round(parsed["fmax_mhz"], 2),
                    "period_ns": round(1e3 / parsed["fmax_mhz"], 3), "clock": parsed["clock"],
                    "utilization": parsed["utilization"],
                    "critical_path": name_path(parsed["path"], netlist) if parsed["path"] is not None else None,
-                   "seconds": {"synthesis": round(synth_s, 1), "place_and_route": round(pnr_s, 1),
-                               "total": round(synth_s + pnr_s, 1)}})
-    write_cached(paths[source], result)
-    return result
+                   "seconds": _seconds(synth_s, pnr_s, pnr_cpu)})
 
 
 def format_timing(result: Mapping[str, Any]) -> str:
@@ -549,8 +589,8 @@ def format_timing(result: Mapping[str, Any]) -> str:
     tools = result.get("tools", {})
     secs = result.get("seconds", {})
     run = (f"run time: synthesis {secs.get('synthesis', 0):.0f} s (0: cached), place-and-route "
-           f"{secs.get('place_and_route', 0):.0f} s; Yosys {tools.get('yosys', '?').split(' ')[0]}, "
-           f"{tools.get('nextpnr', '?')}")
+           f"{secs.get('place_and_route', 0):.0f} s ({secs.get('place_and_route_cpu', 0):.0f} s of CPU); "
+           f"Yosys {tools.get('yosys', '?').split(' ')[0]}, {tools.get('nextpnr', '?')}")
     if result["source"] == "none":
         lack = ", ".join(result.get("over", [])) or result.get("log_tail")
         lines = [f"{result['config']} does not fit {where}: {lack}"]

@@ -26,6 +26,7 @@ from vta.backend import (
     register_backend,
     unregister_backend,
 )
+from vta.clock import design_clock
 from vta.config import VTAConfig
 from vta.fsim_backend import FsimBackend
 from vta.gemm import gemm_program
@@ -159,9 +160,12 @@ def test_a_run_summary_has_the_same_keys_for_every_backend():
     result = RunResult("tsim", program.dram.copy(), {"macs": 4096, "gemm_uops": 16}, cycles=292,
                        counters={"cycles": 292})
     summary = RunSummary.of("program p.npz", program, result, layer="conv1")
+    clock = design_clock(cfg)  # the design's own clock (the clock model's for the default design)
     assert summary.to_dict() == {
         "workload": "program p.npz", "backend": "tsim", "config": cfg.name, "instructions": len(program.insns),
-        "cycles": 292, "correct": None, "summary": {"macs_issued": 4096, "mac_utilization": 0.0548, "time_us": 2.92},
+        "cycles": 292, "correct": None, "summary": {"macs_issued": 4096, "mac_utilization": 0.0548,
+                                                     "time_us": round(292 / clock.mhz, 3), "clock_mhz": clock.mhz,
+                                                     "clock_source": clock.source},
         "stats": {"macs": 4096, "gemm_uops": 16}, "counters": {"cycles": 292}, "layer": "conv1", "trace": None,
         "check": "none"}
     untimed = RunSummary.of("program p.npz", program, RunResult("fsim", program.dram.copy(), {"macs": np.int64(8)}))

@@ -369,7 +369,11 @@ def test_run_wrong_result_exit_1(capsys: pytest.CaptureFixture[str], monkeypatch
     assert out.splitlines()[1:3] == ["  result                       WRONG (differs from numpy)",
                                      "  cycles                       100"]
     assert "  mac_utilization              16.0%" in out.splitlines()  # 4096 MACs / (100 cycles x 256)
-    assert "  time_us                      1.000" in out.splitlines()  # 100 cycles at 100 MHz
+    from vta.clock import design_clock
+    from vta.config import VTAConfig
+    clock = design_clock(VTAConfig())  # 100 cycles at the design's clock (the clock model's)
+    assert f"  time_us                      {100 / clock.mhz:.3f}" in out.splitlines()
+    assert f"  clock_source                 {clock.source}" in out.splitlines()
     assert err == "vta: ERROR: the GEMM output differs from the numpy reference\n"
 
 

@@ -50,7 +50,10 @@ def test_totals_of_tiny_cnn_on_fsim(report):
         totals.pop(key)
     assert totals == {"layers": 6, "accel_layers": 3, "cpu_layers": 3, "macs": 25600, "accel_macs": 25600,
                       "gemm_uops": 304, "alu_uops": 340, "cycles": None, "util": None, "predicted": 2589,
-                      "accel_ms_at_clock": None, "bound": "load", "bytes": 12156, "conversions": 4}
+                      "accel_ms_at_clock": None, "latency_us": round(2589 / report.clock_mhz, 3),
+                      "latency_cycles": "predicted",
+                      "inferences_per_s": round(1e6 / round(2589 / report.clock_mhz, 3), 3),
+                      "bound": "load", "bytes": 12156, "conversions": 4}
     assert report.module_breakdown() is None and report.format_modules() == []
 
 
@@ -136,7 +139,26 @@ def test_totals_with_cycles():
     assert (totals["cycles"], totals["util"], totals["accel_ms_at_clock"]) == (300, 0.05, 0.003)
     assert (totals["macs"], totals["accel_macs"], totals["gemm_uops"], totals["bytes"], totals["ms"]) == \
         (3880, 3840, 30, 300, 3.75)
-    assert "accelerator time at 100 MHz: 0.003 ms (300 cycles)" in report.format().splitlines()
+    assert (totals["latency_us"], totals["latency_cycles"], totals["inferences_per_s"]) == \
+        (3.0, "measured", 333333.333)
+    assert [r["time_us"] for r in report.rows] == [1.0, None, 2.0]
+    assert "accelerator time at 100 MHz (user): 0.003 ms per inference (measured cycles), 333,333.33 inferences/s" in \
+        report.format().splitlines()
+
+
+def test_report_at_another_clock():
+    """--clock-mhz: the same report with its times at the user's clock, labelled so, kept through JSON."""
+    report = Report("m", "cfg", "tsim", [_row("a", "accel", 2560, 100), _row("c", "accel", 1280, None)],
+                    macs_per_cycle=256, clock_mhz=100.0, clock_source="model", clock_note="clock model")
+    report.rows[0]["predicted"], report.rows[1]["predicted"] = 100, 300  # one layer unmeasured: predicted cycles
+    fast = report.with_clock(250.0, "user", "--clock-mhz")
+    assert (fast.clock_mhz, fast.clock_source, fast.clock_note) == (250.0, "user", "--clock-mhz")
+    assert [r["time_us"] for r in fast.rows] == [0.4, 1.2] and fast.totals["latency_cycles"] == "predicted"
+    assert fast.totals["latency_us"] == 1.6 and fast.totals["inferences_per_s"] == 625000.0
+    back = Report.from_dict(json.loads(json.dumps(fast.to_dict())))
+    assert (back.clock_mhz, back.clock_source, back.totals["latency_us"]) == (250.0, "user", 1.6)
+    assert "accelerator time at 250 MHz (user): 0.002 ms per inference (predicted cycles), 625,000.00 " \
+        "inferences/s" in fast.format().splitlines() and "clock: --clock-mhz" in fast.format().splitlines()
 
 
 def test_bounds_one_rule_for_layers_and_runs():
@@ -151,3 +173,19 @@ def test_bounds_one_rule_for_layers_and_runs():
     # a run's bound bounds the most cycles, not the most layers
     assert run_bound([("compute", 680), ("load", 834), ("", 50), ("load", 1075)]) == "load"
     assert run_bound([("compute", 3000), ("load", 834), ("load", 1075)]) == "compute"
+
+
+def test_vta_report_clock_mhz(tmp_path, capsys):
+    """vta report RUN --clock-mhz MHZ: the saved run's times at the user's clock; a clock out of range is bad input."""
+    from vta.cli import main
+    report = Report("m", "cfg", "tsim", [_row("a", "accel", 2560, 100)], macs_per_cycle=256, clock_mhz=32.38,
+                    clock_source="place-and-route", clock_note="nextpnr-0.11.1 on LFE5U-85F seed 1")
+    path = tmp_path / "run.json"
+    report.write_json(path)
+    assert main(["report", str(path), "--clock-mhz", "50", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert (data["clock_mhz"], data["clock_source"], data["totals"]["latency_us"]) == (50.0, "user", 2.0)
+    assert main(["report", str(path)]) == 0
+    assert "accelerator time at 32.38 MHz (place-and-route): 0.003 ms per inference" in capsys.readouterr().out
+    assert main(["report", str(path), "--clock-mhz", "0"]) == 2
+    assert "--clock-mhz 0: the clock must be between 1 and 10000 MHz" in capsys.readouterr().err

@@ -141,9 +141,10 @@ def test_report_utilization_with_cycles():
     report = build_report(compiled, RunOutput({}, layers, "tsim", "1x16_i8w8a32_15_15_18_17"))
     assert report.rows[0]["util"] == 0.5 and report.rows[1]["util"] is None
     t = report.totals
-    assert (t["cycles"], t["util"], t["accel_ms_at_clock"]) == (1080, 0.5, 0.011)
+    assert (t["cycles"], t["util"], t["accel_ms_at_clock"]) == (1080, 0.5, round(1080 / report.clock_mhz / 1e3, 3))
     text = report.format()
-    assert "accelerator time at 100 MHz: 0.011 ms (1,080 cycles)" in text and " 50% " in text
+    assert f"accelerator time at {report.clock_mhz:.4g} MHz ({report.clock_source}" in text and " 50% " in text
+    assert t["latency_us"] == round(1080 / report.clock_mhz, 3) and t["latency_cycles"] == "measured"
 
 
 def test_single_thread_compile_is_exact():

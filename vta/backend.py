@@ -25,6 +25,7 @@ from typing import Any, Callable, ClassVar, Mapping
 
 import numpy as np
 
+from .clock import design_clock
 from .program import Program
 
 __all__ = ["RunResult", "Backend", "BackendInfo", "UnsupportedWorkError", "BACKENDS", "get_backend", "backend_info",
@@ -62,10 +63,10 @@ class RunSummary:
     canonical name. instructions: the program's instructions (None for an operator backend). cycles: clock cycles
     (None for untimed backends). correct: the result against a reference (the GEMM benchmark's numpy product; None:
     not checked). summary: derived figures (:meth:`derived`: ``useful_macs``, ``macs_issued``, ``mac_utilization``,
-    ``time_us`` at the config's clock). stats: the backend's event counts (:mod:`vta.counters`). counters: the
-    hardware performance counters ({} without them). layer: the accelerator layer of a compiled model (``.vtac``)
-    that ran, else None. trace: the waveform written, else None. check: the comparison with fsim (``{"dram":
-    "equal", "counters_differing": {}}`` when made; ``"none"`` when not).
+    ``time_us`` at the design's clock, ``clock_mhz``, ``clock_source``). stats: the backend's event counts
+    (:mod:`vta.counters`). counters: the hardware performance counters ({} without them). layer: the accelerator
+    layer of a compiled model (``.vtac``) that ran, else None. trace: the waveform written, else None. check: the
+    comparison with fsim (``{"dram": "equal", "counters_differing": {}}`` when made; ``"none"`` when not).
     """
 
     workload: str
@@ -91,7 +92,8 @@ class RunSummary:
 
     @staticmethod
     def derived(cfg: Any, useful_macs: int | None, result: RunResult) -> dict[str, Any]:
-        """Figures derived from a run: MACs, and with cycles the MAC utilization and the time at the config's clock.
+        """Figures derived from a run: MACs, and with cycles the MAC utilization and the time (``time_us``) at the
+        design's clock (``clock_mhz``, from ``clock_source``: :func:`vta.clock.design_clock`).
 
         ``useful_macs`` (the workload's own m*k*n, None when unknown) excludes the zero padding of partial blocks;
         without it the utilization counts every MAC the GEMM core issued (``gemm_uops`` x MACs per micro-op, resets
@@ -107,7 +109,9 @@ class RunSummary:
             work = useful_macs if useful_macs is not None else \
                 int(result.stats.get("gemm_uops", 0)) * cfg.macs_per_cycle
             out["mac_utilization"] = round(work / (result.cycles * cfg.macs_per_cycle), 4)
-            out["time_us"] = round(result.cycles / cfg.clock_mhz, 3)
+            clock = design_clock(cfg)
+            out["time_us"] = round(result.cycles / clock.mhz, 3)
+            out["clock_mhz"], out["clock_source"] = clock.mhz, clock.source
         return out
 
     def to_dict(self) -> dict[str, Any]:

@@ -32,8 +32,8 @@ from .cache import cache_root
 from .config import VTAConfig
 
 __all__ = ["Clock", "ModelClock", "SOURCES", "DEFAULT_CLOCK_MHZ", "ELEMENT_NS", "CALIBRATION", "path_delays",
-           "model_clock", "fit_routing", "leave_one_out", "measured_clock", "design_clock", "MODEL_ERROR_PCT",
-           "clock_from_timing"]
+           "path_elements", "model_clock", "fit_routing", "leave_one_out", "measured_clock", "design_clock",
+           "MODEL_ERROR_PCT", "ROUTING", "clock_from_timing"]
 
 DEFAULT_CLOCK_MHZ = VTAConfig().clock_mhz
 """The config's default clock (100 MHz): a config with another ``clock_mhz`` gives the user's clock."""
@@ -111,38 +111,45 @@ def design_clock(cfg: VTAConfig, user_mhz: float | None = None, *, measured: boo
 # The clock model
 
 ELEMENT_NS: dict[str, float] = {
-    "bram": 4.3,   # a block RAM's (DP16KD) clock to read data
-    "ff": 0.5,     # a flip-flop's clock to Q
-    "mult": 4.0,   # a multiplier (MULT18X18D), operands to product, not registered
-    "carry": 1.2,  # a 32-bit carry chain (CCU2C): operands to sum
-    "lut": 0.4,    # one level of LUT4 (or its wide-function multiplexer)
-    "setup": 0.2,  # setup of the register or block-RAM write port at the path's end
+    "bram": 5.83,          # a block RAM's (DP16KD) clock to read data
+    "bram_setup": 0.218,   # a block RAM's write-data setup
+    "ff": 0.525,           # a flip-flop's clock to Q (its setup is 0)
+    "mult": 3.927,         # a multiplier (MULT18X18D), operands to product, not registered
+    "carry": 1.842,        # the carry chains (CCU2C) summing a 32x32 multiply's partial products
+    "carry32": 1.915,      # a 32-bit add (CCU2C chain): operands to sum
+    "lut": 0.236,          # one level of LUT4 (or its wide-function multiplexer)
+    "compare": 2.70,       # a 32-bit signed comparison: a carry chain with nextpnr's feed-through cells
 }
-"""Logic delay (ns) of each element of a path on an ECP5 at speed grade 6: nextpnr's own delays, read off the logic
-steps of the routed critical paths of :data:`CALIBRATION` (``vta hw timing --json``)."""
+"""Logic delay (ns) of each element of a path on an ECP5 at speed grade 6, as nextpnr-ecp5 0.11.1 times it on routed
+paths (``vta hw timing --json``: a critical path's ``elements``). Read off the routed ALU path of the BLOCK 4 core
+(``configs/timing/small1x4.toml``: block-RAM read 5.83, multiplier 3.927, the partial-product carry chains 1.842,
+LUT4 levels 0.165-0.256, block-RAM setup 0.218), of the same core with FUSED_REQUANT (the clip comparisons 2.59 and
+2.81) and two small wrapped designs (a flip-flop's clock to Q 0.525, a 32-bit carry chain 1.915). The ALU path's
+logic adds up to 13.47 ns (routed: 13.44) without the knob and 20.05 ns (20.20) with it."""
 
 
 def path_elements(cfg: VTAConfig) -> dict[str, list[str]]:
     """The elements (keys of :data:`ELEMENT_NS`) of each named register-to-register path of ``cfg``'s core, in
-    order; each element is reached through one routed hop.
+    order; consecutive elements are joined by one routed hop.
 
-    * ``compute.alu``: the tensor ALU's micro-op: the acc block RAM's read (stage C), the second operand's select
-      (immediate or tensor), the 32x32 multiply (multipliers and the carry chain summing their partial products),
-      the operation select (three LUT levels) and the acc write (stage D). ``FUSED_REQUANT`` adds the multiplier's
-      operand select, the shifter after the multiply (five levels), the two clip comparators (a carry chain) and the
-      clip select; ``CONCURRENT_ALU`` the bank select on the read and on the write.
-    * ``compute.gemm``: the GEMM core's MAC array: its operand register, the 8x8 multiply, the adder tree
-      (``log2(BLOCK_IN)`` carry chains) and the accumulation (one more), the reset select and the acc write;
+    * ``compute.alu``: the tensor ALU's micro-op, as routed in the BLOCK 4 core: the acc block RAM's read (stage C),
+      the second operand's select, the 32x32 multiply (a multiplier and the carry chains summing its partial
+      products), six LUT levels (the operation select, the result and write-data selects) and the acc write
+      (stage D). ``FUSED_REQUANT`` adds, as routed, the multiplier's operand select and after the shifter the two
+      clip comparisons with a select after each and two more LUT levels; ``CONCURRENT_ALU`` (not routed yet) the
+      bank select on the read and on the write.
+    * ``compute.gemm``: the GEMM core's MAC array: the inp/wgt block RAMs' read, the 8x8 multiply, the adder tree
+      (``log2(BLOCK_IN)`` 32-bit adds) and the accumulation (one more), the reset select and the acc write;
       ``GEMM_OVERWRITE`` adds the overwrite select.
     """
-    alu = ["bram", "lut", "mult", "carry", "lut", "lut", "lut", "setup"]
+    alu = ["bram", "lut", "mult", "carry"] + ["lut"] * 6 + ["bram_setup"]
     if cfg.fused_requant:
         alu[2:2] = ["lut"]
-        alu[-1:-1] = ["lut"] * 5 + ["carry", "lut"]
+        alu[-1:-1] = ["compare", "lut", "compare", "lut", "lut", "lut"]
     if cfg.concurrent_alu:
         alu[1:1] = ["lut"]
         alu[-1:-1] = ["lut"]
-    gemm = ["ff", "mult"] + ["carry"] * (int(math.log2(cfg.block_in)) + 1) + ["lut", "setup"]
+    gemm = ["bram", "mult"] + ["carry32"] * (int(math.log2(cfg.block_in)) + 1) + ["lut", "bram_setup"]
     if cfg.gemm_overwrite:
         gemm[-1:-1] = ["lut"]
     return {"compute.alu": alu, "compute.gemm": gemm}
@@ -154,11 +161,12 @@ def _spread(cfg: VTAConfig) -> float:
 
 
 def path_delays(cfg: VTAConfig, routing: Sequence[float] | None = None) -> dict[str, float]:
-    """Each named path's delay (ns): its elements' logic delays plus one routed hop per element at
-    ``hop_ns = a + b * log2(BATCH * BLOCK_OUT)`` (``routing`` = ``(a, b)``, default the fitted :data:`ROUTING`)."""
+    """Each named path's delay (ns): its elements' logic delays plus ``len(elements) - 1`` routed hops of
+    ``hop_ns = a + b * log2(BATCH * BLOCK_OUT)`` each (``routing`` = ``(a, b)``, default the fitted
+    :data:`ROUTING`)."""
     a, b = routing if routing is not None else ROUTING
     hop = a + b * _spread(cfg)
-    return {name: round(sum(ELEMENT_NS[e] for e in elems) + len(elems) * hop, 3)
+    return {name: round(sum(ELEMENT_NS[e] for e in elems) + (len(elems) - 1) * hop, 3)
             for name, elems in path_elements(cfg).items()}
 
 
@@ -181,9 +189,13 @@ def model_clock(cfg: VTAConfig) -> ModelClock:
     return ModelClock(round(1e3 / paths[unit], 2), paths[unit], unit, paths, MODEL_ERROR_PCT)
 
 
-CALIBRATION: tuple[tuple[dict[str, Any], float, str], ...] = ()
-"""Place-and-route results the model is fitted on: (config fields, fmax in MHz, how it was measured). Each from
-``vta hw timing --config C`` (seed 1, LFE5U-85F, speed 6, router2; Yosys 0.70, nextpnr 0.11.1)."""
+_B4 = {"LOG_BLOCK": 2, "LOG_INP_BUFF_SIZE": 13, "LOG_WGT_BUFF_SIZE": 14, "LOG_ACC_BUFF_SIZE": 15}
+CALIBRATION: tuple[tuple[dict[str, Any], float, str], ...] = (
+    (_B4, 32.38, "vta hw timing --config configs/timing/small1x4.toml"),
+    ({**_B4, "FUSED_REQUANT": True}, 20.12, "vta hw timing --config configs/timing/small1x4_rq.toml"),
+)
+"""Place-and-route results the model is fitted on: (config fields, fmax in MHz, the command that measures it). Each
+routed with seed 1 on an LFE5U-85F (speed 6, router2; Yosys 0.70, nextpnr-ecp5 0.11.1), 2026-11-26."""
 
 
 def fit_routing(points: Sequence[tuple[VTAConfig, float]]) -> tuple[float, float]:
@@ -193,7 +205,7 @@ def fit_routing(points: Sequence[tuple[VTAConfig, float]]) -> tuple[float, float
     for cfg, mhz in points:
         elems = path_elements(cfg)[_critical_name(cfg)]
         logic = sum(ELEMENT_NS[e] for e in elems)
-        rows.append((len(elems), len(elems) * _spread(cfg), 1e3 / mhz - logic))
+        rows.append((len(elems) - 1, (len(elems) - 1) * _spread(cfg), 1e3 / mhz - logic))
     n = len(rows)
     sxx = sum(r[0] * r[0] for r in rows)
     sxy = sum(r[0] * r[1] for r in rows)
@@ -226,7 +238,9 @@ def _calibration_points() -> list[tuple[VTAConfig, float]]:
     return [(VTAConfig.from_dict(fields), mhz) for fields, mhz, _ in CALIBRATION]
 
 
-ROUTING: tuple[float, float] = (1.0, 0.0)
-"""``(a, b)`` of the routing hop fitted on :data:`CALIBRATION` (:func:`fit_routing`)."""
-MODEL_ERROR_PCT: float = 0.0
+ROUTING: tuple[float, float] = (1.7435, 0.0)
+"""``(a, b)`` of the routing hop fitted on :data:`CALIBRATION` (:func:`fit_routing`): 1.74 ns a hop; ``b`` is 0
+while every calibration design has the same spread (BLOCK 4): the model does not yet know how routing grows with
+the array."""
+MODEL_ERROR_PCT: float = 0.1
 """The largest leave-one-out error (percent of the clock) of the model on :data:`CALIBRATION`."""
