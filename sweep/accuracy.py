@@ -15,8 +15,9 @@ What is measured, by the evaluation data available:
 * otherwise ``samples`` seeded random inputs (seed 1000, distinct from calibration's): top-1 agreement (percent) of
   the quantized model's argmax with the float reference's (:func:`vta.compiler.frontend.float_ref.run_float`).
 
-Calibration is as the sweep's compile: the zoo's real images where it has them, else 4 seeded random samples, or
-the evaluation file's ``calib`` (or first 200 rows of ``x``); ``method`` is the quantizer's calibration method.
+Calibration is shared with the sweep's compile (:func:`calibrated`, once per model in a process): the evaluation
+file's ``calib`` where it has one, else the zoo's real images, else 4 seeded random samples; ``method`` (another
+calibration method) calibrates again. The float model runs on onnxruntime where there is an ONNX file.
 """
 from __future__ import annotations
 
@@ -30,12 +31,12 @@ import numpy as np
 from vta.cache import cache_root, file_sha256
 from vta.fileio import atomic_write_text
 
-__all__ = ["model_accuracy", "eval_data_path", "four_way_front", "front_table", "plot_accuracy", "OBJECTIVES",
-           "ACCURACY_SAMPLES", "ACCURACY_VERSION"]
+__all__ = ["model_accuracy", "eval_data_path", "calibrated", "four_way_front", "front_table", "plot_accuracy",
+           "OBJECTIVES", "ACCURACY_SAMPLES", "ACCURACY_VERSION"]
 
 ACCURACY_SAMPLES = 32
 """Seeded random inputs an accuracy without evaluation data is measured on."""
-ACCURACY_VERSION = 2
+ACCURACY_VERSION = 3
 """Part of every cache key: bump it when what is measured changes."""
 
 
@@ -76,37 +77,86 @@ def model_accuracy(model: str, act_bits: int, wgt_bits: int, *, method: str | No
     return result
 
 
+_CALIBRATED: dict[str, tuple[Any, Any]] = {}
+"""model -> (its float graph, its Calibration), measured once per process (see :func:`calibrated`)."""
+_FLOAT_TOP: dict[tuple[str, str], np.ndarray] = {}
+"""(model, evaluation set) -> the float model's top-1 per input, once per process."""
+
+
+def calibrated(model: str) -> tuple[Any, Any]:
+    """``model``'s float graph and its calibration (:func:`vta.compiler.frontend.quantize.calibrate` of the prepared
+    graph), once per process: on the evaluation file's ``calib`` inputs (or its first 200 ``x``), else as the compile
+    always did (the zoo's real images, else 4 seeded random samples). Every width pair quantizes from it
+    (``quantize(..., calibration=...)``), the sweep's compile and this accuracy alike."""
+    if model not in _CALIBRATED:
+        from vta.compiler.frontend.quantize import calibrate, prepare
+        from vta.compiler.pipeline import calibration_inputs, load_graph
+        graph = load_graph(model)
+        data = eval_data_path(model)
+        inputs = None
+        if data is not None:
+            with np.load(data) as npz:
+                calib = npz["calib"] if "calib" in npz.files else npz["x"][:200]
+                inputs = {graph.inputs[0]: np.asarray(calib, np.float32)}
+        if inputs is None:
+            inputs = calibration_inputs(model, graph, 1, 4)
+        _CALIBRATED[model] = (graph, calibrate(prepare(graph), inputs))
+    return _CALIBRATED[model]
+
+
+def _onnx_path(model: str) -> str | None:
+    """The ONNX file of ``model`` (a path, or the zoo's cached file), for onnxruntime; None when there is none."""
+    if model.endswith(".onnx"):
+        return model
+    try:
+        from vta.compiler.frontend.zoo import get_model
+        return str(get_model(model))
+    except (ValueError, OSError):
+        return None
+
+
+def _float_top(model: str, graph: Any, inputs: list[dict[str, np.ndarray]], key: str) -> np.ndarray:
+    """Top-1 of the float model per input: onnxruntime on the model's file where there is one (fast), else the
+    float reference; once per (model, evaluation set) in a process."""
+    if (model, key) not in _FLOAT_TOP:
+        from vta.compiler.frontend.quantize import float_outputs
+        path = _onnx_path(model)
+        out = graph.outputs[0]
+        tops = []
+        for sample in inputs:
+            values, _ = float_outputs(path, graph, sample)
+            tops.append(int(np.asarray(values[out]).reshape(-1).argmax()))
+        _FLOAT_TOP[(model, key)] = np.asarray(tops)
+    return _FLOAT_TOP[(model, key)]
+
+
 def _measure(model: str, act_bits: int, wgt_bits: int, method: str | None, samples: int,
              data: Path | None) -> dict[str, Any]:
-    from vta.compiler.frontend.float_ref import run_float
-    from vta.compiler.frontend.quantize import quantize
-    from vta.compiler.pipeline import calibration_inputs, load_graph, random_inputs
+    from vta.compiler.frontend.quantize import calibrate, prepare, quantize
+    from vta.compiler.pipeline import random_inputs
     from vta.compiler.qops import run_reference
-    graph = load_graph(model)
+    graph, calibration = calibrated(model)
     labels: np.ndarray | None = None
     if data is not None:
         with np.load(data) as npz:
             x = np.asarray(npz["x"], np.float32)
             labels = np.asarray(npz["y"]) if "y" in npz.files else None
-            calib_x = np.asarray(npz["calib"], np.float32) if "calib" in npz.files else x[:200]
         name = graph.inputs[0]
-        calib = {name: calib_x}
         inputs = [{name: x[i:i + 1]} for i in range(len(x))]
         on = f"{len(x)} inputs of {data.name}" + (" (test accuracy, labels)" if labels is not None else
                                                   " (top-1 agreement with float32)")
     else:
-        calib = calibration_inputs(model, graph, 1, 4)
         stacked = random_inputs(graph, 1000, samples)
         batch = graph.shape(graph.inputs[0])[0]
         inputs = [{k: v[i * batch:(i + 1) * batch] for k, v in stacked.items()} for i in range(samples)]
         on = f"top-1 agreement with float32 on {samples} seeded random inputs"
-    qgraph = quantize(graph, calib, act_bits=act_bits, wgt_bits=wgt_bits, method=method)
+    if method is not None:  # another calibration method than the shared (minmax) one
+        from vta.compiler.pipeline import calibration_inputs
+        calibration = calibrate(prepare(graph), calibration_inputs(model, graph, 1, 4), method=method)
+    qgraph = quantize(graph, {}, act_bits=act_bits, wgt_bits=wgt_bits, calibration=calibration)
     out = graph.outputs[0]
-    quant_top, float_top = [], []
-    for sample in inputs:
-        quant_top.append(np.asarray(run_reference(qgraph, sample)[out]).reshape(-1).argmax())
-        float_top.append(np.asarray(run_float(graph, sample)[out]).reshape(-1).argmax())
-    q, f = np.asarray(quant_top), np.asarray(float_top)
+    q = np.asarray([np.asarray(run_reference(qgraph, sample)[out]).reshape(-1).argmax() for sample in inputs])
+    f = _float_top(model, graph, inputs, on)
     if labels is not None:
         return {"accuracy": 100.0 * float((q == labels[:len(q)]).mean()), "accuracy_on": on,
                 "accuracy_float": 100.0 * float((f == labels[:len(f)]).mean())}

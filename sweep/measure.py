@@ -97,10 +97,10 @@ def _quantized(model: str, cfg: VTAConfig) -> Any:
     key = model if (cfg.inp_width, cfg.wgt_width) == (8, 8) else f"{model}@w{cfg.wgt_width}a{cfg.inp_width}"
     if key not in _graphs:
         from vta.compiler.frontend.quantize import quantize
-        from vta.compiler.pipeline import calibration_inputs, load_graph
-        graph = load_graph(model)
-        _graphs[key] = quantize(graph, calibration_inputs(model, graph, 1, 4), act_bits=cfg.inp_width,
-                                wgt_bits=cfg.wgt_width)
+
+        from .accuracy import calibrated
+        graph, calibration = calibrated(model)  # one calibration per model in a worker, for every width pair
+        _graphs[key] = quantize(graph, {}, act_bits=cfg.inp_width, wgt_bits=cfg.wgt_width, calibration=calibration)
     return _graphs[key]
 
 

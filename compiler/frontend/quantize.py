@@ -647,7 +647,8 @@ _HANDLERS = {
 def quantize(graph: Graph, calib_inputs: Mapping[str, np.ndarray] | Iterable[Mapping[str, np.ndarray]], *,
              per_channel: bool | Literal["auto"] = True, mode: Literal["multiply", "shift"] = "multiply",
              percentile: float | None = None, round_adds: bool = True, method: str | None = None,
-             act_bits: int = 8, wgt_bits: int = 8, keep_int8: Iterable[str] = ()) -> Graph:
+             act_bits: int = 8, wgt_bits: int = 8, keep_int8: Iterable[str] = (),
+             calibration: Calibration | None = None) -> Graph:
     """Quantize a float graph; ``calib_inputs`` is a dict of stacked samples (leading axis a multiple of the batch)
     or a list of input dicts; ``method`` (minmax, percentile, entropy) and ``percentile`` select the calibration
     (see :func:`calibrate`); ``round_adds``
@@ -660,6 +661,8 @@ def quantize(graph: Graph, calib_inputs: Mapping[str, np.ndarray] | Iterable[Map
     ``per_channel``) and values in [-7, 7]. Tensors stay int8 arrays holding int4 values, so the integer reference
     (qops) computes at those widths unchanged. The output of an op whose integer semantics clip to int8 (Mul,
     MatMul, LayerNorm, Embedding, an inner Softmax) is followed by a QClip to the activation range at int4.
+    ``calibration``: ranges already measured by ``calibrate(prepare(graph), calib_inputs, ...)``, reused instead of
+    calibrating again (one calibration serves every width pair of a sweep; ``calib_inputs`` is then not read).
     ``keep_int8`` names Conv2d/Dense nodes kept at int8 weights (mixed precision): a graph input read only by such
     layers stays int8, as does such a layer's graph output; on a narrow design the partitioner then runs them on the
     CPU (their values do not fit the design's widths)."""
@@ -673,7 +676,8 @@ def quantize(graph: Graph, calib_inputs: Mapping[str, np.ndarray] | Iterable[Map
     if graph.is_quantized:
         raise GraphError(f"Graph {graph.name!r} is already quantized.")
     fg = prepare(graph)
-    cal = calibrate(fg, calib_inputs, percentile=percentile, method=method)
+    cal = calibration if calibration is not None else calibrate(fg, calib_inputs, percentile=percentile,
+                                                                  method=method)
     keep = set(keep_int8)
     known = {n.name for n in fg.nodes if n.op in ("Conv2d", "Dense")}
     if keep - known:
