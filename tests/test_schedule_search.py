@@ -155,7 +155,7 @@ def test_plan_graph_predicts_what_compile_graph_builds(cfg, tmp_path):
     from vta.counts import program_counts
     from vta.sweep.measure import _quantized
     cache = SearchCache(tmp_path)
-    graph = _quantized("mini_resnet")
+    graph = _quantized("mini_resnet", cfg)
     planned = plan_graph(graph, cfg, search_cache=cache)
     compiled = compile_graph(graph, cfg, search_cache=cache)
     steps = [s for s in compiled.steps if isinstance(s, AccelStep)]
