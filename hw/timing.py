@@ -597,7 +597,7 @@ def format_timing(result: Mapping[str, Any]) -> str:
         model = result.get("model")
         if model:
             lines.append(f"clock {model['fmax_mhz']:.1f} MHz (model, not place-and-route; error on held-out designs "
-                         f"{model['error_pct']:.0f} %), critical path in {model['unit']}")
+                         f"{model['error_pct']:.1f} %), critical path in {model['unit']}")
         return "\n".join(lines + [run])
     label = "place-and-route" if result["source"] == "place-and-route" else "post-placement estimate, not routed"
     lines = [f"{result['config']} on {where}: {result['fmax_mhz']:.2f} MHz ({label}), "
