@@ -10,9 +10,9 @@ run as YosysHQ's mutation-cover flow (mcy) runs them: all in one netlist, one bu
    saved as ``design.il``; ``mutate -list COUNT -seed SEED`` picks COUNT mutations evenly over the design's cells
    and bits (modes inv, const0, const1, cnot0, cnot1).
 2. Equivalence and duplicates (cheap, Yosys only): each mutation is applied alone to the saved design, its module
-   cleaned (``opt_clean``) and written; a mutant whose module text equals the unmutated module's is ``equivalent``
-   (the mutated bit is optimized away), one equal to an earlier mutant's a ``duplicate`` of it (counted once).
-   The digests are kept in ``digests.json``.
+   optimized (``opt_expr -full``, ``opt_muxtree``, ``opt_clean``) and written; a mutant whose module text equals
+   the unmutated module's after the same passes is ``equivalent`` (the mutated bit is optimized away), one equal to
+   an earlier mutant's a ``duplicate`` of it (counted once). The digests are kept in ``digests-opt.json``.
 3. The rest (the candidates) go into ONE netlist: each mutation applied with ``-ctrl mutsel W INDEX`` (active only
    while the control input ``mutsel`` equals INDEX; 0 is the unmutated core), ``mutsel`` wired up through the
    hierarchy to the top, which is renamed ``vta_core_mutated``; a wrapper ``vta_core`` with the core interface's
@@ -95,14 +95,17 @@ def _module(command: str) -> str:
 
 
 def _write_module(module: str, out: str) -> list[str]:
-    """Yosys steps: clean ``module`` and write it alone to ``out``."""
-    return [f"opt_clean {module}", f"select {module}", f"write_verilog -noattr -selected {out}", "select -clear"]
+    """Yosys steps: optimize ``module`` (constants folded, multiplexer trees pruned, unused logic removed:
+    ``opt_expr -full``, ``opt_muxtree``; not the flip-flop passes, which refuse some constant mutations of a
+    flip-flop with an initial value) and write it alone to ``out``."""
+    return [f"opt_expr -full {module}", f"opt_muxtree {module}", f"opt_expr -full {module}", f"opt_clean {module}",
+            f"select {module}", f"write_verilog -noattr -selected {out}", "select -clear"]
 
 
 def digests(work: Path, commands: list[tuple[str, str]], log: Callable[[str], None]) -> dict[str, str]:
     """The digest of each mutant's module after the mutation and ``opt_clean`` (``digests.json``, computed for the
     mutants it lacks, :data:`BATCH` per Yosys session), and ``base:<module>`` for each unmutated module."""
-    path = work / "digests.json"
+    path = work / "digests-opt.json"
     known: dict[str, str] = json.loads(path.read_text()) if path.exists() else {}
     todo = [(n, c) for n, c in commands if n not in known]
     for start in range(0, len(todo), BATCH):
@@ -156,7 +159,8 @@ def classify(commands: list[tuple[str, str]], known: dict[str, str]) -> dict[str
 def mux_netlist(work: Path, candidates: list[dict[str, Any]], width: int) -> Path:
     """``mutated.v``: every candidate's mutation applied with ``-ctrl mutsel WIDTH INDEX``, ``mutsel`` wired from the
     top (renamed :data:`MUTATED_TOP`) down to each mutated module. Written once for a set of candidates."""
-    out = work / f"mutated-{len(candidates)}.v"
+    tag = hashlib.sha256("".join(f"{c['index']} {c['command']}\n" for c in candidates).encode()).hexdigest()[:12]
+    out = work / f"mutated-{len(candidates)}-{tag}.v"
     if out.exists():
         return out
     steps = ["read_rtlil design.il"]
@@ -369,11 +373,17 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         p.error(f"--only names mutants that are not in the list: {', '.join(unknown)} (m000..m{len(entries) - 1:03d})")
     for name, entry in entries.items():  # equivalent and duplicate mutants need no run
-        if name not in names and entry["status"] != "candidate" and (not only or name in only):
-            done.append(entry)
-            names.add(name)
-            with results_path.open("a") as f:
-                f.write(json.dumps(entry) + "\n")
+        if entry["status"] == "candidate" or (only and name not in only):
+            continue
+        before = latest.get(name, {}).get("status")
+        if before in ("equivalent", "duplicate"):
+            continue
+        if before == "killed":  # an equivalent mutant cannot be killed: the equivalence check would be wrong
+            print(f"warning: {name} was killed, yet Yosys finds it {entry['status']}", file=sys.stderr)
+        done = [r for r in done if r["name"] != name] + [entry]
+        names.add(name)
+        with results_path.open("a") as f:
+            f.write(json.dumps(entry) + "\n")
     todo = [n for n, e in entries.items() if e["status"] == "candidate" and n not in names and (not only or n in only)]
     todo = todo[:args.limit] if args.limit is not None else todo
     print(f"{len(commands)} mutations of {cfg.name} listed ({time.monotonic() - began:.0f} s of Yosys); "
