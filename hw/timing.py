@@ -588,8 +588,9 @@ def format_timing(result: Mapping[str, Any]) -> str:
              f"{result.get('router', 'router2')}")
     tools = result.get("tools", {})
     secs = result.get("seconds", {})
-    run = (f"run time: synthesis {secs.get('synthesis', 0):.0f} s (0: cached), place-and-route "
-           f"{secs.get('place_and_route', 0):.0f} s ({secs.get('place_and_route_cpu', 0):.0f} s of CPU); "
+    run = (f"run time when measured: synthesis {secs.get('synthesis', 0):.0f} s (0: its netlist reused), "
+           f"place-and-route {secs.get('place_and_route', 0):.0f} s ({secs.get('place_and_route_cpu', 0):.0f} s of "
+           f"CPU); "
            f"Yosys {tools.get('yosys', '?').split(' ')[0]}, {tools.get('nextpnr', '?')}")
     if result["source"] == "none":
         lack = ", ".join(result.get("over", [])) or result.get("log_tail")
@@ -604,8 +605,10 @@ def format_timing(result: Mapping[str, Any]) -> str:
              f"period {result['period_ns']:.2f} ns"]
     path = result.get("critical_path")
     if path:
-        lines.append(f"critical path in {path['unit']}: from {path['from']} ({path['from_unit']}) to {path['to']} "
-                     f"({path['to_unit']}), {path['delay_ns']:.2f} ns = logic {path['logic_ns']:.2f} ns in "
+        ends = [path[k] if path[k].startswith(path[k + "_unit"]) else f"{path[k]} ({path[k + '_unit']})"
+                for k in ("from", "to")]
+        lines.append(f"critical path in {path['unit']}: from {ends[0]} to {ends[1]}, {path['delay_ns']:.2f} ns = logic "
+                     f"{path['logic_ns']:.2f} ns in "
                      f"{path['cells']} cells + routing {path['routing_ns']:.2f} ns")
         lines.append("through " + " -> ".join(path["units"]))
     util = result.get("utilization", {})
