@@ -307,7 +307,7 @@ def test_run_gemm_json_and_config(capsys: pytest.CaptureFixture[str]) -> None:
     assert (report["stats"]["inp_bytes_read"], report["stats"]["out_bytes_written"]) == (10 * 2 * 32, 10 * 2 * 32)
 
 
-@pytest.mark.parametrize("config", sorted(p.name for p in CONFIGS.iterdir()))
+@pytest.mark.parametrize("config", sorted(p.name for p in CONFIGS.iterdir() if p.is_file()))
 def test_run_gemm_every_example_config(capsys: pytest.CaptureFixture[str], config: str) -> None:
     code, out, _ = run(capsys, "run", "--m", "24", "--k", "40", "--n", "36", "--json", "--config",
                        str(CONFIGS / config))
