@@ -30,6 +30,7 @@ import numpy as np
 
 from vta.config import MEM_ACC, MEM_ACC_8BIT, MEM_INP, MEM_OUT, MEM_UOP, MEM_WGT, VTAConfig
 from vta.isa import ALU_ADD, ALU_MAX, ALU_MIN, ALU_MUL, ALU_REQ, ALU_SHR, KNOB_ALU_OPS, Uop, requant_imm, requant_word
+from vta.packing import alloc_dtype
 from vta.program import Allocation, Program, ProgramBuilder
 from vta.testing import ALU_CASES, token_stream_program
 
@@ -323,20 +324,27 @@ def _alu_corner(cfg: VTAConfig, op: int) -> Program:
 
 
 def _gemm_corner(cfg: VTAConfig) -> Program:
-    """GEMM with int8 operands at their extremes over a reduction long enough that the accumulators reach their full
-    width and wrap: all -128 x -128 (the largest dot product), -128 x 127 (the smallest), 127 x 127 and two
-    mixed-sign patterns, each accumulated ``2**31 / (BLOCK_IN * 2**14) + 1`` times by one GEMM's loops; then single
-    extreme dot products added to accumulators loaded next to INT32_MAX and INT32_MIN (wrapping at once, or landing
-    on INT32_MAX exactly)."""
+    """GEMM with operands at the extremes of the design's widths (int8: -128 and 127; int4: -8 and 7) over a
+    reduction long enough that the accumulators reach their full width and wrap: all min x min (the largest dot
+    product), min x max (the smallest), max x max and two mixed-sign patterns, each accumulated
+    ``2**31 / (BLOCK_IN * min_inp * min_wgt) + 1`` times by one GEMM's loops (at most 2**16 times, for the kit's
+    time: int4's products would need 2**21, so at int4 only the single products below wrap); then single extreme
+    dot products added to accumulators loaded next to INT32_MAX and INT32_MIN (wrapping at once, or landing on
+    INT32_MAX exactly). int4 operands are loaded packed (two per byte), as the design reads them."""
     bi, bo, batch = cfg.block_in, cfg.block_out, cfg.batch
+    i_lo, i_hi = -(1 << (cfg.inp_width - 1)), (1 << (cfg.inp_width - 1)) - 1
+    w_lo, w_hi = -(1 << (cfg.wgt_width - 1)), (1 << (cfg.wgt_width - 1)) - 1
+    largest = bi * i_lo * w_lo  # the largest dot product (int8: BLOCK_IN << 14)
     k = _Kit(cfg, seed=80, out_rows=4 * 10)
-    sign = np.where((np.arange(bi) + np.arange(batch)[:, None]) % 2 == 0, -128, 127)
-    inp = np.stack([np.full((batch, bi), -128), np.full((batch, bi), 127), sign])
-    mixed = np.where((np.arange(bi) + np.arange(bo)[:, None]) % 3 == 0, 127, -128)
-    wgt = np.stack([np.full((bo, bi), -128), np.full((bo, bi), 127), mixed])
-    k.load(MEM_INP, k.bld.alloc("inp", inp.astype(np.int8)), sram_base=0, x_size=3)
-    k.load(MEM_WGT, k.bld.alloc("wgt", wgt.astype(np.int8)), sram_base=0, x_size=3)
-    near = np.array([INT32_MAX - 5, INT32_MIN + 5, INT32_MAX, INT32_MIN, INT32_MAX - (bi << 14)])
+    sign = np.where((np.arange(bi) + np.arange(batch)[:, None]) % 2 == 0, i_lo, i_hi)
+    inp = np.stack([np.full((batch, bi), i_lo), np.full((batch, bi), i_hi), sign])
+    mixed = np.where((np.arange(bi) + np.arange(bo)[:, None]) % 3 == 0, w_hi, w_lo)
+    wgt = np.stack([np.full((bo, bi), w_lo), np.full((bo, bi), w_hi), mixed])
+    k.load(MEM_INP, k.bld.alloc("inp", inp.astype(np.int8), alloc_dtype(cfg.inp_width)), sram_base=0,
+           x_size=3)
+    k.load(MEM_WGT, k.bld.alloc("wgt", wgt.astype(np.int8), alloc_dtype(cfg.wgt_width)), sram_base=0,
+           x_size=3)
+    near = np.array([INT32_MAX - 5, INT32_MIN + 5, INT32_MAX, INT32_MIN, INT32_MAX - largest])
     k.load(MEM_ACC, k.bld.alloc("acc", np.broadcast_to(near[:, None, None], (5, batch, bo)).astype(np.int32)),
            sram_base=5, x_size=5)
     k.bld.dep_push("load", "compute")
@@ -344,7 +352,7 @@ def _gemm_corner(cfg: VTAConfig) -> Program:
     long = [Uop(0, 0, 0), Uop(1, 0, 1), Uop(2, 1, 1), Uop(3, 2, 2), Uop(4, 0, 2)]
     once = [Uop(5, 0, 0), Uop(6, 0, 0), Uop(7, 2, 2), Uop(8, 1, 0), Uop(9, 0, 0)]
     k.uops("gemm", long + once)
-    reps = (1 << 31) // (bi << 14) + 1
+    reps = min((1 << 31) // largest + 1, 1 << 16)
     inner = min(reps, (1 << 14) - 1)
     k.bld.gemm(uop_bgn=0, uop_end=5, reset=True)
     k.bld.gemm(uop_bgn=0, uop_end=5, iter_out=-(-reps // inner), iter_in=inner)
