@@ -99,9 +99,9 @@ def _fake_flow(monkeypatch, tmp_path, calls, *, fits=True):
         calls.append("route" if route else "place")
         if not fits:
             (folder / "nextpnr.log").write_text((DATA / "nofit.nextpnr.log").read_text())
-            return False, 3.0
+            return False, 3.0, 2.0
         (folder / "report.json").write_text((DATA / "tiny.report.json").read_text())
-        return True, 30.0
+        return True, 30.0, 25.0
     monkeypatch.setattr(tm, "synthesize", synth)
     monkeypatch.setattr(tm, "place_and_route", pnr)
 
@@ -115,7 +115,8 @@ def test_timing_flow_is_cached_by_design_tools_seed_and_device(monkeypatch, tmp_
     assert (result["source"], result["fmax_mhz"], result["seed"], result["part"]) == \
         ("place-and-route", 106.86, 3, "LFE5U-85F")
     assert result["critical_path"]["unit"] == "alu.lane0" and result["cells"] == {"LUT4": 7}
-    assert result["seconds"] == {"synthesis": 12.0, "place_and_route": 30.0, "total": 42.0}
+    assert result["seconds"] == {"synthesis": 12.0, "place_and_route": 30.0, "place_and_route_cpu": 25.0,
+                                 "total": 42.0}
     assert tm.timing(cfg, seed=3) == result and calls == ["synth", "route"]  # cached
     tm.timing(cfg, seed=4)
     assert calls == ["synth", "route", "route"]  # another seed: placed again, the netlist reused
