@@ -51,6 +51,7 @@ def register(subparsers: Any) -> None:
 def _add_model_options(p: argparse.ArgumentParser) -> None:
     """The compile options (:class:`.options.CompileOptions`; their defaults are the dataclass's)."""
     from .ir import REQUANT_MODES
+    from .lowering.gelu import GELU_MODES
     from .lowering.partition import POLICIES, STEMS
     from .options import CompileOptions
     default = CompileOptions()
@@ -66,6 +67,10 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
                    help="requantization of each layer's int32 results to int8: multiply (an integer multiplier and "
                         "a shift per channel) or shift (power-of-two scales as VTA's TVM stack: one fewer ALU "
                         "micro-op per output vector, slightly less accurate) (default: %(default)s)")
+    p.add_argument("--gelu", choices=GELU_MODES, default=default.gelu,
+                   help="how a Gelu runs: int: I-BERT's integer GELU (placed on the accelerator's ALU or the CPU "
+                        "by the estimates); table: the float-exact table on the CPU; auto: int where the "
+                        "partitioner puts it on the accelerator, else the table (default: %(default)s)")
     p.add_argument("--force-cpu", metavar="NODE", action="append", default=list(default.force_cpu),
                    help="keep the named node on the CPU (repeatable)")
     p.add_argument("--keep-int8", metavar="NODE", action="append", default=list(default.keep_int8),
@@ -161,7 +166,7 @@ _COMPILE_FLAGS = {"policy": "--policy", "stem": "--stem", "requant": "--requant"
                   "batch": "--batch", "calib": "--calib", "input_shapes": "--input-shape",
                   "calibration": "--calibration", "preprocess": "--preprocess",
                   "calibration_method": "--calibration-method", "calibration_percentile": "--calibration-percentile",
-                  "keep_int8": "--keep-int8"}
+                  "keep_int8": "--keep-int8", "gelu": "--gelu"}
 """CompileOptions field -> its option; the ones `vta run MODEL.vtac` refuses (the artefact fixed them)."""
 
 

@@ -36,6 +36,8 @@ class CompileOptions:
     (:data:`.frontend.calibration.METHODS`); calibration_percentile: the percentile method's (in [50, 100]).
     keep_int8: Conv2d/Dense node names quantized with int8 weights on a design with int4 inputs or weights (mixed
     precision; the partitioner runs them on the CPU, see docs/precision.md); nothing on an int8 design.
+    gelu: how a Gelu runs (:data:`.lowering.gelu.GELU_MODES`): ``auto`` (I-BERT's integer GELU on the accelerator's
+    ALU where the partitioner estimates it faster, else the float table on the CPU), ``int`` or ``table``.
     """
 
     policy: str = "auto"
@@ -53,10 +55,12 @@ class CompileOptions:
     calibration_method: str = "minmax"
     calibration_percentile: float = 99.99
     keep_int8: tuple[str, ...] = ()
+    gelu: str = "auto"
 
     def __post_init__(self) -> None:
         from .frontend.calibration import METHODS, PREPROCESS
         from .ir import REQUANT_MODES
+        from .lowering.gelu import GELU_MODES
         from .lowering.partition import POLICIES, STEMS
         if not 50.0 <= self.calibration_percentile <= 100.0:
             raise ValueError(f"calibration_percentile={self.calibration_percentile} must lie in [50, 100] (a "
@@ -72,7 +76,8 @@ class CompileOptions:
         for name, value, choices in (("policy", self.policy, POLICIES), ("stem", self.stem, STEMS),
                                      ("requant", self.requant, REQUANT_MODES),
                                      ("preprocess", self.preprocess, tuple(PREPROCESS)),
-                                     ("calibration_method", self.calibration_method, METHODS)):
+                                     ("calibration_method", self.calibration_method, METHODS),
+                                     ("gelu", self.gelu, GELU_MODES)):
             if value not in choices:
                 raise ValueError(f"{name}={value!r} is unknown; use one of {', '.join(choices)}")
 
@@ -122,7 +127,8 @@ _ARG_NAMES = {"policy": "policy", "force_cpu": "force_cpu", "batch": "batch", "i
               "calib": "calib", "seed": "seed", "double_buffer": "no_double_buffer", "stem": "stem",
               "requant": "requant", "progress": "no_progress", "calibration": "calibration",
               "preprocess": "preprocess", "calibration_method": "calibration_method",
-              "calibration_percentile": "calibration_percentile", "keep_int8": "keep_int8"}
+              "calibration_percentile": "calibration_percentile", "keep_int8": "keep_int8",
+              "gelu": "gelu"}
 """CompileOptions field -> the argparse attribute it is read from (``no_*`` flags are negated)."""
 
 

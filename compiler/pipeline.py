@@ -36,6 +36,7 @@ from vta.suggest import close_matches, did_you_mean
 
 from .ir import REQUANT_MODES, Graph, Node, node_macs
 from .lowering.codegen import ConvLayer, build_add_program, build_conv_program
+from .lowering.gelu import GELU_MODES, GeluLayer, build_gelu_program, integer_gelu, table_gelu
 from .lowering.intrin import Intrinsics, intrinsics
 from .lowering.layout import packed_activation_shape
 from .lowering.partition import Decision, Lowered, partition
@@ -45,7 +46,8 @@ from .options import CompileOptions
 from .runtime.compiled import AccelStep, Compiled, CpuStep, Step, _progress
 
 __all__ = ["load_graph", "load_input", "check_inputs", "check_force_cpu", "token_range",
-           "random_inputs", "calibration_inputs", "calibration_set", "CalibrationSet", "partition_graph", "accel_step",
+           "random_inputs", "calibration_inputs", "calibration_set", "CalibrationSet", "partition_graph", "choose_gelu",
+    "accel_step",
            "compile_graph",
            "compile_model", "CompileOptions", "plan_graph", "Planned", "PlannedLayer", "REQUANT_MODES"]
 
@@ -294,6 +296,12 @@ def accel_step(graph: Graph, node: Node, lowered: Lowered, intr: Intrinsics, *, 
         tiling = _tiling_label(t) + (f" {lowered.fold.label}" if lowered.fold else "") if t else ""
         schedule = tiling_to_dict(t) if t else {}
         macs = node_macs(graph, node)
+    elif isinstance(layer, GeluLayer):
+        program, code = build_gelu_program(cfg, layer, threads=threads)
+        inputs = [node.inputs[0]]
+        tiling = f"{code.tiles} tiles"
+        schedule = {"tiles": code.tiles}
+        macs = 0
     else:
         program, code = build_add_program(cfg, layer, packed_activation_shape(layer.shape, intr.batch,
                                                                               intr.block_in), threads=threads)
@@ -320,13 +328,37 @@ def _tiling_label(t: ConvTiling) -> str:
 
 
 def _partitioned(graph: Graph, cfg: VTAConfig, policy: str, force_cpu: Iterable[str], stem: str,
-                 search_cache: SearchCache | None) -> tuple[Intrinsics, dict[str, Decision], dict[str, Lowered],
-                                                           SearchCache]:
-    """What :func:`compile_graph` and :func:`plan_graph` start from: the config's intrinsics, the partition
-    (:func:`partition_graph`) and the search's caches (``search_cache``, else a new one for this call)."""
+                 search_cache: SearchCache | None, gelu: str = "auto"
+                 ) -> tuple[Intrinsics, Graph, dict[str, Decision], dict[str, Lowered], SearchCache]:
+    """What :func:`compile_graph` and :func:`plan_graph` start from: the config's intrinsics, the graph with its Gelu
+    tables chosen by ``gelu`` (:func:`choose_gelu`), its partition (:func:`partition_graph`) and the search's caches
+    (``search_cache``, else a new one for this call)."""
     intr = intrinsics(cfg)
+    graph, decisions, lowered = choose_gelu(graph, intr, gelu, policy=policy, force_cpu=force_cpu, stem=stem)
+    return intr, graph, decisions, lowered, SearchCache() if search_cache is None else search_cache
+
+
+def choose_gelu(graph: Graph, intr: Intrinsics, gelu: str = "auto", *, policy: str = "auto",
+                force_cpu: Iterable[str] = (), stem: str = "auto"
+                ) -> tuple[Graph, dict[str, Decision], dict[str, Lowered]]:
+    """The graph to compile, its decisions and lowered layers (as :func:`partition_graph`), with each Gelu table run
+    as ``gelu`` says (:data:`.lowering.gelu.GELU_MODES`): ``table`` keeps the tables; ``int`` makes every one I-BERT's
+    integer ``QGelu`` (:func:`.lowering.gelu.integer_gelu`); ``auto`` does so, partitions, and puts the tables back
+    where the partitioner kept the ``QGelu`` on the CPU (its decision's reason says so). ``graph`` is not changed."""
+    if gelu not in GELU_MODES:
+        raise ValueError(f"gelu={gelu!r} is unknown; use one of {', '.join(GELU_MODES)}")
+    tables: dict[str, Node] = {}
+    if gelu != "table":
+        graph, tables = integer_gelu(graph)
     decisions, lowered = partition_graph(graph, intr, policy=policy, force_cpu=force_cpu, stem=stem)
-    return intr, decisions, lowered, SearchCache() if search_cache is None else search_cache
+    back = {name for name in tables if decisions[name].target == "cpu"} if gelu == "auto" else set()
+    if back:
+        table_gelu(graph, tables, back)
+        for name in back:
+            d = decisions[name]
+            decisions[name] = Decision(name, "QLut", "cpu", f"{d.reason}; the float table (gelu=auto)", d.macs,
+                                       d.accel_us, d.cpu_us)
+    return graph, decisions, lowered
 
 
 def _search_threads(threads: int) -> tuple[int, ...]:
@@ -337,7 +369,7 @@ def _search_threads(threads: int) -> tuple[int, ...]:
 
 def compile_graph(graph: Graph, cfg: VTAConfig, *, policy: str = "auto", force_cpu: Iterable[str] = (),
                   double_buffer: bool = True, progress: bool = False, stem: str = "auto",
-                  search_cache: SearchCache | None = None) -> Compiled:
+                  search_cache: SearchCache | None = None, gelu: str = "auto") -> Compiled:
     """Partition the quantized ``graph`` and generate a program for every accelerator node (see
     :func:`partition_graph` and :func:`accel_step`); ``policy`` as in :data:`.partition.POLICIES`, ``force_cpu``
     names nodes kept on the CPU.
@@ -345,9 +377,11 @@ def compile_graph(graph: Graph, cfg: VTAConfig, *, policy: str = "auto", force_c
     ``double_buffer=False`` generates single-threaded programs (no latency hiding), to measure what it buys.
     ``progress`` shows a progress bar (tqdm). ``stem``: a first convolution's lowering (:data:`.partition.STEMS`;
     ``auto``: the fastest estimate). ``search_cache``: the schedule search's caches, shared by every layer
-    (:class:`.lowering.search.SearchCache`; None: one for this compile, which reads and adds to the cache folder)."""
+    (:class:`.lowering.search.SearchCache`; None: one for this compile, which reads and adds to the cache folder).
+    ``gelu``: how Gelu tables run (:func:`choose_gelu`); the artefact's graph is the one chosen."""
     start = time.perf_counter()
-    intr, decisions, lowered, search_cache = _partitioned(graph, cfg, policy, force_cpu, stem, search_cache)
+    intr, graph, decisions, lowered, search_cache = _partitioned(graph, cfg, policy, force_cpu, stem, search_cache,
+                                                                 gelu)
     threads = 2 if double_buffer else 1
     steps: list[Step] = []
     for node in _progress(graph.nodes, progress, "compile"):
@@ -384,7 +418,8 @@ class Planned:
 
 
 def plan_graph(graph: Graph, cfg: VTAConfig, *, policy: str = "auto", force_cpu: Iterable[str] = (),
-               double_buffer: bool = True, stem: str = "auto", search_cache: SearchCache | None = None) -> Planned:
+               double_buffer: bool = True, stem: str = "auto", search_cache: SearchCache | None = None,
+               gelu: str = "auto") -> Planned:
     """What :func:`compile_graph` (same arguments) predicts for each accelerator layer -- the same partition, the
     same schedule search, the same predicted cycles, bounding module and event counts -- without keeping programs:
     a convolution's cost comes from the search (:attr:`.lowering.search.SearchResult.plan`, usually from its caches
@@ -392,7 +427,8 @@ def plan_graph(graph: Graph, cfg: VTAConfig, *, policy: str = "auto", force_cpu:
     times faster than compiling when the schedules are known. ``search_cache``: as in :func:`compile_graph` (a sweep's
     worker passes one for all its points)."""
     start = time.perf_counter()
-    intr, decisions, lowered, search_cache = _partitioned(graph, cfg, policy, force_cpu, stem, search_cache)
+    intr, graph, decisions, lowered, search_cache = _partitioned(graph, cfg, policy, force_cpu, stem, search_cache,
+                                                                 gelu)
     threads = 2 if double_buffer else 1
     layers: list[PlannedLayer] = []
     cpu: list[CpuStep] = []
@@ -406,6 +442,10 @@ def plan_graph(graph: Graph, cfg: VTAConfig, *, policy: str = "auto", force_cpu:
             plan = found.plan or plan_program(build_conv_program(cfg, layer, tiling=found.tiling)[0])
             schedule: dict[str, Any] = tiling_to_dict(found.tiling)
             macs = node_macs(graph, node)
+        elif isinstance(layer, GeluLayer):
+            program, code = build_gelu_program(cfg, layer, threads=threads)
+            plan = plan_program(program)
+            schedule, macs = {"tiles": code.tiles}, 0
         else:
             program, code = build_add_program(cfg, layer, packed_activation_shape(layer.shape, intr.batch,
                                                                                   intr.block_in), threads=threads)
@@ -420,7 +460,8 @@ def _compile_prequantized(model: str, graph: Graph, cfg: VTAConfig, opts: Compil
     """:func:`compile_model` of a pre-quantized ONNX model, whose ``graph`` :func:`load_graph` imported already
     quantized (:mod:`.frontend.prequant`: the model's own scales and zero points): compiled without calibrating."""
     compiled = compile_graph(graph, cfg, policy=opts.policy, force_cpu=opts.force_cpu,
-                             double_buffer=opts.double_buffer, progress=opts.progress, stem=opts.stem)
+                             double_buffer=opts.double_buffer, progress=opts.progress, stem=opts.stem,
+                             gelu=opts.gelu)
     compiled.meta.update({"model": model, "requant": "multiply", "quantization": "the model's own (pre-quantized)"})
     compiled.frontend_seconds = time.perf_counter() - start - (compiled.compile_seconds or 0.0)
     return compiled
@@ -455,7 +496,8 @@ def compile_model(model: str, cfg: VTAConfig, options: CompileOptions | None = N
                       act_bits=cfg.inp_width, wgt_bits=cfg.wgt_width,  # the design's widths (docs/precision.md)
                       keep_int8=opts.keep_int8 if (cfg.inp_width, cfg.wgt_width) != (8, 8) else ())
     compiled = compile_graph(qgraph, cfg, policy=opts.policy, force_cpu=opts.force_cpu,
-                             double_buffer=opts.double_buffer, progress=opts.progress, stem=opts.stem)
+                             double_buffer=opts.double_buffer, progress=opts.progress, stem=opts.stem,
+                             gelu=opts.gelu)
     compiled.meta.update({"model": model, "requant": opts.requant, "calibration": dict(calibration.info)})
     compiled.frontend_seconds = time.perf_counter() - start - (compiled.compile_seconds or 0.0)
     return compiled

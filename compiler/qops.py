@@ -15,6 +15,8 @@ Integer semantics (the quantized operator contract, see :mod:`.ir`):
     half up), ``count`` = window elements inside the input (all of them when ``count_include_pad``).
   - ``QLut``: ``table[x + 128]``, a 256-entry int8 table the quantizer computes from the input and output scales
     (Sigmoid, HardSigmoid, HardSwish: any function of one int8 value is exact this way).
+  - ``QGelu``: I-BERT's integer-only GELU (:func:`igelu`), every step an operation of VTA's tensor ALU on int32
+    lanes (the accelerator runs it as an ALU-only layer); its integer constants come from :func:`igelu_params`.
   - ``Transpose``: numpy's transpose. ``Resize`` (output scale = input scale): ``nearest`` picks the source element
     of :func:`resize_source`'s coordinate rounded by ``nearest_mode``; ``linear`` interpolates between the two
     neighbours of each resized axis in turn with weights ``w1 = rint(frac * 2**8)``, ``w0 = 2**8 - w1`` in int64,
@@ -52,7 +54,8 @@ __all__ = [
     "wrap32", "conv2d_acc", "dense_acc", "requantize", "qconv2d", "qdense", "qadd", "rescale", "qconcat",
     "maxpool", "avgpool", "global_avgpool", "pad", "quantize", "dequantize", "softmax", "QOPS", "run_reference",
     "lut", "resize", "resize_source", "resize_taps", "RESIZE_WEIGHT_BITS", "quantize_zp", "dequantize_zp", "qaffine",
-    "qsoftmax", "qmatmul", "layer_norm", "slice_take",
+    "qsoftmax", "qmatmul", "layer_norm", "slice_take", "IGELU_A", "IGELU_B", "IGELU_ATTRS", "igelu_params",
+    "igelu_trace", "igelu",
 ]
 
 
@@ -305,6 +308,90 @@ def lut(x: np.ndarray, table: np.ndarray) -> np.ndarray:
     return np.asarray(table, np.int8)[x.astype(np.int64) + 128]
 
 
+IGELU_A, IGELU_B = -0.2888, -1.769
+"""I-BERT's second-order fit of erf (Kim et al. 2021): ``L(x) = sgn(x) * (a * (min(|x|, -b) + b)**2 + 1)``."""
+IGELU_ATTRS = ("qb", "k1", "qc", "k2", "multiplier", "shift")
+"""The integer constants of a ``QGelu`` node (:func:`igelu_params`), in the order :func:`igelu` takes them."""
+_IMM = 32767  # the ALU's 16-bit signed immediate
+
+
+def igelu_params(in_scale: float, out_scale: float) -> dict[str, int]:
+    """The integer constants of :func:`igelu` for an int8 input of ``in_scale`` and an int8 output of ``out_scale``.
+
+    With ``s' = in_scale / sqrt 2`` (erf's argument is ``x / sqrt 2``): ``qb = floor(-b / s')`` is erf's clip point
+    in input steps; ``k1 = max(0, bitlen(qb**2) - 14)`` keeps ``d*d >> k1`` below ``2**14``; ``S_L = a * s'**2 *
+    2**k1`` is the scale of the polynomial and ``qc = floor(1 / S_L)`` its constant term, so that
+    ``erf(v * s' ) ~ S_L * ((d*d >> k1) + qc)`` with ``d = min(v, qb) - qb``. ``k2`` brings the largest ``|t|``
+    over all 256 inputs (:func:`igelu_trace`) below ``2**15``; ``multiplier * 2**-shift`` is the rescale
+    ``in_scale * S_L * 2**k2 / (2 * out_scale)`` (negative, as ``S_L``) with ``|multiplier| <= 32767`` and the
+    largest ``shift <= 46`` that allows. Every constant fits the ALU's 16-bit immediate. Raises ValueError when
+    ``qb`` falls outside [2, 32767] (an input scale above about 1.25 or below 7.7e-5, where the table must serve)."""
+    if not (in_scale > 0 and out_scale > 0 and math.isfinite(in_scale) and math.isfinite(out_scale)):
+        raise ValueError(f"the integer GELU needs positive finite scales, not in_scale={in_scale!r}, "
+                         f"out_scale={out_scale!r}")
+    sp = in_scale / math.sqrt(2.0)
+    qb = int(math.floor(-IGELU_B / sp))
+    if not 2 <= qb <= _IMM:
+        raise ValueError(f"the integer GELU needs erf's clip point -b / s' = {-IGELU_B / sp:.4g} input steps in "
+                         f"[2, {_IMM}] (input scale {in_scale:.4g}); use the table")
+    k1 = max(0, (qb * qb).bit_length() - 14)
+    s_l = IGELU_A * sp * sp * float(1 << k1)
+    qc = int(math.floor(1.0 / s_l))
+    params = {"qb": qb, "k1": k1, "qc": qc, "k2": 0, "multiplier": 1, "shift": 0}
+    t = igelu_trace(np.arange(-128, 128, dtype=np.int8), **params)["t"]
+    k2 = max(0, int(np.abs(t).max()).bit_length() - 15)
+    ratio = in_scale * s_l * float(1 << k2) / (2.0 * out_scale)
+    shift = 46
+    while shift > 0 and abs(ratio) * 2.0 ** shift > _IMM:
+        shift -= 1
+    multiplier = int(math.floor(ratio * 2.0 ** shift + 0.5))
+    if abs(multiplier) > _IMM:
+        raise ValueError(f"the integer GELU's rescale {ratio:.4g} is too large for a 16-bit multiplier (output "
+                         f"scale {out_scale:.4g} against input scale {in_scale:.4g})")
+    params.update(k2=k2, multiplier=multiplier, shift=shift)
+    return params
+
+
+def igelu_trace(x: np.ndarray, qb: int, k1: int, qc: int, k2: int, multiplier: int, shift: int
+                ) -> dict[str, np.ndarray]:
+    """Every intermediate of :func:`igelu` (int64 arrays of ``x``'s shape), in the order the ALU computes them:
+    ``v = max(-q, q)``, ``d = min(v, qb) - qb``, ``dd = d * d``, ``l = (dd >> k1) + qc``, ``vl = v * l``,
+    ``qq = q * qc``, ``t = qq + vl``, ``tk = t >> k2``, ``p = tk * multiplier``, then the rounding shift ``r``
+    (``(p + 2**(shift-1)) >> shift``, or for ``shift > 15`` ``((p >> (shift - 15)) + 2**14) >> 15``, the same
+    value with every intermediate inside 2**31) and ``y = clip(r, -128, 127)``. ``>>`` is arithmetic."""
+    q = np.asarray(x).astype(np.int64)
+    out: dict[str, np.ndarray] = {"q": q}
+    out["v"] = v = np.maximum(-q, q)
+    out["d"] = d = np.minimum(v, qb) - qb
+    out["dd"] = dd = d * d
+    out["l"] = lp = (dd >> k1) + qc
+    out["vl"] = vl = v * lp
+    out["qq"] = qq = q * qc
+    out["t"] = t = qq + vl
+    out["tk"] = tk = t >> k2
+    out["p"] = p = tk * multiplier
+    if shift > 15:
+        out["p1"] = p1 = (p >> (shift - 15)) + (1 << 14)
+        r = p1 >> 15
+    elif shift > 0:
+        out["p1"] = p1 = p + (1 << (shift - 1))
+        r = p1 >> shift
+    else:
+        r = p
+    out["r"] = r
+    out["y"] = np.clip(r, -128, 127)
+    return out
+
+
+def igelu(x: np.ndarray, qb: int, k1: int, qc: int, k2: int, multiplier: int, shift: int) -> np.ndarray:
+    """I-BERT's integer GELU of an int8 tensor as int8: ``GELU(x) = (x + |x| * erf(|x| / sqrt 2)) / 2`` with erf
+    by the polynomial of :data:`IGELU_A`, :data:`IGELU_B`; the steps are :func:`igelu_trace`'s, each an ALU
+    operation (MUL, MAX, MIN, ADD, SHR by immediates or a second lane). With :func:`igelu_params`' constants no
+    intermediate leaves int32: ``|d*d| <= qb**2 < 2**30``, ``|l| < 2**15``, ``|v * l|, |q * qc| <= 2**22``,
+    ``|t| < 2**23``, ``|tk| <= 2**15``, ``|p| < 2**30``."""
+    return igelu_trace(x, qb, k1, qc, k2, multiplier, shift)["y"].astype(np.int8)
+
+
 def resize_source(in_len: int, out_len: int, scale: float, mode: str) -> np.ndarray:
     """float64 source coordinate of each of the ``out_len`` output positions of one axis resized by ``scale``, by
     ONNX's coordinate transformation ``mode`` (as onnx.reference computes it, with ``scale * in_len`` as the output
@@ -410,6 +497,7 @@ QOPS: dict[str, OpFn] = {
     "QSoftmax": lambda n, v: qsoftmax(v[0], n.attrs["scale"], n.attrs["out_scale"], n.attrs["axis"],
                                       n.attrs.get("bias"), n.attrs.get("keep"), n.attrs.get("fill", 0.0)),
     "QMatMul": lambda n, v: qmatmul(v[0], v[1], n.attrs["multiplier"], n.attrs["shift"]),
+    "QGelu": lambda n, v: igelu(v[0], *(int(n.attrs[k]) for k in IGELU_ATTRS)),
     "QLayerNorm": lambda n, v: layer_norm(v[0], n.attrs["scale"], n.attrs["gamma"], n.attrs["beta"],
                                           n.attrs["out_scale"], n.attrs["axis"], n.attrs["epsilon"]),
     "Gather": lambda n, v: np.ascontiguousarray(np.take(v[0], n.attrs["indices"], axis=n.attrs["axis"])),

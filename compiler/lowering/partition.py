@@ -29,6 +29,7 @@ from vta.config import VTAConfig
 
 from ..ir import Graph, Node, node_macs
 from .codegen import AddLayer, ConvLayer, alu_passes, fused_requant
+from .gelu import GeluLayer, gelu_accel_uops
 from .intrin import Intrinsics, intrinsics
 from .layout import bias_lane_weights, ceil_div, fold_weight_columns, im2col_weights, packed_activation_shape, round_up
 from .matmul import lower_matmul
@@ -93,7 +94,7 @@ class ColumnFold:
 class Lowered:
     """An accelerator layer and the transform (if any) its first input needs on the CPU side first."""
 
-    layer: ConvLayer | AddLayer
+    layer: ConvLayer | AddLayer | GeluLayer
     fold: ColumnFold | None = None
 
 
@@ -199,6 +200,13 @@ def _lower_add(graph: Graph, node: Node, intr: Intrinsics) -> Lowered:
     return Lowered(AddLayer(tuple(sa), int(rq.ma), int(rq.mb), int(rq.shift), int(rq.lo), int(rq.hi)))
 
 
+def _lower_gelu(graph: Graph, node: Node, intr: Intrinsics) -> Lowered:
+    """QGelu (I-BERT's integer GELU) as an ALU-only layer (:mod:`.gelu`): int8 designs only (ACC_8BIT loads)."""
+    if intr.cfg.inp_width != 8:
+        raise ScheduleError(f"the integer GELU loads int8 inputs; this design's inputs are int{intr.cfg.inp_width}")
+    return Lowered(GeluLayer.from_attrs(graph.shape(node.inputs[0]), node.attrs))
+
+
 def _lower_matmul(graph: Graph, node: Node, intr: Intrinsics) -> Lowered:
     """QMatMul (two activations, or an activation and a constant) as a grouped 1x1 convolution
     (:mod:`.matmul`)."""
@@ -210,6 +218,7 @@ ACCEL_RULES: dict[str, Callable[[Graph, Node, Intrinsics], Lowered]] = {
     "QDense": _lower_conv,
     "QAdd": _lower_add,
     "QMatMul": _lower_matmul,
+    "QGelu": _lower_gelu,
 }
 """op -> rule lowering a node to an accelerator layer (raises :class:`ScheduleError` when it cannot)."""
 
@@ -233,7 +242,7 @@ def lower_node(graph: Graph, node: Node, intr: Intrinsics, stem: str = "auto") -
     return rule(graph, node, intr)
 
 
-def _accel_us(layer: ConvLayer | AddLayer, intr: Intrinsics) -> float:
+def _accel_us(layer: ConvLayer | AddLayer | GeluLayer, intr: Intrinsics) -> float:
     cfg = intr.cfg
     if isinstance(layer, ConvLayer):
         t = plan_conv(layer.geom, intr)
@@ -241,6 +250,8 @@ def _accel_us(layer: ConvLayer | AddLayer, intr: Intrinsics) -> float:
         _, nib = g.block_ranges
         uops = g.nb * g.ob * nib * g.kh * g.kw * g.oh * g.ow + 6 * g.nb * g.ob * g.oh * g.ow
         dma = t.dma_bytes(intr)
+    elif isinstance(layer, GeluLayer):
+        uops, dma = gelu_accel_uops(layer, intr)
     else:
         entries = int(np.prod(packed_activation_shape(layer.shape, intr.batch, intr.block_in)[:4]))
         uops = 6 * entries

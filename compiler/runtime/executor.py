@@ -21,6 +21,7 @@ from vta.backend import Backend, backend_info, get_backend, operator_backends
 from vta.config import VTAConfig
 
 from ..ir import Graph, Node
+from ..lowering.gelu import gelu_view
 from ..lowering.intrin import intrinsics
 from ..lowering.layout import (
     INPUT,
@@ -142,11 +143,25 @@ def _matmul_operands(step: AccelStep, values: _Values) -> dict[str, np.ndarray]:
     return bound
 
 
+def _gelu_view(step: AccelStep, values: _Values) -> tuple[int, ...] | None:
+    """The 2-D shape a QGelu step's tensor is packed as when its rank is not 2 or 4 (:func:`..lowering.gelu.gelu_view`),
+    else None."""
+    shape = values.graph.shape(step.inputs[0])
+    if step.node.op != "QGelu" or len(shape) in (2, 4):
+        return None
+    return gelu_view(shape)
+
+
 def _run_accel(step: AccelStep, values: _Values, backend: Any) -> LayerStat:
     first = step.inputs[0]
     matmul = step.node.op == "QMatMul"
+    view = _gelu_view(step, values)
     if matmul:
         bound = _matmul_operands(step, values)
+    elif view is not None:  # a QGelu over a tensor of rank 3 (or 1, 5, ...): packed as its 2-D view
+        bound = {INPUT: pack_activation(values.get_nchw(first).reshape(view), batch=values.batch,
+                                        block=values.block)}
+        values.conversions += 1
     else:
         bound = {INPUT: values.get_folded(first, step.fold) if step.fold else values.get_packed(first)}
     if len(step.inputs) > 1:
@@ -160,6 +175,10 @@ def _run_accel(step: AccelStep, values: _Values, backend: Any) -> LayerStat:
         dims = matmul_dims(values.graph.shape(step.node.inputs[0]), values.graph.shape(step.node.inputs[1]),
                            values.intr)
         values.nchw[step.output] = unpack_out(program.read(OUTPUT, result.dram), dims, values.intr)
+        values.conversions += 1
+    elif view is not None:
+        out = unpack_activation(program.read(OUTPUT, result.dram), view)
+        values.nchw[step.output] = out.reshape(values.graph.shape(step.output))
         values.conversions += 1
     else:
         values.packed[step.output] = program.read(OUTPUT, result.dram)
