@@ -310,7 +310,7 @@ def lut(x: np.ndarray, table: np.ndarray) -> np.ndarray:
 
 IGELU_A, IGELU_B = -0.2888, -1.769
 """I-BERT's second-order fit of erf (Kim et al. 2021): ``L(x) = sgn(x) * (a * (min(|x|, -b) + b)**2 + 1)``."""
-IGELU_ATTRS = ("qb", "k1", "qc", "k2", "multiplier", "shift")
+IGELU_ATTRS = ("qb", "f", "k1", "qc", "k2", "multiplier", "shift")
 """The integer constants of a ``QGelu`` node (:func:`igelu_params`), in the order :func:`igelu` takes them."""
 _IMM = 32767  # the ALU's 16-bit signed immediate
 
@@ -318,26 +318,30 @@ _IMM = 32767  # the ALU's 16-bit signed immediate
 def igelu_params(in_scale: float, out_scale: float) -> dict[str, int]:
     """The integer constants of :func:`igelu` for an int8 input of ``in_scale`` and an int8 output of ``out_scale``.
 
-    With ``s' = in_scale / sqrt 2`` (erf's argument is ``x / sqrt 2``): ``qb = floor(-b / s')`` is erf's clip point
-    in input steps; ``k1 = max(0, bitlen(qb**2) - 14)`` keeps ``d*d >> k1`` below ``2**14``; ``S_L = a * s'**2 *
-    2**k1`` is the scale of the polynomial and ``qc = floor(1 / S_L)`` its constant term, so that
-    ``erf(v * s' ) ~ S_L * ((d*d >> k1) + qc)`` with ``d = min(v, qb) - qb``. ``k2`` brings the largest ``|t|``
-    over all 256 inputs (:func:`igelu_trace`) below ``2**15``; ``multiplier * 2**-shift`` is the rescale
-    ``in_scale * S_L * 2**k2 / (2 * out_scale)`` (negative, as ``S_L``) with ``|multiplier| <= 32767`` and the
-    largest ``shift <= 46`` that allows. Every constant fits the ALU's 16-bit immediate. Raises ValueError when
-    ``qb`` falls outside [2, 32767] (an input scale above about 1.25 or below 7.7e-5, where the table must serve)."""
+    With ``s' = in_scale / sqrt 2`` (erf's argument is ``x / sqrt 2``), ``|x|`` is taken in steps of ``s' / 2**f``,
+    ``f = max(0, 15 - bitlen(floor(-b / s')))`` fraction bits, so that erf's clip point ``qb = floor(-b / s' *
+    2**f)`` has 15 bits (or fewer when ``f`` is 0); ``k1 = max(0, bitlen(qb**2) - 14)`` keeps ``d*d >> k1`` below
+    ``2**14``; ``S_L = a * (s' / 2**f)**2 * 2**k1`` is the scale of the polynomial and ``qc = rint(1 / S_L)`` its
+    constant term, so that ``erf(|x| / sqrt 2) ~ S_L * ((d*d >> k1) + qc)`` with ``d = min(|q| * 2**f, qb) - qb``.
+    ``k2`` brings the largest ``|t|`` over all 256 inputs (:func:`igelu_trace`) below ``2**15``;
+    ``multiplier * 2**-shift`` is the rescale ``in_scale * S_L * 2**k2 / (2 * out_scale)`` (negative, as ``S_L``)
+    with ``|multiplier| <= 32767`` and the largest ``shift <= 46`` that allows. Every constant fits the ALU's 16-bit
+    immediate. Raises ValueError when ``floor(-b / s')`` falls outside [1, 32767] (an input scale above about 2.5 or
+    below 7.7e-5, where the table must serve)."""
     if not (in_scale > 0 and out_scale > 0 and math.isfinite(in_scale) and math.isfinite(out_scale)):
         raise ValueError(f"the integer GELU needs positive finite scales, not in_scale={in_scale!r}, "
                          f"out_scale={out_scale!r}")
     sp = in_scale / math.sqrt(2.0)
-    qb = int(math.floor(-IGELU_B / sp))
-    if not 2 <= qb <= _IMM:
+    whole = int(math.floor(-IGELU_B / sp))
+    if not 1 <= whole <= _IMM:
         raise ValueError(f"the integer GELU needs erf's clip point -b / s' = {-IGELU_B / sp:.4g} input steps in "
-                         f"[2, {_IMM}] (input scale {in_scale:.4g}); use the table")
+                         f"[1, {_IMM}] (input scale {in_scale:.4g}); use the table")
+    f = max(0, 15 - whole.bit_length())
+    qb = int(math.floor(-IGELU_B / sp * float(1 << f)))
     k1 = max(0, (qb * qb).bit_length() - 14)
-    s_l = IGELU_A * sp * sp * float(1 << k1)
-    qc = int(math.floor(1.0 / s_l))
-    params = {"qb": qb, "k1": k1, "qc": qc, "k2": 0, "multiplier": 1, "shift": 0}
+    s_l = IGELU_A * (sp / float(1 << f)) ** 2 * float(1 << k1)
+    qc = int(math.floor(1.0 / s_l + 0.5))
+    params = {"qb": qb, "f": f, "k1": k1, "qc": qc, "k2": 0, "multiplier": 1, "shift": 0}
     t = igelu_trace(np.arange(-128, 128, dtype=np.int8), **params)["t"]
     k2 = max(0, int(np.abs(t).max()).bit_length() - 15)
     ratio = in_scale * s_l * float(1 << k2) / (2.0 * out_scale)
@@ -352,17 +356,18 @@ def igelu_params(in_scale: float, out_scale: float) -> dict[str, int]:
     return params
 
 
-def igelu_trace(x: np.ndarray, qb: int, k1: int, qc: int, k2: int, multiplier: int, shift: int
+def igelu_trace(x: np.ndarray, qb: int, f: int, k1: int, qc: int, k2: int, multiplier: int, shift: int
                 ) -> dict[str, np.ndarray]:
     """Every intermediate of :func:`igelu` (int64 arrays of ``x``'s shape), in the order the ALU computes them:
-    ``v = max(-q, q)``, ``d = min(v, qb) - qb``, ``dd = d * d``, ``l = (dd >> k1) + qc``, ``vl = v * l``,
-    ``qq = q * qc``, ``t = qq + vl``, ``tk = t >> k2``, ``p = tk * multiplier``, then the rounding shift ``r``
-    (``(p + 2**(shift-1)) >> shift``, or for ``shift > 15`` ``((p >> (shift - 15)) + 2**14) >> 15``, the same
-    value with every intermediate inside 2**31) and ``y = clip(r, -128, 127)``. ``>>`` is arithmetic."""
+    ``v = max(-q, q)``, ``vf = v * 2**f``, ``d = min(vf, qb) - qb``, ``dd = d * d``, ``l = (dd >> k1) + qc``,
+    ``vl = v * l``, ``qq = q * qc``, ``t = qq + vl``, ``tk = t >> k2``, ``p = tk * multiplier``, then the rounding
+    shift ``r`` (``(p + 2**(shift-1)) >> shift``, or for ``shift > 15`` ``((p >> (shift - 15)) + 2**14) >> 15``,
+    the same value with every intermediate inside 2**31) and ``y = clip(r, -128, 127)``. ``>>`` is arithmetic."""
     q = np.asarray(x).astype(np.int64)
     out: dict[str, np.ndarray] = {"q": q}
     out["v"] = v = np.maximum(-q, q)
-    out["d"] = d = np.minimum(v, qb) - qb
+    out["vf"] = vf = v * (1 << f)
+    out["d"] = d = np.minimum(vf, qb) - qb
     out["dd"] = dd = d * d
     out["l"] = lp = (dd >> k1) + qc
     out["vl"] = vl = v * lp
@@ -383,13 +388,13 @@ def igelu_trace(x: np.ndarray, qb: int, k1: int, qc: int, k2: int, multiplier: i
     return out
 
 
-def igelu(x: np.ndarray, qb: int, k1: int, qc: int, k2: int, multiplier: int, shift: int) -> np.ndarray:
+def igelu(x: np.ndarray, qb: int, f: int, k1: int, qc: int, k2: int, multiplier: int, shift: int) -> np.ndarray:
     """I-BERT's integer GELU of an int8 tensor as int8: ``GELU(x) = (x + |x| * erf(|x| / sqrt 2)) / 2`` with erf
     by the polynomial of :data:`IGELU_A`, :data:`IGELU_B`; the steps are :func:`igelu_trace`'s, each an ALU
     operation (MUL, MAX, MIN, ADD, SHR by immediates or a second lane). With :func:`igelu_params`' constants no
-    intermediate leaves int32: ``|d*d| <= qb**2 < 2**30``, ``|l| < 2**15``, ``|v * l|, |q * qc| <= 2**22``,
-    ``|t| < 2**23``, ``|tk| <= 2**15``, ``|p| < 2**30``."""
-    return igelu_trace(x, qb, k1, qc, k2, multiplier, shift)["y"].astype(np.int8)
+    intermediate leaves int32: ``|vf| <= 2**22``, ``|d| <= qb < 2**15`` so ``d*d < 2**30``, ``|l| < 2**15``,
+    ``|v * l|, |q * qc| <= 2**22``, ``|t| < 2**23``, ``|tk| <= 2**15``, ``|p| < 2**30``."""
+    return igelu_trace(x, qb, f, k1, qc, k2, multiplier, shift)["y"].astype(np.int8)
 
 
 def resize_source(in_len: int, out_len: int, scale: float, mode: str) -> np.ndarray:

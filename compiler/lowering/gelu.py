@@ -5,7 +5,8 @@ to int32) into three regions of one acc part, ``X``, ``V`` and ``D`` (``tile`` e
 runs :func:`..qops.igelu_trace`'s steps, one ALU instruction per step over the tile's entries::
 
     V: MUL -1; MAX X                                   v = |q|
-    D: MUL -1; MAX X; [MIN qb]; ADD -qb; MUL D         d*d  (MIN only when qb < 128: else v never reaches it)
+    D: MUL -1; MAX X; [MUL 2**f]; [MIN qb]; ADD -qb;   d  (MIN only when qb < 128 * 2**f: else never reached)
+       MUL D                                           d*d
        [SHR k1]; ADD qc; MUL V                         v * l
     X: MUL qc                                          q * qc
     D: ADD X; [SHR k2]; MUL multiplier; rounding; MAX -128; MIN 127
@@ -60,10 +61,11 @@ def gelu_view(shape: tuple[int, ...]) -> tuple[int, ...]:
 @dataclass(frozen=True)
 class GeluLayer:
     """An integer GELU over an int8 tensor seen as NCHW or ``[N, K]`` ``shape`` (:func:`gelu_view`), with the
-    constants of :func:`..qops.igelu_params` (``qb``, ``k1``, ``qc``, ``k2``, ``multiplier``, ``shift``)."""
+    constants of :func:`..qops.igelu_params` (``qb``, ``f``, ``k1``, ``qc``, ``k2``, ``multiplier``, ``shift``)."""
 
     shape: tuple[int, ...]
     qb: int
+    f: int
     k1: int
     qc: int
     k2: int
@@ -82,7 +84,9 @@ def gelu_passes(layer: GeluLayer) -> list[tuple[str, str, int | str]]:
     ``"D"``; :func:`..qops.igelu_trace`'s order (see the module docstring)."""
     steps: list[tuple[str, str, int | str]] = [("MUL", "V", -1), ("MAX", "V", "X"), ("MUL", "D", -1),
                                                 ("MAX", "D", "X")]
-    if layer.qb < 128:
+    if layer.f:
+        steps.append(("MUL", "D", 1 << layer.f))
+    if layer.qb < 128 << layer.f:
         steps.append(("MIN", "D", layer.qb))
     steps += [("ADD", "D", -layer.qb), ("MUL", "D", "D")]
     if layer.k1:
