@@ -47,8 +47,8 @@ from .runtime.executor import RunOutput
 
 __all__ = ["Report", "build_report", "COLUMNS", "MODULE_COLUMNS", "BYTE_COLUMNS", "ENERGY_PARTS", "ENERGY_COLUMNS",
            "ReportError", "load_report", "compare", "format_comparison", "roofline_path", "layer_bound", "run_bound",
-           "step_energy", "config_difference", "parse_budget", "budget_failure", "format_accuracy",
-           "format_calibration", "row_bound", "uncrowded_labels"]
+           "step_energy", "config_difference", "accuracy_difference", "format_accuracy_difference", "parse_budget",
+           "budget_failure", "format_accuracy", "format_calibration", "row_bound", "uncrowded_labels"]
 
 MODULE_COLUMNS = tuple(f"{m}_{c}" for m in MODULES for c in CYCLE_CLASSES)
 """Per-module cycle classes from the core's counters (tsim only, else None): e.g. ``compute_busy``,
@@ -650,13 +650,56 @@ def config_difference(a: Report, b: Report) -> str:
         "differs: nothing in the config, model, target or technology (the same design run twice)"
 
 
+ACCURACY_FIGURES = (("top1_agreement", "top-1 agreement", 100.0, "%"),
+                    ("top5_agreement", "top-5 agreement", 100.0, "%"),
+                    ("test_accuracy", "test accuracy", 100.0, "%"),
+                    ("cosine", "cosine", 1.0, ""),
+                    ("max_error_pct_of_range", "max error", 1.0, "% of range"))
+"""(metric key, label, scale to print, unit) of the accuracy figures :func:`accuracy_difference` compares."""
+
+
+def accuracy_difference(a: Report, b: Report) -> list[dict[str, Any]]:
+    """The accuracy figures against the float model that both runs recorded (``extra["accuracy"]``, written by
+    ``vta run``), per output and metric: ``{"output", "metric", "a", "b", "b_minus_a"}`` (fractions as recorded:
+    agreements in [0, 1], the max error in % of the float output's range). Empty when either run has none."""
+    out_a = (a.extra.get("accuracy") or {}).get("outputs", {})
+    out_b = (b.extra.get("accuracy") or {}).get("outputs", {})
+    rows = []
+    for name in [n for n in out_a if n in out_b]:
+        for key, *_ in ACCURACY_FIGURES:
+            va, vb = out_a[name].get(key), out_b[name].get(key)
+            if va is not None and vb is not None:
+                rows.append({"output": name, "metric": key, "a": float(va), "b": float(vb),
+                             "b_minus_a": float(vb) - float(va)})
+    return rows
+
+
+def format_accuracy_difference(rows: list[dict[str, Any]]) -> list[str]:
+    """:func:`accuracy_difference` as lines, one per output: ``accuracy (output 'y', against float): top-1
+    agreement 100% -> 94% (-6 points), ...``; nothing when there are no rows."""
+    labels = {key: (label, scale, unit) for key, label, scale, unit in ACCURACY_FIGURES}
+    by_output: dict[str, list[str]] = {}
+    for r in rows:
+        label, scale, unit = labels[r["metric"]]
+        delta = scale * r["b_minus_a"]
+        if unit:
+            text = f"{label} {scale * r['a']:.4g}% -> {scale * r['b']:.4g}{unit} ({delta:+.3g} points)"
+        else:
+            text = f"{label} {r['a']:.6f} -> {r['b']:.6f} ({delta:+.3g})"
+        by_output.setdefault(r["output"], []).append(text)
+    return [line for name, parts in by_output.items()
+            for line in textwrap.wrap(f"accuracy of output {name!r} against the float model, A -> B: "
+                                      + "; ".join(parts), 120, subsequent_indent="    ")]
+
+
 def format_comparison(a: Report, b: Report, label_a: str = "A", label_b: str = "B") -> str:
     """:func:`compare` as a text table with totals."""
     rows = compare(a, b)
     head = (f"{'layer':<28} {'where A/B':<11} {'cycles A':>11} {'cycles B':>11} {'B/A':>6} {'uJ A':>9} "
             f"{'uJ B':>9} {'B/A':>6}")
     lines = [f"A: {label_a}: {a.model} on {a.target} ({a.config})",
-             f"B: {label_b}: {b.model} on {b.target} ({b.config})", config_difference(a, b), head, "-" * len(head)]
+             f"B: {label_b}: {b.model} on {b.target} ({b.config})", config_difference(a, b),
+             *format_accuracy_difference(accuracy_difference(a, b)), head, "-" * len(head)]
     for r in rows:
         where = f"{r['where_a'] or '-'}/{r['where_b'] or '-'}"
         lines.append(f"{r['layer'][:28]:<28} {where:<11} {_num(r['cycles_a'], 0):>11} {_num(r['cycles_b'], 0):>11} "

@@ -44,7 +44,7 @@ def report_command(args: argparse.Namespace) -> int:
     from vta.energy import TechError, load_tech
 
     from .cli import check_clock, check_output_path
-    from .report import ReportError, compare, format_comparison, load_report, roofline_path
+    from .report import ReportError, accuracy_difference, compare, format_comparison, load_report, roofline_path
     if len(args.runs) > 2:
         raise CliError(f"vta report takes one run to re-render or two to compare, not {len(args.runs)}")
     check_clock(args)
@@ -74,9 +74,11 @@ def report_command(args: argparse.Namespace) -> int:
         if args.report_json:
             from vta.fileio import atomic_write_text
             atomic_write_text(args.report_json, json.dumps({"a": args.runs[0], "b": args.runs[1],
+                                                            "accuracy": accuracy_difference(a, b),
                                                             "layers": compare(a, b)}, indent=2))
         if args.json:
-            print(json.dumps({"a": args.runs[0], "b": args.runs[1], "layers": compare(a, b)}, indent=2))
+            print(json.dumps({"a": args.runs[0], "b": args.runs[1], "accuracy": accuracy_difference(a, b),
+                              "layers": compare(a, b)}, indent=2))
         else:
             print(format_comparison(a, b, args.runs[0], args.runs[1]))
         return 0

@@ -124,6 +124,29 @@ def test_config_difference_leads_a_comparison(report):
     assert config_difference(report, report).startswith("differs: nothing in the config")
 
 
+def test_accuracy_difference_follows_the_config_difference(report):
+    """vta report A B shows how the accuracy against float moved when both runs recorded it (vta run's
+    extra["accuracy"]); nothing when one run has none."""
+    from vta.compiler.report import accuracy_difference, format_comparison
+
+    def with_accuracy(top1: float, err: float) -> Report:
+        acc = {"reference": "onnxruntime", "outputs": {"y": {"top1_agreement": top1, "top5_agreement": None,
+                                                             "cosine": 0.99, "max_error_pct_of_range": err}}}
+        return Report.from_dict({**report.to_dict(), "accuracy": acc})
+
+    a, b = with_accuracy(1.0, 2.0), with_accuracy(0.75, 5.5)
+    rows = accuracy_difference(a, b)
+    assert [(r["metric"], r["a"], r["b"], r["b_minus_a"]) for r in rows] == [
+        ("top1_agreement", 1.0, 0.75, -0.25), ("cosine", 0.99, 0.99, 0.0), ("max_error_pct_of_range", 2.0, 5.5, 3.5)]
+    lines = format_comparison(a, b).splitlines()
+    joined = " ".join(line.strip() for line in lines[3:5])
+    assert joined == ("accuracy of output 'y' against the float model, A -> B: top-1 agreement 100% -> 75% "
+                      "(-25 points); cosine 0.990000 -> 0.990000 (+0); max error 2% -> 5.5% of range (+3.5 points)")
+    assert lines[5].startswith("layer")
+    assert accuracy_difference(a, report) == []
+    assert format_comparison(a, report).splitlines()[3] == format_comparison(report, report).splitlines()[3]
+
+
 def _row(layer: str, where: str, macs: int, cycles: int | None) -> dict:
     row = dict.fromkeys(COLUMNS)
     row.update(layer=layer, op="QConv2d" if where == "accel" else "MaxPool", where=where, macs=macs, gemm_uops=10,
