@@ -1,6 +1,6 @@
 """The integer GELU (I-BERT, ``QGelu``) on the tensor ALU against the float table on the CPU, per Gelu node.
 
-Usage: python scripts/bench_gelu.py [--model bert_tiny|bert_block] [--no-tsim] [--json FILE]
+Usage: python scripts/bench_gelu.py [--model bert_tiny|bert_block] [--no-tsim] [--json FILE] [--block-error]
 
 For each Gelu of the model (``bert_tiny`` from the zoo, or ``bert_block``: the BERT-base block of
 ``scripts/bench_attention.py``, sequence 128, MLP 3072), quantized as the pipeline does (``bert_tiny``: 4 seeded random
@@ -14,6 +14,8 @@ calibration samples, as ``vta run``; ``bert_block``: 2, as bench_attention), pri
   bit-exact against :func:`vta.compiler.qops.igelu`), and the time at the design's clock;
 * the CPU time it replaces: the median of 20 runs of the CPU backend's table lookup (``QLut``) and of the integer
   GELU on the CPU, plus the partitioner's estimates (accelerator with its layout conversions, and CPU).
+
+``--block-error`` also prints the BERT-base block's output error against float with each GELU (:func:`block_error`).
 """
 from __future__ import annotations
 
@@ -111,13 +113,45 @@ def gelu_rows(model: str, cfg: VTAConfig, tsim: bool) -> list[dict[str, Any]]:
     return rows
 
 
+def block_error(samples: int = 2) -> dict[str, dict[str, Any]]:
+    """The BERT-base block's output against float (onnxruntime on :func:`bench_attention.bert_block`) with the integer
+    GELU and with the table, on ``samples`` seeded random inputs (seed 5), both run on the CPU target (the integer
+    reference's bits: the same outputs fsim and tsim give); :func:`vta.compiler.frontend.quantize.accuracy_vs_float`'s
+    figures per mode."""
+    from bench_attention import bert_block
+
+    from vta.compiler.frontend.onnx_frontend import import_onnx
+    from vta.compiler.frontend.quantize import accuracy_vs_float, float_outputs, output_scale
+    from vta.compiler.pipeline import compile_graph
+    from vta.compiler.runtime.executor import run
+    model = bert_block()
+    qgraph = _quantized("bert_block")
+    fgraph = import_onnx(model)
+    rng = np.random.default_rng(5)
+    xs = [{"input": rng.standard_normal((1, 128, 768)).astype(np.float32)} for _ in range(samples)]
+    refs = [float_outputs(model, fgraph, x)[0]["output"] for x in xs]
+    out = {}
+    for mode in ("int", "table"):
+        compiled = compile_graph(qgraph, VTAConfig(), policy="cpu", gelu=mode)
+        got = np.concatenate([run(compiled, x, target="cpu").outputs["output"] for x in xs])
+        out[mode] = accuracy_vs_float(np.concatenate(refs), got, output_scale(compiled.graph, "output"))
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", choices=("bert_tiny", "bert_block"), default="bert_tiny")
     parser.add_argument("--no-tsim", action="store_true", help="the cycle model only (no tsim run)")
     parser.add_argument("--json", metavar="FILE", help="write the rows as JSON")
+    parser.add_argument("--block-error", action="store_true",
+                        help="also the BERT-base block's output error against float, integer GELU vs table")
     args = parser.parse_args()
     cfg = VTAConfig()
+    if args.block_error:
+        for mode, fig in block_error().items():
+            print(f"block output vs float (onnxruntime), gelu={mode}: max {fig['max_abs_error_lsb']:.1f} LSB, mean "
+                  f"{fig['mean_abs_error_lsb']:.2f} LSB, max {fig['max_error_pct_of_range']:.2f}% of range, "
+                  f"cosine {fig['cosine']:.6f}")
     rows = gelu_rows(args.model, cfg, not args.no_tsim)
     for r in rows:
         print(f"{r['node']} {r['shape']}: scales {r['in_scale']:.5f} -> {r['out_scale']:.5f}; constants {r['params']}")
