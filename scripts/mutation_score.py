@@ -224,6 +224,78 @@ endmodule
     return path
 
 
+PROOF_STEPS = 4
+"""Steps of ``equiv_simple -seq`` and ``equiv_induct -seq`` in :func:`prove_equivalent`."""
+PROOF = (f"equiv_make + equiv_simple/equiv_induct -seq {PROOF_STEPS} of the mutated module (flattened below it; "
+         "memories and, in the top, submodule instances cut out: their outputs free inputs, equal in both copies; "
+         "their inputs compared), both copies from the same initial state, the module's inputs unconstrained")
+"""What a proof in :func:`prove_equivalent` shows, recorded with each proved mutant."""
+
+
+def _cut(module: str, side: str) -> list[str]:
+    """Yosys steps making ``module`` (the top after ``hierarchy -top``) SAT-modelable: flattened (the top keeps its
+    submodules as instances), then every memory (and, in the top, every instance) cut out: the wires it drives
+    become inputs (free, the same in both copies of a miter), the wires that drive it outputs (compared). Its
+    wires get public names first (``autoname``: ``expose`` skips private ones) and its connections are logged
+    between ``BOXES-<side>`` markers: a proof holds only when both copies connect their boxes to the same names."""
+    boxes = "t:$mem_v2" + (f" t:{TOP}.* %u" if module == TOP else "")
+    return ([] if module == TOP else ["flatten"]) + [
+        f"select -set boxes {boxes}", "select -set conn @boxes %ci1 @boxes %co1 %u w:* %i", "autoname @conn",
+        f"log BOXES-{side}-BEGIN", "dump @boxes", f"log BOXES-{side}-END",
+        "select -set drive @boxes %ci1 w:* %i", "select -set driven @boxes %co1 w:* %i",
+        "expose @drive", "expose -cut @driven", "delete @boxes", "select -clear", "opt_clean"]
+
+
+def prove_equivalent(work: Path, entry: dict[str, Any], timeout: float) -> dict[str, Any]:
+    """Try to prove a mutant equivalent to the unmutated core by induction on its module: the module and its copy
+    with the mutation (the inputs of both unconstrained and equal, as is each cut-out memory's or instance's read
+    data, see :func:`_cut`), matched net by net (``equiv_make``), the matched nets proved equal by
+    ``equiv_simple`` and ``equiv_induct`` (assuming them equal in the previous steps: with the copies' equal
+    initial states, they are then equal in every cycle). ``proved`` (all outputs equal: the mutant is equivalent in
+    any surrounding core), ``not proved`` (induction fails: not equivalent as a lone module, or not inductive; the
+    core around it may still hide the mutation) or ``timeout`` (``timeout`` seconds of Yosys)."""
+    module = _module(entry["command"])
+    steps = ["read_rtlil design.il", f"hierarchy -top {module}", *_cut(module, "gold"), f"rename {module} gold",
+             "design -stash gold", "read_rtlil design.il", entry["command"], f"hierarchy -top {module}",
+             *_cut(module, "gate"), f"rename {module} gate", "design -stash gate",
+             "design -copy-from gold -as gold gold", "design -copy-from gate -as gate gate",
+             "log PORTS-BEGIN", "select -list gold/x:* gate/x:*", "log PORTS-END",
+             "equiv_make gold gate equiv", "hierarchy -top equiv",
+             f"equiv_simple -seq {PROOF_STEPS}", f"equiv_induct -seq {PROOF_STEPS}", "equiv_status"]
+    began = time.monotonic()
+    try:
+        result = subprocess.run([YOSYS, "-p", "; ".join(steps)], cwd=work, capture_output=True, text=True,
+                                timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"proof": "timeout", "proof_seconds": round(time.monotonic() - began, 1)}
+    seconds = round(time.monotonic() - began, 1)
+    if result.returncode and "Can't match" in result.stdout + result.stderr:  # equiv_make: a port in one copy only
+        return {"proof": "not proved", "proof_detail": "the copies' ports differ (a mutation on a cut-out memory's or "
+                "instance's port)", "proof_seconds": seconds}
+    if result.returncode:
+        return {"proof": "error", "proof_detail": (result.stdout + result.stderr)[-300:], "proof_seconds": seconds}
+    lines = [line.strip() for line in result.stdout.splitlines()]  # the markers alone on a line (not the echo)
+
+    def section(name: str) -> list[str]:
+        return lines[lines.index(f"{name}-BEGIN") + 1:lines.index(f"{name}-END")] if f"{name}-BEGIN" in lines else []
+    listed = section("PORTS")
+    ports = {side: {w.split("/", 1)[1] for w in listed if w.startswith(side + "/")} for side in ("gold", "gate")}
+    if ports["gold"] != ports["gate"] or section("BOXES-gold") != section("BOXES-gate"):
+        return {"proof": "not proved", "proof_detail": "the copies' cut-out memories or instances connect to "
+                "different nets (a mutation on their ports, or names that differ)", "proof_seconds": seconds}
+    found = re.findall(r"Found (\d+) \$equiv cells in equiv:.*?Of those cells (\d+) are proven and (\d+) are "
+                       r"unproven", result.stdout, re.S)
+    if not found:
+        if "Found 0 $equiv cells" in result.stdout:
+            return {"proof": "not proved", "proof_detail": "no matched nets", "proof_seconds": seconds}
+        return {"proof": "error", "proof_detail": result.stdout[-300:], "proof_seconds": seconds}
+    total, proven, unproven = map(int, found[-1])
+    if unproven == 0 and total > 0:
+        return {"proof": "proved", "proof_method": PROOF, "proof_seconds": seconds}
+    return {"proof": "not proved", "proof_detail": f"{unproven} of {total} matched nets unproven",
+            "proof_seconds": seconds}
+
+
 class _Stop(Exception):
     """Raised from the kit's ``on_outcome`` at the first feature that does not pass."""
 
@@ -352,6 +424,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--results", type=Path, default=None,
                    help="results file (JSON lines; default build/mutation/<config>-<count>-<seed>[-separate].jsonl)")
     p.add_argument("--kit-seeds", type=int, default=4, help="random programs the kit runs (default 4)")
+    p.add_argument("--prove-equivalent", action="store_true",
+                   help="try to prove each survivor (or each --only mutant) equivalent by induction on its module "
+                        "(Yosys equiv_make/equiv_induct); a proved survivor counts as 'equivalent (proved)'")
+    p.add_argument("--proof-timeout", type=float, default=300.0, help="seconds of Yosys per proof (default 300)")
     args = p.parse_args(argv)
     cfg = load_config(args.config)
     work = ROOT / "build" / "mutation" / f"{cfg.name}-{args.count}-{args.seed}"
@@ -394,8 +470,8 @@ def main(argv: list[str] | None = None) -> int:
         with results_path.open("a") as f:
             f.write(json.dumps(entry) + "\n")
         done.append(entry)
-        print(f"{entry['name']} {entry['status']:<9} {entry.get('seconds', '')} s {entry.get('feature', '')} "
-              f"{entry['site']}", flush=True)
+        print(f"{entry['name']} {entry['status']:<9} {entry.get('proof_seconds', entry.get('seconds', ''))} s "
+              f"{entry.get('proof', entry.get('feature', ''))} {entry['site']}", flush=True)
 
     if todo:
         width = max(8, args.count.bit_length())
@@ -403,6 +479,20 @@ def main(argv: list[str] | None = None) -> int:
             run_separate(work, cfg, entries, todo, args.kit_seeds, record)
         else:
             run_muxed(work, cfg, entries, todo, args.kit_seeds, record, width)
+    if args.prove_equivalent:
+        latest = {r["name"]: r for r in done}
+        targets = [n for n in sorted(latest) if (n in only if only else latest[n]["status"] == "survived")
+                   and "proof" not in latest[n]]
+        print(f"proving {len(targets)} mutants equivalent ({PROOF})", flush=True)
+        for name in targets:
+            entry = {**latest[name], **prove_equivalent(work, latest[name], args.proof_timeout)}
+            if entry["proof"] == "proved":
+                if entry["status"] == "killed":  # a killed mutant cannot be equivalent: the proof would be wrong
+                    print(f"warning: {name} was killed, yet its module is proved equivalent", file=sys.stderr)
+                else:
+                    entry["status"] = "equivalent (proved)"
+            done = [r for r in done if r["name"] != name]
+            record(entry)
     shown = [r for r in done if not only or r["name"] in only]
     print(score(shown))
     return 0

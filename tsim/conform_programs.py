@@ -29,7 +29,19 @@ from typing import Any, Callable
 import numpy as np
 
 from vta.config import MEM_ACC, MEM_ACC_8BIT, MEM_INP, MEM_OUT, MEM_UOP, MEM_WGT, VTAConfig
-from vta.isa import ALU_ADD, ALU_MAX, ALU_MIN, ALU_MUL, ALU_REQ, ALU_SHR, KNOB_ALU_OPS, Uop, requant_imm, requant_word
+from vta.isa import (
+    ALU_ADD,
+    ALU_MAX,
+    ALU_MIN,
+    ALU_MUL,
+    ALU_REQ,
+    ALU_SHR,
+    KNOB_ALU_OPS,
+    Uop,
+    encode_uops,
+    requant_imm,
+    requant_word,
+)
 from vta.packing import alloc_dtype
 from vta.program import Allocation, Program, ProgramBuilder
 from vta.testing import ALU_CASES, token_stream_program
@@ -540,6 +552,37 @@ def _addresses_corner(cfg: VTAConfig, mem: int) -> Program:
     return k.finish()
 
 
+UOP_FAR_BITS = 20
+"""``corner addresses uop`` reads micro-ops from DRAM byte addresses up to ``2**UOP_FAR_BITS`` (a 1 MB region)."""
+
+
+def _uop_addresses_corner(cfg: VTAConfig) -> Program:
+    """Micro-ops LOADed from a ``2**UOP_FAR_BITS``-byte region of random valid micro-ops (8 accumulators, 4 inputs
+    and 4 weights): one from every power-of-two byte offset and the last, then two-row LOADs from an address with
+    every low bit set, with every power-of-two row stride that fits, into uop entries 0, 1, ...; each entry is then
+    run alone as a GEMM on loaded operands and the accumulators exposed (a micro-op read from a wrong address or row
+    accumulates other operands, or into another accumulator)."""
+    k = _Kit(cfg, seed=140)
+    b = k.bld
+    eb, n = cfg.uop_bytes, 8
+    size = (1 << UOP_FAR_BITS) // eb
+    dst, src, wgt = k.rng.integers(0, n, size), k.rng.integers(0, n // 2, size), k.rng.integers(0, n // 2, size)
+    far = b.alloc("uops far", encode_uops(dst, src, wgt, cfg))
+    k.operands(acc=n, inp=n // 2, wgt=n // 2)
+    start = size // 2 - 1  # every address bit below the region's half set
+    loads = [{"dram_base": (1 << j) // eb} for j in range(eb.bit_length() - 1, UOP_FAR_BITS)] + [
+        {"dram_base": size - 1}] + [{"dram_base": start, "y_size": 2, "x_stride": 1 << s}
+                                    for s in range(16) if start + (1 << s) < size]
+    base, entry = b.elem_addr(far, MEM_UOP), 0
+    for load in loads:
+        b.load(MEM_UOP, sram_base=entry, x_size=1, **{**load, "dram_base": base + load["dram_base"]})
+        entry += load.get("y_size", 1)
+    for j in range(entry):
+        b.gemm(uop_bgn=j, uop_end=j + 1)
+    k.expose_acc(n)
+    return k.finish()
+
+
 def _queue_full(cfg: VTAConfig) -> Program:
     """The load->compute token queue and load's command queue filled past their depths: compute first runs a long
     GEMM, while load runs ``token_queue_depth + 4`` one-element LOADs that each push a token (load must wait for
@@ -600,6 +643,7 @@ FEATURES: dict[str, Callable[[VTAConfig], Program]] = {
     "corner store": _store_corner,
     **{f"corner addresses {name}": partial(_addresses_corner, mem=mem) for name, mem in
        (("wgt", MEM_WGT), ("inp", MEM_INP), ("acc", MEM_ACC), ("acc8", MEM_ACC_8BIT))},
+    "corner addresses uop": _uop_addresses_corner,
     "corner queue full": _queue_full,
     "stress tokens": partial(stress_program, seed=0),
 }
