@@ -161,3 +161,19 @@ def test_alu_layer_on_tsim_is_bit_exact_and_the_model_is_close():
     result = get_backend("tsim").run(program)
     np.testing.assert_array_equal(unpack_activation(program.read(OUTPUT, result.dram), shape), qops.igelu(x, **params))
     assert abs(estimate(program).cycles - result.cycles) <= 0.05 * result.cycles
+
+
+@pytest.mark.parametrize("config", ["knobs.toml", "batch2x16.toml", "small1x8.toml"])
+def test_alu_layer_bit_exact_on_other_designs(config):
+    """With the codesign knobs (the concurrent ALU engine), batch 2 and 8 lanes: the same bits as the spec."""
+    from pathlib import Path
+
+    from vta.config import load_config
+    cfg = load_config(Path(__file__).resolve().parents[1] / "configs" / config)
+    shape = (40, 96)
+    params = qops.igelu_params(0.03, 0.028)
+    x = np.random.default_rng(4).integers(-128, 128, shape).astype(np.int8)
+    program, _ = build_gelu_program(cfg, GeluLayer.from_attrs(shape, params),
+                                    pack_activation(x, batch=cfg.batch, block=cfg.block_in))
+    result = get_backend("fsim").run(program)
+    np.testing.assert_array_equal(unpack_activation(program.read(OUTPUT, result.dram), shape), qops.igelu(x, **params))
