@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -79,3 +80,32 @@ def test_three_mutants_in_one_muxed_build_are_killed(tmp_path: Path,
     rows = [json.loads(line) for line in results.read_text().splitlines()]
     assert [(r["name"], r["status"], r["how"]) for r in rows] == [(f"m00{i}", "killed", "muxed") for i in range(3)]
     assert "mutation score: 3 killed / 3 non-equivalent, built = 100.0%" in out
+
+
+TINY = """module top(input clk, input we, input sel, input [1:0] wa, input [1:0] ra, input [3:0] a, input [3:0] c,
+           output reg [3:0] q);
+  reg [3:0] mem [0:3];
+  wire [3:0] d = sel ? {1'b0, a[2:0]} : {1'b0, c[2:0]};
+  always @(posedge clk) begin
+    if (we) mem[wa] <= d;
+    q <= mem[ra];
+  end
+endmodule
+"""
+
+
+def test_prove_equivalent_proves_a_dead_bit_and_refuses_live_ones_and_memory_ports(tmp_path: Path) -> None:
+    """A memory whose write data's bit 3 is always 0: forcing that bit to 0 before the memory is proved equivalent;
+    inverting bit 0 there, or bit 3 at the memory's write port (cut out of the proof), is not proved."""
+    (tmp_path / "top.v").write_text(TINY)
+    ms._yosys("read_verilog top.v; prep -top top; write_rtlil design.il", tmp_path)
+    dump = subprocess.run([ms.YOSYS, "-p", "read_rtlil design.il; dump t:$mux t:$mem_v2"], cwd=tmp_path,
+                          capture_output=True, text=True, check=True).stdout
+    cells = {block.split()[1]: block for block in dump.split("\n  cell ")[1:]}  # name -> its dump
+    data = next(name for name, block in cells.items() if "_DATA" in block.split("connect \\Y")[-1].split()[0])
+    mem = next(name for name, block in cells.items() if "WR_DATA" in block)
+    cases = {"dead": ("const0", data, "B", 3), "live": ("inv", data, "B", 0), "memory port": ("inv", mem, "WR_DATA", 3)}
+    verdicts = {case: ms.prove_equivalent(tmp_path, {"command": f"mutate -mode {mode} -module top -cell {cell} "
+                                                                f"-port {port} -portbit {bit}"}, 120)["proof"]
+                for case, (mode, cell, port, bit) in cases.items()}
+    assert verdicts == {"dead": "proved", "live": "not proved", "memory port": "not proved"}
