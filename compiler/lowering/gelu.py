@@ -164,11 +164,12 @@ def build_gelu_program(cfg: VTAConfig, layer: GeluLayer, x_packed: np.ndarray | 
 
 
 def gelu_accel_uops(layer: GeluLayer, intr: Intrinsics) -> tuple[int, int]:
-    """(ALU micro-op iterations, DMA bytes) of the layer: one micro-op per step and packed entry; three int8 loads
-    and one int8 store of every packed element."""
+    """(compute-module cycles, DMA bytes) of the layer, for the partitioner's estimate: one ALU micro-op per step
+    and packed entry, plus the three ACC_8BIT loads of every packed element, which the compute module runs at
+    ``cfg.bus_bytes`` per cycle; the DMA bytes are those loads and the int8 store."""
     entries = int(np.prod(packed_activation_shape(layer.shape, intr.batch, intr.block_in)[:4]))
     size = entries * intr.batch * intr.block_in
-    return len(gelu_passes(layer)) * entries, (REGIONS + 1) * size
+    return len(gelu_passes(layer)) * entries + REGIONS * size // intr.cfg.bus_bytes, (REGIONS + 1) * size
 
 
 def integer_gelu(graph: Graph) -> tuple[Graph, dict[str, Node]]:
