@@ -3,6 +3,7 @@ run as YosysHQ's mutation-cover flow (mcy) runs them: all in one netlist, one bu
 
     python scripts/mutation_score.py [--config configs/default.toml] [--count 200] [--seed 1] [--limit K]
                                      [--only m003,m017] [--separate] [--results FILE] [--kit-seeds 4]
+                                     [--rerun] [--prove-equivalent [--proof-timeout 300]]
 
 1. The core's Verilog (``vta.hw.verilog``, written once into the work folder ``build/mutation/<config>-<count>-
    <seed>/`` and kept there, so a resumed run mutates the same core) is read by Yosys, ``prep -top vta_core``
@@ -33,6 +34,10 @@ named mutants. Every outcome is appended to the results file (JSON lines) as soo
 stopped and continued (``--limit K``: at most K more); ``--rerun`` runs the survivors again (after the kit gained
 cases; a mutant's last outcome counts). The score is killed / (killed + survived); survivors are listed with their
 module, cell, port bit and source line.
+
+5. ``--prove-equivalent`` (:func:`prove_equivalent`) tries to prove each survivor equivalent by induction on its
+   module (Yosys ``equiv_make``/``equiv_induct``, memories and the top's instances cut out, the module's inputs
+   free); a proved one is ``equivalent (proved)`` and leaves the score, ``not proved``/``timeout`` change nothing.
 """
 from __future__ import annotations
 
