@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import time
 from typing import Any
 
 import numpy as np
@@ -46,12 +45,9 @@ def _quantized(model: str) -> Any:
 
 
 def _median_us(call: Any, repeats: int = 20) -> float:
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times)) * 1e6
+    """The median host time of ``call()`` over ``repeats`` runs, in microseconds (bench_attention's measure)."""
+    from bench_attention import _median_us as median_us  # type: ignore[import-not-found]
+    return float(median_us(call, repeats))
 
 
 def gelu_rows(model: str, cfg: VTAConfig, tsim: bool) -> list[dict[str, Any]]:
