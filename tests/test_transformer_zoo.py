@@ -45,7 +45,9 @@ def test_small_variant_runs_bit_exact_on_fsim_with_named_layers(kind):
     assert {f"blocks.{b}.{role}" for b in range(2) for role in ROLES} <= accel     # every linear layer, by name
     inputs = random_inputs(graph, 0)
     out = run(compiled, inputs, target="fsim")
-    ref = qops.run_reference(qgraph, inputs)
+    # the compiled graph's integer reference: under policy="accel" --gelu auto makes each Gelu the integer QGelu
+    assert {s.node.op for s in compiled.steps if s.node.name.endswith("mlp.gelu")} <= {"QGelu", "QLut"}
+    ref = qops.run_reference(compiled.graph, inputs)
     assert set(ref) == set(graph.outputs)
     for name in ref:
         np.testing.assert_array_equal(out.outputs[name], ref[name])
@@ -128,7 +130,7 @@ def test_multi_input_decode_loads_every_input_from_an_npz(tmp_path):
     compiled = Compiled.load(str(tmp_path / "decode.vtac"))                     # int64 ids survive the artefact
     assert compiled.graph.tensors["input_ids"].dtype == "int64"
     out = run(compiled, loaded, target="fsim").outputs
-    ref = qops.run_reference(qgraph, loaded)
+    ref = qops.run_reference(compiled.graph, loaded)                            # its integer reference (QGelu)
     assert all(np.array_equal(out[k], ref[k]) for k in ref)
 
 
