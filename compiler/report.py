@@ -821,13 +821,32 @@ def row_bound(row: Mapping[str, Any]) -> tuple[str, str]:
 
 
 def _cell(text: str, width: int) -> str:
-    """``text`` in ``abs(width)`` characters (left-aligned when ``width`` < 0); a longer text keeps its start and
-    its end (``conv_1..ock.3.conv``: layer names differ most at the end)."""
+    """``text`` in ``abs(width)`` characters (left-aligned when ``width`` < 0); a longer number is written with an SI
+    prefix (``1,813,561,344`` -> ``1.814 G``), a longer text keeps its start and its end (``conv_1..ock.3.conv``:
+    layer names differ most at the end)."""
     n = abs(width)
+    if len(text) > n:
+        text = _si(text, n)
     if len(text) > n:
         keep = n - 2
         text = text[:keep // 2] + ".." + text[len(text) - (keep - keep // 2):]
     return f"{text:<{n}}" if width < 0 else f"{text:>{n}}"
+
+
+def _si(text: str, width: int) -> str:
+    """A number written with thousands separators (``1,813,561,344``) in at most ``width`` characters with an SI
+    prefix (``1.814 G``); any other text unchanged."""
+    try:
+        value = float(text.replace(",", ""))
+    except ValueError:
+        return text
+    for scale, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= scale:
+            for digits in (3, 2, 1, 0):
+                short = f"{value / scale:.{digits}f} {prefix}"
+                if len(short) <= width:
+                    return short
+    return text
 
 
 def _num(value: float | None, digits: int) -> str:

@@ -212,3 +212,11 @@ def test_vta_report_clock_mhz(tmp_path, capsys):
     assert "accelerator time at 32.38 MHz (place-and-route): 0.003 ms per inference" in capsys.readouterr().out
     assert main(["report", str(path), "--clock-mhz", "0"]) == 2
     assert "--clock-mhz 0: the clock must be between 1 and 10000 MHz" in capsys.readouterr().err
+
+
+def test_a_number_too_wide_for_its_column_gets_an_si_prefix_not_cut():
+    """The 120-column table's MACs column: ResNet-18's total (1,813,561,344) read ``1,81..3,344``."""
+    from vta.compiler.report import _cell
+    assert _cell("1,813,561,344", 11) == "    1.814 G"
+    assert _cell("12,345", 11) == "     12,345"
+    assert _cell("blocks.11.attn.qkv", 12) == "block..n.qkv"
