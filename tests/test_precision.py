@@ -148,6 +148,20 @@ def test_bytes_cycles_and_energy_shrink_with_width():
 
 
 # ---- the compiler: quantization to the design's widths, packing, bit-exact on fsim ------------------------------
+def _assert_matches_reference(compiled, target: str, *, seed: int) -> None:
+    """``compiled`` run on ``target`` for seeded normal float32 inputs gives the integer reference's (qops) outputs
+    bit for bit."""
+    from vta.compiler import qops
+    from vta.compiler.runtime.executor import run
+    graph = compiled.graph
+    rng = np.random.default_rng(seed)
+    x = {n: rng.standard_normal(graph.shape(n)).astype(np.float32) for n in graph.inputs}
+    got = run(compiled, x, target=target).outputs
+    ref = qops.run_reference(graph, x)
+    for name in graph.outputs:
+        assert np.array_equal(np.asarray(got[name]), np.asarray(ref[name]))
+
+
 @pytest.fixture(scope="module")
 def tiny_w4a4():
     from vta.compiler.pipeline import compile_model
@@ -158,9 +172,7 @@ def tiny_w4a4():
 def test_tiny_cnn_bit_exact_on_fsim(cfg, tiny_w4a4):
     """tiny_cnn quantized for the design's widths runs its convolutions and dense layer on the accelerator (fsim)
     and matches the integer reference (qops) bit for bit."""
-    from vta.compiler import qops
     from vta.compiler.pipeline import compile_model
-    from vta.compiler.runtime.executor import run
     compiled = tiny_w4a4 if cfg is W4A4 else compile_model("tiny_cnn", cfg, policy="accel", calib=2)
     graph = compiled.graph
     accel = [s.node.op for s in compiled.steps if type(s).__name__ == "AccelStep"]
@@ -172,12 +184,7 @@ def test_tiny_cnn_bit_exact_on_fsim(cfg, tiny_w4a4):
             rq = node.attrs["requant"]
             assert (rq.lo, rq.hi) in ((0, 7), (-8, 7)) if cfg.inp_width == 4 else (rq.lo, rq.hi) in ((0, 127),
                                                                                                    (-128, 127))
-    rng = np.random.default_rng(5)
-    x = {n: rng.standard_normal(graph.shape(n)).astype(np.float32) for n in graph.inputs}
-    got = run(compiled, x, target="fsim").outputs
-    ref = qops.run_reference(graph, x)
-    for name in graph.outputs:
-        assert np.array_equal(np.asarray(got[name]), np.asarray(ref[name]))
+    _assert_matches_reference(compiled, "fsim", seed=5)
 
 
 def test_mixed_precision_keeps_named_layers_int8_on_the_cpu():
@@ -269,15 +276,7 @@ def test_tsim_matches_fsim_on_random_programs(cfg):
 @pytest.mark.slow
 def test_tiny_cnn_w4a4_bit_exact_on_tsim(tiny_w4a4):
     """`vta run tiny_cnn --config configs/w4a4.toml --target tsim`: the full 1x16 int4 design on Verilator."""
-    from vta.compiler import qops
-    from vta.compiler.runtime.executor import run
-    graph = tiny_w4a4.graph
-    rng = np.random.default_rng(6)
-    x = {n: rng.standard_normal(graph.shape(n)).astype(np.float32) for n in graph.inputs}
-    got = run(tiny_w4a4, x, target="tsim").outputs
-    ref = qops.run_reference(graph, x)
-    for name in graph.outputs:
-        assert np.array_equal(np.asarray(got[name]), np.asarray(ref[name]))
+    _assert_matches_reference(tiny_w4a4, "tsim", seed=6)
 
 
 def test_area_model_follows_the_widths():
