@@ -128,6 +128,7 @@ def train(epochs: int = 40, seed: int = 0, lr: float = 3e-3, batch: int = 64,
     """Adam on softmax cross-entropy; returns the parameters. ``progress``: a bar over the epochs showing the last
     epoch's mean training loss; else ``lines`` > 0: a plain line with it on standard error every ``lines`` epochs
     (for logs, where a bar cannot redraw)."""
+    from vta.compiler.frontend.digits_vit import adam_deltas
     x, y, _, _ = load_data(seed)
     rng = np.random.default_rng(seed)
     p = init_params(rng)
@@ -147,11 +148,8 @@ def train(epochs: int = 40, seed: int = 0, lr: float = 3e-3, batch: int = 64,
             prob[np.arange(len(idx)), y[idx]] -= 1
             grads = backward(p, cache, prob / len(idx))
             step += 1
-            for k in p:
-                m[k] = 0.9 * m[k] + 0.1 * grads[k]
-                v[k] = 0.999 * v[k] + 0.001 * grads[k] ** 2
-                mhat, vhat = m[k] / (1 - 0.9**step), v[k] / (1 - 0.999**step)
-                p[k] = (p[k] - lr * mhat / (np.sqrt(vhat) + 1e-8)).astype(np.float32)
+            for k, delta in adam_deltas(grads, m, v, step, lr).items():
+                p[k] = (p[k] - delta).astype(np.float32)
         if progress:
             bar.set_postfix(loss=f"{loss / len(y):.4f}")  # type: ignore[attr-defined]
         elif lines and (epoch + 1) % lines == 0:

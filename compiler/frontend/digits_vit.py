@@ -203,11 +203,21 @@ def _train(epochs: int, lr: float, batch: int) -> dict[str, np.ndarray]:
             prob[np.arange(len(idx)), y[idx]] -= 1.0
             grads = _backward(p, caches, prob / len(idx))
             step += 1
-            for k in p:
-                m[k] = 0.9 * m[k] + 0.1 * grads[k]
-                s[k] = 0.999 * s[k] + 0.001 * grads[k] ** 2
-                p[k] -= lr * (m[k] / (1 - 0.9**step)) / (np.sqrt(s[k] / (1 - 0.999**step)) + 1e-8)
+            for k, delta in adam_deltas(grads, m, s, step, lr).items():
+                p[k] -= delta
     return {k: v.astype(np.float32) for k, v in p.items()}
+
+
+def adam_deltas(grads: dict[str, np.ndarray], m: dict[str, np.ndarray], v: dict[str, np.ndarray], step: int,
+                lr: float) -> dict[str, np.ndarray]:
+    """One Adam step (beta1 0.9, beta2 0.999, epsilon 1e-8): updates the moment estimates ``m`` and ``v`` in place
+    from ``grads`` and returns, per parameter, what to subtract from it at step ``step`` (1 for the first)."""
+    deltas = {}
+    for k, g in grads.items():
+        m[k] = 0.9 * m[k] + 0.1 * g
+        v[k] = 0.999 * v[k] + 0.001 * g ** 2
+        deltas[k] = lr * (m[k] / (1 - 0.9**step)) / (np.sqrt(v[k] / (1 - 0.999**step)) + 1e-8)
+    return deltas
 
 
 def accuracy(p: dict[str, np.ndarray], x: np.ndarray, y: np.ndarray) -> float:
