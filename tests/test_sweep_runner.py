@@ -75,8 +75,11 @@ def test_a_point_that_raises_is_recorded_and_the_sweep_goes_on(tmp_path):
 
 
 def test_a_point_past_its_timeout_is_recorded_as_timeout(tmp_path):
-    # resnet18 takes seconds to load, quantize and compile; 0.5 s interrupts it (the interval timer, in a worker
-    # process), while tiny_cnn takes ~50 ms (ten times that on a loaded machine)
+    # resnet18 takes over a second to load, quantize and compile; 0.5 s interrupts it (the interval timer, in a worker
+    # process), while tiny_cnn takes ~50 ms (ten times that on a loaded machine). How long the interrupt takes to land
+    # depends on the machine (the timer's handler runs between bytecodes, not inside a BLAS call), so the test checks
+    # that the point was interrupted, not that it stopped by some wall-clock time: an interrupted point has no
+    # measured columns, where one that ran to the end and was then found late would have them.
     spec = _spec(["resnet18", "tiny_cnn"], {"LOG_BLOCK": [4]}, timeout=0.5)
     with ResultStore(tmp_path / "r.sqlite") as store:
         summary = run_sweep(spec, store, workers=1)
@@ -84,7 +87,9 @@ def test_a_point_past_its_timeout_is_recorded_as_timeout(tmp_path):
     assert summary.timeout == 1
     assert rows["resnet18"]["status"] == "timeout"
     assert rows["resnet18"]["error"] == "the point ran past its timeout of 0.5 s"
-    assert rows["resnet18"]["seconds"] < 2.5
+    assert rows["resnet18"]["cycles"] is None and rows["resnet18"]["latency_us"] is None
+    assert rows["resnet18"]["seconds"] >= 0.5
+    assert rows["tiny_cnn"]["status"] == "ok" and rows["tiny_cnn"]["cycles"] > 0
 
 
 def test_store_rejects_unknown_columns_and_statuses(tmp_path):
