@@ -64,10 +64,11 @@ _VTA_KEYS = {
     "BUS_BYTES": "bus_bytes", "DRAM_LATENCY": "dram_latency", "CMD_QUEUE_DEPTH": "cmd_queue_depth",
     "TOKEN_QUEUE_DEPTH": "token_queue_depth", "CLOCK_MHZ": "clock_mhz",
     "FUSED_REQUANT": "fused_requant", "CONCURRENT_ALU": "concurrent_alu", "GEMM_OVERWRITE": "gemm_overwrite",
+    "ALU_PIPELINE": "alu_pipeline",
 }
 # Codesign knobs: boolean fields beyond VTA's design, off by default. Off, a knob leaves the design VTA's (same ISA,
 # RTL and timing); ``to_dict`` and ``name`` mention a knob only when it is on, so default configs are unchanged.
-KNOBS = {"fused_requant": "rq", "concurrent_alu": "ca", "gemm_overwrite": "ow"}
+KNOBS = {"fused_requant": "rq", "concurrent_alu": "ca", "gemm_overwrite": "ow", "alu_pipeline": "ap"}
 """knob field -> the tag ``VTAConfig.name`` appends when the knob is on."""
 ALU_QUEUE_DEPTH = 4
 """``concurrent_alu``: ALU instructions the compute module's ALU engine holds in its queue besides the one it runs
@@ -90,7 +91,7 @@ _RANGES: dict[str, tuple[float, float]] = {
     "log_acc_buff_size": (6, 24),
     "bus_bytes": (1, 128), "dram_latency": (1, 1024), "cmd_queue_depth": (2, 4096),
     "token_queue_depth": (2, 4096), "clock_mhz": (1.0, 10000.0), "fused_requant": (0, 1),
-    "concurrent_alu": (0, 1), "gemm_overwrite": (0, 1),
+    "concurrent_alu": (0, 1), "gemm_overwrite": (0, 1), "alu_pipeline": (0, 1),
 }
 _WHY = {
     "log_inp_width": "int4 (2) and int8 (3) inputs are supported",
@@ -127,6 +128,10 @@ class VTAConfig:
         gemm_overwrite: a GEMM with its reset flag set writes its products, ``acc[d] = inp[s] @ wgt[w].T``, instead
             of zeros (an ALU reset still writes zeros); the compiler starts each output tile with it instead of a
             reset GEMM before the accumulating ones.
+        alu_pipeline: the tensor ALU's micro-op takes two pipeline stages instead of one (its operands are registered
+            after the accumulator read, the operation and the write-back follow a cycle later): a shorter critical
+            path for one more cycle per ALU instruction; a micro-op reading the entry the one before it writes gets
+            the result forwarded, so the ISA and every result are unchanged. Not built with ``concurrent_alu``.
     """
 
     log_inp_width: int = 3
@@ -146,6 +151,7 @@ class VTAConfig:
     fused_requant: bool = False
     concurrent_alu: bool = False
     gemm_overwrite: bool = False
+    alu_pipeline: bool = False
 
     def __post_init__(self) -> None:
         problems = _check(self)
@@ -466,6 +472,9 @@ def _generator_problems(cfg: VTAConfig) -> list[str]:
     word fits (the widest, a 16 x 64 int32 accumulator word, is 32768 bits; tests/test_config.py checks each).
     """
     problems: list[str] = []
+    if cfg.alu_pipeline is True and cfg.concurrent_alu is True:
+        problems.append("ALU_PIPELINE and CONCURRENT_ALU cannot both be on: the pipelined ALU is built into the "
+                        "compute module's own micro-op pipeline, not into CONCURRENT_ALU's ALU engine; turn one off")
     widths = (cfg.inp_width, cfg.wgt_width)
     wgt_bits = packed_wgt_bits(cfg.block_in, *widths)
     if wgt_bits > _MAX_NETLIST_BITS:
