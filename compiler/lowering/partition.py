@@ -29,6 +29,7 @@ from vta.config import VTAConfig
 
 from ..ir import Graph, Node, node_macs
 from .codegen import AddLayer, ConvLayer, alu_passes, fused_requant
+from .dense_rows import rows_image
 from .gelu import GeluLayer, gelu_accel_uops
 from .intrin import Intrinsics, intrinsics
 from .layout import bias_lane_weights, ceil_div, fold_weight_columns, im2col_weights, packed_activation_shape, round_up
@@ -171,7 +172,10 @@ def _lower_conv(graph: Graph, node: Node, intr: Intrinsics, stem: str = "auto") 
     strides = tuple(a.get("strides", (1, 1)))
     pads = tuple(a.get("pads", (0, 0, 0, 0)))
     fold = _fold_rule(graph, node, intr, stem)
-    if fold is not None and fold.kh:
+    image = rows_image(x_shape, intr) if node.op == "QDense" else None
+    if image is not None:  # a QDense of several rows: a 1x1 convolution over its rows (.dense_rows)
+        x_shape, w = image, w.reshape(w.shape[0], w.shape[1], 1, 1)
+    elif fold is not None and fold.kh:
         n, c, _, _ = x_shape
         _, _, oh, ow = graph.shape(node.outputs[0])
         lane_w = bias_lane_weights(bias, fold.bias_lanes) if fold.bias_lanes else None
@@ -266,20 +270,24 @@ def _cpu_us(graph: Graph, node: Node) -> float:
     return macs / CPU_MACS_PER_US + elems / CPU_ELEMS_PER_US
 
 
-def _convert_us(graph: Graph, node: Node, placement: dict[str, str], target: str) -> float:
+def _convert_us(graph: Graph, node: Node, placement: dict[str, str], target: str, *, own_layout: bool = False
+                ) -> float:
     """Layout conversions placing ``node`` on ``target`` adds: inputs produced on the other side are converted, and
-    so is the output when a consumer will likely run on the other side (it has no accelerator rule, or has one)."""
+    so is the output when a consumer will likely run on the other side (it has no accelerator rule, or has one).
+    ``own_layout``: the accelerator layer reads and writes layouts of its own (a QDense over its rows,
+    :mod:`.dense_rows`), so on the accelerator every input and the output are converted, whatever side they are
+    on."""
     cost = 0.0
     for name in node.inputs:
         if name in graph.constants:
             continue
         producer = graph.producer(name)
         source = placement.get(producer.name, "cpu") if producer is not None else "cpu"
-        if source != target:
+        if source != target or own_layout:
             cost += graph.tensors[name].size / CONVERT_BYTES_PER_US
     for consumer in graph.consumers(node.outputs[0]):
         likely = "accel" if consumer.op in ACCEL_RULES else "cpu"
-        if likely != target:
+        if likely != target or own_layout:
             cost += graph.tensors[node.outputs[0]].size / CONVERT_BYTES_PER_US
             break
     return cost
@@ -352,7 +360,8 @@ def _decide(graph: Graph, node: Node, intr: Intrinsics, policy: str, force_cpu: 
         layer = lower_node(graph, node, intr, stem)
     except ScheduleError as err:
         return Decision(node.name, node.op, "cpu", f"not supported on {cfg.name}: {err}", macs, None, cpu_us), None
-    accel_us = _accel_us(layer.layer, intr) + _convert_us(graph, node, placement, "accel")
+    rows = node.op == "QDense" and rows_image(graph.shape(node.inputs[0]), intr) is not None
+    accel_us = _accel_us(layer.layer, intr) + _convert_us(graph, node, placement, "accel", own_layout=rows)
     cpu_us += _convert_us(graph, node, placement, "cpu")
     if node.name in prefer:
         why = (f"the accelerator's closest call ({accel_us:.0f} us vs {cpu_us:.0f} us on the CPU): the auto policy "

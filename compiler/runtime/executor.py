@@ -5,7 +5,8 @@ node on the CPU path (the baseline). Tensors between steps keep the layout their
 accelerator layers pass packed arrays ``(N/B, C/BI, H, W, B, BI)`` straight through, and a tensor is converted
 (packed or unpacked) only where a CPU step reads an accelerator output or the reverse: at partition boundaries.
 A QMatMul's operands and output are converted to and from its own layouts (:mod:`..lowering.matmul`): ``a`` as an
-input image, ``b`` as weights, the output from an image of ``G*N`` channels.
+input image, ``b`` as weights, the output from an image of ``G*N`` channels. So are a QDense's lowered over its rows
+(:mod:`..lowering.dense_rows`): its input ``[N, K]`` as the image ``[1, K, N, 1]``, its output from ``[1, O, N, 1]``.
 The outputs equal :func:`..qops.run_reference` bit for bit.
 """
 from __future__ import annotations
@@ -21,6 +22,7 @@ from vta.backend import Backend, backend_info, get_backend, operator_backends
 from vta.config import VTAConfig
 
 from ..ir import Graph, Node
+from ..lowering.dense_rows import pack_rows, reads_rows, unpack_rows
 from ..lowering.gelu import gelu_view
 from ..lowering.intrin import intrinsics
 from ..lowering.layout import (
@@ -156,8 +158,12 @@ def _run_accel(step: AccelStep, values: _Values, backend: Any) -> LayerStat:
     first = step.inputs[0]
     matmul = step.node.op == "QMatMul"
     view = _gelu_view(step, values)
+    rows = step.node.op == "QDense" and reads_rows(step.program, values.graph.shape(first), values.intr)
     if matmul:
         bound = _matmul_operands(step, values)
+    elif rows:  # a QDense over its rows: its input as the image [1, K, N, 1]
+        bound = {INPUT: pack_rows(values.get_nchw(first), values.intr)}
+        values.conversions += 1
     elif view is not None:  # a QGelu over a tensor of rank 3 (or 1, 5, ...): packed as its 2-D view
         bound = {INPUT: pack_activation(values.get_nchw(first).reshape(view), batch=values.batch,
                                         block=values.block)}
@@ -175,6 +181,9 @@ def _run_accel(step: AccelStep, values: _Values, backend: Any) -> LayerStat:
         dims = matmul_dims(values.graph.shape(step.node.inputs[0]), values.graph.shape(step.node.inputs[1]),
                            values.intr)
         values.nchw[step.output] = unpack_out(program.read(OUTPUT, result.dram), dims, values.intr)
+        values.conversions += 1
+    elif rows:
+        values.nchw[step.output] = unpack_rows(program.read(OUTPUT, result.dram), values.graph.shape(step.output))
         values.conversions += 1
     elif view is not None:
         out = unpack_activation(program.read(OUTPUT, result.dram), view)
