@@ -11,6 +11,14 @@ The micro-op loop is a four-stage pipeline that issues one micro-op every cycle 
 Stage C reads the accumulator through ports transparent to stage D's write, so a micro-op that reads what the one
 before it writes sees the new value: no hazards, no stalls.
 
+With the ``alu_pipeline`` knob an ALU micro-op takes one more stage (GEMM micro-ops are unchanged):
+
+* D: the ALU's operands, ``acc[d]`` and the immediate or ``acc[s]``, are registered (nothing is written);
+* E: ``acc[d] = alu(a, b)``, ``out[d]`` its low 8 bits per lane.
+
+A micro-op in D reading the entry the micro-op in E writes takes E's result instead of the (older) block-RAM data:
+the forward costs no cycle. One micro-op later the transparent read sees the write, as without the knob.
+
 This is VTA's compute module, where GEMM and ALU instructions share the pipeline. The ``concurrent_alu`` knob's
 variant, which hands ALU instructions to a second engine, is :mod:`vta.hw.concurrent_alu`: a subclass that fills in
 the hooks (``_acc_reads`` ... ``_merge_engine``) this class leaves empty.
@@ -135,18 +143,29 @@ class ComputeUnit(wiring.Component):
         summed = Cat(*[(self.acc_rd0.data.word_select(j, 32) + gemm.dot.word_select(j, 32))[:32]
                        for j in range(lanes)])
         res = Signal(32 * lanes)
-        m.d.comb += res.eq(self._result(m, insn, opcode, gemm.dot, summed))
-        with m.If(d_valid):
-            m.d.comb += [self.acc_wr.addr.eq(d_dst), self.acc_wr.data.eq(res), self.acc_wr.en.eq(-1)]
+        d_res = self._result(m, insn, opcode, gemm.dot, summed)
+        wr_valid, wr_dst, last_valid, alu_uops = d_valid, d_dst, d_valid, self._alu_uops(d_valid, opcode)
+        if cfg.alu_pipeline:  # ---- stage E (ALU micro-ops only): ALU operation, acc and out writes ---------------
+            e_valid, e_dst, e_res = _alu_pipeline(m, cfg, insn, opcode, (c_dst, c_src), (d_valid, d_dst),
+                                                  (self.acc_rd0.data, self.acc_rd1.data))
+            d_res = Mux(e_valid, e_res, d_res)
+            wr_valid = Signal()
+            wr_dst = Signal(16)
+            m.d.comb += [wr_valid.eq(e_valid | (d_valid & (opcode != OP_ALU))), wr_dst.eq(Mux(e_valid, e_dst, d_dst))]
+            last_valid = d_valid | e_valid
+            alu_uops = [self.alu_uop.eq(e_valid)]
+        m.d.comb += res.eq(d_res)
+        with m.If(wr_valid):
+            m.d.comb += [self.acc_wr.addr.eq(wr_dst), self.acc_wr.data.eq(res), self.acc_wr.en.eq(-1)]
         with m.Else():
             m.d.comb += [self.acc_wr.addr.eq(engine.acc_wr.addr), self.acc_wr.data.eq(engine.acc_wr.data),
                          self.acc_wr.en.eq(engine.acc_wr.en)]
         m.d.comb += [
-            self.out_wr.addr.eq(d_dst), self.out_wr.en.eq(d_valid),
+            self.out_wr.addr.eq(wr_dst), self.out_wr.en.eq(wr_valid),
             self.out_wr.data.eq(Cat(*[res.word_select(j, 32)[:cfg.out_width] for j in range(lanes)])),
             self.gemm_uop.eq(d_valid & (opcode == OP_GEMM)),
-            *self._alu_uops(d_valid, opcode),
-            pipe_busy.eq(b_valid | c_valid | d_valid),
+            *alu_uops,
+            pipe_busy.eq(b_valid | c_valid | last_valid),
         ]
         link = self._attach_engine(m, insn, opcode, is_load, pushes)
 
@@ -192,6 +211,8 @@ class ComputeUnit(wiring.Component):
         (acc[dst] + dot): an ALU's, a GEMM's sum, or a reset's zeros (with gemm_overwrite a GEMM's reset writes its
         products instead)."""
         cfg = self.cfg
+        if cfg.alu_pipeline:  # stage D writes GEMM results only; the ALU's are stage E's (_alu_pipeline)
+            return Mux(field(insn, cfg, OP_GEMM, "reset"), dot if cfg.gemm_overwrite else 0, summed)
         alu_res = _alu_stage(m, cfg, insn, self.acc_rd0.data, self.acc_rd1.data)
         reset = field(insn, cfg, OP_GEMM, "reset")
         cleared = Mux(opcode == OP_ALU, 0, dot) if cfg.gemm_overwrite else 0
@@ -282,13 +303,47 @@ def _loop_stages(m, cfg, insn, opcode, issue, loop_init, uop_rd, names):
 def _alu_stage(m, cfg, insn, acc_d, acc_s):
     """The tensor ALU of stage D for the ALU instruction ``insn`` (submodule ``alu``): operands ``acc_d`` (acc[dst])
     and the immediate or ``acc_s`` (acc[src]); returns its result (``BATCH * BLOCK_OUT`` lanes of 32 bits)."""
-    lanes = cfg.batch * cfg.block_out
-    m.submodules.alu = alu = AluCore(lanes=lanes, requant=cfg.fused_requant)
+    return _alu_core(m, cfg, insn, acc_d, _alu_operand_b(cfg, insn, acc_s))
+
+
+def _alu_operand_b(cfg, insn, acc_s):
+    """The ALU's second operand for ``insn``: its immediate, sign-extended and repeated on every lane, when
+    ``use_imm`` is set, else ``acc_s`` (acc[src], ``BATCH * BLOCK_OUT`` lanes of 32 bits)."""
     imm = field(insn, cfg, OP_ALU, "imm")
-    if cfg.fused_requant:  # REQ's clip range; its (multiplier, shift) lanes come through b as acc[src]
-        m.d.comb += alu.imm.eq(imm)
     imm32 = Cat(imm, *([imm[-1]] * (32 - len(imm))))
-    use_imm = field(insn, cfg, OP_ALU, "use_imm")
-    m.d.comb += [alu.op.eq(field(insn, cfg, OP_ALU, "alu_opcode")), alu.a.eq(acc_d),
-                 alu.b.eq(Mux(use_imm, Cat(*([imm32] * lanes)), acc_s))]
+    return Mux(field(insn, cfg, OP_ALU, "use_imm"), Cat(*([imm32] * (cfg.batch * cfg.block_out))), acc_s)
+
+
+def _alu_core(m, cfg, insn, a, b):
+    """The tensor ALU (submodule ``alu``) running ``insn``'s ALU opcode on operands ``a`` and ``b`` (``BATCH *
+    BLOCK_OUT`` lanes of 32 bits, ``b`` already the immediate or acc[src]); returns its result, combinational."""
+    m.submodules.alu = alu = AluCore(lanes=cfg.batch * cfg.block_out, requant=cfg.fused_requant)
+    if cfg.fused_requant:  # REQ's clip range; its (multiplier, shift) lanes come through b as acc[src]
+        m.d.comb += alu.imm.eq(field(insn, cfg, OP_ALU, "imm"))
+    m.d.comb += [alu.op.eq(field(insn, cfg, OP_ALU, "alu_opcode")), alu.a.eq(a), alu.b.eq(b)]
     return alu.res
+
+
+def _alu_pipeline(m, cfg, insn, opcode, c_idx, d_stage, acc_data):
+    """``alu_pipeline``: stages D and E of an ALU micro-op (see the module docstring). ``c_idx``: stage C's
+    ``(dst, src)`` indices; ``d_stage``: stage D's ``(valid, dst)``; ``acc_data``: the acc read ports' data in stage
+    D, ``(acc[dst], acc[src])``. Stage D registers the operands, taking stage E's result instead of the block RAM's
+    for an entry E is writing (whether it is, is worked out from the indices while the micro-op is in C). Returns
+    ``(e_valid, e_dst, e_res)``: stage E holds an ALU micro-op, its destination (entries) and the value it writes
+    (the ALU's result, zeros for a reset; ``BATCH * BLOCK_OUT`` lanes of 32 bits)."""
+    lanes = cfg.batch * cfg.block_out
+    (c_dst, c_src), (d_valid, d_dst), (acc_d, acc_s) = c_idx, d_stage, acc_data
+    fwd_a = Signal()  # stage D's micro-op reads, as acc[dst], the entry stage E writes
+    fwd_b = Signal()  # ... as acc[src] (no immediate)
+    use_imm = field(insn, cfg, OP_ALU, "use_imm")
+    m.d.sync += [fwd_a.eq(d_valid & (c_dst == d_dst)), fwd_b.eq(d_valid & (c_src == d_dst) & ~use_imm)]
+    e_valid = Signal()
+    e_dst = Signal(16)
+    m.d.sync += [e_valid.eq(d_valid & (opcode == OP_ALU)), e_dst.eq(d_dst)]
+    op_a = Signal(32 * lanes)
+    op_b = Signal(32 * lanes)
+    res = _alu_core(m, cfg, insn, op_a, op_b)
+    # within an ALU reset (which writes zeros) the forwarded operand is the ALU's result: no micro-op of the same
+    # instruction uses it, and the drain empties stage E before the next instruction
+    m.d.sync += [op_a.eq(Mux(fwd_a, res, acc_d)), op_b.eq(Mux(fwd_b, res, _alu_operand_b(cfg, insn, acc_s)))]
+    return e_valid, e_dst, Mux(field(insn, cfg, OP_GEMM, "reset"), 0, res)

@@ -77,6 +77,15 @@ bank-select registers per acc bit (+1,954 FFs measured on the default, scaled as
 OVERWRITE_LUTS_PER_ACC_BIT = 0.95
 """``gemm_overwrite``: stage D's reset multiplexer picks the GEMM core's products instead of zero, per acc bit (+593
 LUTs measured on the default with native Yosys, scaled as above; FF, DSP, BRAM unchanged)."""
+PIPELINE_FFS_PER_ACC_BIT = 2
+"""``alu_pipeline``: the ALU's two operand registers (stage D to E), per bit of an acc entry; plus
+:data:`PIPELINE_FFS` for stage E's valid, destination and the two forwarding flags."""
+PIPELINE_FFS = 19
+"""``alu_pipeline``'s flip-flops beyond the operand registers: stage E's valid (1) and destination (16), the two
+forwarding flags (2)."""
+PIPELINE_LUTS_PER_ACC_BIT = 2
+"""``alu_pipeline``: the two forwarding multiplexers in front of the operand registers (stage E's result or the
+block RAM's data), one LUT per operand bit each."""
 INT4_MAC_LUTS = 13388 / 256
 """One int4 x int4 MAC of the GEMM core in LUTs, its share of the adder tree included: Yosys ``synth_xilinx`` maps a
 4 x 4 product to LUTs, not a DSP48 (an 8-bit product is below its DSP threshold). Measured on the ``array`` GEMM core
@@ -179,6 +188,9 @@ def estimate_area(cfg: VTAConfig) -> Area:
                + FF_FIXED)
     if cfg.gemm_overwrite:
         lut += round(OVERWRITE_LUTS_PER_ACC_BIT * 32 * lanes)
+    if cfg.alu_pipeline:
+        lut += PIPELINE_LUTS_PER_ACC_BIT * 32 * lanes
+        ff += PIPELINE_FFS_PER_ACC_BIT * 32 * lanes + PIPELINE_FFS
     if cfg.concurrent_alu:
         lut += round(CONCURRENT_LUTS_PER_ACC_BIT * 32 * lanes)
         ff += round(5 * insn_bits + CONCURRENT_FFS_PER_ACC_BIT * 32 * lanes)

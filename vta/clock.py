@@ -138,6 +138,10 @@ def path_elements(cfg: VTAConfig) -> dict[str, list[str]]:
       (stage D). ``FUSED_REQUANT`` adds, as routed, the multiplier's operand select and after the shifter the two
       clip comparisons with a select after each and two more LUT levels; ``CONCURRENT_ALU`` (not routed yet) the
       bank select on the read and on the write.
+      ``ALU_PIPELINE`` starts the path at the ALU's operand registers (a flip-flop instead of the block-RAM read and
+      the operand select, which move to ``compute.alu_read``).
+    * ``compute.alu_read`` (``ALU_PIPELINE`` only): the acc block RAM's read, the second operand's select (immediate
+      or acc[src]) and the forwarding select, into the operand registers.
     * ``compute.gemm``: the GEMM core's MAC array: the inp/wgt block RAMs' read, the 8x8 multiply, the adder tree
       (``log2(BLOCK_IN)`` 32-bit adds) and the accumulation (one more), the reset select and the acc write;
       ``GEMM_OVERWRITE`` adds the overwrite select.
@@ -152,7 +156,10 @@ def path_elements(cfg: VTAConfig) -> dict[str, list[str]]:
     gemm = ["bram", "mult"] + ["carry32"] * (int(math.log2(cfg.block_in)) + 1) + ["lut", "bram_setup"]
     if cfg.gemm_overwrite:
         gemm[-1:-1] = ["lut"]
-    return {"compute.alu": alu, "compute.gemm": gemm}
+    if not cfg.alu_pipeline:
+        return {"compute.alu": alu, "compute.gemm": gemm}
+    alu[0:2] = ["ff"]
+    return {"compute.alu": alu, "compute.alu_read": ["bram", "lut", "lut"], "compute.gemm": gemm}
 
 
 def _spread(cfg: VTAConfig) -> float:

@@ -45,6 +45,10 @@ ends the instruction, the IDLE state takes the next from the command queue (``ta
 LOOP_OVERHEAD = 6
 """GEMM/ALU, TOKENS to PUSH inclusive, beyond one cycle per micro-op: TOKENS (1), then LOOP issues one micro-op per
 cycle, DRAIN waits for the B, C, D stages to empty (3) plus the cycle that sees them empty (1), PUSH (1)."""
+ALU_PIPELINE_DRAIN = 1
+"""``alu_pipeline``: the cycles an ALU instruction with micro-ops takes beyond :data:`LOOP_OVERHEAD` + one per micro-op:
+its last micro-op leaves the pipeline through one more stage (E). Dependent back-to-back micro-ops get the result
+forwarded, so there is no stall."""
 EMPTY = 2
 """An instruction with nothing to do (x_size 0, zero micro-ops, FINISH): TOKENS then PUSH."""
 STORE_OVERHEAD = 3
@@ -276,7 +280,9 @@ class _Schedule:
         cfg = self.cfg
         if isinstance(insn, (Gemm, Alu)):
             uops = insn_uops(insn)
-            return LOOP_OVERHEAD + uops if uops else EMPTY
+            if not uops:
+                return EMPTY
+            return LOOP_OVERHEAD + uops + (ALU_PIPELINE_DRAIN if cfg.alu_pipeline and isinstance(insn, Alu) else 0)
         if isinstance(insn, Store):
             if not insn.x_size or not insn.y_size:
                 return EMPTY
