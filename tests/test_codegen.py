@@ -322,3 +322,71 @@ def test_the_last_tile_is_stored_in_parts():
         np.testing.assert_array_equal(got, expected)
         assert stats["compute_to_store_pushes"] == code.tiles - 1 + parts
         assert stats["alu_uops"] == code.alu_uops
+
+
+# ---- the accumulators' start for a rescale with rounding (QMatMul's) ------------------------------------------------
+def _rounded_layer(cfg, m, s, *, oh=60, lo=-128, hi=127, per_channel=False):
+    """A 1x1 layer (32 -> 64 channels over ``oh`` rows) with QMatMul's rescale ``clip((acc * M + 2**(S-1)) >> S)``."""
+    intr = intrinsics(cfg)
+    mult = np.full(64, m) if not per_channel else np.arange(64) + m
+    return ConvLayer.make((1, 32, oh, 1), np.zeros((64, 32, 1, 1), np.int8), 0, mult, np.full(64, s), lo, hi,
+                          intr=intr, rounding=1 << (s - 1))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 32767), st.integers(1, 31))
+def test_rounding_start_is_the_rounding_over_m_modulo_2_32(m, s):
+    from vta.compiler.lowering.codegen import rounding_start
+    intr = intrinsics(VTAConfig())
+    start = rounding_start(_rounded_layer(VTAConfig(), m, s), intr)
+    k = (m & -m).bit_length() - 1
+    if k > s - 1:                       # 2**k does not divide the rounding 2**(S-1): no v with v * M = r (mod 2**32)
+        assert start is None
+        return
+    if start is None:                   # M odd and its one v inside (lo, hi), e.g. M = 1, S = 1: v = r = 1
+        v = (1 << (s - 1)) * pow(m, -1, 1 << 32) % (1 << 32)
+        assert k == 0 and -128 < v - ((1 << 32) if v >= 1 << 31 else 0) < 127
+        return
+    op, v = start
+    assert (v * m - (1 << (s - 1))) % (1 << 32) == 0 and -(1 << 31) <= v < 1 << 31
+    assert (op == "MIN" and v <= -128) or (op == "MAX" and v >= 127)
+
+
+def test_rounding_start_exact_values_and_where_it_does_not_apply():
+    from vta.compiler.lowering.codegen import rounding_start
+    intr = intrinsics(VTAConfig())
+    assert rounding_start(_rounded_layer(VTAConfig(), 1001, 18), intr) == ("MAX", 145883136)
+    assert rounding_start(_rounded_layer(VTAConfig(), 12345, 22), intr) == ("MIN", -1054867456)
+    assert rounding_start(_rounded_layer(VTAConfig(), 4, 2), intr) is None          # 4 does not divide 2
+    assert rounding_start(_rounded_layer(VTAConfig(), 1001, 18, per_channel=True), intr) is None
+    for knob in ("fused_requant", "gemm_overwrite", "concurrent_alu"):
+        cfg = VTAConfig(**{knob: True})
+        assert rounding_start(_rounded_layer(cfg, 1001, 18), intrinsics(cfg)) is None
+    layer = ConvLayer.make((1, 32, 8, 1), np.zeros((64, 32, 1, 1), np.int8), 0, 1001, 18, -128, 127, intr=intr)
+    assert rounding_start(layer, intr) is None                                       # no rounding (a convolution)
+
+
+@pytest.mark.parametrize("m, s", [(1001, 18), (1000, 18), (12345, 22)], ids=["odd-max", "even", "odd-min"])
+def test_a_rounded_layer_starts_its_later_tiles_with_one_pass(m, s):
+    """The first tile of each acc part starts with the reset and an ADD of v; the others, whose entries hold clipped
+    outputs, with one MIN or MAX of v (the last row tile an edge of 12 rows); no RND pass; bit-exact with the
+    rescale in int64 (the GEMM core and the ALU computing modulo 2**32)."""
+    from vta.compiler.lowering.codegen import rounding_start
+    from vta.isa import ALU_ADD, ALU_MAX, ALU_MIN
+    cfg, rng = VTAConfig(), np.random.default_rng(s)
+    intr = intrinsics(cfg)
+    x = rng.integers(-128, 128, (1, 32, 60, 1)).astype(np.int8)
+    w = rng.integers(-128, 128, (64, 32, 1, 1)).astype(np.int8)
+    layer = ConvLayer.make(x.shape, w, 0, m, s, -128, 127, intr=intr, rounding=1 << (s - 1))
+    program, code = build_conv_program(cfg, layer, pack_activation(x, batch=1, block=16),
+                                       ConvTiling(layer.geom, 2, 2, 16, 1))
+    assert code.tiles == 8
+    result = get_backend("fsim").run(program)
+    got = unpack_activation(program.read(OUTPUT, result.dram), (1, 64, 60, 1))
+    np.testing.assert_array_equal(got, qops.rescale(qops.conv2d_acc(x, w, None).astype(np.int64), m, s))
+    op = {"MIN": ALU_MIN, "MAX": ALU_MAX}[rounding_start(layer, intr)[0]]
+    alus = [i for i in program.insns if isinstance(i, Alu)]
+    assert sum(isinstance(i, Gemm) and i.reset for i in program.insns) == 2
+    assert sum(i.alu_opcode == ALU_ADD and not i.use_imm for i in alus) == 2            # ADD v after the resets
+    assert sum(i.alu_opcode == op and not i.use_imm for i in alus) == code.tiles - 2     # MIN/MAX v
+    assert code.alu_uops == 60 * 4 * 4 + 60 * 4                                          # MUL, SHR, MAX, MIN + start

@@ -18,8 +18,13 @@ Per output tile of a convolution (all indices in entries of the named buffer)::
     [LOAD UOP]                             first tile: every micro-op kernel of the layer, while they fit together
     GEMM reset                             zero the tile (none with the gemm_overwrite knob: the first step's
                                            reset GEMM writes each output block's first products instead)
+    [ALU ADD v | ALU MIN/MAX v]            a layer with a rounding (QMatMul): the accumulators start at v, the
+                                           rounding divided by M modulo 2**32 (:func:`rounding_start`): an ADD
+                                           after the reset, or, where the tile's entries still hold the clipped
+                                           outputs of an earlier tile of the layer, one MIN (MAX) instead of both
     per reduction step: LOAD INP (one per input block, borders as load padding), LOAD WGT, [LOAD UOP], GEMM
-    ALU ADD bias; [MUL M]; SHR S; MAX lo; MIN hi     (M and S as immediates when per tensor, else tensors)
+    ALU ADD bias; [MUL M]; [RND]; SHR S; MAX lo; MIN hi     (M and S as immediates when per tensor, else tensors;
+                                           RND, an ADD of the rounding, only when it did not fold into the start)
     STORE (one per output block)
 
 A step over a single kernel row of a vertically strided convolution loads only the input rows that row reads (the
@@ -55,7 +60,7 @@ from .schedule import ConvGeometry, ConvTile, ConvTiling, EltwiseTiling, plan_co
 from .uopcache import UopCache
 
 __all__ = ["ConvLayer", "AddLayer", "LayerCode", "emit_conv", "emit_add", "build_conv_program", "build_add_program",
-           "alu_passes", "fused_requant", "bias_image", "LAST_TILE_PARTS"]
+           "alu_passes", "fused_requant", "bias_image", "rounding_start", "LAST_TILE_PARTS"]
 
 
 
@@ -172,6 +177,11 @@ class _ConvState:
     gemm_kernels: dict[tuple, tuple[list[Uop], bytes]] = field(default_factory=dict)
     """The GEMM micro-op kernels built so far and their :meth:`UopCache.kernel_key`, by what determines them (see
     :func:`_gemm_kernel`): most tiles of a layer repeat a few kernels."""
+    start: tuple[str, int] | None = None
+    """``(MIN or MAX, v)``: the accumulators start at ``v`` (:func:`rounding_start`), else None."""
+    clipped: dict[int, list[int]] = field(default_factory=dict)
+    """acc part base -> per output block of a tile, how many of its first entries hold a requantized output of this
+    layer (in ``[lo, hi]``): a tile whose entries all do starts with one MIN (MAX) of ``v``."""
 
     @property
     def half(self) -> dict[str, int]:
@@ -326,7 +336,9 @@ def _tile_prologue(s: _ConvState, tile: ConvTile) -> tuple[int, int]:
     compute -> store; from the ``threads``-th tile on, compute first pops the token the store pushed when it had
     stored the part's previous tile). Then, on the compute module: the per-channel constants (unless a tile of the
     same output blocks left them in a part it may read), the requantization's micro-op kernels made resident, and
-    the accumulators' start (a reset GEMM, the bias image, or nothing with ``gemm_overwrite``)."""
+    the accumulators' start (a reset GEMM, the bias image, or nothing with ``gemm_overwrite``; with a rounding that
+    folds into the start, :func:`rounding_start`, one MIN/MAX of ``v`` where every entry of the tile holds a clipped
+    output of an earlier tile of the layer, else the reset and an ADD of ``v``)."""
     half, threads = s.half, s.t.threads
     part = s.outs.claim()
     acc_base = part * half["acc"]
@@ -344,11 +356,21 @@ def _tile_prologue(s: _ConvState, tile: ConvTile) -> tuple[int, int]:
         s.uops.place(_tile_uops(s, tile, acc_base, src_base))
     if s.t.bias_load:
         _emit_bias_init(s, tile, acc_base)
-    elif not _overwrites(s):
+        return acc_base, const_base
+    start = None if s.start is None else const_base + s.const_slots.index(_CONST_SLOT["RND"]) * s.t.oc_tile
+    clipped = s.clipped.get(acc_base, [])
+    if start is not None and all(obl < len(clipped) and clipped[obl] >= tile.toh * tile.tow
+                                 for obl in range(tile.oct)):
+        assert s.start is not None  # MIN(y, v) = v for y in [lo, hi] and v <= lo (MAX: v >= hi)
+        _emit_alu(s, tile, s.start[0], acc_base, (0, tile.oct), src_base=start)
+        return acc_base, const_base
+    if not _overwrites(s):
         bgn, end = s.uops.place(_tile_uops(s, tile, acc_base, None))
         iter_out, iter_in, dst_out, dst_in = _tile_loop(tile)
         s.pb.gemm(uop_bgn=bgn, uop_end=end, reset=True, iter_out=iter_out, iter_in=iter_in, dst_factor_out=dst_out,
                   dst_factor_in=dst_in)
+    if start is not None:
+        _emit_alu(s, tile, "ADD", acc_base, (0, tile.oct), src_base=start)
     return acc_base, const_base
 
 
@@ -399,6 +421,10 @@ def _tile_epilogue(s: _ConvState, tile: ConvTile, acc_base: int, const_base: int
     n_parts = min(tile.oct, LAST_TILE_PARTS) if last else 1
     cuts = [tile.oct * p // n_parts for p in range(n_parts + 1)]
     out_addr = pb.elem_addr(s.y, MEM_OUT)
+    clipped = s.clipped.setdefault(acc_base, [])
+    clipped += [0] * (tile.oct - len(clipped))
+    for obl in range(tile.oct):
+        clipped[obl] = max(clipped[obl], tile.toh * tile.tow)
     for blocks in zip(cuts[:-1], cuts[1:]):
         _emit_requant(s, tile, acc_base, const_base, blocks)
         s.outs.handoff()
@@ -454,12 +480,13 @@ def fused_requant(layer: ConvLayer, intr: Intrinsics) -> bool:
             and -128 <= layer.lo <= layer.hi < 128)
 
 
-def alu_passes(layer: ConvLayer, *, bias_load: bool = False, fused: bool = False) -> list[str]:
+def alu_passes(layer: ConvLayer, *, bias_load: bool = False, fused: bool = False, start: bool = False) -> list[str]:
     """The ALU intrinsics the requantization of ``layer`` applies to every output entry, in order: ADD bias
     (unless the bias was loaded as the accumulators' start or is zero, e.g. carried by im2col's bias lanes), MUL M,
-    RND (an ADD of the layer's ``rounding``, when it has one), SHR S (MUL and SHR skipped when the identity),
-    MAX lo, MIN hi; or with ``fused`` (:func:`fused_requant`) ADD bias (unless loaded) and one REQ (a layer with a
-    ``rounding``: MUL M, RND, and REQ with M = 1 doing SHR, MAX and MIN)."""
+    RND (an ADD of the layer's ``rounding``, when it has one and ``start`` did not fold it into the accumulators'
+    start, :func:`rounding_start`), SHR S (MUL and SHR skipped when the identity), MAX lo, MIN hi; or with ``fused``
+    (:func:`fused_requant`) ADD bias (unless loaded) and one REQ (a layer with a ``rounding``: MUL M, RND, and REQ
+    with M = 1 doing SHR, MAX and MIN)."""
     ops = [] if bias_load or not layer.bias.any() else ["ADD"]
     if fused:
         return ops + (["MUL", "RND", "REQ"] if layer.rounding else ["REQ"])
@@ -469,9 +496,42 @@ def alu_passes(layer: ConvLayer, *, bias_load: bool = False, fused: bool = False
     else:
         ops += ["MUL"] if not (layer.multiplier == 1).all() else []
         ops += ["SHR"] if (layer.shift != 0).any() else []
-    if layer.rounding:
+    if layer.rounding and not start:
         ops.insert(len(ops) - (ops[-1:] == ["SHR"]), "RND")
     return ops + ["MAX", "MIN"]
+
+
+def rounding_start(layer: ConvLayer, intr: Intrinsics) -> tuple[str, int] | None:
+    """``(MIN or MAX, v)`` when the rounding of ``layer`` folds into its accumulators' start, else None.
+
+    The rescale ``(acc * M + r) >> S`` (QMatMul's) equals ``((acc + v) * M) >> S`` for ``v`` with
+    ``v * M = r (mod 2**32)``: the ALU and the GEMM core compute modulo 2**32, so the start ``v`` gives the same
+    ``acc * M + r`` bits as the reset and the RND pass, for every input. Such a ``v`` exists when ``2**k`` (the power
+    of two dividing M) divides ``r = 2**(S-1)``: ``v = (r / 2**k) * (M / 2**k)**-1 (mod 2**(32-k))``, the inverse of
+    an odd number modulo a power of two, plus any multiple of ``2**(32-k)``. A tile starts at ``v`` with one pass
+    where its entries still hold clipped outputs ``y`` in ``[lo, hi]`` of an earlier tile: ``MIN(y, v) = v`` for a
+    ``v <= lo`` (``MAX`` for ``v >= hi``); elsewhere with the reset and an ADD. None (the RND pass stays) for a
+    layer without a rounding or with per-channel (M, S), with ``fused_requant`` (REQ), ``gemm_overwrite`` or
+    ``concurrent_alu``, or when no ``v`` lies outside ``(lo, hi)`` (M odd and ``v`` one of the 254 values inside:
+    about one layer in 2**24)."""
+    cfg = intr.cfg
+    if not layer.rounding or not layer.per_tensor or fused_requant(layer, intr) or cfg.gemm_overwrite \
+            or cfg.concurrent_alu:
+        return None
+    m, r = int(layer.multiplier[0]), int(layer.rounding)
+    k = (m & -m).bit_length() - 1
+    if r % (1 << k):
+        return None
+    period = 1 << (32 - k)
+    first = (r >> k) * pow(m >> k, -1, period) % period
+    for t in range(1 << k):
+        v = (first + t * period) % (1 << 32)
+        v -= (1 << 32) if v >= 1 << 31 else 0
+        if v <= layer.lo:
+            return "MIN", v
+        if v >= layer.hi:
+            return "MAX", v
+    return None
 
 
 _CONST_SLOT = {"ADD": 0, "REQ": 1, "MUL": 1, "SHR": 2, "RND": 3}
@@ -485,11 +545,13 @@ def _per_channel(layer: ConvLayer, name: str) -> bool:
     return name in ("ADD", "REQ", "RND") or (name in ("MUL", "SHR") and not layer.per_tensor)
 
 
-def _const_slots(layer: ConvLayer, bias_load: bool, fused: bool) -> tuple[int, ...]:
+def _const_slots(layer: ConvLayer, bias_load: bool, fused: bool, start: bool = False) -> tuple[int, ...]:
     """The slots of the per-channel constants a tile loads (:data:`_CONST_SLOT`): those of the ALU passes it emits
-    (:func:`alu_passes`) that read a per-channel operand."""
-    return tuple(_CONST_SLOT[op] for op in alu_passes(layer, bias_load=bias_load, fused=fused)
-                 if _per_channel(layer, op))
+    (:func:`alu_passes`) that read a per-channel operand, and the rounding's slot for the accumulators' start
+    (``start``, :func:`rounding_start`: it holds ``v`` then)."""
+    slots = tuple(_CONST_SLOT[op] for op in alu_passes(layer, bias_load=bias_load, fused=fused, start=start)
+                  if _per_channel(layer, op))
+    return slots + (_CONST_SLOT["RND"],) if start else slots
 
 
 def _requant_passes(s: _ConvState, const_base: int) -> list[tuple[str, int | None, int | None]]:
@@ -501,7 +563,8 @@ def _requant_passes(s: _ConvState, const_base: int) -> list[tuple[str, int | Non
     if layer.per_tensor:
         imms |= {"MUL": int(layer.multiplier[0]), "SHR": int(layer.shift[0])}
     return [(op, imms.get(op), const_base + s.const_slots.index(_CONST_SLOT[op]) * oc
-             if _per_channel(layer, op) else None) for op in alu_passes(layer, bias_load=s.t.bias_load, fused=s.fused)]
+             if _per_channel(layer, op) else None)
+            for op in alu_passes(layer, bias_load=s.t.bias_load, fused=s.fused, start=s.start is not None)]
 
 
 def _emit_requant(s: _ConvState, tile: ConvTile, acc_base: int, const_base: int, blocks: tuple[int, int]) -> None:
@@ -511,11 +574,11 @@ def _emit_requant(s: _ConvState, tile: ConvTile, acc_base: int, const_base: int,
         _emit_alu(s, tile, name, acc_base, blocks, imm=imm, src_base=src_base)
 
 
-def conv_constants(layer: ConvLayer, intr: Intrinsics) -> np.ndarray:
+def conv_constants(layer: ConvLayer, intr: Intrinsics, start: int | None = None) -> np.ndarray:
     """Bias, multiplier and shift packed as acc elements: int32 ``(3 * O/BO, B, BO)`` in that order; when the layer
     uses REQ (:func:`fused_requant`), bias and REQ's (M, S) words (:func:`vta.isa.requant_word`): ``(2 * O/BO, B,
     BO)``; a layer with ``rounding`` adds it as a fourth row (``(4 * O/BO, B, BO)``; with REQ the words are of
-    M = 1 and the third row is unused)."""
+    M = 1 and the third row is unused), or instead the accumulators' start ``start`` (:func:`rounding_start`)."""
     rows: tuple[np.ndarray, ...]
     if fused_requant(layer, intr) and layer.rounding:  # MUL M and RND first, then REQ's (1, S): rows 0, 1, -, 3
         words = np.array([requant_word(1, int(sh)) for sh in layer.shift], np.int64)
@@ -526,7 +589,7 @@ def conv_constants(layer: ConvLayer, intr: Intrinsics) -> np.ndarray:
     else:
         rows = (layer.bias, layer.multiplier, layer.shift)
         if layer.rounding:
-            rows += (np.full(layer.geom.o, layer.rounding, np.int64),)
+            rows += (np.full(layer.geom.o, layer.rounding if start is None else start, np.int64),)
     vecs = [pack_channel_vector(v.astype(np.int64).astype(np.int32), batch=intr.batch, block_out=intr.block_out)
             for v in rows]
     return np.concatenate(vecs, axis=0)
@@ -555,12 +618,13 @@ def emit_conv(pb: ProgramBuilder, layer: ConvLayer, x: Allocation, y: Allocation
         g = layer.geom
         wdata = np.zeros((1, g.ib, g.o // g.groups, 1, 1, intr.block_in), np.int8)
     w = pb.alloc(f"{prefix}w", wdata, alloc_dtype(pb.cfg.wgt_width))  # int4 packed on a w4 design
-    consts = pb.alloc(f"{prefix}consts", conv_constants(layer, intr))
+    start = None if t.bias_load else rounding_start(layer, intr)
+    consts = pb.alloc(f"{prefix}consts", conv_constants(layer, intr, None if start is None else start[1]))
     tiles = list(t.tiles())
     code = LayerCode([x], y, tiles=len(tiles), tiling=t)
     fused = fused_requant(layer, intr)
     s = _ConvState(pb, intr, layer, t, UopCache(pb, intr, prefix, preload=True), x, y, w, consts, code, fused=fused,
-                   const_slots=_const_slots(layer, t.bias_load, fused),
+                   const_slots=_const_slots(layer, t.bias_load, fused, start is not None), start=start,
                    max_pad=(1 << layout(intr.cfg).field(OP_LOAD, "x_pad_1").width) - 1)
     if t.bias_load:
         s.bias_image = pb.alloc(f"{prefix}bias_init", bias_image(layer, intr, t.acc_tile))
