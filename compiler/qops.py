@@ -89,6 +89,8 @@ def conv2d_acc(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, strides: S
     if c != cg * groups or o % groups:
         raise ValueError(f"Convolution of {c} input channels with weights {w.shape} and groups={groups} is "
                          f"inconsistent: need C == C/groups * groups and O divisible by groups.")
+    if cg == 1 and o == groups:
+        return _depthwise_acc(x, w, bias, strides, pads)
     xp = _pad_hw(x.astype(np.float64), pads, 0.0)
     win = _windows(xp, (kh, kw), tuple(strides))                      # N, C, OH, OW, KH, KW
     oh, ow = win.shape[2], win.shape[3]
@@ -102,6 +104,30 @@ def conv2d_acc(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, strides: S
     if bias is not None:
         acc = acc + bias.astype(np.int64).reshape(1, o, 1, 1)
     return wrap32(acc)
+
+
+def _depthwise_acc(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, strides: Sequence[int],
+                   pads: Sequence[int]) -> np.ndarray:
+    """:func:`conv2d_acc` of a depthwise convolution (``w [C, 1, KH, KW]``, ``groups == C``): one multiply-add of
+    a strided view of the padded input per kernel tap, the same exact sums as the matrix product without its
+    ``KH * KW``-fold copy of the input. int8 operands accumulate in int32 (``KH * KW * 2**14`` stays below
+    ``2**31`` for any kernel under 2**17 taps), wider ones in int64."""
+    c, _, kh, kw = w.shape
+    narrow = x.dtype.itemsize == 1 and w.dtype.itemsize == 1 and kh * kw < 2**15
+    dtype = np.int32 if narrow else np.int64
+    xp = _pad_hw(x.astype(dtype), pads, 0)
+    sh, sw = int(strides[0]), int(strides[1])
+    oh, ow = (xp.shape[2] - kh) // sh + 1, (xp.shape[3] - kw) // sw + 1
+    taps = w.astype(dtype).reshape(c, kh, kw)
+    acc = np.zeros((x.shape[0], c, oh, ow), dtype)
+    for i in range(kh):
+        for j in range(kw):
+            window = xp[:, :, i:i + sh * (oh - 1) + 1:sh, j:j + sw * (ow - 1) + 1:sw]
+            acc += window * taps[:, i, j].reshape(1, c, 1, 1)
+    total = acc.astype(np.int64)
+    if bias is not None:
+        total = total + bias.astype(np.int64).reshape(1, c, 1, 1)
+    return wrap32(total)
 
 
 def dense_acc(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None) -> np.ndarray:

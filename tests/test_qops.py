@@ -51,6 +51,24 @@ def test_conv2d_acc_matches_loops(seed, groups, k, stride, pad):
     np.testing.assert_array_equal(got, _conv_loops(x, w, b, (stride, stride), pads, groups))
 
 
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**31), kh=st.integers(1, 5), kw=st.integers(1, 5), sh=st.integers(1, 3),
+       sw=st.integers(1, 3), pads=st.tuples(*[st.integers(0, 2)] * 4), wide=st.booleans())
+def test_depthwise_conv2d_acc_matches_loops(seed, kh, kw, sh, sw, pads, wide):
+    # groups == C and one weight channel each: conv2d_acc's tap-by-tap path (int32 for int8 operands, int64 wider)
+    rng = np.random.default_rng(seed)
+    x = _rand8(rng, (2, 3, 7, 6))
+    w = _rand8(rng, (3, 1, kh, kw))
+    if wide:  # int32 operands whose products leave int32: the sums must still be exact before the wrap
+        x = x.astype(np.int32) * 40000
+        w = w.astype(np.int32) * 3
+    b = rng.integers(-(2**20), 2**20, 3).astype(np.int32)
+    got = qops.conv2d_acc(x, w, b, (sh, sw), pads, 3)
+    assert got.dtype == np.int32
+    want = _conv_loops(x, w, b, (sh, sw), pads, 3)
+    np.testing.assert_array_equal(got, qops.wrap32(want))
+
+
 def test_conv2d_acc_depthwise_and_rejects_bad_groups():
     rng = np.random.default_rng(1)
     x = _rand8(rng, (2, 3, 5, 5))
