@@ -101,6 +101,17 @@ def test_fsim_runs_the_hazard_program() -> None:
         np.testing.assert_array_equal(program.read("out", fsim.run(program).dram), want)
 
 
+def test_the_hazard_count_finds_every_back_to_back_dependent_micro_op() -> None:
+    """scripts/alu_hazards.py (what a stall instead of the forward would cost): on the hazard program, 6 + 3 + 2 + 0 +
+    1 + 1 of its 24 ALU micro-ops read the entry the micro-op before them writes."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("alu_hazards", ROOT / "scripts" / "alu_hazards.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.dependent_pairs(hazard_program(SMALL)[0]) == (13, 24)
+
+
 # ---- cycle, clock and area models ------------------------------------------------------------------------------------
 def test_the_cycle_model_adds_one_cycle_per_alu_instruction() -> None:
     """Each ALU instruction with micro-ops takes ALU_PIPELINE_DRAIN (1) more cycle; GEMMs and empty ALUs do not."""
