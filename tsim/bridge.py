@@ -25,7 +25,7 @@ from .build import Build
 
 __all__ = ["TsimError", "TsimMemoryError", "TsimWatchdogError", "TsimBudgetError", "TsimMismatchError", "Model",
            "RunOutput", "ModuleState", "Stall", "SLICE_SECONDS", "load", "module_states", "token_occupancy",
-           "memory_culprit"]
+           "memory_culprit", "default_drain_cycles"]
 
 _DONE, _BUDGET, _WATCHDOG, _MEM_ERROR, _BAD_ARGS, _RUNNING = 0, 1, 2, 3, 4, 5
 
@@ -172,6 +172,13 @@ class Stall:
                 f"{self.rd_data:.0%}, wr_ready low {self.wr:.0%} of cycles, 0-{self.extra_latency} extra read cycles)")
 
 
+def default_drain_cycles(latency: int) -> int:
+    """Cycles without progress after ``done`` that end a run by default (:meth:`Model.run`'s ``drain_cycles``) at a
+    read latency of ``latency`` cycles: a core that makes no progress after ``done`` is clocked exactly this many
+    cycles after it (:attr:`RunOutput.drain_cycles`)."""
+    return 4 * latency + 256
+
+
 @dataclass
 class RunOutput:
     """One finished run: ``cycles`` (harness cycles from start to done), ``counters`` (name -> value, the core's
@@ -270,7 +277,7 @@ class Model:
         _check_uint("watchdog_cycles", watchdog_cycles, 64)
         latency = self.cfg.dram_latency if latency is None else latency
         _check_uint("latency", latency, 32)
-        drain_cycles = 4 * latency + 256 if drain_cycles is None else drain_cycles
+        drain_cycles = default_drain_cycles(latency) if drain_cycles is None else drain_cycles
         _check_uint("drain_cycles", drain_cycles, 64)
         trace_arg, begin, end = self._trace_args(trace, trace_window)
         if stall is not None and not isinstance(stall, Stall):

@@ -40,10 +40,11 @@ import numpy as np
 from vta.config import MEM_OUT, VTAConfig
 from vta.program import Program
 
+from .conform_timing import CYCLES_SLACK, progress_after_done, timing_counter_problems
+
 __all__ = ["Outcome", "Coverage", "run_kit", "check_program", "format_table", "format_coverage", "token_depths",
            "register", "MODEL_HOOKS", "DEFAULT_SEEDS", "DEFAULT_MODEL", "STRESS_LATENCIES", "THOROUGH_LATENCIES",
-           "backpressure",
-           "THOROUGH_SEEDS"]
+           "backpressure", "THOROUGH_SEEDS", "CYCLES_SLACK", "timing_counter_problems"]
 
 DEFAULT_SEEDS = 4
 """Random programs run by default (seeds 0, 1, ...)."""
@@ -368,35 +369,15 @@ def check_program(backend: Any, program: Program, feature: str, *, latency: int 
                  if want.get(k, 0) != stats.get(k, 0)]
     if differing:
         problems.append("statistics differ (fsim vs core): " + ", ".join(differing))
-    problems += timing_counter_problems(out.counters, out.cycles)
+    run_latency = program.cfg.dram_latency if latency is None else latency
+    problems += timing_counter_problems(out.counters, out.cycles, program, run_latency)
+    late = progress_after_done(out.drain_cycles, run_latency)
+    if late is not None:
+        problems.append(late)
     seconds = time.monotonic() - started
     cycles = int(out.counters.get("cycles", out.cycles))
     return Outcome(feature, "fail" if problems else "pass", "; ".join(problems) + (under if problems else ""),
                    cycles, seconds)
-
-
-CYCLES_SLACK = 64
-"""Cycles the core's ``cycles`` counter may trail the host's count from start to done (a wrapper's extra register
-stages finish after the inner core's ``done``; the generated core's counter equals the host's count)."""
-
-
-def timing_counter_problems(counters: dict[str, int], host_cycles: int) -> list[str]:
-    """The timing counters' contradictions of their definitions (:mod:`vta.counters`, fsim has no timing to compare
-    them with): ``cycles`` counts the cycles from start to done, so it is at most ``host_cycles`` (the harness's
-    count) and at least that minus :data:`CYCLES_SLACK`; each module is in one cycle class a cycle, so its busy,
-    wait_token and wait_mem cycles add up to at most ``cycles``."""
-    from vta.counters import CYCLE_CLASSES, MODULES
-    problems = []
-    cycles = int(counters.get("cycles", 0))
-    if not host_cycles - CYCLES_SLACK <= cycles <= host_cycles:
-        problems.append(f"the cycles counter reads {cycles:,}, the host counted {host_cycles:,} cycles from start to "
-                        "done")
-    for module in MODULES:
-        classes = [int(counters.get(f"{module}_{c}", 0)) for c in CYCLE_CLASSES]
-        if sum(classes) > cycles:
-            problems.append(f"{module}'s busy, wait_token and wait_mem cycles ({' + '.join(f'{n:,}' for n in classes)})"
-                            f" exceed the cycles counter ({cycles:,})")
-    return problems
 
 
 def _queues_popped(program: Program, module: Any) -> str:

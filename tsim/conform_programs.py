@@ -17,7 +17,10 @@ operands and every edge immediate; for SHR every amount at and beyond the lane w
 ``corner gemm extremes`` (int8 operands at their extremes and of mixed signs over a reduction long enough that the
 accumulators reach their full width and wrap; accumulators loaded next to the int32 extremes), ``corner loops``
 (every loop shape, zero iterations included), ``corner pads <mem>`` (every combination of padded sides, and pads of
-15) and ``corner store`` (STOREs at their shape limits). Timing stress: ``stress tokens`` (a long stream of rounds in
+15, over entries filled first) and ``corner store`` (STOREs at their shape limits); ``corner addresses <mem>`` (DRAM
+address bits, strides, SRAM depth), ``corner long <mem>`` (row and element counts through half the depth),
+``corner queue full``, ``corner finish backlog`` (FINISH while load has a full command queue) and ``corner long
+run`` (past 2**19 cycles, for the counters' bits). Timing stress: ``stress tokens`` (a long stream of rounds in
 which load, compute and store take turns being the slowest, up to four tokens in each queue at once:
 :func:`vta.testing.token_stream_program`), which the kit runs at several memory latencies.
 """
@@ -421,9 +424,10 @@ def _entries(load: dict[str, int]) -> int:
 
 
 def _pads_corner(cfg: VTAConfig, mem: int) -> Program:
-    """Every pad combination (and the largest pads) for LOADs to ``mem``, each into its own SRAM range; what they wrote
-    is exposed (acc, acc8 directly; inp, wgt through GEMMs over every entry, in as many phases as the buffer needs;
-    uop by running the loaded micro-ops)."""
+    """Every pad combination (and the largest pads) for LOADs to ``mem``, each into its own SRAM range filled with
+    other (random, non-zero) data first, so a pad that is not written shows; what they wrote is exposed (acc, acc8
+    directly; inp, wgt through GEMMs over every entry, in as many phases as the buffer needs; uop by running the
+    loaded micro-ops)."""
     loads = _pad_loads(cfg, mem)
     sizes = [_entries(load) for load in loads]
     exposed = sum(sizes) if mem in (MEM_ACC, MEM_ACC_8BIT, MEM_INP, MEM_WGT) else 8
@@ -432,6 +436,8 @@ def _pads_corner(cfg: VTAConfig, mem: int) -> Program:
     if mem == MEM_UOP:
         kernel = b.uop_kernel("padded", [Uop(1 + i % 7, i % 5, (3 * i) % 6) for i in range(8)])
         k.operands(acc=8, inp=5, wgt=6)
+        most = max(sizes)
+        k.uops("fill", [Uop(1 + (3 * i) % 7, 1 + i % 4, 1 + i % 5) for i in range(most)])
         for j, load in enumerate(loads):
             b.load(MEM_UOP, sram_base=0, dram_base=b.elem_addr(kernel, MEM_UOP) + j % 3, **load)
             b.gemm(uop_bgn=0, uop_end=_entries(load))
@@ -439,6 +445,7 @@ def _pads_corner(cfg: VTAConfig, mem: int) -> Program:
         return k.finish()
     pool = k.pool("padded", mem, 8)
     if mem in (MEM_ACC, MEM_ACC_8BIT):
+        k.load(mem, k.pool("fill", mem, exposed), sram_base=0, x_size=exposed)
         base = 0
         for j, load in enumerate(loads):
             b.load(mem, sram_base=base, dram_base=b.elem_addr(pool, mem) + j % 3, **load)
@@ -449,6 +456,7 @@ def _pads_corner(cfg: VTAConfig, mem: int) -> Program:
     k.load(other, k.pool("plain", other, 4), sram_base=0, x_size=4)
     depth = cfg.inp_depth if mem == MEM_INP else cfg.wgt_depth
     done = 0
+    fill = k.pool("fill", mem, depth)
     phases: list[list[int]] = [[]]
     for j, n in enumerate(sizes):
         if sum(sizes[i] for i in phases[-1]) + n > depth:
@@ -457,6 +465,7 @@ def _pads_corner(cfg: VTAConfig, mem: int) -> Program:
     for p, phase in enumerate(phases):
         if p:
             b.dep_pop("compute", "load")  # the previous phase's GEMMs have read the buffer
+        k.load(mem, fill, sram_base=0, x_size=sum(sizes[j] for j in phase))
         base = 0
         for j in phase:
             b.load(mem, sram_base=base, dram_base=b.elem_addr(pool, mem) + j % 3, **loads[j])
@@ -495,15 +504,20 @@ FAR_BITS = 23
 """The ``corner addresses`` programs reach DRAM byte addresses up to ``2**FAR_BITS`` (an 8 MB region)."""
 
 
-def _far_loads(cfg: VTAConfig, mem: int, first: int) -> list[dict[str, int]]:
+def _far_loads(cfg: VTAConfig, mem: int, first: int, base: int = 0) -> list[dict[str, int]]:
     """LOADs of one element each (two for a strided pair) from a ``2**FAR_BITS``-byte region, into SRAM entries
     ``first``, ``first + 1``, ...: at every power-of-two byte offset of the region and its last element, and
-    two-row LOADs with every power-of-two row stride that fits (``dram_base`` relative to the region)."""
+    two-row LOADs with every power-of-two row stride that fits, from the region's start and from the element of its
+    first half whose address has every bit below the half's set (``dram_base`` relative to the region, which
+    starts at element address ``base``)."""
     eb = cfg.elem_bytes(mem)
     size = (1 << FAR_BITS) // eb
     loads = [{"dram_base": (1 << k) // eb, "x_size": 1} for k in range(eb.bit_length() - 1, FAR_BITS)]
     loads.append({"dram_base": size - 1, "x_size": 1})
     loads += [{"dram_base": 0, "y_size": 2, "x_size": 1, "x_stride": 1 << s} for s in range(16) if (1 << s) < size]
+    start = (base | (size // 2 - 1)) - base  # every address bit below the half set: each bit of the row start counts
+    loads += [{"dram_base": start, "y_size": 2, "x_size": 1, "x_stride": 1 << s} for s in range(16)
+              if start + (1 << s) < size]
     entry = first
     for load in loads:
         load["sram_base"] = entry
@@ -516,14 +530,15 @@ def _addresses_corner(cfg: VTAConfig, mem: int) -> Program:
     power-of-two stride, and LOADs into SRAM entries at every power of two of the buffer's depth (read back through
     a GEMM or the ALU into low entries); the results exposed, then STOREs of them to every power-of-two offset and
     stride of the same region."""
-    k = _Kit(cfg, seed=120 + mem)
+    n = len(_far_loads(cfg, mem, 0)) + 16 + 16  # entries the LOADs below write, at most (the pairs two each)
+    depth = cfg.depth(mem)
+    high = [1 << j for j in range(n.bit_length(), depth.bit_length() - 1)] + [depth - 1]
+    k = _Kit(cfg, seed=120 + mem, out_rows=4 * (n + len(high)))
     b = k.bld
     far = b.alloc("far", k.rng.integers(-128, 128, 1 << FAR_BITS, dtype=np.int8))
     base = b.elem_addr(far, mem)
-    loads = _far_loads(cfg, mem, 0)
+    loads = _far_loads(cfg, mem, 0, base)
     n = loads[-1]["sram_base"] + loads[-1].get("y_size", 1)
-    depth = cfg.depth(mem)
-    high = [1 << j for j in range(n.bit_length(), depth.bit_length() - 1)] + [depth - 1]
     for load in loads:
         b.load(mem, **{**load, "dram_base": base + load["dram_base"]})
     for i, entry in enumerate(high):  # entries at the buffer's high addresses, from the region's start
@@ -547,8 +562,51 @@ def _addresses_corner(cfg: VTAConfig, mem: int) -> Program:
     b.dep_push("compute", "store")
     b.dep_pop("compute", "store")
     at = b.elem_addr(far, MEM_OUT)
-    for store in _far_loads(cfg, MEM_OUT, 0):
+    for store in _far_loads(cfg, MEM_OUT, 0, at):
         b.store(**{**store, "sram_base": store["sram_base"] % total, "dram_base": at + store["dram_base"]})
+    return k.finish()
+
+
+LONG_SPARE = 64
+"""SRAM entries below the ``corner long`` programs' LOADs, for the read-back."""
+
+
+def _long_samples(first: int, count: int) -> list[int]:
+    """The entries read back of a LOAD that wrote ``count`` entries from ``first``: its first two, each side of
+    every power of two of the offset, and its last."""
+    offsets = {0, 1, count - 1} | {o for j in range(1, count.bit_length()) for o in ((1 << j) - 1, 1 << j)}
+    return [first + o for o in sorted(offsets) if o < count]
+
+
+def _long_corner(cfg: VTAConfig, mem: int) -> Program:
+    """LOADs to ``mem`` whose row and element counters pass through every value below half the buffer's depth: one
+    LOAD of ``depth // 2 - LONG_SPARE`` rows of one element (row stride 2) into the lower half, one of a single row
+    of ``depth // 2 - 1`` elements into the upper half; entries of each (the first, each side of every power of two,
+    the last) read back through a GEMM (inp, wgt) or the ALU (acc, acc8) and exposed. A row or element count cut or
+    stretched, or a row address wrong after many rows, moves or loses the later entries."""
+    half = cfg.depth(mem) // 2
+    rows, elems = half - LONG_SPARE, half - 1
+    samples = _long_samples(LONG_SPARE, rows) + _long_samples(half, elems)
+    t = len(samples)
+    k = _Kit(cfg, seed=160 + mem, out_rows=4 * t)
+    b = k.bld
+    pool = k.pool("long", mem, 2 * rows + elems)
+    at = b.elem_addr(pool, mem)
+    b.load(mem, sram_base=LONG_SPARE, dram_base=at, y_size=rows, x_size=1, x_stride=2)
+    b.load(mem, sram_base=half, dram_base=at + 2 * rows, x_size=elems)
+    if mem in (MEM_INP, MEM_WGT):
+        other = MEM_WGT if mem == MEM_INP else MEM_INP
+        k.load(other, k.pool("plain", other, 1), sram_base=0, x_size=1)
+        b.dep_push("load", "compute")
+        b.dep_pop("load", "compute")
+        k.uops("gemm", [Uop(i, e if mem == MEM_INP else 0, e if mem == MEM_WGT else 0) for i, e in enumerate(samples)])
+        b.gemm(uop_bgn=0, uop_end=t, reset=True)
+        b.gemm(uop_bgn=0, uop_end=t)
+    else:  # acc: the sampled entries added to zeroed spare entries
+        k.uops("zero", [Uop(i, 0, 0) for i in range(t)] + [Uop(i, e, 0) for i, e in enumerate(samples)])
+        b.gemm(uop_bgn=0, uop_end=t, reset=True)
+        b.alu(ALU_ADD, uop_bgn=t, uop_end=2 * t)
+    k.expose_acc(t)
     return k.finish()
 
 
@@ -569,11 +627,11 @@ def _uop_addresses_corner(cfg: VTAConfig) -> Program:
     dst, src, wgt = k.rng.integers(0, n, size), k.rng.integers(0, n // 2, size), k.rng.integers(0, n // 2, size)
     far = b.alloc("uops far", encode_uops(dst, src, wgt, cfg))
     k.operands(acc=n, inp=n // 2, wgt=n // 2)
-    start = size // 2 - 1  # every address bit below the region's half set
+    base, entry = b.elem_addr(far, MEM_UOP), 0
+    start = (base | (size // 2 - 1)) - base  # every address bit below the region's half set
     loads = [{"dram_base": (1 << j) // eb} for j in range(eb.bit_length() - 1, UOP_FAR_BITS)] + [
         {"dram_base": size - 1}] + [{"dram_base": start, "y_size": 2, "x_stride": 1 << s}
                                     for s in range(16) if start + (1 << s) < size]
-    base, entry = b.elem_addr(far, MEM_UOP), 0
     for load in loads:
         b.load(MEM_UOP, sram_base=entry, x_size=1, **{**load, "dram_base": base + load["dram_base"]})
         entry += load.get("y_size", 1)
@@ -605,6 +663,39 @@ def _queue_full(cfg: VTAConfig) -> Program:
         b.dep_pop("load", "compute")
         b.gemm(uop_bgn=1 + i, uop_end=2 + i)
     k.expose_acc(9)
+    return k.finish()
+
+
+def _finish_backlog(cfg: VTAConfig) -> Program:
+    """FINISH while load still has a backlog: ``cmd_queue_depth + 4`` LOADs of 8 inp rows each that nothing waits
+    for (their data stays in the SRAM, unread), then FINISH at once. fsim executes every instruction before FINISH,
+    so ``done`` must wait until load has emptied its command queue, through every level from full to empty (a core
+    that takes a level for empty, or forgets load, stops early: its instruction and byte counters fall short)."""
+    k = _Kit(cfg, seed=150)
+    n = cfg.cmd_queue_depth + 4
+    rows = 8
+    pool = k.pool("inp", MEM_INP, rows * n)
+    base = k.bld.elem_addr(pool, MEM_INP)
+    for i in range(n):
+        k.bld.load(MEM_INP, sram_base=(i * rows) % (cfg.inp_depth - rows + 1), dram_base=base + i, y_size=rows,
+                   x_size=1, x_stride=n)
+    return k.finish()
+
+
+LONG_RUN_UOPS = 600 * 1000
+"""Micro-op iterations of the ``corner long run`` GEMM: more than 2**19 cycles at one a cycle."""
+
+
+def _long_run(cfg: VTAConfig) -> Program:
+    """A run longer than 2**19 cycles: one GEMM of :data:`LONG_RUN_UOPS` micro-op iterations while store holds the
+    STORE waiting for its result, so the cycle counters (store's wait_token, fetch's and store's classes together,
+    :func:`vta.tsim.conform_timing.covering_problems`) count past bit 19; the accumulator, wrapped many times,
+    exposed."""
+    k = _Kit(cfg, seed=170)
+    k.operands(acc=1, inp=1, wgt=1)
+    k.uops("gemm", [Uop(0, 0, 0)])
+    k.bld.gemm(uop_bgn=0, uop_end=1, iter_out=LONG_RUN_UOPS // 1000, iter_in=1000)
+    k.expose_acc(1)
     return k.finish()
 
 
@@ -644,7 +735,11 @@ FEATURES: dict[str, Callable[[VTAConfig], Program]] = {
     **{f"corner addresses {name}": partial(_addresses_corner, mem=mem) for name, mem in
        (("wgt", MEM_WGT), ("inp", MEM_INP), ("acc", MEM_ACC), ("acc8", MEM_ACC_8BIT))},
     "corner addresses uop": _uop_addresses_corner,
+    **{f"corner long {name}": partial(_long_corner, mem=mem) for name, mem in
+       (("wgt", MEM_WGT), ("inp", MEM_INP), ("acc", MEM_ACC), ("acc8", MEM_ACC_8BIT))},
     "corner queue full": _queue_full,
+    "corner finish backlog": _finish_backlog,
+    "corner long run": _long_run,
     "stress tokens": partial(stress_program, seed=0),
 }
 """Feature name -> the function building its program for a config."""
