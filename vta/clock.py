@@ -253,4 +253,7 @@ ns at BLOCK 8, 2.27 ns (extrapolated) at BLOCK 16."""
 MODEL_ERROR_PCT: float = 8.5
 """The largest leave-one-out error (percent of the clock) of the model on :data:`CALIBRATION`: the BLOCK 8 core
 predicted from the two BLOCK 4 designs (32.36 MHz against 29.83 routed). The two BLOCK 4 designs predict each other
-within 0.1 %, but they share the array's width and the element delays were read off them."""
+within 0.1 %, but they share the array's width and the element delays were read off them. Designs routed after the
+fit and not in it: BLOCK 8 with FUSED_REQUANT -5.7 %; BLOCK 4 with ALU_PIPELINE -8.0 % (37.85 MHz, ``compute.gemm``,
+against 41.15 routed, whose critical path is the GEMM core's too), and with FUSED_REQUANT as well +6.4 % (23.58 MHz
+against 22.17)."""
