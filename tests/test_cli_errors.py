@@ -99,8 +99,8 @@ def test_unknown_config_key_suggests_the_closest(capsys: pytest.CaptureFixture[s
     path.write_text("LOG_BLOK = 4\nlog_batches = 0\n")
     code, out, err = run(capsys, "config", "check", str(path))
     assert (code, out) == (2, "")
-    assert "  - unknown key 'LOG_BLOK' (did you mean LOG_BLOCK?); known keys are BUS_BYTES, " in err
-    assert "  - unknown key 'log_batches' (did you mean log_batch?); known keys are BUS_BYTES, " in err
+    assert "  - unknown key 'LOG_BLOK' (did you mean LOG_BLOCK?); known keys are ALU_PIPELINE, BUS_BYTES, " in err
+    assert "  - unknown key 'log_batches' (did you mean log_batch?); known keys are ALU_PIPELINE, BUS_BYTES, " in err
 
 
 def test_a_mistyped_option_shows_the_subcommand_usage(capsys: pytest.CaptureFixture[str]) -> None:
