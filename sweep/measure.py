@@ -3,7 +3,7 @@
 ``model`` mode: :func:`vta.compiler.pipeline.plan_graph` for the config (the model is loaded and quantized once per
 worker: quantization does not depend on the config): the compile's partition and schedule search with the cycle model's
 prediction (:func:`vta.cost.estimate`) and event counts of every accelerator layer's program, without keeping
-programs; :func:`vta.sweep.area.estimate_area` and :mod:`vta.energy` over the layers' counters. ``exact`` mode:
+programs; :func:`vta.area.estimate_area` and :mod:`vta.energy` over the layers' counters. ``exact`` mode:
 :func:`vta.compiler.pipeline.compile_graph`, then :func:`vta.compiler.runtime.executor.run` on the ``tsim`` target
 (Verilator; cycles from the core's counters; a build per config, minutes each). A point's area is the analytical
 model's, or with ``area = "yosys"`` (the default in exact mode) the sum of its modules' Yosys counts
@@ -27,12 +27,12 @@ from collections import OrderedDict
 from datetime import datetime, timezone
 from typing import Any, Iterator
 
+from vta.area import Area, estimate_area
 from vta.clock import design_clock
 from vta.config import VTAConfig
 from vta.counts import program_counts
 from vta.energy import load_tech, static_pj
 
-from .area import Area, estimate_area
 from .spec import Point
 
 __all__ = ["measure", "PointTimeout", "COMPILE_CACHE_SIZE"]

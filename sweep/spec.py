@@ -50,7 +50,7 @@ __all__ = ["SweepSpec", "Design", "Point", "SweepSpecError", "load_spec", "parse
 
 MODES = ("model", "exact")
 AREAS = ("model", "yosys")
-"""How a point's area is measured: the analytical model (:mod:`vta.sweep.area`) or Yosys (:mod:`vta.sweep.synth`)."""
+"""How a point's area is measured: the analytical model (:mod:`vta.area`) or Yosys (:mod:`vta.sweep.synth`)."""
 """``model``: the analytical cycle model (vta.cost), area model and energy model; ``exact``: tsim cycles."""
 KNOBS: dict[str, tuple[Any, ...]] = {"policy": ("auto", "accel"), "double_buffer": (True, False)}
 """Compile knobs a sweep may vary, with their allowed values (see vta.compiler.pipeline.compile_model)."""

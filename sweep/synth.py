@@ -122,7 +122,7 @@ class DesignArea:
 
     @property
     def area_clb(self) -> float:
-        """CLB-equivalents, the scalar :func:`vta.sweep.area.estimate_area` uses."""
+        """CLB-equivalents, the scalar :func:`vta.area.estimate_area` uses."""
         return round(max(self.lut / 8, self.ff / 16) + 2.5 * self.dsp + 5 * self.bram, 1)
 
 

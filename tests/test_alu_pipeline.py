@@ -135,7 +135,7 @@ def test_the_clock_model_moves_the_block_ram_read_off_the_alu_path() -> None:
 def test_the_area_model_counts_the_operand_registers() -> None:
     """The knob's area as measured at BLOCK 4 (vta hw resources: +18 LUT, +311 FF): two operand registers of an acc
     entry each, no DSP or block RAM."""
-    from vta.sweep.area import config_from_name, estimate_area
+    from vta.area import config_from_name, estimate_area
     small = load_config(ROOT / "configs/timing/small1x4.toml")
     off, on = estimate_area(small), estimate_area(small.replace(alu_pipeline=True))
     assert (on.lut - off.lut, on.ff - off.ff, on.dsp - off.dsp, on.bram - off.bram) == (18, 311, 0, 0)

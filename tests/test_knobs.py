@@ -204,7 +204,7 @@ def test_tiny_model_on_tsim_with_the_knob_is_bit_exact() -> None:
 
 # ---- sweep ----------------------------------------------------------------------------------------------------------
 def test_a_sweep_varies_the_knob_and_its_area_model_counts_it() -> None:
-    from vta.sweep.area import REQ_LANE_LUTS, config_from_name, estimate_area
+    from vta.area import REQ_LANE_LUTS, config_from_name, estimate_area
     from vta.sweep.spec import parse_spec
     spec = parse_spec({"sweep": {"models": ["tiny_cnn"]}, "vary": {"FUSED_REQUANT": [False, True]}})
     cfgs = [d.cfg for d in spec.designs()]
@@ -297,13 +297,13 @@ def test_conv_with_gemm_overwrite_is_bit_exact_without_zeroing_gemms(per_tensor:
 
 
 def test_the_area_model_and_names_cover_every_knob() -> None:
-    """Every knob's tag round-trips through sweep.area.config_from_name; CONCURRENT_ALU's banks, second uop read port
+    """Every knob's tag round-trips through vta.area.config_from_name; CONCURRENT_ALU's banks, second uop read port
     and engine cost LUTs, FFs and block RAM in the analytical model (it measured +5,209 LUT, +1,954 FF, +6.5 BRAM with
     native Yosys), no DSP."""
     import itertools
 
+    from vta.area import config_from_name, estimate_area
     from vta.config import KNOBS
-    from vta.sweep.area import config_from_name, estimate_area
     for flags in itertools.product((False, True), repeat=len(KNOBS)):
         knobs = dict(zip(KNOBS, flags))
         if knobs["alu_pipeline"] and knobs["concurrent_alu"]:  # refused (tests/test_alu_pipeline.py)

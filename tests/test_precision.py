@@ -281,7 +281,7 @@ def test_tiny_cnn_w4a4_bit_exact_on_tsim(tiny_w4a4):
 
 def test_area_model_follows_the_widths():
     """int4 x int8 keeps a DSP per MAC; int4 x int4 products go to LUTs (as Yosys maps them); buffers shrink."""
-    from vta.sweep.area import estimate_area
+    from vta.area import estimate_area
     base, w4a8, w4a4 = (estimate_area(c) for c in (VTAConfig(), W4A8, W4A4))
     assert base.dsp == w4a8.dsp == 305 and w4a4.dsp == 305 - 256
     assert w4a4.lut > base.lut == w4a8.lut

@@ -1,12 +1,12 @@
-"""vta.sweep.area: the analytical area model against the Yosys figures of docs/hardware.md, and its structure."""
+"""vta.area: the analytical area model against the Yosys figures of docs/hardware.md, and its structure."""
 from __future__ import annotations
 
 import json
 
 import pytest
 
+from vta.area import _RAMB36, MEASURED, _tile, cached_measurements, config_from_name, estimate_area, memories
 from vta.config import VTAConfig
-from vta.sweep.area import _RAMB36, MEASURED, _tile, cached_measurements, config_from_name, estimate_area, memories
 
 
 def test_default_design_matches_the_yosys_figures_exactly():

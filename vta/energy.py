@@ -18,7 +18,7 @@ area. Events per accelerator layer follow from its counters (a run's statistics,
 
 SRAM energy per byte is the file's access energy at the buffer's size (interpolated in log2 of the size) divided by
 the access width in bytes. CPU layers cost ``cpu.mac_pj`` per MAC; static energy is ``static.mw_per_kclb`` times the
-design's area (CLB-equivalents, :mod:`vta.sweep.area`) times the inference's time. All energies are pJ.
+design's area (CLB-equivalents, :mod:`vta.area`) times the inference's time. All energies are pJ.
 
 On the ground floor (it imports only :mod:`vta.config`): the sweep (:mod:`vta.sweep.measure`) and the per-run
 reports (:mod:`vta.compiler.report`) use the same model.
