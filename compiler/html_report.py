@@ -173,8 +173,11 @@ def _summary(report: Report) -> str:
         items.append(f"one inference: {t['latency_us']:,.3f} us of accelerator time at {clock_text} (from "
                      f"{_esc(t.get('latency_cycles') or 'its')} cycles; CPU layers not counted){ips}")
     if t.get("energy_uj"):
-        items.append(f"energy per inference: {t['energy_uj']:,.3f} uJ dynamic ({_esc(report.tech)}; static energy "
-                     f"needs an area: see a sweep)")
+        static = t.get("energy_static_uj")
+        items.append(f"energy per inference: {t['energy_uj']:,.3f} uJ dynamic ({_esc(report.tech)})" + (
+            f"; static {static:,.3f} uJ ({report.static_mw:,.2f} mW over the accelerator time, analytical area "
+            f"{report.area_clb:,.0f} CLB-equivalents); total {t['energy_total_uj']:,.3f} uJ" if static is not None
+            else "; static energy not known (no area recorded in this report)"))
     host = f"host time: {t['ms']:,.1f} ms over all layers (wall clock of the simulation on this machine, not the " \
            f"accelerator's time)"
     if report.extra.get("build_seconds"):

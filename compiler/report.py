@@ -18,7 +18,10 @@ type from the backend's statistics (:data:`vta.counters.BYTE_COUNTERS`; None on 
 DRAM byte; ``macs_per_cycle`` the MACs per cycle it achieved (measured cycles, tsim only). ``energy_uj`` and the
 ``energy_<part>_uj`` columns are microjoules from :mod:`vta.energy` and a technology file (default the 45 nm table):
 accelerator layers from their statistics (MACs, ALU lanes, SRAM bytes per buffer, DRAM bytes), layers on a CPU or
-GPU fallback at the file's ``cpu.mac_pj`` per MAC. Static energy needs an area and is left to the sweep.
+GPU fallback at the file's ``cpu.mac_pj`` per MAC. ``energy_uj`` is dynamic energy. Static energy (leakage and clock
+tree): the totals' ``energy_static_uj`` is the report's ``static_mw`` (the technology file's ``static.mw_per_kclb``
+times the design's analytical area in CLB-equivalents, :func:`vta.area.estimate_area`, kept as ``area_clb``) over
+``latency_us``, the accelerator's time at the report's clock (CPU layers not counted); ``energy_total_uj`` is the sum.
 
 :meth:`Report.plot` draws per-layer stacked bars of where the cycles (per module, from the counters) and the energy
 went; :meth:`Report.plot_roofline` the roofline (operational intensity against achieved MACs per cycle, the compute
@@ -36,10 +39,11 @@ from dataclasses import asdict, dataclass, field
 from os import PathLike
 from typing import Any, Iterable, Mapping
 
+from vta.area import estimate_area
 from vta.clock import Clock, design_clock
 from vta.config import VTAConfig
 from vta.counters import BYTE_COUNTERS, CYCLE_CLASSES, MODULES
-from vta.energy import BUFFERS, Tech, layer_energy, load_tech
+from vta.energy import BUFFERS, Tech, layer_energy, load_tech, static_pj
 from vta.fileio import atomic_path, atomic_write_text
 
 from .runtime.compiled import AccelStep, Compiled
@@ -131,6 +135,11 @@ class Report:
     """Where ``clock_mhz`` comes from (:data:`vta.clock.SOURCES`)."""
     clock_note: str = ""
     """What the clock was measured against (tool, device, seed; or the model and its error)."""
+    area_clb: float | None = None
+    """The design's area in CLB-equivalents of the analytical model (:func:`vta.area.estimate_area`), None in a
+    report saved before it was recorded."""
+    static_mw: float | None = None
+    """The design's static power in milliwatts (``tech``'s ``static.mw_per_kclb`` times ``area_clb`` / 1000)."""
 
     def __post_init__(self) -> None:
         for row in self.rows:  # each accelerator layer's time at this report's clock
@@ -140,7 +149,8 @@ class Report:
     def with_clock(self, mhz: float, source: str = "user", note: str = "") -> "Report":
         """The same report with its times at another clock (``mhz``, from ``source``)."""
         return Report(self.model, self.config, self.target, [dict(r) for r in self.rows], self.macs_per_cycle, mhz,
-                      dict(self.extra), self.bus_bytes, self.config_fields, self.tech, source, note)
+                      dict(self.extra), self.bus_bytes, self.config_fields, self.tech, source, note, self.area_clb,
+                      self.static_mw)
 
     @property
     def totals(self) -> dict[str, Any]:
@@ -157,6 +167,9 @@ class Report:
         measured = bool(accel) and all(r["cycles"] is not None for r in accel)
         latency = sum(r["cycles"] if measured else r.get("predicted") or 0 for r in accel)
         latency_us = round(latency / self.clock_mhz, 3) if latency else None
+        traffic = self._traffic_totals()
+        static = round(self.static_mw * latency_us * 1e-3, 6) if self.static_mw is not None and latency_us else None
+        dynamic = traffic.get("energy_uj")
         return {"layers": len(self.rows), "accel_layers": sum(r["where"] == "accel" for r in self.rows),
                 "cpu_layers": sum(r["where"] == "cpu" for r in self.rows), "macs": total("macs"),
                 "accel_macs": accel_macs, "gemm_uops": total("gemm_uops"), "alu_uops": total("alu_uops"),
@@ -166,7 +179,8 @@ class Report:
                 "inferences_per_s": round(1e6 / latency_us, 3) if latency_us else None,
                 "bound": self._bound(), "bytes": total("bytes"),
                 "ms": round(sum(r["ms"] for r in self.rows), 3), "conversions": total("conversions"),
-                **self._traffic_totals()}
+                **traffic, "energy_static_uj": static,
+                "energy_total_uj": round(dynamic + static, 6) if dynamic is not None and static is not None else None}
 
     def _bound(self) -> str:
         """:func:`run_bound` over the accelerator layers: each layer's bound from the core's counters where the run
@@ -197,7 +211,8 @@ class Report:
     def to_dict(self) -> dict[str, Any]:
         return {"model": self.model, "config": self.config, "target": self.target, "macs_per_cycle":
                 self.macs_per_cycle, "clock_mhz": self.clock_mhz, "clock_source": self.clock_source,
-                "clock_note": self.clock_note, "bus_bytes": self.bus_bytes,
+                "clock_note": self.clock_note, "bus_bytes": self.bus_bytes, "area_clb": self.area_clb,
+                "static_mw": self.static_mw,
                 "config_fields": self.config_fields, "tech": self.tech, "layers": self.rows, "totals": self.totals,
                 **self.extra}
 
@@ -222,8 +237,7 @@ class Report:
             rows.append({k: row.get(k, "" if k in text else 0 if k in (
                 "gemm_uops", "alu_uops", "bytes", "ms", "conversions") else None) for k in COLUMNS})
         known = {"model", "config", "target", "macs_per_cycle", "clock_mhz", "bus_bytes", "config_fields", "tech",
-                 "clock_source", "clock_note",
-                 "layers", "totals"}
+                 "clock_source", "clock_note", "area_clb", "static_mw", "layers", "totals"}
         if "bit_exact_vs_reference" in data and "matches_integer_reference" not in data:  # a report before the rename
             data = {**data, "matches_integer_reference": data["bit_exact_vs_reference"]}
         try:
@@ -231,7 +245,8 @@ class Report:
                        int(data.get("macs_per_cycle") or 1), float(data.get("clock_mhz") or 100.0),
                        {k: v for k, v in data.items() if k not in known}, int(data.get("bus_bytes") or 8),
                        data.get("config_fields"), str(data.get("tech") or ""),
-                       str(data.get("clock_source") or "user"), str(data.get("clock_note") or ""))
+                       str(data.get("clock_source") or "user"), str(data.get("clock_note") or ""),
+                       _optional_float(data.get("area_clb")), _optional_float(data.get("static_mw")))
         except (TypeError, ValueError) as err:
             raise ReportError(f"{source}: a report field has the wrong type ({err})") from None
 
@@ -245,9 +260,10 @@ class Report:
         rows = [dict(r) for r in self.rows]
         for row in rows:
             _fill_energy(row, cfg, tech)
+        area = estimate_area(cfg).area_clb
         return Report(self.model, self.config, self.target, rows, self.macs_per_cycle, self.clock_mhz,
                       dict(self.extra), self.bus_bytes, self.config_fields, tech.name, self.clock_source,
-                      self.clock_note)
+                      self.clock_note, area, _static_mw(tech, area))
 
     def write_json(self, path: str | PathLike[str]) -> None:
         """Write :meth:`to_dict` as JSON, atomically (a failure leaves any previous file intact)."""
@@ -348,9 +364,18 @@ class Report:
         if t.get("energy_uj"):
             parts = [(p, t.get(f"energy_{p}_uj") or 0.0) for p in ENERGY_PARTS]
             shares = ", ".join(f"{p} {100 * v / t['energy_uj']:.1f}%" for p, v in parts if v)
-            lines.extend(textwrap.wrap(f"energy per inference: {t['energy_uj']:,.3f} uJ dynamic ({shares})", 120,
-                                       subsequent_indent="  "))
+            lines.extend(textwrap.wrap(f"energy per inference: {t['energy_uj']:,.3f} uJ dynamic ({shares})"
+                                       + self._static_text(), 120, subsequent_indent="  "))
         return lines
+
+    def _static_text(self) -> str:
+        """``; static ... uJ ..., total ... uJ`` for the energy line, or a note on why static energy is absent."""
+        t = self.totals
+        if t.get("energy_static_uj") is None:
+            return "; static energy: not known (no area recorded in this report)" if self.static_mw is None else ""
+        return (f"; static {t['energy_static_uj']:,.3f} uJ ({self.static_mw:,.2f} mW over {t['latency_us']:,.1f} us "
+                f"of accelerator time at {self.clock_mhz:.4g} MHz; analytical area {self.area_clb:,.0f} "
+                f"CLB-equivalents); total {t['energy_total_uj']:,.3f} uJ")
 
     def plot(self, path: str | PathLike[str]) -> None:
         """:meth:`figure` written to ``path`` (PNG/SVG/PDF by its suffix), atomically."""
@@ -853,6 +878,17 @@ def _num(value: float | None, digits: int) -> str:
     return "-" if value is None else f"{value:,.{digits}f}"
 
 
+def _optional_float(value: Any) -> float | None:
+    """``value`` as a float, None kept (a saved report's optional number)."""
+    return None if value is None else float(value)
+
+
+def _static_mw(tech: Tech, area_clb: float) -> float:
+    """Static power (mW) of a design of ``area_clb`` CLB-equivalents in ``tech``: :func:`vta.energy.static_pj` over
+    one millisecond, in nanojoules, is milliwatts."""
+    return round(static_pj(tech, area_clb, 1e-3) * 1e-6, 6)
+
+
 def _opt(value: int | None) -> str:
     return "-" if value is None else f"{value:,}"
 
@@ -895,9 +931,10 @@ def build_report(compiled: Compiled, out: RunOutput, *, model: str | None = None
                         for m in MODULES for c in CYCLE_CLASSES},
                      **_traffic(stat.counters, stat.macs, stat.cycles)})
         _fill_energy(rows[-1], cfg, tech)
+    area = estimate_area(cfg).area_clb
     return Report(model or compiled.graph.name, out.config, out.target, rows, cfg.macs_per_cycle, clock.mhz,
                   bus_bytes=cfg.bus_bytes, config_fields=cfg.to_dict(), tech=tech.name, clock_source=clock.source,
-                  clock_note=clock.note)
+                  clock_note=clock.note, area_clb=area, static_mw=_static_mw(tech, area))
 
 
 def _shapes(compiled: Compiled, step: Any) -> dict[str, str]:

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from vta.compiler.pipeline import compile_model, random_inputs
-from vta.compiler.report import BYTE_COLUMNS, COLUMNS, ENERGY_COLUMNS, MODULE_COLUMNS, Report, build_report
+from vta.compiler.report import BYTE_COLUMNS, COLUMNS, ENERGY_COLUMNS, MODULE_COLUMNS, Report, build_report, load_report
 from vta.compiler.runtime.executor import run
 from vta.config import VTAConfig
 
@@ -46,8 +46,8 @@ def test_rows_of_tiny_cnn_on_fsim(report):
 def test_totals_of_tiny_cnn_on_fsim(report):
     totals = dict(report.totals)
     assert totals.pop("ms") >= 0
-    for key in BYTE_COLUMNS + ENERGY_COLUMNS + ("intensity",):  # test_report_energy.py checks these
-        totals.pop(key)
+    for key in BYTE_COLUMNS + ENERGY_COLUMNS + ("intensity", "energy_static_uj", "energy_total_uj"):
+        totals.pop(key)  # checked by the energy tests and test_static_energy_...
     assert totals == {"layers": 6, "accel_layers": 3, "cpu_layers": 3, "macs": 25600, "accel_macs": 25600,
                       "gemm_uops": 304, "alu_uops": 340, "cycles": None, "util": None, "predicted": 2589,
                       "accel_ms_at_clock": None, "latency_us": round(2589 / report.clock_mhz, 3),
@@ -55,6 +55,30 @@ def test_totals_of_tiny_cnn_on_fsim(report):
                       "inferences_per_s": round(1e6 / round(2589 / report.clock_mhz, 3), 3),
                       "bound": "load", "bytes": 12156, "conversions": 4}
     assert report.module_breakdown() is None and report.format_modules() == []
+
+
+def test_static_energy_is_the_designs_static_power_over_the_accelerator_time(report, tmp_path):
+    from vta.area import estimate_area
+    from vta.energy import load_tech
+    t = report.totals
+    area = estimate_area(VTAConfig()).area_clb
+    assert report.area_clb == area
+    assert report.static_mw == pytest.approx(load_tech().static_mw_per_kclb * area / 1000)
+    assert t["energy_static_uj"] == pytest.approx(report.static_mw * t["latency_us"] * 1e-3, rel=1e-6)  # mW x us
+    assert t["energy_total_uj"] == pytest.approx(t["energy_uj"] + t["energy_static_uj"])
+    assert f"static {t['energy_static_uj']:,.3f} uJ" in " ".join(" ".join(report.format_traffic()).split())
+    report.write_json(tmp_path / "r.json")
+    again = load_report(tmp_path / "r.json")
+    assert (again.area_clb, again.static_mw, again.totals["energy_static_uj"]) == (
+        report.area_clb, report.static_mw, t["energy_static_uj"])
+    slower = report.with_clock(report.clock_mhz / 2)  # twice the time, twice the static energy
+    assert slower.totals["energy_static_uj"] == pytest.approx(2 * t["energy_static_uj"], rel=1e-4)
+    data = json.loads((tmp_path / "r.json").read_text())
+    del data["area_clb"], data["static_mw"]  # a report saved before static energy was recorded
+    old = Report.from_dict(data)
+    assert old.totals["energy_static_uj"] is None and old.totals["energy_total_uj"] is None
+    text = " ".join(" ".join(old.format_traffic()).split())
+    assert "static energy: not known (no area recorded in this report)" in text
 
 
 def test_json_round_trip(report, tmp_path):
