@@ -4,48 +4,45 @@ A design's precision (``LOG_INP_WIDTH``, ``LOG_WGT_WIDTH``) sets how the compile
 (:func:`vta.compiler.frontend.quantize.quantize` with ``act_bits`` / ``wgt_bits``); the design runs that quantized
 graph bit-exactly (fsim and tsim match :func:`vta.compiler.qops.run_reference`), so its accuracy is the reference's,
 computed here on the fast path (numpy, no simulation) and cached on disk per (model file, widths, calibration,
-samples): designs that differ in anything else share one evaluation.
+evaluation set): designs that differ in anything else share one evaluation.
 
-What is measured, by the evaluation data available:
+What it is measured on is the model's evaluation set (:mod:`vta.sweep.evalset`): test accuracy on a
+``MODEL.eval.npz`` with labels, else top-1 agreement of the quantized model's argmax with the float model's (ONNX
+Runtime on the model's file, else the float reference): on the file's inputs, on EfficientNet-Lite0's 504
+photos-derived inputs, or on ``samples`` seeded random inputs.
 
-* ``MODEL.eval.npz`` beside an ONNX file (``x``: stacked inputs of the model's first input; ``y``: int labels,
-  optional; ``calib``: the inputs to calibrate on, optional, default the first 200 of ``x``; scripts/train_digits.py
-  writes one with the digits test split and 200 training images): with ``y``, ``accuracy`` is test accuracy
-  in percent and ``accuracy_float`` the float model's; without, top-1 agreement with the float model;
-* otherwise ``samples`` seeded random inputs (seed 1000, distinct from calibration's): top-1 agreement (percent) of
-  the quantized model's argmax with the float reference's (:func:`vta.compiler.frontend.float_ref.run_float`).
-
-Calibration is shared with the sweep's compile (:func:`calibrated`, once per model in a process): the evaluation
-file's ``calib`` where it has one, else the zoo's real images, else 4 seeded random samples; ``method`` (another
-calibration method) calibrates again. The float model runs on onnxruntime where there is an ONNX file.
+Work is cut in chunks of the set: the top-1 classes of one chunk at one width pair (and the float model's, shared by
+every width pair) are a cache file of their own, computed under a file lock, so two workers never compute one chunk
+twice and a second one waits for the first's result. :func:`accuracy_jobs` lists the chunks a sweep still needs (the
+runner hands them to its workers before the points, costliest first); :func:`model_accuracy` puts a width pair's
+chunks together (computing any that are missing). Per process, each model is calibrated once
+(:func:`calibrated`, shared with the sweep's compile) and quantized once per width pair (:func:`quantized`).
 """
 from __future__ import annotations
 
+import io
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from vta.cache import cache_root, file_sha256
-from vta.fileio import atomic_write_text
+from vta.cache import cache_root, entry_lock, file_sha256
+from vta.fileio import atomic_write_bytes, atomic_write_text
 
-__all__ = ["model_accuracy", "eval_data_path", "calibrated", "four_way_front", "front_table", "plot_accuracy",
-           "OBJECTIVES", "ACCURACY_SAMPLES", "ACCURACY_VERSION"]
+from .evalset import EvalSet, calibration_inputs, chunk_inputs, eval_data_path, eval_set
+
+__all__ = ["model_accuracy", "eval_data_path", "calibrated", "quantized", "AccuracyJob", "accuracy_jobs",
+           "run_accuracy_job", "four_way_front", "front_table", "plot_accuracy", "OBJECTIVES", "ACCURACY_SAMPLES",
+           "ACCURACY_VERSION"]
 
 ACCURACY_SAMPLES = 32
 """Seeded random inputs an accuracy without evaluation data is measured on."""
-ACCURACY_VERSION = 3
-"""Part of every cache key: bump it when what is measured changes."""
-
-
-def eval_data_path(model: str) -> Path | None:
-    """``MODEL.eval.npz`` beside an ONNX file ``model`` (``digits.onnx`` -> ``digits.eval.npz``), when it exists."""
-    if not model.endswith(".onnx"):
-        return None
-    path = Path(model[:-len(".onnx")] + ".eval.npz")
-    return path if path.is_file() else None
+ACCURACY_VERSION = 4
+"""Part of every cache key: bump it when what is measured changes (4: EfficientNet-Lite0 on its photos-derived set,
+results in chunks)."""
 
 
 def _model_key(model: str) -> str:
@@ -56,52 +53,176 @@ def _model_key(model: str) -> str:
     return f"{model}.v{ZOO_VERSION}"
 
 
+def _stem(model: str, es: EvalSet, method: str | None) -> str:
+    """The cache-file prefix shared by a model's results on ``es`` with calibration ``method``."""
+    return "_".join([_model_key(model), method or "minmax", es.key, f"v{ACCURACY_VERSION}"]).replace("/", "_")
+
+
+def _result_path(model: str, act_bits: int, wgt_bits: int, method: str | None, es: EvalSet) -> Path:
+    return cache_root("accuracy") / f"{_stem(model, es, method)}_w{wgt_bits}a{act_bits}.json"
+
+
+def _chunk_path(model: str, widths: tuple[int, int] | None, method: str | None, es: EvalSet, index: int) -> Path:
+    """The top-1 classes of chunk ``index`` at ``widths`` (act_bits, wgt_bits), or of the float model (None)."""
+    which = "float" if widths is None else f"w{widths[1]}a{widths[0]}"
+    stem = _stem(model, es, None if widths is None else method)
+    return cache_root("accuracy") / "chunks" / f"{stem}_{which}_c{index}.npy"
+
+
 def model_accuracy(model: str, act_bits: int, wgt_bits: int, *, method: str | None = None,
                    samples: int = ACCURACY_SAMPLES) -> dict[str, Any]:
     """``{"accuracy": percent, "accuracy_on": what it was measured on, "accuracy_float": percent or None}`` of
-    ``model`` (zoo name or ONNX path) quantized to ``act_bits`` / ``wgt_bits`` (8 or 4); see the module docstring.
-    Cached in the cache folder ``accuracy``."""
-    data = eval_data_path(model)
-    key = "_".join([_model_key(model), f"w{wgt_bits}a{act_bits}", method or "minmax",
-                    f"eval{file_sha256(data)[:12]}" if data else f"n{samples}", f"v{ACCURACY_VERSION}"])
-    folder = cache_root("accuracy")
-    path = folder / f"{key.replace('/', '_')}.json"
+    ``model`` (zoo name or ONNX path) quantized to ``act_bits`` / ``wgt_bits`` (8 or 4) with calibration ``method``
+    (None: the shared minmax one); see the module docstring. Cached in the cache folder ``accuracy``."""
+    es = eval_set(model, samples)
+    path = _result_path(model, act_bits, wgt_bits, method, es)
     if path.is_file():
         try:
             return dict(json.loads(path.read_text()))
         except (OSError, ValueError):
             pass  # a damaged entry is measured again
-    result = _measure(model, act_bits, wgt_bits, method, samples, data)
-    folder.mkdir(parents=True, exist_ok=True)
+    quant = np.concatenate([_chunk_tops(model, (act_bits, wgt_bits), method, es, i) for i in range(es.chunks)])
+    floats = np.concatenate([_chunk_tops(model, None, None, es, i) for i in range(es.chunks)])
+    if es.labelled:
+        assert es.path is not None
+        with np.load(es.path) as npz:
+            labels = np.asarray(npz["y"])[:es.size]
+        result = {"accuracy": 100.0 * float((quant == labels).mean()), "accuracy_on": es.on,
+                  "accuracy_float": 100.0 * float((floats == labels).mean())}
+    else:
+        result = {"accuracy": 100.0 * float((quant == floats).mean()), "accuracy_on": es.on, "accuracy_float": None}
+    path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(path, json.dumps(result, sort_keys=True) + "\n")
     return result
 
 
+@dataclass(frozen=True)
+class AccuracyJob:
+    """One chunk of ``model``'s evaluation set to evaluate at each of ``widths`` ((act_bits, wgt_bits) pairs) and
+    on the float model: ``inputs`` inputs, ``samples`` as :func:`model_accuracy` takes it."""
+
+    model: str
+    chunk: int
+    widths: tuple[tuple[int, int], ...]
+    inputs: int
+    samples: int = ACCURACY_SAMPLES
+
+
+def accuracy_jobs(needed: Iterable[tuple[str, int, int]], *,
+                  samples: int = ACCURACY_SAMPLES) -> tuple[list[AccuracyJob], dict[str, str]]:
+    """The chunks still to evaluate for the (model, act_bits, wgt_bits) accuracies ``needed``, one job per chunk
+    with every width pair it lacks, costliest (inputs x width pairs) first; and per model whose evaluation set
+    cannot be named, why (its points then report the error themselves). Cheap: reads only the cache folder."""
+    pairs: dict[str, set[tuple[int, int]]] = {}
+    for model, act_bits, wgt_bits in needed:
+        pairs.setdefault(model, set()).add((act_bits, wgt_bits))
+    jobs: list[AccuracyJob] = []
+    problems: dict[str, str] = {}
+    for model, widths in pairs.items():
+        try:
+            es = eval_set(model, samples)
+        except (ValueError, OSError) as err:
+            problems[model] = f"{type(err).__name__}: {err}"
+            continue
+        todo = sorted(w for w in widths if not _result_path(model, w[0], w[1], None, es).is_file())
+        for index in range(es.chunks):
+            missing = tuple(w for w in todo if not _chunk_path(model, w, None, es, index).is_file())
+            if missing:
+                jobs.append(AccuracyJob(model, index, missing, len(es.span(index)), samples))
+    jobs.sort(key=lambda j: -j.inputs * len(j.widths))
+    return jobs, problems
+
+
+def run_accuracy_job(job: AccuracyJob) -> AccuracyJob:
+    """Evaluate ``job``'s chunk on the float model and at each of its widths (each result cached; one a worker is
+    already computing is waited for, not computed again). Returns ``job``."""
+    es = eval_set(job.model, job.samples)
+    memo: dict[str, list[dict[str, np.ndarray]]] = {}
+    _chunk_tops(job.model, None, None, es, job.chunk, memo)
+    for widths in job.widths:
+        _chunk_tops(job.model, widths, None, es, job.chunk, memo)
+    return job
+
+
+def _chunk_tops(model: str, widths: tuple[int, int] | None, method: str | None, es: EvalSet, index: int,
+                memo: dict[str, list[dict[str, np.ndarray]]] | None = None) -> np.ndarray:
+    """Top-1 class per input of chunk ``index`` of ``es``: quantized to ``widths`` (act_bits, wgt_bits) on the
+    integer reference, or the float model's (None). Cached (``accuracy/chunks/``) and computed under the entry's
+    file lock. ``memo`` keeps the chunk's inputs (key ``inputs``) for the job's next call."""
+    path = _chunk_path(model, widths, method, es, index)
+
+    def compute() -> np.ndarray:
+        graph, _ = calibrated(model)
+        if memo is not None and "inputs" in memo:
+            inputs = memo["inputs"]
+        else:
+            inputs = chunk_inputs(es, graph, index)[0]
+            if memo is not None:
+                memo["inputs"] = inputs
+        if widths is None:
+            return _float_tops(model, graph, inputs)
+        from vta.compiler.qops import run_reference
+        qgraph = quantized(model, widths[0], widths[1], method)
+        out = graph.outputs[0]
+        return np.asarray([int(np.asarray(run_reference(qgraph, x)[out]).reshape(-1).argmax()) for x in inputs])
+
+    return _cached_array(path, compute)
+
+
+def _cached_array(path: Path, compute: Callable[[], np.ndarray]) -> np.ndarray:
+    """The int64 array saved at ``path``, else ``compute()``'s, saved there (atomically); computed under a file lock
+    on the entry, so a second process waits for the first's result instead of computing it again."""
+    def read() -> np.ndarray | None:
+        try:
+            return np.asarray(np.load(path, allow_pickle=False), np.int64)
+        except (OSError, ValueError):
+            return None  # missing, or damaged: computed (again)
+
+    found = read() if path.is_file() else None
+    if found is not None:
+        return found
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with entry_lock(path.parent, path.name):
+        found = read() if path.is_file() else None
+        if found is not None:
+            return found
+        values = np.asarray(compute(), np.int64)
+        buffer = io.BytesIO()
+        np.save(buffer, values, allow_pickle=False)
+        atomic_write_bytes(path, buffer.getvalue())
+        return values
+
+
 _CALIBRATED: dict[str, tuple[Any, Any]] = {}
 """model -> (its float graph, its Calibration), measured once per process (see :func:`calibrated`)."""
-_FLOAT_TOP: dict[tuple[str, str], np.ndarray] = {}
-"""(model, evaluation set) -> the float model's top-1 per input, once per process."""
+_QUANTIZED: dict[tuple[str, int, int, str | None], Any] = {}
+"""(model, act_bits, wgt_bits, method) -> the quantized graph, once per process (see :func:`quantized`)."""
 
 
 def calibrated(model: str) -> tuple[Any, Any]:
     """``model``'s float graph and its calibration (:func:`vta.compiler.frontend.quantize.calibrate` of the prepared
-    graph), once per process: on the evaluation file's ``calib`` inputs (or its first 200 ``x``), else as the compile
-    always did (the zoo's real images, else 4 seeded random samples). Every width pair quantizes from it
+    graph on :func:`vta.sweep.evalset.calibration_inputs`), once per process. Every width pair quantizes from it
     (``quantize(..., calibration=...)``), the sweep's compile and this accuracy alike."""
     if model not in _CALIBRATED:
         from vta.compiler.frontend.quantize import calibrate, prepare
-        from vta.compiler.pipeline import calibration_inputs, load_graph
+        from vta.compiler.pipeline import load_graph
         graph = load_graph(model)
-        data = eval_data_path(model)
-        inputs = None
-        if data is not None:
-            with np.load(data) as npz:
-                calib = npz["calib"] if "calib" in npz.files else npz["x"][:200]
-                inputs = {graph.inputs[0]: np.asarray(calib, np.float32)}
-        if inputs is None:
-            inputs = calibration_inputs(model, graph, 1, 4)
-        _CALIBRATED[model] = (graph, calibrate(prepare(graph), inputs))
+        _CALIBRATED[model] = (graph, calibrate(prepare(graph), calibration_inputs(model, graph)))
     return _CALIBRATED[model]
+
+
+def quantized(model: str, act_bits: int, wgt_bits: int, method: str | None = None) -> Any:
+    """``model`` quantized to ``act_bits`` / ``wgt_bits`` from its :func:`calibrated` ranges (``method``: calibrated
+    again with that method on the same inputs), once per process: the graph the sweep compiles and this module
+    evaluates."""
+    key = (model, act_bits, wgt_bits, method)
+    if key not in _QUANTIZED:
+        from vta.compiler.frontend.quantize import calibrate, prepare, quantize
+        graph, calibration = calibrated(model)
+        if method is not None:
+            calibration = calibrate(prepare(graph), calibration_inputs(model, graph), method=method)
+        _QUANTIZED[key] = quantize(graph, {}, act_bits=act_bits, wgt_bits=wgt_bits, calibration=calibration)
+    return _QUANTIZED[key]
 
 
 def _onnx_path(model: str) -> str | None:
@@ -115,52 +236,31 @@ def _onnx_path(model: str) -> str | None:
         return None
 
 
-def _float_top(model: str, graph: Any, inputs: list[dict[str, np.ndarray]], key: str) -> np.ndarray:
-    """Top-1 of the float model per input: onnxruntime on the model's file where there is one (fast), else the
-    float reference; once per (model, evaluation set) in a process."""
-    if (model, key) not in _FLOAT_TOP:
-        from vta.compiler.frontend.quantize import float_outputs
-        path = _onnx_path(model)
-        out = graph.outputs[0]
-        tops = []
-        for sample in inputs:
-            values, _ = float_outputs(path, graph, sample)
-            tops.append(int(np.asarray(values[out]).reshape(-1).argmax()))
-        _FLOAT_TOP[(model, key)] = np.asarray(tops)
-    return _FLOAT_TOP[(model, key)]
-
-
-def _measure(model: str, act_bits: int, wgt_bits: int, method: str | None, samples: int,
-             data: Path | None) -> dict[str, Any]:
-    from vta.compiler.frontend.quantize import calibrate, prepare, quantize
-    from vta.compiler.pipeline import random_inputs
-    from vta.compiler.qops import run_reference
-    graph, calibration = calibrated(model)
-    labels: np.ndarray | None = None
-    if data is not None:
-        with np.load(data) as npz:
-            x = np.asarray(npz["x"], np.float32)
-            labels = np.asarray(npz["y"]) if "y" in npz.files else None
-        name = graph.inputs[0]
-        inputs = [{name: x[i:i + 1]} for i in range(len(x))]
-        on = f"{len(x)} inputs of {data.name}" + (" (test accuracy, labels)" if labels is not None else
-                                                  " (top-1 agreement with float32)")
-    else:
-        stacked = random_inputs(graph, 1000, samples)
-        batch = graph.shape(graph.inputs[0])[0]
-        inputs = [{k: v[i * batch:(i + 1) * batch] for k, v in stacked.items()} for i in range(samples)]
-        on = f"top-1 agreement with float32 on {samples} seeded random inputs"
-    if method is not None:  # another calibration method than the shared (minmax) one
-        from vta.compiler.pipeline import calibration_inputs
-        calibration = calibrate(prepare(graph), calibration_inputs(model, graph, 1, 4), method=method)
-    qgraph = quantize(graph, {}, act_bits=act_bits, wgt_bits=wgt_bits, calibration=calibration)
+def _float_tops(model: str, graph: Any, inputs: list[dict[str, np.ndarray]]) -> np.ndarray:
+    """Top-1 of the float model per input: onnxruntime on the model's file where there is one (one session for all
+    of ``inputs``), else the float reference."""
     out = graph.outputs[0]
-    q = np.asarray([np.asarray(run_reference(qgraph, sample)[out]).reshape(-1).argmax() for sample in inputs])
-    f = _float_top(model, graph, inputs, on)
-    if labels is not None:
-        return {"accuracy": 100.0 * float((q == labels[:len(q)]).mean()), "accuracy_on": on,
-                "accuracy_float": 100.0 * float((f == labels[:len(f)]).mean())}
-    return {"accuracy": 100.0 * float((q == f).mean()), "accuracy_on": on, "accuracy_float": None}
+    path = _onnx_path(model)
+    session = None
+    if path is not None:
+        try:
+            import onnxruntime as ort
+            opts = ort.SessionOptions()
+            opts.log_severity_level = 3
+            session = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+        except ImportError:
+            session = None
+    tops = []
+    for sample in inputs:
+        if session is not None:
+            feed = {i.name: np.asarray(sample[name], np.int64 if i.type == "tensor(int64)" else np.float32)
+                    for i, name in zip(session.get_inputs(), graph.inputs)}
+            values = session.run(None, feed)[0]
+        else:
+            from vta.compiler.frontend.float_ref import run_float
+            values = run_float(graph, sample)[out]
+        tops.append(int(np.asarray(values).reshape(-1).argmax()))
+    return np.asarray(tops)
 
 
 # ---- the four-way front ---------------------------------------------------------------------------------------------
@@ -206,12 +306,20 @@ def front_table(front: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _precision(row: dict[str, Any]) -> str:
+    """``w8a8``-style name of a row's widths (``wWGTaINP``), from its config."""
+    cfg = row.get("config") or {}
+    return f"w{2 ** cfg.get('LOG_WGT_WIDTH', 3)}a{2 ** cfg.get('LOG_INP_WIDTH', 3)}"
+
+
 def plot_accuracy(groups: dict[str, list[dict[str, Any]]], folder: str | os.PathLike[str]) -> list[Path]:
-    """Per model with accuracy, one PNG ``accuracy_<model>.png``: accuracy against latency, energy and area (the
-    four-way front's 2D projections), every design grey and the front's designs marked. Returns the files."""
+    """Per model with accuracy, one PNG ``accuracy_<model>.png``: accuracy against latency (ms when the latencies
+    reach 10 ms), energy and area (the four-way front's 2D projections), every design grey and the front's designs
+    marked, each accuracy level named by the precisions that reach it (``w8a8``). Returns the files."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator, StrMethodFormatter
 
     from vta.fileio import atomic_path
     written = []
@@ -220,16 +328,33 @@ def plot_accuracy(groups: dict[str, list[dict[str, Any]]], folder: str | os.Path
         if not valid:
             continue
         front = four_way_front(valid)
-        fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
+        fig, axes = plt.subplots(1, 3, figsize=(15, 4.8))
         for ax, (column, _, label) in zip(axes, OBJECTIVES[1:]):
-            ax.scatter([r[column] for r in valid], [r["accuracy"] for r in valid], s=12, c="0.7", label="designs")
-            ax.scatter([r[column] for r in front], [r["accuracy"] for r in front], s=30, c="C3",
+            scale = 1.0
+            if column == "latency_us" and max(r[column] for r in valid) >= 10_000:
+                scale, label = 1e-3, "latency (ms)"
+            ax.scatter([r[column] * scale for r in valid], [r["accuracy"] for r in valid], s=12, c="0.7",
+                       label="designs")
+            ax.scatter([r[column] * scale for r in front], [r["accuracy"] for r in front], s=30, c="C3",
                        label="four-way front")
+            ax.xaxis.set_major_locator(MaxNLocator(6))
+            top = max(r[column] * scale for r in valid)
+            ax.xaxis.set_major_formatter(StrMethodFormatter("{x:,.0f}" if top >= 100 else "{x:,.3g}"))
             ax.set_xlabel(label)
             ax.set_ylabel("accuracy (%)")
             ax.grid(alpha=0.3)
-        axes[0].legend(loc="lower right")
-        fig.suptitle(f"{Path(model).stem}: accuracy ({valid[0].get('accuracy_on', '')}) against the other objectives")
+        levels: dict[float, set[str]] = {}
+        for r in valid:
+            levels.setdefault(r["accuracy"], set()).add(_precision(r))
+        low, high = axes[2].get_ylim()
+        y = low - high
+        for acc in sorted(levels):  # which precisions reach each accuracy, beside the area plot, 5 % apart at least
+            y = max(acc, y + 0.05 * (high - low))
+            axes[2].annotate(", ".join(sorted(levels[acc], reverse=True)), (1.01, y),
+                             xycoords=("axes fraction", "data"), va="center", fontsize=9)
+        axes[0].legend(loc="best")
+        fig.suptitle(f"{Path(model).stem}: accuracy against the other objectives\naccuracy: "
+                     f"{valid[0].get('accuracy_on', '')}", fontsize=11)
         fig.tight_layout()
         path = Path(folder) / f"accuracy_{Path(model).stem}.png"
         path.parent.mkdir(parents=True, exist_ok=True)

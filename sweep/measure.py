@@ -40,7 +40,6 @@ __all__ = ["measure", "PointTimeout", "COMPILE_CACHE_SIZE"]
 COMPILE_CACHE_SIZE = 8
 """Compiled models each worker keeps (least recently used dropped first), keyed by (model, config name, knobs)."""
 
-_graphs: dict[str, Any] = {}
 _compiled: OrderedDict[tuple[str, str, str], Any] = OrderedDict()
 _search: list[Any] = []
 """The worker's one :class:`vta.compiler.lowering.search.SearchCache`, made on first use: the schedule searches and
@@ -92,16 +91,10 @@ class _Deadline:
 
 
 def _quantized(model: str, cfg: VTAConfig) -> Any:
-    """The quantized graph of ``model`` at ``cfg``'s input and weight widths (zoo calibration images or seeded random
-    samples, as compile_model does); one per (model, widths) in a worker."""
-    key = model if (cfg.inp_width, cfg.wgt_width) == (8, 8) else f"{model}@w{cfg.wgt_width}a{cfg.inp_width}"
-    if key not in _graphs:
-        from vta.compiler.frontend.quantize import quantize
-
-        from .accuracy import calibrated
-        graph, calibration = calibrated(model)  # one calibration per model in a worker, for every width pair
-        _graphs[key] = quantize(graph, {}, act_bits=cfg.inp_width, wgt_bits=cfg.wgt_width, calibration=calibration)
-    return _graphs[key]
+    """The quantized graph of ``model`` at ``cfg``'s input and weight widths (:func:`vta.sweep.accuracy.quantized`:
+    one calibration per model in a worker, one quantization per width pair, shared with the accuracy objective)."""
+    from .accuracy import quantized
+    return quantized(model, cfg.inp_width, cfg.wgt_width)
 
 
 def _compile(model: str, cfg: VTAConfig, knobs: dict[str, Any], mode: str) -> tuple[Any, float]:
