@@ -192,3 +192,18 @@ def test_a_dask_worker_killed_mid_sweep_loses_no_row(tmp_path):
     assert (summary.ok, summary.failed) == (3, 1)
     assert rows[victim]["status"] == "failed" and "KilledWorker" in rows[victim]["error"]
     assert all(r["status"] == "ok" and r["cycles"] > 0 for d, r in rows.items() if d != victim)
+
+
+def test_buffer_size_variants_are_grouped_for_one_worker(monkeypatch):
+    """Designs that differ only in buffer sizes form one task (at most GROUP points), in the order of each family's
+    first point; BLOCK (or the model) starts another family."""
+    from vta.sweep import runner
+    monkeypatch.setattr(runner, "GROUP", 3)
+    spec = _spec(["tiny_cnn", "mini_resnet"], {"LOG_BLOCK": [3, 4], "LOG_INP_BUFF_SIZE": [14, 15],
+                                               "LOG_WGT_BUFF_SIZE": [17, 18]})
+    groups = runner._groups(spec.points())
+    described = [(g[0].model, g[0].design.fields["LOG_BLOCK"], len(g)) for g in groups]
+    assert described == [("mini_resnet", 3, 3), ("mini_resnet", 3, 1), ("mini_resnet", 4, 3), ("mini_resnet", 4, 1),
+                         ("tiny_cnn", 3, 3), ("tiny_cnn", 3, 1), ("tiny_cnn", 4, 3), ("tiny_cnn", 4, 1)]
+    assert all(len({runner._family(p) for p in g}) == 1 for g in groups)
+    assert sorted(p.key for g in groups for p in g) == sorted(p.key for p in spec.points())
