@@ -5,7 +5,9 @@ must be C-contiguous and writeable; :meth:`Model.run` works on a copy unless ``i
 FINISH become exceptions: :class:`TsimMemoryError` (an access outside the image, naming the address),
 :class:`TsimWatchdogError` (no progress: each module's state, the last instruction it took, the counters) and
 :class:`TsimBudgetError` (the cycle budget ran out). A run may put seeded random backpressure and extra read latency
-on the memory port (:class:`Stall`; off by default).
+on the memory port (:class:`Stall`; off by default). The DRAM may be sparse: ``windows`` adds buffers at high byte
+addresses (:meth:`Model.run`), so a program can address hundreds of megabytes cheaply. :meth:`Model.run_series` runs
+programs one after another on the same model, asserting its reset between them, as a host does between jobs.
 """
 from __future__ import annotations
 
@@ -25,12 +27,16 @@ from .build import Build
 
 __all__ = ["TsimError", "TsimMemoryError", "TsimWatchdogError", "TsimBudgetError", "TsimMismatchError", "Model",
            "RunOutput", "ModuleState", "Stall", "SLICE_SECONDS", "load", "module_states", "token_occupancy",
-           "memory_culprit", "default_drain_cycles"]
+           "memory_culprit", "default_drain_cycles", "MAX_WINDOWS", "DEFAULT_RESET_CYCLES"]
 
 _DONE, _BUDGET, _WATCHDOG, _MEM_ERROR, _BAD_ARGS, _RUNNING = 0, 1, 2, 3, 4, 5
 
 SLICE_SECONDS = 0.1
 """Target wall time of one call into the C++ clock loop, seconds: Python handles Ctrl-C between calls."""
+MAX_WINDOWS = 8
+"""DRAM windows a run may have, the image at address 0 included (the harness's ``TSIM_MAX_WINDOWS``)."""
+DEFAULT_RESET_CYCLES = 4
+"""Cycles the harness holds ``rst`` high before each program (the same as before a fresh model's first program)."""
 _FIRST_SLICE = 1 << 14  # cycles in the first call; later calls scale towards SLICE_SECONDS
 _MAX_SLICE = 1 << 22
 
@@ -200,7 +206,8 @@ _P = ctypes.POINTER
 
 
 class Model:
-    """A loaded TSIM library for one config. Stateless between runs: every :meth:`run` starts a fresh core."""
+    """A loaded TSIM library for one config. Stateless between runs: every :meth:`run` starts a fresh core (and
+    :meth:`run_series` one fresh core for its whole series)."""
 
     def __init__(self, build: Build) -> None:
         self.build = build
@@ -249,7 +256,7 @@ class Model:
             watchdog_cycles: int = 10_000, latency: int | None = None, drain_cycles: int | None = None,
             trace: str | Path | None = None, trace_window: tuple[int, int] | None = None, in_place: bool = False,
             insns: Sequence[object] | None = None, two_phase: bool = False, budget_note: str = "",
-            stall: Stall | None = None) -> tuple[np.ndarray, RunOutput]:
+            stall: Stall | None = None, windows: Sequence[tuple[int, np.ndarray]] = ()) -> tuple[np.ndarray, RunOutput]:
         """Run ``insn_count`` instructions at byte address ``insn_addr`` of the DRAM image ``dram`` (uint8, 1-D).
 
         ``max_cycles``: cycle budget (0: none). ``watchdog_cycles``: cycles without progress before stopping (0:
@@ -263,7 +270,10 @@ class Model:
         same results: see ``harness.cc``); a traced run is always two-phase, so the waveform shows both clock edges.
         ``budget_note``: appended to the :class:`TsimBudgetError` message (how the budget was chosen). ``stall``:
         random backpressure and extra read latency on the memory port (:class:`Stall`; None: off); the cycle budget
-        is the caller's to widen for it.
+        is the caller's to widen for it. ``windows``: more DRAM, as (byte address, uint8 array) pairs, each array
+        read and written in place (C-contiguous and writeable), at an address that is a multiple of the bus width,
+        above the image and apart from each other (at most :data:`MAX_WINDOWS` - 1): a request outside every
+        window, or across two, is a :class:`TsimMemoryError`.
 
         The clock loop runs in C++ in slices of about :data:`SLICE_SECONDS` each, so Ctrl-C (KeyboardInterrupt)
         stops a run within a fraction of a second; the interrupted run's model is discarded, the library stays
@@ -282,39 +292,129 @@ class Model:
         trace_arg, begin, end = self._trace_args(trace, trace_window)
         if stall is not None and not isinstance(stall, Stall):
             raise TypeError(f"stall must be a vta.tsim.bridge.Stall or None, not {type(stall).__name__}")
+        extra = _check_windows(windows, image.size, self.cfg.bus_bytes)
         stall_fn = self._stall_functions() if stall is not None else None
-        n = len(CSR_COUNTERS)
-        counters = (ctypes.c_uint64 * n)()
-        before = (ctypes.c_uint64 * n)()
-        info = _Info()
         handle = self._lib.tsim_open(image.ctypes.data, image.size, insn_addr, insn_count, latency, trace_arg, begin,
                                      end, int(bool(two_phase)))
-        slice_cycles = _FIRST_SLICE
         stalls = (ctypes.c_uint64 * 3)()
         try:
+            self._add_windows(handle, extra)
             if stall is not None and stall_fn is not None:
                 if stall_fn[0](handle, int(stall.seed), *stall.units(), int(stall.extra_latency)) != 0:
                     raise ValueError(f"the harness refused the backpressure settings {stall!r}")
-            while True:
-                start = time.perf_counter()
-                status = self._lib.tsim_resume(handle, slice_cycles, max_cycles, watchdog_cycles, drain_cycles,
-                                               counters, before, n, ctypes.byref(info))
-                if status != _RUNNING:
-                    break
-                seconds = time.perf_counter() - start
-                scale = SLICE_SECONDS / seconds if seconds > 0 else 4.0
-                slice_cycles = int(min(_MAX_SLICE, max(_FIRST_SLICE, slice_cycles * min(4.0, scale))))
+            status, info, values, before = self._drive(handle, max_cycles, watchdog_cycles, drain_cycles)
             if stall_fn is not None:
                 stall_fn[1](handle, stalls)
         finally:
             self._lib.tsim_close(handle)
-        values = dict(zip(CSR_COUNTERS, (int(v) for v in counters)))
         if status == _DONE:
-            return image, RunOutput(int(info.done_cycle), values, int(info.rd_requests), int(info.rd_beats),
-                                    int(info.wr_beats), int(info.cycles) - int(info.done_cycle),
-                                    (int(stalls[0]), int(stalls[1]), int(stalls[2])))
-        raise self._error(status, info, values, dict(zip(CSR_COUNTERS, (int(v) for v in before))), image.size,
-                          insns, insn_addr, budget_note)
+            return image, _output(info, values, (int(stalls[0]), int(stalls[1]), int(stalls[2])))
+        raise self._error(status, info, values, before, image.size, insns, insn_addr, budget_note, len(extra))
+
+    def run_series(self, programs: Sequence[Any], *, cuts: Sequence[int | None] | None = None,
+                   reset_cycles: int = DEFAULT_RESET_CYCLES, max_cycles: int = 0, watchdog_cycles: int = 10_000,
+                   latency: int | None = None, drain_cycles: int | None = None,
+                   two_phase: bool = False) -> list[tuple[np.ndarray, RunOutput] | None]:
+        """Run :class:`vta.program.Program` s one after another on ONE model, asserting the core's ``rst`` for
+        ``reset_cycles`` cycles before each (the SRAM buffers keep their contents; the host forgets its outstanding
+        reads), as a host does between jobs. Each program runs on a copy of its own DRAM image. ``cuts[i]``: None
+        runs program ``i`` to FINISH (and its drain), a number of cycles stops it there, done or not, and the reset
+        that follows lands wherever the core was (default: every program to FINISH). ``max_cycles`` (0: none),
+        ``watchdog_cycles``, ``latency``, ``drain_cycles`` and ``two_phase`` as in :meth:`run`, for each program.
+
+        Returns, per program, its final DRAM and :class:`RunOutput`, or None for a cut program; raises the
+        :class:`TsimError` of the first program that does not reach FINISH (its index in the message)."""
+        programs = list(programs)
+        cuts = [None] * len(programs) if cuts is None else list(cuts)
+        if len(cuts) != len(programs):
+            raise ValueError(f"run_series needs one cut per program: {len(programs)} programs, {len(cuts)} cuts")
+        if not programs:
+            raise ValueError("run_series needs at least one program")
+        for cut in cuts:
+            if cut is not None:
+                _check_uint("a cut", cut, 64)
+        for name, value, bits in (("reset_cycles", reset_cycles, 32), ("max_cycles", max_cycles, 64),
+                                  ("watchdog_cycles", watchdog_cycles, 64)):
+            _check_uint(name, value, bits)
+        latency = self.cfg.dram_latency if latency is None else latency
+        _check_uint("latency", latency, 32)
+        drain_cycles = default_drain_cycles(latency) if drain_cycles is None else drain_cycles
+        _check_uint("drain_cycles", drain_cycles, 64)
+        images = [np.array(p.dram, dtype=np.uint8) for p in programs]  # each a fresh, owned copy
+        results: list[tuple[np.ndarray, RunOutput] | None] = []
+        handle = None
+        try:
+            for k, (program, image, cut) in enumerate(zip(programs, images, cuts)):
+                insn_addr, insn_count = int(program.insn_offset), len(program.insns)
+                _check_uint("insn_addr", insn_addr, 32)
+                if handle is None:
+                    handle = self._lib.tsim_open(image.ctypes.data, image.size, insn_addr, insn_count, latency, None,
+                                                 0, 0, int(bool(two_phase)))
+                elif self._restart()(handle, image.ctypes.data, image.size, insn_addr, insn_count, reset_cycles):
+                    raise ValueError(f"the harness refused to reset the core before program {k}")
+                if cut is not None:
+                    status, info, values, before = self._drive(handle, cut, 0, 0)
+                    if status not in (_DONE, _BUDGET):
+                        raise self._error(status, info, values, before, image.size, list(program.insns), insn_addr,
+                                          f" (program {k} of the series, cut at cycle {cut})")
+                    results.append(None)
+                    continue
+                status, info, values, before = self._drive(handle, max_cycles, watchdog_cycles, drain_cycles)
+                if status != _DONE:
+                    raise self._error(status, info, values, before, image.size, list(program.insns), insn_addr,
+                                      f" (program {k} of the series)")
+                results.append((image, _output(info, values, (0, 0, 0))))
+        finally:
+            if handle is not None:
+                self._lib.tsim_close(handle)
+        return results
+
+    def _drive(self, handle: Any, max_cycles: int, watchdog_cycles: int,
+               drain_cycles: int) -> tuple[int, _Info, dict[str, int], dict[str, int]]:
+        """Clock an opened run in slices of about :data:`SLICE_SECONDS` until it stops: its status, figures and
+        counters (and the counters a cycle before the last, for the watchdog's report)."""
+        n = len(CSR_COUNTERS)
+        counters = (ctypes.c_uint64 * n)()
+        before = (ctypes.c_uint64 * n)()
+        info = _Info()
+        slice_cycles = _FIRST_SLICE
+        while True:
+            start = time.perf_counter()
+            status = self._lib.tsim_resume(handle, slice_cycles, max_cycles, watchdog_cycles, drain_cycles,
+                                           counters, before, n, ctypes.byref(info))
+            if status != _RUNNING:
+                break
+            seconds = time.perf_counter() - start
+            scale = SLICE_SECONDS / seconds if seconds > 0 else 4.0
+            slice_cycles = int(min(_MAX_SLICE, max(_FIRST_SLICE, slice_cycles * min(4.0, scale))))
+        return (status, info, dict(zip(CSR_COUNTERS, (int(v) for v in counters))),
+                dict(zip(CSR_COUNTERS, (int(v) for v in before))))
+
+    def _add_windows(self, handle: Any, windows: Sequence[tuple[int, np.ndarray]]) -> None:
+        if not windows:
+            return
+        try:
+            fn = self._lib.tsim_window
+        except AttributeError:
+            raise ValueError(f"the library {self.build.library} was built from a harness without sparse DRAM "
+                             "(tsim_window); rebuild it") from None
+        fn.restype = ctypes.c_int32
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_void_p, ctypes.c_uint64]
+        for base, array in windows:
+            if fn(handle, base, array.ctypes.data, array.size) != 0:
+                raise ValueError(f"the harness refused the DRAM window of {array.size} bytes at {base:#x}")
+
+    def _restart(self) -> Any:
+        """The harness's ``tsim_restart`` (ValueError for a library built without it)."""
+        try:
+            fn = self._lib.tsim_restart
+        except AttributeError:
+            raise ValueError(f"the library {self.build.library} was built from a harness without a reset between "
+                             "programs (tsim_restart); rebuild it") from None
+        fn.restype = ctypes.c_int32
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint32,
+                       ctypes.c_uint32]
+        return fn
 
     def run_program(self, program: Any, **options: Any) -> tuple[np.ndarray, RunOutput]:
         """:meth:`run` on a :class:`vta.program.Program`: its DRAM image, instruction offset and instruction stream;
@@ -352,7 +452,7 @@ class Model:
         return str(trace).encode(), begin, min(end, 2**64 - 1)
 
     def _error(self, status: int, info: _Info, values: dict[str, int], before: dict[str, int], size: int,
-               insns: Sequence[object] | None, insn_addr: int, budget_note: str) -> TsimError:
+               insns: Sequence[object] | None, insn_addr: int, budget_note: str, windows: int = 0) -> TsimError:
         cycles = int(info.cycles)
         if status == _MEM_ERROR:
             kind = "write" if info.err_write else "read"
@@ -364,7 +464,7 @@ class Model:
                         f"{self.cfg.bus_bytes}-byte bus width")
             else:
                 what = (f"a {kind} of {nbytes} bytes at byte address {addr:#x} (up to {addr + nbytes:#x}), "
-                        f"outside the {size}-byte DRAM image")
+                        f"outside the {size}-byte DRAM image" + (f" and its {windows} windows" if windows else ""))
             culprit = memory_culprit(self.cfg, addr, bool(info.err_write), values, insns, insn_addr)
             whose = ""
             if culprit is not None and insns is not None:
@@ -520,6 +620,40 @@ def _describer() -> Callable[[object], str]:
 def load(build: Build) -> Model:
     """A :class:`Model` for a :class:`~vta.tsim.build.Build`."""
     return Model(build)
+
+
+def _output(info: _Info, values: dict[str, int], stalls: tuple[int, int, int]) -> RunOutput:
+    return RunOutput(int(info.done_cycle), values, int(info.rd_requests), int(info.rd_beats), int(info.wr_beats),
+                     int(info.cycles) - int(info.done_cycle), stalls)
+
+
+def _check_windows(windows: Sequence[tuple[int, np.ndarray]], image_bytes: int,
+                   bus_bytes: int) -> list[tuple[int, np.ndarray]]:
+    """``windows`` checked (see :meth:`Model.run`): sorted by address."""
+    if len(windows) > MAX_WINDOWS - 1:
+        raise ValueError(f"a run takes at most {MAX_WINDOWS - 1} DRAM windows besides the image, not {len(windows)}")
+    out = []
+    for base, array in windows:
+        _check_uint("a DRAM window's address", base, 64)
+        if not isinstance(array, np.ndarray) or array.dtype != np.uint8 or array.ndim != 1 or array.size == 0:
+            raise TypeError(f"the DRAM window at {int(base):#x} must be a non-empty 1-D uint8 array")
+        if not (array.flags.c_contiguous and array.flags.writeable):
+            raise ValueError(f"the DRAM window at {int(base):#x} must be C-contiguous and writeable (it is used in "
+                             "place)")
+        if int(base) % bus_bytes:
+            raise ValueError(f"the DRAM window at {int(base):#x} must start at a multiple of the {bus_bytes}-byte "
+                             "bus width")
+        out.append((int(base), array))
+    out.sort(key=lambda w: w[0])
+    end = -(-image_bytes // bus_bytes) * bus_bytes
+    for base, array in out:
+        if base < end:
+            raise ValueError(f"the DRAM window at {base:#x} overlaps the image or the window below it (which end at "
+                             f"{end:#x})")
+        end = base + -(-array.size // bus_bytes) * bus_bytes
+    if end > 1 << 64:
+        raise ValueError(f"the DRAM window at {out[-1][0]:#x} runs past 2**64")
+    return out
 
 
 def _check_dram(dram: np.ndarray, in_place: bool) -> np.ndarray:

@@ -7,6 +7,17 @@
 // image, and tsim_close(). The DRAM image is a caller-owned buffer (a numpy array): reads and writes go to it
 // directly, after a bounds check on every request and every write beat.
 //
+// Sparse DRAM: tsim_window adds, before a run's first tsim_resume, up to TSIM_MAX_WINDOWS - 1 more caller-owned
+// buffers at higher byte addresses (the image is the window at address 0), so a program can address DRAM at hundreds
+// of megabytes without a dense image that large. A request or write beat must lie within one window; anything else,
+// a gap between windows included, is a memory error.
+//
+// Reset between programs: tsim_restart asserts `rst` on the run's model (the same model: its registers see the
+// reset, its memories keep their contents), whether its program finished or was cut short (by a cycle budget), the
+// host forgetting its outstanding read requests, and starts the next program on a new image, as a host does between
+// jobs. A core whose registers do not all return to their reset values then runs the next program from a state
+// fsim never has.
+//
 // Memory model (docs/core-interface.md): a read request accepted in cycle t returns its first beat no earlier than
 // cycle t + latency, then one beat per cycle while the core takes them; requests are served in order; at most
 // TSIM_MAX_OUTSTANDING requests are in flight (mem_rd_req_ready drops when the queue is full). Writes are accepted
@@ -155,7 +166,20 @@ struct Stall {
     inline bool draw(uint32_t p) { return (splitmix64(state) & 0xffff) < p; }
 };
 
+// One caller-owned buffer of the DRAM: `size` bytes at byte address `base` (a multiple of the bus width).
+struct Window {
+    uint64_t base;
+    uint8_t* data;
+    uint64_t size;  // bytes in the buffer
+    uint64_t span;  // size rounded up to whole beats: the last beat may be partial
+};
+
+#ifndef TSIM_MAX_WINDOWS
+#define TSIM_MAX_WINDOWS 8
+#endif
+
 struct ReadReq {
+    uint32_t window;    // the window the request lies in
     uint64_t addr;      // byte address of the next beat
     uint32_t left;      // beats still to deliver
     uint64_t ready_at;  // first cycle the next beat may be presented
@@ -165,12 +189,10 @@ class Sim {
   public:
     Sim(uint8_t* dram, uint64_t dram_size, uint32_t latency, TsimInfo* info, bool two_phase = true)
         : ctx_(new VerilatedContext),
-          dram_(dram),
-          size_(dram_size),
-          span_((dram_size + kBus - 1) / kBus * kBus),
           latency_(latency),
           info_(info),
           two_phase_(two_phase || !kOneEval) {
+        set_image(dram, dram_size);
         ctx_->randReset(0);
         top_.reset(new Vvta_core(ctx_.get(), "vta_core"));
     }
@@ -183,6 +205,34 @@ class Sim {
 
     Vvta_core* top() { return top_.get(); }
     Stall& stall() { return stall_; }
+
+    // The image (`size` bytes at address 0) becomes the only window.
+    void set_image(uint8_t* dram, uint64_t size) {
+        windows_[0] = Window{0, dram, size, (size + kBus - 1) / kBus * kBus};
+        n_windows_ = 1;
+    }
+
+    // Adds a window; false when `base` is not a multiple of the bus width, the window is empty, wraps past 2**64,
+    // overlaps another window, or the table is full.
+    bool add_window(uint64_t base, uint8_t* data, uint64_t size) {
+        uint64_t span = (size + kBus - 1) / kBus * kBus;
+        if (!data || size == 0 || base % kBus || base + span < base || n_windows_ >= TSIM_MAX_WINDOWS) return false;
+        for (uint32_t i = 0; i < n_windows_; ++i) {
+            const Window& w = windows_[i];
+            if (base < w.base + w.span && w.base < base + span) return false;
+        }
+        windows_[n_windows_++] = Window{base, data, size, span};
+        return true;
+    }
+
+    // Forgets the host's outstanding reads and the cycle count, and turns random backpressure off: the host's side
+    // of a reset between programs (tsim_restart).
+    void clear_host() {
+        queue_.clear();
+        stall_ = Stall();
+        cycle_ = 0;
+        progress_ = false;
+    }
 
 #if TSIM_TRACE
     void open_trace(const char* path, uint64_t begin, uint64_t end) {
@@ -217,7 +267,7 @@ class Sim {
             wr_ready = !hold_wr;
         }
         t->mem_rd_data_valid = have_beat;
-        if (have_beat) present_beat(queue_.front().addr);
+        if (have_beat) present_beat(windows_[queue_.front().window], queue_.front().addr);
         t->mem_rd_req_ready = req_ready;
         t->mem_wr_ready = wr_ready;
         if (two_phase_) {
@@ -232,10 +282,11 @@ class Sim {
             uint32_t len = t->mem_rd_req_len;
             uint64_t bytes = uint64_t(len) * kBus;
             // Reads may cover the image's last, partial beat (bytes past the end read as zero), nothing beyond.
-            if (len == 0 || addr % kBus || addr + bytes > span_) return fail(addr, len == 0 ? 0 : bytes, 0);
+            uint32_t w = find(addr, bytes);
+            if (len == 0 || addr % kBus || w == kNoWindow) return fail(addr, len == 0 ? 0 : bytes, 0);
             uint64_t extra = stall_.on && stall_.extra_latency
                                  ? splitmix64(stall_.state) % (uint64_t(stall_.extra_latency) + 1) : 0;
-            queue_.push_back(ReadReq{addr, len, cycle_ + latency_ + extra});
+            queue_.push_back(ReadReq{w, addr, len, cycle_ + latency_ + extra});
             info_->rd_requests++;
         }
         if (have_beat && t->mem_rd_data_ready) {
@@ -250,7 +301,8 @@ class Sim {
         }
         if (t->mem_wr_valid && wr_ready) {
             uint64_t addr = t->mem_wr_addr;
-            if (addr % kBus || addr + kBus > span_ || !write_beat(addr)) return fail(addr, kBus, 1);
+            uint32_t w = find(addr, kBus);
+            if (addr % kBus || w == kNoWindow || !write_beat(windows_[w], addr)) return fail(addr, kBus, 1);
             info_->wr_beats++;
         }
         rise();
@@ -304,6 +356,17 @@ class Sim {
     }
 
   private:
+    static const uint32_t kNoWindow = ~0u;
+
+    // The window holding bytes [addr, addr + bytes) (up to its last, partial beat), or kNoWindow.
+    inline uint32_t find(uint64_t addr, uint64_t bytes) const {
+        for (uint32_t i = 0; i < n_windows_; ++i) {
+            const Window& w = windows_[i];
+            if (addr >= w.base && bytes <= w.span && addr - w.base <= w.span - bytes) return i;
+        }
+        return kNoWindow;
+    }
+
     bool fail(uint64_t addr, uint64_t bytes, int write) {
         info_->status = TSIM_MEM_ERROR;
         info_->err_addr = addr;
@@ -312,35 +375,38 @@ class Sim {
         return false;
     }
 
-    // The beat at byte `addr` (checked: addr < span_) onto mem_rd_data; bytes past the image's end read as zero.
-    inline void present_beat(uint64_t addr) {
+    // The beat at byte `addr` of window `w` (checked: inside its span) onto mem_rd_data; bytes past the window's
+    // end read as zero.
+    inline void present_beat(const Window& w, uint64_t addr) {
         Vvta_core* t = top_.get();
-        if (addr + kBus <= size_) {
-            put_beat(t->mem_rd_data, dram_ + addr);
+        uint64_t at = addr - w.base;
+        if (at + kBus <= w.size) {
+            put_beat(t->mem_rd_data, w.data + at);
             return;
         }
         uint8_t tmp[kBus] = {0};
-        std::memcpy(tmp, dram_ + addr, size_ - addr);
+        std::memcpy(tmp, w.data + at, w.size - at);
         put_beat(t->mem_rd_data, tmp);
     }
 
-    // Writes the beat at byte `addr` (addr < span_) under its strobes. Returns false, writing nothing, when a strobed
-    // byte lies past the image's end (only possible in its last, partial beat).
-    inline bool write_beat(uint64_t addr) {
+    // Writes the beat at byte `addr` of window `w` (inside its span) under its strobes. Returns false, writing
+    // nothing, when a strobed byte lies past the window's end (only possible in its last, partial beat).
+    inline bool write_beat(const Window& w, uint64_t addr) {
         Vvta_core* t = top_.get();
-        bool partial = addr + kBus > size_;
+        uint64_t at = addr - w.base;
+        bool partial = at + kBus > w.size;
         if (!partial && strobe_full(t->mem_wr_strb)) {
-            get_beat(t->mem_wr_data, dram_ + addr);
+            get_beat(t->mem_wr_data, w.data + at);
             return true;
         }
         if (partial)
-            for (uint64_t i = size_ - addr; i < kBus; ++i)
+            for (uint64_t i = w.size - at; i < kBus; ++i)
                 if (strobe_bit(t->mem_wr_strb, uint32_t(i))) return false;
         uint8_t tmp[kBus];
         get_beat(t->mem_wr_data, tmp);
-        uint64_t n = partial ? size_ - addr : kBus;
+        uint64_t n = partial ? w.size - at : kBus;
         for (uint32_t i = 0; i < n; ++i)
-            if (strobe_bit(t->mem_wr_strb, i)) dram_[addr + i] = tmp[i];
+            if (strobe_bit(t->mem_wr_strb, i)) w.data[at + i] = tmp[i];
         return true;
     }
 
@@ -358,9 +424,8 @@ class Sim {
     std::unique_ptr<TraceFile> trace_;
     uint64_t trace_begin_ = 0, trace_end_ = 0;
 #endif
-    uint8_t* dram_;
-    uint64_t size_;  // bytes in the image
-    uint64_t span_;  // size_ rounded up to whole beats: the last beat may be partial
+    Window windows_[TSIM_MAX_WINDOWS];  // [0] is the image, at address 0
+    uint32_t n_windows_ = 0;
     uint64_t latency_;
     TsimInfo* info_;
     std::deque<ReadReq> queue_;
@@ -379,6 +444,16 @@ uint32_t tsim_bus_bytes() { return kBus; }
 
 // 0: no trace support, 1: VCD, 2: FST.
 int32_t tsim_trace_kind() { return TSIM_TRACE; }
+
+// The start pulse (one cycle), with no memory traffic possible yet.
+static void start(Sim& sim, uint32_t insn_addr, uint32_t insn_count) {
+    Vvta_core* t = sim.top();
+    t->insn_addr = insn_addr;
+    t->insn_count = insn_count;
+    t->start = 1;
+    sim.rise();
+    t->start = 0;
+}
 
 // One program's run, between tsim_open and tsim_close.
 struct TsimRun {
@@ -412,15 +487,42 @@ TsimRun* tsim_open(uint8_t* dram, uint64_t dram_size, uint32_t insn_addr, uint32
     (void)trace_begin;
     (void)trace_end;
 #endif
-    Vvta_core* t = sim.top();
     sim.reset(4);
-    // Start pulse (one cycle), with no memory traffic possible yet.
-    t->insn_addr = insn_addr;
-    t->insn_count = insn_count;
-    t->start = 1;
-    sim.rise();
-    t->start = 0;
+    start(sim, insn_addr, insn_count);
     return run;
+}
+
+// Adds a window of the DRAM to a run just opened (before its first tsim_resume): `size` bytes at `data` (read and
+// written in place until tsim_close) at byte address `base`, a multiple of the bus width. Returns 0, or
+// TSIM_BAD_ARGS (a run that already started, an empty or misaligned window, one overlapping another, or more than
+// TSIM_MAX_WINDOWS windows in all).
+int32_t tsim_window(TsimRun* run, uint64_t base, uint8_t* data, uint64_t size) {
+    if (!run || run->sim.cycle() != 0 || !run->sim.add_window(base, data, size)) return TSIM_BAD_ARGS;
+    return 0;
+}
+
+// Asserts `rst` for `reset_cycles` cycles on the run's model, which keeps its memories (the SRAM buffers), drops the
+// host's outstanding reads, then starts a new program on the image `dram` (dram_size bytes at address 0; the run's
+// other windows are dropped, and tsim_window may add new ones), as tsim_open does. The run may have finished, or
+// stopped at its cycle budget (a program cut short); random backpressure is off until tsim_stall is called again, and
+// a trace covers the first program only. Returns 0, or TSIM_BAD_ARGS (no run, no image, or a run that stopped for
+// another reason).
+int32_t tsim_restart(TsimRun* run, uint8_t* dram, uint64_t dram_size, uint32_t insn_addr, uint32_t insn_count,
+                     uint32_t reset_cycles) {
+    if (!run || !dram || (run->over && run->info.status != TSIM_DONE && run->info.status != TSIM_BUDGET))
+        return TSIM_BAD_ARGS;
+    Sim& sim = run->sim;
+#if TSIM_TRACE
+    sim.close_trace();
+#endif
+    sim.clear_host();
+    sim.set_image(dram, dram_size);
+    std::memset(&run->info, 0, sizeof(run->info));
+    run->idle = run->quiet = 0;
+    run->draining = run->over = false;
+    sim.reset(reset_cycles);
+    start(sim, insn_addr, insn_count);
+    return 0;
 }
 
 // Turns random backpressure on for a run just opened (before its first tsim_resume): `seed` seeds the generator;
