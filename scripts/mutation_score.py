@@ -322,7 +322,8 @@ def kit_verdict(cfg: Any, backend_options: dict[str, Any], kit_seeds: int, *, st
     from vta.tsim.bridge import Model
     started = time.monotonic()
     try:  # two-phase: a mutation on a flip-flop's clock pin makes a derived clock (see the module docstring)
-        with patch.object(Model, "run", partialmethod(Model.run, two_phase=True)):
+        with patch.object(Model, "run", partialmethod(Model.run, two_phase=True)), \
+                patch.object(Model, "run_series", partialmethod(Model.run_series, two_phase=True)):
             outcomes = run_kit(cfg, backend_options={**backend_options, "progress": False}, seeds=kit_seeds,
                                model=None, on_outcome=check)
     except _Stop as stop:

@@ -72,6 +72,10 @@ MUTANTS: tuple[Mutant, ...] = (
            "assign \\$10  = { 1'h0, mem_rd__req_len[15:5], 1'h0, mem_rd__req_len[3:0], 2'h0 };", "load wgt"),
     Mutant("csr-load-wait-mem-reads-zero", "", "6'h06:\n          csr_rdata = cnt_load_wait_mem;",
            "6'h3f:\n          csr_rdata = cnt_load_wait_mem;", "load wgt"),
+    # A lost reset (issue 28, the mutation score's m076): the acc8 reader's active flag keeps its value through a
+    # reset; a fresh model starts it from its declared initial value, so only a reset between programs shows it.
+    Mutant("acc8-reader-active-not-reset", "compute.engine.reader_acc8", "if (rst) r_active <= 1'h0;",
+           "if (1'h0) r_active <= 1'h0;", "corner reset"),
 )
 """The mutants, each with the feature that must fail on it (a feature name, or the start of the names of a group of
 features: ``stress tokens`` is every ``stress tokens ...`` feature; one of them must fail)."""

@@ -19,7 +19,9 @@ operands until the accumulators wrap, every loop shape and pad combination) and 
 memory read latencies (``stress tokens <seed> [latency L]``) and under seeded random backpressure with extra read
 latency on every memory channel (``stress tokens <seed> backpressure``, :class:`vta.tsim.bridge.Stall`);
 ``--thorough`` runs longer streams at more seeds and latencies, each also under backpressure, and more random
-programs, each also under backpressure. :class:`Coverage` records the bins the programs exercised (opcodes x operand
+programs, each also under backpressure. The host-side cases of :mod:`vta.tsim.conform_host` reset the core between
+programs on the same model (``corner reset ...``) and move DRAM regions to high addresses through a sparse image
+(``corner addresses high ...``). :class:`Coverage` records the bins the programs exercised (opcodes x operand
 classes, gemm accumulator extremes, loop shapes, pad combinations, token queue depths), printed under the table and
 in the JSON, so a pass says what it covered.
 """
@@ -44,7 +46,7 @@ from .conform_timing import CYCLES_SLACK, progress_after_done, timing_counter_pr
 
 __all__ = ["Outcome", "Coverage", "run_kit", "check_program", "format_table", "format_coverage", "token_depths",
            "register", "MODEL_HOOKS", "DEFAULT_SEEDS", "DEFAULT_MODEL", "STRESS_LATENCIES", "THOROUGH_LATENCIES",
-           "backpressure", "THOROUGH_SEEDS", "CYCLES_SLACK", "timing_counter_problems"]
+           "backpressure", "THOROUGH_SEEDS", "CYCLES_SLACK", "timing_counter_problems", "result_problems"]
 
 DEFAULT_SEEDS = 4
 """Random programs run by default (seeds 0, 1, ...)."""
@@ -327,9 +329,8 @@ def check_program(backend: Any, program: Program, feature: str, *, latency: int 
     (:class:`vta.tsim.bridge.Stall`; None: none), named in the outcome's detail when the run fails."""
     from vta import fsim
 
-    from .backend import cycle_budget, stats_from_counters
+    from .backend import cycle_budget
     from .bridge import TsimBudgetError, TsimError, TsimWatchdogError
-    from .compare import compare_dram, locate
     started = time.monotonic()
     with _observing(coverage):
         expected = fsim.run(program)
@@ -358,6 +359,20 @@ def check_program(backend: Any, program: Program, feature: str, *, latency: int 
         return Outcome(feature, "error", str(err).splitlines()[0] + under, None, time.monotonic() - started)
     if coverage is not None and stall is not None:
         coverage.stalls(stall, out)
+    problems = result_problems(program, expected, dram, out, latency)
+    seconds = time.monotonic() - started
+    cycles = int(out.counters.get("cycles", out.cycles))
+    return Outcome(feature, "fail" if problems else "pass", "; ".join(problems) + (under if problems else ""),
+                   cycles, seconds)
+
+
+def result_problems(program: Program, expected: Any, dram: np.ndarray, out: Any, latency: int | None) -> list[str]:
+    """What differs between a core's finished run of ``program`` (its final ``dram`` and
+    :class:`~vta.tsim.bridge.RunOutput` ``out``, at read latency ``latency`` cycles, None: the config's) and fsim's
+    result ``expected``: the first differing DRAM byte (its allocation and STORE), the statistics that differ, the
+    timing counters' problems and progress after ``done``; empty when the run conforms."""
+    from .backend import stats_from_counters
+    from .compare import compare_dram, locate
     stats = stats_from_counters(out.counters, program)
     want = expected.stats.as_dict()
     problems = []
@@ -374,10 +389,7 @@ def check_program(backend: Any, program: Program, feature: str, *, latency: int 
     late = progress_after_done(out.drain_cycles, run_latency)
     if late is not None:
         problems.append(late)
-    seconds = time.monotonic() - started
-    cycles = int(out.counters.get("cycles", out.cycles))
-    return Outcome(feature, "fail" if problems else "pass", "; ".join(problems) + (under if problems else ""),
-                   cycles, seconds)
+    return problems
 
 
 def _queues_popped(program: Program, module: Any) -> str:
@@ -460,6 +472,7 @@ def run_kit(cfg: VTAConfig, *, backend_options: dict[str, Any] | None = None, se
     from vta.testing import random_program
 
     from .backend import TSimBackend
+    from .conform_host import host_cases
     from .conform_programs import STRESS_ROUNDS, THOROUGH_ROUNDS, features_for, stress_program
     options = dict(backend_options or {})
     backend = TSimBackend(check="none", watchdog_cycles=20_000, **options)
@@ -474,6 +487,7 @@ def run_kit(cfg: VTAConfig, *, backend_options: dict[str, Any] | None = None, se
     if thorough:
         seeds = max(seeds, THOROUGH_SEEDS)
     cases = [case(name, partial(make, cfg)) for name, make in features_for(cfg).items() if name != "stress tokens"]
+    cases += host_cases(cfg, backend, thorough=thorough)
     latencies = THOROUGH_LATENCIES if thorough else STRESS_LATENCIES
     for seed in range(max(seeds // 4, STRESS_STREAMS) if thorough else STRESS_STREAMS):
         make = partial(stress_program, cfg, seed, THOROUGH_ROUNDS if thorough else STRESS_ROUNDS)
