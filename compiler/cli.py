@@ -86,6 +86,7 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--calib", type=int, default=default.calib,
                    help="random calibration samples when no --calibration is given (default: %(default)s)")
     from .frontend.calibration import METHODS, PREPROCESS
+    from .frontend.quantize import WEIGHT_ROUNDINGS
     p.add_argument("--calibration", metavar="FILE|DIR", default=default.calibration,
                    help="calibrate on your data: an .npz of named input batches (input name -> array [N, ...] of N "
                         "samples), or a folder of .npy files (one sample or a batch each; one-input models) or of "
@@ -101,6 +102,10 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
                         "saturate), entropy (the KL-divergence threshold of the magnitudes' histogram, as TensorRT's "
                         "and onnxruntime's Entropy calibrators); weights are always per channel (default: "
                         "%(default)s)")
+    p.add_argument("--weight-rounding", choices=WEIGHT_ROUNDINGS, default=default.weight_rounding,
+                   help="how weights are rounded to integers: nearest, or gptq (each layer's output error on the "
+                        "calibration samples least, same scales; calibration then also measures each layer's input "
+                        "moments; EfficientNet-Lite0 needs it, docs/precision.md) (default: %(default)s)")
     p.add_argument("--calibration-percentile", type=float, default=default.calibration_percentile,
                    metavar="P", help="the percentile of --calibration-method percentile, in [50, 100] (default: "
                                      "%(default)s)")
@@ -166,7 +171,7 @@ _COMPILE_FLAGS = {"policy": "--policy", "stem": "--stem", "requant": "--requant"
                   "batch": "--batch", "calib": "--calib", "input_shapes": "--input-shape",
                   "calibration": "--calibration", "preprocess": "--preprocess",
                   "calibration_method": "--calibration-method", "calibration_percentile": "--calibration-percentile",
-                  "keep_int8": "--keep-int8", "gelu": "--gelu"}
+                  "keep_int8": "--keep-int8", "gelu": "--gelu", "weight_rounding": "--weight-rounding"}
 """CompileOptions field -> its option; the ones `vta run MODEL.vtac` refuses (the artefact fixed them)."""
 
 

@@ -38,6 +38,8 @@ class CompileOptions:
     precision; the partitioner runs them on the CPU, see docs/precision.md); nothing on an int8 design.
     gelu: how a Gelu runs (:data:`.lowering.gelu.GELU_MODES`): ``auto`` (I-BERT's integer GELU on the accelerator's
     ALU where the partitioner estimates it faster, else the float table on the CPU), ``int`` or ``table``.
+    weight_rounding: how weights become integers (:data:`.frontend.quantize.WEIGHT_ROUNDINGS`): ``nearest``, or
+    ``gptq`` (each layer's output error on the calibration samples least, :mod:`.frontend.gptq`).
     """
 
     policy: str = "auto"
@@ -56,9 +58,11 @@ class CompileOptions:
     calibration_percentile: float = 99.99
     keep_int8: tuple[str, ...] = ()
     gelu: str = "auto"
+    weight_rounding: str = "nearest"
 
     def __post_init__(self) -> None:
         from .frontend.calibration import METHODS, PREPROCESS
+        from .frontend.quantize import WEIGHT_ROUNDINGS
         from .ir import REQUANT_MODES
         from .lowering.gelu import GELU_MODES
         from .lowering.partition import POLICIES, STEMS
@@ -77,7 +81,8 @@ class CompileOptions:
                                      ("requant", self.requant, REQUANT_MODES),
                                      ("preprocess", self.preprocess, tuple(PREPROCESS)),
                                      ("calibration_method", self.calibration_method, METHODS),
-                                     ("gelu", self.gelu, GELU_MODES)):
+                                     ("gelu", self.gelu, GELU_MODES),
+                                     ("weight_rounding", self.weight_rounding, WEIGHT_ROUNDINGS)):
             if value not in choices:
                 raise ValueError(f"{name}={value!r} is unknown; use one of {', '.join(choices)}")
 
@@ -128,7 +133,7 @@ _ARG_NAMES = {"policy": "policy", "force_cpu": "force_cpu", "batch": "batch", "i
               "requant": "requant", "progress": "no_progress", "calibration": "calibration",
               "preprocess": "preprocess", "calibration_method": "calibration_method",
               "calibration_percentile": "calibration_percentile", "keep_int8": "keep_int8",
-              "gelu": "gelu"}
+              "gelu": "gelu", "weight_rounding": "weight_rounding"}
 """CompileOptions field -> the argparse attribute it is read from (``no_*`` flags are negated)."""
 
 

@@ -494,7 +494,8 @@ def compile_model(model: str, cfg: VTAConfig, options: CompileOptions | None = N
                       method=opts.calibration_method, percentile=opts.calibration_percentile
                       if opts.calibration_method == "percentile" else None,
                       act_bits=cfg.inp_width, wgt_bits=cfg.wgt_width,  # the design's widths (docs/precision.md)
-                      keep_int8=opts.keep_int8 if (cfg.inp_width, cfg.wgt_width) != (8, 8) else ())
+                      keep_int8=opts.keep_int8 if (cfg.inp_width, cfg.wgt_width) != (8, 8) else (),
+                      weight_rounding=opts.weight_rounding)  # type: ignore[arg-type]
     compiled = compile_graph(qgraph, cfg, policy=opts.policy, force_cpu=opts.force_cpu,
                              double_buffer=opts.double_buffer, progress=opts.progress, stem=opts.stem,
                              gelu=opts.gelu)

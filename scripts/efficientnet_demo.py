@@ -46,6 +46,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--cache-dir", metavar="DIR", default=None, help="where the ONNX export is cached")
     p.add_argument("--per-channel", choices=("true", "false", "auto"), default="true",
                    help="per-channel weight scales (default: true)")
+    p.add_argument("--weight-rounding", choices=("gptq", "nearest"), default="gptq",
+                   help="weights rounded by GPTQ on the calibration photos (default) or to nearest")
     p.add_argument("--requant", choices=REQUANT_MODES, default="multiply",
                    help="requantization: multiply (an integer multiplier and a shift per channel, default) or shift "
                         "(power-of-two scales as VTA's TVM stack: one fewer ALU micro-op per output vector, slightly "
@@ -102,7 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     graph = E.import_model(path)
     per_channel = {"true": True, "false": False, "auto": "auto"}[args.per_channel]
-    qgraph = E.quantize_model(graph, batch, per_channel=per_channel, mode=args.requant)
+    qgraph = E.quantize_model(graph, batch, per_channel=per_channel, mode=args.requant,
+                              weight_rounding=args.weight_rounding)
     times["import_quantize_s"] = time.perf_counter() - start
     cfg = load_config(args.config) if args.config else VTAConfig()
     compiled = compile_graph(qgraph, cfg, progress=progress)

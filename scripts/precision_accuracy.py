@@ -3,12 +3,13 @@
 
 For each precision (``w8a8``: int8 weights and activations, VTA's default; ``w4a8``: int4 weights; ``w8a4``,
 ``w4a4``) the pretrained model is quantized to those widths (one calibration, on a calibration part of the derived
-set disjoint from the evaluation part) and run on the integer reference (:func:`vta.compiler.qops.run_reference`,
+set disjoint from the evaluation part; weights rounded by GPTQ on that calibration part unless
+``--weight-rounding nearest``) and run on the integer reference (:func:`vta.compiler.qops.run_reference`,
 which fsim and tsim match bit for bit); its logits are compared with ONNX Runtime's float logits
 (:func:`vta.compiler.frontend.derived_photos.agreement`: top-1 and top-5 agreement, mean KL divergence).
 The inputs: :func:`vta.compiler.frontend.derived_photos.derived_inputs` of the seven sample photos.
 
-Logits are cached per (model file, widths, calibration set, evaluation set, kept layers) in the cache folder
+Logits are cached per (model file, quantized graph, evaluation set) in the cache folder
 ``accuracy``; ``--tsim N`` compiles each precision for its design (``w8a8``: the default config; ``w4a8``:
 configs/w4a8.toml; ...) and checks N evaluation inputs on tsim against the reference, bit for bit.
 
@@ -33,7 +34,9 @@ PRECISIONS = {"w8a8": (8, 8), "w4a8": (8, 4), "w8a4": (4, 8), "w4a4": (4, 4)}
 """name -> (act_bits, wgt_bits)."""
 CONFIGS = {"w8a8": None, "w4a8": "configs/w4a8.toml", "w4a4": "configs/w4a4.toml"}
 """The design each precision runs on for the tsim check (None: the default config)."""
-CACHE_VERSION = 1
+CACHE_VERSION = 2
+"""Version of the cached calibration (2: with the layers' input moments) and integer-reference logits."""
+FLOAT_CACHE_VERSION = 1
 
 _QGRAPH: Any = None
 """The quantized graph the worker processes run (inherited through fork)."""
@@ -50,6 +53,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--workers", type=int, default=2, help="processes running the integer reference (default 2)")
     ap.add_argument("--tsim", type=int, default=0, metavar="N",
                     help="check the first N evaluation inputs on tsim against the reference (default 0: no check)")
+    ap.add_argument("--weight-rounding", default="gptq", choices=["gptq", "nearest"],
+                    help="how weights are rounded: GPTQ on the calibration inputs (default) or to nearest")
     ap.add_argument("--keep-int8", default="", metavar="NODES",
                     help="comma-separated Conv/Dense nodes kept at int8 on the CPU at narrow precisions")
     ap.add_argument("--json", metavar="FILE", help="write the figures as JSON to FILE")
@@ -67,6 +72,16 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 
 def _digest(arr: np.ndarray) -> str:
     return hashlib.sha256(np.ascontiguousarray(arr).tobytes()).hexdigest()[:16]
+
+
+def _graph_digest(qgraph: Any) -> str:
+    """A digest of the quantized graph's constants and node attributes (so a changed quantizer misses the cache)."""
+    h = hashlib.sha256()
+    for name in sorted(qgraph.constants):
+        h.update(name.encode() + np.ascontiguousarray(qgraph.constants[name]).tobytes())
+    for node in qgraph.nodes:
+        h.update(repr((node.op, node.name, node.inputs, node.outputs, sorted(node.attrs.items()))).encode())
+    return h.hexdigest()[:16]
 
 
 def _reference_one(i: int) -> np.ndarray:
@@ -138,14 +153,15 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     eval_desc = describe_set(names, args.per_photo, EVAL_SEED)
     calib_desc = describe_set(names, args.calib_per_photo, CALIB_SEED)
-    print(f"evaluation: {len(evals)} inputs = {eval_desc}; calibration (minmax): {len(calib)} inputs = {calib_desc}")
+    print(f"evaluation: {len(evals)} inputs = {eval_desc}; calibration (minmax, {args.weight_rounding} weights): "
+          f"{len(calib)} inputs = {calib_desc}")
     model_key = file_sha256(path)[:16]
     folder = cache_root("accuracy")
     folder.mkdir(parents=True, exist_ok=True)
     eval_key = f"eval{args.per_photo}s{EVAL_SEED}"
     calib_key = f"calib{args.calib_per_photo}s{CALIB_SEED}"
 
-    float_cache = folder / f"{args.model}_{model_key}_float_{eval_key}_v{CACHE_VERSION}.npz"
+    float_cache = folder / f"{args.model}_{model_key}_float_{eval_key}_v{FLOAT_CACHE_VERSION}.npz"
     if float_cache.is_file():
         with np.load(float_cache) as npz:
             float_logits = npz["logits"]
@@ -159,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
         calibration = pickle.loads(cal_cache.read_bytes())
     else:
         start = time.perf_counter()
-        calibration = calibrate(prepare(graph), {graph.inputs[0]: calib})
+        calibration = calibrate(prepare(graph), {graph.inputs[0]: calib}, moments=True)
         cal_cache.write_bytes(pickle.dumps(calibration))
         print(f"calibrated in {time.perf_counter() - start:.0f} s")
 
@@ -169,13 +185,14 @@ def main(argv: list[str] | None = None) -> int:
         act_bits, wgt_bits = PRECISIONS[precision]
         kept = keep if (act_bits, wgt_bits) != (8, 8) else []
         qgraph = quantize(graph, {}, act_bits=act_bits, wgt_bits=wgt_bits, calibration=calibration,
-                          keep_int8=kept)
-        keep_key = ("_keep" + _digest(np.frombuffer(",".join(kept).encode(), np.uint8))) if kept else ""
-        cache = folder / f"{args.model}_{model_key}_{precision}_{calib_key}_{eval_key}{keep_key}_v{CACHE_VERSION}.npz"
+                          keep_int8=kept, weight_rounding=args.weight_rounding)
+        qkey = _graph_digest(qgraph)
+        cache = folder / f"{args.model}_{model_key}_{precision}_{qkey}_{eval_key}_v{CACHE_VERSION}.npz"
         start = time.perf_counter()
         print(f"{precision}: integer reference on {len(evals)} inputs ({cache.name}) ...", flush=True)
         ref = _reference_logits(qgraph, evals, args.workers, cache)
-        row: dict[str, Any] = {"precision": precision, "kept_int8": kept, **agreement(float_logits, ref),
+        row: dict[str, Any] = {"precision": precision, "weight_rounding": args.weight_rounding, "kept_int8": kept,
+                               **agreement(float_logits, ref),
                                "reference_s": round(time.perf_counter() - start, 1)}
         if args.tsim:
             row.update(_tsim_check(qgraph, precision, evals, ref, args.tsim))
@@ -195,7 +212,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps({"model": args.model, "evaluation": eval_desc,
-                                               "calibration": f"minmax on {calib_desc}", "results": results,
+                                               "calibration": f"minmax on {calib_desc}, {args.weight_rounding} "
+                                                              f"weights", "results": results,
                                                "first_inputs": notes[:3]}, indent=2) + "\n")
     return 0
 

@@ -17,7 +17,9 @@ Pipeline (:func:`quantize`):
      data the model is run on (qops and the ALU define ``acc * M`` as wrapping);
    - ``mode="shift"``: M = 1 and per-channel weight scales are powers of two apart so that ``2**-S[o]`` is exact.
 
-   Rounding is folded into the bias: ``bias += 2**(S-1) // M``. Pass-through ops (pools, Reshape, Pad, a standalone
+   Rounding is folded into the bias: ``bias += 2**(S-1) // M``. Weights are rounded to nearest, or with
+   ``weight_rounding="gptq"`` by GPTQ (:mod:`.gptq`: each layer's output error on the calibration inputs is least,
+   at the same scales). Pass-through ops (pools, Reshape, Pad, a standalone
    Relu/Clip) keep their input's scale; Concat rescales each input to the output scale.
 4. Graph inputs get a Quantize node; int8 graph outputs get a Dequantize node named like the float output.
 
@@ -28,7 +30,7 @@ Pipeline (:func:`quantize`):
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Literal, Mapping
 
 import numpy as np
@@ -36,6 +38,7 @@ import onnx
 
 from ..ir import M_MAX, REQUANT_MODES, S_MAX, AddRequant, Graph, GraphError, Node, Requant
 from . import float_ref
+from .gptq import MOMENTS_MAX_K, gptq_round, input_moments
 
 __all__ = ["QuantizationError", "Calibration", "prepare", "calibrate", "quantize", "choose_requant",
            "choose_int8_layers", "compare_outputs", "float_outputs", "accuracy_vs_float", "output_scale"]
@@ -52,10 +55,14 @@ class QuantizationError(ValueError):
 
 @dataclass
 class Calibration:
-    """Largest magnitude seen per tensor (``absmax``) and per channel of axis 1 (``channel_absmax``)."""
+    """Largest magnitude seen per tensor (``absmax``) and per channel of axis 1 (``channel_absmax``); with
+    ``calibrate(..., moments=True)`` also, per Conv2d/Dense node name, the second moments of its input patches
+    (``moments``: float64 ``[groups, K, K]`` summed over every sample and position, :func:`.gptq.input_moments`),
+    which ``quantize(..., weight_rounding="gptq")`` rounds the weights with."""
 
     absmax: dict[str, float]
     channel_absmax: dict[str, np.ndarray]
+    moments: dict[str, np.ndarray] = field(default_factory=dict)
 
     def scale(self, name: str, qmax: int = 127) -> float:
         """Symmetric scale of tensor ``name``: ``absmax / qmax`` (127 for int8, 7 for int4 activations; a tiny floor
@@ -141,7 +148,7 @@ def _run_observed(graph: Graph, sample: Mapping[str, np.ndarray], observe: Calla
 
 
 def calibrate(graph: Graph, inputs: Mapping[str, np.ndarray] | Iterable[Mapping[str, np.ndarray]], *,
-              percentile: float | None = None, method: str | None = None) -> Calibration:
+              percentile: float | None = None, method: str | None = None, moments: bool = False) -> Calibration:
     """Run the float reference over the calibration inputs (a dict of stacked samples, or an iterable of dicts, which
     may be a generator), one graph batch at a time.
 
@@ -150,11 +157,13 @@ def calibrate(graph: Graph, inputs: Mapping[str, np.ndarray] | Iterable[Mapping[
     percentile of the magnitudes (outliers then saturate); ``entropy`` the KL-divergence threshold of the
     magnitudes' histogram over all samples (:func:`.calibration.entropy_threshold`; a second pass over the inputs).
     Graph inputs and outputs always use the true maximum. ``channel_absmax`` is always the true per-channel maximum.
+    ``moments``: also sum the second moments of every Conv2d/Dense's input patches (``Calibration.moments``, for
+    GPTQ weight rounding; layers wider than :data:`.gptq.MOMENTS_MAX_K` inputs per output channel are left out).
 
     Memory (bytes) is bounded independently of the number of samples: one batch of inputs (converted to float32),
     the float reference's live tensors of that batch, one tensor-sized temporary for a percentile or a histogram,
-    the running maxima (one float per tensor, one per channel) and, for entropy, one histogram of 2048 bins per
-    tensor (an iterable of dicts is then kept as a list).
+    the running maxima (one float per tensor, one per channel), for entropy one histogram of 2048 bins per tensor
+    (an iterable of dicts is then kept as a list) and, with ``moments``, ``groups * K * K`` float64 per layer.
     """
     from .calibration import HISTOGRAM_BINS, METHODS, entropy_threshold
     method = method or ("percentile" if percentile is not None else "minmax")
@@ -166,6 +175,8 @@ def calibrate(graph: Graph, inputs: Mapping[str, np.ndarray] | Iterable[Mapping[
     absmax: dict[str, float] = {}
     chan: dict[str, np.ndarray] = {}
     exact = set(graph.inputs) | set(graph.outputs)
+    readers = _moment_layers(graph) if moments else {}
+    sums: dict[str, np.ndarray] = {}
     if method == "entropy" and not isinstance(inputs, Mapping):
         inputs = list(inputs)
 
@@ -179,6 +190,11 @@ def calibrate(graph: Graph, inputs: Mapping[str, np.ndarray] | Iterable[Mapping[
             axes = tuple(i for i in range(value.ndim) if i != 1)
             per = np.maximum(value.max(axis=axes), -value.min(axis=axes)) + np.float32(0)  # + 0: no -0.0
             chan[name] = np.maximum(chan.get(name, per), per)
+        for layer in readers.get(name, ()):
+            attrs = layer.attrs
+            h = input_moments(value, graph.constants[layer.inputs[1]].shape, strides=attrs.get("strides", (1, 1)),
+                              pads=attrs.get("pads", (0, 0, 0, 0)), groups=attrs.get("groups", 1))
+            sums[layer.name] = sums[layer.name] + h if layer.name in sums else h
 
     count = 0
     for sample in _samples(graph, inputs):
@@ -198,7 +214,19 @@ def calibrate(graph: Graph, inputs: Mapping[str, np.ndarray] | Iterable[Mapping[
             _run_observed(graph, sample, histogram)
         for name, counts in hists.items():
             absmax[name] = min(absmax[name], entropy_threshold(counts, absmax[name] / HISTOGRAM_BINS))
-    return Calibration(absmax, chan)
+    return Calibration(absmax, chan, sums)
+
+
+def _moment_layers(graph: Graph) -> dict[str, list[Node]]:
+    """Input tensor name -> the Conv2d/Dense nodes reading it whose weights are constant and at most
+    :data:`.gptq.MOMENTS_MAX_K` wide per output channel (the layers GPTQ can round)."""
+    readers: dict[str, list[Node]] = {}
+    for node in graph.nodes:
+        if node.op not in ("Conv2d", "Dense") or node.inputs[1] not in graph.constants:
+            continue
+        if int(np.prod(graph.constants[node.inputs[1]].shape[1:])) <= MOMENTS_MAX_K:
+            readers.setdefault(node.inputs[0], []).append(node)
+    return readers
 
 
 # ---- 3. requant parameters ----------------------------------------------------------------------------------------
@@ -237,6 +265,9 @@ def _clip_range(activation: Node | None, sy: float, qmin: int = -128, qmax: int 
     return min(lo, hi), hi, "clip"          # min > max: every value becomes max, as ONNX's Clip (numpy's clip)
 
 
+WEIGHT_ROUNDINGS = ("nearest", "gptq")
+"""How :func:`quantize` rounds weights to integers (its ``weight_rounding``)."""
+
 WEIGHT_CLIP_GRID = np.linspace(0.5, 1.0, 26)
 """Fractions of a weight range tried by :func:`_mse_scales` (int4 weights)."""
 
@@ -265,8 +296,10 @@ class _Quantizer:
     """State of one quantization: the float graph, calibration, options and the quantized graph being built."""
 
     def __init__(self, fg: Graph, cal: Calibration, per_channel: bool | str, mode: str, round_adds: bool,
-                 act_bits: int = 8, wgt_bits: int = 8, keep_int8: Iterable[str] = ()) -> None:
+                 act_bits: int = 8, wgt_bits: int = 8, keep_int8: Iterable[str] = (),
+                 weight_rounding: str = "nearest") -> None:
         self.fg, self.cal, self.per_channel, self.mode = fg, cal, per_channel, mode
+        self.weight_rounding = weight_rounding
         self.round_adds = round_adds
         self.act_bits, self.wgt_bits = act_bits, wgt_bits
         self.qmin, self.qmax = -(1 << (act_bits - 1)), (1 << (act_bits - 1)) - 1  # activation range
@@ -359,7 +392,7 @@ class _Quantizer:
             sw, mult, shift = self._shift_weights(w, sx, sy, wmax)
         else:
             sw = self.weight_scales(w, wmax)
-        wq = np.clip(np.rint(w / sw.reshape((o,) + (1,) * (w.ndim - 1))), -wmax, wmax).astype(np.int8)
+        wq = self.round_weights(node.name, w, sw, wmax)
         products = self.product_bound(wq, x)
         cap = np.maximum(BIAS_LIMIT - products, 0)
         bq = np.clip(np.rint(b / (sx * sw)), -cap, cap)
@@ -384,6 +417,16 @@ class _Quantizer:
                          [self.out_tensor(out, sy)], **attrs)
         if act is not None:
             self.skip.add(act.name)
+
+    def round_weights(self, layer: str, w: np.ndarray, sw: np.ndarray, wmax: int) -> np.ndarray:
+        """int8 weights of ``layer`` (``w`` float ``[O, ...]`` at per-channel scales ``sw`` ``[O]``, values in
+        ``[-wmax, wmax]``): GPTQ (:func:`.gptq.gptq_round`) with ``weight_rounding="gptq"`` where calibration
+        measured the layer's input moments, else each weight rounded to nearest."""
+        o = w.shape[0]
+        if self.weight_rounding == "gptq" and layer in self.cal.moments:
+            q = gptq_round(w.reshape(o, -1), sw, self.cal.moments[layer], wmax)
+            return q.reshape(w.shape).astype(np.int8)
+        return np.clip(np.rint(w / sw.reshape((o,) + (1,) * (w.ndim - 1))), -wmax, wmax).astype(np.int8)
 
     def _shift_weights(self, w: np.ndarray, sx: float, sy: float, qmax: int) -> tuple[np.ndarray, np.ndarray,
                                                                                       np.ndarray]:
@@ -648,7 +691,8 @@ def quantize(graph: Graph, calib_inputs: Mapping[str, np.ndarray] | Iterable[Map
              per_channel: bool | Literal["auto"] = True, mode: Literal["multiply", "shift"] = "multiply",
              percentile: float | None = None, round_adds: bool = True, method: str | None = None,
              act_bits: int = 8, wgt_bits: int = 8, keep_int8: Iterable[str] = (),
-             calibration: Calibration | None = None) -> Graph:
+             calibration: Calibration | None = None,
+             weight_rounding: Literal["nearest", "gptq"] = "nearest") -> Graph:
     """Quantize a float graph; ``calib_inputs`` is a dict of stacked samples (leading axis a multiple of the batch)
     or a list of input dicts; ``method`` (minmax, percentile, entropy) and ``percentile`` select the calibration
     (see :func:`calibrate`); ``round_adds``
@@ -665,7 +709,11 @@ def quantize(graph: Graph, calib_inputs: Mapping[str, np.ndarray] | Iterable[Map
     calibrating again (one calibration serves every width pair of a sweep; ``calib_inputs`` is then not read).
     ``keep_int8`` names Conv2d/Dense nodes kept at int8 weights (mixed precision): a graph input read only by such
     layers stays int8, as does such a layer's graph output; on a narrow design the partitioner then runs them on the
-    CPU (their values do not fit the design's widths)."""
+    CPU (their values do not fit the design's widths).
+    ``weight_rounding``: ``"nearest"`` rounds each weight to its nearest integer; ``"gptq"`` rounds the weights of
+    each Conv2d/Dense so that its output error on the calibration inputs is least (:mod:`.gptq`; same scales, same
+    integer operators, so the accelerator stays bit-exact with the integer reference); it needs the input moments
+    that ``calibrate(..., moments=True)`` measures (collected here when ``calibration`` is not given)."""
     for what, bits in (("act_bits", act_bits), ("wgt_bits", wgt_bits)):
         if bits not in (4, 8):
             raise ValueError(f"{what} must be 4 or 8, not {bits!r}")
@@ -673,17 +721,23 @@ def quantize(graph: Graph, calib_inputs: Mapping[str, np.ndarray] | Iterable[Map
         raise ValueError(f"Requant mode {mode!r} is unknown; use 'multiply' or 'shift'.")
     if per_channel not in (True, False, "auto"):
         raise ValueError(f"per_channel={per_channel!r} is invalid; use True, False or 'auto'.")
+    if weight_rounding not in WEIGHT_ROUNDINGS:
+        raise ValueError(f"weight_rounding={weight_rounding!r} is unknown; use one of {', '.join(WEIGHT_ROUNDINGS)}.")
     if graph.is_quantized:
         raise GraphError(f"Graph {graph.name!r} is already quantized.")
     fg = prepare(graph)
+    gptq = weight_rounding == "gptq"
     cal = calibration if calibration is not None else calibrate(fg, calib_inputs, percentile=percentile,
-                                                                  method=method)
+                                                                  method=method, moments=gptq)
+    if gptq and not cal.moments and _moment_layers(fg):
+        raise ValueError("weight_rounding='gptq' needs the input moments of the layers; the calibration given has "
+                         "none: make it with calibrate(prepare(graph), inputs, moments=True).")
     keep = set(keep_int8)
     known = {n.name for n in fg.nodes if n.op in ("Conv2d", "Dense")}
     if keep - known:
         raise ValueError(f"keep_int8 names {', '.join(sorted(keep - known))}, which are not Conv2d/Dense nodes of "
                          f"the graph; its Conv2d/Dense nodes are {', '.join(sorted(known))}")
-    return _Quantizer(fg, cal, per_channel, mode, round_adds, act_bits, wgt_bits, keep).run()
+    return _Quantizer(fg, cal, per_channel, mode, round_adds, act_bits, wgt_bits, keep, weight_rounding).run()
 
 
 def choose_int8_layers(graph: Graph, calib_inputs: Mapping[str, np.ndarray], eval_inputs: Mapping[str, np.ndarray],
