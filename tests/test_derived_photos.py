@@ -89,6 +89,6 @@ def test_precision_accuracy_script_on_efficientnet(tmp_path: Path) -> None:
     import json
     data = json.loads(out.read_text())
     row = data["results"][0]
-    assert row["precision"] == "w8a8" and row["inputs"] == 7
+    assert row["precision"] == "w8a8" and row["inputs"] == 7 and row["weight_rounding"] == "gptq"
     assert row["top1_agreement"] >= 5 / 7 * 100 and row["top5_agreement"] >= 6 / 7 * 100
     assert 0.0 <= row["mean_kl"] < 0.5

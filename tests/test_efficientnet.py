@@ -179,7 +179,7 @@ def test_int8_agrees_with_float(qgraph, photos: np.ndarray, float_logits: np.nda
     int8 = E.int8_logits(qgraph, photos)
     float_top = [c for c, _ in E.top1(float_logits)]
     int8_top = [c for c, _ in E.top1(int8)]
-    assert sum(f == q for f, q in zip(float_top, int8_top)) >= 6                # of 7; measured 6
+    assert sum(f == q for f, q in zip(float_top, int8_top)) >= 6                # of 7; measured 6 (GPTQ and nearest)
     assert int8_top[0] in E.CAT_CLASSES                            # chelsea stays a cat
     assert all(f in row for f, row in zip(float_top, E.topk(int8, 5)))
 
