@@ -113,3 +113,22 @@ def onnx_op_run(model, feeds: dict[str, np.ndarray], *, rtol: float, atol: float
     np.testing.assert_array_equal(got, qops.run_reference(qgraph, feeds)["y"])
     return graph, qgraph, got, want
 
+
+
+# ---- compiled models on the RTL --------------------------------------------------------------------------------------
+def assert_tsim_matches_reference_and_model(compiled, *, seed: int, tolerance: float = 0.05) -> None:
+    """``compiled`` run on tsim for seeded normal float32 inputs gives the integer reference's (qops) outputs bit for
+    bit, and the cycle model's prediction of every accelerator layer is within ``tolerance`` (a fraction) of tsim's
+    cycles."""
+    from vta.compiler import qops
+    from vta.compiler.runtime.executor import run
+    rng = np.random.default_rng(seed)
+    inputs = {name: rng.standard_normal(compiled.graph.shape(name)).astype(np.float32)
+              for name in compiled.graph.inputs}
+    ref = qops.run_reference(compiled.graph, inputs)
+    tsim = run(compiled, inputs, target="tsim")
+    for name in ref:
+        np.testing.assert_array_equal(tsim.outputs[name], ref[name])
+    predicted = {step.node.name: step.predicted_cycles for step in compiled.steps if step.where == "accel"}
+    layers = [layer for layer in tsim.layers if layer.where == "accel"]
+    assert layers and all(abs(predicted[layer.layer] - layer.cycles) <= tolerance * layer.cycles for layer in layers)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import assert_tsim_matches_reference_and_model
 
 from vta import fsim
 from vta.clock import model_clock, path_elements
@@ -174,17 +175,6 @@ def test_tsim_runs_hazards_and_random_programs_bit_exact(requant: bool) -> None:
 def test_tiny_model_on_tsim_with_the_knob_is_bit_exact_and_the_model_follows() -> None:
     """tiny_cnn compiled for a small core with ALU_PIPELINE and FUSED_REQUANT: tsim's outputs equal the integer
     reference, and the cycle model is within 5 % on every accelerator layer."""
-    from vta.compiler import qops
     from vta.compiler.pipeline import compile_model
-    from vta.compiler.runtime.executor import run
     compiled = compile_model("tiny_cnn", SMALL.replace(fused_requant=True), policy="accel", calib=2)
-    rng = np.random.default_rng(7)
-    inputs = {name: rng.standard_normal(compiled.graph.shape(name)).astype(np.float32)
-              for name in compiled.graph.inputs}
-    ref = qops.run_reference(compiled.graph, inputs)
-    tsim = run(compiled, inputs, target="tsim")
-    for name in ref:
-        np.testing.assert_array_equal(tsim.outputs[name], ref[name])
-    predicted = {step.node.name: step.predicted_cycles for step in compiled.steps if step.where == "accel"}
-    layers = [layer for layer in tsim.layers if layer.where == "accel"]
-    assert layers and all(abs(predicted[layer.layer] - layer.cycles) <= 0.05 * layer.cycles for layer in layers)
+    assert_tsim_matches_reference_and_model(compiled, seed=7)

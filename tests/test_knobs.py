@@ -6,6 +6,7 @@ import re
 
 import numpy as np
 import pytest
+from helpers import assert_tsim_matches_reference_and_model
 
 from vta import fsim
 from vta.compiler import qops
@@ -319,17 +320,6 @@ def test_tsim_runs_every_knob_bit_exact_and_the_model_follows() -> None:
     """tiny_cnn and mini_resnet on a small core with every knob (FUSED_REQUANT, CONCURRENT_ALU, GEMM_OVERWRITE):
     tsim's outputs equal the integer reference and fsim's, and the cycle model is within 5 % on every layer."""
     from vta.compiler.pipeline import compile_model
-    from vta.compiler.runtime.executor import run
     cfg = SMALL_KNOB.replace(concurrent_alu=True, gemm_overwrite=True)
     for model in ("tiny_cnn", "mini_resnet"):
-        compiled = compile_model(model, cfg, policy="accel", calib=2)
-        rng = np.random.default_rng(3)
-        inputs = {name: rng.standard_normal(compiled.graph.shape(name)).astype(np.float32)
-                  for name in compiled.graph.inputs}
-        ref = qops.run_reference(compiled.graph, inputs)
-        tsim = run(compiled, inputs, target="tsim")
-        for name in ref:
-            np.testing.assert_array_equal(tsim.outputs[name], ref[name])
-        predicted = {step.node.name: step.predicted_cycles for step in compiled.steps if step.where == "accel"}
-        layers = [layer for layer in tsim.layers if layer.where == "accel"]
-        assert layers and all(abs(predicted[layer.layer] - layer.cycles) <= 0.05 * layer.cycles for layer in layers)
+        assert_tsim_matches_reference_and_model(compile_model(model, cfg, policy="accel", calib=2), seed=3)
