@@ -77,6 +77,11 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
                    help="on a design with int4 inputs or weights: quantize the named Conv/Dense node with int8 "
                         "weights and run it on the CPU (mixed precision, e.g. the last layer; repeatable; "
                         "docs/precision.md)")
+    p.add_argument("--int8-budget", metavar="POINTS", type=float, default=default.int8_budget,
+                   help="on a design with int4 inputs or weights: keep the fewest sensitive Conv/Dense layers at "
+                        "int8 on the CPU (chosen greedily) so that top-1 agreement with the float model loses at "
+                        "most POINTS percentage points, measured on the second half of the calibration samples "
+                        "after calibrating on the first; the report lists the layers kept (docs/precision.md)")
     p.add_argument("--batch", type=int, default=default.batch,
                    help="images per inference for a model whose batch dimension is dynamic (default: 1; a fixed "
                         "batch dimension is kept)")
@@ -171,7 +176,8 @@ _COMPILE_FLAGS = {"policy": "--policy", "stem": "--stem", "requant": "--requant"
                   "batch": "--batch", "calib": "--calib", "input_shapes": "--input-shape",
                   "calibration": "--calibration", "preprocess": "--preprocess",
                   "calibration_method": "--calibration-method", "calibration_percentile": "--calibration-percentile",
-                  "keep_int8": "--keep-int8", "gelu": "--gelu", "weight_rounding": "--weight-rounding"}
+                  "keep_int8": "--keep-int8", "gelu": "--gelu", "weight_rounding": "--weight-rounding",
+                  "int8_budget": "--int8-budget"}
 """CompileOptions field -> its option; the ones `vta run MODEL.vtac` refuses (the artefact fixed them)."""
 
 
@@ -328,6 +334,11 @@ def run_model(args: argparse.Namespace) -> int:
     report.extra.update(_transformer_figures(compiled.meta.get("model", args.model), compiled, report))
     if "calibration" in compiled.meta:  # artefacts compiled before calibration was recorded do not say
         report.extra["calibration"] = compiled.meta["calibration"]
+    if "int8_budget" in compiled.meta:  # --int8-budget: the layers it kept at int8 and their CPU time
+        int8 = dict(compiled.meta["int8_budget"])
+        int8["cpu_us_of_kept"] = round(sum(compiled.decisions[n].cpu_us or 0.0 for n in int8["kept"]
+                                           if n in compiled.decisions), 3)
+        report.extra["int8_budget"] = int8
     written = _write_outputs(report, args)
     if ropts.output:
         _save_outputs(ropts.output, out.outputs)

@@ -40,6 +40,10 @@ class CompileOptions:
     ALU where the partitioner estimates it faster, else the float table on the CPU), ``int`` or ``table``.
     weight_rounding: how weights become integers (:data:`.frontend.quantize.WEIGHT_ROUNDINGS`): ``nearest``, or
     ``gptq`` (each layer's output error on the calibration samples least, :mod:`.frontend.gptq`).
+    int8_budget: on a design with int4 inputs or weights, percentage points of top-1 agreement with the float model
+    the narrow quantization may lose: the fewest sensitive Conv2d/Dense layers (greedily,
+    :func:`.frontend.quantize.choose_int8_layers`) are kept at int8 on the CPU, besides ``keep_int8``, to stay within
+    it, measured on the calibration samples' second half after calibrating on the first (None: no choice made).
     """
 
     policy: str = "auto"
@@ -59,6 +63,7 @@ class CompileOptions:
     keep_int8: tuple[str, ...] = ()
     gelu: str = "auto"
     weight_rounding: str = "nearest"
+    int8_budget: float | None = None
 
     def __post_init__(self) -> None:
         from .frontend.calibration import METHODS, PREPROCESS
@@ -69,6 +74,9 @@ class CompileOptions:
         if not 50.0 <= self.calibration_percentile <= 100.0:
             raise ValueError(f"calibration_percentile={self.calibration_percentile} must lie in [50, 100] (a "
                              f"percentile of the magnitudes, e.g. 99.99)")
+        if self.int8_budget is not None and not 0.0 <= float(self.int8_budget) <= 100.0:
+            raise ValueError(f"int8_budget={self.int8_budget} must lie in [0, 100] (percentage points of top-1 "
+                             f"agreement with the float model)")
         if isinstance(self.force_cpu, str):
             raise TypeError(f"force_cpu must be a list of node names, not the string {self.force_cpu!r}")
         object.__setattr__(self, "force_cpu", tuple(self.force_cpu))
@@ -133,7 +141,7 @@ _ARG_NAMES = {"policy": "policy", "force_cpu": "force_cpu", "batch": "batch", "i
               "requant": "requant", "progress": "no_progress", "calibration": "calibration",
               "preprocess": "preprocess", "calibration_method": "calibration_method",
               "calibration_percentile": "calibration_percentile", "keep_int8": "keep_int8",
-              "gelu": "gelu", "weight_rounding": "weight_rounding"}
+              "gelu": "gelu", "weight_rounding": "weight_rounding", "int8_budget": "int8_budget"}
 """CompileOptions field -> the argparse attribute it is read from (``no_*`` flags are negated)."""
 
 

@@ -490,15 +490,46 @@ def compile_model(model: str, cfg: VTAConfig, options: CompileOptions | None = N
         return _compile_prequantized(model, graph, cfg, opts, start)
     if calibration is None:
         calibration = calibration_set(model, graph, opts)
+    narrow = (cfg.inp_width, cfg.wgt_width) != (8, 8)
+    keep_int8 = list(opts.keep_int8) if narrow else []
+    int8_choice = _choose_int8(graph, calibration, cfg, opts) if narrow and opts.int8_budget is not None else None
+    if int8_choice is not None:
+        keep_int8 += [n for n in int8_choice["kept"] if n not in keep_int8]
     qgraph = quantize(graph, calibration.inputs, mode="shift" if opts.requant == "shift" else "multiply",
                       method=opts.calibration_method, percentile=opts.calibration_percentile
                       if opts.calibration_method == "percentile" else None,
                       act_bits=cfg.inp_width, wgt_bits=cfg.wgt_width,  # the design's widths (docs/precision.md)
-                      keep_int8=opts.keep_int8 if (cfg.inp_width, cfg.wgt_width) != (8, 8) else (),
+                      keep_int8=keep_int8,
                       weight_rounding=opts.weight_rounding)  # type: ignore[arg-type]
     compiled = compile_graph(qgraph, cfg, policy=opts.policy, force_cpu=opts.force_cpu,
                              double_buffer=opts.double_buffer, progress=opts.progress, stem=opts.stem,
                              gelu=opts.gelu)
     compiled.meta.update({"model": model, "requant": opts.requant, "calibration": dict(calibration.info)})
+    if int8_choice is not None:
+        compiled.meta["int8_budget"] = int8_choice
     compiled.frontend_seconds = time.perf_counter() - start - (compiled.compile_seconds or 0.0)
     return compiled
+
+
+def _choose_int8(graph: Graph, calibration: Any, cfg: VTAConfig, opts: CompileOptions) -> dict[str, Any]:
+    """``opts.int8_budget`` met on a narrow design: :func:`.frontend.quantize.choose_int8_layers` calibrated on the
+    first half of the calibration samples and measured (top-1 agreement with the float model, percent) on the
+    second half; the record the report prints: the budget, the layers kept, each greedy step and what it was
+    measured on. A ValueError for a model of several inputs or fewer than two calibration samples."""
+    from .frontend.quantize import choose_int8_layers
+    if len(graph.inputs) != 1:
+        raise ValueError(f"--int8-budget measures top-1 agreement on a one-input model; this one has "
+                         f"{len(graph.inputs)} inputs ({', '.join(graph.inputs)}): name the layers with --keep-int8")
+    name = graph.inputs[0]
+    samples = np.asarray(calibration.inputs[name])
+    if len(samples) < 2:
+        raise ValueError(f"--int8-budget needs at least two calibration samples (half to calibrate on, half to "
+                         f"measure on); there are {len(samples)}: give more with --calib N or --calibration")
+    half = (len(samples) + 1) // 2
+    kept, trail = choose_int8_layers(graph, {name: samples[:half]}, {name: samples[half:]}, act_bits=cfg.inp_width,
+                                     wgt_bits=cfg.wgt_width, budget=float(opts.int8_budget or 0.0),
+                                     method=opts.calibration_method)
+    return {"budget_points": float(opts.int8_budget or 0.0), "kept": list(kept),
+            "steps": [{"kept": list(k), "top1_agreement_pct": round(a, 3)} for k, a in trail],
+            "measured_on": f"{len(samples) - half} held-out calibration samples (top-1 agreement with the float "
+                           f"model; calibrated on the other {half})"}

@@ -52,7 +52,8 @@ from .runtime.executor import RunOutput
 __all__ = ["Report", "build_report", "COLUMNS", "MODULE_COLUMNS", "BYTE_COLUMNS", "ENERGY_PARTS", "ENERGY_COLUMNS",
            "ReportError", "load_report", "compare", "format_comparison", "roofline_path", "layer_bound", "run_bound",
            "step_energy", "config_difference", "accuracy_difference", "format_accuracy_difference", "parse_budget",
-           "budget_failure", "format_accuracy", "format_calibration", "row_bound", "uncrowded_labels"]
+           "budget_failure", "format_accuracy", "format_calibration", "format_int8_budget",
+           "row_bound", "uncrowded_labels"]
 
 MODULE_COLUMNS = tuple(f"{m}_{c}" for m in MODULES for c in CYCLE_CLASSES)
 """Per-module cycle classes from the core's counters (tsim only, else None): e.g. ``compute_busy``,
@@ -313,6 +314,8 @@ class Report:
                 lines.extend(format_accuracy(value))
             elif key == "calibration" and isinstance(value, dict):
                 lines.append(format_calibration(value))
+            elif key == "int8_budget" and isinstance(value, dict):
+                lines.extend(textwrap.wrap(format_int8_budget(value), 120, subsequent_indent="  "))
             elif key != "build_seconds":
                 lines.append(f"{key}: {value}")
         return "\n".join(lines)
@@ -805,6 +808,22 @@ def format_accuracy(accuracy: Mapping[str, Any]) -> list[str]:
                 line += f"; {label} agreement {100 * m[key]:.0f}%"
         lines.extend(textwrap.wrap(line, 120, subsequent_indent="    "))
     return lines
+
+
+def format_int8_budget(choice: Mapping[str, Any]) -> str:
+    """One line on the layers ``--int8-budget`` kept at int8 (:func:`vta.compiler.pipeline.compile_model`'s
+    ``meta["int8_budget"]``): the budget, the layers, the agreement before and after and what it was measured on, and
+    the kept layers' CPU time by the partitioner's estimate."""
+    steps = choice.get("steps") or []
+    kept = choice.get("kept") or []
+    first = steps[0]["top1_agreement_pct"] if steps else None
+    last = steps[-1]["top1_agreement_pct"] if steps else None
+    what = (f"kept {', '.join(kept)} at int8 on the CPU" if kept else "kept no layer at int8 (the narrow model is "
+            "within the budget)")
+    cost = choice.get("cpu_us_of_kept")
+    return (f"int8 budget {choice.get('budget_points'):g} points of top-1 agreement: {what}; agreement {first}% -> "
+            f"{last}% on {choice.get('measured_on')}"
+            + (f"; the kept layers take {cost:,.1f} us on the CPU (partitioner's estimate)" if kept and cost else ""))
 
 
 def format_calibration(info: Mapping[str, Any]) -> str:

@@ -187,6 +187,34 @@ def test_tiny_cnn_bit_exact_on_fsim(cfg, tiny_w4a4):
     _assert_matches_reference(compiled, "fsim", seed=5)
 
 
+def test_int8_budget_keeps_the_layers_that_meet_it_on_the_cpu(capsys):
+    """int8_budget (vta run --int8-budget): tiny_cnn at w4a4 loses top-1 agreement on held-out calibration samples;
+    a budget of 0 points keeps layers at int8 until none is lost, the kept layers run on the CPU, the whole is
+    bit-exact on fsim, and the report says which layers and what they cost. Bad uses are refused, saying why."""
+    from vta.cli import main
+    from vta.compiler.pipeline import compile_model
+    w4a4 = load_config(ROOT / "configs" / "w4a4.toml")
+    compiled = compile_model("tiny_cnn", w4a4, calib=8, int8_budget=0.0)
+    choice = compiled.meta["int8_budget"]
+    steps = [s["top1_agreement_pct"] for s in choice["steps"]]
+    assert choice["kept"] and steps[-1] == 100.0 and steps[0] < 100.0 and choice["budget_points"] == 0.0
+    assert all(compiled.decisions[n].target == "cpu" for n in choice["kept"])
+    assert "4 held-out calibration samples" in choice["measured_on"]
+    _assert_matches_reference(compiled, "fsim", seed=5)
+    loose = compile_model("tiny_cnn", w4a4, calib=8, int8_budget=100.0)
+    assert loose.meta["int8_budget"]["kept"] == [] and len(loose.meta["int8_budget"]["steps"]) == 1
+    assert "int8_budget" not in compile_model("tiny_cnn", VTAConfig(), calib=2, int8_budget=0.0).meta  # int8 design
+    with pytest.raises(ValueError, match="at least two calibration samples"):
+        compile_model("tiny_cnn", w4a4, calib=1, int8_budget=1.0)
+    with pytest.raises(ValueError, match=r"must lie in \[0, 100\]"):
+        compile_model("tiny_cnn", w4a4, int8_budget=-1.0)
+    assert main(["run", "tiny_cnn", "--config", str(ROOT / "configs" / "w4a4.toml"), "--target", "fsim",
+                 "--calib", "8", "--int8-budget", "0", "--no-progress"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"int8 budget 0 points of top-1 agreement: kept {', '.join(choice['kept'])} at int8 on the CPU" in out
+    assert "on 4 held-out calibration samples" in out and "us on the CPU (partitioner's estimate)" in out
+
+
 def test_mixed_precision_keeps_named_layers_int8_on_the_cpu():
     """keep_int8: the first conv and the dense layer at int8 weights (int8 input and logits) run on the CPU of the
     w4a4 design, the middle conv on the accelerator at int4; the whole is bit-exact on fsim."""
