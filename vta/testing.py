@@ -219,7 +219,7 @@ class _RandomGen:
         loops = self._loops("gemm")
         reset = bool(self.rng.random() < 0.15)
         d = self._indices(loops, "dst", 0)
-        if not reset:
+        if not reset or self.cfg.gemm_overwrite:  # the knob's reset GEMM multiplies: it reads inp and wgt too
             s, w = self._indices(loops, "src", 1), self._indices(loops, "wgt", 2)
             if self.flags["inp_dirty"][s].any() or self.flags["wgt_dirty"][w].any():
                 self.sync("load", "compute")
@@ -325,6 +325,10 @@ def token_stream_program(cfg: VTAConfig, rng: np.random.Generator, *, rounds: in
     out = b.alloc("out", np.zeros((rounds * size, cfg.batch, cfg.block_out), np.int8))
     kernel = b.uop_kernel("uops", [Uop(i, i, i) for i in range(slots * size)])  # part p: [p * size, +size)
     b.load_uops(kernel)
+    if cfg.gemm_overwrite:  # the knob's reset GEMM multiplies the part's entries, loaded or not: load them all first,
+        for mem, alloc in ((MEM_INP, inp), (MEM_WGT, wgt)):  # so no result depends on the SRAM's state at start
+            b.load(mem, sram_base=0, dram_base=b.elem_addr(alloc, mem), y_size=1, x_size=slots * size,
+                   x_stride=slots * size)
     operands = SlotRing(b, "load", "compute", slots, total=rounds)
     results = SlotRing(b, "compute", "store", slots, total=rounds)
     order = [PACES[int(i)] for i in rng.permutation(len(PACES))]
