@@ -130,14 +130,15 @@ def _photo_variants(photo: int, span: range) -> np.ndarray:
     """The evaluation variants of sample photo ``photo`` (chunk ``photo`` of a ``photos`` set, ``span`` its rows),
     ``float32 [72, 3, 224, 224]``: rows ``span`` of ``derived_inputs(sample_images(), 72, seed=EVAL_SEED)``, made
     without the other photos' variants, each from its generator ``default_rng([EVAL_SEED, photo, k])`` as
-    ``derived_inputs`` makes it (``derived_photos._variant``; tests/test_sweep_accuracy.py checks the two agree)."""
+    ``derived_inputs`` makes it (``derived_photos.derived_variant``; tests/test_sweep_accuracy.py checks the two
+    agree)."""
     from vta.compiler.frontend import derived_photos
     from vta.compiler.frontend.efficientnet import IMAGE_SIZE, sample_images
     img = np.asarray(list(sample_images().values())[photo])
     out = np.empty((len(span), 3, IMAGE_SIZE, IMAGE_SIZE), np.float32)
     for k in range(len(span)):
         rng = np.random.default_rng([derived_photos.EVAL_SEED, photo, k])
-        out[k], _ = derived_photos._variant(img, rng, IMAGE_SIZE)
+        out[k], _ = derived_photos.derived_variant(img, rng, IMAGE_SIZE)
     return out
 
 

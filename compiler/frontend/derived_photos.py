@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["derived_inputs", "describe_set", "agreement", "CALIB_SEED", "EVAL_SEED"]
+__all__ = ["derived_inputs", "derived_variant", "describe_set", "agreement", "CALIB_SEED", "EVAL_SEED"]
 
 CALIB_SEED = 1
 """Seed of the calibration part of the derived set."""
@@ -33,8 +33,9 @@ EVAL_SEED = 2
 """Seed of the evaluation part of the derived set (disjoint from calibration's)."""
 
 
-def _variant(img: np.ndarray, rng: np.random.Generator, size: int) -> tuple[np.ndarray, str]:
-    """One derived input ``float32 [3, size, size]`` of ``img`` ``uint8 [H, W, 3]`` and a description of it."""
+def derived_variant(img: np.ndarray, rng: np.random.Generator, size: int) -> tuple[np.ndarray, str]:
+    """One derived input ``float32 [3, size, size]`` of ``img`` ``uint8 [H, W, 3]`` and a description of it, drawn from
+    ``rng`` (what :func:`derived_inputs` makes for each sample, with its generator)."""
     from PIL import Image, ImageEnhance
     angle = float(rng.uniform(-10.0, 10.0))
     fraction = float(rng.uniform(0.5, 1.0))
@@ -76,7 +77,7 @@ def derived_inputs(images: Mapping[str, np.ndarray], per_photo: int, *, seed: in
             raise ValueError(f"photo {name!r} must be uint8 [H, W, 3], not {arr.dtype} {arr.shape}.")
         for k in range(per_photo):
             rng = np.random.default_rng([seed, p, k])
-            out[p * per_photo + k], what = _variant(arr, rng, size)
+            out[p * per_photo + k], what = derived_variant(arr, rng, size)
             notes.append(f"{name} #{k}: {what}")
     return out, notes
 
