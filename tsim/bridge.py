@@ -393,27 +393,28 @@ class Model:
     def _add_windows(self, handle: Any, windows: Sequence[tuple[int, np.ndarray]]) -> None:
         if not windows:
             return
-        try:
-            fn = self._lib.tsim_window
-        except AttributeError:
-            raise ValueError(f"the library {self.build.library} was built from a harness without sparse DRAM "
-                             "(tsim_window); rebuild it") from None
-        fn.restype = ctypes.c_int32
-        fn.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_void_p, ctypes.c_uint64]
+        fn = self._harness_function("tsim_window", "sparse DRAM", ctypes.c_int32,
+                                    [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_void_p, ctypes.c_uint64])
         for base, array in windows:
             if fn(handle, base, array.ctypes.data, array.size) != 0:
                 raise ValueError(f"the harness refused the DRAM window of {array.size} bytes at {base:#x}")
 
     def _restart(self) -> Any:
         """The harness's ``tsim_restart`` (ValueError for a library built without it)."""
+        return self._harness_function("tsim_restart", "a reset between programs", ctypes.c_int32,
+                                      [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint32,
+                                       ctypes.c_uint32, ctypes.c_uint32])
+
+    def _harness_function(self, name: str, feature: str, restype: Any, argtypes: list[Any]) -> Any:
+        """The harness's C function ``name`` with its result and argument types set; a ValueError naming
+        ``feature`` for a library built from a harness without it (an older build: rebuild it)."""
         try:
-            fn = self._lib.tsim_restart
+            fn = getattr(self._lib, name)
         except AttributeError:
-            raise ValueError(f"the library {self.build.library} was built from a harness without a reset between "
-                             "programs (tsim_restart); rebuild it") from None
-        fn.restype = ctypes.c_int32
-        fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint32,
-                       ctypes.c_uint32]
+            raise ValueError(f"the library {self.build.library} was built from a harness without {feature} "
+                             f"({name}); rebuild it") from None
+        fn.restype = restype
+        fn.argtypes = argtypes
         return fn
 
     def run_program(self, program: Any, **options: Any) -> tuple[np.ndarray, RunOutput]:
@@ -425,16 +426,11 @@ class Model:
 
     def _stall_functions(self) -> tuple[Any, Any]:
         """The harness's ``tsim_stall`` and ``tsim_stall_counts`` (ValueError for a library built without them)."""
-        try:
-            fn, counts = self._lib.tsim_stall, self._lib.tsim_stall_counts
-        except AttributeError:
-            raise ValueError(f"the library {self.build.library} was built from a harness without random backpressure "
-                             "(tsim_stall); rebuild it") from None
-        fn.restype = ctypes.c_int32
-        fn.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_uint32,
-                       ctypes.c_uint32]
-        counts.restype = None
-        counts.argtypes = [ctypes.c_void_p, _P(ctypes.c_uint64)]
+        fn = self._harness_function("tsim_stall", "random backpressure", ctypes.c_int32,
+                                    [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint32,
+                                     ctypes.c_uint32, ctypes.c_uint32])
+        counts = self._harness_function("tsim_stall_counts", "random backpressure", None,
+                                        [ctypes.c_void_p, _P(ctypes.c_uint64)])
         return fn, counts
 
     def _trace_args(self, trace: str | Path | None, window: tuple[int, int] | None) -> tuple[bytes | None, int, int]:
