@@ -115,7 +115,7 @@ def onnx_op_run(model, feeds: dict[str, np.ndarray], *, rtol: float, atol: float
 
 
 
-# ---- compiled models on the RTL --------------------------------------------------------------------------------------
+# ---- programs and compiled models on the RTL -------------------------------------------------------------------------
 def assert_tsim_matches_reference_and_model(compiled, *, seed: int, tolerance: float = 0.05) -> None:
     """``compiled`` run on tsim for seeded normal float32 inputs gives the integer reference's (qops) outputs bit for
     bit, and the cycle model's prediction of every accelerator layer is within ``tolerance`` (a fraction) of tsim's
@@ -132,3 +132,14 @@ def assert_tsim_matches_reference_and_model(compiled, *, seed: int, tolerance: f
     predicted = {step.node.name: step.predicted_cycles for step in compiled.steps if step.where == "accel"}
     layers = [layer for layer in tsim.layers if layer.where == "accel"]
     assert layers and all(abs(predicted[layer.layer] - layer.cycles) <= tolerance * layer.cycles for layer in layers)
+
+
+def assert_tsim_matches_fsim(tsim, program: Program, *, tolerance: float) -> None:
+    """``program`` on the ``tsim`` backend leaves fsim's DRAM image and ALU micro-op count, and the cycle model's
+    prediction is within ``tolerance`` (a fraction) of the core's cycles."""
+    from vta import fsim
+    from vta.cost import estimate
+    want, got = fsim.run(program), tsim.run(program)
+    np.testing.assert_array_equal(got.dram, want.dram)
+    assert got.counters["alu_uops"] == want.stats.alu_uops
+    assert abs(estimate(program).cycles - got.cycles) <= tolerance * got.cycles

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import assert_tsim_matches_reference_and_model
+from helpers import assert_tsim_matches_fsim, assert_tsim_matches_reference_and_model
 
 from vta import fsim
 from vta.clock import model_clock, path_elements
@@ -164,11 +164,7 @@ def test_tsim_runs_hazards_and_random_programs_bit_exact(requant: bool) -> None:
         plain = tsim.run(hazard_program(cfg.replace(alu_pipeline=False))[0])
         assert got.cycles - plain.cycles == 6
     for seed in range(4):
-        program = random_program(cfg, np.random.default_rng(seed))
-        want_run, got = fsim.run(program), tsim.run(program)
-        np.testing.assert_array_equal(got.dram, want_run.dram)
-        assert got.counters["alu_uops"] == want_run.stats.alu_uops
-        assert abs(estimate(program).cycles - got.cycles) <= 0.06 * got.cycles
+        assert_tsim_matches_fsim(tsim, random_program(cfg, np.random.default_rng(seed)), tolerance=0.06)
 
 
 @pytest.mark.slow

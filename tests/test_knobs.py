@@ -6,7 +6,7 @@ import re
 
 import numpy as np
 import pytest
-from helpers import assert_tsim_matches_reference_and_model
+from helpers import assert_tsim_matches_fsim, assert_tsim_matches_reference_and_model
 
 from vta import fsim
 from vta.compiler import qops
@@ -181,10 +181,7 @@ def test_tsim_runs_req_programs_bit_exact() -> None:
     layer, x = _conv(SMALL_KNOB, False)
     add = build_add_program(SMALL_KNOB, AddLayer((2, 8, 9, 9), 3, 7, 3, 0, 127), x[:, :2])[0]
     for program in (requant_program(SMALL_KNOB)[0], build_conv_program(SMALL_KNOB, layer, x)[0], add):
-        want, got = fsim.run(program), tsim.run(program)
-        np.testing.assert_array_equal(got.dram, want.dram)
-        assert got.counters["alu_uops"] == want.stats.alu_uops
-        assert abs(estimate(program).cycles - got.cycles) <= 0.05 * got.cycles
+        assert_tsim_matches_fsim(tsim, program, tolerance=0.05)
 
 
 @pytest.mark.slow
