@@ -93,10 +93,13 @@ class ColumnFold:
 
 @dataclass(frozen=True)
 class Lowered:
-    """An accelerator layer and the transform (if any) its first input needs on the CPU side first."""
+    """An accelerator layer and the transform (if any) its first input needs on the CPU side first. ``own_layout``:
+    the layer reads and writes layouts of its own (a QDense over its rows, :mod:`.dense_rows`), so its input and
+    output are converted whichever side they come from or go to."""
 
     layer: ConvLayer | AddLayer | GeluLayer
     fold: ColumnFold | None = None
+    own_layout: bool = False
 
 
 def stem_costs(graph: Graph, node: Node, intr: Intrinsics) -> dict[str, tuple[float, int, int]]:
@@ -191,7 +194,7 @@ def _lower_conv(graph: Graph, node: Node, intr: Intrinsics, stem: str = "auto") 
     layer = ConvLayer.make(x_shape, w, bias, rq.multiplier, rq.shift, rq.lo, rq.hi, strides=strides, pads=pads,
                            groups=int(a.get("groups", 1)), intr=intr)
     plan_conv(layer.geom, intr)  # raises ScheduleError when it cannot be tiled
-    return Lowered(layer, fold)
+    return Lowered(layer, fold, own_layout=image is not None)
 
 
 def _lower_add(graph: Graph, node: Node, intr: Intrinsics) -> Lowered:
@@ -360,8 +363,8 @@ def _decide(graph: Graph, node: Node, intr: Intrinsics, policy: str, force_cpu: 
         layer = lower_node(graph, node, intr, stem)
     except ScheduleError as err:
         return Decision(node.name, node.op, "cpu", f"not supported on {cfg.name}: {err}", macs, None, cpu_us), None
-    rows = node.op == "QDense" and rows_image(graph.shape(node.inputs[0]), intr) is not None
-    accel_us = _accel_us(layer.layer, intr) + _convert_us(graph, node, placement, "accel", own_layout=rows)
+    accel_us = _accel_us(layer.layer, intr) + _convert_us(graph, node, placement, "accel",
+                                                          own_layout=layer.own_layout)
     cpu_us += _convert_us(graph, node, placement, "cpu")
     if node.name in prefer:
         why = (f"the accelerator's closest call ({accel_us:.0f} us vs {cpu_us:.0f} us on the CPU): the auto policy "
