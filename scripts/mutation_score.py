@@ -3,7 +3,7 @@ run as YosysHQ's mutation-cover flow (mcy) runs them: all in one netlist, one bu
 
     python scripts/mutation_score.py [--config configs/default.toml] [--count 200] [--seed 1] [--limit K]
                                      [--only m003,m017] [--separate] [--results FILE] [--kit-seeds 4]
-                                     [--rerun] [--prove-equivalent [--proof-timeout 300]]
+                                     [--rerun] [--prove-equivalent [--proof-timeout 300]] [--argued FILE]
 
 1. The core's Verilog (``vta.hw.verilog``, written once into the work folder ``build/mutation/<config>-<count>-
    <seed>/`` and kept there, so a resumed run mutates the same core) is read by Yosys, ``prep -top vta_core``
@@ -38,6 +38,9 @@ module, cell, port bit and source line.
 5. ``--prove-equivalent`` (:func:`prove_equivalent`) tries to prove each survivor equivalent by induction on its
    module (Yosys ``equiv_make``/``equiv_induct``, memories and the top's instances cut out, the module's inputs
    free); a proved one is ``equivalent (proved)`` and leaves the score, ``not proved``/``timeout`` change nothing.
+6. Survivors argued equivalent by hand (``--argued``, default ``scripts/mutation_equivalents.toml``: each with its
+   class and reason, keyed by the digest of its mutated module, so an argument lapses when the core changes) leave
+   the denominator of a second score, printed under the measured one; a killed mutant listed there is a warning.
 """
 from __future__ import annotations
 
@@ -391,8 +394,21 @@ def run_separate(work: Path, cfg: Any, entries: dict[str, dict[str, Any]], todo:
         record(entry)
 
 
-def score(results: list[dict[str, Any]]) -> str:
-    """The summary: counts by status, the score and the survivors."""
+def load_argued(path: Path | None, config: str) -> dict[str, dict[str, Any]]:
+    """The survivors argued equivalent for ``config`` (a TOML file of ``[[argued]]`` tables with ``name``,
+    ``config``, ``digest``, ``class`` and ``why``), by the digest of their mutated module; {} without a file."""
+    if path is None or not path.exists():
+        return {}
+    import tomllib
+    with path.open("rb") as f:
+        tables = tomllib.load(f).get("argued", [])
+    return {t["digest"]: t for t in tables if t.get("config") == config}
+
+
+def score(results: list[dict[str, Any]], argued: dict[str, dict[str, Any]] | None = None) -> str:
+    """The summary: counts by status, the score, and the survivors (each with its argument, when ``argued`` holds
+    one for its digest); with arguments, a second score without the argued-equivalent survivors."""
+    argued = argued or {}
     counts: dict[str, int] = {}
     for r in results:
         counts[r["status"]] = counts.get(r["status"], 0) + 1
@@ -401,6 +417,14 @@ def score(results: list[dict[str, Any]]) -> str:
     if killed + survived:
         lines.append(f"mutation score: {killed} killed / {killed + survived} non-equivalent, built = "
                      f"{100 * killed / (killed + survived):.1f}%")
+    out = [r for r in results if r["status"] == "survived" and r.get("digest") in argued]
+    if out and killed + survived - len(out):
+        left = killed + survived - len(out)
+        lines.append(f"without the {len(out)} survivors argued equivalent (scripts/mutation_equivalents.toml): "
+                     f"{killed} killed / {left} = {100 * killed / left:.1f}%")
+    wrong = [r["name"] for r in results if r["status"] == "killed" and r.get("digest") in argued]
+    if wrong:
+        lines.append(f"warning: argued equivalent, yet killed (the argument is wrong): {', '.join(wrong)}")
     by_feature: dict[str, int] = {}
     for r in results:
         if r["status"] == "killed":
@@ -411,7 +435,9 @@ def score(results: list[dict[str, Any]]) -> str:
                                                      sorted(by_feature.items(), key=lambda kv: -kv[1])))
     for r in results:
         if r["status"] == "survived":
-            lines.append(f"  survivor {r['name']}: {r['site']}")
+            why = argued.get(r.get("digest", ""))
+            lines.append(f"  survivor {r['name']}: {r['site']}"
+                         + (f"\n      argued equivalent ({why['class']}): {why['why']}" if why else ""))
     return "\n".join(lines)
 
 
@@ -435,6 +461,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="try to prove each survivor (or each --only mutant) equivalent by induction on its module "
                         "(Yosys equiv_make/equiv_induct); a proved survivor counts as 'equivalent (proved)'")
     p.add_argument("--proof-timeout", type=float, default=300.0, help="seconds of Yosys per proof (default 300)")
+    p.add_argument("--argued", type=Path, default=ROOT / "scripts" / "mutation_equivalents.toml",
+                   help="survivors argued equivalent, by digest (default scripts/mutation_equivalents.toml): the "
+                        "summary prints a second score without them and each one's argument")
     args = p.parse_args(argv)
     cfg = load_config(args.config)
     work = ROOT / "build" / "mutation" / f"{cfg.name}-{args.count}-{args.seed}"
@@ -501,7 +530,7 @@ def main(argv: list[str] | None = None) -> int:
             done = [r for r in done if r["name"] != name]
             record(entry)
     shown = [r for r in done if not only or r["name"] in only]
-    print(score(shown))
+    print(score(shown, load_argued(args.argued, cfg.name)))
     return 0
 
 

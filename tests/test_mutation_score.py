@@ -63,6 +63,36 @@ def test_the_score_counts_only_built_non_equivalent_mutants_and_lists_survivors(
         "  survivor m003: vta_core.x $dff$1 Q[2] (inv; v:1)"]
 
 
+def test_survivors_argued_equivalent_leave_a_second_score_and_a_killed_one_is_a_warning(tmp_path: Path) -> None:
+    argued_file = tmp_path / "argued.toml"
+    table = '[[argued]]\nname = "{}"\nconfig = "{}"\ndigest = "{}"\nclass = "{}"\nwhy = "{}"\n'
+    argued_file.write_text(table.format("m003", "cfg", "d3", "gap", "never read")
+                           + table.format("m001", "cfg", "d1", "x", "wrong")
+                           + table.format("m009", "other", "d5", "y", "other core"))
+    argued = ms.load_argued(argued_file, "cfg")
+    assert sorted(argued) == ["d1", "d3"] and ms.load_argued(tmp_path / "none.toml", "cfg") == {}
+    results = [{"name": "m000", "status": "killed", "feature": "load uop", "site": "a", "digest": "d0"},
+               {"name": "m001", "status": "killed", "feature": "load uop", "site": "b", "digest": "d1"},
+               {"name": "m003", "status": "survived", "site": "s3", "digest": "d3"},
+               {"name": "m005", "status": "survived", "site": "s5", "digest": "d5"}]
+    assert ms.score(results, argued).splitlines() == [
+        "4 mutants: 2 killed, 2 survived",
+        "mutation score: 2 killed / 4 non-equivalent, built = 50.0%",
+        "without the 1 survivors argued equivalent (scripts/mutation_equivalents.toml): 2 killed / 3 = 66.7%",
+        "warning: argued equivalent, yet killed (the argument is wrong): m001",
+        "killed first by: 2 load uop",
+        "  survivor m003: s3",
+        "      argued equivalent (gap): never read",
+        "  survivor m005: s5"]
+
+
+def test_the_shipped_arguments_name_survivors_of_the_default_core_with_a_reason() -> None:
+    argued = ms.load_argued(ROOT / "scripts" / "mutation_equivalents.toml", load_config(ROOT / "configs" /
+                                                                                       "default.toml").name)
+    assert len(argued) == 18
+    assert all(len(d) == 64 and t["why"] and t["class"] and t["name"].startswith("m") for d, t in argued.items())
+
+
 def test_the_wrapper_has_the_core_interfaces_ports_and_reads_mutsel_from_its_file(tmp_path: Path) -> None:
     cfg = load_config(ROOT / "configs" / "small1x8.toml")
     text = ms.mux_top(tmp_path, cfg, 8).read_text()
