@@ -65,8 +65,10 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
                         "%(default)s)")
     p.add_argument("--requant", choices=REQUANT_MODES, default=default.requant,
                    help="requantization of each layer's int32 results to int8: multiply (an integer multiplier and "
-                        "a shift per channel) or shift (power-of-two scales as VTA's TVM stack: one fewer ALU "
-                        "micro-op per output vector, slightly less accurate) (default: %(default)s)")
+                        "a shift per channel) or shift (power-of-two weight scales per channel, as VTA's TVM stack: "
+                        "no multiply, and a linear or conv layer's bias rides in its accumulators' start, so it "
+                        "costs K/16 + 4 cycles per output vector instead of K/16 + 6 on the default design; costs "
+                        "up to one bit of weight precision per channel) (default: %(default)s)")
     p.add_argument("--gelu", choices=GELU_MODES, default=default.gelu,
                    help="how a Gelu runs: int: I-BERT's integer GELU (placed on the accelerator's ALU or the CPU "
                         "by the estimates); table: the float-exact table on the CPU; auto: int where the "

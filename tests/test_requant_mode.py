@@ -49,7 +49,10 @@ def test_shift_has_no_mul_and_is_bit_exact_on_fsim(both: dict[str, Compiled]) ->
 
 def test_shift_is_predicted_faster_with_fewer_alu_uops(both: dict[str, Compiled]) -> None:
     multiply, shift = (_conv_steps(both[m]) for m in ("multiply", "shift"))
-    assert [s.gemm_uops for s in shift] == [s.gemm_uops for s in multiply]
+    # the same products; with shift a tile whose accumulators hold an earlier tile's outputs starts with one ALU MIN
+    # instead of a reset GEMM (the offset start, compiler/lowering/requant.py), so never more GEMM micro-ops
+    assert all(s.gemm_uops <= m.gemm_uops for s, m in zip(shift, multiply))
+    assert sum(s.gemm_uops for s in shift) < sum(m.gemm_uops for m in multiply)
     assert sum(s.alu_uops for s in shift) < sum(s.alu_uops for s in multiply)
     assert sum(s.predicted_cycles for s in shift) < sum(s.predicted_cycles for s in multiply)
     # nor is the multiplier constant loaded: fewer LOAD ACC where the constants are per channel

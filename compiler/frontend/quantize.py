@@ -430,10 +430,15 @@ class _Quantizer:
 
     def _shift_weights(self, w: np.ndarray, sx: float, sy: float, qmax: int) -> tuple[np.ndarray, np.ndarray,
                                                                                       np.ndarray]:
-        """Pure-shift requant: per-channel weight scales sy / (sx * 2**S[o]) (M = 1), weights in [-qmax, qmax]."""
+        """Pure-shift requant: per-channel weight scales ``sy / (sx * 2**S[o])`` (M = 1), each the smallest on that
+        grid at or above the usual ``max|w[o]| / qmax`` (dead channels floored as :meth:`weight_scales` floors them),
+        so less than twice it (unless S is held in [0, S_MAX]); weights in [-qmax, qmax]."""
         o = w.shape[0]
-        wmax = np.maximum(np.abs(w.reshape(o, -1)).max(axis=1), 1e-12)
-        shift = np.clip(np.floor(np.log2(sy * qmax / (sx * wmax))), 0, S_MAX).astype(np.int64)
+        per = np.abs(w.reshape(o, -1)).max(axis=1).astype(np.float64)
+        usual = np.maximum(per, max(per.max() * 2**-8, 1e-12)) / qmax
+        shift = np.floor(np.log2(sy / (sx * usual))).astype(np.int64)
+        shift -= (sy / (sx * 2.0**shift) < usual)  # a rounding of log2 just above a power of two
+        shift = np.clip(shift, 0, S_MAX)
         return sy / (sx * 2.0**shift), np.ones(o, np.int64), shift
 
     def softmax_mask(self, node: Node, mask: dict[str, Any]) -> bool:

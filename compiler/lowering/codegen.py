@@ -21,7 +21,9 @@ Per output tile of a convolution (all indices in entries of the named buffer)::
     [ALU ADD v | ALU MIN/MAX v]            a layer with a rounding (QMatMul): the accumulators start at v, the
                                            rounding divided by M modulo 2**32 (:func:`rounding_start`): an ADD
                                            after the reset, or, where the tile's entries still hold the clipped
-                                           outputs of an earlier tile of the layer, one MIN (MAX) instead of both
+                                           outputs of an earlier tile of the layer, one MIN (MAX) instead of both;
+                                           a layer whose multipliers are all 1 starts at bias - 2**(S+8) the same
+                                           way (:mod:`.requant`, the offset start: then SHR, MAX, MIN only)
     per reduction step: LOAD INP (one per input block, borders as load padding), LOAD WGT, [LOAD UOP], GEMM
     ALU ADD bias; [MUL M]; [RND]; SHR S; MAX lo; MIN hi     (M and S as immediates when per tensor, else tensors;
                                            RND, an ADD of the rounding, only when it did not fold into the start)
@@ -56,6 +58,7 @@ from vta.program import Allocation, Program, ProgramBuilder, SlotRing
 
 from .intrin import Intrinsics, intrinsics
 from .layout import INPUT, INPUT_B, OUTPUT, PackedWeight, pack_channel_vector, pack_weight
+from .requant import OffsetStart, offset_start
 from .schedule import ConvGeometry, ConvTile, ConvTiling, EltwiseTiling, plan_conv, plan_eltwise
 from .uopcache import UopCache
 
@@ -179,9 +182,12 @@ class _ConvState:
     :func:`_gemm_kernel`): most tiles of a layer repeat a few kernels."""
     start: tuple[str, int] | None = None
     """``(MIN or MAX, v)``: the accumulators start at ``v`` (:func:`rounding_start`), else None."""
+    offset: OffsetStart | None = None
+    """The offset start (:func:`.requant.offset_start`), else None."""
     clipped: dict[int, list[int]] = field(default_factory=dict)
     """acc part base -> per output block of a tile, how many of its first entries hold a requantized output of this
-    layer (in ``[lo, hi]``): a tile whose entries all do starts with one MIN (MAX) of ``v``."""
+    layer (in ``[lo, hi]``, lowered by 256 with the offset start): a tile whose entries all do starts with one MIN
+    (MAX) of ``v``."""
 
     @property
     def half(self) -> dict[str, int]:
@@ -357,12 +363,14 @@ def _tile_prologue(s: _ConvState, tile: ConvTile) -> tuple[int, int]:
     if s.t.bias_load:
         _emit_bias_init(s, tile, acc_base)
         return acc_base, const_base
-    start = None if s.start is None else const_base + s.const_slots.index(_CONST_SLOT["RND"]) * s.t.oc_tile
+    slot, one_pass = (_CONST_SLOT["RND"], s.start[0]) if s.start is not None else \
+        (_CONST_SLOT["ADD"], "MIN" if s.offset.min_start else None) if s.offset is not None else (None, None)
+    start = None if slot is None else const_base + s.const_slots.index(slot) * s.t.oc_tile
     clipped = s.clipped.get(acc_base, [])
-    if start is not None and all(obl < len(clipped) and clipped[obl] >= tile.toh * tile.tow
-                                 for obl in range(tile.oct)):
-        assert s.start is not None  # MIN(y, v) = v for y in [lo, hi] and v <= lo (MAX: v >= hi)
-        _emit_alu(s, tile, s.start[0], acc_base, (0, tile.oct), src_base=start)
+    if one_pass is not None and all(obl < len(clipped) and clipped[obl] >= tile.toh * tile.tow
+                                    for obl in range(tile.oct)):
+        # MIN(y, v) = v for y in [lo, hi] and v <= lo (MAX: v >= hi); the offset start's y and lo are lowered by 256
+        _emit_alu(s, tile, one_pass, acc_base, (0, tile.oct), src_base=start)
         return acc_base, const_base
     if not _overwrites(s):
         bgn, end = s.uops.place(_tile_uops(s, tile, acc_base, None))
@@ -480,14 +488,16 @@ def fused_requant(layer: ConvLayer, intr: Intrinsics) -> bool:
             and -128 <= layer.lo <= layer.hi < 128)
 
 
-def alu_passes(layer: ConvLayer, *, bias_load: bool = False, fused: bool = False, start: bool = False) -> list[str]:
+def alu_passes(layer: ConvLayer, *, bias_load: bool = False, fused: bool = False, start: bool = False,
+               offset: bool = False) -> list[str]:
     """The ALU intrinsics the requantization of ``layer`` applies to every output entry, in order: ADD bias
-    (unless the bias was loaded as the accumulators' start or is zero, e.g. carried by im2col's bias lanes), MUL M,
+    (unless the bias was loaded as the accumulators' start, is zero, e.g. carried by im2col's bias lanes, or is part
+    of the offset start, ``offset``: :func:`.requant.offset_start`, whose MAX and MIN bounds are lowered), MUL M,
     RND (an ADD of the layer's ``rounding``, when it has one and ``start`` did not fold it into the accumulators'
     start, :func:`rounding_start`), SHR S (MUL and SHR skipped when the identity), MAX lo, MIN hi; or with ``fused``
     (:func:`fused_requant`) ADD bias (unless loaded) and one REQ (a layer with a ``rounding``: MUL M, RND, and REQ
     with M = 1 doing SHR, MAX and MIN)."""
-    ops = [] if bias_load or not layer.bias.any() else ["ADD"]
+    ops = [] if bias_load or offset or not layer.bias.any() else ["ADD"]
     if fused:
         return ops + (["MUL", "RND", "REQ"] if layer.rounding else ["REQ"])
     if layer.per_tensor:
@@ -560,11 +570,14 @@ def _requant_passes(s: _ConvState, const_base: int) -> list[tuple[str, int | Non
     immediate the clip range, its operand the (M, S) words)."""
     layer, oc = s.layer, s.t.oc_tile
     imms = {"REQ": requant_imm(layer.lo, layer.hi), "MAX": layer.lo, "MIN": layer.hi}
+    if s.offset is not None:
+        imms = {"MAX": s.offset.lo, "MIN": s.offset.hi}
     if layer.per_tensor:
         imms |= {"MUL": int(layer.multiplier[0]), "SHR": int(layer.shift[0])}
     return [(op, imms.get(op), const_base + s.const_slots.index(_CONST_SLOT[op]) * oc
              if _per_channel(layer, op) else None)
-            for op in alu_passes(layer, bias_load=s.t.bias_load, fused=s.fused, start=s.start is not None)]
+            for op in alu_passes(layer, bias_load=s.t.bias_load, fused=s.fused, start=s.start is not None,
+                                 offset=s.offset is not None)]
 
 
 def _emit_requant(s: _ConvState, tile: ConvTile, acc_base: int, const_base: int, blocks: tuple[int, int]) -> None:
@@ -619,12 +632,15 @@ def emit_conv(pb: ProgramBuilder, layer: ConvLayer, x: Allocation, y: Allocation
         wdata = np.zeros((1, g.ib, g.o // g.groups, 1, 1, intr.block_in), np.int8)
     w = pb.alloc(f"{prefix}w", wdata, alloc_dtype(pb.cfg.wgt_width))  # int4 packed on a w4 design
     start = None if t.bias_load else rounding_start(layer, intr)
-    consts = pb.alloc(f"{prefix}consts", conv_constants(layer, intr, None if start is None else start[1]))
+    offset = None if t.bias_load else offset_start(layer, intr)
+    consts = pb.alloc(f"{prefix}consts", offset.constants(intr) if offset is not None else
+                      conv_constants(layer, intr, None if start is None else start[1]))
     tiles = list(t.tiles())
     code = LayerCode([x], y, tiles=len(tiles), tiling=t)
     fused = fused_requant(layer, intr)
     s = _ConvState(pb, intr, layer, t, UopCache(pb, intr, prefix, preload=True), x, y, w, consts, code, fused=fused,
-                   const_slots=_const_slots(layer, t.bias_load, fused, start is not None), start=start,
+                   const_slots=offset.slots() if offset is not None else
+                   _const_slots(layer, t.bias_load, fused, start is not None), start=start, offset=offset,
                    max_pad=(1 << layout(intr.cfg).field(OP_LOAD, "x_pad_1").width) - 1)
     if t.bias_load:
         s.bias_image = pb.alloc(f"{prefix}bias_init", bias_image(layer, intr, t.acc_tile))

@@ -35,6 +35,7 @@ from .intrin import Intrinsics, intrinsics
 from .layout import bias_lane_weights, ceil_div, fold_weight_columns, im2col_weights, packed_activation_shape, round_up
 from .matmul import lower_matmul
 from .precision import width_problem
+from .requant import offset_start
 from .schedule import ScheduleError, plan_conv
 
 __all__ = ["Decision", "Lowered", "ColumnFold", "partition", "lower_node", "ACCEL_RULES", "POLICIES", "STEMS",
@@ -132,7 +133,8 @@ def stem_costs(graph: Graph, node: Node, intr: Intrinsics) -> dict[str, tuple[fl
     a = node.attrs
     layer = ConvLayer.make((n, c, h, w), graph.constants[node.inputs[1]], bias, rq.multiplier, rq.shift, rq.lo, rq.hi,
                            strides=tuple(a.get("strides", (1, 1))), pads=tuple(a.get("pads", (0, 0, 0, 0))), intr=intr)
-    passes = alu_passes(layer, fused=fused_requant(layer, intr))
+    offset = offset_start(layer, intr)  # the bias in a one-pass start instead of the reset (MIN, or reset and ADD)
+    passes = alu_passes(layer, fused=fused_requant(layer, intr), offset=offset is not None)
     other = (0 if cfg.gemm_overwrite else 1) + len(passes)  # the reset and the ALU passes, per output vector
     per = {"direct": ceil_div(c, bi) * kh * kw + other, "columns": ceil_div(c * kw, bi) * kh + other,
            "im2col": ceil_div(k, bi) + other - (carried and "ADD" in passes)}

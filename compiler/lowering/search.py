@@ -23,6 +23,7 @@ from vta.program import Program
 
 from .codegen import ConvLayer, LayerCode, alu_passes, build_conv_program, fused_requant
 from .intrin import intrinsics
+from .requant import offset_start
 from .schedule import ConvGeometry, ConvTiling, conv_candidates, plan_conv
 
 __all__ = ["LayerPlan", "plan_program", "SearchResult", "SearchCache", "search_conv", "tiling_to_dict",
@@ -98,12 +99,22 @@ def _source_digest() -> str:
     """A digest of the sources the search result depends on (tiling rules, code generation, the micro-op cache, the
     search, the cycle model, event counts): a change to any of them makes every cached result stale."""
     h = hashlib.sha256()
-    for name in (f"{__package__}.schedule", f"{__package__}.codegen", f"{__package__}.uopcache", __name__,
+    for name in (f"{__package__}.schedule", f"{__package__}.codegen", f"{__package__}.requant",
+                 f"{__package__}.uopcache", __name__,
                  "vta.cost", "vta.counts"):
         module = importlib.import_module(name)
         with open(module.__file__ or "", "rb") as f:
             h.update(f.read())
     return h.hexdigest()[:16]
+
+
+def _passes(layer: ConvLayer, cfg: VTAConfig) -> list[str]:
+    """The ALU passes a key names (:func:`~.codegen.alu_passes`), and ``offset`` or ``offset-min`` when the layer
+    starts its accumulators at the offset start (:func:`~.requant.offset_start`: its programs differ)."""
+    intr = intrinsics(cfg)
+    offset = offset_start(layer, intr)
+    tag = [] if offset is None else ["offset-min" if offset.min_start else "offset"]
+    return alu_passes(layer, fused=fused_requant(layer, intr)) + tag
 
 
 def _search_key(layer: ConvLayer, cfg: VTAConfig, threads: tuple[int, ...], bias: tuple[bool, ...]) -> str:
@@ -112,7 +123,7 @@ def _search_key(layer: ConvLayer, cfg: VTAConfig, threads: tuple[int, ...], bias
     g = layer.geom
     data = {"v": _SEARCH_VERSION, "src": _source_digest(), "cfg": dataclasses.asdict(cfg),
             "geom": [g.n, g.c, g.h, g.w, g.o, g.kh, g.kw, g.sh, g.sw, list(g.pads), g.groups],
-            "alu": alu_passes(layer, fused=fused_requant(layer, intrinsics(cfg))), "per_tensor": layer.per_tensor,
+            "alu": _passes(layer, cfg), "per_tensor": layer.per_tensor,
             "threads": list(threads), "bias": list(bias), "weights_as_image": layer.weights_as_image}
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:32]
 
@@ -134,7 +145,7 @@ def _candidate_key(layer: ConvLayer, cfg: VTAConfig, t: ConvTiling) -> str:
     fields = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in _PLACEMENT_FIELDS}
     data = {"v": _SEARCH_VERSION, "src": _source_digest(), "cfg": fields, "uop_bits": cfg.uop_bits,
             "geom": [g.n, g.c, g.h, g.w, g.o, g.kh, g.kw, g.sh, g.sw, list(g.pads), g.groups],
-            "alu": alu_passes(layer, fused=fused_requant(layer, intrinsics(cfg))), "per_tensor": layer.per_tensor,
+            "alu": _passes(layer, cfg), "per_tensor": layer.per_tensor,
             "tiling": tiling_to_dict(t), "weights_as_image": layer.weights_as_image}
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:32]
 
@@ -268,8 +279,11 @@ def search_conv(cfg: VTAConfig, layer: ConvLayer, *, threads: tuple[int, ...] = 
     fused = fused_requant(layer, intr)
     n_alu = len(alu_passes(layer, fused=fused))
     consts = 2 if fused else 1 if layer.per_tensor else 3
+    offset = offset_start(layer, intr)
     cands = conv_candidates(layer.geom, intr, threads=threads, bias_load=bias_load)
-    work = [t.work_bound(intr, n_alu - t.bias_load, consts - t.bias_load) for t in cands]
+    work = [t.work_bound(intr, n_alu - t.bias_load, consts - t.bias_load) if offset is None or t.bias_load else
+            t.work_bound(intr, len(offset.passes()), len(offset.slots()))  # the start takes the reset's place
+            for t in cands]
     # the keep best by (work bound, DMA bytes), in the candidates' order among equals; DMA bytes are computed only
     # for the candidates whose bound could place them among the keep
     cutoff = sorted(work)[min(keep, len(work)) - 1]
