@@ -1,7 +1,7 @@
 """MAC utilization of one BERT-base-shaped encoder block on the accelerator, per layer, by the cycle model and tsim.
 
 Usage: python scripts/bench_attention.py [--config FILE] [--tokens T] [--width W] [--heads H] [--mlp F] [--no-tsim]
-                                         [--json FILE]
+                                         [--requant multiply|shift] [--json FILE]
 
 Builds one post-LN encoder block as ONNX (opset 17, seeded weights; :func:`bert_block`): the QKV projection
 (W -> 3W), Q.K^T and P.V over H heads, the output projection (W -> W), the MLP (W -> F -> W, erf Gelu), two residual
@@ -9,6 +9,8 @@ Adds and LayerNorms. Quantizes it (2 seeded random samples), compiles it for the
 layer: MACs, micro-ops, the cycle model's cycles and, unless ``--no-tsim``, the cycles tsim measured, the model's
 error, and the MAC utilization ``MACs / (cycles * MACs per cycle)`` by each. The defaults are BERT-base's shape at
 sequence 128 (T 128, W 768, H 12, F 3072); on the default design the whole block takes about a minute on tsim.
+``--requant shift`` quantizes with power-of-two scales (M = 1, the linear layers' offset start,
+:mod:`vta.compiler.lowering.requant`); the block's error against the float model is printed either way.
 """
 from __future__ import annotations
 
@@ -168,12 +170,15 @@ def main() -> None:
     parser.add_argument("--heads", type=int, default=12)
     parser.add_argument("--mlp", type=int, default=3072)
     parser.add_argument("--no-tsim", action="store_true", help="the cycle model only (no tsim run)")
+    parser.add_argument("--requant", choices=("multiply", "shift"), default="multiply",
+                        help="the quantizer's requantization (shift: power-of-two scales, M = 1)")
     parser.add_argument("--json", metavar="FILE", help="write the per-layer figures as JSON")
     args = parser.parse_args()
 
     from vta.compiler import qops
+    from vta.compiler.frontend import float_ref
     from vta.compiler.frontend.onnx_frontend import import_onnx
-    from vta.compiler.frontend.quantize import quantize
+    from vta.compiler.frontend.quantize import accuracy_vs_float, output_scale, quantize
     from vta.compiler.lowering.intrin import intrinsics
     from vta.compiler.pipeline import compile_graph
     from vta.compiler.runtime.compiled import AccelStep
@@ -184,11 +189,18 @@ def main() -> None:
     model = bert_block(tokens=args.tokens, width=args.width, heads=args.heads, mlp=args.mlp)
     rng = np.random.default_rng(0)
     calib = {"input": rng.standard_normal((2, args.tokens, args.width)).astype(np.float32)}
-    qgraph = quantize(import_onnx(model), calib)
+    graph = import_onnx(model)
+    qgraph = quantize(graph, calib, mode=args.requant)
     t0 = time.perf_counter()
     compiled = compile_graph(qgraph, cfg)
     print(f"{cfg.name}: {peak} MACs/cycle; compiled in {time.perf_counter() - t0:.1f} s")
     steps = [s for s in compiled.steps if isinstance(s, AccelStep)]
+    x_eval = {"input": np.random.default_rng(1).standard_normal((1, args.tokens, args.width)).astype(np.float32)}
+    ref_float = float_ref.run_float(graph, x_eval)["output"]
+    ref_int = qops.run_reference(qgraph, x_eval)["output"]
+    err = accuracy_vs_float(ref_float, ref_int, output_scale(qgraph, "output"))
+    print(f"requant {args.requant}: error of the integer model against float on one seeded input: "
+          + ", ".join(f"{k} {v:.4g}" for k, v in err.items() if isinstance(v, float)))
     measured: dict[str, tuple[int | None, float, int]] = {}
     if not args.no_tsim:
         x = {"input": rng.standard_normal((1, args.tokens, args.width)).astype(np.float32)}

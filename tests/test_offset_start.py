@@ -155,6 +155,16 @@ def test_the_pass_count_the_estimates_use() -> None:
     assert offset_start(layer, intrinsics(VTAConfig())).passes() == ["SHR", "MAX", "MIN"]
 
 
+def test_the_cli_flag_says_what_shift_does_and_costs(capsys: pytest.CaptureFixture[str]) -> None:
+    from vta.cli import main
+    for command in ("run", "compile"):
+        assert main([command, "--help"]) == 0
+        text = " ".join(capsys.readouterr().out.split())
+        assert "--requant {multiply,shift}" in text
+        assert "K/16 + 4 cycles per output vector instead of K/16 + 6" in text
+        assert "up to one bit of weight precision per channel" in text
+
+
 # ---- tsim ---------------------------------------------------------------------------------------------------------
 @pytest.mark.slow
 @pytest.mark.parametrize("per_channel", [True, False], ids=["per-channel", "per-tensor"])
@@ -163,3 +173,23 @@ def test_offset_start_on_tsim_is_bit_exact_and_the_cycle_model_within_5_percent(
     x, b, layer, rq = _layer(per_channel=per_channel)
     _, program, _ = _run(x, b, layer, rq)
     assert_tsim_matches_fsim(TSimBackend(check="none", progress=False), program, tolerance=0.05)
+
+
+@pytest.mark.slow
+def test_bert_tiny_with_shift_on_tsim_is_bit_exact_and_the_cycle_model_within_5_percent() -> None:
+    from vta.compiler.pipeline import compile_model, random_inputs
+    from vta.compiler.runtime.compiled import AccelStep
+    from vta.compiler.runtime.executor import run
+    compiled = compile_model("bert_tiny", VTAConfig(), requant="shift")
+    steps = {s.node.name: s for s in compiled.steps if isinstance(s, AccelStep)}
+    linear = [s for s in steps.values() if s.node.op == "QConv2d"]
+    assert linear and all(ALU_MUL not in {i.alu_opcode for i in s.program.insns if isinstance(i, Alu)}
+                          for s in linear)
+    inputs = random_inputs(compiled.graph, 0)
+    out = run(compiled, inputs, target="tsim")
+    for name, value in qops.run_reference(compiled.graph, inputs).items():
+        np.testing.assert_array_equal(out.outputs[name], value)
+    measured = {layer.layer: layer.cycles for layer in out.layers if layer.layer in steps}
+    assert set(measured) == set(steps)
+    for name, cycles in measured.items():
+        assert abs(steps[name].predicted_cycles - cycles) <= 0.05 * cycles, name
