@@ -13,9 +13,12 @@ the decompositions exporters emit for opsets without those operators are fused b
 (:func:`_fuse_decompositions`): LayerNorm's ReduceMean/Sub/Pow/ReduceMean/Add/Sqrt/Div (+ Mul gamma, Add beta) over the
 last axis, and Gelu's Erf and Tanh forms, recognised as any closed element-wise region around an Erf or Tanh that
 computes Gelu on sample values, whatever the order of its operands (the fused Gelu keeps the name of the region's last
-node). MaxPool and AveragePool take 1D,
-2D and 3D windows: a 1D pool is a 2D pool of one row, a 3D pool a 2D pool over (H, W) then one over D (max and mean are
-separable; both between Reshapes). Subgraphs computing constants (shape arithmetic) are evaluated at import.
+node). Before shape inference, onnxruntime's contrib operators (domain ``com.microsoft``: SkipLayerNormalization, the
+Gelu forms, BiasAdd, Attention, MultiHeadAttention) are rewritten into standard nodes by :mod:`.contrib`; a node of
+another domain, or one it cannot rewrite, is refused as ``<domain>.<op>`` with its reason. MaxPool and AveragePool
+take 1D, 2D and 3D windows: a 1D pool is a 2D pool of one row, a 3D pool a 2D pool over (H, W) then one over D (max
+and mean are separable; both between Reshapes). Subgraphs computing constants (shape arithmetic) are evaluated at
+import.
 
 A model with nodes the rules cannot import raises one :class:`UnsupportedOperatorError` listing every such node (the
 op, the node, and the attribute, input or shape that is the problem), not only the first. A tensor whose size
@@ -40,7 +43,7 @@ import onnx
 from onnx import numpy_helper, shape_inference
 
 from ..ir import Graph, GraphError, Node
-from . import float_ref
+from . import contrib, float_ref
 
 __all__ = ["UnsupportedOperatorError", "UnsupportedModelError", "ModelFileError", "UnsupportedOpsetError",
            "TensorTooLargeError", "import_onnx", "RULES", "SUPPORTED_OPSETS", "RESIZE_COORDINATE_MODES",
@@ -1132,14 +1135,19 @@ def _fix_inputs(model: onnx.ModelProto, batch: int, input_shapes: dict[str, tupl
             d.dim_value = v
 
 
-def _apply_rules(imp: _Importer, model: onnx.ModelProto, label: str) -> None:
+def _apply_rules(imp: _Importer, model: onnx.ModelProto, label: str, refused: dict[str, str]) -> None:
     """Import every node by its rule; raise one error naming every node no rule takes (after a refused node, its
-    outputs stand in with their inferred shapes so that the later nodes are checked too)."""
+    outputs stand in with their inferred shapes so that the later nodes are checked too). A node of another domain
+    is named ``<domain>.<op>``, with the reason :func:`.contrib.rewrite_contrib` gave in ``refused`` (by its first
+    output)."""
     problems: list[UnsupportedOperatorError] = []
     for node in model.graph.node:
         rule = RULES.get(node.op_type)
         try:
-            if rule is None or node.domain not in ("", "ai.onnx"):
+            if node.domain not in ("", "ai.onnx"):
+                raise UnsupportedOperatorError(f"{node.domain}.{node.op_type}", node.name,
+                                               refused.get(node.output[0], "an operator of another domain"))
+            if rule is None:
                 raise UnsupportedOperatorError(node.op_type, node.name)
             rule(imp, node)
         except UnsupportedOperatorError as err:
@@ -1192,6 +1200,7 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, n
         raise ValueError(f"batch must be a positive integer (images per inference), not {batch!r}.")
     _check_opset(proto, where)
     _fix_inputs(proto, batch, dict(input_shapes or {}), where)
+    refused = contrib.rewrite_contrib(proto)            # onnxruntime's com.microsoft operators, as standard nodes
     limit = tensor_byte_limit() if max_tensor_bytes is None else max_tensor_bytes
     _check_sizes(proto, where, limit)
     model = shape_inference.infer_shapes(_fold_constants(proto))
@@ -1214,7 +1223,7 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, n
                              f"token ids that only index a constant embedding table (Gather), are supported.")
         g.add_tensor(vi.name, imp.shapes_of(vi.name), dtype)
         g.inputs.append(vi.name)
-    _apply_rules(imp, model, where)
+    _apply_rules(imp, model, where, refused)
     constant = [o.name for o in model.graph.output if imp.name(o.name) in imp.consts]
     if constant:
         raise GraphError(f"The model {where} has graph output(s) {', '.join(map(repr, constant))} that are constants "

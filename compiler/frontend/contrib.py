@@ -1,0 +1,436 @@
+"""onnxruntime's contrib operators (domain ``com.microsoft``) rewritten into standard ONNX nodes before import.
+
+``onnxruntime.transformers.optimizer.optimize_model`` fuses a transformer's subgraphs into Microsoft operators
+(SkipLayerNormalization, BiasGelu, FastGelu, Attention, ...). :func:`rewrite_contrib` replaces each one it supports
+by the standard nodes the frontend's rules already import, so the quantizer, the partitioner and the accelerator
+lowering see the graph an exporter would have written:
+
+- Gelu, BiasGelu: (an Add of the bias, then) Gelu's Erf form; FastGelu (with or without bias): Gelu's Tanh form.
+  Both are written as their element-wise decompositions, which the frontend fuses back into one Gelu node named as
+  the contrib node (a Gelu node itself would lose its shape under the opset-17 shape inference).
+- SkipLayerNormalization: ``Add(input [+ bias], skip)`` then LayerNormalization over the last axis (at opsets below
+  17 its ReduceMean/Sub/Pow/Sqrt/Div decomposition); the bias is added to whichever operand a MatMul writes, so
+  it folds into that linear layer. The optional ``input_skip_bias_sum`` output is the Add's output.
+- BiasAdd: two Adds.
+- Attention (fused QKV weights ``[D, 3D]``) and MultiHeadAttention (separate Q, K, V ``[B, S, D]``): per-head
+  Reshape/Transpose, MatMul of Q by K^T, Mul by the scale, Add of a constant additive mask (a 2-D ``[B, S]`` 1/0
+  key mask, a 3-D ``[B, S, S]`` one, and ``unidirectional`` causal masking), Softmax, MatMul by V, Transpose and
+  Reshape back. Attention's three projections become three MatMuls ``[D, D]`` (with their biases) on the
+  accelerator.
+
+Everything else is refused, not rewritten: :func:`rewrite_contrib` returns, for every node left in a non-default
+domain, a sentence saying what is unsupported (an input, an output, an attribute value, or the operator itself),
+which the frontend's rules report with all other refused nodes of the model at once. Node names are kept: the
+rewrite's main node (the LayerNormalization, the Gelu, the attention output) carries the contrib node's name and
+the others ``<name>_<role>``, so report rows stay recognisable.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper, shape_inference
+
+__all__ = ["CONTRIB_DOMAIN", "REWRITES", "rewrite_contrib"]
+
+CONTRIB_DOMAIN = "com.microsoft"
+
+_RMS_NORM = ("RMS normalisation (no mean subtracted): the lab's LayerNorm always subtracts the mean and it has no "
+             "RMSNorm operator, so it cannot compute this exactly")
+_REFUSED_OPS = {
+    "SimplifiedLayerNormalization": _RMS_NORM,
+    "SkipSimplifiedLayerNormalization": _RMS_NORM,
+    "QuickGelu": "x * sigmoid(alpha * x) needs a product of two activations, which the lab does not compute (it has "
+                 "no Swish/QuickGelu operator)",
+    "EmbedLayerNormalization": "its int32 token and segment id inputs and its mask_index output have no counterpart "
+                               "in the lab (it takes int64 ids into one embedding Gather); run optimize_model with "
+                               "enable_embed_layer_norm=False in its FusionOptions",
+}
+
+
+class _Refusal(Exception):
+    """A contrib node the rewrite does not support; ``args[0]`` says what, in a clause."""
+
+
+class _NeedsShape(_Refusal):
+    """A contrib node whose rewrite needs a static shape not known yet (it may be after another node's rewrite)."""
+
+
+class _Context:
+    """The model being rewritten: its constants, the static shapes known before the rewrite, tensor producers, the
+    names in use, and the nodes written for the contrib node at hand."""
+
+    def __init__(self, model: onnx.ModelProto) -> None:
+        self.model = model
+        self.consts = {init.name: numpy_helper.to_array(init) for init in model.graph.initializer}
+        for node in model.graph.node:
+            if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and node.attribute and \
+                    node.attribute[0].name == "value":
+                self.consts[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
+        self.opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 17)
+        self.producer = {out: node for node in model.graph.node for out in node.output}
+        self.used = {t for node in model.graph.node for t in node.input} | {o.name for o in model.graph.output}
+        self.names = set(self.producer) | set(self.consts) | {i.name for i in model.graph.input}
+        self.names |= {node.name for node in model.graph.node}
+        self.shapes = _known_shapes(model)
+        self.nodes: list[onnx.NodeProto] = []
+        self.inits: list[onnx.TensorProto] = []
+
+    def fresh(self, base: str) -> str:
+        name, k = base, 1
+        while name in self.names:
+            name, k = f"{base}_{k}", k + 1
+        self.names.add(name)
+        return name
+
+    def const(self, base: str, value: np.ndarray | np.generic) -> str:
+        name = self.fresh(base)
+        self.inits.append(numpy_helper.from_array(np.asarray(value), name))
+        self.consts[name] = np.asarray(value)
+        return name
+
+    def emit(self, op: str, inputs: list[str], name: str, output: str | None = None, **attrs: Any) -> str:
+        """Append a default-domain node ``name`` (made unique); its output is ``output`` or a new tensor named after
+        the node. Returns the output."""
+        out = output or self.fresh(name)
+        self.nodes.append(helper.make_node(op, inputs, [out], name=self.fresh(name) if output else out, **attrs))
+        return out
+
+    def constant(self, node: onnx.NodeProto, index: int, what: str) -> np.ndarray | None:
+        """Input ``index`` of ``node`` as an array (None when absent); refused when a node or the caller computes
+        it."""
+        if len(node.input) <= index or not node.input[index]:
+            return None
+        if node.input[index] not in self.consts:
+            raise _Refusal(f"its {what} input {node.input[index]!r} is computed at run time; the lab needs it as a "
+                           f"constant initializer")
+        return self.consts[node.input[index]].astype(np.float64)
+
+    def written_by_matmul(self, tensor: str) -> bool:
+        node = self.producer.get(tensor)
+        return node is not None and node.op_type in ("MatMul", "Gemm") and node.domain in ("", "ai.onnx")
+
+
+def _known_shapes(model: onnx.ModelProto) -> dict[str, tuple[int, ...]]:
+    """Static shapes ONNX's shape inference finds before the rewrite (none after a contrib node)."""
+    try:
+        inferred = shape_inference.infer_shapes(model)
+    except Exception:  # noqa: BLE001 - a model ONNX cannot infer: no shapes, the rules say what is wrong later
+        return {}
+    shapes = {}
+    for vi in list(inferred.graph.value_info) + list(inferred.graph.input) + list(inferred.graph.output):
+        dims = tuple(d.dim_value for d in vi.type.tensor_type.shape.dim)
+        if vi.type.tensor_type.HasField("shape") and all(d > 0 for d in dims):
+            shapes[vi.name] = dims
+    return shapes
+
+
+def _attrs(node: onnx.NodeProto) -> dict[str, Any]:
+    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+
+
+def _check_attrs(node: onnx.NodeProto, known: set[str]) -> dict[str, Any]:
+    a = _attrs(node)
+    other = sorted(set(a) - known)
+    if other:
+        raise _Refusal(f"attribute{'s' if len(other) > 1 else ''} {', '.join(other)} (the rewrite reads "
+                       f"{', '.join(sorted(known)) or 'none'})")
+    return a
+
+
+def _only_inputs(node: onnx.NodeProto, names: tuple[str, ...]) -> None:
+    """Refuse inputs past ``names`` (the ones the rewrite reads), naming the first one given."""
+    for k in range(len(names), len(node.input)):
+        if node.input[k]:
+            raise _Refusal(f"input {k} ({node.input[k]!r}); the rewrite reads {', '.join(names)}")
+
+
+def _only_outputs(ctx: _Context, node: onnx.NodeProto, names: tuple[str, ...]) -> None:
+    """Refuse an output past ``names`` that a node or the graph reads."""
+    for k in range(len(names), len(node.output)):
+        if node.output[k] and node.output[k] in ctx.used:
+            raise _Refusal(f"output {k} ({node.output[k]!r}) is read; the rewrite computes only {', '.join(names)}")
+
+
+def _main_name(node: onnx.NodeProto) -> str:
+    return node.name or f"{node.op_type}_{node.output[0]}"
+
+
+def _add_bias(ctx: _Context, node: onnx.NodeProto, x: str, index: int) -> str:
+    """``x`` plus the node's constant bias input ``index`` (a ``[C]`` vector), or ``x`` without one."""
+    if ctx.constant(node, index, "bias") is None:
+        return x
+    return ctx.emit("Add", [x, node.input[index]], f"{_main_name(node)}_bias")
+
+
+# ---- Gelu ------------------------------------------------------------------------------------------------------------
+def _gelu(ctx: _Context, x: str, node: onnx.NodeProto, approximate: str) -> None:
+    """ONNX's Gelu of ``x`` into ``node``'s output, as the decomposition the frontend fuses back into one Gelu (its
+    last node, and so the fused Gelu, named as ``node``)."""
+    name = _main_name(node)
+    f32 = np.float32
+    if approximate == "tanh":
+        cube = ctx.emit("Pow", [x, ctx.const(f"{name}_three", f32(3.0))], f"{name}_cube")
+        cubic = ctx.emit("Mul", [cube, ctx.const(f"{name}_c", f32(0.044715))], f"{name}_cubic")
+        inner = ctx.emit("Add", [x, cubic], f"{name}_inner")
+        scaled = ctx.emit("Mul", [inner, ctx.const(f"{name}_k", f32(math.sqrt(2.0 / math.pi)))], f"{name}_scaled")
+        core = ctx.emit("Tanh", [scaled], f"{name}_tanh")
+    else:
+        scaled = ctx.emit("Mul", [x, ctx.const(f"{name}_k", f32(1.0 / math.sqrt(2.0)))], f"{name}_scaled")
+        core = ctx.emit("Erf", [scaled], f"{name}_erf")
+    plus = ctx.emit("Add", [core, ctx.const(f"{name}_one", f32(1.0))], f"{name}_plus")
+    half = ctx.emit("Mul", [x, plus], f"{name}_times")
+    ctx.nodes.append(helper.make_node("Mul", [half, ctx.const(f"{name}_half", f32(0.5))], [node.output[0]],
+                                      name=name))
+
+
+def _gelu_rule(approximate: str, inputs: tuple[str, ...]) -> Callable[[_Context, onnx.NodeProto], None]:
+    def rule(ctx: _Context, node: onnx.NodeProto) -> None:
+        _check_attrs(node, set())
+        _only_inputs(node, inputs)
+        x = _add_bias(ctx, node, node.input[0], 1) if len(inputs) > 1 else node.input[0]
+        _gelu(ctx, x, node, approximate)
+    return rule
+
+
+# ---- normalisation and adds ------------------------------------------------------------------------------------------
+def _layer_norm(ctx: _Context, node: onnx.NodeProto, x: str, epsilon: float) -> None:
+    """LayerNormalization of ``x`` over the last axis by the node's gamma (input 2) and beta (input 3) into its
+    output 0; below opset 17 the decomposition the frontend fuses into one."""
+    gamma = ctx.constant(node, 2, "gamma")
+    beta = ctx.constant(node, 3, "beta")
+    if gamma is None or gamma.ndim != 1 or (beta is not None and beta.shape != gamma.shape):
+        raise _Refusal("gamma and beta must be 1-D vectors of the hidden size")
+    name, out = _main_name(node), node.output[0]
+    beta_name = node.input[3] if beta is not None else ctx.const(f"{name}_beta", np.zeros(gamma.shape, np.float32))
+    if ctx.opset >= 17:
+        ctx.nodes.append(helper.make_node("LayerNormalization", [x, node.input[2], beta_name], [out], name=name,
+                                          axis=-1, epsilon=epsilon))
+        return
+    mean = ctx.emit("ReduceMean", [x], f"{name}_mean", axes=[-1])
+    centred = ctx.emit("Sub", [x, mean], f"{name}_centred")
+    square = ctx.emit("Pow", [centred, ctx.const(f"{name}_two", np.float32(2.0))], f"{name}_square")
+    var = ctx.emit("ReduceMean", [square], f"{name}_var", axes=[-1])
+    shifted = ctx.emit("Add", [var, ctx.const(f"{name}_eps", np.float32(epsilon))], f"{name}_shifted")
+    std = ctx.emit("Sqrt", [shifted], f"{name}_std")
+    normed = ctx.emit("Div", [centred, std], f"{name}_normed")
+    scaled = ctx.emit("Mul", [normed, node.input[2]], f"{name}_scaled")
+    ctx.emit("Add", [scaled, beta_name], f"{name}_shift", output=out)
+
+
+def _skip_layer_norm(ctx: _Context, node: onnx.NodeProto) -> None:
+    """input + skip (+ bias), LayerNorm over the last axis; outputs mean and inv_std_var refused when read."""
+    a = _check_attrs(node, {"epsilon"})
+    _only_inputs(node, ("input", "skip", "gamma", "beta", "bias"))
+    for k, what in ((1, "mean"), (2, "inv_std_var")):
+        if len(node.output) > k and node.output[k] and node.output[k] in ctx.used:
+            raise _Refusal(f"its {what} output {node.output[k]!r} is read (the lab's LayerNorm writes only Y)")
+    x, skip = node.input[0], node.input[1]
+    if ctx.written_by_matmul(skip) and not ctx.written_by_matmul(x):
+        x, skip = skip, x                                # the bias folds into the linear layer that writes x
+    biased = _add_bias(ctx, node, x, 4)
+    total = node.output[3] if len(node.output) > 3 and node.output[3] else None
+    summed = ctx.emit("Add", [biased, skip], f"{_main_name(node)}_skip", output=total)
+    _layer_norm(ctx, node, summed, float(a.get("epsilon", 1e-12)))
+
+
+def _bias_add(ctx: _Context, node: onnx.NodeProto) -> None:
+    """BiasAdd: ``X + bias + skip``."""
+    _check_attrs(node, set())
+    _only_inputs(node, ("X", "bias", "skip"))
+    biased = _add_bias(ctx, node, node.input[0], 1)
+    ctx.emit("Add", [biased, node.input[2]], _main_name(node), output=node.output[0])
+    ctx.nodes[-1].name = _main_name(node)
+
+
+# ---- attention -------------------------------------------------------------------------------------------------------
+def _heads(ctx: _Context, x: str, name: str, heads: int, head_size: int, perm: list[int]) -> str:
+    """``x [B, S, heads * head_size]`` as ``[B, S, heads, head_size]`` transposed by ``perm``."""
+    split = ctx.emit("Reshape", [x, ctx.const(f"{name}_shape", np.array([0, 0, heads, head_size], np.int64))],
+                     f"{name}_heads")
+    return ctx.emit("Transpose", [split], f"{name}_t", perm=perm)
+
+
+def _mask(ctx: _Context, node: onnx.NodeProto, index: int, causal: bool, fill: float
+          ) -> np.ndarray | None:
+    """The additive mask ``[B or 1, 1, S, L]`` (``fill`` where masked, else 0) of the node's key mask input
+    ``index`` (2-D ``[B, L]`` or 3-D ``[B, S, L]``, 1 keeps) and causal masking, or None for neither."""
+    mask = ctx.constant(node, index, "mask")
+    if mask is not None and mask.ndim not in (2, 3):
+        raise _Refusal(f"a mask of shape {mask.shape} (only 2-D [batch, keys] and 3-D [batch, queries, keys] "
+                       f"masks of 1 and 0)")
+    keep = None
+    if mask is not None:
+        keep = mask[:, None, None, :] != 0 if mask.ndim == 2 else mask[:, None, :, :] != 0
+    if causal:
+        if mask is not None and mask.shape[-1] != (mask.shape[1] if mask.ndim == 3 else mask.shape[-1]):
+            raise _Refusal("unidirectional masking with a key mask of another length than the queries")
+        length = None if mask is None else mask.shape[-1]
+        if length is None:
+            shape = ctx.shapes.get(node.input[0])
+            if shape is None or len(shape) != 3:
+                raise _NeedsShape("unidirectional=1 without a mask on an input whose static shape [batch, tokens, "
+                                  "hidden] is not known")
+            length = shape[1]
+        tril = np.tril(np.ones((length, length), bool))[None, None]
+        keep = tril if keep is None else keep & tril
+    if keep is None:
+        return None
+    return np.where(keep, 0.0, fill).astype(np.float32)
+
+
+def _attend(ctx: _Context, node: onnx.NodeProto, qkv: list[str], heads: int, size: tuple[int, int], scale: float,
+            mask: np.ndarray | None) -> None:
+    """softmax(Q K^T * scale + mask) V per head, into ``node``'s output 0 ``[B, S, heads * v_head]``."""
+    name = _main_name(node)
+    q, k, v = qkv
+    qk_head, v_head = size
+    qh = _heads(ctx, q, f"{name}_q", heads, qk_head, [0, 2, 1, 3])
+    kh = _heads(ctx, k, f"{name}_k", heads, qk_head, [0, 2, 3, 1])
+    vh = _heads(ctx, v, f"{name}_v", heads, v_head, [0, 2, 1, 3])
+    scores = ctx.emit("MatMul", [qh, kh], f"{name}_scores")
+    scores = ctx.emit("Mul", [scores, ctx.const(f"{name}_scale", np.float32(scale))], f"{name}_scaled")
+    if mask is not None:
+        scores = ctx.emit("Add", [scores, ctx.const(f"{name}_mask", mask)], f"{name}_masked")
+    probs = ctx.emit("Softmax", [scores], f"{name}_softmax", axis=-1)
+    context = ctx.emit("MatMul", [probs, vh], f"{name}_context")
+    merged = ctx.emit("Transpose", [context], f"{name}_merge", perm=[0, 2, 1, 3])
+    ctx.nodes.append(helper.make_node(
+        "Reshape", [merged, ctx.const(f"{name}_out_shape", np.array([0, 0, heads * v_head], np.int64))],
+        [node.output[0]], name=name))
+
+
+def _num_heads(node: onnx.NodeProto, a: dict[str, Any], widths: tuple[int, ...]) -> int:
+    heads = int(a.get("num_heads", 0))
+    if heads < 1 or any(w % heads for w in widths):
+        raise _Refusal(f"num_heads {heads} does not divide the widths {', '.join(map(str, widths))}")
+    return heads
+
+
+def _attention(ctx: _Context, node: onnx.NodeProto) -> None:
+    """Attention: input ``[B, S, D]`` times constant weights ``[D, Dq + Dk + Dv]`` (+ bias), split into Q, K, V."""
+    a = _check_attrs(node, {"num_heads", "unidirectional", "qkv_hidden_sizes", "mask_filter_value", "scale",
+                            "do_rotary", "past_present_share_buffer", "rotary_embedding_dim"})
+    _only_inputs(node, ("input", "weights", "bias", "mask_index"))
+    _only_outputs(ctx, node, ("output",))
+    if a.get("do_rotary", 0):
+        raise _Refusal("do_rotary=1 (rotary embeddings)")
+    weights = ctx.constant(node, 1, "weights")
+    bias = ctx.constant(node, 2, "bias")
+    if weights is None:
+        raise _Refusal("no weights input")
+    sizes = [int(s) for s in a.get("qkv_hidden_sizes", [weights.shape[1] // 3] * 3)]
+    if weights.ndim != 2 or len(sizes) != 3 or sum(sizes) != weights.shape[1] or sizes[0] != sizes[1] or \
+            (bias is not None and bias.shape != (weights.shape[1],)):
+        raise _Refusal(f"weights of shape {weights.shape} with qkv_hidden_sizes {sizes} (Q and K of one width, "
+                       f"a bias of their sum)")
+    heads = _num_heads(node, a, tuple(sizes))
+    name, begin, parts = _main_name(node), 0, []
+    for role, width in zip("qkv", sizes):
+        w = ctx.const(f"{name}_{role}_weight", weights[:, begin:begin + width].astype(np.float32))
+        part = ctx.emit("MatMul", [node.input[0], w], f"{name}_{role}")
+        if bias is not None:
+            b = ctx.const(f"{name}_{role}_b", bias[begin:begin + width].astype(np.float32))
+            part = ctx.emit("Add", [part, b], f"{name}_{role}_bias")
+        parts.append(part)
+        begin += width
+    head_sizes = (sizes[0] // heads, sizes[2] // heads)
+    mask = _mask(ctx, node, 3, bool(a.get("unidirectional", 0)), float(a.get("mask_filter_value", -10000.0)))
+    _attend(ctx, node, parts, heads, head_sizes, float(a.get("scale", 1.0 / math.sqrt(head_sizes[0]))), mask)
+
+
+def _multi_head_attention(ctx: _Context, node: onnx.NodeProto) -> None:
+    """MultiHeadAttention of separate 3-D query ``[B, S, D]``, key ``[B, L, D]`` and value ``[B, L, Dv]``."""
+    a = _check_attrs(node, {"num_heads", "unidirectional", "mask_filter_value", "scale"})
+    _only_inputs(node, ("query", "key", "value", "bias", "key_padding_mask"))
+    _only_outputs(ctx, node, ("output",))
+    if len(node.input) < 3 or not node.input[1] or not node.input[2]:
+        raise _Refusal("packed QKV or packed KV inputs (only separate query, key and value)")
+    shapes = [ctx.shapes.get(t) for t in node.input[:3]]
+    if any(s is None or len(s) != 3 for s in shapes):
+        raise _NeedsShape("query, key and value whose static 3-D shapes are not known (only [batch, tokens, "
+                          "hidden] inputs)")
+    widths = tuple(s[-1] for s in shapes if s is not None)
+    if widths[0] != widths[1]:
+        raise _Refusal(f"query and key of widths {widths[0]} and {widths[1]}")
+    heads = _num_heads(node, a, widths)
+    bias = ctx.constant(node, 3, "bias")
+    name, parts, begin = _main_name(node), [], 0
+    for role, tensor, width in zip("qkv", node.input[:3], widths):
+        if bias is not None:
+            b = ctx.const(f"{name}_{role}_b", bias[begin:begin + width].astype(np.float32))
+            tensor = ctx.emit("Add", [tensor, b], f"{name}_{role}_bias")
+        parts.append(tensor)
+        begin += width
+    if bias is not None and bias.shape != (begin,):
+        raise _Refusal(f"a bias of shape {bias.shape} for Q, K and V of widths {widths}")
+    head_sizes = (widths[0] // heads, widths[2] // heads)
+    mask = _mask(ctx, node, 4, bool(a.get("unidirectional", 0)), float(a.get("mask_filter_value", -10000.0)))
+    _attend(ctx, node, parts, heads, head_sizes, float(a.get("scale", 1.0 / math.sqrt(head_sizes[0]))), mask)
+
+
+REWRITES: dict[str, Callable[[_Context, onnx.NodeProto], None]] = {
+    "Gelu": _gelu_rule("none", ("X",)),
+    "BiasGelu": _gelu_rule("none", ("A", "B")),
+    "FastGelu": _gelu_rule("tanh", ("X", "bias")),
+    "SkipLayerNormalization": _skip_layer_norm,
+    "BiasAdd": _bias_add,
+    "Attention": _attention,
+    "MultiHeadAttention": _multi_head_attention,
+}
+"""The com.microsoft operators :func:`rewrite_contrib` rewrites, each into standard ONNX nodes."""
+
+
+def _refusal_of_other(node: onnx.NodeProto) -> str:
+    supported = ", ".join(sorted(REWRITES))
+    if node.domain == CONTRIB_DOMAIN:
+        return _REFUSED_OPS.get(node.op_type, f"no rewrite for this {CONTRIB_DOMAIN} operator (the lab rewrites "
+                                              f"{supported})")
+    return (f"an operator of domain {node.domain!r}; the lab imports the default ONNX domain and, from "
+            f"{CONTRIB_DOMAIN}, {supported}")
+
+
+def rewrite_contrib(model: onnx.ModelProto) -> dict[str, str]:
+    """Replace, in place, every supported ``com.microsoft`` node of ``model`` by standard ONNX nodes.
+
+    Returns, for each node left in a non-default domain, keyed by its first output, why it is refused: a clause
+    naming the unsupported input, output, attribute or operator (the frontend names the node, op and domain). A
+    rewrite that needs a static shape computed after another contrib node is tried again once that one is
+    rewritten."""
+    refused: dict[str, str] = {}
+    while any(node.domain not in ("", "ai.onnx") for node in model.graph.node):
+        refused, waiting, done = _rewrite_round(model)
+        if not waiting or not done:
+            break
+    return refused
+
+
+def _rewrite_round(model: onnx.ModelProto) -> tuple[dict[str, str], bool, bool]:
+    """One pass over the nodes: (the refusals, whether a node waits for a shape, whether any node was rewritten)."""
+    ctx = _Context(model)
+    refused: dict[str, str] = {}
+    kept: list[onnx.NodeProto] = []
+    waiting = done = False
+    for node in model.graph.node:
+        if node.domain in ("", "ai.onnx"):
+            kept.append(node)
+            continue
+        rule = REWRITES.get(node.op_type) if node.domain == CONTRIB_DOMAIN else None
+        ctx.nodes, ctx.inits = [], []
+        try:
+            if rule is None:
+                raise _Refusal(_refusal_of_other(node))
+            rule(ctx, node)
+        except _Refusal as why:
+            refused[node.output[0]] = str(why)
+            waiting = waiting or isinstance(why, _NeedsShape)
+            kept.append(node)
+            continue
+        done = True
+        kept.extend(ctx.nodes)
+        model.graph.initializer.extend(ctx.inits)
+    del model.graph.node[:]
+    model.graph.node.extend(kept)
+    return refused, waiting, done
