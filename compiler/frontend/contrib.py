@@ -13,10 +13,10 @@ lowering see the graph an exporter would have written:
   it folds into that linear layer. The optional ``input_skip_bias_sum`` output is the Add's output.
 - BiasAdd: two Adds.
 - Attention (fused QKV weights ``[D, 3D]``) and MultiHeadAttention (separate Q, K, V ``[B, S, D]``): per-head
-  Reshape/Transpose, MatMul of Q by K^T, Mul by the scale, Add of a constant additive mask (a 2-D ``[B, S]`` 1/0
-  key mask, a 3-D ``[B, S, S]`` one, and ``unidirectional`` causal masking), Softmax, MatMul by V, Transpose and
-  Reshape back. Attention's three projections become three MatMuls ``[D, D]`` (with their biases) on the
-  accelerator.
+  Reshape/Transpose, MatMul of Q by K^T, Mul by the scale, Add of a constant additive mask (1-D end or end and start
+  positions, a 2-D ``[B, L]`` or 3-D ``[B, S, L]`` 1/0 key mask, and ``unidirectional`` causal masking), Softmax,
+  MatMul by V, Transpose and Reshape back. Attention's three projections become three MatMuls ``[D, D]`` (with
+  their biases) on the accelerator.
 
 Everything else is refused, not rewritten: :func:`rewrite_contrib` returns, for every node left in a non-default
 domain, a sentence saying what is unsupported (an input, an output, an attribute value, or the operator itself),
@@ -74,7 +74,7 @@ class _Context:
         self.used = {t for node in model.graph.node for t in node.input} | {o.name for o in model.graph.output}
         self.names = set(self.producer) | set(self.consts) | {i.name for i in model.graph.input}
         self.names |= {node.name for node in model.graph.node}
-        self.shapes = _known_shapes(model)
+        self.shapes = {**{k: tuple(v.shape) for k, v in self.consts.items()}, **_known_shapes(model)}
         self.nodes: list[onnx.NodeProto] = []
         self.inits: list[onnx.TensorProto] = []
 
@@ -253,31 +253,44 @@ def _heads(ctx: _Context, x: str, name: str, heads: int, head_size: int, perm: l
     return ctx.emit("Transpose", [split], f"{name}_t", perm=perm)
 
 
-def _mask(ctx: _Context, node: onnx.NodeProto, index: int, causal: bool, fill: float
+def _key_mask(mask: np.ndarray, batch: int, queries: int, keys: int) -> np.ndarray:
+    """Which keys each query may attend to, ``[B or 1, 1, S or 1, L]``, from an Attention ``mask_index`` or a
+    MultiHeadAttention ``key_padding_mask``: 1-D ``[B]`` end positions (keys ``j < end``), 1-D ``[2B]`` end then
+    start positions, 2-D ``[B, L]`` or 3-D ``[B, S, L]`` of 1 (keep) and 0."""
+    j = np.arange(keys)
+    if mask.ndim == 1 and mask.size in (batch, 2 * batch):
+        end = mask[:batch, None]
+        start = mask[batch:, None] if mask.size == 2 * batch else np.zeros_like(end)
+        return ((start <= j) & (j < end))[:, None, None, :]
+    if mask.ndim == 2 and mask.shape[1] == keys:
+        return mask[:, None, None, :] != 0
+    if mask.ndim == 3 and mask.shape[1:] == (queries, keys):
+        return mask[:, None, :, :] != 0
+    raise _Refusal(f"a mask of shape {mask.shape} for batch {batch}, {queries} queries and {keys} keys (only 1-D "
+                   f"[batch] or [2 * batch] positions, 2-D [batch, keys] and 3-D [batch, queries, keys] masks of 1 "
+                   f"and 0)")
+
+
+def _mask(ctx: _Context, node: onnx.NodeProto, index: int, causal: bool, fill: float, queries: str, keys: str
           ) -> np.ndarray | None:
     """The additive mask ``[B or 1, 1, S, L]`` (``fill`` where masked, else 0) of the node's key mask input
-    ``index`` (2-D ``[B, L]`` or 3-D ``[B, S, L]``, 1 keeps) and causal masking, or None for neither."""
+    ``index`` (see :func:`_key_mask`) and causal masking, or None for neither; ``queries`` and ``keys`` are the
+    tensors ``[B, S, .]`` and ``[B, L, .]`` that give the lengths."""
     mask = ctx.constant(node, index, "mask")
-    if mask is not None and mask.ndim not in (2, 3):
-        raise _Refusal(f"a mask of shape {mask.shape} (only 2-D [batch, keys] and 3-D [batch, queries, keys] "
-                       f"masks of 1 and 0)")
-    keep = None
-    if mask is not None:
-        keep = mask[:, None, None, :] != 0 if mask.ndim == 2 else mask[:, None, :, :] != 0
-    if causal:
-        if mask is not None and mask.shape[-1] != (mask.shape[1] if mask.ndim == 3 else mask.shape[-1]):
-            raise _Refusal("unidirectional masking with a key mask of another length than the queries")
-        length = None if mask is None else mask.shape[-1]
-        if length is None:
-            shape = ctx.shapes.get(node.input[0])
-            if shape is None or len(shape) != 3:
-                raise _NeedsShape("unidirectional=1 without a mask on an input whose static shape [batch, tokens, "
-                                  "hidden] is not known")
-            length = shape[1]
-        tril = np.tril(np.ones((length, length), bool))[None, None]
-        keep = tril if keep is None else keep & tril
-    if keep is None:
+    if mask is None and not causal:
         return None
+    q_shape, k_shape = ctx.shapes.get(queries), ctx.shapes.get(keys)
+    if q_shape is None or k_shape is None or len(q_shape) != 3 or len(k_shape) != 3:
+        raise _NeedsShape(f"a mask or unidirectional=1 on inputs {queries!r} and {keys!r} whose static shapes "
+                          f"[batch, tokens, hidden] are not known")
+    s, length = q_shape[1], k_shape[1]
+    keep = np.ones((1, 1, s, length), bool)
+    if mask is not None:
+        keep = keep & _key_mask(mask, q_shape[0], s, length)
+    if causal:
+        if s != length:
+            raise _Refusal(f"unidirectional=1 with {s} queries and {length} keys (only as many of each)")
+        keep = keep & np.tril(np.ones((s, length), bool))[None, None]
     return np.where(keep, 0.0, fill).astype(np.float32)
 
 
@@ -337,7 +350,8 @@ def _attention(ctx: _Context, node: onnx.NodeProto) -> None:
         parts.append(part)
         begin += width
     head_sizes = (sizes[0] // heads, sizes[2] // heads)
-    mask = _mask(ctx, node, 3, bool(a.get("unidirectional", 0)), float(a.get("mask_filter_value", -10000.0)))
+    mask = _mask(ctx, node, 3, bool(a.get("unidirectional", 0)), float(a.get("mask_filter_value", -10000.0)),
+                 node.input[0], node.input[0])
     _attend(ctx, node, parts, heads, head_sizes, float(a.get("scale", 1.0 / math.sqrt(head_sizes[0]))), mask)
 
 
@@ -349,9 +363,11 @@ def _multi_head_attention(ctx: _Context, node: onnx.NodeProto) -> None:
     if len(node.input) < 3 or not node.input[1] or not node.input[2]:
         raise _Refusal("packed QKV or packed KV inputs (only separate query, key and value)")
     shapes = [ctx.shapes.get(t) for t in node.input[:3]]
-    if any(s is None or len(s) != 3 for s in shapes):
-        raise _NeedsShape("query, key and value whose static 3-D shapes are not known (only [batch, tokens, "
-                          "hidden] inputs)")
+    for role, shape in zip(("query", "key", "value"), shapes):
+        if shape is None:
+            raise _NeedsShape(f"a {role} whose static shape is not known")
+        if len(shape) != 3:
+            raise _Refusal(f"a {role} of shape {shape} (only 3-D [batch, tokens, hidden] query, key and value)")
     widths = tuple(s[-1] for s in shapes if s is not None)
     if widths[0] != widths[1]:
         raise _Refusal(f"query and key of widths {widths[0]} and {widths[1]}")
@@ -367,7 +383,8 @@ def _multi_head_attention(ctx: _Context, node: onnx.NodeProto) -> None:
     if bias is not None and bias.shape != (begin,):
         raise _Refusal(f"a bias of shape {bias.shape} for Q, K and V of widths {widths}")
     head_sizes = (widths[0] // heads, widths[2] // heads)
-    mask = _mask(ctx, node, 4, bool(a.get("unidirectional", 0)), float(a.get("mask_filter_value", -10000.0)))
+    mask = _mask(ctx, node, 4, bool(a.get("unidirectional", 0)), float(a.get("mask_filter_value", -10000.0)),
+                 node.input[0], node.input[1])
     _attend(ctx, node, parts, heads, head_sizes, float(a.get("scale", 1.0 / math.sqrt(head_sizes[0]))), mask)
 
 
