@@ -91,6 +91,7 @@ FLOAT_OPS: dict[str, tuple[str, ...]] = {
     "Sigmoid": (),
     "HardSigmoid": ("alpha", "beta"),                    # clip(alpha * x + beta, 0, 1)
     "HardSwish": (),                                     # x * clip(x / 6 + 1 / 2, 0, 1)
+    "Swish": ("alpha",),                                 # x * sigmoid(alpha * x): SiLU, QuickGelu (alpha 1.702)
     "Transpose": ("perm",),                              # a permutation of every axis, non-negative
     "Resize": RESIZE_ATTRS,
     "MatMul": (),                                        # a [..., M, K] @ b [..., K, N], numpy broadcasting; either

@@ -71,6 +71,15 @@ def test_gelu_forms_become_one_gelu_named_as_the_node(op, inputs, approximate):
     assert _ops(graph) == (["Add", "Gelu"] if "b" in inputs else ["Gelu"])
 
 
+@pytest.mark.parametrize("alpha", [None, 1.0, 0.5])
+def test_quick_gelu_becomes_one_swish(alpha):
+    x = _x(2, 5, 16, spread=3.0)
+    node = _ms("QuickGelu", ["x"]) if alpha is None else _ms("QuickGelu", ["x"], alpha=alpha)
+    graph = _check(_model([node], {"x": x}), {"x": x})
+    assert _ops(graph) == ["Swish"] and graph.nodes[0].name == "quickgelu_0"
+    assert graph.nodes[0].attrs["alpha"] == pytest.approx(1.702 if alpha is None else alpha)
+
+
 def test_a_bias_gelu_after_a_matmul_folds_its_bias_into_the_linear_layer():
     x = _x(1, 6, 16)
     model = _model([helper.make_node("MatMul", ["x", "w"], ["t"]), _ms("BiasGelu", ["t", "b"])], {"x": x},
@@ -198,7 +207,6 @@ def test_a_block_of_contrib_ops_on_fsim_is_bit_exact_with_the_reference(tmp_path
 
 # ---- refusals --------------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("node, inits, words", [
-    (_ms("QuickGelu", ["x"]), [], "product of two activations"),
     (_ms("SkipSimplifiedLayerNormalization", ["x", "x", "g"]), [("g", np.ones(16, np.float32))], "RMS"),
     (_ms("SimplifiedLayerNormalization", ["x", "g"]), [("g", np.ones(16, np.float32))], "RMS"),
     (_ms("EmbedLayerNormalization", ["x"]), [], "enable_embed_layer_norm=False"),
@@ -243,17 +251,18 @@ def test_skip_layer_norm_statistics_are_refused_when_read(index, what):
 
 
 def test_every_refused_node_is_listed_at_once():
-    nodes = [_ms("QuickGelu", ["x"], ["a"]), helper.make_node("Erf", ["a"], ["b"], name="erf_0"),
-             _ms("BiasSoftmax", ["b", "b"], ["y"])]
+    nodes = [_ms("SimplifiedLayerNormalization", ["x", "g"], ["a"]),
+             helper.make_node("Erf", ["a"], ["b"], name="erf_0"), _ms("BiasSoftmax", ["b", "b"], ["y"])]
     with pytest.raises(UnsupportedModelError) as err:
-        import_onnx(_model(nodes, {"x": _x(2, 16)}))
+        import_onnx(_model(nodes, {"x": _x(2, 16)}, [("g", np.ones(16, np.float32))]))
     assert [(p.op_type, p.node_name) for p in err.value.problems] == [
-        ("com.microsoft.QuickGelu", "quickgelu_0"), ("Erf", "erf_0"), ("com.microsoft.BiasSoftmax", "biassoftmax_0")]
+        ("com.microsoft.SimplifiedLayerNormalization", "simplifiedlayernormalization_0"), ("Erf", "erf_0"),
+        ("com.microsoft.BiasSoftmax", "biassoftmax_0")]
 
 
 def test_rewrites_are_the_documented_ones():
     assert sorted(REWRITES) == ["Attention", "BiasAdd", "BiasGelu", "FastGelu", "Gelu", "MultiHeadAttention",
-                                "SkipLayerNormalization"]
+                                "QuickGelu", "SkipLayerNormalization"]
 
 
 # ---- files from onnxruntime's transformer optimizer ------------------------------------------------------------------

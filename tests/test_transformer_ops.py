@@ -143,6 +143,26 @@ def test_a_gelu_lookalike_is_not_fused():
         import_onnx(_model(nodes, {"x": x}, inits))
 
 
+@pytest.mark.parametrize("alpha", [None, 1.702])
+def test_silu_and_scaled_swish_become_one_lookup_table(alpha):
+    """torch's SiLU export ``x * Sigmoid(x)``, and ``Sigmoid(x * alpha) * x`` (QuickGelu), fuse into one Swish."""
+    x = _x(1, 8, 40, spread=3.0)
+    gate = "x" if alpha is None else "xa"
+    nodes = [helper.make_node("Mul", ["x", "alpha"], ["xa"])] if alpha else []
+    nodes += [helper.make_node("Sigmoid", [gate], ["s"]), helper.make_node("Mul", ["s", "x"], ["y"], name="silu")]
+    graph, qgraph = _check(_model(nodes, {"x": x}, [("alpha", np.array(alpha or 1.0, np.float32))]), {"x": x})
+    assert _ops(graph) == ["Swish"] and _ops(qgraph) == ["Quantize", "QLut", "Dequantize"]
+    assert graph.nodes[0].name == "silu" and graph.nodes[0].attrs["alpha"] == pytest.approx(alpha or 1.0)
+
+
+def test_a_swish_lookalike_is_not_fused():
+    x = _x(1, 4)
+    nodes = [helper.make_node("Sigmoid", ["x"], ["s"]), helper.make_node("Mul", ["s", "z"], ["y"]),
+             helper.make_node("Relu", ["x"], ["z"])]
+    with pytest.raises(UnsupportedOperatorError, match="only Add takes two activations"):
+        import_onnx(_model([nodes[2], *nodes[:2]], {"x": x}))
+
+
 # ---- Softmax and masks ----------------------------------------------------------------------------------------------
 def _attention_scores(mask_nodes, inits, axis=-1):
     x = _x(1, 2, 6, 6, spread=2.0)

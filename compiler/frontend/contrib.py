@@ -8,6 +8,7 @@ lowering see the graph an exporter would have written:
 - Gelu, BiasGelu: (an Add of the bias, then) Gelu's Erf form; FastGelu (with or without bias): Gelu's Tanh form.
   Both are written as their element-wise decompositions, which the frontend fuses back into one Gelu node named as
   the contrib node (a Gelu node itself would lose its shape under the opset-17 shape inference).
+- QuickGelu: ``x * Sigmoid(x * alpha)``, fused by the frontend into one Swish (as torch's SiLU is).
 - SkipLayerNormalization: ``Add(input [+ bias], skip)`` then LayerNormalization over the last axis (at opsets below
   17 its ReduceMean/Sub/Pow/Sqrt/Div decomposition); the bias is added to whichever operand a MatMul writes, so
   it folds into that linear layer. The optional ``input_skip_bias_sum`` output is the Add's output.
@@ -42,8 +43,6 @@ _RMS_NORM = ("RMS normalisation (no mean subtracted): the lab's LayerNorm always
 _REFUSED_OPS = {
     "SimplifiedLayerNormalization": _RMS_NORM,
     "SkipSimplifiedLayerNormalization": _RMS_NORM,
-    "QuickGelu": "x * sigmoid(alpha * x) needs a product of two activations, which the lab does not compute (it has "
-                 "no Swish/QuickGelu operator)",
     "EmbedLayerNormalization": "its int32 token and segment id inputs and its mask_index output have no counterpart "
                                "in the lab (it takes int64 ids into one embedding Gather); run optimize_model with "
                                "enable_embed_layer_norm=False in its FusionOptions",
@@ -184,6 +183,18 @@ def _gelu(ctx: _Context, x: str, node: onnx.NodeProto, approximate: str) -> None
     half = ctx.emit("Mul", [x, plus], f"{name}_times")
     ctx.nodes.append(helper.make_node("Mul", [half, ctx.const(f"{name}_half", f32(0.5))], [node.output[0]],
                                       name=name))
+
+
+def _quick_gelu(ctx: _Context, node: onnx.NodeProto) -> None:
+    """QuickGelu: ``x * sigmoid(alpha * x)`` (alpha 1.702 by default), which the frontend fuses into one Swish."""
+    a = _check_attrs(node, {"alpha"})
+    _only_inputs(node, ("X",))
+    name, x = _main_name(node), node.input[0]
+    alpha = float(a.get("alpha", 1.702))
+    scaled = x if alpha == 1.0 else ctx.emit("Mul", [x, ctx.const(f"{name}_alpha", np.float32(alpha))],
+                                             f"{name}_scaled")
+    gate = ctx.emit("Sigmoid", [scaled], f"{name}_sigmoid")
+    ctx.nodes.append(helper.make_node("Mul", [x, gate], [node.output[0]], name=name))
 
 
 def _gelu_rule(approximate: str, inputs: tuple[str, ...]) -> Callable[[_Context, onnx.NodeProto], None]:
@@ -392,6 +403,7 @@ REWRITES: dict[str, Callable[[_Context, onnx.NodeProto], None]] = {
     "Gelu": _gelu_rule("none", ("X",)),
     "BiasGelu": _gelu_rule("none", ("A", "B")),
     "FastGelu": _gelu_rule("tanh", ("X", "bias")),
+    "QuickGelu": _quick_gelu,
     "SkipLayerNormalization": _skip_layer_norm,
     "BiasAdd": _bias_add,
     "Attention": _attention,

@@ -202,13 +202,19 @@ def _hard_sigmoid(x: np.ndarray, attrs: Mapping) -> np.ndarray:
     return np.clip(attrs["alpha"] * np.asarray(x, np.float64) + attrs["beta"], 0.0, 1.0)
 
 
+def _swish(x: np.ndarray, attrs: Mapping) -> np.ndarray:
+    """ONNX's Swish (opset 24): ``x * sigmoid(alpha * x)``."""
+    x = np.asarray(x, np.float64)
+    return x * _sigmoid(attrs["alpha"] * x, attrs)
+
+
 def _hard_swish(x: np.ndarray, attrs: Mapping) -> np.ndarray:
     x = np.asarray(x, np.float64)
     return x * np.clip(x / 6.0 + 0.5, 0.0, 1.0)
 
 
 ACTIVATIONS: dict[str, Callable[[np.ndarray, Mapping], np.ndarray]] = {
-    "Sigmoid": _sigmoid, "HardSigmoid": _hard_sigmoid, "HardSwish": _hard_swish, "Gelu": _gelu,
+    "Sigmoid": _sigmoid, "HardSigmoid": _hard_sigmoid, "HardSwish": _hard_swish, "Gelu": _gelu, "Swish": _swish,
     "Tanh": lambda x, attrs: _scalar_map(math.tanh, x),
 }
 """Element-wise activations ``f(x float64, node attrs) -> float64``, the same bits on every machine (exp by

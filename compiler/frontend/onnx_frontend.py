@@ -11,11 +11,12 @@ Gelu, Tanh, Gather (constant indices; of a constant table by an int64 graph inpu
 Split (one Slice per output) and Where (a constant condition and a scalar fill: a causal mask). Before the rules run,
 the decompositions exporters emit for opsets without those operators are fused back into one node
 (:func:`_fuse_decompositions`): LayerNorm's ReduceMean/Sub/Pow/ReduceMean/Add/Sqrt/Div (+ Mul gamma, Add beta) over the
-last axis, and Gelu's Erf and Tanh forms, recognised as any closed element-wise region around an Erf or Tanh that
+last axis, Gelu's Erf and Tanh forms, recognised as any closed element-wise region around an Erf or Tanh that
 computes Gelu on sample values, whatever the order of its operands (the fused Gelu keeps the name of the region's last
-node). Before shape inference, onnxruntime's contrib operators (domain ``com.microsoft``: SkipLayerNormalization, the
-Gelu forms, BiasAdd, Attention, MultiHeadAttention) are rewritten into standard nodes by :mod:`.contrib`; a node of
-another domain, or one it cannot rewrite, is refused as ``<domain>.<op>`` with its reason. MaxPool and AveragePool
+node), and ``x * Sigmoid(x [* alpha])`` (SiLU, QuickGelu) as one Swish (ONNX's, of opset 24; named as the Mul).
+Before shape inference, onnxruntime's contrib operators (domain ``com.microsoft``: SkipLayerNormalization, the Gelu
+forms, QuickGelu, BiasAdd, Attention, MultiHeadAttention) are rewritten into standard nodes by :mod:`.contrib`; a node
+of another domain, or one it cannot rewrite, is refused as ``<domain>.<op>`` with its reason. MaxPool and AveragePool
 take 1D, 2D and 3D windows: a 1D pool is a 2D pool of one row, a 3D pool a 2D pool over (H, W) then one over D (max
 and mean are separable; both between Reshapes). Subgraphs computing constants (shape arithmetic) are evaluated at
 import.
@@ -751,6 +752,7 @@ RULES: dict[str, Callable[[_Importer, onnx.NodeProto], None]] = {
     "Resize": _resize,
     "LayerNormalization": _layer_norm,
     "Gelu": _gelu,
+    "Swish": lambda imp, node: imp.emit("Swish", node, [node.input[0]], alpha=float(_attrs(node).get("alpha", 1.0))),
     "Tanh": lambda imp, node: imp.emit("Tanh", node, [node.input[0]]),
     "Gather": _gather,
     "Slice": _slice,
@@ -922,6 +924,23 @@ def _match_gelu(g: _OnnxGraph, core: onnx.NodeProto, order: dict[int, int]
     return None
 
 
+def _match_swish(g: _OnnxGraph, sigmoid: onnx.NodeProto) -> tuple[list[onnx.NodeProto], str, float] | None:
+    """``x * Sigmoid(x)`` or ``x * Sigmoid(x * alpha)`` (SiLU, QuickGelu; either operand order): (its nodes, x,
+    alpha)."""
+    inner, alpha, nodes = sigmoid.input[0], 1.0, [sigmoid]
+    scale = g.producer.get(inner)
+    if scale is not None and scale.op_type == "Mul" and g.consumers.get(inner) == [sigmoid] and \
+            inner not in g.outputs:
+        x = next((t for t in scale.input if t not in g.consts), None)
+        value = None if x is None else g.scalar(scale, x)
+        if value is not None:
+            inner, alpha, nodes = x, value, [scale, sigmoid]
+    mul = g.only_user(sigmoid.output[0], "Mul")
+    if mul is None or sorted(mul.input) != sorted([inner, sigmoid.output[0]]):
+        return None
+    return [*nodes, mul], inner, alpha
+
+
 def _fuse_decompositions(model: onnx.ModelProto) -> onnx.ModelProto:
     """Replace the LayerNorm and Gelu decompositions exporters emit (ReduceMean/Sub/Pow/Sqrt/Div; the Erf and Tanh
     forms of Gelu) by one LayerNormalization or Gelu node writing the decomposition's output, so each imports as
@@ -955,6 +974,13 @@ def _fuse_decompositions(model: onnx.ModelProto) -> onnx.ModelProto:
             nodes, source, kind = found_gelu
             fused = onnx.helper.make_node("Gelu", [source], [nodes[-1].output[0]],
                                           name=nodes[-1].name or f"{nodes[-1].output[0]}_gelu", approximate=kind)
+        elif node.op_type == "Sigmoid":
+            found_swish = _match_swish(g, node)
+            if found_swish is None:
+                continue
+            nodes, source, alpha = found_swish
+            fused = onnx.helper.make_node("Swish", [source], [nodes[-1].output[0]],
+                                          name=nodes[-1].name or f"{nodes[-1].output[0]}_swish", alpha=alpha)
         else:
             continue
         removed.update(id(n) for n in nodes)
