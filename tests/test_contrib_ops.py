@@ -136,6 +136,22 @@ def test_bias_add():
     assert _ops(graph) == ["Add", "Add"] and graph.nodes[-1].name == "biasadd_0"
 
 
+@pytest.mark.parametrize("trans_a, trans_b, alpha, b_const", [
+    (0, 0, 1.0, False), (1, 0, 0.5, False), (0, 1, 0.25, False), (1, 1, 2.0, False), (0, 1, 0.5, True),
+    (1, 0, 1.0, True)])
+def test_fused_matmul(trans_a, trans_b, alpha, b_const):
+    a = _x(2, 8, 6) if trans_a else _x(2, 6, 8)
+    b = _x(5, 8) if trans_b else _x(8, 5)
+    if not b_const:
+        b = np.broadcast_to(b, (2, *b.shape)).copy()
+    node = _ms("FusedMatMul", ["a", "b"], transA=trans_a, transB=trans_b, alpha=alpha)
+    feeds = {"a": a} if b_const else {"a": a, "b": b}
+    graph = _check(_model([node], feeds, [("b", b)] if b_const else []), feeds)
+    product = next(n for n in graph.nodes if n.op in ("MatMul", "Conv2d"))
+    assert product.name == "fusedmatmul_0" and product.op == ("Conv2d" if b_const else "MatMul")
+    assert ("Mul" in _ops(graph)) == (alpha != 1.0 and not b_const)
+
+
 # ---- Attention and MultiHeadAttention --------------------------------------------------------------------------------
 ATTENTION_STEPS = 6.0
 """Output steps of int8 error allowed: Q, K, V, the scores, the probabilities and the context are each requantized."""
@@ -210,7 +226,8 @@ def test_a_block_of_contrib_ops_on_fsim_is_bit_exact_with_the_reference(tmp_path
     (_ms("SkipSimplifiedLayerNormalization", ["x", "x", "g"]), [("g", np.ones(16, np.float32))], "RMS"),
     (_ms("SimplifiedLayerNormalization", ["x", "g"]), [("g", np.ones(16, np.float32))], "RMS"),
     (_ms("EmbedLayerNormalization", ["x"]), [], "enable_embed_layer_norm=False"),
-    (_ms("BiasSoftmax", ["x", "x"]), [], "no rewrite for this com.microsoft operator"),
+    (_ms("BiasSoftmax", ["x", "x"]), [], "no rewrite for this com.microsoft operator (the lab rewrites Attention, "
+                                         "BiasAdd, BiasGelu, FastGelu, FusedMatMul, Gelu,"),
     (_ms("FastGelu", ["x", "x"]), [], "its bias input 'x' is computed at run time"),
     (_ms("Attention", ["x", "w", "", "", "past"], num_heads=2),
      [("w", np.ones((16, 48), np.float32)), ("past", np.ones(1, np.float32))], "input 4 ('past')"),
@@ -227,6 +244,7 @@ def test_a_block_of_contrib_ops_on_fsim_is_bit_exact_with_the_reference(tmp_path
     (_ms("MultiHeadAttention", ["x", "k", "k"], num_heads=2), [("k", np.ones((2, 2, 6, 8), np.float32))],
      "a key of shape (2, 2, 6, 8) (only 3-D [batch, tokens, hidden] query, key and value)"),
     (_ms("Gelu", ["x"], alpha=1.0), [], "attribute alpha"),
+    (_ms("FusedMatMul", ["x", "x"], transBatchB=1), [], "transBatchA or transBatchB set"),
     (helper.make_node("Scaler", ["x"], ["y"], name="scaler_0", domain="ai.onnx.ml"), [],
      "an operator of domain 'ai.onnx.ml'"),
 ])
@@ -261,8 +279,8 @@ def test_every_refused_node_is_listed_at_once():
 
 
 def test_rewrites_are_the_documented_ones():
-    assert sorted(REWRITES) == ["Attention", "BiasAdd", "BiasGelu", "FastGelu", "Gelu", "MultiHeadAttention",
-                                "QuickGelu", "SkipLayerNormalization"]
+    assert sorted(REWRITES) == ["Attention", "BiasAdd", "BiasGelu", "FastGelu", "FusedMatMul", "Gelu",
+                                "MultiHeadAttention", "QuickGelu", "SkipLayerNormalization"]
 
 
 # ---- files from onnxruntime's transformer optimizer ------------------------------------------------------------------

@@ -12,7 +12,7 @@ lowering see the graph an exporter would have written:
 - SkipLayerNormalization: ``Add(input [+ bias], skip)`` then LayerNormalization over the last axis (at opsets below
   17 its ReduceMean/Sub/Pow/Sqrt/Div decomposition); the bias is added to whichever operand a MatMul writes, so
   it folds into that linear layer. The optional ``input_skip_bias_sum`` output is the Add's output.
-- BiasAdd: two Adds.
+- BiasAdd: two Adds. FusedMatMul: (Transposes,) MatMul (and a Mul by alpha, or alpha folded into a constant B).
 - Attention (fused QKV weights ``[D, 3D]``) and MultiHeadAttention (separate Q, K, V ``[B, S, D]``): per-head
   Reshape/Transpose, MatMul of Q by K^T, Mul by the scale, Add of a constant additive mask (1-D end or end and start
   positions, a 2-D ``[B, L]`` or 3-D ``[B, S, L]`` 1/0 key mask, and ``unidirectional`` causal masking), Softmax,
@@ -256,6 +256,39 @@ def _bias_add(ctx: _Context, node: onnx.NodeProto) -> None:
     ctx.nodes[-1].name = _main_name(node)
 
 
+# ---- products ------------------------------------------------------------------------------------------------------
+def _fused_matmul(ctx: _Context, node: onnx.NodeProto) -> None:
+    """FusedMatMul: ``alpha * op(A) @ op(B)``, ``op`` swapping the last two axes where transA / transB is set. A
+    constant operand is transposed (and B scaled by alpha) at import; an activation gets a Transpose, and alpha a
+    Mul by a constant after the MatMul (named ``<node>_alpha``); the MatMul keeps the node's name."""
+    a = _check_attrs(node, {"alpha", "transA", "transB", "transBatchA", "transBatchB"})
+    _only_inputs(node, ("A", "B"))
+    if a.get("transBatchA", 0) or a.get("transBatchB", 0):
+        raise _Refusal("transBatchA or transBatchB set (only transA and transB)")
+    name, alpha, operands = _main_name(node), float(a.get("alpha", 1.0)), []
+    for k, (role, flag) in enumerate((("A", a.get("transA", 0)), ("B", a.get("transB", 0)))):
+        tensor = node.input[k]
+        value = ctx.consts.get(tensor)
+        scale = alpha if k == 1 and value is not None else 1.0
+        if value is not None and (flag or scale != 1.0):
+            value = np.swapaxes(value, -1, -2) if flag else value
+            tensor = ctx.const(f"{name}_{role.lower()}", (value * scale).astype(np.float32))
+        elif flag:
+            shape = ctx.shapes.get(tensor)
+            if shape is None:
+                raise _NeedsShape(f"trans{role}=1 on an operand whose static shape is not known")
+            perm = [*range(len(shape) - 2), len(shape) - 1, len(shape) - 2]
+            tensor = ctx.emit("Transpose", [tensor], f"{name}_{role.lower()}_t", perm=perm)
+        operands.append(tensor)
+    folded = node.input[1] in ctx.consts
+    if alpha == 1.0 or folded:
+        ctx.nodes.append(helper.make_node("MatMul", operands, [node.output[0]], name=name))
+        return
+    product = ctx.fresh(f"{name}_product")
+    ctx.nodes.append(helper.make_node("MatMul", operands, [product], name=name))
+    ctx.emit("Mul", [product, ctx.const(f"{name}_alpha", np.float32(alpha))], f"{name}_alpha", output=node.output[0])
+
+
 # ---- attention -------------------------------------------------------------------------------------------------------
 def _heads(ctx: _Context, x: str, name: str, heads: int, head_size: int, perm: list[int]) -> str:
     """``x [B, S, heads * head_size]`` as ``[B, S, heads, head_size]`` transposed by ``perm``."""
@@ -406,6 +439,7 @@ REWRITES: dict[str, Callable[[_Context, onnx.NodeProto], None]] = {
     "QuickGelu": _quick_gelu,
     "SkipLayerNormalization": _skip_layer_norm,
     "BiasAdd": _bias_add,
+    "FusedMatMul": _fused_matmul,
     "Attention": _attention,
     "MultiHeadAttention": _multi_head_attention,
 }

@@ -15,11 +15,11 @@ last axis, Gelu's Erf and Tanh forms, recognised as any closed element-wise regi
 computes Gelu on sample values, whatever the order of its operands (the fused Gelu keeps the name of the region's last
 node), and ``x * Sigmoid(x [* alpha])`` (SiLU, QuickGelu) as one Swish (ONNX's, of opset 24; named as the Mul).
 Before shape inference, onnxruntime's contrib operators (domain ``com.microsoft``: SkipLayerNormalization, the Gelu
-forms, QuickGelu, BiasAdd, Attention, MultiHeadAttention) are rewritten into standard nodes by :mod:`.contrib`; a node
-of another domain, or one it cannot rewrite, is refused as ``<domain>.<op>`` with its reason. MaxPool and AveragePool
-take 1D, 2D and 3D windows: a 1D pool is a 2D pool of one row, a 3D pool a 2D pool over (H, W) then one over D (max
-and mean are separable; both between Reshapes). Subgraphs computing constants (shape arithmetic) are evaluated at
-import.
+forms, QuickGelu, BiasAdd, FusedMatMul, Attention, MultiHeadAttention) are rewritten into standard nodes by
+:mod:`.contrib`; a node of another domain, or one it cannot rewrite, is refused as ``<domain>.<op>`` with its
+reason. MaxPool and AveragePool take 1D, 2D and 3D windows: a 1D pool is a 2D pool of one row, a 3D pool a 2D pool
+over (H, W) then one over D (max and mean are separable; both between Reshapes). Subgraphs computing constants (shape
+arithmetic) are evaluated at import.
 
 A model with nodes the rules cannot import raises one :class:`UnsupportedOperatorError` listing every such node (the
 op, the node, and the attribute, input or shape that is the problem), not only the first. A tensor whose size
