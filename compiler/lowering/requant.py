@@ -26,23 +26,44 @@ starts from may hold the outputs of other output blocks.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
 from .intrin import Intrinsics
-from .layout import pack_channel_vector
+from .layout import PackedWeight, pack_channel_vector
+from .schedule import ConvGeometry
 
-if TYPE_CHECKING:
-    from .codegen import ConvLayer
-
-__all__ = ["OffsetStart", "offset_start", "pad_channel", "OFFSET_BITS", "MAX_OFFSET_EXPONENT"]
+__all__ = ["OffsetStart", "RequantLayer", "offset_start", "pad_channel", "OFFSET_BITS", "MAX_OFFSET_EXPONENT"]
 
 OFFSET_BITS = 8
 """The window is lowered by ``2**OFFSET_BITS`` output units (256: a multiple of every out width up to 8 bits)."""
 MAX_OFFSET_EXPONENT = 30
 """The largest ``S + OFFSET_BITS``: the offset ``2**(S + 8)`` must itself be an int32 value."""
 _INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
+
+
+class RequantLayer(Protocol):
+    """What :func:`offset_start` reads of a layer (:class:`.codegen.ConvLayer`'s fields, read only)."""
+
+    @property
+    def geom(self) -> ConvGeometry: ...
+    @property
+    def weight(self) -> PackedWeight: ...
+    @property
+    def bias(self) -> np.ndarray: ...
+    @property
+    def multiplier(self) -> np.ndarray: ...
+    @property
+    def shift(self) -> np.ndarray: ...
+    @property
+    def lo(self) -> int: ...
+    @property
+    def hi(self) -> int: ...
+    @property
+    def rounding(self) -> int: ...
+    @property
+    def weights_as_image(self) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -92,7 +113,7 @@ def pad_channel(shift: np.ndarray, per_tensor: bool) -> tuple[int, int]:
     return -(1 << (s + OFFSET_BITS)), s
 
 
-def _product_bound(layer: ConvLayer) -> np.ndarray:
+def _product_bound(layer: RequantLayer) -> np.ndarray:
     """Per output channel, the largest ``|sum(x * w)|`` any int8 input gives: ``128 * sum|w|`` (weights bound only
     at run time, ``weights_as_image``: ``128 * 128 * K``)."""
     g = layer.geom
@@ -104,16 +125,16 @@ def _product_bound(layer: ConvLayer) -> np.ndarray:
     return 128 * per_block.reshape(-1)[:g.o]
 
 
-def offset_start(layer: ConvLayer, intr: Intrinsics) -> OffsetStart | None:
+def offset_start(layer: RequantLayer, intr: Intrinsics) -> OffsetStart | None:
     """The offset start of ``layer`` (a :class:`.codegen.ConvLayer`), or None when it keeps today's passes: a
-    multiplier other than 1, a ``rounding`` (QMatMul's, :func:`.codegen.rounding_start`), the ``fused_requant``,
-    ``gemm_overwrite`` or ``concurrent_alu`` knob, an out buffer wider than 8 bits or clip bounds outside its signed
-    range, a negative S or ``S + 8 > 30``, or a start or accumulator that could leave int32. (A tiling that loads
-    the bias image, ``bias_load``, keeps today's passes too; :func:`.codegen.emit_conv` checks that.)"""
-    from .codegen import fused_requant
+    multiplier other than 1, a ``rounding`` (QMatMul's, :func:`.codegen.rounding_start`), the ``fused_requant``
+    knob (whether or not the layer's fields fit REQ), ``gemm_overwrite`` or ``concurrent_alu``, an out buffer wider
+    than 8 bits or clip bounds outside its signed range, a negative S or ``S + 8 > 30``, or a start or accumulator
+    that could leave int32. (A tiling that loads the bias image, ``bias_load``, keeps today's passes too;
+    :func:`.codegen.emit_conv` checks that.)"""
     cfg = intr.cfg
     width = cfg.out_width
-    if (layer.rounding or not (layer.multiplier == 1).all() or fused_requant(layer, intr) or cfg.gemm_overwrite
+    if (layer.rounding or not (layer.multiplier == 1).all() or cfg.fused_requant or cfg.gemm_overwrite
             or cfg.concurrent_alu or width > OFFSET_BITS
             or not -(1 << (width - 1)) <= layer.lo <= layer.hi < 1 << (width - 1)):
         return None
