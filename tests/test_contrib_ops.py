@@ -195,6 +195,18 @@ def test_multi_head_attention(bias, mask):
     assert _ops(graph).count("MatMul") == 2 and _ops(graph).count("Add") == 3 * bias + mask
 
 
+def test_multi_head_attention_after_a_skip_layer_norm_and_large_weights():
+    """The query's shape is known only after the SkipLayerNormalization before it is rewritten (a second round), and
+    shape inference sees the 96 x 96 projection weights by their shapes only."""
+    x = _x(1, 6, 96)
+    nodes = [_ms("SkipLayerNormalization", ["x", "x", "g"], ["h"]),
+             *[helper.make_node("MatMul", ["h", f"w{r}"], [r]) for r in "qkv"],
+             _ms("MultiHeadAttention", ["q", "k", "v"], num_heads=4, unidirectional=1)]
+    inits = [("g", _x(96)), *[(f"w{r}", _x(96, 96, spread=0.1)) for r in "qkv"]]
+    graph = _check(_model(nodes, {"x": x}, inits), {"x": x}, steps=ATTENTION_STEPS)
+    assert _ops(graph).count("Conv2d") == 3 and graph.nodes[-1].name == "multiheadattention_0"
+
+
 def test_a_block_of_contrib_ops_on_fsim_is_bit_exact_with_the_reference(tmp_path, monkeypatch):
     """Attention, SkipLayerNormalization, FastGelu with bias and BiasAdd in one block: every linear layer and both
     attention products run on the accelerator (policy accel), bit-exact with the integer reference."""

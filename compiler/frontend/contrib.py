@@ -57,23 +57,43 @@ class _NeedsShape(_Refusal):
     """A contrib node whose rewrite needs a static shape not known yet (it may be after another node's rewrite)."""
 
 
+class _Constants:
+    """Initializers (each converted to an array when first read: a large model's weights are not copied on every
+    rewrite round) and the values of Constant nodes, by tensor name."""
+
+    def __init__(self, model: onnx.ModelProto) -> None:
+        self.protos = {init.name: init for init in model.graph.initializer}
+        self.arrays: dict[str, np.ndarray] = {}
+        for node in model.graph.node:
+            if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and node.attribute and \
+                    node.attribute[0].name == "value":
+                self.arrays[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.arrays or name in self.protos
+
+    def get(self, name: str) -> np.ndarray | None:
+        if name not in self.arrays and name in self.protos:
+            self.arrays[name] = numpy_helper.to_array(self.protos[name])
+        return self.arrays.get(name)
+
+    def shapes(self) -> dict[str, tuple[int, ...]]:
+        return {**{k: tuple(p.dims) for k, p in self.protos.items()}, **{k: v.shape for k, v in self.arrays.items()}}
+
+
 class _Context:
     """The model being rewritten: its constants, the static shapes known before the rewrite, tensor producers, the
     names in use, and the nodes written for the contrib node at hand."""
 
     def __init__(self, model: onnx.ModelProto) -> None:
         self.model = model
-        self.consts = {init.name: numpy_helper.to_array(init) for init in model.graph.initializer}
-        for node in model.graph.node:
-            if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and node.attribute and \
-                    node.attribute[0].name == "value":
-                self.consts[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
+        self.consts = _Constants(model)
         self.opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 17)
         self.producer = {out: node for node in model.graph.node for out in node.output}
         self.used = {t for node in model.graph.node for t in node.input} | {o.name for o in model.graph.output}
-        self.names = set(self.producer) | set(self.consts) | {i.name for i in model.graph.input}
+        self.names = set(self.producer) | set(self.consts.protos) | {i.name for i in model.graph.input}
         self.names |= {node.name for node in model.graph.node}
-        self.shapes = {**{k: tuple(v.shape) for k, v in self.consts.items()}, **_known_shapes(model)}
+        self.shapes = {**self.consts.shapes(), **_known_shapes(model)}
         self.nodes: list[onnx.NodeProto] = []
         self.inits: list[onnx.TensorProto] = []
 
@@ -87,7 +107,7 @@ class _Context:
     def const(self, base: str, value: np.ndarray | np.generic) -> str:
         name = self.fresh(base)
         self.inits.append(numpy_helper.from_array(np.asarray(value), name))
-        self.consts[name] = np.asarray(value)
+        self.consts.arrays[name] = np.asarray(value)
         return name
 
     def emit(self, op: str, inputs: list[str], name: str, output: str | None = None, **attrs: Any) -> str:
@@ -102,20 +122,37 @@ class _Context:
         it."""
         if len(node.input) <= index or not node.input[index]:
             return None
-        if node.input[index] not in self.consts:
+        value = self.consts.get(node.input[index])
+        if value is None:
             raise _Refusal(f"its {what} input {node.input[index]!r} is computed at run time; the lab needs it as a "
                            f"constant initializer")
-        return self.consts[node.input[index]].astype(np.float64)
+        return value.astype(np.float64)
 
     def written_by_matmul(self, tensor: str) -> bool:
         node = self.producer.get(tensor)
         return node is not None and node.op_type in ("MatMul", "Gemm") and node.domain in ("", "ai.onnx")
 
 
+_SMALL = 4096
+"""Initializers of more elements (weights) are given to shape inference by type and shape only, not copied."""
+
+
 def _known_shapes(model: onnx.ModelProto) -> dict[str, tuple[int, ...]]:
-    """Static shapes ONNX's shape inference finds before the rewrite (none after a contrib node)."""
+    """Static shapes ONNX's shape inference finds before the rewrite (none after a contrib node), inferred on a copy
+    of the graph whose weights are declared inputs, so a rewrite round does not copy a large model's weights."""
+    light = onnx.ModelProto(ir_version=model.ir_version, opset_import=model.opset_import, functions=model.functions)
+    graph = light.graph
+    graph.node.extend(model.graph.node)
+    graph.input.extend(model.graph.input)
+    graph.output.extend(model.graph.output)
+    declared = {vi.name for vi in model.graph.input}
+    for init in model.graph.initializer:
+        if int(np.prod(init.dims)) <= _SMALL:
+            graph.initializer.append(init)
+        elif init.name not in declared:
+            graph.input.append(helper.make_tensor_value_info(init.name, init.data_type, list(init.dims)))
     try:
-        inferred = shape_inference.infer_shapes(model)
+        inferred = shape_inference.infer_shapes(light)
     except Exception:  # noqa: BLE001 - a model ONNX cannot infer: no shapes, the rules say what is wrong later
         return {}
     shapes = {}
