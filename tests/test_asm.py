@@ -114,7 +114,8 @@ def test_disassemble_exact() -> None:
 
 def test_odd_values_print_exactly() -> None:
     assert format_insn(isa.Load(mem=7)) == "LOAD 7 sram=0 dram=0 y=1 x=1 stride=1 pad=0,0,0,0"
-    assert format_insn(isa.Alu(alu_opcode=6)) == "ALU 6 uop=0:1 iter=1,1 dst=0,0 src=0,0"
+    assert format_insn(isa.Alu(alu_opcode=8)) == "ALU 8 uop=0:1 iter=1,1 dst=0,0 src=0,0"  # opcodes 0..7 are named
+    assert format_insn(isa.Alu(alu_opcode=isa.ALU_RMAX)) == "ALU RMAX uop=0:1 iter=1,1 dst=0,0 src=0,0"
     assert format_insn(isa.Alu(alu_opcode=isa.ALU_ADD, imm=5)) == \
         "ALU ADD uop=0:1 iter=1,1 dst=0,0 src=0,0 unused_imm=5"
     assert format_insn(isa.Load(mem=MEM_UOP, x_size=0, pop_prev=True, pop_next=True, push_prev=True, push_next=True)) \
@@ -164,8 +165,10 @@ def test_listing_and_uops() -> None:
     ("\n\nLOAD x=1", r"^line 3, token 'x=1': LOAD needs a memory type after the mnemonic"),
     ("LOAD FOO", r"^line 1, token 'FOO': expected a memory type: one of UOP, WGT, INP, ACC, OUT, ACC_8BIT or a "
                  r"number$"),
-    ("ALU PLUS", r"^line 1, token 'PLUS': expected an ALU operation: one of MIN, MAX, ADD, SHR, MUL, REQ or a number$"),
-    ("ALU", r"^line 1: ALU needs an ALU operation after the mnemonic \(MIN, MAX, ADD, SHR, MUL, REQ\)$"),
+    ("ALU PLUS", r"^line 1, token 'PLUS': expected an ALU operation: one of MIN, MAX, ADD, SHR, MUL, REQ, RSUM, "
+                 r"RMAX or a number$"),
+    ("ALU", r"^line 1: ALU needs an ALU operation after the mnemonic \(MIN, MAX, ADD, SHR, MUL, REQ, RSUM, "
+            r"RMAX\)$"),
     ("LOAD INP q=1", r"^line 1, token 'q=1': unknown key 'q' for LOAD; expected one of sram, dram, y, x, stride, "
                      r"pad$"),
     ("LOAD INP bogus", r"^line 1, token 'bogus': expected key=value or a flag of LOAD; keys: sram, dram, y, x, "

@@ -207,9 +207,9 @@ def test_unknown_key() -> None:
         VTAConfig.from_dict({"LOG_BATCHES": 1})
     assert info.value.problems == [
         "unknown key 'LOG_BATCHES' (did you mean LOG_BATCH?); known keys are ALU_PIPELINE, BUS_BYTES, CLOCK_MHZ, "
-        "CMD_QUEUE_DEPTH, CONCURRENT_ALU, DRAM_LATENCY, FUSED_REQUANT, GEMM_OVERWRITE, LOG_ACC_BUFF_SIZE, "
-        "LOG_ACC_WIDTH, LOG_BATCH, LOG_BLOCK, LOG_INP_BUFF_SIZE, LOG_INP_WIDTH, LOG_UOP_BUFF_SIZE, LOG_WGT_BUFF_SIZE, "
-        "LOG_WGT_WIDTH, TOKEN_QUEUE_DEPTH"]
+        "CMD_QUEUE_DEPTH, CONCURRENT_ALU, DRAM_LATENCY, FUSED_REQUANT, GEMM_OVERWRITE, LANE_REDUCE, "
+        "LOG_ACC_BUFF_SIZE, LOG_ACC_WIDTH, LOG_BATCH, LOG_BLOCK, LOG_INP_BUFF_SIZE, LOG_INP_WIDTH, LOG_UOP_BUFF_SIZE, "
+        "LOG_WGT_BUFF_SIZE, LOG_WGT_WIDTH, TOKEN_QUEUE_DEPTH"]
 
 
 def test_key_given_twice() -> None:
@@ -290,8 +290,9 @@ def test_several_problems_at_once() -> None:
         VTAConfig.from_dict({"LOG_BATCH": 7, "LOG_BLOCK": "4", "BUS_BYTES": 12, "COLOR": "red"}, source="x.toml")
     assert info.value.problems == [
         "unknown key 'COLOR'; known keys are ALU_PIPELINE, BUS_BYTES, CLOCK_MHZ, CMD_QUEUE_DEPTH, CONCURRENT_ALU, "
-        "DRAM_LATENCY, FUSED_REQUANT, GEMM_OVERWRITE, LOG_ACC_BUFF_SIZE, LOG_ACC_WIDTH, LOG_BATCH, LOG_BLOCK, "
-        "LOG_INP_BUFF_SIZE, LOG_INP_WIDTH, LOG_UOP_BUFF_SIZE, LOG_WGT_BUFF_SIZE, LOG_WGT_WIDTH, TOKEN_QUEUE_DEPTH",
+        "DRAM_LATENCY, FUSED_REQUANT, GEMM_OVERWRITE, LANE_REDUCE, LOG_ACC_BUFF_SIZE, LOG_ACC_WIDTH, LOG_BATCH, "
+        "LOG_BLOCK, LOG_INP_BUFF_SIZE, LOG_INP_WIDTH, LOG_UOP_BUFF_SIZE, LOG_WGT_BUFF_SIZE, LOG_WGT_WIDTH, "
+        "TOKEN_QUEUE_DEPTH",
         "LOG_BATCH must be between 0 and 4, not 7",
         "LOG_BLOCK must be an integer, not '4'",
         "BUS_BYTES must be a power of two, not 12",

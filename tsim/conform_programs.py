@@ -8,7 +8,8 @@ functional simulator (the spec) and on the core and compares; the expected value
 Features (:func:`feature_programs`): LOADs with padding on all four sides and a row stride to each memory type
 (``load uop``, ``load wgt``, ``load inp``, ``load acc``, ``load acc8``), ``gemm`` (two-level loops, every factor,
 accumulating) and ``gemm reset``, ``alu <case>`` for every case of :data:`vta.testing.ALU_CASES` (every opcode, with
-an immediate and with a vector operand; ``alu req`` at configs with the ``fused_requant`` knob), ``store`` (strided
+an immediate and with a vector operand; ``alu req`` at configs with the ``fused_requant`` knob, ``alu rsum``,
+``alu rsum_imm``, ``alu rmax`` and ``alu rmax_imm`` with the ``lane_reduce`` knob), ``store`` (strided
 rows over pre-filled DRAM), ``tokens <src>-><dst>`` for the four token queues (hazards that only the tokens order,
 with several tokens in flight) and ``finish`` (FINISH alone).
 
@@ -38,6 +39,8 @@ from vta.isa import (
     ALU_MIN,
     ALU_MUL,
     ALU_REQ,
+    ALU_RMAX,
+    ALU_RSUM,
     ALU_SHR,
     KNOB_ALU_OPS,
     Uop,
@@ -722,6 +725,10 @@ FEATURES: dict[str, Callable[[VTAConfig], Program]] = {
     "gemm reset": partial(_gemm, reset=True),
     **{f"alu {name}": partial(_alu, op=op, imm=imm) for name, op, imm in ALU_CASES},
     "alu req": _alu_req,
+    "alu rsum": partial(_alu, op=ALU_RSUM, imm=None),
+    "alu rsum_imm": partial(_alu, op=ALU_RSUM, imm=-300),
+    "alu rmax": partial(_alu, op=ALU_RMAX, imm=None),
+    "alu rmax_imm": partial(_alu, op=ALU_RMAX, imm=-7),
     "store": _store,
     **{f"tokens {q}": partial(_tokens, queue=q) for q in _QUEUES},
     "finish": _finish,
@@ -745,7 +752,10 @@ FEATURES: dict[str, Callable[[VTAConfig], Program]] = {
 """Feature name -> the function building its program for a config."""
 
 
-FEATURE_KNOBS: dict[str, str] = {"alu req": KNOB_ALU_OPS[ALU_REQ]}
+FEATURE_KNOBS: dict[str, str] = {"alu req": KNOB_ALU_OPS[ALU_REQ],
+                                 **{f"alu {name}": KNOB_ALU_OPS[op] for op, name in
+                                    ((ALU_RSUM, "rsum"), (ALU_RSUM, "rsum_imm"), (ALU_RMAX, "rmax"),
+                                     (ALU_RMAX, "rmax_imm"))}}
 """Features that exist only at configs with a codesign knob on (feature -> the config field)."""
 
 

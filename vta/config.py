@@ -64,11 +64,12 @@ _VTA_KEYS = {
     "BUS_BYTES": "bus_bytes", "DRAM_LATENCY": "dram_latency", "CMD_QUEUE_DEPTH": "cmd_queue_depth",
     "TOKEN_QUEUE_DEPTH": "token_queue_depth", "CLOCK_MHZ": "clock_mhz",
     "FUSED_REQUANT": "fused_requant", "CONCURRENT_ALU": "concurrent_alu", "GEMM_OVERWRITE": "gemm_overwrite",
-    "ALU_PIPELINE": "alu_pipeline",
+    "ALU_PIPELINE": "alu_pipeline", "LANE_REDUCE": "lane_reduce",
 }
 # Codesign knobs: boolean fields beyond VTA's design, off by default. Off, a knob leaves the design VTA's (same ISA,
 # RTL and timing); ``to_dict`` and ``name`` mention a knob only when it is on, so default configs are unchanged.
-KNOBS = {"fused_requant": "rq", "concurrent_alu": "ca", "gemm_overwrite": "ow", "alu_pipeline": "ap"}
+KNOBS = {"fused_requant": "rq", "concurrent_alu": "ca", "gemm_overwrite": "ow", "alu_pipeline": "ap",
+         "lane_reduce": "lr"}
 """knob field -> the tag ``VTAConfig.name`` appends when the knob is on."""
 ALU_QUEUE_DEPTH = 4
 """``concurrent_alu``: ALU instructions the compute module's ALU engine holds in its queue besides the one it runs
@@ -92,6 +93,7 @@ _RANGES: dict[str, tuple[float, float]] = {
     "bus_bytes": (1, 128), "dram_latency": (1, 1024), "cmd_queue_depth": (2, 4096),
     "token_queue_depth": (2, 4096), "clock_mhz": (1.0, 10000.0), "fused_requant": (0, 1),
     "concurrent_alu": (0, 1), "gemm_overwrite": (0, 1), "alu_pipeline": (0, 1),
+    "lane_reduce": (0, 1),
 }
 _WHY = {
     "log_inp_width": "int4 (2) and int8 (3) inputs are supported",
@@ -132,6 +134,10 @@ class VTAConfig:
             after the accumulator read, the operation and the write-back follow a cycle later): a shorter critical
             path for one more cycle per ALU instruction; a micro-op reading the entry the one before it writes gets
             the result forwarded, so the ISA and every result are unchanged. Not built with ``concurrent_alu``.
+        lane_reduce: the tensor ALU gains RSUM and RMAX (``vta.isa.ALU_RSUM``, ``vta.isa.ALU_RMAX``), one micro-op
+            each: every lane of a batch row becomes the sum (wrapping) or the signed maximum over the row's BLOCK_OUT
+            lanes of ``dst + src`` or ``max(dst, src)``; an adder tree and a max tree across the ALU's lanes. The
+            row reductions of LayerNorm and Softmax take one pass instead of a GEMM with ones and DRAM round trips.
     """
 
     log_inp_width: int = 3
@@ -152,6 +158,7 @@ class VTAConfig:
     concurrent_alu: bool = False
     gemm_overwrite: bool = False
     alu_pipeline: bool = False
+    lane_reduce: bool = False
 
     def __post_init__(self) -> None:
         problems = _check(self)

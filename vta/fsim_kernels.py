@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from .isa import ALU_ADD, ALU_MAX, ALU_MIN, ALU_MUL, ALU_NAMES, ALU_REQ, ALU_SHR, REQ_SHIFT_LSB
+from .isa import ALU_ADD, ALU_MAX, ALU_MIN, ALU_MUL, ALU_NAMES, ALU_REQ, ALU_RMAX, ALU_RSUM, ALU_SHR, REQ_SHIFT_LSB
 
 __all__ = ["alu_op", "wrap32", "GemmPlan", "occurrence_rounds", "alu_hazard", "unique_rows", "blas_single_thread",
            "nbytes_of"]
@@ -35,7 +35,9 @@ def _shr(a: np.ndarray, amount: np.ndarray) -> np.ndarray:
 
 def alu_op(opcode: int, a: np.ndarray, b: np.ndarray | int, imm: int = 0) -> np.ndarray:
     """The ALU result ``op(a, b)`` as int32; ``a`` and ``b`` hold int32 values (any integer dtype). For REQ, ``b``
-    holds the (multiplier, shift) lanes and ``imm`` the instruction's immediate (the clip range); see vta.isa."""
+    holds the (multiplier, shift) lanes and ``imm`` the instruction's immediate (the clip range); see vta.isa. RSUM and
+    RMAX reduce ``a + b`` or ``max(a, b)`` over the last axis (an entry's BLOCK_OUT lanes, ``a`` of shape ``(...,
+    BATCH, BLOCK_OUT)``) and broadcast the row's result to its lanes."""
     a = np.asarray(a, dtype=np.int64)
     b = np.asarray(b, dtype=np.int64)
     if opcode == ALU_MIN:
@@ -48,6 +50,10 @@ def alu_op(opcode: int, a: np.ndarray, b: np.ndarray | int, imm: int = 0) -> np.
         return wrap32(a * b)
     if opcode == ALU_SHR:
         return _shr(a, b)
+    if opcode in (ALU_RSUM, ALU_RMAX):
+        v = a + b if opcode == ALU_RSUM else np.maximum(a, b)
+        row = np.sum(v, axis=-1, keepdims=True) if opcode == ALU_RSUM else np.max(v, axis=-1, keepdims=True)
+        return np.broadcast_to(wrap32(row), v.shape).copy()
     if opcode == ALU_REQ:
         mult = ((b & 0xFFFF) ^ 0x8000) - 0x8000
         shifted = _shr(wrap32(a * mult).astype(np.int64), b >> REQ_SHIFT_LSB).astype(np.int64)

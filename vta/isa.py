@@ -45,7 +45,8 @@ from .config import MEM_ACC, MEM_ACC_8BIT, MEM_INP, MEM_OUT, MEM_UOP, MEM_WGT, V
 
 __all__ = [
     "OP_LOAD", "OP_STORE", "OP_GEMM", "OP_FINISH", "OP_ALU", "OPCODE_NAMES",
-    "ALU_MIN", "ALU_MAX", "ALU_ADD", "ALU_SHR", "ALU_MUL", "ALU_REQ", "ALU_NAMES", "KNOB_ALU_OPS", "alu_opcodes",
+    "ALU_MIN", "ALU_MAX", "ALU_ADD", "ALU_SHR", "ALU_MUL", "ALU_REQ", "ALU_RSUM", "ALU_RMAX", "ALU_NAMES",
+    "KNOB_ALU_OPS", "alu_opcodes",
     "REQ_SHIFT_LSB", "requant_word", "requant_imm",
     "Field", "Layout", "layout", "EncodeError", "DecodeError",
     "Load", "Store", "Gemm", "Alu", "Finish", "Insn", "Uop",
@@ -57,9 +58,10 @@ __all__ = [
 
 OP_LOAD, OP_STORE, OP_GEMM, OP_FINISH, OP_ALU = 0, 1, 2, 3, 4
 OPCODE_NAMES = {OP_LOAD: "LOAD", OP_STORE: "STORE", OP_GEMM: "GEMM", OP_FINISH: "FINISH", OP_ALU: "ALU"}
-ALU_MIN, ALU_MAX, ALU_ADD, ALU_SHR, ALU_MUL, ALU_REQ = 0, 1, 2, 3, 4, 5
-ALU_NAMES = {ALU_MIN: "MIN", ALU_MAX: "MAX", ALU_ADD: "ADD", ALU_SHR: "SHR", ALU_MUL: "MUL", ALU_REQ: "REQ"}
-KNOB_ALU_OPS = {ALU_REQ: "fused_requant"}
+ALU_MIN, ALU_MAX, ALU_ADD, ALU_SHR, ALU_MUL, ALU_REQ, ALU_RSUM, ALU_RMAX = 0, 1, 2, 3, 4, 5, 6, 7
+ALU_NAMES = {ALU_MIN: "MIN", ALU_MAX: "MAX", ALU_ADD: "ADD", ALU_SHR: "SHR", ALU_MUL: "MUL", ALU_REQ: "REQ",
+             ALU_RSUM: "RSUM", ALU_RMAX: "RMAX"}
+KNOB_ALU_OPS = {ALU_REQ: "fused_requant", ALU_RSUM: "lane_reduce", ALU_RMAX: "lane_reduce"}
 """ALU opcodes that exist only in designs with a codesign knob on: opcode -> the config field (VTA's ALU has 0..4)."""
 
 LOOP_BITS = 14

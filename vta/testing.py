@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from .config import MEM_ACC, MEM_ACC_8BIT, MEM_INP, MEM_OUT, MEM_UOP, MEM_WGT, VTAConfig
-from .isa import ALU_ADD, ALU_MAX, ALU_MIN, ALU_MUL, ALU_SHR, Uop
+from .isa import ALU_ADD, ALU_MAX, ALU_MIN, ALU_MUL, ALU_RMAX, ALU_RSUM, ALU_SHR, Uop
 from .program import Program, ProgramBuilder, SlotRing
 
 __all__ = ["alu_program", "random_program", "token_stream_program", "ALU_CASES", "PACES"]
@@ -229,7 +229,8 @@ class _RandomGen:
         self.bld.gemm(**loops, reset=reset)
 
     def op_alu(self) -> None:
-        op = int(self.rng.choice([ALU_MIN, ALU_MAX, ALU_ADD, ALU_SHR, ALU_MUL]))
+        reduce = [ALU_RSUM, ALU_RMAX] if self.cfg.lane_reduce else []  # the lane_reduce knob's ops
+        op = int(self.rng.choice([ALU_MIN, ALU_MAX, ALU_ADD, ALU_SHR, ALU_MUL, *reduce]))
         loops = self._loops("alu")
         d, s = self._indices(loops, "dst", 0), self._indices(loops, "src", 1)
         use_imm = bool(self.rng.random() < 0.5)
@@ -262,7 +263,8 @@ def random_program(cfg: VTAConfig, rng: np.random.Generator, *, n_ops: int = 24,
     """A random but valid program of about ``n_ops`` operations (for co-simulation against :mod:`vta.fsim`).
 
     Operations: LOADs of every memory type with random sizes, strides (some overlapping) and padding on all four
-    sides; GEMMs and ALU ops (every opcode, immediates and tensor operands, resets) over random micro-op loops; STOREs
+    sides; GEMMs and ALU ops (every opcode, immediates and tensor operands, resets; RSUM and RMAX with the
+    ``lane_reduce`` knob, REQ never) over random micro-op loops; STOREs
     with random strides. Buffer indices stay below ``max_index`` so operations collide often. Dependency tokens are
     inserted where a cross-module hazard exists (load->compute and compute->load on inp/wgt entries, compute->store
     and store->compute on out entries), plus a few random extra ones, so modules overlap wherever the data allow and
