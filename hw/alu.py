@@ -1,14 +1,15 @@
 """The tensor ALU: lane-wise int32 MIN, MAX, ADD, SHR (negative amounts shift left) and MUL (low 32 bits); with the
-``fused_requant`` knob also REQ, the fused requantization (``vta.isa``)."""
+``fused_requant`` knob also REQ, the fused requantization, and with the ``lane_reduce`` knob RSUM and RMAX, sums and
+maxima across the lanes of a row (``vta.isa``)."""
 from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from vta.isa import ALU_ADD, ALU_MAX, ALU_MIN, ALU_MUL, ALU_REQ, ALU_SHR, REQ_SHIFT_LSB
+from vta.isa import ALU_ADD, ALU_MAX, ALU_MIN, ALU_MUL, ALU_REQ, ALU_RMAX, ALU_RSUM, ALU_SHR, REQ_SHIFT_LSB
 
 from .util import check_int, validated_init
 
-__all__ = ["AluCore", "AluLane"]
+__all__ = ["AluCore", "AluLane", "LaneReduce"]
 
 
 class AluCore(wiring.Component):
@@ -24,15 +25,23 @@ class AluCore(wiring.Component):
     the low/high byte of ``imm`` (signed). REQ shares MUL's multiplier and SHR's shifter (operand multiplexers) and
     adds two 32-bit comparators per lane; the whole op is one combinational step like the others.
 
+    ``reduce=w`` (the ``lane_reduce`` knob, ``w`` = BLOCK_OUT, a power of two dividing ``lanes``) adds RSUM and RMAX:
+    the lanes compute ADD (for RSUM) or MAX (for RMAX), and each row of ``w`` consecutive lanes (a batch row of an acc
+    entry) is reduced by a :class:`LaneReduce` (``reduce0``, ``reduce1``, ...): every lane of the row gets the row's
+    wrapping sum or signed maximum. Still one combinational step, ``log2(w)`` adder or comparator levels longer.
+
     Each lane is an :class:`AluLane` submodule (``lane0``, ``lane1``, ...): the same logic as one flat module, and the
     lanes' Verilog modules are identical but for their names, so per-module synthesis (``vta.sweep.synth``) maps one
     lane and counts it ``lanes`` times.
     """
 
     @validated_init
-    def __init__(self, *, lanes, requant=False):
+    def __init__(self, *, lanes, requant=False, reduce=0):
         self.lanes = check_int("lanes", lanes, lo=1, hi=1 << 12)
         self.requant = bool(requant)
+        self.reduce = check_int("reduce", reduce, lo=0, hi=lanes, pow2=True)
+        if self.reduce and lanes % self.reduce:
+            raise ValueError(f"reduce must divide lanes ({lanes}), not {reduce}")
         ports = {"op": In(3), "a": In(32 * lanes), "b": In(32 * lanes), "res": Out(32 * lanes)}
         if self.requant:
             ports["imm"] = In(16)
@@ -41,14 +50,60 @@ class AluCore(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         out = []
+        lane_op = self.op
+        if self.reduce:  # RSUM's lanes add, RMAX's take the maximum
+            lane_op = Signal(3, name="lane_op")
+            m.d.comb += lane_op.eq(Mux(self.op == ALU_RSUM, ALU_ADD, Mux(self.op == ALU_RMAX, ALU_MAX, self.op)))
         for j in range(self.lanes):
             lane = m.submodules[f"lane{j}"] = AluLane(requant=self.requant)
-            m.d.comb += [lane.op.eq(self.op), lane.a.eq(self.a.word_select(j, 32)),
+            m.d.comb += [lane.op.eq(lane_op), lane.a.eq(self.a.word_select(j, 32)),
                          lane.b.eq(self.b.word_select(j, 32))]
             if self.requant:
                 m.d.comb += lane.imm.eq(self.imm)
             out.append(lane.res)
+        if self.reduce:
+            out = self._reduced(m, out)
         m.d.comb += self.res.eq(Cat(*out))
+        return m
+
+    def _reduced(self, m, out):
+        """The lanes' results ``out`` with RSUM or RMAX: each row's reduction on its lanes, else ``out``."""
+        is_reduce = Signal(name="is_reduce")
+        m.d.comb += is_reduce.eq((self.op == ALU_RSUM) | (self.op == ALU_RMAX))
+        result = []
+        for r in range(self.lanes // self.reduce):
+            row = out[r * self.reduce:(r + 1) * self.reduce]
+            red = m.submodules[f"reduce{r}"] = LaneReduce(width=self.reduce)
+            m.d.comb += [red.is_max.eq(self.op == ALU_RMAX), red.v.eq(Cat(*row))]
+            result += [Mux(is_reduce, red.res, x) for x in row]
+        return result
+
+
+class LaneReduce(wiring.Component):
+    """``res`` = the signed maximum (``is_max``) or the sum modulo 2**32 of the ``width`` int32 lanes of ``v`` (lane
+    ``j`` at bits ``32*j``), combinational: a balanced tree of ``log2(width)`` levels of 32-bit adders and one of
+    comparators with their multiplexers."""
+
+    def __init__(self, *, width):
+        self.width = check_int("width", width, lo=1, hi=1 << 12, pow2=True)
+        super().__init__({"is_max": In(1), "v": In(32 * width), "res": Out(32)})
+
+    def elaborate(self, platform):
+        m = Module()
+        sums = [self.v.word_select(j, 32) for j in range(self.width)]
+        maxes = list(sums)
+        level = 0
+        while len(sums) > 1:
+            nxt_s, nxt_m = [], []
+            for k in range(0, len(sums), 2):
+                s = Signal(32, name=f"sum{level}_{k // 2}")
+                x = Signal(32, name=f"max{level}_{k // 2}")
+                a, b = maxes[k].as_signed(), maxes[k + 1].as_signed()
+                m.d.comb += [s.eq(sums[k] + sums[k + 1]), x.eq(Mux(a > b, a, b))]
+                nxt_s.append(s)
+                nxt_m.append(x)
+            sums, maxes, level = nxt_s, nxt_m, level + 1
+        m.d.comb += self.res.eq(Mux(self.is_max, maxes[0], sums[0]))
         return m
 
 

@@ -317,7 +317,8 @@ def _alu_operand_b(cfg, insn, acc_s):
 def _alu_core(m, cfg, insn, a, b):
     """The tensor ALU (submodule ``alu``) running ``insn``'s ALU opcode on operands ``a`` and ``b`` (``BATCH *
     BLOCK_OUT`` lanes of 32 bits, ``b`` already the immediate or acc[src]); returns its result, combinational."""
-    m.submodules.alu = alu = AluCore(lanes=cfg.batch * cfg.block_out, requant=cfg.fused_requant)
+    m.submodules.alu = alu = AluCore(lanes=cfg.batch * cfg.block_out, requant=cfg.fused_requant,
+                                     reduce=cfg.block_out if cfg.lane_reduce else 0)
     if cfg.fused_requant:  # REQ's clip range; its (multiplier, shift) lanes come through b as acc[src]
         m.d.comb += alu.imm.eq(field(insn, cfg, OP_ALU, "imm"))
     m.d.comb += [alu.op.eq(field(insn, cfg, OP_ALU, "alu_opcode")), alu.a.eq(a), alu.b.eq(b)]

@@ -67,6 +67,13 @@ def test_tensor_alu_requant(lanes):
               {"TB_LANES": lanes})
 
 
+@pytest.mark.parametrize("lanes,row,requant", [(16, 16, False), (8, 4, True)])
+def test_tensor_alu_lane_reduce(lanes, row, requant):
+    """The lane_reduce knob's ALU (RSUM and RMAX over rows of ``row`` lanes; with REQ too) against fsim's alu_op."""
+    run_block("alu-lr", f"{lanes}_{row}_{int(requant)}", lambda: AluCore(lanes=lanes, requant=requant, reduce=row),
+              "tb_blocks", "tensor_alu_reduce", {"TB_LANES": lanes, "TB_ROW": row, "TB_REQUANT": int(requant)})
+
+
 @pytest.mark.parametrize("depth", [2, 5])
 def test_token_queue(depth):
     run_block("tokenq", str(depth), lambda: TokenQueue(depth=depth), "tb_blocks", "token_queue", {"TB_DEPTH": depth})
@@ -93,6 +100,12 @@ def test_block_parameters_are_checked():
         GemmCore(batch=1, block_in=16, block_out=16, wgt_bits=2)
     with pytest.raises(ValueError, match="^lanes must be between 1 and 4096, not 0$"):
         AluCore(lanes=0)
+    with pytest.raises(ValueError, match="^reduce must be a power of two, not 3$"):
+        AluCore(lanes=12, reduce=3)
+    with pytest.raises(ValueError, match="^reduce must be between 0 and 4, not 8$"):
+        AluCore(lanes=4, reduce=8)
+    with pytest.raises(ValueError, match=r"^reduce must divide lanes \(12\), not 8$"):
+        AluCore(lanes=12, reduce=8)
     with pytest.raises(ValueError, match="^depth must be between 1 and 65536, not 0$"):
         TokenQueue(depth=0)
     with pytest.raises(ValueError, match="^bus_bytes must be a power of two, not 12$"):

@@ -89,10 +89,10 @@ def _alu_operands(rng, lanes):
     return np.where(pick == 0, rand, np.where(pick == 1, small, rng.choice(edge, lanes)))
 
 
-async def _check_alu(dut, lanes, op, a, b, imm=None):
+async def _check_alu(dut, lanes, op, a, b, imm=None, row=None):
     """Driver: ``op`` on lanes ``a`` and ``b`` (and the 16-bit immediate ``imm`` of the requant ALU, when given);
     checker: every lane of the result against ``vta.fsim.alu_op`` (the ALU is combinational: sampled after it
-    settles)."""
+    settles), with the lanes as rows of ``row`` (BLOCK_OUT) for the lane_reduce knob's RSUM and RMAX."""
     dut.op.value = op
     dut.a.value = _pack(a, 32)
     dut.b.value = _pack(b, 32)
@@ -101,7 +101,9 @@ async def _check_alu(dut, lanes, op, a, b, imm=None):
     await Timer(1, unit="ns")
     await ReadOnly()
     got = _unpack(int(dut.res.value), 32, lanes)
-    want = (alu_op(op, a, b) if imm is None else alu_op(op, a, b, imm)).astype(np.int64)
+    shape = (-1,) if row is None else (lanes // row, row)
+    a2, b2 = a.reshape(shape), b.reshape(shape)
+    want = (alu_op(op, a2, b2) if imm is None else alu_op(op, a2, b2, imm)).astype(np.int64).reshape(-1)
     bad = np.flatnonzero(got != want)
     given = "" if imm is None else f" imm={imm}"
     assert bad.size == 0, (f"op {op}, lane {bad[0]}: a={a[bad[0]]} b={b[bad[0]]}{given} gave {got[bad[0]]}, "
@@ -132,6 +134,23 @@ async def tensor_alu_requant(dut):
         if op == 5 and k % 12 < 6:  # realistic requant words: 16-bit multiplier, shift in [-32, 31]
             b = (rng.integers(-32, 32, lanes) & 63) << 16 | (rng.integers(-2**15, 2**15, lanes) & 0xFFFF)
         await _check_alu(dut, lanes, op, a, b, imm=int(rng.integers(-2**15, 2**15)))
+
+
+@cocotb.test()
+async def tensor_alu_reduce(dut):
+    """The ALU built with the lane_reduce knob (and fused_requant when TB_REQUANT is 1): every opcode including RSUM
+    (6) and RMAX (7) over rows of TB_ROW lanes, on random, small and edge-case lanes, some rows of equal or extreme
+    values (sums that wrap, maxima tied). Model: ``vta.fsim.alu_op`` on the lanes as (rows, TB_ROW)."""
+    lanes, row = int(os.environ["TB_LANES"]), int(os.environ["TB_ROW"])
+    requant = os.environ["TB_REQUANT"] == "1"
+    rng = np.random.default_rng(11)
+    ops = [0, 1, 2, 3, 4, 6, 7] + ([5] if requant else [])
+    for k in range(N):
+        op = ops[k % len(ops)]
+        a, b = _alu_operands(rng, lanes), _alu_operands(rng, lanes)
+        if k % 5 == 1:  # extremes in every lane: sums wrap, maxima tie
+            a = rng.choice(np.array([2**31 - 1, -2**31, -1]), lanes)
+        await _check_alu(dut, lanes, op, a, b, imm=int(rng.integers(-2**15, 2**15)) if requant else None, row=row)
 
 
 @cocotb.test()
