@@ -140,6 +140,8 @@ def path_elements(cfg: VTAConfig) -> dict[str, list[str]]:
       bank select on the read and on the write.
       ``ALU_PIPELINE`` starts the path at the ALU's operand registers (a flip-flop instead of the block-RAM read and
       the operand select, which move to ``compute.alu_read``).
+    * ``compute.alu_reduce`` (``LANE_REDUCE`` only): RMAX, the lane's MAX followed by the max tree across the
+      lanes (:func:`_reduce_path`).
     * ``compute.alu_read`` (``ALU_PIPELINE`` only): the acc block RAM's read, the second operand's select (immediate
       or acc[src]) and the forwarding select, into the operand registers.
     * ``compute.gemm``: the GEMM core's MAC array: the inp/wgt block RAMs' read, the 8x8 multiply, the adder tree
@@ -156,10 +158,30 @@ def path_elements(cfg: VTAConfig) -> dict[str, list[str]]:
     gemm = ["bram", "mult"] + ["carry32"] * (int(math.log2(cfg.block_in)) + 1) + ["lut", "bram_setup"]
     if cfg.gemm_overwrite:
         gemm[-1:-1] = ["lut"]
+    paths = {"compute.alu": alu, "compute.gemm": gemm}
+    if cfg.lane_reduce:
+        paths["compute.alu_reduce"] = _reduce_path(cfg)
     if not cfg.alu_pipeline:
-        return {"compute.alu": alu, "compute.gemm": gemm}
+        return paths
     alu[0:2] = ["ff"]
-    return {"compute.alu": alu, "compute.alu_read": ["bram", "lut", "lut"], "compute.gemm": gemm}
+    return {**paths, "compute.alu_read": ["bram", "lut", "lut"]}
+
+
+def _reduce_path(cfg: VTAConfig) -> list[str]:
+    """``LANE_REDUCE``'s RMAX through the ALU (not routed yet; its elements argued from the RTL, ``hw/alu.py``): the
+    acc read and the second operand's select, the lane's MAX (a comparison and its select) and result select, then
+    the max tree, ``log2(BLOCK_OUT)`` levels of a comparison and a select, the tree's and the reduction's result
+    selects and the write-data selects (as on ``compute.alu``), the acc write. RSUM's adder tree (carry chains of
+    1.9 ns instead of comparisons of 2.7 ns) is shorter. With ``ALU_PIPELINE`` it starts at the operand registers;
+    ``CONCURRENT_ALU`` adds the bank selects."""
+    path = ["bram", "lut", "compare", "lut", "lut"] + ["compare", "lut"] * int(math.log2(cfg.block_out))
+    path += ["lut"] * 6 + ["bram_setup"]
+    if cfg.concurrent_alu:
+        path[1:1] = ["lut"]
+        path[-1:-1] = ["lut"]
+    if cfg.alu_pipeline:
+        path[0:2] = ["ff"]
+    return path
 
 
 def _spread(cfg: VTAConfig) -> float:
