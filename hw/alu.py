@@ -26,9 +26,11 @@ class AluCore(wiring.Component):
     adds two 32-bit comparators per lane; the whole op is one combinational step like the others.
 
     ``reduce=w`` (the ``lane_reduce`` knob, ``w`` = BLOCK_OUT, a power of two dividing ``lanes``) adds RSUM and RMAX:
-    the lanes compute ADD (for RSUM) or MAX (for RMAX), and each row of ``w`` consecutive lanes (a batch row of an acc
-    entry) is reduced by a :class:`LaneReduce` (``reduce0``, ``reduce1``, ...): every lane of the row gets the row's
-    wrapping sum or signed maximum. Still one combinational step, ``log2(w)`` adder or comparator levels longer.
+    each row of ``w`` consecutive lanes (a batch row of an acc entry) is reduced by a :class:`LaneReduce` (``reduce0``,
+    ``reduce1``, ...) from the lanes' own ADD and MAX results (ports of the lanes, taken before their result select,
+    so that no other operation's logic, the multiplier above all, lies on the trees' path): every lane of the row
+    gets the row's wrapping sum or signed maximum. Still one combinational step, ``log2(w)`` adder or comparator
+    levels longer.
 
     Each lane is an :class:`AluLane` submodule (``lane0``, ``lane1``, ...): the same logic as one flat module, and the
     lanes' Verilog modules are identical but for their names, so per-module synthesis (``vta.sweep.synth``) maps one
@@ -49,49 +51,46 @@ class AluCore(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        out = []
-        lane_op = self.op
-        if self.reduce:  # RSUM's lanes add, RMAX's take the maximum
-            lane_op = Signal(3, name="lane_op")
-            m.d.comb += lane_op.eq(Mux(self.op == ALU_RSUM, ALU_ADD, Mux(self.op == ALU_RMAX, ALU_MAX, self.op)))
+        lanes = []
         for j in range(self.lanes):
-            lane = m.submodules[f"lane{j}"] = AluLane(requant=self.requant)
-            m.d.comb += [lane.op.eq(lane_op), lane.a.eq(self.a.word_select(j, 32)),
+            lane = m.submodules[f"lane{j}"] = AluLane(requant=self.requant, reduce=bool(self.reduce))
+            m.d.comb += [lane.op.eq(self.op), lane.a.eq(self.a.word_select(j, 32)),
                          lane.b.eq(self.b.word_select(j, 32))]
             if self.requant:
                 m.d.comb += lane.imm.eq(self.imm)
-            out.append(lane.res)
-        if self.reduce:
-            out = self._reduced(m, out)
+            lanes.append(lane)
+        out = self._reduced(m, lanes) if self.reduce else [lane.res for lane in lanes]
         m.d.comb += self.res.eq(Cat(*out))
         return m
 
-    def _reduced(self, m, out):
-        """The lanes' results ``out`` with RSUM or RMAX: each row's reduction on its lanes, else ``out``."""
+    def _reduced(self, m, lanes):
+        """The results with RSUM or RMAX: each row's reduction of its lanes' ADD or MAX on its lanes, else the lanes'
+        own results."""
         is_reduce = Signal(name="is_reduce")
         m.d.comb += is_reduce.eq((self.op == ALU_RSUM) | (self.op == ALU_RMAX))
         result = []
         for r in range(self.lanes // self.reduce):
-            row = out[r * self.reduce:(r + 1) * self.reduce]
+            row = lanes[r * self.reduce:(r + 1) * self.reduce]
             red = m.submodules[f"reduce{r}"] = LaneReduce(width=self.reduce)
-            m.d.comb += [red.is_max.eq(self.op == ALU_RMAX), red.v.eq(Cat(*row))]
-            result += [Mux(is_reduce, red.res, x) for x in row]
+            m.d.comb += [red.is_max.eq(self.op == ALU_RMAX), red.sums.eq(Cat(*(lane.sum for lane in row))),
+                         red.maxes.eq(Cat(*(lane.max for lane in row)))]
+            result += [Mux(is_reduce, red.res, lane.res) for lane in row]
         return result
 
 
 class LaneReduce(wiring.Component):
-    """``res`` = the signed maximum (``is_max``) or the sum modulo 2**32 of the ``width`` int32 lanes of ``v`` (lane
-    ``j`` at bits ``32*j``), combinational: a balanced tree of ``log2(width)`` levels of 32-bit adders and one of
-    comparators with their multiplexers."""
+    """``res`` = the signed maximum of the ``width`` int32 lanes of ``maxes`` (``is_max``) or the sum modulo 2**32 of
+    those of ``sums`` (lane ``j`` at bits ``32*j``), combinational: a balanced tree of ``log2(width)`` levels of
+    32-bit adders and one of comparators with their multiplexers."""
 
     def __init__(self, *, width):
         self.width = check_int("width", width, lo=1, hi=1 << 12, pow2=True)
-        super().__init__({"is_max": In(1), "v": In(32 * width), "res": Out(32)})
+        super().__init__({"is_max": In(1), "sums": In(32 * width), "maxes": In(32 * width), "res": Out(32)})
 
     def elaborate(self, platform):
         m = Module()
-        sums = [self.v.word_select(j, 32) for j in range(self.width)]
-        maxes = list(sums)
+        sums = [self.sums.word_select(j, 32) for j in range(self.width)]
+        maxes = [self.maxes.word_select(j, 32) for j in range(self.width)]
         level = 0
         while len(sums) > 1:
             nxt_s, nxt_m = [], []
@@ -108,13 +107,19 @@ class LaneReduce(wiring.Component):
 
 
 class AluLane(wiring.Component):
-    """One int32 lane of :class:`AluCore`: ``res = op(a, b)``, combinational (``imm`` and REQ with ``requant``)."""
+    """One int32 lane of :class:`AluCore`: ``res = op(a, b)``, combinational (``imm`` and REQ with ``requant``;
+    with ``reduce`` also the ``sum`` and ``max`` ports, ADD's and MAX's results whatever the opcode, for the row's
+    :class:`LaneReduce`)."""
 
-    def __init__(self, *, requant=False):
+    def __init__(self, *, requant=False, reduce=False):
         self.requant = bool(requant)
+        self.reduce = bool(reduce)
         ports = {"op": In(3), "a": In(32), "b": In(32), "res": Out(32)}
         if self.requant:
             ports["imm"] = In(16)
+        if self.reduce:
+            ports["sum"] = Out(32)
+            ports["max"] = Out(32)
         super().__init__(ports)
 
     def elaborate(self, platform):
@@ -128,14 +133,18 @@ class AluLane(wiring.Component):
             n = b[:6].as_signed()
             shr = Mux(n[5], (a.as_unsigned() << (-n)[:6])[:32], a >> n[:5])
             mul = a * b
+        maximum, total = Mux(a > b, a, b), a + b
+        if self.reduce:  # the trees read these before the result select
+            m.d.comb += [self.max.eq(maximum), self.sum.eq(total)]
+            maximum, total = self.max, self.sum
         r = self.res
         with m.Switch(self.op):
             with m.Case(ALU_MIN):
                 m.d.comb += r.eq(Mux(a < b, a, b))
             with m.Case(ALU_MAX):
-                m.d.comb += r.eq(Mux(a > b, a, b))
+                m.d.comb += r.eq(maximum)
             with m.Case(ALU_ADD):
-                m.d.comb += r.eq(a + b)
+                m.d.comb += r.eq(total)
             with m.Case(ALU_SHR):
                 m.d.comb += r.eq(shr)
             with m.Case(ALU_MUL):

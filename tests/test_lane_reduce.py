@@ -162,12 +162,12 @@ def test_fsim_refuses_rsum_and_rmax_without_the_knob() -> None:
 
 # ---- RTL ------------------------------------------------------------------------------------------------------------
 def test_knob_off_rtl_has_no_reduction_trees() -> None:
-    """Off, the generator builds VTA's ALU unchanged (no trees, no opcode remapping); on, they appear, one tree per
+    """Off, the generator builds VTA's ALU unchanged (no trees, no reduction select); on, they appear, one tree per
     batch row."""
     tiny = VTAConfig(log_batch=1, log_block=2, log_uop_buff_size=6, log_inp_buff_size=6, log_wgt_buff_size=7,
                      log_acc_buff_size=7)
     off, on = verilog_text(tiny), verilog_text(tiny.replace(lane_reduce=True))
-    names = [re.compile(r"\b" + name + r"\b") for name in ("lane_op", "is_reduce", "sum1_0", "max1_0")]
+    names = [re.compile(r"\b" + name + r"\b") for name in ("is_reduce", "sum1_0", "max1_0")]
     assert not any(n.search(off) for n in names)
     assert all(n.search(on) for n in names)
     assert len(re.findall(r"^module .*reduce\d", on, re.M)) == 2
