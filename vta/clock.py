@@ -169,12 +169,12 @@ def path_elements(cfg: VTAConfig) -> dict[str, list[str]]:
 
 def _reduce_path(cfg: VTAConfig) -> list[str]:
     """``LANE_REDUCE``'s RMAX through the ALU (its elements argued from the RTL, ``hw/alu.py``; not fitted, routed
-    at BLOCK 4 after the fit: 24.65 MHz against the model's 23.31, :data:`MODEL_ERROR_PCT`): the
-    acc read and the second operand's select, the lane's MAX (a comparison and its select, read by the tree before
-    the lane's result select) and one more LUT level, then the max tree, ``log2(BLOCK_OUT)`` levels of a comparison and a select, the tree's and the reduction's result
-    selects and the write-data selects (as on ``compute.alu``), the acc write. RSUM's adder tree (carry chains of
-    1.9 ns instead of comparisons of 2.7 ns) is shorter. With ``ALU_PIPELINE`` it starts at the operand registers;
-    ``CONCURRENT_ALU`` adds the bank selects."""
+    at BLOCK 4 after the fit: 24.65 MHz against the model's 23.31, :data:`MODEL_ERROR_PCT`): the acc read and the
+    second operand's select, the lane's MAX (a comparison and its select, read by the tree before the lane's result
+    select) and one more LUT level, then the max tree, ``log2(BLOCK_OUT)`` levels of a comparison and a select, the
+    tree's and the reduction's result selects and the write-data selects (as on ``compute.alu``), the acc write.
+    RSUM's adder tree (carry chains of 1.9 ns instead of comparisons of 2.7 ns) is shorter. With ``ALU_PIPELINE`` it
+    starts at the operand registers; ``CONCURRENT_ALU`` adds the bank selects."""
     path = ["bram", "lut", "compare", "lut", "lut"] + ["compare", "lut"] * int(math.log2(cfg.block_out))
     path += ["lut"] * 6 + ["bram_setup"]
     if cfg.concurrent_alu:
