@@ -17,6 +17,9 @@ Integer semantics (the quantized operator contract, see :mod:`.ir`):
     (Sigmoid, HardSigmoid, HardSwish: any function of one int8 value is exact this way).
   - ``QGelu``: I-BERT's integer-only GELU (:func:`igelu`), every step an operation of VTA's tensor ALU on int32
     lanes (the accelerator runs it as an ALU-only layer); its integer constants come from :func:`igelu_params`.
+  - ``QILayerNorm``: I-BERT's integer-only LayerNorm over the last axis (:func:`ilayernorm`, defined in
+    :mod:`.qops_layernorm`), every step an ALU operation with the ``lane_reduce`` knob; constants from
+    :func:`ilayernorm_params`.
   - ``Transpose``: numpy's transpose. ``Resize`` (output scale = input scale): ``nearest`` picks the source element
     of :func:`resize_source`'s coordinate rounded by ``nearest_mode``; ``linear`` interpolates between the two
     neighbours of each resized axis in turn with weights ``w1 = rint(frac * 2**8)``, ``w0 = 2**8 - w1`` in int64,
@@ -49,13 +52,14 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from .ir import AddRequant, Graph, GraphError, Node, Requant
+from .qops_layernorm import ILAYERNORM_ATTRS, ilayernorm, ilayernorm_params, ilayernorm_trace
 
 __all__ = [
     "wrap32", "conv2d_acc", "dense_acc", "requantize", "qconv2d", "qdense", "qadd", "rescale", "qconcat",
     "maxpool", "avgpool", "global_avgpool", "pad", "quantize", "dequantize", "softmax", "QOPS", "run_reference",
     "lut", "resize", "resize_source", "resize_taps", "RESIZE_WEIGHT_BITS", "quantize_zp", "dequantize_zp", "qaffine",
     "qsoftmax", "qmatmul", "layer_norm", "slice_take", "IGELU_A", "IGELU_B", "IGELU_ATTRS", "igelu_params",
-    "igelu_trace", "igelu",
+    "igelu_trace", "igelu", "ILAYERNORM_ATTRS", "ilayernorm_params", "ilayernorm_trace", "ilayernorm",
 ]
 
 
