@@ -155,8 +155,14 @@ def _known_shapes(model: onnx.ModelProto) -> dict[str, tuple[int, ...]]:
         inferred = shape_inference.infer_shapes(light)
     except Exception:  # noqa: BLE001 - a model ONNX cannot infer: no shapes, the rules say what is wrong later
         return {}
+    return static_shapes(inferred)
+
+
+def static_shapes(model: onnx.ModelProto) -> dict[str, tuple[int, ...]]:
+    """Name -> shape of every value, input and output of ``model`` whose shape is known and fully static (every
+    dimension a positive number): what shape inference left in the graph."""
     shapes = {}
-    for vi in list(inferred.graph.value_info) + list(inferred.graph.input) + list(inferred.graph.output):
+    for vi in list(model.graph.value_info) + list(model.graph.input) + list(model.graph.output):
         dims = tuple(d.dim_value for d in vi.type.tensor_type.shape.dim)
         if vi.type.tensor_type.HasField("shape") and all(d > 0 for d in dims):
             shapes[vi.name] = dims

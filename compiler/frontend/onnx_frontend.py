@@ -946,7 +946,7 @@ def _fuse_decompositions(model: onnx.ModelProto) -> onnx.ModelProto:
     forms of Gelu) by one LayerNormalization or Gelu node writing the decomposition's output, so each imports as
     one operator. Shapes are already inferred; the fused nodes keep the output names."""
     g = _OnnxGraph(model)
-    shapes = _static_shapes(model)
+    shapes = contrib.static_shapes(model)
     order = {id(n): k for k, n in enumerate(model.graph.node)}
     removed: set[int] = set()
     replacement: dict[int, onnx.NodeProto] = {}
@@ -993,22 +993,13 @@ def _fuse_decompositions(model: onnx.ModelProto) -> onnx.ModelProto:
     return model
 
 
-def _static_shapes(model: onnx.ModelProto) -> dict[str, tuple[int, ...]]:
-    shapes = {}
-    for vi in list(model.graph.value_info) + list(model.graph.input) + list(model.graph.output):
-        dims = tuple(d.dim_value for d in vi.type.tensor_type.shape.dim)
-        if vi.type.tensor_type.HasField("shape") and all(d > 0 for d in dims):
-            shapes[vi.name] = dims
-    return shapes
-
-
 def _fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:
     """Replace every node whose inputs are all constants (the shape arithmetic exporters emit, Constant nodes, and
     Shape of a tensor whose shape inference already fixed) by initializers, evaluated with ONNX's reference
     evaluator, so shape inference sees constant pads and shapes."""
     from onnx.reference import ReferenceEvaluator
     consts = {init.name: numpy_helper.to_array(init) for init in model.graph.initializer}
-    shapes = _static_shapes(model)
+    shapes = contrib.static_shapes(model)
     graph_outputs = {o.name for o in model.graph.output}
     kept = []
     for node in model.graph.node:
