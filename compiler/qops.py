@@ -52,14 +52,15 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from .ir import AddRequant, Graph, GraphError, Node, Requant
-from .qops_layernorm import ILAYERNORM_ATTRS, ilayernorm, ilayernorm_params, ilayernorm_trace
+from .qops_layernorm import ILAYERNORM_ATTRS, NEWTON_STEPS, RSQRT_GUESS, ilayernorm, ilayernorm_params, ilayernorm_trace
 
 __all__ = [
     "wrap32", "conv2d_acc", "dense_acc", "requantize", "qconv2d", "qdense", "qadd", "rescale", "qconcat",
     "maxpool", "avgpool", "global_avgpool", "pad", "quantize", "dequantize", "softmax", "QOPS", "run_reference",
     "lut", "resize", "resize_source", "resize_taps", "RESIZE_WEIGHT_BITS", "quantize_zp", "dequantize_zp", "qaffine",
     "qsoftmax", "qmatmul", "layer_norm", "slice_take", "IGELU_A", "IGELU_B", "IGELU_ATTRS", "igelu_params",
-    "igelu_trace", "igelu", "ILAYERNORM_ATTRS", "ilayernorm_params", "ilayernorm_trace", "ilayernorm",
+    "igelu_trace", "igelu", "ILAYERNORM_ATTRS", "ilayernorm_params", "ilayernorm_trace", "ilayernorm", "NEWTON_STEPS",
+    "RSQRT_GUESS",
 ]
 
 

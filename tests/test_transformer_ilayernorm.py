@@ -1,0 +1,85 @@
+"""The integer LayerNorm as an ALU-only layer with the lane_reduce knob (compiler/lowering/layernorm.py): bit-exact
+on fsim against qops.ilayernorm, its refusals and its cycle estimate against the cycle model."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from vta import cost
+from vta.backend import get_backend
+from vta.compiler import qops
+from vta.compiler.lowering.intrin import intrinsics
+from vta.compiler.lowering.layernorm import (
+    LayerNormLayer,
+    build_layernorm_program,
+    layernorm_accel_cycles,
+    layernorm_view,
+    plan_layernorm,
+)
+from vta.compiler.lowering.layout import OUTPUT, pack_activation, unpack_activation
+from vta.compiler.lowering.schedule import ScheduleError
+from vta.config import VTAConfig
+
+KNOB = VTAConfig(lane_reduce=True)
+
+
+def _case(shape: tuple[int, ...], s_in: float, s_out: float, seed: int = 0) -> tuple[LayerNormLayer, np.ndarray,
+                                                                                      dict]:
+    c = shape[-1]
+    rng = np.random.default_rng(seed)
+    params = qops.ilayernorm_params(s_in, s_out, rng.normal(1, 0.3, c), rng.normal(0, 0.5, c), 1e-5, c)
+    x = rng.integers(-128, 128, shape).astype(np.int8)
+    rows = x.reshape(-1, c)
+    rows[0], rows[-1] = -128, 3  # constant rows: zero spread
+    if len(rows) > 2:
+        rows[1] = np.r_[127, np.full(c - 1, -128)]
+    return LayerNormLayer.from_attrs(shape, params), x, params
+
+
+def run_fsim(cfg: VTAConfig, layer: LayerNormLayer, x: np.ndarray):
+    view = layernorm_view(x.shape)
+    program, code = build_layernorm_program(cfg, layer, pack_activation(x.reshape(view), batch=1, block=16))
+    result = get_backend("fsim").run(program)
+    return unpack_activation(program.read(OUTPUT, result.dram), view).reshape(x.shape), program, code
+
+
+@pytest.mark.parametrize("shape,s_in,s_out", [((4, 16), 0.05, 0.02), ((32, 64), 0.03, 0.05),
+                                              ((1, 20, 768), 0.02, 0.04), ((40, 48), 0.2, 0.1),
+                                              ((1, 7, 32), 0.005, 0.01)])
+def test_alu_layer_bit_exact_on_fsim(shape, s_in, s_out):
+    layer, x, params = _case(shape, s_in, s_out)
+    got, _, _ = run_fsim(KNOB, layer, x)
+    np.testing.assert_array_equal(got, qops.ilayernorm(x, **params))
+
+
+def test_many_tiles_at_c768():
+    """C = 768 fits 9 rows a tile on the default design: 20 rows take 3 tiles, alternating parts."""
+    layer, x, params = _case((20, 768), 0.04, 0.03, seed=3)
+    assert plan_layernorm(layer, intrinsics(KNOB)).tile == 9
+    got, _, code = run_fsim(KNOB, layer, x)
+    assert code.tiles == 3
+    np.testing.assert_array_equal(got, qops.ilayernorm(x, **params))
+
+
+def test_refusals():
+    layer, _, _ = _case((4, 16), 0.05, 0.02)
+    with pytest.raises(ScheduleError, match="needs the lane_reduce knob"):
+        plan_layernorm(layer, intrinsics(VTAConfig()))
+    odd, _, _ = _case((4, 24), 0.05, 0.02)
+    with pytest.raises(ScheduleError, match="C a multiple of 16 .*not C = 24"):
+        plan_layernorm(odd, intrinsics(KNOB))
+    big, _, _ = _case((2, 4096), 0.05, 0.02)
+    small = VTAConfig(lane_reduce=True, log_acc_buff_size=15)
+    with pytest.raises(ScheduleError, match="cannot hold one row of C = 4096"):
+        plan_layernorm(big, intrinsics(small))
+
+
+@pytest.mark.parametrize("shape", [(32, 64), (128, 768)])
+def test_estimate_near_the_cycle_model(shape):
+    """The partitioner's compute cycles are within 12 % of the cycle model's compute-module busy cycles (the
+    estimate leaves out the micro-op loads)."""
+    layer, _, _ = _case(shape, 0.05, 0.02)
+    program, _ = build_layernorm_program(KNOB, layer)
+    busy = cost.estimate(program).busy["compute"]
+    mine, _ = layernorm_accel_cycles(layer, intrinsics(KNOB))
+    assert 0.88 * busy <= mine <= busy
