@@ -52,6 +52,7 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
     """The compile options (:class:`.options.CompileOptions`; their defaults are the dataclass's)."""
     from .ir import REQUANT_MODES
     from .lowering.gelu import GELU_MODES
+    from .lowering.layernorm import LAYERNORM_MODES
     from .lowering.partition import POLICIES, STEMS
     from .options import CompileOptions
     default = CompileOptions()
@@ -73,6 +74,11 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
                    help="how a Gelu runs: int: I-BERT's integer GELU (placed on the accelerator's ALU or the CPU "
                         "by the estimates); table: the float-exact table on the CPU; auto: int where the "
                         "partitioner puts it on the accelerator, else the table (default: %(default)s)")
+    p.add_argument("--layernorm", choices=LAYERNORM_MODES, default=default.layernorm,
+                   help="how a LayerNorm runs: int: the integer LayerNorm (on the ALU of a design with "
+                        "lane_reduce, or the CPU, by the estimates); float: today's float LayerNorm on the CPU; "
+                        "auto: int where the partitioner puts it on the accelerator, else float (default: "
+                        "%(default)s)")
     p.add_argument("--force-cpu", metavar="NODE", action="append", default=list(default.force_cpu),
                    help="keep the named node on the CPU (repeatable)")
     p.add_argument("--keep-int8", metavar="NODE", action="append", default=list(default.keep_int8),
@@ -178,7 +184,8 @@ _COMPILE_FLAGS = {"policy": "--policy", "stem": "--stem", "requant": "--requant"
                   "batch": "--batch", "calib": "--calib", "input_shapes": "--input-shape",
                   "calibration": "--calibration", "preprocess": "--preprocess",
                   "calibration_method": "--calibration-method", "calibration_percentile": "--calibration-percentile",
-                  "keep_int8": "--keep-int8", "gelu": "--gelu", "weight_rounding": "--weight-rounding",
+                  "keep_int8": "--keep-int8", "gelu": "--gelu", "layernorm": "--layernorm",
+                  "weight_rounding": "--weight-rounding",
                   "int8_budget": "--int8-budget"}
 """CompileOptions field -> its option; the ones `vta run MODEL.vtac` refuses (the artefact fixed them)."""
 

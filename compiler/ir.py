@@ -131,6 +131,7 @@ QUANT_OPS: dict[str, tuple[str, ...]] = {
     "Where": ("keep", "fill"),                           # fill an int8
     "QLut": ("table",),                                  # y = table[x + 128], table int8 [256]; optional "function"
     "QGelu": ("qb", "f", "k1", "qc", "k2", "multiplier", "shift"),  # I-BERT's integer GELU, qops.igelu (ALU steps)
+    "QILayerNorm": ("channels", "k", "mc", "k2", "mc2", "eps_steps", "shift", "mq", "bq"),  # qops.ilayernorm
     "Transpose": ("perm",),
     "Resize": RESIZE_ATTRS,                              # int8 in, int8 out at the same scale
     "QuantizeZp": ("scale", "zero_point"),               # float32 -> int8: clip(rint(x / scale) + zero_point)

@@ -38,6 +38,9 @@ class CompileOptions:
     precision; the partitioner runs them on the CPU, see docs/precision.md); nothing on an int8 design.
     gelu: how a Gelu runs (:data:`.lowering.gelu.GELU_MODES`): ``auto`` (I-BERT's integer GELU on the accelerator's
     ALU where the partitioner estimates it faster, else the float table on the CPU), ``int`` or ``table``.
+    layernorm: how a LayerNorm runs (:data:`.lowering.layernorm.LAYERNORM_MODES`): ``auto`` (the integer LayerNorm
+    on the ALU of a design with ``lane_reduce`` where the partitioner estimates it faster, else today's float
+    ``QLayerNorm`` on the CPU), ``int`` (the integer node everywhere, on the ALU or the CPU) or ``float``.
     weight_rounding: how weights become integers (:data:`.frontend.quantize.WEIGHT_ROUNDINGS`): ``nearest``, or
     ``gptq`` (each layer's output error on the calibration samples least, :mod:`.frontend.gptq`).
     int8_budget: on a design with int4 inputs or weights, percentage points of top-1 agreement with the float model
@@ -62,6 +65,7 @@ class CompileOptions:
     calibration_percentile: float = 99.99
     keep_int8: tuple[str, ...] = ()
     gelu: str = "auto"
+    layernorm: str = "auto"
     weight_rounding: str = "nearest"
     int8_budget: float | None = None
 
@@ -70,6 +74,7 @@ class CompileOptions:
         from .frontend.quantize import WEIGHT_ROUNDINGS
         from .ir import REQUANT_MODES
         from .lowering.gelu import GELU_MODES
+        from .lowering.layernorm import LAYERNORM_MODES
         from .lowering.partition import POLICIES, STEMS
         if not 50.0 <= self.calibration_percentile <= 100.0:
             raise ValueError(f"calibration_percentile={self.calibration_percentile} must lie in [50, 100] (a "
@@ -90,6 +95,7 @@ class CompileOptions:
                                      ("preprocess", self.preprocess, tuple(PREPROCESS)),
                                      ("calibration_method", self.calibration_method, METHODS),
                                      ("gelu", self.gelu, GELU_MODES),
+                                     ("layernorm", self.layernorm, LAYERNORM_MODES),
                                      ("weight_rounding", self.weight_rounding, WEIGHT_ROUNDINGS)):
             if value not in choices:
                 raise ValueError(f"{name}={value!r} is unknown; use one of {', '.join(choices)}")
@@ -141,7 +147,8 @@ _ARG_NAMES = {"policy": "policy", "force_cpu": "force_cpu", "batch": "batch", "i
               "requant": "requant", "progress": "no_progress", "calibration": "calibration",
               "preprocess": "preprocess", "calibration_method": "calibration_method",
               "calibration_percentile": "calibration_percentile", "keep_int8": "keep_int8",
-              "gelu": "gelu", "weight_rounding": "weight_rounding", "int8_budget": "int8_budget"}
+              "gelu": "gelu", "layernorm": "layernorm", "weight_rounding": "weight_rounding",
+              "int8_budget": "int8_budget"}
 """CompileOptions field -> the argparse attribute it is read from (``no_*`` flags are negated)."""
 
 

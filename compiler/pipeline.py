@@ -38,6 +38,13 @@ from .ir import REQUANT_MODES, Graph, Node, node_macs
 from .lowering.codegen import ConvLayer, build_add_program, build_conv_program
 from .lowering.gelu import GELU_MODES, GeluLayer, build_gelu_program, integer_gelu, table_gelu
 from .lowering.intrin import Intrinsics, intrinsics
+from .lowering.layernorm import (
+    LAYERNORM_MODES,
+    LayerNormLayer,
+    build_layernorm_program,
+    float_layernorm,
+    integer_layernorm,
+)
 from .lowering.layout import packed_activation_shape
 from .lowering.partition import Decision, Lowered, partition
 from .lowering.schedule import ConvTiling
@@ -47,6 +54,7 @@ from .runtime.compiled import AccelStep, Compiled, CpuStep, Step, _progress
 
 __all__ = ["load_graph", "load_input", "check_inputs", "check_force_cpu", "token_range",
            "random_inputs", "calibration_inputs", "calibration_set", "CalibrationSet", "partition_graph", "choose_gelu",
+           "choose_layernorm",
     "accel_step",
            "compile_graph",
            "compile_model", "CompileOptions", "plan_graph", "Planned", "PlannedLayer", "REQUANT_MODES"]
@@ -296,8 +304,9 @@ def accel_step(graph: Graph, node: Node, lowered: Lowered, intr: Intrinsics, *, 
         tiling = _tiling_label(t) + (f" {lowered.fold.label}" if lowered.fold else "") if t else ""
         schedule = tiling_to_dict(t) if t else {}
         macs = node_macs(graph, node)
-    elif isinstance(layer, GeluLayer):
-        program, code = build_gelu_program(cfg, layer, threads=threads)
+    elif isinstance(layer, (GeluLayer, LayerNormLayer)):
+        program, code = (build_gelu_program(cfg, layer, threads=threads) if isinstance(layer, GeluLayer)
+                         else build_layernorm_program(cfg, layer, threads=threads))
         inputs = [node.inputs[0]]
         tiling = f"{code.tiles} tiles"
         schedule = {"tiles": code.tiles}
@@ -328,29 +337,45 @@ def _tiling_label(t: ConvTiling) -> str:
 
 
 def _partitioned(graph: Graph, cfg: VTAConfig, policy: str, force_cpu: Iterable[str], stem: str,
-                 search_cache: SearchCache | None, gelu: str = "auto"
+                 search_cache: SearchCache | None, gelu: str = "auto", layernorm: str = "auto"
                  ) -> tuple[Intrinsics, Graph, dict[str, Decision], dict[str, Lowered], SearchCache]:
     """What :func:`compile_graph` and :func:`plan_graph` start from: the config's intrinsics, the graph with its Gelu
-    tables chosen by ``gelu`` (:func:`choose_gelu`), its partition (:func:`partition_graph`) and the search's caches
+    tables chosen by ``gelu`` and its LayerNorms by ``layernorm`` (:func:`choose_gelu`), its partition
+    (:func:`partition_graph`) and the search's caches
     (``search_cache``, else a new one for this call)."""
     intr = intrinsics(cfg)
-    graph, decisions, lowered = choose_gelu(graph, intr, gelu, policy=policy, force_cpu=force_cpu, stem=stem)
+    graph, decisions, lowered = choose_gelu(graph, intr, gelu, policy=policy, force_cpu=force_cpu, stem=stem,
+                                            layernorm=layernorm)
     return intr, graph, decisions, lowered, SearchCache() if search_cache is None else search_cache
 
 
 def choose_gelu(graph: Graph, intr: Intrinsics, gelu: str = "auto", *, policy: str = "auto",
-                force_cpu: Iterable[str] = (), stem: str = "auto"
+                force_cpu: Iterable[str] = (), stem: str = "auto", layernorm: str = "auto"
                 ) -> tuple[Graph, dict[str, Decision], dict[str, Lowered]]:
     """The graph to compile, its decisions and lowered layers (as :func:`partition_graph`), with each Gelu table run
     as ``gelu`` says (:data:`.lowering.gelu.GELU_MODES`): ``table`` keeps the tables; ``int`` makes every one I-BERT's
     integer ``QGelu`` (:func:`.lowering.gelu.integer_gelu`); ``auto`` does so, partitions, and puts the tables back
-    where the partitioner kept the ``QGelu`` on the CPU (its decision's reason says so). ``graph`` is not changed."""
+    where the partitioner kept the ``QGelu`` on the CPU (its decision's reason says so). Likewise each
+    ``QLayerNorm`` over the last axis as ``layernorm`` says (:data:`.lowering.layernorm.LAYERNORM_MODES`, see
+    :func:`choose_layernorm`). ``graph`` is not changed."""
     if gelu not in GELU_MODES:
         raise ValueError(f"gelu={gelu!r} is unknown; use one of {', '.join(GELU_MODES)}")
+    if layernorm not in LAYERNORM_MODES:
+        raise ValueError(f"layernorm={layernorm!r} is unknown; use one of {', '.join(LAYERNORM_MODES)}")
     tables: dict[str, Node] = {}
     if gelu != "table":
         graph, tables = integer_gelu(graph)
+    norms: dict[str, Node] = {}
+    if layernorm == "int" or (layernorm == "auto" and intr.cfg.lane_reduce):  # auto: only where the ALU can run it
+        graph, norms = integer_layernorm(graph)
     decisions, lowered = partition_graph(graph, intr, policy=policy, force_cpu=force_cpu, stem=stem)
+    back_norms = {name for name in norms if decisions[name].target == "cpu"} if layernorm == "auto" else set()
+    if back_norms:
+        float_layernorm(graph, norms, back_norms)
+        for name in back_norms:
+            d = decisions[name]
+            decisions[name] = Decision(name, "QLayerNorm", "cpu", f"{d.reason}; the float LayerNorm "
+                                       f"(layernorm=auto)", d.macs, d.accel_us, d.cpu_us)
     back = {name for name in tables if decisions[name].target == "cpu"} if gelu == "auto" else set()
     if back:
         table_gelu(graph, tables, back)
@@ -361,6 +386,16 @@ def choose_gelu(graph: Graph, intr: Intrinsics, gelu: str = "auto", *, policy: s
     return graph, decisions, lowered
 
 
+def choose_layernorm(graph: Graph, intr: Intrinsics, layernorm: str = "auto", **kwargs: Any
+                     ) -> tuple[Graph, dict[str, Decision], dict[str, Lowered]]:
+    """:func:`choose_gelu` with ``layernorm`` given first (Gelu tables as ``kwargs["gelu"]``, default ``auto``):
+    ``float`` keeps every ``QLayerNorm``; ``int`` makes every one over the last axis the integer ``QILayerNorm``
+    (:func:`.lowering.layernorm.integer_layernorm`), placed by the partitioner; ``auto`` does so on designs with
+    ``lane_reduce`` and puts ``QLayerNorm`` back where the partitioner kept the integer node on the CPU."""
+    gelu = kwargs.pop("gelu", "auto")
+    return choose_gelu(graph, intr, gelu, layernorm=layernorm, **kwargs)
+
+
 def _search_threads(threads: int) -> tuple[int, ...]:
     """The thread counts the schedule search may choose from: both with double buffering (one thread wins where
     the cycle model says so), else one."""
@@ -369,7 +404,7 @@ def _search_threads(threads: int) -> tuple[int, ...]:
 
 def compile_graph(graph: Graph, cfg: VTAConfig, *, policy: str = "auto", force_cpu: Iterable[str] = (),
                   double_buffer: bool = True, progress: bool = False, stem: str = "auto",
-                  search_cache: SearchCache | None = None, gelu: str = "auto") -> Compiled:
+                  search_cache: SearchCache | None = None, gelu: str = "auto", layernorm: str = "auto") -> Compiled:
     """Partition the quantized ``graph`` and generate a program for every accelerator node (see
     :func:`partition_graph` and :func:`accel_step`); ``policy`` as in :data:`.partition.POLICIES`, ``force_cpu``
     names nodes kept on the CPU.
@@ -378,10 +413,11 @@ def compile_graph(graph: Graph, cfg: VTAConfig, *, policy: str = "auto", force_c
     ``progress`` shows a progress bar (tqdm). ``stem``: a first convolution's lowering (:data:`.partition.STEMS`;
     ``auto``: the fastest estimate). ``search_cache``: the schedule search's caches, shared by every layer
     (:class:`.lowering.search.SearchCache`; None: one for this compile, which reads and adds to the cache folder).
-    ``gelu``: how Gelu tables run (:func:`choose_gelu`); the artefact's graph is the one chosen."""
+    ``gelu``: how Gelu tables run, ``layernorm`` how LayerNorms run (:func:`choose_gelu`); the artefact's graph is
+    the one chosen."""
     start = time.perf_counter()
     intr, graph, decisions, lowered, search_cache = _partitioned(graph, cfg, policy, force_cpu, stem, search_cache,
-                                                                 gelu)
+                                                                 gelu, layernorm)
     threads = 2 if double_buffer else 1
     steps: list[Step] = []
     for node in _progress(graph.nodes, progress, "compile"):
@@ -419,7 +455,7 @@ class Planned:
 
 def plan_graph(graph: Graph, cfg: VTAConfig, *, policy: str = "auto", force_cpu: Iterable[str] = (),
                double_buffer: bool = True, stem: str = "auto", search_cache: SearchCache | None = None,
-               gelu: str = "auto") -> Planned:
+               gelu: str = "auto", layernorm: str = "auto") -> Planned:
     """What :func:`compile_graph` (same arguments) predicts for each accelerator layer -- the same partition, the
     same schedule search, the same predicted cycles, bounding module and event counts -- without keeping programs:
     a convolution's cost comes from the search (:attr:`.lowering.search.SearchResult.plan`, usually from its caches
@@ -428,7 +464,7 @@ def plan_graph(graph: Graph, cfg: VTAConfig, *, policy: str = "auto", force_cpu:
     worker passes one for all its points)."""
     start = time.perf_counter()
     intr, graph, decisions, lowered, search_cache = _partitioned(graph, cfg, policy, force_cpu, stem, search_cache,
-                                                                 gelu)
+                                                                 gelu, layernorm)
     threads = 2 if double_buffer else 1
     layers: list[PlannedLayer] = []
     cpu: list[CpuStep] = []
@@ -442,8 +478,9 @@ def plan_graph(graph: Graph, cfg: VTAConfig, *, policy: str = "auto", force_cpu:
             plan = found.plan or plan_program(build_conv_program(cfg, layer, tiling=found.tiling)[0])
             schedule: dict[str, Any] = tiling_to_dict(found.tiling)
             macs = node_macs(graph, node)
-        elif isinstance(layer, GeluLayer):
-            program, code = build_gelu_program(cfg, layer, threads=threads)
+        elif isinstance(layer, (GeluLayer, LayerNormLayer)):
+            program, code = (build_gelu_program(cfg, layer, threads=threads) if isinstance(layer, GeluLayer)
+                             else build_layernorm_program(cfg, layer, threads=threads))
             plan = plan_program(program)
             schedule, macs = {"tiles": code.tiles}, 0
         else:
@@ -461,7 +498,7 @@ def _compile_prequantized(model: str, graph: Graph, cfg: VTAConfig, opts: Compil
     quantized (:mod:`.frontend.prequant`: the model's own scales and zero points): compiled without calibrating."""
     compiled = compile_graph(graph, cfg, policy=opts.policy, force_cpu=opts.force_cpu,
                              double_buffer=opts.double_buffer, progress=opts.progress, stem=opts.stem,
-                             gelu=opts.gelu)
+                             gelu=opts.gelu, layernorm=opts.layernorm)
     compiled.meta.update({"model": model, "requant": "multiply", "quantization": "the model's own (pre-quantized)"})
     compiled.frontend_seconds = time.perf_counter() - start - (compiled.compile_seconds or 0.0)
     return compiled
@@ -503,7 +540,7 @@ def compile_model(model: str, cfg: VTAConfig, options: CompileOptions | None = N
                       weight_rounding=opts.weight_rounding)  # type: ignore[arg-type]
     compiled = compile_graph(qgraph, cfg, policy=opts.policy, force_cpu=opts.force_cpu,
                              double_buffer=opts.double_buffer, progress=opts.progress, stem=opts.stem,
-                             gelu=opts.gelu)
+                             gelu=opts.gelu, layernorm=opts.layernorm)
     compiled.meta.update({"model": model, "requant": opts.requant, "calibration": dict(calibration.info)})
     if int8_choice is not None:
         compiled.meta["int8_budget"] = int8_choice

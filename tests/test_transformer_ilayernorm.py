@@ -8,16 +8,21 @@ import pytest
 from vta import cost
 from vta.backend import get_backend
 from vta.compiler import qops
+from vta.compiler.ir import Graph
 from vta.compiler.lowering.intrin import intrinsics
 from vta.compiler.lowering.layernorm import (
     LayerNormLayer,
     build_layernorm_program,
+    integer_layernorm,
     layernorm_accel_cycles,
     layernorm_view,
     plan_layernorm,
 )
 from vta.compiler.lowering.layout import OUTPUT, pack_activation, unpack_activation
 from vta.compiler.lowering.schedule import ScheduleError
+from vta.compiler.options import CompileOptions
+from vta.compiler.pipeline import choose_layernorm, compile_graph
+from vta.compiler.runtime.executor import run
 from vta.config import VTAConfig
 
 KNOB = VTAConfig(lane_reduce=True)
@@ -83,3 +88,66 @@ def test_estimate_near_the_cycle_model(shape):
     busy = cost.estimate(program).busy["compute"]
     mine, _ = layernorm_accel_cycles(layer, intrinsics(KNOB))
     assert 0.88 * busy <= mine <= busy
+
+
+def _ln_graph(shape: tuple[int, ...] = (1, 32, 64)) -> Graph:
+    """Quantize -> QLayerNorm (last axis) -> Dequantize."""
+    g = Graph("ln")
+    c = shape[-1]
+    rng = np.random.default_rng(0)
+    g.add_tensor("x", shape, "float32")
+    g.add_tensor("q", shape, "int8", 0.05)
+    g.add_tensor("n", shape, "int8", 0.03)
+    g.add_tensor("y", shape, "float32")
+    g.inputs, g.outputs = ["x"], ["y"]
+    g.add_node("Quantize", "quant", ["x"], ["q"], scale=0.05)
+    g.add_node("QLayerNorm", "ln", ["q"], ["n"], axis=-1, epsilon=1e-5, scale=0.05, gamma=rng.normal(1, 0.2, c),
+               beta=rng.normal(0, 0.3, c), out_scale=0.03)
+    g.add_node("Dequantize", "deq", ["n"], ["y"], scale=0.03)
+    return g
+
+
+def test_integer_layernorm_rewrites_only_last_axis_layernorms():
+    g = _ln_graph()
+    new, originals = integer_layernorm(g)
+    assert [n.op for n in new.nodes] == ["Quantize", "QILayerNorm", "Dequantize"] and set(originals) == {"ln"}
+    assert g.node("ln").op == "QLayerNorm"  # the given graph is unchanged
+    g.node("ln").attrs["axis"] = 1
+    assert integer_layernorm(g)[1] == {}
+
+
+def test_modes_and_partition_choice():
+    """Without the knob: auto and float keep QLayerNorm (no compile changes), int makes the integer node on the CPU.
+    With it: the auto policy's closest-call rule puts the integer node on the ALU; forced onto the CPU, auto puts
+    QLayerNorm back and says why."""
+    g = _ln_graph()
+    plain, knob = intrinsics(VTAConfig()), intrinsics(KNOB)
+    for mode in ("auto", "float"):
+        graph, d, _ = choose_layernorm(g, plain, mode)
+        assert graph.node("ln").op == "QLayerNorm" and d["ln"].reason == "QLayerNorm has no accelerator rule"
+    graph, d, _ = choose_layernorm(g, plain, "int")
+    assert graph.node("ln").op == "QILayerNorm" and d["ln"].target == "cpu" and "lane_reduce knob" in d["ln"].reason
+    graph, d, lowered = choose_layernorm(g, knob, "auto")
+    assert graph.node("ln").op == "QILayerNorm" and d["ln"].target == "accel" and "closest call" in d["ln"].reason
+    assert isinstance(lowered["ln"].layer, LayerNormLayer)
+    graph, d, _ = choose_layernorm(g, knob, "auto", force_cpu=["ln"])
+    assert graph.node("ln").op == "QLayerNorm"
+    assert d["ln"].reason == "forced onto the CPU; the float LayerNorm (layernorm=auto)"
+    with pytest.raises(ValueError, match="layernorm='fast' is unknown; use one of auto, int, float"):
+        choose_layernorm(g, knob, "fast")
+
+
+@pytest.mark.parametrize("cfg,policy", [(KNOB, "accel"), (VTAConfig(), "auto")])
+def test_compiled_graph_matches_the_integer_reference(cfg, policy):
+    """The integer node on the ALU (rank 3, packed as its 2-D view) and on the CPU equal qops.run_reference."""
+    g = _ln_graph()
+    compiled = compile_graph(g, cfg, policy=policy, layernorm="int")
+    assert compiled.graph.node("ln").op == "QILayerNorm"
+    x = {"x": np.random.default_rng(1).normal(0, 2, (1, 32, 64)).astype(np.float32)}
+    out = run(compiled, x, target="fsim")
+    np.testing.assert_array_equal(out.outputs["y"], qops.run_reference(compiled.graph, x)["y"])
+
+
+def test_compile_option_is_validated():
+    with pytest.raises(ValueError, match="layernorm='x' is unknown"):
+        CompileOptions(layernorm="x")

@@ -23,7 +23,8 @@ from vta.isa import Uop
 from vta.packing import alloc_dtype
 from vta.program import Allocation, Program, ProgramBuilder, SlotRing
 
-from ..qops import ILAYERNORM_ATTRS, NEWTON_STEPS, RSQRT_GUESS
+from ..ir import Graph, Node
+from ..qops import ILAYERNORM_ATTRS, NEWTON_STEPS, RSQRT_GUESS, ilayernorm_params
 from .codegen import LayerCode, _alu_opcode, _count_uops
 from .intrin import Intrinsics, intrinsics
 from .layout import INPUT, OUTPUT, packed_activation_shape
@@ -31,7 +32,15 @@ from .schedule import ScheduleError
 from .uopcache import UopCache
 
 __all__ = ["LayerNormLayer", "layernorm_view", "layernorm_passes", "plan_layernorm", "emit_layernorm",
-           "build_layernorm_program", "layernorm_accel_cycles", "ELEM_REGIONS", "ROW_REGIONS"]
+           "build_layernorm_program", "layernorm_accel_cycles", "ELEM_REGIONS", "ROW_REGIONS", "LAYERNORM_MODES",
+           "integer_layernorm", "float_layernorm"]
+
+LAYERNORM_MODES = ("auto", "int", "float")
+"""How a LayerNorm (``QLayerNorm``) runs: ``float`` keeps today's float64 ``QLayerNorm`` on the CPU; ``int`` makes it
+the integer ``QILayerNorm`` (:func:`..qops.ilayernorm`), which the partitioner places on the ALU (designs with
+``lane_reduce``) or the CPU by its estimates; ``auto`` (the default) makes it ``QILayerNorm`` only where the
+partitioner puts that on the accelerator, and keeps ``QLayerNorm`` elsewhere (so designs without the knob compile
+exactly as before)."""
 
 ELEM_REGIONS = ("X", "Y")
 ROW_REGIONS = ("T", "U", "M", "G", "P", "F", "V", "W", "A", "R", "Z", "H")
@@ -268,3 +277,41 @@ def layernorm_accel_cycles(layer: LayerNormLayer, intr: Intrinsics) -> tuple[int
     cycles = per_row * plan.rows + len(steps) * LOOP_OVERHEAD * len(plan.tiles())
     cycles += (len(ELEM_REGIONS) * size + const_bytes) // intr.cfg.bus_bytes
     return cycles, len(ELEM_REGIONS) * size + const_bytes + size
+
+
+def integer_layernorm(graph: Graph) -> tuple[Graph, dict[str, Node]]:
+    """``graph`` with every ``QLayerNorm`` over the last axis replaced by a ``QILayerNorm`` node of the same name,
+    inputs and outputs (constants by :func:`..qops.ilayernorm_params`; one whose constants cannot be chosen is kept),
+    and the replaced nodes by name. ``graph`` itself is unchanged (a copy when anything is replaced)."""
+    found: dict[str, dict[str, object]] = {}
+    for node in graph.nodes:
+        if node.op != "QLayerNorm":
+            continue
+        shape = graph.shape(node.inputs[0])
+        if not shape or int(node.attrs["axis"]) % len(shape) != len(shape) - 1:
+            continue
+        try:
+            found[node.name] = ilayernorm_params(float(node.attrs["scale"]), float(node.attrs["out_scale"]),
+                                                 node.attrs["gamma"], node.attrs["beta"],
+                                                 float(node.attrs["epsilon"]), int(shape[-1]))
+        except ValueError:
+            continue
+    if not found:
+        return graph, {}
+    new = graph.copy()
+    originals: dict[str, Node] = {}
+    for k, node in enumerate(new.nodes):
+        if node.name in found:
+            originals[node.name] = graph.node(node.name)
+            new.nodes[k] = Node("QILayerNorm", node.name, list(node.inputs), list(node.outputs),
+                                dict(found[node.name]))
+    return new, originals
+
+
+def float_layernorm(graph: Graph, originals: dict[str, Node], names: set[str] | frozenset[str]) -> Graph:
+    """``graph`` (changed in place, and returned) with the ``QILayerNorm`` nodes named in ``names`` put back as their
+    ``QLayerNorm`` nodes ``originals[name]`` (from :func:`integer_layernorm`)."""
+    for k, node in enumerate(graph.nodes):
+        if node.name in names and node.op == "QILayerNorm":
+            graph.nodes[k] = originals[node.name]
+    return graph

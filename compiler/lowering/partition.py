@@ -32,6 +32,7 @@ from .codegen import AddLayer, ConvLayer, alu_passes, fused_requant
 from .dense_rows import rows_image
 from .gelu import GeluLayer, gelu_accel_uops
 from .intrin import Intrinsics, intrinsics
+from .layernorm import LayerNormLayer, layernorm_accel_cycles, plan_layernorm
 from .layout import bias_lane_weights, ceil_div, fold_weight_columns, im2col_weights, packed_activation_shape, round_up
 from .matmul import lower_matmul
 from .precision import width_problem
@@ -98,7 +99,7 @@ class Lowered:
     the layer reads and writes layouts of its own (a QDense over its rows, :mod:`.dense_rows`), so its input and
     output are converted whichever side they come from or go to."""
 
-    layer: ConvLayer | AddLayer | GeluLayer
+    layer: ConvLayer | AddLayer | GeluLayer | LayerNormLayer
     fold: ColumnFold | None = None
     own_layout: bool = False
 
@@ -216,6 +217,17 @@ def _lower_gelu(graph: Graph, node: Node, intr: Intrinsics) -> Lowered:
     return Lowered(GeluLayer.from_attrs(graph.shape(node.inputs[0]), node.attrs))
 
 
+def _lower_layernorm(graph: Graph, node: Node, intr: Intrinsics) -> Lowered:
+    """QILayerNorm (the integer LayerNorm) as an ALU-only layer (:mod:`.layernorm`): int8 designs with the
+    ``lane_reduce`` knob, rows of a multiple of BLOCK_OUT features that fit the acc buffer."""
+    if intr.cfg.inp_width != 8:
+        raise ScheduleError(f"the integer LayerNorm loads int8 inputs; this design's inputs are "
+                            f"int{intr.cfg.inp_width}")
+    layer = LayerNormLayer.from_attrs(graph.shape(node.inputs[0]), node.attrs)
+    plan_layernorm(layer, intr)
+    return Lowered(layer)
+
+
 def _lower_matmul(graph: Graph, node: Node, intr: Intrinsics) -> Lowered:
     """QMatMul (two activations, or an activation and a constant) as a grouped 1x1 convolution
     (:mod:`.matmul`)."""
@@ -228,6 +240,7 @@ ACCEL_RULES: dict[str, Callable[[Graph, Node, Intrinsics], Lowered]] = {
     "QAdd": _lower_add,
     "QMatMul": _lower_matmul,
     "QGelu": _lower_gelu,
+    "QILayerNorm": _lower_layernorm,
 }
 """op -> rule lowering a node to an accelerator layer (raises :class:`ScheduleError` when it cannot)."""
 
@@ -251,7 +264,7 @@ def lower_node(graph: Graph, node: Node, intr: Intrinsics, stem: str = "auto") -
     return rule(graph, node, intr)
 
 
-def _accel_us(layer: ConvLayer | AddLayer | GeluLayer, intr: Intrinsics) -> float:
+def _accel_us(layer: ConvLayer | AddLayer | GeluLayer | LayerNormLayer, intr: Intrinsics) -> float:
     cfg = intr.cfg
     if isinstance(layer, ConvLayer):
         t = plan_conv(layer.geom, intr)
@@ -261,6 +274,8 @@ def _accel_us(layer: ConvLayer | AddLayer | GeluLayer, intr: Intrinsics) -> floa
         dma = t.dma_bytes(intr)
     elif isinstance(layer, GeluLayer):
         uops, dma = gelu_accel_uops(layer, intr)
+    elif isinstance(layer, LayerNormLayer):
+        uops, dma = layernorm_accel_cycles(layer, intr)
     else:
         entries = int(np.prod(packed_activation_shape(layer.shape, intr.batch, intr.block_in)[:4]))
         uops = 6 * entries

@@ -25,6 +25,7 @@ from ..ir import Graph, Node
 from ..lowering.dense_rows import pack_rows, reads_rows, unpack_rows
 from ..lowering.gelu import gelu_view
 from ..lowering.intrin import intrinsics
+from ..lowering.layernorm import layernorm_view
 from ..lowering.layout import (
     INPUT,
     INPUT_B,
@@ -147,8 +148,10 @@ def _matmul_operands(step: AccelStep, values: _Values) -> dict[str, np.ndarray]:
 
 def _gelu_view(step: AccelStep, values: _Values) -> tuple[int, ...] | None:
     """The 2-D shape a QGelu step's tensor is packed as when its rank is not 2 or 4 (:func:`..lowering.gelu.gelu_view`),
-    else None."""
+    or a QILayerNorm's when its rank is not 2 (:func:`..lowering.layernorm.layernorm_view`), else None."""
     shape = values.graph.shape(step.inputs[0])
+    if step.node.op == "QILayerNorm" and len(shape) != 2:  # rows over the last axis, whatever the rank
+        return layernorm_view(shape)
     if step.node.op != "QGelu" or len(shape) in (2, 4):
         return None
     return gelu_view(shape)
