@@ -132,6 +132,7 @@ QUANT_OPS: dict[str, tuple[str, ...]] = {
     "QLut": ("table",),                                  # y = table[x + 128], table int8 [256]; optional "function"
     "QGelu": ("qb", "f", "k1", "qc", "k2", "multiplier", "shift"),  # I-BERT's integer GELU, qops.igelu (ALU steps)
     "QILayerNorm": ("channels", "k", "mc", "k2", "mc2", "eps_steps", "shift", "mq", "bq"),  # qops.ilayernorm
+    "QISoftmax": ("channels", "k", "m", "mq", "shift"),  # int8 -> int8, last axis, no masks: qops.isoftmax
     "Transpose": ("perm",),
     "Resize": RESIZE_ATTRS,                              # int8 in, int8 out at the same scale
     "QuantizeZp": ("scale", "zero_point"),               # float32 -> int8: clip(rint(x / scale) + zero_point)

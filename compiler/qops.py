@@ -20,6 +20,9 @@ Integer semantics (the quantized operator contract, see :mod:`.ir`):
   - ``QILayerNorm``: I-BERT's integer-only LayerNorm over the last axis (:func:`ilayernorm`, defined in
     :mod:`.qops_layernorm`), every step an ALU operation with the ``lane_reduce`` knob; constants from
     :func:`ilayernorm_params`.
+  - ``QISoftmax``: I-BERT's integer-only softmax over the last axis, without masks (:func:`isoftmax`, defined in
+    :mod:`.qops_softmax`), every step an ALU operation with the ``lane_reduce`` knob; constants from
+    :func:`isoftmax_params`.
   - ``Transpose``: numpy's transpose. ``Resize`` (output scale = input scale): ``nearest`` picks the source element
     of :func:`resize_source`'s coordinate rounded by ``nearest_mode``; ``linear`` interpolates between the two
     neighbours of each resized axis in turn with weights ``w1 = rint(frac * 2**8)``, ``w0 = 2**8 - w1`` in int64,
@@ -53,14 +56,24 @@ import numpy as np
 
 from .ir import AddRequant, Graph, GraphError, Node, Requant
 from .qops_layernorm import ILAYERNORM_ATTRS, NEWTON_STEPS, RSQRT_GUESS, ilayernorm, ilayernorm_params, ilayernorm_trace
+from .qops_softmax import (
+    EXP_POLY,
+    ISOFTMAX_ATTRS,
+    RECIP_GUESS,
+    RECIP_NEWTON_STEPS,
+    isoftmax,
+    isoftmax_params,
+    isoftmax_trace,
+)
 
 __all__ = [
     "wrap32", "conv2d_acc", "dense_acc", "requantize", "qconv2d", "qdense", "qadd", "rescale", "qconcat",
     "maxpool", "avgpool", "global_avgpool", "pad", "quantize", "dequantize", "softmax", "QOPS", "run_reference",
     "lut", "resize", "resize_source", "resize_taps", "RESIZE_WEIGHT_BITS", "quantize_zp", "dequantize_zp", "qaffine",
     "qsoftmax", "qmatmul", "layer_norm", "slice_take", "IGELU_A", "IGELU_B", "IGELU_ATTRS", "igelu_params",
-    "igelu_trace", "igelu", "ILAYERNORM_ATTRS", "ilayernorm_params", "ilayernorm_trace", "ilayernorm", "NEWTON_STEPS",
-    "RSQRT_GUESS",
+    "igelu_trace", "igelu", "ISOFTMAX_ATTRS", "isoftmax_params", "isoftmax_trace", "isoftmax", "EXP_POLY",
+    "RECIP_GUESS", "RECIP_NEWTON_STEPS", "ILAYERNORM_ATTRS", "ilayernorm_params", "ilayernorm_trace", "ilayernorm",
+    "NEWTON_STEPS", "RSQRT_GUESS",
 ]
 
 
@@ -535,6 +548,7 @@ QOPS: dict[str, OpFn] = {
     "QMatMul": lambda n, v: qmatmul(v[0], v[1], n.attrs["multiplier"], n.attrs["shift"]),
     "QGelu": lambda n, v: igelu(v[0], *(int(n.attrs[k]) for k in IGELU_ATTRS)),
     "QILayerNorm": lambda n, v: ilayernorm(v[0], *(n.attrs[k] for k in ILAYERNORM_ATTRS)),
+    "QISoftmax": lambda n, v: isoftmax(v[0], *(n.attrs[k] for k in ISOFTMAX_ATTRS)),
     "QLayerNorm": lambda n, v: layer_norm(v[0], n.attrs["scale"], n.attrs["gamma"], n.attrs["beta"],
                                           n.attrs["out_scale"], n.attrs["axis"], n.attrs["epsilon"]),
     "Gather": lambda n, v: np.ascontiguousarray(np.take(v[0], n.attrs["indices"], axis=n.attrs["axis"])),
