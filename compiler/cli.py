@@ -54,6 +54,7 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
     from .lowering.gelu import GELU_MODES
     from .lowering.layernorm import LAYERNORM_MODES
     from .lowering.partition import POLICIES, STEMS
+    from .lowering.softmax import SOFTMAX_MODES
     from .options import CompileOptions
     default = CompileOptions()
     p.add_argument("--policy", choices=POLICIES, default=default.policy,
@@ -79,6 +80,11 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
                         "lane_reduce, or the CPU, by the estimates); float: today's float LayerNorm on the CPU; "
                         "auto: int where the partitioner puts it on the accelerator, else float (default: "
                         "%(default)s)")
+    p.add_argument("--softmax", choices=SOFTMAX_MODES, default=default.softmax,
+                   help="how a softmax runs: int: the integer Softmax (on the ALU of a design with lane_reduce, or "
+                        "the CPU, by the estimates; a softmax with a fused mask or over another axis stays float); "
+                        "float: today's float softmax on the CPU; auto: int where the partitioner puts it on the "
+                        "accelerator, else float (default: %(default)s)")
     p.add_argument("--force-cpu", metavar="NODE", action="append", default=list(default.force_cpu),
                    help="keep the named node on the CPU (repeatable)")
     p.add_argument("--keep-int8", metavar="NODE", action="append", default=list(default.keep_int8),
@@ -185,6 +191,7 @@ _COMPILE_FLAGS = {"policy": "--policy", "stem": "--stem", "requant": "--requant"
                   "calibration": "--calibration", "preprocess": "--preprocess",
                   "calibration_method": "--calibration-method", "calibration_percentile": "--calibration-percentile",
                   "keep_int8": "--keep-int8", "gelu": "--gelu", "layernorm": "--layernorm",
+                  "softmax": "--softmax",
                   "weight_rounding": "--weight-rounding",
                   "int8_budget": "--int8-budget"}
 """CompileOptions field -> its option; the ones `vta run MODEL.vtac` refuses (the artefact fixed them)."""

