@@ -24,14 +24,14 @@ import numpy as np
 
 from vta.config import MEM_ACC_8BIT, MEM_OUT, VTAConfig
 from vta.isa import Uop
-from vta.packing import alloc_dtype
 from vta.program import Allocation, Program, ProgramBuilder, SlotRing
 
 from ..ir import Graph, Node
 from ..qops import IGELU_ATTRS, igelu_params
 from .codegen import LayerCode, _alu_opcode, _count_uops
 from .intrin import Intrinsics, intrinsics
-from .layout import INPUT, OUTPUT, packed_activation_shape
+from .layout import packed_activation_shape
+from .rowwise import build_alu_program
 from .schedule import EltwiseTiling, ScheduleError
 from .uopcache import UopCache
 
@@ -153,14 +153,8 @@ def build_gelu_program(cfg: VTAConfig, layer: GeluLayer, x_packed: np.ndarray | 
                        threads: int = 2) -> tuple[Program, LayerCode]:
     """A program computing one integer GELU: input allocation ``x`` (packed ``(N/B, C/BI, H, W, B, BI)``; zeros when
     ``x_packed`` is None), output ``y`` of the same packed shape."""
-    intr = intrinsics(cfg)
-    pb = ProgramBuilder(cfg)
-    act = alloc_dtype(cfg.inp_width)
-    shape = packed_activation_shape(layer.shape, intr.batch, intr.block_in)
-    x = pb.alloc(INPUT, x_packed if x_packed is not None else shape, act)
-    y = pb.alloc(OUTPUT, shape, act)
-    code = emit_gelu(pb, layer, x, y, threads=threads)
-    return pb.finish(), code
+    return build_alu_program(cfg, layer.shape, lambda pb, x, y: emit_gelu(pb, layer, x, y, threads=threads),
+                             x_packed)
 
 
 def gelu_accel_uops(layer: GeluLayer, intr: Intrinsics) -> tuple[int, int]:

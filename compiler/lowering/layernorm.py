@@ -14,22 +14,18 @@ each over the tile's rows; ``STORE X`` ends a tile. Tiles alternate between the 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Union
 
 import numpy as np
 
-from vta.config import MEM_ACC, MEM_ACC_8BIT, MEM_OUT, VTAConfig
-from vta.isa import Uop
-from vta.packing import alloc_dtype
-from vta.program import Allocation, Program, ProgramBuilder, SlotRing
+from vta.config import VTAConfig
+from vta.program import Allocation, Program, ProgramBuilder
 
 from ..ir import Graph, Node
 from ..qops import ILAYERNORM_ATTRS, NEWTON_STEPS, RSQRT_GUESS, ilayernorm_params
-from .codegen import LayerCode, _alu_opcode, _count_uops
+from .codegen import LayerCode
 from .intrin import Intrinsics, intrinsics
-from .layout import INPUT, OUTPUT, packed_activation_shape
+from .rowwise import RowOp, RowTiling, Step, build_alu_program, emit_rows, plan_rows, rows_accel_cycles
 from .schedule import ScheduleError
-from .uopcache import UopCache
 
 __all__ = ["LayerNormLayer", "layernorm_view", "layernorm_passes", "plan_layernorm", "emit_layernorm",
            "build_layernorm_program", "layernorm_accel_cycles", "ELEM_REGIONS", "ROW_REGIONS", "LAYERNORM_MODES",
@@ -44,10 +40,10 @@ exactly as before)."""
 
 ELEM_REGIONS = ("X", "Y")
 ROW_REGIONS = ("T", "U", "M", "G", "P", "F", "V", "W", "A", "R", "Z", "H")
-Step = tuple[str, str, Union[int, str], str]
-"""``(op, destination region, immediate or source region, mode)``; op an ALU name or ``"RESET"``; mode ``""``
-(lane by lane, a row or per-channel source broadcast as its region's kind says), ``"sum"`` (ADD of a row's first
-``n - 1`` entries into the row scalar) or ``"last"`` (the op with the row's last entry)."""
+LAYERNORM = RowOp(name="LayerNorm", reduces="RSUM", padded="the row sums", elem=ELEM_REGIONS, row=ROW_REGIONS,
+                  channel=("MQ", "BQ"), const=("J", "E"), loaded=ELEM_REGIONS, result="X", consts_alloc="ln_consts")
+"""The LayerNorm's regions (:class:`.rowwise.RowOp`): the input loaded into ``X`` and ``Y``, ``X`` stored."""
+LayerNormTiling = RowTiling
 
 
 def layernorm_view(shape: tuple[int, ...]) -> tuple[int, int]:
@@ -100,7 +96,7 @@ def _round_shift(dst: str, s: int) -> list[Step]:
 def _row_sum(dst: str, src: str, n: int) -> list[Step]:
     steps: list[Step] = [("RESET", dst, 0, "")]
     if n > 1:
-        steps.append(("ADD", dst, src, "sum"))
+        steps.append(("ADD", dst, src, "fold"))
     return steps + [("RSUM", dst, src, "last")]
 
 
@@ -133,46 +129,9 @@ def layernorm_passes(layer: LayerNormLayer, n: int) -> list[Step]:
     return steps + [("MAX", "X", -128, ""), ("MIN", "X", 127, "")]
 
 
-@dataclass(frozen=True)
-class LayerNormTiling:
-    """``rows`` packed row blocks (of BATCH rows each), ``tile`` at a time; ``n`` entries a row; ``consts`` acc
-    entries of constants at the top of the acc buffer, below them ``threads`` parts of ``part`` entries."""
-
-    rows: int
-    n: int
-    tile: int
-    consts: int
-    part: int
-    threads: int = 2
-
-    def tiles(self) -> list[tuple[int, int]]:
-        """``(first row, rows)`` of every tile."""
-        return [(r0, min(self.tile, self.rows - r0)) for r0 in range(0, self.rows, self.tile)]
-
-
-def plan_layernorm(layer: LayerNormLayer, intr: Intrinsics, *, threads: int = 2) -> LayerNormTiling:
+def plan_layernorm(layer: LayerNormLayer, intr: Intrinsics, *, threads: int = 2) -> RowTiling:
     """The tiling of ``layer`` on ``intr``'s design; ScheduleError when the design or the shape cannot run it."""
-    cfg = intr.cfg
-    rows, c = layer.shape
-    if not cfg.lane_reduce:
-        raise ScheduleError(f"the integer LayerNorm needs the lane_reduce knob (RSUM), which design {cfg.name} "
-                            f"does not have")
-    if intr.block_out < 16 or intr.block_in != intr.block_out:
-        raise ScheduleError(f"the integer LayerNorm needs BLOCK_IN == BLOCK_OUT >= 16 (the exponent takes 16 lanes), "
-                            f"not BLOCK_IN {intr.block_in}, BLOCK_OUT {intr.block_out}")
-    if c % intr.block_out:
-        raise ScheduleError(f"the integer LayerNorm needs C a multiple of {intr.block_out} (padded lanes would count "
-                            f"in the row sums), not C = {c}")
-    n = c // intr.block_out
-    blocks = -(-rows // intr.batch)
-    consts = 2 * n + 2
-    part = (intr.capacity("acc") - consts) // threads
-    tile = min(blocks, part // (len(ELEM_REGIONS) * n + len(ROW_REGIONS)), intr.loop_max // n)
-    if tile < 1:
-        raise ScheduleError(f"the acc buffer ({intr.capacity('acc')} entries) cannot hold one row of C = {c} "
-                            f"({len(ELEM_REGIONS) * n + len(ROW_REGIONS)} entries) in each of {threads} parts "
-                            f"beside {consts} constant entries")
-    return LayerNormTiling(blocks, n, tile, consts, part, threads)
+    return plan_rows(LAYERNORM, layer.shape, intr, threads=threads)
 
 
 def _constants(layer: LayerNormLayer, intr: Intrinsics) -> np.ndarray:
@@ -188,95 +147,23 @@ def emit_layernorm(pb: ProgramBuilder, layer: LayerNormLayer, x: Allocation, y: 
     """Emit the integer LayerNorm of packed ``x`` into packed ``y`` (same packed shape)."""
     intr = intrinsics(pb.cfg)
     plan = plan_layernorm(layer, intr, threads=threads)
-    n = plan.n
-    first_insn = len(pb.insns)
-    uops = UopCache(pb, intr, prefix, preload=True)
-    code = LayerCode([x], y, tiles=0)
-    cbase = intr.capacity("acc") - plan.consts
-    const = {"MQ": cbase, "BQ": cbase + n, "J": cbase + 2 * n, "E": cbase + 2 * n + 1}
-    consts = pb.alloc(f"{prefix}ln_consts", _constants(layer, intr))
-    pb.load(MEM_ACC, sram_base=cbase, dram_base=pb.elem_addr(consts, MEM_ACC), x_size=plan.consts)
-    x_addr, y_addr = pb.elem_addr(x, MEM_ACC_8BIT), pb.elem_addr(y, MEM_OUT)
-    tiles = plan.tiles()
-    outs = SlotRing(pb, "compute", "store", threads, total=len(tiles))
-    steps = layernorm_passes(layer, n)
-    for r0, count in tiles:
-        base = outs.claim() * plan.part
-        region = dict(const)
-        for k, name in enumerate(ELEM_REGIONS):
-            region[name] = base + k * plan.tile * n
-        for k, name in enumerate(ROW_REGIONS):
-            region[name] = base + len(ELEM_REGIONS) * plan.tile * n + k * plan.tile
-        for name in ELEM_REGIONS:
-            pb.load(MEM_ACC_8BIT, sram_base=region[name], dram_base=x_addr + r0 * n, x_size=count * n)
-        for step in steps:
-            _emit_step(pb, uops, intr, step, region, count, n)
-        outs.handoff()
-        pb.store(sram_base=region["X"], dram_base=y_addr + r0 * n, x_size=count * n)
-        outs.release()
-        code.tiles += 1
-    uops.close()
-    _count_uops(code, pb.insns[first_insn:])
-    return code
-
-
-def _emit_step(pb: ProgramBuilder, uops: UopCache, intr: Intrinsics, step: Step, region: dict[str, int],
-               rows: int, n: int) -> None:
-    """One ALU instruction of ``step`` over ``rows`` rows of ``n`` entries (see :data:`Step`)."""
-    op, dst, arg, mode = step
-    elem = dst in ELEM_REGIONS
-    imm = arg if isinstance(arg, int) else None
-    src = 0 if isinstance(arg, int) else region[arg]
-    loops: dict[str, Any] = {"iter_out": rows * n if elem else rows, "dst_factor_out": 1,
-                             "src_factor_out": 0 if imm is not None else 1}
-    if mode == "sum":
-        loops = {"iter_out": rows, "dst_factor_out": 1, "src_factor_out": n, "iter_in": n - 1, "src_factor_in": 1}
-    elif mode == "last":
-        src += n - 1
-        loops = {"iter_out": rows, "dst_factor_out": 1, "src_factor_out": n}
-    elif elem and arg in ROW_REGIONS:
-        loops = {"iter_out": rows, "dst_factor_out": n, "src_factor_out": 1, "iter_in": n, "dst_factor_in": 1}
-    elif elem and arg in ("MQ", "BQ"):
-        loops = {"iter_out": rows, "dst_factor_out": n, "iter_in": n, "dst_factor_in": 1, "src_factor_in": 1}
-    elif arg in ("J", "E"):
-        loops["src_factor_out"] = 0
-    bgn, end = uops.place([Uop(region[dst], src)])
-    if op == "RESET":
-        pb.alu(_alu_opcode(intr, "ADD", None), uop_bgn=bgn, uop_end=end, reset=True, **loops)
-        return
-    pb.alu(_alu_opcode(intr, op, imm), uop_bgn=bgn, uop_end=end, use_imm=imm is not None, imm=imm or 0, **loops)
+    return emit_rows(pb, LAYERNORM, plan, layernorm_passes(layer, plan.n), _constants(layer, intr), x, y,
+                     prefix=prefix)
 
 
 def build_layernorm_program(cfg: VTAConfig, layer: LayerNormLayer, x_packed: np.ndarray | None = None, *,
                             threads: int = 2) -> tuple[Program, LayerCode]:
     """A program computing one integer LayerNorm: input allocation ``x`` (packed ``[rows, C]``; zeros when
     ``x_packed`` is None), output ``y`` of the same packed shape."""
-    intr = intrinsics(cfg)
-    pb = ProgramBuilder(cfg)
-    act = alloc_dtype(cfg.inp_width)
-    shape = packed_activation_shape(layer.shape, intr.batch, intr.block_in)
-    x = pb.alloc(INPUT, x_packed if x_packed is not None else shape, act)
-    y = pb.alloc(OUTPUT, shape, act)
-    code = emit_layernorm(pb, layer, x, y, threads=threads)
-    return pb.finish(), code
+    return build_alu_program(cfg, layer.shape, lambda pb, x, y: emit_layernorm(pb, layer, x, y, threads=threads),
+                             x_packed)
 
 
 def layernorm_accel_cycles(layer: LayerNormLayer, intr: Intrinsics) -> tuple[int, int]:
     """(compute-module cycles, DMA bytes) of the layer, for the partitioner's estimate, as the cycle model counts
-    them: per ALU instruction its micro-ops plus the loop overhead, the constants' ACC load and the two ACC_8BIT
-    loads of every packed element at ``cfg.bus_bytes`` per cycle; the DMA bytes are those loads and the int8
-    store."""
-    from vta.cost import LOOP_OVERHEAD
+    them (:func:`.rowwise.rows_accel_cycles`): the two ACC_8BIT loads of every packed element among them."""
     plan = plan_layernorm(layer, intr)
-    n, per_row = plan.n, 0
-    steps = layernorm_passes(layer, n)
-    for _, dst, _, mode in steps:
-        per_row += n - 1 if mode == "sum" else n if dst in ELEM_REGIONS else 1
-    size = plan.rows * n * intr.batch * intr.block_out
-    const_bytes = plan.consts * intr.batch * intr.block_out * 4
-    cycles = per_row * plan.rows + len(steps) * LOOP_OVERHEAD * len(plan.tiles())
-    cycles += (len(ELEM_REGIONS) * size + const_bytes) // intr.cfg.bus_bytes
-    return cycles, len(ELEM_REGIONS) * size + const_bytes + size
+    return rows_accel_cycles(LAYERNORM, plan, layernorm_passes(layer, plan.n), intr)
 
 
 def integer_layernorm(graph: Graph) -> tuple[Graph, dict[str, Node]]:

@@ -16,23 +16,18 @@ A softmax with a mask (``bias``, ``keep``/``fill``) is never a ``QISoftmax`` (:f
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Union
 
 import numpy as np
 
-from vta.config import MEM_ACC, MEM_ACC_8BIT, MEM_OUT, VTAConfig
-from vta.isa import Uop
-from vta.packing import alloc_dtype
-from vta.program import Allocation, Program, ProgramBuilder, SlotRing
+from vta.config import VTAConfig
+from vta.program import Allocation, Program, ProgramBuilder
 
 from ..ir import Graph, Node
 from ..qops import EXP_POLY, ISOFTMAX_ATTRS, RECIP_GUESS, RECIP_NEWTON_STEPS, isoftmax_params
-from .codegen import LayerCode, _alu_opcode, _count_uops
+from .codegen import LayerCode
 from .intrin import Intrinsics, intrinsics
 from .layernorm import layernorm_view
-from .layout import INPUT, OUTPUT, packed_activation_shape
-from .schedule import ScheduleError
-from .uopcache import UopCache
+from .rowwise import RowOp, RowTiling, Step, build_alu_program, emit_rows, plan_rows, rows_accel_cycles
 
 __all__ = ["SoftmaxLayer", "softmax_passes", "plan_softmax", "emit_softmax", "build_softmax_program",
            "softmax_accel_cycles", "SOFTMAX_MODES", "integer_softmax", "float_softmax", "softmax_refusal"]
@@ -47,10 +42,10 @@ compile exactly as before)."""
 ELEM_REGIONS = ("X", "Y", "Z")
 ROW_REGIONS = ("MX", "S", "B", "A", "SA", "R", "U")
 CONST_REGIONS = ("M", "P0", "J")
-Step = tuple[str, str, Union[int, str], str]
-"""``(op, destination region, immediate or source region, mode)``; op an ALU name or ``"RESET"``; mode ``""``
-(lane by lane, a row or constant source broadcast as its region's kind says), ``"fold"`` (the op with each of a
-row's first ``n - 1`` entries into the row scalar) or ``"last"`` (the op with the row's last entry)."""
+SOFTMAX = RowOp(name="Softmax", reduces="RMAX, RSUM", padded="the row max and sum", elem=ELEM_REGIONS,
+                row=ROW_REGIONS, const=CONST_REGIONS, loaded=("X",), result="Z", consts_alloc="sm_consts")
+"""The Softmax's regions (:class:`.rowwise.RowOp`): the input loaded into ``X``, ``Z`` stored."""
+SoftmaxTiling = RowTiling
 
 
 @dataclass(frozen=True)
@@ -115,46 +110,9 @@ def softmax_passes(layer: SoftmaxLayer, n: int) -> list[Step]:
     return steps + [("ADD", "Z", 1 << 14, ""), ("SHR", "Z", 15, ""), ("MAX", "Z", -128, ""), ("MIN", "Z", 127, "")]
 
 
-@dataclass(frozen=True)
-class SoftmaxTiling:
-    """``rows`` packed row blocks (of BATCH rows each), ``tile`` at a time; ``n`` entries a row; ``consts`` acc
-    entries of constants at the top of the acc buffer, below them ``threads`` parts of ``part`` entries."""
-
-    rows: int
-    n: int
-    tile: int
-    consts: int
-    part: int
-    threads: int = 2
-
-    def tiles(self) -> list[tuple[int, int]]:
-        """``(first row, rows)`` of every tile."""
-        return [(r0, min(self.tile, self.rows - r0)) for r0 in range(0, self.rows, self.tile)]
-
-
-def plan_softmax(layer: SoftmaxLayer, intr: Intrinsics, *, threads: int = 2) -> SoftmaxTiling:
+def plan_softmax(layer: SoftmaxLayer, intr: Intrinsics, *, threads: int = 2) -> RowTiling:
     """The tiling of ``layer`` on ``intr``'s design; ScheduleError when the design or the shape cannot run it."""
-    cfg = intr.cfg
-    rows, c = layer.shape
-    if not cfg.lane_reduce:
-        raise ScheduleError(f"the integer Softmax needs the lane_reduce knob (RMAX, RSUM), which design {cfg.name} "
-                            f"does not have")
-    if intr.block_out < 16 or intr.block_in != intr.block_out:
-        raise ScheduleError(f"the integer Softmax needs BLOCK_IN == BLOCK_OUT >= 16 (the exponent takes 16 lanes), "
-                            f"not BLOCK_IN {intr.block_in}, BLOCK_OUT {intr.block_out}")
-    if c % intr.block_out:
-        raise ScheduleError(f"the integer Softmax needs C a multiple of {intr.block_out} (padded lanes would count "
-                            f"in the row max and sum), not C = {c}")
-    n = c // intr.block_out
-    blocks = -(-rows // intr.batch)
-    consts = len(CONST_REGIONS)
-    part = (intr.capacity("acc") - consts) // threads
-    per_row = len(ELEM_REGIONS) * n + len(ROW_REGIONS)
-    tile = min(blocks, part // per_row, intr.loop_max // n)
-    if tile < 1:
-        raise ScheduleError(f"the acc buffer ({intr.capacity('acc')} entries) cannot hold one row of C = {c} "
-                            f"({per_row} entries) in each of {threads} parts beside {consts} constant entries")
-    return SoftmaxTiling(blocks, n, tile, consts, part, threads)
+    return plan_rows(SOFTMAX, layer.shape, intr, threads=threads)
 
 
 def _constants(layer: SoftmaxLayer, intr: Intrinsics) -> np.ndarray:
@@ -169,93 +127,22 @@ def emit_softmax(pb: ProgramBuilder, layer: SoftmaxLayer, x: Allocation, y: Allo
     """Emit the integer Softmax of packed ``x`` into packed ``y`` (same packed shape)."""
     intr = intrinsics(pb.cfg)
     plan = plan_softmax(layer, intr, threads=threads)
-    n = plan.n
-    first_insn = len(pb.insns)
-    uops = UopCache(pb, intr, prefix, preload=True)
-    code = LayerCode([x], y, tiles=0)
-    cbase = intr.capacity("acc") - plan.consts
-    const = {name: cbase + k for k, name in enumerate(CONST_REGIONS)}
-    consts = pb.alloc(f"{prefix}sm_consts", _constants(layer, intr))
-    pb.load(MEM_ACC, sram_base=cbase, dram_base=pb.elem_addr(consts, MEM_ACC), x_size=plan.consts)
-    x_addr, y_addr = pb.elem_addr(x, MEM_ACC_8BIT), pb.elem_addr(y, MEM_OUT)
-    tiles = plan.tiles()
-    outs = SlotRing(pb, "compute", "store", threads, total=len(tiles))
-    steps = softmax_passes(layer, n)
-    for r0, count in tiles:
-        base = outs.claim() * plan.part
-        region = dict(const)
-        for k, name in enumerate(ELEM_REGIONS):
-            region[name] = base + k * plan.tile * n
-        for k, name in enumerate(ROW_REGIONS):
-            region[name] = base + len(ELEM_REGIONS) * plan.tile * n + k * plan.tile
-        pb.load(MEM_ACC_8BIT, sram_base=region["X"], dram_base=x_addr + r0 * n, x_size=count * n)
-        for step in steps:
-            _emit_step(pb, uops, intr, step, region, count, n)
-        outs.handoff()
-        pb.store(sram_base=region["Z"], dram_base=y_addr + r0 * n, x_size=count * n)
-        outs.release()
-        code.tiles += 1
-    uops.close()
-    _count_uops(code, pb.insns[first_insn:])
-    return code
-
-
-def _loops(dst: str, arg: Union[int, str], mode: str, rows: int, n: int) -> dict[str, Any]:
-    """The ALU loop fields of one step over ``rows`` rows of ``n`` entries (see :data:`Step`)."""
-    elem = dst in ELEM_REGIONS
-    if mode == "fold":
-        return {"iter_out": rows, "dst_factor_out": 1, "src_factor_out": n, "iter_in": n - 1, "src_factor_in": 1}
-    if mode == "last":
-        return {"iter_out": rows, "dst_factor_out": 1, "src_factor_out": n}
-    if elem and arg in ROW_REGIONS:
-        return {"iter_out": rows, "dst_factor_out": n, "src_factor_out": 1, "iter_in": n, "dst_factor_in": 1}
-    constant = isinstance(arg, int) or arg in CONST_REGIONS
-    return {"iter_out": rows * n if elem else rows, "dst_factor_out": 1, "src_factor_out": 0 if constant else 1}
-
-
-def _emit_step(pb: ProgramBuilder, uops: UopCache, intr: Intrinsics, step: Step, region: dict[str, int],
-               rows: int, n: int) -> None:
-    """One ALU instruction of ``step`` over ``rows`` rows of ``n`` entries."""
-    op, dst, arg, mode = step
-    imm = arg if isinstance(arg, int) else None
-    src = 0 if isinstance(arg, int) else region[arg] + (n - 1 if mode == "last" else 0)
-    loops = _loops(dst, arg, mode, rows, n)
-    bgn, end = uops.place([Uop(region[dst], src)])
-    if op == "RESET":
-        pb.alu(_alu_opcode(intr, "ADD", None), uop_bgn=bgn, uop_end=end, reset=True, **loops)
-        return
-    pb.alu(_alu_opcode(intr, op, imm), uop_bgn=bgn, uop_end=end, use_imm=imm is not None, imm=imm or 0, **loops)
+    return emit_rows(pb, SOFTMAX, plan, softmax_passes(layer, plan.n), _constants(layer, intr), x, y, prefix=prefix)
 
 
 def build_softmax_program(cfg: VTAConfig, layer: SoftmaxLayer, x_packed: np.ndarray | None = None, *,
                           threads: int = 2) -> tuple[Program, LayerCode]:
     """A program computing one integer Softmax: input allocation ``x`` (packed ``[rows, C]``; zeros when
     ``x_packed`` is None), output ``y`` of the same packed shape."""
-    intr = intrinsics(cfg)
-    pb = ProgramBuilder(cfg)
-    act = alloc_dtype(cfg.inp_width)
-    shape = packed_activation_shape(layer.shape, intr.batch, intr.block_in)
-    x = pb.alloc(INPUT, x_packed if x_packed is not None else shape, act)
-    y = pb.alloc(OUTPUT, shape, act)
-    code = emit_softmax(pb, layer, x, y, threads=threads)
-    return pb.finish(), code
+    return build_alu_program(cfg, layer.shape, lambda pb, x, y: emit_softmax(pb, layer, x, y, threads=threads),
+                             x_packed)
 
 
 def softmax_accel_cycles(layer: SoftmaxLayer, intr: Intrinsics) -> tuple[int, int]:
     """(compute-module cycles, DMA bytes) of the layer, for the partitioner's estimate, as the cycle model counts
-    them: per ALU instruction its micro-ops plus the loop overhead, the constants' ACC load and the ACC_8BIT load of
-    every packed element at ``cfg.bus_bytes`` per cycle; the DMA bytes are those loads and the int8 store."""
-    from vta.cost import LOOP_OVERHEAD
+    them (:func:`.rowwise.rows_accel_cycles`): the one ACC_8BIT load of every packed element among them."""
     plan = plan_softmax(layer, intr)
-    n, per_row = plan.n, 0
-    steps = softmax_passes(layer, n)
-    for _, dst, _, mode in steps:
-        per_row += n - 1 if mode == "fold" else n if dst in ELEM_REGIONS else 1
-    size = plan.rows * n * intr.batch * intr.block_out
-    const_bytes = plan.consts * intr.batch * intr.block_out * 4
-    cycles = per_row * plan.rows + len(steps) * LOOP_OVERHEAD * len(plan.tiles())
-    cycles += (size + const_bytes) // intr.cfg.bus_bytes
-    return cycles, size + const_bytes + size
+    return rows_accel_cycles(SOFTMAX, plan, softmax_passes(layer, plan.n), intr)
 
 
 def softmax_refusal(graph: Graph, node: Node) -> str | None:
