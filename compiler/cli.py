@@ -77,14 +77,14 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
                         "partitioner puts it on the accelerator, else the table (default: %(default)s)")
     p.add_argument("--layernorm", choices=LAYERNORM_MODES, default=default.layernorm,
                    help="how a LayerNorm runs: int: the integer LayerNorm (on the ALU of a design with "
-                        "lane_reduce, or the CPU, by the estimates); float: today's float LayerNorm on the CPU; "
-                        "auto: int where the partitioner puts it on the accelerator, else float (default: "
-                        "%(default)s)")
+                        "lane_reduce, or the CPU, by the estimates); float: computed in float from the int8 input, "
+                        "on the CPU; auto: int where the partitioner puts it on the accelerator, else float "
+                        "(default: %(default)s)")
     p.add_argument("--softmax", choices=SOFTMAX_MODES, default=default.softmax,
                    help="how a softmax runs: int: the integer Softmax (on the ALU of a design with lane_reduce, or "
                         "the CPU, by the estimates; a softmax with a fused mask or over another axis stays float); "
-                        "float: today's float softmax on the CPU; auto: int where the partitioner puts it on the "
-                        "accelerator, else float (default: %(default)s)")
+                        "float: computed in float from the int8 input, on the CPU; auto: int where the partitioner "
+                        "puts it on the accelerator, else float (default: %(default)s)")
     p.add_argument("--force-cpu", metavar="NODE", action="append", default=list(default.force_cpu),
                    help="keep the named node on the CPU (repeatable)")
     p.add_argument("--keep-int8", metavar="NODE", action="append", default=list(default.keep_int8),

@@ -39,10 +39,10 @@ class CompileOptions:
     gelu: how a Gelu runs (:data:`.lowering.gelu.GELU_MODES`): ``auto`` (I-BERT's integer GELU on the accelerator's
     ALU where the partitioner estimates it faster, else the float table on the CPU), ``int`` or ``table``.
     layernorm: how a LayerNorm runs (:data:`.lowering.layernorm.LAYERNORM_MODES`): ``auto`` (the integer LayerNorm
-    on the ALU of a design with ``lane_reduce`` where the partitioner estimates it faster, else today's float
+    on the ALU of a design with ``lane_reduce`` where the partitioner estimates it faster, else the float
     ``QLayerNorm`` on the CPU), ``int`` (the integer node everywhere, on the ALU or the CPU) or ``float``.
     softmax: how a softmax runs (:data:`.lowering.softmax.SOFTMAX_MODES`): ``auto`` (the integer Softmax on the ALU
-    of a design with ``lane_reduce`` where the partitioner estimates it faster, else today's float ``QSoftmax`` on
+    of a design with ``lane_reduce`` where the partitioner estimates it faster, else the float ``QSoftmax`` on
     the CPU), ``int`` (the integer node wherever the softmax is over the last axis without a mask) or ``float``.
     weight_rounding: how weights become integers (:data:`.frontend.quantize.WEIGHT_ROUNDINGS`): ``nearest``, or
     ``gptq`` (each layer's output error on the calibration samples least, :mod:`.frontend.gptq`).

@@ -32,7 +32,7 @@ __all__ = ["LayerNormLayer", "layernorm_view", "layernorm_passes", "plan_layerno
            "integer_layernorm", "float_layernorm"]
 
 LAYERNORM_MODES = ("auto", "int", "float")
-"""How a LayerNorm (``QLayerNorm``) runs: ``float`` keeps today's float64 ``QLayerNorm`` on the CPU; ``int`` makes it
+"""How a LayerNorm (``QLayerNorm``) runs: ``float`` keeps the float64 ``QLayerNorm`` on the CPU; ``int`` makes it
 the integer ``QILayerNorm`` (:func:`..qops.ilayernorm`), which the partitioner places on the ALU (designs with
 ``lane_reduce``) or the CPU by its estimates; ``auto`` (the default) makes it ``QILayerNorm`` only where the
 partitioner puts that on the accelerator, and keeps ``QLayerNorm`` elsewhere (so designs without the knob compile

@@ -33,7 +33,7 @@ __all__ = ["SoftmaxLayer", "softmax_passes", "plan_softmax", "emit_softmax", "bu
            "softmax_accel_cycles", "SOFTMAX_MODES", "integer_softmax", "float_softmax", "softmax_refusal"]
 
 SOFTMAX_MODES = ("auto", "int", "float")
-"""How a softmax (``QSoftmax``) runs: ``float`` keeps today's float64 ``QSoftmax`` on the CPU; ``int`` makes every
+"""How a softmax (``QSoftmax``) runs: ``float`` keeps the float64 ``QSoftmax`` on the CPU; ``int`` makes every
 one over the last axis without a mask the integer ``QISoftmax`` (:func:`..qops.isoftmax`), which the partitioner
 places on the ALU (designs with ``lane_reduce``) or the CPU by its estimates; ``auto`` (the default) does so only
 where the partitioner puts it on the accelerator, and keeps ``QSoftmax`` elsewhere (so designs without the knob
