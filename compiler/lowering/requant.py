@@ -17,7 +17,7 @@ A tile whose accumulator entries still hold the outputs of an earlier tile of th
 elsewhere with the reset and an ADD of ``B``. So a tile costs ``K/16 + 4`` cycles per output vector (MIN start, SHR,
 MAX, MIN) instead of ``K/16 + 5``.
 
-Exactness is checked per layer (:func:`offset_start` returns None and the layer keeps the multiply path's passes when one
+Exactness is checked per layer (:func:`offset_start` returns None and the layer keeps the usual passes when one
 fails): ``S + 8 <= 30`` for every channel; ``B`` and every accumulator ``B + sum(x * w)`` inside int32 for every
 int8 input (``|sum| <= 128 * sum|w|`` per channel); clip bounds inside the out buffer's signed range; the MIN start
 only where every channel's start, a pad channel's too (:func:`pad_channel`), is ``<= lo - 256``: the entries a tile
@@ -126,11 +126,11 @@ def _product_bound(layer: RequantLayer) -> np.ndarray:
 
 
 def offset_start(layer: RequantLayer, intr: Intrinsics) -> OffsetStart | None:
-    """The offset start of ``layer`` (a :class:`.codegen.ConvLayer`), or None when it keeps the multiply path's passes: a
+    """The offset start of ``layer`` (a :class:`.codegen.ConvLayer`), or None when it keeps the usual passes: a
     multiplier other than 1, a ``rounding`` (QMatMul's, :func:`.codegen.rounding_start`), the ``fused_requant``
     knob (whether or not the layer's fields fit REQ), ``gemm_overwrite`` or ``concurrent_alu``, an out buffer wider
     than 8 bits or clip bounds outside its signed range, a negative S or ``S + 8 > 30``, or a start or accumulator
-    that could leave int32. (A tiling that loads the bias image, ``bias_load``, keeps the multiply path's passes too;
+    that could leave int32. (A tiling that loads the bias image, ``bias_load``, keeps the usual passes too;
     :func:`.codegen.emit_conv` checks that.)"""
     cfg = intr.cfg
     width = cfg.out_width
