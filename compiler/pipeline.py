@@ -36,20 +36,20 @@ from vta.suggest import close_matches, did_you_mean
 
 from .ir import REQUANT_MODES, Graph, Node, node_macs
 from .lowering.codegen import ConvLayer, build_add_program, build_conv_program
-from .lowering.gelu import GELU_MODES, GeluLayer, build_gelu_program, integer_gelu, table_gelu
+from .lowering.gelu import GELU_MODES, GeluLayer, build_gelu_program, integer_gelu
 from .lowering.intrin import Intrinsics, intrinsics
 from .lowering.layernorm import (
     LAYERNORM_MODES,
     LayerNormLayer,
     build_layernorm_program,
-    float_layernorm,
     integer_layernorm,
 )
 from .lowering.layout import packed_activation_shape
 from .lowering.partition import Decision, Lowered, partition
+from .lowering.rowwise import restore_nodes
 from .lowering.schedule import ConvTiling
 from .lowering.search import LayerPlan, SearchCache, plan_program, search_conv, tiling_to_dict
-from .lowering.softmax import SOFTMAX_MODES, SoftmaxLayer, build_softmax_program, float_softmax, integer_softmax
+from .lowering.softmax import SOFTMAX_MODES, SoftmaxLayer, build_softmax_program, integer_softmax
 from .options import CompileOptions
 from .runtime.compiled import AccelStep, Compiled, CpuStep, Step, _progress
 
@@ -386,27 +386,16 @@ def choose_gelu(graph: Graph, intr: Intrinsics, gelu: str = "auto", *, policy: s
     if softmax == "int" or (softmax == "auto" and intr.cfg.lane_reduce):  # auto: only where the ALU can run it
         graph, softmaxes = integer_softmax(graph)
     decisions, lowered = partition_graph(graph, intr, policy=policy, force_cpu=force_cpu, stem=stem)
-    back_softmaxes = ({name for name in softmaxes if decisions[name].target == "cpu"} if softmax == "auto"
-                      else set())
-    if back_softmaxes:
-        float_softmax(graph, softmaxes, back_softmaxes)
-        for name in back_softmaxes:
-            d = decisions[name]
-            decisions[name] = Decision(name, "QSoftmax", "cpu", f"{d.reason}; the float softmax (softmax=auto)",
-                                       d.macs, d.accel_us, d.cpu_us)
-    back_norms = {name for name in norms if decisions[name].target == "cpu"} if layernorm == "auto" else set()
-    if back_norms:
-        float_layernorm(graph, norms, back_norms)
-        for name in back_norms:
-            d = decisions[name]
-            decisions[name] = Decision(name, "QLayerNorm", "cpu", f"{d.reason}; the float LayerNorm "
-                                       f"(layernorm=auto)", d.macs, d.accel_us, d.cpu_us)
-    back = {name for name in tables if decisions[name].target == "cpu"} if gelu == "auto" else set()
-    if back:
-        table_gelu(graph, tables, back)
+    # auto: each integer node the partitioner kept on the CPU goes back to its float form, and its reason says so
+    for mode, mode_name, swapped, op, float_op, what in (
+            (softmax, "softmax", softmaxes, "QISoftmax", "QSoftmax", "the float softmax"),
+            (layernorm, "layernorm", norms, "QILayerNorm", "QLayerNorm", "the float LayerNorm"),
+            (gelu, "gelu", tables, "QGelu", "QLut", "the float table")):
+        back = {name for name in swapped if decisions[name].target == "cpu"} if mode == "auto" else set()
+        restore_nodes(graph, op, swapped, back)
         for name in back:
             d = decisions[name]
-            decisions[name] = Decision(name, "QLut", "cpu", f"{d.reason}; the float table (gelu=auto)", d.macs,
+            decisions[name] = Decision(name, float_op, "cpu", f"{d.reason}; {what} ({mode_name}=auto)", d.macs,
                                        d.accel_us, d.cpu_us)
     return graph, decisions, lowered
 

@@ -31,12 +31,12 @@ from ..qops import IGELU_ATTRS, igelu_params
 from .codegen import LayerCode, _alu_opcode, _count_uops
 from .intrin import Intrinsics, intrinsics
 from .layout import packed_activation_shape
-from .rowwise import build_alu_program
+from .rowwise import build_alu_program, swap_nodes
 from .schedule import EltwiseTiling, ScheduleError
 from .uopcache import UopCache
 
 __all__ = ["GeluLayer", "gelu_view", "gelu_passes", "emit_gelu", "build_gelu_program", "REGIONS", "GELU_MODES",
-           "integer_gelu", "table_gelu"]
+           "integer_gelu"]
 
 GELU_MODES = ("auto", "int", "table")
 """How a Gelu (quantized as a ``QLut`` table of ``function`` ``"Gelu"``) runs: ``table`` keeps the float table on
@@ -182,21 +182,4 @@ def integer_gelu(graph: Graph) -> tuple[Graph, dict[str, Node]]:
             found[node.name] = igelu_params(s_in, s_out)
         except ValueError:
             continue
-    if not found:
-        return graph, {}
-    new = graph.copy()
-    tables: dict[str, Node] = {}
-    for k, node in enumerate(new.nodes):
-        if node.name in found:
-            tables[node.name] = graph.node(node.name)
-            new.nodes[k] = Node("QGelu", node.name, list(node.inputs), list(node.outputs), dict(found[node.name]))
-    return new, tables
-
-
-def table_gelu(graph: Graph, tables: dict[str, Node], names: set[str] | frozenset[str]) -> Graph:
-    """``graph`` (changed in place, and returned) with the ``QGelu`` nodes named in ``names`` put back as their
-    Gelu tables ``tables[name]`` (from :func:`integer_gelu`)."""
-    for k, node in enumerate(graph.nodes):
-        if node.name in names and node.op == "QGelu":
-            graph.nodes[k] = tables[node.name]
-    return graph
+    return swap_nodes(graph, "QGelu", found)

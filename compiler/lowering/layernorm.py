@@ -24,12 +24,21 @@ from ..ir import Graph, Node
 from ..qops import ILAYERNORM_ATTRS, NEWTON_STEPS, RSQRT_GUESS, ilayernorm_params
 from .codegen import LayerCode
 from .intrin import Intrinsics, intrinsics
-from .rowwise import RowOp, RowTiling, Step, build_alu_program, emit_rows, plan_rows, rows_accel_cycles
+from .rowwise import (
+    RowOp,
+    RowTiling,
+    Step,
+    build_alu_program,
+    emit_rows,
+    plan_rows,
+    rows_accel_cycles,
+    swap_nodes,
+)
 from .schedule import ScheduleError
 
 __all__ = ["LayerNormLayer", "layernorm_view", "layernorm_passes", "plan_layernorm", "emit_layernorm",
            "build_layernorm_program", "layernorm_accel_cycles", "ELEM_REGIONS", "ROW_REGIONS", "LAYERNORM_MODES",
-           "integer_layernorm", "float_layernorm"]
+           "integer_layernorm"]
 
 LAYERNORM_MODES = ("auto", "int", "float")
 """How a LayerNorm (``QLayerNorm``) runs: ``float`` keeps the float64 ``QLayerNorm`` on the CPU; ``int`` makes it
@@ -183,22 +192,4 @@ def integer_layernorm(graph: Graph) -> tuple[Graph, dict[str, Node]]:
                                                  float(node.attrs["epsilon"]), int(shape[-1]))
         except ValueError:
             continue
-    if not found:
-        return graph, {}
-    new = graph.copy()
-    originals: dict[str, Node] = {}
-    for k, node in enumerate(new.nodes):
-        if node.name in found:
-            originals[node.name] = graph.node(node.name)
-            new.nodes[k] = Node("QILayerNorm", node.name, list(node.inputs), list(node.outputs),
-                                dict(found[node.name]))
-    return new, originals
-
-
-def float_layernorm(graph: Graph, originals: dict[str, Node], names: set[str] | frozenset[str]) -> Graph:
-    """``graph`` (changed in place, and returned) with the ``QILayerNorm`` nodes named in ``names`` put back as their
-    ``QLayerNorm`` nodes ``originals[name]`` (from :func:`integer_layernorm`)."""
-    for k, node in enumerate(graph.nodes):
-        if node.name in names and node.op == "QILayerNorm":
-            graph.nodes[k] = originals[node.name]
-    return graph
+    return swap_nodes(graph, "QILayerNorm", found)

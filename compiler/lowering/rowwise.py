@@ -22,6 +22,7 @@ from vta.isa import Uop
 from vta.packing import alloc_dtype
 from vta.program import Allocation, Program, ProgramBuilder, SlotRing
 
+from ..ir import Graph, Node
 from .codegen import LayerCode, _alu_opcode, _count_uops
 from .intrin import Intrinsics, intrinsics
 from .layout import INPUT, OUTPUT, packed_activation_shape
@@ -29,7 +30,7 @@ from .schedule import ScheduleError
 from .uopcache import UopCache
 
 __all__ = ["Step", "RowOp", "RowTiling", "plan_rows", "emit_rows", "emit_step", "rows_accel_cycles",
-           "build_alu_program"]
+           "build_alu_program", "swap_nodes", "restore_nodes"]
 
 Step = tuple[str, str, Union[int, str], str]
 """``(op, destination region, immediate or source region, mode)``; op an ALU name or ``"RESET"``; mode ``""``
@@ -206,3 +207,27 @@ def build_alu_program(cfg: VTAConfig, shape: tuple[int, ...], emit: Callable[[Pr
     y = pb.alloc(OUTPUT, packed, act)
     code = emit(pb, x, y)
     return pb.finish(), code
+
+
+def swap_nodes(graph: Graph, op: str, attrs: dict[str, dict[str, Any]]) -> tuple[Graph, dict[str, Node]]:
+    """``graph`` with each node named in ``attrs`` replaced by an ``op`` node of the same name, inputs and outputs
+    and the attributes ``attrs[name]``, and the replaced nodes by name (the integer GELU, LayerNorm and Softmax
+    nodes in place of their float forms). ``graph`` itself is unchanged (a copy when anything is replaced)."""
+    if not attrs:
+        return graph, {}
+    new = graph.copy()
+    originals: dict[str, Node] = {}
+    for k, node in enumerate(new.nodes):
+        if node.name in attrs:
+            originals[node.name] = graph.node(node.name)
+            new.nodes[k] = Node(op, node.name, list(node.inputs), list(node.outputs), dict(attrs[node.name]))
+    return new, originals
+
+
+def restore_nodes(graph: Graph, op: str, originals: dict[str, Node], names: set[str] | frozenset[str]) -> Graph:
+    """``graph`` (changed in place, and returned) with the ``op`` nodes named in ``names`` put back as the nodes
+    ``originals[name]`` they replaced (:func:`swap_nodes`)."""
+    for k, node in enumerate(graph.nodes):
+        if node.name in names and node.op == op:
+            graph.nodes[k] = originals[node.name]
+    return graph

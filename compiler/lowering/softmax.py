@@ -27,10 +27,19 @@ from ..qops import EXP_POLY, ISOFTMAX_ATTRS, RECIP_GUESS, RECIP_NEWTON_STEPS, is
 from .codegen import LayerCode
 from .intrin import Intrinsics, intrinsics
 from .layernorm import layernorm_view
-from .rowwise import RowOp, RowTiling, Step, build_alu_program, emit_rows, plan_rows, rows_accel_cycles
+from .rowwise import (
+    RowOp,
+    RowTiling,
+    Step,
+    build_alu_program,
+    emit_rows,
+    plan_rows,
+    rows_accel_cycles,
+    swap_nodes,
+)
 
 __all__ = ["SoftmaxLayer", "softmax_passes", "plan_softmax", "emit_softmax", "build_softmax_program",
-           "softmax_accel_cycles", "SOFTMAX_MODES", "integer_softmax", "float_softmax", "softmax_refusal"]
+           "softmax_accel_cycles", "SOFTMAX_MODES", "integer_softmax", "softmax_refusal"]
 
 SOFTMAX_MODES = ("auto", "int", "float")
 """How a softmax (``QSoftmax``) runs: ``float`` keeps the float64 ``QSoftmax`` on the CPU; ``int`` makes every
@@ -169,21 +178,4 @@ def integer_softmax(graph: Graph) -> tuple[Graph, dict[str, Node]]:
         if node.op == "QSoftmax" and softmax_refusal(graph, node) is None:
             found[node.name] = dict(isoftmax_params(float(node.attrs["scale"]), float(node.attrs["out_scale"]),
                                                     int(graph.shape(node.inputs[0])[-1])))
-    if not found:
-        return graph, {}
-    new = graph.copy()
-    originals: dict[str, Node] = {}
-    for k, node in enumerate(new.nodes):
-        if node.name in found:
-            originals[node.name] = graph.node(node.name)
-            new.nodes[k] = Node("QISoftmax", node.name, list(node.inputs), list(node.outputs), found[node.name])
-    return new, originals
-
-
-def float_softmax(graph: Graph, originals: dict[str, Node], names: set[str] | frozenset[str]) -> Graph:
-    """``graph`` (changed in place, and returned) with the ``QISoftmax`` nodes named in ``names`` put back as their
-    ``QSoftmax`` nodes ``originals[name]`` (from :func:`integer_softmax`)."""
-    for k, node in enumerate(graph.nodes):
-        if node.name in names and node.op == "QISoftmax":
-            graph.nodes[k] = originals[node.name]
-    return graph
+    return swap_nodes(graph, "QISoftmax", found)
