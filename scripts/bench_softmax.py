@@ -1,4 +1,4 @@
-"""The integer Softmax (``QISoftmax``) on the tensor ALU with the lane_reduce knob against today's float
+"""The integer Softmax (``QISoftmax``) on the tensor ALU with the lane_reduce knob against the float
 ``QSoftmax`` on the CPU, per softmax node.
 
 Usage: python scripts/bench_softmax.py [--model bert_tiny|bert_block] [--no-tsim] [--json FILE]
@@ -17,8 +17,6 @@ softmax with a fused mask (bias, keep/fill) has no integer form and is listed wi
 """
 from __future__ import annotations
 
-import argparse
-import json
 from pathlib import Path
 from typing import Any
 
@@ -29,23 +27,21 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def softmax_rows(model: str, tsim: bool) -> list[dict[str, Any]]:
     """One row of figures per softmax node of ``model`` (see the module docstring)."""
-    from bench_gelu import _median_us, _quantized  # type: ignore[import-not-found]
+    from bench_gelu import _quantized  # type: ignore[import-not-found]
+    from bench_rowwise import measure  # type: ignore[import-not-found]
 
-    from vta.backend import get_backend
     from vta.compiler import qops
     from vta.compiler.lowering.intrin import intrinsics
-    from vta.compiler.lowering.layout import OUTPUT, pack_activation, unpack_activation
+    from vta.compiler.lowering.layout import pack_activation
     from vta.compiler.lowering.softmax import SoftmaxLayer, build_softmax_program, integer_softmax, softmax_refusal
     from vta.compiler.pipeline import choose_softmax, random_inputs
     from vta.config import load_config
-    from vta.cost import estimate
     cfg = load_config(ROOT / "configs" / "lane_reduce.toml")
     intr = intrinsics(cfg)
     qgraph = _quantized(model)
     igraph, originals = integer_softmax(qgraph)
     _, decisions, _ = choose_softmax(qgraph, intr, "auto")
     values = qops.run_reference(qgraph, random_inputs(qgraph, seed=3), keep_all=True)
-    cpu = get_backend("cpu")
     rows: list[dict[str, Any]] = []
     for float_node in qgraph.nodes:
         if float_node.op != "QSoftmax":
@@ -66,57 +62,17 @@ def softmax_rows(model: str, tsim: bool) -> list[dict[str, Any]]:
         view = layer.shape
         program, code = build_softmax_program(cfg, layer, pack_activation(xin.reshape(view), batch=intr.batch,
                                                                           block=intr.block_in))
-        row: dict[str, Any] = {
-            "node": name, "shape": list(xin.shape), "in_scale": a["scale"], "out_scale": a["out_scale"],
-            "alu_uops": code.alu_uops,
-            "max_intermediate_bits": max(int(np.abs(v).max()) for v in trace.values()).bit_length(),
-            "int_err_steps_max": float(np.abs(trace["out"] - real).max()),
-            "int_err_steps_mean": float(np.abs(trace["out"] - real).mean()),
-            "float_err_steps_max": float(np.abs(ref - real).max()),
-            "predicted_cycles": estimate(program).cycles,
-            "placement_auto": decisions[name].target, "op_auto": decisions[name].op, "reason": decisions[name].reason,
-            "estimate_accel_us": decisions[name].accel_us, "estimate_cpu_us": decisions[name].cpu_us,
-        }
-        inputs = {node.inputs[0]: xin}
-        row["cpu_float_us"] = _median_us(lambda: cpu.run_node(qgraph, float_node, inputs))  # noqa: B023
-        row["cpu_int_us"] = _median_us(lambda: cpu.run_node(igraph, node, inputs))  # noqa: B023
-        if tsim:
-            result = get_backend("tsim").run(program)
-            got = unpack_activation(program.read(OUTPUT, result.dram), view).reshape(xin.shape)
-            row["tsim_cycles"] = result.cycles
-            row["tsim_exact"] = bool(np.array_equal(got, trace["out"]))
-        row["accel_us_at_clock"] = row.get("tsim_cycles", row["predicted_cycles"]) / cfg.clock_mhz
-        rows.append(row)
+        rows.append(measure(cfg=cfg, program=program, code=code, trace=trace, real=real, ref=ref, xin=xin, view=view,
+                            qgraph=qgraph, igraph=igraph, float_node=float_node, node=node,
+                            decision=decisions[name], tsim=tsim))
     return rows
 
 
 def main() -> None:
     import sys
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", choices=("bert_tiny", "bert_block"), default="bert_tiny")
-    ap.add_argument("--no-tsim", action="store_true", help="the cycle model only")
-    ap.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
-    args = ap.parse_args()
-    rows = softmax_rows(args.model, not args.no_tsim)
-    print("| Softmax | shape | scales in -> out | integer error max / mean (steps) | float max | ALU micro-ops "
-          "| tsim cycles | predicted | time at clock | CPU float | CPU integer | estimate accel vs CPU: choice |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for r in rows:
-        if "refused" in r:
-            print(f"| `{r['node']}` | refused: {r['refused']} |")
-            continue
-        tsim = f"{r['tsim_cycles']:,}{'' if r['tsim_exact'] else ' (NOT exact)'}" if "tsim_cycles" in r else "-"
-        err = 100.0 * (r["predicted_cycles"] / r["tsim_cycles"] - 1) if "tsim_cycles" in r else None
-        pred = f"{r['predicted_cycles']:,}" + (f" ({err:+.1f}%)" if err is not None else "")
-        print(f"| `{r['node']}` | {r['shape']} | {r['in_scale']:.4g} -> {r['out_scale']:.4g} | "
-              f"{r['int_err_steps_max']:.2f} / {r['int_err_steps_mean']:.3f} | {r['float_err_steps_max']:.2f} | "
-              f"{r['alu_uops']:,} | {tsim} | {pred} | {r['accel_us_at_clock']:.0f} us | {r['cpu_float_us']:.1f} us "
-              f"| {r['cpu_int_us']:.1f} us | {r['estimate_accel_us']:.0f} us vs {r['estimate_cpu_us']:.0f} us: "
-              f"{r['placement_auto']} ({r['op_auto']}) |")
-        print(f"  max intermediate {r['max_intermediate_bits']} bits; reason: {r['reason']}")
-    if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=1, default=float))
+    from bench_rowwise import main as bench_main  # type: ignore[import-not-found]
+    bench_main("Softmax", softmax_rows, __doc__.splitlines()[0])
 
 
 if __name__ == "__main__":
