@@ -211,19 +211,23 @@ def _lower_add(graph: Graph, node: Node, intr: Intrinsics) -> Lowered:
     return Lowered(AddLayer(tuple(sa), int(rq.ma), int(rq.mb), int(rq.shift), int(rq.lo), int(rq.hi)))
 
 
+def _loads_int8(intr: Intrinsics, what: str) -> None:
+    """ScheduleError unless the design's inputs are int8: the integer ``what`` (an ALU-only layer) loads its int8
+    input as ACC_8BIT."""
+    if intr.cfg.inp_width != 8:
+        raise ScheduleError(f"the integer {what} loads int8 inputs; this design's inputs are int{intr.cfg.inp_width}")
+
+
 def _lower_gelu(graph: Graph, node: Node, intr: Intrinsics) -> Lowered:
     """QGelu (I-BERT's integer GELU) as an ALU-only layer (:mod:`.gelu`): int8 designs only (ACC_8BIT loads)."""
-    if intr.cfg.inp_width != 8:
-        raise ScheduleError(f"the integer GELU loads int8 inputs; this design's inputs are int{intr.cfg.inp_width}")
+    _loads_int8(intr, "GELU")
     return Lowered(GeluLayer.from_attrs(graph.shape(node.inputs[0]), node.attrs))
 
 
 def _lower_layernorm(graph: Graph, node: Node, intr: Intrinsics) -> Lowered:
     """QILayerNorm (the integer LayerNorm) as an ALU-only layer (:mod:`.layernorm`): int8 designs with the
     ``lane_reduce`` knob, rows of a multiple of BLOCK_OUT features that fit the acc buffer."""
-    if intr.cfg.inp_width != 8:
-        raise ScheduleError(f"the integer LayerNorm loads int8 inputs; this design's inputs are "
-                            f"int{intr.cfg.inp_width}")
+    _loads_int8(intr, "LayerNorm")
     layer = LayerNormLayer.from_attrs(graph.shape(node.inputs[0]), node.attrs)
     plan_layernorm(layer, intr)
     return Lowered(layer)
@@ -232,9 +236,7 @@ def _lower_layernorm(graph: Graph, node: Node, intr: Intrinsics) -> Lowered:
 def _lower_softmax(graph: Graph, node: Node, intr: Intrinsics) -> Lowered:
     """QISoftmax (the integer Softmax) as an ALU-only layer (:mod:`.softmax`): int8 designs with the
     ``lane_reduce`` knob, rows of a multiple of BLOCK_OUT features that fit the acc buffer."""
-    if intr.cfg.inp_width != 8:
-        raise ScheduleError(f"the integer Softmax loads int8 inputs; this design's inputs are "
-                            f"int{intr.cfg.inp_width}")
+    _loads_int8(intr, "Softmax")
     layer = SoftmaxLayer.from_attrs(graph.shape(node.inputs[0]), node.attrs)
     plan_softmax(layer, intr)
     return Lowered(layer)
