@@ -57,9 +57,9 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
     from .lowering.softmax import SOFTMAX_MODES
     from .options import CompileOptions
     default = CompileOptions()
-    p.add_argument("--policy", choices=POLICIES, default=default.policy,
-                   help="auto: offload where supported and estimated faster; accel: wherever supported; cpu: "
-                        "nothing (default: %(default)s)")
+    p.add_argument("--policy", choices=POLICIES, default=None,
+                   help=f"auto: offload where supported and estimated faster; accel: wherever supported; cpu: "
+                        f"nothing (default: {default.policy}; the zoo's gpt2_decode: accel, which its run says)")
     p.add_argument("--stem", choices=STEMS, default=default.stem,
                    help="how a first convolution (few channels from the CPU side) is lowered: im2col folds the "
                         "kernel window and channels into the reduction (a 1x1 GEMM, bias in spare lanes), columns "
@@ -176,7 +176,7 @@ def compile_options(args: argparse.Namespace) -> Any:
     from vta.cliutil import CliError
 
     from .options import CompileOptions
-    options = CompileOptions.from_args(args)
+    options = CompileOptions.from_args(_with_policy(args))
     if options.batch is not None and options.batch < 1:
         raise CliError(f"--batch must be at least 1 (images per inference), not {options.batch}")
     if options.calib < 1:
@@ -184,6 +184,21 @@ def compile_options(args: argparse.Namespace) -> Any:
     if options.calibration and not os.path.exists(options.calibration):
         raise CliError(f"--calibration {options.calibration}: no such file or folder")
     return options
+
+
+def _with_policy(args: argparse.Namespace) -> argparse.Namespace:
+    """``args`` with ``policy`` set when ``--policy`` was not given: the zoo model's own (:func:`.frontend.zoo.
+    default_policy`, said on stderr) or the default ``auto``."""
+    if getattr(args, "policy", "auto") is not None:
+        return args
+    from .frontend.zoo import default_policy
+    from .options import CompileOptions
+    own = default_policy(str(getattr(args, "model", "")))
+    policy = own[0] if own else CompileOptions.policy
+    if own:
+        print(f"policy {own[0]}: the zoo's default for {args.model}, as {own[1]}; --policy auto gives the "
+              f"estimates' choice", file=sys.stderr)
+    return argparse.Namespace(**{**vars(args), "policy": policy})
 
 
 _COMPILE_FLAGS = {"policy": "--policy", "stem": "--stem", "requant": "--requant", "force_cpu": "--force-cpu",

@@ -547,6 +547,18 @@ def test_compile_options_come_from_the_arguments_with_the_dataclass_defaults() -
         progress=True)
 
 
+def test_the_zoo_decode_step_runs_on_the_accelerator_unless_a_policy_is_given(capsys: pytest.CaptureFixture) -> None:
+    from vta.cli import build_parser
+    from vta.compiler.cli import compile_options
+    parse = build_parser("run").parse_args
+    assert compile_options(parse(["run", "gpt2_decode"])).policy == "accel"
+    assert "policy accel: the zoo's default for gpt2_decode" in capsys.readouterr().err
+    assert compile_options(parse(["run", "gpt2_decode", "--policy", "auto"])).policy == "auto"
+    assert compile_options(parse(["run", "gpt2_prefill"])).policy == "auto"
+    assert compile_options(parse(["run", "some/gpt2_decode.onnx"])).policy == "auto"
+    assert capsys.readouterr().err == ""
+
+
 def test_compile_options_reject_unknown_keywords_and_values() -> None:
     from vta.compiler.options import CompileOptions
     from vta.compiler.pipeline import compile_model

@@ -37,7 +37,7 @@ from vta.fileio import atomic_write_text
 from . import digits_vit, float_ref, zoo_transformers
 
 __all__ = ["cache_dir", "list_models", "get_model", "build_model", "OnnxBuilder", "calibration_data",
-           "test_accuracy"]
+           "test_accuracy", "default_policy", "ZOO_POLICIES"]
 
 OPSET = 17
 ZOO_VERSION = 3          # part of every cached file name: bump it whenever a model's construction changes
@@ -384,6 +384,21 @@ def test_accuracy(name: str, qgraph: Any) -> dict[str, Any] | None:
     return {"float": 100.0 * float((float_pred == y).mean()), "int8": 100.0 * float((int8_pred == y).mean()),
             "agreement": 100.0 * float((float_pred == int8_pred).mean()), "images": len(y),
             "float_reference": which, "source": "the held-out 25% of scikit-learn's digits"}
+
+
+ZOO_POLICIES: dict[str, tuple[str, str]] = {
+    "gpt2_decode": ("accel", "the model exists to measure the accelerator's decode step, and for one token row the "
+                             "auto estimates put every block's linear layers on the CPU (slower on the accelerator "
+                             "at 8 bus bytes per cycle)"),
+}
+"""Zoo models whose ``vta run`` / ``vta compile`` partitioning policy is not ``auto`` when ``--policy`` is not given:
+name -> (policy, why)."""
+
+
+def default_policy(model: str) -> tuple[str, str] | None:
+    """The (policy, reason) ``vta run MODEL`` uses for zoo model ``model`` without ``--policy``; None: ``auto``
+    (any other model, or a file path)."""
+    return ZOO_POLICIES.get(model)
 
 
 def list_models() -> list[str]:
