@@ -51,8 +51,8 @@ from .runtime.executor import RunOutput
 
 __all__ = ["Report", "build_report", "COLUMNS", "MODULE_COLUMNS", "BYTE_COLUMNS", "ENERGY_PARTS", "ENERGY_COLUMNS",
            "ReportError", "load_report", "compare", "format_comparison", "roofline_path", "layer_bound", "run_bound",
-           "step_energy", "config_difference", "accuracy_difference", "format_accuracy_difference", "parse_budget",
-           "budget_failure", "format_accuracy", "format_calibration", "format_int8_budget",
+           "module_demand", "step_energy", "config_difference", "accuracy_difference", "format_accuracy_difference",
+           "parse_budget", "budget_failure", "format_accuracy", "format_calibration", "format_int8_budget",
            "row_bound", "uncrowded_labels"]
 
 MODULE_COLUMNS = tuple(f"{m}_{c}" for m in MODULES for c in CYCLE_CLASSES)
@@ -78,11 +78,11 @@ padding lanes (the statistics' ``macs``; what costs energy)."""
 
 
 def layer_bound(occupancy: Mapping[str, int]) -> str:
-    """The module that bounds a layer: of ``occupancy`` (module -> cycles it held an instruction: busy + wait_token +
-    wait_mem), the one with the most cycles, ``fetch`` excluded (it dispatches; it never does a layer's work); ties go
-    to the first in ``occupancy``'s order; ``""`` when there is none. The cycle model's :attr:`vta.cost.Estimate.bound`
-    is this rule over its predicted occupancy; a tsim run's is this rule over the core's counters
-    (:func:`module_occupancy`)."""
+    """The module that bounds a layer: of ``occupancy`` (module -> cycles; for a measured layer its
+    :func:`module_demand`), the one with the most cycles, ``fetch`` excluded (it dispatches; it never does a layer's
+    work); ties go to the first in ``occupancy``'s order; ``""`` when there is none. The cycle model's
+    :attr:`vta.cost.Estimate.bound` is this rule over its predicted occupancy; a tsim run's is this rule over the
+    core's counters (:func:`module_demand`: work and memory waits, not token waits)."""
     modules = [m for m in occupancy if m != "fetch"]
     return max(modules, key=lambda m: occupancy[m]) if modules else ""
 
@@ -91,6 +91,18 @@ def module_occupancy(classes: Mapping[str, Mapping[str, int]]) -> dict[str, int]
     """Module -> cycles it held an instruction (the sum of its :data:`vta.counters.CYCLE_CLASSES`), from the core's
     per-module cycle classes (a tsim run's :attr:`~.runtime.executor.LayerStat.modules`)."""
     return {m: int(sum(c.get(k, 0) for k in CYCLE_CLASSES)) for m, c in classes.items()}
+
+
+BOUND_CLASSES = ("busy", "wait_mem")
+"""The cycle classes that count towards a module's claim to bound a layer: its work and its waits on memory. A
+module waiting for another's token (``wait_token``) is held up by that module, which is the bound."""
+
+
+def module_demand(classes: Mapping[str, Mapping[str, int]]) -> dict[str, int]:
+    """Module -> cycles it worked or waited on memory (:data:`BOUND_CLASSES`), from the core's per-module cycle
+    classes: what :func:`layer_bound` weighs for a measured layer. (A decode step's compute module holds its GEMM
+    instructions nearly every cycle, but waiting for the load module's weight tokens: the load module bounds it.)"""
+    return {m: int(sum(c.get(k, 0) or 0 for k in BOUND_CLASSES)) for m, c in classes.items()}
 
 
 def run_bound(layers: Iterable[tuple[str, int]]) -> str:
@@ -191,8 +203,7 @@ class Report:
             if r["where"] != "accel":
                 continue
             measured = r["cycles"] is not None and r.get("compute_busy") is not None
-            bound = layer_bound({m: sum(r[f"{m}_{c}"] for c in CYCLE_CLASSES) for m in MODULES}) if measured else \
-                r.get("bound") or ""
+            bound = row_bound(r)[0] if measured else r.get("bound") or ""
             layers.append((bound, r["cycles"] if r["cycles"] is not None else r.get("predicted") or 0))
         return run_bound(layers)
 
@@ -857,10 +868,10 @@ _TABLE_CELLS = {
 
 def row_bound(row: Mapping[str, Any]) -> tuple[str, str]:
     """A layer's bounding module and what it comes from: ``"counters"`` (:func:`layer_bound` over the core's cycle
-    classes, where the row has them: tsim) or ``"cycle model"`` (the row's predicted ``bound``); ``("", "")`` for a
-    layer with neither (CPU). The run's ``totals["bound"]`` weighs these per layer."""
+    classes of :data:`BOUND_CLASSES`, where the row has them: tsim) or ``"cycle model"`` (the row's predicted
+    ``bound``); ``("", "")`` for a layer with neither (CPU). The run's ``totals["bound"]`` weighs these per layer."""
     if row.get("cycles") is not None and row.get("compute_busy") is not None:
-        return layer_bound({m: sum(row.get(f"{m}_{c}") or 0 for c in CYCLE_CLASSES) for m in MODULES}), "counters"
+        return layer_bound({m: sum(row.get(f"{m}_{c}") or 0 for c in BOUND_CLASSES) for m in MODULES}), "counters"
     return (str(row["bound"]), "cycle model") if row.get("bound") else ("", "")
 
 

@@ -118,7 +118,8 @@ def _compile(model: str, cfg: VTAConfig, knobs: dict[str, Any], mode: str) -> tu
 def _layer_costs(compiled: Any, mode: str, deadline: _Deadline) -> Iterator[tuple[Any, int, str, dict[str, int]]]:
     """(the graph node, cycles, bounding module, event counts) of each accelerator layer: in ``model`` mode the plan's
     prediction, in ``exact`` mode tsim's cycles and the bound of the core's counters by the same rule
-    (:func:`vta.compiler.report.layer_bound`: the module holding an instruction the most cycles, fetch excluded) with
+    (:func:`vta.compiler.report.layer_bound` over :func:`vta.compiler.report.module_demand`: the module working or
+    waiting on memory the most cycles, fetch excluded) with
     the program's counts."""
     if mode == "model":
         for layer in compiled.layers:
@@ -126,7 +127,7 @@ def _layer_costs(compiled: Any, mode: str, deadline: _Deadline) -> Iterator[tupl
             yield layer.node, layer.plan.cycles, layer.plan.bound, layer.plan.counts
         return
     from vta.compiler.pipeline import random_inputs
-    from vta.compiler.report import layer_bound, module_occupancy
+    from vta.compiler.report import layer_bound, module_demand
     from vta.compiler.runtime.compiled import AccelStep
     from vta.compiler.runtime.executor import run
     steps = [s for s in compiled.steps if isinstance(s, AccelStep)]
@@ -135,7 +136,7 @@ def _layer_costs(compiled: Any, mode: str, deadline: _Deadline) -> Iterator[tupl
     by_name = {layer.layer: layer for layer in out.layers}
     for step in steps:
         layer = by_name[step.node.name]
-        bound = layer_bound(module_occupancy(layer.modules or {}))
+        bound = layer_bound(module_demand(layer.modules or {}))
         yield step.node, int(layer.cycles or 0), bound, program_counts(step.program)
 
 

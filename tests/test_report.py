@@ -209,13 +209,16 @@ def test_report_at_another_clock():
 
 
 def test_bounds_one_rule_for_layers_and_runs():
-    from vta.compiler.report import layer_bound, module_occupancy, run_bound
-    # occupancy counts the waits; fetch never bounds a layer
+    from vta.compiler.report import layer_bound, module_demand, module_occupancy, run_bound
+    # occupancy counts the waits; a bound weighs work and memory waits, not token waits; fetch never bounds a layer
     classes = {"fetch": {"busy": 900, "wait_token": 0, "wait_mem": 0},
                "load": {"busy": 100, "wait_token": 0, "wait_mem": 300},
                "compute": {"busy": 350, "wait_token": 10, "wait_mem": 0}, "store": {"busy": 5}}
     assert module_occupancy(classes) == {"fetch": 900, "load": 400, "compute": 360, "store": 5}
-    assert layer_bound(module_occupancy(classes)) == "load"
+    assert layer_bound(module_demand(classes)) == "load" and module_demand(classes)["compute"] == 350
+    streaming = {"load": {"busy": 295392, "wait_token": 0, "wait_mem": 7738},   # a decode step's linear layer
+                 "compute": {"busy": 15950, "wait_token": 282027, "wait_mem": 6653}}
+    assert layer_bound(module_occupancy(streaming)) == "compute" and layer_bound(module_demand(streaming)) == "load"
     assert layer_bound({"fetch": 3}) == "" and run_bound([]) == ""
     # a run's bound bounds the most cycles, not the most layers
     assert run_bound([("compute", 680), ("load", 834), ("", 50), ("load", 1075)]) == "load"
