@@ -104,6 +104,8 @@ FLOAT_OPS: dict[str, tuple[str, ...]] = {
                                                          # table[ids], shape ids.shape + (D,)
     "Slice": ("axes", "indices"),                        # per axis of axes, the tuple of kept indices, in order
     "Where": ("keep", "fill"),                           # where(keep, x, fill): keep a bool array broadcast to x
+    "KeyMask": ("expand", "sel", "add", "fill"),         # inputs x (scores), mask (an int64 graph input of 0/1):
+                                                         # a runtime attention mask, see frontend.masks.KeyMask
 }
 
 QUANT_OPS: dict[str, tuple[str, ...]] = {
@@ -121,7 +123,8 @@ QUANT_OPS: dict[str, tuple[str, ...]] = {
     "Reshape": ("shape",),
     "Pad": ("pads", "value"),                            # value is an int8
     "Softmax": ("axis", "scale"),                        # int8 -> float32 softmax(x * scale); optional masks
-                                                         # "bias" (float array) and "keep"/"fill", see qops.softmax
+                                                         # "bias" (float array) and "keep"/"fill", see qops.softmax,
+                                                         # and a runtime mask: input 1 and the "key_*" attributes
     "QSoftmax": ("axis", "scale", "out_scale"),          # int8 -> int8: clip(rint(softmax / out_scale)); same masks
     "QMatMul": ("multiplier", "shift"),                  # int8 a @ int8 b: clip((acc * M + r) >> S), int64
     "QLayerNorm": ("axis", "epsilon", "scale", "gamma", "beta", "out_scale"),   # float64 from int8, see qops

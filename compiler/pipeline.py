@@ -100,6 +100,24 @@ def token_range(graph: Graph, name: str) -> int | None:
     return min(rows) if rows else None
 
 
+def is_mask_input(graph: Graph, name: str) -> bool:
+    """Whether input ``name`` of ``graph`` is a runtime attention mask (of 0 and 1, read by ``KeyMask`` nodes or,
+    quantized, by masked Softmax nodes; :mod:`.frontend.masks`)."""
+    return graph.tensors[name].dtype == "int64" and any(
+        node.op in ("KeyMask", "Softmax", "QSoftmax") for node in graph.consumers(name))
+
+
+def random_mask(shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+    """A seeded padding mask of ``shape`` (int64 0/1): per batch row, the first ``n`` keys (last axis) kept, ``n``
+    uniform in ``[ceil(L / 2), L]``, the rest masked out, as a batch of sentences of different lengths padded to
+    one length would be."""
+    keys = shape[-1]
+    rows = int(np.prod(shape[:-1], dtype=np.int64))
+    kept = rng.integers((keys + 1) // 2, keys + 1, shape[0])
+    per_row = np.repeat(kept, rows // max(1, shape[0]))
+    return (np.arange(keys)[None, :] < per_row[:, None]).astype(np.int64).reshape(shape)
+
+
 def check_inputs(graph: Graph, values: dict[str, np.ndarray], source: str = "the input") -> dict[str, np.ndarray]:
     """``values`` as the arrays the model takes, or ValueError/TypeError naming ``source``: every input of ``graph``
     given, each a numeric (bool, integer or float) array of the input's shape with only finite values, converted to
@@ -120,6 +138,13 @@ def check_inputs(graph: Graph, values: dict[str, np.ndarray], source: str = "the
         if value.shape != graph.shape(name):
             raise ValueError(f"{source} has shape {value.shape}; the model's input {name!r} has shape "
                              f"{graph.shape(name)}.")
+        if is_mask_input(graph, name):
+            odd = int(((value != 0) & (value != 1)).sum())
+            if odd:
+                raise ValueError(f"{source} holds {odd} values other than 0 and 1 in the attention mask input "
+                                 f"{name!r} (1 or True: attend; 0 or False: masked out).")
+            out[name] = value.astype(np.int64)
+            continue
         rows = token_range(graph, name)
         if rows is not None:
             if value.dtype.kind not in "iu":
@@ -193,8 +218,9 @@ def check_force_cpu(graph: Graph, names: Iterable[str]) -> None:
 
 def random_inputs(graph: Graph, seed: int, samples: int = 1) -> dict[str, np.ndarray]:
     """Seeded random values for every input of ``graph``: input name -> array of the input's shape with the first
-    (batch) dimension times ``samples``: standard-normal float32, or for token ids (:func:`token_range`) int64 ids
-    uniform over the embedding table's rows. (A KV cache input is float32 like any other: keys and values of
+    (batch) dimension times ``samples``: standard-normal float32, for token ids (:func:`token_range`) int64 ids
+    uniform over the embedding table's rows, and for an attention mask (:func:`is_mask_input`) a padding mask
+    (:func:`random_mask`). (A KV cache input is float32 like any other: keys and values of
     LayerNormed tokens by weights of standard deviation ``1/sqrt(width)`` are about standard normal.)"""
     rng = np.random.default_rng(seed)
     out = {}
@@ -204,6 +230,8 @@ def random_inputs(graph: Graph, seed: int, samples: int = 1) -> dict[str, np.nda
         rows = token_range(graph, name)
         if rows is not None:
             out[name] = rng.integers(0, rows, full, dtype=np.int64)
+        elif is_mask_input(graph, name):
+            out[name] = random_mask(full, rng)
         else:
             out[name] = rng.standard_normal(full).astype(np.float32)
     return out

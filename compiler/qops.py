@@ -270,18 +270,34 @@ def qaffine(xs: Sequence[np.ndarray], multipliers: Sequence[int], offset: int, s
     return np.clip(total >> int(shift), lo, hi).astype(np.int8)
 
 
+KEY_MASK_ATTRS = ("expand", "sel", "add", "fill")
+"""A runtime mask's attributes (a ``KeyMask`` node's; a Softmax's with the prefix ``key_``): see :func:`key_mask`."""
+
+
+def key_mask(x: np.ndarray, mask: np.ndarray, expand: Sequence[int], sel: np.ndarray, add: np.ndarray,
+             fill: np.ndarray) -> np.ndarray:
+    """A runtime attention mask applied to scores ``x`` (float, computed in x's dtype): ``where(m, A1, A0)`` with
+    ``m = mask.reshape(expand) != 0`` and, for mask value ``v``, ``Av = where(sel[v], x + add[v], fill[v])``
+    (``sel``, ``add``, ``fill`` each ``[2, ...]`` broadcasting against ``x``; :class:`.frontend.masks.KeyMask`)."""
+    m = np.asarray(mask).reshape(tuple(int(e) for e in expand)) != 0
+    sides = [np.where(np.asarray(sel[v], bool), x + np.asarray(add[v], x.dtype), np.asarray(fill[v], x.dtype))
+             for v in (0, 1)]
+    return np.where(m, sides[1], sides[0])
+
+
 def softmax(x: np.ndarray, scale: float, axis: int = -1, bias: np.ndarray | None = None,
-            keep: np.ndarray | None = None, fill: float = 0.0) -> np.ndarray:
+            keep: np.ndarray | None = None, fill: float = 0.0, key: Mapping[str, Any] | None = None) -> np.ndarray:
     """float32 softmax of the dequantized int8 input along ``axis`` (computed in float64).
 
     With masks, the softmax is of ``z = where(keep, x * scale + bias, fill)`` (``bias`` float and ``keep`` bool,
-    each broadcast against ``x``) and ``exp`` is the C library's, element by element (:func:`_exact_exp`); without,
-    numpy's ``exp`` as before."""
+    each broadcast against ``x``), then of the runtime mask ``key`` when given (``{"mask": values, "expand": ...,
+    "sel": ..., "add": ..., "fill": ...}``, :func:`key_mask`), and ``exp`` is the C library's, element by element
+    (:func:`_exact_exp`); without, numpy's ``exp`` as before."""
     z = x.astype(np.float64) * scale
-    if bias is None and keep is None:
+    if bias is None and keep is None and key is None:
         z = np.exp(z - z.max(axis=axis, keepdims=True))
         return (z / z.sum(axis=axis, keepdims=True)).astype(np.float32)
-    return _masked_softmax(z, axis, bias, keep, fill).astype(np.float32)
+    return _masked_softmax(z, axis, bias, keep, fill, key).astype(np.float32)
 
 
 def _exact_exp(x: np.ndarray) -> np.ndarray:
@@ -291,22 +307,35 @@ def _exact_exp(x: np.ndarray) -> np.ndarray:
 
 
 def _masked_softmax(z: np.ndarray, axis: int, bias: np.ndarray | None, keep: np.ndarray | None,
-                    fill: float) -> np.ndarray:
-    """float64 softmax of ``where(keep, z + bias, fill)`` along ``axis`` with :func:`_exact_exp`."""
+                    fill: float, key: Mapping[str, Any] | None = None) -> np.ndarray:
+    """float64 softmax of ``where(keep, z + bias, fill)``, then the runtime mask ``key``, along ``axis`` with
+    :func:`_exact_exp`; a row whose every value is -inf is 0 (not NaN)."""
     if bias is not None:
         z = z + np.asarray(bias, np.float64)
     if keep is not None:
         z = np.where(np.asarray(keep, bool), z, float(fill))
-    e = _exact_exp(z - z.max(axis=axis, keepdims=True))
-    return e / e.sum(axis=axis, keepdims=True)
+    if key is not None:
+        z = key_mask(z, key["mask"], *(key[k] for k in KEY_MASK_ATTRS))
+    top = z.max(axis=axis, keepdims=True)
+    dead = np.isneginf(top)                       # a row masked out whole by -inf fills: 0, as exporters' NaN guard
+    e = _exact_exp(z - np.where(dead, 0.0, top))
+    return e / np.where(dead, 1.0, e.sum(axis=axis, keepdims=True))
 
 
 def qsoftmax(x: np.ndarray, scale: float, out_scale: float, axis: int = -1, bias: np.ndarray | None = None,
-             keep: np.ndarray | None = None, fill: float = 0.0) -> np.ndarray:
+             keep: np.ndarray | None = None, fill: float = 0.0, key: Mapping[str, Any] | None = None) -> np.ndarray:
     """int8 softmax: ``clip(rint(p / out_scale), -128, 127)``, ``p`` the float64 softmax of the dequantized input
     with its masks (:func:`softmax`), always with the C library's ``exp``."""
-    p = _masked_softmax(x.astype(np.float64) * scale, axis, bias, keep, fill)
+    p = _masked_softmax(x.astype(np.float64) * scale, axis, bias, keep, fill, key)
     return np.clip(np.rint(p / out_scale), -128, 127).astype(np.int8)
+
+
+def softmax_key(node: Node, values: Sequence[np.ndarray]) -> dict[str, Any] | None:
+    """The runtime mask of a Softmax/QSoftmax node (its input 1 and ``key_*`` attributes) for :func:`softmax`, or
+    None without one."""
+    if len(values) < 2:
+        return None
+    return {"mask": values[1], **{k: node.attrs[f"key_{k}"] for k in KEY_MASK_ATTRS}}
 
 
 def qmatmul(a: np.ndarray, b: np.ndarray, multiplier: int, shift: int) -> np.ndarray:
@@ -542,9 +571,10 @@ QOPS: dict[str, OpFn] = {
     "Reshape": lambda n, v: v[0].reshape(n.attrs["shape"]),
     "Pad": lambda n, v: pad(v[0], n.attrs["pads"], n.attrs["value"]),
     "Softmax": lambda n, v: softmax(v[0], n.attrs["scale"], n.attrs["axis"], n.attrs.get("bias"),
-                                    n.attrs.get("keep"), n.attrs.get("fill", 0.0)),
+                                    n.attrs.get("keep"), n.attrs.get("fill", 0.0), softmax_key(n, v)),
     "QSoftmax": lambda n, v: qsoftmax(v[0], n.attrs["scale"], n.attrs["out_scale"], n.attrs["axis"],
-                                      n.attrs.get("bias"), n.attrs.get("keep"), n.attrs.get("fill", 0.0)),
+                                      n.attrs.get("bias"), n.attrs.get("keep"), n.attrs.get("fill", 0.0),
+                                      softmax_key(n, v)),
     "QMatMul": lambda n, v: qmatmul(v[0], v[1], n.attrs["multiplier"], n.attrs["shift"]),
     "QGelu": lambda n, v: igelu(v[0], *(int(n.attrs[k]) for k in IGELU_ATTRS)),
     "QILayerNorm": lambda n, v: ilayernorm(v[0], *(n.attrs[k] for k in ILAYERNORM_ATTRS)),

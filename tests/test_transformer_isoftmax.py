@@ -99,7 +99,7 @@ def test_masked_or_other_axis_softmax_stays_float():
     """A mask fused into the softmax, another axis or an unusable scale: no integer form, and the reason says so."""
     shape = (1, 4, 32, 32)
     masked = _softmax_graph(shape, bias=np.zeros((1, 1, 1, 32)))
-    assert "fused mask (bias or keep/fill)" in softmax_refusal(masked, masked.node("sm"))
+    assert "fused mask (bias, keep/fill or a runtime mask input)" in softmax_refusal(masked, masked.node("sm"))
     causal = _softmax_graph(shape, keep=np.tril(np.ones((32, 32), bool)), fill=-128)
     assert "stays a QSoftmax on the CPU" in softmax_refusal(causal, causal.node("sm"))
     axis = _softmax_graph(shape, axis=2)

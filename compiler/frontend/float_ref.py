@@ -17,7 +17,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from ..ir import Graph, GraphError, Node
-from ..qops import resize_source, resize_taps
+from ..qops import KEY_MASK_ATTRS, key_mask, resize_source, resize_taps
 
 __all__ = ["exact_matmul", "exact_exp", "conv2d", "dense", "maxpool", "avgpool", "resize", "layer_norm", "slice_take",
            "ACTIVATIONS", "FLOAT_FNS", "run_float"]
@@ -134,8 +134,13 @@ def exact_exp(x: np.ndarray) -> np.ndarray:
 
 
 def _softmax(x: np.ndarray, axis: int) -> np.ndarray:
-    z = exact_exp(x - x.max(axis=axis, keepdims=True))
-    return z / z.sum(axis=axis, keepdims=True)
+    """Softmax along ``axis``; a row masked out whole (every value -inf) is 0, as the NaN guard exporters put after
+    a masked softmax makes it."""
+    top = x.max(axis=axis, keepdims=True)
+    dead = np.isneginf(top)
+    z = exact_exp(x - np.where(dead, 0, top))
+    total = z.sum(axis=axis, keepdims=True)
+    return z / np.where(dead, 1, total)
 
 
 def _pad(x: np.ndarray, pads: Sequence[int], value: float) -> np.ndarray:
@@ -253,6 +258,7 @@ FLOAT_FNS: dict[str, FloatFn] = {
     "Embedding": lambda n, v: np.take(v[1], np.asarray(v[0], np.int64), axis=0),
     "Slice": lambda n, v: slice_take(v[0], n.attrs["axes"], n.attrs["indices"]),
     "Where": lambda n, v: np.where(n.attrs["keep"], v[0], np.float32(n.attrs["fill"])),
+    "KeyMask": lambda n, v: key_mask(v[0], v[1], *(n.attrs[k] for k in KEY_MASK_ATTRS)).astype(np.float32),
 }
 
 

@@ -44,7 +44,7 @@ import onnx
 from onnx import numpy_helper, shape_inference
 
 from ..ir import Graph, GraphError, Node
-from . import contrib, float_ref
+from . import contrib, float_ref, masks
 
 __all__ = ["UnsupportedOperatorError", "UnsupportedModelError", "ModelFileError", "UnsupportedOpsetError",
            "TensorTooLargeError", "import_onnx", "RULES", "SUPPORTED_OPSETS", "RESIZE_COORDINATE_MODES",
@@ -57,6 +57,12 @@ the rules read every operator form up to opset 22 (ReduceMean's ``axes`` input o
 of 19 and 22); later revisions are not reviewed."""
 
 
+def _public_ops() -> list[str]:
+    """The ONNX operators the rules import, sorted (without ``KeyMask``, the lab's own stand-in for a runtime
+    mask's exit, :mod:`.masks`)."""
+    return sorted(set(RULES) - {"KeyMask"})
+
+
 class UnsupportedOperatorError(ValueError):
     """An ONNX operator (or an attribute value of it) that the lab cannot compile."""
 
@@ -64,7 +70,7 @@ class UnsupportedOperatorError(ValueError):
         self.op_type = op_type
         self.node_name = node_name
         self.detail = detail
-        why = f": {detail}" if detail else f"; supported operators are {', '.join(sorted(RULES))}"
+        why = f": {detail}" if detail else f"; supported operators are {', '.join(_public_ops())}"
         super().__init__(f"ONNX operator {op_type!r} (node {node_name!r}) is not supported by the lab{why}.")
 
 
@@ -77,7 +83,7 @@ class UnsupportedModelError(UnsupportedOperatorError):
         self.op_type, self.node_name, self.detail = problems[0].op_type, problems[0].node_name, problems[0].detail
         lines = [f"  - {p.op_type} (node {p.node_name!r}): {p.detail or 'no rule for this operator'}"
                  for p in problems]
-        tail = f"Supported operators are {', '.join(sorted(RULES))}." if any(not p.detail for p in problems) else ""
+        tail = f"Supported operators are {', '.join(_public_ops())}." if any(not p.detail for p in problems) else ""
         self.args = (f"The model {label} has {len(problems)} nodes the lab cannot compile:\n" + "\n".join(lines)
                      + (f"\n{tail}" if tail else ""),)
 
@@ -127,6 +133,7 @@ class _Importer:
                 self.uses[tensor] = self.uses.get(tensor, 0) + 1
         self.graph_outputs = {o.name for o in model.graph.output}
         self.token_linear: dict[str, Node] = {}          # output of a MatMul over tokens -> its Conv2d
+        self.key_masks: dict[str, masks.KeyMask] = {}     # output of a runtime mask's exit -> how it masks
 
     # ---- helpers used by the rules ------------------------------------------------------------------------------
     def name(self, tensor: str) -> str:
@@ -701,6 +708,27 @@ def _where(imp: _Importer, node: onnx.NodeProto) -> None:
     imp.emit("Where", node, [src], keep=keep, fill=float(value.reshape(())))
 
 
+def _key_mask(imp: _Importer, node: onnx.NodeProto) -> None:
+    """The exit of a runtime mask's region (:func:`.masks.find_key_masks` put it here; a KeyMask node of the file
+    itself is refused as unknown)."""
+    mask = imp.key_masks.get(node.output[0])
+    if mask is None:
+        raise UnsupportedOperatorError(node.op_type, node.name)
+    imp.emit("KeyMask", node, [mask.x, mask.mask], expand=list(mask.expand), sel=mask.sel, add=mask.add,
+             fill=mask.fill)
+
+
+def _cast(imp: _Importer, node: onnx.NodeProto) -> None:
+    """Cast of an activation to float32 (activations are float32 already): an identity. Any other cast of an
+    activation changes its values, and is refused."""
+    to = int(_attrs(node).get("to", 0))
+    if to != onnx.TensorProto.FLOAT:
+        raise UnsupportedOperatorError(node.op_type, node.name, f"a cast of an activation to "
+                                                                f"{onnx.TensorProto.DataType.Name(to)} (only to "
+                                                                f"FLOAT, an identity on the lab's float32 values)")
+    _alias(imp, node)
+
+
 def _alias(imp: _Importer, node: onnx.NodeProto) -> None:
     imp.alias[node.output[0]] = imp.name(node.input[0])
 
@@ -758,7 +786,9 @@ RULES: dict[str, Callable[[_Importer, onnx.NodeProto], None]] = {
     "Slice": _slice,
     "Split": _split,
     "Where": _where,
+    "KeyMask": _key_mask,
     "Identity": _alias,
+    "Cast": _cast,
     "Dropout": _dropout,
     "Constant": _constant,
 }
@@ -1185,11 +1215,30 @@ def _apply_rules(imp: _Importer, model: onnx.ModelProto, label: str, refused: di
         raise UnsupportedModelError(label, problems)
 
 
+def _replace_mask_regions(model: onnx.ModelProto, key_masks: list[masks.KeyMask], region: set[int]) -> None:
+    """Drop the nodes of runtime mask regions (``region``: their indices in the graph) and make each exit a
+    ``KeyMask`` node of the scores and the mask input (:func:`.masks.find_key_masks`), in place."""
+    if not key_masks:
+        return
+    exits = {m.out: m for m in key_masks}
+    kept = []
+    for index, node in enumerate(model.graph.node):
+        if index in region:
+            continue
+        if node.output and node.output[0] in exits:
+            mask = exits[node.output[0]]
+            node = onnx.helper.make_node("KeyMask", [mask.x, mask.mask], [mask.out], name=node.name)
+        kept.append(node)
+    del model.graph.node[:]
+    model.graph.node.extend(kept)
+
+
 def _only_embedding_ids(model: onnx.ModelProto, name: str) -> bool:
-    """Whether every use of the graph input ``name`` is as the indices of a Gather from an initializer."""
-    inits = {i.name for i in model.graph.initializer}
+    """Whether every use of the graph input ``name`` is as the indices of a Gather from an initializer table
+    ``[rows, width]`` (a lookup in a 1-D table is a mask's, :mod:`.masks`)."""
+    tables = {i.name for i in model.graph.initializer if len(i.dims) == 2}
     uses = [(node, k) for node in model.graph.node for k, t in enumerate(node.input) if t == name]
-    return bool(uses) and all(node.op_type == "Gather" and k == 1 and node.input[0] in inits for node, k in uses)
+    return bool(uses) and all(node.op_type == "Gather" and k == 1 and node.input[0] in tables for node, k in uses)
 
 
 def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, name: str | None = None,
@@ -1227,18 +1276,27 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, n
         model = shape_inference.infer_shapes(_fold_constants(model))
     _check_sizes(model, where, limit)
     model = _fuse_decompositions(model)
-    imp = _Importer(model, label)
-    g = imp.graph
+    masks.direct_token_ids(model, contrib.static_shapes(model))
+    masks.drop_nan_guards(model)
     init_names = {i.name for i in model.graph.initializer}
+    token_ids = {vi.name for vi in model.graph.input if vi.name not in init_names
+                 and vi.type.tensor_type.elem_type == onnx.TensorProto.INT64 and _only_embedding_ids(model, vi.name)}
+    key_masks, region, mask_types = masks.find_key_masks(model, token_ids)
+    _replace_mask_regions(model, key_masks, region)
+    imp = _Importer(model, label)
+    imp.key_masks = {m.out: m for m in key_masks}
+    g = imp.graph
     for vi in model.graph.input:
         if vi.name in init_names:
             continue
-        dtype = _DTYPES.get(vi.type.tensor_type.elem_type)
-        if dtype not in ("float32", "int64") or (dtype == "int64" and not _only_embedding_ids(model, vi.name)):
+        integer = vi.name in mask_types or vi.name in token_ids
+        if not integer and _DTYPES.get(vi.type.tensor_type.elem_type) != "float32":
             kind = onnx.TensorProto.DataType.Name(vi.type.tensor_type.elem_type)
-            raise GraphError(f"Graph input {vi.name!r} has ONNX element type {kind}; only float32 inputs, and int64 "
-                             f"token ids that only index a constant embedding table (Gather), are supported.")
-        g.add_tensor(vi.name, imp.shapes_of(vi.name), dtype)
+            raise GraphError(f"Graph input {vi.name!r} has ONNX element type {kind}; only float32 inputs, int64 "
+                             f"token ids that only index a constant embedding table (Gather), and attention masks "
+                             f"of 0 and 1 (int64, int32, int8, uint8 or bool) that reach the attention scores "
+                             f"through an Add or a Where are supported.")
+        g.add_tensor(vi.name, imp.shapes_of(vi.name), "int64" if integer else "float32")
         g.inputs.append(vi.name)
     _apply_rules(imp, model, where, refused)
     constant = [o.name for o in model.graph.output if imp.name(o.name) in imp.consts]

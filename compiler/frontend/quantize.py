@@ -37,6 +37,7 @@ import numpy as np
 import onnx
 
 from ..ir import M_MAX, REQUANT_MODES, S_MAX, AddRequant, Graph, GraphError, Node, Requant
+from ..qops import KEY_MASK_ATTRS
 from . import float_ref
 from .gptq import MOMENTS_MAX_K, gptq_round, input_moments
 
@@ -311,6 +312,7 @@ class _Quantizer:
         self.scales: dict[str, float] = {}
         self.skip: set[str] = set()
         self.masks: dict[str, tuple[str, dict[str, Any]]] = {}
+        self.key_masks: dict[str, tuple[str, str, dict[str, Any]]] = {}  # KeyMask out -> (scores, mask, key_* attrs)
 
     def fused_activation(self, node: Node) -> Node | None:
         out = node.outputs[0]
@@ -442,10 +444,13 @@ class _Quantizer:
         return sy / (sx * 2.0**shift), np.ones(o, np.int64), shift
 
     def softmax_mask(self, node: Node, mask: dict[str, Any]) -> bool:
-        """When ``node`` (an Add of a constant or a Where) feeds only a Softmax, record ``mask`` for that Softmax,
+        """When ``node`` (an Add of a constant or a Where) feeds only a Softmax (directly, or through a runtime mask,
+        :meth:`key_mask`), record ``mask`` for that Softmax,
         which applies it in float (an additive -10000 or a -inf fill would otherwise set the int8 scale); True if
         so."""
         users = self.fg.consumers(node.outputs[0])
+        if len(users) == 1 and users[0].op == "KeyMask" and users[0].inputs[0] == node.outputs[0]:
+            users = self.fg.consumers(users[0].outputs[0])      # a runtime mask after it, fused into the same one
         if len(users) != 1 or users[0].op != "Softmax" or node.outputs[0] in self.fg.outputs:
             return False
         self.masks[node.outputs[0]] = (node.inputs[0], mask)
@@ -575,17 +580,33 @@ class _Quantizer:
             attrs["fill"] = int(np.clip(np.rint(node.attrs["fill"] / sx), self.qmin, self.qmax))
         self.qg.add_node(op, node.name, [x], [self.out_tensor(out, sx)], **attrs)
 
+    def key_mask(self, node: Node) -> None:
+        """KeyMask (a runtime attention mask, :mod:`.masks`): fused into the Softmax it feeds, after a constant mask
+        fused before it; a QuantizationError when it feeds anything else (its fill would set an int8 scale)."""
+        users = self.fg.consumers(node.outputs[0])
+        if len(users) != 1 or users[0].op != "Softmax" or node.outputs[0] in self.fg.outputs:
+            feeds = ", ".join(f"{u.name} ({u.op})" for u in users) or "a graph output"
+            raise QuantizationError(f"The runtime mask {node.name!r} (graph input {node.inputs[1]!r}) feeds {feeds}; "
+                                    f"the lab applies a runtime mask inside the one Softmax it feeds.")
+        scores, mask = node.inputs
+        src, const = self.masks.pop(scores, (scores, {}))
+        self.masks[node.outputs[0]] = (src, {**const, **{f"key_{k}": node.attrs[k] for k in KEY_MASK_ATTRS}})
+        self.key_masks[node.outputs[0]] = (src, mask, {})
+
     def softmax(self, node: Node) -> None:
         """Softmax -> float32 Softmax at a graph output, else QSoftmax (int8 at its calibrated scale); a mask fused
-        into it (:meth:`softmax_mask`) goes along as attributes."""
+        into it (:meth:`softmax_mask`, :meth:`key_mask`) goes along as attributes (a runtime mask also as input
+        1)."""
         out = node.outputs[0]
         src, mask = self.masks.pop(node.inputs[0], (node.inputs[0], {}))
+        runtime = self.key_masks.pop(node.inputs[0], None)
+        inputs = [src] if runtime is None else [src, runtime[1]]
         if out in self.fg.outputs:
             self.qg.add_tensor(out, self.fg.shape(out), "float32")
-            self.qg.add_node("Softmax", node.name, [src], [out], axis=node.attrs["axis"], scale=self.scales[src],
+            self.qg.add_node("Softmax", node.name, inputs, [out], axis=node.attrs["axis"], scale=self.scales[src],
                              **mask)
             return
-        self.qg.add_node("QSoftmax", node.name, [src], [self.wide_out(out, self.act_scale(out))],
+        self.qg.add_node("QSoftmax", node.name, inputs, [self.wide_out(out, self.act_scale(out))],
                          axis=node.attrs["axis"], scale=self.scales[src], out_scale=self.act_scale(out), **mask)
 
     def where(self, node: Node) -> None:
@@ -686,6 +707,7 @@ _HANDLERS = {
     "Conv2d": _Quantizer.linear, "Dense": _Quantizer.linear, "Add": _Quantizer.add, "Mul": _Quantizer.mul,
     "Concat": _Quantizer.concat, "Softmax": _Quantizer.softmax, "MatMul": _Quantizer.matmul,
     "LayerNorm": _Quantizer.layer_norm, "Where": _Quantizer.where, "Embedding": _Quantizer.embedding,
+    "KeyMask": _Quantizer.key_mask,
     **{op: _Quantizer.passthrough for op in ("Relu", "Clip", "MaxPool", "AvgPool", "GlobalAvgPool", "Reshape", "Pad",
                                              "Transpose", "Resize", "Gather", "Slice")},
     **{op: _Quantizer.lut for op in float_ref.ACTIVATIONS},
@@ -796,6 +818,11 @@ def compare_outputs(reference: np.ndarray, test: np.ndarray) -> dict[str, float]
     }
 
 
+_ORT_TYPES = {"tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(bool)": np.bool_,
+              "tensor(uint8)": np.uint8, "tensor(int8)": np.int8}
+"""ONNX Runtime's input type names -> the dtype an input is fed as (float32 otherwise): token ids and masks."""
+
+
 def float_outputs(model: "str | os.PathLike[str] | onnx.ModelProto | None", graph: Graph,
                   inputs: Mapping[str, np.ndarray]) -> tuple[dict[str, np.ndarray], str]:
     """The float model's outputs for ``inputs`` (input name -> array of the graph's input shape), and which model
@@ -810,7 +837,7 @@ def float_outputs(model: "str | os.PathLike[str] | onnx.ModelProto | None", grap
         if ort is not None:
             data = model.SerializeToString() if isinstance(model, onnx.ModelProto) else os.fspath(model)
             sess = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
-            feed = {i.name: np.asarray(inputs[name], np.int64 if i.type == "tensor(int64)" else np.float32)
+            feed: dict[str, np.ndarray] = {i.name: np.asarray(inputs[name], _ORT_TYPES.get(i.type, np.float32))
                     for i, name in zip(sess.get_inputs(), graph.inputs)}
             got = sess.run(None, feed)
             return {name: np.asarray(v) for name, v in zip(graph.outputs, got)}, "onnxruntime"

@@ -1,0 +1,344 @@
+"""Runtime attention masks: a graph input of 0/1 values (an ``attention_mask [batch, keys]``) that reaches the
+attention scores through element-wise and shape operations on constants.
+
+Exporters of Hugging Face-style models and of ``torch.nn.functional.scaled_dot_product_attention`` turn a key padding
+mask into a short chain on the mask input alone (``Unsqueeze``, ``Cast``, ``Sub`` from 1, ``Mul`` by -10000 or the
+float minimum; or ``Not`` and ``Where`` with ``-inf``) that meets the scores in an ``Add`` (an additive mask) or a
+``Where`` (a fill). :func:`find_key_masks` finds each such *region* (the nodes whose every input is the mask, a tensor
+computed from it, or a constant) and the *exit* nodes where it meets an activation, and describes every exit as one
+:class:`KeyMask`: for each of the two mask values, which elements keep the scores (plus an additive term) and the
+fill of the others. It evaluates the region with ONNX's reference evaluator at an all-zero and an all-one mask, and
+checks on seeded random 0/1 masks that each element of the result depends only on its own mask entry (the mask
+reshaped to :attr:`KeyMask.expand` broadcasts against the scores). The importer then drops the region and imports
+each exit as a ``KeyMask`` node (:mod:`.onnx_frontend`); the quantizer fuses it into the Softmax it feeds, which
+applies it in float at run time (:func:`..qops.softmax`).
+
+:func:`direct_token_ids` runs first: token ids that reach their embedding table through shape changes only (GPT-2's
+``input_ids.view(-1, n)``) index the table directly, the lookup's output reshaped instead, so that the importer sees
+an int64 input that only indexes a table.
+
+Anything else a mask input feeds (a Mul that pools hidden states, a CumSum for position ids, an op outside
+:data:`REGION_OPS`) is refused by :class:`MaskError` naming the node and why.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from ..ir import GraphError
+from ..qops import key_mask
+
+__all__ = ["KeyMask", "MaskError", "find_key_masks", "direct_token_ids", "drop_nan_guards", "MASK_TYPES", "REGION_OPS"]
+
+MASK_TYPES: dict[int, type] = {TensorProto.INT64: np.int64, TensorProto.INT32: np.int32, TensorProto.BOOL: np.bool_,
+              TensorProto.UINT8: np.uint8, TensorProto.INT8: np.int8}
+"""The element types a mask input may have (ONNX type -> numpy dtype); its values must be 0 and 1."""
+
+REGION_OPS = frozenset({"Unsqueeze", "Squeeze", "Reshape", "Flatten", "Expand", "Identity", "Cast", "CastLike",
+                        "Sub", "Add", "Mul", "Div", "Neg", "Abs", "Min", "Max", "Clip", "Not", "And", "Or", "Xor",
+                        "Equal", "Greater", "Less", "GreaterOrEqual", "LessOrEqual", "Where", "Transpose", "Gather"})
+"""The ops a mask region may contain: element-wise arithmetic, comparisons and logic, shape changes, and Gather (a
+lookup of the mask's values in a constant table, as Hugging Face's mask builders do)."""
+
+_EXIT_OPS = frozenset({"Add", "Sub", "Where"})
+"""The ops where a mask meets the scores; an integer input that meets activations in none of them is no mask."""
+
+_SAMPLES = 3
+"""Seeded random 0/1 masks on which a region must be element-wise in the mask."""
+
+
+class MaskError(GraphError):
+    """A mask input is used in a way the lab does not import (the message names the input, the node and why)."""
+
+
+@dataclass(frozen=True)
+class KeyMask:
+    """One exit of a mask region: ``out = where(m, A1, A0)``, ``m`` the mask reshaped to ``expand`` (nonzero:
+    True) and ``Av = where(sel[v], x + add[v], fill[v])`` for mask value ``v``; ``x`` the scores.
+
+    ``sel`` bool, ``add`` and ``fill`` float32, each ``[2, *shape]`` with ``shape`` broadcasting against ``x``."""
+
+    node: str
+    """The exit node's name (or its output's, when unnamed)."""
+    mask: str
+    x: str
+    out: str
+    expand: tuple[int, ...]
+    sel: np.ndarray
+    add: np.ndarray
+    fill: np.ndarray
+
+    def apply(self, x: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """``out`` for scores ``x`` (any float dtype, computed in it) and the mask's values."""
+        return key_mask(x, mask, self.expand, self.sel, self.add, self.fill)
+
+
+_ID_SHAPE_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"})
+
+
+def direct_token_ids(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]) -> None:
+    """In place: for every int64 graph input whose uses are chains of :data:`_ID_SHAPE_OPS` each ending in a Gather
+    on axis 0 of an initializer table ``[rows, width]``, make each such Gather read the input itself and reshape its
+    output to the shape it had (``shapes``: the static shapes of the model's values; an input with a lookup whose
+    output shape is unknown is left alone). The chains' nodes go (only the chains and the lookups read them)."""
+    inits = {i.name for i in model.graph.initializer}
+    tables = {i.name for i in model.graph.initializer if len(i.dims) == 2}
+    users: dict[str, list[onnx.NodeProto]] = {}
+    for node in model.graph.node:
+        for t in node.input:
+            users.setdefault(t, []).append(node)
+    for vi in model.graph.input:
+        if vi.name in inits or vi.type.tensor_type.elem_type != TensorProto.INT64:
+            continue
+        chain: list[onnx.NodeProto] = []
+        gathers: list[onnx.NodeProto] = []
+        frontier, ok = [vi.name], True
+        while frontier and ok:
+            tensor = frontier.pop()
+            for node in users.get(tensor, []):
+                if node.op_type in _ID_SHAPE_OPS and node.input[0] == tensor:
+                    chain.append(node)
+                    frontier.append(node.output[0])
+                elif node.op_type == "Gather" and node.input[0] in tables and node.input[1] == tensor and \
+                        not any(a.name == "axis" and a.i != 0 for a in node.attribute):
+                    gathers.append(node)
+                else:
+                    ok = False
+        if not ok or not chain or not all(g.output[0] in shapes for g in gathers):
+            continue
+        rewired = {id(g) for g in gathers if g.input[1] != vi.name}
+        new_nodes: list[onnx.NodeProto] = []
+        for node in model.graph.node:
+            if any(node is c for c in chain):
+                continue
+            if id(node) in rewired:
+                out = node.output[0]
+                looked = f"{out}_by_ids"
+                shape_name = f"{out}_shape"
+                model.graph.initializer.append(numpy_helper.from_array(np.array(shapes[out], np.int64), shape_name))
+                table = next(i for i in model.graph.initializer if i.name == node.input[0])
+                ids_shape = [d.dim_value for d in vi.type.tensor_type.shape.dim]
+                model.graph.value_info.append(helper.make_tensor_value_info(
+                    looked, table.data_type, ids_shape + list(table.dims[1:])))
+                new_nodes.append(helper.make_node("Gather", [node.input[0], vi.name], [looked], name=node.name,
+                                                  axis=0))
+                new_nodes.append(helper.make_node("Reshape", [looked, shape_name], [out],
+                                                  name=f"{node.name or out}_reshape"))
+                continue
+            new_nodes.append(node)
+        del model.graph.node[:]
+        model.graph.node.extend(new_nodes)
+
+
+def drop_nan_guards(model: onnx.ModelProto) -> None:
+    """In place: ``Where(IsNaN(p), 0, p)`` with ``p`` a Softmax's output (the guard torch's exporter puts after a
+    masked ``scaled_dot_product_attention`` for rows masked out whole) becomes ``Identity(p)``: the lab's softmax
+    gives such rows 0 itself (:func:`..qops.softmax`). The IsNaN goes when nothing else reads it."""
+    producer = {o: n for n in model.graph.node for o in n.output}
+    consts = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    readers: dict[str, int] = {}
+    for node in model.graph.node:
+        for t in node.input:
+            readers[t] = readers.get(t, 0) + 1
+    guards: dict[int, onnx.NodeProto] = {}
+    dropped: set[str] = set()
+    for index, node in enumerate(model.graph.node):
+        if node.op_type != "Where" or len(node.input) != 3:
+            continue
+        test = producer.get(node.input[0])
+        zero = consts.get(node.input[1])
+        if test is None or test.op_type != "IsNaN" or test.input[0] != node.input[2] or zero is None or \
+                zero.size != 1 or float(zero.reshape(())) != 0.0:
+            continue
+        source = producer.get(node.input[2])
+        if source is None or source.op_type != "Softmax":
+            continue
+        guards[index] = helper.make_node("Identity", [node.input[2]], list(node.output), name=node.name)
+        if readers.get(node.input[0]) == 1:
+            dropped.add(test.output[0])
+    if not guards:
+        return
+    kept = [guards.get(k, node) for k, node in enumerate(model.graph.node)
+            if not (node.op_type == "IsNaN" and node.output[0] in dropped)]
+    del model.graph.node[:]
+    model.graph.node.extend(kept)
+
+
+def _mask_inputs(model: onnx.ModelProto, embedding_only: set[str]) -> dict[str, onnx.ValueInfoProto]:
+    inits = {i.name for i in model.graph.initializer}
+    return {vi.name: vi for vi in model.graph.input
+            if vi.name not in inits and vi.name not in embedding_only
+            and vi.type.tensor_type.elem_type in MASK_TYPES}
+
+
+def find_key_masks(model: onnx.ModelProto, embedding_only: set[str]
+                   ) -> tuple[list[KeyMask], set[int], dict[str, str]]:
+    """The key masks of ``model`` (shapes inferred, constants folded): a graph input of a :data:`MASK_TYPES` type,
+    not in ``embedding_only`` (token ids), whose values meet an activation in an Add, Sub or Where is a mask, and
+    must reach activations only through a region ending in exits of the forms above. (Any other integer input is
+    no mask: the importer refuses its type.) Returns the exits as :class:`KeyMask` (in graph order), the index of
+    every region node in ``model.graph.node`` (to drop) and the mask inputs (name -> ONNX type name).
+    :class:`MaskError` for a mask used otherwise."""
+    inputs = _mask_inputs(model, embedding_only)
+    if not inputs:
+        return [], set(), {}
+    consts = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    region: set[str] = set(inputs)
+    walked: list[tuple[int, onnx.NodeProto]] = []
+    exits: list[onnx.NodeProto] = []
+    problems: dict[str, str] = {}                                # mask input -> the first problem on its path
+    source: dict[str, str] = {name: name for name in inputs}     # region tensor -> its mask input
+    for index, node in enumerate(model.graph.node):
+        touched = [t for t in node.input if t in region]
+        if not touched:
+            continue
+        masks = sorted({source[t] for t in touched})
+        where = f"node {node.name or node.output[0]!r} ({node.op_type})"
+        mask = masks[0]
+        if len(masks) > 1:
+            for m in masks:
+                problems.setdefault(m, f"mask inputs {', '.join(masks)} meet in {where}; each mask must reach the "
+                                       f"scores on its own")
+        if all(not t or t in region or t in consts for t in node.input):
+            if node.op_type not in REGION_OPS:
+                problems.setdefault(mask, f"the mask input {mask!r} reaches {where}, which the lab does not import: "
+                                          f"a mask may pass only through {', '.join(sorted(REGION_OPS))} on the way "
+                                          f"to the attention scores")
+            walked.append((index, node))
+            for out in node.output:
+                region.add(out)
+                source[out] = mask
+        else:
+            exits.append(node)
+    for name in sorted(region & {o.name for o in model.graph.output}):
+        problems.setdefault(source[name], f"graph output {name!r} is computed from the mask input {source[name]!r} "
+                                          f"alone; the lab computes outputs from activations")
+    real = {source[t] for e in exits if e.op_type in _EXIT_OPS for t in e.input if t in region}
+    for mask in sorted(real):
+        if mask in problems:
+            raise MaskError(problems[mask])
+    inputs = {name: vi for name, vi in inputs.items() if name in real}
+    region_nodes = [node for _, node in walked if source[node.output[0]] in real]
+    region_index = {index for index, node in walked if source[node.output[0]] in real}
+    exits = [e for e in exits if any(source[t] in real for t in e.input if t in region)]
+    found = [_exit(model, node, region, source, region_nodes, inputs, consts) for node in exits]
+    types = {name: TensorProto.DataType.Name(vi.type.tensor_type.elem_type) for name, vi in inputs.items()}
+    return found, region_index, types
+
+
+def _exit(model: onnx.ModelProto, node: onnx.NodeProto, region: set[str], source: dict[str, str],
+          region_nodes: list[onnx.NodeProto], inputs: dict[str, onnx.ValueInfoProto],
+          consts: dict[str, np.ndarray]) -> KeyMask:
+    """The :class:`KeyMask` of exit ``node``, or :class:`MaskError`."""
+    label = node.name or node.output[0]
+    where = f"node {label!r} ({node.op_type})"
+    mask = next(source[t] for t in node.input if t in region)
+    ops = [t for t in node.input if t and t not in region and t not in consts]
+    if len(ops) != 1:
+        raise MaskError(f"the mask input {mask!r} meets {len(ops)} activations in {where}; a mask meets the scores "
+                        f"alone")
+    x = ops[0]
+    if node.op_type == "Add" and len(node.input) == 2:
+        term = node.input[1] if node.input[0] == x else node.input[0]
+        parts = {"term": term}
+    elif node.op_type == "Sub" and len(node.input) == 2 and node.input[0] == x:
+        parts = {"term": node.input[1]}
+    elif node.op_type == "Where" and node.input[0] in region and x in node.input[1:]:
+        parts = {"cond": node.input[0], "other": node.input[2] if node.input[1] == x else node.input[1]}
+    else:
+        raise MaskError(f"the mask input {mask!r} reaches the activation {x!r} in {where}; the lab imports a "
+                        f"runtime mask only as an additive term (Add, or Sub from the scores) or as the condition "
+                        f"of a Where that fills the scores, before a Softmax")
+    wanted = [t for t in parts.values() if t in region]
+    vi = inputs[mask]
+    shape = tuple(d.dim_value for d in vi.type.tensor_type.shape.dim)
+    if not shape or min(shape) < 1:
+        raise MaskError(f"the mask input {mask!r} has no static shape; give it with --input-shape {mask}=...")
+    dtype = MASK_TYPES[vi.type.tensor_type.elem_type]
+    rng = np.random.default_rng(0)
+    samples = [np.zeros(shape, dtype), np.ones(shape, dtype)]
+    samples += [rng.integers(0, 2, shape).astype(dtype) for _ in range(_SAMPLES)]
+    values = _evaluate(model, region_nodes, mask, vi, wanted, consts, samples)
+    def at(tensor: str, k: int) -> np.ndarray:
+        return values[tensor][k] if tensor in values else consts[tensor]
+    sides = []
+    for k in range(len(samples)):
+        if "term" in parts:
+            term = at(parts["term"], k).astype(np.float64)
+            term = -term if node.op_type == "Sub" else term
+            sides.append((np.ones(term.shape, bool), term, np.zeros(term.shape)))
+        else:
+            cond = at(parts["cond"], k).astype(bool)
+            keep = cond if node.input[1] == x else ~cond
+            other = at(parts["other"], k).astype(np.float64)
+            sides.append((keep, np.zeros(other.shape), other))
+    out_shape = np.broadcast_shapes(*(a.shape for side in sides for a in side))
+    sel, add, fill = (np.stack([np.broadcast_to(sides[v][i], out_shape) for v in (0, 1)]) for i in range(3))
+    expand = _expand(shape, out_shape, sides, sel, add, fill, samples)
+    if expand is None:
+        raise MaskError(f"the term that the mask input {mask!r} gives {where} is not an element-wise function of "
+                        f"the mask's entries (each score element must depend on one mask entry)")
+    return KeyMask(label, mask, x, node.output[0], expand, sel.astype(bool), add.astype(np.float32),
+                   fill.astype(np.float32))
+
+
+def _expand(shape: tuple[int, ...], out_shape: tuple[int, ...], sides: Sequence[tuple[np.ndarray, ...]],
+            sel: np.ndarray, add: np.ndarray, fill: np.ndarray, samples: list[np.ndarray]) -> tuple[int, ...] | None:
+    """A reshape of the mask (its axes in order, ones between) under which every sample's sides equal the
+    all-zero/all-one sides chosen by the sample's entries; None when there is none."""
+    rank = len(out_shape)
+    for axes in itertools.combinations(range(rank), len(shape)):
+        expand = [1] * rank
+        for axis, size in zip(axes, shape):
+            expand[axis] = size
+        if any(e != 1 and o not in (1, e) for e, o in zip(expand, out_shape)):
+            continue
+        ok = True
+        for k in range(2, len(samples)):
+            m = samples[k].reshape(expand) != 0
+            for got, pair in zip(sides[k], (sel, add, fill)):
+                want = np.where(m, pair[1], pair[0])
+                if not np.array_equal(np.broadcast_to(got, want.shape), want):
+                    ok = False
+                    break
+            if not ok:
+                break
+        if ok:
+            return tuple(expand)
+    return None
+
+
+def _evaluate(model: onnx.ModelProto, nodes: list[onnx.NodeProto], mask: str, vi: onnx.ValueInfoProto,
+              wanted: list[str], consts: dict[str, np.ndarray], samples: list[np.ndarray]
+              ) -> dict[str, list[np.ndarray]]:
+    """The region tensors ``wanted`` (computed from ``mask`` alone) for each sample mask, by ONNX's reference
+    evaluator on the region's nodes."""
+    if not wanted:
+        return {}
+    from onnx.reference import ReferenceEvaluator
+    needed = set(wanted)
+    keep: list[onnx.NodeProto] = []
+    for node in reversed(nodes):
+        if any(o in needed for o in node.output):
+            keep.append(node)
+            needed.update(t for t in node.input if t)
+    keep.reverse()
+    if any(t not in consts and t != mask and not any(t in n.output for n in keep) for t in needed):
+        raise MaskError(f"the region of the mask input {mask!r} reads another graph input")
+    inits = [numpy_helper.from_array(consts[t], t) for t in sorted(needed) if t in consts]
+    outs = [helper.make_tensor_value_info(t, TensorProto.UNDEFINED, None) for t in wanted]
+    graph = helper.make_graph(keep, "mask_region", [vi], outs, inits)
+    opsets = [o for o in model.opset_import if o.domain in ("", "ai.onnx")]
+    sub = helper.make_model(graph, opset_imports=opsets or [helper.make_opsetid("", 17)])
+    try:
+        run = ReferenceEvaluator(sub)
+        results: list[Any] = [run.run(None, {mask: sample}) for sample in samples]
+    except Exception as err:  # noqa: BLE001 - the evaluator's own errors, on a user's file
+        raise MaskError(f"the region of the mask input {mask!r} could not be evaluated ({type(err).__name__}: "
+                        f"{err})") from None
+    return {t: [np.asarray(r[i]) for r in results] for i, t in enumerate(wanted)}
