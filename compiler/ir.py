@@ -30,9 +30,10 @@ Structure (everything is a plain, picklable dataclass; nothing here depends on t
   - ``QDense`` inputs ``[x int8 [N,K], w int8 [O,K], bias int32 [O]]``, attr ``requant``; the same with a matmul.
   - ``QAdd`` inputs ``[a int8, b int8]`` (same shape), attr ``requant`` :class:`AddRequant`;
     ``y = clip((a * Ma + b * Mb) >> S, lo, hi)``.
-  - The transformer ops (``QMatMul``, ``QSoftmax``, ``QLayerNorm``, ``Gather``, ``Slice``, ``Where``) run on the
-    CPU; their integer semantics are in :mod:`.qops`. A MatMul over tokens by a constant is a ``QConv2d`` (1x1, the
-    token rows as the image's rows), so it reaches the accelerator as a convolution.
+  - The transformer ops (``QMatMul``, ``QSoftmax``, ``QLayerNorm``, ``QRMSNorm``, ``QMulAct``, ``Gather``,
+    ``Slice``, ``Where``) run on the CPU; their integer semantics are in :mod:`.qops`. A MatMul over tokens by a
+    constant is a ``QConv2d`` (1x1, the token rows as the image's rows), so it reaches the accelerator as a
+    convolution.
   - ``*`` wraps to 32 bits, ``>>`` is arithmetic. Rounding is already folded into the bias.
 
   Extra, informational attrs the quantizer sets: ``w_scale`` (np.ndarray float [O]: weight scale per output channel)
@@ -80,7 +81,8 @@ FLOAT_OPS: dict[str, tuple[str, ...]] = {
     "Relu": (),
     "Clip": ("min", "max"),                              # floats; None means unbounded
     "Add": (),                                           # two activations, or an activation and a constant
-    "Mul": (),                                           # an activation and a constant (broadcast, numpy rules)
+    "Mul": (),                                           # an activation and a constant (broadcast, numpy rules),
+                                                         # or two activations of one shape
     "MaxPool": ("kernel", "strides", "pads"),
     "AvgPool": ("kernel", "strides", "pads", "count_include_pad"),
     "GlobalAvgPool": (),
@@ -97,6 +99,8 @@ FLOAT_OPS: dict[str, tuple[str, ...]] = {
     "MatMul": (),                                        # a [..., M, K] @ b [..., K, N], numpy broadcasting; either
                                                          # may be a constant, rank >= 2 each
     "LayerNorm": ("axis", "epsilon"),                    # inputs x, gamma, beta (constants of x.shape[axis:])
+    "RMSNorm": ("axis", "epsilon"),                      # inputs x, gamma [D] (a constant); the last axis only:
+                                                         # x / sqrt(mean(x**2) + epsilon) * gamma, no mean removed
     "Gelu": ("approximate",),                            # "none" (erf) or "tanh", as ONNX's Gelu (opset 20)
     "Tanh": (),
     "Gather": ("axis", "indices"),                       # np.take(x, indices, axis); indices an int64 array
@@ -128,6 +132,8 @@ QUANT_OPS: dict[str, tuple[str, ...]] = {
     "QSoftmax": ("axis", "scale", "out_scale"),          # int8 -> int8: clip(rint(softmax / out_scale)); same masks
     "QMatMul": ("multiplier", "shift"),                  # int8 a @ int8 b: clip((acc * M + r) >> S), int64
     "QLayerNorm": ("axis", "epsilon", "scale", "gamma", "beta", "out_scale"),   # float64 from int8, see qops
+    "QRMSNorm": ("axis", "epsilon", "scale", "gamma", "out_scale"),  # float64 from int8, qops.rms_norm
+    "QMulAct": ("multiplier", "shift"),                  # int8 a * int8 b (one shape): clip((a*b*M + r) >> S), int64
     "Gather": ("axis", "indices"),
     "Embedding": (),                                     # int8 table [V, D] at the output's scale: table[ids]
     "Slice": ("axes", "indices"),

@@ -37,7 +37,8 @@ Integer semantics (the quantized operator contract, see :mod:`.ir`):
     ``QSoftmax`` is ``clip(rint(p / out_scale), -128, 127)`` of :func:`softmax`'s ``p`` (``Softmax`` returns ``p``
     as float32); both take an optional additive mask ``bias`` and a ``keep``/``fill`` mask (a causal mask, fused
     into the softmax by the quantizer so that the mask's -inf or -10000 never meets an int8 scale).
-    ``QLayerNorm``: :func:`layer_norm`. ``Gather``, ``Slice`` and ``Where`` select int8 values (``Where``'s fill is
+    ``QLayerNorm``: :func:`layer_norm`. ``QRMSNorm`` and ``QMulAct`` (RMSNorm; the product of two activations):
+    :mod:`.qops_gated`. ``Gather``, ``Slice`` and ``Where`` select int8 values (``Where``'s fill is
     an int8); ``Embedding`` selects the rows ``ids`` (an int64 graph input) of its int8 table.
   - With a zero point ``z`` (pre-quantized models, :mod:`.frontend.prequant`): ``QuantizeZp`` is
     ``clip(rint(float64(x) / scale) + z, -128, 127)``, ``DequantizeZp`` ``float32(float64(x - z) * scale)``, and
@@ -55,6 +56,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from .ir import AddRequant, Graph, GraphError, Node, Requant
+from .qops_gated import qmul_act, rms_norm
 from .qops_layernorm import ILAYERNORM_ATTRS, NEWTON_STEPS, RSQRT_GUESS, ilayernorm, ilayernorm_params, ilayernorm_trace
 from .qops_softmax import (
     EXP_POLY,
@@ -70,7 +72,8 @@ __all__ = [
     "wrap32", "conv2d_acc", "dense_acc", "requantize", "qconv2d", "qdense", "qadd", "rescale", "qconcat",
     "maxpool", "avgpool", "global_avgpool", "pad", "quantize", "dequantize", "softmax", "QOPS", "run_reference",
     "lut", "resize", "resize_source", "resize_taps", "RESIZE_WEIGHT_BITS", "quantize_zp", "dequantize_zp", "qaffine",
-    "qsoftmax", "qmatmul", "layer_norm", "slice_take", "IGELU_A", "IGELU_B", "IGELU_ATTRS", "igelu_params",
+    "qsoftmax", "qmatmul", "layer_norm", "rms_norm", "qmul_act", "slice_take", "IGELU_A", "IGELU_B", "IGELU_ATTRS",
+    "igelu_params",
     "igelu_trace", "igelu", "ISOFTMAX_ATTRS", "isoftmax_params", "isoftmax_trace", "isoftmax", "EXP_POLY",
     "RECIP_GUESS", "RECIP_NEWTON_STEPS", "ILAYERNORM_ATTRS", "ilayernorm_params", "ilayernorm_trace", "ilayernorm",
     "NEWTON_STEPS", "RSQRT_GUESS",
@@ -581,6 +584,9 @@ QOPS: dict[str, OpFn] = {
     "QISoftmax": lambda n, v: isoftmax(v[0], *(n.attrs[k] for k in ISOFTMAX_ATTRS)),
     "QLayerNorm": lambda n, v: layer_norm(v[0], n.attrs["scale"], n.attrs["gamma"], n.attrs["beta"],
                                           n.attrs["out_scale"], n.attrs["axis"], n.attrs["epsilon"]),
+    "QRMSNorm": lambda n, v: rms_norm(v[0], n.attrs["scale"], n.attrs["gamma"], n.attrs["out_scale"],
+                                      n.attrs["axis"], n.attrs["epsilon"]),
+    "QMulAct": lambda n, v: qmul_act(v[0], v[1], n.attrs["multiplier"], n.attrs["shift"]),
     "Gather": lambda n, v: np.ascontiguousarray(np.take(v[0], n.attrs["indices"], axis=n.attrs["axis"])),
     "Embedding": lambda n, v: np.take(v[1], np.asarray(v[0], np.int64), axis=0),
     "Slice": lambda n, v: slice_take(v[0], n.attrs["axes"], n.attrs["indices"]),

@@ -19,8 +19,8 @@ import numpy as np
 from ..ir import Graph, GraphError, Node
 from ..qops import KEY_MASK_ATTRS, key_mask, resize_source, resize_taps
 
-__all__ = ["exact_matmul", "exact_exp", "conv2d", "dense", "maxpool", "avgpool", "resize", "layer_norm", "slice_take",
-           "ACTIVATIONS", "FLOAT_FNS", "run_float"]
+__all__ = ["exact_matmul", "exact_exp", "conv2d", "dense", "maxpool", "avgpool", "resize", "layer_norm", "rms_norm",
+           "slice_take", "ACTIVATIONS", "FLOAT_FNS", "run_float"]
 
 _MANTISSA_BITS = 53
 """float64 holds every integer of up to this many bits exactly."""
@@ -192,6 +192,14 @@ def layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, axis: int, ep
     return centred / np.sqrt(var + epsilon) * np.asarray(gamma, np.float64) + np.asarray(beta, np.float64)
 
 
+def rms_norm(x: np.ndarray, gamma: np.ndarray, axis: int, epsilon: float) -> np.ndarray:
+    """RMSNorm over the axes ``axis`` to the last, in float64: ``x / sqrt(mean(x**2) + eps) * gamma`` (no mean
+    subtracted, no bias; Llama's and T5's norm, ONNX's RMSNormalization of opset 23)."""
+    x = np.asarray(x, np.float64)
+    axes = tuple(range(axis, x.ndim))
+    return x / np.sqrt((x * x).mean(axis=axes, keepdims=True) + epsilon) * np.asarray(gamma, np.float64)
+
+
 def slice_take(x: np.ndarray, axes: Sequence[int], indices: Sequence[Sequence[int]]) -> np.ndarray:
     """The elements of ``x`` at ``indices[k]`` along ``axes[k]`` for every k (a Slice or Split as index lists)."""
     for axis, idx in zip(axes, indices):
@@ -254,6 +262,7 @@ FLOAT_FNS: dict[str, FloatFn] = {
                                   n.attrs["nearest_mode"], n.attrs["scales"], n.attrs["sizes"]),
     "MatMul": lambda n, v: exact_matmul(v[0], v[1], np.float32),
     "LayerNorm": lambda n, v: layer_norm(v[0], v[1], v[2], n.attrs["axis"], n.attrs["epsilon"]),
+    "RMSNorm": lambda n, v: rms_norm(v[0], v[1], n.attrs["axis"], n.attrs["epsilon"]),
     "Gather": lambda n, v: np.take(v[0], n.attrs["indices"], axis=n.attrs["axis"]),
     "Embedding": lambda n, v: np.take(v[1], np.asarray(v[0], np.int64), axis=0),
     "Slice": lambda n, v: slice_take(v[0], n.attrs["axes"], n.attrs["indices"]),

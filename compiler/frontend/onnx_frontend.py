@@ -3,23 +3,24 @@
 Supported ONNX operators (see :data:`RULES`): Conv (any kernel, stride, padding, groups; dilation 1), Gemm, MatMul (by a
 constant ``[K, O]``: a Dense, or over tokens ``[..., K]`` a 1x1 Conv2d of every token row; else of two activations or a
 constant of rank > 2, batched with broadcasting), BatchNormalization (folded into the preceding Conv/Gemm, else a
-depthwise 1x1 Conv), Relu, Clip, Add, Sub/Mul/Div by a constant, MaxPool, AveragePool, GlobalAveragePool (or ReduceMean
-over H, W), Flatten, Reshape, Squeeze, Unsqueeze, Pad (constant mode), Concat (constant operands too), Softmax, Sigmoid,
-HardSigmoid, HardSwish, Transpose, DepthToSpace (DCR and CRD: a Reshape, a Transpose and a Reshape), Resize (nearest and
-linear; see :data:`RESIZE_COORDINATE_MODES`), the no-ops Identity and Dropout, and for transformers LayerNormalization,
-Gelu, Tanh, Gather (constant indices; of a constant table by an int64 graph input of token ids, an Embedding), Slice,
-Split (one Slice per output) and Where (a constant condition and a scalar fill: a causal mask). Before the rules run,
-the decompositions exporters emit for opsets without those operators are fused back into one node
+depthwise 1x1 Conv), Relu, Clip, Add and Mul (of two activations of one shape, or by a constant), Sub/Div by a constant,
+Neg (a Mul by -1), MaxPool, AveragePool, GlobalAveragePool (or ReduceMean over H, W), Flatten, Reshape, Squeeze,
+Unsqueeze, Pad (constant mode), Concat (constant operands too), Softmax, Sigmoid, HardSigmoid, HardSwish, Transpose,
+DepthToSpace (DCR and CRD: a Reshape, a Transpose and a Reshape), Resize (nearest and linear; see
+:data:`RESIZE_COORDINATE_MODES`), the no-ops Identity and Dropout, and for transformers LayerNormalization, Gelu, Tanh,
+Gather (constant indices; of a constant table by an int64 graph input of token ids, an Embedding), Slice, Split (one
+Slice per output) and Where (a constant condition and a scalar fill: a causal mask). Before the rules run, the
+decompositions exporters emit for opsets without those operators are fused back into one node
 (:func:`_fuse_decompositions`): LayerNorm's ReduceMean/Sub/Pow/ReduceMean/Add/Sqrt/Div (+ Mul gamma, Add beta) over the
-last axis, Gelu's Erf and Tanh forms, recognised as any closed element-wise region around an Erf or Tanh that
-computes Gelu on sample values, whatever the order of its operands (the fused Gelu keeps the name of the region's last
-node), and ``x * Sigmoid(x [* alpha])`` (SiLU, QuickGelu) as one Swish (ONNX's, of opset 24; named as the Mul).
-Before shape inference, onnxruntime's contrib operators (domain ``com.microsoft``: SkipLayerNormalization, the Gelu
-forms, QuickGelu, BiasAdd, FusedMatMul, Attention, MultiHeadAttention) are rewritten into standard nodes by
-:mod:`.contrib`; a node of another domain, or one it cannot rewrite, is refused as ``<domain>.<op>`` with its
-reason. MaxPool and AveragePool take 1D, 2D and 3D windows: a 1D pool is a 2D pool of one row, a 3D pool a 2D pool
-over (H, W) then one over D (max and mean are separable; both between Reshapes). Subgraphs computing constants (shape
-arithmetic) are evaluated at import.
+last axis, RMSNorm's Pow/ReduceMean/Add/Sqrt/Div (and the other forms of :mod:`.rmsnorm`) over the last axis, Gelu's Erf
+and Tanh forms, recognised as any closed element-wise region around an Erf or Tanh that computes Gelu on sample values,
+whatever the order of its operands (the fused Gelu keeps the name of the region's last node), and ``x * Sigmoid(x [*
+alpha])`` (SiLU, QuickGelu) as one Swish (ONNX's, of opset 24; named as the Mul). Before shape inference, onnxruntime's
+contrib operators (domain ``com.microsoft``: SkipLayerNormalization, the Gelu forms, QuickGelu, BiasAdd, FusedMatMul,
+Attention, MultiHeadAttention) are rewritten into standard nodes by :mod:`.contrib`; a node of another domain, or one it
+cannot rewrite, is refused as ``<domain>.<op>`` with its reason. MaxPool and AveragePool take 1D, 2D and 3D windows: a
+1D pool is a 2D pool of one row, a 3D pool a 2D pool over (H, W) then one over D (max and mean are separable; both
+between Reshapes). Subgraphs computing constants (shape arithmetic) are evaluated at import.
 
 A model with nodes the rules cannot import raises one :class:`UnsupportedOperatorError` listing every such node (the
 op, the node, and the attribute, input or shape that is the problem), not only the first. A tensor whose size
@@ -44,7 +45,7 @@ import onnx
 from onnx import numpy_helper, shape_inference
 
 from ..ir import Graph, GraphError, Node
-from . import contrib, float_ref, masks
+from . import contrib, float_ref, masks, rmsnorm
 
 __all__ = ["UnsupportedOperatorError", "UnsupportedModelError", "ModelFileError", "UnsupportedOpsetError",
            "TensorTooLargeError", "import_onnx", "RULES", "SUPPORTED_OPSETS", "RESIZE_COORDINATE_MODES",
@@ -59,8 +60,9 @@ of 19 and 22); later revisions are not reviewed."""
 
 def _public_ops() -> list[str]:
     """The ONNX operators the rules import, sorted (without ``KeyMask``, the lab's own stand-in for a runtime
-    mask's exit, :mod:`.masks`)."""
-    return sorted(set(RULES) - {"KeyMask"})
+    mask's exit, :mod:`.masks`, and ``RMSNormalization``, which stands in for RMSNorm's decomposition: the
+    operator itself arrives in opset 23, beyond :data:`SUPPORTED_OPSETS`)."""
+    return sorted(set(RULES) - {"KeyMask", rmsnorm.FUSED_OP})
 
 
 class UnsupportedOperatorError(ValueError):
@@ -410,18 +412,19 @@ def _clip(imp: _Importer, node: onnx.NodeProto) -> None:
 
 
 def _binary(imp: _Importer, node: onnx.NodeProto) -> None:
-    """Add of two activations; Add/Sub/Mul/Div with one constant become Add or Mul by a constant."""
+    """Add or Mul of two activations of one shape; Add/Sub/Mul/Div with one constant become Add or Mul by a
+    constant."""
     x, y = node.input[0], node.input[1]
     if imp.is_const(x) and node.op_type in ("Add", "Mul"):
         x, y = y, x
     if imp.is_const(x):
         raise UnsupportedOperatorError(node.op_type, node.name, "a constant first operand is only allowed for Add/Mul")
     if not imp.is_const(y):
-        if node.op_type != "Add":
-            raise UnsupportedOperatorError(node.op_type, node.name, "only Add takes two activations")
+        if node.op_type not in ("Add", "Mul"):
+            raise UnsupportedOperatorError(node.op_type, node.name, "only Add and Mul take two activations")
         if imp.shape(x) != imp.shape(y):
-            raise UnsupportedOperatorError(node.op_type, node.name, "Add operands must have equal shapes")
-        imp.emit("Add", node, [x, y])
+            raise UnsupportedOperatorError(node.op_type, node.name, f"{node.op_type} operands must have equal shapes")
+        imp.emit(node.op_type, node, [x, y])
         return
     c = imp.const(y).astype(np.float64)
     op = {"Add": "Add", "Sub": "Add", "Mul": "Mul", "Div": "Mul"}[node.op_type]
@@ -625,6 +628,30 @@ def _layer_norm(imp: _Importer, node: onnx.NodeProto) -> None:
              axis=axis, epsilon=float(a.get("epsilon", 1e-5)))
 
 
+def _rms_norm(imp: _Importer, node: onnx.NodeProto) -> None:
+    """RMSNormalization over the last axis with a constant scale (opset 23's operator, which is also the node
+    :func:`_fuse_decompositions` puts in place of RMSNorm's decomposition, :mod:`.rmsnorm`)."""
+    a = _attrs(node)
+    shape = imp.shape(node.input[0])
+    axis = int(a.get("axis", -1)) % len(shape)
+    if axis != len(shape) - 1:
+        raise UnsupportedOperatorError(node.op_type, node.name, f"axis {a.get('axis')} of a rank-{len(shape)} "
+                                                                f"input (only the last axis)")
+    scale = imp.const_input(node, 1, "scale")
+    value = np.ones(shape[-1]) if scale is None else scale
+    if value.size not in (1, shape[-1]) or (value.ndim and value.shape[-1] != value.size):
+        raise UnsupportedOperatorError(node.op_type, node.name, f"a scale of shape {value.shape} for normalised "
+                                                                f"width {shape[-1]} (only one value per channel)")
+    gamma = np.broadcast_to(value.reshape(-1), (shape[-1],))
+    imp.emit("RMSNorm", node, [node.input[0], imp.new_const(f"{node.output[0]}_gamma", gamma)], axis=axis,
+             epsilon=float(a.get("epsilon", 1e-5)))
+
+
+def _neg(imp: _Importer, node: onnx.NodeProto) -> None:
+    """Neg of an activation: a Mul by the constant -1 (rotary embeddings' ``rotate_half``)."""
+    imp.emit("Mul", node, [node.input[0], imp.new_const(f"{node.output[0]}_c", np.array([-1.0]))])
+
+
 def _gelu(imp: _Importer, node: onnx.NodeProto) -> None:
     approximate = _decode(_attrs(node).get("approximate", "none"))
     if approximate not in ("none", "tanh"):
@@ -780,6 +807,8 @@ RULES: dict[str, Callable[[_Importer, onnx.NodeProto], None]] = {
     "Resize": _resize,
     "LayerNormalization": _layer_norm,
     "Gelu": _gelu,
+    rmsnorm.FUSED_OP: _rms_norm,
+    "Neg": _neg,
     "Swish": lambda imp, node: imp.emit("Swish", node, [node.input[0]], alpha=float(_attrs(node).get("alpha", 1.0))),
     "Tanh": lambda imp, node: imp.emit("Tanh", node, [node.input[0]]),
     "Gather": _gather,
@@ -986,6 +1015,17 @@ def _fuse_decompositions(model: onnx.ModelProto) -> onnx.ModelProto:
         if node.op_type == "ReduceMean" and node.input[0] in shapes:
             found = _match_layer_norm(g, node, len(shapes[node.input[0]]))
             if found is None:
+                found_rms = rmsnorm.match_rms_norm(g, node, shapes)
+                if found_rms is None:
+                    continue
+                nodes, parts = found_rms
+                name = f"{parts['out']}_rms_weight"
+                model.graph.initializer.append(numpy_helper.from_array(parts["weight"].astype(np.float32), name))
+                fused = onnx.helper.make_node(rmsnorm.FUSED_OP, [parts["x"], name], [parts["out"]],
+                                              name=nodes[-1].name or f"{parts['out']}_rmsnorm", axis=-1,
+                                              epsilon=parts["epsilon"])
+                removed.update(id(n) for n in nodes)
+                replacement[id(nodes[-1])] = fused
                 continue
             nodes, parts = found
             width = shapes[parts["x"]][-1]

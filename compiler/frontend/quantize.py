@@ -38,6 +38,7 @@ import onnx
 
 from ..ir import M_MAX, REQUANT_MODES, S_MAX, AddRequant, Graph, GraphError, Node, Requant
 from ..qops import KEY_MASK_ATTRS
+from ..qops_gated import PRODUCT_BOUND
 from . import float_ref
 from .gptq import MOMENTS_MAX_K, gptq_round, input_moments
 
@@ -326,9 +327,10 @@ class _Quantizer:
         return self.cal.scale(name, self.qmax)
 
     def wide_out(self, name: str, scale: float) -> str:
-        """The output tensor of an op whose integer semantics clip to int8 (QMul, QMatMul, QSoftmax, QLayerNorm,
-        Embedding): ``name`` itself at int8 activations; at int4 a temporary int8 tensor that :meth:`run` clips to
-        the activation range into ``name`` (a QClip after the op), so every activation stays within [-8, 7]."""
+        """The output tensor of an op whose integer semantics clip to int8 (QMul, QMulAct, QMatMul, QSoftmax,
+        QLayerNorm, QRMSNorm, Embedding): ``name`` itself at int8 activations; at int4 a temporary int8 tensor that
+        :meth:`run` clips to the activation range into ``name`` (a QClip after the op), so every activation stays
+        within [-8, 7]."""
         if self.act_bits == 8:
             return self.out_tensor(name, scale)
         wide = self.qg.unique_name(f"{name}_q8")
@@ -518,9 +520,10 @@ class _Quantizer:
         return True
 
     def mul(self, node: Node) -> None:
-        """Mul by a constant -> QMul with an int multiplier array."""
+        """Mul by a constant -> QMul with an int multiplier array; of two activations -> QMulAct."""
         if node.inputs[1] not in self.fg.constants:
-            raise QuantizationError(f"Node {node.name!r} multiplies two activations; only a constant is supported.")
+            self.mul_act(node)
+            return
         c = self.fg.constants[node.inputs[1]].astype(np.float64)
         x, out = node.inputs[0], node.outputs[0]
         sy = self.act_scale(out)
@@ -529,6 +532,20 @@ class _Quantizer:
         s = int(np.clip(np.floor(np.log2(M_MAX / peak)), 0, S_MAX))
         mult = np.rint(m * 2.0**s).astype(np.int32)
         self.qg.add_node("QMul", node.name, [x], [self.wide_out(out, sy)], multiplier=mult, shift=s)
+
+    def mul_act(self, node: Node) -> None:
+        """Mul of two int8 activations of one shape -> QMulAct (:func:`.qops_gated.qmul_act`): one (M, S) for
+        ``sa * sb / sy`` such that ``a * b * M + r`` stays inside int32 for any int8 operands."""
+        a, b = node.inputs
+        out = node.outputs[0]
+        if self.qg.shape(a) != self.qg.shape(b):
+            raise QuantizationError(f"Node {node.name!r} multiplies activations of shapes {self.qg.shape(a)} and "
+                                    f"{self.qg.shape(b)}; QMulAct needs one shape.")
+        sy = self.act_scale(out)
+        mult, shift = choose_requant(np.array([self.scales[a] * self.scales[b] / sy]), np.array([PRODUCT_BOUND]),
+                                     rounding=True)
+        self.qg.add_node("QMulAct", node.name, [a, b], [self.wide_out(out, sy)], multiplier=int(mult[0]),
+                         shift=int(shift[0]))
 
     def concat(self, node: Node) -> None:
         """Concat -> QConcat at the largest input scale; a constant operand becomes an int8 constant at that scale."""
@@ -656,6 +673,14 @@ class _Quantizer:
                          epsilon=float(node.attrs["epsilon"]), scale=self.scales[x], gamma=gamma, beta=beta,
                          out_scale=sy)
 
+    def rms_norm(self, node: Node) -> None:
+        """RMSNorm -> QRMSNorm (float64 from the int8 input, see :func:`.qops_gated.rms_norm`)."""
+        x, out = node.inputs[0], node.outputs[0]
+        gamma = self.fg.constants[node.inputs[1]].astype(np.float32)
+        sy = self.act_scale(out)
+        self.qg.add_node("QRMSNorm", node.name, [x], [self.wide_out(out, sy)], axis=node.attrs["axis"],
+                         epsilon=float(node.attrs["epsilon"]), scale=self.scales[x], gamma=gamma, out_scale=sy)
+
     def run(self) -> Graph:
         fg, qg = self.fg, self.qg
         for name in fg.inputs:
@@ -706,8 +731,8 @@ class _Quantizer:
 _HANDLERS = {
     "Conv2d": _Quantizer.linear, "Dense": _Quantizer.linear, "Add": _Quantizer.add, "Mul": _Quantizer.mul,
     "Concat": _Quantizer.concat, "Softmax": _Quantizer.softmax, "MatMul": _Quantizer.matmul,
-    "LayerNorm": _Quantizer.layer_norm, "Where": _Quantizer.where, "Embedding": _Quantizer.embedding,
-    "KeyMask": _Quantizer.key_mask,
+    "LayerNorm": _Quantizer.layer_norm, "RMSNorm": _Quantizer.rms_norm, "Where": _Quantizer.where,
+    "Embedding": _Quantizer.embedding, "KeyMask": _Quantizer.key_mask,
     **{op: _Quantizer.passthrough for op in ("Relu", "Clip", "MaxPool", "AvgPool", "GlobalAvgPool", "Reshape", "Pad",
                                              "Transpose", "Resize", "Gather", "Slice")},
     **{op: _Quantizer.lut for op in float_ref.ACTIVATIONS},

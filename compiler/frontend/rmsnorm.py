@@ -1,0 +1,134 @@
+"""RMSNorm's decompositions, as exporters emit them at opsets without ``RMSNormalization`` (it arrives in opset 23),
+matched on the ONNX graph so that :func:`.onnx_frontend._fuse_decompositions` can put one node in their place.
+
+RMSNorm over the last axis of ``x [..., D]`` is ``x / sqrt(mean(x**2) + eps) * weight`` (no mean subtracted, no
+bias: Llama's ``LlamaRMSNorm``, T5's ``T5LayerNorm``). The forms matched, each over the last axis only:
+
+- ``Pow(x, 2)`` or ``Mul(x, x)`` -> ``ReduceMean`` (keepdims) -> ``Add(eps)``, then the inverse root as one of
+  ``Sqrt -> Div(1, .)``, ``Sqrt -> Reciprocal``, ``Pow(., -0.5)`` followed by ``Mul(x, .)`` (either operand order),
+  or ``Sqrt -> Div(x, .)``;
+- then optionally identity ``Cast`` nodes (to FLOAT, as torch writes around a float32 upcast) and a ``Mul`` by a
+  constant weight that broadcasts along the last axis only (either operand order), which becomes the scale.
+
+Every inner tensor must have exactly one reader (``x`` may have others) and none may be a graph output, so the
+replaced nodes compute nothing else. :func:`match_rms_norm` returns the nodes and the parts of the fused node.
+"""
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import numpy as np
+import onnx
+
+__all__ = ["match_rms_norm", "FUSED_OP"]
+
+FUSED_OP = "RMSNormalization"
+"""The op type of the fused node (inputs ``x`` and ``scale``, attributes ``axis`` = -1 and ``epsilon``): opset 23's
+operator of that name, which the importer's rule also reads."""
+
+
+class OnnxGraph(Protocol):
+    """What the matcher reads of an ONNX graph (:class:`.onnx_frontend._OnnxGraph`)."""
+
+    consts: dict[str, np.ndarray]
+    producer: dict[str, onnx.NodeProto]
+    consumers: dict[str, list[onnx.NodeProto]]
+    outputs: set[str]
+
+    def only_user(self, tensor: str, op: str) -> onnx.NodeProto | None: ...
+
+    def other_input(self, node: onnx.NodeProto, tensor: str) -> str: ...
+
+    def scalar(self, node: onnx.NodeProto, tensor: str) -> float | None: ...
+
+
+def _last_axis_mean(g: OnnxGraph, node: onnx.NodeProto, rank: int) -> bool:
+    """Whether ``node`` (a ReduceMean) averages over the last axis only and keeps it (keepdims, the default)."""
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    axes = attrs.get("axes")
+    if len(node.input) > 1 and node.input[1]:
+        axes = g.consts[node.input[1]].reshape(-1).tolist() if node.input[1] in g.consts else None
+    if axes is None or not attrs.get("keepdims", 1):
+        return False
+    return [int(v) % rank for v in axes] == [rank - 1]
+
+
+def _square_of(g: OnnxGraph, node: onnx.NodeProto) -> str | None:
+    """``x`` when ``node`` is ``Pow(x, 2)`` or ``Mul(x, x)``."""
+    if node.op_type == "Pow" and node.input[1] in g.consts and g.scalar(node, node.input[0]) == 2.0:
+        return node.input[0]
+    if node.op_type == "Mul" and node.input[0] == node.input[1]:
+        return node.input[0]
+    return None
+
+
+def _inverse_root(g: OnnxGraph, add: onnx.NodeProto, x: str) -> tuple[list[onnx.NodeProto], str] | None:
+    """From ``Add(mean, eps)``: the nodes computing ``x / sqrt(.)`` and the tensor holding it."""
+    power = g.only_user(add.output[0], "Pow")
+    if power is not None and power.input[0] == add.output[0] and g.scalar(power, add.output[0]) == -0.5:
+        inv: list[onnx.NodeProto] = [power]
+    else:
+        sqrt = g.only_user(add.output[0], "Sqrt")
+        if sqrt is None:
+            return None
+        users = g.consumers.get(sqrt.output[0], [])
+        if len(users) != 1 or sqrt.output[0] in g.outputs:
+            return None
+        last = users[0]
+        if last.op_type == "Div" and list(last.input) == [x, sqrt.output[0]]:
+            return [sqrt, last], last.output[0]
+        if last.op_type == "Reciprocal" or (last.op_type == "Div" and last.input[1] == sqrt.output[0] and
+                                            last.input[0] in g.consts and g.scalar(last, sqrt.output[0]) == 1.0):
+            inv = [sqrt, last]
+        else:
+            return None
+    mul = g.only_user(inv[-1].output[0], "Mul")
+    if mul is None or sorted(mul.input) != sorted([x, inv[-1].output[0]]):
+        return None
+    return [*inv, mul], mul.output[0]
+
+
+def _identity_casts(g: OnnxGraph, out: str) -> tuple[list[onnx.NodeProto], str]:
+    """The Cast-to-FLOAT nodes that follow ``out`` one after another (identities on float32 values)."""
+    nodes: list[onnx.NodeProto] = []
+    while True:
+        cast = g.only_user(out, "Cast")
+        to = None if cast is None else next((a.i for a in cast.attribute if a.name == "to"), None)
+        if cast is None or to != onnx.TensorProto.FLOAT:
+            return nodes, out
+        nodes.append(cast)
+        out = cast.output[0]
+
+
+def match_rms_norm(g: OnnxGraph, mean: onnx.NodeProto, shapes: dict[str, tuple[int, ...]]
+                   ) -> tuple[list[onnx.NodeProto], dict[str, Any]] | None:
+    """The RMSNorm decomposition around the ReduceMean ``mean`` (see the module docstring): (its nodes in graph
+    order, ``{"x", "epsilon", "weight" (float64 ``[D]``, ones without a weight Mul), "out"}``), or None."""
+    square = g.producer.get(mean.input[0])
+    x = None if square is None else _square_of(g, square)
+    if square is None or x is None or x not in shapes or not _last_axis_mean(g, mean, len(shapes[x])):
+        return None
+    if g.consumers.get(square.output[0]) != [mean] or square.output[0] in g.outputs:
+        return None
+    add = g.only_user(mean.output[0], "Add")
+    eps = None if add is None else g.scalar(add, mean.output[0])
+    if add is None or eps is None or eps < 0:
+        return None
+    found = _inverse_root(g, add, x)
+    if found is None:
+        return None
+    inv, out = found
+    nodes = [square, mean, add, *inv]
+    width = shapes[x][-1]
+    casts, out = _identity_casts(g, out)
+    nodes += casts
+    weight = np.ones(width)
+    scale = g.only_user(out, "Mul")
+    other = None if scale is None else g.other_input(scale, out)
+    value = None if other is None else g.consts.get(other)
+    if scale is not None and value is not None and value.size in (1, width) and \
+            (value.ndim == 0 or value.shape[-1] == value.size):
+        weight = np.broadcast_to(value.astype(np.float64).reshape(-1), (width,)).copy()
+        nodes.append(scale)
+        out = scale.output[0]
+    return nodes, {"x": x, "epsilon": eps, "weight": weight, "out": out}
