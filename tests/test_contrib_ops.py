@@ -128,6 +128,42 @@ def test_skip_layer_norm_bias_folds_into_the_matmul_that_writes_either_operand()
         assert _ops(graph).count("Add") == 1 and len(next(n for n in graph.nodes if n.op == "Conv2d").inputs) == 3
 
 
+@pytest.mark.parametrize("opset", [17, 18])
+def test_simplified_layer_norm_becomes_one_rms_norm_named_as_the_node(opset):
+    """RMSNorm (no mean subtracted): its decomposition, fused back; ReduceMean's axes are an input from opset 18."""
+    x = _x(2, 6, 16, spread=2.0)
+    node = helper.make_node("SimplifiedLayerNormalization", ["x", "gamma"], ["y"], epsilon=1e-3,
+                            name="simplifiedlayernormalization_0")   # onnxruntime's, in the default domain
+    graph = _check(_model([node], {"x": x}, [("gamma", _x(16))], opset), {"x": x})
+    assert _ops(graph) == ["RMSNorm"] and graph.nodes[0].name == "simplifiedlayernormalization_0"
+    assert graph.nodes[0].attrs["epsilon"] == pytest.approx(1e-3)
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_skip_simplified_layer_norm_with_and_without_bias(bias):
+    x, s = _x(2, 6, 16), _x(2, 6, 16)
+    nodes = [_ms("SkipSimplifiedLayerNormalization", ["x", "s", "gamma", "bias" if bias else ""],
+                 ["o", "", "", "sum"]), helper.make_node("Add", ["o", "sum"], ["y"])]
+    graph = _check(_model(nodes, {"x": x, "s": s}, [("gamma", _x(16)), ("bias", _x(16))]), {"x": x, "s": s})
+    assert _ops(graph) == ["Add"] * (1 + bias) + ["RMSNorm", "Add"]
+    assert graph.nodes[-2].attrs["epsilon"] == pytest.approx(1e-12)
+
+
+def test_a_default_domain_simplified_layer_norm_is_refused_with_its_reason():
+    node = helper.make_node("SimplifiedLayerNormalization", ["x", "g"], ["y"], axis=1, name="sln")
+    with pytest.raises(UnsupportedOperatorError, match=r"'SimplifiedLayerNormalization' \(node 'sln'\) is not "
+                                                       r"supported by the lab: axis 1 \(only -1, the last axis\)"):
+        import_onnx(_model([node], {"x": _x(2, 6, 16)}, [("g", np.ones(16, np.float32))]))
+
+
+def test_skip_simplified_layer_norm_statistics_are_refused_when_read():
+    nodes = [_ms("SkipSimplifiedLayerNormalization", ["x", "x", "g"], ["o", "", "inv"]),
+             helper.make_node("Add", ["o", "inv"], ["y"])]
+    with pytest.raises(UnsupportedOperatorError, match="its inv_std_var output 'inv' is read \\(the lab's RMSNorm "
+                                                       "writes only Y\\)"):
+        import_onnx(_model(nodes, {"x": _x(2, 6, 16)}, [("g", np.ones(16, np.float32))]))
+
+
 def test_bias_add():
     """onnxruntime has BiasAdd on CUDA only: checked against its definition, X + bias + skip."""
     x, s, b = _x(2, 4, 16), _x(2, 4, 16), _x(16)
@@ -235,8 +271,9 @@ def test_a_block_of_contrib_ops_on_fsim_is_bit_exact_with_the_reference(tmp_path
 
 # ---- refusals --------------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("node, inits, words", [
-    (_ms("SkipSimplifiedLayerNormalization", ["x", "x", "g"]), [("g", np.ones(16, np.float32))], "RMS"),
-    (_ms("SimplifiedLayerNormalization", ["x", "g"]), [("g", np.ones(16, np.float32))], "RMS"),
+    (_ms("SimplifiedLayerNormalization", ["x", "g"], axis=1), [("g", np.ones(16, np.float32))],
+     "axis 1 (only -1, the last axis)"),
+    (_ms("SkipSimplifiedLayerNormalization", ["x", "x"]), [], "gamma"),
     (_ms("EmbedLayerNormalization", ["x"]), [], "enable_embed_layer_norm=False"),
     (_ms("BiasSoftmax", ["x", "x"]), [], "no rewrite for this com.microsoft operator (the lab rewrites Attention, "
                                          "BiasAdd, BiasGelu, FastGelu, FusedMatMul, Gelu,"),
@@ -281,7 +318,7 @@ def test_skip_layer_norm_statistics_are_refused_when_read(index, what):
 
 
 def test_every_refused_node_is_listed_at_once():
-    nodes = [_ms("SimplifiedLayerNormalization", ["x", "g"], ["a"]),
+    nodes = [_ms("SimplifiedLayerNormalization", ["x", "g"], ["a"], axis=0),
              helper.make_node("Erf", ["a"], ["b"], name="erf_0"), _ms("BiasSoftmax", ["b", "b"], ["y"])]
     with pytest.raises(UnsupportedModelError) as err:
         import_onnx(_model(nodes, {"x": _x(2, 16)}, [("g", np.ones(16, np.float32))]))
@@ -292,7 +329,8 @@ def test_every_refused_node_is_listed_at_once():
 
 def test_rewrites_are_the_documented_ones():
     assert sorted(REWRITES) == ["Attention", "BiasAdd", "BiasGelu", "FastGelu", "FusedMatMul", "Gelu",
-                                "MultiHeadAttention", "QuickGelu", "SkipLayerNormalization"]
+                                "MultiHeadAttention", "QuickGelu", "SimplifiedLayerNormalization",
+                                "SkipLayerNormalization", "SkipSimplifiedLayerNormalization"]
 
 
 # ---- files from onnxruntime's transformer optimizer ------------------------------------------------------------------

@@ -12,6 +12,9 @@ lowering see the graph an exporter would have written:
 - SkipLayerNormalization: ``Add(input [+ bias], skip)`` then LayerNormalization over the last axis (at opsets below
   17 its ReduceMean/Sub/Pow/Sqrt/Div decomposition); the bias is added to whichever operand a MatMul writes, so
   it folds into that linear layer. The optional ``input_skip_bias_sum`` output is the Add's output.
+- SimplifiedLayerNormalization (RMSNorm; onnxruntime registers it in the default ONNX domain, see
+  :data:`ORT_DEFAULT_DOMAIN_OPS`) and SkipSimplifiedLayerNormalization (``Add(input [+ bias], skip)`` then
+  RMSNorm): RMSNorm's decomposition over the last axis, fused back by the frontend into one RMSNorm named as the node.
 - BiasAdd: two Adds. FusedMatMul: (Transposes,) MatMul (and a Mul by alpha, or alpha folded into a constant B).
 - Attention (fused QKV weights ``[D, 3D]``) and MultiHeadAttention (separate Q, K, V ``[B, S, D]``): per-head
   Reshape/Transpose, MatMul of Q by K^T, Mul by the scale, Add of a constant additive mask (1-D end or end and start
@@ -34,15 +37,19 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper, shape_inference
 
-__all__ = ["CONTRIB_DOMAIN", "REWRITES", "rewrite_contrib"]
+__all__ = ["CONTRIB_DOMAIN", "ORT_DEFAULT_DOMAIN_OPS", "REWRITES", "rewrite_contrib"]
 
 CONTRIB_DOMAIN = "com.microsoft"
+ORT_DEFAULT_DOMAIN_OPS = frozenset({"SimplifiedLayerNormalization"})
+"""onnxruntime's own operators that it registers in the default ONNX domain (its transformer optimizer writes them
+there); rewritten like the ``com.microsoft`` ones (and accepted in that domain too)."""
 
-_RMS_NORM = ("RMS normalisation (no mean subtracted): the lab's LayerNorm always subtracts the mean and it has no "
-             "RMSNorm operator, so it cannot compute this exactly")
+
+def _is_ort(node: onnx.NodeProto) -> bool:
+    """Whether ``node`` is onnxruntime's: of ``com.microsoft``, or one of :data:`ORT_DEFAULT_DOMAIN_OPS`."""
+    return node.domain == CONTRIB_DOMAIN or (node.domain in ("", "ai.onnx") and node.op_type in ORT_DEFAULT_DOMAIN_OPS)
+
 _REFUSED_OPS = {
-    "SimplifiedLayerNormalization": _RMS_NORM,
-    "SkipSimplifiedLayerNormalization": _RMS_NORM,
     "EmbedLayerNormalization": "its int32 token and segment id inputs and its mask_index output have no counterpart "
                                "in the lab (it takes int64 ids into one embedding Gather); run optimize_model with "
                                "enable_embed_layer_norm=False in its FusionOptions",
@@ -290,6 +297,51 @@ def _skip_layer_norm(ctx: _Context, node: onnx.NodeProto) -> None:
     _layer_norm(ctx, node, summed, float(a.get("epsilon", 1e-12)))
 
 
+def _rms_norm(ctx: _Context, node: onnx.NodeProto, x: str, gamma_index: int, epsilon: float) -> None:
+    """RMSNorm of ``x`` over the last axis by the node's gamma (input ``gamma_index``) into its output 0, as the
+    decomposition ``x / Sqrt(ReduceMean(x**2) + eps) * gamma`` that the frontend fuses back into one RMSNorm named as
+    the node (:mod:`.rmsnorm`; no opset up to 22 has an RMSNorm operator)."""
+    gamma = ctx.constant(node, gamma_index, "gamma")
+    if gamma is None or gamma.ndim != 1:
+        raise _Refusal("gamma must be a 1-D vector of the hidden size")
+    name = _main_name(node)
+    square = ctx.emit("Pow", [x, ctx.const(f"{name}_two", np.float32(2.0))], f"{name}_square")
+    if ctx.opset >= 18:                                  # ReduceMean's axes: an input from opset 18
+        mean = ctx.emit("ReduceMean", [square, ctx.const(f"{name}_axes", np.array([-1], np.int64))], f"{name}_mean")
+    else:
+        mean = ctx.emit("ReduceMean", [square], f"{name}_mean", axes=[-1])
+    shifted = ctx.emit("Add", [mean, ctx.const(f"{name}_eps", np.float32(epsilon))], f"{name}_shifted")
+    normed = ctx.emit("Div", [x, ctx.emit("Sqrt", [shifted], f"{name}_rms")], f"{name}_normed")
+    ctx.emit("Mul", [normed, node.input[gamma_index]], name, output=node.output[0])
+    ctx.nodes[-1].name = name                            # the fused RMSNorm takes the last node's name
+
+
+def _simplified_layer_norm(ctx: _Context, node: onnx.NodeProto) -> None:
+    """SimplifiedLayerNormalization: RMSNorm over the last axis; its inv_std_var output refused when read."""
+    a = _check_attrs(node, {"axis", "epsilon", "stash_type"})
+    _only_inputs(node, ("X", "scale"))
+    _only_outputs(ctx, node, ("Y",))
+    if int(a.get("axis", -1)) != -1:
+        raise _Refusal(f"axis {a['axis']} (only -1, the last axis)")
+    _rms_norm(ctx, node, node.input[0], 1, float(a.get("epsilon", 1e-5)))
+
+
+def _skip_simplified_layer_norm(ctx: _Context, node: onnx.NodeProto) -> None:
+    """input + skip (+ bias), RMSNorm over the last axis; outputs mean and inv_std_var refused when read."""
+    a = _check_attrs(node, {"epsilon"})
+    _only_inputs(node, ("input", "skip", "gamma", "bias"))
+    for k, what in ((1, "mean"), (2, "inv_std_var")):
+        if len(node.output) > k and node.output[k] and node.output[k] in ctx.used:
+            raise _Refusal(f"its {what} output {node.output[k]!r} is read (the lab's RMSNorm writes only Y)")
+    x, skip = node.input[0], node.input[1]
+    if ctx.written_by_matmul(skip) and not ctx.written_by_matmul(x):
+        x, skip = skip, x                                # the bias folds into the linear layer that writes x
+    biased = _add_bias(ctx, node, x, 3)
+    total = node.output[3] if len(node.output) > 3 and node.output[3] else None
+    summed = ctx.emit("Add", [biased, skip], f"{_main_name(node)}_skip", output=total)
+    _rms_norm(ctx, node, summed, 2, float(a.get("epsilon", 1e-12)))
+
+
 def _bias_add(ctx: _Context, node: onnx.NodeProto) -> None:
     """BiasAdd: ``X + bias + skip``."""
     _check_attrs(node, set())
@@ -481,6 +533,8 @@ REWRITES: dict[str, Callable[[_Context, onnx.NodeProto], None]] = {
     "FastGelu": _gelu_rule("tanh", ("X", "bias")),
     "QuickGelu": _quick_gelu,
     "SkipLayerNormalization": _skip_layer_norm,
+    "SimplifiedLayerNormalization": _simplified_layer_norm,
+    "SkipSimplifiedLayerNormalization": _skip_simplified_layer_norm,
     "BiasAdd": _bias_add,
     "FusedMatMul": _fused_matmul,
     "Attention": _attention,
@@ -506,7 +560,7 @@ def rewrite_contrib(model: onnx.ModelProto) -> dict[str, str]:
     rewrite that needs a static shape computed after another contrib node is tried again once that one is
     rewritten."""
     refused: dict[str, str] = {}
-    while any(node.domain not in ("", "ai.onnx") for node in model.graph.node):
+    while any(node.domain not in ("", "ai.onnx") or _is_ort(node) for node in model.graph.node):
         refused, waiting, done = _rewrite_round(model)
         if not waiting or not done:
             break
@@ -520,10 +574,10 @@ def _rewrite_round(model: onnx.ModelProto) -> tuple[dict[str, str], bool, bool]:
     kept: list[onnx.NodeProto] = []
     waiting = done = False
     for node in model.graph.node:
-        if node.domain in ("", "ai.onnx"):
+        if node.domain in ("", "ai.onnx") and not _is_ort(node):
             kept.append(node)
             continue
-        rule = REWRITES.get(node.op_type) if node.domain == CONTRIB_DOMAIN else None
+        rule = REWRITES.get(node.op_type) if _is_ort(node) else None
         ctx.nodes, ctx.inits = [], []
         try:
             if rule is None:

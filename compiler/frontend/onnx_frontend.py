@@ -1234,8 +1234,8 @@ def _apply_rules(imp: _Importer, model: onnx.ModelProto, label: str, refused: di
             if node.domain not in ("", "ai.onnx"):
                 raise UnsupportedOperatorError(f"{node.domain}.{node.op_type}", node.name,
                                                refused.get(node.output[0], "an operator of another domain"))
-            if rule is None:
-                raise UnsupportedOperatorError(node.op_type, node.name)
+            if rule is None:                             # onnxruntime's own default-domain ops: the rewrite's reason
+                raise UnsupportedOperatorError(node.op_type, node.name, refused.get(node.output[0], ""))
             rule(imp, node)
         except UnsupportedOperatorError as err:
             if not node.name:                            # name an unnamed node by its output
