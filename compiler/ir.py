@@ -104,8 +104,9 @@ FLOAT_OPS: dict[str, tuple[str, ...]] = {
                                                          # table[ids], shape ids.shape + (D,)
     "Slice": ("axes", "indices"),                        # per axis of axes, the tuple of kept indices, in order
     "Where": ("keep", "fill"),                           # where(keep, x, fill): keep a bool array broadcast to x
-    "KeyMask": ("expand", "sel", "add", "fill"),         # inputs x (scores), mask (an int64 graph input of 0/1):
-                                                         # a runtime attention mask, see frontend.masks.KeyMask
+    "KeyMask": ("expand", "sel", "add", "fill", "additive"),  # inputs x (scores), mask (an int64 graph input of
+                                                         # 0/1, or with additive a float32 one): a runtime attention
+                                                         # mask, see frontend.masks.KeyMask
 }
 
 QUANT_OPS: dict[str, tuple[str, ...]] = {

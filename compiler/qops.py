@@ -270,15 +270,19 @@ def qaffine(xs: Sequence[np.ndarray], multipliers: Sequence[int], offset: int, s
     return np.clip(total >> int(shift), lo, hi).astype(np.int8)
 
 
-KEY_MASK_ATTRS = ("expand", "sel", "add", "fill")
+KEY_MASK_ATTRS = ("expand", "sel", "add", "fill", "additive")
 """A runtime mask's attributes (a ``KeyMask`` node's; a Softmax's with the prefix ``key_``): see :func:`key_mask`."""
 
 
 def key_mask(x: np.ndarray, mask: np.ndarray, expand: Sequence[int], sel: np.ndarray, add: np.ndarray,
-             fill: np.ndarray) -> np.ndarray:
-    """A runtime attention mask applied to scores ``x`` (float, computed in x's dtype): ``where(m, A1, A0)`` with
-    ``m = mask.reshape(expand) != 0`` and, for mask value ``v``, ``Av = where(sel[v], x + add[v], fill[v])``
-    (``sel``, ``add``, ``fill`` each ``[2, ...]`` broadcasting against ``x``; :class:`.frontend.masks.KeyMask`)."""
+             fill: np.ndarray, additive: bool = False) -> np.ndarray:
+    """A runtime attention mask applied to scores ``x`` (float, computed in x's dtype). A 0/1 mask: ``where(m, A1,
+    A0)`` with ``m = mask.reshape(expand) != 0`` and, for mask value ``v``, ``Av = where(sel[v], x + add[v],
+    fill[v])`` (``sel``, ``add``, ``fill`` each ``[2, ...]`` broadcasting against ``x``;
+    :class:`.frontend.masks.KeyMask`). ``additive``: a float term given at run time, ``x + mask.reshape(expand)``
+    (its -inf entries mask out; ``sel``, ``add`` and ``fill`` unused)."""
+    if additive:
+        return x + np.asarray(mask, x.dtype).reshape(tuple(int(e) for e in expand))
     m = np.asarray(mask).reshape(tuple(int(e) for e in expand)) != 0
     sides = [np.where(np.asarray(sel[v], bool), x + np.asarray(add[v], x.dtype), np.asarray(fill[v], x.dtype))
              for v in (0, 1)]

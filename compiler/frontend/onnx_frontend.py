@@ -715,7 +715,7 @@ def _key_mask(imp: _Importer, node: onnx.NodeProto) -> None:
     if mask is None:
         raise UnsupportedOperatorError(node.op_type, node.name)
     imp.emit("KeyMask", node, [mask.x, mask.mask], expand=list(mask.expand), sel=mask.sel, add=mask.add,
-             fill=mask.fill)
+             fill=mask.fill, additive=mask.additive)
 
 
 def _cast(imp: _Importer, node: onnx.NodeProto) -> None:
@@ -1282,6 +1282,8 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, n
     token_ids = {vi.name for vi in model.graph.input if vi.name not in init_names
                  and vi.type.tensor_type.elem_type == onnx.TensorProto.INT64 and _only_embedding_ids(model, vi.name)}
     key_masks, region, mask_types = masks.find_key_masks(model, token_ids)
+    float_masks, float_region = masks.find_float_masks(model, contrib.static_shapes(model))
+    key_masks, region = key_masks + float_masks, region | float_region
     _replace_mask_regions(model, key_masks, region)
     imp = _Importer(model, label)
     imp.key_masks = {m.out: m for m in key_masks}
