@@ -55,6 +55,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from .ir import AddRequant, Graph, GraphError, Node, Requant
+from .qops_index import run_index_fn
 from .qops_layernorm import ILAYERNORM_ATTRS, NEWTON_STEPS, RSQRT_GUESS, ilayernorm, ilayernorm_params, ilayernorm_trace
 from .qops_softmax import (
     EXP_POLY,
@@ -342,6 +343,17 @@ def softmax_key(node: Node, values: Sequence[np.ndarray]) -> dict[str, Any] | No
     return {"mask": values[1], **{k: node.attrs[f"key_{k}"] for k in KEY_MASK_ATTRS}}
 
 
+def embed(ids: np.ndarray, table: np.ndarray) -> np.ndarray:
+    """``table[ids]`` (shape ``ids.shape + table.shape[1:]``); a ValueError naming the range when an id (a computed
+    position id, say) falls outside the table's rows."""
+    idx = np.asarray(ids, np.int64)
+    rows = table.shape[0]
+    if idx.size and (idx.min() < 0 or idx.max() >= rows):
+        raise ValueError(f"an embedding lookup got ids from {int(idx.min())} to {int(idx.max())}, outside its table's "
+                         f"rows 0 to {rows - 1}")
+    return np.take(table, idx, axis=0)
+
+
 def qmatmul(a: np.ndarray, b: np.ndarray, multiplier: int, shift: int) -> np.ndarray:
     """int8 ``a [..., M, K] @ b [..., K, N]`` (numpy broadcasting) requantized: ``clip((acc * M + r) >> S)``,
     ``r = 2**(S-1)`` (0 when S == 0), ``acc`` exact, all in int64."""
@@ -586,7 +598,8 @@ QOPS: dict[str, OpFn] = {
     "QLayerNorm": lambda n, v: layer_norm(v[0], n.attrs["scale"], n.attrs["gamma"], n.attrs["beta"],
                                           n.attrs["out_scale"], n.attrs["axis"], n.attrs["epsilon"]),
     "Gather": lambda n, v: np.ascontiguousarray(np.take(v[0], n.attrs["indices"], axis=n.attrs["axis"])),
-    "Embedding": lambda n, v: np.take(v[1], np.asarray(v[0], np.int64), axis=0),
+    "Embedding": lambda n, v: embed(v[0], v[1]),
+    "IndexFn": lambda n, v: run_index_fn(n.attrs["onnx"], v[0]),
     "Slice": lambda n, v: slice_take(v[0], n.attrs["axes"], n.attrs["indices"]),
     "Where": lambda n, v: np.where(n.attrs["keep"], v[0], np.int8(n.attrs["fill"])).astype(np.int8),
     "Transpose": lambda n, v: np.ascontiguousarray(np.transpose(v[0], n.attrs["perm"])),

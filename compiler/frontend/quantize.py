@@ -639,6 +639,12 @@ class _Quantizer:
         self.qg.add_node("QMatMul", node.name, operands, [self.wide_out(out, sy)], multiplier=int(mult[0]),
                          shift=int(shift[0]))
 
+    def index_fn(self, node: Node) -> None:
+        """IndexFn (indices computed from token ids): the same int64 node."""
+        out = node.outputs[0]
+        self.qg.add_tensor(out, self.fg.shape(out), "int64")
+        self.qg.add_node("IndexFn", node.name, list(node.inputs), [out], **node.attrs)
+
     def embedding(self, node: Node) -> None:
         """Embedding (token ids into a float table) -> Embedding of the int8 table, per-tensor, at its own scale
         (the output's: a row lookup does not rescale)."""
@@ -710,7 +716,7 @@ _HANDLERS = {
     "Conv2d": _Quantizer.linear, "Dense": _Quantizer.linear, "Add": _Quantizer.add, "Mul": _Quantizer.mul,
     "Concat": _Quantizer.concat, "Softmax": _Quantizer.softmax, "MatMul": _Quantizer.matmul,
     "LayerNorm": _Quantizer.layer_norm, "Where": _Quantizer.where, "Embedding": _Quantizer.embedding,
-    "KeyMask": _Quantizer.key_mask,
+    "KeyMask": _Quantizer.key_mask, "IndexFn": _Quantizer.index_fn,
     **{op: _Quantizer.passthrough for op in ("Relu", "Clip", "MaxPool", "AvgPool", "GlobalAvgPool", "Reshape", "Pad",
                                              "Transpose", "Resize", "Gather", "Slice")},
     **{op: _Quantizer.lut for op in float_ref.ACTIVATIONS},
