@@ -108,8 +108,11 @@ FLOAT_OPS: dict[str, tuple[str, ...]] = {
                                                          # table[ids], shape ids.shape + (D,)
     "Slice": ("axes", "indices"),                        # per axis of axes, the tuple of kept indices, in order
     "Where": ("keep", "fill"),                           # where(keep, x, fill): keep a bool array broadcast to x
-    "KeyMask": ("expand", "sel", "add", "fill"),         # inputs x (scores), mask (an int64 graph input of 0/1):
-                                                         # a runtime attention mask, see frontend.masks.KeyMask
+    "IndexFn": ("onnx",),                                # int64 ids -> int64 indices by an ONNX subgraph (base64),
+                                                         # see frontend.indices and qops_index.run_index_fn
+    "KeyMask": ("expand", "sel", "add", "fill", "additive"),  # inputs x (scores), mask (an int64 graph input of
+                                                         # 0/1, or with additive a float32 one): a runtime attention
+                                                         # mask, see frontend.masks.KeyMask
 }
 
 QUANT_OPS: dict[str, tuple[str, ...]] = {
@@ -136,6 +139,7 @@ QUANT_OPS: dict[str, tuple[str, ...]] = {
     "QMulAct": ("multiplier", "shift"),                  # int8 a * int8 b (one shape): clip((a*b*M + r) >> S), int64
     "Gather": ("axis", "indices"),
     "Embedding": (),                                     # int8 table [V, D] at the output's scale: table[ids]
+    "IndexFn": ("onnx",),                                # as the float op
     "Slice": ("axes", "indices"),
     "Where": ("keep", "fill"),                           # fill an int8
     "QLut": ("table",),                                  # y = table[x + 128], table int8 [256]; optional "function"

@@ -101,10 +101,21 @@ def token_range(graph: Graph, name: str) -> int | None:
 
 
 def is_mask_input(graph: Graph, name: str) -> bool:
-    """Whether input ``name`` of ``graph`` is a runtime attention mask (of 0 and 1, read by ``KeyMask`` nodes or,
-    quantized, by masked Softmax nodes; :mod:`.frontend.masks`)."""
-    return graph.tensors[name].dtype == "int64" and any(
-        node.op in ("KeyMask", "Softmax", "QSoftmax") for node in graph.consumers(name))
+    """Whether input ``name`` of ``graph`` is a runtime attention mask of 0 and 1 (int64, read by ``KeyMask`` nodes
+    or, quantized, by masked Softmax nodes; :mod:`.frontend.masks`)."""
+    return graph.tensors[name].dtype == "int64" and _mask_readers(graph, name)
+
+
+def is_float_mask_input(graph: Graph, name: str) -> bool:
+    """Whether input ``name`` of ``graph`` is a float term added to attention scores at run time (float32, read by
+    additive ``KeyMask`` nodes or, quantized, by masked Softmax nodes as their input 1)."""
+    return graph.tensors[name].dtype == "float32" and _mask_readers(graph, name)
+
+
+def _mask_readers(graph: Graph, name: str) -> bool:
+    users = graph.consumers(name)
+    return bool(users) and all(node.op in ("KeyMask", "Softmax", "QSoftmax") and node.inputs[1:2] == [name]
+                               for node in users)
 
 
 def random_mask(shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
@@ -116,6 +127,16 @@ def random_mask(shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
     kept = rng.integers((keys + 1) // 2, keys + 1, shape[0])
     per_row = np.repeat(kept, rows // max(1, shape[0]))
     return (np.arange(keys)[None, :] < per_row[:, None]).astype(np.int64).reshape(shape)
+
+
+def float_mask(shape: tuple[int, ...]) -> np.ndarray:
+    """The default value of a float mask input (:func:`is_float_mask_input`) of ``shape``: causal (0 on and below the
+    diagonal, -inf above) when its last two axes are equal (a decoder's ``tgt_mask [T, T]``), else zeros (nothing
+    masked)."""
+    if len(shape) >= 2 and shape[-1] == shape[-2]:
+        causal = np.where(np.tril(np.ones(shape[-2:], bool)), 0.0, -np.inf).astype(np.float32)
+        return np.broadcast_to(causal, shape).copy()
+    return np.zeros(shape, np.float32)
 
 
 def check_inputs(graph: Graph, values: dict[str, np.ndarray], source: str = "the input") -> dict[str, np.ndarray]:
@@ -159,6 +180,8 @@ def check_inputs(graph: Graph, values: dict[str, np.ndarray], source: str = "the
         with np.errstate(over="ignore"):
             converted = value.astype(np.float32)
         bad = ~np.isfinite(converted)
+        if is_float_mask_input(graph, name):
+            bad = np.isnan(converted) | np.isposinf(converted)   # -inf masks out: a mask's own value
         if bad.any():
             nan = int(np.isnan(converted).sum())
             inf = int(bad.sum()) - nan
@@ -218,10 +241,11 @@ def check_force_cpu(graph: Graph, names: Iterable[str]) -> None:
 
 def random_inputs(graph: Graph, seed: int, samples: int = 1) -> dict[str, np.ndarray]:
     """Seeded random values for every input of ``graph``: input name -> array of the input's shape with the first
-    (batch) dimension times ``samples``: standard-normal float32, for token ids (:func:`token_range`) int64 ids
-    uniform over the embedding table's rows, and for an attention mask (:func:`is_mask_input`) a padding mask
-    (:func:`random_mask`). (A KV cache input is float32 like any other: keys and values of
-    LayerNormed tokens by weights of standard deviation ``1/sqrt(width)`` are about standard normal.)"""
+    axis times ``samples``: standard-normal float32, for token ids (:func:`token_range`) int64 ids uniform over the
+    embedding table's rows, for an attention mask (:func:`is_mask_input`) a padding mask (:func:`random_mask`), and
+    for a float mask (:func:`is_float_mask_input`) :func:`float_mask`. (A KV cache input is float32 like any other:
+    keys and values of LayerNormed tokens by weights of standard deviation ``1/sqrt(width)`` are about standard
+    normal.)"""
     rng = np.random.default_rng(seed)
     out = {}
     for name in graph.inputs:
@@ -232,6 +256,8 @@ def random_inputs(graph: Graph, seed: int, samples: int = 1) -> dict[str, np.nda
             out[name] = rng.integers(0, rows, full, dtype=np.int64)
         elif is_mask_input(graph, name):
             out[name] = random_mask(full, rng)
+        elif is_float_mask_input(graph, name):
+            out[name] = np.concatenate([float_mask(tuple(shape))] * samples)
         else:
             out[name] = rng.standard_normal(full).astype(np.float32)
     return out

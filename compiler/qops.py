@@ -57,6 +57,7 @@ import numpy as np
 
 from .ir import AddRequant, Graph, GraphError, Node, Requant
 from .qops_gated import qmul_act, rms_norm
+from .qops_index import run_index_fn
 from .qops_layernorm import ILAYERNORM_ATTRS, NEWTON_STEPS, RSQRT_GUESS, ilayernorm, ilayernorm_params, ilayernorm_trace
 from .qops_softmax import (
     EXP_POLY,
@@ -273,15 +274,19 @@ def qaffine(xs: Sequence[np.ndarray], multipliers: Sequence[int], offset: int, s
     return np.clip(total >> int(shift), lo, hi).astype(np.int8)
 
 
-KEY_MASK_ATTRS = ("expand", "sel", "add", "fill")
+KEY_MASK_ATTRS = ("expand", "sel", "add", "fill", "additive")
 """A runtime mask's attributes (a ``KeyMask`` node's; a Softmax's with the prefix ``key_``): see :func:`key_mask`."""
 
 
 def key_mask(x: np.ndarray, mask: np.ndarray, expand: Sequence[int], sel: np.ndarray, add: np.ndarray,
-             fill: np.ndarray) -> np.ndarray:
-    """A runtime attention mask applied to scores ``x`` (float, computed in x's dtype): ``where(m, A1, A0)`` with
-    ``m = mask.reshape(expand) != 0`` and, for mask value ``v``, ``Av = where(sel[v], x + add[v], fill[v])``
-    (``sel``, ``add``, ``fill`` each ``[2, ...]`` broadcasting against ``x``; :class:`.frontend.masks.KeyMask`)."""
+             fill: np.ndarray, additive: bool = False) -> np.ndarray:
+    """A runtime attention mask applied to scores ``x`` (float, computed in x's dtype). A 0/1 mask: ``where(m, A1,
+    A0)`` with ``m = mask.reshape(expand) != 0`` and, for mask value ``v``, ``Av = where(sel[v], x + add[v],
+    fill[v])`` (``sel``, ``add``, ``fill`` each ``[2, ...]`` broadcasting against ``x``;
+    :class:`.frontend.masks.KeyMask`). ``additive``: a float term given at run time, ``x + mask.reshape(expand)``
+    (its -inf entries mask out; ``sel``, ``add`` and ``fill`` unused)."""
+    if additive:
+        return x + np.asarray(mask, x.dtype).reshape(tuple(int(e) for e in expand))
     m = np.asarray(mask).reshape(tuple(int(e) for e in expand)) != 0
     sides = [np.where(np.asarray(sel[v], bool), x + np.asarray(add[v], x.dtype), np.asarray(fill[v], x.dtype))
              for v in (0, 1)]
@@ -339,6 +344,17 @@ def softmax_key(node: Node, values: Sequence[np.ndarray]) -> dict[str, Any] | No
     if len(values) < 2:
         return None
     return {"mask": values[1], **{k: node.attrs[f"key_{k}"] for k in KEY_MASK_ATTRS}}
+
+
+def embed(ids: np.ndarray, table: np.ndarray) -> np.ndarray:
+    """``table[ids]`` (shape ``ids.shape + table.shape[1:]``); a ValueError naming the range when an id (a computed
+    position id, say) falls outside the table's rows."""
+    idx = np.asarray(ids, np.int64)
+    rows = table.shape[0]
+    if idx.size and (idx.min() < 0 or idx.max() >= rows):
+        raise ValueError(f"an embedding lookup got ids from {int(idx.min())} to {int(idx.max())}, outside its table's "
+                         f"rows 0 to {rows - 1}")
+    return np.take(table, idx, axis=0)
 
 
 def qmatmul(a: np.ndarray, b: np.ndarray, multiplier: int, shift: int) -> np.ndarray:
@@ -588,7 +604,8 @@ QOPS: dict[str, OpFn] = {
                                       n.attrs["axis"], n.attrs["epsilon"]),
     "QMulAct": lambda n, v: qmul_act(v[0], v[1], n.attrs["multiplier"], n.attrs["shift"]),
     "Gather": lambda n, v: np.ascontiguousarray(np.take(v[0], n.attrs["indices"], axis=n.attrs["axis"])),
-    "Embedding": lambda n, v: np.take(v[1], np.asarray(v[0], np.int64), axis=0),
+    "Embedding": lambda n, v: embed(v[0], v[1]),
+    "IndexFn": lambda n, v: run_index_fn(n.attrs["onnx"], v[0]),
     "Slice": lambda n, v: slice_take(v[0], n.attrs["axes"], n.attrs["indices"]),
     "Where": lambda n, v: np.where(n.attrs["keep"], v[0], np.int8(n.attrs["fill"])).astype(np.int8),
     "Transpose": lambda n, v: np.ascontiguousarray(np.transpose(v[0], n.attrs["perm"])),

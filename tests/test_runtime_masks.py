@@ -437,3 +437,56 @@ def test_random_inputs_give_a_padding_mask():
         assert (kept >= T // 2).all()
         np.testing.assert_array_equal(mask, (np.arange(T)[None, :] < kept[:, None]).astype(np.int64))  # a prefix
         assert ids.dtype == np.int64 and ids.min() >= 0 and ids.max() < V
+
+
+# ---- float masks given at run time -------------------------------------------------------------------------------
+@pytest.mark.parametrize("shape, nodes", [
+    ((B, 1, 1, T), [node("Add", ["s", "attention_mask"], ["z"], name="mask_add")]),
+    ((T, T), [node("Unsqueeze", ["attention_mask", "axes"], ["m4"]), node("Add", ["s", "m4"], ["z"], name="mask_add")]),
+])
+def test_a_float_mask_input_is_added_in_the_softmax_unquantized(shape, nodes, tmp_path):
+    """A float32 input added to the scores just before the Softmax (an additive padding mask [B, 1, 1, L]; a
+    decoder's tgt_mask [T, T] of 0 and -inf through Unsqueeze): an additive KeyMask, never quantized, added in float
+    inside the QSoftmax; -inf accepted as input, NaN and +inf refused; the default input of a square one is causal."""
+    from vta.compiler.pipeline import check_inputs, random_inputs
+    model = _block(nodes, mask_type=TensorProto.FLOAT, mask_shape=shape,
+                   extra_inits=[("axes", np.array([0, 1], np.int64))])
+    graph = import_onnx(model)
+    keymask = next(n for n in graph.nodes if n.op == "KeyMask")
+    assert keymask.attrs["additive"] and tuple(keymask.attrs["expand"]) == ((1, 1, T, T) if len(shape) == 2 else shape)
+    assert "Unsqueeze" not in _ops(graph) and graph.tensors["attention_mask"].dtype == "float32"
+    if len(shape) == 2:
+        mask = np.where(np.tril(np.ones((T, T), bool)), 0.0, -np.inf).astype(np.float32)
+        np.testing.assert_array_equal(random_inputs(graph, 0)["attention_mask"], mask)
+    else:
+        mask = np.where(_padding_mask()[:, None, None, :] > 0, 0.0, -10000.0).astype(np.float32)
+        assert not random_inputs(graph, 0)["attention_mask"].any()
+    feeds = {"input_ids": _ids(), "attention_mask": mask}
+    want = ort.InferenceSession(model.SerializeToString()).run(None, feeds)[0]
+    np.testing.assert_allclose(run_float(graph, feeds)["y"], want, atol=1e-5)
+
+    compiled = _compile(model, tmp_path, feeds)
+    softmax = next(n for n in compiled.graph.nodes if n.op == "QSoftmax")
+    assert softmax.inputs[1] == "attention_mask" and softmax.attrs["key_additive"]
+    assert not any("attention_mask" in n.inputs for n in compiled.graph.nodes if n.op != "QSoftmax")
+    got = _fsim(compiled, feeds).outputs["y"]
+    assert _cosine(got, want) > 0.99
+    for bad in (np.nan, np.inf):
+        wrong = mask.copy()
+        wrong.flat[0] = bad
+        with pytest.raises(ValueError, match="must be finite"):
+            check_inputs(compiled.graph, {"input_ids": feeds["input_ids"], "attention_mask": wrong})
+
+
+def test_a_float_input_added_to_other_activations_stays_an_activation():
+    """A float32 input added to an activation that does not feed a Softmax is a model input like any other:
+    quantized, no KeyMask."""
+    nodes = [node("Add", ["s", "zero"], ["z"])]
+    model = _block(nodes, mask_type=TensorProto.FLOAT, mask_shape=(B, T, D), check=False,
+                   extra_inits=[("zero", np.zeros((1,), np.float32))])
+    model.graph.node.append(node("Add", ["y0", "attention_mask"], ["y"]))
+    for n in model.graph.node:
+        n.output[:] = ["y0" if o == "y" and n.op_type == "Add" and "attention_mask" not in n.input else o
+                       for o in n.output]
+    graph = import_onnx(model)
+    assert "KeyMask" not in _ops(graph) and graph.tensors["attention_mask"].dtype == "float32"

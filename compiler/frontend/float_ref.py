@@ -17,7 +17,8 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from ..ir import Graph, GraphError, Node
-from ..qops import KEY_MASK_ATTRS, key_mask, resize_source, resize_taps
+from ..qops import KEY_MASK_ATTRS, embed, key_mask, resize_source, resize_taps
+from ..qops_index import run_index_fn
 
 __all__ = ["exact_matmul", "exact_exp", "conv2d", "dense", "maxpool", "avgpool", "resize", "layer_norm", "rms_norm",
            "slice_take", "ACTIVATIONS", "FLOAT_FNS", "run_float"]
@@ -264,9 +265,10 @@ FLOAT_FNS: dict[str, FloatFn] = {
     "LayerNorm": lambda n, v: layer_norm(v[0], v[1], v[2], n.attrs["axis"], n.attrs["epsilon"]),
     "RMSNorm": lambda n, v: rms_norm(v[0], v[1], n.attrs["axis"], n.attrs["epsilon"]),
     "Gather": lambda n, v: np.take(v[0], n.attrs["indices"], axis=n.attrs["axis"]),
-    "Embedding": lambda n, v: np.take(v[1], np.asarray(v[0], np.int64), axis=0),
+    "Embedding": lambda n, v: embed(v[0], v[1]),
     "Slice": lambda n, v: slice_take(v[0], n.attrs["axes"], n.attrs["indices"]),
     "Where": lambda n, v: np.where(n.attrs["keep"], v[0], np.float32(n.attrs["fill"])),
+    "IndexFn": lambda n, v: run_index_fn(n.attrs["onnx"], v[0]),
     "KeyMask": lambda n, v: key_mask(v[0], v[1], *(n.attrs[k] for k in KEY_MASK_ATTRS)).astype(np.float32),
 }
 
@@ -297,7 +299,7 @@ def run_float(graph: Graph, inputs: Mapping[str, np.ndarray], *, keep_all: bool 
             raise GraphError(f"Node {node.name!r} has op {node.op!r}, which the float reference does not define.")
         args = [values[i] if i in values else graph.constants[i] for i in node.inputs]
         out = node.outputs[0]
-        values[out] = np.asarray(fn(node, args), dtype=np.float32)
+        values[out] = np.asarray(fn(node, args), dtype=np.int64 if graph.tensors[out].dtype == "int64" else np.float32)
         del args
         if observe is not None:
             observe(out, values[out])

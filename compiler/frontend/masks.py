@@ -17,6 +17,11 @@ applies it in float at run time (:func:`..qops.softmax`).
 ``input_ids.view(-1, n)``) index the table directly, the lookup's output reshaped instead, so that the importer sees
 an int64 input that only indexes a table.
 
+:func:`find_float_masks` finds the other kind: a float32 input that reaches the scores through shape changes alone
+and is added to them just before a Softmax (``nn.TransformerDecoderLayer``'s ``tgt_mask`` of 0 and -inf, an
+additive mask or a position bias given at run time). It becomes an additive ``KeyMask``: added in float inside the
+Softmax, never quantized.
+
 Anything else a mask input feeds (a Mul that pools hidden states, a CumSum for position ids, an op outside
 :data:`REGION_OPS`) is refused by :class:`MaskError` naming the node and why.
 """
@@ -33,7 +38,8 @@ from onnx import TensorProto, helper, numpy_helper
 from ..ir import GraphError
 from ..qops import key_mask
 
-__all__ = ["KeyMask", "MaskError", "find_key_masks", "direct_token_ids", "drop_nan_guards", "MASK_TYPES", "REGION_OPS"]
+__all__ = ["KeyMask", "MaskError", "find_key_masks", "find_float_masks", "direct_token_ids", "drop_nan_guards",
+           "MASK_TYPES", "REGION_OPS"]
 
 MASK_TYPES: dict[int, type] = {TensorProto.INT64: np.int64, TensorProto.INT32: np.int32, TensorProto.BOOL: np.bool_,
               TensorProto.UINT8: np.uint8, TensorProto.INT8: np.int8}
@@ -72,10 +78,12 @@ class KeyMask:
     sel: np.ndarray
     add: np.ndarray
     fill: np.ndarray
+    additive: bool = False
+    """A float32 input added to the scores as it is (``x + mask.reshape(expand)``; :func:`find_float_masks`)."""
 
     def apply(self, x: np.ndarray, mask: np.ndarray) -> np.ndarray:
         """``out`` for scores ``x`` (any float dtype, computed in it) and the mask's values."""
-        return key_mask(x, mask, self.expand, self.sel, self.add, self.fill)
+        return key_mask(x, mask, self.expand, self.sel, self.add, self.fill, self.additive)
 
 
 _ID_SHAPE_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"})
@@ -342,3 +350,85 @@ def _evaluate(model: onnx.ModelProto, nodes: list[onnx.NodeProto], mask: str, vi
         raise MaskError(f"the region of the mask input {mask!r} could not be evaluated ({type(err).__name__}: "
                         f"{err})") from None
     return {t: [np.asarray(r[i]) for r in results] for i, t in enumerate(wanted)}
+
+
+_FLOAT_SHAPE_OPS = frozenset({"Unsqueeze", "Squeeze", "Reshape", "Flatten", "Expand", "Identity", "Cast"})
+
+
+def find_float_masks(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]) -> tuple[list[KeyMask], set[int]]:
+    """The float32 graph inputs of ``model`` whose every use reaches, through :data:`_FLOAT_SHAPE_OPS` on constants
+    (a Cast only to FLOAT), an Add with an activation whose one consumer is a Softmax: each such Add as an additive
+    :class:`KeyMask` (``expand``: the input reshaped so that it broadcasts as the chain made it), and the indices of
+    the chains' nodes in ``model.graph.node``. Any other float input is an activation (left alone)."""
+    inits = {i.name for i in model.graph.initializer}
+    users: dict[str, list[onnx.NodeProto]] = {}
+    for node in model.graph.node:
+        for t in node.input:
+            users.setdefault(t, []).append(node)
+    index = {id(n): k for k, n in enumerate(model.graph.node)}
+    outputs = {o.name for o in model.graph.output}
+    found: list[KeyMask] = []
+    drop: set[int] = set()
+    for vi in model.graph.input:
+        if vi.name in inits or vi.type.tensor_type.elem_type != TensorProto.FLOAT or vi.name not in shapes:
+            continue
+        chain, exits, frontier, ok = [], [], [vi.name], True
+        while frontier and ok:
+            tensor = frontier.pop()
+            if tensor in outputs:
+                ok = False
+            for node in users.get(tensor, []):
+                rest = [t for t in node.input[1:] if t]
+                if node.op_type in _FLOAT_SHAPE_OPS and node.input[0] == tensor and all(t in inits for t in rest) \
+                        and not (node.op_type == "Cast" and any(a.name == "to" and a.i != TensorProto.FLOAT
+                                                                for a in node.attribute)):
+                    chain.append(node)
+                    frontier.append(node.output[0])
+                elif node.op_type == "Add" and len(node.input) == 2 and tensor in node.input and \
+                        _feeds_softmax(node, users, outputs):
+                    other = node.input[1] if node.input[0] == tensor else node.input[0]
+                    ok = ok and other not in inits and other in shapes and shapes[other] == shapes.get(node.output[0])
+                    exits.append((node, tensor, other))
+                else:
+                    ok = False
+        if not ok or not exits:
+            continue
+        expands = [_float_expand(model, chain, vi, term, shapes) for _, term, _ in exits]
+        if any(e is None for e in expands):
+            continue
+        none = np.zeros((2, 1), np.float32)
+        found.extend(KeyMask(node.name or node.output[0], vi.name, scores, node.output[0], expand,
+                             np.ones((2, 1), bool), none, none, additive=True)
+                     for (node, _, scores), expand in zip(exits, expands) if expand is not None)
+        drop.update(index[id(n)] for n in chain)
+    return found, drop
+
+
+def _feeds_softmax(node: onnx.NodeProto, users: dict[str, list[onnx.NodeProto]], outputs: set[str]) -> bool:
+    after = users.get(node.output[0], [])
+    return node.output[0] not in outputs and len(after) == 1 and after[0].op_type == "Softmax"
+
+
+def _float_expand(model: onnx.ModelProto, chain: list[onnx.NodeProto], vi: onnx.ValueInfoProto, term: str,
+                  shapes: dict[str, tuple[int, ...]]) -> tuple[int, ...] | None:
+    """The reshape of the float input ``vi`` under which it broadcasts to ``term`` as the shape chain makes it
+    (checked on a probe of distinct values), or None."""
+    shape = shapes[vi.name]
+    if term == vi.name:
+        return tuple(shape)
+    probe = np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape)
+    consts = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    got = _evaluate(model, chain, vi.name, vi, [term], consts, [probe])[term][0]
+    for axes in itertools.combinations(range(got.ndim), len(shape)):
+        expand = [1] * got.ndim
+        for axis, size in zip(axes, shape):
+            expand[axis] = size
+        try:
+            if np.array_equal(np.broadcast_to(probe.reshape(expand), got.shape), got):
+                return tuple(expand)
+        except ValueError:
+            continue
+    flat = got.reshape(-1)
+    if got.size == probe.size and np.array_equal(flat, probe.reshape(-1)):
+        return tuple(got.shape)
+    return None

@@ -45,7 +45,7 @@ import onnx
 from onnx import numpy_helper, shape_inference
 
 from ..ir import Graph, GraphError, Node
-from . import contrib, float_ref, masks, rmsnorm
+from . import contrib, float_ref, indices, masks, rmsnorm
 
 __all__ = ["UnsupportedOperatorError", "UnsupportedModelError", "ModelFileError", "UnsupportedOpsetError",
            "TensorTooLargeError", "import_onnx", "RULES", "SUPPORTED_OPSETS", "RESIZE_COORDINATE_MODES",
@@ -59,10 +59,11 @@ of 19 and 22); later revisions are not reviewed."""
 
 
 def _public_ops() -> list[str]:
-    """The ONNX operators the rules import, sorted (without ``KeyMask``, the lab's own stand-in for a runtime
-    mask's exit, :mod:`.masks`, and ``RMSNormalization``, which stands in for RMSNorm's decomposition: the
-    operator itself arrives in opset 23, beyond :data:`SUPPORTED_OPSETS`)."""
-    return sorted(set(RULES) - {"KeyMask", rmsnorm.FUSED_OP})
+    """The ONNX operators the rules import, sorted (without ``KeyMask`` and ``IndexFn``, the lab's own stand-ins for
+    a runtime mask's exit, :mod:`.masks`, and indices computed from token ids, :mod:`.indices`, and
+    ``RMSNormalization``, which stands in for RMSNorm's decomposition: the operator itself arrives in opset 23, beyond
+    :data:`SUPPORTED_OPSETS`)."""
+    return sorted(set(RULES) - {"KeyMask", "IndexFn", rmsnorm.FUSED_OP})
 
 
 class UnsupportedOperatorError(ValueError):
@@ -136,6 +137,7 @@ class _Importer:
         self.graph_outputs = {o.name for o in model.graph.output}
         self.token_linear: dict[str, Node] = {}          # output of a MatMul over tokens -> its Conv2d
         self.key_masks: dict[str, masks.KeyMask] = {}     # output of a runtime mask's exit -> how it masks
+        self.index_fns: dict[str, indices.IndexRegion] = {}  # indices computed from token ids -> how
 
     # ---- helpers used by the rules ------------------------------------------------------------------------------
     def name(self, tensor: str) -> str:
@@ -665,7 +667,7 @@ def _gather(imp: _Importer, node: onnx.NodeProto) -> None:
     if imp.is_const(node.input[0]) and not imp.is_const(node.input[1]):
         ids = imp.name(node.input[1])
         axis = int(_attrs(node).get("axis", 0)) % max(imp.const(node.input[0]).ndim, 1)
-        if ids not in imp.graph.inputs or imp.graph.tensors[ids].dtype != "int64" or axis != 0 or \
+        if ids not in imp.graph.tensors or imp.graph.tensors[ids].dtype != "int64" or axis != 0 or \
                 imp.const(node.input[0]).ndim != 2:
             raise UnsupportedOperatorError(node.op_type, node.name, "an embedding lookup of computed indices (only "
                                                                     "an int64 graph input of token ids can index a "
@@ -742,7 +744,7 @@ def _key_mask(imp: _Importer, node: onnx.NodeProto) -> None:
     if mask is None:
         raise UnsupportedOperatorError(node.op_type, node.name)
     imp.emit("KeyMask", node, [mask.x, mask.mask], expand=list(mask.expand), sel=mask.sel, add=mask.add,
-             fill=mask.fill)
+             fill=mask.fill, additive=mask.additive)
 
 
 def _cast(imp: _Importer, node: onnx.NodeProto) -> None:
@@ -754,6 +756,17 @@ def _cast(imp: _Importer, node: onnx.NodeProto) -> None:
                                                                 f"{onnx.TensorProto.DataType.Name(to)} (only to "
                                                                 f"FLOAT, an identity on the lab's float32 values)")
     _alias(imp, node)
+
+
+def _index_fn(imp: _Importer, node: onnx.NodeProto) -> None:
+    """Indices computed from token ids (:func:`.indices.find_index_regions` put the node here; an IndexFn node of the
+    file itself is refused as unknown)."""
+    region = imp.index_fns.get(node.output[0])
+    if region is None:
+        raise UnsupportedOperatorError(node.op_type, node.name)
+    imp.graph.add_tensor(region.out, region.shape, "int64")
+    imp.graph.add_node("IndexFn", imp.graph.unique_name(node.name, node=True), [region.ids], [region.out],
+                       onnx=region.model)
 
 
 def _alias(imp: _Importer, node: onnx.NodeProto) -> None:
@@ -816,6 +829,7 @@ RULES: dict[str, Callable[[_Importer, onnx.NodeProto], None]] = {
     "Split": _split,
     "Where": _where,
     "KeyMask": _key_mask,
+    "IndexFn": _index_fn,
     "Identity": _alias,
     "Cast": _cast,
     "Dropout": _dropout,
@@ -1273,12 +1287,24 @@ def _replace_mask_regions(model: onnx.ModelProto, key_masks: list[masks.KeyMask]
     model.graph.node.extend(kept)
 
 
-def _only_embedding_ids(model: onnx.ModelProto, name: str) -> bool:
-    """Whether every use of the graph input ``name`` is as the indices of a Gather from an initializer table
-    ``[rows, width]`` (a lookup in a 1-D table is a mask's, :mod:`.masks`)."""
+def _indexes_a_table(model: onnx.ModelProto, name: str) -> bool:
+    """Whether the graph input ``name`` is token ids: some use of it is as the indices of a Gather from an
+    initializer table ``[rows, width]`` (a lookup in a 1-D table is a mask's, :mod:`.masks`; its other uses must be
+    index arithmetic, :mod:`.indices`)."""
     tables = {i.name for i in model.graph.initializer if len(i.dims) == 2}
-    uses = [(node, k) for node in model.graph.node for k, t in enumerate(node.input) if t == name]
-    return bool(uses) and all(node.op_type == "Gather" and k == 1 and node.input[0] in tables for node, k in uses)
+    return any(node.op_type == "Gather" and node.input[1:2] == [name] and node.input[0] in tables
+               for node in model.graph.node)
+
+
+def _replace_index_regions(model: onnx.ModelProto, regions: list[indices.IndexRegion], drop: set[int]) -> None:
+    """Drop the index regions' nodes (``drop``: their indices in the graph) and compute each region's result with
+    one ``IndexFn`` node at the graph's start (it reads a graph input only), in place."""
+    if not regions:
+        return
+    kept = [onnx.helper.make_node("IndexFn", [r.ids], [r.out], name=f"{r.out}_indices") for r in regions]
+    kept += [node for index, node in enumerate(model.graph.node) if index not in drop]
+    del model.graph.node[:]
+    model.graph.node.extend(kept)
 
 
 def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, name: str | None = None,
@@ -1320,11 +1346,16 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, n
     masks.drop_nan_guards(model)
     init_names = {i.name for i in model.graph.initializer}
     token_ids = {vi.name for vi in model.graph.input if vi.name not in init_names
-                 and vi.type.tensor_type.elem_type == onnx.TensorProto.INT64 and _only_embedding_ids(model, vi.name)}
+                 and vi.type.tensor_type.elem_type == onnx.TensorProto.INT64 and _indexes_a_table(model, vi.name)}
+    index_regions, index_nodes = indices.find_index_regions(model, token_ids, contrib.static_shapes(model))
+    _replace_index_regions(model, index_regions, index_nodes)
     key_masks, region, mask_types = masks.find_key_masks(model, token_ids)
+    float_masks, float_region = masks.find_float_masks(model, contrib.static_shapes(model))
+    key_masks, region = key_masks + float_masks, region | float_region
     _replace_mask_regions(model, key_masks, region)
     imp = _Importer(model, label)
     imp.key_masks = {m.out: m for m in key_masks}
+    imp.index_fns = {r.out: r for r in index_regions}
     g = imp.graph
     for vi in model.graph.input:
         if vi.name in init_names:

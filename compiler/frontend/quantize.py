@@ -126,7 +126,8 @@ def prepare(graph: Graph) -> Graph:
 def _samples(graph: Graph, inputs: Mapping[str, np.ndarray] | Iterable[Mapping[str, np.ndarray]]) \
         -> Iterator[dict[str, np.ndarray]]:
     """Calibration inputs one graph batch at a time (a stacked dict is sliced and converted to float32 per batch, so
-    only one batch is ever converted)."""
+    only one batch is ever converted). Each input of a stacked dict stacks its own first axis: ``n`` samples of an
+    input of shape ``[d0, ...]`` are ``[n * d0, ...]`` (``d0`` the batch, or e.g. a ``[T, T]`` mask's rows)."""
     if isinstance(inputs, Mapping):
         name = graph.inputs[0]
         batch = graph.shape(name)[0]
@@ -134,8 +135,9 @@ def _samples(graph: Graph, inputs: Mapping[str, np.ndarray] | Iterable[Mapping[s
         if total % batch:
             raise ValueError(f"Calibration input {name!r} has {total} samples, not a multiple of the graph's batch "
                              f"{batch}.")
-        for i in range(0, total, batch):
-            yield {k: np.asarray(v[i:i + batch], np.int64 if graph.tensors[k].dtype == "int64" else np.float32)
+        for j in range(total // batch):
+            yield {k: np.asarray(v[j * graph.shape(k)[0]:(j + 1) * graph.shape(k)[0]],
+                                 np.int64 if graph.tensors[k].dtype == "int64" else np.float32)
                    for k, v in inputs.items()}
         return
     for sample in inputs:
@@ -654,6 +656,12 @@ class _Quantizer:
         self.qg.add_node("QMatMul", node.name, operands, [self.wide_out(out, sy)], multiplier=int(mult[0]),
                          shift=int(shift[0]))
 
+    def index_fn(self, node: Node) -> None:
+        """IndexFn (indices computed from token ids): the same int64 node."""
+        out = node.outputs[0]
+        self.qg.add_tensor(out, self.fg.shape(out), "int64")
+        self.qg.add_node("IndexFn", node.name, list(node.inputs), [out], **node.attrs)
+
     def embedding(self, node: Node) -> None:
         """Embedding (token ids into a float table) -> Embedding of the int8 table, per-tensor, at its own scale
         (the output's: a row lookup does not rescale)."""
@@ -686,7 +694,7 @@ class _Quantizer:
         for name in fg.inputs:
             qg.add_tensor(name, fg.shape(name), fg.tensors[name].dtype)
             qg.inputs.append(name)
-            if fg.tensors[name].dtype == "int64":       # token ids: read by an Embedding as they are
+            if fg.tensors[name].dtype == "int64" or _raw_mask(fg, name):  # token ids, masks: read as they are
                 continue
             qname = f"{name}_q"
             users = fg.consumers(name)
@@ -702,7 +710,8 @@ class _Quantizer:
                 qg.add_tensor(qname, fg.shape(name), "int8", scale)
                 qg.add_node("QClip", f"clip_{name}", [wide], [qname], lo=self.qmin, hi=self.qmax)
             self.scales[qname] = scale
-        renamed = {name: f"{name}_q" for name in fg.inputs if fg.tensors[name].dtype != "int64"}
+        renamed = {name: f"{name}_q" for name in fg.inputs
+                   if fg.tensors[name].dtype != "int64" and not _raw_mask(fg, name)}
         for node in fg.nodes:
             node = Node(node.op, node.name, [renamed.get(i, i) for i in node.inputs], node.outputs, node.attrs)
             if node.name in self.skip:
@@ -732,7 +741,7 @@ _HANDLERS = {
     "Conv2d": _Quantizer.linear, "Dense": _Quantizer.linear, "Add": _Quantizer.add, "Mul": _Quantizer.mul,
     "Concat": _Quantizer.concat, "Softmax": _Quantizer.softmax, "MatMul": _Quantizer.matmul,
     "LayerNorm": _Quantizer.layer_norm, "RMSNorm": _Quantizer.rms_norm, "Where": _Quantizer.where,
-    "Embedding": _Quantizer.embedding, "KeyMask": _Quantizer.key_mask,
+    "Embedding": _Quantizer.embedding, "KeyMask": _Quantizer.key_mask, "IndexFn": _Quantizer.index_fn,
     **{op: _Quantizer.passthrough for op in ("Relu", "Clip", "MaxPool", "AvgPool", "GlobalAvgPool", "Reshape", "Pad",
                                              "Transpose", "Resize", "Gather", "Slice")},
     **{op: _Quantizer.lut for op in float_ref.ACTIVATIONS},
@@ -841,6 +850,13 @@ def compare_outputs(reference: np.ndarray, test: np.ndarray) -> dict[str, float]
         "max_abs_error": float(np.abs(ref - got).max()),
         "snr_db": float(10 * np.log10(signal / noise)) if noise > 0 else float("inf"),
     }
+
+
+def _raw_mask(fg: Graph, name: str) -> bool:
+    """Whether graph input ``name`` is a float mask read only by additive KeyMask nodes (added in float inside the
+    Softmax, never quantized)."""
+    users = fg.consumers(name)
+    return bool(users) and all(u.op == "KeyMask" and u.inputs[1] == name and u.attrs.get("additive") for u in users)
 
 
 _ORT_TYPES = {"tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(bool)": np.bool_,

@@ -28,7 +28,7 @@ import numpy as np
 from vta.config import VTAConfig
 
 from ..ir import Graph, Node, node_macs
-from .codegen import AddLayer, ConvLayer, alu_passes, fused_requant
+from .codegen import AddLayer, ConvLayer, alu_passes, fused_requant, rounding_start
 from .dense_rows import rows_image
 from .gelu import GeluLayer, gelu_accel_uops
 from .intrin import Intrinsics, intrinsics
@@ -285,7 +285,7 @@ def _accel_us(layer: ConvLayer | AddLayer | GeluLayer | LayerNormLayer | Softmax
         t = plan_conv(layer.geom, intr)
         g = layer.geom
         _, nib = g.block_ranges
-        uops = g.nb * g.ob * nib * g.kh * g.kw * g.oh * g.ow + 6 * g.nb * g.ob * g.oh * g.ow
+        uops = g.nb * g.ob * nib * g.kh * g.kw * g.oh * g.ow + _other_uops(layer, intr) * g.nb * g.ob * g.oh * g.ow
         dma = t.dma_bytes(intr)
     elif isinstance(layer, GeluLayer):
         uops, dma = gelu_accel_uops(layer, intr)
@@ -299,6 +299,16 @@ def _accel_us(layer: ConvLayer | AddLayer | GeluLayer | LayerNormLayer | Softmax
         dma = 3 * int(np.prod(layer.shape))
     cycles = max(uops, dma / cfg.bus_bytes)
     return cycles / cfg.clock_mhz + ACCEL_LAUNCH_US
+
+
+def _other_uops(layer: ConvLayer, intr: Intrinsics) -> int:
+    """The micro-ops a convolution or linear layer spends per output vector besides its GEMMs: the accumulators'
+    reset (unless ``gemm_overwrite``) and its ALU passes as its program applies them (:func:`~.codegen.alu_passes`
+    with the offset start, the rounding start and ``fused_requant`` as the code generator decides them)."""
+    offset = offset_start(layer, intr) is not None
+    passes = alu_passes(layer, fused=fused_requant(layer, intr), offset=offset,
+                        start=offset or rounding_start(layer, intr) is not None)
+    return (0 if intr.cfg.gemm_overwrite else 1) + len(passes)
 
 
 def _cpu_us(graph: Graph, node: Node) -> float:

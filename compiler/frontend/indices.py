@@ -1,0 +1,111 @@
+"""Embedding indices computed from token ids: RoBERTa's position ids (``cumsum(ids != pad) * (ids != pad) + pad``),
+a token-type buffer gathered by them, and the like.
+
+A graph input of token ids (int64, used directly as the indices of a Gather from a constant table ``[rows,
+width]``) may also feed integer arithmetic on itself and constants (an *index region*: Equal, Not, Cast, CumSum,
+Mul, Add, GatherElements of a constant buffer, Expand, ...) whose results index other tables.
+:func:`find_index_regions` finds each such result that a table Gather reads, and the region nodes it needs; the
+importer drops the region and computes each result with one ``IndexFn`` node, which carries that part of the ONNX
+graph and runs it with ONNX's reference evaluator at run time on the CPU (:func:`..qops_index.run_index_fn`). The
+table Gather that reads it is an Embedding as for any token ids. Every op of the region must be one of
+:data:`INDEX_OPS` (standard integer and shape operators: no control flow, no custom domain); a region value read by
+anything but a table Gather as its indices, or with an activation, is refused with :class:`IndexRegionError` naming
+the node.
+"""
+from __future__ import annotations
+
+import base64
+
+import onnx
+from onnx import TensorProto, helper
+
+from ..ir import GraphError
+
+__all__ = ["IndexRegion", "IndexRegionError", "find_index_regions", "INDEX_OPS"]
+
+INDEX_OPS = frozenset({"Equal", "Not", "Cast", "CumSum", "Mul", "Add", "Sub", "Neg", "Abs", "Min", "Max", "Clip",
+                       "Where", "And", "Or", "Greater", "Less", "GreaterOrEqual", "LessOrEqual", "Unsqueeze",
+                       "Squeeze", "Reshape", "Flatten", "Expand", "Identity", "GatherElements", "Gather", "Slice",
+                       "Concat", "Tile", "Range", "Mod", "Div"})
+"""The ops an index region may contain (evaluated by ONNX's reference implementation)."""
+
+
+class IndexRegionError(GraphError):
+    """Token ids reach something other than table lookups through integer arithmetic (names the node)."""
+
+
+class IndexRegion:
+    """One computed index tensor: ``out`` (int64, ``shape``) from the token-id input ``ids`` by the ONNX model
+    ``model`` (serialized, base64: the region's nodes and constants; one input, one output)."""
+
+    def __init__(self, ids: str, out: str, shape: tuple[int, ...], model: str) -> None:
+        self.ids, self.out, self.shape, self.model = ids, out, shape, model
+
+
+def _tables(model: onnx.ModelProto) -> set[str]:
+    return {i.name for i in model.graph.initializer if len(i.dims) == 2}
+
+
+def find_index_regions(model: onnx.ModelProto, token_ids: set[str], shapes: dict[str, tuple[int, ...]]
+                       ) -> tuple[list[IndexRegion], set[int]]:
+    """For the token-id inputs ``token_ids`` of ``model`` (shapes inferred, constants folded; ``shapes`` the static
+    shapes): every tensor computed from one of them and constants alone that a Gather from a table ``[rows, width]``
+    reads as its indices, as an :class:`IndexRegion`, and the indices in ``model.graph.node`` of the region nodes (to
+    drop). :class:`IndexRegionError` for a region op outside :data:`INDEX_OPS` or a region value read otherwise."""
+    consts = {i.name: i for i in model.graph.initializer}
+    tables = _tables(model)
+    region: dict[str, str] = {name: name for name in token_ids}      # tensor -> its token-id input
+    nodes: list[tuple[int, onnx.NodeProto]] = []
+    wanted: dict[str, str] = {}
+    outputs = {o.name for o in model.graph.output}
+    for index, node in enumerate(model.graph.node):
+        touched = [t for t in node.input if t in region]
+        if not touched:
+            continue
+        where = f"node {node.name or node.output[0]!r} ({node.op_type})"
+        if node.op_type == "Gather" and len(node.input) == 2 and node.input[0] in tables and \
+                node.input[1] in region and node.input[0] not in region:
+            if node.input[1] not in token_ids:
+                wanted[node.input[1]] = region[node.input[1]]
+            continue
+        ids = region[touched[0]]
+        if not all(not t or t in region or t in consts for t in node.input):
+            raise IndexRegionError(f"the token ids {ids!r} reach {where} together with an activation; token ids "
+                                   f"(and integers computed from them) may only index constant tables")
+        if node.op_type not in INDEX_OPS or node.domain not in ("", "ai.onnx"):
+            raise IndexRegionError(f"the token ids {ids!r} reach {where}, which the lab does not compute on token "
+                                   f"ids: the ops it runs on them are {', '.join(sorted(INDEX_OPS))}")
+        if len({region[t] for t in touched}) > 1:
+            raise IndexRegionError(f"two token-id inputs meet in {where}; the lab computes indices from one")
+        nodes.append((index, node))
+        for out in node.output:
+            region[out] = ids
+    leaked = sorted(t for t in region if t in outputs and t not in token_ids)
+    if leaked:
+        raise IndexRegionError(f"graph output(s) {', '.join(map(repr, leaked))} are computed from token ids alone; "
+                               f"the lab computes outputs from activations")
+    found = []
+    for out, ids in wanted.items():
+        if out not in shapes:
+            raise IndexRegionError(f"the indices {out!r} computed from the token ids {ids!r} have no static shape")
+        found.append(IndexRegion(ids, out, shapes[out], _submodel(model, [n for _, n in nodes], ids, out, consts)))
+    return found, {index for index, _ in nodes}
+
+
+def _submodel(model: onnx.ModelProto, nodes: list[onnx.NodeProto], ids: str, out: str,
+              consts: dict[str, onnx.TensorProto]) -> str:
+    """The part of the graph computing ``out`` from ``ids``, as a base64 ONNX model (int64 out)."""
+    needed = {out}
+    keep: list[onnx.NodeProto] = []
+    for node in reversed(nodes):
+        if any(o in needed for o in node.output):
+            keep.append(node)
+            needed.update(t for t in node.input if t)
+    keep.reverse()
+    vi = next(v for v in model.graph.input if v.name == ids)
+    graph = helper.make_graph(keep, "index_region", [vi], [helper.make_tensor_value_info(out, TensorProto.INT64,
+                                                                                          None)],
+                              [consts[t] for t in sorted(needed) if t in consts])
+    opsets = [o for o in model.opset_import if o.domain in ("", "ai.onnx")]
+    sub = helper.make_model(graph, opset_imports=opsets or [helper.make_opsetid("", 17)])
+    return base64.b64encode(sub.SerializeToString()).decode("ascii")

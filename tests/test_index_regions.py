@@ -1,0 +1,104 @@
+"""Embedding indices computed from token ids (compiler/frontend/indices.py, the IndexFn node): RoBERTa's position ids
+and a token-type buffer gathered by them, built with onnx.helper, against ONNX Runtime and on fsim; the refusals."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from vta.compiler import qops
+from vta.compiler.frontend.float_ref import run_float
+from vta.compiler.frontend.indices import IndexRegionError
+from vta.compiler.frontend.onnx_frontend import import_onnx
+from vta.config import VTAConfig
+
+B, T, D, V, PAD = 2, 8, 16, 20, 1
+node = helper.make_node
+
+
+def _roberta_embeddings(extra=()):
+    """RoBERTa's embeddings: words, positions ``cumsum(ids != PAD) * (ids != PAD) + PAD`` and token types gathered
+    from a zero buffer by the positions, summed, then a linear layer to ``y``."""
+    rng = np.random.default_rng(0)
+    inits = {"words": rng.standard_normal((V, D)).astype(np.float32),
+             "positions": rng.standard_normal((T + PAD + 1, D)).astype(np.float32),
+             "types": rng.standard_normal((2, D)).astype(np.float32),
+             "pad": np.array(PAD, np.int64), "axis": np.array(1, np.int64),
+             "buffer": np.zeros((B, T + PAD + 1), np.int64),
+             "w": (rng.standard_normal((D, D)) * 0.3).astype(np.float32)}
+    nodes = [node("Equal", ["input_ids", "pad"], ["is_pad"]), node("Not", ["is_pad"], ["keep"]),
+             node("Cast", ["keep"], ["keep_i"], to=TensorProto.INT32),
+             node("CumSum", ["keep_i", "axis"], ["count"]), node("Mul", ["count", "keep_i"], ["masked"]),
+             node("Cast", ["masked"], ["masked64"], to=TensorProto.INT64),
+             node("Add", ["masked64", "pad"], ["position_ids"]),
+             node("GatherElements", ["buffer", "position_ids"], ["type_ids"], axis=1),
+             node("Gather", ["words", "input_ids"], ["e_w"]), node("Gather", ["positions", "position_ids"], ["e_p"]),
+             node("Gather", ["types", "type_ids"], ["e_t"]), node("Add", ["e_w", "e_p"], ["e_wp"]),
+             node("Add", ["e_wp", "e_t"], ["e"]), *extra, node("MatMul", ["e", "w"], ["y"])]
+    graph = helper.make_graph(nodes, "roberta", [helper.make_tensor_value_info("input_ids", TensorProto.INT64, [B, T])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [B, T, D])],
+                              [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    return model
+
+
+def _ids():
+    ids = np.random.default_rng(3).integers(2, V, (B, T)).astype(np.int64)
+    ids[1, -3:] = PAD                                          # a padded row: its positions stay at PAD
+    return ids
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("VTA_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def test_position_ids_from_token_ids_import_as_index_fns_and_run_on_fsim(tmp_path):
+    from vta.compiler.pipeline import CalibrationSet, check_inputs, compile_model
+    from vta.compiler.runtime.executor import run
+    model = _roberta_embeddings()
+    graph = import_onnx(model)
+    ops = [n.op for n in graph.nodes]
+    assert ops.count("IndexFn") == 2 and ops.count("Embedding") == 3
+    assert not {"Equal", "Not", "CumSum", "GatherElements"} & set(ops)
+    assert graph.tensors["position_ids"].dtype == "int64"
+    ids = _ids()
+    positions = run_float(graph, {"input_ids": ids}, keep_all=True)["position_ids"]
+    np.testing.assert_array_equal(positions[1], [2, 3, 4, 5, 6, 1, 1, 1])
+    want = ort.InferenceSession(model.SerializeToString()).run(None, {"input_ids": ids})[0]
+    np.testing.assert_allclose(run_float(graph, {"input_ids": ids})["y"], want, atol=1e-5)
+
+    path = tmp_path / "roberta.onnx"
+    onnx.save(model, str(path))
+    calib = {"input_ids": np.concatenate([ids, ids])}
+    compiled = compile_model(str(path), VTAConfig(), calib=2, policy="accel",
+                             calibration=CalibrationSet(calib, {"source": "test", "samples": 2}))
+    feeds = check_inputs(compiled.graph, {"input_ids": ids})
+    out = run(compiled, feeds, target="fsim")
+    np.testing.assert_array_equal(out.outputs["y"], qops.run_reference(compiled.graph, feeds)["y"])
+    got = out.outputs["y"].astype(np.float64)
+    assert float(got.ravel() @ want.ravel() / np.linalg.norm(got) / np.linalg.norm(want)) > 0.99
+
+
+def test_computed_ids_outside_the_table_are_a_value_error():
+    graph = import_onnx(_roberta_embeddings())
+    small = graph.copy()
+    small.constants["positions"] = small.constants["positions"][:4]
+    with pytest.raises(ValueError, match=r"ids from 1 to 9, outside its table's rows 0 to 3"):
+        run_float(small, {"input_ids": _ids()})
+
+
+def test_token_ids_meeting_an_activation_are_refused():
+    extra = [node("Cast", ["keep"], ["keep_f"], to=TensorProto.FLOAT), node("Unsqueeze", ["keep_f", "last"], ["k3"]),
+             node("Mul", ["e0", "k3"], ["e"])]
+    model = _roberta_embeddings(extra)
+    for n in model.graph.node:
+        if n.op_type == "Add" and list(n.output) == ["e"]:
+            n.output[0] = "e0"
+    model.graph.initializer.append(numpy_helper.from_array(np.array([2], np.int64), "last"))
+    with pytest.raises(IndexRegionError, match=r"token ids 'input_ids' reach node .*\(Mul\) together with an "
+                                               r"activation"):
+        import_onnx(model)
