@@ -17,8 +17,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from ..ir import Graph, GraphError, Node
-from ..qops import KEY_MASK_ATTRS, embed, key_mask, resize_source, resize_taps
-from ..qops_index import run_index_fn
+from ..qops import KEY_MASK_ATTRS, embed, key_mask, resize_source, resize_taps, run_index_fn
 
 __all__ = ["exact_matmul", "exact_exp", "conv2d", "dense", "maxpool", "avgpool", "resize", "layer_norm", "rms_norm",
            "slice_take", "ACTIVATIONS", "FLOAT_FNS", "run_float"]

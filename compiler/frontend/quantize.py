@@ -37,8 +37,7 @@ import numpy as np
 import onnx
 
 from ..ir import M_MAX, REQUANT_MODES, S_MAX, AddRequant, Graph, GraphError, Node, Requant
-from ..qops import KEY_MASK_ATTRS
-from ..qops_gated import PRODUCT_BOUND
+from ..qops import KEY_MASK_ATTRS, PRODUCT_BOUND
 from . import float_ref
 from .gptq import MOMENTS_MAX_K, gptq_round, input_moments
 
