@@ -1,5 +1,5 @@
 """RMSNorm's decompositions, as exporters emit them at opsets without ``RMSNormalization`` (it arrives in opset 23),
-matched on the ONNX graph so that :func:`.onnx_frontend._fuse_decompositions` can put one node in their place.
+matched on the ONNX graph so that :func:`.onnx_fusions._fuse_decompositions` can put one node in their place.
 
 RMSNorm over the last axis of ``x [..., D]`` is ``x / sqrt(mean(x**2) + eps) * weight`` (no mean subtracted, no
 bias: Llama's ``LlamaRMSNorm``, T5's ``T5LayerNorm``). The forms matched, each over the last axis only:
@@ -28,7 +28,7 @@ operator of that name, which the importer's rule also reads."""
 
 
 class OnnxGraph(Protocol):
-    """What the matcher reads of an ONNX graph (:class:`.onnx_frontend._OnnxGraph`)."""
+    """What the matcher reads of an ONNX graph (:class:`.onnx_fusions._OnnxGraph`)."""
 
     consts: dict[str, np.ndarray]
     producer: dict[str, onnx.NodeProto]

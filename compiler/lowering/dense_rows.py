@@ -4,7 +4,7 @@
 the image ``[1, K, N, 1]``: channel ``k`` at row ``n`` holds ``x[n, k]``, the weights are ``[O, K, 1, 1]``, and the
 output image ``[1, O, N, 1]`` holds ``y[n, o]`` at channel ``o``, row ``n``. The rows are then the GEMM rows of one
 image and each weight block is loaded once per output-block group, as for the ``[batch, tokens, features]`` linear
-layers the frontend writes as a Conv2d (:func:`..frontend.onnx_frontend._token_linear`). As a dense layer of ``N``
+layers the frontend writes as a Conv2d (:func:`..frontend.onnx_rules._token_linear`). As a dense layer of ``N``
 batch blocks, the weights would be loaded again for every batch block.
 
 This is the case of a 2-D Gemm after a Reshape to ``[tokens, features]``, as ``torch.onnx.export`` writes the output

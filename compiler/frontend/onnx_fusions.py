@@ -1,0 +1,252 @@
+"""Decompositions exporters emit (LayerNorm's, Gelu's, SiLU's, RMSNorm's), fused back into one node before the ONNX
+import rules run (:func:`_fuse_decompositions`)."""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from . import contrib, float_ref, rmsnorm
+from .onnx_common import _attrs
+
+
+class _OnnxGraph:
+    """Producers, consumers and constants of an ONNX graph's tensors, for the pattern matchers."""
+
+    def __init__(self, model: onnx.ModelProto) -> None:
+        self.model = model
+        self.consts = {init.name: numpy_helper.to_array(init) for init in model.graph.initializer}
+        self.producer: dict[str, onnx.NodeProto] = {}
+        self.consumers: dict[str, list[onnx.NodeProto]] = {}
+        for node in model.graph.node:
+            for out in node.output:
+                self.producer[out] = node
+            for inp in node.input:
+                self.consumers.setdefault(inp, []).append(node)
+        self.outputs = {o.name for o in model.graph.output}
+
+    def only_user(self, tensor: str, op: str) -> onnx.NodeProto | None:
+        """The single consumer of ``tensor`` when it has op ``op`` and ``tensor`` is not a graph output."""
+        users = self.consumers.get(tensor, [])
+        if len(users) == 1 and users[0].op_type == op and tensor not in self.outputs:
+            return users[0]
+        return None
+
+    def other_input(self, node: onnx.NodeProto, tensor: str) -> str:
+        return node.input[1] if node.input[0] == tensor else node.input[0]
+
+    def scalar(self, node: onnx.NodeProto, tensor: str) -> float | None:
+        """The value of ``node``'s other (constant, one-element) operand."""
+        other = self.other_input(node, tensor)
+        value = self.consts.get(other)
+        return float(value.reshape(())) if value is not None and value.size == 1 else None
+
+
+def _reduce_axes(g: _OnnxGraph, node: onnx.NodeProto) -> list[int] | None:
+    a = _attrs(node)
+    axes = a.get("axes")
+    if len(node.input) > 1 and node.input[1]:
+        axes = g.consts[node.input[1]].tolist() if node.input[1] in g.consts else None
+    return None if axes is None or not a.get("keepdims", 1) else [int(v) for v in axes]
+
+
+def _match_layer_norm(g: _OnnxGraph, mean: onnx.NodeProto, rank: int
+                      ) -> tuple[list[onnx.NodeProto], dict[str, Any]] | None:
+    """``ReduceMean(x) -> Sub(x, mean) -> Pow 2 (or Mul by itself) -> ReduceMean -> Add eps -> Sqrt -> Div`` over
+    the last axis, then an optional Mul by gamma and Add of beta: the nodes and the LayerNormalization's parts."""
+    axes = _reduce_axes(g, mean)
+    if axes is None or [v % rank for v in axes] != [rank - 1]:
+        return None
+    x = mean.input[0]
+    sub = g.only_user(mean.output[0], "Sub")
+    if sub is None or list(sub.input) != [x, mean.output[0]]:
+        return None
+    d = sub.output[0]
+    users = g.consumers.get(d, [])
+    div = next((u for u in users if u.op_type == "Div" and list(u.input[:1]) == [d]), None)
+    sq = next((u for u in users if u is not div), None)
+    if len(users) != 2 or div is None or sq is None or d in g.outputs:
+        return None
+    if not ((sq.op_type == "Pow" and g.scalar(sq, d) == 2.0) or (sq.op_type == "Mul" and list(sq.input) == [d, d])):
+        return None
+    var = g.only_user(sq.output[0], "ReduceMean")
+    if var is None or _reduce_axes(g, var) != axes:
+        return None
+    add = g.only_user(var.output[0], "Add")
+    eps = None if add is None else g.scalar(add, var.output[0])
+    sqrt = None if add is None else g.only_user(add.output[0], "Sqrt")
+    if add is None or eps is None or sqrt is None or list(div.input) != [d, sqrt.output[0]] or \
+            g.consumers.get(sqrt.output[0], []) != [div]:
+        return None
+    nodes: list[onnx.NodeProto] = [mean, sub, sq, var, add, sqrt, div]
+    out, parts = div.output[0], {"x": x, "epsilon": eps}
+    for op, key in (("Mul", "gamma"), ("Add", "beta")):
+        nxt = g.only_user(out, op)
+        other = None if nxt is None else g.other_input(nxt, out)
+        if nxt is None or other is None or other not in g.consts or \
+                (g.consts[other].ndim and g.consts[other].shape[-1] != g.consts[other].size):
+            continue
+        nodes.append(nxt)
+        parts[key], out = g.consts[other].reshape(-1), nxt.output[0]
+    parts["out"] = out
+    return nodes, parts
+
+
+_ELEMENTWISE: dict[str, Callable[..., Any]] = {
+    "Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide, "Pow": np.power, "Sqrt": np.sqrt,
+    "Erf": np.vectorize(math.erf), "Tanh": np.tanh}
+
+
+def _region(g: _OnnxGraph, source: str, end: onnx.NodeProto, order: dict[int, int]) -> list[onnx.NodeProto] | None:
+    """The nodes on the paths from tensor ``source`` to node ``end`` when they form a closed element-wise region:
+    each reads ``source``, another region node's output or a one-element constant, and only ``end``'s output leaves
+    it."""
+    forward: set[int] = set()
+    todo = [source]
+    for _ in range(10):                                  # nodes up to 10 steps after the source
+        users = [u for t in todo for u in g.consumers.get(t, []) if id(u) not in forward]
+        forward.update(id(u) for u in users)
+        todo = [out for u in users for out in u.output]
+    region: dict[int, onnx.NodeProto] = {}
+    todo_nodes = [end]
+    while todo_nodes:
+        node = todo_nodes.pop()
+        if id(node) not in forward or id(node) in region:
+            continue
+        region[id(node)] = node
+        todo_nodes.extend(g.producer[t] for t in node.input if t in g.producer)
+    if id(end) not in region:
+        return None
+    inside = {out for node in region.values() for out in node.output}
+    for node in region.values():
+        if node.op_type not in _ELEMENTWISE:
+            return None
+        for t in node.input:
+            if t != source and t not in inside and not (t in g.consts and g.consts[t].size == 1):
+                return None
+        for out in node.output:
+            if node is not end and (out in g.outputs or any(id(u) not in region for u in g.consumers.get(out, []))):
+                return None
+    return sorted(region.values(), key=lambda n: order[id(n)])
+
+
+def _gelu_kind(g: _OnnxGraph, source: str, nodes: list[onnx.NodeProto]) -> str | None:
+    """``"none"`` or ``"tanh"`` when the element-wise ``nodes`` compute ONNX's Gelu of ``source`` (checked on 81
+    values in [-6, 6]), else None."""
+    x = np.linspace(-6.0, 6.0, 81)
+    values = {source: x}
+    with np.errstate(all="ignore"):
+        for node in nodes:
+            args = [values[t] if t in values else g.consts[t].astype(np.float64).reshape(()) for t in node.input]
+            values[node.output[0]] = _ELEMENTWISE[node.op_type](*args)
+    got = values[nodes[-1].output[0]]
+    for kind in ("none", "tanh"):
+        want = float_ref.ACTIVATIONS["Gelu"](x, {"approximate": kind})
+        if np.all(np.isfinite(got)) and np.abs(got - want).max() < 1e-4:
+            return kind
+    return None
+
+
+def _match_gelu(g: _OnnxGraph, core: onnx.NodeProto, order: dict[int, int]
+                ) -> tuple[list[onnx.NodeProto], str, str] | None:
+    """The element-wise region around an Erf or Tanh node that computes Gelu: (its nodes, source, approximate)."""
+    sources: list[str] = []
+    frontier = [core]
+    for _ in range(5):                                  # the source: up to 5 steps before the core
+        frontier = [g.producer[t] for n in frontier for t in n.input if t in g.producer]
+        sources.extend(t for n in frontier for t in n.input if t not in g.consts and t not in sources)
+    sources = [t for t in core.input] + sources
+    ends, frontier = [core], [core]
+    for _ in range(4):                                  # the end: up to 4 steps after it
+        frontier = [u for n in frontier for u in g.consumers.get(n.output[0], [])]
+        ends.extend(frontier)
+    for end in reversed(ends):
+        for source in sources:
+            nodes = _region(g, source, end, order)
+            kind = None if nodes is None or len(nodes) < 4 else _gelu_kind(g, source, nodes)
+            if nodes is not None and kind is not None:
+                return nodes, source, kind
+    return None
+
+
+def _match_swish(g: _OnnxGraph, sigmoid: onnx.NodeProto) -> tuple[list[onnx.NodeProto], str, float] | None:
+    """``x * Sigmoid(x)`` or ``x * Sigmoid(x * alpha)`` (SiLU, QuickGelu; either operand order): (its nodes, x,
+    alpha)."""
+    inner, alpha, nodes = sigmoid.input[0], 1.0, [sigmoid]
+    scale = g.producer.get(inner)
+    if scale is not None and scale.op_type == "Mul" and g.consumers.get(inner) == [sigmoid] and \
+            inner not in g.outputs:
+        x = next((t for t in scale.input if t not in g.consts), None)
+        value = None if x is None else g.scalar(scale, x)
+        if value is not None:
+            inner, alpha, nodes = x, value, [scale, sigmoid]
+    mul = g.only_user(sigmoid.output[0], "Mul")
+    if mul is None or sorted(mul.input) != sorted([inner, sigmoid.output[0]]):
+        return None
+    return [*nodes, mul], inner, alpha
+
+
+def _fuse_decompositions(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Replace the LayerNorm and Gelu decompositions exporters emit (ReduceMean/Sub/Pow/Sqrt/Div; the Erf and Tanh
+    forms of Gelu) by one LayerNormalization or Gelu node writing the decomposition's output, so each imports as
+    one operator. Shapes are already inferred; the fused nodes keep the output names."""
+    g = _OnnxGraph(model)
+    shapes = contrib.static_shapes(model)
+    order = {id(n): k for k, n in enumerate(model.graph.node)}
+    removed: set[int] = set()
+    replacement: dict[int, onnx.NodeProto] = {}
+    for node in model.graph.node:
+        if id(node) in removed:
+            continue
+        if node.op_type == "ReduceMean" and node.input[0] in shapes:
+            found = _match_layer_norm(g, node, len(shapes[node.input[0]]))
+            if found is None:
+                found_rms = rmsnorm.match_rms_norm(g, node, shapes)
+                if found_rms is None:
+                    continue
+                nodes, parts = found_rms
+                name = f"{parts['out']}_rms_weight"
+                model.graph.initializer.append(numpy_helper.from_array(parts["weight"].astype(np.float32), name))
+                fused = onnx.helper.make_node(rmsnorm.FUSED_OP, [parts["x"], name], [parts["out"]],
+                                              name=nodes[-1].name or f"{parts['out']}_rmsnorm", axis=-1,
+                                              epsilon=parts["epsilon"])
+                removed.update(id(n) for n in nodes)
+                replacement[id(nodes[-1])] = fused
+                continue
+            nodes, parts = found
+            width = shapes[parts["x"]][-1]
+            names = []
+            for key, default in (("gamma", 1.0), ("beta", 0.0)):
+                name = f"{parts['out']}_ln_{key}"
+                value = np.broadcast_to(parts.get(key, np.float32(default)), (width,)).astype(np.float32)
+                model.graph.initializer.append(numpy_helper.from_array(value, name))
+                names.append(name)
+            fused = onnx.helper.make_node("LayerNormalization", [parts["x"], *names], [parts["out"]],
+                                          name=f"{parts['out']}_layernorm", axis=-1, epsilon=parts["epsilon"])
+        elif node.op_type in ("Erf", "Tanh"):
+            found_gelu = _match_gelu(g, node, order)
+            if found_gelu is None:
+                continue
+            nodes, source, kind = found_gelu
+            fused = onnx.helper.make_node("Gelu", [source], [nodes[-1].output[0]],
+                                          name=nodes[-1].name or f"{nodes[-1].output[0]}_gelu", approximate=kind)
+        elif node.op_type == "Sigmoid":
+            found_swish = _match_swish(g, node)
+            if found_swish is None:
+                continue
+            nodes, source, alpha = found_swish
+            fused = onnx.helper.make_node("Swish", [source], [nodes[-1].output[0]],
+                                          name=nodes[-1].name or f"{nodes[-1].output[0]}_swish", alpha=alpha)
+        else:
+            continue
+        removed.update(id(n) for n in nodes)
+        replacement[id(nodes[-1])] = fused
+    if not replacement:
+        return model
+    kept = [replacement.get(id(n), n) for n in model.graph.node if id(n) not in removed or id(n) in replacement]
+    del model.graph.node[:]
+    model.graph.node.extend(kept)
+    return model

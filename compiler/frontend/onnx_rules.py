@@ -1,0 +1,382 @@
+"""The ONNX import rules of the convolutional and general operators (Conv, BatchNormalization, Gemm, MatMul, Clip,
+the binary element-wise ops, pooling, Reshape, Pad, Concat/Softmax axes, Transpose, DepthToSpace, Resize);
+:mod:`.onnx_transformer_rules` has the rest and the :data:`RULES` table."""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+import onnx
+
+from ..ir import Node
+from .onnx_common import UnsupportedOperatorError, _attrs, _decode, _Importer
+
+
+def _nd_pads(imp: _Importer, node: onnx.NodeProto, kernel: tuple[int, ...], strides: tuple[int, ...],
+             attrs: dict[str, Any]) -> list[tuple[int, int]]:
+    """(begin, end) pads of each spatial axis from ``pads`` or ``auto_pad``."""
+    rank = len(kernel)
+    auto = _decode(attrs.get("auto_pad", "NOTSET"))
+    if auto in ("NOTSET", "VALID"):
+        p = list(attrs.get("pads", [0] * 2 * rank)) if auto == "NOTSET" else [0] * 2 * rank
+        if len(p) != 2 * rank:
+            raise UnsupportedOperatorError(node.op_type, node.name, f"pads {p} for a {rank}D window (need "
+                                                                    f"{2 * rank} values)")
+        return [(int(p[i]), int(p[i + rank])) for i in range(rank)]
+    if auto not in ("SAME_UPPER", "SAME_LOWER"):
+        raise UnsupportedOperatorError(node.op_type, node.name, f"auto_pad {auto!r}")
+    pads = []
+    for size, k, s in zip(imp.shape(node.input[0])[2:], kernel, strides):
+        out = -(-size // s)
+        total = max(0, (out - 1) * s + k - size)
+        small, big = total // 2, total - total // 2
+        pads.append((small, big) if auto == "SAME_UPPER" else (big, small))
+    return pads
+
+
+def _spatial_pads(imp: _Importer, node: onnx.NodeProto, kernel: tuple[int, ...], strides: tuple[int, ...],
+                  attrs: dict[str, Any]) -> tuple[int, int, int, int]:
+    """(top, left, bottom, right) pads of a 2D window from ``pads`` or ``auto_pad``."""
+    if _decode(attrs.get("auto_pad", "NOTSET")) == "NOTSET" and len(attrs.get("pads", [0] * 4)) != 4:
+        raise UnsupportedOperatorError(node.op_type, node.name, f"only 2D pads are supported, got "
+                                                                f"{list(attrs['pads'])}")
+    (top, bottom), (left, right) = _nd_pads(imp, node, kernel, strides, attrs)
+    return (top, left, bottom, right)
+
+
+def _check_dilations(node: onnx.NodeProto, attrs: dict[str, Any]) -> None:
+    if any(d != 1 for d in attrs.get("dilations", [1])):
+        raise UnsupportedOperatorError(node.op_type, node.name, f"dilations {list(attrs['dilations'])} (only 1)")
+
+
+# ---- rules: ONNX op_type -> function(importer, node) ----------------------------------------------------------------
+def _conv(imp: _Importer, node: onnx.NodeProto) -> None:
+    a = _attrs(node)
+    _check_dilations(node, a)
+    if not imp.is_const(node.input[1]):
+        raise UnsupportedOperatorError(node.op_type, node.name, "weights must be a constant initializer")
+    w = imp.const(node.input[1])
+    if w.ndim != 4:
+        raise UnsupportedOperatorError(node.op_type, node.name, f"only 2D convolutions, got weights {w.shape}")
+    kernel = (w.shape[2], w.shape[3])
+    strides = tuple(int(s) for s in a.get("strides", [1, 1]))
+    pads = _spatial_pads(imp, node, kernel, strides, a)
+    x = node.input[0]
+    absorbed = _absorb_pad(imp, x)
+    if absorbed is not None:
+        x, extra = absorbed
+        pads = (pads[0] + extra[0], pads[1] + extra[1], pads[2] + extra[2], pads[3] + extra[3])
+    inputs = [x, imp.use_const(node.input[1])]
+    if imp.const_input(node, 2, "bias B") is not None:
+        inputs.append(imp.use_const(node.input[2]))
+    imp.emit("Conv2d", node, inputs, strides=strides, pads=pads, groups=int(a.get("group", 1)))
+
+
+def _absorb_pad(imp: _Importer, tensor: str) -> tuple[str, tuple[int, int, int, int]] | None:
+    """If ``tensor`` comes from a single-use zero Pad of H and W only, remove the Pad and return (its input, its
+    (top, left, bottom, right) pads) so the convolution pads instead."""
+    src = imp.name(tensor)
+    prod = imp.graph.producer(src)
+    if prod is None or prod.op != "Pad" or prod.attrs["value"] != 0.0 or imp.uses.get(tensor, 0) != 1:
+        return None
+    p = prod.attrs["pads"]
+    if len(p) != 8 or p[0] or p[1] or p[4] or p[5] or src in imp.graph_outputs:
+        return None
+    imp.graph.nodes.remove(prod)
+    del imp.graph.tensors[src]
+    return prod.inputs[0], (p[2], p[3], p[6], p[7])
+
+
+def _batchnorm(imp: _Importer, node: onnx.NodeProto) -> None:
+    if _attrs(node).get("training_mode", 0):
+        raise UnsupportedOperatorError(node.op_type, node.name or f"<unnamed, writes {node.output[0]}>",
+                                       "training_mode=1 (batch statistics and running-statistics outputs); the lab "
+                                       "runs inference, with the model's mean and var")
+    eps = float(_attrs(node).get("epsilon", 1e-5))
+    params = [imp.const_input(node, k, what) for k, what in enumerate(("", "scale", "B", "input_mean", "input_var"))
+              if k]
+    gamma, beta, mean, var = (np.asarray(p, np.float64) for p in params)
+    mult = gamma / np.sqrt(var + eps)
+    shift = beta - mean * mult
+    src = imp.name(node.input[0])
+    prod = imp.graph.producer(src)
+    single_use = imp.uses.get(node.input[0], 0) == 1 and node.input[0] not in imp.graph_outputs
+    if prod is not None and prod.op in ("Conv2d", "Dense") and single_use:
+        w = imp.graph.constants[prod.inputs[1]].astype(np.float64)
+        b = imp.graph.constants[prod.inputs[2]].astype(np.float64) if len(prod.inputs) > 2 else 0.0
+        scale = mult.reshape((-1,) + (1,) * (w.ndim - 1))
+        prod.inputs[1:] = [imp.new_const(f"{node.output[0]}_w", w * scale),
+                           imp.new_const(f"{node.output[0]}_b", b * mult + shift)]
+        imp.graph.rename_tensor(src, node.output[0])
+        return
+    if len(imp.shape(node.input[0])) != 4:
+        raise UnsupportedOperatorError(node.op_type, node.name, "a BatchNormalization of a non-NCHW tensor that "
+                                                                "does not follow a Conv or Gemm")
+    c = mult.shape[0]
+    inputs = [node.input[0], imp.new_const(f"{node.output[0]}_w", mult.reshape(c, 1, 1, 1)),
+              imp.new_const(f"{node.output[0]}_b", shift)]
+    imp.emit("Conv2d", node, inputs, strides=(1, 1), pads=(0, 0, 0, 0), groups=c)
+
+
+def _gemm(imp: _Importer, node: onnx.NodeProto) -> None:
+    a = _attrs(node)
+    if a.get("transA", 0) or not imp.is_const(node.input[1]):
+        raise UnsupportedOperatorError(node.op_type, node.name, "needs transA=0 and a constant B")
+    w = imp.const(node.input[1]).astype(np.float64) * float(a.get("alpha", 1.0))
+    w = w if a.get("transB", 0) else w.T
+    inputs = [node.input[0], imp.new_const(f"{node.output[0]}_w", w)]
+    bias = imp.const_input(node, 2, "bias C")
+    if bias is not None:
+        c = bias.astype(np.float64).reshape(-1) * float(a.get("beta", 1.0))
+        if c.size not in (1, w.shape[0]):
+            raise UnsupportedOperatorError(node.op_type, node.name, f"a bias C of {c.size} values for "
+                                                                    f"{w.shape[0]} outputs (only per-output biases)")
+        bias = np.broadcast_to(c, w.shape[:1])
+        inputs.append(imp.new_const(f"{node.output[0]}_b", bias))
+    imp.emit("Dense", node, inputs)
+
+
+def _matmul(imp: _Importer, node: onnx.NodeProto) -> None:
+    """MatMul by a constant ``[K, O]``: a Dense layer for an input ``[N, K]``; for an input ``[..., K]`` of rank > 2
+    (tokens), a 1x1 Conv2d over the image ``[1, K, R, 1]`` of all ``R = prod(...)`` token rows (see
+    :func:`_token_linear`); any other MatMul (two activations, or a constant of rank > 2) is a batched,
+    broadcasting MatMul."""
+    a, b = node.input[0], node.input[1]
+    ranks = [len(imp.shape(t)) if not imp.is_const(t) else imp.const(t).ndim for t in (a, b)]
+    if min(ranks) < 2:
+        raise UnsupportedOperatorError(node.op_type, node.name, f"operands of rank {ranks[0]} and {ranks[1]}; both "
+                                                                f"must have rank 2 or more")
+    if imp.is_const(a):
+        raise UnsupportedOperatorError(node.op_type, node.name, "a constant first operand (only the second may be "
+                                                                "a constant)")
+    if not imp.is_const(b) or ranks[1] > 2:
+        imp.emit("MatMul", node, [a, imp.use_const(b) if imp.is_const(b) else b])
+        return
+    w = imp.new_const(f"{node.output[0]}_w", imp.const(b).T)
+    shape = imp.shape(a)
+    if len(shape) == 2:
+        imp.emit("Dense", node, [a, w])
+        return
+    _token_linear(imp, node, a, imp.const(b))
+
+
+def _token_linear(imp: _Importer, node: onnx.NodeProto, x: str, w: np.ndarray) -> None:
+    """``x [..., K] @ w [K, O]`` as a 1x1 convolution whose image is every token row: ``x`` reshaped to ``[R, K]``,
+    transposed and viewed as ``[1, K, R, 1]``, the Conv2d, and back to ``[..., O]``. On the accelerator the tokens
+    are then the GEMM rows of one image, and the weights are loaded once for all of them (a Dense of ``R`` batch
+    rows would load them again for every batch block)."""
+    shape = imp.shape(x)
+    rows, k, o = int(np.prod(shape[:-1])), shape[-1], w.shape[1]
+    flat = imp.emit_shaped("Reshape", node, [x], (rows, k), shape=(rows, k))
+    cols = imp.emit_shaped("Transpose", node, [flat], (k, rows), perm=(1, 0))
+    image = imp.emit_shaped("Reshape", node, [cols], (1, k, rows, 1), shape=(1, k, rows, 1))
+    weight = imp.new_const(f"{node.output[0]}_w", w.T.reshape(o, k, 1, 1))
+    conv = imp.emit_shaped("Conv2d", node, [image, weight], (1, o, rows, 1), strides=(1, 1), pads=(0, 0, 0, 0),
+                           groups=1)
+    back = imp.emit_shaped("Reshape", node, [conv], (o, rows), shape=(o, rows))
+    out = imp.emit_shaped("Transpose", node, [back], (rows, o), perm=(1, 0))
+    imp.emit("Reshape", node, [out], shape=imp.shapes_of(node.output[0]))
+    producer = imp.graph.producer(conv)
+    if producer is not None:
+        imp.token_linear[node.output[0]] = producer
+        last = imp.graph.nodes[-1]
+        if node.name and last.name == node.name:     # the compiled layer keeps the ONNX node's name (the report row)
+            last.name = imp.graph.unique_name(f"{node.name}_reshape_out", node=True)
+            producer.name = node.name
+
+
+def _dense_bias_target(imp: _Importer, x: str, c: np.ndarray) -> Node | None:
+    """The Conv2d of a MatMul over tokens (:func:`_token_linear`) that wrote ``x``, when the constant ``c``
+    broadcasts along the last axis only and ``x`` has one use: an Add of ``c`` then folds into its bias."""
+    conv = imp.token_linear.get(imp.name(x))
+    if conv is None or imp.uses.get(x, 0) != 1 or x in imp.graph_outputs:
+        return None
+    o = imp.graph.shape(conv.inputs[1])[0]
+    if c.size not in (1, o) or (c.ndim and c.shape[-1] != c.size):
+        return None
+    return conv
+
+
+def _clip(imp: _Importer, node: onnx.NodeProto) -> None:
+    a = _attrs(node)
+    lo, hi = a.get("min"), a.get("max")
+    lo_input, hi_input = imp.const_input(node, 1, "min"), imp.const_input(node, 2, "max")
+    if lo_input is not None:
+        lo = float(lo_input.reshape(()))
+    if hi_input is not None:
+        hi = float(hi_input.reshape(()))
+    imp.emit("Clip", node, [node.input[0]], min=None if lo is None else float(lo),
+             max=None if hi is None else float(hi))
+
+
+def _binary(imp: _Importer, node: onnx.NodeProto) -> None:
+    """Add or Mul of two activations of one shape; Add/Sub/Mul/Div with one constant become Add or Mul by a
+    constant."""
+    x, y = node.input[0], node.input[1]
+    if imp.is_const(x) and node.op_type in ("Add", "Mul"):
+        x, y = y, x
+    if imp.is_const(x):
+        raise UnsupportedOperatorError(node.op_type, node.name, "a constant first operand is only allowed for Add/Mul")
+    if not imp.is_const(y):
+        if node.op_type not in ("Add", "Mul"):
+            raise UnsupportedOperatorError(node.op_type, node.name, "only Add and Mul take two activations")
+        if imp.shape(x) != imp.shape(y):
+            raise UnsupportedOperatorError(node.op_type, node.name, f"{node.op_type} operands must have equal shapes")
+        imp.emit(node.op_type, node, [x, y])
+        return
+    c = imp.const(y).astype(np.float64)
+    op = {"Add": "Add", "Sub": "Add", "Mul": "Mul", "Div": "Mul"}[node.op_type]
+    if node.op_type == "Sub":
+        c = -c
+    elif node.op_type == "Div":
+        c = 1.0 / c
+    dense = _dense_bias_target(imp, x, c) if op == "Add" else None
+    if dense is not None:                                # a MatMul over tokens and its bias: one Conv2d
+        o = imp.graph.shape(dense.inputs[1])[0]
+        bias = imp.graph.constants[dense.inputs[2]].astype(np.float64) if len(dense.inputs) > 2 else np.zeros(o)
+        dense.inputs[2:] = [imp.new_const(f"{node.output[0]}_b", bias + np.broadcast_to(c.reshape(-1), (o,)))]
+        imp.alias[node.output[0]] = imp.name(x)
+        return
+    imp.emit(op, node, [x, imp.new_const(f"{node.output[0]}_c", c)])
+
+
+def _pool(imp: _Importer, node: onnx.NodeProto) -> None:
+    """MaxPool/AveragePool of a 1D, 2D or 3D window (see the module docstring for 1D and 3D)."""
+    a = _attrs(node)
+    kernel = tuple(int(k) for k in a["kernel_shape"])
+    rank = len(kernel)
+    problems = []
+    if any(d != 1 for d in a.get("dilations", [1])):
+        problems.append(f"dilations {list(a['dilations'])} (only 1)")
+    if a.get("ceil_mode", 0):
+        problems.append("ceil_mode=1 (only 0)")
+    if node.op_type == "MaxPool" and len(node.output) > 1 and node.output[1]:
+        problems.append("the Indices output")
+    if rank not in (1, 2, 3):
+        problems.append(f"a {rank}D window (only 1D, 2D and 3D)")
+    if problems:
+        raise UnsupportedOperatorError(node.op_type, node.name, "; ".join(problems))
+    strides = tuple(int(s) for s in a.get("strides", [1] * rank))
+    pads = _nd_pads(imp, node, kernel, strides, a)
+    op = "MaxPool" if node.op_type == "MaxPool" else "AvgPool"
+    extra: dict[str, Any] = {} if op == "MaxPool" else {"count_include_pad": bool(a.get("count_include_pad", 0))}
+    x, out = node.input[0], node.output[0]
+    shape = imp.shape(x)
+    if rank == 2:
+        imp.emit(op, node, [x], kernel=kernel, strides=strides, pads=(pads[0][0], pads[1][0], pads[0][1], pads[1][1]),
+                 **extra)
+    elif rank == 1:
+        n, c, length = shape
+        (begin, end), = pads
+        olen = imp.shapes_of(out)[2]
+        row = imp.emit_shaped("Reshape", node, [x], (n, c, 1, length), shape=(n, c, 1, length))
+        pooled = imp.emit_shaped(op, node, [row], (n, c, 1, olen), kernel=(1, kernel[0]), strides=(1, strides[0]),
+                                 pads=(0, begin, 0, end), **extra)
+        imp.emit("Reshape", node, [pooled], shape=(n, c, olen))
+    else:
+        n, c, d, h, w = shape
+        od, oh, ow = imp.shapes_of(out)[2:]
+        planes = imp.emit_shaped("Reshape", node, [x], (n, c * d, h, w), shape=(n, c * d, h, w))
+        hw = imp.emit_shaped(op, node, [planes], (n, c * d, oh, ow), kernel=kernel[1:], strides=strides[1:],
+                             pads=(pads[1][0], pads[2][0], pads[1][1], pads[2][1]), **extra)
+        cols = imp.emit_shaped("Reshape", node, [hw], (n, c, d, oh * ow), shape=(n, c, d, oh * ow))
+        depth = imp.emit_shaped(op, node, [cols], (n, c, od, oh * ow), kernel=(kernel[0], 1), strides=(strides[0], 1),
+                                pads=(pads[0][0], 0, pads[0][1], 0), **extra)
+        imp.emit("Reshape", node, [depth], shape=(n, c, od, oh, ow))
+
+
+def _reshape(imp: _Importer, node: onnx.NodeProto) -> None:
+    imp.emit("Reshape", node, [node.input[0]], shape=imp.shapes_of(node.output[0]))
+
+
+def _pad(imp: _Importer, node: onnx.NodeProto) -> None:
+    a = _attrs(node)
+    if _decode(a.get("mode", "constant")) != "constant":
+        raise UnsupportedOperatorError(node.op_type, node.name, f"mode {_decode(a['mode'])!r} (only 'constant')")
+    pads = a.get("pads")
+    value = float(a.get("value", 0.0))
+    pads_input, value_input = imp.const_input(node, 1, "pads"), imp.const_input(node, 2, "constant_value")
+    if pads_input is not None:
+        pads = pads_input.tolist()
+    if pads is None:
+        raise UnsupportedOperatorError(node.op_type, node.name, "no pads given")
+    if value_input is not None:
+        value = float(value_input.reshape(()))
+    if len(node.input) > 3 and node.input[3]:
+        raise UnsupportedOperatorError(node.op_type, node.name, "the axes input")
+    imp.emit("Pad", node, [node.input[0]], pads=tuple(int(p) for p in pads), value=value)
+
+
+def _axis_op(op: str) -> Callable[[_Importer, onnx.NodeProto], None]:
+    def rule(imp: _Importer, node: onnx.NodeProto) -> None:
+        rank = len(imp.shapes_of(node.output[0]))       # the output's: the first input may be a constant
+        axis = int(_attrs(node).get("axis", -1 if op == "Softmax" else 0))
+        inputs = [imp.use_const(t) if imp.is_const(t) else t for t in node.input]   # Concat of a constant
+        imp.emit(op, node, inputs, axis=axis % rank)
+    return rule
+
+
+def _transpose(imp: _Importer, node: onnx.NodeProto) -> None:
+    rank = len(imp.shape(node.input[0]))
+    perm = tuple(int(p) % rank for p in _attrs(node).get("perm", range(rank - 1, -1, -1)))
+    imp.emit("Transpose", node, [node.input[0]], perm=perm)
+
+
+def _depth_to_space(imp: _Importer, node: onnx.NodeProto) -> None:
+    """DepthToSpace as ONNX defines it: Reshape to 6D, Transpose, Reshape."""
+    a = _attrs(node)
+    mode, bs = _decode(a.get("mode", "DCR")), int(a["blocksize"])
+    if mode not in ("DCR", "CRD"):
+        raise UnsupportedOperatorError(node.op_type, node.name, f"mode {mode!r} (only 'DCR' and 'CRD')")
+    n, c, h, w = imp.shape(node.input[0])
+    if mode == "DCR":
+        split, perm = (n, bs, bs, c // bs**2, h, w), (0, 3, 4, 1, 5, 2)
+    else:
+        split, perm = (n, c // bs**2, bs, bs, h, w), (0, 1, 4, 2, 5, 3)
+    blocks = imp.emit_shaped("Reshape", node, [node.input[0]], split, shape=split)
+    moved = imp.emit_shaped("Transpose", node, [blocks], tuple(split[p] for p in perm), perm=perm)
+    imp.emit("Reshape", node, [moved], shape=(n, c // bs**2, h * bs, w * bs))
+
+
+RESIZE_COORDINATE_MODES = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric")
+"""Resize's coordinate transformations the lab implements (with modes ``nearest`` and ``linear``); ONNX's other one,
+``tf_crop_and_resize`` (a region of interest, an extrapolation value), is refused by name, as are ``cubic``,
+``antialias=1`` and a ``keep_aspect_ratio_policy`` other than ``stretch``."""
+
+
+def _resize(imp: _Importer, node: onnx.NodeProto) -> None:
+    a = _attrs(node)
+    mode = _decode(a.get("mode", "nearest"))
+    coord = _decode(a.get("coordinate_transformation_mode", "half_pixel"))
+    policy = _decode(a.get("keep_aspect_ratio_policy", "stretch"))
+    problems = []
+    if mode not in ("nearest", "linear"):
+        problems.append(f"mode {mode!r} (only 'nearest' and 'linear')")
+    if coord not in RESIZE_COORDINATE_MODES:
+        problems.append(f"coordinate_transformation_mode {coord!r} (only {', '.join(RESIZE_COORDINATE_MODES)})")
+    if a.get("antialias", 0):
+        problems.append("antialias=1 (only 0)")
+    if policy != "stretch":
+        problems.append(f"keep_aspect_ratio_policy {policy!r} (only 'stretch')")
+    nearest = _decode(a.get("nearest_mode", "round_prefer_floor"))
+    if mode == "nearest" and nearest not in ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil"):
+        problems.append(f"nearest_mode {nearest!r}")
+    if problems:
+        raise UnsupportedOperatorError(node.op_type, node.name, "; ".join(problems))
+    in_shape, out_shape = imp.shape(node.input[0]), imp.shapes_of(node.output[0])
+    rank = len(in_shape)
+    axes = [int(x) % rank for x in a.get("axes", range(rank))]
+    given = imp.const_input(node, 2, "scales")
+    sizes = imp.const_input(node, 3, "sizes")
+    scales = [1.0] * rank
+    if given is not None and given.size:
+        for axis, value in zip(axes, given.reshape(-1).tolist()):
+            scales[axis] = float(value)
+    elif sizes is not None:
+        for axis, value in zip(axes, sizes.reshape(-1).tolist()):
+            scales[axis] = int(value) / in_shape[axis]
+    else:
+        raise UnsupportedOperatorError(node.op_type, node.name, "neither scales nor sizes is given")
+    imp.emit("Resize", node, [node.input[0]], mode=mode, coordinate_transformation_mode=coord,
+             nearest_mode=nearest, scales=tuple(scales),
+             sizes=tuple(out_shape))

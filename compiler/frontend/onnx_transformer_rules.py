@@ -1,0 +1,280 @@
+"""The ONNX import rules of the transformer and bookkeeping operators (ReduceMean, LayerNormalization, RMSNorm, Neg,
+Gelu, Gather, Slice, Split, Where, the runtime mask and index stand-ins, Cast, Identity, Dropout, Constant) and the
+:data:`RULES` table of every rule (:mod:`.onnx_rules` has the others)."""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from . import rmsnorm
+from .onnx_common import PUBLIC_OPS, UnsupportedOperatorError, _attrs, _decode, _Importer
+from .onnx_rules import (
+    _axis_op,
+    _batchnorm,
+    _binary,
+    _clip,
+    _conv,
+    _depth_to_space,
+    _gemm,
+    _matmul,
+    _pad,
+    _pool,
+    _reshape,
+    _resize,
+    _transpose,
+)
+
+
+def _reduce_mean(imp: _Importer, node: onnx.NodeProto) -> None:
+    """ReduceMean over H and W of an NCHW tensor (how exporters often write global average pooling)."""
+    a = _attrs(node)
+    axes = a.get("axes")
+    axes_input = imp.const_input(node, 1, "axes")
+    if axes_input is not None:
+        axes = axes_input.tolist()
+    rank = len(imp.shape(node.input[0]))
+    if rank != 4 or axes is None or sorted(int(x) % rank for x in axes) != [2, 3]:
+        raise UnsupportedOperatorError(node.op_type, node.name, f"only the mean over axes (2, 3) of an NCHW tensor, "
+                                                                f"got axes {axes}")
+    if a.get("keepdims", 1):
+        imp.emit("GlobalAvgPool", node, [node.input[0]])
+        return
+    pooled = imp.graph.unique_name(f"{node.output[0]}_pooled")
+    n, c = imp.shape(node.input[0])[:2]
+    imp.graph.add_tensor(pooled, (n, c, 1, 1), "float32")
+    imp.graph.add_node("GlobalAvgPool", imp.graph.unique_name(pooled, node=True), [imp.name(node.input[0])], [pooled])
+    imp.emit("Reshape", node, [pooled], shape=(n, c))
+
+
+def _layer_norm(imp: _Importer, node: onnx.NodeProto) -> None:
+    """LayerNormalization (opset 17) with constant scale and bias; only its first output."""
+    a = _attrs(node)
+    shape = imp.shape(node.input[0])
+    axis = int(a.get("axis", -1)) % len(shape)
+    if any(out for out in node.output[1:]):
+        raise UnsupportedOperatorError(node.op_type, node.name, "the Mean and InvStdDev outputs (only Y)")
+    gamma = imp.const_input(node, 1, "Scale")
+    beta = imp.const_input(node, 2, "B")
+    normed = shape[axis:]
+    params = []
+    for what, value, default in (("Scale", gamma, 1.0), ("B", beta, 0.0)):
+        value = np.full(normed, default) if value is None else value
+        try:
+            params.append(np.broadcast_to(value, normed))
+        except ValueError:
+            raise UnsupportedOperatorError(node.op_type, node.name, f"a {what} of shape {value.shape} for "
+                                                                    f"normalised shape {normed}") from None
+    imp.emit("LayerNorm", node, [node.input[0], imp.new_const(f"{node.output[0]}_gamma", params[0]),
+                                 imp.new_const(f"{node.output[0]}_beta", params[1])],
+             axis=axis, epsilon=float(a.get("epsilon", 1e-5)))
+
+
+def _rms_norm(imp: _Importer, node: onnx.NodeProto) -> None:
+    """RMSNormalization over the last axis with a constant scale (opset 23's operator, which is also the node
+    :func:`_fuse_decompositions` puts in place of RMSNorm's decomposition, :mod:`.rmsnorm`)."""
+    a = _attrs(node)
+    shape = imp.shape(node.input[0])
+    axis = int(a.get("axis", -1)) % len(shape)
+    if axis != len(shape) - 1:
+        raise UnsupportedOperatorError(node.op_type, node.name, f"axis {a.get('axis')} of a rank-{len(shape)} "
+                                                                f"input (only the last axis)")
+    scale = imp.const_input(node, 1, "scale")
+    value = np.ones(shape[-1]) if scale is None else scale
+    if value.size not in (1, shape[-1]) or (value.ndim and value.shape[-1] != value.size):
+        raise UnsupportedOperatorError(node.op_type, node.name, f"a scale of shape {value.shape} for normalised "
+                                                                f"width {shape[-1]} (only one value per channel)")
+    gamma = np.broadcast_to(value.reshape(-1), (shape[-1],))
+    imp.emit("RMSNorm", node, [node.input[0], imp.new_const(f"{node.output[0]}_gamma", gamma)], axis=axis,
+             epsilon=float(a.get("epsilon", 1e-5)))
+
+
+def _neg(imp: _Importer, node: onnx.NodeProto) -> None:
+    """Neg of an activation: a Mul by the constant -1 (rotary embeddings' ``rotate_half``)."""
+    imp.emit("Mul", node, [node.input[0], imp.new_const(f"{node.output[0]}_c", np.array([-1.0]))])
+
+
+def _gelu(imp: _Importer, node: onnx.NodeProto) -> None:
+    approximate = _decode(_attrs(node).get("approximate", "none"))
+    if approximate not in ("none", "tanh"):
+        raise UnsupportedOperatorError(node.op_type, node.name, f"approximate {approximate!r} (only 'none', 'tanh')")
+    imp.emit("Gelu", node, [node.input[0]], approximate=approximate)
+
+
+def _gather(imp: _Importer, node: onnx.NodeProto) -> None:
+    """Gather of constant indices from an activation (a token, a head, the class token); Gather on axis 0 of a
+    constant table by an int64 graph input (token ids) is an Embedding."""
+    if imp.is_const(node.input[0]) and not imp.is_const(node.input[1]):
+        ids = imp.name(node.input[1])
+        axis = int(_attrs(node).get("axis", 0)) % max(imp.const(node.input[0]).ndim, 1)
+        if ids not in imp.graph.tensors or imp.graph.tensors[ids].dtype != "int64" or axis != 0 or \
+                imp.const(node.input[0]).ndim != 2:
+            raise UnsupportedOperatorError(node.op_type, node.name, "an embedding lookup of computed indices (only "
+                                                                    "an int64 graph input of token ids can index a "
+                                                                    "constant table [rows, width] on axis 0)")
+        imp.emit("Embedding", node, [ids, imp.use_const(node.input[0])])
+        return
+    indices = imp.const_input(node, 1, "indices")
+    rank = len(imp.shape(node.input[0]))
+    axis = int(_attrs(node).get("axis", 0)) % rank
+    size = imp.shape(node.input[0])[axis]
+    idx = np.asarray(indices, np.int64)
+    if idx.size and (idx.min() < -size or idx.max() >= size):
+        raise UnsupportedOperatorError(node.op_type, node.name, f"indices outside [-{size}, {size - 1}]")
+    imp.emit("Gather", node, [node.input[0]], axis=axis, indices=np.where(idx < 0, idx + size, idx))
+
+
+def _slice_indices(dim: int, start: int, end: int, step: int) -> tuple[int, ...]:
+    """The indices ONNX's Slice keeps of an axis of ``dim`` elements (its clamping rules)."""
+    start, end = (v + dim if v < 0 else v for v in (start, end))
+    if step > 0:
+        return tuple(range(min(max(start, 0), dim), min(max(end, 0), dim), step))
+    return tuple(range(min(max(start, 0), dim - 1), min(max(end, -1), dim - 1), step))
+
+
+def _slice(imp: _Importer, node: onnx.NodeProto) -> None:
+    shape = imp.shape(node.input[0])
+    starts = imp.const_input(node, 1, "starts")
+    ends = imp.const_input(node, 2, "ends")
+    if starts is None or ends is None:
+        raise UnsupportedOperatorError(node.op_type, node.name, "no starts and ends inputs (opset 10 or later)")
+    axes = imp.const_input(node, 3, "axes")
+    steps = imp.const_input(node, 4, "steps")
+    axes_list = [int(v) % len(shape) for v in (range(len(starts)) if axes is None else axes.reshape(-1))]
+    steps_list = [1] * len(axes_list) if steps is None else [int(v) for v in steps.reshape(-1)]
+    if 0 in steps_list:
+        raise UnsupportedOperatorError(node.op_type, node.name, "a step of 0")
+    indices = tuple(_slice_indices(shape[ax], int(b), int(e), st)
+                    for ax, b, e, st in zip(axes_list, starts.reshape(-1), ends.reshape(-1), steps_list))
+    imp.emit("Slice", node, [node.input[0]], axes=tuple(axes_list), indices=indices)
+
+
+def _split(imp: _Importer, node: onnx.NodeProto) -> None:
+    """Split: one Slice per output, sizes from shape inference."""
+    shape = imp.shape(node.input[0])
+    axis = int(_attrs(node).get("axis", 0)) % len(shape)
+    begin = 0
+    for out in node.output:
+        size = imp.shapes_of(out)[axis]
+        if out:
+            imp.emit("Slice", node, [node.input[0]], output=out, axes=(axis,), indices=(tuple(range(begin,
+                                                                                                  begin + size)),))
+        begin += size
+
+
+def _where(imp: _Importer, node: onnx.NodeProto) -> None:
+    """Where with a constant condition, an activation and a constant scalar (a causal mask)."""
+    cond, x, y = node.input
+    keep = imp.const_input(node, 0, "condition")
+    if imp.is_const(x) == imp.is_const(y):
+        raise UnsupportedOperatorError(node.op_type, node.name, "needs one activation and one constant value")
+    src, fill = (y, x) if imp.is_const(x) else (x, y)
+    value = imp.const(fill)
+    keep = np.asarray(keep, bool) if src == x else ~np.asarray(keep, bool)
+    if value.size != 1 or imp.shapes_of(node.output[0]) != imp.shape(src):
+        raise UnsupportedOperatorError(node.op_type, node.name, f"a constant of shape {value.shape} (only a scalar) "
+                                                                f"or an output larger than the activation")
+    imp.emit("Where", node, [src], keep=keep, fill=float(value.reshape(())))
+
+
+def _key_mask(imp: _Importer, node: onnx.NodeProto) -> None:
+    """The exit of a runtime mask's region (:func:`.masks.find_key_masks` put it here; a KeyMask node of the file
+    itself is refused as unknown)."""
+    mask = imp.key_masks.get(node.output[0])
+    if mask is None:
+        raise UnsupportedOperatorError(node.op_type, node.name)
+    imp.emit("KeyMask", node, [mask.x, mask.mask], expand=list(mask.expand), sel=mask.sel, add=mask.add,
+             fill=mask.fill, additive=mask.additive)
+
+
+def _cast(imp: _Importer, node: onnx.NodeProto) -> None:
+    """Cast of an activation to float32 (activations are float32 already): an identity. Any other cast of an
+    activation changes its values, and is refused."""
+    to = int(_attrs(node).get("to", 0))
+    if to != onnx.TensorProto.FLOAT:
+        raise UnsupportedOperatorError(node.op_type, node.name, f"a cast of an activation to "
+                                                                f"{onnx.TensorProto.DataType.Name(to)} (only to "
+                                                                f"FLOAT, an identity on the lab's float32 values)")
+    _alias(imp, node)
+
+
+def _index_fn(imp: _Importer, node: onnx.NodeProto) -> None:
+    """Indices computed from token ids (:func:`.indices.find_index_regions` put the node here; an IndexFn node of the
+    file itself is refused as unknown)."""
+    region = imp.index_fns.get(node.output[0])
+    if region is None:
+        raise UnsupportedOperatorError(node.op_type, node.name)
+    imp.graph.add_tensor(region.out, region.shape, "int64")
+    imp.graph.add_node("IndexFn", imp.graph.unique_name(node.name, node=True), [region.ids], [region.out],
+                       onnx=region.model)
+
+
+def _alias(imp: _Importer, node: onnx.NodeProto) -> None:
+    imp.alias[node.output[0]] = imp.name(node.input[0])
+
+
+def _dropout(imp: _Importer, node: onnx.NodeProto) -> None:
+    """Dropout in inference mode: an identity. Its mask output and training mode have no inference meaning."""
+    training = imp.const_input(node, 2, "training_mode")
+    if training is not None and bool(np.asarray(training).any()):
+        raise UnsupportedOperatorError(node.op_type, node.name or f"<unnamed, writes {node.output[0]}>",
+                                       "training_mode is true; the lab runs inference, where Dropout is an identity")
+    if len(node.output) > 1 and node.output[1] and (imp.uses.get(node.output[1], 0)
+                                                   or node.output[1] in imp.graph_outputs):
+        raise UnsupportedOperatorError(node.op_type, node.name or f"<unnamed, writes {node.output[0]}>",
+                                       f"its mask output {node.output[1]!r} is used; the lab runs Dropout in "
+                                       f"inference mode, as an identity, and computes no mask")
+    _alias(imp, node)
+
+
+def _constant(imp: _Importer, node: onnx.NodeProto) -> None:
+    imp.consts[node.output[0]] = numpy_helper.to_array(_attrs(node)["value"])
+
+
+RULES: dict[str, Callable[[_Importer, onnx.NodeProto], None]] = {
+    "Conv": _conv,
+    "BatchNormalization": _batchnorm,
+    "Gemm": _gemm,
+    "MatMul": _matmul,
+    "Relu": lambda imp, node: imp.emit("Relu", node, [node.input[0]]),
+    "Clip": _clip,
+    "Add": _binary, "Sub": _binary, "Mul": _binary, "Div": _binary,
+    "MaxPool": _pool,
+    "AveragePool": _pool,
+    "GlobalAveragePool": lambda imp, node: imp.emit("GlobalAvgPool", node, [node.input[0]]),
+    "Flatten": _reshape,
+    "Reshape": _reshape,
+    "Squeeze": _reshape,
+    "Unsqueeze": _reshape,
+    "ReduceMean": _reduce_mean,
+    "Pad": _pad,
+    "Concat": _axis_op("Concat"),
+    "Softmax": _axis_op("Softmax"),
+    "Sigmoid": lambda imp, node: imp.emit("Sigmoid", node, [node.input[0]]),
+    "HardSigmoid": lambda imp, node: imp.emit("HardSigmoid", node, [node.input[0]],
+                                              alpha=float(_attrs(node).get("alpha", 0.2)),
+                                              beta=float(_attrs(node).get("beta", 0.5))),
+    "HardSwish": lambda imp, node: imp.emit("HardSwish", node, [node.input[0]]),
+    "Transpose": _transpose,
+    "DepthToSpace": _depth_to_space,
+    "Resize": _resize,
+    "LayerNormalization": _layer_norm,
+    "Gelu": _gelu,
+    rmsnorm.FUSED_OP: _rms_norm,
+    "Neg": _neg,
+    "Swish": lambda imp, node: imp.emit("Swish", node, [node.input[0]], alpha=float(_attrs(node).get("alpha", 1.0))),
+    "Tanh": lambda imp, node: imp.emit("Tanh", node, [node.input[0]]),
+    "Gather": _gather,
+    "Slice": _slice,
+    "Split": _split,
+    "Where": _where,
+    "KeyMask": _key_mask,
+    "IndexFn": _index_fn,
+    "Identity": _alias,
+    "Cast": _cast,
+    "Dropout": _dropout,
+    "Constant": _constant,
+}
+PUBLIC_OPS[:] = sorted(set(RULES) - {"KeyMask", "IndexFn", rmsnorm.FUSED_OP})
