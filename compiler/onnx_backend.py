@@ -254,11 +254,15 @@ def _static(vi: onnx.ValueInfoProto) -> bool:
 
 
 def _constant_inputs(model: onnx.ModelProto, inputs: list[str]) -> dict[str, Any]:
-    """The graph inputs that some node takes at a position of :data:`CONSTANT_INPUTS`, each -> None."""
+    """The graph inputs that some node takes at a position of :data:`CONSTANT_INPUTS`, each -> None; but not int64
+    token ids that a Gather looks up in a table ``[rows, width]`` (an embedding, which reads them at run time)."""
+    tables = {i.name for i in model.graph.initializer if len(i.dims) == 2}
+    ids = {vi.name for vi in model.graph.input if vi.type.tensor_type.elem_type == onnx.TensorProto.INT64}
     found: dict[str, Any] = {}
     for node in model.graph.node:
         for k in CONSTANT_INPUTS.get(node.op_type, ()):
-            if k < len(node.input) and node.input[k] in inputs:
+            embedding = node.op_type == "Gather" and k == 1 and node.input[0] in tables and node.input[k] in ids
+            if k < len(node.input) and node.input[k] in inputs and not embedding:
                 found[node.input[k]] = None
     return found
 

@@ -490,3 +490,19 @@ def test_a_float_input_added_to_other_activations_stays_an_activation():
                        for o in n.output]
     graph = import_onnx(model)
     assert "KeyMask" not in _ops(graph) and graph.tensors["attention_mask"].dtype == "float32"
+
+
+def test_the_onnx_backend_takes_token_ids_and_masks_at_run_time():
+    """VtaBackend freezes inputs at constant-only positions, but not token ids that index an embedding table: a
+    model with ids and a bool mask compiles once (calibrated on the first run) and takes other ids and masks."""
+    from vta.compiler.onnx_backend import VtaBackend
+    nodes, inits = _bool_where("where")
+    model = _block(nodes, mask_type=TensorProto.BOOL, extra_inits=inits)
+    rep = VtaBackend.prepare(model, device="fsim")
+    assert rep.frozen == {}
+    ids, mask = _ids(), _padding_mask(np.bool_)
+    first = rep.run([ids, mask])[0]
+    want = ort.InferenceSession(model.SerializeToString()).run(None, {"input_ids": ids, "attention_mask": mask})[0]
+    assert _cosine(first, want) > 0.99
+    other = rep.run([_ids(seed=7), np.ones((B, T), np.bool_)])[0]
+    assert not np.array_equal(other, first)
