@@ -306,7 +306,7 @@ def run_model(args: argparse.Namespace) -> int:
 
     from . import qops
     from .options import RunOptions
-    from .pipeline import calibration_set, check_force_cpu, compile_model, load_graph
+    from .pipeline import calibration_set, check_force_cpu, compile_model
     from .report import budget_failure, build_report, parse_budget
     from .runtime.compiled import Compiled
     from .runtime.executor import run
@@ -329,7 +329,7 @@ def run_model(args: argparse.Namespace) -> int:
         _warn_random_calibration(compiled.meta.get("calibration", {}))
     else:
         cfg = config_from_args(args)
-        float_graph = load_graph(args.model, batch=copts.batch, input_shapes=copts.input_shape_map())
+        float_graph = _load_for_input(args.model, copts, ropts.input)
         check_force_cpu(float_graph, copts.force_cpu)
         inputs = _inputs(float_graph, ropts, copts.seed)  # checked before the compile; the same inputs after it
         calibration = None if float_graph.is_quantized else calibration_set(args.model, float_graph, copts)
@@ -452,6 +452,24 @@ def _save_outputs(path: str, outputs: dict[str, np.ndarray]) -> None:
     from vta.fileio import atomic_path
     with atomic_path(path) as tmp, open(tmp, "wb") as f:
         np.savez(f, **outputs)  # type: ignore[arg-type]  # numpy's stub types allow_pickle, not **arrays
+
+
+def _load_for_input(model: str, copts: Any, data: str | None) -> Any:
+    """The float graph of ``model`` (:func:`.pipeline.load_graph`); when an input has dynamic dimensions that no
+    ``--input-shape`` gives and ``data`` (``--input``) is an .npz, the shapes of its arrays for the inputs not given,
+    said on stderr."""
+    from .frontend.onnx_frontend import DynamicShapeError
+    from .pipeline import load_graph, read_npz_shapes
+    given = copts.input_shape_map()
+    try:
+        return load_graph(model, batch=copts.batch, input_shapes=given)
+    except DynamicShapeError:
+        if not data or not data.lower().endswith(".npz") or not os.path.isfile(data):
+            raise
+        shapes = {name: shape for name, shape in read_npz_shapes(data).items() if name not in given}
+    print(f"input shapes from --input {data}: " + ", ".join(f"{name}={'x'.join(map(str, shape))}"
+                                                            for name, shape in shapes.items()), file=sys.stderr)
+    return load_graph(model, batch=copts.batch, input_shapes={**given, **shapes})
 
 
 def _inputs(graph: Any, options: Any, seed: int) -> dict[str, np.ndarray]:

@@ -53,7 +53,8 @@ from .lowering.softmax import SOFTMAX_MODES, SoftmaxLayer, build_softmax_program
 from .options import CompileOptions
 from .runtime.compiled import AccelStep, Compiled, CpuStep, Step, _progress
 
-__all__ = ["load_graph", "load_input", "check_inputs", "check_force_cpu", "token_range",
+__all__ = ["load_graph", "load_input", "check_inputs", "check_force_cpu", "token_range", "read_npz_shapes",
+           "is_mask_input", "is_float_mask_input", "random_mask", "float_mask",
            "random_inputs", "calibration_inputs", "calibration_set", "CalibrationSet", "partition_graph", "choose_gelu",
            "choose_layernorm", "choose_softmax",
     "accel_step",
@@ -226,6 +227,12 @@ def _load_npz(path: str, source: str) -> dict[str, np.ndarray]:
     except ValueError as err:
         raise ValueError(f"{source} is not an .npz archive of number arrays ({err}); save one with numpy.savez."
                          ) from None
+
+
+def read_npz_shapes(path: str) -> dict[str, tuple[int, ...]]:
+    """The shape of every array of the ``.npz`` file ``path`` by name (read without pickles), or ValueError naming
+    it (as ``--input``)."""
+    return {name: tuple(int(d) for d in value.shape) for name, value in _load_npz(path, f"--input {path}").items()}
 
 
 def check_force_cpu(graph: Graph, names: Iterable[str]) -> None:

@@ -506,3 +506,32 @@ def test_the_onnx_backend_takes_token_ids_and_masks_at_run_time():
     assert _cosine(first, want) > 0.99
     other = rep.run([_ids(seed=7), np.ones((B, T), np.bool_)])[0]
     assert not np.array_equal(other, first)
+
+
+def _dynamic(model):
+    """``model`` with its inputs' dimensions symbolic: ``batch`` and ``sequence`` (as torch's dynamic_axes write)."""
+    for vi in model.graph.input:
+        for d, name in zip(vi.type.tensor_type.shape.dim, ("batch", "sequence")):
+            d.Clear()
+            d.dim_param = name
+    return model
+
+
+def test_inputs_sharing_a_symbolic_dimension_take_one_shape(tmp_path, capsys):
+    """A given shape fixes the symbolic dimensions of the same name in the other inputs; ``vta run`` takes the
+    shapes of its --input arrays for inputs with dynamic dimensions and says so."""
+    from vta.cli import main
+    from vta.compiler.frontend.onnx_frontend import DynamicShapeError
+    nodes, inits = _additive(-10000.0)
+    model = _dynamic(_block(nodes, extra_inits=inits))
+    with pytest.raises(DynamicShapeError, match="--input-shape input_ids="):
+        import_onnx(model)
+    graph = import_onnx(model, input_shapes={"input_ids": (B, T)})
+    assert graph.shape("attention_mask") == (B, T)
+    path, data = tmp_path / "dynamic.onnx", tmp_path / "data.npz"
+    onnx.save(model, str(path))
+    np.savez(data, input_ids=_ids(), attention_mask=_padding_mask())
+    code = main(["run", str(path), "--target", "fsim", "--input", str(data), "--no-progress"])
+    out, err = capsys.readouterr()
+    assert code == 0 and f"input shapes from --input {data}: input_ids=2x8, attention_mask=2x8" in err
+    assert "matches_integer_reference: True" in out

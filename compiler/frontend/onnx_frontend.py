@@ -60,6 +60,7 @@ from .onnx_rules import RESIZE_COORDINATE_MODES
 from .onnx_transformer_rules import RULES
 
 __all__ = ["UnsupportedOperatorError", "UnsupportedModelError", "ModelFileError", "UnsupportedOpsetError",
+           "DynamicShapeError",
            "TensorTooLargeError", "import_onnx", "RULES", "SUPPORTED_OPSETS", "RESIZE_COORDINATE_MODES",
            "tensor_byte_limit"]
 
@@ -191,12 +192,27 @@ def _dim_text(dim: Any) -> str:
     return str(dim.dim_value) if dim.HasField("dim_value") else (dim.dim_param or "?")
 
 
+class DynamicShapeError(ValueError):
+    """A graph input has a symbolic or unknown dimension besides the batch and no shape was given for it (``vta
+    run`` then takes the shapes of its ``--input`` arrays)."""
+
+
 def _fix_inputs(model: onnx.ModelProto, batch: int, input_shapes: dict[str, tuple[int, ...]], label: str) -> None:
     """Give every graph input a static shape: ``input_shapes[name]`` where given (it must agree with the model's
-    rank and fixed dimensions), else a symbolic or unknown first (batch) dimension becomes ``batch``; any other
-    symbolic or unknown dimension raises ValueError naming it and the ``--input-shape`` that would fix it."""
+    rank and fixed dimensions); else a symbolic dimension named like one of a given input (``sequence`` of
+    ``input_ids`` and of ``attention_mask``) takes that input's value, a symbolic or unknown first (batch) dimension
+    becomes ``batch``, and any other symbolic or unknown dimension raises ValueError naming it and the
+    ``--input-shape`` that would fix it."""
     inits = {i.name for i in model.graph.initializer}
     inputs = [vi for vi in model.graph.input if vi.name not in inits]
+    named: dict[str, int] = {}                       # a symbolic dimension's name -> its value in a given shape
+    for vi in inputs:
+        given = input_shapes.get(vi.name)
+        dims = vi.type.tensor_type.shape.dim
+        if given is not None and len(given) == len(dims):
+            for d, v in zip(dims, given):
+                if d.HasField("dim_param") and d.dim_param:
+                    named.setdefault(d.dim_param, v)
     unknown = sorted(set(input_shapes) - {vi.name for vi in inputs})
     if unknown:
         verb = "is" if len(unknown) == 1 else "are"
@@ -215,14 +231,19 @@ def _fix_inputs(model: onnx.ModelProto, batch: int, input_shapes: dict[str, tupl
                                  f"that keep the fixed ones.")
             values = list(given)
         else:
+            for d in dims:
+                if d.HasField("dim_param") and d.dim_param in named:
+                    value = named[d.dim_param]
+                    d.Clear()
+                    d.dim_value = value
             free = [k for k, d in enumerate(dims) if k > 0 and not (d.HasField("dim_value") and d.dim_value > 0)]
             if free:
                 names = ", ".join(_dim_text(dims[k]) for k in free)
                 example = "x".join(str(batch) if k == 0 else "224" if k in free else _dim_text(d)
                                    for k, d in enumerate(dims))
-                raise ValueError(f"The model {label} has input {vi.name!r} of shape {text}, with symbolic or unknown "
-                                 f"dimensions ({names}) besides the batch; give its whole shape, e.g. --input-shape "
-                                 f"{vi.name}={example}.")
+                raise DynamicShapeError(f"The model {label} has input {vi.name!r} of shape {text}, with symbolic or "
+                                        f"unknown dimensions ({names}) besides the batch; give its whole shape, e.g. "
+                                        f"--input-shape {vi.name}={example}.")
             values = [batch if k == 0 and not (d.HasField("dim_value") and d.dim_value > 0) else d.dim_value
                       for k, d in enumerate(dims)]
         for d, v in zip(dims, values):
