@@ -415,8 +415,10 @@ def _accuracy(model: str, compiled: Any, float_graph: Any, inputs: dict[str, np.
         first = compiled.graph.inputs[0]
         float_graph = load_graph(os.fspath(path), batch=compiled.graph.shape(first)[0])
     ref, which = float_outputs(path, float_graph, inputs)
+    refused = which.partition(" (")[2]
     which = f"{which} on {'the zoo model ' if source in zoo.list_models() else ''}{source}" if which == \
-        "onnxruntime" else f"the lab's float reference on the float graph of {source}"
+        "onnxruntime" else f"the lab's float reference on the float graph of {source}" + (f" ({refused}" if refused
+                                                                                          else "")
     return {"reference": which,
             "outputs": {name: accuracy_vs_float(ref[name], outputs[name], output_scale(compiled.graph, name))
                         for name in compiled.graph.outputs}}

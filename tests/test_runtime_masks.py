@@ -535,3 +535,23 @@ def test_inputs_sharing_a_symbolic_dimension_take_one_shape(tmp_path, capsys):
     out, err = capsys.readouterr()
     assert code == 0 and f"input shapes from --input {data}: input_ids=2x8, attention_mask=2x8" in err
     assert "matches_integer_reference: True" in out
+
+
+def test_the_gathernd_lookup_of_the_new_exporter_is_a_mask_region():
+    """transformers 5 through torch's new exporter reads the mask with GatherND at the identity (b, key) grid; a
+    grid that moves entries is refused as not element-wise."""
+    grid = np.stack(np.broadcast_arrays(np.arange(B)[:, None, None, None], np.arange(T)[None, None, None, :]), -1)
+    def nodes(index):
+        return [node("Cast", ["attention_mask"], ["mb"], to=TensorProto.BOOL),
+                node("GatherND", ["mb", index], ["m4"]),
+                node("Where", ["m4", "zero", "big"], ["bias"]), node("Add", ["s", "bias"], ["z"], name="mask_add")]
+    inits = [("grid", grid.astype(np.int64)), ("flipped", grid[:, :, :, ::-1, :].astype(np.int64)),
+             ("zero", np.array(0.0, np.float32)), ("big", np.array(FLOAT_MIN, np.float32))]
+    model = _block(nodes("grid"), extra_inits=inits)
+    graph = import_onnx(model)
+    assert [n.op for n in graph.nodes].count("KeyMask") == 1 and "GatherND" not in [n.op for n in graph.nodes]
+    feeds = {"input_ids": _ids(), "attention_mask": _padding_mask()}
+    want = ort.InferenceSession(model.SerializeToString()).run(None, feeds)[0]
+    np.testing.assert_allclose(run_float(graph, feeds)["y"], want, atol=1e-5)
+    with pytest.raises(MaskError, match="not an element-wise function of the mask's entries"):
+        import_onnx(_block(nodes("flipped"), extra_inits=inits))

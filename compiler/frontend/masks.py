@@ -47,9 +47,11 @@ MASK_TYPES: dict[int, type] = {TensorProto.INT64: np.int64, TensorProto.INT32: n
 
 REGION_OPS = frozenset({"Unsqueeze", "Squeeze", "Reshape", "Flatten", "Expand", "Identity", "Cast", "CastLike",
                         "Sub", "Add", "Mul", "Div", "Neg", "Abs", "Min", "Max", "Clip", "Not", "And", "Or", "Xor",
-                        "Equal", "Greater", "Less", "GreaterOrEqual", "LessOrEqual", "Where", "Transpose", "Gather"})
-"""The ops a mask region may contain: element-wise arithmetic, comparisons and logic, shape changes, and Gather (a
-lookup of the mask's values in a constant table, as Hugging Face's mask builders do)."""
+                        "Equal", "Greater", "Less", "GreaterOrEqual", "LessOrEqual", "Where", "Transpose", "Gather",
+                        "GatherND"})
+"""The ops a mask region may contain: element-wise arithmetic, comparisons and logic, shape changes, and Gather or
+GatherND (a lookup of the mask's values, as Hugging Face's mask builders write it for the two exporters; the
+element-wise check refuses any lookup that moves a mask entry to another key)."""
 
 _EXIT_OPS = frozenset({"Add", "Sub", "Where"})
 """The ops where a mask meets the scores; an integer input that meets activations in none of them is no mask."""

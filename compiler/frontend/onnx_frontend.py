@@ -55,7 +55,7 @@ from .onnx_common import (
     _attrs,
     _Importer,
 )
-from .onnx_fusions import _fuse_decompositions
+from .onnx_fusions import _fuse_decompositions, _split_sequences
 from .onnx_rules import RESIZE_COORDINATE_MODES
 from .onnx_transformer_rules import RULES
 
@@ -81,8 +81,14 @@ def _fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:
     shapes = contrib.static_shapes(model)
     graph_outputs = {o.name for o in model.graph.output}
     kept = []
+    types = _elem_types(model)
     for node in model.graph.node:
         inputs = [t for t in node.input if t]
+        if node.op_type == "CastLike" and inputs[0] in consts and types.get(inputs[1]) and \
+                not graph_outputs.intersection(node.output):   # only the second input's type is read
+            dtype = onnx.helper.tensor_dtype_to_np_dtype(types[inputs[1]])
+            consts[node.output[0]] = np.asarray(consts[inputs[0]]).astype(dtype)
+            continue
         if node.op_type == "Shape" and inputs[0] in shapes and not graph_outputs.intersection(node.output):
             a = _attrs(node)
             dims = shapes[inputs[0]]
@@ -112,6 +118,15 @@ def _fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:
     model.graph.initializer.extend(numpy_helper.from_array(v, k) for k, v in consts.items()
                                    if k not in initial and k in used)
     return model
+
+
+def _elem_types(model: onnx.ModelProto) -> dict[str, int]:
+    """Value name -> ONNX element type, where the model (its inputs, outputs, value infos and initializers) says."""
+    types = {vi.name: vi.type.tensor_type.elem_type for vi in
+             list(model.graph.value_info) + list(model.graph.input) + list(model.graph.output)
+             if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type}
+    types.update({i.name: i.data_type for i in model.graph.initializer})
+    return types
 
 
 def _read_model(path: str) -> onnx.ModelProto:
@@ -351,11 +366,15 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, n
     limit = tensor_byte_limit() if max_tensor_bytes is None else max_tensor_bytes
     _check_sizes(proto, where, limit)
     model = shape_inference.infer_shapes(_fold_constants(proto))
-    for _ in range(4):                                  # Shape nodes fold once their inputs have static shapes
-        if not any(n.op_type == "Shape" for n in model.graph.node):
+    for _ in range(4):                       # Shape and CastLike fold once their inputs have static shapes and types
+        if not any(n.op_type in ("Shape", "CastLike") for n in model.graph.node):
             break
+        before = len(model.graph.node)
         model = shape_inference.infer_shapes(_fold_constants(model))
+        if len(model.graph.node) == before:
+            break
     _check_sizes(model, where, limit)
+    _split_sequences(model)
     model = _fuse_decompositions(model)
     masks.direct_token_ids(model, contrib.static_shapes(model))
     masks.drop_nan_guards(model)

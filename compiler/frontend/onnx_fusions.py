@@ -1,5 +1,6 @@
 """Decompositions exporters emit (LayerNorm's, Gelu's, SiLU's, RMSNorm's), fused back into one node before the ONNX
-import rules run (:func:`_fuse_decompositions`)."""
+import rules run (:func:`_fuse_decompositions`), and torch's unoptimized ``torch.split`` (SplitToSequence and
+SequenceAt) as one Split (:func:`_split_sequences`)."""
 from __future__ import annotations
 
 import math
@@ -7,7 +8,7 @@ from typing import Any, Callable
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
+from onnx import helper, numpy_helper
 
 from . import contrib, float_ref, rmsnorm
 from .onnx_common import _attrs
@@ -250,3 +251,61 @@ def _fuse_decompositions(model: onnx.ModelProto) -> onnx.ModelProto:
     del model.graph.node[:]
     model.graph.node.extend(kept)
     return model
+
+
+def _split_sequences(model: onnx.ModelProto) -> None:
+    """In place: ``SplitToSequence(x, split)`` (constant ``split``, ``keepdims`` 1) read only by ``SequenceAt`` at
+    constant positions (how torch's new exporter writes ``torch.split`` unoptimized) becomes one ``Split`` whose
+    outputs are the SequenceAt outputs (value infos added for their static shapes; a position read twice through an
+    Identity). Others are left for the rules to refuse."""
+    consts = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    shapes = contrib.static_shapes(model)
+    users: dict[str, list[onnx.NodeProto]] = {}
+    for node in model.graph.node:
+        for t in node.input:
+            users.setdefault(t, []).append(node)
+    replaced: dict[str, list[onnx.NodeProto]] = {}
+    dropped: set[str] = set()
+    for node in model.graph.node:
+        if node.op_type != "SplitToSequence" or node.input[0] not in shapes:
+            continue
+        a = _attrs(node)
+        shape = shapes[node.input[0]]
+        axis = int(a.get("axis", 0)) % len(shape)
+        split = consts.get(node.input[1]) if len(node.input) > 1 and node.input[1] else np.array(1)
+        readers = users.get(node.output[0], [])
+        if split is None or int(a.get("keepdims", 1)) != 1 or not readers or any(
+                r.op_type != "SequenceAt" or r.input[1] not in consts for r in readers):
+            continue
+        size = shape[axis]
+        if split.ndim == 0:
+            step = int(split)
+            sizes = [min(step, size - k) for k in range(0, size, step)]
+        else:
+            sizes = [int(v) for v in split]
+        if sum(sizes) != size:
+            continue
+        names = [f"{node.output[0]}_part{k}" for k in range(len(sizes))]
+        extra: list[onnx.NodeProto] = []
+        for reader in readers:
+            k = int(consts[reader.input[1]].reshape(())) % len(sizes)
+            extra.append(helper.make_node("Identity", [names[k]], list(reader.output), name=reader.name))
+            dropped.add(reader.output[0])
+        for name, part in zip(names, sizes):
+            dims = list(shape)
+            dims[axis] = part
+            model.graph.value_info.append(helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, dims))
+        split_sizes = f"{node.output[0]}_sizes"
+        model.graph.initializer.append(numpy_helper.from_array(np.array(sizes, np.int64), split_sizes))
+        replaced[node.output[0]] = [helper.make_node("Split", [node.input[0], split_sizes], names, axis=axis,
+                                                     name=node.name or node.output[0]), *extra]
+    if not replaced:
+        return
+    kept: list[onnx.NodeProto] = []
+    for node in model.graph.node:
+        if node.op_type == "SplitToSequence" and node.output[0] in replaced:
+            kept.extend(replaced[node.output[0]])
+        elif not (node.op_type == "SequenceAt" and node.output[0] in dropped):
+            kept.append(node)
+    del model.graph.node[:]
+    model.graph.node.extend(kept)

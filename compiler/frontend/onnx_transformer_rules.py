@@ -211,6 +211,21 @@ def _index_fn(imp: _Importer, node: onnx.NodeProto) -> None:
                        onnx=region.model)
 
 
+def _cast_like(imp: _Importer, node: onnx.NodeProto) -> None:
+    """CastLike of an activation to a float32 value's type: an identity (as Cast to FLOAT); to another type,
+    refused. (A constant's CastLike folds at import.)"""
+    target = next((vi.type.tensor_type.elem_type for vi in list(imp.model.graph.value_info)
+                   + list(imp.model.graph.input) if vi.name == node.input[1]), None)
+    if target is None and imp.is_const(node.input[1]):
+        target = onnx.helper.np_dtype_to_tensor_dtype(imp.const(node.input[1]).dtype)
+    if target is None and node.input[1] in imp.graph.tensors:
+        target = onnx.TensorProto.FLOAT if imp.graph.tensors[node.input[1]].dtype == "float32" else None
+    if target != onnx.TensorProto.FLOAT:
+        raise UnsupportedOperatorError(node.op_type, node.name, "a cast of an activation to another type than "
+                                                                "float32's (only an identity on float32 values)")
+    _alias(imp, node)
+
+
 def _alias(imp: _Importer, node: onnx.NodeProto) -> None:
     imp.alias[node.output[0]] = imp.name(node.input[0])
 
@@ -274,6 +289,7 @@ RULES: dict[str, Callable[[_Importer, onnx.NodeProto], None]] = {
     "IndexFn": _index_fn,
     "Identity": _alias,
     "Cast": _cast,
+    "CastLike": _cast_like,
     "Dropout": _dropout,
     "Constant": _constant,
 }

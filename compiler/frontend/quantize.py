@@ -868,7 +868,8 @@ def float_outputs(model: "str | os.PathLike[str] | onnx.ModelProto | None", grap
     """The float model's outputs for ``inputs`` (input name -> array of the graph's input shape), and which model
     ran: ONNX Runtime on ``model`` (an ONNX file or proto) when onnxruntime is installed and ``model`` is given
     (``"onnxruntime"``), else the lab's float reference :func:`.float_ref.run_float` on the float ``graph``
-    (``"float reference"``). Outputs are keyed by ``graph``'s output names (ONNX Runtime's in the same order)."""
+    (``"float reference"``, followed by onnxruntime's reason when it refused the file). Outputs are keyed by
+    ``graph``'s output names (ONNX Runtime's in the same order)."""
     if model is not None:
         try:
             import onnxruntime as ort
@@ -876,9 +877,13 @@ def float_outputs(model: "str | os.PathLike[str] | onnx.ModelProto | None", grap
             ort = None
         if ort is not None:
             data = model.SerializeToString() if isinstance(model, onnx.ModelProto) else os.fspath(model)
-            sess = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+            try:
+                sess = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+            except Exception as err:  # noqa: BLE001 - onnxruntime's own errors: it refuses the file
+                reason = str(err).split(":", 3)[-1].strip().split("\n")[0][:200]
+                return float_ref.run_float(graph, inputs), f"float reference (onnxruntime refused the file: {reason})"
             feed: dict[str, np.ndarray] = {i.name: np.asarray(inputs[name], _ORT_TYPES.get(i.type, np.float32))
-                    for i, name in zip(sess.get_inputs(), graph.inputs)}
+                                           for i, name in zip(sess.get_inputs(), graph.inputs)}
             got = sess.run(None, feed)
             return {name: np.asarray(v) for name, v in zip(graph.outputs, got)}, "onnxruntime"
     return float_ref.run_float(graph, inputs), "float reference"

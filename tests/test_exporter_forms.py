@@ -1,0 +1,86 @@
+"""What torch's new (dynamo) ONNX exporter writes, built with onnx.helper: a CastLike of a constant to an activation's
+type (folded) and of an activation (an identity), ``torch.split`` unoptimized as SplitToSequence/SequenceAt (one
+Split), Hugging Face's GatherND mask lookup, and a file onnxruntime refuses (the float reference stands in, and the
+run says why)."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from vta.compiler import qops
+from vta.compiler.frontend.float_ref import run_float
+from vta.compiler.frontend.onnx_frontend import import_onnx
+from vta.compiler.frontend.quantize import float_outputs
+from vta.config import VTAConfig
+
+B, T, D = 2, 8, 16
+node = helper.make_node
+
+
+def _attention(opset=17, split_node=None):
+    """Fused QKV ``x [B, T, D] @ w [D, 3D]`` split in three (``split_node`` makes q, k, v from qkv, default
+    SplitToSequence and three SequenceAt), q and k scaled by ``Sqrt(CastLike(0.25, q))`` as the exporter writes
+    SDPA's scale, single-head attention, output ``y``."""
+    rng = np.random.default_rng(0)
+    inits = {"w": (rng.standard_normal((D, 3 * D)) * 0.3).astype(np.float32), "chunk": np.array(D, np.int64),
+             "p0": np.array(0, np.int64), "p1": np.array(1, np.int64), "p2": np.array(2, np.int64),
+             "quarter": np.array([0.25], np.float64)}
+    nodes = [node("MatMul", ["x", "w"], ["qkv"])]
+    nodes += split_node or [node("SplitToSequence", ["qkv", "chunk"], ["seq"], axis=2),
+                            node("SequenceAt", ["seq", "p0"], ["q"]), node("SequenceAt", ["seq", "p1"], ["k"]),
+                            node("SequenceAt", ["seq", "p2"], ["v"])]
+    nodes += [node("CastLike", ["quarter", "q"], ["scale"]), node("Sqrt", ["scale"], ["root"]),
+              node("Mul", ["q", "root"], ["qs"]), node("Mul", ["k", "root"], ["ks"]),
+              node("Transpose", ["ks"], ["kt"], perm=[0, 2, 1]), node("MatMul", ["qs", "kt"], ["s"]),
+              node("CastLike", ["s", "q"], ["s32"]), node("Softmax", ["s32"], ["p"], axis=-1),
+              node("MatMul", ["p", "v"], ["y"])]
+    graph = helper.make_graph(nodes, "attention", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [B, T, D])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [B, T, D])],
+                              [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 9
+    return model
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("VTA_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def _x():
+    return np.random.default_rng(1).standard_normal((B, T, D)).astype(np.float32)
+
+
+def test_split_to_sequence_and_castlike_import_as_split_and_constants(tmp_path):
+    from vta.compiler.pipeline import CalibrationSet, compile_model
+    from vta.compiler.runtime.executor import run
+    model = _attention()
+    onnx.checker.check_model(model, full_check=True)
+    graph = import_onnx(model)
+    ops = [n.op for n in graph.nodes]
+    assert "CastLike" not in ops and "SplitToSequence" not in ops and ops.count("Slice") == 3
+    want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": _x()})[0]
+    np.testing.assert_allclose(run_float(graph, {"x": _x()})["y"], want, atol=1e-5)
+    path = tmp_path / "attention.onnx"
+    onnx.save(model, str(path))
+    compiled = compile_model(str(path), VTAConfig(), calib=2, policy="accel",
+                             calibration=CalibrationSet({"x": np.concatenate([_x(), _x()])}, {"source": "test"}))
+    out = run(compiled, {"x": _x()}, target="fsim").outputs["y"]
+    np.testing.assert_array_equal(out, qops.run_reference(compiled.graph, {"x": _x()})["y"])
+    assert float(np.ravel(out) @ np.ravel(want) / np.linalg.norm(out) / np.linalg.norm(want)) > 0.99
+
+
+def test_a_file_onnxruntime_refuses_is_measured_against_the_float_reference():
+    """An opset-17 file with opset 18's Split(num_outputs) (what torch 2.13's exporter writes at opset_version=17
+    with its optimizer): the lab imports it; onnxruntime refuses it, so the float reference stands in, saying why."""
+    split = [node("Split", ["qkv"], ["q", "k", "v"], axis=2, num_outputs=3)]
+    model = _attention(split_node=split)
+    graph = import_onnx(model)
+    ref, which = float_outputs(model, graph, {"x": _x()})
+    assert which.startswith("float reference (onnxruntime refused the file: ") and "num_outputs" in which
+    fixed = _attention(opset=18, split_node=split)
+    want = ort.InferenceSession(fixed.SerializeToString()).run(None, {"x": _x()})[0]
+    np.testing.assert_allclose(ref["y"], want, atol=1e-5)
