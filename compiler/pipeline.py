@@ -34,6 +34,7 @@ from vta.config import VTAConfig
 from vta.cost import estimate
 from vta.suggest import close_matches, did_you_mean
 
+from .frontend.masks import is_float_mask_input, is_mask_input
 from .ir import REQUANT_MODES, Graph, Node, node_macs
 from .lowering.codegen import ConvLayer, build_add_program, build_conv_program
 from .lowering.gelu import GELU_MODES, GeluLayer, build_gelu_program, integer_gelu
@@ -99,24 +100,6 @@ def token_range(graph: Graph, name: str) -> int | None:
         return None
     rows = [graph.shape(node.inputs[1])[0] for node in graph.consumers(name) if node.op == "Embedding"]
     return min(rows) if rows else None
-
-
-def is_mask_input(graph: Graph, name: str) -> bool:
-    """Whether input ``name`` of ``graph`` is a runtime attention mask of 0 and 1 (int64, read by ``KeyMask`` nodes
-    or, quantized, by masked Softmax nodes; :mod:`.frontend.masks`)."""
-    return graph.tensors[name].dtype == "int64" and _mask_readers(graph, name)
-
-
-def is_float_mask_input(graph: Graph, name: str) -> bool:
-    """Whether input ``name`` of ``graph`` is a float term added to attention scores at run time (float32, read by
-    additive ``KeyMask`` nodes or, quantized, by masked Softmax nodes as their input 1)."""
-    return graph.tensors[name].dtype == "float32" and _mask_readers(graph, name)
-
-
-def _mask_readers(graph: Graph, name: str) -> bool:
-    users = graph.consumers(name)
-    return bool(users) and all(node.op in ("KeyMask", "Softmax", "QSoftmax") and node.inputs[1:2] == [name]
-                               for node in users)
 
 
 def random_mask(shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:

@@ -555,3 +555,26 @@ def test_the_gathernd_lookup_of_the_new_exporter_is_a_mask_region():
     np.testing.assert_allclose(run_float(graph, feeds)["y"], want, atol=1e-5)
     with pytest.raises(MaskError, match="not an element-wise function of the mask's entries"):
         import_onnx(_block(nodes("flipped"), extra_inits=inits))
+
+
+def test_a_calibration_file_takes_masks(tmp_path):
+    """--calibration's .npz: an int64 mask of 0/1 (not token ids), a float [T, T] mask with -inf stacked along its
+    own first axis; a mask value of 2 refused."""
+    from vta.compiler.frontend.calibration import CalibrationError, load_calibration
+    nodes, inits = _additive(-10000.0)
+    graph = import_onnx(_block(nodes, extra_inits=inits))
+    path = tmp_path / "calib.npz"
+    np.savez(path, input_ids=np.concatenate([_ids()] * 3), attention_mask=np.concatenate([_padding_mask()] * 3))
+    values = load_calibration(path, graph)
+    assert values["attention_mask"].dtype == np.int64 and values["attention_mask"].shape == (3 * B, T)
+    wrong = np.concatenate([_padding_mask()] * 3)
+    wrong[0, 0] = 2
+    np.savez(path, input_ids=np.concatenate([_ids()] * 3), attention_mask=wrong)
+    with pytest.raises(CalibrationError, match="'attention_mask' is an attention mask; it takes 0 and 1 only"):
+        load_calibration(path, graph)
+    square = [node("Unsqueeze", ["attention_mask", "axes"], ["m4"]), node("Add", ["s", "m4"], ["z"])]
+    graph = import_onnx(_block(square, mask_type=TensorProto.FLOAT, mask_shape=(T, T),
+                               extra_inits=[("axes", np.array([0, 1], np.int64))]))
+    causal = np.where(np.tril(np.ones((T, T), bool)), 0.0, -np.inf).astype(np.float32)
+    np.savez(path, input_ids=np.concatenate([_ids()] * 2), attention_mask=np.concatenate([causal] * 2))
+    assert load_calibration(path, graph)["attention_mask"].shape == (2 * T, T)

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from ..ir import Graph
+from .masks import is_float_mask_input, is_mask_input
 
 __all__ = ["CalibrationError", "PREPROCESS", "METHODS", "IMAGE_SUFFIXES", "load_calibration", "describe",
            "entropy_threshold", "HISTOGRAM_BINS", "sample_count"]
@@ -198,18 +199,26 @@ def _checked(graph: Graph, values: dict[str, np.ndarray], where: str) -> dict[st
         if value.shape[0] == 0 or value.shape[0] % shape[0]:
             raise CalibrationError(f"{where}: input {name!r} has {value.shape[0]} samples; give a positive "
                                    f"multiple of the batch {shape[0]}")
+        if is_mask_input(graph, name):                  # an attention mask of 0 and 1
+            if ((value != 0) & (value != 1)).any():
+                raise CalibrationError(f"{where}: input {name!r} is an attention mask; it takes 0 and 1 only")
+            counts.add(value.shape[0] // shape[0])
+            out[name] = value.astype(np.int64)
+            continue
         if graph.tensors[name].dtype == "int64":        # token ids into an embedding table
             rows = min([graph.shape(n.inputs[1])[0] for n in graph.consumers(name) if n.op == "Embedding"] or [0])
             if value.dtype.kind not in "iu" or ((value < 0) | (value >= rows)).any():
                 raise CalibrationError(f"{where}: input {name!r} takes token ids, integers in [0, {rows - 1}] (the "
                                        f"rows of its embedding table)")
-            counts.add(value.shape[0])
+            counts.add(value.shape[0] // shape[0])
             out[name] = value.astype(np.int64)
             continue
         converted = value.astype(np.float32)
-        if not np.isfinite(converted).all():
+        bad = np.isnan(converted) | np.isposinf(converted) if is_float_mask_input(graph, name) else \
+            ~np.isfinite(converted)                       # a float mask's -inf masks out
+        if bad.any():
             raise CalibrationError(f"{where}: input {name!r} holds NaN or infinite values")
-        counts.add(value.shape[0])
+        counts.add(value.shape[0] // shape[0])
         out[name] = converted
     if len(counts) > 1:
         raise CalibrationError(f"{where}: the inputs have different sample counts ({sorted(counts)}); give each "

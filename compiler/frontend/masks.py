@@ -35,11 +35,11 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from ..ir import GraphError
+from ..ir import Graph, GraphError
 from ..qops import key_mask
 
 __all__ = ["KeyMask", "MaskError", "find_key_masks", "find_float_masks", "direct_token_ids", "drop_nan_guards",
-           "MASK_TYPES", "REGION_OPS"]
+           "is_mask_input", "is_float_mask_input", "MASK_TYPES", "REGION_OPS"]
 
 MASK_TYPES: dict[int, type] = {TensorProto.INT64: np.int64, TensorProto.INT32: np.int32, TensorProto.BOOL: np.bool_,
               TensorProto.UINT8: np.uint8, TensorProto.INT8: np.int8}
@@ -434,3 +434,21 @@ def _float_expand(model: onnx.ModelProto, chain: list[onnx.NodeProto], vi: onnx.
     if got.size == probe.size and np.array_equal(flat, probe.reshape(-1)):
         return tuple(got.shape)
     return None
+
+
+def is_mask_input(graph: Graph, name: str) -> bool:
+    """Whether input ``name`` of ``graph`` is a runtime attention mask of 0 and 1 (int64, read by ``KeyMask`` nodes
+    or, quantized, by masked Softmax nodes; :mod:`.frontend.masks`)."""
+    return graph.tensors[name].dtype == "int64" and _mask_readers(graph, name)
+
+
+def is_float_mask_input(graph: Graph, name: str) -> bool:
+    """Whether input ``name`` of ``graph`` is a float term added to attention scores at run time (float32, read by
+    additive ``KeyMask`` nodes or, quantized, by masked Softmax nodes as their input 1)."""
+    return graph.tensors[name].dtype == "float32" and _mask_readers(graph, name)
+
+
+def _mask_readers(graph: Graph, name: str) -> bool:
+    users = graph.consumers(name)
+    return bool(users) and all(node.op in ("KeyMask", "Softmax", "QSoftmax") and node.inputs[1:2] == [name]
+                               for node in users)
