@@ -285,16 +285,22 @@ def _skip_layer_norm(ctx: _Context, node: onnx.NodeProto) -> None:
     """input + skip (+ bias), LayerNorm over the last axis; outputs mean and inv_std_var refused when read."""
     a = _check_attrs(node, {"epsilon"})
     _only_inputs(node, ("input", "skip", "gamma", "beta", "bias"))
+    _layer_norm(ctx, node, _skip_sum(ctx, node, 4, "LayerNorm"), float(a.get("epsilon", 1e-12)))
+
+
+def _skip_sum(ctx: _Context, node: onnx.NodeProto, bias_index: int, norm: str) -> str:
+    """A Skip(Simplified)LayerNormalization's ``input + skip (+ bias)`` (the bias, input ``bias_index``, folded
+    into the linear layer that writes one of them when it can), written to output 3 when that is named; its mean
+    and inv_std_var outputs refused when read (the lab's ``norm`` writes only Y)."""
     for k, what in ((1, "mean"), (2, "inv_std_var")):
         if len(node.output) > k and node.output[k] and node.output[k] in ctx.used:
-            raise _Refusal(f"its {what} output {node.output[k]!r} is read (the lab's LayerNorm writes only Y)")
+            raise _Refusal(f"its {what} output {node.output[k]!r} is read (the lab's {norm} writes only Y)")
     x, skip = node.input[0], node.input[1]
     if ctx.written_by_matmul(skip) and not ctx.written_by_matmul(x):
         x, skip = skip, x                                # the bias folds into the linear layer that writes x
-    biased = _add_bias(ctx, node, x, 4)
+    biased = _add_bias(ctx, node, x, bias_index)
     total = node.output[3] if len(node.output) > 3 and node.output[3] else None
-    summed = ctx.emit("Add", [biased, skip], f"{_main_name(node)}_skip", output=total)
-    _layer_norm(ctx, node, summed, float(a.get("epsilon", 1e-12)))
+    return ctx.emit("Add", [biased, skip], f"{_main_name(node)}_skip", output=total)
 
 
 def _rms_norm(ctx: _Context, node: onnx.NodeProto, x: str, gamma_index: int, epsilon: float) -> None:
@@ -330,16 +336,7 @@ def _skip_simplified_layer_norm(ctx: _Context, node: onnx.NodeProto) -> None:
     """input + skip (+ bias), RMSNorm over the last axis; outputs mean and inv_std_var refused when read."""
     a = _check_attrs(node, {"epsilon"})
     _only_inputs(node, ("input", "skip", "gamma", "bias"))
-    for k, what in ((1, "mean"), (2, "inv_std_var")):
-        if len(node.output) > k and node.output[k] and node.output[k] in ctx.used:
-            raise _Refusal(f"its {what} output {node.output[k]!r} is read (the lab's RMSNorm writes only Y)")
-    x, skip = node.input[0], node.input[1]
-    if ctx.written_by_matmul(skip) and not ctx.written_by_matmul(x):
-        x, skip = skip, x                                # the bias folds into the linear layer that writes x
-    biased = _add_bias(ctx, node, x, 3)
-    total = node.output[3] if len(node.output) > 3 and node.output[3] else None
-    summed = ctx.emit("Add", [biased, skip], f"{_main_name(node)}_skip", output=total)
-    _rms_norm(ctx, node, summed, 2, float(a.get("epsilon", 1e-12)))
+    _rms_norm(ctx, node, _skip_sum(ctx, node, 3, "RMSNorm"), 2, float(a.get("epsilon", 1e-12)))
 
 
 def _bias_add(ctx: _Context, node: onnx.NodeProto) -> None:

@@ -20,6 +20,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from ..ir import GraphError
+from .masks import backward_slice
 
 __all__ = ["IndexRegion", "IndexRegionError", "find_index_regions", "INDEX_OPS"]
 
@@ -95,13 +96,7 @@ def find_index_regions(model: onnx.ModelProto, token_ids: set[str], shapes: dict
 def _submodel(model: onnx.ModelProto, nodes: list[onnx.NodeProto], ids: str, out: str,
               consts: dict[str, onnx.TensorProto]) -> str:
     """The part of the graph computing ``out`` from ``ids``, as a base64 ONNX model (int64 out)."""
-    needed = {out}
-    keep: list[onnx.NodeProto] = []
-    for node in reversed(nodes):
-        if any(o in needed for o in node.output):
-            keep.append(node)
-            needed.update(t for t in node.input if t)
-    keep.reverse()
+    keep, needed = backward_slice(nodes, [out])
     vi = next(v for v in model.graph.input if v.name == ids)
     graph = helper.make_graph(keep, "index_region", [vi], [helper.make_tensor_value_info(out, TensorProto.INT64,
                                                                                           None)],

@@ -323,6 +323,19 @@ def _expand(shape: tuple[int, ...], out_shape: tuple[int, ...], sides: Sequence[
     return None
 
 
+def backward_slice(nodes: list[onnx.NodeProto], wanted: list[str]) -> tuple[list[onnx.NodeProto], set[str]]:
+    """The nodes of ``nodes`` (in graph order) that ``wanted`` depends on, in order, and every tensor they and
+    ``wanted`` read (graph inputs and constants among them)."""
+    needed = set(wanted)
+    keep: list[onnx.NodeProto] = []
+    for node in reversed(nodes):
+        if any(o in needed for o in node.output):
+            keep.append(node)
+            needed.update(t for t in node.input if t)
+    keep.reverse()
+    return keep, needed
+
+
 def _evaluate(model: onnx.ModelProto, nodes: list[onnx.NodeProto], mask: str, vi: onnx.ValueInfoProto,
               wanted: list[str], consts: dict[str, np.ndarray], samples: list[np.ndarray]
               ) -> dict[str, list[np.ndarray]]:
@@ -331,13 +344,7 @@ def _evaluate(model: onnx.ModelProto, nodes: list[onnx.NodeProto], mask: str, vi
     if not wanted:
         return {}
     from onnx.reference import ReferenceEvaluator
-    needed = set(wanted)
-    keep: list[onnx.NodeProto] = []
-    for node in reversed(nodes):
-        if any(o in needed for o in node.output):
-            keep.append(node)
-            needed.update(t for t in node.input if t)
-    keep.reverse()
+    keep, needed = backward_slice(nodes, wanted)
     if any(t not in consts and t != mask and not any(t in n.output for n in keep) for t in needed):
         raise MaskError(f"the region of the mask input {mask!r} reads another graph input")
     inits = [numpy_helper.from_array(consts[t], t) for t in sorted(needed) if t in consts]
