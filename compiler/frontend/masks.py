@@ -42,7 +42,7 @@ __all__ = ["KeyMask", "MaskError", "find_key_masks", "find_float_masks", "direct
            "is_mask_input", "is_float_mask_input", "MASK_TYPES", "REGION_OPS"]
 
 MASK_TYPES: dict[int, type] = {TensorProto.INT64: np.int64, TensorProto.INT32: np.int32, TensorProto.BOOL: np.bool_,
-              TensorProto.UINT8: np.uint8, TensorProto.INT8: np.int8}
+                               TensorProto.UINT8: np.uint8, TensorProto.INT8: np.int8}
 """The element types a mask input may have (ONNX type -> numpy dtype); its values must be 0 and 1."""
 
 REGION_OPS = frozenset({"Unsqueeze", "Squeeze", "Reshape", "Flatten", "Expand", "Identity", "Cast", "CastLike",
