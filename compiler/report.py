@@ -318,6 +318,9 @@ class Report:
                 lines.extend(textwrap.wrap(f"clock: {self.clock_note}", 120, subsequent_indent="  "))
         lines.append(f"layout conversions at partition boundaries: {t['conversions']}; "
                      f"{t['accel_macs']:,} of {t['macs']:,} MACs on the accelerator")
+        if reasons:
+            lines.extend(textwrap.wrap(_REASONS_NOTE.format(mhz=(self.config_fields or {}).get("CLOCK_MHZ", 100.0)),
+                                       120, subsequent_indent="  "))
         lines.extend(self.format_modules())
         lines.extend(self.format_traffic())
         for key, value in self.extra.items():
@@ -864,6 +867,14 @@ _TABLE_CELLS = {
     "util": lambda r: _pct(r["util"]),
     "predicted": lambda r: _opt(r["predicted"]), "bound": lambda r: row_bound(r)[0] or "-",
     "bytes": lambda r: f"{r['bytes']:,}", "ms": lambda r: f"{r['ms']:,.2f}"}
+
+
+_REASONS_NOTE = ("reasons: the partitioner's estimates, not measurements: the accelerator's micro-ops or DMA bytes "
+                 "at the config's CLOCK_MHZ ({mhz:g} MHz, not the design clock above) plus 5 us a launch; the CPU at "
+                 "2,000 MACs and 500 elements per us; layout conversions at 1,000 bytes per us "
+                 "(compiler/lowering/partition.py)")
+"""The line ``format(reasons=True)`` adds: what the reasons' microseconds are (:mod:`.lowering.partition`'s
+constants, checked equal by a test)."""
 
 
 def row_bound(row: Mapping[str, Any]) -> tuple[str, str]:

@@ -247,3 +247,13 @@ def test_a_number_too_wide_for_its_column_gets_an_si_prefix_not_cut():
     assert _cell("1,813,561,344", 11) == "    1.814 G"
     assert _cell("12,345", 11) == "     12,345"
     assert _cell("blocks.11.attn.qkv", 12) == "block..n.qkv"
+
+
+def test_the_reasons_say_what_their_microseconds_are():
+    """--reasons ends with the partitioner's rates and clock, which are partition.py's constants."""
+    from vta.compiler.lowering import partition as P
+    from vta.compiler.report import _REASONS_NOTE
+    note = _REASONS_NOTE.format(mhz=100.0)
+    assert f"plus {P.ACCEL_LAUNCH_US:g} us a launch" in note and f"{P.CPU_MACS_PER_US:,.0f} MACs" in note
+    assert f"{P.CPU_ELEMS_PER_US:g} elements per us" in note and f"{P.CONVERT_BYTES_PER_US:,.0f} bytes" in note
+    assert "CLOCK_MHZ (100 MHz, not the design clock above)" in note
