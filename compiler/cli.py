@@ -416,12 +416,26 @@ def _accuracy(model: str, compiled: Any, float_graph: Any, inputs: dict[str, np.
         float_graph = load_graph(os.fspath(path), batch=compiled.graph.shape(first)[0])
     ref, which = float_outputs(path, float_graph, inputs)
     refused = which.partition(" (")[2]
-    which = f"{which} on {'the zoo model ' if source in zoo.list_models() else ''}{source}" if which == \
-        "onnxruntime" else f"the lab's float reference on the float graph of {source}" + (f" ({refused}" if refused
-                                                                                          else "")
+    kind = "the zoo model " if source in zoo.list_models() else "the quantized file " if _quantized_file(path) else ""
+    which = f"{which} on {kind}{source}" if which == "onnxruntime" else \
+        f"the lab's float reference on the float graph of {source}" + (f" ({refused}" if refused else "")
     return {"reference": which,
             "outputs": {name: accuracy_vs_float(ref[name], outputs[name], output_scale(compiled.graph, name))
                         for name in compiled.graph.outputs}}
+
+
+def _quantized_file(path: Any) -> bool:
+    """Whether the ONNX file ``path`` is pre-quantized (so onnxruntime on it is the quantized model, not a float
+    one)."""
+    if path is None:
+        return False
+    import onnx
+
+    from .frontend.prequant import is_quantized_model
+    try:
+        return is_quantized_model(onnx.load(os.fspath(path), load_external_data=False))
+    except Exception:  # noqa: BLE001 - a file onnx cannot read was not measured against anyway
+        return False
 
 
 def _transformer_figures(model: str, compiled: Any, report: Any) -> dict[str, str]:

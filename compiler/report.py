@@ -811,7 +811,9 @@ def budget_failure(accuracy: Mapping[str, Any], budget: str) -> str | None:
 def format_accuracy(accuracy: Mapping[str, Any]) -> list[str]:
     """The text lines of a run's error against the float model: ``accuracy`` is ``{"reference": which float model
     ran, "outputs": {output name: accuracy_vs_float's metrics}}``."""
-    lines = [f"error against the float model ({accuracy.get('reference')}):"]
+    reference = str(accuracy.get("reference"))
+    what = "the quantized model as given" if "the quantized file" in reference else "the float model"
+    lines = [f"error against {what} ({reference}):"]
     for name, m in accuracy.get("outputs", {}).items():
         lsb = "" if m.get("max_abs_error_lsb") is None else \
             f"max {m['max_abs_error_lsb']:.3g} LSB, mean {m['mean_abs_error_lsb']:.3g} LSB; "

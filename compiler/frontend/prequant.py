@@ -57,6 +57,7 @@ at least 99 % of the output elements.
 """
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
 from typing import Any, Callable, TypeVar
@@ -66,6 +67,7 @@ import onnx
 from onnx import numpy_helper
 
 from ..ir import INT8_MAX, INT8_MIN, AddRequant, Graph, GraphError, Node, Requant, conv_output_hw
+from .dequantize import qdq_to_float
 from .onnx_frontend import (
     UnsupportedModelError,
     UnsupportedOperatorError,
@@ -98,7 +100,8 @@ def import_model(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, 
     """Any ONNX model (path or ModelProto) as a validated graph: a pre-quantized one (:func:`is_quantized_model`)
     by :func:`import_quantized`, with :func:`.onnx_frontend.import_onnx`'s checks of the file, the opset, the input
     shapes (``batch``, ``input_shapes``) and the tensor sizes; any other by :func:`.onnx_frontend.import_onnx` (a
-    float graph)."""
+    float graph). A QDQ model with operators :func:`import_quantized` refuses is imported as its dequantized float
+    graph (:func:`.dequantize.qdq_to_float`), with a warning saying so."""
     is_path = isinstance(model, (str, os.PathLike))
     proto = _read_model(os.fspath(model)) if is_path else model
     if not isinstance(proto, onnx.ModelProto) or not is_quantized_model(proto):
@@ -109,9 +112,22 @@ def import_model(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, 
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
         raise ValueError(f"batch must be a positive integer (images per inference), not {batch!r}.")
     _check_opset(proto, where)
+    original = onnx.ModelProto.FromString(proto.SerializeToString())
     _fix_inputs(proto, batch, dict(input_shapes or {}), where)
     _check_sizes(proto, where, tensor_byte_limit())
-    return import_quantized(proto, label)
+    try:
+        return import_quantized(proto, label)
+    except ValueError as err:
+        dequantized = qdq_to_float(original)
+        if dequantized is None:
+            raise
+        first = " ".join(line.strip() for line in str(err).splitlines()[:2])
+    logging.getLogger("vta").warning(
+        "%s is quantized (QDQ) with operators the lab's integer import does not take (%s); it is imported as its "
+        "dequantized float graph instead: the weights keep their int8 values, the activations are quantized again "
+        "with the lab's own scales (give --calibration data), so the run is not bit-exact with onnxruntime on the "
+        "file", where, first)
+    return import_onnx(dequantized, batch=batch, name=label, input_shapes=input_shapes)
 
 
 def is_quantized_model(model: onnx.ModelProto) -> bool:

@@ -1,0 +1,92 @@
+"""A QDQ model (onnxruntime's quantize_static) with operators the integer import does not take (a transformer's
+attention products, Softmax, LayerNorm) imports as its dequantized float graph (compiler/frontend/dequantize.py),
+with a warning; the run measures its error against onnxruntime on the quantized file and says so."""
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+B, T, D = 2, 8, 16
+node = helper.make_node
+
+
+def _float_block() -> onnx.ModelProto:
+    """x [B, T, D] -> Q, K, V projections -> softmax(Q K^T) V -> LayerNorm -> y."""
+    rng = np.random.default_rng(0)
+    inits = {f"w{r}": (rng.standard_normal((D, D)) * 0.3).astype(np.float32) for r in "qkv"}
+    inits.update(gamma=np.ones(D, np.float32), beta=np.zeros(D, np.float32))
+    nodes = [node("MatMul", ["x", f"w{r}"], [r]) for r in "qkv"]
+    nodes += [node("Transpose", ["k"], ["kt"], perm=[0, 2, 1]), node("MatMul", ["q", "kt"], ["s"]),
+              node("Softmax", ["s"], ["p"], axis=-1), node("MatMul", ["p", "v"], ["c"]),
+              node("LayerNormalization", ["c", "gamma", "beta"], ["y"], axis=-1)]
+    graph = helper.make_graph(nodes, "block", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [B, T, D])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [B, T, D])],
+                              [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    return model
+
+
+def _x(seed: int = 1) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal((B, T, D)).astype(np.float32)
+
+
+@pytest.fixture
+def qdq_file(tmp_path):
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.data = iter([{"x": _x(seed)} for seed in range(4)])
+
+        def get_next(self):  # noqa: ANN201 - onnxruntime's interface
+            return next(self.data, None)
+
+    source, path = tmp_path / "block.onnx", tmp_path / "block.qdq.onnx"
+    onnx.save(_float_block(), str(source))
+    quantize_static(str(source), str(path), Reader(), quant_format=QuantFormat.QDQ, activation_type=QuantType.QInt8,
+                    weight_type=QuantType.QInt8)
+    return path
+
+
+def test_a_qdq_transformer_block_imports_as_its_dequantized_float_graph(qdq_file, caplog, monkeypatch, tmp_path):
+    from vta.compiler.frontend.dequantize import qdq_to_float
+    from vta.compiler.frontend.prequant import import_model, is_quantized_model
+    monkeypatch.setenv("VTA_CACHE_DIR", str(tmp_path / "cache"))
+    model = onnx.load(str(qdq_file))
+    assert is_quantized_model(model)
+    plain = qdq_to_float(model)
+    assert plain is not None and not any(n.op_type == "QuantizeLinear" and n.input[0] in ("q", "s", "p", "c")
+                                         for n in plain.graph.node)
+    with caplog.at_level(logging.WARNING, logger="vta"):
+        graph = import_model(str(qdq_file))
+    assert not graph.is_quantized and "imported as its dequantized float graph" in caplog.text
+    assert {"MatMul", "Softmax", "LayerNorm"} <= {n.op for n in graph.nodes}
+    from vta.compiler.frontend.float_ref import run_float
+    float_out = onnx.reference.ReferenceEvaluator(_float_block()).run(None, {"x": _x()})[0]
+    got = run_float(graph, {"x": _x()})["y"]
+    cosine = float(got.ravel() @ float_out.ravel() / np.linalg.norm(got) / np.linalg.norm(float_out))
+    assert cosine > 0.999                                      # int8 weights, float activations
+
+
+def test_vta_run_of_a_qdq_block_says_what_it_measured_against(qdq_file, capsys, monkeypatch, tmp_path):
+    from vta.cli import main
+    monkeypatch.setenv("VTA_CACHE_DIR", str(tmp_path / "cache"))
+    data = tmp_path / "x.npz"
+    np.savez(data, x=_x())
+    code = main(["run", str(qdq_file), "--target", "fsim", "--input", str(data), "--no-progress"])
+    out, err = capsys.readouterr()
+    assert code == 0 and "matches_integer_reference: True" in out
+    assert f"error against the quantized model as given (onnxruntime on the quantized file {qdq_file})" in out
+    assert "imported as its dequantized float graph" in err
+
+
+def test_other_quantized_formats_are_not_dequantized():
+    from vta.compiler.frontend.dequantize import qdq_to_float
+    dynamic = _float_block()
+    dynamic.graph.node.insert(0, node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"]))
+    assert qdq_to_float(dynamic) is None
