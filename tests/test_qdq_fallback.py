@@ -85,8 +85,28 @@ def test_vta_run_of_a_qdq_block_says_what_it_measured_against(qdq_file, capsys, 
     assert "imported as its dequantized float graph" in err
 
 
+def test_a_dynamically_quantized_block_imports_as_float_matmuls(tmp_path, caplog):
+    """quantize_dynamic's MatMulInteger chains become float MatMuls by the int8 weights' values."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    from vta.compiler.frontend.float_ref import run_float
+    from vta.compiler.frontend.prequant import import_model
+    source, path = tmp_path / "block.onnx", tmp_path / "block.dynamic.onnx"
+    onnx.save(_float_block(), str(source))
+    quantize_dynamic(str(source), str(path), weight_type=QuantType.QInt8)
+    assert any(n.op_type == "MatMulInteger" for n in onnx.load(str(path)).graph.node)
+    with caplog.at_level(logging.WARNING, logger="vta"):
+        graph = import_model(str(path))
+    assert "imported as its dequantized float graph" in caplog.text and not graph.is_quantized
+    ops = [n.op for n in graph.nodes]
+    assert ops.count("Conv2d") == 3 and ops.count("MatMul") == 2  # Q, K, V over the tokens; Q.K^T and P.V
+    got, want = run_float(graph, {"x": _x()})["y"], onnx.reference.ReferenceEvaluator(_float_block()).run(
+        None, {"x": _x()})[0]
+    assert float(got.ravel() @ want.ravel() / np.linalg.norm(got) / np.linalg.norm(want)) > 0.999
+
+
 def test_other_quantized_formats_are_not_dequantized():
     from vta.compiler.frontend.dequantize import qdq_to_float
     dynamic = _float_block()
-    dynamic.graph.node.insert(0, node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"]))
+    dynamic.graph.node.insert(0, node("ConvInteger", ["x", "wq"], ["xq"]))
     assert qdq_to_float(dynamic) is None

@@ -11,12 +11,16 @@ import). The lab then quantizes it as any float model: its own activation scales
 data (or, with the usual warning, on random inputs), so the run is not bit-exact with onnxruntime's integer
 execution of the file, and says which model it measured its error against.
 
-Dynamic quantization (``DynamicQuantizeLinear``, ``MatMulInteger``, ``ConvInteger``) and the QOperator format
-(``QLinearConv``, ``QLinearMatMul``, ...) are not QDQ: :func:`qdq_to_float` returns None for them.
+onnxruntime's ``quantize_dynamic`` writes ``MatMulInteger`` of ``DynamicQuantizeLinear`` activations by int8
+weights: each such chain becomes the float MatMul with the weights' int8 values (:func:`_dynamic_to_float`). Other
+dynamic forms (``ConvInteger``, the fused ``MatMulIntegerToFloat``) and the QOperator format (``QLinearConv``,
+``QLinearMatMul``, ...) are not dequantized: :func:`qdq_to_float` returns None for them.
 """
 from __future__ import annotations
 
+import numpy as np
 import onnx
+from onnx import numpy_helper
 
 __all__ = ["qdq_to_float", "QDQ_OPS"]
 
@@ -30,13 +34,15 @@ _QUANTIZED = frozenset({"QLinearConv", "QLinearMatMul", "QLinearAdd", "QLinearMu
 
 
 def qdq_to_float(model: onnx.ModelProto) -> onnx.ModelProto | None:
-    """A copy of the QDQ ``model`` without its activation QuantizeLinear -> DequantizeLinear pairs (each pair's
+    """A copy of the QDQ (or dynamically quantized) ``model`` with its dynamic MatMuls made float again
+    (:func:`_dynamic_to_float`) and without its activation QuantizeLinear -> DequantizeLinear pairs (each pair's
     output read as the pair's float input); constants' pairs and DequantizeLinear of integer constants stay, to fold
     at import. None when ``model`` is not QDQ (another quantized operator) or a QuantizeLinear of an activation is
     read by anything but DequantizeLinear."""
-    if any(node.op_type in _QUANTIZED for node in model.graph.node):
-        return None
     out = onnx.ModelProto.FromString(model.SerializeToString())
+    _dynamic_to_float(out)
+    if any(node.op_type in _QUANTIZED for node in out.graph.node):
+        return None
     inits = {i.name for i in out.graph.initializer}
     producer = {o: n for n in out.graph.node for o in n.output}
     readers: dict[str, list[onnx.NodeProto]] = {}
@@ -66,6 +72,86 @@ def qdq_to_float(model: onnx.ModelProto) -> onnx.ModelProto | None:
     del out.graph.node[:]
     out.graph.node.extend(kept)
     return out
+
+
+def _dynamic_to_float(model: onnx.ModelProto) -> None:
+    """In place: each ``MatMulInteger(DynamicQuantizeLinear(x), Wq, x_zp, w_zp) -> Cast -> Mul(., x_scale * w_scale)``
+    chain (onnxruntime's ``quantize_dynamic`` of a MatMul by constant weights) becomes ``MatMul(x, (Wq - w_zp) *
+    w_scale)``: the float layer with its int8 weights' values; a ``DequantizeLinear`` of a ``Gather`` from an int8
+    table (a quantized embedding) becomes a Gather from the dequantized table. Nodes left unread afterwards (the
+    dynamic quantization of ``x``, the scale products) are dropped. Chains of another form are left (and refused by
+    the caller)."""
+    inits = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    producer = {o: n for n in model.graph.node for o in n.output}
+    readers: dict[str, list[onnx.NodeProto]] = {}
+    for node in model.graph.node:
+        for t in node.input:
+            readers.setdefault(t, []).append(node)
+    replace: dict[str, onnx.NodeProto] = {}                  # the chain's final Mul output -> its float MatMul
+    gone: set[str] = set()
+    for node in model.graph.node:
+        if node.op_type != "MatMulInteger" or node.input[1] not in inits:
+            continue
+        quant = producer.get(node.input[0])
+        cast = _only_reader(readers, node.output[0], "Cast")
+        mul = _only_reader(readers, cast.output[0], "Mul") if cast is not None else None
+        if quant is None or quant.op_type != "DynamicQuantizeLinear" or cast is None or mul is None:
+            continue
+        scales = producer.get(mul.input[1] if mul.input[0] == cast.output[0] else mul.input[0])
+        if scales is None or scales.op_type != "Mul" or quant.output[1] not in scales.input:
+            continue
+        w_scale = inits.get(scales.input[1] if scales.input[0] == quant.output[1] else scales.input[0])
+        zero = inits.get(node.input[3]) if len(node.input) > 3 and node.input[3] else np.zeros((), np.int64)
+        if w_scale is None or zero is None:
+            continue
+        weights = (inits[node.input[1]].astype(np.float64) - zero.astype(np.float64)) * w_scale.astype(np.float64)
+        name = f"{node.input[1]}_dequantized"
+        model.graph.initializer.append(numpy_helper.from_array(weights.astype(np.float32), name))
+        replace[mul.output[0]] = onnx.helper.make_node("MatMul", [quant.input[0], name], [mul.output[0]],
+                                                       name=node.name or mul.output[0])
+        gone.update({node.output[0], cast.output[0]})
+    for node in model.graph.node:                            # DequantizeLinear(Gather(int8 table, ids))
+        gather = producer.get(node.input[0]) if node.op_type == "DequantizeLinear" else None
+        if gather is None or gather.op_type != "Gather" or gather.input[0] not in inits or \
+                any(a.name == "axis" and a.i != 0 for a in gather.attribute) or \
+                _only_reader(readers, gather.output[0], "DequantizeLinear") is None:
+            continue
+        scale = inits.get(node.input[1])
+        zero = inits.get(node.input[2]) if len(node.input) > 2 and node.input[2] else np.zeros((), np.int64)
+        if scale is None or zero is None or scale.size != 1 or zero.size != 1:
+            continue
+        table = (inits[gather.input[0]].astype(np.float64) - zero.astype(np.float64)) * scale.astype(np.float64)
+        name = f"{gather.input[0]}_dequantized"
+        model.graph.initializer.append(numpy_helper.from_array(table.astype(np.float32), name))
+        replace[node.output[0]] = onnx.helper.make_node("Gather", [name, gather.input[1]], [node.output[0]],
+                                                        name=gather.name or node.output[0], axis=0)
+        gone.add(gather.output[0])
+    if not replace:
+        return
+    kept = []
+    for node in model.graph.node:
+        if node.output and node.output[0] in replace:
+            kept.append(replace[node.output[0]])
+        elif not (node.output and node.output[0] in gone):
+            kept.append(node)
+    kept = _live(kept, {o.name for o in model.graph.output})
+    del model.graph.node[:]
+    model.graph.node.extend(kept)
+
+
+def _only_reader(readers: dict[str, list[onnx.NodeProto]], tensor: str, op: str) -> onnx.NodeProto | None:
+    users = readers.get(tensor, [])
+    return users[0] if len(users) == 1 and users[0].op_type == op else None
+
+
+def _live(nodes: list[onnx.NodeProto], outputs: set[str]) -> list[onnx.NodeProto]:
+    """``nodes`` without those whose every output nothing reads (repeatedly: a chain that fed only removed nodes)."""
+    while True:
+        read = {t for n in nodes for t in n.input} | outputs
+        alive = [n for n in nodes if any(o in read for o in n.output if o)]
+        if len(alive) == len(nodes):
+            return nodes
+        nodes = alive
 
 
 def _final(name: str, rename: dict[str, str]) -> str:

@@ -123,7 +123,7 @@ def import_model(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, 
             raise
         first = " ".join(line.strip() for line in str(err).splitlines()[:2])
     logging.getLogger("vta").warning(
-        "%s is quantized (QDQ) with operators the lab's integer import does not take (%s); it is imported as its "
+        "%s is quantized (QDQ or dynamic) in a form the lab's integer import does not take (%s); it is imported as its "
         "dequantized float graph instead: the weights keep their int8 values, the activations are quantized again "
         "with the lab's own scales (give --calibration data), so the run is not bit-exact with onnxruntime on the "
         "file", where, first)
