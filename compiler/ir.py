@@ -293,6 +293,9 @@ class Graph:
     nodes: list[Node] = field(default_factory=list)
     tensors: dict[str, TensorInfo] = field(default_factory=dict)
     constants: dict[str, np.ndarray] = field(default_factory=dict)
+    absmax_hints: dict[str, float] = field(default_factory=dict)
+    """A float graph's activation ranges (largest magnitude, by tensor name) that its model file states: a QDQ file's
+    own scales (:func:`.frontend.dequantize.qdq_ranges`). Quantizing on random data uses them instead."""
 
     # ---- building -------------------------------------------------------------------------------------------------
     def add_tensor(self, name: str, shape: Iterable[int], dtype: str, scale: float | None = None) -> TensorInfo:

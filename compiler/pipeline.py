@@ -601,12 +601,15 @@ def compile_model(model: str, cfg: VTAConfig, options: CompileOptions | None = N
     int8_choice = _choose_int8(graph, calibration, cfg, opts) if narrow and opts.int8_budget is not None else None
     if int8_choice is not None:
         keep_int8 += [n for n in int8_choice["kept"] if n not in keep_int8]
+    hints = graph.absmax_hints if calibration.random else {}  # a QDQ file's own ranges beat random data
+    if hints:
+        calibration = CalibrationSet(calibration.inputs, {**calibration.info, "ranges_from_file": len(hints)})
     qgraph = quantize(graph, calibration.inputs, mode="shift" if opts.requant == "shift" else "multiply",
                       method=opts.calibration_method, percentile=opts.calibration_percentile
                       if opts.calibration_method == "percentile" else None,
                       act_bits=cfg.inp_width, wgt_bits=cfg.wgt_width,  # the design's widths (docs/precision.md)
                       keep_int8=keep_int8,
-                      weight_rounding=opts.weight_rounding)  # type: ignore[arg-type]
+                      weight_rounding=opts.weight_rounding, absmax_hints=hints)  # type: ignore[arg-type]
     compiled = compile_graph(qgraph, cfg, policy=opts.policy, force_cpu=opts.force_cpu,
                              double_buffer=opts.double_buffer, progress=opts.progress, stem=opts.stem,
                              gelu=opts.gelu, layernorm=opts.layernorm, softmax=opts.softmax)

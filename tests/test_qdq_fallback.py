@@ -65,6 +65,8 @@ def test_a_qdq_transformer_block_imports_as_its_dequantized_float_graph(qdq_file
     with caplog.at_level(logging.WARNING, logger="vta"):
         graph = import_model(str(qdq_file))
     assert not graph.is_quantized and "imported as its dequantized float graph" in caplog.text
+    assert {"q", "s", "p", "c"} <= set(graph.absmax_hints)     # the file's own activation ranges, by tensor
+    assert all(np.isfinite(v) and v > 0 for v in graph.absmax_hints.values())
     assert {"MatMul", "Softmax", "LayerNorm"} <= {n.op for n in graph.nodes}
     from vta.compiler.frontend.float_ref import run_float
     float_out = onnx.reference.ReferenceEvaluator(_float_block()).run(None, {"x": _x()})[0]
@@ -81,6 +83,7 @@ def test_vta_run_of_a_qdq_block_says_what_it_measured_against(qdq_file, capsys, 
     code = main(["run", str(qdq_file), "--target", "fsim", "--input", str(data), "--no-progress"])
     out, err = capsys.readouterr()
     assert code == 0 and "matches_integer_reference: True" in out
+    assert "activation ranges taken from the quantized file (its own calibration)" in out
     assert f"error against the quantized model as given (onnxruntime on the quantized file {qdq_file})" in out
     assert "imported as its dequantized float graph" in err
 
@@ -110,3 +113,16 @@ def test_other_quantized_formats_are_not_dequantized():
     dynamic = _float_block()
     dynamic.graph.node.insert(0, node("ConvInteger", ["x", "wq"], ["xq"]))
     assert qdq_to_float(dynamic) is None
+
+
+def test_random_calibration_takes_the_files_ranges(qdq_file, monkeypatch, tmp_path):
+    """Without --calibration data, a tensor the QDQ file quantized gets the file's range: scale = range / 127."""
+    from vta.compiler.frontend.prequant import import_model
+    from vta.compiler.options import CompileOptions
+    from vta.compiler.pipeline import compile_model
+    from vta.config import VTAConfig
+    monkeypatch.setenv("VTA_CACHE_DIR", str(tmp_path / "cache"))
+    graph = import_model(str(qdq_file))
+    compiled = compile_model(str(qdq_file), VTAConfig(), CompileOptions(calib=2), graph=graph)
+    assert compiled.meta["calibration"]["ranges_from_file"] == len(graph.absmax_hints)
+    assert compiled.graph.tensors["c"].scale == pytest.approx(graph.absmax_hints["c"] / 127)

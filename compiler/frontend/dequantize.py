@@ -22,7 +22,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-__all__ = ["qdq_to_float", "QDQ_OPS"]
+__all__ = ["qdq_to_float", "qdq_ranges", "QDQ_OPS"]
 
 QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear"})
 """The only quantized operators of a QDQ model."""
@@ -72,6 +72,29 @@ def qdq_to_float(model: onnx.ModelProto) -> onnx.ModelProto | None:
     del out.graph.node[:]
     out.graph.node.extend(kept)
     return out
+
+
+def qdq_ranges(model: onnx.ModelProto) -> dict[str, float]:
+    """The largest magnitude each activation QuantizeLinear of the QDQ ``model`` can represent, by the name of the
+    float tensor it quantizes: ``scale * max(zp - qmin, qmax - zp)`` for its int8 or uint8 output (per-tensor scale
+    and zero point constants only; an infinite or zero range is left out). These are the ranges the file's own
+    calibration chose."""
+    inits = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    producer = {o: n for n in model.graph.node for o in n.output}
+    ranges: dict[str, float] = {}
+    for node in model.graph.node:
+        if node.op_type != "QuantizeLinear" or _constant(node.input[0], producer, set(inits)):
+            continue
+        scale = inits.get(node.input[1])
+        zero = inits.get(node.input[2]) if len(node.input) > 2 and node.input[2] else np.zeros((), np.uint8)
+        if scale is None or zero is None or scale.size != 1 or zero.size != 1 or zero.dtype.kind not in "iu":
+            continue
+        info = np.iinfo(zero.dtype)
+        z = int(zero.reshape(()))
+        value = float(scale.reshape(())) * max(z - int(info.min), int(info.max) - z)
+        if np.isfinite(value) and value > 0:                 # onnxruntime writes inf for a -inf mask's range
+            ranges[node.input[0]] = value
+    return ranges
 
 
 def _dynamic_to_float(model: onnx.ModelProto) -> None:

@@ -67,7 +67,7 @@ import onnx
 from onnx import numpy_helper
 
 from ..ir import INT8_MAX, INT8_MIN, AddRequant, Graph, GraphError, Node, Requant, conv_output_hw
-from .dequantize import qdq_to_float
+from .dequantize import qdq_ranges, qdq_to_float
 from .onnx_frontend import (
     UnsupportedModelError,
     UnsupportedOperatorError,
@@ -125,9 +125,11 @@ def import_model(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, 
     logging.getLogger("vta").warning(
         "%s is quantized (QDQ or dynamic) in a form the lab's integer import does not take (%s); it is imported as its "
         "dequantized float graph instead: the weights keep their int8 values, the activations are quantized again "
-        "with the lab's own scales (give --calibration data), so the run is not bit-exact with onnxruntime on the "
-        "file", where, first)
-    return import_onnx(dequantized, batch=batch, name=label, input_shapes=input_shapes)
+        "with the lab's own symmetric scales (from the file's ranges, or from --calibration data when given), so the "
+        "run is not bit-exact with onnxruntime on the file", where, first)
+    graph = import_onnx(dequantized, batch=batch, name=label, input_shapes=input_shapes)
+    graph.absmax_hints = {name: value for name, value in qdq_ranges(original).items() if name in graph.tensors}
+    return graph
 
 
 def is_quantized_model(model: onnx.ModelProto) -> bool:

@@ -752,7 +752,8 @@ def quantize(graph: Graph, calib_inputs: Mapping[str, np.ndarray] | Iterable[Map
              percentile: float | None = None, round_adds: bool = True, method: str | None = None,
              act_bits: int = 8, wgt_bits: int = 8, keep_int8: Iterable[str] = (),
              calibration: Calibration | None = None,
-             weight_rounding: Literal["nearest", "gptq"] = "nearest") -> Graph:
+             weight_rounding: Literal["nearest", "gptq"] = "nearest",
+             absmax_hints: Mapping[str, float] | None = None) -> Graph:
     """Quantize a float graph; ``calib_inputs`` is a dict of stacked samples (leading axis a multiple of the batch)
     or a list of input dicts; ``method`` (minmax, percentile, entropy) and ``percentile`` select the calibration
     (see :func:`calibrate`); ``round_adds``
@@ -773,7 +774,9 @@ def quantize(graph: Graph, calib_inputs: Mapping[str, np.ndarray] | Iterable[Map
     ``weight_rounding``: ``"nearest"`` rounds each weight to its nearest integer; ``"gptq"`` rounds the weights of
     each Conv2d/Dense so that its output error on the calibration inputs is least (:mod:`.gptq`; same scales, same
     integer operators, so the accelerator stays bit-exact with the integer reference); it needs the input moments
-    that ``calibrate(..., moments=True)`` measures (collected here when ``calibration`` is not given)."""
+    that ``calibrate(..., moments=True)`` measures (collected here when ``calibration`` is not given).
+    ``absmax_hints``: largest magnitudes by tensor name that replace the calibrated ones (a QDQ file's own ranges,
+    :attr:`.ir.Graph.absmax_hints`)."""
     for what, bits in (("act_bits", act_bits), ("wgt_bits", wgt_bits)):
         if bits not in (4, 8):
             raise ValueError(f"{what} must be 4 or 8, not {bits!r}")
@@ -789,6 +792,9 @@ def quantize(graph: Graph, calib_inputs: Mapping[str, np.ndarray] | Iterable[Map
     gptq = weight_rounding == "gptq"
     cal = calibration if calibration is not None else calibrate(fg, calib_inputs, percentile=percentile,
                                                                   method=method, moments=gptq)
+    if absmax_hints:                                   # ranges the model file states replace the measured ones
+        cal = Calibration({**cal.absmax, **{k: float(v) for k, v in absmax_hints.items() if k in cal.absmax}},
+                          cal.channel_absmax, cal.moments)
     if gptq and not cal.moments and _moment_layers(fg):
         raise ValueError("weight_rounding='gptq' needs the input moments of the layers; the calibration given has "
                          "none: make it with calibrate(prepare(graph), inputs, moments=True).")
