@@ -23,5 +23,9 @@ def run_index_fn(encoded: str, ids: np.ndarray) -> np.ndarray:
     """The int64 indices an ``IndexFn`` node (attribute ``onnx``: the region's base64 ONNX model, one input, one
     output) computes from the token ids ``ids``."""
     run = _evaluator(encoded)
-    (out,) = run.run(None, {run.input_names[0]: np.asarray(ids, np.int64)})
+    try:
+        (out,) = run.run(None, {run.input_names[0]: np.asarray(ids, np.int64)})
+    except Exception as err:  # noqa: BLE001 - the evaluator's own errors, on the model's index arithmetic
+        raise ValueError(f"the indices computed from the token ids failed on these ids ({type(err).__name__}: "
+                         f"{err})") from None
     return np.asarray(out).astype(np.int64)

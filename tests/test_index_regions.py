@@ -102,3 +102,13 @@ def test_token_ids_meeting_an_activation_are_refused():
     with pytest.raises(IndexRegionError, match=r"token ids 'input_ids' reach node .*\(Mul\) together with an "
                                                r"activation"):
         import_onnx(model)
+
+
+def test_index_arithmetic_that_fails_on_its_ids_is_a_value_error():
+    """The region's evaluator failing on the ids it is given (here ids of another rank: CumSum's axis 1 is gone) is a
+    ValueError naming the computed indices, not a traceback of the evaluator."""
+    from vta.compiler.qops_index import run_index_fn
+    graph = import_onnx(_roberta_embeddings())
+    types = next(n for n in graph.nodes if n.op == "IndexFn" and n.outputs == ["type_ids"])
+    with pytest.raises(ValueError, match="the indices computed from the token ids failed on these ids"):
+        run_index_fn(types.attrs["onnx"], np.full((T,), 2, np.int64))
