@@ -578,3 +578,23 @@ def test_a_calibration_file_takes_masks(tmp_path):
     causal = np.where(np.tril(np.ones((T, T), bool)), 0.0, -np.inf).astype(np.float32)
     np.savez(path, input_ids=np.concatenate([_ids()] * 2), attention_mask=np.concatenate([causal] * 2))
     assert load_calibration(path, graph)["attention_mask"].shape == (2 * T, T)
+
+
+def test_a_float_mask_of_0_and_1_is_a_mask(tmp_path):
+    """A float32 attention_mask of 0/1 turned into an additive term by arithmetic ((1 - m) * -10000) before the
+    Softmax is a 0/1 mask like an int64 one (read as int64; other values refused), while a float input added to
+    activations elsewhere stays an activation (test above)."""
+    from vta.compiler.pipeline import check_inputs
+    nodes, inits = _additive(-10000.0)
+    model = _block(nodes, mask_type=TensorProto.FLOAT, extra_inits=inits)
+    graph = import_onnx(model)
+    assert [n.op for n in graph.nodes].count("KeyMask") == 1 and graph.tensors["attention_mask"].dtype == "int64"
+    mask = _padding_mask(np.float32)
+    feeds = {"input_ids": _ids(), "attention_mask": mask}
+    want = ort.InferenceSession(model.SerializeToString()).run(None, feeds)[0]
+    np.testing.assert_allclose(run_float(graph, check_inputs(graph, feeds))["y"], want, atol=1e-5)
+    compiled = _compile(model, tmp_path, {"input_ids": _ids(), "attention_mask": _padding_mask()})
+    got = _fsim(compiled, feeds).outputs["y"]
+    assert _cosine(got, want) > 0.99
+    with pytest.raises(ValueError, match="values other than 0 and 1"):
+        check_inputs(graph, {"input_ids": _ids(), "attention_mask": mask * 0.5})

@@ -42,8 +42,9 @@ __all__ = ["KeyMask", "MaskError", "find_key_masks", "find_float_masks", "direct
            "is_mask_input", "is_float_mask_input", "MASK_TYPES", "REGION_OPS"]
 
 MASK_TYPES: dict[int, type] = {TensorProto.INT64: np.int64, TensorProto.INT32: np.int32, TensorProto.BOOL: np.bool_,
-                               TensorProto.UINT8: np.uint8, TensorProto.INT8: np.int8}
-"""The element types a mask input may have (ONNX type -> numpy dtype); its values must be 0 and 1."""
+                               TensorProto.UINT8: np.uint8, TensorProto.INT8: np.int8, TensorProto.FLOAT: np.float32}
+"""The element types a mask input may have (ONNX type -> numpy dtype); its values must be 0 and 1. (A float32 input
+is a mask only when its use says so: :func:`find_key_masks`.)"""
 
 REGION_OPS = frozenset({"Unsqueeze", "Squeeze", "Reshape", "Flatten", "Expand", "Identity", "Cast", "CastLike",
                         "Sub", "Add", "Mul", "Div", "Neg", "Abs", "Min", "Max", "Clip", "Not", "And", "Or", "Xor",
@@ -188,16 +189,51 @@ def _mask_inputs(model: onnx.ModelProto, embedding_only: set[str]) -> dict[str, 
 
 def find_key_masks(model: onnx.ModelProto, embedding_only: set[str]
                    ) -> tuple[list[KeyMask], set[int], dict[str, str]]:
-    """The key masks of ``model`` (shapes inferred, constants folded): a graph input of a :data:`MASK_TYPES` type,
-    not in ``embedding_only`` (token ids), whose values meet an activation in an Add, Sub or Where is a mask, and
-    must reach activations only through a region ending in exits of the forms above. (Any other integer input is
-    no mask: the importer refuses its type.) Returns the exits as :class:`KeyMask` (in graph order), the index of
-    every region node in ``model.graph.node`` (to drop) and the mask inputs (name -> ONNX type name).
-    :class:`MaskError` for a mask used otherwise."""
-    inputs = _mask_inputs(model, embedding_only)
-    if not inputs:
-        return [], set(), {}
+    """The key masks of ``model`` (shapes inferred, constants folded): a graph input of an integer or bool type of
+    :data:`MASK_TYPES`, not in ``embedding_only`` (token ids), whose values meet an activation in an Add, Sub or
+    Where is a mask, and must reach activations only through a region ending in exits of the forms above. (Any
+    other integer input is no mask: the importer refuses its type.) A float32 input is a 0/1 mask too when its
+    region, taken alone, has only :data:`REGION_OPS`, changes values (not only shapes: that is a float mask,
+    :func:`find_float_masks`) and meets activations only in Adds or Wheres that feed a Softmax (the scores); else
+    it is an activation. Returns the exits as
+    :class:`KeyMask` (in graph order), the index of every region node in ``model.graph.node`` (to drop) and the
+    mask inputs (name -> ONNX type name). :class:`MaskError` for an integer mask used otherwise."""
+    candidates = _mask_inputs(model, embedding_only)
     consts = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    ints = {n: vi for n, vi in candidates.items() if vi.type.tensor_type.elem_type != TensorProto.FLOAT}
+    found, region_index, inputs = _find(model, ints, consts, soft=False) if ints else ([], set(), {})
+    for name, vi in candidates.items():
+        if name not in ints:
+            more, indices, kept = _find(model, {name: vi}, consts, soft=True)
+            found, region_index, inputs = found + more, region_index | indices, {**inputs, **kept}
+    found.sort(key=lambda m: _position(model, m.out))
+    types = {name: TensorProto.DataType.Name(vi.type.tensor_type.elem_type) for name, vi in inputs.items()}
+    return found, region_index, types
+
+
+def _before_softmax(model: onnx.ModelProto, node: onnx.NodeProto) -> bool:
+    """Whether ``node``'s output feeds only a Softmax, directly or through one more Add or Where (a causal mask)."""
+    for _ in range(2):
+        users = [n for n in model.graph.node if node.output[0] in n.input]
+        if len(users) != 1:
+            return False
+        if users[0].op_type == "Softmax":
+            return True
+        if users[0].op_type not in ("Add", "Where"):
+            return False
+        node = users[0]
+    return False
+
+
+def _position(model: onnx.ModelProto, tensor: str) -> int:
+    return next((k for k, n in enumerate(model.graph.node) if tensor in n.output), 0)
+
+
+def _find(model: onnx.ModelProto, inputs: dict[str, onnx.ValueInfoProto], consts: dict[str, np.ndarray], *,
+          soft: bool) -> tuple[list[KeyMask], set[int], dict[str, onnx.ValueInfoProto]]:
+    """:func:`find_key_masks` over the candidate mask ``inputs``: the exits, the region nodes' indices and the
+    inputs that are masks. ``soft`` (one float input): any problem means it is no mask (empty results), not a
+    :class:`MaskError`; and so does a region that only reshapes."""
     region: set[str] = set(inputs)
     walked: list[tuple[int, onnx.NodeProto]] = []
     exits: list[onnx.NodeProto] = []
@@ -229,6 +265,9 @@ def find_key_masks(model: onnx.ModelProto, embedding_only: set[str]
         problems.setdefault(source[name], f"graph output {name!r} is computed from the mask input {source[name]!r} "
                                           f"alone; the lab computes outputs from activations")
     real = {source[t] for e in exits if e.op_type in _EXIT_OPS for t in e.input if t in region}
+    if soft and (problems or not real or all(n.op_type in _FLOAT_SHAPE_OPS for _, n in walked)
+                 or not all(e.op_type in _EXIT_OPS and _before_softmax(model, e) for e in exits)):
+        return [], set(), {}
     for mask in sorted(real):
         if mask in problems:
             raise MaskError(problems[mask])
@@ -236,9 +275,13 @@ def find_key_masks(model: onnx.ModelProto, embedding_only: set[str]
     region_nodes = [node for _, node in walked if source[node.output[0]] in real]
     region_index = {index for index, node in walked if source[node.output[0]] in real}
     exits = [e for e in exits if any(source[t] in real for t in e.input if t in region)]
-    found = [_exit(model, node, region, source, region_nodes, inputs, consts) for node in exits]
-    types = {name: TensorProto.DataType.Name(vi.type.tensor_type.elem_type) for name, vi in inputs.items()}
-    return found, region_index, types
+    try:
+        found = [_exit(model, node, region, source, region_nodes, inputs, consts) for node in exits]
+    except MaskError:
+        if soft:
+            return [], set(), {}
+        raise
+    return found, region_index, inputs
 
 
 def _exit(model: onnx.ModelProto, node: onnx.NodeProto, region: set[str], source: dict[str, str],
