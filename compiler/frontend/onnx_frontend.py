@@ -376,15 +376,16 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, n
     _check_sizes(model, where, limit)
     _split_sequences(model)
     model = _fuse_decompositions(model)
-    masks.direct_token_ids(model, contrib.static_shapes(model))
+    shapes = contrib.static_shapes(model)      # the steps below add tensors and drop nodes, but change no shape
+    masks.direct_token_ids(model, shapes)
     masks.drop_nan_guards(model)
     init_names = {i.name for i in model.graph.initializer}
     token_ids = {vi.name for vi in model.graph.input if vi.name not in init_names
                  and vi.type.tensor_type.elem_type == onnx.TensorProto.INT64 and _indexes_a_table(model, vi.name)}
-    index_regions, index_nodes = indices.find_index_regions(model, token_ids, contrib.static_shapes(model))
+    index_regions, index_nodes = indices.find_index_regions(model, token_ids, shapes)
     _replace_index_regions(model, index_regions, index_nodes)
     key_masks, region, mask_types = masks.find_key_masks(model, token_ids)
-    float_masks, float_region = masks.find_float_masks(model, contrib.static_shapes(model))
+    float_masks, float_region = masks.find_float_masks(model, shapes)
     key_masks, region = key_masks + float_masks, region | float_region
     _replace_mask_regions(model, key_masks, region)
     imp = _Importer(model, label)

@@ -112,13 +112,12 @@ def import_model(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, 
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
         raise ValueError(f"batch must be a positive integer (images per inference), not {batch!r}.")
     _check_opset(proto, where)
-    original = onnx.ModelProto.FromString(proto.SerializeToString())
     _fix_inputs(proto, batch, dict(input_shapes or {}), where)
     _check_sizes(proto, where, tensor_byte_limit())
     try:
         return import_quantized(proto, label)
     except ValueError as err:
-        dequantized = qdq_to_float(original)
+        dequantized = qdq_to_float(proto)               # import_quantized reads proto; this works on a copy
         if dequantized is None:
             raise
         first = " ".join(line.strip() for line in str(err).splitlines()[:2])
@@ -128,7 +127,7 @@ def import_model(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, 
         "with the lab's own symmetric scales (from the file's ranges, or from --calibration data when given), so the "
         "run is not bit-exact with onnxruntime on the file", where, first)
     graph = import_onnx(dequantized, batch=batch, name=label, input_shapes=input_shapes)
-    graph.absmax_hints = {name: value for name, value in qdq_ranges(original).items() if name in graph.tensors}
+    graph.absmax_hints = {name: value for name, value in qdq_ranges(proto).items() if name in graph.tensors}
     return graph
 
 
