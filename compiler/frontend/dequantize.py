@@ -22,6 +22,8 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from .onnx_fusions import _OnnxGraph
+
 __all__ = ["qdq_to_float", "qdq_ranges", "QDQ_OPS"]
 
 QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear"})
@@ -43,19 +45,15 @@ def qdq_to_float(model: onnx.ModelProto) -> onnx.ModelProto | None:
     _dynamic_to_float(out)
     if any(node.op_type in _QUANTIZED for node in out.graph.node):
         return None
-    inits = {i.name for i in out.graph.initializer}
-    producer = {o: n for n in out.graph.node for o in n.output}
-    readers: dict[str, list[onnx.NodeProto]] = {}
-    for node in out.graph.node:
-        for t in node.input:
-            readers.setdefault(t, []).append(node)
+    g = _OnnxGraph(out)
+    inits, producer, readers = set(g.consts), g.producer, g.consumers
     rename: dict[str, str] = {}
     drop: set[str] = set()                                    # outputs of the pairs' nodes
     for node in out.graph.node:
         if node.op_type != "QuantizeLinear" or _constant(node.input[0], producer, inits):
             continue
         users = readers.get(node.output[0], [])
-        if not users or any(u.op_type != "DequantizeLinear" for u in users) or node.output[0] in _outputs(out):
+        if not users or any(u.op_type != "DequantizeLinear" for u in users) or node.output[0] in g.outputs:
             return None
         drop.add(node.output[0])
         for dq in users:
@@ -79,11 +77,11 @@ def qdq_ranges(model: onnx.ModelProto) -> dict[str, float]:
     float tensor it quantizes: ``scale * max(zp - qmin, qmax - zp)`` for its int8 or uint8 output (per-tensor scale
     and zero point constants only; an infinite or zero range is left out). These are the ranges the file's own
     calibration chose."""
-    inits = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
-    producer = {o: n for n in model.graph.node for o in n.output}
+    g = _OnnxGraph(model)
+    inits = g.consts
     ranges: dict[str, float] = {}
     for node in model.graph.node:
-        if node.op_type != "QuantizeLinear" or _constant(node.input[0], producer, set(inits)):
+        if node.op_type != "QuantizeLinear" or _constant(node.input[0], g.producer, set(inits)):
             continue
         scale = inits.get(node.input[1])
         zero = inits.get(node.input[2]) if len(node.input) > 2 and node.input[2] else np.zeros((), np.uint8)
@@ -104,20 +102,16 @@ def _dynamic_to_float(model: onnx.ModelProto) -> None:
     table (a quantized embedding) becomes a Gather from the dequantized table. Nodes left unread afterwards (the
     dynamic quantization of ``x``, the scale products) are dropped. Chains of another form are left (and refused by
     the caller)."""
-    inits = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
-    producer = {o: n for n in model.graph.node for o in n.output}
-    readers: dict[str, list[onnx.NodeProto]] = {}
-    for node in model.graph.node:
-        for t in node.input:
-            readers.setdefault(t, []).append(node)
+    g = _OnnxGraph(model)
+    inits, producer = g.consts, g.producer
     replace: dict[str, onnx.NodeProto] = {}                  # the chain's final Mul output -> its float MatMul
     gone: set[str] = set()
     for node in model.graph.node:
         if node.op_type != "MatMulInteger" or node.input[1] not in inits:
             continue
         quant = producer.get(node.input[0])
-        cast = _only_reader(readers, node.output[0], "Cast")
-        mul = _only_reader(readers, cast.output[0], "Mul") if cast is not None else None
+        cast = g.only_user(node.output[0], "Cast")
+        mul = g.only_user(cast.output[0], "Mul") if cast is not None else None
         if quant is None or quant.op_type != "DynamicQuantizeLinear" or cast is None or mul is None:
             continue
         scales = producer.get(mul.input[1] if mul.input[0] == cast.output[0] else mul.input[0])
@@ -137,7 +131,7 @@ def _dynamic_to_float(model: onnx.ModelProto) -> None:
         gather = producer.get(node.input[0]) if node.op_type == "DequantizeLinear" else None
         if gather is None or gather.op_type != "Gather" or gather.input[0] not in inits or \
                 any(a.name == "axis" and a.i != 0 for a in gather.attribute) or \
-                _only_reader(readers, gather.output[0], "DequantizeLinear") is None:
+                g.only_user(gather.output[0], "DequantizeLinear") is None:
             continue
         scale = inits.get(node.input[1])
         zero = inits.get(node.input[2]) if len(node.input) > 2 and node.input[2] else np.zeros((), np.int64)
@@ -162,11 +156,6 @@ def _dynamic_to_float(model: onnx.ModelProto) -> None:
     model.graph.node.extend(kept)
 
 
-def _only_reader(readers: dict[str, list[onnx.NodeProto]], tensor: str, op: str) -> onnx.NodeProto | None:
-    users = readers.get(tensor, [])
-    return users[0] if len(users) == 1 and users[0].op_type == op else None
-
-
 def _live(nodes: list[onnx.NodeProto], outputs: set[str]) -> list[onnx.NodeProto]:
     """``nodes`` without those whose every output nothing reads (repeatedly: a chain that fed only removed nodes)."""
     while True:
@@ -181,10 +170,6 @@ def _final(name: str, rename: dict[str, str]) -> str:
     while name in rename:
         name = rename[name]
     return name
-
-
-def _outputs(model: onnx.ModelProto) -> set[str]:
-    return {o.name for o in model.graph.output}
 
 
 def _constant(name: str, producer: dict[str, onnx.NodeProto], inits: set[str]) -> bool:

@@ -92,6 +92,15 @@ class KeyMask:
 _ID_SHAPE_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"})
 
 
+def _readers(model: onnx.ModelProto) -> dict[str, list[onnx.NodeProto]]:
+    """Tensor name -> the nodes that read it, in graph order."""
+    users: dict[str, list[onnx.NodeProto]] = {}
+    for node in model.graph.node:
+        for t in node.input:
+            users.setdefault(t, []).append(node)
+    return users
+
+
 def direct_token_ids(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]) -> None:
     """In place: for every int64 graph input whose uses are chains of :data:`_ID_SHAPE_OPS` each ending in a Gather
     on axis 0 of an initializer table ``[rows, width]``, make each such Gather read the input itself and reshape its
@@ -99,10 +108,7 @@ def direct_token_ids(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]])
     output shape is unknown is left alone). The chains' nodes go (only the chains and the lookups read them)."""
     inits = {i.name for i in model.graph.initializer}
     tables = {i.name for i in model.graph.initializer if len(i.dims) == 2}
-    users: dict[str, list[onnx.NodeProto]] = {}
-    for node in model.graph.node:
-        for t in node.input:
-            users.setdefault(t, []).append(node)
+    users = _readers(model)
     for vi in model.graph.input:
         if vi.name in inits or vi.type.tensor_type.elem_type != TensorProto.INT64:
             continue
@@ -152,10 +158,7 @@ def drop_nan_guards(model: onnx.ModelProto) -> None:
     gives such rows 0 itself (:func:`..qops.softmax`). The IsNaN goes when nothing else reads it."""
     producer = {o: n for n in model.graph.node for o in n.output}
     consts = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
-    readers: dict[str, int] = {}
-    for node in model.graph.node:
-        for t in node.input:
-            readers[t] = readers.get(t, 0) + 1
+    readers = _readers(model)
     guards: dict[int, onnx.NodeProto] = {}
     dropped: set[str] = set()
     for index, node in enumerate(model.graph.node):
@@ -170,7 +173,7 @@ def drop_nan_guards(model: onnx.ModelProto) -> None:
         if source is None or source.op_type != "Softmax":
             continue
         guards[index] = helper.make_node("Identity", [node.input[2]], list(node.output), name=node.name)
-        if readers.get(node.input[0]) == 1:
+        if len(readers.get(node.input[0], [])) == 1:
             dropped.add(test.output[0])
     if not guards:
         return
@@ -413,10 +416,7 @@ def find_float_masks(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]])
     :class:`KeyMask` (``expand``: the input reshaped so that it broadcasts as the chain made it), and the indices of
     the chains' nodes in ``model.graph.node``. Any other float input is an activation (left alone)."""
     inits = {i.name for i in model.graph.initializer}
-    users: dict[str, list[onnx.NodeProto]] = {}
-    for node in model.graph.node:
-        for t in node.input:
-            users.setdefault(t, []).append(node)
+    users = _readers(model)
     index = {id(n): k for k, n in enumerate(model.graph.node)}
     outputs = {o.name for o in model.graph.output}
     found: list[KeyMask] = []

@@ -258,12 +258,9 @@ def _split_sequences(model: onnx.ModelProto) -> None:
     constant positions (how torch's new exporter writes ``torch.split`` unoptimized) becomes one ``Split`` whose
     outputs are the SequenceAt outputs (value infos added for their static shapes; a position read twice through an
     Identity). Others are left for the rules to refuse."""
-    consts = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    g = _OnnxGraph(model)
+    consts, users = g.consts, g.consumers
     shapes = contrib.static_shapes(model)
-    users: dict[str, list[onnx.NodeProto]] = {}
-    for node in model.graph.node:
-        for t in node.input:
-            users.setdefault(t, []).append(node)
     replaced: dict[str, list[onnx.NodeProto]] = {}
     dropped: set[str] = set()
     for node in model.graph.node:
