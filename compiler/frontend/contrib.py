@@ -37,7 +37,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper, shape_inference
 
-__all__ = ["CONTRIB_DOMAIN", "ORT_DEFAULT_DOMAIN_OPS", "REWRITES", "rewrite_contrib"]
+__all__ = ["CONTRIB_DOMAIN", "ORT_DEFAULT_DOMAIN_OPS", "REWRITES", "Rewrite", "rewrite_contrib", "rewrite_nodes"]
 
 CONTRIB_DOMAIN = "com.microsoft"
 ORT_DEFAULT_DOMAIN_OPS = frozenset({"SimplifiedLayerNormalization"})
@@ -100,7 +100,8 @@ class _Context:
         self.used = {t for node in model.graph.node for t in node.input} | {o.name for o in model.graph.output}
         self.names = set(self.producer) | set(self.consts.protos) | {i.name for i in model.graph.input}
         self.names |= {node.name for node in model.graph.node}
-        self.shapes = {**self.consts.shapes(), **_known_shapes(model)}
+        shapes, self.types = _known_shapes(model)
+        self.shapes = {**self.consts.shapes(), **shapes}
         self.nodes: list[onnx.NodeProto] = []
         self.inits: list[onnx.TensorProto] = []
 
@@ -140,13 +141,19 @@ class _Context:
         return node is not None and node.op_type in ("MatMul", "Gemm") and node.domain in ("", "ai.onnx")
 
 
+Rewrite = Callable[[_Context, onnx.NodeProto], None]
+"""A rewrite: appends the standard nodes that replace the node to ``ctx.nodes`` (and their constants to
+``ctx.inits``), or raises :class:`_Refusal` saying what it does not support."""
+
+
 _SMALL = 4096
 """Initializers of more elements (weights) are given to shape inference by type and shape only, not copied."""
 
 
-def _known_shapes(model: onnx.ModelProto) -> dict[str, tuple[int, ...]]:
-    """Static shapes ONNX's shape inference finds before the rewrite (none after a contrib node), inferred on a copy
-    of the graph whose weights are declared inputs, so a rewrite round does not copy a large model's weights."""
+def _known_shapes(model: onnx.ModelProto) -> tuple[dict[str, tuple[int, ...]], dict[str, int]]:
+    """Static shapes ONNX's shape inference finds before the rewrite (none after a contrib node), and the element
+    types (``onnx.TensorProto`` codes) it finds, inferred on a copy of the graph whose weights are declared inputs,
+    so a rewrite round does not copy a large model's weights."""
     light = onnx.ModelProto(ir_version=model.ir_version, opset_import=model.opset_import, functions=model.functions)
     graph = light.graph
     graph.node.extend(model.graph.node)
@@ -161,8 +168,11 @@ def _known_shapes(model: onnx.ModelProto) -> dict[str, tuple[int, ...]]:
     try:
         inferred = shape_inference.infer_shapes(light)
     except Exception:  # noqa: BLE001 - a model ONNX cannot infer: no shapes, the rules say what is wrong later
-        return {}
-    return static_shapes(inferred)
+        return {}, {}
+    types = {vi.name: vi.type.tensor_type.elem_type for vi in
+             list(inferred.graph.value_info) + list(inferred.graph.input) + list(inferred.graph.output)}
+    types.update({init.name: init.data_type for init in inferred.graph.initializer})
+    return static_shapes(inferred), types
 
 
 def static_shapes(model: onnx.ModelProto) -> dict[str, tuple[int, ...]]:
@@ -524,7 +534,7 @@ def _multi_head_attention(ctx: _Context, node: onnx.NodeProto) -> None:
     _attend(ctx, node, parts, heads, head_sizes, float(a.get("scale", 1.0 / math.sqrt(head_sizes[0]))), mask)
 
 
-REWRITES: dict[str, Callable[[_Context, onnx.NodeProto], None]] = {
+REWRITES: dict[str, Rewrite] = {
     "Gelu": _gelu_rule("none", ("X",)),
     "BiasGelu": _gelu_rule("none", ("A", "B")),
     "FastGelu": _gelu_rule("tanh", ("X", "bias")),
@@ -556,29 +566,48 @@ def rewrite_contrib(model: onnx.ModelProto) -> dict[str, str]:
     naming the unsupported input, output, attribute or operator (the frontend names the node, op and domain). A
     rewrite that needs a static shape computed after another contrib node is tried again once that one is
     rewritten."""
+    def rule_of(node: onnx.NodeProto) -> Rewrite | None:
+        if node.domain in ("", "ai.onnx") and not _is_ort(node):
+            return None
+        rule = REWRITES.get(node.op_type) if _is_ort(node) else None
+        return rule or _refuse(_refusal_of_other(node))
+    return rewrite_nodes(model, rule_of)
+
+
+def _refuse(why: str) -> Rewrite:
+    def rule(ctx: _Context, node: onnx.NodeProto) -> None:
+        raise _Refusal(why)
+    return rule
+
+
+def rewrite_nodes(model: onnx.ModelProto, rule_of: Callable[[onnx.NodeProto], Rewrite | None]) -> dict[str, str]:
+    """Replace, in place, every node for which ``rule_of`` gives a rewrite by the nodes the rewrite writes; the
+    mechanism of :func:`rewrite_contrib`, also used for ONNX's own fused operators (:mod:`.onnx_fused`).
+
+    Returns why each node left is refused, keyed by its first output. A rewrite that needs a static shape computed
+    after another rewritten node is tried again once that one is rewritten."""
     refused: dict[str, str] = {}
-    while any(node.domain not in ("", "ai.onnx") or _is_ort(node) for node in model.graph.node):
-        refused, waiting, done = _rewrite_round(model)
+    while any(rule_of(node) is not None for node in model.graph.node):
+        refused, waiting, done = _rewrite_round(model, rule_of)
         if not waiting or not done:
             break
     return refused
 
 
-def _rewrite_round(model: onnx.ModelProto) -> tuple[dict[str, str], bool, bool]:
+def _rewrite_round(model: onnx.ModelProto, rule_of: Callable[[onnx.NodeProto], Rewrite | None]
+                   ) -> tuple[dict[str, str], bool, bool]:
     """One pass over the nodes: (the refusals, whether a node waits for a shape, whether any node was rewritten)."""
     ctx = _Context(model)
     refused: dict[str, str] = {}
     kept: list[onnx.NodeProto] = []
     waiting = done = False
     for node in model.graph.node:
-        if node.domain in ("", "ai.onnx") and not _is_ort(node):
+        rule = rule_of(node)
+        if rule is None:
             kept.append(node)
             continue
-        rule = REWRITES.get(node.op_type) if _is_ort(node) else None
         ctx.nodes, ctx.inits = [], []
         try:
-            if rule is None:
-                raise _Refusal(_refusal_of_other(node))
             rule(ctx, node)
         except _Refusal as why:
             refused[node.output[0]] = str(why)
