@@ -9,14 +9,39 @@ from typing import Any
 import numpy as np
 import onnx
 
-__all__ = ["run_index_fn"]
+__all__ = ["run_index_fn", "reference_evaluator"]
+
+
+def _gather_elements(data: np.ndarray, indices: np.ndarray, axis: int = 0) -> np.ndarray:
+    """ONNX GatherElements: ``out[..., i, ...] = data[..., indices[..., i, ...], ...]`` along ``axis``, negative
+    indices counted from the end; ``indices`` no larger than ``data`` on the other axes."""
+    axis %= data.ndim
+    index = np.asarray(indices, np.int64)
+    index = np.where(index < 0, index + data.shape[axis], index)
+    window = tuple(slice(None) if k == axis else slice(0, n) for k, n in enumerate(index.shape))
+    return np.take_along_axis(data[window], index, axis=axis)
+
+
+def reference_evaluator(proto: onnx.ModelProto | onnx.NodeProto) -> Any:
+    """ONNX's reference evaluator of ``proto``, with GatherElements computed by :func:`_gather_elements`: onnx
+    1.23's own gives one element per row when the gathered axis has more than 32 entries (``np.choose``'s limit),
+    e.g. BERT's ``token_type_ids`` buffer of 512 gathered by ``arange``."""
+    from onnx.reference import ReferenceEvaluator
+    from onnx.reference.op_run import OpRun
+
+    class GatherElements(OpRun):
+        op_domain = ""
+
+        def _run(self, data: np.ndarray, indices: np.ndarray, axis: int | None = None) -> tuple[np.ndarray]:
+            return (_gather_elements(data, indices, 0 if axis is None else axis),)
+
+    return ReferenceEvaluator(proto, new_ops=[GatherElements])
 
 
 @lru_cache(maxsize=64)
 def _evaluator(encoded: str) -> Any:
     """ONNX's reference evaluator of the base64 ONNX model ``encoded`` (one per region, reused)."""
-    from onnx.reference import ReferenceEvaluator
-    return ReferenceEvaluator(onnx.ModelProto.FromString(base64.b64decode(encoded)))
+    return reference_evaluator(onnx.ModelProto.FromString(base64.b64decode(encoded)))
 
 
 def run_index_fn(encoded: str, ids: np.ndarray) -> np.ndarray:

@@ -84,3 +84,19 @@ def test_a_file_onnxruntime_refuses_is_measured_against_the_float_reference():
     fixed = _attention(opset=18, split_node=split)
     want = ort.InferenceSession(fixed.SerializeToString()).run(None, {"x": _x()})[0]
     np.testing.assert_allclose(ref["y"], want, atol=1e-5)
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_gather_elements_folds_over_more_than_32_entries(axis):
+    """transformers' BERT gathers its ``token_type_ids`` buffer ``[1, 512]`` by ``arange``: onnx 1.23's reference
+    GatherElements returns one element per row past 32 entries (``np.choose``); the lab's evaluator does not."""
+    from vta.compiler.qops import reference_evaluator
+    rng = np.random.default_rng(0)
+    data = rng.standard_normal((40, 64)).astype(np.float32)
+    shape = (5, 64) if axis == 0 else (40, 16)
+    size = data.shape[axis]
+    indices = rng.integers(-size, size, shape).astype(np.int64)
+    window = tuple(slice(None) if k == axis % 2 else slice(0, n) for k, n in enumerate(shape))
+    want = np.take_along_axis(data[window], np.where(indices < 0, indices + size, indices), axis=axis)
+    got = reference_evaluator(node("GatherElements", ["d", "i"], ["y"], axis=axis)).run(None, {"d": data, "i": indices})
+    np.testing.assert_array_equal(got[0], want)

@@ -36,7 +36,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from ..ir import Graph, GraphError
-from ..qops import key_mask
+from ..qops import key_mask, reference_evaluator
 
 __all__ = ["KeyMask", "MaskError", "find_key_masks", "find_float_masks", "direct_token_ids", "drop_nan_guards",
            "is_mask_input", "is_float_mask_input", "MASK_TYPES", "REGION_OPS"]
@@ -389,7 +389,6 @@ def _evaluate(model: onnx.ModelProto, nodes: list[onnx.NodeProto], mask: str, vi
     evaluator on the region's nodes."""
     if not wanted:
         return {}
-    from onnx.reference import ReferenceEvaluator
     keep, needed = backward_slice(nodes, wanted)
     if any(t not in consts and t != mask and not any(t in n.output for n in keep) for t in needed):
         raise MaskError(f"the region of the mask input {mask!r} reads another graph input")
@@ -399,7 +398,7 @@ def _evaluate(model: onnx.ModelProto, nodes: list[onnx.NodeProto], mask: str, vi
     opsets = [o for o in model.opset_import if o.domain in ("", "ai.onnx")]
     sub = helper.make_model(graph, opset_imports=opsets or [helper.make_opsetid("", 17)])
     try:
-        run = ReferenceEvaluator(sub)
+        run = reference_evaluator(sub)
         results: list[Any] = [run.run(None, {mask: sample}) for sample in samples]
     except Exception as err:  # noqa: BLE001 - the evaluator's own errors, on a user's file
         raise MaskError(f"the region of the mask input {mask!r} could not be evaluated ({type(err).__name__}: "

@@ -44,6 +44,7 @@ import onnx
 from onnx import numpy_helper, shape_inference
 
 from ..ir import Graph, GraphError
+from ..qops import reference_evaluator
 from . import contrib, indices, masks
 from .onnx_common import (
     _DTYPES,
@@ -76,7 +77,6 @@ def _fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:
     """Replace every node whose inputs are all constants (the shape arithmetic exporters emit, Constant nodes, and
     Shape of a tensor whose shape inference already fixed) by initializers, evaluated with ONNX's reference
     evaluator, so shape inference sees constant pads and shapes."""
-    from onnx.reference import ReferenceEvaluator
     consts = {init.name: numpy_helper.to_array(init) for init in model.graph.initializer}
     shapes = contrib.static_shapes(model)
     graph_outputs = {o.name for o in model.graph.output}
@@ -100,7 +100,7 @@ def _fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:
             kept.append(node)
             continue
         try:
-            results = ReferenceEvaluator(node).run(None, {t: consts[t] for t in inputs})
+            results = reference_evaluator(node).run(None, {t: consts[t] for t in inputs})
         except Exception as err:  # an op the reference evaluator lacks
             if node.op_type in RULES:
                 kept.append(node)
