@@ -869,6 +869,13 @@ _ORT_TYPES = {"tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(bool
 """ONNX Runtime's input type names -> the dtype an input is fed as (float32 otherwise): token ids and masks."""
 
 
+def _ort_reason(err: Exception) -> str:
+    """onnxruntime's message without its status prefix and source location: its last clause, first line, at most
+    200 characters."""
+    text = str(err).split(":", 3)[-1].strip().split("\n")[0]
+    return text.rsplit(" was false. ", 1)[-1][:200]
+
+
 def float_outputs(model: "str | os.PathLike[str] | onnx.ModelProto | None", graph: Graph,
                   inputs: Mapping[str, np.ndarray]) -> tuple[dict[str, np.ndarray], str]:
     """The float model's outputs for ``inputs`` (input name -> array of the graph's input shape), and which model
@@ -886,11 +893,15 @@ def float_outputs(model: "str | os.PathLike[str] | onnx.ModelProto | None", grap
             try:
                 sess = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
             except Exception as err:  # noqa: BLE001 - onnxruntime's own errors: it refuses the file
-                reason = str(err).split(":", 3)[-1].strip().split("\n")[0][:200]
-                return float_ref.run_float(graph, inputs), f"float reference (onnxruntime refused the file: {reason})"
+                return float_ref.run_float(graph, inputs), \
+                    f"float reference (onnxruntime refused the file: {_ort_reason(err)})"
             feed: dict[str, np.ndarray] = {i.name: np.asarray(inputs[name], _ORT_TYPES.get(i.type, np.float32))
                                            for i, name in zip(sess.get_inputs(), graph.inputs)}
-            got = sess.run(None, feed)
+            try:
+                got = sess.run(None, feed)
+            except Exception as err:  # noqa: BLE001 - it loads the file but cannot run it (e.g. a shape it lacks)
+                return float_ref.run_float(graph, inputs), \
+                    f"float reference (onnxruntime failed to run the file: {_ort_reason(err)})"
             return {name: np.asarray(v) for name, v in zip(graph.outputs, got)}, "onnxruntime"
     return float_ref.run_float(graph, inputs), "float reference"
 
