@@ -91,6 +91,29 @@ def _rms_norm(imp: _Importer, node: onnx.NodeProto) -> None:
              epsilon=float(a.get("epsilon", 1e-5)))
 
 
+def _expand(imp: _Importer, node: onnx.NodeProto) -> None:
+    """Expand of an activation (its broadcast to the static output shape): a Reshape adding the leading axes, then
+    for each axis of size 1 broadcast to ``n``, a Concat of ``n`` copies along it. Grouped-query attention's
+    ``repeat_kv`` (Unsqueeze, Expand, Reshape) repeats each key/value head so."""
+    if imp.is_const(node.input[0]):
+        raise UnsupportedOperatorError(node.op_type, node.name, "a constant expanded to a shape computed at run time")
+    src, out = imp.shape(node.input[0]), imp.shapes_of(node.output[0])
+    padded = (1,) * (len(out) - len(src)) + tuple(src)
+    axes = [k for k, (a, b) in enumerate(zip(padded, out)) if a != b]
+    x, current = node.input[0], list(padded)
+    if not axes:
+        imp.emit("Reshape", node, [x], shape=tuple(out))
+        return
+    if len(padded) != len(src):
+        x = imp.emit_shaped("Reshape", node, [x], padded, shape=padded)
+    for axis in axes:
+        current[axis] = out[axis]
+        if axis == axes[-1]:
+            imp.emit("Concat", node, [x] * out[axis], axis=axis)
+        else:
+            x = imp.emit_shaped("Concat", node, [x] * out[axis], tuple(current), axis=axis)
+
+
 def _neg(imp: _Importer, node: onnx.NodeProto) -> None:
     """Neg of an activation: a Mul by the constant -1 (rotary embeddings' ``rotate_half``)."""
     imp.emit("Mul", node, [node.input[0], imp.new_const(f"{node.output[0]}_c", np.array([-1.0]))])
@@ -266,6 +289,7 @@ RULES: dict[str, Callable[[_Importer, onnx.NodeProto], None]] = {
     "ReduceMean": _reduce_mean,
     "Pad": _pad,
     "Concat": _axis_op("Concat"),
+    "Expand": _expand,
     "Softmax": _axis_op("Softmax"),
     "Sigmoid": lambda imp, node: imp.emit("Sigmoid", node, [node.input[0]]),
     "HardSigmoid": lambda imp, node: imp.emit("HardSigmoid", node, [node.input[0]],
