@@ -122,7 +122,7 @@ def test_unsupported_opset(capsys: pytest.CaptureFixture[str], tmp_path: Path) -
     model.opset_import[0].version = 9
     onnx.save(model, path)
     assert run(capsys, "run", str(path)) == (
-        2, "", f"vta: error: The model {path} uses ONNX opset 9; the frontend supports opsets 13 to 22 (convert it, "
+        2, "", f"vta: error: The model {path} uses ONNX opset 9; the frontend supports opsets 13 to 28 (convert it, "
                f"e.g. with onnx.version_converter.convert_version).\n")
 
 

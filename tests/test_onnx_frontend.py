@@ -236,14 +236,14 @@ def test_protobuf_without_a_graph(tmp_path):
         import_onnx(path)
 
 
-@pytest.mark.parametrize("opset", [11, 23])
+@pytest.mark.parametrize("opset", [11, 29])
 def test_unsupported_opset(opset):
     from vta.compiler.frontend.onnx_frontend import SUPPORTED_OPSETS, UnsupportedOpsetError
     model = _model([helper.make_node("Relu", ["x"], ["y"])], (1, 3), None)
     model.opset_import[0].version = opset
-    assert SUPPORTED_OPSETS == (13, 22)
+    assert SUPPORTED_OPSETS == (13, 28)
     with pytest.raises(UnsupportedOpsetError, match=rf"^The model t uses ONNX opset {opset}; the frontend supports "
-                                                    r"opsets 13 to 22 \(convert it, e\.g\. with "
+                                                    r"opsets 13 to 28 \(convert it, e\.g\. with "
                                                     r"onnx\.version_converter\.convert_version\)\.$"):
         import_onnx(model)
     model.opset_import[0].version = 13
@@ -255,7 +255,7 @@ def test_model_without_default_opset():
     model = _model([helper.make_node("Relu", ["x"], ["y"])], (1, 3), None)
     model.opset_import[0].domain = "com.example"
     with pytest.raises(UnsupportedOpsetError, match=r"^The model t imports no ai\.onnx opset; the frontend supports "
-                                                    r"opsets 13 to 22\.$"):
+                                                    r"opsets 13 to 28\.$"):
         import_onnx(model)
 
 

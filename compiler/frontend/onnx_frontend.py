@@ -45,7 +45,7 @@ from onnx import numpy_helper, shape_inference
 
 from ..ir import Graph, GraphError
 from ..qops import reference_evaluator
-from . import contrib, indices, masks
+from . import contrib, indices, masks, onnx_fused
 from .onnx_common import (
     _DTYPES,
     ModelFileError,
@@ -65,11 +65,13 @@ __all__ = ["UnsupportedOperatorError", "UnsupportedModelError", "ModelFileError"
            "TensorTooLargeError", "import_onnx", "RULES", "SUPPORTED_OPSETS", "RESIZE_COORDINATE_MODES",
            "tensor_byte_limit"]
 
-SUPPORTED_OPSETS = (13, 22)
+SUPPORTED_OPSETS = (13, 28)
 """The default-domain (``ai.onnx``) opsets the rules handle, inclusive. Below 13, Softmax flattened its input to 2D
 around ``axis`` (the rule implements the opset-13 per-axis form) and Squeeze/Unsqueeze took their axes otherwise;
 the rules read every operator form up to opset 22 (ReduceMean's ``axes`` input of 18, the Conv and pooling revisions
-of 19 and 22); later revisions are not reviewed."""
+of 19 and 22). Opsets 23 to 28 revise the operators the rules read only by new element types (int4, float4, float8
+and the like, which a float32 model does not hold) and Cast's ``round_mode`` for float8; they add fused operators,
+which :mod:`.onnx_fused` rewrites (Attention, SwiGLU) or refuses by name, and RMSNormalization, which has a rule."""
 
 
 
@@ -363,6 +365,7 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, n
     _check_opset(proto, where)
     _fix_inputs(proto, batch, dict(input_shapes or {}), where)
     refused = contrib.rewrite_contrib(proto)            # onnxruntime's com.microsoft operators, as standard nodes
+    refused.update(onnx_fused.rewrite_onnx_fused(proto))  # ONNX's own fused operators of opsets 23+ (Attention)
     limit = tensor_byte_limit() if max_tensor_bytes is None else max_tensor_bytes
     _check_sizes(proto, where, limit)
     model = shape_inference.infer_shapes(_fold_constants(proto))

@@ -1,0 +1,205 @@
+"""ONNX's own fused operators of opsets 23 and later, rewritten into the standard nodes the rules already import.
+
+torch's exporter (``dynamo=True``) writes ``scaled_dot_product_attention`` as opset 23's ``Attention`` and
+``rms_norm`` as ``RMSNormalization`` once the opset is 23 or more. RMSNormalization has a rule of its own
+(:mod:`.onnx_transformer_rules`); the operators here are replaced before import, with the mechanism of
+:mod:`.contrib` (:func:`.contrib.rewrite_nodes`), so the fusions, the runtime masks and the quantizer see the graph
+an exporter writes at opset 22:
+
+- ``Attention`` (opsets 23 to 25), 4-D ``[batch, heads, tokens, head size]`` or 3-D ``[batch, tokens, hidden]``
+  query, key and value (with ``q_num_heads`` and ``kv_num_heads``): per-head Reshape/Transpose of 3-D inputs; the
+  KV cache's Concat of ``past_key``/``past_value`` along the tokens (``present_key``/``present_value`` are those
+  Concats); grouped-query attention's repeat of each key/value head (a Split and a Concat over the head axis);
+  MatMul of Q by K^T; Mul by ``scale`` (default ``1/sqrt(head size)``); ``softcap`` as ``softcap *
+  tanh(scores / softcap)``; Add of the causal and sliding-window masks as one constant (``-inf`` where masked,
+  aligned at the bottom right as the operator is: a query ``i`` sees keys ``j <= i + past``); Add of
+  ``attn_mask`` (a boolean mask as ``Where(mask, 0, -inf)``; one shorter than the keys padded with ``-inf``); Softmax;
+  MatMul by V; Transpose and Reshape back for 3-D. A mask from a graph input then becomes a runtime mask
+  (:mod:`.masks`), a constant one a fused softmax bias.
+- ``SwiGLU`` (opset 28): ``Swish(a, alpha) * b``.
+
+Refused with the reason: ``Attention``'s ``qk_matmul_output`` when read and ``nonpad_kv_seqlen`` (an external KV
+cache's lengths), and the other fused operators of these opsets (RotaryEmbedding, TensorScatter, LinearAttention,
+CausalConvWithState), which the lab has no rewrite for.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+
+from .contrib import (
+    Rewrite,
+    _check_attrs,
+    _Context,
+    _heads,
+    _main_name,
+    _NeedsShape,
+    _only_outputs,
+    _Refusal,
+    _refuse,
+    rewrite_nodes,
+)
+
+__all__ = ["FUSED_REWRITES", "rewrite_onnx_fused"]
+
+
+def _shape(ctx: _Context, tensor: str, role: str, rank: tuple[int, ...]) -> tuple[int, ...]:
+    shape = ctx.shapes.get(tensor)
+    if shape is None:
+        raise _NeedsShape(f"a {role} {tensor!r} whose static shape is not known")
+    if len(shape) not in rank:
+        raise _Refusal(f"a {role} of shape {list(shape)} (only rank {' or '.join(map(str, rank))})")
+    return shape
+
+
+def _allowed(queries: int, keys: int, past: int, causal: bool, left: int, right: int) -> np.ndarray | None:
+    """The keys each query may see ``[queries, keys]`` under causal and sliding-window masking (Attention's
+    bottom-right alignment: query ``i`` is at position ``past + i``), or None when neither applies."""
+    if not causal and left < 0 and right < 0:
+        return None
+    diff = (np.arange(queries)[:, None] + past) - np.arange(keys)[None, :]
+    keep = np.ones((queries, keys), bool)
+    if causal:
+        keep &= diff >= 0
+    if left >= 0:
+        keep &= diff <= left
+    if right >= 0:
+        keep &= -diff <= right
+    return keep
+
+
+def _repeat_heads(ctx: _Context, x: str, name: str, heads: int, repeats: int) -> str:
+    """``x [B, heads, L, D]`` with each head repeated ``repeats`` times in place (``h0, h0, h1, h1, ...``)."""
+    if repeats == 1:
+        return x
+    parts = [x]
+    if heads > 1:
+        parts = [ctx.fresh(f"{name}_head{h}") for h in range(heads)]
+        ctx.nodes.append(helper.make_node("Split", [x, ctx.const(f"{name}_sizes", np.ones(heads, np.int64))],
+                                          parts, name=ctx.fresh(f"{name}_split"), axis=1))
+    return ctx.emit("Concat", [p for p in parts for _ in range(repeats)], f"{name}_repeat", axis=1)
+
+
+def _attention(ctx: _Context, node: onnx.NodeProto) -> None:
+    """ONNX Attention (opsets 23-25) as primitive nodes; see the module docstring."""
+    a = _check_attrs(node, {"is_causal", "kv_num_heads", "q_num_heads", "qk_matmul_output_mode", "scale", "softcap",
+                            "softmax_precision", "left_window_size", "right_window_size"})
+    _only_outputs(ctx, node, ("Y", "present_key", "present_value"))
+    inputs = list(node.input) + [""] * (7 - len(node.input))
+    q, k, v, mask, past_k, past_v, nonpad = inputs[:7]
+    if nonpad:
+        raise _Refusal("input nonpad_kv_seqlen (an external KV cache's valid lengths, read at run time)")
+    if bool(past_k) != bool(past_v):
+        raise _Refusal("past_key without past_value or the reverse (the operator needs both)")
+    name = _main_name(node)
+    q_shape = _shape(ctx, q, "query", (3, 4))
+    k_shape = _shape(ctx, k, "key", (len(q_shape),))
+    v_shape = _shape(ctx, v, "value", (len(q_shape),))
+    if len(q_shape) == 3:
+        q_heads, kv_heads = int(a.get("q_num_heads", 0)), int(a.get("kv_num_heads", 0))
+        if q_heads < 1 or kv_heads < 1 or q_shape[2] % q_heads or k_shape[2] % kv_heads or v_shape[2] % kv_heads:
+            raise _Refusal(f"3-D inputs of widths {q_shape[2]}, {k_shape[2]}, {v_shape[2]} with q_num_heads "
+                           f"{q_heads} and kv_num_heads {kv_heads} (both must be given and divide the widths)")
+        head, v_head = q_shape[2] // q_heads, v_shape[2] // kv_heads
+        qh = _heads(ctx, q, f"{name}_q", q_heads, head, [0, 2, 1, 3])
+        kh = _heads(ctx, k, f"{name}_k", kv_heads, k_shape[2] // kv_heads, [0, 2, 1, 3])
+        vh = _heads(ctx, v, f"{name}_v", kv_heads, v_head, [0, 2, 1, 3])
+        queries, new_keys = q_shape[1], k_shape[1]
+    else:
+        q_heads, kv_heads, head, v_head = q_shape[1], k_shape[1], q_shape[3], v_shape[3]
+        qh, kh, vh = q, k, v
+        queries, new_keys = q_shape[2], k_shape[2]
+    if kv_heads < 1 or q_heads % kv_heads:
+        raise _Refusal(f"{q_heads} query heads and {kv_heads} key/value heads (grouped-query attention needs the "
+                       f"first a multiple of the second)")
+    past = 0
+    if past_k:
+        past = _shape(ctx, past_k, "past_key", (4,))[2]
+        kh = ctx.emit("Concat", [past_k, kh], f"{name}_present_key", axis=2)
+        vh = ctx.emit("Concat", [past_v, vh], f"{name}_present_value", axis=2)
+    for index, (tensor, role) in enumerate(((kh, "key"), (vh, "value")), start=1):
+        if len(node.output) > index and node.output[index]:
+            ctx.nodes.append(helper.make_node("Identity", [tensor], [node.output[index]],
+                                              name=ctx.fresh(f"{name}_present_{role}")))
+    keys = past + new_keys
+    kh = _repeat_heads(ctx, kh, f"{name}_k", kv_heads, q_heads // kv_heads)
+    vh = _repeat_heads(ctx, vh, f"{name}_v", kv_heads, q_heads // kv_heads)
+    kt = ctx.emit("Transpose", [kh], f"{name}_kt", perm=[0, 1, 3, 2])
+    scores = ctx.emit("MatMul", [qh, kt], f"{name}_scores")
+    scale = a.get("scale")
+    scale = 1.0 / math.sqrt(head) if scale is None else float(scale)
+    scores = ctx.emit("Mul", [scores, ctx.const(f"{name}_scale", np.float32(scale))], f"{name}_scaled")
+    softcap = float(a.get("softcap", 0.0))
+    if softcap > 0:
+        capped = ctx.emit("Mul", [scores, ctx.const(f"{name}_uncap", np.float32(1.0 / softcap))], f"{name}_uncap")
+        capped = ctx.emit("Tanh", [capped], f"{name}_tanh")
+        scores = ctx.emit("Mul", [capped, ctx.const(f"{name}_cap", np.float32(softcap))], f"{name}_softcap")
+    keep = _allowed(queries, keys, past, bool(a.get("is_causal", 0)), int(a.get("left_window_size", -1)),
+                    int(a.get("right_window_size", -1)))
+    if keep is not None:
+        bias = np.where(keep, np.float32(0.0), np.float32(-np.inf)).astype(np.float32)
+        scores = ctx.emit("Add", [scores, ctx.const(f"{name}_causal", bias)], f"{name}_causal")
+    if mask:
+        scores = ctx.emit("Add", [scores, _additive_mask(ctx, node, mask, keys)], f"{name}_masked")
+    probs = ctx.emit("Softmax", [scores], f"{name}_softmax", axis=-1)
+    if len(q_shape) == 4:
+        ctx.nodes.append(helper.make_node("MatMul", [probs, vh], [node.output[0]], name=name))
+        return
+    context = ctx.emit("MatMul", [probs, vh], f"{name}_context")
+    merged = ctx.emit("Transpose", [context], f"{name}_merge", perm=[0, 2, 1, 3])
+    ctx.nodes.append(helper.make_node(
+        "Reshape", [merged, ctx.const(f"{name}_out_shape", np.array([0, 0, q_heads * v_head], np.int64))],
+        [node.output[0]], name=name))
+
+
+def _additive_mask(ctx: _Context, node: onnx.NodeProto, mask: str, keys: int) -> str:
+    """Attention's ``attn_mask`` as an additive term: a boolean mask as ``Where(mask, 0, -inf)``, a float one as
+    given; padded with ``-inf`` up to ``keys`` along its last axis when shorter."""
+    name = _main_name(node)
+    kind = ctx.types.get(mask)
+    shape = _shape(ctx, mask, "attn_mask", (1, 2, 3, 4))
+    if kind == TensorProto.BOOL:
+        mask = ctx.emit("Where", [mask, ctx.const(f"{name}_zero", np.float32(0.0)),
+                                  ctx.const(f"{name}_fill", np.float32(-np.inf))], f"{name}_mask_bias")
+    elif kind != TensorProto.FLOAT:
+        what = TensorProto.DataType.Name(kind) if kind else "unknown"
+        raise _Refusal(f"an attn_mask of element type {what} (only bool, or float32 added to the scores)")
+    if shape[-1] > keys:
+        raise _Refusal(f"an attn_mask of {shape[-1]} keys for {keys} keys")
+    if shape[-1] < keys:
+        pads = [0] * len(shape) + [0] * (len(shape) - 1) + [keys - shape[-1]]
+        mask = ctx.emit("Pad", [mask, ctx.const(f"{name}_mask_pads", np.array(pads, np.int64)),
+                                ctx.const(f"{name}_mask_pad_value", np.float32(-np.inf))], f"{name}_mask_pad")
+    return mask
+
+
+def _swiglu(ctx: _Context, node: onnx.NodeProto) -> None:
+    """SwiGLU (opset 28): ``Swish(a, alpha) * b``."""
+    a = _check_attrs(node, {"alpha"})
+    name = _main_name(node)
+    gate = ctx.emit("Swish", [node.input[0]], f"{name}_swish", alpha=float(a.get("alpha", 1.0)))
+    ctx.nodes.append(helper.make_node("Mul", [gate, node.input[1]], [node.output[0]], name=name))
+
+
+FUSED_REWRITES: dict[str, Rewrite] = {
+    "Attention": _attention,
+    "SwiGLU": _swiglu,
+    "RotaryEmbedding": _refuse("opset 23's rotary embedding has no rewrite in the lab yet (its decomposition into "
+                                "Slice, Mul, Add and Concat, as exporters write it at opset 22, imports)"),
+    "TensorScatter": _refuse("opset 24's in-place KV cache update has no rewrite in the lab (a cache grown by "
+                              "Concat imports)"),
+    "LinearAttention": _refuse("opset 27's linear attention has no rewrite in the lab"),
+    "CausalConvWithState": _refuse("opset 27's stateful causal convolution has no rewrite in the lab"),
+}
+"""ONNX's fused operators (default domain) :func:`rewrite_onnx_fused` rewrites or refuses with a reason."""
+
+
+def rewrite_onnx_fused(model: onnx.ModelProto) -> dict[str, str]:
+    """Replace, in place, each fused default-domain operator of :data:`FUSED_REWRITES` by standard nodes; return
+    why each one left is refused, keyed by its first output."""
+    def rule_of(node: onnx.NodeProto) -> Rewrite | None:
+        return FUSED_REWRITES.get(node.op_type) if node.domain in ("", "ai.onnx") else None
+    return rewrite_nodes(model, rule_of)

@@ -1,0 +1,251 @@
+"""ONNX's fused operators of opsets 23+ (what torch's exporter writes at ``opset_version >= 23``), built with
+onnx.helper: Attention (4-D and 3-D, causal, boolean and float masks, a graph-input mask, grouped-query heads, a KV
+cache, scale, softcap, a sliding window), RMSNormalization and SwiGLU. Each imports as the primitive nodes the
+rules read (``onnx_fused``); its float reference matches onnxruntime and ONNX's reference evaluator on the file, and
+the compiled model matches the integer reference on fsim with its attention products on the accelerator. Refusals
+name the node and the reason, all at once."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
+
+from vta.compiler import qops
+from vta.compiler.frontend.float_ref import run_float
+from vta.compiler.frontend.onnx_frontend import UnsupportedModelError, UnsupportedOperatorError, import_onnx
+from vta.config import VTAConfig
+
+B, T, D, H = 2, 8, 32, 2
+node = helper.make_node
+F = TensorProto.FLOAT
+
+
+def _model(nodes, inputs, outputs, inits, opset=23):
+    graph = helper.make_graph(nodes, "fused", inputs, outputs,
+                              [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 10 if opset < 25 else 11
+    return model
+
+
+def _block(rank=4, kv_heads=H, mask=None, past=0, opset=23, batch=B, repeat_kv=False, **attrs):
+    """``x [batch, T, D]`` projected to Q (H heads of D/H) and K, V (``kv_heads`` heads), one Attention node
+    (``rank`` 4: heads split and merged around it; 3: given as ``[batch, T, width]`` with q/kv_num_heads), then an
+    output projection ``y [batch, T, D]``. ``mask``: None, ``("input", dtype, shape)`` for a graph input ``mask``,
+    or ``("const", array)``. ``past``: a KV cache of that many tokens as inputs ``past_k``/``past_v`` and outputs
+    ``present_k``/``present_v`` (rank 4). ``repeat_kv``: the key/value heads repeated before the Attention node as
+    transformers' Llama does (Unsqueeze, Expand, Reshape; rank 4)."""
+    rng = np.random.default_rng(0)
+    head = D // H
+    kv = kv_heads * head
+    inits = {"wq": rng.standard_normal((D, D)) * 0.3, "wk": rng.standard_normal((D, kv)) * 0.3,
+             "wv": rng.standard_normal((D, kv)) * 0.3, "wo": rng.standard_normal((D, D)) * 0.3}
+    inits = {k: v.astype(np.float32) for k, v in inits.items()}
+    nodes = [node("MatMul", ["x", "wq"], ["q3"]), node("MatMul", ["x", "wk"], ["k3"]),
+             node("MatMul", ["x", "wv"], ["v3"])]
+    inputs = [helper.make_tensor_value_info("x", F, [batch, T, D])]
+    outputs = [helper.make_tensor_value_info("y", F, [batch, T, D])]
+    if rank == 4:
+        for role, heads in (("q", H), ("k", kv_heads), ("v", kv_heads)):
+            inits[f"{role}_shape"] = np.array([batch, T, heads, head], np.int64)
+            nodes += [node("Reshape", [f"{role}3", f"{role}_shape"], [f"{role}s"]),
+                      node("Transpose", [f"{role}s"], [role], perm=[0, 2, 1, 3])]
+        names = ["q", "k", "v"]
+        if repeat_kv:
+            inits["axis2"] = np.array([2], np.int64)
+            inits["wide"] = np.array([batch, kv_heads, H // kv_heads, T, head], np.int64)
+            inits["heads"] = np.array([batch, H, T, head], np.int64)
+            for role in "kv":
+                nodes += [node("Unsqueeze", [role, "axis2"], [f"{role}u"]),
+                          node("Expand", [f"{role}u", "wide"], [f"{role}e"]),
+                          node("Reshape", [f"{role}e", "heads"], [f"{role}r"])]
+            names = ["q", "kr", "vr"]
+    else:
+        names = ["q3", "k3", "v3"]
+        attrs.update(q_num_heads=H, kv_num_heads=kv_heads)
+    mask_name = ""
+    if mask is not None and mask[0] == "input":
+        mask_name = "mask"
+        inputs.append(helper.make_tensor_value_info("mask", mask[1], list(mask[2])))
+    elif mask is not None:
+        mask_name = "mask_c"
+        inits["mask_c"] = mask[1]
+    att_in = names + [mask_name]
+    att_out = ["a"]
+    if past:
+        att_in += ["past_k", "past_v"]
+        att_out += ["present_k", "present_v"]
+        for role in "kv":
+            inputs.append(helper.make_tensor_value_info(f"past_{role}", F, [batch, kv_heads, past, head]))
+            outputs.append(helper.make_tensor_value_info(f"present_{role}", F, [batch, kv_heads, past + T, head]))
+    nodes.append(node("Attention", att_in, att_out, name="attn", **attrs))
+    if rank == 4:
+        inits["merge_shape"] = np.array([batch, T, D], np.int64)
+        nodes += [node("Transpose", ["a"], ["am"], perm=[0, 2, 1, 3]),
+                  node("Reshape", ["am", "merge_shape"], ["a3"])]
+    else:
+        nodes.append(node("Identity", ["a"], ["a3"]))
+    nodes.append(node("MatMul", ["a3", "wo"], ["y"]))
+    return _model(nodes, inputs, outputs, inits, opset)
+
+
+def _feeds(model, seed=1):
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for vi in model.graph.input:
+        shape = [d.dim_value for d in vi.type.tensor_type.shape.dim]
+        if vi.name == "mask":
+            keep = np.ones(shape, bool)
+            keep[-1, ..., -3:] = False                        # the last row pads its last 3 keys
+            kind = vi.type.tensor_type.elem_type
+            feeds["mask"] = keep if kind == TensorProto.BOOL else np.where(keep, 0, -np.inf).astype(np.float32)
+        else:
+            feeds[vi.name] = rng.standard_normal(shape).astype(np.float32)
+    return feeds
+
+
+def _check_float(model, atol=2e-5, with_ort=True):
+    """The imported graph's float reference against onnxruntime (unless not ``with_ort``) and ONNX's reference
+    evaluator on the file."""
+    onnx.checker.check_model(model, full_check=True)
+    graph = import_onnx(model)
+    assert "Attention" not in [n.op for n in graph.nodes]
+    feeds = _feeds(model)
+    got = run_float(graph, feeds)
+    names = [o.name for o in model.graph.output]
+    wants = [ReferenceEvaluator(model).run(None, feeds)]
+    if with_ort:
+        wants.append(ort.InferenceSession(model.SerializeToString()).run(None, feeds))
+    for want in wants:
+        for name, value in zip(names, want):
+            np.testing.assert_allclose(got[name], value, atol=atol, rtol=1e-4, err_msg=name)
+    return graph
+
+
+CAUSAL = np.where(np.tril(np.ones((T, T), bool)), 0.0, -np.inf).astype(np.float32)
+
+FORMS = {
+    "4d": dict(),
+    "4d causal": dict(is_causal=1),
+    "3d causal": dict(rank=3, is_causal=1),
+    "3d grouped-query": dict(rank=3, kv_heads=1, is_causal=1),
+    "4d grouped-query": dict(kv_heads=1),
+    "repeat_kv by Expand": dict(kv_heads=1, repeat_kv=True, is_causal=1),
+    "scale and softcap": dict(scale=0.3, softcap=2.0),
+    "bool input mask": dict(mask=("input", TensorProto.BOOL, (B, 1, T, T))),
+    "broadcast bool input mask": dict(mask=("input", TensorProto.BOOL, (B, 1, 1, T))),
+    "float input mask": dict(mask=("input", F, (B, 1, T, T))),
+    "bool input mask and causal": dict(mask=("input", TensorProto.BOOL, (B, 1, T, T)), is_causal=1),
+    "constant float mask": dict(mask=("const", CAUSAL)),
+    "short constant bool mask": dict(mask=("const", np.ones((T, T - 2), bool))),
+    "kv cache": dict(past=5, is_causal=1, batch=1),
+    "opset 24": dict(opset=24, is_causal=1),
+    "sliding window": dict(opset=25, is_causal=1, left_window_size=3),
+}
+
+
+@pytest.mark.parametrize("form", sorted(FORMS))
+def test_attention_imports_as_its_decomposition(form):
+    """onnxruntime 1.32 refuses a mask broadcast over the queries (``[B, 1, 1, L]``) and one shorter than the keys,
+    which the operator allows: those forms are checked against ONNX's reference evaluator alone."""
+    _check_float(_block(**FORMS[form]), with_ort=form not in ("broadcast bool input mask", "short constant bool mask"))
+
+
+@pytest.fixture
+def _cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("VTA_CACHE_DIR", str(tmp_path / "cache"))
+
+
+@pytest.mark.parametrize("form", ["3d grouped-query", "bool input mask and causal", "kv cache",
+                                  "repeat_kv by Expand"])
+def test_attention_runs_bit_exact_with_its_products_on_the_accelerator(form, tmp_path, _cache):
+    from vta.compiler.pipeline import CalibrationSet, compile_model
+    from vta.compiler.runtime.compiled import AccelStep
+    from vta.compiler.runtime.executor import run
+    model = _block(**FORMS[form])
+    path = tmp_path / "block.onnx"
+    onnx.save(model, str(path))
+    feeds = _feeds(model)
+    calib = {k: np.concatenate([v, _feeds(model, 2)[k]]) for k, v in feeds.items()}
+    compiled = compile_model(str(path), VTAConfig(), calib=2, policy="accel",
+                             calibration=CalibrationSet(calib, {"source": "test"}))
+    products = {s.node.name: isinstance(s, AccelStep) for s in compiled.steps if s.node.op == "QMatMul"}
+    assert len(products) == 2 and all(products.values()), products
+    result = run(compiled, feeds, target="fsim").outputs
+    reference = qops.run_reference(compiled.graph, feeds)
+    want = ort.InferenceSession(model.SerializeToString()).run(None, feeds)
+    for out, value in zip([o.name for o in model.graph.output], want):
+        np.testing.assert_array_equal(result[out], reference[out])
+        got = np.ravel(result[out]).astype(np.float64)
+        assert float(got @ np.ravel(value) / np.linalg.norm(got) / np.linalg.norm(value)) > 0.99, out
+
+
+def test_rms_normalization_and_swiglu_at_opset_28():
+    rng = np.random.default_rng(0)
+    inits = {"g": rng.uniform(0.5, 1.5, D).astype(np.float32), "w1": (rng.standard_normal((D, D)) * 0.3
+                                                                        ).astype(np.float32),
+             "w2": (rng.standard_normal((D, D)) * 0.3).astype(np.float32)}
+    nodes = [node("RMSNormalization", ["x", "g"], ["n"], axis=-1, epsilon=1e-6, stash_type=1),
+             node("MatMul", ["n", "w1"], ["a"]), node("MatMul", ["n", "w2"], ["b"]),
+             node("SwiGLU", ["a", "b"], ["y"], alpha=1.0)]
+    model = _model(nodes, [helper.make_tensor_value_info("x", F, [B, T, D])],
+                   [helper.make_tensor_value_info("y", F, [B, T, D])], inits, opset=28)
+    feeds = _feeds(model)
+    graph = import_onnx(model)
+    assert {"RMSNorm", "Swish"} <= {n.op for n in graph.nodes}
+    want = ReferenceEvaluator(model).run(None, feeds)[0]
+    np.testing.assert_allclose(run_float(graph, feeds)["y"], want, atol=2e-5, rtol=1e-4)
+
+
+def test_unsupported_attention_forms_are_refused_together_with_their_reasons():
+    model = _block(is_causal=1)
+    attention = next(n for n in model.graph.node if n.op_type == "Attention")
+    attention.output.append("")
+    attention.output.append("")
+    attention.output.append("qk")                         # qk_matmul_output, read by the graph
+    model.graph.output.append(helper.make_tensor_value_info("qk", F, [B, H, T, T]))
+    model.graph.node.append(node("RotaryEmbedding", ["x", "cos", "sin"], ["r"], name="rope", num_heads=H))
+    model.graph.initializer.extend([numpy_helper.from_array(np.ones((B, T, D // (2 * H)), np.float32), "cos"),
+                                    numpy_helper.from_array(np.zeros((B, T, D // (2 * H)), np.float32), "sin")])
+    model.graph.output.append(helper.make_tensor_value_info("r", F, [B, T, D]))
+    with pytest.raises(UnsupportedModelError) as err:
+        import_onnx(model)
+    text = str(err.value)
+    assert "attn" in text and "output 3 ('qk') is read" in text
+    assert "rope" in text and "rotary" in text
+
+
+def test_an_external_cache_length_is_refused():
+    model = _block(is_causal=1)
+    attention = next(n for n in model.graph.node if n.op_type == "Attention")
+    attention.input.extend(["", "", "lens"])             # after q, k, v, no mask: nonpad_kv_seqlen (input 6)
+    model.graph.initializer.append(numpy_helper.from_array(np.full(B, T, np.int64), "lens"))
+    with pytest.raises(UnsupportedOperatorError, match="nonpad_kv_seqlen"):
+        import_onnx(model)
+
+
+def test_a_query_row_masked_out_whole_attends_to_nothing():
+    """The operator gives 0 for a row whose keys are all masked (not the NaN of a plain softmax)."""
+    model = _block(mask=("input", TensorProto.BOOL, (B, 1, T, T)))
+    feeds = _feeds(model)
+    feeds["mask"][0, 0, 2, :] = False
+    graph = import_onnx(model)
+    got = run_float(graph, feeds)["y"]
+    want = ReferenceEvaluator(model).run(None, feeds)[0]
+    assert np.all(np.isfinite(got))
+    np.testing.assert_allclose(got, want, atol=2e-5, rtol=1e-4)
+
+
+def test_a_file_onnxruntime_cannot_run_is_measured_against_the_float_reference():
+    """onnxruntime 1.32 loads an Attention with a mask broadcast over the queries but fails to run it: the run
+    measures against the lab's float reference and says why, instead of ending in a traceback."""
+    from vta.compiler.frontend.quantize import float_outputs
+    model = _block(mask=("input", TensorProto.BOOL, (B, 1, 1, T)))
+    graph = import_onnx(model)
+    feeds = _feeds(model)
+    got, source = float_outputs(model, graph, feeds)
+    assert source.startswith("float reference (onnxruntime failed to run the file: inconsistent q_sequence_length")
+    np.testing.assert_allclose(got["y"], ReferenceEvaluator(model).run(None, feeds)[0], atol=2e-5, rtol=1e-4)
