@@ -268,6 +268,19 @@ def _fix_inputs(model: onnx.ModelProto, batch: int, input_shapes: dict[str, tupl
             d.dim_value = v
 
 
+def _raise_refused(model: onnx.ModelProto, label: str, refused: dict[str, str]) -> None:
+    """Raise the refusals of the nodes the rewrites before import left (:func:`.contrib.rewrite_contrib`,
+    :func:`.onnx_fused.rewrite_onnx_fused`), if any, as :func:`_apply_rules` would name them."""
+    problems = [UnsupportedOperatorError(node.op_type if node.domain in ("", "ai.onnx") else
+                                         f"{node.domain}.{node.op_type}",
+                                         node.name or f"<unnamed, writes {node.output[0]}>", refused[node.output[0]])
+                for node in model.graph.node if node.output and node.output[0] in refused]
+    if len(problems) == 1:
+        raise problems[0]
+    if problems:
+        raise UnsupportedModelError(label, problems)
+
+
 def _apply_rules(imp: _Importer, model: onnx.ModelProto, label: str, refused: dict[str, str]) -> None:
     """Import every node by its rule; raise one error naming every node no rule takes (after a refused node, its
     outputs stand in with their inferred shapes so that the later nodes are checked too). A node of another domain
@@ -400,6 +413,7 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, n
             continue
         integer = vi.name in mask_types or vi.name in token_ids
         if not integer and _DTYPES.get(vi.type.tensor_type.elem_type) != "float32":
+            _raise_refused(model, where, refused)       # a refused fused node may be why a mask reaches no scores
             kind = onnx.TensorProto.DataType.Name(vi.type.tensor_type.elem_type)
             raise GraphError(f"Graph input {vi.name!r} has ONNX element type {kind}; only float32 inputs, int64 "
                              f"token ids that only index a constant embedding table (Gather), and attention masks "

@@ -317,4 +317,4 @@ RULES: dict[str, Callable[[_Importer, onnx.NodeProto], None]] = {
     "Dropout": _dropout,
     "Constant": _constant,
 }
-PUBLIC_OPS[:] = sorted(set(RULES) - {"KeyMask", "IndexFn", rmsnorm.FUSED_OP})
+PUBLIC_OPS[:] = sorted((set(RULES) - {"KeyMask", "IndexFn"}) | {"Attention", "SwiGLU"})   # and onnx_fused's rewrites
