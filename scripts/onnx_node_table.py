@@ -1,11 +1,12 @@
 """onnx's node test cases for every operator the frontend knows, through the lab's ONNX backend, on each target.
 
 Runs the cases of ``onnx.backend.test.case.node`` whose one node is an operator of the frontend's rules
-(:data:`vta.compiler.frontend.onnx_frontend.RULES`), and their ``_expanded`` function decompositions, through
-:class:`vta.compiler.onnx_backend.VtaBackend` as tests/test_onnx_backend.py does (calibrated on the case's own input,
-constant inputs frozen to its values), and writes a Markdown table: operator x target -> passed, refused (the lab's
-reason), failed (the largest error against onnx's expected output, beyond the int8 tolerance ``2 * s_out + s_in``)
-or crashed (an error that is not one of the lab's own)::
+(:data:`vta.compiler.frontend.onnx_frontend.RULES`) or of the fused operators rewritten before import
+(:data:`vta.compiler.frontend.onnx_fused.FUSED_REWRITES`, such as Attention), and their ``_expanded`` function
+decompositions, through :class:`vta.compiler.onnx_backend.VtaBackend` as tests/test_onnx_backend.py does (calibrated
+on the case's own input, constant inputs frozen to its values), and writes a Markdown table: operator x target ->
+passed, refused (the lab's reason), failed (the largest error against onnx's expected output, beyond the int8
+tolerance ``2 * s_out + s_in``) or crashed (an error that is not one of the lab's own)::
 
     python3 scripts/onnx_node_table.py                 # fsim and cpu -> docs/onnx-node-tests.md
     python3 scripts/onnx_node_table.py --tsim -o t.md  # tsim too (builds the Verilator model once)
@@ -43,11 +44,13 @@ def node_cases() -> list[tuple[str, Any]]:
     from onnx.backend.test.loader import load_model_tests
 
     from vta.compiler.frontend.onnx_frontend import RULES
+    from vta.compiler.frontend.onnx_fused import FUSED_REWRITES
+    known = set(RULES) | set(FUSED_REWRITES)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         cases = {case.name: case for case in load_model_tests(kind="node")}
     base = [(case.model.graph.node[0].op_type, case) for case in cases.values()
-            if len(case.model.graph.node) == 1 and case.model.graph.node[0].op_type in RULES]
+            if len(case.model.graph.node) == 1 and case.model.graph.node[0].op_type in known]
     return base + [(op, cases[case.name + "_expanded"]) for op, case in base if case.name + "_expanded" in cases]
 
 
