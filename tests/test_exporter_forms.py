@@ -100,3 +100,19 @@ def test_gather_elements_folds_over_more_than_32_entries(axis):
     want = np.take_along_axis(data[window], np.where(indices < 0, indices + size, indices), axis=axis)
     got = reference_evaluator(node("GatherElements", ["d", "i"], ["y"], axis=axis)).run(None, {"d": data, "i": indices})
     np.testing.assert_array_equal(got[0], want)
+
+
+@pytest.mark.parametrize("keep_io_types", [False, True])
+def test_a_float16_file_imports_widened_to_float32(keep_io_types, caplog):
+    """onnxruntime's float16 converter: every weight float16; with ``keep_io_types`` the inputs stay float32 and their
+    Casts are appended at the end of the graph (out of order, which onnxruntime runs). The lab widens the file to
+    float32 exactly, sorts the nodes, and warns."""
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+    model = convert_float_to_float16(_attention(), keep_io_types=keep_io_types)
+    graph = import_onnx(model)
+    assert "float16" in caplog.text
+    x = _x()
+    feed = x if keep_io_types else x.astype(np.float16)
+    want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": feed})[0].astype(np.float64)
+    got = run_float(graph, {"x": x})["y"]
+    np.testing.assert_allclose(got, want, atol=0.02 * np.abs(want).max())

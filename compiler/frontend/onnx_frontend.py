@@ -45,7 +45,7 @@ from onnx import numpy_helper, shape_inference
 
 from ..ir import Graph, GraphError
 from ..qops import reference_evaluator
-from . import contrib, indices, masks, onnx_fused
+from . import contrib, half, indices, masks, onnx_fused
 from .onnx_common import (
     _DTYPES,
     ModelFileError,
@@ -120,6 +120,38 @@ def _fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:
     model.graph.initializer.extend(numpy_helper.from_array(v, k) for k, v in consts.items()
                                    if k not in initial and k in used)
     return model
+
+
+def _sort_nodes(model: onnx.ModelProto) -> None:
+    """Put the graph's nodes in an order where each reads only what earlier nodes write, in place, keeping the file's
+    order where it already does (onnxruntime's float16 converter appends the Casts of the inputs at the end, and
+    onnxruntime runs such files). A node in a cycle or reading a value nothing writes stays after the others, for
+    the validation to name."""
+    given = {i.name for i in model.graph.input} | {i.name for i in model.graph.initializer} | {""}
+    ready = set(given)
+    for node in model.graph.node:
+        if any(t not in ready for t in node.input):
+            break
+        ready.update(node.output)
+    else:
+        return
+    ready = set(given)
+    ordered: list[onnx.NodeProto] = []
+    waiting = list(model.graph.node)
+    while waiting:                                       # one pass per level of nodes found out of order
+        left = []
+        for node in waiting:
+            if all(t in ready for t in node.input):
+                ordered.append(node)
+                ready.update(node.output)
+            else:
+                left.append(node)
+        if len(left) == len(waiting):
+            ordered.extend(left)
+            break
+        waiting = left
+    del model.graph.node[:]
+    model.graph.node.extend(ordered)
 
 
 def _elem_types(model: onnx.ModelProto) -> dict[str, int]:
@@ -376,6 +408,8 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, n
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
         raise ValueError(f"batch must be a positive integer (images per inference), not {batch!r}.")
     _check_opset(proto, where)
+    half.widen_half(proto, where)                       # float16/bfloat16 files: float32, exactly
+    _sort_nodes(proto)
     _fix_inputs(proto, batch, dict(input_shapes or {}), where)
     refused = contrib.rewrite_contrib(proto)            # onnxruntime's com.microsoft operators, as standard nodes
     refused.update(onnx_fused.rewrite_onnx_fused(proto))  # ONNX's own fused operators of opsets 23+ (Attention)

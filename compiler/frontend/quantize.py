@@ -865,8 +865,9 @@ def _raw_mask(fg: Graph, name: str) -> bool:
 
 
 _ORT_TYPES = {"tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(bool)": np.bool_,
-              "tensor(uint8)": np.uint8, "tensor(int8)": np.int8}
-"""ONNX Runtime's input type names -> the dtype an input is fed as (float32 otherwise): token ids and masks."""
+              "tensor(uint8)": np.uint8, "tensor(int8)": np.int8, "tensor(float16)": np.float16}
+"""ONNX Runtime's input type names -> the dtype an input is fed as (float32 otherwise): token ids, masks, and the
+inputs of a float16 file."""
 
 
 def _ort_reason(err: Exception) -> str:
