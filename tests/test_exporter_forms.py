@@ -116,3 +116,37 @@ def test_a_float16_file_imports_widened_to_float32(keep_io_types, caplog):
     want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": feed})[0].astype(np.float64)
     got = run_float(graph, {"x": x})["y"]
     np.testing.assert_allclose(got, want, atol=0.02 * np.abs(want).max())
+
+
+def test_dynamic_axes_at_batch_one():
+    """A file exported with dynamic axes (optimum's ``batch_size``), run at batch 1: position ids from Shape, Range
+    and Expand, then a Reshape to a shape computed from Shape nodes. A stale symbolic dimension once kept
+    ``[1, T, D] + [1, T, D]`` as ``[unk, T, D]`` (the Shape nodes after it never folded), and a chain of computed
+    Reshapes needed more folding passes than there were."""
+    rng = np.random.default_rng(0)
+    inits = {"table": rng.standard_normal((32, D)).astype(np.float32),
+             "w": (rng.standard_normal((D, D)) * 0.3).astype(np.float32),
+             "zero": np.array(0, np.int64), "one": np.array(1, np.int64), "i0": np.array([0], np.int64),
+             "i2": np.array([2], np.int64), "width": np.array([D], np.int64), "minus1": np.array([-1], np.int64)}
+    nodes = [node("MatMul", ["x", "w"], ["x1"]), node("Shape", ["x1"], ["shp"]),
+             node("Slice", ["shp", "i0", "i2"], ["bt"]), node("Gather", ["shp", "one"], ["t"]),
+             node("Range", ["zero", "t", "one"], ["r"]), node("Expand", ["r", "bt"], ["ids"]),
+             node("Gather", ["table", "ids"], ["pe"]), node("Add", ["x1", "pe"], ["h"])]
+    h = "h"
+    for k in range(3):                                   # three Reshapes to shapes computed from the tensor's
+        nodes += [node("Shape", [h], [f"s{k}"]), node("Slice", [f"s{k}", "i0", "i2"], [f"lead{k}"]),
+                  node("Concat", [f"lead{k}", "minus1"], [f"to{k}"], axis=0),
+                  node("Reshape", [h, f"to{k}"], [f"r{k}"]), node("MatMul", [f"r{k}", "w"], [f"h{k}"])]
+        h = f"h{k}"
+    nodes.append(node("Identity", [h], ["y"]))
+    graph = helper.make_graph(nodes, "dynamic",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", T, D])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", T, D])],
+                              [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    x = _x()[:1]
+    imported = import_onnx(model, batch=1)
+    assert {n.op for n in imported.nodes} & {"Shape", "Range"} == set()
+    want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
+    np.testing.assert_allclose(run_float(imported, {"x": x})["y"], want, atol=1e-4, rtol=1e-4)

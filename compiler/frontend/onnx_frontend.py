@@ -122,6 +122,18 @@ def _fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:
     return model
 
 
+def _infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
+    """ONNX's shape inference on ``model`` from its inputs and constants alone: the value infos already there (the
+    exporter's, or an earlier pass's from before the inputs were fixed or constants folded) are dropped first, since
+    inference keeps a symbolic dimension they hold where broadcasting a 1 against it cannot resolve it (a batch-1
+    run of a file exported with dynamic axes kept ``[unk, 16, 64]`` for ``[1, 16, 64] + [1, 16, 64]``). With data
+    propagation, so that a Reshape to a shape computed by Shape, Gather and Concat has a static output, and the
+    Shape nodes after it fold in the next pass."""
+    del model.graph.value_info[:]
+    shapes_computed = any(node.op_type == "Shape" for node in model.graph.node)
+    return shape_inference.infer_shapes(model, data_prop=shapes_computed)
+
+
 def _sort_nodes(model: onnx.ModelProto) -> None:
     """Put the graph's nodes in an order where each reads only what earlier nodes write, in place, keeping the file's
     order where it already does (onnxruntime's float16 converter appends the Casts of the inputs at the end, and
@@ -415,12 +427,12 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, n
     refused.update(onnx_fused.rewrite_onnx_fused(proto))  # ONNX's own fused operators of opsets 23+ (Attention)
     limit = tensor_byte_limit() if max_tensor_bytes is None else max_tensor_bytes
     _check_sizes(proto, where, limit)
-    model = shape_inference.infer_shapes(_fold_constants(proto))
-    for _ in range(4):                       # Shape and CastLike fold once their inputs have static shapes and types
+    model = _infer_shapes(_fold_constants(proto))
+    for _ in range(64):                      # Shape and CastLike fold once their inputs have static shapes and types
         if not any(n.op_type in ("Shape", "CastLike") for n in model.graph.node):
             break
         before = len(model.graph.node)
-        model = shape_inference.infer_shapes(_fold_constants(model))
+        model = _infer_shapes(_fold_constants(model))
         if len(model.graph.node) == before:
             break
     _check_sizes(model, where, limit)
