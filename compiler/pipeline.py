@@ -137,7 +137,7 @@ def check_inputs(graph: Graph, values: dict[str, np.ndarray], source: str = "the
         value = values[name]
         if not isinstance(value, np.ndarray):
             raise TypeError(f"{source} for input {name!r} must be a numpy array, not {type(value).__name__}.")
-        if value.dtype.kind not in "biuf":
+        if value.dtype.kind not in "biuf" and value.dtype.name != "bfloat16":     # ml_dtypes' bfloat16 is a float
             raise TypeError(f"{source} has dtype {value.dtype}; the model's input {name!r} takes numbers (bool, "
                             f"integer or float, converted to float32).")
         if value.shape != graph.shape(name):
