@@ -54,7 +54,8 @@ from .lowering.softmax import SOFTMAX_MODES, SoftmaxLayer, build_softmax_program
 from .options import CompileOptions
 from .runtime.compiled import AccelStep, Compiled, CpuStep, Step, _progress
 
-__all__ = ["load_graph", "load_input", "check_inputs", "check_force_cpu", "token_range", "read_npz_shapes",
+__all__ = ["load_graph", "load_input", "check_inputs", "InputError", "InputTypeError", "check_force_cpu", "token_range",
+           "read_npz_shapes",
            "is_mask_input", "is_float_mask_input", "random_mask", "float_mask",
            "random_inputs", "calibration_inputs", "calibration_set", "CalibrationSet", "partition_graph", "choose_gelu",
            "choose_layernorm", "choose_softmax",
@@ -123,6 +124,15 @@ def float_mask(shape: tuple[int, ...]) -> np.ndarray:
     return np.zeros(shape, np.float32)
 
 
+class InputError(ValueError):
+    """An input array the model cannot take (:func:`check_inputs`): missing, of another shape, not finite, a mask
+    value other than 0/1, a token id out of range."""
+
+
+class InputTypeError(InputError, TypeError):
+    """An input array of a type the model cannot take (not a numpy array, not numeric, float token ids)."""
+
+
 def check_inputs(graph: Graph, values: dict[str, np.ndarray], source: str = "the input") -> dict[str, np.ndarray]:
     """``values`` as the arrays the model takes, or ValueError/TypeError naming ``source``: every input of ``graph``
     given, each a numeric (bool, integer or float) array of the input's shape with only finite values, converted to
@@ -131,33 +141,33 @@ def check_inputs(graph: Graph, values: dict[str, np.ndarray], source: str = "the
     extra = sorted(set(values) - set(graph.inputs))
     if missing or extra:
         given = ", ".join(map(repr, sorted(values))) or "no arrays"
-        raise ValueError(f"{source} gives {given}; the model's inputs are {', '.join(map(repr, graph.inputs))}.")
+        raise InputError(f"{source} gives {given}; the model's inputs are {', '.join(map(repr, graph.inputs))}.")
     out: dict[str, np.ndarray] = {}
     for name in graph.inputs:
         value = values[name]
         if not isinstance(value, np.ndarray):
-            raise TypeError(f"{source} for input {name!r} must be a numpy array, not {type(value).__name__}.")
+            raise InputTypeError(f"{source} for input {name!r} must be a numpy array, not {type(value).__name__}.")
         if value.dtype.kind not in "biuf" and value.dtype.name != "bfloat16":     # ml_dtypes' bfloat16 is a float
-            raise TypeError(f"{source} has dtype {value.dtype}; the model's input {name!r} takes numbers (bool, "
-                            f"integer or float, converted to float32).")
+            raise InputTypeError(f"{source} has dtype {value.dtype}; the model's input {name!r} takes numbers "
+                                 f"(bool, integer or float, converted to float32).")
         if value.shape != graph.shape(name):
-            raise ValueError(f"{source} has shape {value.shape}; the model's input {name!r} has shape "
+            raise InputError(f"{source} has shape {value.shape}; the model's input {name!r} has shape "
                              f"{graph.shape(name)}.")
         if is_mask_input(graph, name):
             odd = int(((value != 0) & (value != 1)).sum())
             if odd:
-                raise ValueError(f"{source} holds {odd} values other than 0 and 1 in the attention mask input "
+                raise InputError(f"{source} holds {odd} values other than 0 and 1 in the attention mask input "
                                  f"{name!r} (1 or True: attend; 0 or False: masked out).")
             out[name] = value.astype(np.int64)
             continue
         rows = token_range(graph, name)
         if rows is not None:
             if value.dtype.kind not in "iu":
-                raise TypeError(f"{source} has dtype {value.dtype}; the model's input {name!r} takes integer token "
-                                f"ids.")
+                raise InputTypeError(f"{source} has dtype {value.dtype}; the model's input {name!r} takes integer "
+                                     f"token ids.")
             outside = int(((value < 0) | (value >= rows)).sum())
             if outside:
-                raise ValueError(f"{source} holds {outside} token ids outside [0, {rows - 1}], the rows of the "
+                raise InputError(f"{source} holds {outside} token ids outside [0, {rows - 1}], the rows of the "
                                  f"embedding table that input {name!r} indexes.")
             out[name] = value.astype(np.int64)
             continue
@@ -171,7 +181,7 @@ def check_inputs(graph: Graph, values: dict[str, np.ndarray], source: str = "the
             inf = int(bad.sum()) - nan
             big = " (values beyond float32's range become infinite)" if value.dtype.kind == "f" and inf and \
                 np.isfinite(value).all() else ""
-            raise ValueError(f"{source} holds {nan} NaN and {inf} infinite values{big}; the model's input {name!r} "
+            raise InputError(f"{source} holds {nan} NaN and {inf} infinite values{big}; the model's input {name!r} "
                              f"must be finite.")
         out[name] = converted
     return out

@@ -60,11 +60,12 @@ def run_case(case: Any, target: str) -> Outcome:
     from vta.compiler.frontend.quantize import QuantizationError
     from vta.compiler.ir import GraphError
     from vta.compiler.onnx_backend import VtaBackend
+    from vta.compiler.pipeline import InputError
     inputs, expected = case.data_sets[0]
     try:
         rep = VtaBackend.prepare(case.model, target)
         outputs = rep.run([np.asarray(_array(v)) for v in inputs])
-    except (UnsupportedOperatorError, UnsupportedOpsetError, QuantizationError, GraphError) as err:
+    except (UnsupportedOperatorError, UnsupportedOpsetError, QuantizationError, GraphError, InputError) as err:
         return Outcome("refused", _one_line(str(err)))
     except Exception as err:  # noqa: BLE001 -- a crash is a result of the table, named by its type
         return Outcome("crashed", _one_line(f"{type(err).__name__}: {err}"))
