@@ -294,3 +294,30 @@ def test_bad_batch():
     model = _model([helper.make_node("Relu", ["x"], ["y"])], ("N", 3), None)
     with pytest.raises(ValueError, match=r"^batch must be a positive integer \(images per inference\), not 0\.$"):
         import_onnx(model, batch=0)
+
+
+@pytest.mark.parametrize("attrs", [dict(), dict(strides=[2], pads=[1, 1]), dict(group=2, pads=[2, 0]),
+                                   dict(auto_pad="SAME_UPPER", strides=[2])])
+def test_conv1d_imports_as_a_2d_convolution_over_one_row(attrs, tmp_path, monkeypatch):
+    """A 1D convolution (Whisper's and wav2vec's stems) runs as a Conv2d over [N, C, 1, L]: the float reference
+    against onnxruntime, and the compiled model bit-exact on fsim with the convolution on the accelerator."""
+    from vta.compiler import qops
+    from vta.compiler.pipeline import compile_model
+    from vta.compiler.runtime.compiled import AccelStep
+    from vta.compiler.runtime.executor import run
+    from vta.config import VTAConfig
+    monkeypatch.setenv("VTA_CACHE_DIR", str(tmp_path))
+    rng = np.random.default_rng(0)
+    groups = attrs.get("group", 1)
+    w = (rng.standard_normal((32, 16 // groups, 3)) * 0.3).astype(np.float32)
+    model = _model([helper.make_node("Conv", ["x", "w", "b"], ["y"], name="conv", kernel_shape=[3], **attrs)],
+                   (1, 16, 24), None, [("w", w), ("b", rng.standard_normal(32).astype(np.float32))])
+    x = rng.standard_normal((1, 16, 24)).astype(np.float32)
+    graph = _check(model, {"x": x})
+    assert "Conv2d" in {n.op for n in graph.nodes}
+    path = tmp_path / "conv1d.onnx"
+    onnx.save(model, str(path))
+    compiled = compile_model(str(path), VTAConfig(), calib=2, policy="accel")
+    assert any(isinstance(s, AccelStep) and s.node.op == "QConv2d" for s in compiled.steps)
+    np.testing.assert_array_equal(run(compiled, {"x": x}, target="fsim").outputs["y"],
+                                  qops.run_reference(compiled.graph, {"x": x})["y"])

@@ -56,8 +56,12 @@ def _conv(imp: _Importer, node: onnx.NodeProto) -> None:
     if not imp.is_const(node.input[1]):
         raise UnsupportedOperatorError(node.op_type, node.name, "weights must be a constant initializer")
     w = imp.const(node.input[1])
+    if w.ndim == 3:
+        _conv1d(imp, node, a, w)
+        return
     if w.ndim != 4:
-        raise UnsupportedOperatorError(node.op_type, node.name, f"only 2D convolutions, got weights {w.shape}")
+        raise UnsupportedOperatorError(node.op_type, node.name, f"only 1D and 2D convolutions, got weights "
+                                                                f"{w.shape}")
     kernel = (w.shape[2], w.shape[3])
     strides = tuple(int(s) for s in a.get("strides", [1, 1]))
     pads = _spatial_pads(imp, node, kernel, strides, a)
@@ -70,6 +74,23 @@ def _conv(imp: _Importer, node: onnx.NodeProto) -> None:
     if imp.const_input(node, 2, "bias B") is not None:
         inputs.append(imp.use_const(node.input[2]))
     imp.emit("Conv2d", node, inputs, strides=strides, pads=pads, groups=int(a.get("group", 1)))
+
+
+def _conv1d(imp: _Importer, node: onnx.NodeProto, a: dict[str, Any], w: np.ndarray) -> None:
+    """A 1D convolution ``[N, C, L]`` (an audio model's stem, Whisper's two) as a 2D one over ``[N, C, 1, L]`` with
+    weights ``[O, C / group, 1, k]``, reshaped back to ``[N, O, L_out]``."""
+    n, c, length = imp.shape(node.input[0])
+    kernel = (int(w.shape[2]),)
+    strides = tuple(int(v) for v in a.get("strides", [1]))
+    ((begin, end),) = _nd_pads(imp, node, kernel, strides, a)
+    _, o, out = imp.shapes_of(node.output[0])
+    rows = imp.emit_shaped("Reshape", node, [node.input[0]], (n, c, 1, length), shape=(n, c, 1, length))
+    inputs = [rows, imp.new_const(f"{node.output[0]}_w2d", w.reshape(w.shape[0], w.shape[1], 1, w.shape[2]))]
+    if imp.const_input(node, 2, "bias B") is not None:
+        inputs.append(imp.use_const(node.input[2]))
+    conv = imp.emit_shaped("Conv2d", node, inputs, (n, o, 1, out), strides=(1, strides[0]), pads=(0, begin, 0, end),
+                           groups=int(a.get("group", 1)))
+    imp.emit("Reshape", node, [conv], shape=(n, o, out))
 
 
 def _absorb_pad(imp: _Importer, tensor: str) -> tuple[str, tuple[int, int, int, int]] | None:
