@@ -412,8 +412,9 @@ def _accuracy(model: str, compiled: Any, float_graph: Any, inputs: dict[str, np.
     if float_graph is None:
         if path is None:
             return {"reference": f"none (the float model {source} of this artefact is not at hand)", "outputs": {}}
-        first = compiled.graph.inputs[0]
-        float_graph = load_graph(os.fspath(path), batch=compiled.graph.shape(first)[0])
+        first = compiled.graph.inputs[0]              # the shapes it was compiled for (dynamic axes fixed then)
+        float_graph = load_graph(os.fspath(path), batch=compiled.graph.shape(first)[0],
+                                 input_shapes={name: compiled.graph.shape(name) for name in compiled.graph.inputs})
     ref, which = float_outputs(path, float_graph, inputs)
     refused = which.partition(" (")[2]
     kind = "the zoo model " if source in zoo.list_models() else "the quantized file " if _quantized_file(path) else ""

@@ -567,3 +567,25 @@ def test_compile_options_reject_unknown_keywords_and_values() -> None:
     with pytest.raises(ValueError, match=r"^policy='fast' is unknown; use one of auto, accel, cpu$"):
         CompileOptions(policy="fast")
     assert CompileOptions.build(CompileOptions(calib=2), policy="accel") == CompileOptions(policy="accel", calib=2)
+
+
+def test_run_of_an_artefact_compiled_with_input_shapes(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file with dynamic axes, compiled with --input-shape, then run from its .vtac: the accuracy step imports the
+    float model at the shapes the artefact was compiled for (it asked for --input-shape, which a run of an
+    artefact refuses)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    monkeypatch.setenv("VTA_CACHE_DIR", str(tmp_path / "cache"))
+    w = numpy_helper.from_array((np.random.default_rng(0).standard_normal((16, 16)) * 0.3).astype(np.float32), "w")
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "dyn",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "tokens", 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "tokens", 16])], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path, artefact = tmp_path / "dyn.onnx", tmp_path / "dyn.vtac"
+    onnx.save(model, str(path))
+    assert run(capsys, "compile", str(path), "--input-shape", "x=2x8x16", "-o", str(artefact), "--no-progress")[0] == 0
+    code, out, err = run(capsys, "run", str(artefact), "--target", "fsim", "--no-progress")
+    assert code == 0, err
+    assert "matches_integer_reference: True" in out and "error against the float model (onnxruntime on" in out
