@@ -110,6 +110,10 @@ FLOAT_OPS: dict[str, tuple[str, ...]] = {
     "Where": ("keep", "fill"),                           # where(keep, x, fill): keep a bool array broadcast to x
     "IndexFn": ("onnx",),                                # int64 ids -> int64 indices by an ONNX subgraph (base64),
                                                          # see frontend.indices and qops_index.run_index_fn
+    "L2Normalize": ("axis", "epsilon"),                  # x / max(||x||_2 along axis, epsilon)
+    "MaskPool": ("onnx", "axes", "keepdims"),            # inputs x, mask (an int64 graph input of 0/1): a masked
+                                                         # pooling ReduceSum(x * W, axes) / D, W and D from the mask
+                                                         # by an ONNX subgraph (base64), see frontend.pooling
     "KeyMask": ("expand", "sel", "add", "fill", "additive"),  # inputs x (scores), mask (an int64 graph input of
                                                          # 0/1, or with additive a float32 one): a runtime attention
                                                          # mask, see frontend.masks.KeyMask
@@ -140,6 +144,8 @@ QUANT_OPS: dict[str, tuple[str, ...]] = {
     "Gather": ("axis", "indices"),
     "Embedding": (),                                     # int8 table [V, D] at the output's scale: table[ids]
     "IndexFn": ("onnx",),                                # as the float op
+    "QL2Normalize": ("axis", "epsilon", "scale", "out_scale"),  # int64 sum of squares, float64 divide
+    "QMaskPool": ("onnx", "axes", "keepdims", "scale", "out_scale"),  # int8 x: int64 sum of x * W, float64 / D
     "Slice": ("axes", "indices"),
     "Where": ("keep", "fill"),                           # fill an int8
     "QLut": ("table",),                                  # y = table[x + 128], table int8 [256]; optional "function"

@@ -17,7 +17,16 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from ..ir import Graph, GraphError, Node
-from ..qops import KEY_MASK_ATTRS, embed, key_mask, resize_source, resize_taps, run_index_fn
+from ..qops import (
+    KEY_MASK_ATTRS,
+    embed,
+    key_mask,
+    l2_normalize,
+    mask_pool,
+    resize_source,
+    resize_taps,
+    run_index_fn,
+)
 
 __all__ = ["exact_matmul", "exact_exp", "conv2d", "dense", "maxpool", "avgpool", "resize", "layer_norm", "rms_norm",
            "slice_take", "ACTIVATIONS", "FLOAT_FNS", "run_float"]
@@ -268,6 +277,8 @@ FLOAT_FNS: dict[str, FloatFn] = {
     "Slice": lambda n, v: slice_take(v[0], n.attrs["axes"], n.attrs["indices"]),
     "Where": lambda n, v: np.where(n.attrs["keep"], v[0], np.float32(n.attrs["fill"])),
     "IndexFn": lambda n, v: run_index_fn(n.attrs["onnx"], v[0]),
+    "L2Normalize": lambda n, v: l2_normalize(v[0], n.attrs["axis"], n.attrs["epsilon"]),
+    "MaskPool": lambda n, v: mask_pool(v[0], v[1], n.attrs["onnx"], n.attrs["axes"], n.attrs["keepdims"]),
     "KeyMask": lambda n, v: key_mask(v[0], v[1], *(n.attrs[k] for k in KEY_MASK_ATTRS)).astype(np.float32),
 }
 

@@ -244,7 +244,7 @@ def _find(model: onnx.ModelProto, inputs: dict[str, onnx.ValueInfoProto], consts
     source: dict[str, str] = {name: name for name in inputs}     # region tensor -> its mask input
     for index, node in enumerate(model.graph.node):
         touched = [t for t in node.input if t in region]
-        if not touched:
+        if not touched or (node.op_type == "MaskPool" and node.input[1:] == touched):   # a pooling reads the mask
             continue
         masks = sorted({source[t] for t in touched})
         where = f"node {node.name or node.output[0]!r} ({node.op_type})"
@@ -487,7 +487,7 @@ def _float_expand(model: onnx.ModelProto, chain: list[onnx.NodeProto], vi: onnx.
 
 def is_mask_input(graph: Graph, name: str) -> bool:
     """Whether input ``name`` of ``graph`` is a runtime attention mask of 0 and 1 (int64, read by ``KeyMask`` nodes
-    or, quantized, by masked Softmax nodes; :mod:`.frontend.masks`)."""
+    or, quantized, by masked Softmax nodes; :mod:`.frontend.masks`; or by a masked pooling, :mod:`.pooling`)."""
     return graph.tensors[name].dtype == "int64" and _mask_readers(graph, name)
 
 
@@ -499,5 +499,5 @@ def is_float_mask_input(graph: Graph, name: str) -> bool:
 
 def _mask_readers(graph: Graph, name: str) -> bool:
     users = graph.consumers(name)
-    return bool(users) and all(node.op in ("KeyMask", "Softmax", "QSoftmax") and node.inputs[1:2] == [name]
-                               for node in users)
+    return bool(users) and all(node.op in ("KeyMask", "Softmax", "QSoftmax", "MaskPool", "QMaskPool") and
+                               node.inputs[1:2] == [name] for node in users)

@@ -94,6 +94,7 @@ class _Importer:
         self.token_linear: dict[str, Node] = {}          # output of a MatMul over tokens -> its Conv2d
         self.key_masks: dict[str, masks.KeyMask] = {}     # output of a runtime mask's exit -> how it masks
         self.index_fns: dict[str, indices.IndexRegion] = {}  # indices computed from token ids -> how
+        self.mask_pools: set[str] = set()                # outputs of the MaskPool nodes pooling.find_mask_pools wrote
 
     # ---- helpers used by the rules ------------------------------------------------------------------------------
     def name(self, tensor: str) -> str:

@@ -45,7 +45,7 @@ from onnx import numpy_helper, shape_inference
 
 from ..ir import Graph, GraphError
 from ..qops import reference_evaluator
-from . import contrib, half, indices, masks, onnx_fused
+from . import contrib, half, indices, masks, onnx_fused, pooling
 from .onnx_common import (
     _DTYPES,
     ModelFileError,
@@ -446,13 +446,16 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, n
                  and vi.type.tensor_type.elem_type == onnx.TensorProto.INT64 and _indexes_a_table(model, vi.name)}
     index_regions, index_nodes = indices.find_index_regions(model, token_ids, shapes)
     _replace_index_regions(model, index_regions, index_nodes)
+    pool_masks = pooling.find_mask_pools(model, token_ids, shapes)
     key_masks, region, mask_types = masks.find_key_masks(model, token_ids)
+    mask_types = {**pool_masks, **mask_types}
     float_masks, float_region = masks.find_float_masks(model, shapes)
     key_masks, region = key_masks + float_masks, region | float_region
     _replace_mask_regions(model, key_masks, region)
     imp = _Importer(model, label)
     imp.key_masks = {m.out: m for m in key_masks}
     imp.index_fns = {r.out: r for r in index_regions}
+    imp.mask_pools = {n.output[0] for n in model.graph.node if n.op_type == "MaskPool"}
     g = imp.graph
     for vi in model.graph.input:
         if vi.name in init_names:

@@ -190,6 +190,45 @@ def _match_swish(g: _OnnxGraph, sigmoid: onnx.NodeProto) -> tuple[list[onnx.Node
     return [*nodes, mul], inner, alpha
 
 
+L2_NORMALIZE = "L2Normalize"
+"""The op type of the fused ``x / max(||x||_2, eps)`` node (attributes ``axis`` and ``epsilon``; the lab's own,
+imported as the IR's L2Normalize)."""
+
+
+def _match_l2_normalize(g: _OnnxGraph, reduce: onnx.NodeProto) -> tuple[list[onnx.NodeProto], float] | None:
+    """``x / clamp(ReduceL2(x, axis, keepdims=1), min=eps)``, the clamp a Clip or a Max with a constant (or absent),
+    optionally an Expand of the norm back to ``x``'s shape (torch's ``F.normalize``): the nodes, the Div last, and
+    eps (0 without a clamp)."""
+    axes = _reduce_axes(g, reduce)
+    if axes is None or len(axes) != 1:
+        return None
+    x, tensor, nodes, eps = reduce.input[0], reduce.output[0], [reduce], 0.0
+    users = g.consumers.get(tensor, [])
+    if len(users) == 1 and users[0].op_type in ("Clip", "Max") and tensor not in g.outputs:
+        clamp = users[0]
+        if clamp.op_type == "Clip":
+            a = _attrs(clamp)
+            low = g.consts.get(clamp.input[1]) if len(clamp.input) > 1 and clamp.input[1] else a.get("min")
+            if low is None or (len(clamp.input) > 2 and clamp.input[2]) or "max" in a:
+                return None
+            eps = float(np.asarray(low).reshape(()))
+        else:
+            value = g.scalar(clamp, tensor)
+            if value is None or len(clamp.input) != 2:
+                return None
+            eps = value
+        nodes.append(clamp)
+        tensor = clamp.output[0]
+    expand = g.only_user(tensor, "Expand")
+    if expand is not None and expand.input[0] == tensor and expand.input[1] in g.consts:
+        nodes.append(expand)
+        tensor = expand.output[0]
+    div = g.only_user(tensor, "Div")
+    if div is None or div.input[0] != x or div.input[1] != tensor or eps < 0:
+        return None
+    return nodes + [div], eps
+
+
 def _fuse_decompositions(model: onnx.ModelProto) -> onnx.ModelProto:
     """Replace the LayerNorm and Gelu decompositions exporters emit (ReduceMean/Sub/Pow/Sqrt/Div; the Erf and Tanh
     forms of Gelu) by one LayerNormalization or Gelu node writing the decomposition's output, so each imports as
@@ -234,6 +273,16 @@ def _fuse_decompositions(model: onnx.ModelProto) -> onnx.ModelProto:
             nodes, source, kind = found_gelu
             fused = onnx.helper.make_node("Gelu", [source], [nodes[-1].output[0]],
                                           name=nodes[-1].name or f"{nodes[-1].output[0]}_gelu", approximate=kind)
+        elif node.op_type == "ReduceL2":
+            found_l2 = _match_l2_normalize(g, node)
+            if found_l2 is None:
+                continue
+            nodes, eps = found_l2
+            axis = _reduce_axes(g, node)
+            assert axis is not None
+            fused = onnx.helper.make_node(L2_NORMALIZE, [node.input[0]], [nodes[-1].output[0]],
+                                          name=nodes[-1].name or f"{nodes[-1].output[0]}_l2", axis=axis[0],
+                                          epsilon=eps)
         elif node.op_type == "Sigmoid":
             found_swish = _match_swish(g, node)
             if found_swish is None:

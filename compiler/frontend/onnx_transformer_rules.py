@@ -234,6 +234,27 @@ def _index_fn(imp: _Importer, node: onnx.NodeProto) -> None:
                        onnx=region.model)
 
 
+def _mask_pool(imp: _Importer, node: onnx.NodeProto) -> None:
+    """A masked pooling over tokens (:func:`.pooling.find_mask_pools` put the node here; a MaskPool node of the file
+    itself is refused as unknown)."""
+    if node.output[0] not in imp.mask_pools:
+        raise UnsupportedOperatorError(node.op_type, node.name)
+    a = _attrs(node)
+    imp.emit("MaskPool", node, list(node.input), onnx=_decode(a["onnx"]), axes=tuple(int(v) for v in a["axes"]),
+             keepdims=bool(a["keepdims"]))
+
+
+def _l2_normalize(imp: _Importer, node: onnx.NodeProto) -> None:
+    """``x / max(||x||_2, eps)`` along one axis: the fused F.normalize (:func:`.onnx_fusions._match_l2_normalize`),
+    or ONNX's LpNormalization with ``p = 2`` (no eps)."""
+    a = _attrs(node)
+    if int(a.get("p", 2)) != 2:
+        raise UnsupportedOperatorError(node.op_type, node.name, f"p={a['p']} (only the L2 norm, p=2)")
+    rank = len(imp.shape(node.input[0]))
+    imp.emit("L2Normalize", node, [node.input[0]], axis=int(a.get("axis", -1)) % rank,
+             epsilon=float(a.get("epsilon", 0.0)))
+
+
 def _cast_like(imp: _Importer, node: onnx.NodeProto) -> None:
     """CastLike of an activation to a float32 value's type: an identity (as Cast to FLOAT); to another type,
     refused. (A constant's CastLike folds at import.)"""
@@ -311,10 +332,14 @@ RULES: dict[str, Callable[[_Importer, onnx.NodeProto], None]] = {
     "Where": _where,
     "KeyMask": _key_mask,
     "IndexFn": _index_fn,
+    "MaskPool": _mask_pool,
+    "L2Normalize": _l2_normalize,
+    "LpNormalization": _l2_normalize,
     "Identity": _alias,
     "Cast": _cast,
     "CastLike": _cast_like,
     "Dropout": _dropout,
     "Constant": _constant,
 }
-PUBLIC_OPS[:] = sorted((set(RULES) - {"KeyMask", "IndexFn"}) | {"Attention", "SwiGLU"})   # and onnx_fused's rewrites
+PUBLIC_OPS[:] = sorted((set(RULES) - {"KeyMask", "IndexFn", "MaskPool", "L2Normalize"})
+                       | {"Attention", "SwiGLU"})   # and onnx_fused's rewrites

@@ -671,6 +671,23 @@ class _Quantizer:
         self.qg.add_constant(qname, np.clip(np.rint(c / sc), -127, 127).astype(np.int8))
         self.qg.add_node("Embedding", node.name, [ids, qname], [self.wide_out(node.outputs[0], sc)])
 
+    def mask_pool(self, node: Node) -> None:
+        """MaskPool (a masked pooling over tokens) -> QMaskPool (:func:`.qops_pool.qmask_pool`) at the output's
+        calibrated scale."""
+        x, mask = node.inputs
+        out = node.outputs[0]
+        sy = self.act_scale(out)
+        self.qg.add_node("QMaskPool", node.name, [x, mask], [self.wide_out(out, sy)], onnx=node.attrs["onnx"],
+                         axes=tuple(node.attrs["axes"]), keepdims=bool(node.attrs["keepdims"]),
+                         scale=self.scales[x], out_scale=sy)
+
+    def l2_normalize(self, node: Node) -> None:
+        """L2Normalize -> QL2Normalize (:func:`.qops_pool.ql2_normalize`) at the output's calibrated scale."""
+        x, out = node.inputs[0], node.outputs[0]
+        sy = self.act_scale(out)
+        self.qg.add_node("QL2Normalize", node.name, [x], [self.wide_out(out, sy)], axis=int(node.attrs["axis"]),
+                         epsilon=float(node.attrs["epsilon"]), scale=self.scales[x], out_scale=sy)
+
     def layer_norm(self, node: Node) -> None:
         """LayerNorm -> QLayerNorm (float64 from the int8 input, see :func:`.qops.layer_norm`)."""
         x, out = node.inputs[0], node.outputs[0]
@@ -741,6 +758,7 @@ _HANDLERS = {
     "Concat": _Quantizer.concat, "Softmax": _Quantizer.softmax, "MatMul": _Quantizer.matmul,
     "LayerNorm": _Quantizer.layer_norm, "RMSNorm": _Quantizer.rms_norm, "Where": _Quantizer.where,
     "Embedding": _Quantizer.embedding, "KeyMask": _Quantizer.key_mask, "IndexFn": _Quantizer.index_fn,
+    "MaskPool": _Quantizer.mask_pool, "L2Normalize": _Quantizer.l2_normalize,
     **{op: _Quantizer.passthrough for op in ("Relu", "Clip", "MaxPool", "AvgPool", "GlobalAvgPool", "Reshape", "Pad",
                                              "Transpose", "Resize", "Gather", "Slice")},
     **{op: _Quantizer.lut for op in float_ref.ACTIVATIONS},

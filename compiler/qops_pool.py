@@ -1,0 +1,79 @@
+"""The references of a sentence encoder's head, on the CPU:
+
+* ``MaskPool`` / ``QMaskPool``: a masked pooling over tokens (:mod:`.frontend.pooling`), ``ReduceSum(x * W, axes) /
+  D`` with the weights ``W`` and the divisor ``D`` computed from the attention mask by a part of the model's ONNX
+  graph (ONNX's reference evaluator);
+* ``L2Normalize`` / ``QL2Normalize``: ``x / max(||x||_2, eps)`` along one axis (torch's ``F.normalize``, ONNX's
+  ``LpNormalization`` with ``p = 2``).
+"""
+from __future__ import annotations
+
+import base64
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+import onnx
+
+from .qops_index import reference_evaluator
+
+__all__ = ["pool_terms", "mask_pool", "qmask_pool", "l2_normalize", "ql2_normalize"]
+
+
+@lru_cache(maxsize=64)
+def _evaluator(encoded: str) -> tuple[Any, np.dtype]:
+    """The reference evaluator of the region model ``encoded`` and the dtype its mask input takes."""
+    model = onnx.ModelProto.FromString(base64.b64decode(encoded))
+    kind = model.graph.input[0].type.tensor_type.elem_type
+    return reference_evaluator(model), onnx.helper.tensor_dtype_to_np_dtype(kind)
+
+
+def pool_terms(encoded: str, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The weights ``W`` and the divisor ``D`` (float64) the region model ``encoded`` computes from ``mask`` (fed
+    in the model's input type)."""
+    run, dtype = _evaluator(encoded)
+    feed = np.asarray(mask).astype(dtype)
+    try:
+        weights, divisor = run.run(None, {run.input_names[0]: feed})
+    except Exception as err:  # noqa: BLE001 - the evaluator's own errors, on the model's mask arithmetic
+        raise ValueError(f"the pooling's weights computed from the mask failed on this mask ({type(err).__name__}: "
+                         f"{err})") from None
+    return np.asarray(weights, np.float64), np.asarray(divisor, np.float64)
+
+
+def mask_pool(x: np.ndarray, mask: np.ndarray, encoded: str, axes: tuple[int, ...], keepdims: bool) -> np.ndarray:
+    """Float ``ReduceSum(x * W, axes, keepdims) / D`` in float64."""
+    weights, divisor = pool_terms(encoded, mask)
+    total = np.sum(np.asarray(x, np.float64) * weights, axis=tuple(axes), keepdims=bool(keepdims))
+    return total / divisor
+
+
+def qmask_pool(x: np.ndarray, mask: np.ndarray, encoded: str, axes: tuple[int, ...], keepdims: bool, scale: float,
+               out_scale: float) -> np.ndarray:
+    """int8 masked pooling of the int8 ``x`` (of ``scale``): the sum of ``x * W`` exact in int64 (the weights must
+    be integers, as a cast 0/1 mask is), times ``scale``, divided by ``D`` in float64, then ``clip(rint(. /
+    out_scale))``. The same bits on every machine."""
+    weights, divisor = pool_terms(encoded, mask)
+    if not np.array_equal(weights, np.rint(weights)) or np.abs(weights).max(initial=0) > 2**31:
+        raise ValueError("the pooling's weights computed from the mask are not integers (the lab pools with a 0/1 "
+                         "mask's weights)")
+    total = np.sum(np.asarray(x, np.int64) * weights.astype(np.int64), axis=tuple(axes), keepdims=bool(keepdims))
+    y = total.astype(np.float64) * float(scale) / divisor
+    return np.clip(np.rint(y / out_scale), -128, 127).astype(np.int8)
+
+
+def l2_normalize(x: np.ndarray, axis: int, epsilon: float) -> np.ndarray:
+    """Float ``x / max(||x||_2, epsilon)`` along ``axis``, in float64 (a zero row gives zeros)."""
+    x = np.asarray(x, np.float64)
+    norm = np.maximum(np.sqrt(np.sum(x * x, axis=axis, keepdims=True)), epsilon)
+    return x / np.where(norm > 0, norm, 1.0)
+
+
+def ql2_normalize(x: np.ndarray, axis: int, epsilon: float, scale: float, out_scale: float) -> np.ndarray:
+    """int8 ``x / max(||x||_2, epsilon)`` of the int8 ``x`` (of ``scale``): the squares summed exactly in int64,
+    then in float64 ``x / max(sqrt(q), epsilon / scale)`` and ``clip(rint(. / out_scale))``. The same bits on every
+    machine."""
+    xi = np.asarray(x, np.int64)
+    norm = np.maximum(np.sqrt((xi * xi).sum(axis=axis, keepdims=True).astype(np.float64)), epsilon / scale)
+    y = xi.astype(np.float64) / np.where(norm > 0, norm, 1.0)
+    return np.clip(np.rint(y / out_scale), -128, 127).astype(np.int8)
