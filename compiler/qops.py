@@ -59,7 +59,7 @@ from .ir import AddRequant, Graph, GraphError, Node, Requant
 from .qops_gated import PRODUCT_BOUND, qmul_act, rms_norm
 from .qops_index import reference_evaluator, run_index_fn
 from .qops_layernorm import ILAYERNORM_ATTRS, NEWTON_STEPS, RSQRT_GUESS, ilayernorm, ilayernorm_params, ilayernorm_trace
-from .qops_pool import l2_normalize, mask_pool, ql2_normalize, qmask_pool
+from .qops_pool import l2_normalize, mask_pool, pool_terms, ql2_normalize, qmask_pool
 from .qops_softmax import (
     EXP_POLY,
     ISOFTMAX_ATTRS,
@@ -75,7 +75,7 @@ __all__ = [
     "maxpool", "avgpool", "global_avgpool", "pad", "quantize", "dequantize", "softmax", "QOPS", "run_reference",
     "lut", "resize", "resize_source", "resize_taps", "RESIZE_WEIGHT_BITS", "quantize_zp", "dequantize_zp", "qaffine",
     "qsoftmax", "qmatmul", "layer_norm", "rms_norm", "qmul_act", "PRODUCT_BOUND", "run_index_fn", "mask_pool",
-    "qmask_pool", "l2_normalize", "ql2_normalize", "reference_evaluator", "embed",
+    "pool_terms", "qmask_pool", "l2_normalize", "ql2_normalize", "reference_evaluator", "embed",
     "key_mask", "KEY_MASK_ATTRS", "softmax_key", "slice_take", "IGELU_A", "IGELU_B", "IGELU_ATTRS", "igelu_params",
     "igelu_trace", "igelu", "ISOFTMAX_ATTRS", "isoftmax_params", "isoftmax_trace", "isoftmax", "EXP_POLY",
     "RECIP_GUESS", "RECIP_NEWTON_STEPS", "ILAYERNORM_ATTRS", "ilayernorm_params", "ilayernorm_trace", "ilayernorm",

@@ -30,15 +30,16 @@ def _evaluator(encoded: str) -> tuple[Any, np.dtype]:
 
 def pool_terms(encoded: str, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The weights ``W`` and the divisor ``D`` (float64) the region model ``encoded`` computes from ``mask`` (fed
-    in the model's input type)."""
+    in the model's input type); ``D`` is 1 for a model of one output (a plain product by the mask)."""
     run, dtype = _evaluator(encoded)
     feed = np.asarray(mask).astype(dtype)
     try:
-        weights, divisor = run.run(None, {run.input_names[0]: feed})
+        results = run.run(None, {run.input_names[0]: feed})
     except Exception as err:  # noqa: BLE001 - the evaluator's own errors, on the model's mask arithmetic
         raise ValueError(f"the pooling's weights computed from the mask failed on this mask ({type(err).__name__}: "
                          f"{err})") from None
-    return np.asarray(weights, np.float64), np.asarray(divisor, np.float64)
+    divisor = results[1] if len(results) > 1 else 1.0
+    return np.asarray(results[0], np.float64), np.asarray(divisor, np.float64)
 
 
 def mask_pool(x: np.ndarray, mask: np.ndarray, encoded: str, axes: tuple[int, ...], keepdims: bool) -> np.ndarray:

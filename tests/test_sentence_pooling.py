@@ -132,3 +132,33 @@ def test_the_integer_pooling_is_exact_for_a_0_1_mask():
     got = qops.qmask_pool(x, mask, pool.attrs["onnx"], pool.attrs["axes"], pool.attrs["keepdims"], 0.05, 0.05)
     want = np.clip(np.rint((x.astype(np.int64) * mask[..., None]).sum(1) / mask.sum(1, keepdims=True)), -128, 127)
     np.testing.assert_array_equal(got, want)
+
+
+def test_a_product_by_the_mask_imports_as_a_pooling_over_no_axes(tmp_path, monkeypatch):
+    """DeBERTa multiplies its embeddings by the unsqueezed mask: a MaskPool over no axes (weights 0/1, divisor 1)."""
+    from vta.compiler.pipeline import CalibrationSet, compile_model
+    from vta.compiler.runtime.executor import run
+    monkeypatch.setenv("VTA_CACHE_DIR", str(tmp_path / "cache"))
+    rng = np.random.default_rng(0)
+    inits = {"w": (rng.standard_normal((D, D)) * 0.3).astype(np.float32), "ax2": np.array([2], np.int64)}
+    nodes = [node("Unsqueeze", ["mask", "ax2"], ["mu"]), node("Cast", ["mu"], ["mf"], to=TensorProto.FLOAT),
+             node("Mul", ["x", "mf"], ["xm"]), node("MatMul", ["xm", "w"], ["y"])]
+    graph = helper.make_graph(nodes, "masked", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [B, T, D]),
+                                                helper.make_tensor_value_info("mask", TensorProto.INT64, [B, T])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [B, T, D])],
+                              [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    imported = import_onnx(model)
+    pool = next(n for n in imported.nodes if n.op == "MaskPool")
+    assert tuple(pool.attrs["axes"]) == ()
+    feeds = _feeds()
+    want = ort.InferenceSession(model.SerializeToString()).run(None, feeds)[0]
+    np.testing.assert_allclose(run_float(imported, feeds)["y"], want, atol=1e-5, rtol=1e-4)
+    path = tmp_path / "masked.onnx"
+    onnx.save(model, str(path))
+    calib = {k: np.concatenate([_feeds(2)[k], _feeds(3)[k]]) for k in ("x", "mask")}
+    compiled = compile_model(str(path), VTAConfig(), calib=2, calibration=CalibrationSet(calib, {"source": "test"}))
+    got = run(compiled, feeds, target="fsim").outputs["y"]
+    np.testing.assert_array_equal(got, qops.run_reference(compiled.graph, feeds)["y"])
+    assert np.all(got[1, -3:] == 0)                        # the padded tokens' rows are 0

@@ -20,6 +20,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from ..qops import pool_terms
 from .masks import MASK_TYPES, backward_slice
 
 __all__ = ["MaskPool", "find_mask_pools", "POOL_REGION_OPS"]
@@ -81,6 +82,25 @@ def _submodel(model: onnx.ModelProto, nodes: list[onnx.NodeProto], mask: onnx.Va
     return base64.b64encode(sub.SerializeToString()).decode("ascii")
 
 
+def _zero_one(encoded: str, mask: onnx.ValueInfoProto) -> bool:
+    """Whether the region model ``encoded`` gives weights of 0 and 1 only, on an all-zero, an all-one and three
+    seeded random 0/1 masks."""
+    shape = tuple(d.dim_value for d in mask.type.tensor_type.shape.dim)
+    if not shape or min(shape) < 1:
+        return False
+    rng = np.random.default_rng(0)
+    samples = [np.zeros(shape, np.int64), np.ones(shape, np.int64)]
+    samples += [rng.integers(0, 2, shape) for _ in range(3)]
+    for sample in samples:
+        try:
+            weights, _ = pool_terms(encoded, sample)
+        except ValueError:
+            return False
+        if not np.isin(weights, (0.0, 1.0)).all():
+            return False
+    return True
+
+
 def find_mask_pools(model: onnx.ModelProto, token_ids: set[str], shapes: dict[str, tuple[int, ...]]
                     ) -> dict[str, str]:
     """Replace each masked pooling of ``model`` (shapes inferred, constants folded; ``shapes`` the static ones) by
@@ -124,16 +144,33 @@ def find_mask_pools(model: onnx.ModelProto, token_ids: set[str], shapes: dict[st
                             _submodel(model, nodes, vi, [weight, div.input[1]], consts))
             pools.append((pool, [mul, reduce, div]))
             used[mask] = TensorProto.DataType.Name(vi.type.tensor_type.elem_type)
+        taken = {id(n) for _, group in pools for n in group}
+        for mul in model.graph.node:                    # a plain product by the mask (DeBERTa's embeddings)
+            if mul.op_type != "Mul" or id(mul) in taken or len(mul.input) != 2 or \
+                    sum(t in region for t in mul.input) != 1:
+                continue
+            weight = next(t for t in mul.input if t in region)
+            x = next(t for t in mul.input if t not in region)
+            if x in consts or shapes.get(x) is None or shapes.get(x) != shapes.get(mul.output[0]):
+                continue
+            encoded = _submodel(model, nodes, vi, [weight], consts)
+            if not _zero_one(encoded, vi):
+                continue
+            pool = MaskPool(mul.name or f"{mul.output[0]}_masked", x, mask, mul.output[0], (), True, encoded)
+            pools.append((pool, [mul]))
+            used[mask] = TensorProto.DataType.Name(vi.type.tensor_type.elem_type)
     if not pools:
         return {}
-    replaced = {id(n): pool for pool, group in pools for n in group if n.op_type == "Div"}
+    replaced = {id(group[-1]): pool for pool, group in pools}
     dropped = {id(n) for _, group in pools for n in group}
     kept = []
     for node in model.graph.node:
         if id(node) in replaced:
             pool = replaced[id(node)]
-            kept.append(helper.make_node("MaskPool", [pool.x, pool.mask], [pool.out], name=pool.name,
-                                         onnx=pool.model, axes=list(pool.axes), keepdims=int(pool.keepdims)))
+            node = helper.make_node("MaskPool", [pool.x, pool.mask], [pool.out], name=pool.name, onnx=pool.model,
+                                    keepdims=int(pool.keepdims))
+            node.attribute.append(helper.make_attribute("axes", list(pool.axes), attr_type=onnx.AttributeProto.INTS))
+            kept.append(node)
         elif id(node) not in dropped:
             kept.append(node)
     del model.graph.node[:]
