@@ -249,3 +249,40 @@ def test_a_file_onnxruntime_cannot_run_is_measured_against_the_float_reference()
     got, source = float_outputs(model, graph, feeds)
     assert source.startswith("float reference (onnxruntime failed to run the file: inconsistent q_sequence_length")
     np.testing.assert_allclose(got["y"], ReferenceEvaluator(model).run(None, feeds)[0], atol=2e-5, rtol=1e-4)
+
+
+EINSUMS = [("bhid,bhjd->bhij", [(2, 3, 5, 4), (2, 3, 6, 4)]), ("bhij,bhjd->bhid", [(2, 3, 5, 6), (2, 3, 6, 4)]),
+           ("abc,cd->abd", [(2, 5, 8), (8, 6)]), ("abc,cde->abde", [(2, 5, 8), (8, 3, 4)]),
+           ("abcd,cde->abe", [(2, 5, 3, 4), (3, 4, 8)]), ("aecd,abcd->acbe", [(2, 6, 3, 4), (2, 5, 3, 4)]),
+           ("...ij,...jk->...ik", [(2, 3, 5, 4), (2, 3, 4, 6)]), ("ij,jk", [(5, 4), (4, 6)]),
+           ("bij->bji", [(2, 5, 4)]), ("bi,bj->bij", [(3, 4), (3, 5)]), ("ij,ij->i", [(4, 5), (4, 5)])]
+
+
+@pytest.mark.parametrize("equation,shapes", EINSUMS)
+def test_einsum_imports_as_a_matrix_product(equation, shapes):
+    """torch.einsum's and Keras' attention equations: the second operand a constant where it is a weight (no batch
+    index), else an input; against onnxruntime."""
+    rng = np.random.default_rng(0)
+    values = {n: rng.standard_normal(s).astype(np.float32) for n, s in zip("ab", shapes)}
+    const = len(shapes) == 2 and not set(equation.split(",")[1]) & set("bh.")
+    out_shape = np.einsum(equation, *values.values()).shape
+    inputs = [helper.make_tensor_value_info(n, F, list(v.shape)) for n, v in values.items() if not (const and n == "b")]
+    model = _model([node("Einsum", list(values), ["y"], equation=equation, name="einsum")], inputs,
+                   [helper.make_tensor_value_info("y", F, list(out_shape))], {"b": values["b"]} if const else {},
+                   opset=17)
+    feeds = {i.name: values[i.name] for i in inputs}
+    graph = import_onnx(model)
+    assert "Einsum" not in {n.op for n in graph.nodes}
+    want = ort.InferenceSession(model.SerializeToString()).run(None, feeds)[0]
+    np.testing.assert_allclose(run_float(graph, feeds)["y"], want, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("equation,why", [("ii->i", "repeated in one term"), ("ij->i", "only a permutation"),
+                                          ("ij,jk,kl->il", "3 operands"), ("ij,kl->i", "summed in one operand")])
+def test_unsupported_einsums_are_refused_with_the_reason(equation, why):
+    operands = ["a"] * (equation.count(",") + 1)
+    model = _model([node("Einsum", operands, ["y"], equation=equation, name="e")],
+                   [helper.make_tensor_value_info("a", F, [4, 4])], [helper.make_tensor_value_info("y", F, [4])],
+                   {}, opset=17)
+    with pytest.raises(UnsupportedOperatorError, match=f"Einsum.*{why}"):
+        import_onnx(model)

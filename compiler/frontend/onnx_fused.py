@@ -17,6 +17,9 @@ an exporter writes at opset 22:
   MatMul by V; Transpose and Reshape back for 3-D. A mask from a graph input then becomes a runtime mask
   (:mod:`.masks`), a constant one a fused softmax bias.
 - ``SwiGLU`` (opset 28): ``Swish(a, alpha) * b``.
+- ``Einsum`` (opset 12; torch.einsum, Keras' attention): one operand permuted, or two as a batched matrix product
+  (Transpose, Reshape, MatMul, Reshape, Transpose), so a projection by a constant is a linear layer and a product
+  of two activations an attention product.
 
 Refused with the reason: ``Attention``'s ``qk_matmul_output`` when read and ``nonpad_kv_seqlen`` (an external KV
 cache's lengths), and the other fused operators of these opsets (RotaryEmbedding, TensorScatter, LinearAttention,
@@ -184,9 +187,96 @@ def _swiglu(ctx: _Context, node: onnx.NodeProto) -> None:
     ctx.nodes.append(helper.make_node("Mul", [gate, node.input[1]], [node.output[0]], name=name))
 
 
+def _einsum_terms(node: onnx.NodeProto, ranks: list[int]) -> tuple[list[str], str]:
+    """The operands' index strings and the output's of an Einsum equation, ``...`` spelled out as upper-case
+    letters from each operand's rank (implicit mode: the indices seen once, in alphabetical order)."""
+    a = {x.name: helper.get_attribute_value(x) for x in node.attribute}
+    equation = a["equation"].decode() if isinstance(a.get("equation"), bytes) else str(a.get("equation", ""))
+    equation = equation.replace(" ", "")
+    lhs, arrow, rhs = equation.partition("->")
+    terms = lhs.split(",")
+    if len(terms) != len(ranks):
+        raise _Refusal(f"equation {equation!r} for {len(ranks)} operands")
+    if any(not c.isalpha() and c != "." for c in "".join(terms) + rhs):
+        raise _Refusal(f"equation {equation!r} (only letters and ...)")
+    width = max((rank - len(t.replace("...", "")) for t, rank in zip(terms, ranks) if "..." in t), default=0)
+    ellipsis = "".join(chr(ord("A") + k) for k in range(width))
+    if width and any(c.isupper() for c in equation):
+        raise _Refusal(f"equation {equation!r} with ... and upper-case indices")
+    spelled = []
+    for t, rank in zip(terms, ranks):
+        if "..." in t:
+            t = t.replace("...", ellipsis[width - (rank - len(t.replace("...", ""))):])
+        if len(t) != rank:
+            raise _Refusal(f"operand indices {t!r} for a rank-{rank} operand")
+        spelled.append(t)
+    if arrow:
+        out = rhs.replace("...", ellipsis)
+    else:
+        seen = "".join(spelled)
+        out = ellipsis + "".join(sorted(c for c in set(seen) if seen.count(c) == 1 and c.islower()))
+    return spelled, out
+
+
+def _einsum(ctx: _Context, node: onnx.NodeProto) -> None:
+    """Einsum of one operand (a permutation) or two (a batched matrix product: the indices in both operands and
+    the output are batch axes, those in both and not the output are summed, the rest are each operand's own) as
+    Transpose, Reshape, MatMul, Reshape, Transpose. torch.einsum and Keras' attention write it (``bhid,bhjd->bhij``,
+    ``abc,cd->abd``). Refused: an index repeated in one operand (a trace or diagonal), summed indices in one
+    operand only, more than two operands."""
+    name = _main_name(node)
+    shapes = [_shape(ctx, t, f"operand {k}", tuple(range(1, 9))) for k, t in enumerate(node.input)]
+    terms, out = _einsum_terms(node, [len(s) for s in shapes])
+    if any(len(set(t)) != len(t) for t in terms) or len(set(out)) != len(out):
+        raise _Refusal(f"an index repeated in one term of {','.join(terms)}->{out} (a trace or diagonal)")
+    if len(terms) == 1:
+        if sorted(out) != sorted(terms[0]):
+            raise _Refusal(f"{terms[0]}->{out} (one operand: only a permutation)")
+        ctx.nodes.append(helper.make_node("Transpose", [node.input[0]], [node.output[0]], name=name,
+                                          perm=[terms[0].index(c) for c in out]))
+        return
+    if len(terms) != 2:
+        raise _Refusal(f"{len(terms)} operands (only one or two)")
+    (ta, tb), (sa, sb) = terms, shapes
+    size = {**{c: n for c, n in zip(tb, sb)}, **{c: n for c, n in zip(ta, sa)}}
+    for c, n in zip(tb, sb):
+        if c in ta and n != size[c] and 1 not in (n, size[c]):
+            raise _Refusal(f"index {c!r} of sizes {size[c]} and {n}")
+        size[c] = max(size[c], n)
+    batch = [c for c in ta if c in tb and c in out]
+    summed = [c for c in ta if c in tb and c not in out]
+    left = [c for c in ta if c not in tb]
+    right = [c for c in tb if c not in ta]
+    lonely = [c for c in left + right if c not in out]
+    if lonely or any(c not in ta + tb for c in out):
+        raise _Refusal(f"{ta},{tb}->{out}: indices summed in one operand only or output indices in none")
+    def operand(tensor: str, term: str, shape: tuple[int, ...], order: list[str], rows: list[str], cols: list[str],
+                role: str) -> str:
+        perm = [term.index(c) for c in order]
+        if perm != list(range(len(term))):
+            tensor = ctx.emit("Transpose", [tensor], f"{name}_{role}_t", perm=perm)
+        dims = [shape[term.index(c)] for c in batch]
+        target = dims + [int(np.prod([size[c] for c in rows])), int(np.prod([size[c] for c in cols]))]
+        return ctx.emit("Reshape", [tensor, ctx.const(f"{name}_{role}_shape", np.array(target, np.int64))],
+                        f"{name}_{role}_r")
+    a = operand(node.input[0], ta, sa, batch + left + summed, left, summed, "a")
+    b = operand(node.input[1], tb, sb, batch + summed + right, summed, right, "b")
+    product = ctx.emit("MatMul", [a, b], f"{name}_matmul")
+    order = batch + left + right
+    full = [size[c] for c in order]
+    perm = [order.index(c) for c in out]
+    if perm == list(range(len(order))):
+        ctx.nodes.append(helper.make_node("Reshape", [product, ctx.const(f"{name}_shape", np.array(full, np.int64))],
+                                          [node.output[0]], name=name))
+        return
+    unflat = ctx.emit("Reshape", [product, ctx.const(f"{name}_shape", np.array(full, np.int64))], f"{name}_unflat")
+    ctx.nodes.append(helper.make_node("Transpose", [unflat], [node.output[0]], name=name, perm=perm))
+
+
 FUSED_REWRITES: dict[str, Rewrite] = {
     "Attention": _attention,
     "SwiGLU": _swiglu,
+    "Einsum": _einsum,
     "RotaryEmbedding": _refuse("opset 23's rotary embedding has no rewrite in the lab yet (its decomposition into "
                                 "Slice, Mul, Add and Concat, as exporters write it at opset 22, imports)"),
     "TensorScatter": _refuse("opset 24's in-place KV cache update has no rewrite in the lab (a cache grown by "
