@@ -420,6 +420,7 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, n
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
         raise ValueError(f"batch must be a positive integer (images per inference), not {batch!r}.")
     _check_opset(proto, where)
+    onnx_fused.check_equations(proto)                   # before any shape inference, which some hang
     half.widen_half(proto, where)                       # float16/bfloat16 files: float32, exactly
     _sort_nodes(proto)
     _fix_inputs(proto, batch, dict(input_shapes or {}), where)

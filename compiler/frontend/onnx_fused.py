@@ -28,6 +28,7 @@ CausalConvWithState), which the lab has no rewrite for.
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import onnx
@@ -45,8 +46,9 @@ from .contrib import (
     _refuse,
     rewrite_nodes,
 )
+from .onnx_common import UnsupportedOperatorError
 
-__all__ = ["FUSED_REWRITES", "rewrite_onnx_fused"]
+__all__ = ["FUSED_REWRITES", "rewrite_onnx_fused", "check_equations"]
 
 
 def _shape(ctx: _Context, tensor: str, role: str, rank: tuple[int, ...]) -> tuple[int, ...]:
@@ -187,12 +189,33 @@ def _swiglu(ctx: _Context, node: onnx.NodeProto) -> None:
     ctx.nodes.append(helper.make_node("Mul", [gate, node.input[1]], [node.output[0]], name=name))
 
 
+_TERM = r"[A-Za-z]*(?:\.\.\.)?[A-Za-z]*"
+_EQUATION = re.compile(rf"{_TERM}(?:,{_TERM})*(?:->{_TERM})?")
+
+
+def check_equations(model: onnx.ModelProto) -> None:
+    """Refuse an Einsum whose equation is not letters, ``...``, commas and one ``->``, before anything infers
+    shapes: onnx 1.23's shape inference loops forever on some malformed ones (``i.j,jk->ik``)."""
+    for node in model.graph.node:
+        if node.op_type != "Einsum" or node.domain not in ("", "ai.onnx"):
+            continue
+        value = next((helper.get_attribute_value(a) for a in node.attribute if a.name == "equation"), b"")
+        text = value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+        if not _EQUATION.fullmatch(text.replace(" ", "")):
+            raise UnsupportedOperatorError(node.op_type, node.name or f"<unnamed, writes {node.output[0]}>",
+                                           f"equation {text!r}: not operand terms of letters and at most one '...', "
+                                           f"separated by commas, with at most one '->'")
+
+
 def _einsum_terms(node: onnx.NodeProto, ranks: list[int]) -> tuple[list[str], str]:
     """The operands' index strings and the output's of an Einsum equation, ``...`` spelled out as upper-case
     letters from each operand's rank (implicit mode: the indices seen once, in alphabetical order)."""
     a = {x.name: helper.get_attribute_value(x) for x in node.attribute}
-    equation = a["equation"].decode() if isinstance(a.get("equation"), bytes) else str(a.get("equation", ""))
+    equation = a["equation"].decode(errors="replace") if isinstance(a.get("equation"), bytes) else \
+        str(a.get("equation", ""))
     equation = equation.replace(" ", "")
+    if not equation or equation.count("->") > 1:
+        raise _Refusal(f"equation {equation!r} (none, or more than one '->')")
     lhs, arrow, rhs = equation.partition("->")
     terms = lhs.split(",")
     if len(terms) != len(ranks):
