@@ -144,7 +144,7 @@ def test_every_unsupported_node_is_named_at_once():
         "  - MaxPool (node 'pool'): ceil_mode=1 (only 0)",
         "  - Resize (node 'up'): mode 'cubic' (only 'nearest' and 'linear')",
         info.value.args[0].splitlines()[-1]]
-    assert str(info.value).splitlines()[-1].startswith("Supported operators are Add, AveragePool,")
+    assert str(info.value).splitlines()[-1].startswith("Supported operators are Add, Attention, AveragePool,")
     assert [p.node_name for p in info.value.problems] == ["erf", "pool", "up"]
 
 

@@ -337,11 +337,14 @@ def test_other_mask_forms_and_element_types(form):
 
 
 # ---- refusals ----------------------------------------------------------------------------------------------------
-def test_a_mask_that_multiplies_hidden_states_is_refused():
+def test_a_mask_that_scales_hidden_states_is_refused():
+    """A product by the mask imports (tests/test_sentence_pooling.py) only where its weights are 0 and 1; here they
+    are 0 and 2."""
     nodes, inits = _additive(-10000.0)
     pool = [node("Unsqueeze", ["attention_mask", "last"], ["pm"]), node("Cast", ["pm"], ["pmf"], to=TensorProto.FLOAT),
-            node("Mul", ["h", "pmf"], ["hp"], name="pool_mul"), node("Add", ["h", "hp"], ["h2"])]
-    model = _block(nodes, extra_inits=[*inits, ("last", np.array([2], np.int64))],
+            node("Mul", ["pmf", "two"], ["pm2"]),
+            node("Mul", ["h", "pm2"], ["hp"], name="pool_mul"), node("Add", ["h", "hp"], ["h2"])]
+    model = _block(nodes, extra_inits=[*inits, ("last", np.array([2], np.int64)), ("two", np.array(2.0, np.float32))],
                    ids_nodes=[node("Gather", ["table", "input_ids"], ["h"], name="embed")] + pool)
     # the Q/K/V projections read h; add h2 to the graph's outputs so the pooling is not dead
     model.graph.output.append(helper.make_tensor_value_info("h2", TensorProto.FLOAT, [B, T, D]))
