@@ -112,3 +112,51 @@ def test_index_arithmetic_that_fails_on_its_ids_is_a_value_error():
     types = next(n for n in graph.nodes if n.op == "IndexFn" and n.outputs == ["type_ids"])
     with pytest.raises(ValueError, match="the indices computed from the token ids failed on these ids"):
         run_index_fn(types.attrs["onnx"], np.full((T,), 2, np.int64))
+
+
+def _ids_masked_attention():
+    """Word embeddings, then single-head attention masked by ``ids != PAD`` computed in the graph (no
+    attention_mask input): ``Where(Unsqueeze(Not(Equal(ids, PAD))), 0, -inf)`` added to the scores."""
+    rng = np.random.default_rng(0)
+    inits = {"words": rng.standard_normal((V, D)).astype(np.float32), "pad": np.array(PAD, np.int64),
+             "ax1": np.array([1], np.int64), "zero": np.array(0.0, np.float32),
+             "ninf": np.array(-np.inf, np.float32),
+             "wq": (rng.standard_normal((D, D)) * 0.3).astype(np.float32),
+             "wk": (rng.standard_normal((D, D)) * 0.3).astype(np.float32)}
+    nodes = [node("Gather", ["words", "input_ids"], ["e"]), node("MatMul", ["e", "wq"], ["q"]),
+             node("MatMul", ["e", "wk"], ["k"]), node("Transpose", ["k"], ["kt"], perm=[0, 2, 1]),
+             node("MatMul", ["q", "kt"], ["s"]),
+             node("Equal", ["input_ids", "pad"], ["is_pad"]), node("Not", ["is_pad"], ["keep"]),
+             node("Unsqueeze", ["keep", "ax1"], ["keep3"]), node("Where", ["keep3", "zero", "ninf"], ["bias"]),
+             node("Add", ["s", "bias"], ["sm"]), node("Softmax", ["sm"], ["p"], axis=-1),
+             node("MatMul", ["p", "e"], ["y"])]
+    graph = helper.make_graph(nodes, "ids_mask",
+                              [helper.make_tensor_value_info("input_ids", TensorProto.INT64, [B, T])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [B, T, D])],
+                              [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    return model
+
+
+def test_a_mask_computed_from_the_token_ids_masks_the_attention(tmp_path):
+    """``ids != PAD`` is cut after the comparison: an IndexFn computes it from the ids, and the attention reads it
+    as a runtime mask (compiler/frontend/id_masks.py). Against onnxruntime, and bit-exact on fsim."""
+    from vta.compiler.pipeline import CalibrationSet, compile_model
+    from vta.compiler.runtime.executor import run
+    model = _ids_masked_attention()
+    graph = import_onnx(model)
+    ops = [n.op for n in graph.nodes]
+    assert "IndexFn" in ops and "KeyMask" in ops
+    ids = _ids()
+    want = ort.InferenceSession(model.SerializeToString()).run(None, {"input_ids": ids})[0]
+    np.testing.assert_allclose(run_float(graph, {"input_ids": ids})["y"], want, atol=1e-5, rtol=1e-4)
+    unmasked = ids.copy()
+    unmasked[unmasked == PAD] = 2
+    assert not np.allclose(run_float(graph, {"input_ids": unmasked})["y"][1], want[1], atol=1e-3)  # it masks
+    path = tmp_path / "ids_mask.onnx"
+    onnx.save(model, str(path))
+    compiled = compile_model(str(path), VTAConfig(), calib=2,
+                             calibration=CalibrationSet({"input_ids": np.concatenate([ids, _ids()])}, {"source": "t"}))
+    got = run(compiled, {"input_ids": ids}, target="fsim").outputs["y"]
+    np.testing.assert_array_equal(got, qops.run_reference(compiled.graph, {"input_ids": ids})["y"])

@@ -47,12 +47,14 @@ def _tables(model: onnx.ModelProto) -> set[str]:
     return {i.name for i in model.graph.initializer if len(i.dims) == 2}
 
 
-def find_index_regions(model: onnx.ModelProto, token_ids: set[str], shapes: dict[str, tuple[int, ...]]
-                       ) -> tuple[list[IndexRegion], set[int]]:
+def find_index_regions(model: onnx.ModelProto, token_ids: set[str], shapes: dict[str, tuple[int, ...]],
+                       stops: frozenset[str] | set[str] = frozenset()) -> tuple[list[IndexRegion], set[int]]:
     """For the token-id inputs ``token_ids`` of ``model`` (shapes inferred, constants folded; ``shapes`` the static
     shapes): every tensor computed from one of them and constants alone that a Gather from a table ``[rows, width]``
     reads as its indices, as an :class:`IndexRegion`, and the indices in ``model.graph.node`` of the region nodes (to
-    drop). :class:`IndexRegionError` for a region op outside :data:`INDEX_OPS` or a region value read otherwise."""
+    drop). A tensor of ``stops`` (a mask computed from the ids, :func:`.id_masks.cut_id_masks`) is a result too, and
+    the region ends there. :class:`IndexRegionError` for a region op outside :data:`INDEX_OPS` or a region value read
+    otherwise."""
     consts = {i.name: i for i in model.graph.initializer}
     tables = _tables(model)
     region: dict[str, str] = {name: name for name in token_ids}      # tensor -> its token-id input
@@ -79,6 +81,9 @@ def find_index_regions(model: onnx.ModelProto, token_ids: set[str], shapes: dict
         if len({region[t] for t in touched}) > 1:
             raise IndexRegionError(f"two token-id inputs meet in {where}; the lab computes indices from one")
         nodes.append((index, node))
+        if node.output[0] in stops:
+            wanted[node.output[0]] = ids
+            continue
         for out in node.output:
             region[out] = ids
     leaked = sorted(t for t in region if t in outputs and t not in token_ids)

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import onnx
@@ -190,7 +190,8 @@ def _mask_inputs(model: onnx.ModelProto, embedding_only: set[str]) -> dict[str, 
             and vi.type.tensor_type.elem_type in MASK_TYPES}
 
 
-def find_key_masks(model: onnx.ModelProto, embedding_only: set[str]
+def find_key_masks(model: onnx.ModelProto, embedding_only: set[str],
+                   derived: Mapping[str, onnx.ValueInfoProto] | None = None
                    ) -> tuple[list[KeyMask], set[int], dict[str, str]]:
     """The key masks of ``model`` (shapes inferred, constants folded): a graph input of an integer or bool type of
     :data:`MASK_TYPES`, not in ``embedding_only`` (token ids), whose values meet an activation in an Add, Sub or
@@ -200,8 +201,9 @@ def find_key_masks(model: onnx.ModelProto, embedding_only: set[str]
     :func:`find_float_masks`) and meets activations only in Adds or Wheres that feed a Softmax (the scores); else
     it is an activation. Returns the exits as
     :class:`KeyMask` (in graph order), the index of every region node in ``model.graph.node`` (to drop) and the
-    mask inputs (name -> ONNX type name). :class:`MaskError` for an integer mask used otherwise."""
-    candidates = _mask_inputs(model, embedding_only)
+    mask inputs (name -> ONNX type name). :class:`MaskError` for an integer mask used otherwise. ``derived``: masks
+    computed from the token ids (:func:`.id_masks.cut_id_masks`), candidates as the inputs are."""
+    candidates = {**_mask_inputs(model, embedding_only), **(derived or {})}
     consts = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
     ints = {n: vi for n, vi in candidates.items() if vi.type.tensor_type.elem_type != TensorProto.FLOAT}
     found, region_index, inputs = _find(model, ints, consts, soft=False) if ints else ([], set(), {})

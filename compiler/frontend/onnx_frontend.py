@@ -45,7 +45,7 @@ from onnx import numpy_helper, shape_inference
 
 from ..ir import Graph, GraphError
 from ..qops import reference_evaluator
-from . import contrib, half, indices, masks, onnx_fused, pooling
+from . import contrib, half, id_masks, indices, masks, onnx_fused, pooling
 from .onnx_common import (
     _DTYPES,
     ModelFileError,
@@ -445,10 +445,12 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, n
     init_names = {i.name for i in model.graph.initializer}
     token_ids = {vi.name for vi in model.graph.input if vi.name not in init_names
                  and vi.type.tensor_type.elem_type == onnx.TensorProto.INT64 and _indexes_a_table(model, vi.name)}
-    index_regions, index_nodes = indices.find_index_regions(model, token_ids, shapes)
+    derived = id_masks.cut_id_masks(model, token_ids, shapes)     # ids != pad: a mask computed from the ids
+    shapes.update({name: tuple(d.dim_value for d in vi.type.tensor_type.shape.dim) for name, vi in derived.items()})
+    index_regions, index_nodes = indices.find_index_regions(model, token_ids, shapes, set(derived))
     _replace_index_regions(model, index_regions, index_nodes)
-    pool_masks = pooling.find_mask_pools(model, token_ids, shapes)
-    key_masks, region, mask_types = masks.find_key_masks(model, token_ids)
+    pool_masks = pooling.find_mask_pools(model, token_ids, shapes, derived)
+    key_masks, region, mask_types = masks.find_key_masks(model, token_ids, derived)
     mask_types = {**pool_masks, **mask_types}
     float_masks, float_region = masks.find_float_masks(model, shapes)
     key_masks, region = key_masks + float_masks, region | float_region

@@ -101,15 +101,17 @@ def _zero_one(encoded: str, mask: onnx.ValueInfoProto) -> bool:
     return True
 
 
-def find_mask_pools(model: onnx.ModelProto, token_ids: set[str], shapes: dict[str, tuple[int, ...]]
-                    ) -> dict[str, str]:
+def find_mask_pools(model: onnx.ModelProto, token_ids: set[str], shapes: dict[str, tuple[int, ...]],
+                    derived: dict[str, onnx.ValueInfoProto] | None = None) -> dict[str, str]:
     """Replace each masked pooling of ``model`` (shapes inferred, constants folded; ``shapes`` the static ones) by
     a ``MaskPool`` node, in place, and drop the nodes left without readers. Returns the mask inputs it reads (name
-    -> ONNX type name)."""
+    -> ONNX type name). ``derived``: masks computed from the token ids (:func:`.id_masks.cut_id_masks`), taken as
+    inputs are."""
     inits = {i.name for i in model.graph.initializer}
     consts = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
     masks = {vi.name: vi for vi in model.graph.input if vi.name not in inits and vi.name not in token_ids
              and vi.type.tensor_type.elem_type in MASK_TYPES and vi.type.tensor_type.elem_type != TensorProto.FLOAT}
+    masks.update(derived or {})
     producer = {out: node for node in model.graph.node for out in node.output}
     readers: dict[str, list[onnx.NodeProto]] = {}
     for node in model.graph.node:
