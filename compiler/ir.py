@@ -104,6 +104,7 @@ FLOAT_OPS: dict[str, tuple[str, ...]] = {
     "Gelu": ("approximate",),                            # "none" (erf) or "tanh", as ONNX's Gelu (opset 20)
     "Tanh": (),
     "Gather": ("axis", "indices"),                       # np.take(x, indices, axis); indices an int64 array
+    "TakeAlong": ("axis", "indices"),                    # np.take_along_axis(x, indices, axis): GatherElements
     "Embedding": (),                                     # inputs ids (an int64 graph input), table const [V, D]:
                                                          # table[ids], shape ids.shape + (D,)
     "Slice": ("axes", "indices"),                        # per axis of axes, the tuple of kept indices, in order
@@ -111,6 +112,8 @@ FLOAT_OPS: dict[str, tuple[str, ...]] = {
     "IndexFn": ("onnx",),                                # int64 ids -> int64 indices by an ONNX subgraph (base64),
                                                          # see frontend.indices and qops_index.run_index_fn
     "L2Normalize": ("axis", "epsilon"),                  # x / max(||x||_2 along axis, epsilon)
+    "MaskFn": ("onnx",),                                 # mask (int64 0/1) -> a float32 additive term by an ONNX
+                                                         # subgraph (base64), read by an additive KeyMask
     "MaskPool": ("onnx", "axes", "keepdims"),            # inputs x, mask (an int64 graph input of 0/1): a masked
                                                          # pooling ReduceSum(x * W, axes) / D, W and D from the mask
                                                          # by an ONNX subgraph (base64), see frontend.pooling
@@ -142,8 +145,10 @@ QUANT_OPS: dict[str, tuple[str, ...]] = {
     "QRMSNorm": ("axis", "epsilon", "scale", "gamma", "out_scale"),  # float64 from int8, qops.rms_norm
     "QMulAct": ("multiplier", "shift"),                  # int8 a * int8 b (one shape): clip((a*b*M + r) >> S), int64
     "Gather": ("axis", "indices"),
+    "TakeAlong": ("axis", "indices"),
     "Embedding": (),                                     # int8 table [V, D] at the output's scale: table[ids]
     "IndexFn": ("onnx",),                                # as the float op
+    "MaskFn": ("onnx",),                                 # as the float op
     "QL2Normalize": ("axis", "epsilon", "scale", "out_scale"),  # int64 sum of squares, float64 divide
     "QMaskPool": ("onnx", "axes", "keepdims", "scale", "out_scale"),  # int8 x: int64 sum of x * W, float64 / D
     "Slice": ("axes", "indices"),

@@ -57,9 +57,9 @@ import numpy as np
 
 from .ir import AddRequant, Graph, GraphError, Node, Requant
 from .qops_gated import PRODUCT_BOUND, qmul_act, rms_norm
-from .qops_index import reference_evaluator, run_index_fn
+from .qops_index import reference_evaluator, run_index_fn, take_along
 from .qops_layernorm import ILAYERNORM_ATTRS, NEWTON_STEPS, RSQRT_GUESS, ilayernorm, ilayernorm_params, ilayernorm_trace
-from .qops_pool import l2_normalize, mask_pool, pool_terms, ql2_normalize, qmask_pool
+from .qops_pool import l2_normalize, mask_fn, mask_pool, pool_terms, ql2_normalize, qmask_pool
 from .qops_softmax import (
     EXP_POLY,
     ISOFTMAX_ATTRS,
@@ -75,7 +75,8 @@ __all__ = [
     "maxpool", "avgpool", "global_avgpool", "pad", "quantize", "dequantize", "softmax", "QOPS", "run_reference",
     "lut", "resize", "resize_source", "resize_taps", "RESIZE_WEIGHT_BITS", "quantize_zp", "dequantize_zp", "qaffine",
     "qsoftmax", "qmatmul", "layer_norm", "rms_norm", "qmul_act", "PRODUCT_BOUND", "run_index_fn", "mask_pool",
-    "pool_terms", "qmask_pool", "l2_normalize", "ql2_normalize", "reference_evaluator", "embed",
+    "pool_terms", "mask_fn", "qmask_pool", "take_along", "l2_normalize", "ql2_normalize", "reference_evaluator",
+    "embed",
     "key_mask", "KEY_MASK_ATTRS", "softmax_key", "slice_take", "IGELU_A", "IGELU_B", "IGELU_ATTRS", "igelu_params",
     "igelu_trace", "igelu", "ISOFTMAX_ATTRS", "isoftmax_params", "isoftmax_trace", "isoftmax", "EXP_POLY",
     "RECIP_GUESS", "RECIP_NEWTON_STEPS", "ILAYERNORM_ATTRS", "ilayernorm_params", "ilayernorm_trace", "ilayernorm",
@@ -606,10 +607,12 @@ QOPS: dict[str, OpFn] = {
                                       n.attrs["axis"], n.attrs["epsilon"]),
     "QMulAct": lambda n, v: qmul_act(v[0], v[1], n.attrs["multiplier"], n.attrs["shift"]),
     "Gather": lambda n, v: np.ascontiguousarray(np.take(v[0], n.attrs["indices"], axis=n.attrs["axis"])),
+    "TakeAlong": lambda n, v: take_along(v[0], n.attrs["indices"], n.attrs["axis"]),
     "Embedding": lambda n, v: embed(v[0], v[1]),
     "IndexFn": lambda n, v: run_index_fn(n.attrs["onnx"], v[0]),
     "QL2Normalize": lambda n, v: ql2_normalize(v[0], n.attrs["axis"], n.attrs["epsilon"], n.attrs["scale"],
                                                n.attrs["out_scale"]),
+    "MaskFn": lambda n, v: mask_fn(n.attrs["onnx"], v[0]),
     "QMaskPool": lambda n, v: qmask_pool(v[0], v[1], n.attrs["onnx"], n.attrs["axes"], n.attrs["keepdims"],
                                          n.attrs["scale"], n.attrs["out_scale"]),
     "Slice": lambda n, v: slice_take(v[0], n.attrs["axes"], n.attrs["indices"]),

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-__all__ = ["run_index_fn", "reference_evaluator"]
+__all__ = ["run_index_fn", "reference_evaluator", "take_along"]
 
 
 def _gather_elements(data: np.ndarray, indices: np.ndarray, axis: int = 0) -> np.ndarray:
@@ -20,6 +20,12 @@ def _gather_elements(data: np.ndarray, indices: np.ndarray, axis: int = 0) -> np
     index = np.where(index < 0, index + data.shape[axis], index)
     window = tuple(slice(None) if k == axis else slice(0, n) for k, n in enumerate(index.shape))
     return np.take_along_axis(data[window], index, axis=axis)
+
+
+def take_along(x: np.ndarray, indices: np.ndarray, axis: int) -> np.ndarray:
+    """ONNX GatherElements of ``x`` by constant non-negative ``indices`` along ``axis`` (no larger than ``x`` on
+    the other axes): the ``TakeAlong`` op, a move of values, float or int8 alike."""
+    return np.ascontiguousarray(_gather_elements(np.asarray(x), np.asarray(indices, np.int64), int(axis)))
 
 
 def reference_evaluator(proto: onnx.ModelProto | onnx.NodeProto) -> Any:

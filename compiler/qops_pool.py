@@ -3,6 +3,8 @@
 * ``MaskPool`` / ``QMaskPool``: a masked pooling over tokens (:mod:`.frontend.pooling`), ``ReduceSum(x * W, axes) /
   D`` with the weights ``W`` and the divisor ``D`` computed from the attention mask by a part of the model's ONNX
   graph (ONNX's reference evaluator);
+* ``MaskFn``: an attention mask's additive term computed from the mask by a part of the model's graph (a term
+  that is not element-wise in one mask entry, :func:`.frontend.masks.find_key_masks`);
 * ``L2Normalize`` / ``QL2Normalize``: ``x / max(||x||_2, eps)`` along one axis (torch's ``F.normalize``, ONNX's
   ``LpNormalization`` with ``p = 2``).
 """
@@ -17,7 +19,7 @@ import onnx
 
 from .qops_index import reference_evaluator
 
-__all__ = ["pool_terms", "mask_pool", "qmask_pool", "l2_normalize", "ql2_normalize"]
+__all__ = ["pool_terms", "mask_pool", "qmask_pool", "l2_normalize", "ql2_normalize", "mask_fn"]
 
 
 @lru_cache(maxsize=64)
@@ -78,3 +80,14 @@ def ql2_normalize(x: np.ndarray, axis: int, epsilon: float, scale: float, out_sc
     norm = np.maximum(np.sqrt((xi * xi).sum(axis=axis, keepdims=True).astype(np.float64)), epsilon / scale)
     y = xi.astype(np.float64) / np.where(norm > 0, norm, 1.0)
     return np.clip(np.rint(y / out_scale), -128, 127).astype(np.int8)
+
+
+def mask_fn(encoded: str, mask: np.ndarray) -> np.ndarray:
+    """The float32 additive term the region model ``encoded`` computes from ``mask``."""
+    run, dtype = _evaluator(encoded)
+    try:
+        (term,) = run.run(None, {run.input_names[0]: np.asarray(mask).astype(dtype)})
+    except Exception as err:  # noqa: BLE001 - the evaluator's own errors, on the model's mask arithmetic
+        raise ValueError(f"the attention mask's term computed from the mask failed on this mask "
+                         f"({type(err).__name__}: {err})") from None
+    return np.asarray(term, np.float32)

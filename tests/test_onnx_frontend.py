@@ -321,3 +321,26 @@ def test_conv1d_imports_as_a_2d_convolution_over_one_row(attrs, tmp_path, monkey
     assert any(isinstance(s, AccelStep) and s.node.op == "QConv2d" for s in compiled.steps)
     np.testing.assert_array_equal(run(compiled, {"x": x}, target="fsim").outputs["y"],
                                   qops.run_reference(compiled.graph, {"x": x})["y"])
+
+
+def test_gather_elements_of_an_activation_by_constant_indices(tmp_path, monkeypatch):
+    """DeBERTa's relative-position attention gathers scores by constant indices: TakeAlong, on the CPU, the same
+    move of values in float and in int8 (bit-exact on fsim); negative indices count from the end."""
+    from vta.compiler import qops
+    from vta.compiler.pipeline import compile_model
+    from vta.compiler.runtime.executor import run
+    from vta.config import VTAConfig
+    monkeypatch.setenv("VTA_CACHE_DIR", str(tmp_path))
+    rng = np.random.default_rng(0)
+    idx = rng.integers(-6, 6, (2, 4, 5)).astype(np.int64)
+    w = (rng.standard_normal((5, 8)) * 0.3).astype(np.float32)
+    model = _model([helper.make_node("GatherElements", ["x", "idx"], ["g"], axis=2),
+                    helper.make_node("MatMul", ["g", "w"], ["y"])], (2, 4, 6), [2, 4, 8], [("idx", idx), ("w", w)])
+    x = rng.standard_normal((2, 4, 6)).astype(np.float32)
+    graph = _check(model, {"x": x})
+    assert "TakeAlong" in {n.op for n in graph.nodes}
+    path = tmp_path / "gather_elements.onnx"
+    onnx.save(model, str(path))
+    compiled = compile_model(str(path), VTAConfig(), calib=2, policy="accel")
+    np.testing.assert_array_equal(run(compiled, {"x": x}, target="fsim").outputs["y"],
+                                  qops.run_reference(compiled.graph, {"x": x})["y"])

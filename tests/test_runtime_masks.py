@@ -542,7 +542,7 @@ def test_inputs_sharing_a_symbolic_dimension_take_one_shape(tmp_path, capsys):
 
 def test_the_gathernd_lookup_of_the_new_exporter_is_a_mask_region():
     """transformers 5 through torch's new exporter reads the mask with GatherND at the identity (b, key) grid; a
-    grid that moves entries is refused as not element-wise."""
+    grid that moves entries is not element-wise, and its term is computed from the mask at run time (MaskFn)."""
     grid = np.stack(np.broadcast_arrays(np.arange(B)[:, None, None, None], np.arange(T)[None, None, None, :]), -1)
     def nodes(index):
         return [node("Cast", ["attention_mask"], ["mb"], to=TensorProto.BOOL),
@@ -556,8 +556,11 @@ def test_the_gathernd_lookup_of_the_new_exporter_is_a_mask_region():
     feeds = {"input_ids": _ids(), "attention_mask": _padding_mask()}
     want = ort.InferenceSession(model.SerializeToString()).run(None, feeds)[0]
     np.testing.assert_allclose(run_float(graph, feeds)["y"], want, atol=1e-5)
-    with pytest.raises(MaskError, match="not an element-wise function of the mask's entries"):
-        import_onnx(_block(nodes("flipped"), extra_inits=inits))
+    flipped = _block(nodes("flipped"), extra_inits=inits)
+    graph = import_onnx(flipped)                        # entries moved: the term is computed at run time
+    assert "MaskFn" in [n.op for n in graph.nodes]
+    want = ort.InferenceSession(flipped.SerializeToString()).run(None, feeds)[0]
+    np.testing.assert_allclose(run_float(graph, feeds)["y"], want, atol=1e-5)
 
 
 def test_a_calibration_file_takes_masks(tmp_path):
@@ -601,3 +604,43 @@ def test_a_float_mask_of_0_and_1_is_a_mask(tmp_path):
     assert _cosine(got, want) > 0.99
     with pytest.raises(ValueError, match="values other than 0 and 1"):
         check_inputs(graph, {"input_ids": _ids(), "attention_mask": mask * 0.5})
+
+
+@pytest.mark.parametrize("form", ["where", "add"])
+def test_a_mask_of_query_and_key_entries_is_computed_at_run_time(form, tmp_path):
+    """DeBERTa's ``mask[:, None, None, :] * mask[:, None, :, None]`` (each score depends on its query's and its key's
+    entries: no element-wise KeyMask): the region computes an additive term from the mask at run time (a MaskFn
+    node), filled with float32's min by a Where or added; against onnxruntime and bit-exact on fsim."""
+    nodes = [node("Unsqueeze", ["attention_mask", "ax1"], ["m1"]), node("Unsqueeze", ["m1", "ax2"], ["m2"]),
+             node("Unsqueeze", ["attention_mask", "ax1"], ["n1"]), node("Unsqueeze", ["n1", "ax3"], ["n2"]),
+             node("Mul", ["m2", "n2"], ["qk"])]
+    inits = [("ax1", np.array([1], np.int64)), ("ax2", np.array([2], np.int64)), ("ax3", np.array([3], np.int64)),
+             ("low", np.array(np.finfo(np.float32).min, np.float32)), ("one", np.array(1, np.int64))]
+    if form == "where":
+        nodes += [node("Cast", ["qk"], ["keep"], to=TensorProto.BOOL), node("Not", ["keep"], ["drop"]),
+                  node("Where", ["drop", "low", "s"], ["z"], name="mask_where")]
+    else:
+        nodes += [node("Sub", ["one", "qk"], ["inv"]), node("Cast", ["inv"], ["invf"], to=TensorProto.FLOAT),
+                  node("Mul", ["invf", "low"], ["bias"]), node("Add", ["s", "bias"], ["z"], name="mask_add")]
+    model = _block(nodes, extra_inits=inits)
+    graph = import_onnx(model)
+    assert "MaskFn" in _ops(graph) and _ops(graph).count("KeyMask") == 1
+    feeds = {"input_ids": _ids(), "attention_mask": _padding_mask()}
+    want = ort.InferenceSession(model.SerializeToString()).run(None, feeds)[0]
+    np.testing.assert_allclose(run_float(graph, feeds)["y"], want, atol=1e-5)
+    compiled = _compile(model, tmp_path, feeds)
+    got = _fsim(compiled, feeds).outputs["y"]
+    assert _cosine(got, want) > 0.99
+    unmasked = {"input_ids": feeds["input_ids"], "attention_mask": np.ones((B, T), np.int64)}
+    assert not np.array_equal(_fsim(compiled, unmasked).outputs["y"][1], got[1])       # the mask is live
+
+
+def test_a_two_entry_mask_filling_moderate_values_is_refused():
+    nodes = [node("Unsqueeze", ["attention_mask", "ax1"], ["m1"]), node("Unsqueeze", ["m1", "ax2"], ["m2"]),
+             node("Unsqueeze", ["attention_mask", "ax1"], ["n1"]), node("Unsqueeze", ["n1", "ax3"], ["n2"]),
+             node("Mul", ["m2", "n2"], ["qk"]), node("Cast", ["qk"], ["keep"], to=TensorProto.BOOL),
+             node("Where", ["keep", "s", "low"], ["z"], name="mask_where")]
+    inits = [("ax1", np.array([1], np.int64)), ("ax2", np.array([2], np.int64)), ("ax3", np.array([3], np.int64)),
+             ("low", np.array(-5.0, np.float32))]
+    with pytest.raises(MaskError, match=r"fills the scores in node 'mask_where' \(Where\) with values above"):
+        import_onnx(_block(nodes, extra_inits=inits))

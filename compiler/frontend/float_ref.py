@@ -22,10 +22,12 @@ from ..qops import (
     embed,
     key_mask,
     l2_normalize,
+    mask_fn,
     mask_pool,
     resize_source,
     resize_taps,
     run_index_fn,
+    take_along,
 )
 
 __all__ = ["exact_matmul", "exact_exp", "conv2d", "dense", "maxpool", "avgpool", "resize", "layer_norm", "rms_norm",
@@ -273,11 +275,13 @@ FLOAT_FNS: dict[str, FloatFn] = {
     "LayerNorm": lambda n, v: layer_norm(v[0], v[1], v[2], n.attrs["axis"], n.attrs["epsilon"]),
     "RMSNorm": lambda n, v: rms_norm(v[0], v[1], n.attrs["axis"], n.attrs["epsilon"]),
     "Gather": lambda n, v: np.take(v[0], n.attrs["indices"], axis=n.attrs["axis"]),
+    "TakeAlong": lambda n, v: take_along(v[0], n.attrs["indices"], n.attrs["axis"]),
     "Embedding": lambda n, v: embed(v[0], v[1]),
     "Slice": lambda n, v: slice_take(v[0], n.attrs["axes"], n.attrs["indices"]),
     "Where": lambda n, v: np.where(n.attrs["keep"], v[0], np.float32(n.attrs["fill"])),
     "IndexFn": lambda n, v: run_index_fn(n.attrs["onnx"], v[0]),
     "L2Normalize": lambda n, v: l2_normalize(v[0], n.attrs["axis"], n.attrs["epsilon"]),
+    "MaskFn": lambda n, v: mask_fn(n.attrs["onnx"], v[0]),
     "MaskPool": lambda n, v: mask_pool(v[0], v[1], n.attrs["onnx"], n.attrs["axes"], n.attrs["keepdims"]),
     "KeyMask": lambda n, v: key_mask(v[0], v[1], *(n.attrs[k] for k in KEY_MASK_ATTRS)).astype(np.float32),
 }

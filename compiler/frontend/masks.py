@@ -27,6 +27,7 @@ Anything else a mask input feeds (a Mul that pools hidden states, a CumSum for p
 """
 from __future__ import annotations
 
+import base64
 import itertools
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
@@ -83,6 +84,12 @@ class KeyMask:
     fill: np.ndarray
     additive: bool = False
     """A float32 input added to the scores as it is (``x + mask.reshape(expand)``; :func:`find_float_masks`)."""
+    source: str = ""
+    """With ``fn``: the mask input the term is computed from (``mask`` is then the term, a new float32 tensor)."""
+    fn: str = ""
+    """A term not element-wise in one mask entry (DeBERTa's ``mask[q] * mask[k]``): the base64 ONNX model of the
+    region computing the additive float32 term ``mask`` from ``source`` at run time (a ``MaskFn`` node); the
+    KeyMask is then ``additive``."""
 
     def apply(self, x: np.ndarray, mask: np.ndarray) -> np.ndarray:
         """``out`` for scores ``x`` (any float dtype, computed in it) and the mask's values."""
@@ -339,10 +346,60 @@ def _exit(model: onnx.ModelProto, node: onnx.NodeProto, region: set[str], source
     sel, add, fill = (np.stack([np.broadcast_to(sides[v][i], out_shape) for v in (0, 1)]) for i in range(3))
     expand = _expand(shape, out_shape, sides, sel, add, fill, samples)
     if expand is None:
-        raise MaskError(f"the term that the mask input {mask!r} gives {where} is not an element-wise function of "
-                        f"the mask's entries (each score element must depend on one mask entry)")
+        return _runtime_term(model, node, parts, x, mask, where, label, region_nodes, vi, consts, sides, out_shape)
     return KeyMask(label, mask, x, node.output[0], expand, sel.astype(bool), add.astype(np.float32),
                    fill.astype(np.float32))
+
+
+_HUGE = -1e30
+"""A Where's fill at or below this (float32's min, -inf) masks out as an added term would: ``x + fill == fill``."""
+
+
+def _runtime_term(model: onnx.ModelProto, node: onnx.NodeProto, parts: dict[str, str], x: str, mask: str,
+                  where: str, label: str, region_nodes: list[onnx.NodeProto], vi: onnx.ValueInfoProto,
+                  consts: dict[str, np.ndarray], sides: Sequence[tuple[np.ndarray, ...]],
+                  out_shape: tuple[int, ...]) -> KeyMask:
+    """The KeyMask of an exit whose term depends on more than one mask entry (each score on its query's and its
+    key's, as DeBERTa's ``mask[:, None, None, :] * mask[:, None, :, None]``): an additive float32 term computed
+    from the mask at run time by the region's own nodes (``fn``). An Add or Sub gives its term; a Where that fills
+    the scores gives ``where(keep, 0, fill)``, only where every fill is at or below :data:`_HUGE` (so that adding it
+    masks as filling does)."""
+    term = f"{node.output[0]}_mask_term"
+    extra: list[onnx.NodeProto] = []
+    inits: list[onnx.TensorProto] = []
+    if "term" in parts:
+        cast = helper.make_node("Cast", [parts["term"]], [f"{term}_f"], to=TensorProto.FLOAT)
+        extra.append(cast)
+        extra.append(helper.make_node("Neg" if node.op_type == "Sub" else "Identity", [f"{term}_f"], [term]))
+        wanted = [parts["term"]]
+    else:
+        filled = [fill[~keep] for keep, fill in (np.broadcast_arrays(side[0], side[2]) for side in sides)]
+        if any((f > _HUGE).any() for f in filled):
+            raise MaskError(f"the mask input {mask!r} fills the scores in {where} with values above {_HUGE:g}, "
+                            f"from a term that depends on more than one mask entry; the lab takes such a term only "
+                            f"as an addition or a fill that masks out (float32's min, -inf)")
+        zero = numpy_helper.from_array(np.array(0.0, np.float32), f"{term}_zero")
+        inits.append(zero)
+        other = parts["other"]
+        if other not in consts:
+            extra.append(helper.make_node("Cast", [other], [f"{term}_other"], to=TensorProto.FLOAT))
+            other = f"{term}_other"
+        else:
+            inits.append(numpy_helper.from_array(np.asarray(consts[other], np.float32), f"{term}_other"))
+            other = f"{term}_other"
+        branches = [zero.name, other] if node.input[1] == x else [other, zero.name]
+        extra.append(helper.make_node("Where", [parts["cond"], *branches], [term]))
+        wanted = [parts["cond"]] + ([parts["other"]] if parts["other"] not in consts else [])
+    keep, needed = backward_slice(region_nodes, wanted)
+    graph = helper.make_graph(keep + extra, "mask_term", [vi],
+                              [helper.make_tensor_value_info(term, TensorProto.FLOAT, list(out_shape))],
+                              [numpy_helper.from_array(consts[t], t) for t in sorted(needed) if t in consts] + inits)
+    opsets = [o for o in model.opset_import if o.domain in ("", "ai.onnx")]
+    sub = helper.make_model(graph, opset_imports=opsets or [helper.make_opsetid("", 17)])
+    encoded = base64.b64encode(sub.SerializeToString()).decode("ascii")
+    unused = np.zeros((2, 1), np.float32)
+    return KeyMask(label, term, x, node.output[0], tuple(out_shape), unused.astype(bool), unused, unused,
+                   additive=True, source=mask, fn=encoded)
 
 
 def _expand(shape: tuple[int, ...], out_shape: tuple[int, ...], sides: Sequence[tuple[np.ndarray, ...]],
@@ -501,5 +558,6 @@ def is_float_mask_input(graph: Graph, name: str) -> bool:
 
 def _mask_readers(graph: Graph, name: str) -> bool:
     users = graph.consumers(name)
-    return bool(users) and all(node.op in ("KeyMask", "Softmax", "QSoftmax", "MaskPool", "QMaskPool") and
-                               node.inputs[1:2] == [name] for node in users)
+    return bool(users) and all((node.op in ("KeyMask", "Softmax", "QSoftmax", "MaskPool", "QMaskPool") and
+                                node.inputs[1:2] == [name]) or (node.op == "MaskFn" and node.inputs == [name])
+                               for node in users)

@@ -370,6 +370,8 @@ def _replace_mask_regions(model: onnx.ModelProto, key_masks: list[masks.KeyMask]
             continue
         if node.output and node.output[0] in exits:
             mask = exits[node.output[0]]
+            if mask.fn:                                  # a term computed from the mask at run time
+                kept.append(onnx.helper.make_node("MaskFn", [mask.source], [mask.mask], name=f"{mask.mask}_fn"))
             node = onnx.helper.make_node("KeyMask", [mask.x, mask.mask], [mask.out], name=node.name)
         kept.append(node)
     del model.graph.node[:]

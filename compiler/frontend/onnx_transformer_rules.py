@@ -149,6 +149,22 @@ def _gather(imp: _Importer, node: onnx.NodeProto) -> None:
     imp.emit("Gather", node, [node.input[0]], axis=axis, indices=np.where(idx < 0, idx + size, idx))
 
 
+def _gather_elements(imp: _Importer, node: onnx.NodeProto) -> None:
+    """GatherElements of an activation by constant indices (DeBERTa's relative-position attention): TakeAlong, a
+    move of values on the CPU. Indices computed at run time are refused."""
+    indices = imp.const_input(node, 1, "indices")
+    shape = imp.shape(node.input[0])
+    axis = int(_attrs(node).get("axis", 0)) % len(shape)
+    idx = np.asarray(indices, np.int64)
+    size = shape[axis]
+    if idx.ndim != len(shape) or any(i > s for k, (i, s) in enumerate(zip(idx.shape, shape)) if k != axis):
+        raise UnsupportedOperatorError(node.op_type, node.name, f"indices of shape {list(idx.shape)} for data of "
+                                                                f"shape {list(shape)}")
+    if idx.size and (idx.min() < -size or idx.max() >= size):
+        raise UnsupportedOperatorError(node.op_type, node.name, f"indices outside [-{size}, {size - 1}]")
+    imp.emit("TakeAlong", node, [node.input[0]], axis=axis, indices=np.where(idx < 0, idx + size, idx))
+
+
 def _slice_indices(dim: int, start: int, end: int, step: int) -> tuple[int, ...]:
     """The indices ONNX's Slice keeps of an axis of ``dim`` elements (its clamping rules)."""
     start, end = (v + dim if v < 0 else v for v in (start, end))
@@ -232,6 +248,17 @@ def _index_fn(imp: _Importer, node: onnx.NodeProto) -> None:
     imp.graph.add_tensor(region.out, region.shape, "int64")
     imp.graph.add_node("IndexFn", imp.graph.unique_name(node.name, node=True), [region.ids], [region.out],
                        onnx=region.model)
+
+
+def _mask_fn(imp: _Importer, node: onnx.NodeProto) -> None:
+    """A runtime mask's term computed from the mask (:func:`.masks.find_key_masks` put the node here, before the
+    KeyMask that adds it; a MaskFn node of the file itself is refused as unknown)."""
+    mask = next((m for m in imp.key_masks.values() if m.fn and m.mask == node.output[0]), None)
+    if mask is None:
+        raise UnsupportedOperatorError(node.op_type, node.name)
+    imp.graph.add_tensor(mask.mask, tuple(mask.expand), "float32")
+    imp.graph.add_node("MaskFn", imp.graph.unique_name(node.name, node=True), [mask.source], [mask.mask],
+                       onnx=mask.fn)
 
 
 def _mask_pool(imp: _Importer, node: onnx.NodeProto) -> None:
@@ -327,12 +354,14 @@ RULES: dict[str, Callable[[_Importer, onnx.NodeProto], None]] = {
     "Swish": lambda imp, node: imp.emit("Swish", node, [node.input[0]], alpha=float(_attrs(node).get("alpha", 1.0))),
     "Tanh": lambda imp, node: imp.emit("Tanh", node, [node.input[0]]),
     "Gather": _gather,
+    "GatherElements": _gather_elements,
     "Slice": _slice,
     "Split": _split,
     "Where": _where,
     "KeyMask": _key_mask,
     "IndexFn": _index_fn,
     "MaskPool": _mask_pool,
+    "MaskFn": _mask_fn,
     "L2Normalize": _l2_normalize,
     "LpNormalization": _l2_normalize,
     "Identity": _alias,
@@ -341,5 +370,5 @@ RULES: dict[str, Callable[[_Importer, onnx.NodeProto], None]] = {
     "Dropout": _dropout,
     "Constant": _constant,
 }
-PUBLIC_OPS[:] = sorted((set(RULES) - {"KeyMask", "IndexFn", "MaskPool", "L2Normalize"})
+PUBLIC_OPS[:] = sorted((set(RULES) - {"KeyMask", "IndexFn", "MaskPool", "MaskFn", "L2Normalize"})
                        | {"Attention", "SwiGLU"})   # and onnx_fused's rewrites

@@ -671,6 +671,12 @@ class _Quantizer:
         self.qg.add_constant(qname, np.clip(np.rint(c / sc), -127, 127).astype(np.int8))
         self.qg.add_node("Embedding", node.name, [ids, qname], [self.wide_out(node.outputs[0], sc)])
 
+    def mask_fn(self, node: Node) -> None:
+        """MaskFn (a runtime mask's term from the mask): the same float32 node, read by the Softmax it masks."""
+        out = node.outputs[0]
+        self.qg.add_tensor(out, self.fg.shape(out), "float32")
+        self.qg.add_node("MaskFn", node.name, list(node.inputs), [out], **node.attrs)
+
     def mask_pool(self, node: Node) -> None:
         """MaskPool (a masked pooling over tokens) -> QMaskPool (:func:`.qops_pool.qmask_pool`) at the output's
         calibrated scale."""
@@ -758,9 +764,9 @@ _HANDLERS = {
     "Concat": _Quantizer.concat, "Softmax": _Quantizer.softmax, "MatMul": _Quantizer.matmul,
     "LayerNorm": _Quantizer.layer_norm, "RMSNorm": _Quantizer.rms_norm, "Where": _Quantizer.where,
     "Embedding": _Quantizer.embedding, "KeyMask": _Quantizer.key_mask, "IndexFn": _Quantizer.index_fn,
-    "MaskPool": _Quantizer.mask_pool, "L2Normalize": _Quantizer.l2_normalize,
+    "MaskPool": _Quantizer.mask_pool, "MaskFn": _Quantizer.mask_fn, "L2Normalize": _Quantizer.l2_normalize,
     **{op: _Quantizer.passthrough for op in ("Relu", "Clip", "MaxPool", "AvgPool", "GlobalAvgPool", "Reshape", "Pad",
-                                             "Transpose", "Resize", "Gather", "Slice")},
+                                             "Transpose", "Resize", "Gather", "TakeAlong", "Slice")},
     **{op: _Quantizer.lut for op in float_ref.ACTIVATIONS},
 }
 
