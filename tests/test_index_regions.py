@@ -160,3 +160,50 @@ def test_a_mask_computed_from_the_token_ids_masks_the_attention(tmp_path):
                              calibration=CalibrationSet({"input_ids": np.concatenate([ids, _ids()])}, {"source": "t"}))
     got = run(compiled, {"input_ids": ids}, target="fsim").outputs["y"]
     np.testing.assert_array_equal(got, qops.run_reference(compiled.graph, {"input_ids": ids})["y"])
+
+
+def test_positions_computed_from_the_attention_mask(tmp_path):
+    """OPT's learned positions: ``(cumsum(mask, 1) * mask) - 1 + 2`` index a position table, and the same mask
+    masks the attention (additively). The positions run as an IndexFn of the mask input; against onnxruntime and
+    bit-exact on fsim."""
+    from vta.compiler.pipeline import CalibrationSet, compile_model
+    from vta.compiler.runtime.executor import run
+    rng = np.random.default_rng(0)
+    inits = {"words": rng.standard_normal((V, D)).astype(np.float32),
+             "positions": rng.standard_normal((T + 2, D)).astype(np.float32), "axis": np.array(1, np.int64),
+             "one": np.array(1, np.int64), "two": np.array(2, np.int64), "ax1": np.array([1], np.int64),
+             "onef": np.array(1.0, np.float32), "big": np.array(-10000.0, np.float32),
+             "wq": (rng.standard_normal((D, D)) * 0.3).astype(np.float32),
+             "wk": (rng.standard_normal((D, D)) * 0.3).astype(np.float32)}
+    nodes = [node("CumSum", ["attention_mask", "axis"], ["count"]),
+             node("Mul", ["count", "attention_mask"], ["kept"]),
+             node("Sub", ["kept", "one"], ["pos0"]), node("Add", ["pos0", "two"], ["pos"]),
+             node("Gather", ["words", "input_ids"], ["e_w"]), node("Gather", ["positions", "pos"], ["e_p"]),
+             node("Add", ["e_w", "e_p"], ["e"]), node("MatMul", ["e", "wq"], ["q"]),
+             node("MatMul", ["e", "wk"], ["k"]),
+             node("Transpose", ["k"], ["kt"], perm=[0, 2, 1]), node("MatMul", ["q", "kt"], ["s"]),
+             node("Unsqueeze", ["attention_mask", "ax1"], ["m3"]), node("Cast", ["m3"], ["mf"], to=TensorProto.FLOAT),
+             node("Sub", ["onef", "mf"], ["inv"]), node("Mul", ["inv", "big"], ["bias"]),
+             node("Add", ["s", "bias"], ["sm"]), node("Softmax", ["sm"], ["p"], axis=-1),
+             node("MatMul", ["p", "e"], ["y"])]
+    graph = helper.make_graph(nodes, "opt",
+                              [helper.make_tensor_value_info("input_ids", TensorProto.INT64, [B, T]),
+                               helper.make_tensor_value_info("attention_mask", TensorProto.INT64, [B, T])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [B, T, D])],
+                              [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    imported = import_onnx(model)
+    ops = [n.op for n in imported.nodes]
+    assert ops.count("IndexFn") == 1 and "KeyMask" in ops and ops.count("Embedding") == 2
+    mask = np.ones((B, T), np.int64)
+    mask[1, -3:] = 0
+    feeds = {"input_ids": _ids(), "attention_mask": mask}
+    want = ort.InferenceSession(model.SerializeToString()).run(None, feeds)[0]
+    np.testing.assert_allclose(run_float(imported, feeds)["y"], want, atol=1e-5, rtol=1e-4)
+    path = tmp_path / "opt.onnx"
+    onnx.save(model, str(path))
+    calib = {"input_ids": np.concatenate([_ids(), _ids()]), "attention_mask": np.concatenate([mask, mask])}
+    compiled = compile_model(str(path), VTAConfig(), calib=2, calibration=CalibrationSet(calib, {"source": "t"}))
+    got = run(compiled, feeds, target="fsim").outputs["y"]
+    np.testing.assert_array_equal(got, qops.run_reference(compiled.graph, feeds)["y"])

@@ -22,7 +22,7 @@ from onnx import TensorProto, helper
 from ..ir import GraphError
 from .masks import backward_slice
 
-__all__ = ["IndexRegion", "IndexRegionError", "find_index_regions", "INDEX_OPS"]
+__all__ = ["IndexRegion", "IndexRegionError", "find_index_regions", "find_mask_index_regions", "INDEX_OPS"]
 
 INDEX_OPS = frozenset({"Equal", "Not", "Cast", "CumSum", "Mul", "Add", "Sub", "Neg", "Abs", "Min", "Max", "Clip",
                        "Where", "And", "Or", "Greater", "Less", "GreaterOrEqual", "LessOrEqual", "Unsqueeze",
@@ -98,11 +98,40 @@ def find_index_regions(model: onnx.ModelProto, token_ids: set[str], shapes: dict
     return found, {index for index, _ in nodes}
 
 
+def find_mask_index_regions(model: onnx.ModelProto, masks: set[str], shapes: dict[str, tuple[int, ...]]
+                            ) -> list[IndexRegion]:
+    """Indices computed from an attention mask input (OPT's positions, ``cumsum(mask) * mask - 1``, and the like):
+    for each Gather from a table ``[rows, width]`` whose indices are computed from one of ``masks`` and constants
+    alone by :data:`INDEX_OPS`, an :class:`IndexRegion` of that mask. The caller replaces the indices' producer by an
+    ``IndexFn``; the region's nodes stay where something else (the attention) still reads them."""
+    consts = {i.name: i for i in model.graph.initializer}
+    tables = _tables(model)
+    found = []
+    for mask in sorted(masks):
+        region, nodes = {mask}, []
+        for node in model.graph.node:
+            if node.op_type in INDEX_OPS and node.domain in ("", "ai.onnx") and \
+                    any(t in region for t in node.input) and all(not t or t in region or t in consts
+                                                                 for t in node.input):
+                nodes.append(node)
+                region.update(node.output)
+        for node in model.graph.node:
+            if node.op_type == "Gather" and len(node.input) == 2 and node.input[0] in tables and \
+                    node.input[1] in region and node.input[1] != mask and node.input[1] in shapes:
+                out = node.input[1]
+                found.append(IndexRegion(mask, out, shapes[out], _submodel(model, nodes, mask, out, consts)))
+    return found
+
+
 def _submodel(model: onnx.ModelProto, nodes: list[onnx.NodeProto], ids: str, out: str,
               consts: dict[str, onnx.TensorProto]) -> str:
     """The part of the graph computing ``out`` from ``ids``, as a base64 ONNX model (int64 out)."""
     keep, needed = backward_slice(nodes, [out])
     vi = next(v for v in model.graph.input if v.name == ids)
+    types = {v.name: v.type.tensor_type.elem_type for v in model.graph.value_info}
+    if types.get(out, TensorProto.INT64) != TensorProto.INT64:     # int32 indices: the IndexFn gives int64
+        keep = keep + [helper.make_node("Cast", [out], [f"{out}_int64"], to=TensorProto.INT64)]
+        out = f"{out}_int64"
     graph = helper.make_graph(keep, "index_region", [vi], [helper.make_tensor_value_info(out, TensorProto.INT64,
                                                                                           None)],
                               [consts[t] for t in sorted(needed) if t in consts])

@@ -253,7 +253,8 @@ def _find(model: onnx.ModelProto, inputs: dict[str, onnx.ValueInfoProto], consts
     source: dict[str, str] = {name: name for name in inputs}     # region tensor -> its mask input
     for index, node in enumerate(model.graph.node):
         touched = [t for t in node.input if t in region]
-        if not touched or (node.op_type == "MaskPool" and node.input[1:] == touched):   # a pooling reads the mask
+        if not touched or (node.op_type == "MaskPool" and node.input[1:] == touched) or \
+                (node.op_type == "IndexFn" and list(node.input) == touched):  # a pooling, indices read the mask
             continue
         masks = sorted({source[t] for t in touched})
         where = f"node {node.name or node.output[0]!r} ({node.op_type})"
@@ -559,5 +560,6 @@ def is_float_mask_input(graph: Graph, name: str) -> bool:
 def _mask_readers(graph: Graph, name: str) -> bool:
     users = graph.consumers(name)
     return bool(users) and all((node.op in ("KeyMask", "Softmax", "QSoftmax", "MaskPool", "QMaskPool") and
-                                node.inputs[1:2] == [name]) or (node.op == "MaskFn" and node.inputs == [name])
+                                node.inputs[1:2] == [name]) or (node.op in ("MaskFn", "IndexFn") and
+                                                                 node.inputs == [name])
                                for node in users)

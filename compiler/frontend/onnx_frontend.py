@@ -451,6 +451,16 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, n
     shapes.update({name: tuple(d.dim_value for d in vi.type.tensor_type.shape.dim) for name, vi in derived.items()})
     index_regions, index_nodes = indices.find_index_regions(model, token_ids, shapes, set(derived))
     _replace_index_regions(model, index_regions, index_nodes)
+    mask_inputs = {vi.name for vi in model.graph.input if vi.name not in init_names and vi.name not in token_ids
+                   and vi.type.tensor_type.elem_type in masks.MASK_TYPES
+                   and vi.type.tensor_type.elem_type != onnx.TensorProto.FLOAT}
+    mask_indices = indices.find_mask_index_regions(model, mask_inputs, shapes)   # OPT's cumsum(mask) positions
+    if mask_indices:
+        outs = {r.out for r in mask_indices}
+        _replace_index_regions(model, mask_indices, {k for k, n in enumerate(model.graph.node)
+                                                     if n.output and n.output[0] in outs})
+        pooling.drop_dead_nodes(model)
+        index_regions += mask_indices
     pool_masks = pooling.find_mask_pools(model, token_ids, shapes, derived)
     key_masks, region, mask_types = masks.find_key_masks(model, token_ids, derived)
     mask_types = {**pool_masks, **mask_types}

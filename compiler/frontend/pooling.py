@@ -23,7 +23,7 @@ from onnx import TensorProto, helper, numpy_helper
 from ..qops import pool_terms
 from .masks import MASK_TYPES, backward_slice
 
-__all__ = ["MaskPool", "find_mask_pools", "POOL_REGION_OPS"]
+__all__ = ["MaskPool", "find_mask_pools", "drop_dead_nodes", "POOL_REGION_OPS"]
 
 POOL_REGION_OPS = frozenset({"Unsqueeze", "Squeeze", "Reshape", "Flatten", "Expand", "Identity", "Cast", "CastLike",
                              "ReduceSum", "ReduceMean", "Clip", "Max", "Min", "Add", "Sub", "Mul", "Div", "Equal",
@@ -178,6 +178,14 @@ def find_mask_pools(model: onnx.ModelProto, token_ids: set[str], shapes: dict[st
     del model.graph.node[:]
     model.graph.node.extend(_live(kept, outputs))
     return used
+
+
+def drop_dead_nodes(model: onnx.ModelProto) -> None:
+    """Drop, in place, the nodes whose outputs nothing reads (repeatedly; graph outputs are read)."""
+    kept = _live(list(model.graph.node), {o.name for o in model.graph.output})
+    if len(kept) != len(model.graph.node):
+        del model.graph.node[:]
+        model.graph.node.extend(kept)
 
 
 def _live(nodes: list[onnx.NodeProto], outputs: set[str]) -> list[onnx.NodeProto]:
