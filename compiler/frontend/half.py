@@ -20,19 +20,29 @@ __all__ = ["widen_half"]
 _HALF = (TensorProto.FLOAT16, TensorProto.BFLOAT16)
 
 
-def _widen_tensor(tensor: onnx.TensorProto) -> bool:
+class HalfTensorTooLarge(ValueError):
+    """A float16/bfloat16 initializer that would exceed the byte limit once widened (its name and element count)."""
+
+
+def _widen_tensor(tensor: onnx.TensorProto, limit: int | None = None) -> bool:
     if tensor.data_type not in _HALF:
         return False
+    if limit is not None and int(np.prod(tensor.dims, dtype=np.int64)) * 2 > limit:
+        raise HalfTensorTooLarge(tensor.name)
     value = numpy_helper.to_array(tensor).astype(np.float32)
     tensor.CopyFrom(numpy_helper.from_array(value, tensor.name))
     return True
 
 
-def _widen_graph(graph: onnx.GraphProto) -> int:
-    """Widen ``graph`` in place (its subgraphs too); returns how many tensors, types and casts changed."""
+def _widen_graph(graph: onnx.GraphProto, limit: int | None = None) -> int:
+    """Widen ``graph`` in place (its subgraphs too); returns how many tensors, types and casts changed. An
+    initializer of more than ``limit`` bytes in half precision is left as it is (the size check names it)."""
     changed = 0
     for init in graph.initializer:
-        changed += _widen_tensor(init)
+        try:
+            changed += _widen_tensor(init, limit)
+        except HalfTensorTooLarge:
+            continue
     for vi in list(graph.input) + list(graph.output) + list(graph.value_info):
         tensor_type = vi.type.tensor_type
         if vi.type.HasField("tensor_type") and tensor_type.elem_type in _HALF:
@@ -47,14 +57,15 @@ def _widen_graph(graph: onnx.GraphProto) -> int:
                 attr.i = TensorProto.FLOAT
                 changed += 1
             elif attr.type == onnx.AttributeProto.GRAPH:
-                changed += _widen_graph(attr.g)
+                changed += _widen_graph(attr.g, limit)
     return changed
 
 
-def widen_half(model: onnx.ModelProto, label: str) -> bool:
+def widen_half(model: onnx.ModelProto, label: str, limit: int | None = None) -> bool:
     """Widen ``model``'s float16 and bfloat16 tensors, types and casts to float32, in place; log a warning naming the
-    file when there were any. Returns whether there were."""
-    if not _widen_graph(model.graph):
+    file when there were any. Returns whether there were. An initializer whose half-precision bytes exceed ``limit``
+    stays as it is, allocating nothing, for the caller's size check to refuse."""
+    if not _widen_graph(model.graph, limit):
         return False
     logging.getLogger("vta").warning(
         "%s holds float16 or bfloat16 tensors: the lab imports them widened to float32 (exactly) and quantizes from "

@@ -423,12 +423,13 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, n
         raise ValueError(f"batch must be a positive integer (images per inference), not {batch!r}.")
     _check_opset(proto, where)
     onnx_fused.check_equations(proto)                   # before any shape inference, which some hang
-    half.widen_half(proto, where)                       # float16/bfloat16 files: float32, exactly
+    limit = tensor_byte_limit() if max_tensor_bytes is None else max_tensor_bytes
+    if half.widen_half(proto, where, limit // 2):       # float16/bfloat16 files: float32, exactly
+        _check_sizes(proto, where, limit)
     _sort_nodes(proto)
     _fix_inputs(proto, batch, dict(input_shapes or {}), where)
     refused = contrib.rewrite_contrib(proto)            # onnxruntime's com.microsoft operators, as standard nodes
     refused.update(onnx_fused.rewrite_onnx_fused(proto))  # ONNX's own fused operators of opsets 23+ (Attention)
-    limit = tensor_byte_limit() if max_tensor_bytes is None else max_tensor_bytes
     _check_sizes(proto, where, limit)
     model = _infer_shapes(_fold_constants(proto))
     for _ in range(64):                      # Shape and CastLike fold once their inputs have static shapes and types
