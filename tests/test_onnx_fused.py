@@ -207,15 +207,14 @@ def test_unsupported_attention_forms_are_refused_together_with_their_reasons():
     attention.output.append("")
     attention.output.append("qk")                         # qk_matmul_output, read by the graph
     model.graph.output.append(helper.make_tensor_value_info("qk", F, [B, H, T, T]))
-    model.graph.node.append(node("RotaryEmbedding", ["x", "cos", "sin"], ["r"], name="rope", num_heads=H))
-    model.graph.initializer.extend([numpy_helper.from_array(np.ones((B, T, D // (2 * H)), np.float32), "cos"),
-                                    numpy_helper.from_array(np.zeros((B, T, D // (2 * H)), np.float32), "sin")])
-    model.graph.output.append(helper.make_tensor_value_info("r", F, [B, T, D]))
+    model.graph.node.append(node("TensorScatter", ["cache", "x"], ["r"], name="scatter"))
+    model.graph.initializer.append(numpy_helper.from_array(np.zeros((B, 2 * T, D), np.float32), "cache"))
+    model.graph.output.append(helper.make_tensor_value_info("r", F, [B, 2 * T, D]))
     with pytest.raises(UnsupportedModelError) as err:
         import_onnx(model)
     text = str(err.value)
     assert "attn" in text and "output 3 ('qk') is read" in text
-    assert "rope" in text and "rotary" in text
+    assert "scatter" in text and "KV cache update" in text
 
 
 def test_an_external_cache_length_is_refused():
@@ -289,3 +288,27 @@ def test_unsupported_einsums_are_refused_with_the_reason(equation, why):
                    {}, opset=17)
     with pytest.raises(UnsupportedOperatorError, match=f"Einsum.*{why}"):
         import_onnx(model)
+
+
+@pytest.mark.parametrize("rank,interleaved,rot", [(4, 0, 0), (4, 1, 0), (3, 0, 0), (4, 0, 8), (3, 1, 8)])
+def test_rotary_embedding_imports_as_its_decomposition(rank, interleaved, rot):
+    """Opset 23's RotaryEmbedding with constant cos/sin caches gathered by a position_ids input (an Embedding of
+    them), 4-D [B, H, S, D] or 3-D with num_heads, halves or interleaved pairs, a partial rotary dimension; against
+    ONNX's reference evaluator."""
+    rng = np.random.default_rng(0)
+    heads, head, seq = 2, 16, 6
+    half = (rot or head) // 2
+    shape = [B, heads, seq, head] if rank == 4 else [B, seq, heads * head]
+    attrs = dict(interleaved=interleaved, rotary_embedding_dim=rot, **({} if rank == 4 else {"num_heads": heads}))
+    inits = {"cos": np.cos(rng.uniform(0, 3, (10, half))).astype(np.float32),
+             "sin": np.sin(rng.uniform(0, 3, (10, half))).astype(np.float32)}
+    model = _model([node("RotaryEmbedding", ["x", "cos", "sin", "pos"], ["y"], name="rope", **attrs)],
+                   [helper.make_tensor_value_info("x", F, shape),
+                    helper.make_tensor_value_info("pos", TensorProto.INT64, [B, seq])],
+                   [helper.make_tensor_value_info("y", F, shape)], inits)
+    feeds = {"x": rng.standard_normal(shape).astype(np.float32),
+             "pos": rng.integers(0, 10, (B, seq)).astype(np.int64)}
+    graph = import_onnx(model)
+    assert "Embedding" in {n.op for n in graph.nodes}
+    want = ReferenceEvaluator(model).run(None, feeds)[0]
+    np.testing.assert_allclose(run_float(graph, feeds)["y"], want, atol=1e-5, rtol=1e-4)

@@ -21,8 +21,12 @@ an exporter writes at opset 22:
   (Transpose, Reshape, MatMul, Reshape, Transpose), so a projection by a constant is a linear layer and a product
   of two activations an attention product.
 
+- ``RotaryEmbedding`` (opset 23): the rotated part of each head in halves (or even and odd elements), ``x1 cos - x2
+  sin`` and ``x1 sin + x2 cos`` put back, the rest passed through; the caches gathered by ``position_ids`` (an
+  Embedding when those are an input).
+
 Refused with the reason: ``Attention``'s ``qk_matmul_output`` when read and ``nonpad_kv_seqlen`` (an external KV
-cache's lengths), and the other fused operators of these opsets (RotaryEmbedding, TensorScatter, LinearAttention,
+cache's lengths), and the other fused operators of these opsets (TensorScatter, LinearAttention,
 CausalConvWithState), which the lab has no rewrite for.
 """
 from __future__ import annotations
@@ -189,6 +193,69 @@ def _swiglu(ctx: _Context, node: onnx.NodeProto) -> None:
     ctx.nodes.append(helper.make_node("Mul", [gate, node.input[1]], [node.output[0]], name=name))
 
 
+def _rotary(ctx: _Context, node: onnx.NodeProto) -> None:
+    """RotaryEmbedding (opset 23) as its decomposition: the rotated part of each head split in halves (or even and
+    odd elements when ``interleaved``), ``real = x1 cos - x2 sin`` and ``imag = x1 sin + x2 cos`` concatenated (or
+    interleaved back), the rest of the head passed through. ``cos``/``sin`` are the caches gathered by
+    ``position_ids`` when given, broadcast over the heads."""
+    a = _check_attrs(node, {"interleaved", "num_heads", "rotary_embedding_dim"})
+    name = _main_name(node)
+    inputs = list(node.input) + [""] * (4 - len(node.input))
+    x, cos, sin, positions = inputs[:4]
+    shape = _shape(ctx, x, "input", (3, 4))
+    if len(shape) == 3:
+        heads = int(a.get("num_heads", 0))
+        if heads < 1 or shape[2] % heads:
+            raise _Refusal(f"a 3-D input of width {shape[2]} with num_heads {heads} (it must divide the width)")
+        head = shape[2] // heads
+        xr = ctx.emit("Reshape", [x, ctx.const(f"{name}_heads", np.array([shape[0], shape[1], heads, head],
+                                                                           np.int64))], f"{name}_x4")
+        full: tuple[int, ...] = (shape[0], shape[1], heads, head)
+        head_axis = 2
+    else:
+        xr, full, head_axis = x, tuple(shape), 1
+        head = shape[3]
+    rot = int(a.get("rotary_embedding_dim", 0)) or head
+    if rot % 2 or rot > head:
+        raise _Refusal(f"rotary_embedding_dim {rot} for heads of {head} (an even number up to the head size)")
+    half = rot // 2
+    terms = []
+    for role, cache in (("cos", cos), ("sin", sin)):
+        value = ctx.emit("Gather", [cache, positions], f"{name}_{role}_at", axis=0) if positions else cache
+        value = ctx.emit("Unsqueeze", [value, ctx.const(f"{name}_{role}_axis", np.array([head_axis], np.int64))],
+                         f"{name}_{role}_heads")
+        target = list(full[:3]) + [half]
+        terms.append(ctx.emit("Expand", [value, ctx.const(f"{name}_{role}_shape", np.array(target, np.int64))],
+                              f"{name}_{role}_full"))
+    c, s = terms
+    axis = ctx.const(f"{name}_last", np.array([3], np.int64))
+    def piece(start: int, end: int, step: int, role: str) -> str:
+        return ctx.emit("Slice", [xr, ctx.const(f"{name}_{role}_b", np.array([start], np.int64)),
+                                  ctx.const(f"{name}_{role}_e", np.array([end], np.int64)), axis,
+                                  ctx.const(f"{name}_{role}_s", np.array([step], np.int64))], f"{name}_{role}")
+    if a.get("interleaved", 0):
+        x1, x2 = piece(0, rot, 2, "even"), piece(1, rot, 2, "odd")
+    else:
+        x1, x2 = piece(0, half, 1, "first"), piece(half, rot, 1, "second")
+    def mul(p: str, q: str, role: str) -> str:
+        return ctx.emit("Mul", [p, q], f"{name}_{role}")
+    minus = ctx.emit("Neg", [mul(x2, s, "x2s")], f"{name}_minus")
+    real = ctx.emit("Add", [mul(x1, c, "x1c"), minus], f"{name}_real")
+    imag = ctx.emit("Add", [mul(x1, s, "x1s"), mul(x2, c, "x2c")], f"{name}_imag")
+    if a.get("interleaved", 0):
+        five = ctx.const(f"{name}_five", np.array([4], np.int64))
+        pairs = ctx.emit("Concat", [ctx.emit("Unsqueeze", [real, five], f"{name}_real5"),
+                                    ctx.emit("Unsqueeze", [imag, five], f"{name}_imag5")], f"{name}_pairs", axis=4)
+        rotated = ctx.emit("Reshape", [pairs, ctx.const(f"{name}_rot_shape", np.array(list(full[:3]) + [rot],
+                                                                                       np.int64))], f"{name}_rot")
+    else:
+        rotated = ctx.emit("Concat", [real, imag], f"{name}_rot", axis=3)
+    parts = [rotated] + ([piece(rot, head, 1, "pass")] if rot < head else [])
+    last = ctx.emit("Concat", parts, f"{name}_joined", axis=3) if len(parts) > 1 else rotated
+    ctx.nodes.append(helper.make_node("Reshape", [last, ctx.const(f"{name}_out_shape", np.array(shape, np.int64))],
+                                      [node.output[0]], name=name))
+
+
 _TERM = r"[A-Za-z]*(?:\.\.\.)?[A-Za-z]*"
 _EQUATION = re.compile(rf"{_TERM}(?:,{_TERM})*(?:->{_TERM})?")
 
@@ -300,8 +367,7 @@ FUSED_REWRITES: dict[str, Rewrite] = {
     "Attention": _attention,
     "SwiGLU": _swiglu,
     "Einsum": _einsum,
-    "RotaryEmbedding": _refuse("opset 23's rotary embedding has no rewrite in the lab yet (its decomposition into "
-                                "Slice, Mul, Add and Concat, as exporters write it at opset 22, imports)"),
+    "RotaryEmbedding": _rotary,
     "TensorScatter": _refuse("opset 24's in-place KV cache update has no rewrite in the lab (a cache grown by "
                               "Concat imports)"),
     "LinearAttention": _refuse("opset 27's linear attention has no rewrite in the lab"),
