@@ -150,3 +150,24 @@ def test_dynamic_axes_at_batch_one():
     assert {n.op for n in imported.nodes} & {"Shape", "Range"} == set()
     want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
     np.testing.assert_allclose(run_float(imported, {"x": x})["y"], want, atol=1e-4, rtol=1e-4)
+
+
+def test_a_clamp_at_float32_lowest_and_an_empty_concat_operand_change_nothing():
+    """XGLM clamps its scores with Max(x, float32 lowest); Phi-3 concatenates an empty pass-through part of a head
+    (rotary dimension = head size). Both are dropped before import (onnx_fusions.drop_identities)."""
+    rng = np.random.default_rng(0)
+    inits = {"low": np.array(np.finfo(np.float32).min, np.float32), "w": rng.standard_normal((D, D)).astype(np.float32),
+             "b0": np.array([0], np.int64), "e0": np.array([D], np.int64), "bD": np.array([D], np.int64),
+             "eD": np.array([2 * D], np.int64), "ax": np.array([2], np.int64)}
+    nodes = [node("MatMul", ["x", "w"], ["h"]), node("Max", ["h", "low"], ["hc"]),
+             node("Slice", ["hc", "b0", "e0", "ax"], ["head"]), node("Slice", ["hc", "bD", "eD", "ax"], ["rest"]),
+             node("Concat", ["head", "rest"], ["y"], axis=-1)]
+    graph = helper.make_graph(nodes, "ids", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [B, T, D])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [B, T, D])],
+                              [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    imported = import_onnx(model)
+    assert "Max" not in {n.op for n in imported.nodes} and "Concat" in {n.op for n in imported.nodes}
+    want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": _x()})[0]
+    np.testing.assert_allclose(run_float(imported, {"x": _x()})["y"], want, atol=1e-4, rtol=1e-5)

@@ -56,7 +56,7 @@ from .onnx_common import (
     _attrs,
     _Importer,
 )
-from .onnx_fusions import _fuse_decompositions, _split_sequences
+from .onnx_fusions import _fuse_decompositions, _split_sequences, drop_identities
 from .onnx_rules import RESIZE_COORDINATE_MODES
 from .onnx_transformer_rules import RULES
 
@@ -441,6 +441,7 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, n
             break
     _check_sizes(model, where, limit)
     _split_sequences(model)
+    drop_identities(model)
     model = _fuse_decompositions(model)
     shapes = contrib.static_shapes(model)      # the steps below add tensors and drop nodes, but change no shape
     masks.direct_token_ids(model, shapes)

@@ -229,6 +229,50 @@ def _match_l2_normalize(g: _OnnxGraph, reduce: onnx.NodeProto) -> tuple[list[onn
     return nodes + [div], eps
 
 
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def drop_identities(model: onnx.ModelProto) -> None:
+    """Remove, in place, nodes that change no value the lab computes, rewiring their readers to their input:
+    ``Max(x, c)`` with ``c`` float32's lowest (XGLM clamps its masked scores so before the Softmax) and ``Min(x, c)``
+    with ``c`` its highest; and operands of a Concat with no element along its axis (Phi-3's pass-through part of a
+    head when the rotary dimension is the whole head)."""
+    g = _OnnxGraph(model)
+    shapes = {vi.name: [d.dim_value if d.HasField("dim_value") else -1 for d in vi.type.tensor_type.shape.dim]
+              for vi in list(model.graph.value_info) + list(model.graph.input)}
+    alias: dict[str, str] = {}
+    kept = []
+    changed = False
+    for node in model.graph.node:
+        node.input[:] = [alias.get(t, t) for t in node.input]
+        if node.op_type in ("Max", "Min") and len(node.input) == 2 and node.output[0] not in g.outputs:
+            value = g.scalar(node, node.input[0]) if node.input[1] in g.consts else None
+            bound = -_FLOAT32_MAX if node.op_type == "Max" else _FLOAT32_MAX
+            if value is not None and node.input[0] not in g.consts and (value <= bound if node.op_type == "Max"
+                                                                         else value >= bound):
+                alias[node.output[0]] = node.input[0]
+                changed = True
+                continue
+        if node.op_type == "Concat":
+            axis = int(_attrs(node).get("axis", 0))
+            full = [t for t in node.input if not (t in shapes and shapes[t] and shapes[t][axis] == 0)]
+            if full and len(full) < len(node.input):
+                del node.input[:]
+                node.input.extend(full)
+                changed = True
+        kept.append(node)
+    if not changed:
+        return
+    while True:                                          # the nodes whose outputs nothing reads now
+        read = {t for n in kept for t in n.input} | g.outputs
+        live = [n for n in kept if any(o in read for o in n.output)]
+        if len(live) == len(kept):
+            break
+        kept = live
+    del model.graph.node[:]
+    model.graph.node.extend(kept)
+
+
 def _fuse_decompositions(model: onnx.ModelProto) -> onnx.ModelProto:
     """Replace the LayerNorm and Gelu decompositions exporters emit (ReduceMean/Sub/Pow/Sqrt/Div; the Erf and Tanh
     forms of Gelu) by one LayerNormalization or Gelu node writing the decomposition's output, so each imports as

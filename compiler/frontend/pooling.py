@@ -27,7 +27,7 @@ __all__ = ["MaskPool", "find_mask_pools", "drop_dead_nodes", "POOL_REGION_OPS"]
 
 POOL_REGION_OPS = frozenset({"Unsqueeze", "Squeeze", "Reshape", "Flatten", "Expand", "Identity", "Cast", "CastLike",
                              "ReduceSum", "ReduceMean", "Clip", "Max", "Min", "Add", "Sub", "Mul", "Div", "Equal",
-                             "Not", "Where", "Greater", "Less", "Transpose"})
+                             "Not", "Where", "Greater", "Less", "Transpose", "Slice"})
 """The ops that may compute a pooling's weights and divisor from the mask (ONNX's reference evaluator runs them)."""
 
 
@@ -60,15 +60,21 @@ def _axes(node: onnx.NodeProto, consts: dict[str, np.ndarray], rank: int) -> tup
     return tuple(sorted(a % rank for a in axes))
 
 
-def _region(model: onnx.ModelProto, mask: str, consts: dict[str, np.ndarray]) -> tuple[set[str], list[onnx.NodeProto]]:
-    """The tensors computed from ``mask`` and constants alone by :data:`POOL_REGION_OPS`, and those nodes."""
-    region, nodes = {mask}, []
+def _region(model: onnx.ModelProto, mask: str, consts: dict[str, np.ndarray]
+            ) -> tuple[set[str], list[onnx.NodeProto], set[str]]:
+    """The tensors computed from ``mask`` and constants alone by :data:`POOL_REGION_OPS`, those nodes, and every
+    tensor computed from the mask and constants alone by any op (never an activation a pooling reads)."""
+    region, nodes, tainted = {mask}, [], {mask}
     for node in model.graph.node:
+        if not any(t in tainted for t in node.input) or \
+                not all(not t or t in tainted or t in consts for t in node.input):
+            continue
+        tainted.update(node.output)
         if node.op_type in POOL_REGION_OPS and node.domain in ("", "ai.onnx") and \
-                any(t in region for t in node.input) and all(not t or t in region or t in consts for t in node.input):
+                all(not t or t in region or t in consts for t in node.input):
             nodes.append(node)
             region.update(node.output)
-    return region, nodes
+    return region, nodes, tainted
 
 
 def _submodel(model: onnx.ModelProto, nodes: list[onnx.NodeProto], mask: onnx.ValueInfoProto, wanted: list[str],
@@ -121,7 +127,7 @@ def find_mask_pools(model: onnx.ModelProto, token_ids: set[str], shapes: dict[st
     pools: list[tuple[MaskPool, list[onnx.NodeProto]]] = []
     used: dict[str, str] = {}
     for mask, vi in masks.items():
-        region, nodes = _region(model, mask, consts)
+        region, nodes, tainted = _region(model, mask, consts)
         for div in model.graph.node:
             if div.op_type != "Div" or len(div.input) != 2 or div.input[1] not in region or div.input[0] in region:
                 continue
@@ -135,7 +141,7 @@ def find_mask_pools(model: onnx.ModelProto, token_ids: set[str], shapes: dict[st
                 continue
             weight = next(t for t in mul.input if t in region)
             x = next(t for t in mul.input if t not in region)
-            if x in consts or mul.output[0] not in shapes or div.output[0] not in shapes:
+            if x in consts or x in tainted or mul.output[0] not in shapes or div.output[0] not in shapes:
                 continue
             axes = _axes(reduce, consts, len(shapes[mul.output[0]]))
             if axes is None:
@@ -153,7 +159,7 @@ def find_mask_pools(model: onnx.ModelProto, token_ids: set[str], shapes: dict[st
                 continue
             weight = next(t for t in mul.input if t in region)
             x = next(t for t in mul.input if t not in region)
-            if x in consts or shapes.get(x) is None or shapes.get(x) != shapes.get(mul.output[0]):
+            if x in consts or x in tainted or shapes.get(x) is None or shapes.get(x) != shapes.get(mul.output[0]):
                 continue
             encoded = _submodel(model, nodes, vi, [weight], consts)
             if not _zero_one(encoded, vi):
