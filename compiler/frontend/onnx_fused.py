@@ -256,6 +256,38 @@ def _rotary(ctx: _Context, node: onnx.NodeProto) -> None:
                                       [node.output[0]], name=name))
 
 
+def _group_normalization(ctx: _Context, node: onnx.NodeProto) -> None:
+    """GroupNormalization (opsets 18 and 21; onnx's shape inference gives its output no shape) as torch's
+    TorchScript exporter writes GroupNorm: Reshape to ``[N, G, -1]``, InstanceNormalization, Reshape back, then the
+    scale and bias per channel (per group before opset 21)."""
+    a = _check_attrs(node, {"num_groups", "epsilon", "stash_type"})
+    name = _main_name(node)
+    shape = _shape(ctx, node.input[0], "input", tuple(range(3, 9)))
+    groups, c = int(a.get("num_groups", 0)), shape[1]
+    if groups < 1 or c % groups:
+        raise _Refusal(f"num_groups {groups} for {c} channels")
+    params = []
+    for k, what in ((1, "scale"), (2, "bias")):
+        value = ctx.constant(node, k, what)
+        if value is None:
+            raise _Refusal(f"no {what} input")
+        value = value.reshape(-1)
+        if value.size == groups and groups != c:
+            value = np.repeat(value, c // groups)
+        if value.size != c:
+            raise _Refusal(f"a {what} of {value.size} values for {c} channels")
+        params.append(value.reshape((c,) + (1,) * (len(shape) - 2)).astype(np.float32))
+    grouped = ctx.emit("Reshape", [node.input[0], ctx.const(f"{name}_groups", np.array([shape[0], groups, -1],
+                                                                                       np.int64))], f"{name}_g")
+    normed = ctx.emit("InstanceNormalization", [grouped, ctx.const(f"{name}_ones", np.ones(groups, np.float32)),
+                                                ctx.const(f"{name}_zeros", np.zeros(groups, np.float32))],
+                      f"{name}_in", epsilon=float(a.get("epsilon", 1e-5)))
+    back = ctx.emit("Reshape", [normed, ctx.const(f"{name}_shape", np.array(shape, np.int64))], f"{name}_back")
+    scaled = ctx.emit("Mul", [back, ctx.const(f"{name}_scale", params[0])], f"{name}_scaled")
+    ctx.nodes.append(helper.make_node("Add", [scaled, ctx.const(f"{name}_bias", params[1])], [node.output[0]],
+                                      name=name))
+
+
 _TERM = r"[A-Za-z]*(?:\.\.\.)?[A-Za-z]*"
 _EQUATION = re.compile(rf"{_TERM}(?:,{_TERM})*(?:->{_TERM})?")
 
@@ -367,6 +399,7 @@ FUSED_REWRITES: dict[str, Rewrite] = {
     "Attention": _attention,
     "SwiGLU": _swiglu,
     "Einsum": _einsum,
+    "GroupNormalization": _group_normalization,
     "RotaryEmbedding": _rotary,
     "TensorScatter": _refuse("opset 24's in-place KV cache update has no rewrite in the lab (a cache grown by "
                               "Concat imports)"),

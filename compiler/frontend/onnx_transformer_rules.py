@@ -72,6 +72,40 @@ def _layer_norm(imp: _Importer, node: onnx.NodeProto) -> None:
              axis=axis, epsilon=float(a.get("epsilon", 1e-5)))
 
 
+def _group_norm(imp: _Importer, node: onnx.NodeProto) -> None:
+    """InstanceNormalization (torch's GroupNorm is Reshape, InstanceNormalization, Reshape, Mul, Add; wav2vec2's and
+    HuBERT's first conv layer; GroupNormalization is rewritten into that form, :mod:`.onnx_fused`): the input ``[N,
+    C, *S]`` normalised over ``prod(S)`` per channel (a LayerNorm without scale), then the per-channel scale and
+    bias, and the shape back."""
+    a = _attrs(node)
+    shape = imp.shape(node.input[0])
+    if len(shape) < 3:
+        raise UnsupportedOperatorError(node.op_type, node.name, f"an input of shape {list(shape)} (only [N, C, ...])")
+    n, c = shape[0], shape[1]
+    spatial = int(np.prod(shape[2:]))
+    groups = c
+    scale = imp.const_input(node, 1, "scale")
+    bias = imp.const_input(node, 2, "bias")
+    per_channel = []
+    for what, value in (("scale", scale), ("bias", bias)):
+        value = np.asarray(value, np.float64).reshape(-1)
+        if value.size != c:
+            raise UnsupportedOperatorError(node.op_type, node.name, f"a {what} of {value.size} values for {c} "
+                                                                    f"channels")
+        per_channel.append(value.reshape(c, 1))
+    width = c // groups * spatial
+    grouped = imp.emit_shaped("Reshape", node, [node.input[0]], (n, groups, width), shape=(n, groups, width))
+    normed = imp.emit_shaped("LayerNorm", node, [grouped, imp.new_const(f"{node.output[0]}_ones", np.ones(width)),
+                                                 imp.new_const(f"{node.output[0]}_zeros", np.zeros(width))],
+                             (n, groups, width), axis=2, epsilon=float(a.get("epsilon", 1e-5)))
+    rows = imp.emit_shaped("Reshape", node, [normed], (n, c, spatial), shape=(n, c, spatial))
+    scaled = imp.emit_shaped("Mul", node, [rows, imp.new_const(f"{node.output[0]}_scale", per_channel[0])],
+                             (n, c, spatial))
+    shifted = imp.emit_shaped("Add", node, [scaled, imp.new_const(f"{node.output[0]}_bias", per_channel[1])],
+                              (n, c, spatial))
+    imp.emit("Reshape", node, [shifted], shape=tuple(shape))
+
+
 def _rms_norm(imp: _Importer, node: onnx.NodeProto) -> None:
     """RMSNormalization over the last axis with a constant scale (opset 23's operator, which is also the node
     :func:`_fuse_decompositions` puts in place of RMSNorm's decomposition, :mod:`.rmsnorm`)."""
@@ -355,6 +389,7 @@ RULES: dict[str, Callable[[_Importer, onnx.NodeProto], None]] = {
     "Tanh": lambda imp, node: imp.emit("Tanh", node, [node.input[0]]),
     "Gather": _gather,
     "GatherElements": _gather_elements,
+    "InstanceNormalization": _group_norm,
     "Slice": _slice,
     "Split": _split,
     "Where": _where,
