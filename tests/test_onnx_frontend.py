@@ -361,3 +361,15 @@ def test_instance_and_group_normalization(op, opset, groups):
     model.opset_import[0].version = opset
     graph = _check(model, {"x": rng.standard_normal((2, c, 12)).astype(np.float32)}, atol=1e-4)
     assert "LayerNorm" in {n.op for n in graph.nodes}
+
+
+def test_gather_nd_of_one_index_per_lookup():
+    """Falcon under torch's new exporter splits its fused QKV with GatherND(x, [[-2]]): a Gather on axis 0."""
+    rng = np.random.default_rng(0)
+    model = _model([helper.make_node("GatherND", ["x", "i"], ["y"], batch_dims=0)], (4, 3, 5), [1, 3, 5],
+                   [("i", np.array([[-2]], np.int64))])
+    _check(model, {"x": rng.standard_normal((4, 3, 5)).astype(np.float32)})
+    bad = _model([helper.make_node("GatherND", ["x", "i"], ["y"], batch_dims=0, name="g")], (4, 3, 5), [3, 5],
+                 [("i", np.array([[1, 2]], np.int64))])
+    with pytest.raises(UnsupportedOperatorError, match="one index per lookup"):
+        import_onnx(bad)

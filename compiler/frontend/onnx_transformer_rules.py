@@ -72,6 +72,22 @@ def _layer_norm(imp: _Importer, node: onnx.NodeProto) -> None:
              axis=axis, epsilon=float(a.get("epsilon", 1e-5)))
 
 
+def _gather_nd(imp: _Importer, node: onnx.NodeProto) -> None:
+    """GatherND of an activation by constant indices of last dimension 1, ``batch_dims`` 0 (Falcon's split of its
+    fused QKV under torch's new exporter): a Gather on axis 0 by ``indices[..., 0]``."""
+    a = _attrs(node)
+    indices = np.asarray(imp.const_input(node, 1, "indices"), np.int64)
+    if int(a.get("batch_dims", 0)) != 0 or indices.ndim < 1 or indices.shape[-1] != 1:
+        raise UnsupportedOperatorError(node.op_type, node.name, f"batch_dims {a.get('batch_dims', 0)} and indices "
+                                                                f"of shape {list(indices.shape)} (only batch_dims 0 "
+                                                                f"and one index per lookup)")
+    size = imp.shape(node.input[0])[0]
+    idx = indices[..., 0]
+    if idx.size and (idx.min() < -size or idx.max() >= size):
+        raise UnsupportedOperatorError(node.op_type, node.name, f"indices outside [-{size}, {size - 1}]")
+    imp.emit("Gather", node, [node.input[0]], axis=0, indices=np.where(idx < 0, idx + size, idx))
+
+
 def _group_norm(imp: _Importer, node: onnx.NodeProto) -> None:
     """InstanceNormalization (torch's GroupNorm is Reshape, InstanceNormalization, Reshape, Mul, Add; wav2vec2's and
     HuBERT's first conv layer; GroupNormalization is rewritten into that form, :mod:`.onnx_fused`): the input ``[N,
@@ -390,6 +406,7 @@ RULES: dict[str, Callable[[_Importer, onnx.NodeProto], None]] = {
     "Gather": _gather,
     "GatherElements": _gather_elements,
     "InstanceNormalization": _group_norm,
+    "GatherND": _gather_nd,
     "Slice": _slice,
     "Split": _split,
     "Where": _where,
