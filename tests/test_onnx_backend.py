@@ -46,7 +46,7 @@ OPERATORS = ("Conv", "Gemm", "MatMul", "BatchNormalization", "Relu", "Clip", "Ad
              "AveragePool", "GlobalAveragePool", "Flatten", "Reshape", "Squeeze", "Unsqueeze", "ReduceMean", "Pad",
              "Concat", "Softmax", "Sigmoid", "HardSigmoid", "HardSwish", "Transpose", "DepthToSpace", "Resize",
              "Identity", "Dropout", "Constant", "Attention", "RMSNormalization", "SwiGLU", "Einsum", "GatherElements",
-             "Expand", "LpNormalization", "RotaryEmbedding")
+             "Expand", "LpNormalization", "RotaryEmbedding", "InstanceNormalization", "GroupNormalization", "GatherND")
 """The operators of a CNN the frontend imports, and ONNX's fused transformer operators (opsets 23+), whose node cases
 the conformance test runs (scripts/onnx_node_table.py covers every operator the frontend knows)."""
 

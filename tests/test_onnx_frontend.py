@@ -346,21 +346,25 @@ def test_gather_elements_of_an_activation_by_constant_indices(tmp_path, monkeypa
                                   qops.run_reference(compiled.graph, {"x": x})["y"])
 
 
-@pytest.mark.parametrize("op,opset,groups", [("InstanceNormalization", 17, None), ("GroupNormalization", 18, 2),
-                                             ("GroupNormalization", 21, 4), ("GroupNormalization", 21, 8)])
-def test_instance_and_group_normalization(op, opset, groups):
+@pytest.mark.parametrize("op,opset,groups,shape", [("InstanceNormalization", 17, None, (2, 8, 12)),
+                                                   ("GroupNormalization", 18, 2, (2, 8, 12)),
+                                                   ("GroupNormalization", 21, 4, (2, 8, 3, 4)),
+                                                   ("GroupNormalization", 21, 8, (2, 8, 12))])
+def test_instance_and_group_normalization(op, opset, groups, shape):
     """wav2vec2's GroupNorm: InstanceNormalization as torch's TorchScript exporter writes it, and GroupNormalization
     (per-group scale at opset 18, per-channel at 21; rewritten into the former); against onnxruntime."""
     rng = np.random.default_rng(0)
     c = 8
     size = c if op == "InstanceNormalization" or opset >= 21 else groups
     attrs = {"epsilon": 1e-5, **({"num_groups": groups} if groups else {})}
-    model = _model([helper.make_node(op, ["x", "s", "b"], ["y"], name="norm", **attrs)], (2, c, 12), [2, c, 12],
+    model = _model([helper.make_node(op, ["x", "s", "b"], ["y"], name="norm", **attrs)], shape, list(shape),
                    [("s", rng.uniform(0.5, 1.5, size).astype(np.float32)),
                     ("b", rng.standard_normal(size).astype(np.float32))])
     model.opset_import[0].version = opset
-    graph = _check(model, {"x": rng.standard_normal((2, c, 12)).astype(np.float32)}, atol=1e-4)
+    graph = _check(model, {"x": rng.standard_normal(shape).astype(np.float32)}, atol=1e-4)
     assert "LayerNorm" in {n.op for n in graph.nodes}
+    from vta.compiler.frontend.quantize import quantize
+    quantize(graph, [{"x": rng.standard_normal(shape).astype(np.float32)}])      # the affine quantizes
 
 
 def test_gather_nd_of_one_index_per_lookup():

@@ -276,16 +276,18 @@ def _group_normalization(ctx: _Context, node: onnx.NodeProto) -> None:
             value = np.repeat(value, c // groups)
         if value.size != c:
             raise _Refusal(f"a {what} of {value.size} values for {c} channels")
-        params.append(value.reshape((c,) + (1,) * (len(shape) - 2)).astype(np.float32))
+        params.append(value.reshape(c, 1).astype(np.float32))
     grouped = ctx.emit("Reshape", [node.input[0], ctx.const(f"{name}_groups", np.array([shape[0], groups, -1],
                                                                                        np.int64))], f"{name}_g")
     normed = ctx.emit("InstanceNormalization", [grouped, ctx.const(f"{name}_ones", np.ones(groups, np.float32)),
                                                 ctx.const(f"{name}_zeros", np.zeros(groups, np.float32))],
                       f"{name}_in", epsilon=float(a.get("epsilon", 1e-5)))
-    back = ctx.emit("Reshape", [normed, ctx.const(f"{name}_shape", np.array(shape, np.int64))], f"{name}_back")
-    scaled = ctx.emit("Mul", [back, ctx.const(f"{name}_scale", params[0])], f"{name}_scaled")
-    ctx.nodes.append(helper.make_node("Add", [scaled, ctx.const(f"{name}_bias", params[1])], [node.output[0]],
-                                      name=name))
+    rows = ctx.emit("Reshape", [normed, ctx.const(f"{name}_rows", np.array([shape[0], c, -1], np.int64))],
+                    f"{name}_channels")                  # [N, C, prod(S)]: the affine per channel, then the shape
+    scaled = ctx.emit("Mul", [rows, ctx.const(f"{name}_scale", params[0])], f"{name}_scaled")
+    shifted = ctx.emit("Add", [scaled, ctx.const(f"{name}_bias", params[1])], f"{name}_shifted")
+    ctx.nodes.append(helper.make_node("Reshape", [shifted, ctx.const(f"{name}_shape", np.array(shape, np.int64))],
+                                      [node.output[0]], name=name))
 
 
 _TERM = r"[A-Za-z]*(?:\.\.\.)?[A-Za-z]*"
