@@ -296,16 +296,27 @@ def test_bad_batch():
         import_onnx(model, batch=0)
 
 
+def _fsim_matches_reference(model, x, tmp_path):
+    """``model`` (one input ``x``, one output ``y``) compiled with the accel policy: its fsim output equals the
+    integer reference's. Returns the compiled model."""
+    from vta.compiler import qops
+    from vta.compiler.pipeline import compile_model
+    from vta.compiler.runtime.executor import run
+    from vta.config import VTAConfig
+    path = tmp_path / "model.onnx"
+    onnx.save(model, str(path))
+    compiled = compile_model(str(path), VTAConfig(), calib=2, policy="accel")
+    np.testing.assert_array_equal(run(compiled, {"x": x}, target="fsim").outputs["y"],
+                                  qops.run_reference(compiled.graph, {"x": x})["y"])
+    return compiled
+
+
 @pytest.mark.parametrize("attrs", [dict(), dict(strides=[2], pads=[1, 1]), dict(group=2, pads=[2, 0]),
                                    dict(auto_pad="SAME_UPPER", strides=[2])])
 def test_conv1d_imports_as_a_2d_convolution_over_one_row(attrs, tmp_path, monkeypatch):
     """A 1D convolution (Whisper's and wav2vec's stems) runs as a Conv2d over [N, C, 1, L]: the float reference
     against onnxruntime, and the compiled model bit-exact on fsim with the convolution on the accelerator."""
-    from vta.compiler import qops
-    from vta.compiler.pipeline import compile_model
     from vta.compiler.runtime.compiled import AccelStep
-    from vta.compiler.runtime.executor import run
-    from vta.config import VTAConfig
     monkeypatch.setenv("VTA_CACHE_DIR", str(tmp_path))
     rng = np.random.default_rng(0)
     groups = attrs.get("group", 1)
@@ -315,21 +326,13 @@ def test_conv1d_imports_as_a_2d_convolution_over_one_row(attrs, tmp_path, monkey
     x = rng.standard_normal((1, 16, 24)).astype(np.float32)
     graph = _check(model, {"x": x})
     assert "Conv2d" in {n.op for n in graph.nodes}
-    path = tmp_path / "conv1d.onnx"
-    onnx.save(model, str(path))
-    compiled = compile_model(str(path), VTAConfig(), calib=2, policy="accel")
+    compiled = _fsim_matches_reference(model, x, tmp_path)
     assert any(isinstance(s, AccelStep) and s.node.op == "QConv2d" for s in compiled.steps)
-    np.testing.assert_array_equal(run(compiled, {"x": x}, target="fsim").outputs["y"],
-                                  qops.run_reference(compiled.graph, {"x": x})["y"])
 
 
 def test_gather_elements_of_an_activation_by_constant_indices(tmp_path, monkeypatch):
     """DeBERTa's relative-position attention gathers scores by constant indices: TakeAlong, on the CPU, the same
     move of values in float and in int8 (bit-exact on fsim); negative indices count from the end."""
-    from vta.compiler import qops
-    from vta.compiler.pipeline import compile_model
-    from vta.compiler.runtime.executor import run
-    from vta.config import VTAConfig
     monkeypatch.setenv("VTA_CACHE_DIR", str(tmp_path))
     rng = np.random.default_rng(0)
     idx = rng.integers(-6, 6, (2, 4, 5)).astype(np.int64)
@@ -339,11 +342,7 @@ def test_gather_elements_of_an_activation_by_constant_indices(tmp_path, monkeypa
     x = rng.standard_normal((2, 4, 6)).astype(np.float32)
     graph = _check(model, {"x": x})
     assert "TakeAlong" in {n.op for n in graph.nodes}
-    path = tmp_path / "gather_elements.onnx"
-    onnx.save(model, str(path))
-    compiled = compile_model(str(path), VTAConfig(), calib=2, policy="accel")
-    np.testing.assert_array_equal(run(compiled, {"x": x}, target="fsim").outputs["y"],
-                                  qops.run_reference(compiled.graph, {"x": x})["y"])
+    _fsim_matches_reference(model, x, tmp_path)
 
 
 @pytest.mark.parametrize("op,opset,groups,shape", [("InstanceNormalization", 17, None, (2, 8, 12)),
