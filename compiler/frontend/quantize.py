@@ -604,8 +604,11 @@ class _Quantizer:
         users = self.fg.consumers(node.outputs[0])
         if len(users) != 1 or users[0].op != "Softmax" or node.outputs[0] in self.fg.outputs:
             feeds = ", ".join(f"{u.name} ({u.op})" for u in users) or "a graph output"
-            raise QuantizationError(f"The runtime mask {node.name!r} (graph input {node.inputs[1]!r}) feeds {feeds}; "
-                                    f"the lab applies a runtime mask inside the one Softmax it feeds.")
+            term = self.fg.producer(node.inputs[1])          # a MaskFn: a term computed from the mask input
+            source = f"computed from graph input {term.inputs[0]!r}" if term is not None and term.op == "MaskFn" \
+                else f"graph input {node.inputs[1]!r}"
+            raise QuantizationError(f"The runtime mask {node.name!r} ({source}) feeds {feeds}; the lab applies a "
+                                    f"runtime mask inside the one Softmax it feeds.")
         scores, mask = node.inputs
         src, const = self.masks.pop(scores, (scores, {}))
         self.masks[node.outputs[0]] = (src, {**const, **{f"key_{k}": node.attrs[k] for k in KEY_MASK_ATTRS}})
