@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-__all__ = ["run_index_fn", "reference_evaluator", "take_along"]
+__all__ = ["run_index_fn", "run_region", "reference_evaluator", "take_along"]
 
 
 def _gather_elements(data: np.ndarray, indices: np.ndarray, axis: int = 0) -> np.ndarray:
@@ -45,18 +45,27 @@ def reference_evaluator(proto: onnx.ModelProto | onnx.NodeProto) -> Any:
 
 
 @lru_cache(maxsize=64)
-def _evaluator(encoded: str) -> Any:
-    """ONNX's reference evaluator of the base64 ONNX model ``encoded`` (one per region, reused)."""
-    return reference_evaluator(onnx.ModelProto.FromString(base64.b64decode(encoded)))
+def _evaluator(encoded: str) -> tuple[Any, np.dtype]:
+    """ONNX's reference evaluator of the base64 ONNX model ``encoded`` (one per region, reused) and the dtype its one
+    input takes."""
+    model = onnx.ModelProto.FromString(base64.b64decode(encoded))
+    kind = model.graph.input[0].type.tensor_type.elem_type
+    return reference_evaluator(model), onnx.helper.tensor_dtype_to_np_dtype(kind)
+
+
+def run_region(encoded: str, value: np.ndarray, failure: str) -> list[np.ndarray]:
+    """The outputs of the base64 region model ``encoded`` (a part of a model's ONNX graph with one input: token ids
+    or a mask) for ``value``, fed in the input's type; ValueError starting with ``failure`` when the evaluator
+    fails on it. The mechanism of ``IndexFn``, ``MaskPool`` and ``MaskFn``."""
+    run, dtype = _evaluator(encoded)
+    try:
+        return [np.asarray(out) for out in run.run(None, {run.input_names[0]: np.asarray(value).astype(dtype)})]
+    except Exception as err:  # noqa: BLE001 - the evaluator's own errors, on the model's own arithmetic
+        raise ValueError(f"{failure} ({type(err).__name__}: {err})") from None
 
 
 def run_index_fn(encoded: str, ids: np.ndarray) -> np.ndarray:
     """The int64 indices an ``IndexFn`` node (attribute ``onnx``: the region's base64 ONNX model, one input, one
-    output) computes from the token ids ``ids``."""
-    run = _evaluator(encoded)
-    try:
-        (out,) = run.run(None, {run.input_names[0]: np.asarray(ids, np.int64)})
-    except Exception as err:  # noqa: BLE001 - the evaluator's own errors, on the model's index arithmetic
-        raise ValueError(f"the indices computed from the token ids failed on these ids ({type(err).__name__}: "
-                         f"{err})") from None
-    return np.asarray(out).astype(np.int64)
+    output) computes from the token ids (or the mask) ``ids``."""
+    (out,) = run_region(encoded, ids, "the indices computed from the token ids failed on these ids")
+    return out.astype(np.int64)

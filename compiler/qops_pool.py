@@ -10,36 +10,17 @@
 """
 from __future__ import annotations
 
-import base64
-from functools import lru_cache
-from typing import Any
-
 import numpy as np
-import onnx
 
-from .qops_index import reference_evaluator
+from .qops_index import run_region
 
 __all__ = ["pool_terms", "mask_pool", "qmask_pool", "l2_normalize", "ql2_normalize", "mask_fn"]
-
-
-@lru_cache(maxsize=64)
-def _evaluator(encoded: str) -> tuple[Any, np.dtype]:
-    """The reference evaluator of the region model ``encoded`` and the dtype its mask input takes."""
-    model = onnx.ModelProto.FromString(base64.b64decode(encoded))
-    kind = model.graph.input[0].type.tensor_type.elem_type
-    return reference_evaluator(model), onnx.helper.tensor_dtype_to_np_dtype(kind)
 
 
 def pool_terms(encoded: str, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The weights ``W`` and the divisor ``D`` (float64) the region model ``encoded`` computes from ``mask`` (fed
     in the model's input type); ``D`` is 1 for a model of one output (a plain product by the mask)."""
-    run, dtype = _evaluator(encoded)
-    feed = np.asarray(mask).astype(dtype)
-    try:
-        results = run.run(None, {run.input_names[0]: feed})
-    except Exception as err:  # noqa: BLE001 - the evaluator's own errors, on the model's mask arithmetic
-        raise ValueError(f"the pooling's weights computed from the mask failed on this mask ({type(err).__name__}: "
-                         f"{err})") from None
+    results = run_region(encoded, mask, "the pooling's weights computed from the mask failed on this mask")
     divisor = results[1] if len(results) > 1 else 1.0
     return np.asarray(results[0], np.float64), np.asarray(divisor, np.float64)
 
@@ -84,10 +65,5 @@ def ql2_normalize(x: np.ndarray, axis: int, epsilon: float, scale: float, out_sc
 
 def mask_fn(encoded: str, mask: np.ndarray) -> np.ndarray:
     """The float32 additive term the region model ``encoded`` computes from ``mask``."""
-    run, dtype = _evaluator(encoded)
-    try:
-        (term,) = run.run(None, {run.input_names[0]: np.asarray(mask).astype(dtype)})
-    except Exception as err:  # noqa: BLE001 - the evaluator's own errors, on the model's mask arithmetic
-        raise ValueError(f"the attention mask's term computed from the mask failed on this mask "
-                         f"({type(err).__name__}: {err})") from None
-    return np.asarray(term, np.float32)
+    (term,) = run_region(encoded, mask, "the attention mask's term computed from the mask failed on this mask")
+    return term.astype(np.float32)
