@@ -14,13 +14,11 @@ the node.
 """
 from __future__ import annotations
 
-import base64
-
 import onnx
 from onnx import TensorProto, helper
 
 from ..ir import GraphError
-from .masks import backward_slice
+from .masks import encode, region_model
 
 __all__ = ["IndexRegion", "IndexRegionError", "find_index_regions", "find_mask_index_regions", "INDEX_OPS"]
 
@@ -126,15 +124,11 @@ def find_mask_index_regions(model: onnx.ModelProto, masks: set[str], shapes: dic
 def _submodel(model: onnx.ModelProto, nodes: list[onnx.NodeProto], ids: str, out: str,
               consts: dict[str, onnx.TensorProto]) -> str:
     """The part of the graph computing ``out`` from ``ids``, as a base64 ONNX model (int64 out)."""
-    keep, needed = backward_slice(nodes, [out])
     vi = next(v for v in model.graph.input if v.name == ids)
     types = {v.name: v.type.tensor_type.elem_type for v in model.graph.value_info}
+    result, extra = out, []
     if types.get(out, TensorProto.INT64) != TensorProto.INT64:     # int32 indices: the IndexFn gives int64
-        keep = keep + [helper.make_node("Cast", [out], [f"{out}_int64"], to=TensorProto.INT64)]
-        out = f"{out}_int64"
-    graph = helper.make_graph(keep, "index_region", [vi], [helper.make_tensor_value_info(out, TensorProto.INT64,
-                                                                                          None)],
-                              [consts[t] for t in sorted(needed) if t in consts])
-    opsets = [o for o in model.opset_import if o.domain in ("", "ai.onnx")]
-    sub = helper.make_model(graph, opset_imports=opsets or [helper.make_opsetid("", 17)])
-    return base64.b64encode(sub.SerializeToString()).decode("ascii")
+        result = f"{out}_int64"
+        extra.append(helper.make_node("Cast", [out], [result], to=TensorProto.INT64))
+    return encode(region_model(model, nodes, vi, [out], [helper.make_tensor_value_info(result, TensorProto.INT64,
+                                                                                        None)], consts, extra))

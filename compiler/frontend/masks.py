@@ -40,6 +40,7 @@ from ..ir import Graph, GraphError
 from ..qops import key_mask, reference_evaluator
 
 __all__ = ["KeyMask", "MaskError", "find_key_masks", "find_float_masks", "direct_token_ids", "drop_nan_guards",
+           "backward_slice", "region_model", "encode",
            "is_mask_input", "is_float_mask_input", "MASK_TYPES", "REGION_OPS"]
 
 MASK_TYPES: dict[int, type] = {TensorProto.INT64: np.int64, TensorProto.INT32: np.int32, TensorProto.BOOL: np.bool_,
@@ -391,13 +392,9 @@ def _runtime_term(model: onnx.ModelProto, node: onnx.NodeProto, parts: dict[str,
         branches = [zero.name, other] if node.input[1] == x else [other, zero.name]
         extra.append(helper.make_node("Where", [parts["cond"], *branches], [term]))
         wanted = [parts["cond"]] + ([parts["other"]] if parts["other"] not in consts else [])
-    keep, needed = backward_slice(region_nodes, wanted)
-    graph = helper.make_graph(keep + extra, "mask_term", [vi],
-                              [helper.make_tensor_value_info(term, TensorProto.FLOAT, list(out_shape))],
-                              [numpy_helper.from_array(consts[t], t) for t in sorted(needed) if t in consts] + inits)
-    opsets = [o for o in model.opset_import if o.domain in ("", "ai.onnx")]
-    sub = helper.make_model(graph, opset_imports=opsets or [helper.make_opsetid("", 17)])
-    encoded = base64.b64encode(sub.SerializeToString()).decode("ascii")
+    encoded = encode(region_model(model, region_nodes, vi, wanted,
+                                  [helper.make_tensor_value_info(term, TensorProto.FLOAT, list(out_shape))], consts,
+                                  extra, inits))
     unused = np.zeros((2, 1), np.float32)
     return KeyMask(label, term, x, node.output[0], tuple(out_shape), unused.astype(bool), unused, unused,
                    additive=True, source=mask, fn=encoded)
@@ -442,6 +439,26 @@ def backward_slice(nodes: list[onnx.NodeProto], wanted: list[str]) -> tuple[list
     return keep, needed
 
 
+def region_model(model: onnx.ModelProto, nodes: list[onnx.NodeProto], source: onnx.ValueInfoProto, wanted: list[str],
+                 outputs: list[onnx.ValueInfoProto], consts: Mapping[str, np.ndarray | onnx.TensorProto],
+                 extra: Sequence[onnx.NodeProto] = (), inits: Sequence[onnx.TensorProto] = ()) -> onnx.ModelProto:
+    """The part of ``model``'s graph that computes ``wanted`` from the graph input ``source``: the nodes of
+    ``nodes`` they depend on (:func:`backward_slice`), then ``extra`` nodes, with the constants they read (from
+    ``consts``, arrays or initializers) and ``inits``, giving ``outputs``; at the model's default-domain opset (17
+    when it names none). What IndexFn, MaskPool and MaskFn nodes carry, and what the region checks evaluate."""
+    keep, needed = backward_slice(nodes, wanted)
+    tensors = [c if isinstance(c, onnx.TensorProto) else numpy_helper.from_array(np.asarray(c), t)
+               for t, c in sorted((t, consts[t]) for t in needed if t in consts)]
+    graph = helper.make_graph(keep + list(extra), "region", [source], outputs, tensors + list(inits))
+    opsets = [o for o in model.opset_import if o.domain in ("", "ai.onnx")]
+    return helper.make_model(graph, opset_imports=opsets or [helper.make_opsetid("", 17)])
+
+
+def encode(model: onnx.ModelProto) -> str:
+    """``model`` serialized as base64 text (a node attribute)."""
+    return base64.b64encode(model.SerializeToString()).decode("ascii")
+
+
 def _evaluate(model: onnx.ModelProto, nodes: list[onnx.NodeProto], mask: str, vi: onnx.ValueInfoProto,
               wanted: list[str], consts: dict[str, np.ndarray], samples: list[np.ndarray]
               ) -> dict[str, list[np.ndarray]]:
@@ -452,11 +469,8 @@ def _evaluate(model: onnx.ModelProto, nodes: list[onnx.NodeProto], mask: str, vi
     keep, needed = backward_slice(nodes, wanted)
     if any(t not in consts and t != mask and not any(t in n.output for n in keep) for t in needed):
         raise MaskError(f"the region of the mask input {mask!r} reads another graph input")
-    inits = [numpy_helper.from_array(consts[t], t) for t in sorted(needed) if t in consts]
-    outs = [helper.make_tensor_value_info(t, TensorProto.UNDEFINED, None) for t in wanted]
-    graph = helper.make_graph(keep, "mask_region", [vi], outs, inits)
-    opsets = [o for o in model.opset_import if o.domain in ("", "ai.onnx")]
-    sub = helper.make_model(graph, opset_imports=opsets or [helper.make_opsetid("", 17)])
+    sub = region_model(model, keep, vi, wanted,
+                       [helper.make_tensor_value_info(t, TensorProto.UNDEFINED, None) for t in wanted], consts)
     try:
         run = reference_evaluator(sub)
         results: list[Any] = [run.run(None, {mask: sample}) for sample in samples]

@@ -13,7 +13,6 @@ The nodes that only fed it are dropped. A mask read this way is a mask input as 
 """
 from __future__ import annotations
 
-import base64
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,7 +20,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from ..qops import pool_terms
-from .masks import MASK_TYPES, backward_slice
+from .masks import MASK_TYPES, encode, region_model
 
 __all__ = ["MaskPool", "find_mask_pools", "drop_dead_nodes", "POOL_REGION_OPS"]
 
@@ -79,13 +78,9 @@ def _region(model: onnx.ModelProto, mask: str, consts: dict[str, np.ndarray]
 
 def _submodel(model: onnx.ModelProto, nodes: list[onnx.NodeProto], mask: onnx.ValueInfoProto, wanted: list[str],
               consts: dict[str, np.ndarray]) -> str:
-    keep, needed = backward_slice(nodes, wanted)
-    inits = [numpy_helper.from_array(consts[t], t) for t in sorted(needed) if t in consts]
+    """The base64 region model computing the float32 tensors ``wanted`` from ``mask``."""
     outs = [helper.make_tensor_value_info(t, TensorProto.FLOAT, None) for t in wanted]
-    graph = helper.make_graph(keep, "mask_pool", [mask], outs, inits)
-    opsets = [o for o in model.opset_import if o.domain in ("", "ai.onnx")]
-    sub = helper.make_model(graph, opset_imports=opsets or [helper.make_opsetid("", 17)])
-    return base64.b64encode(sub.SerializeToString()).decode("ascii")
+    return encode(region_model(model, nodes, mask, wanted, outs, consts))
 
 
 def _zero_one(encoded: str, mask: onnx.ValueInfoProto) -> bool:
