@@ -22,6 +22,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from .masks import live_nodes
 from .onnx_fusions import _OnnxGraph
 
 __all__ = ["qdq_to_float", "qdq_ranges", "QDQ_OPS"]
@@ -151,19 +152,9 @@ def _dynamic_to_float(model: onnx.ModelProto) -> None:
             kept.append(replace[node.output[0]])
         elif not (node.output and node.output[0] in gone):
             kept.append(node)
-    kept = _live(kept, {o.name for o in model.graph.output})
+    kept = live_nodes(kept, {o.name for o in model.graph.output})
     del model.graph.node[:]
     model.graph.node.extend(kept)
-
-
-def _live(nodes: list[onnx.NodeProto], outputs: set[str]) -> list[onnx.NodeProto]:
-    """``nodes`` without those whose every output nothing reads (repeatedly: a chain that fed only removed nodes)."""
-    while True:
-        read = {t for n in nodes for t in n.input} | outputs
-        alive = [n for n in nodes if any(o in read for o in n.output if o)]
-        if len(alive) == len(nodes):
-            return nodes
-        nodes = alive
 
 
 def _final(name: str, rename: dict[str, str]) -> str:

@@ -40,7 +40,7 @@ from ..ir import Graph, GraphError
 from ..qops import key_mask, reference_evaluator
 
 __all__ = ["KeyMask", "MaskError", "find_key_masks", "find_float_masks", "direct_token_ids", "drop_nan_guards",
-           "backward_slice", "region_model", "encode",
+           "backward_slice", "region_model", "encode", "live_nodes", "drop_dead_nodes",
            "is_mask_input", "is_float_mask_input", "MASK_TYPES", "REGION_OPS"]
 
 MASK_TYPES: dict[int, type] = {TensorProto.INT64: np.int64, TensorProto.INT32: np.int32, TensorProto.BOOL: np.bool_,
@@ -437,6 +437,25 @@ def backward_slice(nodes: list[onnx.NodeProto], wanted: list[str]) -> tuple[list
             needed.update(t for t in node.input if t)
     keep.reverse()
     return keep, needed
+
+
+def live_nodes(nodes: list[onnx.NodeProto], outputs: set[str]) -> list[onnx.NodeProto]:
+    """``nodes`` without those whose every output nothing reads (repeatedly: a chain that fed only removed nodes);
+    ``outputs`` (the graph's) are read."""
+    while True:
+        read = {t for n in nodes for t in n.input} | outputs
+        alive = [n for n in nodes if any(o in read for o in n.output if o)]
+        if len(alive) == len(nodes):
+            return nodes
+        nodes = alive
+
+
+def drop_dead_nodes(model: onnx.ModelProto) -> None:
+    """Drop, in place, the nodes of ``model`` whose outputs nothing reads (:func:`live_nodes`)."""
+    kept = live_nodes(list(model.graph.node), {o.name for o in model.graph.output})
+    if len(kept) != len(model.graph.node):
+        del model.graph.node[:]
+        model.graph.node.extend(kept)
 
 
 def region_model(model: onnx.ModelProto, nodes: list[onnx.NodeProto], source: onnx.ValueInfoProto, wanted: list[str],

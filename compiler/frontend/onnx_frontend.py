@@ -461,7 +461,7 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, n
         outs = {r.out for r in mask_indices}
         _replace_index_regions(model, mask_indices, {k for k, n in enumerate(model.graph.node)
                                                      if n.output and n.output[0] in outs})
-        pooling.drop_dead_nodes(model)
+        masks.drop_dead_nodes(model)
         index_regions += mask_indices
     pool_masks = pooling.find_mask_pools(model, token_ids, shapes, derived)
     key_masks, region, mask_types = masks.find_key_masks(model, token_ids, derived)

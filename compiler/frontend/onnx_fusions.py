@@ -11,6 +11,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from . import contrib, float_ref, rmsnorm
+from .masks import live_nodes
 from .onnx_common import _attrs
 
 
@@ -263,14 +264,8 @@ def drop_identities(model: onnx.ModelProto) -> None:
         kept.append(node)
     if not changed:
         return
-    while True:                                          # the nodes whose outputs nothing reads now
-        read = {t for n in kept for t in n.input} | g.outputs
-        live = [n for n in kept if any(o in read for o in n.output)]
-        if len(live) == len(kept):
-            break
-        kept = live
     del model.graph.node[:]
-    model.graph.node.extend(kept)
+    model.graph.node.extend(live_nodes(kept, g.outputs))   # and what no longer has readers
 
 
 def _fuse_decompositions(model: onnx.ModelProto) -> onnx.ModelProto:

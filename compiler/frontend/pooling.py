@@ -20,9 +20,9 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from ..qops import pool_terms
-from .masks import MASK_TYPES, encode, region_model
+from .masks import MASK_TYPES, encode, live_nodes, region_model
 
-__all__ = ["MaskPool", "find_mask_pools", "drop_dead_nodes", "POOL_REGION_OPS"]
+__all__ = ["MaskPool", "find_mask_pools", "POOL_REGION_OPS"]
 
 POOL_REGION_OPS = frozenset({"Unsqueeze", "Squeeze", "Reshape", "Flatten", "Expand", "Identity", "Cast", "CastLike",
                              "ReduceSum", "ReduceMean", "Clip", "Max", "Min", "Add", "Sub", "Mul", "Div", "Equal",
@@ -177,23 +177,6 @@ def find_mask_pools(model: onnx.ModelProto, token_ids: set[str], shapes: dict[st
         elif id(node) not in dropped:
             kept.append(node)
     del model.graph.node[:]
-    model.graph.node.extend(_live(kept, outputs))
+    model.graph.node.extend(live_nodes(kept, outputs))
     return used
 
-
-def drop_dead_nodes(model: onnx.ModelProto) -> None:
-    """Drop, in place, the nodes whose outputs nothing reads (repeatedly; graph outputs are read)."""
-    kept = _live(list(model.graph.node), {o.name for o in model.graph.output})
-    if len(kept) != len(model.graph.node):
-        del model.graph.node[:]
-        model.graph.node.extend(kept)
-
-
-def _live(nodes: list[onnx.NodeProto], outputs: set[str]) -> list[onnx.NodeProto]:
-    """``nodes`` without those whose outputs nothing reads (repeatedly)."""
-    while True:
-        read = {t for n in nodes for t in n.input} | outputs
-        live = [n for n in nodes if any(o in read for o in n.output)]
-        if len(live) == len(nodes):
-            return live
-        nodes = live
