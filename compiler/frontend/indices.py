@@ -18,7 +18,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from ..ir import GraphError
-from .masks import encode, region_model
+from .masks import encode, forward_region, region_model
 
 __all__ = ["IndexRegion", "IndexRegionError", "find_index_regions", "find_mask_index_regions", "INDEX_OPS"]
 
@@ -106,13 +106,7 @@ def find_mask_index_regions(model: onnx.ModelProto, masks: set[str], shapes: dic
     tables = _tables(model)
     found = []
     for mask in sorted(masks):
-        region, nodes = {mask}, []
-        for node in model.graph.node:
-            if node.op_type in INDEX_OPS and node.domain in ("", "ai.onnx") and \
-                    any(t in region for t in node.input) and all(not t or t in region or t in consts
-                                                                 for t in node.input):
-                nodes.append(node)
-                region.update(node.output)
+        region, nodes = forward_region(model, mask, consts, INDEX_OPS)
         for node in model.graph.node:
             if node.op_type == "Gather" and len(node.input) == 2 and node.input[0] in tables and \
                     node.input[1] in region and node.input[1] != mask and node.input[1] in shapes:

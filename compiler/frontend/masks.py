@@ -40,7 +40,8 @@ from ..ir import Graph, GraphError
 from ..qops import key_mask, reference_evaluator
 
 __all__ = ["KeyMask", "MaskError", "find_key_masks", "find_float_masks", "direct_token_ids", "drop_nan_guards",
-           "backward_slice", "region_model", "encode", "live_nodes", "drop_dead_nodes",
+           "backward_slice", "region_model", "encode", "live_nodes", "drop_dead_nodes", "mask_inputs",
+           "forward_region",
            "is_mask_input", "is_float_mask_input", "MASK_TYPES", "REGION_OPS"]
 
 MASK_TYPES: dict[int, type] = {TensorProto.INT64: np.int64, TensorProto.INT32: np.int32, TensorProto.BOOL: np.bool_,
@@ -191,11 +192,30 @@ def drop_nan_guards(model: onnx.ModelProto) -> None:
     model.graph.node.extend(kept)
 
 
-def _mask_inputs(model: onnx.ModelProto, embedding_only: set[str]) -> dict[str, onnx.ValueInfoProto]:
+def mask_inputs(model: onnx.ModelProto, embedding_only: set[str], *, integer: bool = False
+                ) -> dict[str, onnx.ValueInfoProto]:
+    """The graph inputs that may be masks: of a :data:`MASK_TYPES` type (only the integer and bool ones with
+    ``integer``), not token ids (``embedding_only``), by name."""
     inits = {i.name for i in model.graph.initializer}
     return {vi.name: vi for vi in model.graph.input
             if vi.name not in inits and vi.name not in embedding_only
-            and vi.type.tensor_type.elem_type in MASK_TYPES}
+            and vi.type.tensor_type.elem_type in MASK_TYPES
+            and not (integer and vi.type.tensor_type.elem_type == TensorProto.FLOAT)}
+
+
+def forward_region(model: onnx.ModelProto, source: str, consts: Mapping[str, Any],
+                   ops: frozenset[str] | None = None) -> tuple[set[str], list[onnx.NodeProto]]:
+    """The tensors computed from the tensor ``source`` and constants alone (``source`` among them), and those nodes
+    in graph order; with ``ops``, only through default-domain nodes of those op types."""
+    region: set[str] = {source}
+    nodes: list[onnx.NodeProto] = []
+    for node in model.graph.node:
+        if ops is not None and (node.op_type not in ops or node.domain not in ("", "ai.onnx")):
+            continue
+        if any(t in region for t in node.input) and all(not t or t in region or t in consts for t in node.input):
+            nodes.append(node)
+            region.update(node.output)
+    return region, nodes
 
 
 def find_key_masks(model: onnx.ModelProto, embedding_only: set[str],
@@ -211,7 +231,9 @@ def find_key_masks(model: onnx.ModelProto, embedding_only: set[str],
     :class:`KeyMask` (in graph order), the index of every region node in ``model.graph.node`` (to drop) and the
     mask inputs (name -> ONNX type name). :class:`MaskError` for an integer mask used otherwise. ``derived``: masks
     computed from the token ids (:func:`.id_masks.cut_id_masks`), candidates as the inputs are."""
-    candidates = {**_mask_inputs(model, embedding_only), **(derived or {})}
+    candidates = {**mask_inputs(model, embedding_only), **(derived or {})}
+    if not candidates:
+        return [], set(), {}
     consts = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
     ints = {n: vi for n, vi in candidates.items() if vi.type.tensor_type.elem_type != TensorProto.FLOAT}
     found, region_index, inputs = _find(model, ints, consts, soft=False) if ints else ([], set(), {})

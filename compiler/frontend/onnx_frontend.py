@@ -453,10 +453,8 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, n
     shapes.update({name: tuple(d.dim_value for d in vi.type.tensor_type.shape.dim) for name, vi in derived.items()})
     index_regions, index_nodes = indices.find_index_regions(model, token_ids, shapes, set(derived))
     _replace_index_regions(model, index_regions, index_nodes)
-    mask_inputs = {vi.name for vi in model.graph.input if vi.name not in init_names and vi.name not in token_ids
-                   and vi.type.tensor_type.elem_type in masks.MASK_TYPES
-                   and vi.type.tensor_type.elem_type != onnx.TensorProto.FLOAT}
-    mask_indices = indices.find_mask_index_regions(model, mask_inputs, shapes)   # OPT's cumsum(mask) positions
+    mask_indices = indices.find_mask_index_regions(model, set(masks.mask_inputs(model, token_ids, integer=True)),
+                                                   shapes)                 # OPT's cumsum(mask) positions
     if mask_indices:
         outs = {r.out for r in mask_indices}
         _replace_index_regions(model, mask_indices, {k for k, n in enumerate(model.graph.node)

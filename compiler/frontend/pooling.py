@@ -20,7 +20,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from ..qops import pool_terms
-from .masks import MASK_TYPES, encode, live_nodes, region_model
+from .masks import encode, forward_region, live_nodes, mask_inputs, region_model
 
 __all__ = ["MaskPool", "find_mask_pools", "POOL_REGION_OPS"]
 
@@ -44,14 +44,14 @@ class MaskPool:
     model: str
 
 
-def _axes(node: onnx.NodeProto, consts: dict[str, np.ndarray], rank: int) -> tuple[int, ...] | None:
+def _axes(node: onnx.NodeProto, consts: dict[str, onnx.TensorProto], rank: int) -> tuple[int, ...] | None:
     """The ReduceSum's axes (its input from opset 13, else its attribute), non-negative and sorted; every axis when
     none are given; None when they are computed at run time or ``noop_with_empty_axes`` makes it an identity."""
     attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
     if len(node.input) > 1 and node.input[1]:
         if node.input[1] not in consts:
             return None
-        axes = [int(v) for v in np.ravel(consts[node.input[1]])]
+        axes = [int(v) for v in np.ravel(numpy_helper.to_array(consts[node.input[1]]))]
     else:
         axes = [int(v) for v in attrs.get("axes", [])]
     if not axes:
@@ -59,25 +59,8 @@ def _axes(node: onnx.NodeProto, consts: dict[str, np.ndarray], rank: int) -> tup
     return tuple(sorted(a % rank for a in axes))
 
 
-def _region(model: onnx.ModelProto, mask: str, consts: dict[str, np.ndarray]
-            ) -> tuple[set[str], list[onnx.NodeProto], set[str]]:
-    """The tensors computed from ``mask`` and constants alone by :data:`POOL_REGION_OPS`, those nodes, and every
-    tensor computed from the mask and constants alone by any op (never an activation a pooling reads)."""
-    region, nodes, tainted = {mask}, [], {mask}
-    for node in model.graph.node:
-        if not any(t in tainted for t in node.input) or \
-                not all(not t or t in tainted or t in consts for t in node.input):
-            continue
-        tainted.update(node.output)
-        if node.op_type in POOL_REGION_OPS and node.domain in ("", "ai.onnx") and \
-                all(not t or t in region or t in consts for t in node.input):
-            nodes.append(node)
-            region.update(node.output)
-    return region, nodes, tainted
-
-
 def _submodel(model: onnx.ModelProto, nodes: list[onnx.NodeProto], mask: onnx.ValueInfoProto, wanted: list[str],
-              consts: dict[str, np.ndarray]) -> str:
+              consts: dict[str, onnx.TensorProto]) -> str:
     """The base64 region model computing the float32 tensors ``wanted`` from ``mask``."""
     outs = [helper.make_tensor_value_info(t, TensorProto.FLOAT, None) for t in wanted]
     return encode(region_model(model, nodes, mask, wanted, outs, consts))
@@ -108,11 +91,10 @@ def find_mask_pools(model: onnx.ModelProto, token_ids: set[str], shapes: dict[st
     a ``MaskPool`` node, in place, and drop the nodes left without readers. Returns the mask inputs it reads (name
     -> ONNX type name). ``derived``: masks computed from the token ids (:func:`.id_masks.cut_id_masks`), taken as
     inputs are."""
-    inits = {i.name for i in model.graph.initializer}
-    consts = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
-    masks = {vi.name: vi for vi in model.graph.input if vi.name not in inits and vi.name not in token_ids
-             and vi.type.tensor_type.elem_type in MASK_TYPES and vi.type.tensor_type.elem_type != TensorProto.FLOAT}
-    masks.update(derived or {})
+    masks = {**mask_inputs(model, token_ids, integer=True), **(derived or {})}
+    if not masks:
+        return {}
+    consts = {i.name: i for i in model.graph.initializer}      # read as arrays only where needed
     producer = {out: node for node in model.graph.node for out in node.output}
     readers: dict[str, list[onnx.NodeProto]] = {}
     for node in model.graph.node:
@@ -122,7 +104,8 @@ def find_mask_pools(model: onnx.ModelProto, token_ids: set[str], shapes: dict[st
     pools: list[tuple[MaskPool, list[onnx.NodeProto]]] = []
     used: dict[str, str] = {}
     for mask, vi in masks.items():
-        region, nodes, tainted = _region(model, mask, consts)
+        region, nodes = forward_region(model, mask, consts, POOL_REGION_OPS)
+        tainted, _ = forward_region(model, mask, consts)        # never an activation a pooling reads
         for div in model.graph.node:
             if div.op_type != "Div" or len(div.input) != 2 or div.input[1] not in region or div.input[0] in region:
                 continue
