@@ -37,7 +37,8 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper, shape_inference
 
-__all__ = ["CONTRIB_DOMAIN", "ORT_DEFAULT_DOMAIN_OPS", "REWRITES", "Rewrite", "rewrite_contrib", "rewrite_nodes"]
+__all__ = ["CONTRIB_DOMAIN", "ORT_DEFAULT_DOMAIN_OPS", "REWRITES", "Rewrite", "rewrite_contrib", "rewrite_nodes",
+           "static_shapes", "elem_types"]
 
 CONTRIB_DOMAIN = "com.microsoft"
 ORT_DEFAULT_DOMAIN_OPS = frozenset({"SimplifiedLayerNormalization"})
@@ -169,10 +170,16 @@ def _known_shapes(model: onnx.ModelProto) -> tuple[dict[str, tuple[int, ...]], d
         inferred = shape_inference.infer_shapes(light)
     except Exception:  # noqa: BLE001 - a model ONNX cannot infer: no shapes, the rules say what is wrong later
         return {}, {}
+    return static_shapes(inferred), elem_types(inferred)
+
+
+def elem_types(model: onnx.ModelProto) -> dict[str, int]:
+    """Value name -> ONNX element type, where the model (its inputs, outputs, value infos and initializers) says."""
     types = {vi.name: vi.type.tensor_type.elem_type for vi in
-             list(inferred.graph.value_info) + list(inferred.graph.input) + list(inferred.graph.output)}
-    types.update({init.name: init.data_type for init in inferred.graph.initializer})
-    return static_shapes(inferred), types
+             list(model.graph.value_info) + list(model.graph.input) + list(model.graph.output)
+             if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type}
+    types.update({i.name: i.data_type for i in model.graph.initializer})
+    return types
 
 
 def static_shapes(model: onnx.ModelProto) -> dict[str, tuple[int, ...]]:

@@ -83,7 +83,7 @@ def _fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:
     shapes = contrib.static_shapes(model)
     graph_outputs = {o.name for o in model.graph.output}
     kept = []
-    types = _elem_types(model)
+    types = contrib.elem_types(model)
     for node in model.graph.node:
         inputs = [t for t in node.input if t]
         if node.op_type == "CastLike" and inputs[0] in consts and types.get(inputs[1]) and \
@@ -164,15 +164,6 @@ def _sort_nodes(model: onnx.ModelProto) -> None:
         waiting = left
     del model.graph.node[:]
     model.graph.node.extend(ordered)
-
-
-def _elem_types(model: onnx.ModelProto) -> dict[str, int]:
-    """Value name -> ONNX element type, where the model (its inputs, outputs, value infos and initializers) says."""
-    types = {vi.name: vi.type.tensor_type.elem_type for vi in
-             list(model.graph.value_info) + list(model.graph.input) + list(model.graph.output)
-             if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type}
-    types.update({i.name: i.data_type for i in model.graph.initializer})
-    return types
 
 
 def _read_model(path: str) -> onnx.ModelProto:
