@@ -41,7 +41,7 @@ from ..qops import key_mask, reference_evaluator
 
 __all__ = ["KeyMask", "MaskError", "find_key_masks", "find_float_masks", "direct_token_ids", "drop_nan_guards",
            "backward_slice", "region_model", "encode", "live_nodes", "drop_dead_nodes", "mask_inputs",
-           "forward_region",
+           "forward_region", "sample_masks",
            "is_mask_input", "is_float_mask_input", "MASK_TYPES", "REGION_OPS"]
 
 MASK_TYPES: dict[int, type] = {TensorProto.INT64: np.int64, TensorProto.INT32: np.int32, TensorProto.BOOL: np.bool_,
@@ -190,6 +190,13 @@ def drop_nan_guards(model: onnx.ModelProto) -> None:
             if not (node.op_type == "IsNaN" and node.output[0] in dropped)]
     del model.graph.node[:]
     model.graph.node.extend(kept)
+
+
+def sample_masks(shape: tuple[int, ...], dtype: Any) -> list[np.ndarray]:
+    """The masks a region is checked on: all zeros, all ones, and :data:`_SAMPLES` seeded random 0/1 masks."""
+    rng = np.random.default_rng(0)
+    samples = [np.zeros(shape, dtype), np.ones(shape, dtype)]
+    return samples + [rng.integers(0, 2, shape).astype(dtype) for _ in range(_SAMPLES)]
 
 
 def mask_inputs(model: onnx.ModelProto, embedding_only: set[str], *, integer: bool = False
@@ -349,9 +356,7 @@ def _exit(model: onnx.ModelProto, node: onnx.NodeProto, region: set[str], source
     if not shape or min(shape) < 1:
         raise MaskError(f"the mask input {mask!r} has no static shape; give it with --input-shape {mask}=...")
     dtype = MASK_TYPES[vi.type.tensor_type.elem_type]
-    rng = np.random.default_rng(0)
-    samples = [np.zeros(shape, dtype), np.ones(shape, dtype)]
-    samples += [rng.integers(0, 2, shape).astype(dtype) for _ in range(_SAMPLES)]
+    samples = sample_masks(shape, dtype)
     values = _evaluate(model, region_nodes, mask, vi, wanted, consts, samples)
     def at(tensor: str, k: int) -> np.ndarray:
         return values[tensor][k] if tensor in values else consts[tensor]

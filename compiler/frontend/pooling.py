@@ -20,7 +20,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from ..qops import pool_terms
-from .masks import encode, forward_region, live_nodes, mask_inputs, region_model
+from .masks import encode, forward_region, live_nodes, mask_inputs, region_model, sample_masks
 
 __all__ = ["MaskPool", "find_mask_pools", "POOL_REGION_OPS"]
 
@@ -72,10 +72,7 @@ def _zero_one(encoded: str, mask: onnx.ValueInfoProto) -> bool:
     shape = tuple(d.dim_value for d in mask.type.tensor_type.shape.dim)
     if not shape or min(shape) < 1:
         return False
-    rng = np.random.default_rng(0)
-    samples = [np.zeros(shape, np.int64), np.ones(shape, np.int64)]
-    samples += [rng.integers(0, 2, shape) for _ in range(3)]
-    for sample in samples:
+    for sample in sample_masks(shape, np.int64):
         try:
             weights, _ = pool_terms(encoded, sample)
         except ValueError:
