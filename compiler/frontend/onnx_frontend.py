@@ -45,7 +45,7 @@ from onnx import numpy_helper, shape_inference
 
 from ..ir import Graph, GraphError
 from ..qops import reference_evaluator
-from . import contrib, half, id_masks, indices, masks, onnx_fused, pooling
+from . import contrib, half, id_masks, indices, masks, onnx_fused, pooling, score_chains
 from .onnx_common import (
     _DTYPES,
     ModelFileError,
@@ -433,6 +433,11 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, n
     _check_sizes(model, where, limit)
     _split_sequences(model)
     drop_identities(model)
+    for _ in range(16):                    # a mask added in one shape of the scores, the Softmax taken in another
+        if not score_chains.normalize(model, contrib.static_shapes(model)):
+            break
+        _sort_nodes(model)
+        model = _infer_shapes(model)
     model = _fuse_decompositions(model)
     shapes = contrib.static_shapes(model)      # the steps below add tensors and drop nodes, but change no shape
     masks.direct_token_ids(model, shapes)

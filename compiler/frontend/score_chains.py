@@ -1,0 +1,337 @@
+"""Attention score chains brought to the form the mask import reads: a runtime mask term added just before a Softmax.
+
+Some exporters add an attention mask to the scores in one shape and take the Softmax in another. XGLM and the older
+Hugging Face encoder-decoders view the scores ``[B*H, S, L]`` as ``[B, H, S, L]``, add the mask and view them back
+before the Softmax; BLOOM adds its ALiBi bias (computed from the attention mask) in ``[B*H, S, L]`` and the padding
+and causal mask after a view as ``[B, H, S, L]``. The lab imports a runtime mask only as a term added to the scores
+right before the one Softmax it feeds (:mod:`.masks`), so such files were refused. :func:`normalize` rewrites them,
+in place and exactly (every value the graph computes is unchanged), in two steps:
+
+- *A Reshape sinks below the Softmax.* A Reshape that keeps the last axis maps rows to rows, so a Softmax over the
+  last axis commutes with it, and so does every element-wise node between them: each node takes the Reshape's input
+  instead, its other operands are reshaped to match (expanded first along merged axes they broadcast over), and
+  the Reshape follows the Softmax. Only a Reshape with a mask term before it in the chain moves: elsewhere the
+  chain already has the form the import reads.
+- *Two mask terms join.* ``(x + a) + b``, with ``a`` and ``b`` both computed from mask inputs and constants alone,
+  becomes ``x + (a + b)``: one term, which the mask import evaluates from the mask at run time.
+
+A *mask term* is a tensor computed from integer or bool graph inputs and constants alone, with no lookup of a float
+table of two or more axes (an embedding) on the way: float activations and token embeddings are not.
+"""
+from __future__ import annotations
+
+from typing import Iterable
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+__all__ = ["normalize", "reshape_groups", "map_operand_shape"]
+
+_BINARY = frozenset({"Add", "Sub", "Mul", "Div", "Max", "Min", "Where", "Clip"})
+"""Element-wise nodes with operands besides the chain's (Where's condition and other branch; Clip's bounds)."""
+
+_UNARY = frozenset({"Cast", "Identity", "Neg", "Tanh", "Abs", "Relu", "Sigmoid", "Erf", "Exp", "Sqrt"})
+"""Element-wise nodes of one operand a chain may pass through."""
+
+_FLOAT = onnx.TensorProto.FLOAT
+
+
+def reshape_groups(src: tuple[int, ...], dst: tuple[int, ...]) -> list[tuple[range, range]] | None:
+    """The axes of ``src`` and ``dst`` (shapes of equal element counts) grouped so that a Reshape from one to the
+    other maps each group of ``src`` axes onto its group of ``dst`` axes (equal products); None when the counts
+    differ or a shape holds a 0."""
+    if int(np.prod(src)) != int(np.prod(dst)) or 0 in src or 0 in dst:
+        return None
+    groups: list[tuple[range, range]] = []
+    i = j = 0
+    while i < len(src) or j < len(dst):
+        i0, j0, ps, pd = i, j, 1, 1
+        if i < len(src):
+            ps, i = ps * src[i], i + 1
+        if j < len(dst):
+            pd, j = pd * dst[j], j + 1
+        while ps != pd:
+            if ps < pd and i < len(src):
+                ps, i = ps * src[i], i + 1
+            elif j < len(dst):
+                pd, j = pd * dst[j], j + 1
+            else:
+                return None
+        while i < len(src) and src[i] == 1 and (j >= len(dst) or dst[j] != 1):
+            i += 1                                      # trailing ones join the group they follow
+        while j < len(dst) and dst[j] == 1 and (i >= len(src) or src[i] != 1):
+            j += 1
+        groups.append((range(i0, i), range(j0, j)))
+    return groups
+
+
+def map_operand_shape(shape: tuple[int, ...], out: tuple[int, ...], target: tuple[int, ...]
+                      ) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """An operand of shape ``shape`` broadcast against ``out`` (a value Reshaped from ``target``), as an operand to
+    broadcast against ``target`` instead: ``(expanded, reshaped)``, where the operand Expanded to ``expanded`` (the
+    axes of ``out`` it broadcasts over, in a group of axes the Reshape merges or splits together with axes it does
+    not broadcast over, made whole) and then Reshaped to ``reshaped`` gives, broadcast to ``target``, the
+    operand broadcast to ``out`` Reshaped to ``target``. None when ``shape`` does not broadcast to ``out``."""
+    if len(shape) > len(out):
+        return None
+    aligned = (1,) * (len(out) - len(shape)) + tuple(shape)
+    if any(a not in (1, o) for a, o in zip(aligned, out)):
+        return None
+    groups = reshape_groups(target, out)
+    if groups is None:
+        return None
+    expanded = list(aligned)
+    reshaped = [1] * len(target)
+    for t_axes, o_axes in groups:
+        dims = [aligned[k] for k in o_axes]
+        if all(d == 1 for d in dims):
+            continue
+        if any(aligned[k] != out[k] for k in o_axes):
+            for k in o_axes:
+                expanded[k] = out[k]
+        for k in t_axes:
+            reshaped[k] = target[k]
+    return tuple(expanded), tuple(reshaped)
+
+
+class _Graph:
+    """Producers, readers, constants and static shapes of a model, for one rewrite."""
+
+    def __init__(self, model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]) -> None:
+        self.model = model
+        self.shapes = shapes
+        self.consts = {i.name: i for i in model.graph.initializer}
+        self.producer = {o: n for n in model.graph.node for o in n.output}
+        self.readers: dict[str, list[onnx.NodeProto]] = {}
+        for n in model.graph.node:
+            for t in n.input:
+                self.readers.setdefault(t, []).append(n)
+        self.outputs = {o.name for o in model.graph.output}
+        self.input_types = {vi.name: vi.type.tensor_type.elem_type for vi in model.graph.input
+                            if vi.name not in self.consts}
+        self._mask: dict[str, bool] = {}
+
+    def only_reader(self, tensor: str, node: onnx.NodeProto) -> bool:
+        return tensor not in self.outputs and [id(n) for n in self.readers.get(tensor, [])] == [id(node)]
+
+    def is_mask_term(self, tensor: str) -> bool:
+        """Whether ``tensor`` is computed from integer or bool graph inputs and constants alone, through no lookup
+        of a float table of two or more axes, and reads at least one such input."""
+        if tensor in self._mask:
+            return self._mask[tensor]
+        seen: set[str] = set()
+        stack, found, ok = [tensor], False, True
+        while stack and ok:
+            t = stack.pop()
+            if not t or t in seen or t in self.consts:
+                continue
+            seen.add(t)
+            if t in self.input_types:
+                found = True
+                ok = self.input_types[t] != _FLOAT
+                continue
+            node = self.producer.get(t)
+            if node is None:
+                continue
+            if node.op_type == "Gather" and node.input[0] in self.consts \
+                    and len(self.consts[node.input[0]].dims) >= 2 \
+                    and self.consts[node.input[0]].data_type == _FLOAT:
+                ok = False
+            stack.extend(node.input)
+        self._mask[tensor] = found and ok
+        return found and ok
+
+    def constant(self, name: str) -> np.ndarray | None:
+        init = self.consts.get(name)
+        return None if init is None else numpy_helper.to_array(init)
+
+
+def _softmax_axis_is_last(node: onnx.NodeProto, rank: int) -> bool:
+    axis = next((a.i for a in node.attribute if a.name == "axis"), -1)
+    return axis in (-1, rank - 1)
+
+
+def _chain_operand(g: _Graph, node: onnx.NodeProto) -> list[str]:
+    """The operands of element-wise ``node`` the chain may come through: not constants, of the output's shape."""
+    out = g.shapes.get(node.output[0])
+    inputs = list(node.input[1:3] if node.op_type == "Where" else node.input[:1] if node.op_type == "Clip"
+                  else node.input)
+    return [t for t in inputs if t and t not in g.consts and g.shapes.get(t) == out]
+
+
+def _find_reshape(g: _Graph, tensor: str, path: list[tuple[onnx.NodeProto, str]]
+                  ) -> tuple[onnx.NodeProto, list[tuple[onnx.NodeProto, str]]] | None:
+    """Walking back from ``tensor`` through element-wise nodes each read only by the next: the first Reshape that
+    keeps the last axis, and the nodes after it (each with the operand the chain enters by), nearest first."""
+    node = g.producer.get(tensor)
+    if node is None:
+        return None
+    reader = path[0][0] if path else None
+    if reader is not None and not g.only_reader(tensor, reader):
+        return None
+    if node.op_type == "Reshape":
+        src, dst = g.shapes.get(node.input[0]), g.shapes.get(node.output[0])
+        if src and dst and src[-1] == dst[-1] and node.input[1] in g.consts:
+            return node, path
+        return None
+    if node.op_type not in _BINARY | _UNARY or len(node.output) != 1:
+        return None
+    for operand in _chain_operand(g, node):
+        found = _find_reshape(g, operand, [(node, operand)] + path)
+        if found is not None:
+            return found
+    return None
+
+
+def _has_mask_term_before(g: _Graph, tensor: str, depth: int = 8) -> bool:
+    """Whether a node among the (at most ``depth``) element-wise or Reshape nodes before ``tensor`` on the chain adds
+    a mask term."""
+    for _ in range(depth):
+        node = g.producer.get(tensor)
+        if node is None or node.op_type not in _BINARY | _UNARY | {"Reshape"}:
+            return False
+        if node.op_type == "Reshape":
+            tensor = node.input[0]
+            continue
+        chain = _chain_operand(g, node)
+        if any(t and t not in chain and g.is_mask_term(t) for t in node.input):
+            return True
+        if len(chain) != 1:
+            return False
+        tensor = chain[0]
+    return False
+
+
+def _shape_const(model: onnx.ModelProto, name: str, shape: Iterable[int]) -> str:
+    model.graph.initializer.append(numpy_helper.from_array(np.array(list(shape), np.int64), name))
+    return name
+
+
+def _sink(g: _Graph, softmax: onnx.NodeProto, reshape: onnx.NodeProto, path: list[tuple[onnx.NodeProto, str]],
+          new_nodes: list[tuple[onnx.NodeProto, list[onnx.NodeProto]]]) -> bool:
+    """Rewrite ``reshape -> path -> softmax`` as ``path -> softmax -> reshape`` in the Reshape's input shape;
+    ``new_nodes`` collects the nodes to insert before each node. False (nothing changed) when an operand does not
+    map."""
+    src, dst = g.shapes[reshape.input[0]], g.shapes[reshape.output[0]]
+    groups = reshape_groups(src, dst)
+    if groups is None or groups[-1] != (range(len(src) - 1, len(src)), range(len(dst) - 1, len(dst))):
+        return False                                      # the Softmax's rows would not stay rows
+    plans: list[tuple[onnx.NodeProto, int, str, tuple[int, ...], tuple[int, ...]]] = []
+    for node, operand in path:
+        if g.shapes.get(node.output[0]) != dst:
+            return False
+        for k, t in enumerate(node.input):
+            if not t or t == operand or g.shapes.get(t) == ():
+                continue                                  # a scalar broadcasts against any shape
+            shape = g.shapes.get(t)
+            mapped = None if shape is None else map_operand_shape(shape, dst, src)
+            if mapped is None:
+                return False
+            plans.append((node, k, t, *mapped))
+    name = reshape.output[0]
+    for node, k, t, expanded, reshaped in plans:
+        value = g.constant(t)
+        fresh = f"{t}_as_{node.name or node.output[0]}"
+        if value is not None:
+            full = np.broadcast_to(value, (1,) * (len(expanded) - value.ndim) + value.shape)
+            g.model.graph.initializer.append(numpy_helper.from_array(
+                np.ascontiguousarray(np.broadcast_to(full, expanded).reshape(reshaped)), fresh))
+            node.input[k] = fresh
+            continue
+        before: list[onnx.NodeProto] = []
+        x = t
+        if expanded != (1,) * (len(expanded) - len(g.shapes[t])) + g.shapes[t]:
+            before.append(helper.make_node("Expand", [x, _shape_const(g.model, f"{fresh}_expand_shape", expanded)],
+                                           [f"{fresh}_expanded"], name=f"{fresh}_expand"))
+            x = f"{fresh}_expanded"
+        before.append(helper.make_node("Reshape", [x, _shape_const(g.model, f"{fresh}_shape", reshaped)], [fresh],
+                                       name=f"{fresh}_reshape"))
+        new_nodes.append((node, before))
+        node.input[k] = fresh
+    first, operand = path[0] if path else (softmax, softmax.input[0])
+    first.input[:] = [reshape.input[0] if t == operand else t for t in first.input]
+    out = softmax.output[0]
+    softmax.output[0] = f"{out}_rows"
+    reshape.input[0] = softmax.output[0]
+    reshape.output[0] = out
+    del reshape.input[1:]
+    reshape.input.append(_shape_const(g.model, f"{name}_after_softmax", dst))
+    for attr in list(softmax.attribute):
+        if attr.name == "axis":
+            softmax.attribute.remove(attr)
+    softmax.attribute.append(helper.make_attribute("axis", -1))
+    return True
+
+
+def _order(model: onnx.ModelProto, moved: list[onnx.NodeProto],
+           inserted: list[tuple[onnx.NodeProto, list[onnx.NodeProto]]]) -> None:
+    """Put each node of ``moved`` right after the Softmax it now follows and each inserted node before its reader."""
+    after = {id(n): n for n in moved}
+    before: dict[int, list[onnx.NodeProto]] = {}
+    for node, new in inserted:
+        before.setdefault(id(node), []).extend(new)
+    softmax_of = {n.input[0]: n for n in moved}
+    nodes = []
+    for node in model.graph.node:
+        if id(node) in after:
+            continue
+        nodes.extend(before.get(id(node), []))
+        nodes.append(node)
+        for out in node.output:
+            if out in softmax_of:
+                nodes.append(softmax_of[out])
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+
+
+def _join_terms(g: _Graph) -> bool:
+    """``(x + a) + b`` -> ``x + (a + b)`` where ``a`` and ``b`` are mask terms and ``x + a`` has no other reader."""
+    changed = False
+    for node in list(g.model.graph.node):
+        if node.op_type != "Add" or len(node.input) != 2:
+            continue
+        for k in (0, 1):
+            inner = g.producer.get(node.input[k])
+            b = node.input[1 - k]
+            if inner is None or inner.op_type != "Add" or not g.only_reader(node.input[k], node) \
+                    or not g.is_mask_term(b):
+                continue
+            terms = [t for t in inner.input if g.is_mask_term(t)]
+            if len(terms) != 1 or len(inner.input) != 2:
+                continue
+            a = terms[0]
+            x = inner.input[1] if inner.input[0] == a else inner.input[0]
+            if g.is_mask_term(x) or g.shapes.get(x) != g.shapes.get(node.output[0]):
+                continue
+            inner.input[:] = [a, b]                       # inner now computes a + b
+            node.input[:] = [x, inner.output[0]]
+            changed = True
+            break
+    return changed
+
+
+def normalize(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]) -> bool:
+    """One step of the rewrite the module docstring describes, in place, on ``model`` with its static ``shapes``:
+    every Reshape that can sink below its Softmax does, else mask terms join. True when anything changed: the caller
+    then sorts the nodes, infers the shapes again and calls it again, until it returns False."""
+    g = _Graph(model, shapes)
+    moved: list[onnx.NodeProto] = []
+    inserted: list[tuple[onnx.NodeProto, list[onnx.NodeProto]]] = []
+    for softmax in [n for n in model.graph.node if n.op_type == "Softmax"]:
+        rank = len(shapes.get(softmax.input[0], ()))
+        if not rank or not _softmax_axis_is_last(softmax, rank) or not g.only_reader(softmax.input[0], softmax):
+            continue
+        found = _find_reshape(g, softmax.input[0], [])
+        if found is None:
+            continue
+        reshape, path = found
+        if not g.only_reader(reshape.output[0], path[0][0] if path else softmax) \
+                or not _has_mask_term_before(g, reshape.input[0]):
+            continue
+        if _sink(g, softmax, reshape, path, inserted):
+            moved.append(reshape)
+    if moved:
+        _order(model, moved, inserted)
+        return True
+    return _join_terms(g)
