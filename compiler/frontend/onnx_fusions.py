@@ -97,6 +97,88 @@ def _match_layer_norm(g: _OnnxGraph, mean: onnx.NodeProto, rank: int
     return nodes, parts
 
 
+def _is_last_axis_mean(g: _OnnxGraph, node: onnx.NodeProto | None, rank: int) -> bool:
+    """A mean over the last axis keeping it: ReduceMean, or GlobalAveragePool of a rank-3 tensor (tf2onnx's form)."""
+    if node is None:
+        return False
+    if node.op_type == "GlobalAveragePool":
+        return rank == 3
+    axes = _reduce_axes(g, node) if node.op_type == "ReduceMean" else None
+    return axes is not None and [v % rank for v in axes] == [rank - 1]
+
+
+def _match_moments_layer_norm(g: _OnnxGraph, mean: onnx.NodeProto, rank: int
+                              ) -> tuple[list[onnx.NodeProto], dict[str, Any]] | None:
+    """Keras's LayerNormalization as tf2onnx writes it (TF's moments and batchnorm over the last axis):
+    ``d = x - mean(x)``, ``var = mean(d * d)``, ``g = gamma / sqrt(var + eps)`` (``Sqrt`` then ``Reciprocal``),
+    ``y = x * g + (beta - mean * g)``; the means are ReduceMean or, at rank 3, GlobalAveragePool. Without gamma
+    (``scale=False``) ``g`` is the reciprocal itself; without beta (``center=False``) the bias is ``-(mean * g)``
+    as ``Neg`` or ``x * g - mean * g`` as ``Sub``. The nodes (the output's last) and the LayerNormalization's
+    parts."""
+    if not _is_last_axis_mean(g, mean, rank):
+        return None
+    x, m = mean.input[0], mean.output[0]
+    users = g.consumers.get(m, [])
+    sub = next((u for u in users if u.op_type == "Sub" and list(u.input) == [x, m]), None)
+    if sub is None or len(users) != 2 or m in g.outputs:
+        return None
+    d = sub.output[0]
+    readers = list({id(u): u for u in g.consumers.get(d, [])}.values())     # Mul(d, d) reads d twice
+    sq = readers[0] if len(readers) == 1 else None
+    if sq is None or d in g.outputs or \
+            not ((sq.op_type == "Mul" and list(sq.input) == [d, d]) or
+                 (sq.op_type == "Pow" and g.scalar(sq, d) == 2.0)):
+        return None
+    users_sq = g.consumers.get(sq.output[0], [])
+    var = users_sq[0] if len(users_sq) == 1 else None
+    if var is None or var.op_type != mean.op_type or not _is_last_axis_mean(g, var, rank):
+        return None
+    add = g.only_user(var.output[0], "Add")
+    eps = None if add is None else g.scalar(add, var.output[0])
+    sqrt = None if add is None or eps is None else g.only_user(add.output[0], "Sqrt")
+    recip = None if sqrt is None else g.only_user(sqrt.output[0], "Reciprocal")
+    if add is None or sqrt is None or recip is None:
+        return None
+    nodes = [mean, sub, sq, var, add, sqrt, recip]
+    parts: dict[str, Any] = {"x": x, "epsilon": eps}
+    scale = recip.output[0]
+    gmul = g.only_user(scale, "Mul")
+    if gmul is not None and g.other_input(gmul, scale) in g.consts:
+        gamma = g.consts[g.other_input(gmul, scale)]
+        if gamma.ndim > 1 and gamma.shape[-1] != gamma.size:
+            return None
+        parts["gamma"], scale = gamma.reshape(-1), gmul.output[0]
+        nodes.append(gmul)
+    scaled = g.consumers.get(scale, [])
+    m2 = next((u for u in scaled if u.op_type == "Mul" and sorted(u.input) == sorted([m, scale])), None)
+    y1 = next((u for u in scaled if u.op_type == "Mul" and sorted(u.input) == sorted([x, scale])), None)
+    if len(scaled) != 2 or m2 is None or y1 is None or scale in g.outputs:
+        return None
+    bias = g.consumers.get(m2.output[0], [])
+    if len(bias) != 1 or m2.output[0] in g.outputs or y1.output[0] in g.outputs:
+        return None
+    last = bias[0]
+    if last.op_type == "Sub" and list(last.input) == [y1.output[0], m2.output[0]]:      # center=False, y - m*g
+        nodes += [m2, y1, last]
+    else:
+        if last.op_type == "Sub" and last.input[1] == m2.output[0] and last.input[0] in g.consts:
+            beta = g.consts[last.input[0]]
+            if beta.ndim > 1 and beta.shape[-1] != beta.size:
+                return None
+            parts["beta"] = beta.reshape(-1)
+        elif last.op_type != "Neg":
+            return None
+        out = g.only_user(last.output[0], "Add")
+        if out is None or sorted(out.input) != sorted([y1.output[0], last.output[0]]) or \
+                g.consumers.get(y1.output[0], []) != [out]:
+            return None
+        nodes += [m2, y1, last, out]
+    if g.consumers.get(y1.output[0], []) != [nodes[-1]]:
+        return None
+    parts["out"] = nodes[-1].output[0]
+    return nodes, parts
+
+
 _ELEMENTWISE: dict[str, Callable[..., Any]] = {
     "Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide, "Pow": np.power, "Sqrt": np.sqrt,
     "Erf": np.vectorize(math.erf), "Tanh": np.tanh}
@@ -268,6 +350,40 @@ def drop_identities(model: onnx.ModelProto) -> None:
     model.graph.node.extend(live_nodes(kept, g.outputs))   # and what no longer has readers
 
 
+def tiles_as_expands(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]) -> bool:
+    """In place: every Tile with constant repeats and a static input shape becomes the nodes the lab imports, with
+    the same values: a Concat of copies along each axis of size above 1 it repeats, then one Expand over the axes of
+    size 1 it repeats (tf2onnx writes Keras's attention-mask broadcast ``[B, 1, L] -> [B, S, L]`` so). True when
+    any changed (the caller infers the new tensors' shapes)."""
+    consts = {init.name: init for init in model.graph.initializer}
+    nodes: list[onnx.NodeProto] = []
+    changed = False
+    for node in model.graph.node:
+        shape = shapes.get(node.input[0]) if node.op_type == "Tile" else None
+        reps = consts.get(node.input[1]) if shape is not None and len(node.input) > 1 else None
+        repeats = numpy_helper.to_array(reps).astype(np.int64).tolist() if reps is not None else None
+        if shape is None or repeats is None or len(repeats) != len(shape) or min(repeats) < 1:
+            nodes.append(node)
+            continue
+        changed = True
+        x, name, dims = node.input[0], node.name or node.output[0], list(shape)
+        steps = [k for k, r in enumerate(repeats) if r > 1 and dims[k] > 1]
+        expand = any(r > 1 and d == 1 for d, r in zip(dims, repeats)) or not steps
+        for k in steps:
+            out = node.output[0] if k == steps[-1] and not expand else f"{name}_tile_axis{k}"
+            nodes.append(onnx.helper.make_node("Concat", [x] * repeats[k], [out], name=f"{name}_concat{k}", axis=k))
+            x, dims[k] = out, dims[k] * repeats[k]
+        if expand:
+            target = f"{name}_tile_shape"
+            model.graph.initializer.append(numpy_helper.from_array(
+                np.array([d * (r if d == 1 else 1) for d, r in zip(dims, repeats)], np.int64), target))
+            nodes.append(onnx.helper.make_node("Expand", [x, target], [node.output[0]], name=name))
+    if changed:
+        del model.graph.node[:]
+        model.graph.node.extend(nodes)
+    return changed
+
+
 def _fuse_decompositions(model: onnx.ModelProto) -> onnx.ModelProto:
     """Replace the LayerNorm and Gelu decompositions exporters emit (ReduceMean/Sub/Pow/Sqrt/Div; the Erf and Tanh
     forms of Gelu) by one LayerNormalization or Gelu node writing the decomposition's output, so each imports as
@@ -280,8 +396,12 @@ def _fuse_decompositions(model: onnx.ModelProto) -> onnx.ModelProto:
     for node in model.graph.node:
         if id(node) in removed:
             continue
-        if node.op_type == "ReduceMean" and node.input[0] in shapes:
-            found = _match_layer_norm(g, node, len(shapes[node.input[0]]))
+        if node.op_type in ("ReduceMean", "GlobalAveragePool") and node.input[0] in shapes:
+            rank = len(shapes[node.input[0]])
+            found = _match_layer_norm(g, node, rank) if node.op_type == "ReduceMean" else None
+            found = found or _match_moments_layer_norm(g, node, rank)
+            if found is None and node.op_type == "GlobalAveragePool":
+                continue
             if found is None:
                 found_rms = rmsnorm.match_rms_norm(g, node, shapes)
                 if found_rms is None:
