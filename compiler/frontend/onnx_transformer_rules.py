@@ -29,24 +29,43 @@ from .onnx_rules import (
 
 
 def _reduce_mean(imp: _Importer, node: onnx.NodeProto) -> None:
-    """ReduceMean over H and W of an NCHW tensor (how exporters often write global average pooling)."""
+    """ReduceMean. Over H and W of an NCHW tensor (how exporters often write global average pooling) it is one
+    GlobalAvgPool; over any other axes (the mean over tokens of ``[B, T, C]``, Keras's GlobalAveragePooling1D) the
+    input is transposed to put the reduced axes last, viewed as ``[1, kept, reduced, 1]``, pooled, and viewed as the
+    output's shape."""
     a = _attrs(node)
     axes = a.get("axes")
     axes_input = imp.const_input(node, 1, "axes")
     if axes_input is not None:
         axes = axes_input.tolist()
-    rank = len(imp.shape(node.input[0]))
-    if rank != 4 or axes is None or sorted(int(x) % rank for x in axes) != [2, 3]:
-        raise UnsupportedOperatorError(node.op_type, node.name, f"only the mean over axes (2, 3) of an NCHW tensor, "
-                                                                f"got axes {axes}")
-    if a.get("keepdims", 1):
-        imp.emit("GlobalAvgPool", node, [node.input[0]])
+    shape = tuple(imp.shape(node.input[0]))
+    rank = len(shape)
+    if not axes:
+        if a.get("noop_with_empty_axes", 0):
+            imp.emit("Reshape", node, [node.input[0]], shape=shape)
+            return
+        axes = list(range(rank))
+    reduced = sorted({int(x) % rank for x in axes})
+    if rank == 4 and reduced == [2, 3]:
+        if a.get("keepdims", 1):
+            imp.emit("GlobalAvgPool", node, [node.input[0]])
+            return
+        pooled = imp.graph.unique_name(f"{node.output[0]}_pooled")
+        n, c = shape[:2]
+        imp.graph.add_tensor(pooled, (n, c, 1, 1), "float32")
+        imp.graph.add_node("GlobalAvgPool", imp.graph.unique_name(pooled, node=True), [imp.name(node.input[0])],
+                           [pooled])
+        imp.emit("Reshape", node, [pooled], shape=(n, c))
         return
-    pooled = imp.graph.unique_name(f"{node.output[0]}_pooled")
-    n, c = imp.shape(node.input[0])[:2]
-    imp.graph.add_tensor(pooled, (n, c, 1, 1), "float32")
-    imp.graph.add_node("GlobalAvgPool", imp.graph.unique_name(pooled, node=True), [imp.name(node.input[0])], [pooled])
-    imp.emit("Reshape", node, [pooled], shape=(n, c))
+    kept = [k for k in range(rank) if k not in reduced]
+    x = node.input[0]
+    if kept + reduced != list(range(rank)):
+        perm = tuple(kept + reduced)
+        x = imp.emit_shaped("Transpose", node, [x], tuple(shape[k] for k in perm), perm=perm)
+    rows = (1, int(np.prod([shape[k] for k in kept])), int(np.prod([shape[k] for k in reduced])), 1)
+    view = imp.emit_shaped("Reshape", node, [x], rows, shape=rows)
+    pooled = imp.emit_shaped("GlobalAvgPool", node, [view], (1, rows[1], 1, 1))
+    imp.emit("Reshape", node, [pooled], shape=tuple(imp.shapes_of(node.output[0])))
 
 
 def _layer_norm(imp: _Importer, node: onnx.NodeProto) -> None:
