@@ -56,7 +56,7 @@ from .onnx_common import (
     _attrs,
     _Importer,
 )
-from .onnx_fusions import _fuse_decompositions, _split_sequences, drop_identities
+from .onnx_fusions import _fuse_decompositions, _split_sequences, drop_identities, tiles_as_expands
 from .onnx_rules import RESIZE_COORDINATE_MODES
 from .onnx_transformer_rules import RULES
 
@@ -378,6 +378,24 @@ def _indexes_a_table(model: onnx.ModelProto, name: str) -> bool:
                for node in model.graph.node)
 
 
+def _widen_int32_ids(model: onnx.ModelProto) -> None:
+    """In place: an int32 graph input that indexes an embedding table (:func:`_indexes_a_table`; tf2onnx writes
+    Keras's token ids so) becomes an int64 input, so that it imports as token ids do; its other readers, if any,
+    read it cast back to int32. Values are unchanged: the caller's int32 ids are taken as int64."""
+    for vi in model.graph.input:
+        if vi.type.tensor_type.elem_type != onnx.TensorProto.INT32 or not _indexes_a_table(model, vi.name):
+            continue
+        vi.type.tensor_type.elem_type = onnx.TensorProto.INT64
+        others = [n for n in model.graph.node if vi.name in n.input and
+                  not (n.op_type == "Gather" and list(n.input[1:]) == [vi.name])]
+        if others:
+            narrow = f"{vi.name}_int32"
+            for n in others:
+                n.input[:] = [narrow if t == vi.name else t for t in n.input]
+            model.graph.node.insert(0, onnx.helper.make_node("Cast", [vi.name], [narrow], name=f"{narrow}_cast",
+                                                             to=onnx.TensorProto.INT32))
+
+
 def _replace_index_regions(model: onnx.ModelProto, regions: list[indices.IndexRegion], drop: set[int]) -> None:
     """Drop the index regions' nodes (``drop``: their indices in the graph) and compute each region's result with
     one ``IndexFn`` node at the graph's start (it reads a graph input only), in place."""
@@ -431,8 +449,11 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, n
         if len(model.graph.node) == before:
             break
     _check_sizes(model, where, limit)
+    _widen_int32_ids(model)
     _split_sequences(model)
     drop_identities(model)
+    if tiles_as_expands(model, contrib.static_shapes(model)):
+        model = _infer_shapes(model)
     for _ in range(16):                    # a mask added in one shape of the scores, the Softmax taken in another
         if not score_chains.normalize(model, contrib.static_shapes(model)):
             break

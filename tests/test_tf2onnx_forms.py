@@ -1,0 +1,169 @@
+"""The forms tf2onnx writes for Keras's transformer layers (built here node by node, as tf2onnx 1.17 writes them from
+TensorFlow 2.15 at opsets 17 and 18): LayerNormalization as TF's moments and batchnorm, GlobalAveragePooling1D as
+a ReduceMean over the tokens, the attention mask broadcast by Tile, and int32 token ids. Each imports as the lab's
+own operators, computes what onnxruntime does, and a whole block runs bit-exact on fsim."""
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from helpers import onnx_model, onnx_op_run
+from onnx import TensorProto, helper, numpy_helper
+
+from vta.compiler.frontend.float_ref import run_float
+from vta.compiler.frontend.onnx_frontend import import_onnx
+
+RNG = np.random.default_rng(117)
+node = helper.make_node
+T, D = 16, 32
+
+
+def _x(*shape, spread=1.0):
+    return (RNG.standard_normal(shape) * spread).astype(np.float32)
+
+
+def _ops(graph):
+    return [n.op for n in graph.nodes]
+
+
+def _moments_layer_norm(x, out, prefix, *, opset, scale=True, center=True):
+    """Keras LayerNormalization(epsilon=1e-5) over the last axis of ``x`` as tf2onnx writes it: the means are
+    GlobalAveragePool at opset 17 (rank 3) and ReduceMean with an axes input at 18."""
+    def mean(src, dst):
+        if opset < 18:
+            return node("GlobalAveragePool", [src], [dst])
+        return node("ReduceMean", [src, f"{prefix}_axes"], [dst], keepdims=1)
+    p = prefix
+    nodes = [mean(x, f"{p}_mean"), node("Sub", [x, f"{p}_mean"], [f"{p}_d"]),
+             node("Mul", [f"{p}_d", f"{p}_d"], [f"{p}_d2"]), mean(f"{p}_d2", f"{p}_var"),
+             node("Add", [f"{p}_var", f"{p}_eps"], [f"{p}_ve"]), node("Sqrt", [f"{p}_ve"], [f"{p}_sd"]),
+             node("Reciprocal", [f"{p}_sd"], [f"{p}_r"])]
+    inits = [(f"{p}_eps", np.array(1e-5, np.float32)), (f"{p}_axes", np.array([2], np.int64))]
+    g = f"{p}_r"
+    if scale:
+        nodes.append(node("Mul", [g, f"{p}_gamma"], [f"{p}_g"]))
+        inits.append((f"{p}_gamma", 1 + _x(D, spread=0.2)))
+        g = f"{p}_g"
+    nodes += [node("Mul", [f"{p}_mean", g], [f"{p}_m2"]), node("Mul", [x, g], [f"{p}_y1"])]
+    if center:
+        nodes += [node("Sub", [f"{p}_beta", f"{p}_m2"], [f"{p}_b"]), node("Add", [f"{p}_y1", f"{p}_b"], [out])]
+        inits.append((f"{p}_beta", _x(D, spread=0.2)))
+    else:
+        nodes.append(node("Sub", [f"{p}_y1", f"{p}_m2"], [out]))
+    return nodes, inits
+
+
+@pytest.mark.parametrize("opset", [17, 18])
+@pytest.mark.parametrize("scale, center", [(True, True), (False, True), (True, False)])
+def test_keras_layer_norm_is_one_layer_norm(opset, scale, center):
+    x = _x(1, T, D, spread=2.0) + 0.5
+    nodes, inits = _moments_layer_norm("x", "y", "ln", opset=opset, scale=scale, center=center)
+    model = onnx_model(nodes, {"x": x}, inits, opset=opset)
+    graph, qgraph, got, want = onnx_op_run(model, {"x": x}, atol=2e-5, rtol=1e-4)
+    assert _ops(graph) == ["LayerNorm"] and "QLayerNorm" in _ops(qgraph)
+    assert np.abs(got - want).max() < 0.05 * np.abs(want).max()
+
+
+def test_a_moments_lookalike_is_not_fused():
+    """The same nodes with the variance of another tensor are no LayerNorm: the Sub of two activations is refused."""
+    x = _x(1, T, D)
+    nodes, inits = _moments_layer_norm("x", "y", "ln", opset=18)
+    nodes[2] = node("Mul", ["ln_d", "x"], ["ln_d2"])
+    with pytest.raises(Exception, match="cannot compile|not supported"):
+        import_onnx(onnx_model(nodes, {"x": x}, inits, opset=18))
+
+
+@pytest.mark.parametrize("axes, keepdims, shape", [([1], 0, (1, T, D)), ([-1], 1, (2, T, D)), ([0, 2], 0, (2, 3, 8)),
+                                                   ([1], 1, (1, 4, 6, 8))])
+def test_reduce_mean_over_any_axes(axes, keepdims, shape):
+    x = _x(*shape)
+    model = onnx_model([node("ReduceMean", ["x", "axes"], ["y"], keepdims=keepdims)], {"x": x},
+                       [("axes", np.array(axes, np.int64))], opset=18)
+    graph, qgraph, got, want = onnx_op_run(model, {"x": x}, atol=2e-5, rtol=1e-4)
+    assert "GlobalAvgPool" in _ops(graph)
+    assert np.abs(got - want).max() < 0.05 * np.abs(want).max() + 1e-3
+
+
+@pytest.mark.parametrize("repeats, shape", [((1, 3, 1), (2, 1, 5)), ((2, 1, 3), (2, 4, 1)), ((1, 1, 1), (2, 4, 5))])
+def test_tile_is_concats_and_an_expand(repeats, shape):
+    x = _x(*shape)
+    model = onnx_model([node("Tile", ["x", "reps"], ["t"]), node("Relu", ["t"], ["y"])], {"x": x},
+                       [("reps", np.array(repeats, np.int64))], opset=17)
+    graph, _, got, want = onnx_op_run(model, {"x": x}, atol=1e-6, rtol=1e-6)
+    assert "Tile" not in _ops(graph)
+    assert got.shape == want.shape == tuple(s * r for s, r in zip(shape, repeats))
+
+
+def _keras_block(opset):
+    """A Keras-style encoder block as tf2onnx writes it: int32 ids -> embedding + positions, one-head attention
+    whose key mask (int32 ``[1, T]``) is broadcast by Tile, the Keras LayerNorms, a Dense GELU MLP, and the mean over
+    the tokens (GlobalAveragePooling1D) into a Dense head."""
+    inits = [("table", _x(50, D)), ("pos", _x(1, T, D, spread=0.1)), ("wq", _x(D, D, spread=0.2)),
+             ("wk", _x(D, D, spread=0.2)), ("wv", _x(D, D, spread=0.2)), ("wo", _x(D, D, spread=0.2)),
+             ("w1", _x(D, 2 * D, spread=0.2)), ("w2", _x(2 * D, D, spread=0.2)), ("wh", _x(D, 10, spread=0.3)),
+             ("scale", np.array(1 / np.sqrt(D), np.float32)), ("reps", np.array([1, T, 1], np.int64)),
+             ("one", np.array(1.0, np.float32)), ("big", np.array(-1e9, np.float32)),
+             ("pool_axes", np.array([1], np.int64)), ("ax1", np.array([1], np.int64))]
+    nodes = [node("Gather", ["table", "ids"], ["e"]), node("Add", ["e", "pos"], ["h"]),
+             node("MatMul", ["h", "wq"], ["q"]), node("MatMul", ["h", "wk"], ["k"]), node("MatMul", ["h", "wv"], ["v"]),
+             node("Transpose", ["k"], ["kt"], perm=[0, 2, 1]), node("MatMul", ["q", "kt"], ["s0"]),
+             node("Mul", ["s0", "scale"], ["s"]),
+             node("Cast", ["mask"], ["mb"], to=TensorProto.BOOL), node("Unsqueeze", ["mb", "ax1"], ["m3"]),
+             node("Tile", ["m3", "reps"], ["mt"]), node("Cast", ["mt"], ["mf"], to=TensorProto.FLOAT),
+             node("Sub", ["one", "mf"], ["inv"]), node("Mul", ["inv", "big"], ["bias"]),
+             node("Add", ["s", "bias"], ["z"]), node("Softmax", ["z"], ["p"], axis=-1),
+             node("MatMul", ["p", "v"], ["c"]), node("MatMul", ["c", "wo"], ["o"]), node("Add", ["h", "o"], ["r1"])]
+    ln1, i1 = _moments_layer_norm("r1", "n1", "ln1", opset=opset)
+    nodes += ln1
+    nodes += [node("MatMul", ["n1", "w1"], ["f0"]), node("Gelu", ["f0"], ["f1"]) if opset >= 20 else
+              node("Relu", ["f0"], ["f1"]), node("MatMul", ["f1", "w2"], ["f2"]), node("Add", ["n1", "f2"], ["r2"])]
+    ln2, i2 = _moments_layer_norm("r2", "n2", "ln2", opset=opset)
+    nodes += ln2
+    nodes += [node("ReduceMean", ["n2", "pool_axes"], ["pooled"], keepdims=0) if opset >= 18 else
+              node("ReduceMean", ["n2"], ["pooled"], axes=[1], keepdims=0), node("MatMul", ["pooled", "wh"], ["y"])]
+    graph = helper.make_graph(nodes, "keras_block",
+                              [helper.make_tensor_value_info("ids", TensorProto.INT32, [1, T]),
+                               helper.make_tensor_value_info("mask", TensorProto.INT32, [1, T])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])],
+                              [numpy_helper.from_array(np.asarray(v), k) for k, v in inits + i1 + i2])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    return model
+
+
+@pytest.mark.parametrize("opset", [17, 18])
+def test_a_keras_block_runs_on_fsim(opset, tmp_path, monkeypatch):
+    """int32 ids and mask: the ids import as token ids and the mask as a KeyMask; bit-exact with the integer
+    reference on fsim, every linear layer on the accelerator, close to onnxruntime, the mask live."""
+    from vta.compiler import qops
+    from vta.compiler.pipeline import CalibrationSet, check_inputs, compile_model
+    from vta.compiler.runtime.executor import run
+    from vta.config import VTAConfig
+    monkeypatch.setenv("VTA_CACHE_DIR", str(tmp_path / "cache"))
+    model = _keras_block(opset)
+    graph = import_onnx(model)
+    assert {name: graph.tensors[name].dtype for name in graph.inputs} == {"ids": "int64", "mask": "int64"}
+    assert _ops(graph).count("LayerNorm") == 2 and "KeyMask" in _ops(graph)
+    ids = RNG.integers(0, 50, (1, T)).astype(np.int32)
+    mask = np.ones((1, T), np.int32)
+    mask[0, -4:] = 0
+    feeds = {"ids": ids, "mask": mask}
+    want = ort.InferenceSession(model.SerializeToString()).run(None, feeds)[0]
+    np.testing.assert_allclose(run_float(graph, check_inputs(graph, feeds))["y"], want, atol=1e-4, rtol=1e-4)
+
+    path = tmp_path / "block.onnx"
+    path.write_bytes(model.SerializeToString())
+    calib = {"ids": np.concatenate([ids, (ids + 7) % 50]), "mask": np.concatenate([mask, mask])}
+    compiled = compile_model(str(path), VTAConfig(), calib=2, policy="accel",
+                             calibration=CalibrationSet(calib, {"source": "test", "samples": 2}))
+    from vta.compiler.runtime.compiled import AccelStep
+    linear = [s for s in compiled.steps if s.node.op in ("QConv2d", "QDense", "QMatMul")]
+    assert len(linear) == 9 and all(isinstance(s, AccelStep) for s in linear)   # 7 linear layers, 2 products
+    checked = check_inputs(compiled.graph, feeds)
+    out = run(compiled, checked, target="fsim")
+    np.testing.assert_array_equal(out.outputs["y"], qops.run_reference(compiled.graph, checked)["y"])
+    got = out.outputs["y"]
+    cosine = float((got * want).sum() / (np.linalg.norm(got) * np.linalg.norm(want)))
+    assert cosine > 0.99
+    unmasked = check_inputs(compiled.graph, {"ids": ids, "mask": np.ones((1, T), np.int32)})
+    assert not np.array_equal(run(compiled, unmasked, target="fsim").outputs["y"], got)
