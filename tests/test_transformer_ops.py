@@ -5,10 +5,11 @@ convolutions; bert_tiny end to end on fsim."""
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pytest
 from helpers import onnx_model, onnx_op_run
-from onnx import helper
+from onnx import helper, numpy_helper
 
 from vta.compiler import qops
 from vta.compiler.frontend import zoo
@@ -96,6 +97,45 @@ def test_layer_norm(decomposed):
                        {"x": x}, [("g", gamma), ("b", beta)])
     graph, qgraph = _check(model, {"x": x})
     assert _ops(graph) == ["LayerNorm"] and "QLayerNorm" in _ops(qgraph)
+
+
+@pytest.mark.parametrize("form", ["rsqrt", "rms_normalization"])
+def test_bias_free_layer_norm_forms_are_one_layer_norm(form):
+    """Cohere's LayerNorm without a bias as torch's exporter writes it: the decomposition with ``d * (1 / sqrt)``
+    at opset 18, and ``x - mean`` into an RMSNormalization at opset 23."""
+    x, gamma = _x(1, 10, 32, spread=3.0) + 1.0, RNG.uniform(0.5, 1.5, 32).astype(np.float32)
+    mean = [helper.make_node("ReduceMean", ["x", "axes"], ["m"]), helper.make_node("Sub", ["x", "m"], ["d"])]
+    inits = [("axes", np.array([-1], np.int64)), ("g", gamma)]
+    if form == "rsqrt":
+        nodes = mean + [helper.make_node("Pow", ["d", "two"], ["p"]),
+                        helper.make_node("ReduceMean", ["p", "axes"], ["v"]),
+                        helper.make_node("Add", ["v", "eps"], ["ve"]), helper.make_node("Sqrt", ["ve"], ["s"]),
+                        helper.make_node("Reciprocal", ["s"], ["r"]), helper.make_node("Mul", ["d", "r"], ["n"]),
+                        helper.make_node("Mul", ["g", "n"], ["y"])]
+        model = _model(nodes, {"x": x}, inits + [("two", np.array(2.0, np.float32)),
+                                                 ("eps", np.array(1e-5, np.float32))], opset=18)
+    else:
+        nodes = mean + [helper.make_node("RMSNormalization", ["d", "g"], ["y"], axis=-1, epsilon=1e-5)]
+        model = _model(nodes, {"x": x}, inits, opset=23)
+    graph, qgraph = _check(model, {"x": x})
+    assert _ops(graph) == ["LayerNorm"] and "QLayerNorm" in _ops(qgraph)
+
+
+def test_a_slice_that_keeps_everything_is_dropped():
+    """XLM's ``input_ids[:, :slen]`` with slen the whole length: token ids through a Slice still index the table."""
+    ids = RNG.integers(0, 20, (1, 8)).astype(np.int64)
+    nodes = [helper.make_node("Slice", ["ids", "starts", "ends", "axes"], ["cut"]),
+             helper.make_node("Gather", ["table", "cut"], ["e"]), helper.make_node("Relu", ["e"], ["y"])]
+    graph = helper.make_graph(nodes, "ids", [helper.make_tensor_value_info("ids", onnx.TensorProto.INT64, [1, 8])],
+                              [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 8, 16])],
+                              [numpy_helper.from_array(v, k) for k, v in
+                               [("table", _x(20, 16)), ("starts", np.array([0], np.int64)),
+                                ("ends", np.array([2**62], np.int64)), ("axes", np.array([1], np.int64))]])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    g = import_onnx(model)
+    assert _ops(g) == ["Embedding", "Relu"] and g.tensors["ids"].dtype == "int64"
+    want = ort.InferenceSession(model.SerializeToString()).run(None, {"ids": ids})[0]
+    np.testing.assert_allclose(run_float(g, {"ids": ids})["y"], want, atol=1e-6)
 
 
 def test_qops_layer_norm_is_scale_free_but_for_epsilon():

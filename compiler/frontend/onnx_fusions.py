@@ -57,8 +57,9 @@ def _reduce_axes(g: _OnnxGraph, node: onnx.NodeProto) -> list[int] | None:
 
 def _match_layer_norm(g: _OnnxGraph, mean: onnx.NodeProto, rank: int
                       ) -> tuple[list[onnx.NodeProto], dict[str, Any]] | None:
-    """``ReduceMean(x) -> Sub(x, mean) -> Pow 2 (or Mul by itself) -> ReduceMean -> Add eps -> Sqrt -> Div`` over
-    the last axis, then an optional Mul by gamma and Add of beta: the nodes and the LayerNormalization's parts."""
+    """``ReduceMean(x) -> Sub(x, mean) -> Pow 2 (or Mul by itself) -> ReduceMean -> Add eps -> Sqrt -> Div`` (or
+    a Mul by the Sqrt's Reciprocal) over the last axis, then an optional Mul by gamma and Add of beta: the nodes
+    and the LayerNormalization's parts."""
     axes = _reduce_axes(g, mean)
     if axes is None or [v % rank for v in axes] != [rank - 1]:
         return None
@@ -67,12 +68,12 @@ def _match_layer_norm(g: _OnnxGraph, mean: onnx.NodeProto, rank: int
     if sub is None or list(sub.input) != [x, mean.output[0]]:
         return None
     d = sub.output[0]
-    users = g.consumers.get(d, [])
-    div = next((u for u in users if u.op_type == "Div" and list(u.input[:1]) == [d]), None)
-    sq = next((u for u in users if u is not div), None)
-    if len(users) != 2 or div is None or sq is None or d in g.outputs:
-        return None
-    if not ((sq.op_type == "Pow" and g.scalar(sq, d) == 2.0) or (sq.op_type == "Mul" and list(sq.input) == [d, d])):
+    users = list({id(u): u for u in g.consumers.get(d, [])}.values())       # Mul(d, d) reads d twice
+    sq = next((u for u in users if (u.op_type == "Pow" and g.scalar(u, d) == 2.0) or
+               (u.op_type == "Mul" and list(u.input) == [d, d])), None)
+    div = next((u for u in users if u is not sq), None)          # Div(d, root), or Mul(d, Reciprocal(root))
+    if len(users) != 2 or div is None or sq is None or d in g.outputs or \
+            not ((div.op_type == "Div" and div.input[0] == d) or div.op_type == "Mul"):
         return None
     var = g.only_user(sq.output[0], "ReduceMean")
     if var is None or _reduce_axes(g, var) != axes:
@@ -80,10 +81,18 @@ def _match_layer_norm(g: _OnnxGraph, mean: onnx.NodeProto, rank: int
     add = g.only_user(var.output[0], "Add")
     eps = None if add is None else g.scalar(add, var.output[0])
     sqrt = None if add is None else g.only_user(add.output[0], "Sqrt")
-    if add is None or eps is None or sqrt is None or list(div.input) != [d, sqrt.output[0]] or \
-            g.consumers.get(sqrt.output[0], []) != [div]:
+    if add is None or eps is None or sqrt is None:
         return None
-    nodes: list[onnx.NodeProto] = [mean, sub, sq, var, add, sqrt, div]
+    root = [sqrt]
+    if div.op_type == "Mul":                                       # Cohere's bias-free LayerNorm writes d * rsqrt
+        recip = g.only_user(sqrt.output[0], "Reciprocal")
+        if recip is None or sorted(div.input) != sorted([d, recip.output[0]]):
+            return None
+        root.append(recip)
+    if list(div.input) not in ([d, root[-1].output[0]], [root[-1].output[0], d]) or \
+            g.consumers.get(root[-1].output[0], []) != [div]:
+        return None
+    nodes: list[onnx.NodeProto] = [mean, sub, sq, var, add, *root, div]
     out, parts = div.output[0], {"x": x, "epsilon": eps}
     for op, key in (("Mul", "gamma"), ("Add", "beta")):
         nxt = g.only_user(out, op)
@@ -95,6 +104,28 @@ def _match_layer_norm(g: _OnnxGraph, mean: onnx.NodeProto, rank: int
         parts[key], out = g.consts[other].reshape(-1), nxt.output[0]
     parts["out"] = out
     return nodes, parts
+
+
+def _match_centered_rms_norm(g: _OnnxGraph, mean: onnx.NodeProto, rank: int
+                             ) -> tuple[list[onnx.NodeProto], dict[str, Any]] | None:
+    """``ReduceMean(x) -> Sub(x, mean) -> RMSNormalization`` over the last axis (opset 23's form of Cohere's
+    bias-free LayerNorm): the RMS of the centred values is LayerNorm's standard deviation, so it is a LayerNorm
+    with the RMSNormalization's scale as gamma and no beta."""
+    axes = _reduce_axes(g, mean) if mean.op_type == "ReduceMean" else None
+    if axes is None or [v % rank for v in axes] != [rank - 1]:
+        return None
+    x = mean.input[0]
+    sub = g.only_user(mean.output[0], "Sub")
+    norm = None if sub is None or list(sub.input) != [x, mean.output[0]] else \
+        g.only_user(sub.output[0], "RMSNormalization")
+    if sub is None or norm is None or int(_attrs(norm).get("axis", -1)) % rank != rank - 1 or len(norm.input) < 2 or \
+            norm.input[1] not in g.consts:
+        return None
+    gamma = g.consts[norm.input[1]]
+    if gamma.ndim > 1 and gamma.shape[-1] != gamma.size:
+        return None
+    return [mean, sub, norm], {"x": x, "epsilon": float(_attrs(norm).get("epsilon", 1e-5)),
+                               "gamma": gamma.reshape(-1), "out": norm.output[0]}
 
 
 def _is_last_axis_mean(g: _OnnxGraph, node: onnx.NodeProto | None, rank: int) -> bool:
@@ -315,11 +346,29 @@ def _match_l2_normalize(g: _OnnxGraph, reduce: onnx.NodeProto) -> tuple[list[onn
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
+def _whole_slice(g: _OnnxGraph, node: onnx.NodeProto, shapes: dict[str, list[int]]) -> bool:
+    """Whether Slice ``node`` (constant starts, ends, axes and steps; a static input shape) keeps every element in
+    order: each sliced axis from its start to at least its end, step 1 (XLM's ``input_ids[:, :slen]``)."""
+    shape = shapes.get(node.input[0])
+    parts = [g.consts.get(t) if t else None for t in list(node.input[1:5]) + [""] * (5 - len(node.input))]
+    if not shape or min(shape) < 1 or parts[0] is None or parts[1] is None or \
+            any(t and g.consts.get(t) is None for t in node.input[3:5]):
+        return False
+    starts, ends = parts[0].reshape(-1).tolist(), parts[1].reshape(-1).tolist()
+    axes = parts[2].reshape(-1).tolist() if parts[2] is not None else list(range(len(starts)))
+    steps = parts[3].reshape(-1).tolist() if parts[3] is not None else [1] * len(starts)
+    for start, end, axis, step in zip(starts, ends, axes, steps):
+        dim = shape[int(axis) % len(shape)]
+        if step != 1 or (start + dim if start < 0 else start) > 0 or (end + dim if end < 0 else end) < dim:
+            return False
+    return True
+
+
 def drop_identities(model: onnx.ModelProto) -> None:
     """Remove, in place, nodes that change no value the lab computes, rewiring their readers to their input:
     ``Max(x, c)`` with ``c`` float32's lowest (XGLM clamps its masked scores so before the Softmax) and ``Min(x, c)``
-    with ``c`` its highest; and operands of a Concat with no element along its axis (Phi-3's pass-through part of a
-    head when the rotary dimension is the whole head)."""
+    with ``c`` its highest; Slices that keep every element (:func:`_whole_slice`); and operands of a Concat with no
+    element along its axis (Phi-3's pass-through part of a head when the rotary dimension is the whole head)."""
     g = _OnnxGraph(model)
     shapes = {vi.name: [d.dim_value if d.HasField("dim_value") else -1 for d in vi.type.tensor_type.shape.dim]
               for vi in list(model.graph.value_info) + list(model.graph.input)}
@@ -336,6 +385,10 @@ def drop_identities(model: onnx.ModelProto) -> None:
                 alias[node.output[0]] = node.input[0]
                 changed = True
                 continue
+        if node.op_type == "Slice" and node.output[0] not in g.outputs and _whole_slice(g, node, shapes):
+            alias[node.output[0]] = node.input[0]
+            changed = True
+            continue
         if node.op_type == "Concat":
             axis = int(_attrs(node).get("axis", 0))
             full = [t for t in node.input if not (t in shapes and shapes[t] and shapes[t][axis] == 0)]
@@ -399,7 +452,7 @@ def _fuse_decompositions(model: onnx.ModelProto) -> onnx.ModelProto:
         if node.op_type in ("ReduceMean", "GlobalAveragePool") and node.input[0] in shapes:
             rank = len(shapes[node.input[0]])
             found = _match_layer_norm(g, node, rank) if node.op_type == "ReduceMean" else None
-            found = found or _match_moments_layer_norm(g, node, rank)
+            found = found or _match_moments_layer_norm(g, node, rank) or _match_centered_rms_norm(g, node, rank)
             if found is None and node.op_type == "GlobalAveragePool":
                 continue
             if found is None:
