@@ -61,6 +61,15 @@ def test_matmul_over_tokens_is_a_convolution_with_its_bias():
     assert "Add" not in _ops(graph) and "QConv2d" in _ops(qgraph)
 
 
+@pytest.mark.parametrize("rank", [2, 3])
+def test_matmul_with_a_constant_first_operand(rank):
+    """Learned queries times activations: a rank-2 constant is a linear layer over the transposed activation's rows
+    (on the accelerator), a batched one a MatMul with a constant operand."""
+    c, x = (_x(6, 16, spread=0.3) if rank == 2 else _x(2, 6, 16, spread=0.3)), _x(2, 16, 10)
+    graph, qgraph = _check(_model([helper.make_node("MatMul", ["c", "x"], ["y"])], {"x": x}, [("c", c)]), {"x": x})
+    assert ("Conv2d" in _ops(graph)) == (rank == 2) and ("MatMul" in _ops(graph)) == (rank == 3)
+
+
 def test_matmul_refusals():
     a = _x(4)
     with pytest.raises(UnsupportedOperatorError, match="operands of rank 1 and 2; both must have rank 2 or more"):

@@ -56,7 +56,13 @@ from .onnx_common import (
     _attrs,
     _Importer,
 )
-from .onnx_fusions import _fuse_decompositions, _split_sequences, drop_identities, tiles_as_expands
+from .onnx_fusions import (
+    _fuse_decompositions,
+    _split_sequences,
+    constant_first_matmuls,
+    drop_identities,
+    tiles_as_expands,
+)
 from .onnx_rules import RESIZE_COORDINATE_MODES
 from .onnx_transformer_rules import RULES
 
@@ -452,7 +458,8 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, n
     _widen_int32_ids(model)
     _split_sequences(model)
     drop_identities(model)
-    if tiles_as_expands(model, contrib.static_shapes(model)):
+    if tiles_as_expands(model, contrib.static_shapes(model)) | \
+            constant_first_matmuls(model, contrib.static_shapes(model)):
         model = _infer_shapes(model)
     for _ in range(16):                    # a mask added in one shape of the scores, the Softmax taken in another
         if not score_chains.normalize(model, contrib.static_shapes(model)):

@@ -437,6 +437,36 @@ def tiles_as_expands(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]])
     return changed
 
 
+def constant_first_matmuls(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]) -> bool:
+    """In place: ``MatMul(C, X)`` with ``C`` a constant ``[M, K]`` and ``X`` an activation ``[..., K, N]`` (learned
+    queries, as Perceiver's latents) becomes ``(X^T C^T)^T`` over the last two axes: a linear layer of constant
+    weights ``C^T [K, M]`` over the rows of ``X^T``, the form the lab puts on the accelerator. True when any changed
+    (the caller infers the new tensors' shapes)."""
+    consts = {init.name: init for init in model.graph.initializer}
+    nodes: list[onnx.NodeProto] = []
+    changed = False
+    for node in model.graph.node:
+        c = consts.get(node.input[0]) if node.op_type == "MatMul" else None
+        shape = shapes.get(node.input[1]) if c is not None else None
+        if c is None or shape is None or len(c.dims) != 2 or len(shape) < 2 or node.input[1] in consts:
+            nodes.append(node)
+            continue
+        changed = True
+        name, rank = node.name or node.output[0], len(shape)
+        perm = list(range(rank - 2)) + [rank - 1, rank - 2]
+        weight = f"{name}_weight_t"
+        model.graph.initializer.append(numpy_helper.from_array(
+            np.ascontiguousarray(numpy_helper.to_array(c).T), weight))
+        nodes += [onnx.helper.make_node("Transpose", [node.input[1]], [f"{name}_xt"], name=f"{name}_xt", perm=perm),
+                  onnx.helper.make_node("MatMul", [f"{name}_xt", weight], [f"{name}_yt"], name=name),
+                  onnx.helper.make_node("Transpose", [f"{name}_yt"], [node.output[0]], name=f"{name}_back",
+                                        perm=perm)]
+    if changed:
+        del model.graph.node[:]
+        model.graph.node.extend(nodes)
+    return changed
+
+
 def _fuse_decompositions(model: onnx.ModelProto) -> onnx.ModelProto:
     """Replace the LayerNorm and Gelu decompositions exporters emit (ReduceMean/Sub/Pow/Sqrt/Div; the Erf and Tanh
     forms of Gelu) by one LayerNormalization or Gelu node writing the decomposition's output, so each imports as

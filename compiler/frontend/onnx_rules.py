@@ -160,16 +160,16 @@ def _gemm(imp: _Importer, node: onnx.NodeProto) -> None:
 def _matmul(imp: _Importer, node: onnx.NodeProto) -> None:
     """MatMul by a constant ``[K, O]``: a Dense layer for an input ``[N, K]``; for an input ``[..., K]`` of rank > 2
     (tokens), a 1x1 Conv2d over the image ``[1, K, R, 1]`` of all ``R = prod(...)`` token rows (see
-    :func:`_token_linear`); any other MatMul (two activations, or a constant of rank > 2) is a batched,
-    broadcasting MatMul."""
+    :func:`_token_linear`); any other MatMul (two activations, or a constant of rank > 2 as either operand) is a
+    batched, broadcasting MatMul."""
     a, b = node.input[0], node.input[1]
     ranks = [len(imp.shape(t)) if not imp.is_const(t) else imp.const(t).ndim for t in (a, b)]
     if min(ranks) < 2:
         raise UnsupportedOperatorError(node.op_type, node.name, f"operands of rank {ranks[0]} and {ranks[1]}; both "
                                                                 f"must have rank 2 or more")
-    if imp.is_const(a):
-        raise UnsupportedOperatorError(node.op_type, node.name, "a constant first operand (only the second may be "
-                                                                "a constant)")
+    if imp.is_const(a):            # of rank > 2 (a rank-2 one is a linear layer, onnx_fusions.constant_first_matmuls)
+        imp.emit("MatMul", node, [imp.use_const(a), imp.use_const(b) if imp.is_const(b) else b])
+        return
     if not imp.is_const(b) or ranks[1] > 2:
         imp.emit("MatMul", node, [a, imp.use_const(b) if imp.is_const(b) else b])
         return
