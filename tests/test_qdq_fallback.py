@@ -126,3 +126,68 @@ def test_random_calibration_takes_the_files_ranges(qdq_file, monkeypatch, tmp_pa
     compiled = compile_model(str(qdq_file), VTAConfig(), CompileOptions(calib=2), graph=graph)
     assert compiled.meta["calibration"]["ranges_from_file"] == len(graph.absmax_hints)
     assert compiled.graph.tensors["c"].scale == pytest.approx(graph.absmax_hints["c"] / 127)
+
+
+def _relu_block(gelu: bool) -> onnx.ModelProto:
+    """x [B, T, D] -> MatMul + bias -> ReLU (or the Erf form of GELU) -> MatMul -> y: the MLP of a transformer."""
+    rng = np.random.default_rng(3)
+    inits = {"w1": (rng.standard_normal((D, 2 * D)) * 0.3).astype(np.float32),
+             "b1": (rng.standard_normal(2 * D) * 0.1).astype(np.float32),
+             "w2": (rng.standard_normal((2 * D, D)) * 0.3).astype(np.float32),
+             "root2": np.array(np.sqrt(2.0), np.float32), "one": np.array(1.0, np.float32),
+             "half": np.array(0.5, np.float32)}
+    nodes = [node("MatMul", ["x", "w1"], ["h0"]), node("Add", ["h0", "b1"], ["h"])]
+    if gelu:
+        nodes += [node("Div", ["h", "root2"], ["hd"]), node("Erf", ["hd"], ["e"]), node("Add", ["e", "one"], ["e1"]),
+                  node("Mul", ["h", "e1"], ["he"]), node("Mul", ["he", "half"], ["a"])]
+    else:
+        nodes.append(node("Relu", ["h"], ["a"]))
+    nodes.append(node("MatMul", ["a", "w2"], ["y"]))
+    graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [B, T, D])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [B, T, D])],
+                              [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    return model
+
+
+@pytest.mark.parametrize("activation", ["QUInt8", "QInt8"])
+@pytest.mark.parametrize("gelu", [False, True])
+def test_a_relu_onnxruntime_folded_into_its_quantizer_comes_back_as_a_clamp(activation, gelu, tmp_path):
+    """With asymmetric activations onnxruntime deletes a ReLU before a QuantizeLinear whose zero point sits at the
+    bottom of its range (the pair's clamp computes it). The dequantized graph clamps there again: it computes what
+    the file does (a run without the clamp let the negative values through). GELU's ``1 + erf`` also quantizes with
+    its zero point at the bottom, but is never negative: no clamp, and GELU still fuses into one node."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    from vta.compiler.frontend.dequantize import qdq_to_float
+    from vta.compiler.frontend.float_ref import run_float
+    from vta.compiler.frontend.onnx_frontend import import_onnx
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.data = iter([{"x": _x(seed)} for seed in range(4)])
+
+        def get_next(self):  # noqa: ANN201 - onnxruntime's interface
+            return next(self.data, None)
+
+    source, path = tmp_path / "mlp.onnx", tmp_path / "mlp.qdq.onnx"
+    onnx.save(_relu_block(gelu), str(source))
+    quantize_static(str(source), str(path), Reader(), quant_format=QuantFormat.QDQ,
+                    activation_type=getattr(QuantType, activation), weight_type=QuantType.QInt8)
+    model = onnx.load(str(path))
+    plain = qdq_to_float(model)
+    assert plain is not None
+    clamps = [n for n in plain.graph.node if n.op_type == "Clip"]
+    if gelu:
+        assert not clamps and "Gelu" in [n.op for n in import_onnx(plain).nodes]
+    else:
+        assert "Relu" not in [n.op_type for n in model.graph.node]        # onnxruntime folded it
+        assert len(clamps) == 1
+    import onnxruntime as ort
+    want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": _x()})[0]
+    reference = onnx.reference.ReferenceEvaluator(_relu_block(gelu)).run(None, {"x": _x()})[0]
+    got = run_float(import_onnx(plain), {"x": _x()})["y"]
+    def cosine(a, b):
+        return float(a.ravel() @ b.ravel() / np.linalg.norm(a) / np.linalg.norm(b))
+    assert cosine(got, reference) > 0.999 and cosine(got, want) > 0.999

@@ -7,7 +7,9 @@ DequantizeLinear pairs: weights are ``DequantizeLinear`` of int8 constants, acti
 file's own scales when it knows every operator (the CNN operators). For the rest (a transformer's Softmax, LayerNorm,
 attention products, masks...) :func:`qdq_to_float` removes every activation pair, so the model is the float graph
 the quantizer started from, with its weights at their int8 values (each ``DequantizeLinear`` of a constant folds at
-import). The lab then quantizes it as any float model: its own activation scales, calibrated on ``--calibration``
+import). One pair is more than a fake quantization: onnxruntime deletes a ReLU (or ReLU6's Clip) before a
+QuantizeLinear whose zero point is at the bottom of its range, whose clamp computes it; such a pair becomes a Clip to
+``[0, hi]`` (:func:`_floor_clamp`), unless its input is never negative anyway (GELU's ``1 + erf``). The lab then quantizes it as any float model: its own activation scales, calibrated on ``--calibration``
 data (or, with the usual warning, on random inputs), so the run is not bit-exact with onnxruntime's integer
 execution of the file, and says which model it measured its error against.
 
@@ -50,6 +52,7 @@ def qdq_to_float(model: onnx.ModelProto) -> onnx.ModelProto | None:
     inits, producer, readers = set(g.consts), g.producer, g.consumers
     rename: dict[str, str] = {}
     drop: set[str] = set()                                    # outputs of the pairs' nodes
+    clamps: dict[str, onnx.NodeProto] = {}                    # a pair's QuantizeLinear output -> its Clip
     for node in out.graph.node:
         if node.op_type != "QuantizeLinear" or _constant(node.input[0], producer, inits):
             continue
@@ -57,12 +60,22 @@ def qdq_to_float(model: onnx.ModelProto) -> onnx.ModelProto | None:
         if not users or any(u.op_type != "DequantizeLinear" for u in users) or node.output[0] in g.outputs:
             return None
         drop.add(node.output[0])
+        source = node.input[0]
+        bounds = _floor_clamp(node, g.consts, producer)
+        if bounds is not None:
+            source = f"{node.output[0]}_clamped"
+            lo, hi = (f"{source}_{end}" for end in ("min", "max"))
+            out.graph.initializer.extend([numpy_helper.from_array(np.array(bounds[0], np.float32), lo),
+                                          numpy_helper.from_array(np.array(bounds[1], np.float32), hi)])
+            clamps[node.output[0]] = onnx.helper.make_node("Clip", [node.input[0], lo, hi], [source],
+                                                           name=f"{node.name or node.output[0]}_clamp")
         for dq in users:
-            rename[dq.output[0]] = node.input[0]
+            rename[dq.output[0]] = source
             drop.add(dq.output[0])
     if not rename:
         return out
-    kept = [n for n in out.graph.node if not (n.output and n.output[0] in drop)]
+    kept = [clamps.get(n.output[0], n) if n.output and n.output[0] in clamps else n for n in out.graph.node
+            if not (n.output and n.output[0] in drop) or n.output[0] in clamps]
     for node in kept:
         node.input[:] = [_final(t, rename) for t in node.input]
     for o in out.graph.output:
@@ -71,6 +84,83 @@ def qdq_to_float(model: onnx.ModelProto) -> onnx.ModelProto | None:
     del out.graph.node[:]
     out.graph.node.extend(kept)
     return out
+
+
+_NON_NEGATIVE = frozenset({"Relu", "Softmax", "Sigmoid", "HardSigmoid", "Abs", "Exp", "Sqrt"})
+"""Operators whose output is never negative."""
+
+
+def _scalar(name: str, producer: dict[str, onnx.NodeProto], consts: dict[str, np.ndarray]) -> float | None:
+    """The value of a one-element constant: an initializer, a Constant node, or either through a fake quantization
+    (QuantizeLinear -> DequantizeLinear, as onnxruntime writes a scalar operand; its float value, unrounded)."""
+    for _ in range(3):
+        if name in consts:
+            value = consts[name]
+            return float(value.reshape(())) if value.size == 1 else None
+        node = producer.get(name)
+        if node is None:
+            return None
+        if node.op_type == "Constant":
+            attr = next((a for a in node.attribute if a.name == "value"), None)
+            if attr is None:
+                return None
+            value = numpy_helper.to_array(attr.t)
+            return float(value.reshape(())) if value.size == 1 else None
+        if node.op_type not in ("DequantizeLinear", "QuantizeLinear"):
+            return None
+        name = node.input[0]
+    return None
+
+
+def _bounds(name: str, producer: dict[str, onnx.NodeProto], consts: dict[str, np.ndarray], depth: int = 4
+            ) -> tuple[float, float]:
+    """An interval holding every value of tensor ``name``, from the operators that compute it (Erf and Tanh in
+    [-1, 1], the non-negative ones, a Clip's bounds, an Add or Mul of a one-element constant); infinite where
+    unknown."""
+    node = producer.get(name)
+    if node is None or depth == 0:
+        return -np.inf, np.inf
+    quant = producer.get(node.input[0]) if node.op_type == "DequantizeLinear" else None
+    if quant is not None and quant.op_type == "QuantizeLinear":             # through a fake quantization
+        return _bounds(quant.input[0], producer, consts, depth - 1)
+    if node.op_type in _NON_NEGATIVE:
+        return 0.0, (1.0 if node.op_type in ("Softmax", "Sigmoid", "HardSigmoid") else np.inf)
+    if node.op_type in ("Erf", "Tanh"):
+        return -1.0, 1.0
+    if node.op_type == "Clip":
+        lo = _scalar(node.input[1], producer, consts) if len(node.input) > 1 and node.input[1] else None
+        hi = _scalar(node.input[2], producer, consts) if len(node.input) > 2 and node.input[2] else None
+        return -np.inf if lo is None else lo, np.inf if hi is None else hi
+    if node.op_type in ("Add", "Mul") and len(node.input) == 2:
+        values = [_scalar(t, producer, consts) for t in node.input]
+        k = next((i for i, v in enumerate(values) if v is not None), None)
+        if k is None:
+            return -np.inf, np.inf
+        c = values[k]
+        assert c is not None
+        lo, hi = _bounds(node.input[1 - k], producer, consts, depth - 1)
+        if node.op_type == "Add":
+            return lo + c, hi + c
+        ends = sorted(v * c if np.isfinite(v) or c else 0.0 for v in (lo, hi))
+        return ends[0], ends[1]
+    return -np.inf, np.inf
+
+
+def _floor_clamp(quant: onnx.NodeProto, consts: dict[str, np.ndarray], producer: dict[str, onnx.NodeProto]
+                 ) -> tuple[float, float] | None:
+    """``(0, scale * (qmax - zp))`` for an activation QuantizeLinear whose zero point is its type's minimum (uint8
+    0, int8 -128), unless its input is never negative (:func:`_bounds`): onnxruntime's QDQ quantizer then
+    deletes the ReLU (or ReLU6's Clip) before it, since the pair's clamp to ``[0, hi]`` computes it, so the
+    dequantized graph needs the clamp back. None otherwise (a per-tensor scale and zero point only)."""
+    scale = consts.get(quant.input[1])
+    zero = consts.get(quant.input[2]) if len(quant.input) > 2 and quant.input[2] else np.zeros((), np.uint8)
+    if scale is None or zero is None or scale.size != 1 or zero.size != 1 or zero.dtype.kind not in "iu":
+        return None
+    info = np.iinfo(zero.dtype)
+    if int(zero.reshape(())) != int(info.min) or _bounds(quant.input[0], producer, consts)[0] >= 0:
+        return None
+    hi = float(scale.reshape(())) * (int(info.max) - int(info.min))
+    return (0.0, hi) if np.isfinite(hi) and hi > 0 else None
 
 
 def qdq_ranges(model: onnx.ModelProto) -> dict[str, float]:
