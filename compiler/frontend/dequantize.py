@@ -9,9 +9,10 @@ attention products, masks...) :func:`qdq_to_float` removes every activation pair
 the quantizer started from, with its weights at their int8 values (each ``DequantizeLinear`` of a constant folds at
 import). One pair is more than a fake quantization: onnxruntime deletes a ReLU (or ReLU6's Clip) before a
 QuantizeLinear whose zero point is at the bottom of its range, whose clamp computes it; such a pair becomes a Clip to
-``[0, hi]`` (:func:`_floor_clamp`), unless its input is never negative anyway (GELU's ``1 + erf``). The lab then quantizes it as any float model: its own activation scales, calibrated on ``--calibration``
-data (or, with the usual warning, on random inputs), so the run is not bit-exact with onnxruntime's integer
-execution of the file, and says which model it measured its error against.
+``[0, hi]`` (:func:`_floor_clamp`), unless its input is never negative anyway (GELU's ``1 + erf``). The lab then
+quantizes it as any float model: its own activation scales, calibrated on ``--calibration`` data (or, with the
+usual warning, on random inputs), so the run is not bit-exact with onnxruntime's integer execution of the file,
+and says which model it measured its error against.
 
 onnxruntime's ``quantize_dynamic`` writes ``MatMulInteger`` of ``DynamicQuantizeLinear`` activations by int8
 weights: each such chain becomes the float MatMul with the weights' int8 values (:func:`_dynamic_to_float`). Other
