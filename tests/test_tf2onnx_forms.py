@@ -1,7 +1,8 @@
-"""The forms tf2onnx writes for Keras's transformer layers (built here node by node, as tf2onnx 1.17 writes them from
-TensorFlow 2.15 at opsets 17 and 18): LayerNormalization as TF's moments and batchnorm, GlobalAveragePooling1D as
-a ReduceMean over the tokens, the attention mask broadcast by Tile, and int32 token ids. Each imports as the lab's
-own operators, computes what onnxruntime does, and a whole block runs bit-exact on fsim."""
+"""The forms tf2onnx 1.17 writes for Keras's transformer layers from TensorFlow 2.15 at opsets 17 and 18, built here
+node by node: LayerNormalization as TF's moments and batchnorm, GlobalAveragePooling1D as a ReduceMean over the
+tokens, the attention mask broadcast by Tile, int32 token ids; and the general forms they needed: reductions over
+any axes, element-wise operators of two activations that broadcast. Each imports as the lab's own operators and
+computes what onnxruntime does; a whole Keras-style block runs bit-exact on fsim."""
 from __future__ import annotations
 
 import numpy as np
@@ -82,6 +83,32 @@ def test_reduce_mean_over_any_axes(axes, keepdims, shape):
     graph, qgraph, got, want = onnx_op_run(model, {"x": x}, atol=2e-5, rtol=1e-4)
     assert "GlobalAvgPool" in _ops(graph)
     assert np.abs(got - want).max() < 0.05 * np.abs(want).max() + 1e-3
+
+
+@pytest.mark.parametrize("op", ["ReduceSum", "ReduceMax"])
+@pytest.mark.parametrize("axes, keepdims, shape",
+                         [([-1], 0, (1, 6, 8)), ([1], 1, (2, 4, 6)), ([1, 3], 0, (1, 3, 4, 5))])
+def test_reduce_sum_and_max_over_any_axes(op, axes, keepdims, shape):
+    """WavLM's gate sums, Hiera's max over a mask unit: a view and a pool (times the count for a sum)."""
+    x = _x(*shape)
+    model = onnx_model([node(op, ["x", "axes"], ["y"], keepdims=keepdims)], {"x": x},
+                       [("axes", np.array(axes, np.int64))], opset=18)
+    graph, _, got, want = onnx_op_run(model, {"x": x}, atol=2e-5, rtol=1e-4)
+    assert ("MaxPool" if op == "ReduceMax" else "GlobalAvgPool") in _ops(graph)
+    assert np.abs(got - want).max() < 0.05 * np.abs(want).max() + 1e-3
+
+
+@pytest.mark.parametrize("op", ["Add", "Sub", "Mul"])
+@pytest.mark.parametrize("shapes", [((2, 6, 8), (2, 6, 1)), ((1, 6, 8), (8,)), ((2, 1, 8), (1, 6, 1))])
+def test_two_activations_broadcast(op, shapes):
+    """FocalNet's modulation and PoolFormer's ``pool(x) - x``: two activations of different shapes broadcast (each
+    to the output's shape), Sub as an Add of the negated second."""
+    a, b = _x(*shapes[0]), _x(*shapes[1])
+    model = onnx_model([node("Relu", ["a"], ["ra"]), node("Tanh", ["b"], ["tb"]), node(op, ["ra", "tb"], ["y"])],
+                       {"a": a, "b": b}, opset=17)
+    graph, _, got, want = onnx_op_run(model, {"a": a, "b": b}, atol=2e-5, rtol=1e-4)
+    assert ("Mul" if op == "Mul" else "Add") in _ops(graph) and "Sub" not in _ops(graph)
+    assert got.shape == want.shape and np.abs(got - want).max() < 0.05 * np.abs(want).max() + 0.02
 
 
 @pytest.mark.parametrize("repeats, shape", [((1, 3, 1), (2, 1, 5)), ((2, 1, 3), (2, 4, 1)), ((1, 1, 1), (2, 4, 5))])

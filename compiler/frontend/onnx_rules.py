@@ -230,20 +230,37 @@ def _clip(imp: _Importer, node: onnx.NodeProto) -> None:
              max=None if hi is None else float(hi))
 
 
+def broadcast_activation(imp: _Importer, node: onnx.NodeProto, x: str, out: tuple[int, ...]) -> str:
+    """Activation ``x`` broadcast to the static shape ``out`` (numpy's rules), for ``node``: a Reshape adding the
+    leading axes, then for each axis of size 1 broadcast to ``n``, a Concat of ``n`` copies along it. Returns the
+    broadcast tensor's name."""
+    src = tuple(imp.shape(x))
+    padded = (1,) * (len(out) - len(src)) + src
+    if len(padded) != len(src) or not any(a != b for a, b in zip(padded, out)):
+        x = imp.emit_shaped("Reshape", node, [x], padded, shape=padded)
+    current = list(padded)
+    for axis in (k for k, (a, b) in enumerate(zip(padded, out)) if a != b):
+        current[axis] = out[axis]
+        x = imp.emit_shaped("Concat", node, [x] * out[axis], tuple(current), axis=axis)
+    return x
+
+
 def _binary(imp: _Importer, node: onnx.NodeProto) -> None:
-    """Add or Mul of two activations of one shape; Add/Sub/Mul/Div with one constant become Add or Mul by a
-    constant."""
+    """Add, Sub or Mul of two activations (each broadcast to the output's shape first where it differs; Sub as an
+    Add of the second times -1); Add/Sub/Mul/Div with one constant become Add or Mul by a constant."""
     x, y = node.input[0], node.input[1]
     if imp.is_const(x) and node.op_type in ("Add", "Mul"):
         x, y = y, x
     if imp.is_const(x):
         raise UnsupportedOperatorError(node.op_type, node.name, "a constant first operand is only allowed for Add/Mul")
     if not imp.is_const(y):
-        if node.op_type not in ("Add", "Mul"):
-            raise UnsupportedOperatorError(node.op_type, node.name, "only Add and Mul take two activations")
-        if imp.shape(x) != imp.shape(y):
-            raise UnsupportedOperatorError(node.op_type, node.name, f"{node.op_type} operands must have equal shapes")
-        imp.emit(node.op_type, node, [x, y])
+        if node.op_type not in ("Add", "Mul", "Sub"):
+            raise UnsupportedOperatorError(node.op_type, node.name, "only Add, Sub and Mul take two activations")
+        out = tuple(imp.shapes_of(node.output[0]))
+        x, y = (t if tuple(imp.shape(t)) == out else broadcast_activation(imp, node, t, out) for t in (x, y))
+        if node.op_type == "Sub":                              # x - y = x + (-1) * y
+            y = imp.emit_shaped("Mul", node, [y, imp.new_const(f"{node.output[0]}_minus", np.array([-1.0]))], out)
+        imp.emit("Add" if node.op_type == "Sub" else node.op_type, node, [x, y])
         return
     c = imp.const(y).astype(np.float64)
     op = {"Add": "Add", "Sub": "Add", "Mul": "Mul", "Div": "Mul"}[node.op_type]

@@ -28,11 +28,12 @@ from .onnx_rules import (
 )
 
 
-def _reduce_mean(imp: _Importer, node: onnx.NodeProto) -> None:
-    """ReduceMean. Over H and W of an NCHW tensor (how exporters often write global average pooling) it is one
-    GlobalAvgPool; over any other axes (the mean over tokens of ``[B, T, C]``, Keras's GlobalAveragePooling1D) the
-    input is transposed to put the reduced axes last, viewed as ``[1, kept, reduced, 1]``, pooled, and viewed as the
-    output's shape."""
+def _reduce(imp: _Importer, node: onnx.NodeProto) -> None:
+    """ReduceMean, ReduceSum and ReduceMax over any axes. A mean over H and W of an NCHW tensor (how exporters often
+    write global average pooling) is one GlobalAvgPool. Otherwise the input is transposed to put the reduced axes
+    last and viewed as ``[1, kept, reduced, 1]`` (the mean over tokens of ``[B, T, C]``, Keras's
+    GlobalAveragePooling1D; WavLM's gate sums; Hiera's max over a mask unit), then a GlobalAvgPool (ReduceSum: times
+    the count of reduced elements) or a MaxPool of kernel ``(reduced, 1)``, viewed as the output's shape."""
     a = _attrs(node)
     axes = a.get("axes")
     axes_input = imp.const_input(node, 1, "axes")
@@ -46,26 +47,31 @@ def _reduce_mean(imp: _Importer, node: onnx.NodeProto) -> None:
             return
         axes = list(range(rank))
     reduced = sorted({int(x) % rank for x in axes})
-    if rank == 4 and reduced == [2, 3]:
+    out = tuple(imp.shapes_of(node.output[0]))
+    if node.op_type == "ReduceMean" and rank == 4 and reduced == [2, 3]:
         if a.get("keepdims", 1):
             imp.emit("GlobalAvgPool", node, [node.input[0]])
             return
-        pooled = imp.graph.unique_name(f"{node.output[0]}_pooled")
-        n, c = shape[:2]
-        imp.graph.add_tensor(pooled, (n, c, 1, 1), "float32")
-        imp.graph.add_node("GlobalAvgPool", imp.graph.unique_name(pooled, node=True), [imp.name(node.input[0])],
-                           [pooled])
-        imp.emit("Reshape", node, [pooled], shape=(n, c))
+        pooled = imp.emit_shaped("GlobalAvgPool", node, [node.input[0]], (*shape[:2], 1, 1))
+        imp.emit("Reshape", node, [pooled], shape=out)
         return
     kept = [k for k in range(rank) if k not in reduced]
     x = node.input[0]
     if kept + reduced != list(range(rank)):
         perm = tuple(kept + reduced)
         x = imp.emit_shaped("Transpose", node, [x], tuple(shape[k] for k in perm), perm=perm)
-    rows = (1, int(np.prod([shape[k] for k in kept])), int(np.prod([shape[k] for k in reduced])), 1)
+    count = int(np.prod([shape[k] for k in reduced]))
+    rows = (1, int(np.prod([shape[k] for k in kept])), count, 1)
     view = imp.emit_shaped("Reshape", node, [x], rows, shape=rows)
-    pooled = imp.emit_shaped("GlobalAvgPool", node, [view], (1, rows[1], 1, 1))
-    imp.emit("Reshape", node, [pooled], shape=tuple(imp.shapes_of(node.output[0])))
+    if node.op_type == "ReduceMax":
+        pooled = imp.emit_shaped("MaxPool", node, [view], (1, rows[1], 1, 1), kernel=(count, 1), strides=(1, 1),
+                                 pads=(0, 0, 0, 0))
+    else:
+        pooled = imp.emit_shaped("GlobalAvgPool", node, [view], (1, rows[1], 1, 1))
+    if node.op_type == "ReduceSum":
+        pooled = imp.emit_shaped("Mul", node, [pooled, imp.new_const(f"{node.output[0]}_count",
+                                                                     np.array([float(count)]))], (1, rows[1], 1, 1))
+    imp.emit("Reshape", node, [pooled], shape=out)
 
 
 def _layer_norm(imp: _Importer, node: onnx.NodeProto) -> None:
@@ -403,7 +409,9 @@ RULES: dict[str, Callable[[_Importer, onnx.NodeProto], None]] = {
     "Reshape": _reshape,
     "Squeeze": _reshape,
     "Unsqueeze": _reshape,
-    "ReduceMean": _reduce_mean,
+    "ReduceMax": _reduce,
+    "ReduceMean": _reduce,
+    "ReduceSum": _reduce,
     "Pad": _pad,
     "Concat": _axis_op("Concat"),
     "Expand": _expand,
