@@ -69,6 +69,14 @@ def _xglm_nodes():
     return nodes, inits + [("flat3", np.array([B * H, T, T], np.int64)), ("four", np.array([B, H, T, T], np.int64))]
 
 
+def _bart_nodes():
+    """XGLM's chain with a constant 1e-9 added after the view back (Hugging Face's TF ``stable_softmax``, as tf2onnx
+    writes BART, OPT and Blenderbot)."""
+    nodes, inits = _xglm_nodes()
+    nodes[-1].output[:] = ["z0"]
+    return nodes + [node("Add", ["z0", "tiny"], ["z"])], inits + [("tiny", np.array(1e-9, np.float32))]
+
+
 def _bloom_nodes():
     """BLOOM's chain: ALiBi (the slopes times the keys' positions ``cumsum(mask) - 1``, zero where masked) added to
     the scores in ``[B*H, T, T]``, a view as ``[B, H, T, T]``, then the padding mask added before the Softmax."""
@@ -87,12 +95,12 @@ def _bloom_nodes():
                            ("slopes", slopes), ("alibi_shape", np.array([B * H, 1, T], np.int64))]
 
 
-@pytest.mark.parametrize("form", ["xglm", "bloom"])
+@pytest.mark.parametrize("form", ["xglm", "bloom", "bart"])
 def test_a_mask_added_in_another_shape_of_the_scores_runs_on_fsim(form, tmp_path):
     """Each layer's runtime mask reaches its Softmax as one KeyMask; the import computes what onnxruntime does, and
     the compiled block is bit-exact with the integer reference on fsim, close to onnxruntime, with the mask live."""
-    nodes, inits = _xglm_nodes() if form == "xglm" else _bloom_nodes()
-    after = [node("Reshape", ["p", "four"], ["pg"])] if form == "xglm" else None
+    nodes, inits = {"xglm": _xglm_nodes, "bloom": _bloom_nodes, "bart": _bart_nodes}[form]()
+    after = [node("Reshape", ["p", "four"], ["pg"])] if form != "bloom" else None
     model = _block(nodes, extra_inits=inits, after_softmax=after, )
     graph = import_onnx(model)
     keys = [n for n in graph.nodes if n.op == "KeyMask"]

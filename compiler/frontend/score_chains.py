@@ -12,6 +12,7 @@ in place and exactly (every value the graph computes is unchanged), in two steps
   instead, its other operands are reshaped to match (expanded first along merged axes they broadcast over), and
   the Reshape follows the Softmax. Only a Reshape with a mask term before it in the chain moves: elsewhere the
   chain already has the form the import reads.
+- *A constant shift before a Softmax goes* (an Add of a one-element constant, which a Softmax ignores).
 - *Two mask terms join.* ``(x + a) + b``, with ``a`` and ``b`` both computed from mask inputs and constants alone,
   becomes ``x + (a + b)``: one term, which the mask import evaluates from the mask at run time.
 
@@ -100,8 +101,8 @@ class _Graph:
 
     def __init__(self, model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]) -> None:
         self.model = model
-        self.shapes = shapes
         self.consts = {i.name: i for i in model.graph.initializer}
+        self.shapes = {**{name: tuple(int(d) for d in init.dims) for name, init in self.consts.items()}, **shapes}
         self.producer = {o: n for n in model.graph.node for o in n.output}
         self.readers: dict[str, list[onnx.NodeProto]] = {}
         for n in model.graph.node:
@@ -311,11 +312,33 @@ def _join_terms(g: _Graph) -> bool:
     return changed
 
 
+def _drop_shifts(g: _Graph) -> bool:
+    """Remove an Add (or Sub) of a one-element constant whose output only a Softmax reads: a Softmax does not change
+    when every input moves by one amount (Hugging Face's TF ``stable_softmax`` adds 1e-9 so)."""
+    changed = False
+    for node in list(g.model.graph.node):
+        if node.op_type not in ("Add", "Sub") or len(node.input) != 2 or \
+                not g.only_reader(node.output[0], g.readers.get(node.output[0], [node])[0]):
+            continue
+        reader = g.readers[node.output[0]][0]
+        k = next((i for i, t in enumerate(node.input) if t in g.consts and
+                  int(np.prod(g.consts[t].dims, dtype=np.int64)) == 1), None)
+        if reader.op_type != "Softmax" or k is None or (node.op_type == "Sub" and k == 0) or \
+                node.input[1 - k] in g.consts:
+            continue
+        reader.input[0] = node.input[1 - k]
+        g.model.graph.node.remove(node)
+        changed = True
+    return changed
+
+
 def normalize(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]) -> bool:
     """One step of the rewrite the module docstring describes, in place, on ``model`` with its static ``shapes``:
     every Reshape that can sink below its Softmax does, else mask terms join. True when anything changed: the caller
     then sorts the nodes, infers the shapes again and calls it again, until it returns False."""
     g = _Graph(model, shapes)
+    if _drop_shifts(g):
+        return True
     moved: list[onnx.NodeProto] = []
     inserted: list[tuple[onnx.NodeProto, list[onnx.NodeProto]]] = []
     for softmax in [n for n in model.graph.node if n.op_type == "Softmax"]:
