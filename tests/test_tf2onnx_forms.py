@@ -194,3 +194,23 @@ def test_a_keras_block_runs_on_fsim(opset, tmp_path, monkeypatch):
     assert cosine > 0.99
     unmasked = check_inputs(compiled.graph, {"ids": ids, "mask": np.ones((1, T), np.int32)})
     assert not np.array_equal(run(compiled, unmasked, target="fsim").outputs["y"], got)
+
+
+@pytest.mark.parametrize("form", ["int32_reshape", "int64_cast"])
+def test_token_ids_through_a_reshape_or_a_cast_index_the_table(form):
+    """tf2onnx's GPT-2 reshapes int32 ids to ``[-1, T]`` before the lookup; its BERT from int64 ids casts them to
+    int32 first. Either way the ids import as token ids and the lookup as one Embedding."""
+    kind = TensorProto.INT32 if form == "int32_reshape" else TensorProto.INT64
+    step = node("Reshape", ["ids", "flat"], ["ids2"]) if form == "int32_reshape" else \
+        node("Cast", ["ids"], ["ids2"], to=TensorProto.INT32)
+    nodes = [step, node("Gather", ["table", "ids2"], ["e"]), node("Relu", ["e"], ["y"])]
+    graph = helper.make_graph(nodes, "ids", [helper.make_tensor_value_info("ids", kind, [1, T])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, T, D])],
+                              [numpy_helper.from_array(v, k) for k, v in
+                               [("table", _x(50, D)), ("flat", np.array([-1, T], np.int64))]])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    g = import_onnx(model)
+    assert _ops(g)[0] == "Embedding" and g.tensors["ids"].dtype == "int64"
+    ids = RNG.integers(0, 50, (1, T)).astype(np.int32 if form == "int32_reshape" else np.int64)
+    want = ort.InferenceSession(model.SerializeToString()).run(None, {"ids": ids})[0]
+    np.testing.assert_allclose(run_float(g, {"ids": ids.astype(np.int64)})["y"], want, atol=1e-6)

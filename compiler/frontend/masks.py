@@ -42,7 +42,7 @@ from ..qops import key_mask, reference_evaluator
 __all__ = ["KeyMask", "MaskError", "find_key_masks", "find_float_masks", "direct_token_ids", "drop_nan_guards",
            "backward_slice", "region_model", "encode", "live_nodes", "drop_dead_nodes", "mask_inputs",
            "forward_region", "sample_masks",
-           "is_mask_input", "is_float_mask_input", "MASK_TYPES", "REGION_OPS"]
+           "is_mask_input", "is_float_mask_input", "indexes_a_table", "MASK_TYPES", "REGION_OPS"]
 
 MASK_TYPES: dict[int, type] = {TensorProto.INT64: np.int64, TensorProto.INT32: np.int32, TensorProto.BOOL: np.bool_,
                                TensorProto.UINT8: np.uint8, TensorProto.INT8: np.int8, TensorProto.FLOAT: np.float32}
@@ -101,6 +101,35 @@ class KeyMask:
 _ID_SHAPE_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"})
 
 
+def _id_step(node: onnx.NodeProto, tensor: str) -> bool:
+    """Whether ``node`` passes token ids ``tensor`` on unchanged in value: a shape op of :data:`_ID_SHAPE_OPS`, or a
+    Cast to int32 or int64 (tf2onnx's ``Cast(int64 -> int32)`` before the lookup)."""
+    if not node.input or node.input[0] != tensor:
+        return False
+    if node.op_type == "Cast":
+        return any(a.name == "to" and a.i in (TensorProto.INT32, TensorProto.INT64) for a in node.attribute)
+    return node.op_type in _ID_SHAPE_OPS
+
+
+def indexes_a_table(model: onnx.ModelProto, name: str) -> bool:
+    """Whether tensor ``name`` (token ids) is, directly or through :func:`_id_step` nodes, the indices of a Gather
+    from an initializer table ``[rows, width]`` (its other uses are not looked at)."""
+    tables = {i.name for i in model.graph.initializer if len(i.dims) == 2}
+    users = _readers(model)
+    frontier, seen = [name], set()
+    while frontier:
+        tensor = frontier.pop()
+        if tensor in seen:
+            continue
+        seen.add(tensor)
+        for node in users.get(tensor, []):
+            if node.op_type == "Gather" and node.input[1:2] == [tensor] and node.input[0] in tables:
+                return True
+            if _id_step(node, tensor):
+                frontier.append(node.output[0])
+    return False
+
+
 def _readers(model: onnx.ModelProto) -> dict[str, list[onnx.NodeProto]]:
     """Tensor name -> the nodes that read it, in graph order."""
     users: dict[str, list[onnx.NodeProto]] = {}
@@ -111,7 +140,7 @@ def _readers(model: onnx.ModelProto) -> dict[str, list[onnx.NodeProto]]:
 
 
 def direct_token_ids(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]) -> None:
-    """In place: for every int64 graph input whose uses are chains of :data:`_ID_SHAPE_OPS` each ending in a Gather
+    """In place: for every int64 graph input whose uses are chains of :func:`_id_step` nodes each ending in a Gather
     on axis 0 of an initializer table ``[rows, width]``, make each such Gather read the input itself and reshape its
     output to the shape it had (``shapes``: the static shapes of the model's values; an input with a lookup whose
     output shape is unknown is left alone). The chains' nodes go (only the chains and the lookups read them)."""
@@ -127,7 +156,7 @@ def direct_token_ids(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]])
         while frontier and ok:
             tensor = frontier.pop()
             for node in users.get(tensor, []):
-                if node.op_type in _ID_SHAPE_OPS and node.input[0] == tensor:
+                if _id_step(node, tensor):
                     chain.append(node)
                     frontier.append(node.output[0])
                 elif node.op_type == "Gather" and node.input[0] in tables and node.input[1] == tensor and \

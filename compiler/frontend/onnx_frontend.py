@@ -385,11 +385,12 @@ def _indexes_a_table(model: onnx.ModelProto, name: str) -> bool:
 
 
 def _widen_int32_ids(model: onnx.ModelProto) -> None:
-    """In place: an int32 graph input that indexes an embedding table (:func:`_indexes_a_table`; tf2onnx writes
-    Keras's token ids so) becomes an int64 input, so that it imports as token ids do; its other readers, if any,
-    read it cast back to int32. Values are unchanged: the caller's int32 ids are taken as int64."""
+    """In place: an int32 graph input that indexes an embedding table, directly or through shape ops
+    (:func:`.masks.indexes_a_table`; tf2onnx writes Keras's token ids so) becomes an int64 input, so that it
+    imports as token ids do; its other readers, if any, read it cast back to int32. Values are unchanged: the
+    caller's int32 ids are taken as int64."""
     for vi in model.graph.input:
-        if vi.type.tensor_type.elem_type != onnx.TensorProto.INT32 or not _indexes_a_table(model, vi.name):
+        if vi.type.tensor_type.elem_type != onnx.TensorProto.INT32 or not masks.indexes_a_table(model, vi.name):
             continue
         vi.type.tensor_type.elem_type = onnx.TensorProto.INT64
         others = [n for n in model.graph.node if vi.name in n.input and
