@@ -214,3 +214,16 @@ def test_token_ids_through_a_reshape_or_a_cast_index_the_table(form):
     ids = RNG.integers(0, 50, (1, T)).astype(np.int32 if form == "int32_reshape" else np.int64)
     want = ort.InferenceSession(model.SerializeToString()).run(None, {"ids": ids})[0]
     np.testing.assert_allclose(run_float(g, {"ids": ids.astype(np.int64)})["y"], want, atol=1e-6)
+
+
+def test_t5_rms_norm_with_a_global_average_pool_is_one_node():
+    """T5's RMSNorm as tf2onnx writes it at opset 17 (its weight of ones dropped): ``x * 1/sqrt(GAP(x * x) + eps)``
+    with the mean over the last axis as a GlobalAveragePool of the rank-3 tensor."""
+    x = _x(1, T, D, spread=2.0)
+    nodes = [node("Mul", ["x", "x"], ["sq"]), node("GlobalAveragePool", ["sq"], ["ms"]),
+             node("Add", ["ms", "eps"], ["me"]), node("Sqrt", ["me"], ["rt"]), node("Reciprocal", ["rt"], ["r"]),
+             node("Mul", ["x", "r"], ["y"])]
+    model = onnx_model(nodes, {"x": x}, [("eps", np.array(1e-6, np.float32))], opset=17)
+    graph, qgraph, got, want = onnx_op_run(model, {"x": x}, atol=2e-5, rtol=1e-4)
+    assert len(graph.nodes) == 1 and "Sqrt" not in _ops(graph)
+    assert np.abs(got - want).max() < 0.05 * np.abs(want).max()

@@ -483,8 +483,6 @@ def _fuse_decompositions(model: onnx.ModelProto) -> onnx.ModelProto:
             rank = len(shapes[node.input[0]])
             found = _match_layer_norm(g, node, rank) if node.op_type == "ReduceMean" else None
             found = found or _match_moments_layer_norm(g, node, rank) or _match_centered_rms_norm(g, node, rank)
-            if found is None and node.op_type == "GlobalAveragePool":
-                continue
             if found is None:
                 found_rms = rmsnorm.match_rms_norm(g, node, shapes)
                 if found_rms is None:

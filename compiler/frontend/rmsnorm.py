@@ -43,7 +43,10 @@ class OnnxGraph(Protocol):
 
 
 def _last_axis_mean(g: OnnxGraph, node: onnx.NodeProto, rank: int) -> bool:
-    """Whether ``node`` (a ReduceMean) averages over the last axis only and keeps it (keepdims, the default)."""
+    """Whether ``node`` (a ReduceMean) averages over the last axis only and keeps it (keepdims, the default), or is
+    a GlobalAveragePool of a rank-3 tensor (tf2onnx's mean over the last axis)."""
+    if node.op_type == "GlobalAveragePool":
+        return rank == 3
     attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
     axes = attrs.get("axes")
     if len(node.input) > 1 and node.input[1]:
