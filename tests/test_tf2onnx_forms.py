@@ -227,3 +227,22 @@ def test_t5_rms_norm_with_a_global_average_pool_is_one_node():
     graph, qgraph, got, want = onnx_op_run(model, {"x": x}, atol=2e-5, rtol=1e-4)
     assert len(graph.nodes) == 1 and "Sqrt" not in _ops(graph)
     assert np.abs(got - want).max() < 0.05 * np.abs(want).max()
+
+
+@pytest.mark.parametrize("condition", [True, False])
+def test_an_if_on_a_constant_takes_its_branch(condition):
+    """tf2onnx writes Keras's ``tf.cond`` on a constant as an If whose branch reads an outer initializer by name
+    (XGLM's causal mask): the branch taken is inlined and folds."""
+    x = _x(1, T, D)
+    causal, ones = _x(1, T, D), np.ones((1, T, D), np.float32)
+    then_branch = helper.make_graph([node("Identity", ["outer"], ["t_out"])], "then", [],
+                                    [helper.make_tensor_value_info("t_out", TensorProto.FLOAT, [1, T, D])])
+    else_branch = helper.make_graph([node("Identity", ["e_ones"], ["e_out"])], "else", [],
+                                    [helper.make_tensor_value_info("e_out", TensorProto.FLOAT, [1, T, D])],
+                                    [numpy_helper.from_array(ones, "e_ones")])
+    nodes = [node("If", ["cond"], ["picked"], then_branch=then_branch, else_branch=else_branch),
+             node("Add", ["x", "picked"], ["y"])]
+    model = onnx_model(nodes, {"x": x}, [("cond", np.array(condition)), ("outer", causal)], opset=17)
+    graph, _, got, want = onnx_op_run(model, {"x": x}, atol=1e-6, rtol=1e-6)
+    assert "If" not in _ops(graph)
+    np.testing.assert_allclose(want, x + (causal if condition else ones), atol=1e-6)

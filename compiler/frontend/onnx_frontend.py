@@ -81,17 +81,35 @@ which :mod:`.onnx_fused` rewrites (Attention, SwiGLU) or refuses by name, and RM
 
 
 
+def _branch(node: onnx.NodeProto, condition: bool) -> onnx.GraphProto:
+    """If ``node``'s branch for the constant ``condition``, to inline: tf2onnx writes Keras's ``tf.cond`` on a
+    constant so, and a branch may read the outer graph's tensors by name."""
+    return next(a.g for a in node.attribute if a.name == ("then_branch" if condition else "else_branch"))
+
+
 def _fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:
     """Replace every node whose inputs are all constants (the shape arithmetic exporters emit, Constant nodes, and
     Shape of a tensor whose shape inference already fixed) by initializers, evaluated with ONNX's reference
-    evaluator, so shape inference sees constant pads and shapes."""
+    evaluator, so shape inference sees constant pads and shapes. An If on a constant condition is replaced by the
+    nodes of the branch it takes (:func:`_branch`), which fold in turn where they can."""
     consts = {init.name: numpy_helper.to_array(init) for init in model.graph.initializer}
     shapes = contrib.static_shapes(model)
     graph_outputs = {o.name for o in model.graph.output}
     kept = []
     types = contrib.elem_types(model)
-    for node in model.graph.node:
+    todo = list(model.graph.node)
+    changed = False
+    while todo:
+        node = todo.pop(0)
         inputs = [t for t in node.input if t]
+        if node.op_type == "If" and inputs and inputs[0] in consts and not graph_outputs.intersection(node.output):
+            branch = _branch(node, bool(np.asarray(consts[inputs[0]]).reshape(-1)[0]))
+            consts.update({init.name: numpy_helper.to_array(init) for init in branch.initializer})
+            todo[:0] = [onnx.NodeProto.FromString(n.SerializeToString()) for n in branch.node] + \
+                [onnx.helper.make_node("Identity", [out.name], [target], name=f"{node.name or target}_{k}")
+                 for k, (out, target) in enumerate(zip(branch.output, node.output))]
+            changed = True                 # the branch taken, whose nodes may read the outer graph's tensors
+            continue
         if node.op_type == "CastLike" and inputs[0] in consts and types.get(inputs[1]) and \
                 not graph_outputs.intersection(node.output):   # only the second input's type is read
             dtype = onnx.helper.tensor_dtype_to_np_dtype(types[inputs[1]])
@@ -117,7 +135,7 @@ def _fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:
                                            f"constant folding failed ({err})") from err
         for name, value in zip(node.output, results):
             consts[name] = np.asarray(value)
-    if len(kept) == len(model.graph.node):
+    if len(kept) == len(model.graph.node) and not changed:
         return model
     initial = {init.name for init in model.graph.initializer}
     used = {t for node in kept for t in node.input}
