@@ -108,6 +108,38 @@ def test_a_dynamically_quantized_block_imports_as_float_matmuls(tmp_path, caplog
     assert float(got.ravel() @ want.ravel() / np.linalg.norm(got) / np.linalg.norm(want)) > 0.999
 
 
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_a_dynamically_quantized_patch_embedding_imports_as_a_float_conv(per_channel, tmp_path):
+    """quantize_dynamic writes a ViT's patch embedding as ConvInteger of DynamicQuantizeLinear: it becomes the float
+    Conv with the int8 weights' values (per-channel scales along the output channels)."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    from vta.compiler.frontend.float_ref import run_float
+    from vta.compiler.frontend.prequant import import_model
+    rng = np.random.default_rng(5)
+    inits = {"w": (rng.standard_normal((8, 3, 4, 4)) * 0.2).astype(np.float32),
+             "b": (rng.standard_normal(8) * 0.1).astype(np.float32),
+             "flat": np.array([1, 8, 16], np.int64), "proj": (rng.standard_normal((16, 16)) * 0.3).astype(np.float32)}
+    nodes = [node("Conv", ["img", "w", "b"], ["p"], kernel_shape=[4, 4], strides=[4, 4]),
+             node("Reshape", ["p", "flat"], ["t"]), node("MatMul", ["t", "proj"], ["y"])]
+    graph = helper.make_graph(nodes, "patches",
+                              [helper.make_tensor_value_info("img", TensorProto.FLOAT, [1, 3, 16, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 16])],
+                              [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    source, path = tmp_path / "patches.onnx", tmp_path / "patches.dynamic.onnx"
+    onnx.save(model, str(source))
+    quantize_dynamic(str(source), str(path), weight_type=QuantType.QInt8, per_channel=per_channel)
+    assert any(n.op_type == "ConvInteger" for n in onnx.load(str(path)).graph.node)
+    imported = import_model(str(path))
+    assert "Conv2d" in [n.op for n in imported.nodes]
+    img = rng.standard_normal((1, 3, 16, 16)).astype(np.float32)
+    got = run_float(imported, {"img": img})["y"]
+    want = onnx.reference.ReferenceEvaluator(model).run(None, {"img": img})[0]
+    assert float(got.ravel() @ want.ravel() / np.linalg.norm(got) / np.linalg.norm(want)) > 0.999
+
+
 def test_other_quantized_formats_are_not_dequantized():
     from vta.compiler.frontend.dequantize import qdq_to_float
     dynamic = _float_block()

@@ -15,9 +15,10 @@ usual warning, on random inputs), so the run is not bit-exact with onnxruntime's
 and says which model it measured its error against.
 
 onnxruntime's ``quantize_dynamic`` writes ``MatMulInteger`` of ``DynamicQuantizeLinear`` activations by int8
-weights: each such chain becomes the float MatMul with the weights' int8 values (:func:`_dynamic_to_float`). Other
-dynamic forms (``ConvInteger``, the fused ``MatMulIntegerToFloat``) and the QOperator format (``QLinearConv``,
-``QLinearMatMul``, ...) are not dequantized: :func:`qdq_to_float` returns None for them.
+weights: each such chain becomes the float MatMul with the weights' int8 values (:func:`_dynamic_to_float`), and
+each ``ConvInteger`` chain (a ViT's patch embedding) the float Conv. Other dynamic forms (the fused
+``MatMulIntegerToFloat``) and the QOperator format (``QLinearConv``, ``QLinearMatMul``, ...) are not dequantized:
+:func:`qdq_to_float` returns None for them.
 """
 from __future__ import annotations
 
@@ -190,7 +191,9 @@ def qdq_ranges(model: onnx.ModelProto) -> dict[str, float]:
 def _dynamic_to_float(model: onnx.ModelProto) -> None:
     """In place: each ``MatMulInteger(DynamicQuantizeLinear(x), Wq, x_zp, w_zp) -> Cast -> Mul(., x_scale * w_scale)``
     chain (onnxruntime's ``quantize_dynamic`` of a MatMul by constant weights) becomes ``MatMul(x, (Wq - w_zp) *
-    w_scale)``: the float layer with its int8 weights' values; a ``DequantizeLinear`` of a ``Gather`` from an int8
+    w_scale)``: the float layer with its int8 weights' values; a ``ConvInteger`` chain (a ViT's patch embedding)
+    becomes the Conv with the same attributes (per-output-channel scales and zero points along the weights' first
+    axis); a ``DequantizeLinear`` of a ``Gather`` from an int8
     table (a quantized embedding) becomes a Gather from the dequantized table. Nodes left unread afterwards (the
     dynamic quantization of ``x``, the scale products) are dropped. Chains of another form are left (and refused by
     the caller)."""
@@ -199,7 +202,7 @@ def _dynamic_to_float(model: onnx.ModelProto) -> None:
     replace: dict[str, onnx.NodeProto] = {}                  # the chain's final Mul output -> its float MatMul
     gone: set[str] = set()
     for node in model.graph.node:
-        if node.op_type != "MatMulInteger" or node.input[1] not in inits:
+        if node.op_type not in ("MatMulInteger", "ConvInteger") or node.input[1] not in inits:
             continue
         quant = producer.get(node.input[0])
         cast = g.only_user(node.output[0], "Cast")
@@ -213,11 +216,17 @@ def _dynamic_to_float(model: onnx.ModelProto) -> None:
         zero = inits.get(node.input[3]) if len(node.input) > 3 and node.input[3] else np.zeros((), np.int64)
         if w_scale is None or zero is None:
             continue
-        weights = (inits[node.input[1]].astype(np.float64) - zero.astype(np.float64)) * w_scale.astype(np.float64)
+        wq = inits[node.input[1]].astype(np.float64)
+        per_channel = (-1,) + (1,) * (wq.ndim - 1)        # a Conv's per-output-channel scales and zero points
+        zero, w_scale = zero.astype(np.float64), w_scale.astype(np.float64)
+        if node.op_type == "ConvInteger":
+            zero, w_scale = (v.reshape(per_channel) if v.size > 1 else v for v in (zero, w_scale))
+        weights = (wq - zero) * w_scale
         name = f"{node.input[1]}_dequantized"
         model.graph.initializer.append(numpy_helper.from_array(weights.astype(np.float32), name))
-        replace[mul.output[0]] = onnx.helper.make_node("MatMul", [quant.input[0], name], [mul.output[0]],
-                                                       name=node.name or mul.output[0])
+        replace[mul.output[0]] = onnx.helper.make_node(node.op_type.replace("Integer", ""), [quant.input[0], name],
+                                                       [mul.output[0]], name=node.name or mul.output[0])
+        replace[mul.output[0]].attribute.extend(node.attribute)   # ConvInteger's are Conv's
         gone.update({node.output[0], cast.output[0]})
     for node in model.graph.node:                            # DequantizeLinear(Gather(int8 table, ids))
         gather = producer.get(node.input[0]) if node.op_type == "DequantizeLinear" else None
