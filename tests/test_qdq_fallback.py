@@ -140,6 +140,29 @@ def test_a_dynamically_quantized_patch_embedding_imports_as_a_float_conv(per_cha
     assert float(got.ravel() @ want.ravel() / np.linalg.norm(got) / np.linalg.norm(want)) > 0.999
 
 
+def test_a_qoperator_transformer_is_refused_with_what_to_do(tmp_path):
+    """A QOperator file (QLinearMatMul...) with operators the integer import does not take cannot be made float
+    again: the error names its quantized operators and says to quantize in QDQ format or give the float model."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
+
+    from vta.compiler.frontend.prequant import import_model
+    from vta.compiler.ir import GraphError
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.data = iter([{"x": _x(seed)} for seed in range(2)])
+
+        def get_next(self):  # noqa: ANN201 - onnxruntime's interface
+            return next(self.data, None)
+
+    source, path = tmp_path / "block.onnx", tmp_path / "block.qop.onnx"
+    onnx.save(_float_block(), str(source))
+    quantize_static(str(source), str(path), Reader(), quant_format=QuantFormat.QOperator)
+    with pytest.raises(GraphError, match=r"is quantized with .*QLinearMatMul.*Quantize the float model in QDQ "
+                                         r"format.*or give the lab the float model"):
+        import_model(str(path))
+
+
 def test_other_quantized_formats_are_not_dequantized():
     from vta.compiler.frontend.dequantize import qdq_to_float
     dynamic = _float_block()

@@ -29,7 +29,7 @@ from onnx import numpy_helper
 from .masks import live_nodes
 from .onnx_fusions import _OnnxGraph
 
-__all__ = ["qdq_to_float", "qdq_ranges", "QDQ_OPS"]
+__all__ = ["qdq_to_float", "qdq_ranges", "undequantized_ops", "QDQ_OPS"]
 
 QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear"})
 """The only quantized operators of a QDQ model."""
@@ -38,6 +38,14 @@ _QUANTIZED = frozenset({"QLinearConv", "QLinearMatMul", "QLinearAdd", "QLinearMu
                         "QLinearLeakyRelu", "QLinearAveragePool", "QLinearGlobalAveragePool", "QLinearConcat",
                         "QLinearSoftmax", "QGemm", "QAttention", "ConvInteger", "MatMulInteger",
                         "DynamicQuantizeLinear", "DynamicQuantizeMatMul", "MatMulIntegerToFloat"})
+
+
+def undequantized_ops(model: onnx.ModelProto) -> list[str]:
+    """The quantized operators of ``model`` :func:`qdq_to_float` does not make float (QOperator operators, and
+    dynamic ones outside the chains it recognizes), sorted, each once."""
+    out = onnx.ModelProto.FromString(model.SerializeToString())
+    _dynamic_to_float(out)
+    return sorted({node.op_type for node in out.graph.node if node.op_type in _QUANTIZED})
 
 
 def qdq_to_float(model: onnx.ModelProto) -> onnx.ModelProto | None:

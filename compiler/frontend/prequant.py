@@ -67,7 +67,7 @@ import onnx
 from onnx import numpy_helper
 
 from ..ir import INT8_MAX, INT8_MIN, AddRequant, Graph, GraphError, Node, Requant, conv_output_hw
-from .dequantize import qdq_ranges, qdq_to_float
+from .dequantize import qdq_ranges, qdq_to_float, undequantized_ops
 from .onnx_frontend import (
     UnsupportedModelError,
     UnsupportedOperatorError,
@@ -118,9 +118,16 @@ def import_model(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, 
         return import_quantized(proto, label)
     except ValueError as err:
         dequantized = qdq_to_float(proto)               # import_quantized reads proto; this works on a copy
-        if dequantized is None:
-            raise
         first = " ".join(line.strip() for line in str(err).splitlines()[:2])
+        if dequantized is None:
+            ops = undequantized_ops(proto)
+            if not ops:
+                raise
+            raise GraphError(f"{where} is quantized with {', '.join(ops)}, which the lab neither imports as "
+                             f"integers here ({first}) nor turns back into float: it dequantizes QDQ files and "
+                             f"quantize_dynamic's MatMulInteger/ConvInteger chains. Quantize the float model in QDQ "
+                             f"format (onnxruntime's quantize_static(..., quant_format=QuantFormat.QDQ)), or give "
+                             f"the lab the float model.") from err
     logging.getLogger("vta").warning(
         "%s is quantized (QDQ or dynamic) in a form the lab's integer import does not take (%s); it is imported as its "
         "dequantized float graph instead: the weights keep their int8 values, the activations are quantized again "
