@@ -140,27 +140,50 @@ def test_a_dynamically_quantized_patch_embedding_imports_as_a_float_conv(per_cha
     assert float(got.ravel() @ want.ravel() / np.linalg.norm(got) / np.linalg.norm(want)) > 0.999
 
 
-def test_a_qoperator_transformer_is_refused_with_what_to_do(tmp_path):
-    """A QOperator file (QLinearMatMul...) with operators the integer import does not take cannot be made float
-    again: the error names its quantized operators and says to quantize in QDQ format or give the float model."""
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
+@pytest.mark.parametrize("activation", ["QUInt8", "QInt8"])
+def test_a_qoperator_transformer_imports_as_its_dequantized_float_graph(activation, tmp_path, caplog):
+    """A QOperator file (QLinearMatMul, com.microsoft's QLinearSoftmax...) with operators the integer import does not
+    take becomes QDQ (each quantized operator as DequantizeLinear, the float operator, QuantizeLinear; the shape
+    operators on quantized tensors likewise) and then its float graph, as a QDQ file does."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 
+    from vta.compiler.frontend.float_ref import run_float
     from vta.compiler.frontend.prequant import import_model
-    from vta.compiler.ir import GraphError
 
     class Reader(CalibrationDataReader):
         def __init__(self) -> None:
-            self.data = iter([{"x": _x(seed)} for seed in range(2)])
+            self.data = iter([{"x": _x(seed)} for seed in range(4)])
 
         def get_next(self):  # noqa: ANN201 - onnxruntime's interface
             return next(self.data, None)
 
     source, path = tmp_path / "block.onnx", tmp_path / "block.qop.onnx"
     onnx.save(_float_block(), str(source))
-    quantize_static(str(source), str(path), Reader(), quant_format=QuantFormat.QOperator)
-    with pytest.raises(GraphError, match=r"is quantized with .*QLinearMatMul.*Quantize the float model in QDQ "
-                                         r"format.*or give the lab the float model"):
-        import_model(str(path))
+    quantize_static(str(source), str(path), Reader(), quant_format=QuantFormat.QOperator,
+                    activation_type=getattr(QuantType, activation), weight_type=QuantType.QInt8)
+    assert any(n.op_type == "QLinearMatMul" for n in onnx.load(str(path)).graph.node)
+    with caplog.at_level(logging.WARNING, logger="vta"):
+        graph = import_model(str(path))
+    assert not graph.is_quantized and "imported as its dequantized float graph" in caplog.text
+    assert {"MatMul", "Softmax", "LayerNorm"} <= {n.op for n in graph.nodes}
+    float_out = onnx.reference.ReferenceEvaluator(_float_block()).run(None, {"x": _x()})[0]
+    got = run_float(graph, {"x": _x()})["y"]
+    assert float(got.ravel() @ float_out.ravel() / np.linalg.norm(got) / np.linalg.norm(float_out)) > 0.999
+
+
+def test_a_file_that_cannot_be_made_float_is_refused_with_what_to_do():
+    """A quantized operator with a scale computed at run time cannot be made float again: the error names it and
+    says to quantize in QDQ format or give the float model."""
+    from vta.compiler.frontend.prequant import import_model
+    from vta.compiler.ir import GraphError
+    model = _float_block()
+    model.graph.node.insert(0, node("QLinearMatMul", ["x", "xs", "xz", "x", "xs", "xz", "xs", "xz"], ["odd"]))
+    model.graph.node.insert(0, node("ReduceMax", ["x"], ["xs"], keepdims=0))
+    model.graph.initializer.append(numpy_helper.from_array(np.array(0, np.int8), "xz"))
+    model.graph.output.append(helper.make_tensor_value_info("odd", TensorProto.INT8, None))
+    with pytest.raises(GraphError, match=r"is quantized with QLinearMatMul, which the lab neither imports as integers "
+                                         r"here .*Quantize the float model in QDQ format.*or give the lab the float"):
+        import_model(model)
 
 
 def test_other_quantized_formats_are_not_dequantized():

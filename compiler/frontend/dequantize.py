@@ -16,9 +16,11 @@ and says which model it measured its error against.
 
 onnxruntime's ``quantize_dynamic`` writes ``MatMulInteger`` of ``DynamicQuantizeLinear`` activations by int8
 weights: each such chain becomes the float MatMul with the weights' int8 values (:func:`_dynamic_to_float`), and
-each ``ConvInteger`` chain (a ViT's patch embedding) the float Conv. Other dynamic forms (the fused
-``MatMulIntegerToFloat``) and the QOperator format (``QLinearConv``, ``QLinearMatMul``, ...) are not dequantized:
-:func:`qdq_to_float` returns None for them.
+each ``ConvInteger`` chain (a ViT's patch embedding) the float Conv. A file in onnxruntime's QOperator format
+(``QLinearMatMul``, ``QLinearConv``, com.microsoft's ``QLinearAdd``, ``QLinearSoftmax``, ``QGemm``...) is first
+rewritten as QDQ (:func:`_qoperator_to_qdq`), then made float the same way. Other forms (the fused
+``MatMulIntegerToFloat``, ``QAttention``, a quantized operator whose scales are computed at run time) are not:
+:func:`qdq_to_float` returns None for them, and :func:`undequantized_ops` names them.
 """
 from __future__ import annotations
 
@@ -44,17 +46,20 @@ def undequantized_ops(model: onnx.ModelProto) -> list[str]:
     """The quantized operators of ``model`` :func:`qdq_to_float` does not make float (QOperator operators, and
     dynamic ones outside the chains it recognizes), sorted, each once."""
     out = onnx.ModelProto.FromString(model.SerializeToString())
+    _qoperator_to_qdq(out)
     _dynamic_to_float(out)
     return sorted({node.op_type for node in out.graph.node if node.op_type in _QUANTIZED})
 
 
 def qdq_to_float(model: onnx.ModelProto) -> onnx.ModelProto | None:
-    """A copy of the QDQ (or dynamically quantized) ``model`` with its dynamic MatMuls made float again
-    (:func:`_dynamic_to_float`) and without its activation QuantizeLinear -> DequantizeLinear pairs (each pair's
-    output read as the pair's float input); constants' pairs and DequantizeLinear of integer constants stay, to fold
-    at import. None when ``model`` is not QDQ (another quantized operator) or a QuantizeLinear of an activation is
+    """A copy of the QDQ (or QOperator, or dynamically quantized) ``model`` with its QOperator nodes written as QDQ
+    (:func:`_qoperator_to_qdq`), its dynamic MatMuls and Convs made float again (:func:`_dynamic_to_float`) and
+    without its activation QuantizeLinear -> DequantizeLinear pairs (each pair's output read as the pair's float
+    input, or clamped, :func:`_floor_clamp`); constants' pairs and DequantizeLinear of integer constants stay, to
+    fold at import. None when ``model`` keeps another quantized operator or a QuantizeLinear of an activation is
     read by anything but DequantizeLinear."""
     out = onnx.ModelProto.FromString(model.SerializeToString())
+    _qoperator_to_qdq(out)
     _dynamic_to_float(out)
     if any(node.op_type in _QUANTIZED for node in out.graph.node):
         return None
@@ -263,6 +268,95 @@ def _dynamic_to_float(model: onnx.ModelProto) -> None:
     kept = live_nodes(kept, {o.name for o in model.graph.output})
     del model.graph.node[:]
     model.graph.node.extend(kept)
+
+
+_INT8_SHAPE_OPS = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Split", "Identity"})
+"""Operators a QOperator file applies to quantized tensors as they are (same scale and zero point)."""
+
+_QOPERATOR: dict[str, tuple[str, list[tuple[int, int, int]], tuple[int, int]]] = {
+    # op -> (float op, its quantized inputs as (value, scale, zero point) indices, the output's (scale, zero point))
+    "QLinearMatMul": ("MatMul", [(0, 1, 2), (3, 4, 5)], (6, 7)),
+    "QLinearAdd": ("Add", [(0, 1, 2), (3, 4, 5)], (6, 7)),
+    "QLinearMul": ("Mul", [(0, 1, 2), (3, 4, 5)], (6, 7)),
+    "QLinearSoftmax": ("Softmax", [(0, 1, 2)], (3, 4)),
+    "QLinearSigmoid": ("Sigmoid", [(0, 1, 2)], (3, 4)),
+    "QLinearLeakyRelu": ("LeakyRelu", [(0, 1, 2)], (3, 4)),
+    "QLinearGlobalAveragePool": ("GlobalAveragePool", [(0, 1, 2)], (3, 4)),
+    "QLinearAveragePool": ("AveragePool", [(0, 1, 2)], (3, 4)),
+    "QLinearConv": ("Conv", [(0, 1, 2), (3, 4, 5)], (6, 7)),
+    "QGemm": ("Gemm", [(0, 1, 2), (3, 4, 5)], (7, 8)),
+}
+
+
+def _qoperator_to_qdq(model: onnx.ModelProto) -> None:
+    """In place: every QOperator node of :data:`_QOPERATOR` (and QLinearConcat) becomes DequantizeLinear of its
+    quantized inputs, the float operator (its attributes; a Conv's or QGemm's int32 bias dequantized at the inputs'
+    scales), and QuantizeLinear of the result at its output scale; an operator of :data:`_INT8_SHAPE_OPS` on a
+    quantized tensor is wrapped the same way at that tensor's scale. The model is then QDQ, which
+    :func:`qdq_to_float` turns into its float graph. A node whose scales are not constants, or a QGemm with a float
+    output, is left (and refused by the caller)."""
+    inits = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    params: dict[str, tuple[str, str]] = {}              # quantized tensor -> (scale, zero point) tensor names
+    nodes: list[onnx.NodeProto] = []
+    count = 0
+
+    def dq(value: str, scale: str, zero: str) -> str:
+        nonlocal count
+        count += 1
+        out = f"{value}_dq{count}"
+        nodes.append(onnx.helper.make_node("DequantizeLinear", [value, scale] + ([zero] if zero else []), [out],
+                                           name=out))
+        return out
+
+    def q(value: str, scale: str, zero: str, out: str) -> None:
+        nodes.append(onnx.helper.make_node("QuantizeLinear", [value, scale] + ([zero] if zero else []), [out],
+                                           name=f"{out}_q"))
+        params[out] = (scale, zero)
+
+    for node in model.graph.node:
+        spec = _QOPERATOR.get(node.op_type)
+        inputs = list(node.input) + [""] * 12
+        if node.op_type == "QuantizeLinear":
+            params[node.output[0]] = (node.input[1], inputs[2])
+        elif node.op_type in _INT8_SHAPE_OPS and node.input and node.input[0] in params:
+            scale, zero = params[node.input[0]]
+            copy = onnx.NodeProto.FromString(node.SerializeToString())
+            copy.input[0] = dq(node.input[0], scale, zero)
+            copy.output[:] = [f"{o}_float" for o in node.output]
+            nodes.append(copy)
+            for o in node.output:
+                q(f"{o}_float", scale, zero, o)
+            continue
+        elif node.op_type == "QLinearConcat" and all(t in inits for t in node.input[:2]):
+            floats = [dq(*node.input[k:k + 3]) for k in range(2, len(node.input), 3)]
+            nodes.append(onnx.helper.make_node("Concat", floats, [f"{node.output[0]}_float"], name=node.name,
+                                               axis=next(a.i for a in node.attribute if a.name == "axis")))
+            q(f"{node.output[0]}_float", node.input[0], node.input[1], node.output[0])
+            continue
+        elif spec is not None and (node.op_type != "QGemm" or inputs[7]) and \
+                all(inputs[sc] in inits and (not inputs[z] or inputs[z] in inits)
+                    for _, sc, z in spec[1] + [(0, *spec[2])]):
+            op, operands, (ys, yz) = spec
+            floats = [dq(inputs[v], inputs[sc], inputs[z]) for v, sc, z in operands]
+            bias = inputs[8] if node.op_type == "QLinearConv" else inputs[6] if node.op_type == "QGemm" else ""
+            if bias:
+                if bias not in inits:
+                    nodes.append(node)
+                    continue
+                step = inits[inputs[1]].astype(np.float64) * inits[inputs[4]].astype(np.float64)
+                name = f"{bias}_dequantized"
+                model.graph.initializer.append(numpy_helper.from_array(
+                    (inits[bias].astype(np.float64) * step).astype(np.float32), name))
+                floats.append(name)
+            attrs = [a for a in node.attribute if node.op_type != "QLinearSoftmax" or a.name == "axis"]
+            fl = onnx.helper.make_node(op, floats, [f"{node.output[0]}_float"], name=node.name)
+            fl.attribute.extend(attrs)
+            nodes.append(fl)
+            q(f"{node.output[0]}_float", inputs[ys], inputs[yz], node.output[0])
+            continue
+        nodes.append(node)
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
 
 
 def _final(name: str, rename: dict[str, str]) -> str:
