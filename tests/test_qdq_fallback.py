@@ -14,6 +14,16 @@ B, T, D = 2, 8, 16
 node = helper.make_node
 
 
+def _model(nodes: list, inits: dict, name: str) -> onnx.ModelProto:
+    """An opset-17 model of ``nodes`` from ``x [B, T, D]`` to ``y [B, T, D]`` with initializers ``inits``."""
+    graph = helper.make_graph(nodes, name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [B, T, D])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [B, T, D])],
+                              [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    return model
+
+
 def _float_block() -> onnx.ModelProto:
     """x [B, T, D] -> Q, K, V projections -> softmax(Q K^T) V -> LayerNorm -> y."""
     rng = np.random.default_rng(0)
@@ -23,21 +33,16 @@ def _float_block() -> onnx.ModelProto:
     nodes += [node("Transpose", ["k"], ["kt"], perm=[0, 2, 1]), node("MatMul", ["q", "kt"], ["s"]),
               node("Softmax", ["s"], ["p"], axis=-1), node("MatMul", ["p", "v"], ["c"]),
               node("LayerNormalization", ["c", "gamma", "beta"], ["y"], axis=-1)]
-    graph = helper.make_graph(nodes, "block", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [B, T, D])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [B, T, D])],
-                              [numpy_helper.from_array(v, k) for k, v in inits.items()])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 9
-    return model
+    return _model(nodes, inits, "block")
 
 
 def _x(seed: int = 1) -> np.ndarray:
     return np.random.default_rng(seed).standard_normal((B, T, D)).astype(np.float32)
 
 
-@pytest.fixture
-def qdq_file(tmp_path):
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+def _reader():
+    """onnxruntime's calibration reader over four seeded inputs ``x``."""
+    from onnxruntime.quantization import CalibrationDataReader
 
     class Reader(CalibrationDataReader):
         def __init__(self) -> None:
@@ -46,9 +51,16 @@ def qdq_file(tmp_path):
         def get_next(self):  # noqa: ANN201 - onnxruntime's interface
             return next(self.data, None)
 
+    return Reader()
+
+
+@pytest.fixture
+def qdq_file(tmp_path):
+    from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
+
     source, path = tmp_path / "block.onnx", tmp_path / "block.qdq.onnx"
     onnx.save(_float_block(), str(source))
-    quantize_static(str(source), str(path), Reader(), quant_format=QuantFormat.QDQ, activation_type=QuantType.QInt8,
+    quantize_static(str(source), str(path), _reader(), quant_format=QuantFormat.QDQ, activation_type=QuantType.QInt8,
                     weight_type=QuantType.QInt8)
     return path
 
@@ -145,21 +157,14 @@ def test_a_qoperator_transformer_imports_as_its_dequantized_float_graph(activati
     """A QOperator file (QLinearMatMul, com.microsoft's QLinearSoftmax...) with operators the integer import does not
     take becomes QDQ (each quantized operator as DequantizeLinear, the float operator, QuantizeLinear; the shape
     operators on quantized tensors likewise) and then its float graph, as a QDQ file does."""
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+    from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
 
     from vta.compiler.frontend.float_ref import run_float
     from vta.compiler.frontend.prequant import import_model
 
-    class Reader(CalibrationDataReader):
-        def __init__(self) -> None:
-            self.data = iter([{"x": _x(seed)} for seed in range(4)])
-
-        def get_next(self):  # noqa: ANN201 - onnxruntime's interface
-            return next(self.data, None)
-
     source, path = tmp_path / "block.onnx", tmp_path / "block.qop.onnx"
     onnx.save(_float_block(), str(source))
-    quantize_static(str(source), str(path), Reader(), quant_format=QuantFormat.QOperator,
+    quantize_static(str(source), str(path), _reader(), quant_format=QuantFormat.QOperator,
                     activation_type=getattr(QuantType, activation), weight_type=QuantType.QInt8)
     assert any(n.op_type == "QLinearMatMul" for n in onnx.load(str(path)).graph.node)
     with caplog.at_level(logging.WARNING, logger="vta"):
@@ -221,12 +226,7 @@ def _relu_block(gelu: bool) -> onnx.ModelProto:
     else:
         nodes.append(node("Relu", ["h"], ["a"]))
     nodes.append(node("MatMul", ["a", "w2"], ["y"]))
-    graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [B, T, D])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [B, T, D])],
-                              [numpy_helper.from_array(v, k) for k, v in inits.items()])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 9
-    return model
+    return _model(nodes, inits, "mlp")
 
 
 @pytest.mark.parametrize("activation", ["QUInt8", "QInt8"])
@@ -236,22 +236,15 @@ def test_a_relu_onnxruntime_folded_into_its_quantizer_comes_back_as_a_clamp(acti
     bottom of its range (the pair's clamp computes it). The dequantized graph clamps there again: it computes what
     the file does (a run without the clamp let the negative values through). GELU's ``1 + erf`` also quantizes with
     its zero point at the bottom, but is never negative: no clamp, and GELU still fuses into one node."""
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+    from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
 
     from vta.compiler.frontend.dequantize import qdq_to_float
     from vta.compiler.frontend.float_ref import run_float
     from vta.compiler.frontend.onnx_frontend import import_onnx
 
-    class Reader(CalibrationDataReader):
-        def __init__(self) -> None:
-            self.data = iter([{"x": _x(seed)} for seed in range(4)])
-
-        def get_next(self):  # noqa: ANN201 - onnxruntime's interface
-            return next(self.data, None)
-
     source, path = tmp_path / "mlp.onnx", tmp_path / "mlp.qdq.onnx"
     onnx.save(_relu_block(gelu), str(source))
-    quantize_static(str(source), str(path), Reader(), quant_format=QuantFormat.QDQ,
+    quantize_static(str(source), str(path), _reader(), quant_format=QuantFormat.QDQ,
                     activation_type=getattr(QuantType, activation), weight_type=QuantType.QInt8)
     model = onnx.load(str(path))
     plain = qdq_to_float(model)

@@ -148,6 +148,20 @@ def _fsim(compiled, feeds):
     return out
 
 
+def check_masked_block(model, graph, tmp_path):
+    """``model`` (a :func:`_block`) imported as ``graph`` computes what onnxruntime does in float; compiled, it runs on
+    fsim bit-exact with the integer reference, close to onnxruntime, and the mask is live (batch row 1 changes
+    without it)."""
+    feeds = {"input_ids": _ids(), "attention_mask": _padding_mask()}
+    want = ort.InferenceSession(model.SerializeToString()).run(None, feeds)[0]
+    np.testing.assert_allclose(run_float(graph, feeds)["y"], want, atol=1e-5)
+    compiled = _compile(model, tmp_path, feeds)
+    got = _fsim(compiled, feeds).outputs["y"]
+    assert _cosine(got, want) > 0.99
+    unmasked = {"input_ids": feeds["input_ids"], "attention_mask": np.ones((B, T), np.int64)}
+    assert not np.array_equal(_fsim(compiled, unmasked).outputs["y"][1], got[1])
+
+
 @pytest.fixture(autouse=True)
 def _cache(tmp_path, monkeypatch):
     monkeypatch.setenv("VTA_CACHE_DIR", str(tmp_path / "cache"))
@@ -625,14 +639,7 @@ def test_a_mask_of_query_and_key_entries_is_computed_at_run_time(form, tmp_path)
     model = _block(nodes, extra_inits=inits)
     graph = import_onnx(model)
     assert "MaskFn" in _ops(graph) and _ops(graph).count("KeyMask") == 1
-    feeds = {"input_ids": _ids(), "attention_mask": _padding_mask()}
-    want = ort.InferenceSession(model.SerializeToString()).run(None, feeds)[0]
-    np.testing.assert_allclose(run_float(graph, feeds)["y"], want, atol=1e-5)
-    compiled = _compile(model, tmp_path, feeds)
-    got = _fsim(compiled, feeds).outputs["y"]
-    assert _cosine(got, want) > 0.99
-    unmasked = {"input_ids": feeds["input_ids"], "attention_mask": np.ones((B, T), np.int64)}
-    assert not np.array_equal(_fsim(compiled, unmasked).outputs["y"][1], got[1])       # the mask is live
+    check_masked_block(model, graph, tmp_path)
 
 
 def test_a_two_entry_mask_filling_moderate_values_is_refused():
