@@ -118,30 +118,19 @@ class _Graph:
 
     def is_mask_term(self, tensor: str) -> bool:
         """Whether ``tensor`` is computed from integer or bool graph inputs and constants alone, through no lookup
-        of a float table of two or more axes, and reads at least one such input."""
-        if tensor in self._mask:
-            return self._mask[tensor]
-        seen: set[str] = set()
-        stack, found, ok = [tensor], False, True
-        while stack and ok:
-            t = stack.pop()
-            if not t or t in seen or t in self.consts:
-                continue
-            seen.add(t)
-            if t in self.input_types:
-                found = True
-                ok = self.input_types[t] != _FLOAT
-                continue
-            node = self.producer.get(t)
-            if node is None:
-                continue
-            if node.op_type == "Gather" and node.input[0] in self.consts \
-                    and len(self.consts[node.input[0]].dims) >= 2 \
-                    and self.consts[node.input[0]].data_type == _FLOAT:
-                ok = False
-            stack.extend(node.input)
-        self._mask[tensor] = found and ok
-        return found and ok
+        of a float table of two or more axes, and reads at least one such input (one pass over the graph, in
+        order, the first time)."""
+        if not self._mask:
+            kind = {name: "mask" if t != _FLOAT else "other" for name, t in self.input_types.items()}
+            for node in self.model.graph.node:
+                kinds = {kind.get(t, "const" if t in self.consts or not t else "other") for t in node.input}
+                table = node.input[0] if node.op_type == "Gather" and node.input else ""
+                lookup = table in self.consts and len(self.consts[table].dims) >= 2 and \
+                    self.consts[table].data_type == _FLOAT
+                out = "other" if "other" in kinds or lookup else "mask" if "mask" in kinds else "const"
+                kind.update((o, out) for o in node.output)
+            self._mask = {name: k == "mask" for name, k in kind.items()}
+        return self._mask.get(tensor, False)
 
     def constant(self, name: str) -> np.ndarray | None:
         init = self.consts.get(name)
