@@ -229,6 +229,27 @@ def test_softmax_inside_the_graph_has_an_int8_output(axis):
     assert qgraph.tensors[node.outputs[0]].dtype == "int8"
 
 
+def test_a_softmax_output_that_is_also_read_is_int8_and_dequantized_for_the_output(tmp_path, monkeypatch):
+    """A Softmax whose probabilities are a graph output and feed the P.V product (a user tapping them): int8 for
+    the product, dequantized for the output (this crashed with a bare KeyError); both close to onnxruntime."""
+    from vta.compiler.pipeline import compile_model
+    from vta.compiler.runtime.executor import run
+    monkeypatch.setenv("VTA_CACHE_DIR", str(tmp_path / "cache"))
+    x = _x(1, 8, 16)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["s"]), helper.make_node("Softmax", ["s"], ["p"], axis=-1),
+             helper.make_node("Relu", ["x"], ["r"]), helper.make_node("MatMul", ["p", "r"], ["y"])]
+    model = _model(nodes, {"x": x}, [("w", _x(16, 8, spread=0.5))])
+    model.graph.output.append(helper.make_tensor_value_info("p", onnx.TensorProto.FLOAT, None))
+    path = tmp_path / "tap.onnx"
+    onnx.save(model, str(path))
+    compiled = compile_model(str(path), VTAConfig(), calib=4)
+    assert qops.run_reference(compiled.graph, {"x": x}).keys() >= {"y", "p"}
+    want = dict(zip(["y", "p"], ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})))
+    got = run(compiled, {"x": x}, target="fsim").outputs
+    for name in ("y", "p"):
+        assert np.abs(got[name] - want[name]).max() < 0.05 * np.abs(want[name]).max()
+
+
 def test_additive_mask_is_applied_in_float():
     mask = np.where(np.tril(np.ones((6, 6))) > 0, 0.0, -10000.0).astype(np.float32).reshape(1, 1, 6, 6)
     model, feeds = _attention_scores([helper.make_node("Add", ["x", "mask"], ["z"])], [("mask", mask)])

@@ -615,14 +615,15 @@ class _Quantizer:
         self.key_masks[node.outputs[0]] = (src, mask, {})
 
     def softmax(self, node: Node) -> None:
-        """Softmax -> float32 Softmax at a graph output, else QSoftmax (int8 at its calibrated scale); a mask fused
+        """Softmax -> float32 Softmax at a graph output no node reads, else QSoftmax (int8 at its calibrated scale;
+        dequantized where it is also a graph output); a mask fused
         into it (:meth:`softmax_mask`, :meth:`key_mask`) goes along as attributes (a runtime mask also as input
         1)."""
         out = node.outputs[0]
         src, mask = self.masks.pop(node.inputs[0], (node.inputs[0], {}))
         runtime = self.key_masks.pop(node.inputs[0], None)
         inputs = [src] if runtime is None else [src, runtime[1]]
-        if out in self.fg.outputs:
+        if out in self.fg.outputs and not self.fg.consumers(out):     # else int8, dequantized for the output
             self.qg.add_tensor(out, self.fg.shape(out), "float32")
             self.qg.add_node("Softmax", node.name, inputs, [out], axis=node.attrs["axis"], scale=self.scales[src],
                              **mask)
