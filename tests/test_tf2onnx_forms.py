@@ -246,3 +246,68 @@ def test_an_if_on_a_constant_takes_its_branch(condition):
     graph, _, got, want = onnx_op_run(model, {"x": x}, atol=1e-6, rtol=1e-6)
     assert "If" not in _ops(graph)
     np.testing.assert_allclose(want, x + (causal if condition else ones), atol=1e-6)
+
+
+def _rotary_block(cumulative: bool):
+    """Llama's rotary embedding of ``position_ids [1, T]`` given as an input (as optimum exports it): each
+    position's row ``cos(p * inv_freq)`` (twice), times the queries ``q [1, H, T, D]``; with ``cumulative`` the
+    positions are first summed along the row (a value that depends on every entry: no table)."""
+    heads, dim = 2, 8
+    inv_freq = (1.0 / 10000 ** (np.arange(0, dim, 2) / dim)).astype(np.float32)
+    nodes = [node("CumSum", ["position_ids", "zero"], ["pos"])] if cumulative else \
+        [node("Identity", ["position_ids"], ["pos"])]
+    nodes += [node("Cast", ["pos"], ["pf"], to=TensorProto.FLOAT), node("Unsqueeze", ["pf", "last"], ["p3"]),
+              node("Mul", ["p3", "inv_freq"], ["freqs"]), node("Concat", ["freqs", "freqs"], ["emb"], axis=-1),
+              node("Cos", ["emb"], ["cos"]), node("Unsqueeze", ["cos", "one"], ["cos4"]),
+              node("MatMul", ["x", "wq"], ["q0"]), node("Reshape", ["q0", "heads"], ["q1"]),
+              node("Transpose", ["q1"], ["q"], perm=[0, 2, 1, 3]), node("Mul", ["q", "cos4"], ["y"])]
+    inits = [("inv_freq", inv_freq), ("last", np.array([-1], np.int64)), ("one", np.array([1], np.int64)),
+             ("zero", np.array(1, np.int64)), ("wq", _x(D, heads * dim, spread=0.3)),
+             ("heads", np.array([1, T, heads, dim], np.int64))]
+    graph = helper.make_graph(nodes, "rotary", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, T, D]),
+                                                helper.make_tensor_value_info("position_ids", TensorProto.INT64,
+                                                                              [1, T])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, heads, T, dim])],
+                              [numpy_helper.from_array(np.asarray(v), k) for k, v in inits])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_position_ids_given_as_an_input_read_a_table_of_rows():
+    """Each position's rotary row is a function of that position alone: the input becomes token ids into a table of
+    ``P`` rows (``P`` = the largest static input dimension, here x's D), and the block computes what onnxruntime
+    does; a position beyond the table is refused by the token-id check."""
+    model = _rotary_block(cumulative=False)
+    graph = import_onnx(model)
+    assert graph.tensors["position_ids"].dtype == "int64" and "Embedding" in _ops(graph)
+    feeds = {"x": _x(1, T, D), "position_ids": RNG.permutation(T).reshape(1, T).astype(np.int64)}
+    want = ort.InferenceSession(model.SerializeToString()).run(None, feeds)[0]
+    np.testing.assert_allclose(run_float(graph, feeds)["y"], want, atol=1e-5)
+    from vta.compiler.pipeline import InputError, check_inputs
+    assert graph.shape("position_ids_table0")[0] == D
+    with pytest.raises(InputError, match=f"token ids outside \\[0, {D - 1}\\].*'position_ids'"):
+        check_inputs(graph, dict(feeds, position_ids=np.full((1, T), D, np.int64)))
+
+
+def test_an_input_whose_rows_depend_on_other_entries_is_not_tabulated():
+    with pytest.raises(Exception, match="position_ids"):
+        import_onnx(_rotary_block(cumulative=True))
+
+
+def test_a_rotary_block_with_position_ids_runs_on_fsim(tmp_path, monkeypatch):
+    from vta.compiler import qops
+    from vta.compiler.pipeline import CalibrationSet, check_inputs, compile_model
+    from vta.compiler.runtime.executor import run
+    from vta.config import VTAConfig
+    monkeypatch.setenv("VTA_CACHE_DIR", str(tmp_path / "cache"))
+    model = _rotary_block(cumulative=False)
+    path = tmp_path / "rotary.onnx"
+    path.write_bytes(model.SerializeToString())
+    positions = (np.arange(T) + 4).reshape(1, T).astype(np.int64)        # a generation step after 4 tokens
+    calib = {"x": np.concatenate([_x(1, T, D), _x(1, T, D)]), "position_ids": np.concatenate([positions] * 2)}
+    compiled = compile_model(str(path), VTAConfig(), calib=2, policy="accel",
+                             calibration=CalibrationSet(calib, {"source": "test", "samples": 2}))
+    feeds = check_inputs(compiled.graph, {"x": _x(1, T, D), "position_ids": positions})
+    got = run(compiled, feeds, target="fsim").outputs["y"]
+    np.testing.assert_array_equal(got, qops.run_reference(compiled.graph, feeds)["y"])
+    want = ort.InferenceSession(model.SerializeToString()).run(None, feeds)[0]
+    assert float((got * want).sum() / (np.linalg.norm(got) * np.linalg.norm(want))) > 0.99

@@ -45,7 +45,7 @@ from onnx import numpy_helper, shape_inference
 
 from ..ir import Graph, GraphError
 from ..qops import reference_evaluator
-from . import contrib, half, id_masks, indices, masks, onnx_fused, pooling, score_chains
+from . import contrib, half, id_masks, indices, masks, onnx_fused, pooling, position_tables, score_chains
 from .onnx_common import (
     _DTYPES,
     ModelFileError,
@@ -510,6 +510,7 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, n
     float_masks, float_region = masks.find_float_masks(model, shapes)
     key_masks, region = key_masks + float_masks, region | float_region
     _replace_mask_regions(model, key_masks, region)
+    token_ids |= position_tables.tabulate_inputs(model, token_ids | set(mask_types))   # Llama's position_ids
     imp = _Importer(model, label)
     imp.key_masks = {m.out: m for m in key_masks}
     imp.index_fns = {r.out: r for r in index_regions}
