@@ -311,3 +311,19 @@ def test_a_rotary_block_with_position_ids_runs_on_fsim(tmp_path, monkeypatch):
     np.testing.assert_array_equal(got, qops.run_reference(compiled.graph, feeds)["y"])
     want = ort.InferenceSession(model.SerializeToString()).run(None, feeds)[0]
     assert float((got * want).sum() / (np.linalg.norm(got) * np.linalg.norm(want))) > 0.99
+
+
+def test_an_if_on_an_input_is_refused_before_the_inputs_it_hides():
+    """optimum's merged decoder chooses its branch by a bool input, and its branches are where the int64 mask is
+    used: the If is named with what to compile instead, not the mask's type."""
+    branch = helper.make_graph([node("Cast", ["mask"], ["b_out"], to=TensorProto.FLOAT)], "b", [],
+                               [helper.make_tensor_value_info("b_out", TensorProto.FLOAT, [1, T])])
+    graph = helper.make_graph([node("If", ["use_cache_branch"], ["y"], then_branch=branch, else_branch=branch,
+                                    name="optimum::if")], "merged",
+                              [helper.make_tensor_value_info("use_cache_branch", TensorProto.BOOL, [1]),
+                               helper.make_tensor_value_info("mask", TensorProto.INT64, [1, T])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, T])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    from vta.compiler.frontend.onnx_frontend import UnsupportedOperatorError
+    with pytest.raises(UnsupportedOperatorError, match=r"'If' \(node 'optimum::if'\).*decoder_with_past_model.onnx"):
+        import_onnx(model)

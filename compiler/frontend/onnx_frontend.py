@@ -327,13 +327,26 @@ def _fix_inputs(model: onnx.ModelProto, batch: int, input_shapes: dict[str, tupl
             d.dim_value = v
 
 
+_IF_REASON = ("a condition computed at run time or given as an input (an If on a constant is inlined); optimum's "
+              "merged decoder (decoder_model_merged.onnx) chooses its branch by the input use_cache_branch: compile "
+              "decoder_model.onnx or decoder_with_past_model.onnx, which optimum writes beside it")
+"""Why an If is refused."""
+
+_CONTROL_FLOW = frozenset({"If", "Loop", "Scan"})
+"""Operators with subgraphs, which no rule takes."""
+
+
 def _raise_refused(model: onnx.ModelProto, label: str, refused: dict[str, str]) -> None:
     """Raise the refusals of the nodes the rewrites before import left (:func:`.contrib.rewrite_contrib`,
-    :func:`.onnx_fused.rewrite_onnx_fused`), if any, as :func:`_apply_rules` would name them."""
+    :func:`.onnx_fused.rewrite_onnx_fused`) and of control flow (:data:`_CONTROL_FLOW`), if any, as
+    :func:`_apply_rules` would name them (called before another refusal, an input's type, which such a node may
+    cause: an If hides how its branches use a mask input)."""
     problems = [UnsupportedOperatorError(node.op_type if node.domain in ("", "ai.onnx") else
                                          f"{node.domain}.{node.op_type}",
-                                         node.name or f"<unnamed, writes {node.output[0]}>", refused[node.output[0]])
-                for node in model.graph.node if node.output and node.output[0] in refused]
+                                         node.name or f"<unnamed, writes {node.output[0]}>",
+                                         refused.get(node.output[0], _IF_REASON if node.op_type == "If" else ""))
+                for node in model.graph.node if node.output and (node.output[0] in refused or (
+                    node.domain in ("", "ai.onnx") and node.op_type in _CONTROL_FLOW))]
     if len(problems) == 1:
         raise problems[0]
     if problems:
@@ -353,7 +366,8 @@ def _apply_rules(imp: _Importer, model: onnx.ModelProto, label: str, refused: di
                 raise UnsupportedOperatorError(f"{node.domain}.{node.op_type}", node.name,
                                                refused.get(node.output[0], "an operator of another domain"))
             if rule is None:                             # onnxruntime's own default-domain ops: the rewrite's reason
-                raise UnsupportedOperatorError(node.op_type, node.name, refused.get(node.output[0], ""))
+                raise UnsupportedOperatorError(node.op_type, node.name, refused.get(
+                    node.output[0], _IF_REASON if node.op_type == "If" else ""))
             rule(imp, node)
         except UnsupportedOperatorError as err:
             if not node.name:                            # name an unnamed node by its output
