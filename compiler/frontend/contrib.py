@@ -35,7 +35,7 @@ from typing import Any, Callable
 
 import numpy as np
 import onnx
-from onnx import helper, numpy_helper, shape_inference
+from onnx import TensorProto, helper, numpy_helper, shape_inference
 
 __all__ = ["CONTRIB_DOMAIN", "ORT_DEFAULT_DOMAIN_OPS", "REWRITES", "Rewrite", "rewrite_contrib", "rewrite_nodes",
            "static_shapes", "elem_types"]
@@ -425,10 +425,14 @@ def _key_mask(mask: np.ndarray, batch: int, queries: int, keys: int) -> np.ndarr
 
 
 def _mask(ctx: _Context, node: onnx.NodeProto, index: int, causal: bool, fill: float, queries: str, keys: str
-          ) -> np.ndarray | None:
+          ) -> np.ndarray | str | None:
     """The additive mask ``[B or 1, 1, S, L]`` (``fill`` where masked, else 0) of the node's key mask input
     ``index`` (see :func:`_key_mask`) and causal masking, or None for neither; ``queries`` and ``keys`` are the
-    tensors ``[B, S, .]`` and ``[B, L, .]`` that give the lengths."""
+    tensors ``[B, S, .]`` and ``[B, L, .]`` that give the lengths. A key mask computed at run time gives the name
+    of a tensor computed from it (:func:`_runtime_mask`)."""
+    given = node.input[index] if len(node.input) > index else ""
+    if given and given not in ctx.consts:
+        return _runtime_mask(ctx, node, given, causal, fill, queries, keys)
     mask = ctx.constant(node, index, "mask")
     if mask is None and not causal:
         return None
@@ -447,9 +451,45 @@ def _mask(ctx: _Context, node: onnx.NodeProto, index: int, causal: bool, fill: f
     return np.where(keep, 0.0, fill).astype(np.float32)
 
 
+def _runtime_mask(ctx: _Context, node: onnx.NodeProto, given: str, causal: bool, fill: float, queries: str,
+                  keys: str) -> str:
+    """The additive mask ``[B, 1, 1 or S, L]`` of a key mask computed at run time, as nodes on it (which the runtime
+    mask import then reads from the graph's mask input): a 1-D ``[B]`` ``mask_index`` of end positions (onnxruntime's
+    optimizer writes ``ReduceSum(attention_mask, 1)``) keeps the keys before it, a 2-D ``[B, L]`` 0/1 mask the keys
+    it marks 1; ``fill`` elsewhere, and above the diagonal too when ``causal``."""
+    q_shape, k_shape, m_shape = ctx.shapes.get(queries), ctx.shapes.get(keys), ctx.shapes.get(given)
+    if q_shape is None or k_shape is None or m_shape is None or len(q_shape) != 3 or len(k_shape) != 3:
+        raise _NeedsShape(f"a mask computed at run time on inputs {queries!r} and {keys!r} whose static shapes "
+                          f"are not known")
+    batch, s, length = q_shape[0], q_shape[1], k_shape[1]
+    name = _main_name(node)
+    if m_shape == (batch,):
+        ends = ctx.emit("Unsqueeze", [given, ctx.const(f"{name}_mask_axis", np.array([1], np.int64))],
+                        f"{name}_mask_ends")
+        ends = ctx.emit("Cast", [ends], f"{name}_mask_ends64", to=TensorProto.INT64)
+        keep = ctx.emit("Less", [ctx.const(f"{name}_mask_keys", np.arange(length, dtype=np.int64)[None]), ends],
+                        f"{name}_mask_keep")
+    elif m_shape == (batch, length):
+        keep = ctx.emit("Cast", [given], f"{name}_mask_keep", to=TensorProto.BOOL)
+    else:
+        raise _Refusal(f"a mask input {given!r} of shape {m_shape} computed at run time (only [batch] end positions "
+                       f"or a [batch, keys] 0/1 mask)")
+    additive = ctx.emit("Where", [keep, ctx.const(f"{name}_mask_zero", np.float32(0.0)),
+                                  ctx.const(f"{name}_mask_fill", np.float32(fill))], f"{name}_mask_add")
+    mask = ctx.emit("Reshape", [additive, ctx.const(f"{name}_mask_shape", np.array([batch, 1, 1, length], np.int64))],
+                    f"{name}_mask")
+    if causal:
+        if s != length:
+            raise _Refusal(f"unidirectional=1 with {s} queries and {length} keys (only as many of each)")
+        upper = np.where(np.tril(np.ones((s, length), bool)), 0.0, fill).astype(np.float32)[None, None]
+        mask = ctx.emit("Add", [mask, ctx.const(f"{name}_causal", upper)], f"{name}_mask_causal")
+    return mask
+
+
 def _attend(ctx: _Context, node: onnx.NodeProto, qkv: list[str], heads: int, size: tuple[int, int], scale: float,
-            mask: np.ndarray | None) -> None:
-    """softmax(Q K^T * scale + mask) V per head, into ``node``'s output 0 ``[B, S, heads * v_head]``."""
+            mask: np.ndarray | str | None) -> None:
+    """softmax(Q K^T * scale + mask) V per head, into ``node``'s output 0 ``[B, S, heads * v_head]`` (``mask``: a
+    constant, or the name of a tensor computed at run time)."""
     name = _main_name(node)
     q, k, v = qkv
     qk_head, v_head = size
@@ -459,7 +499,8 @@ def _attend(ctx: _Context, node: onnx.NodeProto, qkv: list[str], heads: int, siz
     scores = ctx.emit("MatMul", [qh, kh], f"{name}_scores")
     scores = ctx.emit("Mul", [scores, ctx.const(f"{name}_scale", np.float32(scale))], f"{name}_scaled")
     if mask is not None:
-        scores = ctx.emit("Add", [scores, ctx.const(f"{name}_mask", mask)], f"{name}_masked")
+        scores = ctx.emit("Add", [scores, mask if isinstance(mask, str) else ctx.const(f"{name}_mask", mask)],
+                          f"{name}_masked")
     probs = ctx.emit("Softmax", [scores], f"{name}_softmax", axis=-1)
     context = ctx.emit("MatMul", [probs, vh], f"{name}_context")
     merged = ctx.emit("Transpose", [context], f"{name}_merge", perm=[0, 2, 1, 3])

@@ -487,6 +487,9 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, n
         model = _infer_shapes(_fold_constants(model))
         if len(model.graph.node) == before:
             break
+    if refused:               # rewrites that needed a static shape only the folding gives (a position Slice by Shape)
+        refused = {**contrib.rewrite_contrib(model), **onnx_fused.rewrite_onnx_fused(model)}
+        model = _infer_shapes(_fold_constants(model))
     _check_sizes(model, where, limit)
     _widen_int32_ids(model)
     _split_sequences(model)
