@@ -36,6 +36,10 @@ _INTEGER: dict[int, type] = {TensorProto.INT64: np.int64, TensorProto.INT32: np.
 _SAMPLES = 3
 """Seeded random inputs the tables are checked on."""
 
+_MAX_TABLE = 1 << 22
+"""The most values (rows times row width) a table may hold, 16 MiB of float32: a region whose rows are wider (a whole
+mask per batch entry) is left, and refused as before."""
+
 
 def _exits(model: onnx.ModelProto, region: set[str], nodes: list[onnx.NodeProto]) -> list[str]:
     """The region's tensors that a node outside it (or the graph's outputs) reads, in graph order."""
@@ -64,8 +68,9 @@ def _table(model: onnx.ModelProto, nodes: list[onnx.NodeProto], vi: onnx.ValueIn
             values = (np.arange(size) + start) % rows
             got = run.run(None, {vi.name: values.reshape(shape).astype(dtype)})
             for t, value in zip(exits, got):
-                if np.asarray(value).dtype.kind != "f" or np.asarray(value).size % size:
-                    return None                               # an index, or not one row per entry
+                if np.asarray(value).dtype.kind != "f" or np.asarray(value).size % size or \
+                        np.asarray(value).size // size * rows > _MAX_TABLE:
+                    return None                               # an index, not one row per entry, or too wide
                 tables[t].append(np.asarray(value, np.float64).reshape(size, -1)[: min(size, rows - start)])
         table = {t: np.concatenate(parts) for t, parts in tables.items()}
         rng = np.random.default_rng(27)
