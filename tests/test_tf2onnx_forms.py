@@ -327,3 +327,19 @@ def test_an_if_on_an_input_is_refused_before_the_inputs_it_hides():
     from vta.compiler.frontend.onnx_frontend import UnsupportedOperatorError
     with pytest.raises(UnsupportedOperatorError, match=r"'If' \(node 'optimum::if'\).*decoder_with_past_model.onnx"):
         import_onnx(model)
+
+
+def test_an_if_on_a_constant_writing_a_graph_output_and_a_malformed_one():
+    """The branch taken may write the graph's output (its Identity does); an If on a constant without the branch it
+    takes is refused with a reason, not a traceback."""
+    x = _x(1, T, D)
+    branch = helper.make_graph([node("Relu", ["x"], ["b_out"])], "then", [],
+                               [helper.make_tensor_value_info("b_out", TensorProto.FLOAT, [1, T, D])])
+    model = onnx_model([node("If", ["cond"], ["y"], then_branch=branch, else_branch=branch)], {"x": x},
+                       [("cond", np.array(True))], opset=17)
+    graph, _, got, want = onnx_op_run(model, {"x": x}, atol=1e-6, rtol=1e-6)
+    assert "If" not in _ops(graph)
+    broken = onnx_model([node("If", ["cond"], ["y"])], {"x": x}, [("cond", np.array(True))], opset=17)
+    from vta.compiler.frontend.onnx_frontend import UnsupportedOperatorError
+    with pytest.raises(UnsupportedOperatorError, match="'If'"):
+        import_onnx(broken)

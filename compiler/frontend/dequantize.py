@@ -327,7 +327,8 @@ def _qoperator_to_qdq(model: onnx.ModelProto) -> None:
             for o in node.output:
                 q(f"{o}_float", scale, zero, o)
             continue
-        elif node.op_type == "QLinearConcat" and all(t in inits for t in node.input[:2]):
+        elif node.op_type == "QLinearConcat" and all(t in inits for t in node.input[:2]) and \
+                any(a.name == "axis" for a in node.attribute):
             floats = [dq(*node.input[k:k + 3]) for k in range(2, len(node.input), 3)]
             nodes.append(onnx.helper.make_node("Concat", floats, [f"{node.output[0]}_float"], name=node.name,
                                                axis=next(a.i for a in node.attribute if a.name == "axis")))

@@ -81,10 +81,10 @@ which :mod:`.onnx_fused` rewrites (Attention, SwiGLU) or refuses by name, and RM
 
 
 
-def _branch(node: onnx.NodeProto, condition: bool) -> onnx.GraphProto:
-    """If ``node``'s branch for the constant ``condition``, to inline: tf2onnx writes Keras's ``tf.cond`` on a
-    constant so, and a branch may read the outer graph's tensors by name."""
-    return next(a.g for a in node.attribute if a.name == ("then_branch" if condition else "else_branch"))
+def _branch(node: onnx.NodeProto, condition: bool) -> onnx.GraphProto | None:
+    """If ``node``'s branch for the constant ``condition``, to inline (None when the node has none): tf2onnx writes
+    Keras's ``tf.cond`` on a constant so, and a branch may read the outer graph's tensors by name."""
+    return next((a.g for a in node.attribute if a.name == ("then_branch" if condition else "else_branch")), None)
 
 
 def _fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -102,8 +102,10 @@ def _fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:
     while todo:
         node = todo.pop(0)
         inputs = [t for t in node.input if t]
-        if node.op_type == "If" and inputs and inputs[0] in consts and not graph_outputs.intersection(node.output):
-            branch = _branch(node, bool(np.asarray(consts[inputs[0]]).reshape(-1)[0]))
+        branch = _branch(node, bool(np.asarray(consts[inputs[0]]).reshape(-1)[0])) \
+            if node.op_type == "If" and inputs and inputs[0] in consts and np.asarray(consts[inputs[0]]).size \
+            else None
+        if branch is not None and len(branch.output) == len(node.output):
             consts.update({init.name: numpy_helper.to_array(init) for init in branch.initializer})
             todo[:0] = [onnx.NodeProto.FromString(n.SerializeToString()) for n in branch.node] + \
                 [onnx.helper.make_node("Identity", [out.name], [target], name=f"{node.name or target}_{k}")

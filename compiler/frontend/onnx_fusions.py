@@ -414,7 +414,7 @@ def tiles_as_expands(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]])
     for node in model.graph.node:
         shape = shapes.get(node.input[0]) if node.op_type == "Tile" else None
         reps = consts.get(node.input[1]) if shape is not None and len(node.input) > 1 else None
-        repeats = numpy_helper.to_array(reps).astype(np.int64).tolist() if reps is not None else None
+        repeats = numpy_helper.to_array(reps).astype(np.int64).reshape(-1).tolist() if reps is not None else None
         if shape is None or repeats is None or len(repeats) != len(shape) or min(repeats) < 1:
             nodes.append(node)
             continue
