@@ -343,3 +343,24 @@ def test_an_if_on_a_constant_writing_a_graph_output_and_a_malformed_one():
     from vta.compiler.frontend.onnx_frontend import UnsupportedOperatorError
     with pytest.raises(UnsupportedOperatorError, match="'If'"):
         import_onnx(broken)
+
+
+def test_an_integer_input_the_graph_does_not_read_is_taken_and_ignored(tmp_path, monkeypatch):
+    """An exporter declares optional inputs the graph ignores (token_type_ids of a model that has no segment table):
+    such an int64 input imports as an int64 input nothing reads, and a run with it given matches onnxruntime."""
+    from vta.compiler.pipeline import check_inputs, compile_model
+    from vta.compiler.runtime.executor import run
+    from vta.config import VTAConfig
+    monkeypatch.setenv("VTA_CACHE_DIR", str(tmp_path / "cache"))
+    x = _x(1, T, D)
+    model = onnx_model([node("MatMul", ["x", "w"], ["y"])], {"x": x}, [("w", _x(D, 8, spread=0.3))], opset=17)
+    model.graph.input.append(helper.make_tensor_value_info("token_type_ids", TensorProto.INT64, [1, T]))
+    graph = import_onnx(model)
+    assert graph.tensors["token_type_ids"].dtype == "int64" and not graph.consumers("token_type_ids")
+    path = tmp_path / "unused.onnx"
+    path.write_bytes(model.SerializeToString())
+    compiled = compile_model(str(path), VTAConfig(), calib=2)
+    feeds = {"x": x, "token_type_ids": np.zeros((1, T), np.int64)}
+    got = run(compiled, check_inputs(compiled.graph, feeds), target="fsim").outputs["y"]
+    want = ort.InferenceSession(model.SerializeToString()).run(None, feeds)[0]
+    assert float((got * want).sum() / np.linalg.norm(got) / np.linalg.norm(want)) > 0.99

@@ -538,7 +538,9 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, n
     for vi in model.graph.input:
         if vi.name in init_names:
             continue
-        integer = vi.name in mask_types or vi.name in token_ids
+        unread = not any(vi.name in n.input for n in model.graph.node)   # an optional input the graph ignores
+        integer = vi.name in mask_types or vi.name in token_ids or \
+            (unread and vi.type.tensor_type.elem_type in masks.MASK_TYPES)
         if not integer and _DTYPES.get(vi.type.tensor_type.elem_type) != "float32":
             _raise_refused(model, where, refused)       # a refused fused node may be why a mask reaches no scores
             kind = onnx.TensorProto.DataType.Name(vi.type.tensor_type.elem_type)
