@@ -230,17 +230,26 @@ def _clip(imp: _Importer, node: onnx.NodeProto) -> None:
              max=None if hi is None else float(hi))
 
 
-def broadcast_activation(imp: _Importer, node: onnx.NodeProto, x: str, out: tuple[int, ...]) -> str:
+def broadcast_activation(imp: _Importer, node: onnx.NodeProto, x: str, out: tuple[int, ...], *,
+                         final: bool = False) -> str:
     """Activation ``x`` broadcast to the static shape ``out`` (numpy's rules), for ``node``: a Reshape adding the
     leading axes, then for each axis of size 1 broadcast to ``n``, a Concat of ``n`` copies along it. Returns the
-    broadcast tensor's name."""
+    broadcast tensor's name; with ``final``, the last node writes ``node``'s output (a Reshape when nothing is
+    broadcast)."""
     src = tuple(imp.shape(x))
     padded = (1,) * (len(out) - len(src)) + src
-    if len(padded) != len(src) or not any(a != b for a, b in zip(padded, out)):
+    axes = [k for k, (a, b) in enumerate(zip(padded, out)) if a != b]
+    if final and not axes:
+        imp.emit("Reshape", node, [x], shape=tuple(out))
+        return node.output[0]
+    if len(padded) != len(src):
         x = imp.emit_shaped("Reshape", node, [x], padded, shape=padded)
     current = list(padded)
-    for axis in (k for k, (a, b) in enumerate(zip(padded, out)) if a != b):
+    for axis in axes:
         current[axis] = out[axis]
+        if final and axis == axes[-1]:
+            imp.emit("Concat", node, [x] * out[axis], axis=axis)
+            return node.output[0]
         x = imp.emit_shaped("Concat", node, [x] * out[axis], tuple(current), axis=axis)
     return x
 

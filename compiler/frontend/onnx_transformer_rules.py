@@ -25,6 +25,7 @@ from .onnx_rules import (
     _reshape,
     _resize,
     _transpose,
+    broadcast_activation,
 )
 
 
@@ -167,26 +168,12 @@ def _rms_norm(imp: _Importer, node: onnx.NodeProto) -> None:
 
 
 def _expand(imp: _Importer, node: onnx.NodeProto) -> None:
-    """Expand of an activation (its broadcast to the static output shape): a Reshape adding the leading axes, then
-    for each axis of size 1 broadcast to ``n``, a Concat of ``n`` copies along it. Grouped-query attention's
-    ``repeat_kv`` (Unsqueeze, Expand, Reshape) repeats each key/value head so."""
+    """Expand of an activation (its broadcast to the static output shape, :func:`.onnx_rules.broadcast_activation`):
+    a Reshape adding the leading axes, then for each axis of size 1 broadcast to ``n``, a Concat of ``n`` copies
+    along it. Grouped-query attention's ``repeat_kv`` (Unsqueeze, Expand, Reshape) repeats each key/value head so."""
     if imp.is_const(node.input[0]):
         raise UnsupportedOperatorError(node.op_type, node.name, "a constant expanded to a shape computed at run time")
-    src, out = imp.shape(node.input[0]), imp.shapes_of(node.output[0])
-    padded = (1,) * (len(out) - len(src)) + tuple(src)
-    axes = [k for k, (a, b) in enumerate(zip(padded, out)) if a != b]
-    x, current = node.input[0], list(padded)
-    if not axes:
-        imp.emit("Reshape", node, [x], shape=tuple(out))
-        return
-    if len(padded) != len(src):
-        x = imp.emit_shaped("Reshape", node, [x], padded, shape=padded)
-    for axis in axes:
-        current[axis] = out[axis]
-        if axis == axes[-1]:
-            imp.emit("Concat", node, [x] * out[axis], axis=axis)
-        else:
-            x = imp.emit_shaped("Concat", node, [x] * out[axis], tuple(current), axis=axis)
+    broadcast_activation(imp, node, node.input[0], tuple(imp.shapes_of(node.output[0])), final=True)
 
 
 def _neg(imp: _Importer, node: onnx.NodeProto) -> None:
