@@ -37,6 +37,10 @@ class _OnnxGraph:
             return users[0]
         return None
 
+    def readers(self, tensor: str) -> list[onnx.NodeProto]:
+        """The nodes that read ``tensor``, each once (``Mul(d, d)`` reads ``d`` twice)."""
+        return list({id(u): u for u in self.consumers.get(tensor, [])}.values())
+
     def other_input(self, node: onnx.NodeProto, tensor: str) -> str:
         return node.input[1] if node.input[0] == tensor else node.input[0]
 
@@ -55,6 +59,12 @@ def _reduce_axes(g: _OnnxGraph, node: onnx.NodeProto) -> list[int] | None:
     return None if axes is None or not a.get("keepdims", 1) else [int(v) for v in axes]
 
 
+def _channel_vector(value: np.ndarray) -> np.ndarray | None:
+    """``value`` as a vector along the last axis (a scalar, or all its other axes of size 1), else None: a LayerNorm's
+    gamma or beta."""
+    return value.reshape(-1) if value.ndim == 0 or value.shape[-1] == value.size else None
+
+
 def _match_layer_norm(g: _OnnxGraph, mean: onnx.NodeProto, rank: int
                       ) -> tuple[list[onnx.NodeProto], dict[str, Any]] | None:
     """``ReduceMean(x) -> Sub(x, mean) -> Pow 2 (or Mul by itself) -> ReduceMean -> Add eps -> Sqrt -> Div`` (or
@@ -68,7 +78,7 @@ def _match_layer_norm(g: _OnnxGraph, mean: onnx.NodeProto, rank: int
     if sub is None or list(sub.input) != [x, mean.output[0]]:
         return None
     d = sub.output[0]
-    users = list({id(u): u for u in g.consumers.get(d, [])}.values())       # Mul(d, d) reads d twice
+    users = g.readers(d)
     sq = next((u for u in users if (u.op_type == "Pow" and g.scalar(u, d) == 2.0) or
                (u.op_type == "Mul" and list(u.input) == [d, d])), None)
     div = next((u for u in users if u is not sq), None)          # Div(d, root), or Mul(d, Reciprocal(root))
@@ -97,11 +107,11 @@ def _match_layer_norm(g: _OnnxGraph, mean: onnx.NodeProto, rank: int
     for op, key in (("Mul", "gamma"), ("Add", "beta")):
         nxt = g.only_user(out, op)
         other = None if nxt is None else g.other_input(nxt, out)
-        if nxt is None or other is None or other not in g.consts or \
-                (g.consts[other].ndim and g.consts[other].shape[-1] != g.consts[other].size):
+        vector = None if nxt is None or other is None or other not in g.consts else _channel_vector(g.consts[other])
+        if nxt is None or vector is None:
             continue
         nodes.append(nxt)
-        parts[key], out = g.consts[other].reshape(-1), nxt.output[0]
+        parts[key], out = vector, nxt.output[0]
     parts["out"] = out
     return nodes, parts
 
@@ -111,8 +121,7 @@ def _match_centered_rms_norm(g: _OnnxGraph, mean: onnx.NodeProto, rank: int
     """``ReduceMean(x) -> Sub(x, mean) -> RMSNormalization`` over the last axis (opset 23's form of Cohere's
     bias-free LayerNorm): the RMS of the centred values is LayerNorm's standard deviation, so it is a LayerNorm
     with the RMSNormalization's scale as gamma and no beta."""
-    axes = _reduce_axes(g, mean) if mean.op_type == "ReduceMean" else None
-    if axes is None or [v % rank for v in axes] != [rank - 1]:
+    if mean.op_type != "ReduceMean" or not rmsnorm.last_axis_mean(g, mean, rank):
         return None
     x = mean.input[0]
     sub = g.only_user(mean.output[0], "Sub")
@@ -121,21 +130,11 @@ def _match_centered_rms_norm(g: _OnnxGraph, mean: onnx.NodeProto, rank: int
     if sub is None or norm is None or int(_attrs(norm).get("axis", -1)) % rank != rank - 1 or len(norm.input) < 2 or \
             norm.input[1] not in g.consts:
         return None
-    gamma = g.consts[norm.input[1]]
-    if gamma.ndim > 1 and gamma.shape[-1] != gamma.size:
+    gamma = _channel_vector(g.consts[norm.input[1]])
+    if gamma is None:
         return None
-    return [mean, sub, norm], {"x": x, "epsilon": float(_attrs(norm).get("epsilon", 1e-5)),
-                               "gamma": gamma.reshape(-1), "out": norm.output[0]}
-
-
-def _is_last_axis_mean(g: _OnnxGraph, node: onnx.NodeProto | None, rank: int) -> bool:
-    """A mean over the last axis keeping it: ReduceMean, or GlobalAveragePool of a rank-3 tensor (tf2onnx's form)."""
-    if node is None:
-        return False
-    if node.op_type == "GlobalAveragePool":
-        return rank == 3
-    axes = _reduce_axes(g, node) if node.op_type == "ReduceMean" else None
-    return axes is not None and [v % rank for v in axes] == [rank - 1]
+    return [mean, sub, norm], {"x": x, "epsilon": float(_attrs(norm).get("epsilon", 1e-5)), "gamma": gamma,
+                               "out": norm.output[0]}
 
 
 def _match_moments_layer_norm(g: _OnnxGraph, mean: onnx.NodeProto, rank: int
@@ -146,7 +145,7 @@ def _match_moments_layer_norm(g: _OnnxGraph, mean: onnx.NodeProto, rank: int
     (``scale=False``) ``g`` is the reciprocal itself; without beta (``center=False``) the bias is ``-(mean * g)``
     as ``Neg`` or ``x * g - mean * g`` as ``Sub``. The nodes (the output's last) and the LayerNormalization's
     parts."""
-    if not _is_last_axis_mean(g, mean, rank):
+    if not rmsnorm.last_axis_mean(g, mean, rank):
         return None
     x, m = mean.input[0], mean.output[0]
     users = g.consumers.get(m, [])
@@ -154,7 +153,7 @@ def _match_moments_layer_norm(g: _OnnxGraph, mean: onnx.NodeProto, rank: int
     if sub is None or len(users) != 2 or m in g.outputs:
         return None
     d = sub.output[0]
-    readers = list({id(u): u for u in g.consumers.get(d, [])}.values())     # Mul(d, d) reads d twice
+    readers = g.readers(d)
     sq = readers[0] if len(readers) == 1 else None
     if sq is None or d in g.outputs or \
             not ((sq.op_type == "Mul" and list(sq.input) == [d, d]) or
@@ -162,7 +161,7 @@ def _match_moments_layer_norm(g: _OnnxGraph, mean: onnx.NodeProto, rank: int
         return None
     users_sq = g.consumers.get(sq.output[0], [])
     var = users_sq[0] if len(users_sq) == 1 else None
-    if var is None or var.op_type != mean.op_type or not _is_last_axis_mean(g, var, rank):
+    if var is None or var.op_type != mean.op_type or not rmsnorm.last_axis_mean(g, var, rank):
         return None
     add = g.only_user(var.output[0], "Add")
     eps = None if add is None else g.scalar(add, var.output[0])
@@ -175,10 +174,10 @@ def _match_moments_layer_norm(g: _OnnxGraph, mean: onnx.NodeProto, rank: int
     scale = recip.output[0]
     gmul = g.only_user(scale, "Mul")
     if gmul is not None and g.other_input(gmul, scale) in g.consts:
-        gamma = g.consts[g.other_input(gmul, scale)]
-        if gamma.ndim > 1 and gamma.shape[-1] != gamma.size:
+        gamma = _channel_vector(g.consts[g.other_input(gmul, scale)])
+        if gamma is None:
             return None
-        parts["gamma"], scale = gamma.reshape(-1), gmul.output[0]
+        parts["gamma"], scale = gamma, gmul.output[0]
         nodes.append(gmul)
     scaled = g.consumers.get(scale, [])
     m2 = next((u for u in scaled if u.op_type == "Mul" and sorted(u.input) == sorted([m, scale])), None)
@@ -193,10 +192,10 @@ def _match_moments_layer_norm(g: _OnnxGraph, mean: onnx.NodeProto, rank: int
         nodes += [m2, y1, last]
     else:
         if last.op_type == "Sub" and last.input[1] == m2.output[0] and last.input[0] in g.consts:
-            beta = g.consts[last.input[0]]
-            if beta.ndim > 1 and beta.shape[-1] != beta.size:
+            beta = _channel_vector(g.consts[last.input[0]])
+            if beta is None:
                 return None
-            parts["beta"] = beta.reshape(-1)
+            parts["beta"] = beta
         elif last.op_type != "Neg":
             return None
         out = g.only_user(last.output[0], "Add")

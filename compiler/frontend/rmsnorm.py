@@ -20,7 +20,7 @@ from typing import Any, Protocol
 import numpy as np
 import onnx
 
-__all__ = ["match_rms_norm", "FUSED_OP"]
+__all__ = ["match_rms_norm", "last_axis_mean", "FUSED_OP"]
 
 FUSED_OP = "RMSNormalization"
 """The op type of the fused node (inputs ``x`` and ``scale``, attributes ``axis`` = -1 and ``epsilon``): opset 23's
@@ -42,7 +42,7 @@ class OnnxGraph(Protocol):
     def scalar(self, node: onnx.NodeProto, tensor: str) -> float | None: ...
 
 
-def _last_axis_mean(g: OnnxGraph, node: onnx.NodeProto, rank: int) -> bool:
+def last_axis_mean(g: OnnxGraph, node: onnx.NodeProto, rank: int) -> bool:
     """Whether ``node`` (a ReduceMean) averages over the last axis only and keeps it (keepdims, the default), or is
     a GlobalAveragePool of a rank-3 tensor (tf2onnx's mean over the last axis)."""
     if node.op_type == "GlobalAveragePool":
@@ -109,7 +109,7 @@ def match_rms_norm(g: OnnxGraph, mean: onnx.NodeProto, shapes: dict[str, tuple[i
     order, ``{"x", "epsilon", "weight" (float64 ``[D]``, ones without a weight Mul), "out"}``), or None."""
     square = g.producer.get(mean.input[0])
     x = None if square is None else _square_of(g, square)
-    if square is None or x is None or x not in shapes or not _last_axis_mean(g, mean, len(shapes[x])):
+    if square is None or x is None or x not in shapes or not last_axis_mean(g, mean, len(shapes[x])):
         return None
     if g.consumers.get(square.output[0]) != [mean] or square.output[0] in g.outputs:
         return None
