@@ -62,3 +62,13 @@ def unbuilt_parts_are_expected():
         warnings.simplefilter("ignore", UnusedElaboratable)
         yield
         gc.collect()
+
+
+@pytest.fixture(autouse=True)
+def _same_random_values_in_any_order(request: pytest.FixtureRequest) -> None:
+    """A module that sets ``RNG_SEED`` draws from a fresh ``RNG`` of that seed in each test, so each test draws the
+    same values whichever worker runs it after whichever other test."""
+    import numpy as np
+    seed = getattr(request.module, "RNG_SEED", None)
+    if seed is not None:
+        request.module.RNG = np.random.default_rng(seed)

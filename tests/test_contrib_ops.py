@@ -21,15 +21,9 @@ from vta.compiler.frontend.float_ref import run_float
 from vta.compiler.frontend.onnx_frontend import UnsupportedModelError, UnsupportedOperatorError, import_onnx
 from vta.config import VTAConfig
 
-RNG = np.random.default_rng(27)
+RNG_SEED = 27                             # a fresh RNG of this seed in each test (conftest.py)
+RNG = np.random.default_rng(RNG_SEED)
 MS = "com.microsoft"
-
-
-@pytest.fixture(autouse=True)
-def _same_random_values_in_any_order():
-    """Each test draws the same values whichever worker runs it after whichever other test."""
-    global RNG
-    RNG = np.random.default_rng(27)
 
 
 def _x(*shape, spread=1.0):

@@ -14,7 +14,8 @@ from onnx import TensorProto, helper, numpy_helper
 from vta.compiler.frontend.float_ref import run_float
 from vta.compiler.frontend.onnx_frontend import import_onnx
 
-RNG = np.random.default_rng(117)
+RNG_SEED = 117                             # a fresh RNG of this seed in each test (conftest.py)
+RNG = np.random.default_rng(RNG_SEED)
 node = helper.make_node
 T, D = 16, 32
 

@@ -18,7 +18,8 @@ from vta.compiler.frontend.onnx_frontend import UnsupportedOperatorError, import
 from vta.compiler.ir import node_macs
 from vta.config import VTAConfig
 
-RNG = np.random.default_rng(27)
+RNG_SEED = 27                             # a fresh RNG of this seed in each test (conftest.py)
+RNG = np.random.default_rng(RNG_SEED)
 
 
 def _model(nodes, inputs, inits=(), opset=17):

@@ -111,9 +111,10 @@ def _id_step(node: onnx.NodeProto, tensor: str) -> bool:
     return node.op_type in _ID_SHAPE_OPS
 
 
-def indexes_a_table(model: onnx.ModelProto, name: str) -> bool:
-    """Whether tensor ``name`` (token ids) is, directly or through :func:`_id_step` nodes, the indices of a Gather
-    from an initializer table ``[rows, width]`` (its other uses are not looked at)."""
+def indexes_a_table(model: onnx.ModelProto, name: str, *, through: bool = True) -> bool:
+    """Whether tensor ``name`` (token ids) is, directly or (``through``) through :func:`_id_step` nodes, the indices
+    of a Gather from an initializer table ``[rows, width]`` (a lookup in a 1-D table is a mask's; its other uses are
+    not looked at: they must be index arithmetic, :mod:`.indices`)."""
     tables = {i.name for i in model.graph.initializer if len(i.dims) == 2}
     users = _readers(model)
     frontier, seen = [name], set()
@@ -125,7 +126,7 @@ def indexes_a_table(model: onnx.ModelProto, name: str) -> bool:
         for node in users.get(tensor, []):
             if node.op_type == "Gather" and node.input[1:2] == [tensor] and node.input[0] in tables:
                 return True
-            if _id_step(node, tensor):
+            if through and _id_step(node, tensor):
                 frontier.append(node.output[0])
     return False
 

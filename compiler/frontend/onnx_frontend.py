@@ -409,15 +409,6 @@ def _replace_mask_regions(model: onnx.ModelProto, key_masks: list[masks.KeyMask]
     model.graph.node.extend(kept)
 
 
-def _indexes_a_table(model: onnx.ModelProto, name: str) -> bool:
-    """Whether the graph input ``name`` is token ids: some use of it is as the indices of a Gather from an
-    initializer table ``[rows, width]`` (a lookup in a 1-D table is a mask's, :mod:`.masks`; its other uses must be
-    index arithmetic, :mod:`.indices`)."""
-    tables = {i.name for i in model.graph.initializer if len(i.dims) == 2}
-    return any(node.op_type == "Gather" and node.input[1:2] == [name] and node.input[0] in tables
-               for node in model.graph.node)
-
-
 def _widen_int32_ids(model: onnx.ModelProto) -> None:
     """In place: an int32 graph input that indexes an embedding table, directly or through shape ops
     (:func:`.masks.indexes_a_table`; tf2onnx writes Keras's token ids so) becomes an int64 input, so that it
@@ -510,7 +501,8 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, n
     masks.drop_nan_guards(model)
     init_names = {i.name for i in model.graph.initializer}
     token_ids = {vi.name for vi in model.graph.input if vi.name not in init_names
-                 and vi.type.tensor_type.elem_type == onnx.TensorProto.INT64 and _indexes_a_table(model, vi.name)}
+                 and vi.type.tensor_type.elem_type == onnx.TensorProto.INT64
+                 and masks.indexes_a_table(model, vi.name, through=False)}
     derived = id_masks.cut_id_masks(model, token_ids, shapes)     # ids != pad: a mask computed from the ids
     shapes.update({name: tuple(d.dim_value for d in vi.type.tensor_type.shape.dim) for name, vi in derived.items()})
     index_regions, index_nodes = indices.find_index_regions(model, token_ids, shapes, set(derived))
