@@ -45,10 +45,16 @@ _QUANTIZED = frozenset({"QLinearConv", "QLinearMatMul", "QLinearAdd", "QLinearMu
 def undequantized_ops(model: onnx.ModelProto) -> list[str]:
     """The quantized operators of ``model`` :func:`qdq_to_float` does not make float (QOperator operators, and
     dynamic ones outside the chains it recognizes), sorted, each once."""
+    return sorted({node.op_type for node in _rewritten(model).graph.node if node.op_type in _QUANTIZED})
+
+
+def _rewritten(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of ``model`` with its QOperator nodes written as QDQ (:func:`_qoperator_to_qdq`) and its dynamic
+    MatMuls and Convs made float (:func:`_dynamic_to_float`)."""
     out = onnx.ModelProto.FromString(model.SerializeToString())
     _qoperator_to_qdq(out)
     _dynamic_to_float(out)
-    return sorted({node.op_type for node in out.graph.node if node.op_type in _QUANTIZED})
+    return out
 
 
 def qdq_to_float(model: onnx.ModelProto) -> onnx.ModelProto | None:
@@ -58,9 +64,7 @@ def qdq_to_float(model: onnx.ModelProto) -> onnx.ModelProto | None:
     input, or clamped, :func:`_floor_clamp`); constants' pairs and DequantizeLinear of integer constants stay, to
     fold at import. None when ``model`` keeps another quantized operator or a QuantizeLinear of an activation is
     read by anything but DequantizeLinear."""
-    out = onnx.ModelProto.FromString(model.SerializeToString())
-    _qoperator_to_qdq(out)
-    _dynamic_to_float(out)
+    out = _rewritten(model)
     if any(node.op_type in _QUANTIZED for node in out.graph.node):
         return None
     g = _OnnxGraph(out)
@@ -99,6 +103,16 @@ def qdq_to_float(model: onnx.ModelProto) -> onnx.ModelProto | None:
     del out.graph.node[:]
     out.graph.node.extend(kept)
     return out
+
+
+def _per_tensor(quant: onnx.NodeProto, consts: dict[str, np.ndarray]) -> tuple[float, int, np.iinfo] | None:
+    """A QuantizeLinear's constant per-tensor scale, zero point (uint8 0 when absent) and its integer type's range;
+    None for another form."""
+    scale = consts.get(quant.input[1])
+    zero = consts.get(quant.input[2]) if len(quant.input) > 2 and quant.input[2] else np.zeros((), np.uint8)
+    if scale is None or zero is None or scale.size != 1 or zero.size != 1 or zero.dtype.kind not in "iu":
+        return None
+    return float(scale.reshape(())), int(zero.reshape(())), np.iinfo(zero.dtype)
 
 
 _NON_NEGATIVE = frozenset({"Relu", "Softmax", "Sigmoid", "HardSigmoid", "Abs", "Exp", "Sqrt"})
@@ -167,14 +181,13 @@ def _floor_clamp(quant: onnx.NodeProto, consts: dict[str, np.ndarray], producer:
     0, int8 -128), unless its input is never negative (:func:`_bounds`): onnxruntime's QDQ quantizer then
     deletes the ReLU (or ReLU6's Clip) before it, since the pair's clamp to ``[0, hi]`` computes it, so the
     dequantized graph needs the clamp back. None otherwise (a per-tensor scale and zero point only)."""
-    scale = consts.get(quant.input[1])
-    zero = consts.get(quant.input[2]) if len(quant.input) > 2 and quant.input[2] else np.zeros((), np.uint8)
-    if scale is None or zero is None or scale.size != 1 or zero.size != 1 or zero.dtype.kind not in "iu":
+    params = _per_tensor(quant, consts)
+    if params is None:
         return None
-    info = np.iinfo(zero.dtype)
-    if int(zero.reshape(())) != int(info.min) or _bounds(quant.input[0], producer, consts)[0] >= 0:
+    scale, zero, info = params
+    if zero != int(info.min) or _bounds(quant.input[0], producer, consts)[0] >= 0:
         return None
-    hi = float(scale.reshape(())) * (int(info.max) - int(info.min))
+    hi = scale * (int(info.max) - int(info.min))
     return (0.0, hi) if np.isfinite(hi) and hi > 0 else None
 
 
@@ -189,13 +202,11 @@ def qdq_ranges(model: onnx.ModelProto) -> dict[str, float]:
     for node in model.graph.node:
         if node.op_type != "QuantizeLinear" or _constant(node.input[0], g.producer, set(inits)):
             continue
-        scale = inits.get(node.input[1])
-        zero = inits.get(node.input[2]) if len(node.input) > 2 and node.input[2] else np.zeros((), np.uint8)
-        if scale is None or zero is None or scale.size != 1 or zero.size != 1 or zero.dtype.kind not in "iu":
+        params = _per_tensor(node, inits)
+        if params is None:
             continue
-        info = np.iinfo(zero.dtype)
-        z = int(zero.reshape(()))
-        value = float(scale.reshape(())) * max(z - int(info.min), int(info.max) - z)
+        scale, z, info = params
+        value = scale * max(z - int(info.min), int(info.max) - z)
         if np.isfinite(value) and value > 0:                 # onnxruntime writes inf for a -inf mask's range
             ranges[node.input[0]] = value
     return ranges
