@@ -445,10 +445,16 @@ def _mask(ctx: _Context, node: onnx.NodeProto, index: int, causal: bool, fill: f
     if mask is not None:
         keep = keep & _key_mask(mask, q_shape[0], s, length)
     if causal:
-        if s != length:
-            raise _Refusal(f"unidirectional=1 with {s} queries and {length} keys (only as many of each)")
-        keep = keep & np.tril(np.ones((s, length), bool))[None, None]
+        keep = keep & _causal(s, length)
     return np.where(keep, 0.0, fill).astype(np.float32)
+
+
+def _causal(s: int, length: int) -> np.ndarray:
+    """Which keys each query may attend to under ``unidirectional=1``, ``[1, 1, s, length]``; refused unless there are
+    as many queries as keys."""
+    if s != length:
+        raise _Refusal(f"unidirectional=1 with {s} queries and {length} keys (only as many of each)")
+    return np.tril(np.ones((s, length), bool))[None, None]
 
 
 def _runtime_mask(ctx: _Context, node: onnx.NodeProto, given: str, causal: bool, fill: float, queries: str,
@@ -479,9 +485,7 @@ def _runtime_mask(ctx: _Context, node: onnx.NodeProto, given: str, causal: bool,
     mask = ctx.emit("Reshape", [additive, ctx.const(f"{name}_mask_shape", np.array([batch, 1, 1, length], np.int64))],
                     f"{name}_mask")
     if causal:
-        if s != length:
-            raise _Refusal(f"unidirectional=1 with {s} queries and {length} keys (only as many of each)")
-        upper = np.where(np.tril(np.ones((s, length), bool)), 0.0, fill).astype(np.float32)[None, None]
+        upper = np.where(_causal(s, length), 0.0, fill).astype(np.float32)
         mask = ctx.emit("Add", [mask, ctx.const(f"{name}_causal", upper)], f"{name}_mask_causal")
     return mask
 

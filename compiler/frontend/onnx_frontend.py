@@ -338,6 +338,12 @@ _CONTROL_FLOW = frozenset({"If", "Loop", "Scan"})
 """Operators with subgraphs, which no rule takes."""
 
 
+def _refusal(node: onnx.NodeProto, refused: dict[str, str]) -> str:
+    """Why ``node``, which no rule takes, is refused: a rewrite's reason by its first output, else :data:`_IF_REASON`
+    for an If, else nothing more."""
+    return refused.get(node.output[0], _IF_REASON if node.op_type == "If" else "")
+
+
 def _raise_refused(model: onnx.ModelProto, label: str, refused: dict[str, str]) -> None:
     """Raise the refusals of the nodes the rewrites before import left (:func:`.contrib.rewrite_contrib`,
     :func:`.onnx_fused.rewrite_onnx_fused`) and of control flow (:data:`_CONTROL_FLOW`), if any, as
@@ -345,8 +351,7 @@ def _raise_refused(model: onnx.ModelProto, label: str, refused: dict[str, str]) 
     cause: an If hides how its branches use a mask input)."""
     problems = [UnsupportedOperatorError(node.op_type if node.domain in ("", "ai.onnx") else
                                          f"{node.domain}.{node.op_type}",
-                                         node.name or f"<unnamed, writes {node.output[0]}>",
-                                         refused.get(node.output[0], _IF_REASON if node.op_type == "If" else ""))
+                                         node.name or f"<unnamed, writes {node.output[0]}>", _refusal(node, refused))
                 for node in model.graph.node if node.output and (node.output[0] in refused or (
                     node.domain in ("", "ai.onnx") and node.op_type in _CONTROL_FLOW))]
     if len(problems) == 1:
@@ -368,8 +373,7 @@ def _apply_rules(imp: _Importer, model: onnx.ModelProto, label: str, refused: di
                 raise UnsupportedOperatorError(f"{node.domain}.{node.op_type}", node.name,
                                                refused.get(node.output[0], "an operator of another domain"))
             if rule is None:                             # onnxruntime's own default-domain ops: the rewrite's reason
-                raise UnsupportedOperatorError(node.op_type, node.name, refused.get(
-                    node.output[0], _IF_REASON if node.op_type == "If" else ""))
+                raise UnsupportedOperatorError(node.op_type, node.name, _refusal(node, refused))
             rule(imp, node)
         except UnsupportedOperatorError as err:
             if not node.name:                            # name an unnamed node by its output
@@ -487,8 +491,8 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, n
     _widen_int32_ids(model)
     _split_sequences(model)
     drop_identities(model)
-    if tiles_as_expands(model, contrib.static_shapes(model)) | \
-            constant_first_matmuls(model, contrib.static_shapes(model)):
+    shapes = contrib.static_shapes(model)      # tiles_as_expands changes no shape constant_first_matmuls reads
+    if tiles_as_expands(model, shapes) | constant_first_matmuls(model, shapes):
         model = _infer_shapes(model)
     for _ in range(16):                    # a mask added in one shape of the scores, the Softmax taken in another
         if not score_chains.normalize(model, contrib.static_shapes(model)):
