@@ -70,7 +70,9 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
                         "a shift per channel) or shift (power-of-two weight scales per channel, as VTA's TVM stack: "
                         "no multiply, and a linear or conv layer's bias rides in its accumulators' start, so it "
                         "costs K/16 + 4 cycles per output vector instead of K/16 + 6 on the default design; costs "
-                        "up to one bit of weight precision per channel) (default: %(default)s)")
+                        "up to one bit of weight precision per channel; an attention product's output scale moves "
+                        "to the power-of-two grid instead: K/16 + 4 instead of K/16 + 5, up to one bit of output "
+                        "precision) (default: %(default)s)")
     p.add_argument("--gelu", choices=GELU_MODES, default=default.gelu,
                    help="how a Gelu runs: int: I-BERT's integer GELU (placed on the accelerator's ALU or the CPU "
                         "by the estimates); table: the float-exact table on the CPU; auto: int where the "

@@ -9,7 +9,7 @@ Adds and LayerNorms. Quantizes it (2 seeded random samples), compiles it for the
 layer: MACs, micro-ops, the cycle model's cycles and, unless ``--no-tsim``, the cycles tsim measured, the model's
 error, and the MAC utilization ``MACs / (cycles * MACs per cycle)`` by each. The defaults are BERT-base's shape at
 sequence 128 (T 128, W 768, H 12, F 3072); on the default design the whole block takes about a minute on tsim.
-``--requant shift`` quantizes with power-of-two scales (M = 1, the linear layers' offset start,
+``--requant shift`` quantizes with power-of-two scales (M = 1, the offset start of the linear layers and products,
 :mod:`vta.compiler.lowering.requant`); the block's error against the float model is printed either way.
 """
 from __future__ import annotations

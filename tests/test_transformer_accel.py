@@ -16,21 +16,27 @@ from vta.compiler.lowering.intrin import intrinsics
 from vta.compiler.lowering.layout import pack_activation, pack_weight
 from vta.compiler.lowering.matmul import lower_matmul, matmul_dims, pack_a, pack_b, unpack_out
 from vta.compiler.lowering.partition import partition
+from vta.compiler.lowering.requant import offset_start
 from vta.compiler.pipeline import compile_graph
 from vta.compiler.runtime.compiled import AccelStep
 from vta.compiler.runtime.executor import run
 from vta.config import VTAConfig
+from vta.isa import ALU_MUL, Alu
 
 RNG = np.random.default_rng(2727)
 
 
-def _matmul_graph(a_shape, b_shape, *, const_b=False):
-    """A quantized graph of one MatMul ``a @ b`` (``b`` a constant initializer when ``const_b``) and its feeds."""
+def _matmul_graph(a_shape, b_shape, *, const_b=False, mode="multiply", spike=False):
+    """A quantized graph of one MatMul ``a @ b`` (``b`` a constant initializer when ``const_b``), quantized with
+    requant ``mode``, and its feeds. ``spike``: ``a[..., 0, 0]`` is 1000 and ``b[..., 0, :]`` 0, so ``a``'s scale
+    is large and the product's small."""
     a = RNG.standard_normal(a_shape).astype(np.float32)
     b = RNG.standard_normal(b_shape).astype(np.float32)
+    if spike:
+        a[..., 0, 0], b[..., 0, :] = 1000.0, 0.0
     inputs = {"a": a} if const_b else {"a": a, "b": b}
     model = onnx_model([helper.make_node("MatMul", ["a", "b"], ["y"])], inputs, [("b", b)] if const_b else ())
-    return quantize(import_onnx(model), inputs), inputs
+    return quantize(import_onnx(model), inputs, mode=mode), inputs
 
 
 SHAPES = [
@@ -97,6 +103,39 @@ def test_qmatmul_requantizes_with_a_rounding_add_between_mul_and_shift():
     assert alu_passes(layer) == ["MUL", "RND", "SHR", "MAX", "MIN"]
     assert fused_requant(layer, intrinsics(knobs))       # REQ has no rounding term: MUL and RND first, REQ with M = 1
     assert alu_passes(layer, fused=True) == ["MUL", "RND", "REQ"]
+
+
+@pytest.mark.parametrize(("a_shape", "b_shape", "spike"), [SHAPES[0] + (False,), SHAPES[1] + (False,),
+                                                           SHAPES[3] + (False,), SHAPES[0] + (True,)])
+def test_with_requant_shift_a_qmatmul_has_no_mul_and_starts_at_its_rounding(a_shape, b_shape, spike):
+    """``--requant shift``: M = 1, the output scale the operands' times 2**S at or above the calibrated one, and on
+    VTA's design 4 ALU passes an output vector (the MIN start that carries the rounding, SHR, MAX, MIN: the offset
+    start) where multiply mode has 5; bit-exact on fsim by both weight paths. ``spike`` makes S 0 (the output scale
+    held at the operands' product, no rounding: the start is the reset and an ADD of the offset)."""
+    qgraph, feeds = _matmul_graph(a_shape, b_shape, mode="shift", spike=spike)
+    node = next(n for n in qgraph.nodes if n.op == "QMatMul")
+    assert node.attrs["multiplier"] == 1
+    sa, sb, sy = (qgraph.tensors[name].scale for name in (*node.inputs, node.outputs[0]))
+    assert sy == pytest.approx(sa * sb * 2.0 ** node.attrs["shift"], rel=1e-12)
+    calibrated = float(np.abs(feeds["a"] @ feeds["b"]).max()) / 127
+    assert calibrated <= sy * (1 + 1e-6)                 # never finer than calibrated: no more clipping
+    assert node.attrs["shift"] == 0 or sy < 2 * calibrated * (1 + 1e-6)
+    assert (node.attrs["shift"] == 0) == spike
+    layer = lower_matmul(qgraph, node, intrinsics(VTAConfig()))
+    start = offset_start(layer, intrinsics(VTAConfig()))
+    assert start is not None and start.min_start == (node.attrs["shift"] > 0)
+    assert start.passes() == (["SHR"] if node.attrs["shift"] else []) + ["MAX", "MIN"]
+    compiled = compile_graph(qgraph, VTAConfig(), policy="accel")
+    step = next(s for s in compiled.steps if isinstance(s, AccelStep))
+    assert ALU_MUL not in {i.alu_opcode for i in step.program.insns if isinstance(i, Alu)}
+    out = run(compiled, feeds, target="fsim")
+    np.testing.assert_array_equal(out.outputs["y"], qops.run_reference(qgraph, feeds)["y"])
+    for path in ("host", "load"):
+        got, want, _ = _run_matmul_program(qgraph, feeds, path, VTAConfig())
+        np.testing.assert_array_equal(got, want)
+    multiply = compile_graph(_matmul_graph(a_shape, b_shape)[0], VTAConfig(), policy="accel")
+    before = next(s for s in multiply.steps if isinstance(s, AccelStep))
+    assert step.alu_uops + step.gemm_uops < before.alu_uops + before.gemm_uops
 
 
 @pytest.mark.parametrize(("a_shape", "b_shape"), [SHAPES[0], SHAPES[3]])

@@ -638,7 +638,9 @@ class _Quantizer:
 
     def matmul(self, node: Node) -> None:
         """MatMul of two operands (activations, or an int8 constant at its own per-tensor scale) -> QMatMul with
-        one (M, S) chosen so that ``acc * M + r`` stays inside int32 for any int8 operands."""
+        one (M, S) chosen so that ``acc * M + r`` stays inside int32 for any int8 operands. With ``mode="shift"``,
+        M = 1 and the output's scale is the smallest ``s_a * s_b * 2**S`` at or above the calibrated one (less than
+        twice it unless S is held in [0, S_MAX]), so the accelerator skips the MUL pass."""
         operands, scales = [], []
         for name in node.inputs:
             if name in self.fg.constants:
@@ -654,8 +656,12 @@ class _Quantizer:
         out = node.outputs[0]
         sy = self.act_scale(out)
         depth = self.qg.shape(operands[0])[-1]
-        mult, shift = choose_requant(np.array([scales[0] * scales[1] / sy]), np.array([depth * 128 * 128]),
-                                     rounding=True)
+        if self.mode == "shift":  # M = 1: the output scale rounded up to the operands' scale times a power of two
+            shift = np.array([min(max(int(np.ceil(np.log2(sy / (scales[0] * scales[1])))), 0), S_MAX)])
+            mult, sy = np.ones(1, np.int64), scales[0] * scales[1] * 2.0 ** int(shift[0])
+        else:
+            mult, shift = choose_requant(np.array([scales[0] * scales[1] / sy]), np.array([depth * 128 * 128]),
+                                         rounding=True)
         self.qg.add_node("QMatMul", node.name, operands, [self.wide_out(out, sy)], multiplier=int(mult[0]),
                          shift=int(shift[0]))
 

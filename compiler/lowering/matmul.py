@@ -164,11 +164,13 @@ def lower_matmul(graph: Graph, node: Node, intr: Intrinsics, *, weights: str = "
         raise ScheduleError(f"the load unit gathers weight entries from an activation image at batch 1 only, not "
                             f"{intr.batch}")
     dims = matmul_dims(graph.shape(a_name), graph.shape(b_name), intr)
-    shift, o = int(node.attrs["shift"]), dims.groups * dims.np_
+    shift, o, m = int(node.attrs["shift"]), dims.groups * dims.np_, int(node.attrs["multiplier"])
+    rounding = (1 << (shift - 1)) if shift > 0 else 0
     geom = ConvGeometry.make(dims.image, (o, dims.kp, 1, 1), groups=dims.groups, intr=intr)
-    layer = ConvLayer(geom, _packed_weight(graph.constants.get(b_name), dims, intr), np.zeros(o, np.int32),
-                      np.full(o, int(node.attrs["multiplier"]), np.int64), np.full(o, shift, np.int64), -128, 127,
-                      (1 << (shift - 1)) if shift > 0 else 0, image)
+    # M = 1 (``--requant shift``): the rounding is a bias, (acc + r) >> S, so the offset start can take it
+    bias, rounding = (np.full(o, rounding, np.int32), 0) if m == 1 else (np.zeros(o, np.int32), rounding)
+    layer = ConvLayer(geom, _packed_weight(graph.constants.get(b_name), dims, intr), bias,
+                      np.full(o, m, np.int64), np.full(o, shift, np.int64), -128, 127, rounding, image)
     plan_conv(geom, intr)  # raises ScheduleError when it cannot be tiled
     return layer
 
