@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import time
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
@@ -217,7 +218,7 @@ def _load_npz(path: str, source: str) -> dict[str, np.ndarray]:
             return {name: archive[name] for name in archive.files}
     except OSError as err:
         raise ValueError(f"Cannot read {source}: {err.strerror or err}.") from None
-    except ValueError as err:
+    except (ValueError, EOFError, zipfile.BadZipFile) as err:   # not a zip, cut short, or a damaged member
         raise ValueError(f"{source} is not an .npz archive of number arrays ({err}); save one with numpy.savez."
                          ) from None
 

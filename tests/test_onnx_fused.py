@@ -221,6 +221,7 @@ def test_an_external_cache_length_is_refused():
     model = _block(is_causal=1)
     attention = next(n for n in model.graph.node if n.op_type == "Attention")
     attention.input.extend(["", "", "lens"])             # after q, k, v, no mask: nonpad_kv_seqlen (input 6)
+    model.opset_import[0].version = 24                   # the input Attention gained at opset 24
     model.graph.initializer.append(numpy_helper.from_array(np.full(B, T, np.int64), "lens"))
     with pytest.raises(UnsupportedOperatorError, match="nonpad_kv_seqlen"):
         import_onnx(model)

@@ -182,7 +182,8 @@ def test_a_file_that_cannot_be_made_float_is_refused_with_what_to_do():
     from vta.compiler.frontend.prequant import import_model
     from vta.compiler.ir import GraphError
     model = _float_block()
-    model.graph.node.insert(0, node("QLinearMatMul", ["x", "xs", "xz", "x", "xs", "xz", "xs", "xz"], ["odd"]))
+    model.graph.node.insert(0, node("QLinearMatMul", ["xq", "xs", "xz", "xq", "xs", "xz", "xs", "xz"], ["odd"]))
+    model.graph.node.insert(0, node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]))
     model.graph.node.insert(0, node("ReduceMax", ["x"], ["xs"], keepdims=0))
     model.graph.initializer.append(numpy_helper.from_array(np.array(0, np.int8), "xz"))
     model.graph.output.append(helper.make_tensor_value_info("odd", TensorProto.INT8, None))

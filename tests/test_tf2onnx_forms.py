@@ -341,8 +341,9 @@ def test_an_if_on_a_constant_writing_a_graph_output_and_a_malformed_one():
     graph, _, got, want = onnx_op_run(model, {"x": x}, atol=1e-6, rtol=1e-6)
     assert "If" not in _ops(graph)
     broken = onnx_model([node("If", ["cond"], ["y"])], {"x": x}, [("cond", np.array(True))], opset=17)
-    from vta.compiler.frontend.onnx_frontend import UnsupportedOperatorError
-    with pytest.raises(UnsupportedOperatorError, match="'If'"):
+    from vta.compiler.frontend.onnx_frontend import ModelFileError
+    with pytest.raises(ModelFileError, match=r"not a valid ONNX graph: node #0 \(writes 'y'\) \(If\) lacks its "
+                                             r"required attribute 'else_branch'; .* 'then_branch'"):
         import_onnx(broken)
 
 

@@ -9,7 +9,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 from helpers import onnx_model, onnx_op_run
-from onnx import helper, numpy_helper
+from onnx import TensorProto, helper, numpy_helper
 
 from vta.compiler import qops
 from vta.compiler.frontend import zoo
@@ -307,7 +307,8 @@ def test_gather_a_token_and_refuse_computed_indices():
     model = _model([helper.make_node("Gather", ["x", "i"], ["y"], axis=1)], {"x": x}, [("i", np.array(-8))])
     graph, _ = _check(model, {"x": x})
     assert graph.shape("y") == (1, 12) and graph.nodes[0].attrs["indices"] == 0
-    ids = _model([helper.make_node("Gather", ["table", "x"], ["y"])], {"x": x}, [("table", _x(10, 4))])
+    ids = _model([helper.make_node("Cast", ["x"], ["xi"], to=TensorProto.INT64),
+                  helper.make_node("Gather", ["table", "xi"], ["y"])], {"x": x}, [("table", _x(10, 4))])
     with pytest.raises(UnsupportedOperatorError, match="an embedding lookup of computed indices"):
         import_onnx(ids)
 

@@ -674,6 +674,8 @@ def _exit_code(err: BaseException) -> int | None:
     """2 for bad input, 1 for a failed run, None for an unexpected error (a bug: show the traceback)."""
     if isinstance(err, CliError):
         return err.code
+    if isinstance(err, MemoryError):
+        return 1
     if isinstance(err, (ValueError, TypeError, OSError, KeyError)):
         return 2  # ConfigError, EncodeError, DecodeError, AsmError are ValueErrors
     if type(err).__module__.startswith("vta."):
@@ -687,6 +689,10 @@ def _message(err: BaseException) -> str:
         return f"{err.filename}: {err.strerror}" if err.filename else err.strerror
     if isinstance(err, KeyError) and len(err.args) == 1 and isinstance(err.args[0], str):
         return err.args[0]
+    if isinstance(err, MemoryError):
+        detail = f" ({' '.join(str(err).split())})" if str(err) else ""
+        return (f"out of memory{detail}: the model at these shapes needs more memory than this machine has; give "
+                f"smaller input shapes or a smaller batch")
     return str(err) or type(err).__name__
 
 

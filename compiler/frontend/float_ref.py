@@ -141,7 +141,15 @@ def exact_exp(x: np.ndarray) -> np.ndarray:
     """``exp(x)`` in float64 by the C library's ``exp``, one element at a time: numpy's vectorised ``exp`` is chosen
     by the CPU's instruction set (AVX-512 or not) and may differ from it in the last bit."""
     flat = np.asarray(x, np.float64).ravel()
-    return np.fromiter(map(math.exp, flat.tolist()), np.float64, flat.size).reshape(np.shape(x))
+    return np.fromiter(map(_exp, flat.tolist()), np.float64, flat.size).reshape(np.shape(x))
+
+
+def _exp(v: float) -> float:
+    """``math.exp(v)``, or infinity where it overflows (as IEEE arithmetic and numpy give)."""
+    try:
+        return math.exp(v)
+    except OverflowError:
+        return math.inf
 
 
 def _softmax(x: np.ndarray, axis: int) -> np.ndarray:

@@ -30,7 +30,10 @@ size before anything is allocated.
 A symbolic (dynamic) first input dimension is the batch and becomes ``batch``; any other symbolic or unknown input
 dimension is an error unless ``input_shapes`` gives that input's whole shape. A file that is not an ONNX model
 (missing, empty, a folder, not protobuf, truncated) raises :class:`ModelFileError`, and a model whose default-domain
-opset lies outside :data:`SUPPORTED_OPSETS` raises :class:`UnsupportedOpsetError`, both naming the file.
+opset lies outside :data:`SUPPORTED_OPSETS` raises :class:`UnsupportedOpsetError`, both naming the file. So does a
+graph that breaks ONNX's own rules (:mod:`.onnx_checks`: a node against its schema, an axis outside its input's rank,
+operand types the typed first shape inference rejects), listing every problem; a constant shape input asking for a
+tensor beyond :func:`tensor_byte_limit` raises :class:`TensorTooLargeError` before shape inference allocates it.
 
 Tensor names are ONNX's; a folded BatchNorm keeps the name of its output for the convolution that absorbed it.
 """
@@ -46,6 +49,7 @@ from onnx import numpy_helper, shape_inference
 from ..ir import Graph, GraphError
 from ..qops import reference_evaluator
 from . import contrib, half, id_masks, indices, masks, onnx_fused, pooling, position_tables, score_chains
+from .onnx_checks import check_axes, check_nodes, folded_elements, node_text
 from .onnx_common import (
     _DTYPES,
     ModelFileError,
@@ -124,8 +128,8 @@ def _fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:
             continue
         foldable = node.domain in ("", "ai.onnx") and all(t in consts for t in inputs) and \
             (inputs or node.op_type == "Constant") and not graph_outputs.intersection(node.output)
-        if not foldable:
-            kept.append(node)
+        if not foldable or folded_elements(node, consts) * 8 > tensor_byte_limit():
+            kept.append(node)              # too large a constant: left for the size check to name
             continue
         try:
             results = reference_evaluator(node).run(None, {t: consts[t] for t in inputs})
@@ -148,16 +152,49 @@ def _fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:
     return model
 
 
-def _infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
+_SHAPE_INPUTS = {"Reshape": 1, "Expand": 1, "ConstantOfShape": 0}
+"""Operators whose output shape is given by a constant input (its index)."""
+
+
+def _check_shape_constants(model: onnx.ModelProto, label: str, limit: int) -> None:
+    """Raise :class:`TensorTooLargeError` naming the first node of :data:`_SHAPE_INPUTS` whose constant shape input
+    asks for a tensor of more than ``limit`` bytes (as float32), before shape inference allocates for it."""
+    consts = {i.name: i for i in model.graph.initializer}
+    values = {n.output[0]: a.t for n in model.graph.node if n.op_type == "Constant" and n.output
+              for a in n.attribute if a.name == "value"}
+    for k, node in enumerate(model.graph.node):
+        index = _SHAPE_INPUTS.get(node.op_type)
+        if index is None or len(node.input) <= index:
+            continue
+        tensor = consts.get(node.input[index]) or values.get(node.input[index])
+        if tensor is None or tensor.data_type != onnx.TensorProto.INT64 or len(tensor.dims) != 1 or \
+                tensor.dims[0] > 64:
+            continue
+        dims = [int(v) for v in numpy_helper.to_array(tensor)]
+        nbytes = 4 * int(np.prod([v for v in dims if v > 0], dtype=object))
+        if nbytes > limit:
+            raise TensorTooLargeError(
+                f"The model {label} has {node_text(node, k)} ({node.op_type}) whose shape input asks for "
+                f"{'x'.join(map(str, dims))}, which would take {_size_text(nbytes)}; the lab allows "
+                f"{_size_text(limit)} per tensor on this machine (a quarter of its memory).")
+
+
+def _infer_shapes(model: onnx.ModelProto, *, check_type: bool = False) -> onnx.ModelProto:
     """ONNX's shape inference on ``model`` from its inputs and constants alone: the value infos already there (the
     exporter's, or an earlier pass's from before the inputs were fixed or constants folded) are dropped first, since
     inference keeps a symbolic dimension they hold where broadcasting a 1 against it cannot resolve it (a batch-1
     run of a file exported with dynamic axes kept ``[unk, 16, 64]`` for ``[1, 16, 64] + [1, 16, 64]``). With data
     propagation, so that a Reshape to a shape computed by Shape, Gather and Concat has a static output, and the
-    Shape nodes after it fold in the next pass."""
+    Shape nodes after it fold in the next pass. ``check_type``: also refuse inputs whose types disagree (an int32
+    weight of a float MatMul), as the file's first inference does; a failure is a :class:`ModelFileError`."""
     del model.graph.value_info[:]
     shapes_computed = any(node.op_type == "Shape" for node in model.graph.node)
-    return shape_inference.infer_shapes(model, data_prop=shapes_computed)
+    try:
+        return shape_inference.infer_shapes(model, data_prop=shapes_computed, check_type=check_type)
+    except shape_inference.InferenceError as err:   # a node whose inputs' types or shapes it cannot take
+        text = " ".join(str(err).split())
+        raise ModelFileError(f"The model is not a valid ONNX graph: ONNX's shape inference rejects it: {text}"
+                             ) from None
 
 
 def _sort_nodes(model: onnx.ModelProto) -> None:
@@ -467,16 +504,20 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, n
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
         raise ValueError(f"batch must be a positive integer (images per inference), not {batch!r}.")
     _check_opset(proto, where)
+    check_nodes(proto, where)
     onnx_fused.check_equations(proto)                   # before any shape inference, which some hang
     limit = tensor_byte_limit() if max_tensor_bytes is None else max_tensor_bytes
     if half.widen_half(proto, where, limit // 2):       # float16/bfloat16 files: float32, exactly
         _check_sizes(proto, where, limit)
     _sort_nodes(proto)
     _fix_inputs(proto, batch, dict(input_shapes or {}), where)
+    _check_sizes(proto, where, limit)                   # the inputs' own sizes, before any rewrite reads them
+    _check_shape_constants(proto, where, limit)
     refused = contrib.rewrite_contrib(proto)            # onnxruntime's com.microsoft operators, as standard nodes
     refused.update(onnx_fused.rewrite_onnx_fused(proto))  # ONNX's own fused operators of opsets 23+ (Attention)
     _check_sizes(proto, where, limit)
-    model = _infer_shapes(_fold_constants(proto))
+    model = _infer_shapes(_fold_constants(proto), check_type=True)
+    check_axes(model, where)
     for _ in range(64):                      # Shape and CastLike fold once their inputs have static shapes and types
         if not any(n.op_type in ("Shape", "CastLike") for n in model.graph.node):
             break

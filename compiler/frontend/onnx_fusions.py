@@ -390,7 +390,8 @@ def drop_identities(model: onnx.ModelProto) -> None:
             continue
         if node.op_type == "Concat":
             axis = int(_attrs(node).get("axis", 0))
-            full = [t for t in node.input if not (t in shapes and shapes[t] and shapes[t][axis] == 0)]
+            full = [t for t in node.input if not (t in shapes and -len(shapes[t]) <= axis < len(shapes[t])
+                                                  and shapes[t][axis] == 0)]
             if full and len(full) < len(node.input):
                 del node.input[:]
                 node.input.extend(full)

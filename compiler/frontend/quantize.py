@@ -241,6 +241,12 @@ def choose_requant(m: np.ndarray, acc_bound: np.ndarray, *, rounding: bool = Fal
     ``acc * M`` cannot wrap for any accumulator within the bound. When no S fits, S = 0 and M is the largest
     multiplier that does (at least 1; a bound beyond int32 leaves M = 1, whose product is the accumulator itself).
     """
+    bad = ~(np.isfinite(m) & (m > 0) & (m < 2.0**62))
+    if bad.any():
+        raise QuantizationError(f"a requantization ratio (input scale x weight scale / output scale) is "
+                                f"{float(m[bad][0]):g}, not a positive number a 32-bit multiplier and shift can "
+                                f"hold: the model's weights or activations are infinite, NaN, or near float32's "
+                                f"limit (1e38)")
     mult = np.ones(m.shape, np.int64)
     shift = np.zeros(m.shape, np.int64)
     for o, (mo, bound) in enumerate(zip(m.astype(np.float64), acc_bound)):
@@ -751,7 +757,12 @@ class _Quantizer:
             handler = _HANDLERS.get(node.op)
             if handler is None:
                 raise QuantizationError(f"Node {node.name!r} has op {node.op!r}, which the quantizer does not handle.")
-            handler(self, node)
+            try:
+                handler(self, node)
+            except QuantizationError as err:
+                if repr(node.name) in str(err):
+                    raise
+                raise QuantizationError(f"Node {node.name!r} ({node.op}): {err}") from None
             for wide, name, scale in self.pending_clips:  # int4 activations: clip an int8-clipping op's output
                 self.qg.add_node("QClip", self.qg.unique_name(f"{node.name}_clip"), [wide],
                                  [self.out_tensor(name, scale)], lo=self.qmin, hi=self.qmax)

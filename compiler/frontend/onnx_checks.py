@@ -1,0 +1,146 @@
+"""Checks that a file is a valid ONNX graph before the frontend reads it, so that a malformed file gets one error
+naming every problem instead of a traceback from deep in the import (:func:`.onnx_frontend.import_onnx` and
+:func:`.prequant.import_model` call them):
+
+- :func:`check_nodes`: each default-domain node against its operator's schema at the model's opset (input and output
+  counts, required inputs, outputs and attributes, attribute types, and the types of the inputs known before any
+  inference: initializers and graph inputs);
+- :func:`check_axes`: an ``axis`` attribute within its input's rank, once shape inference knows the rank;
+- :func:`folded_elements`: how large a constant the folding would make, so a huge one is left for the size check.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import onnx
+
+from .onnx_common import ModelFileError
+
+__all__ = ["check_axes", "check_nodes", "folded_elements", "node_text"]
+
+
+def node_text(node: onnx.NodeProto, index: int) -> str:
+    """``node 'NAME'``, or for an unnamed node ``node #INDEX`` and the first tensor it writes."""
+    if node.name:
+        return f"node {node.name!r}"
+    return f"node #{index}" + (f" (writes {node.output[0]!r})" if node.output and node.output[0] else "")
+
+
+def check_nodes(model: onnx.ModelProto, label: str) -> None:
+    """Raise :class:`ModelFileError` listing every node of the default domain whose inputs, outputs or attributes do
+    not fit its operator's schema at the model's opset: too few or too many inputs or outputs, a required input or
+    output left empty, a required attribute missing, an attribute of the wrong type. Operators ONNX does not define
+    at that opset are left to the rules (which refuse them by name, or take onnxruntime's default-domain ones)."""
+    opset = next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
+    problems: list[str] = []
+    known = {i.name: i.data_type for i in model.graph.initializer}          # types known before any inference
+    known.update({vi.name: vi.type.tensor_type.elem_type for vi in model.graph.input
+                  if vi.type.HasField("tensor_type") and vi.name not in known})
+    for k, node in enumerate(model.graph.node):
+        if node.domain not in ("", "ai.onnx") or not onnx.defs.has(node.op_type):
+            continue
+        try:
+            schema = onnx.defs.get_schema(node.op_type, opset)
+        except onnx.defs.SchemaError:
+            continue
+        what = f"{node_text(node, k)} ({node.op_type})"
+        for kind, names, lo, hi, params in (("input", node.input, schema.min_input, schema.max_input, schema.inputs),
+                                            ("output", node.output, schema.min_output, schema.max_output,
+                                             schema.outputs)):
+            count = len(names)
+            while count and not names[count - 1]:
+                count -= 1                                  # trailing empty names: omitted optional ones
+            if not lo <= count <= hi:
+                span = f"{lo}" if lo == hi else f"{lo} to {hi if hi < 2**31 - 1 else 'any number of'}"
+                problems.append(f"{what} has {count} {kind}(s); {node.op_type} takes {span} at opset {opset}")
+                continue
+            for i, param in enumerate(params[:count]):
+                single = param.option == onnx.defs.OpSchema.FormalParameterOption.Single
+                if single and not names[i]:
+                    problems.append(f"{what} leaves its required {kind} {i} ({param.name}) empty")
+            if kind == "output":
+                continue
+            allowed = {c.type_param_str: c.allowed_type_strs for c in schema.type_constraints}
+            for i, name in enumerate(names[:count]):
+                param = params[min(i, len(params) - 1)]
+                types = allowed.get(param.type_str)
+                if name in known and types and known[name]:
+                    text = f"tensor({onnx.helper.tensor_dtype_to_string(known[name])[len('TensorProto.'):].lower()})"
+                    if text not in types:
+                        problems.append(f"{what} reads {name!r} of type {text} as its input {i} ({param.name}), "
+                                        f"which takes {', '.join(sorted(types))}")
+        for name, attr in schema.attributes.items():
+            if attr.required and not any(a.name == name for a in node.attribute):
+                problems.append(f"{what} lacks its required attribute {name!r}")
+        if node.op_type == "Constant" and sum(a.name.startswith("value") or a.name == "sparse_value"
+                                              for a in node.attribute) != 1:
+            problems.append(f"{what} has {len(node.attribute)} value attributes; a Constant takes exactly one")
+        for a in node.attribute:
+            expected = schema.attributes.get(a.name)
+            if expected is not None and a.type != expected.type:
+                got = onnx.AttributeProto.AttributeType.Name(a.type)
+                want = onnx.AttributeProto.AttributeType.Name(expected.type)
+                problems.append(f"{what} has attribute {a.name!r} of type {got}; {node.op_type} takes {want}")
+    if problems:
+        shown = "; ".join(problems[:20]) + (f"; and {len(problems) - 20} more" if len(problems) > 20 else "")
+        raise ModelFileError(f"The model {label} is not a valid ONNX graph: {shown}.")
+
+
+_AXIS_OPS = frozenset({"Concat", "Softmax", "LogSoftmax", "Hardmax", "Gather", "GatherElements", "Split",
+                       "LayerNormalization", "ArgMax", "ArgMin", "Flatten"})
+"""Operators whose ``axis`` attribute indexes their first input's dimensions (Flatten's may also equal the rank)."""
+
+
+def check_axes(model: onnx.ModelProto, label: str) -> None:
+    """Raise :class:`ModelFileError` listing every node of :data:`_AXIS_OPS` whose ``axis`` lies outside its first
+    input's rank (``[-r, r-1]``, Flatten ``[-r, r]``), where shape inference knows that rank."""
+    ranks = {vi.name: len(vi.type.tensor_type.shape.dim)
+             for vi in [*model.graph.input, *model.graph.value_info, *model.graph.output]
+             if vi.type.tensor_type.HasField("shape")}
+    ranks.update({init.name: len(init.dims) for init in model.graph.initializer})
+    problems = []
+    for k, node in enumerate(model.graph.node):
+        if node.op_type not in _AXIS_OPS or node.domain not in ("", "ai.onnx") or not node.input:
+            continue
+        axis = next((a.i for a in node.attribute if a.name == "axis" and a.type == onnx.AttributeProto.INT), None)
+        rank = ranks.get(node.input[0])
+        if axis is None or rank is None:
+            continue
+        top = rank if node.op_type == "Flatten" else rank - 1
+        if not -rank <= axis <= top:
+            problems.append(f"{node_text(node, k)} ({node.op_type}) has axis {axis}, outside [-{rank}, {top}] for "
+                            f"its rank-{rank} input {node.input[0]!r}")
+    if problems:
+        raise ModelFileError(f"The model {label} is not a valid ONNX graph: {'; '.join(problems[:20])}.")
+
+
+def folded_elements(node: onnx.NodeProto, consts: dict[str, np.ndarray]) -> int:
+    """An upper bound on the elements of the output of ``node`` (whose inputs are all constants) for the operators
+    that make a large tensor from small constants (ConstantOfShape, Expand, Tile, Range, Pad); 0 for others."""
+    def ints(name: str) -> list[int]:
+        return [int(v) for v in np.asarray(consts[name]).reshape(-1)]
+
+    def dims(name: str) -> list[int]:
+        return [int(d) for d in np.shape(consts[name])]
+
+    try:
+        if node.op_type == "ConstantOfShape":
+            return math.prod(max(v, 0) for v in ints(node.input[0]))
+        if node.op_type == "Expand":
+            shape, want = dims(node.input[0]), ints(node.input[1])
+            rank = max(len(shape), len(want))
+            shape, want = [1] * (rank - len(shape)) + shape, [1] * (rank - len(want)) + want
+            return math.prod(max(a, abs(b)) for a, b in zip(shape, want))
+        if node.op_type == "Tile":
+            return math.prod(dims(node.input[0])) * math.prod(max(v, 0) for v in ints(node.input[1]))
+        if node.op_type == "Range":
+            start, limit, delta = (float(np.asarray(consts[t]).reshape(-1)[0]) for t in node.input[:3])
+            return int(abs((limit - start) / delta)) + 1 if delta else 0
+        if node.op_type == "Pad" and len(node.input) > 1 and node.input[1]:
+            shape, pads = dims(node.input[0]), [max(v, 0) for v in ints(node.input[1])]
+            half = len(pads) // 2
+            return math.prod(d + pads[k] + pads[k + half] for k, d in enumerate(shape))
+    except (IndexError, KeyError, TypeError, ValueError, OverflowError):
+        return 0
+    return 0

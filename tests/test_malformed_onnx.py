@@ -1,0 +1,137 @@
+"""Malformed files and inputs get one clear error, never a traceback, a hang or an out-of-memory kill: the import's
+schema checks (compiler/frontend/onnx_frontend.py: ``_check_nodes``, ``_check_axes``, ``_check_shape_constants``, the
+typed first shape inference, the size check before any rewrite), the quantizer's check of its ratios, and the CLI's
+messages for an out-of-memory run and a damaged ``--input`` archive. Each case is one a mutation fuzzer of exporter
+files found crashing the lab."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import onnx_model
+from onnx import helper
+
+from vta.cli import main
+from vta.compiler.frontend.float_ref import exact_exp
+from vta.compiler.frontend.onnx_frontend import ModelFileError, TensorTooLargeError, import_onnx
+from vta.compiler.frontend.quantize import QuantizationError, quantize
+
+X = np.ones((1, 4, 8), np.float32)
+
+
+def _with_nodes(*nodes, inits=()):
+    return onnx_model(list(nodes), {"x": X}, inits)
+
+
+@pytest.mark.parametrize(("model", "message"), [
+    (_with_nodes(helper.make_node("Mul", ["x"], ["y"], name="m")),
+     r"node 'm' \(Mul\) has 1 input\(s\); Mul takes 2 at opset 17"),
+    (_with_nodes(helper.make_node("Relu", ["x"], [], name="r")),
+     r"node 'r' \(Relu\) has 0 output\(s\); Relu takes 1 at opset 17"),
+    (_with_nodes(helper.make_node("Gemm", ["", "x"], ["y"], name="g")),
+     r"node 'g' \(Gemm\) leaves its required input 0 \(A\) empty"),
+    (_with_nodes(helper.make_node("Constant", [], ["c"], name="c"), helper.make_node("Add", ["x", "c"], ["y"])),
+     r"node 'c' \(Constant\) has 0 value attributes; a Constant takes exactly one"),
+    (_with_nodes(helper.make_node("Softmax", ["x"], ["y"], name="s", axis=1.5)),
+     r"node 's' \(Softmax\) has attribute 'axis' of type FLOAT; Softmax takes INT"),
+    (_with_nodes(helper.make_node("LayerNormalization", ["x", "g"], ["y"], name="ln"),
+                 inits=[("g", np.ones(8, np.int32))]),
+     r"node 'ln' \(LayerNormalization\) reads 'g' of type tensor\(int32\) as its input 1 \(Scale\), which takes "),
+])
+def test_a_node_that_breaks_its_schema_is_named_with_every_problem(model, message):
+    with pytest.raises(ModelFileError, match=r"is not a valid ONNX graph: .*" + message):
+        import_onnx(model)
+
+
+def test_every_problem_is_listed_at_once():
+    model = _with_nodes(helper.make_node("Mul", ["x"], ["a"], name="m"),
+                        helper.make_node("Relu", ["a"], [], name="r"), helper.make_node("Add", ["a", "x"], ["y"]))
+    with pytest.raises(ModelFileError, match=r"node 'm' \(Mul\) has 1 .*; node 'r' \(Relu\) has 0 output"):
+        import_onnx(model)
+
+
+def test_types_that_disagree_between_operands_are_refused_by_the_typed_inference():
+    """An int32 weight of a float MatMul: each type alone is one MatMul takes; together they are not."""
+    model = _with_nodes(helper.make_node("MatMul", ["x", "w"], ["y"], name="mm"), inits=[("w", np.ones((8, 3),
+                                                                                                   np.int32))])
+    with pytest.raises(ModelFileError, match=r"shape inference rejects it: .*MatMul.*inconsistent type"):
+        import_onnx(model)
+
+
+@pytest.mark.parametrize(("op", "axis", "bounds"), [("Concat", 3, r"\[-3, 2\]"), ("Softmax", -4, r"\[-3, 2\]"),
+                                                    ("Flatten", 4, r"\[-3, 3\]")])
+def test_an_axis_outside_the_rank_is_named(op, axis, bounds):
+    inputs = ["x", "x"] if op == "Concat" else ["x"]
+    model = _with_nodes(helper.make_node(op, inputs, ["y"], name="n", axis=axis))
+    with pytest.raises(ModelFileError, match=rf"node 'n' \({op}\) has axis {axis}, outside {bounds} for its "
+                                             rf"rank-3 input 'x'"):
+        import_onnx(model)
+
+
+def test_a_huge_constant_shape_is_refused_before_shape_inference_allocates_it():
+    shape = np.array([2**40, 2**22], np.int64)
+    model = _with_nodes(helper.make_node("Reshape", ["x", "s"], ["y"], name="big"), inits=[("s", shape)])
+    with pytest.raises(TensorTooLargeError, match=r"node 'big' \(Reshape\) whose shape input asks for "
+                                                  r"1099511627776x4194304"):
+        import_onnx(model)
+    expand = _with_nodes(helper.make_node("ConstantOfShape", ["s"], ["c"], name="fill"),
+                         helper.make_node("Add", ["x", "c"], ["y"]), inits=[("s", shape)])
+    with pytest.raises(TensorTooLargeError, match=r"node 'fill' \(ConstantOfShape\)"):
+        import_onnx(expand)
+
+
+def test_a_huge_input_dimension_is_refused_before_any_rewrite():
+    model = _with_nodes(helper.make_node("Relu", ["x"], ["y"]))
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_value = 10**12
+    with pytest.raises(TensorTooLargeError, match=r"tensor 'x' of shape 1000000000000x4x8"):
+        import_onnx(model)
+
+
+def test_a_constant_fold_that_would_be_huge_is_left_for_the_size_check():
+    """An Expand of constants to 2**40 elements is not evaluated by the folding; the size check names it."""
+    model = _with_nodes(helper.make_node("Expand", ["one", "s"], ["e"], name="wide"),
+                        helper.make_node("Add", ["x", "e"], ["y"]),
+                        inits=[("one", np.ones(1, np.float32)), ("s", np.array([2**20, 1, 2**20], np.int64))])
+    with pytest.raises((TensorTooLargeError, ModelFileError), match=r"'e'|'wide'"):
+        import_onnx(model)
+
+
+@pytest.mark.parametrize("value", [np.inf, np.nan, 3e38])
+def test_a_weight_beyond_float32_is_refused_by_the_quantizer_naming_the_layer(value):
+    w = np.ones((8, 3), np.float32)
+    w[0, 0] = value
+    model = _with_nodes(helper.make_node("MatMul", ["x", "w"], ["y"], name="proj"), inits=[("w", w)])
+    graph = import_onnx(model)
+    with pytest.raises(QuantizationError, match=r"Node 'proj.*: a requantization ratio .* infinite, NaN, or near "
+                                                r"float32's limit"):
+        quantize(graph, {"x": np.random.default_rng(0).standard_normal((4, 4, 8)).astype(np.float32)})
+
+
+def test_exp_overflows_to_infinity_as_ieee_does():
+    got = exact_exp(np.array([1.0, 1000.0, -1000.0]))
+    assert got[0] == math.e and math.isinf(got[1]) and got[2] == 0.0
+
+
+def test_the_cli_says_what_a_damaged_input_archive_and_an_out_of_memory_run_are(tmp_path: Path, capsys, monkeypatch):
+    from vta import cli
+    bad = tmp_path / "in.npz"
+    good = tmp_path / "good.npz"
+    np.savez(good, input=np.zeros((1, 3, 32, 32), np.float32))
+    bad.write_bytes(good.read_bytes()[:40])                            # cut short
+    assert main(["run", "tiny_cnn", "--target", "fsim", "--input", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "is not an .npz archive of number arrays" in err and "Traceback" not in err
+    assert cli._exit_code(MemoryError("std::bad_alloc")) == 1
+    assert cli._message(MemoryError("std::bad_alloc")).startswith("out of memory (std::bad_alloc): the model at "
+                                                                 "these shapes needs more memory")
+
+
+def test_a_malformed_file_is_refused_by_the_command_line_without_a_traceback(tmp_path: Path, capsys):
+    path = tmp_path / "m.onnx"
+    model = _with_nodes(helper.make_node("Mul", ["x"], ["y"], name="m"))
+    path.write_bytes(model.SerializeToString())
+    assert main(["run", str(path), "--target", "fsim"]) == 2
+    err = capsys.readouterr().err
+    assert "not a valid ONNX graph: node 'm' (Mul) has 1 input(s)" in err and "Traceback" not in err
