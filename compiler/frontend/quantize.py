@@ -329,6 +329,18 @@ class _Quantizer:
             return users[0]
         return None
 
+    def finite(self, node: Node, name: str) -> np.ndarray:
+        """The float64 value of constant ``name`` that ``node`` reads, or :class:`QuantizationError` naming both when it
+        holds a NaN or an infinity, which no integer constant can hold (a mask's infinities never reach here: the
+        Softmax they feed applies them in float)."""
+        c = self.fg.constants[name].astype(np.float64)
+        bad = int(np.count_nonzero(~np.isfinite(c)))
+        if bad:
+            raise QuantizationError(f"Node {node.name!r} ({node.op}) reads the constant {name!r}, which holds {bad} "
+                                    f"NaN or infinite value(s) of {c.size}; an integer weight cannot hold them (is "
+                                    f"the file damaged?)")
+        return c
+
     def act_scale(self, name: str) -> float:
         """The calibrated scale of activation ``name`` at the activation width: ``absmax / qmax``."""
         return self.cal.scale(name, self.qmax)
@@ -395,9 +407,9 @@ class _Quantizer:
         wide_out = keep and out in self.fg.outputs  # a kept layer's graph output stays int8
         wmax = 127 if keep else self.wmax
         sx, sy = self.scales[x], (self.cal.scale(out) if wide_out else self.act_scale(out))
-        w = self.fg.constants[node.inputs[1]].astype(np.float64)
+        w = self.finite(node, node.inputs[1])
         o = w.shape[0]
-        b = self.fg.constants[node.inputs[2]].astype(np.float64) if len(node.inputs) > 2 else np.zeros(o)
+        b = self.finite(node, node.inputs[2]) if len(node.inputs) > 2 else np.zeros(o)
         shift_mode = self.mode == "shift"
         if shift_mode:
             sw, mult, shift = self._shift_weights(w, sx, sy, wmax)
@@ -472,6 +484,7 @@ class _Quantizer:
         c = self.fg.constants[const].astype(np.float64)
         if self.softmax_mask(Node(node.op, node.name, [x, const], node.outputs), {"bias": c}):
             return
+        c = self.finite(node, const)                        # a mask's -inf is applied by its Softmax; not here
         shape = self.qg.shape(x)
         if len(shape) == 4 and _per_channel_const(c, shape[1], 4) is not None:
             raise QuantizationError(f"Node {node.name!r} adds a constant that could not be folded into a preceding "
@@ -531,7 +544,7 @@ class _Quantizer:
         if node.inputs[1] not in self.fg.constants:
             self.mul_act(node)
             return
-        c = self.fg.constants[node.inputs[1]].astype(np.float64)
+        c = self.finite(node, node.inputs[1])
         x, out = node.inputs[0], node.outputs[0]
         sy = self.act_scale(out)
         m = c * self.scales[x] / sy
@@ -557,7 +570,7 @@ class _Quantizer:
     def concat(self, node: Node) -> None:
         """Concat -> QConcat at the largest input scale; a constant operand becomes an int8 constant at that scale."""
         out = node.outputs[0]
-        consts = {i: self.fg.constants[i].astype(np.float64) for i in node.inputs if i in self.fg.constants}
+        consts = {i: self.finite(node, i) for i in node.inputs if i in self.fg.constants}
         scales = {i: max(float(np.abs(c).max()), 1e-6) / 127.0 for i, c in consts.items()}
         scales.update({i: self.scales[i] for i in node.inputs if i not in consts})
         sy = max(scales.values())
@@ -650,7 +663,7 @@ class _Quantizer:
         operands, scales = [], []
         for name in node.inputs:
             if name in self.fg.constants:
-                c = self.fg.constants[name].astype(np.float64)
+                c = self.finite(node, name)
                 sc = max(float(np.abs(c).max()), 1e-6) / 127.0
                 qname = self.qg.unique_name(f"{name}_q")
                 self.qg.add_constant(qname, np.clip(np.rint(c / sc), -127, 127).astype(np.int8))
@@ -681,7 +694,7 @@ class _Quantizer:
         """Embedding (token ids into a float table) -> Embedding of the int8 table, per-tensor, at its own scale
         (the output's: a row lookup does not rescale)."""
         ids, table = node.inputs
-        c = self.fg.constants[table].astype(np.float64)
+        c = self.finite(node, table)
         sc = max(float(np.abs(c).max()), 1e-6) / 127.0
         qname = self.qg.unique_name(f"{table}_q")
         self.qg.add_constant(qname, np.clip(np.rint(c / sc), -127, 127).astype(np.int8))
@@ -713,7 +726,7 @@ class _Quantizer:
     def layer_norm(self, node: Node) -> None:
         """LayerNorm -> QLayerNorm (float64 from the int8 input, see :func:`.qops.layer_norm`)."""
         x, out = node.inputs[0], node.outputs[0]
-        gamma, beta = (self.fg.constants[name].astype(np.float32) for name in node.inputs[1:3])
+        gamma, beta = (self.finite(node, name).astype(np.float32) for name in node.inputs[1:3])
         sy = self.act_scale(out)
         self.qg.add_node("QLayerNorm", node.name, [x], [self.wide_out(out, sy)], axis=node.attrs["axis"],
                          epsilon=float(node.attrs["epsilon"]), scale=self.scales[x], gamma=gamma, beta=beta,
@@ -722,7 +735,7 @@ class _Quantizer:
     def rms_norm(self, node: Node) -> None:
         """RMSNorm -> QRMSNorm (float64 from the int8 input, see :func:`.qops_gated.rms_norm`)."""
         x, out = node.inputs[0], node.outputs[0]
-        gamma = self.fg.constants[node.inputs[1]].astype(np.float32)
+        gamma = self.finite(node, node.inputs[1]).astype(np.float32)
         sy = self.act_scale(out)
         self.qg.add_node("QRMSNorm", node.name, [x], [self.wide_out(out, sy)], axis=node.attrs["axis"],
                          epsilon=float(node.attrs["epsilon"]), scale=self.scales[x], gamma=gamma, out_scale=sy)
