@@ -61,6 +61,22 @@ def test_fast_subset_has_no_defects(tmp_path):
     assert "| family" in fc.report(records, ctx) and "clear errors" in fc.report(records, ctx)
 
 
+def test_graphs_that_break_onnx_rules_are_clear_errors(tmp_path):
+    """One probe of each graph-level damage (a node input or output dropped, an axis beyond the rank, an attribute
+    of the wrong type, a weight of the wrong type or not finite, a huge dimension): each a clear error, no traceback
+    and no exit 0."""
+    from faults.models import MODEL_DAMAGE, model_probes
+    graph_kinds = {"input_dropped", "output_dropped", "bad_axis", "attr_type", "weight_type", "weight_inf", "huge_dim"}
+    ctx = fc.Context(work=tmp_path / "work", cache=tmp_path / "cache", seed=5, tsim_mode="off", quick=True)
+    ctx.prepare()
+    probes = [p for p in model_probes(ctx, __import__("numpy").random.default_rng(5), len(MODEL_DAMAGE))
+              if p.name.split()[0] in graph_kinds]
+    assert {p.name.split()[0] for p in probes} == graph_kinds
+    records = [fc.run_probe(ctx, probe, k) for k, probe in enumerate(probes)]
+    outcomes = {r.probe.name: (r.verdict.outcome, r.verdict.note) for r in records}
+    assert all(outcome == "clear" for outcome, _ in outcomes.values()), outcomes
+
+
 def test_a_defect_is_counted(tmp_path):
     """The classifier is not blind: a command that dies by a signal, one that prints a traceback and one that
     overruns its time are counted as such, and a planted marker is a code execution."""

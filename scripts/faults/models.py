@@ -1,5 +1,6 @@
 """Probe family of bad models and model inputs: empty, garbage and truncated ONNX files, an unsupported operator, a
-symbolic dimension, an unknown opset; NaN, infinite, wrong-shape, object-dtype (a pickle payload) and integer
+symbolic dimension, an unknown opset, graphs that break ONNX's rules (a node input or output dropped, an axis
+beyond the rank, an attribute of the wrong type, a weight of the wrong type or not finite, a huge dimension); NaN, infinite, wrong-shape, object-dtype (a pickle payload) and integer
 ``--input`` arrays; unknown ``--force-cpu`` names; report and plot paths that cannot be written."""
 from __future__ import annotations
 
@@ -12,11 +13,17 @@ from .context import Context
 from .core import Probe, Run, Verdict, judge_cli, vta_argv
 from .inputs import MARKER, Payload
 
-MODEL_DAMAGE = ("empty", "nan", "object", "garbage", "force_cpu", "symbolic", "report_missing", "truncated", "inf",
-                "unsupported_op", "shape", "plot_suffix", "opset", "int_dtype", "report_dir", "scalar", "plot_dir")
-"""The kinds of bad model or input, in the order the probes cycle through them (varied from the first probes on)."""
+MODEL_DAMAGE = ("empty", "nan", "object", "garbage", "input_dropped", "force_cpu", "symbolic", "report_missing",
+                "truncated", "inf", "bad_axis", "unsupported_op", "shape", "weight_type", "plot_suffix", "opset",
+                "weight_inf", "int_dtype", "report_dir", "output_dropped", "scalar", "huge_dim", "plot_dir",
+                "attr_type")
+"""The kinds of bad model or input, in the order the probes cycle through them (varied from the first probes on).
+The graph-level kinds (``input_dropped``, ``output_dropped``, ``bad_axis``, ``attr_type``, ``weight_type``,
+``weight_inf``, ``huge_dim``) are the mutations of exporter files that crashed the import before its schema
+checks (``compiler/frontend/onnx_checks.py``)."""
 REFUSED_EXIT0 = {"nan", "inf", "shape", "object", "scalar", "force_cpu", "report_dir", "report_missing",
-                 "plot_suffix", "plot_dir", "empty", "garbage", "truncated", "unsupported_op", "opset"}
+                 "plot_suffix", "plot_dir", "empty", "garbage", "truncated", "unsupported_op", "opset",
+                 "input_dropped", "output_dropped", "bad_axis", "attr_type", "weight_type", "weight_inf", "huge_dim"}
 """Kinds whose input nothing can run: exit 0 is a silent wrong answer (the rest may run)."""
 
 
@@ -38,6 +45,31 @@ def _onnx_model(kind: str, original: bytes, rng: np.random.Generator) -> bytes:
         dims[int(rng.integers(1, len(dims)))].dim_param = "h"
     elif kind == "opset":
         model.opset_import[0].version = int(rng.choice([1, 3, 99, 10000]))
+    elif kind in ("input_dropped", "output_dropped"):
+        nodes = [n for n in model.graph.node if n.op_type != "Identity"]
+        node = nodes[int(rng.integers(len(nodes)))]
+        names = node.input if kind == "input_dropped" else node.output
+        del names[int(rng.integers(min(2, len(names)))) if kind == "input_dropped" else 0:]   # a required one
+    elif kind == "bad_axis":
+        flatten = next(n for n in model.graph.node if n.op_type == "Flatten")
+        del flatten.attribute[:]
+        flatten.attribute.append(onnx.helper.make_attribute("axis", int(rng.choice([5, 9, -6]))))
+    elif kind == "attr_type":
+        conv = next(n for n in model.graph.node if n.op_type == "Conv")
+        kept = [a for a in conv.attribute if a.name != "strides"]
+        del conv.attribute[:]
+        conv.attribute.extend(kept + [onnx.helper.make_attribute("strides", [1.5, 1.0])])
+    elif kind in ("weight_type", "weight_inf"):
+        init = model.graph.initializer[int(rng.integers(len(model.graph.initializer)))]
+        if kind == "weight_type":
+            init.data_type = int(rng.choice([onnx.TensorProto.INT32, onnx.TensorProto.UINT32]))
+        else:
+            value = onnx.numpy_helper.to_array(init).copy()
+            value.reshape(-1)[int(rng.integers(value.size))] = rng.choice([np.inf, -np.inf, np.nan])
+            init.CopyFrom(onnx.numpy_helper.from_array(value, init.name))
+    elif kind == "huge_dim":
+        dims = model.graph.input[0].type.tensor_type.shape.dim
+        dims[int(rng.integers(2, len(dims)))].dim_value = int(rng.choice([10**9, 2**40]))
     return model.SerializeToString()
 
 
@@ -68,7 +100,8 @@ def model_probes(ctx: Context, rng: np.random.Generator, count: int) -> list[Pro
         sub = np.random.default_rng(rng.integers(1 << 31))
         args = ["run", "model.onnx", "--no-progress"]
         files: dict[str, Any] = {"model.onnx": original}
-        if kind in ("empty", "garbage", "truncated", "unsupported_op", "symbolic", "opset"):
+        if kind in ("empty", "garbage", "truncated", "unsupported_op", "symbolic", "opset", "input_dropped",
+                    "output_dropped", "bad_axis", "attr_type", "weight_type", "weight_inf", "huge_dim"):
             files["model.onnx"] = _onnx_model(kind, original, sub)
         elif kind in ("nan", "inf", "shape", "object", "int_dtype", "scalar"):
             files["x.npy"] = _input_array(kind, sub)
