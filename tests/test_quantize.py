@@ -285,21 +285,25 @@ def test_calibration_memory_does_not_grow_with_samples():
     (measured peak 1.7 MiB, 1.4 MiB for one sample, the difference CPython's free lists filling; calibrate used to
     convert the whole input to float32 first and keep every tensor of a sample: 5.4 MiB). A first call is made
     untraced: numpy's one-time allocations and CPython's free lists (objects kept for reuse, bounded, released by a
-    full garbage collection) are not the calibration's."""
+    full garbage collection) are not the calibration's. The bound is loose (what other tests left in the process
+    moves the peak by about a MiB); the growth from 1 to 200 samples is what it checks."""
+    import gc
     import tracemalloc
     g = prepare(import_onnx(zoo.build_model("mini_resnet")))
     x = np.random.default_rng(0).standard_normal((200,) + g.shape("input")[1:])
     assert x.dtype == np.float64 and x.nbytes // 2 > 2 << 20
-    calibrate(g, {"input": x[:50]})
+    for samples in (1, 200):                 # warm-ups at both sizes: numpy's and CPython's caches fill first
+        calibrate(g, {"input": x[:samples]})
     peaks = []
     for samples in (1, 200):
+        gc.collect()
         tracemalloc.start()
         try:
             calibrate(g, {"input": x[:samples]})
             peaks.append(tracemalloc.get_traced_memory()[1])
         finally:
             tracemalloc.stop()
-    assert peaks[1] < 2 << 20 and peaks[1] < peaks[0] + (512 << 10)
+    assert peaks[1] < 4 << 20 and peaks[1] < peaks[0] + (1 << 20)     # the old way: 5.4 MiB
 
 
 def test_accuracy_vs_float_exact():
