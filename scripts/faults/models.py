@@ -1,7 +1,8 @@
 """Probe family of bad models and model inputs: empty, garbage and truncated ONNX files, an unsupported operator, a
 symbolic dimension, an unknown opset, graphs that break ONNX's rules (a node input or output dropped, an axis
-beyond the rank, an attribute of the wrong type, a weight of the wrong type or not finite, a huge dimension); NaN, infinite, wrong-shape, object-dtype (a pickle payload) and integer
-``--input`` arrays; unknown ``--force-cpu`` names; report and plot paths that cannot be written."""
+beyond the rank, an attribute of the wrong type, a weight of the wrong type or not finite, a huge dimension); NaN,
+infinite, wrong-shape, object-dtype (a pickle payload) and integer ``--input`` arrays; unknown ``--force-cpu``
+names; report and plot paths that cannot be written."""
 from __future__ import annotations
 
 from pathlib import Path
