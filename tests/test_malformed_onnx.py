@@ -36,6 +36,8 @@ def _with_nodes(*nodes, inits=()):
      r"node 'c' \(Constant\) has 0 value attributes; a Constant takes exactly one"),
     (_with_nodes(helper.make_node("Softmax", ["x"], ["y"], name="s", axis=1.5)),
      r"node 's' \(Softmax\) has attribute 'axis' of type FLOAT; Softmax takes INT"),
+    (_with_nodes(helper.make_node("MaxPool", ["x"], ["y"], name="p", kernel_shape=[2], strides=[0])),
+     r"node 'p' \(MaxPool\) has strides \[0\]; each must be positive"),
     (_with_nodes(helper.make_node("LayerNormalization", ["x", "g"], ["y"], name="ln"),
                  inits=[("g", np.ones(8, np.int32))]),
      r"node 'ln' \(LayerNormalization\) reads 'g' of type tensor\(int32\) as its input 1 \(Scale\), which takes "),

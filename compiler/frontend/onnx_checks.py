@@ -3,8 +3,8 @@ naming every problem instead of a traceback from deep in the import (:func:`.onn
 :func:`.prequant.import_model` call them):
 
 - :func:`check_nodes`: each default-domain node against its operator's schema at the model's opset (input and output
-  counts, required inputs, outputs and attributes, attribute types, and the types of the inputs known before any
-  inference: initializers and graph inputs);
+  counts, required inputs, outputs and attributes, attribute types, positive strides, dilations and kernel sizes,
+  pads of 0 or more, and the types of the inputs known before any inference: initializers and graph inputs);
 - :func:`check_axes`: an ``axis`` attribute within its input's rank, once shape inference knows the rank;
 - :func:`folded_elements`: how large a constant the folding would make, so a huge one is left for the size check.
 """
@@ -77,6 +77,11 @@ def check_nodes(model: onnx.ModelProto, label: str) -> None:
                                               for a in node.attribute) != 1:
             problems.append(f"{what} has {len(node.attribute)} value attributes; a Constant takes exactly one")
         for a in node.attribute:
+            if a.name in ("strides", "dilations", "kernel_shape", "pads") and a.type == onnx.AttributeProto.INTS:
+                low = 0 if a.name == "pads" else 1
+                if any(v < low for v in a.ints):
+                    problems.append(f"{what} has {a.name} {list(a.ints)}; each must be "
+                                    f"{'0 or more' if low == 0 else 'positive'}")
             expected = schema.attributes.get(a.name)
             if expected is not None and a.type != expected.type:
                 got = onnx.AttributeProto.AttributeType.Name(a.type)
