@@ -876,7 +876,8 @@ _TABLE_CELLS = {
 
 _REASONS_NOTE = ("reasons: the partitioner's estimates, not measurements: the accelerator's micro-ops or DMA bytes "
                  "at the config's CLOCK_MHZ ({mhz:g} MHz, not the design clock above) plus 5 us a launch; the CPU at "
-                 "2,000 MACs and 500 elements per us; layout conversions at 1,000 bytes per us "
+                 "2,000 MACs and 500 elements per us, or the operator's measured rate where it differs most (the float "
+                 "softmax 24, the LayerNorm 290, copies 2,100-86,000); layout conversions at 1,000 bytes per us "
                  "(compiler/lowering/partition.py)")
 """The line ``format(reasons=True)`` adds: what the reasons' microseconds are (:mod:`.lowering.partition`'s
 constants, checked equal by a test)."""

@@ -46,7 +46,7 @@ TINY_CNN_PARTS = {
     "constant conv_7_bq": "4571820fbaa90a72",
     "constant gemm_12_wq": "e0a21bf0153197fa",
     "constant gemm_12_bq": "5234e69ca7418d7e",
-    "decisions": "65f3e9a8a03ecbeb",
+    "decisions": "35dd201b170ce4de",
     "conv_3 instructions": "3fed5559fdf4130e",
     "conv_3 x": "5f70bf18a0860070",
     "conv_3 y": "5f70bf18a0860070",

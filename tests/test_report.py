@@ -256,4 +256,7 @@ def test_the_reasons_say_what_their_microseconds_are():
     note = _REASONS_NOTE.format(mhz=100.0)
     assert f"plus {P.ACCEL_LAUNCH_US:g} us a launch" in note and f"{P.CPU_MACS_PER_US:,.0f} MACs" in note
     assert f"{P.CPU_ELEMS_PER_US:g} elements per us" in note and f"{P.CONVERT_BYTES_PER_US:,.0f} bytes" in note
+    rates = P.CPU_ELEMS_PER_US_BY_OP
+    assert f"softmax {rates['QSoftmax']:,.0f}, the LayerNorm {rates['QLayerNorm']:,.0f}" in note
+    assert f"copies {min(rates['Slice'], rates['Transpose']):,.0f}-{rates['Reshape']:,.0f}" in note
     assert "CLOCK_MHZ (100 MHz, not the design clock above)" in note

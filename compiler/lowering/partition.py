@@ -9,8 +9,9 @@ The estimates are deliberately simple and documented here:
 
 * accelerator time = ``max(GEMM + ALU micro-op iterations, DMA bytes / bus bytes per cycle)`` cycles at
   ``cfg.clock_mhz``, plus :data:`ACCEL_LAUNCH_US` per layer (program launch);
-* CPU time = MACs / :data:`CPU_MACS_PER_US` (the llvmlite kernels), elementwise ops
-  :data:`CPU_ELEMS_PER_US`;
+* CPU time = MACs / :data:`CPU_MACS_PER_US` (the llvmlite kernels) plus output elements at the operator's measured
+  rate (:data:`CPU_ELEMS_PER_US_BY_OP`: the softmax, LayerNorm, GELU and copy kernels) or else
+  :data:`CPU_ELEMS_PER_US` (:func:`cpu_estimate_us`);
 * a layout conversion (pack or unpack) costs bytes / :data:`CONVERT_BYTES_PER_US`.
 
 One exception under the ``auto`` policy: when the estimates would leave the accelerator with nothing to run (a small
@@ -41,11 +42,25 @@ from .schedule import ScheduleError, plan_conv
 from .softmax import SoftmaxLayer, plan_softmax, softmax_accel_cycles
 
 __all__ = ["Decision", "Lowered", "ColumnFold", "partition", "lower_node", "ACCEL_RULES", "POLICIES", "STEMS",
-           "ACCEL_LAUNCH_US", "CPU_MACS_PER_US", "CPU_ELEMS_PER_US", "CONVERT_BYTES_PER_US", "block_utilization"]
+           "ACCEL_LAUNCH_US", "CPU_MACS_PER_US", "CPU_ELEMS_PER_US", "CPU_ELEMS_PER_US_BY_OP", "CONVERT_BYTES_PER_US",
+           "block_utilization", "cpu_estimate_us"]
 
 ACCEL_LAUNCH_US = 5.0
 CPU_MACS_PER_US = 2000.0
 CPU_ELEMS_PER_US = 500.0
+CPU_ELEMS_PER_US_BY_OP: dict[str, float] = {
+    "QSoftmax": 24.0, "QLayerNorm": 290.0, "QISoftmax": 125.0, "QILayerNorm": 275.0, "QLut": 4000.0,
+    "QMul": 5000.0, "Quantize": 4300.0, "Dequantize": 8200.0, "Slice": 2100.0, "Transpose": 4400.0,
+    "Reshape": 86000.0}
+"""Output elements per microsecond of the CPU backend's kernels that :data:`CPU_ELEMS_PER_US` misjudges most,
+measured on BERT-base's block (sequence 128, width 768: each kind's elements over its nodes' summed time, on the
+2-core development machine; ``python3 scripts/bench_cpu_rates.py`` prints them beside the estimates). Row-wise
+kernels are slower than the default rate (the float softmax calls ``exp`` one element at a time) and copies are
+faster. Small tensors run
+below these rates: each kernel call costs microseconds of its own, which no estimate here counts. Two measured rates
+are left out on purpose: QAdd (8,900) would move the CNNs' residual adds to the CPU, and QGelu (110) a decode step's
+GELU to the ALU, decisions that also rest on the layout conversions' and the GELU table's costs, which need their own
+measurement first."""
 CONVERT_BYTES_PER_US = 1000.0
 STEMS = ("auto", "im2col", "columns", "direct")
 """Lowerings of a convolution whose few-channel input comes from the CPU side (a network's first convolution):
@@ -311,10 +326,12 @@ def _other_uops(layer: ConvLayer, intr: Intrinsics) -> int:
     return (0 if intr.cfg.gemm_overwrite else 1) + len(passes)
 
 
-def _cpu_us(graph: Graph, node: Node) -> float:
+def cpu_estimate_us(graph: Graph, node: Node) -> float:
+    """The estimated CPU time of ``node`` in microseconds: its MACs at :data:`CPU_MACS_PER_US` plus its output
+    elements at its operator's rate (:data:`CPU_ELEMS_PER_US_BY_OP`, else :data:`CPU_ELEMS_PER_US`)."""
     macs = node_macs(graph, node)
     elems = sum(graph.tensors[name].size for name in node.outputs)
-    return macs / CPU_MACS_PER_US + elems / CPU_ELEMS_PER_US
+    return macs / CPU_MACS_PER_US + elems / CPU_ELEMS_PER_US_BY_OP.get(node.op, CPU_ELEMS_PER_US)
 
 
 def _convert_us(graph: Graph, node: Node, placement: dict[str, str], target: str, *, own_layout: bool = False
@@ -396,7 +413,7 @@ def _decide(graph: Graph, node: Node, intr: Intrinsics, policy: str, force_cpu: 
             ) -> tuple[Decision, Lowered | None]:
     """The decision for ``node`` and its lowered layer (None when the node was not lowered)."""
     cfg = intr.cfg
-    cpu_us = _cpu_us(graph, node)
+    cpu_us = cpu_estimate_us(graph, node)
     if node.op not in ACCEL_RULES:
         return Decision(node.name, node.op, "cpu", f"{node.op} has no accelerator rule", macs, None, cpu_us), None
     if policy == "cpu":
