@@ -800,6 +800,9 @@ def budget_failure(accuracy: Mapping[str, Any], budget: str) -> str | None:
         raise ValueError(f"--accuracy-budget {budget}: no output has {key} (top-1/top-5 need a classifier output "
                          f"[N, C]); bound the error instead, e.g. --accuracy-budget 2")
     for name, value in measured:
+        if value != value:                                  # NaN: a NaN or an infinity in an output
+            return (f"accuracy budget not met on output {name!r}: its {key} is not a number, since the float model's "
+                    f"or the run's output holds NaN or infinite values (against {accuracy.get('reference')})")
         worse = value > limit if key == "max_error_pct_of_range" else value < limit
         if worse:
             what = f"max error {value:.3g}% of the float output's range > {limit:g}%" if \

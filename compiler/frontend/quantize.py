@@ -973,13 +973,24 @@ def accuracy_vs_float(reference: np.ndarray, test: np.ndarray, scale: float | No
     error as % of the float output's range (max - min); ``cosine``: cosine similarity of the flattened outputs;
     for classifier-shaped outputs (``[N, C]``, ``C >= 2``) ``top1_agreement`` (fraction of rows whose argmax
     matches) and, with ``C > 5``, ``top5_agreement`` (fraction whose float top-1 class is in the quantized top 5).
+    Every metric is NaN when either output holds a NaN or an infinity (a budget then fails: nothing was measured).
     """
     ref = np.asarray(reference, np.float64)
     got = np.asarray(test, np.float64)
+    if not (np.isfinite(ref).all() and np.isfinite(got).all()):   # no error is measured against a NaN or an inf
+        nan = float("nan")
+        out: dict[str, float | None] = {"max_abs_error_lsb": nan if scale else None,
+                                        "mean_abs_error_lsb": nan if scale else None, "max_error_pct_of_range": nan,
+                                        "mean_error_pct_of_range": nan, "cosine": nan}
+        if ref.ndim == 2 and ref.shape[1] >= 2:
+            out["top1_agreement"] = nan
+            if ref.shape[1] > 5:
+                out["top5_agreement"] = nan
+        return out
     err = np.abs(ref - got)
     span = float(ref.max() - ref.min()) if ref.size else 0.0
     norms = float(np.linalg.norm(ref) * np.linalg.norm(got))
-    out: dict[str, float | None] = {
+    out = {
         "max_abs_error_lsb": float(err.max() / scale) if scale else None,
         "mean_abs_error_lsb": float(err.mean() / scale) if scale else None,
         "max_error_pct_of_range": float(100 * err.max() / span) if span > 0 else float(100 * (err.max() > 0)),
