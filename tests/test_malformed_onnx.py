@@ -138,3 +138,72 @@ def test_a_malformed_file_is_refused_by_the_command_line_without_a_traceback(tmp
     assert main(["run", str(path), "--target", "fsim"]) == 2
     err = capsys.readouterr().err
     assert "not a valid ONNX graph: node 'm' (Mul) has 1 input(s)" in err and "Traceback" not in err
+
+
+def test_a_cycle_a_dangling_input_a_new_ir_version_and_short_data_are_refused():
+    from onnx import TensorProto, numpy_helper
+    cycle = _with_nodes(helper.make_node("Relu", ["x", "b"], ["a"], name="r1"),
+                        helper.make_node("Add", ["a", "x"], ["b"], name="r2"), helper.make_node("Relu", ["b"], ["y"]))
+    with pytest.raises(ModelFileError, match=r"node 'r1' \(Relu\) (has 2 input|reads 'b', which no node writes "
+                                             r"outside a cycle)"):
+        import_onnx(cycle)
+    dangling = _with_nodes(helper.make_node("Add", ["x", "nowhere"], ["y"], name="a"))
+    with pytest.raises(ModelFileError, match=r"node 'a' \(Add\) reads 'nowhere', which no node writes"):
+        import_onnx(dangling)
+    newer = _with_nodes(helper.make_node("Relu", ["x"], ["y"]))
+    newer.ir_version = 99
+    with pytest.raises(ModelFileError, match=r"has IR version 99; the installed onnx package reads up to"):
+        import_onnx(newer)
+    short = _with_nodes(helper.make_node("Mul", ["x", "w"], ["y"]), inits=[("w", np.ones(8, np.float32))])
+    short.graph.initializer[0].CopyFrom(numpy_helper.from_array(np.ones(8, np.float32), "w"))
+    short.graph.initializer[0].raw_data = short.graph.initializer[0].raw_data[:12]
+    with pytest.raises(ModelFileError, match=r"initializer 'w' of shape 8 holds 12 bytes of data where it needs 32"):
+        import_onnx(short)
+    retyped = _with_nodes(helper.make_node("Mul", ["x", "w"], ["y"]))
+    retyped.graph.initializer.append(helper.make_tensor("w", TensorProto.FLOAT, [8], [1.0] * 8))
+    retyped.graph.initializer[0].data_type = TensorProto.INT8            # float_data left, int32_data empty
+    with pytest.raises(ModelFileError, match=r"initializer 'w' of shape 8 holds 0 values of data where it needs 8"):
+        import_onnx(retyped)
+
+
+def test_a_kernel_shape_its_weight_does_not_have_and_nan_or_negative_epsilon_are_refused():
+    conv = onnx_model([helper.make_node("Conv", ["x", "w"], ["y"], name="c", kernel_shape=[4, 4])],
+                      {"x": np.ones((1, 3, 8, 8), np.float32)}, [("w", np.ones((4, 3, 4, 3), np.float32))])
+    with pytest.raises(ModelFileError, match=r"node 'c' \(Conv\) has kernel_shape \[4, 4\], but its weight 'w' "
+                                             r"has shape \[4, 3, 4, 3\]"):
+        import_onnx(conv)
+    for eps, message in ((float("nan"), "has attribute 'epsilon' NaN"), (-1.0, "has epsilon -1; it must be 0")):
+        ln = _with_nodes(helper.make_node("LayerNormalization", ["x", "g"], ["y"], name="ln", epsilon=eps),
+                         inits=[("g", np.ones(8, np.float32))])
+        with pytest.raises(ModelFileError, match=rf"node 'ln' \(LayerNormalization\) {message}"):
+            import_onnx(ln)
+
+
+def test_a_text_field_that_is_not_utf8_is_a_damaged_file():
+    model = _with_nodes(helper.make_node("Relu", ["x"], ["y"], name="relu"))
+    data = model.SerializeToString().replace(b"relu", b"r\xb6lu")
+    from onnx import ModelProto
+    with pytest.raises(ModelFileError, match=r"is damaged: a name or text field is not UTF-8 \(b'r\\xb6lu'\)"):
+        import_onnx(ModelProto.FromString(data))
+
+
+def test_an_operator_of_an_unknown_domain_is_not_taken_for_the_standard_one():
+    """A Shape node in a domain the lab does not know is refused, not folded as ONNX's Shape."""
+    from vta.compiler.frontend.onnx_frontend import UnsupportedOperatorError
+    model = _with_nodes(helper.make_node("Shape", ["x"], ["s"], name="odd", domain="com.example"),
+                        helper.make_node("Reshape", ["x", "s"], ["y"]))
+    model.opset_import.append(helper.make_opsetid("com.example", 1))
+    with pytest.raises(UnsupportedOperatorError, match=r"com\.example"):
+        import_onnx(model)
+
+
+def test_an_accuracy_budget_is_not_met_when_an_output_is_not_finite():
+    from vta.compiler.frontend.quantize import accuracy_vs_float
+    from vta.compiler.report import budget_failure
+    ref = np.array([[1.0, np.nan, 2.0]])
+    metrics = accuracy_vs_float(ref, np.zeros((1, 3)), 0.1)
+    assert all(v != v for v in metrics.values() if v is not None)
+    accuracy = {"reference": "onnxruntime", "outputs": {"y": metrics}}
+    for budget in ("1", "cosine>=0.99", "top1>=0.9"):
+        failure = budget_failure(accuracy, budget)
+        assert failure is not None and "is not a number" in failure, budget

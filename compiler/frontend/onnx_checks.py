@@ -2,6 +2,8 @@
 naming every problem instead of a traceback from deep in the import (:func:`.onnx_frontend.import_onnx` and
 :func:`.prequant.import_model` call them):
 
+- :func:`check_graph`: text fields that decode, a known IR version, initializers whose data fills their dims, and
+  every tensor a node reads written by some node outside a cycle (or an input or initializer);
 - :func:`check_nodes`: each default-domain node against its operator's schema at the model's opset (input and output
   counts, required inputs, outputs and attributes, attribute types, positive strides, dilations and kernel sizes,
   pads of 0 or more, and the types of the inputs known before any inference: initializers and graph inputs);
@@ -17,7 +19,7 @@ import onnx
 
 from .onnx_common import ModelFileError
 
-__all__ = ["check_axes", "check_nodes", "folded_elements", "node_text"]
+__all__ = ["check_axes", "check_graph", "check_nodes", "folded_elements", "node_text"]
 
 
 def node_text(node: onnx.NodeProto, index: int) -> str:
@@ -25,6 +27,97 @@ def node_text(node: onnx.NodeProto, index: int) -> str:
     if node.name:
         return f"node {node.name!r}"
     return f"node #{index}" + (f" (writes {node.output[0]!r})" if node.output and node.output[0] else "")
+
+
+def check_graph(model: onnx.ModelProto, label: str) -> None:
+    """Raise :class:`ModelFileError` when ``model`` is not a graph onnxruntime would load either: a text field that
+    is not UTF-8 (a damaged file), an IR version newer than the installed ``onnx`` knows, an initializer whose data
+    does not fill its dims, or a node that reads a tensor no node writes (or only a node in a cycle through it)."""
+    try:
+        bad = _undecodable(model)
+    except UnicodeDecodeError as err:
+        bad = err.object[:60] if isinstance(err.object, bytes) else b"?"
+    if bad is not None:
+        raise ModelFileError(f"The model {label} is damaged: a name or text field is not UTF-8 ({bad!r}).")
+    if model.ir_version > onnx.IR_VERSION:
+        raise ModelFileError(f"The model {label} has IR version {model.ir_version}; the installed onnx package reads "
+                             f"up to {onnx.IR_VERSION}.")
+    problems = [p for init in model.graph.initializer if (p := _data_problem(init))]
+    given = {vi.name for vi in model.graph.input} | {i.name for i in model.graph.initializer} | {""}
+    nodes = list(model.graph.node)
+    needs = [len({t for t in n.input if t not in given}) for n in nodes]
+    readers: dict[str, list[int]] = {}
+    for k, n in enumerate(nodes):
+        for t in {t for t in n.input if t not in given}:
+            readers.setdefault(t, []).append(k)
+    ready = [k for k, need in enumerate(needs) if need == 0]
+    while ready:                                  # Kahn's order, whatever the file's: what never becomes ready
+        for t in nodes[ready.pop()].output:
+            if t in given:
+                continue
+            given.add(t)
+            for k in readers.get(t, ()):
+                needs[k] -= 1
+                if needs[k] == 0:
+                    ready.append(k)
+    for k in [k for k, need in enumerate(needs) if need][:10]:
+        missing = [t for t in nodes[k].input if t not in given]
+        problems.append(f"{node_text(nodes[k], k)} ({nodes[k].op_type}) reads {', '.join(map(repr, missing))}, "
+                        f"which no node writes outside a cycle and which is no input or initializer")
+    if problems:
+        raise ModelFileError(f"The model {label} is not a valid ONNX graph: {'; '.join(problems[:20])}.")
+
+
+def _undecodable(message: object) -> bytes | None:
+    """The first text field of a protobuf ``message`` (not a tensor's data) that is not UTF-8, as the bytes the
+    protobuf runtime hands back for it, or None. (Some runtimes raise UnicodeDecodeError instead.) A tensor's name
+    alone is read: listing its fields would copy its data."""
+    if isinstance(message, onnx.TensorProto):
+        return message.name if isinstance(message.name, bytes) else None
+    for field, value in message.ListFields():                      # type: ignore[attr-defined]
+        if field.type not in (field.TYPE_MESSAGE, field.TYPE_STRING) or field.name == "raw_data":
+            continue
+        items = [value] if hasattr(value, "ListFields") or isinstance(value, (str, bytes)) else value
+        for item in items:
+            if field.type == field.TYPE_MESSAGE:
+                found = _undecodable(item)
+                if found is not None:
+                    return found
+            elif field.type == field.TYPE_STRING and isinstance(item, bytes):
+                return item
+    return None
+
+
+def _data_problem(init: onnx.TensorProto) -> str | None:
+    """Why initializer ``init``'s data does not fill its dims, or None (external data is not checked here)."""
+    if init.data_location == onnx.TensorProto.EXTERNAL:
+        return None
+    count = math.prod(init.dims)
+    try:
+        itemsize = onnx.helper.tensor_dtype_to_np_dtype(init.data_type).itemsize
+    except (KeyError, TypeError, ValueError):
+        return f"initializer {init.name!r} has data type {init.data_type}, which ONNX does not define"
+    if init.HasField("raw_data"):
+        got, want = len(init.raw_data), count * itemsize
+        if init.data_type in (onnx.TensorProto.INT4, onnx.TensorProto.UINT4):
+            want = (count + 1) // 2
+        unit = "bytes"
+    else:
+        try:
+            got = len(getattr(init, onnx.helper.tensor_dtype_to_field(init.data_type)))
+        except (KeyError, TypeError, ValueError, AttributeError):
+            return None
+        want, unit = count, "values"
+        if init.data_type in (onnx.TensorProto.COMPLEX64, onnx.TensorProto.COMPLEX128):
+            want = 2 * count
+        if got == 0 and count == 0:
+            return None
+        if init.data_type in (onnx.TensorProto.INT4, onnx.TensorProto.UINT4, onnx.TensorProto.FLOAT4E2M1):
+            return None
+    if got != want:
+        shape = "x".join(map(str, init.dims)) or "a scalar"
+        return f"initializer {init.name!r} of shape {shape} holds {got} {unit} of data where it needs {want}"
+    return None
 
 
 def check_nodes(model: onnx.ModelProto, label: str) -> None:
@@ -35,6 +128,7 @@ def check_nodes(model: onnx.ModelProto, label: str) -> None:
     opset = next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
     problems: list[str] = []
     known = {i.name: i.data_type for i in model.graph.initializer}          # types known before any inference
+    dims = {i.name: tuple(i.dims) for i in model.graph.initializer}
     known.update({vi.name: vi.type.tensor_type.elem_type for vi in model.graph.input
                   if vi.type.HasField("tensor_type") and vi.name not in known})
     for k, node in enumerate(model.graph.node):
@@ -70,6 +164,12 @@ def check_nodes(model: onnx.ModelProto, label: str) -> None:
                     if text not in types:
                         problems.append(f"{what} reads {name!r} of type {text} as its input {i} ({param.name}), "
                                         f"which takes {', '.join(sorted(types))}")
+        weight = {"Conv": 1, "ConvTranspose": 1, "ConvInteger": 1, "QLinearConv": 3}.get(node.op_type)
+        kernel = next((list(a.ints) for a in node.attribute if a.name == "kernel_shape"), None)
+        if weight is not None and kernel and len(node.input) > weight and node.input[weight] in dims and \
+                list(dims[node.input[weight]][2:]) != kernel:
+            problems.append(f"{what} has kernel_shape {kernel}, but its weight {node.input[weight]!r} has shape "
+                            f"{list(dims[node.input[weight]])}")
         for name, attr in schema.attributes.items():
             if attr.required and not any(a.name == name for a in node.attribute):
                 problems.append(f"{what} lacks its required attribute {name!r}")
@@ -77,6 +177,12 @@ def check_nodes(model: onnx.ModelProto, label: str) -> None:
                                               for a in node.attribute) != 1:
             problems.append(f"{what} has {len(node.attribute)} value attributes; a Constant takes exactly one")
         for a in node.attribute:
+            floats = [a.f] if a.type == onnx.AttributeProto.FLOAT else \
+                list(a.floats) if a.type == onnx.AttributeProto.FLOATS else []
+            if any(v != v for v in floats):
+                problems.append(f"{what} has attribute {a.name!r} NaN")
+            elif a.name == "epsilon" and floats and not 0 <= floats[0] < math.inf:
+                problems.append(f"{what} has epsilon {floats[0]:g}; it must be 0 or more and finite")
             if a.name in ("strides", "dilations", "kernel_shape", "pads") and a.type == onnx.AttributeProto.INTS:
                 low = 0 if a.name == "pads" else 1
                 if any(v < low for v in a.ints):

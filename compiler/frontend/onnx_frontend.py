@@ -49,7 +49,7 @@ from onnx import numpy_helper, shape_inference
 from ..ir import Graph, GraphError
 from ..qops import reference_evaluator
 from . import contrib, half, id_masks, indices, masks, onnx_fused, pooling, position_tables, score_chains
-from .onnx_checks import check_axes, check_nodes, folded_elements, node_text
+from .onnx_checks import check_axes, check_graph, check_nodes, folded_elements, node_text
 from .onnx_common import (
     _DTYPES,
     ModelFileError,
@@ -116,12 +116,13 @@ def _fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:
                  for k, (out, target) in enumerate(zip(branch.output, node.output))]
             changed = True                 # the branch taken, whose nodes may read the outer graph's tensors
             continue
-        if node.op_type == "CastLike" and inputs[0] in consts and types.get(inputs[1]) and \
+        standard = node.domain in ("", "ai.onnx")
+        if standard and node.op_type == "CastLike" and inputs[0] in consts and types.get(inputs[1]) and \
                 not graph_outputs.intersection(node.output):   # only the second input's type is read
             dtype = onnx.helper.tensor_dtype_to_np_dtype(types[inputs[1]])
             consts[node.output[0]] = np.asarray(consts[inputs[0]]).astype(dtype)
             continue
-        if node.op_type == "Shape" and inputs[0] in shapes and not graph_outputs.intersection(node.output):
+        if standard and node.op_type == "Shape" and inputs[0] in shapes and not graph_outputs.intersection(node.output):
             a = _attrs(node)
             dims = shapes[inputs[0]]
             consts[node.output[0]] = np.array(dims[a.get("start", 0):a.get("end", len(dims))], np.int64)
@@ -504,6 +505,7 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, n
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
         raise ValueError(f"batch must be a positive integer (images per inference), not {batch!r}.")
     _check_opset(proto, where)
+    check_graph(proto, where)
     check_nodes(proto, where)
     onnx_fused.check_equations(proto)                   # before any shape inference, which some hang
     limit = tensor_byte_limit() if max_tensor_bytes is None else max_tensor_bytes

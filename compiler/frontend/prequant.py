@@ -68,7 +68,7 @@ from onnx import numpy_helper
 
 from ..ir import INT8_MAX, INT8_MIN, AddRequant, Graph, GraphError, Node, Requant, conv_output_hw
 from .dequantize import qdq_ranges, qdq_to_float, undequantized_ops
-from .onnx_checks import check_nodes
+from .onnx_checks import check_graph, check_nodes
 from .onnx_frontend import (
     UnsupportedModelError,
     UnsupportedOperatorError,
@@ -113,6 +113,7 @@ def import_model(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, 
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
         raise ValueError(f"batch must be a positive integer (images per inference), not {batch!r}.")
     _check_opset(proto, where)
+    check_graph(proto, where)
     check_nodes(proto, where)
     _fix_inputs(proto, batch, dict(input_shapes or {}), where)
     _check_sizes(proto, where, tensor_byte_limit())
