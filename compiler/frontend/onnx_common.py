@@ -160,8 +160,11 @@ class _Importer:
             raise GraphError(f"Tensor {tensor!r} has shape {'x'.join(map(str, self.empty[tensor]))}, with a "
                              f"dimension of size 0: the lab does not compute empty tensors.")
         if tensor not in self.shapes:
-            raise GraphError(f"Shape inference found no static shape for tensor {tensor!r}; give the model static "
-                             f"input shapes.")
+            writer = next((n for n in self.model.graph.node if tensor in n.output), None)
+            by = f" (written by {writer.op_type} node {writer.name or '<unnamed>'!r})" if writer is not None else ""
+            raise GraphError(f"Shape inference found no static shape for tensor {tensor!r}{by}, although every input "
+                             f"of the model has a static shape now: a node before it computes a shape at run time "
+                             f"or does not fit its inputs' shapes (a bad axis, perm or shape constant).")
         return self.shapes[tensor]
 
 
