@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import base64
 import itertools
+import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
@@ -470,8 +471,19 @@ def _expand(shape: tuple[int, ...], out_shape: tuple[int, ...], sides: Sequence[
             continue
         ok = True
         for k in range(2, len(samples)):
+            if samples[k].size != math.prod(expand):
+                ok = False
+                break
             m = samples[k].reshape(expand) != 0
             for got, pair in zip(sides[k], (sel, add, fill)):
+                try:                             # the mask's reshape stays within the scores: no axes crossed
+                    full = np.broadcast_shapes(tuple(out_shape), np.shape(got), np.shape(pair[0]), np.shape(pair[1]))
+                    crossed = np.broadcast_shapes(m.shape, full) != full
+                except ValueError:
+                    crossed = True
+                if crossed:
+                    ok = False
+                    break
                 want = np.where(m, pair[1], pair[0])
                 if not np.array_equal(np.broadcast_to(got, want.shape), want):
                     ok = False
