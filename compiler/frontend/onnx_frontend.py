@@ -102,6 +102,7 @@ def _fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:
     kept = []
     types = contrib.elem_types(model)
     todo = list(model.graph.node)
+    largest = tensor_byte_limit() // 8          # elements of a folded constant, left to the size check beyond it
     changed = False
     while todo:
         node = todo.pop(0)
@@ -127,9 +128,9 @@ def _fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:
             dims = shapes[inputs[0]]
             consts[node.output[0]] = np.array(dims[a.get("start", 0):a.get("end", len(dims))], np.int64)
             continue
-        foldable = node.domain in ("", "ai.onnx") and all(t in consts for t in inputs) and \
+        foldable = standard and all(t in consts for t in inputs) and \
             (inputs or node.op_type == "Constant") and not graph_outputs.intersection(node.output)
-        if not foldable or folded_elements(node, consts) * 8 > tensor_byte_limit():
+        if not foldable or folded_elements(node, consts) > largest:
             kept.append(node)              # too large a constant: left for the size check to name
             continue
         try:
