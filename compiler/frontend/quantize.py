@@ -977,20 +977,13 @@ def accuracy_vs_float(reference: np.ndarray, test: np.ndarray, scale: float | No
     """
     ref = np.asarray(reference, np.float64)
     got = np.asarray(test, np.float64)
-    if not (np.isfinite(ref).all() and np.isfinite(got).all()):   # no error is measured against a NaN or an inf
-        nan = float("nan")
-        out: dict[str, float | None] = {"max_abs_error_lsb": nan if scale else None,
-                                        "mean_abs_error_lsb": nan if scale else None, "max_error_pct_of_range": nan,
-                                        "mean_error_pct_of_range": nan, "cosine": nan}
-        if ref.ndim == 2 and ref.shape[1] >= 2:
-            out["top1_agreement"] = nan
-            if ref.shape[1] > 5:
-                out["top5_agreement"] = nan
-        return out
+    finite = bool(np.isfinite(ref).all() and np.isfinite(got).all())
+    if not finite:                               # measured on zeros for the keys; every value is NaN below
+        ref, got = np.zeros_like(ref), np.zeros_like(got)
     err = np.abs(ref - got)
     span = float(ref.max() - ref.min()) if ref.size else 0.0
     norms = float(np.linalg.norm(ref) * np.linalg.norm(got))
-    out = {
+    out: dict[str, float | None] = {
         "max_abs_error_lsb": float(err.max() / scale) if scale else None,
         "mean_abs_error_lsb": float(err.mean() / scale) if scale else None,
         "max_error_pct_of_range": float(100 * err.max() / span) if span > 0 else float(100 * (err.max() > 0)),
@@ -1003,6 +996,8 @@ def accuracy_vs_float(reference: np.ndarray, test: np.ndarray, scale: float | No
         if ref.shape[1] > 5:
             top5 = np.argsort(-got, axis=1, kind="stable")[:, :5]
             out["top5_agreement"] = float((top5 == best[:, None]).any(axis=1).mean())
+    if not finite:                               # no error is measured against a NaN or an infinity
+        return {key: None if value is None else float("nan") for key, value in out.items()}
     return out
 
 
