@@ -329,11 +329,11 @@ class _Quantizer:
             return users[0]
         return None
 
-    def finite(self, node: Node, name: str) -> np.ndarray:
-        """The float64 value of constant ``name`` that ``node`` reads, or :class:`QuantizationError` naming both when it
-        holds a NaN or an infinity, which no integer constant can hold (a mask's infinities never reach here: the
-        Softmax they feed applies them in float)."""
-        c = self.fg.constants[name].astype(np.float64)
+    def finite(self, node: Node, name: str, value: np.ndarray | None = None) -> np.ndarray:
+        """The float64 value of constant ``name`` that ``node`` reads (``value`` when the caller already read it), or
+        :class:`QuantizationError` naming both when it holds a NaN or an infinity, which no integer constant can hold
+        (a mask's infinities never reach here: the Softmax they feed applies them in float)."""
+        c = self.fg.constants[name].astype(np.float64) if value is None else value
         bad = int(np.count_nonzero(~np.isfinite(c)))
         if bad:
             raise QuantizationError(f"Node {node.name!r} ({node.op}) reads the constant {name!r}, which holds {bad} "
@@ -484,7 +484,7 @@ class _Quantizer:
         c = self.fg.constants[const].astype(np.float64)
         if self.softmax_mask(Node(node.op, node.name, [x, const], node.outputs), {"bias": c}):
             return
-        c = self.finite(node, const)                        # a mask's -inf is applied by its Softmax; not here
+        c = self.finite(node, const, c)                     # a mask's -inf is applied by its Softmax; not here
         shape = self.qg.shape(x)
         if len(shape) == 4 and _per_channel_const(c, shape[1], 4) is not None:
             raise QuantizationError(f"Node {node.name!r} adds a constant that could not be folded into a preceding "
