@@ -9,6 +9,7 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
@@ -69,7 +70,7 @@ def test_graphs_that_break_onnx_rules_are_clear_errors(tmp_path):
     graph_kinds = {"input_dropped", "output_dropped", "bad_axis", "attr_type", "weight_type", "weight_inf", "huge_dim"}
     ctx = fc.Context(work=tmp_path / "work", cache=tmp_path / "cache", seed=5, tsim_mode="off", quick=True)
     ctx.prepare()
-    probes = [p for p in model_probes(ctx, __import__("numpy").random.default_rng(5), len(MODEL_DAMAGE))
+    probes = [p for p in model_probes(ctx, np.random.default_rng(5), len(MODEL_DAMAGE))
               if p.name.split()[0] in graph_kinds]
     assert {p.name.split()[0] for p in probes} == graph_kinds
     records = [fc.run_probe(ctx, probe, k) for k, probe in enumerate(probes)]
