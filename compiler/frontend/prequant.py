@@ -870,6 +870,12 @@ def _dequantize_outputs(imp: _Importer) -> None:
     for out in imp.model.graph.output:
         if out.name in imp.floats:
             src = imp.floats[out.name]
+            if src.name == out.name:       # a Relu, Clip or reshape after the last DequantizeLinear wrote the int8
+                inner = f"{out.name}_int8"            # tensor under the output's name: it takes another one
+                imp.graph.rename_tensor(out.name, inner)
+                imp.floats = {k: _Act(inner, a.scale, a.zp) if a.name == out.name else a for k, a in imp.floats.items()}
+                imp.ints = {k: inner if v == out.name else v for k, v in imp.ints.items()}
+                src = imp.floats[out.name]
             if src.zp == 0:
                 imp.emit("Dequantize", f"{out.name}_dequantize", [src.name], out.name, scale=src.scale)
             else:
