@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from helpers import onnx_model
-from onnx import helper
+from onnx import helper, numpy_helper
 
 from vta.cli import main
 from vta.compiler.frontend.float_ref import exact_exp
@@ -69,6 +69,15 @@ def test_an_axis_outside_the_rank_is_named(op, axis, bounds):
     model = _with_nodes(helper.make_node(op, inputs, ["y"], name="n", axis=axis))
     with pytest.raises(ModelFileError, match=rf"node 'n' \({op}\) has axis {axis}, outside {bounds} for its "
                                              rf"rank-3 input 'x'"):
+        import_onnx(model)
+
+
+def test_an_axis_outside_the_rank_of_constants_is_named_before_the_folding_evaluates_it():
+    """A GatherElements of two constants folds before shape inference: its axis is checked against the constants'."""
+    model = _with_nodes(helper.make_node("GatherElements", ["t", "i"], ["g"], name="ge", axis=7),
+                        helper.make_node("Add", ["x", "g"], ["y"]),
+                        inits=[("t", np.ones((4, 8), np.float32)), ("i", np.zeros((4, 8), np.int64))])
+    with pytest.raises(ModelFileError, match=r"node 'ge' \(GatherElements\) has axis 7, outside \[-2, 1\]"):
         import_onnx(model)
 
 
@@ -207,3 +216,69 @@ def test_an_accuracy_budget_is_not_met_when_an_output_is_not_finite():
     for budget in ("1", "cosine>=0.99", "top1>=0.9"):
         failure = budget_failure(accuracy, budget)
         assert failure is not None and "is not a number" in failure, budget
+
+
+def _qdq_model(zero: np.ndarray, *, domain: str = "", dq_zero: np.ndarray | None = None):
+    """x -> QuantizeLinear -> DequantizeLinear -> Relu -> y, every node named, the Q/DQ pair in ``domain``."""
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], name="q", domain=domain),
+             helper.make_node("DequantizeLinear", ["q", "s", "dz"], ["d"], name="dq", domain=domain),
+             helper.make_node("Relu", ["d"], ["y"], name="r")]
+    model = _with_nodes(*nodes, inits=[("s", np.float32(0.05)), ("z", zero),
+                                       ("dz", zero if dq_zero is None else dq_zero)])
+    if domain:
+        model.opset_import.append(helper.make_opsetid(domain, 1))
+    return model
+
+
+def test_quantized_files_are_checked_as_onnxruntime_checks_them():
+    """A zero point that does not fit its scale, a DequantizeLinear whose zero point's type is not its input's, a
+    QuantizeLinear of an unknown domain and an ONNX operator put in com.microsoft: each refused with its node, where
+    the dequantized path used to read them as valid."""
+    import onnxruntime as ort
+
+    from vta.compiler import qops
+    from vta.compiler.frontend.onnx_frontend import UnsupportedOperatorError
+    from vta.compiler.frontend.prequant import import_model
+    valid = _qdq_model(np.int8(0))                     # imports as integers, a Relu after its last DequantizeLinear
+    x = np.random.default_rng(0).standard_normal(X.shape).astype(np.float32)
+    np.testing.assert_array_equal(qops.run_reference(import_model(valid), {"x": x})["y"],
+                                  ort.InferenceSession(valid.SerializeToString()).run(None, {"x": x})[0])
+    import_model(_qdq_model(np.zeros(1, np.int8)))                 # a zero point of shape [1] for a scalar scale too
+    with pytest.raises(ModelFileError, match=r"node 'q' \(QuantizeLinear\) has a scale of shape \[\] and a zero point "
+                                             r"of shape \[2\]"):
+        import_model(_qdq_model(np.zeros(2, np.int8)))
+    with pytest.raises(ModelFileError, match=r"x_zero_point has inconsistent type tensor\(int32\)"):
+        import_model(_qdq_model(np.int8(0), dq_zero=np.int32(0)))         # by the typed shape inference
+    model = _qdq_model(np.int8(0))
+    model.graph.node.append(helper.make_node("DequantizeLinear", ["w", "s", "wz"], ["wd"], name="wdq"))
+    model.graph.node[2].input[:] = ["d"]
+    model.graph.initializer.extend([numpy_helper.from_array(np.ones(8, np.int8), "w"),
+                                    numpy_helper.from_array(np.int32(0), "wz")])
+    with pytest.raises(ModelFileError, match=r"node 'wdq' \(DequantizeLinear\) dequantizes 'w' of type int8 with a "
+                                             r"zero point of type int32"):
+        import_model(model)
+    with pytest.raises(UnsupportedOperatorError, match=r"com\.example\.QuantizeLinear"):
+        import_model(_qdq_model(np.int8(0), domain="com.example"))
+    model = _qdq_model(np.int8(0))
+    model.graph.node[2].domain = "com.microsoft"
+    with pytest.raises(ModelFileError, match=r"node 'r' is a Relu of domain com\.microsoft, which has no Relu"):
+        import_model(model)
+
+
+def test_a_half_input_of_a_float_graph_a_zero_dimension_and_a_bad_reshape_are_refused():
+    """Three files onnxruntime refuses that the lab used to run: a float16 graph input read by a float32 MatMul (the
+    widening to float32 hid it), an input declared with a dimension of 0 given one of 4, and a Reshape to a shape entry of -5."""
+    model = _with_nodes(helper.make_node("MatMul", ["x", "w"], ["y"], name="mm"), inits=[("w", np.ones((8, 3),
+                                                                                                   np.float32))])
+    model.graph.input[0].type.tensor_type.elem_type = 10
+    with pytest.raises(ModelFileError, match=r"shape inference rejects it"):
+        import_onnx(model)
+    model = _with_nodes(helper.make_node("Relu", ["x"], ["y"]))
+    model.graph.input[0].type.tensor_type.shape.dim[1].dim_value = 0
+    with pytest.raises(ValueError, match=r"--input-shape x=1x4x8 does not fit the model ops, whose input 'x' has "
+                                         r"shape 1x0x8"):
+        import_onnx(model, input_shapes={"x": (1, 4, 8)})           # what ``vta run --input`` gives
+    model = _with_nodes(helper.make_node("Reshape", ["x", "s"], ["y"], name="rs"),
+                        inits=[("s", np.array([-5, 8], np.int64))])
+    with pytest.raises(ModelFileError, match=r"node 'rs' \(Reshape\) asks for shape \[-5, 8\]"):
+        import_onnx(model)

@@ -15,7 +15,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, numpy_helper
 
-__all__ = ["widen_half"]
+__all__ = ["holds_half", "widen_half"]
 
 _HALF = (TensorProto.FLOAT16, TensorProto.BFLOAT16)
 
@@ -59,6 +59,13 @@ def _widen_graph(graph: onnx.GraphProto, limit: int | None = None) -> int:
             elif attr.type == onnx.AttributeProto.GRAPH:
                 changed += _widen_graph(attr.g, limit)
     return changed
+
+
+def holds_half(model: onnx.ModelProto) -> bool:
+    """Whether ``model``'s main graph declares a float16 or bfloat16 input, output, value info or initializer."""
+    graph = model.graph
+    return any(i.data_type in _HALF for i in graph.initializer) or \
+        any(vi.type.tensor_type.elem_type in _HALF for vi in [*graph.input, *graph.output, *graph.value_info])
 
 
 def widen_half(model: onnx.ModelProto, label: str, limit: int | None = None) -> bool:

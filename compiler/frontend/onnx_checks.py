@@ -19,7 +19,7 @@ import onnx
 
 from .onnx_common import ModelFileError
 
-__all__ = ["check_axes", "check_graph", "check_nodes", "folded_elements", "node_text"]
+__all__ = ["axis_problem", "check_axes", "check_graph", "check_nodes", "folded_elements", "node_text"]
 
 
 def node_text(node: onnx.NodeProto, index: int) -> str:
@@ -120,6 +120,37 @@ def _data_problem(init: onnx.TensorProto) -> str | None:
     return None
 
 
+_ORT_SAME_NAME = frozenset({"Attention", "CausalConvWithState", "DequantizeLinear", "GatherND", "Gelu", "GridSample",
+                            "LinearAttention", "Pad", "QLinearConv", "QuantizeLinear", "Range", "RotaryEmbedding",
+                            "SwiGLU", "Trilu", "Unique"})
+"""The operators onnxruntime defines in its contrib domain ``com.microsoft`` under the name of an ONNX operator
+(onnxruntime 1.2x's ``get_all_operator_schema``). Any other ONNX operator name in that domain is no operator at all,
+which onnxruntime refuses, and which the quantized paths would otherwise read as ONNX's operator of that name."""
+
+
+def _qdq_problems(node: onnx.NodeProto, index: int, types: dict[str, int],
+                  dims: dict[str, tuple[int, ...]]) -> list[str]:
+    """What is wrong with a QuantizeLinear or DequantizeLinear ``node`` whose scale and zero point are initializers
+    (``types``, ``dims``: the initializers' element types and dims): a zero point with another number of elements
+    than the scale (a per-tensor scale of shape [] or [1] takes a zero point of either shape; per-axis and blocked
+    ones one of the scale's shape), or a DequantizeLinear whose input and zero point differ in type."""
+    what = f"{node_text(node, index)} ({node.op_type})"
+    problems = []
+    scale, zero = (node.input[k] if len(node.input) > k else "" for k in (1, 2))
+    if scale in dims and zero in dims:
+        if math.prod(dims[scale]) != math.prod(dims[zero]) or \
+                (math.prod(dims[scale]) > 1 and dims[scale] != dims[zero]):
+            problems.append(f"{what} has a scale of shape {list(dims[scale])} and a zero point of shape "
+                            f"{list(dims[zero])}; they must have the same shape")
+    if node.op_type == "DequantizeLinear" and node.input and node.input[0] in types and zero in types and \
+            types[node.input[0]] != types[zero]:
+        kinds = [onnx.helper.tensor_dtype_to_string(types[t])[len("TensorProto."):].lower()
+                 for t in (node.input[0], zero)]
+        problems.append(f"{what} dequantizes {node.input[0]!r} of type {kinds[0]} with a zero point of type "
+                        f"{kinds[1]}; they must have the same type")
+    return problems
+
+
 def check_nodes(model: onnx.ModelProto, label: str) -> None:
     """Raise :class:`ModelFileError` listing every node of the default domain whose inputs, outputs or attributes do
     not fit its operator's schema at the model's opset: too few or too many inputs or outputs, a required input or
@@ -132,6 +163,11 @@ def check_nodes(model: onnx.ModelProto, label: str) -> None:
     known.update({vi.name: vi.type.tensor_type.elem_type for vi in model.graph.input
                   if vi.type.HasField("tensor_type") and vi.name not in known})
     for k, node in enumerate(model.graph.node):
+        if node.domain == "com.microsoft" and onnx.defs.has(node.op_type) and node.op_type not in _ORT_SAME_NAME:
+            problems.append(f"{node_text(node, k)} is a {node.op_type} of domain com.microsoft, which has no "
+                            f"{node.op_type} (onnxruntime's contrib domain; ONNX's own is the default domain '')")
+        if node.op_type in ("QuantizeLinear", "DequantizeLinear") and node.domain in ("", "ai.onnx", "com.microsoft"):
+            problems += _qdq_problems(node, k, known, dims)
         if node.domain not in ("", "ai.onnx") or not onnx.defs.has(node.op_type):
             continue
         try:
@@ -203,6 +239,19 @@ _AXIS_OPS = frozenset({"Concat", "Softmax", "LogSoftmax", "Hardmax", "Gather", "
 """Operators whose ``axis`` attribute indexes their first input's dimensions (Flatten's may also equal the rank)."""
 
 
+def axis_problem(node: onnx.NodeProto, index: int, rank: int | None) -> str | None:
+    """What is wrong with the ``axis`` of ``node`` (a default-domain node of :data:`_AXIS_OPS`, ``index`` in its
+    graph) for a first input of ``rank`` dimensions, or None (also when the rank is unknown)."""
+    if node.op_type not in _AXIS_OPS or node.domain not in ("", "ai.onnx") or rank is None:
+        return None
+    axis = next((a.i for a in node.attribute if a.name == "axis" and a.type == onnx.AttributeProto.INT), None)
+    top = rank if node.op_type == "Flatten" else rank - 1
+    if axis is None or -rank <= axis <= top:
+        return None
+    return f"{node_text(node, index)} ({node.op_type}) has axis {axis}, outside [-{rank}, {top}] for its rank-{rank} " \
+        f"input {node.input[0]!r}"
+
+
 def check_axes(model: onnx.ModelProto, label: str) -> None:
     """Raise :class:`ModelFileError` listing every node of :data:`_AXIS_OPS` whose ``axis`` lies outside its first
     input's rank (``[-r, r-1]``, Flatten ``[-r, r]``), where shape inference knows that rank."""
@@ -210,18 +259,8 @@ def check_axes(model: onnx.ModelProto, label: str) -> None:
              for vi in [*model.graph.input, *model.graph.value_info, *model.graph.output]
              if vi.type.tensor_type.HasField("shape")}
     ranks.update({init.name: len(init.dims) for init in model.graph.initializer})
-    problems = []
-    for k, node in enumerate(model.graph.node):
-        if node.op_type not in _AXIS_OPS or node.domain not in ("", "ai.onnx") or not node.input:
-            continue
-        axis = next((a.i for a in node.attribute if a.name == "axis" and a.type == onnx.AttributeProto.INT), None)
-        rank = ranks.get(node.input[0])
-        if axis is None or rank is None:
-            continue
-        top = rank if node.op_type == "Flatten" else rank - 1
-        if not -rank <= axis <= top:
-            problems.append(f"{node_text(node, k)} ({node.op_type}) has axis {axis}, outside [-{rank}, {top}] for "
-                            f"its rank-{rank} input {node.input[0]!r}")
+    problems = [p for k, node in enumerate(model.graph.node)
+                if node.input and (p := axis_problem(node, k, ranks.get(node.input[0]))) is not None]
     if problems:
         raise ModelFileError(f"The model {label} is not a valid ONNX graph: {'; '.join(problems[:20])}.")
 

@@ -49,7 +49,7 @@ from onnx import numpy_helper, shape_inference
 from ..ir import Graph, GraphError
 from ..qops import reference_evaluator
 from . import contrib, half, id_masks, indices, masks, onnx_fused, pooling, position_tables, score_chains
-from .onnx_checks import check_axes, check_graph, check_nodes, folded_elements, node_text
+from .onnx_checks import axis_problem, check_axes, check_graph, check_nodes, folded_elements, node_text
 from .onnx_common import (
     _DTYPES,
     ModelFileError,
@@ -133,6 +133,8 @@ def _fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:
         if not foldable or folded_elements(node, consts) > largest:
             kept.append(node)              # too large a constant: left for the size check to name
             continue
+        if inputs and (problem := axis_problem(node, 0, np.ndim(consts[inputs[0]]))) is not None:
+            raise ModelFileError(f"The model is not a valid ONNX graph: {problem}.")    # before the evaluator reads it
         try:
             results = reference_evaluator(node).run(None, {t: consts[t] for t in inputs})
         except Exception as err:  # an op the reference evaluator lacks
@@ -160,7 +162,8 @@ _SHAPE_INPUTS = {"Reshape": 1, "Expand": 1, "ConstantOfShape": 0}
 
 def _check_shape_constants(model: onnx.ModelProto, label: str, limit: int) -> None:
     """Raise :class:`TensorTooLargeError` naming the first node of :data:`_SHAPE_INPUTS` whose constant shape input
-    asks for a tensor of more than ``limit`` bytes (as float32), before shape inference allocates for it."""
+    asks for a tensor of more than ``limit`` bytes (as float32), before shape inference allocates for it, and
+    :class:`ModelFileError` for a Reshape to a shape with an entry below -1 or two -1s."""
     consts = {i.name: i for i in model.graph.initializer}
     values = {n.output[0]: a.t for n in model.graph.node if n.op_type == "Constant" and n.output
               for a in n.attribute if a.name == "value"}
@@ -173,6 +176,9 @@ def _check_shape_constants(model: onnx.ModelProto, label: str, limit: int) -> No
                 tensor.dims[0] > 64:
             continue
         dims = [int(v) for v in numpy_helper.to_array(tensor)]
+        if node.op_type == "Reshape" and (min(dims, default=0) < -1 or dims.count(-1) > 1):
+            raise ModelFileError(f"The model {label} is not a valid ONNX graph: {node_text(node, k)} (Reshape) asks "
+                                 f"for shape {dims}; each entry must be -1 (at most one), 0 or positive.")
         nbytes = 4 * int(np.prod([v for v in dims if v > 0], dtype=object))
         if nbytes > limit:
             raise TensorTooLargeError(
@@ -341,7 +347,7 @@ def _fix_inputs(model: onnx.ModelProto, batch: int, input_shapes: dict[str, tupl
         text = "x".join(_dim_text(d) for d in dims)
         given = input_shapes.get(vi.name)
         if given is not None:
-            fixed = [(k, d.dim_value) for k, d in enumerate(dims) if d.HasField("dim_value") and d.dim_value > 0]
+            fixed = [(k, d.dim_value) for k, d in enumerate(dims) if d.HasField("dim_value")]   # 0 too, as ORT
             if len(given) != len(dims) or any(given[k] != v for k, v in fixed):
                 raise ValueError(f"--input-shape {vi.name}={'x'.join(map(str, given))} does not fit the model "
                                  f"{label}, whose input {vi.name!r} has shape {text}; give {len(dims)} dimensions "
@@ -353,7 +359,7 @@ def _fix_inputs(model: onnx.ModelProto, batch: int, input_shapes: dict[str, tupl
                     value = named[d.dim_param]
                     d.Clear()
                     d.dim_value = value
-            free = [k for k, d in enumerate(dims) if k > 0 and not (d.HasField("dim_value") and d.dim_value > 0)]
+            free = [k for k, d in enumerate(dims) if k > 0 and not d.HasField("dim_value")]
             if free:
                 names = ", ".join(_dim_text(dims[k]) for k in free)
                 example = "x".join(str(batch) if k == 0 else "224" if k in free else _dim_text(d)
@@ -361,7 +367,7 @@ def _fix_inputs(model: onnx.ModelProto, batch: int, input_shapes: dict[str, tupl
                 raise DynamicShapeError(f"The model {label} has input {vi.name!r} of shape {text}, with symbolic or "
                                         f"unknown dimensions ({names}) besides the batch; give its whole shape, e.g. "
                                         f"--input-shape {vi.name}={example}.")
-            values = [batch if k == 0 and not (d.HasField("dim_value") and d.dim_value > 0) else d.dim_value
+            values = [batch if k == 0 and not d.HasField("dim_value") else d.dim_value
                       for k, d in enumerate(dims)]
         for d, v in zip(dims, values):
             d.Clear()
@@ -510,6 +516,8 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, n
     check_nodes(proto, where)
     onnx_fused.check_equations(proto)                   # before any shape inference, which some hang
     limit = tensor_byte_limit() if max_tensor_bytes is None else max_tensor_bytes
+    if half.holds_half(proto):          # types that disagree (a float16 input of a float32 graph), before widening
+        _infer_shapes(onnx.ModelProto.FromString(proto.SerializeToString()), check_type=True)
     if half.widen_half(proto, where, limit // 2):       # float16/bfloat16 files: float32, exactly
         _check_sizes(proto, where, limit)
     _sort_nodes(proto)

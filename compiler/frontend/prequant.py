@@ -75,6 +75,7 @@ from .onnx_frontend import (
     _check_opset,
     _check_sizes,
     _fix_inputs,
+    _infer_shapes,
     _read_model,
     import_onnx,
     tensor_byte_limit,
@@ -117,6 +118,11 @@ def import_model(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, 
     check_nodes(proto, where)
     _fix_inputs(proto, batch, dict(input_shapes or {}), where)
     _check_sizes(proto, where, tensor_byte_limit())
+    foreign = [UnsupportedOperatorError(f"{n.domain}.{n.op_type}", n.name or f"#{k}", "an operator of another domain")
+               for k, n in enumerate(proto.graph.node) if n.domain not in ("", "ai.onnx", "com.microsoft")]
+    if foreign:              # the float import refuses them too; the quantized paths read nodes by op_type alone
+        raise foreign[0] if len(foreign) == 1 else UnsupportedModelError(where, foreign)
+    _infer_shapes(onnx.ModelProto.FromString(proto.SerializeToString()), check_type=True)  # types that disagree
     try:
         return import_quantized(proto, label)
     except ValueError as err:
