@@ -267,7 +267,8 @@ def test_quantized_files_are_checked_as_onnxruntime_checks_them():
 
 def test_a_half_input_of_a_float_graph_a_zero_dimension_and_a_bad_reshape_are_refused():
     """Three files onnxruntime refuses that the lab used to run: a float16 graph input read by a float32 MatMul (the
-    widening to float32 hid it), an input declared with a dimension of 0 given one of 4, and a Reshape to a shape entry of -5."""
+    widening to float32 hid it), an input declared with a dimension of 0 given one of 4, and a Reshape to a shape
+    entry of -5."""
     model = _with_nodes(helper.make_node("MatMul", ["x", "w"], ["y"], name="mm"), inits=[("w", np.ones((8, 3),
                                                                                                    np.float32))])
     model.graph.input[0].type.tensor_type.elem_type = 10
@@ -282,3 +283,26 @@ def test_a_half_input_of_a_float_graph_a_zero_dimension_and_a_bad_reshape_are_re
                         inits=[("s", np.array([-5, 8], np.int64))])
     with pytest.raises(ModelFileError, match=r"node 'rs' \(Reshape\) asks for shape \[-5, 8\]"):
         import_onnx(model)
+
+
+def test_a_sequence_past_the_learned_positions_is_named_at_the_table_it_overruns():
+    """An input longer than a model's position table: GPT-2's positions are ``Gather(table, Range(0, seq))``, BERT's
+    token types an Expand of a ``[1, positions]`` buffer. Each used to end in a message about a tensor without a static
+    shape, or about the mask input's type."""
+    x = np.ones((1, 9, 8), np.float32)
+    positions = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Gather", ["s", "one"], ["n"]),
+                 helper.make_node("Range", ["zero", "n", "one"], ["ids"]),
+                 helper.make_node("Gather", ["table", "ids"], ["p"], name="wpe"),
+                 helper.make_node("Add", ["x", "p"], ["y"])]
+    inits = [("one", np.int64(1)), ("zero", np.int64(0)), ("table", np.ones((8, 8), np.float32))]
+    with pytest.raises(ModelFileError, match=r"cannot run at these input shapes: node 'wpe' \(Gather\) reads index 8 "
+                                             r"of 'table', which has 8 entries on axis 0\. An input longer"):
+        import_onnx(onnx_model(positions, {"x": x}, inits))
+    import_onnx(onnx_model(positions, {"x": x[:, :8]}, inits))            # 8 tokens fit
+    types = [helper.make_node("Expand", ["buffer", "shape"], ["t"], name="ex"),
+             helper.make_node("Unsqueeze", ["t", "last"], ["u"]), helper.make_node("Add", ["x", "u"], ["y"])]
+    inits = [("buffer", np.zeros((1, 8), np.float32)), ("shape", np.array([1, 9], np.int64)),
+             ("last", np.array([2], np.int64))]
+    with pytest.raises(ModelFileError, match=r"cannot run at these input shapes: node 'ex' \(Expand\) reads shapes "
+                                             r"1x8 and 1x9, which do not broadcast"):
+        import_onnx(onnx_model(types, {"x": x}, inits))

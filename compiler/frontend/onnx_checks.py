@@ -19,7 +19,8 @@ import onnx
 
 from .onnx_common import ModelFileError
 
-__all__ = ["axis_problem", "check_axes", "check_graph", "check_nodes", "folded_elements", "node_text"]
+__all__ = ["axis_problem", "check_axes", "check_broadcasts", "check_graph", "check_nodes", "folded_elements",
+           "index_problem", "node_text"]
 
 
 def node_text(node: onnx.NodeProto, index: int) -> str:
@@ -263,6 +264,63 @@ def check_axes(model: onnx.ModelProto, label: str) -> None:
                 if node.input and (p := axis_problem(node, k, ranks.get(node.input[0]))) is not None]
     if problems:
         raise ModelFileError(f"The model {label} is not a valid ONNX graph: {'; '.join(problems[:20])}.")
+
+
+_BROADCAST_OPS = frozenset({"Add", "Sub", "Mul", "Div", "Pow", "Mod", "Max", "Min", "Sum", "Mean", "Where", "Equal",
+                             "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "And", "Or", "Xor", "BitShift"})
+"""Operators whose inputs broadcast against each other (numpy's rules); Expand's input broadcasts against the shape its
+second input holds."""
+
+
+def check_broadcasts(model: onnx.ModelProto, label: str) -> None:
+    """Raise :class:`ModelFileError` naming the first node of :data:`_BROADCAST_OPS` whose inputs have static shapes
+    that do not broadcast, after shape inference (which leaves such a node's output without a shape, so that the
+    import would fail later, far from the cause). The common cause is an input longer than a table the model slices:
+    a sequence past the model's learned positions."""
+    shapes = {vi.name: tuple(d.dim_value if d.HasField("dim_value") else -1 for d in vi.type.tensor_type.shape.dim)
+              for vi in [*model.graph.input, *model.graph.value_info, *model.graph.output]
+              if vi.type.tensor_type.HasField("shape")}
+    shapes.update({init.name: tuple(init.dims) for init in model.graph.initializer})
+    consts = {init.name: onnx.numpy_helper.to_array(init) for init in model.graph.initializer
+              if init.data_type == onnx.TensorProto.INT64 and len(init.dims) == 1 and init.dims[0] <= 64}
+    for k, node in enumerate(model.graph.node):
+        if node.op_type not in _BROADCAST_OPS | {"Expand"} or node.domain not in ("", "ai.onnx"):
+            continue
+        found = [shapes.get(t) for t in node.input if t]
+        if node.op_type == "Expand" and len(node.input) == 2:          # the second input's value is the shape
+            value = consts.get(node.input[1])
+            found[1:] = [tuple(int(v) for v in value.reshape(-1))] if value is not None and value.ndim == 1 else [None]
+        known = [s for s in found if s is not None and -1 not in s]
+        if len(known) < 2 or len(known) < len(found):
+            continue
+        try:
+            np.broadcast_shapes(*known)
+        except ValueError:
+            text = " and ".join("x".join(map(str, s)) if s else "a scalar" for s in known)
+            raise ModelFileError(
+                f"The model {label} cannot run at these input shapes: {node_text(node, k)} ({node.op_type}) reads "
+                f"shapes {text}, which do not broadcast. An input longer than a table the model slices gives this "
+                f"(a sequence past the model's learned positions): check the --input-shape and --input sizes against "
+                f"the model's limits.") from None
+
+
+def index_problem(node: onnx.NodeProto, index: int, consts: dict[str, np.ndarray]) -> str | None:
+    """What is wrong with a Gather of constants (``node``, ``index`` in its graph) that reads past its table: the
+    index and the table's length on the axis, or None."""
+    if node.op_type != "Gather" or node.domain not in ("", "ai.onnx") or len(node.input) < 2:
+        return None
+    data, where = (np.asarray(consts[t]) if t in consts else None for t in node.input[:2])
+    axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+    if data is None or where is None or where.size == 0 or where.dtype.kind not in "iu" or \
+            not -data.ndim <= axis < data.ndim:
+        return None
+    n = data.shape[axis]
+    bad = where[(where >= n) | (where < -n)]
+    if not bad.size:
+        return None
+    return f"{node_text(node, index)} (Gather) reads index {int(bad.reshape(-1)[0])} of {node.input[0]!r}, which has " \
+        f"{n} entries on axis {axis}. An input longer than the table gives this (a sequence past the model's " \
+        f"learned positions): check the --input-shape and --input sizes against the model's limits"
 
 
 def folded_elements(node: onnx.NodeProto, consts: dict[str, np.ndarray]) -> int:

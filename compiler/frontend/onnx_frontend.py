@@ -49,7 +49,16 @@ from onnx import numpy_helper, shape_inference
 from ..ir import Graph, GraphError
 from ..qops import reference_evaluator
 from . import contrib, half, id_masks, indices, masks, onnx_fused, pooling, position_tables, score_chains
-from .onnx_checks import axis_problem, check_axes, check_graph, check_nodes, folded_elements, node_text
+from .onnx_checks import (
+    axis_problem,
+    check_axes,
+    check_broadcasts,
+    check_graph,
+    check_nodes,
+    folded_elements,
+    index_problem,
+    node_text,
+)
 from .onnx_common import (
     _DTYPES,
     ModelFileError,
@@ -135,6 +144,8 @@ def _fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:
             continue
         if inputs and (problem := axis_problem(node, 0, np.ndim(consts[inputs[0]]))) is not None:
             raise ModelFileError(f"The model is not a valid ONNX graph: {problem}.")    # before the evaluator reads it
+        if (problem := index_problem(node, 0, consts)) is not None:
+            raise ModelFileError(f"The model cannot run at these input shapes: {problem}.")
         try:
             results = reference_evaluator(node).run(None, {t: consts[t] for t in inputs})
         except Exception as err:  # an op the reference evaluator lacks
@@ -536,6 +547,7 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, n
         model = _infer_shapes(_fold_constants(model))
         if len(model.graph.node) == before:
             break
+    check_broadcasts(model, where)
     if refused:               # rewrites that needed a static shape only the folding gives (a position Slice by Shape)
         refused = {**contrib.rewrite_contrib(model), **onnx_fused.rewrite_onnx_fused(model)}
         model = _infer_shapes(_fold_constants(model))
