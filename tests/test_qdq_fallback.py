@@ -121,6 +121,36 @@ def test_a_dynamically_quantized_block_imports_as_float_matmuls(tmp_path, caplog
 
 
 @pytest.mark.parametrize("per_channel", [False, True])
+def test_onnxruntimes_fused_dynamic_matmuls_import_as_the_chains_they_fuse(per_channel, tmp_path):
+    """onnxruntime's extended graph optimization saves quantize_dynamic's chains fused: DynamicQuantizeMatMul where
+    one MatMul reads the quantized input (its bias folded in), MatMulIntegerToFloat where Q, K and V share it. Both
+    become the float MatMuls (and bias Adds) the unfused file gives, value for value."""
+    import onnxruntime as ort
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    from vta.compiler.frontend.float_ref import run_float
+    from vta.compiler.frontend.prequant import import_model
+    rng = np.random.default_rng(3)
+    inits = {**{f"w{r}": (rng.standard_normal((D, D)) * 0.3).astype(np.float32) for r in "qkvo"},
+             "b": (rng.standard_normal(D) * 0.1).astype(np.float32)}
+    nodes = [node("MatMul", ["x", "wq"], ["q0"]), node("Add", ["q0", "b"], ["q"]), node("MatMul", ["x", "wk"], ["k"]),
+             node("MatMul", ["x", "wv"], ["v"]), node("Add", ["q", "k"], ["s"]), node("Mul", ["s", "v"], ["m"]),
+             node("MatMul", ["m", "wo"], ["y"])]
+    source, dynamic, fused = (tmp_path / f"{n}.onnx" for n in ("block", "dynamic", "fused"))
+    onnx.save(_model(nodes, inits, "fused"), str(source))
+    quantize_dynamic(str(source), str(dynamic), weight_type=QuantType.QInt8, per_channel=per_channel)
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    options.optimized_model_filepath = str(fused)
+    ort.InferenceSession(str(dynamic), options, providers=["CPUExecutionProvider"])
+    ops = [n.op_type for n in onnx.load(str(fused)).graph.node]
+    assert ops.count("MatMulIntegerToFloat") == 3 and ops.count("DynamicQuantizeMatMul") == 1, ops
+    x = _x()
+    want = run_float(import_model(str(dynamic)), {"x": x})["y"]
+    np.testing.assert_allclose(run_float(import_model(str(fused)), {"x": x})["y"], want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("per_channel", [False, True])
 def test_a_dynamically_quantized_patch_embedding_imports_as_a_float_conv(per_channel, tmp_path):
     """quantize_dynamic writes a ViT's patch embedding as ConvInteger of DynamicQuantizeLinear: it becomes the float
     Conv with the int8 weights' values (per-channel scales along the output channels)."""

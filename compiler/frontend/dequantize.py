@@ -218,7 +218,8 @@ def _dynamic_to_float(model: onnx.ModelProto) -> None:
     w_scale)``: the float layer with its int8 weights' values; a ``ConvInteger`` chain (a ViT's patch embedding)
     becomes the Conv with the same attributes (per-output-channel scales and zero points along the weights' first
     axis); a ``DequantizeLinear`` of a ``Gather`` from an int8
-    table (a quantized embedding) becomes a Gather from the dequantized table. Nodes left unread afterwards (the
+    table (a quantized embedding) becomes a Gather from the dequantized table; onnxruntime's fused forms of the MatMul
+    chain (:func:`_fused_dynamic`) become the same float nodes. Nodes left unread afterwards (the
     dynamic quantization of ``x``, the scale products) are dropped. Chains of another form are left (and refused by
     the caller)."""
     g = _OnnxGraph(model)
@@ -268,17 +269,65 @@ def _dynamic_to_float(model: onnx.ModelProto) -> None:
         replace[node.output[0]] = onnx.helper.make_node("Gather", [name, gather.input[1]], [node.output[0]],
                                                         name=gather.name or node.output[0], axis=0)
         gone.add(gather.output[0])
-    if not replace:
+    extra = _fused_dynamic(model, g)
+    if not replace and not extra:
         return
     kept = []
     for node in model.graph.node:
         if node.output and node.output[0] in replace:
             kept.append(replace[node.output[0]])
+        elif node.output and node.output[0] in extra:
+            kept.extend(extra[node.output[0]])
         elif not (node.output and node.output[0] in gone):
             kept.append(node)
     kept = live_nodes(kept, {o.name for o in model.graph.output})
     del model.graph.node[:]
     model.graph.node.extend(kept)
+
+
+_FUSED_DYNAMIC = {"DynamicQuantizeMatMul": (None, 1, 2, 3, 4), "MatMulIntegerToFloat": (2, 1, 3, 5, 6)}
+"""onnxruntime's fused dynamic MatMuls (com.microsoft) -> the indices of their inputs: A's scale (None: A is float
+and quantized inside), B, B's scale, B's zero point, the bias."""
+
+
+def _fused_dynamic(model: onnx.ModelProto, g: _OnnxGraph) -> dict[str, list[onnx.NodeProto]]:
+    """The float nodes for each of onnxruntime's fused dynamic MatMuls in ``model`` (what its extended graph
+    optimization saves from ``quantize_dynamic``'s chains), by the node's output: ``MatMul(x, (Bq - b_zp) *
+    b_scale)`` and an Add of the bias when there is one. ``x`` is a DynamicQuantizeMatMul's float input, or the float
+    input of the DynamicQuantizeLinear that quantized a MatMulIntegerToFloat's A at the scale the node reads. A node
+    of another form (B or its scale not constant, A quantized elsewhere) is left (and refused by the caller). The
+    new initializers are added to ``model``."""
+    inits, producer = g.consts, g.producer
+    out: dict[str, list[onnx.NodeProto]] = {}
+    for node in model.graph.node:
+        if node.domain != "com.microsoft" or node.op_type not in _FUSED_DYNAMIC:
+            continue
+        a_scale, b, b_scale, b_zero, bias = (node.input[k] if k is not None and len(node.input) > k else ""
+                                             for k in _FUSED_DYNAMIC[node.op_type])
+        x = node.input[0]
+        if a_scale:                                       # MatMulIntegerToFloat: A from DynamicQuantizeLinear(x)
+            quant = producer.get(x)
+            if quant is None or quant.op_type != "DynamicQuantizeLinear" or quant.output[0] != x or \
+                    len(quant.output) < 2 or quant.output[1] != a_scale:
+                continue
+            x = quant.input[0]
+        if b not in inits or b_scale not in inits or (b_zero and b_zero not in inits) or \
+                (bias and bias not in inits and bias not in producer and
+                 bias not in {vi.name for vi in model.graph.input}):
+            continue
+        zero = inits[b_zero].astype(np.float64) if b_zero else 0.0
+        weights = (inits[b].astype(np.float64) - zero) * inits[b_scale].astype(np.float64)   # per column: [N]
+        name = f"{b}_dequantized"
+        if name not in {i.name for i in model.graph.initializer}:
+            model.graph.initializer.append(numpy_helper.from_array(weights.astype(np.float32), name))
+        target = node.output[0]
+        label = node.name or target
+        product = f"{target}_matmul" if bias else target
+        nodes = [onnx.helper.make_node("MatMul", [x, name], [product], name=f"{label}_matmul" if bias else label)]
+        if bias:
+            nodes.append(onnx.helper.make_node("Add", [product, bias], [target], name=label))
+        out[target] = nodes
+    return out
 
 
 _INT8_SHAPE_OPS = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Split", "Identity"})

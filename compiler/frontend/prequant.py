@@ -88,7 +88,7 @@ T = TypeVar("T")
 QUANTIZED_OPS = frozenset({
     "QuantizeLinear", "DequantizeLinear", "QLinearConv", "QLinearMatMul", "ConvInteger", "MatMulInteger",
     "DynamicQuantizeLinear", "QGemm", "QLinearAdd", "QLinearGlobalAveragePool", "QLinearAveragePool",
-    "QLinearConcat", "QLinearSigmoid",
+    "QLinearConcat", "QLinearSigmoid", "DynamicQuantizeMatMul", "MatMulIntegerToFloat",
 })
 """ONNX operators that make a model pre-quantized (one is enough)."""
 
