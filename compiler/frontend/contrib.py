@@ -366,28 +366,42 @@ def _bias_add(ctx: _Context, node: onnx.NodeProto) -> None:
 
 
 # ---- products ------------------------------------------------------------------------------------------------------
+def _fused_matmul_perm(rank: int, trans: bool, trans_batch: bool) -> list[int] | None:
+    """The axes order FusedMatMul reads an operand of ``rank`` axes in (None: as it is). ``trans_batch`` moves the
+    first axis to just before the last (``[d1 .. d(r-2), d0, d(r-1)]``, measured against onnxruntime 1.32's kernel),
+    then ``trans`` swaps the last two."""
+    perm = list(range(rank))
+    if trans_batch and rank > 2:
+        perm = [*perm[1:rank - 1], 0, rank - 1]
+    if trans:
+        perm[-2:] = perm[-1], perm[-2]
+    return None if perm == list(range(rank)) else perm
+
+
 def _fused_matmul(ctx: _Context, node: onnx.NodeProto) -> None:
-    """FusedMatMul: ``alpha * op(A) @ op(B)``, ``op`` swapping the last two axes where transA / transB is set. A
-    constant operand is transposed (and B scaled by alpha) at import; an activation gets a Transpose, and alpha a
-    Mul by a constant after the MatMul (named ``<node>_alpha``); the MatMul keeps the node's name."""
+    """FusedMatMul: ``alpha * op(A) @ op(B)``, ``op`` reordering the axes where transA / transB (the last two
+    swapped) or transBatchA / transBatchB (the first axis moved among the batch axes, :func:`_fused_matmul_perm`)
+    is set. A constant operand is transposed (and B scaled by alpha) at import; an activation gets a Transpose, and
+    alpha a Mul by a constant after the MatMul (named ``<node>_alpha``); the MatMul keeps the node's name."""
     a = _check_attrs(node, {"alpha", "transA", "transB", "transBatchA", "transBatchB"})
     _only_inputs(node, ("A", "B"))
-    if a.get("transBatchA", 0) or a.get("transBatchB", 0):
-        raise _Refusal("transBatchA or transBatchB set (only transA and transB)")
     name, alpha, operands = _main_name(node), float(a.get("alpha", 1.0)), []
-    for k, (role, flag) in enumerate((("A", a.get("transA", 0)), ("B", a.get("transB", 0)))):
+    for k, role in enumerate("AB"):
+        flags = bool(a.get(f"trans{role}", 0)), bool(a.get(f"transBatch{role}", 0))
         tensor = node.input[k]
         value = ctx.consts.get(tensor)
         scale = alpha if k == 1 and value is not None else 1.0
-        if value is not None and (flag or scale != 1.0):
-            value = np.swapaxes(value, -1, -2) if flag else value
+        if value is not None and (any(flags) or scale != 1.0):
+            perm = _fused_matmul_perm(value.ndim, *flags)
+            value = np.transpose(value, perm) if perm else value
             tensor = ctx.const(f"{name}_{role.lower()}", (value * scale).astype(np.float32))
-        elif flag:
+        elif any(flags):
             shape = ctx.shapes.get(tensor)
             if shape is None:
-                raise _NeedsShape(f"trans{role}=1 on an operand whose static shape is not known")
-            perm = [*range(len(shape) - 2), len(shape) - 1, len(shape) - 2]
-            tensor = ctx.emit("Transpose", [tensor], f"{name}_{role.lower()}_t", perm=perm)
+                raise _NeedsShape(f"trans{role} or transBatch{role} on an operand whose static shape is not known")
+            perm = _fused_matmul_perm(len(shape), *flags)
+            if perm:
+                tensor = ctx.emit("Transpose", [tensor], f"{name}_{role.lower()}_t", perm=perm)
         operands.append(tensor)
     folded = node.input[1] in ctx.consts
     if alpha == 1.0 or folded:
