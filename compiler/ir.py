@@ -103,6 +103,10 @@ FLOAT_OPS: dict[str, tuple[str, ...]] = {
                                                          # x / sqrt(mean(x**2) + epsilon) * gamma, no mean removed
     "Gelu": ("approximate",),                            # "none" (erf) or "tanh", as ONNX's Gelu (opset 20)
     "Tanh": (),
+    "Exp": (), "Softplus": (), "Softsign": (), "Abs": (), "Mish": (), "Erf": (),   # element-wise, as ONNX's
+    "Sin": (), "Cos": (), "Atan": (), "Sign": (),
+    "Elu": ("alpha",), "Celu": ("alpha",), "LeakyRelu": ("alpha",), "ThresholdedRelu": ("alpha",),
+    "Selu": ("alpha", "gamma"),
     "Gather": ("axis", "indices"),                       # np.take(x, indices, axis); indices an int64 array
     "TakeAlong": ("axis", "indices"),                    # np.take_along_axis(x, indices, axis): GatherElements
     "Embedding": (),                                     # inputs ids (an int64 graph input), table const [V, D]:

@@ -189,8 +189,31 @@ def test_a_gelu_lookalike_is_not_fused():
     nodes, inits = _gelu_nodes(False)
     inits = [(k, np.array(0.6, np.float32)) if k == "half" else (k, v) for k, v in inits]
     x = _x(1, 4, spread=2.0)
-    with pytest.raises(UnsupportedOperatorError, match="ONNX operator 'Erf' .* is not supported by the lab"):
-        import_onnx(_model(nodes, {"x": x}, inits))     # the Erf stays: no region around it computes Gelu
+    graph, _ = _check(_model(nodes, {"x": x}, inits), {"x": x})
+    assert "Gelu" not in _ops(graph) and "Erf" in _ops(graph)   # the Erf stays, a lookup table of its own
+
+
+@pytest.mark.parametrize("with_max", [True, False])
+def test_a_softmax_written_as_exp_over_its_sum_is_one_softmax(with_max):
+    """``Exp(x - ReduceMax(x)) / ReduceSum(.)`` (the max step optional) over the last axis is one Softmax; an Exp whose
+    sum is taken over another axis than its max stays as it is (each element-wise op a lookup table, the Div of two
+    activations refused)."""
+    x = _x(1, 4, 16, spread=2.0)
+    axes = helper.make_tensor("axes", TensorProto.INT64, [1], [-1])
+    nodes = [helper.make_node("ReduceMax", ["x"], ["m"], axes=[-1]), helper.make_node("Sub", ["x", "m"], ["d"])] \
+        if with_max else []
+    nodes += [helper.make_node("Exp", ["d" if with_max else "x"], ["e"]),
+              helper.make_node("ReduceSum", ["e", "axes"], ["s"]), helper.make_node("Div", ["e", "s"], ["y"])]
+    model = _model(nodes, {"x": x}, [])
+    model.graph.initializer.append(axes)
+    graph, _, got, want = onnx_op_run(model, {"x": x}, atol=2e-5, rtol=1e-4)  # the last Softmax stays float
+    assert _ops(graph) == ["Softmax"] and graph.nodes[0].attrs["axis"] == 2 and np.abs(got - want).max() < 0.02
+    model.graph.initializer[-1].CopyFrom(helper.make_tensor("axes", TensorProto.INT64, [1], [1]))
+    if not with_max:                                            # exp(x) / its sum over axis 1: a Softmax there
+        assert [(n.op, n.attrs["axis"]) for n in import_onnx(model).nodes] == [("Softmax", 1)]
+        return
+    with pytest.raises(UnsupportedOperatorError, match=r"Div.*only Add, Sub and Mul take two activations"):
+        import_onnx(model)                                      # the max over another axis than the sum
 
 
 @pytest.mark.parametrize("alpha", [None, 1.702])

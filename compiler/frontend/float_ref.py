@@ -31,7 +31,8 @@ from ..qops import (
 )
 
 __all__ = ["exact_matmul", "exact_exp", "conv2d", "dense", "maxpool", "avgpool", "resize", "layer_norm", "rms_norm",
-           "slice_take", "ACTIVATIONS", "FLOAT_FNS", "run_float"]
+           "slice_take", "ACTIVATIONS", "ACTIVATION_DEFAULTS", "FLOAT_FNS",
+           "run_float"]
 
 _MANTISSA_BITS = 53
 """float64 holds every integer of up to this many bits exactly."""
@@ -245,12 +246,52 @@ def _hard_swish(x: np.ndarray, attrs: Mapping) -> np.ndarray:
     return x * np.clip(x / 6.0 + 0.5, 0.0, 1.0)
 
 
+def _softplus(x: np.ndarray, attrs: Mapping) -> np.ndarray:
+    """``log(1 + exp(x))``, as ``max(x, 0) + log1p(exp(-|x|))`` (no overflow)."""
+    x = np.asarray(x, np.float64)
+    return np.maximum(x, 0.0) + _scalar_map(math.log1p, exact_exp(-np.abs(x)))
+
+
+def _elu(x: np.ndarray, alpha: float) -> np.ndarray:
+    """``x`` where ``x > 0``, else ``alpha (exp(x) - 1)``."""
+    x = np.asarray(x, np.float64)
+    return np.where(x > 0, x, alpha * _scalar_map(math.expm1, np.minimum(x, 0.0)))
+
+
+def _mish(x: np.ndarray, attrs: Mapping) -> np.ndarray:
+    x = np.asarray(x, np.float64)
+    return x * _scalar_map(math.tanh, _softplus(x, attrs))
+
+
+def _math(fn: Callable[[float], float]) -> Callable[[np.ndarray, Mapping], np.ndarray]:
+    return lambda x, attrs: _scalar_map(fn, x)
+
+
 ACTIVATIONS: dict[str, Callable[[np.ndarray, Mapping], np.ndarray]] = {
     "Sigmoid": _sigmoid, "HardSigmoid": _hard_sigmoid, "HardSwish": _hard_swish, "Gelu": _gelu, "Swish": _swish,
-    "Tanh": lambda x, attrs: _scalar_map(math.tanh, x),
+    "Tanh": _math(math.tanh), "Exp": lambda x, attrs: exact_exp(x), "Softplus": _softplus, "Mish": _mish,
+    "Softsign": lambda x, attrs: np.asarray(x, np.float64) / (1.0 + np.abs(np.asarray(x, np.float64))),
+    "Abs": lambda x, attrs: np.abs(np.asarray(x, np.float64)),
+    "Sign": lambda x, attrs: np.sign(np.asarray(x, np.float64)),
+    "Erf": _math(math.erf), "Sin": _math(math.sin), "Cos": _math(math.cos), "Atan": _math(math.atan),
+    "Elu": lambda x, attrs: _elu(x, attrs["alpha"]),
+    "Selu": lambda x, attrs: attrs["gamma"] * _elu(x, attrs["alpha"]),
+    "Celu": lambda x, attrs: np.maximum(np.asarray(x, np.float64), 0.0) + np.minimum(
+        _elu(np.asarray(x, np.float64) / attrs["alpha"], 1.0) * attrs["alpha"], 0.0),
+    "LeakyRelu": lambda x, attrs: np.where(np.asarray(x) >= 0, np.asarray(x, np.float64),
+                                           attrs["alpha"] * np.asarray(x, np.float64)),
+    "ThresholdedRelu": lambda x, attrs: np.where(np.asarray(x) > attrs["alpha"], np.asarray(x, np.float64), 0.0),
 }
 """Element-wise activations ``f(x float64, node attrs) -> float64``, the same bits on every machine (exp by
 :func:`exact_exp`): the float reference and the quantizer's lookup tables both use them."""
+
+ACTIVATION_DEFAULTS: dict[str, dict[str, float]] = {
+    "Elu": {"alpha": 1.0}, "Celu": {"alpha": 1.0}, "LeakyRelu": {"alpha": 0.01}, "ThresholdedRelu": {"alpha": 1.0},
+    "Selu": {"alpha": 1.67326319217681884765625, "gamma": 1.05070102214813232421875},
+    **{op: {} for op in ("Exp", "Softplus", "Softsign", "Mish", "Abs", "Sign", "Erf", "Sin", "Cos", "Atan")},
+}
+"""The element-wise ONNX operators of one input imported as the activation of that name (each a lookup table once
+quantized), with ONNX's default of each float attribute they take."""
 
 FloatFn = Callable[[Node, list[np.ndarray]], np.ndarray]
 

@@ -303,6 +303,39 @@ def _match_swish(g: _OnnxGraph, sigmoid: onnx.NodeProto) -> tuple[list[onnx.Node
     return [*nodes, mul], inner, alpha
 
 
+def _match_softmax(g: _OnnxGraph, exp: onnx.NodeProto, shapes: dict[str, tuple[int, ...]]
+                   ) -> tuple[list[onnx.NodeProto], str, int] | None:
+    """``Exp(x - ReduceMax(x)) / ReduceSum(.)`` over one axis (the max step optional: it does not change the value),
+    both reductions keeping their axis, the Exp read only by the two: (its nodes, x, the axis)."""
+    source = exp.input[0]
+    if source not in shapes:
+        return None
+    rank = len(shapes[source])
+    nodes = [exp]
+    sub = g.producer.get(source)
+    if sub is not None and sub.op_type == "Sub" and g.consumers.get(source) == [exp] and source not in g.outputs:
+        top = g.producer.get(sub.input[1])
+        if top is not None and top.op_type == "ReduceMax" and top.input[0] == sub.input[0] and \
+                g.consumers.get(top.output[0]) == [sub] and top.output[0] not in g.outputs:
+            max_axes = _reduce_axes(g, top)
+            source, nodes = sub.input[0], [top, sub, exp]
+        else:
+            max_axes = None
+    else:
+        max_axes = None
+    users = g.consumers.get(exp.output[0], [])
+    total = next((u for u in users if u.op_type == "ReduceSum"), None)
+    div = next((u for u in users if u.op_type == "Div"), None)
+    if total is None or div is None or len(users) != 2 or exp.output[0] in g.outputs or \
+            list(div.input) != [exp.output[0], total.output[0]] or g.consumers.get(total.output[0]) != [div]:
+        return None
+    axes = _reduce_axes(g, total)
+    if axes is None or len(axes) != 1 or (len(nodes) == 3 and [v % rank for v in max_axes or []] !=
+                                          [axes[0] % rank]):
+        return None
+    return [*nodes, total, div], source, axes[0] % rank
+
+
 L2_NORMALIZE = "L2Normalize"
 """The op type of the fused ``x / max(||x||_2, eps)`` node (attributes ``axis`` and ``epsilon``; the lab's own,
 imported as the IR's L2Normalize)."""
@@ -468,9 +501,10 @@ def constant_first_matmuls(model: onnx.ModelProto, shapes: dict[str, tuple[int, 
 
 
 def _fuse_decompositions(model: onnx.ModelProto) -> onnx.ModelProto:
-    """Replace the LayerNorm and Gelu decompositions exporters emit (ReduceMean/Sub/Pow/Sqrt/Div; the Erf and Tanh
-    forms of Gelu) by one LayerNormalization or Gelu node writing the decomposition's output, so each imports as
-    one operator. Shapes are already inferred; the fused nodes keep the output names."""
+    """Replace the LayerNorm, Gelu and Softmax decompositions exporters emit (ReduceMean/Sub/Pow/Sqrt/Div; the Erf
+    and Tanh forms of Gelu; Exp/ReduceSum/Div) by one LayerNormalization, Gelu or Softmax node writing the
+    decomposition's output, so each imports as one operator. Shapes are already inferred; the fused nodes keep the
+    output names."""
     g = _OnnxGraph(model)
     shapes = contrib.static_shapes(model)
     order = {id(n): k for k, n in enumerate(model.graph.node)}
@@ -523,6 +557,13 @@ def _fuse_decompositions(model: onnx.ModelProto) -> onnx.ModelProto:
             fused = onnx.helper.make_node(L2_NORMALIZE, [node.input[0]], [nodes[-1].output[0]],
                                           name=nodes[-1].name or f"{nodes[-1].output[0]}_l2", axis=axis[0],
                                           epsilon=eps)
+        elif node.op_type == "Exp":
+            found_softmax = _match_softmax(g, node, shapes)
+            if found_softmax is None:
+                continue
+            nodes, source, softmax_axis = found_softmax
+            fused = onnx.helper.make_node("Softmax", [source], [nodes[-1].output[0]],
+                                          name=nodes[-1].name or f"{nodes[-1].output[0]}_softmax", axis=softmax_axis)
         elif node.op_type == "Sigmoid":
             found_swish = _match_swish(g, node)
             if found_swish is None:

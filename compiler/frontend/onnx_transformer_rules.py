@@ -3,13 +3,13 @@ Gelu, Gather, Slice, Split, Where, the runtime mask and index stand-ins, Cast, I
 :data:`RULES` table of every rule (:mod:`.onnx_rules` has the others)."""
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from . import rmsnorm
+from . import float_ref, rmsnorm
 from .onnx_common import PUBLIC_OPS, UnsupportedOperatorError, _attrs, _decode, _Importer
 from .onnx_rules import (
     _axis_op,
@@ -179,6 +179,16 @@ def _expand(imp: _Importer, node: onnx.NodeProto) -> None:
 def _neg(imp: _Importer, node: onnx.NodeProto) -> None:
     """Neg of an activation: a Mul by the constant -1 (rotary embeddings' ``rotate_half``)."""
     imp.emit("Mul", node, [node.input[0], imp.new_const(f"{node.output[0]}_c", np.array([-1.0]))])
+
+
+def _unary(op: str, **defaults: float) -> Callable[[_Importer, onnx.NodeProto], None]:
+    """The rule of an element-wise ONNX operator of one input that the float graph keeps as the op of that name,
+    with its float attributes (``defaults``: ONNX's default of each); quantized, it is a lookup table (QLut)."""
+    def rule(imp: _Importer, node: onnx.NodeProto) -> None:
+        given = _attrs(node)
+        attrs: dict[str, Any] = {k: float(given.get(k, v)) for k, v in defaults.items()}
+        imp.emit(op, node, [node.input[0]], None, **attrs)
+    return rule
 
 
 def _gelu(imp: _Importer, node: onnx.NodeProto) -> None:
@@ -417,6 +427,7 @@ RULES: dict[str, Callable[[_Importer, onnx.NodeProto], None]] = {
     "Neg": _neg,
     "Swish": lambda imp, node: imp.emit("Swish", node, [node.input[0]], alpha=float(_attrs(node).get("alpha", 1.0))),
     "Tanh": lambda imp, node: imp.emit("Tanh", node, [node.input[0]]),
+    **{op: _unary(op, **defaults) for op, defaults in float_ref.ACTIVATION_DEFAULTS.items()},
     "Gather": _gather,
     "GatherElements": _gather_elements,
     "InstanceNormalization": _group_norm,
