@@ -117,6 +117,29 @@ def test_the_integer_reference_agrees_with_onnxruntime(models, config):
           f"{100 * np.mean(steps < 1e-3):.1f}% exact, max {steps.max():.2f} steps")
 
 
+@pytest.mark.parametrize("fmt", ["QDQ", "QOperator"])
+@pytest.mark.parametrize("op, attrs", [("LeakyRelu", {"alpha": 0.1}), ("Elu", {}), ("Softplus", {})])
+def test_an_element_wise_activation_imports_as_a_lookup_table(fmt, op, attrs, tmp_path):
+    """A Conv, an element-wise activation (QLinearLeakyRelu in QOperator format; DequantizeLinear, the float op,
+    QuantizeLinear in QDQ), a Conv: the activation imports as one QLut at the file's scales, the model as integers,
+    and the integer reference agrees with onnxruntime on the quantized file as for the other operators."""
+    model = _float_cnn()
+    relu = next(n for n in model.graph.node if n.op_type == "Relu")
+    relu.op_type = op
+    relu.attribute.extend(helper.make_attribute(k, v) for k, v in attrs.items())
+    source, path = tmp_path / "float.onnx", tmp_path / f"{fmt}.onnx"
+    onnx.save(model, source)
+    quantization.quantize_static(str(source), str(path), _Reader(), quant_format=getattr(quantization.QuantFormat, fmt),
+                                 activation_type=quantization.QuantType.QInt8, weight_type=quantization.QuantType.QInt8)
+    graph = import_model(path)
+    assert graph.is_quantized and [n.attrs["function"] for n in graph.nodes if n.op == "QLut"] == [op]
+    xs = _inputs(16)
+    steps = _steps(path, [qops.run_reference(graph, {"x": x})[graph.outputs[0]] for x in xs], xs,
+                   _output_scale(graph))
+    assert np.mean(steps <= ONE_STEP) >= 0.99 and steps.max() <= 2 * ONE_STEP, (np.mean(steps <= ONE_STEP),
+                                                                                steps.max())
+
+
 @pytest.mark.parametrize("label", ["QDQ-QUInt8-pc-sym", "QOperator-QInt8-pt-sym"])
 def test_exact_adds_on_the_cpu_agree_as_well(models, label):
     """``accel_adds=False`` keeps the symmetric residual add an exact QAffine on the CPU."""

@@ -67,6 +67,7 @@ import onnx
 from onnx import numpy_helper
 
 from ..ir import INT8_MAX, INT8_MIN, AddRequant, Graph, GraphError, Node, Requant, conv_output_hw
+from . import float_ref
 from .dequantize import qdq_ranges, qdq_to_float, undequantized_ops
 from .onnx_checks import check_graph, check_nodes
 from .onnx_frontend import (
@@ -88,7 +89,7 @@ T = TypeVar("T")
 QUANTIZED_OPS = frozenset({
     "QuantizeLinear", "DequantizeLinear", "QLinearConv", "QLinearMatMul", "ConvInteger", "MatMulInteger",
     "DynamicQuantizeLinear", "QGemm", "QLinearAdd", "QLinearGlobalAveragePool", "QLinearAveragePool",
-    "QLinearConcat", "QLinearSigmoid", "DynamicQuantizeMatMul", "MatMulIntegerToFloat",
+    "QLinearConcat", "QLinearSigmoid", "QLinearLeakyRelu", "DynamicQuantizeMatMul", "MatMulIntegerToFloat",
 })
 """ONNX operators that make a model pre-quantized (one is enough)."""
 
@@ -508,6 +509,20 @@ def _sigmoid(imp: _Importer, node: onnx.NodeProto, x: _Act, out: _Out) -> None:
     imp.emit_out("QLut", node.name, [x.name], out, imp.shape(x.name), table=table, function="Sigmoid")
 
 
+def _activation(op: str) -> Callable[[_Importer, onnx.NodeProto, _Act, _Out], None]:
+    """An element-wise function of :data:`.float_ref.ACTIVATION_DEFAULTS` (LeakyRelu, Elu, Exp...) as a QLut: each
+    int8 input dequantized at the file's scale, the function in float64 (the node's attributes, ONNX's defaults),
+    rounded to the output's scale and zero point, clipped to its range."""
+    def fn(imp: _Importer, node: onnx.NodeProto, x: _Act, out: _Out) -> None:
+        given = _attrs(node)
+        attrs = {k: float(given.get(k, v)) for k, v in float_ref.ACTIVATION_DEFAULTS[op].items()}
+        q = np.arange(INT8_MIN, INT8_MAX + 1, dtype=np.float64)
+        real = float_ref.ACTIVATIONS[op]((q - x.zp) * x.scale, attrs)
+        table = np.clip(np.rint(real / out.scale) + out.zp, out.lo, out.hi).astype(np.int8)
+        imp.emit_out("QLut", node.name, [x.name], out, imp.shape(x.name), table=table, function=op)
+    return fn
+
+
 # ---- QDQ: float operators between DequantizeLinear and QuantizeLinear ---------------------------------------------
 def _quantized_output(imp: _Importer, node: onnx.NodeProto) -> _Out:
     """The QuantizeLinear a float operator's output feeds (through Relu/Clip at most), as an :class:`_Out` with the
@@ -801,6 +816,8 @@ RULES: dict[str, Callable[[_Importer, onnx.NodeProto], None]] = {
     "QLinearAveragePool": _qlinear_pool(_avgpool),
     "QLinearSigmoid": _qlinear_pool(_sigmoid),
     "QLinearConcat": _qlinear_concat,
+    "QLinearLeakyRelu": _qlinear_pool(_activation("LeakyRelu")),
+    **{op: _qdq_unary(_activation(op)) for op in float_ref.ACTIVATION_DEFAULTS},
     "ConvInteger": _refuse_dynamic,
     "MatMulInteger": _refuse_dynamic,
     "DynamicQuantizeLinear": _refuse_dynamic,
