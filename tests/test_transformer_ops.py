@@ -193,6 +193,16 @@ def test_a_gelu_lookalike_is_not_fused():
     assert "Gelu" not in _ops(graph) and "Erf" in _ops(graph)   # the Erf stays, a lookup table of its own
 
 
+@pytest.mark.parametrize("op, first_const", [("Mul", True), ("Add", False), ("Sub", True), ("Sub", False)])
+def test_a_constant_that_widens_the_activation_or_comes_first(op, first_const):
+    """Mamba's ``Mul(constant [1, 4, 1, 8], activation [2, 4, 8, 1])``: the output is larger than the activation, which
+    is broadcast first (the CPU's rescale used to fail at run time); ``constant - x`` is ``(-1) * x + constant``."""
+    x = _x(2, 4, 8, 1, spread=2.0)
+    c = ("c", np.linspace(-1, 1, 32, dtype=np.float32).reshape(1, 4, 1, 8))
+    inputs = ["c", "x"] if first_const else ["x", "c"]
+    _check(_model([helper.make_node(op, inputs, ["y"])], {"x": x}, [c]), {"x": x})
+
+
 @pytest.mark.parametrize("with_max", [True, False])
 def test_a_softmax_written_as_exp_over_its_sum_is_one_softmax(with_max):
     """``Exp(x - ReduceMax(x)) / ReduceSum(.)`` (the max step optional) over the last axis is one Softmax; an Exp whose

@@ -256,12 +256,20 @@ def broadcast_activation(imp: _Importer, node: onnx.NodeProto, x: str, out: tupl
 
 def _binary(imp: _Importer, node: onnx.NodeProto) -> None:
     """Add, Sub or Mul of two activations (each broadcast to the output's shape first where it differs; Sub as an
-    Add of the second times -1); Add/Sub/Mul/Div with one constant become Add or Mul by a constant."""
+    Add of the second times -1); Add/Sub/Mul/Div with one constant become Add or Mul by a constant (the activation
+    broadcast first where the constant widens it), and a constant minus an activation an Add to its product by -1."""
     x, y = node.input[0], node.input[1]
     if imp.is_const(x) and node.op_type in ("Add", "Mul"):
         x, y = y, x
+    if imp.is_const(x) and not imp.is_const(y) and node.op_type == "Sub":   # c - y = (-1) * y + c
+        out = tuple(imp.shapes_of(node.output[0]))
+        y = y if tuple(imp.shape(y)) == out else broadcast_activation(imp, node, y, out)
+        minus = imp.emit_shaped("Mul", node, [y, imp.new_const(f"{node.output[0]}_minus", np.array([-1.0]))], out)
+        imp.emit("Add", node, [minus, imp.new_const(f"{node.output[0]}_c", imp.const(x).astype(np.float64))])
+        return
     if imp.is_const(x):
-        raise UnsupportedOperatorError(node.op_type, node.name, "a constant first operand is only allowed for Add/Mul")
+        raise UnsupportedOperatorError(node.op_type, node.name, "a constant first operand is only allowed for Add, "
+                                       "Sub and Mul")
     if not imp.is_const(y):
         if node.op_type not in ("Add", "Mul", "Sub"):
             raise UnsupportedOperatorError(node.op_type, node.name, "only Add, Sub and Mul take two activations")
@@ -284,6 +292,9 @@ def _binary(imp: _Importer, node: onnx.NodeProto) -> None:
         dense.inputs[2:] = [imp.new_const(f"{node.output[0]}_b", bias + np.broadcast_to(c.reshape(-1), (o,)))]
         imp.alias[node.output[0]] = imp.name(x)
         return
+    out = tuple(imp.shapes_of(node.output[0]))
+    if tuple(imp.shape(x)) != out:                     # the constant widens the activation: broadcast it first
+        x = broadcast_activation(imp, node, x, out)
     imp.emit(op, node, [x, imp.new_const(f"{node.output[0]}_c", c)])
 
 

@@ -486,10 +486,6 @@ class _Quantizer:
             return
         c = self.finite(node, const, c)                     # a mask's -inf is applied by its Softmax; not here
         shape = self.qg.shape(x)
-        if len(shape) == 4 and _per_channel_const(c, shape[1], 4) is not None:
-            raise QuantizationError(f"Node {node.name!r} adds a constant that could not be folded into a preceding "
-                                    f"Conv2d/Dense; the quantized operator set adds a per-channel constant to an NCHW "
-                                    f"tensor only through a convolution's bias.")
         out = node.outputs[0]
         sx, sy = self.scales[x], self.act_scale(out)
         sc = max(float(np.abs(c).max()), 1e-6) / 127.0
