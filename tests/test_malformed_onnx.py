@@ -306,3 +306,13 @@ def test_a_sequence_past_the_learned_positions_is_named_at_the_table_it_overruns
     with pytest.raises(ModelFileError, match=r"cannot run at these input shapes: node 'ex' \(Expand\) reads shapes "
                                              r"1x8 and 1x9, which do not broadcast"):
         import_onnx(onnx_model(types, {"x": x}, inits))
+
+
+def test_a_random_operator_is_refused_not_frozen_into_one_draw():
+    """A RandomUniformLike of a constant (ViTMAE's masking noise) used to fold into one random constant: every run of
+    the lab then computed another model, silently. It is refused, saying why."""
+    from vta.compiler.frontend.onnx_frontend import UnsupportedOperatorError
+    model = _with_nodes(helper.make_node("RandomUniformLike", ["t"], ["n"], name="noise"),
+                        helper.make_node("Add", ["x", "n"], ["y"]), inits=[("t", np.zeros((1, 4, 8), np.float32))])
+    with pytest.raises(UnsupportedOperatorError, match=r"'RandomUniformLike' \(node 'noise'\) .* a random operator"):
+        import_onnx(model)

@@ -127,6 +127,8 @@ def _fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:
             changed = True                 # the branch taken, whose nodes may read the outer graph's tensors
             continue
         standard = node.domain in ("", "ai.onnx")
+        if standard and node.op_type in _RANDOM_OPS:                   # never folded into one draw
+            raise UnsupportedOperatorError(node.op_type, node.name or "<unnamed>", _RANDOM_REASON)
         if standard and node.op_type == "CastLike" and inputs[0] in consts and types.get(inputs[1]) and \
                 not graph_outputs.intersection(node.output):   # only the second input's type is read
             dtype = onnx.helper.tensor_dtype_to_np_dtype(types[inputs[1]])
@@ -166,6 +168,11 @@ def _fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:
                                    if k not in initial and k in used)
     return model
 
+
+_RANDOM_OPS = frozenset({"RandomUniform", "RandomNormal", "RandomUniformLike", "RandomNormalLike", "Multinomial",
+                         "Bernoulli"})
+_RANDOM_REASON = ("a random operator: its output differs on every run, and the lab compiles one fixed computation "
+                  "(folding it would freeze one draw); export the model without it (ViTMAE's random masking draws one)")
 
 _SHAPE_INPUTS = {"Reshape": 1, "Expand": 1, "ConstantOfShape": 0}
 """Operators whose output shape is given by a constant input (its index)."""
