@@ -50,6 +50,8 @@ from ..ir import Graph, GraphError
 from ..qops import reference_evaluator
 from . import contrib, half, id_masks, indices, masks, onnx_fused, pooling, position_tables, score_chains
 from .onnx_checks import (
+    _check_shape_constants,
+    _check_sizes,
     axis_problem,
     check_axes,
     check_broadcasts,
@@ -57,7 +59,6 @@ from .onnx_checks import (
     check_nodes,
     folded_elements,
     index_problem,
-    node_text,
 )
 from .onnx_common import (
     _DTYPES,
@@ -174,37 +175,6 @@ _RANDOM_OPS = frozenset({"RandomUniform", "RandomNormal", "RandomUniformLike", "
 _RANDOM_REASON = ("a random operator: its output differs on every run, and the lab compiles one fixed computation "
                   "(folding it would freeze one draw); export the model without it (ViTMAE's random masking draws one)")
 
-_SHAPE_INPUTS = {"Reshape": 1, "Expand": 1, "ConstantOfShape": 0}
-"""Operators whose output shape is given by a constant input (its index)."""
-
-
-def _check_shape_constants(model: onnx.ModelProto, label: str, limit: int) -> None:
-    """Raise :class:`TensorTooLargeError` naming the first node of :data:`_SHAPE_INPUTS` whose constant shape input
-    asks for a tensor of more than ``limit`` bytes (as float32), before shape inference allocates for it, and
-    :class:`ModelFileError` for a Reshape to a shape with an entry below -1 or two -1s."""
-    consts = {i.name: i for i in model.graph.initializer}
-    values = {n.output[0]: a.t for n in model.graph.node if n.op_type == "Constant" and n.output
-              for a in n.attribute if a.name == "value"}
-    for k, node in enumerate(model.graph.node):
-        index = _SHAPE_INPUTS.get(node.op_type)
-        if index is None or len(node.input) <= index:
-            continue
-        tensor = consts.get(node.input[index]) or values.get(node.input[index])
-        if tensor is None or tensor.data_type != onnx.TensorProto.INT64 or len(tensor.dims) != 1 or \
-                tensor.dims[0] > 64:
-            continue
-        dims = [int(v) for v in numpy_helper.to_array(tensor)]
-        if node.op_type == "Reshape" and (min(dims, default=0) < -1 or dims.count(-1) > 1):
-            raise ModelFileError(f"The model {label} is not a valid ONNX graph: {node_text(node, k)} (Reshape) asks "
-                                 f"for shape {dims}; each entry must be -1 (at most one), 0 or positive.")
-        nbytes = 4 * int(np.prod([v for v in dims if v > 0], dtype=object))
-        if nbytes > limit:
-            raise TensorTooLargeError(
-                f"The model {label} has {node_text(node, k)} ({node.op_type}) whose shape input asks for "
-                f"{'x'.join(map(str, dims))}, which would take {_size_text(nbytes)}; the lab allows "
-                f"{_size_text(limit)} per tensor on this machine (a quarter of its memory).")
-
-
 def _infer_shapes(model: onnx.ModelProto, *, check_type: bool = False) -> onnx.ModelProto:
     """ONNX's shape inference on ``model`` from its inputs and constants alone: the value infos already there (the
     exporter's, or an earlier pass's from before the inputs were fixed or constants folded) are dropped first, since
@@ -300,33 +270,6 @@ def tensor_byte_limit() -> int:
     except (AttributeError, OSError, ValueError):
         total = 32 << 30
     return max(total, 1 << 20) // 4
-
-
-def _size_text(nbytes: int) -> str:
-    for unit, factor in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if nbytes >= factor:
-            return f"{nbytes / factor:.1f} {unit}"
-    return f"{nbytes} bytes"
-
-
-def _check_sizes(model: onnx.ModelProto, label: str, limit: int) -> None:
-    """Raise :class:`TensorTooLargeError` naming the first tensor (inputs first, then in graph order) whose static
-    shape would take more than ``limit`` bytes as float32 (the float reference's type) or its own wider type."""
-    for vi in list(model.graph.input) + list(model.graph.value_info) + list(model.graph.output):
-        tt = vi.type.tensor_type
-        dims = [d.dim_value for d in tt.shape.dim]
-        if not tt.HasField("shape") or not all(d > 0 for d in dims):
-            continue
-        try:
-            width = max(4, onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type).itemsize)
-        except (KeyError, TypeError, ValueError):
-            width = 4
-        nbytes = int(np.prod(dims, dtype=object)) * width
-        if nbytes > limit:
-            raise TensorTooLargeError(
-                f"The model {label} has tensor {vi.name!r} of shape {'x'.join(map(str, dims))}, which would take "
-                f"{_size_text(nbytes)}; the lab allows {_size_text(limit)} per tensor on this machine (a quarter of "
-                f"its memory); give a smaller batch or input shape.")
 
 
 def _dim_text(dim: Any) -> str:
