@@ -107,6 +107,7 @@ FLOAT_OPS: dict[str, tuple[str, ...]] = {
     "Sin": (), "Cos": (), "Atan": (), "Sign": (),
     "Elu": ("alpha",), "Celu": ("alpha",), "LeakyRelu": ("alpha",), "ThresholdedRelu": ("alpha",),
     "Selu": ("alpha", "gamma"),
+    "Pow": ("exponent",),                                # x ** exponent, an integer (float), element-wise
     "Gather": ("axis", "indices"),                       # np.take(x, indices, axis); indices an int64 array
     "TakeAlong": ("axis", "indices"),                    # np.take_along_axis(x, indices, axis): GatherElements
     "Embedding": (),                                     # inputs ids (an int64 graph input), table const [V, D]:

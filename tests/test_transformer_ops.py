@@ -203,6 +203,21 @@ def test_a_constant_that_widens_the_activation_or_comes_first(op, first_const):
     _check(_model([helper.make_node(op, inputs, ["y"])], {"x": x}, [c]), {"x": x})
 
 
+@pytest.mark.parametrize("exponent, ops", [(2.0, ["Mul"]), (3.0, ["Pow"]), (-1.0, ["Pow"]), (0.5, None)])
+def test_pow_by_a_constant_integer(exponent, ops):
+    """Pow of an activation by a constant integer (nemotron's squared ReLU as torch's new exporter writes it): x * x
+    for 2, a lookup table otherwise; a fractional exponent is refused, saying why."""
+    x = _x(1, 4, 16, spread=2.0) + (4.0 if exponent < 0 else 0.0)       # 1/x away from 0
+    model = _model([helper.make_node("Pow", ["x", "p"], ["y"], name="pow")], {"x": x},
+                   [("p", np.array(exponent, np.float32))])
+    if ops is None:
+        with pytest.raises(UnsupportedOperatorError, match=r"'Pow' \(node 'pow'\).*the exponent \[0\.5\]"):
+            import_onnx(model)
+        return
+    graph, _ = _check(model, {"x": x}, steps=6.0)        # 1/x is steep: the input's step costs output steps
+    assert _ops(graph) == ops
+
+
 @pytest.mark.parametrize("with_max", [True, False])
 def test_a_softmax_written_as_exp_over_its_sum_is_one_softmax(with_max):
     """``Exp(x - ReduceMax(x)) / ReduceSum(.)`` (the max step optional) over the last axis is one Softmax; an Exp whose

@@ -263,6 +263,19 @@ def _mish(x: np.ndarray, attrs: Mapping) -> np.ndarray:
     return x * _scalar_map(math.tanh, _softplus(x, attrs))
 
 
+def _integer_power(x: np.ndarray, exponent: int) -> np.ndarray:
+    """``x ** exponent`` in float64 by repeated products (the same bits on every machine); a negative exponent's
+    power of 0 is infinity, as IEEE division gives."""
+    x = np.asarray(x, np.float64)
+    out = np.ones_like(x)
+    for _ in range(abs(exponent)):
+        out = out * x
+    if exponent >= 0:
+        return out
+    with np.errstate(divide="ignore"):
+        return 1.0 / out
+
+
 def _math(fn: Callable[[float], float]) -> Callable[[np.ndarray, Mapping], np.ndarray]:
     return lambda x, attrs: _scalar_map(fn, x)
 
@@ -281,6 +294,7 @@ ACTIVATIONS: dict[str, Callable[[np.ndarray, Mapping], np.ndarray]] = {
     "LeakyRelu": lambda x, attrs: np.where(np.asarray(x) >= 0, np.asarray(x, np.float64),
                                            attrs["alpha"] * np.asarray(x, np.float64)),
     "ThresholdedRelu": lambda x, attrs: np.where(np.asarray(x) > attrs["alpha"], np.asarray(x, np.float64), 0.0),
+    "Pow": lambda x, attrs: _integer_power(x, int(attrs["exponent"])),
 }
 """Element-wise activations ``f(x float64, node attrs) -> float64``, the same bits on every machine (exp by
 :func:`exact_exp`): the float reference and the quantizer's lookup tables both use them."""

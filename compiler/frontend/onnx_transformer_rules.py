@@ -191,6 +191,22 @@ def _unary(op: str, **defaults: float) -> Callable[[_Importer, onnx.NodeProto], 
     return rule
 
 
+def _pow(imp: _Importer, node: onnx.NodeProto) -> None:
+    """Pow of an activation by a constant integer exponent (up to 8 in size; nemotron's squared ReLU under torch's
+    new exporter): ``x * x`` for 2, an element-wise power (a lookup table once quantized) otherwise."""
+    x, p = node.input[0], node.input[1]
+    if imp.is_const(x) or not imp.is_const(p):
+        raise UnsupportedOperatorError(node.op_type, node.name, "only an activation raised to a constant exponent")
+    value = imp.const(p).astype(np.float64).reshape(-1)
+    if value.size != 1 or value[0] != round(value[0]) or abs(value[0]) > 8:
+        raise UnsupportedOperatorError(node.op_type, node.name, f"the exponent {value.tolist()} (only one integer "
+                                       f"from -8 to 8: a power of a negative base is not real otherwise)")
+    if value[0] == 2:
+        imp.emit("Mul", node, [x, x])
+    else:
+        imp.emit("Pow", node, [x], exponent=float(value[0]))
+
+
 def _gelu(imp: _Importer, node: onnx.NodeProto) -> None:
     approximate = _decode(_attrs(node).get("approximate", "none"))
     if approximate not in ("none", "tanh"):
@@ -428,6 +444,7 @@ RULES: dict[str, Callable[[_Importer, onnx.NodeProto], None]] = {
     "Swish": lambda imp, node: imp.emit("Swish", node, [node.input[0]], alpha=float(_attrs(node).get("alpha", 1.0))),
     "Tanh": lambda imp, node: imp.emit("Tanh", node, [node.input[0]]),
     **{op: _unary(op, **defaults) for op, defaults in float_ref.ACTIVATION_DEFAULTS.items()},
+    "Pow": _pow,
     "Gather": _gather,
     "GatherElements": _gather_elements,
     "InstanceNormalization": _group_norm,
