@@ -93,13 +93,28 @@ def test_rms_norm_decompositions_fuse_into_one_node(form, weight, cast):
         assert graph.nodes[0].name == "norm_weight"          # the report row keeps the last node's name
 
 
+@pytest.mark.parametrize("form", ["reciprocal", "pow_half"])
+def test_an_rms_norm_without_its_eps_add_fuses_with_eps_zero(form):
+    """torch's new exporter drops an eps float32 cannot add (Helium's 1e-8): ReduceMean feeds the inverse root
+    directly. It is one RMSNorm of epsilon 0."""
+    x = _x(2, 5, 24, spread=1.5)
+    nodes, inits = _rms_nodes(form, weight=True, cast=False)
+    add = next(n for n in nodes if n.op_type == "Add")
+    nodes = [n for n in nodes if n is not add]
+    for n in nodes:
+        n.input[:] = ["ms" if t == "v" else t for t in n.input]
+    inits.append(_const("w", RNG.uniform(0.5, 1.5, 24)))
+    graph, _ = _check(onnx_model(nodes, {"x": x}, inits), {"x": x}, steps=2.0)
+    assert _ops(graph) == ["RMSNorm"] and graph.nodes[0].attrs["epsilon"] == 0.0
+
+
 def test_an_rms_norm_over_another_axis_is_not_fused():
     x = _x(2, 5, 24)
     nodes, inits = _rms_nodes("div_one", weight=False, cast=False)
     nodes[1] = helper.make_node("ReduceMean", ["sq"], ["ms"], axes=[1])
-    with pytest.raises(UnsupportedOperatorError) as err:           # the mean imports, its Pow does not
+    with pytest.raises(UnsupportedOperatorError) as err:     # the square and the mean import, the Sqrt does not
         import_onnx(onnx_model(nodes, {"x": x}, inits))
-    assert "- Pow (" in str(err.value) and "- ReduceMean (" not in str(err.value)
+    assert "- Sqrt (" in str(err.value) and "- ReduceMean (" not in str(err.value) and "- Pow (" not in str(err.value)
 
 
 def test_an_rms_norm_whose_inner_value_is_read_elsewhere_is_not_fused():
@@ -107,7 +122,7 @@ def test_an_rms_norm_whose_inner_value_is_read_elsewhere_is_not_fused():
     x = _x(1, 4, 8)
     nodes, inits = _rms_nodes("div_one", weight=False, cast=False, out="n")
     nodes.append(helper.make_node("Add", ["n", "ms"], ["y"]))
-    with pytest.raises(UnsupportedOperatorError, match=r"- Pow \(node '<unnamed, writes sq>'\): no rule"):
+    with pytest.raises(UnsupportedOperatorError, match=r"- Sqrt \(node '<unnamed, writes s>'\): no rule"):
         import_onnx(onnx_model(nodes, {"x": x}, inits))
 
 

@@ -4,7 +4,8 @@ matched on the ONNX graph so that :func:`.onnx_fusions._fuse_decompositions` can
 RMSNorm over the last axis of ``x [..., D]`` is ``x / sqrt(mean(x**2) + eps) * weight`` (no mean subtracted, no
 bias: Llama's ``LlamaRMSNorm``, T5's ``T5LayerNorm``). The forms matched, each over the last axis only:
 
-- ``Pow(x, 2)`` or ``Mul(x, x)`` -> ``ReduceMean`` (keepdims) -> ``Add(eps)``, then the inverse root as one of
+- ``Pow(x, 2)`` or ``Mul(x, x)`` -> ``ReduceMean`` (keepdims) -> ``Add(eps)`` (absent: eps 0, as torch's new
+  exporter writes Helium's eps of 1e-8), then the inverse root as one of
   ``Sqrt -> Div(1, .)``, ``Sqrt -> Reciprocal``, ``Pow(., -0.5)`` followed by ``Mul(x, .)`` (either operand order),
   or ``Sqrt -> Div(x, .)``;
 - then optionally identity ``Cast`` nodes (to FLOAT, as torch writes around a float32 upcast) and a ``Mul`` by a
@@ -66,7 +67,8 @@ def _square_of(g: OnnxGraph, node: onnx.NodeProto) -> str | None:
 
 
 def _inverse_root(g: OnnxGraph, add: onnx.NodeProto, x: str) -> tuple[list[onnx.NodeProto], str] | None:
-    """From ``Add(mean, eps)``: the nodes computing ``x / sqrt(.)`` and the tensor holding it."""
+    """From ``Add(mean, eps)`` (or the mean itself): the nodes computing ``x / sqrt(.)`` and the tensor holding
+    it."""
     power = g.only_user(add.output[0], "Pow")
     if power is not None and power.input[0] == add.output[0] and g.scalar(power, add.output[0]) == -0.5:
         inv: list[onnx.NodeProto] = [power]
@@ -115,13 +117,15 @@ def match_rms_norm(g: OnnxGraph, mean: onnx.NodeProto, shapes: dict[str, tuple[i
         return None
     add = g.only_user(mean.output[0], "Add")
     eps = None if add is None else g.scalar(add, mean.output[0])
-    if add is None or eps is None or eps < 0:
+    if add is None or eps is None:          # no eps Add: torch's new exporter drops an eps float32 cannot add
+        add, eps = mean, 0.0
+    if eps < 0:
         return None
     found = _inverse_root(g, add, x)
     if found is None:
         return None
     inv, out = found
-    nodes = [square, mean, add, *inv]
+    nodes = [square, mean, *([add] if add is not mean else []), *inv]
     width = shapes[x][-1]
     casts, out = _identity_casts(g, out)
     nodes += casts
