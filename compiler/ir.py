@@ -104,7 +104,7 @@ FLOAT_OPS: dict[str, tuple[str, ...]] = {
     "Gelu": ("approximate",),                            # "none" (erf) or "tanh", as ONNX's Gelu (opset 20)
     "Tanh": (),
     "Exp": (), "Softplus": (), "Softsign": (), "Abs": (), "Mish": (), "Erf": (),   # element-wise, as ONNX's
-    "Sin": (), "Cos": (), "Atan": (), "Sign": (),
+    "Sin": (), "Cos": (), "Atan": (), "Sign": (), "Sqrt": (), "Reciprocal": (),   # Sqrt(x < 0): 0 in a table
     "Elu": ("alpha",), "Celu": ("alpha",), "LeakyRelu": ("alpha",), "ThresholdedRelu": ("alpha",),
     "Selu": ("alpha", "gamma"),
     "Pow": ("exponent",),                                # x ** exponent, an integer (float), element-wise

@@ -218,6 +218,18 @@ def test_pow_by_a_constant_integer(exponent, ops):
     assert _ops(graph) == ops
 
 
+@pytest.mark.parametrize("op, first, ops", [("Max", False, ["Clip"]), ("Min", True, ["Clip"]),
+                                             ("Div", True, ["Reciprocal", "Mul"]), ("Sqrt", None, ["Sqrt"])])
+def test_max_min_by_a_constant_one_over_x_and_sqrt(op, first, ops):
+    """Max (Min) of an activation and one constant value is a Clip; one value divided by an activation is its
+    Reciprocal (a lookup table) times the value; Sqrt is a lookup table."""
+    x = _x(1, 4, 16, spread=1.0) + (3.0 if op in ("Div", "Sqrt") else 0.0)
+    inputs = ["x"] if first is None else ["c", "x"] if first else ["x", "c"]
+    graph, _ = _check(_model([helper.make_node(op, inputs, ["y"])], {"x": x}, [("c", np.array(0.25, np.float32))]),
+                      {"x": x})
+    assert _ops(graph) == ops
+
+
 @pytest.mark.parametrize("with_max", [True, False])
 def test_a_softmax_written_as_exp_over_its_sum_is_one_softmax(with_max):
     """``Exp(x - ReduceMax(x)) / ReduceSum(.)`` (the max step optional) over the last axis is one Softmax; an Exp whose

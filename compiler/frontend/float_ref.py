@@ -276,6 +276,14 @@ def _integer_power(x: np.ndarray, exponent: int) -> np.ndarray:
         return 1.0 / out
 
 
+def _sqrt(v: float) -> float:
+    return math.sqrt(v) if v >= 0 else math.nan
+
+
+def _reciprocal(v: float) -> float:
+    return 1.0 / v if v != 0 else math.copysign(math.inf, v)
+
+
 def _math(fn: Callable[[float], float]) -> Callable[[np.ndarray, Mapping], np.ndarray]:
     return lambda x, attrs: _scalar_map(fn, x)
 
@@ -295,6 +303,7 @@ ACTIVATIONS: dict[str, Callable[[np.ndarray, Mapping], np.ndarray]] = {
                                            attrs["alpha"] * np.asarray(x, np.float64)),
     "ThresholdedRelu": lambda x, attrs: np.where(np.asarray(x) > attrs["alpha"], np.asarray(x, np.float64), 0.0),
     "Pow": lambda x, attrs: _integer_power(x, int(attrs["exponent"])),
+    "Sqrt": _math(_sqrt), "Reciprocal": _math(_reciprocal),
 }
 """Element-wise activations ``f(x float64, node attrs) -> float64``, the same bits on every machine (exp by
 :func:`exact_exp`): the float reference and the quantizer's lookup tables both use them."""
@@ -302,7 +311,8 @@ ACTIVATIONS: dict[str, Callable[[np.ndarray, Mapping], np.ndarray]] = {
 ACTIVATION_DEFAULTS: dict[str, dict[str, float]] = {
     "Elu": {"alpha": 1.0}, "Celu": {"alpha": 1.0}, "LeakyRelu": {"alpha": 0.01}, "ThresholdedRelu": {"alpha": 1.0},
     "Selu": {"alpha": 1.67326319217681884765625, "gamma": 1.05070102214813232421875},
-    **{op: {} for op in ("Exp", "Softplus", "Softsign", "Mish", "Abs", "Sign", "Erf", "Sin", "Cos", "Atan")},
+    **{op: {} for op in ("Exp", "Softplus", "Softsign", "Mish", "Abs", "Sign", "Erf", "Sin", "Cos", "Atan", "Sqrt",
+                         "Reciprocal")},
 }
 """The element-wise ONNX operators of one input imported as the activation of that name (each a lookup table once
 quantized), with ONNX's default of each float attribute they take."""

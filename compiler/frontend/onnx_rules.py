@@ -257,7 +257,8 @@ def broadcast_activation(imp: _Importer, node: onnx.NodeProto, x: str, out: tupl
 def _binary(imp: _Importer, node: onnx.NodeProto) -> None:
     """Add, Sub or Mul of two activations (each broadcast to the output's shape first where it differs; Sub as an
     Add of the second times -1); Add/Sub/Mul/Div with one constant become Add or Mul by a constant (the activation
-    broadcast first where the constant widens it), and a constant minus an activation an Add to its product by -1."""
+    broadcast first where the constant widens it), a constant minus an activation an Add to its product by -1, and
+    one value divided by an activation a Mul of its Reciprocal."""
     x, y = node.input[0], node.input[1]
     if imp.is_const(x) and node.op_type in ("Add", "Mul"):
         x, y = y, x
@@ -267,9 +268,15 @@ def _binary(imp: _Importer, node: onnx.NodeProto) -> None:
         minus = imp.emit_shaped("Mul", node, [y, imp.new_const(f"{node.output[0]}_minus", np.array([-1.0]))], out)
         imp.emit("Add", node, [minus, imp.new_const(f"{node.output[0]}_c", imp.const(x).astype(np.float64))])
         return
+    if imp.is_const(x) and not imp.is_const(y) and node.op_type == "Div" and imp.const(x).size == 1:
+        out = tuple(imp.shapes_of(node.output[0]))           # c / y = c * Reciprocal(y)
+        y = y if tuple(imp.shape(y)) == out else broadcast_activation(imp, node, y, out)
+        inverse = imp.emit_shaped("Reciprocal", node, [y], out)
+        imp.emit("Mul", node, [inverse, imp.new_const(f"{node.output[0]}_c", imp.const(x).astype(np.float64))])
+        return
     if imp.is_const(x):
         raise UnsupportedOperatorError(node.op_type, node.name, "a constant first operand is only allowed for Add, "
-                                       "Sub and Mul")
+                                       "Sub and Mul, and for Div when it is one value")
     if not imp.is_const(y):
         if node.op_type not in ("Add", "Mul", "Sub"):
             raise UnsupportedOperatorError(node.op_type, node.name, "only Add, Sub and Mul take two activations")

@@ -191,6 +191,22 @@ def _unary(op: str, **defaults: float) -> Callable[[_Importer, onnx.NodeProto], 
     return rule
 
 
+def _max_min(imp: _Importer, node: onnx.NodeProto) -> None:
+    """Max (Min) of an activation and a constant of one value: a Clip from below (above)."""
+    inputs = [t for t in node.input if t]
+    consts = [t for t in inputs if imp.is_const(t)]
+    if len(inputs) != 2 or len(consts) != 1 or imp.const(consts[0]).size != 1:
+        raise UnsupportedOperatorError(node.op_type, node.name, "only the Max or Min of an activation and a constant "
+                                       "of one value")
+    x = next(t for t in inputs if t not in consts)
+    bound = float(imp.const(consts[0]).reshape(()))
+    out = tuple(imp.shapes_of(node.output[0]))
+    if tuple(imp.shape(x)) != out:
+        raise UnsupportedOperatorError(node.op_type, node.name, "a constant that widens the activation")
+    imp.emit("Clip", node, [x], min=bound if node.op_type == "Max" else None,
+             max=bound if node.op_type == "Min" else None)
+
+
 def _pow(imp: _Importer, node: onnx.NodeProto) -> None:
     """Pow of an activation by a constant integer exponent (up to 8 in size; nemotron's squared ReLU under torch's
     new exporter): ``x * x`` for 2, an element-wise power (a lookup table once quantized) otherwise."""
@@ -445,6 +461,8 @@ RULES: dict[str, Callable[[_Importer, onnx.NodeProto], None]] = {
     "Tanh": lambda imp, node: imp.emit("Tanh", node, [node.input[0]]),
     **{op: _unary(op, **defaults) for op, defaults in float_ref.ACTIVATION_DEFAULTS.items()},
     "Pow": _pow,
+    "Max": _max_min,
+    "Min": _max_min,
     "Gather": _gather,
     "GatherElements": _gather_elements,
     "InstanceNormalization": _group_norm,

@@ -518,6 +518,7 @@ def _activation(op: str) -> Callable[[_Importer, onnx.NodeProto, _Act, _Out], No
         attrs = {k: float(given.get(k, v)) for k, v in float_ref.ACTIVATION_DEFAULTS[op].items()}
         q = np.arange(INT8_MIN, INT8_MAX + 1, dtype=np.float64)
         real = float_ref.ACTIVATIONS[op]((q - x.zp) * x.scale, attrs)
+        real = np.where(np.isnan(real), 0.0, real)             # Sqrt of x < 0: 0 (an infinity clips)
         table = np.clip(np.rint(real / out.scale) + out.zp, out.lo, out.hi).astype(np.int8)
         imp.emit_out("QLut", node.name, [x.name], out, imp.shape(x.name), table=table, function=op)
     return fn
