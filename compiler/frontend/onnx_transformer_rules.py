@@ -195,9 +195,10 @@ def _max_min(imp: _Importer, node: onnx.NodeProto) -> None:
     """Max (Min) of an activation and a constant of one value: a Clip from below (above)."""
     inputs = [t for t in node.input if t]
     consts = [t for t in inputs if imp.is_const(t)]
-    if len(inputs) != 2 or len(consts) != 1 or imp.const(consts[0]).size != 1:
-        raise UnsupportedOperatorError(node.op_type, node.name, "only the Max or Min of an activation and a constant "
-                                       "of one value")
+    if len(inputs) != 2 or len(consts) != 1 or imp.const(consts[0]).size != 1 or \
+            not np.isfinite(imp.const(consts[0])).all():
+        raise UnsupportedOperatorError(node.op_type, node.name, "only the Max or Min of an activation and a finite "
+                                       "constant of one value")
     x = next(t for t in inputs if t not in consts)
     bound = float(imp.const(consts[0]).reshape(()))
     out = tuple(imp.shapes_of(node.output[0]))
@@ -214,7 +215,7 @@ def _pow(imp: _Importer, node: onnx.NodeProto) -> None:
     if imp.is_const(x) or not imp.is_const(p):
         raise UnsupportedOperatorError(node.op_type, node.name, "only an activation raised to a constant exponent")
     value = imp.const(p).astype(np.float64).reshape(-1)
-    if value.size != 1 or value[0] != round(value[0]) or abs(value[0]) > 8:
+    if value.size != 1 or not np.isfinite(value[0]) or value[0] != np.round(value[0]) or abs(value[0]) > 8:
         raise UnsupportedOperatorError(node.op_type, node.name, f"the exponent {value.tolist()} (only one integer "
                                        f"from -8 to 8: a power of a negative base is not real otherwise)")
     if value[0] == 2:
