@@ -254,6 +254,11 @@ def broadcast_activation(imp: _Importer, node: onnx.NodeProto, x: str, out: tupl
     return x
 
 
+def _at_shape(imp: _Importer, node: onnx.NodeProto, x: str, out: tuple[int, ...]) -> str:
+    """Activation ``x`` as it is when it has the static shape ``out``, else broadcast to it (for ``node``)."""
+    return x if tuple(imp.shape(x)) == out else broadcast_activation(imp, node, x, out)
+
+
 def _binary(imp: _Importer, node: onnx.NodeProto) -> None:
     """Add, Sub or Mul of two activations (each broadcast to the output's shape first where it differs; Sub as an
     Add of the second times -1); Add/Sub/Mul/Div with one constant become Add or Mul by a constant (the activation
@@ -262,17 +267,14 @@ def _binary(imp: _Importer, node: onnx.NodeProto) -> None:
     x, y = node.input[0], node.input[1]
     if imp.is_const(x) and node.op_type in ("Add", "Mul"):
         x, y = y, x
-    if imp.is_const(x) and not imp.is_const(y) and node.op_type == "Sub":   # c - y = (-1) * y + c
-        out = tuple(imp.shapes_of(node.output[0]))
-        y = y if tuple(imp.shape(y)) == out else broadcast_activation(imp, node, y, out)
-        minus = imp.emit_shaped("Mul", node, [y, imp.new_const(f"{node.output[0]}_minus", np.array([-1.0]))], out)
-        imp.emit("Add", node, [minus, imp.new_const(f"{node.output[0]}_c", imp.const(x).astype(np.float64))])
-        return
-    if imp.is_const(x) and not imp.is_const(y) and node.op_type == "Div" and imp.const(x).size == 1:
-        out = tuple(imp.shapes_of(node.output[0]))           # c / y = c * Reciprocal(y)
-        y = y if tuple(imp.shape(y)) == out else broadcast_activation(imp, node, y, out)
-        inverse = imp.emit_shaped("Reciprocal", node, [y], out)
-        imp.emit("Mul", node, [inverse, imp.new_const(f"{node.output[0]}_c", imp.const(x).astype(np.float64))])
+    out = tuple(imp.shapes_of(node.output[0]))
+    if imp.is_const(x) and not imp.is_const(y) and (node.op_type == "Sub" or
+                                                    (node.op_type == "Div" and imp.const(x).size == 1)):
+        y = _at_shape(imp, node, y, out)                  # c - y = (-1) * y + c; c / y = Reciprocal(y) * c
+        inner = imp.emit_shaped("Mul", node, [y, imp.new_const(f"{node.output[0]}_minus", np.array([-1.0]))], out) \
+            if node.op_type == "Sub" else imp.emit_shaped("Reciprocal", node, [y], out)
+        imp.emit("Add" if node.op_type == "Sub" else "Mul", node,
+                 [inner, imp.new_const(f"{node.output[0]}_c", imp.const(x).astype(np.float64))])
         return
     if imp.is_const(x):
         raise UnsupportedOperatorError(node.op_type, node.name, "a constant first operand is only allowed for Add, "
@@ -280,8 +282,7 @@ def _binary(imp: _Importer, node: onnx.NodeProto) -> None:
     if not imp.is_const(y):
         if node.op_type not in ("Add", "Mul", "Sub"):
             raise UnsupportedOperatorError(node.op_type, node.name, "only Add, Sub and Mul take two activations")
-        out = tuple(imp.shapes_of(node.output[0]))
-        x, y = (t if tuple(imp.shape(t)) == out else broadcast_activation(imp, node, t, out) for t in (x, y))
+        x, y = (_at_shape(imp, node, t, out) for t in (x, y))
         if node.op_type == "Sub":                              # x - y = x + (-1) * y
             y = imp.emit_shaped("Mul", node, [y, imp.new_const(f"{node.output[0]}_minus", np.array([-1.0]))], out)
         imp.emit("Add" if node.op_type == "Sub" else node.op_type, node, [x, y])
@@ -299,9 +300,7 @@ def _binary(imp: _Importer, node: onnx.NodeProto) -> None:
         dense.inputs[2:] = [imp.new_const(f"{node.output[0]}_b", bias + np.broadcast_to(c.reshape(-1), (o,)))]
         imp.alias[node.output[0]] = imp.name(x)
         return
-    out = tuple(imp.shapes_of(node.output[0]))
-    if tuple(imp.shape(x)) != out:                     # the constant widens the activation: broadcast it first
-        x = broadcast_activation(imp, node, x, out)
+    x = _at_shape(imp, node, x, out)                   # the constant may widen the activation: broadcast it first
     imp.emit(op, node, [x, imp.new_const(f"{node.output[0]}_c", c)])
 
 
