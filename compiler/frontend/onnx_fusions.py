@@ -500,6 +500,15 @@ def constant_first_matmuls(model: onnx.ModelProto, shapes: dict[str, tuple[int, 
     return changed
 
 
+def _replacing(op: str, source: str, nodes: list[onnx.NodeProto], suffix: str | None = None,
+               **attrs: Any) -> onnx.NodeProto:
+    """The fused ``op`` node of one input ``source`` that replaces ``nodes``: it writes the last one's output and
+    keeps its name (or is named after the output, ``_<suffix>``, by default the op's name in lower case)."""
+    out = nodes[-1].output[0]
+    return onnx.helper.make_node(op, [source], [out], name=nodes[-1].name or f"{out}_{suffix or op.lower()}",
+                                 **attrs)
+
+
 def _fuse_decompositions(model: onnx.ModelProto) -> onnx.ModelProto:
     """Replace the LayerNorm, Gelu and Softmax decompositions exporters emit (ReduceMean/Sub/Pow/Sqrt/Div; the Erf
     and Tanh forms of Gelu; Exp/ReduceSum/Div) by one LayerNormalization, Gelu or Softmax node writing the
@@ -545,8 +554,7 @@ def _fuse_decompositions(model: onnx.ModelProto) -> onnx.ModelProto:
             if found_gelu is None:
                 continue
             nodes, source, kind = found_gelu
-            fused = onnx.helper.make_node("Gelu", [source], [nodes[-1].output[0]],
-                                          name=nodes[-1].name or f"{nodes[-1].output[0]}_gelu", approximate=kind)
+            fused = _replacing("Gelu", source, nodes, approximate=kind)
         elif node.op_type == "ReduceL2":
             found_l2 = _match_l2_normalize(g, node)
             if found_l2 is None:
@@ -554,23 +562,19 @@ def _fuse_decompositions(model: onnx.ModelProto) -> onnx.ModelProto:
             nodes, eps = found_l2
             axis = _reduce_axes(g, node)
             assert axis is not None
-            fused = onnx.helper.make_node(L2_NORMALIZE, [node.input[0]], [nodes[-1].output[0]],
-                                          name=nodes[-1].name or f"{nodes[-1].output[0]}_l2", axis=axis[0],
-                                          epsilon=eps)
+            fused = _replacing(L2_NORMALIZE, node.input[0], nodes, "l2", axis=axis[0], epsilon=eps)
         elif node.op_type == "Exp":
             found_softmax = _match_softmax(g, node, shapes)
             if found_softmax is None:
                 continue
             nodes, source, softmax_axis = found_softmax
-            fused = onnx.helper.make_node("Softmax", [source], [nodes[-1].output[0]],
-                                          name=nodes[-1].name or f"{nodes[-1].output[0]}_softmax", axis=softmax_axis)
+            fused = _replacing("Softmax", source, nodes, axis=softmax_axis)
         elif node.op_type == "Sigmoid":
             found_swish = _match_swish(g, node)
             if found_swish is None:
                 continue
             nodes, source, alpha = found_swish
-            fused = onnx.helper.make_node("Swish", [source], [nodes[-1].output[0]],
-                                          name=nodes[-1].name or f"{nodes[-1].output[0]}_swish", alpha=alpha)
+            fused = _replacing("Swish", source, nodes, alpha=alpha)
         else:
             continue
         removed.update(id(n) for n in nodes)
