@@ -12,7 +12,7 @@ element-wise arithmetic and reductions, whose order is fixed by numpy's own code
 from __future__ import annotations
 
 import math
-from typing import Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -31,7 +31,7 @@ from ..qops import (
 )
 
 __all__ = ["exact_matmul", "exact_exp", "conv2d", "dense", "maxpool", "avgpool", "resize", "layer_norm", "rms_norm",
-           "slice_take", "ACTIVATIONS", "ACTIVATION_DEFAULTS", "FLOAT_FNS",
+           "slice_take", "ACTIVATIONS", "ACTIVATION_DEFAULTS", "FLOAT_FNS", "activation_attrs", "table_values",
            "run_float"]
 
 _MANTISSA_BITS = 53
@@ -316,6 +316,19 @@ ACTIVATION_DEFAULTS: dict[str, dict[str, float]] = {
 }
 """The element-wise ONNX operators of one input imported as the activation of that name (each a lookup table once
 quantized), with ONNX's default of each float attribute they take."""
+
+
+def activation_attrs(op: str, given: Mapping[str, Any]) -> dict[str, float]:
+    """The float attributes of activation ``op`` of :data:`ACTIVATION_DEFAULTS`: ``given``'s (an ONNX node's), else
+    ONNX's default of each."""
+    return {k: float(given.get(k, v)) for k, v in ACTIVATION_DEFAULTS[op].items()}
+
+
+def table_values(op: str, x: np.ndarray, attrs: Mapping) -> np.ndarray:
+    """Activation ``op`` of :data:`ACTIVATIONS` at the real values ``x`` a lookup table's int8 entries stand for,
+    in float64, with NaN (Sqrt of a negative value) as 0; an infinity is left for the table's clip."""
+    real = ACTIVATIONS[op](x, attrs)
+    return np.where(np.isnan(real), 0.0, real)
 
 FloatFn = Callable[[Node, list[np.ndarray]], np.ndarray]
 

@@ -181,12 +181,11 @@ def _neg(imp: _Importer, node: onnx.NodeProto) -> None:
     imp.emit("Mul", node, [node.input[0], imp.new_const(f"{node.output[0]}_c", np.array([-1.0]))])
 
 
-def _unary(op: str, **defaults: float) -> Callable[[_Importer, onnx.NodeProto], None]:
-    """The rule of an element-wise ONNX operator of one input that the float graph keeps as the op of that name,
-    with its float attributes (``defaults``: ONNX's default of each); quantized, it is a lookup table (QLut)."""
+def _unary(op: str) -> Callable[[_Importer, onnx.NodeProto], None]:
+    """The rule of an element-wise ONNX operator of one input (:data:`.float_ref.ACTIVATION_DEFAULTS`) that the float
+    graph keeps as the op of that name, with its float attributes; quantized, it is a lookup table (QLut)."""
     def rule(imp: _Importer, node: onnx.NodeProto) -> None:
-        given = _attrs(node)
-        attrs: dict[str, Any] = {k: float(given.get(k, v)) for k, v in defaults.items()}
+        attrs: dict[str, Any] = float_ref.activation_attrs(op, _attrs(node))
         imp.emit(op, node, [node.input[0]], None, **attrs)
     return rule
 
@@ -460,7 +459,7 @@ RULES: dict[str, Callable[[_Importer, onnx.NodeProto], None]] = {
     "Neg": _neg,
     "Swish": lambda imp, node: imp.emit("Swish", node, [node.input[0]], alpha=float(_attrs(node).get("alpha", 1.0))),
     "Tanh": lambda imp, node: imp.emit("Tanh", node, [node.input[0]]),
-    **{op: _unary(op, **defaults) for op, defaults in float_ref.ACTIVATION_DEFAULTS.items()},
+    **{op: _unary(op) for op in float_ref.ACTIVATION_DEFAULTS},
     "Pow": _pow,
     "Max": _max_min,
     "Min": _max_min,

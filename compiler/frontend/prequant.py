@@ -514,11 +514,8 @@ def _activation(op: str) -> Callable[[_Importer, onnx.NodeProto, _Act, _Out], No
     int8 input dequantized at the file's scale, the function in float64 (the node's attributes, ONNX's defaults),
     rounded to the output's scale and zero point, clipped to its range."""
     def fn(imp: _Importer, node: onnx.NodeProto, x: _Act, out: _Out) -> None:
-        given = _attrs(node)
-        attrs = {k: float(given.get(k, v)) for k, v in float_ref.ACTIVATION_DEFAULTS[op].items()}
         q = np.arange(INT8_MIN, INT8_MAX + 1, dtype=np.float64)
-        real = float_ref.ACTIVATIONS[op]((q - x.zp) * x.scale, attrs)
-        real = np.where(np.isnan(real), 0.0, real)             # Sqrt of x < 0: 0 (an infinity clips)
+        real = float_ref.table_values(op, (q - x.zp) * x.scale, float_ref.activation_attrs(op, _attrs(node)))
         table = np.clip(np.rint(real / out.scale) + out.zp, out.lo, out.hi).astype(np.int8)
         imp.emit_out("QLut", node.name, [x.name], out, imp.shape(x.name), table=table, function=op)
     return fn

@@ -592,8 +592,7 @@ class _Quantizer:
         to ``clip(rint(f(q * s_in) / s_out))``, ``f`` the float reference's own function."""
         x, out = node.inputs[0], node.outputs[0]
         sy = self.act_scale(out)
-        real = float_ref.ACTIVATIONS[node.op](np.arange(-128, 128, dtype=np.float64) * self.scales[x], node.attrs)
-        real = np.where(np.isnan(real), 0.0, real)             # Sqrt of x < 0: 0 (an infinity clips)
+        real = float_ref.table_values(node.op, np.arange(-128, 128, dtype=np.float64) * self.scales[x], node.attrs)
         table = np.clip(np.rint(real / sy), self.qmin, self.qmax).astype(np.int8)
         self.qg.add_node("QLut", node.name, [x], [self.out_tensor(out, sy)], table=table, function=node.op)
 
