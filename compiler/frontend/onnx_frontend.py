@@ -175,6 +175,7 @@ _RANDOM_OPS = frozenset({"RandomUniform", "RandomNormal", "RandomUniformLike", "
 _RANDOM_REASON = ("a random operator: its output differs on every run, and the lab compiles one fixed computation "
                   "(folding it would freeze one draw); export the model without it (ViTMAE's random masking draws one)")
 
+
 def _infer_shapes(model: onnx.ModelProto, *, check_type: bool = False) -> onnx.ModelProto:
     """ONNX's shape inference on ``model`` from its inputs and constants alone: the value infos already there (the
     exporter's, or an earlier pass's from before the inputs were fixed or constants folded) are dropped first, since
@@ -247,6 +248,20 @@ def _read_model(path: str) -> onnx.ModelProto:
         raise ModelFileError(f"The model {path} holds no ONNX graph with nodes and outputs; it is not {what}, or it "
                              f"is truncated.")
     return proto
+
+
+def _check_file(model: onnx.ModelProto, label: str) -> None:
+    """What both imports check of a file before reading it: the opset (:func:`_check_opset`), then the graph and
+    every node against ONNX's rules (:func:`.onnx_checks.check_graph`, :func:`.onnx_checks.check_nodes`)."""
+    _check_opset(model, label)
+    check_graph(model, label)
+    check_nodes(model, label)
+
+
+def _check_types(model: onnx.ModelProto) -> None:
+    """Raise :class:`ModelFileError` when ONNX's typed shape inference rejects ``model`` (operand types that
+    disagree), leaving ``model`` as it is (the inference runs on a copy)."""
+    _infer_shapes(onnx.ModelProto.FromString(model.SerializeToString()), check_type=True)
 
 
 def _check_opset(model: onnx.ModelProto, label: str) -> None:
@@ -472,13 +487,11 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, n
         raise TypeError(f"import_onnx takes a path or an onnx.ModelProto, not {type(model).__name__}.")
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
         raise ValueError(f"batch must be a positive integer (images per inference), not {batch!r}.")
-    _check_opset(proto, where)
-    check_graph(proto, where)
-    check_nodes(proto, where)
+    _check_file(proto, where)
     onnx_fused.check_equations(proto)                   # before any shape inference, which some hang
     limit = tensor_byte_limit() if max_tensor_bytes is None else max_tensor_bytes
     if half.holds_half(proto):          # types that disagree (a float16 input of a float32 graph), before widening
-        _infer_shapes(onnx.ModelProto.FromString(proto.SerializeToString()), check_type=True)
+        _check_types(proto)
     if half.widen_half(proto, where, limit // 2):       # float16/bfloat16 files: float32, exactly
         _check_sizes(proto, where, limit)
     _sort_nodes(proto)

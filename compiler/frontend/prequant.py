@@ -69,14 +69,13 @@ from onnx import numpy_helper
 from ..ir import INT8_MAX, INT8_MIN, AddRequant, Graph, GraphError, Node, Requant, conv_output_hw
 from . import float_ref
 from .dequantize import qdq_ranges, qdq_to_float, undequantized_ops
-from .onnx_checks import check_graph, check_nodes
 from .onnx_frontend import (
     UnsupportedModelError,
     UnsupportedOperatorError,
-    _check_opset,
+    _check_file,
     _check_sizes,
+    _check_types,
     _fix_inputs,
-    _infer_shapes,
     _read_model,
     import_onnx,
     tensor_byte_limit,
@@ -114,16 +113,14 @@ def import_model(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, 
     proto = onnx.ModelProto.FromString(proto.SerializeToString())
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
         raise ValueError(f"batch must be a positive integer (images per inference), not {batch!r}.")
-    _check_opset(proto, where)
-    check_graph(proto, where)
-    check_nodes(proto, where)
+    _check_file(proto, where)
     _fix_inputs(proto, batch, dict(input_shapes or {}), where)
     _check_sizes(proto, where, tensor_byte_limit())
     foreign = [UnsupportedOperatorError(f"{n.domain}.{n.op_type}", n.name or f"#{k}", "an operator of another domain")
                for k, n in enumerate(proto.graph.node) if n.domain not in ("", "ai.onnx", "com.microsoft")]
     if foreign:              # the float import refuses them too; the quantized paths read nodes by op_type alone
         raise foreign[0] if len(foreign) == 1 else UnsupportedModelError(where, foreign)
-    _infer_shapes(onnx.ModelProto.FromString(proto.SerializeToString()), check_type=True)  # types that disagree
+    _check_types(proto)
     try:
         return import_quantized(proto, label)
     except ValueError as err:
