@@ -1,6 +1,7 @@
 """Malformed files and inputs get one clear error, never a traceback, a hang or an out-of-memory kill: the import's
-schema checks (compiler/frontend/onnx_frontend.py: ``_check_nodes``, ``_check_axes``, ``_check_shape_constants``, the
-typed first shape inference, the size check before any rewrite), the quantizer's check of its ratios, and the CLI's
+checks (compiler/frontend/onnx_checks.py: ``check_graph``, ``check_nodes``, ``check_axes``, ``check_broadcasts``,
+``_check_shape_constants``, the size check before any rewrite; the typed shape inference), the quantizer's check of
+its ratios, and the CLI's
 messages for an out-of-memory run and a damaged ``--input`` archive. Each case is one a mutation fuzzer of exporter
 files found crashing the lab."""
 from __future__ import annotations
