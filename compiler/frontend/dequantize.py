@@ -298,6 +298,8 @@ def _fused_dynamic(model: onnx.ModelProto, g: _OnnxGraph) -> dict[str, list[onnx
     of another form (B or its scale not constant, A quantized elsewhere) is left (and refused by the caller). The
     new initializers are added to ``model``."""
     inits, producer = g.consts, g.producer
+    inputs = {vi.name for vi in model.graph.input}
+    written = {i.name for i in model.graph.initializer}
     out: dict[str, list[onnx.NodeProto]] = {}
     for node in model.graph.node:
         if node.domain != "com.microsoft" or node.op_type not in _FUSED_DYNAMIC:
@@ -312,14 +314,14 @@ def _fused_dynamic(model: onnx.ModelProto, g: _OnnxGraph) -> dict[str, list[onnx
                 continue
             x = quant.input[0]
         if b not in inits or b_scale not in inits or (b_zero and b_zero not in inits) or \
-                (bias and bias not in inits and bias not in producer and
-                 bias not in {vi.name for vi in model.graph.input}):
+                (bias and bias not in inits and bias not in producer and bias not in inputs):
             continue
-        zero = inits[b_zero].astype(np.float64) if b_zero else 0.0
-        weights = (inits[b].astype(np.float64) - zero) * inits[b_scale].astype(np.float64)   # per column: [N]
         name = f"{b}_dequantized"
-        if name not in {i.name for i in model.graph.initializer}:
+        if name not in written:                          # B read by several nodes is dequantized once
+            zero = inits[b_zero].astype(np.float64) if b_zero else 0.0
+            weights = (inits[b].astype(np.float64) - zero) * inits[b_scale].astype(np.float64)   # per column: [N]
             model.graph.initializer.append(numpy_helper.from_array(weights.astype(np.float32), name))
+            written.add(name)
         target = node.output[0]
         label = node.name or target
         product = f"{target}_matmul" if bias else target
