@@ -117,6 +117,8 @@ FLOAT_OPS: dict[str, tuple[str, ...]] = {
     "IndexFn": ("onnx",),                                # int64 ids -> int64 indices by an ONNX subgraph (base64),
                                                          # see frontend.indices and qops_index.run_index_fn
     "L2Normalize": ("axis", "epsilon"),                  # x / max(||x||_2 along axis, epsilon)
+    "PointwiseFn": ("onnx",),                            # x -> f(x) element by element, f an ONNX subgraph (base64)
+                                                         # of element-wise nodes, see frontend.pointwise
     "MaskFn": ("onnx",),                                 # mask (int64 0/1) -> a float32 additive term by an ONNX
                                                          # subgraph (base64), read by an additive KeyMask
     "MaskPool": ("onnx", "axes", "keepdims"),            # inputs x, mask (an int64 graph input of 0/1): a masked

@@ -249,9 +249,10 @@ def test_a_constant_input_is_frozen_at_the_first_run(x):
 
 def test_an_unsupported_model_raises_the_frontends_error_unchanged():
     from vta.compiler.frontend.onnx_frontend import import_onnx
-    nodes = [helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Tan", ["a"], ["b"], name="tan"),
-             helper.make_node("Acos", ["b"], ["y"], name="acos")]
-    graph = helper.make_graph(nodes, "trig", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+    nodes = [helper.make_node("Tan", ["x"], ["b"], name="tan"), helper.make_node("Acos", ["z"], ["c"], name="acos"),
+             helper.make_node("Add", ["b", "c"], ["y"])]
+    graph = helper.make_graph(nodes, "trig", [helper.make_tensor_value_info(t, TensorProto.FLOAT, [1, 4])
+                                              for t in ("x", "z")],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
     with pytest.raises(UnsupportedModelError) as direct:

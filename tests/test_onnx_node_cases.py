@@ -69,7 +69,6 @@ test's, tests/test_onnx_backend.py)."""
 REFUSALS: list[tuple[str, str]] = [
     *OPERATOR_REFUSALS,
     (r"(uint8|int8)", r"Graph input 'x' has ONNX element type (UINT8|INT8); only float32 inputs"),
-    (r"clip(?!_default_inbounds).*_expanded$", r"- Less \(node .*\): no rule for this operator\n.*- Where \(node "),
 ]
 """(case name pattern, message pattern) for every case the lab refuses, and why (searched with re.search)."""
 

@@ -29,6 +29,7 @@ from ..qops import (
     run_index_fn,
     take_along,
 )
+from .pointwise import pointwise_values
 
 __all__ = ["exact_matmul", "exact_exp", "conv2d", "dense", "maxpool", "avgpool", "resize", "layer_norm", "rms_norm",
            "slice_take", "ACTIVATIONS", "ACTIVATION_DEFAULTS", "FLOAT_FNS", "activation_attrs", "table_values",
@@ -368,6 +369,7 @@ FLOAT_FNS: dict[str, FloatFn] = {
     "IndexFn": lambda n, v: run_index_fn(n.attrs["onnx"], v[0]),
     "L2Normalize": lambda n, v: l2_normalize(v[0], n.attrs["axis"], n.attrs["epsilon"]),
     "MaskFn": lambda n, v: mask_fn(n.attrs["onnx"], v[0]),
+    "PointwiseFn": lambda n, v: pointwise_values(n.attrs["onnx"], v[0]),
     "MaskPool": lambda n, v: mask_pool(v[0], v[1], n.attrs["onnx"], n.attrs["axes"], n.attrs["keepdims"]),
     "KeyMask": lambda n, v: key_mask(v[0], v[1], *(n.attrs[k] for k in KEY_MASK_ATTRS)).astype(np.float32),
 }

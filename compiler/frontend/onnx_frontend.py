@@ -20,7 +20,10 @@ contrib operators (domain ``com.microsoft``: SkipLayerNormalization, the Gelu fo
 Attention, MultiHeadAttention) are rewritten into standard nodes by :mod:`.contrib`; a node of another domain, or one it
 cannot rewrite, is refused as ``<domain>.<op>`` with its reason. MaxPool and AveragePool take 1D, 2D and 3D windows: a
 1D pool is a 2D pool of one row, a 3D pool a 2D pool over (H, W) then one over D (max and mean are separable; both
-between Reshapes). Subgraphs computing constants (shape arithmetic) are evaluated at import.
+between Reshapes). Subgraphs computing constants (shape arithmetic) are evaluated at import. Last, a region of
+element-wise nodes computed from one activation and one-element constants that holds a node no rule takes (a
+comparison, a computed Where, a quotient of two computed values: Apertus's xIELU) becomes one function of each element
+(:func:`.pointwise.fuse_pointwise_regions`; a lookup table once quantized).
 
 A model with nodes the rules cannot import raises one :class:`UnsupportedOperatorError` listing every such node (the
 op, the node, and the attribute, input or shape that is the problem), not only the first. A tensor whose size
@@ -48,7 +51,7 @@ from onnx import numpy_helper, shape_inference
 
 from ..ir import Graph, GraphError
 from ..qops import reference_evaluator
-from . import contrib, half, id_masks, indices, masks, onnx_fused, pooling, position_tables, score_chains
+from . import contrib, half, id_masks, indices, masks, onnx_fused, pointwise, pooling, position_tables, score_chains
 from .onnx_checks import (
     _check_shape_constants,
     _check_sizes,
@@ -553,7 +556,9 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, n
     key_masks, region = key_masks + float_masks, region | float_region
     _replace_mask_regions(model, key_masks, region)
     token_ids |= position_tables.tabulate_inputs(model, token_ids | set(mask_types))   # Llama's position_ids
+    fused_regions = pointwise.fuse_pointwise_regions(model, shapes, frozenset(RULES))   # xIELU and the like
     imp = _Importer(model, label)
+    imp.pointwise_fns = fused_regions
     imp.key_masks = {m.out: m for m in key_masks}
     imp.index_fns = {r.out: r for r in index_regions}
     imp.mask_pools = {n.output[0] for n in model.graph.node if n.op_type == "MaskPool"}

@@ -365,6 +365,15 @@ def _mask_fn(imp: _Importer, node: onnx.NodeProto) -> None:
                        onnx=mask.fn)
 
 
+def _pointwise_fn(imp: _Importer, node: onnx.NodeProto) -> None:
+    """An element-wise region of one activation (:func:`.pointwise.fuse_pointwise_regions` put the node here; a
+    PointwiseFn node of the file itself is refused as unknown): one function of each element."""
+    encoded = imp.pointwise_fns.get(node.output[0])
+    if encoded is None:
+        raise UnsupportedOperatorError(node.op_type, node.name)
+    imp.emit("PointwiseFn", node, [node.input[0]], onnx=encoded)
+
+
 def _mask_pool(imp: _Importer, node: onnx.NodeProto) -> None:
     """A masked pooling over tokens (:func:`.pooling.find_mask_pools` put the node here; a MaskPool node of the file
     itself is refused as unknown)."""
@@ -474,6 +483,7 @@ RULES: dict[str, Callable[[_Importer, onnx.NodeProto], None]] = {
     "IndexFn": _index_fn,
     "MaskPool": _mask_pool,
     "MaskFn": _mask_fn,
+    "PointwiseFn": _pointwise_fn,
     "L2Normalize": _l2_normalize,
     "LpNormalization": _l2_normalize,
     "Identity": _alias,
@@ -482,5 +492,5 @@ RULES: dict[str, Callable[[_Importer, onnx.NodeProto], None]] = {
     "Dropout": _dropout,
     "Constant": _constant,
 }
-PUBLIC_OPS[:] = sorted((set(RULES) - {"KeyMask", "IndexFn", "MaskPool", "MaskFn", "L2Normalize"})
+PUBLIC_OPS[:] = sorted((set(RULES) - {"KeyMask", "IndexFn", "MaskPool", "MaskFn", "L2Normalize", "PointwiseFn"})
                        | {"Attention", "SwiGLU"})   # and onnx_fused's rewrites

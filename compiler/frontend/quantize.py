@@ -40,6 +40,7 @@ from ..ir import M_MAX, REQUANT_MODES, S_MAX, AddRequant, Graph, GraphError, Nod
 from ..qops import KEY_MASK_ATTRS, PRODUCT_BOUND
 from . import float_ref
 from .gptq import MOMENTS_MAX_K, gptq_round, input_moments
+from .pointwise import pointwise_values
 
 __all__ = ["QuantizationError", "Calibration", "prepare", "calibrate", "quantize", "choose_requant",
            "choose_int8_layers", "compare_outputs", "float_outputs", "accuracy_vs_float", "output_scale"]
@@ -596,6 +597,16 @@ class _Quantizer:
         table = np.clip(np.rint(real / sy), self.qmin, self.qmax).astype(np.int8)
         self.qg.add_node("QLut", node.name, [x], [self.out_tensor(out, sy)], table=table, function=node.op)
 
+    def pointwise(self, node: Node) -> None:
+        """PointwiseFn (an element-wise region of one activation) -> QLut: its table is the region evaluated at the
+        real values of the 256 int8 inputs (:func:`.pointwise.pointwise_values`), a NaN as 0."""
+        x, out = node.inputs[0], node.outputs[0]
+        sy = self.act_scale(out)
+        real = pointwise_values(node.attrs["onnx"], np.arange(-128, 128, dtype=np.float64) * self.scales[x])
+        with np.errstate(invalid="ignore", over="ignore"):
+            table = np.clip(np.rint(np.where(np.isnan(real), 0.0, real) / sy), self.qmin, self.qmax).astype(np.int8)
+        self.qg.add_node("QLut", node.name, [x], [self.out_tensor(out, sy)], table=table, function=node.op)
+
     def passthrough(self, node: Node) -> None:
         """Ops whose int8 output keeps the input scale."""
         x, out = node.inputs[0], node.outputs[0]
@@ -794,7 +805,8 @@ _HANDLERS = {
     "Concat": _Quantizer.concat, "Softmax": _Quantizer.softmax, "MatMul": _Quantizer.matmul,
     "LayerNorm": _Quantizer.layer_norm, "RMSNorm": _Quantizer.rms_norm, "Where": _Quantizer.where,
     "Embedding": _Quantizer.embedding, "KeyMask": _Quantizer.key_mask, "IndexFn": _Quantizer.index_fn,
-    "MaskPool": _Quantizer.mask_pool, "MaskFn": _Quantizer.mask_fn, "L2Normalize": _Quantizer.l2_normalize,
+    "MaskPool": _Quantizer.mask_pool, "MaskFn": _Quantizer.mask_fn, "PointwiseFn": _Quantizer.pointwise,
+    "L2Normalize": _Quantizer.l2_normalize,
     **{op: _Quantizer.passthrough for op in ("Relu", "Clip", "MaxPool", "AvgPool", "GlobalAvgPool", "Reshape", "Pad",
                                              "Transpose", "Resize", "Gather", "TakeAlong", "Slice")},
     **{op: _Quantizer.lut for op in float_ref.ACTIVATIONS},

@@ -1,0 +1,162 @@
+"""Element-wise regions of one activation, fused into one function of each element (one lookup table, quantized).
+
+Activations written out of ONNX's element-wise operators (Apertus's xIELU ``where(x > 0, a x^2 + b x, c (exp(min(x,
+eps)) - 1) - c x + b x)``, a hand-written Elu or HardSigmoid, ``x * (x > 0)``) use comparisons, ``Where`` and
+quotients that no rule imports node by node. Yet every element of such a region's result depends on the same
+element of its one input alone, so it is a function ``y = f(x)``, and once quantized a 256-entry table like any
+activation.
+
+A *region* here is a set of nodes of :data:`POINTWISE_OPS` (default domain) whose inputs are one activation ``x``
+(float32, the *source*), tensors the region computes from it, and constants of one element; every tensor the region
+computes has ``x``'s shape, and one of them, float32, is read outside it (the region's *output*; the others are read
+only inside). :func:`fuse_pointwise_regions` replaces each region of at least two nodes that holds one of the
+*triggers* (a node no rule imports as it stands: :func:`_is_trigger`) by one ``PointwiseFn`` node that carries the
+region as an ONNX model (:func:`.masks.region_model`). Regions the importer already takes node by node compile as
+before, and a single node no rule takes (``Log``, ``Floor``, ``Round``) stays refused: onnx's own cases of those
+miss the int8 tolerance near 0 and at halves (docs/transformers.md). The float reference and the quantizer's table
+evaluate the region with ONNX's reference evaluator (:func:`..qops_index.run_region`), the region flattened to a
+vector; a NaN (a logarithm of a negative value) is 0 in the table, as for :func:`.float_ref.table_values`.
+"""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from ..qops_index import run_region
+from .masks import encode, region_model
+
+__all__ = ["POINTWISE_OPS", "FUSED_OP", "fuse_pointwise_regions", "pointwise_values"]
+
+FUSED_OP = "PointwiseFn"
+"""The op type of a fused region in the rewritten ONNX graph, and of its float node (attribute ``onnx``)."""
+
+POINTWISE_OPS = frozenset({
+    "Relu", "Sigmoid", "Tanh", "Exp", "Log", "Softplus", "Softsign", "Abs", "Neg", "Sqrt", "Reciprocal", "Erf", "Sin",
+    "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "Sign", "Floor", "Ceil", "Round",
+    "Elu", "Selu", "Celu", "LeakyRelu", "ThresholdedRelu", "HardSigmoid", "HardSwish", "Mish", "Gelu", "Shrink",
+    "Identity", "Cast", "Not", "IsNaN", "IsInf", "Clip", "PRelu", "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min",
+    "Mod", "Greater", "Less", "Equal", "GreaterOrEqual", "LessOrEqual", "And", "Or", "Xor", "Where"})
+"""The element-wise ONNX operators a region may hold (each input an element of the same position, or one value)."""
+
+_TWO_SIDED = frozenset({"Div", "Max", "Min", "Pow", "Mod", "PRelu"})
+"""Operators the importer takes with one activation and a constant only: with two region inputs, a trigger."""
+
+_FLOAT = TensorProto.FLOAT
+
+
+def _is_trigger(node: onnx.NodeProto, region_inputs: int, consts: dict[str, np.ndarray], rules: frozenset[str]
+                ) -> bool:
+    """Whether the importer would refuse ``node`` as it stands (``region_inputs``: how many of its inputs the region
+    computes; ``rules``: the op types it has a rule for): no rule, a computed Where condition, two computed operands
+    of an op that takes one, or a Pow by an exponent that is no integer from -8 to 8."""
+    if node.op_type not in rules or node.op_type == "Where" and node.input[0] not in consts:
+        return True
+    if node.op_type in _TWO_SIDED and region_inputs > 1:
+        return True
+    if node.op_type == "Pow" and len(node.input) > 1 and node.input[1] in consts:
+        e = consts[node.input[1]].astype(np.float64).ravel()
+        return e.size != 1 or not (e[0] == np.round(e[0]) and -8 <= e[0] <= 8)
+    return False
+
+
+def fuse_pointwise_regions(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]], rules: frozenset[str]
+                           ) -> dict[str, str]:
+    """Replace, in place, each element-wise region of one activation (module docstring) that holds a node no rule
+    takes by one ``PointwiseFn`` node reading its source and writing its output. ``model`` has inferred shapes
+    (``shapes``, static) and folded constants; ``rules`` are the op types the importer has a rule for. Returns each
+    fused region's output -> its ONNX model (base64), for the importer's rule."""
+    graph = model.graph
+    consts = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
+    types = {vi.name: vi.type.tensor_type.elem_type for vi in [*graph.input, *graph.value_info, *graph.output]}
+    types.update({i.name: i.data_type for i in graph.initializer})
+    producer = {o: k for k, n in enumerate(graph.node) for o in n.output if o}
+    readers: dict[str, set[int]] = {}
+    for k, node in enumerate(graph.node):
+        for t in node.input:
+            readers.setdefault(t, set()).add(k)
+    outputs = {o.name for o in graph.output}
+
+    def scalar(t: str) -> bool:
+        return t in consts and consts[t].size == 1
+
+    def elementwise(k: int) -> bool:
+        node = graph.node[k]
+        return node.op_type in POINTWISE_OPS and node.domain in ("", "ai.onnx") and len(node.output) == 1 and \
+            not any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute)
+
+    fused: set[int] = set()
+    found: dict[str, str] = {}
+    replaced: dict[int, onnx.NodeProto] = {}
+    for k in reversed(range(len(graph.node))):
+        if k in fused or not elementwise(k):
+            continue
+        out = graph.node[k].output[0]
+        if types.get(out) != _FLOAT or out not in shapes:
+            continue
+        region = _cone(graph, k, producer, readers, outputs, elementwise, scalar, fused)
+        if region is None or len(region[0]) < 2:
+            continue
+        nodes, source = region
+        if types.get(source) != _FLOAT or source in consts or shapes.get(source) != shapes[out] or \
+                any(shapes.get(graph.node[j].output[0]) != shapes[out] for j in nodes):
+            continue
+        inside = {graph.node[j].output[0] for j in nodes} | {source}
+        if not any(_is_trigger(graph.node[j], sum(t in inside for t in graph.node[j].input), consts, rules)
+                   for j in nodes):
+            continue
+        ordered = [graph.node[j] for j in sorted(nodes)]
+        vi_in = helper.make_tensor_value_info(source, _FLOAT, None)
+        vi_out = helper.make_tensor_value_info(out, _FLOAT, None)
+        found[out] = encode(region_model(model, ordered, vi_in, [out], [vi_out], consts))
+        fused |= nodes
+        replaced[k] = helper.make_node(FUSED_OP, [source], [out], name=graph.node[k].name or f"{out}_pointwise")
+    if found:
+        kept = [replaced.get(k, node) for k, node in enumerate(graph.node) if k not in fused or k in replaced]
+        del graph.node[:]
+        graph.node.extend(kept)
+    return found
+
+
+def _cone(graph: onnx.GraphProto, last: int, producer: dict[str, int], readers: dict[str, set[int]],
+          outputs: set[str], elementwise, scalar, taken: set[int]) -> tuple[set[int], str] | None:
+    """The element-wise nodes node ``last``'s output is computed by from one tensor (the source) and one-element
+    constants, and that source; None when it reads two or more tensors. A tensor the cone computes that a node
+    outside it (or the graph's output) also reads becomes a source instead, its producers cut off (repeatedly)."""
+    cut: set[str] = set()
+    while True:
+        nodes: set[int] = set()
+        sources: set[str] = set()
+        stack = [last]
+        while stack:
+            k = stack.pop()
+            if k in nodes:
+                continue
+            nodes.add(k)
+            for t in graph.node[k].input:
+                if not t or scalar(t):
+                    continue
+                j = producer.get(t)
+                if t in cut or j is None or j in taken or not elementwise(j):
+                    sources.add(t)
+                else:
+                    stack.append(j)
+        if len(sources) != 1:
+            return None
+        leaked = {graph.node[j].output[0] for j in nodes if j != last} & (
+            outputs | {t for j in nodes for t in graph.node[j].output
+                       if readers.get(t, set()) - nodes})
+        if not leaked:
+            return nodes, sources.pop()
+        cut |= leaked
+
+
+def pointwise_values(encoded: str, x: np.ndarray) -> np.ndarray:
+    """A fused region's output (float64, ``x``'s shape) at the real values ``x``: the region run on them as one
+    float32 vector by ONNX's reference evaluator."""
+    flat = np.asarray(x, np.float32).reshape(-1)
+    (out,) = run_region(encoded, flat, "the element-wise region failed on these values")
+    out = np.asarray(out, np.float64)
+    if out.size != flat.size:
+        raise ValueError(f"the element-wise region gave {out.size} values for {flat.size}")
+    return out.reshape(np.shape(x))
