@@ -109,6 +109,11 @@ FLOAT_OPS: dict[str, tuple[str, ...]] = {
     "Selu": ("alpha", "gamma"),
     "Pow": ("exponent",),                                # x ** exponent, an integer (float), element-wise
     "Gather": ("axis", "indices"),                       # np.take(x, indices, axis); indices an int64 array
+    "PickChosen": (),                                    # onehot [..., k, E] (a TopKOneHot's), data [..., E] ->
+                                                         # [..., k]: the chosen entries of data
+    "TopKOneHot": ("k", "keep"),                         # x [..., E] (, mask) -> [..., k, E] of 0/1: row j one-hot
+                                                         # at the j-th largest of x (ties: lower index); keep "all",
+                                                         # or "nonzero"/"zero": only where the mask is, see frontend.moe
     "TakeAlong": ("axis", "indices"),                    # np.take_along_axis(x, indices, axis): GatherElements
     "Embedding": (),                                     # inputs ids (an int64 graph input), table const [V, D]:
                                                          # table[ids], shape ids.shape + (D,)
@@ -117,6 +122,7 @@ FLOAT_OPS: dict[str, tuple[str, ...]] = {
     "IndexFn": ("onnx",),                                # int64 ids -> int64 indices by an ONNX subgraph (base64),
                                                          # see frontend.indices and qops_index.run_index_fn
     "L2Normalize": ("axis", "epsilon"),                  # x / max(||x||_2 along axis, epsilon)
+    "SumNormalize": ("axis", "epsilon"),                 # x / (sum(x) along axis + epsilon): 0 where that is 0
     "PointwiseFn": ("onnx",),                            # x -> f(x) element by element, f an ONNX subgraph (base64)
                                                          # of element-wise nodes, see frontend.pointwise
     "MaskFn": ("onnx",),                                 # mask (int64 0/1) -> a float32 additive term by an ONNX
@@ -152,11 +158,14 @@ QUANT_OPS: dict[str, tuple[str, ...]] = {
     "QRMSNorm": ("axis", "epsilon", "scale", "gamma", "out_scale"),  # float64 from int8, qops.rms_norm
     "QMulAct": ("multiplier", "shift"),                  # int8 a * int8 b (one shape): clip((a*b*M + r) >> S), int64
     "Gather": ("axis", "indices"),
+    "TopKOneHot": ("k", "keep"),                         # int8 0/1 at scale 1, as the float op
+    "PickChosen": (),                                    # int8 data's entries, at its scale
     "TakeAlong": ("axis", "indices"),
     "Embedding": (),                                     # int8 table [V, D] at the output's scale: table[ids]
     "IndexFn": ("onnx",),                                # as the float op
     "MaskFn": ("onnx",),                                 # as the float op
     "QL2Normalize": ("axis", "epsilon", "scale", "out_scale"),  # int64 sum of squares, float64 divide
+    "QSumNormalize": ("axis", "epsilon", "scale", "out_scale"),  # int64 sum, float64 divide
     "QMaskPool": ("onnx", "axes", "keepdims", "scale", "out_scale"),  # int8 x: int64 sum of x * W, float64 / D
     "Slice": ("axes", "indices"),
     "Where": ("keep", "fill"),                           # fill an int8

@@ -57,9 +57,18 @@ import numpy as np
 
 from .ir import AddRequant, Graph, GraphError, Node, Requant
 from .qops_gated import PRODUCT_BOUND, qmul_act, rms_norm
-from .qops_index import reference_evaluator, run_index_fn, take_along
+from .qops_index import pick_chosen, reference_evaluator, run_index_fn, take_along, top_k_one_hot
 from .qops_layernorm import ILAYERNORM_ATTRS, NEWTON_STEPS, RSQRT_GUESS, ilayernorm, ilayernorm_params, ilayernorm_trace
-from .qops_pool import l2_normalize, mask_fn, mask_pool, pool_terms, ql2_normalize, qmask_pool
+from .qops_pool import (
+    l2_normalize,
+    mask_fn,
+    mask_pool,
+    pool_terms,
+    ql2_normalize,
+    qmask_pool,
+    qsum_normalize,
+    sum_normalize,
+)
 from .qops_softmax import (
     EXP_POLY,
     ISOFTMAX_ATTRS,
@@ -76,7 +85,7 @@ __all__ = [
     "lut", "resize", "resize_source", "resize_taps", "RESIZE_WEIGHT_BITS", "quantize_zp", "dequantize_zp", "qaffine",
     "qsoftmax", "qmatmul", "layer_norm", "rms_norm", "qmul_act", "PRODUCT_BOUND", "run_index_fn", "mask_pool",
     "pool_terms", "mask_fn", "qmask_pool", "take_along", "l2_normalize", "ql2_normalize", "reference_evaluator",
-    "embed",
+    "embed", "top_k_one_hot", "pick_chosen", "sum_normalize", "qsum_normalize",
     "key_mask", "KEY_MASK_ATTRS", "softmax_key", "slice_take", "IGELU_A", "IGELU_B", "IGELU_ATTRS", "igelu_params",
     "igelu_trace", "igelu", "ISOFTMAX_ATTRS", "isoftmax_params", "isoftmax_trace", "isoftmax", "EXP_POLY",
     "RECIP_GUESS", "RECIP_NEWTON_STEPS", "ILAYERNORM_ATTRS", "ilayernorm_params", "ilayernorm_trace", "ilayernorm",
@@ -610,6 +619,10 @@ QOPS: dict[str, OpFn] = {
     "TakeAlong": lambda n, v: take_along(v[0], n.attrs["indices"], n.attrs["axis"]),
     "Embedding": lambda n, v: embed(v[0], v[1]),
     "IndexFn": lambda n, v: run_index_fn(n.attrs["onnx"], v[0]),
+    "TopKOneHot": lambda n, v: top_k_one_hot(v[0], n.attrs["k"], v[1] if len(v) > 1 else None, n.attrs["keep"]),
+    "PickChosen": lambda n, v: pick_chosen(v[0], v[1]),
+    "QSumNormalize": lambda n, v: qsum_normalize(v[0], n.attrs["axis"], n.attrs["epsilon"], n.attrs["scale"],
+                                                 n.attrs["out_scale"]),
     "QL2Normalize": lambda n, v: ql2_normalize(v[0], n.attrs["axis"], n.attrs["epsilon"], n.attrs["scale"],
                                                n.attrs["out_scale"]),
     "MaskFn": lambda n, v: mask_fn(n.attrs["onnx"], v[0]),

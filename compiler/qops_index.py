@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-__all__ = ["run_index_fn", "run_region", "reference_evaluator", "take_along"]
+__all__ = ["run_index_fn", "run_region", "reference_evaluator", "take_along", "top_k_one_hot", "pick_chosen"]
 
 
 def _gather_elements(data: np.ndarray, indices: np.ndarray, axis: int = 0) -> np.ndarray:
@@ -26,6 +26,31 @@ def take_along(x: np.ndarray, indices: np.ndarray, axis: int) -> np.ndarray:
     """ONNX GatherElements of ``x`` by constant non-negative ``indices`` along ``axis`` (no larger than ``x`` on
     the other axes): the ``TakeAlong`` op, a move of values, float or int8 alike."""
     return np.ascontiguousarray(_gather_elements(np.asarray(x), np.asarray(indices, np.int64), int(axis)))
+
+
+def top_k_one_hot(x: np.ndarray, k: int, mask: np.ndarray | None = None, keep: str = "all") -> np.ndarray:
+    """The ``TopKOneHot`` op, float or int8 alike: ``x [..., E]`` -> ``[..., k, E]`` of 0 and 1 in ``x``'s dtype, row
+    ``j`` one-hot at the ``j``-th largest entry of ``x``'s last axis; of equal entries the lower index comes first,
+    as in ONNX's TopK (an MoE router's choice of experts, :mod:`.frontend.moe`). With ``mask`` (``x``'s shape) and
+    ``keep`` "nonzero" ("zero"), the entries where ``mask`` is 0 (not 0) rank after all others, among themselves by
+    index: a TopK of ``x`` filled with -inf there."""
+    x = np.asarray(x)
+    score = -x.astype(np.float64)
+    excluded = np.zeros(x.shape, bool)
+    if mask is not None and keep != "all":
+        excluded = (np.asarray(mask) == 0) if keep == "nonzero" else (np.asarray(mask) != 0)
+        score = np.where(excluded, 0.0, score)
+    index = np.broadcast_to(np.arange(x.shape[-1]), x.shape)
+    order = np.lexsort((index, score, excluded), axis=-1)[..., :int(k)]
+    return (order[..., None] == np.arange(x.shape[-1])).astype(x.dtype)
+
+
+def pick_chosen(onehot: np.ndarray, data: np.ndarray) -> np.ndarray:
+    """The ``PickChosen`` op, float or int8 alike: the entries of ``data [..., E]`` a ``TopKOneHot``'s rows
+    ``[..., k, E]`` choose, ``[..., k]``, in ``data``'s dtype (a move of values: int8 at ``data``'s scale)."""
+    data = np.asarray(data)
+    hot = np.asarray(onehot) != 0
+    return np.where(hot, np.expand_dims(data, -2), 0).sum(axis=-1).astype(data.dtype)
 
 
 def reference_evaluator(proto: onnx.ModelProto | onnx.NodeProto) -> Any:

@@ -6,7 +6,9 @@
 * ``MaskFn``: an attention mask's additive term computed from the mask by a part of the model's graph (a term
   that is not element-wise in one mask entry, :func:`.frontend.masks.find_key_masks`);
 * ``L2Normalize`` / ``QL2Normalize``: ``x / max(||x||_2, eps)`` along one axis (torch's ``F.normalize``, ONNX's
-  ``LpNormalization`` with ``p = 2``).
+  ``LpNormalization`` with ``p = 2``);
+* ``SumNormalize`` / ``QSumNormalize``: ``x / (sum(x) + eps)`` along one axis (an MoE router's top-k weights
+  renormalised to sum 1, :mod:`.frontend.moe`).
 """
 from __future__ import annotations
 
@@ -14,7 +16,8 @@ import numpy as np
 
 from .qops_index import run_region
 
-__all__ = ["pool_terms", "mask_pool", "qmask_pool", "l2_normalize", "ql2_normalize", "mask_fn"]
+__all__ = ["pool_terms", "mask_pool", "qmask_pool", "l2_normalize", "ql2_normalize", "mask_fn", "sum_normalize",
+           "qsum_normalize"]
 
 
 def pool_terms(encoded: str, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -60,6 +63,23 @@ def ql2_normalize(x: np.ndarray, axis: int, epsilon: float, scale: float, out_sc
     xi = np.asarray(x, np.int64)
     norm = np.maximum(np.sqrt((xi * xi).sum(axis=axis, keepdims=True).astype(np.float64)), epsilon / scale)
     y = xi.astype(np.float64) / np.where(norm > 0, norm, 1.0)
+    return np.clip(np.rint(y / out_scale), -128, 127).astype(np.int8)
+
+
+def sum_normalize(x: np.ndarray, axis: int, epsilon: float) -> np.ndarray:
+    """Float ``x / (sum(x, axis) + epsilon)`` in float64; where the denominator is 0, 0."""
+    x = np.asarray(x, np.float64)
+    den = np.sum(x, axis=axis, keepdims=True) + epsilon
+    return np.where(den != 0, x / np.where(den != 0, den, 1.0), 0.0)
+
+
+def qsum_normalize(x: np.ndarray, axis: int, epsilon: float, scale: float, out_scale: float) -> np.ndarray:
+    """int8 ``x / (sum(x) + epsilon)`` of the int8 ``x`` (of ``scale``): the sum exact in int64, then in float64
+    ``x / (sum + epsilon / scale)`` (0 where that is 0) and ``clip(rint(. / out_scale))``. The same bits on every
+    machine."""
+    xi = np.asarray(x, np.int64)
+    den = xi.sum(axis=axis, keepdims=True).astype(np.float64) + epsilon / scale
+    y = np.where(den != 0, xi.astype(np.float64) / np.where(den != 0, den, 1.0), 0.0)
     return np.clip(np.rint(y / out_scale), -128, 127).astype(np.int8)
 
 

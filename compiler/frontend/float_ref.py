@@ -24,10 +24,13 @@ from ..qops import (
     l2_normalize,
     mask_fn,
     mask_pool,
+    pick_chosen,
     resize_source,
     resize_taps,
     run_index_fn,
+    sum_normalize,
     take_along,
+    top_k_one_hot,
 )
 from .pointwise import pointwise_values
 
@@ -369,6 +372,9 @@ FLOAT_FNS: dict[str, FloatFn] = {
     "IndexFn": lambda n, v: run_index_fn(n.attrs["onnx"], v[0]),
     "L2Normalize": lambda n, v: l2_normalize(v[0], n.attrs["axis"], n.attrs["epsilon"]),
     "MaskFn": lambda n, v: mask_fn(n.attrs["onnx"], v[0]),
+    "TopKOneHot": lambda n, v: top_k_one_hot(v[0], n.attrs["k"], v[1] if len(v) > 1 else None, n.attrs["keep"]),
+    "PickChosen": lambda n, v: pick_chosen(v[0], v[1]),
+    "SumNormalize": lambda n, v: sum_normalize(v[0], n.attrs["axis"], n.attrs["epsilon"]),
     "PointwiseFn": lambda n, v: pointwise_values(n.attrs["onnx"], v[0]),
     "MaskPool": lambda n, v: mask_pool(v[0], v[1], n.attrs["onnx"], n.attrs["axes"], n.attrs["keepdims"]),
     "KeyMask": lambda n, v: key_mask(v[0], v[1], *(n.attrs[k] for k in KEY_MASK_ATTRS)).astype(np.float32),

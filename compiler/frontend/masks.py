@@ -42,7 +42,7 @@ from ..qops import key_mask, reference_evaluator
 
 __all__ = ["KeyMask", "MaskError", "find_key_masks", "find_float_masks", "direct_token_ids", "drop_nan_guards",
            "backward_slice", "region_model", "encode", "live_nodes", "drop_dead_nodes", "mask_inputs",
-           "forward_region", "sample_masks",
+           "forward_region", "sample_masks", "tensor_readers",
            "is_mask_input", "is_float_mask_input", "indexes_a_table", "MASK_TYPES", "REGION_OPS"]
 
 MASK_TYPES: dict[int, type] = {TensorProto.INT64: np.int64, TensorProto.INT32: np.int32, TensorProto.BOOL: np.bool_,
@@ -117,7 +117,7 @@ def indexes_a_table(model: onnx.ModelProto, name: str, *, through: bool = True) 
     of a Gather from an initializer table ``[rows, width]`` (a lookup in a 1-D table is a mask's; its other uses are
     not looked at: they must be index arithmetic, :mod:`.indices`)."""
     tables = {i.name for i in model.graph.initializer if len(i.dims) == 2}
-    users = _readers(model)
+    users = tensor_readers(model)
     frontier, seen = [name], set()
     while frontier:
         tensor = frontier.pop()
@@ -132,7 +132,7 @@ def indexes_a_table(model: onnx.ModelProto, name: str, *, through: bool = True) 
     return False
 
 
-def _readers(model: onnx.ModelProto) -> dict[str, list[onnx.NodeProto]]:
+def tensor_readers(model: onnx.ModelProto) -> dict[str, list[onnx.NodeProto]]:
     """Tensor name -> the nodes that read it, in graph order."""
     users: dict[str, list[onnx.NodeProto]] = {}
     for node in model.graph.node:
@@ -148,7 +148,7 @@ def direct_token_ids(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]])
     output shape is unknown is left alone). The chains' nodes go (only the chains and the lookups read them)."""
     inits = {i.name for i in model.graph.initializer}
     tables = {i.name for i in model.graph.initializer if len(i.dims) == 2}
-    users = _readers(model)
+    users = tensor_readers(model)
     for vi in model.graph.input:
         if vi.name in inits or vi.type.tensor_type.elem_type != TensorProto.INT64:
             continue
@@ -198,7 +198,7 @@ def drop_nan_guards(model: onnx.ModelProto) -> None:
     gives such rows 0 itself (:func:`..qops.softmax`). The IsNaN goes when nothing else reads it."""
     producer = {o: n for n in model.graph.node for o in n.output}
     consts = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
-    readers = _readers(model)
+    readers = tensor_readers(model)
     guards: dict[int, onnx.NodeProto] = {}
     dropped: set[str] = set()
     for index, node in enumerate(model.graph.node):
@@ -577,7 +577,7 @@ def find_float_masks(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]])
     :class:`KeyMask` (``expand``: the input reshaped so that it broadcasts as the chain made it), and the indices of
     the chains' nodes in ``model.graph.node``. Any other float input is an activation (left alone)."""
     inits = {i.name for i in model.graph.initializer}
-    users = _readers(model)
+    users = tensor_readers(model)
     index = {id(n): k for k, n in enumerate(model.graph.node)}
     outputs = {o.name for o in model.graph.output}
     found: list[KeyMask] = []

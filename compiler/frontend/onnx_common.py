@@ -96,6 +96,7 @@ class _Importer:
         self.index_fns: dict[str, indices.IndexRegion] = {}  # indices computed from token ids -> how
         self.mask_pools: set[str] = set()                # outputs of the MaskPool nodes pooling.find_mask_pools wrote
         self.pointwise_fns: dict[str, str] = {}          # output of a fused element-wise region -> its ONNX model
+        self.routing: set[str] = set()                   # outputs of the TopKOneHot/SumNormalize nodes moe.py wrote
 
     # ---- helpers used by the rules ------------------------------------------------------------------------------
     def name(self, tensor: str) -> str:

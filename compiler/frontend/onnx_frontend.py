@@ -51,7 +51,19 @@ from onnx import numpy_helper, shape_inference
 
 from ..ir import Graph, GraphError
 from ..qops import reference_evaluator
-from . import contrib, half, id_masks, indices, masks, onnx_fused, pointwise, pooling, position_tables, score_chains
+from . import (
+    contrib,
+    half,
+    id_masks,
+    indices,
+    masks,
+    moe,
+    onnx_fused,
+    pointwise,
+    pooling,
+    position_tables,
+    score_chains,
+)
 from .onnx_checks import (
     _check_shape_constants,
     _check_sizes,
@@ -530,6 +542,9 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, n
         _sort_nodes(model)
         model = _infer_shapes(model)
     model = _fuse_decompositions(model)
+    routing = moe.rewrite_topk_routing(model, contrib.static_shapes(model))   # MoE routers' TopK
+    if routing:
+        _sort_nodes(model)
     shapes = contrib.static_shapes(model)      # the steps below add tensors and drop nodes, but change no shape
     masks.direct_token_ids(model, shapes)
     masks.drop_nan_guards(model)
@@ -559,6 +574,7 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, n
     fused_regions = pointwise.fuse_pointwise_regions(model, shapes, frozenset(RULES))   # xIELU and the like
     imp = _Importer(model, label)
     imp.pointwise_fns = fused_regions
+    imp.routing = routing
     imp.key_masks = {m.out: m for m in key_masks}
     imp.index_fns = {r.out: r for r in index_regions}
     imp.mask_pools = {n.output[0] for n in model.graph.node if n.op_type == "MaskPool"}

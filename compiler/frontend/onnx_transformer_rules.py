@@ -374,6 +374,15 @@ def _pointwise_fn(imp: _Importer, node: onnx.NodeProto) -> None:
     imp.emit("PointwiseFn", node, [node.input[0]], onnx=encoded)
 
 
+def _routing(imp: _Importer, node: onnx.NodeProto) -> None:
+    """An MoE router's choice of experts (TopKOneHot), the chosen scores (PickChosen) or its weights renormalised
+    (SumNormalize), where
+    :func:`.moe.rewrite_topk_routing` put the node (such a node of the file itself is refused as unknown)."""
+    if node.output[0] not in imp.routing:
+        raise UnsupportedOperatorError(node.op_type, node.name)
+    imp.emit(node.op_type, node, list(node.input), **{k: _decode(v) for k, v in _attrs(node).items()})
+
+
 def _mask_pool(imp: _Importer, node: onnx.NodeProto) -> None:
     """A masked pooling over tokens (:func:`.pooling.find_mask_pools` put the node here; a MaskPool node of the file
     itself is refused as unknown)."""
@@ -484,6 +493,9 @@ RULES: dict[str, Callable[[_Importer, onnx.NodeProto], None]] = {
     "MaskPool": _mask_pool,
     "MaskFn": _mask_fn,
     "PointwiseFn": _pointwise_fn,
+    "TopKOneHot": _routing,
+    "SumNormalize": _routing,
+    "PickChosen": _routing,
     "L2Normalize": _l2_normalize,
     "LpNormalization": _l2_normalize,
     "Identity": _alias,
@@ -492,5 +504,6 @@ RULES: dict[str, Callable[[_Importer, onnx.NodeProto], None]] = {
     "Dropout": _dropout,
     "Constant": _constant,
 }
-PUBLIC_OPS[:] = sorted((set(RULES) - {"KeyMask", "IndexFn", "MaskPool", "MaskFn", "L2Normalize", "PointwiseFn"})
+PUBLIC_OPS[:] = sorted((set(RULES) - {"KeyMask", "IndexFn", "MaskPool", "MaskFn", "L2Normalize", "PointwiseFn",
+                                          "TopKOneHot", "SumNormalize", "PickChosen"})
                        | {"Attention", "SwiGLU"})   # and onnx_fused's rewrites

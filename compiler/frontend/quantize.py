@@ -597,6 +597,20 @@ class _Quantizer:
         table = np.clip(np.rint(real / sy), self.qmin, self.qmax).astype(np.int8)
         self.qg.add_node("QLut", node.name, [x], [self.out_tensor(out, sy)], table=table, function=node.op)
 
+    def top_k_one_hot(self, node: Node) -> None:
+        """TopKOneHot (an MoE router's choice of experts) -> the same op on the int8 scores: int8 0/1 at scale 1, so
+        that a product by it keeps or zeroes the other operand exactly. The order of int8 scores can tie where the
+        float ones do not; the error against float shows it."""
+        self.qg.add_node("TopKOneHot", node.name, list(node.inputs), [self.out_tensor(node.outputs[0], 1.0)],
+                         k=int(node.attrs["k"]), keep=str(node.attrs["keep"]))
+
+    def pick_chosen(self, node: Node) -> None:
+        """PickChosen (the entries an MoE router chose) -> the same op on int8: a move of the data's values, at its
+        scale."""
+        onehot, data = node.inputs
+        self.qg.add_node("PickChosen", node.name, [onehot, data], [self.out_tensor(node.outputs[0],
+                                                                                 self.scales[data])])
+
     def pointwise(self, node: Node) -> None:
         """PointwiseFn (an element-wise region of one activation) -> QLut: its table is the region evaluated at the
         real values of the 256 int8 inputs (:func:`.pointwise.pointwise_values`), a NaN as 0."""
@@ -723,6 +737,13 @@ class _Quantizer:
                          axes=tuple(node.attrs["axes"]), keepdims=bool(node.attrs["keepdims"]),
                          scale=self.scales[x], out_scale=sy)
 
+    def sum_normalize(self, node: Node) -> None:
+        """SumNormalize -> QSumNormalize (:func:`.qops_pool.qsum_normalize`) at the output's calibrated scale."""
+        x, out = node.inputs[0], node.outputs[0]
+        sy = self.act_scale(out)
+        self.qg.add_node("QSumNormalize", node.name, [x], [self.wide_out(out, sy)], axis=int(node.attrs["axis"]),
+                         epsilon=float(node.attrs["epsilon"]), scale=self.scales[x], out_scale=sy)
+
     def l2_normalize(self, node: Node) -> None:
         """L2Normalize -> QL2Normalize (:func:`.qops_pool.ql2_normalize`) at the output's calibrated scale."""
         x, out = node.inputs[0], node.outputs[0]
@@ -806,6 +827,8 @@ _HANDLERS = {
     "LayerNorm": _Quantizer.layer_norm, "RMSNorm": _Quantizer.rms_norm, "Where": _Quantizer.where,
     "Embedding": _Quantizer.embedding, "KeyMask": _Quantizer.key_mask, "IndexFn": _Quantizer.index_fn,
     "MaskPool": _Quantizer.mask_pool, "MaskFn": _Quantizer.mask_fn, "PointwiseFn": _Quantizer.pointwise,
+    "TopKOneHot": _Quantizer.top_k_one_hot, "SumNormalize": _Quantizer.sum_normalize,
+    "PickChosen": _Quantizer.pick_chosen,
     "L2Normalize": _Quantizer.l2_normalize,
     **{op: _Quantizer.passthrough for op in ("Relu", "Clip", "MaxPool", "AvgPool", "GlobalAvgPool", "Reshape", "Pad",
                                              "Transpose", "Resize", "Gather", "TakeAlong", "Slice")},
