@@ -17,6 +17,7 @@ import argparse
 import json
 import logging
 import os
+import re
 import sys
 import time
 from typing import Any
@@ -443,8 +444,10 @@ def _quantized_file(path: Any) -> bool:
 
 def _transformer_figures(model: str, compiled: Any, report: Any) -> dict[str, str]:
     """Report lines for a model of token ids: ``tokens_per_s`` at the design's clock (the report's inferences per
-    second times the tokens of one inference: 128 for a prefill, 1 for a decode step); for a zoo model with a
-    labelled test set (``vit_digits``), ``test_accuracy``: float and int8 top-1 on it (:func:`.zoo.test_accuracy`)."""
+    second times the tokens of one inference: 128 for a prefill, 1 for a decode step); for a mixture-of-experts
+    model, ``moe``: its top-k choices and the experts' dense linear layers (:mod:`.frontend.moe`); for a zoo model
+    with a labelled test set (``vit_digits``), ``test_accuracy``: float and int8 top-1 on it
+    (:func:`.zoo.test_accuracy`)."""
     from .frontend import zoo
     from .pipeline import token_range
     graph = compiled.graph
@@ -457,6 +460,16 @@ def _transformer_figures(model: str, compiled: Any, report: Any) -> dict[str, st
         lines["tokens_per_s"] = (f"{tokens * report.clock_mhz * 1e6 / cycles:,.1f} ({tokens} token(s) per inference "
                                  f"of {ids[0]} {list(graph.shape(ids[0]))} in {cycles:,} {kind} accelerator cycles "
                                  f"at {report.clock_mhz:.4g} MHz; the layers on the CPU fallback not counted)")
+    routers = [n for n in graph.nodes if n.op == "TopKOneHot"]
+    expert_rows = [r for r in report.rows if re.search(r"/expert\d+$", str(r.get("layer", "")))]
+    if routers and expert_rows:
+        experts = max(graph.shape(n.inputs[0])[-1] for n in routers)
+        macs = sum(int(r["macs"] or 0) for r in expert_rows)
+        on_accel = sum(r["where"] == "accel" for r in expert_rows)
+        lines["moe"] = (f"{len(routers)} top-k choice(s) (TopKOneHot, on the CPU, on int8 scores); the experts' "
+                        f"{len(expert_rows)} linear layers ({on_accel} on the accelerator) run dense over every "
+                        f"routed row: {macs:,} MACs, {experts} times what a dispatch of each row to its own expert "
+                        f"alone would do (the instructions are static; see docs/transformers.md)")
     found = zoo.test_accuracy(model, graph) if model in zoo.list_models() else None
     if found is not None:
         lines["test_accuracy"] = (f"float {found['float']:.2f}%, int8 {found['int8']:.2f}% top-1 on "

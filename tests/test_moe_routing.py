@@ -153,6 +153,21 @@ def test_the_moe_block_on_fsim_is_bit_exact_with_the_reference_and_its_experts_r
     np.testing.assert_array_equal(out.outputs["y"], qops.run_reference(compiled.graph, {"x": x})["y"])
 
 
+def test_vta_run_says_the_experts_run_dense(tmp_path, monkeypatch, capsys):
+    from vta.cli import main
+    monkeypatch.setenv("VTA_CACHE_DIR", str(tmp_path))
+    path = tmp_path / "moe.onnx"
+    onnx.save(moe_block(), str(path))
+    np.save(tmp_path / "x.npy", _x(TOKENS, WIDTH))
+    assert main(["run", str(path), "--input", str(tmp_path / "x.npy"), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    dense = EXPERTS * TOKENS * K * (2 * INNER * WIDTH + WIDTH * INNER)      # gate/up and down, every expert
+    assert "matches_integer_reference: True" in out
+    assert (f"moe: 1 top-k choice(s) (TopKOneHot, on the CPU, on int8 scores); the experts' {2 * EXPERTS} linear "
+            f"layers ({2 * EXPERTS} on the accelerator) run dense over every routed row: {dense:,} MACs, {EXPERTS} "
+            f"times") in out.replace("\n", " ")
+
+
 def test_top_k_one_hot_breaks_ties_as_onnx_topk_does():
     scores = np.array([[3, 5, 5, 1, 5], [0, 0, 0, 0, 0], [-2, 7, -2, 7, 1]], np.int8)
     model = helper.make_model(helper.make_graph(
