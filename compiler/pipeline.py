@@ -96,11 +96,16 @@ def _looks_like_path(model: str) -> bool:
 
 
 def token_range(graph: Graph, name: str) -> int | None:
-    """For an int64 input of ``graph`` (token ids), the number of rows of the smallest embedding table it indexes:
-    valid ids are ``0 <= id < token_range``; None for any other input."""
+    """For an int64 input of ``graph`` (token ids), the number of rows of the smallest embedding table it indexes,
+    directly or, when no table reads it directly, through the indices computed from it (``IndexFn``: EmbeddingGemma
+    maps its special ids to 0): valid ids are ``0 <= id < token_range``; None for any other input."""
     if graph.tensors[name].dtype != "int64":
         return None
-    rows = [graph.shape(node.inputs[1])[0] for node in graph.consumers(name) if node.op == "Embedding"]
+    readers = graph.consumers(name)
+    rows = [graph.shape(node.inputs[1])[0] for node in readers if node.op == "Embedding"]
+    if not rows and readers and all(n.op == "IndexFn" for n in readers):      # the lookups' indices only
+        rows = [graph.shape(node.inputs[1])[0] for n in readers for node in graph.consumers(n.outputs[0])
+                if node.op == "Embedding"]
     return min(rows) if rows else None
 
 

@@ -207,3 +207,38 @@ def test_positions_computed_from_the_attention_mask(tmp_path):
     compiled = compile_model(str(path), VTAConfig(), calib=2, calibration=CalibrationSet(calib, {"source": "t"}))
     got = run(compiled, feeds, target="fsim").outputs["y"]
     np.testing.assert_array_equal(got, qops.run_reference(compiled.graph, feeds)["y"])
+
+
+def test_token_ids_that_reach_their_table_only_through_index_arithmetic(tmp_path):
+    """EmbeddingGemma's lookup: ``Gather(words, Where(Equal(ids, a) | Equal(ids, b), 0, ids))``: no table reads the
+    ids directly, yet they are token ids (an IndexFn computes the lookup's indices), not a mask; the compiled model
+    draws random ids inside the table and runs on fsim bit-exact with the integer reference."""
+    from vta.compiler.pipeline import CalibrationSet, check_inputs, compile_model, token_range
+    from vta.compiler.runtime.executor import run
+    rng = np.random.default_rng(0)
+    inits = {"words": rng.standard_normal((V, D)).astype(np.float32), "a": np.array(3, np.int64),
+             "b": np.array(5, np.int64), "zero": np.array(0, np.int64),
+             "w": (rng.standard_normal((D, D)) * 0.3).astype(np.float32)}
+    nodes = [node("Equal", ["input_ids", "a"], ["is_a"]), node("Equal", ["input_ids", "b"], ["is_b"]),
+             node("Or", ["is_a", "is_b"], ["special"]), node("Where", ["special", "zero", "input_ids"], ["ids"]),
+             node("Gather", ["words", "ids"], ["e"]), node("MatMul", ["e", "w"], ["y"])]
+    graph = helper.make_graph(nodes, "gemma", [helper.make_tensor_value_info("input_ids", TensorProto.INT64, [B, T])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [B, T, D])],
+                              [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    imported = import_onnx(model)
+    assert [n.op for n in imported.nodes][:2] == ["IndexFn", "Embedding"]
+    assert token_range(imported, "input_ids") == V
+    ids = _ids()
+    ids[0, :2] = [3, 5]
+    want = ort.InferenceSession(model.SerializeToString()).run(None, {"input_ids": ids})[0]
+    np.testing.assert_allclose(run_float(imported, {"input_ids": ids})["y"], want, atol=1e-5)
+    path = tmp_path / "gemma.onnx"
+    onnx.save(model, str(path))
+    compiled = compile_model(str(path), VTAConfig(), calib=2, policy="accel",
+                             calibration=CalibrationSet({"input_ids": np.concatenate([ids, ids])},
+                                                        {"source": "test", "samples": 2}))
+    feeds = check_inputs(compiled.graph, {"input_ids": ids})
+    out = run(compiled, feeds, target="fsim")
+    np.testing.assert_array_equal(out.outputs["y"], qops.run_reference(compiled.graph, feeds)["y"])

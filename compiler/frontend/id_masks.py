@@ -36,6 +36,7 @@ def cut_id_masks(model: onnx.ModelProto, token_ids: set[str], shapes: dict[str, 
     cuts: dict[str, tuple[str, onnx.NodeProto]] = {}
     for ids in sorted(token_ids):
         ready = {ids}
+        derived = _from_ids(model, ids, consts, tables)
         for node in model.graph.node:
             if not any(t in ready for t in node.input) or not all(not t or t in ready or t in consts
                                                                   for t in node.input):
@@ -43,7 +44,7 @@ def cut_id_masks(model: onnx.ModelProto, token_ids: set[str], shapes: dict[str, 
             if node.op_type in _PASS:
                 ready.update(node.output)
             elif node.op_type in COMPARISONS and node.output[0] in shapes and _mask_like(node.output[0], readers,
-                                                                                          tables, consts):
+                                                                                          tables, consts | derived):
                 cuts[node.output[0]] = (ids, node)
     found: dict[str, onnx.ValueInfoProto] = {}
     if not cuts:
@@ -68,9 +69,20 @@ def cut_id_masks(model: onnx.ModelProto, token_ids: set[str], shapes: dict[str, 
     return found
 
 
+def _from_ids(model: onnx.ModelProto, ids: str, consts: set[str], tables: set[str]) -> set[str]:
+    """The tensors computed from the token ids ``ids`` and constants alone (a table lookup's rows are activations)."""
+    derived = {ids}
+    for node in model.graph.node:
+        if any(t in derived for t in node.input) and all(not t or t in derived or t in consts for t in node.input) \
+                and not (node.op_type == "Gather" and node.input[0] in tables):
+            derived.update(node.output)
+    return derived
+
+
 def _mask_like(tensor: str, readers: dict[str, list[onnx.NodeProto]], tables: set[str], consts: set[str]) -> bool:
-    """Whether the values computed from ``tensor`` (with constants) meet an activation somewhere and never index a
-    table (a Gather from a constant ``[rows, width]`` table, or CumSum: an index computation)."""
+    """Whether the values computed from ``tensor`` (with ``consts``: constants, and the other values computed from
+    the same token ids) meet an activation somewhere and never index a table (a Gather from a constant ``[rows,
+    width]`` table, or CumSum: an index computation)."""
     region, frontier, meets = {tensor}, [tensor], False
     while frontier:
         for node in readers.get(frontier.pop(), []):

@@ -20,7 +20,8 @@ from onnx import TensorProto, helper
 from ..ir import GraphError
 from .masks import encode, forward_region, region_model
 
-__all__ = ["IndexRegion", "IndexRegionError", "find_index_regions", "find_mask_index_regions", "INDEX_OPS"]
+__all__ = ["IndexRegion", "IndexRegionError", "find_index_regions", "find_mask_index_regions", "INDEX_OPS",
+           "only_indexes_tables"]
 
 INDEX_OPS = frozenset({"Equal", "Not", "Cast", "CumSum", "Mul", "Add", "Sub", "Neg", "Abs", "Min", "Max", "Clip",
                        "Where", "And", "Or", "Greater", "Less", "GreaterOrEqual", "LessOrEqual", "Unsqueeze",
@@ -43,6 +44,27 @@ class IndexRegion:
 
 def _tables(model: onnx.ModelProto) -> set[str]:
     return {i.name for i in model.graph.initializer if len(i.dims) == 2}
+
+
+def only_indexes_tables(model: onnx.ModelProto, name: str) -> bool:
+    """Whether the integer input ``name`` reaches, through :data:`INDEX_OPS` on itself and constants, the indices of
+    a Gather from a table ``[rows, width]`` and nothing else (EmbeddingGemma maps special token ids to 0 with
+    ``Where(Equal(ids, c) | ..., 0, ids)`` before its lookup): token ids, though no table reads them directly."""
+    consts = {i.name for i in model.graph.initializer}
+    tables = _tables(model)
+    region, lookups = {name}, 0
+    for node in model.graph.node:
+        if not any(t in region for t in node.input):
+            continue
+        if node.op_type == "Gather" and len(node.input) == 2 and node.input[0] in tables and \
+                node.input[1] in region:
+            lookups += 1
+            continue
+        if node.op_type not in INDEX_OPS or node.domain not in ("", "ai.onnx") or \
+                not all(not t or t in region or t in consts for t in node.input):
+            return False
+        region.update(node.output)
+    return lookups > 0 and not region & {o.name for o in model.graph.output}
 
 
 def find_index_regions(model: onnx.ModelProto, token_ids: set[str], shapes: dict[str, tuple[int, ...]],

@@ -660,8 +660,10 @@ def is_float_mask_input(graph: Graph, name: str) -> bool:
 
 
 def _mask_readers(graph: Graph, name: str) -> bool:
+    """Every reader of ``name`` reads it as a mask (input 1 of a mask or a masked op; a term or indices computed from
+    it), and one of them masks with it (an input read by IndexFn nodes alone is token ids)."""
     users = graph.consumers(name)
     return bool(users) and all((node.op in ("KeyMask", "Softmax", "QSoftmax", "MaskPool", "QMaskPool") and
                                 node.inputs[1:2] == [name]) or (node.op in ("MaskFn", "IndexFn") and
                                                                  node.inputs == [name])
-                               for node in users)
+                               for node in users) and any(node.op != "IndexFn" for node in users)
