@@ -89,7 +89,8 @@ FLOAT_OPS: dict[str, tuple[str, ...]] = {
     "Reshape": ("shape",),                               # fully resolved target shape (no -1, no 0)
     "Pad": ("pads", "value"),                            # pads in ONNX order: begins of every axis, then ends
     "Concat": ("axis",),
-    "Softmax": ("axis",),
+    "Softmax": ("axis",),                                # optional "sink": float [..., w], logits of w more
+                                                         # columns only the denominator counts (last axis)
     "Sigmoid": (),
     "HardSigmoid": ("alpha", "beta"),                    # clip(alpha * x + beta, 0, 1)
     "HardSwish": (),                                     # x * clip(x / 6 + 1 / 2, 0, 1)
@@ -151,7 +152,8 @@ QUANT_OPS: dict[str, tuple[str, ...]] = {
     "Pad": ("pads", "value"),                            # value is an int8
     "Softmax": ("axis", "scale"),                        # int8 -> float32 softmax(x * scale); optional masks
                                                          # "bias" (float array) and "keep"/"fill", see qops.softmax,
-                                                         # and a runtime mask: input 1 and the "key_*" attributes
+                                                         # and a runtime mask: input 1 and the "key_*" attributes;
+                                                         # "sink" columns as the float op's
     "QSoftmax": ("axis", "scale", "out_scale"),          # int8 -> int8: clip(rint(softmax / out_scale)); same masks
     "QMatMul": ("multiplier", "shift"),                  # int8 a @ int8 b: clip((acc * M + r) >> S), int64
     "QLayerNorm": ("axis", "epsilon", "scale", "gamma", "beta", "out_scale"),   # float64 from int8, see qops

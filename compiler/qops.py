@@ -57,7 +57,7 @@ import numpy as np
 
 from .ir import AddRequant, Graph, GraphError, Node, Requant
 from .qops_gated import PRODUCT_BOUND, qmul_act, rms_norm
-from .qops_index import pick_chosen, reference_evaluator, run_index_fn, take_along, top_k_one_hot
+from .qops_index import pick_chosen, reference_evaluator, run_index_fn, run_region, take_along, top_k_one_hot
 from .qops_layernorm import ILAYERNORM_ATTRS, NEWTON_STEPS, RSQRT_GUESS, ilayernorm, ilayernorm_params, ilayernorm_trace
 from .qops_pool import (
     l2_normalize,
@@ -85,7 +85,7 @@ __all__ = [
     "lut", "resize", "resize_source", "resize_taps", "RESIZE_WEIGHT_BITS", "quantize_zp", "dequantize_zp", "qaffine",
     "qsoftmax", "qmatmul", "layer_norm", "rms_norm", "qmul_act", "PRODUCT_BOUND", "run_index_fn", "mask_pool",
     "pool_terms", "mask_fn", "qmask_pool", "take_along", "l2_normalize", "ql2_normalize", "reference_evaluator",
-    "embed", "top_k_one_hot", "pick_chosen", "sum_normalize", "qsum_normalize",
+    "embed", "sink_softmax", "top_k_one_hot", "run_region", "pick_chosen", "sum_normalize", "qsum_normalize",
     "key_mask", "KEY_MASK_ATTRS", "softmax_key", "slice_take", "IGELU_A", "IGELU_B", "IGELU_ATTRS", "igelu_params",
     "igelu_trace", "igelu", "ISOFTMAX_ATTRS", "isoftmax_params", "isoftmax_trace", "isoftmax", "EXP_POLY",
     "RECIP_GUESS", "RECIP_NEWTON_STEPS", "ILAYERNORM_ATTRS", "ilayernorm_params", "ilayernorm_trace", "ilayernorm",
@@ -306,18 +306,21 @@ def key_mask(x: np.ndarray, mask: np.ndarray, expand: Sequence[int], sel: np.nda
 
 
 def softmax(x: np.ndarray, scale: float, axis: int = -1, bias: np.ndarray | None = None,
-            keep: np.ndarray | None = None, fill: float = 0.0, key: Mapping[str, Any] | None = None) -> np.ndarray:
+            keep: np.ndarray | None = None, fill: float = 0.0, key: Mapping[str, Any] | None = None,
+            sink: np.ndarray | None = None) -> np.ndarray:
     """float32 softmax of the dequantized int8 input along ``axis`` (computed in float64).
 
     With masks, the softmax is of ``z = where(keep, x * scale + bias, fill)`` (``bias`` float and ``keep`` bool,
     each broadcast against ``x``), then of the runtime mask ``key`` when given (``{"mask": values, "expand": ...,
     "sel": ..., "add": ..., "fill": ...}``, :func:`key_mask`), and ``exp`` is the C library's, element by element
-    (:func:`_exact_exp`); without, numpy's ``exp`` as before."""
+    (:func:`_exact_exp`); without, numpy's ``exp`` as before. ``sink`` (float, ``[..., w]`` broadcast against the
+    rows; the last axis only): logits of ``w`` more columns the denominator counts and the output drops (attention
+    sinks)."""
     z = x.astype(np.float64) * scale
-    if bias is None and keep is None and key is None:
+    if bias is None and keep is None and key is None and sink is None:
         z = np.exp(z - z.max(axis=axis, keepdims=True))
         return (z / z.sum(axis=axis, keepdims=True)).astype(np.float32)
-    return _masked_softmax(z, axis, bias, keep, fill, key).astype(np.float32)
+    return _masked_softmax(z, axis, bias, keep, fill, key, sink).astype(np.float32)
 
 
 def _exact_exp(x: np.ndarray) -> np.ndarray:
@@ -327,26 +330,43 @@ def _exact_exp(x: np.ndarray) -> np.ndarray:
 
 
 def _masked_softmax(z: np.ndarray, axis: int, bias: np.ndarray | None, keep: np.ndarray | None,
-                    fill: float, key: Mapping[str, Any] | None = None) -> np.ndarray:
+                    fill: float, key: Mapping[str, Any] | None = None, sink: np.ndarray | None = None) -> np.ndarray:
     """float64 softmax of ``where(keep, z + bias, fill)``, then the runtime mask ``key``, along ``axis`` with
-    :func:`_exact_exp`; a row whose every value is -inf is 0 (not NaN)."""
+    :func:`_exact_exp`, the ``sink`` columns (if any) counted in the denominator only; a row whose every value is
+    -inf is 0 (not NaN)."""
     if bias is not None:
         z = z + np.asarray(bias, np.float64)
     if keep is not None:
         z = np.where(np.asarray(keep, bool), z, float(fill))
     if key is not None:
         z = key_mask(z, key["mask"], *(key[k] for k in KEY_MASK_ATTRS))
+    if sink is not None:
+        return sink_softmax(z, sink, _exact_exp)
     top = z.max(axis=axis, keepdims=True)
     dead = np.isneginf(top)                       # a row masked out whole by -inf fills: 0, as exporters' NaN guard
     e = _exact_exp(z - np.where(dead, 0.0, top))
     return e / np.where(dead, 1.0, e.sum(axis=axis, keepdims=True))
 
 
+def sink_softmax(z: np.ndarray, sink: np.ndarray, exp: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+    """float64 ``softmax(concat(z, sink), -1)[..., :n]`` (``n`` z's last axis, ``sink [..., w]`` broadcast against
+    the rows): the softmax of the last axis with ``w`` more logits that only the denominator counts (GPT-OSS's
+    attention sinks), ``exp`` the caller's (the same bits on every machine)."""
+    z = np.asarray(z, np.float64)
+    s = np.broadcast_to(np.asarray(sink, np.float64), z.shape[:-1] + (np.shape(sink)[-1],))
+    top = np.maximum(z.max(axis=-1, keepdims=True), s.max(axis=-1, keepdims=True))
+    top = np.where(np.isneginf(top), 0.0, top)
+    e, es = exp(z - top), exp(s - top)
+    total = e.sum(axis=-1, keepdims=True) + es.sum(axis=-1, keepdims=True)
+    return e / np.where(total > 0, total, 1.0)
+
+
 def qsoftmax(x: np.ndarray, scale: float, out_scale: float, axis: int = -1, bias: np.ndarray | None = None,
-             keep: np.ndarray | None = None, fill: float = 0.0, key: Mapping[str, Any] | None = None) -> np.ndarray:
+             keep: np.ndarray | None = None, fill: float = 0.0, key: Mapping[str, Any] | None = None,
+             sink: np.ndarray | None = None) -> np.ndarray:
     """int8 softmax: ``clip(rint(p / out_scale), -128, 127)``, ``p`` the float64 softmax of the dequantized input
-    with its masks (:func:`softmax`), always with the C library's ``exp``."""
-    p = _masked_softmax(x.astype(np.float64) * scale, axis, bias, keep, fill, key)
+    with its masks and sink columns (:func:`softmax`), always with the C library's ``exp``."""
+    p = _masked_softmax(x.astype(np.float64) * scale, axis, bias, keep, fill, key, sink)
     return np.clip(np.rint(p / out_scale), -128, 127).astype(np.int8)
 
 
@@ -602,10 +622,11 @@ QOPS: dict[str, OpFn] = {
     "Reshape": lambda n, v: v[0].reshape(n.attrs["shape"]),
     "Pad": lambda n, v: pad(v[0], n.attrs["pads"], n.attrs["value"]),
     "Softmax": lambda n, v: softmax(v[0], n.attrs["scale"], n.attrs["axis"], n.attrs.get("bias"),
-                                    n.attrs.get("keep"), n.attrs.get("fill", 0.0), softmax_key(n, v)),
+                                    n.attrs.get("keep"), n.attrs.get("fill", 0.0), softmax_key(n, v),
+                                    n.attrs.get("sink")),
     "QSoftmax": lambda n, v: qsoftmax(v[0], n.attrs["scale"], n.attrs["out_scale"], n.attrs["axis"],
                                       n.attrs.get("bias"), n.attrs.get("keep"), n.attrs.get("fill", 0.0),
-                                      softmax_key(n, v)),
+                                      softmax_key(n, v), n.attrs.get("sink")),
     "QMatMul": lambda n, v: qmatmul(v[0], v[1], n.attrs["multiplier"], n.attrs["shift"]),
     "QGelu": lambda n, v: igelu(v[0], *(int(n.attrs[k]) for k in IGELU_ATTRS)),
     "QILayerNorm": lambda n, v: ilayernorm(v[0], *(n.attrs[k] for k in ILAYERNORM_ATTRS)),

@@ -28,6 +28,7 @@ from ..qops import (
     resize_source,
     resize_taps,
     run_index_fn,
+    sink_softmax,
     sum_normalize,
     take_along,
     top_k_one_hot,
@@ -356,7 +357,8 @@ FLOAT_FNS: dict[str, FloatFn] = {
     "Reshape": lambda n, v: v[0].reshape(n.attrs["shape"]),
     "Pad": lambda n, v: _pad(v[0], n.attrs["pads"], n.attrs["value"]),
     "Concat": lambda n, v: np.concatenate(v, axis=n.attrs["axis"]),
-    "Softmax": lambda n, v: _softmax(v[0], n.attrs["axis"]),
+    "Softmax": lambda n, v: _softmax(v[0], n.attrs["axis"]) if n.attrs.get("sink") is None else
+    sink_softmax(v[0], n.attrs["sink"], exact_exp),
     **{op: _elementwise(fn) for op, fn in ACTIVATIONS.items()},
     "Transpose": lambda n, v: np.transpose(v[0], n.attrs["perm"]),
     "Resize": lambda n, v: resize(v[0], n.attrs["mode"], n.attrs["coordinate_transformation_mode"],

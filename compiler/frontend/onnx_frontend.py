@@ -536,6 +536,9 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, n
     shapes = contrib.static_shapes(model)      # tiles_as_expands changes no shape constant_first_matmuls reads
     if tiles_as_expands(model, shapes) | constant_first_matmuls(model, shapes):
         model = _infer_shapes(model)
+    sinks = score_chains.absorb_sinks(model, contrib.static_shapes(model))     # GPT-OSS's attention sinks
+    if sinks:
+        model = _infer_shapes(model)
     for _ in range(16):                    # a mask added in one shape of the scores, the Softmax taken in another
         if not score_chains.normalize(model, contrib.static_shapes(model)):
             break
@@ -551,7 +554,8 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, n
     init_names = {i.name for i in model.graph.initializer}
     token_ids = {vi.name for vi in model.graph.input if vi.name not in init_names
                  and vi.type.tensor_type.elem_type == onnx.TensorProto.INT64
-                 and masks.indexes_a_table(model, vi.name, through=False)}
+                 and (masks.indexes_a_table(model, vi.name, through=False) or
+                      indices.only_indexes_tables(model, vi.name))}
     derived = id_masks.cut_id_masks(model, token_ids, shapes)     # ids != pad: a mask computed from the ids
     shapes.update({name: tuple(d.dim_value for d in vi.type.tensor_type.shape.dim) for name, vi in derived.items()})
     index_regions, index_nodes = indices.find_index_regions(model, token_ids, shapes, set(derived))
@@ -575,6 +579,7 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, n
     imp = _Importer(model, label)
     imp.pointwise_fns = fused_regions
     imp.routing = routing
+    imp.sinks = sinks
     imp.key_masks = {m.out: m for m in key_masks}
     imp.index_fns = {r.out: r for r in index_regions}
     imp.mask_pools = {n.output[0] for n in model.graph.node if n.op_type == "MaskPool"}

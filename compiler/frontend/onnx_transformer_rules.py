@@ -374,6 +374,24 @@ def _pointwise_fn(imp: _Importer, node: onnx.NodeProto) -> None:
     imp.emit("PointwiseFn", node, [node.input[0]], onnx=encoded)
 
 
+def _softmax(imp: _Importer, node: onnx.NodeProto) -> None:
+    """Softmax on any axis; with sink logits (:func:`.score_chains.absorb_sinks` took its Concat and Slice), over the
+    last axis with the sinks as an attribute, when they broadcast against its rows."""
+    sink = imp.sinks.get(node.name)
+    if sink is None:
+        _axis_op("Softmax")(imp, node)
+        return
+    shape = imp.shapes_of(node.input[0])
+    try:
+        fits = np.broadcast_shapes(sink.shape[:-1], shape[:-1]) == shape[:-1] and sink.ndim == len(shape)
+    except ValueError:
+        fits = False
+    if not fits:
+        raise UnsupportedOperatorError(node.op_type, node.name, f"sink logits of shape {list(sink.shape)} that do "
+                                       f"not broadcast against the rows of its input {list(shape)}")
+    imp.emit("Softmax", node, [node.input[0]], axis=len(shape) - 1, sink=sink)
+
+
 def _routing(imp: _Importer, node: onnx.NodeProto) -> None:
     """An MoE router's choice of experts (TopKOneHot), the chosen scores (PickChosen) or its weights renormalised
     (SumNormalize), where
@@ -462,7 +480,7 @@ RULES: dict[str, Callable[[_Importer, onnx.NodeProto], None]] = {
     "Pad": _pad,
     "Concat": _axis_op("Concat"),
     "Expand": _expand,
-    "Softmax": _axis_op("Softmax"),
+    "Softmax": _softmax,
     "Sigmoid": lambda imp, node: imp.emit("Sigmoid", node, [node.input[0]]),
     "HardSigmoid": lambda imp, node: imp.emit("HardSigmoid", node, [node.input[0]],
                                               alpha=float(_attrs(node).get("alpha", 0.2)),

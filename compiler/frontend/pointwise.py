@@ -23,7 +23,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from ..qops_index import run_region
+from ..qops import run_region
 from .masks import encode, region_model
 
 __all__ = ["POINTWISE_OPS", "FUSED_OP", "fuse_pointwise_regions", "pointwise_values"]

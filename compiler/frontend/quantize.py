@@ -661,6 +661,8 @@ class _Quantizer:
         1)."""
         out = node.outputs[0]
         src, mask = self.masks.pop(node.inputs[0], (node.inputs[0], {}))
+        if node.attrs.get("sink") is not None:                # attention sinks: logits only the denominator counts
+            mask = {**mask, "sink": np.asarray(node.attrs["sink"], np.float32)}
         runtime = self.key_masks.pop(node.inputs[0], None)
         inputs = [src] if runtime is None else [src, runtime[1]]
         if out in self.fg.outputs and not self.fg.consumers(out):     # else int8, dequantized for the output

@@ -12,7 +12,8 @@ in place and exactly (every value the graph computes is unchanged), in two steps
   instead, its other operands are reshaped to match (expanded first along merged axes they broadcast over), and
   the Reshape follows the Softmax. Only a Reshape with a mask term before it in the chain moves: elsewhere the
   chain already has the form the import reads.
-- *A constant shift before a Softmax goes* (an Add of a one-element constant, which a Softmax ignores).
+- *A constant shift before a Softmax goes* (an Add of a one-element constant, which a Softmax ignores), and so does
+  the max shift written out, ``x - ReduceMax(x, -1)`` (a shift by one amount per row).
 - *Two mask terms join.* ``(x + a) + b``, with ``a`` and ``b`` both computed from mask inputs and constants alone,
   becomes ``x + (a + b)``: one term, which the mask import evaluates from the mask at run time.
 
@@ -27,7 +28,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-__all__ = ["normalize", "reshape_groups", "map_operand_shape"]
+__all__ = ["normalize", "reshape_groups", "map_operand_shape", "absorb_sinks"]
 
 _BINARY = frozenset({"Add", "Sub", "Mul", "Div", "Max", "Min", "Where", "Clip"})
 """Element-wise nodes with operands besides the chain's (Where's condition and other branch; Clip's bounds)."""
@@ -321,12 +322,47 @@ def _drop_shifts(g: _Graph) -> bool:
     return changed
 
 
+def _drop_max_shifts(g: _Graph) -> bool:
+    """Remove a ``Sub(x, ReduceMax(x, [-1], keepdims=1))`` whose output only a Softmax over the last axis reads (the
+    max shift written out before a Softmax, GPT-OSS's and MiMo's attention): the Softmax reads ``x``, as it gives the
+    same values."""
+    changed = False
+    for node in list(g.model.graph.node):
+        if node.op_type != "Sub" or len(node.input) != 2 or node.output[0] in g.outputs:
+            continue
+        readers = g.readers.get(node.output[0], [])
+        peak = g.producer.get(node.input[1])
+        rank = len(g.shapes.get(node.input[0], ()))
+        if len(readers) != 1 or readers[0].op_type != "Softmax" or not rank or \
+                not _softmax_axis_is_last(readers[0], rank) or peak is None or peak.op_type != "ReduceMax" or \
+                peak.input[0] != node.input[0] or not _reduces_last(g, peak, rank):
+            continue
+        readers[0].input[0] = node.input[0]
+        g.model.graph.node.remove(node)
+        if not g.readers.get(peak.output[0], [])[1:] and peak.output[0] not in g.outputs:
+            g.model.graph.node.remove(peak)
+        changed = True
+    return changed
+
+
+def _reduces_last(g: _Graph, node: onnx.NodeProto, rank: int) -> bool:
+    """``node`` (a ReduceMax) reduces the last axis alone and keeps it (axes an attribute, or an input of opset 18)."""
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    if not attrs.get("keepdims", 1):
+        return False
+    axes = attrs.get("axes")
+    if axes is None and len(node.input) > 1 and node.input[1]:
+        value = g.constant(node.input[1])
+        axes = None if value is None else value.ravel().tolist()
+    return axes is not None and [int(a) % rank for a in axes] == [rank - 1]
+
+
 def normalize(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]) -> bool:
     """One step of the rewrite the module docstring describes, in place, on ``model`` with its static ``shapes``:
     every Reshape that can sink below its Softmax does, else mask terms join. True when anything changed: the caller
     then sorts the nodes, infers the shapes again and calls it again, until it returns False."""
     g = _Graph(model, shapes)
-    if _drop_shifts(g):
+    if _drop_shifts(g) or _drop_max_shifts(g):
         return True
     moved: list[onnx.NodeProto] = []
     inserted: list[tuple[onnx.NodeProto, list[onnx.NodeProto]]] = []
@@ -347,3 +383,70 @@ def normalize(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]) -> boo
         _order(model, moved, inserted)
         return True
     return _join_terms(g)
+
+
+def absorb_sinks(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
+    """Attention sinks (GPT-OSS, MiMo, FLINT): ``Slice(Softmax(Concat([x, C], -1)), [0, n), -1)``, ``C [..., w]``
+    a constant, ``n`` x's last axis (identity Casts allowed between the Softmax and the Slice), rewritten in place
+    as one Softmax of ``x`` writing the Slice's output, so that a mask added to ``x`` reaches the Softmax as the mask
+    import reads it. Returns each such Softmax's node name (made unique) -> ``C``, its sink logits (float32), which
+    the Softmax's denominator counts (:func:`..qops.sink_softmax`). The max shift written out before such a Softmax
+    goes first (:func:`_drop_max_shifts`)."""
+    while _drop_max_shifts(_Graph(model, shapes)):
+        pass
+    g = _Graph(model, shapes)
+    names = [n.name for n in model.graph.node]
+    sinks: dict[str, np.ndarray] = {}
+    for softmax in [n for n in model.graph.node if n.op_type == "Softmax"]:
+        before: list[onnx.NodeProto] = []
+        concat = g.producer.get(softmax.input[0])
+        while concat is not None and _is_identity(concat) and g.only_reader(concat.output[0], (before or
+                                                                                               [softmax])[-1]):
+            before.append(concat)
+            concat = g.producer.get(concat.input[0])
+        rank = len(shapes.get(softmax.input[0], ()))
+        if concat is None or concat.op_type != "Concat" or len(concat.input) != 2 or not rank or \
+                not _softmax_axis_is_last(softmax, rank) or \
+                not g.only_reader(concat.output[0], (before or [softmax])[-1]):
+            continue
+        attrs = {a.name: helper.get_attribute_value(a) for a in concat.attribute}
+        x, c = concat.input
+        sink = g.constant(c)
+        if int(attrs.get("axis", 0)) % rank != rank - 1 or sink is None or x in g.consts or x not in shapes:
+            continue
+        tail, between = softmax.output[0], []
+        while len(g.readers.get(tail, [])) == 1 and tail not in g.outputs and _is_identity(g.readers[tail][0]):
+            between.append(g.readers[tail][0])
+            tail = between[-1].output[0]
+        readers = g.readers.get(tail, [])
+        if tail in g.outputs or len(readers) != 1 or not _keeps_first(g, readers[0], shapes[x][-1], rank):
+            continue
+        if names.count(softmax.name) != 1 or not softmax.name:
+            softmax.name = f"{readers[0].output[0]}_softmax"
+        softmax.input[0] = x
+        softmax.output[0] = readers[0].output[0]
+        for node in [concat, *before, *between, readers[0]]:
+            model.graph.node.remove(node)
+        sinks[softmax.name] = sink.astype(np.float32)
+    return sinks
+
+
+def _is_identity(node: onnx.NodeProto) -> bool:
+    """An Identity, or a Cast to FLOAT (of float32 values, an identity)."""
+    return node.op_type == "Identity" or node.op_type == "Cast" and \
+        any(a.name == "to" and a.i == _FLOAT for a in node.attribute)
+
+
+def _keeps_first(g: _Graph, node: onnx.NodeProto, n: int, rank: int) -> bool:
+    """``node`` is a Slice of the last axis from 0 to ``n`` (of ``n + w``), step 1."""
+    if node.op_type != "Slice" or len(node.input) < 3:
+        return False
+    starts, ends = g.constant(node.input[1]), g.constant(node.input[2])
+    axes = g.constant(node.input[3]) if len(node.input) > 3 and node.input[3] else np.arange(rank)
+    steps = g.constant(node.input[4]) if len(node.input) > 4 and node.input[4] else np.ones(1, np.int64)
+    if starts is None or ends is None or axes is None or steps is None or axes.size != 1 or \
+            int(axes.ravel()[0]) % rank != rank - 1 or int(starts.ravel()[0]) != 0 or int(steps.ravel()[0]) != 1:
+        return False
+    full = g.shapes.get(node.input[0], (0,))[-1]
+    end = int(ends.ravel()[0])
+    return (end + full if end < 0 else min(end, full)) == n < full

@@ -463,7 +463,8 @@ def softmax(x: np.ndarray, scale: float, axis: int = -1) -> np.ndarray:
 CPU_OPS: dict[str, Callable[[Node, list[np.ndarray]], np.ndarray]] = {
     **qops.QOPS,                                # the reference where no kernel exists, bit-exact by definition
     **qops.kernel_ops(sys.modules[__name__]),   # the JIT kernels, bound to nodes as the reference's are
-    "Softmax": lambda n, v: qops.QOPS["Softmax"](n, v) if "bias" in n.attrs or "keep" in n.attrs or len(v) > 1 else
+    "Softmax": lambda n, v: qops.QOPS["Softmax"](n, v) if "bias" in n.attrs or "keep" in n.attrs or
+    "sink" in n.attrs or len(v) > 1 else
     softmax(v[0], n.attrs["scale"], n.attrs["axis"]),
 }
 """Every quantized op: the JIT kernels of this module where they exist (:func:`.qops.kernel_ops`, and the softmax
