@@ -1,6 +1,7 @@
 """A sentence encoder's head as exporters write it: masked mean pooling over tokens (sentence-transformers'
 ``sum(h * m, 1) / clamp(sum(m, 1), min=1e-9)``, in its two export forms) and L2 normalization (``F.normalize``: the
-clamped norm Expanded; a Max clamp; no clamp; ONNX's LpNormalization). Each imports as one MaskPool and one
+clamped norm Expanded; a Max clamp; no clamp; ONNX's LpNormalization; the norm written out as a root of a sum of
+squares). Each imports as one MaskPool and one
 L2Normalize node; the float reference matches onnxruntime, and the compiled model matches the integer reference on
 fsim, with the attention's use of the same mask alongside."""
 from __future__ import annotations
@@ -23,7 +24,8 @@ node = helper.make_node
 def _encoder(pool="sum_mask", norm="clip_expand"):
     """``x [B, T, D]`` and ``mask [B, T]`` (int64): single-head attention masked by ``mask`` (additive), a linear
     layer, then the pooling (``sum_mask``: the divisor sums the raw mask with keepdims; ``sum_expanded``: it sums
-    the expanded float mask) and the normalization (``clip_expand``, ``max``, ``none``, ``lp``, or None)."""
+    the expanded float mask) and the normalization (``clip_expand``, ``max``, ``none``, ``lp``, the norm written
+    out as ``pow_sum`` or ``sqrt_sum``, or None)."""
     rng = np.random.default_rng(0)
     inits = {"wq": rng.standard_normal((D, D)), "wk": rng.standard_normal((D, D)), "wo": rng.standard_normal((D, D))}
     inits = {k: (v * 0.3).astype(np.float32) for k, v in inits.items()}
@@ -60,6 +62,13 @@ def _encoder(pool="sum_mask", norm="clip_expand"):
         nodes.append(node("Div", ["pooled", last], ["y"]))
     elif norm == "lp":
         nodes.append(node("LpNormalization", ["pooled"], ["y"], axis=1, p=2))
+    elif norm in ("pow_sum", "sqrt_sum"):                   # the norm written out: sqrt(sum(x**2)), TIPSv2's
+        inits.update({"two": np.array(2.0, np.float32), "half": np.array(0.5, np.float32)})
+        square = node("Pow", ["pooled", "two"], ["sq"]) if norm == "pow_sum" else node("Mul", ["pooled", "pooled"],
+                                                                                        ["sq"])
+        root = node("Pow", ["ss", "half"], ["n"]) if norm == "pow_sum" else node("Sqrt", ["ss"], ["n"])
+        nodes += [square, node("ReduceSum", ["sq", "ax1"], ["ss"], keepdims=1), root,
+                  node("Div", ["pooled", "n"], ["y"])]
     graph = helper.make_graph(nodes, "encoder", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [B, T, D]),
                                                  helper.make_tensor_value_info("mask", TensorProto.INT64, [B, T])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [B, D])],
@@ -77,7 +86,7 @@ def _feeds(seed=1):
 
 
 FORMS = [("sum_mask", "clip_expand"), ("sum_expanded", "clip_expand"), ("sum_mask", "max"), ("sum_mask", "none"),
-         ("sum_mask", "lp"), ("sum_expanded", None)]
+         ("sum_mask", "lp"), ("sum_mask", "pow_sum"), ("sum_mask", "sqrt_sum"), ("sum_expanded", None)]
 
 
 @pytest.mark.parametrize("pool,norm", FORMS)
@@ -93,7 +102,7 @@ def test_pooling_and_normalization_import_as_one_node_each(pool, norm):
     np.testing.assert_allclose(run_float(graph, feeds)["y"], want, atol=1e-5, rtol=1e-4)
 
 
-@pytest.mark.parametrize("pool,norm", [("sum_mask", "clip_expand"), ("sum_expanded", None)])
+@pytest.mark.parametrize("pool,norm", [("sum_mask", "clip_expand"), ("sum_mask", "pow_sum"), ("sum_expanded", None)])
 def test_the_head_runs_bit_exact_on_fsim(pool, norm, tmp_path, monkeypatch):
     from vta.compiler.pipeline import CalibrationSet, compile_model
     from vta.compiler.runtime.executor import run

@@ -341,14 +341,25 @@ L2_NORMALIZE = "L2Normalize"
 imported as the IR's L2Normalize)."""
 
 
-def _match_l2_normalize(g: _OnnxGraph, reduce: onnx.NodeProto) -> tuple[list[onnx.NodeProto], float] | None:
+def _match_l2_normalize(g: _OnnxGraph, reduce: onnx.NodeProto) -> tuple[list[onnx.NodeProto], float, str] | None:
     """``x / clamp(ReduceL2(x, axis, keepdims=1), min=eps)``, the clamp a Clip or a Max with a constant (or absent),
-    optionally an Expand of the norm back to ``x``'s shape (torch's ``F.normalize``): the nodes, the Div last, and
-    eps (0 without a clamp)."""
+    optionally an Expand of the norm back to ``x``'s shape (torch's ``F.normalize``); the norm also as
+    ``Sqrt(ReduceSum(x * x))`` or ``Pow(ReduceSum(Pow(x, 2)), 0.5)`` (a hand-written one, TIPSv2's text embedding):
+    the nodes, the Div last, eps (0 without a clamp) and ``x``."""
     axes = _reduce_axes(g, reduce)
     if axes is None or len(axes) != 1:
         return None
     x, tensor, nodes, eps = reduce.input[0], reduce.output[0], [reduce], 0.0
+    if reduce.op_type == "ReduceSum":
+        square = g.producer.get(x)
+        root = g.consumers.get(tensor, [None])[0] if len(g.consumers.get(tensor, [])) == 1 else None
+        source = rmsnorm.square_of(g, square) if square is not None else None
+        if square is None or source is None or root is None or tensor in g.outputs or \
+                len(g.consumers.get(x, [])) != 1 or \
+                x in g.outputs or not (root.op_type == "Sqrt" or root.op_type == "Pow" and len(root.input) == 2
+                                       and root.input[1] in g.consts and g.scalar(root, tensor) == 0.5):
+            return None
+        x, tensor, nodes = source, root.output[0], [square, reduce, root]
     users = g.consumers.get(tensor, [])
     if len(users) == 1 and users[0].op_type in ("Clip", "Max") and tensor not in g.outputs:
         clamp = users[0]
@@ -372,7 +383,7 @@ def _match_l2_normalize(g: _OnnxGraph, reduce: onnx.NodeProto) -> tuple[list[onn
     div = g.only_user(tensor, "Div")
     if div is None or div.input[0] != x or div.input[1] != tensor or eps < 0:
         return None
-    return nodes + [div], eps
+    return nodes + [div], eps, x
 
 
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
@@ -555,14 +566,14 @@ def _fuse_decompositions(model: onnx.ModelProto) -> onnx.ModelProto:
                 continue
             nodes, source, kind = found_gelu
             fused = _replacing("Gelu", source, nodes, approximate=kind)
-        elif node.op_type == "ReduceL2":
+        elif node.op_type in ("ReduceL2", "ReduceSum"):
             found_l2 = _match_l2_normalize(g, node)
             if found_l2 is None:
                 continue
-            nodes, eps = found_l2
+            nodes, eps, source = found_l2
             axis = _reduce_axes(g, node)
             assert axis is not None
-            fused = _replacing(L2_NORMALIZE, node.input[0], nodes, "l2", axis=axis[0], epsilon=eps)
+            fused = _replacing(L2_NORMALIZE, source, nodes, "l2", axis=axis[0], epsilon=eps)
         elif node.op_type == "Exp":
             found_softmax = _match_softmax(g, node, shapes)
             if found_softmax is None:

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 import numpy as np
 import onnx
 
-__all__ = ["match_rms_norm", "last_axis_mean", "FUSED_OP"]
+__all__ = ["match_rms_norm", "last_axis_mean", "square_of", "FUSED_OP"]
 
 FUSED_OP = "RMSNormalization"
 """The op type of the fused node (inputs ``x`` and ``scale``, attributes ``axis`` = -1 and ``epsilon``): opset 23's
@@ -57,7 +57,7 @@ def last_axis_mean(g: OnnxGraph, node: onnx.NodeProto, rank: int) -> bool:
     return [int(v) % rank for v in axes] == [rank - 1]
 
 
-def _square_of(g: OnnxGraph, node: onnx.NodeProto) -> str | None:
+def square_of(g: OnnxGraph, node: onnx.NodeProto) -> str | None:
     """``x`` when ``node`` is ``Pow(x, 2)`` or ``Mul(x, x)``."""
     if node.op_type == "Pow" and node.input[1] in g.consts and g.scalar(node, node.input[0]) == 2.0:
         return node.input[0]
@@ -110,7 +110,7 @@ def match_rms_norm(g: OnnxGraph, mean: onnx.NodeProto, shapes: dict[str, tuple[i
     """The RMSNorm decomposition around the ReduceMean ``mean`` (see the module docstring): (its nodes in graph
     order, ``{"x", "epsilon", "weight" (float64 ``[D]``, ones without a weight Mul), "out"}``), or None."""
     square = g.producer.get(mean.input[0])
-    x = None if square is None else _square_of(g, square)
+    x = None if square is None else square_of(g, square)
     if square is None or x is None or x not in shapes or not last_axis_mean(g, mean, len(shapes[x])):
         return None
     if g.consumers.get(square.output[0]) != [mean] or square.output[0] in g.outputs:
