@@ -94,6 +94,7 @@ from .onnx_fusions import (
 )
 from .onnx_rules import RESIZE_COORDINATE_MODES
 from .onnx_transformer_rules import RULES
+from .scatter import scatters_as_gathers
 
 __all__ = ["UnsupportedOperatorError", "UnsupportedModelError", "ModelFileError", "UnsupportedOpsetError",
            "DynamicShapeError",
@@ -534,7 +535,7 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, n
     _split_sequences(model)
     drop_identities(model)
     shapes = contrib.static_shapes(model)      # tiles_as_expands changes no shape constant_first_matmuls reads
-    if tiles_as_expands(model, shapes) | constant_first_matmuls(model, shapes):
+    if tiles_as_expands(model, shapes) | constant_first_matmuls(model, shapes) | scatters_as_gathers(model, shapes):
         model = _infer_shapes(model)
     sinks = score_chains.absorb_sinks(model, contrib.static_shapes(model))     # GPT-OSS's attention sinks
     if sinks:

@@ -1,0 +1,82 @@
+"""Scatters with constant indices as moves of values (compiler/frontend/scatter.py): MiniCPM3's slice assignment
+into a constant, a ScatterND of rows, ScatterElements with negative indices, each against onnxruntime in float and
+the integer reference on the CPU path; the sources against ONNX's reference implementation; what stays refused."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from helpers import onnx_model, onnx_op_run
+from onnx import helper
+from onnx.reference import ReferenceEvaluator
+
+from vta.compiler.frontend.onnx_frontend import UnsupportedModelError, UnsupportedOperatorError, import_onnx
+from vta.compiler.frontend.scatter import scatter_sources
+
+RNG_SEED = 41                             # a fresh RNG of this seed in each test (conftest.py)
+RNG = np.random.default_rng(RNG_SEED)
+
+
+def _x(*shape):
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+def _slice_indices(shape, lo, hi):
+    """ScatterND indices writing ``[..., lo:hi]`` of a tensor of ``shape`` (as torch writes ``q[..., lo:hi] = u``)."""
+    grid = np.indices(tuple(shape[:-1]) + (hi - lo,))
+    grid[-1] += lo
+    return np.moveaxis(grid, 0, -1).astype(np.int64)
+
+
+def test_a_slice_assignment_into_a_constant_is_a_move_matching_onnxruntime():
+    """MiniCPM3: ``q = zeros; q[..., :4] = a; q[..., 4:] = b`` (two ScatterNDs), then a product."""
+    shape = (2, 3, 8)
+    a, b = _x(2, 3, 4), _x(2, 3, 4)
+    nodes = [helper.make_node("ScatterND", ["zeros", "lo", "a"], ["q1"]),
+             helper.make_node("ScatterND", ["q1", "hi", "b"], ["q"]),
+             helper.make_node("Mul", ["q", "q"], ["y"])]
+    inits = [("zeros", np.zeros(shape, np.float32)), ("lo", _slice_indices(shape, 0, 4)),
+             ("hi", _slice_indices(shape, 4, 8))]
+    graph, _, got, want = onnx_op_run(onnx_model(nodes, {"a": a, "b": b}, inits), {"a": a, "b": b},
+                                      atol=1e-6, rtol=1e-6)
+    ops = [n.op for n in graph.nodes]
+    assert "ScatterND" not in ops and ops.count("Gather") == 2
+    assert np.abs(got - want).max() <= 3 * np.abs(want).max() / 127
+
+
+@pytest.mark.parametrize("op, indices, updates_shape, attrs", [
+    ("ScatterND", np.array([[1], [3]], np.int64), (2, 5), {}),                     # two rows
+    ("ScatterND", np.array([[0, -1], [2, 0]], np.int64), (2,), {}),               # two elements, one negative
+    ("ScatterElements", np.array([[1, 0, -1]] * 4, np.int64), (4, 3), {"axis": 1}),
+    ("ScatterElements", np.array([[3, 1, 0, 2, 0]], np.int64), (1, 5), {"axis": 0}),
+])
+def test_scatters_of_constant_indices_import_as_moves(op, indices, updates_shape, attrs):
+    x, u = _x(4, 5), _x(*updates_shape)
+    nodes = [helper.make_node(op, ["x", "idx", "u"], ["s"], **attrs), helper.make_node("Relu", ["s"], ["y"])]
+    graph, *_ = onnx_op_run(onnx_model(nodes, {"x": x, "u": u}, [("idx", indices)]), {"x": x, "u": u},
+                            atol=1e-6, rtol=1e-6)
+    assert op not in [n.op for n in graph.nodes]
+
+
+@pytest.mark.parametrize("op, data_shape, indices, updates_shape, axis", [
+    ("ScatterND", (3, 4, 2), np.array([[[0, 1], [2, 3]]], np.int64), (1, 2, 2), 0),
+    ("ScatterND", (3, 4), np.array([[1], [1]], np.int64), (2, 4), 0),           # a row written twice: the later
+    ("ScatterElements", (3, 4), np.array([[0, 2], [1, 1]], np.int64), (2, 2), 0),
+])
+def test_the_sources_move_what_onnx_reference_implementation_writes(op, data_shape, indices, updates_shape, axis):
+    data, updates = _x(*data_shape), _x(*updates_shape)
+    attrs = {"axis": axis} if op == "ScatterElements" else {}
+    want = ReferenceEvaluator(helper.make_node(op, ["d", "i", "u"], ["o"], **attrs)).run(
+        None, {"d": data, "i": indices, "u": updates})[0]
+    sources = scatter_sources(op, data_shape, indices, updates_shape, axis)
+    assert sources is not None
+    np.testing.assert_array_equal(np.concatenate([data.ravel(), updates.ravel()])[sources].reshape(data_shape), want)
+
+
+@pytest.mark.parametrize("nodes, inits", [
+    ([helper.make_node("ScatterND", ["x", "idx", "u"], ["y"])], [("idx", np.array([[7]], np.int64))]),  # outside x
+    ([helper.make_node("ScatterND", ["x", "idx", "u"], ["y"], reduction="add")], [("idx", np.array([[1]], np.int64))]),
+])
+def test_scatters_that_are_no_move_stay_refused_by_name(nodes, inits):
+    x, u = _x(4, 5), _x(1, 5)
+    with pytest.raises((UnsupportedModelError, UnsupportedOperatorError), match="ScatterND"):
+        import_onnx(onnx_model(nodes, {"x": x, "u": u}, inits, opset=18))
