@@ -18,10 +18,10 @@ import onnx
 from onnx import TensorProto, helper
 
 from ..ir import GraphError
-from .masks import encode, forward_region, region_model
+from .masks import encode, forward_region, indexes_a_table, region_model
 
 __all__ = ["IndexRegion", "IndexRegionError", "find_index_regions", "find_mask_index_regions", "INDEX_OPS",
-           "only_indexes_tables"]
+           "only_indexes_tables", "widen_int32_ids", "replace_index_regions"]
 
 INDEX_OPS = frozenset({"Equal", "Not", "Cast", "CumSum", "Mul", "Add", "Sub", "Neg", "Abs", "Min", "Max", "Clip",
                        "Where", "And", "Or", "Greater", "Less", "GreaterOrEqual", "LessOrEqual", "Unsqueeze",
@@ -148,3 +148,33 @@ def _submodel(model: onnx.ModelProto, nodes: list[onnx.NodeProto], ids: str, out
         extra.append(helper.make_node("Cast", [out], [result], to=TensorProto.INT64))
     return encode(region_model(model, nodes, vi, [out], [helper.make_tensor_value_info(result, TensorProto.INT64,
                                                                                         None)], consts, extra))
+
+
+def widen_int32_ids(model: onnx.ModelProto) -> None:
+    """In place: an int32 graph input that indexes an embedding table, directly or through shape ops
+    (:func:`.masks.indexes_a_table`; tf2onnx writes Keras's token ids so) becomes an int64 input, so that it
+    imports as token ids do; its other readers, if any, read it cast back to int32. Values are unchanged: the
+    caller's int32 ids are taken as int64."""
+    for vi in model.graph.input:
+        if vi.type.tensor_type.elem_type != onnx.TensorProto.INT32 or not indexes_a_table(model, vi.name):
+            continue
+        vi.type.tensor_type.elem_type = onnx.TensorProto.INT64
+        others = [n for n in model.graph.node if vi.name in n.input and
+                  not (n.op_type == "Gather" and list(n.input[1:]) == [vi.name])]
+        if others:
+            narrow = f"{vi.name}_int32"
+            for n in others:
+                n.input[:] = [narrow if t == vi.name else t for t in n.input]
+            model.graph.node.insert(0, onnx.helper.make_node("Cast", [vi.name], [narrow], name=f"{narrow}_cast",
+                                                             to=onnx.TensorProto.INT32))
+
+
+def replace_index_regions(model: onnx.ModelProto, regions: list[IndexRegion], drop: set[int]) -> None:
+    """Drop the index regions' nodes (``drop``: their indices in the graph) and compute each region's result with
+    one ``IndexFn`` node at the graph's start (it reads a graph input only), in place."""
+    if not regions:
+        return
+    kept = [onnx.helper.make_node("IndexFn", [r.ids], [r.out], name=f"{r.out}_indices") for r in regions]
+    kept += [node for index, node in enumerate(model.graph.node) if index not in drop]
+    del model.graph.node[:]
+    model.graph.node.extend(kept)

@@ -450,36 +450,6 @@ def _replace_mask_regions(model: onnx.ModelProto, key_masks: list[masks.KeyMask]
     model.graph.node.extend(kept)
 
 
-def _widen_int32_ids(model: onnx.ModelProto) -> None:
-    """In place: an int32 graph input that indexes an embedding table, directly or through shape ops
-    (:func:`.masks.indexes_a_table`; tf2onnx writes Keras's token ids so) becomes an int64 input, so that it
-    imports as token ids do; its other readers, if any, read it cast back to int32. Values are unchanged: the
-    caller's int32 ids are taken as int64."""
-    for vi in model.graph.input:
-        if vi.type.tensor_type.elem_type != onnx.TensorProto.INT32 or not masks.indexes_a_table(model, vi.name):
-            continue
-        vi.type.tensor_type.elem_type = onnx.TensorProto.INT64
-        others = [n for n in model.graph.node if vi.name in n.input and
-                  not (n.op_type == "Gather" and list(n.input[1:]) == [vi.name])]
-        if others:
-            narrow = f"{vi.name}_int32"
-            for n in others:
-                n.input[:] = [narrow if t == vi.name else t for t in n.input]
-            model.graph.node.insert(0, onnx.helper.make_node("Cast", [vi.name], [narrow], name=f"{narrow}_cast",
-                                                             to=onnx.TensorProto.INT32))
-
-
-def _replace_index_regions(model: onnx.ModelProto, regions: list[indices.IndexRegion], drop: set[int]) -> None:
-    """Drop the index regions' nodes (``drop``: their indices in the graph) and compute each region's result with
-    one ``IndexFn`` node at the graph's start (it reads a graph input only), in place."""
-    if not regions:
-        return
-    kept = [onnx.helper.make_node("IndexFn", [r.ids], [r.out], name=f"{r.out}_indices") for r in regions]
-    kept += [node for index, node in enumerate(model.graph.node) if index not in drop]
-    del model.graph.node[:]
-    model.graph.node.extend(kept)
-
-
 def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, name: str | None = None,
                 input_shapes: dict[str, tuple[int, ...]] | None = None, max_tensor_bytes: int | None = None) -> Graph:
     """Import an ONNX model (path or ModelProto) as a validated float :class:`~.ir.Graph`.
@@ -531,7 +501,7 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, n
         refused = {**contrib.rewrite_contrib(model), **onnx_fused.rewrite_onnx_fused(model)}
         model = _infer_shapes(_fold_constants(model))
     _check_sizes(model, where, limit)
-    _widen_int32_ids(model)
+    indices.widen_int32_ids(model)
     _split_sequences(model)
     drop_identities(model)
     shapes = contrib.static_shapes(model)      # tiles_as_expands changes no shape constant_first_matmuls reads
@@ -560,12 +530,12 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, n
     derived = id_masks.cut_id_masks(model, token_ids, shapes)     # ids != pad: a mask computed from the ids
     shapes.update({name: tuple(d.dim_value for d in vi.type.tensor_type.shape.dim) for name, vi in derived.items()})
     index_regions, index_nodes = indices.find_index_regions(model, token_ids, shapes, set(derived))
-    _replace_index_regions(model, index_regions, index_nodes)
+    indices.replace_index_regions(model, index_regions, index_nodes)
     mask_indices = indices.find_mask_index_regions(model, set(masks.mask_inputs(model, token_ids, integer=True)),
                                                    shapes)                 # OPT's cumsum(mask) positions
     if mask_indices:
         outs = {r.out for r in mask_indices}
-        _replace_index_regions(model, mask_indices, {k for k, n in enumerate(model.graph.node)
+        indices.replace_index_regions(model, mask_indices, {k for k, n in enumerate(model.graph.node)
                                                      if n.output and n.output[0] in outs})
         masks.drop_dead_nodes(model)
         index_regions += mask_indices
