@@ -124,6 +124,8 @@ FLOAT_OPS: dict[str, tuple[str, ...]] = {
                                                          # see frontend.indices and qops_index.run_index_fn
     "L2Normalize": ("axis", "epsilon"),                  # x / max(||x||_2 along axis, epsilon)
     "SumNormalize": ("axis", "epsilon"),                 # x / (sum(x) along axis + epsilon): 0 where that is 0
+    "GRNScale": ("axes", "epsilon"),                     # x * G / (mean(G, last axis) + epsilon), G = ||x||_2 over
+                                                         # axes (ConvNeXt-V2's GRN without its gamma, beta, residual)
     "PointwiseFn": ("onnx",),                            # x -> f(x) element by element, f an ONNX subgraph (base64)
                                                          # of element-wise nodes, see frontend.pointwise
     "MaskFn": ("onnx",),                                 # mask (int64 0/1) -> a float32 additive term by an ONNX
@@ -168,6 +170,7 @@ QUANT_OPS: dict[str, tuple[str, ...]] = {
     "MaskFn": ("onnx",),                                 # as the float op
     "QL2Normalize": ("axis", "epsilon", "scale", "out_scale"),  # int64 sum of squares, float64 divide
     "QSumNormalize": ("axis", "epsilon", "scale", "out_scale"),  # int64 sum, float64 divide
+    "QGRNScale": ("axes", "epsilon", "scale", "out_scale"),  # int64 sums of squares, float64 norms and quotient
     "QMaskPool": ("onnx", "axes", "keepdims", "scale", "out_scale"),  # int8 x: int64 sum of x * W, float64 / D
     "Slice": ("axes", "indices"),
     "Where": ("keep", "fill"),                           # fill an int8

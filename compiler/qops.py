@@ -60,10 +60,12 @@ from .qops_gated import PRODUCT_BOUND, qmul_act, rms_norm
 from .qops_index import pick_chosen, reference_evaluator, run_index_fn, run_region, take_along, top_k_one_hot
 from .qops_layernorm import ILAYERNORM_ATTRS, NEWTON_STEPS, RSQRT_GUESS, ilayernorm, ilayernorm_params, ilayernorm_trace
 from .qops_pool import (
+    grn_scale,
     l2_normalize,
     mask_fn,
     mask_pool,
     pool_terms,
+    qgrn_scale,
     ql2_normalize,
     qmask_pool,
     qsum_normalize,
@@ -85,7 +87,8 @@ __all__ = [
     "lut", "resize", "resize_source", "resize_taps", "RESIZE_WEIGHT_BITS", "quantize_zp", "dequantize_zp", "qaffine",
     "qsoftmax", "qmatmul", "layer_norm", "rms_norm", "qmul_act", "PRODUCT_BOUND", "run_index_fn", "mask_pool",
     "pool_terms", "mask_fn", "qmask_pool", "take_along", "l2_normalize", "ql2_normalize", "reference_evaluator",
-    "embed", "sink_softmax", "top_k_one_hot", "run_region", "pick_chosen", "sum_normalize", "qsum_normalize",
+    "embed", "sink_softmax", "top_k_one_hot", "run_region", "grn_scale", "qgrn_scale", "pick_chosen",
+    "sum_normalize", "qsum_normalize",
     "key_mask", "KEY_MASK_ATTRS", "softmax_key", "slice_take", "IGELU_A", "IGELU_B", "IGELU_ATTRS", "igelu_params",
     "igelu_trace", "igelu", "ISOFTMAX_ATTRS", "isoftmax_params", "isoftmax_trace", "isoftmax", "EXP_POLY",
     "RECIP_GUESS", "RECIP_NEWTON_STEPS", "ILAYERNORM_ATTRS", "ilayernorm_params", "ilayernorm_trace", "ilayernorm",
@@ -642,6 +645,8 @@ QOPS: dict[str, OpFn] = {
     "IndexFn": lambda n, v: run_index_fn(n.attrs["onnx"], v[0]),
     "TopKOneHot": lambda n, v: top_k_one_hot(v[0], n.attrs["k"], v[1] if len(v) > 1 else None, n.attrs["keep"]),
     "PickChosen": lambda n, v: pick_chosen(v[0], v[1]),
+    "QGRNScale": lambda n, v: qgrn_scale(v[0], n.attrs["axes"], n.attrs["epsilon"], n.attrs["scale"],
+                                         n.attrs["out_scale"]),
     "QSumNormalize": lambda n, v: qsum_normalize(v[0], n.attrs["axis"], n.attrs["epsilon"], n.attrs["scale"],
                                                  n.attrs["out_scale"]),
     "QL2Normalize": lambda n, v: ql2_normalize(v[0], n.attrs["axis"], n.attrs["epsilon"], n.attrs["scale"],

@@ -8,7 +8,9 @@
 * ``L2Normalize`` / ``QL2Normalize``: ``x / max(||x||_2, eps)`` along one axis (torch's ``F.normalize``, ONNX's
   ``LpNormalization`` with ``p = 2``);
 * ``SumNormalize`` / ``QSumNormalize``: ``x / (sum(x) + eps)`` along one axis (an MoE router's top-k weights
-  renormalised to sum 1, :mod:`.frontend.moe`).
+  renormalised to sum 1, :mod:`.frontend.moe`);
+* ``GRNScale`` / ``QGRNScale``: ConvNeXt-V2's response normalization, ``x * G / (mean_c(G) + eps)`` with ``G`` the
+  L2 norm over the spatial axes (:func:`.frontend.rmsnorm.match_grn`).
 """
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ import numpy as np
 from .qops_index import run_region
 
 __all__ = ["pool_terms", "mask_pool", "qmask_pool", "l2_normalize", "ql2_normalize", "mask_fn", "sum_normalize",
-           "qsum_normalize"]
+           "qsum_normalize", "grn_scale", "qgrn_scale"]
 
 
 def pool_terms(encoded: str, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -80,6 +82,22 @@ def qsum_normalize(x: np.ndarray, axis: int, epsilon: float, scale: float, out_s
     xi = np.asarray(x, np.int64)
     den = xi.sum(axis=axis, keepdims=True).astype(np.float64) + epsilon / scale
     y = np.where(den != 0, xi.astype(np.float64) / np.where(den != 0, den, 1.0), 0.0)
+    return np.clip(np.rint(y / out_scale), -128, 127).astype(np.int8)
+
+
+def grn_scale(x: np.ndarray, axes: tuple[int, ...], epsilon: float) -> np.ndarray:
+    """Float ``x * G / (mean(G, last axis) + epsilon)``, ``G = ||x||_2`` over ``axes`` (kept), in float64."""
+    x = np.asarray(x, np.float64)
+    norm = np.sqrt(np.sum(x * x, axis=tuple(axes), keepdims=True))
+    return x * norm / (norm.mean(axis=-1, keepdims=True) + epsilon)
+
+
+def qgrn_scale(x: np.ndarray, axes: tuple[int, ...], epsilon: float, scale: float, out_scale: float) -> np.ndarray:
+    """int8 :func:`grn_scale` of the int8 ``x`` (of ``scale``): the squares summed exactly in int64, then float64
+    and ``clip(rint(. / out_scale))``. The same bits on every machine."""
+    xi = np.asarray(x, np.int64)
+    norm = np.sqrt((xi * xi).sum(axis=tuple(axes), keepdims=True).astype(np.float64)) * scale
+    y = xi.astype(np.float64) * scale * norm / (norm.mean(axis=-1, keepdims=True) + epsilon)
     return np.clip(np.rint(y / out_scale), -128, 127).astype(np.int8)
 
 

@@ -568,6 +568,14 @@ def _fuse_decompositions(model: onnx.ModelProto) -> onnx.ModelProto:
             fused = _replacing("Gelu", source, nodes, approximate=kind)
         elif node.op_type in ("ReduceL2", "ReduceSum"):
             found_l2 = _match_l2_normalize(g, node)
+            axes = _reduce_axes(g, node) or []
+            grn = rmsnorm.match_grn(g, node, axes, len(shapes[node.input[0]])) if found_l2 is None and axes and \
+                node.op_type == "ReduceL2" and node.input[0] in shapes else None
+            if grn is not None:
+                removed.update(id(n) for n in grn[0])
+                replacement[id(grn[0][-1])] = _replacing(rmsnorm.GRN_OP, grn[1], grn[0], "grn",
+                                                         axes=[int(a) for a in axes], epsilon=grn[2])
+                continue
             if found_l2 is None:
                 continue
             nodes, eps, source = found_l2

@@ -422,6 +422,14 @@ def _l2_normalize(imp: _Importer, node: onnx.NodeProto) -> None:
              epsilon=float(a.get("epsilon", 0.0)))
 
 
+def _grn_scale(imp: _Importer, node: onnx.NodeProto) -> None:
+    """ConvNeXt-V2's response normalization, fused (:func:`.rmsnorm.match_grn`): ``x * G / (mean_c(G) + eps)``."""
+    a = _attrs(node)
+    rank = len(imp.shape(node.input[0]))
+    imp.emit("GRNScale", node, [node.input[0]], axes=tuple(int(v) % rank for v in a["axes"]),
+             epsilon=float(a["epsilon"]))
+
+
 def _cast_like(imp: _Importer, node: onnx.NodeProto) -> None:
     """CastLike of an activation to a float32 value's type: an identity (as Cast to FLOAT); to another type,
     refused. (A constant's CastLike folds at import.)"""
@@ -516,6 +524,7 @@ RULES: dict[str, Callable[[_Importer, onnx.NodeProto], None]] = {
     "PickChosen": _routing,
     "L2Normalize": _l2_normalize,
     "LpNormalization": _l2_normalize,
+    "GRNScale": _grn_scale,
     "Identity": _alias,
     "Cast": _cast,
     "CastLike": _cast_like,
@@ -523,5 +532,5 @@ RULES: dict[str, Callable[[_Importer, onnx.NodeProto], None]] = {
     "Constant": _constant,
 }
 PUBLIC_OPS[:] = sorted((set(RULES) - {"KeyMask", "IndexFn", "MaskPool", "MaskFn", "L2Normalize", "PointwiseFn",
-                                          "TopKOneHot", "SumNormalize", "PickChosen"})
+                                       "GRNScale", "TopKOneHot", "SumNormalize", "PickChosen"})
                        | {"Attention", "SwiGLU"})   # and onnx_fused's rewrites

@@ -746,6 +746,14 @@ class _Quantizer:
         self.qg.add_node("QSumNormalize", node.name, [x], [self.wide_out(out, sy)], axis=int(node.attrs["axis"]),
                          epsilon=float(node.attrs["epsilon"]), scale=self.scales[x], out_scale=sy)
 
+    def grn_scale(self, node: Node) -> None:
+        """GRNScale -> QGRNScale (:func:`.qops_pool.qgrn_scale`) at the output's calibrated scale."""
+        x, out = node.inputs[0], node.outputs[0]
+        sy = self.act_scale(out)
+        self.qg.add_node("QGRNScale", node.name, [x], [self.wide_out(out, sy)],
+                         axes=tuple(int(a) for a in node.attrs["axes"]), epsilon=float(node.attrs["epsilon"]),
+                         scale=self.scales[x], out_scale=sy)
+
     def l2_normalize(self, node: Node) -> None:
         """L2Normalize -> QL2Normalize (:func:`.qops_pool.ql2_normalize`) at the output's calibrated scale."""
         x, out = node.inputs[0], node.outputs[0]
@@ -830,7 +838,7 @@ _HANDLERS = {
     "Embedding": _Quantizer.embedding, "KeyMask": _Quantizer.key_mask, "IndexFn": _Quantizer.index_fn,
     "MaskPool": _Quantizer.mask_pool, "MaskFn": _Quantizer.mask_fn, "PointwiseFn": _Quantizer.pointwise,
     "TopKOneHot": _Quantizer.top_k_one_hot, "SumNormalize": _Quantizer.sum_normalize,
-    "PickChosen": _Quantizer.pick_chosen,
+    "PickChosen": _Quantizer.pick_chosen, "GRNScale": _Quantizer.grn_scale,
     "L2Normalize": _Quantizer.l2_normalize,
     **{op: _Quantizer.passthrough for op in ("Relu", "Clip", "MaxPool", "AvgPool", "GlobalAvgPool", "Reshape", "Pad",
                                              "Transpose", "Resize", "Gather", "TakeAlong", "Slice")},

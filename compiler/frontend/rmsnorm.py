@@ -21,7 +21,7 @@ from typing import Any, Protocol
 import numpy as np
 import onnx
 
-__all__ = ["match_rms_norm", "last_axis_mean", "square_of", "FUSED_OP"]
+__all__ = ["match_rms_norm", "last_axis_mean", "square_of", "match_grn", "FUSED_OP", "GRN_OP"]
 
 FUSED_OP = "RMSNormalization"
 """The op type of the fused node (inputs ``x`` and ``scale``, attributes ``axis`` = -1 and ``epsilon``): opset 23's
@@ -139,3 +139,33 @@ def match_rms_norm(g: OnnxGraph, mean: onnx.NodeProto, shapes: dict[str, tuple[i
         nodes.append(scale)
         out = scale.output[0]
     return nodes, {"x": x, "epsilon": eps, "weight": weight, "out": out}
+
+
+GRN_OP = "GRNScale"
+"""The op type of ConvNeXt-V2's fused response normalization (the lab's own: attributes ``axes`` and ``epsilon``)."""
+
+
+def match_grn(g: OnnxGraph, l2: onnx.NodeProto, axes: list[int], rank: int
+              ) -> tuple[list[onnx.NodeProto], str, float] | None:
+    """ConvNeXt-V2's global response normalization, its scale part: ``x * (G / (mean_c(G) + eps))`` with ``G =
+    ReduceL2(x, spatial axes, keepdims)`` and the mean over the last (channel) axis, either operand order of the
+    product: the nodes (the Mul last), ``x`` and eps. (The GRN's ``gamma * . + beta + x`` are a constant Mul and
+    Adds the lab imports as they are.)"""
+    x, norm = l2.input[0], l2.output[0]
+    if len(axes) < 1 or rank - 1 in [a % rank for a in axes] or norm in g.outputs:
+        return None
+    readers = g.consumers.get(norm, [])
+    mean = next((n for n in readers if n.op_type == "ReduceMean"), None)
+    div = next((n for n in readers if n.op_type == "Div"), None)
+    if len(readers) != 2 or mean is None or div is None or div.input[0] != norm or \
+            not last_axis_mean(g, mean, rank):
+        return None
+    add = g.only_user(mean.output[0], "Add")
+    eps = g.scalar(add, mean.output[0]) if add is not None else None
+    if add is None or eps is None or div.input[1] != add.output[0] or eps < 0 or \
+            len(g.consumers.get(add.output[0], [])) != 1:
+        return None
+    mul = g.only_user(div.output[0], "Mul")
+    if mul is None or sorted(mul.input) != sorted([x, div.output[0]]) or mul.input[0] == mul.input[1]:
+        return None
+    return [l2, mean, add, div, mul], x, eps
