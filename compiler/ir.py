@@ -124,6 +124,7 @@ FLOAT_OPS: dict[str, tuple[str, ...]] = {
                                                          # see frontend.indices and qops_index.run_index_fn
     "L2Normalize": ("axis", "epsilon"),                  # x / max(||x||_2 along axis, epsilon)
     "SumNormalize": ("axis", "epsilon"),                 # x / (sum(x) along axis + epsilon): 0 where that is 0
+    "GainL2Scale": ("axis", "epsilon", "gain", "max_gain"),  # x * min(gain / (||x||_2 + epsilon), max_gain)
     "GRNScale": ("axes", "epsilon"),                     # x * G / (mean(G, last axis) + epsilon), G = ||x||_2 over
                                                          # axes (ConvNeXt-V2's GRN without its gamma, beta, residual)
     "PointwiseFn": ("onnx",),                            # x -> f(x) element by element, f an ONNX subgraph (base64)
@@ -170,6 +171,7 @@ QUANT_OPS: dict[str, tuple[str, ...]] = {
     "MaskFn": ("onnx",),                                 # as the float op
     "QL2Normalize": ("axis", "epsilon", "scale", "out_scale"),  # int64 sum of squares, float64 divide
     "QSumNormalize": ("axis", "epsilon", "scale", "out_scale"),  # int64 sum, float64 divide
+    "QGainL2Scale": ("axis", "epsilon", "gain", "max_gain", "scale", "out_scale"),  # int64 squares, float64 rest
     "QGRNScale": ("axes", "epsilon", "scale", "out_scale"),  # int64 sums of squares, float64 norms and quotient
     "QMaskPool": ("onnx", "axes", "keepdims", "scale", "out_scale"),  # int8 x: int64 sum of x * W, float64 / D
     "Slice": ("axes", "indices"),

@@ -60,11 +60,13 @@ from .qops_gated import PRODUCT_BOUND, qmul_act, rms_norm
 from .qops_index import pick_chosen, reference_evaluator, run_index_fn, run_region, take_along, top_k_one_hot
 from .qops_layernorm import ILAYERNORM_ATTRS, NEWTON_STEPS, RSQRT_GUESS, ilayernorm, ilayernorm_params, ilayernorm_trace
 from .qops_pool import (
+    gain_l2_scale,
     grn_scale,
     l2_normalize,
     mask_fn,
     mask_pool,
     pool_terms,
+    qgain_l2_scale,
     qgrn_scale,
     ql2_normalize,
     qmask_pool,
@@ -88,6 +90,7 @@ __all__ = [
     "qsoftmax", "qmatmul", "layer_norm", "rms_norm", "qmul_act", "PRODUCT_BOUND", "run_index_fn", "mask_pool",
     "pool_terms", "mask_fn", "qmask_pool", "take_along", "l2_normalize", "ql2_normalize", "reference_evaluator",
     "embed", "sink_softmax", "top_k_one_hot", "run_region", "grn_scale", "qgrn_scale", "pick_chosen",
+    "gain_l2_scale", "qgain_l2_scale",
     "sum_normalize", "qsum_normalize",
     "key_mask", "KEY_MASK_ATTRS", "softmax_key", "slice_take", "IGELU_A", "IGELU_B", "IGELU_ATTRS", "igelu_params",
     "igelu_trace", "igelu", "ISOFTMAX_ATTRS", "isoftmax_params", "isoftmax_trace", "isoftmax", "EXP_POLY",
@@ -645,6 +648,8 @@ QOPS: dict[str, OpFn] = {
     "IndexFn": lambda n, v: run_index_fn(n.attrs["onnx"], v[0]),
     "TopKOneHot": lambda n, v: top_k_one_hot(v[0], n.attrs["k"], v[1] if len(v) > 1 else None, n.attrs["keep"]),
     "PickChosen": lambda n, v: pick_chosen(v[0], v[1]),
+    "QGainL2Scale": lambda n, v: qgain_l2_scale(v[0], n.attrs["axis"], n.attrs["epsilon"], n.attrs["gain"],
+                                                n.attrs["max_gain"], n.attrs["scale"], n.attrs["out_scale"]),
     "QGRNScale": lambda n, v: qgrn_scale(v[0], n.attrs["axes"], n.attrs["epsilon"], n.attrs["scale"],
                                          n.attrs["out_scale"]),
     "QSumNormalize": lambda n, v: qsum_normalize(v[0], n.attrs["axis"], n.attrs["epsilon"], n.attrs["scale"],

@@ -10,7 +10,9 @@
 * ``SumNormalize`` / ``QSumNormalize``: ``x / (sum(x) + eps)`` along one axis (an MoE router's top-k weights
   renormalised to sum 1, :mod:`.frontend.moe`);
 * ``GRNScale`` / ``QGRNScale``: ConvNeXt-V2's response normalization, ``x * G / (mean_c(G) + eps)`` with ``G`` the
-  L2 norm over the spatial axes (:func:`.frontend.rmsnorm.match_grn`).
+  L2 norm over the spatial axes (:func:`.frontend.rmsnorm.match_grn`);
+* ``GainL2Scale`` / ``QGainL2Scale``: ``x * min(gain / (||x||_2 + eps), max_gain)`` along one axis (Inkling-2's query
+  and key norms, :func:`.frontend.rmsnorm.match_gain_l2`).
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ import numpy as np
 from .qops_index import run_region
 
 __all__ = ["pool_terms", "mask_pool", "qmask_pool", "l2_normalize", "ql2_normalize", "mask_fn", "sum_normalize",
-           "qsum_normalize", "grn_scale", "qgrn_scale"]
+           "qsum_normalize", "grn_scale", "qgrn_scale", "gain_l2_scale", "qgain_l2_scale"]
 
 
 def pool_terms(encoded: str, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -98,6 +100,28 @@ def qgrn_scale(x: np.ndarray, axes: tuple[int, ...], epsilon: float, scale: floa
     xi = np.asarray(x, np.int64)
     norm = np.sqrt((xi * xi).sum(axis=tuple(axes), keepdims=True).astype(np.float64)) * scale
     y = xi.astype(np.float64) * scale * norm / (norm.mean(axis=-1, keepdims=True) + epsilon)
+    return np.clip(np.rint(y / out_scale), -128, 127).astype(np.int8)
+
+
+def _gain(norm: np.ndarray, epsilon: float, gain: float, max_gain: float) -> np.ndarray:
+    """``min(gain / (norm + epsilon), max_gain)``; 0 where the denominator is 0 (the row is 0 then)."""
+    den = norm + epsilon
+    return np.where(den > 0, np.minimum(gain / np.where(den > 0, den, 1.0), max_gain), 0.0)
+
+
+def gain_l2_scale(x: np.ndarray, axis: int, epsilon: float, gain: float, max_gain: float) -> np.ndarray:
+    """Float ``x * min(gain / (||x||_2 + epsilon), max_gain)`` along ``axis``, in float64."""
+    x = np.asarray(x, np.float64)
+    return x * _gain(np.sqrt(np.sum(x * x, axis=axis, keepdims=True)), epsilon, gain, max_gain)
+
+
+def qgain_l2_scale(x: np.ndarray, axis: int, epsilon: float, gain: float, max_gain: float, scale: float,
+                   out_scale: float) -> np.ndarray:
+    """int8 :func:`gain_l2_scale` of the int8 ``x`` (of ``scale``): the squares summed exactly in int64, then float64
+    and ``clip(rint(. / out_scale))``. The same bits on every machine."""
+    xi = np.asarray(x, np.int64)
+    norm = np.sqrt((xi * xi).sum(axis=axis, keepdims=True).astype(np.float64)) * scale
+    y = xi.astype(np.float64) * scale * _gain(norm, epsilon, gain, max_gain)
     return np.clip(np.rint(y / out_scale), -128, 127).astype(np.int8)
 
 

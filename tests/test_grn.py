@@ -1,6 +1,7 @@
-"""ConvNeXt-V2's global response normalization (compiler/frontend/rmsnorm.py's match_grn, the GRNScale node and
-compiler/qops_pool.py's qgrn_scale): the block as the exporter writes it against onnxruntime in float and the
-integer reference on the CPU path; a lookalike whose mean is not over the channels stays unfused."""
+"""Norm forms fused into one node (compiler/frontend/rmsnorm.py): ConvNeXt-V2's global response normalization
+(match_grn, GRNScale, qops_pool.qgrn_scale) and a gained, clipped L2 norm (match_gain_l2, GainL2Scale), each as an
+exporter writes it, against onnxruntime in float and the integer reference on the CPU path; a lookalike whose mean
+is not over the channels stays unfused."""
 from __future__ import annotations
 
 import numpy as np
@@ -47,3 +48,29 @@ def test_a_mean_over_a_spatial_axis_is_no_grn():
     nodes, inits = _grn(mean_axis=1)
     with pytest.raises((UnsupportedModelError, UnsupportedOperatorError), match="ReduceL2"):
         import_onnx(onnx_model(nodes, {"x": x}, inits, opset=17))
+
+
+@pytest.mark.parametrize("form", ["reciprocal_clip", "div_min", "plain"])
+def test_a_gained_l2_norm_imports_as_one_node_and_matches_onnxruntime(form):
+    """Inkling-2's query and key norms, ``x * min(c / (||x|| + eps), M)``: with Reciprocal, Mul and a Clip from
+    above; with Div and a Min; and without the clip, eps or gain."""
+    x = RNG.standard_normal((B, 8, C)).astype(np.float32) * 3
+    nodes = [helper.make_node("ReduceL2", ["x"], ["n"], axes=[-1], keepdims=1)]
+    inits = [("eps", np.array(1e-6, np.float32)), ("c", np.array(4.0, np.float32)), ("top", np.array(0.5, np.float32)),
+             ("w", (RNG.standard_normal((C, C)) * 0.3).astype(np.float32))]
+    if form == "reciprocal_clip":
+        nodes += [helper.make_node("Add", ["n", "eps"], ["ne"]), helper.make_node("Reciprocal", ["ne"], ["r"]),
+                  helper.make_node("Mul", ["r", "c"], ["rc"]), helper.make_node("Clip", ["rc", "", "top"], ["k"])]
+    elif form == "div_min":
+        nodes += [helper.make_node("Add", ["n", "eps"], ["ne"]), helper.make_node("Div", ["c", "ne"], ["rc"]),
+                  helper.make_node("Min", ["rc", "top"], ["k"])]
+    else:
+        nodes += [helper.make_node("Reciprocal", ["n"], ["k"])]
+    nodes += [helper.make_node("Mul", ["k", "x"], ["xs"]), helper.make_node("MatMul", ["xs", "w"], ["y"])]
+    graph, qgraph, got, want = onnx_op_run(onnx_model(nodes, {"x": x}, inits, opset=17), {"x": x},
+                                           atol=1e-5, rtol=1e-4)
+    fused = next(n for n in graph.nodes if n.op == "GainL2Scale")
+    expected = {"reciprocal_clip": (1e-6, 4.0, 0.5), "div_min": (1e-6, 4.0, 0.5), "plain": (0.0, 1.0, np.inf)}[form]
+    assert (fused.attrs["epsilon"], fused.attrs["gain"], fused.attrs["max_gain"]) == pytest.approx(expected)
+    assert "QGainL2Scale" in [n.op for n in qgraph.nodes]
+    assert float(got.ravel() @ want.ravel() / np.linalg.norm(got) / np.linalg.norm(want)) > 0.999

@@ -20,6 +20,7 @@ from ..ir import Graph, GraphError, Node
 from ..qops import (
     KEY_MASK_ATTRS,
     embed,
+    gain_l2_scale,
     grn_scale,
     key_mask,
     l2_normalize,
@@ -377,6 +378,8 @@ FLOAT_FNS: dict[str, FloatFn] = {
     "MaskFn": lambda n, v: mask_fn(n.attrs["onnx"], v[0]),
     "TopKOneHot": lambda n, v: top_k_one_hot(v[0], n.attrs["k"], v[1] if len(v) > 1 else None, n.attrs["keep"]),
     "PickChosen": lambda n, v: pick_chosen(v[0], v[1]),
+    "GainL2Scale": lambda n, v: gain_l2_scale(v[0], n.attrs["axis"], n.attrs["epsilon"], n.attrs["gain"],
+                                              n.attrs["max_gain"]),
     "GRNScale": lambda n, v: grn_scale(v[0], n.attrs["axes"], n.attrs["epsilon"]),
     "SumNormalize": lambda n, v: sum_normalize(v[0], n.attrs["axis"], n.attrs["epsilon"]),
     "PointwiseFn": lambda n, v: pointwise_values(n.attrs["onnx"], v[0]),

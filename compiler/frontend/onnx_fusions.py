@@ -576,6 +576,14 @@ def _fuse_decompositions(model: onnx.ModelProto) -> onnx.ModelProto:
                 replacement[id(grn[0][-1])] = _replacing(rmsnorm.GRN_OP, grn[1], grn[0], "grn",
                                                          axes=[int(a) for a in axes], epsilon=grn[2])
                 continue
+            gained = rmsnorm.match_gain_l2(g, node, axes) if found_l2 is None and node.op_type == "ReduceL2" \
+                else None
+            if gained is not None:
+                removed.update(id(n) for n in gained[0])
+                parts = gained[1]
+                replacement[id(gained[0][-1])] = _replacing(rmsnorm.GAIN_L2_OP, parts.pop("x"), gained[0], "l2",
+                                                            **parts)
+                continue
             if found_l2 is None:
                 continue
             nodes, eps, source = found_l2

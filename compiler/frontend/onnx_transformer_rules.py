@@ -430,6 +430,14 @@ def _grn_scale(imp: _Importer, node: onnx.NodeProto) -> None:
              epsilon=float(a["epsilon"]))
 
 
+def _gain_l2_scale(imp: _Importer, node: onnx.NodeProto) -> None:
+    """``x * min(gain / (||x||_2 + eps), max_gain)`` along one axis, fused (:func:`.rmsnorm.match_gain_l2`)."""
+    a = _attrs(node)
+    rank = len(imp.shape(node.input[0]))
+    imp.emit("GainL2Scale", node, [node.input[0]], axis=int(a["axis"]) % rank, epsilon=float(a["epsilon"]),
+             gain=float(a["gain"]), max_gain=float(a["max_gain"]))
+
+
 def _cast_like(imp: _Importer, node: onnx.NodeProto) -> None:
     """CastLike of an activation to a float32 value's type: an identity (as Cast to FLOAT); to another type,
     refused. (A constant's CastLike folds at import.)"""
@@ -525,6 +533,7 @@ RULES: dict[str, Callable[[_Importer, onnx.NodeProto], None]] = {
     "L2Normalize": _l2_normalize,
     "LpNormalization": _l2_normalize,
     "GRNScale": _grn_scale,
+    "GainL2Scale": _gain_l2_scale,
     "Identity": _alias,
     "Cast": _cast,
     "CastLike": _cast_like,
@@ -532,5 +541,5 @@ RULES: dict[str, Callable[[_Importer, onnx.NodeProto], None]] = {
     "Constant": _constant,
 }
 PUBLIC_OPS[:] = sorted((set(RULES) - {"KeyMask", "IndexFn", "MaskPool", "MaskFn", "L2Normalize", "PointwiseFn",
-                                       "GRNScale", "TopKOneHot", "SumNormalize", "PickChosen"})
+                                       "GRNScale", "GainL2Scale", "TopKOneHot", "SumNormalize", "PickChosen"})
                        | {"Attention", "SwiGLU"})   # and onnx_fused's rewrites

@@ -746,6 +746,14 @@ class _Quantizer:
         self.qg.add_node("QSumNormalize", node.name, [x], [self.wide_out(out, sy)], axis=int(node.attrs["axis"]),
                          epsilon=float(node.attrs["epsilon"]), scale=self.scales[x], out_scale=sy)
 
+    def gain_l2_scale(self, node: Node) -> None:
+        """GainL2Scale -> QGainL2Scale (:func:`.qops_pool.qgain_l2_scale`) at the output's calibrated scale."""
+        x, out = node.inputs[0], node.outputs[0]
+        sy = self.act_scale(out)
+        self.qg.add_node("QGainL2Scale", node.name, [x], [self.wide_out(out, sy)], axis=int(node.attrs["axis"]),
+                         epsilon=float(node.attrs["epsilon"]), gain=float(node.attrs["gain"]),
+                         max_gain=float(node.attrs["max_gain"]), scale=self.scales[x], out_scale=sy)
+
     def grn_scale(self, node: Node) -> None:
         """GRNScale -> QGRNScale (:func:`.qops_pool.qgrn_scale`) at the output's calibrated scale."""
         x, out = node.inputs[0], node.outputs[0]
@@ -839,6 +847,7 @@ _HANDLERS = {
     "MaskPool": _Quantizer.mask_pool, "MaskFn": _Quantizer.mask_fn, "PointwiseFn": _Quantizer.pointwise,
     "TopKOneHot": _Quantizer.top_k_one_hot, "SumNormalize": _Quantizer.sum_normalize,
     "PickChosen": _Quantizer.pick_chosen, "GRNScale": _Quantizer.grn_scale,
+    "GainL2Scale": _Quantizer.gain_l2_scale,
     "L2Normalize": _Quantizer.l2_normalize,
     **{op: _Quantizer.passthrough for op in ("Relu", "Clip", "MaxPool", "AvgPool", "GlobalAvgPool", "Reshape", "Pad",
                                              "Transpose", "Resize", "Gather", "TakeAlong", "Slice")},

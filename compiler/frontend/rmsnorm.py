@@ -21,7 +21,8 @@ from typing import Any, Protocol
 import numpy as np
 import onnx
 
-__all__ = ["match_rms_norm", "last_axis_mean", "square_of", "match_grn", "FUSED_OP", "GRN_OP"]
+__all__ = ["match_rms_norm", "last_axis_mean", "square_of", "match_grn", "match_gain_l2", "FUSED_OP", "GRN_OP",
+           "GAIN_L2_OP"]
 
 FUSED_OP = "RMSNormalization"
 """The op type of the fused node (inputs ``x`` and ``scale``, attributes ``axis`` = -1 and ``epsilon``): opset 23's
@@ -169,3 +170,66 @@ def match_grn(g: OnnxGraph, l2: onnx.NodeProto, axes: list[int], rank: int
     if mul is None or sorted(mul.input) != sorted([x, div.output[0]]) or mul.input[0] == mul.input[1]:
         return None
     return [l2, mean, add, div, mul], x, eps
+
+
+GAIN_L2_OP = "GainL2Scale"
+"""The op type of a fused ``x * min(gain / (||x||_2 + eps), max_gain)`` (the lab's own: attributes ``axis``,
+``epsilon``, ``gain`` and ``max_gain``)."""
+
+
+def match_gain_l2(g: OnnxGraph, l2: onnx.NodeProto, axes: list[int]) -> tuple[list[onnx.NodeProto], dict] | None:
+    """``x * min(gain / (ReduceL2(x, axis, keepdims) + eps), max_gain)`` over one axis (Inkling-2's query and key
+    norms): the norm, an optional ``Add`` of a constant ``eps``, the inverse as ``Reciprocal`` (then an optional
+    ``Mul`` by a constant ``gain``) or ``Div(gain, .)``, an optional clip from above (``Clip`` with a max only, or
+    ``Min`` with a constant), then ``Mul(x, .)`` in either order. Returns the nodes (the Mul last) and the fused
+    node's attributes, with ``x``."""
+    if len(axes) != 1:
+        return None
+    x, tensor, nodes = l2.input[0], l2.output[0], [l2]
+    parts: dict = {"x": x, "axis": int(axes[0]), "epsilon": 0.0, "gain": 1.0, "max_gain": float("inf")}
+
+    def single(t: str) -> onnx.NodeProto | None:
+        users = g.consumers.get(t, [])
+        return users[0] if len(users) == 1 and t not in g.outputs else None
+
+    step = single(tensor)
+    if step is not None and step.op_type == "Add":
+        value = g.scalar(step, tensor)
+        if value is None or value < 0:
+            return None
+        parts["epsilon"], tensor, step = value, step.output[0], single(step.output[0])
+        nodes.append(g.producer[tensor])
+    if step is None:
+        return None
+    if step.op_type == "Reciprocal":
+        nodes.append(step)
+        tensor, step = step.output[0], single(step.output[0])
+        if step is not None and step.op_type == "Mul" and g.scalar(step, tensor) is not None and \
+                step.input[0] != x and step.input[1] != x:
+            parts["gain"] = g.scalar(step, tensor)
+            nodes.append(step)
+            tensor, step = step.output[0], single(step.output[0])
+    elif step.op_type == "Div" and step.input[1] == tensor and step.input[0] in g.consts and \
+            g.consts[step.input[0]].size == 1:
+        parts["gain"] = float(g.consts[step.input[0]].reshape(()))
+        nodes.append(step)
+        tensor, step = step.output[0], single(step.output[0])
+    else:
+        return None
+    if step is not None and step.op_type in ("Clip", "Min"):
+        if step.op_type == "Clip":
+            low = step.input[1] if len(step.input) > 1 else ""
+            high = step.input[2] if len(step.input) > 2 else ""
+            if low or high not in g.consts or g.consts[high].size != 1:
+                return None
+            parts["max_gain"] = float(g.consts[high].reshape(()))
+        else:
+            value = g.scalar(step, tensor)
+            if value is None or len(step.input) != 2:
+                return None
+            parts["max_gain"] = value
+        nodes.append(step)
+        tensor, step = step.output[0], single(step.output[0])
+    if step is None or step.op_type != "Mul" or sorted(step.input) != sorted([x, tensor]) or parts["gain"] <= 0:
+        return None
+    return nodes + [step], parts
