@@ -232,6 +232,17 @@ def test_a_topk_whose_indices_reach_anything_else_stays_refused():
         import_onnx(onnx_model(nodes, {"x": x}, [("k", _i64(K))]))
 
 
+def test_a_scatter_of_the_indices_into_another_shape_stays_refused():
+    """ScatterElements of ones into zeros wider than the scores is no mask of the chosen entries."""
+    x = _x(TOKENS, EXPERTS)
+    nodes = [_n("TopK", ["x", "k"], ["v", "i"], axis=-1),
+             _n("ScatterElements", ["zeros", "i", "ones"], "hot", axis=1), _n("Mul", ["hot", "hot"], "y")]
+    inits = [("k", _i64(K)), ("zeros", np.zeros((TOKENS, EXPERTS + 2), np.float32)),
+             ("ones", np.ones((TOKENS, K), np.float32))]
+    with pytest.raises((UnsupportedModelError, UnsupportedOperatorError), match="TopK"):
+        import_onnx(onnx_model(nodes, {"x": x}, inits))
+
+
 def test_a_topkonehot_node_of_the_file_itself_is_refused():
     with pytest.raises(UnsupportedOperatorError, match="TopKOneHot"):
         import_onnx(onnx_model([_n("TopKOneHot", ["x"], "y", k=2)], {"x": _x(4, 8)}))

@@ -142,7 +142,7 @@ def _rewrite_one(model: onnx.ModelProto, topk: onnx.NodeProto, shapes: dict[str,
             elif user.op_type == "GatherElements" and tensor == indices and list(user.input[1:]) == [indices] and \
                     _attr(user, "axis", 0) % rank == rank - 1 and shapes.get(user.input[0]) == shapes[scores]:
                 elements.append(user)
-            elif tensor == indices and _marks_chosen(user, indices, consts, shapes[scores][:-1], rank):
+            elif tensor == indices and _marks_chosen(user, indices, consts, shapes[scores], rank):
                 scatters.append(user)
             else:
                 return set()
@@ -178,10 +178,10 @@ def _rewrite_one(model: onnx.ModelProto, topk: onnx.NodeProto, shapes: dict[str,
     return {n.output[0] for n in w.nodes if n.op_type in (ONE_HOT_OP, SUM_NORMALIZE_OP, PICK_OP)}
 
 
-def _marks_chosen(node: onnx.NodeProto, indices: str, consts: dict[str, onnx.TensorProto], rows: tuple[int, ...],
+def _marks_chosen(node: onnx.NodeProto, indices: str, consts: dict[str, onnx.TensorProto], shape: tuple[int, ...],
                   rank: int) -> bool:
-    """``node`` is ``ScatterElements(zeros [*rows, E'], indices, ones, axis=-1)`` (no reduction): 1 at the chosen
-    entries (distinct, so exactly ``ReduceSum(onehot, -2)`` when E' is the number of scores)."""
+    """``node`` is ``ScatterElements(zeros, indices, ones, axis=-1)`` (no reduction), the zeros of the scores'
+    ``shape``: 1 at the chosen entries (distinct, so exactly ``ReduceSum(onehot, -2)``)."""
     if node.op_type != "ScatterElements" or len(node.input) != 3 or node.input[1] != indices or \
             _attr(node, "axis", 0) % rank != rank - 1 or any(a.name == "reduction" and a.s not in (b"", b"none")
                                                               for a in node.attribute):
@@ -190,7 +190,7 @@ def _marks_chosen(node: onnx.NodeProto, indices: str, consts: dict[str, onnx.Ten
     if data is None or updates is None:
         return False
     zeros, ones = numpy_helper.to_array(data), numpy_helper.to_array(updates)
-    return zeros.shape[:-1] == rows and not zeros.any() and bool((ones == 1).all())
+    return zeros.shape == tuple(shape) and not zeros.any() and bool((ones == 1).all())
 
 
 def _masked_scores(scores: str, producer: dict[str, onnx.NodeProto], consts: dict[str, onnx.TensorProto],
@@ -225,7 +225,7 @@ def _masked_scores(scores: str, producer: dict[str, onnx.NodeProto], consts: dic
                 cond = node.input[0]
                 continue
             m = node.input[0]
-            if m not in shapes or m in consts:
+            if shapes.get(m) != shapes.get(scores) or m in consts:
                 return scores, None, "all"
             # cond = (m != 0) xor (flips odd) with the fill where cond holds: keep = not cond
             return x, m, "nonzero" if flips % 2 == 1 else "zero"
