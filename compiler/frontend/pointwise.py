@@ -45,8 +45,8 @@ _TWO_SIDED = frozenset({"Div", "Max", "Min", "Pow", "Mod", "PRelu"})
 _FLOAT = TensorProto.FLOAT
 
 
-def _is_trigger(node: onnx.NodeProto, region_inputs: int, consts: dict[str, np.ndarray], rules: frozenset[str]
-                ) -> bool:
+def _is_trigger(node: onnx.NodeProto, region_inputs: int, consts: dict[str, onnx.TensorProto],
+                scalars: dict[str, np.ndarray], rules: frozenset[str]) -> bool:
     """Whether the importer would refuse ``node`` as it stands (``region_inputs``: how many of its inputs the region
     computes; ``rules``: the op types it has a rule for): no rule, a computed Where condition, two computed operands
     of an op that takes one, or a Pow by an exponent that is no integer from -8 to 8."""
@@ -55,8 +55,10 @@ def _is_trigger(node: onnx.NodeProto, region_inputs: int, consts: dict[str, np.n
     if node.op_type in _TWO_SIDED and region_inputs > 1:
         return True
     if node.op_type == "Pow" and len(node.input) > 1 and node.input[1] in consts:
-        e = consts[node.input[1]].astype(np.float64).ravel()
-        return e.size != 1 or not (e[0] == np.round(e[0]) and -8 <= e[0] <= 8)
+        if node.input[1] not in scalars:
+            return True
+        e = float(scalars[node.input[1]].astype(np.float64).ravel()[0])
+        return not (e == np.round(e) and -8 <= e <= 8)
     return False
 
 
@@ -67,7 +69,8 @@ def fuse_pointwise_regions(model: onnx.ModelProto, shapes: dict[str, tuple[int, 
     (``shapes``, static) and folded constants; ``rules`` are the op types the importer has a rule for. Returns each
     fused region's output -> its ONNX model (base64), for the importer's rule."""
     graph = model.graph
-    consts = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
+    consts = {i.name: i for i in graph.initializer}          # not read whole: a model's weights can be large
+    scalars = {name: numpy_helper.to_array(i) for name, i in consts.items() if int(np.prod(i.dims)) == 1}
     types = {vi.name: vi.type.tensor_type.elem_type for vi in [*graph.input, *graph.value_info, *graph.output]}
     types.update({i.name: i.data_type for i in graph.initializer})
     producer = {o: k for k, n in enumerate(graph.node) for o in n.output if o}
@@ -78,7 +81,7 @@ def fuse_pointwise_regions(model: onnx.ModelProto, shapes: dict[str, tuple[int, 
     outputs = {o.name for o in graph.output}
 
     def scalar(t: str) -> bool:
-        return t in consts and consts[t].size == 1
+        return t in scalars
 
     def elementwise(k: int) -> bool:
         node = graph.node[k]
@@ -102,7 +105,7 @@ def fuse_pointwise_regions(model: onnx.ModelProto, shapes: dict[str, tuple[int, 
                 any(shapes.get(graph.node[j].output[0]) != shapes[out] for j in nodes):
             continue
         inside = {graph.node[j].output[0] for j in nodes} | {source}
-        if not any(_is_trigger(graph.node[j], sum(t in inside for t in graph.node[j].input), consts, rules)
+        if not any(_is_trigger(graph.node[j], sum(t in inside for t in graph.node[j].input), consts, scalars, rules)
                    for j in nodes):
             continue
         ordered = [graph.node[j] for j in sorted(nodes)]
