@@ -739,35 +739,14 @@ class _Quantizer:
                          axes=tuple(node.attrs["axes"]), keepdims=bool(node.attrs["keepdims"]),
                          scale=self.scales[x], out_scale=sy)
 
-    def sum_normalize(self, node: Node) -> None:
-        """SumNormalize -> QSumNormalize (:func:`.qops_pool.qsum_normalize`) at the output's calibrated scale."""
+    def row_norm(self, node: Node) -> None:
+        """A norm over rows computed in float64 from the int8 input (L2Normalize, SumNormalize, GRNScale,
+        GainL2Scale) -> the op of that name prefixed Q (:mod:`.qops_pool`), its attributes as they are, with the
+        input's scale and the output's calibrated scale."""
         x, out = node.inputs[0], node.outputs[0]
         sy = self.act_scale(out)
-        self.qg.add_node("QSumNormalize", node.name, [x], [self.wide_out(out, sy)], axis=int(node.attrs["axis"]),
-                         epsilon=float(node.attrs["epsilon"]), scale=self.scales[x], out_scale=sy)
-
-    def gain_l2_scale(self, node: Node) -> None:
-        """GainL2Scale -> QGainL2Scale (:func:`.qops_pool.qgain_l2_scale`) at the output's calibrated scale."""
-        x, out = node.inputs[0], node.outputs[0]
-        sy = self.act_scale(out)
-        self.qg.add_node("QGainL2Scale", node.name, [x], [self.wide_out(out, sy)], axis=int(node.attrs["axis"]),
-                         epsilon=float(node.attrs["epsilon"]), gain=float(node.attrs["gain"]),
-                         max_gain=float(node.attrs["max_gain"]), scale=self.scales[x], out_scale=sy)
-
-    def grn_scale(self, node: Node) -> None:
-        """GRNScale -> QGRNScale (:func:`.qops_pool.qgrn_scale`) at the output's calibrated scale."""
-        x, out = node.inputs[0], node.outputs[0]
-        sy = self.act_scale(out)
-        self.qg.add_node("QGRNScale", node.name, [x], [self.wide_out(out, sy)],
-                         axes=tuple(int(a) for a in node.attrs["axes"]), epsilon=float(node.attrs["epsilon"]),
-                         scale=self.scales[x], out_scale=sy)
-
-    def l2_normalize(self, node: Node) -> None:
-        """L2Normalize -> QL2Normalize (:func:`.qops_pool.ql2_normalize`) at the output's calibrated scale."""
-        x, out = node.inputs[0], node.outputs[0]
-        sy = self.act_scale(out)
-        self.qg.add_node("QL2Normalize", node.name, [x], [self.wide_out(out, sy)], axis=int(node.attrs["axis"]),
-                         epsilon=float(node.attrs["epsilon"]), scale=self.scales[x], out_scale=sy)
+        self.qg.add_node(f"Q{node.op}", node.name, [x], [self.wide_out(out, sy)], **node.attrs, scale=self.scales[x],
+                         out_scale=sy)
 
     def layer_norm(self, node: Node) -> None:
         """LayerNorm -> QLayerNorm (float64 from the int8 input, see :func:`.qops.layer_norm`)."""
@@ -845,10 +824,8 @@ _HANDLERS = {
     "LayerNorm": _Quantizer.layer_norm, "RMSNorm": _Quantizer.rms_norm, "Where": _Quantizer.where,
     "Embedding": _Quantizer.embedding, "KeyMask": _Quantizer.key_mask, "IndexFn": _Quantizer.index_fn,
     "MaskPool": _Quantizer.mask_pool, "MaskFn": _Quantizer.mask_fn, "PointwiseFn": _Quantizer.pointwise,
-    "TopKOneHot": _Quantizer.top_k_one_hot, "SumNormalize": _Quantizer.sum_normalize,
-    "PickChosen": _Quantizer.pick_chosen, "GRNScale": _Quantizer.grn_scale,
-    "GainL2Scale": _Quantizer.gain_l2_scale,
-    "L2Normalize": _Quantizer.l2_normalize,
+    "TopKOneHot": _Quantizer.top_k_one_hot, "PickChosen": _Quantizer.pick_chosen,
+    **{op: _Quantizer.row_norm for op in ("L2Normalize", "SumNormalize", "GRNScale", "GainL2Scale")},
     **{op: _Quantizer.passthrough for op in ("Relu", "Clip", "MaxPool", "AvgPool", "GlobalAvgPool", "Reshape", "Pad",
                                              "Transpose", "Resize", "Gather", "TakeAlong", "Slice")},
     **{op: _Quantizer.lut for op in float_ref.ACTIVATIONS},
