@@ -586,10 +586,8 @@ def _fuse_decompositions(model: onnx.ModelProto) -> onnx.ModelProto:
                 continue
             if found_l2 is None:
                 continue
-            nodes, eps, source = found_l2
-            axis = _reduce_axes(g, node)
-            assert axis is not None
-            fused = _replacing(L2_NORMALIZE, source, nodes, "l2", axis=axis[0], epsilon=eps)
+            nodes, eps, source = found_l2                 # its one axis: axes, read above
+            fused = _replacing(L2_NORMALIZE, source, nodes, "l2", axis=axes[0], epsilon=eps)
         elif node.op_type == "Exp":
             found_softmax = _match_softmax(g, node, shapes)
             if found_softmax is None:

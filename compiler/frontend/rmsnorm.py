@@ -197,8 +197,8 @@ def match_gain_l2(g: OnnxGraph, l2: onnx.NodeProto, axes: list[int]) -> tuple[li
         value = g.scalar(step, tensor)
         if value is None or value < 0:
             return None
+        nodes.append(step)
         parts["epsilon"], tensor, step = value, step.output[0], single(step.output[0])
-        nodes.append(g.producer[tensor])
     if step is None:
         return None
     if step.op_type == "Reciprocal":
