@@ -130,6 +130,14 @@ def float_mask(shape: tuple[int, ...]) -> np.ndarray:
     return np.zeros(shape, np.float32)
 
 
+def without_empty(graph: Graph, values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """``values`` without the arrays of no elements that name no input of ``graph``: the import made a model input
+    with a dimension of 0 (a KV cache of past length 0) the empty constant it is, so the array for it holds nothing
+    the compiled model reads (the float model, run on the file, still takes it)."""
+    return {k: v for k, v in values.items()
+            if k in graph.inputs or not (isinstance(v, np.ndarray) and v.size == 0)}
+
+
 class InputError(ValueError):
     """An input array the model cannot take (:func:`check_inputs`): missing, of another shape, not finite, a mask
     value other than 0/1, a token id out of range."""
@@ -142,7 +150,10 @@ class InputTypeError(InputError, TypeError):
 def check_inputs(graph: Graph, values: dict[str, np.ndarray], source: str = "the input") -> dict[str, np.ndarray]:
     """``values`` as the arrays the model takes, or ValueError/TypeError naming ``source``: every input of ``graph``
     given, each a numeric (bool, integer or float) array of the input's shape with only finite values, converted to
-    float32; token ids (an int64 input, :func:`token_range`) integers in the table's range, as int64."""
+    float32; token ids (an int64 input, :func:`token_range`) integers in the table's range, as int64. Arrays of no
+    elements for inputs the import made constants (:func:`without_empty`) pass as they are."""
+    empty = {k: v for k, v in values.items() if k not in without_empty(graph, values)}
+    values = without_empty(graph, values)
     missing = [name for name in graph.inputs if name not in values]
     extra = sorted(set(values) - set(graph.inputs))
     if missing or extra:
@@ -190,6 +201,7 @@ def check_inputs(graph: Graph, values: dict[str, np.ndarray], source: str = "the
             raise InputError(f"{source} holds {nan} NaN and {inf} infinite values{big}; the model's input {name!r} "
                              f"must be finite.")
         out[name] = converted
+    out.update(empty)              # for the float model, which runs the file; no compiled model reads them
     return out
 
 

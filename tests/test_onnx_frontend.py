@@ -372,7 +372,7 @@ def test_gather_nd_of_one_index_per_lookup():
     model = _model([helper.make_node("GatherND", ["x", "i"], ["y"], batch_dims=0)], (4, 3, 5), [1, 3, 5],
                    [("i", np.array([[-2]], np.int64))])
     _check(model, {"x": rng.standard_normal((4, 3, 5)).astype(np.float32)})
-    bad = _model([helper.make_node("GatherND", ["x", "i"], ["y"], batch_dims=0, name="g")], (4, 3, 5), [3, 5],
+    bad = _model([helper.make_node("GatherND", ["x", "i"], ["y"], batch_dims=0, name="g")], (4, 3, 5), [1, 5],
                  [("i", np.array([[1, 2]], np.int64))])
     with pytest.raises(UnsupportedOperatorError, match="one index per lookup"):
         import_onnx(bad)

@@ -285,7 +285,7 @@ def test_unsupported_einsums_are_refused_with_the_reason(equation, why):
     ``i.j,jk->ik``)."""
     operands = ["a"] * (equation.count(",") + 1)
     model = _model([node("Einsum", operands, ["y"], equation=equation, name="e")],
-                   [helper.make_tensor_value_info("a", F, [4, 4])], [helper.make_tensor_value_info("y", F, [4])],
+                   [helper.make_tensor_value_info("a", F, [4, 4])], [helper.make_tensor_value_info("y", F, None)],
                    {}, opset=17)
     with pytest.raises(UnsupportedOperatorError, match=f"Einsum.*{why}"):
         import_onnx(model)

@@ -179,6 +179,7 @@ def _checked(graph: Graph, values: dict[str, np.ndarray], where: str) -> dict[st
     """``values`` checked against ``graph``'s inputs: every input named, numeric, finite, ``[N, *shape[1:]]`` with
     the same positive N (a multiple of the batch) for all; token ids (an int64 input) integers within their
     embedding table, kept as int64."""
+    values = {k: v for k, v in values.items() if k in graph.inputs or v.size}     # the empty inputs made constants
     missing = [n for n in graph.inputs if n not in values]
     extra = sorted(set(values) - set(graph.inputs))
     if missing or extra:

@@ -86,6 +86,8 @@ class _Importer:
                 self.empty[vi.name] = dims
         for init in model.graph.initializer:
             self.consts[init.name] = numpy_helper.to_array(init)
+            if 0 in init.dims:                   # an empty constant (an input of no elements) a node still reads
+                self.empty.setdefault(init.name, tuple(init.dims))
         self.uses: dict[str, int] = {}
         for node in model.graph.node:
             for tensor in node.input:

@@ -42,6 +42,7 @@ Tensor names are ONNX's; a folded BatchNorm keeps the name of its output for the
 """
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any
 
@@ -156,6 +157,14 @@ def _fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:
             dims = shapes[inputs[0]]
             consts[node.output[0]] = np.array(dims[a.get("start", 0):a.get("end", len(dims))], np.int64)
             continue
+        if standard and node.op_type == "Concat" and (empty := _empty_parts(node, consts)) and \
+                len(empty) < len(node.input):   # a constant of no rows on the axis, as a KV cache at step 0
+            node = onnx.NodeProto.FromString(node.SerializeToString())
+            kept_inputs = [t for k, t in enumerate(node.input) if k not in empty]
+            del node.input[:]
+            node.input.extend(kept_inputs)
+            inputs = kept_inputs
+            changed = True
         foldable = standard and all(t in consts for t in inputs) and \
             (inputs or node.op_type == "Constant") and not graph_outputs.intersection(node.output)
         if not foldable or folded_elements(node, consts) > largest:
@@ -186,6 +195,16 @@ def _fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:
     return model
 
 
+def _empty_parts(node: onnx.NodeProto, consts: dict[str, Any]) -> set[int]:
+    """Positions of a Concat's constant inputs that hold no elements along its axis (and so add nothing to it)."""
+    axis = _attrs(node).get("axis", 0)
+    found = set()
+    for k, t in enumerate(node.input):
+        if t in consts and (a := np.asarray(consts[t])).ndim and -a.ndim <= axis < a.ndim and a.shape[axis] == 0:
+            found.add(k)
+    return found
+
+
 _RANDOM_OPS = frozenset({"RandomUniform", "RandomNormal", "RandomUniformLike", "RandomNormalLike", "Multinomial",
                          "Bernoulli"})
 _RANDOM_REASON = ("a random operator: its output differs on every run, and the lab compiles one fixed computation "
@@ -199,15 +218,46 @@ def _infer_shapes(model: onnx.ModelProto, *, check_type: bool = False) -> onnx.M
     run of a file exported with dynamic axes kept ``[unk, 16, 64]`` for ``[1, 16, 64] + [1, 16, 64]``). With data
     propagation, so that a Reshape to a shape computed by Shape, Gather and Concat has a static output, and the
     Shape nodes after it fold in the next pass. ``check_type``: also refuse inputs whose types disagree (an int32
-    weight of a float MatMul), as the file's first inference does; a failure is a :class:`ModelFileError`."""
+    weight of a float MatMul), as the file's first inference does; a failure is a :class:`ModelFileError`. The
+    outputs' declared shapes are inferred too: where the fixed dimensions disagree with what the nodes compute, the
+    computed shape wins with a warning, as in onnxruntime (the declared one would reshape the result it names)."""
     del model.graph.value_info[:]
+    declared = {}                  # the outputs' shapes as the file states them, which inference would keep
+    for out in model.graph.output:
+        if out.type.HasField("tensor_type") and out.type.tensor_type.HasField("shape"):
+            declared[out.name] = onnx.TensorShapeProto.FromString(out.type.tensor_type.shape.SerializeToString())
+            out.type.tensor_type.ClearField("shape")
     shapes_computed = any(node.op_type == "Shape" for node in model.graph.node)
     try:
-        return shape_inference.infer_shapes(model, data_prop=shapes_computed, check_type=check_type)
+        inferred = shape_inference.infer_shapes(model, data_prop=shapes_computed, check_type=check_type)
     except shape_inference.InferenceError as err:   # a node whose inputs' types or shapes it cannot take
         text = " ".join(str(err).split())
         raise ModelFileError(f"The model is not a valid ONNX graph: ONNX's shape inference rejects it: {text}"
                              ) from None
+    for out in inferred.graph.output:
+        if out.name not in declared:
+            continue
+        stated = declared[out.name]
+        if not out.type.tensor_type.HasField("shape"):
+            out.type.tensor_type.shape.CopyFrom(stated)       # inference found none: the file's
+            continue
+        got = [d.dim_value if d.HasField("dim_value") else None for d in out.type.tensor_type.shape.dim]
+        want = [d.dim_value if d.HasField("dim_value") else None for d in stated.dim]
+        if len(got) != len(want) or any(a is not None and b is not None and a != b for a, b in zip(got, want)):
+            logging.getLogger("vta").warning(
+                "The model's output %r is declared of shape %s, but its nodes compute %s at these input shapes; the "
+                "lab takes %s, as onnxruntime does.", out.name, _dims(want), _dims(got), _dims(got))
+            continue
+        for dim, value in zip(out.type.tensor_type.shape.dim, want):     # what inference left open, the file's
+            if value is not None and not dim.HasField("dim_value"):
+                dim.Clear()
+                dim.dim_value = value
+    return inferred
+
+
+def _dims(dims: list[int | None]) -> str:
+    """``1x?x16`` for ``[1, None, 16]``."""
+    return "x".join("?" if d is None else str(d) for d in dims) or "a scalar"
 
 
 def _sort_nodes(model: onnx.ModelProto) -> None:
@@ -317,7 +367,8 @@ def _fix_inputs(model: onnx.ModelProto, batch: int, input_shapes: dict[str, tupl
     rank and fixed dimensions); else a symbolic dimension named like one of a given input (``sequence`` of
     ``input_ids`` and of ``attention_mask``) takes that input's value, a symbolic or unknown first (batch) dimension
     becomes ``batch``, and any other symbolic or unknown dimension raises ValueError naming it and the
-    ``--input-shape`` that would fix it."""
+    ``--input-shape`` that would fix it. An input of no elements (a KV cache of past length 0) becomes the empty
+    constant it is: it holds no data (:func:`.pipeline.without_empty` lets its array through)."""
     inits = {i.name for i in model.graph.initializer}
     inputs = [vi for vi in model.graph.input if vi.name not in inits]
     named: dict[str, int] = {}                       # a symbolic dimension's name -> its value in a given shape
@@ -364,6 +415,12 @@ def _fix_inputs(model: onnx.ModelProto, batch: int, input_shapes: dict[str, tupl
         for d, v in zip(dims, values):
             d.Clear()
             d.dim_value = v
+    for vi in inputs:          # an input of no elements holds no data: the empty constant it must be
+        dims = [d.dim_value for d in vi.type.tensor_type.shape.dim]
+        if 0 in dims and vi.type.tensor_type.elem_type:
+            dtype = onnx.helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type)
+            model.graph.input.remove(vi)
+            model.graph.initializer.append(numpy_helper.from_array(np.zeros(dims, dtype), vi.name))
 
 
 _IF_REASON = ("a condition computed at run time or given as an input (an If on a constant is inlined); optimum's "

@@ -981,8 +981,16 @@ def float_outputs(model: "str | os.PathLike[str] | onnx.ModelProto | None", grap
             except Exception as err:  # noqa: BLE001 - onnxruntime's own errors: it refuses the file
                 return float_ref.run_float(graph, inputs), \
                     f"float reference (onnxruntime refused the file: {_ort_reason(err)})"
-            feed: dict[str, np.ndarray] = {i.name: np.asarray(inputs[name], _ORT_TYPES.get(i.type, np.float32))
-                                           for i, name in zip(sess.get_inputs(), graph.inputs)}
+            file_inputs = sess.get_inputs()
+            rest = iter([n for n in graph.inputs if n not in {i.name for i in file_inputs}])
+            feed: dict[str, np.ndarray] = {}
+            for arg in file_inputs:       # by name (an empty input the import made a constant too), else in order
+                key = arg.name if arg.name in inputs else next(rest, None)
+                dims = arg.shape if isinstance(arg.shape, list) else []
+                if key is not None:
+                    feed[arg.name] = np.asarray(inputs[key], _ORT_TYPES.get(arg.type, np.float32))
+                elif 0 in dims and all(isinstance(d, int) for d in dims):      # declared empty: nothing to give
+                    feed[arg.name] = np.zeros(dims, _ORT_TYPES.get(arg.type, np.float32))
             try:
                 got = sess.run(None, feed)
             except Exception as err:  # noqa: BLE001 - it loads the file but cannot run it (e.g. a shape it lacks)
