@@ -123,6 +123,8 @@ FLOAT_OPS: dict[str, tuple[str, ...]] = {
     "IndexFn": ("onnx",),                                # int64 ids -> int64 indices by an ONNX subgraph (base64),
                                                          # see frontend.indices and qops_index.run_index_fn
     "L2Normalize": ("axis", "epsilon"),                  # x / max(||x||_2 along axis, epsilon)
+    "Reduce": ("kind", "axis"),                          # ReduceMin, ReduceL2, ReduceLogSumExp...: qops.REDUCE_KINDS
+    "LogSoftmax": ("axis",),                             # x - log(sum(exp(x))) along axis
     "SumNormalize": ("axis", "epsilon"),                 # x / (sum(x) along axis + epsilon): 0 where that is 0
     "GainL2Scale": ("axis", "epsilon", "gain", "max_gain"),  # x * min(gain / (||x||_2 + epsilon), max_gain)
     "GRNScale": ("axes", "epsilon"),                     # x * G / (mean(G, last axis) + epsilon), G = ||x||_2 over
@@ -171,6 +173,9 @@ QUANT_OPS: dict[str, tuple[str, ...]] = {
     "MaskFn": ("onnx",),                                 # as the float op
     "QL2Normalize": ("axis", "epsilon", "scale", "out_scale"),  # int64 sum of squares, float64 divide
     "QSumNormalize": ("axis", "epsilon", "scale", "out_scale"),  # int64 sum, float64 divide
+    "QReduce": ("kind", "axis", "scale", "out_scale"),   # int64 sums, float64 rest (the C library's exp and log)
+    "QLogSoftmax": ("axis", "scale", "out_scale"),       # float64 from int8, the C library's exp and log
+    "LogSoftmax": ("axis", "scale"),                     # int8 -> float32 log-softmax (at a graph output)
     "QGainL2Scale": ("axis", "epsilon", "gain", "max_gain", "scale", "out_scale"),  # int64 squares, float64 rest
     "QGRNScale": ("axes", "epsilon", "scale", "out_scale"),  # int64 sums of squares, float64 norms and quotient
     "QMaskPool": ("onnx", "axes", "keepdims", "scale", "out_scale"),  # int8 x: int64 sum of x * W, float64 / D

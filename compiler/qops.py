@@ -60,17 +60,23 @@ from .qops_gated import PRODUCT_BOUND, qmul_act, rms_norm
 from .qops_index import pick_chosen, reference_evaluator, run_index_fn, run_region, take_along, top_k_one_hot
 from .qops_layernorm import ILAYERNORM_ATTRS, NEWTON_STEPS, RSQRT_GUESS, ilayernorm, ilayernorm_params, ilayernorm_trace
 from .qops_pool import (
+    REDUCE_KINDS,
     gain_l2_scale,
     grn_scale,
     l2_normalize,
+    log_softmax,
+    log_sum_exp,
     mask_fn,
     mask_pool,
     pool_terms,
     qgain_l2_scale,
     qgrn_scale,
     ql2_normalize,
+    qlog_softmax,
     qmask_pool,
+    qreduce,
     qsum_normalize,
+    reduce_rows,
     sum_normalize,
 )
 from .qops_softmax import (
@@ -91,7 +97,8 @@ __all__ = [
     "pool_terms", "mask_fn", "qmask_pool", "take_along", "l2_normalize", "ql2_normalize", "reference_evaluator",
     "embed", "sink_softmax", "top_k_one_hot", "run_region", "grn_scale", "qgrn_scale", "pick_chosen",
     "gain_l2_scale", "qgain_l2_scale",
-    "sum_normalize", "qsum_normalize",
+    "sum_normalize", "qsum_normalize", "log_sum_exp", "REDUCE_KINDS", "reduce_rows",
+    "qreduce", "log_softmax", "qlog_softmax",
     "key_mask", "KEY_MASK_ATTRS", "softmax_key", "slice_take", "IGELU_A", "IGELU_B", "IGELU_ATTRS", "igelu_params",
     "igelu_trace", "igelu", "ISOFTMAX_ATTRS", "isoftmax_params", "isoftmax_trace", "isoftmax", "EXP_POLY",
     "RECIP_GUESS", "RECIP_NEWTON_STEPS", "ILAYERNORM_ATTRS", "ilayernorm_params", "ilayernorm_trace", "ilayernorm",
@@ -656,6 +663,9 @@ QOPS: dict[str, OpFn] = {
                                                  n.attrs["out_scale"]),
     "QL2Normalize": lambda n, v: ql2_normalize(v[0], n.attrs["axis"], n.attrs["epsilon"], n.attrs["scale"],
                                                n.attrs["out_scale"]),
+    "QReduce": lambda n, v: qreduce(v[0], n.attrs["kind"], n.attrs["axis"], n.attrs["scale"], n.attrs["out_scale"]),
+    "QLogSoftmax": lambda n, v: qlog_softmax(v[0], n.attrs["axis"], n.attrs["scale"], n.attrs["out_scale"]),
+    "LogSoftmax": lambda n, v: log_softmax(v[0], n.attrs["axis"], n.attrs["scale"]).astype(np.float32),
     "MaskFn": lambda n, v: mask_fn(n.attrs["onnx"], v[0]),
     "QMaskPool": lambda n, v: qmask_pool(v[0], v[1], n.attrs["onnx"], n.attrs["axes"], n.attrs["keepdims"],
                                          n.attrs["scale"], n.attrs["out_scale"]),

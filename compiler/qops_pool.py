@@ -12,16 +12,28 @@
 * ``GRNScale`` / ``QGRNScale``: ConvNeXt-V2's response normalization, ``x * G / (mean_c(G) + eps)`` with ``G`` the
   L2 norm over the spatial axes (:func:`.frontend.rmsnorm.match_grn`);
 * ``GainL2Scale`` / ``QGainL2Scale``: ``x * min(gain / (||x||_2 + eps), max_gain)`` along one axis (Inkling-2's query
-  and key norms, :func:`.frontend.rmsnorm.match_gain_l2`).
+  and key norms, :func:`.frontend.rmsnorm.match_gain_l2`);
+* ``Reduce`` / ``QReduce``: ONNX's other reductions along one axis, kept (:data:`REDUCE_KINDS`: ReduceMin, ReduceL1,
+  ReduceL2, ReduceSumSquare, ReduceLogSum, ReduceLogSumExp);
+* ``LogSoftmax`` / ``QLogSoftmax``: ``x - log(sum(exp(x)))`` (ONNX's ``LogSoftmax``: a classifier's last layer).
 """
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
 from .qops_index import run_region
 
 __all__ = ["pool_terms", "mask_pool", "qmask_pool", "l2_normalize", "ql2_normalize", "mask_fn", "sum_normalize",
-           "qsum_normalize", "grn_scale", "qgrn_scale", "gain_l2_scale", "qgain_l2_scale"]
+           "qsum_normalize", "grn_scale", "qgrn_scale", "gain_l2_scale", "qgain_l2_scale", "log_sum_exp",
+           "REDUCE_KINDS", "reduce_rows", "qreduce", "log_softmax", "qlog_softmax"]
+
+REDUCE_KINDS = {"ReduceMin": "min", "ReduceL1": "l1", "ReduceL2": "l2", "ReduceSumSquare": "sum_square",
+                "ReduceLogSum": "log_sum", "ReduceLogSumExp": "log_sum_exp"}
+"""ONNX's reductions the ``Reduce`` op computes on the CPU, by the ``kind`` it calls each (ReduceSum, ReduceMean and
+ReduceMax are pools). ReduceProd is not one: a product of int8 values multiplies their rounding errors (onnx's
+``test_reduce_prod_default_axes_keepdims_random``, 12 factors, misses the int8 tolerance threefold)."""
 
 
 def pool_terms(encoded: str, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -129,3 +141,73 @@ def mask_fn(encoded: str, mask: np.ndarray) -> np.ndarray:
     """The float32 additive term the region model ``encoded`` computes from ``mask``."""
     (term,) = run_region(encoded, mask, "the attention mask's term computed from the mask failed on this mask")
     return term.astype(np.float32)
+
+
+def log_sum_exp(x: np.ndarray, axis: int) -> np.ndarray:
+    """Float ``log(sum(exp(x), axis))`` (the axis kept) in float64: shifted by the row's largest value, ``exp`` and
+    ``log`` by the C library element by element (numpy's vectorised ones depend on the CPU's SIMD); ``-inf`` for a
+    row of ``-inf``."""
+    z = np.asarray(x, np.float64)
+    top = z.max(axis=axis, keepdims=True)
+    top = np.where(np.isfinite(top), top, 0.0) if np.isneginf(top).any() else top
+    flat = (z - top).ravel().tolist()
+    total = np.fromiter(map(_exp, flat), np.float64, len(flat)).reshape(z.shape).sum(axis=axis, keepdims=True)
+    logs = np.fromiter(map(_log, total.ravel().tolist()), np.float64, total.size).reshape(total.shape)
+    return top + logs
+
+
+def _exp(v: float) -> float:
+    try:
+        return math.exp(v)
+    except OverflowError:
+        return math.inf
+
+
+def _log(v: float) -> float:
+    return math.log(v) if v > 0 else -math.inf if v == 0 else math.nan
+
+
+def reduce_rows(x: np.ndarray, kind: str, axis: int) -> np.ndarray:
+    """Float reduction ``kind`` (a value of :data:`REDUCE_KINDS`) of ``x`` along ``axis``, kept, in float64; ``log``,
+    ``exp`` by the C library, so the same bits on every machine."""
+    z = np.asarray(x, np.float64)
+    if kind == "log_sum_exp":
+        return log_sum_exp(z, axis)
+    if kind == "min":
+        return z.min(axis=axis, keepdims=True)
+    total = np.abs(z).sum(axis=axis, keepdims=True) if kind == "l1" else \
+        (z * z).sum(axis=axis, keepdims=True) if kind in ("l2", "sum_square") else z.sum(axis=axis, keepdims=True)
+    if kind == "l2":
+        return np.sqrt(total)
+    if kind == "log_sum":
+        return np.fromiter(map(_log, total.ravel().tolist()), np.float64, total.size).reshape(total.shape)
+    return total
+
+
+def qreduce(x: np.ndarray, kind: str, axis: int, scale: float, out_scale: float) -> np.ndarray:
+    """int8 :func:`reduce_rows` of the int8 ``x`` (of ``scale``): sums of ``|x|``, ``x`` and ``x * x`` exact in
+    int64, the rest in float64; ``clip(rint(. / out_scale))``, an infinite value (``log`` of 0) clipped, NaN (``log``
+    of a negative sum) 0. The same bits on every machine."""
+    xi = np.asarray(x, np.int64)
+    if kind in ("l1", "l2", "sum_square", "log_sum"):
+        total = (np.abs(xi) if kind == "l1" else xi * xi if kind != "log_sum" else xi).sum(axis=axis, keepdims=True)
+        y = total.astype(np.float64) * (scale * scale if kind == "sum_square" else scale)
+        y = np.sqrt(total.astype(np.float64)) * scale if kind == "l2" else y
+        if kind == "log_sum":
+            y = np.fromiter(map(_log, y.ravel().tolist()), np.float64, y.size).reshape(y.shape)
+    else:
+        y = reduce_rows(xi.astype(np.float64) * scale, kind, axis)
+    q = np.nan_to_num(y / out_scale, nan=0.0, posinf=127.0, neginf=-128.0)
+    return np.clip(np.rint(q), -128, 127).astype(np.int8)
+
+
+def log_softmax(x: np.ndarray, axis: int, scale: float = 1.0) -> np.ndarray:
+    """Float ``z - log(sum(exp(z), axis))`` of ``z = x * scale`` in float64 (:func:`log_sum_exp`)."""
+    z = np.asarray(x, np.float64) * scale
+    return z - log_sum_exp(z, axis)
+
+
+def qlog_softmax(x: np.ndarray, axis: int, scale: float, out_scale: float) -> np.ndarray:
+    """int8 :func:`log_softmax` of the int8 ``x`` (of ``scale``): ``clip(rint(. / out_scale))``; the same bits on every
+    machine."""
+    return np.clip(np.rint(log_softmax(x, axis, scale) / out_scale), -128, 127).astype(np.int8)

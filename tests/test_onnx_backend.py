@@ -48,7 +48,8 @@ OPERATORS = ("Conv", "Gemm", "MatMul", "BatchNormalization", "Relu", "Clip", "Ad
              "Identity", "Dropout", "Constant", "Attention", "RMSNormalization", "SwiGLU", "Einsum", "GatherElements",
              "Expand", "LpNormalization", "RotaryEmbedding", "InstanceNormalization", "GroupNormalization", "GatherND",
              "Exp", "Softplus", "Softsign", "Abs", "Mish", "Erf", "Sin", "Cos", "Atan", "Sign", "Elu", "Celu",
-             "LeakyRelu", "ThresholdedRelu", "Selu", "Sqrt", "Reciprocal", "Max", "Min", "Pow")
+             "LeakyRelu", "ThresholdedRelu", "Selu", "Sqrt", "Reciprocal", "Max", "Min", "Pow", "LogSoftmax",
+             "ReduceLogSumExp", "ReduceMin", "ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSum")
 """The operators of a CNN the frontend imports (the element-wise functions as lookup tables), and ONNX's fused
 transformer operators (opsets 23+), whose node cases
 the conformance test runs (scripts/onnx_node_table.py covers every operator the frontend knows)."""

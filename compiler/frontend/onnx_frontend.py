@@ -565,7 +565,8 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, n
     if tiles_as_expands(model, shapes) | constant_first_matmuls(model, shapes) | scatters_as_gathers(model, shapes):
         model = _infer_shapes(model)
     sinks = score_chains.absorb_sinks(model, contrib.static_shapes(model))     # GPT-OSS's attention sinks
-    if sinks:
+    log_softmaxes = score_chains.fuse_log_softmax(model, contrib.static_shapes(model))   # z - ReduceLogSumExp(z)
+    if sinks or log_softmaxes:
         model = _infer_shapes(model)
     for _ in range(16):                    # a mask added in one shape of the scores, the Softmax taken in another
         if not score_chains.normalize(model, contrib.static_shapes(model)):

@@ -374,7 +374,7 @@ def _pad(imp: _Importer, node: onnx.NodeProto) -> None:
 def _axis_op(op: str) -> Callable[[_Importer, onnx.NodeProto], None]:
     def rule(imp: _Importer, node: onnx.NodeProto) -> None:
         rank = len(imp.shapes_of(node.output[0]))       # the output's: the first input may be a constant
-        axis = int(_attrs(node).get("axis", -1 if op == "Softmax" else 0))
+        axis = int(_attrs(node).get("axis", -1 if op in ("Softmax", "LogSoftmax") else 0))
         inputs = [imp.use_const(t) if imp.is_const(t) else t for t in node.input]   # Concat of a constant
         imp.emit(op, node, inputs, axis=axis % rank)
     return rule

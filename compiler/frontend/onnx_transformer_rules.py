@@ -9,6 +9,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from ..qops import REDUCE_KINDS
 from . import float_ref, rmsnorm
 from .onnx_common import PUBLIC_OPS, UnsupportedOperatorError, _attrs, _decode, _Importer
 from .onnx_rules import (
@@ -30,11 +31,12 @@ from .onnx_rules import (
 
 
 def _reduce(imp: _Importer, node: onnx.NodeProto) -> None:
-    """ReduceMean, ReduceSum and ReduceMax over any axes. A mean over H and W of an NCHW tensor (how exporters often
-    write global average pooling) is one GlobalAvgPool. Otherwise the input is transposed to put the reduced axes
-    last and viewed as ``[1, kept, reduced, 1]`` (the mean over tokens of ``[B, T, C]``, Keras's
-    GlobalAveragePooling1D; WavLM's gate sums; Hiera's max over a mask unit), then a GlobalAvgPool (ReduceSum: times
-    the count of reduced elements) or a MaxPool of kernel ``(reduced, 1)``, viewed as the output's shape."""
+    """ReduceMean, ReduceSum, ReduceMax and the others (:data:`.qops.REDUCE_KINDS`) over any axes. A mean over H and
+    W of an NCHW tensor (how exporters often write global average pooling) is one GlobalAvgPool. Otherwise the input
+    is transposed to put the reduced axes last and viewed as ``[1, kept, reduced, 1]`` (the mean over tokens of
+    ``[B, T, C]``, Keras's GlobalAveragePooling1D; WavLM's gate sums; Hiera's max over a mask unit), then a
+    GlobalAvgPool (ReduceSum: times the count of reduced elements), a MaxPool of kernel ``(reduced, 1)`` or a Reduce
+    of axis 2 (on the CPU), viewed as the output's shape."""
     a = _attrs(node)
     axes = a.get("axes")
     axes_input = imp.const_input(node, 1, "axes")
@@ -67,6 +69,8 @@ def _reduce(imp: _Importer, node: onnx.NodeProto) -> None:
     if node.op_type == "ReduceMax":
         pooled = imp.emit_shaped("MaxPool", node, [view], (1, rows[1], 1, 1), kernel=(count, 1), strides=(1, 1),
                                  pads=(0, 0, 0, 0))
+    elif node.op_type in REDUCE_KINDS:
+        pooled = imp.emit_shaped("Reduce", node, [view], (1, rows[1], 1, 1), kind=REDUCE_KINDS[node.op_type], axis=2)
     else:
         pooled = imp.emit_shaped("GlobalAvgPool", node, [view], (1, rows[1], 1, 1))
     if node.op_type == "ReduceSum":
@@ -493,10 +497,12 @@ RULES: dict[str, Callable[[_Importer, onnx.NodeProto], None]] = {
     "ReduceMax": _reduce,
     "ReduceMean": _reduce,
     "ReduceSum": _reduce,
+    **{op: _reduce for op in REDUCE_KINDS},
     "Pad": _pad,
     "Concat": _axis_op("Concat"),
     "Expand": _expand,
     "Softmax": _softmax,
+    "LogSoftmax": _axis_op("LogSoftmax"),
     "Sigmoid": lambda imp, node: imp.emit("Sigmoid", node, [node.input[0]]),
     "HardSigmoid": lambda imp, node: imp.emit("HardSigmoid", node, [node.input[0]],
                                               alpha=float(_attrs(node).get("alpha", 0.2)),

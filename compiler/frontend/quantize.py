@@ -673,6 +673,16 @@ class _Quantizer:
         self.qg.add_node("QSoftmax", node.name, inputs, [self.wide_out(out, self.act_scale(out))],
                          axis=node.attrs["axis"], scale=self.scales[src], out_scale=self.act_scale(out), **mask)
 
+    def log_softmax(self, node: Node) -> None:
+        """LogSoftmax -> float32 LogSoftmax of the int8 input at a graph output no node reads (a classifier's last
+        layer), else QLogSoftmax (int8 at its calibrated scale)."""
+        x, out = node.inputs[0], node.outputs[0]
+        if out in self.fg.outputs and not self.fg.consumers(out):
+            self.qg.add_tensor(out, self.fg.shape(out), "float32")
+            self.qg.add_node("LogSoftmax", node.name, [x], [out], axis=node.attrs["axis"], scale=self.scales[x])
+            return
+        self.row_norm(node)
+
     def where(self, node: Node) -> None:
         """Where (a constant mask and fill): fused into a following Softmax, else int8 at the input's scale."""
         if not self.softmax_mask(node, {"keep": node.attrs["keep"], "fill": float(node.attrs["fill"])}):
@@ -741,8 +751,8 @@ class _Quantizer:
 
     def row_norm(self, node: Node) -> None:
         """A norm over rows computed in float64 from the int8 input (L2Normalize, SumNormalize, GRNScale,
-        GainL2Scale) -> the op of that name prefixed Q (:mod:`.qops_pool`), its attributes as they are, with the
-        input's scale and the output's calibrated scale."""
+        GainL2Scale, Reduce, LogSoftmax) -> the op of that name prefixed Q (:mod:`.qops_pool`), its attributes
+        as they are, with the input's scale and the output's calibrated scale."""
         x, out = node.inputs[0], node.outputs[0]
         sy = self.act_scale(out)
         self.qg.add_node(f"Q{node.op}", node.name, [x], [self.wide_out(out, sy)], **node.attrs, scale=self.scales[x],
@@ -825,7 +835,8 @@ _HANDLERS = {
     "Embedding": _Quantizer.embedding, "KeyMask": _Quantizer.key_mask, "IndexFn": _Quantizer.index_fn,
     "MaskPool": _Quantizer.mask_pool, "MaskFn": _Quantizer.mask_fn, "PointwiseFn": _Quantizer.pointwise,
     "TopKOneHot": _Quantizer.top_k_one_hot, "PickChosen": _Quantizer.pick_chosen,
-    **{op: _Quantizer.row_norm for op in ("L2Normalize", "SumNormalize", "GRNScale", "GainL2Scale")},
+    **{op: _Quantizer.row_norm for op in ("L2Normalize", "SumNormalize", "GRNScale", "GainL2Scale", "Reduce")},
+    "LogSoftmax": _Quantizer.log_softmax,
     **{op: _Quantizer.passthrough for op in ("Relu", "Clip", "MaxPool", "AvgPool", "GlobalAvgPool", "Reshape", "Pad",
                                              "Transpose", "Resize", "Gather", "TakeAlong", "Slice")},
     **{op: _Quantizer.lut for op in float_ref.ACTIVATIONS},

@@ -450,3 +450,94 @@ def _keeps_first(g: _Graph, node: onnx.NodeProto, n: int, rank: int) -> bool:
     full = g.shapes.get(node.input[0], (0,))[-1]
     end = int(ends.ravel()[0])
     return (end + full if end < 0 else min(end, full)) == n < full
+
+
+def fuse_log_softmax(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]) -> int:
+    """Log-softmax forms, rewritten in place into the operators they compute (the same values, without the int8
+    roundings between their steps); returns how many nodes it wrote:
+
+    * ``Log(ReduceSum(Exp(z), axes, keepdims))`` (ONNX's expansion of ReduceLogSumExp) as ``ReduceLogSumExp``;
+    * ``Sub(z, ReduceLogSumExp(z, one axis, keepdims=1))`` as ``LogSoftmax(z, axis)``, and ``Exp`` of that, read by
+      nothing else, as ``Softmax(z, axis)`` (Inkling's router renormalises its weights so);
+    * ``LogSoftmax(Sub(x, ReduceMax(x, its axis, keepdims=1)))`` as ``LogSoftmax(x)`` (ONNX's expansion of
+      LogSoftmax shifts by the max first), when the Sub has no other reader."""
+    count = _fuse_log_sum_exps(model, shapes)
+    g = _Graph(model, shapes)
+    for lse in [n for n in model.graph.node if n.op_type == "ReduceLogSumExp"]:
+        z = lse.input[0]
+        rank = len(shapes.get(z, ()))
+        axes = _reduce_axes_of(g, lse)
+        keep = next((a.i for a in lse.attribute if a.name == "keepdims"), 1)
+        readers = g.readers.get(lse.output[0], [])
+        if not rank or axes is None or len(axes) != 1 or not keep or lse.output[0] in g.outputs or \
+                len(readers) != 1 or readers[0].op_type != "Sub" or list(readers[0].input) != [z, lse.output[0]]:
+            continue
+        sub, axis = readers[0], axes[0] % rank
+        after = g.readers.get(sub.output[0], [])
+        exp = after[0] if len(after) == 1 and after[0].op_type == "Exp" and sub.output[0] not in g.outputs else None
+        last = exp or sub
+        source, peak = z, None
+        shift = g.producer.get(z)
+        if exp is None and shift is not None and shift.op_type == "Sub" and z not in g.outputs and \
+                len(g.readers.get(z, [])) == 2:          # the Sub and this ReduceLogSumExp
+            peak = g.producer.get(shift.input[1])
+            peak_axes = _reduce_axes_of(g, peak) if peak is not None and peak.op_type == "ReduceMax" else None
+            if peak is not None and peak_axes is not None and [a % rank for a in peak_axes] == [axis] and \
+                    peak.input[0] == shift.input[0] and \
+                    next((a.i for a in peak.attribute if a.name == "keepdims"), 1) and \
+                    g.readers.get(peak.output[0]) == [shift] and peak.output[0] not in g.outputs:
+                source = shift.input[0]
+        fused = helper.make_node("Softmax" if exp is not None else "LogSoftmax", [source], [last.output[0]],
+                                 name=last.name or last.output[0], axis=axis)
+        model.graph.node.insert(list(model.graph.node).index(last), fused)
+        dropped = [lse, sub] + ([exp] if exp is not None else []) + \
+            ([shift, peak] if source != z and shift is not None and peak is not None else [])
+        for node in dropped:
+            model.graph.node.remove(node)
+        count += 1
+    return count
+
+
+def _reduce_axes_of(g: _Graph, node: onnx.NodeProto) -> list[int] | None:
+    """A reduction's axes (an attribute, or a constant input of opset 18), None when computed or absent."""
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    if "axes" in attrs:
+        return [int(a) for a in attrs["axes"]]
+    if len(node.input) > 1 and node.input[1]:
+        value = g.constant(node.input[1])
+        return None if value is None else [int(a) for a in value.ravel()]
+    return None
+
+
+def _fuse_log_sum_exps(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]) -> int:
+    """``Log(ReduceSum(Exp(z), axes, keepdims))``, each step read only by the next, as one ReduceLogSumExp (its
+    axes as an attribute below opset 18, as an input from 18)."""
+    g = _Graph(model, shapes)
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    count = 0
+    for log in [n for n in model.graph.node if n.op_type == "Log"]:
+        total = g.producer.get(log.input[0])
+        if total is None or total.op_type != "ReduceSum":
+            continue
+        exp = g.producer.get(total.input[0])
+        if exp is None or exp.op_type != "Exp" or not g.only_reader(total.output[0], log) or \
+                not g.only_reader(exp.output[0], total):
+            continue
+        axes = _reduce_axes_of(g, total)
+        attrs = {a.name: helper.get_attribute_value(a) for a in total.attribute}
+        if axes is None or not axes or attrs.get("noop_with_empty_axes", 0):
+            continue
+        keep = int(attrs.get("keepdims", 1))
+        if opset >= 18:
+            axes_name = f"{log.output[0]}_axes"
+            model.graph.initializer.append(numpy_helper.from_array(np.array(axes, np.int64), axes_name))
+            fused = helper.make_node("ReduceLogSumExp", [exp.input[0], axes_name], [log.output[0]],
+                                     name=log.name or log.output[0], keepdims=keep)
+        else:
+            fused = helper.make_node("ReduceLogSumExp", [exp.input[0]], [log.output[0]],
+                                     name=log.name or log.output[0], axes=axes, keepdims=keep)
+        model.graph.node.insert(list(model.graph.node).index(log), fused)
+        for node in (exp, total, log):
+            model.graph.node.remove(node)
+        count += 1
+    return count
