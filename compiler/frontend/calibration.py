@@ -207,10 +207,11 @@ def _checked(graph: Graph, values: dict[str, np.ndarray], where: str) -> dict[st
             out[name] = value.astype(np.int64)
             continue
         if graph.tensors[name].dtype == "int64":        # token ids into an embedding table
-            rows = min([graph.shape(n.inputs[1])[0] for n in graph.consumers(name) if n.op == "Embedding"] or [0])
-            if value.dtype.kind not in "iu" or ((value < 0) | (value >= rows)).any():
-                raise CalibrationError(f"{where}: input {name!r} takes token ids, integers in [0, {rows - 1}] (the "
-                                       f"rows of its embedding table)")
+            from ..pipeline import token_range  # (pipeline imports this module)
+            rows = token_range(graph, name)
+            if value.dtype.kind not in "iu" or rows is not None and ((value < 0) | (value >= rows)).any():
+                raise CalibrationError(f"{where}: input {name!r} takes token ids, integers in [0, "
+                                       f"{'...' if rows is None else rows - 1}] (the rows of its embedding table)")
             counts.add(value.shape[0] // shape[0])
             out[name] = value.astype(np.int64)
             continue

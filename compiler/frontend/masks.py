@@ -53,9 +53,10 @@ is a mask only when its use says so: :func:`find_key_masks`.)"""
 REGION_OPS = frozenset({"Unsqueeze", "Squeeze", "Reshape", "Flatten", "Expand", "Identity", "Cast", "CastLike",
                         "Sub", "Add", "Mul", "Div", "Neg", "Abs", "Min", "Max", "Clip", "Not", "And", "Or", "Xor",
                         "Equal", "Greater", "Less", "GreaterOrEqual", "LessOrEqual", "Where", "Transpose", "Gather",
-                        "GatherND", "Slice", "CumSum", "Concat", "Pad", "ReduceSum"})
-"""The ops a mask region may contain: element-wise arithmetic, comparisons and logic, shape changes, and Gather or
-GatherND (a lookup of the mask's values, as Hugging Face's mask builders write it for the two exporters; the
+                        "GatherND", "Slice", "CumSum", "Concat", "Pad", "ReduceSum", "BitwiseAnd", "BitwiseOr",
+                        "BitwiseXor", "BitwiseNot"})
+"""The ops a mask region may contain: element-wise arithmetic, comparisons and logic (bitwise too: CPM-Ant's), shape
+changes, and Gather or GatherND (a lookup of the mask's values, as Hugging Face's mask builders write it for the two exporters; the
 element-wise check refuses any lookup that moves a mask entry to another key)."""
 
 _EXIT_OPS = frozenset({"Add", "Sub", "Where"})
