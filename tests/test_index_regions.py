@@ -234,6 +234,12 @@ def test_token_ids_that_reach_their_table_only_through_index_arithmetic(tmp_path
     ids[0, :2] = [3, 5]
     want = ort.InferenceSession(model.SerializeToString()).run(None, {"input_ids": ids})[0]
     np.testing.assert_allclose(run_float(imported, {"input_ids": ids})["y"], want, atol=1e-5)
+    from vta.compiler.frontend.calibration import CalibrationError, load_calibration
+    np.savez(tmp_path / "cal.npz", input_ids=np.concatenate([ids, ids]))      # a --calibration file of these ids
+    assert load_calibration(tmp_path / "cal.npz", imported)["input_ids"].shape == (2 * B, T)
+    np.savez(tmp_path / "far.npz", input_ids=np.full((B, T), V, np.int64))
+    with pytest.raises(CalibrationError, match=rf"token ids, integers in \[0, {V - 1}\]"):
+        load_calibration(tmp_path / "far.npz", imported)
     path = tmp_path / "gemma.onnx"
     onnx.save(model, str(path))
     compiled = compile_model(str(path), VTAConfig(), calib=2, policy="accel",
