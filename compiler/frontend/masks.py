@@ -56,8 +56,8 @@ REGION_OPS = frozenset({"Unsqueeze", "Squeeze", "Reshape", "Flatten", "Expand", 
                         "GatherND", "Slice", "CumSum", "Concat", "Pad", "ReduceSum", "BitwiseAnd", "BitwiseOr",
                         "BitwiseXor", "BitwiseNot"})
 """The ops a mask region may contain: element-wise arithmetic, comparisons and logic (bitwise too: CPM-Ant's), shape
-changes, and Gather or GatherND (a lookup of the mask's values, as Hugging Face's mask builders write it for the two exporters; the
-element-wise check refuses any lookup that moves a mask entry to another key)."""
+changes, and Gather or GatherND (a lookup of the mask's values, as Hugging Face's mask builders write it for the two
+exporters; the element-wise check refuses any lookup that moves a mask entry to another key)."""
 
 _EXIT_OPS = frozenset({"Add", "Sub", "Where"})
 """The ops where a mask meets the scores; an integer input that meets activations in none of them is no mask."""
