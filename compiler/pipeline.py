@@ -35,7 +35,7 @@ from vta.config import VTAConfig
 from vta.cost import estimate
 from vta.suggest import close_matches, did_you_mean
 
-from .frontend.masks import is_float_mask_input, is_mask_input
+from .frontend.masks import is_float_mask_input, is_mask_input, token_range
 from .ir import REQUANT_MODES, Graph, Node, node_macs
 from .lowering.codegen import ConvLayer, build_add_program, build_conv_program
 from .lowering.gelu import GELU_MODES, GeluLayer, build_gelu_program, integer_gelu
@@ -93,20 +93,6 @@ def load_graph(model: str, *, batch: int | None = None,
 def _looks_like_path(model: str) -> bool:
     """Whether ``model`` is meant as a file: it has a suffix (.onnx, .vtac, .npz, ...) or a folder separator."""
     return bool(Path(model).suffix) or "/" in model or os.sep in model
-
-
-def token_range(graph: Graph, name: str) -> int | None:
-    """For an int64 input of ``graph`` (token ids), the number of rows of the smallest embedding table it indexes,
-    directly or, when no table reads it directly, through the indices computed from it (``IndexFn``: EmbeddingGemma
-    maps its special ids to 0): valid ids are ``0 <= id < token_range``; None for any other input."""
-    if graph.tensors[name].dtype != "int64":
-        return None
-    readers = graph.consumers(name)
-    rows = [graph.shape(node.inputs[1])[0] for node in readers if node.op == "Embedding"]
-    if not rows and readers and all(n.op == "IndexFn" for n in readers):      # the lookups' indices only
-        rows = [graph.shape(node.inputs[1])[0] for n in readers for node in graph.consumers(n.outputs[0])
-                if node.op == "Embedding"]
-    return min(rows) if rows else None
 
 
 def random_mask(shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:

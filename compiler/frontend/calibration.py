@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from ..ir import Graph
-from .masks import is_float_mask_input, is_mask_input
+from .masks import is_float_mask_input, is_mask_input, token_range
 
 __all__ = ["CalibrationError", "PREPROCESS", "METHODS", "IMAGE_SUFFIXES", "load_calibration", "describe",
            "entropy_threshold", "HISTOGRAM_BINS", "sample_count"]
@@ -207,7 +207,6 @@ def _checked(graph: Graph, values: dict[str, np.ndarray], where: str) -> dict[st
             out[name] = value.astype(np.int64)
             continue
         if graph.tensors[name].dtype == "int64":        # token ids into an embedding table
-            from ..pipeline import token_range  # (pipeline imports this module)
             rows = token_range(graph, name)
             if value.dtype.kind not in "iu" or rows is not None and ((value < 0) | (value >= rows)).any():
                 raise CalibrationError(f"{where}: input {name!r} takes token ids, integers in [0, "

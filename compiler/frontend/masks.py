@@ -43,7 +43,7 @@ from ..qops import key_mask, reference_evaluator
 __all__ = ["KeyMask", "MaskError", "find_key_masks", "find_float_masks", "direct_token_ids", "drop_nan_guards",
            "backward_slice", "region_model", "encode", "live_nodes", "drop_dead_nodes", "mask_inputs",
            "forward_region", "sample_masks", "tensor_readers",
-           "is_mask_input", "is_float_mask_input", "indexes_a_table", "MASK_TYPES", "REGION_OPS"]
+           "is_mask_input", "is_float_mask_input", "indexes_a_table", "MASK_TYPES", "REGION_OPS", "token_range"]
 
 MASK_TYPES: dict[int, type] = {TensorProto.INT64: np.int64, TensorProto.INT32: np.int32, TensorProto.BOOL: np.bool_,
                                TensorProto.UINT8: np.uint8, TensorProto.INT8: np.int8, TensorProto.FLOAT: np.float32}
@@ -668,3 +668,17 @@ def _mask_readers(graph: Graph, name: str) -> bool:
                                 node.inputs[1:2] == [name]) or (node.op in ("MaskFn", "IndexFn") and
                                                                  node.inputs == [name])
                                for node in users) and any(node.op != "IndexFn" for node in users)
+
+
+def token_range(graph: Graph, name: str) -> int | None:
+    """For an int64 input of ``graph`` (token ids), the number of rows of the smallest embedding table it indexes,
+    directly or, when no table reads it directly, through the indices computed from it (``IndexFn``: EmbeddingGemma
+    maps its special ids to 0): valid ids are ``0 <= id < token_range``; None for any other input."""
+    if graph.tensors[name].dtype != "int64":
+        return None
+    readers = graph.consumers(name)
+    rows = [graph.shape(node.inputs[1])[0] for node in readers if node.op == "Embedding"]
+    if not rows and readers and all(n.op == "IndexFn" for n in readers):      # the lookups' indices only
+        rows = [graph.shape(node.inputs[1])[0] for n in readers for node in graph.consumers(n.outputs[0])
+                if node.op == "Embedding"]
+    return min(rows) if rows else None
