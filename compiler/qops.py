@@ -99,7 +99,8 @@ __all__ = [
     "gain_l2_scale", "qgain_l2_scale",
     "sum_normalize", "qsum_normalize", "log_sum_exp", "REDUCE_KINDS", "reduce_rows",
     "qreduce", "log_softmax", "qlog_softmax",
-    "key_mask", "KEY_MASK_ATTRS", "softmax_key", "slice_take", "IGELU_A", "IGELU_B", "IGELU_ATTRS", "igelu_params",
+    "key_mask", "KEY_MASK_ATTRS", "softmax_key", "softmax_sink", "slice_take", "IGELU_A", "IGELU_B", "IGELU_ATTRS",
+    "igelu_params",
     "igelu_trace", "igelu", "ISOFTMAX_ATTRS", "isoftmax_params", "isoftmax_trace", "isoftmax", "EXP_POLY",
     "RECIP_GUESS", "RECIP_NEWTON_STEPS", "ILAYERNORM_ATTRS", "ilayernorm_params", "ilayernorm_trace", "ilayernorm",
     "NEWTON_STEPS", "RSQRT_GUESS",
@@ -386,9 +387,17 @@ def qsoftmax(x: np.ndarray, scale: float, out_scale: float, axis: int = -1, bias
 def softmax_key(node: Node, values: Sequence[np.ndarray]) -> dict[str, Any] | None:
     """The runtime mask of a Softmax/QSoftmax node (its input 1 and ``key_*`` attributes) for :func:`softmax`, or
     None without one."""
-    if len(values) < 2:
+    if len(values) < 2 or f"key_{KEY_MASK_ATTRS[0]}" not in node.attrs:
         return None
     return {"mask": values[1], **{k: node.attrs[f"key_{k}"] for k in KEY_MASK_ATTRS}}
+
+
+def softmax_sink(node: Node, values: Sequence[np.ndarray]) -> np.ndarray | None:
+    """The sink logits of a Softmax/QSoftmax node for :func:`softmax`: its last input, int8 at ``sink_scale``, when
+    computed from the activations (Inkling-2), else its ``sink`` attribute (constant sinks, GPT-OSS), else None."""
+    if "sink_scale" in node.attrs:
+        return np.asarray(values[-1], np.float64) * float(node.attrs["sink_scale"])
+    return node.attrs.get("sink")
 
 
 def embed(ids: np.ndarray, table: np.ndarray) -> np.ndarray:
@@ -636,10 +645,10 @@ QOPS: dict[str, OpFn] = {
     "Pad": lambda n, v: pad(v[0], n.attrs["pads"], n.attrs["value"]),
     "Softmax": lambda n, v: softmax(v[0], n.attrs["scale"], n.attrs["axis"], n.attrs.get("bias"),
                                     n.attrs.get("keep"), n.attrs.get("fill", 0.0), softmax_key(n, v),
-                                    n.attrs.get("sink")),
+                                    softmax_sink(n, v)),
     "QSoftmax": lambda n, v: qsoftmax(v[0], n.attrs["scale"], n.attrs["out_scale"], n.attrs["axis"],
                                       n.attrs.get("bias"), n.attrs.get("keep"), n.attrs.get("fill", 0.0),
-                                      softmax_key(n, v), n.attrs.get("sink")),
+                                      softmax_key(n, v), softmax_sink(n, v)),
     "QMatMul": lambda n, v: qmatmul(v[0], v[1], n.attrs["multiplier"], n.attrs["shift"]),
     "QGelu": lambda n, v: igelu(v[0], *(int(n.attrs[k]) for k in IGELU_ATTRS)),
     "QILayerNorm": lambda n, v: ilayernorm(v[0], *(n.attrs[k] for k in ILAYERNORM_ATTRS)),

@@ -10,6 +10,7 @@ import pytest
 from onnx import helper
 from test_runtime_masks import (
     B,
+    D,
     T,
     _additive,
     _block,
@@ -30,13 +31,19 @@ node = helper.make_node
 SINKS = np.array([0.7, -0.4], np.float32).reshape(1, H, 1, 1)
 
 
-def _sinks(*, max_shift=True, cast=True, end=-1, sink_first=False):
+def _sinks(*, max_shift=True, cast=True, end=-1, sink_first=False, computed=False):
     """GPT-OSS's attention: an additive mask ``zm``, the sinks ``[B, H, T, 1]`` concatenated as one more key
     column, the max shift (``max_shift``), the Softmax, an identity Cast (``cast``) and a Slice dropping the sink
-    column (``end``: -1, or T). ``sink_first``: the sink column comes first, and the Slice keeps 1 to T + 1."""
+    column (``end``: -1, or T). ``sink_first``: the sink column comes first, and the Slice keeps 1 to T + 1.
+    ``computed``: the sinks are Inkling-2's, a projection of the block's input per query and head."""
     mask_nodes, inits = _additive(-10000.0)
     mask_nodes[-1] = node("Add", ["s", "bias"], ["zm"], name="mask_add")
-    nodes = [*mask_nodes, node("Expand", ["sinks", "sink_shape"], ["sk"]),
+    sink_nodes = [node("Expand", ["sinks", "sink_shape"], ["sk"])] if not computed else \
+        [node("MatMul", ["h", "w_sink"], ["sp"]), node("Transpose", ["sp"], ["st"], perm=[0, 2, 1]),
+         node("Unsqueeze", ["st", "last"], ["sk"])]
+    if computed:
+        inits += [("w_sink", (np.random.default_rng(3).standard_normal((D, H)) * 0.5).astype(np.float32))]
+    nodes = [*mask_nodes, *sink_nodes,
              node("Concat", ["sk", "zm"] if sink_first else ["zm", "sk"], ["zc"], axis=-1)]
     if max_shift:
         nodes += [node("ReduceMax", ["zc"], ["peak"], axes=[-1], keepdims=1), node("Sub", ["zc", "peak"], ["z"])]
@@ -74,6 +81,23 @@ def test_a_block_with_attention_sinks_and_a_runtime_mask_runs_on_fsim(max_shift,
     assert _cosine(got, want) > 0.99
     unmasked = {"input_ids": feeds["input_ids"], "attention_mask": np.ones((B, T), np.int64)}
     assert not np.array_equal(_fsim(compiled, unmasked).outputs["y"][1], got[1])       # the mask is live
+
+
+def test_sinks_computed_from_the_activations_are_the_softmaxs_second_input(tmp_path):
+    """Inkling-2: the sink logits are a projection of the block's input, ``[B, H, T, 1]``; the Softmax reads them
+    as its last input (int8 at their own scale), beside the runtime mask, on fsim against onnxruntime."""
+    model = _sinks(computed=True)
+    graph = import_onnx(model)
+    softmax_node = next(n for n in graph.nodes if n.op == "Softmax")
+    assert softmax_node.attrs.get("sink_input") and softmax_node.inputs[1] == "sk"
+    assert "sk" not in graph.outputs and not {"Concat", "Slice", "ReduceMax"} & {n.op for n in graph.nodes}
+    feeds = {"input_ids": _ids(), "attention_mask": _padding_mask()}
+    want = ort.InferenceSession(model.SerializeToString()).run(None, feeds)[0]
+    np.testing.assert_allclose(run_float(graph, feeds)["y"], want, atol=1e-5)
+    compiled = _compile(model, tmp_path, feeds)
+    qsoft = next(n for n in compiled.graph.nodes if n.op == "QSoftmax")
+    assert qsoft.inputs[1] == "attention_mask" and qsoft.inputs[2] == "sk" and "sink_scale" in qsoft.attrs
+    assert _cosine(_fsim(compiled, feeds).outputs["y"], want) > 0.99
 
 
 def test_the_sink_softmax_is_the_concatenated_softmax_without_the_sink_columns():

@@ -361,8 +361,8 @@ FLOAT_FNS: dict[str, FloatFn] = {
     "Reshape": lambda n, v: v[0].reshape(n.attrs["shape"]),
     "Pad": lambda n, v: _pad(v[0], n.attrs["pads"], n.attrs["value"]),
     "Concat": lambda n, v: np.concatenate(v, axis=n.attrs["axis"]),
-    "Softmax": lambda n, v: _softmax(v[0], n.attrs["axis"]) if n.attrs.get("sink") is None else
-    sink_softmax(v[0], n.attrs["sink"], exact_exp),
+    "Softmax": lambda n, v: sink_softmax(v[0], v[1], exact_exp) if n.attrs.get("sink_input") else
+    _softmax(v[0], n.attrs["axis"]) if n.attrs.get("sink") is None else sink_softmax(v[0], n.attrs["sink"], exact_exp),
     **{op: _elementwise(fn) for op, fn in ACTIVATIONS.items()},
     "Transpose": lambda n, v: np.transpose(v[0], n.attrs["perm"]),
     "Resize": lambda n, v: resize(v[0], n.attrs["mode"], n.attrs["coordinate_transformation_mode"],

@@ -99,7 +99,7 @@ class _Importer:
         self.mask_pools: set[str] = set()                # outputs of the MaskPool nodes pooling.find_mask_pools wrote
         self.pointwise_fns: dict[str, str] = {}          # output of a fused element-wise region -> its ONNX model
         self.routing: set[str] = set()                   # outputs of the TopKOneHot/SumNormalize nodes moe.py wrote
-        self.sinks: dict[str, np.ndarray] = {}           # Softmax node name -> its sink logits (score_chains)
+        self.sinks: dict[str, np.ndarray | str] = {}     # Softmax node name -> its sink logits, or their tensor
 
     # ---- helpers used by the rules ------------------------------------------------------------------------------
     def name(self, tensor: str) -> str:

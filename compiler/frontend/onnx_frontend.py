@@ -567,6 +567,7 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, n
     sinks = score_chains.absorb_sinks(model, contrib.static_shapes(model))     # GPT-OSS's attention sinks
     log_softmaxes = score_chains.fuse_log_softmax(model, contrib.static_shapes(model))   # z - ReduceLogSumExp(z)
     if sinks or log_softmaxes:
+        _sort_nodes(model)                 # a computed sink's nodes may come after the Softmax that now reads them
         model = _infer_shapes(model)
     for _ in range(16):                    # a mask added in one shape of the scores, the Softmax taken in another
         if not score_chains.normalize(model, contrib.static_shapes(model)):
@@ -605,6 +606,7 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, n
     _replace_mask_regions(model, key_masks, region)
     token_ids |= position_tables.tabulate_inputs(model, token_ids | set(mask_types))   # Llama's position_ids
     fused_regions = pointwise.fuse_pointwise_regions(model, shapes, frozenset(RULES))   # xIELU and the like
+    score_chains.sink_outputs(model, sinks)
     imp = _Importer(model, label)
     imp.pointwise_fns = fused_regions
     imp.routing = routing

@@ -380,12 +380,16 @@ def _pointwise_fn(imp: _Importer, node: onnx.NodeProto) -> None:
 
 def _softmax(imp: _Importer, node: onnx.NodeProto) -> None:
     """Softmax on any axis; with sink logits (:func:`.score_chains.absorb_sinks` took its Concat and Slice), over the
-    last axis with the sinks as an attribute, when they broadcast against its rows."""
+    last axis with the sinks as an attribute, when they broadcast against its rows, or, computed from the
+    activations, as its second input (``sink_input``)."""
     sink = imp.sinks.get(node.name)
     if sink is None:
         _axis_op("Softmax")(imp, node)
         return
     shape = imp.shapes_of(node.input[0])
+    if isinstance(sink, str):                  # computed sink logits: the Softmax's second input
+        imp.emit("Softmax", node, [node.input[0], sink], axis=len(shape) - 1, sink_input=True)
+        return
     try:
         fits = np.broadcast_shapes(sink.shape[:-1], shape[:-1]) == shape[:-1] and sink.ndim == len(shape)
     except ValueError:

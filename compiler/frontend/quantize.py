@@ -665,6 +665,9 @@ class _Quantizer:
             mask = {**mask, "sink": np.asarray(node.attrs["sink"], np.float32)}
         runtime = self.key_masks.pop(node.inputs[0], None)
         inputs = [src] if runtime is None else [src, runtime[1]]
+        if node.attrs.get("sink_input"):                     # sinks computed from the activations: the last input
+            inputs.append(node.inputs[1])
+            mask = {**mask, "sink_scale": self.scales[node.inputs[1]]}
         if out in self.fg.outputs and not self.fg.consumers(out):     # else int8, dequantized for the output
             self.qg.add_tensor(out, self.fg.shape(out), "float32")
             self.qg.add_node("Softmax", node.name, inputs, [out], axis=node.attrs["axis"], scale=self.scales[src],

@@ -385,18 +385,20 @@ def normalize(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]) -> boo
     return _join_terms(g)
 
 
-def absorb_sinks(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
+def absorb_sinks(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]) -> dict[str, np.ndarray | str]:
     """Attention sinks (GPT-OSS, MiMo, FLINT): ``Slice(Softmax(Concat([x, C], -1)), [0, n), -1)``, ``C [..., w]``
     a constant, ``n`` x's last axis (identity Casts allowed between the Softmax and the Slice), rewritten in place
     as one Softmax of ``x`` writing the Slice's output, so that a mask added to ``x`` reaches the Softmax as the mask
     import reads it. Returns each such Softmax's node name (made unique) -> ``C``, its sink logits (float32), which
-    the Softmax's denominator counts (:func:`..qops.sink_softmax`). The max shift written out before such a Softmax
-    goes first (:func:`_drop_max_shifts`)."""
+    the Softmax's denominator counts (:func:`..qops.sink_softmax`); or, for sinks computed from the activations
+    (``C`` a tensor of the graph whose rows broadcast against ``x``'s, Inkling-2), ``C``'s name, made a graph output
+    meanwhile so that no pass drops its nodes (:func:`sink_outputs` names them for the import). The max shift
+    written out before such a Softmax goes first (:func:`_drop_max_shifts`)."""
     while _drop_max_shifts(_Graph(model, shapes)):
         pass
     g = _Graph(model, shapes)
     names = [n.name for n in model.graph.node]
-    sinks: dict[str, np.ndarray] = {}
+    sinks: dict[str, np.ndarray | str] = {}
     for softmax in [n for n in model.graph.node if n.op_type == "Softmax"]:
         before: list[onnx.NodeProto] = []
         concat = g.producer.get(softmax.input[0])
@@ -411,7 +413,9 @@ def absorb_sinks(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]) -> 
             continue
         attrs = {a.name: helper.get_attribute_value(a) for a in concat.attribute}
         x, c = concat.input
-        sink = g.constant(c)
+        sink: np.ndarray | str | None = g.constant(c)
+        if sink is None and c in shapes and len(shapes[c]) == rank and _rows_fit(shapes[c], shapes.get(x, ())):
+            sink = c                        # computed from the activations (Inkling-2's per-query sink projection)
         if int(attrs.get("axis", 0)) % rank != rank - 1 or sink is None or x in g.consts or x not in shapes:
             continue
         tail, between = softmax.output[0], []
@@ -425,10 +429,23 @@ def absorb_sinks(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]) -> 
             softmax.name = f"{readers[0].output[0]}_softmax"
         softmax.input[0] = x
         softmax.output[0] = readers[0].output[0]
-        for node in [concat, *before, *between, readers[0]]:
+        moved = onnx.NodeProto.FromString(softmax.SerializeToString())   # where the Slice was: after a computed sink
+        model.graph.node.insert(list(model.graph.node).index(readers[0]), moved)
+        for node in [softmax, concat, *before, *between, readers[0]]:
             model.graph.node.remove(node)
-        sinks[softmax.name] = sink.astype(np.float32)
+        sinks[moved.name] = sink if isinstance(sink, str) else sink.astype(np.float32)
+        if isinstance(sink, str) and sink not in g.outputs:   # live while no ONNX node reads it (dropped at import)
+            model.graph.output.append(helper.make_tensor_value_info(sink, _FLOAT, None))
+            g.outputs.add(sink)
     return sinks
+
+
+def _rows_fit(sink: tuple[int, ...], x: tuple[int, ...]) -> bool:
+    """A sink tensor of shape ``sink`` broadcasts against the rows of ``x`` (every axis but the last)."""
+    try:
+        return len(sink) == len(x) and np.broadcast_shapes(sink[:-1], x[:-1]) == tuple(x[:-1])
+    except ValueError:
+        return False
 
 
 def _is_identity(node: onnx.NodeProto) -> bool:
@@ -541,3 +558,14 @@ def _fuse_log_sum_exps(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]
             model.graph.node.remove(node)
         count += 1
     return count
+
+
+def sink_outputs(model: onnx.ModelProto, sinks: dict[str, np.ndarray | str]) -> None:
+    """Make the graph outputs :func:`absorb_sinks` added for computed sinks (the Softmax reads them now) value infos
+    again, in place."""
+    added = {s for s in sinks.values() if isinstance(s, str)}
+    kept = [o for o in model.graph.output if o.name not in added]
+    if len(kept) != len(model.graph.output):
+        model.graph.value_info.extend(o for o in model.graph.output if o.name in added)     # their inferred shapes
+        del model.graph.output[:]
+        model.graph.output.extend(kept)

@@ -160,7 +160,7 @@ def softmax_refusal(graph: Graph, node: Node) -> str | None:
     if node.attrs.get("bias") is not None or node.attrs.get("keep") is not None or len(node.inputs) > 1:
         return (f"softmax {node.name} has a fused mask (bias, keep/fill or a runtime mask input), which the integer "
                 f"Softmax does not take: it stays a QSoftmax on the CPU")
-    if node.attrs.get("sink") is not None:
+    if node.attrs.get("sink") is not None or "sink_scale" in node.attrs:
         return (f"softmax {node.name} has sink columns (logits only its denominator counts), which the integer "
                 f"Softmax does not take: it stays a QSoftmax on the CPU")
     if not shape or int(node.attrs["axis"]) % len(shape) != len(shape) - 1:
