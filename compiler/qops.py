@@ -99,7 +99,8 @@ __all__ = [
     "gain_l2_scale", "qgain_l2_scale",
     "sum_normalize", "qsum_normalize", "log_sum_exp", "REDUCE_KINDS", "reduce_rows",
     "qreduce", "log_softmax", "qlog_softmax",
-    "key_mask", "KEY_MASK_ATTRS", "softmax_key", "softmax_sink", "slice_take", "IGELU_A", "IGELU_B", "IGELU_ATTRS",
+    "key_mask", "KEY_MASK_ATTRS", "softmax_key", "softmax_sink", "qmasked_log_sum_exp", "slice_take", "IGELU_A",
+    "IGELU_B", "IGELU_ATTRS",
     "igelu_params",
     "igelu_trace", "igelu", "ISOFTMAX_ATTRS", "isoftmax_params", "isoftmax_trace", "isoftmax", "EXP_POLY",
     "RECIP_GUESS", "RECIP_NEWTON_STEPS", "ILAYERNORM_ATTRS", "ilayernorm_params", "ilayernorm_trace", "ilayernorm",
@@ -343,17 +344,34 @@ def _exact_exp(x: np.ndarray) -> np.ndarray:
     return np.fromiter(map(math.exp, flat.tolist()), np.float64, flat.size).reshape(np.shape(x))
 
 
-def _masked_softmax(z: np.ndarray, axis: int, bias: np.ndarray | None, keep: np.ndarray | None,
-                    fill: float, key: Mapping[str, Any] | None = None, sink: np.ndarray | None = None) -> np.ndarray:
-    """float64 softmax of ``where(keep, z + bias, fill)``, then the runtime mask ``key``, along ``axis`` with
-    :func:`_exact_exp`, the ``sink`` columns (if any) counted in the denominator only; a row whose every value is
-    -inf is 0 (not NaN)."""
+def _masked_logits(z: np.ndarray, bias: np.ndarray | None, keep: np.ndarray | None, fill: float,
+                   key: Mapping[str, Any] | None) -> np.ndarray:
+    """float64 ``where(keep, z + bias, fill)``, then the runtime mask ``key`` (:func:`key_mask`)."""
     if bias is not None:
         z = z + np.asarray(bias, np.float64)
     if keep is not None:
         z = np.where(np.asarray(keep, bool), z, float(fill))
     if key is not None:
         z = key_mask(z, key["mask"], *(key[k] for k in KEY_MASK_ATTRS))
+    return z
+
+
+def qmasked_log_sum_exp(x: np.ndarray, scale: float, out_scale: float, axis: int, bias: np.ndarray | None,
+                        keep: np.ndarray | None, fill: float, key: Mapping[str, Any] | None) -> np.ndarray:
+    """int8 ``log(sum(exp(z)))`` along ``axis`` (kept) of the masked logits ``z`` of the int8 ``x`` (of ``scale``),
+    the masks as :func:`softmax` applies them (Granite's sliding-window attention reads its masked scores in a
+    Softmax and in this); ``clip(rint(. / out_scale))``, a row masked out whole -128."""
+    y = log_sum_exp(_masked_logits(np.asarray(x, np.float64) * scale, bias, keep, fill, key), axis)
+    q = np.nan_to_num(y / out_scale, nan=0.0, posinf=127.0, neginf=-128.0)
+    return np.clip(np.rint(q), -128, 127).astype(np.int8)
+
+
+def _masked_softmax(z: np.ndarray, axis: int, bias: np.ndarray | None, keep: np.ndarray | None,
+                    fill: float, key: Mapping[str, Any] | None = None, sink: np.ndarray | None = None) -> np.ndarray:
+    """float64 softmax of ``where(keep, z + bias, fill)``, then the runtime mask ``key``, along ``axis`` with
+    :func:`_exact_exp`, the ``sink`` columns (if any) counted in the denominator only; a row whose every value is
+    -inf is 0 (not NaN)."""
+    z = _masked_logits(z, bias, keep, fill, key)
     if sink is not None:
         return sink_softmax(z, sink, _exact_exp)
     top = z.max(axis=axis, keepdims=True)
@@ -672,7 +690,10 @@ QOPS: dict[str, OpFn] = {
                                                  n.attrs["out_scale"]),
     "QL2Normalize": lambda n, v: ql2_normalize(v[0], n.attrs["axis"], n.attrs["epsilon"], n.attrs["scale"],
                                                n.attrs["out_scale"]),
-    "QReduce": lambda n, v: qreduce(v[0], n.attrs["kind"], n.attrs["axis"], n.attrs["scale"], n.attrs["out_scale"]),
+    "QReduce": lambda n, v: qreduce(v[0], n.attrs["kind"], n.attrs["axis"], n.attrs["scale"], n.attrs["out_scale"])
+    if "bias" not in n.attrs and "keep" not in n.attrs and len(v) == 1 else
+    qmasked_log_sum_exp(v[0], n.attrs["scale"], n.attrs["out_scale"], n.attrs["axis"], n.attrs.get("bias"),
+                        n.attrs.get("keep"), n.attrs.get("fill", 0.0), softmax_key(n, v)),
     "QLogSoftmax": lambda n, v: qlog_softmax(v[0], n.attrs["axis"], n.attrs["scale"], n.attrs["out_scale"]),
     "LogSoftmax": lambda n, v: log_softmax(v[0], n.attrs["axis"], n.attrs["scale"]).astype(np.float32),
     "MaskFn": lambda n, v: mask_fn(n.attrs["onnx"], v[0]),

@@ -278,6 +278,25 @@ def test_a_causal_where_and_a_runtime_mask_fuse_into_one_softmax():
     assert _cosine(got, want) > 0.99
 
 
+@pytest.mark.parametrize("keepdims", [1, 0])
+def test_a_log_sum_exp_of_the_masked_scores_beside_their_softmax(keepdims, tmp_path):
+    """Granite's sliding-window attention gates its probabilities by ``Sigmoid(ReduceLogSumExp(z))`` of the masked
+    scores ``z``: one runtime mask read by the Softmax and by the log-sum-exp, each applying it in float."""
+    nodes, inits = _additive(-10000.0)
+    gate = [node("ReduceLogSumExp", ["z"], ["lse"], axes=[-1], keepdims=keepdims)]
+    if not keepdims:
+        gate.append(node("Unsqueeze", ["lse", "last_axis"], ["lse_k"]))
+    gate += [node("Sigmoid", ["lse_k" if not keepdims else "lse"], ["g"]), node("Mul", ["p", "g"], ["pg"])]
+    model = _block(nodes, extra_inits=[*inits, ("last_axis", np.array([-1], np.int64))], after_softmax=gate)
+    graph = import_onnx(model)
+    reduce_node = next(n for n in graph.nodes if n.op == "Reduce")
+    assert reduce_node.attrs["kind"] == "log_sum_exp" and reduce_node.inputs == ["z"]
+    check_masked_block(model, graph, tmp_path)
+    compiled = _compile(model, tmp_path, {"input_ids": _ids(), "attention_mask": _padding_mask()})
+    q = next(n for n in compiled.graph.nodes if n.op == "QReduce")
+    assert q.inputs[1] == "attention_mask" and "key_fill" in q.attrs
+
+
 def test_a_constant_where_after_the_runtime_mask_is_refused_by_the_quantizer():
     """The other order (the runtime Add, then the causal Where): imported and right in float, but the quantizer
     fuses a runtime mask only into the Softmax it feeds directly."""

@@ -58,6 +58,14 @@ def _reduce(imp: _Importer, node: onnx.NodeProto) -> None:
         pooled = imp.emit_shaped("GlobalAvgPool", node, [node.input[0]], (*shape[:2], 1, 1))
         imp.emit("Reshape", node, [pooled], shape=out)
         return
+    if node.op_type == "ReduceLogSumExp" and reduced == [rank - 1]:     # on the scores as they are: a mask applies
+        if a.get("keepdims", 1):
+            imp.emit("Reduce", node, [node.input[0]], kind="log_sum_exp", axis=rank - 1)
+            return
+        kept_axis = imp.emit_shaped("Reduce", node, [node.input[0]], (*shape[:-1], 1), kind="log_sum_exp",
+                                    axis=rank - 1)
+        imp.emit("Reshape", node, [kept_axis], shape=out)
+        return
     kept = [k for k in range(rank) if k not in reduced]
     x = node.input[0]
     if kept + reduced != list(range(rank)):

@@ -473,10 +473,18 @@ class _Quantizer:
         users = self.fg.consumers(node.outputs[0])
         if len(users) == 1 and users[0].op == "KeyMask" and users[0].inputs[0] == node.outputs[0]:
             users = self.fg.consumers(users[0].outputs[0])      # a runtime mask after it, fused into the same one
-        if len(users) != 1 or users[0].op != "Softmax" or node.outputs[0] in self.fg.outputs:
+        if not self._mask_readers(users) or node.outputs[0] in self.fg.outputs:
             return False
         self.masks[node.outputs[0]] = (node.inputs[0], mask)
         return True
+
+    def _mask_readers(self, users: list[Node]) -> bool:
+        """Whether ``users`` can apply a mask in float: one Softmax, or Softmaxes and log-sum-exps over the last
+        axis (Granite's sliding-window attention reads its masked scores in both)."""
+        if len(users) == 1 and users[0].op == "Softmax":
+            return True
+        return bool(users) and all((u.op == "Softmax" or u.op == "Reduce" and u.attrs["kind"] == "log_sum_exp") and
+                                   u.attrs["axis"] == len(self.fg.shape(u.inputs[0])) - 1 for u in users)
 
     def add_constant(self, node: Node) -> None:
         """Add of a constant the frontend could not fold into a Dense bias: a Softmax mask, or a QAffine of the
@@ -642,13 +650,14 @@ class _Quantizer:
         """KeyMask (a runtime attention mask, :mod:`.masks`): fused into the Softmax it feeds, after a constant mask
         fused before it; a QuantizationError when it feeds anything else (its fill would set an int8 scale)."""
         users = self.fg.consumers(node.outputs[0])
-        if len(users) != 1 or users[0].op != "Softmax" or node.outputs[0] in self.fg.outputs:
+        if not self._mask_readers(users) or node.outputs[0] in self.fg.outputs:
             feeds = ", ".join(f"{u.name} ({u.op})" for u in users) or "a graph output"
             term = self.fg.producer(node.inputs[1])          # a MaskFn: a term computed from the mask input
             source = f"computed from graph input {term.inputs[0]!r}" if term is not None and term.op == "MaskFn" \
                 else f"graph input {node.inputs[1]!r}"
             raise QuantizationError(f"The runtime mask {node.name!r} ({source}) feeds {feeds}; the lab applies a "
-                                    f"runtime mask inside the one Softmax it feeds.")
+                                    f"runtime mask inside the one Softmax it feeds (or Softmaxes and log-sum-exps "
+                                    f"over the last axis).")
         scores, mask = node.inputs
         src, const = self.masks.pop(scores, (scores, {}))
         self.masks[node.outputs[0]] = (src, {**const, **{f"key_{k}": node.attrs[k] for k in KEY_MASK_ATTRS}})
@@ -660,10 +669,10 @@ class _Quantizer:
         into it (:meth:`softmax_mask`, :meth:`key_mask`) goes along as attributes (a runtime mask also as input
         1)."""
         out = node.outputs[0]
-        src, mask = self.masks.pop(node.inputs[0], (node.inputs[0], {}))
+        src, mask = self.masks.get(node.inputs[0], (node.inputs[0], {}))        # (a log-sum-exp may read it too)
         if node.attrs.get("sink") is not None:                # attention sinks: logits only the denominator counts
             mask = {**mask, "sink": np.asarray(node.attrs["sink"], np.float32)}
-        runtime = self.key_masks.pop(node.inputs[0], None)
+        runtime = self.key_masks.get(node.inputs[0])
         inputs = [src] if runtime is None else [src, runtime[1]]
         if node.attrs.get("sink_input"):                     # sinks computed from the activations: the last input
             inputs.append(node.inputs[1])
@@ -675,6 +684,19 @@ class _Quantizer:
             return
         self.qg.add_node("QSoftmax", node.name, inputs, [self.wide_out(out, self.act_scale(out))],
                          axis=node.attrs["axis"], scale=self.scales[src], out_scale=self.act_scale(out), **mask)
+
+    def reduce(self, node: Node) -> None:
+        """Reduce -> QReduce (:meth:`row_norm`); a log-sum-exp of masked scores takes their masks as a Softmax does
+        (:meth:`softmax_mask`, :meth:`key_mask`): attributes, a runtime mask also as input 1."""
+        if node.inputs[0] not in self.masks:
+            self.row_norm(node)
+            return
+        src, mask = self.masks[node.inputs[0]]
+        runtime = self.key_masks.get(node.inputs[0])
+        out = node.outputs[0]
+        sy = self.act_scale(out)
+        self.qg.add_node("QReduce", node.name, [src] if runtime is None else [src, runtime[1]],
+                         [self.wide_out(out, sy)], **node.attrs, scale=self.scales[src], out_scale=sy, **mask)
 
     def log_softmax(self, node: Node) -> None:
         """LogSoftmax -> float32 LogSoftmax of the int8 input at a graph output no node reads (a classifier's last
@@ -838,7 +860,8 @@ _HANDLERS = {
     "Embedding": _Quantizer.embedding, "KeyMask": _Quantizer.key_mask, "IndexFn": _Quantizer.index_fn,
     "MaskPool": _Quantizer.mask_pool, "MaskFn": _Quantizer.mask_fn, "PointwiseFn": _Quantizer.pointwise,
     "TopKOneHot": _Quantizer.top_k_one_hot, "PickChosen": _Quantizer.pick_chosen,
-    **{op: _Quantizer.row_norm for op in ("L2Normalize", "SumNormalize", "GRNScale", "GainL2Scale", "Reduce")},
+    **{op: _Quantizer.row_norm for op in ("L2Normalize", "SumNormalize", "GRNScale", "GainL2Scale")},
+    "Reduce": _Quantizer.reduce,
     "LogSoftmax": _Quantizer.log_softmax,
     **{op: _Quantizer.passthrough for op in ("Relu", "Clip", "MaxPool", "AvgPool", "GlobalAvgPool", "Reshape", "Pad",
                                              "Transpose", "Resize", "Gather", "TakeAlong", "Slice")},
