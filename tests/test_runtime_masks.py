@@ -278,6 +278,23 @@ def test_a_causal_where_and_a_runtime_mask_fuse_into_one_softmax():
     assert _cosine(got, want) > 0.99
 
 
+def test_probabilities_filled_with_0_where_their_scores_were_filled_with_minus_inf(tmp_path):
+    """CPM-Ant's and DeBERTa's ``Where(c, 0, Softmax(Where(c, -inf, s)))``: the second fill, by the same condition,
+    changes nothing the lab's softmax does not give already (0 there, 0 for a row masked out whole): it goes."""
+    nodes, inits = _bool_where("not")
+    model = _block(nodes, mask_type=TensorProto.BOOL, extra_inits=[*inits, ("zero", np.array(0.0, np.float32))],
+                   after_softmax=[node("Where", ["pad", "zero", "p"], ["pg"], name="probs_fill")])
+    graph = import_onnx(model)
+    assert "Where" not in _ops(graph) and _ops(graph).count("KeyMask") == 1
+    ids, mask = _ids(), _padding_mask()
+    mask[1] = 0                                                     # a batch row masked out whole
+    want = ort.InferenceSession(model.SerializeToString()).run(None, {"input_ids": ids,
+                                                                      "attention_mask": mask.astype(bool)})[0]
+    np.testing.assert_allclose(run_float(graph, {"input_ids": ids, "attention_mask": mask})["y"], want, atol=1e-5)
+    compiled = _compile(model, tmp_path, {"input_ids": ids, "attention_mask": _padding_mask()})
+    assert _cosine(_fsim(compiled, {"input_ids": ids, "attention_mask": mask}).outputs["y"], want) > 0.99
+
+
 @pytest.mark.parametrize("keepdims", [1, 0])
 def test_a_log_sum_exp_of_the_masked_scores_beside_their_softmax(keepdims, tmp_path):
     """Granite's sliding-window attention gates its probabilities by ``Sigmoid(ReduceLogSumExp(z))`` of the masked

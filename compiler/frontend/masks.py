@@ -196,7 +196,9 @@ def direct_token_ids(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]])
 def drop_nan_guards(model: onnx.ModelProto) -> None:
     """In place: ``Where(IsNaN(p), 0, p)`` with ``p`` a Softmax's output (the guard torch's exporter puts after a
     masked ``scaled_dot_product_attention`` for rows masked out whole) becomes ``Identity(p)``: the lab's softmax
-    gives such rows 0 itself (:func:`..qops.softmax`). The IsNaN goes when nothing else reads it."""
+    gives such rows 0 itself (:func:`..qops.softmax`). The IsNaN goes when nothing else reads it. So does
+    ``Where(c, 0, Softmax(Where(c, -inf, s)))``, the same condition ``c`` filling the scores with -inf and then
+    their probabilities with 0 (CPM-Ant): the probabilities are 0 there already."""
     producer = {o: n for n in model.graph.node for o in n.output}
     consts = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
     readers = tensor_readers(model)
@@ -207,14 +209,15 @@ def drop_nan_guards(model: onnx.ModelProto) -> None:
             continue
         test = producer.get(node.input[0])
         zero = consts.get(node.input[1])
-        if test is None or test.op_type != "IsNaN" or test.input[0] != node.input[2] or zero is None or \
-                zero.size != 1 or float(zero.reshape(())) != 0.0:
-            continue
         source = producer.get(node.input[2])
-        if source is None or source.op_type != "Softmax":
+        if zero is None or zero.size != 1 or float(zero.reshape(())) != 0.0 or source is None or \
+                source.op_type != "Softmax":
+            continue
+        if not (test is not None and test.op_type == "IsNaN" and test.input[0] == node.input[2]) and \
+                not _filled_before(producer, consts, source, node.input[0]):
             continue
         guards[index] = helper.make_node("Identity", [node.input[2]], list(node.output), name=node.name)
-        if len(readers.get(node.input[0], [])) == 1:
+        if test is not None and test.op_type == "IsNaN" and len(readers.get(node.input[0], [])) == 1:
             dropped.add(test.output[0])
     if not guards:
         return
@@ -222,6 +225,20 @@ def drop_nan_guards(model: onnx.ModelProto) -> None:
             if not (node.op_type == "IsNaN" and node.output[0] in dropped)]
     del model.graph.node[:]
     model.graph.node.extend(kept)
+
+
+def _filled_before(producer: dict[str, onnx.NodeProto], consts: dict[str, np.ndarray], softmax: onnx.NodeProto,
+                   condition: str) -> bool:
+    """Whether ``softmax`` reads ``Where(condition, -inf, s)`` (through identity Casts): its rows are 0 wherever
+    ``condition`` holds."""
+    fill = producer.get(softmax.input[0])
+    while fill is not None and (fill.op_type == "Identity" or fill.op_type == "Cast" and
+                                any(a.name == "to" and a.i == TensorProto.FLOAT for a in fill.attribute)):
+        fill = producer.get(fill.input[0])
+    value = consts.get(fill.input[1]) if fill is not None and fill.op_type == "Where" and len(fill.input) == 3 \
+        else None
+    return value is not None and fill is not None and fill.input[0] == condition and value.size == 1 and \
+        bool(np.isneginf(value.reshape(())))
 
 
 def sample_masks(shape: tuple[int, ...], dtype: Any) -> list[np.ndarray]:
