@@ -198,22 +198,26 @@ def test_a_keras_block_runs_on_fsim(opset, tmp_path, monkeypatch):
     assert not np.array_equal(run(compiled, unmasked, target="fsim").outputs["y"], got)
 
 
-@pytest.mark.parametrize("form", ["int32_reshape", "int64_cast"])
+@pytest.mark.parametrize("form", ["int32_reshape", "int64_cast", "transpose"])
 def test_token_ids_through_a_reshape_or_a_cast_index_the_table(form):
     """tf2onnx's GPT-2 reshapes int32 ids to ``[-1, T]`` before the lookup; its BERT from int64 ids casts them to
-    int32 first. Either way the ids import as token ids and the lookup as one Embedding."""
+    int32 first; XLNet transposes them to ``[T, B]`` (and its lookup comes out transposed). Either way the ids import
+    as token ids and the lookup as one Embedding."""
     kind = TensorProto.INT32 if form == "int32_reshape" else TensorProto.INT64
     step = node("Reshape", ["ids", "flat"], ["ids2"]) if form == "int32_reshape" else \
+        node("Transpose", ["ids"], ["ids2"], perm=[1, 0]) if form == "transpose" else \
         node("Cast", ["ids"], ["ids2"], to=TensorProto.INT32)
     nodes = [step, node("Gather", ["table", "ids2"], ["e"]), node("Relu", ["e"], ["y"])]
-    graph = helper.make_graph(nodes, "ids", [helper.make_tensor_value_info("ids", kind, [1, T])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, T, D])],
+    rows = 2 if form == "transpose" else 1                     # two sequences: a transpose is no reshape
+    out = [T, rows, D] if form == "transpose" else [1, T, D]
+    graph = helper.make_graph(nodes, "ids", [helper.make_tensor_value_info("ids", kind, [rows, T])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, out)],
                               [numpy_helper.from_array(v, k) for k, v in
                                [("table", _x(50, D)), ("flat", np.array([-1, T], np.int64))]])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     g = import_onnx(model)
     assert _ops(g)[0] == "Embedding" and g.tensors["ids"].dtype == "int64"
-    ids = RNG.integers(0, 50, (1, T)).astype(np.int32 if form == "int32_reshape" else np.int64)
+    ids = RNG.integers(0, 50, (rows, T)).astype(np.int32 if form == "int32_reshape" else np.int64)
     want = ort.InferenceSession(model.SerializeToString()).run(None, {"ids": ids})[0]
     np.testing.assert_allclose(run_float(g, {"ids": ids.astype(np.int64)})["y"], want, atol=1e-6)
 

@@ -100,7 +100,7 @@ class KeyMask:
         return key_mask(x, mask, self.expand, self.sel, self.add, self.fill, self.additive)
 
 
-_ID_SHAPE_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"})
+_ID_SHAPE_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Transpose"})
 
 
 def _id_step(node: onnx.NodeProto, tensor: str) -> bool:
@@ -169,6 +169,11 @@ def direct_token_ids(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]])
                     ok = False
         if not ok or not chain or not all(g.output[0] in shapes for g in gathers):
             continue
+        producer = {n.output[0]: n for n in chain}
+        paths = {id(g): _id_path(producer, g.input[1], vi.name) for g in gathers}
+        if any(p is None or any(n.op_type == "Transpose" and not all(n.output[0] in shapes for n in p) for n in p)
+               for p in paths.values()):
+            continue                       # a transposed chain replays its steps: their shapes must be known
         rewired = {id(g) for g in gathers if g.input[1] != vi.name}
         new_nodes: list[onnx.NodeProto] = []
         for node in model.graph.node:
@@ -177,20 +182,68 @@ def direct_token_ids(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]])
             if id(node) in rewired:
                 out = node.output[0]
                 looked = f"{out}_by_ids"
-                shape_name = f"{out}_shape"
-                model.graph.initializer.append(numpy_helper.from_array(np.array(shapes[out], np.int64), shape_name))
                 table = next(i for i in model.graph.initializer if i.name == node.input[0])
                 ids_shape = [d.dim_value for d in vi.type.tensor_type.shape.dim]
                 model.graph.value_info.append(helper.make_tensor_value_info(
                     looked, table.data_type, ids_shape + list(table.dims[1:])))
                 new_nodes.append(helper.make_node("Gather", [node.input[0], vi.name], [looked], name=node.name,
                                                   axis=0))
-                new_nodes.append(helper.make_node("Reshape", [looked, shape_name], [out],
-                                                  name=f"{node.name or out}_reshape"))
+                new_nodes += _replayed(model, paths[id(node)] or [], looked, out, shapes, list(table.dims[1:]))
                 continue
             new_nodes.append(node)
         del model.graph.node[:]
         model.graph.node.extend(new_nodes)
+
+
+def _id_path(producer: dict[str, onnx.NodeProto], tensor: str, source: str) -> list[onnx.NodeProto] | None:
+    """The chain nodes from the input ``source`` to ``tensor``, in order (None when ``tensor`` is not reached from
+    it through them alone)."""
+    path: list[onnx.NodeProto] = []
+    while tensor != source:
+        node = producer.get(tensor)
+        if node is None:
+            return None
+        path.append(node)
+        tensor = node.input[0]
+    return path[::-1]
+
+
+def _replayed(model: onnx.ModelProto, path: list[onnx.NodeProto], looked: str, out: str,
+              shapes: dict[str, tuple[int, ...]], width: list[int]) -> list[onnx.NodeProto]:
+    """The nodes giving ``out`` (a lookup by the ids after ``path``) from ``looked`` (the lookup by the ids
+    themselves): one Reshape to ``out``'s shape when ``path`` only reshapes or casts, else each step again on the
+    looked-up rows (a Transpose keeps the table's axes last, a shape step reshapes to its output's shape and
+    ``width``)."""
+    steps: list[tuple[str, tuple[int, ...]]] = []
+    if any(n.op_type == "Transpose" for n in path):
+        for n in path:
+            if n.op_type == "Transpose":
+                rank = len(shapes[n.input[0]]) if n.input[0] in shapes else len(shapes[n.output[0]])
+                perm = next((list(a.ints) for a in n.attribute if a.name == "perm"), list(range(rank))[::-1])
+                steps.append(("Transpose", tuple(int(p) % rank for p in perm) + tuple(range(rank, rank + len(width)))))
+            elif n.op_type != "Cast" and n.op_type != "Identity":
+                steps.append(("Reshape", tuple(shapes[n.output[0]]) + tuple(width)))
+    if not steps or steps[-1][0] == "Transpose":
+        steps.append(("Reshape", tuple(shapes[out])))
+    nodes: list[onnx.NodeProto] = []
+    current = looked
+    dims = next(tuple(d.dim_value for d in vi.type.tensor_type.shape.dim) for vi in model.graph.value_info
+                if vi.name == looked)
+    elem = next(vi.type.tensor_type.elem_type for vi in model.graph.value_info if vi.name == looked)
+    for k, (op, value) in enumerate(steps):
+        target = out if k == len(steps) - 1 else f"{out}_step{k}"
+        if op == "Transpose":
+            nodes.append(helper.make_node("Transpose", [current], [target], name=f"{out}_transpose{k}", perm=value))
+            dims = tuple(dims[p] for p in value)
+        else:
+            shape_name = f"{out}_shape{k}"
+            model.graph.initializer.append(numpy_helper.from_array(np.array(value, np.int64), shape_name))
+            nodes.append(helper.make_node("Reshape", [current, shape_name], [target], name=f"{out}_reshape{k}"))
+            dims = value
+        if target != out:                   # no shape inference runs after this step: its value info
+            model.graph.value_info.append(helper.make_tensor_value_info(target, elem, list(dims)))
+        current = target
+    return nodes
 
 
 def drop_nan_guards(model: onnx.ModelProto) -> None:
