@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import pytest
 from helpers import onnx_model, onnx_op_run
 from onnx import TensorProto, helper, numpy_helper
 
@@ -39,6 +40,17 @@ def test_an_empty_constant_part_of_a_concat_drops_out():
                                       {"x": x}, atol=1e-6, rtol=1e-6)
     assert graph.shape("y") == (2, 6, 4) and "none" not in graph.tensors
     assert np.abs(got - want).max() <= np.abs(want).max() / 127
+
+
+def test_an_empty_part_of_another_shape_off_the_axis_is_not_dropped():
+    """``Concat([x [2, 3, 4], e [2, 0, 5]], 1)`` is no valid graph (onnxruntime refuses it): the empty part stays, and
+    the import names the Concat whose output has no shape."""
+    from vta.compiler.ir import GraphError
+    x = _x(2, 3, 4)
+    model = onnx_model([helper.make_node("Concat", ["x", "e"], ["y"], axis=1)], {"x": x},
+                       [("e", np.zeros((2, 0, 5), np.float32))])
+    with pytest.raises(GraphError, match="no static shape for tensor 'y'"):
+        import_onnx(model)
 
 
 def test_an_input_of_no_elements_is_a_constant_of_the_import():

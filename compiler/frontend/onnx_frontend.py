@@ -157,7 +157,7 @@ def _fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:
             dims = shapes[inputs[0]]
             consts[node.output[0]] = np.array(dims[a.get("start", 0):a.get("end", len(dims))], np.int64)
             continue
-        if standard and node.op_type == "Concat" and (empty := _empty_parts(node, consts)) and \
+        if standard and node.op_type == "Concat" and (empty := _empty_parts(node, consts, shapes)) and \
                 len(empty) < len(node.input):   # a constant of no rows on the axis, as a KV cache at step 0
             node = onnx.NodeProto.FromString(node.SerializeToString())
             kept_inputs = [t for k, t in enumerate(node.input) if k not in empty]
@@ -195,12 +195,20 @@ def _fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:
     return model
 
 
-def _empty_parts(node: onnx.NodeProto, consts: dict[str, Any]) -> set[int]:
-    """Positions of a Concat's constant inputs that hold no elements along its axis (and so add nothing to it)."""
+def _empty_parts(node: onnx.NodeProto, consts: dict[str, Any], shapes: dict[str, tuple[int, ...]]) -> set[int]:
+    """Positions of a Concat's constant inputs that hold no elements along its axis (and so add nothing to it), each
+    of the other inputs' shape off the axis: a part whose other dimensions disagree, or whose fellow inputs' shapes
+    are not known yet, stays (for shape inference to judge)."""
     axis = _attrs(node).get("axis", 0)
+    others = [tuple(np.shape(consts[t])) if t in consts else shapes.get(t) for t in node.input]
     found = set()
     for k, t in enumerate(node.input):
-        if t in consts and (a := np.asarray(consts[t])).ndim and -a.ndim <= axis < a.ndim and a.shape[axis] == 0:
+        if t not in consts or not (a := np.asarray(consts[t])).ndim or not -a.ndim <= axis < a.ndim or \
+                a.shape[axis] != 0:
+            continue
+        full = [o for j, o in enumerate(others) if j != k and o is not None and 0 not in o]
+        off = [d for i, d in enumerate(a.shape) if i != axis % a.ndim]
+        if full and all(len(o) == a.ndim and [d for i, d in enumerate(o) if i != axis % a.ndim] == off for o in full):
             found.add(k)
     return found
 
