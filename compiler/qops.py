@@ -61,6 +61,7 @@ from .qops_index import pick_chosen, reference_evaluator, run_index_fn, run_regi
 from .qops_layernorm import ILAYERNORM_ATTRS, NEWTON_STEPS, RSQRT_GUESS, ilayernorm, ilayernorm_params, ilayernorm_trace
 from .qops_pool import (
     REDUCE_KINDS,
+    exact_exp,
     gain_l2_scale,
     grn_scale,
     l2_normalize,
@@ -97,7 +98,7 @@ __all__ = [
     "pool_terms", "mask_fn", "qmask_pool", "take_along", "l2_normalize", "ql2_normalize", "reference_evaluator",
     "embed", "sink_softmax", "top_k_one_hot", "run_region", "grn_scale", "qgrn_scale", "pick_chosen",
     "gain_l2_scale", "qgain_l2_scale",
-    "sum_normalize", "qsum_normalize", "log_sum_exp", "REDUCE_KINDS", "reduce_rows",
+    "sum_normalize", "qsum_normalize", "log_sum_exp", "REDUCE_KINDS", "reduce_rows", "exact_exp",
     "qreduce", "log_softmax", "qlog_softmax",
     "key_mask", "KEY_MASK_ATTRS", "softmax_key", "softmax_sink", "qmasked_log_sum_exp", "slice_take", "IGELU_A",
     "IGELU_B", "IGELU_ATTRS",
@@ -328,7 +329,7 @@ def softmax(x: np.ndarray, scale: float, axis: int = -1, bias: np.ndarray | None
     With masks, the softmax is of ``z = where(keep, x * scale + bias, fill)`` (``bias`` float and ``keep`` bool,
     each broadcast against ``x``), then of the runtime mask ``key`` when given (``{"mask": values, "expand": ...,
     "sel": ..., "add": ..., "fill": ...}``, :func:`key_mask`), and ``exp`` is the C library's, element by element
-    (:func:`_exact_exp`); without, numpy's ``exp`` as before. ``sink`` (float, ``[..., w]`` broadcast against the
+    (:func:`exact_exp`); without, numpy's ``exp`` as before. ``sink`` (float, ``[..., w]`` broadcast against the
     rows; the last axis only): logits of ``w`` more columns the denominator counts and the output drops (attention
     sinks)."""
     z = x.astype(np.float64) * scale
@@ -336,12 +337,6 @@ def softmax(x: np.ndarray, scale: float, axis: int = -1, bias: np.ndarray | None
         z = np.exp(z - z.max(axis=axis, keepdims=True))
         return (z / z.sum(axis=axis, keepdims=True)).astype(np.float32)
     return _masked_softmax(z, axis, bias, keep, fill, key, sink).astype(np.float32)
-
-
-def _exact_exp(x: np.ndarray) -> np.ndarray:
-    """``exp`` by the C library one element at a time (numpy's vectorised ``exp`` depends on the CPU's SIMD)."""
-    flat = np.asarray(x, np.float64).ravel()
-    return np.fromiter(map(math.exp, flat.tolist()), np.float64, flat.size).reshape(np.shape(x))
 
 
 def _masked_logits(z: np.ndarray, bias: np.ndarray | None, keep: np.ndarray | None, fill: float,
@@ -369,14 +364,14 @@ def qmasked_log_sum_exp(x: np.ndarray, scale: float, out_scale: float, axis: int
 def _masked_softmax(z: np.ndarray, axis: int, bias: np.ndarray | None, keep: np.ndarray | None,
                     fill: float, key: Mapping[str, Any] | None = None, sink: np.ndarray | None = None) -> np.ndarray:
     """float64 softmax of ``where(keep, z + bias, fill)``, then the runtime mask ``key``, along ``axis`` with
-    :func:`_exact_exp`, the ``sink`` columns (if any) counted in the denominator only; a row whose every value is
+    :func:`exact_exp`, the ``sink`` columns (if any) counted in the denominator only; a row whose every value is
     -inf is 0 (not NaN)."""
     z = _masked_logits(z, bias, keep, fill, key)
     if sink is not None:
-        return sink_softmax(z, sink, _exact_exp)
+        return sink_softmax(z, sink, exact_exp)
     top = z.max(axis=axis, keepdims=True)
     dead = np.isneginf(top)                       # a row masked out whole by -inf fills: 0, as exporters' NaN guard
-    e = _exact_exp(z - np.where(dead, 0.0, top))
+    e = exact_exp(z - np.where(dead, 0.0, top))
     return e / np.where(dead, 1.0, e.sum(axis=axis, keepdims=True))
 
 

@@ -27,7 +27,7 @@ from .qops_index import run_region
 
 __all__ = ["pool_terms", "mask_pool", "qmask_pool", "l2_normalize", "ql2_normalize", "mask_fn", "sum_normalize",
            "qsum_normalize", "grn_scale", "qgrn_scale", "gain_l2_scale", "qgain_l2_scale", "log_sum_exp",
-           "REDUCE_KINDS", "reduce_rows", "qreduce", "log_softmax", "qlog_softmax"]
+           "REDUCE_KINDS", "reduce_rows", "qreduce", "log_softmax", "qlog_softmax", "exact_exp"]
 
 REDUCE_KINDS = {"ReduceMin": "min", "ReduceL1": "l1", "ReduceL2": "l2", "ReduceSumSquare": "sum_square",
                 "ReduceLogSum": "log_sum", "ReduceLogSumExp": "log_sum_exp"}
@@ -143,6 +143,29 @@ def mask_fn(encoded: str, mask: np.ndarray) -> np.ndarray:
     return term.astype(np.float32)
 
 
+def exact_exp(x: np.ndarray) -> np.ndarray:
+    """``exp(x)`` in float64 by the C library's ``exp``, one element at a time: numpy's vectorised ``exp`` is chosen
+    by the CPU's instruction set (AVX-512 or not) and may differ from it in the last bit."""
+    flat = np.asarray(x, np.float64).ravel()
+    return np.fromiter(map(_exp, flat.tolist()), np.float64, flat.size).reshape(np.shape(x))
+
+
+def _exp(v: float) -> float:
+    """``math.exp(v)``, or infinity where it overflows (as IEEE arithmetic and numpy give)."""
+    try:
+        return math.exp(v)
+    except OverflowError:
+        return math.inf
+
+
+def _logs(x: np.ndarray) -> np.ndarray:
+    """``log(x)`` in float64 by the C library's ``log``, one element at a time (as :func:`exact_exp`): ``-inf`` at 0,
+    NaN below."""
+    flat = np.asarray(x, np.float64).ravel()
+    return np.fromiter((math.log(v) if v > 0 else -math.inf if v == 0 else math.nan for v in flat.tolist()),
+                       np.float64, flat.size).reshape(np.shape(x))
+
+
 def log_sum_exp(x: np.ndarray, axis: int) -> np.ndarray:
     """Float ``log(sum(exp(x), axis))`` (the axis kept) in float64: shifted by the row's largest value, ``exp`` and
     ``log`` by the C library element by element (numpy's vectorised ones depend on the CPU's SIMD); ``-inf`` for a
@@ -150,21 +173,7 @@ def log_sum_exp(x: np.ndarray, axis: int) -> np.ndarray:
     z = np.asarray(x, np.float64)
     top = z.max(axis=axis, keepdims=True)
     top = np.where(np.isfinite(top), top, 0.0) if np.isneginf(top).any() else top
-    flat = (z - top).ravel().tolist()
-    total = np.fromiter(map(_exp, flat), np.float64, len(flat)).reshape(z.shape).sum(axis=axis, keepdims=True)
-    logs = np.fromiter(map(_log, total.ravel().tolist()), np.float64, total.size).reshape(total.shape)
-    return top + logs
-
-
-def _exp(v: float) -> float:
-    try:
-        return math.exp(v)
-    except OverflowError:
-        return math.inf
-
-
-def _log(v: float) -> float:
-    return math.log(v) if v > 0 else -math.inf if v == 0 else math.nan
+    return top + _logs(exact_exp(z - top).sum(axis=axis, keepdims=True))
 
 
 def reduce_rows(x: np.ndarray, kind: str, axis: int) -> np.ndarray:
@@ -175,13 +184,17 @@ def reduce_rows(x: np.ndarray, kind: str, axis: int) -> np.ndarray:
         return log_sum_exp(z, axis)
     if kind == "min":
         return z.min(axis=axis, keepdims=True)
-    total = np.abs(z).sum(axis=axis, keepdims=True) if kind == "l1" else \
-        (z * z).sum(axis=axis, keepdims=True) if kind in ("l2", "sum_square") else z.sum(axis=axis, keepdims=True)
-    if kind == "l2":
-        return np.sqrt(total)
-    if kind == "log_sum":
-        return np.fromiter(map(_log, total.ravel().tolist()), np.float64, total.size).reshape(total.shape)
-    return total
+    return _from_sum(_summand(z, kind).sum(axis=axis, keepdims=True), kind)
+
+
+def _summand(x: np.ndarray, kind: str) -> np.ndarray:
+    """What reduction ``kind`` (a sum: l1, l2, sum_square, log_sum) adds up: ``|x|``, ``x * x`` or ``x``."""
+    return np.abs(x) if kind == "l1" else x * x if kind in ("l2", "sum_square") else x
+
+
+def _from_sum(total: np.ndarray, kind: str) -> np.ndarray:
+    """Reduction ``kind`` from its sum (float64): the square root (l2), the log (log_sum), else the sum."""
+    return np.sqrt(total) if kind == "l2" else _logs(total) if kind == "log_sum" else total
 
 
 def qreduce(x: np.ndarray, kind: str, axis: int, scale: float, out_scale: float) -> np.ndarray:
@@ -189,14 +202,12 @@ def qreduce(x: np.ndarray, kind: str, axis: int, scale: float, out_scale: float)
     int64, the rest in float64; ``clip(rint(. / out_scale))``, an infinite value (``log`` of 0) clipped, NaN (``log``
     of a negative sum) 0. The same bits on every machine."""
     xi = np.asarray(x, np.int64)
-    if kind in ("l1", "l2", "sum_square", "log_sum"):
-        total = (np.abs(xi) if kind == "l1" else xi * xi if kind != "log_sum" else xi).sum(axis=axis, keepdims=True)
-        y = total.astype(np.float64) * (scale * scale if kind == "sum_square" else scale)
-        y = np.sqrt(total.astype(np.float64)) * scale if kind == "l2" else y
-        if kind == "log_sum":
-            y = np.fromiter(map(_log, y.ravel().tolist()), np.float64, y.size).reshape(y.shape)
-    else:
+    if kind in ("min", "log_sum_exp"):
         y = reduce_rows(xi.astype(np.float64) * scale, kind, axis)
+    else:                                # the exact sum in int64, then scaled (a sum of squares: twice)
+        total = _summand(xi, kind).sum(axis=axis, keepdims=True).astype(np.float64)
+        y = np.sqrt(total) * scale if kind == "l2" else \
+            _from_sum(total * (scale * scale if kind == "sum_square" else scale), kind)
     q = np.nan_to_num(y / out_scale, nan=0.0, posinf=127.0, neginf=-128.0)
     return np.clip(np.rint(q), -128, 127).astype(np.int8)
 

@@ -20,6 +20,7 @@ from ..ir import Graph, GraphError, Node
 from ..qops import (
     KEY_MASK_ATTRS,
     embed,
+    exact_exp,
     gain_l2_scale,
     grn_scale,
     key_mask,
@@ -145,21 +146,6 @@ def avgpool(x: np.ndarray, kernel: Sequence[int], strides: Sequence[int], pads: 
 
 def _clip(x: np.ndarray, lo: float | None, hi: float | None) -> np.ndarray:
     return np.clip(x, -np.inf if lo is None else lo, np.inf if hi is None else hi)
-
-
-def exact_exp(x: np.ndarray) -> np.ndarray:
-    """``exp(x)`` in float64 by the C library's ``exp``, one element at a time: numpy's vectorised ``exp`` is chosen
-    by the CPU's instruction set (AVX-512 or not) and may differ from it in the last bit."""
-    flat = np.asarray(x, np.float64).ravel()
-    return np.fromiter(map(_exp, flat.tolist()), np.float64, flat.size).reshape(np.shape(x))
-
-
-def _exp(v: float) -> float:
-    """``math.exp(v)``, or infinity where it overflows (as IEEE arithmetic and numpy give)."""
-    try:
-        return math.exp(v)
-    except OverflowError:
-        return math.inf
 
 
 def _softmax(x: np.ndarray, axis: int) -> np.ndarray:
