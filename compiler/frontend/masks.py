@@ -188,7 +188,8 @@ def direct_token_ids(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]])
                     looked, table.data_type, ids_shape + list(table.dims[1:])))
                 new_nodes.append(helper.make_node("Gather", [node.input[0], vi.name], [looked], name=node.name,
                                                   axis=0))
-                new_nodes += _replayed(model, paths[id(node)] or [], looked, out, shapes, list(table.dims[1:]))
+                new_nodes += _replayed(model, paths[id(node)] or [], looked, out, shapes, list(table.dims[1:]),
+                                       tuple(ids_shape + list(table.dims[1:])), table.data_type)
                 continue
             new_nodes.append(node)
         del model.graph.node[:]
@@ -209,11 +210,12 @@ def _id_path(producer: dict[str, onnx.NodeProto], tensor: str, source: str) -> l
 
 
 def _replayed(model: onnx.ModelProto, path: list[onnx.NodeProto], looked: str, out: str,
-              shapes: dict[str, tuple[int, ...]], width: list[int]) -> list[onnx.NodeProto]:
+              shapes: dict[str, tuple[int, ...]], width: list[int], dims: tuple[int, ...], elem: int
+              ) -> list[onnx.NodeProto]:
     """The nodes giving ``out`` (a lookup by the ids after ``path``) from ``looked`` (the lookup by the ids
-    themselves): one Reshape to ``out``'s shape when ``path`` only reshapes or casts, else each step again on the
-    looked-up rows (a Transpose keeps the table's axes last, a shape step reshapes to its output's shape and
-    ``width``)."""
+    themselves, of shape ``dims`` and element type ``elem``): one Reshape to ``out``'s shape when ``path`` only
+    reshapes or casts, else each step again on the looked-up rows (a Transpose keeps the table's axes last, a shape
+    step reshapes to its output's shape and ``width``)."""
     steps: list[tuple[str, tuple[int, ...]]] = []
     if any(n.op_type == "Transpose" for n in path):
         for n in path:
@@ -227,9 +229,6 @@ def _replayed(model: onnx.ModelProto, path: list[onnx.NodeProto], looked: str, o
         steps.append(("Reshape", tuple(shapes[out])))
     nodes: list[onnx.NodeProto] = []
     current = looked
-    dims = next(tuple(d.dim_value for d in vi.type.tensor_type.shape.dim) for vi in model.graph.value_info
-                if vi.name == looked)
-    elem = next(vi.type.tensor_type.elem_type for vi in model.graph.value_info if vi.name == looked)
     for k, (op, value) in enumerate(steps):
         target = out if k == len(steps) - 1 else f"{out}_step{k}"
         if op == "Transpose":

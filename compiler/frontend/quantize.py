@@ -669,11 +669,9 @@ class _Quantizer:
         into it (:meth:`softmax_mask`, :meth:`key_mask`) goes along as attributes (a runtime mask also as input
         1)."""
         out = node.outputs[0]
-        src, mask = self.masks.get(node.inputs[0], (node.inputs[0], {}))        # (a log-sum-exp may read it too)
+        src, inputs, mask = self._masked(node.inputs[0])
         if node.attrs.get("sink") is not None:                # attention sinks: logits only the denominator counts
             mask = {**mask, "sink": np.asarray(node.attrs["sink"], np.float32)}
-        runtime = self.key_masks.get(node.inputs[0])
-        inputs = [src] if runtime is None else [src, runtime[1]]
         if node.attrs.get("sink_input"):                     # sinks computed from the activations: the last input
             inputs.append(node.inputs[1])
             mask = {**mask, "sink_scale": self.scales[node.inputs[1]]}
@@ -685,18 +683,25 @@ class _Quantizer:
         self.qg.add_node("QSoftmax", node.name, inputs, [self.wide_out(out, self.act_scale(out))],
                          axis=node.attrs["axis"], scale=self.scales[src], out_scale=self.act_scale(out), **mask)
 
+    def _masked(self, scores: str) -> tuple[str, list[str], dict[str, Any]]:
+        """The masks fused into a reader of ``scores`` (:meth:`softmax_mask`, :meth:`key_mask`; several readers may
+        share them): the scores before them, the reader's inputs (a runtime mask as input 1) and the mask
+        attributes."""
+        src, mask = self.masks.get(scores, (scores, {}))
+        runtime = self.key_masks.get(scores)
+        return src, [src] if runtime is None else [src, runtime[1]], mask
+
     def reduce(self, node: Node) -> None:
         """Reduce -> QReduce (:meth:`row_norm`); a log-sum-exp of masked scores takes their masks as a Softmax does
-        (:meth:`softmax_mask`, :meth:`key_mask`): attributes, a runtime mask also as input 1."""
+        (:meth:`_masked`): attributes, a runtime mask also as input 1."""
         if node.inputs[0] not in self.masks:
             self.row_norm(node)
             return
-        src, mask = self.masks[node.inputs[0]]
-        runtime = self.key_masks.get(node.inputs[0])
+        src, inputs, mask = self._masked(node.inputs[0])
         out = node.outputs[0]
         sy = self.act_scale(out)
-        self.qg.add_node("QReduce", node.name, [src] if runtime is None else [src, runtime[1]],
-                         [self.wide_out(out, sy)], **node.attrs, scale=self.scales[src], out_scale=sy, **mask)
+        self.qg.add_node("QReduce", node.name, inputs, [self.wide_out(out, sy)], **node.attrs, scale=self.scales[src],
+                         out_scale=sy, **mask)
 
     def log_softmax(self, node: Node) -> None:
         """LogSoftmax -> float32 LogSoftmax of the int8 input at a graph output no node reads (a classifier's last

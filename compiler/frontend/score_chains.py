@@ -347,14 +347,8 @@ def _drop_max_shifts(g: _Graph) -> bool:
 
 def _reduces_last(g: _Graph, node: onnx.NodeProto, rank: int) -> bool:
     """``node`` (a ReduceMax) reduces the last axis alone and keeps it (axes an attribute, or an input of opset 18)."""
-    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-    if not attrs.get("keepdims", 1):
-        return False
-    axes = attrs.get("axes")
-    if axes is None and len(node.input) > 1 and node.input[1]:
-        value = g.constant(node.input[1])
-        axes = None if value is None else value.ravel().tolist()
-    return axes is not None and [int(a) % rank for a in axes] == [rank - 1]
+    axes = _reduce_axes_of(g, node)
+    return _keeps_dims(node) and axes is not None and [a % rank for a in axes] == [rank - 1]
 
 
 def normalize(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]) -> bool:
@@ -484,9 +478,8 @@ def fuse_log_softmax(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]])
         z = lse.input[0]
         rank = len(shapes.get(z, ()))
         axes = _reduce_axes_of(g, lse)
-        keep = next((a.i for a in lse.attribute if a.name == "keepdims"), 1)
         readers = g.readers.get(lse.output[0], [])
-        if not rank or axes is None or len(axes) != 1 or not keep or lse.output[0] in g.outputs or \
+        if not rank or axes is None or len(axes) != 1 or not _keeps_dims(lse) or lse.output[0] in g.outputs or \
                 len(readers) != 1 or readers[0].op_type != "Sub" or list(readers[0].input) != [z, lse.output[0]]:
             continue
         sub, axis = readers[0], axes[0] % rank
@@ -500,8 +493,7 @@ def fuse_log_softmax(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]])
             peak = g.producer.get(shift.input[1])
             peak_axes = _reduce_axes_of(g, peak) if peak is not None and peak.op_type == "ReduceMax" else None
             if peak is not None and peak_axes is not None and [a % rank for a in peak_axes] == [axis] and \
-                    peak.input[0] == shift.input[0] and \
-                    next((a.i for a in peak.attribute if a.name == "keepdims"), 1) and \
+                    peak.input[0] == shift.input[0] and _keeps_dims(peak) and \
                     g.readers.get(peak.output[0]) == [shift] and peak.output[0] not in g.outputs:
                 source = shift.input[0]
         fused = helper.make_node("Softmax" if exp is not None else "LogSoftmax", [source], [last.output[0]],
@@ -524,6 +516,11 @@ def _reduce_axes_of(g: _Graph, node: onnx.NodeProto) -> list[int] | None:
         value = g.constant(node.input[1])
         return None if value is None else [int(a) for a in value.ravel()]
     return None
+
+
+def _keeps_dims(node: onnx.NodeProto) -> bool:
+    """A reduction that keeps its reduced axes (``keepdims``, 1 by default)."""
+    return bool(next((a.i for a in node.attribute if a.name == "keepdims"), 1))
 
 
 def _fuse_log_sum_exps(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]) -> int:
