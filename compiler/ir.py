@@ -130,7 +130,8 @@ FLOAT_OPS: dict[str, tuple[str, ...]] = {
     "GRNScale": ("axes", "epsilon"),                     # x * G / (mean(G, last axis) + epsilon), G = ||x||_2 over
                                                          # axes (ConvNeXt-V2's GRN without its gamma, beta, residual)
     "PointwiseFn": ("onnx",),                            # x -> f(x) element by element, f an ONNX subgraph (base64)
-                                                         # of element-wise nodes, see frontend.pointwise
+                                                         # of element-wise nodes, see frontend.pointwise; or of two
+                                                         # inputs a, b (broadcast): f(a, b)
     "MaskFn": ("onnx",),                                 # mask (int64 0/1) -> a float32 additive term by an ONNX
                                                          # subgraph (base64), read by an additive KeyMask
     "MaskPool": ("onnx", "axes", "keepdims"),            # inputs x, mask (an int64 graph input of 0/1): a masked
@@ -182,6 +183,8 @@ QUANT_OPS: dict[str, tuple[str, ...]] = {
     "Slice": ("axes", "indices"),
     "Where": ("keep", "fill"),                           # fill an int8
     "QLut": ("table",),                                  # y = table[x + 128], table int8 [256]; optional "function"
+    "QLut2": ("table",),                                 # y = table[a + 128, b + 128], table int8 [256, 256], a and b
+                                                         # broadcast (a PointwiseFn of two inputs)
     "QGelu": ("qb", "f", "k1", "qc", "k2", "multiplier", "shift"),  # I-BERT's integer GELU, qops.igelu (ALU steps)
     "QILayerNorm": ("channels", "k", "mc", "k2", "mc2", "eps_steps", "shift", "mq", "bq"),  # qops.ilayernorm
     "QISoftmax": ("channels", "k", "m", "mq", "shift"),  # int8 -> int8, last axis, no masks: qops.isoftmax

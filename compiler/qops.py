@@ -467,6 +467,12 @@ def lut(x: np.ndarray, table: np.ndarray) -> np.ndarray:
     return np.asarray(table, np.int8)[x.astype(np.int64) + 128]
 
 
+def lut2(a: np.ndarray, b: np.ndarray, table: np.ndarray) -> np.ndarray:
+    """int8 lookup of a pair, ``table[a + 128, b + 128]`` (``table``: 256 x 256 int8 values, row ``a``, column
+    ``b``), ``a`` and ``b`` broadcast against each other as numpy does: the output has their broadcast shape."""
+    return np.asarray(table, np.int8).reshape(256, 256)[a.astype(np.int64) + 128, b.astype(np.int64) + 128]
+
+
 IGELU_A, IGELU_B = -0.2888, -1.769
 """I-BERT's second-order fit of erf (Kim et al. 2021): ``L(x) = sgn(x) * (a * (min(|x|, -b) + b)**2 + 1)``."""
 IGELU_ATTRS = ("qb", "f", "k1", "qc", "k2", "multiplier", "shift")
@@ -663,6 +669,7 @@ QOPS: dict[str, OpFn] = {
                                       n.attrs.get("bias"), n.attrs.get("keep"), n.attrs.get("fill", 0.0),
                                       softmax_key(n, v), softmax_sink(n, v)),
     "QMatMul": lambda n, v: qmatmul(v[0], v[1], n.attrs["multiplier"], n.attrs["shift"]),
+    "QLut2": lambda n, v: lut2(v[0], v[1], n.attrs["table"]),
     "QGelu": lambda n, v: igelu(v[0], *(int(n.attrs[k]) for k in IGELU_ATTRS)),
     "QILayerNorm": lambda n, v: ilayernorm(v[0], *(n.attrs[k] for k in ILAYERNORM_ATTRS)),
     "QISoftmax": lambda n, v: isoftmax(v[0], *(n.attrs[k] for k in ISOFTMAX_ATTRS)),

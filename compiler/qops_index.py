@@ -78,13 +78,15 @@ def _evaluator(encoded: str) -> tuple[Any, np.dtype]:
     return reference_evaluator(model), onnx.helper.tensor_dtype_to_np_dtype(kind)
 
 
-def run_region(encoded: str, value: np.ndarray, failure: str) -> list[np.ndarray]:
+def run_region(encoded: str, value: np.ndarray, failure: str, *more: np.ndarray) -> list[np.ndarray]:
     """The outputs of the base64 region model ``encoded`` (a part of a model's ONNX graph with one input: token ids
-    or a mask) for ``value``, fed in the input's type; ValueError starting with ``failure`` when the evaluator
-    fails on it. The mechanism of ``IndexFn``, ``MaskPool`` and ``MaskFn``."""
+    or a mask; or with one input per value given, ``value`` then ``more``, as an element-wise region of two
+    activations) for ``value``, fed in the first input's type; ValueError starting with ``failure`` when the
+    evaluator fails on it. The mechanism of ``IndexFn``, ``MaskPool``, ``MaskFn`` and ``PointwiseFn``."""
     run, dtype = _evaluator(encoded)
+    feeds = {name: np.asarray(v).astype(dtype) for name, v in zip(run.input_names, (value, *more))}
     try:
-        return [np.asarray(out) for out in run.run(None, {run.input_names[0]: np.asarray(value).astype(dtype)})]
+        return [np.asarray(out) for out in run.run(None, feeds)]
     except Exception as err:  # noqa: BLE001 - the evaluator's own errors, on the model's own arithmetic
         raise ValueError(f"{failure} ({type(err).__name__}: {err})") from None
 

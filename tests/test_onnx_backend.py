@@ -82,6 +82,12 @@ KNOWN_DEFECTS: tuple[str, ...] = ()
 """Valid models the frontend reports wrongly (as malformed): expected failures until fixed. None today: a Constant
 node as the graph output, Dropout's mask and BatchNormalization's training mode are refused with their reasons."""
 
+INT8_MISSES: tuple[str, ...] = (r"^test_pow_(cpu|fsim)$",)
+"""Cases that run but miss the int8 tolerance for a reason of int8 itself: expected failures, so that a change of
+their accuracy is noticed. ``test_pow``, ``x ** y`` of two activations with ``x`` from 0 to 59: the base's int8 step
+(0.46) times the power's slope (``y * x ** (y - 1)``, up to several hundred) is beyond ``2 * s_out + s_in``; the
+lab runs it as a table of the pairs of int8 values (frontend/pointwise.py) and reports its error."""
+
 
 @cache
 def _node_cases() -> dict[str, Any]:
@@ -157,7 +163,7 @@ class _Runner(onnx.backend.test.BackendTest):
 _backend_test = _Runner(_Checked, __name__)
 for _name in _case_names():
     _backend_test.include(rf"^{re.escape(_name)}_({'|'.join(d.lower() for d in DEVICES)})$")
-for _pattern in KNOWN_DEFECTS:
+for _pattern in (*KNOWN_DEFECTS, *INT8_MISSES):
     _backend_test.xfail(_pattern)
 OnnxBackendNodeModelTest = _backend_test.test_cases["OnnxBackendNodeModelTest"]
 """onnx's node cases (only the node category: the model categories need downloads or take no int8 tolerance)."""
@@ -250,11 +256,10 @@ def test_a_constant_input_is_frozen_at_the_first_run(x):
 
 def test_an_unsupported_model_raises_the_frontends_error_unchanged():
     from vta.compiler.frontend.onnx_frontend import import_onnx
-    nodes = [helper.make_node("Tan", ["x"], ["b"], name="tan"), helper.make_node("Acos", ["z"], ["c"], name="acos"),
-             helper.make_node("Add", ["b", "c"], ["y"])]
+    nodes = [helper.make_node("Tan", ["x"], ["b"], name="tan"), helper.make_node("Acos", ["z"], ["c"], name="acos")]
     graph = helper.make_graph(nodes, "trig", [helper.make_tensor_value_info(t, TensorProto.FLOAT, [1, 4])
                                               for t in ("x", "z")],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
+                              [helper.make_tensor_value_info(t, TensorProto.FLOAT, [1, 4]) for t in ("b", "c")])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
     with pytest.raises(UnsupportedModelError) as direct:
         import_onnx(model)

@@ -1,7 +1,7 @@
-"""Element-wise regions of one activation fused into one function (compiler/frontend/pointwise.py): which regions
-fuse (one source, one-element constants, a node no rule takes, at least two nodes), which stay node by node or
-refused, the float import against onnxruntime, the table within the int8 tolerance, and a block with the fused
-activation between two linear layers bit-exact on fsim."""
+"""Element-wise regions of one or two activations fused into one function (compiler/frontend/pointwise.py): which
+regions fuse (one source and at least two nodes, or two sources; one-element constants; a node no rule takes), which
+stay node by node or refused, the float import against onnxruntime, the table (256 or 256 x 256 entries) within the
+int8 tolerance, and blocks with the fused function between linear layers bit-exact on fsim."""
 from __future__ import annotations
 
 import numpy as np
@@ -88,20 +88,21 @@ def test_regions_the_rules_take_node_by_node_compile_as_before():
 
 
 def test_a_tensor_read_outside_the_region_becomes_its_source():
-    """h = x + 1 feeds the region and a product with another input z: the region starts at h, the Add stays."""
-    x, z = _x(1, 4, 16), _x(1, 4, 16)
+    """h = x + 1 feeds the region and a linear layer: the region starts at h, the Add stays."""
+    x = _x(1, 4, 16)
     nodes = [_n("Add", ["x", "one"], "h"), _n("Greater", ["h", "zero"], "gt"), _n("Mul", ["h", "slope"], "hs"),
-             _n("Where", ["gt", "h", "hs"], "r"), _n("Mul", ["h", "z"], "hz"), _n("Add", ["r", "hz"], "y")]
-    graph, *_ = onnx_op_run(onnx_model(nodes, {"x": x, "z": z}, _scalars(one=1, zero=0, slope=0.1)),
-                            {"x": x, "z": z}, atol=1e-5, rtol=1e-5)
+             _n("Where", ["gt", "h", "hs"], "r"), _n("MatMul", ["h", "w"], "hw"), _n("MatMul", ["r", "w"], "rw"),
+             _n("Sub", ["rw", "hw"], "y")]
+    graph, *_ = onnx_op_run(onnx_model(nodes, {"x": x}, [*_scalars(one=1, zero=0, slope=0.1), ("w", _x(16, 16))]),
+                            {"x": x}, atol=1e-4, rtol=1e-4)
     fn = next(n for n in graph.nodes if n.op == "PointwiseFn")
     assert fn.inputs == ["h"] and fn.outputs == ["r"]
-    assert _ops(graph).count("PointwiseFn") == 1 and _ops(graph).count("Add") == 2
+    assert _ops(graph).count("PointwiseFn") == 1 and any(n.op == "Add" and n.outputs == ["h"] for n in graph.nodes)
 
 
 @pytest.mark.parametrize("nodes, consts, refused", [
-    # two activations meet: the condition reads x, the values read z
-    ([_n("Greater", ["x", "zero"], "gt"), _n("Where", ["gt", "z", "x"], "y")], _scalars(zero=0), "Greater"),
+    # three activations meet: the condition reads x, the values read z and v (a table of 2**24 entries)
+    ([_n("Greater", ["x", "zero"], "gt"), _n("Where", ["gt", "z", "v"], "y")], _scalars(zero=0), "Greater"),
     # a constant of more than one value makes the function depend on the position
     ([_n("Greater", ["x", "c"], "gt"), _n("Where", ["gt", "x", "zero"], "y")],
      [("c", _x(16)), ("zero", np.array(0, np.float32))], "Greater"),
@@ -111,7 +112,7 @@ def test_a_tensor_read_outside_the_region_becomes_its_source():
 def test_regions_that_are_not_one_function_of_one_activation_stay_refused(nodes, consts, refused):
     x = _x(1, 4, 16)
     with pytest.raises((UnsupportedModelError, UnsupportedOperatorError)) as err:
-        import_onnx(onnx_model(nodes, {"x": x, "z": _x(1, 4, 16)}, consts))
+        import_onnx(onnx_model(nodes, {"x": x, "z": _x(1, 4, 16), "v": _x(1, 4, 16)}, consts))
     assert f"{refused} (node" in str(err.value) or f"'{refused}'" in str(err.value)
 
 
@@ -136,3 +137,92 @@ def test_xielu_between_two_linear_layers_on_fsim_is_bit_exact_with_the_reference
     assert any(n.op == "QLut" and n.attrs["function"] == "PointwiseFn" for n in compiled.graph.nodes)
     out = run(compiled, {"x": x}, target="fsim")
     np.testing.assert_array_equal(out.outputs["y"], qops.run_reference(compiled.graph, {"x": x})["y"])
+
+
+# ---- regions of two activations: y = f(a, b), a 256 x 256 table ------------------------------------------------
+@pytest.mark.parametrize("nodes, consts, steps", [
+    # RWKV's and xLSTM's stabilizer: the larger of two activations (one node)
+    ([_n("Max", ["a", "b"], "y")], [], 2),
+    ([_n("Min", ["a", "b"], "y")], [], 2),
+    # a quotient of two activations, the denominator kept away from 0
+    ([_n("Abs", ["b"], "ab"), _n("Add", ["ab", "one"], "den"), _n("Div", ["a", "den"], "y")], _scalars(one=1), 3),
+    # the condition reads a, the values read a and b
+    ([_n("Greater", ["a", "zero"], "gt"), _n("Where", ["gt", "b", "a"], "y")], _scalars(zero=0), 2),
+    # a power of two activations, the base kept positive: (1 + |a|) ** (b / 4)
+    ([_n("Abs", ["a"], "aa"), _n("Add", ["aa", "one"], "base"), _n("Div", ["b", "four"], "e"),
+      _n("Pow", ["base", "e"], "y")], _scalars(one=1, four=4), 3),
+])
+def test_regions_of_two_activations_fuse_into_one_pair_table_within_the_int8_tolerance(nodes, consts, steps):
+    a, b = _x(2, 6, 16, spread=2.0), _x(2, 6, 16, spread=2.0)
+    graph, qgraph, got, want = onnx_op_run(onnx_model(nodes, {"a": a, "b": b}, consts), {"a": a, "b": b},
+                                           atol=1e-5, rtol=1e-5)
+    assert _ops(graph) == ["PointwiseFn"] and sorted(graph.nodes[0].inputs) == ["a", "b"]
+    lut = next(n for n in qgraph.nodes if n.op == "QLut2")
+    assert np.asarray(lut.attrs["table"]).shape == (256, 256)
+    s_out = next(n.attrs["scale"] for n in qgraph.nodes if n.op == "Dequantize")
+    s_in = max(n.attrs["scale"] for n in qgraph.nodes if n.op == "Quantize")
+    assert np.abs(got - want).max() <= steps * s_out + s_in
+
+
+def test_a_pair_table_broadcasts_its_two_activations_as_onnx_does():
+    """a [2, 6, 16] over b [2, 6, 1] (a per-token denominator): the output has a's shape, each row divided by its own
+    value; the pair table's lookup broadcasts as numpy does."""
+    a, b = _x(2, 6, 16, spread=2.0), _x(2, 6, 1, spread=2.0)
+    nodes = [_n("Mul", ["b", "b"], "bb"), _n("Add", ["bb", "one"], "den"), _n("Div", ["a", "den"], "y")]
+    graph, qgraph, got, want = onnx_op_run(onnx_model(nodes, {"a": a, "b": b}, _scalars(one=1)), {"a": a, "b": b},
+                                           atol=1e-5, rtol=1e-5)
+    assert _ops(graph) == ["PointwiseFn"] and got.shape == (2, 6, 16)
+    s_out = next(n.attrs["scale"] for n in qgraph.nodes if n.op == "Dequantize")
+    s_in = max(n.attrs["scale"] for n in qgraph.nodes if n.op == "Quantize")
+    assert np.abs(got - want).max() <= 3 * s_out + s_in
+    table = np.arange(256 * 256).astype(np.int8).reshape(256, 256)
+    qa = np.array([[-128, 0, 127]], np.int8)
+    qb = np.array([[5], [-7]], np.int8)
+    np.testing.assert_array_equal(qops.lut2(qa, qb, table), table[qa.astype(int) + 128, qb.astype(int) + 128])
+
+
+def test_two_activations_the_rules_take_stay_node_by_node():
+    """a + b, a * sigmoid(b) (no trigger): the importer's own rules, the Add on the accelerator, no pair table."""
+    a, b = _x(1, 4, 16), _x(1, 4, 16)
+    nodes = [_n("Sigmoid", ["b"], "s"), _n("Mul", ["a", "s"], "g"), _n("Add", ["g", "b"], "y")]
+    graph = import_onnx(onnx_model(nodes, {"a": a, "b": b}))
+    assert "PointwiseFn" not in _ops(graph)
+
+
+def test_an_xlstm_style_stabilizer_between_linear_layers_on_fsim_is_bit_exact_with_the_reference(tmp_path,
+                                                                                                 monkeypatch):
+    """m = max(f + c, i), then exp(i - m) (xLSTM's input gate): the region reads two linear layers' outputs; on
+    fsim the whole graph gives the integer reference's bits, and the pair table runs on the CPU."""
+    from vta.compiler.pipeline import compile_model
+    from vta.compiler.runtime.compiled import AccelStep
+    from vta.compiler.runtime.executor import run
+    monkeypatch.setenv("VTA_CACHE_DIR", str(tmp_path))
+    x = _x(1, 16, 32)
+    nodes = [_n("MatMul", ["x", "wf"], "f"), _n("MatMul", ["x", "wi"], "i"), _n("Add", ["f", "c"], "fc"),
+             _n("Max", ["fc", "i"], "m"), _n("Sub", ["i", "m"], "d"), _n("Exp", ["d"], "g"),
+             _n("MatMul", ["g", "wo"], "y")]
+    path = tmp_path / "stabilizer.onnx"
+    onnx.save(onnx_model(nodes, {"x": x}, [("wf", _x(32, 32, spread=0.2)), ("wi", _x(32, 32, spread=0.2)),
+                                          ("wo", _x(32, 16, spread=0.2)), *_scalars(c=0.5)]), str(path))
+    compiled = compile_model(str(path), VTAConfig(), calib=2, policy="accel")
+    assert sum(isinstance(s, AccelStep) and s.node.op == "QConv2d" for s in compiled.steps) == 3
+    lut = next(n for n in compiled.graph.nodes if n.op == "QLut2")
+    assert len(lut.inputs) == 2
+    out = run(compiled, {"x": x}, target="fsim")
+    np.testing.assert_array_equal(out.outputs["y"], qops.run_reference(compiled.graph, {"x": x})["y"])
+
+
+@pytest.mark.parametrize("op, count, ops", [
+    ("Max", 3, ["PointwiseFn", "PointwiseFn"]),        # max(max(a, b), c): two pair tables
+    ("Min", 4, ["PointwiseFn"] * 3),
+    ("Sum", 3, ["Add", "Add"]),
+    ("Mean", 3, ["Add", "Add", "Mul"]),
+])
+def test_variadic_max_min_sum_and_mean_split_into_two_input_chains(op, count, ops):
+    feeds = {f"x{k}": _x(2, 8) for k in range(count)}
+    graph, qgraph, got, want = onnx_op_run(onnx_model([_n(op, list(feeds), "y")], feeds), feeds, atol=1e-5,
+                                           rtol=1e-5)
+    assert _ops(graph) == ops
+    s_out = next(n.attrs["scale"] for n in qgraph.nodes if n.op == "Dequantize")
+    s_in = max(n.attrs["scale"] for n in qgraph.nodes if n.op == "Quantize")
+    assert np.abs(got - want).max() <= (count - 1) * (2 * s_out + s_in)

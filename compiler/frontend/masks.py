@@ -597,17 +597,19 @@ def drop_dead_nodes(model: onnx.ModelProto) -> None:
         model.graph.node.extend(kept)
 
 
-def region_model(model: onnx.ModelProto, nodes: list[onnx.NodeProto], source: onnx.ValueInfoProto, wanted: list[str],
+def region_model(model: onnx.ModelProto, nodes: list[onnx.NodeProto],
+                 source: onnx.ValueInfoProto | Sequence[onnx.ValueInfoProto], wanted: list[str],
                  outputs: list[onnx.ValueInfoProto], consts: Mapping[str, np.ndarray | onnx.TensorProto],
                  extra: Sequence[onnx.NodeProto] = (), inits: Sequence[onnx.TensorProto] = ()) -> onnx.ModelProto:
-    """The part of ``model``'s graph that computes ``wanted`` from the graph input ``source``: the nodes of
+    """The part of ``model``'s graph that computes ``wanted`` from the graph input ``source`` (or inputs): the nodes of
     ``nodes`` they depend on (:func:`backward_slice`), then ``extra`` nodes, with the constants they read (from
     ``consts``, arrays or initializers) and ``inits``, giving ``outputs``; at the model's default-domain opset (17
     when it names none). What IndexFn, MaskPool and MaskFn nodes carry, and what the region checks evaluate."""
     keep, needed = backward_slice(nodes, wanted)
     tensors = [c if isinstance(c, onnx.TensorProto) else numpy_helper.from_array(np.asarray(c), t)
                for t, c in sorted((t, consts[t]) for t in needed if t in consts)]
-    graph = helper.make_graph(keep + list(extra), "region", [source], outputs, tensors + list(inits))
+    sources = [source] if isinstance(source, onnx.ValueInfoProto) else list(source)
+    graph = helper.make_graph(keep + list(extra), "region", sources, outputs, tensors + list(inits))
     opsets = [o for o in model.opset_import if o.domain in ("", "ai.onnx")]
     return helper.make_model(graph, opset_imports=opsets or [helper.make_opsetid("", 17)])
 

@@ -366,9 +366,35 @@ def _pad(imp: _Importer, node: onnx.NodeProto) -> None:
         raise UnsupportedOperatorError(node.op_type, node.name, "no pads given")
     if value_input is not None:
         value = float(value_input.reshape(()))
-    if len(node.input) > 3 and node.input[3]:
-        raise UnsupportedOperatorError(node.op_type, node.name, "the axes input")
-    imp.emit("Pad", node, [node.input[0]], pads=tuple(int(p) for p in pads), value=value)
+    x = node.input[0]
+    rank = len(imp.shape(x))
+    axes_input = imp.const_input(node, 3, "axes")
+    if axes_input is not None:               # pads for the listed axes only (opset 18): 0 on the others
+        axes = [int(a) % rank for a in axes_input.reshape(-1)]
+        if len(pads) != 2 * len(axes) or len(set(axes)) != len(axes):
+            raise UnsupportedOperatorError(node.op_type, node.name, f"{len(pads)} pads for the axes {axes}")
+        full = [0] * (2 * rank)
+        for k, axis in enumerate(axes):
+            full[axis], full[axis + rank] = int(pads[k]), int(pads[k + len(axes)])
+        pads = full
+    pads = [int(p) for p in pads]
+    if len(pads) != 2 * rank:
+        raise UnsupportedOperatorError(node.op_type, node.name, f"{len(pads)} pads for a tensor of rank {rank}")
+    if min(pads) >= 0:
+        imp.emit("Pad", node, [x], pads=tuple(pads), value=value)
+        return
+    # negative pads crop (RWKV's time shift, ZeroPad2d((0, 0, 1, -1))): the padding, then a Slice of what stays
+    grown = tuple(max(p, 0) for p in pads)
+    shape = tuple(n + grown[i] + grown[i + rank] for i, n in enumerate(imp.shape(x)))
+    if any(grown):
+        x = imp.emit_shaped("Pad", node, [x], shape, pads=grown, value=value)
+    axes, kept = [], []
+    for i, n in enumerate(shape):
+        begin, end = -min(pads[i], 0), n + min(pads[i + rank], 0)
+        if begin or end != n:
+            axes.append(i)
+            kept.append(tuple(range(begin, max(end, begin))))
+    imp.emit("Slice", node, [x], axes=tuple(axes), indices=tuple(kept))
 
 
 def _axis_op(op: str) -> Callable[[_Importer, onnx.NodeProto], None]:

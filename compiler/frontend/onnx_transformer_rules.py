@@ -203,15 +203,16 @@ def _unary(op: str) -> Callable[[_Importer, onnx.NodeProto], None]:
 
 
 def _max_min(imp: _Importer, node: onnx.NodeProto) -> None:
-    """Max (Min) of an activation and a constant of one value: a Clip from below (above)."""
+    """Max (Min) of an activation and a constant of one value (or of one value repeated: RWKV's state starts at a
+    ``ConstantOfShape`` of -1e38): a Clip from below (above)."""
     inputs = [t for t in node.input if t]
     consts = [t for t in inputs if imp.is_const(t)]
-    if len(inputs) != 2 or len(consts) != 1 or imp.const(consts[0]).size != 1 or \
-            not np.isfinite(imp.const(consts[0])).all():
+    value = imp.const(consts[0]).reshape(-1) if len(consts) == 1 else np.zeros(0)
+    if len(inputs) != 2 or value.size == 0 or not np.isfinite(value).all() or (value != value[0]).any():
         raise UnsupportedOperatorError(node.op_type, node.name, "only the Max or Min of an activation and a finite "
                                        "constant of one value")
     x = next(t for t in inputs if t not in consts)
-    bound = float(imp.const(consts[0]).reshape(()))
+    bound = float(value[0])
     out = tuple(imp.shapes_of(node.output[0]))
     if tuple(imp.shape(x)) != out:
         raise UnsupportedOperatorError(node.op_type, node.name, "a constant that widens the activation")
@@ -378,12 +379,12 @@ def _mask_fn(imp: _Importer, node: onnx.NodeProto) -> None:
 
 
 def _pointwise_fn(imp: _Importer, node: onnx.NodeProto) -> None:
-    """An element-wise region of one activation (:func:`.pointwise.fuse_pointwise_regions` put the node here; a
-    PointwiseFn node of the file itself is refused as unknown): one function of each element."""
+    """An element-wise region of one or two activations (:func:`.pointwise.fuse_pointwise_regions` put the node here;
+    a PointwiseFn node of the file itself is refused as unknown): one function of each element (pair)."""
     encoded = imp.pointwise_fns.get(node.output[0])
     if encoded is None:
         raise UnsupportedOperatorError(node.op_type, node.name)
-    imp.emit("PointwiseFn", node, [node.input[0]], onnx=encoded)
+    imp.emit("PointwiseFn", node, list(node.input), onnx=encoded)
 
 
 def _softmax(imp: _Importer, node: onnx.NodeProto) -> None:

@@ -1,4 +1,5 @@
-"""Element-wise regions of one activation, fused into one function of each element (one lookup table, quantized).
+"""Element-wise regions of one or two activations, fused into one function of each element (one lookup table of
+256 or 256 x 256 entries, quantized).
 
 Activations written out of ONNX's element-wise operators (Apertus's xIELU ``where(x > 0, a x^2 + b x, c (exp(min(x,
 eps)) - 1) - c x + b x)``, a hand-written Elu or HardSigmoid, ``x * (x > 0)``) use comparisons, ``Where`` and
@@ -16,6 +17,13 @@ before, and a single node no rule takes (``Log``, ``Floor``, ``Round``) stays re
 miss the int8 tolerance near 0 and at halves (docs/transformers.md). The float reference and the quantizer's table
 evaluate the region with ONNX's reference evaluator (:func:`..qops_index.run_region`), the region flattened to a
 vector; a NaN (a logarithm of a negative value) is 0 in the table, as for :func:`.float_ref.table_values`.
+
+A region may also read *two* activations (RWKV's and xLSTM's ``max(a, b)`` and ``a / b``, a ``Where(a > b, a, b)``,
+``a ** b``): each element of its result is then a function ``y = f(a, b)`` of the elements of ``a`` and ``b`` at
+its position (numpy broadcasting, so either may repeat along axes of length 1), and once quantized a table of
+``256 x 256`` entries, one per pair of int8 inputs (``QLut2``). Such a region is fused when it holds a trigger, one
+node included: the importer takes only Add, Sub and Mul of two activations. Three or more activations stay refused:
+their table would have 2**24 entries.
 """
 from __future__ import annotations
 
@@ -26,7 +34,7 @@ from onnx import TensorProto, helper, numpy_helper
 from ..qops import run_region
 from .masks import encode, region_model
 
-__all__ = ["POINTWISE_OPS", "FUSED_OP", "fuse_pointwise_regions", "pointwise_values"]
+__all__ = ["POINTWISE_OPS", "FUSED_OP", "fuse_pointwise_regions", "pointwise_values", "split_variadic"]
 
 FUSED_OP = "PointwiseFn"
 """The op type of a fused region in the rewritten ONNX graph, and of its float node (attribute ``onnx``)."""
@@ -60,6 +68,41 @@ def _is_trigger(node: onnx.NodeProto, region_inputs: int, consts: dict[str, onnx
         e = float(scalars[node.input[1]].astype(np.float64).ravel()[0])
         return not (e == np.round(e) and -8 <= e <= 8)
     return False
+
+
+def split_variadic(model: onnx.ModelProto) -> int:
+    """Rewrite, in place, each Max, Min, Sum or Mean of one input or of three or more (ONNX's variadic forms) into
+    an Identity or a chain of two-input nodes, left to right (a Mean: the Sum's chain, then a Mul by ``1/n``): the
+    same values, in the forms the rules and the regions of two activations take. Returns how many were split."""
+    graph = model.graph
+    out: list[onnx.NodeProto] = []
+    split = 0
+    for node in graph.node:
+        inputs = [t for t in node.input if t]
+        if node.op_type not in ("Max", "Min", "Sum", "Mean") or node.domain not in ("", "ai.onnx") or \
+                len(inputs) == 2 and node.op_type in ("Max", "Min") or not inputs:
+            out.append(node)
+            continue
+        split += 1
+        name = node.name or node.output[0]
+        if len(inputs) == 1:
+            out.append(helper.make_node("Identity", inputs, list(node.output), name=name))
+            continue
+        op = "Add" if node.op_type in ("Sum", "Mean") else node.op_type
+        acc = inputs[0]
+        for k, t in enumerate(inputs[1:], 1):
+            last = k == len(inputs) - 1 and node.op_type != "Mean"
+            result = node.output[0] if last else f"{name}_part{k}"
+            out.append(helper.make_node(op, [acc, t], [result], name=f"{name}_{k}"))
+            acc = result
+        if node.op_type == "Mean":
+            scale = f"{name}_inverse_count"
+            graph.initializer.append(numpy_helper.from_array(np.array(1.0 / len(inputs), np.float32), scale))
+            out.append(helper.make_node("Mul", [acc, scale], list(node.output), name=f"{name}_mean"))
+    if split:
+        del graph.node[:]
+        graph.node.extend(out)
+    return split
 
 
 def fuse_pointwise_regions(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]], rules: frozenset[str]
@@ -98,22 +141,23 @@ def fuse_pointwise_regions(model: onnx.ModelProto, shapes: dict[str, tuple[int, 
         if types.get(out) != _FLOAT or out not in shapes:
             continue
         region = _cone(graph, k, producer, readers, outputs, elementwise, scalar, fused)
-        if region is None or len(region[0]) < 2:
+        if region is None:                  # three or more sources: node k alone, when it reads two activations
+            region = _lone(graph.node[k], k, scalar)
+        if region is None:
             continue
-        nodes, source = region
-        if types.get(source) != _FLOAT or source in consts or shapes.get(source) != shapes[out] or \
-                any(shapes.get(graph.node[j].output[0]) != shapes[out] for j in nodes):
+        nodes, sources = region
+        if len(nodes) < 3 - len(sources) or not _shapes_fit(sources, nodes, out, graph, shapes, types, consts):
             continue
-        inside = {graph.node[j].output[0] for j in nodes} | {source}
+        inside = {graph.node[j].output[0] for j in nodes} | set(sources)
         if not any(_is_trigger(graph.node[j], sum(t in inside for t in graph.node[j].input), consts, scalars, rules)
                    for j in nodes):
             continue
         ordered = [graph.node[j] for j in sorted(nodes)]
-        vi_in = helper.make_tensor_value_info(source, _FLOAT, None)
+        vi_in = [helper.make_tensor_value_info(t, _FLOAT, None) for t in sources]
         vi_out = helper.make_tensor_value_info(out, _FLOAT, None)
         found[out] = encode(region_model(model, ordered, vi_in, [out], [vi_out], consts))
         fused |= nodes
-        replaced[k] = helper.make_node(FUSED_OP, [source], [out], name=graph.node[k].name or f"{out}_pointwise")
+        replaced[k] = helper.make_node(FUSED_OP, list(sources), [out], name=graph.node[k].name or f"{out}_pointwise")
     if found:
         kept = [replaced.get(k, node) for k, node in enumerate(graph.node) if k not in fused or k in replaced]
         del graph.node[:]
@@ -121,11 +165,37 @@ def fuse_pointwise_regions(model: onnx.ModelProto, shapes: dict[str, tuple[int, 
     return found
 
 
+def _shapes_fit(sources: tuple[str, ...], nodes: set[int], out: str, graph: onnx.GraphProto,
+               shapes: dict[str, tuple[int, ...]], types: dict[str, int], consts: dict[str, onnx.TensorProto]) -> bool:
+    """Whether a region's sources are float32 activations and its shapes allow evaluating it on flat vectors: with
+    one source, every tensor of the region has ``out``'s shape; with two, every one broadcasts to ``out``'s shape
+    (and the sources' broadcast is that shape: a constant widens nothing)."""
+    want = shapes[out]
+    if any(types.get(t) != _FLOAT or t in consts or t not in shapes for t in sources):
+        return False
+    inner = [shapes.get(graph.node[j].output[0]) for j in nodes]
+    if len(sources) == 1:
+        return shapes[sources[0]] == want and all(s == want for s in inner)
+    try:
+        return np.broadcast_shapes(*(shapes[t] for t in sources)) == want and \
+            all(s is not None and np.broadcast_shapes(s, want) == want for s in inner)
+    except ValueError:
+        return False
+
+
+def _lone(node: onnx.NodeProto, k: int, scalar) -> tuple[set[int], tuple[str, ...]] | None:
+    """Node ``k`` alone as a region of its two activations (RWKV's ``Div(num, den)`` whose cone reads five), or
+    None when it reads another number of them."""
+    sources = tuple(dict.fromkeys(t for t in node.input if t and not scalar(t)))
+    return ({k}, sources) if len(sources) == 2 else None
+
+
 def _cone(graph: onnx.GraphProto, last: int, producer: dict[str, int], readers: dict[str, set[int]],
-          outputs: set[str], elementwise, scalar, taken: set[int]) -> tuple[set[int], str] | None:
-    """The element-wise nodes node ``last``'s output is computed by from one tensor (the source) and one-element
-    constants, and that source; None when it reads two or more tensors. A tensor the cone computes that a node
-    outside it (or the graph's output) also reads becomes a source instead, its producers cut off (repeatedly)."""
+          outputs: set[str], elementwise, scalar, taken: set[int]) -> tuple[set[int], tuple[str, ...]] | None:
+    """The element-wise nodes node ``last``'s output is computed by from one or two tensors (the sources) and
+    one-element constants, and those sources in the order the region first reads them; None when it reads three or
+    more tensors. A tensor the cone computes that a node outside it (or the graph's output) also reads becomes a
+    source instead, its producers cut off (repeatedly)."""
     cut: set[str] = set()
     while True:
         nodes: set[int] = set()
@@ -144,22 +214,25 @@ def _cone(graph: onnx.GraphProto, last: int, producer: dict[str, int], readers: 
                     sources.add(t)
                 else:
                     stack.append(j)
-        if len(sources) != 1:
+        if not 1 <= len(sources) <= 2:
             return None
         leaked = {graph.node[j].output[0] for j in nodes if j != last} & (
             outputs | {t for j in nodes for t in graph.node[j].output
                        if readers.get(t, set()) - nodes})
         if not leaked:
-            return nodes, sources.pop()
+            order = [t for j in sorted(nodes) for t in graph.node[j].input if t in sources]
+            return nodes, tuple(dict.fromkeys(order))
         cut |= leaked
 
 
-def pointwise_values(encoded: str, x: np.ndarray) -> np.ndarray:
-    """A fused region's output (float64, ``x``'s shape) at the real values ``x``: the region run on them as one
-    float32 vector by ONNX's reference evaluator."""
-    flat = np.asarray(x, np.float32).reshape(-1)
-    (out,) = run_region(encoded, flat, "the element-wise region failed on these values")
+def pointwise_values(encoded: str, x: np.ndarray, *more: np.ndarray) -> np.ndarray:
+    """A fused region's output (float64, the shape its inputs broadcast to) at the real values ``x`` (and ``more``,
+    a region of two activations): the region run on them, broadcast to one shape, as float32 vectors by ONNX's
+    reference evaluator."""
+    arrays = np.broadcast_arrays(*(np.asarray(v, np.float32) for v in (x, *more)))
+    flat = [np.ascontiguousarray(a).reshape(-1) for a in arrays]
+    (out,) = run_region(encoded, flat[0], "the element-wise region failed on these values", *flat[1:])
     out = np.asarray(out, np.float64)
-    if out.size != flat.size:
-        raise ValueError(f"the element-wise region gave {out.size} values for {flat.size}")
-    return out.reshape(np.shape(x))
+    if out.size != flat[0].size:
+        raise ValueError(f"the element-wise region gave {out.size} values for {flat[0].size}")
+    return out.reshape(arrays[0].shape)

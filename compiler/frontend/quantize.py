@@ -621,13 +621,19 @@ class _Quantizer:
 
     def pointwise(self, node: Node) -> None:
         """PointwiseFn (an element-wise region of one activation) -> QLut: its table is the region evaluated at the
-        real values of the 256 int8 inputs (:func:`.pointwise.pointwise_values`), a NaN as 0."""
-        x, out = node.inputs[0], node.outputs[0]
+        real values of the 256 int8 inputs (:func:`.pointwise.pointwise_values`), a NaN as 0. Of two activations
+        ``a``, ``b`` -> QLut2: the region at the 256 x 256 pairs of their int8 values, row ``a``, column ``b``."""
+        out = node.outputs[0]
         sy = self.act_scale(out)
-        real = pointwise_values(node.attrs["onnx"], np.arange(-128, 128, dtype=np.float64) * self.scales[x])
+        grid = [np.arange(-128, 128, dtype=np.float64) * self.scales[x] for x in node.inputs]
+        if len(grid) == 2:
+            grid = [grid[0][:, None], grid[1][None, :]]
+        real = pointwise_values(node.attrs["onnx"], *grid)
         with np.errstate(invalid="ignore", over="ignore"):
             table = np.clip(np.rint(np.where(np.isnan(real), 0.0, real) / sy), self.qmin, self.qmax).astype(np.int8)
-        self.qg.add_node("QLut", node.name, [x], [self.out_tensor(out, sy)], table=table, function=node.op)
+        op = "QLut" if len(grid) == 1 else "QLut2"
+        self.qg.add_node(op, node.name, list(node.inputs), [self.out_tensor(out, sy)], table=table,
+                         function=node.op)
 
     def passthrough(self, node: Node) -> None:
         """Ops whose int8 output keeps the input scale."""
