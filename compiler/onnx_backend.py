@@ -80,11 +80,11 @@ class VtaBackendRep(BackendRep):
         self.input_names = [vi.name for vi in model.graph.input if vi.name not in initializers]
         """The model's inputs, in the order :meth:`run` takes a sequence of arrays."""
         self.output_names = [vi.name for vi in model.graph.output]
-        half = (onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16)
+        declared = (onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16, onnx.TensorProto.DOUBLE)
         self._output_dtypes = [onnx.helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type)
-                               if vi.type.tensor_type.elem_type in half else np.dtype(np.float32)
+                               if vi.type.tensor_type.elem_type in declared else np.dtype(np.float32)
                                for vi in model.graph.output]
-        """What :meth:`run` returns each output as: the model's float16 or bfloat16, else float32."""
+        """What :meth:`run` returns each output as: the model's float16, bfloat16 or float64, else float32."""
         self.frozen = _constant_inputs(model, self.input_names)
         """Input name -> its frozen value (None until the first run gives it)."""
         self._calibration = calibration
@@ -115,9 +115,9 @@ class VtaBackendRep(BackendRep):
         return [float(steps.get(name, 0.0)) for name in graph.outputs]
 
     def run(self, inputs: Any, **kwargs: Any) -> tuple[Any, ...]:
-        """The outputs (float32 arrays, or the model's float16/bfloat16, in the model's output order, also by name)
-        for ``inputs``: a sequence of arrays in :attr:`input_names` order, a mapping name -> array, or one array for
-        a one-input model."""
+        """The outputs (float32 arrays, or the model's float16/bfloat16/float64, in the model's output order, also by
+        name) for ``inputs``: a sequence of arrays in :attr:`input_names` order, a mapping name -> array, or one
+        array for a one-input model."""
         if kwargs:
             raise TypeError(f"VtaBackendRep.run takes no options, not {', '.join(sorted(kwargs))}")
         values = self._named(inputs)

@@ -541,10 +541,11 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, n
     _check_file(proto, where)
     onnx_fused.check_equations(proto)                   # before any shape inference, which some hang
     limit = tensor_byte_limit() if max_tensor_bytes is None else max_tensor_bytes
-    if half.holds_half(proto):          # types that disagree (a float16 input of a float32 graph), before widening
-        _check_types(proto)
+    if half.holds_half(proto) or half.holds_double(proto):   # types that disagree (a float16 input of a float32
+        _check_types(proto)                                    # graph), before widening
     if half.widen_half(proto, where, limit // 2):       # float16/bfloat16 files: float32, exactly
         _check_sizes(proto, where, limit)
+    half.narrow_double(proto, where)                    # float64 files: float32, rounded
     _sort_nodes(proto)
     _fix_inputs(proto, batch, dict(input_shapes or {}), where)
     _check_sizes(proto, where, limit)                   # the inputs' own sizes, before any rewrite reads them

@@ -998,7 +998,8 @@ def _raw_mask(fg: Graph, name: str) -> bool:
 
 
 _ORT_TYPES = {"tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(bool)": np.bool_,
-              "tensor(uint8)": np.uint8, "tensor(int8)": np.int8, "tensor(float16)": np.float16}
+              "tensor(uint8)": np.uint8, "tensor(int8)": np.int8, "tensor(float16)": np.float16,
+              "tensor(double)": np.float64}
 """ONNX Runtime's input type names -> the dtype an input is fed as (float32 otherwise): token ids, masks, and the
 inputs of a float16 file."""
 
