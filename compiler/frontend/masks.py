@@ -250,10 +250,13 @@ def drop_nan_guards(model: onnx.ModelProto) -> None:
     masked ``scaled_dot_product_attention`` for rows masked out whole) becomes ``Identity(p)``: the lab's softmax
     gives such rows 0 itself (:func:`..qops.softmax`). The IsNaN goes when nothing else reads it. So does
     ``Where(c, 0, Softmax(Where(c, -inf, s)))``, the same condition ``c`` filling the scores with -inf and then
-    their probabilities with 0 (CPM-Ant): the probabilities are 0 there already."""
+    their probabilities with 0 (CPM-Ant): the probabilities are 0 there already; and ``Where(ReduceMax(B, -1) ==
+    -inf, 0, Softmax(s + B))``, rows whose additive mask ``B`` is -inf throughout (ONNX's Attention function): the
+    lab's softmax gives them 0 itself. The ReduceMax and the test go when nothing else reads them."""
     producer = {o: n for n in model.graph.node for o in n.output}
     consts = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
     readers = tensor_readers(model)
+    floats = {vi.name for vi in model.graph.input if vi.type.tensor_type.elem_type == TensorProto.FLOAT}
     guards: dict[int, onnx.NodeProto] = {}
     dropped: set[str] = set()
     for index, node in enumerate(model.graph.node):
@@ -261,12 +264,13 @@ def drop_nan_guards(model: onnx.ModelProto) -> None:
             continue
         test = producer.get(node.input[0])
         zero = consts.get(node.input[1])
-        source = producer.get(node.input[2])
+        source = producer.get(_through_casts(producer, node.input[2]))
         if zero is None or zero.size != 1 or float(zero.reshape(())) != 0.0 or source is None or \
                 source.op_type != "Softmax":
             continue
+        row_max = source is not None and _masked_rows(producer, consts, source, test, floats)
         if not (test is not None and test.op_type == "IsNaN" and test.input[0] == node.input[2]) and \
-                not _filled_before(producer, consts, source, node.input[0]):
+                not _filled_before(producer, consts, source, node.input[0]) and not row_max:
             continue
         guards[index] = helper.make_node("Identity", [node.input[2]], list(node.output), name=node.name)
         if test is not None and test.op_type == "IsNaN" and len(readers.get(node.input[0], [])) == 1:
@@ -277,6 +281,57 @@ def drop_nan_guards(model: onnx.ModelProto) -> None:
             if not (node.op_type == "IsNaN" and node.output[0] in dropped)]
     del model.graph.node[:]
     model.graph.node.extend(kept)
+    drop_dead_nodes(model)                      # a row-max test nothing reads any more
+
+
+def _through_casts(producer: dict[str, onnx.NodeProto], name: str) -> str:
+    """``name`` followed back through Identity, Cast and CastLike nodes to the tensor they convert."""
+    node = producer.get(name)
+    while node is not None and node.op_type in ("Identity", "Cast", "CastLike"):
+        name = node.input[0]
+        node = producer.get(name)
+    return name
+
+
+def _masked_rows(producer: dict[str, onnx.NodeProto], consts: dict[str, np.ndarray], softmax: onnx.NodeProto,
+                 test: onnx.NodeProto | None, floats: set[str]) -> bool:
+    """Whether ``test`` is ``ReduceMax(B, last axis) == -inf`` and ``softmax`` reads ``s + B`` (through identity
+    conversions), ``B`` computed from constants and the float32 graph inputs ``floats`` alone: the test holds
+    exactly on rows the mask fills with -inf throughout."""
+    if test is None or test.op_type != "Equal":
+        return False
+    sides = [_through_casts(producer, t) for t in test.input]
+    inf = [k for k, t in enumerate(sides) if t in consts and consts[t].size == 1 and
+           bool(np.isneginf(consts[t].astype(np.float64).reshape(())))]
+    if len(inf) != 1:
+        return False
+    reduce = producer.get(sides[1 - inf[0]])
+    if reduce is None or reduce.op_type != "ReduceMax":
+        return False
+    axes = [a.ints for a in reduce.attribute if a.name == "axes"]
+    keep = [a.i for a in reduce.attribute if a.name == "keepdims"]
+    if len(reduce.input) > 1 and reduce.input[1]:
+        if reduce.input[1] not in consts:
+            return False
+        axes = [consts[reduce.input[1]].reshape(-1).tolist()]
+    if not axes or len(axes[0]) != 1 or axes[0][0] != -1 or (keep and keep[0] == 0):
+        return False
+    add = producer.get(_through_casts(producer, softmax.input[0]))
+    softmax_axis = [a.i for a in softmax.attribute if a.name == "axis"]
+    if add is None or add.op_type != "Add" or reduce.input[0] not in add.input or \
+            (softmax_axis and softmax_axis[0] != -1):
+        return False
+    # a float mask only: a mask computed from integers (a KV cache's lengths) is read by the mask import, which
+    # takes 0/1 masks alone and refuses this one with its reason
+    upstream, stack = set(), [reduce.input[0]]
+    while stack:
+        name = stack.pop()
+        if name in upstream:
+            continue
+        upstream.add(name)
+        node = producer.get(name)
+        stack.extend(t for t in (node.input if node is not None else []) if t)
+    return all(t in consts or t in producer or t in floats for t in upstream)
 
 
 def _filled_before(producer: dict[str, onnx.NodeProto], consts: dict[str, np.ndarray], softmax: onnx.NodeProto,
@@ -690,8 +745,18 @@ def find_float_masks(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]])
 
 
 def _feeds_softmax(node: onnx.NodeProto, users: dict[str, list[onnx.NodeProto]], outputs: set[str]) -> bool:
-    after = users.get(node.output[0], [])
-    return node.output[0] not in outputs and len(after) == 1 and after[0].op_type == "Softmax"
+    """Whether ``node``'s output is read by one Softmax alone, through Identity nodes and Casts to float32 (ONNX's
+    Attention function casts the masked scores to the softmax precision)."""
+    while True:
+        after = users.get(node.output[0], [])
+        if node.output[0] in outputs or len(after) != 1:
+            return False
+        node = after[0]
+        if node.op_type == "Softmax":
+            return True
+        if not (node.op_type == "Identity" or node.op_type == "Cast" and
+                all(a.i == TensorProto.FLOAT for a in node.attribute if a.name == "to")):
+            return False
 
 
 def _float_expand(model: onnx.ModelProto, chain: list[onnx.NodeProto], vi: onnx.ValueInfoProto, term: str,

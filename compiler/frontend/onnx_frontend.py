@@ -57,6 +57,7 @@ from . import (
     half,
     id_masks,
     indices,
+    mask_fills,
     masks,
     moe,
     onnx_fused,
@@ -653,6 +654,7 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, n
         target = imp.name(out.name)
         if target != out.name and target not in g.inputs and g.outputs.count(target) == 1:
             g.rename_tensor(target, out.name)          # keep the ONNX output names for aliased outputs
+    mask_fills.lift_mask_fills(g)                  # Doge's dynamic mask: its fill applied by the Softmax
     g.prune_constants()
     g.validate()
     return g
