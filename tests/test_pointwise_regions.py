@@ -226,3 +226,15 @@ def test_variadic_max_min_sum_and_mean_split_into_two_input_chains(op, count, op
     s_out = next(n.attrs["scale"] for n in qgraph.nodes if n.op == "Dequantize")
     s_in = max(n.attrs["scale"] for n in qgraph.nodes if n.op == "Quantize")
     assert np.abs(got - want).max() <= (count - 1) * (2 * s_out + s_in)
+
+
+def test_a_one_pass_variance_is_refused_naming_its_sub():
+    """(x - E[x]) / sqrt(E[x*x] - E[x]**2 + eps) (ONNX's LayerNormalization function): the quotient would be a pair
+    table, but the variance's two int8 means cancel; the Sub is refused with that reason."""
+    x = _x(2, 4, 8)
+    nodes = [helper.make_node("ReduceMean", ["x"], ["m"], axes=[-1]), _n("Mul", ["x", "x"], "sq"),
+             helper.make_node("ReduceMean", ["sq"], ["msq"], axes=[-1]), _n("Mul", ["m", "m"], "m2"),
+             _n("Sub", ["msq", "m2"], "var"), _n("Add", ["var", "eps"], "ve"), _n("Sqrt", ["ve"], "sd"),
+             _n("Sub", ["x", "m"], "d"), _n("Div", ["d", "sd"], "y")]
+    with pytest.raises((UnsupportedModelError, UnsupportedOperatorError), match=r"var_node.*E\[x\*x\] - E\[x\]\*\*2"):
+        import_onnx(onnx_model(nodes, {"x": x}, _scalars(eps=1e-5)))
