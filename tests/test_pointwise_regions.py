@@ -216,6 +216,7 @@ def test_an_xlstm_style_stabilizer_between_linear_layers_on_fsim_is_bit_exact_wi
     ("Max", 3, ["PointwiseFn", "PointwiseFn"]),        # max(max(a, b), c): two pair tables
     ("Min", 4, ["PointwiseFn"] * 3),
     ("Sum", 3, ["Add", "Add"]),
+    ("Sum", 2, ["Add"]),                               # ONNX's Gelu function adds with a Sum of two
     ("Mean", 3, ["Add", "Add", "Mul"]),
 ])
 def test_variadic_max_min_sum_and_mean_split_into_two_input_chains(op, count, ops):

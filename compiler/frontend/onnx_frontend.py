@@ -571,6 +571,8 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, n
     indices.widen_int32_ids(model)
     _split_sequences(model)
     drop_identities(model)
+    if pointwise.split_variadic(model):        # Max/Min/Sum/Mean of one or of 3+ inputs, Sum/Mean of 2: two-input
+        model = _infer_shapes(model)           # chains (ONNX's Gelu function adds with Sum)
     shapes = contrib.static_shapes(model)      # tiles_as_expands changes no shape constant_first_matmuls reads
     if tiles_as_expands(model, shapes) | constant_first_matmuls(model, shapes) | scatters_as_gathers(model, shapes):
         model = _infer_shapes(model)
@@ -615,9 +617,6 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, n
     key_masks, region = key_masks + float_masks, region | float_region
     _replace_mask_regions(model, key_masks, region)
     token_ids |= position_tables.tabulate_inputs(model, token_ids | set(mask_types))   # Llama's position_ids
-    if pointwise.split_variadic(model):    # Max/Min/Sum/Mean of one or of three and more inputs: two-input chains
-        model = _infer_shapes(model)
-        shapes = contrib.static_shapes(model)
     fused_regions = pointwise.fuse_pointwise_regions(model, shapes, frozenset(RULES))   # xIELU and the like
     score_chains.sink_outputs(model, sinks)
     imp = _Importer(model, label)
