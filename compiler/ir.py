@@ -125,6 +125,7 @@ FLOAT_OPS: dict[str, tuple[str, ...]] = {
     "L2Normalize": ("axis", "epsilon"),                  # x / max(||x||_2 along axis, epsilon)
     "Reduce": ("kind", "axis"),                          # ReduceMin, ReduceL2, ReduceLogSumExp...: qops.REDUCE_KINDS
     "LogSoftmax": ("axis",),                             # x - log(sum(exp(x))) along axis
+    "CumSum": ("axis", "exclusive", "reverse"),          # ONNX CumSum of an activation along one axis
     "SumNormalize": ("axis", "epsilon"),                 # x / (sum(x) along axis + epsilon): 0 where that is 0
     "GainL2Scale": ("axis", "epsilon", "gain", "max_gain"),  # x * min(gain / (||x||_2 + epsilon), max_gain)
     "GRNScale": ("axes", "epsilon"),                     # x * G / (mean(G, last axis) + epsilon), G = ||x||_2 over
@@ -177,6 +178,7 @@ QUANT_OPS: dict[str, tuple[str, ...]] = {
     "QReduce": ("kind", "axis", "scale", "out_scale"),   # int64 sums, float64 rest (the C library's exp and log)
     "QLogSoftmax": ("axis", "scale", "out_scale"),       # float64 from int8, the C library's exp and log
     "LogSoftmax": ("axis", "scale"),                     # int8 -> float32 log-softmax (at a graph output)
+    "QCumSum": ("axis", "exclusive", "reverse", "scale", "out_scale"),  # int64 running sums, one rounding
     "QGainL2Scale": ("axis", "epsilon", "gain", "max_gain", "scale", "out_scale"),  # int64 squares, float64 rest
     "QGRNScale": ("axes", "epsilon", "scale", "out_scale"),  # int64 sums of squares, float64 norms and quotient
     "QMaskPool": ("onnx", "axes", "keepdims", "scale", "out_scale"),  # int8 x: int64 sum of x * W, float64 / D

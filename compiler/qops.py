@@ -61,6 +61,7 @@ from .qops_index import pick_chosen, reference_evaluator, run_index_fn, run_regi
 from .qops_layernorm import ILAYERNORM_ATTRS, NEWTON_STEPS, RSQRT_GUESS, ilayernorm, ilayernorm_params, ilayernorm_trace
 from .qops_pool import (
     REDUCE_KINDS,
+    cumsum,
     exact_exp,
     gain_l2_scale,
     grn_scale,
@@ -70,6 +71,7 @@ from .qops_pool import (
     mask_fn,
     mask_pool,
     pool_terms,
+    qcumsum,
     qgain_l2_scale,
     qgrn_scale,
     ql2_normalize,
@@ -99,7 +101,7 @@ __all__ = [
     "embed", "sink_softmax", "top_k_one_hot", "run_region", "grn_scale", "qgrn_scale", "pick_chosen",
     "gain_l2_scale", "qgain_l2_scale",
     "sum_normalize", "qsum_normalize", "log_sum_exp", "REDUCE_KINDS", "reduce_rows", "exact_exp",
-    "qreduce", "log_softmax", "qlog_softmax",
+    "qreduce", "log_softmax", "qlog_softmax", "cumsum", "qcumsum",
     "key_mask", "KEY_MASK_ATTRS", "softmax_key", "softmax_sink", "qmasked_log_sum_exp", "slice_take", "IGELU_A",
     "IGELU_B", "IGELU_ATTRS",
     "igelu_params",
@@ -697,6 +699,8 @@ QOPS: dict[str, OpFn] = {
     qmasked_log_sum_exp(v[0], n.attrs["scale"], n.attrs["out_scale"], n.attrs["axis"], n.attrs.get("bias"),
                         n.attrs.get("keep"), n.attrs.get("fill", 0.0), softmax_key(n, v)),
     "QLogSoftmax": lambda n, v: qlog_softmax(v[0], n.attrs["axis"], n.attrs["scale"], n.attrs["out_scale"]),
+    "QCumSum": lambda n, v: qcumsum(v[0], n.attrs["axis"], n.attrs["exclusive"], n.attrs["reverse"], n.attrs["scale"],
+                                    n.attrs["out_scale"]),
     "LogSoftmax": lambda n, v: log_softmax(v[0], n.attrs["axis"], n.attrs["scale"]).astype(np.float32),
     "MaskFn": lambda n, v: mask_fn(n.attrs["onnx"], v[0]),
     "QMaskPool": lambda n, v: qmask_pool(v[0], v[1], n.attrs["onnx"], n.attrs["axes"], n.attrs["keepdims"],

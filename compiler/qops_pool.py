@@ -27,7 +27,7 @@ from .qops_index import run_region
 
 __all__ = ["pool_terms", "mask_pool", "qmask_pool", "l2_normalize", "ql2_normalize", "mask_fn", "sum_normalize",
            "qsum_normalize", "grn_scale", "qgrn_scale", "gain_l2_scale", "qgain_l2_scale", "log_sum_exp",
-           "REDUCE_KINDS", "reduce_rows", "qreduce", "log_softmax", "qlog_softmax", "exact_exp"]
+           "REDUCE_KINDS", "reduce_rows", "qreduce", "log_softmax", "qlog_softmax", "exact_exp", "cumsum", "qcumsum"]
 
 REDUCE_KINDS = {"ReduceMin": "min", "ReduceL1": "l1", "ReduceL2": "l2", "ReduceSumSquare": "sum_square",
                 "ReduceLogSum": "log_sum", "ReduceLogSumExp": "log_sum_exp"}
@@ -222,3 +222,25 @@ def qlog_softmax(x: np.ndarray, axis: int, scale: float, out_scale: float) -> np
     """int8 :func:`log_softmax` of the int8 ``x`` (of ``scale``): ``clip(rint(. / out_scale))``; the same bits on every
     machine."""
     return np.clip(np.rint(log_softmax(x, axis, scale) / out_scale), -128, 127).astype(np.int8)
+
+
+def _cumulative(x: np.ndarray, axis: int, exclusive: bool, reverse: bool) -> np.ndarray:
+    """ONNX CumSum of ``x`` (an integer or float64 array) along ``axis``: running sums, from the end with
+    ``reverse``, each without its own element with ``exclusive``."""
+    v = np.flip(x, axis) if reverse else x
+    total = np.cumsum(v, axis=axis)
+    if exclusive:
+        total = total - v
+    return np.flip(total, axis) if reverse else total
+
+
+def cumsum(x: np.ndarray, axis: int, exclusive: bool = False, reverse: bool = False) -> np.ndarray:
+    """Float ONNX CumSum of ``x`` along ``axis`` (float64 sums)."""
+    return _cumulative(np.asarray(x, np.float64), axis, exclusive, reverse)
+
+
+def qcumsum(x: np.ndarray, axis: int, exclusive: bool, reverse: bool, scale: float, out_scale: float) -> np.ndarray:
+    """int8 :func:`cumsum` of the int8 ``x`` (of ``scale``): the running sums exact in int64, then
+    ``clip(rint(sum * scale / out_scale))``; the same bits on every machine."""
+    total = _cumulative(np.asarray(x, np.int64), axis, exclusive, reverse).astype(np.float64)
+    return np.clip(np.rint(total * scale / out_scale), -128, 127).astype(np.int8)

@@ -19,6 +19,7 @@ import numpy as np
 from ..ir import Graph, GraphError, Node
 from ..qops import (
     KEY_MASK_ATTRS,
+    cumsum,
     embed,
     exact_exp,
     gain_l2_scale,
@@ -372,6 +373,7 @@ FLOAT_FNS: dict[str, FloatFn] = {
     "SumNormalize": lambda n, v: sum_normalize(v[0], n.attrs["axis"], n.attrs["epsilon"]),
     "Reduce": lambda n, v: reduce_rows(v[0], n.attrs["kind"], n.attrs["axis"]),
     "LogSoftmax": lambda n, v: log_softmax(v[0], n.attrs["axis"]),
+    "CumSum": lambda n, v: cumsum(v[0], n.attrs["axis"], n.attrs["exclusive"], n.attrs["reverse"]),
     "PointwiseFn": lambda n, v: pointwise_values(n.attrs["onnx"], *v),
     "MaskPool": lambda n, v: mask_pool(v[0], v[1], n.attrs["onnx"], n.attrs["axes"], n.attrs["keepdims"]),
     "KeyMask": lambda n, v: key_mask(v[0], v[1], *(n.attrs[k] for k in KEY_MASK_ATTRS)).astype(np.float32),

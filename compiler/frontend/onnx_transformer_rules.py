@@ -378,6 +378,34 @@ def _mask_fn(imp: _Importer, node: onnx.NodeProto) -> None:
                        onnx=mask.fn)
 
 
+def _cumsum(imp: _Importer, node: onnx.NodeProto) -> None:
+    """CumSum of an activation along a constant axis (running sums; exclusive, reverse): on the CPU, exact int64
+    sums of the int8 input, one rounding (:func:`..qops.qcumsum`)."""
+    axis = imp.const_input(node, 1, "axis")
+    if axis is None or axis.size != 1:
+        raise UnsupportedOperatorError(node.op_type, node.name, "no axis of one value")
+    if imp.is_const(node.input[0]):
+        raise UnsupportedOperatorError(node.op_type, node.name, "a CumSum of a constant that is not folded")
+    a = _attrs(node)
+    rank = len(imp.shape(node.input[0]))
+    imp.emit("CumSum", node, [node.input[0]], axis=int(axis.reshape(())) % rank,
+             exclusive=bool(a.get("exclusive", 0)), reverse=bool(a.get("reverse", 0)))
+
+
+def _trilu(imp: _Importer, node: onnx.NodeProto) -> None:
+    """Trilu of an activation (its last two axes' upper or lower triangle from diagonal ``k``, zeros elsewhere):
+    a Where of that constant triangle, filling 0 (a product by a causal mask)."""
+    x = node.input[0]
+    shape = tuple(imp.shape(x))
+    k = imp.const_input(node, 1, "k")
+    if len(shape) < 2 or (k is not None and k.size != 1):
+        raise UnsupportedOperatorError(node.op_type, node.name, "an input of rank 2 or more and one diagonal k")
+    diagonal = 0 if k is None else int(k.reshape(()))
+    ones = np.ones(shape[-2:], bool)
+    keep = np.triu(ones, diagonal) if _attrs(node).get("upper", 1) else np.tril(ones, diagonal)
+    imp.emit("Where", node, [x], keep=keep, fill=0.0)
+
+
 def _pointwise_fn(imp: _Importer, node: onnx.NodeProto) -> None:
     """An element-wise region of one or two activations (:func:`.pointwise.fuse_pointwise_regions` put the node here;
     a PointwiseFn node of the file itself is refused as unknown): one function of each element (pair)."""
@@ -546,6 +574,8 @@ RULES: dict[str, Callable[[_Importer, onnx.NodeProto], None]] = {
     "MaskPool": _mask_pool,
     "MaskFn": _mask_fn,
     "PointwiseFn": _pointwise_fn,
+    "CumSum": _cumsum,
+    "Trilu": _trilu,
     "TopKOneHot": _routing,
     "SumNormalize": _routing,
     "PickChosen": _routing,

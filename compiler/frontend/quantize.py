@@ -874,6 +874,7 @@ _HANDLERS = {
     **{op: _Quantizer.row_norm for op in ("L2Normalize", "SumNormalize", "GRNScale", "GainL2Scale")},
     "Reduce": _Quantizer.reduce,
     "LogSoftmax": _Quantizer.log_softmax,
+    "CumSum": _Quantizer.row_norm,
     **{op: _Quantizer.passthrough for op in ("Relu", "Clip", "MaxPool", "AvgPool", "GlobalAvgPool", "Reshape", "Pad",
                                              "Transpose", "Resize", "Gather", "TakeAlong", "Slice")},
     **{op: _Quantizer.lut for op in float_ref.ACTIVATIONS},
