@@ -30,10 +30,13 @@ __all__ = ["pool_terms", "mask_pool", "qmask_pool", "l2_normalize", "ql2_normali
            "REDUCE_KINDS", "reduce_rows", "qreduce", "log_softmax", "qlog_softmax", "exact_exp", "cumsum", "qcumsum"]
 
 REDUCE_KINDS = {"ReduceMin": "min", "ReduceL1": "l1", "ReduceL2": "l2", "ReduceSumSquare": "sum_square",
-                "ReduceLogSum": "log_sum", "ReduceLogSumExp": "log_sum_exp"}
-"""ONNX's reductions the ``Reduce`` op computes on the CPU, by the ``kind`` it calls each (ReduceSum, ReduceMean and
-ReduceMax are pools). ReduceProd is not one: a product of int8 values multiplies their rounding errors (onnx's
-``test_reduce_prod_default_axes_keepdims_random``, 12 factors, misses the int8 tolerance threefold)."""
+                "ReduceLogSum": "log_sum", "ReduceLogSumExp": "log_sum_exp", "ReduceSum": "sum"}
+"""ONNX's reductions the ``Reduce`` op computes on the CPU, by the ``kind`` it calls each (ReduceMean and ReduceMax
+are pools; ReduceSum was a mean pool times the count until 2026-11-27, whose mean, rounded at the input's int8 step,
+lost about half the bits of a sum of n terms of mixed signs (a factor sqrt(n) coarser): it is now an exact int64
+sum rounded once at the output's own scale). ReduceProd is not one: a product of int8 values multiplies their
+rounding errors (onnx's ``test_reduce_prod_default_axes_keepdims_random``, 12 factors, misses the int8 tolerance
+threefold)."""
 
 
 def pool_terms(encoded: str, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -188,7 +191,7 @@ def reduce_rows(x: np.ndarray, kind: str, axis: int) -> np.ndarray:
 
 
 def _summand(x: np.ndarray, kind: str) -> np.ndarray:
-    """What reduction ``kind`` (a sum: l1, l2, sum_square, log_sum) adds up: ``|x|``, ``x * x`` or ``x``."""
+    """What reduction ``kind`` (a sum: sum, l1, l2, sum_square, log_sum) adds up: ``|x|``, ``x * x`` or ``x``."""
     return np.abs(x) if kind == "l1" else x * x if kind in ("l2", "sum_square") else x
 
 

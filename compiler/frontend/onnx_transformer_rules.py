@@ -35,8 +35,8 @@ def _reduce(imp: _Importer, node: onnx.NodeProto) -> None:
     W of an NCHW tensor (how exporters often write global average pooling) is one GlobalAvgPool. Otherwise the input
     is transposed to put the reduced axes last and viewed as ``[1, kept, reduced, 1]`` (the mean over tokens of
     ``[B, T, C]``, Keras's GlobalAveragePooling1D; WavLM's gate sums; Hiera's max over a mask unit), then a
-    GlobalAvgPool (ReduceSum: times the count of reduced elements), a MaxPool of kernel ``(reduced, 1)`` or a Reduce
-    of axis 2 (on the CPU), viewed as the output's shape."""
+    GlobalAvgPool (ReduceMean), a MaxPool of kernel ``(reduced, 1)`` or a Reduce of axis 2 (on the CPU; ReduceSum an
+    exact sum), viewed as the output's shape."""
     a = _attrs(node)
     axes = a.get("axes")
     axes_input = imp.const_input(node, 1, "axes")
@@ -81,9 +81,6 @@ def _reduce(imp: _Importer, node: onnx.NodeProto) -> None:
         pooled = imp.emit_shaped("Reduce", node, [view], (1, rows[1], 1, 1), kind=REDUCE_KINDS[node.op_type], axis=2)
     else:
         pooled = imp.emit_shaped("GlobalAvgPool", node, [view], (1, rows[1], 1, 1))
-    if node.op_type == "ReduceSum":
-        pooled = imp.emit_shaped("Mul", node, [pooled, imp.new_const(f"{node.output[0]}_count",
-                                                                     np.array([float(count)]))], (1, rows[1], 1, 1))
     imp.emit("Reshape", node, [pooled], shape=out)
 
 
