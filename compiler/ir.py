@@ -122,7 +122,8 @@ FLOAT_OPS: dict[str, tuple[str, ...]] = {
     "Where": ("keep", "fill"),                           # where(keep, x, fill): keep a bool array broadcast to x
     "IndexFn": ("onnx",),                                # int64 ids -> int64 indices by an ONNX subgraph (base64),
                                                          # see frontend.indices and qops_index.run_index_fn
-    "L2Normalize": ("axis", "epsilon"),                  # x / max(||x||_2 along axis, epsilon)
+    "L2Normalize": ("axis", "epsilon"),                  # x / max(||x||_2 along axis, epsilon); with the optional
+                                                         # "inner": x / sqrt(sum(x * x) + epsilon)
     "Reduce": ("kind", "axis"),                          # ReduceMin, ReduceL2, ReduceLogSumExp...: qops.REDUCE_KINDS
     "LogSoftmax": ("axis",),                             # x - log(sum(exp(x))) along axis
     "CumSum": ("axis", "exclusive", "reverse"),          # ONNX CumSum of an activation along one axis

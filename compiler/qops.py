@@ -693,7 +693,7 @@ QOPS: dict[str, OpFn] = {
     "QSumNormalize": lambda n, v: qsum_normalize(v[0], n.attrs["axis"], n.attrs["epsilon"], n.attrs["scale"],
                                                  n.attrs["out_scale"]),
     "QL2Normalize": lambda n, v: ql2_normalize(v[0], n.attrs["axis"], n.attrs["epsilon"], n.attrs["scale"],
-                                               n.attrs["out_scale"]),
+                                               n.attrs["out_scale"], bool(n.attrs.get("inner", False))),
     "QReduce": lambda n, v: qreduce(v[0], n.attrs["kind"], n.attrs["axis"], n.attrs["scale"], n.attrs["out_scale"])
     if "bias" not in n.attrs and "keep" not in n.attrs and len(v) == 1 else
     qmasked_log_sum_exp(v[0], n.attrs["scale"], n.attrs["out_scale"], n.attrs["axis"], n.attrs.get("bias"),

@@ -68,19 +68,23 @@ def qmask_pool(x: np.ndarray, mask: np.ndarray, encoded: str, axes: tuple[int, .
     return np.clip(np.rint(y / out_scale), -128, 127).astype(np.int8)
 
 
-def l2_normalize(x: np.ndarray, axis: int, epsilon: float) -> np.ndarray:
-    """Float ``x / max(||x||_2, epsilon)`` along ``axis``, in float64 (a zero row gives zeros)."""
+def l2_normalize(x: np.ndarray, axis: int, epsilon: float, inner: bool = False) -> np.ndarray:
+    """Float ``x / max(||x||_2, epsilon)`` along ``axis``, in float64 (a zero row gives zeros); with ``inner``,
+    ``x / sqrt(sum(x * x) + epsilon)``."""
     x = np.asarray(x, np.float64)
-    norm = np.maximum(np.sqrt(np.sum(x * x, axis=axis, keepdims=True)), epsilon)
+    total = np.sum(x * x, axis=axis, keepdims=True)
+    norm = np.sqrt(total + epsilon) if inner else np.maximum(np.sqrt(total), epsilon)
     return x / np.where(norm > 0, norm, 1.0)
 
 
-def ql2_normalize(x: np.ndarray, axis: int, epsilon: float, scale: float, out_scale: float) -> np.ndarray:
+def ql2_normalize(x: np.ndarray, axis: int, epsilon: float, scale: float, out_scale: float,
+                  inner: bool = False) -> np.ndarray:
     """int8 ``x / max(||x||_2, epsilon)`` of the int8 ``x`` (of ``scale``): the squares summed exactly in int64,
-    then in float64 ``x / max(sqrt(q), epsilon / scale)`` and ``clip(rint(. / out_scale))``. The same bits on every
-    machine."""
+    then in float64 ``x / max(sqrt(q), epsilon / scale)`` (with ``inner``: ``x / sqrt(q + epsilon / scale**2)``) and
+    ``clip(rint(. / out_scale))``. The same bits on every machine."""
     xi = np.asarray(x, np.int64)
-    norm = np.maximum(np.sqrt((xi * xi).sum(axis=axis, keepdims=True).astype(np.float64)), epsilon / scale)
+    total = (xi * xi).sum(axis=axis, keepdims=True).astype(np.float64)
+    norm = np.sqrt(total + epsilon / (scale * scale)) if inner else np.maximum(np.sqrt(total), epsilon / scale)
     y = xi.astype(np.float64) / np.where(norm > 0, norm, 1.0)
     return np.clip(np.rint(y / out_scale), -128, 127).astype(np.int8)
 

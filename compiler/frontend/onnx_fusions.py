@@ -341,27 +341,37 @@ L2_NORMALIZE = "L2Normalize"
 imported as the IR's L2Normalize)."""
 
 
-def _match_l2_normalize(g: _OnnxGraph, reduce: onnx.NodeProto) -> tuple[list[onnx.NodeProto], float, str] | None:
+def _match_l2_normalize(g: _OnnxGraph, reduce: onnx.NodeProto
+                        ) -> tuple[list[onnx.NodeProto], float, str, bool] | None:
     """``x / clamp(ReduceL2(x, axis, keepdims=1), min=eps)``, the clamp a Clip or a Max with a constant (or absent),
     optionally an Expand of the norm back to ``x``'s shape (torch's ``F.normalize``); the norm also as
-    ``Sqrt(ReduceSum(x * x))`` or ``Pow(ReduceSum(Pow(x, 2)), 0.5)`` (a hand-written one, TIPSv2's text embedding):
-    the nodes, the Div last, eps (0 without a clamp) and ``x``."""
+    ``Sqrt(ReduceSum(x * x))`` or ``Pow(ReduceSum(Pow(x, 2)), 0.5)`` (a hand-written one, TIPSv2's text embedding),
+    or with the eps inside the root, ``Sqrt(ReduceSum(x * x) + eps)`` (flash-linear-attention's ``l2norm``, Bailing's
+    query and key norms): the nodes, the Div last, eps (0 without a clamp), ``x``, and whether eps is inside."""
     axes = _reduce_axes(g, reduce)
     if axes is None or len(axes) != 1:
         return None
-    x, tensor, nodes, eps = reduce.input[0], reduce.output[0], [reduce], 0.0
+    x, tensor, nodes, eps, inner = reduce.input[0], reduce.output[0], [reduce], 0.0, False
     if reduce.op_type == "ReduceSum":
         square = g.producer.get(x)
         root = g.consumers.get(tensor, [None])[0] if len(g.consumers.get(tensor, [])) == 1 else None
         source = rmsnorm.square_of(g, square) if square is not None else None
+        shift = root if root is not None and root.op_type == "Add" else None
+        if shift is not None:                                   # sqrt(sum + eps)
+            value = g.scalar(shift, tensor)
+            root = g.only_user(shift.output[0], "Sqrt") or g.only_user(shift.output[0], "Pow")
+            if value is None or value < 0 or root is None or shift.output[0] in g.outputs:
+                return None
+            eps, inner = float(value), True
+        summed = shift.output[0] if shift is not None else tensor
         if square is None or source is None or root is None or tensor in g.outputs or \
                 len(g.consumers.get(x, [])) != 1 or \
                 x in g.outputs or not (root.op_type == "Sqrt" or root.op_type == "Pow" and len(root.input) == 2
-                                       and root.input[1] in g.consts and g.scalar(root, tensor) == 0.5):
+                                       and root.input[1] in g.consts and g.scalar(root, summed) == 0.5):
             return None
-        x, tensor, nodes = source, root.output[0], [square, reduce, root]
+        x, tensor, nodes = source, root.output[0], [square, reduce, *([shift] if shift else []), root]
     users = g.consumers.get(tensor, [])
-    if len(users) == 1 and users[0].op_type in ("Clip", "Max") and tensor not in g.outputs:
+    if len(users) == 1 and users[0].op_type in ("Clip", "Max") and tensor not in g.outputs and not inner:
         clamp = users[0]
         if clamp.op_type == "Clip":
             a = _attrs(clamp)
@@ -383,7 +393,7 @@ def _match_l2_normalize(g: _OnnxGraph, reduce: onnx.NodeProto) -> tuple[list[onn
     div = g.only_user(tensor, "Div")
     if div is None or div.input[0] != x or div.input[1] != tensor or eps < 0:
         return None
-    return nodes + [div], eps, x
+    return nodes + [div], eps, x, inner
 
 
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
@@ -586,8 +596,9 @@ def _fuse_decompositions(model: onnx.ModelProto) -> onnx.ModelProto:
                 continue
             if found_l2 is None:
                 continue
-            nodes, eps, source = found_l2                 # its one axis: axes, read above
-            fused = _replacing(L2_NORMALIZE, source, nodes, "l2", axis=axes[0], epsilon=eps)
+            nodes, eps, source, inner = found_l2          # its one axis: axes, read above
+            fused = _replacing(L2_NORMALIZE, source, nodes, "l2", axis=axes[0], epsilon=eps,
+                               **({"inner": 1} if inner else {}))
         elif node.op_type == "Exp":
             found_softmax = _match_softmax(g, node, shapes)
             if found_softmax is None:

@@ -455,13 +455,14 @@ def _mask_pool(imp: _Importer, node: onnx.NodeProto) -> None:
 
 def _l2_normalize(imp: _Importer, node: onnx.NodeProto) -> None:
     """``x / max(||x||_2, eps)`` along one axis: the fused F.normalize (:func:`.onnx_fusions._match_l2_normalize`),
-    or ONNX's LpNormalization with ``p = 2`` (no eps)."""
+    or ONNX's LpNormalization with ``p = 2`` (no eps); with the fusion's ``inner``, ``x / sqrt(sum(x * x) + eps)``."""
     a = _attrs(node)
     if int(a.get("p", 2)) != 2:
         raise UnsupportedOperatorError(node.op_type, node.name, f"p={a['p']} (only the L2 norm, p=2)")
     rank = len(imp.shape(node.input[0]))
+    extra: dict[str, Any] = {"inner": True} if a.get("inner") else {}
     imp.emit("L2Normalize", node, [node.input[0]], axis=int(a.get("axis", -1)) % rank,
-             epsilon=float(a.get("epsilon", 0.0)))
+             epsilon=float(a.get("epsilon", 0.0)), **extra)
 
 
 def _grn_scale(imp: _Importer, node: onnx.NodeProto) -> None:
