@@ -929,6 +929,7 @@ def quantize(graph: Graph, calib_inputs: Mapping[str, np.ndarray] | Iterable[Map
     if absmax_hints:                                   # ranges the model file states replace the measured ones
         cal = Calibration({**cal.absmax, **{k: float(v) for k, v in absmax_hints.items() if k in cal.absmax}},
                           cal.channel_absmax, cal.moments)
+    cal = _kept_ranges(fg, cal)
     if gptq and not cal.moments and _moment_layers(fg):
         raise ValueError("weight_rounding='gptq' needs the input moments of the layers; the calibration given has "
                          "none: make it with calibrate(prepare(graph), inputs, moments=True).")
@@ -938,6 +939,29 @@ def quantize(graph: Graph, calib_inputs: Mapping[str, np.ndarray] | Iterable[Map
         raise ValueError(f"keep_int8 names {', '.join(sorted(keep - known))}, which are not Conv2d/Dense nodes of "
                          f"the graph; its Conv2d/Dense nodes are {', '.join(sorted(known))}")
     return _Quantizer(fg, cal, per_channel, mode, round_adds, act_bits, wgt_bits, keep, weight_rounding).run()
+
+
+def _kept_ranges(fg: Graph, cal: Calibration) -> Calibration:
+    """``cal`` with the range of each tensor that only a Where of a constant mask and a finite fill reads (through
+    Reshapes and Transposes read by one node) narrowed to the Where's output range, where that is smaller: the
+    entries the mask drops (a causal mask's upper triangle of a product, a linear attention's future keys) no longer
+    set the int8 scale of the ones it keeps; the dropped ones may clip, which changes nothing."""
+    narrowed: dict[str, float] = {}
+    for node in fg.nodes:
+        if node.op != "Where" or not np.isfinite(float(node.attrs["fill"])) or node.outputs[0] not in cal.absmax:
+            continue
+        bound = max(cal.absmax[node.outputs[0]], abs(float(node.attrs["fill"])))
+        tensor = node.inputs[0]
+        while tensor in cal.absmax and tensor not in fg.outputs and len(fg.consumers(tensor)) == 1 and \
+                bound < narrowed.get(tensor, cal.absmax[tensor]):
+            narrowed[tensor] = bound
+            prod = fg.producer(tensor)
+            if prod is None or prod.op not in ("Reshape", "Transpose"):
+                break
+            tensor = prod.inputs[0]
+    if not narrowed:
+        return cal
+    return Calibration({**cal.absmax, **narrowed}, cal.channel_absmax, cal.moments)
 
 
 def choose_int8_layers(graph: Graph, calib_inputs: Mapping[str, np.ndarray], eval_inputs: Mapping[str, np.ndarray],
