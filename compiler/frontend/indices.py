@@ -26,7 +26,7 @@ __all__ = ["IndexRegion", "IndexRegionError", "find_index_regions", "find_mask_i
 INDEX_OPS = frozenset({"Equal", "Not", "Cast", "CumSum", "Mul", "Add", "Sub", "Neg", "Abs", "Min", "Max", "Clip",
                        "Where", "And", "Or", "Greater", "Less", "GreaterOrEqual", "LessOrEqual", "Unsqueeze",
                        "Squeeze", "Reshape", "Flatten", "Expand", "Identity", "GatherElements", "Gather", "Slice",
-                       "Concat", "Tile", "Range", "Mod", "Div"})
+                       "Concat", "Tile", "Range", "Mod", "Div", "Pad"})
 """The ops an index region may contain (evaluated by ONNX's reference implementation)."""
 
 

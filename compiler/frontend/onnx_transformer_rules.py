@@ -318,7 +318,8 @@ def _split(imp: _Importer, node: onnx.NodeProto) -> None:
 
 
 def _where(imp: _Importer, node: onnx.NodeProto) -> None:
-    """Where with a constant condition, an activation and a constant scalar (a causal mask)."""
+    """Where with a constant condition, an activation and a constant scalar (a causal mask), or a constant array
+    whose entries where the condition drops the activation are one value (Longformer's chunk masks: -inf there)."""
     cond, x, y = node.input
     keep = imp.const_input(node, 0, "condition")
     if imp.is_const(x) == imp.is_const(y):
@@ -326,10 +327,16 @@ def _where(imp: _Importer, node: onnx.NodeProto) -> None:
     src, fill = (y, x) if imp.is_const(x) else (x, y)
     value = imp.const(fill)
     keep = np.asarray(keep, bool) if src == x else ~np.asarray(keep, bool)
-    if value.size != 1 or imp.shapes_of(node.output[0]) != imp.shape(src):
-        raise UnsupportedOperatorError(node.op_type, node.name, f"a constant of shape {value.shape} (only a scalar) "
-                                                                f"or an output larger than the activation")
-    imp.emit("Where", node, [src], keep=keep, fill=float(value.reshape(())))
+    out = tuple(imp.shapes_of(node.output[0]))
+    try:
+        dropped = np.broadcast_to(value, out)[~np.broadcast_to(keep, out)]
+    except ValueError:
+        dropped = value.reshape(-1)
+    if out != tuple(imp.shape(src)) or value.size != 1 and dropped.size and (dropped != dropped[0]).any():
+        raise UnsupportedOperatorError(node.op_type, node.name, f"a constant of shape {value.shape} (only a scalar, "
+                                                                f"or one value where the condition drops the "
+                                                                f"activation) or an output larger than the activation")
+    imp.emit("Where", node, [src], keep=keep, fill=float(dropped[0] if dropped.size else value.reshape(-1)[0]))
 
 
 def _key_mask(imp: _Importer, node: onnx.NodeProto) -> None:
