@@ -171,3 +171,16 @@ def test_a_clamp_at_float32_lowest_and_an_empty_concat_operand_change_nothing():
     assert "Max" not in {n.op for n in imported.nodes} and "Concat" in {n.op for n in imported.nodes}
     want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": _x()})[0]
     np.testing.assert_allclose(run_float(imported, {"x": _x()})["y"], want, atol=1e-4, rtol=1e-5)
+
+
+def test_a_transpose_by_a_negative_perm_counts_it_from_the_end():
+    """torch exports Mamba2's ``x.permute(0, -2, -1, 1)`` with the negative entries as written; onnxruntime refuses
+    the file, the lab reads them as numpy does (and the run says whose reference it measured against)."""
+    x = np.random.default_rng(3).standard_normal((1, 3, 4, 5)).astype(np.float32)
+    nodes = [node("Transpose", ["x"], ["t"], perm=[0, -2, -1, 1]), node("Relu", ["t"], ["y"])]
+    graph = helper.make_graph(nodes, "perm", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x.shape))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    g = import_onnx(model)
+    assert g.shape("y") == (1, 4, 5, 3)
+    np.testing.assert_array_equal(run_float(g, {"x": x})["y"], np.maximum(np.transpose(x, (0, 2, 3, 1)), 0))

@@ -333,6 +333,20 @@ def _check_file(model: onnx.ModelProto, label: str) -> None:
     check_nodes(model, label)
 
 
+def _normalize_perms(model: onnx.ModelProto) -> None:
+    """Each Transpose's negative ``perm`` entries counted from the end (torch exports Mamba2's ``x.permute(0, -2,
+    -1, 1)`` as written): onnxruntime takes them, but ONNX's shape inference leaves the output without a shape."""
+    for node in model.graph.node:
+        if node.op_type != "Transpose":
+            continue
+        for attr in node.attribute:
+            if attr.name == "perm" and any(p < 0 for p in attr.ints):
+                rank = len(attr.ints)
+                fixed = [p % rank for p in attr.ints]
+                del attr.ints[:]
+                attr.ints.extend(fixed)
+
+
 def _check_types(model: onnx.ModelProto) -> None:
     """Raise :class:`ModelFileError` when ONNX's typed shape inference rejects ``model`` (operand types that
     disagree), leaving ``model`` as it is (the inference runs on a copy)."""
@@ -548,6 +562,7 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, n
         _check_sizes(proto, where, limit)
     half.narrow_double(proto, where)                    # float64 files: float32, rounded
     _sort_nodes(proto)
+    _normalize_perms(proto)
     _fix_inputs(proto, batch, dict(input_shapes or {}), where)
     _check_sizes(proto, where, limit)                   # the inputs' own sizes, before any rewrite reads them
     _check_shape_constants(proto, where, limit)
