@@ -333,10 +333,12 @@ def test_causal_where_mask():
 
 
 def test_where_refusals():
+    """A constant array of two values where the condition drops the activation is refused; of one value there it is
+    that fill (tests/test_window_attention_forms.py)."""
     x = _x(1, 4)
     model = _model([helper.make_node("Where", ["keep", "x", "fill"], ["y"])], {"x": x},
-                   [("keep", np.array([True, False, True, True])), ("fill", np.zeros(4, np.float32))])
-    with pytest.raises(UnsupportedOperatorError, match=r"a constant of shape \(4,\) \(only a scalar\)"):
+                   [("keep", np.array([True, False, True, False])), ("fill", np.arange(4, dtype=np.float32))])
+    with pytest.raises(UnsupportedOperatorError, match=r"a constant of shape \(4,\) \(only a scalar, or one value"):
         import_onnx(model)
 
 
