@@ -73,3 +73,11 @@ def test_a_decayed_running_sum_between_linear_layers_on_fsim(tmp_path, monkeypat
     assert any(n.op == "QCumSum" for n in compiled.graph.nodes)
     out = run(compiled, {"x": x}, target="fsim")
     np.testing.assert_array_equal(out.outputs["y"], qops.run_reference(compiled.graph, {"x": x})["y"])
+
+
+def test_a_cumsum_axis_outside_the_rank_is_refused():
+    from vta.compiler.frontend.onnx_frontend import UnsupportedModelError, UnsupportedOperatorError, import_onnx
+    x = _x(1, 4, 6)
+    model = onnx_model([helper.make_node("CumSum", ["x", "axis"], ["y"])], {"x": x}, [("axis", np.array(7, np.int64))])
+    with pytest.raises((UnsupportedModelError, UnsupportedOperatorError), match=r"axis 7 of a tensor of rank 3"):
+        import_onnx(model)

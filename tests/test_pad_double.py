@@ -92,3 +92,11 @@ def test_a_float64_file_runs_end_to_end_with_its_error_against_the_float64_file(
     want = ort.InferenceSession(str(path)).run(None, {"x": x})[0]
     scale = np.abs(want).max() / 127
     assert np.abs(out.outputs["y"] - want).max() <= 3 * scale
+
+
+def test_pads_that_crop_a_whole_axis_are_refused_naming_it():
+    x = _x(1, 4, 6)
+    nodes = [helper.make_node("Pad", ["x", "pads"], ["y"], name="crop")]
+    from vta.compiler.frontend.onnx_frontend import UnsupportedModelError, UnsupportedOperatorError
+    with pytest.raises((UnsupportedModelError, UnsupportedOperatorError), match=r"leave axis 1 \(of 4\) with -1"):
+        import_onnx(onnx_model(nodes, {"x": x}, [("pads", np.array([0, -5, 0, 0, 0, 0], np.int64))]))

@@ -239,3 +239,12 @@ def test_a_one_pass_variance_is_refused_naming_its_sub():
              _n("Sub", ["x", "m"], "d"), _n("Div", ["d", "sd"], "y")]
     with pytest.raises((UnsupportedModelError, UnsupportedOperatorError), match=r"var_node.*E\[x\*x\] - E\[x\]\*\*2"):
         import_onnx(onnx_model(nodes, {"x": x}, _scalars(eps=1e-5)))
+
+
+def test_a_region_that_divides_by_zero_on_the_calibration_inputs_is_refused_naming_its_tensor():
+    """x / relu(x) is infinite (or NaN) wherever x <= 0: no int8 scale represents it; the quantizer says where."""
+    from vta.compiler.frontend.quantize import QuantizationError, quantize
+    x = _x(1, 4, 16)
+    graph = import_onnx(onnx_model([_n("Relu", ["x"], "r"), _n("Div", ["x", "r"], "y")], {"x": x}))
+    with pytest.raises(QuantizationError, match=r"Tensor 'y' \(written by PointwiseFn .*non-finite"):
+        quantize(graph, {"x": x})

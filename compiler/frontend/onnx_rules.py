@@ -418,6 +418,11 @@ def _pad(imp: _Importer, node: onnx.NodeProto) -> None:
         imp.emit("Pad", node, [x], pads=tuple(pads), value=value)
         return
     # negative pads crop (RWKV's time shift, ZeroPad2d((0, 0, 1, -1))): the padding, then a Slice of what stays
+    left = [n + pads[i] + pads[i + rank] for i, n in enumerate(imp.shape(x))]
+    if min(left) <= 0:
+        axis = next(i for i, n in enumerate(left) if n <= 0)
+        raise UnsupportedOperatorError(node.op_type, node.name, f"pads {pads} that leave axis {axis} (of "
+                                                                f"{imp.shape(x)[axis]}) with {left[axis]} elements")
     grown = tuple(max(p, 0) for p in pads)
     shape = tuple(n + grown[i] + grown[i + rank] for i, n in enumerate(imp.shape(x)))
     if any(grown):

@@ -392,6 +392,9 @@ def _cumsum(imp: _Importer, node: onnx.NodeProto) -> None:
         raise UnsupportedOperatorError(node.op_type, node.name, "a CumSum of a constant that is not folded")
     a = _attrs(node)
     rank = len(imp.shape(node.input[0]))
+    if not -rank <= int(axis.reshape(())) < rank:
+        raise UnsupportedOperatorError(node.op_type, node.name, f"axis {int(axis.reshape(()))} of a tensor of rank "
+                                                                f"{rank} (from {-rank} to {rank - 1})")
     imp.emit("CumSum", node, [node.input[0]], axis=int(axis.reshape(())) % rank,
              exclusive=bool(a.get("exclusive", 0)), reverse=bool(a.get("reverse", 0)))
 

@@ -343,7 +343,15 @@ class _Quantizer:
         return c
 
     def act_scale(self, name: str) -> float:
-        """The calibrated scale of activation ``name`` at the activation width: ``absmax / qmax``."""
+        """The calibrated scale of activation ``name`` at the activation width: ``absmax / qmax``;
+        :class:`QuantizationError` naming the tensor and its producer when the float model computed an infinity or
+        NaN there on the calibration inputs (a division by zero, an overflow), which no int8 scale represents."""
+        if not np.isfinite(self.cal.absmax.get(name, 0.0)):
+            prod = self.fg.producer(name)
+            by = f" (written by {prod.op} node {prod.name!r})" if prod is not None else ""
+            raise QuantizationError(f"Tensor {name!r}{by} holds non-finite values (an infinity or NaN) on the "
+                                    f"calibration inputs: the float model divides by zero or overflows there, and "
+                                    f"no int8 scale represents that; calibrate on inputs for which it is finite.")
         return self.cal.scale(name, self.qmax)
 
     def wide_out(self, name: str, scale: float) -> str:
