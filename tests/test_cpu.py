@@ -172,3 +172,13 @@ def test_lut_matches_reference():
     x = np.arange(-128, 128, dtype=np.int8).reshape(2, 8, 16)
     table = _rand8(rng, (256,))
     np.testing.assert_array_equal(cpu.lut(x, table), qops.lut(x, table))
+
+
+def test_pair_lut_matches_reference_on_every_pair_and_broadcasts():
+    rng = np.random.default_rng(6)
+    table = _rand8(rng, (256, 256))
+    a, b = np.meshgrid(np.arange(-128, 128), np.arange(-128, 128), indexing="ij")
+    np.testing.assert_array_equal(cpu.lut2(a.astype(np.int8), b.astype(np.int8), table),
+                                  qops.lut2(a.astype(np.int8), b.astype(np.int8), table))
+    a, b = _rand8(rng, (2, 6, 16)), _rand8(rng, (2, 6, 1))
+    np.testing.assert_array_equal(cpu.lut2(a, b, table), qops.lut2(a, b, table))

@@ -349,6 +349,27 @@ def lut(x: np.ndarray, table: np.ndarray) -> np.ndarray:
     return out
 
 
+def _build_lut2(size: int):
+    module, fn, b = _function("lut2", [I8.as_pointer()] * 4)
+    a, c, table, out = fn.args
+    with _range(b, size) as i:
+        row = b.add(b.sext(b.load(_at(b, a, i)), el.I64), el.const(128))
+        col = b.add(b.sext(b.load(_at(b, c, i)), el.I64), el.const(128))
+        b.store(b.load(_at(b, table, b.add(b.mul(row, el.const(256)), col))), _at(b, out, i))
+    b.ret_void()
+    return module, "lut2", 4
+
+
+def lut2(a: np.ndarray, c: np.ndarray, table: np.ndarray) -> np.ndarray:
+    """int8 lookup of a pair ``table[a + 128, c + 128]``, ``a`` and ``c`` broadcast (see :func:`.qops.lut2`): the
+    operands expanded to their common shape, then one pass of the JIT kernel."""
+    a, c = (np.ascontiguousarray(v, np.int8) for v in np.broadcast_arrays(a, c))
+    fn = _kernel(("lut2", a.size), lambda: _build_lut2(a.size))
+    out = np.empty(a.shape, np.int8)
+    _call(fn, a, c, np.ascontiguousarray(table, np.int8).reshape(-1), out)
+    return out
+
+
 # ---- pooling ------------------------------------------------------------------------------------------------------
 def _build_pool(kind: str, planes: int, hw: tuple, out_hw: tuple, kernel: tuple, strides: tuple, pads: tuple,
                 include_pad: bool):
@@ -463,6 +484,7 @@ def softmax(x: np.ndarray, scale: float, axis: int = -1) -> np.ndarray:
 CPU_OPS: dict[str, Callable[[Node, list[np.ndarray]], np.ndarray]] = {
     **qops.QOPS,                                # the reference where no kernel exists, bit-exact by definition
     **qops.kernel_ops(sys.modules[__name__]),   # the JIT kernels, bound to nodes as the reference's are
+    "QLut2": lambda n, v: lut2(v[0], v[1], n.attrs["table"]),
     "Softmax": lambda n, v: qops.QOPS["Softmax"](n, v) if "bias" in n.attrs or "keep" in n.attrs or
     "sink" in n.attrs or len(v) > 1 else
     softmax(v[0], n.attrs["scale"], n.attrs["axis"]),

@@ -51,7 +51,7 @@ CPU_ELEMS_PER_US = 500.0
 CPU_ELEMS_PER_US_BY_OP: dict[str, float] = {
     "QSoftmax": 24.0, "QLayerNorm": 290.0, "QISoftmax": 125.0, "QILayerNorm": 275.0, "QLut": 4000.0,
     "QMul": 5000.0, "Quantize": 4300.0, "Dequantize": 8200.0, "Slice": 2100.0, "Transpose": 4400.0,
-    "Reshape": 86000.0, "QLut2": 300.0}
+    "Reshape": 86000.0, "QLut2": 2500.0}
 """Output elements per microsecond of the CPU backend's kernels that :data:`CPU_ELEMS_PER_US` misjudges most,
 measured on BERT-base's block (sequence 128, width 768: each kind's elements over its nodes' summed time, on the
 2-core development machine; ``python3 scripts/bench_cpu_rates.py`` prints them beside the estimates). Row-wise
@@ -60,8 +60,9 @@ faster. Small tensors run
 below these rates: each kernel call costs microseconds of its own, which no estimate here counts. Two measured rates
 are left out on purpose: QAdd (8,900) would move the CNNs' residual adds to the CPU, and QGelu (110) a decode step's
 GELU to the ALU, decisions that also rest on the layout conversions' and the GELU table's costs, which need their own
-measurement first. QLut2 (a table of pairs, :func:`..qops.lut2`: numpy's two-index lookup) is measured alone, on
-4,096 to 1,048,576 random pairs: 250 to 320 elements per microsecond."""
+measurement first. QLut2 (a table of pairs, :func:`..kernels.cpu.lut2`'s JIT kernel) is measured alone, on 262,144
+and 1,048,576 random pairs: 2,600 to 2,700 elements per microsecond (numpy's two-index lookup, the integer
+reference: about 280)."""
 CONVERT_BYTES_PER_US = 1000.0
 STEMS = ("auto", "im2col", "columns", "direct")
 """Lowerings of a convolution whose few-channel input comes from the CPU side (a network's first convolution):
