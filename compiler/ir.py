@@ -124,7 +124,9 @@ FLOAT_OPS: dict[str, tuple[str, ...]] = {
                                                          # see frontend.indices and qops_index.run_index_fn
     "L2Normalize": ("axis", "epsilon"),                  # x / max(||x||_2 along axis, epsilon); with the optional
                                                          # "inner": x / sqrt(sum(x * x) + epsilon)
-    "Reduce": ("kind", "axis"),                          # ReduceMin, ReduceL2, ReduceLogSumExp...: qops.REDUCE_KINDS
+    "Reduce": ("kind", "axis"),                          # ReduceMin, ReduceL2, ReduceLogSumExp...: qops.REDUCE_KINDS;
+                                                         # LayerNormalization's Mean ("mean") and InvStdDev
+                                                         # ("inv_std", with "epsilon")
     "LogSoftmax": ("axis",),                             # x - log(sum(exp(x))) along axis
     "CumSum": ("axis", "exclusive", "reverse"),          # ONNX CumSum of an activation along one axis
     "SumNormalize": ("axis", "epsilon"),                 # x / (sum(x) along axis + epsilon): 0 where that is 0

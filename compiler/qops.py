@@ -694,7 +694,8 @@ QOPS: dict[str, OpFn] = {
                                                  n.attrs["out_scale"]),
     "QL2Normalize": lambda n, v: ql2_normalize(v[0], n.attrs["axis"], n.attrs["epsilon"], n.attrs["scale"],
                                                n.attrs["out_scale"], bool(n.attrs.get("inner", False))),
-    "QReduce": lambda n, v: qreduce(v[0], n.attrs["kind"], n.attrs["axis"], n.attrs["scale"], n.attrs["out_scale"])
+    "QReduce": lambda n, v: qreduce(v[0], n.attrs["kind"], n.attrs["axis"], n.attrs["scale"], n.attrs["out_scale"],
+                                    n.attrs.get("epsilon", 0.0))
     if "bias" not in n.attrs and "keep" not in n.attrs and len(v) == 1 else
     qmasked_log_sum_exp(v[0], n.attrs["scale"], n.attrs["out_scale"], n.attrs["axis"], n.attrs.get("bias"),
                         n.attrs.get("keep"), n.attrs.get("fill", 0.0), softmax_key(n, v)),

@@ -183,14 +183,19 @@ def log_sum_exp(x: np.ndarray, axis: int) -> np.ndarray:
     return top + _logs(exact_exp(z - top).sum(axis=axis, keepdims=True))
 
 
-def reduce_rows(x: np.ndarray, kind: str, axis: int) -> np.ndarray:
-    """Float reduction ``kind`` (a value of :data:`REDUCE_KINDS`) of ``x`` along ``axis``, kept, in float64; ``log``,
-    ``exp`` by the C library, so the same bits on every machine."""
+def reduce_rows(x: np.ndarray, kind: str, axis: int, epsilon: float = 0.0) -> np.ndarray:
+    """Float reduction ``kind`` (a value of :data:`REDUCE_KINDS`, or LayerNormalization's statistics ``mean`` and
+    ``inv_std``, ``1 / sqrt(var + epsilon)`` of the population variance) of ``x`` along ``axis``, kept, in float64;
+    ``log``, ``exp`` by the C library, so the same bits on every machine."""
     z = np.asarray(x, np.float64)
     if kind == "log_sum_exp":
         return log_sum_exp(z, axis)
     if kind == "min":
         return z.min(axis=axis, keepdims=True)
+    if kind == "mean":
+        return z.mean(axis=axis, keepdims=True)
+    if kind == "inv_std":
+        return 1.0 / np.sqrt(np.square(z - z.mean(axis=axis, keepdims=True)).mean(axis=axis, keepdims=True) + epsilon)
     return _from_sum(_summand(z, kind).sum(axis=axis, keepdims=True), kind)
 
 
@@ -204,12 +209,19 @@ def _from_sum(total: np.ndarray, kind: str) -> np.ndarray:
     return np.sqrt(total) if kind == "l2" else _logs(total) if kind == "log_sum" else total
 
 
-def qreduce(x: np.ndarray, kind: str, axis: int, scale: float, out_scale: float) -> np.ndarray:
+def qreduce(x: np.ndarray, kind: str, axis: int, scale: float, out_scale: float, epsilon: float = 0.0) -> np.ndarray:
     """int8 :func:`reduce_rows` of the int8 ``x`` (of ``scale``): sums of ``|x|``, ``x`` and ``x * x`` exact in
-    int64, the rest in float64; ``clip(rint(. / out_scale))``, an infinite value (``log`` of 0) clipped, NaN (``log``
-    of a negative sum) 0. The same bits on every machine."""
+    int64, the rest in float64 (``inv_std``: the variance's numerator ``n * sum(x * x) - sum(x) ** 2`` exact in
+    int64); ``clip(rint(. / out_scale))``, an infinite value (``log`` of 0) clipped, NaN (``log`` of a negative sum)
+    0. The same bits on every machine."""
     xi = np.asarray(x, np.int64)
-    if kind in ("min", "log_sum_exp"):
+    n = xi.shape[axis]
+    if kind == "mean":
+        y = xi.sum(axis=axis, keepdims=True).astype(np.float64) * scale / n
+    elif kind == "inv_std":
+        numerator = n * (xi * xi).sum(axis=axis, keepdims=True) - np.square(xi.sum(axis=axis, keepdims=True))
+        y = 1.0 / np.sqrt(numerator.astype(np.float64) * (scale * scale / (n * n)) + epsilon)
+    elif kind in ("min", "log_sum_exp"):
         y = reduce_rows(xi.astype(np.float64) * scale, kind, axis)
     else:                                # the exact sum in int64, then scaled (a sum of squares: twice)
         total = _summand(xi, kind).sum(axis=axis, keepdims=True).astype(np.float64)

@@ -101,3 +101,16 @@ def test_the_integer_forms_give_the_same_bits_as_the_float_ones_rounded():
                                   np.clip(np.rint(lse / 0.04), -128, 127).astype(np.int8))
     np.testing.assert_allclose(qops.log_softmax(x, -1, 0.05), z - lse, atol=1e-12)
     assert (qops.log_sum_exp(np.full((2, 3), -np.inf), -1) == -np.inf).all()
+
+
+def test_layer_normalization_statistics_from_int8_are_within_one_output_step():
+    """LayerNormalization's Mean and InvStdDev outputs (Reduce kinds mean and inv_std): the int8 versions round the
+    exact statistics of the int8 input once."""
+    from vta.compiler.qops_pool import qreduce, reduce_rows
+    x = np.random.default_rng(71).integers(-128, 128, (3, 7, 40)).astype(np.int8)
+    scale, eps = 0.02, 1e-5
+    for kind in ("mean", "inv_std"):
+        want = reduce_rows(x.astype(np.float64) * scale, kind, 2, eps)
+        out_scale = float(np.abs(want).max()) / 127
+        got = qreduce(x, kind, 2, scale, out_scale, eps).astype(np.float64) * out_scale
+        assert np.abs(got - want).max() <= 0.5 * out_scale + 1e-12

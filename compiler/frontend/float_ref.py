@@ -372,7 +372,7 @@ FLOAT_FNS: dict[str, FloatFn] = {
                                               n.attrs["max_gain"]),
     "GRNScale": lambda n, v: grn_scale(v[0], n.attrs["axes"], n.attrs["epsilon"]),
     "SumNormalize": lambda n, v: sum_normalize(v[0], n.attrs["axis"], n.attrs["epsilon"]),
-    "Reduce": lambda n, v: reduce_rows(v[0], n.attrs["kind"], n.attrs["axis"]),
+    "Reduce": lambda n, v: reduce_rows(v[0], n.attrs["kind"], n.attrs["axis"], n.attrs.get("epsilon", 0.0)),
     "LogSoftmax": lambda n, v: log_softmax(v[0], n.attrs["axis"]),
     "CumSum": lambda n, v: cumsum(v[0], n.attrs["axis"], n.attrs["exclusive"], n.attrs["reverse"]),
     "PointwiseFn": lambda n, v: pointwise_values(n.attrs["onnx"], *v),

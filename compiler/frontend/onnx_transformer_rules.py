@@ -85,12 +85,19 @@ def _reduce(imp: _Importer, node: onnx.NodeProto) -> None:
 
 
 def _layer_norm(imp: _Importer, node: onnx.NodeProto) -> None:
-    """LayerNormalization (opset 17) with constant scale and bias; only its first output."""
+    """LayerNormalization (opset 17) with constant scale and bias; its Mean and InvStdDev outputs, when read, are
+    Reduces of kinds ``mean`` and ``inv_std`` over the normalised axes (on the CPU)."""
     a = _attrs(node)
     shape = imp.shape(node.input[0])
     axis = int(a.get("axis", -1)) % len(shape)
-    if any(out for out in node.output[1:]):
-        raise UnsupportedOperatorError(node.op_type, node.name, "the Mean and InvStdDev outputs (only Y)")
+    for out, kind in zip(node.output[1:3], ("mean", "inv_std")):
+        if not out:
+            continue
+        rows = (1, int(np.prod(shape[:axis], dtype=np.int64)), int(np.prod(shape[axis:], dtype=np.int64)), 1)
+        view = imp.emit_shaped("Reshape", node, [node.input[0]], rows, shape=rows)
+        stat = imp.emit_shaped("Reduce", node, [view], (1, rows[1], 1, 1), kind=kind, axis=2,
+                               **({"epsilon": float(a.get("epsilon", 1e-5))} if kind == "inv_std" else {}))
+        imp.emit("Reshape", node, [stat], output=out, shape=tuple(shape[:axis]) + (1,) * (len(shape) - axis))
     gamma = imp.const_input(node, 1, "Scale")
     beta = imp.const_input(node, 2, "B")
     normed = shape[axis:]
