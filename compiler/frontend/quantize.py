@@ -348,6 +348,12 @@ class _Quantizer:
         NaN there on the calibration inputs (a division by zero, an overflow), which no int8 scale represents."""
         if not np.isfinite(self.cal.absmax.get(name, 0.0)):
             prod = self.fg.producer(name)
+            consts = [c for c in (prod.inputs if prod is not None else []) if c in self.fg.constants]
+            for const in consts:
+                assert prod is not None
+                self.finite(prod, const)              # a damaged weight is the cause: say so, naming it
+            if any(np.abs(self.fg.constants[c]).max(initial=0.0) > 1e30 for c in consts):
+                return self.cal.scale(name, self.qmax)    # a weight near float32's limit: its requantization says so
             by = f" (written by {prod.op} node {prod.name!r})" if prod is not None else ""
             raise QuantizationError(f"Tensor {name!r}{by} holds non-finite values (an infinity or NaN) on the "
                                     f"calibration inputs: the float model divides by zero or overflows there, and "
