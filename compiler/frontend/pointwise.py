@@ -71,9 +71,10 @@ def _is_trigger(node: onnx.NodeProto, region_inputs: int, consts: dict[str, onnx
 
 
 def split_variadic(model: onnx.ModelProto) -> int:
-    """Rewrite, in place, each Max, Min, Sum or Mean of one input or of three or more (ONNX's variadic forms) into
-    an Identity or a chain of two-input nodes, left to right (a Mean: the Sum's chain, then a Mul by ``1/n``): the
-    same values, in the forms the rules and the regions of two activations take. Returns how many were split."""
+    """Rewrite, in place, each Max or Min of one input or of three or more, and each Sum or Mean (ONNX's variadic
+    forms; no rule takes them), into an Identity or a chain of two-input nodes, left to right (Sum and Mean as Adds, a
+    Mean then a Mul by ``1/n``): the same values, in the forms the rules and the regions of two activations take.
+    Returns how many were rewritten."""
     graph = model.graph
     out: list[onnx.NodeProto] = []
     split = 0
