@@ -83,11 +83,15 @@ KNOWN_DEFECTS: tuple[str, ...] = ()
 """Valid models the frontend reports wrongly (as malformed): expected failures until fixed. None today: a Constant
 node as the graph output, Dropout's mask and BatchNormalization's training mode are refused with their reasons."""
 
-INT8_MISSES: tuple[str, ...] = (r"^test_pow_(cpu|fsim)$",)
+INT8_MISSES: tuple[str, ...] = (r"^test_pow_(cpu|fsim)$", r"^test_layer_normalization_2d_axis_negative_2_expanded_")
 """Cases that run but miss the int8 tolerance for a reason of int8 itself: expected failures, so that a change of
 their accuracy is noticed. ``test_pow``, ``x ** y`` of two activations with ``x`` from 0 to 59: the base's int8 step
 (0.46) times the power's slope (``y * x ** (y - 1)``, up to several hundred) is beyond ``2 * s_out + s_in``; the
-lab runs it as a table of the pairs of int8 values (frontend/pointwise.py) and reports its error."""
+lab runs it as a table of the pairs of int8 values (frontend/pointwise.py) and reports its error.
+``test_layer_normalization_2d_axis_negative_2_expanded``: ONNX's LayerNormalization function fuses into one
+LayerNormalization (onnx_fusions._match_one_pass_layer_norm), but its scale and bias are graph inputs, so
+activations: the normalised values times the int8 scale, plus the int8 bias, add two roundings that the tolerance
+does not count (0.057 against 0.046; the 18 other expanded cases meet it)."""
 
 
 @cache

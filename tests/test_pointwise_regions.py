@@ -229,16 +229,34 @@ def test_variadic_max_min_sum_and_mean_split_into_two_input_chains(op, count, op
     assert np.abs(got - want).max() <= (count - 1) * (2 * s_out + s_in)
 
 
-def test_a_one_pass_variance_is_refused_naming_its_sub():
-    """(x - E[x]) / sqrt(E[x*x] - E[x]**2 + eps) (ONNX's LayerNormalization function): the quotient would be a pair
-    table, but the variance's two int8 means cancel; the Sub is refused with that reason."""
+def test_onnx_layer_normalization_function_body_fuses_with_its_statistics():
+    """(x - E[x]) / sqrt(E[x*x] - E[x]**2 + eps), E[x] and 1 / sqrt(.) also outputs (ONNX's LayerNormalization
+    function body): one LayerNormalization with its Mean and InvStdDev outputs, within the int8 tolerance."""
     x = _x(2, 4, 8)
     nodes = [helper.make_node("ReduceMean", ["x"], ["m"], axes=[-1]), _n("Mul", ["x", "x"], "sq"),
              helper.make_node("ReduceMean", ["sq"], ["msq"], axes=[-1]), _n("Mul", ["m", "m"], "m2"),
              _n("Sub", ["msq", "m2"], "var"), _n("Add", ["var", "eps"], "ve"), _n("Sqrt", ["ve"], "sd"),
-             _n("Sub", ["x", "m"], "d"), _n("Div", ["d", "sd"], "y")]
+             _n("Sub", ["x", "m"], "d"), _n("Div", ["d", "sd"], "y"), _n("Reciprocal", ["sd"], "inv")]
+    model = onnx_model(nodes, {"x": x}, _scalars(eps=1e-5))
+    model.graph.output.extend([helper.make_tensor_value_info(t, onnx.TensorProto.FLOAT, None) for t in ("m", "inv")])
+    graph = import_onnx(model)
+    assert _ops(graph).count("LayerNorm") == 1 and [n.attrs["kind"] for n in graph.nodes if n.op == "Reduce"] == \
+        ["mean", "inv_std"]
+    graph, qgraph, got, want = onnx_op_run(onnx_model(nodes[:-1], {"x": x}, _scalars(eps=1e-5)), {"x": x},
+                                           atol=1e-4, rtol=1e-4)
+    s_out = next(n.attrs["scale"] for n in qgraph.nodes if n.op == "Dequantize")
+    s_in = next(n.attrs["scale"] for n in qgraph.nodes if n.op == "Quantize")
+    assert _ops(graph) == ["LayerNorm"] and np.abs(got - want).max() <= 2 * s_out + s_in
+
+
+def test_a_one_pass_variance_read_otherwise_is_refused_naming_its_sub():
+    """E[x*x] - E[x]**2 that is no LayerNorm's (a gain times it): its two int8 means cancel; refused, naming it."""
+    x = _x(2, 4, 8)
+    nodes = [helper.make_node("ReduceMean", ["x"], ["m"], axes=[-1]), _n("Mul", ["x", "x"], "sq"),
+             helper.make_node("ReduceMean", ["sq"], ["msq"], axes=[-1]), _n("Mul", ["m", "m"], "m2"),
+             _n("Sub", ["msq", "m2"], "var"), _n("Mul", ["x", "var"], "y")]
     with pytest.raises((UnsupportedModelError, UnsupportedOperatorError), match=r"var_node.*E\[x\*x\] - E\[x\]\*\*2"):
-        import_onnx(onnx_model(nodes, {"x": x}, _scalars(eps=1e-5)))
+        import_onnx(onnx_model(nodes, {"x": x}, []))
 
 
 def test_a_region_that_divides_by_zero_on_the_calibration_inputs_is_refused_naming_its_tensor():

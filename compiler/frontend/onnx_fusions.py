@@ -116,6 +116,62 @@ def _match_layer_norm(g: _OnnxGraph, mean: onnx.NodeProto, rank: int
     return nodes, parts
 
 
+def _square_of(g: _OnnxGraph, tensor: str) -> str | None:
+    """What ``tensor`` squares: ``Mul(t, t)`` or ``Pow(t, 2)``; None otherwise."""
+    node = g.producer.get(tensor)
+    if node is not None and node.op_type == "Mul" and node.input[0] == node.input[1]:
+        return node.input[0]
+    if node is not None and node.op_type == "Pow" and g.scalar(node, node.input[0]) == 2.0:
+        return node.input[0]
+    return None
+
+
+def _match_one_pass_layer_norm(g: _OnnxGraph, mean: onnx.NodeProto, rank: int
+                               ) -> tuple[list[onnx.NodeProto], dict[str, Any]] | None:
+    """ONNX's own LayerNormalization function body over the last axis: ``m = ReduceMean(x)``, ``var =
+    ReduceMean(x * x) - m * m``, ``(x - m) / Sqrt(var + eps)``, with ``m`` and ``Reciprocal(Sqrt(.))`` also read as
+    the Mean and InvStdDev outputs. Computed step by step in int8, the variance's two means cancel; as one
+    LayerNormalization (its statistics as its second and third outputs) it is exact from the int8 input. The nodes
+    (the first ReduceMean last: the fused node stands where it did, before any reader of the mean) and the parts."""
+    axes = _reduce_axes(g, mean)
+    if axes is None or [v % rank for v in axes] != [rank - 1]:
+        return None
+    x, m = mean.input[0], mean.output[0]
+    users = g.readers(m)
+    square_mean = next((u for u in users if u.op_type == "Mul" and list(u.input) == [m, m]), None)
+    sub = next((u for u in users if u.op_type == "Sub" and list(u.input) == [x, m]), None)
+    if square_mean is None or sub is None:
+        return None
+    var = g.only_user(square_mean.output[0], "Sub")
+    if var is None or var.input[1] != square_mean.output[0]:
+        return None
+    mean_sq = g.producer.get(var.input[0])
+    if mean_sq is None or mean_sq.op_type != "ReduceMean" or _reduce_axes(g, mean_sq) != axes or \
+            _square_of(g, mean_sq.input[0]) != x or len(g.readers(mean_sq.input[0])) != 1 or \
+            len(g.readers(mean_sq.output[0])) != 1:
+        return None
+    add = g.only_user(var.output[0], "Add")
+    eps = None if add is None else g.scalar(add, var.output[0])
+    sqrt = None if add is None or eps is None else g.only_user(add.output[0], "Sqrt")
+    if add is None or sqrt is None or eps is None or sqrt.output[0] in g.outputs:
+        return None
+    div = g.only_user(sub.output[0], "Div")
+    root_users = g.readers(sqrt.output[0])
+    recip = next((u for u in root_users if u.op_type == "Reciprocal"), None)
+    if div is None or list(div.input) != [sub.output[0], sqrt.output[0]] or \
+            any(u is not div and u is not recip for u in root_users):
+        return None
+    square = g.producer[mean_sq.input[0]]
+    nodes: list[onnx.NodeProto] = [square, mean_sq, square_mean, var, add, sqrt, sub, div,
+                                   *([recip] if recip is not None else []), mean]
+    parts: dict[str, Any] = {"x": x, "epsilon": eps, "out": div.output[0]}
+    if [u for u in users if u is not square_mean and u is not sub] or m in g.outputs:
+        parts["mean"] = m
+    if recip is not None:
+        parts["inv_std"] = recip.output[0]
+    return nodes, parts
+
+
 def _match_centered_rms_norm(g: _OnnxGraph, mean: onnx.NodeProto, rank: int
                              ) -> tuple[list[onnx.NodeProto], dict[str, Any]] | None:
     """``ReduceMean(x) -> Sub(x, mean) -> RMSNormalization`` over the last axis (opset 23's form of Cohere's
@@ -547,6 +603,8 @@ def _fuse_decompositions(model: onnx.ModelProto) -> onnx.ModelProto:
             rank = len(shapes[node.input[0]])
             found = _match_layer_norm(g, node, rank) if node.op_type == "ReduceMean" else None
             found = found or _match_moments_layer_norm(g, node, rank) or _match_centered_rms_norm(g, node, rank)
+            if found is None and node.op_type == "ReduceMean":
+                found = _match_one_pass_layer_norm(g, node, rank)
             if found is None:
                 found_rms = rmsnorm.match_rms_norm(g, node, shapes)
                 if found_rms is None:
@@ -568,7 +626,11 @@ def _fuse_decompositions(model: onnx.ModelProto) -> onnx.ModelProto:
                 value = np.broadcast_to(parts.get(key, np.float32(default)), (width,)).astype(np.float32)
                 model.graph.initializer.append(numpy_helper.from_array(value, name))
                 names.append(name)
-            fused = onnx.helper.make_node("LayerNormalization", [parts["x"], *names], [parts["out"]],
+            stats = [parts.get("mean", ""), parts.get("inv_std", "")]
+            outs = [parts["out"], *stats] if any(stats) else [parts["out"]]
+            while outs[-1] == "":
+                outs.pop()
+            fused = onnx.helper.make_node("LayerNormalization", [parts["x"], *names], outs,
                                           name=f"{parts['out']}_layernorm", axis=-1, epsilon=parts["epsilon"])
         elif node.op_type in ("Erf", "Tanh"):
             found_gelu = _match_gelu(g, node, order)
