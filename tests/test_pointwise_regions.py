@@ -266,3 +266,18 @@ def test_a_region_that_divides_by_zero_on_the_calibration_inputs_is_refused_nami
     graph = import_onnx(onnx_model([_n("Relu", ["x"], "r"), _n("Div", ["x", "r"], "y")], {"x": x}))
     with pytest.raises(QuantizationError, match=r"Tensor 'y' \(written by PointwiseFn .*non-finite"):
         quantize(graph, {"x": x})
+
+
+def test_a_node_with_a_per_channel_constant_is_a_regions_source_not_part_of_it():
+    """torch's dynamo export of ``softplus(x @ W + b)`` (Mamba's dt projection): ``h = Add(x @ W, b)`` with ``b``
+    one value per channel, then ``Where(h > 20, h, Softplus(h))``. The Add depends on the position, so it stays
+    itself (on the accelerator) and the region reads its output."""
+    x = _x(1, 4, 16)
+    nodes = [_n("MatMul", ["x", "w"], "xw"), _n("Add", ["xw", "b"], "h"), _n("Greater", ["h", "th"], "big"),
+             _n("Softplus", ["h"], "sp"), _n("Where", ["big", "h", "sp"], "y")]
+    inits = [("w", _x(16, 8, spread=0.3)), ("b", _x(8, spread=0.5)), *_scalars(th=20.0)]
+    graph, qgraph, got, want = onnx_op_run(onnx_model(nodes, {"x": x}, inits), {"x": x}, atol=1e-4, rtol=1e-4)
+    fn = next(n for n in graph.nodes if n.op == "PointwiseFn")
+    assert len(fn.inputs) == 1 and graph.producer(fn.inputs[0]).op != "PointwiseFn"
+    s_out = next(n.attrs["scale"] for n in qgraph.nodes if n.op == "Dequantize")
+    assert np.abs(got - want).max() <= 3 * s_out

@@ -128,9 +128,13 @@ def fuse_pointwise_regions(model: onnx.ModelProto, shapes: dict[str, tuple[int, 
         return t in scalars
 
     def elementwise(k: int) -> bool:
+        """Whether node ``k`` may stand in a region: an element-wise op whose constant operands hold one value (a
+        bias of one value per channel makes the function depend on the position: that node's output is a source
+        instead, as torch's dynamo export of Mamba's ``softplus(x @ W + b)`` needs)."""
         node = graph.node[k]
         return node.op_type in POINTWISE_OPS and node.domain in ("", "ai.onnx") and len(node.output) == 1 and \
-            not any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute)
+            not any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute) and \
+            not any(t in consts and t not in scalars for t in node.input)
 
     fused: set[int] = set()
     found: dict[str, str] = {}
