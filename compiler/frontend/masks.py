@@ -257,9 +257,10 @@ def drop_nan_guards(model: onnx.ModelProto) -> None:
     consts = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
     readers = tensor_readers(model)
     floats = {vi.name for vi in model.graph.input if vi.type.tensor_type.elem_type == TensorProto.FLOAT}
+    nodes = list(model.graph.node)
     guards: dict[int, onnx.NodeProto] = {}
     dropped: set[str] = set()
-    for index, node in enumerate(model.graph.node):
+    for index, node in enumerate(nodes):
         if node.op_type != "Where" or len(node.input) != 3:
             continue
         test = producer.get(node.input[0])
@@ -268,9 +269,9 @@ def drop_nan_guards(model: onnx.ModelProto) -> None:
         if zero is None or zero.size != 1 or float(zero.reshape(())) != 0.0 or source is None or \
                 source.op_type != "Softmax":
             continue
-        row_max = source is not None and _masked_rows(producer, consts, source, test, floats)
         if not (test is not None and test.op_type == "IsNaN" and test.input[0] == node.input[2]) and \
-                not _filled_before(producer, consts, source, node.input[0]) and not row_max:
+                not _filled_before(producer, consts, source, node.input[0]) and \
+                not _masked_rows(nodes, producer, consts, source, test, floats):
             continue
         guards[index] = helper.make_node("Identity", [node.input[2]], list(node.output), name=node.name)
         if test is not None and test.op_type == "IsNaN" and len(readers.get(node.input[0], [])) == 1:
@@ -284,20 +285,23 @@ def drop_nan_guards(model: onnx.ModelProto) -> None:
     drop_dead_nodes(model)                      # a row-max test nothing reads any more
 
 
-def _through_casts(producer: dict[str, onnx.NodeProto], name: str) -> str:
-    """``name`` followed back through Identity, Cast and CastLike nodes to the tensor they convert."""
+def _through_casts(producer: dict[str, onnx.NodeProto], name: str, float_only: bool = False) -> str:
+    """``name`` followed back through Identity, Cast and CastLike nodes to the tensor they convert (with
+    ``float_only``, through Identity nodes and Casts to float32 alone)."""
     node = producer.get(name)
-    while node is not None and node.op_type in ("Identity", "Cast", "CastLike"):
+    while node is not None and (node.op_type == "Identity" or node.op_type == "CastLike" and not float_only or
+                                node.op_type == "Cast" and (not float_only or any(
+                                    a.name == "to" and a.i == TensorProto.FLOAT for a in node.attribute))):
         name = node.input[0]
         node = producer.get(name)
     return name
 
 
-def _masked_rows(producer: dict[str, onnx.NodeProto], consts: dict[str, np.ndarray], softmax: onnx.NodeProto,
-                 test: onnx.NodeProto | None, floats: set[str]) -> bool:
+def _masked_rows(nodes: list[onnx.NodeProto], producer: dict[str, onnx.NodeProto], consts: dict[str, np.ndarray],
+                 softmax: onnx.NodeProto, test: onnx.NodeProto | None, floats: set[str]) -> bool:
     """Whether ``test`` is ``ReduceMax(B, last axis) == -inf`` and ``softmax`` reads ``s + B`` (through identity
-    conversions), ``B`` computed from constants and the float32 graph inputs ``floats`` alone: the test holds
-    exactly on rows the mask fills with -inf throughout."""
+    conversions), ``B`` computed by ``nodes`` (the graph's, in order) from constants and the float32 graph inputs
+    ``floats`` alone: the test holds exactly on rows the mask fills with -inf throughout."""
     if test is None or test.op_type != "Equal":
         return False
     sides = [_through_casts(producer, t) for t in test.input]
@@ -323,14 +327,7 @@ def _masked_rows(producer: dict[str, onnx.NodeProto], consts: dict[str, np.ndarr
         return False
     # a float mask only: a mask computed from integers (a KV cache's lengths) is read by the mask import, which
     # takes 0/1 masks alone and refuses this one with its reason
-    upstream, stack = set(), [reduce.input[0]]
-    while stack:
-        name = stack.pop()
-        if name in upstream:
-            continue
-        upstream.add(name)
-        node = producer.get(name)
-        stack.extend(t for t in (node.input if node is not None else []) if t)
+    _, upstream = backward_slice(nodes, [reduce.input[0]])
     return all(t in consts or t in producer or t in floats for t in upstream)
 
 
@@ -338,10 +335,7 @@ def _filled_before(producer: dict[str, onnx.NodeProto], consts: dict[str, np.nda
                    condition: str) -> bool:
     """Whether ``softmax`` reads ``Where(condition, -inf, s)`` (through identity Casts): its rows are 0 wherever
     ``condition`` holds."""
-    fill = producer.get(softmax.input[0])
-    while fill is not None and (fill.op_type == "Identity" or fill.op_type == "Cast" and
-                                any(a.name == "to" and a.i == TensorProto.FLOAT for a in fill.attribute)):
-        fill = producer.get(fill.input[0])
+    fill = producer.get(_through_casts(producer, softmax.input[0], float_only=True))
     value = consts.get(fill.input[1]) if fill is not None and fill.op_type == "Where" and len(fill.input) == 3 \
         else None
     return value is not None and fill is not None and fill.input[0] == condition and value.size == 1 and \

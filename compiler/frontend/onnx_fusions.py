@@ -116,16 +116,6 @@ def _match_layer_norm(g: _OnnxGraph, mean: onnx.NodeProto, rank: int
     return nodes, parts
 
 
-def _square_of(g: _OnnxGraph, tensor: str) -> str | None:
-    """What ``tensor`` squares: ``Mul(t, t)`` or ``Pow(t, 2)``; None otherwise."""
-    node = g.producer.get(tensor)
-    if node is not None and node.op_type == "Mul" and node.input[0] == node.input[1]:
-        return node.input[0]
-    if node is not None and node.op_type == "Pow" and g.scalar(node, node.input[0]) == 2.0:
-        return node.input[0]
-    return None
-
-
 def _match_one_pass_layer_norm(g: _OnnxGraph, mean: onnx.NodeProto, rank: int
                                ) -> tuple[list[onnx.NodeProto], dict[str, Any]] | None:
     """ONNX's own LayerNormalization function body over the last axis: ``m = ReduceMean(x)``, ``var =
@@ -146,8 +136,9 @@ def _match_one_pass_layer_norm(g: _OnnxGraph, mean: onnx.NodeProto, rank: int
     if var is None or var.input[1] != square_mean.output[0]:
         return None
     mean_sq = g.producer.get(var.input[0])
-    if mean_sq is None or mean_sq.op_type != "ReduceMean" or _reduce_axes(g, mean_sq) != axes or \
-            _square_of(g, mean_sq.input[0]) != x or len(g.readers(mean_sq.input[0])) != 1 or \
+    square = None if mean_sq is None else g.producer.get(mean_sq.input[0])
+    if mean_sq is None or mean_sq.op_type != "ReduceMean" or _reduce_axes(g, mean_sq) != axes or square is None or \
+            rmsnorm.square_of(g, square) != x or len(g.readers(mean_sq.input[0])) != 1 or \
             len(g.readers(mean_sq.output[0])) != 1:
         return None
     add = g.only_user(var.output[0], "Add")
@@ -161,7 +152,6 @@ def _match_one_pass_layer_norm(g: _OnnxGraph, mean: onnx.NodeProto, rank: int
     if div is None or list(div.input) != [sub.output[0], sqrt.output[0]] or \
             any(u is not div and u is not recip for u in root_users):
         return None
-    square = g.producer[mean_sq.input[0]]
     nodes: list[onnx.NodeProto] = [square, mean_sq, square_mean, var, add, sqrt, sub, div,
                                    *([recip] if recip is not None else []), mean]
     parts: dict[str, Any] = {"x": x, "epsilon": eps, "out": div.output[0]}
