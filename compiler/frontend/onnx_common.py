@@ -89,9 +89,11 @@ class _Importer:
             if 0 in init.dims:                   # an empty constant (an input of no elements) a node still reads
                 self.empty.setdefault(init.name, tuple(init.dims))
         self.uses: dict[str, int] = {}
+        self.producers: dict[str, onnx.NodeProto] = {}    # ONNX tensor -> the node of the file writing it
         for node in model.graph.node:
             for tensor in node.input:
                 self.uses[tensor] = self.uses.get(tensor, 0) + 1
+            self.producers.update((out, node) for out in node.output if out)
         self.graph_outputs = {o.name for o in model.graph.output}
         self.token_linear: dict[str, Node] = {}          # output of a MatMul over tokens -> its Conv2d
         self.key_masks: dict[str, masks.KeyMask] = {}     # output of a runtime mask's exit -> how it masks

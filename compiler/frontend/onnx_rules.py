@@ -7,7 +7,6 @@ from typing import Any, Callable
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
 
 from ..ir import Node
 from .onnx_common import UnsupportedOperatorError, _attrs, _decode, _Importer
@@ -260,10 +259,10 @@ def _at_shape(imp: _Importer, node: onnx.NodeProto, x: str, out: tuple[int, ...]
     return x if tuple(imp.shape(x)) == out else broadcast_activation(imp, node, x, out)
 
 
-def _one_pass_variance(model: onnx.ModelProto, a: str, b: str) -> bool:
+def _one_pass_variance(imp: _Importer, a: str, b: str) -> bool:
     """Whether ``a - b`` is ``ReduceMean(x * x) - ReduceMean(x) ** 2`` (a square as Mul by itself or Pow 2, the same
     ``x`` through Identity and Cast nodes)."""
-    producer = {o: n for n in model.graph.node for o in n.output}
+    producer = imp.producers
 
     def source(t: str) -> str:
         while t in producer and producer[t].op_type in ("Identity", "Cast"):
@@ -274,12 +273,9 @@ def _one_pass_variance(model: onnx.ModelProto, a: str, b: str) -> bool:
         node = producer.get(t)
         if node is not None and node.op_type == "Mul" and node.input[0] == node.input[1]:
             return node.input[0]
-        if node is not None and node.op_type == "Pow":
-            exponent = next((i for i in model.graph.initializer if i.name == node.input[1]), None)
-            if exponent is not None and numpy_helper.to_array(exponent).size == 1 and \
-                    float(numpy_helper.to_array(exponent).reshape(())) == 2.0:
-                return node.input[0]
-        return None
+        exponent = imp.consts.get(node.input[1]) if node is not None and node.op_type == "Pow" else None
+        return node.input[0] if node is not None and exponent is not None and exponent.size == 1 and \
+            float(exponent.reshape(())) == 2.0 else None
 
     mean_sq, sq_mean = producer.get(a), squared(b)
     inner = squared(mean_sq.input[0]) if mean_sq is not None and mean_sq.op_type == "ReduceMean" else None
@@ -311,7 +307,7 @@ def _binary(imp: _Importer, node: onnx.NodeProto) -> None:
     if not imp.is_const(y):
         if node.op_type not in ("Add", "Mul", "Sub"):
             raise UnsupportedOperatorError(node.op_type, node.name, "only Add, Sub and Mul take two activations")
-        if node.op_type == "Sub" and _one_pass_variance(imp.model, x, y):
+        if node.op_type == "Sub" and _one_pass_variance(imp, x, y):
             raise UnsupportedOperatorError(node.op_type, node.name, "a variance written as E[x*x] - E[x]**2 (ONNX's "
                                            "LayerNormalization function): the two int8 means cancel, leaving few "
                                            "of their bits; LayerNormalization itself and the E[(x - E[x])**2] form "

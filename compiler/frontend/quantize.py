@@ -348,13 +348,14 @@ class _Quantizer:
         NaN there on the calibration inputs (a division by zero, an overflow), which no int8 scale represents."""
         if not np.isfinite(self.cal.absmax.get(name, 0.0)):
             prod = self.fg.producer(name)
-            consts = [c for c in (prod.inputs if prod is not None else []) if c in self.fg.constants]
-            for const in consts:
-                assert prod is not None
-                self.finite(prod, const)              # a damaged weight is the cause: say so, naming it
-            if any(np.abs(self.fg.constants[c]).max(initial=0.0) > 1e30 for c in consts):
-                return self.cal.scale(name, self.qmax)    # a weight near float32's limit: its requantization says so
-            by = f" (written by {prod.op} node {prod.name!r})" if prod is not None else ""
+            by = ""
+            if prod is not None:
+                consts = [c for c in prod.inputs if c in self.fg.constants]
+                for const in consts:
+                    self.finite(prod, const)          # a damaged weight is the cause: say so, naming it
+                if any(np.abs(self.fg.constants[c]).max(initial=0.0) > 1e30 for c in consts):
+                    return self.cal.scale(name, self.qmax)  # a weight near float32's limit: its requantization says so
+                by = f" (written by {prod.op} node {prod.name!r})"
             raise QuantizationError(f"Tensor {name!r}{by} holds non-finite values (an infinity or NaN) on the "
                                     f"calibration inputs: the float model divides by zero or overflows there, and "
                                     f"no int8 scale represents that; calibrate on inputs for which it is finite.")
