@@ -200,6 +200,30 @@ def test_rms_normalization_and_swiglu_at_opset_28():
     np.testing.assert_allclose(run_float(graph, feeds)["y"], want, atol=2e-5, rtol=1e-4)
 
 
+@pytest.mark.parametrize("axis, scale_shape", [(1, (T, D)), (-2, (D,)), (0, (1,))])
+def test_rms_normalization_over_several_axes_flattens_them(axis, scale_shape):
+    """RMSNormalization over the axes ``axis`` to the last: one RMSNorm over them flattened, the scale broadcast."""
+    rng = np.random.default_rng(2)
+    model = _model([node("RMSNormalization", ["x", "g"], ["y"], axis=axis, epsilon=1e-5)],
+                   [helper.make_tensor_value_info("x", F, [B, T, D])],
+                   [helper.make_tensor_value_info("y", F, [B, T, D])],
+                   {"g": rng.uniform(0.5, 1.5, scale_shape).astype(np.float32)})
+    graph = import_onnx(model)
+    norms = [n for n in graph.nodes if n.op == "RMSNorm"]
+    assert len(norms) == 1 and graph.shape(norms[0].inputs[0])[-1] == int(np.prod([B, T, D][axis:]))
+    feeds = _feeds(model)
+    want = ReferenceEvaluator(model).run(None, feeds)[0]
+    np.testing.assert_allclose(run_float(graph, feeds)["y"], want, atol=2e-5, rtol=1e-4)
+
+
+def test_rms_normalization_with_a_scale_that_does_not_broadcast_is_refused():
+    model = _model([node("RMSNormalization", ["x", "g"], ["y"], axis=1)],
+                   [helper.make_tensor_value_info("x", F, [B, T, D])],
+                   [helper.make_tensor_value_info("y", F, [B, T, D])], {"g": np.ones((3, D), np.float32)})
+    with pytest.raises(UnsupportedOperatorError, match=r"a scale of shape \(3, 32\) for normalised shape \[8, 32\]"):
+        import_onnx(model)
+
+
 def test_unsupported_attention_forms_are_refused_together_with_their_reasons():
     model = _block(is_causal=1)
     attention = next(n for n in model.graph.node if n.op_type == "Attention")

@@ -165,22 +165,33 @@ def _group_norm(imp: _Importer, node: onnx.NodeProto) -> None:
 
 
 def _rms_norm(imp: _Importer, node: onnx.NodeProto) -> None:
-    """RMSNormalization over the last axis with a constant scale (opset 23's operator, which is also the node
-    :func:`_fuse_decompositions` puts in place of RMSNorm's decomposition, :mod:`.rmsnorm`)."""
+    """RMSNormalization with a constant scale (opset 23's operator, which is also the node
+    :func:`_fuse_decompositions` puts in place of RMSNorm's decomposition, :mod:`.rmsnorm`). Over the last axis it is
+    one RMSNorm; over the axes ``axis`` to the last, those axes are flattened into one first (a Reshape, the RMSNorm
+    with the scale broadcast to them and flattened, and a Reshape back)."""
     a = _attrs(node)
-    shape = imp.shape(node.input[0])
-    axis = int(a.get("axis", -1)) % len(shape)
-    if axis != len(shape) - 1:
-        raise UnsupportedOperatorError(node.op_type, node.name, f"axis {a.get('axis')} of a rank-{len(shape)} "
-                                                                f"input (only the last axis)")
+    shape = tuple(imp.shape(node.input[0]))
+    axis = int(a.get("axis", -1))
+    if not -len(shape) <= axis < len(shape):
+        raise UnsupportedOperatorError(node.op_type, node.name, f"axis {axis} of a rank-{len(shape)} input")
+    axis %= len(shape)
+    normed = shape[axis:]
     scale = imp.const_input(node, 1, "scale")
-    value = np.ones(shape[-1]) if scale is None else scale
-    if value.size not in (1, shape[-1]) or (value.ndim and value.shape[-1] != value.size):
+    value = np.ones(normed) if scale is None else scale
+    try:
+        gamma = np.broadcast_to(value, normed).reshape(-1)
+    except ValueError:
         raise UnsupportedOperatorError(node.op_type, node.name, f"a scale of shape {value.shape} for normalised "
-                                                                f"width {shape[-1]} (only one value per channel)")
-    gamma = np.broadcast_to(value.reshape(-1), (shape[-1],))
-    imp.emit("RMSNorm", node, [node.input[0], imp.new_const(f"{node.output[0]}_gamma", gamma)], axis=axis,
-             epsilon=float(a.get("epsilon", 1e-5)))
+                                                                f"shape {list(normed)}") from None
+    epsilon = float(a.get("epsilon", 1e-5))
+    gamma_name = imp.new_const(f"{node.output[0]}_gamma", gamma)
+    if len(normed) == 1:
+        imp.emit("RMSNorm", node, [node.input[0], gamma_name], axis=axis, epsilon=epsilon)
+        return
+    flat = shape[:axis] + (int(np.prod(normed, dtype=np.int64)),)
+    rows = imp.emit_shaped("Reshape", node, [node.input[0]], flat, shape=flat)
+    out = imp.emit_shaped("RMSNorm", node, [rows, gamma_name], flat, axis=axis, epsilon=epsilon)
+    imp.emit("Reshape", node, [out], shape=shape)
 
 
 def _expand(imp: _Importer, node: onnx.NodeProto) -> None:
