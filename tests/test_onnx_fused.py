@@ -224,20 +224,34 @@ def test_rms_normalization_with_a_scale_that_does_not_broadcast_is_refused():
         import_onnx(model)
 
 
-def test_unsupported_attention_forms_are_refused_together_with_their_reasons():
-    model = _block(is_causal=1)
+def _with_scores(model, mode):
+    """``model`` with its Attention's ``qk_matmul_output`` (of ``qk_matmul_output_mode`` ``mode``) a graph output."""
     attention = next(n for n in model.graph.node if n.op_type == "Attention")
-    attention.output.append("")
-    attention.output.append("")
-    attention.output.append("qk")                         # qk_matmul_output, read by the graph
+    attention.output.extend(["", "", "qk"])
+    attention.attribute.append(helper.make_attribute("qk_matmul_output_mode", mode))
     model.graph.output.append(helper.make_tensor_value_info("qk", F, [B, H, T, T]))
+    return model
+
+
+@pytest.mark.parametrize("mode, attrs", [(0, {}), (1, {}), (1, {"softcap": 3.0}), (2, {"softcap": 3.0}), (3, {}),
+                                         (3, {"is_causal": 1})])
+def test_the_scores_output_is_the_tensor_its_mode_names(mode, attrs):
+    """qk_matmul_output: the scaled product (0), after the softcap (1), with the mask added (2), the Softmax (3).
+    ONNX's reference evaluator agrees with these wherever it follows the operator's text (mode 0 without a
+    softcap: it gives the softcapped product). Mode 2 is given a float mask: a causal one holds -inf."""
+    mask = ("const", np.where(CAUSAL == 0, np.float32(0.5), np.float32(-2.0))) if mode == 2 else None
+    _check_float(_with_scores(_block(mask=mask, **attrs), mode), with_ort=False)
+
+
+def test_unsupported_attention_forms_are_refused_together_with_their_reasons():
+    model = _with_scores(_block(is_causal=1), 5)           # no such qk_matmul_output_mode
     model.graph.node.append(node("TensorScatter", ["cache", "x"], ["r"], name="scatter"))
     model.graph.initializer.append(numpy_helper.from_array(np.zeros((B, 2 * T, D), np.float32), "cache"))
     model.graph.output.append(helper.make_tensor_value_info("r", F, [B, 2 * T, D]))
     with pytest.raises(UnsupportedModelError) as err:
         import_onnx(model)
     text = str(err.value)
-    assert "attn" in text and "output 3 ('qk') is read" in text
+    assert "attn" in text and "qk_matmul_output_mode 5 (0 to 3)" in text
     assert "scatter" in text and "KV cache update" in text
 
 

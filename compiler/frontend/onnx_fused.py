@@ -25,9 +25,12 @@ an exporter writes at opset 22:
   sin`` and ``x1 sin + x2 cos`` put back, the rest passed through; the caches gathered by ``position_ids`` (an
   Embedding when those are an input).
 
-Refused with the reason: ``Attention``'s ``qk_matmul_output`` when read and ``nonpad_kv_seqlen`` (an external KV
-cache's lengths), and the other fused operators of these opsets (TensorScatter, LinearAttention,
-CausalConvWithState), which the lab has no rewrite for.
+``Attention``'s fourth output, ``qk_matmul_output``, is the tensor its ``qk_matmul_output_mode`` names (opset 25's
+text): 0 the scaled product, 1 that after the softcap, 2 that with the causal and ``attn_mask`` terms added, 3 the
+Softmax.
+
+Refused with the reason: ``Attention``'s ``nonpad_kv_seqlen`` (an external KV cache's lengths), and the other fused
+operators of these opsets (TensorScatter, LinearAttention, CausalConvWithState), which the lab has no rewrite for.
 """
 from __future__ import annotations
 
@@ -96,7 +99,10 @@ def _attention(ctx: _Context, node: onnx.NodeProto) -> None:
     """ONNX Attention (opsets 23-25) as primitive nodes; see the module docstring."""
     a = _check_attrs(node, {"is_causal", "kv_num_heads", "q_num_heads", "qk_matmul_output_mode", "scale", "softcap",
                             "softmax_precision", "left_window_size", "right_window_size"})
-    _only_outputs(ctx, node, ("Y", "present_key", "present_value"))
+    _only_outputs(ctx, node, ("Y", "present_key", "present_value", "qk_matmul_output"))
+    mode = int(a.get("qk_matmul_output_mode", 0))
+    if mode not in (0, 1, 2, 3):
+        raise _Refusal(f"qk_matmul_output_mode {mode} (0 to 3)")
     inputs = list(node.input) + [""] * (7 - len(node.input))
     q, k, v, mask, past_k, past_v, nonpad = inputs[:7]
     if nonpad:
@@ -141,11 +147,13 @@ def _attention(ctx: _Context, node: onnx.NodeProto) -> None:
     scale = a.get("scale")
     scale = 1.0 / math.sqrt(head) if scale is None else float(scale)
     scores = ctx.emit("Mul", [scores, ctx.const(f"{name}_scale", np.float32(scale))], f"{name}_scaled")
+    exposed = {0: scores}
     softcap = float(a.get("softcap", 0.0))
     if softcap > 0:
         capped = ctx.emit("Mul", [scores, ctx.const(f"{name}_uncap", np.float32(1.0 / softcap))], f"{name}_uncap")
         capped = ctx.emit("Tanh", [capped], f"{name}_tanh")
         scores = ctx.emit("Mul", [capped, ctx.const(f"{name}_cap", np.float32(softcap))], f"{name}_softcap")
+    exposed[1] = scores
     keep = _allowed(queries, keys, past, bool(a.get("is_causal", 0)), int(a.get("left_window_size", -1)),
                     int(a.get("right_window_size", -1)))
     if keep is not None:
@@ -153,7 +161,12 @@ def _attention(ctx: _Context, node: onnx.NodeProto) -> None:
         scores = ctx.emit("Add", [scores, ctx.const(f"{name}_causal", bias)], f"{name}_causal")
     if mask:
         scores = ctx.emit("Add", [scores, _additive_mask(ctx, node, mask, keys)], f"{name}_masked")
+    exposed[2] = scores
     probs = ctx.emit("Softmax", [scores], f"{name}_softmax", axis=-1)
+    exposed[3] = probs
+    if len(node.output) > 3 and node.output[3] and node.output[3] in ctx.used:
+        ctx.nodes.append(helper.make_node("Identity", [exposed[mode]], [node.output[3]],
+                                          name=ctx.fresh(f"{name}_qk_matmul_output")))
     if len(q_shape) == 4:
         ctx.nodes.append(helper.make_node("MatMul", [probs, vh], [node.output[0]], name=name))
         return

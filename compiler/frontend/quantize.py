@@ -337,9 +337,12 @@ class _Quantizer:
         c = self.fg.constants[name].astype(np.float64) if value is None else value
         bad = int(np.count_nonzero(~np.isfinite(c)))
         if bad:
+            why = "(is the file damaged?)"
+            if not np.isnan(c).any() and (c[np.isinf(c)] < 0).all():
+                why = ("(the lab takes -inf only as a mask's fill added on the way into a Softmax, which applies "
+                       "it in float; here it is not)")
             raise QuantizationError(f"Node {node.name!r} ({node.op}) reads the constant {name!r}, which holds {bad} "
-                                    f"NaN or infinite value(s) of {c.size}; an integer weight cannot hold them (is "
-                                    f"the file damaged?)")
+                                    f"NaN or infinite value(s) of {c.size}; an integer weight cannot hold them {why}")
         return c
 
     def act_scale(self, name: str) -> float:
