@@ -351,3 +351,62 @@ def test_rotary_embedding_imports_as_its_decomposition(rank, interleaved, rot):
     assert "Embedding" in {n.op for n in graph.nodes}
     want = ReferenceEvaluator(model).run(None, feeds)[0]
     np.testing.assert_allclose(run_float(graph, feeds)["y"], want, atol=1e-5, rtol=1e-4)
+
+
+def _causal_conv_block(past, activation, k=4, length=T):
+    """``x [B, T, D]`` projected (a linear layer), transposed to channels first, one CausalConvWithState of kernel
+    ``k`` (a bias, ``past`` a graph input ``state`` or none), transposed back and projected again; the present state
+    is a graph output."""
+    rng = np.random.default_rng(3)
+    inits = {"w_in": (rng.standard_normal((D, D)) * 0.3).astype(np.float32),
+             "w_conv": (rng.standard_normal((D, 1, k)) * 0.5).astype(np.float32),
+             "b_conv": (rng.standard_normal(D) * 0.1).astype(np.float32),
+             "w_out": (rng.standard_normal((D, D)) * 0.3).astype(np.float32)}
+    inputs = [helper.make_tensor_value_info("x", F, [B, length, D])]
+    conv_in = ["ht", "w_conv", "b_conv"]
+    if past:
+        inputs.append(helper.make_tensor_value_info("state", F, [B, D, k - 1]))
+        conv_in.append("state")
+    nodes = [node("MatMul", ["x", "w_in"], ["h"]), node("Transpose", ["h"], ["ht"], perm=[0, 2, 1]),
+             node("CausalConvWithState", conv_in, ["c", "new_state"], activation=activation),
+             node("Transpose", ["c"], ["ct"], perm=[0, 2, 1]), node("MatMul", ["ct", "w_out"], ["y"])]
+    outputs = [helper.make_tensor_value_info("y", F, [B, length, D]),
+               helper.make_tensor_value_info("new_state", F, [B, D, k - 1])]
+    return _model(nodes, inputs, outputs, inits, opset=27)
+
+
+@pytest.mark.parametrize("past, activation", [(False, "none"), (True, "silu"), (True, "swish")])
+def test_causal_conv_with_state_imports_as_concat_conv_and_slice(past, activation):
+    model = _causal_conv_block(past, activation)
+    graph = import_onnx(model)
+    assert "CausalConvWithState" not in [n.op for n in graph.nodes]
+    feeds = _feeds(model)
+    got = run_float(graph, feeds)
+    for name, want in zip(["y", "new_state"], ReferenceEvaluator(model).run(None, feeds)):
+        np.testing.assert_allclose(got[name], want, atol=2e-5, rtol=1e-4, err_msg=name)
+
+
+def test_a_decode_step_of_the_stateful_conv_runs_bit_exact_on_fsim(tmp_path, _cache):
+    """One new token and the carried state (Mamba's decode step): the projections on the accelerator, the result
+    and the new state equal to the integer reference's and near the float model's."""
+    from vta.compiler.pipeline import CalibrationSet, compile_model
+    from vta.compiler.runtime.executor import run
+    model = _causal_conv_block(True, "silu", length=1)
+    path = tmp_path / "conv.onnx"
+    onnx.save(model, str(path))
+    feeds = _feeds(model)
+    calib = {k: np.concatenate([v, _feeds(model, 2)[k]]) for k, v in feeds.items()}
+    compiled = compile_model(str(path), VTAConfig(), calib=2, calibration=CalibrationSet(calib, {"source": "test"}))
+    result = run(compiled, feeds, target="fsim").outputs
+    reference = qops.run_reference(compiled.graph, feeds)
+    wants = ReferenceEvaluator(model).run(None, feeds)
+    for name, want in zip(["y", "new_state"], wants):
+        np.testing.assert_array_equal(result[name], reference[name])
+        got = np.ravel(result[name]).astype(np.float64)
+        assert float(got @ np.ravel(want) / np.linalg.norm(got) / np.linalg.norm(want)) > 0.99, name
+
+
+def test_a_stateful_conv_of_another_activation_is_refused():
+    model = _causal_conv_block(False, "gelu")
+    with pytest.raises(UnsupportedOperatorError, match="activation 'gelu'"):
+        import_onnx(model)

@@ -29,8 +29,12 @@ an exporter writes at opset 22:
 text): 0 the scaled product, 1 that after the softcap, 2 that with the causal and ``attn_mask`` terms added, 3 the
 Softmax.
 
+- ``CausalConvWithState`` (opset 27): the carried ``k - 1`` positions (``past_state``, else zeros) before the input,
+  a depthwise Conv of kernel ``k`` with the bias, Swish for ``silu``/``swish``; ``present_state`` the last ``k - 1``
+  positions of the joined sequence.
+
 Refused with the reason: ``Attention``'s ``nonpad_kv_seqlen`` (an external KV cache's lengths), and the other fused
-operators of these opsets (TensorScatter, LinearAttention, CausalConvWithState), which the lab has no rewrite for.
+operators of these opsets (TensorScatter, LinearAttention), which the lab has no rewrite for.
 """
 from __future__ import annotations
 
@@ -410,6 +414,48 @@ def _einsum(ctx: _Context, node: onnx.NodeProto) -> None:
     ctx.nodes.append(helper.make_node("Transpose", [unflat], [node.output[0]], name=name, perm=perm))
 
 
+def _causal_conv(ctx: _Context, node: onnx.NodeProto) -> None:
+    """CausalConvWithState (opset 27; Mamba's and Gated DeltaNet's short convolution) as the three nodes it fuses: the
+    ``k - 1`` carried positions (``past_state``, else zeros) put before the input along the time axis, a depthwise
+    Conv of kernel ``k`` without padding (with the bias), then Swish for ``activation`` silu/swish;
+    ``present_state`` is the last ``k - 1`` positions of that joined sequence (a Slice)."""
+    a = _check_attrs(node, {"activation"})
+    activation = a.get("activation", b"none")
+    activation = activation.decode() if isinstance(activation, bytes) else str(activation)
+    if activation not in ("none", "silu", "swish"):
+        raise _Refusal(f"activation {activation!r} (only 'silu', 'swish' or 'none')")
+    name = _main_name(node)
+    inputs = list(node.input) + [""] * (4 - len(node.input))
+    x, weight, bias, past = inputs[:4]
+    batch, channels, length = _shape(ctx, x, "input", (3,))
+    kernel = _shape(ctx, weight, "weight", (3,))
+    if kernel[:2] != (channels, 1) or kernel[2] < 1:
+        raise _Refusal(f"a weight of shape {list(kernel)} for {channels} channels (only [channels, 1, k])")
+    k = kernel[2]
+    if past:
+        joined = ctx.emit("Concat", [past, x], f"{name}_joined", axis=2) if k > 1 else x
+    elif k > 1:
+        pads = np.array([0, 0, k - 1, 0, 0, 0], np.int64)
+        joined = ctx.emit("Pad", [x, ctx.const(f"{name}_pads", pads)], f"{name}_joined")
+    else:
+        joined = x
+    conv_in = [joined, weight] + ([bias] if bias else [])
+    conv = ctx.emit("Conv", conv_in, f"{name}_conv", group=channels, kernel_shape=[k])
+    if activation == "none":
+        ctx.nodes.append(helper.make_node("Identity", [conv], [node.output[0]], name=name))
+    else:
+        ctx.nodes.append(helper.make_node("Mul", [conv, ctx.emit("Sigmoid", [conv], f"{name}_gate")],
+                                          [node.output[0]], name=name))
+    if len(node.output) > 1 and node.output[1] and node.output[1] in ctx.used:
+        if k == 1:
+            raise _Refusal("a present_state of 0 positions (kernel size 1) that something reads")
+        ctx.nodes.append(helper.make_node(
+            "Slice", [joined, ctx.const(f"{name}_state_b", np.array([-(k - 1)], np.int64)),
+                      ctx.const(f"{name}_state_e", np.array([length + k], np.int64)),
+                      ctx.const(f"{name}_state_axis", np.array([2], np.int64))],
+            [node.output[1]], name=ctx.fresh(f"{name}_present_state")))
+
+
 FUSED_REWRITES: dict[str, Rewrite] = {
     "Attention": _attention,
     "SwiGLU": _swiglu,
@@ -419,7 +465,7 @@ FUSED_REWRITES: dict[str, Rewrite] = {
     "TensorScatter": _refuse("opset 24's in-place KV cache update has no rewrite in the lab (a cache grown by "
                               "Concat imports)"),
     "LinearAttention": _refuse("opset 27's linear attention has no rewrite in the lab"),
-    "CausalConvWithState": _refuse("opset 27's stateful causal convolution has no rewrite in the lab"),
+    "CausalConvWithState": _causal_conv,
 }
 """ONNX's fused operators (default domain) :func:`rewrite_onnx_fused` rewrites or refuses with a reason."""
 
