@@ -317,3 +317,46 @@ def test_a_random_operator_is_refused_not_frozen_into_one_draw():
                         helper.make_node("Add", ["x", "n"], ["y"]), inits=[("t", np.zeros((1, 4, 8), np.float32))])
     with pytest.raises(UnsupportedOperatorError, match=r"'RandomUniformLike' \(node 'noise'\) .* a random operator"):
         import_onnx(model)
+
+
+def _external_model(tmp_path: Path) -> Path:
+    """A linear layer whose weight (64 x 32 float32, 8,192 bytes) is stored beside the file as external data."""
+    import onnx
+    w = np.random.default_rng(0).standard_normal((64, 32)).astype(np.float32)
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")], "ext",
+                              [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [4, 64])],
+                              [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [4, 32])],
+                              [numpy_helper.from_array(w, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    path = tmp_path / "ext.onnx"
+    onnx.save(model, str(path), save_as_external_data=True, location="ext.data", size_threshold=0)
+    return path
+
+
+def test_a_model_with_external_data_is_read_with_it(tmp_path: Path):
+    path = _external_model(tmp_path)
+    graph = import_onnx(str(path))
+    assert (tmp_path / "ext.data").stat().st_size == 64 * 32 * 4
+    assert any(c.size == 64 * 32 for c in graph.constants.values())
+
+
+def test_weights_beyond_the_memory_available_are_refused_before_they_are_read(tmp_path: Path, monkeypatch, capsys):
+    """A model whose weights need more memory than the machine has is a clear error (exit 2), not a run the kernel
+    kills partway; VTA_SKIP_MEMORY_CHECK=1 reads it anyway."""
+    from vta.compiler.frontend import onnx_frontend
+    path = _external_model(tmp_path)
+    monkeypatch.setattr(onnx_frontend, "_available_memory", lambda: 10_000)
+    with pytest.raises(ModelFileError, match=r"holds 0.0 GB of weights; a run needs about 5 times that .* and this "
+                                             r"machine has 0.0 GB available.*VTA_SKIP_MEMORY_CHECK=1"):
+        import_onnx(str(path))
+    assert main(["run", str(path), "--target", "fsim"]) == 2
+    assert "Traceback" not in capsys.readouterr().err
+    monkeypatch.setenv("VTA_SKIP_MEMORY_CHECK", "1")
+    import_onnx(str(path))
+
+
+def test_missing_external_data_is_named(tmp_path: Path):
+    path = _external_model(tmp_path)
+    (tmp_path / "ext.data").unlink()
+    with pytest.raises(ModelFileError, match=r"Cannot read the external data of the model .*ext.onnx"):
+        import_onnx(str(path))

@@ -313,7 +313,7 @@ def _read_model(path: str) -> onnx.ModelProto:
     if size == 0:
         raise ModelFileError(f"The model {path} is empty (0 bytes), not {what}.")
     try:
-        proto = onnx.load(path)
+        proto = onnx.load(path, load_external_data=False)
     except OSError as err:
         raise ModelFileError(f"Cannot read the model {path}: {err.strerror}.") from None
     except Exception as err:  # noqa: BLE001 - protobuf's DecodeError and whatever a damaged file makes onnx raise
@@ -322,7 +322,76 @@ def _read_model(path: str) -> onnx.ModelProto:
     if not proto.HasField("graph") or not proto.graph.node or not proto.graph.output:
         raise ModelFileError(f"The model {path} holds no ONNX graph with nodes and outputs; it is not {what}, or it "
                              f"is truncated.")
+    _check_memory(path, size + _external_bytes(proto, os.path.dirname(path)))
+    try:
+        onnx.external_data_helper.load_external_data_for_model(proto, os.path.dirname(path) or ".")
+    except OSError as err:
+        raise ModelFileError(f"Cannot read the external data of the model {path}: {err.strerror or err}.") from None
+    except Exception as err:  # noqa: BLE001 - onnx's checks of the external data's locations and bounds
+        raise ModelFileError(f"Cannot read the external data of the model {path}: {err}.") from None
     return proto
+
+
+MEMORY_FACTOR = 5
+"""Peak resident memory of ``vta run`` over the bytes of a model's weights, rounded up from the 5.3 measured on a
+1.08 GB file (EmbeddingGemma at Gemma 3n's default size: 5.8 GB peak, fsim): the weights in float32 and float64,
+their int8 copies, and onnxruntime's own copy for the float reference."""
+
+
+def _external_bytes(proto: onnx.ModelProto, base: str) -> int:
+    """The bytes of ``proto``'s initializers stored outside the file (their ``length``, else the size of their
+    file, each file counted once); 0 when there are none."""
+    def tensors(graph: onnx.GraphProto) -> Any:
+        yield from graph.initializer
+        for node in graph.node:
+            for attr in node.attribute:
+                yield from ([attr.t] if attr.HasField("t") else []) + list(attr.tensors)
+                for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+                    yield from tensors(sub)
+    total, files = 0, set()
+    for tensor in tensors(proto.graph):
+        if tensor.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        info = {entry.key: entry.value for entry in tensor.external_data}
+        if info.get("length", "").isdigit():
+            total += int(info["length"])
+        elif info.get("location") and info["location"] not in files:
+            files.add(info["location"])
+            try:
+                total += os.path.getsize(os.path.join(base, info["location"]))
+            except OSError:
+                pass                                     # a missing file is reported when it is read
+    return total
+
+
+def _available_memory() -> int | None:
+    """Bytes of memory available to a new process (Linux's ``MemAvailable``), or None where that is not known."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _check_memory(path: str, weight_bytes: int) -> None:
+    """:class:`ModelFileError` when the model's weights (``weight_bytes``, the file and its external data) need more
+    memory than the machine has available (:data:`MEMORY_FACTOR` times them), instead of the run being killed for
+    lack of memory partway. ``VTA_SKIP_MEMORY_CHECK=1`` skips the check."""
+    if os.environ.get("VTA_SKIP_MEMORY_CHECK") == "1":
+        return
+    available = _available_memory()
+    need = MEMORY_FACTOR * weight_bytes
+    if available is None or need <= available:
+        return
+    gb = 1e9
+    raise ModelFileError(f"The model {path} holds {weight_bytes / gb:.1f} GB of weights; a run needs about "
+                         f"{MEMORY_FACTOR} times that in memory ({need / gb:.1f} GB: the weights in float32 and "
+                         f"float64, their int8 copies and onnxruntime's copy), and this machine has "
+                         f"{available / gb:.1f} GB available. Run it where there is more memory, or set "
+                         f"VTA_SKIP_MEMORY_CHECK=1 to try anyway.")
 
 
 def _check_file(model: onnx.ModelProto, label: str) -> None:
