@@ -248,3 +248,42 @@ def test_token_ids_that_reach_their_table_only_through_index_arithmetic(tmp_path
     feeds = check_inputs(compiled.graph, {"input_ids": ids})
     out = run(compiled, feeds, target="fsim")
     np.testing.assert_array_equal(out.outputs["y"], qops.run_reference(compiled.graph, feeds)["y"])
+
+
+def test_decoder_ids_shifted_from_the_token_ids_with_scatter_and_reduce(tmp_path):
+    """FSMT's ``shift_tokens_right``: the last real token of each row (its index a ReduceSum of the non-pad flags,
+    minus one; a GatherElements) put first and the rest shifted right (Concat, Slice), then a start token written at
+    column 0 (ScatterND), all read by an embedding table: one index region, against onnxruntime and on fsim."""
+    from vta.compiler.pipeline import CalibrationSet, check_inputs, compile_model
+    from vta.compiler.runtime.executor import run
+    rng = np.random.default_rng(0)
+    inits = {"words": rng.standard_normal((V, D)).astype(np.float32), "pad": np.array(PAD, np.int64),
+             "one": np.array(1, np.int64), "axes": np.array([1], np.int64), "zero1": np.array([0], np.int64),
+             "minus1": np.array([-1], np.int64), "where": np.array([[b, 0] for b in range(B)], np.int64),
+             "start": np.full(B, 2, np.int64), "w": (rng.standard_normal((D, D)) * 0.3).astype(np.float32)}
+    nodes = [node("Equal", ["input_ids", "pad"], ["is_pad"]), node("Not", ["is_pad"], ["keep"]),
+             node("Cast", ["keep"], ["keep64"], to=TensorProto.INT64),
+             node("ReduceSum", ["keep64", "axes"], ["count"], keepdims=1), node("Sub", ["count", "one"], ["last"]),
+             node("GatherElements", ["input_ids", "last"], ["eos"], axis=1),
+             node("Slice", ["input_ids", "zero1", "minus1", "axes"], ["head"]),
+             node("Concat", ["eos", "head"], ["shifted"], axis=1),
+             node("ScatterND", ["shifted", "where", "start"], ["decoder_ids"]),
+             node("Gather", ["words", "decoder_ids"], ["e"]), node("MatMul", ["e", "w"], ["y"])]
+    graph = helper.make_graph(nodes, "shift", [helper.make_tensor_value_info("input_ids", TensorProto.INT64, [B, T])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [B, T, D])],
+                              [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    imported = import_onnx(model)
+    assert [n.op for n in imported.nodes][:2] == ["IndexFn", "Embedding"]
+    ids = _ids()
+    want = ort.InferenceSession(model.SerializeToString()).run(None, {"input_ids": ids})[0]
+    np.testing.assert_allclose(run_float(imported, {"input_ids": ids})["y"], want, atol=1e-5)
+    path = tmp_path / "shift.onnx"
+    onnx.save(model, str(path))
+    compiled = compile_model(str(path), VTAConfig(), calib=2, policy="accel",
+                             calibration=CalibrationSet({"input_ids": np.concatenate([ids, ids])},
+                                                        {"source": "test", "samples": 2}))
+    feeds = check_inputs(compiled.graph, {"input_ids": ids})
+    out = run(compiled, feeds, target="fsim")
+    np.testing.assert_array_equal(out.outputs["y"], qops.run_reference(compiled.graph, feeds)["y"])

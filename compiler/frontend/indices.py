@@ -26,7 +26,8 @@ __all__ = ["IndexRegion", "IndexRegionError", "find_index_regions", "find_mask_i
 INDEX_OPS = frozenset({"Equal", "Not", "Cast", "CumSum", "Mul", "Add", "Sub", "Neg", "Abs", "Min", "Max", "Clip",
                        "Where", "And", "Or", "Greater", "Less", "GreaterOrEqual", "LessOrEqual", "Unsqueeze",
                        "Squeeze", "Reshape", "Flatten", "Expand", "Identity", "GatherElements", "Gather", "Slice",
-                       "Concat", "Tile", "Range", "Mod", "Div", "Pad"})
+                       "Concat", "Tile", "Range", "Mod", "Div", "Pad", "ScatterND", "ReduceSum", "Shape",
+                       "ConstantOfShape"})
 """The ops an index region may contain (evaluated by ONNX's reference implementation)."""
 
 
