@@ -12,6 +12,7 @@ from vta.compiler import qops
 from vta.compiler.frontend.float_ref import run_float
 from vta.compiler.frontend.indices import IndexRegionError
 from vta.compiler.frontend.onnx_frontend import import_onnx
+from vta.compiler.ir import GraphError
 from vta.config import VTAConfig
 
 B, T, D, V, PAD = 2, 8, 16, 20, 1
@@ -287,3 +288,23 @@ def test_decoder_ids_shifted_from_the_token_ids_with_scatter_and_reduce(tmp_path
     feeds = check_inputs(compiled.graph, {"input_ids": ids})
     out = run(compiled, feeds, target="fsim")
     np.testing.assert_array_equal(out.outputs["y"], qops.run_reference(compiled.graph, feeds)["y"])
+
+
+def test_ids_that_reach_a_table_through_an_op_outside_the_index_arithmetic_name_it():
+    """``words[max(ids) - ids]``: the refusal names the ReduceMax. The position-table import
+    (frontend/position_tables.py) took this input once, its random check samples all having the same row maxima,
+    and the run then refused valid ids above the table's 8 rows."""
+    rng = np.random.default_rng(0)
+    inits = {"words": rng.standard_normal((V, D)).astype(np.float32), "axes": np.array([1], np.int64),
+             "w": (rng.standard_normal((D, D)) * 0.3).astype(np.float32)}
+    nodes = [node("ReduceMax", ["input_ids", "axes"], ["top"], name="top", keepdims=1),
+             node("Sub", ["top", "input_ids"], ["ids"], name="below"),
+             node("Gather", ["words", "ids"], ["e"]), node("MatMul", ["e", "w"], ["y"])]
+    graph = helper.make_graph(nodes, "flip", [helper.make_tensor_value_info("input_ids", TensorProto.INT64, [B, T])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [B, T, D])],
+                              [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 9
+    with pytest.raises(GraphError, match=r"It reaches a table lookup, but node 'top' \(ReduceMax\) computes with "
+                                        r"it, an op the index arithmetic does not include"):
+        import_onnx(model)

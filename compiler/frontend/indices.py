@@ -21,7 +21,7 @@ from ..ir import GraphError
 from .masks import encode, forward_region, indexes_a_table, region_model
 
 __all__ = ["IndexRegion", "IndexRegionError", "find_index_regions", "find_mask_index_regions", "INDEX_OPS",
-           "only_indexes_tables", "widen_int32_ids", "replace_index_regions"]
+           "only_indexes_tables", "index_blocker", "widen_int32_ids", "replace_index_regions"]
 
 INDEX_OPS = frozenset({"Equal", "Not", "Cast", "CumSum", "Mul", "Add", "Sub", "Neg", "Abs", "Min", "Max", "Clip",
                        "Where", "And", "Or", "Greater", "Less", "GreaterOrEqual", "LessOrEqual", "Unsqueeze",
@@ -51,9 +51,25 @@ def only_indexes_tables(model: onnx.ModelProto, name: str) -> bool:
     """Whether the integer input ``name`` reaches, through :data:`INDEX_OPS` on itself and constants, the indices of
     a Gather from a table ``[rows, width]`` and nothing else (EmbeddingGemma maps special token ids to 0 with
     ``Where(Equal(ids, c) | ..., 0, ids)`` before its lookup): token ids, though no table reads them directly."""
+    lookups, blocker = _index_walk(model, name)
+    return lookups > 0 and blocker is None
+
+
+def index_blocker(model: onnx.ModelProto, name: str) -> str | None:
+    """Why the integer input ``name``, which reaches a table lookup through index arithmetic, is not token ids
+    (:func:`only_indexes_tables`): the first node on its way that is not such arithmetic, or None (no lookup, or
+    nothing in the way)."""
+    lookups, blocker = _index_walk(model, name)
+    return blocker if lookups else None
+
+
+def _index_walk(model: onnx.ModelProto, name: str) -> tuple[int, str | None]:
+    """The table lookups the integer input ``name`` reaches through :data:`INDEX_OPS` on itself and constants, and
+    the first thing in the way (a node outside those ops or reading another activation, or a graph output)."""
     consts = {i.name for i in model.graph.initializer}
     tables = _tables(model)
     region, lookups = {name}, 0
+    blocker: str | None = None
     for node in model.graph.node:
         if not any(t in region for t in node.input):
             continue
@@ -61,11 +77,16 @@ def only_indexes_tables(model: onnx.ModelProto, name: str) -> bool:
                 node.input[1] in region:
             lookups += 1
             continue
-        if node.op_type not in INDEX_OPS or node.domain not in ("", "ai.onnx") or \
-                not all(not t or t in region or t in consts for t in node.input):
-            return False
-        region.update(node.output)
-    return lookups > 0 and not region & {o.name for o in model.graph.output}
+        if node.op_type not in INDEX_OPS or node.domain not in ("", "ai.onnx"):
+            blocker = blocker or f"node {node.name or node.output[0]!r} ({node.op_type}) computes with it, an op " \
+                                 f"the index arithmetic does not include"
+        elif not all(not t or t in region or t in consts for t in node.input):
+            blocker = blocker or f"node {node.name or node.output[0]!r} ({node.op_type}) meets it with an activation"
+        region.update(node.output)                       # followed on past a blocker, to find the lookups it feeds
+    outputs = region & {o.name for o in model.graph.output}
+    if outputs and blocker is None:
+        blocker = f"graph output {sorted(outputs)[0]!r} is computed from it"
+    return lookups, blocker
 
 
 def find_index_regions(model: onnx.ModelProto, token_ids: set[str], shapes: dict[str, tuple[int, ...]],

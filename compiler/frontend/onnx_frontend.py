@@ -720,10 +720,12 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, n
         if not integer and _DTYPES.get(vi.type.tensor_type.elem_type) != "float32":
             _raise_refused(model, where, refused)       # a refused fused node may be why a mask reaches no scores
             kind = onnx.TensorProto.DataType.Name(vi.type.tensor_type.elem_type)
+            blocker = indices.index_blocker(model, vi.name)
             raise GraphError(f"Graph input {vi.name!r} has ONNX element type {kind}; only float32 inputs, int64 "
                              f"token ids that only index a constant embedding table (Gather), and attention masks "
                              f"of 0 and 1 (int64, int32, int8, uint8 or bool) that reach the attention scores "
-                             f"through an Add or a Where are supported.")
+                             f"through an Add or a Where are supported." +
+                             (f" It reaches a table lookup, but {blocker}." if blocker else ""))
         g.add_tensor(vi.name, imp.shapes_of(vi.name), "int64" if integer else "float32")
         g.inputs.append(vi.name)
     _apply_rules(imp, model, where, refused)

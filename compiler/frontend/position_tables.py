@@ -14,9 +14,10 @@ imports (an Embedding on the CPU), and the product with the queries is the usual
 The table has one row per value in ``[0, P)``, ``P`` the largest static dimension among the graph's inputs (the
 attention mask's length, past and new tokens, bounds the positions a generation step gives). It is computed with
 ONNX's reference evaluator on the region itself, ``S`` rows per run (the positions laid along one row of ``X``), and
-checked on three seeded random inputs: an exit that is not such a function (one reading two entries, or the whole
-input) leaves the input as it was, refused as before. A value outside ``[0, P)`` at run time is refused by the
-token-id range check with the table's size.
+checked on three seeded random inputs, all zeros, all ``P - 1`` and the positions reversed (a row's maximum, minimum
+or sum of random values in ``[0, P)`` is often the same on every sample): an exit that is not such a function (one
+reading two entries, or the whole input) leaves the input as it was, refused as before. A value outside ``[0, P)`` at
+run time is refused by the token-id range check with the table's size.
 """
 from __future__ import annotations
 
@@ -74,8 +75,11 @@ def _table(model: onnx.ModelProto, nodes: list[onnx.NodeProto], vi: onnx.ValueIn
                 tables[t].append(np.asarray(value, np.float64).reshape(size, -1)[: min(size, rows - start)])
         table = {t: np.concatenate(parts) for t, parts in tables.items()}
         rng = np.random.default_rng(27)
-        for _ in range(_SAMPLES):
-            sample: np.ndarray = rng.integers(0, rows, shape).astype(dtype)
+        samples: list[np.ndarray] = [rng.integers(0, rows, shape) for _ in range(_SAMPLES)]
+        samples += [np.zeros(shape), np.full(shape, rows - 1),     # an exit reading a row's max, min or sum
+                    ((rows - 1 - np.arange(size)) % rows).reshape(shape)]   # gives itself away on these
+        for raw in samples:
+            sample: np.ndarray = raw.astype(dtype)
             for t, value in zip(exits, run.run(None, {vi.name: sample})):
                 value = np.asarray(value, np.float64)
                 want = table[t][sample.reshape(-1)].reshape(value.shape)
