@@ -360,3 +360,13 @@ def test_missing_external_data_is_named(tmp_path: Path):
     (tmp_path / "ext.data").unlink()
     with pytest.raises(ModelFileError, match=r"Cannot read the external data of the model .*ext.onnx"):
         import_onnx(str(path))
+
+
+def test_a_model_beyond_protobufs_two_gigabytes_is_refused_saying_so(tmp_path: Path, monkeypatch):
+    """With its external data read in, a model over 2 GB could not be serialized for shape inference (it ended in
+    protobuf's EncodeError); it is refused before, naming the limit. The limit is lowered here to the test file."""
+    from vta.compiler.frontend import onnx_frontend
+    path = _external_model(tmp_path)
+    monkeypatch.setattr(onnx_frontend, "PROTOBUF_LIMIT", 4096)
+    with pytest.raises(ModelFileError, match=r"cannot exceed 2 GB \(2,147,483,647 bytes\)"):
+        import_onnx(str(path))

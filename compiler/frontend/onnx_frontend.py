@@ -322,7 +322,13 @@ def _read_model(path: str) -> onnx.ModelProto:
     if not proto.HasField("graph") or not proto.graph.node or not proto.graph.output:
         raise ModelFileError(f"The model {path} holds no ONNX graph with nodes and outputs; it is not {what}, or it "
                              f"is truncated.")
-    _check_memory(path, size + _external_bytes(proto, os.path.dirname(path)))
+    weights = size + _external_bytes(proto, os.path.dirname(path))
+    if weights >= PROTOBUF_LIMIT:
+        raise ModelFileError(f"The model {path} holds {weights / 1e9:.2f} GB with its external data; the lab's ONNX "
+                             f"passes (shape inference, constant folding, the float reference) hold a model as one "
+                             f"protobuf message, which cannot exceed 2 GB (2,147,483,647 bytes), so models up to that "
+                             f"size are supported.")
+    _check_memory(path, weights)
     try:
         onnx.external_data_helper.load_external_data_for_model(proto, os.path.dirname(path) or ".")
     except OSError as err:
@@ -331,6 +337,9 @@ def _read_model(path: str) -> onnx.ModelProto:
         raise ModelFileError(f"Cannot read the external data of the model {path}: {err}.") from None
     return proto
 
+
+PROTOBUF_LIMIT = 2**31 - 1
+"""The largest protobuf message, in bytes; a model with its external data read in cannot be serialized beyond it."""
 
 MEMORY_FACTOR = 5
 """Peak resident memory of ``vta run`` over the bytes of a model's weights, rounded up from the 5.3 measured on a
