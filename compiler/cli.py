@@ -405,9 +405,11 @@ def _accuracy(model: str, compiled: Any, float_graph: Any, inputs: dict[str, np.
               outputs: dict[str, np.ndarray]) -> dict[str, Any]:
     """The run's error against the float model: ONNX Runtime on the ONNX file or zoo model when installed, else the
     float reference on the float graph (:func:`.frontend.quantize.float_outputs`); ``{"reference": which,
-    "outputs": {name: metrics}}``. For an artefact (.vtac) the float model is its recorded model, when found."""
+    "outputs": {name: metrics}}``, and ``"where_lost"`` (:func:`.frontend.quantize.error_sources`: the layers that
+    lose most cosine against the float graph) when an output's cosine is below ``LOSS_REPORT_BELOW``. For an artefact
+    (.vtac) the float model is its recorded model, when found."""
     from .frontend import zoo
-    from .frontend.quantize import accuracy_vs_float, float_outputs, output_scale
+    from .frontend.quantize import LOSS_REPORT_BELOW, accuracy_vs_float, error_sources, float_outputs, output_scale
     from .pipeline import load_graph
     source = compiled.meta.get("model", model)
     path = source if os.path.isfile(source) and source.endswith(".onnx") else \
@@ -423,9 +425,14 @@ def _accuracy(model: str, compiled: Any, float_graph: Any, inputs: dict[str, np.
     kind = "the zoo model " if source in zoo.list_models() else "the quantized file " if _quantized_file(path) else ""
     which = f"{which} on {kind}{source}" if which == "onnxruntime" else \
         f"the lab's float reference on the float graph of {source}" + (f" ({refused}" if refused else "")
-    return {"reference": which,
-            "outputs": {name: accuracy_vs_float(ref[name], outputs[name], output_scale(compiled.graph, name))
-                        for name in compiled.graph.outputs}}
+    result: dict[str, Any] = {
+        "reference": which,
+        "outputs": {name: accuracy_vs_float(ref[name], outputs[name], output_scale(compiled.graph, name))
+                    for name in compiled.graph.outputs}}
+    worst = min((m["cosine"] for m in result["outputs"].values() if m.get("cosine") is not None), default=1.0)
+    if worst < LOSS_REPORT_BELOW and not float_graph.is_quantized:   # NaN compares False: nothing measured
+        result["where_lost"] = error_sources(float_graph, compiled.graph, inputs)
+    return result
 
 
 def _quantized_file(path: Any) -> bool:

@@ -355,6 +355,13 @@ def _accuracy(report: Report) -> str:
                      None if m.get("top5_agreement") is None else 100 * m["top5_agreement"]])
     out = f"<p>Measured against: <b>{_esc(acc.get('reference'))}</b>, on the run's input.</p>"
     out += html_table(head, rows, table_id="accuracy")
+    lost = acc.get("where_lost")
+    if isinstance(lost, list) and lost:
+        out += ("<p>Where the error arises: the layers that lose most cosine similarity against the float model's "
+                "same tensor, on the run's input.</p>")
+        out += html_table(["layer", "op", "cosine of its inputs", "cosine of its output"],
+                          [[e.get("node"), e.get("op"), e.get("cosine_in"), e.get("cosine_out")] for e in lost],
+                          table_id="where_lost")
     cal = report.extra.get("calibration")
     if isinstance(cal, dict):
         from .report import format_calibration

@@ -826,6 +826,12 @@ def format_accuracy(accuracy: Mapping[str, Any]) -> list[str]:
             if m.get(key) is not None:
                 line += f"; {label} agreement {100 * m[key]:.0f}%"
         lines.extend(textwrap.wrap(line, 120, subsequent_indent="    "))
+    lost = accuracy.get("where_lost")
+    if lost:
+        line = ("  where the error arises (the layers losing most cosine against the float model's same tensor, on "
+                "the run's input): " + "; ".join(f"{e['node']} ({e['op']}) {e['cosine_in']:.4f} -> "
+                                                 f"{e['cosine_out']:.4f}" for e in lost))
+        lines.extend(textwrap.wrap(line, 120, subsequent_indent="    "))
     return lines
 
 

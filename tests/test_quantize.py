@@ -325,3 +325,43 @@ def test_float_outputs_without_a_model_runs_the_float_reference():
     out, source = float_outputs(None, g, x)
     assert source == "float reference" and np.array_equal(out["output"], run_float(g, x)["output"])
     assert output_scale(q, "output") == q.node("dequantize_output").attrs["scale"]
+
+
+def test_error_sources_name_the_layer_that_loses_the_accuracy(tmp_path, capsys):
+    """Calibrated on inputs 100 times smaller than the run's, the first linear layer's output saturates: that layer
+    is named first, its inputs exact (graph input) and its output far from float; the run prints the line and the
+    JSON report holds the list."""
+    import json
+
+    import onnx
+
+    from vta.cli import main
+    from vta.compiler.frontend.quantize import error_sources
+    from vta.compiler.report import format_accuracy
+    rng = np.random.default_rng(0)
+    w1, w2 = (rng.standard_normal((16, 16)) * 0.3).astype(np.float32), (rng.standard_normal((16, 8)) * 0.3
+                                                                        ).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"], name="first"), helper.make_node("Relu", ["h"], ["r"]),
+             helper.make_node("MatMul", ["r", "w2"], ["y"], name="second")]
+    model = helper.make_model(helper.make_graph(
+        nodes, "two", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8])],
+        [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2")]),
+        opset_imports=[helper.make_opsetid("", 17)])
+    g = import_onnx(model)
+    calib = {"x": rng.standard_normal((16, 16)).astype(np.float32) * 0.01}
+    q = quantize(g, calib)
+    x = {"x": rng.standard_normal((4, 16)).astype(np.float32)}
+    lost = error_sources(g, q, x)
+    assert lost and lost[0]["node"] == "first" and lost[0]["cosine_in"] == 1.0 and lost[0]["cosine_out"] < 0.9
+    assert all(a["cosine_in"] - a["cosine_out"] >= b["cosine_in"] - b["cosine_out"] for a, b in zip(lost, lost[1:]))
+    text = "\n".join(format_accuracy({"reference": "r", "outputs": {}, "where_lost": lost}))
+    assert "where the error arises" in text and "first (" in text
+    path = tmp_path / "two.onnx"
+    onnx.save(model, str(path))
+    np.savez(tmp_path / "cal.npz", x=calib["x"])
+    np.save(tmp_path / "x.npy", x["x"])
+    assert main(["run", str(path), "--target", "fsim", "--no-progress", "--calibration", str(tmp_path / "cal.npz"),
+                 "--input", str(tmp_path / "x.npy"), "--report-json", str(tmp_path / "r.json")]) == 0
+    assert "where the error arises" in capsys.readouterr().out
+    assert json.loads((tmp_path / "r.json").read_text())["accuracy"]["where_lost"][0]["node"] == "first"

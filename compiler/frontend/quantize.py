@@ -38,6 +38,7 @@ import onnx
 
 from ..ir import M_MAX, REQUANT_MODES, S_MAX, AddRequant, Graph, GraphError, Node, Requant
 from ..qops import KEY_MASK_ATTRS, PRODUCT_BOUND
+from ..qops import run_reference as qops_reference
 from . import float_ref
 from .gptq import MOMENTS_MAX_K, gptq_round, input_moments
 from .pointwise import pointwise_values
@@ -1126,6 +1127,67 @@ def accuracy_vs_float(reference: np.ndarray, test: np.ndarray, scale: float | No
     if not finite:                               # no error is measured against a NaN or an infinity
         return {key: None if value is None else float("nan") for key, value in out.items()}
     return out
+
+
+_EXACT_OPS = frozenset({"Dequantize", "Reshape", "Transpose", "Identity", "Flatten", "Squeeze", "Unsqueeze"})
+"""Ops that move or rescale int8 values without rounding: a loss measured at one is its producer's."""
+
+LOSS_REPORT_BELOW = 0.99
+"""Output cosine against float under which a run also says where its error arises (:func:`error_sources`)."""
+
+
+def error_sources(float_graph: Graph, qgraph: Graph, inputs: Mapping[str, np.ndarray], *, top: int = 3
+                  ) -> list[dict[str, Any]]:
+    """Where the quantized graph's error against the float one arises, for one set of ``inputs``: the ``top`` nodes
+    whose output loses most cosine similarity to the float graph's tensor of the same name, against the least
+    similar of their inputs (1.0 for a graph input; a tensor the float graph does not name, such as a linear layer's
+    reshaped input, carries its producer's). Each is ``{"node", "op", "cosine_in", "cosine_out"}``, largest
+    loss first; only losses of at least 0.001. The integer reference keeps every tensor (int8: small); the float run
+    is compared as it goes, so it holds only the live tensors."""
+    ref = qops_reference(qgraph, inputs, keep_all=True)
+    quantized: dict[str, np.ndarray] = {}
+    for name, value in ref.items():
+        tensor = qgraph.tensors.get(name)
+        if tensor is None:
+            continue
+        if tensor.dtype == "int8" and tensor.scale:
+            quantized[name] = np.asarray(value, np.float64) * float(tensor.scale)
+        elif tensor.dtype == "float32":
+            quantized[name] = np.asarray(value, np.float64)
+    cosines: dict[str, float] = {}
+
+    def observe(name: str, value: np.ndarray) -> None:
+        got = quantized.get(name)
+        if got is None or got.shape != np.shape(value) or got.size == 0:
+            return
+        want = np.asarray(value, np.float64)
+        if not (np.isfinite(want).all() and np.isfinite(got).all()):
+            return
+        norms = float(np.linalg.norm(want) * np.linalg.norm(got))
+        cosines[name] = float((want * got).sum() / norms) if norms > 0 else float(np.array_equal(want, got))
+
+    float_ref.run_float(float_graph, {k: v for k, v in inputs.items() if k in float_graph.inputs}, observe=observe)
+    losses: list[dict[str, Any]] = []
+    carried = dict(cosines)             # a tensor the float graph has no name for carries its producer's inputs'
+    for node in qgraph.nodes:
+        cos_in = min((carried.get(t, 1.0) for t in node.inputs if t not in qgraph.constants), default=1.0)
+        outs = [cosines[o] for o in node.outputs if o in cosines]
+        for o in node.outputs:
+            carried.setdefault(o, cos_in)
+        if not outs:
+            continue
+        cos_out = min(outs)
+        if cos_in - cos_out >= 1e-3:
+            source = node                # a move or a Dequantize loses nothing: the loss is its producer's, unmeasured
+            while source.op in _EXACT_OPS and source.inputs:
+                before = qgraph.producer(source.inputs[0])
+                if before is None:
+                    break
+                source = before
+            losses.append({"node": source.name, "op": source.op, "cosine_in": round(cos_in, 6),
+                           "cosine_out": round(cos_out, 6)})
+    losses.sort(key=lambda x: x["cosine_out"] - x["cosine_in"])
+    return losses[:top]
 
 
 def output_scale(qgraph: Graph, name: str) -> float | None:
