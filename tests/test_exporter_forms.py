@@ -1,7 +1,7 @@
 """What torch's new (dynamo) ONNX exporter writes, built with onnx.helper: a CastLike of a constant to an activation's
 type (folded) and of an activation (an identity), ``torch.split`` unoptimized as SplitToSequence/SequenceAt (one
 Split), Hugging Face's GatherND mask lookup, and a file onnxruntime refuses (the float reference stands in, and the
-run says why)."""
+run says why); and what Funnel writes: a Where of two activations by a constant condition, pools with ceil_mode."""
 from __future__ import annotations
 
 import numpy as np
@@ -184,3 +184,74 @@ def test_a_transpose_by_a_negative_perm_counts_it_from_the_end():
     g = import_onnx(model)
     assert g.shape("y") == (1, 4, 5, 3)
     np.testing.assert_array_equal(run_float(g, {"x": x})["y"], np.maximum(np.transpose(x, (0, 2, 3, 1)), 0))
+
+
+def _select_block(cond, y_shape=(B, 1, D)):
+    """Funnel's choice between two attention terms: ``Where(cond, x @ w1, y)`` with ``cond`` a constant and ``y =
+    z @ w2`` (``z`` of ``y_shape``: broadcast along the tokens), then a linear layer to ``out``."""
+    rng = np.random.default_rng(1)
+    inits = {"w1": (rng.standard_normal((D, D)) * 0.3).astype(np.float32),
+             "w2": (rng.standard_normal((D, D)) * 0.3).astype(np.float32),
+             "w3": (rng.standard_normal((D, D)) * 0.3).astype(np.float32), "cond": cond}
+    nodes = [node("MatMul", ["x", "w1"], ["a"]), node("MatMul", ["z", "w2"], ["b"]),
+             node("Where", ["cond", "a", "b"], ["c"], name="choose"), node("MatMul", ["c", "w3"], ["out"])]
+    graph = helper.make_graph(nodes, "select", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [B, T, D]),
+                                                helper.make_tensor_value_info("z", TensorProto.FLOAT, list(y_shape))],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, [B, T, D])],
+                              [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("form", ["mixed", "all true", "all false"])
+def test_a_where_of_two_activations_by_a_constant_condition_selects(form, tmp_path):
+    """A mixed condition becomes a Gather from the two sides concatenated (one int8 scale: the choice moves values
+    without a rounding); an all-true or all-false one the side it keeps. Against onnxruntime, and on fsim
+    bit-exact with the integer reference."""
+    from vta.compiler.pipeline import CalibrationSet, compile_model
+    from vta.compiler.runtime.executor import run
+    cond = {"mixed": np.tril(np.ones((T, D), bool)), "all true": np.ones((1, D), bool),
+            "all false": np.zeros((T, 1), bool)}[form]
+    model = _select_block(cond)
+    graph = import_onnx(model)
+    assert ("Gather" in [n.op for n in graph.nodes]) == (form == "mixed")
+    rng = np.random.default_rng(5)
+    feeds = {"x": rng.standard_normal((B, T, D)).astype(np.float32),
+             "z": rng.standard_normal((B, 1, D)).astype(np.float32)}
+    want = ort.InferenceSession(model.SerializeToString()).run(None, feeds)[0]
+    np.testing.assert_allclose(run_float(graph, feeds)["out"], want, atol=1e-5, rtol=1e-5)
+    path = tmp_path / "select.onnx"
+    onnx.save(model, str(path))
+    calib = {k: np.concatenate([v, v * 0.5]) for k, v in feeds.items()}
+    compiled = compile_model(str(path), VTAConfig(), calib=2, calibration=CalibrationSet(calib, {"source": "test"}))
+    got = run(compiled, feeds, target="fsim").outputs["out"]
+    np.testing.assert_array_equal(got, qops.run_reference(compiled.graph, feeds)["out"])
+    assert float(np.ravel(got) @ np.ravel(want) / np.linalg.norm(got) / np.linalg.norm(want)) > 0.999
+
+
+def _pool_model(op, kernel, strides, pads, count_include_pad, size=7):
+    attrs = {"kernel_shape": kernel, "strides": strides, "pads": pads, "ceil_mode": 1}
+    if op == "AveragePool":
+        attrs["count_include_pad"] = count_include_pad
+    graph = helper.make_graph([node(op, ["x"], ["y"], name="pool", **attrs)], "pool",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, size, size])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+
+
+@pytest.mark.parametrize("op, kernel, strides, pads, count", [
+    ("AveragePool", [2, 1], [2, 1], [0, 0, 0, 0], 1),        # Funnel's torch avg_pool2d(ceil_mode=True)
+    ("AveragePool", [3, 3], [2, 2], [1, 1, 0, 0], 0), ("MaxPool", [3, 3], [2, 2], [0, 0, 0, 0], 0)])
+def test_ceil_mode_pools_as_onnxruntime_does(op, kernel, strides, pads, count):
+    """ceil_mode=1: the end padded until the ceil's windows fit; the last window pools the input it covers."""
+    model = _pool_model(op, kernel, strides, pads, count)
+    x = {"x": np.random.default_rng(2).standard_normal((1, 2, 7, 7)).astype(np.float32)}
+    want = ort.InferenceSession(model.SerializeToString()).run(None, x)[0]
+    got = run_float(import_onnx(model), x)["y"]
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, atol=1e-6)
+
+
+def test_ceil_mode_with_counted_pads_of_its_own_is_refused():
+    from vta.compiler.frontend.onnx_frontend import UnsupportedOperatorError
+    with pytest.raises(UnsupportedOperatorError, match=r"ceil_mode=1 with count_include_pad=1 and pads of its own"):
+        import_onnx(_pool_model("AveragePool", [3, 3], [2, 2], [1, 1, 0, 0], 1))

@@ -342,8 +342,6 @@ def _pool(imp: _Importer, node: onnx.NodeProto) -> None:
     problems = []
     if any(d != 1 for d in a.get("dilations", [1])):
         problems.append(f"dilations {list(a['dilations'])} (only 1)")
-    if a.get("ceil_mode", 0):
-        problems.append("ceil_mode=1 (only 0)")
     if node.op_type == "MaxPool" and len(node.output) > 1 and node.output[1]:
         problems.append("the Indices output")
     if rank not in (1, 2, 3):
@@ -354,6 +352,8 @@ def _pool(imp: _Importer, node: onnx.NodeProto) -> None:
     pads = _nd_pads(imp, node, kernel, strides, a)
     op = "MaxPool" if node.op_type == "MaxPool" else "AvgPool"
     extra: dict[str, Any] = {} if op == "MaxPool" else {"count_include_pad": bool(a.get("count_include_pad", 0))}
+    if a.get("ceil_mode", 0):
+        pads = _ceil_pads(imp, node, kernel, strides, pads, extra)
     x, out = node.input[0], node.output[0]
     shape = imp.shape(x)
     if rank == 2:
@@ -377,6 +377,29 @@ def _pool(imp: _Importer, node: onnx.NodeProto) -> None:
         depth = imp.emit_shaped(op, node, [cols], (n, c, od, oh * ow), kernel=(kernel[0], 1), strides=(strides[0], 1),
                                 pads=(pads[0][0], 0, pads[0][1], 0), **extra)
         imp.emit("Reshape", node, [depth], shape=(n, c, od, oh, ow))
+
+
+def _ceil_pads(imp: _Importer, node: onnx.NodeProto, kernel: tuple[int, ...], strides: tuple[int, ...],
+               pads: list[tuple[int, int]], extra: dict[str, Any]) -> list[tuple[int, int]]:
+    """``ceil_mode=1`` as more end padding: each axis padded at its end until the windows of the output's size
+    (shape inference's) fit, the last partial window then pooling the input elements it covers (onnxruntime's and
+    torch's ceil mode). An AveragePool counts only input elements then, so a ``count_include_pad=1`` with pads of
+    its own is refused (its real pads would count, the added ones not); with no pads it is the same as 0. A last
+    window starting past the input and its begin pad is refused."""
+    shape = imp.shape(node.input[0])[2:]
+    out = imp.shapes_of(node.output[0])[2:]
+    grown = []
+    for size, k, s, (begin, end), o in zip(shape, kernel, strides, pads, out):
+        if (o - 1) * s >= size + begin:
+            raise UnsupportedOperatorError(node.op_type, node.name, f"ceil_mode=1 with a last window that starts "
+                                                                    f"in the end padding (output {o} of {size})")
+        grown.append((begin, max(end, (o - 1) * s + k - size - begin)))
+    if grown != pads and extra.get("count_include_pad"):
+        if any(b or e for b, e in pads):
+            raise UnsupportedOperatorError(node.op_type, node.name, "ceil_mode=1 with count_include_pad=1 and pads "
+                                                                    "of its own")
+        extra["count_include_pad"] = False
+    return grown
 
 
 def _reshape(imp: _Importer, node: onnx.NodeProto) -> None:

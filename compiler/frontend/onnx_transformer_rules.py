@@ -337,10 +337,15 @@ def _split(imp: _Importer, node: onnx.NodeProto) -> None:
 
 def _where(imp: _Importer, node: onnx.NodeProto) -> None:
     """Where with a constant condition, an activation and a constant scalar (a causal mask), or a constant array
-    whose entries where the condition drops the activation are one value (Longformer's chunk masks: -inf there)."""
+    whose entries where the condition drops the activation are one value (Longformer's chunk masks: -inf there).
+    With two activations (Funnel's choice between its same- and different-segment attention terms), a selection:
+    :func:`_select`."""
     cond, x, y = node.input
     keep = imp.const_input(node, 0, "condition")
-    if imp.is_const(x) == imp.is_const(y):
+    if not imp.is_const(x) and not imp.is_const(y):
+        _select(imp, node, np.asarray(keep, bool), x, y)
+        return
+    if imp.is_const(x) and imp.is_const(y):
         raise UnsupportedOperatorError(node.op_type, node.name, "needs one activation and one constant value")
     src, fill = (y, x) if imp.is_const(x) else (x, y)
     value = imp.const(fill)
@@ -355,6 +360,27 @@ def _where(imp: _Importer, node: onnx.NodeProto) -> None:
                                                                 f"or one value where the condition drops the "
                                                                 f"activation) or an output larger than the activation")
     imp.emit("Where", node, [src], keep=keep, fill=float(dropped[0] if dropped.size else value.reshape(-1)[0]))
+
+
+def _select(imp: _Importer, node: onnx.NodeProto, keep: np.ndarray, x: str, y: str) -> None:
+    """``Where(keep, x, y)`` of two activations by a constant condition: ``x`` (or ``y``) alone when the condition
+    is all true (false); else both broadcast to the output's shape and flattened, concatenated (one int8 scale for
+    both, so the choice moves values without rounding again), and a Gather of each element from its side, viewed
+    as the output."""
+    out = tuple(imp.shapes_of(node.output[0]))
+    keep = np.broadcast_to(keep, out)
+    if keep.all() or not keep.any():
+        broadcast_activation(imp, node, x if keep.all() else y, out, final=True)
+        return
+    size = int(np.prod(out, dtype=np.int64))
+    flat = []
+    for side in (x, y):
+        wide = side if tuple(imp.shape(side)) == out else broadcast_activation(imp, node, side, out)
+        flat.append(imp.emit_shaped("Reshape", node, [wide], (size,), shape=(size,)))
+    both = imp.emit_shaped("Concat", node, flat, (2 * size,), axis=0)
+    index = np.where(keep.reshape(-1), np.arange(size), np.arange(size) + size).astype(np.int64)
+    chosen = imp.emit_shaped("Gather", node, [both], (size,), axis=0, indices=index)
+    imp.emit("Reshape", node, [chosen], shape=out)
 
 
 def _key_mask(imp: _Importer, node: onnx.NodeProto) -> None:
