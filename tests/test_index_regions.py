@@ -52,6 +52,30 @@ def _ids():
     return ids
 
 
+def _ids_model(nodes, inits, name, opset=17):
+    """A model of ``nodes`` from the int64 input ``input_ids [B, T]`` to ``y [B, T, D]``, ``inits`` its constants."""
+    graph = helper.make_graph(nodes, name, [helper.make_tensor_value_info("input_ids", TensorProto.INT64, [B, T])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [B, T, D])],
+                              [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 9
+    return model
+
+
+def _runs_on_fsim(model, ids, path):
+    """``model`` saved at ``path``, compiled calibrated on ``ids`` (every layer it can on the accelerator) and run on
+    fsim: the output equals the integer reference's."""
+    from vta.compiler.pipeline import CalibrationSet, check_inputs, compile_model
+    from vta.compiler.runtime.executor import run
+    onnx.save(model, str(path))
+    compiled = compile_model(str(path), VTAConfig(), calib=2, policy="accel",
+                             calibration=CalibrationSet({"input_ids": np.concatenate([ids, ids])},
+                                                        {"source": "test", "samples": 2}))
+    feeds = check_inputs(compiled.graph, {"input_ids": ids})
+    out = run(compiled, feeds, target="fsim")
+    np.testing.assert_array_equal(out.outputs["y"], qops.run_reference(compiled.graph, feeds)["y"])
+
+
 @pytest.fixture(autouse=True)
 def _cache(tmp_path, monkeypatch):
     monkeypatch.setenv("VTA_CACHE_DIR", str(tmp_path / "cache"))
@@ -214,8 +238,7 @@ def test_token_ids_that_reach_their_table_only_through_index_arithmetic(tmp_path
     """EmbeddingGemma's lookup: ``Gather(words, Where(Equal(ids, a) | Equal(ids, b), 0, ids))``: no table reads the
     ids directly, yet they are token ids (an IndexFn computes the lookup's indices), not a mask; the compiled model
     draws random ids inside the table and runs on fsim bit-exact with the integer reference."""
-    from vta.compiler.pipeline import CalibrationSet, check_inputs, compile_model, token_range
-    from vta.compiler.runtime.executor import run
+    from vta.compiler.pipeline import token_range
     rng = np.random.default_rng(0)
     inits = {"words": rng.standard_normal((V, D)).astype(np.float32), "a": np.array(3, np.int64),
              "b": np.array(5, np.int64), "zero": np.array(0, np.int64),
@@ -223,11 +246,7 @@ def test_token_ids_that_reach_their_table_only_through_index_arithmetic(tmp_path
     nodes = [node("Equal", ["input_ids", "a"], ["is_a"]), node("Equal", ["input_ids", "b"], ["is_b"]),
              node("Or", ["is_a", "is_b"], ["special"]), node("Where", ["special", "zero", "input_ids"], ["ids"]),
              node("Gather", ["words", "ids"], ["e"]), node("MatMul", ["e", "w"], ["y"])]
-    graph = helper.make_graph(nodes, "gemma", [helper.make_tensor_value_info("input_ids", TensorProto.INT64, [B, T])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [B, T, D])],
-                              [numpy_helper.from_array(v, k) for k, v in inits.items()])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 9
+    model = _ids_model(nodes, inits, "gemma")
     imported = import_onnx(model)
     assert [n.op for n in imported.nodes][:2] == ["IndexFn", "Embedding"]
     assert token_range(imported, "input_ids") == V
@@ -241,22 +260,13 @@ def test_token_ids_that_reach_their_table_only_through_index_arithmetic(tmp_path
     np.savez(tmp_path / "far.npz", input_ids=np.full((B, T), V, np.int64))
     with pytest.raises(CalibrationError, match=rf"token ids, integers in \[0, {V - 1}\]"):
         load_calibration(tmp_path / "far.npz", imported)
-    path = tmp_path / "gemma.onnx"
-    onnx.save(model, str(path))
-    compiled = compile_model(str(path), VTAConfig(), calib=2, policy="accel",
-                             calibration=CalibrationSet({"input_ids": np.concatenate([ids, ids])},
-                                                        {"source": "test", "samples": 2}))
-    feeds = check_inputs(compiled.graph, {"input_ids": ids})
-    out = run(compiled, feeds, target="fsim")
-    np.testing.assert_array_equal(out.outputs["y"], qops.run_reference(compiled.graph, feeds)["y"])
+    _runs_on_fsim(model, ids, tmp_path / "gemma.onnx")
 
 
 def test_decoder_ids_shifted_from_the_token_ids_with_scatter_and_reduce(tmp_path):
     """FSMT's ``shift_tokens_right``: the last real token of each row (its index a ReduceSum of the non-pad flags,
     minus one; a GatherElements) put first and the rest shifted right (Concat, Slice), then a start token written at
     column 0 (ScatterND), all read by an embedding table: one index region, against onnxruntime and on fsim."""
-    from vta.compiler.pipeline import CalibrationSet, check_inputs, compile_model
-    from vta.compiler.runtime.executor import run
     rng = np.random.default_rng(0)
     inits = {"words": rng.standard_normal((V, D)).astype(np.float32), "pad": np.array(PAD, np.int64),
              "one": np.array(1, np.int64), "axes": np.array([1], np.int64), "zero1": np.array([0], np.int64),
@@ -270,24 +280,13 @@ def test_decoder_ids_shifted_from_the_token_ids_with_scatter_and_reduce(tmp_path
              node("Concat", ["eos", "head"], ["shifted"], axis=1),
              node("ScatterND", ["shifted", "where", "start"], ["decoder_ids"]),
              node("Gather", ["words", "decoder_ids"], ["e"]), node("MatMul", ["e", "w"], ["y"])]
-    graph = helper.make_graph(nodes, "shift", [helper.make_tensor_value_info("input_ids", TensorProto.INT64, [B, T])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [B, T, D])],
-                              [numpy_helper.from_array(v, k) for k, v in inits.items()])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 9
+    model = _ids_model(nodes, inits, "shift")
     imported = import_onnx(model)
     assert [n.op for n in imported.nodes][:2] == ["IndexFn", "Embedding"]
     ids = _ids()
     want = ort.InferenceSession(model.SerializeToString()).run(None, {"input_ids": ids})[0]
     np.testing.assert_allclose(run_float(imported, {"input_ids": ids})["y"], want, atol=1e-5)
-    path = tmp_path / "shift.onnx"
-    onnx.save(model, str(path))
-    compiled = compile_model(str(path), VTAConfig(), calib=2, policy="accel",
-                             calibration=CalibrationSet({"input_ids": np.concatenate([ids, ids])},
-                                                        {"source": "test", "samples": 2}))
-    feeds = check_inputs(compiled.graph, {"input_ids": ids})
-    out = run(compiled, feeds, target="fsim")
-    np.testing.assert_array_equal(out.outputs["y"], qops.run_reference(compiled.graph, feeds)["y"])
+    _runs_on_fsim(model, ids, tmp_path / "shift.onnx")
 
 
 def test_ids_that_reach_a_table_through_an_op_outside_the_index_arithmetic_name_it():
@@ -300,11 +299,7 @@ def test_ids_that_reach_a_table_through_an_op_outside_the_index_arithmetic_name_
     nodes = [node("ReduceMax", ["input_ids", "axes"], ["top"], name="top", keepdims=1),
              node("Sub", ["top", "input_ids"], ["ids"], name="below"),
              node("Gather", ["words", "ids"], ["e"]), node("MatMul", ["e", "w"], ["y"])]
-    graph = helper.make_graph(nodes, "flip", [helper.make_tensor_value_info("input_ids", TensorProto.INT64, [B, T])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [B, T, D])],
-                              [numpy_helper.from_array(v, k) for k, v in inits.items()])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
-    model.ir_version = 9
+    model = _ids_model(nodes, inits, "flip", opset=18)
     with pytest.raises(GraphError, match=r"It reaches a table lookup, but node 'top' \(ReduceMax\) computes with "
                                         r"it, an op the index arithmetic does not include"):
         import_onnx(model)
