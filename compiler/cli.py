@@ -429,10 +429,37 @@ def _accuracy(model: str, compiled: Any, float_graph: Any, inputs: dict[str, np.
         "reference": which,
         "outputs": {name: accuracy_vs_float(ref[name], outputs[name], output_scale(compiled.graph, name))
                     for name in compiled.graph.outputs}}
+    found = _kept_tokens(compiled.graph, inputs)
+    for name, metrics in result["outputs"].items():
+        want, got = np.asarray(ref[name]), np.asarray(outputs[name])
+        if found is None:
+            break
+        mask, kept = found                # the output's rows at the mask's positions (the text says just that: an
+        if want.shape[:2] == kept.shape and got.shape == want.shape and not kept.all() and kept.any():  # encoder-
+            # decoder's decoder rows have the mask's shape too, but it masks the encoder's keys)
+            rows = accuracy_vs_float(want[kept], got[kept], output_scale(compiled.graph, name))
+            metrics["kept_tokens"] = {"mask": mask, "tokens": int(kept.sum()), "of": int(kept.size),
+                                      **{k: v for k, v in rows.items() if not k.startswith("top")}}
     worst = min((m["cosine"] for m in result["outputs"].values() if m.get("cosine") is not None), default=1.0)
     if worst < LOSS_REPORT_BELOW and not float_graph.is_quantized:   # NaN compares False: nothing measured
         result["where_lost"] = error_sources(float_graph, compiled.graph, inputs)
     return result
+
+
+def _kept_tokens(graph: Any, inputs: dict[str, np.ndarray]) -> tuple[str, np.ndarray] | None:
+    """The run's attention mask and where it is 1 (``[batch, tokens]``, bool): the one integer input of 0s and 1s
+    that a Softmax (its runtime mask), a KeyMask, a MaskFn or a mask pooling reads and no Embedding; None when there
+    is none (or several)."""
+    readers = {"QSoftmax", "Softmax", "KeyMask", "QReduce", "Reduce", "MaskFn", "MaskPool", "QMaskPool"}
+    masks = [name for name in graph.inputs if graph.tensors[name].dtype == "int64"
+             and any(name in n.inputs for n in graph.nodes if n.op in readers)
+             and not any(name in n.inputs for n in graph.nodes if n.op == "Embedding")]
+    if len(masks) != 1:
+        return None
+    value = np.asarray(inputs.get(masks[0]))
+    if value.ndim != 2 or not np.isin(value, (0, 1)).all():
+        return None
+    return masks[0], value.astype(bool)
 
 
 def _quantized_file(path: Any) -> bool:

@@ -353,6 +353,13 @@ def _accuracy(report: Report) -> str:
                      m.get("mean_error_pct_of_range"), m.get("cosine"),
                      None if m.get("top1_agreement") is None else 100 * m["top1_agreement"],
                      None if m.get("top5_agreement") is None else 100 * m["top5_agreement"]])
+        kept = m.get("kept_tokens")
+        if isinstance(kept, dict):
+            rows.append([f"{name}: the {kept.get('tokens')} of {kept.get('of')} positions where "
+                         f"{kept.get('mask', 'the mask')} is 1",
+                         kept.get("max_abs_error_lsb"), kept.get("mean_abs_error_lsb"),
+                         kept.get("max_error_pct_of_range"), kept.get("mean_error_pct_of_range"), kept.get("cosine"),
+                         None, None])
     out = f"<p>Measured against: <b>{_esc(acc.get('reference'))}</b>, on the run's input.</p>"
     out += html_table(head, rows, table_id="accuracy")
     lost = acc.get("where_lost")

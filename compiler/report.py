@@ -825,6 +825,11 @@ def format_accuracy(accuracy: Mapping[str, Any]) -> list[str]:
         for key, label in (("top1_agreement", "top-1"), ("top5_agreement", "top-5")):
             if m.get(key) is not None:
                 line += f"; {label} agreement {100 * m[key]:.0f}%"
+        kept = m.get("kept_tokens")
+        if kept:
+            lsb = "" if kept.get("max_abs_error_lsb") is None else f"max {kept['max_abs_error_lsb']:.3g} LSB, "
+            line += (f"; on the {kept['tokens']} of {kept['of']} positions where {kept.get('mask', 'the mask')} is "
+                     f"1: {lsb}max {kept['max_error_pct_of_range']:.3g}% of range, cosine {kept['cosine']:.6f}")
         lines.extend(textwrap.wrap(line, 120, subsequent_indent="    "))
     lost = accuracy.get("where_lost")
     if lost:

@@ -682,3 +682,28 @@ def test_a_two_entry_mask_filling_moderate_values_is_refused():
              ("low", np.array(-5.0, np.float32))]
     with pytest.raises(MaskError, match=r"fills the scores in node 'mask_where' \(Where\) with values above"):
         import_onnx(_block(nodes, extra_inits=inits))
+
+
+def test_the_run_also_states_the_error_on_the_positions_the_mask_keeps(tmp_path, capsys):
+    """`vta run` with an attention mask input: besides the whole output's error, the error on the output rows
+    where the mask is 1 (padded rows are what DeBERTa's LayerNorms blow up), in the text and the JSON report;
+    equal to the figures computed here from the saved outputs and onnxruntime's."""
+    import json
+
+    from vta.cli import main
+    from vta.compiler.frontend.quantize import accuracy_vs_float
+    mask_nodes, inits = _additive(-10000.0)
+    model = _block(mask_nodes, extra_inits=inits)
+    path = tmp_path / "block.onnx"
+    onnx.save(model, str(path))
+    feeds = {"input_ids": _ids(), "attention_mask": _padding_mask()}
+    np.savez(tmp_path / "in.npz", **feeds)
+    assert main(["run", str(path), "--target", "fsim", "--no-progress", "--input", str(tmp_path / "in.npz"),
+                 "--output", str(tmp_path / "out.npz"), "--report-json", str(tmp_path / "r.json")]) == 0
+    assert "on the 13 of 16 positions where attention_mask is 1: " in " ".join(capsys.readouterr().out.split())
+    kept = json.loads((tmp_path / "r.json").read_text())["accuracy"]["outputs"]["y"]["kept_tokens"]
+    got = np.load(tmp_path / "out.npz")["y"]
+    want = ort.InferenceSession(model.SerializeToString()).run(None, feeds)[0]
+    rows = feeds["attention_mask"].astype(bool)
+    assert kept["mask"] == "attention_mask" and (kept["tokens"], kept["of"]) == (13, 16)
+    assert kept["cosine"] == pytest.approx(accuracy_vs_float(want[rows], got[rows], None)["cosine"], abs=1e-6)
