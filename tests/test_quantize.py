@@ -365,3 +365,26 @@ def test_error_sources_name_the_layer_that_loses_the_accuracy(tmp_path, capsys):
                  "--input", str(tmp_path / "x.npy"), "--report-json", str(tmp_path / "r.json")]) == 0
     assert "where the error arises" in capsys.readouterr().out
     assert json.loads((tmp_path / "r.json").read_text())["accuracy"]["where_lost"][0]["node"] == "first"
+
+
+def test_values_below_the_scale_floor_are_named_in_a_warning(caplog):
+    """A random-weight network whose activations shrink below 1e-6 quantizes them to 0 (HF's tiny MobileNet: cosine
+    0 against float); the quantizer says so, naming the first such tensor and its producer."""
+    import logging
+    rng = np.random.default_rng(0)
+    w = (rng.standard_normal((16, 16)) * 1e-8).astype(np.float32)
+    model = helper.make_model(helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["h"], name="shrink"), helper.make_node("Relu", ["h"], ["y"])],
+        "tiny", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 16])], [numpy_helper.from_array(w, "w")]),
+        opset_imports=[helper.make_opsetid("", 17)])
+    g = import_onnx(model)
+    with caplog.at_level(logging.WARNING, logger="vta"):
+        quantize(g, {"x": rng.standard_normal((8, 16)).astype(np.float32)})
+    assert "below the 1e-06 the quantizer resolves, so they quantize to 0" in caplog.text
+    assert "(written by" in caplog.text and "'shrink'" in caplog.text
+    caplog.clear()
+    cnn = import_onnx(zoo.build_model("tiny_cnn"))
+    with caplog.at_level(logging.WARNING, logger="vta"):
+        quantize(cnn, {"input": _inputs(cnn, 2, 1)})
+    assert "quantize to 0" not in caplog.text

@@ -29,6 +29,7 @@ Pipeline (:func:`quantize`):
 """
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Literal, Mapping
@@ -70,7 +71,7 @@ class Calibration:
     def scale(self, name: str, qmax: int = 127) -> float:
         """Symmetric scale of tensor ``name``: ``absmax / qmax`` (127 for int8, 7 for int4 activations; a tiny floor
         keeps all-zero tensors legal)."""
-        return max(self.absmax[name], 1e-6) / qmax
+        return max(self.absmax[name], SCALE_FLOOR) / qmax
 
 
 # ---- 1. folding -------------------------------------------------------------------------------------------------
@@ -949,6 +950,7 @@ def quantize(graph: Graph, calib_inputs: Mapping[str, np.ndarray] | Iterable[Map
         cal = Calibration({**cal.absmax, **{k: float(v) for k, v in absmax_hints.items() if k in cal.absmax}},
                           cal.channel_absmax, cal.moments)
     cal = _kept_ranges(fg, cal)
+    _warn_vanishing(fg, cal)
     if gptq and not cal.moments and _moment_layers(fg):
         raise ValueError("weight_rounding='gptq' needs the input moments of the layers; the calibration given has "
                          "none: make it with calibrate(prepare(graph), inputs, moments=True).")
@@ -958,6 +960,24 @@ def quantize(graph: Graph, calib_inputs: Mapping[str, np.ndarray] | Iterable[Map
         raise ValueError(f"keep_int8 names {', '.join(sorted(keep - known))}, which are not Conv2d/Dense nodes of "
                          f"the graph; its Conv2d/Dense nodes are {', '.join(sorted(known))}")
     return _Quantizer(fg, cal, per_channel, mode, round_adds, act_bits, wgt_bits, keep, weight_rounding).run()
+
+
+SCALE_FLOOR = 1e-6
+"""The smallest range (largest magnitude) the quantizer gives a tensor (:meth:`Calibration.scale`): an all-zero one
+stays legal; smaller values quantize to 0."""
+
+
+def _warn_vanishing(fg: Graph, cal: Calibration) -> None:
+    """A warning naming the first tensor (and the count) whose values on the calibration data are nonzero but all
+    below :data:`SCALE_FLOOR` in magnitude: it and what is computed from it quantize to 0, which the run's error then
+    shows with no other word on why (a random-weight network whose activations shrink layer by layer)."""
+    tiny = [t for t in (o for n in fg.nodes for o in n.outputs) if 0.0 < cal.absmax.get(t, 0.0) < SCALE_FLOOR]
+    if tiny:
+        prod = fg.producer(tiny[0])
+        logging.getLogger("vta").warning(
+            "%d tensor(s) hold values no larger than %.3g on the calibration data, below the %g the quantizer "
+            "resolves, so they quantize to 0; the first is %r (written by %s %r)", len(tiny), cal.absmax[tiny[0]],
+            SCALE_FLOOR, tiny[0], prod.op if prod else "input", prod.name if prod else tiny[0])
 
 
 def _kept_ranges(fg: Graph, cal: Calibration) -> Calibration:
