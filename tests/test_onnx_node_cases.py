@@ -60,7 +60,6 @@ OPERATOR_REFUSALS: list[tuple[str, str]] = [
     (r"resize_.*antialias", r"antialias=1 \(only 0\)"),
     (r"resize_.*not_(larger|smaller)", r"keep_aspect_ratio_policy 'not_(larger|smaller)' \(only 'stretch'\)"),
     (r"pool_.*dilations", r"dilations \[2, 2(, 2)?\] \(only 1\)"),
-    (r"pool_.*ceil(?!_mode_is_False)", r"ceil_mode=1 \(only 0\)"),
     (r"maxpool_with_argmax", r"'MaxPool' \(node .*the Indices output"),
 ]
 """The attribute values of Resize and the pools the lab refuses, and the reason it gives (also the ONNX backend

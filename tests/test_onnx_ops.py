@@ -133,7 +133,7 @@ def test_parameters_computed_by_another_node_are_named():
 def test_every_unsupported_node_is_named_at_once():
     x = _x(1, 4, 8, 8)
     nodes = [helper.make_node("Tan", ["x"], ["a"], name="tan"),
-             helper.make_node("MaxPool", ["a"], ["b"], kernel_shape=[2, 2], ceil_mode=1, name="pool"),
+             helper.make_node("MaxPool", ["a"], ["b"], kernel_shape=[2, 2], dilations=[2, 2], name="pool"),
              helper.make_node("Relu", ["b"], ["c"]),
              helper.make_node("Resize", ["c", "", "s"], ["y"], mode="cubic", name="up")]
     with pytest.raises(UnsupportedModelError) as info:
@@ -141,7 +141,7 @@ def test_every_unsupported_node_is_named_at_once():
     assert str(info.value).splitlines() == [
         "The model net has 3 nodes the lab cannot compile:",
         "  - Tan (node 'tan'): no rule for this operator",
-        "  - MaxPool (node 'pool'): ceil_mode=1 (only 0)",
+        "  - MaxPool (node 'pool'): dilations [2, 2] (only 1)",
         "  - Resize (node 'up'): mode 'cubic' (only 'nearest' and 'linear')",
         info.value.args[0].splitlines()[-1]]
     assert str(info.value).splitlines()[-1].startswith("Supported operators are Abs, Add, Atan, Attention,")
