@@ -430,16 +430,16 @@ def _accuracy(model: str, compiled: Any, float_graph: Any, inputs: dict[str, np.
         "outputs": {name: accuracy_vs_float(ref[name], outputs[name], output_scale(compiled.graph, name))
                     for name in compiled.graph.outputs}}
     found = _kept_tokens(compiled.graph, inputs)
-    for name, metrics in result["outputs"].items():
-        want, got = np.asarray(ref[name]), np.asarray(outputs[name])
-        if found is None:
-            break
-        mask, kept = found                # the output's rows at the mask's positions (the text says just that: an
-        if want.shape[:2] == kept.shape and got.shape == want.shape and not kept.all() and kept.any():  # encoder-
-            # decoder's decoder rows have the mask's shape too, but it masks the encoder's keys)
-            rows = accuracy_vs_float(want[kept], got[kept], output_scale(compiled.graph, name))
-            metrics["kept_tokens"] = {"mask": mask, "tokens": int(kept.sum()), "of": int(kept.size),
-                                      **{k: v for k, v in rows.items() if not k.startswith("top")}}
+    if found is not None:
+        # The output's rows at the mask's positions, and the text says just that: an encoder-decoder's decoder rows
+        # may have the mask's shape too, though the mask is the encoder's.
+        mask, kept = found
+        for name, metrics in result["outputs"].items():
+            want, got = np.asarray(ref[name]), np.asarray(outputs[name])
+            if want.shape[:2] == kept.shape and got.shape == want.shape and not kept.all() and kept.any():
+                rows = accuracy_vs_float(want[kept], got[kept], output_scale(compiled.graph, name))
+                metrics["kept_tokens"] = {"mask": mask, "tokens": int(kept.sum()), "of": int(kept.size),
+                                          **{k: v for k, v in rows.items() if not k.startswith("top")}}
     worst = min((m["cosine"] for m in result["outputs"].values() if m.get("cosine") is not None), default=1.0)
     if worst < LOSS_REPORT_BELOW and not float_graph.is_quantized:   # NaN compares False: nothing measured
         result["where_lost"] = error_sources(float_graph, compiled.graph, inputs)

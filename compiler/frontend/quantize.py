@@ -1165,20 +1165,17 @@ def error_sources(float_graph: Graph, qgraph: Graph, inputs: Mapping[str, np.nda
     loss first; only losses of at least 0.001. The integer reference keeps every tensor (int8: small); the float run
     is compared as it goes, so it holds only the live tensors."""
     ref = qops_reference(qgraph, inputs, keep_all=True)
-    quantized: dict[str, np.ndarray] = {}
-    for name, value in ref.items():
-        tensor = qgraph.tensors.get(name)
-        if tensor is None:
-            continue
-        if tensor.dtype == "int8" and tensor.scale:
-            quantized[name] = np.asarray(value, np.float64) * float(tensor.scale)
-        elif tensor.dtype == "float32":
-            quantized[name] = np.asarray(value, np.float64)
     cosines: dict[str, float] = {}
 
     def observe(name: str, value: np.ndarray) -> None:
-        got = quantized.get(name)
-        if got is None or got.shape != np.shape(value) or got.size == 0:
+        tensor = qgraph.tensors.get(name)
+        if name not in ref or tensor is None or np.shape(ref[name]) != np.shape(value) or not np.size(value):
+            return
+        if tensor.dtype == "int8" and tensor.scale:
+            got = np.asarray(ref[name], np.float64) * float(tensor.scale)
+        elif tensor.dtype == "float32":
+            got = np.asarray(ref[name], np.float64)
+        else:
             return
         want = np.asarray(value, np.float64)
         if not (np.isfinite(want).all() and np.isfinite(got).all()):
