@@ -20,18 +20,16 @@ an exporter writes at opset 22:
 - ``Einsum`` (opset 12; torch.einsum, Keras' attention): one operand permuted, or two as a batched matrix product
   (Transpose, Reshape, MatMul, Reshape, Transpose), so a projection by a constant is a linear layer and a product
   of two activations an attention product.
-
 - ``RotaryEmbedding`` (opset 23): the rotated part of each head in halves (or even and odd elements), ``x1 cos - x2
   sin`` and ``x1 sin + x2 cos`` put back, the rest passed through; the caches gathered by ``position_ids`` (an
   Embedding when those are an input).
+- ``CausalConvWithState`` (opset 27): the carried ``k - 1`` positions (``past_state``, else zeros) before the input,
+  a depthwise Conv of kernel ``k`` with the bias, Swish for ``silu``/``swish``; ``present_state`` the last ``k - 1``
+  positions of the joined sequence.
 
 ``Attention``'s fourth output, ``qk_matmul_output``, is the tensor its ``qk_matmul_output_mode`` names (opset 25's
 text): 0 the scaled product, 1 that after the softcap, 2 that with the causal and ``attn_mask`` terms added, 3 the
 Softmax.
-
-- ``CausalConvWithState`` (opset 27): the carried ``k - 1`` positions (``past_state``, else zeros) before the input,
-  a depthwise Conv of kernel ``k`` with the bias, Swish for ``silu``/``swish``; ``present_state`` the last ``k - 1``
-  positions of the joined sequence.
 
 Refused with the reason: ``Attention``'s ``nonpad_kv_seqlen`` (an external KV cache's lengths), and the other fused
 operators of these opsets (TensorScatter, LinearAttention), which the lab has no rewrite for.
