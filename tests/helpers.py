@@ -93,6 +93,12 @@ def onnx_model(nodes: list, inputs: dict[str, np.ndarray], inits: Sequence = (),
     return model
 
 
+def onnx_node(op: str, inputs: Sequence[str], output: str, **attrs: object):
+    """One ONNX node of ``op`` reading ``inputs`` and writing ``output``, named ``<output>_node``."""
+    from onnx import helper
+    return helper.make_node(op, list(inputs), [output], name=f"{output}_node", **attrs)
+
+
 def onnx_op_run(model, feeds: dict[str, np.ndarray], *, rtol: float, atol: float):
     """``model`` (one float output ``y``) through the lab against ONNX Runtime: the float import agrees with it within
     ``rtol``/``atol``, the quantized graph (calibrated on ``feeds``) runs on the CPU path bit-exact with the integer

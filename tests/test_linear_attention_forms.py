@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 from helpers import onnx_model, onnx_op_run
-from onnx import helper
+from helpers import onnx_node as _n
 
 RNG_SEED = 61                             # a fresh RNG of this seed in each test (conftest.py)
 RNG = np.random.default_rng(RNG_SEED)
@@ -14,10 +14,6 @@ RNG = np.random.default_rng(RNG_SEED)
 
 def _x(*shape, spread=1.0):
     return (RNG.standard_normal(shape) * spread).astype(np.float32)
-
-
-def _n(op, inputs, output, **attrs):
-    return helper.make_node(op, list(inputs), [output], name=f"{output}_node", **attrs)
 
 
 def test_an_l2_norm_with_its_eps_inside_the_root_is_one_l2normalize():

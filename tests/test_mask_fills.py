@@ -8,6 +8,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 from helpers import onnx_model
+from helpers import onnx_node as _n
 from onnx import helper
 
 from vta.compiler import qops
@@ -20,10 +21,6 @@ RNG_SEED = 53                             # a fresh RNG of this seed in each tes
 RNG = np.random.default_rng(RNG_SEED)
 H, T, D = 2, 8, 16
 CAUSAL = np.tril(np.ones((T, T), bool))[None, None]
-
-
-def _n(op, inputs, output, **attrs):
-    return helper.make_node(op, list(inputs), [output], name=f"{output}_node", **attrs)
 
 
 def _doge(fill):

@@ -8,6 +8,7 @@ import numpy as np
 import onnx
 import pytest
 from helpers import onnx_model, onnx_op_run
+from helpers import onnx_node as _n
 from onnx import helper
 
 from vta.compiler import qops
@@ -20,10 +21,6 @@ RNG = np.random.default_rng(RNG_SEED)
 
 def _x(*shape, spread=1.0):
     return (RNG.standard_normal(shape) * spread).astype(np.float32)
-
-
-def _n(op, inputs, output, **attrs):
-    return helper.make_node(op, list(inputs), [output], name=f"{output}_node", **attrs)
 
 
 def _scalars(**values):
