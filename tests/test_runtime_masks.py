@@ -312,6 +312,10 @@ def test_a_log_sum_exp_of_the_masked_scores_beside_their_softmax(keepdims, tmp_p
     compiled = _compile(model, tmp_path, {"input_ids": _ids(), "attention_mask": _padding_mask()})
     q = next(n for n in compiled.graph.nodes if n.op == "QReduce")
     assert q.inputs[1] == "attention_mask" and "key_fill" in q.attrs
+    from vta.compiler.frontend.masks import is_mask_input
+    from vta.compiler.pipeline import random_inputs
+    assert is_mask_input(compiled.graph, "attention_mask")   # random inputs draw it as a mask, not as floats
+    assert np.isin(random_inputs(compiled.graph, 0)["attention_mask"], (0, 1)).all()
 
 
 def test_a_constant_where_after_the_runtime_mask_is_refused_by_the_quantizer():

@@ -780,7 +780,8 @@ def _float_expand(model: onnx.ModelProto, chain: list[onnx.NodeProto], vi: onnx.
 
 def is_mask_input(graph: Graph, name: str) -> bool:
     """Whether input ``name`` of ``graph`` is a runtime attention mask of 0 and 1 (int64, read by ``KeyMask`` nodes
-    or, quantized, by masked Softmax nodes; :mod:`.frontend.masks`; or by a masked pooling, :mod:`.pooling`)."""
+    or, quantized, by masked Softmax and log-sum-exp nodes; :mod:`.frontend.masks`; or by a masked pooling,
+    :mod:`.pooling`)."""
     return graph.tensors[name].dtype == "int64" and _mask_readers(graph, name)
 
 
@@ -794,7 +795,7 @@ def _mask_readers(graph: Graph, name: str) -> bool:
     """Every reader of ``name`` reads it as a mask (input 1 of a mask or a masked op; a term or indices computed from
     it), and one of them masks with it (an input read by IndexFn nodes alone is token ids)."""
     users = graph.consumers(name)
-    return bool(users) and all((node.op in ("KeyMask", "Softmax", "QSoftmax", "MaskPool", "QMaskPool") and
+    return bool(users) and all((node.op in ("KeyMask", "Softmax", "QSoftmax", "QReduce", "MaskPool", "QMaskPool") and
                                 node.inputs[1:2] == [name]) or (node.op in ("MaskFn", "IndexFn") and
                                                                  node.inputs == [name])
                                for node in users) and any(node.op != "IndexFn" for node in users)
