@@ -447,13 +447,11 @@ def _accuracy(model: str, compiled: Any, float_graph: Any, inputs: dict[str, np.
 
 
 def _kept_tokens(graph: Any, inputs: dict[str, np.ndarray]) -> tuple[str, np.ndarray] | None:
-    """The run's attention mask and where it is 1 (``[batch, tokens]``, bool): the one integer input of 0s and 1s
-    that a Softmax (its runtime mask), a KeyMask, a MaskFn or a mask pooling reads and no Embedding; None when there
-    is none (or several)."""
-    readers = {"QSoftmax", "Softmax", "KeyMask", "QReduce", "Reduce", "MaskFn", "MaskPool", "QMaskPool"}
-    masks = [name for name in graph.inputs if graph.tensors[name].dtype == "int64"
-             and any(name in n.inputs for n in graph.nodes if n.op in readers)
-             and not any(name in n.inputs for n in graph.nodes if n.op == "Embedding")]
+    """The run's attention mask and where it is 1 (``[batch, tokens]``, bool): the one input that
+    :func:`.frontend.masks.is_mask_input` takes for a runtime mask, when it holds 0s and 1s; None when there is none
+    (or several)."""
+    from .frontend.masks import is_mask_input
+    masks = [name for name in graph.inputs if is_mask_input(graph, name)]
     if len(masks) != 1:
         return None
     value = np.asarray(inputs.get(masks[0]))
