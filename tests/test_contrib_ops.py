@@ -318,14 +318,63 @@ def test_a_block_of_contrib_ops_on_fsim_is_bit_exact_with_the_reference(tmp_path
     np.testing.assert_array_equal(out.outputs["y"], qops.run_reference(compiled.graph, {"x": x})["y"])
 
 
+# ---- EmbedLayerNormalization -----------------------------------------------------------------------------------------
+def _embed_model(*, segments=True, mask=True, position_ids=False, reads_sum=False):
+    """EmbedLayerNormalization of int32 ids (segments, mask, position ids) -> Attention reading its mask_index ->
+    y; ``reads_sum``: its embedding_sum is added to y too."""
+    from onnx import TensorProto
+    ins = ["ids", "seg" if segments else "", "we", "pe", "se" if segments else "", "g", "b", "mask" if mask else "",
+           "pos" if position_ids else ""]
+    while not ins[-1]:
+        ins.pop()
+    nodes = [_ms("EmbedLayerNormalization", ins, ["e", "mi" if mask else "", "esum" if reads_sum else ""]),
+             _ms("Attention", ["e", "w", "bw"] + (["mi"] if mask else []), ["a"], num_heads=2)]
+    nodes.append(helper.make_node("Add", ["a", "esum"], ["y"]) if reads_sum else
+                 helper.make_node("Identity", ["a"], ["y"]))
+    inits = [("we", _x(40, 16)), ("pe", _x(12, 16)), ("se", _x(2, 16)), ("g", 1 + _x(16, spread=0.1)),
+             ("b", _x(16, spread=0.1)), ("w", _x(16, 48, spread=0.3)), ("bw", _x(48, spread=0.1))]
+    feeds = {"ids": RNG.integers(0, 40, (2, 8)).astype(np.int32)}
+    if segments:
+        feeds["seg"] = (np.arange(8)[None] >= 4).astype(np.int32).repeat(2, 0)
+    if mask:
+        feeds["mask"] = np.array([[1] * 8, [1] * 5 + [0] * 3], np.int32)
+    if position_ids:
+        feeds["pos"] = np.array([[0, 1, 2, 3, 0, 1, 2, 3]], np.int32)
+    graph = helper.make_graph(nodes, "embed", [helper.make_tensor_value_info(k, TensorProto.INT32, v.shape)
+                                                for k, v in feeds.items()],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [onnx.numpy_helper.from_array(np.asarray(v), k) for k, v in inits])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(MS, 1)])
+    model.ir_version = 9
+    return model, feeds
+
+
+@pytest.mark.parametrize("segments, mask, position_ids, reads_sum", [
+    (True, True, False, False), (False, True, False, True), (True, False, True, False), (False, False, False, False)])
+def test_embed_layer_norm_with_each_optional_input(segments, mask, position_ids, reads_sum):
+    """Against onnxruntime: the embeddings' sum and LayerNorm, and the mask_index the Attention reads (row 1's last 3
+    keys masked) as a runtime mask; the quantized graph bit-exact with the integer reference on the CPU path."""
+    from vta.compiler.frontend.quantize import quantize
+    from vta.compiler.kernels import cpu
+    model, feeds = _embed_model(segments=segments, mask=mask, position_ids=position_ids, reads_sum=reads_sum)
+    want = ort.InferenceSession(model.SerializeToString()).run(None, feeds)[0]
+    graph = import_onnx(model)
+    wide = {k: v.astype(np.int64) for k, v in feeds.items()}
+    np.testing.assert_allclose(run_float(graph, wide)["y"], want, atol=3e-5, rtol=1e-4)
+    assert "LayerNorm" in _ops(graph)
+    qgraph = quantize(graph, wide)
+    np.testing.assert_array_equal(cpu.run_cpu(qgraph, wide)["y"], qops.run_reference(qgraph, wide)["y"])
+
+
 # ---- refusals --------------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("node, inits, words", [
     (_ms("SimplifiedLayerNormalization", ["x", "g"], axis=1), [("g", np.ones(16, np.float32))],
      "axis 1 (only -1, the last axis)"),
     (_ms("SkipSimplifiedLayerNormalization", ["x", "x"]), [], "gamma"),
-    (_ms("EmbedLayerNormalization", ["x"]), [], "enable_embed_layer_norm=False"),
+    (_ms("EmbedLayerNormalization", ["x"]), [], "input_ids of shape [2, 6, 16] (only [batch, tokens])"),
     (_ms("BiasSoftmax", ["x", "x"]), [], "no rewrite for this com.microsoft operator (the lab rewrites Attention, "
-                                         "BiasAdd, BiasGelu, FastGelu, FusedMatMul, Gelu,"),
+                                         "BiasAdd, BiasGelu, EmbedLayerNormalization, FastGelu, FusedMatMul, Gelu, "
+                                         "GroupQueryAttention, MatMulNBits,"),
     (_ms("FastGelu", ["x", "x"]), [], "its bias input 'x' is computed at run time"),
     (_ms("Attention", ["x", "w", "", "", "past"], num_heads=2),
      [("w", np.ones((16, 48), np.float32)), ("past", np.ones(1, np.float32))], "input 4 ('past')"),
@@ -376,8 +425,9 @@ def test_every_refused_node_is_listed_at_once():
 
 
 def test_rewrites_are_the_documented_ones():
-    assert sorted(REWRITES) == ["Attention", "BiasAdd", "BiasGelu", "FastGelu", "FusedMatMul", "Gelu",
-                                "MultiHeadAttention", "QuickGelu", "SimplifiedLayerNormalization",
+    assert sorted(REWRITES) == ["Attention", "BiasAdd", "BiasGelu", "EmbedLayerNormalization", "FastGelu",
+                                "FusedMatMul", "Gelu", "MultiHeadAttention", "QuickGelu",
+                                "SimplifiedLayerNormalization",
                                 "SkipLayerNormalization", "SkipSimplifiedLayerNormalization"]
 
 

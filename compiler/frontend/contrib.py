@@ -31,7 +31,7 @@ the others ``<name>_<role>``, so report rows stay recognisable.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import numpy as np
 import onnx
@@ -50,11 +50,8 @@ def _is_ort(node: onnx.NodeProto) -> bool:
     """Whether ``node`` is onnxruntime's: of ``com.microsoft``, or one of :data:`ORT_DEFAULT_DOMAIN_OPS`."""
     return node.domain == CONTRIB_DOMAIN or (node.domain in ("", "ai.onnx") and node.op_type in ORT_DEFAULT_DOMAIN_OPS)
 
-_REFUSED_OPS = {
-    "EmbedLayerNormalization": "its int32 token and segment id inputs and its mask_index output have no counterpart "
-                               "in the lab (it takes int64 ids into one embedding Gather); run optimize_model with "
-                               "enable_embed_layer_norm=False in its FusionOptions",
-}
+_REFUSED_OPS: dict[str, str] = {}
+"""com.microsoft operators refused with a reason of their own (rather than "no rewrite")."""
 
 
 class _Refusal(Exception):
@@ -274,17 +271,19 @@ def _gelu_rule(approximate: str, inputs: tuple[str, ...]) -> Callable[[_Context,
 
 
 # ---- normalisation and adds ------------------------------------------------------------------------------------------
-def _layer_norm(ctx: _Context, node: onnx.NodeProto, x: str, epsilon: float) -> None:
-    """LayerNormalization of ``x`` over the last axis by the node's gamma (input 2) and beta (input 3) into its
-    output 0; below opset 17 the decomposition the frontend fuses into one."""
-    gamma = ctx.constant(node, 2, "gamma")
-    beta = ctx.constant(node, 3, "beta")
+def _layer_norm(ctx: _Context, node: onnx.NodeProto, x: str, epsilon: float, gamma_index: int = 2) -> None:
+    """LayerNormalization of ``x`` over the last axis by the node's gamma (input ``gamma_index``) and beta (the next
+    input) into its output 0; below opset 17 the decomposition the frontend fuses into one."""
+    gamma = ctx.constant(node, gamma_index, "gamma")
+    beta = ctx.constant(node, gamma_index + 1, "beta")
     if gamma is None or gamma.ndim != 1 or (beta is not None and beta.shape != gamma.shape):
         raise _Refusal("gamma and beta must be 1-D vectors of the hidden size")
     name, out = _main_name(node), node.output[0]
-    beta_name = node.input[3] if beta is not None else ctx.const(f"{name}_beta", np.zeros(gamma.shape, np.float32))
+    gamma_name = node.input[gamma_index]
+    beta_name = node.input[gamma_index + 1] if beta is not None else \
+        ctx.const(f"{name}_beta", np.zeros(gamma.shape, np.float32))
     if ctx.opset >= 17:
-        ctx.nodes.append(helper.make_node("LayerNormalization", [x, node.input[2], beta_name], [out], name=name,
+        ctx.nodes.append(helper.make_node("LayerNormalization", [x, gamma_name, beta_name], [out], name=name,
                                           axis=-1, epsilon=epsilon))
         return
     mean = ctx.emit("ReduceMean", [x], f"{name}_mean", axes=[-1])
@@ -294,7 +293,7 @@ def _layer_norm(ctx: _Context, node: onnx.NodeProto, x: str, epsilon: float) -> 
     shifted = ctx.emit("Add", [var, ctx.const(f"{name}_eps", np.float32(epsilon))], f"{name}_shifted")
     std = ctx.emit("Sqrt", [shifted], f"{name}_std")
     normed = ctx.emit("Div", [centred, std], f"{name}_normed")
-    scaled = ctx.emit("Mul", [normed, node.input[2]], f"{name}_scaled")
+    scaled = ctx.emit("Mul", [normed, gamma_name], f"{name}_scaled")
     ctx.emit("Add", [scaled, beta_name], f"{name}_shift", output=out)
 
 
@@ -303,6 +302,57 @@ def _skip_layer_norm(ctx: _Context, node: onnx.NodeProto) -> None:
     a = _check_attrs(node, {"epsilon"})
     _only_inputs(node, ("input", "skip", "gamma", "beta", "bias"))
     _layer_norm(ctx, node, _skip_sum(ctx, node, 4, "LayerNorm"), float(a.get("epsilon", 1e-12)))
+
+
+def _embed_layer_norm(ctx: _Context, node: onnx.NodeProto) -> None:
+    """EmbedLayerNormalization: the word embeddings of the int32 ``input_ids``, plus the position embeddings (of
+    ``position_ids`` when given, else of positions ``0..S-1``), plus the segment embeddings of ``segment_ids`` when
+    given; LayerNorm of the sum. ``embedding_sum`` is the sum; ``mask_index`` (read by an Attention) each row's count
+    of nonzero ``mask`` entries, as onnxruntime computes it (for either ``mask_index_type``)."""
+    a = _check_attrs(node, {"epsilon", "mask_index_type"})
+    names = ("input_ids", "segment_ids", "word_embedding", "position_embedding", "segment_embedding", "gamma",
+             "beta", "mask", "position_ids")
+    given = dict(zip(names, list(node.input) + [""] * (len(names) - len(node.input))))
+    _only_inputs(node, names)
+    name = _main_name(node)
+    ids_shape = ctx.shapes.get(given["input_ids"])
+    if ids_shape is None:
+        raise _NeedsShape(f"input_ids {given['input_ids']!r} whose static shape [batch, tokens] is not known")
+    if len(ids_shape) != 2:
+        raise _Refusal(f"input_ids of shape {list(ids_shape)} (only [batch, tokens])")
+    tables = {}
+    for role in ("word_embedding", "position_embedding", "segment_embedding"):
+        table = ctx.constant(node, names.index(role), role)
+        if table is not None and table.ndim != 2:
+            raise _Refusal(f"a {role} of shape {list(table.shape)} (only [rows, hidden])")
+        tables[role] = table
+    if tables["word_embedding"] is None or tables["position_embedding"] is None:
+        raise _Refusal("no word_embedding or position_embedding input")
+    if bool(given["segment_ids"]) != bool(given["segment_embedding"]):
+        raise _Refusal("segment_ids without segment_embedding or the reverse")
+    tokens = ids_shape[1]
+    total = ctx.emit("Gather", [given["word_embedding"], given["input_ids"]], f"{name}_words")
+    if given["position_ids"]:
+        positions = ctx.emit("Gather", [given["position_embedding"], given["position_ids"]], f"{name}_positions")
+    else:
+        if tables["position_embedding"].shape[0] < tokens:
+            raise _Refusal(f"{tokens} tokens for a position_embedding of {tables['position_embedding'].shape[0]} rows")
+        positions = ctx.const(f"{name}_positions", tables["position_embedding"][None, :tokens].astype(np.float32))
+    total = ctx.emit("Add", [total, positions], f"{name}_add_positions")
+    if given["segment_ids"]:
+        segments = ctx.emit("Gather", [given["segment_embedding"], given["segment_ids"]], f"{name}_segments")
+        total = ctx.emit("Add", [total, segments], f"{name}_add_segments")
+    if len(node.output) > 2 and node.output[2] and node.output[2] in ctx.used:
+        ctx.nodes.append(helper.make_node("Identity", [total], [node.output[2]], name=ctx.fresh(f"{name}_sum")))
+    if len(node.output) > 1 and node.output[1] and node.output[1] in ctx.used:
+        if not given["mask"]:
+            raise _Refusal("its mask_index output is read but it has no mask input (onnxruntime gives zeros)")
+        nonzero = ctx.emit("Cast", [ctx.emit("Cast", [given["mask"]], f"{name}_mask_bool", to=TensorProto.BOOL)],
+                           f"{name}_mask_ones", to=TensorProto.INT32)
+        axis = ctx.const(f"{name}_mask_axis", np.array([1], np.int64))
+        ctx.nodes.append(helper.make_node("ReduceSum", [nonzero, axis], [node.output[1]],
+                                          name=ctx.fresh(f"{name}_mask_index"), keepdims=0))
+    _layer_norm(ctx, node, total, float(a.get("epsilon", 1e-12)), gamma_index=5)
 
 
 def _skip_sum(ctx: _Context, node: onnx.NodeProto, bias_index: int, norm: str) -> str:
@@ -606,6 +656,7 @@ REWRITES: dict[str, Rewrite] = {
     "FastGelu": _gelu_rule("tanh", ("X", "bias")),
     "QuickGelu": _quick_gelu,
     "SkipLayerNormalization": _skip_layer_norm,
+    "EmbedLayerNormalization": _embed_layer_norm,
     "SimplifiedLayerNormalization": _simplified_layer_norm,
     "SkipSimplifiedLayerNormalization": _skip_simplified_layer_norm,
     "BiasAdd": _bias_add,
@@ -616,8 +667,14 @@ REWRITES: dict[str, Rewrite] = {
 """The com.microsoft operators :func:`rewrite_contrib` rewrites, each into standard ONNX nodes."""
 
 
-def _refusal_of_other(node: onnx.NodeProto) -> str:
-    supported = ", ".join(sorted(REWRITES))
+LAB_DOMAIN = "vta.lab"
+"""The domain of the ONNX fused operators (opset 23's Attention, RotaryEmbedding) a rewrite writes as steps of its
+own: :func:`rewrite_contrib` rewrites them in turn with the ``steps`` it is given (the frontend's: ONNX's fused
+operators' rewrites), whatever the model's opset (their default-domain counterparts may not exist at it)."""
+
+
+def _refusal_of_other(node: onnx.NodeProto, rewrites: Mapping[str, Rewrite]) -> str:
+    supported = ", ".join(sorted(rewrites))
     if node.domain == CONTRIB_DOMAIN:
         return _REFUSED_OPS.get(node.op_type, f"no rewrite for this {CONTRIB_DOMAIN} operator (the lab rewrites "
                                               f"{supported})")
@@ -625,19 +682,36 @@ def _refusal_of_other(node: onnx.NodeProto) -> str:
             f"{CONTRIB_DOMAIN}, {supported}")
 
 
-def rewrite_contrib(model: onnx.ModelProto) -> dict[str, str]:
+def rewrite_contrib(model: onnx.ModelProto, extra: Mapping[str, Rewrite] | None = None,
+                    steps: Mapping[str, Rewrite] | None = None) -> dict[str, str]:
     """Replace, in place, every supported ``com.microsoft`` node of ``model`` by standard ONNX nodes.
 
     Returns, for each node left in a non-default domain, keyed by its first output, why it is refused: a clause
     naming the unsupported input, output, attribute or operator (the frontend names the node, op and domain). A
     rewrite that needs a static shape computed after another contrib node is tried again once that one is
-    rewritten."""
+    rewritten.
+
+    ``extra``: more com.microsoft rewrites (the frontend gives :data:`.contrib_decoder.DECODER_REWRITES`);
+    ``steps``: the rewrites of the :data:`LAB_DOMAIN` nodes rewrites write (the frontend gives
+    :data:`.onnx_fused.FUSED_REWRITES`). Both are given by the caller, as those modules import this one."""
+    rewrites, lab_steps = {**REWRITES, **(extra or {})}, steps or {}
     def rule_of(node: onnx.NodeProto) -> Rewrite | None:
         if node.domain in ("", "ai.onnx") and not _is_ort(node):
             return None
-        rule = REWRITES.get(node.op_type) if _is_ort(node) else None
-        return rule or _refuse(_refusal_of_other(node))
-    return rewrite_nodes(model, rule_of)
+        if node.domain == LAB_DOMAIN:
+            return lab_steps.get(node.op_type) or _refuse(f"no rewrite for the lab's own step {node.op_type}")
+        rule = rewrites.get(node.op_type) if node.domain == CONTRIB_DOMAIN else \
+            REWRITES.get(node.op_type) if _is_ort(node) else None
+        return rule or _refuse(_refusal_of_other(node, rewrites))
+    model.opset_import.append(helper.make_opsetid(LAB_DOMAIN, 1))    # for shape inference to pass over its steps
+    try:
+        return rewrite_nodes(model, rule_of)
+    finally:
+        kept = [o for o in model.opset_import if o.domain != LAB_DOMAIN]
+        if any(node.domain == LAB_DOMAIN for node in model.graph.node):
+            kept.append(helper.make_opsetid(LAB_DOMAIN, 1))
+        del model.opset_import[:]
+        model.opset_import.extend(kept)
 
 
 def _refuse(why: str) -> Rewrite:
@@ -651,11 +725,12 @@ def rewrite_nodes(model: onnx.ModelProto, rule_of: Callable[[onnx.NodeProto], Re
     mechanism of :func:`rewrite_contrib`, also used for ONNX's own fused operators (:mod:`.onnx_fused`).
 
     Returns why each node left is refused, keyed by its first output. A rewrite that needs a static shape computed
-    after another rewritten node is tried again once that one is rewritten."""
+    after another rewritten node is tried again once that one is rewritten, and the nodes a rewrite writes in
+    :data:`LAB_DOMAIN` are rewritten in the next round."""
     refused: dict[str, str] = {}
     while any(rule_of(node) is not None for node in model.graph.node):
         refused, waiting, done = _rewrite_round(model, rule_of)
-        if not waiting or not done:
+        if not done or not (waiting or any(node.domain == LAB_DOMAIN for node in model.graph.node)):
             break
     return refused
 

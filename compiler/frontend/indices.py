@@ -148,13 +148,15 @@ def find_mask_index_regions(model: onnx.ModelProto, masks: set[str], shapes: dic
     ``IndexFn``; the region's nodes stay where something else (the attention) still reads them."""
     consts = {i.name: i for i in model.graph.initializer}
     tables = _tables(model)
-    found = []
+    found: list[IndexRegion] = []
     for mask in sorted(masks):
         region, nodes = forward_region(model, mask, consts, INDEX_OPS)
         for node in model.graph.node:
             if node.op_type == "Gather" and len(node.input) == 2 and node.input[0] in tables and \
                     node.input[1] in region and node.input[1] != mask and node.input[1] in shapes:
                 out = node.input[1]
+                if any(r.out == out for r in found):       # indices several Gathers read (rotary cos and sin)
+                    continue
                 found.append(IndexRegion(mask, out, shapes[out], _submodel(model, nodes, mask, out, consts)))
     return found
 

@@ -54,6 +54,7 @@ from ..ir import Graph, GraphError
 from ..qops import reference_evaluator
 from . import (
     contrib,
+    contrib_decoder,
     half,
     id_masks,
     indices,
@@ -299,6 +300,11 @@ def _sort_nodes(model: onnx.ModelProto) -> None:
         waiting = left
     del model.graph.node[:]
     model.graph.node.extend(ordered)
+
+
+def _rewrite_contrib(model: onnx.ModelProto) -> dict[str, str]:
+    """:func:`.contrib.rewrite_contrib` with the decoder operators and the rewrites of ONNX's fused operators."""
+    return contrib.rewrite_contrib(model, extra=contrib_decoder.DECODER_REWRITES, steps=onnx_fused.FUSED_REWRITES)
 
 
 def _read_model(path: str) -> onnx.ModelProto:
@@ -644,7 +650,7 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, n
     _fix_inputs(proto, batch, dict(input_shapes or {}), where)
     _check_sizes(proto, where, limit)                   # the inputs' own sizes, before any rewrite reads them
     _check_shape_constants(proto, where, limit)
-    refused = contrib.rewrite_contrib(proto)            # onnxruntime's com.microsoft operators, as standard nodes
+    refused = _rewrite_contrib(proto)                   # onnxruntime's com.microsoft operators, as standard nodes
     refused.update(onnx_fused.rewrite_onnx_fused(proto))  # ONNX's own fused operators of opsets 23+ (Attention)
     _check_sizes(proto, where, limit)
     model = _infer_shapes(_fold_constants(proto), check_type=True)
@@ -658,9 +664,10 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, n
             break
     check_broadcasts(model, where)
     if refused:               # rewrites that needed a static shape only the folding gives (a position Slice by Shape)
-        refused = {**contrib.rewrite_contrib(model), **onnx_fused.rewrite_onnx_fused(model)}
+        refused = {**_rewrite_contrib(model), **onnx_fused.rewrite_onnx_fused(model)}
         model = _infer_shapes(_fold_constants(model))
     _check_sizes(model, where, limit)
+    masks.drop_dead_nodes(model)            # what a rewrite left unread (GroupQueryAttention's seqlens_k in a prompt)
     indices.widen_int32_ids(model)
     _split_sequences(model)
     drop_identities(model)

@@ -140,7 +140,7 @@ def _samples(graph: Graph, inputs: Mapping[str, np.ndarray] | Iterable[Mapping[s
         for j in range(total // batch):
             yield {k: np.asarray(v[j * graph.shape(k)[0]:(j + 1) * graph.shape(k)[0]],
                                  np.int64 if graph.tensors[k].dtype == "int64" else np.float32)
-                   for k, v in inputs.items()}
+                   for k, v in inputs.items() if k in graph.inputs}     # not an input the import dropped
         return
     for sample in inputs:
         yield dict(sample)
