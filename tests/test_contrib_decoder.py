@@ -132,6 +132,7 @@ def test_gqa_scale_softcap_and_sliding_window_in_a_prompt(attrs):
 @pytest.mark.parametrize("change, words", [
     ({"local_window_size": 2, "past": 5, "tokens": 1}, "local_window_size 2 below the total length 6"),
     ({"smooth_softmax": 1}, "smooth_softmax=1"),
+    ({"sliding_window_cache": 1, "local_window_size": 4}, "sliding_window_cache=1 (a KV cache of the window's"),
     ({"heads": 3, "kv_heads": 2}, "num_heads 3 and kv_num_heads 2")])
 def test_gqa_refusals_name_what(change, words):
     model, feeds = _gqa_model(**change)

@@ -20,7 +20,8 @@ Mistral-, Qwen- or Phi-style decoder, rewritten into standard nodes (the mechani
     ``present`` has them at the end.
 
   Refused with the reason: ``local_window_size`` smaller than the total length in a step that is not the first
-  prompt, ``smooth_softmax``, ``head_sink``, ``attention_bias``, ``qk_output``, a shared past/present buffer.
+  prompt, ``smooth_softmax``, ``head_sink``, ``attention_bias``, ``qk_output``, a shared past/present buffer, a
+  ``sliding_window_cache`` (Gemma 2's sliding layers: a ring of the window's capacity).
 - ``RotaryEmbedding`` (com.microsoft): the standard ``RotaryEmbedding`` of opset 23 with its inputs reordered;
   ``position_ids`` of one element is an offset (positions ``offset + s``), ``scale`` other than 1 and packed
   batching are refused.
@@ -186,8 +187,12 @@ def _rotate(ctx: _Context, name: str, x: str, given: dict[str, str], positions: 
 def _group_query_attention(ctx: _Context, node: onnx.NodeProto) -> None:
     """GroupQueryAttention as heads, rotary embeddings and opset 23's Attention; see the module docstring."""
     a = _check_attrs(node, {"num_heads", "kv_num_heads", "scale", "local_window_size", "do_rotary",
-                            "rotary_interleaved", "softcap", "smooth_softmax", "mask_filter_value", "qk_output"})
+                            "rotary_interleaved", "softcap", "smooth_softmax", "mask_filter_value", "qk_output",
+                            "sliding_window_cache"})
     _only_outputs(ctx, node, ("output", "present_key", "present_value"))
+    if int(a.get("sliding_window_cache", 0)):
+        raise _Refusal("sliding_window_cache=1 (a KV cache of the window's capacity, filled as a ring; the lab grows "
+                       "its cache by concatenation)")
     for flag in ("smooth_softmax", "qk_output"):
         if int(a.get(flag, 0)):
             raise _Refusal(f"{flag}={int(a[flag])}")
