@@ -20,7 +20,7 @@ import os
 import re
 import sys
 import time
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -104,7 +104,8 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
                         "batch dimension is kept)")
     p.add_argument("--input-shape", metavar="NAME=SHAPE", action="append", default=list(default.input_shapes),
                    type=_input_shape, help="the whole shape of an input whose dimensions beyond the batch are "
-                                           "symbolic, e.g. images=1x3x224x224 (repeatable)")
+                                           "symbolic, e.g. images=1x3x224x224 (repeatable); 0 for a prompt's empty "
+                                           "KV cache")
     p.add_argument("--calib", type=int, default=default.calib,
                    help="random calibration samples when no --calibration is given (default: %(default)s)")
     from .frontend.calibration import METHODS, PREPROCESS
@@ -141,9 +142,10 @@ def _input_shape(text: str) -> tuple[str, tuple[int, ...]]:
         shape = tuple(int(d) for d in dims.lower().split("x"))
     except ValueError:
         shape = ()
-    if not sep or not name or not shape or min(shape) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not NAME=SHAPE with positive dimensions joined by x, e.g. "
-                                         f"images=1x3x224x224")
+    if not sep or not name or not shape or min(shape) < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAME=SHAPE with dimensions of 0 or more joined by x, e.g. "
+                                         f"images=1x3x224x224 (0 only for an input the graph may leave unread, such "
+                                         f"as a prompt's empty KV cache past_key_values.0.key=1x8x0x64)")
     return name, shape
 
 
@@ -364,7 +366,8 @@ def run_model(args: argparse.Namespace) -> int:
         ref = qops.run_reference(graph, inputs)
         exact = all(np.array_equal(ref[k], out.outputs[k]) for k in ref)
         report.extra["matches_integer_reference"] = exact
-    report.extra["accuracy"] = _accuracy(args.model, compiled, float_graph, inputs, out.outputs)
+    report.extra["accuracy"] = _accuracy(args.model, compiled, float_graph, inputs, out.outputs,
+                                         dict(copts.input_shapes))
     report.extra.update(_transformer_figures(compiled.meta.get("model", args.model), compiled, report))
     if "calibration" in compiled.meta:  # artefacts compiled before calibration was recorded do not say
         report.extra["calibration"] = compiled.meta["calibration"]
@@ -402,7 +405,7 @@ def _warn_random_calibration(info: dict[str, Any]) -> None:
 
 
 def _accuracy(model: str, compiled: Any, float_graph: Any, inputs: dict[str, np.ndarray],
-              outputs: dict[str, np.ndarray]) -> dict[str, Any]:
+              outputs: dict[str, np.ndarray], declared: Mapping[str, tuple[int, ...]] | None = None) -> dict[str, Any]:
     """The run's error against the float model: ONNX Runtime on the ONNX file or zoo model when installed, else the
     float reference on the float graph (:func:`.frontend.quantize.float_outputs`); ``{"reference": which,
     "outputs": {name: metrics}}``, and ``"where_lost"`` (:func:`.frontend.quantize.error_sources`: the layers that
@@ -420,7 +423,7 @@ def _accuracy(model: str, compiled: Any, float_graph: Any, inputs: dict[str, np.
         first = compiled.graph.inputs[0]              # the shapes it was compiled for (dynamic axes fixed then)
         float_graph = load_graph(os.fspath(path), batch=compiled.graph.shape(first)[0],
                                  input_shapes={name: compiled.graph.shape(name) for name in compiled.graph.inputs})
-    ref, which = float_outputs(path, float_graph, inputs)
+    ref, which = float_outputs(path, float_graph, inputs, declared)
     refused = which.partition(" (")[2]
     kind = "the zoo model " if source in zoo.list_models() else "the quantized file " if _quantized_file(path) else ""
     which = f"{which} on {kind}{source}" if which == "onnxruntime" else \

@@ -247,7 +247,8 @@ def random_inputs(graph: Graph, seed: int, samples: int = 1) -> dict[str, np.nda
     """Seeded random values for every input of ``graph``: input name -> array of the input's shape with the first
     axis times ``samples``: standard-normal float32, for token ids (:func:`token_range`) int64 ids uniform over the
     embedding table's rows, for an attention mask (:func:`is_mask_input`) a padding mask (:func:`random_mask`), and
-    for a float mask (:func:`is_float_mask_input`) :func:`float_mask`. (A KV cache input is float32 like any other:
+    for a float mask (:func:`is_float_mask_input`) :func:`float_mask`, for an int64 input nothing reads (a decoder
+    prompt's attention mask once its attention is rewritten) ones. (A KV cache input is float32 like any other:
     keys and values of LayerNormed tokens by weights of standard deviation ``1/sqrt(width)`` are about standard
     normal.)"""
     rng = np.random.default_rng(seed)
@@ -258,6 +259,8 @@ def random_inputs(graph: Graph, seed: int, samples: int = 1) -> dict[str, np.nda
         rows = token_range(graph, name)
         if rows is not None:
             out[name] = rng.integers(0, rows, full, dtype=np.int64)
+        elif graph.tensors[name].dtype == "int64" and not graph.consumers(name):
+            out[name] = np.ones(full, np.int64)      # an integer input nothing reads: a mask of ones (for onnxruntime)
         elif is_mask_input(graph, name):
             out[name] = random_mask(full, rng)
         elif is_float_mask_input(graph, name):

@@ -139,8 +139,9 @@ def test_symbolic_dims_need_input_shape(capsys: pytest.CaptureFixture[str], tmp_
 def test_input_shape_syntax(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     code, _, err = run(capsys, "compile", "tiny_cnn", "-o", str(tmp_path / "m.vtac"), "--input-shape", "x=1x3xH")
     assert code == 2
-    assert err.endswith("argument --input-shape: 'x=1x3xH' is not NAME=SHAPE with positive dimensions joined by x, "
-                        "e.g. images=1x3x224x224\n")
+    assert err.endswith("argument --input-shape: 'x=1x3xH' is not NAME=SHAPE with dimensions of 0 or more joined by "
+                        "x, e.g. images=1x3x224x224 (0 only for an input the graph may leave unread, such as a "
+                        "prompt's empty KV cache past_key_values.0.key=1x8x0x64)\n")
 
 
 # ---- inputs ----------------------------------------------------------------------------------------------------------

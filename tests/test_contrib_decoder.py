@@ -331,3 +331,21 @@ def test_a_genai_decoder_runs_on_fsim_bit_exact_with_its_linear_layers_on_the_ac
     assert float(logits @ expected / np.linalg.norm(logits) / np.linalg.norm(expected)) > 0.98
     accel = {s.node.name for s in compiled.steps if isinstance(s, AccelStep) and s.node.op in ("QConv2d", "QMatMul")}
     assert {f"layers.{i}.attn" for i in range(2)} & {n.split("_")[0] for n in accel} or len(accel) >= 12
+
+
+def test_vta_run_takes_a_prompt_with_an_empty_cache_from_input_shapes_alone(capsys, tmp_path, monkeypatch):
+    """``--input-shape past.N.key=1x2x0x16``: the import drops the empty cache, the random attention mask nothing
+    reads is ones, and onnxruntime (fed the empty cache) is the float model the run measures against."""
+    from vta.cli import main
+    monkeypatch.setenv("VTA_CACHE_DIR", str(tmp_path))
+    path = tmp_path / "genai.onnx"
+    onnx.save(_genai_decoder(), str(path))
+    shapes = ["input_ids=1x8", "attention_mask=1x8"] + [f"past.{i}.{r}=1x2x0x16" for i in range(2)
+                                                        for r in ("key", "value")]
+    argv = ["run", str(path), "--target", "fsim", "--no-progress"]
+    for shape in shapes:
+        argv += ["--input-shape", shape]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "matches_integer_reference: True" in out
+    assert f"error against the float model (onnxruntime on {path})" in out

@@ -32,7 +32,7 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator, Literal, Mapping
+from typing import Any, Callable, Iterable, Iterator, Literal, Mapping, Sequence
 
 import numpy as np
 import onnx
@@ -1076,12 +1076,15 @@ def _ort_reason(err: Exception) -> str:
 
 
 def float_outputs(model: "str | os.PathLike[str] | onnx.ModelProto | None", graph: Graph,
-                  inputs: Mapping[str, np.ndarray]) -> tuple[dict[str, np.ndarray], str]:
+                  inputs: Mapping[str, np.ndarray], declared: Mapping[str, Sequence[int]] | None = None
+                  ) -> tuple[dict[str, np.ndarray], str]:
     """The float model's outputs for ``inputs`` (input name -> array of the graph's input shape), and which model
     ran: ONNX Runtime on ``model`` (an ONNX file or proto) when onnxruntime is installed and ``model`` is given
     (``"onnxruntime"``), else the lab's float reference :func:`.float_ref.run_float` on the float ``graph``
     (``"float reference"``, followed by onnxruntime's reason when it refused the file). Outputs are keyed by
-    ``graph``'s output names (ONNX Runtime's in the same order)."""
+    ``graph``'s output names (ONNX Runtime's in the same order). ``declared``: the whole shapes the caller gave
+    inputs (``--input-shape``); a file input the import dropped, declared with a 0 (a prompt's empty KV cache), is
+    fed empty."""
     if model is not None:
         try:
             import onnxruntime as ort
@@ -1104,6 +1107,8 @@ def float_outputs(model: "str | os.PathLike[str] | onnx.ModelProto | None", grap
                     feed[arg.name] = np.asarray(inputs[key], _ORT_TYPES.get(arg.type, np.float32))
                 elif 0 in dims and all(isinstance(d, int) for d in dims):      # declared empty: nothing to give
                     feed[arg.name] = np.zeros(dims, _ORT_TYPES.get(arg.type, np.float32))
+                elif 0 in (declared or {}).get(arg.name, ()):                   # given empty: an empty KV cache
+                    feed[arg.name] = np.zeros(tuple((declared or {})[arg.name]), _ORT_TYPES.get(arg.type, np.float32))
             try:
                 got = sess.run(None, feed)
             except Exception as err:  # noqa: BLE001 - it loads the file but cannot run it (e.g. a shape it lacks)
