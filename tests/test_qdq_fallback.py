@@ -150,6 +150,42 @@ def test_onnxruntimes_fused_dynamic_matmuls_import_as_the_chains_they_fuse(per_c
     np.testing.assert_allclose(run_float(import_model(str(fused)), {"x": x})["y"], want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("per_channel, mask", [(False, False), (True, True)])
+def test_quantize_dynamic_of_an_optimized_attention_imports_as_its_float_attention(per_channel, mask, tmp_path):
+    """onnxruntime's documented int8 path for BERT, optimize_model then quantize_dynamic, turns com.microsoft
+    Attention into QAttention of DynamicQuantizeLinear: it becomes the Attention by the int8 weights' values (a
+    mask_index kept), which the contrib rewrite imports; its float graph gives the fused file's outputs (onnxruntime
+    on the file quantizes the input on the fly: within its int8 error)."""
+    import onnxruntime as ort
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    from vta.compiler.frontend.float_ref import run_float
+    from vta.compiler.frontend.prequant import import_model
+    rng = np.random.default_rng(5)
+    inits = {"w": (rng.standard_normal((D, 3 * D)) * 0.3).astype(np.float32),
+             "b": (rng.standard_normal(3 * D) * 0.1).astype(np.float32),
+             "wo": (rng.standard_normal((D, D)) * 0.3).astype(np.float32)}
+    attention_in = ["x", "w", "b"]
+    if mask:
+        inits["m"] = np.array([T, T - 3], np.int32)             # row 1: its last 3 keys masked
+        attention_in.append("m")
+    nodes = [helper.make_node("Attention", attention_in, ["a"], name="attention", domain="com.microsoft", num_heads=2),
+             node("MatMul", ["a", "wo"], ["y"])]
+    model = _model(nodes, inits, "attention")
+    model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    source, path = tmp_path / "attention.onnx", tmp_path / "attention.dynamic.onnx"
+    onnx.save(model, str(source))
+    quantize_dynamic(str(source), str(path), weight_type=QuantType.QInt8, per_channel=per_channel,
+                     extra_options={"DefaultTensorType": TensorProto.FLOAT})
+    assert "QAttention" in [n.op_type for n in onnx.load(str(path)).graph.node]
+    graph = import_model(str(path))
+    assert not graph.is_quantized and [n.op for n in graph.nodes].count("MatMul") == 2    # Q.K^T and P.V
+    x = _x()
+    got = run_float(graph, {"x": x})["y"]
+    want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    assert float(got.ravel() @ want.ravel() / np.linalg.norm(got) / np.linalg.norm(want)) > 0.999
+
+
 @pytest.mark.parametrize("per_channel", [False, True])
 def test_a_dynamically_quantized_patch_embedding_imports_as_a_float_conv(per_channel, tmp_path):
     """quantize_dynamic writes a ViT's patch embedding as ConvInteger of DynamicQuantizeLinear: it becomes the float

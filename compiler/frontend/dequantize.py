@@ -18,8 +18,11 @@ onnxruntime's ``quantize_dynamic`` writes ``MatMulInteger`` of ``DynamicQuantize
 weights: each such chain becomes the float MatMul with the weights' int8 values (:func:`_dynamic_to_float`), and
 each ``ConvInteger`` chain (a ViT's patch embedding) the float Conv. A file in onnxruntime's QOperator format
 (``QLinearMatMul``, ``QLinearConv``, com.microsoft's ``QLinearAdd``, ``QLinearSoftmax``, ``QGemm``...) is first
-rewritten as QDQ (:func:`_qoperator_to_qdq`), then made float the same way. Other forms (the fused
-``MatMulIntegerToFloat``, ``QAttention``, a quantized operator whose scales are computed at run time) are not:
+rewritten as QDQ (:func:`_qoperator_to_qdq`), then made float the same way. onnxruntime's fused forms of the
+dynamic chains (``DynamicQuantizeMatMul``, ``MatMulIntegerToFloat``) become the same float MatMuls, and a
+``QAttention`` of ``DynamicQuantizeLinear(x)`` (``quantize_dynamic`` of an optimized BERT's Attention) the
+com.microsoft Attention by the dequantized weights, which :mod:`.contrib` imports. Other forms (a quantized
+operator whose scales are computed at run time, a QAttention with a past state) are not:
 :func:`qdq_to_float` returns None for them, and :func:`undequantized_ops` names them.
 """
 from __future__ import annotations
@@ -302,6 +305,11 @@ def _fused_dynamic(model: onnx.ModelProto, g: _OnnxGraph) -> dict[str, list[onnx
     written = {i.name for i in model.graph.initializer}
     out: dict[str, list[onnx.NodeProto]] = {}
     for node in model.graph.node:
+        if node.domain == "com.microsoft" and node.op_type == "QAttention":
+            attention = _qattention(model, g, node, written)
+            if attention is not None:
+                out[node.output[0]] = [attention]
+            continue
         if node.domain != "com.microsoft" or node.op_type not in _FUSED_DYNAMIC:
             continue
         a_scale, b, b_scale, b_zero, bias = (node.input[k] if k is not None and len(node.input) > k else ""
@@ -330,6 +338,39 @@ def _fused_dynamic(model: onnx.ModelProto, g: _OnnxGraph) -> dict[str, list[onnx
             nodes.append(onnx.helper.make_node("Add", [product, bias], [target], name=label))
         out[target] = nodes
     return out
+
+
+def _qattention(model: onnx.ModelProto, g: _OnnxGraph, node: onnx.NodeProto, written: set[str]
+                ) -> onnx.NodeProto | None:
+    """com.microsoft ``Attention(x, (Wq - w_zp) * w_scale, bias, mask_index)`` with the node's attributes, for a
+    ``QAttention`` of ``DynamicQuantizeLinear(x)`` (what ``quantize_dynamic`` makes of an optimized BERT's Attention;
+    :mod:`.contrib` then rewrites the Attention); None for another form (input quantized elsewhere, weights or
+    scales computed at run time, a past state), which the caller leaves (and refuses). ``w_scale`` and ``w_zp``: one
+    value, or one per weight column."""
+    inits, producer = g.consts, g.producer
+    names = list(node.input) + [""] * (9 - len(node.input))
+    x, wq, bias, x_scale, w_scale, mask, x_zero, w_zero, past = names[:9]
+    quant = producer.get(x)
+    if quant is None or quant.op_type != "DynamicQuantizeLinear" or len(quant.output) < 3 or \
+            quant.output[1] != x_scale or (x_zero and quant.output[2] != x_zero) or past:
+        return None
+    if wq not in inits or w_scale not in inits or (w_zero and w_zero not in inits) or \
+            (bias and bias not in inits) or len(node.output) > 1 and any(node.output[1:]):
+        return None
+    weight = inits[wq].astype(np.float64)
+    scale, zero = inits[w_scale].astype(np.float64), inits[w_zero].astype(np.float64) if w_zero else np.zeros(())
+    if weight.ndim != 2 or any(v.size not in (1, weight.shape[1]) for v in (scale, zero)):
+        return None
+    name = f"{wq}_dequantized"
+    if name not in written:
+        model.graph.initializer.append(numpy_helper.from_array(
+            ((weight - zero.reshape(-1)) * scale.reshape(-1)).astype(np.float32), name))
+        written.add(name)
+    inputs = [quant.input[0], name, bias] + ([mask] if mask else [])
+    attention = onnx.helper.make_node("Attention", inputs, [node.output[0]], name=node.name or node.output[0],
+                                      domain="com.microsoft")
+    attention.attribute.extend(node.attribute)
+    return attention
 
 
 _INT8_SHAPE_OPS = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Split", "Identity"})
