@@ -410,11 +410,29 @@ def _check_memory(path: str, weight_bytes: int) -> None:
 
 
 def _check_file(model: onnx.ModelProto, label: str) -> None:
-    """What both imports check of a file before reading it: the opset (:func:`_check_opset`), then the graph and
-    every node against ONNX's rules (:func:`.onnx_checks.check_graph`, :func:`.onnx_checks.check_nodes`)."""
+    """What both imports check of a file before reading it: the opset (:func:`_check_opset`), then, the model's
+    local functions inlined (:func:`_inline_functions`), the graph and every node against ONNX's rules
+    (:func:`.onnx_checks.check_graph`, :func:`.onnx_checks.check_nodes`)."""
     _check_opset(model, label)
+    _inline_functions(model, label)
     check_graph(model, label)
     check_nodes(model, label)
+
+
+def _inline_functions(model: onnx.ModelProto, label: str) -> None:
+    """In place: every call of a model-local function (``model.functions``: onnxscript's, torch's
+    ``export_modules_as_functions``) replaced by the function's nodes (ONNX's inliner), so the rules see the nodes;
+    a :class:`ModelFileError` naming the functions when the inliner cannot expand them."""
+    if not model.functions:
+        return
+    import onnx.inliner
+    try:
+        inlined = onnx.inliner.inline_local_functions(model)
+    except Exception as err:  # noqa: BLE001 - the inliner's own errors on a malformed function
+        names = ", ".join(sorted({f"{f.domain}.{f.name}" for f in model.functions}))
+        raise ModelFileError(f"The model {label} defines local functions ({names}) that ONNX's inliner cannot "
+                             f"expand: {str(err).splitlines()[0][:300]}") from None
+    model.CopyFrom(inlined)
 
 
 def _normalize_perms(model: onnx.ModelProto) -> None:
