@@ -109,7 +109,7 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--calib", type=int, default=default.calib,
                    help="random calibration samples when no --calibration is given (default: %(default)s)")
     from .frontend.calibration import METHODS, PREPROCESS
-    from .frontend.quantize import WEIGHT_ROUNDINGS
+    from .frontend.quantize import SCORE_WIDTHS, WEIGHT_ROUNDINGS
     p.add_argument("--calibration", metavar="FILE|DIR", default=default.calibration,
                    help="calibrate on your data: an .npz of named input batches (input name -> array [N, ...] of N "
                         "samples), or a folder of .npy files (one sample or a batch each; one-input models) or of "
@@ -129,6 +129,10 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
                    help="how weights are rounded to integers: nearest, or gptq (each layer's output error on the "
                         "calibration samples least, same scales; calibration then also measures each layer's input "
                         "moments; EfficientNet-Lite0 needs it, docs/precision.md) (default: %(default)s)")
+    p.add_argument("--attention-scores", choices=SCORE_WIDTHS, default=default.attention_scores,
+                   help="attention score products (Q.K^T read only by softmaxes): int8 as any MatMul's output, or "
+                        "int32, exact into their softmax, on the CPU (the accelerator writes int8); int32 helps "
+                        "models whose scores span a wide range (docs/transformers.md) (default: %(default)s)")
     p.add_argument("--calibration-percentile", type=float, default=default.calibration_percentile,
                    metavar="P", help="the percentile of --calibration-method percentile, in [50, 100] (default: "
                                      "%(default)s)")
@@ -213,7 +217,7 @@ _COMPILE_FLAGS = {"policy": "--policy", "stem": "--stem", "requant": "--requant"
                   "keep_int8": "--keep-int8", "gelu": "--gelu", "layernorm": "--layernorm",
                   "softmax": "--softmax",
                   "weight_rounding": "--weight-rounding",
-                  "int8_budget": "--int8-budget"}
+                  "int8_budget": "--int8-budget", "attention_scores": "--attention-scores"}
 """CompileOptions field -> its option; the ones `vta run MODEL.vtac` refuses (the artefact fixed them)."""
 
 
@@ -352,6 +356,9 @@ def run_model(args: argparse.Namespace) -> int:
                           clock=design_clock(compiled.cfg, args.clock_mhz))
     if "requant" in compiled.meta:  # artefacts compiled before the option existed do not record it
         report.extra["requant"] = compiled.meta["requant"]
+    wide = [n.name for n in compiled.graph.nodes if n.op == "QMatMulWide"]
+    if wide:
+        report.extra["attention_scores"] = f"int32, exact into their softmax, on the CPU ({len(wide)} products)"
     if compiled.compile_seconds is not None:  # compiled in this run, not loaded from a .vtac
         report.extra["compile_seconds"] = round(compiled.compile_seconds, 3)
     report.extra["run_seconds"] = round(seconds, 3)

@@ -166,6 +166,8 @@ QUANT_OPS: dict[str, tuple[str, ...]] = {
                                                          # "sink" columns as the float op's
     "QSoftmax": ("axis", "scale", "out_scale"),          # int8 -> int8: clip(rint(softmax / out_scale)); same masks
     "QMatMul": ("multiplier", "shift"),                  # int8 a @ int8 b: clip((acc * M + r) >> S), int64
+    "QMatMulWide": (),                                   # int8 a @ int8 b -> int32, exact (attention scores read by a
+                                                         # softmax at the output's scale; the CPU only)
     "QLayerNorm": ("axis", "epsilon", "scale", "gamma", "beta", "out_scale"),   # float64 from int8, see qops
     "QRMSNorm": ("axis", "epsilon", "scale", "gamma", "out_scale"),  # float64 from int8, qops.rms_norm
     "QMulAct": ("multiplier", "shift"),                  # int8 a * int8 b (one shape): clip((a*b*M + r) >> S), int64
@@ -565,7 +567,7 @@ def node_macs(graph: Graph, node: Node) -> int:
         o, k = graph.shape(node.inputs[1])
         n = graph.shape(node.outputs[0])[0]
         return n * o * k
-    if node.op in ("MatMul", "QMatMul"):
+    if node.op in ("MatMul", "QMatMul", "QMatMulWide"):
         return graph.tensors[node.outputs[0]].size * graph.shape(node.inputs[0])[-1]
     return 0
 

@@ -46,6 +46,9 @@ class CompileOptions:
     the CPU), ``int`` (the integer node wherever the softmax is over the last axis without a mask) or ``float``.
     weight_rounding: how weights become integers (:data:`.frontend.quantize.WEIGHT_ROUNDINGS`): ``nearest``, or
     ``gptq`` (each layer's output error on the calibration samples least, :mod:`.frontend.gptq`).
+    attention_scores: what an attention score product read only by softmaxes becomes
+    (:data:`.frontend.quantize.SCORE_WIDTHS`): ``int8`` as any MatMul's output (on the accelerator where it pays), or
+    ``int32``, exact, its softmax reading it at the operands' scales (on the CPU: the accelerator writes int8).
     int8_budget: on a design with int4 inputs or weights, percentage points of top-1 agreement with the float model
     the narrow quantization may lose: the fewest sensitive Conv2d/Dense layers (greedily,
     :func:`.frontend.quantize.choose_int8_layers`) are kept at int8 on the CPU, besides ``keep_int8``, to stay within
@@ -72,10 +75,11 @@ class CompileOptions:
     softmax: str = "auto"
     weight_rounding: str = "nearest"
     int8_budget: float | None = None
+    attention_scores: str = "int8"
 
     def __post_init__(self) -> None:
         from .frontend.calibration import METHODS, PREPROCESS
-        from .frontend.quantize import WEIGHT_ROUNDINGS
+        from .frontend.quantize import SCORE_WIDTHS, WEIGHT_ROUNDINGS
         from .ir import REQUANT_MODES
         from .lowering.gelu import GELU_MODES
         from .lowering.layernorm import LAYERNORM_MODES
@@ -102,7 +106,8 @@ class CompileOptions:
                                      ("gelu", self.gelu, GELU_MODES),
                                      ("layernorm", self.layernorm, LAYERNORM_MODES),
                                      ("softmax", self.softmax, SOFTMAX_MODES),
-                                     ("weight_rounding", self.weight_rounding, WEIGHT_ROUNDINGS)):
+                                     ("weight_rounding", self.weight_rounding, WEIGHT_ROUNDINGS),
+                                     ("attention_scores", self.attention_scores, SCORE_WIDTHS)):
             if value not in choices:
                 raise ValueError(f"{name}={value!r} is unknown; use one of {', '.join(choices)}")
 
@@ -155,7 +160,7 @@ _ARG_NAMES = {"policy": "policy", "force_cpu": "force_cpu", "batch": "batch", "i
               "calibration_percentile": "calibration_percentile", "keep_int8": "keep_int8",
               "gelu": "gelu", "layernorm": "layernorm", "softmax": "softmax",
               "weight_rounding": "weight_rounding",
-              "int8_budget": "int8_budget"}
+              "int8_budget": "int8_budget", "attention_scores": "attention_scores"}
 """CompileOptions field -> the argparse attribute it is read from (``no_*`` flags are negated)."""
 
 

@@ -626,11 +626,13 @@ def compile_model(model: str, cfg: VTAConfig, options: CompileOptions | None = N
                       if opts.calibration_method == "percentile" else None,
                       act_bits=cfg.inp_width, wgt_bits=cfg.wgt_width,  # the design's widths (docs/precision.md)
                       keep_int8=keep_int8,
-                      weight_rounding=opts.weight_rounding, absmax_hints=hints)  # type: ignore[arg-type]
+                      weight_rounding=opts.weight_rounding, absmax_hints=hints,  # type: ignore[arg-type]
+                      scores=opts.attention_scores)  # type: ignore[arg-type]
     compiled = compile_graph(qgraph, cfg, policy=opts.policy, force_cpu=opts.force_cpu,
                              double_buffer=opts.double_buffer, progress=opts.progress, stem=opts.stem,
                              gelu=opts.gelu, layernorm=opts.layernorm, softmax=opts.softmax)
-    compiled.meta.update({"model": model, "requant": opts.requant, "calibration": dict(calibration.info)})
+    compiled.meta.update({"model": model, "requant": opts.requant, "calibration": dict(calibration.info),
+                          "attention_scores": opts.attention_scores})
     if int8_choice is not None:
         compiled.meta["int8_budget"] = int8_choice
     compiled.frontend_seconds = time.perf_counter() - start - (compiled.compile_seconds or 0.0)

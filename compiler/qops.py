@@ -436,6 +436,17 @@ def qmatmul(a: np.ndarray, b: np.ndarray, multiplier: int, shift: int) -> np.nda
     return rescale(acc, int(multiplier), int(shift))
 
 
+def qmatmul_wide(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """int8 ``a [..., M, K] @ b [..., K, N]`` (numpy broadcasting), exact, as int32 (``K * 128 * 128`` fits for any
+    K below 131,072)."""
+    if a.shape[-1] != b.shape[-2]:
+        raise ValueError(f"QMatMulWide operands have shapes {a.shape} and {b.shape}; a's last axis must equal b's "
+                         f"second to last.")
+    if a.shape[-1] >= 1 << 17:
+        raise ValueError(f"QMatMulWide's depth {a.shape[-1]} could overflow int32 (below 131,072).")
+    return np.matmul(a.astype(np.int64), b.astype(np.int64)).astype(np.int32)
+
+
 def layer_norm(x: np.ndarray, scale: float, gamma: np.ndarray, beta: np.ndarray, out_scale: float, axis: int = -1,
                epsilon: float = 1e-5) -> np.ndarray:
     """int8 LayerNorm over the axes ``axis`` to the last, from the int8 input ``x`` of ``scale``.
@@ -671,6 +682,7 @@ QOPS: dict[str, OpFn] = {
                                       n.attrs.get("bias"), n.attrs.get("keep"), n.attrs.get("fill", 0.0),
                                       softmax_key(n, v), softmax_sink(n, v)),
     "QMatMul": lambda n, v: qmatmul(v[0], v[1], n.attrs["multiplier"], n.attrs["shift"]),
+    "QMatMulWide": lambda n, v: qmatmul_wide(v[0], v[1]),
     "QLut2": lambda n, v: lut2(v[0], v[1], n.attrs["table"]),
     "QGelu": lambda n, v: igelu(v[0], *(int(n.attrs[k]) for k in IGELU_ATTRS)),
     "QILayerNorm": lambda n, v: ilayernorm(v[0], *(n.attrs[k] for k in ILAYERNORM_ATTRS)),

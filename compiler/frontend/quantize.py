@@ -44,7 +44,7 @@ from . import float_ref
 from .gptq import MOMENTS_MAX_K, gptq_round, input_moments
 from .pointwise import pointwise_values
 
-__all__ = ["QuantizationError", "Calibration", "prepare", "calibrate", "quantize", "choose_requant",
+__all__ = ["QuantizationError", "Calibration", "prepare", "calibrate", "quantize", "choose_requant", "SCORE_WIDTHS",
            "choose_int8_layers", "compare_outputs", "float_outputs", "accuracy_vs_float", "output_scale"]
 
 INT32_MAX = 2**31 - 1
@@ -280,6 +280,9 @@ def _clip_range(activation: Node | None, sy: float, qmin: int = -128, qmax: int 
 WEIGHT_ROUNDINGS = ("nearest", "gptq")
 """How :func:`quantize` rounds weights to integers (its ``weight_rounding``)."""
 
+SCORE_WIDTHS = ("int8", "int32")
+"""What :func:`quantize` makes of attention score products (its ``scores``): int8 as any MatMul, or exact int32."""
+
 WEIGHT_CLIP_GRID = np.linspace(0.5, 1.0, 26)
 """Fractions of a weight range tried by :func:`_mse_scales` (int4 weights)."""
 
@@ -309,8 +312,10 @@ class _Quantizer:
 
     def __init__(self, fg: Graph, cal: Calibration, per_channel: bool | str, mode: str, round_adds: bool,
                  act_bits: int = 8, wgt_bits: int = 8, keep_int8: Iterable[str] = (),
-                 weight_rounding: str = "nearest") -> None:
+                 weight_rounding: str = "nearest", scores: str = "int8") -> None:
         self.fg, self.cal, self.per_channel, self.mode = fg, cal, per_channel, mode
+        self.scores = scores                   # "int32": attention scores kept exact into their softmax
+        self.aliases: dict[str, str] = {}      # a folded scalar Mul's output -> the int32 scores it scales
         self.weight_rounding = weight_rounding
         self.round_adds = round_adds
         self.act_bits, self.wgt_bits = act_bits, wgt_bits
@@ -495,7 +500,7 @@ class _Quantizer:
             users = self.fg.consumers(users[0].outputs[0])      # a runtime mask after it, fused into the same one
         if not self._mask_readers(users) or node.outputs[0] in self.fg.outputs:
             return False
-        self.masks[node.outputs[0]] = (node.inputs[0], mask)
+        self.masks[node.outputs[0]] = (self.aliases.get(node.inputs[0], node.inputs[0]), mask)
         return True
 
     def _mask_readers(self, users: list[Node]) -> bool:
@@ -565,7 +570,10 @@ class _Quantizer:
         return True
 
     def mul(self, node: Node) -> None:
-        """Mul by a constant -> QMul with an int multiplier array; of two activations -> QMulAct."""
+        """Mul by a constant -> QMul with an int multiplier array; of two activations -> QMulAct; nothing for a
+        scalar Mul of int32 attention scores (folded into their scale by :meth:`matmul`)."""
+        if node.outputs[0] in self.aliases:
+            return
         if node.inputs[1] not in self.fg.constants:
             self.mul_act(node)
             return
@@ -685,7 +693,7 @@ class _Quantizer:
                                     f"runtime mask inside the one Softmax it feeds (or Softmaxes and log-sum-exps "
                                     f"over the last axis).")
         scores, mask = node.inputs
-        src, const = self.masks.pop(scores, (scores, {}))
+        src, const = self.masks.pop(scores, (self.aliases.get(scores, scores), {}))
         self.masks[node.outputs[0]] = (src, {**const, **{f"key_{k}": node.attrs[k] for k in KEY_MASK_ATTRS}})
         self.key_masks[node.outputs[0]] = (src, mask, {})
 
@@ -713,7 +721,7 @@ class _Quantizer:
         """The masks fused into a reader of ``scores`` (:meth:`softmax_mask`, :meth:`key_mask`; several readers may
         share them): the scores before them, the reader's inputs (a runtime mask as input 1) and the mask
         attributes."""
-        src, mask = self.masks.get(scores, (scores, {}))
+        src, mask = self.masks.get(scores, (self.aliases.get(scores, scores), {}))
         runtime = self.key_masks.get(scores)
         return src, [src] if runtime is None else [src, runtime[1]], mask
 
@@ -762,6 +770,14 @@ class _Quantizer:
                 operands.append(name)
                 scales.append(self.scales[name])
         out = node.outputs[0]
+        factor = self.wide_scores(node) if self.scores == "int32" and len(scales) == 2 and \
+            not any(name in self.fg.constants for name in node.inputs) else None
+        if factor is not None:            # exact int32 scores, read by their softmax at s_a * s_b * (scalar Muls)
+            scale = scales[0] * scales[1] * factor
+            self.qg.add_tensor(out, self.fg.shape(out), "int32", scale)
+            self.scales[out] = scale
+            self.qg.add_node("QMatMulWide", node.name, operands, [out])
+            return
         sy = self.act_scale(out)
         depth = self.qg.shape(operands[0])[-1]
         if self.mode == "shift":  # M = 1: the output scale rounded up to the operands' scale times a power of two
@@ -772,6 +788,34 @@ class _Quantizer:
                                          rounding=True)
         self.qg.add_node("QMatMul", node.name, operands, [self.wide_out(out, sy)], multiplier=int(mult[0]),
                          shift=int(shift[0]))
+
+    def wide_scores(self, node: Node) -> float | None:
+        """For a MatMul of two activations whose output reaches only softmaxes (Softmax, a masked log-sum-exp)
+        through Muls by one positive constant, then at most one constant mask (an Add or a Where) and one runtime
+        mask (a KeyMask): the product of those constants, recording each Mul's output as an alias of the scores (the
+        Muls then emit nothing); else None (the scores are requantized to int8 as any MatMul's output)."""
+        out, factor, muls = node.outputs[0], 1.0, []
+        users = self.fg.consumers(out)
+        while len(users) == 1 and users[0].op == "Mul" and users[0].inputs[0] == out and out not in self.fg.outputs:
+            c = self.fg.constants.get(users[0].inputs[1])
+            if c is None or c.size != 1 or not np.isfinite(c).all() or float(c.reshape(-1)[0]) <= 0:
+                return None
+            factor *= float(c.reshape(-1)[0])
+            muls.append(users[0].outputs[0])
+            out = users[0].outputs[0]
+            users = self.fg.consumers(out)
+        tail = out
+        for ops in (("Add", "Where"), ("KeyMask",)):
+            if len(users) == 1 and users[0].op in ops and users[0].inputs[0] == tail and tail not in self.fg.outputs:
+                if users[0].op == "Add" and users[0].inputs[1] not in self.fg.constants:
+                    return None
+                tail = users[0].outputs[0]
+                users = self.fg.consumers(tail)
+        if tail in self.fg.outputs or not self._mask_readers(users):
+            return None
+        for name in muls:
+            self.aliases[name] = node.outputs[0]
+        return factor
 
     def index_fn(self, node: Node) -> None:
         """IndexFn (indices computed from token ids): the same int64 node."""
@@ -907,7 +951,8 @@ def quantize(graph: Graph, calib_inputs: Mapping[str, np.ndarray] | Iterable[Map
              act_bits: int = 8, wgt_bits: int = 8, keep_int8: Iterable[str] = (),
              calibration: Calibration | None = None,
              weight_rounding: Literal["nearest", "gptq"] = "nearest",
-             absmax_hints: Mapping[str, float] | None = None) -> Graph:
+             absmax_hints: Mapping[str, float] | None = None,
+             scores: Literal["int8", "int32"] = "int8") -> Graph:
     """Quantize a float graph; ``calib_inputs`` is a dict of stacked samples (leading axis a multiple of the batch)
     or a list of input dicts; ``method`` (minmax, percentile, entropy) and ``percentile`` select the calibration
     (see :func:`calibrate`); ``round_adds``
@@ -930,7 +975,10 @@ def quantize(graph: Graph, calib_inputs: Mapping[str, np.ndarray] | Iterable[Map
     integer operators, so the accelerator stays bit-exact with the integer reference); it needs the input moments
     that ``calibrate(..., moments=True)`` measures (collected here when ``calibration`` is not given).
     ``absmax_hints``: largest magnitudes by tensor name that replace the calibrated ones (a QDQ file's own ranges,
-    :attr:`.ir.Graph.absmax_hints`)."""
+    :attr:`.ir.Graph.absmax_hints`). ``scores``: ``"int32"`` keeps each attention score product (a MatMul of two
+    activations read only by softmaxes, through scalar Muls and masks) exact: a ``QMatMulWide`` to int32 that its
+    softmax reads at ``s_a * s_b`` times the Muls' constants, on the CPU (the accelerator writes int8); ``"int8"``
+    requantizes it as any MatMul's output."""
     for what, bits in (("act_bits", act_bits), ("wgt_bits", wgt_bits)):
         if bits not in (4, 8):
             raise ValueError(f"{what} must be 4 or 8, not {bits!r}")
@@ -938,6 +986,8 @@ def quantize(graph: Graph, calib_inputs: Mapping[str, np.ndarray] | Iterable[Map
         raise ValueError(f"Requant mode {mode!r} is unknown; use 'multiply' or 'shift'.")
     if per_channel not in (True, False, "auto"):
         raise ValueError(f"per_channel={per_channel!r} is invalid; use True, False or 'auto'.")
+    if scores not in SCORE_WIDTHS:
+        raise ValueError(f"scores={scores!r} is unknown; use one of {', '.join(SCORE_WIDTHS)}.")
     if weight_rounding not in WEIGHT_ROUNDINGS:
         raise ValueError(f"weight_rounding={weight_rounding!r} is unknown; use one of {', '.join(WEIGHT_ROUNDINGS)}.")
     if graph.is_quantized:
@@ -959,7 +1009,8 @@ def quantize(graph: Graph, calib_inputs: Mapping[str, np.ndarray] | Iterable[Map
     if keep - known:
         raise ValueError(f"keep_int8 names {', '.join(sorted(keep - known))}, which are not Conv2d/Dense nodes of "
                          f"the graph; its Conv2d/Dense nodes are {', '.join(sorted(known))}")
-    return _Quantizer(fg, cal, per_channel, mode, round_adds, act_bits, wgt_bits, keep, weight_rounding).run()
+    return _Quantizer(fg, cal, per_channel, mode, round_adds, act_bits, wgt_bits, keep, weight_rounding,
+                      scores).run()
 
 
 SCALE_FLOOR = 1e-6

@@ -486,13 +486,13 @@ CPU_OPS: dict[str, Callable[[Node, list[np.ndarray]], np.ndarray]] = {
     **qops.kernel_ops(sys.modules[__name__]),   # the JIT kernels, bound to nodes as the reference's are
     "QLut2": lambda n, v: lut2(v[0], v[1], n.attrs["table"]),
     "Softmax": lambda n, v: qops.QOPS["Softmax"](n, v) if "bias" in n.attrs or "keep" in n.attrs or
-    "sink" in n.attrs or len(v) > 1 else
+    "sink" in n.attrs or len(v) > 1 or v[0].dtype != np.int8 else
     softmax(v[0], n.attrs["scale"], n.attrs["axis"]),
 }
 """Every quantized op: the JIT kernels of this module where they exist (:func:`.qops.kernel_ops`, and the softmax
 kernel for an unmasked Softmax), else the integer reference (:mod:`.qops`), bit-exact by construction: the
 transformer operators, Resize, Transpose, the pre-quantized models' zero-point ops, a masked Softmax (the kernel
-has no mask)."""
+has no mask) or one of int32 scores (the kernel reads int8)."""
 
 
 def run_node(graph: Graph, node: Node, values: Mapping[str, np.ndarray]) -> np.ndarray:

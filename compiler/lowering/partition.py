@@ -265,11 +265,17 @@ def _lower_matmul(graph: Graph, node: Node, intr: Intrinsics) -> Lowered:
     return Lowered(lower_matmul(graph, node, intr))
 
 
+def _refuse_wide_matmul(graph: Graph, node: Node, intr: Intrinsics) -> Lowered:
+    raise ScheduleError(f"{node.name} keeps its attention scores exact in int32 (--attention-scores int32); the "
+                        f"accelerator writes int8 outputs")
+
+
 ACCEL_RULES: dict[str, Callable[[Graph, Node, Intrinsics], Lowered]] = {
     "QConv2d": _lower_conv,
     "QDense": _lower_conv,
     "QAdd": _lower_add,
     "QMatMul": _lower_matmul,
+    "QMatMulWide": _refuse_wide_matmul,
     "QGelu": _lower_gelu,
     "QILayerNorm": _lower_layernorm,
     "QISoftmax": _lower_softmax,

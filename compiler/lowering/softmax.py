@@ -157,6 +157,9 @@ def softmax_accel_cycles(layer: SoftmaxLayer, intr: Intrinsics) -> tuple[int, in
 def softmax_refusal(graph: Graph, node: Node) -> str | None:
     """Why ``node`` (a ``QSoftmax``) has no integer form, or None when it has one."""
     shape = graph.shape(node.inputs[0])
+    if graph.tensors[node.inputs[0]].dtype != "int8":
+        return (f"softmax {node.name} reads {graph.tensors[node.inputs[0]].dtype} scores (exact attention scores), "
+                f"which the integer Softmax does not take: it stays a QSoftmax on the CPU")
     if node.attrs.get("bias") is not None or node.attrs.get("keep") is not None or len(node.inputs) > 1:
         return (f"softmax {node.name} has a fused mask (bias, keep/fill or a runtime mask input), which the integer "
                 f"Softmax does not take: it stays a QSoftmax on the CPU")
