@@ -35,7 +35,7 @@ from vta.config import VTAConfig
 from vta.cost import estimate
 from vta.suggest import close_matches, did_you_mean
 
-from .frontend.masks import is_float_mask_input, is_mask_input, token_range
+from .frontend.masks import is_float_mask_input, is_mask_input, mask_lengths, token_range
 from .ir import REQUANT_MODES, Graph, Node, node_macs
 from .lowering.codegen import ConvLayer, build_add_program, build_conv_program
 from .lowering.gelu import GELU_MODES, GeluLayer, build_gelu_program, integer_gelu
@@ -156,6 +156,12 @@ def check_inputs(graph: Graph, values: dict[str, np.ndarray], source: str = "the
         if value.shape != graph.shape(name):
             raise InputError(f"{source} has shape {value.shape}; the model's input {name!r} has shape "
                              f"{graph.shape(name)}.")
+        if mask_lengths(graph, name) is not None:       # lengths the model's own nodes turn into a mask
+            if value.dtype.kind not in "biu":
+                raise InputTypeError(f"{source} has dtype {value.dtype}; the model's input {name!r} takes integer "
+                                     f"lengths (valid keys per sequence).")
+            out[name] = value.astype(np.int64)
+            continue
         if is_mask_input(graph, name):
             odd = int(((value != 0) & (value != 1)).sum())
             if odd:
@@ -246,7 +252,8 @@ def check_force_cpu(graph: Graph, names: Iterable[str]) -> None:
 def random_inputs(graph: Graph, seed: int, samples: int = 1) -> dict[str, np.ndarray]:
     """Seeded random values for every input of ``graph``: input name -> array of the input's shape with the first
     axis times ``samples``: standard-normal float32, for token ids (:func:`token_range`) int64 ids uniform over the
-    embedding table's rows, for an attention mask (:func:`is_mask_input`) a padding mask (:func:`random_mask`), and
+    embedding table's rows, for lengths (:func:`.frontend.masks.mask_lengths`) integers in ``[ceil(L/2), L]``, for an
+    attention mask (:func:`is_mask_input`) a padding mask (:func:`random_mask`), and
     for a float mask (:func:`is_float_mask_input`) :func:`float_mask`, for an int64 input nothing reads (a decoder
     prompt's attention mask once its attention is rewritten) ones. (A KV cache input is float32 like any other:
     keys and values of LayerNormed tokens by weights of standard deviation ``1/sqrt(width)`` are about standard
@@ -261,6 +268,9 @@ def random_inputs(graph: Graph, seed: int, samples: int = 1) -> dict[str, np.nda
             out[name] = rng.integers(0, rows, full, dtype=np.int64)
         elif graph.tensors[name].dtype == "int64" and not graph.consumers(name):
             out[name] = np.ones(full, np.int64)      # an integer input nothing reads: a mask of ones (for onnxruntime)
+        elif mask_lengths(graph, name) is not None:    # valid keys per sequence: as random_mask's, in [L/2, L]
+            keys = int(mask_lengths(graph, name) or 1)
+            out[name] = rng.integers((keys + 1) // 2, keys + 1, full, dtype=np.int64)
         elif is_mask_input(graph, name):
             out[name] = random_mask(full, rng)
         elif is_float_mask_input(graph, name):

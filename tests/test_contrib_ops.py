@@ -262,6 +262,29 @@ def test_attention_with_a_mask_computed_at_run_time(form, tmp_path, monkeypatch)
     assert not np.array_equal(run(compiled, unmasked, target="fsim").outputs["y"][1], got[1])
 
 
+def test_attention_with_end_positions_as_a_graph_input():
+    """A ``mask_index`` of end positions given as a graph input (int32 ``[batch]``, not a 0/1 mask): the model's own
+    nodes compute the mask from the lengths at run time, so any lengths give onnxruntime's result, and the
+    quantized graph stays bit-exact with the integer reference on the CPU path."""
+    from vta.compiler.frontend.masks import mask_lengths
+    from vta.compiler.frontend.quantize import quantize
+    from vta.compiler.kernels import cpu
+    x = _x(2, 6, 16)
+    model = _model([_ms("Attention", ["x", "w", "b", "ends"], ["y"], num_heads=2)], {"x": x},
+                   [("w", _x(16, 48, spread=0.3)), ("b", _x(48, spread=0.1))])
+    model.graph.input.append(helper.make_tensor_value_info("ends", onnx.TensorProto.INT32, [2]))
+    graph = import_onnx(model)
+    assert mask_lengths(graph, "ends") == 6
+    session = ort.InferenceSession(model.SerializeToString())
+    for ends in ([6, 3], [2, 5]):
+        feeds = {"x": x, "ends": np.array(ends, np.int32)}
+        want = session.run(None, feeds)[0]
+        wide = {"x": x, "ends": feeds["ends"].astype(np.int64)}
+        np.testing.assert_allclose(run_float(graph, wide)["y"], want, atol=1e-5)
+        qgraph = quantize(graph, wide)
+        np.testing.assert_array_equal(cpu.run_cpu(qgraph, wide)["y"], qops.run_reference(qgraph, wide)["y"])
+
+
 def test_attention_scale_mask_filter_value_and_unequal_v_width():
     x = _x(1, 5, 16)
     node = _ms("Attention", ["x", "w", "", "m"], num_heads=4, scale=0.2, mask_filter_value=-50.0,

@@ -255,13 +255,54 @@ def test_unsupported_attention_forms_are_refused_together_with_their_reasons():
     assert "scatter" in text and "KV cache update" in text
 
 
-def test_an_external_cache_length_is_refused():
-    model = _block(is_causal=1)
+def _with_lengths(model, causal):
+    """``model``'s Attention given ``nonpad_kv_seqlen`` (input 6, opset 24) from an int64 graph input ``lens [B]``."""
     attention = next(n for n in model.graph.node if n.op_type == "Attention")
     attention.input.extend(["", "", "lens"])             # after q, k, v, no mask: nonpad_kv_seqlen (input 6)
+    del attention.attribute[:]
+    if causal:
+        attention.attribute.append(helper.make_attribute("is_causal", 1))
     model.opset_import[0].version = 24                   # the input Attention gained at opset 24
-    model.graph.initializer.append(numpy_helper.from_array(np.full(B, T, np.int64), "lens"))
-    with pytest.raises(UnsupportedOperatorError, match="nonpad_kv_seqlen"):
+    model.graph.input.append(helper.make_tensor_value_info("lens", TensorProto.INT64, [B]))
+    return model
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_an_external_caches_valid_lengths_mask_the_keys_past_them(causal):
+    """``nonpad_kv_seqlen`` (opset 24): keys from each sequence's length on are masked; causal, the queries are the
+    last positions before it. The lengths are any integers the model's nodes turn into the mask at run time (a
+    length of 0 leaves rows attending to nothing: 0)."""
+    model = _with_lengths(_block(), causal)
+    graph = import_onnx(model)
+    for lens in ([T, 5], [3, 0]):
+        feeds = {**_feeds(model), "lens": np.array(lens, np.int64)}
+        want = ReferenceEvaluator(model).run(None, feeds)[0]
+        np.testing.assert_allclose(run_float(graph, feeds)["y"], want, atol=2e-5, rtol=1e-4)
+
+
+def test_vta_run_draws_lengths_and_takes_any_given(tmp_path, capsys, monkeypatch):
+    from vta.cli import main
+    from vta.compiler.frontend.masks import mask_lengths
+    from vta.compiler.pipeline import random_inputs
+    monkeypatch.setenv("VTA_CACHE_DIR", str(tmp_path))
+    model = _with_lengths(_block(), True)
+    graph = import_onnx(model)
+    assert mask_lengths(graph, "lens") == T
+    drawn = random_inputs(graph, 0)["lens"]
+    assert drawn.dtype == np.int64 and ((T + 1) // 2 <= drawn).all() and (drawn <= T).all()
+    path = tmp_path / "lens.onnx"
+    onnx.save(model, str(path))
+    np.savez(tmp_path / "in.npz", **{**_feeds(model), "lens": np.array([T, 5], np.int64)})
+    assert main(["run", str(path), "--target", "fsim", "--input", str(tmp_path / "in.npz"), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "matches_integer_reference: True" in out and "error against the float model (onnxruntime" in out
+
+
+def test_external_cache_lengths_with_an_attn_mask_are_refused():
+    model = _with_lengths(_block(mask=("input", TensorProto.BOOL, (B, 1, T, T))), False)
+    attention = next(n for n in model.graph.node if n.op_type == "Attention")
+    attention.input[3] = "mask"
+    with pytest.raises(UnsupportedOperatorError, match="nonpad_kv_seqlen with an attn_mask"):
         import_onnx(model)
 
 

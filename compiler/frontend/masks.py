@@ -523,8 +523,8 @@ def _exit(model: onnx.ModelProto, node: onnx.NodeProto, region: set[str], source
             sides.append((keep, np.zeros(other.shape), other))
     out_shape = np.broadcast_shapes(*(a.shape for side in sides for a in side))
     sel, add, fill = (np.stack([np.broadcast_to(sides[v][i], out_shape) for v in (0, 1)]) for i in range(3))
-    expand = _expand(shape, out_shape, sides, sel, add, fill, samples)
-    if expand is None:
+    expand = None if len(shape) == 1 else _expand(shape, out_shape, sides, sel, add, fill, samples)
+    if expand is None:   # a 1-D input may hold lengths ([batch] valid keys), not 0/1: the region's own nodes run
         return _runtime_term(model, node, parts, x, mask, where, label, region_nodes, vi, consts, sides, out_shape)
     return KeyMask(label, mask, x, node.output[0], expand, sel.astype(bool), add.astype(np.float32),
                    fill.astype(np.float32))
@@ -799,6 +799,19 @@ def _mask_readers(graph: Graph, name: str) -> bool:
                                 node.inputs[1:2] == [name]) or (node.op in ("MaskFn", "IndexFn") and
                                                                  node.inputs == [name])
                                for node in users) and any(node.op != "IndexFn" for node in users)
+
+
+def mask_lengths(graph: Graph, name: str) -> int | None:
+    """For a 1-D int64 input of ``graph`` read only by ``MaskFn`` nodes (a ``[batch]`` of valid key counts, such as
+    Attention's ``nonpad_kv_seqlen`` or a ``mask_index`` of end positions, whose term the model's own nodes compute
+    at run time), the number of keys of the terms (the largest length that means anything); None for any other
+    input. Such an input takes any integer: the lab computes exactly what the model does with it."""
+    if graph.tensors[name].dtype != "int64" or len(graph.shape(name)) != 1:
+        return None
+    readers = graph.consumers(name)
+    if not readers or any(node.op != "MaskFn" for node in readers):
+        return None
+    return max(graph.shape(node.outputs[0])[-1] for node in readers)
 
 
 def token_range(graph: Graph, name: str) -> int | None:

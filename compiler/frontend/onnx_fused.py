@@ -31,8 +31,12 @@ an exporter writes at opset 22:
 text): 0 the scaled product, 1 that after the softcap, 2 that with the causal and ``attn_mask`` terms added, 3 the
 Softmax.
 
-Refused with the reason: ``Attention``'s ``nonpad_kv_seqlen`` (an external KV cache's lengths), and the other fused
-operators of these opsets (TensorScatter, LinearAttention), which the lab has no rewrite for.
+``Attention``'s ``nonpad_kv_seqlen`` (opset 24: an external KV cache's valid lengths, ``[batch]``) is a mask computed
+at run time from the lengths: key ``j`` kept where ``j < nonpad[b]`` and, with ``is_causal``, where ``j <= i +
+nonpad[b] - S``; the lab takes the lengths as any integers (:func:`.masks.mask_lengths`).
+
+Refused with the reason: ``nonpad_kv_seqlen`` together with an ``attn_mask``, a past or a sliding window, and the
+other fused operators of these opsets (TensorScatter, LinearAttention), which the lab has no rewrite for.
 """
 from __future__ import annotations
 
@@ -107,8 +111,10 @@ def _attention(ctx: _Context, node: onnx.NodeProto) -> None:
         raise _Refusal(f"qk_matmul_output_mode {mode} (0 to 3)")
     inputs = list(node.input) + [""] * (7 - len(node.input))
     q, k, v, mask, past_k, past_v, nonpad = inputs[:7]
-    if nonpad:
-        raise _Refusal("input nonpad_kv_seqlen (an external KV cache's valid lengths, read at run time)")
+    if nonpad and (mask or past_k or int(a.get("left_window_size", -1)) >= 0 or
+                   int(a.get("right_window_size", -1)) >= 0):
+        raise _Refusal("input nonpad_kv_seqlen with an attn_mask, past_key/past_value or a sliding window (the lab "
+                       "takes the valid lengths alone, with or without is_causal)")
     if bool(past_k) != bool(past_v):
         raise _Refusal("past_key without past_value or the reverse (the operator needs both)")
     name = _main_name(node)
@@ -156,11 +162,14 @@ def _attention(ctx: _Context, node: onnx.NodeProto) -> None:
         capped = ctx.emit("Tanh", [capped], f"{name}_tanh")
         scores = ctx.emit("Mul", [capped, ctx.const(f"{name}_cap", np.float32(softcap))], f"{name}_softcap")
     exposed[1] = scores
-    keep = _allowed(queries, keys, past, bool(a.get("is_causal", 0)), int(a.get("left_window_size", -1)),
+    causal = bool(a.get("is_causal", 0))
+    keep = _allowed(queries, keys, past, causal and not nonpad, int(a.get("left_window_size", -1)),
                     int(a.get("right_window_size", -1)))
     if keep is not None:
         bias = np.where(keep, np.float32(0.0), np.float32(-np.inf)).astype(np.float32)
         scores = ctx.emit("Add", [scores, ctx.const(f"{name}_causal", bias)], f"{name}_causal")
+    if nonpad:
+        scores = ctx.emit("Add", [scores, _nonpad_mask(ctx, name, nonpad, queries, keys, causal)], f"{name}_nonpad")
     if mask:
         scores = ctx.emit("Add", [scores, _additive_mask(ctx, node, mask, keys)], f"{name}_masked")
     exposed[2] = scores
@@ -177,6 +186,22 @@ def _attention(ctx: _Context, node: onnx.NodeProto) -> None:
     ctx.nodes.append(helper.make_node(
         "Reshape", [merged, ctx.const(f"{name}_out_shape", np.array([0, 0, q_heads * v_head], np.int64))],
         [node.output[0]], name=name))
+
+
+def _nonpad_mask(ctx: _Context, name: str, nonpad: str, queries: int, keys: int, causal: bool) -> str:
+    """The additive mask ``[B, 1, S or 1, L]`` (0 or -inf) of ``nonpad_kv_seqlen [B]`` (an external cache's valid
+    lengths, read at run time): key ``j`` is kept where ``j < nonpad[b]``, and, when causal, where ``j <= i +
+    nonpad[b] - S`` (the queries are the last ``S`` valid positions), which implies the first; a row with no key
+    left gives 0, as the operator's fully-masked rows."""
+    j = np.arange(keys)[None, :]
+    index = (j - np.arange(queries)[:, None] + queries - 1) if causal else j
+    lengths = ctx.emit("Reshape", [ctx.emit("Cast", [nonpad], f"{name}_nonpad64", to=TensorProto.INT64),
+                                   ctx.const(f"{name}_nonpad_shape", np.array([-1, 1, 1, 1], np.int64))],
+                       f"{name}_nonpad_b")
+    keep = ctx.emit("Less", [ctx.const(f"{name}_nonpad_index", index.astype(np.int64)[None, None]), lengths],
+                    f"{name}_nonpad_keep")
+    return ctx.emit("Where", [keep, ctx.const(f"{name}_nonpad_zero", np.float32(0.0)),
+                              ctx.const(f"{name}_nonpad_fill", np.float32(-np.inf))], f"{name}_nonpad_mask")
 
 
 def _additive_mask(ctx: _Context, node: onnx.NodeProto, mask: str, keys: int) -> str:
