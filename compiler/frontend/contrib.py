@@ -38,7 +38,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper, shape_inference
 
 __all__ = ["CONTRIB_DOMAIN", "ORT_DEFAULT_DOMAIN_OPS", "REWRITES", "Rewrite", "rewrite_contrib", "rewrite_nodes",
-           "static_shapes", "elem_types"]
+           "static_shapes", "elem_types", "ATTENTION_ATTRS", "attention_projections"]
 
 CONTRIB_DOMAIN = "com.microsoft"
 ORT_DEFAULT_DOMAIN_OPS = frozenset({"SimplifiedLayerNormalization"})
@@ -584,12 +584,26 @@ def _num_heads(node: onnx.NodeProto, a: dict[str, Any], widths: tuple[int, ...])
     return heads
 
 
+ATTENTION_ATTRS = {"num_heads", "unidirectional", "qkv_hidden_sizes", "mask_filter_value", "scale", "do_rotary",
+                   "past_present_share_buffer", "rotary_embedding_dim"}
+"""The attributes of com.microsoft's Attention the rewrites read."""
+
+
 def _attention(ctx: _Context, node: onnx.NodeProto) -> None:
     """Attention: input ``[B, S, D]`` times constant weights ``[D, Dq + Dk + Dv]`` (+ bias), split into Q, K, V."""
-    a = _check_attrs(node, {"num_heads", "unidirectional", "qkv_hidden_sizes", "mask_filter_value", "scale",
-                            "do_rotary", "past_present_share_buffer", "rotary_embedding_dim"})
+    a = _check_attrs(node, ATTENTION_ATTRS)
     _only_inputs(node, ("input", "weights", "bias", "mask_index"))
     _only_outputs(ctx, node, ("output",))
+    parts, heads, head_sizes = attention_projections(ctx, node, a)
+    mask = _mask(ctx, node, 3, bool(a.get("unidirectional", 0)), float(a.get("mask_filter_value", -10000.0)),
+                 node.input[0], node.input[0])
+    _attend(ctx, node, parts, heads, head_sizes, float(a.get("scale", 1.0 / math.sqrt(head_sizes[0]))), mask)
+
+
+def attention_projections(ctx: _Context, node: onnx.NodeProto, a: dict[str, Any]
+                          ) -> tuple[list[str], int, tuple[int, int]]:
+    """An Attention's Q, K and V ``[B, S, width]`` (three MatMuls by its constant weights, and their biases), its
+    head count and its (Q/K, V) head sizes."""
     if a.get("do_rotary", 0):
         raise _Refusal("do_rotary=1 (rotary embeddings)")
     weights = ctx.constant(node, 1, "weights")
@@ -611,10 +625,7 @@ def _attention(ctx: _Context, node: onnx.NodeProto) -> None:
             part = ctx.emit("Add", [part, b], f"{name}_{role}_bias")
         parts.append(part)
         begin += width
-    head_sizes = (sizes[0] // heads, sizes[2] // heads)
-    mask = _mask(ctx, node, 3, bool(a.get("unidirectional", 0)), float(a.get("mask_filter_value", -10000.0)),
-                 node.input[0], node.input[0])
-    _attend(ctx, node, parts, heads, head_sizes, float(a.get("scale", 1.0 / math.sqrt(head_sizes[0]))), mask)
+    return parts, heads, (sizes[0] // heads, sizes[2] // heads)
 
 
 def _multi_head_attention(ctx: _Context, node: onnx.NodeProto) -> None:
