@@ -349,3 +349,64 @@ def test_vta_run_takes_a_prompt_with_an_empty_cache_from_input_shapes_alone(caps
     out = capsys.readouterr().out
     assert "matches_integer_reference: True" in out
     assert f"error against the float model (onnxruntime on {path})" in out
+
+
+# ---- Attention with a past state (onnxruntime's GPT-2 converter) -----------------------------------------------------
+def _gpt2_attention(*, batch=1, tokens=1, past=4, mask="2d", heads=2, head=16):
+    """x ``[B, S, 32]`` -> com.microsoft Attention (fused QKV weights, unidirectional) with ``past [2, B, N, P, H]``
+    and a ``mask_index`` graph input (``"2d"``: ``[B, P + S]`` of 0/1; ``"1d"``: ``[B]`` end positions; None) ->
+    y and present."""
+    width = heads * head
+    ins = ["x", "w", "b", "mask" if mask else "", "past"]
+    nodes = [helper.make_node("Attention", ins, ["y", "present"], name="attn", domain=MS, num_heads=heads,
+                              unidirectional=1)]
+    inits = [("w", _x(width, 3 * width, spread=0.3)), ("b", _x(3 * width, spread=0.1))]
+    feeds = {"x": _x(batch, tokens, width), "past": _x(2, batch, heads, past, head)}
+    if mask == "2d":
+        feeds["mask"] = np.ones((batch, past + tokens), np.int64)
+    elif mask == "1d":
+        feeds["mask"] = np.full(batch, past + tokens, np.int64)
+    model = _model(nodes, {k: v for k, v in feeds.items()}, ["y", "present"], inits)
+    for vi in model.graph.input:                      # onnxruntime's kernel takes int32 masks
+        if vi.name == "mask":
+            vi.type.tensor_type.elem_type = TensorProto.INT32
+    if mask:
+        feeds["mask"] = feeds["mask"].astype(np.int32)
+    return model, feeds
+
+
+@pytest.mark.parametrize("tokens, past, mask", [(1, 4, "2d"), (3, 4, "2d"), (1, 4, "1d"), (1, 5, None),
+                                                (4, 0, "2d")])
+def test_attention_with_a_past_state(tokens, past, mask):
+    """GPT-2's decode step (and a prompt with an empty past) as onnxruntime's converter writes it: the present is the
+    past then the new keys and values; causal bottom-right; the mask over past and new keys computed at run time."""
+    model, feeds = _gpt2_attention(tokens=tokens, past=past, mask=mask)
+    wide = {k: v.astype(np.int64) if v.dtype == np.int32 else v for k, v in feeds.items()}
+    names = ["y", "present"]
+    want = dict(zip(names, ort.InferenceSession(model.SerializeToString()).run(None, feeds)))
+    graph = import_onnx(model, input_shapes={k: v.shape for k, v in feeds.items()})
+    got = run_float(graph, wide)
+    for name in names:
+        np.testing.assert_allclose(got[name], want[name], atol=3e-5, rtol=1e-4, err_msg=name)
+    qgraph = quantize(graph, wide)
+    ref = qops.run_reference(qgraph, wide)
+    for name, value in cpu.run_cpu(qgraph, wide).items():
+        np.testing.assert_array_equal(value, ref[name])
+
+
+def test_attention_with_a_padded_past_masks_its_keys():
+    """Batch 2, row 1's first two past positions padded (mask 0): onnxruntime's output, row by row."""
+    model, feeds = _gpt2_attention(batch=2, tokens=1, past=4)
+    feeds["mask"][1, :2] = 0
+    want = ort.InferenceSession(model.SerializeToString()).run(None, feeds)[0]
+    graph = import_onnx(model, input_shapes={k: v.shape for k, v in feeds.items()})
+    wide = {k: v.astype(np.int64) if v.dtype == np.int32 else v for k, v in feeds.items()}
+    np.testing.assert_allclose(run_float(graph, wide)["y"], want, atol=3e-5, rtol=1e-4)
+
+
+def test_attention_with_a_past_of_another_shape_is_refused():
+    model, _ = _gpt2_attention()
+    past = next(vi for vi in model.graph.input if vi.name == "past")
+    past.type.tensor_type.shape.dim[2].dim_value = 3              # 3 heads for num_heads 2
+    with pytest.raises(UnsupportedOperatorError, match=r"a past of shape \[2, 1, 3, 4, 16\]"):
+        import_onnx(model)

@@ -38,7 +38,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper, shape_inference
 
 __all__ = ["CONTRIB_DOMAIN", "ORT_DEFAULT_DOMAIN_OPS", "REWRITES", "Rewrite", "rewrite_contrib", "rewrite_nodes",
-           "static_shapes", "elem_types", "ATTENTION_ATTRS", "attention_projections"]
+           "static_shapes", "elem_types", "ATTENTION_ATTRS", "attention_projections", "attention_output"]
 
 CONTRIB_DOMAIN = "com.microsoft"
 ORT_DEFAULT_DOMAIN_OPS = frozenset({"SimplifiedLayerNormalization"})
@@ -569,11 +569,18 @@ def _attend(ctx: _Context, node: onnx.NodeProto, qkv: list[str], heads: int, siz
     if mask is not None:
         scores = ctx.emit("Add", [scores, mask if isinstance(mask, str) else ctx.const(f"{name}_mask", mask)],
                           f"{name}_masked")
+    attention_output(ctx, node, scores, vh, heads * v_head)
+
+
+def attention_output(ctx: _Context, node: onnx.NodeProto, scores: str, vh: str, width: int) -> None:
+    """Softmax of the masked ``scores [B, N, S, L]`` times ``vh [B, N, L, Hv]``, heads merged into ``node``'s output
+    0 ``[B, S, width]`` (named as the node)."""
+    name = _main_name(node)
     probs = ctx.emit("Softmax", [scores], f"{name}_softmax", axis=-1)
     context = ctx.emit("MatMul", [probs, vh], f"{name}_context")
     merged = ctx.emit("Transpose", [context], f"{name}_merge", perm=[0, 2, 1, 3])
     ctx.nodes.append(helper.make_node(
-        "Reshape", [merged, ctx.const(f"{name}_out_shape", np.array([0, 0, heads * v_head], np.int64))],
+        "Reshape", [merged, ctx.const(f"{name}_out_shape", np.array([0, 0, width], np.int64))],
         [node.output[0]], name=name))
 
 

@@ -25,6 +25,9 @@ Mistral-, Qwen- or Phi-style decoder, rewritten into standard nodes (the mechani
 - ``RotaryEmbedding`` (com.microsoft): the standard ``RotaryEmbedding`` of opset 23 with its inputs reordered;
   ``position_ids`` of one element is an offset (positions ``offset + s``), ``scale`` other than 1 and packed
   batching are refused.
+- ``Attention`` with a ``past`` state ``[2, B, N, P, H]`` (onnxruntime's GPT-2 converter): the new keys and values
+  after the cached ones (``present``), causal masking aligned at the bottom right, a mask over past and new keys;
+  without a past, :mod:`.contrib`'s Attention.
 - ``MatMulNBits``: the block-quantized weights (2, 4 or 8 bits, with ``scales``, optional ``zero_points``, ``g_idx``
   and ``bias``) dequantized at import into a float ``[K, N]`` constant of a MatMul (and an Add of the bias), which the
   lab then quantizes as any linear layer's weights.
@@ -39,15 +42,21 @@ import onnx
 from onnx import TensorProto, helper
 
 from .contrib import (
+    ATTENTION_ATTRS,
     LAB_DOMAIN,
+    REWRITES,
     Rewrite,
     _check_attrs,
     _Context,
     _heads,
+    _key_mask,
     _main_name,
     _NeedsShape,
+    _only_inputs,
     _only_outputs,
     _Refusal,
+    attention_output,
+    attention_projections,
 )
 
 __all__ = ["DECODER_REWRITES"]
@@ -255,6 +264,83 @@ def _past_mask(ctx: _Context, name: str, seqlens_k: str, batch: int, past: int, 
                                                                                    np.int64))], f"{name}_mask")
 
 
+# ---- Attention with a past state (GPT-2 as onnxruntime's converter writes it) ---------------------------------------
+def _attention_with_past(ctx: _Context, node: onnx.NodeProto) -> None:
+    """com.microsoft Attention with its ``past`` input ``[2, B, N, P, H]`` (keys, then values) and ``present``
+    output ``[2, B, N, P + S, H]``: the new keys and values after the past ones; ``unidirectional`` aligned at the
+    bottom right (query ``i`` sees keys ``j <= P + i``); a ``mask_index`` of ``P + S`` keys (2-D 0/1, or 1-D end
+    positions; constant or computed at run time). Without a past it is :mod:`.contrib`'s Attention."""
+    if len(node.input) <= 4 or not node.input[4]:
+        REWRITES["Attention"](ctx, node)
+        return
+    a = _check_attrs(node, ATTENTION_ATTRS)
+    _only_inputs(node, ("input", "weights", "bias", "mask_index", "past"))
+    _only_outputs(ctx, node, ("output", "present"))
+    if int(a.get("past_present_share_buffer", 0)):
+        raise _Refusal("past_present_share_buffer=1 (a cache buffer of fixed length; the lab concatenates)")
+    (q, k, v), heads, (head, v_head) = attention_projections(ctx, node, a)
+    if head != v_head:
+        raise _Refusal(f"a past state with key heads of {head} and value heads of {v_head} (one packed size)")
+    shape, past_shape = _dims(ctx, node.input[0]), _dims(ctx, node.input[4])
+    if shape is None or past_shape is None:
+        raise _NeedsShape("an input or past whose static shape is not known")
+    batch, tokens = shape[0], shape[1]
+    if len(past_shape) != 5 or past_shape[:3] != (2, batch, heads) or past_shape[4] != head:
+        raise _Refusal(f"a past of shape {list(past_shape)} (only [2, batch, heads, past, head size] = "
+                       f"[2, {batch}, {heads}, P, {head}])")
+    past, name = past_shape[3], _main_name(node)
+    qh, kh, vh = (_heads(ctx, t, f"{name}_{role}", heads, head, [0, 2, 1, 3]) for t, role in zip((q, k, v), "qkv"))
+    if past:
+        for index, role in enumerate("kv"):
+            cached = ctx.emit("Gather", [node.input[4], ctx.const(f"{name}_past_{role}_index", np.int64(index))],
+                              f"{name}_past_{role}", axis=0)
+            joined = ctx.emit("Concat", [cached, kh if role == "k" else vh], f"{name}_all_{role}", axis=2)
+            kh, vh = (joined, vh) if role == "k" else (kh, joined)
+    if len(node.output) > 1 and node.output[1] and node.output[1] in ctx.used:
+        zero = ctx.const(f"{name}_present_axis", np.array([0], np.int64))
+        parts = [ctx.emit("Unsqueeze", [t, zero], f"{name}_present_{role}") for t, role in ((kh, "k"), (vh, "v"))]
+        ctx.nodes.append(helper.make_node("Concat", parts, [node.output[1]], name=ctx.fresh(f"{name}_present"), axis=0))
+    scores = ctx.emit("MatMul", [qh, ctx.emit("Transpose", [kh], f"{name}_kt", perm=[0, 1, 3, 2])], f"{name}_scores")
+    scale = float(a.get("scale", 1.0 / math.sqrt(head)))
+    scores = ctx.emit("Mul", [scores, ctx.const(f"{name}_scale", np.float32(scale))], f"{name}_scaled")
+    fill, keys = float(a.get("mask_filter_value", -10000.0)), past + tokens
+    if int(a.get("unidirectional", 0)):
+        causal = np.tril(np.ones((tokens, keys), bool), past)[None, None]
+        scores = ctx.emit("Add", [scores, ctx.const(f"{name}_causal", np.where(causal, 0.0, fill).astype(
+            np.float32))], f"{name}_causal")
+    mask = node.input[3] if len(node.input) > 3 else ""
+    if mask:
+        scores = ctx.emit("Add", [scores, _past_key_mask(ctx, name, mask, batch, tokens, keys, fill)],
+                          f"{name}_masked")
+    attention_output(ctx, node, scores, vh, heads * head)
+
+
+def _past_key_mask(ctx: _Context, name: str, mask: str, batch: int, tokens: int, keys: int, fill: float) -> str:
+    """The additive term ``[B, 1, S or 1, P + S]`` of an Attention's ``mask_index`` over the past and new keys: a
+    constant as :func:`.contrib._key_mask` reads it, or, computed at run time, a 2-D ``[B, P + S]`` 0/1 mask or 1-D
+    ``[B]`` end positions."""
+    value = ctx.consts.get(mask)
+    if value is not None:
+        kept = _key_mask(value, batch, tokens, keys)
+        return ctx.const(f"{name}_key_mask", np.where(kept, 0.0, fill).astype(np.float32))
+    shape = _dims(ctx, mask)
+    if shape == (batch, keys):
+        keep = ctx.emit("Cast", [mask], f"{name}_mask_keep", to=TensorProto.BOOL)
+    elif shape == (batch,):
+        ends = ctx.emit("Reshape", [_int64(ctx, mask, f"{name}_mask_ends"),
+                                    ctx.const(f"{name}_mask_ends_shape", np.array([batch, 1], np.int64))],
+                        f"{name}_mask_ends_b")
+        keep = ctx.emit("Less", [ctx.const(f"{name}_mask_keys", np.arange(keys, dtype=np.int64)[None]), ends],
+                        f"{name}_mask_keep")
+    else:
+        raise _Refusal(f"a mask_index {mask!r} of shape {list(shape) if shape else 'unknown'} with a past (only "
+                       f"[batch, past + tokens] = [{batch}, {keys}] of 0 and 1, or [batch] end positions)")
+    additive = ctx.emit("Where", [keep, ctx.const(f"{name}_mask_zero", np.float32(0.0)),
+                                  ctx.const(f"{name}_mask_fill", np.float32(fill))], f"{name}_mask_add")
+    return ctx.emit("Reshape", [additive, ctx.const(f"{name}_mask_shape", np.array([batch, 1, 1, keys], np.int64))],
+                    f"{name}_mask")
+
+
 # ---- RotaryEmbedding -------------------------------------------------------------------------------------------------
 def _rotary_embedding(ctx: _Context, node: onnx.NodeProto) -> None:
     """com.microsoft RotaryEmbedding ``(input, position_ids, cos_cache, sin_cache)`` as opset 23's ``(input,
@@ -374,6 +460,7 @@ def _matmul_nbits(ctx: _Context, node: onnx.NodeProto) -> None:
 
 
 DECODER_REWRITES: dict[str, Rewrite] = {
+    "Attention": _attention_with_past,
     "GroupQueryAttention": _group_query_attention,
     "RotaryEmbedding": _rotary_embedding,
     "MatMulNBits": _matmul_nbits,
