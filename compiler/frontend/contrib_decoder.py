@@ -11,7 +11,9 @@ Mistral-, Qwen- or Phi-style decoder, rewritten into standard nodes (the mechani
 
   * the total length must be constant once the graph's shapes are folded (the builder computes it from the mask's
     shape), and equal to ``P + S``: the lab grows the cache by concatenation, as the non-shared buffer does;
-  * the first prompt (``S`` equal to the total length, no past) attends causally and rotates position ``s``;
+  * the first prompt (``S`` equal to the total length, no past) attends causally, to each sequence's first
+    ``seqlens_k + 1`` keys (so a padded row's padded queries give onnxruntime's outputs too), and rotates position
+    ``s``;
   * any other step (a decode step, ``S = 1``, or a later chunk of a prompt) places its queries after each sequence's
     ``seqlens_k + 1 - S`` valid past positions, as onnxruntime does: the rotary positions and a mask of the past
     keys beyond that are computed at run time from ``seqlens_k`` (a runtime mask, :mod:`.masks`). With no padding
@@ -237,7 +239,9 @@ def _group_query_attention(ctx: _Context, node: onnx.NodeProto) -> None:
     attrs: dict[str, Any] = {"is_causal": 1, "scale": scale, "softcap": float(a.get("softcap", 0.0))}
     if window >= 0:
         attrs["left_window_size"] = window - 1
-    mask = "" if first else _past_mask(ctx, name, given["seqlens_k"], batch, past, tokens)
+    mask = _key_limit_mask(ctx, name, given["seqlens_k"], batch, tokens, np.arange(tokens) - tokens) if first else \
+        _key_limit_mask(ctx, name, given["seqlens_k"], batch, tokens, np.concatenate([np.arange(past),
+                                                                                      np.full(tokens, -1)]))
     inputs = [q, k, v, mask] + ([given["past_key"], given["past_value"]] if past else [])
     outputs = [ctx.fresh(f"{name}_heads_out")]
     for index in (1, 2):
@@ -252,15 +256,17 @@ def _group_query_attention(ctx: _Context, node: onnx.NodeProto) -> None:
         [node.output[0]], name=name))
 
 
-def _past_mask(ctx: _Context, name: str, seqlens_k: str, batch: int, past: int, tokens: int) -> str:
-    """The additive mask ``[B, 1, 1, P + S]`` of a step after the first prompt: past key ``j`` is kept where ``j <
-    seqlens_k + 1 - S`` (the new keys always; the causal order among them is Attention's)."""
-    keys = np.concatenate([np.arange(past), np.full(tokens, -1)]).astype(np.int64)[None]
-    keep = ctx.emit("Less", [ctx.const(f"{name}_key_index", keys), _past_valid(ctx, f"{name}_mask", seqlens_k,
-                                                                                tokens)], f"{name}_key_keep")
+def _key_limit_mask(ctx: _Context, name: str, seqlens_k: str, batch: int, tokens: int, index: np.ndarray) -> str:
+    """The additive mask ``[B, 1, 1, L]`` keeping key ``j`` where ``index[j] < seqlens_k + 1 - S`` (the causal order
+    is Attention's). After the first prompt ``index`` is the past keys' positions and -1 for the new keys (always
+    kept): the past beyond each sequence's valid length goes. In the first prompt it is ``j - S``: keys from each
+    sequence's length on go, as onnxruntime masks them for every query (the padded queries' outputs then match its
+    too)."""
+    keep = ctx.emit("Less", [ctx.const(f"{name}_key_index", index.astype(np.int64)[None]),
+                             _past_valid(ctx, f"{name}_mask", seqlens_k, tokens)], f"{name}_key_keep")
     additive = ctx.emit("Where", [keep, ctx.const(f"{name}_mask_zero", np.float32(0.0)),
                                   ctx.const(f"{name}_mask_fill", np.float32(_MASKED))], f"{name}_key_mask")
-    return ctx.emit("Reshape", [additive, ctx.const(f"{name}_mask_shape", np.array([batch, 1, 1, past + tokens],
+    return ctx.emit("Reshape", [additive, ctx.const(f"{name}_mask_shape", np.array([batch, 1, 1, index.size],
                                                                                    np.int64))], f"{name}_mask")
 
 
