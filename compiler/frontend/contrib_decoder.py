@@ -5,7 +5,8 @@ Mistral-, Qwen- or Phi-style decoder, rewritten into standard nodes (the mechani
   each split into heads; with ``do_rotary``, the rotary embedding of Q and K (a standard ``RotaryEmbedding`` node);
   then ONNX's ``Attention`` of opset 23 over the heads (grouped-query heads, the past keys and values ``[B, kvN, P,
   H]`` concatenated before the new ones as ``present_key``/``present_value``, causal masking aligned at the bottom
-  right, ``softcap``, ``scale``), both rewritten in turn by :mod:`.onnx_fused`.
+  right, ``softcap``, ``scale``), both written in the lab's own domain (:data:`.contrib.LAB_DOMAIN`) and rewritten
+  in the next round by :mod:`.onnx_fused`'s rewrites.
   onnxruntime reads two run-time inputs, ``seqlens_k`` (the index of each sequence's last valid token,
   ``ReduceSum(attention_mask) - 1``) and ``total_sequence_length`` (the attention mask's length):
 
