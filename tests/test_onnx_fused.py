@@ -141,6 +141,7 @@ FORMS = {
     "bool input mask and causal": dict(mask=("input", TensorProto.BOOL, (B, 1, T, T)), is_causal=1),
     "constant float mask": dict(mask=("const", CAUSAL)),
     "short constant bool mask": dict(mask=("const", np.ones((T, T - 2), bool))),
+    "short float input mask": dict(mask=("input", F, (B, 1, T, T - 2)), is_causal=1),
     "kv cache": dict(past=5, is_causal=1, batch=1),
     "opset 24": dict(opset=24, is_causal=1),
     "sliding window": dict(opset=25, is_causal=1, left_window_size=3),
@@ -151,7 +152,8 @@ FORMS = {
 def test_attention_imports_as_its_decomposition(form):
     """onnxruntime 1.32 refuses a mask broadcast over the queries (``[B, 1, 1, L]``) and one shorter than the keys,
     which the operator allows: those forms are checked against ONNX's reference evaluator alone."""
-    _check_float(_block(**FORMS[form]), with_ort=form not in ("broadcast bool input mask", "short constant bool mask"))
+    _check_float(_block(**FORMS[form]), with_ort=form not in ("broadcast bool input mask", "short constant bool mask",
+                                                               "short float input mask"))
 
 
 @pytest.fixture
@@ -304,6 +306,27 @@ def test_external_cache_lengths_with_an_attn_mask_are_refused():
     attention.input[3] = "mask"
     with pytest.raises(UnsupportedOperatorError, match="nonpad_kv_seqlen with an attn_mask"):
         import_onnx(model)
+
+
+def test_a_short_float_mask_input_is_a_float_term_with_any_values(tmp_path, capsys, monkeypatch):
+    """A float32 ``attn_mask`` input shorter than the keys: the keys past it take no part (the operator pads it with
+    -inf), and its own values are added as they are: any floats, not a 0/1 mask (it used to reach the scores
+    through a Pad, which made it one, and `vta run` refused real values)."""
+    from vta.cli import main
+    from vta.compiler.frontend.masks import is_float_mask_input
+    monkeypatch.setenv("VTA_CACHE_DIR", str(tmp_path))
+    model = _block(mask=("input", F, (B, 1, T, T - 2)), is_causal=1)
+    graph = import_onnx(model)
+    assert is_float_mask_input(graph, "mask") and "Pad" not in [n.op for n in graph.nodes]
+    feeds = _feeds(model)
+    feeds["mask"] = np.random.default_rng(3).standard_normal(feeds["mask"].shape).astype(np.float32)
+    want = ReferenceEvaluator(model).run(None, feeds)[0]
+    np.testing.assert_allclose(run_float(graph, feeds)["y"], want, atol=2e-5, rtol=1e-4)
+    path = tmp_path / "short.onnx"
+    onnx.save(model, str(path))
+    np.savez(tmp_path / "in.npz", **feeds)
+    assert main(["run", str(path), "--target", "fsim", "--input", str(tmp_path / "in.npz"), "--no-progress"]) == 0
+    assert "matches_integer_reference: True" in capsys.readouterr().out
 
 
 def test_a_query_row_masked_out_whole_attends_to_nothing():

@@ -13,7 +13,8 @@ an exporter writes at opset 22:
   MatMul of Q by K^T; Mul by ``scale`` (default ``1/sqrt(head size)``); ``softcap`` as ``softcap *
   tanh(scores / softcap)``; Add of the causal and sliding-window masks as one constant (``-inf`` where masked,
   aligned at the bottom right as the operator is: a query ``i`` sees keys ``j <= i + past``); Add of
-  ``attn_mask`` (a boolean mask as ``Where(mask, 0, -inf)``; one shorter than the keys padded with ``-inf``); Softmax;
+  ``attn_mask`` (a boolean mask as ``Where(mask, 0, -inf)``; one shorter than the keys padded with ``-inf``, or, a
+  float graph input, the keys past it sliced off); Softmax;
   MatMul by V; Transpose and Reshape back for 3-D. A mask from a graph input then becomes a runtime mask
   (:mod:`.masks`), a constant one a fused softmax bias.
 - ``SwiGLU`` (opset 28): ``Swish(a, alpha) * b``.
@@ -165,6 +166,10 @@ def _attention(ctx: _Context, node: onnx.NodeProto) -> None:
     causal = bool(a.get("is_causal", 0))
     keep = _allowed(queries, keys, past, causal and not nonpad, int(a.get("left_window_size", -1)),
                     int(a.get("right_window_size", -1)))
+    if mask and _short_float_input(ctx, node, mask, keys):          # before the constant masks, which then fuse
+        count = _shape(ctx, mask, "attn_mask", (1, 2, 3, 4))[-1]
+        scores, vh = _first_keys(ctx, name, scores, vh, count)
+        keep = None if keep is None else keep[:, :count]
     if keep is not None:
         bias = np.where(keep, np.float32(0.0), np.float32(-np.inf)).astype(np.float32)
         scores = ctx.emit("Add", [scores, ctx.const(f"{name}_causal", bias)], f"{name}_causal")
@@ -204,6 +209,31 @@ def _nonpad_mask(ctx: _Context, name: str, nonpad: str, queries: int, keys: int,
                               ctx.const(f"{name}_nonpad_fill", np.float32(-np.inf))], f"{name}_nonpad_mask")
 
 
+def _short_float_input(ctx: _Context, node: onnx.NodeProto, mask: str, keys: int) -> bool:
+    """Whether ``mask`` is a float32 graph input shorter than the ``keys`` (and the scores output is not read): its
+    -inf padding then means the keys past it take no part, which :func:`_first_keys` writes without a Pad, so the
+    mask reaches the scores as the float term it is (:func:`.masks.find_float_masks`; through a Pad it would be
+    taken for a 0/1 mask)."""
+    if ctx.types.get(mask) != TensorProto.FLOAT or mask not in {vi.name for vi in ctx.model.graph.input}:
+        return False
+    if len(node.output) > 3 and node.output[3] and node.output[3] in ctx.used:
+        return False
+    shape = ctx.shapes.get(mask)
+    return shape is not None and shape[-1] < keys
+
+
+def _first_keys(ctx: _Context, name: str, scores: str, vh: str, count: int) -> tuple[str, str]:
+    """The scores ``[..., L]`` and values ``[B, N, L, Hv]`` of the first ``count`` keys only (the others' -inf
+    scores weigh nothing in the softmax)."""
+    start, end = ctx.const(f"{name}_keys_b", np.array([0], np.int64)), ctx.const(f"{name}_keys_e",
+                                                                                 np.array([count], np.int64))
+    scores = ctx.emit("Slice", [scores, start, end, ctx.const(f"{name}_keys_axis", np.array([-1], np.int64))],
+                      f"{name}_first_keys")
+    vh = ctx.emit("Slice", [vh, start, end, ctx.const(f"{name}_values_axis", np.array([2], np.int64))],
+                  f"{name}_first_values")
+    return scores, vh
+
+
 def _additive_mask(ctx: _Context, node: onnx.NodeProto, mask: str, keys: int) -> str:
     """Attention's ``attn_mask`` as an additive term: a boolean mask as ``Where(mask, 0, -inf)``, a float one as
     given; padded with ``-inf`` up to ``keys`` along its last axis when shorter."""
@@ -218,7 +248,7 @@ def _additive_mask(ctx: _Context, node: onnx.NodeProto, mask: str, keys: int) ->
         raise _Refusal(f"an attn_mask of element type {what} (only bool, or float32 added to the scores)")
     if shape[-1] > keys:
         raise _Refusal(f"an attn_mask of {shape[-1]} keys for {keys} keys")
-    if shape[-1] < keys:
+    if shape[-1] < keys and not _short_float_input(ctx, node, mask, keys):
         pads = [0] * len(shape) + [0] * (len(shape) - 1) + [keys - shape[-1]]
         mask = ctx.emit("Pad", [mask, ctx.const(f"{name}_mask_pads", np.array(pads, np.int64)),
                                 ctx.const(f"{name}_mask_pad_value", np.float32(-np.inf))], f"{name}_mask_pad")
