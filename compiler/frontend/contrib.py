@@ -38,7 +38,8 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper, shape_inference
 
 __all__ = ["CONTRIB_DOMAIN", "ORT_DEFAULT_DOMAIN_OPS", "REWRITES", "Rewrite", "rewrite_contrib", "rewrite_nodes",
-           "static_shapes", "elem_types", "ATTENTION_ATTRS", "attention_projections", "attention_output"]
+           "static_shapes", "elem_types", "ATTENTION_ATTRS", "attention_projections", "attention_output", "MHA_ATTRS",
+           "mha_projections"]
 
 CONTRIB_DOMAIN = "com.microsoft"
 ORT_DEFAULT_DOMAIN_OPS = frozenset({"SimplifiedLayerNormalization"})
@@ -635,11 +636,24 @@ def attention_projections(ctx: _Context, node: onnx.NodeProto, a: dict[str, Any]
     return parts, heads, (sizes[0] // heads, sizes[2] // heads)
 
 
+MHA_ATTRS = {"num_heads", "unidirectional", "mask_filter_value", "scale"}
+"""The attributes of com.microsoft's MultiHeadAttention the rewrites read."""
+
+
 def _multi_head_attention(ctx: _Context, node: onnx.NodeProto) -> None:
     """MultiHeadAttention of separate 3-D query ``[B, S, D]``, key ``[B, L, D]`` and value ``[B, L, Dv]``."""
-    a = _check_attrs(node, {"num_heads", "unidirectional", "mask_filter_value", "scale"})
+    a = _check_attrs(node, MHA_ATTRS)
     _only_inputs(node, ("query", "key", "value", "bias", "key_padding_mask"))
     _only_outputs(ctx, node, ("output",))
+    parts, heads, head_sizes = mha_projections(ctx, node, a)
+    mask = _mask(ctx, node, 4, bool(a.get("unidirectional", 0)), float(a.get("mask_filter_value", -10000.0)),
+                 node.input[0], node.input[1])
+    _attend(ctx, node, parts, heads, head_sizes, float(a.get("scale", 1.0 / math.sqrt(head_sizes[0]))), mask)
+
+
+def mha_projections(ctx: _Context, node: onnx.NodeProto, a: dict[str, Any]) -> tuple[list[str], int, tuple[int, int]]:
+    """A MultiHeadAttention's Q, K and V ``[B, S or L, width]`` (its 3-D inputs plus their parts of the bias), its
+    head count and its (Q/K, V) head sizes."""
     if len(node.input) < 3 or not node.input[1] or not node.input[2]:
         raise _Refusal("packed QKV or packed KV inputs (only separate query, key and value)")
     shapes = [ctx.shapes.get(t) for t in node.input[:3]]
@@ -662,10 +676,7 @@ def _multi_head_attention(ctx: _Context, node: onnx.NodeProto) -> None:
         begin += width
     if bias is not None and bias.shape != (begin,):
         raise _Refusal(f"a bias of shape {bias.shape} for Q, K and V of widths {widths}")
-    head_sizes = (widths[0] // heads, widths[2] // heads)
-    mask = _mask(ctx, node, 4, bool(a.get("unidirectional", 0)), float(a.get("mask_filter_value", -10000.0)),
-                 node.input[0], node.input[1])
-    _attend(ctx, node, parts, heads, head_sizes, float(a.get("scale", 1.0 / math.sqrt(head_sizes[0]))), mask)
+    return parts, heads, (widths[0] // heads, widths[2] // heads)
 
 
 REWRITES: dict[str, Rewrite] = {
