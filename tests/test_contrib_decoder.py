@@ -418,3 +418,46 @@ def test_attention_with_a_past_of_another_shape_is_refused():
     past.type.tensor_type.shape.dim[2].dim_value = 3              # 3 heads for num_heads 2
     with pytest.raises(UnsupportedOperatorError, match=r"a past of shape \[2, 1, 3, 4, 16\]"):
         import_onnx(model)
+
+
+# ---- MultiHeadAttention with a past (onnxruntime's optimized Whisper, T5, BART decoders) -----------------------------
+def _mha_past(*, batch=1, tokens=1, past=4, mask="2d", unidirectional=1, heads=2, head=16):
+    """q, k, v projections of x ``[B, S, 32]`` -> com.microsoft MultiHeadAttention with ``past_key``/``past_value``
+    ``[B, N, P, H]`` (graph inputs) and a ``key_padding_mask`` graph input (``"2d"`` ``[B, P + S]`` 0/1, ``"1d"``
+    ``[B]`` end positions, None) -> y, present_key, present_value."""
+    width = heads * head
+    nodes = [helper.make_node("MatMul", ["x", f"w{r}"], [r]) for r in "qkv"]
+    ins = ["q", "k", "v", "", "mask" if mask else "", "", "past_key", "past_value"]
+    nodes.append(helper.make_node("MultiHeadAttention", ins, ["y", "present_key", "present_value"], name="mha",
+                                  domain=MS, num_heads=heads, unidirectional=unidirectional))
+    inits = [(f"w{r}", _x(width, width, spread=0.3)) for r in "qkv"]
+    feeds = {"x": _x(batch, tokens, width), "past_key": _x(batch, heads, past, head),
+             "past_value": _x(batch, heads, past, head)}
+    if mask == "2d":
+        feeds["mask"] = np.ones((batch, past + tokens), np.int64)
+    elif mask == "1d":
+        feeds["mask"] = np.full(batch, past + tokens, np.int64)
+    model = _model(nodes, feeds, ["y", "present_key", "present_value"], inits)
+    for vi in model.graph.input:
+        if vi.name == "mask":
+            vi.type.tensor_type.elem_type = TensorProto.INT32
+    if mask:
+        feeds["mask"] = feeds["mask"].astype(np.int32)
+    return model, feeds
+
+
+@pytest.mark.parametrize("tokens, past, mask, unidirectional", [(1, 4, "2d", 1), (3, 4, "2d", 1), (1, 5, None, 0),
+                                                                (2, 4, "1d", 1), (4, 0, None, 1)])
+def test_multi_head_attention_with_a_past(tokens, past, mask, unidirectional):
+    model, feeds = _mha_past(tokens=tokens, past=past, mask=mask, unidirectional=unidirectional)
+    wide = {k: v.astype(np.int64) if v.dtype == np.int32 else v for k, v in feeds.items()}
+    names = ["y", "present_key", "present_value"]
+    want = dict(zip(names, ort.InferenceSession(model.SerializeToString()).run(None, feeds)))
+    graph = import_onnx(model, input_shapes={k: v.shape for k, v in feeds.items()})
+    got = run_float(graph, {k: v for k, v in wide.items() if k in graph.inputs})
+    for name in names:
+        np.testing.assert_allclose(got[name], want[name], atol=3e-5, rtol=1e-4, err_msg=name)
+    qgraph = quantize(graph, {k: v for k, v in wide.items() if k in graph.inputs})
+    ref = qops.run_reference(qgraph, {k: v for k, v in wide.items() if k in graph.inputs})
+    for name, value in cpu.run_cpu(qgraph, {k: v for k, v in wide.items() if k in graph.inputs}).items():
+        np.testing.assert_array_equal(value, ref[name])

@@ -30,7 +30,8 @@ Mistral-, Qwen- or Phi-style decoder, rewritten into standard nodes (the mechani
   batching are refused.
 - ``Attention`` with a ``past`` state ``[2, B, N, P, H]`` (onnxruntime's GPT-2 converter): the new keys and values
   after the cached ones (``present``), causal masking aligned at the bottom right, a mask over past and new keys;
-  without a past, :mod:`.contrib`'s Attention.
+  without a past, :mod:`.contrib`'s Attention. ``MultiHeadAttention`` with ``past_key``/``past_value`` ``[B, N, P,
+  H]`` (onnxruntime's optimized Whisper, T5 and BART decoders) likewise, with ``present_key``/``present_value``.
 - ``MatMulNBits``: the block-quantized weights (2, 4 or 8 bits, with ``scales``, optional ``zero_points``, ``g_idx``
   and ``bias``) dequantized at import into a float ``[K, N]`` constant of a MatMul (and an Add of the bias), which the
   lab then quantizes as any linear layer's weights.
@@ -47,6 +48,7 @@ from onnx import TensorProto, helper
 from .contrib import (
     ATTENTION_ATTRS,
     LAB_DOMAIN,
+    MHA_ATTRS,
     REWRITES,
     Rewrite,
     _check_attrs,
@@ -60,6 +62,7 @@ from .contrib import (
     _Refusal,
     attention_output,
     attention_projections,
+    mha_projections,
 )
 
 __all__ = ["DECODER_REWRITES"]
@@ -322,6 +325,56 @@ def _attention_with_past(ctx: _Context, node: onnx.NodeProto) -> None:
     attention_output(ctx, node, scores, vh, heads * head)
 
 
+def _mha_with_past(ctx: _Context, node: onnx.NodeProto) -> None:
+    """com.microsoft MultiHeadAttention with ``past_key``/``past_value`` ``[B, N, P, H]`` (onnxruntime's optimized
+    decoders: Whisper's, T5's, BART's self-attention): the new keys and values ``[B, L, D]`` after the cached ones,
+    as ``present_key``/``present_value``; ``unidirectional`` aligned at the bottom right; a ``key_padding_mask`` of
+    ``P + L`` keys. Without a past it is :mod:`.contrib`'s MultiHeadAttention."""
+    inputs = list(node.input) + [""] * (8 - len(node.input))
+    if not inputs[6] and not inputs[7]:
+        REWRITES["MultiHeadAttention"](ctx, node)
+        return
+    a = _check_attrs(node, MHA_ATTRS)
+    _only_inputs(node, ("query", "key", "value", "bias", "key_padding_mask", "attention_bias", "past_key",
+                        "past_value"))
+    _only_outputs(ctx, node, ("output", "present_key", "present_value"))
+    if inputs[5]:
+        raise _Refusal(f"input attention_bias ({inputs[5]!r}) with a past")
+    if not inputs[6] or not inputs[7]:
+        raise _Refusal("a past_key without a past_value or the reverse")
+    (q, k, v), heads, (head, v_head) = mha_projections(ctx, node, a)
+    q_shape, k_shape = _dims(ctx, inputs[0]), _dims(ctx, inputs[1])
+    past_k, past_v = _dims(ctx, inputs[6]), _dims(ctx, inputs[7])
+    if q_shape is None or k_shape is None or past_k is None or past_v is None:
+        raise _NeedsShape("a query, key or past whose static shape is not known")
+    batch, tokens, new = q_shape[0], q_shape[1], k_shape[1]
+    if past_k[:2] != (batch, heads) or past_k[3] != head or past_v != past_k[:3] + (v_head,):
+        raise _Refusal(f"past_key and past_value of shapes {list(past_k)} and {list(past_v)} (only [batch, heads, "
+                       f"past, head size] = [{batch}, {heads}, P, {head}] and [{batch}, {heads}, P, {v_head}])")
+    past, name = past_k[2], _main_name(node)
+    qh, kh, vh = (_heads(ctx, t, f"{name}_{role}", heads, size, [0, 2, 1, 3])
+                  for t, role, size in ((q, "q", head), (k, "k", head), (v, "v", v_head)))
+    if past:
+        kh = ctx.emit("Concat", [inputs[6], kh], f"{name}_all_k", axis=2)
+        vh = ctx.emit("Concat", [inputs[7], vh], f"{name}_all_v", axis=2)
+    for index, tensor in ((1, kh), (2, vh)):
+        if len(node.output) > index and node.output[index] and node.output[index] in ctx.used:
+            ctx.nodes.append(helper.make_node("Identity", [tensor], [node.output[index]],
+                                              name=ctx.fresh(f"{name}_present_{'kv'[index - 1]}")))
+    scores = ctx.emit("MatMul", [qh, ctx.emit("Transpose", [kh], f"{name}_kt", perm=[0, 1, 3, 2])], f"{name}_scores")
+    scale = float(a.get("scale", 1.0 / math.sqrt(head)))
+    scores = ctx.emit("Mul", [scores, ctx.const(f"{name}_scale", np.float32(scale))], f"{name}_scaled")
+    fill, keys = float(a.get("mask_filter_value", -10000.0)), past + new
+    if int(a.get("unidirectional", 0)):
+        causal = np.tril(np.ones((tokens, keys), bool), keys - tokens)[None, None]
+        scores = ctx.emit("Add", [scores, ctx.const(f"{name}_causal", np.where(causal, 0.0, fill).astype(
+            np.float32))], f"{name}_causal")
+    if inputs[4]:
+        scores = ctx.emit("Add", [scores, _past_key_mask(ctx, name, inputs[4], batch, tokens, keys, fill)],
+                          f"{name}_masked")
+    attention_output(ctx, node, scores, vh, heads * v_head)
+
+
 def _past_key_mask(ctx: _Context, name: str, mask: str, batch: int, tokens: int, keys: int, fill: float) -> str:
     """The additive term ``[B, 1, S or 1, P + S]`` of an Attention's ``mask_index`` over the past and new keys: a
     constant as :func:`.contrib._key_mask` reads it, or, computed at run time, a 2-D ``[B, P + S]`` 0/1 mask or 1-D
@@ -468,6 +521,7 @@ def _matmul_nbits(ctx: _Context, node: onnx.NodeProto) -> None:
 
 DECODER_REWRITES: dict[str, Rewrite] = {
     "Attention": _attention_with_past,
+    "MultiHeadAttention": _mha_with_past,
     "GroupQueryAttention": _group_query_attention,
     "RotaryEmbedding": _rotary_embedding,
     "MatMulNBits": _matmul_nbits,
