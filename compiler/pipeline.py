@@ -268,9 +268,8 @@ def random_inputs(graph: Graph, seed: int, samples: int = 1) -> dict[str, np.nda
             out[name] = rng.integers(0, rows, full, dtype=np.int64)
         elif graph.tensors[name].dtype == "int64" and not graph.consumers(name):
             out[name] = np.ones(full, np.int64)      # an integer input nothing reads: a mask of ones (for onnxruntime)
-        elif mask_lengths(graph, name) is not None:    # valid keys per sequence: as random_mask's, in [L/2, L]
-            keys = int(mask_lengths(graph, name) or 1)
-            out[name] = rng.integers((keys + 1) // 2, keys + 1, full, dtype=np.int64)
+        elif (keys := mask_lengths(graph, name)) is not None:   # valid keys per sequence: as random_mask's
+            out[name] = rng.integers((keys + 1) // 2, keys + 1, full, dtype=np.int64)   # in [L/2, L]
         elif is_mask_input(graph, name):
             out[name] = random_mask(full, rng)
         elif is_float_mask_input(graph, name):

@@ -38,8 +38,8 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper, shape_inference
 
 __all__ = ["CONTRIB_DOMAIN", "ORT_DEFAULT_DOMAIN_OPS", "REWRITES", "Rewrite", "rewrite_contrib", "rewrite_nodes",
-           "static_shapes", "elem_types", "ATTENTION_ATTRS", "attention_projections", "attention_output", "MHA_ATTRS",
-           "mha_projections"]
+           "static_shapes", "elem_types", "ATTENTION_ATTRS", "attention_projections", "attend_heads", "MHA_ATTRS",
+           "mha_projections", "lengths_mask"]
 
 CONTRIB_DOMAIN = "com.microsoft"
 ORT_DEFAULT_DOMAIN_OPS = frozenset({"SimplifiedLayerNormalization"})
@@ -489,15 +489,15 @@ def _key_mask(mask: np.ndarray, batch: int, queries: int, keys: int) -> np.ndarr
                    f"and 0)")
 
 
-def _mask(ctx: _Context, node: onnx.NodeProto, index: int, causal: bool, fill: float, queries: str, keys: str
-          ) -> np.ndarray | str | None:
+def _mask(ctx: _Context, node: onnx.NodeProto, index: int, causal: bool, fill: float, queries: str, keys: str,
+          past: int = 0) -> np.ndarray | str | None:
     """The additive mask ``[B or 1, 1, S, L]`` (``fill`` where masked, else 0) of the node's key mask input
     ``index`` (see :func:`_key_mask`) and causal masking, or None for neither; ``queries`` and ``keys`` are the
-    tensors ``[B, S, .]`` and ``[B, L, .]`` that give the lengths. A key mask computed at run time gives the name
-    of a tensor computed from it (:func:`_runtime_mask`)."""
+    tensors ``[B, S, .]`` and ``[B, L - past, .]`` that give the lengths, ``past`` the cached keys before the new
+    ones. A key mask computed at run time gives the name of a tensor computed from it (:func:`_runtime_mask`)."""
     given = node.input[index] if len(node.input) > index else ""
     if given and given not in ctx.consts:
-        return _runtime_mask(ctx, node, given, causal, fill, queries, keys)
+        return _runtime_mask(ctx, node, given, causal, fill, queries, keys, past)
     mask = ctx.constant(node, index, "mask")
     if mask is None and not causal:
         return None
@@ -505,52 +505,62 @@ def _mask(ctx: _Context, node: onnx.NodeProto, index: int, causal: bool, fill: f
     if q_shape is None or k_shape is None or len(q_shape) != 3 or len(k_shape) != 3:
         raise _NeedsShape(f"a mask or unidirectional=1 on inputs {queries!r} and {keys!r} whose static shapes "
                           f"[batch, tokens, hidden] are not known")
-    s, length = q_shape[1], k_shape[1]
+    s, length = q_shape[1], past + k_shape[1]
     keep = np.ones((1, 1, s, length), bool)
     if mask is not None:
         keep = keep & _key_mask(mask, q_shape[0], s, length)
     if causal:
-        keep = keep & _causal(s, length)
+        keep = keep & _causal(s, length, past)
     return np.where(keep, 0.0, fill).astype(np.float32)
 
 
-def _causal(s: int, length: int) -> np.ndarray:
-    """Which keys each query may attend to under ``unidirectional=1``, ``[1, 1, s, length]``; refused unless there are
-    as many queries as keys."""
-    if s != length:
+def _causal(s: int, length: int, past: int = 0) -> np.ndarray:
+    """Which keys each query may attend to under ``unidirectional=1``, ``[1, 1, s, length]``: with no past, refused
+    unless there are as many queries as keys; after ``past`` cached keys, aligned at the bottom right (query ``i``
+    sees keys ``j <= i + length - s``)."""
+    if not past and s != length:
         raise _Refusal(f"unidirectional=1 with {s} queries and {length} keys (only as many of each)")
-    return np.tril(np.ones((s, length), bool))[None, None]
+    return np.tril(np.ones((s, length), bool), length - s)[None, None]
+
+
+def lengths_mask(ctx: _Context, name: str, lengths: str, index: np.ndarray, fill: float) -> str:
+    """The additive mask ``[B, 1, Q, L]`` (``index`` ``[Q, L]``, Q often 1) of per-sequence lengths computed at run
+    time (``lengths``: ``B`` integers, of any shape): 0 where ``index < lengths[b]``, else ``fill``."""
+    ends = ctx.emit("Reshape", [ctx.emit("Cast", [lengths], f"{name}_lengths64", to=TensorProto.INT64),
+                                ctx.const(f"{name}_lengths_shape", np.array([-1, 1, 1, 1], np.int64))],
+                    f"{name}_lengths")
+    keep = ctx.emit("Less", [ctx.const(f"{name}_key_index", np.asarray(index, np.int64)[None, None]), ends],
+                    f"{name}_keep")
+    return ctx.emit("Where", [keep, ctx.const(f"{name}_zero", np.float32(0.0)),
+                              ctx.const(f"{name}_fill", np.float32(fill))], f"{name}_lengths_mask")
 
 
 def _runtime_mask(ctx: _Context, node: onnx.NodeProto, given: str, causal: bool, fill: float, queries: str,
-                  keys: str) -> str:
+                  keys: str, past: int = 0) -> str:
     """The additive mask ``[B, 1, 1 or S, L]`` of a key mask computed at run time, as nodes on it (which the runtime
     mask import then reads from the graph's mask input): a 1-D ``[B]`` ``mask_index`` of end positions (onnxruntime's
     optimizer writes ``ReduceSum(attention_mask, 1)``) keeps the keys before it, a 2-D ``[B, L]`` 0/1 mask the keys
-    it marks 1; ``fill`` elsewhere, and above the diagonal too when ``causal``."""
+    it marks 1; ``fill`` elsewhere, and above the diagonal too when ``causal`` (``L`` counts ``past`` cached keys
+    before those of ``keys``, as :func:`_mask`)."""
     q_shape, k_shape, m_shape = ctx.shapes.get(queries), ctx.shapes.get(keys), ctx.shapes.get(given)
     if q_shape is None or k_shape is None or m_shape is None or len(q_shape) != 3 or len(k_shape) != 3:
         raise _NeedsShape(f"a mask computed at run time on inputs {queries!r} and {keys!r} whose static shapes "
                           f"are not known")
-    batch, s, length = q_shape[0], q_shape[1], k_shape[1]
+    batch, s, length = q_shape[0], q_shape[1], past + k_shape[1]
     name = _main_name(node)
     if m_shape == (batch,):
-        ends = ctx.emit("Unsqueeze", [given, ctx.const(f"{name}_mask_axis", np.array([1], np.int64))],
-                        f"{name}_mask_ends")
-        ends = ctx.emit("Cast", [ends], f"{name}_mask_ends64", to=TensorProto.INT64)
-        keep = ctx.emit("Less", [ctx.const(f"{name}_mask_keys", np.arange(length, dtype=np.int64)[None]), ends],
-                        f"{name}_mask_keep")
+        mask = lengths_mask(ctx, f"{name}_mask", given, np.arange(length)[None], fill)
     elif m_shape == (batch, length):
         keep = ctx.emit("Cast", [given], f"{name}_mask_keep", to=TensorProto.BOOL)
+        additive = ctx.emit("Where", [keep, ctx.const(f"{name}_mask_zero", np.float32(0.0)),
+                                      ctx.const(f"{name}_mask_fill", np.float32(fill))], f"{name}_mask_add")
+        mask = ctx.emit("Reshape", [additive, ctx.const(f"{name}_mask_shape", np.array([batch, 1, 1, length],
+                                                                                       np.int64))], f"{name}_mask")
     else:
         raise _Refusal(f"a mask input {given!r} of shape {m_shape} computed at run time (only [batch] end positions "
                        f"or a [batch, keys] 0/1 mask)")
-    additive = ctx.emit("Where", [keep, ctx.const(f"{name}_mask_zero", np.float32(0.0)),
-                                  ctx.const(f"{name}_mask_fill", np.float32(fill))], f"{name}_mask_add")
-    mask = ctx.emit("Reshape", [additive, ctx.const(f"{name}_mask_shape", np.array([batch, 1, 1, length], np.int64))],
-                    f"{name}_mask")
     if causal:
-        upper = np.where(_causal(s, length), 0.0, fill).astype(np.float32)
+        upper = np.where(_causal(s, length, past), 0.0, fill).astype(np.float32)
         mask = ctx.emit("Add", [mask, ctx.const(f"{name}_causal", upper)], f"{name}_mask_causal")
     return mask
 
@@ -563,20 +573,21 @@ def _attend(ctx: _Context, node: onnx.NodeProto, qkv: list[str], heads: int, siz
     q, k, v = qkv
     qk_head, v_head = size
     qh = _heads(ctx, q, f"{name}_q", heads, qk_head, [0, 2, 1, 3])
-    kh = _heads(ctx, k, f"{name}_k", heads, qk_head, [0, 2, 3, 1])
+    kt = _heads(ctx, k, f"{name}_k", heads, qk_head, [0, 2, 3, 1])
     vh = _heads(ctx, v, f"{name}_v", heads, v_head, [0, 2, 1, 3])
-    scores = ctx.emit("MatMul", [qh, kh], f"{name}_scores")
+    attend_heads(ctx, node, qh, kt, vh, heads * v_head, scale, mask)
+
+
+def attend_heads(ctx: _Context, node: onnx.NodeProto, qh: str, kt: str, vh: str, width: int, scale: float,
+                 mask: np.ndarray | str | None) -> None:
+    """softmax(``qh [B, N, S, H]`` @ ``kt [B, N, H, L]`` * scale + mask) @ ``vh [B, N, L, Hv]``, heads merged into
+    ``node``'s output 0 ``[B, S, width]`` (named as the node; ``mask`` as :func:`_attend` takes it)."""
+    name = _main_name(node)
+    scores = ctx.emit("MatMul", [qh, kt], f"{name}_scores")
     scores = ctx.emit("Mul", [scores, ctx.const(f"{name}_scale", np.float32(scale))], f"{name}_scaled")
     if mask is not None:
         scores = ctx.emit("Add", [scores, mask if isinstance(mask, str) else ctx.const(f"{name}_mask", mask)],
                           f"{name}_masked")
-    attention_output(ctx, node, scores, vh, heads * v_head)
-
-
-def attention_output(ctx: _Context, node: onnx.NodeProto, scores: str, vh: str, width: int) -> None:
-    """Softmax of the masked ``scores [B, N, S, L]`` times ``vh [B, N, L, Hv]``, heads merged into ``node``'s output
-    0 ``[B, S, width]`` (named as the node)."""
-    name = _main_name(node)
     probs = ctx.emit("Softmax", [scores], f"{name}_softmax", axis=-1)
     context = ctx.emit("MatMul", [probs, vh], f"{name}_context")
     merged = ctx.emit("Transpose", [context], f"{name}_merge", perm=[0, 2, 1, 3])

@@ -54,14 +54,15 @@ from .contrib import (
     _check_attrs,
     _Context,
     _heads,
-    _key_mask,
     _main_name,
+    _mask,
     _NeedsShape,
     _only_inputs,
     _only_outputs,
     _Refusal,
-    attention_output,
+    attend_heads,
     attention_projections,
+    lengths_mask,
     mha_projections,
 )
 
@@ -243,9 +244,8 @@ def _group_query_attention(ctx: _Context, node: onnx.NodeProto) -> None:
     attrs: dict[str, Any] = {"is_causal": 1, "scale": scale, "softcap": float(a.get("softcap", 0.0))}
     if window >= 0:
         attrs["left_window_size"] = window - 1
-    mask = _key_limit_mask(ctx, name, given["seqlens_k"], batch, tokens, np.arange(tokens) - tokens) if first else \
-        _key_limit_mask(ctx, name, given["seqlens_k"], batch, tokens, np.concatenate([np.arange(past),
-                                                                                      np.full(tokens, -1)]))
+    mask = _key_limit_mask(ctx, name, given["seqlens_k"], tokens, np.arange(tokens) - tokens) if first else \
+        _key_limit_mask(ctx, name, given["seqlens_k"], tokens, np.concatenate([np.arange(past), np.full(tokens, -1)]))
     inputs = [q, k, v, mask] + ([given["past_key"], given["past_value"]] if past else [])
     outputs = [ctx.fresh(f"{name}_heads_out")]
     for index in (1, 2):
@@ -260,18 +260,14 @@ def _group_query_attention(ctx: _Context, node: onnx.NodeProto) -> None:
         [node.output[0]], name=name))
 
 
-def _key_limit_mask(ctx: _Context, name: str, seqlens_k: str, batch: int, tokens: int, index: np.ndarray) -> str:
+def _key_limit_mask(ctx: _Context, name: str, seqlens_k: str, tokens: int, index: np.ndarray) -> str:
     """The additive mask ``[B, 1, 1, L]`` keeping key ``j`` where ``index[j] < seqlens_k + 1 - S`` (the causal order
     is Attention's). After the first prompt ``index`` is the past keys' positions and -1 for the new keys (always
     kept): the past beyond each sequence's valid length goes. In the first prompt it is ``j - S``: keys from each
     sequence's length on go, as onnxruntime masks them for every query (the padded queries' outputs then match its
     too)."""
-    keep = ctx.emit("Less", [ctx.const(f"{name}_key_index", index.astype(np.int64)[None]),
-                             _past_valid(ctx, f"{name}_mask", seqlens_k, tokens)], f"{name}_key_keep")
-    additive = ctx.emit("Where", [keep, ctx.const(f"{name}_mask_zero", np.float32(0.0)),
-                                  ctx.const(f"{name}_mask_fill", np.float32(_MASKED))], f"{name}_key_mask")
-    return ctx.emit("Reshape", [additive, ctx.const(f"{name}_mask_shape", np.array([batch, 1, 1, index.size],
-                                                                                   np.int64))], f"{name}_mask")
+    return lengths_mask(ctx, f"{name}_mask", _past_valid(ctx, f"{name}_mask", seqlens_k, tokens), index[None],
+                        _MASKED)
 
 
 # ---- Attention with a past state (GPT-2 as onnxruntime's converter writes it) ---------------------------------------
@@ -294,7 +290,7 @@ def _attention_with_past(ctx: _Context, node: onnx.NodeProto) -> None:
     shape, past_shape = _dims(ctx, node.input[0]), _dims(ctx, node.input[4])
     if shape is None or past_shape is None:
         raise _NeedsShape("an input or past whose static shape is not known")
-    batch, tokens = shape[0], shape[1]
+    batch = shape[0]
     if len(past_shape) != 5 or past_shape[:3] != (2, batch, heads) or past_shape[4] != head:
         raise _Refusal(f"a past of shape {list(past_shape)} (only [2, batch, heads, past, head size] = "
                        f"[2, {batch}, {heads}, P, {head}])")
@@ -310,19 +306,20 @@ def _attention_with_past(ctx: _Context, node: onnx.NodeProto) -> None:
         zero = ctx.const(f"{name}_present_axis", np.array([0], np.int64))
         parts = [ctx.emit("Unsqueeze", [t, zero], f"{name}_present_{role}") for t, role in ((kh, "k"), (vh, "v"))]
         ctx.nodes.append(helper.make_node("Concat", parts, [node.output[1]], name=ctx.fresh(f"{name}_present"), axis=0))
-    scores = ctx.emit("MatMul", [qh, ctx.emit("Transpose", [kh], f"{name}_kt", perm=[0, 1, 3, 2])], f"{name}_scores")
-    scale = float(a.get("scale", 1.0 / math.sqrt(head)))
-    scores = ctx.emit("Mul", [scores, ctx.const(f"{name}_scale", np.float32(scale))], f"{name}_scaled")
-    fill, keys = float(a.get("mask_filter_value", -10000.0)), past + tokens
-    if int(a.get("unidirectional", 0)):
-        causal = np.tril(np.ones((tokens, keys), bool), past)[None, None]
-        scores = ctx.emit("Add", [scores, ctx.const(f"{name}_causal", np.where(causal, 0.0, fill).astype(
-            np.float32))], f"{name}_causal")
-    mask = node.input[3] if len(node.input) > 3 else ""
-    if mask:
-        scores = ctx.emit("Add", [scores, _past_key_mask(ctx, name, mask, batch, tokens, keys, fill)],
-                          f"{name}_masked")
-    attention_output(ctx, node, scores, vh, heads * head)
+    _attend_cached(ctx, node, a, (qh, kh, vh), heads * head, head, 3, node.input[0], past)
+
+
+def _attend_cached(ctx: _Context, node: onnx.NodeProto, a: dict[str, Any], qkv: tuple[str, str, str], width: int,
+                   head: int, mask_index: int, keys: str, past: int) -> None:
+    """The attention of heads ``qh [B, N, S, H]`` over keys and values ``[B, N, P + L, .]`` (the ``past`` cached
+    ones first, then those of the ``[B, L, .]`` input ``keys``): the key mask input ``mask_index`` and
+    ``unidirectional`` (aligned at the bottom right) as :func:`.contrib._mask` reads them, then
+    :func:`.contrib.attend_heads` into ``node``'s output 0 ``[B, S, width]``."""
+    qh, kh, vh = qkv
+    mask = _mask(ctx, node, mask_index, bool(a.get("unidirectional", 0)), float(a.get("mask_filter_value", -10000.0)),
+                 node.input[0], keys, past)
+    kt = ctx.emit("Transpose", [kh], f"{_main_name(node)}_kt", perm=[0, 1, 3, 2])
+    attend_heads(ctx, node, qh, kt, vh, width, float(a.get("scale", 1.0 / math.sqrt(head))), mask)
 
 
 def _mha_with_past(ctx: _Context, node: onnx.NodeProto) -> None:
@@ -343,11 +340,10 @@ def _mha_with_past(ctx: _Context, node: onnx.NodeProto) -> None:
     if not inputs[6] or not inputs[7]:
         raise _Refusal("a past_key without a past_value or the reverse")
     (q, k, v), heads, (head, v_head) = mha_projections(ctx, node, a)
-    q_shape, k_shape = _dims(ctx, inputs[0]), _dims(ctx, inputs[1])
-    past_k, past_v = _dims(ctx, inputs[6]), _dims(ctx, inputs[7])
-    if q_shape is None or k_shape is None or past_k is None or past_v is None:
-        raise _NeedsShape("a query, key or past whose static shape is not known")
-    batch, tokens, new = q_shape[0], q_shape[1], k_shape[1]
+    q_shape, past_k, past_v = _dims(ctx, inputs[0]), _dims(ctx, inputs[6]), _dims(ctx, inputs[7])
+    if q_shape is None or past_k is None or past_v is None:
+        raise _NeedsShape("a query or past whose static shape is not known")
+    batch = q_shape[0]
     if past_k[:2] != (batch, heads) or past_k[3] != head or past_v != past_k[:3] + (v_head,):
         raise _Refusal(f"past_key and past_value of shapes {list(past_k)} and {list(past_v)} (only [batch, heads, "
                        f"past, head size] = [{batch}, {heads}, P, {head}] and [{batch}, {heads}, P, {v_head}])")
@@ -361,44 +357,7 @@ def _mha_with_past(ctx: _Context, node: onnx.NodeProto) -> None:
         if len(node.output) > index and node.output[index] and node.output[index] in ctx.used:
             ctx.nodes.append(helper.make_node("Identity", [tensor], [node.output[index]],
                                               name=ctx.fresh(f"{name}_present_{'kv'[index - 1]}")))
-    scores = ctx.emit("MatMul", [qh, ctx.emit("Transpose", [kh], f"{name}_kt", perm=[0, 1, 3, 2])], f"{name}_scores")
-    scale = float(a.get("scale", 1.0 / math.sqrt(head)))
-    scores = ctx.emit("Mul", [scores, ctx.const(f"{name}_scale", np.float32(scale))], f"{name}_scaled")
-    fill, keys = float(a.get("mask_filter_value", -10000.0)), past + new
-    if int(a.get("unidirectional", 0)):
-        causal = np.tril(np.ones((tokens, keys), bool), keys - tokens)[None, None]
-        scores = ctx.emit("Add", [scores, ctx.const(f"{name}_causal", np.where(causal, 0.0, fill).astype(
-            np.float32))], f"{name}_causal")
-    if inputs[4]:
-        scores = ctx.emit("Add", [scores, _past_key_mask(ctx, name, inputs[4], batch, tokens, keys, fill)],
-                          f"{name}_masked")
-    attention_output(ctx, node, scores, vh, heads * v_head)
-
-
-def _past_key_mask(ctx: _Context, name: str, mask: str, batch: int, tokens: int, keys: int, fill: float) -> str:
-    """The additive term ``[B, 1, S or 1, P + S]`` of an Attention's ``mask_index`` over the past and new keys: a
-    constant as :func:`.contrib._key_mask` reads it, or, computed at run time, a 2-D ``[B, P + S]`` 0/1 mask or 1-D
-    ``[B]`` end positions."""
-    value = ctx.consts.get(mask)
-    if value is not None:
-        kept = _key_mask(value, batch, tokens, keys)
-        return ctx.const(f"{name}_key_mask", np.where(kept, 0.0, fill).astype(np.float32))
-    shape = _dims(ctx, mask)
-    if shape == (batch, keys):
-        keep = ctx.emit("Cast", [mask], f"{name}_mask_keep", to=TensorProto.BOOL)
-    elif shape == (batch,):
-        ends = ctx.emit("Reshape", [_int64(ctx, mask, f"{name}_mask_ends"),
-                                    ctx.const(f"{name}_mask_ends_shape", np.array([batch, 1], np.int64))],
-                        f"{name}_mask_ends_b")
-        keep = ctx.emit("Less", [ctx.const(f"{name}_mask_keys", np.arange(keys, dtype=np.int64)[None]), ends],
-                        f"{name}_mask_keep")
-    else:
-        raise _Refusal(f"a mask_index {mask!r} of shape {list(shape) if shape else 'unknown'} with a past (only "
-                       f"[batch, past + tokens] = [{batch}, {keys}] of 0 and 1, or [batch] end positions)")
-    additive = ctx.emit("Where", [keep, ctx.const(f"{name}_mask_zero", np.float32(0.0)),
-                                  ctx.const(f"{name}_mask_fill", np.float32(fill))], f"{name}_mask_add")
-    return ctx.emit("Reshape", [additive, ctx.const(f"{name}_mask_shape", np.array([batch, 1, 1, keys], np.int64))],
-                    f"{name}_mask")
+    _attend_cached(ctx, node, a, (qh, kh, vh), heads * v_head, head, 4, inputs[1], past)
 
 
 # ---- RotaryEmbedding -------------------------------------------------------------------------------------------------

@@ -58,6 +58,7 @@ from .contrib import (
     _only_outputs,
     _Refusal,
     _refuse,
+    lengths_mask,
     rewrite_nodes,
 )
 from .onnx_common import UnsupportedOperatorError
@@ -200,13 +201,7 @@ def _nonpad_mask(ctx: _Context, name: str, nonpad: str, queries: int, keys: int,
     left gives 0, as the operator's fully-masked rows."""
     j = np.arange(keys)[None, :]
     index = (j - np.arange(queries)[:, None] + queries - 1) if causal else j
-    lengths = ctx.emit("Reshape", [ctx.emit("Cast", [nonpad], f"{name}_nonpad64", to=TensorProto.INT64),
-                                   ctx.const(f"{name}_nonpad_shape", np.array([-1, 1, 1, 1], np.int64))],
-                       f"{name}_nonpad_b")
-    keep = ctx.emit("Less", [ctx.const(f"{name}_nonpad_index", index.astype(np.int64)[None, None]), lengths],
-                    f"{name}_nonpad_keep")
-    return ctx.emit("Where", [keep, ctx.const(f"{name}_nonpad_zero", np.float32(0.0)),
-                              ctx.const(f"{name}_nonpad_fill", np.float32(-np.inf))], f"{name}_nonpad_mask")
+    return lengths_mask(ctx, f"{name}_nonpad", nonpad, index, -np.inf)
 
 
 def _short_float_input(ctx: _Context, node: onnx.NodeProto, mask: str, keys: int) -> bool:
