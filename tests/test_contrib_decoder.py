@@ -359,6 +359,24 @@ def test_vta_run_takes_a_prompt_with_an_empty_cache_from_input_shapes_alone(caps
     assert f"error against the float model (onnxruntime on {path})" in out
 
 
+def test_an_empty_cache_is_dropped_when_the_new_keys_shape_is_known_only_after_folding():
+    """optimum's Llama export: the new keys come from a Reshape whose target is computed from ``Shape`` nodes, so
+    their shape is known only after a fold and an inference, with no Shape left to fold; the cache's Concat still
+    drops its empty past (it once reached the import as a tensor of no elements)."""
+    x, past = _x(1, 8, 32), np.zeros((1, 2, 0, 16), np.float32)
+    nodes = [helper.make_node("Shape", ["x"], ["shape"]),
+             helper.make_node("Slice", ["shape", "zero", "two"], ["lead"]),
+             helper.make_node("Concat", ["lead", "heads"], ["target"], axis=0),
+             helper.make_node("Reshape", ["x", "target"], ["split"]),
+             helper.make_node("Transpose", ["split"], ["keys"], perm=[0, 2, 1, 3]),
+             helper.make_node("Concat", ["past", "keys"], ["present"], axis=-2),
+             helper.make_node("ReduceSum", ["present", "axes"], ["out"], keepdims=0)]
+    inits = [("zero", np.array([0])), ("two", np.array([2])), ("heads", np.array([2, 16])), ("axes", np.array([2]))]
+    model = _model(nodes, {"x": x, "past": past}, ["present", "out"], inits)
+    graph = _check(model, {"x": x, "past": past})
+    assert graph.tensors["present"].shape == (1, 2, 8, 16)
+
+
 # ---- Attention with a past state (onnxruntime's GPT-2 converter) -----------------------------------------------------
 def _gpt2_attention(*, batch=1, tokens=1, past=4, mask="2d", heads=2, head=16):
     """x ``[B, S, 32]`` -> com.microsoft Attention (fused QKV weights, unidirectional) with ``past [2, B, N, P, H]``

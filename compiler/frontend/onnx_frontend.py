@@ -215,6 +215,13 @@ def _empty_parts(node: onnx.NodeProto, consts: dict[str, Any], shapes: dict[str,
     return found
 
 
+def _empty_concat_inputs(model: onnx.ModelProto) -> bool:
+    """Whether a Concat of ``model`` reads an initializer of no elements (a KV cache given empty for a prompt), which
+    :func:`_fold_constants` drops once the Concat's other inputs have static shapes."""
+    empty = {i.name for i in model.graph.initializer if 0 in i.dims}
+    return bool(empty) and any(n.op_type == "Concat" and empty.intersection(n.input) for n in model.graph.node)
+
+
 _RANDOM_OPS = frozenset({"RandomUniform", "RandomNormal", "RandomUniformLike", "RandomNormalLike", "Multinomial",
                          "Bernoulli"})
 _RANDOM_REASON = ("a random operator: its output differs on every run, and the lab compiles one fixed computation "
@@ -673,8 +680,9 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, n
     _check_sizes(proto, where, limit)
     model = _infer_shapes(_fold_constants(proto), check_type=True)
     check_axes(model, where)
-    for _ in range(64):                      # Shape and CastLike fold once their inputs have static shapes and types
-        if not any(n.op_type in ("Shape", "CastLike") for n in model.graph.node):
+    for _ in range(64):                      # Shape and CastLike fold once their inputs have static shapes and types,
+        if not any(n.op_type in ("Shape", "CastLike") for n in model.graph.node) and \
+                not _empty_concat_inputs(model):   # an empty cache's Concat once its fellow input's shape is known
             break
         before = len(model.graph.node)
         model = _infer_shapes(_fold_constants(model))
