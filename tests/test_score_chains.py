@@ -93,12 +93,32 @@ def _bloom_nodes():
                            ("slopes", slopes), ("alibi_shape", np.array([B * H, 1, T], np.int64))]
 
 
-@pytest.mark.parametrize("form", ["xglm", "bloom", "bart"])
+def _bloom_step_nodes():
+    """BLOOM's chain as a decode step has it: the ALiBi term broadcast to the scores' own shape (one query row),
+    so both operands of its Add have the scores' shape and only one of them is a mask term."""
+    nodes, inits = _bloom_nodes()
+    alibi_add = next(n for n in nodes if n.name == "alibi_add")
+    alibi_add.input[1] = "alibi_full"
+    nodes.insert(nodes.index(alibi_add), node("Expand", ["alibi", "flat3"], ["alibi_full"]))
+    return nodes, inits
+
+
+def _codegen_nodes():
+    """CodeGen's chain: the mask added to the scores, then the sum divided by a positive constant before the
+    Softmax."""
+    mask_nodes, inits = _additive(-10000.0)
+    mask_nodes[-1].output[:] = ["a"]
+    return mask_nodes + [node("Div", ["a", "temperature"], ["z"])], inits + [("temperature",
+                                                                              np.array(1.5, np.float32))]
+
+
+@pytest.mark.parametrize("form", ["xglm", "bloom", "bloom_step", "bart", "codegen"])
 def test_a_mask_added_in_another_shape_of_the_scores_runs_on_fsim(form, tmp_path):
     """Each layer's runtime mask reaches its Softmax as one KeyMask; the import computes what onnxruntime does, and
     the compiled block is bit-exact with the integer reference on fsim, close to onnxruntime, with the mask live."""
-    nodes, inits = {"xglm": _xglm_nodes, "bloom": _bloom_nodes, "bart": _bart_nodes}[form]()
-    after = [node("Reshape", ["p", "four"], ["pg"])] if form != "bloom" else None
+    nodes, inits = {"xglm": _xglm_nodes, "bloom": _bloom_nodes, "bloom_step": _bloom_step_nodes,
+                    "bart": _bart_nodes, "codegen": _codegen_nodes}[form]()
+    after = [node("Reshape", ["p", "four"], ["pg"])] if form in ("xglm", "bart") else None
     model = _block(nodes, extra_inits=inits, after_softmax=after, )
     graph = import_onnx(model)
     keys = [n for n in graph.nodes if n.op == "KeyMask"]

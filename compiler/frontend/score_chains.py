@@ -5,7 +5,8 @@ Hugging Face encoder-decoders view the scores ``[B*H, S, L]`` as ``[B, H, S, L]`
 before the Softmax; BLOOM adds its ALiBi bias (computed from the attention mask) in ``[B*H, S, L]`` and the padding
 and causal mask after a view as ``[B, H, S, L]``. The lab imports a runtime mask only as a term added to the scores
 right before the one Softmax it feeds (:mod:`.masks`), so such files were refused. :func:`normalize` rewrites them,
-in place and exactly (every value the graph computes is unchanged), in two steps:
+in place and exactly (every value the graph computes is unchanged, but for the one rounding a moved scale
+gives a finite nonzero mask entry), in these steps:
 
 - *A Reshape sinks below the Softmax.* A Reshape that keeps the last axis maps rows to rows, so a Softmax over the
   last axis commutes with it, and so does every element-wise node between them: each node takes the Reshape's input
@@ -14,6 +15,8 @@ in place and exactly (every value the graph computes is unchanged), in two steps
   chain already has the form the import reads.
 - *A constant shift before a Softmax goes* (an Add of a one-element constant, which a Softmax ignores), and so does
   the max shift written out, ``x - ReduceMax(x, -1)`` (a shift by one amount per row).
+- *A positive scale after the mask moves before it*: ``(x + m) * c`` becomes ``x * c + m * c`` (CodeGen divides
+  the masked scores by the square root of the head size).
 - *Two mask terms join.* ``(x + a) + b``, with ``a`` and ``b`` both computed from mask inputs and constants alone,
   becomes ``x + (a + b)``: one term, which the mask import evaluates from the mask at run time.
 
@@ -186,8 +189,9 @@ def _has_mask_term_before(g: _Graph, tensor: str, depth: int = 8) -> bool:
             tensor = node.input[0]
             continue
         chain = _chain_operand(g, node)
-        if any(t and t not in chain and g.is_mask_term(t) for t in node.input):
-            return True
+        if any(t and t not in chain and g.is_mask_term(t) for t in node.input) or \
+                (len(chain) == 2 and sum(g.is_mask_term(t) for t in chain) == 1):   # a term of the scores' shape
+            return True                                                           # (BLOOM's ALiBi in a decode step)
         if len(chain) != 1:
             return False
         tensor = chain[0]
@@ -302,6 +306,46 @@ def _join_terms(g: _Graph) -> bool:
     return changed
 
 
+def _scale_after_mask(g: _Graph) -> bool:
+    """``Softmax((x + m) * c)`` (or ``/ c``), ``m`` a mask term and ``c`` a positive one-element constant ->
+    ``Softmax(x * c + m * c)``: the mask term then feeds the Softmax directly, with the scale applied to it as to the
+    scores (CodeGen adds its mask before dividing by the square root of the head size). Kept entries (``m = 0``) are
+    bit for bit unchanged; a finite nonzero ``m`` moves by at most one float32 rounding."""
+    changed = False
+    for add in list(g.model.graph.node):
+        if add.op_type != "Add" or len(add.input) != 2 or add.output[0] in g.outputs:
+            continue
+        readers = g.readers.get(add.output[0], [])
+        scale = readers[0] if len(readers) == 1 else None
+        if scale is None or scale.op_type not in ("Mul", "Div") or len(scale.input) != 2 or \
+                scale.output[0] in g.outputs:
+            continue
+        k = 0 if scale.input[0] == add.output[0] else 1
+        c = g.constant(scale.input[1 - k])
+        softmax = g.readers.get(scale.output[0], [])
+        if (scale.op_type == "Div" and k != 0) or scale.input[1 - k] == add.output[0] or c is None or \
+                c.size != 1 or not float(c.reshape(-1)[0]) > 0 or len(softmax) != 1 or \
+                softmax[0].op_type != "Softmax":
+            continue
+        terms = [t for t in add.input if g.is_mask_term(t)]
+        if len(terms) != 1:
+            continue
+        m = terms[0]
+        x = add.input[1] if add.input[0] == m else add.input[0]
+        if g.shapes.get(x) is None or g.shapes.get(x) != g.shapes.get(add.output[0]):
+            continue
+        scaled_mask = f"{add.output[0]}_scaled_term"
+        inputs = list(scale.input)
+        inputs[k] = m
+        g.model.graph.node.append(helper.make_node(scale.op_type, inputs, [scaled_mask],
+                                                   name=f"{scale.name or scaled_mask}_term"))
+        scale.input[k] = x
+        add.input[:] = [scale.output[0], scaled_mask]
+        softmax[0].input[0] = add.output[0]
+        changed = True
+    return changed
+
+
 def _drop_shifts(g: _Graph) -> bool:
     """Remove an Add (or Sub) of a one-element constant whose output only a Softmax reads: a Softmax does not change
     when every input moves by one amount (Hugging Face's TF ``stable_softmax`` adds 1e-9 so)."""
@@ -356,7 +400,7 @@ def normalize(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]) -> boo
     every Reshape that can sink below its Softmax does, else mask terms join. True when anything changed: the caller
     then sorts the nodes, infers the shapes again and calls it again, until it returns False."""
     g = _Graph(model, shapes)
-    if _drop_shifts(g) or _drop_max_shifts(g):
+    if _drop_shifts(g) or _drop_max_shifts(g) or _scale_after_mask(g):
         return True
     moved: list[onnx.NodeProto] = []
     inserted: list[tuple[onnx.NodeProto, list[onnx.NodeProto]]] = []
