@@ -240,15 +240,22 @@ def _pool_model(op, kernel, strides, pads, count_include_pad, size=7):
 
 @pytest.mark.parametrize("op, kernel, strides, pads, count", [
     ("AveragePool", [2, 1], [2, 1], [0, 0, 0, 0], 1),        # Funnel's torch avg_pool2d(ceil_mode=True)
-    ("AveragePool", [3, 3], [2, 2], [1, 1, 0, 0], 0), ("MaxPool", [3, 3], [2, 2], [0, 0, 0, 0], 0)])
+    ("AveragePool", [3, 3], [2, 2], [1, 1, 0, 0], 0), ("MaxPool", [3, 3], [2, 2], [0, 0, 0, 0], 0),
+    ("AveragePool", [1280, 1280], [1280, 1280], [0, 0, 0, 0], 1),   # EfficientNet's pooler on a small image
+    ("AveragePool", [40, 3], [40, 2], [1, 0, 1, 0], 0), ("MaxPool", [3000, 3000], [3000, 3000], [0, 0, 0, 0], 0)])
 def test_ceil_mode_pools_as_onnxruntime_does(op, kernel, strides, pads, count):
-    """ceil_mode=1: the end padded until the ceil's windows fit; the last window pools the input it covers."""
+    """ceil_mode=1: the end padded until the ceil's windows fit; the last window pools the input it covers. A window
+    longer than its padded input, on an axis of one window, is imported as that input's length (no window of
+    thousands of padded rows is built)."""
     model = _pool_model(op, kernel, strides, pads, count)
     x = {"x": np.random.default_rng(2).standard_normal((1, 2, 7, 7)).astype(np.float32)}
     want = ort.InferenceSession(model.SerializeToString()).run(None, x)[0]
-    got = run_float(import_onnx(model), x)["y"]
+    graph = import_onnx(model)
+    got = run_float(graph, x)["y"]
     assert got.shape == want.shape
     np.testing.assert_allclose(got, want, atol=1e-6)
+    pool = next(n for n in graph.nodes if n.op in ("MaxPool", "AvgPool"))
+    assert max(pool.attrs["kernel"]) <= 9
 
 
 def test_ceil_mode_with_counted_pads_of_its_own_is_refused():

@@ -353,7 +353,7 @@ def _pool(imp: _Importer, node: onnx.NodeProto) -> None:
     op = "MaxPool" if node.op_type == "MaxPool" else "AvgPool"
     extra: dict[str, Any] = {} if op == "MaxPool" else {"count_include_pad": bool(a.get("count_include_pad", 0))}
     if a.get("ceil_mode", 0):
-        pads = _ceil_pads(imp, node, kernel, strides, pads, extra)
+        kernel, pads = _ceil_pads(imp, node, kernel, strides, pads, extra)
     x, out = node.input[0], node.output[0]
     shape = imp.shape(x)
     if rank == 2:
@@ -380,15 +380,20 @@ def _pool(imp: _Importer, node: onnx.NodeProto) -> None:
 
 
 def _ceil_pads(imp: _Importer, node: onnx.NodeProto, kernel: tuple[int, ...], strides: tuple[int, ...],
-               pads: list[tuple[int, int]], extra: dict[str, Any]) -> list[tuple[int, int]]:
+               pads: list[tuple[int, int]], extra: dict[str, Any]
+               ) -> tuple[tuple[int, ...], list[tuple[int, int]]]:
     """``ceil_mode=1`` as more end padding: each axis padded at its end until the windows of the output's size
     (shape inference's) fit, the last partial window then pooling the input elements it covers (onnxruntime's and
     torch's ceil mode). An AveragePool counts only input elements then, so a ``count_include_pad=1`` with pads of
     its own is refused (its real pads would count, the added ones not); with no pads it is the same as 0. A last
-    window starting past the input and its begin pad is refused."""
+    window starting past the input and its begin pad is refused. An axis of one window longer than its padded input
+    (EfficientNet's ``AvgPool2d(1280, ceil_mode=True)`` on a small image) takes the padded input's length as its
+    window, which covers the same elements, instead of padding by the window's length. Returns the kernel and the
+    pads ``(begin, end)`` per axis."""
     shape = imp.shape(node.input[0])[2:]
     out = imp.shapes_of(node.output[0])[2:]
-    grown = []
+    grown, kernel = [], tuple(size + begin + end if o == 1 and k > size + begin + end else k
+                              for size, k, (begin, end), o in zip(shape, kernel, pads, out))
     for size, k, s, (begin, end), o in zip(shape, kernel, strides, pads, out):
         if (o - 1) * s >= size + begin:
             raise UnsupportedOperatorError(node.op_type, node.name, f"ceil_mode=1 with a last window that starts "
@@ -399,7 +404,7 @@ def _ceil_pads(imp: _Importer, node: onnx.NodeProto, kernel: tuple[int, ...], st
             raise UnsupportedOperatorError(node.op_type, node.name, "ceil_mode=1 with count_include_pad=1 and pads "
                                                                     "of its own")
         extra["count_include_pad"] = False
-    return grown
+    return kernel, grown
 
 
 def _reshape(imp: _Importer, node: onnx.NodeProto) -> None:
