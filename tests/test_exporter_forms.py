@@ -262,3 +262,24 @@ def test_ceil_mode_with_counted_pads_of_its_own_is_refused():
     from vta.compiler.frontend.onnx_frontend import UnsupportedOperatorError
     with pytest.raises(UnsupportedOperatorError, match=r"ceil_mode=1 with count_include_pad=1 and pads of its own"):
         import_onnx(_pool_model("AveragePool", [3, 3], [2, 2], [1, 1, 0, 0], 1))
+
+
+@pytest.mark.parametrize("shape", [(1, 6, 10), (2, 4, 3, 2, 5), (1, 3, 4, 5)])
+def test_global_average_pool_of_any_rank_as_onnxruntime_computes_it(shape):
+    """GlobalAveragePool at rank 3 (torch's AdaptiveAvgPool1d(1), Swin's pooler) and 5 pools every axis after N and
+    C, as at rank 4; the quantized graph on the CPU path equals the integer reference."""
+    from vta.compiler import qops
+    from vta.compiler.frontend.quantize import quantize
+    from vta.compiler.kernels import cpu
+    graph = helper.make_graph([node("GlobalAveragePool", ["x"], ["p"]), node("Relu", ["p"], ["y"])], "gap",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    x = {"x": np.random.default_rng(4).standard_normal(shape).astype(np.float32)}
+    want = ort.InferenceSession(model.SerializeToString()).run(None, x)[0]
+    fg = import_onnx(model)
+    got = run_float(fg, x)["y"]
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, atol=1e-6)
+    qg = quantize(fg, x)
+    np.testing.assert_array_equal(cpu.run_cpu(qg, x)["y"], qops.run_reference(qg, x)["y"])

@@ -379,6 +379,26 @@ def _pool(imp: _Importer, node: onnx.NodeProto) -> None:
         imp.emit("Reshape", node, [depth], shape=(n, c, od, oh, ow))
 
 
+def _global_average_pool(imp: _Importer, node: onnx.NodeProto) -> None:
+    """GlobalAveragePool: over H and W at rank 4; at rank 3 or 5 (torch's ``AdaptiveAvgPool1d(1)``, as Swin's pooler
+    writes it, and 3D pools) the spatial axes are viewed as one ``[N, C, L, 1]`` plane, pooled, and viewed back as
+    ``[N, C, 1, ...]``."""
+    x = node.input[0]
+    shape = imp.shape(x)
+    if len(shape) == 4:
+        imp.emit("GlobalAvgPool", node, [x])
+        return
+    if len(shape) < 3:
+        raise UnsupportedOperatorError(node.op_type, node.name, f"an input of rank {len(shape)} (it pools the axes "
+                                                                f"after N and C)")
+    n, c = shape[:2]
+    length = int(np.prod(shape[2:]))
+    plane = imp.emit_shaped("Reshape", node, [x], (n, c, length, 1), shape=(n, c, length, 1))
+    pooled = imp.emit_shaped("GlobalAvgPool", node, [plane], (n, c, 1, 1))
+    out = (n, c) + (1,) * (len(shape) - 2)
+    imp.emit("Reshape", node, [pooled], shape=out)
+
+
 def _ceil_pads(imp: _Importer, node: onnx.NodeProto, kernel: tuple[int, ...], strides: tuple[int, ...],
                pads: list[tuple[int, int]], extra: dict[str, Any]
                ) -> tuple[tuple[int, ...], list[tuple[int, int]]]:
