@@ -14,6 +14,7 @@ vta/cli.py owns the parser of ``vta run`` and calls :func:`add_run_arguments` an
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
@@ -106,6 +107,10 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
                    type=_input_shape, help="the whole shape of an input whose dimensions beyond the batch are "
                                            "symbolic, e.g. images=1x3x224x224 (repeatable); 0 for a prompt's empty "
                                            "KV cache")
+    p.add_argument("--input-value", metavar="NAME=VALUE", action="append", default=list(default.input_values),
+                   type=_input_value, help="compile a one-element input as this constant (repeatable), so that an "
+                                           "If it decides becomes the branch taken: optimum's merged decoders, "
+                                           "use_cache_branch=1 (or 0); read from the --input .npz when not given")
     p.add_argument("--calib", type=int, default=default.calib,
                    help="random calibration samples when no --calibration is given (default: %(default)s)")
     from .frontend.calibration import METHODS, PREPROCESS
@@ -151,6 +156,21 @@ def _input_shape(text: str) -> tuple[str, tuple[int, ...]]:
                                          f"images=1x3x224x224 (0 only for an input the graph may leave unread, such "
                                          f"as a prompt's empty KV cache past_key_values.0.key=1x8x0x64)")
     return name, shape
+
+
+def _input_value(text: str) -> tuple[str, float]:
+    """``NAME=1`` -> ``("NAME", 1.0)``; ``true``/``false`` are 1 and 0 (argparse reports the ArgumentTypeError as
+    usage)."""
+    name, sep, value = text.rpartition("=")
+    words = {"true": 1.0, "false": 0.0}
+    try:
+        number = words[value.strip().lower()] if value.strip().lower() in words else float(value)
+    except ValueError:
+        number = float("nan")
+    if not sep or not name or number != number or number in (float("inf"), float("-inf")):
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAME=VALUE with a finite number or true/false, e.g. "
+                                         f"use_cache_branch=1")
+    return name, number
 
 
 # option -> (the suffixes it takes, what it writes)
@@ -212,7 +232,7 @@ def _with_policy(args: argparse.Namespace) -> argparse.Namespace:
 
 _COMPILE_FLAGS = {"policy": "--policy", "stem": "--stem", "requant": "--requant", "force_cpu": "--force-cpu",
                   "batch": "--batch", "calib": "--calib", "input_shapes": "--input-shape",
-                  "calibration": "--calibration", "preprocess": "--preprocess",
+                  "input_values": "--input-value", "calibration": "--calibration", "preprocess": "--preprocess",
                   "calibration_method": "--calibration-method", "calibration_percentile": "--calibration-percentile",
                   "keep_int8": "--keep-int8", "gelu": "--gelu", "layernorm": "--layernorm",
                   "softmax": "--softmax",
@@ -333,14 +353,14 @@ def run_model(args: argparse.Namespace) -> int:
         compiled = Compiled.load(args.model)
         if getattr(args, "config", None) and config_from_args(args) != compiled.cfg:
             raise ValueError(f"{args.model} was compiled for {compiled.cfg.name}, not for the --config given")
-        inputs = _inputs(compiled.graph, ropts, copts.seed)
+        inputs = _inputs(compiled.graph, ropts, copts.seed, compiled.meta.get("input_values"))
         float_graph = None
         _warn_random_calibration(compiled.meta.get("calibration", {}))
     else:
         cfg = config_from_args(args)
-        float_graph = _load_for_input(args.model, copts, ropts.input)
+        float_graph, copts = _load_for_input(args.model, copts, ropts.input)
         check_force_cpu(float_graph, copts.force_cpu)
-        inputs = _inputs(float_graph, ropts, copts.seed)  # checked before the compile; the same inputs after it
+        inputs = _inputs(float_graph, ropts, copts.seed, copts.input_value_map())  # checked before the compile
         calibration = None if float_graph.is_quantized else calibration_set(args.model, float_graph, copts)
         _warn_random_calibration(calibration.info if calibration else {})
         compiled = compile_model(args.model, cfg, copts, graph=float_graph, calibration=calibration)
@@ -429,8 +449,9 @@ def _accuracy(model: str, compiled: Any, float_graph: Any, inputs: dict[str, np.
             return {"reference": f"none (the float model {source} of this artefact is not at hand)", "outputs": {}}
         first = compiled.graph.inputs[0]              # the shapes it was compiled for (dynamic axes fixed then)
         float_graph = load_graph(os.fspath(path), batch=compiled.graph.shape(first)[0],
-                                 input_shapes={name: compiled.graph.shape(name) for name in compiled.graph.inputs})
-    ref, which = float_outputs(path, float_graph, inputs, declared)
+                                 input_shapes={name: compiled.graph.shape(name) for name in compiled.graph.inputs},
+                                 input_values=compiled.meta.get("input_values"))
+    ref, which = float_outputs(path, float_graph, inputs, declared, compiled.meta.get("input_values"))
     refused = which.partition(" (")[2]
     kind = "the zoo model " if source in zoo.list_models() else "the quantized file " if _quantized_file(path) else ""
     which = f"{which} on {kind}{source}" if which == "onnxruntime" else \
@@ -528,31 +549,60 @@ def _save_outputs(path: str, outputs: dict[str, np.ndarray]) -> None:
         np.savez(f, **outputs)  # type: ignore[arg-type]  # numpy's stub types allow_pickle, not **arrays
 
 
-def _load_for_input(model: str, copts: Any, data: str | None) -> Any:
-    """The float graph of ``model`` (:func:`.pipeline.load_graph`); when an input has dynamic dimensions that no
-    ``--input-shape`` gives and ``data`` (``--input``) is an .npz, the shapes of its arrays for the inputs not given,
-    said on stderr."""
+def _load_for_input(model: str, copts: Any, data: str | None) -> tuple[Any, Any]:
+    """The float graph of ``model`` (:func:`.pipeline.load_graph`) and the compile options it was loaded with. When
+    ``data`` (``--input``) is an .npz: the one-element arrays of the inputs that decide an If (:func:`_if_inputs`)
+    and no ``--input-value`` gives become ``input_values``; when an input has dynamic dimensions that no
+    ``--input-shape`` gives, the shapes of its arrays for the inputs not given are used. Each said on stderr."""
     from .frontend.onnx_frontend import DynamicShapeError
     from .pipeline import load_graph, read_npz_shapes
-    given = copts.input_shape_map()
+    npz = bool(data) and str(data).lower().endswith(".npz") and os.path.isfile(str(data))
+    deciding = _if_inputs(model) - set(copts.input_value_map()) if npz else set()
+    if deciding:
+        with np.load(str(data), allow_pickle=False) as arrays:
+            found = {name: float(np.asarray(arrays[name]).reshape(-1)[0]) for name in sorted(deciding)
+                     if name in arrays.files and np.asarray(arrays[name]).size == 1
+                     and np.asarray(arrays[name]).dtype.kind in "biuf"}
+        if found:
+            print(f"input values from --input {data}: " + ", ".join(f"{k}={v:g}" for k, v in found.items()) +
+                  " (each decides an If, compiled as the branch taken)", file=sys.stderr)
+            copts = dataclasses.replace(copts, input_values=copts.input_values + tuple(found.items()))
+    given, values = copts.input_shape_map(), copts.input_value_map() or None
     try:
-        return load_graph(model, batch=copts.batch, input_shapes=given)
+        return load_graph(model, batch=copts.batch, input_shapes=given, input_values=values), copts
     except DynamicShapeError:
-        if not data or not data.lower().endswith(".npz") or not os.path.isfile(data):
+        if not npz:
             raise
-        shapes = {name: shape for name, shape in read_npz_shapes(data).items() if name not in given}
+        shapes = {name: shape for name, shape in read_npz_shapes(str(data)).items()
+                  if name not in given and name not in (values or {})}
     print(f"input shapes from --input {data}: " + ", ".join(f"{name}={'x'.join(map(str, shape))}"
                                                             for name, shape in shapes.items()), file=sys.stderr)
-    return load_graph(model, batch=copts.batch, input_shapes={**given, **shapes})
+    return load_graph(model, batch=copts.batch, input_shapes={**given, **shapes}, input_values=values), copts
 
 
-def _inputs(graph: Any, options: Any, seed: int) -> dict[str, np.ndarray]:
+def _if_inputs(model: str) -> set[str]:
+    """The graph inputs of the ONNX file ``model`` that an If node reads as its condition (optimum's merged
+    decoders' ``use_cache_branch``); none for a zoo name or a file that does not load."""
+    if not os.path.isfile(model) or not model.lower().endswith(".onnx"):
+        return set()
+    import onnx
+    try:
+        graph = onnx.load(model, load_external_data=False).graph
+    except Exception:  # noqa: BLE001 - the import names what is wrong with the file
+        return set()
+    inits = {i.name for i in graph.initializer}
+    inputs = {vi.name for vi in graph.input if vi.name not in inits}
+    return {n.input[0] for n in graph.node if n.op_type == "If" and n.input and n.input[0] in inputs}
+
+
+def _inputs(graph: Any, options: Any, seed: int, fixed: Mapping[str, float] | None = None) -> dict[str, np.ndarray]:
     """The ``--input`` arrays (an .npy for a model's one input, an .npz by name; checked: numeric, their shapes,
-    finite, token ids in range), else random inputs seeded ``seed``."""
+    finite, token ids in range; an array for an input compiled as a constant, in ``fixed``, holds that value), else
+    random inputs seeded ``seed``."""
     from .pipeline import load_input, random_inputs
     if not options.input:
         return random_inputs(graph, seed)
-    return load_input(graph, options.input)
+    return load_input(graph, options.input, fixed)
 
 
 def _write_outputs(report: Any, args: argparse.Namespace) -> list[str]:

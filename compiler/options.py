@@ -25,7 +25,9 @@ class CompileOptions:
 
     policy: where nodes run (:data:`.lowering.partition.POLICIES`). force_cpu: node names kept on the CPU.
     batch: images per inference for a model whose batch dimension is dynamic (None: 1; a fixed one is kept).
-    input_shapes: (input name, whole shape) pairs for inputs with other dynamic dimensions. calib: random calibration
+    input_shapes: (input name, whole shape) pairs for inputs with other dynamic dimensions. input_values: (input
+    name, value) pairs making one-element inputs constants, so that the If nodes they decide compile as the branch
+    taken (optimum's merged decoders' ``use_cache_branch``). calib: random calibration
     samples (where the zoo has no real images). seed: the calibration samples are seeded ``seed + 1`` (``vta run``'s
     random input ``seed``). double_buffer: two-thread programs (latency hiding); False: single-threaded.
     stem: a first convolution's lowering (:data:`.lowering.partition.STEMS`). requant: ``multiply`` or ``shift``
@@ -59,6 +61,7 @@ class CompileOptions:
     force_cpu: tuple[str, ...] = ()
     batch: int | None = None
     input_shapes: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    input_values: tuple[tuple[str, float], ...] = ()
     calib: int = 4
     seed: int = 0
     double_buffer: bool = True
@@ -99,6 +102,8 @@ class CompileOptions:
         object.__setattr__(self, "keep_int8", tuple(self.keep_int8))
         shapes = self.input_shapes.items() if isinstance(self.input_shapes, Mapping) else self.input_shapes
         object.__setattr__(self, "input_shapes", tuple((str(n), tuple(int(d) for d in s)) for n, s in shapes))
+        values = self.input_values.items() if isinstance(self.input_values, Mapping) else self.input_values
+        object.__setattr__(self, "input_values", tuple((str(n), float(v)) for n, v in values))
         for name, value, choices in (("policy", self.policy, POLICIES), ("stem", self.stem, STEMS),
                                      ("requant", self.requant, REQUANT_MODES),
                                      ("preprocess", self.preprocess, tuple(PREPROCESS)),
@@ -138,6 +143,8 @@ class CompileOptions:
             given["progress"] = not given["progress"]
         if "input_shapes" in given:
             given["input_shapes"] = _shapes(given["input_shapes"] or [])
+        if "input_values" in given:
+            given["input_values"] = _values(given["input_values"] or [])
         for name in ("force_cpu", "keep_int8"):
             if given.get(name) is None:
                 given.pop(name, None)
@@ -152,8 +159,13 @@ class CompileOptions:
         """:attr:`input_shapes` as a dict (what :func:`.pipeline.load_graph` takes)."""
         return dict(self.input_shapes)
 
+    def input_value_map(self) -> dict[str, float]:
+        """:attr:`input_values` as a dict (what :func:`.pipeline.load_graph` takes)."""
+        return dict(self.input_values)
+
 
 _ARG_NAMES = {"policy": "policy", "force_cpu": "force_cpu", "batch": "batch", "input_shapes": "input_shape",
+              "input_values": "input_value",
               "calib": "calib", "seed": "seed", "double_buffer": "no_double_buffer", "stem": "stem",
               "requant": "requant", "progress": "no_progress", "calibration": "calibration",
               "preprocess": "preprocess", "calibration_method": "calibration_method",
@@ -162,6 +174,17 @@ _ARG_NAMES = {"policy": "policy", "force_cpu": "force_cpu", "batch": "batch", "i
               "weight_rounding": "weight_rounding",
               "int8_budget": "int8_budget", "attention_scores": "attention_scores"}
 """CompileOptions field -> the argparse attribute it is read from (``no_*`` flags are negated)."""
+
+
+def _values(pairs: Iterable[tuple[str, float]]) -> tuple[tuple[str, float], ...]:
+    """``--input-value`` pairs, each name once; a CliError naming an input given twice with different values."""
+    from vta.cliutil import CliError
+    values: dict[str, float] = {}
+    for name, value in pairs:
+        if name in values and values[name] != value:
+            raise CliError(f"--input-value gives input {name!r} twice, as {values[name]:g} and {value:g}")
+        values[name] = value
+    return tuple(values.items())
 
 
 def _shapes(pairs: Iterable[tuple[str, tuple[int, ...]]]) -> tuple[tuple[str, tuple[int, ...]], ...]:

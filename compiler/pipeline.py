@@ -27,7 +27,7 @@ import time
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 
@@ -66,14 +66,16 @@ __all__ = ["load_graph", "load_input", "check_inputs", "InputError", "InputTypeE
 
 
 def load_graph(model: str, *, batch: int | None = None,
-               input_shapes: dict[str, tuple[int, ...]] | None = None) -> Graph:
+               input_shapes: dict[str, tuple[int, ...]] | None = None,
+               input_values: dict[str, float] | None = None) -> Graph:
     """The float :class:`~.ir.Graph` of ``model``: a zoo name (see :func:`.zoo.list_models`) or an ONNX path (a
     pre-quantized ONNX model gives its quantized graph, :mod:`.frontend.prequant`; :func:`compile_model` then skips
     calibration).
 
     ``batch``: images per inference for a model whose batch dimension is dynamic (default 1). ``input_shapes``:
-    input name -> whole shape, for inputs with other dynamic dimensions (an error without it). A file that is not an
-    ONNX model raises :class:`.onnx_frontend.ModelFileError` naming it."""
+    input name -> whole shape, for inputs with other dynamic dimensions (an error without it). ``input_values``:
+    input name -> value, for one-element inputs compiled as constants (an If they decide becomes its branch). A file
+    that is not an ONNX model raises :class:`.onnx_frontend.ModelFileError` naming it."""
     from .frontend import zoo
     from .frontend.prequant import import_model
     name = None
@@ -87,7 +89,7 @@ def load_graph(model: str, *, batch: int | None = None,
         names = zoo.list_models()
         raise ValueError(f"model {model!r} is not a zoo model{did_you_mean(model, names)} and not a file; zoo models "
                          f"are {', '.join(names)}")
-    return import_model(path, batch=batch or 1, name=name, input_shapes=input_shapes)
+    return import_model(path, batch=batch or 1, name=name, input_shapes=input_shapes, input_values=input_values)
 
 
 def _looks_like_path(model: str) -> bool:
@@ -133,13 +135,25 @@ class InputTypeError(InputError, TypeError):
     """An input array of a type the model cannot take (not a numpy array, not numeric, float token ids)."""
 
 
-def check_inputs(graph: Graph, values: dict[str, np.ndarray], source: str = "the input") -> dict[str, np.ndarray]:
+def check_inputs(graph: Graph, values: dict[str, np.ndarray], source: str = "the input",
+                 fixed: Mapping[str, float] | None = None) -> dict[str, np.ndarray]:
     """``values`` as the arrays the model takes, or ValueError/TypeError naming ``source``: every input of ``graph``
     given, each a numeric (bool, integer or float) array of the input's shape with only finite values, converted to
     float32; token ids (an int64 input, :func:`token_range`) integers in the table's range, as int64. Arrays of no
-    elements for inputs the import made constants (:func:`without_empty`) pass as they are."""
+    elements for inputs the import made constants (:func:`without_empty`) pass as they are. ``fixed``: the inputs
+    compiled as constants (``--input-value``); an array given for one must hold that value, and is left out."""
     empty = {k: v for k, v in values.items() if k not in without_empty(graph, values)}
     values = without_empty(graph, values)
+    for name, want in (fixed or {}).items():
+        if name not in values or name in graph.inputs:
+            continue
+        held = np.asarray(values.pop(name))
+        if held.size != 1 or held.dtype.kind not in "biuf" or float(held.reshape(-1)[0]) != want:
+            shown = f"{float(held.reshape(-1)[0]):g}" if held.size == 1 and held.dtype.kind in "biuf" else \
+                f"an array of shape {held.shape}"
+            raise InputError(f"{source} gives input {name!r} as {shown}, but the model was compiled with it the "
+                             f"constant {want:g} (an If it decides became that branch); compile again with "
+                             f"--input-value {name}={shown if held.size == 1 else 'VALUE'}.")
     missing = [name for name in graph.inputs if name not in values]
     extra = sorted(set(values) - set(graph.inputs))
     if missing or extra:
@@ -197,12 +211,12 @@ def check_inputs(graph: Graph, values: dict[str, np.ndarray], source: str = "the
     return out
 
 
-def load_input(graph: Graph, path: str) -> dict[str, np.ndarray]:
+def load_input(graph: Graph, path: str, fixed: Mapping[str, float] | None = None) -> dict[str, np.ndarray]:
     """The model's one input from the ``.npy`` file ``path``, or its inputs by name from the ``.npz`` file ``path``
-    (read without pickles), checked by :func:`check_inputs`."""
+    (read without pickles), checked by :func:`check_inputs` (``fixed``: the inputs compiled as constants)."""
     source = f"--input {path}"
     if path.lower().endswith(".npz") and not os.path.isdir(path):
-        return check_inputs(graph, _load_npz(path, source), source)
+        return check_inputs(graph, _load_npz(path, source), source, fixed)
     if len(graph.inputs) != 1:
         raise ValueError(f"{source} gives one array but the model takes {len(graph.inputs)} inputs "
                          f"({', '.join(graph.inputs)}).")
@@ -322,7 +336,8 @@ def calibration_set(model: str, graph: Graph, options: CompileOptions) -> Calibr
     info: dict[str, Any]
     real = None if options.calibration else _zoo_images(model, graph)
     if options.calibration:
-        inputs = load_calibration(options.calibration, graph, preprocess=options.preprocess)
+        inputs = load_calibration(options.calibration, graph, preprocess=options.preprocess,
+                                  fixed=options.input_value_map())
         info = {"source": str(options.calibration), "kind": describe(options.calibration)}
         if info["kind"] == "image folder":
             info["preprocess"] = options.preprocess
@@ -595,6 +610,8 @@ def _compile_prequantized(model: str, graph: Graph, cfg: VTAConfig, opts: Compil
                              double_buffer=opts.double_buffer, progress=opts.progress, stem=opts.stem,
                              gelu=opts.gelu, layernorm=opts.layernorm, softmax=opts.softmax)
     compiled.meta.update({"model": model, "requant": "multiply", "quantization": "the model's own (pre-quantized)"})
+    if opts.input_values:                # one-element inputs compiled as constants (--input-value)
+        compiled.meta["input_values"] = dict(opts.input_values)
     compiled.frontend_seconds = time.perf_counter() - start - (compiled.compile_seconds or 0.0)
     return compiled
 
@@ -617,7 +634,8 @@ def compile_model(model: str, cfg: VTAConfig, options: CompileOptions | None = N
     opts = CompileOptions.build(options, **overrides)
     start = time.perf_counter()
     if graph is None:
-        graph = load_graph(model, batch=opts.batch, input_shapes=opts.input_shape_map() or None)
+        graph = load_graph(model, batch=opts.batch, input_shapes=opts.input_shape_map() or None,
+                           input_values=opts.input_value_map() or None)
     if graph.is_quantized:  # a pre-quantized ONNX model (frontend/prequant.py): its own scales, nothing to calibrate
         return _compile_prequantized(model, graph, cfg, opts, start)
     if calibration is None:
@@ -644,6 +662,8 @@ def compile_model(model: str, cfg: VTAConfig, options: CompileOptions | None = N
                           "attention_scores": opts.attention_scores})
     if int8_choice is not None:
         compiled.meta["int8_budget"] = int8_choice
+    if opts.input_values:                # one-element inputs compiled as constants (--input-value)
+        compiled.meta["input_values"] = dict(opts.input_values)
     compiled.frontend_seconds = time.perf_counter() - start - (compiled.compile_seconds or 0.0)
     return compiled
 

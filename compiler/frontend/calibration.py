@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -56,11 +56,12 @@ class CalibrationError(ValueError):
     """Calibration data that cannot calibrate the model: the message names the file and the problem."""
 
 
-def load_calibration(path: str | os.PathLike[str], graph: Graph, *, preprocess: str = "imagenet") \
-        -> dict[str, np.ndarray]:
+def load_calibration(path: str | os.PathLike[str], graph: Graph, *, preprocess: str = "imagenet",
+                     fixed: Mapping[str, float] | None = None) -> dict[str, np.ndarray]:
     """The calibration samples in ``path`` (an ``.npz`` file, or a folder of ``.npy`` files or images) for the float
     ``graph``: input name -> float32 ``[N, *shape[1:]]`` (int64 for token ids), N a positive multiple of the input's
-    batch."""
+    batch. ``fixed``: inputs compiled as constants (``--input-value``); an array for one must hold that value
+    throughout, and is left out."""
     if preprocess not in PREPROCESS:
         raise ValueError(f"preprocess={preprocess!r} is unknown; use one of {', '.join(PREPROCESS)}")
     where = f"--calibration {os.fspath(path)}"
@@ -82,7 +83,14 @@ def load_calibration(path: str | os.PathLike[str], graph: Graph, *, preprocess: 
     if p.suffix.lower() != ".npz":
         raise CalibrationError(f"{where}: give an .npz file of named input batches or a folder of .npy files or "
                                f"images, not a {p.suffix or 'file without suffix'} file")
-    return _checked(graph, _npz(p, where), where)
+    named = _npz(p, where)
+    for name, want in (fixed or {}).items():
+        if name in named and name not in graph.inputs:
+            held = named.pop(name)
+            if held.dtype.kind not in "biuf" or not held.size or not (held == want).all():
+                raise CalibrationError(f"{where}: array {name!r} holds values other than {want:g}, the constant "
+                                       f"the model is compiled with for that input (--input-value)")
+    return _checked(graph, named, where)
 
 
 def describe(path: str | os.PathLike[str]) -> str:

@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 import onnx
@@ -494,6 +494,47 @@ class DynamicShapeError(ValueError):
     run`` then takes the shapes of its ``--input`` arrays)."""
 
 
+def _fix_values(model: onnx.ModelProto, values: Mapping[str, float], label: str) -> None:
+    """Make each one-element input named in ``values`` (``--input-value``) the constant of that value in its own type
+    (an initializer, no longer an input), so that an If it decides is inlined as the branch it takes (optimum's merged
+    decoders choose theirs by ``use_cache_branch``). ValueError naming every name that is not an input, every input
+    of more than one element, and every value its type cannot hold."""
+    inits = {i.name for i in model.graph.initializer}
+    inputs = {vi.name: vi for vi in model.graph.input if vi.name not in inits}
+    problems = []
+    fixed = []
+    for name, value in values.items():
+        vi = inputs.get(name)
+        if vi is None:
+            problems.append(f"{name!r} is not an input of the model (its inputs are "
+                            f"{', '.join(map(repr, inputs))})")
+            continue
+        dims = vi.type.tensor_type.shape.dim
+        if any(d.HasField("dim_value") and d.dim_value != 1 for d in dims):
+            problems.append(f"input {name!r} has shape {'x'.join(_dim_text(d) for d in dims)}: only an input of one "
+                            f"element takes a value")
+            continue
+        elem = vi.type.tensor_type.elem_type
+        dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem)) if elem else np.dtype(np.float32)
+        number = float(value)
+        if dtype == np.bool_:
+            ok = number in (0.0, 1.0)
+        elif dtype.kind in "iu":
+            info = np.iinfo(dtype.type)
+            ok = number.is_integer() and info.min <= number <= info.max
+        else:
+            ok = dtype.kind == "f" and np.isfinite(number)
+        if not ok:
+            problems.append(f"input {name!r} is {dtype.name}, which cannot hold {value!r}")
+            continue
+        fixed.append((vi, np.full([1] * len(dims), number).astype(dtype)))
+    if problems:
+        raise ValueError(f"--input-value does not fit the model {label}: " + "; ".join(problems) + ".")
+    for vi, array in fixed:
+        model.graph.input.remove(vi)
+        model.graph.initializer.append(numpy_helper.from_array(array, vi.name))
+
+
 def _fix_inputs(model: onnx.ModelProto, batch: int, input_shapes: dict[str, tuple[int, ...]], label: str) -> None:
     """Give every graph input a static shape: ``input_shapes[name]`` where given (it must agree with the model's
     rank and fixed dimensions); else a symbolic dimension named like one of a given input (``sequence`` of
@@ -556,8 +597,9 @@ def _fix_inputs(model: onnx.ModelProto, batch: int, input_shapes: dict[str, tupl
 
 
 _IF_REASON = ("a condition computed at run time or given as an input (an If on a constant is inlined); optimum's "
-              "merged decoder (decoder_model_merged.onnx) chooses its branch by the input use_cache_branch: compile "
-              "decoder_model.onnx or decoder_with_past_model.onnx, which optimum writes beside it")
+              "merged decoder (decoder_model_merged.onnx) chooses its branch by the input use_cache_branch: give "
+              "its value (--input-value use_cache_branch=1, or in the --input .npz) to compile that branch, or "
+              "compile decoder_model.onnx or decoder_with_past_model.onnx, which optimum writes beside it")
 """Why an If is refused."""
 
 _CONTROL_FLOW = frozenset({"If", "Loop", "Scan"})
@@ -640,7 +682,8 @@ def _replace_mask_regions(model: onnx.ModelProto, key_masks: list[masks.KeyMask]
 
 
 def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, name: str | None = None,
-                input_shapes: dict[str, tuple[int, ...]] | None = None, max_tensor_bytes: int | None = None) -> Graph:
+                input_shapes: dict[str, tuple[int, ...]] | None = None, max_tensor_bytes: int | None = None,
+                input_values: Mapping[str, float] | None = None) -> Graph:
     """Import an ONNX model (path or ModelProto) as a validated float :class:`~.ir.Graph`.
 
     A dynamic first (batch) input dimension becomes ``batch``; ``input_shapes`` (input name -> whole shape) fixes
@@ -649,6 +692,8 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, n
     :class:`UnsupportedOperatorError` for an operator outside :data:`RULES` (naming the op type and node; one
     :class:`UnsupportedModelError` listing them all when several nodes are refused) and :class:`TensorTooLargeError`
     for a tensor of more than ``max_tensor_bytes`` (default :func:`tensor_byte_limit`), before allocating anything.
+    ``input_values`` (input name -> value) makes one-element inputs constants (:func:`_fix_values`): the If nodes
+    they decide are compiled for those values.
     """
     if isinstance(model, (str, os.PathLike)):
         label = name or os.path.splitext(os.path.basename(os.fspath(model)))[0]
@@ -672,6 +717,8 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, n
     half.narrow_double(proto, where)                    # float64 files: float32, rounded
     _sort_nodes(proto)
     _normalize_perms(proto)
+    if input_values:
+        _fix_values(proto, input_values, where)
     _fix_inputs(proto, batch, dict(input_shapes or {}), where)
     _check_sizes(proto, where, limit)                   # the inputs' own sizes, before any rewrite reads them
     _check_shape_constants(proto, where, limit)
@@ -758,7 +805,8 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, n
             continue
         unread = not any(vi.name in n.input for n in model.graph.node)   # an optional input the graph ignores
         integer = vi.name in mask_types or vi.name in token_ids or \
-            (unread and vi.type.tensor_type.elem_type in masks.MASK_TYPES)
+            (unread and vi.type.tensor_type.elem_type in masks.MASK_TYPES and
+             vi.type.tensor_type.elem_type != onnx.TensorProto.FLOAT)
         if not integer and _DTYPES.get(vi.type.tensor_type.elem_type) != "float32":
             _raise_refused(model, where, refused)       # a refused fused node may be why a mask reaches no scores
             kind = onnx.TensorProto.DataType.Name(vi.type.tensor_type.elem_type)
@@ -771,6 +819,14 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, n
         g.add_tensor(vi.name, imp.shapes_of(vi.name), "int64" if integer else "float32")
         g.inputs.append(vi.name)
     _apply_rules(imp, model, where, refused)
+    empty = [o for o in model.graph.output if imp.name(o.name) in imp.consts and
+             np.asarray(imp.consts[imp.name(o.name)]).size == 0]
+    if empty:                  # an inlined If branch's placeholders (optimum's merged decoder with its cache)
+        logging.getLogger("vta").warning("%s: graph output%s %s of no elements, constant in the branch compiled; "
+                                         "the compiled model leaves %s out", where, "s" if len(empty) > 1 else "",
+                                         ", ".join(repr(o.name) for o in empty), "them" if len(empty) > 1 else "it")
+    for out in empty:
+        model.graph.output.remove(out)
     constant = [o.name for o in model.graph.output if imp.name(o.name) in imp.consts]
     if constant:
         raise GraphError(f"The model {where} has graph output(s) {', '.join(map(repr, constant))} that are constants "

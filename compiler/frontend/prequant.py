@@ -76,6 +76,7 @@ from .onnx_frontend import (
     _check_sizes,
     _check_types,
     _fix_inputs,
+    _fix_values,
     _read_model,
     import_onnx,
     tensor_byte_limit,
@@ -98,7 +99,8 @@ AFFINE_BITS = 24
 
 
 def import_model(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, name: str | None = None,
-                 input_shapes: dict[str, tuple[int, ...]] | None = None) -> Graph:
+                 input_shapes: dict[str, tuple[int, ...]] | None = None,
+                 input_values: dict[str, float] | None = None) -> Graph:
     """Any ONNX model (path or ModelProto) as a validated graph: a pre-quantized one (:func:`is_quantized_model`)
     by :func:`import_quantized`, with :func:`.onnx_frontend.import_onnx`'s checks of the file, the opset, the input
     shapes (``batch``, ``input_shapes``) and the tensor sizes; any other by :func:`.onnx_frontend.import_onnx` (a
@@ -107,13 +109,15 @@ def import_model(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, 
     is_path = isinstance(model, (str, os.PathLike))
     proto = _read_model(os.fspath(model)) if is_path else model
     if not isinstance(proto, onnx.ModelProto) or not is_quantized_model(proto):
-        return import_onnx(model, batch=batch, name=name, input_shapes=input_shapes)
+        return import_onnx(model, batch=batch, name=name, input_shapes=input_shapes, input_values=input_values)
     where = os.fspath(model) if is_path else (name or proto.graph.name or "model")
     label = name or (os.path.splitext(os.path.basename(where))[0] if is_path else where)
     proto = onnx.ModelProto.FromString(proto.SerializeToString())
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
         raise ValueError(f"batch must be a positive integer (images per inference), not {batch!r}.")
     _check_file(proto, where)
+    if input_values:
+        _fix_values(proto, input_values, where)
     _fix_inputs(proto, batch, dict(input_shapes or {}), where)
     _check_sizes(proto, where, tensor_byte_limit())
     foreign = [UnsupportedOperatorError(f"{n.domain}.{n.op_type}", n.name or f"#{k}", "an operator of another domain")

@@ -1127,15 +1127,15 @@ def _ort_reason(err: Exception) -> str:
 
 
 def float_outputs(model: "str | os.PathLike[str] | onnx.ModelProto | None", graph: Graph,
-                  inputs: Mapping[str, np.ndarray], declared: Mapping[str, Sequence[int]] | None = None
-                  ) -> tuple[dict[str, np.ndarray], str]:
+                  inputs: Mapping[str, np.ndarray], declared: Mapping[str, Sequence[int]] | None = None,
+                  values: Mapping[str, float] | None = None) -> tuple[dict[str, np.ndarray], str]:
     """The float model's outputs for ``inputs`` (input name -> array of the graph's input shape), and which model
     ran: ONNX Runtime on ``model`` (an ONNX file or proto) when onnxruntime is installed and ``model`` is given
     (``"onnxruntime"``), else the lab's float reference :func:`.float_ref.run_float` on the float ``graph``
     (``"float reference"``, followed by onnxruntime's reason when it refused the file). Outputs are keyed by
     ``graph``'s output names (ONNX Runtime's in the same order). ``declared``: the whole shapes the caller gave
     inputs (``--input-shape``); a file input the import dropped, declared with a 0 (a prompt's empty KV cache), is
-    fed empty."""
+    fed empty. ``values``: the inputs the import made constants (``--input-value``), fed those values."""
     if model is not None:
         try:
             import onnxruntime as ort
@@ -1152,8 +1152,12 @@ def float_outputs(model: "str | os.PathLike[str] | onnx.ModelProto | None", grap
             rest = iter([n for n in graph.inputs if n not in {i.name for i in file_inputs}])
             feed: dict[str, np.ndarray] = {}
             for arg in file_inputs:       # by name (an empty input the import made a constant too), else in order
-                key = arg.name if arg.name in inputs else next(rest, None)
                 dims = arg.shape if isinstance(arg.shape, list) else []
+                if arg.name in (values or {}):      # a constant of the compile: the value, at the declared rank
+                    feed[arg.name] = np.full([1] * len(dims), float((values or {})[arg.name])).astype(
+                        _ORT_TYPES.get(arg.type, np.float32))
+                    continue
+                key = arg.name if arg.name in inputs else next(rest, None)
                 if key is not None:
                     feed[arg.name] = np.asarray(inputs[key], _ORT_TYPES.get(arg.type, np.float32))
                 elif 0 in dims and all(isinstance(d, int) for d in dims):      # declared empty: nothing to give
@@ -1165,6 +1169,9 @@ def float_outputs(model: "str | os.PathLike[str] | onnx.ModelProto | None", grap
             except Exception as err:  # noqa: BLE001 - it loads the file but cannot run it (e.g. a shape it lacks)
                 return float_ref.run_float(graph, inputs), \
                     f"float reference (onnxruntime failed to run the file: {_ort_reason(err)})"
+            names = [o.name for o in sess.get_outputs()]
+            if set(graph.outputs) <= set(names):      # by name: the import may leave an empty placeholder out
+                return {name: np.asarray(got[names.index(name)]) for name in graph.outputs}, "onnxruntime"
             return {name: np.asarray(v) for name, v in zip(graph.outputs, got)}, "onnxruntime"
     return float_ref.run_float(graph, inputs), "float reference"
 
