@@ -1,7 +1,7 @@
-"""onnxruntime's decoder operators (compiler/frontend/contrib_decoder.py): GroupQueryAttention, RotaryEmbedding and
-MatMulNBits against onnxruntime itself in float, the quantized graphs bit-exact with the integer reference on the
-CPU path, the refusals with their reasons, and a whole decoder as onnxruntime-genai's model builder writes it (a
-prompt with an empty KV cache and a decode step) on fsim."""
+"""onnxruntime's decoder operators (compiler/frontend/contrib_decoder.py): GroupQueryAttention, RotaryEmbedding,
+MatMulNBits and MatMulBnb4 against onnxruntime itself in float, the quantized graphs bit-exact with the integer
+reference on the CPU path, the refusals with their reasons, and a whole decoder as onnxruntime-genai's model builder
+writes it (a prompt with an empty KV cache and a decode step) on fsim."""
 from __future__ import annotations
 
 import numpy as np
@@ -230,6 +230,29 @@ def test_matmul_nbits_refuses_a_block_size_it_does_not_know():
     a = _x(1, 2, 32)
     with pytest.raises(UnsupportedOperatorError, match="block_size 12"):
         import_onnx(_model([node], {"a": a}, ["y"], [("B", packed), ("scales", scales)]))
+
+
+@pytest.mark.parametrize("quant_type, k, n, block", [(0, 32, 24, 16), (1, 40, 9, 32), (1, 7, 5, 64)])
+def test_matmul_bnb4_dequantizes_as_onnxruntime_does(quant_type, k, n, block):
+    """MatMulBnb4 (FP4 or NF4 codes, two per byte, times a per-block absmax over the transposed weights, the count
+    not always a whole number of blocks or bytes) against onnxruntime's own kernel."""
+    count = k * n
+    packed = RNG.integers(0, 256, -(-count // 2)).astype(np.uint8)
+    absmax = np.abs(_x(-(-count // block))) + 0.1
+    node = helper.make_node("MatMulBnb4", ["a", "B", "absmax"], ["y"], name="mm", domain=MS, K=k, N=n,
+                            block_size=block, quant_type=quant_type)
+    a = _x(1, 6, k)
+    graph = _check(_model([node], {"a": a}, ["y"], [("B", packed), ("absmax", absmax)]), {"a": a}, atol=1e-4)
+    assert [n.op for n in graph.nodes].count("Conv2d") == 1
+
+
+def test_matmul_bnb4_refuses_an_unknown_quant_type():
+    node = helper.make_node("MatMulBnb4", ["a", "B", "absmax"], ["y"], name="mm", domain=MS, K=32, N=8,
+                            block_size=32, quant_type=2)
+    a = _x(1, 2, 32)
+    with pytest.raises(UnsupportedOperatorError, match="quant_type 2"):
+        import_onnx(_model([node], {"a": a}, ["y"], [("B", np.zeros(128, np.uint8)),
+                                                      ("absmax", np.ones(8, np.float32))]))
 
 
 # ---- a whole decoder as onnxruntime-genai writes it ------------------------------------------------------------------

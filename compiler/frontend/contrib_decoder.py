@@ -35,6 +35,8 @@ Mistral-, Qwen- or Phi-style decoder, rewritten into standard nodes (the mechani
 - ``MatMulNBits``: the block-quantized weights (2, 4 or 8 bits, with ``scales``, optional ``zero_points``, ``g_idx``
   and ``bias``) dequantized at import into a float ``[K, N]`` constant of a MatMul (and an Add of the bias), which the
   lab then quantizes as any linear layer's weights.
+- ``MatMulBnb4`` (onnxruntime's ``MatMulBnb4Quantizer``: bitsandbytes' FP4 or NF4 codes times a per-block absmax)
+  likewise.
 """
 from __future__ import annotations
 
@@ -478,11 +480,52 @@ def _matmul_nbits(ctx: _Context, node: onnx.NodeProto) -> None:
                                       [node.output[0]], name=ctx.fresh(f"{name}_bias")))
 
 
+# ---- MatMulBnb4 ------------------------------------------------------------------------------------------------------
+_BNB4_CODES = {
+    0: np.array([0.0, 0.005208333333, 0.66666667, 1.0, 0.33333333, 0.5, 0.16666667, 0.25,
+                 -0.0, -0.005208333333, -0.66666667, -1.0, -0.33333333, -0.5, -0.16666667, -0.25], np.float32),
+    1: np.array([-1.0, -0.6961928009986877, -0.5250730514526367, -0.39491748809814453, -0.28444138169288635,
+                 -0.18477343022823334, -0.09105003625154495, 0.0, 0.07958029955625534, 0.16093020141124725,
+                 0.24611230194568634, 0.33791524171829224, 0.44070982933044434, 0.5626170039176941,
+                 0.7229568362236023, 1.0], np.float32),
+}
+"""bitsandbytes' 4-bit codes by MatMulBnb4's ``quant_type``: 0 FP4, 1 NF4 (code -> value in units of the block's
+absmax)."""
+
+
+def _matmul_bnb4(ctx: _Context, node: onnx.NodeProto) -> None:
+    """MatMulBnb4 ``A [..., K] x dequantized B`` as a MatMul of a float ``[K, N]`` constant. B holds the transposed
+    weights ``[N, K]`` flattened, cut into blocks of ``block_size`` values, each value a 4-bit code (two per byte, the
+    first in the high nibble) times its block's ``absmax``; checked against onnxruntime's own kernel."""
+    a = _check_attrs(node, {"K", "N", "block_size", "quant_type"})
+    _only_outputs(ctx, node, ("Y",))
+    k_dim, n_dim, block, kind = (int(a.get(key, -1)) for key in ("K", "N", "block_size", "quant_type"))
+    if kind not in _BNB4_CODES or block < 16 or block & (block - 1) or k_dim < 1 or n_dim < 1:
+        raise _Refusal(f"quant_type {kind}, block_size {block}, K {k_dim}, N {n_dim} (quant_type 0 FP4 or 1 NF4; a "
+                       f"block size a power of two of 16 or more)")
+    packed, absmax = (ctx.consts.get(node.input[k]) if len(node.input) > k else None for k in (1, 2))
+    if packed is None or absmax is None:
+        raise _Refusal("its B or absmax input is computed at run time (the lab needs constants)")
+    count = n_dim * k_dim
+    if packed.dtype != np.uint8 or packed.size != -(-count // 2) or absmax.size != -(-count // block):
+        raise _Refusal(f"B of {packed.size} {packed.dtype} values and absmax of {absmax.size} for K {k_dim}, N "
+                       f"{n_dim}, block_size {block} (uint8 [(N * K + 1) / 2], absmax [(N * K + block_size - 1) / "
+                       f"block_size])")
+    flat = packed.reshape(-1)
+    codes = np.stack([flat >> 4, flat & 15], axis=-1).reshape(-1)[:count]
+    scale = np.repeat(absmax.reshape(-1).astype(np.float32), block)[:count]
+    weight = (_BNB4_CODES[kind][codes] * scale).reshape(n_dim, k_dim).T
+    name = _main_name(node)
+    ctx.nodes.append(helper.make_node("MatMul", [node.input[0], ctx.const(f"{name}_weight", weight)],
+                                      [node.output[0]], name=name))
+
+
 DECODER_REWRITES: dict[str, Rewrite] = {
     "Attention": _attention_with_past,
     "MultiHeadAttention": _mha_with_past,
     "GroupQueryAttention": _group_query_attention,
     "RotaryEmbedding": _rotary_embedding,
     "MatMulNBits": _matmul_nbits,
+    "MatMulBnb4": _matmul_bnb4,
 }
 """The com.microsoft decoder operators rewritten here (given to :func:`.contrib.rewrite_contrib` by the frontend)."""
