@@ -397,7 +397,7 @@ def test_embed_layer_norm_with_each_optional_input(segments, mask, position_ids,
     (_ms("EmbedLayerNormalization", ["x"]), [], "input_ids of shape [2, 6, 16] (only [batch, tokens])"),
     (_ms("BiasSoftmax", ["x", "x"]), [], "no rewrite for this com.microsoft operator (the lab rewrites Attention, "
                                          "BiasAdd, BiasGelu, EmbedLayerNormalization, FastGelu, FusedMatMul, Gelu, "
-                                         "GroupQueryAttention, MatMulNBits,"),
+                                         "GroupQueryAttention, MatMulBnb4, MatMulNBits,"),
     (_ms("FastGelu", ["x", "x"]), [], "its bias input 'x' is computed at run time"),
     (_ms("Attention", ["x", "w", "", "", "past"], num_heads=2),
      [("w", np.ones((16, 48), np.float32)), ("past", np.ones(1, np.float32))],
