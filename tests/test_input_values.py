@@ -17,12 +17,16 @@ RNG = np.random.default_rng(5)
 node = helper.make_node
 
 
-def _merged() -> onnx.ModelProto:
+def _merged(fused: bool = False) -> onnx.ModelProto:
     """A merged decoder in optimum's form: ``If(use_cache_branch)``; the cache branch concatenates the past before
-    the new rows and writes an empty placeholder for ``enc``; the other computes ``enc`` and ignores the past."""
+    the new rows and writes an empty placeholder for ``enc``; the other computes ``enc`` and ignores the past.
+    ``fused``: the cache branch normalizes with onnxruntime's SimplifiedLayerNormalization, as its optimizer writes
+    inside the branches of optimum's ``--optimize`` files."""
     w = numpy_helper.from_array((RNG.standard_normal((8, 8)) * 0.5).astype(np.float32), "w")
+    norm = [node("SimplifiedLayerNormalization", ["h_c0", "gamma"], ["h_c"], axis=-1, epsilon=1e-6)] if fused \
+        else [node("Identity", ["h_c0"], ["h_c"])]
     cache = helper.make_graph(
-        [node("Concat", ["past", "x"], ["present_c"], axis=1), node("MatMul", ["present_c", "w"], ["h_c"]),
+        [node("Concat", ["past", "x"], ["present_c"], axis=1), node("MatMul", ["present_c", "w"], ["h_c0"]), *norm,
          node("ReduceMean", ["h_c"], ["out_c"], axes=[1], keepdims=1),
          node("Constant", [], ["enc_c"], value=numpy_helper.from_array(np.zeros((1, 0, 8), np.float32)))],
         "cache", [], [helper.make_tensor_value_info(n, TensorProto.FLOAT, None)
@@ -39,7 +43,7 @@ def _merged() -> onnx.ModelProto:
          helper.make_tensor_value_info("past", TensorProto.FLOAT, [1, 3, 8]),
          helper.make_tensor_value_info("use_cache_branch", TensorProto.BOOL, [1])],
         [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("out", "present", "enc")],
-        [w])
+        [w, numpy_helper.from_array((1 + 0.1 * RNG.standard_normal(8)).astype(np.float32), "gamma")])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 9
     return model
@@ -50,9 +54,10 @@ def _feeds(cache: bool) -> dict[str, np.ndarray]:
             "past": RNG.standard_normal((1, 3, 8)).astype(np.float32), "use_cache_branch": np.array([cache])}
 
 
-@pytest.mark.parametrize("cache", [True, False])
-def test_each_value_compiles_its_branch_as_onnxruntime_computes_it(cache):
-    model, feeds = _merged(), _feeds(cache)
+@pytest.mark.parametrize("cache, fused", [(True, False), (False, False), (True, True)])
+def test_each_value_compiles_its_branch_as_onnxruntime_computes_it(cache, fused):
+    """Each value gives its branch, onnxruntime's fused operators inside it rewritten as anywhere else."""
+    model, feeds = _merged(fused), _feeds(cache)
     want = dict(zip(("out", "present", "enc"), ort.InferenceSession(model.SerializeToString()).run(None, feeds)))
     graph = import_onnx(model, input_values={"use_cache_branch": float(cache)})
     assert "use_cache_branch" not in graph.inputs

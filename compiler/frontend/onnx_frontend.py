@@ -494,6 +494,35 @@ class DynamicShapeError(ValueError):
     run`` then takes the shapes of its ``--input`` arrays)."""
 
 
+def _inline_constant_ifs(model: onnx.ModelProto) -> None:
+    """Replace every If whose condition is a constant (an initializer, or a Constant node's value) by the nodes of
+    the branch it takes, in place and at its position, the branch's outputs passed on by Identity nodes (nested Ifs
+    too). Done before the rewrites of fused operators (:func:`_rewrite_contrib`) so that they see a branch's nodes:
+    onnxruntime's optimizer fuses inside the branches of optimum's merged decoders. :func:`_fold_constants` still
+    inlines an If whose condition only folding makes constant."""
+    for _ in range(64):                                   # nested branches: one level per pass
+        consts = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+        for n in model.graph.node:
+            if n.op_type == "Constant" and n.output and n.attribute and n.attribute[0].name == "value":
+                consts[n.output[0]] = numpy_helper.to_array(n.attribute[0].t)
+        nodes, changed = [], False
+        for n in model.graph.node:
+            cond = consts.get(n.input[0]) if n.op_type == "If" and n.input else None
+            branch = _branch(n, bool(np.asarray(cond).reshape(-1)[0])) if cond is not None and np.size(cond) else None
+            if branch is None or len(branch.output) != len(n.output):
+                nodes.append(n)
+                continue
+            model.graph.initializer.extend(branch.initializer)
+            nodes += [onnx.NodeProto.FromString(b.SerializeToString()) for b in branch.node]
+            nodes += [onnx.helper.make_node("Identity", [out.name], [target], name=f"{n.name or target}_{k}")
+                      for k, (out, target) in enumerate(zip(branch.output, n.output))]
+            changed = True
+        if not changed:
+            return
+        del model.graph.node[:]
+        model.graph.node.extend(nodes)
+
+
 def _fix_values(model: onnx.ModelProto, values: Mapping[str, float], label: str) -> None:
     """Make each one-element input named in ``values`` (``--input-value``) the constant of that value in its own type
     (an initializer, no longer an input), so that an If it decides is inlined as the branch it takes (optimum's merged
@@ -710,6 +739,9 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, n
     _check_file(proto, where)
     onnx_fused.check_equations(proto)                   # before any shape inference, which some hang
     limit = tensor_byte_limit() if max_tensor_bytes is None else max_tensor_bytes
+    if input_values:
+        _fix_values(proto, input_values, where)
+    _inline_constant_ifs(proto)                         # before the widening and the rewrites, which read nodes
     if half.holds_half(proto) or half.holds_double(proto):   # types that disagree (a float16 input of a float32
         _check_types(proto)                                    # graph), before widening
     if half.widen_half(proto, where, limit // 2):       # float16/bfloat16 files: float32, exactly
@@ -717,8 +749,6 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, n
     half.narrow_double(proto, where)                    # float64 files: float32, rounded
     _sort_nodes(proto)
     _normalize_perms(proto)
-    if input_values:
-        _fix_values(proto, input_values, where)
     _fix_inputs(proto, batch, dict(input_shapes or {}), where)
     _check_sizes(proto, where, limit)                   # the inputs' own sizes, before any rewrite reads them
     _check_shape_constants(proto, where, limit)
