@@ -67,6 +67,7 @@ from . import (
     position_tables,
     score_chains,
 )
+from .conv_transpose import rewrite_conv_transposes
 from .onnx_checks import (
     _check_shape_constants,
     _check_sizes,
@@ -777,7 +778,10 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, n
     if pointwise.split_variadic(model):        # Max/Min/Sum/Mean of one or of 3+ inputs, Sum/Mean of 2: two-input
         model = _infer_shapes(model)           # chains (ONNX's Gelu function adds with Sum)
     shapes = contrib.static_shapes(model)      # tiles_as_expands changes no shape constant_first_matmuls reads
-    if tiles_as_expands(model, shapes) | constant_first_matmuls(model, shapes) | scatters_as_gathers(model, shapes):
+    transposed = {n.output[0] for n in model.graph.node if n.op_type == "ConvTranspose"}
+    refused.update(rewrite_conv_transposes(model, shapes))    # one Conv of the output phases, interleaved
+    if tiles_as_expands(model, shapes) | constant_first_matmuls(model, shapes) | scatters_as_gathers(model, shapes) \
+            or transposed - set(refused):
         model = _infer_shapes(model)
     sinks = score_chains.absorb_sinks(model, contrib.static_shapes(model))     # GPT-OSS's attention sinks
     log_softmaxes = score_chains.fuse_log_softmax(model, contrib.static_shapes(model))   # z - ReduceLogSumExp(z)

@@ -1,0 +1,196 @@
+"""ConvTranspose as the nodes the lab imports: one Conv of every output phase, the phases interleaved, the pads cut.
+
+A transposed convolution of stride ``s`` writes output position ``y`` (before its pads are cut) from the inputs
+``j`` and taps ``k`` with ``y = s * j + k``. Splitting ``y = s * q + r`` into a *phase* ``r`` (``0 <= r < s``) and a
+block ``q``, each phase is an ordinary correlation of the input with the taps ``k = s * m + r`` taken in reverse
+order: ``out[s * q + r] = sum_t x[q - (T - 1) + t] * W[s * (T - 1 - t) + r]``, ``T = ceil(K / s)`` taps (a tap
+beyond ``K`` is zero). So a ConvTranspose of ``C_in -> C_out`` channels becomes:
+
+1. one ``Conv`` with ``C_out * s_h * s_w`` output channels (channel ``c * s_h * s_w + r_h * s_w + r_w`` is phase
+   ``(r_h, r_w)`` of channel ``c``), kernel ``T_h x T_w``, the input padded by ``T - 1`` on each side (and more at
+   the end where ``output_padding`` asks for it), the same groups, the bias repeated per phase;
+2. the phases interleaved: ``Reshape [N, C_out, s_h, s_w, H', W']``, ``Transpose`` to ``[N, C_out, H', s_h, W',
+   s_w]``, ``Reshape [N, C_out, H' * s_h, W' * s_w]``;
+3. a ``Slice`` that cuts the begin pads and keeps the output's length.
+
+Every output value is the same sum of products as onnxruntime's (in another order, so float results differ by
+rounding), the Conv is an ordinary layer the accelerator runs, and no zeros are inserted between the inputs (the
+zero-insertion form would spend ``s_h * s_w`` times the MACs). 1-D and 2-D windows, any strides, pads,
+``output_padding``, ``output_shape``, ``auto_pad`` ``VALID`` and ``SAME_UPPER``, and groups; dilations other than 1,
+3-D windows, ``SAME_LOWER`` (whose output length onnxruntime computes otherwise than the ONNX text at some shapes)
+and ``SAME_UPPER`` with ``output_padding`` (onnxruntime and ONNX's shape inference disagree on its length) are refused
+with the reason, and so is ``SAME_UPPER`` with a kernel shorter than its stride (onnxruntime's length differs from the
+ONNX text's again) (:func:`rewrite_conv_transposes`). An ``output_shape`` longer than the full output puts the
+extra positions at the end (zeros plus the bias), as onnxruntime does (it clamps the total padding at 0)."""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+__all__ = ["rewrite_conv_transposes", "phase_weights"]
+
+
+def phase_weights(weight: np.ndarray, strides: tuple[int, ...], group: int) -> np.ndarray:
+    """The Conv weights ``[C_out * prod(s), C_in / group, T...]`` of a ConvTranspose's ``weight`` ``[C_in, C_out /
+    group, K...]`` (see the module docstring): output channel ``c * prod(s) + r`` (``r`` the phase, row-major over the
+    axes), input channel ``i`` of its group, tap ``t`` holds ``weight[g * C_in/group + i, c - g * C_out/group,
+    s * (T - 1 - t) + r]``, zero beyond the kernel."""
+    c_in, c_og = weight.shape[:2]
+    kernel = weight.shape[2:]
+    rank = len(kernel)
+    taps = tuple(math.ceil(k / s) for k, s in zip(kernel, strides))
+    padded = np.zeros((c_in, c_og) + tuple(t * s for t, s in zip(taps, strides)), weight.dtype)
+    padded[(slice(None), slice(None)) + tuple(slice(0, k) for k in kernel)] = weight
+    split = padded.reshape((c_in, c_og) + tuple(v for t, s in zip(taps, strides) for v in (t, s)))   # tap s*m + r
+    flipped = split[(slice(None), slice(None)) + (slice(None, None, -1), slice(None)) * rank]        # m -> T-1-t
+    order = [1] + [3 + 2 * a for a in range(rank)] + [0] + [2 + 2 * a for a in range(rank)]
+    per = flipped.transpose(order).reshape((c_og * int(np.prod(strides)), c_in) + taps)
+    c_in_g = c_in // group
+    return np.ascontiguousarray(np.concatenate([per[:, g * c_in_g:(g + 1) * c_in_g] for g in range(group)], axis=0))
+
+
+def _attr(node: onnx.NodeProto, name: str, default: Any) -> Any:
+    for a in node.attribute:
+        if a.name == name:
+            return helper.get_attribute_value(a)
+    return default
+
+
+def _plan(node: onnx.NodeProto, x_shape: tuple[int, ...], kernel: tuple[int, ...]
+          ) -> tuple[tuple[int, ...], list[int], list[int], list[int]] | str:
+    """``(strides, begin pads, output lengths, output_padding)`` per spatial axis, or why the node is refused."""
+    rank = len(kernel)
+    if rank not in (1, 2):
+        return f"a {rank}-D window (only 1-D and 2-D)"
+    dilations = [int(d) for d in _attr(node, "dilations", [1] * rank)]
+    if any(d != 1 for d in dilations):
+        return f"dilations {dilations} (only 1)"
+    strides = tuple(int(s) for s in _attr(node, "strides", [1] * rank))
+    out_pad = [int(p) for p in _attr(node, "output_padding", [0] * rank)]
+    pads = [int(p) for p in _attr(node, "pads", [0] * (2 * rank))]
+    auto_pad = _attr(node, "auto_pad", b"NOTSET")
+    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else str(auto_pad)
+    shape = [int(v) for v in _attr(node, "output_shape", [])]
+    if len(strides) != rank or len(out_pad) != rank or len(pads) != 2 * rank or min(strides) < 1:
+        return f"strides {list(strides)}, output_padding {out_pad}, pads {pads} for a {rank}-D window"
+    sizes = x_shape[2:]
+    full = [s * (n - 1) + o + k for s, n, o, k in zip(strides, sizes, out_pad, kernel)]
+    if auto_pad == "SAME_LOWER":
+        return ("auto_pad SAME_LOWER (onnxruntime's output length differs from the ONNX text's at some shapes); give "
+                "explicit pads")
+    if auto_pad == "SAME_UPPER" and any(out_pad):
+        return ("auto_pad SAME_UPPER with output_padding (onnxruntime and ONNX's shape inference disagree on the "
+                "output length); give explicit pads")
+    if auto_pad == "SAME_UPPER" and not shape and any(k < st for k, st in zip(kernel, strides)):
+        return ("auto_pad SAME_UPPER with a kernel shorter than its stride (onnxruntime's output length differs from "
+                "the ONNX text's); give explicit pads")
+    if auto_pad == "SAME_UPPER" and not shape:
+        shape = [n * s for n, s in zip(sizes, strides)]
+    if shape:
+        shape = shape[-rank:]
+        total = [f - o for f, o in zip(full, shape)]
+        upper = auto_pad == "SAME_UPPER"
+        begin = [0 if t < 0 else t // 2 if upper else t - t // 2 for t in total]   # longer: zeros at the end, as
+        end = [t - b for t, b in zip(total, begin)]                                # onnxruntime clamps the padding
+    elif auto_pad == "VALID":
+        begin, end = [0] * rank, [0] * rank
+    else:
+        begin, end = pads[:rank], pads[rank:]
+    lengths = [f - b - e for f, b, e in zip(full, begin, end)]
+    if min(lengths) < 1:
+        return f"pads {begin + end} that leave no output (lengths {lengths})"
+    if any(o >= s for o, s in zip(out_pad, strides)):
+        return f"output_padding {out_pad} not below the strides {list(strides)}"
+    return strides, begin, lengths, out_pad
+
+
+def rewrite_conv_transposes(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]) -> dict[str, str]:
+    """In place: every ConvTranspose with a constant weight (and bias) and a static input shape becomes the nodes
+    the module docstring describes. Returns ``{first output: reason}`` for those refused (the caller reports them
+    when no rule takes the node); the caller infers the new tensors' shapes when anything changed."""
+    consts = {init.name: init for init in model.graph.initializer}
+    nodes: list[onnx.NodeProto] = []
+    refused: dict[str, str] = {}
+    changed = False
+    for node in model.graph.node:
+        if node.op_type != "ConvTranspose" or node.domain not in ("", "ai.onnx"):
+            nodes.append(node)
+            continue
+        x_shape = shapes.get(node.input[0])
+        w_init = consts.get(node.input[1]) if len(node.input) > 1 else None
+        b_name = node.input[2] if len(node.input) > 2 else ""
+        if x_shape is None or w_init is None or (b_name and b_name not in consts):
+            refused[node.output[0]] = "a weight or bias computed at run time, or an input of unknown shape"
+            nodes.append(node)
+            continue
+        weight = numpy_helper.to_array(w_init).astype(np.float32)
+        group = int(_attr(node, "group", 1))
+        kernel = tuple(int(k) for k in weight.shape[2:])
+        plan = _plan(node, x_shape, kernel)
+        if isinstance(plan, str):
+            refused[node.output[0]] = plan
+            nodes.append(node)
+            continue
+        strides, begin, lengths, out_pad = plan
+        if group < 1 or x_shape[1] != weight.shape[0] or weight.shape[0] % group:
+            refused[node.output[0]] = f"group {group} for {x_shape[1]} input channels and weights {weight.shape}"
+            nodes.append(node)
+            continue
+        changed = True
+        nodes += _phase_nodes(model, node, x_shape, weight, group, strides, begin, lengths, out_pad,
+                              numpy_helper.to_array(consts[b_name]).astype(np.float32) if b_name else None)
+    if changed:
+        del model.graph.node[:]
+        model.graph.node.extend(nodes)
+    return refused
+
+
+def _phase_nodes(model: onnx.ModelProto, node: onnx.NodeProto, x_shape: tuple[int, ...], weight: np.ndarray,
+                 group: int, strides: tuple[int, ...], begin: list[int], lengths: list[int], out_pad: list[int],
+                 bias: np.ndarray | None) -> list[onnx.NodeProto]:
+    """The Conv, interleave and Slice nodes of one ConvTranspose (module docstring)."""
+    name = node.name or node.output[0]
+    rank = len(strides)
+    c_out = weight.shape[1] * group
+    kernel = weight.shape[2:]
+    taps = [math.ceil(k / s) for k, s in zip(kernel, strides)]
+    sizes = x_shape[2:]
+    # a negative begin pad (zeros before the full output): ``early`` more blocks of padding before the input
+    early = [math.ceil(max(0, -b) / s) for b, s in zip(begin, strides)]
+    starts_at = [b + s * e for b, s, e in zip(begin, strides, early)]
+    # the end pad: at least T - 1 (every full position), more while s * blocks falls short of the cut's end
+    late = [max(t - 1, math.ceil((a + length) / s) - n - e) for t, a, length, s, n, e in
+            zip(taps, starts_at, lengths, strides, sizes, early)]
+    blocks = [n + e + pad for n, e, pad in zip(sizes, early, late)]
+    conv_pads = [t - 1 + e for t, e in zip(taps, early)] + late
+    phases = int(np.prod(strides))
+
+    def const(suffix: str, value: np.ndarray) -> str:
+        tensor = f"{name}_{suffix}"
+        model.graph.initializer.append(numpy_helper.from_array(value, tensor))
+        return tensor
+
+    conv_inputs = [node.input[0], const("phase_weight", phase_weights(weight, strides, group))]
+    if bias is not None:
+        conv_inputs.append(const("phase_bias", np.repeat(bias.reshape(-1), phases).astype(np.float32)))
+    phased = f"{name}_phases"
+    out = [helper.make_node("Conv", conv_inputs, [phased], name=f"{name}_phase_conv", group=group,
+                            kernel_shape=taps, pads=conv_pads, strides=[1] * rank)]
+    n = x_shape[0]
+    split = const("phase_split", np.array([n, c_out, *strides, *blocks], np.int64))
+    perm = [0, 1] + [v for a in range(rank) for v in (2 + rank + a, 2 + a)]
+    joined = const("phase_join", np.array([n, c_out, *[b * s for b, s in zip(blocks, strides)]], np.int64))
+    starts = const("cut_starts", np.array(starts_at, np.int64))
+    ends = const("cut_ends", np.array([a + length for a, length in zip(starts_at, lengths)], np.int64))
+    axes = const("cut_axes", np.arange(2, 2 + rank, dtype=np.int64))
+    out += [helper.make_node("Reshape", [phased, split], [f"{name}_split"], name=f"{name}_split"),
+            helper.make_node("Transpose", [f"{name}_split"], [f"{name}_interleaved"], name=f"{name}_interleave",
+                             perm=perm),
+            helper.make_node("Reshape", [f"{name}_interleaved", joined], [f"{name}_joined"], name=f"{name}_join"),
+            helper.make_node("Slice", [f"{name}_joined", starts, ends, axes], [node.output[0]], name=f"{name}_cut")]
+    del out_pad                                      # in the lengths already: the blocks cover them with zeros
+    return out
