@@ -67,7 +67,6 @@ REFUSALS: list[tuple[str, str]] = [
     (r"^test_gemm_(transposeA|all_attributes)", r"needs transA=0 and a constant B"),
     (r"^test_matmul_(3d|4d|bcast|1d)", r"only \[N, K\] x constant \[K, O\]|both must have rank 2 or more"),
     (r"^test_constant_pad_(negative_)?axes", r"'Pad' .*the axes input"),
-    (r"^test_dropout_(default|random)_old", r"uses ONNX opset 11; the frontend supports opsets 13 to 28"),
     (r"^test_dropout_default_mask$", r"its mask output 'z' is used; the lab runs Dropout in inference mode"),
     # a scalar graph input (Dropout's ratio, Clip's bounds read by Less/Where) or a 0-sized dimension
     (r"^test_(training_)?dropout_.*(ratio|mask)$|^test_training_dropout(_default)?$|^test_clip(_.*)?_expanded$",

@@ -236,7 +236,7 @@ def test_protobuf_without_a_graph(tmp_path):
         import_onnx(path)
 
 
-@pytest.mark.parametrize("opset", [11, 29])
+@pytest.mark.parametrize("opset", [6, 29])
 def test_unsupported_opset(opset):
     from vta.compiler.frontend.onnx_frontend import SUPPORTED_OPSETS, UnsupportedOpsetError
     model = _model([helper.make_node("Relu", ["x"], ["y"])], (1, 3), None)
@@ -248,6 +248,59 @@ def test_unsupported_opset(opset):
         import_onnx(model)
     model.opset_import[0].version = 13
     assert import_onnx(model).shape("y") == (1, 3)
+
+
+def _opset9_model():
+    """An opset-9 model of the forms the version converter rewrites: Upsample (-> Resize), Pad and Clip with their
+    bounds as attributes (-> inputs), a Softmax of a 2-D coercion, Squeeze's axes attribute, BatchNormalization."""
+    rng = np.random.default_rng(9)
+    inits = [numpy_helper.from_array((rng.standard_normal((4, 3, 3, 3)) * 0.4).astype(np.float32), "w"),
+             numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales")]
+    inits += [numpy_helper.from_array(v.astype(np.float32), n) for n, v in
+              (("g", 1 + 0.1 * rng.standard_normal(4)), ("b", 0.1 * rng.standard_normal(4)),
+               ("m", 0.1 * rng.standard_normal(4)), ("v", 1 + 0.1 * rng.random(4)))]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["c", "g", "b", "m", "v"], ["n"]),
+             helper.make_node("Clip", ["n"], ["r"], min=-1.0, max=2.0),
+             helper.make_node("Upsample", ["r", "scales"], ["u"], mode="nearest"),
+             helper.make_node("Pad", ["u"], ["p"], pads=[0, 0, 1, 1, 0, 0, 1, 1], mode="constant", value=0.0),
+             helper.make_node("GlobalAveragePool", ["p"], ["gp"]),
+             helper.make_node("Squeeze", ["gp"], ["sq"], axes=[2, 3]),
+             helper.make_node("Softmax", ["sq"], ["y"], axis=1)]
+    graph = helper.make_graph(nodes, "old", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 6, 6])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 9)])
+    model.ir_version = 4
+    return model
+
+
+def test_an_older_opset_is_converted_and_computes_what_onnxruntime_does(caplog):
+    """Opsets 7 to 12 are converted to 13 by onnx's version converter, with a warning; the float import equals
+    onnxruntime on the original file and the quantized graph on the CPU path equals the integer reference."""
+    import logging
+
+    from vta.compiler import qops
+    from vta.compiler.frontend.quantize import quantize
+    from vta.compiler.kernels import cpu
+    model = _opset9_model()
+    x = {"x": np.random.default_rng(1).standard_normal((2, 3, 6, 6)).astype(np.float32)}
+    want = ort.InferenceSession(model.SerializeToString()).run(None, x)[0]
+    with caplog.at_level(logging.WARNING, logger="vta"):
+        graph = import_onnx(model)
+    assert "uses ONNX opset 9; the lab converted it to opset 13" in caplog.text
+    np.testing.assert_allclose(run_float(graph, x)["y"], want, atol=1e-5, rtol=1e-4)
+    qgraph = quantize(graph, x)
+    np.testing.assert_array_equal(cpu.run_cpu(qgraph, x)["y"], qops.run_reference(qgraph, x)["y"])
+
+
+def test_an_older_opset_the_converter_cannot_take_is_refused_with_its_reason():
+    from vta.compiler.frontend.onnx_frontend import UnsupportedOpsetError
+    model = _model([helper.make_node("Crop", ["x"], ["y"], border=[1, 1, 1, 1])], (1, 3, 6, 6), None)
+    model.opset_import[0].version = 9
+    with pytest.raises(UnsupportedOpsetError, match=r"^The model t uses ONNX opset 9; the frontend supports opsets 13 "
+                                                    r"to 28, and onnx's version converter could not convert it to 13 "
+                                                    r"\(.*Crop|no registered schema"):
+        import_onnx(model)
 
 
 def test_model_without_default_opset():

@@ -421,6 +421,7 @@ def _check_file(model: onnx.ModelProto, label: str) -> None:
     """What both imports check of a file before reading it: the opset (:func:`_check_opset`), then, the model's
     local functions inlined (:func:`_inline_functions`), the graph and every node against ONNX's rules
     (:func:`.onnx_checks.check_graph`, :func:`.onnx_checks.check_nodes`)."""
+    _convert_old_opset(model, label)
     _check_opset(model, label)
     _inline_functions(model, label)
     check_graph(model, label)
@@ -461,6 +462,35 @@ def _check_types(model: onnx.ModelProto) -> None:
     """Raise :class:`ModelFileError` when ONNX's typed shape inference rejects ``model`` (operand types that
     disagree), leaving ``model`` as it is (the inference runs on a copy)."""
     _infer_shapes(onnx.ModelProto.FromString(model.SerializeToString()), check_type=True)
+
+
+OLDEST_CONVERTED = 7
+"""The oldest default-domain opset :func:`_convert_old_opset` takes (onnx's version converter's adapters start near
+it; older files are refused as before)."""
+
+
+def _convert_old_opset(model: onnx.ModelProto, label: str) -> None:
+    """In place: a model of opset :data:`OLDEST_CONVERTED` to 12 (the ONNX model zoo's files, older exporters')
+    converted to the oldest supported opset by onnx's version converter, with a warning naming both. The adapters
+    rewrite the operators whose form changed (Upsample to Resize, Clip's and Pad's attributes to inputs, Softmax's
+    2-D coercion, Squeeze's axes); onnxruntime still runs the original file for the error against float. A model the
+    converter cannot take is refused by :func:`_check_opset`, with the converter's reason."""
+    lo = SUPPORTED_OPSETS[0]
+    versions = [o.version for o in model.opset_import if o.domain in ("", "ai.onnx")]
+    if not versions or not OLDEST_CONVERTED <= versions[0] < lo:
+        return
+    from onnx import version_converter
+    try:
+        converted = version_converter.convert_version(model, lo)
+    except Exception as err:  # noqa: BLE001 - the converter's own errors: an operator it has no adapter for
+        reason = " ".join(str(err).split())[:300]
+        raise UnsupportedOpsetError(f"The model {label} uses ONNX opset {versions[0]}; the frontend supports opsets "
+                                    f"{lo} to {SUPPORTED_OPSETS[1]}, and onnx's version converter could not convert "
+                                    f"it to {lo} ({reason}).") from None
+    logging.getLogger("vta").warning("%s uses ONNX opset %d; the lab converted it to opset %d with onnx's version "
+                                     "converter (the error against float is measured on the original file)",
+                                     label, versions[0], lo)
+    model.CopyFrom(converted)
 
 
 def _check_opset(model: onnx.ModelProto, label: str) -> None:
