@@ -283,3 +283,28 @@ def test_global_average_pool_of_any_rank_as_onnxruntime_computes_it(shape):
     np.testing.assert_allclose(got, want, atol=1e-6)
     qg = quantize(fg, x)
     np.testing.assert_array_equal(cpu.run_cpu(qg, x)["y"], qops.run_reference(qg, x)["y"])
+
+
+@pytest.mark.parametrize("shape", [(4, 6), (2, 6, 5), (1, 6, 2, 3, 2)])
+def test_batch_normalization_of_any_rank_as_onnxruntime_computes_it(shape):
+    """A BatchNormalization that follows no Conv or Gemm, at rank 2 (BatchNorm1d after a MatMul, as timm's LeViT),
+    3 or 5: a per-channel scale and shift on axis 1; the quantized graph on the CPU path equals the integer
+    reference."""
+    from vta.compiler import qops
+    from vta.compiler.frontend.quantize import quantize
+    from vta.compiler.kernels import cpu
+    rng = np.random.default_rng(len(shape))
+    params = [(1 + 0.2 * rng.standard_normal(6)), 0.3 * rng.standard_normal(6), 0.2 * rng.standard_normal(6),
+              1 + rng.random(6)]
+    inits = [numpy_helper.from_array(p.astype(np.float32), n) for n, p in zip(("g", "b", "m", "v"), params)]
+    graph = helper.make_graph([node("Relu", ["x"], ["r"]), node("BatchNormalization", ["r", "g", "b", "m", "v"],
+                                                                 ["y"])], "bn",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    x = {"x": rng.standard_normal(shape).astype(np.float32)}
+    want = ort.InferenceSession(model.SerializeToString()).run(None, x)[0]
+    fg = import_onnx(model)
+    np.testing.assert_allclose(run_float(fg, x)["y"], want, atol=1e-5, rtol=1e-5)
+    qg = quantize(fg, x)
+    np.testing.assert_array_equal(cpu.run_cpu(qg, x)["y"], qops.run_reference(qg, x)["y"])

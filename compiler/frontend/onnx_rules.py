@@ -130,13 +130,21 @@ def _batchnorm(imp: _Importer, node: onnx.NodeProto) -> None:
                            imp.new_const(f"{node.output[0]}_b", b * mult + shift)]
         imp.graph.rename_tensor(src, node.output[0])
         return
-    if len(imp.shape(node.input[0])) != 4:
-        raise UnsupportedOperatorError(node.op_type, node.name, "a BatchNormalization of a non-NCHW tensor that "
-                                                                "does not follow a Conv or Gemm")
+    shape = imp.shape(node.input[0])
     c = mult.shape[0]
-    inputs = [node.input[0], imp.new_const(f"{node.output[0]}_w", mult.reshape(c, 1, 1, 1)),
-              imp.new_const(f"{node.output[0]}_b", shift)]
-    imp.emit("Conv2d", node, inputs, strides=(1, 1), pads=(0, 0, 0, 0), groups=c)
+    if len(shape) < 2 or shape[1] != c:
+        raise UnsupportedOperatorError(node.op_type, node.name, f"an input of shape {list(shape)} for {c} channels "
+                                                                f"(only [N, C, ...])")
+    weights = [imp.new_const(f"{node.output[0]}_w", mult.reshape(c, 1, 1, 1)),
+               imp.new_const(f"{node.output[0]}_b", shift)]
+    if len(shape) == 4:
+        imp.emit("Conv2d", node, [node.input[0], *weights], strides=(1, 1), pads=(0, 0, 0, 0), groups=c)
+        return
+    # [N, C] or [N, C, ...] (BatchNorm1d after a MatMul, as LeViT's; 3-D): viewed as [N, C, L, 1], per channel
+    plane = (shape[0], c, int(np.prod(shape[2:], dtype=np.int64)), 1)
+    x = imp.emit_shaped("Reshape", node, [node.input[0]], plane, shape=plane)
+    y = imp.emit_shaped("Conv2d", node, [x, *weights], plane, strides=(1, 1), pads=(0, 0, 0, 0), groups=c)
+    imp.emit("Reshape", node, [y], shape=tuple(shape))
 
 
 def _gemm(imp: _Importer, node: onnx.NodeProto) -> None:
