@@ -71,8 +71,10 @@ def test_batchnorm_folds_into_conv_and_stands_alone():
     g = _check(_model(nodes, (2, 3), None, [("fw", _x(4, 3))] + bn), {"x": _x(2, 3)})
     assert [n.op for n in g.nodes] == ["Dense"]
     nodes = [helper.make_node("BatchNormalization", ["x", "s", "bb", "m", "v"], ["y"], name="bn1d")]
-    with pytest.raises(UnsupportedOperatorError, match=r"node 'bn1d'.*non-NCHW tensor that does not follow a Conv"):
-        import_onnx(_model(nodes, (2, 4), None, bn))
+    g = _check(_model(nodes, (2, 4), None, bn), {"x": _x(2, 4)})         # BatchNorm1d: a [N, C, 1, 1] view
+    assert [n.op for n in g.nodes] == ["Reshape", "Conv2d", "Reshape"]
+    with pytest.raises(UnsupportedOperatorError, match=r"node 'bn1d'.*an input of shape \[2, 3\] for 4 channels"):
+        import_onnx(_model(nodes, (2, 3), None, bn))
 
 
 @pytest.mark.parametrize("trans_b", [0, 1])
