@@ -308,3 +308,41 @@ def test_batch_normalization_of_any_rank_as_onnxruntime_computes_it(shape):
     np.testing.assert_allclose(run_float(fg, x)["y"], want, atol=1e-5, rtol=1e-5)
     qg = quantize(fg, x)
     np.testing.assert_array_equal(cpu.run_cpu(qg, x)["y"], qops.run_reference(qg, x)["y"])
+
+
+@pytest.mark.parametrize("mode, pads, shape, opset", [
+    ("reflect", [0, 0, 1, 2, 0, 0, 2, 1], (1, 2, 5, 6), 17),      # TResNet's anti-aliasing pad
+    ("edge", [0, 0, 3, 0, 0, 0, 1, 4], (1, 2, 4, 3), 17),
+    ("wrap", [0, 0, 2, 1, 0, 0, 1, 2], (1, 2, 4, 5), 19),
+    ("reflect", [0, 1, -1, 0, 0, 2], (2, 4, 6), 17),             # a negative pad crops
+    ("edge", [0, 0, 0, 0, 0, 0], (2, 3, 4), 17)])
+def test_pad_by_reflection_edge_or_wrap_as_onnxruntime_computes_it(mode, pads, shape, opset):
+    """Pad's reflect, edge and wrap modes are one Slice of index lists; against onnxruntime, and the quantized graph
+    on the CPU path equals the integer reference."""
+    from vta.compiler import qops
+    from vta.compiler.frontend.quantize import quantize
+    from vta.compiler.kernels import cpu
+    graph = helper.make_graph([node("Relu", ["x"], ["r"]), node("Pad", ["r", "pads"], ["p"], mode=mode),
+                               node("Sigmoid", ["p"], ["y"])], "pad",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(np.array(pads, np.int64), "pads")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    x = {"x": np.random.default_rng(7).standard_normal(shape).astype(np.float32)}
+    want = ort.InferenceSession(model.SerializeToString()).run(None, x)[0]
+    fg = import_onnx(model)
+    got = run_float(fg, x)["y"]
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, atol=1e-6)
+    qg = quantize(fg, x)
+    np.testing.assert_array_equal(cpu.run_cpu(qg, x)["y"], qops.run_reference(qg, x)["y"])
+
+
+def test_a_reflection_longer_than_the_axis_is_refused():
+    from vta.compiler.frontend.onnx_frontend import UnsupportedOperatorError
+    graph = helper.make_graph([node("Pad", ["x", "pads"], ["y"], mode="reflect", name="pad")], "pad",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 3, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(np.array([0, 0, 3, 0, 0, 0, 0, 0], np.int64), "pads")])
+    with pytest.raises(UnsupportedOperatorError, match=r"reflect pads .* of 3 on axis 2 of 3 elements \(at most 2\)"):
+        import_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))

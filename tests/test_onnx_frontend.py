@@ -145,8 +145,9 @@ def test_unsupported_operator_names_op_and_node():
     node = helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[3, 3], dilations=[2, 2], name="dil")
     with pytest.raises(UnsupportedOperatorError, match=r"'Conv' \(node 'dil'\) .*: dilations \[2, 2\] \(only 1\)"):
         import_onnx(_model([node], (1, 1, 8, 8), None, [("w", _x(1, 1, 3, 3))]))
-    node = helper.make_node("Pad", ["x", "p"], ["y"], mode="reflect", name="refl")
-    with pytest.raises(UnsupportedOperatorError, match=r"node 'refl'.*mode 'reflect' \(only 'constant'\)"):
+    node = helper.make_node("Pad", ["x", "p"], ["y"], mode="mirror", name="refl")
+    with pytest.raises(UnsupportedOperatorError, match=r"node 'refl'.*mode 'mirror' \(only constant, reflect, edge "
+                                                       r"and wrap\)"):
         import_onnx(_model([node], (1, 4), None, [("p", np.array([0, 1, 0, 1], np.int64))]))
     with pytest.raises(TypeError, match="import_onnx takes a path or an onnx.ModelProto, not int"):
         import_onnx(3)

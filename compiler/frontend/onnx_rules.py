@@ -387,6 +387,33 @@ def _pool(imp: _Importer, node: onnx.NodeProto) -> None:
         imp.emit("Reshape", node, [depth], shape=(n, c, od, oh, ow))
 
 
+def _pad_by_index(imp: _Importer, node: onnx.NodeProto, mode: str, pads: list[int]) -> None:
+    """Pad in ``reflect``, ``edge`` or ``wrap`` mode as one Slice: along each padded axis of ``n`` elements, the index
+    list ``numpy.pad(arange(n), pads, mode)`` (``symmetric`` is not ONNX's; reflect excludes the edge), a negative pad
+    cropping it. Reflecting more than ``n - 1`` elements is refused, as onnxruntime refuses it."""
+    shape = imp.shape(node.input[0])
+    rank = len(shape)
+    numpy_mode = {"reflect": "reflect", "edge": "edge", "wrap": "wrap"}[mode]
+    axes, indices = [], []
+    for axis, n in enumerate(shape):
+        begin, end = pads[axis], pads[axis + rank]
+        if begin == 0 and end == 0:
+            continue
+        if mode == "reflect" and max(begin, end) > n - 1:
+            raise UnsupportedOperatorError(node.op_type, node.name, f"reflect pads {pads} of {max(begin, end)} on "
+                                                                    f"axis {axis} of {n} elements (at most {n - 1})")
+        grown = np.pad(np.arange(n), (max(begin, 0), max(end, 0)), mode=numpy_mode)  # type: ignore[call-overload]
+        kept = grown[max(-begin, 0):len(grown) - max(-end, 0)]
+        if kept.size == 0:
+            raise UnsupportedOperatorError(node.op_type, node.name, f"pads {pads} that leave axis {axis} empty")
+        axes.append(axis)
+        indices.append(tuple(int(i) for i in kept))
+    if not axes:
+        imp.alias[node.output[0]] = imp.name(node.input[0])
+        return
+    imp.emit("Slice", node, [node.input[0]], axes=tuple(axes), indices=tuple(indices))
+
+
 def _global_average_pool(imp: _Importer, node: onnx.NodeProto) -> None:
     """GlobalAveragePool: over H and W at rank 4; at rank 3 or 5 (torch's ``AdaptiveAvgPool1d(1)``, as Swin's pooler
     writes it, and 3D pools) the spatial axes are viewed as one ``[N, C, L, 1]`` plane, pooled, and viewed back as
@@ -440,9 +467,14 @@ def _reshape(imp: _Importer, node: onnx.NodeProto) -> None:
 
 
 def _pad(imp: _Importer, node: onnx.NodeProto) -> None:
+    """Pad: ``constant`` as the IR's Pad (negative pads crop with a Slice after it); ``reflect``, ``edge`` and ``wrap``
+    as one Slice whose index list per padded axis repeats the input's own elements (numpy's pad of the indices, as
+    ONNX's reference computes it; TResNet's anti-aliasing pads by reflection)."""
     a = _attrs(node)
-    if _decode(a.get("mode", "constant")) != "constant":
-        raise UnsupportedOperatorError(node.op_type, node.name, f"mode {_decode(a['mode'])!r} (only 'constant')")
+    mode = _decode(a.get("mode", "constant"))
+    if mode not in ("constant", "reflect", "edge", "wrap"):
+        raise UnsupportedOperatorError(node.op_type, node.name, f"mode {mode!r} (only constant, reflect, edge and "
+                                                                f"wrap)")
     pads = a.get("pads")
     value = float(a.get("value", 0.0))
     pads_input, value_input = imp.const_input(node, 1, "pads"), imp.const_input(node, 2, "constant_value")
@@ -466,6 +498,9 @@ def _pad(imp: _Importer, node: onnx.NodeProto) -> None:
     pads = [int(p) for p in pads]
     if len(pads) != 2 * rank:
         raise UnsupportedOperatorError(node.op_type, node.name, f"{len(pads)} pads for a tensor of rank {rank}")
+    if mode != "constant":
+        _pad_by_index(imp, node, mode, pads)
+        return
     if min(pads) >= 0:
         imp.emit("Pad", node, [x], pads=tuple(pads), value=value)
         return
