@@ -196,7 +196,7 @@ QUANT_OPS: dict[str, tuple[str, ...]] = {
     "QILayerNorm": ("channels", "k", "mc", "k2", "mc2", "eps_steps", "shift", "mq", "bq"),  # qops.ilayernorm
     "QISoftmax": ("channels", "k", "m", "mq", "shift"),  # int8 -> int8, last axis, no masks: qops.isoftmax
     "Transpose": ("perm",),
-    "Resize": RESIZE_ATTRS,                              # int8 in, int8 out at the same scale
+    "Resize": RESIZE_ATTRS,                              # int8 in, int8 out (cubic: multiplier, shift to its own)
     "QuantizeZp": ("scale", "zero_point"),               # float32 -> int8: clip(rint(x / scale) + zero_point)
     "DequantizeZp": ("scale", "zero_point"),             # int8 -> float32: (x - zero_point) * scale
     "QAffine": ("multipliers", "offset", "shift", "lo", "hi"),  # clip((sum_i x_i * M_i + offset) >> S), int64

@@ -95,7 +95,8 @@ from .qops_softmax import (
 __all__ = [
     "wrap32", "conv2d_acc", "dense_acc", "requantize", "qconv2d", "qdense", "qadd", "rescale", "qconcat",
     "maxpool", "avgpool", "global_avgpool", "pad", "quantize", "dequantize", "softmax", "QOPS", "run_reference",
-    "lut", "resize", "resize_source", "resize_taps", "RESIZE_WEIGHT_BITS", "quantize_zp", "dequantize_zp", "qaffine",
+    "lut", "resize", "resize_source", "resize_taps", "resize_cubic_weights", "resize_cubic_int_weights",
+    "RESIZE_WEIGHT_BITS", "quantize_zp", "dequantize_zp", "qaffine",
     "qsoftmax", "qmatmul", "layer_norm", "rms_norm", "qmul_act", "PRODUCT_BOUND", "run_index_fn", "mask_pool",
     "pool_terms", "mask_fn", "qmask_pool", "take_along", "l2_normalize", "ql2_normalize", "reference_evaluator",
     "embed", "sink_softmax", "top_k_one_hot", "run_region", "grn_scale", "qgrn_scale", "pick_chosen",
@@ -610,18 +611,59 @@ def resize_taps(src: np.ndarray, in_len: int, mode: str, nearest_mode: str) -> t
     return idx, idx, np.zeros(src.shape)
 
 
+def resize_cubic_weights(src: np.ndarray, in_len: int, cubic_coeff_a: float = -0.75,
+                         exclude_outside: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """ONNX's cubic interpolation along one axis: (indices ``[4, out]``, float64 weights ``[4, out]``) of the source
+    elements at ``floor(src) - 1 .. floor(src) + 2``, Keys' kernel with coefficient ``cubic_coeff_a``. Indices outside
+    the input are clamped to its edge; with ``exclude_outside`` their weights are 0 and the rest renormalized."""
+    low = np.floor(src)
+    taps = low[None, :] + np.arange(-1, 3)[:, None]
+    dist = np.abs(src[None, :] - taps)
+    a = float(cubic_coeff_a)
+    near = ((a + 2) * dist - (a + 3)) * dist * dist + 1
+    far = ((a * dist - 5 * a) * dist + 8 * a) * dist - 4 * a
+    weights = np.where(dist <= 1, near, np.where(dist < 2, far, 0.0))
+    if exclude_outside:
+        weights = np.where((taps < 0) | (taps > in_len - 1), 0.0, weights)
+        weights = weights / weights.sum(axis=0, keepdims=True)
+    return np.clip(taps, 0, in_len - 1).astype(np.int64), weights
+
+
 RESIZE_WEIGHT_BITS = 8
-"""Fractional bits of the integer linear-interpolation weights of :func:`resize`."""
+"""Fractional bits of the integer linear- and cubic-interpolation weights of :func:`resize`."""
+
+
+def resize_cubic_int_weights(weights: np.ndarray) -> np.ndarray:
+    """Cubic weights ``[4, out]`` as integers of :data:`RESIZE_WEIGHT_BITS` fractional bits that sum to one exactly
+    (the rounding's remainder goes to each position's largest weight), so a constant input stays constant."""
+    one = 1 << RESIZE_WEIGHT_BITS
+    w = np.rint(weights * one).astype(np.int64)
+    top = np.argmax(weights, axis=0)
+    w[top, np.arange(w.shape[1])] += one - w.sum(axis=0)
+    return w
 
 
 def resize(x: np.ndarray, mode: str, coordinate_transformation_mode: str, nearest_mode: str, scales: Sequence[float],
-           sizes: Sequence[int]) -> np.ndarray:
-    """int8 Resize (see the module docstring): ``sizes`` is the output shape, ``scales`` ONNX's factor per axis."""
+           sizes: Sequence[int], cubic_coeff_a: float = -0.75, exclude_outside: bool = False, multiplier: int = 1,
+           shift: int = 0) -> np.ndarray:
+    """int8 Resize (see the module docstring): ``sizes`` is the output shape, ``scales`` ONNX's factor per axis;
+    ``cubic`` sums four taps by :func:`resize_cubic_int_weights` per axis. The int64 sum is rounded once at the end,
+    after the weights' bits and a requantization to the output scale (``multiplier``, ``shift``: cubic's, whose
+    overshoot leaves the input's range; 1 and 0 otherwise): ``(acc * M + r) >> (bits + shift)``."""
     acc = x.astype(np.int64)
     bits = 0
     one = 1 << RESIZE_WEIGHT_BITS
     for axis, (in_len, out_len, scale) in enumerate(zip(x.shape, sizes, scales)):
         if in_len == out_len and scale == 1.0:
+            continue
+        shape = [1] * acc.ndim
+        shape[axis] = out_len
+        if mode == "cubic":
+            idx, weights = resize_cubic_weights(resize_source(in_len, out_len, scale, coordinate_transformation_mode),
+                                                in_len, cubic_coeff_a, exclude_outside)
+            w = resize_cubic_int_weights(weights)
+            acc = sum(np.take(acc, idx[k], axis=axis) * w[k].reshape(shape) for k in range(4))
+            bits += RESIZE_WEIGHT_BITS
             continue
         i0, i1, frac = resize_taps(resize_source(in_len, out_len, scale, coordinate_transformation_mode), in_len,
                                    mode, nearest_mode)
@@ -629,12 +671,11 @@ def resize(x: np.ndarray, mode: str, coordinate_transformation_mode: str, neares
         if not w1.any():
             acc = np.take(acc, i0, axis=axis)
             continue
-        shape = [1] * acc.ndim
-        shape[axis] = out_len
         acc = np.take(acc, i0, axis=axis) * (one - w1).reshape(shape) + np.take(acc, i1, axis=axis) * w1.reshape(shape)
         bits += RESIZE_WEIGHT_BITS
-    if bits:
-        acc = (acc + (1 << (bits - 1))) >> bits
+    total = bits + shift
+    if total:
+        acc = (acc * multiplier + (1 << (total - 1))) >> total
     return np.clip(acc, -128, 127).astype(np.int8)
 
 
@@ -722,7 +763,9 @@ QOPS: dict[str, OpFn] = {
     "Where": lambda n, v: np.where(n.attrs["keep"], v[0], np.int8(n.attrs["fill"])).astype(np.int8),
     "Transpose": lambda n, v: np.ascontiguousarray(np.transpose(v[0], n.attrs["perm"])),
     "Resize": lambda n, v: resize(v[0], n.attrs["mode"], n.attrs["coordinate_transformation_mode"],
-                                  n.attrs["nearest_mode"], n.attrs["scales"], n.attrs["sizes"]),
+                                  n.attrs["nearest_mode"], n.attrs["scales"], n.attrs["sizes"],
+                                  n.attrs.get("cubic_coeff_a", -0.75), bool(n.attrs.get("exclude_outside", 0)),
+                                  n.attrs.get("multiplier", 1), n.attrs.get("shift", 0)),
     "QuantizeZp": lambda n, v: quantize_zp(v[0], n.attrs["scale"], n.attrs["zero_point"]),
     "DequantizeZp": lambda n, v: dequantize_zp(v[0], n.attrs["scale"], n.attrs["zero_point"]),
     "QAffine": lambda n, v: qaffine(v, n.attrs["multipliers"], n.attrs["offset"], n.attrs["shift"], n.attrs["lo"],

@@ -346,3 +346,35 @@ def test_a_reflection_longer_than_the_axis_is_refused():
                               [numpy_helper.from_array(np.array([0, 0, 3, 0, 0, 0, 0, 0], np.int64), "pads")])
     with pytest.raises(UnsupportedOperatorError, match=r"reflect pads .* of 3 on axis 2 of 3 elements \(at most 2\)"):
         import_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+
+
+@pytest.mark.parametrize("coord, scales, a, exclude", [
+    ("half_pixel", [1, 1, 2, 2], -0.75, 0), ("pytorch_half_pixel", [1, 1, 1.5, 0.5], -0.75, 0),
+    ("align_corners", [1, 1, 2, 3], -0.5, 0), ("asymmetric", [1, 1, 0.5, 2], -0.75, 1),
+    ("half_pixel", [1, 1, 3, 1], -0.5, 1)])
+def test_cubic_resize_as_onnxruntime_computes_it(coord, scales, a, exclude):
+    """Resize's cubic mode (CrossViT resizes its patch grid bicubically): Keys' kernel over four taps per axis,
+    against onnxruntime; the quantized graph on the CPU path equals the integer reference, whose integer weights sum
+    to one (a constant input stays constant)."""
+    from vta.compiler import qops
+    from vta.compiler.frontend.quantize import quantize
+    from vta.compiler.kernels import cpu
+    shape = (1, 3, 6, 5)
+    graph = helper.make_graph([node("Relu", ["x"], ["r"]),
+                               node("Resize", ["r", "", "scales"], ["y"], mode="cubic",
+                                    coordinate_transformation_mode=coord, cubic_coeff_a=a, exclude_outside=exclude)],
+                              "cubic", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(np.array(scales, np.float32), "scales")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+    x = {"x": np.random.default_rng(3).standard_normal(shape).astype(np.float32)}
+    want = ort.InferenceSession(model.SerializeToString()).run(None, x)[0]
+    fg = import_onnx(model)
+    got = run_float(fg, x)["y"]
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, atol=1e-5)
+    qg = quantize(fg, x)
+    np.testing.assert_array_equal(cpu.run_cpu(qg, x)["y"], qops.run_reference(qg, x)["y"])
+    flat = np.full((1, 3, 6, 5), 37, np.int8)
+    resized = qops.resize(flat, "cubic", coord, "round_prefer_floor", scales, want.shape, a, bool(exclude))
+    assert (resized == 37).all()

@@ -55,7 +55,6 @@ PARAMETERS = {"Clip": (1, 2), "Resize": (1, 2, 3)}
 """Inputs (positions) of an operator that are parameters, frozen as initializers; Concat's are all data."""
 
 OPERATOR_REFUSALS: list[tuple[str, str]] = [
-    (r"resize_.*cubic", r"'Resize' \(node .*mode 'cubic' \(only 'nearest' and 'linear'\)"),
     (r"resize_tf_crop_and_resize", r"coordinate_transformation_mode 'tf_crop_and_resize' \(only half_pixel"),
     (r"resize_.*antialias", r"antialias=1 \(only 0\)"),
     (r"resize_.*not_(larger|smaller)", r"keep_aspect_ratio_policy 'not_(larger|smaller)' \(only 'stretch'\)"),

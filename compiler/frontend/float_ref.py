@@ -31,6 +31,7 @@ from ..qops import (
     mask_pool,
     pick_chosen,
     reduce_rows,
+    resize_cubic_weights,
     resize_source,
     resize_taps,
     run_index_fn,
@@ -165,12 +166,19 @@ def _pad(x: np.ndarray, pads: Sequence[int], value: float) -> np.ndarray:
 
 
 def resize(x: np.ndarray, mode: str, coordinate_transformation_mode: str, nearest_mode: str, scales: Sequence[float],
-           sizes: Sequence[int]) -> np.ndarray:
-    """Float Resize, nearest or linear (each resized axis in turn, float64 weights), as :func:`.qops.resize` with
-    real weights and no rounding."""
+           sizes: Sequence[int], cubic_coeff_a: float = -0.75, exclude_outside: bool = False) -> np.ndarray:
+    """Float Resize, nearest, linear or cubic (each resized axis in turn, float64 weights), as :func:`.qops.resize`
+    with real weights and no rounding."""
     out = np.asarray(x, np.float64)
     for axis, (in_len, out_len, scale) in enumerate(zip(x.shape, sizes, scales)):
         if in_len == out_len and scale == 1.0:
+            continue
+        if mode == "cubic":
+            idx, weights = resize_cubic_weights(resize_source(in_len, out_len, scale, coordinate_transformation_mode),
+                                                in_len, cubic_coeff_a, exclude_outside)
+            shape = [1] * out.ndim
+            shape[axis] = out_len
+            out = sum(np.take(out, idx[k], axis=axis) * weights[k].reshape(shape) for k in range(4))
             continue
         i0, i1, frac = resize_taps(resize_source(in_len, out_len, scale, coordinate_transformation_mode), in_len,
                                    mode, nearest_mode)
@@ -353,7 +361,8 @@ FLOAT_FNS: dict[str, FloatFn] = {
     **{op: _elementwise(fn) for op, fn in ACTIVATIONS.items()},
     "Transpose": lambda n, v: np.transpose(v[0], n.attrs["perm"]),
     "Resize": lambda n, v: resize(v[0], n.attrs["mode"], n.attrs["coordinate_transformation_mode"],
-                                  n.attrs["nearest_mode"], n.attrs["scales"], n.attrs["sizes"]),
+                                  n.attrs["nearest_mode"], n.attrs["scales"], n.attrs["sizes"],
+                                  n.attrs.get("cubic_coeff_a", -0.75), bool(n.attrs.get("exclude_outside", 0))),
     "MatMul": lambda n, v: exact_matmul(v[0], v[1], np.float32),
     "LayerNorm": lambda n, v: layer_norm(v[0], v[1], v[2], n.attrs["axis"], n.attrs["epsilon"]),
     "RMSNorm": lambda n, v: rms_norm(v[0], v[1], n.attrs["axis"], n.attrs["epsilon"]),

@@ -566,8 +566,8 @@ def _resize(imp: _Importer, node: onnx.NodeProto) -> None:
     coord = _decode(a.get("coordinate_transformation_mode", "half_pixel"))
     policy = _decode(a.get("keep_aspect_ratio_policy", "stretch"))
     problems = []
-    if mode not in ("nearest", "linear"):
-        problems.append(f"mode {mode!r} (only 'nearest' and 'linear')")
+    if mode not in ("nearest", "linear", "cubic"):
+        problems.append(f"mode {mode!r} (only 'nearest', 'linear' and 'cubic')")
     if coord not in RESIZE_COORDINATE_MODES:
         problems.append(f"coordinate_transformation_mode {coord!r} (only {', '.join(RESIZE_COORDINATE_MODES)})")
     if a.get("antialias", 0):
@@ -593,6 +593,8 @@ def _resize(imp: _Importer, node: onnx.NodeProto) -> None:
             scales[axis] = int(value) / in_shape[axis]
     else:
         raise UnsupportedOperatorError(node.op_type, node.name, "neither scales nor sizes is given")
+    cubic: dict[str, Any] = {"cubic_coeff_a": float(a.get("cubic_coeff_a", -0.75)),
+                             "exclude_outside": int(a.get("exclude_outside", 0))} if mode == "cubic" else {}
     imp.emit("Resize", node, [node.input[0]], mode=mode, coordinate_transformation_mode=coord,
              nearest_mode=nearest, scales=tuple(scales),
-             sizes=tuple(out_shape))
+             sizes=tuple(out_shape), **cubic)

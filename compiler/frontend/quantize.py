@@ -663,6 +663,19 @@ class _Quantizer:
         self.qg.add_node(op, node.name, list(node.inputs), [self.out_tensor(out, sy)], table=table,
                          function=node.op)
 
+    def resize(self, node: Node) -> None:
+        """Resize: nearest and linear keep the input scale (their outputs lie within the input's range); cubic's
+        overshoot does not, so it requantizes to its calibrated output scale: the int64 sum of its taps times
+        ``M = round(s_in / s_out * 2**14)``, shifted by its weights' bits and 14 (:func:`.qops.resize`)."""
+        if node.attrs.get("mode") != "cubic":
+            self.passthrough(node)
+            return
+        x, out = node.inputs[0], node.outputs[0]
+        sy = self.act_scale(out)
+        ratio = self.scales[x] / sy
+        self.qg.add_node("Resize", node.name, [x], [self.wide_out(out, sy)], **node.attrs,
+                         multiplier=int(round(ratio * 2**14)), shift=14)
+
     def passthrough(self, node: Node) -> None:
         """Ops whose int8 output keeps the input scale."""
         x, out = node.inputs[0], node.outputs[0]
@@ -940,7 +953,8 @@ _HANDLERS = {
     "LogSoftmax": _Quantizer.log_softmax,
     "CumSum": _Quantizer.row_norm,
     **{op: _Quantizer.passthrough for op in ("Relu", "Clip", "MaxPool", "AvgPool", "GlobalAvgPool", "Reshape", "Pad",
-                                             "Transpose", "Resize", "Gather", "TakeAlong", "Slice")},
+                                             "Transpose", "Gather", "TakeAlong", "Slice")},
+    "Resize": _Quantizer.resize,
     **{op: _Quantizer.lut for op in float_ref.ACTIVATIONS},
 }
 
