@@ -264,25 +264,31 @@ def test_ceil_mode_with_counted_pads_of_its_own_is_refused():
         import_onnx(_pool_model("AveragePool", [3, 3], [2, 2], [1, 1, 0, 0], 1))
 
 
-@pytest.mark.parametrize("shape", [(1, 6, 10), (2, 4, 3, 2, 5), (1, 3, 4, 5)])
-def test_global_average_pool_of_any_rank_as_onnxruntime_computes_it(shape):
-    """GlobalAveragePool at rank 3 (torch's AdaptiveAvgPool1d(1), Swin's pooler) and 5 pools every axis after N and
-    C, as at rank 4; the quantized graph on the CPU path equals the integer reference."""
+def _against_onnxruntime(model, x, atol=1e-6):
+    """The float import of ``model`` (output ``y``) equals onnxruntime on ``x`` (its shape too), and the quantized
+    graph on the CPU path equals the integer reference."""
     from vta.compiler import qops
     from vta.compiler.frontend.quantize import quantize
     from vta.compiler.kernels import cpu
-    graph = helper.make_graph([node("GlobalAveragePool", ["x"], ["p"]), node("Relu", ["p"], ["y"])], "gap",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    x = {"x": np.random.default_rng(4).standard_normal(shape).astype(np.float32)}
     want = ort.InferenceSession(model.SerializeToString()).run(None, x)[0]
     fg = import_onnx(model)
     got = run_float(fg, x)["y"]
     assert got.shape == want.shape
-    np.testing.assert_allclose(got, want, atol=1e-6)
+    np.testing.assert_allclose(got, want, atol=atol, rtol=1e-5)
     qg = quantize(fg, x)
     np.testing.assert_array_equal(cpu.run_cpu(qg, x)["y"], qops.run_reference(qg, x)["y"])
+    return want
+
+
+@pytest.mark.parametrize("shape", [(1, 6, 10), (2, 4, 3, 2, 5), (1, 3, 4, 5)])
+def test_global_average_pool_of_any_rank_as_onnxruntime_computes_it(shape):
+    """GlobalAveragePool at rank 3 (torch's AdaptiveAvgPool1d(1), Swin's pooler) and 5 pools every axis after N and
+    C, as at rank 4; the quantized graph on the CPU path equals the integer reference."""
+    graph = helper.make_graph([node("GlobalAveragePool", ["x"], ["p"]), node("Relu", ["p"], ["y"])], "gap",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    _against_onnxruntime(model, {"x": np.random.default_rng(4).standard_normal(shape).astype(np.float32)})
 
 
 @pytest.mark.parametrize("shape", [(4, 6), (2, 6, 5), (1, 6, 2, 3, 2)])
@@ -290,9 +296,6 @@ def test_batch_normalization_of_any_rank_as_onnxruntime_computes_it(shape):
     """A BatchNormalization that follows no Conv or Gemm, at rank 2 (BatchNorm1d after a MatMul, as timm's LeViT),
     3 or 5: a per-channel scale and shift on axis 1; the quantized graph on the CPU path equals the integer
     reference."""
-    from vta.compiler import qops
-    from vta.compiler.frontend.quantize import quantize
-    from vta.compiler.kernels import cpu
     rng = np.random.default_rng(len(shape))
     params = [(1 + 0.2 * rng.standard_normal(6)), 0.3 * rng.standard_normal(6), 0.2 * rng.standard_normal(6),
               1 + rng.random(6)]
@@ -302,12 +305,7 @@ def test_batch_normalization_of_any_rank_as_onnxruntime_computes_it(shape):
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    x = {"x": rng.standard_normal(shape).astype(np.float32)}
-    want = ort.InferenceSession(model.SerializeToString()).run(None, x)[0]
-    fg = import_onnx(model)
-    np.testing.assert_allclose(run_float(fg, x)["y"], want, atol=1e-5, rtol=1e-5)
-    qg = quantize(fg, x)
-    np.testing.assert_array_equal(cpu.run_cpu(qg, x)["y"], qops.run_reference(qg, x)["y"])
+    _against_onnxruntime(model, {"x": rng.standard_normal(shape).astype(np.float32)}, atol=1e-5)
 
 
 @pytest.mark.parametrize("mode, pads, shape, opset", [
@@ -319,23 +317,13 @@ def test_batch_normalization_of_any_rank_as_onnxruntime_computes_it(shape):
 def test_pad_by_reflection_edge_or_wrap_as_onnxruntime_computes_it(mode, pads, shape, opset):
     """Pad's reflect, edge and wrap modes are one Slice of index lists; against onnxruntime, and the quantized graph
     on the CPU path equals the integer reference."""
-    from vta.compiler import qops
-    from vta.compiler.frontend.quantize import quantize
-    from vta.compiler.kernels import cpu
     graph = helper.make_graph([node("Relu", ["x"], ["r"]), node("Pad", ["r", "pads"], ["p"], mode=mode),
                                node("Sigmoid", ["p"], ["y"])], "pad",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
                               [numpy_helper.from_array(np.array(pads, np.int64), "pads")])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    x = {"x": np.random.default_rng(7).standard_normal(shape).astype(np.float32)}
-    want = ort.InferenceSession(model.SerializeToString()).run(None, x)[0]
-    fg = import_onnx(model)
-    got = run_float(fg, x)["y"]
-    assert got.shape == want.shape
-    np.testing.assert_allclose(got, want, atol=1e-6)
-    qg = quantize(fg, x)
-    np.testing.assert_array_equal(cpu.run_cpu(qg, x)["y"], qops.run_reference(qg, x)["y"])
+    _against_onnxruntime(model, {"x": np.random.default_rng(7).standard_normal(shape).astype(np.float32)})
 
 
 def test_a_reflection_longer_than_the_axis_is_refused():
@@ -356,9 +344,6 @@ def test_cubic_resize_as_onnxruntime_computes_it(coord, scales, a, exclude):
     """Resize's cubic mode (CrossViT resizes its patch grid bicubically): Keys' kernel over four taps per axis,
     against onnxruntime; the quantized graph on the CPU path equals the integer reference, whose integer weights sum
     to one (a constant input stays constant)."""
-    from vta.compiler import qops
-    from vta.compiler.frontend.quantize import quantize
-    from vta.compiler.kernels import cpu
     shape = (1, 3, 6, 5)
     graph = helper.make_graph([node("Relu", ["x"], ["r"]),
                                node("Resize", ["r", "", "scales"], ["y"], mode="cubic",
@@ -367,14 +352,8 @@ def test_cubic_resize_as_onnxruntime_computes_it(coord, scales, a, exclude):
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
                               [numpy_helper.from_array(np.array(scales, np.float32), "scales")])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
-    x = {"x": np.random.default_rng(3).standard_normal(shape).astype(np.float32)}
-    want = ort.InferenceSession(model.SerializeToString()).run(None, x)[0]
-    fg = import_onnx(model)
-    got = run_float(fg, x)["y"]
-    assert got.shape == want.shape
-    np.testing.assert_allclose(got, want, atol=1e-5)
-    qg = quantize(fg, x)
-    np.testing.assert_array_equal(cpu.run_cpu(qg, x)["y"], qops.run_reference(qg, x)["y"])
+    want = _against_onnxruntime(model, {"x": np.random.default_rng(3).standard_normal(shape).astype(np.float32)},
+                                atol=1e-5)
     flat = np.full((1, 3, 6, 5), 37, np.int8)
     resized = qops.resize(flat, "cubic", coord, "round_prefer_floor", scales, want.shape, a, bool(exclude))
     assert (resized == 37).all()
