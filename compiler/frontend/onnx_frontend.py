@@ -98,6 +98,7 @@ from .onnx_fusions import (
 )
 from .onnx_rules import RESIZE_COORDINATE_MODES
 from .onnx_transformer_rules import RULES
+from .recurrent import RECURRENT_OPS, rewrite_recurrent
 from .scatter import scatters_as_gathers
 
 __all__ = ["UnsupportedOperatorError", "UnsupportedModelError", "ModelFileError", "UnsupportedOpsetError",
@@ -808,10 +809,14 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, n
     if pointwise.split_variadic(model):        # Max/Min/Sum/Mean of one or of 3+ inputs, Sum/Mean of 2: two-input
         model = _infer_shapes(model)           # chains (ONNX's Gelu function adds with Sum)
     shapes = contrib.static_shapes(model)      # tiles_as_expands changes no shape constant_first_matmuls reads
-    transposed = {n.output[0] for n in model.graph.node if n.op_type == "ConvTranspose"}
+    rewritten = {next((o for o in n.output if o), "") for n in model.graph.node
+                 if n.op_type in ("ConvTranspose", *RECURRENT_OPS)}
     refused.update(rewrite_conv_transposes(model, shapes))    # one Conv of the output phases, interleaved
-    if tiles_as_expands(model, shapes) | constant_first_matmuls(model, shapes) | scatters_as_gathers(model, shapes) \
-            or transposed - set(refused):
+    refused.update(rewrite_recurrent(model, shapes))          # LSTM, GRU, RNN unrolled over their steps
+    if rewritten - set(refused):              # their nodes of a constant (a zero initial state) fold
+        model = _infer_shapes(_fold_constants(_infer_shapes(model)))
+        shapes = contrib.static_shapes(model)
+    if tiles_as_expands(model, shapes) | constant_first_matmuls(model, shapes) | scatters_as_gathers(model, shapes):
         model = _infer_shapes(model)
     sinks = score_chains.absorb_sinks(model, contrib.static_shapes(model))     # GPT-OSS's attention sinks
     log_softmaxes = score_chains.fuse_log_softmax(model, contrib.static_shapes(model))   # z - ReduceLogSumExp(z)

@@ -644,4 +644,5 @@ RULES: dict[str, Callable[[_Importer, onnx.NodeProto], None]] = {
 }
 PUBLIC_OPS[:] = sorted((set(RULES) - {"KeyMask", "IndexFn", "MaskPool", "MaskFn", "L2Normalize", "PointwiseFn",
                                        "GRNScale", "GainL2Scale", "TopKOneHot", "SumNormalize", "PickChosen"})
-                       | {"Attention", "SwiGLU", "ConvTranspose"})   # and onnx_fused's and conv_transpose's rewrites
+                       | {"Attention", "SwiGLU", "ConvTranspose", "LSTM", "GRU", "RNN"})   # and the rewrites before
+#                          import: onnx_fused's, conv_transpose's, recurrent's
