@@ -315,7 +315,8 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     check_output_path("-o", args.output)
     options = compile_options(args)
     cfg = config_from_args(args)
-    graph = load_graph(args.model, batch=options.batch, input_shapes=options.input_shape_map())
+    graph = load_graph(args.model, batch=options.batch, input_shapes=options.input_shape_map(),
+                       input_values=options.input_value_map() or None)
     check_force_cpu(graph, options.force_cpu)
     calibration = None if graph.is_quantized else calibration_set(args.model, graph, options)  # a QDQ model: none
     _warn_random_calibration(calibration.info if calibration else {})

@@ -94,3 +94,19 @@ def test_vta_run_takes_the_value_from_the_input_npz_and_refuses_a_mismatch(tmp_p
     assert main(["run", str(path), "--input", str(data), "--input-value", "use_cache_branch=false", "--target",
                  "fsim", "--no-progress"]) == 2
     assert "compiled with it the constant 0" in capsys.readouterr().err
+
+
+def test_vta_compile_fixes_the_value_and_the_artefact_refuses_another(tmp_path, capsys, monkeypatch):
+    from vta.cli import main
+    monkeypatch.setenv("VTA_CACHE_DIR", str(tmp_path / "cache"))
+    path, art = tmp_path / "merged.onnx", tmp_path / "merged.vtac"
+    onnx.save(_merged(), str(path))
+    assert main(["compile", str(path), "--input-value", "use_cache_branch=true", "-o", str(art), "--no-progress"]) == 0
+    good, bad = tmp_path / "good.npz", tmp_path / "bad.npz"
+    np.savez(good, **_feeds(True))
+    np.savez(bad, **_feeds(False))
+    capsys.readouterr()
+    assert main(["run", str(art), "--input", str(good), "--target", "fsim", "--no-progress"]) == 0
+    assert "matches_integer_reference: True" in capsys.readouterr().out
+    assert main(["run", str(art), "--input", str(bad), "--target", "fsim", "--no-progress"]) == 2
+    assert "was compiled with it the constant 1" in capsys.readouterr().err

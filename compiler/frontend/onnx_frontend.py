@@ -586,7 +586,7 @@ def _fix_values(model: onnx.ModelProto, values: Mapping[str, float], label: str)
         else:
             ok = dtype.kind == "f" and np.isfinite(number)
         if not ok:
-            problems.append(f"input {name!r} is {dtype.name}, which cannot hold {value!r}")
+            problems.append(f"input {name!r} is {dtype.name}, which cannot hold {float(value):g}")
             continue
         fixed.append((vi, np.full([1] * len(dims), number).astype(dtype)))
     if problems:

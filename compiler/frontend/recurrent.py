@@ -14,8 +14,9 @@ A reverse direction runs the steps from the last; ``bidirectional`` runs both an
 axis. ``layout=1`` (batch first) transposes ``X`` in and the outputs back. Supported: the default activations, an
 ``initial_h``/``initial_c`` given or zero, LSTM's peepholes ``P``, GRU's ``linear_before_reset``, ``clip`` (a Clip of
 the gates' pre-activations), ``input_forget``; refused with the reason: other activations, a ``sequence_lens`` that is
-not every sequence's full length, a weight that is not a constant. Every value is the same float computation as
-onnxruntime's, in its order of operations up to the sums' association (:func:`rewrite_recurrent`)."""
+not every sequence's full length, a weight that is not a constant, a sequence of more than :data:`MAX_STEPS` steps.
+Every value is the same float computation as onnxruntime's, in its order of operations up to the sums' association
+(:func:`rewrite_recurrent`)."""
 from __future__ import annotations
 
 from typing import Any, Sequence
@@ -28,6 +29,10 @@ __all__ = ["rewrite_recurrent", "RECURRENT_OPS"]
 
 RECURRENT_OPS = ("LSTM", "GRU", "RNN")
 """The operators :func:`rewrite_recurrent` unrolls."""
+
+MAX_STEPS = 1024
+"""The longest sequence (steps times directions) :func:`rewrite_recurrent` unrolls; a longer one is refused (its
+graph would hold tens of thousands of nodes)."""
 
 _GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
 _DEFAULT_ACTIVATIONS = {"LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoid", "Tanh"], "RNN": ["Tanh"]}
@@ -80,6 +85,10 @@ def _refusal(node: onnx.NodeProto, consts: dict[str, np.ndarray], x_shape: tuple
         return f"activations {acts} (only the defaults, {_DEFAULT_ACTIVATIONS[kind]})"
     if direction not in ("forward", "reverse", "bidirectional"):
         return f"direction {direction!r}"
+    layout = int(_attr(node, "layout", 0))
+    steps = (x_shape[1] if layout else x_shape[0]) * dirs
+    if steps > MAX_STEPS:
+        return f"a sequence of {steps} steps over its directions (the lab unrolls at most {MAX_STEPS})"
     inputs = list(node.input) + [""] * 8
     for k, role in ((1, "W"), (2, "R"), (3, "B"), (7 if kind == "LSTM" else 99, "P")):
         if k < len(node.input) and node.input[k] and node.input[k] not in consts:
@@ -87,7 +96,6 @@ def _refusal(node: onnx.NodeProto, consts: dict[str, np.ndarray], x_shape: tuple
     lens = inputs[4]
     if lens:
         value = consts.get(lens)
-        layout = int(_attr(node, "layout", 0))
         length = x_shape[1] if layout else x_shape[0]
         if value is None or not (np.asarray(value) == length).all():
             return "a sequence_lens shorter than the input's sequence, or computed at run time"
