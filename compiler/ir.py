@@ -110,6 +110,8 @@ FLOAT_OPS: dict[str, tuple[str, ...]] = {
     "Selu": ("alpha", "gamma"),
     "Pow": ("exponent",),                                # x ** exponent, an integer (float), element-wise
     "Gather": ("axis", "indices"),                       # np.take(x, indices, axis); indices an int64 array
+    "GatherAt": ("axis",),                               # inputs x, indices (int64, computed at run time by an
+                                                         # IndexFn): np.take(x, indices, axis)
     "PickChosen": (),                                    # onehot [..., k, E] (a TopKOneHot's), data [..., E] ->
                                                          # [..., k]: the chosen entries of data
     "TopKOneHot": ("k", "keep"),                         # x [..., E] (, mask) -> [..., k, E] of 0/1: row j one-hot
@@ -172,6 +174,7 @@ QUANT_OPS: dict[str, tuple[str, ...]] = {
     "QRMSNorm": ("axis", "epsilon", "scale", "gamma", "out_scale"),  # float64 from int8, qops.rms_norm
     "QMulAct": ("multiplier", "shift"),                  # int8 a * int8 b (one shape): clip((a*b*M + r) >> S), int64
     "Gather": ("axis", "indices"),
+    "GatherAt": ("axis",),                               # int8 data's rows at run-time indices, at its scale
     "TopKOneHot": ("k", "keep"),                         # int8 0/1 at scale 1, as the float op
     "PickChosen": (),                                    # int8 data's entries, at its scale
     "TakeAlong": ("axis", "indices"),

@@ -95,7 +95,7 @@ from .qops_softmax import (
 __all__ = [
     "wrap32", "conv2d_acc", "dense_acc", "requantize", "qconv2d", "qdense", "qadd", "rescale", "qconcat",
     "maxpool", "avgpool", "global_avgpool", "pad", "quantize", "dequantize", "softmax", "QOPS", "run_reference",
-    "lut", "resize", "resize_source", "resize_taps", "resize_cubic_weights", "resize_cubic_int_weights",
+    "lut", "resize", "resize_source", "resize_taps", "resize_cubic_weights", "resize_cubic_int_weights", "gather_at",
     "RESIZE_WEIGHT_BITS", "quantize_zp", "dequantize_zp", "qaffine",
     "qsoftmax", "qmatmul", "layer_norm", "rms_norm", "qmul_act", "PRODUCT_BOUND", "run_index_fn", "mask_pool",
     "pool_terms", "mask_fn", "qmask_pool", "take_along", "l2_normalize", "ql2_normalize", "reference_evaluator",
@@ -629,6 +629,17 @@ def resize_cubic_weights(src: np.ndarray, in_len: int, cubic_coeff_a: float = -0
     return np.clip(taps, 0, in_len - 1).astype(np.int64), weights
 
 
+def gather_at(x: np.ndarray, indices: np.ndarray, axis: int) -> np.ndarray:
+    """``np.take(x, indices, axis)`` for indices computed at run time (negative ones counted from the end); a
+    ValueError naming the range when one falls outside the axis (ONNX's Gather leaves that undefined)."""
+    size = x.shape[axis]
+    idx = np.asarray(indices, np.int64)
+    if idx.size and (idx.min() < -size or idx.max() >= size):
+        raise ValueError(f"a Gather's indices computed at run time reach {int(idx.min())}..{int(idx.max())}, "
+                         f"outside the {size} entries of its axis")
+    return np.ascontiguousarray(np.take(x, np.where(idx < 0, idx + size, idx), axis=axis))
+
+
 RESIZE_WEIGHT_BITS = 8
 """Fractional bits of the integer linear- and cubic-interpolation weights of :func:`resize`."""
 
@@ -734,6 +745,7 @@ QOPS: dict[str, OpFn] = {
                                       n.attrs["axis"], n.attrs["epsilon"]),
     "QMulAct": lambda n, v: qmul_act(v[0], v[1], n.attrs["multiplier"], n.attrs["shift"]),
     "Gather": lambda n, v: np.ascontiguousarray(np.take(v[0], n.attrs["indices"], axis=n.attrs["axis"])),
+    "GatherAt": lambda n, v: gather_at(v[0], v[1], n.attrs["axis"]),
     "TakeAlong": lambda n, v: take_along(v[0], n.attrs["indices"], n.attrs["axis"]),
     "Embedding": lambda n, v: embed(v[0], v[1]),
     "IndexFn": lambda n, v: run_index_fn(n.attrs["onnx"], v[0]),

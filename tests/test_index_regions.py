@@ -303,3 +303,65 @@ def test_ids_that_reach_a_table_through_an_op_outside_the_index_arithmetic_name_
     with pytest.raises(GraphError, match=r"It reaches a table lookup, but node 'top' \(ReduceMax\) computes with "
                                         r"it, an op the index arithmetic does not include"):
         import_onnx(model)
+
+
+def _eos_pooled(form="eos"):
+    """A pooling at a row computed from the ids, then a linear layer to ``y [B, D]``: the hidden states ``[B, T, D]``
+    flattened to rows, and one row per sequence taken at ``position + b * T`` (a Gather of an activation at rows
+    known only at run time). ``eos``: CLIP's end-of-text token, ``argmax(ids == eos)``; ``last``: a decoder's
+    sequence-classification head, the last token that is not padding, ``argmax(arange(T) * (ids != pad))``."""
+    rng = np.random.default_rng(4)
+    inits = {"words": rng.standard_normal((V, D)).astype(np.float32),
+             "w": (rng.standard_normal((D, D)) * 0.3).astype(np.float32),
+             "eos": np.array(V - 1, np.int64), "pad": np.array(PAD, np.int64),
+             "steps": np.arange(T, dtype=np.int32), "offsets": (np.arange(B) * T).astype(np.int64)}
+    if form == "eos":
+        position = [node("Equal", ["input_ids", "eos"], ["is_eos"]),
+                    node("Cast", ["is_eos"], ["score"], to=TensorProto.INT32)]
+    else:
+        position = [node("Equal", ["input_ids", "pad"], ["is_pad"]), node("Not", ["is_pad"], ["kept"]),
+                    node("Cast", ["kept"], ["kept_i"], to=TensorProto.INT32),
+                    node("Mul", ["kept_i", "steps"], ["score"])]
+    nodes = [node("Gather", ["words", "input_ids"], ["e"]), node("MatMul", ["e", "w"], ["h"]),
+             node("Reshape", ["h", "flat"], ["rows"]), *position,
+             node("ArgMax", ["score"], ["at"], axis=-1, keepdims=0), node("Add", ["at", "offsets"], ["row"]),
+             node("Gather", ["rows", "row"], ["pooled"], axis=0), node("MatMul", ["pooled", "w"], ["y"])]
+    inits["flat"] = np.array([B * T, D], np.int64)
+    graph = helper.make_graph(nodes, "clip", [helper.make_tensor_value_info("input_ids", TensorProto.INT64, [B, T])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [B, D])],
+                              [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    return model
+
+
+@pytest.mark.parametrize("form", ["eos", "last"])
+def test_rows_of_an_activation_taken_at_positions_computed_from_the_ids(form, tmp_path):
+    """CLIP's end-of-text pooling and a decoder's classification head (the last token that is not padding): the
+    ids' region (Equal, Not, Cast, Mul, ArgMax, Add) is an IndexFn, not a mask, and the Gather of the hidden rows by
+    it a GatherAt; against onnxruntime, and on fsim bit-exact with the integer reference."""
+    from vta.compiler.pipeline import CalibrationSet, check_inputs, compile_model
+    from vta.compiler.runtime.executor import run
+    ids = _ids()                                               # row 1 ends in padding
+    ids[0, 5], ids[1, 2] = V - 1, V - 1                       # each row's end-of-text token
+    model = _eos_pooled(form)
+    want = ort.InferenceSession(model.SerializeToString()).run(None, {"input_ids": ids})[0]
+    graph = import_onnx(model)
+    assert "GatherAt" in [n.op for n in graph.nodes]
+    np.testing.assert_allclose(run_float(graph, {"input_ids": ids})["y"], want, atol=1e-5, rtol=1e-5)
+    path = tmp_path / "clip.onnx"
+    onnx.save(model, str(path))
+    compiled = compile_model(str(path), VTAConfig(), calib=2, policy="accel",
+                             calibration=CalibrationSet({"input_ids": np.concatenate([ids, ids])},
+                                                        {"source": "test", "samples": 2}))
+    feeds = check_inputs(compiled.graph, {"input_ids": ids})
+    got = run(compiled, feeds, target="fsim").outputs["y"]
+    np.testing.assert_array_equal(got, qops.run_reference(compiled.graph, feeds)["y"])
+    assert float(np.ravel(got) @ np.ravel(want) / np.linalg.norm(got) / np.linalg.norm(want)) > 0.99
+
+
+def test_rows_taken_outside_the_activation_are_a_clear_error():
+    x = np.zeros((4, 3), np.int8)
+    with pytest.raises(ValueError, match=r"indices computed at run time reach 2\.\.4, outside the 4 entries"):
+        qops.gather_at(x, np.array([2, 4]), 0)
+    np.testing.assert_array_equal(qops.gather_at(x + 1, np.array([-1]), 0), np.ones((1, 3), np.int8))

@@ -82,13 +82,13 @@ def _from_ids(model: onnx.ModelProto, ids: str, consts: set[str], tables: set[st
 def _mask_like(tensor: str, readers: dict[str, list[onnx.NodeProto]], tables: set[str], consts: set[str]) -> bool:
     """Whether the values computed from ``tensor`` (with ``consts``: constants, and the other values computed from
     the same token ids) meet an activation somewhere and never index a table (a Gather from a constant ``[rows,
-    width]`` table, or CumSum: an index computation)."""
+    width]`` table, or CumSum, ArgMax or ArgMin: an index computation)."""
     region, frontier, meets = {tensor}, [tensor], False
     while frontier:
         for node in readers.get(frontier.pop(), []):
             if node.op_type == "Gather" and node.input[0] in tables and node.input[1] in region:
                 return False
-            if node.op_type == "CumSum":
+            if node.op_type in ("CumSum", "ArgMax", "ArgMin"):     # an index computation (CLIP's end-of-text row)
                 return False
             if all(not t or t in region or t in consts for t in node.input):
                 for out in node.output:

@@ -27,7 +27,7 @@ INDEX_OPS = frozenset({"Equal", "Not", "Cast", "CumSum", "Mul", "Add", "Sub", "N
                        "Where", "And", "Or", "Greater", "Less", "GreaterOrEqual", "LessOrEqual", "Unsqueeze",
                        "Squeeze", "Reshape", "Flatten", "Expand", "Identity", "GatherElements", "Gather", "Slice",
                        "Concat", "Tile", "Range", "Mod", "Div", "Pad", "ScatterND", "ReduceSum", "Shape",
-                       "ConstantOfShape"})
+                       "ConstantOfShape", "ArgMax", "ArgMin"})
 """The ops an index region may contain (evaluated by ONNX's reference implementation)."""
 
 
@@ -73,9 +73,9 @@ def _index_walk(model: onnx.ModelProto, name: str) -> tuple[int, str | None]:
     for node in model.graph.node:
         if not any(t in region for t in node.input):
             continue
-        if node.op_type == "Gather" and len(node.input) == 2 and node.input[0] in tables and \
-                node.input[1] in region:
-            lookups += 1
+        if node.op_type == "Gather" and len(node.input) == 2 and node.input[1] in region and \
+                node.input[0] not in region and (node.input[0] in tables or node.input[0] not in consts):
+            lookups += 1                                 # a table's rows, or an activation's at computed rows
             continue
         if node.op_type not in INDEX_OPS or node.domain not in ("", "ai.onnx"):
             blocker = blocker or f"node {node.name or node.output[0]!r} ({node.op_type}) computes with it, an op " \
@@ -108,9 +108,9 @@ def find_index_regions(model: onnx.ModelProto, token_ids: set[str], shapes: dict
         if not touched:
             continue
         where = f"node {node.name or node.output[0]!r} ({node.op_type})"
-        if node.op_type == "Gather" and len(node.input) == 2 and node.input[0] in tables and \
-                node.input[1] in region and node.input[0] not in region:
-            if node.input[1] not in token_ids:
+        if node.op_type == "Gather" and len(node.input) == 2 and node.input[1] in region and \
+                node.input[0] not in region and (node.input[0] in tables or node.input[0] not in consts):
+            if node.input[1] not in token_ids:          # a table's rows, or an activation's (CLIP's pooling)
                 wanted[node.input[1]] = region[node.input[1]]
             continue
         ids = region[touched[0]]

@@ -272,6 +272,12 @@ def _gather(imp: _Importer, node: onnx.NodeProto) -> None:
                                                                     "constant table [rows, width] on axis 0)")
         imp.emit("Embedding", node, [ids, imp.use_const(node.input[0])])
         return
+    computed = imp.name(node.input[1])
+    if not imp.is_const(node.input[1]) and computed in imp.graph.tensors and \
+            imp.graph.tensors[computed].dtype == "int64":      # rows computed from token ids (CLIP's pooling)
+        rank = len(imp.shape(node.input[0]))
+        imp.emit("GatherAt", node, [node.input[0], computed], axis=int(_attrs(node).get("axis", 0)) % rank)
+        return
     indices = imp.const_input(node, 1, "indices")
     rank = len(imp.shape(node.input[0]))
     axis = int(_attrs(node).get("axis", 0)) % rank

@@ -663,6 +663,12 @@ class _Quantizer:
         self.qg.add_node(op, node.name, list(node.inputs), [self.out_tensor(out, sy)], table=table,
                          function=node.op)
 
+    def gather_at(self, node: Node) -> None:
+        """GatherAt (an activation's entries at indices computed at run time): int8 moves at the data's scale."""
+        x, idx = node.inputs
+        self.qg.add_node("GatherAt", node.name, [x, idx], [self.out_tensor(node.outputs[0], self.scales[x])],
+                         **node.attrs)
+
     def resize(self, node: Node) -> None:
         """Resize: nearest and linear keep the input scale (their outputs lie within the input's range); cubic's
         overshoot does not, so it requantizes to its calibrated output scale: the int64 sum of its taps times
@@ -955,6 +961,7 @@ _HANDLERS = {
     **{op: _Quantizer.passthrough for op in ("Relu", "Clip", "MaxPool", "AvgPool", "GlobalAvgPool", "Reshape", "Pad",
                                              "Transpose", "Gather", "TakeAlong", "Slice")},
     "Resize": _Quantizer.resize,
+    "GatherAt": _Quantizer.gather_at,
     **{op: _Quantizer.lut for op in float_ref.ACTIVATIONS},
 }
 

@@ -17,8 +17,8 @@ from ..ir import Graph, Node
 
 __all__ = ["value_range", "width_problem"]
 
-_KEEPS_RANGE = ("MaxPool", "AvgPool", "GlobalAvgPool", "Reshape", "Transpose", "Slice", "Gather", "TakeAlong", "Pad",
-                "Resize")
+_KEEPS_RANGE = ("MaxPool", "AvgPool", "GlobalAvgPool", "Reshape", "Transpose", "Slice", "Gather", "GatherAt",
+                "TakeAlong", "Pad", "Resize")
 """Ops whose output values lie within their input's range (Pad adds its pad value)."""
 
 
