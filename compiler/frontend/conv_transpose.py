@@ -61,8 +61,8 @@ def _attr(node: onnx.NodeProto, name: str, default: Any) -> Any:
 
 
 def _plan(node: onnx.NodeProto, x_shape: tuple[int, ...], kernel: tuple[int, ...]
-          ) -> tuple[tuple[int, ...], list[int], list[int], list[int]] | str:
-    """``(strides, begin pads, output lengths, output_padding)`` per spatial axis, or why the node is refused."""
+          ) -> tuple[tuple[int, ...], list[int], list[int]] | str:
+    """``(strides, begin pads, output lengths)`` per spatial axis, or why the node is refused."""
     rank = len(kernel)
     if rank not in (1, 2):
         return f"a {rank}-D window (only 1-D and 2-D)"
@@ -105,7 +105,7 @@ def _plan(node: onnx.NodeProto, x_shape: tuple[int, ...], kernel: tuple[int, ...
         return f"pads {begin + end} that leave no output (lengths {lengths})"
     if any(o >= s for o, s in zip(out_pad, strides)):
         return f"output_padding {out_pad} not below the strides {list(strides)}"
-    return strides, begin, lengths, out_pad
+    return strides, begin, lengths
 
 
 def rewrite_conv_transposes(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]) -> dict[str, str]:
@@ -135,13 +135,13 @@ def rewrite_conv_transposes(model: onnx.ModelProto, shapes: dict[str, tuple[int,
             refused[node.output[0]] = plan
             nodes.append(node)
             continue
-        strides, begin, lengths, out_pad = plan
+        strides, begin, lengths = plan
         if group < 1 or x_shape[1] != weight.shape[0] or weight.shape[0] % group:
             refused[node.output[0]] = f"group {group} for {x_shape[1]} input channels and weights {weight.shape}"
             nodes.append(node)
             continue
         changed = True
-        nodes += _phase_nodes(model, node, x_shape, weight, group, strides, begin, lengths, out_pad,
+        nodes += _phase_nodes(model, node, x_shape, weight, group, strides, begin, lengths,
                               numpy_helper.to_array(consts[b_name]).astype(np.float32) if b_name else None)
     if changed:
         del model.graph.node[:]
@@ -150,9 +150,10 @@ def rewrite_conv_transposes(model: onnx.ModelProto, shapes: dict[str, tuple[int,
 
 
 def _phase_nodes(model: onnx.ModelProto, node: onnx.NodeProto, x_shape: tuple[int, ...], weight: np.ndarray,
-                 group: int, strides: tuple[int, ...], begin: list[int], lengths: list[int], out_pad: list[int],
+                 group: int, strides: tuple[int, ...], begin: list[int], lengths: list[int],
                  bias: np.ndarray | None) -> list[onnx.NodeProto]:
-    """The Conv, interleave and Slice nodes of one ConvTranspose (module docstring)."""
+    """The Conv, interleave and Slice nodes of one ConvTranspose (module docstring): the output's ``lengths`` per
+    axis from ``begin`` on, ``output_padding``'s positions included (the phases cover them with zeros)."""
     name = node.name or node.output[0]
     rank = len(strides)
     c_out = weight.shape[1] * group
@@ -192,5 +193,4 @@ def _phase_nodes(model: onnx.ModelProto, node: onnx.NodeProto, x_shape: tuple[in
                              perm=perm),
             helper.make_node("Reshape", [f"{name}_interleaved", joined], [f"{name}_joined"], name=f"{name}_join"),
             helper.make_node("Slice", [f"{name}_joined", starts, ends, axes], [node.output[0]], name=f"{name}_cut")]
-    del out_pad                                      # in the lengths already: the blocks cover them with zeros
     return out
