@@ -25,11 +25,12 @@ extra positions at the end (zeros plus the bias), as onnxruntime does (it clamps
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
+
+from .onnx_common import _attrs, _decode
 
 __all__ = ["rewrite_conv_transposes", "phase_weights"]
 
@@ -53,28 +54,21 @@ def phase_weights(weight: np.ndarray, strides: tuple[int, ...], group: int) -> n
     return np.ascontiguousarray(np.concatenate([per[:, g * c_in_g:(g + 1) * c_in_g] for g in range(group)], axis=0))
 
 
-def _attr(node: onnx.NodeProto, name: str, default: Any) -> Any:
-    for a in node.attribute:
-        if a.name == name:
-            return helper.get_attribute_value(a)
-    return default
-
-
 def _plan(node: onnx.NodeProto, x_shape: tuple[int, ...], kernel: tuple[int, ...]
           ) -> tuple[tuple[int, ...], list[int], list[int]] | str:
     """``(strides, begin pads, output lengths)`` per spatial axis, or why the node is refused."""
     rank = len(kernel)
     if rank not in (1, 2):
         return f"a {rank}-D window (only 1-D and 2-D)"
-    dilations = [int(d) for d in _attr(node, "dilations", [1] * rank)]
+    a = _attrs(node)
+    dilations = [int(d) for d in a.get("dilations", [1] * rank)]
     if any(d != 1 for d in dilations):
         return f"dilations {dilations} (only 1)"
-    strides = tuple(int(s) for s in _attr(node, "strides", [1] * rank))
-    out_pad = [int(p) for p in _attr(node, "output_padding", [0] * rank)]
-    pads = [int(p) for p in _attr(node, "pads", [0] * (2 * rank))]
-    auto_pad = _attr(node, "auto_pad", b"NOTSET")
-    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else str(auto_pad)
-    shape = [int(v) for v in _attr(node, "output_shape", [])]
+    strides = tuple(int(s) for s in a.get("strides", [1] * rank))
+    out_pad = [int(p) for p in a.get("output_padding", [0] * rank)]
+    pads = [int(p) for p in a.get("pads", [0] * (2 * rank))]
+    auto_pad = str(_decode(a.get("auto_pad", "NOTSET")))
+    shape = [int(v) for v in a.get("output_shape", [])]
     if len(strides) != rank or len(out_pad) != rank or len(pads) != 2 * rank or min(strides) < 1:
         return f"strides {list(strides)}, output_padding {out_pad}, pads {pads} for a {rank}-D window"
     sizes = x_shape[2:]
@@ -128,7 +122,7 @@ def rewrite_conv_transposes(model: onnx.ModelProto, shapes: dict[str, tuple[int,
             nodes.append(node)
             continue
         weight = numpy_helper.to_array(w_init).astype(np.float32)
-        group = int(_attr(node, "group", 1))
+        group = int(_attrs(node).get("group", 1))
         kernel = tuple(int(k) for k in weight.shape[2:])
         plan = _plan(node, x_shape, kernel)
         if isinstance(plan, str):

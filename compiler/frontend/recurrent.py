@@ -25,6 +25,8 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from .onnx_common import _attrs, _decode
+
 __all__ = ["rewrite_recurrent", "RECURRENT_OPS"]
 
 RECURRENT_OPS = ("LSTM", "GRU", "RNN")
@@ -36,14 +38,6 @@ graph would hold tens of thousands of nodes)."""
 
 _GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
 _DEFAULT_ACTIVATIONS = {"LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoid", "Tanh"], "RNN": ["Tanh"]}
-
-
-def _attr(node: onnx.NodeProto, name: str, default: Any) -> Any:
-    for a in node.attribute:
-        if a.name == name:
-            value = helper.get_attribute_value(a)
-            return value.decode() if isinstance(value, bytes) else value
-    return default
 
 
 class _Builder:
@@ -78,14 +72,15 @@ def _refusal(node: onnx.NodeProto, consts: dict[str, np.ndarray], x_shape: tuple
     kind = node.op_type
     if x_shape is None or len(x_shape) != 3:
         return "an input X of unknown or non-3-D shape"
-    acts = [a.decode() if isinstance(a, bytes) else a for a in _attr(node, "activations", [])]
-    direction = _attr(node, "direction", "forward")
+    a = _attrs(node)
+    acts = [_decode(v) for v in a.get("activations", [])]
+    direction = _decode(a.get("direction", "forward"))
     dirs = 2 if direction == "bidirectional" else 1
     if acts and acts != _DEFAULT_ACTIVATIONS[kind] * dirs:
         return f"activations {acts} (only the defaults, {_DEFAULT_ACTIVATIONS[kind]})"
     if direction not in ("forward", "reverse", "bidirectional"):
         return f"direction {direction!r}"
-    layout = int(_attr(node, "layout", 0))
+    layout = int(a.get("layout", 0))
     steps = (x_shape[1] if layout else x_shape[0]) * dirs
     if steps > MAX_STEPS:
         return f"a sequence of {steps} steps over its directions (the lab unrolls at most {MAX_STEPS})"
@@ -133,8 +128,9 @@ def _unroll(b: _Builder, node: onnx.NodeProto, consts: dict[str, np.ndarray], x_
     kind = node.op_type
     gates = _GATES[kind]
     inputs = list(node.input) + [""] * (8 - len(node.input))
-    layout = int(_attr(node, "layout", 0))
-    direction = _attr(node, "direction", "forward")
+    a = _attrs(node)
+    layout = int(a.get("layout", 0))
+    direction = _decode(a.get("direction", "forward"))
     seq, batch = (x_shape[1], x_shape[0]) if layout else (x_shape[0], x_shape[1])
     w, r = consts[inputs[1]].astype(np.float32), consts[inputs[2]].astype(np.float32)
     dirs, hidden = w.shape[0], r.shape[-1]
@@ -147,19 +143,17 @@ def _unroll(b: _Builder, node: onnx.NodeProto, consts: dict[str, np.ndarray], x_
     if layout and init_c:
         init_c = b.op("Transpose", [init_c], "c0", perm=[1, 0, 2])
     peep = consts[inputs[7]].astype(np.float32) if kind == "LSTM" and inputs[7] else None
-    clip = _attr(node, "clip", None)
+    clip = a.get("clip")
     ys: list[str] = []
     hs: list[str | None] = []
     cs: list[str | None] = []
     for d in range(dirs):
         reverse = direction == "reverse" or (direction == "bidirectional" and d == 1)
         wb, rb = bias[d, :gates * hidden], bias[d, gates * hidden:]
-        if kind == "GRU" and int(_attr(node, "linear_before_reset", 0)):
+        if kind == "GRU" and int(a.get("linear_before_reset", 0)):
             proj_bias = wb.copy()                 # R's bias of the candidate stays inside r * (h R^T + Rb_h)
             proj_bias[:2 * hidden] += rb[:2 * hidden]
             r_bias = np.concatenate([np.zeros(2 * hidden, np.float32), rb[2 * hidden:]])
-        elif kind == "GRU":
-            proj_bias, r_bias = wb + rb, None
         else:
             proj_bias, r_bias = wb + rb, None
         xw = b.op("MatMul", [x, b.const("w_t", w[d].T.copy())], "xw")            # [L, B, G*H]
@@ -201,7 +195,7 @@ def _cell(b: _Builder, kind: str, node: onnx.NodeProto, step: str, h: str | None
         return b.rows(x, k * hidden, (k + 1) * hidden, 1)
 
     if kind == "GRU":
-        linear_before_reset = int(_attr(node, "linear_before_reset", 0))
+        linear_before_reset = int(_attrs(node).get("linear_before_reset", 0))
         rows = r if linear_before_reset else r[:2 * hidden]          # h R^T for the gates (and the candidate)
         hr = b.op("MatMul", [h, b.const("r_t", rows.T.copy())], "hr") if h else None
         pre_zr = b.rows(step, 0, 2 * hidden, 1)
@@ -233,7 +227,7 @@ def _cell(b: _Builder, kind: str, node: onnx.NodeProto, step: str, h: str | None
     if peep is not None and c is not None:
         i_pre = b.op("Add", [i_pre, b.op("Mul", [c, b.const("p_i", peep[:hidden])], "pic")], "i_pre")
     i = _gate(b, i_pre, clip, "Sigmoid")
-    if int(_attr(node, "input_forget", 0)):
+    if int(_attrs(node).get("input_forget", 0)):
         f = b.op("Sub", [b.const("one", np.ones(1, np.float32)), i], "f_coupled")
     else:
         if peep is not None and c is not None:
