@@ -116,10 +116,20 @@ which :mod:`.onnx_fused` rewrites (Attention, SwiGLU) or refuses by name, and RM
 
 
 
-def _branch(node: onnx.NodeProto, condition: bool) -> onnx.GraphProto | None:
-    """If ``node``'s branch for the constant ``condition``, to inline (None when the node has none): tf2onnx writes
-    Keras's ``tf.cond`` on a constant so, and a branch may read the outer graph's tensors by name."""
-    return next((a.g for a in node.attribute if a.name == ("then_branch" if condition else "else_branch")), None)
+def _branch(node: onnx.NodeProto, condition: Any) -> tuple[onnx.GraphProto, list[onnx.NodeProto]] | None:
+    """If ``node``'s branch for its constant ``condition`` (an array of one element) and the nodes that replace the
+    If: the branch's nodes, then an Identity from each branch output to the If's (None when the condition is empty
+    or the branch is missing or of another output count). tf2onnx writes Keras's ``tf.cond`` on a constant so, and a
+    branch may read the outer graph's tensors by name; the caller takes the branch's initializers."""
+    if not np.size(condition):
+        return None
+    name = "then_branch" if bool(np.asarray(condition).reshape(-1)[0]) else "else_branch"
+    branch = next((a.g for a in node.attribute if a.name == name), None)
+    if branch is None or len(branch.output) != len(node.output):
+        return None
+    return branch, [onnx.NodeProto.FromString(n.SerializeToString()) for n in branch.node] + \
+        [onnx.helper.make_node("Identity", [out.name], [target], name=f"{node.name or target}_{k}")
+         for k, (out, target) in enumerate(zip(branch.output, node.output))]
 
 
 def _fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -138,14 +148,11 @@ def _fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:
     while todo:
         node = todo.pop(0)
         inputs = [t for t in node.input if t]
-        branch = _branch(node, bool(np.asarray(consts[inputs[0]]).reshape(-1)[0])) \
-            if node.op_type == "If" and inputs and inputs[0] in consts and np.asarray(consts[inputs[0]]).size \
+        taken = _branch(node, consts[inputs[0]]) if node.op_type == "If" and inputs and inputs[0] in consts \
             else None
-        if branch is not None and len(branch.output) == len(node.output):
-            consts.update({init.name: numpy_helper.to_array(init) for init in branch.initializer})
-            todo[:0] = [onnx.NodeProto.FromString(n.SerializeToString()) for n in branch.node] + \
-                [onnx.helper.make_node("Identity", [out.name], [target], name=f"{node.name or target}_{k}")
-                 for k, (out, target) in enumerate(zip(branch.output, node.output))]
+        if taken is not None:
+            consts.update({init.name: numpy_helper.to_array(init) for init in taken[0].initializer})
+            todo[:0] = taken[1]
             changed = True                 # the branch taken, whose nodes may read the outer graph's tensors
             continue
         standard = node.domain in ("", "ai.onnx")
@@ -533,21 +540,23 @@ def _inline_constant_ifs(model: onnx.ModelProto) -> None:
     onnxruntime's optimizer fuses inside the branches of optimum's merged decoders. :func:`_fold_constants` still
     inlines an If whose condition only folding makes constant."""
     for _ in range(64):                                   # nested branches: one level per pass
-        consts = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
-        for n in model.graph.node:
-            if n.op_type == "Constant" and n.output and n.attribute and n.attribute[0].name == "value":
+        conditions = {n.input[0] for n in model.graph.node if n.op_type == "If" and n.input}
+        if not conditions:
+            return
+        consts = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer if i.name in conditions}
+        for n in model.graph.node:                        # only the conditions: a model's weights stay protobuf
+            if n.op_type == "Constant" and n.output and n.output[0] in conditions and n.attribute and \
+                    n.attribute[0].name == "value":
                 consts[n.output[0]] = numpy_helper.to_array(n.attribute[0].t)
         nodes, changed = [], False
         for n in model.graph.node:
-            cond = consts.get(n.input[0]) if n.op_type == "If" and n.input else None
-            branch = _branch(n, bool(np.asarray(cond).reshape(-1)[0])) if cond is not None and np.size(cond) else None
-            if branch is None or len(branch.output) != len(n.output):
+            taken = _branch(n, consts[n.input[0]]) if n.op_type == "If" and n.input and n.input[0] in consts \
+                else None
+            if taken is None:
                 nodes.append(n)
                 continue
-            model.graph.initializer.extend(branch.initializer)
-            nodes += [onnx.NodeProto.FromString(b.SerializeToString()) for b in branch.node]
-            nodes += [onnx.helper.make_node("Identity", [out.name], [target], name=f"{n.name or target}_{k}")
-                      for k, (out, target) in enumerate(zip(branch.output, n.output))]
+            model.graph.initializer.extend(taken[0].initializer)
+            nodes += taken[1]
             changed = True
         if not changed:
             return
