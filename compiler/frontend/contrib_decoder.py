@@ -465,10 +465,14 @@ def _matmul_nbits(ctx: _Context, node: onnx.NodeProto) -> None:
     """MatMulNBits ``A [..., K] x dequantized B [K, N] (+ bias)`` as a MatMul of a float constant (and an Add)."""
     a = _check_attrs(node, {"K", "N", "bits", "block_size", "accuracy_level"})
     _only_outputs(ctx, node, ("Y",))
-    weight = _nbits_weight(ctx, node, a)
+    _dequantized_matmul(ctx, node, _nbits_weight(ctx, node, a), node.input[5] if len(node.input) > 5 else "")
+
+
+def _dequantized_matmul(ctx: _Context, node: onnx.NodeProto, weight: np.ndarray, bias_name: str = "") -> None:
+    """``node``'s output as a MatMul of its input 0 by the float ``weight`` ``[K, N]`` (a weight-only quantized
+    operator's, dequantized), plus the constant bias ``bias_name`` of N values when given."""
     name = _main_name(node)
     w = ctx.const(f"{name}_weight", weight)
-    bias_name = node.input[5] if len(node.input) > 5 else ""
     if not bias_name:
         ctx.nodes.append(helper.make_node("MatMul", [node.input[0], w], [node.output[0]], name=name))
         return
@@ -514,10 +518,7 @@ def _matmul_bnb4(ctx: _Context, node: onnx.NodeProto) -> None:
     flat = packed.reshape(-1)
     codes = np.stack([flat >> 4, flat & 15], axis=-1).reshape(-1)[:count]
     scale = np.repeat(absmax.reshape(-1).astype(np.float32), block)[:count]
-    weight = (_BNB4_CODES[kind][codes] * scale).reshape(n_dim, k_dim).T
-    name = _main_name(node)
-    ctx.nodes.append(helper.make_node("MatMul", [node.input[0], ctx.const(f"{name}_weight", weight)],
-                                      [node.output[0]], name=name))
+    _dequantized_matmul(ctx, node, (_BNB4_CODES[kind][codes] * scale).reshape(n_dim, k_dim).T)
 
 
 DECODER_REWRITES: dict[str, Rewrite] = {
