@@ -46,15 +46,21 @@ class _Builder:
     def __init__(self, model: onnx.ModelProto, name: str) -> None:
         self.model, self.name, self.count = model, name, 0
         self.nodes: list[onnx.NodeProto] = []
+        self.consts: dict[tuple[str, tuple[int, ...], bytes], str] = {}
 
     def fresh(self, what: str) -> str:
         self.count += 1
         return f"{self.name}_{what}_{self.count}"
 
     def const(self, what: str, value: np.ndarray) -> str:
-        tensor = self.fresh(what)
-        self.model.graph.initializer.append(numpy_helper.from_array(np.asarray(value), tensor))
-        return tensor
+        """An initializer of ``value``; one per distinct value, so every step reads the same recurrent weights and
+        slice bounds instead of a copy each."""
+        value = np.ascontiguousarray(value)
+        key = (value.dtype.str, value.shape, value.tobytes())
+        if key not in self.consts:
+            self.consts[key] = self.fresh(what)
+            self.model.graph.initializer.append(numpy_helper.from_array(value, self.consts[key]))
+        return self.consts[key]
 
     def op(self, op_type: str, inputs: list[str], what: str, output: str | None = None, **attrs: Any) -> str:
         out = output or self.fresh(what)
