@@ -393,7 +393,6 @@ def _pad_by_index(imp: _Importer, node: onnx.NodeProto, mode: str, pads: list[in
     cropping it. Reflecting more than ``n - 1`` elements is refused, as onnxruntime refuses it."""
     shape = imp.shape(node.input[0])
     rank = len(shape)
-    numpy_mode = {"reflect": "reflect", "edge": "edge", "wrap": "wrap"}[mode]
     axes, indices = [], []
     for axis, n in enumerate(shape):
         begin, end = pads[axis], pads[axis + rank]
@@ -402,7 +401,7 @@ def _pad_by_index(imp: _Importer, node: onnx.NodeProto, mode: str, pads: list[in
         if mode == "reflect" and max(begin, end) > n - 1:
             raise UnsupportedOperatorError(node.op_type, node.name, f"reflect pads {pads} of {max(begin, end)} on "
                                                                     f"axis {axis} of {n} elements (at most {n - 1})")
-        grown = np.pad(np.arange(n), (max(begin, 0), max(end, 0)), mode=numpy_mode)  # type: ignore[call-overload]
+        grown = np.pad(np.arange(n), (max(begin, 0), max(end, 0)), mode=mode)  # type: ignore[call-overload]
         kept = grown[max(-begin, 0):len(grown) - max(-end, 0)]
         if kept.size == 0:
             raise UnsupportedOperatorError(node.op_type, node.name, f"pads {pads} that leave axis {axis} empty")
