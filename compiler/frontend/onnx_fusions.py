@@ -260,16 +260,26 @@ _ELEMENTWISE: dict[str, Callable[..., Any]] = {
     "Erf": np.vectorize(math.erf), "Tanh": np.tanh}
 
 
-def _region(g: _OnnxGraph, source: str, end: onnx.NodeProto, order: dict[int, int]) -> list[onnx.NodeProto] | None:
-    """The nodes on the paths from tensor ``source`` to node ``end`` when they form a closed element-wise region:
-    each reads ``source``, another region node's output or a one-element constant, and only ``end``'s output leaves
-    it."""
+def _forward(g: _OnnxGraph, source: str) -> set[int]:
+    """The ids of the element-wise nodes up to 10 steps after tensor ``source`` through element-wise nodes only (a
+    region of :func:`_region` has no other node)."""
     forward: set[int] = set()
     todo = [source]
-    for _ in range(10):                                  # nodes up to 10 steps after the source
-        users = [u for t in todo for u in g.consumers.get(t, []) if id(u) not in forward]
-        forward.update(id(u) for u in users)
-        todo = [out for u in users for out in u.output]
+    for _ in range(10):
+        users = {id(u): u for t in todo for u in g.consumers.get(t, [])
+                 if id(u) not in forward and u.op_type in _ELEMENTWISE}
+        forward.update(users)
+        todo = [out for u in users.values() for out in u.output]
+    return forward
+
+
+def _region(g: _OnnxGraph, source: str, end: onnx.NodeProto, order: dict[int, int],
+            forward: set[int] | None = None) -> list[onnx.NodeProto] | None:
+    """The nodes on the paths from tensor ``source`` to node ``end`` when they form a closed element-wise region:
+    each reads ``source``, another region node's output or a one-element constant, and only ``end``'s output leaves
+    it. ``forward`` is :func:`_forward` of ``source`` when the caller has it."""
+    if forward is None:
+        forward = _forward(g, source)
     region: dict[int, onnx.NodeProto] = {}
     todo_nodes = [end]
     while todo_nodes:
@@ -323,9 +333,10 @@ def _match_gelu(g: _OnnxGraph, core: onnx.NodeProto, order: dict[int, int]
     for _ in range(4):                                  # the end: up to 4 steps after it
         frontier = [u for n in frontier for u in g.consumers.get(n.output[0], [])]
         ends.extend(frontier)
+    forward = {source: _forward(g, source) for source in sources}
     for end in reversed(ends):
         for source in sources:
-            nodes = _region(g, source, end, order)
+            nodes = _region(g, source, end, order, forward[source]) if id(end) in forward[source] else None
             kind = None if nodes is None or len(nodes) < 4 else _gelu_kind(g, source, nodes)
             if nodes is not None and kind is not None:
                 return nodes, source, kind

@@ -136,16 +136,24 @@ def fuse_pointwise_regions(model: onnx.ModelProto, shapes: dict[str, tuple[int, 
             not any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute) and \
             not any(t in consts and t not in scalars for t in node.input)
 
+    is_elementwise = [elementwise(k) for k in range(len(graph.node))]
+    # Whether a region ending at node k can hold a node the importer refuses: a superset of the regions' nodes (its
+    # element-wise ancestors) and of their inputs (all of a node's), so the regions of no such node are not searched.
+    refusable = [False] * len(graph.node)
+    for k, node in enumerate(graph.node):
+        if is_elementwise[k]:
+            refusable[k] = _is_trigger(node, len(node.input), consts, scalars, rules) or any(
+                j is not None and (j >= k or refusable[j]) for j in map(producer.get, node.input))
     fused: set[int] = set()
     found: dict[str, str] = {}
     replaced: dict[int, onnx.NodeProto] = {}
     for k in reversed(range(len(graph.node))):
-        if k in fused or not elementwise(k):
+        if k in fused or not refusable[k]:
             continue
         out = graph.node[k].output[0]
         if types.get(out) != _FLOAT or out not in shapes:
             continue
-        region = _cone(graph, k, producer, readers, outputs, elementwise, scalar, fused)
+        region = _cone(graph, k, producer, readers, outputs, is_elementwise.__getitem__, scalar, fused)
         if region is None:                  # three or more sources: node k alone, when it reads two activations
             region = _lone(graph.node[k], k, scalar)
         if region is None:
