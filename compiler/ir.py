@@ -49,8 +49,9 @@ it) and :func:`.float_ref.run_float` (float graphs, for calibration).
 from __future__ import annotations
 
 import copy
+import operator
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any, Container, Iterable, Mapping
 
 import numpy as np
 
@@ -335,6 +336,32 @@ def conv_output_hw(h: int, w: int, kernel: tuple[int, int], strides: tuple[int, 
     return oh, ow
 
 
+class GraphIndex:
+    """The producers and consumers of a graph's tensors, indexed once: for a pass that reads a graph it does not
+    change (:meth:`Graph.producer` and :meth:`Graph.consumers` scan every node on each call)."""
+
+    def __init__(self, graph: "Graph") -> None:
+        self._producer: dict[str, Node] = {}
+        self._consumers: dict[str, list[Node]] = {}
+        for node in graph.nodes:
+            for out in node.outputs:
+                self._producer.setdefault(out, node)
+            for name in dict.fromkeys(node.inputs):
+                self._consumers.setdefault(name, []).append(node)
+
+    def producer(self, name: str) -> "Node | None":
+        """As :meth:`Graph.producer`: the first node writing tensor ``name``, or None."""
+        return self._producer.get(name)
+
+    def consumers(self, name: str) -> list["Node"]:
+        """As :meth:`Graph.consumers`: the nodes reading tensor ``name``, in graph order (a new list)."""
+        return list(self._consumers.get(name, ()))
+
+
+_NODE_NAME = operator.attrgetter("name")
+"""A node's name."""
+
+
 @dataclass
 class Graph:
     """A dataflow graph; see the module docstring for the structure and invariants."""
@@ -348,6 +375,9 @@ class Graph:
     absmax_hints: dict[str, float] = field(default_factory=dict)
     """A float graph's activation ranges (largest magnitude, by tensor name) that its model file states: a QDQ file's
     own scales (:func:`.frontend.dequantize.qdq_ranges`). Quantizing on random data uses them instead."""
+    _names: tuple[list[Node], int, Node | None, set[str]] | None = field(default=None, init=False, repr=False,
+                                                                        compare=False)
+    """:meth:`_node_names`' cache: the list, its length, its last node and the names."""
 
     # ---- building -------------------------------------------------------------------------------------------------
     def add_tensor(self, name: str, shape: Iterable[int], dtype: str, scale: float | None = None) -> TensorInfo:
@@ -367,15 +397,30 @@ class Graph:
 
     def add_node(self, op: str, name: str, inputs: list[str], outputs: list[str], **attrs: Any) -> Node:
         """Append a node (its output tensors must be declared with :meth:`add_tensor`)."""
-        if any(n.name == name for n in self.nodes):
+        names = self._node_names()
+        if name in names:
             raise GraphError(f"Node name {name!r} is used twice in graph {self.name!r}.")
         node = Node(op, name, list(inputs), list(outputs), dict(attrs))
         self.nodes.append(node)
+        names.add(name)
+        self._names = (self.nodes, len(self.nodes), node, names)
         return node
+
+    def _node_names(self) -> set[str]:
+        """The nodes' names, kept from the last call while ``nodes`` is the same list of the same length with the
+        same last node (so an append, insert, removal or a new list anywhere rebuilds it; a node replaced in place
+        keeps its name in the compiler, and :meth:`validate` reports a name used twice)."""
+        last = self.nodes[-1] if self.nodes else None
+        cache = self._names
+        if cache is not None and cache[0] is self.nodes and cache[1] == len(self.nodes) and cache[2] is last:
+            return cache[3]
+        names = set(map(_NODE_NAME, self.nodes))
+        self._names = (self.nodes, len(self.nodes), last, names)
+        return names
 
     def unique_name(self, base: str, *, node: bool = False) -> str:
         """A tensor name (or a node name when ``node``) starting with ``base`` that is not yet used."""
-        taken = {n.name for n in self.nodes} if node else set(self.tensors)
+        taken: Container[str] = self._node_names() if node else self.tensors
         if base not in taken:
             return base
         i = 1
@@ -446,7 +491,11 @@ class Graph:
         for name in list(self.inputs) + list(self.constants):
             if name not in self.tensors:
                 problems.append(f"{name!r} has no TensorInfo")
+        named: set[str] = set()
         for node in self.nodes:
+            if node.name in named:
+                problems.append(f"node name {node.name!r} is used twice")
+            named.add(node.name)
             if node.op not in table:
                 problems.append(f"node {node.name!r} has op {node.op!r}, not one of {', '.join(table)}")
             else:

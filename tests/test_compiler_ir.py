@@ -4,7 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vta.compiler.ir import AddRequant, Graph, GraphError, Requant, TensorInfo, conv_output_hw, node_macs
+from vta.compiler.ir import (AddRequant, Graph, GraphError, GraphIndex, Node, Requant, TensorInfo, conv_output_hw,
+                             node_macs)
 
 
 def _graph() -> Graph:
@@ -31,6 +32,42 @@ def test_graph_queries_and_macs():
     assert g.unique_name("conv", node=True) == "conv_1" and g.unique_name("conv") == "conv"
     with pytest.raises(KeyError, match="Graph 'g' has no node named 'nope'"):
         g.node("nope")
+
+
+def test_the_node_names_follow_every_edit_of_the_node_list():
+    """add_node and unique_name keep the names between calls; an edit of ``nodes`` made directly (remove, insert,
+    a new list, a pop) must be seen, and validate names a node name used twice however it got there."""
+    g = _graph()
+    g.add_tensor("z", (1, 8, 8, 8), "float32")
+    assert g.unique_name("relu", node=True) == "relu_1"
+    relu = g.nodes.pop()
+    assert g.unique_name("relu", node=True) == "relu"
+    g.add_node("Relu", "relu", ["c"], ["z"])                   # the name is free again
+    g.nodes.insert(0, Node("Relu", "early", ["x"], ["e"], {}))
+    with pytest.raises(GraphError, match="Node name 'early' is used twice"):
+        g.add_node("Relu", "early", ["c"], ["y"])
+    g.nodes = [n for n in g.nodes if n.name != "early"]
+    assert g.unique_name("early", node=True) == "early"
+    g.nodes.remove(g.node("relu"))
+    g.nodes.append(relu)                                       # the same length, another last node
+    assert g.unique_name("relu", node=True) == "relu_1"
+    g.nodes.append(Node("Relu", "relu", ["c"], ["z"], {}))     # a name used twice behind add_node's back
+    with pytest.raises(GraphError, match="node name 'relu' is used twice"):
+        g.validate()
+
+
+def test_graph_index_answers_as_the_graph_does():
+    g = _graph()
+    g.add_tensor("s", (1, 8, 8, 8), "float32")
+    g.add_node("Mul", "square", ["y", "y"], ["s"])               # reads one tensor twice
+    g.add_node("Add", "sum", ["s", "c"], ["s2"])
+    index = GraphIndex(g)
+    for name in ["x", "w", "c", "y", "s", "s2", "absent"]:
+        assert index.producer(name) is g.producer(name)
+        assert index.consumers(name) == g.consumers(name)
+    assert [n.name for n in index.consumers("c")] == ["relu", "sum"]
+    index.consumers("c").clear()                                 # a new list each time
+    assert len(index.consumers("c")) == 2
 
 
 def test_validate_collects_problems():

@@ -37,7 +37,7 @@ from typing import Any, Callable, Iterable, Iterator, Literal, Mapping, Sequence
 import numpy as np
 import onnx
 
-from ..ir import M_MAX, REQUANT_MODES, S_MAX, AddRequant, Graph, GraphError, Node, Requant
+from ..ir import M_MAX, REQUANT_MODES, S_MAX, AddRequant, Graph, GraphError, GraphIndex, Node, Requant
 from ..qops import KEY_MASK_ATTRS, PRODUCT_BOUND
 from ..qops import run_reference as qops_reference
 from . import float_ref
@@ -314,6 +314,7 @@ class _Quantizer:
                  act_bits: int = 8, wgt_bits: int = 8, keep_int8: Iterable[str] = (),
                  weight_rounding: str = "nearest", scores: str = "int8") -> None:
         self.fg, self.cal, self.per_channel, self.mode = fg, cal, per_channel, mode
+        self.fx = GraphIndex(fg)               # the float graph's producers and consumers: it does not change here
         self.scores = scores                   # "int32": attention scores kept exact into their softmax
         self.aliases: dict[str, str] = {}      # a folded scalar Mul's output -> the int32 scores it scales
         self.weight_rounding = weight_rounding
@@ -329,10 +330,21 @@ class _Quantizer:
         self.skip: set[str] = set()
         self.masks: dict[str, tuple[str, dict[str, Any]]] = {}
         self.key_masks: dict[str, tuple[str, str, dict[str, Any]]] = {}  # KeyMask out -> (scores, mask, key_* attrs)
+        self._q_producers: dict[str, Node] = {}                 # q_producer's index of qg.nodes[:self._q_indexed]
+        self._q_indexed = 0
+
+    def q_producer(self, name: str) -> Node | None:
+        """``self.qg.producer(name)``, from an index extended by the nodes appended since the last call (the
+        quantizer only appends to ``qg``)."""
+        for node in self.qg.nodes[self._q_indexed:]:
+            for out in node.outputs:
+                self._q_producers.setdefault(out, node)
+        self._q_indexed = len(self.qg.nodes)
+        return self._q_producers.get(name)
 
     def fused_activation(self, node: Node) -> Node | None:
         out = node.outputs[0]
-        users = self.fg.consumers(out)
+        users = self.fx.consumers(out)
         if len(users) == 1 and users[0].op in ("Relu", "Clip") and out not in self.fg.outputs:
             return users[0]
         return None
@@ -357,7 +369,7 @@ class _Quantizer:
         :class:`QuantizationError` naming the tensor and its producer when the float model computed an infinity or
         NaN there on the calibration inputs (a division by zero, an overflow), which no int8 scale represents."""
         if not np.isfinite(self.cal.absmax.get(name, 0.0)):
-            prod = self.fg.producer(name)
+            prod = self.fx.producer(name)
             by = ""
             if prod is not None:
                 consts = [c for c in prod.inputs if c in self.fg.constants]
@@ -391,7 +403,7 @@ class _Quantizer:
     def int8_range(self, name: str) -> tuple[int, int]:
         """The values the int8 tensor ``name`` can hold: its producer's clip range, through pools, Reshape and Pad
         (whose pad value widens it); the activation range ([-128, 127], or [-8, 7] at int4) after any other op."""
-        prod = self.qg.producer(name)
+        prod = self.q_producer(name)
         if prod is None:
             return self.qmin, self.qmax
         if prod.op in ("QConv2d", "QDense", "QAdd"):
@@ -495,9 +507,9 @@ class _Quantizer:
         :meth:`key_mask`), record ``mask`` for that Softmax,
         which applies it in float (an additive -10000 or a -inf fill would otherwise set the int8 scale); True if
         so."""
-        users = self.fg.consumers(node.outputs[0])
+        users = self.fx.consumers(node.outputs[0])
         if len(users) == 1 and users[0].op == "KeyMask" and users[0].inputs[0] == node.outputs[0]:
-            users = self.fg.consumers(users[0].outputs[0])      # a runtime mask after it, fused into the same one
+            users = self.fx.consumers(users[0].outputs[0])      # a runtime mask after it, fused into the same one
         if not self._mask_readers(users) or node.outputs[0] in self.fg.outputs:
             return False
         self.masks[node.outputs[0]] = (self.aliases.get(node.inputs[0], node.inputs[0]), mask)
@@ -558,10 +570,10 @@ class _Quantizer:
         """QAdd truncates (``>>``): on average its output sits half an LSB low. When ``operand`` comes from a QConv2d
         or QDense without activation that feeds only this add, raise that layer's bias by half an output LSB of the
         add (``shift_real`` in real units), which cancels the truncation on average. True when done."""
-        prod = self.qg.producer(operand)
+        prod = self.q_producer(operand)
         if prod is None or prod.op not in ("QConv2d", "QDense") or prod.attrs["activation"] != "none":
             return False
-        if len(self.fg.consumers(operand)) != 1 or operand in self.fg.outputs:
+        if len(self.fx.consumers(operand)) != 1 or operand in self.fg.outputs:
             return False
         sx = self.scales[prod.inputs[0]]
         sw = prod.attrs["w_scale"].astype(np.float64)
@@ -702,10 +714,10 @@ class _Quantizer:
     def key_mask(self, node: Node) -> None:
         """KeyMask (a runtime attention mask, :mod:`.masks`): fused into the Softmax it feeds, after a constant mask
         fused before it; a QuantizationError when it feeds anything else (its fill would set an int8 scale)."""
-        users = self.fg.consumers(node.outputs[0])
+        users = self.fx.consumers(node.outputs[0])
         if not self._mask_readers(users) or node.outputs[0] in self.fg.outputs:
             feeds = ", ".join(f"{u.name} ({u.op})" for u in users) or "a graph output"
-            term = self.fg.producer(node.inputs[1])          # a MaskFn: a term computed from the mask input
+            term = self.fx.producer(node.inputs[1])          # a MaskFn: a term computed from the mask input
             source = f"computed from graph input {term.inputs[0]!r}" if term is not None and term.op == "MaskFn" \
                 else f"graph input {node.inputs[1]!r}"
             raise QuantizationError(f"The runtime mask {node.name!r} ({source}) feeds {feeds}; the lab applies a "
@@ -728,7 +740,7 @@ class _Quantizer:
         if node.attrs.get("sink_input"):                     # sinks computed from the activations: the last input
             inputs.append(node.inputs[1])
             mask = {**mask, "sink_scale": self.scales[node.inputs[1]]}
-        if out in self.fg.outputs and not self.fg.consumers(out):     # else int8, dequantized for the output
+        if out in self.fg.outputs and not self.fx.consumers(out):     # else int8, dequantized for the output
             self.qg.add_tensor(out, self.fg.shape(out), "float32")
             self.qg.add_node("Softmax", node.name, inputs, [out], axis=node.attrs["axis"], scale=self.scales[src],
                              **mask)
@@ -760,7 +772,7 @@ class _Quantizer:
         """LogSoftmax -> float32 LogSoftmax of the int8 input at a graph output no node reads (a classifier's last
         layer), else QLogSoftmax (int8 at its calibrated scale)."""
         x, out = node.inputs[0], node.outputs[0]
-        if out in self.fg.outputs and not self.fg.consumers(out):
+        if out in self.fg.outputs and not self.fx.consumers(out):
             self.qg.add_tensor(out, self.fg.shape(out), "float32")
             self.qg.add_node("LogSoftmax", node.name, [x], [out], axis=node.attrs["axis"], scale=self.scales[x])
             return
@@ -814,7 +826,7 @@ class _Quantizer:
         mask (a KeyMask): the product of those constants, recording each Mul's output as an alias of the scores (the
         Muls then emit nothing); else None (the scores are requantized to int8 as any MatMul's output)."""
         out, factor, muls = node.outputs[0], 1.0, []
-        users = self.fg.consumers(out)
+        users = self.fx.consumers(out)
         while len(users) == 1 and users[0].op == "Mul" and users[0].inputs[0] == out and out not in self.fg.outputs:
             c = self.fg.constants.get(users[0].inputs[1])
             if c is None or c.size != 1 or not np.isfinite(c).all() or float(c.reshape(-1)[0]) <= 0:
@@ -822,14 +834,14 @@ class _Quantizer:
             factor *= float(c.reshape(-1)[0])
             muls.append(users[0].outputs[0])
             out = users[0].outputs[0]
-            users = self.fg.consumers(out)
+            users = self.fx.consumers(out)
         tail = out
         for ops in (("Add", "Where"), ("KeyMask",)):
             if len(users) == 1 and users[0].op in ops and users[0].inputs[0] == tail and tail not in self.fg.outputs:
                 if users[0].op == "Add" and users[0].inputs[1] not in self.fg.constants:
                     return None
                 tail = users[0].outputs[0]
-                users = self.fg.consumers(tail)
+                users = self.fx.consumers(tail)
         if tail in self.fg.outputs or not self._mask_readers(users):
             return None
         for name in muls:
@@ -902,7 +914,7 @@ class _Quantizer:
             if fg.tensors[name].dtype == "int64" or _raw_mask(fg, name):  # token ids, masks: read as they are
                 continue
             qname = f"{name}_q"
-            users = fg.consumers(name)
+            users = self.fx.consumers(name)
             wide_input = bool(users) and all(u.name in self.keep_int8 for u in users)  # read only by int8 layers
             scale = self.cal.scale(name) if wide_input else self.act_scale(name)
             if self.act_bits == 8 or wide_input:

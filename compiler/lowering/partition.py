@@ -28,7 +28,7 @@ import numpy as np
 
 from vta.config import VTAConfig
 
-from ..ir import Graph, Node, node_macs
+from ..ir import Graph, GraphIndex, Node, node_macs
 from .codegen import AddLayer, ConvLayer, alu_passes, fused_requant, rounding_start
 from .dense_rows import rows_image
 from .gelu import GeluLayer, gelu_accel_uops
@@ -342,22 +342,22 @@ def cpu_estimate_us(graph: Graph, node: Node) -> float:
     return macs / CPU_MACS_PER_US + elems / CPU_ELEMS_PER_US_BY_OP.get(node.op, CPU_ELEMS_PER_US)
 
 
-def _convert_us(graph: Graph, node: Node, placement: dict[str, str], target: str, *, own_layout: bool = False
-                ) -> float:
+def _convert_us(graph: Graph, index: GraphIndex, node: Node, placement: dict[str, str], target: str, *,
+                own_layout: bool = False) -> float:
     """Layout conversions placing ``node`` on ``target`` adds: inputs produced on the other side are converted, and
     so is the output when a consumer will likely run on the other side (it has no accelerator rule, or has one).
     ``own_layout``: the accelerator layer reads and writes layouts of its own (a QDense over its rows,
     :mod:`.dense_rows`), so on the accelerator every input and the output are converted, whatever side they are
-    on."""
+    on. ``index`` is ``graph``'s."""
     cost = 0.0
     for name in node.inputs:
         if name in graph.constants:
             continue
-        producer = graph.producer(name)
+        producer = index.producer(name)
         source = placement.get(producer.name, "cpu") if producer is not None else "cpu"
         if source != target or own_layout:
             cost += graph.tensors[name].size / CONVERT_BYTES_PER_US
-    for consumer in graph.consumers(node.outputs[0]):
+    for consumer in index.consumers(node.outputs[0]):
         likely = "accel" if consumer.op in ACCEL_RULES else "cpu"
         if likely != target or own_layout:
             cost += graph.tensors[node.outputs[0]].size / CONVERT_BYTES_PER_US
@@ -397,9 +397,10 @@ def _place(graph: Graph, intr: Intrinsics, policy: str, force_cpu: frozenset[str
     decisions: dict[str, Decision] = {}
     placement: dict[str, str] = {}
     layers: dict[str, Lowered] = {}
+    index = GraphIndex(graph)
     for node in graph.nodes:
         macs = node_macs(graph, node)
-        decision, layer = _decide(graph, node, intr, policy, force_cpu, placement, macs, prefer, stem)
+        decision, layer = _decide(graph, index, node, intr, policy, force_cpu, placement, macs, prefer, stem)
         decisions[node.name] = decision
         placement[node.name] = decision.target
         if layer is not None and decision.target == "accel":
@@ -416,10 +417,11 @@ def _closest_call(decisions: dict[str, Decision]) -> str | None:
     return min(candidates, key=lambda d: (d.accel_us or 0.0) / (d.cpu_us or 1.0)).node
 
 
-def _decide(graph: Graph, node: Node, intr: Intrinsics, policy: str, force_cpu: frozenset[str] | set[str],
-            placement: dict[str, str], macs: int, prefer: frozenset[str] = frozenset(), stem: str = "auto"
-            ) -> tuple[Decision, Lowered | None]:
-    """The decision for ``node`` and its lowered layer (None when the node was not lowered)."""
+def _decide(graph: Graph, index: GraphIndex, node: Node, intr: Intrinsics, policy: str,
+            force_cpu: frozenset[str] | set[str], placement: dict[str, str], macs: int,
+            prefer: frozenset[str] = frozenset(), stem: str = "auto") -> tuple[Decision, Lowered | None]:
+    """The decision for ``node`` and its lowered layer (None when the node was not lowered); ``index`` is
+    ``graph``'s."""
     cfg = intr.cfg
     cpu_us = cpu_estimate_us(graph, node)
     if node.op not in ACCEL_RULES:
@@ -432,9 +434,9 @@ def _decide(graph: Graph, node: Node, intr: Intrinsics, policy: str, force_cpu: 
         layer = lower_node(graph, node, intr, stem)
     except ScheduleError as err:
         return Decision(node.name, node.op, "cpu", f"not supported on {cfg.name}: {err}", macs, None, cpu_us), None
-    accel_us = _accel_us(layer.layer, intr) + _convert_us(graph, node, placement, "accel",
+    accel_us = _accel_us(layer.layer, intr) + _convert_us(graph, index, node, placement, "accel",
                                                           own_layout=layer.own_layout)
-    cpu_us += _convert_us(graph, node, placement, "cpu")
+    cpu_us += _convert_us(graph, index, node, placement, "cpu")
     if node.name in prefer:
         why = (f"the accelerator's closest call ({accel_us:.0f} us vs {cpu_us:.0f} us on the CPU): the auto policy "
                f"puts at least one layer on the accelerator")
