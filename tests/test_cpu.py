@@ -77,6 +77,20 @@ def test_float_boundary_ops():
     np.testing.assert_allclose(got.sum(axis=1), 1.0, rtol=1e-6)
 
 
+def test_one_qadd_kernel_serves_every_requantization_of_a_size():
+    """A QAdd's constants are arguments of its kernel, not part of it: a graph of thousands of adds (an unrolled
+    recurrent network) compiles one kernel per size, and each add still equals qops'."""
+    rng = np.random.default_rng(9)
+    a, c = _rand8(rng, (3, 37)), _rand8(rng, (3, 37))
+    cpu.qadd(a, c, AddRequant(ma=1, mb=1, shift=0))
+    before = cpu.cache_info()
+    for ma, mb, shift, lo, hi in [(20000, 32767, 15, 0, 127), (1, 3, 1, -128, 127), (32767, 1, 31, -5, 5),
+                                  (12345, 23456, 20, -128, 0)]:
+        r = AddRequant(ma=ma, mb=mb, shift=shift, lo=lo, hi=hi)
+        np.testing.assert_array_equal(cpu.qadd(a, c, r), qops.qadd(a, c, r))
+    assert cpu.cache_info() == before
+
+
 def test_kernels_are_cached_per_shape():
     x = _rand8(np.random.default_rng(7), (1, 2, 5, 5))
     cpu.maxpool(x, (2, 2), (2, 2), (0, 0, 0, 0))

@@ -285,13 +285,15 @@ def qdense(x: np.ndarray, w: np.ndarray, bias: np.ndarray, requant: Requant) -> 
     return requantize(dense_acc(x, w, bias), requant, axis=1)
 
 
-def _build_qadd(size: int, r: AddRequant):
-    module, fn, b = _function("qadd", [I8.as_pointer(), I8.as_pointer(), I8.as_pointer()])
-    a, bb, out = fn.args
+def _build_qadd(size: int):
+    """The QAdd of ``size`` elements; its constants (Ma, Mb, S, lo, hi) are the fourth argument, five int32."""
+    module, fn, b = _function("qadd", [I8.as_pointer(), I8.as_pointer(), I8.as_pointer(), I32.as_pointer()])
+    a, bb, out, params = fn.args
+    r = el.AddParams(*(b.load(_at(b, params, el.const(k))) for k in range(5)))
     with _range(b, size) as i:
         b.store(el.qadd_value(b, b.load(_at(b, a, i)), b.load(_at(b, bb, i)), r), _at(b, out, i))
     b.ret_void()
-    return module, "qadd", 3
+    return module, "qadd", 4
 
 
 def qadd(a: np.ndarray, b: np.ndarray, requant: AddRequant) -> np.ndarray:
@@ -299,9 +301,10 @@ def qadd(a: np.ndarray, b: np.ndarray, requant: AddRequant) -> np.ndarray:
     if a.shape != b.shape:
         raise ValueError(f"QAdd operands have shapes {a.shape} and {b.shape}; they must be equal.")
     r = requant
-    fn = _kernel(("qadd", a.size, r.ma, r.mb, r.shift, r.lo, r.hi), lambda: _build_qadd(a.size, r))
+    fn = _kernel(("qadd", a.size), lambda: _build_qadd(a.size))
     out = np.empty(a.shape, np.int8)
-    _call(fn, np.ascontiguousarray(a, np.int8), np.ascontiguousarray(b, np.int8), out)
+    params = np.array([r.ma, r.mb, r.shift, r.lo, r.hi], np.int32)
+    _call(fn, np.ascontiguousarray(a, np.int8), np.ascontiguousarray(b, np.int8), out, params)
     return out
 
 

@@ -12,15 +12,15 @@ of the element type named in each docstring; shapes are Python ints baked into t
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Iterator, Sequence
+from typing import Iterator, NamedTuple, Sequence
 
 from llvmlite import ir
 
 from ..ir import AddRequant
 
 __all__ = ["I8", "I32", "I64", "F32", "F64", "const", "loop", "at", "index", "clip", "mac", "requant_value",
-           "qadd_value", "rescale_value", "quantize_value", "dequantize_value", "dense_value", "conv_value",
-           "pool_value", "lut_value"]
+           "AddParams", "qadd_value", "rescale_value", "quantize_value", "dequantize_value", "dense_value",
+           "conv_value", "pool_value", "lut_value"]
 
 I8, I32, I64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
 F32, F64 = ir.FloatType(), ir.DoubleType()
@@ -64,11 +64,13 @@ def index(b: ir.IRBuilder, *terms: tuple[ir.Value | int, int]) -> ir.Value:
     return total
 
 
-def clip(b: ir.IRBuilder, v: ir.Value, lo: int, hi: int) -> ir.Value:
-    """``min(max(v, lo), hi)`` in ``v``'s integer type (signed)."""
+def clip(b: ir.IRBuilder, v: ir.Value, lo: int | ir.Value, hi: int | ir.Value) -> ir.Value:
+    """``min(max(v, lo), hi)`` in ``v``'s integer type (signed); the bounds are ints or values of that type."""
     ty = v.type
-    v = b.select(b.icmp_signed("<", v, ir.Constant(ty, lo)), ir.Constant(ty, lo), v)
-    return b.select(b.icmp_signed(">", v, ir.Constant(ty, hi)), ir.Constant(ty, hi), v)
+    lo_v = ir.Constant(ty, lo) if isinstance(lo, int) else lo
+    hi_v = ir.Constant(ty, hi) if isinstance(hi, int) else hi
+    v = b.select(b.icmp_signed("<", v, lo_v), lo_v, v)
+    return b.select(b.icmp_signed(">", v, hi_v), hi_v, v)
 
 
 def mac(b: ir.IRBuilder, acc: ir.Value, x: ir.Value, w: ir.Value) -> ir.Value:
@@ -82,11 +84,25 @@ def requant_value(b: ir.IRBuilder, acc: ir.Value, m: ir.Value, s: ir.Value, lo: 
     return b.trunc(clip(b, b.ashr(b.mul(acc, m), s), lo, hi), I8)
 
 
-def qadd_value(b: ir.IRBuilder, a: ir.Value, c: ir.Value, r: AddRequant) -> ir.Value:
-    """int8 ``clip((a * Ma + c * Mb) >> S, lo, hi)`` of int8 ``a``, ``c`` in 32-bit arithmetic (:func:`.qops.qadd`)."""
-    av = b.mul(b.sext(a, I32), const(r.ma, I32))
-    cv = b.mul(b.sext(c, I32), const(r.mb, I32))
-    return b.trunc(clip(b, b.ashr(b.add(av, cv), const(r.shift, I32)), r.lo, r.hi), I8)
+class AddParams(NamedTuple):
+    """A QAdd's constants as i32 IR values (read at run time, so that one kernel serves every QAdd of a size)."""
+
+    ma: ir.Value
+    mb: ir.Value
+    shift: ir.Value
+    lo: ir.Value
+    hi: ir.Value
+
+
+def qadd_value(b: ir.IRBuilder, a: ir.Value, c: ir.Value, r: AddRequant | AddParams) -> ir.Value:
+    """int8 ``clip((a * Ma + c * Mb) >> S, lo, hi)`` of int8 ``a``, ``c`` in 32-bit arithmetic (:func:`.qops.qadd`);
+    the constants baked in (an :class:`~..ir.AddRequant`) or i32 values (:class:`AddParams`)."""
+    def i32(v: int | ir.Value) -> ir.Value:
+        return const(v, I32) if isinstance(v, int) else v
+
+    av = b.mul(b.sext(a, I32), i32(r.ma))
+    cv = b.mul(b.sext(c, I32), i32(r.mb))
+    return b.trunc(clip(b, b.ashr(b.add(av, cv), i32(r.shift)), r.lo, r.hi), I8)
 
 
 def rescale_value(b: ir.IRBuilder, x: ir.Value, m: ir.Value, shift: int, lo: int, hi: int) -> ir.Value:
