@@ -4,8 +4,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vta.compiler.ir import (AddRequant, Graph, GraphError, GraphIndex, Node, Requant, TensorInfo, conv_output_hw,
-                             node_macs)
+from vta.compiler.ir import (
+    AddRequant,
+    Graph,
+    GraphError,
+    GraphIndex,
+    Node,
+    Requant,
+    TensorInfo,
+    conv_output_hw,
+    node_macs,
+)
 
 
 def _graph() -> Graph:
