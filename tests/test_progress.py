@@ -30,3 +30,15 @@ def test_a_bar_on_a_terminal_and_nothing_when_disabled():
     quiet = io.StringIO()
     list(progress(range(3), desc="compile", unit="layer", enabled=False, stream=quiet))
     assert quiet.getvalue() == ""
+
+
+def test_off_a_terminal_lines_come_at_most_once_a_second_after_the_first(monkeypatch):
+    """A graph of thousands of layers gives a line a second in a log, plus the first and the last step's."""
+    clock = iter([0.0, 0.2, 0.5, 1.3, 1.4, 1.5])
+    monkeypatch.setattr("vta.progress.time.monotonic", lambda: next(clock))
+    out = io.StringIO()
+    bar = Progress(6, desc="compile", unit="layer", stream=out)
+    for k in range(6):
+        bar.update(f"layer_{k}")
+    assert out.getvalue().splitlines() == ["compile: 1/6 layers layer_0", "compile: 4/6 layers layer_3",
+                                           "compile: 6/6 layers layer_5"]

@@ -1,5 +1,6 @@
-"""Progress of a long loop, shown the way its reader sees it: a tqdm bar on a terminal, one plain line per step
-elsewhere (a log file or a pipe gets no carriage-return fragments of a redrawn bar).
+"""Progress of a long loop, shown the way its reader sees it: a tqdm bar on a terminal, plain lines elsewhere (a log
+file or a pipe gets no carriage-return fragments of a redrawn bar): one per step, at most one a second after the
+first (the 18,000 layers of an unrolled recurrent network give a line a second, not 18,000 lines).
 
 :func:`progress` wraps an iterable (the compiler's layers, a run's steps); :class:`Progress` is updated by hand (a
 sweep's points, finished in any order). Both write to standard error, and do nothing when not ``enabled``.
@@ -7,6 +8,7 @@ sweep's points, finished in any order). Both write to standard error, and do not
 from __future__ import annotations
 
 import sys
+import time
 from typing import Any, Iterable, Iterator, TextIO
 
 __all__ = ["Progress", "progress", "on_terminal"]
@@ -21,12 +23,14 @@ def on_terminal(stream: TextIO | None = None) -> bool:
 
 class Progress:
     """``total`` steps of ``unit`` named ``desc``: a tqdm bar when ``stream`` (default standard error) is a terminal,
-    else one line per :meth:`update` (``desc: 3/8 points (ok 2, failed 1)``); nothing when not ``enabled``."""
+    else a line per :meth:`update` (``desc: 3/8 points (ok 2, failed 1)``): the first, the last, and any other
+    ``interval`` seconds or more after the line before it; nothing when not ``enabled``."""
 
     def __init__(self, total: int, *, desc: str, unit: str, enabled: bool = True,
-                 stream: TextIO | None = None) -> None:
+                 stream: TextIO | None = None, interval: float = 1.0) -> None:
         self.total, self.desc, self.unit, self.done = total, desc, unit, 0
-        self.enabled = enabled
+        self.enabled, self.interval = enabled, interval
+        self._last_line: float | None = None
         self.stream = stream if stream is not None else sys.stderr
         self._bar: Any = None
         if enabled and on_terminal(self.stream):
@@ -43,6 +47,10 @@ class Progress:
                 self._bar.set_postfix(counts, refresh=False)
             self._bar.update(1)
             return
+        now = time.monotonic()
+        if self._last_line is not None and self.done < self.total and now - self._last_line < self.interval:
+            return
+        self._last_line = now
         extra = ", ".join(f"{k} {v}" for k, v in counts.items())
         text = " ".join(part for part in (note, f"({extra})" if extra else "") if part)
         print(f"{self.desc}: {self.done}/{self.total} {self.unit}s{' ' + text if text else ''}", file=self.stream,

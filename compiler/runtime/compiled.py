@@ -167,7 +167,7 @@ class Compiled:
 
 def _progress(items: list[Any], enabled: bool, desc: str) -> Iterable[Any]:
     """``items`` with a progress display (:func:`vta.progress.progress`: a bar on a terminal, a line per layer
-    elsewhere) when ``enabled``."""
+    at most once a second elsewhere) when ``enabled``."""
     if not enabled:
         return items
     from vta.progress import progress
