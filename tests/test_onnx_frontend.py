@@ -9,6 +9,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from vta.compiler.frontend.float_ref import run_float
 from vta.compiler.frontend.onnx_frontend import UnsupportedOperatorError, import_onnx
+from vta.compiler.ir import GraphError
 
 RNG = np.random.default_rng(7)
 
@@ -332,6 +333,30 @@ def test_unknown_dim_without_name_needs_input_shape():
                                          r"dimensions \(\?\) besides the batch; give its whole shape, e\.g\. "
                                          r"--input-shape x=1x224\.$"):
         import_onnx(model)
+
+
+def test_a_reshape_fixed_at_the_export_size_names_the_sizes_this_import_set(tmp_path, capsys):
+    """A traced export keeps its Reshape constants at the size it was traced at, while its inputs stay symbolic
+    (MobileViT at another image size): the Reshape is named with both sizes, and the input sizes the run set."""
+    from vta.cli import main
+
+    shape = ("shape", np.array([1, 3, 64 * 64], np.int64))
+    model = _model([helper.make_node("Reshape", ["x", "shape"], ["y"], name="flat")], ("batch", 3, "height", None),
+                   None, [shape])
+    with pytest.raises(GraphError, match=r"^Reshape node 'flat' reshapes tensor 'x' of shape 1x3x32x32 \(3,072 "
+                                         r"elements\) into 1x3x4096 \(12,288 elements\): its shape does not fit\. The "
+                                         r"file leaves sizes of its inputs open and this import set them \(x: "
+                                         r"batch=1, height=32, dimension 3=32\); an exporter .* with --input-shape"):
+        import_onnx(model, input_shapes={"x": (1, 3, 32, 32)})
+    assert import_onnx(model, input_shapes={"x": (1, 3, 64, 64)}).shape("y") == (1, 3, 4096)
+    fixed = _model([helper.make_node("Reshape", ["x", "shape"], ["y"], name="flat")], (1, 3, 32, 32), None, [shape])
+    with pytest.raises(GraphError, match=r"its shape does not fit\.$"):      # no sizes were open: no such hint
+        import_onnx(fixed)
+    path = tmp_path / "traced.onnx"
+    onnx.save(model, path)
+    assert main(["run", str(path), "--input-shape", "x=1x3x32x32", "--target", "cpu"]) != 0
+    err = capsys.readouterr().err
+    assert "its shape does not fit" in err and "Traceback" not in err
 
 
 def test_input_shape_must_fit_the_model():

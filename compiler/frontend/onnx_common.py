@@ -102,6 +102,7 @@ class _Importer:
         self.pointwise_fns: dict[str, str] = {}          # output of a fused element-wise region -> its ONNX model
         self.routing: set[str] = set()                   # outputs of the TopKOneHot/SumNormalize nodes moe.py wrote
         self.sinks: dict[str, np.ndarray | str] = {}     # Softmax node name -> its sink logits, or their tensor
+        self.opened: dict[str, str] = {}                 # input -> the sizes the file leaves open, as set here
 
     # ---- helpers used by the rules ------------------------------------------------------------------------------
     def name(self, tensor: str) -> str:
@@ -130,6 +131,16 @@ class _Importer:
         name = self.graph.unique_name(base)
         self.graph.add_constant(name, np.asarray(value, dtype=np.float32))
         return name
+
+    def open_sizes_hint(self) -> str:
+        """A sentence for a shape that does not fit: the input sizes the file leaves open and this import set, which
+        an exporter that traced the model at other sizes may have fixed inside it; "" when the file fixes them."""
+        if not self.opened:
+            return ""
+        sizes = "; ".join(f"{name}: {dims}" for name, dims in self.opened.items())
+        return (f" The file leaves sizes of its inputs open and this import set them ({sizes}); an exporter that "
+                f"traced the model at other sizes can fix them inside it (a Reshape's constant shape): give the sizes "
+                f"it was exported at with --input-shape (or --input arrays of those shapes).")
 
     def emit(self, op: str, node: onnx.NodeProto, inputs: list[str], output: str | None = None, **attrs: Any) -> None:
         out = output or node.output[0]
@@ -171,7 +182,8 @@ class _Importer:
             by = f" (written by {writer.op_type} node {writer.name or '<unnamed>'!r})" if writer is not None else ""
             raise GraphError(f"Shape inference found no static shape for tensor {tensor!r}{by}, although every input "
                              f"of the model has a static shape now: a node before it computes a shape at run time "
-                             f"or does not fit its inputs' shapes (a bad axis, perm or shape constant).")
+                             f"or does not fit its inputs' shapes (a bad axis, perm or shape constant)."
+                             + self.open_sizes_hint())
         return self.shapes[tensor]
 
 

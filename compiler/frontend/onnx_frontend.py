@@ -605,13 +605,17 @@ def _fix_values(model: onnx.ModelProto, values: Mapping[str, float], label: str)
         model.graph.initializer.append(numpy_helper.from_array(array, vi.name))
 
 
-def _fix_inputs(model: onnx.ModelProto, batch: int, input_shapes: dict[str, tuple[int, ...]], label: str) -> None:
+def _fix_inputs(model: onnx.ModelProto, batch: int, input_shapes: dict[str, tuple[int, ...]], label: str
+                ) -> dict[str, str]:
     """Give every graph input a static shape: ``input_shapes[name]`` where given (it must agree with the model's
     rank and fixed dimensions); else a symbolic dimension named like one of a given input (``sequence`` of
     ``input_ids`` and of ``attention_mask``) takes that input's value, a symbolic or unknown first (batch) dimension
     becomes ``batch``, and any other symbolic or unknown dimension raises ValueError naming it and the
     ``--input-shape`` that would fix it. An input of no elements (a KV cache of past length 0) becomes the empty
-    constant it is: it holds no data (:func:`.pipeline.without_empty` lets its array through)."""
+    constant it is: it holds no data (:func:`.pipeline.without_empty` lets its array through).
+
+    Returns, for each input with dimensions the file leaves open, those dimensions as this import set them
+    (``"batch=1, height=32"``), for the errors of a model whose export fixed them inside (a Reshape's constant)."""
     inits = {i.name for i in model.graph.initializer}
     inputs = [vi for vi in model.graph.input if vi.name not in inits]
     named: dict[str, int] = {}                       # a symbolic dimension's name -> its value in a given shape
@@ -628,10 +632,12 @@ def _fix_inputs(model: onnx.ModelProto, batch: int, input_shapes: dict[str, tupl
         names = ", ".join(repr(vi.name) for vi in inputs)
         raise ValueError(f"--input-shape names {', '.join(map(repr, unknown))}, which {verb} not an input of the model "
                          f"{label}; its inputs are {names}.")
+    opened: dict[str, str] = {}
     for vi in inputs:
         dims = vi.type.tensor_type.shape.dim
         text = "x".join(_dim_text(d) for d in dims)
         given = input_shapes.get(vi.name)
+        open_dims = [(k, d.dim_param or f"dimension {k}") for k, d in enumerate(dims) if not d.HasField("dim_value")]
         if given is not None:
             fixed = [(k, d.dim_value) for k, d in enumerate(dims) if d.HasField("dim_value")]   # 0 too, as ORT
             if len(given) != len(dims) or any(given[k] != v for k, v in fixed):
@@ -658,12 +664,15 @@ def _fix_inputs(model: onnx.ModelProto, batch: int, input_shapes: dict[str, tupl
         for d, v in zip(dims, values):
             d.Clear()
             d.dim_value = v
+        if open_dims:
+            opened[vi.name] = ", ".join(f"{name}={values[k]}" for k, name in open_dims)
     for vi in inputs:          # an input of no elements holds no data: the empty constant it must be
         dims = [d.dim_value for d in vi.type.tensor_type.shape.dim]
         if 0 in dims and vi.type.tensor_type.elem_type:
             dtype = onnx.helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type)
             model.graph.input.remove(vi)
             model.graph.initializer.append(numpy_helper.from_array(np.zeros(dims, dtype), vi.name))
+    return opened
 
 
 _IF_REASON = ("a condition computed at run time or given as an input (an If on a constant is inlined); optimum's "
@@ -790,7 +799,7 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, n
     half.narrow_double(proto, where)                    # float64 files: float32, rounded
     _sort_nodes(proto)
     _normalize_perms(proto)
-    _fix_inputs(proto, batch, dict(input_shapes or {}), where)
+    opened = _fix_inputs(proto, batch, dict(input_shapes or {}), where)
     _check_sizes(proto, where, limit)                   # the inputs' own sizes, before any rewrite reads them
     _check_shape_constants(proto, where, limit)
     refused = _rewrite_contrib(proto)                   # onnxruntime's com.microsoft operators, as standard nodes
@@ -871,6 +880,7 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, n
     fused_regions = pointwise.fuse_pointwise_regions(model, shapes, frozenset(RULES))   # xIELU and the like
     score_chains.sink_outputs(model, sinks)
     imp = _Importer(model, label)
+    imp.opened = opened
     imp.pointwise_fns = fused_regions
     imp.routing = routing
     imp.sinks = sinks

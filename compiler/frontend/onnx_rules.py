@@ -3,12 +3,13 @@ the binary element-wise ops, pooling, Reshape, Pad, Concat/Softmax axes, Transpo
 :mod:`.onnx_transformer_rules` has the rest and the :data:`RULES` table."""
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 import numpy as np
 import onnx
 
-from ..ir import Node
+from ..ir import GraphError, Node
 from .onnx_common import UnsupportedOperatorError, _attrs, _decode, _Importer
 
 
@@ -462,7 +463,15 @@ def _ceil_pads(imp: _Importer, node: onnx.NodeProto, kernel: tuple[int, ...], st
 
 
 def _reshape(imp: _Importer, node: onnx.NodeProto) -> None:
-    imp.emit("Reshape", node, [node.input[0]], shape=imp.shapes_of(node.output[0]))
+    """Reshape to the output's inferred shape, which must hold the input's elements (ONNX's shape inference passes a
+    constant shape of another size through)."""
+    shape, before = imp.shapes_of(node.output[0]), imp.shape(node.input[0])
+    if math.prod(shape) != math.prod(before):
+        raise GraphError(f"Reshape node {node.name or node.output[0]!r} reshapes tensor {node.input[0]!r} of shape "
+                         f"{'x'.join(map(str, before))} ({math.prod(before):,} elements) into "
+                         f"{'x'.join(map(str, shape))} ({math.prod(shape):,} elements): its shape does not fit."
+                         + imp.open_sizes_hint())
+    imp.emit("Reshape", node, [node.input[0]], shape=shape)
 
 
 def _pad(imp: _Importer, node: onnx.NodeProto) -> None:
