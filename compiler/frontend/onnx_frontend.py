@@ -67,7 +67,7 @@ from . import (
     position_tables,
     score_chains,
 )
-from .conv_transpose import rewrite_conv_transposes
+from .conv_transpose import rewrite_conv_transposes, undilate_convs
 from .onnx_checks import (
     _check_shape_constants,
     _check_sizes,
@@ -829,6 +829,7 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, n
     shapes = contrib.static_shapes(model)      # tiles_as_expands changes no shape constant_first_matmuls reads
     rewritten = {next((o for o in n.output if o), "") for n in model.graph.node
                  if n.op_type in ("ConvTranspose", *RECURRENT_OPS)}
+    undilate_convs(model)                                     # dilated kernels with their zeros
     refused.update(rewrite_conv_transposes(model, shapes))    # one Conv of the output phases, interleaved
     refused.update(rewrite_recurrent(model, shapes))          # LSTM, GRU, RNN unrolled over their steps
     if rewritten - set(refused):              # their nodes of a constant (a zero initial state) fold
