@@ -176,11 +176,13 @@ def _submodel(model: onnx.ModelProto, nodes: list[onnx.NodeProto], ids: str, out
 
 def widen_int32_ids(model: onnx.ModelProto) -> None:
     """In place: an int32 graph input that indexes an embedding table, directly or through shape ops
-    (:func:`.masks.indexes_a_table`; tf2onnx writes Keras's token ids so) becomes an int64 input, so that it
-    imports as token ids do; its other readers, if any, read it cast back to int32. Values are unchanged: the
-    caller's int32 ids are taken as int64."""
+    (:func:`.masks.indexes_a_table`; tf2onnx writes Keras's token ids so) or through index arithmetic alone
+    (:func:`only_indexes_tables`: Keras 3's Embedding first maps a negative id ``i`` to ``i + vocab``) becomes an int64
+    input, so that it imports as token ids do; its other readers, if any, read it cast back to int32. Values are
+    unchanged: the caller's int32 ids are taken as int64."""
     for vi in model.graph.input:
-        if vi.type.tensor_type.elem_type != onnx.TensorProto.INT32 or not indexes_a_table(model, vi.name):
+        if vi.type.tensor_type.elem_type != onnx.TensorProto.INT32 or not (
+                indexes_a_table(model, vi.name) or only_indexes_tables(model, vi.name)):
             continue
         vi.type.tensor_type.elem_type = onnx.TensorProto.INT64
         others = [n for n in model.graph.node if vi.name in n.input and
