@@ -357,3 +357,54 @@ def test_cubic_resize_as_onnxruntime_computes_it(coord, scales, a, exclude):
     flat = np.full((1, 3, 6, 5), 37, np.int8)
     resized = qops.resize(flat, "cubic", coord, "round_prefer_floor", scales, want.shape, a, bool(exclude))
     assert (resized == 37).all()
+
+
+@pytest.mark.parametrize("op, attrs, shape", [("GlobalMaxPool", {}, (1, 6, 10)), ("GlobalMaxPool", {}, (2, 3, 4, 5)),
+                                              ("GlobalLpPool", {"p": 2}, (1, 4, 3, 5)),
+                                              ("GlobalLpPool", {"p": 1}, (1, 5, 7))])
+def test_global_max_and_lp_pools_as_onnxruntime_computes_them(op, attrs, shape):
+    """GlobalMaxPool (tf2onnx's form of Keras's GlobalMaxPooling1D/2D) and GlobalLpPool of p 1 and 2 reduce every
+    axis after N and C, keeping them."""
+    graph = helper.make_graph([node(op, ["x"], ["p"], **attrs), node("Relu", ["p"], ["y"])], "gp",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    _against_onnxruntime(model, {"x": np.random.default_rng(5).standard_normal(shape).astype(np.float32)}, atol=1e-5)
+
+
+def test_keras_int32_ids_mapped_before_their_lookup_are_token_ids():
+    """Keras 3's Embedding, through tf2onnx: int32 ids, a negative id mapped to ``id + vocab`` by arithmetic (Less on
+    the ids cast to float, Not, Casts, Muls, Add), then the table's Gather. The ids are token ids: the table lookup
+    computes what onnxruntime does."""
+    rng = np.random.default_rng(6)
+    table = rng.standard_normal((20, 8)).astype(np.float32)
+    nodes = [node("Add", ["ids", "vocab"], ["wrapped"]), node("Cast", ["ids"], ["idf"], to=TensorProto.FLOAT),
+             node("Less", ["idf", "zero"], ["neg"]), node("Not", ["neg"], ["pos"]),
+             node("Cast", ["pos"], ["posi"], to=TensorProto.INT32), node("Mul", ["ids", "posi"], ["kept"]),
+             node("Cast", ["neg"], ["negi"], to=TensorProto.INT32), node("Mul", ["negi", "wrapped"], ["moved"]),
+             node("Add", ["moved", "kept"], ["idx"]), node("Gather", ["table", "idx"], ["e"], axis=0),
+             node("Relu", ["e"], ["y"])]
+    inits = [numpy_helper.from_array(np.array(20, np.int32), "vocab"),
+             numpy_helper.from_array(np.array(0.0, np.float32), "zero"), numpy_helper.from_array(table, "table")]
+    graph = helper.make_graph(nodes, "keras_embedding",
+                              [helper.make_tensor_value_info("ids", TensorProto.INT32, [1, 7])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    ids = np.array([[3, -1, 0, 19, -20, 7, 5]], np.int32)
+    want = ort.InferenceSession(model.SerializeToString()).run(None, {"ids": ids})[0]
+    fg = import_onnx(model)
+    assert fg.tensors["ids"].dtype == "int64"
+    np.testing.assert_array_equal(run_float(fg, {"ids": ids.astype(np.int64)})["y"], want)
+
+
+def test_an_operator_onnx_does_not_define_is_named_so_with_the_way_around_it():
+    """tf2onnx writes ``Erfc`` for Keras 3's exact GELU; ONNX has no such operator (onnxruntime refuses the file)."""
+    from vta.compiler.frontend.onnx_frontend import UnsupportedOperatorError
+    graph = helper.make_graph([node("Erfc", ["x"], ["y"], name="gelu_erfc")], "erfc",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(UnsupportedOperatorError, match=r"'Erfc' \(node 'gelu_erfc'\).*ONNX defines no operator "
+                                                       r"'Erfc', so onnx.checker and onnxruntime refuse this file "
+                                                       r"too \(tf2onnx writes it .*1 - Erf\(x\) in its place\)"):
+        import_onnx(model)

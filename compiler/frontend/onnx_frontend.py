@@ -58,6 +58,7 @@ from . import (
     half,
     id_masks,
     indices,
+    loops,
     mask_fills,
     masks,
     moe,
@@ -147,6 +148,14 @@ def _fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:
     changed = False
     while todo:
         node = todo.pop(0)
+        if isinstance(node, loops.Iteration):    # a Loop's iteration folded: the next one, or the loop's outputs
+            todo[:0] = node.next(consts)
+            continue
+        if node.op_type == "Loop" and node.domain in ("", "ai.onnx") and \
+                (unrolled := loops.start(node, consts, node.name or node.output[0])) is not None:
+            todo[:0] = unrolled
+            changed = True
+            continue
         inputs = [t for t in node.input if t]
         taken = _branch(node, consts[inputs[0]]) if node.op_type == "If" and inputs and inputs[0] in consts \
             else None
@@ -685,10 +694,26 @@ _CONTROL_FLOW = frozenset({"If", "Loop", "Scan"})
 """Operators with subgraphs, which no rule takes."""
 
 
+_NOT_ONNX_HINTS = {"Erfc": "tf2onnx writes it for Keras 3's exact GELU, 0.5 x erfc(-x / sqrt 2): export with "
+                           "gelu(approximate=True), or write 1 - Erf(x) in its place"}
+"""What writes an operator ONNX does not define, and the way around it."""
+
+
 def _refusal(node: onnx.NodeProto, refused: dict[str, str]) -> str:
     """Why ``node``, which no rule takes, is refused: a rewrite's reason by its first output, else :data:`_IF_REASON`
-    for an If, else nothing more."""
-    return refused.get(node.output[0], _IF_REASON if node.op_type == "If" else "")
+    for an If, else that ONNX does not define the operator (with :data:`_NOT_ONNX_HINTS`' way around it), else
+    nothing more."""
+    if node.output[0] in refused:
+        return refused[node.output[0]]
+    if node.op_type == "If":
+        return _IF_REASON
+    if node.op_type == "Loop":
+        return loops.LOOP_REASON
+    if not onnx.defs.has(node.op_type):
+        hint = _NOT_ONNX_HINTS.get(node.op_type)
+        return (f"ONNX defines no operator {node.op_type!r}, so onnx.checker and onnxruntime refuse this file too"
+                + (f" ({hint})" if hint else ""))
+    return ""
 
 
 def _raise_refused(model: onnx.ModelProto, label: str, refused: dict[str, str]) -> None:

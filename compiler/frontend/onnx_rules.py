@@ -150,11 +150,24 @@ def _batchnorm(imp: _Importer, node: onnx.NodeProto) -> None:
 
 def _gemm(imp: _Importer, node: onnx.NodeProto) -> None:
     a = _attrs(node)
+    if imp.is_const(node.input[0]) and imp.is_const(node.input[1]) and len(node.input) > 2 and node.input[2] and \
+            not imp.is_const(node.input[2]) and float(a.get("beta", 1.0)) == 1.0:
+        # a constant product plus a computed C (an unrolled recurrent layer's first step, from its zero state)
+        x, w = (imp.const(t).astype(np.float64) for t in node.input[:2])
+        product = (x.T if a.get("transA", 0) else x) @ (w.T if a.get("transB", 0) else w) * float(a.get("alpha", 1.0))
+        ab = imp.graph.unique_name(f"{node.output[0]}_ab")
+        imp.consts[ab] = product.astype(np.float32)
+        _binary(imp, onnx.helper.make_node("Add", [ab, node.input[2]], list(node.output),
+                                           name=f"{node.name or node.output[0]}_add_c"))
+        return
     if a.get("transA", 0) or not imp.is_const(node.input[1]):
         raise UnsupportedOperatorError(node.op_type, node.name, "needs transA=0 and a constant B")
     w = imp.const(node.input[1]).astype(np.float64) * float(a.get("alpha", 1.0))
     w = w if a.get("transB", 0) else w.T
     inputs = [node.input[0], imp.new_const(f"{node.output[0]}_w", w)]
+    if len(node.input) > 2 and node.input[2] and not imp.is_const(node.input[2]):
+        _gemm_plus_activation(imp, node, inputs, w.shape[0], float(a.get("beta", 1.0)))
+        return
     bias = imp.const_input(node, 2, "bias C")
     if bias is not None:
         c = bias.astype(np.float64).reshape(-1) * float(a.get("beta", 1.0))
@@ -164,6 +177,31 @@ def _gemm(imp: _Importer, node: onnx.NodeProto) -> None:
         bias = np.broadcast_to(c, w.shape[:1])
         inputs.append(imp.new_const(f"{node.output[0]}_b", bias))
     imp.emit("Dense", node, inputs)
+
+
+def _gemm_plus_activation(imp: _Importer, node: onnx.NodeProto, inputs: list[str], outputs: int, beta: float
+                          ) -> None:
+    """A Gemm whose C is computed (tf2onnx's recurrent step ``h @ R + (x @ W + b)``): the Dense of A and B, then an
+    Add of C (``beta`` 1 only), which broadcasts as the binary rules do."""
+    if beta != 1.0:
+        raise UnsupportedOperatorError(node.op_type, node.name, f"a computed C with beta {beta} (only 1)")
+    rows = imp.shape(node.input[0])[0]
+    product = imp.emit_shaped("Dense", node, inputs, (rows, outputs))
+    _binary(imp, onnx.helper.make_node("Add", [product, node.input[2]], list(node.output),
+                                       name=f"{node.name or node.output[0]}_add_c"))
+
+
+def _reverse_sequence(imp: _Importer, node: onnx.NodeProto) -> None:
+    """ReverseSequence with every ``sequence_lens`` the whole time axis (tf2onnx's form of Keras's backward
+    recurrent direction, ``ReverseV2``): one Slice of the time axis' indices in reverse order."""
+    a = _attrs(node)
+    shape = imp.shape(node.input[0])
+    time_axis = int(a.get("time_axis", 0))
+    lengths = imp.const_input(node, 1, "sequence_lens")
+    if lengths is None or np.any(np.asarray(lengths) != shape[time_axis]):
+        raise UnsupportedOperatorError(node.op_type, node.name, f"sequence_lens other than the whole time axis "
+                                                                f"({shape[time_axis]})")
+    imp.emit("Slice", node, [node.input[0]], axes=(time_axis,), indices=(tuple(range(shape[time_axis] - 1, -1, -1)),))
 
 
 def _matmul(imp: _Importer, node: onnx.NodeProto) -> None:

@@ -26,6 +26,7 @@ from .onnx_rules import (
     _pool,
     _reshape,
     _resize,
+    _reverse_sequence,
     _transpose,
     broadcast_activation,
 )
@@ -83,6 +84,18 @@ def _reduce(imp: _Importer, node: onnx.NodeProto) -> None:
     else:
         pooled = imp.emit_shaped("GlobalAvgPool", node, [view], (1, rows[1], 1, 1))
     imp.emit("Reshape", node, [pooled], shape=out)
+
+
+def _global_reduce(imp: _Importer, node: onnx.NodeProto) -> None:
+    """GlobalMaxPool (Keras's GlobalMaxPooling1D/2D through tf2onnx) and GlobalLpPool of ``p`` 1 or 2: the ReduceMax,
+    ReduceL1 or ReduceL2 over every axis after N and C, keeping them (:func:`_reduce`)."""
+    p = int(_attrs(node).get("p", 2))
+    if node.op_type == "GlobalLpPool" and p not in (1, 2):
+        raise UnsupportedOperatorError(node.op_type, node.name, f"p = {p} (only 1 and 2)")
+    rank = len(imp.shape(node.input[0]))
+    op = "ReduceMax" if node.op_type == "GlobalMaxPool" else f"ReduceL{p}"
+    _reduce(imp, onnx.helper.make_node(op, [node.input[0]], list(node.output), name=node.name,
+                                       axes=list(range(2, rank)), keepdims=1))
 
 
 def _layer_norm(imp: _Importer, node: onnx.NodeProto) -> None:
@@ -590,11 +603,14 @@ RULES: dict[str, Callable[[_Importer, onnx.NodeProto], None]] = {
     "MaxPool": _pool,
     "AveragePool": _pool,
     "GlobalAveragePool": _global_average_pool,
+    "GlobalLpPool": _global_reduce,
+    "GlobalMaxPool": _global_reduce,
     "Flatten": _reshape,
     "Reshape": _reshape,
     "Squeeze": _reshape,
     "Unsqueeze": _reshape,
     "ReduceMax": _reduce,
+    "ReverseSequence": _reverse_sequence,
     "ReduceMean": _reduce,
     "ReduceSum": _reduce,
     **{op: _reduce for op in REDUCE_KINDS},
