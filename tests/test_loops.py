@@ -145,3 +145,51 @@ def test_reverse_sequence_of_the_whole_time_axis_and_a_gemm_of_a_computed_c():
     model.graph.initializer[0].CopyFrom(numpy_helper.from_array(np.array([STEPS, STEPS - 1], np.int64), "lens"))
     with pytest.raises(UnsupportedOperatorError, match=r"sequence_lens other than the whole time axis \(6\)"):
         import_onnx(model)
+
+
+def test_sequences_of_known_tensors_through_a_loop_and_outside_one():
+    """torch's export of a scripted loop: a SequenceEmpty carried through the Loop, a SequenceInsert in the body, a
+    ConcatFromSequence with ``new_axis`` after it; and outside a loop SequenceConstruct, SequenceInsert at a position,
+    SequenceErase, SequenceAt and SequenceLength: the sequence is followed as its tensors, as onnxruntime computes
+    it."""
+    body = helper.make_graph(
+        [helper.make_node("Gather", ["x", "i"], ["xt"], axis=1),
+         helper.make_node("Add", ["xt", "h_in"], ["pre"]), helper.make_node("Tanh", ["pre"], ["h_out"]),
+         helper.make_node("SequenceInsert", ["seq_in", "h_out"], ["seq_out"]),
+         helper.make_node("Identity", ["cond_in"], ["cond_out"])], "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("h_in", TensorProto.FLOAT, [1, WIDTH]),
+         helper.make_tensor_sequence_value_info("seq_in", TensorProto.FLOAT, None)],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("h_out", TensorProto.FLOAT, [1, WIDTH]),
+         helper.make_tensor_sequence_value_info("seq_out", TensorProto.FLOAT, None)])
+    nodes = [helper.make_node("SequenceEmpty", [], ["empty"], dtype=TensorProto.FLOAT),
+             helper.make_node("Loop", ["trip", "true", "h0", "empty"], ["h_last", "steps"], name="scripted", body=body),
+             helper.make_node("ConcatFromSequence", ["steps"], ["stacked"], axis=1, new_axis=1),
+             helper.make_node("SequenceConstruct", ["h_last", "h0", "h_last"], ["three"]),
+             helper.make_node("SequenceInsert", ["three", "h_last", "zero"], ["four"]),
+             helper.make_node("SequenceErase", ["four", "one"], ["again_three"]),
+             helper.make_node("SequenceAt", ["again_three", "minus_one"], ["picked"]),
+             helper.make_node("SequenceLength", ["again_three"], ["count"]),
+             helper.make_node("Cast", ["count"], ["count_f"], to=TensorProto.FLOAT),
+             helper.make_node("Mul", ["picked", "count_f"], ["y"])]
+    inits = [numpy_helper.from_array(np.array(STEPS, np.int64), "trip"),
+             numpy_helper.from_array(np.array(True), "true"),
+             numpy_helper.from_array(np.full((1, WIDTH), 0.1, np.float32), "h0"),
+             numpy_helper.from_array(np.array(0, np.int64), "zero"),
+             numpy_helper.from_array(np.array(1, np.int64), "one"),
+             numpy_helper.from_array(np.array(-1, np.int64), "minus_one")]
+    graph = helper.make_graph(nodes, "seq", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, STEPS, WIDTH])],
+                              [helper.make_tensor_value_info("stacked", TensorProto.FLOAT, None),
+                               helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    x = {"x": np.random.default_rng(8).standard_normal((1, STEPS, WIDTH)).astype(np.float32)}
+    want = dict(zip(["stacked", "y"], ort.InferenceSession(model.SerializeToString()).run(None, x)))
+    fg = import_onnx(model)
+    assert not {n.op for n in fg.nodes} & {"Loop", "SequenceInsert", "ConcatFromSequence"}
+    got = run_float(fg, x)
+    for name in ("stacked", "y"):
+        assert got[name].shape == want[name].shape
+        np.testing.assert_allclose(got[name], want[name], atol=1e-5, rtol=1e-5)

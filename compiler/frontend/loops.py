@@ -11,6 +11,12 @@ nodes and marker in its place, or, once the trip count is reached or the conditi
 the loop's outputs: the last loop-carried values (``Identity``), and each scan output as its iterations' values
 stacked on a new first axis (``Unsqueeze`` and ``Concat``).
 
+torch's exporter writes a scripted loop's list of step outputs as ONNX sequences: a ``SequenceEmpty`` carried
+through the loop, a ``SequenceInsert`` in the body, a ``ConcatFromSequence`` after it. The walk keeps such a
+sequence as the list of its tensors' names (:func:`sequence_step`), so it writes no node until a
+``ConcatFromSequence`` (one ``Concat``, of the tensors each given the new axis by an ``Unsqueeze`` for
+``new_axis``) or a ``SequenceAt`` (an ``Identity``) reads it.
+
 An iteration's copy of the body renames every tensor the body writes (``<loop>/<i>/<name>``), gives the iteration
 number as a constant, and reads the outer graph's tensors by their names, as the body does. Refused with the reason:
 a trip count or condition that does not fold to a constant, more than :data:`MAX_STEPS` iterations or
@@ -27,7 +33,7 @@ from onnx import helper
 
 from .onnx_common import UnsupportedOperatorError
 
-__all__ = ["Iteration", "start", "MAX_STEPS", "MAX_NODES", "LOOP_REASON"]
+__all__ = ["Iteration", "start", "sequence_step", "MAX_STEPS", "MAX_NODES", "LOOP_REASON"]
 
 MAX_STEPS = 1024
 """The most iterations a Loop is unrolled to (as the recurrent operators' sequences, :mod:`.recurrent`)."""
@@ -158,3 +164,81 @@ def start(loop: onnx.NodeProto, consts: dict[str, Any], tag: str) -> list[Any] |
         consts[f"{tag}/cond"] = np.array(True)
         cond = f"{tag}/cond"
     return marker.iteration(consts, cond)
+
+
+SEQUENCE_BUILDERS = frozenset({"SequenceEmpty", "SequenceConstruct", "SequenceInsert", "SequenceErase", "Identity"})
+"""The operators that make a sequence :func:`sequence_step` follows; the walk keeps them in the graph (a later walk
+follows them again) until nothing reads their output (:func:`drop_unread_sequences`)."""
+
+
+def drop_unread_sequences(nodes: list[onnx.NodeProto], seqs: dict[str, list[str]], outputs: set[str]
+                          ) -> list[onnx.NodeProto]:
+    """``nodes`` without the sequence builders (:data:`SEQUENCE_BUILDERS` writing a sequence of ``seqs``) whose
+    output no other node and no graph output (``outputs``) reads, repeatedly."""
+    while True:
+        read = {t for n in nodes for t in n.input} | outputs
+        kept = [n for n in nodes if not (n.op_type in SEQUENCE_BUILDERS and n.output and n.output[0] in seqs and
+                                         n.output[0] not in read)]
+        if len(kept) == len(nodes):
+            return kept
+        nodes = kept
+
+
+def sequence_step(node: onnx.NodeProto, seqs: dict[str, list[str]], consts: dict[str, Any]
+                  ) -> list[onnx.NodeProto] | None:
+    """The nodes that replace a sequence operator in the folding walk when its sequence is known as a list of tensor
+    names (``seqs``, updated; a ``SequenceEmpty`` or ``SequenceConstruct`` starts one), or None when ``node`` is no
+    such operator or its sequence or position is not known. A sequence's length is a constant (``consts``). The
+    builders (:data:`SEQUENCE_BUILDERS`) give no node: the caller keeps them as they are."""
+    op, ins = node.op_type, list(node.input)
+    out = node.output[0] if node.output else ""
+    if op == "SequenceEmpty":
+        seqs[out] = []
+        return []
+    if op == "SequenceConstruct":
+        seqs[out] = ins
+        return []
+    if not ins or ins[0] not in seqs:
+        return None
+    items = seqs[ins[0]]
+    position = None
+    if op in ("SequenceAt", "SequenceErase") and len(ins) > 1 and ins[1]:
+        if ins[1] not in consts:
+            return None
+        position = int(np.asarray(consts[ins[1]]).reshape(-1)[0])
+    if op == "Identity":
+        seqs[out] = items
+        return []
+    if op == "SequenceLength":
+        consts[out] = np.array(len(items), np.int64)
+        return []
+    if op == "SequenceInsert" and len(ins) > 1:
+        at = len(items) if len(ins) < 3 or not ins[2] else (
+            int(np.asarray(consts[ins[2]]).reshape(-1)[0]) if ins[2] in consts else None)
+        if at is None or not -len(items) <= at <= len(items):
+            return None
+        at = at + len(items) if at < 0 else at
+        seqs[out] = items[:at] + [ins[1]] + items[at:]
+        return []
+    if op == "SequenceErase":
+        at = len(items) - 1 if position is None else position
+        if not -len(items) <= at < len(items):
+            return None
+        seqs[out] = [t for k, t in enumerate(items) if k != at % len(items)]
+        return []
+    if op == "SequenceAt" and position is not None and -len(items) <= position < len(items):
+        return [helper.make_node("Identity", [items[position]], [out], name=node.name or f"{out}_at")]
+    if op == "ConcatFromSequence" and items:
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        axis, new_axis, name = int(attrs["axis"]), int(attrs.get("new_axis", 0)), node.name or f"{out}_concat"
+        if not new_axis:
+            return [helper.make_node("Concat", items, [out], name=name, axis=axis)]
+        axes = f"{name}/axis"
+        nodes = [helper.make_node("Constant", [], [axes], name=axes,
+                                  value=onnx.numpy_helper.from_array(np.array([axis], np.int64)))]
+        for k, item in enumerate(items):
+            nodes.append(helper.make_node("Unsqueeze", [item, axes], [f"{name}/{k}"], name=f"{name}/unsqueeze{k}"))
+        nodes.append(helper.make_node("Concat", [f"{name}/{k}" for k in range(len(items))], [out], name=name,
+                                      axis=axis))
+        return nodes
+    return None

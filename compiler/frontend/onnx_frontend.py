@@ -145,6 +145,7 @@ def _fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:
     types = contrib.elem_types(model)
     todo = list(model.graph.node)
     largest = tensor_byte_limit() // 8          # elements of a folded constant, left to the size check beyond it
+    seqs: dict[str, list[str]] = {}               # ONNX sequences of known tensors (loops.sequence_step)
     changed = False
     while todo:
         node = todo.pop(0)
@@ -154,6 +155,12 @@ def _fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:
         if node.op_type == "Loop" and node.domain in ("", "ai.onnx") and \
                 (unrolled := loops.start(node, consts, node.name or node.output[0])) is not None:
             todo[:0] = unrolled
+            changed = True
+            continue
+        if node.domain in ("", "ai.onnx") and (replaced := loops.sequence_step(node, seqs, consts)) is not None:
+            todo[:0] = replaced            # a sequence of known tensors, followed as their names
+            if node.op_type in loops.SEQUENCE_BUILDERS:
+                kept.append(node)          # until nothing reads it (below)
             changed = True
             continue
         inputs = [t for t in node.input if t]
@@ -204,6 +211,7 @@ def _fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:
                                            f"constant folding failed ({err})") from err
         for name, value in zip(node.output, results):
             consts[name] = np.asarray(value)
+    kept = loops.drop_unread_sequences(kept, seqs, graph_outputs)
     if len(kept) == len(model.graph.node) and not changed:
         return model
     initial = {init.name for init in model.graph.initializer}
