@@ -116,12 +116,14 @@ def test_a_decoder_block_runs_on_fsim_bit_exact_with_its_phase_conv_on_the_accel
 
 
 @pytest.mark.parametrize("op", ["Conv", "ConvTranspose"])
-def test_a_dilated_kernel_with_its_zeros_computes_what_onnxruntime_does(op):
+def test_a_dilated_kernel_computes_what_onnxruntime_does(op):
     """60 random dilated Convs and ConvTransposes (1-D and 2-D; dilations 1-3, strides 1-2, kernels 1-4, groups 1-2;
-    explicit pads, SAME_UPPER, VALID or none): the undilated kernel gives onnxruntime's output of the dilated one, in
-    the graph as the frontend rewrites it (the ConvTranspose then into its phase Conv too)."""
+    explicit pads, SAME_UPPER, SAME_LOWER, VALID or none): a Conv of strides 1 in the phase form, the others as the
+    kernel with its zeros, give onnxruntime's output of the dilated node, in the graph as the frontend rewrites it
+    (a ConvTranspose then into its phase Conv too); a kernel whose zeros would cost more than 4 times its MACs is
+    refused with that reason."""
     rng = np.random.default_rng(12 if op == "Conv" else 13)
-    checked = 0
+    checked = refused = 0
     while checked < 60:
         rank, group = int(rng.integers(1, 3)), int(rng.choice([1, 2]))
         k = [int(v) for v in rng.integers(1, 5, rank)]
@@ -129,11 +131,12 @@ def test_a_dilated_kernel_with_its_zeros_computes_what_onnxruntime_does(op):
         if all(v == 1 for v in d):
             continue
         attrs: dict = {"strides": [int(v) for v in rng.integers(1, 3, rank)], "dilations": d, "group": group}
-        mode = rng.choice(["pads", "same", "valid", "none"])
+        mode = rng.choice(["pads", "same", "lower", "valid", "none"])
         if mode == "pads":
             attrs["pads"] = [int(rng.integers(0, v)) for v in k + k]
-        elif mode == "same" and (op == "Conv" or all(s <= (a - 1) * b + 1 for s, a, b in zip(attrs["strides"], k, d))):
-            attrs["auto_pad"] = "SAME_UPPER"
+        elif mode in ("same", "lower") and (op == "Conv" or all(s <= (a - 1) * b + 1 for s, a, b in
+                                                                 zip(attrs["strides"], k, d))):
+            attrs["auto_pad"] = "SAME_UPPER" if mode == "same" or op == "ConvTranspose" else "SAME_LOWER"
         elif mode == "valid":
             attrs["auto_pad"] = "VALID"
         c_in, c_out = group * int(rng.integers(1, 3)), group * int(rng.integers(1, 3))
@@ -151,13 +154,53 @@ def test_a_dilated_kernel_with_its_zeros_computes_what_onnxruntime_does(op):
         except Exception:  # noqa: BLE001 - a window longer than the padded input: onnxruntime refuses it too
             continue
         inferred = onnx.shape_inference.infer_shapes(model)
-        assert undilate_convs(inferred) == 1
+        reasons = undilate_convs(inferred, static_shapes(inferred))
+        if reasons:
+            assert "times the MACs" in reasons["y"] and (op == "ConvTranspose" or max(attrs["strides"]) > 1)
+            with pytest.raises(UnsupportedOperatorError, match="times the MACs|times its MACs|a dilated Conv needs"):
+                import_onnx(model)
+            refused += 1
+            continue
+        phase_form = op == "Conv" and max(attrs["strides"]) == 1
+        assert ("Transpose" in [n.op_type for n in inferred.graph.node]) == phase_form
+        inferred = onnx.shape_inference.infer_shapes(inferred)
         assert rewrite_conv_transposes(inferred, static_shapes(inferred)) == {}
         got = ort.InferenceSession(inferred.SerializeToString()).run(None, x)[0]
         assert got.shape == want.shape, attrs
         np.testing.assert_allclose(got, want, atol=1e-4, rtol=1e-4, err_msg=str(attrs))
         np.testing.assert_allclose(run_float(import_onnx(model), x)["y"], want, atol=1e-4, rtol=1e-4)
         checked += 1
+    assert refused > 0
+
+
+def test_an_atrous_convolution_takes_the_phase_form_on_the_accelerator(tmp_path):
+    """DeepLab's ASPP: a 3x3 Conv of dilation 12 and pads 12 at stride 1. The phase form keeps the 3x3 kernel (the
+    kernel with its zeros would be 25x25, 69 times the MACs): its Conv runs on the accelerator over the 144 phases as
+    a batch, bit-exact with the integer reference, close to onnxruntime."""
+    rng = np.random.default_rng(14)
+    weight = numpy_helper.from_array((rng.standard_normal((16, 8, 3, 3)) * 0.2).astype(np.float32), "w")
+    graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], name="aspp", dilations=[12, 12],
+                                                pads=[12, 12, 12, 12])], "aspp",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 20, 20])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [weight])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    feeds = {"x": rng.standard_normal((1, 8, 20, 20)).astype(np.float32)}
+    want = ort.InferenceSession(model.SerializeToString()).run(None, feeds)[0]
+    fg = import_onnx(model)
+    convs = [n for n in fg.nodes if n.op == "Conv2d"]
+    assert len(convs) == 1 and fg.shape(convs[0].inputs[1])[2:] == (3, 3)
+    np.testing.assert_allclose(run_float(fg, feeds)["y"], want, atol=1e-4, rtol=1e-4)
+    from vta.compiler.frontend.quantize import quantize
+    from vta.compiler.pipeline import compile_graph
+    from vta.compiler.runtime.compiled import AccelStep
+    from vta.compiler.runtime.executor import run
+    qg = quantize(fg, feeds)
+    compiled = compile_graph(qg, VTAConfig())
+    assert any(isinstance(s, AccelStep) and s.node.op == "QConv2d" for s in compiled.steps)
+    got = run(compiled, feeds, target="fsim").outputs["y"]
+    np.testing.assert_array_equal(got, qops.run_reference(qg, feeds)["y"])
+    assert float(np.ravel(got) @ np.ravel(want) / np.linalg.norm(got) / np.linalg.norm(want)) > 0.99
 
 
 @pytest.mark.parametrize("attrs, reason", [

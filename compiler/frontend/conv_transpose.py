@@ -23,11 +23,18 @@ with the reason, and so is ``SAME_UPPER`` with a kernel shorter than its stride 
 ONNX text's again) (:func:`rewrite_conv_transposes`). An ``output_shape`` longer than the full output puts the
 extra positions at the end (zeros plus the bias), as onnxruntime does (it clamps the total padding at 0).
 
-A dilated ``Conv`` or ``ConvTranspose`` (:func:`undilate_convs`, before the rewrite above) becomes the same node of a
-kernel with ``d - 1`` zeros between its taps along each axis of dilation ``d`` (``(K - 1) * d + 1`` taps): the same
-sums, so every pad mode (``SAME_*`` pads from the dilated extent, as ONNX does), stride and output length stays.
-The accelerator then also multiplies the zeros: a 3x3 kernel of dilation 2 costs 25 / 9 of its MACs, which the
-report counts."""
+A dilated ``Conv`` (:func:`undilate_convs`, before the rewrite above) of strides 1 takes the *phase form*, TF's
+space-to-batch: output ``y[d * q + r]`` (``r`` the phase, ``0 <= r < d``) is ``sum_t w[t] x'[d * (q + t) + r]``, an
+undilated correlation of the phase's subsequence ``x'[d * m + r]`` of the padded input. So the input is padded (to
+whole phases: zeros at the end change no output kept), reshaped to ``[N, C, H'/d_h, d_h, W'/d_w, d_w]`` and
+transposed to put the ``d_h * d_w`` phases into the batch; one undilated ``Conv`` (the same weights, groups and
+bias; no pads) runs over that batch on the accelerator at the kernel's own MACs; the phases are put back
+(``Reshape``, ``Transpose`` to ``[N, C_out, H_q, d_h, W_q, d_w]``, ``Reshape``) and a ``Slice`` keeps the output's
+length. DeepLab's ASPP (3x3 at dilation 12 to 36) so costs 9 taps a position, not up to 73 x 73. A dilated Conv of
+another stride, and a dilated ``ConvTranspose``, take the kernel with ``d - 1`` zeros between its taps (``(K - 1) * d
++ 1`` taps; the same sums for every pad mode, stride and output length), where that costs at most
+:data:`SPREAD_LIMIT` times the MACs (the accelerator multiplies the zeros too, and the report counts them); beyond it
+they are refused with the reason."""
 from __future__ import annotations
 
 import math
@@ -69,7 +76,8 @@ def _plan(node: onnx.NodeProto, x_shape: tuple[int, ...], kernel: tuple[int, ...
     a = _attrs(node)
     dilations = [int(d) for d in a.get("dilations", [1] * rank)]
     if any(d != 1 for d in dilations):
-        return f"dilations {dilations} (only 1)"
+        return (f"dilations {dilations} (a dilated ConvTranspose needs constant weights and a kernel whose zeros cost "
+                f"at most {SPREAD_LIMIT:g} times its MACs)")
     strides = tuple(int(s) for s in a.get("strides", [1] * rank))
     out_pad = [int(p) for p in a.get("output_padding", [0] * rank)]
     pads = [int(p) for p in a.get("pads", [0] * (2 * rank))]
@@ -196,13 +204,22 @@ def _phase_nodes(model: onnx.ModelProto, node: onnx.NodeProto, x_shape: tuple[in
     return out
 
 
-def undilate_convs(model: onnx.ModelProto) -> int:
+SPREAD_LIMIT = 4.0
+"""The most MACs, as a multiple of the dilated kernel's own, that a kernel with its zeros may cost (a stride other
+than 1, or a ConvTranspose; a stride-1 Conv takes the phase form whatever its dilation)."""
+
+
+def undilate_convs(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]) -> dict[str, str]:
     """In place: every Conv and ConvTranspose with dilations other than 1 and a constant weight (an initializer)
-    reads a new weight with the zeros between its taps and has no dilations (module docstring). Returns how many were
-    rewritten."""
+    loses its dilations (module docstring): a Conv of strides 1 and a static input shape (``shapes``) as the phase
+    form, any other as the kernel with its zeros where that costs at most :data:`SPREAD_LIMIT` times the MACs.
+    Returns ``{first output: reason}`` for those left dilated (the caller reports them when no rule takes the
+    node)."""
     consts = {init.name: init for init in model.graph.initializer}
-    rewritten = 0
+    refused: dict[str, str] = {}
+    nodes: list[onnx.NodeProto] = []
     for node in model.graph.node:
+        nodes.append(node)
         if node.op_type not in ("Conv", "ConvTranspose") or node.domain not in ("", "ai.onnx") or \
                 len(node.input) < 2 or node.input[1] not in consts:
             continue
@@ -212,8 +229,25 @@ def undilate_convs(model: onnx.ModelProto) -> int:
                 min(attr.ints) < 1:
             continue
         dilations = [int(d) for d in attr.ints]
-        spread = np.zeros((*weight.shape[:2], *((k - 1) * d + 1 for k, d in zip(weight.shape[2:], dilations))),
-                          weight.dtype)
+        kernel = [int(k) for k in weight.shape[2:]]
+        a = _attrs(node)
+        x_shape = shapes.get(node.input[0])
+        if node.op_type == "Conv" and all(int(v) == 1 for v in a.get("strides", [1] * len(kernel))) and \
+                len(kernel) in (1, 2) and x_shape is not None and len(x_shape) == 2 + len(kernel):
+            pads = _stride1_pads(a, kernel, dilations) or [-(10 ** 9)] * (2 * len(kernel))
+            out_len = [n + b + e - (k - 1) * d for n, b, e, k, d in
+                       zip(x_shape[2:], pads[:len(kernel)], pads[len(kernel):], kernel, dilations)]
+            if min(pads) >= 0 and min(out_len) >= 1:         # else left to the kernel with its zeros
+                nodes[-1:] = _dilated_phase_nodes(model, node, x_shape, kernel, dilations, pads, out_len)
+                continue
+        spread_shape = [(k - 1) * d + 1 for k, d in zip(kernel, dilations)]
+        growth = float(np.prod(spread_shape)) / float(np.prod(kernel))
+        if growth > SPREAD_LIMIT:
+            refused[node.output[0]] = (f"dilations {dilations} of a {'x'.join(map(str, kernel))} kernel with strides "
+                                       f"{list(a.get('strides', []))}: its kernel with the zeros would cost "
+                                       f"{growth:.1f} times the MACs (the phase form takes a Conv of strides 1)")
+            continue
+        spread = np.zeros((*weight.shape[:2], *spread_shape), weight.dtype)
         spread[(slice(None), slice(None), *(slice(None, None, d) for d in dilations))] = weight
         name = f"{node.input[1]}_dilated_{'x'.join(map(str, dilations))}"
         if name not in consts:
@@ -221,8 +255,83 @@ def undilate_convs(model: onnx.ModelProto) -> int:
             model.graph.initializer.append(consts[name])
         node.input[1] = name
         node.attribute.remove(attr)
-        kernel = next((a for a in node.attribute if a.name == "kernel_shape"), None)
-        if kernel is not None:
-            kernel.ints[:] = list(spread.shape[2:])
-        rewritten += 1
-    return rewritten
+        kernel_attr = next((k for k in node.attribute if k.name == "kernel_shape"), None)
+        if kernel_attr is not None:
+            kernel_attr.ints[:] = spread_shape
+    if len(nodes) != len(model.graph.node):
+        del model.graph.node[:]
+        model.graph.node.extend(nodes)
+    return refused
+
+
+def _stride1_pads(a: dict, kernel: list[int], dilations: list[int]) -> list[int] | None:
+    """A stride-1 Conv's pads ``[begins..., ends...]`` from ``pads`` or ``auto_pad``; None for an unknown mode."""
+    mode = _decode(a.get("auto_pad", "NOTSET"))
+    rank = len(kernel)
+    if mode in ("NOTSET", ""):
+        return [int(p) for p in a.get("pads", [0] * (2 * rank))]
+    if mode == "VALID":
+        return [0] * (2 * rank)
+    if mode not in ("SAME_UPPER", "SAME_LOWER"):
+        return None
+    total = [(k - 1) * d for k, d in zip(kernel, dilations)]
+    small = [t // 2 for t in total]
+    big = [t - h for t, h in zip(total, small)]
+    return small + big if mode == "SAME_UPPER" else big + small
+
+
+def _dilated_phase_nodes(model: onnx.ModelProto, node: onnx.NodeProto, x_shape: tuple[int, ...], kernel: list[int],
+                         dilations: list[int], pads: list[int], out_len: list[int]) -> list[onnx.NodeProto]:
+    """The nodes of a stride-1 dilated Conv in the phase form (module docstring): pad (to whole phases), split each
+    axis into its ``d`` phases and move them into the batch, the undilated Conv, the phases back, the cut."""
+    name = node.name or node.output[0]
+    rank = len(kernel)
+    n, c = x_shape[:2]
+    padded = [size + b + e for size, b, e in zip(x_shape[2:], pads[:rank], pads[rank:])]
+    blocks = [math.ceil(p / d) for p, d in zip(padded, dilations)]
+    grown = [q * d - p for q, d, p in zip(blocks, dilations, padded)]        # zeros after the end: whole phases
+    blocks_out = [q - k + 1 for q, k in zip(blocks, kernel)]
+    phases = int(np.prod(dilations))
+    a = _attrs(node)
+    group = int(a.get("group", 1))
+    c_out = int(numpy_helper.to_array(next(i for i in model.graph.initializer if i.name == node.input[1])).shape[0])
+
+    def const(suffix: str, value: np.ndarray) -> str:
+        tensor = f"{name}_{suffix}"
+        model.graph.initializer.append(numpy_helper.from_array(value, tensor))
+        return tensor
+
+    out: list[onnx.NodeProto] = []
+    x = node.input[0]
+    if any(pads) or any(grown):
+        pad_values = const("phase_pads", np.array([0, 0, *pads[:rank], 0, 0,
+                                                   *[e + g for e, g in zip(pads[rank:], grown)]], np.int64))
+        out.append(helper.make_node("Pad", [x, pad_values], [f"{name}_padded"], name=f"{name}_pad"))
+        x = f"{name}_padded"
+    split = [n, c] + [v for q, d in zip(blocks, dilations) for v in (q, d)]
+    to_front = [3 + 2 * k for k in range(rank)] + [0, 1] + [2 + 2 * k for k in range(rank)]
+    batched = [phases * n, c, *blocks]
+    conv_inputs = [f"{name}_phased_in", node.input[1]] + ([node.input[2]] if len(node.input) > 2 and node.input[2]
+                                                          else [])
+    out += [helper.make_node("Reshape", [x, const("phase_split", np.array(split, np.int64))], [f"{name}_split"],
+                             name=f"{name}_split"),
+            helper.make_node("Transpose", [f"{name}_split"], [f"{name}_phases_first"], name=f"{name}_to_batch",
+                             perm=to_front),
+            helper.make_node("Reshape", [f"{name}_phases_first", const("phase_batch", np.array(batched, np.int64))],
+                             [f"{name}_phased_in"], name=f"{name}_batch"),
+            helper.make_node("Conv", conv_inputs, [f"{name}_phased_out"], name=f"{name}_phase_conv", group=group,
+                             kernel_shape=kernel, strides=[1] * rank, pads=[0] * (2 * rank))]
+    unbatched = [*dilations, n, c_out, *blocks_out]
+    back = [rank, rank + 1] + [v for k in range(rank) for v in (rank + 2 + k, k)]
+    joined = [n, c_out, *[q * d for q, d in zip(blocks_out, dilations)]]
+    out += [helper.make_node("Reshape", [f"{name}_phased_out", const("phase_unbatch", np.array(unbatched, np.int64))],
+                             [f"{name}_unbatched"], name=f"{name}_unbatch"),
+            helper.make_node("Transpose", [f"{name}_unbatched"], [f"{name}_interleaved"], name=f"{name}_interleave",
+                             perm=back),
+            helper.make_node("Reshape", [f"{name}_interleaved", const("phase_join", np.array(joined, np.int64))],
+                             [f"{name}_joined"], name=f"{name}_join"),
+            helper.make_node("Slice", [f"{name}_joined", const("cut_starts", np.zeros(rank, np.int64)),
+                                       const("cut_ends", np.array(out_len, np.int64)),
+                                       const("cut_axes", np.arange(2, 2 + rank, dtype=np.int64))],
+                             [node.output[0]], name=f"{name}_cut")]
+    return out

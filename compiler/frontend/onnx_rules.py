@@ -46,8 +46,11 @@ def _spatial_pads(imp: _Importer, node: onnx.NodeProto, kernel: tuple[int, ...],
 
 
 def _check_dilations(node: onnx.NodeProto, attrs: dict[str, Any]) -> None:
+    """A Conv still dilated here was left so by :func:`.conv_transpose.undilate_convs`: name why it takes others."""
     if any(d != 1 for d in attrs.get("dilations", [1])):
-        raise UnsupportedOperatorError(node.op_type, node.name, f"dilations {list(attrs['dilations'])} (only 1)")
+        raise UnsupportedOperatorError(node.op_type, node.name, f"dilations {list(attrs['dilations'])} (a dilated "
+                                                                f"Conv needs constant weights, and strides of 1 or a "
+                                                                f"kernel whose zeros cost at most 4 times its MACs)")
 
 
 # ---- rules: ONNX op_type -> function(importer, node) ----------------------------------------------------------------
