@@ -1,8 +1,8 @@
-"""ONNX Loop unrolled while the constants fold (compiler/frontend/loops.py), as tf2onnx writes Keras 3's recurrent
-layers: a trip count, a condition the body computes from a loop-carried counter, states and a scan output; each
-case against onnxruntime, the quantized graph on the CPU path against the integer reference; the refusals with their
-reasons. Also the two forms those files hold around the loop: ReverseSequence of the whole time axis (the backward
-direction) and a Gemm whose C is computed (``h @ R + (x @ W + b)``)."""
+"""ONNX Loop and Scan unrolled while the constants fold (compiler/frontend/loops.py); a Loop as tf2onnx writes Keras
+3's recurrent layers: a trip count, a condition the body computes from a loop-carried counter, states and a scan
+output; each case against onnxruntime, the quantized graph on the CPU path against the integer reference; the
+refusals with their reasons. Also the two forms those files hold around the loop: ReverseSequence of the whole time
+axis (the backward direction) and a Gemm whose C is computed (``h @ R + (x @ W + b)``)."""
 from __future__ import annotations
 
 import re
@@ -193,3 +193,40 @@ def test_sequences_of_known_tensors_through_a_loop_and_outside_one():
     for name in ("stacked", "y"):
         assert got[name].shape == want[name].shape
         np.testing.assert_allclose(got[name], want[name], atol=1e-5, rtol=1e-5)
+
+
+def test_a_scan_is_unrolled_over_its_inputs_axes_and_directions():
+    """A Scan of two states and two scan inputs (one along axis 1, one read from the end) with two scan outputs (one
+    stacked on axis 1, one reversed): what onnxruntime computes; the quantized graph on the CPU path equals the
+    integer reference."""
+    rng = np.random.default_rng(9)
+    w = rng.standard_normal((WIDTH, WIDTH)).astype(np.float32) * 0.4
+    body = helper.make_graph(
+        [helper.make_node("MatMul", ["h_in", "W"], ["hw"]), helper.make_node("Add", ["hw", "a_t"], ["pre"]),
+         helper.make_node("Tanh", ["pre"], ["h_out"]), helper.make_node("Add", ["s_in", "b_t"], ["s_out"]),
+         helper.make_node("Mul", ["h_out", "b_t"], ["o1"]), helper.make_node("Identity", ["s_out"], ["o2"])], "body",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, WIDTH]) for n in ("h_in", "s_in", "a_t", "b_t")],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, WIDTH]) for n in ("h_out", "s_out", "o1", "o2")],
+        [numpy_helper.from_array(w, "W")])
+    node = helper.make_node("Scan", ["h0", "s0", "a", "b"], ["h", "s", "y1", "y2"], name="scan", body=body,
+                            num_scan_inputs=2, scan_input_axes=[1, 0], scan_input_directions=[0, 1],
+                            scan_output_axes=[1, 0], scan_output_directions=[1, 0])
+    graph = helper.make_graph([node, helper.make_node("Add", ["h", "s"], ["y"])], "scan",
+                              [helper.make_tensor_value_info("a", TensorProto.FLOAT, [1, STEPS, WIDTH]),
+                               helper.make_tensor_value_info("b", TensorProto.FLOAT, [STEPS, 1, WIDTH])],
+                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("y", "y1", "y2")],
+                              [numpy_helper.from_array(np.zeros((1, WIDTH), np.float32), "h0"),
+                               numpy_helper.from_array(np.full((1, WIDTH), 0.5, np.float32), "s0")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    x = {"a": rng.standard_normal((1, STEPS, WIDTH)).astype(np.float32),
+         "b": rng.standard_normal((STEPS, 1, WIDTH)).astype(np.float32)}
+    want = dict(zip(["y", "y1", "y2"], ort.InferenceSession(model.SerializeToString()).run(None, x)))
+    fg = import_onnx(model)
+    got = run_float(fg, x)
+    for name in want:
+        assert got[name].shape == want[name].shape
+        np.testing.assert_allclose(got[name], want[name], atol=1e-5, rtol=1e-5)
+    qg = quantize(fg, x)
+    for name in want:
+        np.testing.assert_array_equal(cpu.run_cpu(qg, x)[name], qops.run_reference(qg, x)[name])

@@ -17,6 +17,10 @@ sequence as the list of its tensors' names (:func:`sequence_step`), so it writes
 ``ConcatFromSequence`` (one ``Concat``, of the tensors each given the new axis by an ``Unsqueeze`` for
 ``new_axis``) or a ``SequenceAt`` (an ``Identity``) reads it.
 
+A ``Scan`` (:func:`scan_nodes`) runs its body once per slice of its scan inputs along their axes, whose length the
+inputs' static shapes give: each step's copy of the body reads the slices (``Gather`` at the step's index, from the
+end for a reversed input) and the states, and the scan outputs are stacked on their axes (reversed where asked).
+
 An iteration's copy of the body renames every tensor the body writes (``<loop>/<i>/<name>``), gives the iteration
 number as a constant, and reads the outer graph's tensors by their names, as the body does. Refused with the reason:
 a trip count or condition that does not fold to a constant, more than :data:`MAX_STEPS` iterations or
@@ -33,7 +37,7 @@ from onnx import helper
 
 from .onnx_common import UnsupportedOperatorError
 
-__all__ = ["Iteration", "start", "sequence_step", "MAX_STEPS", "MAX_NODES", "LOOP_REASON"]
+__all__ = ["Iteration", "start", "scan_nodes", "sequence_step", "MAX_STEPS", "MAX_NODES", "LOOP_REASON"]
 
 MAX_STEPS = 1024
 """The most iterations a Loop is unrolled to (as the recurrent operators' sequences, :mod:`.recurrent`)."""
@@ -67,28 +71,15 @@ class Iteration:
     def iteration(self, consts: dict[str, Any], cond: str) -> list[Any]:
         """The nodes of iteration :attr:`index` (its number and ``cond`` as the body's first two inputs, the current
         loop-carried values as the rest), then this marker."""
-        i = self.index
-        prefix = f"{self.tag}/{i}/"
-        rename = {t.name: f"{self.tag}/{t.name}" for t in self.body.initializer}
+        prefix = f"{self.tag}/{self.index}/"
         iter_name = f"{prefix}iteration"
-        consts[iter_name] = np.array(i, np.int64)
-        inputs = [iter_name, cond, *self.carried]
-        rename.update({vi.name: t for vi, t in zip(self.body.input, inputs) if vi.name})
-        for node in self.body.node:
-            rename.update({out: prefix + out for out in node.output if out})
-        nodes: list[Any] = []
-        for k, node in enumerate(self.body.node):
-            copy = onnx.NodeProto.FromString(node.SerializeToString())
-            copy.input[:] = [rename.get(t, t) if t else t for t in copy.input]
-            copy.output[:] = [rename.get(t, t) if t else t for t in copy.output]
-            copy.name = f"{prefix}{node.name or k}"
-            nodes.append(copy)
-        outs = [rename.get(o.name, o.name) for o in self.body.output]
+        consts[iter_name] = np.array(self.index, np.int64)
+        nodes, outs = _body_copy(self.body, self.tag, prefix, [iter_name, cond, *self.carried])
         self.cond = outs[0]
         self.carried = outs[1:1 + self.carried_count]
         for scan, name in zip(self.scans, outs[1 + self.carried_count:]):
             scan.append(name)
-        return nodes + [self]
+        return [*nodes, self]
 
     def next(self, consts: dict[str, Any]) -> list[Any]:
         """After iteration :attr:`index`'s nodes were folded: the next iteration and this marker, or the nodes that
@@ -109,22 +100,45 @@ class Iteration:
         for k, (target, value) in enumerate(zip(outs[:self.carried_count], self.carried)):
             if target:
                 nodes.append(helper.make_node("Identity", [value], [target], name=f"{self.tag}/out{k}"))
-        axes = f"{self.tag}/axis0"
         for k, (target, values) in enumerate(zip(outs[self.carried_count:], self.scans)):
             if not target:
                 continue
             if not values:
                 raise self.refuse("scan outputs of a loop that runs no iteration (a tensor of no elements)")
-            stacked = []
-            for i, value in enumerate(values):
-                stacked.append(f"{self.tag}/scan{k}/{i}")
-                nodes.append(helper.make_node("Unsqueeze", [value, axes], [stacked[-1]],
-                                              name=f"{self.tag}/scan{k}/unsqueeze{i}"))
-            nodes.append(helper.make_node("Concat", stacked, [target], name=f"{self.tag}/scan{k}", axis=0))
-        if any(n.op_type == "Unsqueeze" for n in nodes):
-            nodes.insert(0, helper.make_node("Constant", [], [axes], name=axes,
-                                             value=onnx.numpy_helper.from_array(np.array([0], np.int64))))
+            nodes += _stacked(values, target, 0, f"{self.tag}/scan{k}")
         return nodes
+
+
+def _body_copy(body: onnx.GraphProto, tag: str, prefix: str, inputs: list[str]
+               ) -> tuple[list[onnx.NodeProto], list[str]]:
+    """One iteration's copy of a loop body: its nodes with every tensor they write renamed ``prefix + name``, the
+    body's inputs read as ``inputs`` and its initializers as ``tag/name`` (the caller puts those in the constants);
+    and the names of the body's outputs in the copy."""
+    rename = {t.name: f"{tag}/{t.name}" for t in body.initializer}
+    rename.update({vi.name: t for vi, t in zip(body.input, inputs) if vi.name})
+    for node in body.node:
+        rename.update({out: prefix + out for out in node.output if out})
+    nodes = []
+    for k, node in enumerate(body.node):
+        copy = onnx.NodeProto.FromString(node.SerializeToString())
+        copy.input[:] = [rename.get(t, t) if t else t for t in copy.input]
+        copy.output[:] = [rename.get(t, t) if t else t for t in copy.output]
+        copy.name = f"{prefix}{node.name or k}"
+        nodes.append(copy)
+    return nodes, [rename.get(o.name, o.name) for o in body.output]
+
+
+def _stacked(values: list[str], target: str, axis: int, name: str) -> list[onnx.NodeProto]:
+    """The nodes writing ``target``: the tensors ``values`` stacked on a new axis ``axis`` (Unsqueeze each, then one
+    Concat)."""
+    axes = f"{name}/axis"
+    nodes = [helper.make_node("Constant", [], [axes], name=axes,
+                              value=onnx.numpy_helper.from_array(np.array([axis], np.int64)))]
+    for i, value in enumerate(values):
+        nodes.append(helper.make_node("Unsqueeze", [value, axes], [f"{name}/{i}"], name=f"{name}/unsqueeze{i}"))
+    nodes.append(helper.make_node("Concat", [f"{name}/{i}" for i in range(len(values))], [target], name=name,
+                                  axis=axis))
+    return nodes
 
 
 def _true(value: Any) -> bool:
@@ -233,12 +247,69 @@ def sequence_step(node: onnx.NodeProto, seqs: dict[str, list[str]], consts: dict
         axis, new_axis, name = int(attrs["axis"]), int(attrs.get("new_axis", 0)), node.name or f"{out}_concat"
         if not new_axis:
             return [helper.make_node("Concat", items, [out], name=name, axis=axis)]
-        axes = f"{name}/axis"
-        nodes = [helper.make_node("Constant", [], [axes], name=axes,
-                                  value=onnx.numpy_helper.from_array(np.array([axis], np.int64)))]
-        for k, item in enumerate(items):
-            nodes.append(helper.make_node("Unsqueeze", [item, axes], [f"{name}/{k}"], name=f"{name}/unsqueeze{k}"))
-        nodes.append(helper.make_node("Concat", [f"{name}/{k}" for k in range(len(items))], [out], name=name,
-                                      axis=axis))
-        return nodes
+        return _stacked(items, out, axis, name)
     return None
+
+
+def scan_nodes(node: onnx.NodeProto, consts: dict[str, Any], shapes: dict[str, tuple[int, ...]], tag: str
+               ) -> list[onnx.NodeProto] | None:
+    """The nodes that replace a ``Scan`` (module docstring): every step's copy of the body, then the final states
+    (``Identity``) and the stacked scan outputs. None when a scan input's shape is not known; raises
+    :class:`UnsupportedOperatorError` with the reason for what cannot be unrolled."""
+    attrs = {a.name: a for a in node.attribute}
+    name = node.name or node.output[0]
+    body = attrs["body"].g if "body" in attrs else None
+    count = int(helper.get_attribute_value(attrs["num_scan_inputs"])) if "num_scan_inputs" in attrs else -1
+    if body is None or not 0 < count <= len(node.input) or len(body.input) != len(node.input) or \
+            len(body.output) != len(node.output):
+        raise UnsupportedOperatorError("Scan", name, "a body whose inputs and outputs do not match the Scan's")
+    if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for n in body.node for a in n.attribute):
+        raise UnsupportedOperatorError("Scan", name, "a body with subgraphs of its own (a Loop or If inside it)")
+    states = len(node.input) - count
+    scan_inputs = list(node.input[states:])
+    if any(t not in shapes for t in scan_inputs):
+        return None
+    ranks = [len(shapes[t]) for t in scan_inputs]
+
+    def listed(key: str, n: int) -> list[int]:
+        return [int(v) for v in helper.get_attribute_value(attrs[key])] if key in attrs else [0] * n
+
+    in_axes = [a % r for a, r in zip(listed("scan_input_axes", count), ranks)]
+    in_dirs = listed("scan_input_directions", count)
+    outputs = len(node.output) - states
+    out_axes, out_dirs = listed("scan_output_axes", outputs), listed("scan_output_directions", outputs)
+    lengths = {shapes[t][a] for t, a in zip(scan_inputs, in_axes)}
+    if len(lengths) != 1:
+        raise UnsupportedOperatorError("Scan", name, f"scan inputs of lengths {sorted(lengths)} along their axes")
+    steps = lengths.pop()
+    if steps > MAX_STEPS or steps * max(len(body.node), 1) > MAX_NODES:
+        raise UnsupportedOperatorError("Scan", name, f"{steps} steps of {len(body.node)} body nodes (at most "
+                                                     f"{MAX_STEPS} steps and {MAX_NODES:,} unrolled nodes)")
+    if steps == 0 and outputs:
+        raise UnsupportedOperatorError("Scan", name, "scan outputs of a scan of no steps (a tensor of no elements)")
+    for init in body.initializer:
+        consts[f"{tag}/{init.name}"] = onnx.numpy_helper.to_array(init)
+    nodes: list[onnx.NodeProto] = []
+    carried = list(node.input[:states])
+    collected: list[list[str]] = [[] for _ in range(outputs)]
+    for t in range(steps):
+        prefix = f"{tag}/{t}/"
+        slices = []
+        for j, (source, axis, direction) in enumerate(zip(scan_inputs, in_axes, in_dirs)):
+            index = f"{prefix}index{j}"
+            consts[index] = np.array(steps - 1 - t if direction else t, np.int64)
+            slices.append(f"{prefix}slice{j}")
+            nodes.append(helper.make_node("Gather", [source, index], [slices[-1]], name=f"{prefix}slice{j}",
+                                          axis=axis))
+        copied, outs = _body_copy(body, tag, prefix, [*carried, *slices])
+        nodes += copied
+        carried = outs[:states]
+        for values, value in zip(collected, outs[states:]):
+            values.append(value)
+    for k, (target, value) in enumerate(zip(node.output[:states], carried)):
+        if target:
+            nodes.append(helper.make_node("Identity", [value], [target], name=f"{tag}/out{k}"))
+    for k, (target, values, axis, direction) in enumerate(zip(node.output[states:], collected, out_axes, out_dirs)):
+        if target:
+            nodes += _stacked(values[::-1] if direction else values, target, axis, f"{tag}/scan{k}")
+    return nodes

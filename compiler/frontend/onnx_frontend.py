@@ -157,6 +157,11 @@ def _fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:
             todo[:0] = unrolled
             changed = True
             continue
+        if node.op_type == "Scan" and node.domain in ("", "ai.onnx") and \
+                (unrolled := loops.scan_nodes(node, consts, shapes, node.name or node.output[0])) is not None:
+            todo[:0] = unrolled
+            changed = True
+            continue
         if node.domain in ("", "ai.onnx") and (replaced := loops.sequence_step(node, seqs, consts)) is not None:
             todo[:0] = replaced            # a sequence of known tensors, followed as their names
             if node.op_type in loops.SEQUENCE_BUILDERS:
@@ -717,6 +722,8 @@ def _refusal(node: onnx.NodeProto, refused: dict[str, str]) -> str:
         return _IF_REASON
     if node.op_type == "Loop":
         return loops.LOOP_REASON
+    if node.op_type == "Scan":
+        return "a Scan is unrolled when its scan inputs have static shapes; this one's do not"
     if not onnx.defs.has(node.op_type):
         hint = _NOT_ONNX_HINTS.get(node.op_type)
         return (f"ONNX defines no operator {node.op_type!r}, so onnx.checker and onnxruntime refuse this file too"
