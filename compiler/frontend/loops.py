@@ -166,8 +166,8 @@ def start(loop: onnx.NodeProto, consts: dict[str, Any], tag: str) -> list[Any] |
     if trip and trips > MAX_STEPS:
         raise UnsupportedOperatorError("Loop", name, f"{trips} iterations (at most {MAX_STEPS} are unrolled)")
     if min(trips, MAX_STEPS) * max(len(body.node), 1) > MAX_NODES:
-        raise UnsupportedOperatorError("Loop", name, f"{len(body.node)} body nodes times {trips} iterations (at most "
-                                                     f"{MAX_NODES:,} unrolled nodes)")
+        raise UnsupportedOperatorError("Loop", name, f"{len(body.node)} body nodes times {min(trips, MAX_STEPS)} "
+                                                     f"iterations (at most {MAX_NODES:,} unrolled nodes)")
     marker = Iteration(loop, body, trips, tag)
     for init in body.initializer:
         consts[f"{tag}/{init.name}"] = onnx.numpy_helper.to_array(init)
@@ -187,15 +187,24 @@ follows them again) until nothing reads their output (:func:`drop_unread_sequenc
 
 def drop_unread_sequences(nodes: list[onnx.NodeProto], seqs: dict[str, list[str]], outputs: set[str]
                           ) -> list[onnx.NodeProto]:
-    """``nodes`` without the sequence builders (:data:`SEQUENCE_BUILDERS` writing a sequence of ``seqs``) whose
-    output no other node and no graph output (``outputs``) reads, repeatedly."""
-    while True:
-        read = {t for n in nodes for t in n.input} | outputs
-        kept = [n for n in nodes if not (n.op_type in SEQUENCE_BUILDERS and n.output and n.output[0] in seqs and
-                                         n.output[0] not in read)]
-        if len(kept) == len(nodes):
-            return kept
-        nodes = kept
+    """``nodes`` (in graph order) without the sequence builders (:data:`SEQUENCE_BUILDERS` writing a sequence of
+    ``seqs``) whose output no other node and no graph output (``outputs``) reads, once those readers are gone too:
+    one pass from the end, as a builder's readers come after it."""
+    if not seqs:
+        return nodes
+    reads: dict[str, int] = {}
+    for node in nodes:
+        for t in node.input:
+            reads[t] = reads.get(t, 0) + 1
+    dropped: set[int] = set()
+    for k in range(len(nodes) - 1, -1, -1):
+        node = nodes[k]
+        out = node.output[0] if node.output else ""
+        if node.op_type in SEQUENCE_BUILDERS and out in seqs and not reads.get(out) and out not in outputs:
+            dropped.add(k)
+            for t in node.input:
+                reads[t] -= 1
+    return [node for k, node in enumerate(nodes) if k not in dropped]
 
 
 def sequence_step(node: onnx.NodeProto, seqs: dict[str, list[str]], consts: dict[str, Any]
