@@ -230,3 +230,29 @@ def test_a_scan_is_unrolled_over_its_inputs_axes_and_directions():
     qg = quantize(fg, x)
     for name in want:
         np.testing.assert_array_equal(cpu.run_cpu(qg, x)[name], qops.run_reference(qg, x)[name])
+
+
+def test_an_outer_constant_only_a_body_reads_survives_the_folds_before_the_unrolling():
+    """The first fold walks the graph before shape inference, so it cannot unroll a Scan over a computed tensor yet
+    (a later fold, after the shapes are inferred, does); it folds the outer Constant node that only the body reads.
+    That constant must stay for the unrolled body (onnx's LinearAttention functions, expanded, read their axes so)."""
+    body = helper.make_graph(
+        [helper.make_node("Unsqueeze", ["x_t", "axes"], ["col"]), helper.make_node("Squeeze", ["col", "axes"], ["b"]),
+         helper.make_node("Add", ["s_in", "b"], ["s_out"]), helper.make_node("Identity", ["s_out"], ["y_t"])], "body",
+        [helper.make_tensor_value_info("s_in", TensorProto.FLOAT, [1, WIDTH]),
+         helper.make_tensor_value_info("x_t", TensorProto.FLOAT, [1, WIDTH])],
+        [helper.make_tensor_value_info("s_out", TensorProto.FLOAT, [1, WIDTH]),
+         helper.make_tensor_value_info("y_t", TensorProto.FLOAT, [1, WIDTH])])
+    nodes = [helper.make_node("Constant", [], ["axes"], value=numpy_helper.from_array(np.array([-1], np.int64))),
+             helper.make_node("Transpose", ["x"], ["xt"], perm=[1, 0, 2]),
+             helper.make_node("Scan", ["s0", "xt"], ["s", "ys"], name="scan", body=body, num_scan_inputs=1),
+             helper.make_node("Add", ["ys", "ys"], ["y"])]
+    graph = helper.make_graph(nodes, "outer",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, STEPS, WIDTH])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(np.zeros((1, WIDTH), np.float32), "s0")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    x = {"x": np.random.default_rng(10).standard_normal((1, STEPS, WIDTH)).astype(np.float32)}
+    want = ort.InferenceSession(model.SerializeToString()).run(None, x)[0]
+    np.testing.assert_allclose(run_float(import_onnx(model), x)["y"], want, atol=1e-5, rtol=1e-5)

@@ -220,12 +220,25 @@ def _fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:
     if len(kept) == len(model.graph.node) and not changed:
         return model
     initial = {init.name for init in model.graph.initializer}
-    used = {t for node in kept for t in node.input}
+    used = {t for node in kept for t in (*node.input, *_subgraph_reads(node))}
     del model.graph.node[:]
     model.graph.node.extend(kept)
     model.graph.initializer.extend(numpy_helper.from_array(v, k) for k, v in consts.items()
                                    if k not in initial and k in used)
     return model
+
+
+def _subgraph_reads(node: onnx.NodeProto) -> set[str]:
+    """The tensors the subgraphs of ``node`` (a Loop's or Scan's body, an If's branches, nested) read: the outer
+    graph's among them must stay, even when only a subgraph reads them."""
+    reads: set[str] = set()
+    for attr in node.attribute:
+        for graph in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else
+                      list(attr.graphs) if attr.type == onnx.AttributeProto.GRAPHS else []):
+            for inner in graph.node:
+                reads.update(t for t in inner.input if t)
+                reads |= _subgraph_reads(inner)
+    return reads
 
 
 def _empty_parts(node: onnx.NodeProto, consts: dict[str, Any], shapes: dict[str, tuple[int, ...]]) -> set[int]:
@@ -847,8 +860,8 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, n
     _check_sizes(proto, where, limit)
     model = _infer_shapes(_fold_constants(proto), check_type=True)
     check_axes(model, where)
-    for _ in range(64):                      # Shape and CastLike fold once their inputs have static shapes and types,
-        if not any(n.op_type in ("Shape", "CastLike") for n in model.graph.node) and \
+    for _ in range(64):           # Shape, CastLike and Scan fold (unroll) once their inputs have static shapes, types,
+        if not any(n.op_type in ("Shape", "CastLike", "Scan") for n in model.graph.node) and \
                 not _empty_concat_inputs(model):   # an empty cache's Concat once its fellow input's shape is known
             break
         before = len(model.graph.node)
