@@ -222,3 +222,28 @@ def test_a_weight_computed_at_run_time_is_refused_with_the_reason():
     del model.graph.initializer[:]
     with pytest.raises(UnsupportedOperatorError, match="a weight or bias computed at run time"):
         import_onnx(model)
+
+
+@pytest.mark.parametrize("op", ["MaxPool", "AveragePool"])
+def test_a_dilated_pool_of_strides_1_takes_the_phase_form(op):
+    """A MaxPool or AveragePool of strides 1, no pads and dilations other than 1 (1-D and 2-D, random kernels and
+    dilations): its phases pooled as a batch give onnxruntime's output; with pads it stays refused, naming them."""
+    rng = np.random.default_rng(15)
+    for _ in range(12):
+        rank = int(rng.integers(1, 3))
+        k = [int(v) for v in rng.integers(1, 4, rank)]
+        d = [int(v) for v in rng.integers(2, 4, rank)]
+        size = [int(v) for v in rng.integers(8, 14, rank)]
+        graph = helper.make_graph([helper.make_node(op, ["x"], ["y"], name="pool", kernel_shape=k, dilations=d)], "p",
+                                  [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3] + size)],
+                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+        model.ir_version = 9
+        x = {"x": rng.standard_normal([1, 3] + size).astype(np.float32)}
+        want = ort.InferenceSession(model.SerializeToString()).run(None, x)[0]
+        got = run_float(import_onnx(model), x)["y"]
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, atol=1e-6, rtol=1e-6)
+    model.graph.node[0].attribute.append(helper.make_attribute("pads", [1] * (2 * rank)))
+    with pytest.raises(UnsupportedOperatorError, match=r"dilations \[.*\] \(only 1\)"):
+        import_onnx(model)

@@ -58,7 +58,7 @@ OPERATOR_REFUSALS: list[tuple[str, str]] = [
     (r"resize_tf_crop_and_resize", r"coordinate_transformation_mode 'tf_crop_and_resize' \(only half_pixel"),
     (r"resize_.*antialias", r"antialias=1 \(only 0\)"),
     (r"resize_.*not_(larger|smaller)", r"keep_aspect_ratio_policy 'not_(larger|smaller)' \(only 'stretch'\)"),
-    (r"pool_.*dilations", r"dilations \[2, 2(, 2)?\] \(only 1\)"),
+    (r"pool_3d_.*dilations", r"dilations \[2, 2, 2\] \(only 1\)"),     # 2-D ones of strides 1 take the phase form
     (r"maxpool_with_argmax", r"'MaxPool' \(node .*the Indices output"),
 ]
 """The attribute values of Resize and the pools the lab refuses, and the reason it gives (also the ONNX backend

@@ -132,7 +132,8 @@ def test_parameters_computed_by_another_node_are_named():
 def test_every_unsupported_node_is_named_at_once():
     x = _x(1, 4, 8, 8)
     nodes = [helper.make_node("Tan", ["x"], ["a"], name="tan"),
-             helper.make_node("MaxPool", ["a"], ["b"], kernel_shape=[2, 2], dilations=[2, 2], name="pool"),
+             helper.make_node("MaxPool", ["a"], ["b"], kernel_shape=[2, 2], dilations=[2, 2], pads=[1, 1, 1, 1],
+                              name="pool"),
              helper.make_node("Relu", ["b"], ["c"]),
              helper.make_node("Resize", ["c", "", "s"], ["y"], mode="cubic", antialias=1, name="up")]
     with pytest.raises(UnsupportedModelError) as info:

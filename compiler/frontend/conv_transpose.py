@@ -30,7 +30,9 @@ whole phases: zeros at the end change no output kept), reshaped to ``[N, C, H'/d
 transposed to put the ``d_h * d_w`` phases into the batch; one undilated ``Conv`` (the same weights, groups and
 bias; no pads) runs over that batch on the accelerator at the kernel's own MACs; the phases are put back
 (``Reshape``, ``Transpose`` to ``[N, C_out, H_q, d_h, W_q, d_w]``, ``Reshape``) and a ``Slice`` keeps the output's
-length. DeepLab's ASPP (3x3 at dilation 12 to 36) so costs 9 taps a position, not up to 73 x 73. A dilated Conv of
+length. DeepLab's ASPP (3x3 at dilation 12 to 36) so costs 9 taps a position, not up to 73 x 73. A dilated
+``MaxPool`` or ``AveragePool`` of strides 1 and no pads (1-D or 2-D) takes the same form with the undilated pool in
+place of the Conv (the zeros added at the end to whole phases lie in no kept window). A dilated Conv of
 another stride, and a dilated ``ConvTranspose``, take the kernel with ``d - 1`` zeros between its taps (``(K - 1) * d
 + 1`` taps; the same sums for every pad mode, stride and output length), where that costs at most
 :data:`SPREAD_LIMIT` times the MACs (the accelerator multiplies the zeros too, and the report counts them); beyond it
@@ -220,6 +222,11 @@ def undilate_convs(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]) -
     nodes: list[onnx.NodeProto] = []
     for node in model.graph.node:
         nodes.append(node)
+        if node.op_type in ("MaxPool", "AveragePool") and node.domain in ("", "ai.onnx"):
+            pool = _dilated_pool(node, shapes)
+            if pool is not None:
+                nodes[-1:] = _dilated_phase_nodes(model, node, *pool)
+            continue
         if node.op_type not in ("Conv", "ConvTranspose") or node.domain not in ("", "ai.onnx") or \
                 len(node.input) < 2 or node.input[1] not in consts:
             continue
@@ -264,6 +271,24 @@ def undilate_convs(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]) -
     return refused
 
 
+def _dilated_pool(node: onnx.NodeProto, shapes: dict[str, tuple[int, ...]]
+                  ) -> tuple[tuple[int, ...], list[int], list[int], list[int], list[int]] | None:
+    """For a dilated MaxPool or AveragePool the phase form takes (1-D or 2-D, strides 1, no pads, a static input, no
+    Indices output): its input shape, kernel, dilations, pads (zeros) and output lengths; else None (the pool rule
+    then names the dilations)."""
+    a = _attrs(node)
+    kernel = [int(k) for k in a.get("kernel_shape", [])]
+    dilations = [int(d) for d in a.get("dilations", [1] * len(kernel))]
+    x_shape = shapes.get(node.input[0])
+    if len(kernel) not in (1, 2) or len(dilations) != len(kernel) or all(d == 1 for d in dilations) or \
+            min(dilations) < 1 or any(int(v) != 1 for v in a.get("strides", [1] * len(kernel))) or \
+            any(int(p) for p in a.get("pads", [])) or _decode(a.get("auto_pad", "NOTSET")) not in ("NOTSET", "VALID") \
+            or x_shape is None or len(x_shape) != 2 + len(kernel) or (len(node.output) > 1 and node.output[1]):
+        return None
+    out_len = [n - (k - 1) * d for n, k, d in zip(x_shape[2:], kernel, dilations)]
+    return (x_shape, kernel, dilations, [0] * (2 * len(kernel)), out_len) if min(out_len) >= 1 else None
+
+
 def _stride1_pads(a: dict, kernel: list[int], dilations: list[int]) -> list[int] | None:
     """A stride-1 Conv's pads ``[begins..., ends...]`` from ``pads`` or ``auto_pad``; None for an unknown mode."""
     mode = _decode(a.get("auto_pad", "NOTSET"))
@@ -294,7 +319,8 @@ def _dilated_phase_nodes(model: onnx.ModelProto, node: onnx.NodeProto, x_shape: 
     phases = int(np.prod(dilations))
     a = _attrs(node)
     group = int(a.get("group", 1))
-    c_out = int(numpy_helper.to_array(next(i for i in model.graph.initializer if i.name == node.input[1])).shape[0])
+    c_out = c if node.op_type != "Conv" else \
+        int(numpy_helper.to_array(next(i for i in model.graph.initializer if i.name == node.input[1])).shape[0])
 
     def const(suffix: str, value: np.ndarray) -> str:
         tensor = f"{name}_{suffix}"
@@ -311,16 +337,21 @@ def _dilated_phase_nodes(model: onnx.ModelProto, node: onnx.NodeProto, x_shape: 
     split = [n, c] + [v for q, d in zip(blocks, dilations) for v in (q, d)]
     to_front = [3 + 2 * k for k in range(rank)] + [0, 1] + [2 + 2 * k for k in range(rank)]
     batched = [phases * n, c, *blocks]
-    conv_inputs = [f"{name}_phased_in", node.input[1]] + ([node.input[2]] if len(node.input) > 2 and node.input[2]
-                                                          else [])
+    if node.op_type == "Conv":
+        inputs = [f"{name}_phased_in", node.input[1]] + ([node.input[2]] if len(node.input) > 2 and node.input[2]
+                                                         else [])
+        core = helper.make_node("Conv", inputs, [f"{name}_phased_out"], name=f"{name}_phase_conv", group=group,
+                                kernel_shape=kernel, strides=[1] * rank, pads=[0] * (2 * rank))
+    else:                                          # a pool of no pads: the same window over each phase
+        core = helper.make_node(node.op_type, [f"{name}_phased_in"], [f"{name}_phased_out"], name=f"{name}_phase_pool",
+                                kernel_shape=kernel, strides=[1] * rank)
     out += [helper.make_node("Reshape", [x, const("phase_split", np.array(split, np.int64))], [f"{name}_split"],
                              name=f"{name}_split"),
             helper.make_node("Transpose", [f"{name}_split"], [f"{name}_phases_first"], name=f"{name}_to_batch",
                              perm=to_front),
             helper.make_node("Reshape", [f"{name}_phases_first", const("phase_batch", np.array(batched, np.int64))],
                              [f"{name}_phased_in"], name=f"{name}_batch"),
-            helper.make_node("Conv", conv_inputs, [f"{name}_phased_out"], name=f"{name}_phase_conv", group=group,
-                             kernel_shape=kernel, strides=[1] * rank, pads=[0] * (2 * rank))]
+            core]
     unbatched = [*dilations, n, c_out, *blocks_out]
     back = [rank, rank + 1] + [v for k in range(rank) for v in (rank + 2 + k, k)]
     joined = [n, c_out, *[q * d for q, d in zip(blocks_out, dilations)]]

@@ -882,9 +882,9 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, n
     shapes = contrib.static_shapes(model)      # tiles_as_expands changes no shape constant_first_matmuls reads
     rewritten = {next((o for o in n.output if o), "") for n in model.graph.node
                  if n.op_type in ("ConvTranspose", *RECURRENT_OPS)}
-    dilated = {n.output[0] for n in model.graph.node if n.op_type == "Conv" and
+    dilated = {n.output[0] for n in model.graph.node if n.op_type in ("Conv", "MaxPool", "AveragePool") and
                any(a.name == "dilations" and any(d != 1 for d in a.ints) for a in n.attribute)}
-    refused.update(undilate_convs(model, shapes))             # the phase form, or the kernel with its zeros
+    refused.update(undilate_convs(model, shapes))             # the phase form (pools too), or the kernel's zeros
     rewritten |= dilated
     refused.update(rewrite_conv_transposes(model, shapes))    # one Conv of the output phases, interleaved
     refused.update(rewrite_recurrent(model, shapes))          # LSTM, GRU, RNN unrolled over their steps
