@@ -14,6 +14,8 @@ the node.
 """
 from __future__ import annotations
 
+from typing import Container
+
 import onnx
 from onnx import TensorProto, helper
 
@@ -47,6 +49,13 @@ def _tables(model: onnx.ModelProto) -> set[str]:
     return {i.name for i in model.graph.initializer if len(i.dims) == 2}
 
 
+def _is_lookup(node: onnx.NodeProto, region: Container[str], tables: set[str], consts: Container[str]) -> bool:
+    """Whether ``node`` is a lookup by indices the ``region`` computes: a Gather of a table's rows, or of an
+    activation's (CLIP's pooling at the end-of-text token), at indices of the region, from data outside it."""
+    return node.op_type == "Gather" and len(node.input) == 2 and node.input[1] in region and \
+        node.input[0] not in region and (node.input[0] in tables or node.input[0] not in consts)
+
+
 def only_indexes_tables(model: onnx.ModelProto, name: str) -> bool:
     """Whether the integer input ``name`` reaches, through :data:`INDEX_OPS` on itself and constants, the indices of
     a Gather from a table ``[rows, width]`` and nothing else (EmbeddingGemma maps special token ids to 0 with
@@ -73,9 +82,8 @@ def _index_walk(model: onnx.ModelProto, name: str) -> tuple[int, str | None]:
     for node in model.graph.node:
         if not any(t in region for t in node.input):
             continue
-        if node.op_type == "Gather" and len(node.input) == 2 and node.input[1] in region and \
-                node.input[0] not in region and (node.input[0] in tables or node.input[0] not in consts):
-            lookups += 1                                 # a table's rows, or an activation's at computed rows
+        if _is_lookup(node, region, tables, consts):
+            lookups += 1
             continue
         if node.op_type not in INDEX_OPS or node.domain not in ("", "ai.onnx"):
             blocker = blocker or f"node {node.name or node.output[0]!r} ({node.op_type}) computes with it, an op " \
@@ -108,9 +116,8 @@ def find_index_regions(model: onnx.ModelProto, token_ids: set[str], shapes: dict
         if not touched:
             continue
         where = f"node {node.name or node.output[0]!r} ({node.op_type})"
-        if node.op_type == "Gather" and len(node.input) == 2 and node.input[1] in region and \
-                node.input[0] not in region and (node.input[0] in tables or node.input[0] not in consts):
-            if node.input[1] not in token_ids:          # a table's rows, or an activation's (CLIP's pooling)
+        if _is_lookup(node, region, tables, consts):
+            if node.input[1] not in token_ids:
                 wanted[node.input[1]] = region[node.input[1]]
             continue
         ids = region[touched[0]]
