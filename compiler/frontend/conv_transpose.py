@@ -225,27 +225,29 @@ def undilate_convs(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]) -
         if node.op_type in ("MaxPool", "AveragePool") and node.domain in ("", "ai.onnx"):
             pool = _dilated_pool(node, shapes)
             if pool is not None:
-                nodes[-1:] = _dilated_phase_nodes(model, node, *pool)
+                nodes[-1:] = _dilated_phase_nodes(model, node, *pool, pool[0][1])   # its channels stay
             continue
         if node.op_type not in ("Conv", "ConvTranspose") or node.domain not in ("", "ai.onnx") or \
                 len(node.input) < 2 or node.input[1] not in consts:
             continue
         attr = next((a for a in node.attribute if a.name == "dilations"), None)
-        weight = numpy_helper.to_array(consts[node.input[1]])
-        if attr is None or all(d == 1 for d in attr.ints) or len(attr.ints) != weight.ndim - 2 or \
+        if attr is None or all(d == 1 for d in attr.ints) or len(attr.ints) != len(consts[node.input[1]].dims) - 2 or \
                 min(attr.ints) < 1:
-            continue
+            continue                       # the weights of every other Conv stay unread
+        weight = numpy_helper.to_array(consts[node.input[1]])
         dilations = [int(d) for d in attr.ints]
         kernel = [int(k) for k in weight.shape[2:]]
         a = _attrs(node)
         x_shape = shapes.get(node.input[0])
         if node.op_type == "Conv" and all(int(v) == 1 for v in a.get("strides", [1] * len(kernel))) and \
                 len(kernel) in (1, 2) and x_shape is not None and len(x_shape) == 2 + len(kernel):
-            pads = _stride1_pads(a, kernel, dilations) or [-(10 ** 9)] * (2 * len(kernel))
-            out_len = [n + b + e - (k - 1) * d for n, b, e, k, d in
-                       zip(x_shape[2:], pads[:len(kernel)], pads[len(kernel):], kernel, dilations)]
-            if min(pads) >= 0 and min(out_len) >= 1:         # else left to the kernel with its zeros
-                nodes[-1:] = _dilated_phase_nodes(model, node, x_shape, kernel, dilations, pads, out_len)
+            pads = _stride1_pads(a, kernel, dilations)
+            out_len = [] if pads is None else [n + b + e - (k - 1) * d for n, b, e, k, d in
+                                               zip(x_shape[2:], pads[:len(kernel)], pads[len(kernel):], kernel,
+                                                   dilations)]
+            if pads is not None and min(pads) >= 0 and min(out_len) >= 1:    # else the kernel with its zeros
+                nodes[-1:] = _dilated_phase_nodes(model, node, x_shape, kernel, dilations, pads, out_len,
+                                                  int(weight.shape[0]))
                 continue
         spread_shape = [(k - 1) * d + 1 for k, d in zip(kernel, dilations)]
         growth = float(np.prod(spread_shape)) / float(np.prod(kernel))
@@ -306,9 +308,11 @@ def _stride1_pads(a: dict, kernel: list[int], dilations: list[int]) -> list[int]
 
 
 def _dilated_phase_nodes(model: onnx.ModelProto, node: onnx.NodeProto, x_shape: tuple[int, ...], kernel: list[int],
-                         dilations: list[int], pads: list[int], out_len: list[int]) -> list[onnx.NodeProto]:
-    """The nodes of a stride-1 dilated Conv in the phase form (module docstring): pad (to whole phases), split each
-    axis into its ``d`` phases and move them into the batch, the undilated Conv, the phases back, the cut."""
+                         dilations: list[int], pads: list[int], out_len: list[int], c_out: int
+                         ) -> list[onnx.NodeProto]:
+    """The nodes of a stride-1 dilated Conv (or pool) in the phase form (module docstring): pad (to whole phases),
+    split each axis into its ``d`` phases and move them into the batch, the undilated Conv (``c_out`` output
+    channels) or pool, the phases back, the cut."""
     name = node.name or node.output[0]
     rank = len(kernel)
     n, c = x_shape[:2]
@@ -319,8 +323,6 @@ def _dilated_phase_nodes(model: onnx.ModelProto, node: onnx.NodeProto, x_shape: 
     phases = int(np.prod(dilations))
     a = _attrs(node)
     group = int(a.get("group", 1))
-    c_out = c if node.op_type != "Conv" else \
-        int(numpy_helper.to_array(next(i for i in model.graph.initializer if i.name == node.input[1])).shape[0])
 
     def const(suffix: str, value: np.ndarray) -> str:
         tensor = f"{name}_{suffix}"
