@@ -97,9 +97,7 @@ class Iteration:
         """The nodes writing the loop's outputs: the last loop-carried values, then each scan output stacked."""
         nodes: list[onnx.NodeProto] = []
         outs = list(self.loop.output)
-        for k, (target, value) in enumerate(zip(outs[:self.carried_count], self.carried)):
-            if target:
-                nodes.append(helper.make_node("Identity", [value], [target], name=f"{self.tag}/out{k}"))
+        nodes += _final_states(outs[:self.carried_count], self.carried, self.tag)
         for k, (target, values) in enumerate(zip(outs[self.carried_count:], self.scans)):
             if not target:
                 continue
@@ -126,6 +124,13 @@ def _body_copy(body: onnx.GraphProto, tag: str, prefix: str, inputs: list[str]
         copy.name = f"{prefix}{node.name or k}"
         nodes.append(copy)
     return nodes, [rename.get(o.name, o.name) for o in body.output]
+
+
+def _final_states(targets: list[str], values: list[str], tag: str) -> list[onnx.NodeProto]:
+    """The Identity nodes writing a loop's state outputs ``targets`` (the unused ones empty) from the last
+    iteration's ``values``."""
+    return [helper.make_node("Identity", [value], [target], name=f"{tag}/out{k}")
+            for k, (target, value) in enumerate(zip(targets, values)) if target]
 
 
 def _stacked(values: list[str], target: str, axis: int, name: str) -> list[onnx.NodeProto]:
@@ -315,9 +320,7 @@ def scan_nodes(node: onnx.NodeProto, consts: dict[str, Any], shapes: dict[str, t
         carried = outs[:states]
         for values, value in zip(collected, outs[states:]):
             values.append(value)
-    for k, (target, value) in enumerate(zip(node.output[:states], carried)):
-        if target:
-            nodes.append(helper.make_node("Identity", [value], [target], name=f"{tag}/out{k}"))
+    nodes += _final_states(list(node.output[:states]), carried, tag)
     for k, (target, values, axis, direction) in enumerate(zip(node.output[states:], collected, out_axes, out_dirs)):
         if target:
             nodes += _stacked(values[::-1] if direction else values, target, axis, f"{tag}/scan{k}")
