@@ -273,13 +273,11 @@ def _forward(g: _OnnxGraph, source: str) -> set[int]:
     return forward
 
 
-def _region(g: _OnnxGraph, source: str, end: onnx.NodeProto, order: dict[int, int],
-            forward: set[int] | None = None) -> list[onnx.NodeProto] | None:
+def _region(g: _OnnxGraph, source: str, end: onnx.NodeProto, order: dict[int, int], forward: set[int]
+            ) -> list[onnx.NodeProto] | None:
     """The nodes on the paths from tensor ``source`` to node ``end`` when they form a closed element-wise region:
     each reads ``source``, another region node's output or a one-element constant, and only ``end``'s output leaves
-    it. ``forward`` is :func:`_forward` of ``source`` when the caller has it."""
-    if forward is None:
-        forward = _forward(g, source)
+    it. ``forward`` is :func:`_forward` of ``source`` (the caller keeps it for every end it tries)."""
     region: dict[int, onnx.NodeProto] = {}
     todo_nodes = [end]
     while todo_nodes:
