@@ -139,6 +139,9 @@ FLOAT_OPS: dict[str, tuple[str, ...]] = {
     "PointwiseFn": ("onnx",),                            # x -> f(x) element by element, f an ONNX subgraph (base64)
                                                          # of element-wise nodes, see frontend.pointwise; or of two
                                                          # inputs a, b (broadcast): f(a, b)
+    "InputFn": ("onnx",),                                # a numeric graph input (int64 or float32) -> float32 by
+                                                         # an ONNX subgraph (base64) run in float: a timestep's
+                                                         # embedding, see frontend.numeric_inputs
     "MaskFn": ("onnx",),                                 # mask (int64 0/1) -> a float32 additive term by an ONNX
                                                          # subgraph (base64), read by an additive KeyMask
     "MaskPool": ("onnx", "axes", "keepdims"),            # inputs x, mask (an int64 graph input of 0/1): a masked
@@ -182,6 +185,7 @@ QUANT_OPS: dict[str, tuple[str, ...]] = {
     "Embedding": (),                                     # int8 table [V, D] at the output's scale: table[ids]
     "IndexFn": ("onnx",),                                # as the float op
     "MaskFn": ("onnx",),                                 # as the float op
+    "InputFn": ("onnx",),                                # as the float op (float32 out, then a Quantize)
     "QL2Normalize": ("axis", "epsilon", "scale", "out_scale"),  # int64 sum of squares, float64 divide
     "QSumNormalize": ("axis", "epsilon", "scale", "out_scale"),  # int64 sum, float64 divide
     "QReduce": ("kind", "axis", "scale", "out_scale"),   # int64 sums, float64 rest (the C library's exp and log)

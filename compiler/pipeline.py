@@ -35,7 +35,14 @@ from vta.config import VTAConfig
 from vta.cost import estimate
 from vta.suggest import close_matches, did_you_mean
 
-from .frontend.masks import is_float_mask_input, is_mask_input, mask_lengths, token_range
+from .frontend.masks import (
+    NUMERIC_RANGE,
+    is_float_mask_input,
+    is_mask_input,
+    is_numeric_input,
+    mask_lengths,
+    token_range,
+)
 from .ir import REQUANT_MODES, Graph, Node, node_macs
 from .lowering.codegen import ConvLayer, build_add_program, build_conv_program
 from .lowering.gelu import GELU_MODES, GeluLayer, build_gelu_program, integer_gelu
@@ -176,6 +183,14 @@ def check_inputs(graph: Graph, values: dict[str, np.ndarray], source: str = "the
                                      f"lengths (valid keys per sequence).")
             out[name] = value.astype(np.int64)
             continue
+        if is_numeric_input(graph, name):              # an integer the model computes with (a timestep)
+            if value.dtype.kind == "f" and not (np.isfinite(value).all() and (value == np.rint(value)).all()):
+                raise InputError(f"{source} holds values that are not integers for input {name!r}, which takes "
+                                 f"integers (the model computes with them, e.g. a diffusion timestep).")
+            if value.dtype.kind == "f" and (np.abs(value) >= 2.0 ** 63).any():
+                raise InputError(f"{source} holds values beyond int64's range for input {name!r}.")
+            out[name] = value.astype(np.int64)
+            continue
         if is_mask_input(graph, name):
             odd = int(((value != 0) & (value != 1)).sum())
             if odd:
@@ -267,7 +282,8 @@ def random_inputs(graph: Graph, seed: int, samples: int = 1) -> dict[str, np.nda
     """Seeded random values for every input of ``graph``: input name -> array of the input's shape with the first
     axis times ``samples``: standard-normal float32, for token ids (:func:`token_range`) int64 ids uniform over the
     embedding table's rows, for lengths (:func:`.frontend.masks.mask_lengths`) integers in ``[ceil(L/2), L]``, for an
-    attention mask (:func:`is_mask_input`) a padding mask (:func:`random_mask`), and
+    attention mask (:func:`is_mask_input`) a padding mask (:func:`random_mask`), for an integer the model computes
+    with (:func:`.frontend.masks.is_numeric_input`, a timestep) integers in ``[0, NUMERIC_RANGE)``, and
     for a float mask (:func:`is_float_mask_input`) :func:`float_mask`, for an int64 input nothing reads (a decoder
     prompt's attention mask once its attention is rewritten) ones. (A KV cache input is float32 like any other:
     keys and values of LayerNormed tokens by weights of standard deviation ``1/sqrt(width)`` are about standard
@@ -286,6 +302,8 @@ def random_inputs(graph: Graph, seed: int, samples: int = 1) -> dict[str, np.nda
             out[name] = rng.integers((keys + 1) // 2, keys + 1, full, dtype=np.int64)   # in [L/2, L]
         elif is_mask_input(graph, name):
             out[name] = random_mask(full, rng)
+        elif is_numeric_input(graph, name):
+            out[name] = rng.integers(0, NUMERIC_RANGE, full, dtype=np.int64)
         elif is_float_mask_input(graph, name):
             out[name] = np.concatenate([float_mask(tuple(shape))] * samples)
         else:

@@ -57,7 +57,15 @@ import numpy as np
 
 from .ir import AddRequant, Graph, GraphError, Node, Requant
 from .qops_gated import PRODUCT_BOUND, qmul_act, rms_norm
-from .qops_index import pick_chosen, reference_evaluator, run_index_fn, run_region, take_along, top_k_one_hot
+from .qops_index import (
+    pick_chosen,
+    reference_evaluator,
+    run_index_fn,
+    run_input_fn,
+    run_region,
+    take_along,
+    top_k_one_hot,
+)
 from .qops_layernorm import ILAYERNORM_ATTRS, NEWTON_STEPS, RSQRT_GUESS, ilayernorm, ilayernorm_params, ilayernorm_trace
 from .qops_pool import (
     REDUCE_KINDS,
@@ -97,7 +105,8 @@ __all__ = [
     "maxpool", "avgpool", "global_avgpool", "pad", "quantize", "dequantize", "softmax", "QOPS", "run_reference",
     "lut", "resize", "resize_source", "resize_taps", "resize_cubic_weights", "resize_cubic_int_weights", "gather_at",
     "RESIZE_WEIGHT_BITS", "quantize_zp", "dequantize_zp", "qaffine",
-    "qsoftmax", "qmatmul", "layer_norm", "rms_norm", "qmul_act", "PRODUCT_BOUND", "run_index_fn", "mask_pool",
+    "qsoftmax", "qmatmul", "layer_norm", "rms_norm", "qmul_act", "PRODUCT_BOUND", "run_index_fn", "run_input_fn",
+    "mask_pool",
     "pool_terms", "mask_fn", "qmask_pool", "take_along", "l2_normalize", "ql2_normalize", "reference_evaluator",
     "embed", "sink_softmax", "top_k_one_hot", "run_region", "grn_scale", "qgrn_scale", "pick_chosen",
     "gain_l2_scale", "qgain_l2_scale",
@@ -749,6 +758,7 @@ QOPS: dict[str, OpFn] = {
     "TakeAlong": lambda n, v: take_along(v[0], n.attrs["indices"], n.attrs["axis"]),
     "Embedding": lambda n, v: embed(v[0], v[1]),
     "IndexFn": lambda n, v: run_index_fn(n.attrs["onnx"], v[0]),
+    "InputFn": lambda n, v: run_input_fn(n.attrs["onnx"], v[0]),
     "TopKOneHot": lambda n, v: top_k_one_hot(v[0], n.attrs["k"], v[1] if len(v) > 1 else None, n.attrs["keep"]),
     "PickChosen": lambda n, v: pick_chosen(v[0], v[1]),
     "QGainL2Scale": lambda n, v: qgain_l2_scale(v[0], n.attrs["axis"], n.attrs["epsilon"], n.attrs["gain"],

@@ -96,3 +96,10 @@ def run_index_fn(encoded: str, ids: np.ndarray) -> np.ndarray:
     output) computes from the token ids (or the mask) ``ids``."""
     (out,) = run_region(encoded, ids, "the indices computed from the token ids failed on these ids")
     return out.astype(np.int64)
+
+
+def run_input_fn(encoded: str, value: np.ndarray) -> np.ndarray:
+    """The float32 values an ``InputFn`` node (attribute ``onnx``: a region of a numeric graph input, one input, one
+    output, :mod:`.frontend.numeric_inputs`) computes from that input's ``value``, in float as the file does."""
+    (out,) = run_region(encoded, value, "the values computed from a numeric input failed on these values")
+    return np.asarray(out, np.float32)

@@ -294,9 +294,15 @@ def test_position_ids_given_as_an_input_read_a_table_of_rows():
         check_inputs(graph, dict(feeds, position_ids=np.full((1, T), D, np.int64)))
 
 
-def test_an_input_whose_rows_depend_on_other_entries_is_not_tabulated():
-    with pytest.raises(Exception, match="position_ids"):
-        import_onnx(_rotary_block(cumulative=True))
+def test_an_input_whose_rows_depend_on_other_entries_is_computed_in_float():
+    """Positions summed along the row are no table lookup: the rotary region is one InputFn of the positions
+    (compiler/frontend/numeric_inputs.py), run in float as onnxruntime runs it."""
+    model = _rotary_block(cumulative=True)
+    graph = import_onnx(model)
+    assert "InputFn" in [n.op for n in graph.nodes] and "Embedding" not in [n.op for n in graph.nodes]
+    feeds = {"x": _x(1, T, D), "position_ids": (np.arange(T) + 4).reshape(1, T).astype(np.int64)}
+    want = ort.InferenceSession(model.SerializeToString()).run(None, feeds)[0]
+    np.testing.assert_allclose(run_float(graph, feeds)["y"], want, atol=1e-5)
 
 
 def test_a_rotary_block_with_position_ids_runs_on_fsim(tmp_path, monkeypatch):

@@ -28,7 +28,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..ir import Graph
-from .masks import is_float_mask_input, is_mask_input, token_range
+from .masks import is_float_mask_input, is_mask_input, is_numeric_input, token_range
 
 __all__ = ["CalibrationError", "PREPROCESS", "METHODS", "IMAGE_SUFFIXES", "load_calibration", "describe",
            "entropy_threshold", "HISTOGRAM_BINS", "sample_count"]
@@ -211,6 +211,12 @@ def _checked(graph: Graph, values: dict[str, np.ndarray], where: str) -> dict[st
         if is_mask_input(graph, name):                  # an attention mask of 0 and 1
             if ((value != 0) & (value != 1)).any():
                 raise CalibrationError(f"{where}: input {name!r} is an attention mask; it takes 0 and 1 only")
+            counts.add(value.shape[0] // shape[0])
+            out[name] = value.astype(np.int64)
+            continue
+        if is_numeric_input(graph, name):               # an integer the model computes with (a timestep)
+            if value.dtype.kind == "f" and not (np.isfinite(value).all() and (value == np.rint(value)).all()):
+                raise CalibrationError(f"{where}: input {name!r} takes integers (the model computes with them)")
             counts.add(value.shape[0] // shape[0])
             out[name] = value.astype(np.int64)
             continue

@@ -43,7 +43,8 @@ from ..qops import key_mask, reference_evaluator
 __all__ = ["KeyMask", "MaskError", "find_key_masks", "find_float_masks", "direct_token_ids", "drop_nan_guards",
            "backward_slice", "region_model", "encode", "live_nodes", "drop_dead_nodes", "mask_inputs",
            "forward_region", "sample_masks", "tensor_readers",
-           "is_mask_input", "is_float_mask_input", "indexes_a_table", "MASK_TYPES", "REGION_OPS", "token_range"]
+           "is_mask_input", "is_float_mask_input", "is_numeric_input", "NUMERIC_RANGE",
+           "indexes_a_table", "MASK_TYPES", "REGION_OPS", "token_range"]
 
 MASK_TYPES: dict[int, type] = {TensorProto.INT64: np.int64, TensorProto.INT32: np.int32, TensorProto.BOOL: np.bool_,
                                TensorProto.UINT8: np.uint8, TensorProto.INT8: np.int8, TensorProto.FLOAT: np.float32}
@@ -783,6 +784,18 @@ def is_mask_input(graph: Graph, name: str) -> bool:
     or, quantized, by masked Softmax and log-sum-exp nodes; :mod:`.frontend.masks`; or by a masked pooling,
     :mod:`.pooling`)."""
     return graph.tensors[name].dtype == "int64" and _mask_readers(graph, name)
+
+
+def is_numeric_input(graph: Graph, name: str) -> bool:
+    """Whether input ``name`` of ``graph`` is an integer number the model computes with (int64, read only by
+    ``InputFn`` nodes: a diffusion timestep, :mod:`.numeric_inputs`): any integer, no token id or mask."""
+    users = graph.consumers(name)
+    return graph.tensors[name].dtype == "int64" and bool(users) and all(u.op == "InputFn" for u in users)
+
+
+NUMERIC_RANGE = 1000
+"""Random values of an integer numeric input (:func:`is_numeric_input`) are uniform in ``[0, NUMERIC_RANGE)``: a
+diffusion model's training steps, the common case. Give real values with ``--input`` and ``--calibration``."""
 
 
 def is_float_mask_input(graph: Graph, name: str) -> bool:

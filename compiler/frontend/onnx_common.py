@@ -9,7 +9,7 @@ import onnx
 from onnx import numpy_helper
 
 from ..ir import Graph, GraphError, Node
-from . import indices, masks
+from . import indices, masks, numeric_inputs
 
 PUBLIC_OPS: list[str] = []
 """The ONNX operators the rules import, sorted: filled by :mod:`.onnx_transformer_rules` from its ``RULES`` table
@@ -100,6 +100,7 @@ class _Importer:
         self.index_fns: dict[str, indices.IndexRegion] = {}  # indices computed from token ids -> how
         self.mask_pools: set[str] = set()                # outputs of the MaskPool nodes pooling.find_mask_pools wrote
         self.pointwise_fns: dict[str, str] = {}          # output of a fused element-wise region -> its ONNX model
+        self.numeric_fns: dict[str, numeric_inputs.NumericRegion] = {}  # exit of a numeric input's region -> how
         self.routing: set[str] = set()                   # outputs of the TopKOneHot/SumNormalize nodes moe.py wrote
         self.sinks: dict[str, np.ndarray | str] = {}     # Softmax node name -> its sink logits, or their tensor
         self.opened: dict[str, str] = {}                 # input -> the sizes the file leaves open, as set here

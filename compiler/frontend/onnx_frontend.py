@@ -62,6 +62,7 @@ from . import (
     mask_fills,
     masks,
     moe,
+    numeric_inputs,
     onnx_fused,
     pointwise,
     pooling,
@@ -928,12 +929,20 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, n
         masks.drop_dead_nodes(model)
         index_regions += mask_indices
     pool_masks = pooling.find_mask_pools(model, token_ids, shapes, derived)
-    key_masks, region, mask_types = masks.find_key_masks(model, token_ids, derived)
+    taken = token_ids | set(pool_masks) | {r.ids for r in mask_indices}
+    numeric = numeric_inputs.replace_numeric_inputs(model, taken, shapes, late=False)    # a diffusion timestep
+    key_masks, region, mask_types = masks.find_key_masks(model, token_ids | {r.source for r in numeric.values()},
+                                                         derived)
     mask_types = {**pool_masks, **mask_types}
     float_masks, float_region = masks.find_float_masks(model, shapes)
     key_masks, region = key_masks + float_masks, region | float_region
     _replace_mask_regions(model, key_masks, region)
-    token_ids |= position_tables.tabulate_inputs(model, token_ids | set(mask_types))   # Llama's position_ids
+    numeric_names = {r.source for r in numeric.values()}
+    token_ids |= position_tables.tabulate_inputs(model, token_ids | set(mask_types) | numeric_names)  # position_ids
+    numeric.update(numeric_inputs.replace_numeric_inputs(     # any other integer number; float inputs through a Sin
+        model, token_ids | set(mask_types) | numeric_names | {m.source or m.mask for m in key_masks}, shapes,
+        late=True))
+    numeric_names = {r.source for r in numeric.values()}
     fused_regions = pointwise.fuse_pointwise_regions(model, shapes, frozenset(RULES))   # xIELU and the like
     score_chains.sink_outputs(model, sinks)
     imp = _Importer(model, label)
@@ -943,6 +952,7 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, n
     imp.sinks = sinks
     imp.key_masks = {m.out: m for m in key_masks}
     imp.index_fns = {r.out: r for r in index_regions}
+    imp.numeric_fns = numeric
     imp.mask_pools = {n.output[0] for n in model.graph.node if n.op_type == "MaskPool"}
     g = imp.graph
     for vi in model.graph.input:
@@ -950,6 +960,7 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, n
             continue
         unread = not any(vi.name in n.input for n in model.graph.node)   # an optional input the graph ignores
         integer = vi.name in mask_types or vi.name in token_ids or \
+            (vi.name in numeric_names and vi.type.tensor_type.elem_type != onnx.TensorProto.FLOAT) or \
             (unread and vi.type.tensor_type.elem_type in masks.MASK_TYPES and
              vi.type.tensor_type.elem_type != onnx.TensorProto.FLOAT)
         if not integer and _DTYPES.get(vi.type.tensor_type.elem_type) != "float32":

@@ -435,6 +435,17 @@ def _index_fn(imp: _Importer, node: onnx.NodeProto) -> None:
                        onnx=region.model)
 
 
+def _input_fn(imp: _Importer, node: onnx.NodeProto) -> None:
+    """Values computed from a numeric graph input, in float (:func:`.numeric_inputs.replace_numeric_inputs` put the
+    node here; an InputFn node of the file itself is refused as unknown)."""
+    region = imp.numeric_fns.get(node.output[0])
+    if region is None or list(node.input) != [region.source]:
+        raise UnsupportedOperatorError(node.op_type, node.name)
+    imp.graph.add_tensor(region.out, region.shape, "float32")
+    imp.graph.add_node("InputFn", imp.graph.unique_name(node.name, node=True), [region.source], [region.out],
+                       onnx=region.model)
+
+
 def _mask_fn(imp: _Importer, node: onnx.NodeProto) -> None:
     """A runtime mask's term computed from the mask (:func:`.masks.find_key_masks` put the node here, before the
     KeyMask that adds it; a MaskFn node of the file itself is refused as unknown)."""
@@ -648,6 +659,7 @@ RULES: dict[str, Callable[[_Importer, onnx.NodeProto], None]] = {
     "IndexFn": _index_fn,
     "MaskPool": _mask_pool,
     "MaskFn": _mask_fn,
+    "InputFn": _input_fn,
     "PointwiseFn": _pointwise_fn,
     "CumSum": _cumsum,
     "Trilu": _trilu,
@@ -664,7 +676,8 @@ RULES: dict[str, Callable[[_Importer, onnx.NodeProto], None]] = {
     "Dropout": _dropout,
     "Constant": _constant,
 }
-PUBLIC_OPS[:] = sorted((set(RULES) - {"KeyMask", "IndexFn", "MaskPool", "MaskFn", "L2Normalize", "PointwiseFn",
-                                       "GRNScale", "GainL2Scale", "TopKOneHot", "SumNormalize", "PickChosen"})
+PUBLIC_OPS[:] = sorted((set(RULES) - {"KeyMask", "IndexFn", "MaskPool", "MaskFn", "InputFn", "L2Normalize",
+                                       "PointwiseFn", "GRNScale", "GainL2Scale", "TopKOneHot", "SumNormalize",
+                                       "PickChosen"})
                        | {"Attention", "SwiGLU", "ConvTranspose", "LSTM", "GRU", "RNN"})   # and the rewrites before
 #                          import: onnx_fused's, conv_transpose's, recurrent's

@@ -864,6 +864,16 @@ class _Quantizer:
         self.qg.add_constant(qname, np.clip(np.rint(c / sc), -127, 127).astype(np.int8))
         self.qg.add_node("Embedding", node.name, [ids, qname], [self.wide_out(node.outputs[0], sc)])
 
+    def input_fn(self, node: Node) -> None:
+        """InputFn (values computed from a numeric graph input, in float: :mod:`.numeric_inputs`): the same float32
+        node, then a Quantize at the output's calibrated scale, as for a float graph input."""
+        out = node.outputs[0]
+        raw = self.qg.unique_name(f"{out}_f")
+        self.qg.add_tensor(raw, self.fg.shape(out), "float32")
+        self.qg.add_node("InputFn", node.name, list(node.inputs), [raw], **node.attrs)
+        self.qg.add_node("Quantize", self.qg.unique_name(f"quantize_{out}"), [raw],
+                         [self.wide_out(out, self.act_scale(out))], scale=self.act_scale(out))
+
     def mask_fn(self, node: Node) -> None:
         """MaskFn (a runtime mask's term from the mask): the same float32 node, read by the Softmax it masks."""
         out = node.outputs[0]
@@ -911,8 +921,8 @@ class _Quantizer:
         for name in fg.inputs:
             qg.add_tensor(name, fg.shape(name), fg.tensors[name].dtype)
             qg.inputs.append(name)
-            if fg.tensors[name].dtype == "int64" or _raw_mask(fg, name):  # token ids, masks: read as they are
-                continue
+            if fg.tensors[name].dtype == "int64" or _raw_mask(fg, name) or _numeric_only(fg, name):
+                continue                             # token ids, masks, numbers InputFn reads: read as they are
             qname = f"{name}_q"
             users = self.fx.consumers(name)
             wide_input = bool(users) and all(u.name in self.keep_int8 for u in users)  # read only by int8 layers
@@ -928,9 +938,10 @@ class _Quantizer:
                 qg.add_node("QClip", f"clip_{name}", [wide], [qname], lo=self.qmin, hi=self.qmax)
             self.scales[qname] = scale
         renamed = {name: f"{name}_q" for name in fg.inputs
-                   if fg.tensors[name].dtype != "int64" and not _raw_mask(fg, name)}
+                   if fg.tensors[name].dtype != "int64" and not _raw_mask(fg, name) and not _numeric_only(fg, name)}
         for node in fg.nodes:
-            node = Node(node.op, node.name, [renamed.get(i, i) for i in node.inputs], node.outputs, node.attrs)
+            node = Node(node.op, node.name, [i if node.op == "InputFn" else renamed.get(i, i) for i in node.inputs],
+                        node.outputs, node.attrs)
             if node.name in self.skip:
                 continue
             handler = _HANDLERS.get(node.op)
@@ -964,7 +975,8 @@ _HANDLERS = {
     "Concat": _Quantizer.concat, "Softmax": _Quantizer.softmax, "MatMul": _Quantizer.matmul,
     "LayerNorm": _Quantizer.layer_norm, "RMSNorm": _Quantizer.rms_norm, "Where": _Quantizer.where,
     "Embedding": _Quantizer.embedding, "KeyMask": _Quantizer.key_mask, "IndexFn": _Quantizer.index_fn,
-    "MaskPool": _Quantizer.mask_pool, "MaskFn": _Quantizer.mask_fn, "PointwiseFn": _Quantizer.pointwise,
+    "MaskPool": _Quantizer.mask_pool, "MaskFn": _Quantizer.mask_fn, "InputFn": _Quantizer.input_fn,
+    "PointwiseFn": _Quantizer.pointwise,
     "TopKOneHot": _Quantizer.top_k_one_hot, "PickChosen": _Quantizer.pick_chosen,
     **{op: _Quantizer.row_norm for op in ("L2Normalize", "SumNormalize", "GRNScale", "GainL2Scale")},
     "Reduce": _Quantizer.reduce,
@@ -1143,6 +1155,12 @@ def _raw_mask(fg: Graph, name: str) -> bool:
     Softmax, never quantized)."""
     users = fg.consumers(name)
     return bool(users) and all(u.op == "KeyMask" and u.inputs[1] == name and u.attrs.get("additive") for u in users)
+
+
+def _numeric_only(fg: Graph, name: str) -> bool:
+    """Whether graph input ``name`` is read only by InputFn nodes (a number they compute with, in float)."""
+    users = fg.consumers(name)
+    return bool(users) and all(u.op == "InputFn" for u in users)
 
 
 _ORT_TYPES = {"tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(bool)": np.bool_,
