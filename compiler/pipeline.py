@@ -41,6 +41,7 @@ from .frontend.masks import (
     is_mask_input,
     is_numeric_input,
     mask_lengths,
+    only_input_fns,
     token_range,
 )
 from .ir import REQUANT_MODES, Graph, Node, node_macs
@@ -174,6 +175,8 @@ def check_inputs(graph: Graph, values: dict[str, np.ndarray], source: str = "the
         if value.dtype.kind not in "biuf" and value.dtype.name != "bfloat16":     # ml_dtypes' bfloat16 is a float
             raise InputTypeError(f"{source} has dtype {value.dtype}; the model's input {name!r} takes numbers "
                                  f"(bool, integer or float, converted to float32).")
+        if only_input_fns(graph, name) and value.size == int(np.prod(graph.shape(name))):
+            value = value.reshape(graph.shape(name))   # a scalar the lab takes as [1] (optimum's timestep)
         if value.shape != graph.shape(name):
             raise InputError(f"{source} has shape {value.shape}; the model's input {name!r} has shape "
                              f"{graph.shape(name)}.")

@@ -16,6 +16,7 @@ from vta.compiler.frontend.calibration import CalibrationError, load_calibration
 from vta.compiler.frontend.float_ref import run_float
 from vta.compiler.frontend.masks import is_numeric_input
 from vta.compiler.frontend.onnx_frontend import import_onnx
+from vta.compiler.frontend.quantize import float_outputs
 from vta.compiler.pipeline import InputError, check_inputs, random_inputs
 from vta.config import VTAConfig
 
@@ -65,31 +66,36 @@ def _cosine(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.ravel(a) @ np.ravel(b) / np.linalg.norm(a) / np.linalg.norm(b))
 
 
-@pytest.mark.parametrize("t_type, dtype", [(TensorProto.INT64, np.int64), (TensorProto.INT32, np.int32),
-                                           (TensorProto.FLOAT, np.float32)])
-def test_a_timestep_is_embedded_in_float_and_the_mlp_runs_on_the_accelerator(t_type, dtype, tmp_path):
+@pytest.mark.parametrize("t_type, dtype, t_shape", [(TensorProto.INT64, np.int64, (1,)),
+                                                    (TensorProto.INT32, np.int32, (1,)),
+                                                    (TensorProto.FLOAT, np.float32, (1,)),
+                                                    (TensorProto.FLOAT, np.float32, ())])
+def test_a_timestep_is_embedded_in_float_and_the_mlp_runs_on_the_accelerator(t_type, dtype, t_shape, tmp_path):
     """The embedding (Cast, Mul, Sin, Cos, Concat) becomes one InputFn; its Gemm and the layers after it stay
     linear layers. Calibrated on 8 timesteps, run at t = 937 (never seen): equal to onnxruntime within int8's error,
-    and on fsim bit-exact with the integer reference."""
-    from vta.compiler.pipeline import CalibrationSet, compile_model
+    and on fsim bit-exact with the integer reference. A scalar timestep (optimum's) is taken as ``[1]``."""
+    from vta.compiler.pipeline import CalibrationSet, check_inputs, compile_model
     from vta.compiler.runtime.executor import run
-    model = _unet_step(t_type)
+    model = _unet_step(t_type, t_shape)
     graph = import_onnx(model)
     ops = [n.op for n in graph.nodes]
     assert ops.count("InputFn") == 1 and not {"Sin", "Cos", "Lut"} & set(ops)
     assert graph.tensors["t"].dtype == ("float32" if t_type == TensorProto.FLOAT else "int64")
-    feeds = _feeds([937], dtype)
+    assert graph.shape("t") == (1,)
+    feeds = _feeds(np.full(t_shape, 937), dtype)
     want = ort.InferenceSession(model.SerializeToString()).run(None, feeds)[0]
-    np.testing.assert_allclose(run_float(graph, feeds)["y"], want, atol=1e-5, rtol=1e-5)
+    np.testing.assert_allclose(run_float(graph, check_inputs(graph, feeds))["y"], want, atol=1e-5, rtol=1e-5)
     path = tmp_path / "unet_step.onnx"
     onnx.save(model, str(path))
     calib = _feeds(np.random.default_rng(2).integers(0, 1000, 8), dtype, samples=8)
     compiled = compile_model(str(path), VTAConfig(), calib=8, calibration=CalibrationSet(calib, {"source": "test"}))
     qops_used = {n.op for n in compiled.graph.nodes}
     assert "InputFn" in qops_used and "QDense" in qops_used
-    got = run(compiled, feeds, target="fsim").outputs["y"]
-    np.testing.assert_array_equal(got, qops.run_reference(compiled.graph, feeds)["y"])
+    given = check_inputs(compiled.graph, feeds)
+    got = run(compiled, given, target="fsim").outputs["y"]
+    np.testing.assert_array_equal(got, qops.run_reference(compiled.graph, given)["y"])
     assert _cosine(got, want) > 0.995
+    np.testing.assert_allclose(float_outputs(str(path), compiled.graph, given)[0]["y"], want, rtol=1e-6)
 
 
 def test_an_integer_number_through_a_function_no_mask_takes_is_a_number():

@@ -28,7 +28,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..ir import Graph
-from .masks import is_float_mask_input, is_mask_input, is_numeric_input, token_range
+from .masks import is_float_mask_input, is_mask_input, is_numeric_input, only_input_fns, token_range
 
 __all__ = ["CalibrationError", "PREPROCESS", "METHODS", "IMAGE_SUFFIXES", "load_calibration", "describe",
            "entropy_threshold", "HISTOGRAM_BINS", "sample_count"]
@@ -201,6 +201,9 @@ def _checked(graph: Graph, values: dict[str, np.ndarray], where: str) -> dict[st
         value, shape = values[name], graph.shape(name)
         if value.dtype.kind not in "biuf":
             raise CalibrationError(f"{where}: input {name!r} has dtype {value.dtype}; it takes numbers")
+        if only_input_fns(graph, name) and value.ndim < len(shape) and value.size % max(1, int(np.prod(shape[1:]))) \
+                == 0:                                   # scalars the lab takes as [1] (optimum's timestep), stacked
+            value = value.reshape((-1, *shape[1:]))
         if value.shape[1:] != tuple(shape[1:]) or value.ndim != len(shape):
             raise CalibrationError(f"{where}: input {name!r} has shape {value.shape}; it takes [N, "
                                    f"{', '.join(map(str, shape[1:]))}] (N samples, a multiple of the batch "

@@ -43,7 +43,7 @@ from ..qops import key_mask, reference_evaluator
 __all__ = ["KeyMask", "MaskError", "find_key_masks", "find_float_masks", "direct_token_ids", "drop_nan_guards",
            "backward_slice", "region_model", "encode", "live_nodes", "drop_dead_nodes", "mask_inputs",
            "forward_region", "sample_masks", "tensor_readers",
-           "is_mask_input", "is_float_mask_input", "is_numeric_input", "NUMERIC_RANGE",
+           "is_mask_input", "is_float_mask_input", "is_numeric_input", "NUMERIC_RANGE", "only_input_fns",
            "indexes_a_table", "MASK_TYPES", "REGION_OPS", "token_range"]
 
 MASK_TYPES: dict[int, type] = {TensorProto.INT64: np.int64, TensorProto.INT32: np.int32, TensorProto.BOOL: np.bool_,
@@ -789,8 +789,14 @@ def is_mask_input(graph: Graph, name: str) -> bool:
 def is_numeric_input(graph: Graph, name: str) -> bool:
     """Whether input ``name`` of ``graph`` is an integer number the model computes with (int64, read only by
     ``InputFn`` nodes: a diffusion timestep, :mod:`.numeric_inputs`): any integer, no token id or mask."""
+    return graph.tensors[name].dtype == "int64" and only_input_fns(graph, name)
+
+
+def only_input_fns(graph: Graph, name: str) -> bool:
+    """Whether ``InputFn`` nodes alone read ``name`` (a number the model computes with, int64 or float32, which may
+    be given as a scalar for its one-element shape)."""
     users = graph.consumers(name)
-    return graph.tensors[name].dtype == "int64" and bool(users) and all(u.op == "InputFn" for u in users)
+    return bool(users) and all(u.op == "InputFn" for u in users)
 
 
 NUMERIC_RANGE = 1000

@@ -142,13 +142,28 @@ def _region(model: onnx.ModelProto, vi: onnx.ValueInfoProto, consts: dict[str, o
         return None
     if kind != TensorProto.FLOAT and _fill_like(model, nodes, vi, exits, consts):
         return None
-    return [NumericRegion(vi.name, t, shapes[t], encode(region_model(
-        model, nodes, vi, [t], [helper.make_tensor_value_info(t, TensorProto.FLOAT, None)], consts)))
+    return [NumericRegion(vi.name, t, shapes[t], encode(_one_element_input(region_model(
+        model, nodes, vi, [t], [helper.make_tensor_value_info(t, TensorProto.FLOAT, None)], consts))))
         for t in exits]
 
 
+def _one_element_input(region: onnx.ModelProto) -> onnx.ModelProto:
+    """``region`` taking its scalar input as ``[1]`` (the lab computes tensors of rank 1 or more; optimum writes a
+    diffusion UNet's ``timestep`` as a scalar): a Reshape to ``[]`` first. Other inputs as they are."""
+    source = region.graph.input[0]
+    if source.type.tensor_type.HasField("shape") and len(source.type.tensor_type.shape.dim) == 0:
+        name = source.name
+        wide = f"{name}_one"
+        source.name = wide
+        source.type.tensor_type.shape.dim.add().dim_value = 1
+        region.graph.initializer.append(onnx.numpy_helper.from_array(np.zeros(0, np.int64), f"{name}_scalar"))
+        region.graph.node.insert(0, helper.make_node("Reshape", [wide, f"{name}_scalar"], [name]))
+    return region
+
+
 def _per_sample(vi: onnx.ValueInfoProto) -> bool:
-    """Whether input ``vi`` holds one value per sample: shape ``[]``, ``[batch]``, ``[batch, 1]``, ``[batch, 1, 1]``..."""
+    """Whether input ``vi`` holds one value per sample: shape ``[]``, ``[batch]``, ``[batch, 1]``, ``[batch, 1, 1]``,
+    ..."""
     return all(d.dim_value == 1 for d in vi.type.tensor_type.shape.dim[1:])
 
 
@@ -178,4 +193,6 @@ def replace_numeric_inputs(model: onnx.ModelProto, skip: set[str], shapes: dict[
         del model.graph.node[:]
         model.graph.node.extend(new + kept)
         found.update({r.out: r for r in regions})
+        if vi.type.tensor_type.HasField("shape") and len(vi.type.tensor_type.shape.dim) == 0:
+            vi.type.tensor_type.shape.dim.add().dim_value = 1      # a scalar: one element, as the region takes it
     return found

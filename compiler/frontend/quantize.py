@@ -1211,6 +1211,8 @@ def float_outputs(model: "str | os.PathLike[str] | onnx.ModelProto | None", grap
                 key = arg.name if arg.name in inputs else next(rest, None)
                 if key is not None:
                     feed[arg.name] = np.asarray(inputs[key], _ORT_TYPES.get(arg.type, np.float32))
+                    if dims == [] and feed[arg.name].size == 1:    # a scalar input the lab takes as [1]
+                        feed[arg.name] = feed[arg.name].reshape(())
                 elif 0 in dims and all(isinstance(d, int) for d in dims):      # declared empty: nothing to give
                     feed[arg.name] = np.zeros(dims, _ORT_TYPES.get(arg.type, np.float32))
                 elif 0 in (declared or {}).get(arg.name, ()):                   # given empty: an empty KV cache
