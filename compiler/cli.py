@@ -288,8 +288,10 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-check", action="store_true", help="skip the bit-exact check against the reference")
     parser.add_argument("--input", metavar="FILE.npy|FILE.npz",
                         help="the model's input (a .npy array of its input shape, float32), or every input by name "
-                             "(an .npz; e.g. a decode step's input_ids and past.N.key/value); default: seeded random "
-                             "values (token ids uniform over the embedding table, floats standard normal)")
+                             "(an .npz; e.g. a decode step's input_ids and past.N.key/value, or a diffusion UNet's "
+                             "sample, timestep and encoder_hidden_states); default: seeded random values (token ids "
+                             "uniform over the embedding table, integer timesteps in [0, 1000), floats standard "
+                             "normal)")
     parser.add_argument("--output", metavar="FILE.npz", help="save the model's outputs (output name -> array)")
     parser.add_argument("--accuracy-budget", metavar="BUDGET",
                         help="fail the run (exit 1) when its error against the float model exceeds BUDGET: a number "

@@ -99,11 +99,13 @@ def test_a_timestep_is_embedded_in_float_and_the_mlp_runs_on_the_accelerator(t_t
 
 
 def test_an_integer_number_through_a_function_no_mask_takes_is_a_number():
-    """``x * sqrt(float(n))`` with ``n`` an int64 input: no Sin, but a Sqrt, which no mask passes through: the number's
-    function, in float, is an activation. (``x * float(n)`` alone is a mask's pooling: :mod:`.pooling`.)"""
+    """``x + sqrt(float(n))`` with ``n`` an int64 input: no Sin, but a Sqrt, which no mask passes through, and an Add
+    to the activations, where a mask would meet the scores: the number's function, in float, is an activation.
+    (``x * float(n)`` alone is a mask's pooling, :mod:`.pooling`; a row-wise function that meets the activations in a
+    Mul is a table of positions, :mod:`.position_tables`.)"""
     nodes = [helper.make_node("Cast", ["n"], ["nf"], to=TensorProto.FLOAT),
              helper.make_node("Sqrt", ["nf"], ["root"]),
-             helper.make_node("Mul", ["x", "root"], ["y"])]
+             helper.make_node("Add", ["x", "root"], ["y"])]
     graph = helper.make_graph(nodes, "scaled", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8]),
                                                 helper.make_tensor_value_info("n", TensorProto.INT64, [1, 1, 1])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8])])
@@ -112,7 +114,7 @@ def test_an_integer_number_through_a_function_no_mask_takes_is_a_number():
     assert is_numeric_input(fg, "n")
     feeds = {"x": np.random.default_rng(3).standard_normal((1, 4, 8)).astype(np.float32),
              "n": np.array([[[3]]], np.int64)}
-    np.testing.assert_allclose(run_float(fg, feeds)["y"], feeds["x"] * np.sqrt(3), rtol=1e-6)
+    np.testing.assert_allclose(run_float(fg, feeds)["y"], feeds["x"] + np.sqrt(3), rtol=1e-6)
 
 
 def test_the_inputs_of_an_integer_timestep_are_checked(tmp_path):
@@ -130,7 +132,7 @@ def test_the_inputs_of_an_integer_timestep_are_checked(tmp_path):
     assert t.dtype == np.int64 and 0 <= t.min() and t.max() < 1000 and len(set(t.tolist())) > 10
 
 
-def test_a_huge_fill_stays_a_mask_and_positions_stay_tables():
+def test_a_huge_fill_stays_a_mask():
     """An int64 input whose region ends in ``(1 - m) * -10000`` is a mask's fill, not a number: the mask rules take
     it as before (here it meets no scores, so it is refused as a mask is)."""
     nodes = [helper.make_node("Cast", ["m"], ["mf"], to=TensorProto.FLOAT),

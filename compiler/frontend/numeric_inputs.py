@@ -18,15 +18,17 @@ each exit at its calibrated scale, as it does a float input.
 
 Which inputs are taken:
 
-- an integer input (int64, int32, ...) that is no token ids, mask of a pooling, or positions (those come first:
-  :mod:`.indices`, :mod:`.pooling`, :mod:`.position_tables`) and whose region holds an op no attention mask passes
-  through (an op outside :data:`.masks.REGION_OPS`); one value per sample (shape ``[]``, ``[batch]``, ``[batch, 1]``,
-  ...) before the masks are looked for, any shape after them (``late``);
+- an integer input (int64, int32, ...) that is no token ids or mask of a pooling (:mod:`.indices`, :mod:`.pooling`
+  come first) and whose region holds an op no attention mask passes through (an op outside
+  :data:`.masks.REGION_OPS`). Before the masks are looked for, only the inputs the mask rules would refuse: those
+  whose values, through any op, meet activations in an Add, Sub or Where (the timestep's embedding is added to the
+  activations). The others go to :mod:`.position_tables` first (Llama's ``position_ids``, whose rotary rows meet the
+  queries in Muls, stay table lookups), and what it leaves is taken after it (``late``);
 - a float32 input whose region holds a ``Sin``, ``Cos`` or ``Tan`` (:data:`TRIG_OPS`): a phase quantized to int8
   is lost, whatever the step.
 
 An exit that is not float32, a region that reaches a graph output, a region whose values at the inputs 0 and 1 are
-``-inf`` or below ``-1e4`` (an additive attention mask's fill: the mask checks then name the problem), or an integer
+``-inf`` or below ``-1e3`` (an additive attention mask's fill: the mask checks then name the problem), or an integer
 input that a node outside the region also reads, leaves the input to the other checks.
 """
 from __future__ import annotations
@@ -39,7 +41,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from ..qops import reference_evaluator
-from .masks import REGION_OPS, encode, region_model
+from .masks import REGION_OPS, encode, forward_region, region_model
 
 __all__ = ["NumericRegion", "replace_numeric_inputs", "SENSITIVE_OPS", "TRIG_OPS", "STOP_OPS", "FUSED_OP"]
 
@@ -61,7 +63,10 @@ _INTEGER = frozenset({TensorProto.INT64, TensorProto.INT32, TensorProto.INT16, T
                       TensorProto.UINT16, TensorProto.UINT32})
 """The integer input types a numeric input may have (its values are given to the model as int64)."""
 
-_FILL = -1e4
+_EXIT_OPS = frozenset({"Add", "Sub", "Where"})
+"""Where an attention mask meets the scores (:data:`.masks._EXIT_OPS`)."""
+
+_FILL = -1e3
 """Values at or below this (or ``-inf``) at the inputs 0 and 1 mark an additive attention mask, not a number."""
 
 
@@ -161,16 +166,23 @@ def _one_element_input(region: onnx.ModelProto) -> onnx.ModelProto:
     return region
 
 
-def _per_sample(vi: onnx.ValueInfoProto) -> bool:
-    """Whether input ``vi`` holds one value per sample: shape ``[]``, ``[batch]``, ``[batch, 1]``, ``[batch, 1, 1]``,
-    ..."""
-    return all(d.dim_value == 1 for d in vi.type.tensor_type.shape.dim[1:])
+def _masks_refuse(model: onnx.ModelProto, source: str, consts: set[str]) -> bool:
+    """Whether :func:`.masks.find_key_masks` would refuse integer input ``source``: its values (through any op on
+    them and constants) meet an activation in an Add, Sub or Where, and pass an op outside
+    :data:`.masks.REGION_OPS` on the way."""
+    region, nodes = forward_region(model, source, dict.fromkeys(consts))
+    if {n.op_type for n in nodes} <= REGION_OPS:
+        return False
+    inside = {id(n) for n in nodes}
+    return any(id(n) not in inside and n.op_type in _EXIT_OPS and any(t in region for t in n.input)
+               for n in model.graph.node)
 
 
 def replace_numeric_inputs(model: onnx.ModelProto, skip: set[str], shapes: dict[str, tuple[int, ...]], *,
                            late: bool) -> dict[str, NumericRegion]:
     """In place: every graph input not in ``skip`` that is a number the model computes with (module docstring;
-    ``late``: after the masks and positions were taken, so of any shape, and float inputs too) has its region's
+    ``late``: after the masks and positions were taken, so float inputs too, and not only those the mask rules
+    would refuse) has its region's
     nodes replaced by one ``InputFn`` node per exit, at the graph's start. ``shapes``: the static shapes. Returns the
     regions by exit."""
     inits = {i.name for i in model.graph.initializer}
@@ -181,7 +193,7 @@ def replace_numeric_inputs(model: onnx.ModelProto, skip: set[str], shapes: dict[
     for vi in list(model.graph.input):
         kind = vi.type.tensor_type.elem_type
         if vi.name in inits or vi.name in skip or not (kind in _INTEGER or (late and kind == TensorProto.FLOAT)) or \
-                not (late or _per_sample(vi)):
+                not (late or _masks_refuse(model, vi.name, set(consts))):
             continue
         regions = _region(model, vi, consts, types, shapes, outputs)
         if regions is None:
