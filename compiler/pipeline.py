@@ -41,6 +41,7 @@ from .frontend.masks import (
     is_mask_input,
     is_numeric_input,
     mask_lengths,
+    numeric_input_range,
     only_input_fns,
     token_range,
 )
@@ -190,8 +191,10 @@ def check_inputs(graph: Graph, values: dict[str, np.ndarray], source: str = "the
             if value.dtype.kind == "f" and not (np.isfinite(value).all() and (value == np.rint(value)).all()):
                 raise InputError(f"{source} holds values that are not integers for input {name!r}, which takes "
                                  f"integers (the model computes with them, e.g. a diffusion timestep).")
-            if value.dtype.kind == "f" and (np.abs(value) >= 2.0 ** 63).any():
-                raise InputError(f"{source} holds values beyond int64's range for input {name!r}.")
+            low, high, kind = numeric_input_range(graph, name) or (-2 ** 63, 2 ** 63 - 1, "int64")
+            if ((value < low) | (value > high)).any():
+                raise InputError(f"{source} holds values outside [{low}, {high}] for input {name!r}, which the model "
+                                 f"declares {kind}.")
             out[name] = value.astype(np.int64)
             continue
         if is_mask_input(graph, name):

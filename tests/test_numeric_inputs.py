@@ -118,8 +118,9 @@ def test_an_integer_number_through_a_function_no_mask_takes_is_a_number():
 
 
 def test_the_inputs_of_an_integer_timestep_are_checked(tmp_path):
-    """Any integer is a timestep (given as int or as integral floats); a fraction is refused naming the input, at
-    run time and in the calibration; random inputs draw integers in [0, 1000)."""
+    """Any integer is a timestep (given as int or as integral floats); a fraction, or a value beyond the type the file
+    declares, is refused naming the input, at run time and in the calibration; random inputs draw integers in
+    [0, 1000)."""
     graph = import_onnx(_unet_step())
     ok = check_inputs(graph, _feeds([3.0], np.float32))
     assert ok["t"].dtype == np.int64 and ok["t"].tolist() == [3]
@@ -130,6 +131,13 @@ def test_the_inputs_of_an_integer_timestep_are_checked(tmp_path):
         load_calibration(tmp_path / "calib.npz", graph)
     t = random_inputs(graph, seed=0, samples=64)["t"]
     assert t.dtype == np.int64 and 0 <= t.min() and t.max() < 1000 and len(set(t.tolist())) > 10
+    narrow = import_onnx(_unet_step(TensorProto.INT32))       # declared int32: no value beyond its range
+    assert check_inputs(narrow, _feeds([2 ** 31 - 1], np.int64))["t"].tolist() == [2 ** 31 - 1]
+    with pytest.raises(InputError, match=r"outside \[-2147483648, 2147483647\] for input 't'.*int32"):
+        check_inputs(narrow, _feeds([2 ** 40], np.int64))
+    np.savez(tmp_path / "wide.npz", **_feeds([1, 2 ** 40], np.int64, samples=2))
+    with pytest.raises(CalibrationError, match=r"'t' holds values outside"):
+        load_calibration(tmp_path / "wide.npz", narrow)
 
 
 def test_a_huge_fill_stays_a_mask():

@@ -28,7 +28,14 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..ir import Graph
-from .masks import is_float_mask_input, is_mask_input, is_numeric_input, only_input_fns, token_range
+from .masks import (
+    is_float_mask_input,
+    is_mask_input,
+    is_numeric_input,
+    numeric_input_range,
+    only_input_fns,
+    token_range,
+)
 
 __all__ = ["CalibrationError", "PREPROCESS", "METHODS", "IMAGE_SUFFIXES", "load_calibration", "describe",
            "entropy_threshold", "HISTOGRAM_BINS", "sample_count"]
@@ -220,6 +227,9 @@ def _checked(graph: Graph, values: dict[str, np.ndarray], where: str) -> dict[st
         if is_numeric_input(graph, name):               # an integer the model computes with (a timestep)
             if value.dtype.kind == "f" and not (np.isfinite(value).all() and (value == np.rint(value)).all()):
                 raise CalibrationError(f"{where}: input {name!r} takes integers (the model computes with them)")
+            low, high, kind = numeric_input_range(graph, name) or (-2 ** 63, 2 ** 63 - 1, "int64")
+            if ((value < low) | (value > high)).any():
+                raise CalibrationError(f"{where}: input {name!r} holds values outside [{low}, {high}] ({kind})")
             counts.add(value.shape[0] // shape[0])
             out[name] = value.astype(np.int64)
             continue

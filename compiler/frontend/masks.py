@@ -44,6 +44,7 @@ __all__ = ["KeyMask", "MaskError", "find_key_masks", "find_float_masks", "direct
            "backward_slice", "region_model", "encode", "live_nodes", "drop_dead_nodes", "mask_inputs",
            "forward_region", "sample_masks", "tensor_readers",
            "is_mask_input", "is_float_mask_input", "is_numeric_input", "NUMERIC_RANGE", "only_input_fns",
+           "numeric_input_range",
            "indexes_a_table", "MASK_TYPES", "REGION_OPS", "token_range"]
 
 MASK_TYPES: dict[int, type] = {TensorProto.INT64: np.int64, TensorProto.INT32: np.int32, TensorProto.BOOL: np.bool_,
@@ -790,6 +791,19 @@ def is_numeric_input(graph: Graph, name: str) -> bool:
     """Whether input ``name`` of ``graph`` is an integer number the model computes with (int64, read only by
     ``InputFn`` nodes: a diffusion timestep, :mod:`.numeric_inputs`): any integer, no token id or mask."""
     return graph.tensors[name].dtype == "int64" and only_input_fns(graph, name)
+
+
+def numeric_input_range(graph: Graph, name: str) -> tuple[int, int, str] | None:
+    """For an integer input read only by ``InputFn`` nodes (:func:`is_numeric_input`), the values its type in the file
+    holds (low, high, the type's name: a timestep declared int32 takes no value beyond int32's range); else None."""
+    from ..qops_index import region_input_dtype
+    if not is_numeric_input(graph, name):
+        return None
+    dtype = region_input_dtype(graph.consumers(name)[0].attrs["onnx"])
+    if dtype.kind not in "iu":
+        return None
+    info = np.iinfo(dtype)
+    return int(info.min), int(info.max), dtype.name
 
 
 def only_input_fns(graph: Graph, name: str) -> bool:
