@@ -46,6 +46,17 @@ def test_activations_become_a_lookup_table(op, attrs):
     assert lut.op == "QLut" and lut.attrs["function"] == op and lut.attrs["table"].shape == (256,)
 
 
+@pytest.mark.parametrize("slope", [np.array([0.25], np.float32),
+                                   np.linspace(-0.5, 0.75, 4, dtype=np.float32).reshape(4, 1, 1)])
+def test_prelu_of_one_slope_is_a_table_and_of_a_slope_per_channel_two_products(slope):
+    """torch's ``nn.PReLU()`` (one slope: a LeakyRelu's table) and ``nn.PReLU(C)`` (a slope per channel, some negative:
+    ``(1 - a) * Relu(x) + a * x``), each as onnxruntime computes it."""
+    x = _x(1, 4, 5, 5, spread=3.0)
+    qgraph = _end_to_end(_model([helper.make_node("PRelu", ["x", "a"], ["y"])], {"x": x}, [("a", slope)]), {"x": x})
+    ops = [n.op for n in qgraph.nodes]
+    assert ("QLut" in ops) == (slope.size == 1) and ("QAdd" in ops or "QAddAct" in ops or slope.size == 1)
+
+
 def test_transpose_and_depth_to_space():
     x = _x(1, 8, 3, 4)
     qgraph = _end_to_end(_model([helper.make_node("Transpose", ["x"], ["y"], perm=[0, 2, 3, 1])], {"x": x}), {"x": x})

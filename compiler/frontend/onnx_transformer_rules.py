@@ -231,6 +231,30 @@ def _unary(op: str) -> Callable[[_Importer, onnx.NodeProto], None]:
     return rule
 
 
+def _prelu(imp: _Importer, node: onnx.NodeProto) -> None:
+    """PRelu of an activation by a constant slope ``a`` (broadcast to it): ``x`` where ``x >= 0``, else ``a * x``. One
+    slope (torch's ``nn.PReLU()``) is a LeakyRelu, a lookup table; a slope per channel is ``(1 - a) * Relu(x) + a *
+    x``: two products by constants and an Add, each requantized once."""
+    x, slope = node.input[0], node.input[1]
+    if imp.is_const(x) or not imp.is_const(slope):
+        raise UnsupportedOperatorError(node.op_type, node.name, "only an activation by a constant slope")
+    a = imp.const(slope).astype(np.float64)
+    out = tuple(imp.shapes_of(node.output[0]))
+    if tuple(imp.shape(x)) != out:
+        raise UnsupportedOperatorError(node.op_type, node.name, f"a slope of shape {list(a.shape)} that widens the "
+                                                                f"input {list(imp.shape(x))}")
+    if not np.isfinite(a).all():
+        raise UnsupportedOperatorError(node.op_type, node.name, "a slope that is not finite")
+    if a.size == 0 or (a == a.reshape(-1)[0]).all():
+        imp.emit("LeakyRelu", node, [x], None,
+                 **float_ref.activation_attrs("LeakyRelu", {"alpha": float(a.reshape(-1)[0]) if a.size else 0.0}))
+        return
+    positive = imp.emit_shaped("Relu", node, [x], out)
+    kept = imp.emit_shaped("Mul", node, [positive, imp.new_const(f"{node.output[0]}_keep", 1.0 - a)], out)
+    sloped = imp.emit_shaped("Mul", node, [x, imp.new_const(f"{node.output[0]}_slope", a)], out)
+    imp.emit("Add", node, [kept, sloped])
+
+
 def _max_min(imp: _Importer, node: onnx.NodeProto) -> None:
     """Max (Min) of an activation and a constant of one value (or of one value repeated: RWKV's state starts at a
     ``ConstantOfShape`` of -1e38): a Clip from below (above)."""
@@ -648,6 +672,7 @@ RULES: dict[str, Callable[[_Importer, onnx.NodeProto], None]] = {
     "Pow": _pow,
     "Max": _max_min,
     "Min": _max_min,
+    "PRelu": _prelu,
     "Gather": _gather,
     "GatherElements": _gather_elements,
     "InstanceNormalization": _group_norm,
