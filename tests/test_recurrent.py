@@ -22,15 +22,22 @@ from vta.config import VTAConfig
 GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
 
 
-def _random_cell(rng, layout=0, extras=True):
+ACTIVATIONS = ("Sigmoid", "Tanh", "Relu", "Softsign", "Softplus")
+
+
+def _random_cell(rng, layout=0, extras=True, activations=False):
     """A random recurrent node's model and feeds: kind, direction, sizes, optional bias, initial states, peepholes,
-    clip, input_forget, linear_before_reset."""
+    clip, input_forget, linear_before_reset; with ``activations``, each direction's ``f``, ``g``, ``h`` drawn from
+    :data:`ACTIVATIONS`."""
     kind = str(rng.choice(list(GATES)))
     gates = GATES[kind]
     direction = str(rng.choice(["forward", "reverse", "bidirectional"]))
     dirs = 2 if direction == "bidirectional" else 1
     seq, batch, size, hidden = (int(v) for v in rng.integers(1, 5, 4))
     attrs = {"hidden_size": hidden, "direction": direction, "layout": layout}
+    if activations:
+        per = {"LSTM": 3, "GRU": 2, "RNN": 1}[kind]
+        attrs["activations"] = [str(a) for a in rng.choice(ACTIVATIONS, per * dirs)]
     inits = [numpy_helper.from_array((rng.standard_normal((dirs, gates * hidden, size)) * 0.7).astype(np.float32), "W"),
              numpy_helper.from_array((rng.standard_normal((dirs, gates * hidden, hidden)) * 0.7).astype(np.float32),
                                      "R")]
@@ -88,6 +95,17 @@ def test_the_unrolled_cells_compute_what_onnxruntime_does():
             np.testing.assert_allclose(g, w, atol=1e-5, rtol=1e-5)
 
 
+def test_cells_of_other_activations_compute_what_onnxruntime_does():
+    """Activations other than the defaults (DeepSpeech's RNN of Relu), per direction, against onnxruntime."""
+    rng = np.random.default_rng(23)
+    for _ in range(40):
+        model, feeds = _random_cell(rng, activations=True)
+        want = ort.InferenceSession(model.SerializeToString()).run(None, feeds)
+        got = ort.InferenceSession(_unrolled(model).SerializeToString()).run(None, feeds)
+        for w, g in zip(want, got):
+            np.testing.assert_allclose(g, w, atol=1e-5, rtol=1e-5)
+
+
 def test_batch_first_layout_computes_what_the_onnx_reference_does():
     """onnxruntime refuses ``layout=1``; ONNX's reference evaluator runs it (without clip and input_forget, which
     it does not implement)."""
@@ -142,7 +160,8 @@ def test_a_keyword_spotting_model_runs_on_fsim_bit_exact_with_its_projections_on
 
 
 @pytest.mark.parametrize("change, reason", [
-    ({"activations": ["Relu", "Tanh", "Tanh"]}, "activations ['Relu', 'Tanh', 'Tanh'] (only the defaults"),
+    ({"activations": ["HardSigmoid", "Tanh", "Tanh"]}, "activations ['HardSigmoid', 'Tanh', 'Tanh'] (per direction 3 "
+                                                       "of Relu, Sigmoid, Softplus, Softsign, Tanh"),
     ({"lens": np.array([2], np.int32)}, "a sequence_lens shorter than the input's sequence"),
     ({"runtime_w": True}, "its W input 'W' is computed at run time"),
     ({"steps": 1025}, "a sequence of 1025 steps over its directions (the lab unrolls at most 1024)"),

@@ -11,10 +11,11 @@ becomes, per direction:
 - the states of every step concatenated as ``Y``, the last one as ``Y_h`` (and ``Y_c``).
 
 A reverse direction runs the steps from the last; ``bidirectional`` runs both and stacks them on ``Y``'s direction
-axis. ``layout=1`` (batch first) transposes ``X`` in and the outputs back. Supported: the default activations, an
-``initial_h``/``initial_c`` given or zero, LSTM's peepholes ``P``, GRU's ``linear_before_reset``, ``clip`` (a Clip of
-the gates' pre-activations), ``input_forget``; refused with the reason: other activations, a ``sequence_lens`` that is
-not every sequence's full length, a weight that is not a constant, a sequence of more than :data:`MAX_STEPS` steps.
+axis. ``layout=1`` (batch first) transposes ``X`` in and the outputs back. Supported: the activations of
+:data:`_ACTIVATIONS` (the defaults, and DeepSpeech's ``Relu``), an ``initial_h``/``initial_c`` given or zero, LSTM's
+peepholes ``P``, GRU's ``linear_before_reset``, ``clip`` (a Clip of the gates' pre-activations), ``input_forget``;
+refused with the reason: activations that take an alpha or beta, a ``sequence_lens`` that is not every sequence's
+full length, a weight that is not a constant, a sequence of more than :data:`MAX_STEPS` steps.
 Every value is the same float computation as onnxruntime's, in its order of operations up to the sums' association
 (:func:`rewrite_recurrent`)."""
 from __future__ import annotations
@@ -38,6 +39,20 @@ graph would hold tens of thousands of nodes)."""
 
 _GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
 _DEFAULT_ACTIVATIONS = {"LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoid", "Tanh"], "RNN": ["Tanh"]}
+
+_ACTIVATIONS = frozenset({"Sigmoid", "Tanh", "Relu", "Softsign", "Softplus"})
+"""The activations a cell may name (ONNX's ``f``, ``g``, ``h`` per direction) that take no ``activation_alpha`` or
+``activation_beta``: each is the ONNX operator of that name (DeepSpeech's RNN of ``Relu``)."""
+
+
+def _activations(node: onnx.NodeProto, dirs: int) -> list[list[str]]:
+    """Each direction's activations (``f``, ``g``, ``h`` of an LSTM; ``f``, ``g`` of a GRU; ``f`` of an RNN), ONNX's
+    defaults when the node names none; the names as ONNX spells its operators (``relu`` is ``Relu``)."""
+    default = _DEFAULT_ACTIVATIONS[node.op_type]
+    acts = [_decode(v) for v in _attrs(node).get("activations", [])] or default * dirs
+    spelled = {name.lower(): name for name in _ACTIVATIONS}
+    acts = [spelled.get(act.lower(), act) for act in acts]
+    return [acts[d * len(default):(d + 1) * len(default)] for d in range(dirs)]
 
 
 class _Builder:
@@ -79,11 +94,13 @@ def _refusal(node: onnx.NodeProto, consts: dict[str, np.ndarray], x_shape: tuple
     if x_shape is None or len(x_shape) != 3:
         return "an input X of unknown or non-3-D shape"
     a = _attrs(node)
-    acts = [_decode(v) for v in a.get("activations", [])]
     direction = _decode(a.get("direction", "forward"))
     dirs = 2 if direction == "bidirectional" else 1
-    if acts and acts != _DEFAULT_ACTIVATIONS[kind] * dirs:
-        return f"activations {acts} (only the defaults, {_DEFAULT_ACTIVATIONS[kind]})"
+    acts = [_decode(v) for v in a.get("activations", [])]
+    if acts and (len(acts) != len(_DEFAULT_ACTIVATIONS[kind]) * dirs or
+                 any(act not in _ACTIVATIONS for per in _activations(node, dirs) for act in per)):
+        return (f"activations {acts} (per direction {len(_DEFAULT_ACTIVATIONS[kind])} of "
+                f"{', '.join(sorted(_ACTIVATIONS))}: those that take no alpha or beta)")
     if direction not in ("forward", "reverse", "bidirectional"):
         return f"direction {direction!r}"
     layout = int(a.get("layout", 0))
@@ -150,6 +167,7 @@ def _unroll(b: _Builder, node: onnx.NodeProto, consts: dict[str, np.ndarray], x_
         init_c = b.op("Transpose", [init_c], "c0", perm=[1, 0, 2])
     peep = consts[inputs[7]].astype(np.float32) if kind == "LSTM" and inputs[7] else None
     clip = a.get("clip")
+    acts = _activations(node, dirs)
     ys: list[str] = []
     hs: list[str | None] = []
     cs: list[str | None] = []
@@ -171,7 +189,7 @@ def _unroll(b: _Builder, node: onnx.NodeProto, consts: dict[str, np.ndarray], x_
             step = b.op("Reshape", [b.rows(xw, t, t + 1, 0), b.const("shape", np.array([batch, gates * hidden],
                                                                                       np.int64))], "step")
             h, c = _cell(b, kind, node, step, h, c, r[d], r_bias, peep[d] if peep is not None else None, hidden,
-                         clip)
+                         clip, acts[d])
             outs[t] = h
         ys.append(b.op("Concat", [b.op("Unsqueeze", [o, b.const("axes", np.array([0], np.int64))], "y_t")
                                   for o in outs], "y_dir", axis=0))                 # [L, B, H]
@@ -194,9 +212,10 @@ def _gate(b: _Builder, pre: str, clip: float | None, act: str) -> str:
 
 
 def _cell(b: _Builder, kind: str, node: onnx.NodeProto, step: str, h: str | None, c: str | None, r: np.ndarray,
-          r_bias: np.ndarray | None, peep: np.ndarray | None, hidden: int, clip: float | None
-          ) -> tuple[str, str | None]:
-    """One time step: the new ``h`` (and LSTM's ``c``) from the step's projected input ``[B, G*H]``."""
+          r_bias: np.ndarray | None, peep: np.ndarray | None, hidden: int, clip: float | None,
+          acts: Sequence[str]) -> tuple[str, str | None]:
+    """One time step: the new ``h`` (and LSTM's ``c``) from the step's projected input ``[B, G*H]``; ``acts`` the
+    direction's activations (``f``, ``g``, ``h``: the gates', the candidate's, the cell output's)."""
     def cut(x: str, k: int) -> str:
         return b.rows(x, k * hidden, (k + 1) * hidden, 1)
 
@@ -207,8 +226,8 @@ def _cell(b: _Builder, kind: str, node: onnx.NodeProto, step: str, h: str | None
         pre_zr = b.rows(step, 0, 2 * hidden, 1)
         if hr is not None:
             pre_zr = b.op("Add", [pre_zr, b.rows(hr, 0, 2 * hidden, 1)], "pre_zr")
-        z = _gate(b, b.rows(pre_zr, 0, hidden, 1), clip, "Sigmoid")
-        rg = _gate(b, b.rows(pre_zr, hidden, 2 * hidden, 1), clip, "Sigmoid")
+        z = _gate(b, b.rows(pre_zr, 0, hidden, 1), clip, acts[0])
+        rg = _gate(b, b.rows(pre_zr, hidden, 2 * hidden, 1), clip, acts[0])
         cand = cut(step, 2)
         if linear_before_reset:                      # r * (h R_h^T + Rb_h); h R_h^T is 0 without a state
             rb_h = b.const("rb_h", np.asarray(r_bias)[2 * hidden:])
@@ -218,7 +237,7 @@ def _cell(b: _Builder, kind: str, node: onnx.NodeProto, step: str, h: str | None
             rh = b.op("Mul", [rg, h], "rh")
             cand = b.op("Add", [cand, b.op("MatMul", [rh, b.const("rh_t", r[2 * hidden:].T.copy())], "rhr")],
                         "pre_h")
-        hc = _gate(b, cand, clip, "Tanh")
+        hc = _gate(b, cand, clip, acts[1])
         one_minus = b.op("Sub", [b.const("one", np.ones(1, np.float32)), z], "one_minus_z")
         new = b.op("Mul", [one_minus, hc], "zh")
         if h is not None:
@@ -228,25 +247,25 @@ def _cell(b: _Builder, kind: str, node: onnx.NodeProto, step: str, h: str | None
     if h is not None:
         pre = b.op("Add", [pre, b.op("MatMul", [h, b.const("r_t", r.T.copy())], "hr")], "pre")
     if kind == "RNN":
-        return _gate(b, pre, clip, "Tanh"), None
+        return _gate(b, pre, clip, acts[0]), None
     i_pre, o_pre, f_pre, c_pre = (cut(pre, k) for k in range(4))
     if peep is not None and c is not None:
         i_pre = b.op("Add", [i_pre, b.op("Mul", [c, b.const("p_i", peep[:hidden])], "pic")], "i_pre")
-    i = _gate(b, i_pre, clip, "Sigmoid")
+    i = _gate(b, i_pre, clip, acts[0])
     if int(_attrs(node).get("input_forget", 0)):
         f = b.op("Sub", [b.const("one", np.ones(1, np.float32)), i], "f_coupled")
     else:
         if peep is not None and c is not None:
             f_pre = b.op("Add", [f_pre, b.op("Mul", [c, b.const("p_f", peep[2 * hidden:])], "pfc")], "f_pre")
-        f = _gate(b, f_pre, clip, "Sigmoid")
-    cand = _gate(b, c_pre, clip, "Tanh")
+        f = _gate(b, f_pre, clip, acts[0])
+    cand = _gate(b, c_pre, clip, acts[1])
     new_c = b.op("Mul", [i, cand], "ic")
     if c is not None:
         new_c = b.op("Add", [b.op("Mul", [f, c], "fc"), new_c], "c")
     if peep is not None:
         o_pre = b.op("Add", [o_pre, b.op("Mul", [new_c, b.const("p_o", peep[hidden:2 * hidden])], "poc")], "o_pre")
-    o = _gate(b, o_pre, clip, "Sigmoid")
-    return b.op("Mul", [o, b.op("Tanh", [new_c], "tanh_c")], "h"), new_c
+    o = _gate(b, o_pre, clip, acts[0])
+    return b.op("Mul", [o, b.op(acts[2], [new_c], "h_c")], "h"), new_c
 
 
 def _outputs(b: _Builder, node: onnx.NodeProto, ys: Sequence[str], hs: Sequence[str | None],
