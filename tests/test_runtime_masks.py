@@ -711,3 +711,34 @@ def test_the_run_also_states_the_error_on_the_positions_the_mask_keeps(tmp_path,
     rows = feeds["attention_mask"].astype(bool)
     assert kept["mask"] == "attention_mask" and (kept["tokens"], kept["of"]) == (13, 16)
     assert kept["cosine"] == pytest.approx(accuracy_vs_float(want[rows], got[rows], None)["cosine"], abs=1e-6)
+
+
+def test_key_lengths_calibrate_as_lengths_not_as_a_mask(tmp_path):
+    """torchaudio's Conformer takes ``lengths [batch]`` and masks the keys at and after each length
+    (``arange(T) >= lengths[:, None]``): an input of valid-key counts. The calibration file takes such counts (it
+    used to be checked as a 0/1 mask and refused), and the run's own lengths give onnxruntime's result."""
+    from vta.compiler.frontend.calibration import load_calibration
+    from vta.compiler.frontend.masks import mask_lengths
+    from vta.compiler.pipeline import check_inputs
+    keys = 6
+    nodes = [helper.make_node("Unsqueeze", ["lengths", "one"], ["col"]),
+             helper.make_node("GreaterOrEqual", ["arange", "col"], ["pad"]),
+             helper.make_node("Unsqueeze", ["pad", "one"], ["pad3"]),
+             helper.make_node("Where", ["pad3", "ninf", "x"], ["masked"]),
+             helper.make_node("Softmax", ["masked"], ["y"], axis=-1)]
+    inits = [numpy_helper.from_array(np.array([1], np.int64), "one"),
+             numpy_helper.from_array(np.arange(keys, dtype=np.int64).reshape(1, keys), "arange"),
+             numpy_helper.from_array(np.array(-np.inf, np.float32), "ninf")]
+    graph = helper.make_graph(nodes, "lengths", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, keys]),
+                                                 helper.make_tensor_value_info("lengths", TensorProto.INT64, [1])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, keys])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    fg = import_onnx(model)
+    assert mask_lengths(fg, "lengths") == keys
+    rng = np.random.default_rng(4)
+    np.savez(tmp_path / "calib.npz", x=rng.standard_normal((3, 4, keys)).astype(np.float32),
+             lengths=np.array([6, 3, 5]))
+    assert load_calibration(tmp_path / "calib.npz", fg)["lengths"].tolist() == [6, 3, 5]
+    feeds = {"x": rng.standard_normal((1, 4, keys)).astype(np.float32), "lengths": np.array([4])}
+    want = ort.InferenceSession(model.SerializeToString()).run(None, feeds)[0]
+    np.testing.assert_allclose(run_float(fg, check_inputs(fg, feeds))["y"], want, atol=1e-6)

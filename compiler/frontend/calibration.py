@@ -32,6 +32,7 @@ from .masks import (
     is_float_mask_input,
     is_mask_input,
     is_numeric_input,
+    mask_lengths,
     numeric_input_range,
     only_input_fns,
     token_range,
@@ -218,6 +219,13 @@ def _checked(graph: Graph, values: dict[str, np.ndarray], where: str) -> dict[st
         if value.shape[0] == 0 or value.shape[0] % shape[0]:
             raise CalibrationError(f"{where}: input {name!r} has {value.shape[0]} samples; give a positive "
                                    f"multiple of the batch {shape[0]}")
+        if (keys := mask_lengths(graph, name)) is not None:   # valid keys per sequence, as the model computes them
+            if value.dtype.kind not in "iu":
+                raise CalibrationError(f"{where}: input {name!r} takes integer lengths (valid keys per sequence, "
+                                       f"up to {keys})")
+            counts.add(value.shape[0] // shape[0])
+            out[name] = value.astype(np.int64)
+            continue
         if is_mask_input(graph, name):                  # an attention mask of 0 and 1
             if ((value != 0) & (value != 1)).any():
                 raise CalibrationError(f"{where}: input {name!r} is an attention mask; it takes 0 and 1 only")
