@@ -103,9 +103,3 @@ def run_input_fn(encoded: str, value: np.ndarray) -> np.ndarray:
     output, :mod:`.frontend.numeric_inputs`) computes from that input's ``value``, in float as the file does."""
     (out,) = run_region(encoded, value, "the values computed from a numeric input failed on these values")
     return np.asarray(out, np.float32)
-
-
-def region_input_dtype(encoded: str) -> np.dtype:
-    """The numpy dtype the first input of the base64 region model ``encoded`` takes (the graph input's type in the
-    file: what an ``InputFn`` casts its values to)."""
-    return np.dtype(_evaluator(encoded)[1])

@@ -796,10 +796,10 @@ def is_numeric_input(graph: Graph, name: str) -> bool:
 def numeric_input_range(graph: Graph, name: str) -> tuple[int, int, str] | None:
     """For an integer input read only by ``InputFn`` nodes (:func:`is_numeric_input`), the values its type in the file
     holds (low, high, the type's name: a timestep declared int32 takes no value beyond int32's range); else None."""
-    from ..qops_index import region_input_dtype
     if not is_numeric_input(graph, name):
         return None
-    dtype = region_input_dtype(graph.consumers(name)[0].attrs["onnx"])
+    region = onnx.ModelProto.FromString(base64.b64decode(graph.consumers(name)[0].attrs["onnx"]))
+    dtype = np.dtype(helper.tensor_dtype_to_np_dtype(region.graph.input[0].type.tensor_type.elem_type))
     if dtype.kind not in "iu":
         return None
     info = np.iinfo(dtype)
