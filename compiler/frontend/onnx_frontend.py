@@ -69,6 +69,7 @@ from . import (
     position_tables,
     score_chains,
 )
+from .conv3d import rewrite_conv3d
 from .conv_transpose import rewrite_conv_transposes, undilate_convs
 from .onnx_checks import (
     _check_shape_constants,
@@ -883,6 +884,9 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, n
     shapes = contrib.static_shapes(model)      # tiles_as_expands changes no shape constant_first_matmuls reads
     rewritten = {next((o for o in n.output if o), "") for n in model.graph.node
                  if n.op_type in ("ConvTranspose", *RECURRENT_OPS)}
+    volumes = {n.output[0] for n in model.graph.node if n.op_type == "Conv" and len(shapes.get(n.input[0], ())) == 5}
+    refused.update(rewrite_conv3d(model, shapes))             # one 2-D Conv over the frames (video, volumes)
+    rewritten |= volumes
     dilated = {n.output[0] for n in model.graph.node if n.op_type in ("Conv", "MaxPool", "AveragePool") and
                any(a.name == "dilations" and any(d != 1 for d in a.ints) for a in n.attribute)}
     refused.update(undilate_convs(model, shapes))             # the phase form (pools too), or the kernel's zeros
