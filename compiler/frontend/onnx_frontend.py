@@ -48,6 +48,7 @@ from typing import Any, Mapping
 
 import numpy as np
 import onnx
+from google.protobuf.message import EncodeError
 from onnx import numpy_helper, shape_inference
 
 from ..ir import Graph, GraphError
@@ -293,6 +294,8 @@ def _infer_shapes(model: onnx.ModelProto, *, check_type: bool = False) -> onnx.M
     shapes_computed = any(node.op_type == "Shape" for node in model.graph.node)
     try:
         inferred = shape_inference.infer_shapes(model, data_prop=shapes_computed, check_type=check_type)
+    except EncodeError:                 # protobuf holds at most 2 GiB: the folded constants passed it
+        raise TensorTooLargeError(_too_large_to_hold(model)) from None
     except shape_inference.InferenceError as err:   # a node whose inputs' types or shapes it cannot take
         text = " ".join(str(err).split())
         raise ModelFileError(f"The model is not a valid ONNX graph: ONNX's shape inference rejects it: {text}"
@@ -316,6 +319,18 @@ def _infer_shapes(model: onnx.ModelProto, *, check_type: bool = False) -> onnx.M
                 dim.Clear()
                 dim.dim_value = value
     return inferred
+
+
+def _too_large_to_hold(model: onnx.ModelProto) -> str:
+    """Why ``model`` cannot be serialized: its constants (once folded at these input shapes), with the largest."""
+    sizes = sorted(((int(np.prod(init.dims, dtype=np.int64)) * onnx.helper.tensor_dtype_to_np_dtype(
+        init.data_type).itemsize, init.name, tuple(init.dims)) for init in model.graph.initializer), reverse=True)
+    total = sum(size for size, _, _ in sizes)
+    largest = ", ".join(f"{name!r} {'x'.join(map(str, dims))} ({size / 2 ** 20:,.0f} MiB)"
+                        for size, name, dims in sizes[:3])
+    return (f"The model's constants take {total / 2 ** 30:.1f} GiB once the import computes those that depend on the "
+            f"input shapes alone (largest: {largest}), past the 2 GiB an ONNX graph can hold (protobuf's limit). "
+            f"Run it at smaller input sizes (--input-shape, or a smaller --input), where those tables are smaller.")
 
 
 def _dims(dims: list[int | None]) -> str:
