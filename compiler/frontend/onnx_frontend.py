@@ -741,15 +741,24 @@ _NOT_ONNX_HINTS = {"Erfc": "tf2onnx writes it for Keras 3's exact GELU, 0.5 x er
                            "gelu(approximate=True), or write 1 - Erf(x) in its place"}
 """What writes an operator ONNX does not define, and the way around it."""
 
+_VALUE_SHAPED = {"NonZero", "NonMaxSuppression", "Unique", "Compress", "RoiAlign", "MaxRoiPool"}
+_VALUE_SHAPED_REASON = ("its output's size depends on the values it reads (a detector's score threshold, "
+                        "non-maximum suppression or box crops), and the lab compiles tensors of static shapes: "
+                        "export the network without its post-processing (its raw boxes and scores) and run that "
+                        "part on the host")
+"""Operators whose output shape (or the region read) is decided by activation values at run time."""
+
 
 def _refusal(node: onnx.NodeProto, refused: dict[str, str]) -> str:
     """Why ``node``, which no rule takes, is refused: a rewrite's reason by its first output, else :data:`_IF_REASON`
-    for an If, else that ONNX does not define the operator (with :data:`_NOT_ONNX_HINTS`' way around it), else
-    nothing more."""
+    for an If, :data:`_VALUE_SHAPED_REASON` for a detector's post-processing, else that ONNX does not define the
+    operator (with :data:`_NOT_ONNX_HINTS`' way around it), else nothing more."""
     if node.output[0] in refused:
         return refused[node.output[0]]
     if node.op_type == "If":
         return _IF_REASON
+    if node.op_type in _VALUE_SHAPED and node.domain in ("", "ai.onnx"):
+        return _VALUE_SHAPED_REASON
     if node.op_type == "Loop":
         return loops.LOOP_REASON
     if node.op_type == "Scan":
