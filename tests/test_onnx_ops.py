@@ -180,3 +180,33 @@ def test_tensors_too_large_for_the_machine_are_refused_before_allocating():
     with pytest.raises(TensorTooLargeError, match=r"tensor 'y' of shape 1x3x512x512, which would take 3\.1 MB; the "
                                                   r"lab allows 1\.0 MB per tensor"):
         import_onnx(model, max_tensor_bytes=1_000_000)
+
+
+def test_a_detectors_post_processing_is_refused_with_the_reason():
+    """NonZero (a score threshold's survivors) has an output whose size the values decide: named, with what to
+    export instead (torchvision's SSDlite writes it in its post-processing)."""
+    x = _x(1, 4)
+    model = _model([helper.make_node("Greater", ["x", "zero"], ["keep"]),
+                    helper.make_node("NonZero", ["keep"], ["where"], name="survivors"),
+                    helper.make_node("Cast", ["where"], ["y"], to=1)], {"x": x},
+                   [("zero", np.zeros(1, np.float32))])
+    with pytest.raises(UnsupportedModelError, match=r"NonZero \(node 'survivors'\): its output's size depends on the "
+                                                    r"values.*without its post-processing"):
+        import_onnx(model)
+
+
+def test_constants_folded_past_protobufs_limit_are_refused_naming_the_largest(monkeypatch):
+    """A model whose folded constants pass the 2 GiB protobuf holds (torchvision's MViT-v2 at 16x224x224): a
+    TensorTooLargeError naming the largest, not protobuf's EncodeError. (The limit is simulated: the serializer
+    raises as it does past 2 GiB.)"""
+    from google.protobuf.message import EncodeError
+
+    from vta.compiler.frontend import onnx_frontend
+
+    def refuse(*args, **kwargs):
+        raise EncodeError("Failed to serialize proto")
+    monkeypatch.setattr(onnx_frontend.shape_inference, "infer_shapes", refuse)
+    x = _x(1, 4)
+    model = _model([helper.make_node("Add", ["x", "table"], ["y"])], {"x": x}, [("table", np.ones((1, 4), np.float32))])
+    with pytest.raises(TensorTooLargeError, match=r"constants take 0\.0 GiB.*'table' 1x4.*protobuf's limit"):
+        import_onnx(model)
