@@ -131,6 +131,8 @@ FLOAT_OPS: dict[str, tuple[str, ...]] = {
                                                          # LayerNormalization's Mean ("mean") and InvStdDev
                                                          # ("inv_std", with "epsilon")
     "LogSoftmax": ("axis",),                             # x - log(sum(exp(x))) along axis
+    "GridSample": ("mode", "padding", "align_corners"),  # inputs x [N, C, H, W], grid [N, Ho, Wo, 2] (an activation):
+                                                         # ONNX's GridSample, qops_pool.grid_sample
     "CumSum": ("axis", "exclusive", "reverse"),          # ONNX CumSum of an activation along one axis
     "SumNormalize": ("axis", "epsilon"),                 # x / (sum(x) along axis + epsilon): 0 where that is 0
     "GainL2Scale": ("axis", "epsilon", "gain", "max_gain"),  # x * min(gain / (||x||_2 + epsilon), max_gain)
@@ -190,6 +192,7 @@ QUANT_OPS: dict[str, tuple[str, ...]] = {
     "QSumNormalize": ("axis", "epsilon", "scale", "out_scale"),  # int64 sum, float64 divide
     "QReduce": ("kind", "axis", "scale", "out_scale"),   # int64 sums, float64 rest (the C library's exp and log)
     "QLogSoftmax": ("axis", "scale", "out_scale"),       # float64 from int8, the C library's exp and log
+    "QGridSample": ("mode", "padding", "align_corners", "scale", "grid_scale", "out_scale"),  # float64 from int8
     "LogSoftmax": ("axis", "scale"),                     # int8 -> float32 log-softmax (at a graph output)
     "QCumSum": ("axis", "exclusive", "reverse", "scale", "out_scale"),  # int64 running sums, one rounding
     "QGainL2Scale": ("axis", "epsilon", "gain", "max_gain", "scale", "out_scale"),  # int64 squares, float64 rest

@@ -68,10 +68,12 @@ from .qops_index import (
 )
 from .qops_layernorm import ILAYERNORM_ATTRS, NEWTON_STEPS, RSQRT_GUESS, ilayernorm, ilayernorm_params, ilayernorm_trace
 from .qops_pool import (
+    GRID_PADDINGS,
     REDUCE_KINDS,
     cumsum,
     exact_exp,
     gain_l2_scale,
+    grid_sample,
     grn_scale,
     l2_normalize,
     log_softmax,
@@ -81,6 +83,7 @@ from .qops_pool import (
     pool_terms,
     qcumsum,
     qgain_l2_scale,
+    qgrid_sample,
     qgrn_scale,
     ql2_normalize,
     qlog_softmax,
@@ -117,7 +120,7 @@ __all__ = [
     "igelu_params",
     "igelu_trace", "igelu", "ISOFTMAX_ATTRS", "isoftmax_params", "isoftmax_trace", "isoftmax", "EXP_POLY",
     "RECIP_GUESS", "RECIP_NEWTON_STEPS", "ILAYERNORM_ATTRS", "ilayernorm_params", "ilayernorm_trace", "ilayernorm",
-    "NEWTON_STEPS", "RSQRT_GUESS",
+    "NEWTON_STEPS", "RSQRT_GUESS", "grid_sample", "qgrid_sample", "GRID_PADDINGS",
 ]
 
 
@@ -775,6 +778,9 @@ QOPS: dict[str, OpFn] = {
     qmasked_log_sum_exp(v[0], n.attrs["scale"], n.attrs["out_scale"], n.attrs["axis"], n.attrs.get("bias"),
                         n.attrs.get("keep"), n.attrs.get("fill", 0.0), softmax_key(n, v)),
     "QLogSoftmax": lambda n, v: qlog_softmax(v[0], n.attrs["axis"], n.attrs["scale"], n.attrs["out_scale"]),
+    "QGridSample": lambda n, v: qgrid_sample(v[0], n.attrs["grid"] if "grid" in n.attrs else v[1], n.attrs["mode"],
+                                             n.attrs["padding"], n.attrs["align_corners"], n.attrs["scale"],
+                                             n.attrs.get("grid_scale", 1.0), n.attrs["out_scale"]),
     "QCumSum": lambda n, v: qcumsum(v[0], n.attrs["axis"], n.attrs["exclusive"], n.attrs["reverse"], n.attrs["scale"],
                                     n.attrs["out_scale"]),
     "LogSoftmax": lambda n, v: log_softmax(v[0], n.attrs["axis"], n.attrs["scale"]).astype(np.float32),

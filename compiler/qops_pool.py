@@ -15,7 +15,9 @@
   and key norms, :func:`.frontend.rmsnorm.match_gain_l2`);
 * ``Reduce`` / ``QReduce``: ONNX's other reductions along one axis, kept (:data:`REDUCE_KINDS`: ReduceMin, ReduceL1,
   ReduceL2, ReduceSumSquare, ReduceLogSum, ReduceLogSumExp);
-* ``LogSoftmax`` / ``QLogSoftmax``: ``x - log(sum(exp(x)))`` (ONNX's ``LogSoftmax``: a classifier's last layer).
+* ``LogSoftmax`` / ``QLogSoftmax``: ``x - log(sum(exp(x)))`` (ONNX's ``LogSoftmax``: a classifier's last layer);
+* ``GridSample`` / ``QGridSample``: ONNX's GridSample of a 4-D input at a grid computed at run time (RAFT's
+  correlation lookups and warps, a spatial transformer), bilinear or nearest, in float64 from the int8 values.
 """
 from __future__ import annotations
 
@@ -27,7 +29,8 @@ from .qops_index import run_region
 
 __all__ = ["pool_terms", "mask_pool", "qmask_pool", "l2_normalize", "ql2_normalize", "mask_fn", "sum_normalize",
            "qsum_normalize", "grn_scale", "qgrn_scale", "gain_l2_scale", "qgain_l2_scale", "log_sum_exp",
-           "REDUCE_KINDS", "reduce_rows", "qreduce", "log_softmax", "qlog_softmax", "exact_exp", "cumsum", "qcumsum"]
+           "REDUCE_KINDS", "reduce_rows", "qreduce", "log_softmax", "qlog_softmax", "exact_exp", "cumsum", "qcumsum",
+           "grid_sample", "qgrid_sample", "GRID_MODES", "GRID_PADDINGS"]
 
 REDUCE_KINDS = {"ReduceMin": "min", "ReduceL1": "l1", "ReduceL2": "l2", "ReduceSumSquare": "sum_square",
                 "ReduceLogSum": "log_sum", "ReduceLogSumExp": "log_sum_exp", "ReduceSum": "sum"}
@@ -263,3 +266,70 @@ def qcumsum(x: np.ndarray, axis: int, exclusive: bool, reverse: bool, scale: flo
     ``clip(rint(sum * scale / out_scale))``; the same bits on every machine."""
     total = _cumulative(np.asarray(x, np.int64), axis, exclusive, reverse).astype(np.float64)
     return np.clip(np.rint(total * scale / out_scale), -128, 127).astype(np.int8)
+
+
+GRID_MODES = ("linear", "nearest")
+"""The interpolations ``GridSample`` takes (ONNX's ``bilinear`` of opsets 16-19 is ``linear``); ``cubic`` is refused."""
+
+GRID_PADDINGS = ("zeros", "border", "reflection")
+
+
+def _grid_coords(g: np.ndarray, size: int, align_corners: bool, padding: str, nearest: bool) -> np.ndarray:
+    """Normalized grid coordinates ``g`` (-1..1) as pixel coordinates along an axis of ``size`` (float64), with
+    ``border`` clamped and ``reflection`` reflected into the axis, in ONNX's order (``nearest``: rounded to the
+    nearest integer, halves to even, first)."""
+    x = (g + 1.0) / 2.0 * (size - 1) if align_corners else ((g + 1.0) * size - 1.0) / 2.0
+    if nearest:
+        x = np.rint(x)
+    if padding == "border":
+        return np.clip(x, 0, size - 1)
+    if padding == "reflection":
+        low, high = (0.0, size - 1.0) if align_corners else (-0.5, size - 0.5)
+        span = high - low
+        if span <= 0:
+            return np.zeros_like(x)
+        outside = (x < low) | (x > high)
+        distance = np.where(x < low, low - x, x - high)
+        flips = np.floor(distance / span)
+        extra = distance - flips * span
+        back = np.where(x < low, np.where(flips % 2 == 0, low + extra, high - extra),
+                        np.where(flips % 2 == 0, high - extra, low + extra))
+        x = np.where(outside, back, x)
+        return np.clip(x, 0, size - 1) if not nearest else np.clip(np.trunc(x), 0, size - 1)
+    return x
+
+
+def grid_sample(x: np.ndarray, grid: np.ndarray, mode: str, padding: str, align_corners: bool) -> np.ndarray:
+    """ONNX's GridSample of ``x [N, C, H, W]`` at ``grid [N, Ho, Wo, 2]`` (normalized ``(x, y)`` in -1..1) in float64:
+    ``[N, C, Ho, Wo]``. ``mode`` of :data:`GRID_MODES`, ``padding`` of :data:`GRID_PADDINGS` (``zeros``: a tap outside
+    the input reads 0)."""
+    x = np.asarray(x, np.float64)
+    grid = np.asarray(grid, np.float64)
+    n, c, h, w = x.shape
+    ix = _grid_coords(grid[..., 0], w, align_corners, padding, mode == "nearest")          # [N, Ho, Wo]
+    iy = _grid_coords(grid[..., 1], h, align_corners, padding, mode == "nearest")
+    batch = np.arange(n).reshape(n, 1, 1)
+
+    def tap(yy: np.ndarray, xx: np.ndarray) -> np.ndarray:
+        """``x`` at integer rows ``yy`` and columns ``xx`` ([N, Ho, Wo]) for every channel: ``[N, C, Ho, Wo]``, 0
+        outside the input."""
+        inside = (yy >= 0) & (yy < h) & (xx >= 0) & (xx < w)
+        got = x[batch, :, np.clip(yy, 0, h - 1), np.clip(xx, 0, w - 1)]     # [N, Ho, Wo, C]
+        return np.moveaxis(np.where(inside[..., None], got, 0.0), -1, 1)
+
+    if mode == "nearest":
+        return tap(iy.astype(np.int64), ix.astype(np.int64))
+    x0, y0 = np.floor(ix), np.floor(iy)
+    wx, wy = (ix - x0)[:, None], (iy - y0)[:, None]
+    x0, y0 = x0.astype(np.int64), y0.astype(np.int64)
+    return ((1 - wy) * ((1 - wx) * tap(y0, x0) + wx * tap(y0, x0 + 1)) +
+            wy * ((1 - wx) * tap(y0 + 1, x0) + wx * tap(y0 + 1, x0 + 1)))
+
+
+def qgrid_sample(q: np.ndarray, q_grid: np.ndarray, mode: str, padding: str, align_corners: bool, scale: float,
+                 grid_scale: float, out_scale: float) -> np.ndarray:
+    """GridSample of the int8 ``q`` (at ``scale``) at the int8 grid ``q_grid`` (at ``grid_scale``; or a float32
+    constant grid at scale 1): float64 from those values, then rounded once to ``out_scale`` (int8)."""
+    y = grid_sample(np.asarray(q, np.float64) * scale, np.asarray(q_grid, np.float64) * grid_scale, mode, padding,
+                    align_corners)
+    return np.clip(np.rint(y / out_scale), -128, 127).astype(np.int8)

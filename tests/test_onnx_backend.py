@@ -51,7 +51,7 @@ OPERATORS = ("Conv", "Gemm", "MatMul", "BatchNormalization", "Relu", "Clip", "Ad
              "LeakyRelu", "ThresholdedRelu", "Selu", "Sqrt", "Reciprocal", "Max", "Min", "Pow", "LogSoftmax",
              "ReduceLogSumExp", "ReduceMin", "ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSum", "CumSum",
              "Trilu", "LayerNormalization", "CausalConvWithState", "ConvTranspose", "LSTM", "GRU", "RNN",
-             "GlobalMaxPool", "GlobalLpPool", "Loop", "Scan", "PRelu")
+             "GlobalMaxPool", "GlobalLpPool", "Loop", "Scan", "PRelu", "GridSample")
 """The operators of a CNN the frontend imports (the element-wise functions as lookup tables), and ONNX's fused
 transformer operators (opsets 23+), whose node cases
 the conformance test runs (scripts/onnx_node_table.py covers every operator the frontend knows)."""
@@ -83,7 +83,8 @@ KNOWN_DEFECTS: tuple[str, ...] = ()
 """Valid models the frontend reports wrongly (as malformed): expected failures until fixed. None today: a Constant
 node as the graph output, Dropout's mask and BatchNormalization's training mode are refused with their reasons."""
 
-INT8_MISSES: tuple[str, ...] = (r"^test_pow_(cpu|fsim)$", r"^test_layer_normalization_2d_axis_negative_2_expanded_")
+INT8_MISSES: tuple[str, ...] = (r"^test_pow_(cpu|fsim)$", r"^test_layer_normalization_2d_axis_negative_2_expanded_",
+                                r"^test_gridsample_zeros_padding_(cpu|fsim)$")
 """Cases that run but miss the int8 tolerance for a reason of int8 itself: expected failures, so that a change of
 their accuracy is noticed. ``test_pow``, ``x ** y`` of two activations with ``x`` from 0 to 59: the base's int8 step
 (0.46) times the power's slope (``y * x ** (y - 1)``, up to several hundred) is beyond ``2 * s_out + s_in``; the
@@ -91,7 +92,10 @@ lab runs it as a table of the pairs of int8 values (frontend/pointwise.py) and r
 ``test_layer_normalization_2d_axis_negative_2_expanded``: ONNX's LayerNormalization function fuses into one
 LayerNormalization (onnx_fusions._match_one_pass_layer_norm), but its scale and bias are graph inputs, so
 activations: the normalised values times the int8 scale, plus the int8 bias, add two roundings that the tolerance
-does not count (0.057 against 0.046; the 18 other expanded cases meet it)."""
+does not count (0.057 against 0.046; the 18 other expanded cases meet it). ``test_gridsample_zeros_padding``: its grid
+is a graph input, so an int8 activation; its step moves the sample positions by up to a quarter pixel at that size,
+and a bilinear sample moves with them (0.147 against 0.106; the grid of a model, computed at run time, is int8 as
+well; a constant grid stays exact, and the 19 other 2-D cases meet the tolerance)."""
 
 
 @cache

@@ -210,3 +210,40 @@ def test_constants_folded_past_protobufs_limit_are_refused_naming_the_largest(mo
     model = _model([helper.make_node("Add", ["x", "table"], ["y"])], {"x": x}, [("table", np.ones((1, 4), np.float32))])
     with pytest.raises(TensorTooLargeError, match=r"constants take 0\.0 GiB.*'table' 1x4.*protobuf's limit"):
         import_onnx(model)
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "nearest"])
+@pytest.mark.parametrize("padding", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("align", [0, 1])
+def test_grid_sample_at_a_computed_grid(mode, padding, align):
+    """GridSample at a grid the model computes (RAFT's lookups, a spatial transformer): the float import equals
+    onnxruntime; quantized, the CPU run equals the integer reference (float64 from the int8 input and grid)."""
+    rng = np.random.default_rng(12)
+    x = (rng.standard_normal((1, 3, 6, 7)) * 2).astype(np.float32)
+    grid = (rng.uniform(-1.3, 1.3, (1, 4, 5, 2))).astype(np.float32)
+    node = helper.make_node("GridSample", ["x", "g"], ["y"], mode=mode, padding_mode=padding, align_corners=align)
+    _, qgraph, got, want = onnx_op_run(_model([node], {"x": x, "g": grid}, opset=17), {"x": x, "g": grid},
+                                       atol=1e-5, rtol=1e-5)
+    assert "QGridSample" in [n.op for n in qgraph.nodes]
+    if mode == "bilinear":
+        assert float(np.ravel(got) @ np.ravel(want) / np.linalg.norm(got) / np.linalg.norm(want)) > 0.97
+    else:        # the int8 grid may round a position to the next pixel: most outputs are the same pixel's
+        assert np.mean(np.abs(got - want) <= 0.1) >= 0.8
+
+
+def test_grid_sample_at_a_constant_grid_keeps_it_exact():
+    """A grid of constants (RAFT's first lookup, at the zero flow) is the node's float attribute: never quantized."""
+    x = _x(1, 2, 5, 5)
+    grid = np.linspace(-1, 1, 2 * 3 * 4).reshape(1, 3, 4, 2).astype(np.float32)
+    node = helper.make_node("GridSample", ["x", "g"], ["y"], align_corners=1)
+    qgraph = _end_to_end(_model([node], {"x": x}, [("g", grid)], opset=17), {"x": x})
+    sample = next(n for n in qgraph.nodes if n.op == "QGridSample")
+    np.testing.assert_array_equal(sample.attrs["grid"], grid)
+
+
+def test_grid_sample_refusals_name_what_is_missing():
+    x = _x(1, 2, 5, 5)
+    grid = RNG.uniform(-1, 1, (1, 3, 4, 2)).astype(np.float32)
+    node = helper.make_node("GridSample", ["x", "g"], ["y"], mode="bicubic", name="warp")
+    with pytest.raises(UnsupportedOperatorError, match=r"'warp'.*mode 'bicubic' \(only bilinear/linear and nearest\)"):
+        import_onnx(_model([node], {"x": x, "g": grid}, opset=17))

@@ -9,7 +9,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from ..qops import REDUCE_KINDS
+from ..qops import GRID_PADDINGS, REDUCE_KINDS
 from . import float_ref, rmsnorm
 from .onnx_common import PUBLIC_OPS, UnsupportedOperatorError, _attrs, _decode, _Importer
 from .onnx_rules import (
@@ -253,6 +253,35 @@ def _prelu(imp: _Importer, node: onnx.NodeProto) -> None:
     kept = imp.emit_shaped("Mul", node, [positive, imp.new_const(f"{node.output[0]}_keep", 1.0 - a)], out)
     sloped = imp.emit_shaped("Mul", node, [x, imp.new_const(f"{node.output[0]}_slope", a)], out)
     imp.emit("Add", node, [kept, sloped])
+
+
+def _grid_sample(imp: _Importer, node: onnx.NodeProto) -> None:
+    """GridSample of a 4-D activation at a grid of the same batch, bilinear or nearest, any padding mode and
+    ``align_corners``: on the CPU, float64 from the int8 input and grid (:func:`..qops_pool.grid_sample`); a constant
+    grid is the node's attribute ``grid``, exact (never quantized). ``cubic``, and inputs of other ranks (opset 20's
+    3-D sampling), refused."""
+    a = _attrs(node)
+    mode = {"bilinear": "linear", "linear": "linear", "nearest": "nearest"}.get(_decode(a.get("mode", "bilinear")))
+    padding = _decode(a.get("padding_mode", "zeros"))
+    x, grid = node.input[0], node.input[1]
+    problems = []
+    if mode is None:
+        problems.append(f"mode {_decode(a.get('mode'))!r} (only bilinear/linear and nearest)")
+    if padding not in GRID_PADDINGS:
+        problems.append(f"padding_mode {padding!r}")
+    fixed = imp.is_const(grid)               # a grid of constants (RAFT's first lookup, at the zero flow): exact
+    x_shape = tuple(imp.shape(x))
+    g_shape = tuple(np.shape(imp.const(grid))) if fixed else tuple(imp.shape(grid))
+    if len(x_shape) != 4 or len(g_shape) != 4 or g_shape[-1] != 2 or g_shape[0] != x_shape[0]:
+        problems.append(f"an input of shape {list(x_shape)} and a grid of shape {list(g_shape)} (only [N, C, H, W] "
+                        f"and [N, Ho, Wo, 2])")
+    if imp.is_const(x):
+        problems.append("a constant input (only an activation is sampled)")
+    if problems:
+        raise UnsupportedOperatorError(node.op_type, node.name, "; ".join(problems))
+    extra: dict[str, Any] = {"grid": np.asarray(imp.const(grid), np.float32)} if fixed else {}
+    imp.emit("GridSample", node, [x] if fixed else [x, grid], mode=mode, padding=padding,
+             align_corners=bool(int(a.get("align_corners", 0))), **extra)
 
 
 def _max_min(imp: _Importer, node: onnx.NodeProto) -> None:
@@ -673,6 +702,7 @@ RULES: dict[str, Callable[[_Importer, onnx.NodeProto], None]] = {
     "Max": _max_min,
     "Min": _max_min,
     "PRelu": _prelu,
+    "GridSample": _grid_sample,
     "Gather": _gather,
     "GatherElements": _gather_elements,
     "InstanceNormalization": _group_norm,

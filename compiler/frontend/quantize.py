@@ -908,6 +908,18 @@ class _Quantizer:
                          epsilon=float(node.attrs["epsilon"]), scale=self.scales[x], gamma=gamma, beta=beta,
                          out_scale=sy)
 
+    def grid_sample(self, node: Node) -> None:
+        """GridSample -> QGridSample (float64 from the int8 input and grid, :func:`..qops_pool.qgrid_sample`) at the
+        output's calibrated scale."""
+        x = node.inputs[0]
+        out = node.outputs[0]
+        sy = self.act_scale(out)
+        grid = {"grid": node.attrs["grid"], "grid_scale": 1.0} if "grid" in node.attrs else \
+            {"grid_scale": self.scales[node.inputs[1]]}    # a constant grid stays float: its values, exactly
+        self.qg.add_node("QGridSample", node.name, list(node.inputs), [self.wide_out(out, sy)],
+                         mode=node.attrs["mode"], padding=node.attrs["padding"],
+                         align_corners=bool(node.attrs["align_corners"]), scale=self.scales[x], out_scale=sy, **grid)
+
     def rms_norm(self, node: Node) -> None:
         """RMSNorm -> QRMSNorm (float64 from the int8 input, see :func:`.qops_gated.rms_norm`)."""
         x, out = node.inputs[0], node.outputs[0]
@@ -976,6 +988,7 @@ _HANDLERS = {
     "LayerNorm": _Quantizer.layer_norm, "RMSNorm": _Quantizer.rms_norm, "Where": _Quantizer.where,
     "Embedding": _Quantizer.embedding, "KeyMask": _Quantizer.key_mask, "IndexFn": _Quantizer.index_fn,
     "MaskPool": _Quantizer.mask_pool, "MaskFn": _Quantizer.mask_fn, "InputFn": _Quantizer.input_fn,
+    "GridSample": _Quantizer.grid_sample,
     "PointwiseFn": _Quantizer.pointwise,
     "TopKOneHot": _Quantizer.top_k_one_hot, "PickChosen": _Quantizer.pick_chosen,
     **{op: _Quantizer.row_norm for op in ("L2Normalize", "SumNormalize", "GRNScale", "GainL2Scale")},
