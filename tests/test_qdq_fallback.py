@@ -120,6 +120,27 @@ def test_a_dynamically_quantized_block_imports_as_float_matmuls(tmp_path, caplog
     assert float(got.ravel() @ want.ravel() / np.linalg.norm(got) / np.linalg.norm(want)) > 0.999
 
 
+def test_tf2onnx_dynamic_range_tflite_form_imports_as_float_matmuls(caplog):
+    """tf2onnx's form of a dynamic-range TFLite model: ``DequantizeLinear(DynamicQuantizeLinear(x))`` (a fake
+    quantization of the activation at a scale computed at run time) before a float MatMul by ``DequantizeLinear`` of
+    int8 weights: the activation's pair is ``x``, the weights fold to their int8 values."""
+    from vta.compiler.frontend.float_ref import run_float
+    from vta.compiler.frontend.prequant import import_model
+    rng = np.random.default_rng(3)
+    wq = rng.integers(-127, 128, (D, D)).astype(np.int8)
+    nodes = [node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"]),
+             node("DequantizeLinear", ["xq", "xs", "xz"], ["xd"]),
+             node("DequantizeLinear", ["wq", "ws", "wz"], ["w"]),
+             node("MatMul", ["xd", "w"], ["m"]), node("Relu", ["m"], ["y"])]
+    model = _model(nodes, {"wq": wq, "ws": np.array(0.01, np.float32), "wz": np.array(0, np.int8)}, "tflite_dynamic")
+    with caplog.at_level(logging.WARNING, logger="vta"):
+        graph = import_model(model)
+    assert "imported as its dequantized float graph" in caplog.text and not graph.is_quantized
+    assert [n.op for n in graph.nodes].count("Conv2d") == 1
+    want = np.maximum(_x() @ (wq.astype(np.float32) * 0.01), 0)
+    np.testing.assert_allclose(run_float(graph, {"x": _x()})["y"], want, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("per_channel", [False, True])
 def test_onnxruntimes_fused_dynamic_matmuls_import_as_the_chains_they_fuse(per_channel, tmp_path):
     """onnxruntime's extended graph optimization saves quantize_dynamic's chains fused: DynamicQuantizeMatMul where

@@ -221,7 +221,9 @@ def _dynamic_to_float(model: onnx.ModelProto) -> None:
     w_scale)``: the float layer with its int8 weights' values; a ``ConvInteger`` chain (a ViT's patch embedding)
     becomes the Conv with the same attributes (per-output-channel scales and zero points along the weights' first
     axis); a ``DequantizeLinear`` of a ``Gather`` from an int8
-    table (a quantized embedding) becomes a Gather from the dequantized table; onnxruntime's fused forms of the MatMul
+    table (a quantized embedding) becomes a Gather from the dequantized table; a ``DequantizeLinear`` that alone reads
+    a ``DynamicQuantizeLinear(x)`` (tf2onnx's form of a dynamic-range TFLite model: a fake quantization at a scale
+    computed at run time) becomes ``x``; onnxruntime's fused forms of the MatMul
     chain (:func:`_fused_dynamic`) become the same float nodes. Nodes left unread afterwards (the
     dynamic quantization of ``x``, the scale products) are dropped. Chains of another form are left (and refused by
     the caller)."""
@@ -272,6 +274,13 @@ def _dynamic_to_float(model: onnx.ModelProto) -> None:
         replace[node.output[0]] = onnx.helper.make_node("Gather", [name, gather.input[1]], [node.output[0]],
                                                         name=gather.name or node.output[0], axis=0)
         gone.add(gather.output[0])
+    for node in model.graph.node:      # DequantizeLinear(DynamicQuantizeLinear(x)): tf2onnx's dynamic-range TFLite
+        quant = producer.get(node.input[0]) if node.op_type == "DequantizeLinear" else None
+        if quant is not None and quant.op_type == "DynamicQuantizeLinear" and \
+                list(node.input[:3]) == list(quant.output[:3]) and len(node.input) == 3 and \
+                all(list(g.consumers.get(t, [])) == [node] for t in quant.output[:3]):
+            replace[node.output[0]] = onnx.helper.make_node("Identity", [quant.input[0]], [node.output[0]],
+                                                            name=node.name or node.output[0])
     extra = _fused_dynamic(model, g)
     if not replace and not extra:
         return
