@@ -117,7 +117,8 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
     from .frontend.quantize import SCORE_WIDTHS, WEIGHT_ROUNDINGS
     p.add_argument("--calibration", metavar="FILE|DIR", default=default.calibration,
                    help="calibrate on your data: an .npz of named input batches (input name -> array [N, ...] of N "
-                        "samples), or a folder of .npy files (one sample or a batch each; one-input models) or of "
+                        "samples), an .npy of one input's N samples [N, ...], or a folder of .npy files (one sample "
+                        "or a batch each; one-input models) or of "
                         "images (.png/.jpg, needs Pillow; NCHW inputs of 1 or 3 channels, see --preprocess). "
                         "Without it the model is calibrated on random normal values and its accuracy on real inputs "
                         "is unknown")

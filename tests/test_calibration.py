@@ -41,6 +41,8 @@ def test_npz_and_npy_folder(tiny, tmp_path: Path) -> None:
     data = load_calibration(folder, tiny)
     np.testing.assert_array_equal(data["input"][0], _samples(1)[0])
     np.testing.assert_array_equal(data["input"][1:], _samples(3, 1))
+    np.save(tmp_path / "stacked.npy", _samples(5, 2))                 # one .npy of a one-input model's samples
+    np.testing.assert_array_equal(load_calibration(tmp_path / "stacked.npy", tiny)["input"], _samples(5, 2))
 
 
 def test_image_folder_and_its_preprocessing(tiny, tmp_path: Path) -> None:
@@ -65,8 +67,8 @@ def test_image_folder_and_its_preprocessing(tiny, tmp_path: Path) -> None:
     ({"d.npz": {"input": np.zeros((0, 1, 8, 8))}}, "d.npz: input 'input' has 0 samples; give a positive multiple "
                                                    "of the batch 1"),
     ({"d.npz": {"input": np.full((1, 1, 8, 8), np.nan)}}, "d.npz: input 'input' holds NaN or infinite values"),
-    ({"d.npy": _samples(2)}, "d.npy: give an .npz file of named input batches or a folder of .npy files or images, "
-                             "not a .npy file"),
+    ({"d.npy": _samples(2)[:, :, :4]}, "d.npy: shape (2, 1, 4, 8); input 'input' takes one sample (1, 8, 8) or a "
+                                       "batch [n, 1, 8, 8]"),
 ])
 def test_bad_files_name_the_file_and_the_problem(tiny, tmp_path: Path, files, message: str) -> None:
     for name, content in files.items():
@@ -78,6 +80,14 @@ def test_bad_files_name_the_file_and_the_problem(tiny, tmp_path: Path, files, me
     with pytest.raises(CalibrationError) as err:
         load_calibration(path, tiny)
     assert str(err.value) == f"--calibration {tmp_path}/{message}"
+
+
+def test_a_file_of_another_kind_is_named(tiny, tmp_path: Path) -> None:
+    (tmp_path / "d.txt").write_text("x")
+    with pytest.raises(CalibrationError, match=r"d\.txt: give an \.npz file of named input batches, an \.npy file of "
+                                               r"one input's samples, or a folder of \.npy files or images, not a "
+                                               r"\.txt file"):
+        load_calibration(tmp_path / "d.txt", tiny)
 
 
 def test_bad_folders(tiny, tmp_path: Path) -> None:

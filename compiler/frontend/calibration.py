@@ -6,6 +6,7 @@ takes them:
 
 * an ``.npz`` archive of named input batches: one array per graph input, each ``[N, *shape[1:]]`` (``N`` samples,
   a multiple of the batch; every input the same ``N``);
+* an ``.npy`` file, for a model with one input: its samples stacked, ``[N, *shape[1:]]`` (or one sample);
 * a folder of ``.npy`` files, for a model with one input: each one sample (``shape[1:]``) or a batch of them
   (``[n, *shape[1:]]``), read in file-name order;
 * a folder of images (``.png``, ``.jpg``, ``.jpeg``; needs Pillow), for a model with one NCHW input of 1 or 3
@@ -66,7 +67,8 @@ class CalibrationError(ValueError):
 
 def load_calibration(path: str | os.PathLike[str], graph: Graph, *, preprocess: str = "imagenet",
                      fixed: Mapping[str, float] | None = None) -> dict[str, np.ndarray]:
-    """The calibration samples in ``path`` (an ``.npz`` file, or a folder of ``.npy`` files or images) for the float
+    """The calibration samples in ``path`` (an ``.npz`` file, an ``.npy`` file of one input's samples, or a folder of
+    ``.npy`` files or images) for the float
     ``graph``: input name -> float32 ``[N, *shape[1:]]`` (int64 for token ids), N a positive multiple of the input's
     batch. ``fixed``: inputs compiled as constants (``--input-value``); an array for one must hold that value
     throughout, and is left out."""
@@ -88,9 +90,13 @@ def load_calibration(path: str | os.PathLike[str], graph: Graph, *, preprocess: 
         return _checked(graph, {name: value}, where)
     if not p.exists():
         raise CalibrationError(f"{where}: no such file or folder")
+    if p.suffix.lower() == ".npy":          # one input's samples stacked, [N, *shape[1:]] (or one sample)
+        name = _single_input(graph, where, "an .npy file")
+        return _checked(graph, {name: _npy_folder([p], graph, name)}, where)
     if p.suffix.lower() != ".npz":
-        raise CalibrationError(f"{where}: give an .npz file of named input batches or a folder of .npy files or "
-                               f"images, not a {p.suffix or 'file without suffix'} file")
+        raise CalibrationError(f"{where}: give an .npz file of named input batches, an .npy file of one input's "
+                               f"samples, or a folder of .npy files or images, not a "
+                               f"{p.suffix or 'file without suffix'} file")
     named = _npz(p, where)
     for name, want in (fixed or {}).items():
         if name in named and name not in graph.inputs:
@@ -102,16 +108,16 @@ def load_calibration(path: str | os.PathLike[str], graph: Graph, *, preprocess: 
 
 
 def describe(path: str | os.PathLike[str]) -> str:
-    """What kind of calibration data ``path`` holds: ``npz``, ``npy folder`` or ``image folder``."""
+    """What kind of calibration data ``path`` holds: ``npz``, ``npy``, ``npy folder`` or ``image folder``."""
     p = Path(path)
     if not p.is_dir():
-        return "npz"
+        return "npy" if p.suffix.lower() == ".npy" else "npz"
     return "npy folder" if any(f.suffix.lower() == ".npy" for f in p.iterdir()) else "image folder"
 
 
-def _single_input(graph: Graph, where: str) -> str:
+def _single_input(graph: Graph, where: str, what: str = "a folder") -> str:
     if len(graph.inputs) != 1:
-        raise CalibrationError(f"{where}: a folder calibrates a model with one input, but this one has "
+        raise CalibrationError(f"{where}: {what} calibrates a model with one input, but this one has "
                                f"{len(graph.inputs)} ({', '.join(graph.inputs)}); give an .npz with one array each")
     return graph.inputs[0]
 
