@@ -15,9 +15,10 @@ beyond ``K`` is zero). So a ConvTranspose of ``C_in -> C_out`` channels becomes:
 
 Every output value is the same sum of products as onnxruntime's (in another order, so float results differ by
 rounding), the Conv is an ordinary layer the accelerator runs, and no zeros are inserted between the inputs (the
-zero-insertion form would spend ``s_h * s_w`` times the MACs). 1-D and 2-D windows, any strides, pads,
-``output_padding``, ``output_shape``, ``auto_pad`` ``VALID`` and ``SAME_UPPER``, groups, and dilations (below); 3-D
-windows, ``SAME_LOWER`` (whose output length onnxruntime computes otherwise than the ONNX text at some shapes)
+zero-insertion form would spend ``s_h * s_w`` times the MACs). 1-D, 2-D and 3-D windows (a 3-D phase Conv then runs
+over its frames, :mod:`.conv3d`), any strides, pads, ``output_padding``, ``output_shape``, ``auto_pad`` ``VALID`` and
+``SAME_UPPER``, groups, and dilations (below); ``SAME_LOWER`` (whose output length onnxruntime computes otherwise
+than the ONNX text at some shapes)
 and ``SAME_UPPER`` with ``output_padding`` (onnxruntime and ONNX's shape inference disagree on its length) are refused
 with the reason, and so is ``SAME_UPPER`` with a kernel shorter than its stride (onnxruntime's length differs from the
 ONNX text's again) (:func:`rewrite_conv_transposes`). An ``output_shape`` longer than the full output puts the
@@ -73,8 +74,8 @@ def _plan(node: onnx.NodeProto, x_shape: tuple[int, ...], kernel: tuple[int, ...
           ) -> tuple[tuple[int, ...], list[int], list[int]] | str:
     """``(strides, begin pads, output lengths)`` per spatial axis, or why the node is refused."""
     rank = len(kernel)
-    if rank not in (1, 2):
-        return f"a {rank}-D window (only 1-D and 2-D)"
+    if rank not in (1, 2, 3):
+        return f"a {rank}-D window (only 1-D, 2-D and 3-D)"
     a = _attrs(node)
     dilations = [int(d) for d in a.get("dilations", [1] * rank)]
     if any(d != 1 for d in dilations):

@@ -916,6 +916,7 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, n
     refused.update(undilate_convs(model, shapes))             # the phase form (pools too), or the kernel's zeros
     rewritten |= dilated
     refused.update(rewrite_conv_transposes(model, shapes))    # one Conv of the output phases, interleaved
+    refused.update(rewrite_conv3d(model, shapes))             # a 3-D ConvTranspose's phase Conv, over its frames
     refused.update(rewrite_recurrent(model, shapes))          # LSTM, GRU, RNN unrolled over their steps
     if rewritten - set(refused):              # their nodes of a constant (a zero initial state) fold
         model = _infer_shapes(_fold_constants(_infer_shapes(model)))
