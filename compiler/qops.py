@@ -429,13 +429,15 @@ def softmax_sink(node: Node, values: Sequence[np.ndarray]) -> np.ndarray | None:
 
 
 def embed(ids: np.ndarray, table: np.ndarray) -> np.ndarray:
-    """``table[ids]`` (shape ``ids.shape + table.shape[1:]``); a ValueError naming the range when an id (a computed
-    position id, say) falls outside the table's rows."""
+    """``table[ids]`` (shape ``ids.shape + table.shape[1:]``), a negative id counting from the table's end as ONNX's
+    Gather does (LayoutLM's box widths, ``x1 - x0``, index a table so); a ValueError naming the range when an id (a
+    computed position id, say) falls outside ``[-rows, rows - 1]``. (Token ids given as inputs are checked to ``[0,
+    rows - 1]`` before: :func:`.pipeline.check_inputs`.)"""
     idx = np.asarray(ids, np.int64)
     rows = table.shape[0]
-    if idx.size and (idx.min() < 0 or idx.max() >= rows):
+    if idx.size and (idx.min() < -rows or idx.max() >= rows):
         raise ValueError(f"an embedding lookup got ids from {int(idx.min())} to {int(idx.max())}, outside its table's "
-                         f"rows 0 to {rows - 1}")
+                         f"rows {-rows} to {rows - 1} (a negative id counts from the end)")
     return np.take(table, idx, axis=0)
 
 

@@ -112,8 +112,16 @@ def test_computed_ids_outside_the_table_are_a_value_error():
     graph = import_onnx(_roberta_embeddings())
     small = graph.copy()
     small.constants["positions"] = small.constants["positions"][:4]
-    with pytest.raises(ValueError, match=r"ids from 1 to 9, outside its table's rows 0 to 3"):
+    with pytest.raises(ValueError, match=r"ids from 1 to 9, outside its table's rows -4 to 3 \(a negative id counts "
+                                         r"from the end\)"):
         run_float(small, {"input_ids": _ids()})
+
+
+def test_a_negative_computed_id_counts_from_the_tables_end_as_onnx_gather_does():
+    """LayoutLM's box widths ``x1 - x0`` index a table; a negative one reads from its end, in onnxruntime as here."""
+    from vta.compiler.qops import embed
+    table = np.arange(12, dtype=np.float32).reshape(6, 2)
+    np.testing.assert_array_equal(embed(np.array([[-1, 0, -6]]), table), table[[[5, 0, 0]]])
 
 
 def test_token_ids_meeting_an_activation_are_refused():
