@@ -11,7 +11,8 @@ constants alone (default domain, no subgraphs), up to the first linear layer (``
 that reads a value computed after a :data:`SENSITIVE_OPS` node (a ``Sin`` of ``t * f``), so that the layers after the
 embedding stay on the accelerator. (A linear layer before it, as in the rotary embedding's ``positions @ inv_freq``,
 is part of the region for an integer input; a float input's region ends before every linear layer, which reads it
-quantized as before.) Each tensor of the region that a node outside it reads (an *exit*, float32) is
+quantized as before, but one whose output reaches a Sin or Cos through affine and shape ops alone: Fourier features'
+``sin(x @ B)``, SIREN's first layer.) Each tensor of the region that a node outside it reads (an *exit*, float32) is
 then computed by one ``InputFn`` node from ``X``: the region, run by ONNX's reference evaluator in float at run time
 (:func:`..qops_index.run_region`), exactly as the file computes it for any value of ``X``. The quantizer quantizes
 each exit at its calibrated scale, as it does a float input.
@@ -81,10 +82,34 @@ class NumericRegion:
     model: str
 
 
+_PHASE_OPS = frozenset({"Mul", "Add", "Sub", "Div", "Neg", "Reshape", "Transpose", "Unsqueeze", "Squeeze", "Flatten",
+                        "Expand", "Cast", "Identity", "Concat", "Slice", "Split"})
+"""Ops that carry a phase to a Sin or Cos unchanged in kind (affine and shape ops): a linear layer whose output
+reaches a trigonometric op through these alone computes a phase (Fourier features' ``x @ B``)."""
+
+
+def _phase_tensors(model: onnx.ModelProto) -> set[str]:
+    """The tensors from which a :data:`TRIG_OPS` node is reached through :data:`_PHASE_OPS` alone."""
+    readers: dict[str, list[onnx.NodeProto]] = {}
+    for node in model.graph.node:
+        for t in node.input:
+            readers.setdefault(t, []).append(node)
+    phases: set[str] = set()
+    for node in reversed(model.graph.node):
+        if node.domain not in ("", "ai.onnx"):
+            continue
+        if node.op_type in TRIG_OPS or (node.op_type in _PHASE_OPS and any(o in phases for o in node.output)):
+            phases.update(t for t in node.input if t)
+    return phases
+
+
 def _walk(model: onnx.ModelProto, source: str, consts: set[str], *, linear: bool = True
           ) -> tuple[list[onnx.NodeProto], set[str]]:
     """The region of ``source`` (module docstring): its nodes in graph order and the tensors they compute. Without
-    ``linear`` (a float input, which the accelerator's layers read quantized), it ends before every linear layer."""
+    ``linear`` (a float input, which the accelerator's layers read quantized), it ends before every linear layer
+    but one whose output is a phase (it reaches a Sin or Cos through affine and shape ops alone: Fourier features'
+    ``x @ B``, SIREN's first layer)."""
+    phases = set() if linear else _phase_tensors(model)
     region = {source}
     after: set[str] = set()                                   # tensors computed after a SENSITIVE_OPS node
     nodes: list[onnx.NodeProto] = []
@@ -95,7 +120,7 @@ def _walk(model: onnx.ModelProto, source: str, consts: set[str], *, linear: bool
                 not all(not t or t in region or t in consts for t in node.input):
             continue
         late = any(t in after for t in touched)
-        if node.op_type in STOP_OPS and (late or not linear):
+        if node.op_type in STOP_OPS and (late or not (linear or any(o in phases for o in node.output))):
             continue
         nodes.append(node)
         region.update(o for o in node.output if o)
