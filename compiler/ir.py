@@ -131,7 +131,8 @@ FLOAT_OPS: dict[str, tuple[str, ...]] = {
                                                          # LayerNormalization's Mean ("mean") and InvStdDev
                                                          # ("inv_std", with "epsilon")
     "LogSoftmax": ("axis",),                             # x - log(sum(exp(x))) along axis
-    "GridSample": ("mode", "padding", "align_corners"),  # inputs x [N, C, H, W], grid [N, Ho, Wo, 2] (an activation):
+    "GridSample": ("mode", "padding", "align_corners"),  # inputs x [N, C, H, W], grid [N, Ho, Wo, 2] (an activation;
+                                                         # or 5-D, grid [..., 3]; a constant grid: attribute "grid"):
                                                          # ONNX's GridSample, qops_pool.grid_sample
     "CumSum": ("axis", "exclusive", "reverse"),          # ONNX CumSum of an activation along one axis
     "SumNormalize": ("axis", "epsilon"),                 # x / (sum(x) along axis + epsilon): 0 where that is 0

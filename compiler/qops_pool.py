@@ -16,8 +16,9 @@
 * ``Reduce`` / ``QReduce``: ONNX's other reductions along one axis, kept (:data:`REDUCE_KINDS`: ReduceMin, ReduceL1,
   ReduceL2, ReduceSumSquare, ReduceLogSum, ReduceLogSumExp);
 * ``LogSoftmax`` / ``QLogSoftmax``: ``x - log(sum(exp(x)))`` (ONNX's ``LogSoftmax``: a classifier's last layer);
-* ``GridSample`` / ``QGridSample``: ONNX's GridSample of a 4-D input at a grid computed at run time (RAFT's
-  correlation lookups and warps, a spatial transformer), bilinear or nearest, in float64 from the int8 values.
+* ``GridSample`` / ``QGridSample``: ONNX's GridSample of a 4-D or 5-D input at a grid computed at run time (RAFT's
+  correlation lookups and warps, a spatial transformer, VoxelMorph's), (bi/tri)linear or nearest, in float64 from the
+  int8 values.
 """
 from __future__ import annotations
 
@@ -300,30 +301,40 @@ def _grid_coords(g: np.ndarray, size: int, align_corners: bool, padding: str, ne
 
 
 def grid_sample(x: np.ndarray, grid: np.ndarray, mode: str, padding: str, align_corners: bool) -> np.ndarray:
-    """ONNX's GridSample of ``x [N, C, H, W]`` at ``grid [N, Ho, Wo, 2]`` (normalized ``(x, y)`` in -1..1) in float64:
-    ``[N, C, Ho, Wo]``. ``mode`` of :data:`GRID_MODES`, ``padding`` of :data:`GRID_PADDINGS` (``zeros``: a tap outside
-    the input reads 0)."""
+    """ONNX's GridSample of ``x [N, C, *spatial]`` (2-D or 3-D) at ``grid [N, *out, k]`` (normalized coordinates in
+    -1..1, the last axis first: ``(x, y)`` or ``(x, y, z)``) in float64: ``[N, C, *out]``. ``mode`` of
+    :data:`GRID_MODES` (``linear``: bilinear or trilinear), ``padding`` of :data:`GRID_PADDINGS` (``zeros``: a tap
+    outside the input reads 0)."""
     x = np.asarray(x, np.float64)
     grid = np.asarray(grid, np.float64)
-    n, c, h, w = x.shape
-    ix = _grid_coords(grid[..., 0], w, align_corners, padding, mode == "nearest")          # [N, Ho, Wo]
-    iy = _grid_coords(grid[..., 1], h, align_corners, padding, mode == "nearest")
-    batch = np.arange(n).reshape(n, 1, 1)
+    n, sizes = x.shape[0], x.shape[2:]
+    rank = len(sizes)
+    coords = [_grid_coords(grid[..., rank - 1 - axis], size, align_corners, padding, mode == "nearest")
+              for axis, size in enumerate(sizes)]                       # per spatial axis, [N, *out]
+    batch = np.arange(n).reshape((n,) + (1,) * (grid.ndim - 2))
 
-    def tap(yy: np.ndarray, xx: np.ndarray) -> np.ndarray:
-        """``x`` at integer rows ``yy`` and columns ``xx`` ([N, Ho, Wo]) for every channel: ``[N, C, Ho, Wo]``, 0
-        outside the input."""
-        inside = (yy >= 0) & (yy < h) & (xx >= 0) & (xx < w)
-        got = x[batch, :, np.clip(yy, 0, h - 1), np.clip(xx, 0, w - 1)]     # [N, Ho, Wo, C]
+    def tap(index: list[np.ndarray]) -> np.ndarray:
+        """``x`` at the integer positions ``index`` (one ``[N, *out]`` per spatial axis) for every channel: ``[N, C,
+        *out]``, 0 outside the input."""
+        inside = np.ones(index[0].shape, bool)
+        for i, size in zip(index, sizes):
+            inside &= (i >= 0) & (i < size)
+        got = x[(batch, slice(None), *(np.clip(i, 0, size - 1) for i, size in zip(index, sizes)))]   # [N, *out, C]
         return np.moveaxis(np.where(inside[..., None], got, 0.0), -1, 1)
 
     if mode == "nearest":
-        return tap(iy.astype(np.int64), ix.astype(np.int64))
-    x0, y0 = np.floor(ix), np.floor(iy)
-    wx, wy = (ix - x0)[:, None], (iy - y0)[:, None]
-    x0, y0 = x0.astype(np.int64), y0.astype(np.int64)
-    return ((1 - wy) * ((1 - wx) * tap(y0, x0) + wx * tap(y0, x0 + 1)) +
-            wy * ((1 - wx) * tap(y0 + 1, x0) + wx * tap(y0 + 1, x0 + 1)))
+        return tap([c.astype(np.int64) for c in coords])
+    low = [np.floor(c) for c in coords]
+    frac = [(c - f)[:, None] for c, f in zip(coords, low)]
+    low = [f.astype(np.int64) for f in low]
+    out = np.zeros((n, x.shape[1], *grid.shape[1:-1]))
+    for corner in range(2 ** rank):                 # every corner of the cell, weighted by its opposite volume
+        bits = [(corner >> axis) & 1 for axis in range(rank)]
+        weight = np.ones_like(frac[0])
+        for b, f in zip(bits, frac):
+            weight = weight * (f if b else 1 - f)
+        out += weight * tap([f + b for f, b in zip(low, bits)])
+    return out
 
 
 def qgrid_sample(q: np.ndarray, q_grid: np.ndarray, mode: str, padding: str, align_corners: bool, scale: float,

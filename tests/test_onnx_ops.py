@@ -231,6 +231,18 @@ def test_grid_sample_at_a_computed_grid(mode, padding, align):
         assert np.mean(np.abs(got - want) <= 0.1) >= 0.8
 
 
+@pytest.mark.parametrize("mode", ["linear", "nearest"])
+def test_grid_sample_of_a_volume(mode):
+    """Opset 20's volumetric GridSample (VoxelMorph's warp): trilinear or nearest over [N, C, D, H, W]."""
+    rng = np.random.default_rng(13)
+    x = rng.standard_normal((1, 2, 3, 4, 5)).astype(np.float32)
+    grid = rng.uniform(-1.1, 1.1, (1, 2, 3, 4, 3)).astype(np.float32)
+    node = helper.make_node("GridSample", ["x", "g"], ["y"], mode=mode, padding_mode="border")
+    _, qgraph, got, want = onnx_op_run(_model([node], {"x": x, "g": grid}, opset=20), {"x": x, "g": grid},
+                                       atol=1e-5, rtol=1e-5)
+    assert got.shape == (1, 2, 2, 3, 4) and "QGridSample" in [n.op for n in qgraph.nodes]
+
+
 def test_grid_sample_at_a_constant_grid_keeps_it_exact():
     """A grid of constants (RAFT's first lookup, at the zero flow) is the node's float attribute: never quantized."""
     x = _x(1, 2, 5, 5)

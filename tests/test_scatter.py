@@ -80,3 +80,36 @@ def test_scatters_that_are_no_move_stay_refused_by_name(nodes, inits):
     x, u = _x(4, 5), _x(1, 5)
     with pytest.raises((UnsupportedModelError, UnsupportedOperatorError), match="ScatterND"):
         import_onnx(onnx_model(nodes, {"x": x, "u": u}, inits, opset=18))
+
+
+@pytest.mark.parametrize("permuted", [False, True])
+def test_a_chain_of_in_place_assignments_reads_its_leaves(permuted):
+    """MONAI's warp normalizes a voxel grid one channel at a time, ``g[..., k] = g[..., k] * 2 / (n - 1) - 1``: three
+    ScatterNDs (torch's dynamo export puts Transposes between them). Each scatter's tensor mixes normalized channels
+    (range 1) and raw ones (range 15), so one int8 scale rounded the normalized ones at a 15th of their range; the
+    moves now read the leaves (the raw grid and each update): against onnxruntime in float, and after quantization
+    the grid within a few of its own int8 steps."""
+    from onnx import numpy_helper
+    n = 16
+    nodes, inits = [], [numpy_helper.from_array(np.array(2.0 / (n - 1), np.float32), "two"),
+                        numpy_helper.from_array(np.array(1.0, np.float32), "one")]
+    current = "g"
+    for k in range(3):
+        if permuted:          # the channel axis first and back, as the dynamo export's permutes
+            nodes += [helper.make_node("Transpose", [current], [f"t{k}"], perm=[4, 1, 2, 3, 0]),
+                      helper.make_node("Transpose", [f"t{k}"], [f"b{k}"], perm=[4, 1, 2, 3, 0])]
+            current = f"b{k}"
+        inits.append(numpy_helper.from_array(np.array([k], np.int64), f"k{k}"))
+        inits.append(numpy_helper.from_array(_slice_indices((1, n, n, n, 3), k, k + 1), f"i{k}"))
+        nodes += [helper.make_node("Gather", [current, f"k{k}"], [f"c{k}"], axis=4),
+                  helper.make_node("Mul", [f"c{k}", "two"], [f"m{k}"]),
+                  helper.make_node("Sub", [f"m{k}", "one"], [f"u{k}"]),
+                  helper.make_node("ScatterND", [current, f"i{k}", f"u{k}"], [f"s{k}"])]
+        current = f"s{k}"
+    nodes.append(helper.make_node("Identity", [current], ["y"]))
+    x = np.random.default_rng(3).uniform(0, n - 1, (1, n, n, n, 3)).astype(np.float32)
+    model = onnx_model(nodes, {"g": x}, [(i.name, numpy_helper.to_array(i)) for i in inits], opset=17)
+    graph, qgraph, got, want = onnx_op_run(model, {"g": x}, atol=1e-5, rtol=1e-5)
+    assert np.abs(want).max() <= 1.0 + 1e-6
+    step = max(n.attrs["scale"] for n in qgraph.nodes if n.op == "Dequantize")
+    assert np.abs(got - want).max() <= 2.5 * step and step < 1.1 / 127 + 1e-9    # it was 8 steps

@@ -103,7 +103,7 @@ from .onnx_fusions import (
 from .onnx_rules import RESIZE_COORDINATE_MODES
 from .onnx_transformer_rules import RULES
 from .recurrent import RECURRENT_OPS, rewrite_recurrent
-from .scatter import scatters_as_gathers
+from .scatter import flatten_scatter_chains, scatters_as_gathers
 
 __all__ = ["UnsupportedOperatorError", "UnsupportedModelError", "ModelFileError", "UnsupportedOpsetError",
            "DynamicShapeError",
@@ -923,6 +923,9 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, n
         shapes = contrib.static_shapes(model)
     if tiles_as_expands(model, shapes) | constant_first_matmuls(model, shapes) | scatters_as_gathers(model, shapes):
         model = _infer_shapes(model)
+        if flatten_scatter_chains(model, contrib.static_shapes(model)):   # chains of in-place assignments
+            masks.drop_dead_nodes(model)
+            model = _infer_shapes(model)
     sinks = score_chains.absorb_sinks(model, contrib.static_shapes(model))     # GPT-OSS's attention sinks
     log_softmaxes = score_chains.fuse_log_softmax(model, contrib.static_shapes(model))   # z - ReduceLogSumExp(z)
     if sinks or log_softmaxes:

@@ -256,10 +256,10 @@ def _prelu(imp: _Importer, node: onnx.NodeProto) -> None:
 
 
 def _grid_sample(imp: _Importer, node: onnx.NodeProto) -> None:
-    """GridSample of a 4-D activation at a grid of the same batch, bilinear or nearest, any padding mode and
-    ``align_corners``: on the CPU, float64 from the int8 input and grid (:func:`..qops_pool.grid_sample`); a constant
-    grid is the node's attribute ``grid``, exact (never quantized). ``cubic``, and inputs of other ranks (opset 20's
-    3-D sampling), refused."""
+    """GridSample of a 4-D or 5-D activation (opset 20's volumes) at a grid of the same batch, (bi/tri)linear or
+    nearest, any padding mode and ``align_corners``: on the CPU, float64 from the int8 input and grid
+    (:func:`..qops_pool.grid_sample`); a constant grid is the node's attribute ``grid``, exact (never quantized).
+    ``cubic`` refused."""
     a = _attrs(node)
     mode = {"bilinear": "linear", "linear": "linear", "nearest": "nearest"}.get(_decode(a.get("mode", "bilinear")))
     padding = _decode(a.get("padding_mode", "zeros"))
@@ -272,9 +272,10 @@ def _grid_sample(imp: _Importer, node: onnx.NodeProto) -> None:
     fixed = imp.is_const(grid)               # a grid of constants (RAFT's first lookup, at the zero flow): exact
     x_shape = tuple(imp.shape(x))
     g_shape = tuple(np.shape(imp.const(grid))) if fixed else tuple(imp.shape(grid))
-    if len(x_shape) != 4 or len(g_shape) != 4 or g_shape[-1] != 2 or g_shape[0] != x_shape[0]:
+    if len(x_shape) not in (4, 5) or len(g_shape) != len(x_shape) or g_shape[-1] != len(x_shape) - 2 or \
+            g_shape[0] != x_shape[0]:
         problems.append(f"an input of shape {list(x_shape)} and a grid of shape {list(g_shape)} (only [N, C, H, W] "
-                        f"and [N, Ho, Wo, 2])")
+                        f"with [N, Ho, Wo, 2], and [N, C, D, H, W] with [N, Do, Ho, Wo, 3])")
     if imp.is_const(x):
         problems.append("a constant input (only an activation is sampled)")
     if problems:
