@@ -323,7 +323,6 @@ class _Quantizer:
         self.qmin, self.qmax = -(1 << (act_bits - 1)), (1 << (act_bits - 1)) - 1  # activation range
         self.wmax = (1 << (wgt_bits - 1)) - 1                                       # weights: [-wmax, wmax]
         self.keep_int8 = frozenset(keep_int8)  # Conv2d/Dense kept at int8 weights (and int8 graph inputs/outputs)
-        self.narrowed: frozenset[str] = frozenset()  # tensors calibrated on the entries a selection keeps
         narrow = act_bits != 8 or wgt_bits != 8
         self.qg = Graph(fg.name + (f"_w{wgt_bits}a{act_bits}" if narrow else "_int8"))
         self.pending_clips: list[tuple[str, str, float]] = []  # (int8 tensor, clipped name, scale): see wide_out
@@ -614,16 +613,12 @@ class _Quantizer:
                          shift=int(shift[0]))
 
     def concat(self, node: Node) -> None:
-        """Concat -> QConcat at the largest input scale; a constant operand becomes an int8 constant at that scale. A
-        Concat that only a selection reads (:func:`_kept_ranges`: the data and updates of a ScatterND) takes its
-        own, narrowed, scale where that is finer: the entries it keeps are rescaled to it (those dropped clip)."""
+        """Concat -> QConcat at the largest input scale; a constant operand becomes an int8 constant at that scale."""
         out = node.outputs[0]
         consts = {i: self.finite(node, i) for i in node.inputs if i in self.fg.constants}
         scales = {i: max(float(np.abs(c).max()), 1e-6) / 127.0 for i, c in consts.items()}
         scales.update({i: self.scales[i] for i in node.inputs if i not in consts})
         sy = max(scales.values())
-        if out in self.narrowed:
-            sy = min(sy, self.act_scale(out))
         inputs = list(node.inputs)
         mults, shifts = [], []
         for k, name in enumerate(node.inputs):
@@ -635,8 +630,8 @@ class _Quantizer:
             if ratio == 1.0:
                 mults.append(1)
                 shifts.append(0)
-            else:                  # above 256 every nonzero int8 value clips: the same output with a bounded M
-                mults.append(int(round(min(ratio, 256.0) * 2**14)))
+            else:
+                mults.append(int(round(ratio * 2**14)))
                 shifts.append(14)
         self.qg.add_node("QConcat", node.name, inputs, [self.out_tensor(out, sy)], axis=node.attrs["axis"],
                          multipliers=mults, shifts=shifts)
@@ -1062,7 +1057,7 @@ def quantize(graph: Graph, calib_inputs: Mapping[str, np.ndarray] | Iterable[Map
     if absmax_hints:                                   # ranges the model file states replace the measured ones
         cal = Calibration({**cal.absmax, **{k: float(v) for k, v in absmax_hints.items() if k in cal.absmax}},
                           cal.channel_absmax, cal.moments)
-    cal, narrowed = _kept_ranges(fg, cal)
+    cal = _kept_ranges(fg, cal)
     _warn_vanishing(fg, cal)
     if gptq and not cal.moments and _moment_layers(fg):
         raise ValueError("weight_rounding='gptq' needs the input moments of the layers; the calibration given has "
@@ -1072,9 +1067,8 @@ def quantize(graph: Graph, calib_inputs: Mapping[str, np.ndarray] | Iterable[Map
     if keep - known:
         raise ValueError(f"keep_int8 names {', '.join(sorted(keep - known))}, which are not Conv2d/Dense nodes of "
                          f"the graph; its Conv2d/Dense nodes are {', '.join(sorted(known))}")
-    quantizer = _Quantizer(fg, cal, per_channel, mode, round_adds, act_bits, wgt_bits, keep, weight_rounding, scores)
-    quantizer.narrowed = frozenset(narrowed)
-    return quantizer.run()
+    return _Quantizer(fg, cal, per_channel, mode, round_adds, act_bits, wgt_bits, keep, weight_rounding,
+                      scores).run()
 
 
 SCALE_FLOOR = 1e-6
@@ -1095,25 +1089,16 @@ def _warn_vanishing(fg: Graph, cal: Calibration) -> None:
             SCALE_FLOOR, tiny[0], prod.op if prod else "input", prod.name if prod else tiny[0])
 
 
-def _kept_ranges(fg: Graph, cal: Calibration) -> tuple[Calibration, set[str]]:
-    """``cal`` with the range of each tensor that only a Where of a constant mask and a finite fill, or a Gather or
-    Slice of constant indices, reads (through Reshapes and Transposes read by one node) narrowed to that node's output
-    range, where that is smaller: the entries the mask drops (a causal mask's upper triangle of a product, a linear
-    attention's future keys) or the selection leaves out (the rest of a tensor an in-place assignment overwrote,
-    ``x[..., i] = f(x[..., i])``, whose ScatterND is a Gather from the data and the updates concatenated: MONAI's
-    warp normalizes its voxel grid so) no longer set the int8 scale of the ones it keeps; the dropped ones may clip,
-    which changes nothing. Also returns the tensors narrowed (a Concat among them takes its own, narrowed, scale:
-    :meth:`_Quantizer.concat`)."""
+def _kept_ranges(fg: Graph, cal: Calibration) -> Calibration:
+    """``cal`` with the range of each tensor that only a Where of a constant mask and a finite fill reads (through
+    Reshapes and Transposes read by one node) narrowed to the Where's output range, where that is smaller: the
+    entries the mask drops (a causal mask's upper triangle of a product, a linear attention's future keys) no longer
+    set the int8 scale of the ones it keeps; the dropped ones may clip, which changes nothing."""
     narrowed: dict[str, float] = {}
     for node in fg.nodes:
-        if node.outputs[0] not in cal.absmax:
+        if node.op != "Where" or not np.isfinite(float(node.attrs["fill"])) or node.outputs[0] not in cal.absmax:
             continue
-        if node.op == "Where" and np.isfinite(float(node.attrs["fill"])):
-            bound = max(cal.absmax[node.outputs[0]], abs(float(node.attrs["fill"])))
-        elif node.op in ("Gather", "Slice") and len(node.inputs) == 1:
-            bound = cal.absmax[node.outputs[0]]
-        else:
-            continue
+        bound = max(cal.absmax[node.outputs[0]], abs(float(node.attrs["fill"])))
         tensor = node.inputs[0]
         while tensor in cal.absmax and tensor not in fg.outputs and len(fg.consumers(tensor)) == 1 and \
                 bound < narrowed.get(tensor, cal.absmax[tensor]):
@@ -1123,8 +1108,8 @@ def _kept_ranges(fg: Graph, cal: Calibration) -> tuple[Calibration, set[str]]:
                 break
             tensor = prod.inputs[0]
     if not narrowed:
-        return cal, set()
-    return Calibration({**cal.absmax, **narrowed}, cal.channel_absmax, cal.moments), set(narrowed)
+        return cal
+    return Calibration({**cal.absmax, **narrowed}, cal.channel_absmax, cal.moments)
 
 
 def choose_int8_layers(graph: Graph, calib_inputs: Mapping[str, np.ndarray], eval_inputs: Mapping[str, np.ndarray],
