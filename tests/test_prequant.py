@@ -140,6 +140,31 @@ def test_an_element_wise_activation_imports_as_a_lookup_table(fmt, op, attrs, tm
                                                                                 steps.max())
 
 
+def test_a_zero_pad_of_a_quantized_activation_imports_as_integers(tmp_path):
+    """A constant Pad between the Relu and the next Conv (Keras's ZeroPadding2D, as tf2onnx writes a TFLite int8
+    ResNet50): a Pad by the zero point at the activation's own scale; the model stays integers, and agrees with
+    onnxruntime on the quantized file as for the other operators."""
+    model = _float_cnn()
+    relu = next(n for n in model.graph.node if n.op_type == "Relu")
+    padded = f"{relu.output[0]}_padded"
+    for node in model.graph.node:
+        node.input[:] = [padded if t == relu.output[0] else t for t in node.input]
+    model.graph.initializer.append(numpy_helper.from_array(np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64), "pads"))
+    index = list(model.graph.node).index(relu)
+    model.graph.node.insert(index + 1, helper.make_node("Pad", [relu.output[0], "pads"], [padded], name="zero_pad"))
+    source, path = tmp_path / "float.onnx", tmp_path / "qdq.onnx"
+    onnx.save(model, source)
+    quantization.quantize_static(str(source), str(path), _Reader(), quant_format=quantization.QuantFormat.QDQ,
+                                 activation_type=quantization.QuantType.QInt8, weight_type=quantization.QuantType.QInt8)
+    graph = import_model(path)
+    assert graph.is_quantized and any(n.op == "Pad" and n.name.startswith("zero_pad") for n in graph.nodes)
+    xs = _inputs(16)
+    steps = _steps(path, [qops.run_reference(graph, {"x": x})[graph.outputs[0]] for x in xs], xs,
+                   _output_scale(graph))
+    assert np.mean(steps <= ONE_STEP) >= 0.99 and steps.max() <= 2 * ONE_STEP, (np.mean(steps <= ONE_STEP),
+                                                                                steps.max())
+
+
 @pytest.mark.parametrize("label", ["QDQ-QUInt8-pc-sym", "QOperator-QInt8-pt-sym"])
 def test_exact_adds_on_the_cpu_agree_as_well(models, label):
     """``accel_adds=False`` keeps the symmetric residual add an exact QAffine on the CPU."""

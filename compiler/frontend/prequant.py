@@ -785,10 +785,42 @@ def _passthrough_op(imp: _Importer, node: onnx.NodeProto, shape: tuple[int, ...]
         pads = tuple(int(p) for p in a.get("pads", [0, 0, 0, 0]))
         oh, ow = _output_hw(shape[2], shape[3], kernel, strides, pads)
         return "MaxPool", {"kernel": kernel, "strides": strides, "pads": pads}, (shape[0], shape[1], oh, ow)
+    if op == "Pad":
+        return _pad_op(imp, node, shape, src)
     new = _reshape_shape(imp, node, shape)
     if int(np.prod(new, dtype=np.int64)) != int(np.prod(shape, dtype=np.int64)):
         raise UnsupportedOperatorError(op, node.name, f"it reshapes {shape} to {new}, another number of elements")
     return "Reshape", {"shape": new}, new
+
+
+def _pad_op(imp: _Importer, node: onnx.NodeProto, shape: tuple[int, ...],
+            src: _Act) -> tuple[str, dict[str, Any], tuple[int, ...]]:
+    """A constant-mode Pad of a quantized activation (Keras's ZeroPadding2D in a TFLite model): its value at the
+    activation's own scale and zero point, ``value / scale + zp``, which must be an int8 (0 is the zero point)."""
+    a = _attrs(node)
+    mode = a.get("mode", "constant")
+    mode = mode.decode() if isinstance(mode, bytes) else str(mode)
+    rank = len(shape)
+    if "pads" in a:                                        # opsets before 11: attributes
+        pads, value, axes = [int(p) for p in a["pads"]], float(a.get("value", 0.0)), list(range(rank))
+    else:
+        if len(node.input) < 2 or node.input[1] not in imp.consts or \
+                any(t and t not in imp.consts for t in node.input[2:4]):
+            raise UnsupportedOperatorError(node.op_type, node.name, "pads, a value or axes computed at run time")
+        pads = [int(p) for p in imp.consts[node.input[1]].reshape(-1)]
+        value = float(imp.consts[node.input[2]].reshape(-1)[0]) if len(node.input) > 2 and node.input[2] else 0.0
+        axes = [int(k) % rank for k in imp.consts[node.input[3]].reshape(-1)] if len(node.input) > 3 and \
+            node.input[3] else list(range(rank))
+    q = value / src.scale + src.zp
+    if mode != "constant" or len(pads) != 2 * len(axes) or min(pads) < 0 or abs(q - round(q)) > 1e-6 or \
+            not INT8_MIN <= round(q) <= INT8_MAX:
+        raise UnsupportedOperatorError(node.op_type, node.name, f"mode {mode!r}, pads {pads}, value {value:g} (only "
+                                       f"a constant pad whose value is an int8 at the input's scale)")
+    full = [0] * (2 * rank)
+    for k, axis in enumerate(axes):
+        full[axis], full[rank + axis] = pads[k], pads[len(axes) + k]
+    out = tuple(n + b + e for n, b, e in zip(shape, full[:rank], full[rank:]))
+    return "Pad", {"pads": tuple(full), "value": int(round(q))}, out
 
 
 def _constant(imp: _Importer, node: onnx.NodeProto) -> None:
@@ -821,7 +853,7 @@ RULES: dict[str, Callable[[_Importer, onnx.NodeProto], None]] = {
     "MatMulInteger": _refuse_dynamic,
     "DynamicQuantizeLinear": _refuse_dynamic,
     **{op: _passthrough for op in ("Relu", "Clip", "MaxPool", "Reshape", "Flatten", "Squeeze", "Unsqueeze",
-                                   "Transpose", "Identity", "Dropout")},
+                                   "Transpose", "Identity", "Dropout", "Pad")},
 }
 """ONNX op type -> rule importing one node of a pre-quantized model."""
 
