@@ -23,14 +23,13 @@ with the reason.
 """
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from .onnx_common import _attrs, _decode
+from .onnx_common import _attrs, _decode, same_pads
 
 __all__ = ["rewrite_conv3d"]
 
@@ -47,13 +46,8 @@ def _pads(a: dict, x_shape: tuple[int, ...], kernel: list[int], strides: list[in
         return [0] * 6
     if auto not in ("SAME_UPPER", "SAME_LOWER"):
         return f"auto_pad {auto!r}"
-    begins, ends = [], []
-    for n, k, s, d in zip(x_shape[2:], kernel, strides, dilations):
-        total = max((math.ceil(n / s) - 1) * s + (k - 1) * d + 1 - n, 0)
-        small = total // 2
-        begins.append(small if auto == "SAME_UPPER" else total - small)
-        ends.append(total - begins[-1])
-    return begins + ends
+    spans = same_pads(auto, x_shape[2:], [(k - 1) * d + 1 for k, d in zip(kernel, dilations)], strides)
+    return [begin for begin, _ in spans] + [end for _, end in spans]
 
 
 def _batchnorm_reader(model: onnx.ModelProto, out: str, consts: dict[str, onnx.TensorProto]

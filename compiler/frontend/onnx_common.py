@@ -194,3 +194,15 @@ def _attrs(node: onnx.NodeProto) -> dict[str, Any]:
 
 def _decode(value: Any) -> Any:
     return value.decode() if isinstance(value, bytes) else value
+
+
+def same_pads(auto: str, sizes: Any, kernel: Any, strides: Any) -> list[tuple[int, int]]:
+    """(begin, end) pads of each spatial axis for ``auto_pad`` ``SAME_UPPER`` or ``SAME_LOWER``: the output holds
+    ``ceil(size / stride)`` positions, the total pad split in half with the odd one at the end (upper) or the
+    beginning (lower). ``kernel``: each axis's window as it spans the input (``(k - 1) * dilation + 1``)."""
+    pads = []
+    for size, k, s in zip(sizes, kernel, strides):
+        total = max(0, (-(-size // s) - 1) * s + k - size)
+        small, big = total // 2, total - total // 2
+        pads.append((small, big) if auto == "SAME_UPPER" else (big, small))
+    return pads

@@ -10,7 +10,7 @@ import numpy as np
 import onnx
 
 from ..ir import GraphError, Node
-from .onnx_common import UnsupportedOperatorError, _attrs, _decode, _Importer
+from .onnx_common import UnsupportedOperatorError, _attrs, _decode, _Importer, same_pads
 
 
 def _nd_pads(imp: _Importer, node: onnx.NodeProto, kernel: tuple[int, ...], strides: tuple[int, ...],
@@ -26,13 +26,7 @@ def _nd_pads(imp: _Importer, node: onnx.NodeProto, kernel: tuple[int, ...], stri
         return [(int(p[i]), int(p[i + rank])) for i in range(rank)]
     if auto not in ("SAME_UPPER", "SAME_LOWER"):
         raise UnsupportedOperatorError(node.op_type, node.name, f"auto_pad {auto!r}")
-    pads = []
-    for size, k, s in zip(imp.shape(node.input[0])[2:], kernel, strides):
-        out = -(-size // s)
-        total = max(0, (out - 1) * s + k - size)
-        small, big = total // 2, total - total // 2
-        pads.append((small, big) if auto == "SAME_UPPER" else (big, small))
-    return pads
+    return same_pads(auto, imp.shape(node.input[0])[2:], kernel, strides)
 
 
 def _spatial_pads(imp: _Importer, node: onnx.NodeProto, kernel: tuple[int, ...], strides: tuple[int, ...],
