@@ -41,7 +41,7 @@ from .frontend.masks import (
     is_mask_input,
     is_numeric_input,
     mask_lengths,
-    numeric_input_range,
+    numeric_input_problem,
     only_input_fns,
     token_range,
 )
@@ -188,13 +188,8 @@ def check_inputs(graph: Graph, values: dict[str, np.ndarray], source: str = "the
             out[name] = value.astype(np.int64)
             continue
         if is_numeric_input(graph, name):              # an integer the model computes with (a timestep)
-            if value.dtype.kind == "f" and not (np.isfinite(value).all() and (value == np.rint(value)).all()):
-                raise InputError(f"{source} holds values that are not integers for input {name!r}, which takes "
-                                 f"integers (the model computes with them, e.g. a diffusion timestep).")
-            low, high, kind = numeric_input_range(graph, name) or (-2 ** 63, 2 ** 63 - 1, "int64")
-            if ((value < low) | (value > high)).any():
-                raise InputError(f"{source} holds values outside [{low}, {high}] for input {name!r}, which the model "
-                                 f"declares {kind}.")
+            if (problem := numeric_input_problem(graph, name, value)) is not None:
+                raise InputError(f"{source}: {problem}.")
             out[name] = value.astype(np.int64)
             continue
         if is_mask_input(graph, name):

@@ -34,7 +34,7 @@ from .masks import (
     is_mask_input,
     is_numeric_input,
     mask_lengths,
-    numeric_input_range,
+    numeric_input_problem,
     only_input_fns,
     token_range,
 )
@@ -239,11 +239,8 @@ def _checked(graph: Graph, values: dict[str, np.ndarray], where: str) -> dict[st
             out[name] = value.astype(np.int64)
             continue
         if is_numeric_input(graph, name):               # an integer the model computes with (a timestep)
-            if value.dtype.kind == "f" and not (np.isfinite(value).all() and (value == np.rint(value)).all()):
-                raise CalibrationError(f"{where}: input {name!r} takes integers (the model computes with them)")
-            low, high, kind = numeric_input_range(graph, name) or (-2 ** 63, 2 ** 63 - 1, "int64")
-            if ((value < low) | (value > high)).any():
-                raise CalibrationError(f"{where}: input {name!r} holds values outside [{low}, {high}] ({kind})")
+            if (problem := numeric_input_problem(graph, name, value)) is not None:
+                raise CalibrationError(f"{where}: {problem}")
             counts.add(value.shape[0] // shape[0])
             out[name] = value.astype(np.int64)
             continue

@@ -44,7 +44,7 @@ __all__ = ["KeyMask", "MaskError", "find_key_masks", "find_float_masks", "direct
            "backward_slice", "region_model", "encode", "live_nodes", "drop_dead_nodes", "mask_inputs",
            "forward_region", "sample_masks", "tensor_readers",
            "is_mask_input", "is_float_mask_input", "is_numeric_input", "NUMERIC_RANGE", "only_input_fns",
-           "numeric_input_range",
+           "numeric_input_problem",
            "indexes_a_table", "MASK_TYPES", "REGION_OPS", "token_range"]
 
 MASK_TYPES: dict[int, type] = {TensorProto.INT64: np.int64, TensorProto.INT32: np.int32, TensorProto.BOOL: np.bool_,
@@ -793,17 +793,19 @@ def is_numeric_input(graph: Graph, name: str) -> bool:
     return graph.tensors[name].dtype == "int64" and only_input_fns(graph, name)
 
 
-def numeric_input_range(graph: Graph, name: str) -> tuple[int, int, str] | None:
-    """For an integer input read only by ``InputFn`` nodes (:func:`is_numeric_input`), the values its type in the file
-    holds (low, high, the type's name: a timestep declared int32 takes no value beyond int32's range); else None."""
-    if not is_numeric_input(graph, name):
-        return None
+def numeric_input_problem(graph: Graph, name: str, value: np.ndarray) -> str | None:
+    """Why ``value`` cannot be the integer input ``name`` (:func:`is_numeric_input`), or None: a value that is not an
+    integer, or one beyond the type the file declares the input (a timestep declared int32 takes no value beyond
+    int32's range). The run's inputs and the calibration's check it alike."""
+    if value.dtype.kind == "f" and not (np.isfinite(value).all() and (value == np.rint(value)).all()):
+        return f"input {name!r} takes integers (the model computes with them, e.g. a diffusion timestep)"
     region = onnx.ModelProto.FromString(base64.b64decode(graph.consumers(name)[0].attrs["onnx"]))
     dtype = np.dtype(helper.tensor_dtype_to_np_dtype(region.graph.input[0].type.tensor_type.elem_type))
-    if dtype.kind not in "iu":
-        return None
-    info = np.iinfo(dtype)
-    return int(info.min), int(info.max), dtype.name
+    info = np.iinfo(dtype if dtype.kind in "iu" else np.int64)
+    if ((value < info.min) | (value > info.max)).any():
+        return (f"values outside [{info.min}, {info.max}] for input {name!r}, which the model declares "
+                f"{info.dtype.name}")
+    return None
 
 
 def only_input_fns(graph: Graph, name: str) -> bool:
