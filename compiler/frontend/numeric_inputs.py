@@ -90,10 +90,6 @@ reaches a trigonometric op through these alone computes a phase (Fourier feature
 
 def _phase_tensors(model: onnx.ModelProto) -> set[str]:
     """The tensors from which a :data:`TRIG_OPS` node is reached through :data:`_PHASE_OPS` alone."""
-    readers: dict[str, list[onnx.NodeProto]] = {}
-    for node in model.graph.node:
-        for t in node.input:
-            readers.setdefault(t, []).append(node)
     phases: set[str] = set()
     for node in reversed(model.graph.node):
         if node.domain not in ("", "ai.onnx"):
@@ -103,13 +99,12 @@ def _phase_tensors(model: onnx.ModelProto) -> set[str]:
     return phases
 
 
-def _walk(model: onnx.ModelProto, source: str, consts: set[str], *, linear: bool = True
+def _walk(model: onnx.ModelProto, source: str, consts: set[str], phases: set[str] | None = None
           ) -> tuple[list[onnx.NodeProto], set[str]]:
-    """The region of ``source`` (module docstring): its nodes in graph order and the tensors they compute. Without
-    ``linear`` (a float input, which the accelerator's layers read quantized), it ends before every linear layer
-    but one whose output is a phase (it reaches a Sin or Cos through affine and shape ops alone: Fourier features'
-    ``x @ B``, SIREN's first layer)."""
-    phases = set() if linear else _phase_tensors(model)
+    """The region of ``source`` (module docstring): its nodes in graph order and the tensors they compute. With
+    ``phases`` (a float input, which the accelerator's layers read quantized; :func:`_phase_tensors`), it ends before
+    every linear layer but one whose output is a phase (it reaches a Sin or Cos through affine and shape ops alone:
+    Fourier features' ``x @ B``, SIREN's first layer)."""
     region = {source}
     after: set[str] = set()                                   # tensors computed after a SENSITIVE_OPS node
     nodes: list[onnx.NodeProto] = []
@@ -120,7 +115,7 @@ def _walk(model: onnx.ModelProto, source: str, consts: set[str], *, linear: bool
                 not all(not t or t in region or t in consts for t in node.input):
             continue
         late = any(t in after for t in touched)
-        if node.op_type in STOP_OPS and (late or not (linear or any(o in phases for o in node.output))):
+        if node.op_type in STOP_OPS and (late or (phases is not None and not any(o in phases for o in node.output))):
             continue
         nodes.append(node)
         region.update(o for o in node.output if o)
@@ -155,11 +150,12 @@ def _fill_like(model: onnx.ModelProto, nodes: list[onnx.NodeProto], vi: onnx.Val
 
 
 def _region(model: onnx.ModelProto, vi: onnx.ValueInfoProto, consts: dict[str, onnx.TensorProto],
-            types: dict[str, int], shapes: dict[str, tuple[int, ...]], outputs: set[str]
-            ) -> list[NumericRegion] | None:
-    """The exits of input ``vi`` when it is a number the model computes with (module docstring), else None."""
+            types: dict[str, int], shapes: dict[str, tuple[int, ...]], outputs: set[str], phases: set[str]
+            ) -> tuple[list[NumericRegion], list[onnx.NodeProto]] | None:
+    """The exits of input ``vi`` when it is a number the model computes with (module docstring), and its region's
+    nodes; else None. ``phases``: :func:`_phase_tensors` of ``model``, read for a float input."""
     kind = vi.type.tensor_type.elem_type
-    nodes, region = _walk(model, vi.name, set(consts), linear=kind != TensorProto.FLOAT)
+    nodes, region = _walk(model, vi.name, set(consts), phases if kind == TensorProto.FLOAT else None)
     ops = {n.op_type for n in nodes}
     if not nodes or (ops.isdisjoint(TRIG_OPS) if kind == TensorProto.FLOAT else ops <= REGION_OPS):
         return None
@@ -174,7 +170,7 @@ def _region(model: onnx.ModelProto, vi: onnx.ValueInfoProto, consts: dict[str, o
         return None
     return [NumericRegion(vi.name, t, shapes[t], encode(_one_element_input(region_model(
         model, nodes, vi, [t], [helper.make_tensor_value_info(t, TensorProto.FLOAT, None)], consts))))
-        for t in exits]
+        for t in exits], nodes
 
 
 def _one_element_input(region: onnx.ModelProto) -> onnx.ModelProto:
@@ -210,20 +206,21 @@ def replace_numeric_inputs(model: onnx.ModelProto, skip: set[str], shapes: dict[
     would refuse) has its region's
     nodes replaced by one ``InputFn`` node per exit, at the graph's start. ``shapes``: the static shapes. Returns the
     regions by exit."""
-    inits = {i.name for i in model.graph.initializer}
     consts: dict[str, Any] = {i.name: i for i in model.graph.initializer}
     outputs = {o.name for o in model.graph.output}
     types = _types(model)
+    names = set(consts)
+    phases = _phase_tensors(model) if late else set()   # an input's region leaves the others' phases as they were
     found: dict[str, NumericRegion] = {}
     for vi in list(model.graph.input):
         kind = vi.type.tensor_type.elem_type
-        if vi.name in inits or vi.name in skip or not (kind in _INTEGER or (late and kind == TensorProto.FLOAT)) or \
-                not (late or _masks_refuse(model, vi.name, set(consts))):
+        if vi.name in names or vi.name in skip or not (kind in _INTEGER or (late and kind == TensorProto.FLOAT)) or \
+                not (late or _masks_refuse(model, vi.name, names)):
             continue
-        regions = _region(model, vi, consts, types, shapes, outputs)
-        if regions is None:
+        taken = _region(model, vi, consts, types, shapes, outputs, phases)
+        if taken is None:
             continue
-        nodes, _ = _walk(model, vi.name, set(consts), linear=kind != TensorProto.FLOAT)
+        regions, nodes = taken
         drop = {id(n) for n in nodes}
         new = [helper.make_node(FUSED_OP, [vi.name], [r.out], name=f"{r.out}_from_{vi.name}") for r in regions]
         kept = [n for n in model.graph.node if id(n) not in drop]
