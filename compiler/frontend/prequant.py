@@ -798,8 +798,7 @@ def _pad_op(imp: _Importer, node: onnx.NodeProto, shape: tuple[int, ...],
     """A constant-mode Pad of a quantized activation (Keras's ZeroPadding2D in a TFLite model): its value at the
     activation's own scale and zero point, ``value / scale + zp``, which must be an int8 (0 is the zero point)."""
     a = _attrs(node)
-    mode = a.get("mode", "constant")
-    mode = mode.decode() if isinstance(mode, bytes) else str(mode)
+    mode = str(a.get("mode", "constant"))              # _attrs decodes it
     rank = len(shape)
     if "pads" in a:                                        # opsets before 11: attributes
         pads, value, axes = [int(p) for p in a["pads"]], float(a.get("value", 0.0)), list(range(rank))

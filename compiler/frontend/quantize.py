@@ -871,8 +871,9 @@ class _Quantizer:
         raw = self.qg.unique_name(f"{out}_f")
         self.qg.add_tensor(raw, self.fg.shape(out), "float32")
         self.qg.add_node("InputFn", node.name, list(node.inputs), [raw], **node.attrs)
-        self.qg.add_node("Quantize", self.qg.unique_name(f"quantize_{out}"), [raw],
-                         [self.wide_out(out, self.act_scale(out))], scale=self.act_scale(out))
+        scale = self.act_scale(out)
+        self.qg.add_node("Quantize", self.qg.unique_name(f"quantize_{out}"), [raw], [self.wide_out(out, scale)],
+                         scale=scale)
 
     def mask_fn(self, node: Node) -> None:
         """MaskFn (a runtime mask's term from the mask): the same float32 node, read by the Softmax it masks."""
