@@ -603,7 +603,11 @@ RESIZE_COORDINATE_MODES = ("half_pixel", "half_pixel_symmetric", "pytorch_half_p
 ``antialias=1`` and a ``keep_aspect_ratio_policy`` other than ``stretch``."""
 
 
-def _resize(imp: _Importer, node: onnx.NodeProto) -> None:
+def resize_attrs(node: onnx.NodeProto, in_shape: tuple[int, ...], given: np.ndarray | None,
+                 sizes: np.ndarray | None) -> dict[str, Any]:
+    """The IR Resize's attributes but ``sizes`` (the output shape, which the caller knows) of ONNX Resize ``node`` of
+    an input of ``in_shape``, with its constant ``scales`` (``given``) or ``sizes`` input; UnsupportedOperatorError
+    listing every attribute the lab does not take."""
     a = _attrs(node)
     mode = _decode(a.get("mode", "nearest"))
     coord = _decode(a.get("coordinate_transformation_mode", "half_pixel"))
@@ -622,11 +626,8 @@ def _resize(imp: _Importer, node: onnx.NodeProto) -> None:
         problems.append(f"nearest_mode {nearest!r}")
     if problems:
         raise UnsupportedOperatorError(node.op_type, node.name, "; ".join(problems))
-    in_shape, out_shape = imp.shape(node.input[0]), imp.shapes_of(node.output[0])
     rank = len(in_shape)
     axes = [int(x) % rank for x in a.get("axes", range(rank))]
-    given = imp.const_input(node, 2, "scales")
-    sizes = imp.const_input(node, 3, "sizes")
     scales = [1.0] * rank
     if given is not None and given.size:
         for axis, value in zip(axes, given.reshape(-1).tolist()):
@@ -638,6 +639,11 @@ def _resize(imp: _Importer, node: onnx.NodeProto) -> None:
         raise UnsupportedOperatorError(node.op_type, node.name, "neither scales nor sizes is given")
     cubic: dict[str, Any] = {"cubic_coeff_a": float(a.get("cubic_coeff_a", -0.75)),
                              "exclude_outside": int(a.get("exclude_outside", 0))} if mode == "cubic" else {}
-    imp.emit("Resize", node, [node.input[0]], mode=mode, coordinate_transformation_mode=coord,
-             nearest_mode=nearest, scales=tuple(scales),
-             sizes=tuple(out_shape), **cubic)
+    return {"mode": mode, "coordinate_transformation_mode": coord, "nearest_mode": nearest, "scales": tuple(scales),
+            **cubic}
+
+
+def _resize(imp: _Importer, node: onnx.NodeProto) -> None:
+    attrs = resize_attrs(node, imp.shape(node.input[0]), imp.const_input(node, 2, "scales"),
+                         imp.const_input(node, 3, "sizes"))
+    imp.emit("Resize", node, [node.input[0]], sizes=tuple(imp.shapes_of(node.output[0])), **attrs)

@@ -371,7 +371,7 @@ def _gather_elements(imp: _Importer, node: onnx.NodeProto) -> None:
     imp.emit("TakeAlong", node, [node.input[0]], axis=axis, indices=np.where(idx < 0, idx + size, idx))
 
 
-def _slice_indices(dim: int, start: int, end: int, step: int) -> tuple[int, ...]:
+def slice_indices(dim: int, start: int, end: int, step: int) -> tuple[int, ...]:
     """The indices ONNX's Slice keeps of an axis of ``dim`` elements (its clamping rules)."""
     start, end = (v + dim if v < 0 else v for v in (start, end))
     if step > 0:
@@ -391,7 +391,7 @@ def _slice(imp: _Importer, node: onnx.NodeProto) -> None:
     steps_list = [1] * len(axes_list) if steps is None else [int(v) for v in steps.reshape(-1)]
     if 0 in steps_list:
         raise UnsupportedOperatorError(node.op_type, node.name, "a step of 0")
-    indices = tuple(_slice_indices(shape[ax], int(b), int(e), st)
+    indices = tuple(slice_indices(shape[ax], int(b), int(e), st)
                     for ax, b, e, st in zip(axes_list, starts.reshape(-1), ends.reshape(-1), steps_list))
     imp.emit("Slice", node, [node.input[0]], axes=tuple(axes_list), indices=indices)
 
