@@ -48,11 +48,11 @@ def _float_cnn(seed: int = 0) -> onnx.ModelProto:
 
 
 class _Reader(quantization.CalibrationDataReader):
-    """Eight seeded standard-normal inputs."""
+    """Eight seeded standard-normal inputs ``x`` of ``shape``."""
 
-    def __init__(self) -> None:
+    def __init__(self, shape: tuple[int, ...] = SHAPE) -> None:
         rng = np.random.default_rng(1)
-        self.samples = iter([{"x": rng.standard_normal(SHAPE).astype(np.float32)} for _ in range(8)])
+        self.samples = iter([{"x": rng.standard_normal(shape).astype(np.float32)} for _ in range(8)])
 
     def get_next(self) -> dict[str, np.ndarray] | None:
         return next(self.samples, None)

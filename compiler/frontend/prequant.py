@@ -67,7 +67,7 @@ import onnx
 from onnx import numpy_helper
 
 from ..ir import INT8_MAX, INT8_MIN, AddRequant, Graph, GraphError, Node, Requant, conv_output_hw
-from . import float_ref
+from . import prequant_tables
 from .dequantize import qdq_ranges, qdq_to_float, undequantized_ops
 from .onnx_frontend import (
     UnsupportedModelError,
@@ -77,10 +77,14 @@ from .onnx_frontend import (
     _check_types,
     _fix_inputs,
     _fix_values,
+    _fold_constants,
+    _infer_shapes,
     _read_model,
     import_onnx,
     tensor_byte_limit,
 )
+from .onnx_rules import resize_attrs
+from .onnx_transformer_rules import slice_indices
 from .quantize import choose_requant
 
 __all__ = ["QUANTIZED_OPS", "is_quantized_model", "import_quantized", "import_model"]
@@ -92,6 +96,10 @@ QUANTIZED_OPS = frozenset({
     "QLinearConcat", "QLinearSigmoid", "QLinearLeakyRelu", "DynamicQuantizeMatMul", "MatMulIntegerToFloat",
 })
 """ONNX operators that make a model pre-quantized (one is enough)."""
+
+_QUANTIZED_MS_OPS = frozenset({"QLinearMul", "QLinearSoftmax", "QLinearLeakyRelu", "QLinearReduceMean",
+                               "QLinearWhere", "QAttention", "QEmbedLayerNormalization", "QOrderedMatMul"})
+"""More of onnxruntime's quantized operators (``com.microsoft``): never constant-folded (:func:`_fold_shapes`)."""
 
 INT32_MAX = 2**31 - 1
 AFFINE_BITS = 24
@@ -125,6 +133,7 @@ def import_model(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, 
     if foreign:              # the float import refuses them too; the quantized paths read nodes by op_type alone
         raise foreign[0] if len(foreign) == 1 else UnsupportedModelError(where, foreign)
     _check_types(proto)
+    proto = _fold_shapes(proto)
     try:
         return import_quantized(proto, label)
     except ValueError as err:
@@ -147,6 +156,19 @@ def import_model(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, 
     graph = import_onnx(dequantized, batch=batch, name=label, input_shapes=input_shapes)
     graph.absmax_hints = {name: value for name, value in qdq_ranges(proto).items() if name in graph.tensors}
     return graph
+
+
+def _fold_shapes(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """``proto`` with the nodes of constants alone folded (the shape arithmetic an exporter writes: Shape, Gather,
+    Cast, Div of a channel count; Identity of a shared bias), as the float import does, but for the quantization
+    operators, whose integer weights the import reads: a DequantizeLinear of an int8 constant stays one. Shape
+    inference runs between passes, so Shape of an activation folds once its shape is known."""
+    for _ in range(8):
+        before = len(proto.graph.node)
+        proto = _infer_shapes(_fold_constants(_infer_shapes(proto), keep=QUANTIZED_OPS | _QUANTIZED_MS_OPS))
+        if len(proto.graph.node) == before:
+            break
+    return proto
 
 
 def is_quantized_model(model: onnx.ModelProto) -> bool:
@@ -511,13 +533,11 @@ def _sigmoid(imp: _Importer, node: onnx.NodeProto, x: _Act, out: _Out) -> None:
 
 
 def _activation(op: str) -> Callable[[_Importer, onnx.NodeProto, _Act, _Out], None]:
-    """An element-wise function of :data:`.float_ref.ACTIVATION_DEFAULTS` (LeakyRelu, Elu, Exp...) as a QLut: each
-    int8 input dequantized at the file's scale, the function in float64 (the node's attributes, ONNX's defaults),
-    rounded to the output's scale and zero point, clipped to its range."""
+    """An element-wise function of :data:`.prequant_tables.UNARY_DEFAULTS` (LeakyRelu, Tanh, HardSwish, Gelu...) as
+    a QLut: each int8 input dequantized at the file's scale, the function in float64 (the node's attributes, ONNX's
+    defaults), rounded to the output's scale and zero point, clipped to its range."""
     def fn(imp: _Importer, node: onnx.NodeProto, x: _Act, out: _Out) -> None:
-        q = np.arange(INT8_MIN, INT8_MAX + 1, dtype=np.float64)
-        real = float_ref.table_values(op, (q - x.zp) * x.scale, float_ref.activation_attrs(op, _attrs(node)))
-        table = np.clip(np.rint(real / out.scale) + out.zp, out.lo, out.hi).astype(np.int8)
+        table = prequant_tables.unary_table(op, _attrs(node), x.scale, x.zp, out.scale, out.zp, out.lo, out.hi)
         imp.emit_out("QLut", node.name, [x.name], out, imp.shape(x.name), table=table, function=op)
     return fn
 
@@ -597,13 +617,131 @@ def _qdq_unary(fn: Callable[[_Importer, onnx.NodeProto, _Act, _Out], None]) -> C
     return rule
 
 
-def _qdq_add(imp: _Importer, node: onnx.NodeProto) -> None:
-    _add(imp, node, imp.alias(node, node.input[0]), imp.alias(node, node.input[1]), _quantized_output(imp, node))
-
-
 def _qdq_concat(imp: _Importer, node: onnx.NodeProto) -> None:
     xs = [imp.alias(node, name) for name in node.input]
     _concat(imp, node, xs, int(_attrs(node)["axis"]), _quantized_output(imp, node))
+
+
+def _operand(imp: _Importer, node: onnx.NodeProto, name: str) -> _Act | float:
+    """An operand of an element-wise operator of two inputs: a quantized activation (DequantizeLinear of one), or a
+    constant of one value (float, or DequantizeLinear of an integer)."""
+    if name in imp.weights and imp.weights[name][0].size == 1:
+        values, scale, _ = imp.weights[name]
+        return float(values.reshape(-1)[0]) * float(np.asarray(scale).reshape(-1)[0])
+    if name in imp.consts and imp.consts[name].size == 1 and imp.consts[name].dtype.kind == "f":
+        return float(imp.consts[name].reshape(-1)[0])
+    if name in imp.floats or name in imp.refused:
+        return imp.alias(node, name)
+    raise UnsupportedOperatorError(node.op_type, node.name, f"its input {name!r} is neither DequantizeLinear of a "
+                                   f"quantized activation nor a constant of one value")
+
+
+def _binary(imp: _Importer, node: onnx.NodeProto, a: _Act | float, b: _Act | float, out: _Out) -> None:
+    """Add, Sub, Mul or Div of two quantized activations (broadcast as numpy does) or of one and a constant, as a
+    table (:mod:`.prequant_tables`): ``QLut2`` of the pair; ``QLut`` when one operand is a constant, or a ``QLut``
+    of the other (SiLU's ``x * sigmoid(x)``: one lookup of ``x``). An Add of two activations of one shape stays the
+    exact ``QAffine`` (:func:`_add`), which may become the accelerator's QAdd."""
+    op = node.op_type.removeprefix("QLinear")
+    if isinstance(a, float) and isinstance(b, float):
+        raise UnsupportedOperatorError(node.op_type, node.name, "both inputs are constants")
+    if isinstance(a, float) or isinstance(b, float):
+        x = b if isinstance(a, float) else a
+        assert isinstance(x, _Act)
+        const = a if isinstance(a, float) else b
+        assert isinstance(const, float)
+        table = prequant_tables.constant_table(op, (x.scale, x.zp), const, isinstance(a, float), out.scale,
+                                               out.zp, out.lo, out.hi)
+        imp.emit_out("QLut", node.name, [x.name], out, imp.shape(x.name), table=table, function=op)
+        return
+    sa, sb = imp.shape(a.name), imp.shape(b.name)
+    if op == "Add" and sa == sb:
+        _add(imp, node, a, b, out)
+        return
+    try:
+        shape = tuple(int(d) for d in np.broadcast_shapes(sa, sb))
+    except ValueError:
+        raise UnsupportedOperatorError(node.op_type, node.name, f"its inputs' shapes {sa} and {sb} do not "
+                                       f"broadcast") from None
+    pair = prequant_tables.binary_table(op, (a.scale, a.zp), (b.scale, b.zp), out.scale, out.zp, out.lo, out.hi)
+    for x, other, inner_first in ((a, b, False), (b, a, True)):
+        prod = imp.graph.producer(other.name)
+        if prod is not None and prod.op == "QLut" and prod.inputs[0] == x.name and sa == sb:
+            table = prequant_tables.composed_table(pair, prod.attrs["table"], inner_first)
+            imp.emit_out("QLut", node.name, [x.name], out, shape, table=table, function=op)
+            return
+    imp.emit_out("QLut2", node.name, [a.name, b.name], out, shape, table=pair)
+
+
+def _qdq_binary(imp: _Importer, node: onnx.NodeProto) -> None:
+    _binary(imp, node, _operand(imp, node, node.input[0]), _operand(imp, node, node.input[1]),
+            _quantized_output(imp, node))
+
+
+def _qdq_softmax(imp: _Importer, node: onnx.NodeProto) -> None:
+    _softmax(imp, node, imp.alias(node, node.input[0]), int(_attrs(node).get("axis", -1)),
+             _quantized_output(imp, node))
+
+
+def _softmax(imp: _Importer, node: onnx.NodeProto, x: _Act, axis: int, out: _Out) -> None:
+    """Softmax of a quantized activation: the lab's float Softmax of ``x * scale`` (a softmax ignores the input's
+    zero point, a constant shift of every entry), then QuantizeZp at the output's scale and zero point."""
+    shape = imp.shape(x.name)
+    probs = imp.graph.unique_name(f"{out.name}_float")
+    imp.graph.add_tensor(probs, shape, "float32")
+    imp.emit("Softmax", node.name, [x.name], probs, axis=axis % len(shape), scale=x.scale)
+    imp.emit_out("QuantizeZp", f"{node.name}_quantize", [probs], out, shape, scale=out.scale, zero_point=out.zp)
+    if (out.lo, out.hi) != (INT8_MIN, INT8_MAX):
+        _clip_to(imp, node.name, out)
+
+
+def _qdq_resize(imp: _Importer, node: onnx.NodeProto) -> None:
+    """Resize of a quantized activation by constant scales or sizes, nearest or linear: the IR Resize, whose integer
+    weights sum to one, so it commutes with the zero point exactly; then a rescale where the output's parameters
+    differ. Cubic interpolation (its overshoot requantizes) is refused."""
+    x = imp.alias(node, node.input[0])
+    shape = imp.shape(x.name)
+    given = imp.consts.get(node.input[2]) if len(node.input) > 2 and node.input[2] else None
+    sizes = imp.consts.get(node.input[3]) if len(node.input) > 3 and node.input[3] else None
+    if (len(node.input) > 2 and node.input[2] and given is None) or (len(node.input) > 3 and node.input[3] and
+                                                                    sizes is None):
+        raise UnsupportedOperatorError(node.op_type, node.name, "scales or sizes computed at run time")
+    attrs = resize_attrs(node, shape, given, sizes)
+    if attrs["mode"] == "cubic":
+        raise UnsupportedOperatorError(node.op_type, node.name, "cubic interpolation of a quantized activation "
+                                       "(nearest and linear only)")
+    out_shape = tuple(int(np.floor(d * s)) for d, s in zip(shape, attrs["scales"])) if sizes is None else \
+        tuple(int(round(d * s)) for d, s in zip(shape, attrs["scales"]))
+    out = _quantized_output(imp, node)
+    same = (x.scale, x.zp) == (out.scale, out.zp)
+    mid = _Out(out.name if same else f"{out.name}_resized", x.scale, x.zp, out.unsigned)
+    resized = imp.emit_out("Resize", node.name, [x.name], mid, out_shape, sizes=out_shape, **attrs)
+    if not same:
+        _rescale(imp, f"{node.name}_rescale", _Act(resized, x.scale, x.zp), out, out_shape)
+    elif (out.lo, out.hi) != (INT8_MIN, INT8_MAX):
+        _clip_to(imp, node.name, out)
+
+
+def _reduce_mean(imp: _Importer, node: onnx.NodeProto) -> None:
+    """ReduceMean of a quantized NCHW activation over its two spatial axes: a global average pool (keepdims=0: then
+    a Reshape to [N, C])."""
+    x = imp.alias(node, node.input[0])
+    a = _attrs(node)
+    axes = imp.const(node, 1, "axes").reshape(-1).tolist() if len(node.input) > 1 and node.input[1] else \
+        a.get("axes")
+    rank = len(imp.shape(x.name))
+    if rank != 4 or axes is None or sorted(int(k) % rank for k in axes) != [2, 3]:
+        raise UnsupportedOperatorError(node.op_type, node.name, f"it averages axes {axes} of a rank-{rank} tensor "
+                                       f"(the lab takes the spatial axes [2, 3] of NCHW)")
+    out = _quantized_output(imp, node)
+    if a.get("keepdims", 1):
+        _gap(imp, node, x, out)
+        return
+    pooled = _Out(f"{out.name}_pooled", out.scale, out.zp, out.unsigned, out.lo, out.hi)
+    _gap(imp, node, x, pooled)
+    n, c = imp.shape(x.name)[:2]
+    flat = imp.tensor(out.name, (n, c), out.scale)
+    imp.emit("Reshape", f"{node.name}_flat", [imp.ints.pop(pooled.name)], flat, shape=(n, c))
+    imp.ints[out.name], imp.unsigned[out.name] = flat, out.unsigned
 
 
 # ---- QOperator ----------------------------------------------------------------------------------------------------
@@ -644,6 +782,24 @@ def _qgemm(imp: _Importer, node: onnx.NodeProto) -> None:
 
 def _qlinear_add(imp: _Importer, node: onnx.NodeProto) -> None:
     _add(imp, node, imp.act(node, 0, 1, 2), imp.act(node, 3, 4, 5), imp.out(node, node.output[0], 6, 7))
+
+
+def _qlinear_binary(imp: _Importer, node: onnx.NodeProto) -> None:
+    """com.microsoft's QLinearMul (and QLinearAdd of broadcast shapes): A, its scale and zero point, B, its, C's."""
+    _binary(imp, node, imp.act(node, 0, 1, 2), imp.act(node, 3, 4, 5), imp.out(node, node.output[0], 6, 7))
+
+
+def _qlinear_softmax(imp: _Importer, node: onnx.NodeProto) -> None:
+    """com.microsoft's QLinearSoftmax (X, its scale and zero point, Y's): opset-13 semantics, or any opset's along
+    the last axis (where the older flattening is the same)."""
+    a = _attrs(node)
+    x = imp.act(node, 0, 1, 2)
+    rank = len(imp.shape(x.name))
+    axis = int(a.get("axis", -1)) % rank
+    if int(a.get("opset", 13)) < 13 and axis != rank - 1:
+        raise UnsupportedOperatorError(node.op_type, node.name, f"opset {a.get('opset')}'s Softmax on axis {axis} "
+                                       f"of {rank} (it flattens the axes after it; the lab takes the last axis)")
+    _softmax(imp, node, x, axis, imp.out(node, node.output[0], 3, 4))
 
 
 def _qlinear_pool(fn: Callable[[_Importer, onnx.NodeProto, _Act, _Out], None]) -> Callable[[_Importer,
@@ -736,19 +892,41 @@ def _reshape_shape(imp: _Importer, node: onnx.NodeProto, shape: tuple[int, ...])
     return tuple(1 if k in axes else next(it) for k in range(rank))
 
 
-def _passthrough(imp: _Importer, node: onnx.NodeProto) -> None:
-    """Shape-only and order-preserving operators of an int tensor or of an alias: the same scale and zero point."""
-    x, y = node.input[0], node.output[0]
+def _moved_source(imp: _Importer, node: onnx.NodeProto) -> tuple[_Act, bool | None]:
+    """The input of a shape-only or order-preserving operator: an alias (DequantizeLinear of an activation; the
+    second value None) or an int tensor (its scale, zero point 0: raw integers, whose zero point the move ignores;
+    the second value whether ONNX holds it as uint8)."""
+    x = node.input[0]
     if x in imp.refused:
         raise _Refused
     if x in imp.floats:
-        src = imp.floats[x]
-        unsigned = False
-    elif x in imp.ints and node.op_type not in ("Relu", "Clip"):    # raw integers: zero point irrelevant
-        src, unsigned = _Act(imp.ints[x], imp.graph.tensors[imp.ints[x]].scale or 1.0, 0), imp.unsigned[x]
+        return imp.floats[x], None
+    if x in imp.ints and node.op_type not in ("Relu", "Clip"):    # raw integers: zero point irrelevant
+        return _Act(imp.ints[x], imp.graph.tensors[imp.ints[x]].scale or 1.0, 0), imp.unsigned[x]
+    raise UnsupportedOperatorError(node.op_type, node.name, f"its input {x!r} is neither a quantized activation "
+                                   f"nor DequantizeLinear of one")
+
+
+def _moved(imp: _Importer, y: str, name: str, src: _Act, unsigned: bool | None) -> None:
+    """Record ONNX tensor ``y`` as IR tensor ``name``, which holds ``src``'s values moved (an alias again when the
+    input was one)."""
+    if unsigned is None:
+        imp.floats[y] = _Act(name, src.scale, src.zp)
     else:
-        raise UnsupportedOperatorError(node.op_type, node.name, f"its input {x!r} is neither a quantized activation "
-                                       f"nor DequantizeLinear of one")
+        imp.ints[y], imp.unsigned[y] = name, unsigned
+
+
+def _passthrough(imp: _Importer, node: onnx.NodeProto) -> None:
+    """Shape-only and order-preserving operators of an int tensor or of an alias: the same scale and zero point. An
+    Identity of a DequantizeLinear'd constant (a bias an exporter shares between layers) is that constant again."""
+    x, y = node.input[0], node.output[0]
+    if node.op_type in ("Identity", "Dropout") and x in imp.weights:
+        imp.weights[y] = imp.weights[x]
+        return
+    if node.op_type in ("Identity", "Dropout") and x in imp.consts:
+        imp.consts[y] = imp.consts[x]
+        return
+    src, unsigned = _moved_source(imp, node)
     shape = imp.shape(src.name)
     op, attrs, out_shape = _passthrough_op(imp, node, shape, src)
     if op is None:
@@ -756,10 +934,60 @@ def _passthrough(imp: _Importer, node: onnx.NodeProto) -> None:
     else:
         name = imp.tensor(y, out_shape, src.scale)
         imp.emit(op, node.name or f"{y}_{op}", [src.name], name, **attrs)
-    if x in imp.floats:
-        imp.floats[y] = _Act(name, src.scale, src.zp)
-    else:
-        imp.ints[y], imp.unsigned[y] = name, unsigned
+    _moved(imp, y, name, src, unsigned)
+
+
+def _slices(imp: _Importer, node: onnx.NodeProto) -> None:
+    """Slice and Split of a quantized activation (ShuffleNet's channel halves; constant starts, ends and sizes once
+    the shape arithmetic folded), and Gather of it by constant indices: IR Slice and Gather, zero-point invariant."""
+    src, unsigned = _moved_source(imp, node)
+    shape = imp.shape(src.name)
+    rank = len(shape)
+    parts: list[tuple[str, str, dict[str, Any], tuple[int, ...]]] = []
+    if node.op_type == "Gather":
+        axis = int(_attrs(node).get("axis", 0)) % rank
+        idx = np.asarray(imp.const(node, 1, "indices"), np.int64)
+        if idx.size and (idx.min() < -shape[axis] or idx.max() >= shape[axis]):
+            raise UnsupportedOperatorError(node.op_type, node.name, f"indices outside [-{shape[axis]}, "
+                                           f"{shape[axis] - 1}]")
+        out = shape[:axis] + idx.shape + shape[axis + 1:]
+        parts.append((node.output[0], "Gather", {"axis": axis, "indices": np.where(idx < 0, idx + shape[axis], idx)},
+                      out))
+    elif node.op_type == "Slice":
+        starts, ends = imp.const(node, 1, "starts").reshape(-1), imp.const(node, 2, "ends").reshape(-1)
+        axes = [int(v) % rank for v in (imp.const(node, 3, "axes").reshape(-1) if len(node.input) > 3 and
+                                        node.input[3] else range(len(starts)))]
+        steps = [int(v) for v in imp.const(node, 4, "steps").reshape(-1)] if len(node.input) > 4 and \
+            node.input[4] else [1] * len(axes)
+        if 0 in steps:
+            raise UnsupportedOperatorError(node.op_type, node.name, "a step of 0")
+        indices = tuple(slice_indices(shape[ax], int(b), int(e), st) for ax, b, e, st in zip(axes, starts, ends, steps))
+        out = tuple(len(indices[axes.index(k)]) if k in axes else d for k, d in enumerate(shape))
+        parts.append((node.output[0], "Slice", {"axes": tuple(axes), "indices": indices}, out))
+    else:                                                    # Split
+        a = _attrs(node)
+        axis = int(a.get("axis", 0)) % rank
+        if len(node.input) > 1 and node.input[1]:
+            sizes = [int(v) for v in imp.const(node, 1, "split").reshape(-1)]
+        elif "split" in a:
+            sizes = [int(v) for v in a["split"]]
+        else:
+            count = len(node.output)
+            step = -(-shape[axis] // count)
+            sizes = [min(step, shape[axis] - k * step) for k in range(count)]
+        if sum(sizes) != shape[axis] or len(sizes) != len(node.output) or min(sizes) < 0:
+            raise UnsupportedOperatorError(node.op_type, node.name, f"sizes {sizes} for {len(node.output)} outputs "
+                                           f"of an axis of {shape[axis]}")
+        begin = 0
+        for y, size in zip(node.output, sizes):
+            out = tuple(size if k == axis else d for k, d in enumerate(shape))
+            if y:
+                parts.append((y, "Slice", {"axes": (axis,), "indices": (tuple(range(begin, begin + size)),)}, out))
+            begin += size
+    for y, op, attrs, out in parts:
+        name = imp.tensor(y, out, src.scale)
+        imp.emit(op, node.name or f"{y}_{op}", [src.name], name, **attrs)
+        _moved(imp, y, name, src, unsigned)
 
 
 def _passthrough_op(imp: _Importer, node: onnx.NodeProto, shape: tuple[int, ...],
@@ -833,7 +1061,7 @@ RULES: dict[str, Callable[[_Importer, onnx.NodeProto], None]] = {
     "Conv": _qdq_conv,
     "Gemm": _qdq_gemm,
     "MatMul": _qdq_matmul,
-    "Add": _qdq_add,
+    "Add": _qdq_binary,
     "GlobalAveragePool": _qdq_unary(_gap),
     "AveragePool": _qdq_unary(_avgpool),
     "Sigmoid": _qdq_unary(_sigmoid),
@@ -847,12 +1075,19 @@ RULES: dict[str, Callable[[_Importer, onnx.NodeProto], None]] = {
     "QLinearSigmoid": _qlinear_pool(_sigmoid),
     "QLinearConcat": _qlinear_concat,
     "QLinearLeakyRelu": _qlinear_pool(_activation("LeakyRelu")),
-    **{op: _qdq_unary(_activation(op)) for op in float_ref.ACTIVATION_DEFAULTS},
+    "QLinearMul": _qlinear_binary,
+    "QLinearSoftmax": _qlinear_softmax,
+    **{op: _qdq_unary(_activation(op)) for op in prequant_tables.UNARY_DEFAULTS},
+    **{op: _qdq_binary for op in ("Sub", "Mul", "Div")},
+    "Softmax": _qdq_softmax,
+    "ReduceMean": _reduce_mean,
+    "Resize": _qdq_resize,
     "ConvInteger": _refuse_dynamic,
     "MatMulInteger": _refuse_dynamic,
     "DynamicQuantizeLinear": _refuse_dynamic,
     **{op: _passthrough for op in ("Relu", "Clip", "MaxPool", "Reshape", "Flatten", "Squeeze", "Unsqueeze",
                                    "Transpose", "Identity", "Dropout", "Pad")},
+    **{op: _slices for op in ("Slice", "Split", "Gather")},
 }
 """ONNX op type -> rule importing one node of a pre-quantized model."""
 
@@ -919,6 +1154,16 @@ def _raise_bias(g: Graph, operand: str, real: float) -> bool:
     return True
 
 
+def _drop_unread(g: Graph) -> None:
+    """Drop the nodes whose outputs nothing reads and that write no graph output (a Sigmoid table whose one reader,
+    SiLU's product, became one lookup of its input), last first."""
+    for node in reversed(list(g.nodes)):
+        if not any(t in g.outputs or g.consumers(t) for t in node.outputs):
+            g.nodes.remove(node)
+            for t in node.outputs:
+                g.tensors.pop(t, None)
+
+
 def _dequantize_outputs(imp: _Importer) -> None:
     for out in imp.model.graph.output:
         if out.name in imp.floats:
@@ -980,6 +1225,7 @@ def import_quantized(model: onnx.ModelProto, label: str, *, accel_adds: bool = T
     if problems:
         raise UnsupportedModelError(label, problems)
     _fuse_clips(imp.graph)
+    _drop_unread(imp.graph)
     if accel_adds:
         _accelerate_adds(imp.graph)
     imp.graph.prune_constants()

@@ -1,0 +1,203 @@
+"""tests for the element-wise operators, moves and folded shape arithmetic of compiler/frontend/prequant.py (with
+compiler/frontend/prequant_tables.py): small float models written with onnx.helper, quantized by onnxruntime's
+quantize_static as a user would (no pre-processing), imported as integers, and run by the integer reference against
+onnxruntime's own execution of the quantized file: at least 99 % of the output elements within one output step."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from test_prequant import _Reader
+
+from vta.compiler import qops
+from vta.compiler.frontend import prequant_tables
+from vta.compiler.frontend.prequant import import_model
+
+ort = pytest.importorskip("onnxruntime")
+quantization = pytest.importorskip("onnxruntime.quantization")
+
+SHAPE = (1, 8, 6, 6)
+ONE_STEP = 1 + 1e-3
+"""One output step, with room for float32 rounding of the dequantized output."""
+
+
+def _model(nodes: list[onnx.NodeProto], extra: list[onnx.TensorProto] = (), out: str = "y",
+           out_shape: tuple[int, ...] = (1, 10), seed: int = 0) -> onnx.ModelProto:
+    """``x [1, 8, 6, 6]`` -> conv ``c [1, 8, 6, 6]`` (3x3, pads 1) -> ``nodes`` (from ``c`` to ``h [1, 8, 6, 6]``,
+    unless they write ``out`` themselves) -> GlobalAveragePool, Flatten, Gemm ``y [1, 10]``; seeded weights."""
+    rng = np.random.default_rng(seed)
+    inits = [numpy_helper.from_array((rng.standard_normal((8, 8, 3, 3)) * 0.3).astype(np.float32), "w"),
+             numpy_helper.from_array((rng.standard_normal(8) * 0.1).astype(np.float32), "b"),
+             numpy_helper.from_array((rng.standard_normal((10, 8)) * 0.4).astype(np.float32), "wf"),
+             numpy_helper.from_array((rng.standard_normal(10) * 0.1).astype(np.float32), "bf"), *extra]
+    head = [] if any(out in n.output for n in nodes) else [
+        helper.make_node("GlobalAveragePool", ["h"], ["g"], name="gap"),
+        helper.make_node("Flatten", ["g"], ["f"], name="flatten"),
+        helper.make_node("Gemm", ["f", "wf", "bf"], ["y"], transB=1, name="fc")]
+    graph = helper.make_graph([helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+                               *nodes, *head], "m",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(SHAPE))],
+                              [helper.make_tensor_value_info(out, TensorProto.FLOAT, list(out_shape))], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def _quantized(model: onnx.ModelProto, folder: Path, fmt: str = "QDQ", act: str = "QUInt8") -> Path:
+    source, path = folder / "float.onnx", folder / f"{fmt}-{act}.onnx"
+    onnx.save(model, source)
+    quantization.quantize_static(str(source), str(path), _Reader(SHAPE),
+                                 quant_format=getattr(quantization.QuantFormat, fmt),
+                                 activation_type=getattr(quantization.QuantType, act),
+                                 weight_type=quantization.QuantType.QInt8, per_channel=True)
+    return path
+
+
+def _assert_agrees(path: Path, count: int = 16) -> list[str]:
+    """Import ``path`` as integers (no fallback to its float graph) and compare ``count`` seeded inputs through the
+    integer reference with onnxruntime on the file; returns the graph's ops."""
+    graph = import_model(path)
+    assert graph.is_quantized and not getattr(graph, "absmax_hints", None), "imported as its float graph"
+    rng = np.random.default_rng(5)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    scale = float(graph.producer(graph.outputs[0]).attrs["scale"])
+    steps = []
+    for _ in range(count):
+        x = rng.standard_normal(SHAPE).astype(np.float32)
+        lab = qops.run_reference(graph, {"x": x})[graph.outputs[0]].astype(np.float64)
+        ref = session.run(None, {"x": x})[0].astype(np.float64)
+        steps.append(np.abs(lab - ref.reshape(lab.shape)).ravel() / scale)
+    every = np.concatenate(steps)
+    assert np.mean(every <= ONE_STEP) >= 0.99 and every.max() <= 2 * ONE_STEP, (np.mean(every <= ONE_STEP),
+                                                                                every.max())
+    return [n.op for n in graph.nodes]
+
+
+@pytest.mark.parametrize("fmt", ["QDQ", "QOperator"])
+def test_silu_is_one_lookup_of_its_input(fmt, tmp_path):
+    """``c * sigmoid(c)`` (EfficientNet's SiLU as torch exports it): both operands int8, the product a function of
+    ``c`` alone, so one QLut of ``c`` (the Sigmoid's own table is dropped); QLinearMul in QOperator format."""
+    nodes = [helper.make_node("Sigmoid", ["c"], ["s"], name="sigmoid"),
+             helper.make_node("Mul", ["c", "s"], ["h"], name="silu")]
+    ops = _assert_agrees(_quantized(_model(nodes), tmp_path, fmt))
+    assert ops.count("QLut") == 1 and "QLut2" not in ops
+
+
+@pytest.mark.parametrize("fmt", ["QDQ", "QOperator"])
+def test_a_channel_gate_is_a_table_of_pairs_broadcast(fmt, tmp_path):
+    """Squeeze-and-excitation's ``c * sigmoid(mean(c))``: ``[1, 8, 6, 6] * [1, 8, 1, 1]``, a QLut2 broadcast."""
+    nodes = [helper.make_node("GlobalAveragePool", ["c"], ["m"], name="squeeze"),
+             helper.make_node("Sigmoid", ["m"], ["s"], name="gate"),
+             helper.make_node("Mul", ["c", "s"], ["h"], name="excite")]
+    ops = _assert_agrees(_quantized(_model(nodes), tmp_path, fmt))
+    assert "QLut2" in ops
+
+
+@pytest.mark.parametrize("op", ["Sub", "Div"])
+def test_sub_and_div_of_two_activations(op, tmp_path):
+    """``c op relu(c) + 1`` style pairs: Sub and Div of two quantized activations, as a QLut2."""
+    extra = [numpy_helper.from_array(np.array(1.0, np.float32), "one")]
+    nodes = [helper.make_node("Relu", ["c"], ["r"], name="relu"),
+             helper.make_node("Add", ["r", "one"], ["p"], name="plus_one"),
+             helper.make_node(op, ["c", "p"], ["h"], name="pair")]
+    ops = _assert_agrees(_quantized(_model(nodes, extra), tmp_path))
+    assert "QLut2" in ops
+
+
+@pytest.mark.parametrize("op, attrs", [("HardSwish", {}), ("HardSigmoid", {"alpha": 0.25}), ("Tanh", {}),
+                                       ("Gelu", {"approximate": "tanh"})])
+def test_more_activations_import_as_tables(op, attrs, tmp_path):
+    """MobileNetV3's HardSwish and HardSigmoid, Tanh and Gelu between DequantizeLinear and QuantizeLinear: one QLut
+    each, at the node's attributes."""
+    model = _model([helper.make_node(op, ["c"], ["h"], name="act", **attrs)])
+    if op == "Gelu":
+        model.opset_import[0].version = 20
+    path = _quantized(model, tmp_path)
+    if not any(n.op_type == "QuantizeLinear" and n.input[0] == "h" for n in onnx.load(path).graph.node):
+        pytest.skip(f"this onnxruntime's quantizer leaves {op} in float")
+    ops = _assert_agrees(path)
+    assert ops.count("QLut") == 1
+
+
+@pytest.mark.parametrize("fmt", ["QDQ", "QOperator"])
+def test_a_softmax_output(fmt, tmp_path):
+    """A classifier's Softmax after the Gemm (QLinearSoftmax in QOperator format): the lab's float softmax of the
+    int8 logits, quantized at the file's output scale and zero point."""
+    nodes = [helper.make_node("GlobalAveragePool", ["c"], ["g"], name="gap"),
+             helper.make_node("Flatten", ["g"], ["f"], name="flatten"),
+             helper.make_node("Gemm", ["f", "wf", "bf"], ["logits"], transB=1, name="fc"),
+             helper.make_node("Softmax", ["logits"], ["y"], axis=-1, name="softmax")]
+    ops = _assert_agrees(_quantized(_model(nodes), tmp_path, fmt))
+    assert "Softmax" in ops and "QuantizeZp" in ops
+
+
+def test_shape_arithmetic_shared_biases_and_channel_halves(tmp_path):
+    """What torch writes for ShuffleNet-style blocks, without onnxruntime's pre-processing: a Reshape to a shape
+    computed by Shape, Gather, Div and Concat (the channel shuffle); Split and Slice into channel halves; Gather
+    of channels by constant indices; a bias shared through Identity; ReduceMean over the spatial axes. The shape
+    arithmetic folds; the rest imports as integers."""
+    rng = np.random.default_rng(3)
+    extra = [numpy_helper.from_array((rng.standard_normal((4, 4, 1, 1)) * 0.4).astype(np.float32), "w2"),
+             numpy_helper.from_array((rng.standard_normal(4) * 0.1).astype(np.float32), "b2"),
+             numpy_helper.from_array(np.array(0, np.int64), "zero"),
+             numpy_helper.from_array(np.array(1, np.int64), "one"),
+             numpy_helper.from_array(np.array([2], np.int64), "two"),
+             numpy_helper.from_array(np.array([-1], np.int64), "minus_one"),
+             numpy_helper.from_array(np.array([4, 4], np.int64), "halves"),
+             numpy_helper.from_array(np.array([0], np.int64), "s0"),
+             numpy_helper.from_array(np.array([4], np.int64), "s4"),
+             numpy_helper.from_array(np.array([8], np.int64), "s8"),
+             numpy_helper.from_array(np.array([1], np.int64), "ax1"),
+             numpy_helper.from_array(np.array([1, 0, 3, 2, 5, 4, 7, 6], np.int64), "order"),
+             numpy_helper.from_array(np.array([2, 3], np.int64), "spatial")]
+    nodes = [helper.make_node("Split", ["c", "halves"], ["lo", "hi"], axis=1, name="split"),
+             helper.make_node("Identity", ["b2"], ["b2_shared"], name="shared_bias"),
+             helper.make_node("Conv", ["hi", "w2", "b2"], ["h1"], name="branch_a"),
+             helper.make_node("Conv", ["lo", "w2", "b2_shared"], ["h2"], name="branch_b"),
+             helper.make_node("Concat", ["h1", "h2"], ["cat"], axis=1, name="concat"),
+             helper.make_node("Shape", ["cat"], ["shape"], name="shape"),
+             helper.make_node("Gather", ["shape", "zero"], ["n"], axis=0, name="batch"),
+             helper.make_node("Gather", ["shape", "one"], ["ch"], axis=0, name="channels"),
+             helper.make_node("Div", ["ch", "two"], ["per_group"], name="per_group"),
+             helper.make_node("Unsqueeze", ["n", "s0"], ["n1"], name="n1"),
+             helper.make_node("Concat", ["n1", "two", "per_group", "minus_one"], ["grouped"], axis=0, name="grouped"),
+             helper.make_node("Reshape", ["cat", "grouped"], ["g3"], name="group"),
+             helper.make_node("Transpose", ["g3"], ["t3"], perm=[0, 2, 1, 3], name="shuffle"),
+             helper.make_node("Reshape", ["t3", "shape"], ["shuffled"], name="ungroup"),
+             helper.make_node("Slice", ["shuffled", "s4", "s8", "ax1"], ["back"], name="back_half"),
+             helper.make_node("Slice", ["shuffled", "s0", "s4", "ax1"], ["front"], name="front_half"),
+             helper.make_node("Concat", ["back", "front"], ["swapped"], axis=1, name="swap"),
+             helper.make_node("Gather", ["swapped", "order"], ["h"], axis=1, name="pairs"),
+             helper.make_node("ReduceMean", ["h", "spatial"], ["g"], keepdims=0, name="mean"),
+             helper.make_node("Gemm", ["g", "wf", "bf"], ["y"], transB=1, name="fc")]
+    model = _model(nodes, extra, seed=4)
+    model.opset_import[0].version = 18
+    ops = _assert_agrees(_quantized(model, tmp_path), count=64)
+    assert {"Slice", "Gather", "Transpose"} <= set(ops)
+
+
+@pytest.mark.parametrize("mode", ["nearest", "linear"])
+def test_an_upsampling_resize(mode, tmp_path):
+    """LR-ASPP's and FPN's Resize by 2 of a quantized activation: the IR Resize (its integer weights sum to one, so
+    the zero point passes through), then a rescale to the file's output parameters."""
+    extra = [numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales")]
+    nodes = [helper.make_node("Resize", ["c", "", "scales"], ["h"], mode=mode, name="up")]
+    ops = _assert_agrees(_quantized(_model(nodes, extra), tmp_path))
+    assert "Resize" in ops
+
+
+def test_the_tables_read_zero_points_and_clip():
+    """prequant_tables: a product of two uint8-domain operands with zero points, a Relu-narrowed output range, and a
+    division by zero saturating instead of NaN."""
+    pair = prequant_tables.binary_table("Mul", (0.1, -28), (0.05, 10), 0.02, -5, lo=-5)
+    a, b = 50, -20
+    want = np.clip(np.rint((a + 28) * 0.1 * (b - 10) * 0.05 / 0.02) - 5, -5, 127)
+    assert pair[a + 128, b + 128] == want and pair.min() == -5
+    div = prequant_tables.binary_table("Div", (1.0, 0), (1.0, 0), 1.0, 0)
+    assert div[5 + 128, 128] == 127 and div[-5 + 128, 128] == -128 and div[128, 128] == 0
+    inner = np.arange(-128, 128).astype(np.int8)[::-1].copy()
+    composed = prequant_tables.composed_table(pair, inner, inner_first=False)
+    assert composed[a + 128] == pair[a + 128, int(inner[a + 128]) + 128]
