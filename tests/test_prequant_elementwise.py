@@ -189,6 +189,26 @@ def test_an_upsampling_resize(mode, tmp_path):
     assert "Resize" in ops
 
 
+def test_a_batch_norm_after_a_concat(tmp_path):
+    """DenseNet's BatchNormalization after a Concat (no Conv to fold it into), its running mean an Identity of its
+    bias as torch shares equal initializers (the quantizer then quantizes it as an activation): a depthwise 1x1
+    QConv2d; a MaxPool with ceil_mode=1 after it (GoogLeNet's, SqueezeNet's)."""
+    rng = np.random.default_rng(6)
+    extra = [numpy_helper.from_array((rng.uniform(0.5, 1.5, 16)).astype(np.float32), "gamma"),
+             numpy_helper.from_array((rng.standard_normal(16) * 0.2).astype(np.float32), "beta"),
+             numpy_helper.from_array((rng.uniform(0.5, 2.0, 16)).astype(np.float32), "var"),
+             numpy_helper.from_array((rng.standard_normal((8, 16, 1, 1)) * 0.3).astype(np.float32), "w2")]
+    nodes = [helper.make_node("Relu", ["c"], ["r"], name="relu"),
+             helper.make_node("Concat", ["c", "r"], ["cat"], axis=1, name="concat"),
+             helper.make_node("Identity", ["beta"], ["mean"], name="shared"),
+             helper.make_node("BatchNormalization", ["cat", "gamma", "beta", "mean", "var"], ["bn"], name="norm"),
+             helper.make_node("MaxPool", ["bn"], ["p"], kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1,
+                              name="pool"),
+             helper.make_node("Conv", ["p", "w2"], ["h"], name="mix")]
+    ops = _assert_agrees(_quantized(_model(nodes, extra), tmp_path), count=32)
+    assert ops.count("QConv2d") == 4 and "MaxPool" in ops     # conv, the norm, mix and the pool of the head
+
+
 def test_the_tables_read_zero_points_and_clip():
     """prequant_tables: a product of two uint8-domain operands with zero points, a Relu-narrowed output range, and a
     division by zero saturating instead of NaN."""

@@ -694,6 +694,34 @@ def _softmax(imp: _Importer, node: onnx.NodeProto, x: _Act, axis: int, out: _Out
         _clip_to(imp, node.name, out)
 
 
+def _batch_norm(imp: _Importer, node: onnx.NodeProto) -> None:
+    """A BatchNormalization the quantizer left between DequantizeLinear and QuantizeLinear (DenseNet's, after a
+    Concat; its float parameters): per channel ``y = a x + b`` with ``a = gamma / sqrt(var + eps)``, ``b = beta -
+    mean a``, as a depthwise 1x1 QConv2d for the accelerator: weight ``127 sign(a)`` at scale ``|a| / 127`` (so the
+    bias, in accumulator units, rounds to 1/127 of an input step), bias ``b``."""
+    x = imp.alias(node, node.input[0])
+    shape = imp.shape(x.name)
+    if len(shape) != 4 or _attrs(node).get("training_mode", 0) or len(node.output) > 1:
+        raise UnsupportedOperatorError(node.op_type, node.name, "the lab takes an inference BatchNormalization of "
+                                       "an NCHW activation")
+    params = []
+    for k, what in ((1, "scale"), (2, "bias"), (3, "mean"), (4, "variance")):
+        name = node.input[k]
+        if name in imp.weights:
+            values, scale, _ = imp.weights[name]
+            params.append((values * scale).astype(np.float64).reshape(-1))
+        else:
+            params.append(imp.const(node, k, what).astype(np.float64).reshape(-1))
+    gamma, beta, mean, var = params
+    a = gamma / np.sqrt(var + float(_attrs(node).get("epsilon", 1e-5)))
+    b = beta - mean * a
+    c = shape[1]
+    w = np.where(a < 0, -INT8_MAX, np.where(a > 0, INT8_MAX, 0)).astype(np.int64).reshape(c, 1, 1, 1)
+    sw = np.where(a != 0, np.abs(a) / INT8_MAX, 1.0 / INT8_MAX)
+    _linear(imp, node, x, w, sw, b / (x.scale * sw), _quantized_output(imp, node),
+            {"strides": (1, 1), "pads": (0, 0, 0, 0), "groups": c})
+
+
 def _qdq_resize(imp: _Importer, node: onnx.NodeProto) -> None:
     """Resize of a quantized activation by constant scales or sizes, nearest or linear: the IR Resize, whose integer
     weights sum to one, so it commutes with the zero point exactly; then a rescale where the output's parameters
@@ -828,6 +856,9 @@ def _quantize_linear(imp: _Importer, node: onnx.NodeProto) -> None:
     x, y = node.input[0], node.output[0]
     if _attrs(node).get("output_dtype", 0) or _attrs(node).get("saturate", 1) != 1:
         raise UnsupportedOperatorError(node.op_type, node.name, "output_dtype and saturate=0 are not supported")
+    if x in imp.weights or (x in imp.consts and imp.consts[x].dtype.kind == "f"):
+        imp.consts[y] = _quantized_constant(imp, node, x)
+        return
     out = imp.out(node, y, 1, 2)
     if x in imp.floats:
         src = imp.floats[x]
@@ -846,6 +877,26 @@ def _quantize_linear(imp: _Importer, node: onnx.NodeProto) -> None:
     else:
         imp.emit_out("QuantizeZp", node.name or f"{y}_quantize", [x], out, imp.shape(x), scale=out.scale,
                      zero_point=out.zp)
+
+
+def _quantized_constant(imp: _Importer, node: onnx.NodeProto, x: str) -> np.ndarray:
+    """QuantizeLinear of a constant (a float initializer, or DequantizeLinear of one: a BatchNormalization's
+    statistics an exporter shares through Identity, which the quantizer then quantizes as an activation), as
+    onnxruntime computes it: ``clip(rint(x / scale) + zero_point)`` in the zero point's type, per tensor or along
+    ``axis``; the DequantizeLinear after it reads it as any quantized constant."""
+    if x in imp.weights:
+        values, scale, _ = imp.weights[x]
+        real = values.astype(np.float64) * scale
+    else:
+        real = imp.consts[x].astype(np.float64)
+    scale = imp.const(node, 1, "scale").astype(np.float64)
+    zp = imp.const(node, 2, "zero point") if len(node.input) > 2 and node.input[2] else np.zeros(1, np.uint8)
+    if scale.size > 1:
+        shape = [1] * real.ndim
+        shape[int(_attrs(node).get("axis", 1)) % real.ndim] = -1
+        scale, zp = scale.reshape(shape), zp.reshape(shape)
+    info = np.iinfo(zp.dtype)
+    return np.clip(np.rint(real / scale) + zp.astype(np.int64), info.min, info.max).astype(zp.dtype)
 
 
 def _dequantize_linear(imp: _Importer, node: onnx.NodeProto) -> None:
@@ -1004,13 +1055,15 @@ def _passthrough_op(imp: _Importer, node: onnx.NodeProto, shape: tuple[int, ...]
     if op == "MaxPool":
         a = _attrs(node)
         kernel = tuple(int(k) for k in a["kernel_shape"])
-        if len(kernel) != 2 or a.get("ceil_mode", 0) or a.get("storage_order", 0) or len(node.output) > 1 or \
+        if len(kernel) != 2 or a.get("storage_order", 0) or len(node.output) > 1 or \
                 a.get("auto_pad", "NOTSET") not in ("NOTSET", "VALID") or any(d != 1 for d in a.get("dilations",
                                                                                                      [1, 1])):
-            raise UnsupportedOperatorError(op, node.name, "the lab takes 2D max pools without ceil_mode, auto_pad, "
-                                           "dilations or indices")
+            raise UnsupportedOperatorError(op, node.name, "the lab takes 2D max pools without auto_pad, dilations "
+                                           "or indices")
         strides = tuple(int(s) for s in a.get("strides", [1, 1]))
         pads = tuple(int(p) for p in a.get("pads", [0, 0, 0, 0]))
+        if a.get("ceil_mode", 0):
+            pads = _ceil_mode_pads(shape[2:], kernel, strides, pads)
         oh, ow = _output_hw(shape[2], shape[3], kernel, strides, pads)
         return "MaxPool", {"kernel": kernel, "strides": strides, "pads": pads}, (shape[0], shape[1], oh, ow)
     if op == "Pad":
@@ -1019,6 +1072,22 @@ def _passthrough_op(imp: _Importer, node: onnx.NodeProto, shape: tuple[int, ...]
     if int(np.prod(new, dtype=np.int64)) != int(np.prod(shape, dtype=np.int64)):
         raise UnsupportedOperatorError(op, node.name, f"it reshapes {shape} to {new}, another number of elements")
     return "Reshape", {"shape": new}, new
+
+
+def _ceil_mode_pads(hw: tuple[int, ...], kernel: tuple[int, ...], strides: tuple[int, ...],
+                    pads: tuple[int, ...]) -> tuple[int, ...]:
+    """A 2-D max pool's ``ceil_mode=1`` as more end padding (which holds -128 and never wins): the output size
+    ``ceil((H + pads - k) / s) + 1``, one less where that last window would start past the input and its begin pad
+    (onnxruntime's and torch's rule); each end pad grown until those windows fit. ``pads`` and the result are
+    ONNX's ``(top, left, bottom, right)``."""
+    ends = list(pads[2:])
+    for axis, (size, k, s) in enumerate(zip(hw, kernel, strides)):
+        begin = pads[axis]
+        out = -(-(size + begin + pads[2 + axis] - k) // s) + 1
+        if (out - 1) * s >= size + begin:
+            out -= 1
+        ends[axis] = max(ends[axis], (out - 1) * s + k - size - begin)
+    return (pads[0], pads[1], ends[0], ends[1])
 
 
 def _pad_op(imp: _Importer, node: onnx.NodeProto, shape: tuple[int, ...],
@@ -1082,6 +1151,7 @@ RULES: dict[str, Callable[[_Importer, onnx.NodeProto], None]] = {
     "Softmax": _qdq_softmax,
     "ReduceMean": _reduce_mean,
     "Resize": _qdq_resize,
+    "BatchNormalization": _batch_norm,
     "ConvInteger": _refuse_dynamic,
     "MatMulInteger": _refuse_dynamic,
     "DynamicQuantizeLinear": _refuse_dynamic,
