@@ -163,9 +163,10 @@ def _fold_shapes(proto: onnx.ModelProto) -> onnx.ModelProto:
     Cast, Div of a channel count; Identity of a shared bias), as the float import does, but for the quantization
     operators, whose integer weights the import reads: a DequantizeLinear of an int8 constant stays one. Shape
     inference runs between passes, so Shape of an activation folds once its shape is known."""
+    proto = _infer_shapes(proto)
     for _ in range(8):
         before = len(proto.graph.node)
-        proto = _infer_shapes(_fold_constants(_infer_shapes(proto), keep=QUANTIZED_OPS | _QUANTIZED_MS_OPS))
+        proto = _infer_shapes(_fold_constants(proto, keep=QUANTIZED_OPS | _QUANTIZED_MS_OPS))
         if len(proto.graph.node) == before:
             break
     return proto
