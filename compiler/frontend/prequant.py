@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable, TypeVar
 
@@ -1228,9 +1229,11 @@ def _raise_bias(g: Graph, operand: str, real: float) -> bool:
 def _drop_unread(g: Graph) -> None:
     """Drop the nodes whose outputs nothing reads and that write no graph output (a Sigmoid table whose one reader,
     SiLU's product, became one lookup of its input), last first."""
+    readers = Counter(t for node in g.nodes for t in node.inputs)
     for node in reversed(list(g.nodes)):
-        if not any(t in g.outputs or g.consumers(t) for t in node.outputs):
+        if not any(t in g.outputs or readers[t] for t in node.outputs):
             g.nodes.remove(node)
+            readers.subtract(node.inputs)
             for t in node.outputs:
                 g.tensors.pop(t, None)
 
