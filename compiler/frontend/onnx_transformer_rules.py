@@ -348,11 +348,17 @@ def _gather(imp: _Importer, node: onnx.NodeProto) -> None:
     indices = imp.const_input(node, 1, "indices")
     rank = len(imp.shape(node.input[0]))
     axis = int(_attrs(node).get("axis", 0)) % rank
-    size = imp.shape(node.input[0])[axis]
+    imp.emit("Gather", node, [node.input[0]], axis=axis,
+             indices=gather_indices(node, indices, imp.shape(node.input[0])[axis]))
+
+
+def gather_indices(node: onnx.NodeProto, indices: Any, size: int) -> np.ndarray:
+    """Gather ``node``'s constant ``indices`` into an axis of ``size`` elements, each negative one counted from the
+    end (int64, the indices' shape); UnsupportedOperatorError when one lies outside ``[-size, size - 1]``."""
     idx = np.asarray(indices, np.int64)
     if idx.size and (idx.min() < -size or idx.max() >= size):
         raise UnsupportedOperatorError(node.op_type, node.name, f"indices outside [-{size}, {size - 1}]")
-    imp.emit("Gather", node, [node.input[0]], axis=axis, indices=np.where(idx < 0, idx + size, idx))
+    return np.where(idx < 0, idx + size, idx)
 
 
 def _gather_elements(imp: _Importer, node: onnx.NodeProto) -> None:
@@ -371,7 +377,7 @@ def _gather_elements(imp: _Importer, node: onnx.NodeProto) -> None:
     imp.emit("TakeAlong", node, [node.input[0]], axis=axis, indices=np.where(idx < 0, idx + size, idx))
 
 
-def slice_indices(dim: int, start: int, end: int, step: int) -> tuple[int, ...]:
+def _slice_indices(dim: int, start: int, end: int, step: int) -> tuple[int, ...]:
     """The indices ONNX's Slice keeps of an axis of ``dim`` elements (its clamping rules)."""
     start, end = (v + dim if v < 0 else v for v in (start, end))
     if step > 0:
@@ -385,15 +391,23 @@ def _slice(imp: _Importer, node: onnx.NodeProto) -> None:
     ends = imp.const_input(node, 2, "ends")
     if starts is None or ends is None:
         raise UnsupportedOperatorError(node.op_type, node.name, "no starts and ends inputs (opset 10 or later)")
-    axes = imp.const_input(node, 3, "axes")
-    steps = imp.const_input(node, 4, "steps")
+    axes, indices = slice_spec(node, shape, starts, ends, imp.const_input(node, 3, "axes"),
+                               imp.const_input(node, 4, "steps"))
+    imp.emit("Slice", node, [node.input[0]], axes=axes, indices=indices)
+
+
+def slice_spec(node: onnx.NodeProto, shape: tuple[int, ...], starts: np.ndarray, ends: np.ndarray,
+               axes: np.ndarray | None, steps: np.ndarray | None
+               ) -> tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]:
+    """The IR Slice's ``axes`` and ``indices`` (the indices kept of each axis) of ONNX Slice ``node`` of an input of
+    ``shape``, from its constant inputs (``axes`` and ``steps`` None when absent); UnsupportedOperatorError for a
+    step of 0."""
     axes_list = [int(v) % len(shape) for v in (range(len(starts)) if axes is None else axes.reshape(-1))]
     steps_list = [1] * len(axes_list) if steps is None else [int(v) for v in steps.reshape(-1)]
     if 0 in steps_list:
         raise UnsupportedOperatorError(node.op_type, node.name, "a step of 0")
-    indices = tuple(slice_indices(shape[ax], int(b), int(e), st)
-                    for ax, b, e, st in zip(axes_list, starts.reshape(-1), ends.reshape(-1), steps_list))
-    imp.emit("Slice", node, [node.input[0]], axes=tuple(axes_list), indices=indices)
+    return tuple(axes_list), tuple(_slice_indices(shape[ax], int(b), int(e), st) for ax, b, e, st in
+                                   zip(axes_list, starts.reshape(-1), ends.reshape(-1), steps_list))
 
 
 def _split(imp: _Importer, node: onnx.NodeProto) -> None:

@@ -85,7 +85,7 @@ from .onnx_frontend import (
     tensor_byte_limit,
 )
 from .onnx_rules import resize_attrs
-from .onnx_transformer_rules import slice_indices
+from .onnx_transformer_rules import gather_indices, slice_spec
 from .quantize import choose_requant
 
 __all__ = ["QUANTIZED_OPS", "is_quantized_model", "import_quantized", "import_model"]
@@ -999,24 +999,15 @@ def _slices(imp: _Importer, node: onnx.NodeProto) -> None:
     parts: list[tuple[str, str, dict[str, Any], tuple[int, ...]]] = []
     if node.op_type == "Gather":
         axis = int(_attrs(node).get("axis", 0)) % rank
-        idx = np.asarray(imp.const(node, 1, "indices"), np.int64)
-        if idx.size and (idx.min() < -shape[axis] or idx.max() >= shape[axis]):
-            raise UnsupportedOperatorError(node.op_type, node.name, f"indices outside [-{shape[axis]}, "
-                                           f"{shape[axis] - 1}]")
+        idx = gather_indices(node, imp.const(node, 1, "indices"), shape[axis])
         out = shape[:axis] + idx.shape + shape[axis + 1:]
-        parts.append((node.output[0], "Gather", {"axis": axis, "indices": np.where(idx < 0, idx + shape[axis], idx)},
-                      out))
+        parts.append((node.output[0], "Gather", {"axis": axis, "indices": idx}, out))
     elif node.op_type == "Slice":
-        starts, ends = imp.const(node, 1, "starts").reshape(-1), imp.const(node, 2, "ends").reshape(-1)
-        axes = [int(v) % rank for v in (imp.const(node, 3, "axes").reshape(-1) if len(node.input) > 3 and
-                                        node.input[3] else range(len(starts)))]
-        steps = [int(v) for v in imp.const(node, 4, "steps").reshape(-1)] if len(node.input) > 4 and \
-            node.input[4] else [1] * len(axes)
-        if 0 in steps:
-            raise UnsupportedOperatorError(node.op_type, node.name, "a step of 0")
-        indices = tuple(slice_indices(shape[ax], int(b), int(e), st) for ax, b, e, st in zip(axes, starts, ends, steps))
+        given = [imp.const(node, k, what) if len(node.input) > k and node.input[k] else None
+                 for k, what in ((3, "axes"), (4, "steps"))]
+        axes, indices = slice_spec(node, shape, imp.const(node, 1, "starts"), imp.const(node, 2, "ends"), *given)
         out = tuple(len(indices[axes.index(k)]) if k in axes else d for k, d in enumerate(shape))
-        parts.append((node.output[0], "Slice", {"axes": tuple(axes), "indices": indices}, out))
+        parts.append((node.output[0], "Slice", {"axes": axes, "indices": indices}, out))
     else:                                                    # Split
         a = _attrs(node)
         axis = int(a.get("axis", 0)) % rank
