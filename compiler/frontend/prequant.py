@@ -278,6 +278,16 @@ class _Importer:
             raise UnsupportedOperatorError(node.op_type, node.name, f"its input {name!r} {otherwise}")
         return table[name]
 
+    def real_constant(self, name: str) -> np.ndarray | None:
+        """The float64 values of constant ``name``: DequantizeLinear of an integer initializer (its integers times
+        its scale), or a float initializer; None for anything else."""
+        if name in self.weights:
+            values, scale, _ = self.weights[name]
+            return values.astype(np.float64) * scale
+        if name in self.consts and self.consts[name].dtype.kind == "f":
+            return self.consts[name].astype(np.float64)
+        return None
+
     def weight(self, node: onnx.NodeProto, name: str) -> tuple[np.ndarray, np.ndarray, int]:
         if name not in self.weights:
             raise UnsupportedOperatorError(node.op_type, node.name, f"its weight {name!r} is not DequantizeLinear "
@@ -627,11 +637,9 @@ def _qdq_concat(imp: _Importer, node: onnx.NodeProto) -> None:
 def _operand(imp: _Importer, node: onnx.NodeProto, name: str) -> _Act | float:
     """An operand of an element-wise operator of two inputs: a quantized activation (DequantizeLinear of one), or a
     constant of one value (float, or DequantizeLinear of an integer)."""
-    if name in imp.weights and imp.weights[name][0].size == 1:
-        values, scale, _ = imp.weights[name]
-        return float(values.reshape(-1)[0]) * float(np.asarray(scale).reshape(-1)[0])
-    if name in imp.consts and imp.consts[name].size == 1 and imp.consts[name].dtype.kind == "f":
-        return float(imp.consts[name].reshape(-1)[0])
+    real = imp.real_constant(name)
+    if real is not None and real.size == 1:
+        return float(real.reshape(-1)[0])
     if name in imp.floats or name in imp.refused:
         return imp.alias(node, name)
     raise UnsupportedOperatorError(node.op_type, node.name, f"its input {name!r} is neither DequantizeLinear of a "
@@ -708,12 +716,8 @@ def _batch_norm(imp: _Importer, node: onnx.NodeProto) -> None:
                                        "an NCHW activation")
     params = []
     for k, what in ((1, "scale"), (2, "bias"), (3, "mean"), (4, "variance")):
-        name = node.input[k]
-        if name in imp.weights:
-            values, scale, _ = imp.weights[name]
-            params.append((values * scale).astype(np.float64).reshape(-1))
-        else:
-            params.append(imp.const(node, k, what).astype(np.float64).reshape(-1))
+        real = imp.real_constant(node.input[k])
+        params.append((imp.const(node, k, what).astype(np.float64) if real is None else real).reshape(-1))
     gamma, beta, mean, var = params
     a = gamma / np.sqrt(var + float(_attrs(node).get("epsilon", 1e-5)))
     b = beta - mean * a
@@ -858,8 +862,9 @@ def _quantize_linear(imp: _Importer, node: onnx.NodeProto) -> None:
     x, y = node.input[0], node.output[0]
     if _attrs(node).get("output_dtype", 0) or _attrs(node).get("saturate", 1) != 1:
         raise UnsupportedOperatorError(node.op_type, node.name, "output_dtype and saturate=0 are not supported")
-    if x in imp.weights or (x in imp.consts and imp.consts[x].dtype.kind == "f"):
-        imp.consts[y] = _quantized_constant(imp, node, x)
+    real = imp.real_constant(x)
+    if real is not None:
+        imp.consts[y] = _quantized_constant(imp, node, real)
         return
     out = imp.out(node, y, 1, 2)
     if x in imp.floats:
@@ -881,16 +886,11 @@ def _quantize_linear(imp: _Importer, node: onnx.NodeProto) -> None:
                      zero_point=out.zp)
 
 
-def _quantized_constant(imp: _Importer, node: onnx.NodeProto, x: str) -> np.ndarray:
+def _quantized_constant(imp: _Importer, node: onnx.NodeProto, real: np.ndarray) -> np.ndarray:
     """QuantizeLinear of a constant (a float initializer, or DequantizeLinear of one: a BatchNormalization's
     statistics an exporter shares through Identity, which the quantizer then quantizes as an activation), as
     onnxruntime computes it: ``clip(rint(x / scale) + zero_point)`` in the zero point's type, per tensor or along
-    ``axis``; the DequantizeLinear after it reads it as any quantized constant."""
-    if x in imp.weights:
-        values, scale, _ = imp.weights[x]
-        real = values.astype(np.float64) * scale
-    else:
-        real = imp.consts[x].astype(np.float64)
+    ``axis``; the DequantizeLinear after it reads it as any quantized constant. ``real``: the constant's values."""
     scale = imp.const(node, 1, "scale").astype(np.float64)
     zp = imp.const(node, 2, "zero point") if len(node.input) > 2 and node.input[2] else np.zeros(1, np.uint8)
     if scale.size > 1:
