@@ -209,6 +209,45 @@ def test_a_batch_norm_after_a_concat(tmp_path):
     assert ops.count("QConv2d") == 4 and "MaxPool" in ops     # conv, the norm, mix and the pool of the head
 
 
+@pytest.mark.parametrize("attrs, relu", [({"dilations": [2, 2], "pads": [2, 2, 2, 2]}, True),
+                                         ({"dilations": [2, 3], "pads": [1, 0, 2, 3]}, False),
+                                         ({"dilations": [1, 3], "pads": [1, 3, 1, 3]}, True)])
+def test_a_dilated_conv_takes_the_phase_form(attrs, relu, tmp_path):
+    """DeepLab's dilated 3x3 (LR-ASPP) in a QDQ file: the phase form with a QuantizeLinear/DequantizeLinear pair at
+    the output's parameters after the undilated Conv, so no dilated Conv is left and the sums are onnxruntime's."""
+    rng = np.random.default_rng(3)
+    extra = [numpy_helper.from_array((rng.standard_normal((8, 8, 3, 3)) * 0.3).astype(np.float32), "wd"),
+             numpy_helper.from_array((rng.standard_normal(8) * 0.1).astype(np.float32), "bd")]
+    kernel_out = "d" if relu else "h"
+    nodes = [helper.make_node("Conv", ["c", "wd", "bd"], [kernel_out], name="dilated", **attrs)]
+    if relu:
+        nodes.append(helper.make_node("Relu", ["d"], ["h"], name="relu"))
+    ops = _assert_agrees(_quantized(_model(nodes, extra), tmp_path))
+    assert "Transpose" in ops                           # the phases moved into the batch and back
+
+
+def test_a_per_channel_qoperator_file_dequantizes_along_its_output_channels(tmp_path):
+    """The float fallback of a QOperator file with per-channel weights (here a dilated QLinearConv, which the integer
+    import leaves to it): each weight's DequantizeLinear runs along the output channels (QLinearConv: axis 0; QGemm
+    with transB: axis 0), so the float graph computes what the file does (it failed to fold before)."""
+    from vta.compiler.frontend.dequantize import qdq_to_float
+    from vta.compiler.frontend.float_ref import run_float
+    rng = np.random.default_rng(3)
+    extra = [numpy_helper.from_array((rng.standard_normal((8, 8, 3, 3)) * 0.3).astype(np.float32), "wd")]
+    nodes = [helper.make_node("Conv", ["c", "wd"], ["h"], name="dilated", dilations=[2, 2], pads=[2, 2, 2, 2])]
+    path = _quantized(_model(nodes, extra), tmp_path, "QOperator")
+    plain = qdq_to_float(onnx.load(path))
+    axes = {n.input[0]: [a.i for a in n.attribute if a.name == "axis"] for n in plain.graph.node
+            if n.op_type == "DequantizeLinear"}
+    assert [v for k, v in axes.items() if k.startswith(("w_", "wd_", "wf_"))] == [[0], [0], [0]]
+    x = np.random.default_rng(7).standard_normal(SHAPE).astype(np.float32)
+    want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0].ravel()
+    graph = import_model(path)
+    got = run_float(graph, {"x": x})[graph.outputs[0]].ravel()
+    assert float(got @ want / np.linalg.norm(got) / np.linalg.norm(want)) > 0.99
+    assert not graph.is_quantized and graph.absmax_hints
+
+
 def test_the_tables_read_zero_points_and_clip():
     """prequant_tables: a product of two uint8-domain operands with zero points, a Relu-narrowed output range, and a
     division by zero saturating instead of NaN."""

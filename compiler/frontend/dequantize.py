@@ -412,13 +412,28 @@ def _qoperator_to_qdq(model: onnx.ModelProto) -> None:
     nodes: list[onnx.NodeProto] = []
     count = 0
 
-    def dq(value: str, scale: str, zero: str) -> str:
+    def dq(value: str, scale: str, zero: str, axis: int = 1) -> str:
         nonlocal count
         count += 1
         out = f"{value}_dq{count}"
-        nodes.append(onnx.helper.make_node("DequantizeLinear", [value, scale] + ([zero] if zero else []), [out],
-                                           name=out))
+        made = onnx.helper.make_node("DequantizeLinear", [value, scale] + ([zero] if zero else []), [out], name=out)
+        if axis != 1:
+            made.attribute.append(onnx.helper.make_attribute("axis", axis))
+        nodes.append(made)
         return out
+
+    def weight_axis(node: onnx.NodeProto, operand: int) -> int:
+        """The axis of a per-channel second operand's scales: a QLinearConv's output channels (axis 0), a QGemm's
+        output columns (0 with ``transB``, else 1), a QLinearMatMul's last axis; 1 (DequantizeLinear's default)
+        for any other operand."""
+        value = node.input[3] if operand == 1 and len(node.input) > 3 else ""
+        if operand != 1 or value not in inits or inits[node.input[4]].size < 2:
+            return 1
+        if node.op_type == "QLinearConv":
+            return 0
+        if node.op_type == "QGemm":
+            return 0 if any(a.name == "transB" and a.i for a in node.attribute) else 1
+        return inits[value].ndim - 1 if node.op_type == "QLinearMatMul" else 1
 
     def q(value: str, scale: str, zero: str, out: str) -> None:
         nodes.append(onnx.helper.make_node("QuantizeLinear", [value, scale] + ([zero] if zero else []), [out],
@@ -450,7 +465,8 @@ def _qoperator_to_qdq(model: onnx.ModelProto) -> None:
                 all(inputs[sc] in inits and (not inputs[z] or inputs[z] in inits)
                     for _, sc, z in spec[1] + [(0, *spec[2])]):
             op, operands, (ys, yz) = spec
-            floats = [dq(inputs[v], inputs[sc], inputs[z]) for v, sc, z in operands]
+            floats = [dq(inputs[v], inputs[sc], inputs[z], weight_axis(node, k)) for k, (v, sc, z) in
+                      enumerate(operands)]
             bias = inputs[8] if node.op_type == "QLinearConv" else inputs[6] if node.op_type == "QGemm" else ""
             if bias:
                 if bias not in inits:

@@ -12,7 +12,8 @@ Formats (as ``onnxruntime.quantization.quantize_static`` writes them):
   MaxPool, Reshape, Flatten, Squeeze, Unsqueeze, Transpose, Identity and Dropout of an alias are aliases too. Conv,
   Gemm, MatMul, Add, GlobalAveragePool, AveragePool, Concat and Sigmoid of aliases must feed one ``QuantizeLinear``
   (through Relu/Clip at most), whose scale and zero point become their output's. Weights and biases are
-  ``DequantizeLinear`` of int8/int32 initializers (per channel or per tensor).
+  ``DequantizeLinear`` of int8/int32 initializers (per channel or per tensor). A dilated Conv of strides 1 takes
+  the phase form first (:func:`_undilate_qdq`).
 * **QOperator**: ``QuantizeLinear``, ``DequantizeLinear``, ``QLinearConv``, ``QLinearMatMul`` and, from
   ``com.microsoft``, ``QGemm``, ``QLinearAdd``, ``QLinearGlobalAveragePool``, ``QLinearAveragePool``,
   ``QLinearConcat`` and ``QLinearSigmoid``; Flatten, Reshape, MaxPool, Transpose, Squeeze and Unsqueeze of int
@@ -69,6 +70,8 @@ from onnx import numpy_helper
 
 from ..ir import INT8_MAX, INT8_MIN, AddRequant, Graph, GraphError, Node, Requant, conv_output_hw
 from . import prequant_tables
+from .contrib import static_shapes
+from .conv_transpose import _dilated_phase_nodes, _stride1_pads
 from .dequantize import qdq_ranges, qdq_to_float, undequantized_ops
 from .onnx_frontend import (
     UnsupportedModelError,
@@ -135,6 +138,7 @@ def import_model(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, 
         raise foreign[0] if len(foreign) == 1 else UnsupportedModelError(where, foreign)
     _check_types(proto)
     proto = _fold_shapes(proto)
+    _undilate_qdq(proto)
     try:
         return import_quantized(proto, label)
     except ValueError as err:
@@ -171,6 +175,68 @@ def _fold_shapes(proto: onnx.ModelProto) -> onnx.ModelProto:
         if len(proto.graph.node) == before:
             break
     return proto
+
+
+def _undilate_qdq(proto: onnx.ModelProto) -> None:
+    """In place: a dilated ``Conv`` of strides 1 (1-D or 2-D, static input shape) whose weights are DequantizeLinear
+    of an initializer and whose result feeds one QuantizeLinear (through Relu/Clip at most) takes the float import's
+    phase form (:func:`.conv_transpose.undilate_convs`: pad, the phases into the batch, one undilated Conv, the phases
+    back, the cut), with a QuantizeLinear/DequantizeLinear pair at that QuantizeLinear's parameters right after the
+    undilated Conv. Each output element is the same accumulator requantized at the same parameters, so the result is
+    the dilated Conv's; the moves after it are zero-point invariant, and the original QuantizeLinear then quantizes at
+    its own parameters again (the identity). Any other dilated Conv is left for the Conv rule to name."""
+    shapes = static_shapes(proto)
+    consts = {init.name: init for init in proto.graph.initializer}
+    producers = {o: n for n in proto.graph.node for o in n.output if o}
+    readers: dict[str, list[onnx.NodeProto]] = {}
+    for n in proto.graph.node:
+        for name in n.input:
+            readers.setdefault(name, []).append(n)
+    outputs = {o.name for o in proto.graph.output}
+    nodes: list[onnx.NodeProto] = []
+    for node in proto.graph.node:
+        nodes.append(node)
+        a = _attrs(node)
+        dilations = [int(d) for d in a.get("dilations", [])]
+        wq = producers.get(node.input[1]) if node.op_type == "Conv" and len(node.input) > 1 else None
+        if node.domain not in ("", "ai.onnx") or wq is None or wq.op_type != "DequantizeLinear" or \
+                wq.input[0] not in consts or all(d == 1 for d in dilations) or min(dilations) < 1:
+            continue
+        w_shape = [int(d) for d in consts[wq.input[0]].dims]
+        kernel, x_shape = w_shape[2:], shapes.get(node.input[0])
+        if len(kernel) not in (1, 2) or len(dilations) != len(kernel) or x_shape is None or \
+                len(x_shape) != 2 + len(kernel) or any(int(v) != 1 for v in a.get("strides", [])):
+            continue
+        tensor, quant = node.output[0], None
+        while tensor not in outputs and len(readers.get(tensor, [])) == 1:
+            user = readers[tensor][0]
+            if user.op_type == "QuantizeLinear":
+                quant = user
+                break
+            if user.op_type not in ("Relu", "Clip"):
+                break
+            tensor = user.output[0]
+        pads = _stride1_pads(a, kernel, dilations)
+        if quant is None or pads is None or min(pads) < 0:
+            continue
+        out_len = [n + b + e - (k - 1) * d for n, b, e, k, d in zip(x_shape[2:], pads[:len(kernel)],
+                                                                     pads[len(kernel):], kernel, dilations)]
+        if min(out_len) < 1:
+            continue
+        phase = _dilated_phase_nodes(proto, node, x_shape, kernel, dilations, pads, out_len, w_shape[0])
+        at = next(k for k, n in enumerate(phase) if n.op_type == "Conv")
+        raw = phase[at].output[0]
+        params = list(quant.input[1:])
+        pair = [onnx.helper.make_node("QuantizeLinear", [raw, *params], [f"{raw}_quantized"],
+                                      name=f"{phase[at].name}_quantize"),
+                onnx.helper.make_node("DequantizeLinear", [f"{raw}_quantized", *params], [f"{raw}_dequantized"],
+                                      name=f"{phase[at].name}_dequantize")]
+        for later in phase[at + 1:]:
+            later.input[:] = [f"{raw}_dequantized" if name == raw else name for name in later.input]
+        nodes[-1:] = phase[:at + 1] + pair + phase[at + 1:]
+    if len(nodes) != len(proto.graph.node):
+        del proto.graph.node[:]
+        proto.graph.node.extend(nodes)
 
 
 def is_quantized_model(model: onnx.ModelProto) -> bool:
