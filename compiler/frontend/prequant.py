@@ -536,8 +536,11 @@ def _gap(imp: _Importer, node: onnx.NodeProto, x: _Act, out: _Out) -> None:
     if (x.scale, x.zp) == (out.scale, out.zp) and (out.lo, out.hi) == (INT8_MIN, INT8_MAX):
         imp.emit_out("GlobalAvgPool", node.name, [x.name], out, (n, c, 1, 1))
         return
-    ones = np.ones((c, 1, h, w), np.int64)
-    _linear(imp, node, x, ones, np.full(c, 1.0 / (h * w)), np.zeros(c), out,
+    # a kernel of k, not 1: the rounding and zero-point offset is added in accumulator units of M / 2**S output
+    # steps (about x_scale / (H W y_scale): nearly a whole step for a pool to a similar scale), then 1/k of that, at
+    # most 1/64 step; a larger k than needed would cost the multiplier bits (the accumulator's bound grows k times)
+    k = int(np.clip(np.ceil(64 * x.scale / (h * w * out.scale)), 1, INT8_MAX))
+    _linear(imp, node, x, np.full((c, 1, h, w), k, np.int64), np.full(c, 1.0 / (h * w * k)), np.zeros(c), out,
             {"strides": (1, 1), "pads": (0, 0, 0, 0), "groups": c})
 
 
