@@ -174,7 +174,8 @@ QUANT_OPS: dict[str, tuple[str, ...]] = {
                                                          # and a runtime mask: input 1 and the "key_*" attributes;
                                                          # "sink" columns as the float op's
     "QSoftmax": ("axis", "scale", "out_scale"),          # int8 -> int8: clip(rint(softmax / out_scale)); same masks
-    "QMatMul": ("multiplier", "shift"),                  # int8 a @ int8 b: clip((acc * M + r) >> S), int64
+    "QMatMul": ("multiplier", "shift"),                  # int8 a @ int8 b: clip((acc * M + r) >> S), int64;
+                                                         # optional zero_points (za, zb, zy): qops.qmatmul
     "QMatMulWide": (),                                   # int8 a @ int8 b -> int32, exact (attention scores read by a
                                                          # softmax at the output's scale; the CPU only)
     "QLayerNorm": ("axis", "epsilon", "scale", "gamma", "beta", "out_scale"),   # float64 from int8, see qops

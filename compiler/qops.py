@@ -33,7 +33,8 @@ Integer semantics (the quantized operator contract, see :mod:`.ir`):
   - Transformer operators (float64 from the int8 input, then requantized; every step an IEEE basic operation or
     the C library's ``exp`` one element at a time, so the result is the same bits on every machine):
     ``QMatMul`` is ``clip((acc * M + r) >> S, -128, 127)`` with ``acc = a @ b`` exact in int64 (numpy broadcasting
-    of the leading axes; the quantizer keeps ``acc * M + r`` inside int32), ``r = 2**(S-1)`` (0 when S == 0).
+    of the leading axes; the quantizer keeps ``acc * M + r`` inside int32), ``r = 2**(S-1)`` (0 when S == 0); a
+    pre-quantized model's may carry ``zero_points`` (:func:`qmatmul`; the CPU runs those).
     ``QSoftmax`` is ``clip(rint(p / out_scale), -128, 127)`` of :func:`softmax`'s ``p`` (``Softmax`` returns ``p``
     as float32); both take an optional additive mask ``bias`` and a ``keep``/``fill`` mask (a causal mask, fused
     into the softmax by the quantizer so that the mask's -inf or -10000 never meets an int8 scale).
@@ -441,14 +442,21 @@ def embed(ids: np.ndarray, table: np.ndarray) -> np.ndarray:
     return np.take(table, idx, axis=0)
 
 
-def qmatmul(a: np.ndarray, b: np.ndarray, multiplier: int, shift: int) -> np.ndarray:
+def qmatmul(a: np.ndarray, b: np.ndarray, multiplier: int, shift: int,
+            zero_points: Sequence[int] = (0, 0, 0)) -> np.ndarray:
     """int8 ``a [..., M, K] @ b [..., K, N]`` (numpy broadcasting) requantized: ``clip((acc * M + r) >> S)``,
-    ``r = 2**(S-1)`` (0 when S == 0), ``acc`` exact, all in int64."""
+    ``r = 2**(S-1)`` (0 when S == 0), ``acc`` exact, all in int64. ``zero_points`` ``(za, zb, zy)`` (a
+    pre-quantized model's, :mod:`.frontend.prequant`): ``acc = (a - za) @ (b - zb)`` and
+    ``clip(((acc * M + r) >> S) + zy)``."""
     if a.shape[-1] != b.shape[-2]:
         raise ValueError(f"QMatMul operands have shapes {a.shape} and {b.shape}; a's last axis must equal b's "
                          f"second to last.")
-    acc = np.matmul(a.astype(np.int64), b.astype(np.int64))
-    return rescale(acc, int(multiplier), int(shift))
+    za, zb, zy = (int(z) for z in zero_points)
+    acc = np.matmul(a.astype(np.int64) - za, b.astype(np.int64) - zb)
+    if not zy:
+        return rescale(acc, int(multiplier), int(shift))
+    rnd = (1 << (int(shift) - 1)) if shift > 0 else 0
+    return np.clip(((acc * int(multiplier) + rnd) >> int(shift)) + zy, -128, 127).astype(np.int8)
 
 
 def qmatmul_wide(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -747,7 +755,8 @@ QOPS: dict[str, OpFn] = {
     "QSoftmax": lambda n, v: qsoftmax(v[0], n.attrs["scale"], n.attrs["out_scale"], n.attrs["axis"],
                                       n.attrs.get("bias"), n.attrs.get("keep"), n.attrs.get("fill", 0.0),
                                       softmax_key(n, v), softmax_sink(n, v)),
-    "QMatMul": lambda n, v: qmatmul(v[0], v[1], n.attrs["multiplier"], n.attrs["shift"]),
+    "QMatMul": lambda n, v: qmatmul(v[0], v[1], n.attrs["multiplier"], n.attrs["shift"],
+                                    n.attrs.get("zero_points", (0, 0, 0))),
     "QMatMulWide": lambda n, v: qmatmul_wide(v[0], v[1]),
     "QLut2": lambda n, v: lut2(v[0], v[1], n.attrs["table"]),
     "QGelu": lambda n, v: igelu(v[0], *(int(n.attrs[k]) for k in IGELU_ATTRS)),

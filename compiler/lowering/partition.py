@@ -261,7 +261,10 @@ def _lower_softmax(graph: Graph, node: Node, intr: Intrinsics) -> Lowered:
 
 def _lower_matmul(graph: Graph, node: Node, intr: Intrinsics) -> Lowered:
     """QMatMul (two activations, or an activation and a constant) as a grouped 1x1 convolution
-    (:mod:`.matmul`)."""
+    (:mod:`.matmul`); one with zero points (a pre-quantized model's) stays on the CPU."""
+    if any(node.attrs.get("zero_points", ())):
+        raise ScheduleError(f"{node.name} multiplies activations with zero points {tuple(node.attrs['zero_points'])}"
+                            f" (a pre-quantized model's); the accelerator's matrix product takes zero points of 0")
     return Lowered(lower_matmul(graph, node, intr))
 
 
