@@ -248,6 +248,59 @@ def test_a_per_channel_qoperator_file_dequantizes_along_its_output_channels(tmp_
     assert not graph.is_quantized and graph.absmax_hints
 
 
+@pytest.mark.parametrize("fmt", ["QDQ", "QOperator"])
+def test_a_layer_norm_between_quantized_activations(fmt, tmp_path):
+    """LayerNormalization of a quantized activation (a quantizer leaves it float): one QLayerNorm, the input's zero
+    point cancelled by the mean, the output's in beta; in QOperator format its result is quantized where it is
+    read (here by a 1x1 QLinearConv)."""
+    rng = np.random.default_rng(2)
+    extra = [numpy_helper.from_array((1 + rng.standard_normal(6) * 0.2).astype(np.float32), "gamma"),
+             numpy_helper.from_array((rng.standard_normal(6) * 0.2).astype(np.float32), "beta"),
+             numpy_helper.from_array((rng.standard_normal((8, 8, 1, 1)) * 0.4).astype(np.float32), "w1")]
+    nodes = [helper.make_node("LayerNormalization", ["c", "gamma", "beta"], ["n"], name="norm", axis=-1),
+             helper.make_node("Conv", ["n", "w1"], ["h"], name="mix")]
+    ops = _assert_agrees(_quantized(_model(nodes, extra), tmp_path, fmt))
+    assert "QLayerNorm" in ops
+
+
+@pytest.mark.parametrize("fmt", ["QDQ", "QOperator"])
+@pytest.mark.parametrize("act", ["QUInt8", "QInt8"])
+def test_a_matmul_of_two_activations(fmt, act, tmp_path):
+    """``c @ transpose(relu(c))`` per channel (attention's Q K^T): a QMatMul with both inputs' zero points and the
+    output's, exact in int64 on the CPU (QLinearMatMul of two activations in QOperator format)."""
+    nodes = [helper.make_node("Relu", ["c"], ["r"], name="relu"),
+             helper.make_node("Transpose", ["r"], ["rt"], name="rt", perm=[0, 1, 3, 2]),
+             helper.make_node("MatMul", ["c", "rt"], ["h"], name="product")]
+    ops = _assert_agrees(_quantized(_model(nodes), tmp_path, fmt, act))
+    assert "QMatMul" in ops
+
+
+def test_a_bias_added_after_a_matmul(tmp_path):
+    """A linear layer over ``[1, 8, 6, 6]`` as MatMul and an Add of its bias (the quantizer quantizes the bias as
+    the Add's input): the MatMul a QDense over the rows, the Add a QLut2 of the activation and the bias's
+    integers, broadcast."""
+    rng = np.random.default_rng(4)
+    extra = [numpy_helper.from_array((rng.standard_normal((6, 5)) * 0.4).astype(np.float32), "wm"),
+             numpy_helper.from_array((rng.standard_normal(5) * 0.3).astype(np.float32), "bm")]
+    nodes = [helper.make_node("MatMul", ["c", "wm"], ["m"], name="linear"),
+             helper.make_node("Add", ["m", "bm"], ["h"], name="bias")]
+    ops = _assert_agrees(_quantized(_model(nodes, extra), tmp_path))
+    assert "QDense" in ops and "QLut2" in ops
+
+
+def test_a_float_chain_between_activations_is_one_table(tmp_path):
+    """torch's exact GELU as exported: ``Div`` by sqrt(2) left float (the quantizer quantizes Erf's output, not its
+    input), then ``Erf``: one QLut of the Div's quantized input, the chain in float64."""
+    extra = [numpy_helper.from_array(np.array(np.sqrt(2.0), np.float32), "sqrt2")]
+    nodes = [helper.make_node("Div", ["c", "sqrt2"], ["d"], name="div"),
+             helper.make_node("Erf", ["d"], ["h"], name="erf")]
+    path = _quantized(_model(nodes, extra), tmp_path)
+    if any(n.op_type == "QuantizeLinear" and n.input[0] == "d" for n in onnx.load(path).graph.node):
+        pytest.skip("this onnxruntime's quantizer quantizes the Div's output")
+    ops = _assert_agrees(path)
+    assert ops.count("QLut") == 1
+
+
 def test_a_pool_to_another_scale_rounds_as_onnxruntime(tmp_path):
     """GlobalAveragePool to an output scale of its own is a depthwise QConv2d whose rounding offset is added to the
     accumulator, in steps of ``M / 2**S`` output steps (about ``x_scale / (H W y_scale)``, here near 1). Its kernel

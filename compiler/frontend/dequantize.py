@@ -18,7 +18,7 @@ onnxruntime's ``quantize_dynamic`` writes ``MatMulInteger`` of ``DynamicQuantize
 weights: each such chain becomes the float MatMul with the weights' int8 values (:func:`_dynamic_to_float`), and
 each ``ConvInteger`` chain (a ViT's patch embedding) the float Conv. A file in onnxruntime's QOperator format
 (``QLinearMatMul``, ``QLinearConv``, com.microsoft's ``QLinearAdd``, ``QLinearSoftmax``, ``QGemm``...) is first
-rewritten as QDQ (:func:`_qoperator_to_qdq`), then made float the same way. onnxruntime's fused forms of the
+rewritten as QDQ (:func:`qoperator_to_qdq`), then made float the same way. onnxruntime's fused forms of the
 dynamic chains (``DynamicQuantizeMatMul``, ``MatMulIntegerToFloat``) become the same float MatMuls, and a
 ``QAttention`` of ``DynamicQuantizeLinear(x)`` (``quantize_dynamic`` of an optimized BERT's Attention) the
 com.microsoft Attention by the dequantized weights, which :mod:`.contrib` imports. Other forms (a quantized
@@ -34,7 +34,7 @@ from onnx import numpy_helper
 from .masks import live_nodes
 from .onnx_fusions import _OnnxGraph
 
-__all__ = ["qdq_to_float", "qdq_ranges", "undequantized_ops", "QDQ_OPS"]
+__all__ = ["qdq_to_float", "qdq_ranges", "undequantized_ops", "QDQ_OPS", "qoperator_to_qdq"]
 
 QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear"})
 """The only quantized operators of a QDQ model."""
@@ -52,17 +52,17 @@ def undequantized_ops(model: onnx.ModelProto) -> list[str]:
 
 
 def _rewritten(model: onnx.ModelProto) -> onnx.ModelProto:
-    """A copy of ``model`` with its QOperator nodes written as QDQ (:func:`_qoperator_to_qdq`) and its dynamic
+    """A copy of ``model`` with its QOperator nodes written as QDQ (:func:`qoperator_to_qdq`) and its dynamic
     MatMuls and Convs made float (:func:`_dynamic_to_float`)."""
     out = onnx.ModelProto.FromString(model.SerializeToString())
-    _qoperator_to_qdq(out)
+    qoperator_to_qdq(out)
     _dynamic_to_float(out)
     return out
 
 
 def qdq_to_float(model: onnx.ModelProto) -> onnx.ModelProto | None:
     """A copy of the QDQ (or QOperator, or dynamically quantized) ``model`` with its QOperator nodes written as QDQ
-    (:func:`_qoperator_to_qdq`), its dynamic MatMuls and Convs made float again (:func:`_dynamic_to_float`) and
+    (:func:`qoperator_to_qdq`), its dynamic MatMuls and Convs made float again (:func:`_dynamic_to_float`) and
     without its activation QuantizeLinear -> DequantizeLinear pairs (each pair's output read as the pair's float
     input, or clamped, :func:`_floor_clamp`); constants' pairs and DequantizeLinear of integer constants stay, to
     fold at import. None when ``model`` keeps another quantized operator or a QuantizeLinear of an activation is
@@ -400,7 +400,7 @@ _QOPERATOR: dict[str, tuple[str, list[tuple[int, int, int]], tuple[int, int]]] =
 }
 
 
-def _qoperator_to_qdq(model: onnx.ModelProto) -> None:
+def qoperator_to_qdq(model: onnx.ModelProto) -> None:
     """In place: every QOperator node of :data:`_QOPERATOR` (and QLinearConcat) becomes DequantizeLinear of its
     quantized inputs, the float operator (its attributes; a Conv's or QGemm's int32 bias dequantized at the inputs'
     scales), and QuantizeLinear of the result at its output scale; an operator of :data:`_INT8_SHAPE_OPS` on a

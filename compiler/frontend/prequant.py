@@ -69,10 +69,11 @@ import onnx
 from onnx import numpy_helper
 
 from ..ir import INT8_MAX, INT8_MIN, AddRequant, Graph, GraphError, Node, Requant, conv_output_hw
+from ..qops import reference_evaluator
 from . import prequant_tables
 from .contrib import static_shapes
 from .conv_transpose import _dilated_phase_nodes, _stride1_pads
-from .dequantize import qdq_ranges, qdq_to_float, undequantized_ops
+from .dequantize import qdq_ranges, qdq_to_float, qoperator_to_qdq, undequantized_ops
 from .onnx_frontend import (
     UnsupportedModelError,
     UnsupportedOperatorError,
@@ -169,12 +170,30 @@ def _fold_shapes(proto: onnx.ModelProto) -> onnx.ModelProto:
     operators, whose integer weights the import reads: a DequantizeLinear of an int8 constant stays one. Shape
     inference runs between passes, so Shape of an activation folds once its shape is known."""
     proto = _infer_shapes(proto)
+    if any(node.domain == "com.microsoft" for node in proto.graph.node):
+        _borrow_shapes(proto)
     for _ in range(8):
         before = len(proto.graph.node)
         proto = _infer_shapes(_fold_constants(proto, keep=QUANTIZED_OPS | _QUANTIZED_MS_OPS))
         if len(proto.graph.node) == before:
             break
     return proto
+
+
+def _borrow_shapes(proto: onnx.ModelProto) -> None:
+    """In place: the shapes ONNX's shape inference cannot give the outputs of ``com.microsoft`` operators (a QOperator
+    file's QLinearAdd, QLinearSoftmax...; everything after them, so a transformer's ``Shape`` of a head's activation
+    would not fold), taken from the same file written as QDQ (:func:`.dequantize.qoperator_to_qdq`: standard
+    operators, the tensors' names kept), added to ``proto``'s value_info."""
+    standard = onnx.ModelProto.FromString(proto.SerializeToString())
+    qoperator_to_qdq(standard)
+    known = static_shapes(proto)
+    written = {o for node in proto.graph.node for o in node.output}
+    borrowed = [vi for vi in _infer_shapes(standard).graph.value_info if vi.name in written and vi.name not in known]
+    names = {vi.name for vi in borrowed}
+    kept = [vi for vi in proto.graph.value_info if vi.name not in names]   # their type alone, no shape
+    del proto.graph.value_info[:]
+    proto.graph.value_info.extend(kept + borrowed)
 
 
 def _undilate_qdq(proto: onnx.ModelProto) -> None:
@@ -280,6 +299,7 @@ class _Importer:
         self.ints: dict[str, str] = {}            # ONNX int tensor -> IR int8 tensor (values shifted to int8)
         self.unsigned: dict[str, bool] = {}
         self.floats: dict[str, _Act] = {}         # ONNX float tensor that is DequantizeLinear of an int tensor
+        self.pending: dict[str, tuple[_Act, Callable[[np.ndarray], np.ndarray]]] = {}   # float function of one
         self.weights: dict[str, tuple[np.ndarray, np.ndarray, int]] = {}  # DQ of a constant: (int64, scale, axis)
         self.consumers: dict[str, list[onnx.NodeProto]] = {}
         for node in model.graph.node:
@@ -287,6 +307,7 @@ class _Importer:
                 self.consumers.setdefault(name, []).append(node)
         self.outputs = {o.name for o in model.graph.output}
         self.skip: set[int] = set()
+        self.deferred: dict[str, tuple[str, float, int]] = {}      # int tensor -> (float alias, scale, zero point)
         self.refused: set[str] = set()
 
     # ---- reading parameters -------------------------------------------------------------------------------------
@@ -327,6 +348,17 @@ class _Importer:
     def out(self, node: onnx.NodeProto, output: str, scale_index: int, zp_index: int) -> _Out:
         zp, unsigned = self.zero_point(node, zp_index)
         return _Out(output, self.scalar_scale(node, scale_index), zp, unsigned)
+
+    def defer_alias(self, out: _Out, alias: str) -> None:
+        """Once a rule has written ``out``'s int tensor, record float tensor ``alias`` as DequantizeLinear of it
+        (:meth:`settle`)."""
+        self.deferred[out.name] = (alias, out.scale, out.zp)
+
+    def settle(self) -> None:
+        """Record the aliases :meth:`defer_alias` asked for, of the int tensors written since."""
+        for out in [o for o in self.deferred if o in self.ints]:
+            alias, scale, zp = self.deferred.pop(out)
+            self.floats[alias] = _Act(self.ints[out], scale, zp)
 
     def int_tensor(self, node: onnx.NodeProto, name: str) -> str:
         return self._known(self.ints, node, name, "is not a quantized activation the lab computed")
@@ -519,16 +551,29 @@ def _conv(imp: _Importer, node: onnx.NodeProto, x: _Act, w_name: str, w: np.ndar
 
 def _dense(imp: _Importer, node: onnx.NodeProto, x: _Act, w: np.ndarray, wz: np.ndarray, w_scale: np.ndarray,
            w_axis: int, transposed: bool, bias: str | None, out: _Out) -> None:
-    """``x @ w`` (``w`` [K, O]) or ``x @ w.T`` (``transposed``: [O, K]) as QDense."""
-    if len(imp.shape(x.name)) != 2 or w.ndim != 2:
-        raise UnsupportedOperatorError(node.op_type, node.name, f"it multiplies a {imp.shape(x.name)} input by "
-                                       f"{w.shape} weights; the lab takes a [N, K] input and [K, O] weights")
+    """``x @ w`` (``w`` [K, O]) or ``x @ w.T`` (``transposed``: [O, K]) as QDense. An input of rank 3 or more
+    (a transformer's ``[batch, tokens, features]``, a MatMul's only) is a Reshape to ``[rows, K]``, the QDense, and a
+    Reshape back to ``[..., O]``: zero-point invariant."""
+    shape = imp.shape(x.name)
+    if len(shape) < 2 or w.ndim != 2 or (len(shape) > 2 and node.op_type not in ("MatMul", "QLinearMatMul")):
+        raise UnsupportedOperatorError(node.op_type, node.name, f"it multiplies a {shape} input by {w.shape} "
+                                       f"weights; the lab takes a [..., K] input and [K, O] weights")
     wz = np.asarray(wz, np.int64).reshape(-1)
     wq = w.astype(np.int64) - (wz.reshape(1, -1) if not transposed and wz.size > 1 else wz.reshape(-1, 1))
     wq = wq if transposed else wq.T
     o = wq.shape[0]
     sw = _channel_scale(w_scale, o, w_axis, 0 if transposed else 1, node)
+    lead = shape[:-1]
+    if len(shape) > 2:
+        rows = (int(np.prod(lead, dtype=np.int64)), shape[-1])
+        flat = imp.tensor(f"{x.name}_rows", rows, x.scale)
+        imp.emit("Reshape", f"{node.name}_rows", [x.name], flat, shape=rows)
+        x = _Act(flat, x.scale, x.zp)
     _linear(imp, node, x, wq, sw, _bias_units(imp, node, bias, o, x.scale, sw), out, None)
+    if len(shape) > 2:
+        back = imp.tensor(f"{out.name}_unrows", (*lead, o), out.scale)
+        imp.emit("Reshape", f"{node.name}_unrows", [imp.ints[out.name]], back, shape=(*lead, o))
+        imp.ints[out.name] = back
 
 
 def _gap(imp: _Importer, node: onnx.NodeProto, x: _Act, out: _Out) -> None:
@@ -626,11 +671,16 @@ def _activation(op: str) -> Callable[[_Importer, onnx.NodeProto, _Act, _Out], No
 # ---- QDQ: float operators between DequantizeLinear and QuantizeLinear ---------------------------------------------
 def _quantized_output(imp: _Importer, node: onnx.NodeProto) -> _Out:
     """The QuantizeLinear a float operator's output feeds (through Relu/Clip at most), as an :class:`_Out` with the
-    clip of the activation; those nodes are then skipped."""
-    tensor, acts = node.output[0], []
+    clip of the activation; those nodes are then skipped. A result read only by QuantizeLinear nodes of one scale and
+    zero point, directly or through moves, is quantized once (:func:`_shared_quantization`)."""
+    tensor = node.output[0]
+    acts: list[onnx.NodeProto] = []
     while True:
         users = imp.consumers.get(tensor, [])
         if tensor in imp.outputs or len(users) != 1:
+            shared = _shared_quantization(imp, node) if not acts else None
+            if shared is not None:
+                return shared
             raise UnsupportedOperatorError(node.op_type, node.name, f"its float result {tensor!r} is not quantized "
                                            f"(it must feed exactly one QuantizeLinear, through Relu/Clip at most)")
         user = users[0]
@@ -639,6 +689,9 @@ def _quantized_output(imp: _Importer, node: onnx.NodeProto) -> _Out:
             tensor = user.output[0]
             continue
         if user.op_type != "QuantizeLinear":
+            shared = _shared_quantization(imp, node) if not acts else None
+            if shared is not None:
+                return shared
             raise UnsupportedOperatorError(node.op_type, node.name, f"its float result {tensor!r} feeds "
                                            f"{user.op_type}, not QuantizeLinear")
         break
@@ -650,6 +703,41 @@ def _quantized_output(imp: _Importer, node: onnx.NodeProto) -> _Out:
         imp.skip.add(id(act))
     imp.skip.add(id(user))
     return _Out(out.name, out.scale, out.zp, out.unsigned, lo, max(lo, hi))
+
+
+_FLOAT_MOVES = frozenset({"Transpose", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity"})
+"""Float operators that move elements without changing them: quantizing before or after them is the same."""
+
+
+def _shared_quantization(imp: _Importer, node: onnx.NodeProto) -> _Out | None:
+    """When ``node``'s float result reaches only QuantizeLinear nodes, all of one scale and zero point, directly or
+    through :data:`_FLOAT_MOVES` (a QOperator file's LayerNorm read by three QLinearMatMuls, or transposed first):
+    the output at those parameters, under a name of its own, with the float result recorded as its alias
+    (:meth:`_Importer.defer_alias`). The moves and QuantizeLinear nodes then import as usual, each QuantizeLinear as
+    the identity. Else None."""
+    todo, params = [node.output[0]], set()
+    while todo:
+        tensor = todo.pop()
+        users = imp.consumers.get(tensor, [])
+        if tensor in imp.outputs or not users:
+            return None
+        for user in users:
+            if user.op_type == "QuantizeLinear" and user.input[0] == tensor:
+                try:
+                    out = imp.out(user, user.output[0], 1, 2)
+                except UnsupportedOperatorError:
+                    return None
+                params.add((out.scale, out.zp, out.unsigned))
+            elif user.op_type in _FLOAT_MOVES and user.input[0] == tensor:
+                todo.extend(o for o in user.output if o)
+            else:
+                return None
+    if len(params) != 1:
+        return None
+    scale, zp, unsigned = params.pop()
+    out = _Out(f"{node.output[0]}_quantized_once", scale, zp, unsigned)
+    imp.defer_alias(out, node.output[0])
+    return out
 
 
 def _activation_range(imp: _Importer, node: onnx.NodeProto, scale: float, zp: int) -> tuple[int, int]:
@@ -687,8 +775,41 @@ def _qdq_gemm(imp: _Importer, node: onnx.NodeProto) -> None:
 
 def _qdq_matmul(imp: _Importer, node: onnx.NodeProto) -> None:
     x = imp.alias(node, node.input[0])
+    if node.input[1] in imp.floats or node.input[1] in imp.refused:
+        _matmul(imp, node, x, imp.alias(node, node.input[1]), _quantized_output(imp, node))
+        return
     w, scale, axis = imp.weight(node, node.input[1])
     _dense(imp, node, x, w, np.zeros(1), scale, axis, False, None, _quantized_output(imp, node))
+
+
+def _matmul(imp: _Importer, node: onnx.NodeProto, a: _Act, b: _Act, out: _Out) -> None:
+    """MatMul of two quantized activations (attention's ``Q K^T`` and ``P V``; any rank of at least 2, leading axes
+    broadcast) as ``QMatMul``: ``clip(((a - za) @ (b - zb)) * M + r) >> S) + zy`` exact in int64, with ``M / 2**S``
+    the real ratio ``sa * sb / sy`` to ``2**-AFFINE_BITS`` (round half up). With every zero point 0 the multiplier
+    comes from :func:`.quantize.choose_requant` (``acc * M + r`` inside int32) and the accelerator runs it; with
+    zero points it runs on the CPU."""
+    sa, sb = imp.shape(a.name), imp.shape(b.name)
+    if len(sa) < 2 or len(sb) < 2 or sa[-1] != sb[-2]:
+        raise UnsupportedOperatorError(node.op_type, node.name, f"it multiplies shapes {sa} and {sb}; the lab takes "
+                                       f"[..., M, K] by [..., K, N]")
+    try:
+        lead = tuple(int(d) for d in np.broadcast_shapes(sa[:-2], sb[:-2]))
+    except ValueError:
+        raise UnsupportedOperatorError(node.op_type, node.name, f"the leading axes of {sa} and {sb} do not "
+                                       f"broadcast") from None
+    ratio = a.scale * b.scale / out.scale
+    zero_points = (a.zp, b.zp, out.zp)
+    if any(zero_points):
+        shift = int(np.clip(np.floor(np.log2((2**AFFINE_BITS - 1) / max(ratio, 2.0**-40))), 0, 62))
+        mult = int(round(ratio * 2.0**shift))
+        attrs: dict[str, Any] = {"zero_points": zero_points}
+    else:
+        m, s = choose_requant(np.array([ratio]), np.array([sa[-1] * 128 * 128]), rounding=True)
+        mult, shift, attrs = int(m[0]), int(s[0]), {}
+    imp.emit_out("QMatMul", node.name, [a.name, b.name], out, (*lead, sa[-2], sb[-1]), multiplier=mult,
+                 shift=shift, **attrs)
+    if (out.lo, out.hi) != (INT8_MIN, INT8_MAX):
+        _clip_to(imp, node.name, out)
 
 
 def _qdq_unary(fn: Callable[[_Importer, onnx.NodeProto, _Act, _Out], None]) -> Callable[[_Importer,
@@ -699,7 +820,9 @@ def _qdq_unary(fn: Callable[[_Importer, onnx.NodeProto, _Act, _Out], None]) -> C
 
 
 def _qdq_concat(imp: _Importer, node: onnx.NodeProto) -> None:
-    xs = [imp.alias(node, name) for name in node.input]
+    xs = [_constant_operand(imp, name, imp.weights[name][0], float(imp.weights[name][1].reshape(-1)[0]))
+          if name in imp.weights and imp.weights[name][1].size == 1 else imp.alias(node, name)
+          for name in node.input]                  # ViT's class token: a constant before the patches
     _concat(imp, node, xs, int(_attrs(node)["axis"]), _quantized_output(imp, node))
 
 
@@ -711,8 +834,25 @@ def _operand(imp: _Importer, node: onnx.NodeProto, name: str) -> _Act | float:
         return float(real.reshape(-1)[0])
     if name in imp.floats or name in imp.refused:
         return imp.alias(node, name)
+    if name in imp.weights and imp.weights[name][1].size == 1:
+        values, scale, _ = imp.weights[name]
+        return _constant_operand(imp, name, values, float(scale.reshape(-1)[0]))
     raise UnsupportedOperatorError(node.op_type, node.name, f"its input {name!r} is neither DequantizeLinear of a "
-                                   f"quantized activation nor a constant of one value")
+                                   f"quantized activation, nor a constant of one value, nor DequantizeLinear of an "
+                                   f"integer constant (per tensor)")
+
+
+def _constant_operand(imp: _Importer, name: str, values: np.ndarray, scale: float) -> _Act:
+    """An integer constant of several values read per tensor, ``values`` its integers minus their zero point (a
+    bias a QDQ file adds after its MatMul, quantized as the Add's input; DequantizeLinear's ``scale``): an IR int8
+    constant and an int8 zero point that hold ``values`` exactly, ``values + z`` in ``[-128, 127]``."""
+    low, high = int(values.min()), int(values.max())
+    zp = 0 if low >= INT8_MIN and high <= INT8_MAX else INT8_MIN - low
+    if high + zp > INT8_MAX:
+        raise UnsupportedOperatorError("DequantizeLinear", name, f"its integers minus their zero point span "
+                                       f"[{low}, {high}], more than 256 values")
+    const = imp.constant(f"{name}_int8", (values + zp).astype(np.int8))
+    return _Act(const, scale, zp)
 
 
 def _binary(imp: _Importer, node: onnx.NodeProto, a: _Act | float, b: _Act | float, out: _Out) -> None:
@@ -752,8 +892,81 @@ def _binary(imp: _Importer, node: onnx.NodeProto, a: _Act | float, b: _Act | flo
 
 
 def _qdq_binary(imp: _Importer, node: onnx.NodeProto) -> None:
+    reals = [imp.real_constant(name) for name in node.input[:2]]
+    first, second = reals
+    if first is not None and second is not None:          # shape arithmetic of quantized constants (GPT-2's
+        with np.errstate(all="ignore"):                     # attention scale): a float constant
+            imp.consts[node.output[0]] = prequant_tables.BINARY_FNS[node.op_type](first, second).astype(np.float32)
+        return
+    if any(name in imp.pending for name in node.input[:2]) or _feeds_elementwise(imp, node):
+        scalar = [k for k, r in enumerate(reals) if r is not None and r.size == 1]
+        if len(scalar) != 1:
+            raise UnsupportedOperatorError(node.op_type, node.name, "it computes a float value, not quantized, of "
+                                           "two non-constant inputs (the lab takes chains of one activation and "
+                                           "one-value constants between DequantizeLinear and QuantizeLinear)")
+        k = scalar[0]
+        x, pre = _function_of(imp, node, node.input[1 - k])
+        const = float(reals[k].reshape(-1)[0])                     # type: ignore[union-attr]
+        own = prequant_tables.constant_function(node.op_type, const, k == 0)
+        _function_result(imp, node, x, lambda real: own(pre(real)))
+        return
     _binary(imp, node, _operand(imp, node, node.input[0]), _operand(imp, node, node.input[1]),
             _quantized_output(imp, node))
+
+
+def _qdq_activation(op: str) -> Callable[[_Importer, onnx.NodeProto], None]:
+    """The rule of an element-wise function of :data:`.prequant_tables.UNARY_DEFAULTS` in a QDQ file: a QLut of its
+    quantized input (:func:`_activation`), or a link of a float chain (:func:`_function_result`)."""
+    plain = _qdq_unary(_activation(op))
+
+    def rule(imp: _Importer, node: onnx.NodeProto) -> None:
+        if node.input[0] not in imp.pending and not _feeds_elementwise(imp, node):
+            plain(imp, node)
+            return
+        x, pre = _function_of(imp, node, node.input[0])
+        own = prequant_tables.unary_function(op, _attrs(node))
+        _function_result(imp, node, x, lambda real: own(pre(real)))
+    return rule
+
+
+def _feeds_elementwise(imp: _Importer, node: onnx.NodeProto) -> bool:
+    """Whether ``node``'s float result is not quantized but read by one element-wise function or by one operator
+    of it and a one-value constant (exporters' GELU: ``Erf`` of ``x / sqrt(2)``, the Div left float)."""
+    users = imp.consumers.get(node.output[0], [])
+    if node.output[0] in imp.outputs or len(users) != 1:
+        return False
+    user = users[0]
+    if user.op_type in prequant_tables.UNARY_DEFAULTS and user.op_type not in ("Relu", "Clip"):
+        return True
+    if user.op_type == "Cast":                     # to float (else its rule says so): the chain goes on
+        return True
+    if user.op_type == "Where":                    # a mask's: its rule reads the chain
+        return user.input[0] in imp.consts and node.output[0] in user.input[1:3]
+    if user.op_type not in prequant_tables.BINARY_FNS or len(user.input) != 2:
+        return False
+    other = user.input[1] if user.input[0] == node.output[0] else user.input[0]
+    real = imp.real_constant(other)
+    return real is not None and real.size == 1
+
+
+def _function_of(imp: _Importer, node: onnx.NodeProto, name: str) -> tuple[_Act, Callable[[np.ndarray],
+                                                                                            np.ndarray]]:
+    """The quantized activation a float value is an element-wise function of, and that function (of real values)."""
+    if name in imp.pending:
+        return imp.pending[name]
+    return imp.alias(node, name), lambda real: real
+
+
+def _function_result(imp: _Importer, node: onnx.NodeProto, x: _Act, fn: Callable[[np.ndarray], np.ndarray]) -> None:
+    """``node``'s result, ``fn`` of the quantized activation ``x``: kept as a float function of ``x`` while the chain
+    goes on (:func:`_feeds_elementwise`), else one ``QLut`` of ``x`` at the QuantizeLinear it feeds (the whole chain
+    in float64, as onnxruntime runs it in float32)."""
+    if _feeds_elementwise(imp, node):
+        imp.pending[node.output[0]] = (x, fn)
+        return
+    out = _quantized_output(imp, node)
+    table = prequant_tables.function_table(fn, x.scale, x.zp, out.scale, out.zp, out.lo, out.hi)
+    imp.emit_out("QLut", node.name, [x.name], out, imp.shape(x.name), table=table, function=node.op_type)
 
 
 def _qdq_softmax(imp: _Importer, node: onnx.NodeProto) -> None:
@@ -769,6 +982,34 @@ def _softmax(imp: _Importer, node: onnx.NodeProto, x: _Act, axis: int, out: _Out
     imp.graph.add_tensor(probs, shape, "float32")
     imp.emit("Softmax", node.name, [x.name], probs, axis=axis % len(shape), scale=x.scale)
     imp.emit_out("QuantizeZp", f"{node.name}_quantize", [probs], out, shape, scale=out.scale, zero_point=out.zp)
+    if (out.lo, out.hi) != (INT8_MIN, INT8_MAX):
+        _clip_to(imp, node.name, out)
+
+
+def _layer_norm(imp: _Importer, node: onnx.NodeProto) -> None:
+    """LayerNormalization between DequantizeLinear and QuantizeLinear (a quantizer leaves it float): ``QLayerNorm``
+    (:func:`..qops.layer_norm`, float64 of the exact integer sums), with the file's float or dequantized ``gamma``
+    and ``beta``. The input's zero point cancels exactly (the row's mean is subtracted from integers); the output's
+    rides in ``beta`` (``beta + zy * sy``, so ``rint(y / sy) + zy``), clipped to the output's range."""
+    a = _attrs(node)
+    if any(node.output[1:]):
+        raise UnsupportedOperatorError(node.op_type, node.name, "its mean and inverse deviation outputs are read")
+    x = imp.alias(node, node.input[0])
+    shape = imp.shape(x.name)
+    axis = int(a.get("axis", -1)) % len(shape)
+    gamma = imp.real_constant(node.input[1]) if len(node.input) > 1 else None
+    beta = imp.real_constant(node.input[2]) if len(node.input) > 2 and node.input[2] else np.zeros(1)
+    if gamma is None or beta is None:
+        raise UnsupportedOperatorError(node.op_type, node.name, "its scale or bias is not a constant")
+    row = shape[axis:]
+    try:
+        gamma, beta = np.broadcast_to(gamma, row).copy(), np.broadcast_to(beta, row).copy()
+    except ValueError:
+        raise UnsupportedOperatorError(node.op_type, node.name, f"its scale {gamma.shape} or bias {beta.shape} does "
+                                       f"not broadcast to the normalized axes {row}") from None
+    out = _quantized_output(imp, node)
+    imp.emit_out("QLayerNorm", node.name, [x.name], out, shape, axis=axis, epsilon=float(a.get("epsilon", 1e-5)),
+                 scale=x.scale, gamma=gamma, beta=beta + out.zp * out.scale, out_scale=out.scale)
     if (out.lo, out.hi) != (INT8_MIN, INT8_MAX):
         _clip_to(imp, node.name, out)
 
@@ -866,6 +1107,9 @@ def _qlinear_conv(imp: _Importer, node: onnx.NodeProto) -> None:
 
 def _qlinear_matmul(imp: _Importer, node: onnx.NodeProto) -> None:
     x = imp.act(node, 0, 1, 2)
+    if len(node.input) > 3 and node.input[3] not in imp.consts:             # two activations
+        _matmul(imp, node, x, imp.act(node, 3, 4, 5), imp.out(node, node.output[0], 6, 7))
+        return
     w = _weight_const(imp, node, 3)
     _dense(imp, node, x, w, imp.const(node, 5, "weight zero point"), imp.const(node, 4, "weight scale"), 1, False,
            None, imp.out(node, node.output[0], 6, 7))
@@ -884,12 +1128,29 @@ def _qgemm(imp: _Importer, node: onnx.NodeProto) -> None:
 
 
 def _qlinear_add(imp: _Importer, node: onnx.NodeProto) -> None:
-    _add(imp, node, imp.act(node, 0, 1, 2), imp.act(node, 3, 4, 5), imp.out(node, node.output[0], 6, 7))
+    a, b = _qlinear_operand(imp, node, 0), _qlinear_operand(imp, node, 3)
+    out = imp.out(node, node.output[0], 6, 7)
+    if imp.shape(a.name) != imp.shape(b.name):
+        _binary(imp, node, a, b, out)               # a bias added after a QLinearMatMul: broadcast, a QLut2
+        return
+    _add(imp, node, a, b, out)
 
 
 def _qlinear_binary(imp: _Importer, node: onnx.NodeProto) -> None:
     """com.microsoft's QLinearMul (and QLinearAdd of broadcast shapes): A, its scale and zero point, B, its, C's."""
-    _binary(imp, node, imp.act(node, 0, 1, 2), imp.act(node, 3, 4, 5), imp.out(node, node.output[0], 6, 7))
+    _binary(imp, node, _qlinear_operand(imp, node, 0), _qlinear_operand(imp, node, 3),
+            imp.out(node, node.output[0], 6, 7))
+
+
+def _qlinear_operand(imp: _Importer, node: onnx.NodeProto, index: int) -> _Act:
+    """Input ``index`` of a QOperator node of two operands (its scale and zero point next): a quantized activation,
+    or an integer constant (a bias the quantizer quantized as the Add's input), as :func:`_constant_operand`."""
+    name = node.input[index]
+    if name in imp.consts and imp.consts[name].dtype.kind in "iu" and name not in imp.ints:
+        zp = imp.const(node, index + 2, "zero point").astype(np.int64).reshape(-1)
+        values = imp.consts[name].astype(np.int64) - (int(zp[0]) if zp.size == 1 else zp)
+        return _constant_operand(imp, name, values, imp.scalar_scale(node, index + 1))
+    return imp.act(node, index, index + 1, index + 2)
 
 
 def _qlinear_softmax(imp: _Importer, node: onnx.NodeProto) -> None:
@@ -916,7 +1177,7 @@ def _qlinear_pool(fn: Callable[[_Importer, onnx.NodeProto, _Act, _Out], None]) -
 
 def _qlinear_concat(imp: _Importer, node: onnx.NodeProto) -> None:
     out = imp.out(node, node.output[0], 0, 1)
-    xs = [imp.act(node, k, k + 1, k + 2) for k in range(2, len(node.input), 3)]
+    xs = [_qlinear_operand(imp, node, k) for k in range(2, len(node.input), 3)]
     _concat(imp, node, xs, int(_attrs(node)["axis"]), out)
 
 
@@ -1048,6 +1309,8 @@ def _passthrough(imp: _Importer, node: onnx.NodeProto) -> None:
     if node.op_type in ("Identity", "Dropout") and x in imp.consts:
         imp.consts[y] = imp.consts[x]
         return
+    if _moved_constant(imp, node):
+        return
     src, unsigned = _moved_source(imp, node)
     shape = imp.shape(src.name)
     op, attrs, out_shape = _passthrough_op(imp, node, shape, src)
@@ -1062,6 +1325,8 @@ def _passthrough(imp: _Importer, node: onnx.NodeProto) -> None:
 def _slices(imp: _Importer, node: onnx.NodeProto) -> None:
     """Slice and Split of a quantized activation (ShuffleNet's channel halves; constant starts, ends and sizes once
     the shape arithmetic folded), and Gather of it by constant indices: IR Slice and Gather, zero-point invariant."""
+    if _moved_constant(imp, node):
+        return
     src, unsigned = _moved_source(imp, node)
     shape = imp.shape(src.name)
     rank = len(shape)
@@ -1101,6 +1366,83 @@ def _slices(imp: _Importer, node: onnx.NodeProto) -> None:
         name = imp.tensor(y, out, src.scale)
         imp.emit(op, node.name or f"{y}_{op}", [src.name], name, **attrs)
         _moved(imp, y, name, src, unsigned)
+
+
+_CONSTANT_MOVES = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Slice", "Split", "Gather",
+                             "Expand", "Identity", "Dropout"})
+"""Operators that move a constant's elements: of a DequantizeLinear'd integer constant, they move its integers."""
+
+
+def _moved_constant(imp: _Importer, node: onnx.NodeProto) -> bool:
+    """A move of :data:`_CONSTANT_MOVES` of DequantizeLinear of an integer constant quantized per tensor, its other
+    inputs constants (BERT's position embeddings gathered at constant ids, ViT's class token expanded to the batch):
+    the moved integers, evaluated by ONNX's reference evaluator, at the same scale; True when done."""
+    x = node.input[0] if node.input else ""
+    if x not in imp.weights or imp.weights[x][1].size != 1 or node.op_type not in _CONSTANT_MOVES or \
+            any(t and t not in imp.consts for t in node.input[1:]):
+        return False
+    values, scale, _ = imp.weights[x]
+    results = reference_evaluator(node).run(None, {x: values.astype(np.int64),
+                                                   **{t: imp.consts[t] for t in node.input[1:] if t}})
+    for name, value in zip(node.output, results):
+        if name:
+            imp.weights[name] = (np.asarray(value, np.int64), scale, 0)
+    return True
+
+
+def _cast(imp: _Importer, node: onnx.NodeProto) -> None:
+    """A Cast to a float type of a float value (an exporter's ``Cast`` of attention scores or probabilities to
+    float32, which they are): that value again, whether a quantized activation, a constant, or a float chain of one."""
+    to = int(_attrs(node).get("to", 0))
+    x, y = node.input[0], node.output[0]
+    if to not in (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16):
+        raise UnsupportedOperatorError(node.op_type, node.name, f"it casts to {onnx.TensorProto.DataType.Name(to)} "
+                                       f"(the lab takes a Cast of a float value to float)")
+    if x in imp.floats:
+        imp.floats[y] = imp.floats[x]
+    elif x in imp.pending:
+        imp.pending[y] = imp.pending[x]
+    elif x in imp.weights:
+        imp.weights[y] = imp.weights[x]
+    elif x in imp.consts and imp.consts[x].dtype.kind == "f":
+        imp.consts[y] = imp.consts[x].astype(np.float32)
+    elif x in imp.refused:
+        raise _Refused
+    else:
+        raise UnsupportedOperatorError(node.op_type, node.name, f"its input {x!r} is not a quantized activation or a "
+                                       f"constant")
+
+
+def _where(imp: _Importer, node: onnx.NodeProto) -> None:
+    """Where of a constant condition (a causal mask), a quantized activation (or a float chain of one) and a
+    constant fill of one value (GPT-2's ``Where(mask, scores, lowest)``, or the fill first): at the QuantizeLinear
+    it feeds, the activation's values (a QLut when a chain or other parameters make one), then the IR ``Where`` with
+    the fill quantized at the output's parameters (clipped to its range, as onnxruntime's QuantizeLinear does)."""
+    cond = imp.consts.get(node.input[0]) if node.input else None
+    fills = [imp.real_constant(name) for name in node.input[1:3]]
+    which = [k for k, f in enumerate(fills) if f is not None and f.size == 1]
+    if cond is None or len(which) != 1 or cond.dtype != np.bool_:
+        raise UnsupportedOperatorError(node.op_type, node.name, "the lab takes Where of a constant condition, one "
+                                       "activation and one constant of one value")
+    k = which[0]
+    x, fn = _function_of(imp, node, node.input[2 - k])
+    out = _quantized_output(imp, node)
+    shape = imp.shape(x.name)
+    try:
+        full = tuple(int(d) for d in np.broadcast_shapes(cond.shape, shape))
+    except ValueError:
+        full = ()
+    if full != shape:
+        raise UnsupportedOperatorError(node.op_type, node.name, f"its condition {cond.shape} does not broadcast to "
+                                       f"its activation's shape {shape}")
+    table = prequant_tables.function_table(fn, x.scale, x.zp, out.scale, out.zp, out.lo, out.hi)
+    kept = _Out(f"{out.name}_kept", out.scale, out.zp, out.unsigned)
+    src = imp.emit_out("QLut", f"{node.name}_values", [x.name], kept, shape, table=table, function="Where")
+    value = float(np.asarray(fills[k]).reshape(-1)[0])
+    fill = prequant_tables.function_table(lambda real: np.full(real.shape, value), 1.0, 0, out.scale, out.zp,
+                                          out.lo, out.hi)[0]
+    keep = np.broadcast_to(cond if k == 1 else ~cond, shape).copy()
+    imp.emit_out("Where", node.name, [src], out, shape, keep=keep, fill=int(fill))
 
 
 def _passthrough_op(imp: _Importer, node: onnx.NodeProto, shape: tuple[int, ...],
@@ -1208,12 +1550,16 @@ RULES: dict[str, Callable[[_Importer, onnx.NodeProto], None]] = {
     "QLinearLeakyRelu": _qlinear_pool(_activation("LeakyRelu")),
     "QLinearMul": _qlinear_binary,
     "QLinearSoftmax": _qlinear_softmax,
-    **{op: _qdq_unary(_activation(op)) for op in prequant_tables.UNARY_DEFAULTS},
-    **{op: _qdq_binary for op in ("Sub", "Mul", "Div")},
+    **{op: _qdq_activation(op) for op in prequant_tables.UNARY_DEFAULTS},
+    **{op: _qdq_binary for op in ("Sub", "Mul", "Div", "Pow")},
+    "Cast": _cast,
+    "Expand": _passthrough,
+    "Where": _where,
     "Softmax": _qdq_softmax,
     "ReduceMean": _reduce_mean,
     "Resize": _qdq_resize,
     "BatchNormalization": _batch_norm,
+    "LayerNormalization": _layer_norm,
     "ConvInteger": _refuse_dynamic,
     "MatMulInteger": _refuse_dynamic,
     "DynamicQuantizeLinear": _refuse_dynamic,
@@ -1345,6 +1691,7 @@ def import_quantized(model: onnx.ModelProto, label: str, *, accel_adds: bool = T
             if rule is None or node.domain not in ("", "ai.onnx", "com.microsoft"):
                 raise UnsupportedOperatorError(node.op_type, node.name, "no rule imports it in a quantized model")
             rule(imp, node)
+            imp.settle()
         except UnsupportedOperatorError as err:
             problems.append(err)
             imp.refused.update(node.output)

@@ -22,10 +22,10 @@ from ..ir import INT8_MAX, INT8_MIN
 from . import float_ref
 
 __all__ = ["BINARY_FNS", "UNARY_DEFAULTS", "unary_table", "binary_table", "constant_table", "composed_table",
-           "int8_values"]
+           "int8_values", "unary_function", "constant_function", "function_table"]
 
 BINARY_FNS: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
-    "Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide,
+    "Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide, "Pow": np.power,
 }
 """The element-wise operators of two inputs the tables take, on float64 real values (numpy's broadcasting)."""
 
@@ -81,6 +81,30 @@ def constant_table(op: str, x: tuple[float, int], const: float, const_first: boo
     with np.errstate(all="ignore"):
         c = np.full(rx.shape, const, np.float64)
         real = BINARY_FNS[op](c, rx) if const_first else BINARY_FNS[op](rx, c)
+    return _requantize(real, out_scale, out_zp, lo, hi)
+
+
+def unary_function(op: str, attrs: Mapping[str, object]) -> Callable[[np.ndarray], np.ndarray]:
+    """``op`` (of :data:`UNARY_DEFAULTS`, attributes ``attrs`` over its defaults) on float64 real values."""
+    full = {**UNARY_DEFAULTS[op], **attrs}
+    return lambda real: float_ref.table_values(op, real, full)
+
+
+def constant_function(op: str, const: float, const_first: bool) -> Callable[[np.ndarray], np.ndarray]:
+    """``op`` of :data:`BINARY_FNS` of real values and the real constant ``const`` (``const_first``: ``const op
+    value``)."""
+    fn = BINARY_FNS[op]
+    return (lambda real: fn(np.full(real.shape, const), real)) if const_first else (
+        lambda real: fn(real, np.full(real.shape, const)))
+
+
+def function_table(fn: Callable[[np.ndarray], np.ndarray], scale: float, zp: int, out_scale: float, out_zp: int,
+                   lo: int = INT8_MIN, hi: int = INT8_MAX) -> np.ndarray:
+    """``[256]`` int8: ``fn`` (float64 real values to real values: a chain of element-wise operators a quantizer
+    left unquantized between two activations, such as GELU's ``Div`` then ``Erf``) of each int8 value read at
+    ``scale`` and ``zp``, requantized at ``out_scale`` and ``out_zp`` to ``[lo, hi]``."""
+    with np.errstate(all="ignore"):
+        real = fn((int8_values() - zp) * scale)
     return _requantize(real, out_scale, out_zp, lo, hi)
 
 
