@@ -170,9 +170,10 @@ def _fold_shapes(proto: onnx.ModelProto) -> onnx.ModelProto:
     operators, whose integer weights the import reads: a DequantizeLinear of an int8 constant stays one. Shape
     inference runs between passes, so Shape of an activation folds once its shape is known."""
     proto = _infer_shapes(proto)
-    if any(node.domain == "com.microsoft" for node in proto.graph.node):
-        _borrow_shapes(proto)
+    microsoft = any(node.domain == "com.microsoft" for node in proto.graph.node)
     for _ in range(8):
+        if microsoft:                               # shape inference drops them each pass
+            _borrow_shapes(proto)
         before = len(proto.graph.node)
         proto = _infer_shapes(_fold_constants(proto, keep=QUANTIZED_OPS | _QUANTIZED_MS_OPS))
         if len(proto.graph.node) == before:
@@ -784,7 +785,7 @@ def _qdq_matmul(imp: _Importer, node: onnx.NodeProto) -> None:
 
 def _matmul(imp: _Importer, node: onnx.NodeProto, a: _Act, b: _Act, out: _Out) -> None:
     """MatMul of two quantized activations (attention's ``Q K^T`` and ``P V``; any rank of at least 2, leading axes
-    broadcast) as ``QMatMul``: ``clip(((a - za) @ (b - zb)) * M + r) >> S) + zy`` exact in int64, with ``M / 2**S``
+    broadcast) as ``QMatMul``: ``clip(((((a - za) @ (b - zb)) * M + r) >> S) + zy)`` exact in int64, with ``M / 2**S``
     the real ratio ``sa * sb / sy`` to ``2**-AFFINE_BITS`` (round half up). With every zero point 0 the multiplier
     comes from :func:`.quantize.choose_requant` (``acc * M + r`` inside int32) and the accelerator runs it; with
     zero points it runs on the CPU."""
@@ -1382,12 +1383,34 @@ def _moved_constant(imp: _Importer, node: onnx.NodeProto) -> bool:
             any(t and t not in imp.consts for t in node.input[1:]):
         return False
     values, scale, _ = imp.weights[x]
-    results = reference_evaluator(node).run(None, {x: values.astype(np.int64),
-                                                   **{t: imp.consts[t] for t in node.input[1:] if t}})
+    try:
+        results = reference_evaluator(node).run(None, {x: values.astype(np.int64),
+                                                       **{t: imp.consts[t] for t in node.input[1:] if t}})
+    except Exception as err:  # noqa: BLE001 - any failure of the evaluator on a bad file: said, not raised
+        raise UnsupportedOperatorError(node.op_type, node.name, f"it cannot be evaluated on its quantized constant "
+                                       f"({type(err).__name__}: {err})") from None
     for name, value in zip(node.output, results):
         if name:
             imp.weights[name] = (np.asarray(value, np.int64), scale, 0)
     return True
+
+
+def _expand(imp: _Importer, node: onnx.NodeProto) -> None:
+    """Expand of a quantized constant (ViT's class token to the batch; :func:`_moved_constant`), or one that leaves
+    an activation's shape as it is (the same tensor); an activation broadcast to a larger shape is refused."""
+    if _moved_constant(imp, node):
+        return
+    src, unsigned = _moved_source(imp, node)
+    shape = imp.shape(src.name)
+    target = tuple(int(d) for d in imp.const(node, 1, "shape").reshape(-1))
+    try:
+        full = tuple(int(d) for d in np.broadcast_shapes(shape, target))
+    except ValueError:
+        full = ()
+    if full != shape:
+        raise UnsupportedOperatorError(node.op_type, node.name, f"it expands an activation of shape {shape} to "
+                                       f"{target} (the lab expands quantized constants, or to the same shape)")
+    _moved(imp, node.output[0], src.name, src, unsigned)
 
 
 def _cast(imp: _Importer, node: onnx.NodeProto) -> None:
@@ -1553,7 +1576,7 @@ RULES: dict[str, Callable[[_Importer, onnx.NodeProto], None]] = {
     **{op: _qdq_activation(op) for op in prequant_tables.UNARY_DEFAULTS},
     **{op: _qdq_binary for op in ("Sub", "Mul", "Div", "Pow")},
     "Cast": _cast,
-    "Expand": _passthrough,
+    "Expand": _expand,
     "Where": _where,
     "Softmax": _qdq_softmax,
     "ReduceMean": _reduce_mean,
