@@ -196,6 +196,8 @@ QUANT_OPS: dict[str, tuple[str, ...]] = {
     "QLogSoftmax": ("axis", "scale", "out_scale"),       # float64 from int8, the C library's exp and log
     "QGridSample": ("mode", "padding", "align_corners", "scale", "grid_scale", "out_scale"),  # float64 from int8
     "LogSoftmax": ("axis", "scale"),                     # int8 -> float32 log-softmax (at a graph output)
+    "LayerNorm": ("axis", "epsilon", "scale", "gamma", "beta"),  # int8 -> float32 (at a graph output):
+                                                         # qops.layer_norm_real
     "QCumSum": ("axis", "exclusive", "reverse", "scale", "out_scale"),  # int64 running sums, one rounding
     "QGainL2Scale": ("axis", "epsilon", "gain", "max_gain", "scale", "out_scale"),  # int64 squares, float64 rest
     "QGRNScale": ("axes", "epsilon", "scale", "out_scale"),  # int64 sums of squares, float64 norms and quotient

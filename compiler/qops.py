@@ -38,7 +38,8 @@ Integer semantics (the quantized operator contract, see :mod:`.ir`):
     ``QSoftmax`` is ``clip(rint(p / out_scale), -128, 127)`` of :func:`softmax`'s ``p`` (``Softmax`` returns ``p``
     as float32); both take an optional additive mask ``bias`` and a ``keep``/``fill`` mask (a causal mask, fused
     into the softmax by the quantizer so that the mask's -inf or -10000 never meets an int8 scale).
-    ``QLayerNorm``: :func:`layer_norm`. ``QRMSNorm`` and ``QMulAct`` (RMSNorm; the product of two activations):
+    ``QLayerNorm``: :func:`layer_norm` (``LayerNorm``, at a pre-quantized model's float output: its float32 value
+    before the rounding). ``QRMSNorm`` and ``QMulAct`` (RMSNorm; the product of two activations):
     :mod:`.qops_gated`. ``Gather``, ``Slice`` and ``Where`` select int8 values (``Where``'s fill is
     an int8); ``Embedding`` selects the rows ``ids`` (an int64 graph input) of its int8 table.
   - With a zero point ``z`` (pre-quantized models, :mod:`.frontend.prequant`): ``QuantizeZp`` is
@@ -109,8 +110,8 @@ __all__ = [
     "maxpool", "avgpool", "global_avgpool", "pad", "quantize", "dequantize", "softmax", "QOPS", "run_reference",
     "lut", "resize", "resize_source", "resize_taps", "resize_cubic_weights", "resize_cubic_int_weights", "gather_at",
     "RESIZE_WEIGHT_BITS", "quantize_zp", "dequantize_zp", "qaffine",
-    "qsoftmax", "qmatmul", "layer_norm", "rms_norm", "qmul_act", "PRODUCT_BOUND", "run_index_fn", "run_input_fn",
-    "mask_pool",
+    "qsoftmax", "qmatmul", "layer_norm", "layer_norm_real", "rms_norm", "qmul_act", "PRODUCT_BOUND", "run_index_fn",
+    "run_input_fn", "mask_pool",
     "pool_terms", "mask_fn", "qmask_pool", "take_along", "l2_normalize", "ql2_normalize", "reference_evaluator",
     "embed", "sink_softmax", "top_k_one_hot", "run_region", "grn_scale", "qgrn_scale", "pick_chosen",
     "gain_l2_scale", "qgain_l2_scale",
@@ -478,6 +479,14 @@ def layer_norm(x: np.ndarray, scale: float, gamma: np.ndarray, beta: np.ndarray,
     ``v = D*q - s*s`` (exact int64), in float64: ``n = c / sqrt(v + D*D * epsilon / scale**2)`` (the normalised
     value: scale cancels but for epsilon), ``y = n * gamma + beta``, and the result ``clip(rint(y / out_scale))``.
     Only IEEE basic operations and sqrt, in a fixed order: the same bits on every machine."""
+    y = layer_norm_real(x, scale, gamma, beta, axis, epsilon)
+    return np.clip(np.rint(y / out_scale), -128, 127).astype(np.int8)
+
+
+def layer_norm_real(x: np.ndarray, scale: float, gamma: np.ndarray, beta: np.ndarray, axis: int = -1,
+                    epsilon: float = 1e-5) -> np.ndarray:
+    """:func:`layer_norm`'s ``y`` before its rounding, float64 (the ``LayerNorm`` op of a quantized graph returns it
+    as float32: a pre-quantized model's float output)."""
     axis = axis % x.ndim
     axes = tuple(range(axis, x.ndim))
     d = int(np.prod(x.shape[axis:]))
@@ -487,8 +496,7 @@ def layer_norm(x: np.ndarray, scale: float, gamma: np.ndarray, beta: np.ndarray,
     centred = (d * xi - total).astype(np.float64)
     var = (d * squares - total * total).astype(np.float64)
     y = centred / np.sqrt(var + float(d * d) * epsilon / (scale * scale))
-    y = y * np.asarray(gamma, np.float64) + np.asarray(beta, np.float64)
-    return np.clip(np.rint(y / out_scale), -128, 127).astype(np.int8)
+    return y * np.asarray(gamma, np.float64) + np.asarray(beta, np.float64)
 
 
 def slice_take(x: np.ndarray, axes: Sequence[int], indices: Sequence[Sequence[int]]) -> np.ndarray:
@@ -795,6 +803,8 @@ QOPS: dict[str, OpFn] = {
     "QCumSum": lambda n, v: qcumsum(v[0], n.attrs["axis"], n.attrs["exclusive"], n.attrs["reverse"], n.attrs["scale"],
                                     n.attrs["out_scale"]),
     "LogSoftmax": lambda n, v: log_softmax(v[0], n.attrs["axis"], n.attrs["scale"]).astype(np.float32),
+    "LayerNorm": lambda n, v: layer_norm_real(v[0], n.attrs["scale"], n.attrs["gamma"], n.attrs["beta"],
+                                              n.attrs["axis"], n.attrs["epsilon"]).astype(np.float32),
     "MaskFn": lambda n, v: mask_fn(n.attrs["onnx"], v[0]),
     "QMaskPool": lambda n, v: qmask_pool(v[0], v[1], n.attrs["onnx"], n.attrs["axes"], n.attrs["keepdims"],
                                          n.attrs["scale"], n.attrs["out_scale"]),

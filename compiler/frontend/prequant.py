@@ -309,6 +309,7 @@ class _Importer:
         self.outputs = {o.name for o in model.graph.output}
         self.skip: set[int] = set()
         self.deferred: dict[str, tuple[str, float, int]] = {}      # int tensor -> (float alias, scale, zero point)
+        self.float_outputs: set[str] = set()      # graph outputs a rule wrote as float32 itself
         self.refused: set[str] = set()
 
     # ---- reading parameters -------------------------------------------------------------------------------------
@@ -510,6 +511,9 @@ def _bias_units(imp: _Importer, node: onnx.NodeProto, name: str | None, o: int, 
         values, scale, _ = imp.weights[name]
         real = values.astype(np.float64) * scale
     elif name in imp.consts and imp.consts[name].dtype.kind in "iu":
+        if imp.consts[name].dtype != np.int32:
+            raise UnsupportedOperatorError(node.op_type, node.name, f"its bias {name!r} is "
+                                           f"{imp.consts[name].dtype}; a quantized operator's bias is int32")
         return imp.consts[name].astype(np.float64).reshape(o)      # QOperator: int32 at scale sx * sw already
     elif name in imp.consts:
         real = imp.consts[name].astype(np.float64)
@@ -991,7 +995,9 @@ def _layer_norm(imp: _Importer, node: onnx.NodeProto) -> None:
     """LayerNormalization between DequantizeLinear and QuantizeLinear (a quantizer leaves it float): ``QLayerNorm``
     (:func:`..qops.layer_norm`, float64 of the exact integer sums), with the file's float or dequantized ``gamma``
     and ``beta``. The input's zero point cancels exactly (the row's mean is subtracted from integers); the output's
-    rides in ``beta`` (``beta + zy * sy``, so ``rint(y / sy) + zy``), clipped to the output's range."""
+    rides in ``beta`` (``beta + zy * sy``, so ``rint(y / sy) + zy``), clipped to the output's range. A LayerNorm
+    whose result is the graph's float output (QOperator files leave the last one float) is the quantized graph's
+    float ``LayerNorm``: the same float64 ``y``, unrounded, as float32."""
     a = _attrs(node)
     if any(node.output[1:]):
         raise UnsupportedOperatorError(node.op_type, node.name, "its mean and inverse deviation outputs are read")
@@ -1008,9 +1014,17 @@ def _layer_norm(imp: _Importer, node: onnx.NodeProto) -> None:
     except ValueError:
         raise UnsupportedOperatorError(node.op_type, node.name, f"its scale {gamma.shape} or bias {beta.shape} does "
                                        f"not broadcast to the normalized axes {row}") from None
+    epsilon = float(a.get("epsilon", 1e-5))
+    y = node.output[0]
+    if y in imp.outputs and not imp.consumers.get(y):     # a QOperator file's last LayerNorm: the float output
+        imp.graph.add_tensor(y, shape, "float32")
+        imp.emit("LayerNorm", node.name, [x.name], y, axis=axis, epsilon=epsilon, scale=x.scale, gamma=gamma,
+                 beta=beta)
+        imp.float_outputs.add(y)
+        return
     out = _quantized_output(imp, node)
-    imp.emit_out("QLayerNorm", node.name, [x.name], out, shape, axis=axis, epsilon=float(a.get("epsilon", 1e-5)),
-                 scale=x.scale, gamma=gamma, beta=beta + out.zp * out.scale, out_scale=out.scale)
+    imp.emit_out("QLayerNorm", node.name, [x.name], out, shape, axis=axis, epsilon=epsilon, scale=x.scale,
+                 gamma=gamma, beta=beta + out.zp * out.scale, out_scale=out.scale)
     if (out.lo, out.hi) != (INT8_MIN, INT8_MAX):
         _clip_to(imp, node.name, out)
 
@@ -1669,6 +1683,9 @@ def _drop_unread(g: Graph) -> None:
 
 def _dequantize_outputs(imp: _Importer) -> None:
     for out in imp.model.graph.output:
+        if out.name in imp.float_outputs:
+            imp.graph.outputs.append(out.name)
+            continue
         if out.name in imp.floats:
             src = imp.floats[out.name]
             if src.name == out.name:       # a Relu, Clip or reshape after the last DequantizeLinear wrote the int8

@@ -1197,7 +1197,8 @@ def float_outputs(model: "str | os.PathLike[str] | onnx.ModelProto | None", grap
     """The float model's outputs for ``inputs`` (input name -> array of the graph's input shape), and which model
     ran: ONNX Runtime on ``model`` (an ONNX file or proto) when onnxruntime is installed and ``model`` is given
     (``"onnxruntime"``), else the lab's float reference :func:`.float_ref.run_float` on the float ``graph``
-    (``"float reference"``, followed by onnxruntime's reason when it refused the file). Outputs are keyed by
+    (``"float reference"``, followed by onnxruntime's reason when it refused the file; no outputs and ``"none
+    (...)"`` when ``graph`` is quantized: a pre-quantized file onnxruntime refuses). Outputs are keyed by
     ``graph``'s output names (ONNX Runtime's in the same order). ``declared``: the whole shapes the caller gave
     inputs (``--input-shape``); a file input the import dropped, declared with a 0 (a prompt's empty KV cache), is
     fed empty. ``values``: the inputs the import made constants (``--input-value``), fed those values."""
@@ -1211,6 +1212,9 @@ def float_outputs(model: "str | os.PathLike[str] | onnx.ModelProto | None", grap
             try:
                 sess = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
             except Exception as err:  # noqa: BLE001 - onnxruntime's own errors: it refuses the file
+                if graph.is_quantized:        # a pre-quantized file imported as integers: no float model of it
+                    return {}, (f"none (onnxruntime refused the quantized file: {_ort_reason(err)}; the file has no "
+                                f"other model to measure against)")
                 return float_ref.run_float(graph, inputs), \
                     f"float reference (onnxruntime refused the file: {_ort_reason(err)})"
             file_inputs = sess.get_inputs()
