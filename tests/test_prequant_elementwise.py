@@ -323,6 +323,36 @@ def test_a_pool_to_another_scale_rounds_as_onnxruntime(tmp_path):
     assert np.mean(np.concatenate(steps) == 0) >= 0.95
 
 
+def test_a_qlinear_add_of_two_constants_is_a_constant():
+    """GPT-2's attention scale in a QOperator file: com.microsoft's QLinearAdd of two uint8 constants, which the
+    quantizer did not fold, read by a Mul of an activation. The import computes the constant as onnxruntime does
+    (the Mul then a table of one input)."""
+    def const(name: str, value: object, dtype: type) -> onnx.TensorProto:
+        return numpy_helper.from_array(np.array(value, dtype), name)
+    inits = [const("s", 0.05, np.float32), const("z", 128, np.uint8), const("ca", 200, np.uint8),
+             const("cb", 90, np.uint8), const("sa", 0.01, np.float32), const("sb", 0.02, np.float32),
+             const("zc", 0, np.uint8), const("sc", 0.01, np.float32), const("sy", 0.1, np.float32)]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"]),
+             helper.make_node("QLinearAdd", ["ca", "sa", "z", "cb", "sb", "z", "sc", "zc"], ["c"],
+                              domain="com.microsoft"),
+             helper.make_node("DequantizeLinear", ["c", "sc", "zc"], ["cf"]),
+             helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xf"]),
+             helper.make_node("Mul", ["xf", "cf"], ["p"]),
+             helper.make_node("QuantizeLinear", ["p", "sy", "z"], ["pq"]),
+             helper.make_node("DequantizeLinear", ["pq", "sy", "z"], ["y"])]
+    graph = helper.make_graph(nodes, "m", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("com.microsoft", 1)])
+    model.ir_version = 8
+    imported = import_model(model)
+    assert imported.is_quantized and [n.op for n in imported.nodes].count("QLut") == 1
+    x = np.linspace(-6, 6, 64, dtype=np.float32).reshape(1, 64)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    got = qops.run_reference(imported, {"x": x})[imported.outputs[0]]
+    np.testing.assert_allclose(got, want, atol=0.1 + 1e-6)            # within one output step
+
+
 def test_the_tables_read_zero_points_and_clip():
     """prequant_tables: a product of two uint8-domain operands with zero points, a Relu-narrowed output range, and a
     division by zero saturating instead of NaN."""

@@ -1142,7 +1142,29 @@ def _qgemm(imp: _Importer, node: onnx.NodeProto) -> None:
            0 if transposed else 1, transposed, node.input[6] or None, imp.out(node, node.output[0], 7, 8))
 
 
+def _qlinear_constants(imp: _Importer, node: onnx.NodeProto) -> bool:
+    """A QLinearAdd or QLinearMul of two integer constants (GPT-2's attention scale, which the quantizer did not
+    fold): the constant it computes, ``clip(rint(op(a, b) / y_scale) + y_zero_point)`` in the output zero point's
+    type, as onnxruntime computes it in float; True when done."""
+    names = (node.input[0], node.input[3])
+    if not all(n in imp.consts and imp.consts[n].dtype.kind in "iu" and n not in imp.ints for n in names):
+        return False
+    reals = []
+    for k in (0, 3):
+        zp = imp.const(node, k + 2, "zero point").astype(np.float64)
+        reals.append((imp.consts[node.input[k]].astype(np.float64) - zp) * imp.scalar_scale(node, k + 1))
+    scale = imp.scalar_scale(node, 6)
+    zero = imp.const(node, 7, "zero point") if len(node.input) > 7 and node.input[7] else np.zeros((), np.uint8)
+    info = np.iinfo(zero.dtype)
+    value = prequant_tables.BINARY_FNS[node.op_type.removeprefix("QLinear")](*reals)
+    imp.consts[node.output[0]] = np.clip(np.rint(value / scale) + zero.astype(np.float64), info.min,
+                                         info.max).astype(zero.dtype)
+    return True
+
+
 def _qlinear_add(imp: _Importer, node: onnx.NodeProto) -> None:
+    if _qlinear_constants(imp, node):
+        return
     a, b = _qlinear_operand(imp, node, 0), _qlinear_operand(imp, node, 3)
     out = imp.out(node, node.output[0], 6, 7)
     if imp.shape(a.name) != imp.shape(b.name):
@@ -1153,6 +1175,8 @@ def _qlinear_add(imp: _Importer, node: onnx.NodeProto) -> None:
 
 def _qlinear_binary(imp: _Importer, node: onnx.NodeProto) -> None:
     """com.microsoft's QLinearMul (and QLinearAdd of broadcast shapes): A, its scale and zero point, B, its, C's."""
+    if _qlinear_constants(imp, node):
+        return
     _binary(imp, node, _qlinear_operand(imp, node, 0), _qlinear_operand(imp, node, 3),
             imp.out(node, node.output[0], 6, 7))
 
