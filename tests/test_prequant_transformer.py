@@ -195,3 +195,31 @@ def test_a_file_onnxruntime_refuses_is_measured_against_nothing(tmp_path):
     broken = onnx.ModelProto()                       # what onnxruntime refuses to load
     ref, which = float_outputs(broken, graph, {"x": np.zeros(SHAPE, np.float32)})
     assert ref == {} and which.startswith("none (onnxruntime refused the quantized file")
+
+
+def test_a_float_input_moved_before_its_quantization(tmp_path):
+    """torch's encoder of ``batch_first=False`` transposes its float input before the first QuantizeLinear (in
+    QOperator format the Transpose stays float): the input is quantized first, at the parameters its moved value is
+    quantized with, and the integers are transposed."""
+    rng = np.random.default_rng(3)
+    inits = [numpy_helper.from_array((rng.standard_normal((16, 32)) * 0.3).astype(np.float32), "w"),
+             numpy_helper.from_array((rng.standard_normal(32) * 0.1).astype(np.float32), "b")]
+    nodes = [helper.make_node("Transpose", ["x"], ["xt"], perm=[1, 0, 2]),
+             helper.make_node("MatMul", ["xt", "w"], ["m"]), helper.make_node("Add", ["m", "b"], ["y"])]
+    graph = helper.make_graph(nodes, "m", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [T, 1, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, T, 32])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    source, path = tmp_path / "t.onnx", tmp_path / "t-qop.onnx"
+    onnx.save(model, source)
+    quantization.quantize_static(str(source), str(path), _Reader((T, 1, 16)),
+                                 quant_format=quantization.QuantFormat.QOperator, per_channel=True,
+                                 weight_type=quantization.QuantType.QInt8)
+    assert any(n.op_type == "Transpose" and n.input[0] == "x" for n in onnx.load(path).graph.node)
+    imported = import_model(path)
+    assert imported.is_quantized and not getattr(imported, "absmax_hints", None), "imported as its float graph"
+    x = np.random.default_rng(8).standard_normal((T, 1, 16)).astype(np.float32)
+    want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    got = qops.run_reference(imported, {"x": x})[imported.outputs[0]]
+    step = float(imported.producer(imported.outputs[0]).attrs["scale"])
+    assert np.mean(np.abs(got - want) <= step * 1.001) >= 0.99

@@ -1350,6 +1350,9 @@ def _passthrough(imp: _Importer, node: onnx.NodeProto) -> None:
         return
     if _moved_constant(imp, node):
         return
+    if x in imp.graph.inputs and node.op_type in _FLOAT_MOVES:
+        _moved_input(imp, node)
+        return
     src, unsigned = _moved_source(imp, node)
     shape = imp.shape(src.name)
     op, attrs, out_shape = _passthrough_op(imp, node, shape, src)
@@ -1359,6 +1362,30 @@ def _passthrough(imp: _Importer, node: onnx.NodeProto) -> None:
         name = imp.tensor(y, out_shape, src.scale)
         imp.emit(op, node.name or f"{y}_{op}", [src.name], name, **attrs)
     _moved(imp, y, name, src, unsigned)
+
+
+def _moved_input(imp: _Importer, node: onnx.NodeProto) -> None:
+    """A move of a float graph input ahead of its first QuantizeLinear (torch's encoder of ``batch_first=False``
+    transposes its input first): the input quantized at the parameters of the QuantizeLinear nodes the moved value
+    reaches (:func:`_shared_quantization`: one scale and zero point), then the move of the integers. Quantizing is
+    element-wise, so it gives the same values before the move as after."""
+    out = _shared_quantization(imp, node)
+    if out is None:
+        raise UnsupportedOperatorError(node.op_type, node.name, f"it moves the float input {node.input[0]!r}, and "
+                                       f"the result is not quantized once (QuantizeLinear nodes of one scale and "
+                                       f"zero point, through moves)")
+    x = node.input[0]
+    shape = imp.shape(x)
+    quantized = imp.tensor(f"{x}_quantized", shape, out.scale)
+    if out.zp == 0:
+        imp.emit("Quantize", f"{x}_quantize", [x], quantized, scale=out.scale)
+    else:
+        imp.emit("QuantizeZp", f"{x}_quantize", [x], quantized, scale=out.scale, zero_point=out.zp)
+    op, attrs, moved = _passthrough_op(imp, node, shape, _Act(quantized, out.scale, out.zp))
+    if op is None:
+        imp.ints[out.name], imp.unsigned[out.name] = quantized, out.unsigned
+    else:
+        imp.emit_out(op, node.name, [quantized], out, moved, **attrs)
 
 
 def _slices(imp: _Importer, node: onnx.NodeProto) -> None:
