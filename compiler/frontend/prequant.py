@@ -429,16 +429,30 @@ def _attrs(node: onnx.NodeProto) -> dict[str, Any]:
 
 
 # ---- emitters shared by both formats ------------------------------------------------------------------------------
+def _broadcast(*shapes: tuple[int, ...]) -> tuple[int, ...] | None:
+    """numpy's broadcast of ``shapes``, or None when they do not broadcast."""
+    try:
+        return tuple(int(d) for d in np.broadcast_shapes(*shapes))
+    except ValueError:
+        return None
+
+
 def _rescale(imp: _Importer, base: str, src: _Act, out: _Out, shape: tuple[int, ...]) -> str:
     """``QAffine`` of one input: ``round((x - zx) * sx / sy) + zy`` (half up), clipped to ``out``'s range."""
     return _affine(imp, base, [src], out, shape)
 
 
+def _wide_multipliers(ratios: list[float], max_shift: int) -> tuple[list[int], int]:
+    """Integer multipliers below ``2**AFFINE_BITS`` and one shift (at most ``max_shift``) with ``M / 2**S`` each real
+    ratio (the largest sets S): the CPU's int64 requantization of ``QAffine`` and of a ``QMatMul`` with zero
+    points."""
+    shift = int(np.clip(np.floor(np.log2((2**AFFINE_BITS - 1) / max(max(ratios), 2.0**-40))), 0, max_shift))
+    return [int(round(r * 2.0**shift)) for r in ratios], shift
+
+
 def _affine(imp: _Importer, base: str, srcs: list[_Act], out: _Out, shape: tuple[int, ...]) -> str:
     ratios = [s.scale / out.scale for s in srcs]
-    peak = max(max(ratios), 2.0**-40)
-    shift = int(np.clip(np.floor(np.log2((2**AFFINE_BITS - 1) / peak)), 0, 40))
-    mults = [int(round(r * 2.0**shift)) for r in ratios]
+    mults, shift = _wide_multipliers(ratios, 40)
     half = (1 << (shift - 1)) if shift else 0
     offset = (out.zp << shift) + half - sum(m * s.zp for m, s in zip(mults, srcs))
     return imp.emit_out("QAffine", base, [s.name for s in srcs], out, shape, multipliers=tuple(mults), offset=offset,
@@ -657,9 +671,8 @@ def _concat(imp: _Importer, node: onnx.NodeProto, xs: list[_Act], axis: int, out
 
 
 def _sigmoid(imp: _Importer, node: onnx.NodeProto, x: _Act, out: _Out) -> None:
-    q = np.arange(INT8_MIN, INT8_MAX + 1, dtype=np.float64)
-    real = 1.0 / (1.0 + np.exp(-(q - x.zp) * x.scale))
-    table = np.clip(np.rint(real / out.scale) + out.zp, out.lo, out.hi).astype(np.int8)
+    table = prequant_tables.function_table(lambda real: 1.0 / (1.0 + np.exp(-real)), x.scale, x.zp, out.scale,
+                                           out.zp, out.lo, out.hi)
     imp.emit_out("QLut", node.name, [x.name], out, imp.shape(x.name), table=table, function="Sigmoid")
 
 
@@ -797,16 +810,14 @@ def _matmul(imp: _Importer, node: onnx.NodeProto, a: _Act, b: _Act, out: _Out) -
     if len(sa) < 2 or len(sb) < 2 or sa[-1] != sb[-2]:
         raise UnsupportedOperatorError(node.op_type, node.name, f"it multiplies shapes {sa} and {sb}; the lab takes "
                                        f"[..., M, K] by [..., K, N]")
-    try:
-        lead = tuple(int(d) for d in np.broadcast_shapes(sa[:-2], sb[:-2]))
-    except ValueError:
+    lead = _broadcast(sa[:-2], sb[:-2])
+    if lead is None:
         raise UnsupportedOperatorError(node.op_type, node.name, f"the leading axes of {sa} and {sb} do not "
-                                       f"broadcast") from None
+                                       f"broadcast")
     ratio = a.scale * b.scale / out.scale
     zero_points = (a.zp, b.zp, out.zp)
     if any(zero_points):
-        shift = int(np.clip(np.floor(np.log2((2**AFFINE_BITS - 1) / max(ratio, 2.0**-40))), 0, 62))
-        mult = int(round(ratio * 2.0**shift))
+        (mult,), shift = _wide_multipliers([ratio], 62)
         attrs: dict[str, Any] = {"zero_points": zero_points}
     else:
         m, s = choose_requant(np.array([ratio]), np.array([sa[-1] * 128 * 128]), rounding=True)
@@ -825,9 +836,8 @@ def _qdq_unary(fn: Callable[[_Importer, onnx.NodeProto, _Act, _Out], None]) -> C
 
 
 def _qdq_concat(imp: _Importer, node: onnx.NodeProto) -> None:
-    xs = [_constant_operand(imp, name, imp.weights[name][0], float(imp.weights[name][1].reshape(-1)[0]))
-          if name in imp.weights and imp.weights[name][1].size == 1 else imp.alias(node, name)
-          for name in node.input]                  # ViT's class token: a constant before the patches
+    xs = [_dequantized_operand(imp, name) or imp.alias(node, name)   # ViT's class token: a constant first
+          for name in node.input]
     _concat(imp, node, xs, int(_attrs(node)["axis"]), _quantized_output(imp, node))
 
 
@@ -839,12 +849,21 @@ def _operand(imp: _Importer, node: onnx.NodeProto, name: str) -> _Act | float:
         return float(real.reshape(-1)[0])
     if name in imp.floats or name in imp.refused:
         return imp.alias(node, name)
-    if name in imp.weights and imp.weights[name][1].size == 1:
-        values, scale, _ = imp.weights[name]
-        return _constant_operand(imp, name, values, float(scale.reshape(-1)[0]))
+    constant = _dequantized_operand(imp, name)
+    if constant is not None:
+        return constant
     raise UnsupportedOperatorError(node.op_type, node.name, f"its input {name!r} is neither DequantizeLinear of a "
                                    f"quantized activation, nor a constant of one value, nor DequantizeLinear of an "
                                    f"integer constant (per tensor)")
+
+
+def _dequantized_operand(imp: _Importer, name: str) -> _Act | None:
+    """DequantizeLinear ``name`` of an integer constant quantized per tensor, as :func:`_constant_operand`; None for
+    anything else."""
+    if name not in imp.weights or imp.weights[name][1].size != 1:
+        return None
+    values, scale, _ = imp.weights[name]
+    return _constant_operand(imp, name, values, float(scale.reshape(-1)[0]))
 
 
 def _constant_operand(imp: _Importer, name: str, values: np.ndarray, scale: float) -> _Act:
@@ -881,11 +900,10 @@ def _binary(imp: _Importer, node: onnx.NodeProto, a: _Act | float, b: _Act | flo
     if op == "Add" and sa == sb:
         _add(imp, node, a, b, out)
         return
-    try:
-        shape = tuple(int(d) for d in np.broadcast_shapes(sa, sb))
-    except ValueError:
+    shape = _broadcast(sa, sb)
+    if shape is None:
         raise UnsupportedOperatorError(node.op_type, node.name, f"its inputs' shapes {sa} and {sb} do not "
-                                       f"broadcast") from None
+                                       f"broadcast")
     pair = prequant_tables.binary_table(op, (a.scale, a.zp), (b.scale, b.zp), out.scale, out.zp, out.lo, out.hi)
     for x, other, inner_first in ((a, b, False), (b, a, True)):
         prod = imp.graph.producer(other.name)
@@ -1153,12 +1171,9 @@ def _qlinear_constants(imp: _Importer, node: onnx.NodeProto) -> bool:
     for k in (0, 3):
         zp = imp.const(node, k + 2, "zero point").astype(np.float64)
         reals.append((imp.consts[node.input[k]].astype(np.float64) - zp) * imp.scalar_scale(node, k + 1))
-    scale = imp.scalar_scale(node, 6)
     zero = imp.const(node, 7, "zero point") if len(node.input) > 7 and node.input[7] else np.zeros((), np.uint8)
-    info = np.iinfo(zero.dtype)
     value = prequant_tables.BINARY_FNS[node.op_type.removeprefix("QLinear")](*reals)
-    imp.consts[node.output[0]] = np.clip(np.rint(value / scale) + zero.astype(np.float64), info.min,
-                                         info.max).astype(zero.dtype)
+    imp.consts[node.output[0]] = _quantize_as_onnx(value, imp.scalar_scale(node, 6), zero)
     return True
 
 
@@ -1266,6 +1281,11 @@ def _quantized_constant(imp: _Importer, node: onnx.NodeProto, real: np.ndarray) 
         shape = [1] * real.ndim
         shape[int(_attrs(node).get("axis", 1)) % real.ndim] = -1
         scale, zp = scale.reshape(shape), zp.reshape(shape)
+    return _quantize_as_onnx(real, scale, zp)
+
+
+def _quantize_as_onnx(real: np.ndarray, scale: np.ndarray | float, zp: np.ndarray) -> np.ndarray:
+    """``clip(rint(real / scale) + zp)`` in ``zp``'s integer type (broadcast): QuantizeLinear of a constant."""
     info = np.iinfo(zp.dtype)
     return np.clip(np.rint(real / scale) + zp.astype(np.int64), info.min, info.max).astype(zp.dtype)
 
@@ -1468,11 +1488,7 @@ def _expand(imp: _Importer, node: onnx.NodeProto) -> None:
     src, unsigned = _moved_source(imp, node)
     shape = imp.shape(src.name)
     target = tuple(int(d) for d in imp.const(node, 1, "shape").reshape(-1))
-    try:
-        full = tuple(int(d) for d in np.broadcast_shapes(shape, target))
-    except ValueError:
-        full = ()
-    if full != shape:
+    if _broadcast(shape, target) != shape:
         raise UnsupportedOperatorError(node.op_type, node.name, f"it expands an activation of shape {shape} to "
                                        f"{target} (the lab expands quantized constants, or to the same shape)")
     _moved(imp, node.output[0], src.name, src, unsigned)
@@ -1516,19 +1532,14 @@ def _where(imp: _Importer, node: onnx.NodeProto) -> None:
     x, fn = _function_of(imp, node, node.input[2 - k])
     out = _quantized_output(imp, node)
     shape = imp.shape(x.name)
-    try:
-        full = tuple(int(d) for d in np.broadcast_shapes(cond.shape, shape))
-    except ValueError:
-        full = ()
-    if full != shape:
+    if _broadcast(cond.shape, shape) != shape:
         raise UnsupportedOperatorError(node.op_type, node.name, f"its condition {cond.shape} does not broadcast to "
                                        f"its activation's shape {shape}")
     table = prequant_tables.function_table(fn, x.scale, x.zp, out.scale, out.zp, out.lo, out.hi)
     kept = _Out(f"{out.name}_kept", out.scale, out.zp, out.unsigned)
     src = imp.emit_out("QLut", f"{node.name}_values", [x.name], kept, shape, table=table, function="Where")
-    value = float(np.asarray(fills[k]).reshape(-1)[0])
-    fill = prequant_tables.function_table(lambda real: np.full(real.shape, value), 1.0, 0, out.scale, out.zp,
-                                          out.lo, out.hi)[0]
+    fill = prequant_tables.requantize(np.asarray(fills[k], np.float64).reshape(1), out.scale, out.zp, out.lo,
+                                      out.hi)[0]
     keep = np.broadcast_to(cond if k == 1 else ~cond, shape).copy()
     imp.emit_out("Where", node.name, [src], out, shape, keep=keep, fill=int(fill))
 

@@ -22,7 +22,7 @@ from ..ir import INT8_MAX, INT8_MIN
 from . import float_ref
 
 __all__ = ["BINARY_FNS", "UNARY_DEFAULTS", "unary_table", "binary_table", "constant_table", "composed_table",
-           "int8_values", "unary_function", "constant_function", "function_table"]
+           "int8_values", "unary_function", "constant_function", "function_table", "requantize"]
 
 BINARY_FNS: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     "Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide, "Pow": np.power,
@@ -43,7 +43,7 @@ def int8_values() -> np.ndarray:
     return np.arange(INT8_MIN, INT8_MAX + 1, dtype=np.float64)
 
 
-def _requantize(real: np.ndarray, out_scale: float, out_zp: int, lo: int, hi: int) -> np.ndarray:
+def requantize(real: np.ndarray, out_scale: float, out_zp: int, lo: int, hi: int) -> np.ndarray:
     """``clip(rint(real / out_scale) + out_zp, lo, hi)`` as int8; NaN (0 / 0, the root of a negative value) as the
     zero point, an infinity clipped to the range's end."""
     with np.errstate(invalid="ignore", over="ignore"):
@@ -58,7 +58,7 @@ def unary_table(op: str, attrs: Mapping[str, object], scale: float, zp: int, out
     full = {**UNARY_DEFAULTS[op], **attrs}
     with np.errstate(all="ignore"):
         real = float_ref.table_values(op, (int8_values() - zp) * scale, full)
-    return _requantize(real, out_scale, out_zp, lo, hi)
+    return requantize(real, out_scale, out_zp, lo, hi)
 
 
 def binary_table(op: str, a: tuple[float, int], b: tuple[float, int], out_scale: float, out_zp: int,
@@ -69,7 +69,7 @@ def binary_table(op: str, a: tuple[float, int], b: tuple[float, int], out_scale:
     rb = (int8_values() - b[1]) * b[0]
     with np.errstate(all="ignore"):
         real = BINARY_FNS[op](ra[:, None], rb[None, :])
-    return _requantize(real, out_scale, out_zp, lo, hi)
+    return requantize(real, out_scale, out_zp, lo, hi)
 
 
 def constant_table(op: str, x: tuple[float, int], const: float, const_first: bool, out_scale: float, out_zp: int,
@@ -81,7 +81,7 @@ def constant_table(op: str, x: tuple[float, int], const: float, const_first: boo
     with np.errstate(all="ignore"):
         c = np.full(rx.shape, const, np.float64)
         real = BINARY_FNS[op](c, rx) if const_first else BINARY_FNS[op](rx, c)
-    return _requantize(real, out_scale, out_zp, lo, hi)
+    return requantize(real, out_scale, out_zp, lo, hi)
 
 
 def unary_function(op: str, attrs: Mapping[str, object]) -> Callable[[np.ndarray], np.ndarray]:
@@ -105,7 +105,7 @@ def function_table(fn: Callable[[np.ndarray], np.ndarray], scale: float, zp: int
     ``scale`` and ``zp``, requantized at ``out_scale`` and ``out_zp`` to ``[lo, hi]``."""
     with np.errstate(all="ignore"):
         real = fn((int8_values() - zp) * scale)
-    return _requantize(real, out_scale, out_zp, lo, hi)
+    return requantize(real, out_scale, out_zp, lo, hi)
 
 
 def composed_table(pair: np.ndarray, inner: np.ndarray, inner_first: bool) -> np.ndarray:
