@@ -74,6 +74,7 @@ from . import prequant_tables
 from .contrib import static_shapes
 from .conv_transpose import _dilated_phase_nodes, _stride1_pads
 from .dequantize import qdq_ranges, qdq_to_float, qoperator_to_qdq, undequantized_ops
+from .onnx_checks import axis_problem, index_problem
 from .onnx_frontend import (
     UnsupportedModelError,
     UnsupportedOperatorError,
@@ -1468,9 +1469,12 @@ def _moved_constant(imp: _Importer, node: onnx.NodeProto) -> bool:
             any(t and t not in imp.consts for t in node.input[1:]):
         return False
     values, scale, _ = imp.weights[x]
+    feed = {x: values.astype(np.int64), **{t: imp.consts[t] for t in node.input[1:] if t}}
+    problem = axis_problem(node, 0, values.ndim) or index_problem(node, 0, feed)    # the float fold's checks
+    if problem is not None:
+        raise UnsupportedOperatorError(node.op_type, node.name, problem)
     try:
-        results = reference_evaluator(node).run(None, {x: values.astype(np.int64),
-                                                       **{t: imp.consts[t] for t in node.input[1:] if t}})
+        results = reference_evaluator(node).run(None, feed)
     except Exception as err:  # noqa: BLE001 - any failure of the evaluator on a bad file: said, not raised
         raise UnsupportedOperatorError(node.op_type, node.name, f"it cannot be evaluated on its quantized constant "
                                        f"({type(err).__name__}: {err})") from None
