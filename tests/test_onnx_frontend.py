@@ -155,6 +155,25 @@ def test_unsupported_operator_names_op_and_node():
         import_onnx(3)
 
 
+@pytest.mark.parametrize("group", [0, -1, 3])
+def test_a_conv_group_that_does_not_fit_is_refused(group):
+    """A group of 0 (a divide by zero before) or one that does not divide the channels names the node and shapes."""
+    node = helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[1, 1], group=group, name="grouped")
+    with pytest.raises(UnsupportedOperatorError, match=rf"node 'grouped'.*group={group} does not fit its 4 input "
+                                                       rf"channels and weights of shape \[4, 4, 1, 1\]"):
+        import_onnx(_model([node], (1, 4, 2, 2), None, [("w", _x(4, 4, 1, 1))]))
+
+
+def test_a_model_of_no_output_elements_is_refused():
+    """bert_tiny with a batch of 0 in its file: the input becomes an empty constant and every output folds to an
+    empty one; an error, not a graph of nothing (`vta run` then failed with an IndexError)."""
+    from vta.compiler.frontend import zoo
+    model = onnx.load(zoo.get_model("bert_tiny"))
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_value = 0
+    with pytest.raises(GraphError, match="no output with elements to compute"):
+        import_onnx(model)
+
+
 def test_import_from_path(tmp_path):
     model = _model([helper.make_node("Relu", ["x"], ["y"])], (1, 3), None)
     onnx.save(model, tmp_path / "relu.onnx")

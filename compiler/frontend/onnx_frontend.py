@@ -1010,6 +1010,10 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, n
     _apply_rules(imp, model, where, refused)
     empty = [o for o in model.graph.output if imp.name(o.name) in imp.consts and
              np.asarray(imp.consts[imp.name(o.name)]).size == 0]
+    if empty and len(empty) == len(model.graph.output):
+        raise GraphError(f"The model {where} has no output with elements to compute: every graph output has a "
+                         f"dimension of 0 (an input with a dimension of 0 gives that); give inputs of at least one "
+                         f"element (--input-shape).")
     if empty:                  # an inlined If branch's placeholders (optimum's merged decoder with its cache)
         logging.getLogger("vta").warning("%s: graph output%s %s of no elements, constant in the branch compiled; "
                                          "the compiled model leaves %s out", where, "s" if len(empty) > 1 else "",

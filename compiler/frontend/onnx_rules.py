@@ -47,6 +47,16 @@ def _check_dilations(node: onnx.NodeProto, attrs: dict[str, Any]) -> None:
                                                                 f"kernel whose zeros cost at most 4 times its MACs)")
 
 
+def _check_group(imp: _Importer, node: onnx.NodeProto, group: int, w: np.ndarray) -> None:
+    """A Conv's ``group`` must be positive and fit its input's channels and its weights ``[O, C / group, ...]``."""
+    c = imp.shape(node.input[0])[1] if len(imp.shape(node.input[0])) > 1 else None
+    if group < 1 or w.shape[0] % group or (c is not None and c != w.shape[1] * group):
+        raise UnsupportedOperatorError(node.op_type, node.name, f"group={group} does not fit its {c} input channels "
+                                                                f"and weights of shape {list(w.shape)} (O and C must "
+                                                                f"be multiples of a positive group, with weights "
+                                                                f"[O, C / group, ...])")
+
+
 # ---- rules: ONNX op_type -> function(importer, node) ----------------------------------------------------------------
 def _conv(imp: _Importer, node: onnx.NodeProto) -> None:
     a = _attrs(node)
@@ -54,6 +64,7 @@ def _conv(imp: _Importer, node: onnx.NodeProto) -> None:
     if not imp.is_const(node.input[1]):
         raise UnsupportedOperatorError(node.op_type, node.name, "weights must be a constant initializer")
     w = imp.const(node.input[1])
+    _check_group(imp, node, int(a.get("group", 1)), w)
     if w.ndim == 3:
         _conv1d(imp, node, a, w)
         return
