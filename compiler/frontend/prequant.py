@@ -566,6 +566,10 @@ def _conv(imp: _Importer, node: onnx.NodeProto, x: _Act, w_name: str, w: np.ndar
     wq = w.astype(np.int64) - np.asarray(wz, np.int64).reshape((-1,) + (1,) * (w.ndim - 1))
     sw = _channel_scale(w_scale, o, w_axis, 0, node)
     conv = _conv_attrs(node, tuple(w.shape[2:]))
+    c, g = imp.shape(x.name)[1], conv["groups"]
+    if g < 1 or o % g or c != w.shape[1] * g:
+        raise UnsupportedOperatorError(node.op_type, node.name, f"group={g} does not fit its {c} input channels and "
+                                       f"weights of shape {list(w.shape)}")
     _linear(imp, node, x, wq, sw, _bias_units(imp, node, bias, o, x.scale, sw), out, conv)
 
 
