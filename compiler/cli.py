@@ -121,7 +121,8 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
                         "or a batch each; one-input models) or of "
                         "images (.png/.jpg, needs Pillow; NCHW inputs of 1 or 3 channels, see --preprocess). "
                         "Without it the model is calibrated on random normal values and its accuracy on real inputs "
-                        "is unknown")
+                        "is unknown. A pre-quantized model keeps its own scales; of a partially quantized one, only "
+                        "the activations it left float take their ranges from these samples")
     p.add_argument("--preprocess", choices=tuple(PREPROCESS), default=default.preprocess,
                    help="how calibration images become inputs, after a bilinear resize to the input's H x W: "
                         + "; ".join(f"{k}: {v}" for k, v in PREPROCESS.items()) + " (default: %(default)s)")
@@ -321,7 +322,7 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     graph = load_graph(args.model, batch=options.batch, input_shapes=options.input_shape_map(),
                        input_values=options.input_value_map() or None)
     check_force_cpu(graph, options.force_cpu)
-    calibration = None if graph.is_quantized else calibration_set(args.model, graph, options)  # a QDQ model: none
+    calibration = None if not _calibrates(graph) else calibration_set(args.model, graph, options)  # QDQ: none
     _warn_random_calibration(calibration.info if calibration else {})
     compiled = compile_model(args.model, cfg, options, graph=graph, calibration=calibration)
     compiled.save(args.output)
@@ -365,7 +366,7 @@ def run_model(args: argparse.Namespace) -> int:
         float_graph, copts = _load_for_input(args.model, copts, ropts.input)
         check_force_cpu(float_graph, copts.force_cpu)
         inputs = _inputs(float_graph, ropts, copts.seed, copts.input_value_map())  # checked before the compile
-        calibration = None if float_graph.is_quantized else calibration_set(args.model, float_graph, copts)
+        calibration = None if not _calibrates(float_graph) else calibration_set(args.model, float_graph, copts)
         _warn_random_calibration(calibration.info if calibration else {})
         compiled = compile_model(args.model, cfg, copts, graph=float_graph, calibration=calibration)
     graph = compiled.graph
@@ -380,6 +381,8 @@ def run_model(args: argparse.Namespace) -> int:
                           clock=design_clock(compiled.cfg, args.clock_mhz))
     if "requant" in compiled.meta:  # artefacts compiled before the option existed do not record it
         report.extra["requant"] = compiled.meta["requant"]
+    if "quantization" in compiled.meta:  # a pre-quantized file: its own scales (and what the lab quantized of it)
+        report.extra["quantization"] = compiled.meta["quantization"]
     wide = [n.name for n in compiled.graph.nodes if n.op == "QMatMulWide"]
     if wide:
         report.extra["attention_scores"] = f"int32, exact into their softmax, on the CPU ({len(wide)} products)"
@@ -425,6 +428,12 @@ def run_model(args: argparse.Namespace) -> int:
         from vta.cliutil import CliError
         raise CliError(failure, 1)
     return 0
+
+
+def _calibrates(graph: Any) -> bool:
+    """Whether compiling ``graph`` reads calibration samples: not for a pre-quantized model, nor for a partially
+    quantized one whose float islands are weights only (:attr:`.ir.Graph.partial`)."""
+    return not graph.is_quantized and not (graph.partial is not None and not graph.partial.needs_ranges)
 
 
 def _warn_random_calibration(info: dict[str, Any]) -> None:
@@ -478,7 +487,7 @@ def _accuracy(model: str, compiled: Any, float_graph: Any, inputs: dict[str, np.
                 metrics["kept_tokens"] = {"mask": mask, "tokens": int(kept.sum()), "of": int(kept.size),
                                           **{k: v for k, v in rows.items() if not k.startswith("top")}}
     worst = min((m["cosine"] for m in result["outputs"].values() if m.get("cosine") is not None), default=1.0)
-    if worst < LOSS_REPORT_BELOW and not float_graph.is_quantized:   # NaN compares False: nothing measured
+    if worst < LOSS_REPORT_BELOW and not float_graph.is_quantized and "quantization" not in compiled.meta:
         result["where_lost"] = error_sources(float_graph, compiled.graph, inputs)
     return result
 

@@ -373,6 +373,20 @@ _NODE_NAME = operator.attrgetter("name")
 """A node's name."""
 
 
+@dataclass(frozen=True)
+class PartialQuantization:
+    """A pre-quantized ONNX file with float islands (:mod:`.frontend.prequant_complete`), kept beside its float graph.
+
+    ``model``: the file serialized (input shapes fixed, constants folded); ``where``: its path or name, for messages;
+    ``refusal``: the integer import's first refusal of the file as given; ``needs_ranges``: whether completing it
+    measures float activations on calibration samples (False when only float weights are missing)."""
+
+    model: bytes
+    where: str
+    refusal: str
+    needs_ranges: bool
+
+
 @dataclass
 class Graph:
     """A dataflow graph; see the module docstring for the structure and invariants."""
@@ -386,6 +400,10 @@ class Graph:
     absmax_hints: dict[str, float] = field(default_factory=dict)
     """A float graph's activation ranges (largest magnitude, by tensor name) that its model file states: a QDQ file's
     own scales (:func:`.frontend.dequantize.qdq_ranges`). Quantizing on random data uses them instead."""
+    partial: PartialQuantization | None = field(default=None, compare=False, repr=False)
+    """A float graph imported from a pre-quantized file that the integer import refused for its float islands only:
+    what :func:`.frontend.prequant.complete_partial` needs to quantize those islands and import the file's integers
+    once calibration samples are at hand (:func:`.pipeline.compile_model`)."""
     _names: tuple[list[Node], int, Node | None, set[str]] | None = field(default=None, init=False, repr=False,
                                                                         compare=False)
     """:meth:`_node_names`' cache: the list, its length, its last node and the names."""

@@ -37,7 +37,7 @@ from vta.config import VTAConfig
 
 from .frontend.calibration import _checked
 from .frontend.onnx_frontend import SUPPORTED_OPSETS
-from .frontend.prequant import import_model
+from .frontend.prequant import complete_partial, import_model
 from .frontend.quantize import quantize
 from .ir import Graph
 from .pipeline import check_inputs, compile_graph
@@ -172,7 +172,8 @@ class VtaBackendRep(BackendRep):
             else:
                 assert values is not None
                 samples = check_inputs(graph, {name: values[name] for name in graph.inputs}, "the first run's input")
-            graph = quantize(graph, samples)
+            done = complete_partial(graph, samples) if graph.partial is not None else None   # the file's integers
+            graph = done[0] if done is not None else quantize(graph, samples)
         elif self._calibration is not None:
             raise ValueError("calibration= is given, but the model is pre-quantized: it is compiled with its own "
                              "scales; drop calibration=")

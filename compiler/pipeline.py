@@ -635,6 +635,19 @@ def _compile_prequantized(model: str, graph: Graph, cfg: VTAConfig, opts: Compil
     return compiled
 
 
+def _compile_completed(model: str, done: tuple[Graph, str], calibration: CalibrationSet | None, cfg: VTAConfig,
+                       opts: CompileOptions, start: float) -> Compiled:
+    """:func:`_compile_prequantized` of a partially quantized file completed by :func:`.frontend.prequant.
+    complete_partial` (``done``: its graph and what the lab quantized); ``meta`` says so, and with ``calibration``
+    (the samples the float activations' ranges came from) records them."""
+    graph, note = done
+    compiled = _compile_prequantized(model, graph, cfg, opts, start)
+    compiled.meta["quantization"] = f"the model's own (pre-quantized), with {note}"
+    if calibration is not None:
+        compiled.meta["calibration"] = {**calibration.info, "method": "minmax", "completed": note}
+    return compiled
+
+
 def compile_model(model: str, cfg: VTAConfig, options: CompileOptions | None = None, *, graph: Graph | None = None,
                   calibration: CalibrationSet | None = None, **overrides: Any) -> Compiled:
     """Import ``model`` (:func:`load_graph`), quantize it (on the zoo's real calibration images where it has them,
@@ -649,6 +662,7 @@ def compile_model(model: str, cfg: VTAConfig, options: CompileOptions | None = N
     per output vector, slightly less accurate); see :func:`.quantize.quantize`'s ``mode``. ``calibration``: the
     samples to calibrate on when the caller has already read them (:func:`calibration_set`, to check the files
     first); the artefact's ``meta["calibration"]`` says what they were."""
+    from .frontend.prequant import complete_partial
     from .frontend.quantize import quantize
     opts = CompileOptions.build(options, **overrides)
     start = time.perf_counter()
@@ -657,8 +671,16 @@ def compile_model(model: str, cfg: VTAConfig, options: CompileOptions | None = N
                            input_values=opts.input_value_map() or None)
     if graph.is_quantized:  # a pre-quantized ONNX model (frontend/prequant.py): its own scales, nothing to calibrate
         return _compile_prequantized(model, graph, cfg, opts, start)
+    if graph.partial is not None and not graph.partial.needs_ranges:   # only float weights to quantize: no samples
+        done = complete_partial(graph, None)
+        if done is not None:
+            return _compile_completed(model, done, None, cfg, opts, start)
     if calibration is None:
         calibration = calibration_set(model, graph, opts)
+    if graph.partial is not None and graph.partial.needs_ranges:
+        done = complete_partial(graph, calibration.inputs)
+        if done is not None:
+            return _compile_completed(model, done, calibration, cfg, opts, start)
     narrow = (cfg.inp_width, cfg.wgt_width) != (8, 8)
     keep_int8 = list(opts.keep_int8) if narrow else []
     int8_choice = _choose_int8(graph, calibration, cfg, opts) if narrow and opts.int8_budget is not None else None

@@ -863,6 +863,9 @@ def format_calibration(info: Mapping[str, Any]) -> str:
     pre = f", preprocess {info['preprocess']}" if "preprocess" in info else ""
     note = " -- NOT your data: the error above says nothing about real inputs" if \
         info.get("source") == "random normal" else ""
+    if info.get("completed"):
+        note += (f"; a pre-quantized file run on its own integers, with {info['completed']} (the activations' "
+                 f"ranges from these samples)")
     if info.get("ranges_from_file"):
         note = (f"; {info['ranges_from_file']} activation ranges taken from the quantized file (its own "
                 f"calibration), the rest from random data")

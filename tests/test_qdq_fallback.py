@@ -77,16 +77,18 @@ def qdq_file(tmp_path):
 
 def test_a_qdq_transformer_block_imports_as_its_dequantized_float_graph(qdq_file, caplog, monkeypatch, tmp_path):
     from vta.compiler.frontend.dequantize import qdq_to_float
-    from vta.compiler.frontend.prequant import import_model, is_quantized_model
+    from vta.compiler.frontend.prequant import complete_partial, import_model, is_quantized_model
     monkeypatch.setenv("VTA_CACHE_DIR", str(tmp_path / "cache"))
     model = onnx.load(str(qdq_file))
     assert is_quantized_model(model)
     plain = qdq_to_float(model)
     assert plain is not None and not any(n.op_type == "QuantizeLinear" and n.input[0] in ("q", "s", "p", "c")
                                          for n in plain.graph.node)
+    graph = import_model(str(qdq_file))
+    assert not graph.is_quantized and graph.partial is not None        # float islands: completed once calibrated
     with caplog.at_level(logging.WARNING, logger="vta"):
-        graph = import_model(str(qdq_file))
-    assert not graph.is_quantized and "imported as its dequantized float graph" in caplog.text
+        assert complete_partial(graph, {"x": _x()}) is None             # ... but its ReduceMean is refused still
+    assert "imported as its dequantized float graph" in caplog.text and "does not change that" in caplog.text
     assert {"q", "s", "p", "c"} <= set(graph.absmax_hints)     # the file's own activation ranges, by tensor
     assert all(np.isfinite(v) and v > 0 for v in graph.absmax_hints.values())
     assert {"MatMul", "Softmax"} <= {n.op for n in graph.nodes}
@@ -258,16 +260,18 @@ def test_a_qoperator_transformer_imports_as_its_dequantized_float_graph(activati
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
 
     from vta.compiler.frontend.float_ref import run_float
-    from vta.compiler.frontend.prequant import import_model
+    from vta.compiler.frontend.prequant import complete_partial, import_model
 
     source, path = tmp_path / "block.onnx", tmp_path / "block.qop.onnx"
     onnx.save(_float_block(decomposed=True), str(source))
     quantize_static(str(source), str(path), _reader(), quant_format=QuantFormat.QOperator,
                     activation_type=getattr(QuantType, activation), weight_type=QuantType.QInt8)
     assert any(n.op_type == "QLinearMatMul" for n in onnx.load(str(path)).graph.node)
+    graph = import_model(str(path))
+    assert not graph.is_quantized and graph.partial is not None
     with caplog.at_level(logging.WARNING, logger="vta"):
-        graph = import_model(str(path))
-    assert not graph.is_quantized and "imported as its dequantized float graph" in caplog.text
+        assert complete_partial(graph, {"x": _x()}) is None
+    assert "imported as its dequantized float graph" in caplog.text
     assert {"MatMul", "Softmax"} <= {n.op for n in graph.nodes}
     float_out = onnx.reference.ReferenceEvaluator(_float_block(decomposed=True)).run(None, {"x": _x()})[0]
     got = run_float(graph, {"x": _x()})["y"]

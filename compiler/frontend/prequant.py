@@ -61,6 +61,7 @@ from __future__ import annotations
 import logging
 import os
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Callable, TypeVar
 
@@ -68,7 +69,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from ..ir import INT8_MAX, INT8_MIN, AddRequant, Graph, GraphError, Node, Requant, conv_output_hw
+from ..ir import INT8_MAX, INT8_MIN, AddRequant, Graph, GraphError, Node, PartialQuantization, Requant, conv_output_hw
 from ..qops import reference_evaluator
 from . import prequant_tables
 from .contrib import static_shapes
@@ -91,9 +92,10 @@ from .onnx_frontend import (
 )
 from .onnx_rules import resize_attrs
 from .onnx_transformer_rules import gather_indices, slice_spec
+from .prequant_complete import complete, measure_ranges, plan_completion
 from .quantize import choose_requant
 
-__all__ = ["QUANTIZED_OPS", "is_quantized_model", "import_quantized", "import_model"]
+__all__ = ["QUANTIZED_OPS", "is_quantized_model", "import_quantized", "import_model", "complete_partial"]
 T = TypeVar("T")
 
 QUANTIZED_OPS = frozenset({
@@ -119,7 +121,9 @@ def import_model(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, 
     by :func:`import_quantized`, with :func:`.onnx_frontend.import_onnx`'s checks of the file, the opset, the input
     shapes (``batch``, ``input_shapes``) and the tensor sizes; any other by :func:`.onnx_frontend.import_onnx` (a
     float graph). A QDQ model with operators :func:`import_quantized` refuses is imported as its dequantized float
-    graph (:func:`.dequantize.qdq_to_float`), with a warning saying so."""
+    graph (:func:`.dequantize.qdq_to_float`), with a warning saying so; when the file has float islands
+    (:mod:`.prequant_complete`), that graph carries the file in :attr:`~..ir.Graph.partial` and the warning waits
+    for :func:`complete_partial`, which the compile calls once it has calibration samples."""
     is_path = isinstance(model, (str, os.PathLike))
     proto = _read_model(os.fspath(model)) if is_path else model
     if not isinstance(proto, onnx.ModelProto) or not is_quantized_model(proto):
@@ -155,14 +159,47 @@ def import_model(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, 
                              f"quantize_dynamic's MatMulInteger/ConvInteger chains. Quantize the float model in QDQ "
                              f"format (onnxruntime's quantize_static(..., quant_format=QuantFormat.QDQ)), or give "
                              f"the lab the float model.") from err
+    plan = plan_completion(proto)
+    if plan.empty:
+        _warn_float_graph(where, first)
+    graph = import_onnx(dequantized, batch=batch, name=label, input_shapes=input_shapes)
+    graph.absmax_hints = {name: value for name, value in qdq_ranges(proto).items() if name in graph.tensors}
+    if not plan.empty:
+        graph.partial = PartialQuantization(proto.SerializeToString(), where, first, bool(plan.ranges))
+    return graph
+
+
+def _warn_float_graph(where: str, refusal: str) -> None:
     logging.getLogger("vta").warning(
         "%s is quantized (QDQ or dynamic) in a form the lab's integer import does not take (%s); it is imported as its "
         "dequantized float graph instead: the weights keep their int8 values, the activations are quantized again "
         "with the lab's own symmetric scales (from the file's ranges, or from --calibration data when given), so the "
-        "run is not bit-exact with onnxruntime on the file", where, first)
-    graph = import_onnx(dequantized, batch=batch, name=label, input_shapes=input_shapes)
-    graph.absmax_hints = {name: value for name, value in qdq_ranges(proto).items() if name in graph.tensors}
-    return graph
+        "run is not bit-exact with onnxruntime on the file", where, refusal)
+
+
+def complete_partial(graph: Graph, samples: Mapping[str, np.ndarray] | None) -> tuple[Graph, str] | None:
+    """The quantized graph of the partially quantized file behind the float ``graph`` (its :attr:`~..ir.Graph.partial`
+    set by :func:`import_model`): the file's float islands quantized by the lab
+    (:mod:`.prequant_complete`; float activations at the largest magnitude onnxruntime computes on the calibration
+    ``samples``, input name -> stacked samples), then :func:`import_quantized`; with a line for the report saying what
+    the lab quantized. None, after the warning that the float graph is used instead, when the completed file is
+    refused too (or onnxruntime cannot run it to measure)."""
+    partial = graph.partial
+    if partial is None:
+        return None
+    proto = onnx.ModelProto.FromString(partial.model)
+    plan = plan_completion(proto)
+    try:
+        ranges = measure_ranges(proto, plan.ranges, samples or {}) if plan.ranges else {}
+        quantized = import_quantized(complete(proto, plan, ranges), graph.name)
+    except (ValueError, RuntimeError) as err:
+        why = " ".join(line.strip() for line in str(err).splitlines()[:2])
+        _warn_float_graph(partial.where, partial.refusal + (
+            "; quantizing the operators it left float does not change that" if why == partial.refusal else
+            f"; with the operators it left float quantized by the lab: {why}"))
+        return None
+    logging.getLogger("vta").info("%s: imported as integers with %s", partial.where, plan.summary)
+    return quantized, plan.summary
 
 
 def _fold_shapes(proto: onnx.ModelProto) -> onnx.ModelProto:

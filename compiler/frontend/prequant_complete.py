@@ -1,0 +1,309 @@
+"""A partially quantized ONNX file, completed so that the integer import (:mod:`.prequant`) takes it.
+
+Quantizers leave operators float on purpose or by their rules: onnxruntime's ``quantize_static`` with
+``nodes_to_exclude`` (a sensitive first or last layer) or ``op_types_to_quantize`` (only the convolutions), or a
+quantizer that skips an operator it does not handle. Such a file has the quantizer's integers almost everywhere, and
+*float islands*: a Conv or Gemm whose weights are float, a float activation no QuantizeLinear reads (a graph input
+straight into an excluded Conv; a residual Add computed in float; a graph output written by a float Gemm).
+
+The accelerator computes in int8 only, so an island has to be quantized somewhere. Before this module the whole file
+fell back to its dequantized float graph, re-quantized at the lab's scales, so the quantizer's own integers were lost
+everywhere. :func:`complete` instead quantizes only what the file left float, the way the lab quantizes a float model
+(symmetric int8, zero point 0), and leaves every QuantizeLinear/DequantizeLinear of the file as it is:
+
+* a float **weight** of a Conv, Gemm or MatMul (an initializer read as input 1) becomes ``DequantizeLinear`` of int8
+  values at one scale per output channel, ``max|w_c| / 127`` (per tensor below opset 13, whose DequantizeLinear has
+  no axis); a float bias stays float (the import converts it);
+* a float **activation** a node computes, or a float graph input, that some non-QuantizeLinear node reads or that is
+  a graph output (but not one a Relu or Clip alone reads: that one's result is quantized instead, as the import
+  fuses an operator, its activation and the QuantizeLinear). When the file quantizes it already (a QuantizeLinear
+  reads it), its other readers read a DequantizeLinear of that QuantizeLinear; else it gets a
+  QuantizeLinear/DequantizeLinear pair at ``absmax / 127``, the largest magnitude :func:`measure_ranges` saw on the
+  calibration samples (onnxruntime on the file itself, with the island tensors as extra outputs). A graph output
+  keeps its name on the pair's DequantizeLinear.
+
+Values the file quantized already are left alone: DequantizeLinear outputs, and what :data:`ALIAS_OPS` make of them
+(the integer import reads those as the same integers). Constants and the shape arithmetic of constants are not
+activations. A ``Shape`` or ``Size`` reader keeps reading the float tensor.
+
+So the run computes the file's integers wherever the file has them, and the lab's own quantization in the islands
+(where onnxruntime computes in float); the report says what the lab quantized (:attr:`Completion.summary`).
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+__all__ = ["ALIAS_OPS", "Completion", "plan_completion", "complete", "measure_ranges"]
+
+ALIAS_OPS = frozenset({"Relu", "Clip", "MaxPool", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose",
+                       "Identity", "Dropout"})
+"""Operators whose result, of a DequantizeLinear'd value, the integer import reads as the same integers."""
+
+_DYNAMIC = frozenset({"DynamicQuantizeLinear", "MatMulInteger", "ConvInteger", "MatMulIntegerToFloat",
+                      "DynamicQuantizeMatMul", "MatMulNBits", "MatMulBnb4", "GatherBlockQuantized",
+                      "DynamicQuantizeLSTM"})
+"""Dynamic and weight-only quantization: scales computed at run time or weights alone quantized, no static ranges to
+complete (the float import takes such files)."""
+_SHAPE_READERS = frozenset({"Shape", "Size"})
+_QUANT = frozenset({"QuantizeLinear", "DequantizeLinear"})
+_WEIGHTED = {"Conv": 0, "Gemm": None, "MatMul": 1}
+"""Operators whose input 1 may be a float weight, and the weight's output-channel axis (Gemm: by ``transB``)."""
+
+SUFFIX = "__lab"
+"""Names of the tensors and nodes :func:`complete` adds end ``SUFFIX`` and a tag."""
+
+
+@dataclass
+class Completion:
+    """What :func:`complete` would change in a file (:func:`plan_completion`).
+
+    ``ranges``: the float activations that need a calibrated range (a new QuantizeLinear/DequantizeLinear pair each),
+    in graph order; ``reused``: float activations the file quantizes already, read float elsewhere (their other
+    readers then read the file's quantization); ``weights``: ``(node index, weight name, axis or None)`` of the float
+    weights to quantize (``None``: per tensor)."""
+
+    ranges: list[str] = field(default_factory=list)
+    reused: list[str] = field(default_factory=list)
+    weights: list[tuple[int, str, int | None]] = field(default_factory=list)
+
+    @property
+    def empty(self) -> bool:
+        return not (self.ranges or self.reused or self.weights)
+
+    @property
+    def summary(self) -> str:
+        """What the lab quantizes, for the report: ``"2 float weights and 3 float activations quantized by the lab"``
+        (and how many float reads of activations the file quantizes take its quantization)."""
+        parts = []
+        if self.weights:
+            parts.append(f"{len(self.weights)} float weight{'s' * (len(self.weights) != 1)}")
+        if self.ranges:
+            parts.append(f"{len(self.ranges)} float activation{'s' * (len(self.ranges) != 1)}")
+        text = " and ".join(parts) + " quantized by the lab" if parts else ""
+        if self.reused:
+            more = (f"{len(self.reused)} float read{'s' * (len(self.reused) != 1)} of activations the file "
+                    f"quantizes given its quantization")
+            text = f"{text}; {more}" if text else more
+        return text
+
+
+def _opset(model: onnx.ModelProto) -> int:
+    return next((int(o.version) for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+
+
+def _float_types(model: onnx.ModelProto) -> dict[str, int]:
+    """Element type by tensor name, where the file (after shape inference) states one."""
+    types: dict[str, int] = {}
+    for vi in [*model.graph.input, *model.graph.value_info, *model.graph.output]:
+        if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
+            types[vi.name] = vi.type.tensor_type.elem_type
+    return types
+
+
+def plan_completion(model: onnx.ModelProto) -> Completion:
+    """What :func:`complete` changes in ``model`` (shapes inferred, constants folded: as :mod:`.prequant` imports
+    it); an empty :class:`Completion` when the file has no float island, or is not statically quantized. One pass in
+    graph order: a float activation that gets a quantization is a quantized value for the nodes after it (a Reshape
+    of it is an alias, not another island)."""
+    graph = model.graph
+    initializers = {init.name: init for init in graph.initializer}
+    consts = set(initializers)
+    types = _float_types(model)
+    readers: dict[str, list[onnx.NodeProto]] = {}
+    for node in graph.node:
+        for name in node.input:
+            if name:
+                readers.setdefault(name, []).append(node)
+    if any(node.op_type in _DYNAMIC for node in graph.node) or \
+            not any(node.op_type == "QuantizeLinear" and node.input[0] not in consts for node in graph.node):
+        return Completion()                   # not statically quantized: nothing of the quantizer's to keep
+    outputs = {o.name for o in graph.output}
+    quantized: set[str] = set()          # float values quantized: DequantizeLinear outputs, aliases, completed ones
+    plan = Completion()
+
+    def activation(name: str) -> None:
+        if name in consts or name in quantized or types.get(name) != TensorProto.FLOAT:
+            return
+        users = readers.get(name, [])
+        float_users = [u for u in users if u.op_type not in _SHAPE_READERS and
+                       not (u.op_type == "QuantizeLinear" and u.input[0] == name)]
+        if not float_users and name not in outputs:
+            return
+        if name not in outputs and len(users) == 1 and users[0].op_type in ("Relu", "Clip"):
+            return                    # quantized after the activation, as the import fuses Conv -> Relu -> Q
+        quantized.add(name)
+        if any(u.op_type == "QuantizeLinear" and u.input[0] == name for u in users):
+            plan.reused.append(name)
+        else:
+            plan.ranges.append(name)
+
+    for vi in graph.input:
+        if vi.name not in initializers:
+            activation(vi.name)
+    for k, node in enumerate(graph.node):
+        data = [name for name in node.input if name]
+        if node.op_type == "Constant" or (data and all(name in consts for name in data)):
+            consts.update(node.output)                           # shape arithmetic of constants
+            continue
+        if node.op_type == "DequantizeLinear" or (node.op_type in ALIAS_OPS and data and data[0] in quantized):
+            quantized.update(o for o in node.output if o)
+            continue
+        axis = _WEIGHTED.get(node.op_type, -1)
+        if node.domain in ("", "ai.onnx") and axis != -1 and len(node.input) > 1:
+            w = initializers.get(node.input[1])
+            if w is not None and w.data_type == TensorProto.FLOAT:
+                if node.op_type == "Gemm":
+                    axis = 0 if any(a.name == "transB" and a.i for a in node.attribute) else 1
+                if (node.op_type != "Conv" and len(w.dims) != 2) or _opset(model) < 13:
+                    axis = None                                 # a batched MatMul constant: per tensor
+                plan.weights.append((k, node.input[1], axis))
+        if node.op_type not in _QUANT:
+            for name in node.output:
+                if name:
+                    activation(name)
+    return plan
+
+
+def measure_ranges(model: onnx.ModelProto, names: list[str],
+                   samples: Mapping[str, np.ndarray] | Iterable[Mapping[str, np.ndarray]]) -> dict[str, float]:
+    """The largest magnitude of each float tensor ``names`` over the calibration ``samples`` (input name -> stacked
+    samples along axis 0, fed one model batch at a time; or an iterable of such dicts), computed by onnxruntime on
+    ``model`` itself with those tensors as extra outputs. Raises RuntimeError (naming onnxruntime's reason) when
+    onnxruntime cannot run the file."""
+    import onnxruntime as ort
+    probe = onnx.ModelProto.FromString(model.SerializeToString())
+    have = {o.name for o in probe.graph.output}
+    probe.graph.output.extend(helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in names
+                              if n not in have)
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    try:
+        session = ort.InferenceSession(probe.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    except Exception as err:  # noqa: BLE001 -- onnxruntime raises its own exception types
+        raise RuntimeError(f"onnxruntime could not load the file to measure its float activations: "
+                           f"{str(err).splitlines()[0][:300]}") from err
+    feeds = {i.name: i.shape for i in session.get_inputs()}
+    batches = [samples] if isinstance(samples, Mapping) else samples
+    absmax = dict.fromkeys(names, 0.0)
+    for batch in batches:
+        arrays = {k: np.asarray(v, np.float32) for k, v in batch.items() if k in feeds}
+        count = len(next(iter(arrays.values()))) if arrays else 0
+        step = max(1, int(feeds[next(iter(arrays))][0]) if arrays and isinstance(feeds[next(iter(arrays))][0], int)
+                   else 1)
+        for start in range(0, count, step):
+            try:
+                got = session.run(names, {k: v[start:start + step] for k, v in arrays.items()})
+            except Exception as err:  # noqa: BLE001
+                raise RuntimeError(f"onnxruntime could not run the file to measure its float activations: "
+                                   f"{str(err).splitlines()[0][:300]}") from err
+            for name, value in zip(names, got):
+                value = np.asarray(value, np.float64)
+                if value.size:
+                    absmax[name] = max(absmax[name], float(np.abs(value[np.isfinite(value)]).max(initial=0.0)))
+    return absmax
+
+
+def _scale_init(name: str, values: np.ndarray) -> onnx.TensorProto:
+    return numpy_helper.from_array(np.asarray(values, np.float32), name)
+
+
+def _topological(nodes: list[onnx.NodeProto], ready: set[str]) -> list[onnx.NodeProto]:
+    """``nodes`` in an order where each reads only tensors written before it (or in ``ready``): passes over the
+    nodes left, each taking those whose inputs are written, in their given order. A node that never becomes ready
+    (a dangling input) goes last, for the import to name."""
+    order: list[onnx.NodeProto] = []
+    have, left = set(ready), list(nodes)
+    while left:
+        rest = []
+        for node in left:
+            if all(not name or name in have for name in node.input):
+                order.append(node)
+                have.update(node.output)
+            else:
+                rest.append(node)
+        if len(rest) == len(left):
+            return order + rest
+        left = rest
+    return order
+
+
+def complete(model: onnx.ModelProto, plan: Completion, absmax: Mapping[str, float]) -> onnx.ModelProto:
+    """A copy of ``model`` with ``plan`` carried out (see the module docstring): ``absmax`` gives the range of each
+    tensor of ``plan.ranges`` (a range of 0, a tensor that was always 0, takes the scale 1/127). Raises ValueError
+    naming a tensor whose range is missing or not finite."""
+    bad = [n for n in plan.ranges if not np.isfinite(absmax.get(n, np.nan))]
+    if bad:
+        raise ValueError(f"no finite range was measured for the float tensor(s) {', '.join(map(repr, bad[:5]))}")
+    out = onnx.ModelProto.FromString(model.SerializeToString())
+    graph = out.graph
+    inits = {init.name: init for init in graph.initializer}
+    zero = numpy_helper.from_array(np.zeros((), np.int8), f"zero{SUFFIX}")
+    extra: list[onnx.TensorProto] = [zero]
+    added: list[onnx.NodeProto] = []
+    for k, name, axis in plan.weights:
+        w = numpy_helper.to_array(inits[name]).astype(np.float64)
+        if axis is None:
+            peak = np.array(np.abs(w).max(initial=0.0))
+        else:
+            peak = np.abs(np.moveaxis(w, axis, 0).reshape(w.shape[axis], -1)).max(axis=1, initial=0.0)
+        scale = np.where(peak > 0, peak / 127.0, 1.0).astype(np.float32)
+        shape = [1] * w.ndim
+        if axis is not None:
+            shape[axis] = -1
+        q = np.clip(np.rint(w / scale.reshape(shape).astype(np.float64)), -127, 127).astype(np.int8)
+        base = f"{name}{SUFFIX}_w{k}"
+        extra += [numpy_helper.from_array(q, f"{base}_int8"), _scale_init(f"{base}_scale", scale),
+                  numpy_helper.from_array(np.zeros(scale.shape, np.int8), f"{base}_zero")]
+        dq = helper.make_node("DequantizeLinear", [f"{base}_int8", f"{base}_scale", f"{base}_zero"], [base],
+                              name=f"{base}_dequantize")
+        if axis is not None:
+            dq.attribute.append(helper.make_attribute("axis", int(axis)))
+        added.append(dq)
+        graph.node[k].input[1] = base
+    inputs = {vi.name for vi in graph.input}
+    producer = {o: node for node in graph.node for o in node.output if o}
+    alias: dict[str, str] = {}                  # graph input -> the DequantizeLinear output its readers take
+    floats: dict[str, str] = {}                 # produced tensor -> its float value's new name (the DQ takes the old)
+    for name in [*plan.reused, *plan.ranges]:
+        if name in inputs:
+            alias[name] = f"{name}{SUFFIX}_dq"
+        else:
+            floats[name] = f"{name}{SUFFIX}_float"
+            node = producer[name]
+            node.output[:] = [floats[name] if o == name else o for o in node.output]
+    quantizers: dict[str, onnx.NodeProto] = {}
+    for node in graph.node:
+        for i, name in enumerate(node.input):
+            keep_float = node.op_type in _SHAPE_READERS or (node.op_type == "QuantizeLinear" and i == 0)
+            if name in floats and keep_float:
+                node.input[i] = floats[name]
+            elif name in alias and not keep_float:
+                node.input[i] = alias[name]
+            if node.op_type == "QuantizeLinear" and i == 0 and name in plan.reused:
+                quantizers.setdefault(name, node)
+    for name in plan.reused:
+        quant = quantizers[name]
+        dq = helper.make_node("DequantizeLinear", [quant.output[0], *quant.input[1:]], [alias.get(name, name)],
+                              name=f"{name}{SUFFIX}_reuse")
+        dq.attribute.extend(a for a in quant.attribute if a.name == "axis")
+        added.append(dq)
+    for name in plan.ranges:
+        top = float(absmax[name])
+        scale_init = _scale_init(f"{name}{SUFFIX}_scale", np.array(top / 127.0 if top > 0 else 1.0 / 127.0))
+        extra.append(scale_init)
+        q_out = f"{name}{SUFFIX}_q"
+        added += [helper.make_node("QuantizeLinear", [floats.get(name, name), scale_init.name, zero.name], [q_out],
+                                   name=f"{name}{SUFFIX}_quantize"),
+                  helper.make_node("DequantizeLinear", [q_out, scale_init.name, zero.name], [alias.get(name, name)],
+                                   name=f"{name}{SUFFIX}_dequantize")]
+    ready = inputs | {init.name for init in graph.initializer} | {init.name for init in extra}
+    nodes = _topological([*added, *graph.node], ready)
+    del graph.node[:]
+    graph.node.extend(nodes)
+    graph.initializer.extend(extra)
+    return out

@@ -1,0 +1,182 @@
+"""tests for compiler/frontend/prequant_complete.py: a partially quantized file (onnxruntime's quantize_static with
+nodes_to_exclude or op_types_to_quantize) runs on the file's own integers, with only what the file left float
+quantized by the lab, instead of falling back to its dequantized float graph."""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from test_prequant import _float_cnn, _Reader
+
+from vta.cli import main
+from vta.compiler import qops
+from vta.compiler.frontend import prequant
+from vta.compiler.frontend.prequant_complete import complete, plan_completion
+from vta.compiler.pipeline import compile_model, load_graph
+from vta.compiler.runtime.executor import run
+from vta.config import VTAConfig
+
+ort = pytest.importorskip("onnxruntime")
+quantization = pytest.importorskip("onnxruntime.quantization")
+
+
+def _quantized(folder: Path, name: str, **options) -> Path:
+    """``_float_cnn`` quantized by onnxruntime (QDQ, uint8 activations, per-channel int8 weights) with ``options``."""
+    source, path = folder / "float.onnx", folder / f"{name}.onnx"
+    onnx.save(_float_cnn(), source)
+    quantization.quantize_static(str(source), str(path), _Reader(), quant_format=quantization.QuantFormat.QDQ,
+                                 per_channel=True, **options)
+    return path
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("partial")
+    return {"ends": _quantized(folder, "ends", nodes_to_exclude=["conv1", "fc"]),
+            "middle": _quantized(folder, "middle", nodes_to_exclude=["conv2"]),
+            "convs": _quantized(folder, "convs", op_types_to_quantize=["Conv"]),
+            "whole": _quantized(folder, "whole")}
+
+
+def _cosine(a: np.ndarray, b: np.ndarray) -> float:
+    a, b = np.ravel(a).astype(np.float64), np.ravel(b).astype(np.float64)
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+def _file_weights(path: Path) -> dict[str, np.ndarray]:
+    """The int8 weights of the file's quantized Convs and Gemm, by node name."""
+    model = onnx.load(path)
+    inits = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    dq = {n.output[0]: inits[n.input[0]] for n in model.graph.node if n.op_type == "DequantizeLinear"
+          and n.input[0] in inits and inits[n.input[0]].dtype == np.int8}
+    return {n.name: dq[n.input[1]] for n in model.graph.node if n.op_type in ("Conv", "Gemm") and n.input[1] in dq}
+
+
+@pytest.mark.parametrize("case, weights, activations", [("ends", 2, 2), ("middle", 1, 0), ("convs", 1, 3)])
+def test_the_plan_names_what_the_file_left_float(files, case, weights, activations):
+    """``ends``: conv1's float weights and its float graph input, the Gemm's weights and its float output; ``middle``:
+    conv2's weights only (its input and output are quantized for their other readers); ``convs``: the Gemm's weights,
+    and the float Add, pool and Gemm results (the Flatten of
+    the quantized pool is an alias)."""
+    graph = load_graph(str(files[case]))
+    assert not graph.is_quantized and graph.partial is not None
+    assert graph.partial.needs_ranges == bool(activations)
+    plan = plan_completion(onnx.ModelProto.FromString(graph.partial.model))
+    assert (len(plan.weights), len(plan.ranges)) == (weights, activations)
+    assert plan_completion(onnx.load(files["whole"])).empty
+
+
+@pytest.mark.parametrize("case", ["ends", "middle", "convs"])
+def test_a_partial_file_runs_on_its_own_integers(files, case):
+    """The run compiles the file as pre-quantized: every Conv/Gemm the file quantized keeps the file's int8 weights
+    bit for bit, fsim equals the integer reference, and the output is closer to onnxruntime on the file than the
+    dequantized float graph re-quantized by the lab (the fallback before) on the same input."""
+    compiled = compile_model(str(files[case]), VTAConfig(), calib=4)
+    assert compiled.graph.is_quantized
+    assert "quantized by the lab" in compiled.meta["quantization"]
+    kept = _file_weights(files[case])
+    assert kept
+    for node in compiled.graph.nodes:
+        if node.op in ("QConv2d", "QDense") and node.name in kept:
+            np.testing.assert_array_equal(compiled.graph.constants[node.inputs[1]].reshape(-1),
+                                          np.asarray(kept[node.name], np.int64).reshape(-1))
+    x = np.random.default_rng(7).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    out = run(compiled, {"x": x}, target="fsim")
+    ref = qops.run_reference(compiled.graph, {"x": x})
+    np.testing.assert_array_equal(out.outputs["y"], ref["y"])
+    want = ort.InferenceSession(str(files[case]), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    fallback = compile_model(str(files[case]), VTAConfig(), calib=4,
+                             graph=_without_partial(load_graph(str(files[case]))))
+    before = run(fallback, {"x": x}, target="fsim").outputs["y"]
+    assert _cosine(out.outputs["y"], want) > 0.999
+    assert np.abs(out.outputs["y"] - want).mean() <= np.abs(before - want).mean()
+
+
+def _without_partial(graph):
+    graph.partial = None
+    return graph
+
+
+def test_the_report_says_what_the_lab_quantized(files, capsys):
+    """`vta run` names the completion: the quantization line, and (for float activations) the calibration line with
+    the samples their ranges came from. A file with float weights only calibrates nothing: no random-data warning."""
+    assert main(["run", str(files["convs"]), "--no-progress"]) == 0
+    out = capsys.readouterr()
+    assert "quantization: the model's own (pre-quantized), with 1 float weight and 3 float activations quantized " \
+           "by the lab" in out.out
+    assert "a pre-quantized file run on its own integers, with 1 float weight and 3 float activations" in out.out
+    assert "imported as its dequantized float graph" not in out.err
+    assert main(["run", str(files["middle"]), "--no-progress"]) == 0
+    out = capsys.readouterr()
+    assert "with 1 float weight quantized by the lab" in out.out
+    assert "RANDOM" not in out.err and "calibration:" not in out.out
+
+
+def test_outputs_keep_their_names_and_shape_readers_read_float():
+    """A float graph output written by an unquantized Gemm keeps its name (now the new DequantizeLinear's output); a
+    Shape of a float tensor keeps reading the float value; the completed file still runs in onnxruntime."""
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(np.float32(0.05), "s"), numpy_helper.from_array(np.int8(0), "z"),
+             numpy_helper.from_array(rng.standard_normal((4, 3)).astype(np.float32), "w"),
+             numpy_helper.from_array(np.array([-1], np.int64), "flat")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]),
+             helper.make_node("DequantizeLinear", ["q", "s", "z"], ["xf"]),
+             helper.make_node("Gemm", ["xf", "w"], ["y"], name="fc"),
+             helper.make_node("Shape", ["y"], ["shape"]),
+             helper.make_node("Reshape", ["y", "flat"], ["r"])]
+    model = helper.make_model(helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3]),
+         helper.make_tensor_value_info("shape", TensorProto.INT64, [2]),
+         helper.make_tensor_value_info("r", TensorProto.FLOAT, [6])], inits),
+        opset_imports=[helper.make_opsetid("", 13)])
+    model = onnx.shape_inference.infer_shapes(model)
+    plan = plan_completion(model)
+    assert plan.ranges == ["y"] and [w[1:] for w in plan.weights] == [("w", 1)]
+    done = complete(model, plan, {"y": 3.0})
+    onnx.checker.check_model(done, full_check=True)
+    writers = {o: n for n in done.graph.node for o in n.output}
+    assert writers["y"].op_type == "DequantizeLinear" and writers["shape"].input[0] == "y__lab_float"
+    assert writers["r"].input[0] == "y"
+    x = rng.standard_normal((2, 4)).astype(np.float32)
+    y, shape, _ = ort.InferenceSession(done.SerializeToString(), providers=["CPUExecutionProvider"]).run(None,
+                                                                                                        {"x": x})
+    assert list(shape) == [2, 3] and np.abs(y).max() <= 3.0 + 1e-6
+
+
+def test_a_file_completion_cannot_save_falls_back_with_the_reason(tmp_path, caplog):
+    """A QDQ file whose float operator the integer import has no rule for (a CumSum) is completed, refused again, and
+    imported as its float graph, the warning naming the refusal once and saying that completing did not change it."""
+    rng = np.random.default_rng(3)
+    inits = [numpy_helper.from_array((rng.standard_normal((4, 4)) * 0.3).astype(np.float32), "w"),
+             numpy_helper.from_array(np.array(1, np.int64), "axis")]
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"], name="mm"),
+             helper.make_node("CumSum", ["m", "axis"], ["c"], name="cumsum"),
+             helper.make_node("Relu", ["c"], ["y"], name="relu")]
+    model = helper.make_model(helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 4])], inits),
+        opset_imports=[helper.make_opsetid("", 13)])
+    source, path = tmp_path / "f.onnx", tmp_path / "q.onnx"
+    onnx.save(model, source)
+
+    class Reader(quantization.CalibrationDataReader):
+        def __init__(self) -> None:
+            self.it = iter([{"x": rng.standard_normal((1, 8, 4)).astype(np.float32)} for _ in range(4)])
+
+        def get_next(self):
+            return next(self.it, None)
+    quantization.quantize_static(str(source), str(path), Reader(), quant_format=quantization.QuantFormat.QDQ,
+                                 op_types_to_quantize=["MatMul"])
+    graph = load_graph(str(path))
+    assert graph.partial is not None
+    with caplog.at_level(logging.WARNING, logger="vta"):
+        assert prequant.complete_partial(graph, {"x": rng.standard_normal((2, 8, 4)).astype(np.float32)}) is None
+    assert "imported as its dequantized float graph" in caplog.text and caplog.text.count("CumSum") == 1
+    assert "quantizing the operators it left float does not change that" in caplog.text
+    compiled = compile_model(str(path), VTAConfig(), calib=2)
+    assert compiled.meta.get("quantization") is None and compiled.graph.is_quantized
