@@ -25,11 +25,12 @@ quantization = pytest.importorskip("onnxruntime.quantization")
 
 
 def _quantized(folder: Path, name: str, **options) -> Path:
-    """``_float_cnn`` quantized by onnxruntime (QDQ, uint8 activations, per-channel int8 weights) with ``options``."""
+    """``_float_cnn`` quantized by onnxruntime (QDQ, per-channel int8 weights unless ``options`` say otherwise:
+    per-tensor uint8 weights have zero points other than 128)."""
     source, path = folder / "float.onnx", folder / f"{name}.onnx"
     onnx.save(_float_cnn(), source)
     quantization.quantize_static(str(source), str(path), _Reader(), quant_format=quantization.QuantFormat.QDQ,
-                                 per_channel=True, **options)
+                                 **{"per_channel": True, **options})
     return path
 
 
@@ -39,6 +40,8 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {"ends": _quantized(folder, "ends", nodes_to_exclude=["conv1", "fc"]),
             "middle": _quantized(folder, "middle", nodes_to_exclude=["conv2"]),
             "convs": _quantized(folder, "convs", op_types_to_quantize=["Conv"]),
+            "uint8_weights": _quantized(folder, "uint8_weights", weight_type=quantization.QuantType.QUInt8,
+                                        activation_type=quantization.QuantType.QUInt8, per_channel=False),
             "whole": _quantized(folder, "whole")}
 
 
@@ -70,16 +73,16 @@ def test_the_plan_names_what_the_file_left_float(files, case, weights, activatio
     assert plan_completion(onnx.load(files["whole"])).empty
 
 
-@pytest.mark.parametrize("case", ["ends", "middle", "convs"])
+@pytest.mark.parametrize("case", ["ends", "middle", "convs", "uint8_weights"])
 def test_a_partial_file_runs_on_its_own_integers(files, case):
     """The run compiles the file as pre-quantized: every Conv/Gemm the file quantized keeps the file's int8 weights
     bit for bit, fsim equals the integer reference, and the output is closer to onnxruntime on the file than the
     dequantized float graph re-quantized by the lab (the fallback before) on the same input."""
     compiled = compile_model(str(files[case]), VTAConfig(), calib=4)
     assert compiled.graph.is_quantized
-    assert "quantized by the lab" in compiled.meta["quantization"]
-    kept = _file_weights(files[case])
-    assert kept
+    assert "quantized by the lab" in compiled.meta["quantization"] or case == "uint8_weights"
+    kept = {} if case == "uint8_weights" else _file_weights(files[case])
+    assert kept or "re-quantized to int8" in compiled.meta["quantization"]
     for node in compiled.graph.nodes:
         if node.op in ("QConv2d", "QDense") and node.name in kept:
             np.testing.assert_array_equal(compiled.graph.constants[node.inputs[1]].reshape(-1),

@@ -14,6 +14,9 @@ everywhere. :func:`complete` instead quantizes only what the file left float, th
 * a float **weight** of a Conv, Gemm or MatMul (an initializer read as input 1) becomes ``DequantizeLinear`` of int8
   values at one scale per output channel, ``max|w_c| / 127`` (per tensor below opset 13, whose DequantizeLinear has
   no axis); a float bias stays float (the import converts it);
+* an integer weight whose values minus its zero point do not fit int8 (uint8 weights of a zero point other than 128,
+  onnxruntime's ``weight_type=QUInt8``) is re-quantized to symmetric int8 from its real values, at the same
+  granularity (per channel or per tensor);
 * a float **activation** a node computes, or a float graph input, that some non-QuantizeLinear node reads or that is
   a graph output (but not one a Relu or Clip alone reads: that one's result is quantized instead, as the import
   fuses an operator, its activation and the QuantizeLinear). When the file quantizes it already (a QuantizeLinear
@@ -70,10 +73,13 @@ class Completion:
     ranges: list[str] = field(default_factory=list)
     reused: list[str] = field(default_factory=list)
     weights: list[tuple[int, str, int | None]] = field(default_factory=list)
+    narrowed: list[int] = field(default_factory=list)
+    """Indices of the DequantizeLinear nodes of integer weights whose values minus their zero point do not fit int8
+    (a uint8 weight of zero point 100 holds up to 155): re-quantized to symmetric int8 from their real values."""
 
     @property
     def empty(self) -> bool:
-        return not (self.ranges or self.reused or self.weights)
+        return not (self.ranges or self.reused or self.weights or self.narrowed)
 
     @property
     def summary(self) -> str:
@@ -85,6 +91,12 @@ class Completion:
         if self.ranges:
             parts.append(f"{len(self.ranges)} float activation{'s' * (len(self.ranges) != 1)}")
         text = " and ".join(parts) + " quantized by the lab" if parts else ""
+        if self.narrowed:
+            one = len(self.narrowed) == 1
+            more = (f"{len(self.narrowed)} integer weight{'' if one else 's'} re-quantized to int8 "
+                    f"({'its values minus its zero point do' if one else 'their values minus zero point do'} not fit "
+                    f"int8)")
+            text = f"{text}; {more}" if text else more
         if self.reused:
             more = (f"{len(self.reused)} float read{'s' * (len(self.reused) != 1)} of activations the file "
                     f"quantizes given its quantization")
@@ -124,6 +136,7 @@ def plan_completion(model: onnx.ModelProto) -> Completion:
         return Completion()                   # not statically quantized: nothing of the quantizer's to keep
     outputs = {o.name for o in graph.output}
     quantized: set[str] = set()          # float values quantized: DequantizeLinear outputs, aliases, completed ones
+    dequantized: dict[str, int] = {}     # DequantizeLinear output of an initializer -> that node's index
     plan = Completion()
 
     def activation(name: str) -> None:
@@ -147,6 +160,8 @@ def plan_completion(model: onnx.ModelProto) -> Completion:
             activation(vi.name)
     for k, node in enumerate(graph.node):
         data = [name for name in node.input if name]
+        if node.op_type == "DequantizeLinear" and data and data[0] in initializers:
+            dequantized[node.output[0]] = k                      # a weight (or bias) the file quantized
         if node.op_type == "Constant" or (data and all(name in consts for name in data)):
             consts.update(node.output)                           # shape arithmetic of constants
             continue
@@ -154,6 +169,10 @@ def plan_completion(model: onnx.ModelProto) -> Completion:
             quantized.update(o for o in node.output if o)
             continue
         axis = _WEIGHTED.get(node.op_type, -1)
+        if node.domain in ("", "ai.onnx") and axis != -1 and len(node.input) > 1 and node.input[1] in dequantized:
+            k_dq = dequantized[node.input[1]]
+            if k_dq not in plan.narrowed and _too_wide(graph.node[k_dq], initializers):
+                plan.narrowed.append(k_dq)
         if node.domain in ("", "ai.onnx") and axis != -1 and len(node.input) > 1:
             w = initializers.get(node.input[1])
             if w is not None and w.data_type == TensorProto.FLOAT:
@@ -167,6 +186,32 @@ def plan_completion(model: onnx.ModelProto) -> Completion:
                 if name:
                     activation(name)
     return plan
+
+
+def _dq_params(node: onnx.NodeProto, inits: Mapping[str, onnx.TensorProto]
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int] | None:
+    """(int64 values, float64 scale, int64 zero point, axis) of a DequantizeLinear of initializers, the scale and
+    zero point shaped to broadcast against the values; None when a parameter is not an initializer."""
+    names = list(node.input) + [""] * (3 - len(node.input))
+    if names[0] not in inits or names[1] not in inits or (names[2] and names[2] not in inits):
+        return None
+    values = numpy_helper.to_array(inits[names[0]]).astype(np.int64)
+    scale = numpy_helper.to_array(inits[names[1]]).astype(np.float64)
+    zero = numpy_helper.to_array(inits[names[2]]).astype(np.int64) if names[2] else np.zeros_like(scale, np.int64)
+    axis = next((int(a.i) for a in node.attribute if a.name == "axis"), 1) % max(values.ndim, 1)
+    if scale.size > 1:
+        shape = [1] * values.ndim
+        shape[axis] = -1
+        scale, zero = scale.reshape(shape), zero.reshape(shape)
+    return values, scale, zero, axis
+
+
+def _too_wide(node: onnx.NodeProto, inits: Mapping[str, onnx.TensorProto]) -> bool:
+    params = _dq_params(node, inits)
+    if params is None or params[0].ndim < 2:
+        return False
+    centred = params[0] - params[2]
+    return bool(centred.min(initial=0) < -128 or centred.max(initial=0) > 127)
 
 
 def measure_ranges(model: onnx.ModelProto, names: list[str],
@@ -265,6 +310,24 @@ def complete(model: onnx.ModelProto, plan: Completion, absmax: Mapping[str, floa
             dq.attribute.append(helper.make_attribute("axis", int(axis)))
         added.append(dq)
         graph.node[k].input[1] = base
+    for k in plan.narrowed:
+        node = graph.node[k]
+        params = _dq_params(node, inits)
+        assert params is not None
+        values, scale, zp, axis = params
+        real = (values - zp) * scale
+        per = scale.size > 1
+        peak = np.abs(np.moveaxis(real, axis, 0).reshape(real.shape[axis], -1)).max(axis=1) if per else \
+            np.array(np.abs(real).max())
+        new_scale = np.where(peak > 0, peak / 127.0, 1.0)
+        shape = [1] * real.ndim
+        if per:
+            shape[axis] = -1
+        q = np.clip(np.rint(real / new_scale.reshape(shape)), -127, 127).astype(np.int8)
+        base = f"{node.output[0]}{SUFFIX}_n{k}"
+        extra += [numpy_helper.from_array(q, f"{base}_int8"), _scale_init(f"{base}_scale", new_scale),
+                  numpy_helper.from_array(np.zeros(new_scale.shape, np.int8), f"{base}_zero")]
+        node.input[:] = [f"{base}_int8", f"{base}_scale", f"{base}_zero"]
     inputs = {vi.name for vi in graph.input}
     producer = {o: node for node in graph.node for o in node.output if o}
     alias: dict[str, str] = {}                  # graph input -> the DequantizeLinear output its readers take
