@@ -260,6 +260,23 @@ def test_a_float_result_that_is_not_quantized_is_refused():
         import_quantized(model, "open")
 
 
+@pytest.mark.parametrize("bad", [0.0, -0.5, np.inf, np.nan])
+def test_a_scale_that_is_not_finite_and_positive_is_refused(bad):
+    """A QuantizeLinear at scale 0, negative, infinite or NaN (a damaged file): refused naming the scale (an
+    OverflowError in the requantization's multiplier before)."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])
+    inits = [numpy_helper.from_array(np.array(bad, np.float32), "s"),
+             numpy_helper.from_array(np.array(0, np.int8), "z")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], name="quant"),
+             helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"])]
+    model = helper.make_model(helper.make_graph(nodes, "scale", [x], [y], inits),
+                              opset_imports=[helper.make_opsetid("", 13)])
+    with pytest.raises(UnsupportedOperatorError, match=r"node 'quant'.*its scale 's' holds .*; a quantization scale "
+                                                       r"must be finite and positive"):
+        import_quantized(model, "scale")
+
+
 @pytest.mark.slow
 def test_tsim_runs_a_prequantized_model_bit_exactly(models):
     """The RTL (Verilator build cached under ~/.cache/vta-lab) runs the same programs: equal to the reference."""

@@ -357,7 +357,12 @@ class _Importer:
         name = node.input[index]
         if name not in self.consts:
             raise UnsupportedOperatorError(node.op_type, node.name, f"its {what} {name!r} is not a constant")
-        return self.consts[name]
+        value = self.consts[name]
+        if what.endswith("scale") and value.dtype.kind == "f" and not (np.isfinite(value) & (value > 0)).all():
+            bad = value.reshape(-1)[~(np.isfinite(value) & (value > 0)).reshape(-1)][0]
+            raise UnsupportedOperatorError(node.op_type, node.name, f"its {what} {name!r} holds {bad}; a "
+                                           f"quantization scale must be finite and positive")
+        return value
 
     def scalar_scale(self, node: onnx.NodeProto, index: int) -> float:
         scale = self.const(node, index, "scale").astype(np.float64).reshape(-1)
