@@ -29,8 +29,8 @@ def _quantized(folder: Path, name: str, **options) -> Path:
     per-tensor uint8 weights have zero points other than 128)."""
     source, path = folder / "float.onnx", folder / f"{name}.onnx"
     onnx.save(_float_cnn(), source)
-    quantization.quantize_static(str(source), str(path), _Reader(), quant_format=quantization.QuantFormat.QDQ,
-                                 **{"per_channel": True, **options})
+    quantization.quantize_static(str(source), str(path), _Reader(), **{"quant_format": quantization.QuantFormat.QDQ,
+                                                                      "per_channel": True, **options})
     return path
 
 
@@ -42,6 +42,9 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
             "convs": _quantized(folder, "convs", op_types_to_quantize=["Conv"]),
             "uint8_weights": _quantized(folder, "uint8_weights", weight_type=quantization.QuantType.QUInt8,
                                         activation_type=quantization.QuantType.QUInt8, per_channel=False),
+            "uint8_weights_qop": _quantized(folder, "uint8_weights_qop", weight_type=quantization.QuantType.QUInt8,
+                                            activation_type=quantization.QuantType.QUInt8, per_channel=False,
+                                            quant_format=quantization.QuantFormat.QOperator),
             "whole": _quantized(folder, "whole")}
 
 
@@ -73,15 +76,15 @@ def test_the_plan_names_what_the_file_left_float(files, case, weights, activatio
     assert plan_completion(onnx.load(files["whole"])).empty
 
 
-@pytest.mark.parametrize("case", ["ends", "middle", "convs", "uint8_weights"])
+@pytest.mark.parametrize("case", ["ends", "middle", "convs", "uint8_weights", "uint8_weights_qop"])
 def test_a_partial_file_runs_on_its_own_integers(files, case):
     """The run compiles the file as pre-quantized: every Conv/Gemm the file quantized keeps the file's int8 weights
     bit for bit, fsim equals the integer reference, and the output is closer to onnxruntime on the file than the
     dequantized float graph re-quantized by the lab (the fallback before) on the same input."""
     compiled = compile_model(str(files[case]), VTAConfig(), calib=4)
     assert compiled.graph.is_quantized
-    assert "quantized by the lab" in compiled.meta["quantization"] or case == "uint8_weights"
-    kept = {} if case == "uint8_weights" else _file_weights(files[case])
+    assert "quantized by the lab" in compiled.meta["quantization"] or case.startswith("uint8_weights")
+    kept = {} if case.startswith("uint8_weights") else _file_weights(files[case])
     assert kept or "re-quantized to int8" in compiled.meta["quantization"]
     for node in compiled.graph.nodes:
         if node.op in ("QConv2d", "QDense") and node.name in kept:

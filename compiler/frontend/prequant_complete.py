@@ -15,7 +15,7 @@ everywhere. :func:`complete` instead quantizes only what the file left float, th
   values at one scale per output channel, ``max|w_c| / 127`` (per tensor below opset 13, whose DequantizeLinear has
   no axis); a float bias stays float (the import converts it);
 * an integer weight whose values minus its zero point do not fit int8 (uint8 weights of a zero point other than 128,
-  onnxruntime's ``weight_type=QUInt8``) is re-quantized to symmetric int8 from its real values, at the same
+  onnxruntime's ``weight_type=QUInt8``; a DequantizeLinear's or a QOperator node's own) is re-quantized to symmetric int8 from its real values, at the same
   granularity (per channel or per tensor);
 * a float **activation** a node computes, or a float graph input, that some non-QuantizeLinear node reads or that is
   a graph output (but not one a Relu or Clip alone reads: that one's result is quantized instead, as the import
@@ -173,6 +173,8 @@ def plan_completion(model: onnx.ModelProto) -> Completion:
             k_dq = dequantized[node.input[1]]
             if k_dq not in plan.narrowed and _too_wide(graph.node[k_dq], initializers):
                 plan.narrowed.append(k_dq)
+        if node.op_type in _WEIGHT_SLOTS and node.op_type != "DequantizeLinear" and _too_wide(node, initializers):
+            plan.narrowed.append(k)                              # a QOperator node's own weights
         if node.domain in ("", "ai.onnx") and axis != -1 and len(node.input) > 1:
             w = initializers.get(node.input[1])
             if w is not None and w.data_type == TensorProto.FLOAT:
@@ -188,17 +190,29 @@ def plan_completion(model: onnx.ModelProto) -> Completion:
     return plan
 
 
-def _dq_params(node: onnx.NodeProto, inits: Mapping[str, onnx.TensorProto]
-               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int] | None:
-    """(int64 values, float64 scale, int64 zero point, axis) of a DequantizeLinear of initializers, the scale and
-    zero point shaped to broadcast against the values; None when a parameter is not an initializer."""
-    names = list(node.input) + [""] * (3 - len(node.input))
+_WEIGHT_SLOTS = {"DequantizeLinear": 0, "QLinearConv": 3, "QLinearMatMul": 3, "QGemm": 3}
+"""Where an operator reads integer weights, their scale and zero point (three inputs in a row)."""
+
+
+def _slot_params(node: onnx.NodeProto, inits: Mapping[str, onnx.TensorProto]
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int] | None:
+    """(int64 values, float64 scale, int64 zero point, axis) of the integer weights ``node`` reads (a
+    DequantizeLinear's input, or a QOperator node's weight input: :data:`_WEIGHT_SLOTS`), the scale and zero point
+    shaped to broadcast against the values; None when they are not initializers."""
+    at = _WEIGHT_SLOTS[node.op_type]
+    names = list(node.input[at:at + 3]) + [""] * (3 - len(node.input[at:at + 3]))
     if names[0] not in inits or names[1] not in inits or (names[2] and names[2] not in inits):
         return None
     values = numpy_helper.to_array(inits[names[0]]).astype(np.int64)
     scale = numpy_helper.to_array(inits[names[1]]).astype(np.float64)
     zero = numpy_helper.to_array(inits[names[2]]).astype(np.int64) if names[2] else np.zeros_like(scale, np.int64)
-    axis = next((int(a.i) for a in node.attribute if a.name == "axis"), 1) % max(values.ndim, 1)
+    if node.op_type == "DequantizeLinear":
+        axis = next((int(a.i) for a in node.attribute if a.name == "axis"), 1)
+    elif node.op_type == "QGemm":
+        axis = 0 if any(a.name == "transB" and a.i for a in node.attribute) else 1
+    else:
+        axis = 0 if node.op_type == "QLinearConv" else -1
+    axis %= max(values.ndim, 1)
     if scale.size > 1:
         shape = [1] * values.ndim
         shape[axis] = -1
@@ -207,7 +221,8 @@ def _dq_params(node: onnx.NodeProto, inits: Mapping[str, onnx.TensorProto]
 
 
 def _too_wide(node: onnx.NodeProto, inits: Mapping[str, onnx.TensorProto]) -> bool:
-    params = _dq_params(node, inits)
+    """Whether the integer weights ``node`` reads, minus their zero point, leave int8."""
+    params = _slot_params(node, inits)
     if params is None or params[0].ndim < 2:
         return False
     centred = params[0] - params[2]
@@ -312,7 +327,7 @@ def complete(model: onnx.ModelProto, plan: Completion, absmax: Mapping[str, floa
         graph.node[k].input[1] = base
     for k in plan.narrowed:
         node = graph.node[k]
-        params = _dq_params(node, inits)
+        params = _slot_params(node, inits)
         assert params is not None
         values, scale, zp, axis = params
         real = (values - zp) * scale
@@ -327,7 +342,8 @@ def complete(model: onnx.ModelProto, plan: Completion, absmax: Mapping[str, floa
         base = f"{node.output[0]}{SUFFIX}_n{k}"
         extra += [numpy_helper.from_array(q, f"{base}_int8"), _scale_init(f"{base}_scale", new_scale),
                   numpy_helper.from_array(np.zeros(new_scale.shape, np.int8), f"{base}_zero")]
-        node.input[:] = [f"{base}_int8", f"{base}_scale", f"{base}_zero"]
+        at = _WEIGHT_SLOTS[node.op_type]
+        node.input[at:at + 3] = [f"{base}_int8", f"{base}_scale", f"{base}_zero"]
     inputs = {vi.name for vi in graph.input}
     producer = {o: node for node in graph.node for o in node.output if o}
     alias: dict[str, str] = {}                  # graph input -> the DequantizeLinear output its readers take
