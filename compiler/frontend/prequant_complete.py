@@ -15,8 +15,8 @@ everywhere. :func:`complete` instead quantizes only what the file left float, th
   values at one scale per output channel, ``max|w_c| / 127`` (per tensor below opset 13, whose DequantizeLinear has
   no axis); a float bias stays float (the import converts it);
 * an integer weight whose values minus its zero point do not fit int8 (uint8 weights of a zero point other than 128,
-  onnxruntime's ``weight_type=QUInt8``; a DequantizeLinear's or a QOperator node's own) is re-quantized to symmetric int8 from its real values, at the same
-  granularity (per channel or per tensor);
+  onnxruntime's ``weight_type=QUInt8``; a DequantizeLinear's or a QOperator node's own) is re-quantized to
+  symmetric int8 from its real values, at the same granularity (per channel or per tensor);
 * a float **activation** a node computes, or a float graph input, that some non-QuantizeLinear node reads or that is
   a graph output (but not one a Relu or Clip alone reads: that one's result is quantized instead, as the import
   fuses an operator, its activation and the QuantizeLinear). When the file quantizes it already (a QuantizeLinear
