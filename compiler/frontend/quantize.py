@@ -1177,7 +1177,7 @@ def _numeric_only(fg: Graph, name: str) -> bool:
     return bool(users) and all(u.op == "InputFn" for u in users)
 
 
-_ORT_TYPES = {"tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(bool)": np.bool_,
+ORT_TYPES = {"tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(bool)": np.bool_,
               "tensor(uint8)": np.uint8, "tensor(int8)": np.int8, "tensor(float16)": np.float16,
               "tensor(double)": np.float64}
 """ONNX Runtime's input type names -> the dtype an input is fed as (float32 otherwise): token ids, masks, and the
@@ -1224,17 +1224,17 @@ def float_outputs(model: "str | os.PathLike[str] | onnx.ModelProto | None", grap
                 dims = arg.shape if isinstance(arg.shape, list) else []
                 if arg.name in (values or {}):      # a constant of the compile: the value, at the declared rank
                     feed[arg.name] = np.full([1] * len(dims), float((values or {})[arg.name])).astype(
-                        _ORT_TYPES.get(arg.type, np.float32))
+                        ORT_TYPES.get(arg.type, np.float32))
                     continue
                 key = arg.name if arg.name in inputs else next(rest, None)
                 if key is not None:
-                    feed[arg.name] = np.asarray(inputs[key], _ORT_TYPES.get(arg.type, np.float32))
+                    feed[arg.name] = np.asarray(inputs[key], ORT_TYPES.get(arg.type, np.float32))
                     if dims == [] and feed[arg.name].size == 1:    # a scalar input the lab takes as [1]
                         feed[arg.name] = feed[arg.name].reshape(())
                 elif 0 in dims and all(isinstance(d, int) for d in dims):      # declared empty: nothing to give
-                    feed[arg.name] = np.zeros(dims, _ORT_TYPES.get(arg.type, np.float32))
+                    feed[arg.name] = np.zeros(dims, ORT_TYPES.get(arg.type, np.float32))
                 elif 0 in (declared or {}).get(arg.name, ()):                   # given empty: an empty KV cache
-                    feed[arg.name] = np.zeros(tuple((declared or {})[arg.name]), _ORT_TYPES.get(arg.type, np.float32))
+                    feed[arg.name] = np.zeros(tuple((declared or {})[arg.name]), ORT_TYPES.get(arg.type, np.float32))
             try:
                 got = sess.run(None, feed)
             except Exception as err:  # noqa: BLE001 - it loads the file but cannot run it (e.g. a shape it lacks)
