@@ -58,6 +58,16 @@ class _Reader(quantization.CalibrationDataReader):
         return next(self.samples, None)
 
 
+class _Samples(quantization.CalibrationDataReader):
+    """onnxruntime's calibration reader over the given feeds (input name -> array, one dict per sample)."""
+
+    def __init__(self, feeds: list[dict[str, np.ndarray]]) -> None:
+        self.samples = iter(feeds)
+
+    def get_next(self) -> dict[str, np.ndarray] | None:
+        return next(self.samples, None)
+
+
 CONFIGS = [(fmt, act, per_channel, symmetric) for fmt in ("QDQ", "QOperator") for act in ("QUInt8", "QInt8")
            for per_channel in (True, False) for symmetric in (False, True)]
 

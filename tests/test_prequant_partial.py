@@ -10,7 +10,7 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
-from test_prequant import _float_cnn, _Reader
+from test_prequant import _float_cnn, _Reader, _Samples
 
 from vta.cli import main
 from vta.compiler import qops
@@ -169,14 +169,8 @@ def test_a_file_completion_cannot_save_falls_back_with_the_reason(tmp_path, capl
         opset_imports=[helper.make_opsetid("", 13)])
     source, path = tmp_path / "f.onnx", tmp_path / "q.onnx"
     onnx.save(model, source)
-
-    class Reader(quantization.CalibrationDataReader):
-        def __init__(self) -> None:
-            self.it = iter([{"x": rng.standard_normal((1, 8, 4)).astype(np.float32)} for _ in range(4)])
-
-        def get_next(self):
-            return next(self.it, None)
-    quantization.quantize_static(str(source), str(path), Reader(), quant_format=quantization.QuantFormat.QDQ,
+    samples = _Samples([{"x": rng.standard_normal((1, 8, 4)).astype(np.float32)} for _ in range(4)])
+    quantization.quantize_static(str(source), str(path), samples, quant_format=quantization.QuantFormat.QDQ,
                                  op_types_to_quantize=["MatMul"])
     graph = load_graph(str(path))
     assert graph.partial is not None
@@ -186,3 +180,34 @@ def test_a_file_completion_cannot_save_falls_back_with_the_reason(tmp_path, capl
     assert "quantizing the operators it left float does not change that" in caplog.text
     compiled = compile_model(str(path), VTAConfig(), calib=2)
     assert compiled.meta.get("quantization") is None and compiled.graph.is_quantized
+
+
+def test_token_ids_reach_onnxruntime_as_integers(tmp_path):
+    """A partially quantized embedding model (int64 ids, a Gather from a float table, a Linear onnxruntime quantizes
+    and a float MatMul it leaves): the ranges are measured with the ids fed as int64, and the file imports as
+    integers."""
+    rng = np.random.default_rng(4)
+    inits = [numpy_helper.from_array(rng.standard_normal((20, 8)).astype(np.float32), "table"),
+             numpy_helper.from_array((rng.standard_normal((8, 8)) * 0.3).astype(np.float32), "w1"),
+             numpy_helper.from_array((rng.standard_normal((8, 4)) * 0.3).astype(np.float32), "w2")]
+    nodes = [helper.make_node("Gather", ["table", "ids"], ["e"], name="embed"),
+             helper.make_node("MatMul", ["e", "w1"], ["h"], name="lin1"),
+             helper.make_node("Relu", ["h"], ["r"], name="relu"),
+             helper.make_node("MatMul", ["r", "w2"], ["y"], name="lin2")]
+    model = helper.make_model(helper.make_graph(
+        nodes, "ids", [helper.make_tensor_value_info("ids", TensorProto.INT64, [1, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 6, 4])], inits),
+        opset_imports=[helper.make_opsetid("", 13)])
+    source, path = tmp_path / "f.onnx", tmp_path / "q.onnx"
+    onnx.save(model, source)
+    samples = _Samples([{"ids": rng.integers(0, 20, (1, 6)).astype(np.int64)} for _ in range(4)])
+    quantization.quantize_static(str(source), str(path), samples, quant_format=quantization.QuantFormat.QDQ,
+                                 nodes_to_exclude=["lin2"])
+    graph = load_graph(str(path))
+    assert graph.partial is not None and graph.partial.needs_ranges
+    done = prequant.complete_partial(graph, {"ids": rng.integers(0, 20, (3, 6)).astype(np.int64)})
+    assert done is not None and "1 float weight" in done[1]
+    ids = rng.integers(0, 20, (1, 6)).astype(np.int64)
+    got = qops.run_reference(done[0], {"ids": ids})["y"]
+    want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"ids": ids})[0]
+    assert _cosine(got, want) > 0.99

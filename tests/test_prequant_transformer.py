@@ -15,10 +15,13 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
-from test_prequant import _Reader
+from test_prequant import _Reader, _Samples
 
 from vta.compiler import qops
 from vta.compiler.frontend.prequant import import_model
+from vta.compiler.pipeline import InputError, check_inputs, compile_model
+from vta.compiler.runtime.executor import run
+from vta.config import VTAConfig
 
 ort = pytest.importorskip("onnxruntime")
 quantization = pytest.importorskip("onnxruntime.quantization")
@@ -223,3 +226,68 @@ def test_a_float_input_moved_before_its_quantization(tmp_path):
     got = qops.run_reference(imported, {"x": x})[imported.outputs[0]]
     step = float(imported.producer(imported.outputs[0]).attrs["scale"])
     assert np.mean(np.abs(got - want) <= step * 1.001) >= 0.99
+
+
+def _ids_block() -> onnx.ModelProto:
+    """Token ids [1, 8] into an embedding table, one attention head over them, and a Hugging Face style attention
+    mask [1, 8] of 0s and 1s (Unsqueeze, Cast, 1 - m, times -10000, added to the scores); seeded weights."""
+    rng = np.random.default_rng(9)
+    inits = [numpy_helper.from_array(rng.standard_normal((20, 16)).astype(np.float32), "table"),
+             numpy_helper.from_array((rng.standard_normal((16, 16)) * 0.25).astype(np.float32), "wq"),
+             numpy_helper.from_array((rng.standard_normal((16, 16)) * 0.25).astype(np.float32), "wk"),
+             numpy_helper.from_array(np.array([1], np.int64), "axis1"),
+             numpy_helper.from_array(np.array(1.0, np.float32), "one"),
+             numpy_helper.from_array(np.array(-10000.0, np.float32), "fill"),
+             numpy_helper.from_array(np.array(0.25, np.float32), "temp")]
+    nodes = [helper.make_node("Gather", ["table", "ids"], ["emb"]),
+             helper.make_node("MatMul", ["emb", "wq"], ["q"]), helper.make_node("MatMul", ["emb", "wk"], ["k"]),
+             helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 1]),
+             helper.make_node("MatMul", ["q", "kt"], ["s"]), helper.make_node("Mul", ["s", "temp"], ["st"]),
+             helper.make_node("Unsqueeze", ["mask", "axis1"], ["m1"]), helper.make_node("Cast", ["m1"], ["mf"], to=1),
+             helper.make_node("Sub", ["one", "mf"], ["inv"]), helper.make_node("Mul", ["inv", "fill"], ["term"]),
+             helper.make_node("Add", ["st", "term"], ["masked"]),
+             helper.make_node("Softmax", ["masked"], ["p"], axis=-1),
+             helper.make_node("MatMul", ["p", "emb"], ["y"])]
+    graph = helper.make_graph(nodes, "ids", [helper.make_tensor_value_info("ids", TensorProto.INT64, [1, 8]),
+                                             helper.make_tensor_value_info("mask", TensorProto.INT64, [1, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 16])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    return model
+
+
+def _ids_inputs(seed: int, count: int) -> list[dict[str, np.ndarray]]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for k in range(count):
+        mask = np.ones((1, 8), np.int64)
+        mask[0, 8 - k % 4:] = 0
+        out.append({"ids": rng.integers(0, 20, (1, 8)).astype(np.int64), "mask": mask})
+    return out
+
+
+@pytest.mark.parametrize("fmt", ["QDQ", "QOperator"])
+def test_token_ids_and_an_attention_mask_import_as_integers(fmt, tmp_path):
+    """Token ids become the IR Embedding of the file's int8 table, the mask's float arithmetic one MaskFn computed as
+    the file computes it, quantized at the file's scale: the whole file imports as integers (it took the float graph
+    before: integer inputs were refused), fsim equals the reference, the outputs agree with onnxruntime, and a mask
+    of other values than 0 and 1 is refused as input."""
+    source, path = tmp_path / "ids.onnx", tmp_path / f"ids_{fmt}.onnx"
+    onnx.save(_ids_block(), source)
+    quantization.quantize_static(str(source), str(path), _Samples(_ids_inputs(1, 8)),
+                                 quant_format=getattr(quantization.QuantFormat, fmt),
+                                 activation_type=quantization.QuantType.QUInt8)
+    compiled = compile_model(str(path), VTAConfig(), calib=2)
+    graph = compiled.graph
+    assert graph.is_quantized and "quantization" in compiled.meta
+    assert {"Embedding", "MaskFn"} <= {n.op for n in graph.nodes}
+    assert [graph.tensors[n].dtype for n in graph.inputs] == ["int64", "int64"]
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    for feed in _ids_inputs(5, 4):
+        out = run(compiled, feed, target="fsim").outputs["y"]
+        np.testing.assert_array_equal(out, qops.run_reference(graph, feed)["y"])
+        want = session.run(None, feed)[0]
+        cosine = float(out.ravel() @ want.ravel() / np.linalg.norm(out) / np.linalg.norm(want))
+        assert cosine > 0.999
+    with pytest.raises(InputError, match="values other than 0 and 1 in the attention mask input 'mask'"):
+        check_inputs(graph, {"ids": np.zeros((1, 8), np.int64), "mask": np.full((1, 8), 2, np.int64)}, "--input")

@@ -109,6 +109,10 @@ _QUANTIZED_MS_OPS = frozenset({"QLinearMul", "QLinearSoftmax", "QLinearLeakyRelu
                                "QLinearWhere", "QAttention", "QEmbedLayerNormalization", "QOrderedMatMul"})
 """More of onnxruntime's quantized operators (``com.microsoft``): never constant-folded (:func:`_fold_shapes`)."""
 
+_INTEGER_INPUTS = frozenset({onnx.TensorProto.INT64, onnx.TensorProto.INT32, onnx.TensorProto.BOOL})
+"""Element types of the integer graph inputs the integer import takes: token ids (read by a Gather of a quantized
+table) and attention masks (computed in float up to a QuantizeLinear: :func:`_integer_input_regions`)."""
+
 INT32_MAX = 2**31 - 1
 AFFINE_BITS = 24
 """``QAffine`` multipliers stay below ``2**AFFINE_BITS`` (int64 arithmetic: no overflow for int8 inputs)."""
@@ -349,6 +353,9 @@ class _Importer:
         self.deferred: dict[str, tuple[str, float, int]] = {}      # int tensor -> (float alias, scale, zero point)
         self.float_outputs: set[str] = set()      # graph outputs a rule wrote as float32 itself
         self.refused: set[str] = set()
+        self.int_inputs: set[str] = set()         # integer graph inputs: token ids, attention masks
+        self.input_fns: set[str] = set()          # float32 IR tensors an InputFn computes from an integer input
+        self.tables: dict[str, tuple[np.ndarray, float, int]] = {}  # DQ of an int table: (int8 values, scale, zp)
 
     # ---- reading parameters -------------------------------------------------------------------------------------
     def const(self, node: onnx.NodeProto, index: int, what: str) -> np.ndarray:
@@ -1305,11 +1312,12 @@ def _quantize_linear(imp: _Importer, node: onnx.NodeProto) -> None:
         else:
             _rescale(imp, node.name or f"{y}_rescale", src, out, imp.shape(src.name))
         return
-    if x not in imp.graph.inputs:
+    if x not in imp.graph.inputs and x not in imp.input_fns:
         if x in imp.refused:
             raise _Refused
         raise UnsupportedOperatorError(node.op_type, node.name, f"it quantizes {x!r}, a float value the lab does "
-                                       f"not compute (only graph inputs and DequantizeLinear results)")
+                                       f"not compute (only graph inputs, values computed from integer inputs alone "
+                                       f"and DequantizeLinear results)")
     if out.zp == 0:
         imp.emit_out("Quantize", node.name or f"{y}_quantize", [x], out, imp.shape(x), scale=out.scale)
     else:
@@ -1351,6 +1359,10 @@ def _dequantize_linear(imp: _Importer, node: onnx.NodeProto) -> None:
         imp.weights[y] = (values.astype(np.int64) - wzp.reshape(shape if wzp.size > 1 else [1] * values.ndim),
                           scale.reshape(shape) if scale.size > 1 else scale.reshape(-1),
                           axis % values.ndim if values.ndim else 0)
+        if scale.size == 1 and wzp.size == 1 and values.dtype in (np.uint8, np.int8):   # an embedding table's
+            shift = 128 if values.dtype == np.uint8 else 0
+            imp.tables[y] = ((values.astype(np.int64) - shift).astype(np.int8), float(scale.reshape(-1)[0]),
+                             int(wzp.reshape(-1)[0]) - shift)
         return
     src = imp.int_tensor(node, x)
     zp, _ = imp.zero_point(node, 2, imp.unsigned[x])
@@ -1457,7 +1469,11 @@ def _moved_input(imp: _Importer, node: onnx.NodeProto) -> None:
 
 def _slices(imp: _Importer, node: onnx.NodeProto) -> None:
     """Slice and Split of a quantized activation (ShuffleNet's channel halves; constant starts, ends and sizes once
-    the shape arithmetic folded), and Gather of it by constant indices: IR Slice and Gather, zero-point invariant."""
+    the shape arithmetic folded), and Gather of it by constant indices: IR Slice and Gather, zero-point invariant.
+    A Gather of a quantized table by token ids (an integer graph input) is an :func:`_embedding`."""
+    if node.op_type == "Gather" and len(node.input) > 1 and node.input[1] in imp.int_inputs:
+        _embedding(imp, node)
+        return
     if _moved_constant(imp, node):
         return
     src, unsigned = _moved_source(imp, node)
@@ -1504,6 +1520,71 @@ def _slices(imp: _Importer, node: onnx.NodeProto) -> None:
 _CONSTANT_MOVES = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Slice", "Split", "Gather",
                              "Expand", "Identity", "Dropout"})
 """Operators that move a constant's elements: of a DequantizeLinear'd integer constant, they move its integers."""
+
+
+def _embedding(imp: _Importer, node: onnx.NodeProto) -> None:
+    """``Gather(DequantizeLinear(table), ids)`` on axis 0, ``ids`` an integer graph input: the IR ``Embedding`` of the
+    table's int8 values (uint8 shifted to int8 with its zero point), its output the same integers at the table's
+    scale and zero point (a row lookup requantizes nothing). In QOperator form, ``Gather(table, ids)`` of the int
+    table itself: the same Embedding, the integers at the scale its first reader gives them."""
+    table, ids = node.input[0], node.input[1]
+    raw = imp.consts.get(table)
+    readers = imp.consumers.get(node.output[0], [])
+    if int(_attrs(node).get("axis", 0)) == 0 and raw is not None and raw.dtype in (np.uint8, np.int8) and readers:
+        # QOperator: the int table itself; its scale is the first reader's, the input after it (DequantizeLinear,
+        # QLinearAdd...)
+        shift = 128 if raw.dtype == np.uint8 else 0
+        name = imp.constant(f"{table}_int8", (raw.astype(np.int64) - shift).astype(np.int8))
+        first = readers[0]
+        scale = imp.scalar_scale(first, list(first.input).index(node.output[0]) + 1)
+        out = imp.tensor(node.output[0], imp.shape(ids) + raw.shape[1:], scale)
+        imp.emit("Embedding", node.name, [ids, name], out)
+        imp.ints[node.output[0]], imp.unsigned[node.output[0]] = out, raw.dtype == np.uint8
+        return
+    if int(_attrs(node).get("axis", 0)) != 0 or table not in imp.tables:
+        raise UnsupportedOperatorError(node.op_type, node.name, f"it looks up token ids {ids!r} in {table!r}; the lab "
+                                       f"takes a per-tensor DequantizeLinear of an int8 or uint8 table, on axis 0")
+    values, scale, zp = imp.tables[table]
+    name = imp.constant(f"{table}_int8", values)
+    out = imp.tensor(node.output[0], imp.shape(ids) + values.shape[1:], scale)
+    imp.emit("Embedding", node.name, [ids, name], out)
+    imp.floats[node.output[0]] = _Act(out, scale, zp)
+
+
+def _integer_input_regions(imp: _Importer, model: onnx.ModelProto) -> None:
+    """Before the nodes import: what each integer graph input computes in float with constants alone (a Hugging Face
+    attention mask's Unsqueeze, Cast, Sub and Where into an additive fill), up to the QuantizeLinear nodes that read
+    it, becomes one ``MaskFn`` (an input of rank 2 or more: the run checks it holds 0s and 1s) or ``InputFn`` (the
+    region as an ONNX model, run by ONNX's reference evaluator as the file computes it), writing a float32 tensor
+    those QuantizeLinear nodes then quantize; the region's nodes are skipped. An input
+    whose region reaches anything else is left to the rules (the input itself may still be read by a Gather: token
+    ids)."""
+    from .masks import REGION_OPS, encode, forward_region, region_model
+    types = {vi.name: vi.type.tensor_type.elem_type for vi in [*model.graph.value_info, *model.graph.output]}
+    for vi in model.graph.input:
+        if vi.name not in imp.int_inputs:
+            continue
+        region, nodes = forward_region(model, vi.name, imp.consts, REGION_OPS)
+        inside = {id(n) for n in nodes}
+        exits = sorted({t for n in model.graph.node if id(n) not in inside for t in n.input if t in region} |
+                       {t for t in imp.outputs if t in region} - {vi.name})
+        if not nodes or not exits or any(
+                e in imp.outputs or types.get(e) != onnx.TensorProto.FLOAT or
+                not all(u.op_type == "QuantizeLinear" and u.input[0] == e for u in imp.consumers.get(e, []))
+                for e in exits):
+            continue
+        for e in exits:
+            shape = static_shapes(model).get(e)
+            if shape is None:
+                break
+            fn = region_model(model, nodes, vi, [e], [onnx.helper.make_tensor_value_info(e, onnx.TensorProto.FLOAT,
+                                                                                         list(shape))], imp.consts)
+            imp.graph.add_tensor(e, tuple(shape), "float32")
+            rank = len(imp.shape(vi.name))      # [batch, tokens]: an attention mask's term (the run checks 0s and 1s)
+            imp.emit("MaskFn" if rank >= 2 else "InputFn", f"{e}_fn", [vi.name], e, onnx=encode(fn))
+            imp.input_fns.add(e)
+        else:
+            imp.skip.update(inside)
 
 
 def _moved_constant(imp: _Importer, node: onnx.NodeProto) -> bool:
@@ -1829,11 +1910,17 @@ def import_quantized(model: onnx.ModelProto, label: str, *, accel_adds: bool = T
     for vi in model.graph.input:
         if vi.name in init:
             continue
-        if vi.type.tensor_type.elem_type != onnx.TensorProto.FLOAT:
-            raise GraphError(f"Graph input {vi.name!r} of the quantized model {label} is not float32; the lab's "
-                             f"quantized graphs start with QuantizeLinear of a float32 input.")
-        imp.graph.add_tensor(vi.name, tuple(d.dim_value for d in vi.type.tensor_type.shape.dim), "float32")
+        kind = vi.type.tensor_type.elem_type
+        if kind != onnx.TensorProto.FLOAT and kind not in _INTEGER_INPUTS:
+            raise GraphError(f"Graph input {vi.name!r} of the quantized model {label} is "
+                             f"{onnx.TensorProto.DataType.Name(kind)}; the lab's quantized graphs take float32 inputs "
+                             f"(quantized by a QuantizeLinear) and integer ones (token ids, attention masks).")
+        shape = tuple(d.dim_value for d in vi.type.tensor_type.shape.dim)
+        imp.graph.add_tensor(vi.name, shape, "float32" if kind == onnx.TensorProto.FLOAT else "int64")
         imp.graph.inputs.append(vi.name)
+        if kind != onnx.TensorProto.FLOAT:
+            imp.int_inputs.add(vi.name)
+    _integer_input_regions(imp, model)
     problems: list[UnsupportedOperatorError] = []
     for node in model.graph.node:
         if id(node) in imp.skip:

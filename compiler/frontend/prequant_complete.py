@@ -27,7 +27,9 @@ everywhere. :func:`complete` instead quantizes only what the file left float, th
 
 Values the file quantized already are left alone: DequantizeLinear outputs, and what :data:`ALIAS_OPS` make of them
 (the integer import reads those as the same integers). Constants and the shape arithmetic of constants are not
-activations. A ``Shape`` or ``Size`` reader keeps reading the float tensor.
+activations, and neither is what integer graph inputs compute with constants alone (an attention mask's
+arithmetic, which the integer import computes as the file does: ``prequant._integer_input_regions``). A ``Shape``
+or ``Size`` reader keeps reading the float tensor.
 
 So the run computes the file's integers wherever the file has them, and the lab's own quantization in the islands
 (where onnxruntime computes in float); the report says what the lab quantized (:attr:`Completion.summary`).
@@ -155,11 +157,16 @@ def plan_completion(model: onnx.ModelProto) -> Completion:
         else:
             plan.ranges.append(name)
 
+    derived = {vi.name for vi in graph.input if types.get(vi.name) not in (None, TensorProto.FLOAT)}
     for vi in graph.input:
         if vi.name not in initializers:
             activation(vi.name)
     for k, node in enumerate(graph.node):
         data = [name for name in node.input if name]
+        if node.op_type not in _QUANT and any(name in derived for name in data) and \
+                all(name in derived or name in consts for name in data):
+            derived.update(o for o in node.output if o)          # an attention mask's arithmetic: the import's
+            continue
         if node.op_type == "DequantizeLinear" and data and data[0] in initializers:
             dequantized[node.output[0]] = k                      # a weight (or bias) the file quantized
         if node.op_type == "Constant" or (data and all(name in consts for name in data)):
@@ -247,11 +254,13 @@ def measure_ranges(model: onnx.ModelProto, names: list[str],
     except Exception as err:  # noqa: BLE001 -- onnxruntime raises its own exception types
         raise RuntimeError(f"onnxruntime could not load the file to measure its float activations: "
                            f"{str(err).splitlines()[0][:300]}") from err
+    from .quantize import ORT_TYPES
     feeds = {i.name: i.shape for i in session.get_inputs()}
+    types = {i.name: ORT_TYPES.get(i.type, np.float32) for i in session.get_inputs()}
     batches = [samples] if isinstance(samples, Mapping) else samples
     absmax = dict.fromkeys(names, 0.0)
     for batch in batches:
-        arrays = {k: np.asarray(v, np.float32) for k, v in batch.items() if k in feeds}
+        arrays: dict[str, np.ndarray] = {k: np.asarray(v, types[k]) for k, v in batch.items() if k in feeds}
         count = len(next(iter(arrays.values()))) if arrays else 0
         step = max(1, int(feeds[next(iter(arrays))][0]) if arrays and isinstance(feeds[next(iter(arrays))][0], int)
                    else 1)
