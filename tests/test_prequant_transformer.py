@@ -228,9 +228,10 @@ def test_a_float_input_moved_before_its_quantization(tmp_path):
     assert np.mean(np.abs(got - want) <= step * 1.001) >= 0.99
 
 
-def _ids_block() -> onnx.ModelProto:
+def _ids_block(positions: bool = False) -> onnx.ModelProto:
     """Token ids [1, 8] into an embedding table, one attention head over them, and a Hugging Face style attention
-    mask [1, 8] of 0s and 1s (Unsqueeze, Cast, 1 - m, times -10000, added to the scores); seeded weights."""
+    mask [1, 8] of 0s and 1s (Unsqueeze, Cast, 1 - m, times -10000, added to the scores); seeded weights.
+    ``positions``: RoBERTa's position ids too, ``cumsum(ids != 1) * (ids != 1) + 1`` into a second table, added."""
     rng = np.random.default_rng(9)
     inits = [numpy_helper.from_array(rng.standard_normal((20, 16)).astype(np.float32), "table"),
              numpy_helper.from_array((rng.standard_normal((16, 16)) * 0.25).astype(np.float32), "wq"),
@@ -248,6 +249,20 @@ def _ids_block() -> onnx.ModelProto:
              helper.make_node("Add", ["st", "term"], ["masked"]),
              helper.make_node("Softmax", ["masked"], ["p"], axis=-1),
              helper.make_node("MatMul", ["p", "emb"], ["y"])]
+    if positions:
+        inits += [numpy_helper.from_array(rng.standard_normal((12, 16)).astype(np.float32), "positions"),
+                  numpy_helper.from_array(np.array(1, np.int64), "pad"),
+                  numpy_helper.from_array(np.array(1, np.int32), "axis_i")]
+        nodes[1:1] = [helper.make_node("Equal", ["ids", "pad"], ["is_pad"]),
+                      helper.make_node("Not", ["is_pad"], ["ok"]),
+                      helper.make_node("Cast", ["ok"], ["ok_i"], to=TensorProto.INT32),
+                      helper.make_node("CumSum", ["ok_i", "axis_i"], ["count"]),
+                      helper.make_node("Mul", ["count", "ok_i"], ["kept"]),
+                      helper.make_node("Cast", ["kept"], ["kept_l"], to=TensorProto.INT64),
+                      helper.make_node("Add", ["kept_l", "pad"], ["pos"]),
+                      helper.make_node("Gather", ["positions", "pos"], ["pe"]),
+                      helper.make_node("Add", ["tok", "pe"], ["emb"])]
+        nodes[0] = helper.make_node("Gather", ["table", "ids"], ["tok"])
     graph = helper.make_graph(nodes, "ids", [helper.make_tensor_value_info("ids", TensorProto.INT64, [1, 8]),
                                              helper.make_tensor_value_info("mask", TensorProto.INT64, [1, 8])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 16])], inits)
@@ -267,20 +282,22 @@ def _ids_inputs(seed: int, count: int) -> list[dict[str, np.ndarray]]:
 
 
 @pytest.mark.parametrize("fmt", ["QDQ", "QOperator"])
-def test_token_ids_and_an_attention_mask_import_as_integers(fmt, tmp_path):
+@pytest.mark.parametrize("positions", [False, True])
+def test_token_ids_and_an_attention_mask_import_as_integers(fmt, positions, tmp_path):
     """Token ids become the IR Embedding of the file's int8 table, the mask's float arithmetic one MaskFn computed as
-    the file computes it, quantized at the file's scale: the whole file imports as integers (it took the float graph
-    before: integer inputs were refused), fsim equals the reference, the outputs agree with onnxruntime, and a mask
-    of other values than 0 and 1 is refused as input."""
+    the file computes it, quantized at the file's scale, and RoBERTa's position ids (computed from the ids) an
+    IndexFn into the position table: the whole file imports as integers (it took the float graph before: integer
+    inputs were refused), fsim equals the reference, the outputs agree with onnxruntime, and a mask of other values
+    than 0 and 1 is refused as input."""
     source, path = tmp_path / "ids.onnx", tmp_path / f"ids_{fmt}.onnx"
-    onnx.save(_ids_block(), source)
+    onnx.save(_ids_block(positions), source)
     quantization.quantize_static(str(source), str(path), _Samples(_ids_inputs(1, 8)),
                                  quant_format=getattr(quantization.QuantFormat, fmt),
                                  activation_type=quantization.QuantType.QUInt8)
     compiled = compile_model(str(path), VTAConfig(), calib=2)
     graph = compiled.graph
     assert graph.is_quantized and "quantization" in compiled.meta
-    assert {"Embedding", "MaskFn"} <= {n.op for n in graph.nodes}
+    assert {"Embedding", "MaskFn"} | ({"IndexFn"} if positions else set()) <= {n.op for n in graph.nodes}
     assert [graph.tensors[n].dtype for n in graph.inputs] == ["int64", "int64"]
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     for feed in _ids_inputs(5, 4):

@@ -1556,7 +1556,9 @@ def _integer_input_regions(imp: _Importer, model: onnx.ModelProto) -> None:
     attention mask's Unsqueeze, Cast, Sub and Where into an additive fill), up to the QuantizeLinear nodes that read
     it, becomes one ``MaskFn`` (an input of rank 2 or more: the run checks it holds 0s and 1s) or ``InputFn`` (the
     region as an ONNX model, run by ONNX's reference evaluator as the file computes it), writing a float32 tensor
-    those QuantizeLinear nodes then quantize; the region's nodes are skipped. An input
+    those QuantizeLinear nodes then quantize; integer indices it computes for Gather nodes alone (RoBERTa's position
+    ids, a cumulative sum of ``input_ids != pad``) become one ``IndexFn`` each, the Gathers then
+    :func:`_embedding`; the region's nodes are skipped. An input
     whose region reaches anything else is left to the rules (the input itself may still be read by a Gather: token
     ids)."""
     from .masks import REGION_OPS, encode, forward_region, region_model
@@ -1565,26 +1567,43 @@ def _integer_input_regions(imp: _Importer, model: onnx.ModelProto) -> None:
         if vi.name not in imp.int_inputs:
             continue
         region, nodes = forward_region(model, vi.name, imp.consts, REGION_OPS)
+        lookups = {id(n) for n in nodes if n.op_type == "Gather" and n.input[0] in imp.consts and
+                   imp.consts[n.input[0]].dtype in (np.uint8, np.int8)}     # QOperator: a table's ints by the ids
+        if lookups:
+            nodes = [n for n in nodes if id(n) not in lookups]
+            region = {vi.name} | {o for n in nodes for o in n.output}
         inside = {id(n) for n in nodes}
-        exits = sorted({t for n in model.graph.node if id(n) not in inside for t in n.input if t in region} |
-                       {t for t in imp.outputs if t in region} - {vi.name})
-        if not nodes or not exits or any(
-                e in imp.outputs or types.get(e) != onnx.TensorProto.FLOAT or
-                not all(u.op_type == "QuantizeLinear" and u.input[0] == e for u in imp.consumers.get(e, []))
-                for e in exits):
+        exits = sorted(({t for n in model.graph.node if id(n) not in inside for t in n.input if t in region} |
+                        {t for t in imp.outputs if t in region}) - {vi.name})
+        def kind(e: str) -> str | None:
+            users = imp.consumers.get(e, [])
+            if e in imp.outputs or not users:
+                return None
+            if types.get(e) == onnx.TensorProto.FLOAT and \
+                    all(u.op_type == "QuantizeLinear" and u.input[0] == e for u in users):
+                return "float"                           # a mask's additive term, quantized by the file
+            if types.get(e) in (onnx.TensorProto.INT64, onnx.TensorProto.INT32) and \
+                    all(u.op_type == "Gather" and list(u.input[1:]) == [e] for u in users):
+                return "index"                           # RoBERTa's position ids: a cumulative sum of the mask
+            return None
+        kinds = {e: kind(e) for e in exits}
+        shapes = static_shapes(model)
+        if not nodes or not exits or any(k is None or shapes.get(e) is None for e, k in kinds.items()):
             continue
-        for e in exits:
-            shape = static_shapes(model).get(e)
-            if shape is None:
-                break
-            fn = region_model(model, nodes, vi, [e], [onnx.helper.make_tensor_value_info(e, onnx.TensorProto.FLOAT,
-                                                                                         list(shape))], imp.consts)
+        for e, k in kinds.items():
+            shape = list(shapes[e])
+            value = onnx.helper.make_tensor_value_info(e, onnx.TensorProto.FLOAT if k == "float" else types[e], shape)
+            fn = encode(region_model(model, nodes, vi, [e], [value], imp.consts))
+            if k == "index":
+                imp.graph.add_tensor(e, tuple(shape), "int64")
+                imp.emit("IndexFn", f"{e}_fn", [vi.name], e, onnx=fn)
+                imp.int_inputs.add(e)
+                continue
             imp.graph.add_tensor(e, tuple(shape), "float32")
             rank = len(imp.shape(vi.name))      # [batch, tokens]: an attention mask's term (the run checks 0s and 1s)
-            imp.emit("MaskFn" if rank >= 2 else "InputFn", f"{e}_fn", [vi.name], e, onnx=encode(fn))
+            imp.emit("MaskFn" if rank >= 2 else "InputFn", f"{e}_fn", [vi.name], e, onnx=fn)
             imp.input_fns.add(e)
-        else:
-            imp.skip.update(inside)
+        imp.skip.update(inside)
 
 
 def _moved_constant(imp: _Importer, node: onnx.NodeProto) -> bool:
