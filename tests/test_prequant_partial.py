@@ -211,3 +211,32 @@ def test_token_ids_reach_onnxruntime_as_integers(tmp_path):
     got = qops.run_reference(done[0], {"ids": ids})["y"]
     want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"ids": ids})[0]
     assert _cosine(got, want) > 0.99
+
+
+def test_a_weight_quantized_as_an_activation_is_narrowed(tmp_path):
+    """A weight shared through Identity (torch's export of tied weights; ALBERT's shared layers): onnxruntime
+    quantizes the Identity's output as an activation, uint8 with a zero point, whose values minus it leave int8. The
+    weight is re-quantized to int8 and the file imports as integers (it took the float graph before)."""
+    rng = np.random.default_rng(6)
+    inits = [numpy_helper.from_array((rng.standard_normal((8, 8)) * 0.3 + 0.1).astype(np.float32), "w")]
+    nodes = [helper.make_node("Identity", ["w"], ["tied"]),
+             helper.make_node("MatMul", ["x", "w"], ["h"], name="first"),
+             helper.make_node("Relu", ["h"], ["r"]),
+             helper.make_node("MatMul", ["r", "tied"], ["y"], name="second")]
+    model = helper.make_model(helper.make_graph(
+        nodes, "tied", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8])], inits),
+        opset_imports=[helper.make_opsetid("", 13)])
+    source, path = tmp_path / "f.onnx", tmp_path / "q.onnx"
+    onnx.save(model, source)
+    samples = _Samples([{"x": rng.standard_normal((4, 8)).astype(np.float32)} for _ in range(4)])
+    quantization.quantize_static(str(source), str(path), samples, quant_format=quantization.QuantFormat.QDQ,
+                                 activation_type=quantization.QuantType.QUInt8)
+    graph = load_graph(str(path))
+    assert graph.partial is not None and not graph.partial.needs_ranges
+    done = prequant.complete_partial(graph, None)
+    assert done is not None and "1 integer weight re-quantized to int8" in done[1]
+    x = rng.standard_normal((4, 8)).astype(np.float32)
+    got = qops.run_reference(done[0], {"x": x})["y"]
+    want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    assert _cosine(got, want) > 0.999

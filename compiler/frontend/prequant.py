@@ -166,7 +166,12 @@ def import_model(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, 
     plan = plan_completion(proto)
     if plan.empty:
         _warn_float_graph(where, first)
-    graph = import_onnx(dequantized, batch=batch, name=label, input_shapes=input_shapes)
+    try:
+        graph = import_onnx(dequantized, batch=batch, name=label, input_shapes=input_shapes)
+    except ValueError:
+        if not plan.empty:                         # the float graph fails too: say first why it was the way
+            _warn_float_graph(where, first)
+        raise
     graph.absmax_hints = {name: value for name, value in qdq_ranges(proto).items() if name in graph.tensors}
     if not plan.empty:
         graph.partial = PartialQuantization(proto.SerializeToString(), where, first, bool(plan.ranges))

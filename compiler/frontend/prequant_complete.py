@@ -125,7 +125,7 @@ def plan_completion(model: onnx.ModelProto) -> Completion:
     graph order: a float activation that gets a quantization is a quantized value for the nodes after it (a Reshape
     of it is an alias, not another island)."""
     graph = model.graph
-    initializers = {init.name: init for init in graph.initializer}
+    initializers = _initializers(model)
     consts = set(initializers)
     types = _float_types(model)
     readers: dict[str, list[onnx.NodeProto]] = {}
@@ -195,6 +195,40 @@ def plan_completion(model: onnx.ModelProto) -> Completion:
                 if name:
                     activation(name)
     return plan
+
+
+def _initializers(model: onnx.ModelProto) -> dict[str, onnx.TensorProto]:
+    """The initializers by name, and the integers of each QuantizeLinear of a constant at constant per-tensor
+    parameters (what onnxruntime's quantizer writes for a weight several layers share, ALBERT's: ``Identity`` of the
+    dequantized weight, quantized again as if it were an activation), under that QuantizeLinear's output name:
+    computed as ONNX defines it (round half to even, saturated to the output type). A constant is a float
+    initializer, a DequantizeLinear of initializers, or an Identity of a constant."""
+    inits = {init.name: init for init in model.graph.initializer}
+    reals = {name: numpy_helper.to_array(t).astype(np.float64) for name, t in inits.items()
+             if t.data_type == TensorProto.FLOAT}
+    for node in model.graph.node:
+        if node.op_type == "Identity" and node.input[0] in reals:
+            reals[node.output[0]] = reals[node.input[0]]
+            continue
+        if node.op_type == "DequantizeLinear":
+            params = _slot_params(node, inits)
+            if params is not None:
+                reals[node.output[0]] = (params[0] - params[2]) * params[1]
+            continue
+        names = list(node.input) + [""] * (3 - len(node.input))
+        if node.op_type != "QuantizeLinear" or names[0] not in reals or names[1] not in inits or \
+                (names[2] and names[2] not in inits) or any(a.name == "axis" for a in node.attribute):
+            continue
+        scale = numpy_helper.to_array(inits[names[1]]).astype(np.float64)
+        zero = numpy_helper.to_array(inits[names[2]]) if names[2] else np.zeros((), np.uint8)
+        if scale.size != 1 or zero.size != 1 or zero.dtype not in (np.uint8, np.int8) or \
+                not (np.isfinite(scale) & (scale > 0)).all():
+            continue
+        info = np.iinfo(zero.dtype)
+        q = np.clip(np.rint(reals[names[0]] / float(scale.reshape(-1)[0])) + int(zero.reshape(-1)[0]), info.min,
+                    info.max)
+        inits[node.output[0]] = numpy_helper.from_array(q.astype(zero.dtype), node.output[0])
+    return inits
 
 
 _WEIGHT_SLOTS = {"DequantizeLinear": 0, "QLinearConv": 3, "QLinearMatMul": 3, "QGemm": 3}
@@ -310,7 +344,7 @@ def complete(model: onnx.ModelProto, plan: Completion, absmax: Mapping[str, floa
         raise ValueError(f"no finite range was measured for the float tensor(s) {', '.join(map(repr, bad[:5]))}")
     out = onnx.ModelProto.FromString(model.SerializeToString())
     graph = out.graph
-    inits = {init.name: init for init in graph.initializer}
+    inits = _initializers(out)
     zero = numpy_helper.from_array(np.zeros((), np.int8), f"zero{SUFFIX}")
     extra: list[onnx.TensorProto] = [zero]
     added: list[onnx.NodeProto] = []
