@@ -169,7 +169,7 @@ def import_model(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, 
     try:
         graph = import_onnx(dequantized, batch=batch, name=label, input_shapes=input_shapes)
     except ValueError:
-        if not plan.empty:                         # the float graph fails too: say first why it was the way
+        if not plan.empty:                         # the float graph fails too: first say why it was taken
             _warn_float_graph(where, first)
         raise
     graph.absmax_hints = {name: value for name, value in qdq_ranges(proto).items() if name in graph.tensors}
@@ -1563,11 +1563,26 @@ def _integer_input_regions(imp: _Importer, model: onnx.ModelProto) -> None:
     region as an ONNX model, run by ONNX's reference evaluator as the file computes it), writing a float32 tensor
     those QuantizeLinear nodes then quantize; integer indices it computes for Gather nodes alone (RoBERTa's position
     ids, a cumulative sum of ``input_ids != pad``) become one ``IndexFn`` each, the Gathers then
-    :func:`_embedding`; the region's nodes are skipped. An input
-    whose region reaches anything else is left to the rules (the input itself may still be read by a Gather: token
-    ids)."""
+    :func:`_embedding`; the region's nodes are skipped. An input whose region reaches anything else is left to the
+    rules (the input itself may still be read by a Gather: token ids)."""
     from .masks import REGION_OPS, encode, forward_region, region_model
     types = {vi.name: vi.type.tensor_type.elem_type for vi in [*model.graph.value_info, *model.graph.output]}
+    shapes = static_shapes(model)
+
+    def kind(e: str) -> str | None:
+        """How the region's exit ``e`` leaves it: ``float`` (read by QuantizeLinear nodes alone), ``index`` (an
+        integer read as the indices of Gather nodes alone), else None."""
+        users = imp.consumers.get(e, [])
+        if e in imp.outputs or not users or shapes.get(e) is None:
+            return None
+        if types.get(e) == onnx.TensorProto.FLOAT and \
+                all(u.op_type == "QuantizeLinear" and u.input[0] == e for u in users):
+            return "float"                               # a mask's additive term, quantized by the file
+        if types.get(e) in (onnx.TensorProto.INT64, onnx.TensorProto.INT32) and \
+                all(u.op_type == "Gather" and list(u.input[1:]) == [e] for u in users):
+            return "index"                               # RoBERTa's position ids: a cumulative sum of the mask
+        return None
+
     for vi in model.graph.input:
         if vi.name not in imp.int_inputs:
             continue
@@ -1580,20 +1595,8 @@ def _integer_input_regions(imp: _Importer, model: onnx.ModelProto) -> None:
         inside = {id(n) for n in nodes}
         exits = sorted(({t for n in model.graph.node if id(n) not in inside for t in n.input if t in region} |
                         {t for t in imp.outputs if t in region}) - {vi.name})
-        def kind(e: str) -> str | None:
-            users = imp.consumers.get(e, [])
-            if e in imp.outputs or not users:
-                return None
-            if types.get(e) == onnx.TensorProto.FLOAT and \
-                    all(u.op_type == "QuantizeLinear" and u.input[0] == e for u in users):
-                return "float"                           # a mask's additive term, quantized by the file
-            if types.get(e) in (onnx.TensorProto.INT64, onnx.TensorProto.INT32) and \
-                    all(u.op_type == "Gather" and list(u.input[1:]) == [e] for u in users):
-                return "index"                           # RoBERTa's position ids: a cumulative sum of the mask
-            return None
         kinds = {e: kind(e) for e in exits}
-        shapes = static_shapes(model)
-        if not nodes or not exits or any(k is None or shapes.get(e) is None for e, k in kinds.items()):
+        if not nodes or not exits or None in kinds.values():
             continue
         for e, k in kinds.items():
             shape = list(shapes[e])
