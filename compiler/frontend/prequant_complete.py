@@ -76,8 +76,9 @@ class Completion:
     reused: list[str] = field(default_factory=list)
     weights: list[tuple[int, str, int | None]] = field(default_factory=list)
     narrowed: list[int] = field(default_factory=list)
-    """Indices of the DequantizeLinear nodes of integer weights whose values minus their zero point do not fit int8
-    (a uint8 weight of zero point 100 holds up to 155): re-quantized to symmetric int8 from their real values."""
+    """Indices of the nodes reading integer weights whose values minus their zero point do not fit int8 (a uint8
+    weight of zero point 100 holds up to 155): a DequantizeLinear, or a QOperator node's own weights
+    (:data:`_WEIGHT_SLOTS`); re-quantized to symmetric int8 from their real values."""
 
     @property
     def empty(self) -> bool:
@@ -100,8 +101,8 @@ class Completion:
                     f"int8)")
             text = f"{text}; {more}" if text else more
         if self.reused:
-            more = (f"{len(self.reused)} float read{'s' * (len(self.reused) != 1)} of activations the file "
-                    f"quantizes given its quantization")
+            more = (f"{len(self.reused)} activation{'s' * (len(self.reused) != 1)} the file quantizes, read "
+                    f"float elsewhere, read through its quantization")
             text = f"{text}; {more}" if text else more
         return text
 
@@ -110,7 +111,7 @@ def _opset(model: onnx.ModelProto) -> int:
     return next((int(o.version) for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
 
 
-def _float_types(model: onnx.ModelProto) -> dict[str, int]:
+def _elem_types(model: onnx.ModelProto) -> dict[str, int]:
     """Element type by tensor name, where the file (after shape inference) states one."""
     types: dict[str, int] = {}
     for vi in [*model.graph.input, *model.graph.value_info, *model.graph.output]:
@@ -127,7 +128,7 @@ def plan_completion(model: onnx.ModelProto) -> Completion:
     graph = model.graph
     initializers = _initializers(model)
     consts = set(initializers)
-    types = _float_types(model)
+    types = _elem_types(model)
     readers: dict[str, list[onnx.NodeProto]] = {}
     for node in graph.node:
         for name in node.input:
