@@ -1165,9 +1165,12 @@ def _reduce_mean(imp: _Importer, node: onnx.NodeProto) -> None:
     axes = imp.const(node, 1, "axes").reshape(-1).tolist() if len(node.input) > 1 and node.input[1] else \
         a.get("axes")
     rank = len(imp.shape(x.name))
+    if axes is not None and rank >= 2 and [int(k) % rank for k in axes] == [rank - 1]:
+        _mean_last_axis(imp, node, x, _quantized_output(imp, node), bool(a.get("keepdims", 1)))
+        return
     if rank != 4 or axes is None or sorted(int(k) % rank for k in axes) != [2, 3]:
         raise UnsupportedOperatorError(node.op_type, node.name, f"it averages axes {axes} of a rank-{rank} tensor "
-                                       f"(the lab takes the spatial axes [2, 3] of NCHW)")
+                                       f"(the lab takes the last axis, or the spatial axes [2, 3] of NCHW)")
     out = _quantized_output(imp, node)
     if a.get("keepdims", 1):
         _gap(imp, node, x, out)
@@ -1178,6 +1181,23 @@ def _reduce_mean(imp: _Importer, node: onnx.NodeProto) -> None:
     flat = imp.tensor(out.name, (n, c), out.scale)
     imp.emit("Reshape", f"{node.name}_flat", [imp.ints.pop(pooled.name)], flat, shape=(n, c))
     imp.ints[out.name], imp.unsigned[out.name] = flat, out.unsigned
+
+
+def _mean_last_axis(imp: _Importer, node: onnx.NodeProto, x: _Act, out: _Out, keepdims: bool) -> None:
+    """The mean over the last axis (a LayerNorm decomposed by an exporter: its two ReduceMeans) as a dense layer of
+    ones at the weight scale ``1 / K``: rows ``[prod(lead), K]``, a ``QDense`` to one output (zero points exact, as
+    any linear layer's), reshaped to ``[..., 1]`` (or ``[...]`` without ``keepdims``)."""
+    shape = imp.shape(x.name)
+    lead, k = shape[:-1], shape[-1]
+    rows = (int(np.prod(lead, dtype=np.int64)), k)
+    flat = imp.tensor(f"{x.name}_rows", rows, x.scale)
+    imp.emit("Reshape", f"{node.name}_rows", [x.name], flat, shape=rows)
+    _linear(imp, node, _Act(flat, x.scale, x.zp), np.ones((1, k), np.int64), np.array([1.0 / k]), np.zeros(1), out,
+            None)
+    back = (*lead, 1) if keepdims else tuple(lead)
+    moved = imp.tensor(f"{out.name}_unrows", back, out.scale)
+    imp.emit("Reshape", f"{node.name}_unrows", [imp.ints[out.name]], moved, shape=back)
+    imp.ints[out.name] = moved
 
 
 # ---- QOperator ----------------------------------------------------------------------------------------------------
