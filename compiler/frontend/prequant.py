@@ -90,6 +90,7 @@ from .onnx_frontend import (
     import_onnx,
     tensor_byte_limit,
 )
+from .onnx_fusions import _fuse_decompositions
 from .onnx_rules import resize_attrs
 from .onnx_transformer_rules import gather_indices, slice_spec
 from .prequant_complete import complete, measure_ranges, plan_completion
@@ -197,10 +198,11 @@ def complete_partial(graph: Graph, samples: Mapping[str, np.ndarray] | None) -> 
     if partial is None:
         return None
     proto = onnx.ModelProto.FromString(partial.model)
-    plan = plan_completion(proto)
+    fused = _fuse_decompositions(onnx.ModelProto.FromString(partial.model))   # float chains: one operator each
+    plan = plan_completion(fused)
     try:
         ranges = measure_ranges(proto, plan.ranges, samples or {}) if plan.ranges else {}
-        quantized = import_quantized(complete(proto, plan, ranges), graph.name)
+        quantized = import_quantized(complete(fused, plan, ranges), graph.name)
     except (ValueError, RuntimeError) as err:
         why = " ".join(line.strip() for line in str(err).splitlines()[:2])
         _warn_float_graph(partial.where, partial.refusal + (

@@ -14,6 +14,11 @@ everywhere. :func:`complete` instead quantizes only what the file left float, th
 * a float **weight** of a Conv, Gemm or MatMul (an initializer read as input 1) becomes ``DequantizeLinear`` of int8
   values at one scale per output channel, ``max|w_c| / 127`` (per tensor below opset 13, whose DequantizeLinear has
   no axis); a float bias stays float (the import converts it);
+* a float **constant of several values** an ``Add``, ``Sub``, ``Mul`` or ``Div`` reads beside an activation (a
+  LayerNorm's gamma and beta written out as Mul and Add, a position table added to the tokens: what a quantizer that
+  puts QuantizeLinear/DequantizeLinear pairs only before its matrix products leaves float) becomes
+  ``DequantizeLinear`` of int8 values at one scale, ``max|c| / 127``, as onnxruntime quantizes such an input; a
+  constant of one value stays float (the import folds it into the operator's table);
 * an integer weight whose values minus its zero point do not fit int8 (uint8 weights of a zero point other than 128,
   onnxruntime's ``weight_type=QUInt8``; a DequantizeLinear's or a QOperator node's own) is re-quantized to
   symmetric int8 from its real values, at the same granularity (per channel or per tensor);
@@ -30,6 +35,10 @@ Values the file quantized already are left alone: DequantizeLinear outputs, and 
 activations, and neither is what integer graph inputs compute with constants alone (an attention mask's
 arithmetic, which the integer import computes as the file does: ``prequant._integer_input_regions``). A ``Shape``
 or ``Size`` reader keeps reading the float tensor.
+
+Before planning, ``prequant.complete_partial`` fuses each decomposition the file left wholly float (a LayerNorm's
+ReduceMean, Sub, Pow, Sqrt, Div...) into the one operator the float import would make of it
+(``onnx_fusions._fuse_decompositions``), so it is quantized at its input and output rather than at every step.
 
 So the run computes the file's integers wherever the file has them, and the lab's own quantization in the islands
 (where onnxruntime computes in float); the report says what the lab quantized (:attr:`Completion.summary`).
@@ -58,6 +67,8 @@ _SHAPE_READERS = frozenset({"Shape", "Size"})
 _QUANT = frozenset({"QuantizeLinear", "DequantizeLinear"})
 _WEIGHTED = {"Conv": 0, "Gemm": None, "MatMul": 1}
 """Operators whose input 1 may be a float weight, and the weight's output-channel axis (Gemm: by ``transB``)."""
+_BINARY = frozenset({"Add", "Sub", "Mul", "Div"})
+"""Element-wise operators whose float constant operand of several values is quantized per tensor."""
 
 SUFFIX = "__lab"
 """Names of the tensors and nodes :func:`complete` adds end ``SUFFIX`` and a tag."""
@@ -70,7 +81,7 @@ class Completion:
     ``ranges``: the float activations that need a calibrated range (a new QuantizeLinear/DequantizeLinear pair each),
     in graph order; ``reused``: float activations the file quantizes already, read float elsewhere (their other
     readers then read the file's quantization); ``weights``: ``(node index, weight name, axis or None)`` of the float
-    weights to quantize (``None``: per tensor)."""
+    weights and element-wise constants to quantize (``None``: per tensor)."""
 
     ranges: list[str] = field(default_factory=list)
     reused: list[str] = field(default_factory=list)
@@ -191,6 +202,12 @@ def plan_completion(model: onnx.ModelProto) -> Completion:
                 if (node.op_type != "Conv" and len(w.dims) != 2) or _opset(model) < 13:
                     axis = None                                 # a batched MatMul constant: per tensor
                 plan.weights.append((k, node.input[1], axis))
+        if node.domain in ("", "ai.onnx") and node.op_type in _BINARY and len(data) == 2:
+            for name, other in (data, data[::-1]):
+                c = initializers.get(name)
+                if c is not None and c.data_type == TensorProto.FLOAT and int(np.prod(c.dims)) > 1 and \
+                        other not in consts:
+                    plan.weights.append((k, name, None))      # a gamma, a beta, a position table: per tensor
         if node.op_type not in _QUANT:
             for name in node.output:
                 if name:
@@ -368,7 +385,10 @@ def complete(model: onnx.ModelProto, plan: Completion, absmax: Mapping[str, floa
         if axis is not None:
             dq.attribute.append(helper.make_attribute("axis", int(axis)))
         added.append(dq)
-        graph.node[k].input[1] = base
+        node = graph.node[k]
+        for i, read in enumerate(node.input):
+            if read == name:
+                node.input[i] = base
     for k in plan.narrowed:
         node = graph.node[k]
         params = _slot_params(node, inits)
