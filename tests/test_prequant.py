@@ -175,6 +175,40 @@ def test_a_zero_pad_of_a_quantized_activation_imports_as_integers(tmp_path):
                                                                                 steps.max())
 
 
+@pytest.mark.parametrize("label", ["QDQ-QUInt8-pc-asym", "QDQ-QInt8-pt-sym"])
+def test_a_cast_to_the_quantized_type_is_read_as_its_input(models, label, tmp_path):
+    """torch's export of a quantized model (eager or FX mode) writes ``QuantizeLinear -> Cast(to=UINT8) ->
+    DequantizeLinear`` for every quantized tensor: a Cast to the type its input has already. The file imports as
+    integers (it was refused outright, 41 of its nodes named for a torchvision ResNet-18), to the same graph results
+    as the file without the Casts."""
+    model = onnx.load(models[label])
+    types = {init.name: init.data_type for init in model.graph.initializer}
+    nodes = []
+    for node in model.graph.node:
+        nodes.append(node)
+        if node.op_type == "QuantizeLinear" and len(node.input) > 2:
+            out = node.output[0]
+            for reader in model.graph.node:
+                reader.input[:] = [f"{out}_cast" if t == out else t for t in reader.input]
+            nodes.append(helper.make_node("Cast", [out], [f"{out}_cast"], to=types[node.input[2]],
+                                          name=f"{out}_cast"))
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    path = tmp_path / "cast.onnx"
+    onnx.save(model, path)
+    assert sum(n.op_type == "Cast" for n in onnx.load(path).graph.node) >= 4
+    graph, plain = import_model(path), import_model(models[label])
+    assert graph.is_quantized and "Cast" not in {n.op for n in graph.nodes}
+    for x in _inputs(4):
+        np.testing.assert_array_equal(qops.run_reference(graph, {"x": x})[graph.outputs[0]],
+                                      qops.run_reference(plain, {"x": x})[plain.outputs[0]])
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    x = _inputs(1)[0]
+    assert np.array_equal(session.run(None, {"x": x})[0],
+                          ort.InferenceSession(str(models[label]), providers=["CPUExecutionProvider"]).run(
+                              None, {"x": x})[0])
+
+
 @pytest.mark.parametrize("label", ["QDQ-QUInt8-pc-sym", "QOperator-QInt8-pt-sym"])
 def test_exact_adds_on_the_cpu_agree_as_well(models, label):
     """``accel_adds=False`` keeps the symmetric residual add an exact QAffine on the CPU."""

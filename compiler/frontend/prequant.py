@@ -149,6 +149,7 @@ def import_model(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, 
         raise foreign[0] if len(foreign) == 1 else UnsupportedModelError(where, foreign)
     _check_types(proto)
     proto = _fold_shapes(proto)
+    _drop_identity_casts(proto)
     _undilate_qdq(proto)
     try:
         return import_quantized(proto, label)
@@ -244,6 +245,28 @@ def _borrow_shapes(proto: onnx.ModelProto) -> None:
     kept = [vi for vi in proto.graph.value_info if vi.name not in names]   # their type alone, no shape
     del proto.graph.value_info[:]
     proto.graph.value_info.extend(kept + borrowed)
+
+
+def _drop_identity_casts(proto: onnx.ModelProto) -> None:
+    """In place: a ``Cast`` to the type its input has already (torch's export of a quantized model writes
+    ``QuantizeLinear -> Cast(to=UINT8) -> DequantizeLinear`` for every quantized tensor) is removed and its readers
+    read its input; one that writes a graph output is kept."""
+    types = {vi.name: vi.type.tensor_type.elem_type for vi in [*proto.graph.input, *proto.graph.value_info]
+             if vi.type.HasField("tensor_type")}
+    types.update({init.name: init.data_type for init in proto.graph.initializer})
+    outputs = {o.name for o in proto.graph.output}
+    alias: dict[str, str] = {}
+    kept = []
+    for node in proto.graph.node:
+        node.input[:] = [alias.get(t, t) for t in node.input]
+        if node.op_type == "Cast" and node.domain in ("", "ai.onnx") and node.output[0] not in outputs and \
+                types.get(node.input[0]) == int(_attrs(node).get("to", 0)) != 0:
+            alias[node.output[0]] = node.input[0]
+            continue
+        kept.append(node)
+    if alias:
+        del proto.graph.node[:]
+        proto.graph.node.extend(kept)
 
 
 def _undilate_qdq(proto: onnx.ModelProto) -> None:
