@@ -881,7 +881,39 @@ def _qdq_matmul(imp: _Importer, node: onnx.NodeProto) -> None:
         _matmul(imp, node, x, imp.alias(node, node.input[1]), _quantized_output(imp, node))
         return
     w, scale, axis = imp.weight(node, node.input[1])
+    fused = _bias_add(imp, node, int(w.shape[-1]))
+    if fused is not None:                       # torch's Linear: Add(bias, MatMul(x, W^T)), then QuantizeLinear
+        add, bias, out = fused
+        imp.skip.add(id(add))
+        _dense(imp, node, x, w, np.zeros(1), scale, axis, False, bias, out)
+        return
     _dense(imp, node, x, w, np.zeros(1), scale, axis, False, None, _quantized_output(imp, node))
+
+
+def _bias_add(imp: _Importer, node: onnx.NodeProto, o: int) -> tuple[onnx.NodeProto, str, _Out] | None:
+    """The ``Add`` of a constant bias of ``o`` values (DequantizeLinear of int32, torch's, or float) that alone reads
+    a MatMul's float result, itself quantized (:func:`_quantized_output`): ``(add, bias, out)``, for the MatMul to
+    take the bias as a Gemm does; None for any other reader."""
+    users = imp.consumers.get(node.output[0], [])
+    if node.output[0] in imp.outputs or len(users) != 1 or users[0].op_type != "Add" or len(users[0].input) != 2:
+        return None
+    add = users[0]
+    bias = add.input[1] if add.input[0] == node.output[0] else add.input[0]
+    if bias == node.output[0]:
+        return None
+    later = next((n for n in imp.model.graph.node if bias in n.output), None)
+    if bias not in imp.weights and later is not None and later.op_type == "DequantizeLinear" and \
+            id(later) not in imp.skip and all(not t or t in imp.consts for t in later.input):
+        _dequantize_linear(imp, later)           # the bias's DequantizeLinear written after the MatMul: read now
+        imp.skip.add(id(later))
+    value = imp.weights[bias][0] if bias in imp.weights else imp.consts.get(bias)
+    if value is None or (bias not in imp.weights and value.dtype.kind != "f") or value.size != o or \
+            (value.ndim and value.shape[-1] != o):
+        return None
+    try:
+        return add, bias, _quantized_output(imp, add)
+    except UnsupportedOperatorError:
+        return None
 
 
 def _matmul(imp: _Importer, node: onnx.NodeProto, a: _Act, b: _Act, out: _Out) -> None:
@@ -1664,6 +1696,14 @@ def _moved_constant(imp: _Importer, node: onnx.NodeProto) -> bool:
     inputs constants (BERT's position embeddings gathered at constant ids, ViT's class token expanded to the batch):
     the moved integers, evaluated by ONNX's reference evaluator, at the same scale; True when done."""
     x = node.input[0] if node.input else ""
+    if node.op_type == "Transpose" and x in imp.weights and imp.weights[x][1].size != 1:
+        values, scale, axis = imp.weights[x]              # per channel: torch's Linear, DQ(W [O, K]) -> W^T
+        perm = [int(p) for p in _attrs(node).get("perm", range(values.ndim)[::-1])]
+        if sorted(perm) != list(range(values.ndim)) or scale.ndim != values.ndim:
+            raise UnsupportedOperatorError(node.op_type, node.name, f"perm {perm} does not permute its "
+                                           f"rank-{values.ndim} quantized constant")
+        imp.weights[node.output[0]] = (values.transpose(perm), scale.transpose(perm), perm.index(axis))
+        return True
     if x not in imp.weights or imp.weights[x][1].size != 1 or node.op_type not in _CONSTANT_MOVES or \
             any(t and t not in imp.consts for t in node.input[1:]):
         return False

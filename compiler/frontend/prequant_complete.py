@@ -52,6 +52,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from .contrib import static_shapes
+
 __all__ = ["ALIAS_OPS", "Completion", "plan_completion", "complete", "measure_ranges"]
 
 ALIAS_OPS = frozenset({"Relu", "Clip", "MaxPool", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose",
@@ -140,6 +142,11 @@ def plan_completion(model: onnx.ModelProto) -> Completion:
     initializers = _initializers(model)
     consts = set(initializers)
     types = _elem_types(model)
+    shapes = static_shapes(model)
+    constant = set(initializers)              # every value of constants alone, wherever it is computed
+    for node in graph.node:
+        if node.op_type == "Constant" or (node.input and all(not t or t in constant for t in node.input)):
+            constant.update(o for o in node.output if o)
     readers: dict[str, list[onnx.NodeProto]] = {}
     for node in graph.node:
         for name in node.input:
@@ -153,10 +160,13 @@ def plan_completion(model: onnx.ModelProto) -> Completion:
     dequantized: dict[str, int] = {}     # DequantizeLinear output of an initializer -> that node's index
     plan = Completion()
 
-    def activation(name: str) -> None:
+    def activation(name: str, producer: onnx.NodeProto | None = None) -> None:
         if name in consts or name in quantized or types.get(name) != TensorProto.FLOAT:
             return
         users = readers.get(name, [])
+        if producer is not None and producer.op_type == "MatMul" and name not in outputs and len(users) == 1 and \
+                _is_bias(users[0], name, constant, shapes):
+            return                    # a Linear's bias Add: the import takes the bias into the MatMul, as a Gemm's
         float_users = [u for u in users if u.op_type not in _SHAPE_READERS and
                        not (u.op_type == "QuantizeLinear" and u.input[0] == name)]
         if not float_users and name not in outputs:
@@ -211,8 +221,19 @@ def plan_completion(model: onnx.ModelProto) -> Completion:
         if node.op_type not in _QUANT:
             for name in node.output:
                 if name:
-                    activation(name)
+                    activation(name, node)
     return plan
+
+
+def _is_bias(add: onnx.NodeProto, name: str, consts: set[str], shapes: Mapping[str, tuple[int, ...]]) -> bool:
+    """``add`` adds to the MatMul result ``name`` a constant of one value per output feature (shape ``[O]``, or
+    ``[1, ..., O]``): a bias, which the integer import takes into the MatMul (``prequant._bias_add``)."""
+    if add.op_type != "Add" or len(add.input) != 2:
+        return False
+    other = add.input[1] if add.input[0] == name else add.input[0]
+    x, b = shapes.get(name), shapes.get(other)
+    return other != name and other in consts and x is not None and b is not None and len(b) >= 1 and \
+        b[-1] == x[-1] and int(np.prod(b)) == x[-1]
 
 
 def _initializers(model: onnx.ModelProto) -> dict[str, onnx.TensorProto]:
