@@ -209,10 +209,11 @@ def test_a_cast_to_the_quantized_type_is_read_as_its_input(models, label, tmp_pa
                               None, {"x": x})[0])
 
 
-def _torch_linear() -> onnx.ModelProto:
+def _torch_linear(casts: bool = True) -> onnx.ModelProto:
     """A Linear 16 -> 12 over ``x [1, 8, 16]`` as torch exports a quantized one: ``DequantizeLinear`` of int8
     ``W [12, 16]`` per output channel, ``Transpose``, ``MatMul``, ``Add(DequantizeLinear(int32 bias), .)`` with the
-    bias first, then ``QuantizeLinear -> Cast(UINT8) -> DequantizeLinear``; uint8 activations; seeded values."""
+    bias first, then ``QuantizeLinear -> Cast(UINT8) -> DequantizeLinear`` (without ``casts``, no Cast); uint8
+    activations; seeded values."""
     rng = np.random.default_rng(11)
     sx, sy, sw = 0.03, 0.05, rng.uniform(0.002, 0.006, 12)
     w = rng.integers(-127, 128, (12, 16)).astype(np.int8)
@@ -234,6 +235,10 @@ def _torch_linear() -> onnx.ModelProto:
              helper.make_node("QuantizeLinear", ["h", "sy", "zy"], ["hq"]),
              helper.make_node("Cast", ["hq"], ["hc"], to=TensorProto.UINT8),
              helper.make_node("DequantizeLinear", ["hc", "sy", "zy"], ["y"])]
+    if not casts:
+        nodes = [n for n in nodes if n.op_type != "Cast"]
+        for n in nodes:
+            n.input[:] = [{"xc": "xq", "hc": "hq"}.get(t, t) for t in n.input]
     graph = helper.make_graph(nodes, "linear", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 16])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 12])], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
@@ -394,6 +399,22 @@ def test_a_scale_that_is_not_finite_and_positive_is_refused(bad):
     with pytest.raises(UnsupportedOperatorError, match=r"node 'quant'.*its scale 's' holds .*; a quantization scale "
                                                        r"must be finite and positive"):
         import_quantized(model, "scale")
+
+
+@pytest.mark.parametrize("bad", [np.nan, 1e30])
+def test_a_bias_that_is_not_finite_or_beyond_int32_is_refused(bad):
+    """A Linear's float bias holding NaN, or a value beyond int32 in accumulator units (a damaged file): refused
+    naming the node (before, cast to int64 as garbage: a silent wrong answer)."""
+    model = _torch_linear(casts=False)
+    bias = np.full(12, 0.1, np.float32)
+    bias[3] = bad
+    model.graph.initializer.append(numpy_helper.from_array(bias, "bf"))
+    for n in model.graph.node:
+        if n.op_type == "Add":
+            n.input[0] = "bf"
+    with pytest.raises(UnsupportedOperatorError, match=r"node 'mm'.*its bias holds (nan|[0-9.e+]+) in accumulator "
+                                                       r"units .*a bias must be finite and fit int32"):
+        import_quantized(model, "bias")
 
 
 @pytest.mark.slow

@@ -563,6 +563,11 @@ def _linear(imp: _Importer, node: onnx.NodeProto, x: _Act, w: np.ndarray, sw: np
         padded = imp.tensor(f"{x.name}_pad", n_shape, x.scale)
         imp.emit("Pad", f"{node.name}_pad", [src], padded, pads=(0, 0, top, left, 0, 0, bottom, right), value=x.zp)
         src, conv = padded, dict(conv, pads=(0, 0, 0, 0))
+    if not np.isfinite(bias).all() or np.abs(bias).max(initial=0.0) > INT32_MAX:
+        worst = bias.reshape(-1)[np.argmax(~np.isfinite(bias).reshape(-1) | (np.abs(np.nan_to_num(bias)) >
+                                                                            INT32_MAX).reshape(-1))]
+        raise UnsupportedOperatorError(node.op_type, node.name, f"its bias holds {worst:g} in accumulator units "
+                                       f"(input scale x weight scale); a bias must be finite and fit int32")
     b = np.rint(bias).astype(np.int64) - x.zp * w.reshape(o, -1).sum(axis=1)
     m = x.scale * sw / out.scale
     products = _product_bound(w)
