@@ -11,6 +11,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from vta.compiler import qops
+from vta.compiler.ir import GraphError
 from vta.compiler.frontend.onnx_frontend import UnsupportedOperatorError
 from vta.compiler.frontend.prequant import import_model, import_quantized, is_quantized_model
 from vta.compiler.pipeline import compile_graph, compile_model
@@ -287,6 +288,92 @@ def test_a_linear_whose_result_is_left_float_takes_its_bias_too(tmp_path):
     want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     got = qops.run_reference(completed[0], {"x": x})["y"]
     assert float(np.ravel(got) @ np.ravel(want) / np.linalg.norm(got) / np.linalg.norm(want)) > 0.999
+
+
+def test_a_zero_point_that_is_not_a_constant_is_refused_by_name():
+    """A weight's zero point computed by a node that is also a graph output, so it is not folded (a fuzzed file; a
+    KeyError before): the integer import refuses it (naming the zero point), and so does the float graph, which
+    cannot dequantize that weight either, naming its DequantizeLinear."""
+    model = _torch_linear(casts=False)
+    for n in model.graph.node:
+        if n.op_type == "DequantizeLinear" and n.input[0] == "w":
+            n.input[2] = "zw_made"
+    model.graph.initializer.append(numpy_helper.from_array(np.array([12], np.int64), "zw_shape"))
+    model.graph.node.insert(0, helper.make_node("ConstantOfShape", ["zw_shape"], ["zw_zeros"]))   # float zeros
+    model.graph.node.insert(1, helper.make_node("Cast", ["zw_zeros"], ["zw_made"], to=TensorProto.INT8))
+    model.graph.output.append(helper.make_tensor_value_info("zw_zeros", TensorProto.FLOAT, [12]))
+    with pytest.raises(ValueError, match=r"DequantizeLinear \(node '<unnamed, writes wd>'\): no rule"):
+        import_model(model)
+
+
+
+def test_a_transpose_whose_perm_is_not_a_permutation_is_refused():
+    """A Transpose of a quantized activation with ``perm`` [0, 2, 5] of a rank-3 tensor (a fuzzed file; an
+    IndexError before): refused naming the perm."""
+    inits = [numpy_helper.from_array(np.float32(0.05), "s"), numpy_helper.from_array(np.int8(0), "z")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xd"]),
+             helper.make_node("Transpose", ["xd"], ["t"], perm=[0, 2, 5], name="bad_perm"),
+             helper.make_node("QuantizeLinear", ["t", "s", "z"], ["tq"]),
+             helper.make_node("DequantizeLinear", ["tq", "s", "z"], ["y"])]
+    graph = helper.make_graph(nodes, "perm", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 8])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    with pytest.raises(UnsupportedOperatorError, match=r"node 'bad_perm'.*perm \[0, 2, 5\] does not permute"):
+        import_quantized(model, "perm")
+
+
+def _optimized(model: onnx.ModelProto, folder: Path, level: str) -> Path:
+    """``model`` as onnxruntime saves it optimized at ``level`` (``ORT_ENABLE_EXTENDED``, ``ORT_ENABLE_ALL``)."""
+    source, path = folder / "source.onnx", folder / f"optimized_{level}.onnx"
+    onnx.save(model, source)
+    options = ort.SessionOptions()
+    options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, level)
+    options.optimized_model_filepath = str(path)
+    ort.InferenceSession(str(source), options, providers=["CPUExecutionProvider"])
+    return path
+
+
+def test_onnxruntimes_fused_integer_matmul_of_a_static_file_is_read_as_the_qdq_it_was(tmp_path):
+    """A QDQ MatMul whose result stays float (scores before a float Softmax), saved by onnxruntime's extended
+    optimization as ``com.microsoft.MatMulIntegerToFloat`` of the QuantizeLinear's integers: refused before ("quantized
+    with MatMulIntegerToFloat, which the lab neither imports ..."); now read as DequantizeLinear, MatMul, so the file
+    is a partially quantized QDQ file, completed and run as integers, following onnxruntime on it."""
+    from vta.compiler.frontend.prequant import complete_partial
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(np.float32(0.05), "sx"), numpy_helper.from_array(np.int8(0), "zx"),
+             numpy_helper.from_array(rng.integers(-127, 128, (16, 12)).astype(np.int8), "w"),
+             numpy_helper.from_array(rng.uniform(0.002, 0.004, 12).astype(np.float32), "sw"),
+             numpy_helper.from_array(np.zeros(12, np.int8), "zw")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "sx", "zx"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "sx", "zx"], ["xd"]),
+             helper.make_node("DequantizeLinear", ["w", "sw", "zw"], ["wd"], axis=1),
+             helper.make_node("MatMul", ["xd", "wd"], ["s"]), helper.make_node("Softmax", ["s"], ["y"], axis=-1)]
+    graph = helper.make_graph(nodes, "scores", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 12])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    path = _optimized(model, tmp_path, "ORT_ENABLE_EXTENDED")
+    assert [n.op_type for n in onnx.load(path).graph.node].count("MatMulIntegerToFloat") == 1
+    imported = import_model(path)
+    assert imported.partial is not None
+    completed = complete_partial(imported, {"x": rng.standard_normal((4, 8, 16)).astype(np.float32)})
+    assert completed is not None and "QDense" in {n.op for n in completed[0].nodes}
+    x = rng.standard_normal((1, 8, 16)).astype(np.float32)
+    want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    got = qops.run_reference(completed[0], {"x": x})["y"]
+    assert float(np.ravel(got) @ np.ravel(want) / np.linalg.norm(got) / np.linalg.norm(want)) > 0.999
+
+
+def test_a_file_in_onnxruntimes_nhwc_layout_is_refused_saying_how_to_save_it(models, tmp_path):
+    """A QOperator CNN saved at ORT_ENABLE_ALL holds onnxruntime's NHWC layout for the machine that saved it
+    (QLinearConv with channels_last=1 between Transposes): refused naming those nodes and the level to save at,
+    not with a Conv's group mismatch from its float graph."""
+    path = _optimized(onnx.load(models["QOperator-QInt8-pt-sym"]), tmp_path, "ORT_ENABLE_ALL")
+    if not any(a.name == "channels_last" and a.i for n in onnx.load(path).graph.node for a in n.attribute):
+        pytest.skip("onnxruntime did not choose its NHWC layout on this machine")
+    with pytest.raises(GraphError, match=r"holds onnxruntime's NHWC layout .*QLinearConv .*ORT_ENABLE_EXTENDED"):
+        import_model(path)
 
 
 @pytest.mark.parametrize("label", ["QDQ-QUInt8-pc-sym", "QOperator-QInt8-pt-sym"])

@@ -67,7 +67,7 @@ from typing import Any, Callable, TypeVar
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
+from onnx import helper, numpy_helper
 
 from ..ir import INT8_MAX, INT8_MIN, AddRequant, Graph, GraphError, Node, PartialQuantization, Requant, conv_output_hw
 from ..qops import reference_evaluator
@@ -148,8 +148,17 @@ def import_model(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, 
     if foreign:              # the float import refuses them too; the quantized paths read nodes by op_type alone
         raise foreign[0] if len(foreign) == 1 else UnsupportedModelError(where, foreign)
     _check_types(proto)
+    nhwc = [f"{n.op_type} (node {n.name or '#' + str(k)!r})" for k, n in enumerate(proto.graph.node)
+            if n.op_type.startswith("Nhwc") or (n.domain == "com.microsoft" and _attrs(n).get("channels_last", 0))]
+    if nhwc:
+        raise GraphError(f"{where} holds onnxruntime's NHWC layout for the machine that saved it ({', '.join(nhwc[:3])}"
+                         f"{', ...' if len(nhwc) > 3 else ''}): it was saved at ORT_ENABLE_ALL, whose file onnxruntime "
+                         f"says is for that machine alone. Save the optimized file at ORT_ENABLE_EXTENDED or below, "
+                         f"or give the lab the file before optimization.")
     proto = _fold_shapes(proto)
     _drop_identity_casts(proto)
+    if _unfuse_static_matmuls(proto):
+        proto = _infer_shapes(proto)
     _undilate_qdq(proto)
     try:
         return import_quantized(proto, label)
@@ -267,6 +276,53 @@ def _drop_identity_casts(proto: onnx.ModelProto) -> None:
     if alias:
         del proto.graph.node[:]
         proto.graph.node.extend(kept)
+
+
+_INT_MOVES = frozenset({"Transpose", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Split", "Slice"})
+"""Operators that move a quantized tensor's integers (onnxruntime moves them before a fused integer MatMul)."""
+
+
+def _unfuse_static_matmuls(proto: onnx.ModelProto) -> bool:
+    """In place: each ``com.microsoft`` ``MatMulIntegerToFloat`` whose A and B are statically quantized (the output
+    of a ``QuantizeLinear``, or an integer initializer) and whose scales and zero points are constants becomes
+    ``MatMul(DequantizeLinear(A), DequantizeLinear(B))`` (plus ``Add`` of its bias): what onnxruntime's extended
+    optimization fused of a QDQ file's MatMul with a float result (attention's scores before a float Softmax), which
+    the integer import then reads as the QDQ file it was. B's scale may hold one value per column. A node of dynamic
+    quantization (A from ``DynamicQuantizeLinear``) is left for :mod:`.dequantize`. True when any changed."""
+    inits = {i.name: i for i in proto.graph.initializer}
+    producers = {o: n for n in proto.graph.node for o in n.output if o}
+    nodes: list[onnx.NodeProto] = []
+    changed = False
+    for node in proto.graph.node:
+        names = list(node.input) + [""] * (7 - len(node.input))
+        a, b, sa, sb, za, zb, bias = names[:7]
+
+        def static(t: str) -> bool:
+            quant = producers.get(t)
+            while quant is not None and quant.op_type in _INT_MOVES and quant.domain in ("", "ai.onnx"):
+                t, quant = quant.input[0], producers.get(quant.input[0])      # a head split of the integers
+            return (t in inits and inits[t].data_type in (onnx.TensorProto.INT8, onnx.TensorProto.UINT8)) or \
+                (quant is not None and (quant.op_type in ("QuantizeLinear", "QGemm") or
+                                        quant.op_type.startswith("QLinear")))   # static quantization's integers
+        if node.op_type != "MatMulIntegerToFloat" or node.domain != "com.microsoft" or not (static(a) and static(b)) \
+                or any(t and t not in inits for t in (sa, sb, za, zb)):
+            nodes.append(node)
+            continue
+        label = node.name or node.output[0]
+        b_axis: dict[str, Any] = {"axis": -1} if int(np.prod(inits[sb].dims)) > 1 else {}   # per column of B
+        nodes.append(helper.make_node("DequantizeLinear", [a, sa] + ([za] if za else []), [f"{label}_a"],
+                                      name=f"{label}_a"))
+        nodes.append(helper.make_node("DequantizeLinear", [b, sb] + ([zb] if zb else []), [f"{label}_b"],
+                                      name=f"{label}_b", **b_axis))
+        product = f"{label}_product" if bias else node.output[0]
+        nodes.append(helper.make_node("MatMul", [f"{label}_a", f"{label}_b"], [product], name=label))
+        if bias:
+            nodes.append(helper.make_node("Add", [product, bias], [node.output[0]], name=f"{label}_bias"))
+        changed = True
+    if changed:
+        del proto.graph.node[:]
+        proto.graph.node.extend(nodes)
+    return changed
 
 
 def _undilate_qdq(proto: onnx.ModelProto) -> None:
@@ -1436,7 +1492,8 @@ def _dequantize_linear(imp: _Importer, node: onnx.NodeProto) -> None:
     x, y = node.input[0], node.output[0]
     if x in imp.consts:
         values = imp.consts[x]
-        wzp = imp.consts[node.input[2]] if len(node.input) > 2 and node.input[2] else np.zeros(1, values.dtype)
+        wzp = imp.const(node, 2, "zero point") if len(node.input) > 2 and node.input[2] else \
+            np.zeros(1, values.dtype)
         axis = int(_attrs(node).get("axis", 1))
         scale = imp.const(node, 1, "scale").astype(np.float64)
         shape = [1] * values.ndim
@@ -1802,6 +1859,9 @@ def _passthrough_op(imp: _Importer, node: onnx.NodeProto, shape: tuple[int, ...]
         return "QClip", {"lo": lo, "hi": max(lo, hi)}, shape
     if op == "Transpose":
         perm = tuple(int(p) for p in _attrs(node).get("perm", range(len(shape) - 1, -1, -1)))
+        if sorted(perm) != list(range(len(shape))):
+            raise UnsupportedOperatorError(op, node.name, f"perm {list(perm)} does not permute the axes of its "
+                                           f"rank-{len(shape)} input")
         return "Transpose", {"perm": perm}, tuple(shape[p] for p in perm)
     if op == "MaxPool":
         a = _attrs(node)
