@@ -283,8 +283,9 @@ _INT_MOVES = frozenset({"Transpose", "Reshape", "Squeeze", "Unsqueeze", "Flatten
 
 
 def _unfuse_static_matmuls(proto: onnx.ModelProto) -> bool:
-    """In place: each ``com.microsoft`` ``MatMulIntegerToFloat`` whose A and B are statically quantized (the output
-    of a ``QuantizeLinear``, or an integer initializer) and whose scales and zero points are constants becomes
+    """In place: each ``com.microsoft`` ``MatMulIntegerToFloat`` whose A and B are statically quantized (an int8 or
+    uint8 initializer, or the result of a ``QuantizeLinear``, ``QGemm`` or ``QLinear*`` node, through the moves of
+    :data:`_INT_MOVES`) and whose scales and zero points are constants becomes
     ``MatMul(DequantizeLinear(A), DequantizeLinear(B))`` (plus ``Add`` of its bias): what onnxruntime's extended
     optimization fused of a QDQ file's MatMul with a float result (attention's scores before a float Softmax), which
     the integer import then reads as the QDQ file it was. B's scale may hold one value per column. A node of dynamic
