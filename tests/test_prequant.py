@@ -11,9 +11,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from vta.compiler import qops
-from vta.compiler.ir import GraphError
 from vta.compiler.frontend.onnx_frontend import UnsupportedOperatorError
 from vta.compiler.frontend.prequant import import_model, import_quantized, is_quantized_model
+from vta.compiler.ir import GraphError
 from vta.compiler.pipeline import compile_graph, compile_model
 from vta.compiler.runtime.executor import run
 from vta.config import VTAConfig
