@@ -475,6 +475,10 @@ def _accuracy(model: str, compiled: Any, float_graph: Any, inputs: dict[str, np.
         "reference": which,
         "outputs": {name: accuracy_vs_float(ref[name], outputs[name], output_scale(compiled.graph, name))
                     for name in compiled.graph.outputs}}
+    if kind == "the quantized file " and which.startswith("onnxruntime"):
+        own = _file_own_error(path, compiled.graph, inputs, ref, declared, compiled.meta.get("input_values"))
+        if own:
+            result["file_own_cosine"] = own
     found = _kept_tokens(compiled.graph, inputs)
     if found is not None:
         # The output's rows at the mask's positions, and the text says just that: an encoder-decoder's decoder rows
@@ -490,6 +494,31 @@ def _accuracy(model: str, compiled: Any, float_graph: Any, inputs: dict[str, np.
     if worst < LOSS_REPORT_BELOW and not float_graph.is_quantized and "quantization" not in compiled.meta:
         result["where_lost"] = error_sources(float_graph, compiled.graph, inputs)
     return result
+
+
+def _file_own_error(path: Any, graph: Any, inputs: dict[str, np.ndarray], ref: Mapping[str, np.ndarray],
+                    declared: Mapping[str, tuple[int, ...]] | None, values: Any) -> dict[str, float]:
+    """How far onnxruntime on the pre-quantized file ``path`` (``ref``, by output name) is from the file's own float
+    computation (its dequantized float graph, :func:`.frontend.dequantize.qdq_to_float`, also run by onnxruntime):
+    the cosine per output, so the run's figure against the file can be read against the file's own quantization
+    error. Empty when the file cannot be dequantized or onnxruntime refuses the result."""
+    import onnx
+
+    from .frontend.dequantize import qdq_to_float
+    from .frontend.prequant import normalized
+    from .frontend.quantize import accuracy_vs_float, float_outputs
+    try:
+        plain = qdq_to_float(normalized(onnx.load(os.fspath(path))))
+        if plain is None:
+            return {}
+        floats, how = float_outputs(plain, graph, inputs, declared, values)
+    except Exception:  # noqa: BLE001 - a file the dequantizer or onnxruntime cannot take: no such figure
+        return {}
+    if how != "onnxruntime":
+        return {}
+    cosines = {name: accuracy_vs_float(floats[name], ref[name], None)["cosine"]
+               for name in ref if name in floats and np.shape(floats[name]) == np.shape(ref[name])}
+    return {name: float(c) for name, c in cosines.items() if c is not None}
 
 
 def _kept_tokens(graph: Any, inputs: dict[str, np.ndarray]) -> tuple[str, np.ndarray] | None:

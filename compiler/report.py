@@ -831,6 +831,13 @@ def format_accuracy(accuracy: Mapping[str, Any]) -> list[str]:
             line += (f"; on the {kept['tokens']} of {kept['of']} positions where {kept.get('mask', 'the mask')} is "
                      f"1: {lsb}max {kept['max_error_pct_of_range']:.3g}% of range, cosine {kept['cosine']:.6f}")
         lines.extend(textwrap.wrap(line, 120, subsequent_indent="    "))
+    own = accuracy.get("file_own_cosine")
+    if own:
+        line = ("  for scale, the file's own quantization error: onnxruntime on the quantized file against its "
+                "dequantized float graph (onnxruntime too), " + "; ".join(f"{name}: cosine {c:.6f}"
+                                                                        for name, c in own.items())
+                + " (where this is low, two integer runs of the file that round differently land that far apart)")
+        lines.extend(textwrap.wrap(line, 120, subsequent_indent="    "))
     lost = accuracy.get("where_lost")
     if lost:
         line = ("  where the error arises (the layers losing most cosine against the float model's same tensor, on "

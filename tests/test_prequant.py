@@ -504,6 +504,22 @@ def test_a_bias_that_is_not_finite_or_beyond_int32_is_refused(bad):
         import_quantized(model, "bias")
 
 
+def test_the_run_gives_the_files_own_quantization_error_for_scale(models, capsys):
+    """`vta run` of a pre-quantized file prints, after its error against onnxruntime on the file, how far onnxruntime
+    on the file is from the file's own float computation (its dequantized float graph, run by onnxruntime): the
+    scale against which the first figure reads."""
+    import re
+
+    from vta.cli import main
+    assert main(["run", str(models["QDQ-QInt8-pc-sym"]), "--no-progress"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "error against the quantized model as given (onnxruntime on the quantized file" in out
+    found = re.search(r"for scale, the file's own quantization error: onnxruntime on the quantized file against its "
+                      r"dequantized float graph \(onnxruntime too\), y: cosine ([0-9.]+)", out)
+    assert found is not None, out[-600:]
+    assert 0.99 < float(found.group(1)) < 1.0          # int8 activations: close to, and not, the float graph
+
+
 @pytest.mark.slow
 def test_tsim_runs_a_prequantized_model_bit_exactly(models):
     """The RTL (Verilator build cached under ~/.cache/vta-lab) runs the same programs: equal to the reference."""

@@ -96,7 +96,8 @@ from .onnx_transformer_rules import gather_indices, slice_spec
 from .prequant_complete import complete, measure_ranges, plan_completion
 from .quantize import choose_requant
 
-__all__ = ["QUANTIZED_OPS", "is_quantized_model", "import_quantized", "import_model", "complete_partial"]
+__all__ = ["QUANTIZED_OPS", "is_quantized_model", "import_quantized", "import_model", "complete_partial",
+           "normalized"]
 T = TypeVar("T")
 
 QUANTIZED_OPS = frozenset({
@@ -155,10 +156,7 @@ def import_model(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, 
                          f"{', ...' if len(nhwc) > 3 else ''}): it was saved at ORT_ENABLE_ALL, whose file onnxruntime "
                          f"says is for that machine alone. Save the optimized file at ORT_ENABLE_EXTENDED or below, "
                          f"or give the lab the file before optimization.")
-    proto = _fold_shapes(proto)
-    _drop_identity_casts(proto)
-    if _unfuse_static_matmuls(proto):
-        proto = _infer_shapes(proto)
+    proto = normalized(proto)
     _undilate_qdq(proto)
     try:
         return import_quantized(proto, label)
@@ -254,6 +252,18 @@ def _borrow_shapes(proto: onnx.ModelProto) -> None:
     kept = [vi for vi in proto.graph.value_info if vi.name not in names]   # their type alone, no shape
     del proto.graph.value_info[:]
     proto.graph.value_info.extend(kept + borrowed)
+
+
+def normalized(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """``proto`` (input shapes fixed) as the integer import and the dequantizer read it: shapes inferred and the shape
+    arithmetic of constants folded (:func:`_fold_shapes`), Casts to a tensor's own type dropped
+    (:func:`_drop_identity_casts`), onnxruntime's fused static integer MatMuls unfused
+    (:func:`_unfuse_static_matmuls`)."""
+    proto = _fold_shapes(proto)
+    _drop_identity_casts(proto)
+    if _unfuse_static_matmuls(proto):
+        proto = _infer_shapes(proto)
+    return proto
 
 
 def _drop_identity_casts(proto: onnx.ModelProto) -> None:
