@@ -140,20 +140,20 @@ def plan_completion(model: onnx.ModelProto) -> Completion:
     of it is an alias, not another island)."""
     graph = model.graph
     initializers = _initializers(model)
-    consts = set(initializers)
     types = _elem_types(model)
     shapes = static_shapes(model)
-    constant = set(initializers)              # every value of constants alone, wherever it is computed
-    for node in graph.node:
-        if node.op_type == "Constant" or (node.input and all(not t or t in constant for t in node.input)):
-            constant.update(o for o in node.output if o)
+    consts = set(initializers)                # every value of constants alone: shape arithmetic, DequantizeLinear
+    for node in graph.node:                   # of initializers (graph order: inputs before their readers)
+        data = [name for name in node.input if name]
+        if node.op_type == "Constant" or (data and all(name in consts for name in data)):
+            consts.update(o for o in node.output if o)
     readers: dict[str, list[onnx.NodeProto]] = {}
     for node in graph.node:
         for name in node.input:
             if name:
                 readers.setdefault(name, []).append(node)
     if any(node.op_type in _DYNAMIC for node in graph.node) or \
-            not any(node.op_type == "QuantizeLinear" and node.input[0] not in consts for node in graph.node):
+            not any(node.op_type == "QuantizeLinear" and node.input[0] not in initializers for node in graph.node):
         return Completion()                   # not statically quantized: nothing of the quantizer's to keep
     outputs = {o.name for o in graph.output}
     quantized: set[str] = set()          # float values quantized: DequantizeLinear outputs, aliases, completed ones
@@ -165,7 +165,7 @@ def plan_completion(model: onnx.ModelProto) -> Completion:
             return
         users = readers.get(name, [])
         if producer is not None and producer.op_type == "MatMul" and name not in outputs and len(users) == 1 and \
-                _is_bias(users[0], name, constant, shapes):
+                _is_bias(users[0], name, consts, shapes):
             return                    # a Linear's bias Add: the import takes the bias into the MatMul, as a Gemm's
         float_users = [u for u in users if u.op_type not in _SHAPE_READERS and
                        not (u.op_type == "QuantizeLinear" and u.input[0] == name)]
@@ -192,8 +192,7 @@ def plan_completion(model: onnx.ModelProto) -> Completion:
         if node.op_type == "DequantizeLinear" and data and data[0] in initializers:
             dequantized[node.output[0]] = k                      # a weight (or bias) the file quantized
         if node.op_type == "Constant" or (data and all(name in consts for name in data)):
-            consts.update(node.output)                           # shape arithmetic of constants
-            continue
+            continue                                             # shape arithmetic of constants
         if node.op_type == "DequantizeLinear" or (node.op_type in ALIAS_OPS and data and data[0] in quantized):
             quantized.update(o for o in node.output if o)
             continue
