@@ -308,17 +308,18 @@ def _unfuse_static_matmuls(proto: onnx.ModelProto) -> bool:
     producers = {o: n for n in proto.graph.node for o in n.output if o}
     nodes: list[onnx.NodeProto] = []
     changed = False
+
+    def static(t: str) -> bool:
+        quant = producers.get(t)
+        while quant is not None and quant.op_type in _INT_MOVES and quant.domain in ("", "ai.onnx"):
+            t, quant = quant.input[0], producers.get(quant.input[0])      # a head split of the integers
+        return (t in inits and inits[t].data_type in (onnx.TensorProto.INT8, onnx.TensorProto.UINT8)) or \
+            (quant is not None and (quant.op_type in ("QuantizeLinear", "QGemm") or
+                                    quant.op_type.startswith("QLinear")))   # static quantization's integers
+
     for node in proto.graph.node:
         names = list(node.input) + [""] * (7 - len(node.input))
         a, b, sa, sb, za, zb, bias = names[:7]
-
-        def static(t: str) -> bool:
-            quant = producers.get(t)
-            while quant is not None and quant.op_type in _INT_MOVES and quant.domain in ("", "ai.onnx"):
-                t, quant = quant.input[0], producers.get(quant.input[0])      # a head split of the integers
-            return (t in inits and inits[t].data_type in (onnx.TensorProto.INT8, onnx.TensorProto.UINT8)) or \
-                (quant is not None and (quant.op_type in ("QuantizeLinear", "QGemm") or
-                                        quant.op_type.startswith("QLinear")))   # static quantization's integers
         if node.op_type != "MatMulIntegerToFloat" or node.domain != "com.microsoft" or not (static(a) and static(b)) \
                 or any(t and t not in inits for t in (sa, sb, za, zb)):
             nodes.append(node)
@@ -634,9 +635,9 @@ def _linear(imp: _Importer, node: onnx.NodeProto, x: _Act, w: np.ndarray, sw: np
         padded = imp.tensor(f"{x.name}_pad", n_shape, x.scale)
         imp.emit("Pad", f"{node.name}_pad", [src], padded, pads=(0, 0, top, left, 0, 0, bottom, right), value=x.zp)
         src, conv = padded, dict(conv, pads=(0, 0, 0, 0))
-    if not np.isfinite(bias).all() or np.abs(bias).max(initial=0.0) > INT32_MAX:
-        worst = bias.reshape(-1)[np.argmax(~np.isfinite(bias).reshape(-1) | (np.abs(np.nan_to_num(bias)) >
-                                                                            INT32_MAX).reshape(-1))]
+    bad = (~np.isfinite(bias) | (np.abs(np.nan_to_num(bias)) > INT32_MAX)).reshape(-1)
+    if bad.any():
+        worst = bias.reshape(-1)[bad][0]
         raise UnsupportedOperatorError(node.op_type, node.name, f"its bias holds {worst:g} in accumulator units "
                                        f"(input scale x weight scale); a bias must be finite and fit int32")
     b = np.rint(bias).astype(np.int64) - x.zp * w.reshape(o, -1).sum(axis=1)
@@ -977,11 +978,12 @@ def _bias_add(imp: _Importer, node: onnx.NodeProto, o: int) -> tuple[onnx.NodePr
     bias = add.input[1] if add.input[0] == node.output[0] else add.input[0]
     if bias == node.output[0]:
         return None
-    later = next((n for n in imp.model.graph.node if bias in n.output), None)
-    if bias not in imp.weights and later is not None and later.op_type == "DequantizeLinear" and \
-            id(later) not in imp.skip and all(not t or t in imp.consts for t in later.input):
-        _dequantize_linear(imp, later)           # the bias's DequantizeLinear written after the MatMul: read now
-        imp.skip.add(id(later))
+    if bias not in imp.weights and bias not in imp.consts:  # its DequantizeLinear written after the MatMul: read now
+        later = next((n for n in imp.model.graph.node if bias in n.output), None)
+        if later is not None and later.op_type == "DequantizeLinear" and id(later) not in imp.skip and \
+                all(not t or t in imp.consts for t in later.input):
+            _dequantize_linear(imp, later)
+            imp.skip.add(id(later))
     value = imp.weights[bias][0] if bias in imp.weights else imp.consts.get(bias)
     if value is None or (bias not in imp.weights and value.dtype.kind != "f") or value.size != o or \
             (value.ndim and value.shape[-1] != o):
