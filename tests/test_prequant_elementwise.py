@@ -56,9 +56,9 @@ def _quantized(model: onnx.ModelProto, folder: Path, fmt: str = "QDQ", act: str 
     return path
 
 
-def _assert_agrees(path: Path, count: int = 16) -> list[str]:
-    """Import ``path`` as integers (no fallback to its float graph) and compare ``count`` seeded inputs through the
-    integer reference with onnxruntime on the file; returns the graph's ops."""
+def _assert_agrees(path: Path, count: int = 16, shape: tuple[int, ...] = SHAPE) -> list[str]:
+    """Import ``path`` as integers (no fallback to its float graph) and compare ``count`` seeded inputs ``x`` of
+    ``shape`` through the integer reference with onnxruntime on the file; returns the graph's ops."""
     graph = import_model(path)
     assert graph.is_quantized and not getattr(graph, "absmax_hints", None), "imported as its float graph"
     rng = np.random.default_rng(5)
@@ -66,7 +66,7 @@ def _assert_agrees(path: Path, count: int = 16) -> list[str]:
     scale = float(graph.producer(graph.outputs[0]).attrs["scale"])
     steps = []
     for _ in range(count):
-        x = rng.standard_normal(SHAPE).astype(np.float32)
+        x = rng.standard_normal(shape).astype(np.float32)
         lab = qops.run_reference(graph, {"x": x})[graph.outputs[0]].astype(np.float64)
         ref = session.run(None, {"x": x})[0].astype(np.float64)
         steps.append(np.abs(lab - ref.reshape(lab.shape)).ravel() / scale)
@@ -224,6 +224,37 @@ def test_a_dilated_conv_takes_the_phase_form(attrs, relu, tmp_path):
         nodes.append(helper.make_node("Relu", ["d"], ["h"], name="relu"))
     ops = _assert_agrees(_quantized(_model(nodes, extra), tmp_path))
     assert "Transpose" in ops                           # the phases moved into the batch and back
+
+
+@pytest.mark.parametrize("fmt", ["QDQ", "QOperator"])
+def test_one_dimensional_convolutions_run_as_integers(fmt, tmp_path):
+    """An audio stem's 1D convolutions (Whisper's, Speech2Text's: strided, padded, grouped, dilated) in a quantized
+    file: each a QConv2d over ``[N, C, 1, L]`` between Reshapes, as integers at the file's scales (they fell back
+    to the float graph before). A dilated one is taken in QDQ files (the phase form); a dilated QLinearConv is left
+    to the float graph, in 1D as in 2D."""
+    rng = np.random.default_rng(4)
+    shape = (1, 8, 24)
+    inits = [numpy_helper.from_array((rng.standard_normal((16, 8, 5)) * 0.3).astype(np.float32), "w1"),
+             numpy_helper.from_array((rng.standard_normal(16) * 0.1).astype(np.float32), "b1"),
+             numpy_helper.from_array((rng.standard_normal((16, 4, 3)) * 0.3).astype(np.float32), "w2"),
+             numpy_helper.from_array((rng.standard_normal((8, 16, 3)) * 0.3).astype(np.float32), "w3")]
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], strides=[2], pads=[2, 2], name="stem"),
+             helper.make_node("Relu", ["c1"], ["r1"], name="relu"),
+             helper.make_node("Conv", ["r1", "w2"], ["c2"], group=4, pads=[1, 1], name="grouped"),
+             helper.make_node("Conv", ["c2", "w3"], ["y"], name="last",
+                              **({"dilations": [2], "pads": [2, 2]} if fmt == "QDQ" else {"pads": [1, 1]}))]
+    graph = helper.make_graph(nodes, "m", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 12])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    source, path = tmp_path / "float.onnx", tmp_path / "q.onnx"
+    onnx.save(model, source)
+    quantization.quantize_static(str(source), str(path), _Reader(shape),
+                                 quant_format=getattr(quantization.QuantFormat, fmt),
+                                 activation_type=quantization.QuantType.QUInt8,
+                                 weight_type=quantization.QuantType.QInt8, per_channel=True)
+    ops = _assert_agrees(path, shape=shape)
+    assert ops.count("QConv2d") == 3 and ops.count("Reshape") >= 6
 
 
 def test_a_per_channel_qoperator_file_dequantizes_along_its_output_channels(tmp_path):

@@ -704,29 +704,54 @@ def _channel_scale(scale: np.ndarray, o: int, axis: int, want_axis: int, node: o
 
 
 def _conv_attrs(node: onnx.NodeProto, kernel: tuple[int, ...], group: int = 1) -> dict[str, Any]:
+    """The strides, pads (top, left, bottom, right) and groups of a 2D ``node``, or of a 1D one (``kernel`` of one
+    size) as the 2D convolution over ``[N, C, 1, L]`` that computes it."""
     a = _attrs(node)
-    if len(kernel) != 2:
-        raise UnsupportedOperatorError(node.op_type, node.name, f"it has a {len(kernel)}D kernel; the lab takes 2D")
-    if any(d != 1 for d in a.get("dilations", [1, 1])):
+    rank = len(kernel)
+    if rank not in (1, 2):
+        raise UnsupportedOperatorError(node.op_type, node.name, f"it has a {rank}D kernel; the lab takes 1D and 2D")
+    if any(d != 1 for d in a.get("dilations", [1] * rank)):
         raise UnsupportedOperatorError(node.op_type, node.name, f"dilations={a['dilations']} (only 1 is supported)")
     if a.get("auto_pad", "NOTSET") not in ("NOTSET", "VALID"):
         raise UnsupportedOperatorError(node.op_type, node.name, f"auto_pad={a['auto_pad']} (give explicit pads)")
-    pads = tuple(int(p) for p in a.get("pads", [0, 0, 0, 0]))
-    return {"strides": tuple(int(s) for s in a.get("strides", [1, 1])), "pads": pads,
-            "groups": int(a.get("group", group))}
+    pads = tuple(int(p) for p in a.get("pads", [0] * (2 * rank)))
+    strides = tuple(int(s) for s in a.get("strides", [1] * rank))
+    if len(pads) != 2 * rank or len(strides) != rank:
+        raise UnsupportedOperatorError(node.op_type, node.name, f"pads={list(pads)} and strides={list(strides)} do "
+                                       f"not fit its {rank}D kernel")
+    if rank == 1:
+        pads, strides = (0, pads[0], 0, pads[1]), (1, strides[0])
+    return {"strides": strides, "pads": pads, "groups": int(a.get("group", group))}
 
 
 def _conv(imp: _Importer, node: onnx.NodeProto, x: _Act, w_name: str, w: np.ndarray, wz: np.ndarray,
           w_scale: np.ndarray, w_axis: int, bias: str | None, out: _Out) -> None:
+    """QConv2d of ``x`` by the integer weights ``w`` ``[O, C / group, kh, kw]`` (zero points ``wz``); a 1D
+    convolution (``x`` ``[N, C, L]``, ``w`` ``[O, C / group, k]``: an audio model's stem) runs as the 2D one over
+    ``[N, C, 1, L]`` between two Reshapes, which move integers only."""
     o = w.shape[0]
+    conv = _conv_attrs(node, tuple(w.shape[2:]))
+    shape = imp.shape(x.name)
+    if len(shape) != w.ndim:
+        raise UnsupportedOperatorError(node.op_type, node.name, f"its input {list(shape)} and weights "
+                                       f"{list(w.shape)} differ in rank")
+    one_d = w.ndim == 3
+    if one_d:
+        flat = imp.tensor(f"{x.name}_2d", (shape[0], shape[1], 1, shape[2]), x.scale)
+        imp.emit("Reshape", f"{node.name}_2d", [x.name], flat, shape=(shape[0], shape[1], 1, shape[2]))
+        x, w = _Act(flat, x.scale, x.zp), w.reshape(o, w.shape[1], 1, w.shape[2])
     wq = w.astype(np.int64) - np.asarray(wz, np.int64).reshape((-1,) + (1,) * (w.ndim - 1))
     sw = _channel_scale(w_scale, o, w_axis, 0, node)
-    conv = _conv_attrs(node, tuple(w.shape[2:]))
     c, g = imp.shape(x.name)[1], conv["groups"]
     if g < 1 or o % g or c != w.shape[1] * g:
         raise UnsupportedOperatorError(node.op_type, node.name, f"group={g} does not fit its {c} input channels and "
                                        f"weights of shape {list(w.shape)}")
     _linear(imp, node, x, wq, sw, _bias_units(imp, node, bias, o, x.scale, sw), out, conv)
+    if one_d:
+        n, _, _, length = imp.shape(imp.ints[out.name])
+        back = imp.tensor(f"{out.name}_1d", (n, o, length), out.scale)
+        imp.emit("Reshape", f"{node.name}_1d", [imp.ints[out.name]], back, shape=(n, o, length))
+        imp.ints[out.name] = back
 
 
 def _dense(imp: _Importer, node: onnx.NodeProto, x: _Act, w: np.ndarray, wz: np.ndarray, w_scale: np.ndarray,

@@ -1210,7 +1210,9 @@ def float_outputs(model: "str | os.PathLike[str] | onnx.ModelProto | None", grap
         if ort is not None:
             data = model.SerializeToString() if isinstance(model, onnx.ModelProto) else os.fspath(model)
             try:
-                sess = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+                options = ort.SessionOptions()
+                options.log_severity_level = 3      # errors only: not its notes on initializers it drops
+                sess = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
             except Exception as err:  # noqa: BLE001 - onnxruntime's own errors: it refuses the file
                 if graph.is_quantized:        # a pre-quantized file imported as integers: no float model of it
                     return {}, (f"none (onnxruntime refused the quantized file: {_ort_reason(err)}; the file has no "
