@@ -57,6 +57,24 @@ def test_scatters_of_constant_indices_import_as_moves(op, indices, updates_shape
     assert op not in [n.op for n in graph.nodes]
 
 
+def test_a_scatter_of_rows_a_constant_mask_selects_none_is_its_data():
+    """X-MOD's adapter of a language the input is not in (torch's export of ``x[mask] = adapter(x[mask])``): NonZero
+    of a constant mask that selects no row, a GatherND of no row, a MatMul over it and a ScatterND of no update. The
+    scatter is its data, and the branch of empty tensors is dropped unread (it was refused: the lab computes no
+    empty tensor)."""
+    x = _x(1, 6, 8)
+    nodes = [helper.make_node("NonZero", ["sel"], ["nz"]),
+             helper.make_node("Transpose", ["nz"], ["idx"], perm=[1, 0]),
+             helper.make_node("GatherND", ["x", "idx"], ["rows"]),
+             helper.make_node("MatMul", ["rows", "w"], ["upd"]),
+             helper.make_node("ScatterND", ["x", "idx", "upd"], ["s"]),
+             helper.make_node("MatMul", ["s", "w"], ["y"])]
+    inits = [("sel", np.zeros((1, 6), bool)), ("w", _x(8, 8))]
+    graph, *_ = onnx_op_run(onnx_model(nodes, {"x": x}, inits), {"x": x}, atol=1e-5, rtol=1e-5)
+    ops = [n.op for n in graph.nodes]
+    assert "ScatterND" not in ops and "GatherND" not in ops and ops.count("Conv2d") == 1, ops   # one product
+
+
 @pytest.mark.parametrize("op, data_shape, indices, updates_shape, axis", [
     ("ScatterND", (3, 4, 2), np.array([[[0, 1], [2, 3]]], np.int64), (1, 2, 2), 0),
     ("ScatterND", (3, 4), np.array([[1], [1]], np.int64), (2, 4), 0),           # a row written twice: the later

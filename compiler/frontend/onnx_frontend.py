@@ -923,6 +923,7 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, n
         model = _infer_shapes(_fold_constants(_infer_shapes(model)))
         shapes = contrib.static_shapes(model)
     if tiles_as_expands(model, shapes) | constant_first_matmuls(model, shapes) | scatters_as_gathers(model, shapes):
+        masks.drop_dead_nodes(model)         # the empty updates of a scatter of none
         model = _infer_shapes(model)
         if flatten_scatter_chains(model, contrib.static_shapes(model)):   # chains of in-place assignments
             masks.drop_dead_nodes(model)

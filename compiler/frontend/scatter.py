@@ -6,7 +6,9 @@ With constant indices a scatter moves values only: every element of the output i
 updates, at a position known before the run. :func:`scatters_as_gathers` rewrites each ``ScatterND`` and
 ``ScatterElements`` with constant indices and no reduction (static shapes) as ``Gather(Concat([flat(data),
 flat(updates)]), perm)`` reshaped back to the data's shape, ``perm`` the constant source of every output element
-(an update written twice: the later one, as ONNX's reference implementation applies them in order). A Gather by
+(an update written twice: the later one, as ONNX's reference implementation applies them in order); a scatter of no
+update is an ``Identity`` of the data, and the branch that computed its empty updates is dropped unread (X-MOD's
+adapter of a language the input is not in: the rows a constant mask selects, none). A Gather by
 constant indices and a Concat are moves the lab imports on the CPU, int8 alike. Indices outside the data are left
 alone, for the importer to refuse the scatter by name. :func:`flatten_scatter_chains` then makes a chain of them
 (one in-place assignment after another) read the tensors no scatter wrote, so that no int8 tensor mixes values of
@@ -72,15 +74,19 @@ def scatters_as_gathers(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...
         attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
         data, index, updates = (list(node.input) + ["", "", ""])[:3]
         plain = node.op_type in ("ScatterND", "ScatterElements") and node.domain in ("", "ai.onnx") and \
-            attrs.get("reduction", b"none") in (b"none", "none") and index in consts and \
-            data in shapes and updates in shapes
-        sources = scatter_sources(node.op_type, shapes[data], numpy_helper.to_array(consts[index]), shapes[updates],
-                                  int(attrs.get("axis", 0))) if plain else None
+            attrs.get("reduction", b"none") in (b"none", "none") and index in consts and data in shapes
+        idx = numpy_helper.to_array(consts[index]) if plain else np.zeros(1)
+        name = node.name or node.output[0]
+        if plain and idx.size == 0 and (node.op_type == "ScatterElements" or (idx.ndim and idx.shape[-1] >= 1)):
+            nodes.append(helper.make_node("Identity", [data], [node.output[0]], name=name))   # no update (a mask's
+            changed = True                    # rows, when it selects none): the data, its updates' branch unread
+            continue
+        sources = scatter_sources(node.op_type, shapes[data], idx, shapes[updates], int(attrs.get("axis", 0))) \
+            if plain and updates in shapes else None
         if sources is None:
             nodes.append(node)
             continue
         changed = True
-        name = node.name or node.output[0]
         inits = model.graph.initializer
         inits.append(numpy_helper.from_array(np.array([-1], np.int64), f"{name}_flat"))
         inits.append(numpy_helper.from_array(sources, f"{name}_sources"))
