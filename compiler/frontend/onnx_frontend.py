@@ -136,12 +136,14 @@ def _branch(node: onnx.NodeProto, condition: Any) -> tuple[onnx.GraphProto, list
          for k, (out, target) in enumerate(zip(branch.output, node.output))]
 
 
-def _fold_constants(model: onnx.ModelProto, keep: frozenset[str] = frozenset()) -> onnx.ModelProto:
+def _fold_constants(model: onnx.ModelProto, keep: frozenset[str] = frozenset(),
+                    fold_anyway: frozenset[str] = frozenset()) -> onnx.ModelProto:
     """Replace every node whose inputs are all constants (the shape arithmetic exporters emit, Constant nodes, and
     Shape of a tensor whose shape inference already fixed) by initializers, evaluated with ONNX's reference
     evaluator, so shape inference sees constant pads and shapes. An If on a constant condition is replaced by the
     nodes of the branch it takes (:func:`_branch`), which fold in turn where they can. Nodes whose op type is in
-    ``keep`` are never folded (a pre-quantized model's DequantizeLinear of an int8 weight stays one)."""
+    ``keep`` are never folded (a pre-quantized model's DequantizeLinear of an int8 weight stays one), unless they
+    write a tensor of ``fold_anyway``."""
     consts = {init.name: numpy_helper.to_array(init) for init in model.graph.initializer}
     shapes = contrib.static_shapes(model)
     graph_outputs = {o.name for o in model.graph.output}
@@ -201,7 +203,8 @@ def _fold_constants(model: onnx.ModelProto, keep: frozenset[str] = frozenset()) 
             node.input.extend(kept_inputs)
             inputs = kept_inputs
             changed = True
-        foldable = standard and all(t in consts for t in inputs) and node.op_type not in keep and \
+        foldable = standard and all(t in consts for t in inputs) and \
+            (node.op_type not in keep or bool(fold_anyway.intersection(node.output))) and \
             (inputs or node.op_type == "Constant") and not graph_outputs.intersection(node.output)
         if not foldable or folded_elements(node, consts) > largest:
             kept.append(node)              # too large a constant: left for the size check to name

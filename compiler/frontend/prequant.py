@@ -236,10 +236,51 @@ def _fold_shapes(proto: onnx.ModelProto) -> onnx.ModelProto:
         if microsoft:                               # shape inference drops them each pass
             _borrow_shapes(proto)
         before = len(proto.graph.node)
-        proto = _infer_shapes(_fold_constants(proto, keep=QUANTIZED_OPS | _QUANTIZED_MS_OPS))
+        proto = _infer_shapes(_fold_constants(proto, keep=QUANTIZED_OPS | _QUANTIZED_MS_OPS,
+                                              fold_anyway=_constant_region_quantizations(proto)))
         if len(proto.graph.node) == before:
             break
     return proto
+
+
+def _constant_region_quantizations(proto: onnx.ModelProto) -> frozenset[str]:
+    """The outputs of the standard quantization nodes (QuantizeLinear, DequantizeLinear) of constants whose values
+    reach no activation's operator except through arithmetic on constants alone: a quantizer's pair around a
+    constant table that feeds a computation of constants only (Swinv2's continuous position bias, a small MLP over
+    a table of relative coordinates, added to the scores). They fold with the rest of that computation as ONNX
+    defines them (the file's rounding of the table kept). A weight's DequantizeLinear, which reaches the operator
+    of an activation through moves alone (:data:`_CONST_MOVES`: a Transpose, another quantization pair), stays, for
+    the import to read its integers."""
+    const = {init.name for init in proto.graph.initializer}
+    outputs = {o.name for o in proto.graph.output}
+    readers: dict[str, list[onnx.NodeProto]] = {}
+    for node in proto.graph.node:
+        if node.domain in ("", "ai.onnx") and node.op_type not in ("If", "Loop", "Scan") and \
+                all(not t or t in const for t in node.input):
+            const.update(o for o in node.output if o)
+        for t in node.input:
+            readers.setdefault(t, []).append(node)
+    seen: dict[str, bool] = {}
+
+    def reaches_activation(t: str) -> bool:
+        if t not in seen:
+            seen[t] = True                          # a cycle in an invalid file: kept
+            seen[t] = t in outputs or not readers.get(t) or any(
+                r.domain not in ("", "ai.onnx") or r.op_type in ("If", "Loop", "Scan") or
+                any(u and u not in const for u in r.input) or
+                (r.op_type in _CONST_MOVES and any(reaches_activation(o) for o in r.output if o))
+                for r in readers[t])
+        return seen[t]
+
+    return frozenset(node.output[0] for node in proto.graph.node
+                     if node.op_type in ("QuantizeLinear", "DequantizeLinear") and node.domain in ("", "ai.onnx")
+                     and node.output[0] in const and not reaches_activation(node.output[0]))
+
+
+_CONST_MOVES = frozenset({"Transpose", "Reshape", "Identity", "Squeeze", "Unsqueeze", "Flatten", "Gather", "Slice",
+                          "Split", "Expand", "Tile", "Concat", "Cast", "QuantizeLinear", "DequantizeLinear"})
+"""Operators through which a constant's integers still reach an activation's operator as a weight's
+(:func:`_constant_region_quantizations`)."""
 
 
 def _borrow_shapes(proto: onnx.ModelProto) -> None:
