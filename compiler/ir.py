@@ -190,7 +190,8 @@ QUANT_OPS: dict[str, tuple[str, ...]] = {
     "IndexFn": ("onnx",),                                # as the float op
     "MaskFn": ("onnx",),                                 # as the float op
     "InputFn": ("onnx",),                                # as the float op (float32 out, then a Quantize)
-    "QL2Normalize": ("axis", "epsilon", "scale", "out_scale"),  # int64 sum of squares, float64 divide
+    "QL2Normalize": ("axis", "epsilon", "scale", "out_scale"),  # int64 sum of squares, float64 divide; optional
+    # inner, and a pre-quantized file's zero_point, out_zero_point, lo, hi
     "QSumNormalize": ("axis", "epsilon", "scale", "out_scale"),  # int64 sum, float64 divide
     "QReduce": ("kind", "axis", "scale", "out_scale"),   # int64 sums, float64 rest (the C library's exp and log)
     "QLogSoftmax": ("axis", "scale", "out_scale"),       # float64 from int8, the C library's exp and log

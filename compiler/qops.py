@@ -790,7 +790,9 @@ QOPS: dict[str, OpFn] = {
     "QSumNormalize": lambda n, v: qsum_normalize(v[0], n.attrs["axis"], n.attrs["epsilon"], n.attrs["scale"],
                                                  n.attrs["out_scale"]),
     "QL2Normalize": lambda n, v: ql2_normalize(v[0], n.attrs["axis"], n.attrs["epsilon"], n.attrs["scale"],
-                                               n.attrs["out_scale"], bool(n.attrs.get("inner", False))),
+                                               n.attrs["out_scale"], bool(n.attrs.get("inner", False)),
+                                               n.attrs.get("zero_point", 0), n.attrs.get("out_zero_point", 0),
+                                               n.attrs.get("lo", -128), n.attrs.get("hi", 127)),
     "QReduce": lambda n, v: qreduce(v[0], n.attrs["kind"], n.attrs["axis"], n.attrs["scale"], n.attrs["out_scale"],
                                     n.attrs.get("epsilon", 0.0))
     if "bias" not in n.attrs and "keep" not in n.attrs and len(v) == 1 else

@@ -82,15 +82,17 @@ def l2_normalize(x: np.ndarray, axis: int, epsilon: float, inner: bool = False) 
 
 
 def ql2_normalize(x: np.ndarray, axis: int, epsilon: float, scale: float, out_scale: float,
-                  inner: bool = False) -> np.ndarray:
-    """int8 ``x / max(||x||_2, epsilon)`` of the int8 ``x`` (of ``scale``): the squares summed exactly in int64,
-    then in float64 ``x / max(sqrt(q), epsilon / scale)`` (with ``inner``: ``x / sqrt(q + epsilon / scale**2)``) and
-    ``clip(rint(. / out_scale))``. The same bits on every machine."""
-    xi = np.asarray(x, np.int64)
+                  inner: bool = False, zero_point: int = 0, out_zero_point: int = 0, lo: int = -128,
+                  hi: int = 127) -> np.ndarray:
+    """int8 ``x / max(||x||_2, epsilon)`` of the int8 ``x`` (of ``scale`` and ``zero_point``): the squares of
+    ``x - zero_point`` summed exactly in int64, then in float64 ``x / max(sqrt(q), epsilon / scale)`` (with
+    ``inner``: ``x / sqrt(q + epsilon / scale**2)``) and ``clip(rint(. / out_scale) + out_zero_point, lo, hi)`` (a
+    pre-quantized file's output parameters). The same bits on every machine."""
+    xi = np.asarray(x, np.int64) - int(zero_point)
     total = (xi * xi).sum(axis=axis, keepdims=True).astype(np.float64)
     norm = np.sqrt(total + epsilon / (scale * scale)) if inner else np.maximum(np.sqrt(total), epsilon / scale)
     y = xi.astype(np.float64) / np.where(norm > 0, norm, 1.0)
-    return np.clip(np.rint(y / out_scale), -128, 127).astype(np.int8)
+    return np.clip(np.rint(y / out_scale) + int(out_zero_point), lo, hi).astype(np.int8)
 
 
 def sum_normalize(x: np.ndarray, axis: int, epsilon: float) -> np.ndarray:

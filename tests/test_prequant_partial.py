@@ -349,3 +349,54 @@ def test_a_file_quantized_only_before_its_products_runs_on_its_integers(case, tm
     np.testing.assert_array_equal(out["y"], qops.run_reference(compiled.graph, {"x": x})["y"])
     want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     assert _cosine(out["y"], want) > 0.999
+
+
+def _normalized_block(form: str) -> onnx.ModelProto:
+    """``x [2, 8, 16]`` -> MatMul -> L2 normalization over the features -> MatMul -> ``y``: torch's ``F.normalize``
+    as its exporter writes it (``decomposed``: ReduceL2, Clip at eps, Expand, Div; Swinv2's cosine attention) or
+    ONNX's ``LpNormalization``; seeded weights."""
+    rng = np.random.default_rng(8)
+    inits = [numpy_helper.from_array((rng.standard_normal((16, 16)) * 0.3).astype(np.float32), "w"),
+             numpy_helper.from_array((rng.standard_normal((16, 16)) * 0.3).astype(np.float32), "w2"),
+             numpy_helper.from_array(np.array([-1], np.int64), "axes"),
+             numpy_helper.from_array(np.float32(1e-12), "eps"),
+             numpy_helper.from_array(np.array([2, 8, 16], np.int64), "shape")]
+    norm = [helper.make_node("ReduceL2", ["h", "axes"], ["norm"], keepdims=1, name="l2"),
+            helper.make_node("Clip", ["norm", "eps"], ["clamped"], name="clamp"),
+            helper.make_node("Expand", ["clamped", "shape"], ["wide"], name="expand"),
+            helper.make_node("Div", ["h", "wide"], ["n"], name="div")] if form == "decomposed" else \
+        [helper.make_node("LpNormalization", ["h"], ["n"], axis=-1, p=2, name="l2")]
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"), *norm,
+             helper.make_node("MatMul", ["n", "w2"], ["y"], name="mm2")]
+    graph = helper.make_graph(nodes, "normalized",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8, 16])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 8
+    return model
+
+
+@pytest.mark.parametrize("form", ["decomposed", "lp"])
+def test_an_l2_normalization_left_float_runs_as_integers(form, tmp_path):
+    """``F.normalize`` in a file onnxruntime quantized (uint8 activations: zero points other than 0), which it
+    leaves float: the lab quantizes its output and imports it as one ``QL2Normalize`` at the file's scales and zero
+    points (the file fell back to its dequantized float graph: no integer rule took ReduceL2). fsim equals the
+    integer reference, and the output follows onnxruntime on the file (cosine at least 0.999; measured 0.9999987)."""
+    rng = np.random.default_rng(3)
+    samples = [{"x": rng.standard_normal((2, 8, 16)).astype(np.float32)} for _ in range(4)]
+    source, path = tmp_path / "float.onnx", tmp_path / f"{form}.qdq.onnx"
+    onnx.save(_normalized_block(form), source)
+    quantization.quantize_static(str(source), str(path), _Samples(samples),
+                                 quant_format=quantization.QuantFormat.QDQ)
+    graph = prequant.import_model(str(path))
+    if graph.partial is not None:
+        completed = prequant.complete_partial(graph, {"x": np.concatenate([s["x"] for s in samples])})
+        assert completed is not None, "the completed file was refused"
+        graph = completed[0]
+    assert graph.is_quantized and "QL2Normalize" in [n.op for n in graph.nodes]
+    compiled = compile_model(str(path), VTAConfig(), calib=4, graph=graph)
+    x = np.random.default_rng(9).standard_normal((2, 8, 16)).astype(np.float32)
+    out = run(compiled, {"x": x}, target="fsim").outputs
+    np.testing.assert_array_equal(out["y"], qops.run_reference(compiled.graph, {"x": x})["y"])
+    want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    assert _cosine(out["y"], want) > 0.999, _cosine(out["y"], want)

@@ -1307,6 +1307,23 @@ def _layer_norm(imp: _Importer, node: onnx.NodeProto) -> None:
         _clip_to(imp, node.name, out)
 
 
+def _l2_normalize(imp: _Importer, node: onnx.NodeProto) -> None:
+    """``x / max(||x||_2, eps)`` along one axis between DequantizeLinear and QuantizeLinear (torch's
+    ``F.normalize``, which quantizers leave float: Swinv2's cosine attention, a sentence encoder's last step), fused
+    into the lab's ``L2Normalize`` (:func:`.onnx_fusions._match_l2_normalize`), or ONNX's ``LpNormalization`` with
+    ``p = 2``: ``QL2Normalize`` at the file's scales and zero points (:func:`..qops.ql2_normalize`: the squares of
+    ``x - zx`` summed exactly, the divide in float64)."""
+    a = _attrs(node)
+    if int(a.get("p", 2)) != 2:
+        raise UnsupportedOperatorError(node.op_type, node.name, f"p={a['p']} (only the L2 norm, p=2)")
+    x = imp.alias(node, node.input[0])
+    shape = imp.shape(x.name)
+    out = _quantized_output(imp, node)
+    imp.emit_out("QL2Normalize", node.name, [x.name], out, shape, axis=int(a.get("axis", -1)) % len(shape),
+                 epsilon=float(a.get("epsilon", 0.0)), scale=x.scale, out_scale=out.scale,
+                 inner=bool(a.get("inner", 0)), zero_point=x.zp, out_zero_point=out.zp, lo=out.lo, hi=out.hi)
+
+
 def _batch_norm(imp: _Importer, node: onnx.NodeProto) -> None:
     """A BatchNormalization the quantizer left between DequantizeLinear and QuantizeLinear (DenseNet's, after a
     Concat; its float parameters): per channel ``y = a x + b`` with ``a = gamma / sqrt(var + eps)``, ``b = beta -
@@ -2050,6 +2067,8 @@ RULES: dict[str, Callable[[_Importer, onnx.NodeProto], None]] = {
     "Resize": _qdq_resize,
     "BatchNormalization": _batch_norm,
     "LayerNormalization": _layer_norm,
+    "L2Normalize": _l2_normalize,
+    "LpNormalization": _l2_normalize,
     "ConvInteger": _refuse_dynamic,
     "MatMulInteger": _refuse_dynamic,
     "DynamicQuantizeLinear": _refuse_dynamic,
