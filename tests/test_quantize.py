@@ -388,3 +388,25 @@ def test_values_below_the_scale_floor_are_named_in_a_warning(caplog):
     with caplog.at_level(logging.WARNING, logger="vta"):
         quantize(cnn, {"input": _inputs(cnn, 2, 1)})
     assert "quantize to 0" not in caplog.text
+
+
+@pytest.mark.parametrize("mode", ["multiply", "shift"])
+def test_a_layer_of_zero_weights_computes_its_bias(mode):
+    """A Conv whose weights are all 0 (a pruned or freshly initialized layer) outputs its bias: the weight scale's
+    floor is 1/127 there, not 1e-12/127, which put the bias at 1e14 accumulator units, clipped to int32, so the layer
+    computed 0 and the run still said it matched the integer reference."""
+    from helpers import onnx_model, onnx_op_run
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((1, 3, 6, 6)).astype(np.float32)
+    bias = np.array([0.5, -0.25, 0.125, 1.0], np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["y"])]
+    model = onnx_model(nodes, {"x": x}, [("w", np.zeros((4, 3, 3, 3), np.float32)), ("b", bias)])
+    if mode == "multiply":
+        *_, got, want = onnx_op_run(model, {"x": x}, atol=1e-6, rtol=1e-6)
+    else:
+        qg = quantize(import_onnx(model), {"x": x}, mode="shift")
+        got = qops.run_reference(qg, {"x": x})[qg.outputs[0]]
+        got = got * qg.producer(qg.outputs[0]).attrs["scale"] if got.dtype == np.int8 else got
+        want = np.maximum(bias, 0).reshape(1, 4, 1, 1) * np.ones((1, 4, 6, 6), np.float32)
+    np.testing.assert_allclose(got, want, atol=1.0 / 127)

@@ -53,6 +53,15 @@ BIAS_LIMIT = 2**30 - 1
 rounding :func:`choose_requant` adds (at most 2**30) stays inside int32 whatever the input."""
 
 
+def _dead_floor(per: np.ndarray) -> float:
+    """The least weight range ``max|w|`` a channel is quantized at, given every channel's ``per`` ``[O]``: 2**-8 of
+    the largest (a dead channel's bias, at the input scale times its weight scale, stays inside int32), and 1.0 when
+    every weight is 0 (a layer whose output is its bias: a floor of 1e-12 put the bias at 1e14 units, clipped to
+    int32, and the layer computed 0)."""
+    top = float(per.max()) if per.size else 0.0
+    return max(top * 2**-8, 1e-12) if top > 0 else 1.0
+
+
 class QuantizationError(ValueError):
     """A node the quantizer cannot express in the quantized operator set (named in the message)."""
 
@@ -429,7 +438,7 @@ class _Quantizer:
 
     def weight_scales(self, w: np.ndarray, wmax: int) -> np.ndarray:
         per = np.abs(w.reshape(w.shape[0], -1)).max(axis=1).astype(np.float64)
-        per = np.maximum(per, max(per.max() * 2**-8, 1e-12))  # dead channels: keep the bias inside int32
+        per = np.maximum(per, _dead_floor(per))          # dead channels: keep the bias inside int32
         use_channel = self.per_channel is True or (self.per_channel == "auto" and per.max() > 1.5 * per.min())
         scales = (per if use_channel else np.full_like(per, per.max())) / float(wmax)
         if wmax < 127:  # int4: clip each channel's (or the tensor's) range where that lowers the error
@@ -496,7 +505,7 @@ class _Quantizer:
         so less than twice it (unless S is held in [0, S_MAX]); weights in [-qmax, qmax]."""
         o = w.shape[0]
         per = np.abs(w.reshape(o, -1)).max(axis=1).astype(np.float64)
-        usual = np.maximum(per, max(per.max() * 2**-8, 1e-12)) / qmax
+        usual = np.maximum(per, _dead_floor(per)) / qmax
         shift = np.floor(np.log2(sy / (sx * usual))).astype(np.int64)
         shift -= (sy / (sx * 2.0**shift) < usual)  # a rounding of log2 just above a power of two
         shift = np.clip(shift, 0, S_MAX)
