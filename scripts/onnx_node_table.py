@@ -45,7 +45,7 @@ def node_cases() -> list[tuple[str, Any]]:
 
     from vta.compiler.frontend.onnx_frontend import RULES
     from vta.compiler.frontend.onnx_fused import FUSED_REWRITES
-    known = set(RULES) | set(FUSED_REWRITES) | {"ConvTranspose", "LSTM", "GRU", "RNN"}   # rewritten before import
+    known = set(RULES) | set(FUSED_REWRITES) | {"ConvTranspose", "Col2Im", "LSTM", "GRU", "RNN"}   # rewritten first
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         cases = {case.name: case for case in load_model_tests(kind="node")}

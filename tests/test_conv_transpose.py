@@ -247,3 +247,27 @@ def test_a_dilated_pool_of_strides_1_takes_the_phase_form(op):
     model.graph.node[0].attribute.append(helper.make_attribute("pads", [1] * (2 * rank)))
     with pytest.raises(UnsupportedOperatorError, match=r"dilations \[.*\] \(only 1\)"):
         import_onnx(model)
+
+
+@pytest.mark.parametrize("image, block, attrs", [
+    ((8, 8), (2, 2), {"strides": [2, 2]}),                               # MobileViTV2: windows tiling the image
+    ((6, 7), (3, 3), {"pads": [1, 1, 1, 1]}),                            # overlapping windows sum
+    ((9, 8), (2, 3), {"strides": [2, 1], "dilations": [2, 1], "pads": [1, 0, 0, 2]}),
+    ((7, 7), (3, 2), {"strides": [2, 3]}),                               # the last rows and columns no window reaches
+])
+def test_a_fold_is_a_grouped_conv_transpose_matching_onnxruntime(image, block, attrs):
+    """Col2Im (torch's ``F.fold``) becomes a grouped ConvTranspose of one-hot weights over the columns viewed as
+    blocks (:func:`col2im_as_conv_transposes`); the float import agrees with onnxruntime and the quantized graph
+    runs bit-exact with the integer reference (it was refused: no rule)."""
+    from helpers import onnx_model, onnx_op_run
+    strides, dilations = attrs.get("strides", [1, 1]), attrs.get("dilations", [1, 1])
+    pads = attrs.get("pads", [0, 0, 0, 0])
+    grid = [(n + pads[a] + pads[a + 2] - dilations[a] * (block[a] - 1) - 1) // strides[a] + 1 for a, n in
+            enumerate(image)]                                  # the windows along each axis
+    consts = {"image": np.array(image, np.int64), "block": np.array(block, np.int64)}
+    x = np.random.default_rng(2).standard_normal((1, 3 * block[0] * block[1], grid[0] * grid[1])).astype(np.float32)
+    nodes = [helper.make_node("Col2Im", ["x", "image", "block"], ["f"], **attrs),
+             helper.make_node("Relu", ["f"], ["y"])]
+    graph, *_ = onnx_op_run(onnx_model(nodes, {"x": x}, list(consts.items()), opset=18), {"x": x},
+                            atol=1e-5, rtol=1e-5)
+    assert "Col2Im" not in [n.op for n in graph.nodes]

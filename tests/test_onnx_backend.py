@@ -51,7 +51,7 @@ OPERATORS = ("Conv", "Gemm", "MatMul", "BatchNormalization", "Relu", "Clip", "Ad
              "LeakyRelu", "ThresholdedRelu", "Selu", "Sqrt", "Reciprocal", "Max", "Min", "Pow", "LogSoftmax",
              "ReduceLogSumExp", "ReduceMin", "ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSum", "CumSum",
              "Trilu", "LayerNormalization", "CausalConvWithState", "ConvTranspose", "LSTM", "GRU", "RNN",
-             "GlobalMaxPool", "GlobalLpPool", "Loop", "Scan", "PRelu", "GridSample")
+             "GlobalMaxPool", "GlobalLpPool", "Loop", "Scan", "PRelu", "GridSample", "Col2Im")
 """The operators of a CNN the frontend imports (the element-wise functions as lookup tables), and ONNX's fused
 transformer operators (opsets 23+), whose node cases
 the conformance test runs (scripts/onnx_node_table.py covers every operator the frontend knows)."""

@@ -37,10 +37,18 @@ place of the Conv (the zeros added at the end to whole phases lie in no kept win
 another stride, and a dilated ``ConvTranspose``, take the kernel with ``d - 1`` zeros between its taps (``(K - 1) * d
 + 1`` taps; the same sums for every pad mode, stride and output length), where that costs at most
 :data:`SPREAD_LIMIT` times the MACs (the accelerator multiplies the zeros too, and the report counts them); beyond it
-they are refused with the reason."""
+they are refused with the reason.
+
+``Col2Im`` (torch's ``F.fold``: MobileViTV2 folds its patches back into an image) is a ConvTranspose
+(:func:`col2im_as_conv_transposes`, before the rest): the column ``c * kh * kw + i * kw + j`` of block ``l`` adds to
+pixel ``(i, j)`` of the window at block ``l``, which is a grouped ConvTranspose of the columns viewed as ``[N,
+C * kh * kw, oh, ow]`` by one-hot weights ``[C * kh * kw, 1, kh, kw]`` (group ``C``) at the fold's strides, pads and
+dilations. Overlapping windows sum, as Col2Im sums them; a fold of windows that tile the image (stride = block)
+moves values only."""
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import onnx
@@ -48,7 +56,7 @@ from onnx import helper, numpy_helper
 
 from .onnx_common import _attrs, _decode
 
-__all__ = ["rewrite_conv_transposes", "phase_weights", "undilate_convs"]
+__all__ = ["rewrite_conv_transposes", "phase_weights", "undilate_convs", "col2im_as_conv_transposes"]
 
 
 def phase_weights(weight: np.ndarray, strides: tuple[int, ...], group: int) -> np.ndarray:
@@ -369,3 +377,71 @@ def _dilated_phase_nodes(model: onnx.ModelProto, node: onnx.NodeProto, x_shape: 
                                        const("cut_axes", np.arange(2, 2 + rank, dtype=np.int64))],
                              [node.output[0]], name=f"{name}_cut")]
     return out
+
+
+def col2im_as_conv_transposes(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]) -> dict[str, str]:
+    """In place: every 2-D ``Col2Im`` with constant ``image_shape`` and ``block_shape`` and a static input
+    ``[N, C * kh * kw, L]`` becomes a ``Reshape`` to ``[N, C * kh * kw, oh, ow]`` and the grouped ConvTranspose of
+    one-hot weights the module docstring describes (its output length set by ``output_padding``); ``shapes`` gains
+    the reshaped tensor. Returns ``{output: reason}`` for those left (the importer then names the node)."""
+    consts = {init.name: numpy_helper.to_array(init) for init in model.graph.initializer}
+    nodes: list[onnx.NodeProto] = []
+    refused: dict[str, str] = {}
+    changed = False
+    for node in model.graph.node:
+        if node.op_type != "Col2Im" or node.domain not in ("", "ai.onnx"):
+            nodes.append(node)
+            continue
+        plan = _col2im_plan(node, shapes.get(node.input[0]), consts)
+        if isinstance(plan, str):
+            refused[node.output[0]] = plan
+            nodes.append(node)
+            continue
+        x4, weight, group, attrs = plan
+        name = node.name or node.output[0]
+        model.graph.initializer.extend([numpy_helper.from_array(np.array(x4, np.int64), f"{name}_grid"),
+                                        numpy_helper.from_array(weight, f"{name}_onehot")])
+        shapes[f"{name}_blocks"] = x4
+        nodes += [helper.make_node("Reshape", [node.input[0], f"{name}_grid"], [f"{name}_blocks"],
+                                   name=f"{name}_blocks"),
+                  helper.make_node("ConvTranspose", [f"{name}_blocks", f"{name}_onehot"], [node.output[0]],
+                                   name=name, group=group, **attrs)]
+        changed = True
+    if changed:
+        del model.graph.node[:]
+        model.graph.node.extend(nodes)
+    return refused
+
+
+def _col2im_plan(node: onnx.NodeProto, x_shape: tuple[int, ...] | None, consts: dict[str, np.ndarray]
+                 ) -> tuple[tuple[int, ...], np.ndarray, int, dict[str, Any]] | str:
+    """``(the columns' 4-D view, the one-hot weights, group, the ConvTranspose's attributes)`` of a Col2Im, or why
+    it is left."""
+    if len(node.input) < 3 or node.input[1] not in consts or node.input[2] not in consts or x_shape is None:
+        return "an image or block shape computed at run time, or an input of unknown shape"
+    image = [int(v) for v in np.asarray(consts[node.input[1]]).reshape(-1)]
+    block = [int(v) for v in np.asarray(consts[node.input[2]]).reshape(-1)]
+    a = _attrs(node)
+    strides = [int(v) for v in a.get("strides", [1, 1])]
+    dilations = [int(v) for v in a.get("dilations", [1, 1])]
+    pads = [int(v) for v in a.get("pads", [0, 0, 0, 0])]
+    if len(image) != 2 or len(block) != 2 or len(x_shape) != 3 or len(strides) != 2 or len(dilations) != 2 or \
+            len(pads) != 4 or min(block + strides + dilations) < 1 or min(pads) < 0 or min(image) < 1:
+        return (f"image shape {image}, block shape {block}, strides {strides}, dilations {dilations} and pads "
+                f"{pads} for an input of shape {list(x_shape)} (only 2-D folds of [N, C * kh * kw, L])")
+    kh, kw = block
+    grid = [(n + p0 + p1 - d * (k - 1) - 1) // s + 1
+            for n, p0, p1, d, k, s in zip(image, pads[:2], pads[2:], dilations, block, strides)]
+    batch, columns, length = x_shape
+    if min(grid) < 1 or grid[0] * grid[1] != length or columns % (kh * kw):
+        return (f"its input {list(x_shape)} does not hold {kh * kw}-column blocks over the {grid[0]} x {grid[1]} "
+                f"windows of image shape {image}")
+    out_pad = [n - ((g - 1) * s + d * (k - 1) + 1 - p0 - p1)
+               for n, g, s, d, k, p0, p1 in zip(image, grid, strides, dilations, block, pads[:2], pads[2:])]
+    weight = np.zeros((columns, 1, kh, kw), np.float32)
+    rows = np.arange(columns)
+    weight[rows, 0, (rows % (kh * kw)) // kw, rows % kw] = 1.0
+    attrs: dict[str, Any] = {"strides": strides, "pads": pads, "dilations": dilations, "kernel_shape": block}
+    if any(out_pad):
+        attrs["output_padding"] = out_pad
+    return (batch, columns, grid[0], grid[1]), weight, columns // (kh * kw), attrs

@@ -71,7 +71,7 @@ from . import (
     score_chains,
 )
 from .conv3d import rewrite_conv3d
-from .conv_transpose import rewrite_conv_transposes, undilate_convs
+from .conv_transpose import col2im_as_conv_transposes, rewrite_conv_transposes, undilate_convs
 from .onnx_checks import (
     _check_shape_constants,
     _check_sizes,
@@ -910,6 +910,7 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, n
     if pointwise.split_variadic(model):        # Max/Min/Sum/Mean of one or of 3+ inputs, Sum/Mean of 2: two-input
         model = _infer_shapes(model)           # chains (ONNX's Gelu function adds with Sum)
     shapes = contrib.static_shapes(model)      # tiles_as_expands changes no shape constant_first_matmuls reads
+    refused.update(col2im_as_conv_transposes(model, shapes))  # F.fold: a grouped ConvTranspose of one-hot weights
     rewritten = {next((o for o in n.output if o), "") for n in model.graph.node
                  if n.op_type in ("ConvTranspose", *RECURRENT_OPS)}
     volumes = {n.output[0] for n in model.graph.node if n.op_type == "Conv" and len(shapes.get(n.input[0], ())) == 5}

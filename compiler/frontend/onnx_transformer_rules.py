@@ -749,5 +749,5 @@ RULES: dict[str, Callable[[_Importer, onnx.NodeProto], None]] = {
 PUBLIC_OPS[:] = sorted((set(RULES) - {"KeyMask", "IndexFn", "MaskPool", "MaskFn", "InputFn", "L2Normalize",
                                        "PointwiseFn", "GRNScale", "GainL2Scale", "TopKOneHot", "SumNormalize",
                                        "PickChosen"})
-                       | {"Attention", "SwiGLU", "ConvTranspose", "LSTM", "GRU", "RNN"})   # and the rewrites before
-#                          import: onnx_fused's, conv_transpose's, recurrent's
+                       | {"Attention", "SwiGLU", "ConvTranspose", "Col2Im", "LSTM", "GRU", "RNN"})
+#                          and the rewrites before import: onnx_fused's, conv_transpose's, recurrent's
