@@ -7,9 +7,11 @@ files found crashing the lab."""
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
 from helpers import onnx_model
 from onnx import helper, numpy_helper
@@ -18,6 +20,7 @@ from vta.cli import main
 from vta.compiler.frontend.float_ref import exact_exp
 from vta.compiler.frontend.onnx_frontend import ModelFileError, TensorTooLargeError, import_onnx
 from vta.compiler.frontend.quantize import QuantizationError, quantize
+from vta.compiler.ir import GraphError
 
 X = np.ones((1, 4, 8), np.float32)
 
@@ -370,3 +373,45 @@ def test_a_model_beyond_protobufs_two_gigabytes_is_refused_saying_so(tmp_path: P
     monkeypatch.setattr(onnx_frontend, "PROTOBUF_LIMIT", 4096)
     with pytest.raises(ModelFileError, match=r"cannot exceed 2 GB \(2,147,483,647 bytes\)"):
         import_onnx(str(path))
+
+
+def test_inputs_with_defaults_an_empty_or_negative_input_a_bad_gemm_and_an_unset_ir_version(tmp_path: Path, capsys):
+    """Five files a fuzzer of the command line found misread: a graph whose only input also has an initializer (its
+    default value since IR version 4; onnxruntime takes the fed value) ran as one constant and failed as "reads 'f'
+    before it is produced"; an input of no elements read by a convolution gave the same false message; a dimension
+    of -5 was called "of size 0"; a Gemm whose B does not fit its A gave numpy's matmul error naming no node; an
+    unset IR version (0) failed in shape inference, though onnxruntime runs the file."""
+    x = np.random.default_rng(1).standard_normal((1, 4)).astype(np.float32)
+    w = np.random.default_rng(2).standard_normal((3, 4)).astype(np.float32)
+
+    def gemm(b: np.ndarray) -> onnx.ModelProto:
+        return onnx_model([helper.make_node("Gemm", ["x", "w"], ["y"], name="g", transB=1)], {"x": x}, [("w", b)])
+    model = gemm(w)
+    model.graph.initializer.append(numpy_helper.from_array(np.zeros_like(x), "x"))   # a default for x
+    graph = import_onnx(model)
+    assert graph.inputs == ["x"]
+    path = tmp_path / "default.onnx"
+    onnx.save(model, path)
+    np.save(tmp_path / "x.npy", x)
+    assert main(["run", str(path), "--input", str(tmp_path / "x.npy"), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    cosine = float(re.search(r"y: .*cosine ([0-9.]+)", out).group(1))
+    assert cosine > 0.999, out                  # against onnxruntime fed the same x, not its default
+    with pytest.raises(GraphError, match=r"Gemm node 'g' multiplies its input A of shape \[1, 4\] by B of shape "
+                                         r"\[3, 5\] \(transB=1\): A's columns must equal B's columns"):
+        import_onnx(gemm(np.ones((3, 5), np.float32)))
+    model = onnx_model([helper.make_node("Conv", ["x", "k"], ["c"]), helper.make_node("GlobalAveragePool", ["c"],
+                                                                                      ["y"])],
+                       {"x": np.ones((1, 2, 4, 4), np.float32)}, [("k", np.ones((3, 2, 1, 1), np.float32))])
+    model.graph.input[0].type.tensor_type.shape.dim[2].dim_value = 0
+    with pytest.raises(ValueError, match=r"inputs of no elements \('x' 1x2x0x4\), and its output 'y' no longer "
+                                         r"depends on any input"):
+        import_onnx(model)
+    model.graph.input[0].type.tensor_type.shape.dim[2].dim_value = -5
+    with pytest.raises(ValueError, match=r"input 'x' of shape 1x2x-5x4: a dimension cannot be negative"):
+        import_onnx(model)
+    model = gemm(w)
+    model.ir_version = 0
+    path = tmp_path / "ir0.onnx"
+    onnx.save(model, path)
+    assert import_onnx(str(path)).inputs == ["x"]

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import logging
 import os
+import warnings
 from typing import Any, Mapping
 
 import numpy as np
@@ -214,7 +215,9 @@ def _fold_constants(model: onnx.ModelProto, keep: frozenset[str] = frozenset(),
         if (problem := index_problem(node, 0, consts)) is not None:
             raise ModelFileError(f"The model cannot run at these input shapes: {problem}.")
         try:
-            results = reference_evaluator(node).run(None, {t: consts[t] for t in inputs})
+            with np.errstate(all="ignore"), warnings.catch_warnings():  # a mean of no elements (an empty
+                warnings.simplefilter("ignore", RuntimeWarning)          # input's pool): the checks after name it
+                results = reference_evaluator(node).run(None, {t: consts[t] for t in inputs})
         except Exception as err:  # an op the reference evaluator lacks
             if node.op_type in RULES:
                 kept.append(node)
@@ -413,7 +416,34 @@ def _read_model(path: str) -> onnx.ModelProto:
         raise ModelFileError(f"Cannot read the external data of the model {path}: {err.strerror or err}.") from None
     except Exception as err:  # noqa: BLE001 - onnx's checks of the external data's locations and bounds
         raise ModelFileError(f"Cannot read the external data of the model {path}: {err}.") from None
+    file_conventions(proto)
     return proto
+
+
+def file_conventions(proto: onnx.ModelProto) -> None:
+    """In place, on a file as read: inputs whose initializers are defaults (:func:`_defaults_as_inputs`), and an
+    unset IR version (0, as a file written by hand leaves it) set to the one its opsets need, as onnxruntime reads
+    such a file."""
+    _defaults_as_inputs(proto)
+    if proto.ir_version < 3 and proto.opset_import:
+        try:
+            proto.ir_version = onnx.helper.find_min_ir_version_for(list(proto.opset_import), ignore_unknown=True)
+        except (ValueError, TypeError):
+            pass                                        # an opset onnx does not know: the checks name it
+
+
+def _defaults_as_inputs(proto: onnx.ModelProto) -> None:
+    """In place: when *every* graph input also has an initializer, the initializers are the inputs' default values
+    (ONNX since IR version 4; onnxruntime takes the value fed instead) and are removed, so the inputs stay inputs.
+    Elsewhere an input with an initializer is a constant, as the lab reads it throughout (IR version 3 lists every
+    weight among the inputs, beside the data input that has none); here the graph would otherwise have no input
+    and compute one constant."""
+    inits = {init.name for init in proto.graph.initializer}
+    names = {vi.name for vi in proto.graph.input}
+    if names and names <= inits:
+        kept = [init for init in proto.graph.initializer if init.name not in names]
+        del proto.graph.initializer[:]
+        proto.graph.initializer.extend(kept)
 
 
 PROTOBUF_LIMIT = 2**31 - 1
@@ -661,6 +691,25 @@ def _fix_values(model: onnx.ModelProto, values: Mapping[str, float], label: str)
         model.graph.initializer.append(numpy_helper.from_array(array, vi.name))
 
 
+def _check_live_outputs(model: onnx.ModelProto, empties: dict[str, tuple[int, ...]], label: str) -> None:
+    """ValueError when the inputs of no elements ``empties`` (name -> shape; made empty constants: an empty KV cache
+    a Concat drops) left a graph output computed from constants alone: an input the model computes on was given no
+    elements (an image of height 0), which the lab cannot run."""
+    if not empties:
+        return
+    consts = {init.name: init for init in model.graph.initializer}
+    live = {o for node in model.graph.node if any(t and t not in consts for t in node.input) for o in node.output}
+    dead = [o.name for o in model.graph.output if o.name not in live and  # one of no elements: named after import
+            not (o.name in consts and 0 in consts[o.name].dims) and
+            not any(d.HasField("dim_value") and d.dim_value == 0 for d in o.type.tensor_type.shape.dim)]
+    if dead:
+        shapes = ", ".join(f"{name!r} {'x'.join(map(str, shape))}" for name, shape in sorted(empties.items()))
+        raise ValueError(f"The model {label} has inputs of no elements ({shapes}), and its output "
+                         f"{dead[0]!r} no longer depends on any input: the lab takes an input of no elements only "
+                         f"as an empty KV cache, which a Concat drops; give every other input a length of 1 or "
+                         f"more (--input-shape).")
+
+
 def _fix_inputs(model: onnx.ModelProto, batch: int, input_shapes: dict[str, tuple[int, ...]], label: str
                 ) -> dict[str, str]:
     """Give every graph input a static shape: ``input_shapes[name]`` where given (it must agree with the model's
@@ -717,6 +766,9 @@ def _fix_inputs(model: onnx.ModelProto, batch: int, input_shapes: dict[str, tupl
                                         f"--input-shape {vi.name}={example}.")
             values = [batch if k == 0 and not d.HasField("dim_value") else d.dim_value
                       for k, d in enumerate(dims)]
+        if any(v < 0 for v in values):
+            raise ValueError(f"The model {label} has input {vi.name!r} of shape {'x'.join(map(str, values))}: a "
+                             f"dimension cannot be negative.")
         for d, v in zip(dims, values):
             d.Clear()
             d.dim_value = v
@@ -865,6 +917,7 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, n
         label = name or model.graph.name or "model"
         where = label
         proto = onnx.ModelProto.FromString(model.SerializeToString())
+        file_conventions(proto)
     else:
         raise TypeError(f"import_onnx takes a path or an onnx.ModelProto, not {type(model).__name__}.")
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
@@ -882,7 +935,9 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, n
     half.narrow_double(proto, where)                    # float64 files: float32, rounded
     _sort_nodes(proto)
     _normalize_perms(proto)
+    initialized = {init.name for init in proto.graph.initializer}
     opened = _fix_inputs(proto, batch, dict(input_shapes or {}), where)
+    empties = {init.name: tuple(init.dims) for init in proto.graph.initializer if init.name not in initialized}
     _check_sizes(proto, where, limit)                   # the inputs' own sizes, before any rewrite reads them
     _check_shape_constants(proto, where, limit)
     refused = _rewrite_contrib(proto)                   # onnxruntime's com.microsoft operators, as standard nodes
@@ -899,6 +954,7 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, n
         if len(model.graph.node) == before:
             break
     check_broadcasts(model, where)
+    _check_live_outputs(model, empties, where)
     if refused:               # rewrites that needed a static shape only the folding gives (a position Slice by Shape)
         refused = {**_rewrite_contrib(model), **onnx_fused.rewrite_onnx_fused(model)}
         model = _infer_shapes(_fold_constants(model))

@@ -172,6 +172,12 @@ def _gemm(imp: _Importer, node: onnx.NodeProto) -> None:
         raise UnsupportedOperatorError(node.op_type, node.name, "needs transA=0 and a constant B")
     w = imp.const(node.input[1]).astype(np.float64) * float(a.get("alpha", 1.0))
     w = w if a.get("transB", 0) else w.T
+    x_shape = imp.shape(node.input[0])
+    if w.ndim != 2 or len(x_shape) != 2 or x_shape[1] != w.shape[1]:
+        raise GraphError(f"Gemm node {node.name or node.output[0]!r} multiplies its input A of shape "
+                         f"{list(x_shape)} by B of shape {list(imp.const(node.input[1]).shape)} (transB="
+                         f"{int(a.get('transB', 0))}): A's columns must equal B's "
+                         f"{'columns' if a.get('transB', 0) else 'rows'} (the model is not a valid ONNX graph).")
     inputs = [node.input[0], imp.new_const(f"{node.output[0]}_w", w)]
     if len(node.input) > 2 and node.input[2] and not imp.is_const(node.input[2]):
         _gemm_plus_activation(imp, node, inputs, w.shape[0], float(a.get("beta", 1.0)))

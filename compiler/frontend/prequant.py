@@ -87,6 +87,7 @@ from .onnx_frontend import (
     _fold_constants,
     _infer_shapes,
     _read_model,
+    file_conventions,
     import_onnx,
     tensor_byte_limit,
 )
@@ -137,6 +138,7 @@ def import_model(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, 
     where = os.fspath(model) if is_path else (name or proto.graph.name or "model")
     label = name or (os.path.splitext(os.path.basename(where))[0] if is_path else where)
     proto = onnx.ModelProto.FromString(proto.SerializeToString())
+    file_conventions(proto)
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
         raise ValueError(f"batch must be a positive integer (images per inference), not {batch!r}.")
     _check_file(proto, where)

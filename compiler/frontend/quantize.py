@@ -1228,7 +1228,8 @@ def float_outputs(model: "str | os.PathLike[str] | onnx.ModelProto | None", grap
                                 f"other model to measure against)")
                 return float_ref.run_float(graph, inputs), \
                     f"float reference (onnxruntime refused the file: {_ort_reason(err)})"
-            file_inputs = sess.get_inputs()
+            defaults = [i for i in sess.get_overridable_initializers() if i.name in graph.inputs]  # inputs with a
+            file_inputs = [*sess.get_inputs(), *defaults]          # default value (an initializer): fed as well
             rest = iter([n for n in graph.inputs if n not in {i.name for i in file_inputs}])
             feed: dict[str, np.ndarray] = {}
             for arg in file_inputs:       # by name (an empty input the import made a constant too), else in order
