@@ -31,6 +31,7 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
+from vta.arrayfile import ArrayFileError, check_npy, declared_bytes, npz_declared
 from vta.config import VTAConfig
 from vta.cost import estimate
 from vta.suggest import close_matches, did_you_mean
@@ -232,17 +233,20 @@ def load_input(graph: Graph, path: str, fixed: Mapping[str, float] | None = None
     (read without pickles), checked by :func:`check_inputs` (``fixed``: the inputs compiled as constants)."""
     source = f"--input {path}"
     if path.lower().endswith(".npz") and not os.path.isdir(path):
-        return check_inputs(graph, _load_npz(path, source), source, fixed)
+        return check_inputs(graph, _load_npz(path, source, set(graph.inputs) | set(fixed or {})), source, fixed)
     if len(graph.inputs) != 1:
         raise ValueError(f"{source} gives one array but the model takes {len(graph.inputs)} inputs "
                          f"({', '.join(graph.inputs)}).")
     if os.path.isdir(path):
         raise ValueError(f"{source} is a folder; give a .npy file holding one array.")
     try:
+        check_npy(path, source)                 # empty, truncated, larger than memory: from the header alone
         value = np.load(path, allow_pickle=False)
     except OSError as err:
         raise ValueError(f"Cannot read {source}: {err.strerror or err}.") from None
-    except ValueError as err:  # pickled data, object arrays, a damaged header
+    except ArrayFileError:
+        raise
+    except (ValueError, EOFError) as err:  # pickled data, object arrays, a damaged header
         raise ValueError(f"{source} is not a .npy array of numbers ({err}); save one with numpy.save.") from None
     if not isinstance(value, np.ndarray):  # an .npz archive
         value.close()
@@ -250,22 +254,42 @@ def load_input(graph: Graph, path: str, fixed: Mapping[str, float] | None = None
     return check_inputs(graph, {graph.inputs[0]: value}, source)
 
 
-def _load_npz(path: str, source: str) -> dict[str, np.ndarray]:
-    """The arrays of the ``.npz`` file ``path`` by name (no pickles), or ValueError naming ``source``."""
+def _load_npz(path: str, source: str, inputs: set[str] | None = None) -> dict[str, np.ndarray]:
+    """The arrays of the ``.npz`` file ``path`` by name (no pickles), or ValueError naming ``source``. Each member's
+    header is checked first (:func:`.arrayfile.npz_declared`); with ``inputs`` (the names the model takes), a member
+    of another name that holds elements is refused before any member is decompressed."""
     try:
+        declared = npz_declared(path, source)
+        if declared is not None and inputs is not None:
+            extra = [name for name, (shape, dtype) in declared.items()
+                     if name not in inputs and declared_bytes(shape, dtype) > 0]
+            if extra:
+                raise InputError(f"{source} gives {', '.join(map(repr, sorted(declared)))}; the model's inputs are "
+                                 f"{', '.join(map(repr, sorted(inputs)))}.")
         with np.load(path, allow_pickle=False) as archive:
             return {name: archive[name] for name in archive.files}
     except OSError as err:
         raise ValueError(f"Cannot read {source}: {err.strerror or err}.") from None
+    except ArrayFileError:
+        raise
     except (ValueError, EOFError, zipfile.BadZipFile) as err:   # not a zip, cut short, or a damaged member
+        if isinstance(err, InputError):
+            raise
         raise ValueError(f"{source} is not an .npz archive of number arrays ({err}); save one with numpy.savez."
                          ) from None
 
 
 def read_npz_shapes(path: str) -> dict[str, tuple[int, ...]]:
-    """The shape of every array of the ``.npz`` file ``path`` by name (read without pickles), or ValueError naming
-    it (as ``--input``)."""
-    return {name: tuple(int(d) for d in value.shape) for name, value in _load_npz(path, f"--input {path}").items()}
+    """The shape of every array of the ``.npz`` file ``path`` by name, from the members' headers where numpy wrote
+    them (nothing decompressed), else read without pickles; or ValueError naming it (as ``--input``)."""
+    source = f"--input {path}"
+    try:
+        declared = npz_declared(path, source)
+    except OSError as err:
+        raise ValueError(f"Cannot read {source}: {err.strerror or err}.") from None
+    if declared:
+        return {name: shape for name, (shape, _) in declared.items()}
+    return {name: tuple(int(d) for d in value.shape) for name, value in _load_npz(path, source).items()}
 
 
 def check_force_cpu(graph: Graph, names: Iterable[str]) -> None:

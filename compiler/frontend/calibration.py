@@ -28,6 +28,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from vta.arrayfile import ArrayFileError, check_npy, npz_declared
+
 from ..ir import Graph
 from .masks import (
     is_float_mask_input,
@@ -124,8 +126,11 @@ def _single_input(graph: Graph, where: str, what: str = "a folder") -> str:
 
 def _load_npy(path: Path) -> np.ndarray:
     try:
+        check_npy(str(path), f"--calibration {path}")     # empty, truncated, beyond memory: from its header
         value = np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as err:
+    except ArrayFileError as err:
+        raise CalibrationError(str(err).rstrip(".")) from None
+    except (OSError, ValueError, EOFError) as err:
         raise CalibrationError(f"--calibration {path}: not a .npy array of numbers ({err})") from None
     if not isinstance(value, np.ndarray):
         value.close()
@@ -135,12 +140,15 @@ def _load_npy(path: Path) -> np.ndarray:
 
 def _npz(path: Path, where: str) -> dict[str, np.ndarray]:
     try:
+        npz_declared(str(path), where)                   # each member's header first: nothing decompressed
         with np.load(path, allow_pickle=False) as archive:
             if isinstance(archive, np.ndarray):
                 raise CalibrationError(f"{where}: a .npy array in a file named .npz; save the batches with "
                                        f"numpy.savez(FILE, input_name=array, ...)")
             return {name: archive[name] for name in archive.files}
-    except (OSError, ValueError) as err:
+    except ArrayFileError as err:
+        raise CalibrationError(str(err).rstrip(".")) from None
+    except (OSError, ValueError, EOFError) as err:
         raise CalibrationError(f"{where}: not a readable .npz archive of numeric arrays ({err})") from None
 
 
