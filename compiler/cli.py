@@ -327,7 +327,8 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     compiled = compile_model(args.model, cfg, options, graph=graph, calibration=calibration)
     compiled.save(args.output)
     print(f"compiled {args.model} for {cfg.name}: {compiled.accel_steps} of {len(compiled.steps)} layers on the "
-          f"accelerator, {compiled.compile_seconds or 0.0:.2f} s")
+          f"accelerator; quantization (calibration included) {compiled.frontend_seconds or 0.0:.2f} s, lowering "
+          f"{compiled.compile_seconds or 0.0:.2f} s")
     print(wrote(args.output, "compiled model"))
     return 0
 
@@ -387,6 +388,7 @@ def run_model(args: argparse.Namespace) -> int:
     if wide:
         report.extra["attention_scores"] = f"int32, exact into their softmax, on the CPU ({len(wide)} products)"
     if compiled.compile_seconds is not None:  # compiled in this run, not loaded from a .vtac
+        report.extra["quantize_seconds"] = round(compiled.frontend_seconds or 0.0, 3)   # calibration included
         report.extra["compile_seconds"] = round(compiled.compile_seconds, 3)
     report.extra["run_seconds"] = round(seconds, 3)
     if out.setup_seconds >= 0.01:  # tsim's Verilator build or cache load, apart from every layer's host ms

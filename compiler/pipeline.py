@@ -719,7 +719,7 @@ def compile_model(model: str, cfg: VTAConfig, options: CompileOptions | None = N
                       act_bits=cfg.inp_width, wgt_bits=cfg.wgt_width,  # the design's widths (docs/precision.md)
                       keep_int8=keep_int8,
                       weight_rounding=opts.weight_rounding, absmax_hints=hints,  # type: ignore[arg-type]
-                      scores=opts.attention_scores)  # type: ignore[arg-type]
+                      scores=opts.attention_scores, progress=opts.progress)  # type: ignore[arg-type]
     compiled = compile_graph(qgraph, cfg, policy=opts.policy, force_cpu=opts.force_cpu,
                              double_buffer=opts.double_buffer, progress=opts.progress, stem=opts.stem,
                              gelu=opts.gelu, layernorm=opts.layernorm, softmax=opts.softmax)
