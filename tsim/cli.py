@@ -137,7 +137,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from vta.backend import RunSummary
-    from vta.cliutil import CliError
+    from vta.cliutil import CliError, check_output_folder
     from vta.programfile import read_program
 
     from .backend import TSimBackend
@@ -147,6 +147,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.trace and Path(args.trace).suffix.lower() not in (".vcd", ".fst"):
         raise CliError(f"--trace {args.trace}: a waveform is written as .vcd or .fst, not "
                        f"{Path(args.trace).suffix or 'a file without a suffix'}")
+    if args.trace:
+        check_output_folder("--trace", args.trace)  # as `vta compile -o`: no folder is created for it
     layer, program = read_program(path, args.layer)  # a .npz, or one accelerator layer of a .vtac
     if args.max_cycles < 0:
         raise CliError(f"--max-cycles must be a number of cycles >= 0 (0: derived from the program), not "

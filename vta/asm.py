@@ -28,6 +28,8 @@ widths of the config, and every error names the line, the token and what was exp
 
 Micro-op kernels have their own lines, ``UOP dst=D src=S wgt=W`` (:func:`assemble_uops`, :func:`disassemble_uops`);
 :func:`assemble_listing` reads a text that mixes both kinds of line.
+
+`vta asm` reads a UTF-8 text of at most :data:`MAX_SOURCE_BYTES` (64 MiB), from a file or standard input.
 """
 from __future__ import annotations
 
@@ -62,7 +64,11 @@ from .isa import (
 )
 
 __all__ = ["AsmError", "Listing", "assemble", "disassemble", "assemble_uops", "disassemble_uops", "assemble_listing",
-           "format_insn", "format_uop"]
+           "format_insn", "format_uop", "MAX_SOURCE_BYTES"]
+
+MAX_SOURCE_BYTES = 64 << 20
+"""The largest assembly text `vta asm` reads, from a file or standard input: 64 MiB, about a million instructions
+(assembling that many takes about 40 s and 600 MB)."""
 
 
 class AsmError(ValueError):

@@ -84,16 +84,19 @@ class RunSummary:
 
     @classmethod
     def of(cls, workload: str, program: Program, result: RunResult, *, useful_macs: int | None = None,
-           **fields: Any) -> "RunSummary":
-        """The summary of ``result``, a run of ``program``; ``fields``: the other fields (correct, layer, ...)."""
+           clock_mhz: float | None = None, **fields: Any) -> "RunSummary":
+        """The summary of ``result``, a run of ``program``, its time at ``clock_mhz`` (the user's clock, e.g.
+        ``--clock-mhz``; None: the design's clock); ``fields``: the other fields (correct, layer, ...)."""
         return cls(workload, result.backend, program.cfg.name, len(program.insns), result.cycles,
-                   summary=cls.derived(program.cfg, useful_macs, result), stats=dict(result.stats),
+                   summary=cls.derived(program.cfg, useful_macs, result, clock_mhz), stats=dict(result.stats),
                    counters=dict(result.counters or {}), **fields)
 
     @staticmethod
-    def derived(cfg: Any, useful_macs: int | None, result: RunResult) -> dict[str, Any]:
-        """Figures derived from a run: MACs, and with cycles the MAC utilization and the time (``time_us``) at the
-        design's clock (``clock_mhz``, from ``clock_source``: :func:`vta.clock.design_clock`).
+    def derived(cfg: Any, useful_macs: int | None, result: RunResult,
+                clock_mhz: float | None = None) -> dict[str, Any]:
+        """Figures derived from a run: MACs, and with cycles the MAC utilization and the time (``time_us``) at
+        ``clock_mhz`` when given (the user's, MHz), else at the design's clock (``clock_mhz``, from
+        ``clock_source``: :func:`vta.clock.design_clock`).
 
         ``useful_macs`` (the workload's own m*k*n, None when unknown) excludes the zero padding of partial blocks;
         without it the utilization counts every MAC the GEMM core issued (``gemm_uops`` x MACs per micro-op, resets
@@ -109,7 +112,7 @@ class RunSummary:
             work = useful_macs if useful_macs is not None else \
                 int(result.stats.get("gemm_uops", 0)) * cfg.macs_per_cycle
             out["mac_utilization"] = round(work / (result.cycles * cfg.macs_per_cycle), 4)
-            clock = design_clock(cfg)
+            clock = design_clock(cfg, clock_mhz)
             out["time_us"] = round(result.cycles / clock.mhz, 3)
             out["clock_mhz"], out["clock_source"] = clock.mhz, clock.source
         return out

@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
+import io
 import json
 import logging
 import sys
@@ -33,7 +34,7 @@ from pathlib import Path
 from typing import Any, Callable, NoReturn, Sequence
 
 from . import __version__
-from .cliutil import CliError, add_config_option, command_doc, config_from_args, wrote
+from .cliutil import CliError, add_config_option, clock_option, command_doc, config_from_args, wrote
 from .suggest import did_you_mean
 
 __all__ = ["main", "build_parser", "add_config_option", "config_from_args", "CliError"]
@@ -255,14 +256,11 @@ def _cmd_asm(args: argparse.Namespace) -> int:
     from .isa import encode_stream, encode_uops
     _check_suffix("-o", args.output, (".bin",), "a raw instruction binary")
     _check_suffix("--uop-output", args.uop_output, (".bin",), "a raw micro-op binary")
+    if args.uop_output and Path(args.uop_output).resolve() == Path(args.output).resolve():
+        raise CliError(f"-o {args.output} and --uop-output {args.uop_output} are the same file: the micro-ops would "
+                       f"overwrite the instructions; give two different files")
     cfg = config_from_args(args)
-    if args.text == "-":
-        text = sys.stdin.read()
-    else:
-        try:
-            text = Path(args.text).read_text()
-        except OSError as err:
-            raise CliError(f"cannot read {args.text}: {err.strerror}") from None
+    text = _read_source(args.text)
     listing = assemble_listing(text, cfg)
     if listing.uops and not args.uop_output:
         raise CliError(f"{args.text} has {len(listing.uops)} UOP lines; give --uop-output FILE to write them")
@@ -275,6 +273,24 @@ def _cmd_asm(args: argparse.Namespace) -> int:
         _write_bytes(args.uop_output, words)
         print(wrote(args.uop_output, f"{len(u)} micro-ops, {len(words)} bytes, little-endian"))
     return 0
+
+
+def _read_source(path: str) -> str:
+    """The assembly text at ``path`` ('-': standard input), UTF-8 and at most ``vta.asm.MAX_SOURCE_BYTES``, read in
+    chunks (an endless stream stops at the limit or its first invalid byte); CliError naming the file otherwise."""
+    from .asm import MAX_SOURCE_BYTES
+    from .textfile import TextFileError, read_stream, read_text
+    try:
+        if path != "-":
+            return read_text(path, limit=MAX_SOURCE_BYTES)
+        stream = getattr(sys.stdin, "buffer", None)
+        if stream is None:  # a text stream put in its place (a test's io.StringIO): its text is already decoded
+            stream = io.BytesIO(sys.stdin.read().encode())
+        return read_stream(stream, "standard input", limit=MAX_SOURCE_BYTES, what="the input")
+    except OSError as err:
+        raise CliError(f"cannot read {path}: {err.strerror or err}") from None
+    except TextFileError as err:
+        raise CliError(str(err)) from None
 
 
 def _write_bytes(path: str, data: bytes) -> None:
@@ -300,6 +316,9 @@ def _print_gemm_report(args: argparse.Namespace, report: Any) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    if args.seed < 0:
+        raise CliError(f"--seed must be a non-negative integer, not {args.seed}")
+    clock_option(args)  # --clock-mhz (an option when vta.compiler.cli adds the model options), checked on every path
     args.rtl_options = _rtl_options(args)  # --rtl/--top: a foreign core for tsim, checked before any work
     if args.model is not None and str(args.model).endswith(".npz"):
         return _run_program(args)
@@ -330,7 +349,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     result = backend.run(program)
     correct = bool(np.array_equal(program.read(GEMM_OUTPUT, result.dram), expected))
     report = RunSummary.of(f"gemm {args.m}x{args.k}x{args.n}", program, result,
-                           useful_macs=args.m * args.k * args.n, correct=correct)
+                           useful_macs=args.m * args.k * args.n, correct=correct, clock_mhz=_run_clock(args, result))
     return _print_gemm_report(args, report)
 
 
@@ -349,6 +368,10 @@ def _run_gemm_operator(args: argparse.Namespace, cfg: Any, program: Any, expecte
     from .gemm import unpack_out
     from .isa import ALU_SHR, Alu
     from .packing import element_range
+    if clock_option(args) is not None:
+        raise CliError(f"--clock-mhz turns cycles into time, and the {args.target} backend counts no cycles (it runs "
+                       f"the GEMM as one graph operator); leave it out, or run on a backend that counts cycles "
+                       f"(--target tsim)")
     m, k, n = args.m, args.k, args.n
     a = unpack_out(program.read("A"), m, k)  # packed inp elements -> (m, k)
     w = unpack_out(program.read("B"), n, k)  # packed wgt elements are B transposed: (n, k), Dense's weight layout
@@ -385,9 +408,19 @@ def _run_program(args: argparse.Namespace) -> int:
     program = Program.load(args.model)
     backend = get_backend(args.target, **args.rtl_options, **_limit_options(args), **_cycle_options(args))
     result = backend.run(program)
-    report = RunSummary.of(f"program {args.model}", program, result)
+    report = RunSummary.of(f"program {args.model}", program, result, clock_mhz=_run_clock(args, result))
     print(report.to_json() if args.json else _format_run(report.to_dict()))
     return 0
+
+
+def _run_clock(args: argparse.Namespace, result: Any) -> float | None:
+    """The ``--clock-mhz`` a program's run gives its time at (None: the design's clock); CliError when the backend
+    counted no cycles, since there is then no time to give at it (ignoring the option would say nothing)."""
+    mhz = clock_option(args)
+    if mhz is not None and not result.cycles:
+        raise CliError(f"--clock-mhz turns cycles into time, and the {args.target} backend counts no cycles; leave "
+                       f"it out, or run on a backend that counts cycles (--target tsim)")
+    return mhz
 
 
 def _limit(text: str) -> int | None:
@@ -538,9 +571,11 @@ def _add_asm_commands(sub: Any) -> None:
     asm = sub.add_parser("asm", help="assemble text into raw encoded instructions",
                          description="Assemble instruction text (the syntax `vta disasm` prints; see vta.asm) into "
                                      "raw little-endian instructions of the config's width (128 or 256 bits each).")
-    asm.add_argument("text", metavar="TEXT", help="the assembly file ('-' reads standard input)")
+    asm.add_argument("text", metavar="TEXT", help="the assembly file, UTF-8, at most 64 MiB ('-' reads standard "
+                                                  "input)")
     asm.add_argument("-o", "--output", metavar="FILE.bin", required=True, help="where to write the instructions")
-    asm.add_argument("--uop-output", metavar="FILE.bin", help="where to write the micro-ops of UOP lines")
+    asm.add_argument("--uop-output", metavar="FILE.bin",
+                     help="where to write the micro-ops of UOP lines (a file other than -o's)")
     add_config_option(asm)
     asm.set_defaults(func=_cmd_asm)
 

@@ -17,15 +17,14 @@ Example::
 from __future__ import annotations
 
 import dataclasses
-import json
-import tomllib
+import reprlib
 from dataclasses import dataclass, fields
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Mapping
 
-__all__ = ["VTAConfig", "ConfigError", "load_config", "KNOBS", "ALU_QUEUE_DEPTH", "MAX_BURST", "MAX_OUTSTANDING",
-           "MEM_UOP", "MEM_WGT", "MEM_INP", "MEM_ACC", "MEM_OUT", "MEM_ACC_8BIT", "MEM_NAMES"]
+__all__ = ["VTAConfig", "ConfigError", "load_config", "KNOBS", "CLOCK_MHZ_RANGE", "ALU_QUEUE_DEPTH", "MAX_BURST",
+           "MAX_OUTSTANDING", "MEM_UOP", "MEM_WGT", "MEM_INP", "MEM_ACC", "MEM_OUT", "MEM_ACC_8BIT", "MEM_NAMES"]
 
 # Memory types, as encoded in LOAD/STORE instructions.
 MEM_UOP, MEM_WGT, MEM_INP, MEM_ACC, MEM_OUT, MEM_ACC_8BIT = 0, 1, 2, 3, 4, 5
@@ -81,17 +80,20 @@ MAX_OUTSTANDING = 8
 """Read requests the memory arbiter tracks at once (its tag FIFO's entries; a tag is freed when the request's last beat
 is taken): the RTL's arbiter, ``hw/arbiter.py``, and the cycle model, ``vta/cost.py``."""
 # Keys that VTA's own vta_config.json carries but that do not describe the accelerator we generate; accepted and
-# ignored so that VTA's files load unchanged.
+# ignored so that VTA's files load unchanged. The ones this design derives from its own fields must agree with them
+# (``_DERIVED_VTA_KEYS``): a file whose LOG_BLOCK_IN says 32 must not load as a 16-wide core.
 _IGNORED_VTA_KEYS = {"TARGET", "HW_VER", "LOG_BLOCK_IN", "LOG_BLOCK_OUT", "LOG_OUT_WIDTH", "LOG_OUT_BUFF_SIZE",
                      "ACC_DEP_DISTANCE"}
 
+CLOCK_MHZ_RANGE = (1.0, 10000.0)
+"""The clocks a design may give (``CLOCK_MHZ``) and ``--clock-mhz`` may ask for, MHz, inclusive."""
 _RANGES: dict[str, tuple[float, float]] = {
     "log_inp_width": (2, 3), "log_wgt_width": (2, 3), "log_acc_width": (5, 5),
     "log_batch": (0, 4), "log_block": (2, 6),
     "log_uop_buff_size": (6, 20), "log_inp_buff_size": (6, 22), "log_wgt_buff_size": (6, 24),
     "log_acc_buff_size": (6, 24),
     "bus_bytes": (1, 128), "dram_latency": (1, 1024), "cmd_queue_depth": (2, 4096),
-    "token_queue_depth": (2, 4096), "clock_mhz": (1.0, 10000.0), "fused_requant": (0, 1),
+    "token_queue_depth": (2, 4096), "clock_mhz": CLOCK_MHZ_RANGE, "fused_requant": (0, 1),
     "concurrent_alu": (0, 1), "gemm_overwrite": (0, 1), "alu_pipeline": (0, 1),
     "lane_reduce": (0, 1),
 }
@@ -179,7 +181,8 @@ class VTAConfig:
     def from_dict(cls, data: Mapping[str, Any], *, source: str | None = None) -> "VTAConfig":
         """Build from a mapping with VTA's upper-case keys or our lower-case field names.
 
-        Unknown keys, bad types and out-of-range values are all collected and raised at once as :class:`ConfigError`.
+        Unknown keys, bad types, out-of-range values and VTA keys this design derives but that disagree with it
+        (``_IGNORED_VTA_KEYS``) are all collected and raised at once as :class:`ConfigError`.
         """
         problems: list[str] = []
         kwargs: dict[str, Any] = {}
@@ -197,6 +200,7 @@ class VTAConfig:
                 problems.append(f"key {key!r} is given twice (as upper and lower case)")
                 continue
             kwargs[name] = value
+        problems.extend(_ignored_key_problems(data, kwargs))
         try:
             cfg = cls(**kwargs)
         except ConfigError as err:
@@ -392,6 +396,42 @@ class VTAConfig:
         return self.name
 
 
+def _ignored_key_problems(data: Mapping[str, Any], kwargs: Mapping[str, Any]) -> list[str]:
+    """A sentence for each ignored VTA key of ``data`` that disagrees with the design ``kwargs`` describes (field
+    name -> value; a field left out takes its default): LOG_BLOCK_IN and LOG_BLOCK_OUT must equal LOG_BLOCK,
+    LOG_OUT_WIDTH the input width and LOG_OUT_BUFF_SIZE the output buffer derived from the acc buffer. Skipped when a
+    field they depend on is not an integer (that field's own problem is reported)."""
+    values = {f.name: kwargs.get(f.name, f.default) for f in fields(VTAConfig)}
+    if any(isinstance(v, bool) or not isinstance(v, int) for k, v in values.items() if k.startswith("log_")):
+        return []
+    problems = []
+    log_block = values["log_block"]
+    blocks = {key: data[key] for key in ("LOG_BLOCK_IN", "LOG_BLOCK_OUT") if key in data}
+    if any(value != log_block for value in blocks.values()):
+        listing = " and ".join(f"{key}={value!r}" for key, value in blocks.items())
+        if len(set(map(repr, blocks.values()))) > 1:
+            problems.append(f"{listing} differ, but this GEMM core is square (BLOCK_IN = BLOCK_OUT = 2**LOG_BLOCK); "
+                            f"give one LOG_BLOCK instead")
+        else:
+            value = next(iter(blocks.values()))
+            given = "LOG_BLOCK" in data or "log_block" in data
+            where = f"LOG_BLOCK={log_block}" + ("" if given else " (the default: the file gives no LOG_BLOCK)")
+            them = "them" if len(blocks) > 1 else "it"
+            fix = f"make {them} equal or leave {them} out" if given else f"give LOG_BLOCK = {value!r} instead"
+            problems.append(f"{listing} {'disagrees' if len(blocks) == 1 else 'disagree'} with {where}, which alone "
+                            f"sets the block (BLOCK_IN = BLOCK_OUT = 2**LOG_BLOCK); {fix}")
+    out_width = values["log_inp_width"]
+    if "LOG_OUT_WIDTH" in data and data["LOG_OUT_WIDTH"] != out_width:
+        problems.append(f"LOG_OUT_WIDTH={data['LOG_OUT_WIDTH']!r} disagrees with LOG_INP_WIDTH={out_width}: the "
+                        f"output width is the input width here; make it {out_width} or leave it out")
+    out_buff = values["log_acc_buff_size"] + values["log_inp_width"] - values["log_acc_width"]
+    if "LOG_OUT_BUFF_SIZE" in data and data["LOG_OUT_BUFF_SIZE"] != out_buff:
+        problems.append(f"LOG_OUT_BUFF_SIZE={data['LOG_OUT_BUFF_SIZE']!r} disagrees with the design: the output "
+                        f"buffer is derived as LOG_ACC_BUFF_SIZE + LOG_INP_WIDTH - LOG_ACC_WIDTH = {out_buff}; make it "
+                        f"{out_buff} or leave it out")
+    return problems
+
+
 def _log2(n: int) -> int:
     return max(n - 1, 0).bit_length()
 
@@ -399,15 +439,24 @@ def _log2(n: int) -> int:
 def _check_type(name: str, value: Any) -> list[str]:
     if name in KNOBS:
         if not isinstance(value, bool):
-            return [f"{_upper(name)} is a knob and must be true or false, not {value!r}"]
+            return [f"{_upper(name)} is a knob and must be true or false, not {_show(value)}"]
         return []
     if name == "clock_mhz":
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            return [f"{_upper(name)} must be a number, not {value!r}"]
+            return [f"{_upper(name)} must be a number, not {_show(value)}"]
         return []
     if isinstance(value, bool) or not isinstance(value, int):
-        return [f"{_upper(name)} must be an integer, not {value!r}"]
+        return [f"{_upper(name)} must be an integer, not {_show(value)}"]
     return []
+
+
+_REPR = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxlist, _REPR.maxdict, _REPR.maxstring, _REPR.maxother, _REPR.maxlong = 3, 6, 6, 60, 60, 80
+
+
+def _show(value: Any) -> str:
+    """``repr(value)`` cut short where it would be long or deeply nested (a value of a bad type in a message)."""
+    return _REPR.repr(value)
 
 
 def _upper(name: str) -> str:
@@ -496,24 +545,29 @@ def _generator_problems(cfg: VTAConfig) -> list[str]:
 def load_config(path: str | Path) -> VTAConfig:
     """Read a config file: VTA's ``vta_config.json`` (unchanged) or a TOML file with the same keys.
 
-    A TOML file may put the keys at the top level or under a ``[vta]`` table.
+    A TOML file may put the keys at the top level or under a ``[vta]`` table, not both. The file must be UTF-8, at
+    most :data:`vta.textfile.MAX_DOCUMENT_BYTES` long, and give each key once.
     """
+    from .textfile import TextFileError, parse_json, parse_toml, read_text
     path = Path(path)
+    toml = path.suffix.lower() == ".toml"
     try:
-        text = path.read_text()
+        text = read_text(path)
+        data = parse_toml(text, str(path)) if toml else parse_json(text, str(path))
     except OSError as err:
-        raise ConfigError([f"cannot read the config file: {err.strerror}"], str(path)) from None
-    try:
-        if path.suffix.lower() == ".toml":
-            data = tomllib.loads(text)
-            if "vta" in data and isinstance(data["vta"], dict):
-                data = data["vta"]
-        else:
-            data = json.loads(text)
-    except (json.JSONDecodeError, tomllib.TOMLDecodeError) as err:
-        raise ConfigError([f"the file is not valid {'TOML' if path.suffix.lower() == '.toml' else 'JSON'}: {err}"],
-                          str(path)) from None
+        raise ConfigError([f"cannot read the config file: {err.strerror or err}"], str(path)) from None
+    except TextFileError as err:
+        raise ConfigError([err.reason], str(path)) from None
+    if toml and isinstance(data.get("vta"), dict):
+        outside = [key for key in data if key != "vta"]
+        if outside:
+            raise ConfigError([f"{_plural(outside, 'key')} {', '.join(outside)} outside the [vta] table would be "
+                               f"ignored; put every key under [vta], or none"], str(path))
+        data = data["vta"]
     if not isinstance(data, dict):
         raise ConfigError([f"the file must hold a table of keys, not {type(data).__name__}"], str(path))
     return VTAConfig.from_dict(data, source=str(path))
 
+
+def _plural(items: list[str], noun: str) -> str:
+    return f"the {noun}" if len(items) == 1 else f"the {noun}s"

@@ -20,14 +20,13 @@ SRAM energy per byte is the file's access energy at the buffer's size (interpola
 the access width in bytes. CPU layers cost ``cpu.mac_pj`` per MAC; static energy is ``static.mw_per_kclb`` times the
 design's area (CLB-equivalents, :mod:`vta.area`) times the inference's time. All energies are pJ.
 
-On the ground floor (it imports only :mod:`vta.config`): the sweep (:mod:`vta.sweep.measure`) and the per-run
-reports (:mod:`vta.compiler.report`) use the same model.
+On the ground floor (it imports only :mod:`vta.config` and :mod:`vta.textfile`): the sweep (:mod:`vta.sweep.measure`)
+and the per-run reports (:mod:`vta.compiler.report`) use the same model.
 """
 from __future__ import annotations
 
 import math
 import os
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -101,12 +100,13 @@ def load_tech(path: str | os.PathLike[str] | None = None) -> Tech:
     path = Path(path) if path is not None else DEFAULT_TECH
     if str(path) in _cache:
         return _cache[str(path)]
+    from .textfile import TextFileError, parse_toml, read_text
     try:
-        data = tomllib.loads(path.read_text())
+        data = parse_toml(read_text(path), str(path))
     except OSError as err:
-        raise TechError([f"cannot read the file: {err.strerror}"], str(path)) from None
-    except tomllib.TOMLDecodeError as err:
-        raise TechError([f"the file is not valid TOML: {err}"], str(path)) from None
+        raise TechError([f"cannot read the file: {err.strerror or err}"], str(path)) from None
+    except TextFileError as err:  # not UTF-8, too large, not TOML, nested too deeply
+        raise TechError([err.reason], str(path)) from None
     problems: list[str] = []
     values: dict[str, Any] = {}
     for (table, key), name in _FIELDS.items():
