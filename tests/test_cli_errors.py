@@ -285,3 +285,21 @@ def test_compile_options_on_an_artefact_are_refused(capsys: pytest.CaptureFixtur
     assert code == 2 and err.startswith("vta: error: --calibration-method is a compile option:")
     code, out, err = run(capsys, "run", str(artefact), "--no-progress")
     assert code == 0 and "matches_integer_reference: True" in out and err.startswith(RANDOM_CALIBRATION)
+
+
+def test_a_closed_pipe_is_not_bad_input(monkeypatch, capsys):
+    """`vta config show | head -1`: the reader stops, the next write raises BrokenPipeError. That is no user error:
+    exit 141 (128 + SIGPIPE, as a shell reports it), nothing on standard error (it said `vta: error: Broken pipe`
+    and exited 2, which the exit-code table reserves for bad input)."""
+    import sys
+
+    class Closed:
+        def write(self, text: str) -> int:
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def flush(self) -> None:
+            raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(sys, "stdout", Closed())
+    assert main(["config", "show"]) == 141
+    assert capsys.readouterr().err == ""

@@ -731,6 +731,18 @@ def _message(err: BaseException) -> str:
     return str(err) or type(err).__name__
 
 
+def _quiet_stdout() -> None:
+    """Point standard output at the null device, so that Python's flush of it at exit does not report the closed
+    pipe again."""
+    import os
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):   # no file descriptor (a captured stream): nothing to flush
+        pass
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line with ``argv`` (default ``sys.argv[1:]``); returns the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -751,6 +763,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("vta: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader of standard output stopped (`vta config show | head -1`): not bad input
+        _quiet_stdout()
+        return 141           # 128 + SIGPIPE, as a shell reports a command a closed pipe stopped
     except Exception as err:  # noqa: BLE001 - the one place errors become messages and exit codes
         code = _exit_code(err)
         if debug or code is None:
