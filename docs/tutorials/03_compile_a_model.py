@@ -10,7 +10,7 @@
 #
 # The same steps on the command line:
 #   vta compile resnet18 -o build/tutorials/resnet18.vtac
-#   vta run build/tutorials/resnet18.vtac --report-json r.json --plot r.png --reasons
+#   vta run build/tutorials/resnet18.vtac --report-json build/tutorials/r.json --plot build/tutorials/r.png --reasons
 #   vta disasm build/tutorials/resnet18.vtac --layer NAME
 from __future__ import annotations
 

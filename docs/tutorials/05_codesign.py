@@ -7,7 +7,7 @@
 # The model can also be given in the environment: VTA_TUTORIAL_MODEL=tiny_cnn.
 #
 # The same on the command line:
-#   vta run mini_resnet --report-json a.json
+#   vta run mini_resnet --report-json build/tutorials/a.json
 #   vta run mini_resnet --config configs/bus16.toml --report-json b.json
 #   vta report a.json b.json                 (layer by layer: cycles and energy, B/A)
 #   vta sweep scripts/sweeps/small.toml      (a sweep file; prints the frontier, writes the plots)
