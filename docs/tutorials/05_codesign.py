@@ -8,8 +8,8 @@
 #
 # The same on the command line:
 #   vta run mini_resnet --report-json build/tutorials/a.json
-#   vta run mini_resnet --config configs/bus16.toml --report-json b.json
-#   vta report a.json b.json                 (layer by layer: cycles and energy, B/A)
+#   vta run mini_resnet --config configs/bus16.toml --report-json build/tutorials/b.json
+#   vta report build/tutorials/a.json build/tutorials/b.json     (layer by layer: cycles and energy, B/A)
 #   vta sweep scripts/sweeps/small.toml      (a sweep file; prints the frontier, writes the plots)
 from __future__ import annotations
 
