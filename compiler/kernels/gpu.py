@@ -168,7 +168,7 @@ def assemble(text: str, arch: str, *, ptxas: str | None = None) -> bytes:
     tool = ptxas or ptxas_path()
     if tool is None:
         raise FileNotFoundError("ptxas was not found on PATH or in the nvidia-cuda-nvcc-cu12 wheel; install the gpu "
-                                "extra (pip install 'vta-lab[gpu]')")
+                                "extra (in the lab's folder: pip install -e '.[gpu]')")
     with tempfile.TemporaryDirectory(prefix="vta-ptxas-") as folder:
         src, dst = os.path.join(folder, "kernel.ptx"), os.path.join(folder, "kernel.cubin")
         with open(src, "w") as f:
