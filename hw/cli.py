@@ -15,9 +15,10 @@ __all__ = ["register"]
 def register(subparsers):
     """Add the ``hw`` group and its commands to the top-level ``subparsers`` of ``vta``."""
     from vta.cliutil import add_config_option, command_doc
-    hw = subparsers.add_parser("hw", help="generate the hardware: Verilog, area estimates",
-                               description="Generate the accelerator core of a config: its Verilog, or its FPGA "
-                                           "resource counts from a Yosys synthesis.")
+    hw = subparsers.add_parser("hw", help="generate the hardware: Verilog, area estimates, timing",
+                               description="Generate the accelerator core of a config: its Verilog, its FPGA "
+                                           "resource counts from a Yosys synthesis, or its clock from place and "
+                                           "route (timing).")
     sub = hw.add_subparsers(dest="hw_command", metavar="COMMAND", required=True)
     verilog = sub.add_parser("verilog", help="write the core's Verilog (vta_core.v) for a config",
                              description=command_doc(_cmd_verilog))
@@ -59,7 +60,7 @@ def _register_timing(sub, add_config_option, command_doc):
 
 def _cmd_verilog(args):
     """Generate the core of the config (Amaranth) and write its Verilog as vta_core.v into the folder -o names."""
-    from vta.cliutil import CliError, config_from_args
+    from vta.cliutil import CliError, config_from_args, wrote
 
     from .verilog import generate_verilog
     if Path(args.output).suffix.lower() in (".v", ".sv"):  # a file name where a folder is expected
@@ -71,7 +72,7 @@ def _cmd_verilog(args):
     except OSError as err:  # from vta.fileio, a sentence naming the path; from mkdir, the folder and the reason
         raise CliError(str(err) if err.filename is None else f"-o {args.output}: cannot write there ({err.filename}: "
                        f"{err.strerror})") from None
-    print(f"{path} ({cfg.name})")
+    print(wrote(path, f"the core's Verilog, {cfg.name}"))
     return 0
 
 

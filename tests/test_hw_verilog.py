@@ -101,7 +101,8 @@ def test_cli_writes_verilog(tmp_path, capsys):
                         '"LOG_ACC_BUFF_SIZE": 11}')
     assert main(["hw", "verilog", "--config", str(cfg_file), "-o", str(tmp_path / "out")]) == 0
     assert "module vta_core(" in (tmp_path / "out" / "vta_core.v").read_text()
-    assert capsys.readouterr().out.strip() == f"{tmp_path / 'out' / 'vta_core.v'} (1x8_i8w8a32_10_10_12_11)"
+    assert capsys.readouterr().out.strip() == \
+        f"wrote {tmp_path / 'out' / 'vta_core.v'} (the core's Verilog, 1x8_i8w8a32_10_10_12_11)"
 
 
 def test_cli_verilog_is_written_whole_or_not_at_all(tmp_path, capsys, monkeypatch):

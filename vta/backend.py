@@ -202,7 +202,7 @@ BACKENDS: dict[str, BackendInfo] = {info.name: info for info in (
     BackendInfo("cpu", "vta.compiler.kernels.cpu_backend:CpuBackend", "the compiler's llvmlite CPU kernels (runs whole "
                 "models; no accelerator programs)", runs_programs=False, runs_operators=True),
     BackendInfo("gpu", "vta.compiler.kernels.gpu_backend:GpuBackend", "the compiler's GPU kernels on a CUDA device "
-                "(emulate=True: in the SIMT emulator on the CPU; no accelerator programs)", runs_programs=False,
+                "(--emulate-gpu: in the SIMT emulator on the CPU; no accelerator programs)", runs_programs=False,
                 runs_operators=True, probe="vta.compiler.kernels.gpu_backend:device_reason"),
 )}
 """Every backend by name, in the order ``--help`` lists them."""

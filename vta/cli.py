@@ -43,7 +43,7 @@ log = logging.getLogger("vta")
 
 # group -> (module, one-line help shown by `vta --help` without importing the module)
 PLUGINS: dict[str, tuple[str, str]] = {
-    "hw": ("vta.hw.cli", "generate the hardware: Verilog, area estimates (vta hw --help)"),
+    "hw": ("vta.hw.cli", "generate the hardware: Verilog, area estimates, timing (vta hw --help)"),
     "compile": ("vta.compiler.cli", "compile an ONNX model to an accelerator program (vta compile --help)"),
     "tsim": ("vta.tsim.cli", "Verilator co-simulation: build, run, trace (vta tsim --help)"),
     "sweep": ("vta.sweep.cli", "design-space sweep: frontier of speed, area and energy (vta sweep --help)"),
@@ -588,8 +588,8 @@ def _add_run_command(sub: Any, with_model_options: bool) -> None:
                                      "backend's statistics. With MODEL (a zoo name such as "
                                      "resnet18 or an .onnx file): compile and run the model (vta.compiler).")
     run.add_argument("model", metavar="MODEL", nargs="?", default=None,
-                     help="a model zoo name or an .onnx path, or a saved program (.npz) to run as it is "
-                          "(default: the built-in GEMM benchmark)")
+                     help="a model zoo name, an .onnx path or a compiled model (.vtac, from vta compile), or a "
+                          "saved program (.npz) to run as it is (default: the built-in GEMM benchmark)")
     from .backend import BACKENDS
     run.add_argument("--target", choices=list(BACKENDS), default="fsim",
                      help="backend: " + "; ".join(f"{info.name}: {info.summary}" for info in BACKENDS.values()) +
