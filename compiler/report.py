@@ -41,7 +41,7 @@ from typing import Any, Iterable, Mapping
 
 from vta.area import estimate_area
 from vta.clock import Clock, design_clock
-from vta.config import VTAConfig
+from vta.config import ConfigError, VTAConfig
 from vta.counters import BYTE_COUNTERS, CYCLE_CLASSES, MODULES
 from vta.energy import BUFFERS, Tech, layer_energy, load_tech, static_pj
 from vta.fileio import atomic_path, atomic_write_text
@@ -230,8 +230,9 @@ class Report:
 
     @classmethod
     def from_dict(cls, data: Any, *, source: str = "the report") -> "Report":
-        """The report :meth:`to_dict` (a saved JSON report) describes; :class:`ReportError` naming ``source`` and
-        the first problem when ``data`` is not one."""
+        """The report :meth:`to_dict` (a saved JSON report) describes; :class:`ReportError` naming ``source`` when
+        ``data`` is not one: the first missing part, else every field of a wrong type or value
+        (:func:`report_problems`, the first :data:`_SHOWN_PROBLEMS` listed)."""
         if not isinstance(data, dict):
             raise ReportError(f"{source}: not a run report (a JSON object written by vta run --report-json)")
         missing = [k for k in ("model", "config", "target", "layers") if k not in data]
@@ -240,14 +241,18 @@ class Report:
                               f"{', '.join(repr(k) for k in missing)})")
         if not isinstance(data["layers"], list) or not all(isinstance(r, dict) for r in data["layers"]):
             raise ReportError(f"{source}: 'layers' is not a list of rows")
-        rows = []
         for i, row in enumerate(data["layers"]):
             lacking = [k for k in ("layer", "op", "where", "macs") if k not in row]
             if lacking:
                 raise ReportError(f"{source}: layer {i} has no {', '.join(lacking)}")
-            text = ("bound", "tiling", "reason", "in_shape", "out_shape")
-            rows.append({k: row.get(k, "" if k in text else 0 if k in (
-                "gemm_uops", "alu_uops", "bytes", "ms", "conversions") else None) for k in COLUMNS})
+        problems = report_problems(data)
+        if problems:
+            more = f"\n  - and {len(problems) - _SHOWN_PROBLEMS} more" if len(problems) > _SHOWN_PROBLEMS else ""
+            raise ReportError(f"{source}: not a run report as vta run --report-json writes one ({len(problems)} "
+                              f"problem{'s' if len(problems) != 1 else ''}):\n"
+                              + "\n".join(f"  - {p}" for p in problems[:_SHOWN_PROBLEMS]) + more)
+        rows = [{k: row.get(k, "" if k in _ROW_OPTIONAL_TEXT else 0 if k in _ROW_COUNTS else None) for k in COLUMNS}
+                for row in data["layers"]]
         known = {"model", "config", "target", "macs_per_cycle", "clock_mhz", "bus_bytes", "config_fields", "tech",
                  "clock_source", "clock_note", "area_clb", "static_mw", "layers", "totals"}
         if "bit_exact_vs_reference" in data and "matches_integer_reference" not in data:  # a report before the rename
@@ -266,9 +271,13 @@ class Report:
         """The same report with every layer's energy computed again from its statistics with ``tech``; needs the
         config's fields (reports written since they are saved)."""
         if not self.config_fields:
-            raise ReportError(f"the report of {self.model} does not hold its config's fields; run it again to "
-                              f"recompute its energy")
-        cfg = VTAConfig.from_dict(self.config_fields)
+            raise ReportError(f"the report of {self.model} does not hold its config's fields (config_fields); run it "
+                              f"again to recompute its energy")
+        try:
+            cfg = VTAConfig.from_dict(self.config_fields)
+        except ConfigError as err:
+            raise ReportError(f"config_fields is not a valid config ({'; '.join(err.problems)}), so the energy "
+                              f"cannot be computed again") from None
         rows = [dict(r) for r in self.rows]
         for row in rows:
             _fill_energy(row, cfg, tech)
@@ -625,16 +634,169 @@ class ReportError(ValueError):
 
 def load_report(path: str | PathLike[str]) -> Report:
     """The :class:`Report` saved at ``path`` by ``vta run --report-json`` (or ``vta report --report-json``);
-    :class:`ReportError` when it cannot be read or is not a report."""
+    :class:`ReportError` when it cannot be read or is not a report (:func:`report_problems`)."""
     try:
-        text = open(path).read()
+        with open(path, encoding="utf-8") as stream:
+            text = stream.read()
     except OSError as err:
         raise ReportError(f"{os.fspath(path)}: {err.strerror}") from None
+    except UnicodeDecodeError as err:
+        raise ReportError(f"{os.fspath(path)}: not UTF-8 text (byte {err.object[err.start]:#04x} at position "
+                          f"{err.start}); a run report is JSON written by vta run --report-json") from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as err:
         raise ReportError(f"{os.fspath(path)}: not JSON ({err})") from None
+    except RecursionError:
+        raise ReportError(f"{os.fspath(path)}: nested too deeply to read (arrays or objects inside one another past "
+                          f"Python's recursion limit); a run report is JSON written by vta run --report-json") from None
     return Report.from_dict(data, source=os.fspath(path))
+
+
+# ---- what a saved report's fields may hold ---------------------------------------------------------------------------
+MAX_FIGURE = 1e18
+"""The largest magnitude of a number in a saved report (cycles, MACs, bytes, milliseconds, MHz, ...): far above any
+run's figures, low enough that their sums over layers stay finite."""
+_ROW_TEXT = ("layer", "op", "where")
+_ROW_OPTIONAL_TEXT = ("bound", "tiling", "reason", "in_shape", "out_shape")
+_ROW_COUNTS = ("macs", "gemm_uops", "alu_uops", "bytes", "ms", "conversions")
+"""A layer's figures that are numbers in every report (given as null they are refused; left out, 0 but ``macs``)."""
+_ROW_FIGURES = tuple(k for k in COLUMNS if k not in _ROW_TEXT + _ROW_OPTIONAL_TEXT)
+_ACCURACY_FIGURES = ("max_abs_error_lsb", "mean_abs_error_lsb", "max_error_pct_of_range", "mean_error_pct_of_range",
+                     "cosine", "top1_agreement", "top5_agreement")
+"""An output's accuracy figures (:func:`.frontend.quantize.accuracy_vs_float`): numbers, NaN when the output held a
+NaN or an infinity, or null."""
+_SHOWN_PROBLEMS = 10
+
+
+def report_problems(data: Mapping[str, Any]) -> list[str]:
+    """Every field of a saved report ``data`` (a JSON object with ``model``, ``config``, ``target`` and ``layers``, a
+    list of objects) whose type or value no report of ``vta run --report-json`` has, one sentence each naming the field
+    (``layers[3].cycles``, ``accuracy.outputs``); empty when there is none. Numbers are JSON numbers (not strings, not
+    true/false), finite, at most :data:`MAX_FIGURE` in magnitude and not negative; ``totals`` is not read (it is
+    recomputed from the layers)."""
+    problems: list[str] = []
+    for key in ("model", "config", "target"):
+        problems += _text_problem(key, data[key], optional=False)
+    for key in ("tech", "clock_source", "clock_note"):
+        problems += _text_problem(key, data.get(key))
+    for key in ("macs_per_cycle", "bus_bytes"):
+        problems += _figure_problem(key, data.get(key), integer=True, positive=True)
+    problems += _figure_problem("clock_mhz", data.get("clock_mhz"), positive=True)
+    for key in ("area_clb", "static_mw", "build_seconds"):
+        problems += _figure_problem(key, data.get(key))
+    for key in ("config_fields", "calibration", "int8_budget", "accuracy"):
+        problems += _kind_problem(key, data.get(key), dict)
+    for i, row in enumerate(data["layers"]):
+        for key in _ROW_TEXT + _ROW_OPTIONAL_TEXT:
+            problems += _text_problem(f"layers[{i}].{key}", row.get(key), optional=key not in _ROW_TEXT)
+        for key in _ROW_FIGURES:
+            problems += _figure_problem(f"layers[{i}].{key}", row.get(key),
+                                        optional=key not in _ROW_COUNTS or key not in row)
+    if isinstance(data.get("accuracy"), dict):
+        problems += _accuracy_problems(data["accuracy"])
+    if isinstance(data.get("calibration"), dict):
+        problems += _figure_problem("calibration.percentile", data["calibration"].get("percentile"), signed=True)
+    if isinstance(data.get("int8_budget"), dict):
+        problems += _int8_budget_problems(data["int8_budget"])
+    return problems
+
+
+def _accuracy_problems(accuracy: Mapping[str, Any]) -> list[str]:
+    """The problems of a saved report's ``accuracy`` (:func:`format_accuracy`'s data)."""
+    outputs = accuracy.get("outputs")
+    problems = _kind_problem("accuracy.outputs", outputs, dict, "(output name -> its figures)")
+    for name, figures in outputs.items() if isinstance(outputs, dict) else ():
+        where = f"accuracy.outputs.{name}"
+        more = _kind_problem(where, figures, dict, "of figures", optional=False)
+        if more:
+            problems += more
+            continue
+        problems += _figures_problems(where, figures)
+        kept = figures.get("kept_tokens")
+        problems += _kind_problem(f"{where}.kept_tokens", kept, dict)
+        if isinstance(kept, dict):
+            problems += _figures_problems(f"{where}.kept_tokens", kept)
+            for key in ("tokens", "of"):
+                problems += _figure_problem(f"{where}.kept_tokens.{key}", kept.get(key), integer=True)
+    own = accuracy.get("file_own_cosine")
+    problems += _kind_problem("accuracy.file_own_cosine", own, dict, "(output name -> cosine)")
+    for name, cosine in own.items() if isinstance(own, dict) else ():
+        problems += _figure_problem(f"accuracy.file_own_cosine.{name}", cosine, nan=True, signed=True)
+    lost = accuracy.get("where_lost")
+    problems += _kind_problem("accuracy.where_lost", lost, list, "of layers")
+    for i, entry in enumerate(lost if isinstance(lost, list) else ()):
+        more = _kind_problem(f"accuracy.where_lost[{i}]", entry, dict, optional=False)
+        for key in ("cosine_in", "cosine_out"):
+            more = more or _figure_problem(f"accuracy.where_lost[{i}].{key}", entry.get(key), nan=True, signed=True)
+        problems += more
+    return problems
+
+
+def _figures_problems(where: str, figures: Mapping[str, Any]) -> list[str]:
+    """The problems of one output's accuracy figures (also those of its ``kept_tokens``) at ``where``."""
+    return [p for key in _ACCURACY_FIGURES
+            for p in _figure_problem(f"{where}.{key}", figures.get(key), nan=True, signed=True)]
+
+
+def _int8_budget_problems(choice: Mapping[str, Any]) -> list[str]:
+    """The problems of a saved report's ``int8_budget`` (:func:`format_int8_budget`'s data)."""
+    problems = _figure_problem("int8_budget.budget_points", choice.get("budget_points"))
+    problems += _figure_problem("int8_budget.cpu_us_of_kept", choice.get("cpu_us_of_kept"))
+    kept, steps = choice.get("kept"), choice.get("steps")
+    problems += _kind_problem("int8_budget.kept", kept, list, "of layer names")
+    for i, name in enumerate(kept if isinstance(kept, list) else ()):
+        problems += _text_problem(f"int8_budget.kept[{i}]", name, optional=False)
+    problems += _kind_problem("int8_budget.steps", steps, list)
+    for i, step in enumerate(steps if isinstance(steps, list) else ()):
+        problems += _kind_problem(f"int8_budget.steps[{i}]", step, dict, optional=False)
+    return problems
+
+
+def _text_problem(name: str, value: Any, *, optional: bool = True) -> list[str]:
+    """``[sentence]`` when ``value`` is not a string (null allowed when ``optional``), else ``[]``."""
+    if isinstance(value, str) or (value is None and optional):
+        return []
+    return [f"{name} must be a string, not {_shown(value)}"]
+
+
+def _kind_problem(name: str, value: Any, kind: type, what: str = "", *, optional: bool = True) -> list[str]:
+    """``[sentence]`` when ``value`` is not a JSON object (``kind`` dict) or array (list), null allowed when
+    ``optional``; else ``[]``."""
+    if isinstance(value, kind) or (value is None and optional):
+        return []
+    return [f"{name} must be {'an object' if kind is dict else 'an array'}{' ' + what if what else ''}, not "
+            f"{_shown(value)}"]
+
+
+def _figure_problem(name: str, value: Any, *, optional: bool = True, integer: bool = False, positive: bool = False,
+                    signed: bool = False, nan: bool = False) -> list[str]:
+    """``[sentence]`` when ``value`` is not the number a report field holds, else ``[]``: a JSON number (an integer
+    with ``integer``; null when ``optional``), finite and at most :data:`MAX_FIGURE` in magnitude (NaN too with
+    ``nan``: an accuracy measured on non-finite outputs), 0 or more (above 0 with ``positive``, any sign with
+    ``signed``)."""
+    if value is None:
+        return [] if optional else [f"{name} must be a number, not null (or missing)"]
+    kind = "an integer" if integer else "a number"
+    if isinstance(value, bool) or not isinstance(value, int if integer else (int, float)):
+        return [f"{name} must be {kind}, not {_shown(value)}"]
+    if nan and value != value:
+        return []
+    if not -MAX_FIGURE <= value <= MAX_FIGURE:  # also NaN and the infinities
+        return [f"{name} must be a finite number of magnitude at most {MAX_FIGURE:g}, not {_shown(value)}"]
+    if positive and value <= 0:
+        return [f"{name} must be above 0, not {_shown(value)}"]
+    if not (positive or signed) and value < 0:
+        return [f"{name} must be 0 or more, not {_shown(value)}"]
+    return []
+
+
+def _shown(value: Any) -> str:
+    """``value`` as JSON spells it, cut to 60 characters; an object or an array by its kind alone."""
+    if isinstance(value, (dict, list)):
+        return f"an {'object' if isinstance(value, dict) else 'array'}"
+    text = json.dumps(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _cost(row: dict[str, Any] | None) -> tuple[float | None, str]:
@@ -819,30 +981,31 @@ def format_accuracy(accuracy: Mapping[str, Any]) -> list[str]:
     lines = [f"error against {what} ({reference}):"]
     for name, m in accuracy.get("outputs", {}).items():
         lsb = "" if m.get("max_abs_error_lsb") is None else \
-            f"max {m['max_abs_error_lsb']:.3g} LSB, mean {m['mean_abs_error_lsb']:.3g} LSB; "
-        line = (f"  {name}: {lsb}max {m['max_error_pct_of_range']:.3g}% of range, mean "
-                f"{m['mean_error_pct_of_range']:.3g}%; cosine {m['cosine']:.6f}")
+            f"max {_g(m['max_abs_error_lsb'])} LSB, mean {_g(m.get('mean_abs_error_lsb'))} LSB; "
+        line = (f"  {name}: {lsb}max {_g(m.get('max_error_pct_of_range'))}% of range, mean "
+                f"{_g(m.get('mean_error_pct_of_range'))}%; cosine {_g(m.get('cosine'), '.6f')}")
         for key, label in (("top1_agreement", "top-1"), ("top5_agreement", "top-5")):
             if m.get(key) is not None:
                 line += f"; {label} agreement {100 * m[key]:.0f}%"
         kept = m.get("kept_tokens")
         if kept:
-            lsb = "" if kept.get("max_abs_error_lsb") is None else f"max {kept['max_abs_error_lsb']:.3g} LSB, "
-            line += (f"; on the {kept['tokens']} of {kept['of']} positions where {kept.get('mask', 'the mask')} is "
-                     f"1: {lsb}max {kept['max_error_pct_of_range']:.3g}% of range, cosine {kept['cosine']:.6f}")
+            lsb = "" if kept.get("max_abs_error_lsb") is None else f"max {_g(kept['max_abs_error_lsb'])} LSB, "
+            line += (f"; on the {kept.get('tokens')} of {kept.get('of')} positions where {kept.get('mask', 'the mask')}"
+                     f" is 1: {lsb}max {_g(kept.get('max_error_pct_of_range'))}% of range, cosine "
+                     f"{_g(kept.get('cosine'), '.6f')}")
         lines.extend(textwrap.wrap(line, 120, subsequent_indent="    "))
     own = accuracy.get("file_own_cosine")
     if own:
         line = ("  for scale, the file's own quantization error: onnxruntime on the quantized file against its "
-                "dequantized float graph (onnxruntime too), " + "; ".join(f"{name}: cosine {c:.6f}"
+                "dequantized float graph (onnxruntime too), " + "; ".join(f"{name}: cosine {_g(c, '.6f')}"
                                                                         for name, c in own.items())
                 + " (where this is low, two integer runs of the file that round differently land that far apart)")
         lines.extend(textwrap.wrap(line, 120, subsequent_indent="    "))
     lost = accuracy.get("where_lost")
     if lost:
         line = ("  where the error arises (the layers losing most cosine against the float model's same tensor, on "
-                "the run's input): " + "; ".join(f"{e['node']} ({e['op']}) {e['cosine_in']:.4f} -> "
-                                                 f"{e['cosine_out']:.4f}" for e in lost))
+                "the run's input): " + "; ".join(f"{e.get('node')} ({e.get('op')}) {_g(e.get('cosine_in'), '.4f')} "
+                                                 f"-> {_g(e.get('cosine_out'), '.4f')}" for e in lost))
         lines.extend(textwrap.wrap(line, 120, subsequent_indent="    "))
     return lines
 
@@ -853,13 +1016,13 @@ def format_int8_budget(choice: Mapping[str, Any]) -> str:
     the kept layers' CPU time by the partitioner's estimate."""
     steps = choice.get("steps") or []
     kept = choice.get("kept") or []
-    first = steps[0]["top1_agreement_pct"] if steps else None
-    last = steps[-1]["top1_agreement_pct"] if steps else None
+    first = steps[0].get("top1_agreement_pct") if steps else None
+    last = steps[-1].get("top1_agreement_pct") if steps else None
     what = (f"kept {', '.join(kept)} at int8 on the CPU" if kept else "kept no layer at int8 (the narrow model is "
             "within the budget)")
     cost = choice.get("cpu_us_of_kept")
-    return (f"int8 budget {choice.get('budget_points'):g} points of top-1 agreement: {what}; agreement {first}% -> "
-            f"{last}% on {choice.get('measured_on')}"
+    return (f"int8 budget {_g(choice.get('budget_points'), 'g')} points of top-1 agreement: {what}; agreement "
+            f"{first}% -> {last}% on {choice.get('measured_on')}"
             + (f"; the kept layers take {cost:,.1f} us on the CPU (partitioner's estimate)" if kept and cost else ""))
 
 
@@ -943,6 +1106,11 @@ def _si(text: str, width: int) -> str:
                 if len(short) <= width:
                     return short
     return text
+
+
+def _g(value: float | None, spec: str = ".3g") -> str:
+    """A saved figure formatted with ``spec``; ``-`` for None (a figure the report does not hold)."""
+    return "-" if value is None else format(value, spec)
 
 
 def _num(value: float | None, digits: int) -> str:

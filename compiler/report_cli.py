@@ -58,14 +58,19 @@ def report_command(args: argparse.Namespace) -> int:
         tech = load_tech(args.tech) if args.tech else None
     except TechError as err:
         raise CliError(str(err).splitlines()[0] + " " + "; ".join(err.problems)) from None
-    try:
-        reports = [load_report(path) for path in args.runs]
-        if tech is not None:
-            reports = [r.with_tech(tech) for r in reports]
+    reports = []
+    for path in args.runs:
+        try:
+            report = load_report(path)  # its errors name the file
+        except ReportError as err:
+            raise CliError(str(err)) from None
+        try:
+            report = report.with_tech(tech) if tech is not None else report
+        except ReportError as err:
+            raise CliError(f"{path}: {err}") from None
         if args.clock_mhz is not None:
-            reports = [r.with_clock(args.clock_mhz, "user", "--clock-mhz") for r in reports]
-    except ReportError as err:
-        raise CliError(str(err)) from None
+            report = report.with_clock(args.clock_mhz, "user", "--clock-mhz")
+        reports.append(report)
     if len(reports) == 2:
         if args.report_csv or args.plot or args.html:
             raise CliError("--report-csv, --plot and --html render one run; give one RUN (compare writes "
@@ -118,6 +123,9 @@ def _sweep_report(args: argparse.Namespace) -> int:
     if not os.path.isfile(args.runs[0]):
         raise CliError(f"{args.runs[0]}: no such file")
     module, _, name = SWEEP_EXPLORER.partition(":")
-    getattr(importlib.import_module(module), name)(args.runs[0], args.html)
+    try:  # the database is read, never written: one that is not a sweep's is refused (a StoreError names it)
+        getattr(importlib.import_module(module), name)(args.runs[0], args.html)
+    except ValueError as err:
+        raise CliError(str(err)) from None
     print(wrote(args.html, "sweep explorer, HTML, self-contained"))
     return 0

@@ -10,13 +10,16 @@ import os
 from pathlib import Path
 from typing import Any
 
-__all__ = ["register", "add_arguments", "sweep_command", "check_model"]
+__all__ = ["register", "add_arguments", "sweep_command", "check_model", "MAX_WORKERS"]
 
 log = logging.getLogger("vta")
 
 DEFAULT_DIR = Path("build")
 """Where the results database and the plots go unless ``--db`` and ``--plot-dir`` say otherwise (relative to the
 current folder; created when needed)."""
+MAX_WORKERS = 256
+"""The most local worker processes ``--workers`` may ask for: each holds a model, its compiler and schedule caches in
+memory (hundreds of MB). A run starts no more workers than it has tasks (points, in groups) to give them."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -25,7 +28,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--db", metavar="PATH", help="results database (SQLite; default build/<FILE stem>.sqlite, "
                                                      "build/ created if needed); a rerun skips the points it holds")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, metavar="N",
-                        help="local worker processes (default: the CPU count; 0: in this process)")
+                        help=f"local worker processes (default: the CPU count; 0: in this process; at most "
+                             f"{MAX_WORKERS}, and no more are started than there are points to measure)")
     parser.add_argument("--scheduler", metavar="ADDR", help="run on a Dask distributed cluster at ADDR "
                                                             "(tcp://host:8786) instead of local workers")
     parser.add_argument("--plot-dir", metavar="DIR", help="where to write the frontier plots (default "
@@ -68,8 +72,9 @@ def sweep_command(args: argparse.Namespace) -> int:
         spec = load_spec(args.file)
     except SweepSpecError as err:
         raise CliError(str(err)) from None
-    if args.workers < 0:
-        raise CliError(f"--workers must be 0 or more, not {args.workers}")
+    if not 0 <= args.workers <= MAX_WORKERS:
+        raise CliError(f"--workers must be between 0 and {MAX_WORKERS} local processes, not {args.workers} (each "
+                       f"holds a model and its compiler in memory; --scheduler ADDR runs on a Dask cluster)")
     if args.check < 0:
         raise CliError(f"--check must be 0 or more points, not {args.check}")
     if args.html:
@@ -87,7 +92,10 @@ def sweep_command(args: argparse.Namespace) -> int:
         ResultStore(db).close()
     except StoreError as err:
         raise CliError(f"--db {err}") from None
-    points = spec.points()
+    try:
+        points = spec.points()
+    except SweepSpecError as err:
+        raise CliError(str(err)) from None
     print(f"sweep {spec.name}: {len(points) // len(spec.models)} designs x {len(spec.models)} models = {len(points)} "
           f"points, mode {spec.mode}")
     with ResultStore(db) as store:

@@ -97,8 +97,9 @@ def write_sweep_html(rows: Sequence[dict[str, Any]], path: str | os.PathLike[str
 
 
 def write_sweep_html_from_db(db: str | os.PathLike[str], path: str | os.PathLike[str]) -> None:
-    """The explorer of the results database ``db`` written to ``path`` (``vta report SWEEP.sqlite --html FILE``)."""
-    with ResultStore(db) as store:
+    """The explorer of the results database ``db`` written to ``path`` (``vta report SWEEP.sqlite --html FILE``).
+    ``db`` is opened read-only: :class:`~.store.StoreError` (naming it) when it is not a sweep's, and never changed."""
+    with ResultStore(db, readonly=True) as store:
         rows = store.rows()
     write_sweep_html(rows, path, title=f"sweep {os.path.splitext(os.path.basename(os.fspath(db)))[0]}")
 

@@ -5,10 +5,10 @@
   on; when a worker process dies, the points in flight are retried on a new pool, and one in flight at two deaths is
   recorded failed.
 * Local: :class:`concurrent.futures.ProcessPoolExecutor` with ``workers`` processes (0: in this process, one point at
-  a time). Designs that differ only in buffer sizes go to one worker as a group (up to :data:`GROUP` points, measured
-  one after the other), so the schedule candidates one finds serve the next in that worker's memory instead of two
-  workers searching the same layers at once. Dask: ``scheduler`` is the address of a ``dask.distributed``
-  scheduler (``tcp://host:8786``) or a ``Client`` already connected.
+  a time; never more processes than tasks to give them). Designs that differ only in buffer sizes go to one worker
+  as a group (up to :data:`GROUP` points, measured one after the other), so the schedule candidates one finds serve
+  the next in that worker's memory instead of two workers searching the same layers at once. Dask: ``scheduler`` is
+  the address of a ``dask.distributed`` scheduler (``tcp://host:8786``) or a ``Client`` already connected.
 * Designs whose config is invalid are recorded failed at once, without a worker.
 * The accuracy objective (:mod:`vta.sweep.accuracy`) is measured once per sweep, not once per worker: the chunks of
   the models' evaluation sets that the points need and the cache lacks go to the workers first, costliest first
@@ -186,18 +186,20 @@ def measure_group(points: tuple[Point, ...]) -> list[dict[str, Any]]:
 
 def _run_local(points: list[Point], workers: int, record: Callable[[dict[str, Any]], None],
                jobs: list[AccuracyJob] | None = None) -> None:
-    """Keep ``2 * workers`` tasks in flight on a process pool: the accuracy ``jobs`` first, then the points in
-    :func:`_groups`. When a worker dies, the pool cannot tell whose task killed it: every point in flight goes back
-    to the queue on a new pool, a group's points each alone, and one in flight alone at two deaths is recorded failed
+    """Keep two tasks per worker process in flight on a pool of ``workers`` processes (fewer when fewer tasks are
+    left): the accuracy ``jobs`` first, then the points in :func:`_groups`. When a worker dies, the pool cannot tell
+    whose task killed it: every point in flight goes back to the queue on a new pool, a group's points each alone,
+    and one in flight alone at two deaths is recorded failed
     (an accuracy job in flight is dropped: its points measure what it lacked)."""
     queue: list[tuple[Point, ...] | AccuracyJob] = [*reversed(_groups(points)), *reversed(jobs or [])]
     strikes: dict[tuple[str, str, str], int] = {}
     while queue:
-        with ProcessPoolExecutor(max_workers=workers, initializer=_one_blas_thread) as pool:
+        processes = min(workers, len(queue))  # a pool forks all its workers at once: no idle ones
+        with ProcessPoolExecutor(max_workers=processes, initializer=_one_blas_thread) as pool:
             flying: dict[Future[Any], tuple[Point, ...] | AccuracyJob] = {}
             broken = False
             while (queue or flying) and not broken:
-                while queue and len(flying) < 2 * workers:
+                while queue and len(flying) < 2 * processes:
                     task = queue[-1]
                     try:
                         if isinstance(task, AccuracyJob):

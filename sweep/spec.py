@@ -8,7 +8,7 @@ A sweep file is TOML::
     mode = "model"                      # "model": cycle model + analytical area + energy; "exact": tsim cycles
     area = "yosys"                      # optional: "yosys" (per-module synthesis, cached; the default in exact
                                         # mode) or "model" (the analytical area model; the default in model mode)
-    timeout = 120                       # seconds per point (compile + measurement)
+    timeout = 120                       # seconds per point (compile + measurement), at most MAX_TIMEOUT
     base = "design.toml"                # optional base config file (VTA JSON or TOML), relative to the sweep file
     tech = "my_tech.toml"               # optional technology file for energy (default: the 45 nm table)
     samples = 50                        # optional: draw this many designs at random from the grid ...
@@ -25,7 +25,10 @@ A sweep file is TOML::
 
 Every problem in the file is collected and raised at once (:class:`SweepSpecError`). A combination that makes an
 invalid :class:`~vta.config.VTAConfig` is not an error of the file: it becomes a point whose ``error`` says why, which
-the runner records as failed.
+the runner records as failed. What no point could survive is an error of the file: a ``timeout`` that is not a
+finite number of seconds up to :data:`MAX_TIMEOUT`, a ``tech`` file that is not a valid technology file, a TOML date
+or time among the values of ``[vary]``, and a sweep of more than :data:`MAX_POINTS` points (designs x models): a
+larger grid needs ``samples``.
 
 Expansion is deterministic: the grid's combinations in the order of ``[vary]`` (the last key varies fastest), or with
 ``samples`` the combinations at ``sorted(random.Random(seed).sample(range(grid size), samples))``; then every model
@@ -36,8 +39,10 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import math
 import os
 import random
+import sys
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,7 +51,14 @@ from typing import Any
 from vta.config import ConfigError, VTAConfig, load_config
 
 __all__ = ["SweepSpec", "Design", "Point", "SweepSpecError", "load_spec", "parse_spec", "MODES", "AREAS", "KNOBS",
-           "config_key"]
+           "config_key", "MAX_POINTS", "MAX_TIMEOUT"]
+
+MAX_POINTS = 100_000
+"""The most points (designs x models) one sweep file may ask for. A model-mode point takes about a second, so this is
+a day of a 2-core machine; a larger grid is refused before any design is built (its designs alone would not fit in
+memory past some millions): draw ``samples = N`` designs from it instead."""
+MAX_TIMEOUT = 7 * 24 * 3600.0
+"""The longest per-point ``timeout``, seconds (one week; the interval timer cannot be set much past 10**11 s)."""
 
 MODES = ("model", "exact")
 AREAS = ("model", "yosys")
@@ -126,27 +138,57 @@ class SweepSpec:
     @property
     def grid_size(self) -> int:
         """Designs in the full grid (the product of the value counts)."""
-        size = 1
-        for values in self.vary.values():
-            size *= len(values)
-        return size
+        return math.prod(len(values) for values in self.vary.values())
+
+    @property
+    def design_count(self) -> int:
+        """Designs the sweep measures: the grid's, or ``samples`` of them (at most the grid's)."""
+        return self.grid_size if self.samples is None else min(self.samples, self.grid_size)
 
     def designs(self) -> list[Design]:
-        """The designs, in the deterministic order described in the module docstring."""
+        """The designs, in the deterministic order described in the module docstring; :class:`SweepSpecError`
+        (before any is built) when they are more than :data:`MAX_POINTS` points."""
+        problem = _size_problem(self.vary, self.samples, len(self.models))
+        if problem:
+            raise SweepSpecError([problem], self.source)
         names = list(self.vary)
-        combos = list(itertools.product(*self.vary.values())) if self.samples is None else self._sampled()
+        combos = itertools.product(*self.vary.values()) if self.samples is None else self._sampled()
         return [make_design(self.base, dict(zip(names, combo))) for combo in combos]
 
     def _sampled(self) -> list[tuple[Any, ...]]:
-        assert self.samples is not None
-        count = min(self.samples, self.grid_size)
-        picks = sorted(random.Random(self.seed).sample(range(self.grid_size), count))
+        count, grid = self.design_count, self.grid_size
+        rng = random.Random(self.seed)
+        if grid <= sys.maxsize:
+            picks = sorted(rng.sample(range(grid), count))
+        else:  # random.sample needs len(range(grid)); count <= MAX_POINTS is a sliver of such a grid
+            chosen: set[int] = set()
+            while len(chosen) < count:
+                chosen.add(rng.randrange(grid))
+            picks = sorted(chosen)
         return [_combo_at(list(self.vary.values()), index) for index in picks]
 
     def points(self) -> list[Point]:
         """Every (design, model) point: each design on each model, designs in order."""
         return [Point(d, m, self.mode, self.timeout, self.tech, self.area) for d in self.designs()
                 for m in self.models]
+
+
+def _size_problem(vary: dict[str, tuple[Any, ...]], samples: int | None, models: int) -> str:
+    """The sentence saying that the sweep asks for more than :data:`MAX_POINTS` points, or "" when it does not."""
+    grid = math.prod(len(values) for values in vary.values())
+    designs = grid if samples is None else min(samples, grid)
+    models = max(models, 1)
+    if designs * models <= MAX_POINTS:
+        return ""
+    on = f"{models} model{'s' if models != 1 else ''}"
+    most = f"more than the {MAX_POINTS:,} points a sweep may measure"
+    if samples is None:
+        sizes = " x ".join(str(len(values)) for values in vary.values())
+        return (f"[vary] makes a grid of {sizes} = {designs:,} designs, {designs * models:,} points on {on}: {most}; "
+                f"give samples = N in [sweep] to measure N designs drawn at random from the grid (N at most "
+                f"{MAX_POINTS // models:,} with {on}), or vary fewer values")
+    return (f"samples = {samples:,} makes {designs * models:,} points on {on}: {most}; give samples of at most "
+            f"{MAX_POINTS // models:,}")
 
 
 def _combo_at(values: list[tuple[Any, ...]], index: int) -> tuple[Any, ...]:
@@ -201,13 +243,18 @@ def load_spec(path: str | os.PathLike[str]) -> SweepSpec:
     problem."""
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as err:
         raise SweepSpecError([f"cannot read the file: {err.strerror}"], str(path)) from None
+    except UnicodeDecodeError as err:
+        raise SweepSpecError([f"the file is not UTF-8 text: byte {err.object[err.start]:#04x} at position "
+                              f"{err.start} cannot be decoded; save it as UTF-8"], str(path)) from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
         raise SweepSpecError([f"the file is not valid TOML: {err}"], str(path)) from None
+    except RecursionError:
+        raise SweepSpecError([_TOO_DEEP], str(path)) from None
     return parse_spec(data, base_dir=path.parent, name=path.stem, source=str(path))
 
 
@@ -227,26 +274,52 @@ def parse_spec(data: dict[str, Any], *, base_dir: str | os.PathLike[str] = ".", 
     if mode not in MODES:
         problems.append(f"mode must be one of {', '.join(repr(m) for m in MODES)}, not {mode!r}")
     timeout = sweep.get("timeout", 120.0)
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
-        problems.append(f"timeout must be a positive number of seconds, not {timeout!r}")
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= MAX_TIMEOUT:
+        problems.append(f"timeout must be a positive number of seconds, not {timeout!r} (a finite number, at most "
+                        f"{MAX_TIMEOUT:,.0f}: one week)")
     samples = sweep.get("samples")
-    if samples is not None and (isinstance(samples, bool) or not isinstance(samples, int) or samples < 1):
+    samples_ok = samples is None or (not isinstance(samples, bool) and isinstance(samples, int) and samples >= 1)
+    if not samples_ok:
         problems.append(f"samples must be a positive integer (designs drawn at random), not {samples!r}")
     seed = sweep.get("seed", 0)
     if isinstance(seed, bool) or not isinstance(seed, int):
         problems.append(f"seed must be an integer, not {seed!r}")
-    tech = _path(sweep.get("tech"), "tech", base_dir, problems)
+    tech = _tech(sweep.get("tech"), base_dir, problems)
     area = sweep.get("area", "yosys" if mode == "exact" else "model")
     if area not in AREAS:
         problems.append(f"area must be one of {', '.join(repr(a) for a in AREAS)}, not {area!r}")
     base = _base(sweep.get("base"), _table(data, "base", problems), base_dir, problems)
     vary = _vary(_table(data, "vary", problems), problems)
+    too_many = _size_problem(vary, samples, len(models)) if samples_ok else ""
+    if too_many:
+        problems.append(too_many)
     spec_name = sweep.get("name", name)
     if not isinstance(spec_name, str) or not spec_name:
         problems.append(f"name must be a non-empty string, not {spec_name!r}")
     if problems:
         raise SweepSpecError(problems, source)
     return SweepSpec(spec_name, tuple(models), base, vary, mode, float(timeout), samples, seed, tech, source, area)
+
+
+_TOO_DEEP = ("the file is nested too deeply to read (arrays or tables inside one another past Python's recursion "
+             "limit); a sweep file needs two levels")
+
+
+def _dates(value: Any) -> list[Any]:
+    """The TOML dates, times and date-times in ``value`` (a list or table of values, any depth): values JSON cannot
+    hold, so no config field or knob takes them."""
+    import datetime
+    found: list[Any] = []
+    stack = [value]
+    while stack:  # iterative: a value nested deeper than the recursion limit is walked too
+        item = stack.pop()
+        if isinstance(item, (datetime.date, datetime.time)):
+            found.append(item)
+        elif isinstance(item, list):
+            stack.extend(reversed(item))
+        elif isinstance(item, dict):
+            stack.extend(reversed(list(item.values())))
+    return found
 
 
 def _table(data: dict[str, Any], key: str, problems: list[str]) -> dict[str, Any]:
@@ -285,6 +358,24 @@ def _path(value: Any, key: str, base_dir: Path, problems: list[str]) -> str | No
     return str((base_dir / value).resolve())
 
 
+def _tech(value: Any, base_dir: Path, problems: list[str]) -> str | None:
+    """The technology file's absolute path, read and checked now (:func:`vta.energy.load_tech`): a file that is not
+    one would otherwise fail every point."""
+    from vta.energy import TechError, load_tech
+    path = _path(value, "tech", base_dir, problems)
+    if path is None:
+        return None
+    try:
+        load_tech(path)
+    except TechError as err:
+        problems.extend(f"tech file {value}: {p}" for p in err.problems)
+    except RecursionError:
+        problems.append(f"tech file {value}: {_TOO_DEEP}")
+    except (OSError, ValueError) as err:
+        problems.append(f"tech file {value}: {err}")
+    return path
+
+
 def _base(file: Any, table: dict[str, Any], base_dir: Path, problems: list[str]) -> dict[str, Any]:
     fields: dict[str, Any] = VTAConfig().to_dict()
     path = _path(file, "base", base_dir, problems)
@@ -293,6 +384,10 @@ def _base(file: Any, table: dict[str, Any], base_dir: Path, problems: list[str])
             fields = load_config(path).to_dict()
         except ConfigError as err:
             problems.extend(f"base config {file}: {p}" for p in err.problems)
+        except RecursionError:
+            problems.append(f"base config {file}: {_TOO_DEEP}")
+        except (OSError, ValueError) as err:
+            problems.append(f"base config {file}: {err}")
     for key, value in table.items():
         if key.lower() not in _FIELD_NAMES:
             problems.append(f"[base]: unknown config field {key!r}; fields are {', '.join(sorted(fields))}")
@@ -315,6 +410,11 @@ def _vary(table: dict[str, Any], problems: list[str]) -> dict[str, tuple[Any, ..
             continue
         if not isinstance(values, list) or not values:
             problems.append(f"[vary]: {key} must be a non-empty list of values, not {values!r}")
+            continue
+        dates = _dates(values)
+        if dates:
+            problems.append(f"[vary]: {key} holds a TOML date or time ({', '.join(map(str, dates))}); a config field "
+                            f"takes numbers or true/false, a knob one of its names")
             continue
         if len(set(map(json.dumps, values))) != len(values):
             problems.append(f"[vary]: {key} lists a value twice: {values!r}")

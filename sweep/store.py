@@ -34,9 +34,10 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+from pathlib import Path
 from typing import Any, Iterator
 
-__all__ = ["ResultStore", "StoreError", "COLUMNS", "STATUSES"]
+__all__ = ["ResultStore", "StoreError", "COLUMNS", "STATUSES", "REQUIRED"]
 
 STATUSES = ("ok", "failed", "timeout")
 COLUMNS: dict[str, str] = {
@@ -52,7 +53,10 @@ COLUMNS: dict[str, str] = {
     "accuracy": "REAL", "accuracy_on": "TEXT",
 }
 """Column -> SQLite type of the ``points`` table, in order."""
-_JSON = ("config", "knobs", "energy", "layers")
+_JSON = {"config": dict, "knobs": dict, "energy": dict, "layers": list}
+"""The columns stored as JSON text -> the kind of value each holds."""
+REQUIRED = ("design", "model", "mode", "status")
+"""The columns without which a table ``points`` is not a sweep's (a database read with ``readonly``)."""
 
 
 class StoreError(ValueError):
@@ -62,10 +66,18 @@ class StoreError(ValueError):
 
 class ResultStore:
     """The results database at ``path`` (created with its table when missing); :class:`StoreError` when the file
-    cannot be opened as one."""
+    cannot be opened as one, or is another program's SQLite database (tables, but no ``points`` with the
+    :data:`REQUIRED` columns): that file is left unchanged.
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    With ``readonly`` (``vta report SWEEP.sqlite``) the file is opened read-only and never changed: it must exist and
+    hold a ``points`` table with the :data:`REQUIRED` columns (columns a newer version added read as None); nothing
+    can be :meth:`put`."""
+
+    def __init__(self, path: str | os.PathLike[str], *, readonly: bool = False) -> None:
         self.path = os.fspath(path)
+        if readonly:
+            self._db = self._open_readonly()
+            return
         folder = os.path.dirname(os.path.abspath(self.path))
         if not os.path.isdir(folder):
             raise StoreError(f"{self.path}: the folder {folder} does not exist; create it first")
@@ -76,6 +88,11 @@ class ResultStore:
         self._db.row_factory = sqlite3.Row
         cols = ", ".join(f"{name} {kind}" for name, kind in COLUMNS.items())
         try:
+            foreign = _foreign(self._db)  # before anything is written: another program's database is left alone
+            if foreign:
+                self._db.close()
+                raise StoreError(f"{self.path}: not a results database of vta sweep: {foreign}; give another --db or "
+                                 f"move this file away")
             with self._db:
                 self._db.execute("PRAGMA journal_mode=WAL")
                 self._db.execute(f"CREATE TABLE IF NOT EXISTS points (id INTEGER PRIMARY KEY, {cols}, "
@@ -88,6 +105,28 @@ class ResultStore:
             self._db.close()
             raise StoreError(f"{self.path}: not a results database of vta sweep ({err}); give another --db "
                              "or move this file away") from None
+
+    def _open_readonly(self) -> sqlite3.Connection:
+        """A read-only connection to an existing results database. Without a write-ahead log beside the file (no
+        sweep is writing it) the file is opened immutable, so SQLite creates no ``-wal``/``-shm`` files either."""
+        if not os.path.isfile(self.path):
+            raise StoreError(f"{self.path}: no such file")
+        live = os.path.exists(self.path + "-wal")
+        uri = Path(os.path.abspath(self.path)).as_uri() + ("?mode=ro" if live else "?mode=ro&immutable=1")
+        try:
+            db = sqlite3.connect(uri, uri=True)
+        except sqlite3.Error as err:
+            raise StoreError(f"{self.path}: cannot open the results database ({err})") from None
+        try:
+            foreign = _foreign(db) or ("" if _tables(db) else "it holds no tables (an empty file?)")
+        except sqlite3.Error as err:
+            db.close()
+            raise StoreError(f"{self.path}: not a results database of vta sweep ({err})") from None
+        if foreign:
+            db.close()
+            raise StoreError(f"{self.path}: not a results database of vta sweep: {foreign}")
+        db.row_factory = sqlite3.Row
+        return db
 
     def close(self) -> None:
         self._db.close()
@@ -128,16 +167,47 @@ class ResultStore:
                 where.append(f"{col} = ?")
                 args.append(value)
         sql = "SELECT * FROM points" + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY id"
-        for r in self._db.execute(sql, args):
-            row = dict(r)
-            for k in _JSON:
-                if row.get(k) is not None:
-                    row[k] = json.loads(row[k])
-            yield _upgrade(row)
+        try:
+            for r in self._db.execute(sql, args):
+                row = {**dict.fromkeys(COLUMNS), **dict(r)}  # a column an older database lacks reads as None
+                for k, kind in _JSON.items():
+                    if row[k] is not None:
+                        row[k] = self._decoded(row, k, kind)
+                yield _upgrade(row)
+        except sqlite3.Error as err:
+            raise StoreError(f"{self.path}: cannot read the results ({err})") from None
+
+    def _decoded(self, row: dict[str, Any], column: str, kind: type) -> Any:
+        """The JSON text of ``row[column]`` decoded; :class:`StoreError` naming the file, the row and the column when it
+        is not JSON of ``kind``."""
+        try:
+            value = json.loads(row[column])
+        except (TypeError, ValueError, RecursionError):
+            value = None
+        if not isinstance(value, kind):
+            raise StoreError(f"{self.path}: row {row.get('id')} ({row.get('design')}): column {column} is not a JSON "
+                             f"{'object' if kind is dict else 'array'}, as a results database of vta sweep holds")
+        return value
 
     def counts(self) -> dict[str, int]:
         """Status -> number of rows."""
         return {r[0]: r[1] for r in self._db.execute("SELECT status, COUNT(*) FROM points GROUP BY status")}
+
+
+def _tables(db: sqlite3.Connection) -> list[str]:
+    """The names of the tables in ``db``, sorted."""
+    return [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")]
+
+
+def _foreign(db: sqlite3.Connection) -> str:
+    """Why ``db`` is another program's database ("" when it is empty or a results database): it has tables but no
+    ``points``, or a ``points`` table without the :data:`REQUIRED` columns."""
+    tables = _tables(db)
+    if tables and "points" not in tables:
+        return f"it has no table points (its tables: {', '.join(tables)})"
+    have = {r[1] for r in db.execute("PRAGMA table_info(points)")}
+    missing = [c for c in REQUIRED if c not in have]
+    return f"its table points lacks the columns {', '.join(missing)}" if tables and missing else ""
 
 
 def _upgrade(row: dict[str, Any]) -> dict[str, Any]:

@@ -88,3 +88,46 @@ def test_check_measures_model_points_again_in_exact_mode(tmp_path, capsys):
     assert main(argv) == 0  # the exact point is in the database now
     assert "(0 measured now, 1 already in the database; area: model)" in capsys.readouterr().out
     assert main(argv[:-4] + ["--check", "-1"]) == 2
+
+
+def test_workers_above_the_maximum_are_refused(tmp_path, capsys):
+    from vta.sweep.cli import MAX_WORKERS
+    db = tmp_path / "s.sqlite"
+    for workers in (MAX_WORKERS + 1, 100_000, -1):
+        assert main(["sweep", str(SMALL), "--db", str(db), "--workers", str(workers), "--no-progress"]) == 2
+        assert capsys.readouterr().err == (
+            f"vta: error: --workers must be between 0 and {MAX_WORKERS} local processes, not {workers} (each holds a "
+            f"model and its compiler in memory; --scheduler ADDR runs on a Dask cluster)\n")
+    assert not db.exists()
+
+
+def test_a_grid_too_large_and_a_bad_timeout_are_refused_naming_the_file(tmp_path, capsys):
+    """A grid of 5.35e12 designs: exit 2 at once, naming the file and suggesting samples (it ran out of memory)."""
+    huge = tmp_path / "huge.toml"
+    values = ", ".join(str(v) for v in range(1, 40))
+    fields = ("DRAM_LATENCY", "CMD_QUEUE_DEPTH", "TOKEN_QUEUE_DEPTH", "BUS_BYTES", "LOG_UOP_BUFF_SIZE",
+              "LOG_INP_BUFF_SIZE", "LOG_WGT_BUFF_SIZE", "LOG_ACC_BUFF_SIZE")
+    huge.write_text('[sweep]\nmodels = ["tiny_cnn"]\ntimeout = nan\n[vary]\n'
+                    + "".join(f"{f} = [{values}]\n" for f in fields))
+    assert main(["sweep", str(huge), "--db", str(tmp_path / "h.sqlite"), "--workers", "0", "--no-progress"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.startswith(f"vta: error: invalid sweep file {huge} (2 problems):\n  - timeout must be a "
+                                   f"positive number of seconds, not nan")
+    assert "= 5,352,009,260,481 designs, 5,352,009,260,481 points on 1 model: more than the 100,000 points" in \
+        captured.err and "give samples = N in [sweep]" in captured.err
+    assert captured.out == "" and not (tmp_path / "h.sqlite").exists()
+
+
+def test_another_programs_database_is_refused_as_db_and_left_unchanged(tmp_path, capsys):
+    """--db naming an SQLite file of other tables: it was given a points table (and WAL mode) and the sweep ran."""
+    import sqlite3
+    notes = tmp_path / "notes.sqlite"
+    db = sqlite3.connect(notes)
+    with db:
+        db.execute("CREATE TABLE foo (x)")
+    db.close()
+    before = notes.read_bytes()
+    assert main(["sweep", str(SMALL), "--db", str(notes), "--workers", "0", "--no-progress"]) == 2
+    assert capsys.readouterr().err == (f"vta: error: --db {notes}: not a results database of vta sweep: it has no "
+                                       f"table points (its tables: foo); give another --db or move this file away\n")
+    assert notes.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["notes.sqlite"]

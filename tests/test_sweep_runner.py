@@ -207,3 +207,39 @@ def test_buffer_size_variants_are_grouped_for_one_worker(monkeypatch):
                          ("tiny_cnn", 3, 3), ("tiny_cnn", 3, 1), ("tiny_cnn", 4, 3), ("tiny_cnn", 4, 1)]
     assert all(len({runner._family(p) for p in g}) == 1 for g in groups)
     assert sorted(p.key for g in groups for p in g) == sorted(p.key for p in spec.points())
+
+
+def test_local_workers_are_capped_at_the_tasks(monkeypatch):
+    """--workers 100000 with one point starts one process: a pool forks all its workers at once."""
+    from concurrent.futures import Future
+
+    from vta.sweep import runner
+    pools: list[int] = []
+
+    class Inline:
+        """A pool that runs each task at once and records how many workers it was asked for."""
+
+        def __init__(self, max_workers: int, initializer: object = None) -> None:
+            pools.append(max_workers)
+
+        def __enter__(self) -> "Inline":
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            pass
+
+        def submit(self, fn, task):
+            fut: Future = Future()
+            fut.set_result(fn(task))
+            return fut
+
+    monkeypatch.setattr(runner, "ProcessPoolExecutor", Inline)
+    monkeypatch.setattr(runner, "measure_group", lambda task: [{"design": p.design.key} for p in task])
+    recorded: list[dict] = []
+    points = _spec(["tiny_cnn"], {"LOG_BLOCK": [4]}).points()
+    runner._run_local(points, 100_000, recorded.append)
+    assert pools == [1] and recorded == [{"design": points[0].design.key}]
+    pools.clear()
+    three = _spec(["tiny_cnn", "mini_resnet"], {"LOG_BLOCK": [3, 4]}).points()  # 4 families: 4 tasks
+    runner._run_local(three, 2, recorded.append)
+    assert pools == [2]

@@ -125,3 +125,107 @@ def test_area_defaults_by_mode_and_is_checked():
         _spec({"LOG_BLOCK": [4]}, area="abc")
     exact = load_spec(ROOT / "scripts" / "sweeps" / "exact.toml")
     assert (exact.mode, exact.area, len(exact.designs()), exact.models) == ("exact", "yosys", 12, ("resnet18",))
+
+
+# ---- what no point could survive is an error of the file -----------------------------------------------------------
+HUGE = {name: list(range(1, 40)) for name in ("DRAM_LATENCY", "CMD_QUEUE_DEPTH", "TOKEN_QUEUE_DEPTH", "BUS_BYTES",
+                                              "LOG_UOP_BUFF_SIZE", "LOG_INP_BUFF_SIZE", "LOG_WGT_BUFF_SIZE",
+                                              "LOG_ACC_BUFF_SIZE")}
+"""8 fields of 39 values: a grid of 5.35e12 designs, whose list alone would not fit in memory."""
+
+
+def test_a_grid_above_the_limit_is_refused_and_suggests_samples():
+    from vta.sweep.spec import MAX_POINTS
+    with pytest.raises(SweepSpecError) as info:
+        parse_spec({"sweep": {"models": ["tiny_cnn", "mini_resnet"]}, "vary": HUGE}, source="huge.toml")
+    assert info.value.problems == [
+        "[vary] makes a grid of 39 x 39 x 39 x 39 x 39 x 39 x 39 x 39 = 5,352,009,260,481 designs, 10,704,018,520,962 "
+        "points on 2 models: more than the 100,000 points a sweep may measure; give samples = N in [sweep] to measure "
+        "N designs drawn at random from the grid (N at most 50,000 with 2 models), or vary fewer values"]
+    assert str(info.value).startswith("invalid sweep file huge.toml (1 problem)")
+    with pytest.raises(SweepSpecError, match=r"^invalid sweep file \(1 problem\):\n  - samples = 100,001 makes "
+                                             r"100,001 points on 1 model: more than the 100,000 points a sweep may "
+                                             r"measure; give samples of at most 100,000$"):
+        _spec(HUGE, samples=MAX_POINTS + 1)
+    limit = _spec({"LOG_BLOCK": [3, 4]}, samples=MAX_POINTS)  # samples above the grid: the grid, 2 designs
+    assert limit.design_count == 2
+
+
+def test_samples_from_a_huge_grid_are_drawn_without_building_it():
+    """5.35e12 designs, and 39**13 (past sys.maxsize, where random.sample cannot take the range) with 13 fields."""
+    spec = _spec(HUGE, samples=3, seed=5)
+    designs = spec.designs()
+    assert len(designs) == 3 and [d.key for d in designs] == [d.key for d in _spec(HUGE, samples=3, seed=5).designs()]
+    wider = {**HUGE, **{name: list(range(1, 40)) for name in ("LOG_BATCH", "LOG_BLOCK", "LOG_INP_WIDTH",
+                                                               "LOG_WGT_WIDTH", "LOG_ACC_WIDTH")}}
+    spec = _spec(wider, samples=4, seed=1)
+    assert spec.grid_size == 39 ** 13 and len(spec.designs()) == 4
+    assert [d.fields for d in spec.designs()] == [d.fields for d in _spec(wider, samples=4, seed=1).designs()]
+
+
+def test_designs_of_a_spec_built_past_the_validation_refuse_a_huge_grid():
+    from vta.sweep.spec import SweepSpec
+    spec = SweepSpec("huge", ("tiny_cnn",), VTAConfig().to_dict(), {k: tuple(v) for k, v in HUGE.items()},
+                     source="made.toml")
+    with pytest.raises(SweepSpecError, match=r"invalid sweep file made.toml \(1 problem\):\n  - \[vary\] makes a grid"):
+        spec.designs()
+
+
+@pytest.mark.parametrize("timeout", [float("nan"), float("inf"), -float("inf"), 604_801, 10 ** 30])
+def test_a_timeout_that_is_not_a_finite_number_of_seconds_up_to_a_week_is_refused(timeout):
+    with pytest.raises(SweepSpecError) as info:
+        _spec({"LOG_BLOCK": [4]}, timeout=timeout)
+    assert info.value.problems == [f"timeout must be a positive number of seconds, not {timeout!r} (a finite number, "
+                                   f"at most 604,800: one week)"]
+    assert _spec({"LOG_BLOCK": [4]}, timeout=604_800).timeout == 604_800.0
+
+
+def test_a_tech_file_that_is_not_one_is_refused_up_front(tmp_path):
+    (tmp_path / "junk.onnx").write_bytes(b"\x08\x07\x12\x04junk")
+    (tmp_path / "half.toml").write_text("[mac]\n")
+    (tmp_path / "deep.toml").write_text("x = " + "[" * 5000 + "]" * 5000 + "\n")
+    for name, why in (("junk.onnx", "tech file junk.onnx: "), ("half.toml", "tech file half.toml: [")):
+        with pytest.raises(SweepSpecError) as info:
+            parse_spec({"sweep": {"models": ["tiny_cnn"], "tech": name}, "vary": {"LOG_BLOCK": [4]}},
+                       base_dir=tmp_path, source="s.toml")
+        assert all(p.startswith(why) for p in info.value.problems), info.value.problems
+    with pytest.raises(SweepSpecError) as info:
+        parse_spec({"sweep": {"models": ["tiny_cnn"], "tech": "deep.toml"}, "vary": {"LOG_BLOCK": [4]}},
+                   base_dir=tmp_path)
+    assert len(info.value.problems) == 1 and info.value.problems[0].startswith("tech file deep.toml: ")
+    assert "nested too deeply" in info.value.problems[0]
+    tech = ROOT / "vta" / "tech" / "default_45nm.toml"
+    assert _spec({"LOG_BLOCK": [4]}, tech=str(tech)).tech == str(tech)
+
+
+def test_a_toml_date_in_vary_is_refused_naming_the_key(tmp_path):
+    (tmp_path / "date.toml").write_text('[sweep]\nmodels = ["tiny_cnn"]\n[vary]\nLOG_BLOCK = [1979-05-27]\n'
+                                        'LOG_BATCH = [[0, 07:32:00]]\n')
+    with pytest.raises(SweepSpecError) as info:
+        load_spec(tmp_path / "date.toml")
+    assert str(info.value) == (
+        f"invalid sweep file {tmp_path / 'date.toml'} (2 problems):\n"
+        "  - [vary]: LOG_BLOCK holds a TOML date or time (1979-05-27); a config field takes numbers or true/false, a "
+        "knob one of its names\n"
+        "  - [vary]: LOG_BATCH holds a TOML date or time (07:32:00); a config field takes numbers or true/false, a "
+        "knob one of its names")
+
+
+def test_a_file_nested_too_deeply_or_not_utf8_is_refused_naming_it(tmp_path):
+    deep = tmp_path / "deep.toml"
+    deep.write_text('[sweep]\nmodels = ["tiny_cnn"]\n[vary]\nLOG_BLOCK = ' + "[" * 100_000 + "\n")
+    with pytest.raises(SweepSpecError, match=rf"^invalid sweep file {deep} \(1 problem\):\n  - the file is nested too "
+                                             r"deeply to read \(arrays or tables inside one another past Python's "
+                                             r"recursion limit\); a sweep file needs two levels$"):
+        load_spec(deep)
+    (tmp_path / "base.json").write_text("[" * 100_000)
+    (tmp_path / "s.toml").write_text('[sweep]\nmodels = ["tiny_cnn"]\nbase = "base.json"\n[vary]\nLOG_BLOCK = [4]\n')
+    with pytest.raises(SweepSpecError) as info:
+        load_spec(tmp_path / "s.toml")
+    assert len(info.value.problems) == 1 and info.value.problems[0].startswith("base config base.json: ")
+    assert "nested too deeply" in info.value.problems[0]
+    latin = tmp_path / "latin.toml"
+    latin.write_bytes(b'[sweep]\nname = "\xff"\n')
+    with pytest.raises(SweepSpecError, match=rf"^invalid sweep file {latin} \(1 problem\):\n  - the file is not UTF-8 "
+                                             r"text: byte 0xff at position 16 cannot be decoded; save it as UTF-8$"):
+        load_spec(latin)
