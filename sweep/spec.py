@@ -330,6 +330,12 @@ def _table(data: dict[str, Any], key: str, problems: list[str]) -> dict[str, Any
     return value
 
 
+def _efficientnet_missing() -> str | None:
+    """:func:`vta.compiler.frontend.efficientnet.missing_extra`: the zoo model that needs an optional extra."""
+    from vta.compiler.frontend.efficientnet import missing_extra
+    return missing_extra()
+
+
 def _models(value: Any, base_dir: Path, zoo: set[str], problems: list[str]) -> list[str]:
     if not isinstance(value, list) or not value:
         problems.append(f"models must be a non-empty list of zoo names or ONNX paths, not {value!r}")
@@ -340,6 +346,8 @@ def _models(value: Any, base_dir: Path, zoo: set[str], problems: list[str]) -> l
             problems.append(f"models: {m!r} is not a string")
         elif m in zoo:
             out.append(m)
+            if m == "efficientnet_lite0" and (missing := _efficientnet_missing()) is not None:
+                problems.append(f"models: {m!r}: {missing}")
         elif (base_dir / m).is_file():
             out.append(str((base_dir / m).resolve()))
         else:

