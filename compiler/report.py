@@ -846,12 +846,17 @@ def config_difference(a: Report, b: Report) -> str:
         changes.append(f"config {a.config} -> {b.config}")
     if not (fa and fb) and a.clock_mhz != b.clock_mhz:
         changes.append(f"clock {a.clock_mhz:g} -> {b.clock_mhz:g} MHz")
+    unrecorded = []
     for what, va, vb in (("model", a.model, b.model), ("target", a.target, b.target), ("tech", a.tech, b.tech),
                          ("requant", a.extra.get("requant"), b.extra.get("requant"))):
-        if va != vb:
+        if what == "requant" and (va is None or vb is None):   # a report written by the Python API records none
+            if va != vb:
+                unrecorded.append(what)
+        elif va != vb:
             changes.append(f"{what} {va or '-'} -> {vb or '-'}")
-    return "differs: " + ", ".join(changes) if changes else \
-        "differs: nothing in the config, model, target or technology (the same design run twice)"
+    note = f" ({', '.join(unrecorded)} recorded by one report only)" if unrecorded else ""
+    return ("differs: " + ", ".join(changes) if changes else
+            "differs: nothing in the config, model, target or technology (the same design run twice)") + note
 
 
 ACCURACY_FIGURES = (("top1_agreement", "top-1 agreement", 100.0, "%"),
@@ -1039,7 +1044,8 @@ def format_calibration(info: Mapping[str, Any]) -> str:
     if info.get("ranges_from_file"):
         note = (f"; {info['ranges_from_file']} activation ranges taken from the quantized file (its own "
                 f"calibration), the rest from random data")
-    return f"calibration: {info.get('source')} ({kind}{info.get('samples')} samples, {method}{pre}){note}"
+    count = info.get("samples")
+    return f"calibration: {info.get('source')} ({kind}{count} sample{'' if count == 1 else 's'}, {method}{pre}){note}"
 
 
 NARROW = (("layer", -22, "layer"), ("op", -10, "op"), ("where", -5, "where"), ("out shape", 11, "out_shape"),

@@ -146,6 +146,11 @@ def test_config_difference_leads_a_comparison(report):
     assert config_difference(report, b) == "differs: BUS_BYTES 8 -> 16, target fsim -> tsim"
     assert format_comparison(report, b).splitlines()[2] == "differs: BUS_BYTES 8 -> 16, target fsim -> tsim"
     assert config_difference(report, report).startswith("differs: nothing in the config")
+    with_requant = Report.from_dict({**report.to_dict(), "requant": "multiply"})
+    without = Report.from_dict({k: v for k, v in report.to_dict().items() if k != "requant"})
+    assert config_difference(with_requant, without) == \
+        "differs: nothing in the config, model, target or technology (the same design run twice) (requant recorded " \
+        "by one report only)"    # a report the Python API wrote records no requant: not "multiply -> -"
 
 
 def test_accuracy_difference_follows_the_config_difference(report):
