@@ -401,11 +401,13 @@ def test_inputs_with_defaults_an_empty_or_negative_input_a_bad_gemm_and_an_unset
                                          r"\[3, 5\] \(transB=1\): A's columns must equal B's columns"):
         import_onnx(gemm(np.ones((3, 5), np.float32)))
     model = onnx_model([helper.make_node("Conv", ["x", "k"], ["c"]), helper.make_node("GlobalAveragePool", ["c"],
-                                                                                      ["y"])],
-                       {"x": np.ones((1, 2, 4, 4), np.float32)}, [("k", np.ones((3, 2, 1, 1), np.float32))])
+                                                                                      ["p"]),
+                        helper.make_node("Flatten", ["p"], ["f"]), helper.make_node("Gemm", ["f", "w"], ["y"])],
+                       {"x": np.ones((1, 2, 4, 4), np.float32)},
+                       [("k", np.ones((3, 2, 1, 1), np.float32)), ("w", np.ones((3, 2), np.float32))])
     model.graph.input[0].type.tensor_type.shape.dim[2].dim_value = 0
-    with pytest.raises(ValueError, match=r"inputs of no elements \('x' 1x2x0x4\), and its output 'y' no longer "
-                                         r"depends on any input"):
+    with pytest.raises(GraphError, match=r"The cause: inputs of no elements \('x' 1x2x0x4\), which the layers "
+                                         r"cannot compute on"):
         import_onnx(model)
     model.graph.input[0].type.tensor_type.shape.dim[2].dim_value = -5
     with pytest.raises(ValueError, match=r"input 'x' of shape 1x2x-5x4: a dimension cannot be negative"):

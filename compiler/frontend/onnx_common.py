@@ -55,6 +55,10 @@ class ModelFileError(ValueError):
     """A model file that cannot be read as an ONNX model: missing, empty, a folder, not protobuf, or truncated."""
 
 
+class EmptyTensorError(GraphError):
+    """A tensor of no elements that a layer would compute on (the message names it and its shape)."""
+
+
 class UnsupportedOpsetError(ValueError):
     """A model whose ONNX opset the frontend does not handle (outside :data:`SUPPORTED_OPSETS`)."""
 
@@ -176,8 +180,8 @@ class _Importer:
                              f"or more (a scalar parameter, such as Dropout's ratio or Clip's bounds, must be a "
                              f"constant initializer).")
         if tensor in self.empty:
-            raise GraphError(f"Tensor {tensor!r} has shape {'x'.join(map(str, self.empty[tensor]))}, with a "
-                             f"dimension of size 0: the lab does not compute empty tensors.")
+            raise EmptyTensorError(f"Tensor {tensor!r} has shape {'x'.join(map(str, self.empty[tensor]))}, with a "
+                                   f"dimension of size 0: the lab does not compute empty tensors.")
         if tensor not in self.shapes:
             writer = next((n for n in self.model.graph.node if tensor in n.output), None)
             by = f" (written by {writer.op_type} node {writer.name or '<unnamed>'!r})" if writer is not None else ""

@@ -86,6 +86,7 @@ from .onnx_checks import (
 )
 from .onnx_common import (
     _DTYPES,
+    EmptyTensorError,
     ModelFileError,
     TensorTooLargeError,
     UnsupportedModelError,
@@ -691,23 +692,18 @@ def _fix_values(model: onnx.ModelProto, values: Mapping[str, float], label: str)
         model.graph.initializer.append(numpy_helper.from_array(array, vi.name))
 
 
-def _check_live_outputs(model: onnx.ModelProto, empties: dict[str, tuple[int, ...]], label: str) -> None:
-    """ValueError when the inputs of no elements ``empties`` (name -> shape; made empty constants: an empty KV cache
-    a Concat drops) left a graph output computed from constants alone: an input the model computes on was given no
-    elements (an image of height 0), which the lab cannot run."""
-    if not empties:
-        return
-    consts = {init.name: init for init in model.graph.initializer}
-    live = {o for node in model.graph.node if any(t and t not in consts for t in node.input) for o in node.output}
-    dead = [o.name for o in model.graph.output if o.name not in live and  # one of no elements: named after import
-            not (o.name in consts and 0 in consts[o.name].dims) and
-            not any(d.HasField("dim_value") and d.dim_value == 0 for d in o.type.tensor_type.shape.dim)]
-    if dead:
-        shapes = ", ".join(f"{name!r} {'x'.join(map(str, shape))}" for name, shape in sorted(empties.items()))
-        raise ValueError(f"The model {label} has inputs of no elements ({shapes}), and its output "
-                         f"{dead[0]!r} no longer depends on any input: the lab takes an input of no elements only "
-                         f"as an empty KV cache, which a Concat drops; give every other input a length of 1 or "
-                         f"more (--input-shape).")
+class ConstantOutputError(GraphError):
+    """A graph output that is a constant: the model computes nothing for it."""
+
+
+def _empty_inputs_problem(empties: dict[str, tuple[int, ...]], err: GraphError) -> GraphError:
+    """``err`` (a graph the inputs of no elements ``empties`` left malformed: name -> shape; made empty constants, as
+    an empty KV cache a Concat drops) with its cause said after it: an input the model computes on was given no
+    elements (an image of height 0), so its layers folded into constants the lab cannot compute on."""
+    shapes = ", ".join(f"{name!r} {'x'.join(map(str, shape))}" for name, shape in sorted(empties.items()))
+    return GraphError(f"{err} The cause: inputs of no elements ({shapes}), which the layers cannot compute on; the "
+                      f"lab takes an input of no elements as an empty KV cache, which a Concat drops: give the others "
+                      f"a length of 1 or more (--input-shape).")
 
 
 def _fix_inputs(model: onnx.ModelProto, batch: int, input_shapes: dict[str, tuple[int, ...]], label: str
@@ -909,6 +905,20 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, n
     ``input_values`` (input name -> value) makes one-element inputs constants (:func:`_fix_values`): the If nodes
     they decide are compiled for those values.
     """
+    empties: dict[str, tuple[int, ...]] = {}
+    try:
+        return _import_onnx(model, batch=batch, name=name, input_shapes=input_shapes, max_tensor_bytes=max_tensor_bytes,
+                            input_values=input_values, empties=empties)
+    except GraphError as err:
+        if empties and not isinstance(err, (EmptyTensorError, ConstantOutputError)):   # those say it already;
+            raise _empty_inputs_problem(empties, err) from None
+        raise
+
+
+def _import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int, name: str | None,
+                 input_shapes: dict[str, tuple[int, ...]] | None, max_tensor_bytes: int | None,
+                 input_values: Mapping[str, float] | None, empties: dict[str, tuple[int, ...]]) -> Graph:
+    """:func:`import_onnx`, which it wraps; ``empties`` gains the inputs of no elements made empty constants."""
     if isinstance(model, (str, os.PathLike)):
         label = name or os.path.splitext(os.path.basename(os.fspath(model)))[0]
         where = os.fspath(model)
@@ -937,7 +947,7 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, n
     _normalize_perms(proto)
     initialized = {init.name for init in proto.graph.initializer}
     opened = _fix_inputs(proto, batch, dict(input_shapes or {}), where)
-    empties = {init.name: tuple(init.dims) for init in proto.graph.initializer if init.name not in initialized}
+    empties.update({init.name: tuple(init.dims) for init in proto.graph.initializer if init.name not in initialized})
     _check_sizes(proto, where, limit)                   # the inputs' own sizes, before any rewrite reads them
     _check_shape_constants(proto, where, limit)
     refused = _rewrite_contrib(proto)                   # onnxruntime's com.microsoft operators, as standard nodes
@@ -954,7 +964,6 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, n
         if len(model.graph.node) == before:
             break
     check_broadcasts(model, where)
-    _check_live_outputs(model, empties, where)
     if refused:               # rewrites that needed a static shape only the folding gives (a position Slice by Shape)
         refused = {**_rewrite_contrib(model), **onnx_fused.rewrite_onnx_fused(model)}
         model = _infer_shapes(_fold_constants(model))
@@ -1083,9 +1092,9 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, n
         model.graph.output.remove(out)
     constant = [o.name for o in model.graph.output if imp.name(o.name) in imp.consts]
     if constant:
-        raise GraphError(f"The model {where} has graph output(s) {', '.join(map(repr, constant))} that are constants "
-                         f"(an initializer or a Constant node): it computes nothing for them, and the lab compiles "
-                         f"computations only.")
+        raise ConstantOutputError(f"The model {where} has graph output(s) {', '.join(map(repr, constant))} that are "
+                                  f"constants (an initializer or a Constant node): it computes nothing for them, and "
+                                  f"the lab compiles computations only.")
     g.outputs = [imp.name(o.name) for o in model.graph.output]
     for out in model.graph.output:
         target = imp.name(out.name)
