@@ -330,6 +330,19 @@ def _table(data: dict[str, Any], key: str, problems: list[str]) -> dict[str, Any
     return value
 
 
+def _model_file_problem(path: Path) -> str | None:
+    """Why the file ``path`` is no ONNX model a point could compile (checked once here, not failed in every point):
+    it does not decode as an ONNX protobuf, or holds no graph with nodes and outputs; None when it does."""
+    import onnx
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception as err:  # noqa: BLE001 - protobuf's DecodeError and whatever a damaged file makes onnx raise
+        return f"is not an ONNX model, or it is truncated ({type(err).__name__})"
+    if not model.HasField("graph") or not model.graph.node or not model.graph.output:
+        return "holds no ONNX graph with nodes and outputs"
+    return None
+
+
 def _efficientnet_missing() -> str | None:
     """:func:`vta.compiler.frontend.efficientnet.missing_extra`: the zoo model that needs an optional extra."""
     from vta.compiler.frontend.efficientnet import missing_extra
@@ -350,6 +363,8 @@ def _models(value: Any, base_dir: Path, zoo: set[str], problems: list[str]) -> l
                 problems.append(f"models: {m!r}: {missing}")
         elif (base_dir / m).is_file():
             out.append(str((base_dir / m).resolve()))
+            if (problem := _model_file_problem(base_dir / m)) is not None:
+                problems.append(f"models: {m!r} {problem}")
         else:
             problems.append(f"models: {m!r} is neither a zoo model ({', '.join(sorted(zoo))}) nor an existing file")
     if len(set(out)) != len(out):

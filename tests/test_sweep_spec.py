@@ -241,3 +241,11 @@ def test_a_zoo_model_whose_extra_is_missing_is_refused_up_front(monkeypatch):
     with pytest.raises(SweepSpecError, match=r"models: 'efficientnet_lite0': EfficientNet-Lite0 needs the package "
                                              r"'skimage', which is not installed; install the optional extra"):
         parse_spec({"sweep": {"models": ["tiny_cnn", "efficientnet_lite0"]}, "vary": {"LOG_BLOCK": [4]}})
+
+
+def test_a_model_file_that_is_not_onnx_is_refused_up_front(tmp_path):
+    """A sweep listing a file that is not an ONNX model failed every one of its points; it is named before any."""
+    (tmp_path / "junk.onnx").write_bytes(b"not a protobuf at all \xff\xfe")
+    (tmp_path / "s.toml").write_text('[sweep]\nmodels = ["junk.onnx"]\n[vary]\nLOG_BLOCK = [4]\n')
+    with pytest.raises(SweepSpecError, match=r"models: 'junk.onnx' is not an ONNX model, or it is truncated"):
+        load_spec(tmp_path / "s.toml")
