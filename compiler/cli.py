@@ -183,20 +183,15 @@ OUTPUT_SUFFIXES = {"--report-json": ((".json",), "a JSON report"), "--report-csv
 
 def check_output_path(option: str, path: str) -> None:
     """Before any work: ``path`` (given to ``option``) has a suffix ``option`` writes, is not a folder, and its folder
-    exists and is writable; else a :class:`~vta.cliutil.CliError` (exit 2) saying which."""
-    from vta.cliutil import CliError
+    exists and is writable (:func:`vta.cliutil.check_output_folder`); else a :class:`~vta.cliutil.CliError` (exit 2)
+    saying which."""
+    from vta.cliutil import CliError, check_output_folder
     suffixes, what = OUTPUT_SUFFIXES[option]
     suffix = os.path.splitext(path)[1].lower()
     if suffix not in suffixes:
         choices = suffixes[0] if len(suffixes) == 1 else ", ".join(suffixes[:-1]) + " or " + suffixes[-1]
         raise CliError(f"{option} {path}: {what} is written as {choices}, not {suffix or 'a file without suffix'}")
-    folder = os.path.dirname(os.path.abspath(path))
-    if os.path.isdir(path):
-        raise CliError(f"{option} {path}: that is a folder; give a file name ending {suffix}")
-    if not os.path.isdir(folder):
-        raise CliError(f"{option} {path}: the folder {folder} does not exist; create it first")
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise CliError(f"{option} {path}: the folder {folder} is not writable")
+    check_output_folder(option, path, suffix)
     if os.path.exists(path) and not os.access(path, os.W_OK):
         raise CliError(f"{option} {path}: the file exists and is not writable")
 

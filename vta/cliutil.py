@@ -63,13 +63,13 @@ def clock_option(args: argparse.Namespace) -> float | None:
     return float(mhz)
 
 
-def check_output_folder(option: str, path: str | os.PathLike[str]) -> None:
+def check_output_folder(option: str, path: str | os.PathLike[str], suffix: str = "") -> None:
     """Before any work: ``path`` (given to ``option``) is not a folder, and its folder exists and is writable (no
-    folder is created); else a :class:`CliError` saying which."""
+    folder is created); else a :class:`CliError` saying which (``suffix``: the one the file name should end with)."""
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
     if os.path.isdir(path):
-        raise CliError(f"{option} {path}: that is a folder; give a file name")
+        raise CliError(f"{option} {path}: that is a folder; give a file name" + (f" ending {suffix}" if suffix else ""))
     if not os.path.isdir(folder):
         raise CliError(f"{option} {path}: the folder {folder} does not exist; create it first")
     if not os.access(folder, os.W_OK | os.X_OK):

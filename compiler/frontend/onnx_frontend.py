@@ -52,6 +52,8 @@ import onnx
 from google.protobuf.message import EncodeError
 from onnx import numpy_helper, shape_inference
 
+from vta.arrayfile import available_memory
+
 from ..ir import Graph, GraphError
 from ..qops import reference_evaluator
 from . import (
@@ -483,15 +485,9 @@ def _external_bytes(proto: onnx.ModelProto, base: str) -> int:
 
 
 def _available_memory() -> int | None:
-    """Bytes of memory available to a new process (Linux's ``MemAvailable``), or None where that is not known."""
-    try:
-        with open("/proc/meminfo") as meminfo:
-            for line in meminfo:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
+    """Bytes of memory available to a new process (:func:`vta.arrayfile.available_memory`), or None where that is
+    not known (a seam the tests replace)."""
+    return available_memory()
 
 
 def _check_memory(path: str, weight_bytes: int) -> None:
