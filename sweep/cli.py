@@ -55,6 +55,24 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(func=sweep_command)
 
 
+SHOWN_FAILURES = 5
+"""Failed points whose reasons ``vta sweep`` prints (every one is in the database's ``error`` column)."""
+
+
+def _failures(rows: list[dict[str, Any]]) -> list[str]:
+    """Lines naming the points of ``rows`` that did not end ok and why (the first line of each error), the first
+    :data:`SHOWN_FAILURES` of them; none when there are none."""
+    if not rows:
+        return []
+    lines = [f"points not measured ({len(rows)}; the reasons are the database's error column):"]
+    for row in rows[:SHOWN_FAILURES]:
+        why = str(row.get("error") or row.get("status") or "").strip().splitlines()
+        lines.append(f"  {row['design']} {row['model']}: {row['status']}: {why[0][:200] if why else '(no reason)'}")
+    if len(rows) > SHOWN_FAILURES:
+        lines.append(f"  ... and {len(rows) - SHOWN_FAILURES} more")
+    return lines
+
+
 def sweep_command(args: argparse.Namespace) -> int:
     """Run the design-space sweep of FILE (every design of its grid on every model), print the frontier of speed,
     area and energy and name every file written: the results database and the frontier plots, by default in build/
@@ -103,9 +121,13 @@ def sweep_command(args: argparse.Namespace) -> int:
                             progress=not args.no_progress)
         keys = {p.key for p in points}
         rows = [r for r in store.rows(mode=spec.mode, status="ok") if (r["design"], r["model"], r["mode"]) in keys]
+        failed = [r for r in store.rows(mode=spec.mode) if r["status"] != "ok"
+                  and (r["design"], r["model"], r["mode"]) in keys]
     print(f"measured {summary.measured} points in {summary.seconds:.1f} s ({figure(summary.points_per_minute)} "
           f"points/min): {summary.ok} ok, {summary.failed} failed, {summary.timeout} timed out; {summary.skipped} "
           f"already in {db}")
+    for line in _failures(failed):
+        print(line)
     groups = {m: [r for r in rows if r["model"] == m] for m in spec.models}
     if len(spec.models) > 1:
         groups[SUITE] = suite_rows(rows, list(spec.models))

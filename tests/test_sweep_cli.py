@@ -131,3 +131,13 @@ def test_another_programs_database_is_refused_as_db_and_left_unchanged(tmp_path,
     assert capsys.readouterr().err == (f"vta: error: --db {notes}: not a results database of vta sweep: it has no "
                                        f"table points (its tables: foo); give another --db or move this file away\n")
     assert notes.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["notes.sqlite"]
+
+
+def test_the_sweep_says_why_points_failed(tmp_path, capsys):
+    """scripts/sweeps/small.toml's invalid design: the run names each failed point and the first line of its error
+    (it printed "2 failed" and nothing else; the reasons were only in the database)."""
+    code = main(["sweep", str(Path(__file__).resolve().parent.parent / "scripts" / "sweeps" / "small.toml"),
+                 "--db", str(tmp_path / "s.sqlite"), "--plot-dir", str(tmp_path), "--workers", "0", "--no-progress"])
+    out = capsys.readouterr().out
+    assert code == 0 and "points not measured (2; the reasons are the database's error column):" in out
+    assert out.count("failed: invalid config: LOG_WGT_BUFF_SIZE=8 gives 256 bytes") == 2, out
