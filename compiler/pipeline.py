@@ -293,14 +293,18 @@ def read_npz_shapes(path: str) -> dict[str, tuple[int, ...]]:
 
 
 def check_force_cpu(graph: Graph, names: Iterable[str]) -> None:
-    """ValueError unless every name in ``names`` is a node of ``graph``, suggesting the closest node names."""
+    """ValueError unless every name in ``names`` is a node of ``graph``: one line per name that is not, each with
+    the closest node names."""
     nodes = [node.name for node in graph.nodes]
-    for name in names:
+    problems = []
+    for name in dict.fromkeys(names):
         if name not in nodes:
             close = close_matches(name, nodes, n=5)
             hint = f"the closest are {', '.join(close)}" if close else f"its nodes are {', '.join(nodes[:10])}" + \
                 (", ..." if len(nodes) > 10 else "")
-            raise ValueError(f"--force-cpu {name}: the model has no node named {name!r}; {hint}.")
+            problems.append(f"--force-cpu {name}: the model has no node named {name!r}; {hint}.")
+    if problems:
+        raise ValueError("\n".join(problems))
 
 
 def random_inputs(graph: Graph, seed: int, samples: int = 1) -> dict[str, np.ndarray]:

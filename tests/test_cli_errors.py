@@ -201,6 +201,8 @@ def test_force_cpu_unknown_node(capsys: pytest.CaptureFixture[str], no_compile: 
     assert code == 2
     assert err == ("vta: error: --force-cpu zzzz: the model has no node named 'zzzz'; its nodes are conv_3, relu_4, "
                    "conv_7, relu_8, flatten_9, gemm_12.\n")
+    code, _, err = run(capsys, "run", "tiny_cnn", "--force-cpu", "conv3", "--force-cpu", "relu_4", "--force-cpu", "")
+    assert code == 2 and err.count("the model has no node named") == 2      # every bad name, not the first only
 
 
 # ---- output paths ----------------------------------------------------------------------------------------------------
