@@ -385,3 +385,10 @@ def test_a_sparse_dram_serves_a_region_at_a_high_address(small_cfg8: VTAConfig, 
     backend = type("Backend", (), {"model": lambda self, cfg: model, "watchdog_cycles": 20_000})()
     outcome = check_high(backend, program, "uops far", HIGH_OFFSET, "corner addresses high uop")
     assert outcome.status == "pass", outcome.detail
+
+
+def test_a_model_that_is_neither_in_the_zoo_nor_a_file_is_refused_before_any_build(capsys) -> None:
+    """`vta conform --model nope_model`: named at once, exit 2 (it was found only once the kit reached its model,
+    and a bad --only beside it was the one error reported)."""
+    assert main(["conform", "--model", "nope_model", "--only", "zzz"]) == 2
+    assert "--model nope_model: neither a zoo model" in capsys.readouterr().err

@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import time
 from contextlib import contextmanager
 from dataclasses import asdict
@@ -54,7 +55,7 @@ DEFAULT_SEEDS = 4
 DEFAULT_MODEL = "tiny_cnn"
 """The model run end to end by default."""
 MODEL_HOOKS = {"compile": "vta.compiler.pipeline:compile_model", "inputs": "vta.compiler.pipeline:random_inputs",
-               "run": "vta.compiler.runtime.executor:run"}
+               "run": "vta.compiler.runtime.executor:run", "zoo": "vta.compiler.frontend.zoo:list_models"}
 """The compiler's entry points the model case uses, by name (imported on first use: ``vta.tsim`` does not import
 the compiler's floor; see docs/architecture.md)."""
 
@@ -506,6 +507,9 @@ def _cmd_conform(args: argparse.Namespace) -> int:
     if args.seeds < 0:
         raise CliError(f"--seeds must be a number of random programs >= 0, not {args.seeds}")
     cfg = config_from_args(args)
+    if not args.no_model and args.model not in _hook("zoo")() and not os.path.isfile(args.model):
+        raise CliError(f"--model {args.model}: neither a zoo model ({', '.join(_hook('zoo')())}) nor an ONNX file; "
+                       f"the kit's end-to-end case runs it (--no-model leaves that case out)")
     core = foreign_core(args, cfg)  # lint and ports checked here, before any build
     what = str(core) if core else "the generated core"
     if not args.json:
