@@ -212,9 +212,11 @@ def test_a_batch_norm_after_a_concat(tmp_path):
 @pytest.mark.parametrize("attrs, relu", [({"dilations": [2, 2], "pads": [2, 2, 2, 2]}, True),
                                          ({"dilations": [2, 3], "pads": [1, 0, 2, 3]}, False),
                                          ({"dilations": [1, 3], "pads": [1, 3, 1, 3]}, True)])
-def test_a_dilated_conv_takes_the_phase_form(attrs, relu, tmp_path):
+@pytest.mark.parametrize("fmt", ["QDQ", "QOperator"])
+def test_a_dilated_conv_takes_the_phase_form(attrs, relu, fmt, tmp_path):
     """DeepLab's dilated 3x3 (LR-ASPP) in a QDQ file: the phase form with a QuantizeLinear/DequantizeLinear pair at
-    the output's parameters after the undilated Conv, so no dilated Conv is left and the sums are onnxruntime's."""
+    the output's parameters after the undilated Conv, so no dilated Conv is left and the sums are onnxruntime's. A
+    QOperator file's dilated QLinearConv is first the QDQ nodes it stands for (it fell back to the float graph)."""
     rng = np.random.default_rng(3)
     extra = [numpy_helper.from_array((rng.standard_normal((8, 8, 3, 3)) * 0.3).astype(np.float32), "wd"),
              numpy_helper.from_array((rng.standard_normal(8) * 0.1).astype(np.float32), "bd")]
@@ -222,7 +224,7 @@ def test_a_dilated_conv_takes_the_phase_form(attrs, relu, tmp_path):
     nodes = [helper.make_node("Conv", ["c", "wd", "bd"], [kernel_out], name="dilated", **attrs)]
     if relu:
         nodes.append(helper.make_node("Relu", ["d"], ["h"], name="relu"))
-    ops = _assert_agrees(_quantized(_model(nodes, extra), tmp_path))
+    ops = _assert_agrees(_quantized(_model(nodes, extra), tmp_path, fmt))
     assert "Transpose" in ops                           # the phases moved into the batch and back
 
 
@@ -230,8 +232,8 @@ def test_a_dilated_conv_takes_the_phase_form(attrs, relu, tmp_path):
 def test_one_dimensional_convolutions_run_as_integers(fmt, tmp_path):
     """An audio stem's 1D convolutions (Whisper's, Speech2Text's: strided, padded, grouped, dilated) in a quantized
     file: each a QConv2d over ``[N, C, 1, L]`` between Reshapes, as integers at the file's scales (they fell back
-    to the float graph before). A dilated one is taken in QDQ files (the phase form); a dilated QLinearConv is left
-    to the float graph, in 1D as in 2D."""
+    to the float graph before). A dilated one takes the phase form, a QOperator file's after it is written as the
+    QDQ nodes it stands for."""
     rng = np.random.default_rng(4)
     shape = (1, 8, 24)
     inits = [numpy_helper.from_array((rng.standard_normal((16, 8, 5)) * 0.3).astype(np.float32), "w1"),
@@ -241,8 +243,7 @@ def test_one_dimensional_convolutions_run_as_integers(fmt, tmp_path):
     nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], strides=[2], pads=[2, 2], name="stem"),
              helper.make_node("Relu", ["c1"], ["r1"], name="relu"),
              helper.make_node("Conv", ["r1", "w2"], ["c2"], group=4, pads=[1, 1], name="grouped"),
-             helper.make_node("Conv", ["c2", "w3"], ["y"], name="last",
-                              **({"dilations": [2], "pads": [2, 2]} if fmt == "QDQ" else {"pads": [1, 1]}))]
+             helper.make_node("Conv", ["c2", "w3"], ["y"], dilations=[2], pads=[2, 2], name="last")]
     graph = helper.make_graph(nodes, "m", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 12])], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
@@ -258,14 +259,15 @@ def test_one_dimensional_convolutions_run_as_integers(fmt, tmp_path):
 
 
 def test_a_per_channel_qoperator_file_dequantizes_along_its_output_channels(tmp_path):
-    """The float fallback of a QOperator file with per-channel weights (here a dilated QLinearConv, which the integer
-    import leaves to it): each weight's DequantizeLinear runs along the output channels (QLinearConv: axis 0; QGemm
-    with transB: axis 0), so the float graph computes what the file does (it failed to fold before)."""
+    """The float fallback of a QOperator file with per-channel weights (here a dilated QLinearConv of strides 2, which
+    the integer import leaves to it): each weight's DequantizeLinear runs along the output channels (QLinearConv:
+    axis 0; QGemm with transB: axis 0), so the float graph computes what the file does (it failed to fold before)."""
     from vta.compiler.frontend.dequantize import qdq_to_float
     from vta.compiler.frontend.float_ref import run_float
     rng = np.random.default_rng(3)
     extra = [numpy_helper.from_array((rng.standard_normal((8, 8, 3, 3)) * 0.3).astype(np.float32), "wd")]
-    nodes = [helper.make_node("Conv", ["c", "wd"], ["h"], name="dilated", dilations=[2, 2], pads=[2, 2, 2, 2])]
+    nodes = [helper.make_node("Conv", ["c", "wd"], ["h"], name="dilated", dilations=[2, 2], pads=[2, 2, 2, 2],
+                              strides=[2, 2])]
     path = _quantized(_model(nodes, extra), tmp_path, "QOperator")
     plain = qdq_to_float(onnx.load(path))
     axes = {n.input[0]: [a.i for a in n.attribute if a.name == "axis"] for n in plain.graph.node

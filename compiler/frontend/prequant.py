@@ -159,6 +159,8 @@ def import_model(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, 
                          f"says is for that machine alone. Save the optimized file at ORT_ENABLE_EXTENDED or below, "
                          f"or give the lab the file before optimization.")
     proto = normalized(proto)
+    if _dilated_qlinear_convs_as_qdq(proto):
+        proto = _infer_shapes(proto)
     _undilate_qdq(proto)
     try:
         return import_quantized(proto, label)
@@ -377,6 +379,55 @@ def _unfuse_static_matmuls(proto: onnx.ModelProto) -> bool:
         nodes.append(helper.make_node("MatMul", [f"{label}_a", f"{label}_b"], [product], name=label))
         if bias:
             nodes.append(helper.make_node("Add", [product, bias], [node.output[0]], name=f"{label}_bias"))
+        changed = True
+    if changed:
+        del proto.graph.node[:]
+        proto.graph.node.extend(nodes)
+    return changed
+
+
+def _dilated_qlinear_convs_as_qdq(proto: onnx.ModelProto) -> bool:
+    """In place: a dilated ``QLinearConv`` of strides 1 whose scales, zero points, weights and bias are constants
+    becomes the QDQ nodes it stands for (DequantizeLinear of its input, weights and int32 bias at the input's times
+    the weights' scales, the float ``Conv`` with its attributes, QuantizeLinear at its output's parameters), which
+    :func:`_undilate_qdq` then puts in the phase form: a QOperator file's dilated convolution (DeepLab's) runs as
+    integers, as the QDQ file's does. Every output element is the same requantized accumulator. True when any
+    changed."""
+    inits = {init.name: init for init in proto.graph.initializer}
+    nodes: list[onnx.NodeProto] = []
+    changed = False
+    for node in proto.graph.node:
+        a = _attrs(node)
+        names = list(node.input) + [""] * (9 - len(node.input))
+        x, xs, xz, w, ws, wz, ys, yz, bias = names[:9]
+        if node.op_type != "QLinearConv" or node.domain not in ("", "ai.onnx") or \
+                all(int(d) == 1 for d in a.get("dilations", [])) or any(int(v) != 1 for v in a.get("strides", [])) \
+                or any(t not in inits for t in (xs, ws, ys, w) if t) or any(t and t not in inits for t in (xz, wz, yz,
+                                                                                                            bias)):
+            nodes.append(node)
+            continue
+        label = node.name or node.output[0]
+        w_scale = numpy_helper.to_array(inits[ws]).astype(np.float64).reshape(-1)
+        axis: dict[str, Any] = {"axis": 0} if w_scale.size > 1 else {}
+        new = [helper.make_node("DequantizeLinear", [x, xs] + ([xz] if xz else []), [f"{label}_x"],
+                                name=f"{label}_x"),
+               helper.make_node("DequantizeLinear", [w, ws] + ([wz] if wz else []), [f"{label}_w"],
+                                name=f"{label}_w", **axis)]
+        conv_inputs = [f"{label}_x", f"{label}_w"]
+        if bias:
+            x_scale = float(numpy_helper.to_array(inits[xs]).reshape(()))
+            bias_scale = (x_scale * w_scale).astype(np.float32)
+            proto.graph.initializer.append(numpy_helper.from_array(bias_scale if w_scale.size > 1 else
+                                                                   bias_scale.reshape(()), f"{label}_bias_scale"))
+            new.append(helper.make_node("DequantizeLinear", [bias, f"{label}_bias_scale"], [f"{label}_b"],
+                                        name=f"{label}_b", **axis))
+            conv_inputs.append(f"{label}_b")
+        conv_attrs = {k: v for k, v in a.items() if k in ("dilations", "group", "kernel_shape", "pads", "strides",
+                                                              "auto_pad")}
+        new += [helper.make_node("Conv", conv_inputs, [f"{label}_float"], name=label, **conv_attrs),
+                helper.make_node("QuantizeLinear", [f"{label}_float", ys] + ([yz] if yz else []), [node.output[0]],
+                                 name=f"{label}_quantize")]
+        nodes += new
         changed = True
     if changed:
         del proto.graph.node[:]
