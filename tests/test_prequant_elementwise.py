@@ -258,16 +258,27 @@ def test_one_dimensional_convolutions_run_as_integers(fmt, tmp_path):
     assert ops.count("QConv2d") == 3 and ops.count("Reshape") >= 6
 
 
+@pytest.mark.parametrize("fmt", ["QDQ", "QOperator"])
+def test_a_dilated_conv_of_another_stride_takes_its_kernel_with_zeros(fmt, tmp_path):
+    """A dilated Conv of strides 2 (the phase form takes strides 1 only): its integer weights with d - 1 zero taps
+    between their own, the same sums at 25/9 of the MACs (it fell back to the float graph)."""
+    rng = np.random.default_rng(5)
+    extra = [numpy_helper.from_array((rng.standard_normal((8, 8, 3, 3)) * 0.3).astype(np.float32), "wd")]
+    nodes = [helper.make_node("Conv", ["c", "wd"], ["h"], name="dilated", dilations=[2, 2], pads=[2, 2, 2, 2],
+                              strides=[2, 2])]
+    ops = _assert_agrees(_quantized(_model(nodes, extra), tmp_path, fmt))
+    assert ops.count("QConv2d") == 3 and "Transpose" not in ops       # conv, the dilated one, the head's pool
+
+
 def test_a_per_channel_qoperator_file_dequantizes_along_its_output_channels(tmp_path):
-    """The float fallback of a QOperator file with per-channel weights (here a dilated QLinearConv of strides 2, which
-    the integer import leaves to it): each weight's DequantizeLinear runs along the output channels (QLinearConv:
-    axis 0; QGemm with transB: axis 0), so the float graph computes what the file does (it failed to fold before)."""
+    """The float fallback of a QOperator file with per-channel weights (here a QLinearConv with auto_pad, which the
+    integer import leaves to it): each weight's DequantizeLinear runs along the output channels (QLinearConv: axis 0;
+    QGemm with transB: axis 0), so the float graph computes what the file does (it failed to fold before)."""
     from vta.compiler.frontend.dequantize import qdq_to_float
     from vta.compiler.frontend.float_ref import run_float
     rng = np.random.default_rng(3)
     extra = [numpy_helper.from_array((rng.standard_normal((8, 8, 3, 3)) * 0.3).astype(np.float32), "wd")]
-    nodes = [helper.make_node("Conv", ["c", "wd"], ["h"], name="dilated", dilations=[2, 2], pads=[2, 2, 2, 2],
-                              strides=[2, 2])]
+    nodes = [helper.make_node("Conv", ["c", "wd"], ["h"], name="dilated", auto_pad="SAME_UPPER")]
     path = _quantized(_model(nodes, extra), tmp_path, "QOperator")
     plain = qdq_to_float(onnx.load(path))
     axes = {n.input[0]: [a.i for a in n.attribute if a.name == "axis"] for n in plain.graph.node

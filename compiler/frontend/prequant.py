@@ -59,6 +59,7 @@ at least 99 % of the output elements.
 from __future__ import annotations
 
 import logging
+import math
 import os
 from collections import Counter
 from collections.abc import Mapping
@@ -73,7 +74,7 @@ from ..ir import INT8_MAX, INT8_MIN, AddRequant, Graph, GraphError, Node, Partia
 from ..qops import reference_evaluator
 from . import prequant_tables
 from .contrib import static_shapes
-from .conv_transpose import _dilated_phase_nodes, _stride1_pads
+from .conv_transpose import SPREAD_LIMIT, _dilated_phase_nodes, _stride1_pads
 from .dequantize import qdq_ranges, qdq_to_float, qoperator_to_qdq, undequantized_ops
 from .onnx_checks import axis_problem, index_problem
 from .onnx_frontend import (
@@ -159,8 +160,7 @@ def import_model(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, 
                          f"says is for that machine alone. Save the optimized file at ORT_ENABLE_EXTENDED or below, "
                          f"or give the lab the file before optimization.")
     proto = normalized(proto)
-    if _dilated_qlinear_convs_as_qdq(proto):
-        proto = _infer_shapes(proto)
+    _dilated_qlinear_convs_as_qdq(proto)
     _undilate_qdq(proto)
     try:
         return import_quantized(proto, label)
@@ -394,6 +394,7 @@ def _dilated_qlinear_convs_as_qdq(proto: onnx.ModelProto) -> bool:
     integers, as the QDQ file's does. Every output element is the same requantized accumulator. True when any
     changed."""
     inits = {init.name: init for init in proto.graph.initializer}
+    shapes = static_shapes(proto)
     nodes: list[onnx.NodeProto] = []
     changed = False
     for node in proto.graph.node:
@@ -407,6 +408,9 @@ def _dilated_qlinear_convs_as_qdq(proto: onnx.ModelProto) -> bool:
             nodes.append(node)
             continue
         label = node.name or node.output[0]
+        if x in shapes:         # the shape the phase form needs, which inference cannot give past onnxruntime's ops
+            proto.graph.value_info.append(helper.make_tensor_value_info(f"{label}_x", onnx.TensorProto.FLOAT,
+                                                                        list(shapes[x])))
         w_scale = numpy_helper.to_array(inits[ws]).astype(np.float64).reshape(-1)
         axis: dict[str, Any] = {"axis": 0} if w_scale.size > 1 else {}
         new = [helper.make_node("DequantizeLinear", [x, xs] + ([xz] if xz else []), [f"{label}_x"],
@@ -804,8 +808,15 @@ def _conv_attrs(node: onnx.NodeProto, kernel: tuple[int, ...], group: int = 1) -
     rank = len(kernel)
     if rank not in (1, 2):
         raise UnsupportedOperatorError(node.op_type, node.name, f"it has a {rank}D kernel; the lab takes 1D and 2D")
-    if any(d != 1 for d in a.get("dilations", [1] * rank)):
-        raise UnsupportedOperatorError(node.op_type, node.name, f"dilations={a['dilations']} (only 1 is supported)")
+    dilations = [int(d) for d in a.get("dilations", [1] * rank)]
+    if len(dilations) != rank or min(dilations) < 1:
+        raise UnsupportedOperatorError(node.op_type, node.name, f"dilations={dilations} for its {rank}D kernel")
+    spread = [(k - 1) * d + 1 for k, d in zip(kernel, dilations)]
+    if math.prod(spread) > SPREAD_LIMIT * math.prod(kernel):
+        raise UnsupportedOperatorError(node.op_type, node.name, f"dilations={dilations} of a "
+                                       f"{'x'.join(map(str, kernel))} kernel: its kernel with the zeros would cost "
+                                       f"{math.prod(spread) / math.prod(kernel):.1f} times the MACs (the phase form "
+                                       f"takes a QDQ Conv of strides 1)")
     if a.get("auto_pad", "NOTSET") not in ("NOTSET", "VALID"):
         raise UnsupportedOperatorError(node.op_type, node.name, f"auto_pad={a['auto_pad']} (give explicit pads)")
     pads = tuple(int(p) for p in a.get("pads", [0] * (2 * rank)))
@@ -814,8 +825,8 @@ def _conv_attrs(node: onnx.NodeProto, kernel: tuple[int, ...], group: int = 1) -
         raise UnsupportedOperatorError(node.op_type, node.name, f"pads={list(pads)} and strides={list(strides)} do "
                                        f"not fit its {rank}D kernel")
     if rank == 1:
-        pads, strides = (0, pads[0], 0, pads[1]), (1, strides[0])
-    return {"strides": strides, "pads": pads, "groups": int(a.get("group", group))}
+        pads, strides, dilations = (0, pads[0], 0, pads[1]), (1, strides[0]), [1, dilations[0]]
+    return {"strides": strides, "pads": pads, "groups": int(a.get("group", group)), "dilations": tuple(dilations)}
 
 
 def _conv(imp: _Importer, node: onnx.NodeProto, x: _Act, w_name: str, w: np.ndarray, wz: np.ndarray,
@@ -835,6 +846,11 @@ def _conv(imp: _Importer, node: onnx.NodeProto, x: _Act, w_name: str, w: np.ndar
         imp.emit("Reshape", f"{node.name}_2d", [x.name], flat, shape=(shape[0], shape[1], 1, shape[2]))
         x, w = _Act(flat, x.scale, x.zp), w.reshape(o, w.shape[1], 1, w.shape[2])
     wq = w.astype(np.int64) - np.asarray(wz, np.int64).reshape((-1,) + (1,) * (w.ndim - 1))
+    dilations = conv.pop("dilations")
+    if any(d != 1 for d in dilations):      # the kernel with d - 1 zero taps between its own: the same sums
+        spread = np.zeros((*wq.shape[:2], *((k - 1) * d + 1 for k, d in zip(wq.shape[2:], dilations))), np.int64)
+        spread[(slice(None), slice(None), *(slice(None, None, d) for d in dilations))] = wq
+        wq = spread
     sw = _channel_scale(w_scale, o, w_axis, 0, node)
     c, g = imp.shape(x.name)[1], conv["groups"]
     if g < 1 or o % g or c != w.shape[1] * g:
