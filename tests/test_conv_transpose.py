@@ -271,3 +271,16 @@ def test_a_fold_is_a_grouped_conv_transpose_matching_onnxruntime(image, block, a
     graph, *_ = onnx_op_run(onnx_model(nodes, {"x": x}, list(consts.items()), opset=18), {"x": x},
                             atol=1e-5, rtol=1e-5)
     assert "Col2Im" not in [n.op for n in graph.nodes]
+
+
+def test_a_fold_never_takes_a_name_the_file_uses():
+    """A Col2Im node ``fold`` beside a convolution whose weights the file named ``fold_onehot``, the name the rewrite
+    gave its one-hot weights: the file's weights were replaced (cosine 0.027 against onnxruntime, the run saying it
+    matched the integer reference). The rewrite's names are now ones the file does not use."""
+    from helpers import onnx_model, onnx_op_run
+    x = np.random.default_rng(3).standard_normal((1, 8, 16)).astype(np.float32)
+    weights = np.random.default_rng(4).standard_normal((2, 1, 3, 3)).astype(np.float32)
+    nodes = [helper.make_node("Col2Im", ["x", "image", "block"], ["f"], name="fold", strides=[2, 2]),
+             helper.make_node("Conv", ["f", "fold_onehot"], ["y"], group=2, pads=[1, 1, 1, 1])]
+    inits = [("image", np.array([8, 8], np.int64)), ("block", np.array([2, 2], np.int64)), ("fold_onehot", weights)]
+    onnx_op_run(onnx_model(nodes, {"x": x}, inits, opset=18), {"x": x}, atol=1e-5, rtol=1e-5)

@@ -54,7 +54,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from .onnx_common import _attrs, _decode
+from .onnx_common import _attrs, _decode, tensor_namer
 
 __all__ = ["rewrite_conv_transposes", "phase_weights", "undilate_convs", "col2im_as_conv_transposes"]
 
@@ -385,6 +385,7 @@ def col2im_as_conv_transposes(model: onnx.ModelProto, shapes: dict[str, tuple[in
     one-hot weights the module docstring describes (its output length set by ``output_padding``); ``shapes`` gains
     the reshaped tensor. Returns ``{output: reason}`` for those left (the importer then names the node)."""
     consts = {init.name: numpy_helper.to_array(init) for init in model.graph.initializer}
+    fresh = tensor_namer(model)
     nodes: list[onnx.NodeProto] = []
     refused: dict[str, str] = {}
     changed = False
@@ -399,13 +400,13 @@ def col2im_as_conv_transposes(model: onnx.ModelProto, shapes: dict[str, tuple[in
             continue
         x4, weight, group, attrs = plan
         name = node.name or node.output[0]
-        model.graph.initializer.extend([numpy_helper.from_array(np.array(x4, np.int64), f"{name}_grid"),
-                                        numpy_helper.from_array(weight, f"{name}_onehot")])
-        shapes[f"{name}_blocks"] = x4
-        nodes += [helper.make_node("Reshape", [node.input[0], f"{name}_grid"], [f"{name}_blocks"],
-                                   name=f"{name}_blocks"),
-                  helper.make_node("ConvTranspose", [f"{name}_blocks", f"{name}_onehot"], [node.output[0]],
-                                   name=name, group=group, **attrs)]
+        grid, onehot, blocks = fresh(f"{name}_grid"), fresh(f"{name}_onehot"), fresh(f"{name}_blocks")
+        model.graph.initializer.extend([numpy_helper.from_array(np.array(x4, np.int64), grid),
+                                        numpy_helper.from_array(weight, onehot)])
+        shapes[blocks] = x4
+        nodes += [helper.make_node("Reshape", [node.input[0], grid], [blocks], name=f"{name}_blocks"),
+                  helper.make_node("ConvTranspose", [blocks, onehot], [node.output[0]], name=name, group=group,
+                                   **attrs)]
         changed = True
     if changed:
         del model.graph.node[:]

@@ -2,7 +2,7 @@
 attribute decoding (:mod:`.onnx_frontend` imports a model with them)."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import onnx
@@ -190,6 +190,26 @@ class _Importer:
                              f"or does not fit its inputs' shapes (a bad axis, perm or shape constant)."
                              + self.open_sizes_hint())
         return self.shapes[tensor]
+
+
+def tensor_namer(model: onnx.ModelProto) -> Callable[[str], str]:
+    """A namer of tensors new to ``model`` (for a rewrite's constants and intermediate results): ``name(base)`` is
+    ``base``, else ``base_2``, ``base_3``... the first that no tensor of the model (input, output, initializer,
+    value_info, a node's input or output) and no earlier call has. A rewrite that wrote ``<node>_onehot`` without
+    asking replaced a tensor of that name the file already had, silently."""
+    graph = model.graph
+    taken = {vi.name for vi in [*graph.input, *graph.output, *graph.value_info]} | \
+        {init.name for init in graph.initializer} | {t for node in graph.node for t in [*node.input, *node.output]}
+
+    def name(base: str) -> str:
+        out, k = base, 1
+        while out in taken:
+            k += 1
+            out = f"{base}_{k}"
+        taken.add(out)
+        return out
+
+    return name
 
 
 def _attrs(node: onnx.NodeProto) -> dict[str, Any]:

@@ -20,6 +20,8 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from .onnx_common import tensor_namer
+
 __all__ = ["scatters_as_gathers", "scatter_sources", "flatten_scatter_chains"]
 
 
@@ -68,6 +70,7 @@ def scatters_as_gathers(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...
     the module docstring says. True when any changed (the caller infers the new tensors' shapes)."""
     consts = {init.name: init for init in model.graph.initializer}
     shapes = {**{name: tuple(int(d) for d in init.dims) for name, init in consts.items()}, **shapes}
+    fresh = tensor_namer(model)
     nodes: list[onnx.NodeProto] = []
     changed = False
     for node in model.graph.node:
@@ -87,23 +90,24 @@ def scatters_as_gathers(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...
             nodes.append(node)
             continue
         changed = True
+        t = {part: fresh(f"{name}_{part}") for part in ("flat", "sources", "shape", "data_flat", "updates_flat",
+                                                        "both", "moved")}          # names the file does not use
         inits = model.graph.initializer
-        inits.append(numpy_helper.from_array(np.array([-1], np.int64), f"{name}_flat"))
-        inits.append(numpy_helper.from_array(sources, f"{name}_sources"))
-        inits.append(numpy_helper.from_array(np.array(shapes[data], np.int64), f"{name}_shape"))
+        inits.append(numpy_helper.from_array(np.array([-1], np.int64), t["flat"]))
+        inits.append(numpy_helper.from_array(sources, t["sources"]))
+        inits.append(numpy_helper.from_array(np.array(shapes[data], np.int64), t["shape"]))
         for part in (data, updates):            # a constant flattened here, an activation by a Reshape
             role = "data" if part == data else "updates"
             if part in consts:
                 inits.append(numpy_helper.from_array(numpy_helper.to_array(consts[part]).reshape(-1),
-                                                     f"{name}_{role}_flat"))
+                                                     t[f"{role}_flat"]))
             else:
-                nodes.append(helper.make_node("Reshape", [part, f"{name}_flat"], [f"{name}_{role}_flat"],
+                nodes.append(helper.make_node("Reshape", [part, t["flat"]], [t[f"{role}_flat"]],
                                               name=f"{name}_{role}_flat"))
-        nodes += [helper.make_node("Concat", [f"{name}_data_flat", f"{name}_updates_flat"], [f"{name}_both"],
+        nodes += [helper.make_node("Concat", [t["data_flat"], t["updates_flat"]], [t["both"]],
                                    name=f"{name}_both", axis=0),
-                  helper.make_node("Gather", [f"{name}_both", f"{name}_sources"], [f"{name}_moved"],
-                                   name=f"{name}_moved", axis=0),
-                  helper.make_node("Reshape", [f"{name}_moved", f"{name}_shape"], [node.output[0]], name=name)]
+                  helper.make_node("Gather", [t["both"], t["sources"]], [t["moved"]], name=f"{name}_moved", axis=0),
+                  helper.make_node("Reshape", [t["moved"], t["shape"]], [node.output[0]], name=name)]
     if changed:
         del model.graph.node[:]
         model.graph.node.extend(nodes)
