@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import time
+import tokenize
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -246,7 +247,7 @@ def load_input(graph: Graph, path: str, fixed: Mapping[str, float] | None = None
         raise ValueError(f"Cannot read {source}: {err.strerror or err}.") from None
     except ArrayFileError:
         raise
-    except (ValueError, EOFError) as err:  # pickled data, object arrays, a damaged header
+    except (ValueError, EOFError, SyntaxError, tokenize.TokenError) as err:  # pickles, object arrays, a bad header
         raise ValueError(f"{source} is not a .npy array of numbers ({err}); save one with numpy.save.") from None
     if not isinstance(value, np.ndarray):  # an .npz archive
         value.close()
@@ -266,14 +267,18 @@ def _load_npz(path: str, source: str, inputs: set[str] | None = None) -> dict[st
             if extra:
                 raise InputError(f"{source} gives {', '.join(map(repr, sorted(declared)))}; the model's inputs are "
                                  f"{', '.join(map(repr, sorted(inputs)))}.")
-        with np.load(path, allow_pickle=False) as archive:
+        archive = np.load(path, allow_pickle=False)
+        if isinstance(archive, np.ndarray):
+            raise ValueError(f"{source} holds one .npy array, not an .npz archive of named arrays; save the inputs "
+                             f"with numpy.savez(FILE, name=array, ...) or name the file .npy")
+        with archive:
             return {name: archive[name] for name in archive.files}
     except OSError as err:
         raise ValueError(f"Cannot read {source}: {err.strerror or err}.") from None
-    except ArrayFileError:
+    except (ArrayFileError, InputError):
         raise
-    except (ValueError, EOFError, zipfile.BadZipFile) as err:   # not a zip, cut short, or a damaged member
-        if isinstance(err, InputError):
+    except (ValueError, EOFError, RuntimeError, SyntaxError, tokenize.TokenError, zipfile.BadZipFile) as err:
+        if "holds one .npy array" in str(err):      # not a zip, cut short, encrypted, a damaged member or header
             raise
         raise ValueError(f"{source} is not an .npz archive of number arrays ({err}); save one with numpy.savez."
                          ) from None

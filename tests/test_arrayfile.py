@@ -60,3 +60,35 @@ def test_an_archive_member_is_checked_by_its_header_and_an_extra_one_is_never_de
     np.savez(path, x=X)
     assert npz_declared(str(path), "--input")["x"][0] == (1, 3, 4, 4)
     assert load_input(_graph(), str(path))["x"].shape == (1, 3, 4, 4)
+
+
+def test_a_header_numpy_cannot_parse_an_encrypted_or_doubled_member_and_a_npy_named_npz(tmp_path: Path):
+    """Four files a fuzzer of the new reader found: a header whose Python literal is cut short (tokenize's
+    TokenError, a traceback), an archive member flagged encrypted (zipfile's RuntimeError, a traceback), two members
+    of one name (the last was read, silently) and a .npy file named .npz (numpy's context-manager error)."""
+    import zipfile
+    header = tmp_path / "cut.npy"
+    header.write_bytes(b"\x93NUMPY\x01\x00" + (118).to_bytes(2, "little") + b"{'descr': '<f4', 'shape': (1, 3" +
+                       b" " * 85 + b"\n")
+    with pytest.raises(ValueError, match=r"is not a .npy array of numbers"):
+        load_input(_graph(), str(header))
+    doubled = tmp_path / "doubled.npz"
+    np.savez(doubled, x=X)
+    with zipfile.ZipFile(doubled, "a") as archive, pytest.warns(UserWarning):
+        archive.writestr("x.npy", b"")                                  # a second member named x
+    with pytest.raises(ArrayFileError, match=r"holds two arrays named 'x'"):
+        load_input(_graph(), str(doubled))
+    encrypted = tmp_path / "encrypted.npz"
+    np.savez(encrypted, x=X)
+    data = bytearray(encrypted.read_bytes())
+    for sig, flag_at in ((b"PK\x03\x04", 6), (b"PK\x01\x02", 8)):       # set the "encrypted" bit in both headers
+        k = data.find(sig)
+        data[k + flag_at] |= 1
+    encrypted.write_bytes(bytes(data))
+    with pytest.raises(ValueError, match=r"is not an .npz archive of number arrays \(File 'x.npy' is encrypted"):
+        load_input(_graph(), str(encrypted))
+    named = tmp_path / "one.npz"
+    np.save(tmp_path / "one.npy", X)
+    (tmp_path / "one.npy").rename(named)
+    with pytest.raises(ValueError, match=r"holds one .npy array, not an .npz archive"):
+        load_input(_graph(), str(named))

@@ -38,7 +38,7 @@ def _declared(stream: IO[bytes]) -> tuple[tuple[int, ...], np.dtype] | None:
         if reader is None:
             return None
         shape, _, dtype = reader(stream)
-    except (ValueError, EOFError, OSError):
+    except Exception:  # noqa: BLE001 - any header numpy's readers cannot parse (a literal cut short: TokenError)
         return None
     if any(int(d) < 0 for d in shape):
         return None
@@ -93,10 +93,15 @@ def npz_declared(path: str, source: str) -> dict[str, tuple[tuple[int, ...], np.
     if os.path.getsize(path) == 0:
         raise ArrayFileError(f"{source} is empty (0 bytes); save the arrays with numpy.savez.")
     out: dict[str, tuple[tuple[int, ...], np.dtype]] = {}
+    seen: set[str] = set()
     try:
         with zipfile.ZipFile(path) as archive:
             for info in archive.infolist():
                 name = info.filename[:-4] if info.filename.endswith(".npy") else info.filename
+                if name in out or name in seen:
+                    raise ArrayFileError(f"{source} holds two arrays named {name!r}; which one is meant is "
+                                         f"ambiguous (numpy would read the last)")
+                seen.add(name)
                 with archive.open(info) as stream:
                     found = _declared(stream)
                     start = stream.tell()

@@ -23,6 +23,7 @@ the clipped distribution and its 128-level quantization.
 from __future__ import annotations
 
 import os
+import tokenize
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -130,7 +131,7 @@ def _load_npy(path: Path) -> np.ndarray:
         value = np.load(path, allow_pickle=False)
     except ArrayFileError as err:
         raise CalibrationError(str(err).rstrip(".")) from None
-    except (OSError, ValueError, EOFError) as err:
+    except (OSError, ValueError, EOFError, SyntaxError, tokenize.TokenError) as err:   # a header numpy cannot parse
         raise CalibrationError(f"--calibration {path}: not a .npy array of numbers ({err})") from None
     if not isinstance(value, np.ndarray):
         value.close()
@@ -148,8 +149,8 @@ def _npz(path: Path, where: str) -> dict[str, np.ndarray]:
             return {name: archive[name] for name in archive.files}
     except ArrayFileError as err:
         raise CalibrationError(str(err).rstrip(".")) from None
-    except (OSError, ValueError, EOFError) as err:
-        raise CalibrationError(f"{where}: not a readable .npz archive of numeric arrays ({err})") from None
+    except (OSError, ValueError, EOFError, RuntimeError, SyntaxError, tokenize.TokenError) as err:  # an encrypted
+        raise CalibrationError(f"{where}: not a readable .npz archive of numeric arrays ({err})") from None  # member
 
 
 def _npy_folder(files: list[Path], graph: Graph, name: str) -> np.ndarray:
