@@ -501,10 +501,13 @@ def _file_own_error(path: Any, graph: Any, inputs: dict[str, np.ndarray], ref: M
     import onnx
 
     from .frontend.dequantize import qdq_to_float
+    from .frontend.onnx_frontend import file_conventions
     from .frontend.prequant import normalized
     from .frontend.quantize import accuracy_vs_float, float_outputs
     try:
-        plain = qdq_to_float(normalized(onnx.load(os.fspath(path))))
+        proto = onnx.load(os.fspath(path))
+        file_conventions(proto)           # read as the import reads it (an input's default is not a constant)
+        plain = qdq_to_float(normalized(proto))
         if plain is None:
             return {}
         floats, how = float_outputs(plain, graph, inputs, declared, values)

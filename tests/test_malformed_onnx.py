@@ -417,3 +417,26 @@ def test_inputs_with_defaults_an_empty_or_negative_input_a_bad_gemm_and_an_unset
     path = tmp_path / "ir0.onnx"
     onnx.save(model, path)
     assert import_onnx(str(path)).inputs == ["x"]
+
+
+def test_a_pre_quantized_files_own_error_is_measured_on_the_input_given(tmp_path: Path, capsys):
+    """A QDQ file whose only input has a default value (an initializer of its name): the file's own quantization
+    error (onnxruntime on the file against its dequantized float graph) was measured with the default in the float
+    graph and the given input in the file, cosine -0.106; both now take the given input (0.9998)."""
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array((rng.standard_normal((8, 8)) * 0.3).astype(np.float32), "w"),
+             numpy_helper.from_array(np.float32(0.03), "xs"), numpy_helper.from_array(np.int8(0), "z"),
+             numpy_helper.from_array(np.float32(0.05), "ys"),
+             numpy_helper.from_array(rng.standard_normal((2, 8)).astype(np.float32), "x")]      # x's default
+    nodes = [helper.make_node("QuantizeLinear", ["x", "xs", "z"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "xs", "z"], ["xd"]),
+             helper.make_node("MatMul", ["xd", "w"], ["a"]),
+             helper.make_node("QuantizeLinear", ["a", "ys", "z"], ["aq"]),
+             helper.make_node("DequantizeLinear", ["aq", "ys", "z"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 8])],
+                              [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)], inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "q.onnx")
+    np.save(tmp_path / "x.npy", np.random.default_rng(5).standard_normal((2, 8)).astype(np.float32))
+    assert main(["run", str(tmp_path / "q.onnx"), "--input", str(tmp_path / "x.npy"), "--no-progress"]) == 0
+    own = re.search(r"\(onnxruntime too\), y: cosine ([-0-9.]+)", capsys.readouterr().out)
+    assert own is not None and float(own.group(1)) > 0.999
