@@ -412,11 +412,12 @@ def test_inputs_with_defaults_an_empty_or_negative_input_a_bad_gemm_and_an_unset
     model.graph.input[0].type.tensor_type.shape.dim[2].dim_value = -5
     with pytest.raises(ValueError, match=r"input 'x' of shape 1x2x-5x4: a dimension cannot be negative"):
         import_onnx(model)
-    model = gemm(w)
-    model.ir_version = 0
-    path = tmp_path / "ir0.onnx"
-    onnx.save(model, path)
-    assert import_onnx(str(path)).inputs == ["x"]
+    for version in (0, 3):                  # unset; IR 3 without its initializers among the inputs
+        model = gemm(w)
+        model.ir_version = version
+        path = tmp_path / f"ir{version}.onnx"
+        onnx.save(model, path)
+        assert import_onnx(str(path)).inputs == ["x"]
 
 
 def test_a_pre_quantized_files_own_error_is_measured_on_the_input_given(tmp_path: Path, capsys):

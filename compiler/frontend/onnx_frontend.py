@@ -426,11 +426,15 @@ def _read_model(path: str) -> onnx.ModelProto:
 def file_conventions(proto: onnx.ModelProto) -> None:
     """In place, on a file as read: inputs whose initializers are defaults (:func:`_defaults_as_inputs`), and an
     unset IR version (0, as a file written by hand leaves it) set to the one its opsets need, as onnxruntime reads
-    such a file."""
+    such a file; an IR version 3 file whose initializers are not all among its inputs (as IR 3 requires) read as IR
+    4, whose rule it follows (shape inference refused it: "Invalid tensor data type 0")."""
     _defaults_as_inputs(proto)
-    if proto.ir_version < 3 and proto.opset_import:
-        try:
-            proto.ir_version = onnx.helper.find_min_ir_version_for(list(proto.opset_import), ignore_unknown=True)
+    listed = {vi.name for vi in proto.graph.input}
+    unlisted = proto.ir_version == 3 and any(init.name not in listed for init in proto.graph.initializer)
+    if (proto.ir_version < 3 or unlisted) and proto.opset_import:  # IR 3 lists every initializer among the inputs:
+        try:                                                        # a file that does not is read as IR 4 and up
+            proto.ir_version = max(4 if unlisted else 0,
+                                   onnx.helper.find_min_ir_version_for(list(proto.opset_import), ignore_unknown=True))
         except (ValueError, TypeError):
             pass                                        # an opset onnx does not know: the checks name it
 
