@@ -671,6 +671,24 @@ def _constant(imp: _Importer, node: onnx.NodeProto) -> None:
     imp.consts[node.output[0]] = numpy_helper.to_array(_attrs(node)["value"])
 
 
+def _scatter(imp: _Importer, node: onnx.NodeProto) -> None:
+    """A ScatterND or ScatterElements the rewrite before import left (:func:`.scatter.scatters_as_gathers` makes one
+    of constant indices, no reduction and static shapes moves of values): refused, saying which of those it lacks."""
+    a = _attrs(node)
+    reduction = _decode(a.get("reduction", "none"))
+    if reduction != "none":
+        why = f"reduction={reduction!r} (the lab takes a scatter that writes, without reduction: moves of values)"
+    elif len(node.input) < 3 or not imp.is_const(node.input[1]):
+        why = "its indices are computed at run time (the lab takes constant indices: the scatter is then moves)"
+    else:
+        indices = np.asarray(imp.const(node.input[1]))
+        data = imp.shapes.get(node.input[0])
+        why = (f"its constant indices (of shape {list(indices.shape)}, from {indices.min() if indices.size else '-'} "
+               f"to {indices.max() if indices.size else '-'}) do not fit its data of shape "
+               f"{list(data) if data is not None else 'unknown'} and updates")
+    raise UnsupportedOperatorError(node.op_type, node.name or f"<unnamed, writes {node.output[0]}>", why)
+
+
 RULES: dict[str, Callable[[_Importer, onnx.NodeProto], None]] = {
     "Conv": _conv,
     "BatchNormalization": _batchnorm,
@@ -718,6 +736,8 @@ RULES: dict[str, Callable[[_Importer, onnx.NodeProto], None]] = {
     "Min": _max_min,
     "PRelu": _prelu,
     "GridSample": _grid_sample,
+    "ScatterND": _scatter,
+    "ScatterElements": _scatter,
     "Gather": _gather,
     "GatherElements": _gather_elements,
     "InstanceNormalization": _group_norm,
@@ -746,7 +766,8 @@ RULES: dict[str, Callable[[_Importer, onnx.NodeProto], None]] = {
     "Dropout": _dropout,
     "Constant": _constant,
 }
-PUBLIC_OPS[:] = sorted((set(RULES) - {"KeyMask", "IndexFn", "MaskPool", "MaskFn", "InputFn", "L2Normalize",
+PUBLIC_OPS[:] = sorted((set(RULES) - {"KeyMask", "IndexFn", "MaskPool", "MaskFn", "InputFn", "L2Normalize", "ScatterND",
+                                       "ScatterElements",
                                        "PointwiseFn", "GRNScale", "GainL2Scale", "TopKOneHot", "SumNormalize",
                                        "PickChosen"})
                        | {"Attention", "SwiGLU", "ConvTranspose", "Col2Im", "LSTM", "GRU", "RNN"})
