@@ -477,3 +477,11 @@ def test_gather_nd_of_one_index_per_lookup():
                  [("i", np.array([[1, 2]], np.int64))])
     with pytest.raises(UnsupportedOperatorError, match="one index per lookup"):
         import_onnx(bad)
+
+
+def test_an_output_that_is_its_input_unchanged_keeps_its_own_name():
+    """A model whose output ``y`` is its input ``x`` unchanged (an Identity; a scatter of no update): the graph's
+    output is a copy named ``y`` (it was ``x``, so ``--output`` saved the outputs under the input's name)."""
+    model = _model([helper.make_node("Identity", ["x"], ["y"])], (1, 4), None)
+    g = import_onnx(model)
+    assert g.outputs == ["y"] and g.inputs == ["x"]

@@ -1096,10 +1096,16 @@ def _import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int, name
                                   f"constants (an initializer or a Constant node): it computes nothing for them, and "
                                   f"the lab compiles computations only.")
     g.outputs = [imp.name(o.name) for o in model.graph.output]
-    for out in model.graph.output:
+    for k, out in enumerate(model.graph.output):
         target = imp.name(out.name)
         if target != out.name and target not in g.inputs and g.outputs.count(target) == 1:
             g.rename_tensor(target, out.name)          # keep the ONNX output names for aliased outputs
+        elif target in g.inputs and out.name not in g.tensors:    # an output that is an input unchanged (an
+            info = g.tensors[target]                               # Identity, a scatter of no update): a copy of it
+            g.add_tensor(out.name, info.shape, info.dtype, info.scale)   # under the output's own name
+            g.add_node("Reshape", g.unique_name(f"{out.name}_copy", node=True), [target], [out.name],
+                       shape=tuple(info.shape))
+            g.outputs[k] = out.name
     mask_fills.lift_mask_fills(g)                  # Doge's dynamic mask: its fill applied by the Softmax
     g.prune_constants()
     g.validate()
