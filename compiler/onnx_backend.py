@@ -58,7 +58,7 @@ CONSTANT_INPUTS: dict[str, tuple[int, ...]] = {
     "Where": (0,), "GatherElements": (1,), "Expand": (1,), "RMSNormalization": (1,), "RotaryEmbedding": (1, 2),
     "InstanceNormalization": (1, 2), "GroupNormalization": (1, 2), "GatherND": (1,), "CumSum": (1,), "Trilu": (1,),
     "CausalConvWithState": (1, 2), "ConvTranspose": (1, 2), "Col2Im": (1, 2), "LSTM": (1, 2, 3, 4, 7),
-    "GRU": (1, 2, 3, 4),
+    "GRU": (1, 2, 3, 4), "ScatterND": (1,), "ScatterElements": (1,),
     "RNN": (1, 2, 3, 4),
     **{op: (1,) for op in ("ReduceSum", "ReduceMax", "ReduceMin", "ReduceL1", "ReduceL2", "ReduceSumSquare",
                            "ReduceLogSum", "ReduceLogSumExp", "ReduceProd")},
