@@ -271,6 +271,8 @@ def _initializers(model: onnx.ModelProto) -> dict[str, onnx.TensorProto]:
 
 _WEIGHT_SLOTS = {"DequantizeLinear": 0, "QLinearConv": 3, "QLinearMatMul": 3, "QGemm": 3}
 """Where an operator reads integer weights, their scale and zero point (three inputs in a row)."""
+_BIAS_SLOTS = {"QLinearConv": 8, "QGemm": 6}
+"""Where an operator of :data:`_WEIGHT_SLOTS` reads its int32 bias, at its input's scale times its weights'."""
 
 
 def _slot_params(node: onnx.NodeProto, inits: Mapping[str, onnx.TensorProto]
@@ -428,6 +430,14 @@ def complete(model: onnx.ModelProto, plan: Completion, absmax: Mapping[str, floa
                   numpy_helper.from_array(np.zeros(new_scale.shape, np.int8), f"{base}_zero")]
         at = _WEIGHT_SLOTS[node.op_type]
         node.input[at:at + 3] = [f"{base}_int8", f"{base}_scale", f"{base}_zero"]
+        slot = _BIAS_SLOTS.get(node.op_type)     # an int32 bias is in units of input scale x weight scale: rescaled
+        if slot is not None and len(node.input) > slot and node.input[slot] in inits:
+            bias = numpy_helper.to_array(inits[node.input[slot]]).astype(np.float64)
+            ratio = (np.asarray(scale, np.float64).reshape(-1) / new_scale.reshape(-1)).reshape(-1)
+            moved = np.clip(np.rint(bias * (ratio if ratio.size == bias.size or ratio.size == 1 else ratio[0])),
+                            -2**31, 2**31 - 1).astype(np.int32)
+            extra.append(numpy_helper.from_array(moved, f"{base}_bias"))
+            node.input[slot] = f"{base}_bias"
     inputs = {vi.name for vi in graph.input}
     producer = {o: node for node in graph.node for o in node.output if o}
     alias: dict[str, str] = {}                  # graph input -> the DequantizeLinear output its readers take
