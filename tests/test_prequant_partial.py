@@ -420,3 +420,35 @@ def test_asymmetric_qoperator_weights_keep_their_bias_at_the_new_scale(tmp_path)
     out = run(compiled, {"x": x}, target="fsim").outputs["y"]
     want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     assert _cosine(out, want) > 0.9999, _cosine(out, want)
+
+
+def test_a_qoperator_file_with_a_max_pool_of_integers_completes(tmp_path):
+    """onnxruntime's default QOperator file of Conv, Relu, MaxPool (on the uint8 tensor itself), Conv, Relu and a
+    mean over H, W it leaves float (the graph's output). The MaxPool of integers stopped the file's dequantized
+    float graph, so the float island was never completed and the run was refused (exit 2); the MaxPool is now
+    dequantized, pooled and quantized at the same scale (exact), and the file runs as integers."""
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array((rng.standard_normal((16, 3, 3, 3)) * 0.3).astype(np.float32), "w1"),
+             numpy_helper.from_array((rng.standard_normal(16) * 0.1).astype(np.float32), "b1"),
+             numpy_helper.from_array((rng.standard_normal((10, 16, 1, 1)) * 0.3).astype(np.float32), "w2"),
+             numpy_helper.from_array(np.array([2, 3], np.int64), "axes")]
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1], name="conv1"),
+             helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+             helper.make_node("MaxPool", ["r1"], ["p"], kernel_shape=[2, 2], strides=[2, 2], name="pool"),
+             helper.make_node("Conv", ["p", "w2"], ["c2"], name="conv2"),
+             helper.make_node("Relu", ["c2"], ["r2"], name="relu2"),
+             helper.make_node("ReduceMean", ["r2", "axes"], ["y"], keepdims=0, name="mean")]
+    graph = helper.make_graph(nodes, "pooled", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 8
+    source, path = tmp_path / "float.onnx", tmp_path / "pooled.onnx"
+    onnx.save(model, source)
+    quantization.quantize_static(str(source), str(path), _Reader((1, 3, 8, 8)),
+                                 quant_format=quantization.QuantFormat.QOperator, per_channel=True)
+    compiled = compile_model(str(path), VTAConfig(), calib=4)
+    assert compiled.graph.is_quantized
+    x = np.random.default_rng(9).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    out = run(compiled, {"x": x}, target="fsim").outputs["y"]
+    want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    assert _cosine(out, want) > 0.999, _cosine(out, want)

@@ -382,8 +382,10 @@ def _qattention(model: onnx.ModelProto, g: _OnnxGraph, node: onnx.NodeProto, wri
     return attention
 
 
-_INT8_SHAPE_OPS = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Split", "Identity"})
-"""Operators a QOperator file applies to quantized tensors as they are (same scale and zero point)."""
+_INT8_SHAPE_OPS = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Split", "Identity",
+                             "MaxPool"})
+"""Operators a QOperator file applies to quantized tensors as they are (same scale and zero point; a max commutes
+with the dequantization, which is increasing)."""
 
 _QOPERATOR: dict[str, tuple[str, list[tuple[int, int, int]], tuple[int, int]]] = {
     # op -> (float op, its quantized inputs as (value, scale, zero point) indices, the output's (scale, zero point))
@@ -467,17 +469,22 @@ def qoperator_to_qdq(model: onnx.ModelProto) -> None:
             op, operands, (ys, yz) = spec
             floats = [dq(inputs[v], inputs[sc], inputs[z], weight_axis(node, k)) for k, (v, sc, z) in
                       enumerate(operands)]
+            if any(a.name == "channels_last" and a.i for a in node.attribute):   # NHWC: no float operator of it
+                nodes.append(node)
+                continue
             bias = inputs[8] if node.op_type == "QLinearConv" else inputs[6] if node.op_type == "QGemm" else ""
             if bias:
                 if bias not in inits:
                     nodes.append(node)
                     continue
                 step = inits[inputs[1]].astype(np.float64) * inits[inputs[4]].astype(np.float64)
-                name = f"{bias}_dequantized"
+                name = f"{bias}_dequantized_{count}"                # a bias two nodes share: one copy each
+                count += 1
                 model.graph.initializer.append(numpy_helper.from_array(
                     (inits[bias].astype(np.float64) * step).astype(np.float32), name))
                 floats.append(name)
-            attrs = [a for a in node.attribute if node.op_type != "QLinearSoftmax" or a.name == "axis"]
+            attrs = [a for a in node.attribute if (node.op_type != "QLinearSoftmax" or a.name == "axis")
+                     and a.name != "channels_last"]     # a QOperator pool's own attribute, 0 here
             fl = onnx.helper.make_node(op, floats, [f"{node.output[0]}_float"], name=node.name)
             fl.attribute.extend(attrs)
             nodes.append(fl)
