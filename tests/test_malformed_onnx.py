@@ -441,3 +441,19 @@ def test_a_pre_quantized_files_own_error_is_measured_on_the_input_given(tmp_path
     assert main(["run", str(tmp_path / "q.onnx"), "--input", str(tmp_path / "x.npy"), "--no-progress"]) == 0
     own = re.search(r"\(onnxruntime too\), y: cosine ([-0-9.]+)", capsys.readouterr().out)
     assert own is not None and float(own.group(1)) > 0.999
+
+
+def test_a_rewrite_that_defines_a_tensor_twice_is_stopped_not_run():
+    """The net under every rewrite before import (a file's tensor replaced by a rewrite's of the same name ran as a
+    silent wrong answer, twice this stop): a name defined twice is a GraphError naming it; an initializer that an
+    IR 3 file also lists among its inputs is not."""
+    from vta.compiler.frontend.onnx_frontend import _check_single_definitions
+    model = _with_nodes(helper.make_node("Relu", ["x"], ["y"]), inits=[("w", np.ones(3, np.float32))])
+    model.graph.input.append(helper.make_tensor_value_info("w", onnx.TensorProto.FLOAT, [3]))
+    _check_single_definitions(model, "ok")
+    model.graph.initializer.append(numpy_helper.from_array(np.zeros(3, np.float32), "w"))
+    with pytest.raises(GraphError, match=r"defined tensor\(s\) 'w' twice"):
+        _check_single_definitions(model, "clash")
+    model = _with_nodes(helper.make_node("Relu", ["x"], ["y"]), helper.make_node("Relu", ["x"], ["y"]))
+    with pytest.raises(GraphError, match=r"defined tensor\(s\) 'y' twice"):
+        _check_single_definitions(model, "clash")

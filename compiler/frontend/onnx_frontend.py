@@ -696,6 +696,27 @@ class ConstantOutputError(GraphError):
     """A graph output that is a constant: the model computes nothing for it."""
 
 
+def _check_single_definitions(model: onnx.ModelProto, label: str) -> None:
+    """GraphError when, after the rewrites before import, a tensor is defined twice (two initializers of one name, an
+    initializer a node also writes, two nodes writing one name): a rewrite gave a new tensor a name the file uses,
+    which would replace the file's tensor silently (a wrong answer); the file itself was checked whole before."""
+    seen: set[str] = set()
+    twice: list[str] = []
+    for init in model.graph.initializer:                # an initializer may shadow an input (IR 3 lists them all)
+        if init.name in seen:
+            twice.append(init.name)
+        seen.add(init.name)
+    seen |= {vi.name for vi in model.graph.input}
+    for name in (o for node in model.graph.node for o in node.output if o):
+        if name in seen:
+            twice.append(name)
+        seen.add(name)
+    if twice:
+        raise GraphError(f"The model {label} could not be imported: the lab's rewrites defined tensor(s) "
+                         f"{', '.join(map(repr, sorted(set(twice))[:5]))} twice (a name the file already uses); "
+                         f"this is a defect of the lab, not of the file: please report it with the file.")
+
+
 def _empty_inputs_problem(empties: dict[str, tuple[int, ...]], err: GraphError) -> GraphError:
     """``err`` (a graph the inputs of no elements ``empties`` left malformed: name -> shape; made empty constants, as
     an empty KV cache a Concat drops) with its cause said after it: an input the model computes on was given no
@@ -1048,6 +1069,7 @@ def _import_onnx(model: str | os.PathLike | onnx.ModelProto, *, batch: int, name
     numeric_names = {r.source for r in numeric.values()}
     fused_regions = pointwise.fuse_pointwise_regions(model, shapes, frozenset(RULES))   # xIELU and the like
     score_chains.sink_outputs(model, sinks)
+    _check_single_definitions(model, where)
     imp = _Importer(model, label)
     imp.opened = opened
     imp.pointwise_fns = fused_regions
