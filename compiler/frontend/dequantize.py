@@ -27,6 +27,8 @@ operator whose scales are computed at run time, a QAttention with a past state) 
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 import onnx
 from onnx import numpy_helper
@@ -402,8 +404,9 @@ _QOPERATOR: dict[str, tuple[str, list[tuple[int, int, int]], tuple[int, int]]] =
 }
 
 
-def qoperator_to_qdq(model: onnx.ModelProto) -> None:
-    """In place: every QOperator node of :data:`_QOPERATOR` (and QLinearConcat) becomes DequantizeLinear of its
+def qoperator_to_qdq(model: onnx.ModelProto, only: Callable[[onnx.NodeProto], bool] | None = None) -> None:
+    """In place: every QOperator node of :data:`_QOPERATOR` (and QLinearConcat; with ``only``, those it accepts: the
+    integer import's dilated QLinearConvs) becomes DequantizeLinear of its
     quantized inputs, the float operator (its attributes; a Conv's or QGemm's int32 bias dequantized at the inputs'
     scales), and QuantizeLinear of the result at its output scale; an operator of :data:`_INT8_SHAPE_OPS` on a
     quantized tensor is wrapped the same way at that tensor's scale. The model is then QDQ, which
@@ -443,6 +446,9 @@ def qoperator_to_qdq(model: onnx.ModelProto) -> None:
         params[out] = (scale, zero)
 
     for node in model.graph.node:
+        if only is not None and not only(node):
+            nodes.append(node)
+            continue
         spec = _QOPERATOR.get(node.op_type)
         inputs = list(node.input) + [""] * 12
         if node.op_type == "QuantizeLinear":

@@ -386,57 +386,18 @@ def _unfuse_static_matmuls(proto: onnx.ModelProto) -> bool:
     return changed
 
 
-def _dilated_qlinear_convs_as_qdq(proto: onnx.ModelProto) -> bool:
-    """In place: a dilated ``QLinearConv`` of strides 1 whose scales, zero points, weights and bias are constants
-    becomes the QDQ nodes it stands for (DequantizeLinear of its input, weights and int32 bias at the input's times
-    the weights' scales, the float ``Conv`` with its attributes, QuantizeLinear at its output's parameters), which
-    :func:`_undilate_qdq` then puts in the phase form: a QOperator file's dilated convolution (DeepLab's) runs as
-    integers, as the QDQ file's does. Every output element is the same requantized accumulator. True when any
-    changed."""
-    inits = {init.name: init for init in proto.graph.initializer}
-    shapes = static_shapes(proto)
-    nodes: list[onnx.NodeProto] = []
-    changed = False
-    for node in proto.graph.node:
+def _dilated_qlinear_convs_as_qdq(proto: onnx.ModelProto) -> None:
+    """In place: a dilated ``QLinearConv`` of strides 1 becomes the QDQ nodes it stands for
+    (:func:`.dequantize.qoperator_to_qdq`: DequantizeLinear of its input and weights, its int32 bias dequantized, the
+    float ``Conv``, QuantizeLinear at its output's parameters), which :func:`_undilate_qdq` then puts in the phase
+    form: a QOperator file's dilated convolution (DeepLab's) runs as integers, as the QDQ file's does. Every output
+    element is the same requantized accumulator."""
+    def dilated(node: onnx.NodeProto) -> bool:
         a = _attrs(node)
-        names = list(node.input) + [""] * (9 - len(node.input))
-        x, xs, xz, w, ws, wz, ys, yz, bias = names[:9]
-        if node.op_type != "QLinearConv" or node.domain not in ("", "ai.onnx") or \
-                all(int(d) == 1 for d in a.get("dilations", [])) or any(int(v) != 1 for v in a.get("strides", [])) \
-                or any(t not in inits for t in (xs, ws, ys, w) if t) or any(t and t not in inits for t in (xz, wz, yz,
-                                                                                                            bias)):
-            nodes.append(node)
-            continue
-        label = node.name or node.output[0]
-        if x in shapes:         # the shape the phase form needs, which inference cannot give past onnxruntime's ops
-            proto.graph.value_info.append(helper.make_tensor_value_info(f"{label}_x", onnx.TensorProto.FLOAT,
-                                                                        list(shapes[x])))
-        w_scale = numpy_helper.to_array(inits[ws]).astype(np.float64).reshape(-1)
-        axis: dict[str, Any] = {"axis": 0} if w_scale.size > 1 else {}
-        new = [helper.make_node("DequantizeLinear", [x, xs] + ([xz] if xz else []), [f"{label}_x"],
-                                name=f"{label}_x"),
-               helper.make_node("DequantizeLinear", [w, ws] + ([wz] if wz else []), [f"{label}_w"],
-                                name=f"{label}_w", **axis)]
-        conv_inputs = [f"{label}_x", f"{label}_w"]
-        if bias:
-            x_scale = float(numpy_helper.to_array(inits[xs]).reshape(()))
-            bias_scale = (x_scale * w_scale).astype(np.float32)
-            proto.graph.initializer.append(numpy_helper.from_array(bias_scale if w_scale.size > 1 else
-                                                                   bias_scale.reshape(()), f"{label}_bias_scale"))
-            new.append(helper.make_node("DequantizeLinear", [bias, f"{label}_bias_scale"], [f"{label}_b"],
-                                        name=f"{label}_b", **axis))
-            conv_inputs.append(f"{label}_b")
-        conv_attrs = {k: v for k, v in a.items() if k in ("dilations", "group", "kernel_shape", "pads", "strides",
-                                                              "auto_pad")}
-        new += [helper.make_node("Conv", conv_inputs, [f"{label}_float"], name=label, **conv_attrs),
-                helper.make_node("QuantizeLinear", [f"{label}_float", ys] + ([yz] if yz else []), [node.output[0]],
-                                 name=f"{label}_quantize")]
-        nodes += new
-        changed = True
-    if changed:
-        del proto.graph.node[:]
-        proto.graph.node.extend(nodes)
-    return changed
+        return node.op_type == "QLinearConv" and node.domain in ("", "ai.onnx") and \
+            any(int(d) != 1 for d in a.get("dilations", [])) and all(int(v) == 1 for v in a.get("strides", []))
+
+    qoperator_to_qdq(proto, only=dilated)
 
 
 def _undilate_qdq(proto: onnx.ModelProto) -> None:
@@ -465,7 +426,11 @@ def _undilate_qdq(proto: onnx.ModelProto) -> None:
                 wq.input[0] not in consts or all(d == 1 for d in dilations) or min(dilations) < 1:
             continue
         w_shape = [int(d) for d in consts[wq.input[0]].dims]
-        kernel, x_shape = w_shape[2:], shapes.get(node.input[0])
+        # a DequantizeLinear's result has its input's shape, which inference may not give past onnxruntime's ops
+        x_source = producers.get(node.input[0])
+        kernel = w_shape[2:]
+        x_shape = shapes.get(node.input[0]) or (
+            shapes.get(x_source.input[0]) if x_source is not None and x_source.op_type == "DequantizeLinear" else None)
         if len(kernel) not in (1, 2) or len(dilations) != len(kernel) or x_shape is None or \
                 len(x_shape) != 2 + len(kernel) or any(int(v) != 1 for v in a.get("strides", [])):
             continue
