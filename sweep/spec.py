@@ -392,9 +392,7 @@ def _tech(value: Any, base_dir: Path, problems: list[str]) -> str | None:
         load_tech(path)
     except TechError as err:
         problems.extend(f"tech file {value}: {p}" for p in err.problems)
-    except RecursionError:
-        problems.append(f"tech file {value}: {_TOO_DEEP}")
-    except (OSError, ValueError) as err:
+    except (OSError, ValueError) as err:      # vta.textfile's errors too: not UTF-8, nested too deeply
         problems.append(f"tech file {value}: {err}")
     return path
 
@@ -407,9 +405,7 @@ def _base(file: Any, table: dict[str, Any], base_dir: Path, problems: list[str])
             fields = load_config(path).to_dict()
         except ConfigError as err:
             problems.extend(f"base config {file}: {p}" for p in err.problems)
-        except RecursionError:
-            problems.append(f"base config {file}: {_TOO_DEEP}")
-        except (OSError, ValueError) as err:
+        except (OSError, ValueError) as err:  # vta.textfile's errors too: not UTF-8, nested too deeply
             problems.append(f"base config {file}: {err}")
     for key, value in table.items():
         if key.lower() not in _FIELD_NAMES:
