@@ -229,6 +229,21 @@ def test_a_dilated_conv_takes_the_phase_form(attrs, relu, fmt, tmp_path):
 
 
 @pytest.mark.parametrize("fmt", ["QDQ", "QOperator"])
+def test_the_phase_form_takes_names_no_tensor_of_the_file_has(fmt, tmp_path):
+    """A dilated convolution in a file whose own tensors bear the names the phase form would give its tensors
+    (``dilated_split``, ``dilated_joined``): the rewrite asks for free names, so none of the file's tensors is
+    replaced. Before, the residual Add read the phase form's Reshape in place of the file's ``dilated_split``."""
+    rng = np.random.default_rng(8)
+    extra = [numpy_helper.from_array((rng.standard_normal((8, 8, 3, 3)) * 0.3).astype(np.float32), "wd")]
+    nodes = [helper.make_node("Relu", ["c"], ["dilated_split"], name="relu"),
+             helper.make_node("Conv", ["dilated_split", "wd"], ["dilated_joined"], name="dilated", dilations=[2, 2],
+                              pads=[2, 2, 2, 2]),
+             helper.make_node("Add", ["dilated_joined", "dilated_split"], ["h"], name="residual")]
+    ops = _assert_agrees(_quantized(_model(nodes, extra), tmp_path, fmt))
+    assert "Transpose" in ops                           # it took the phase form
+
+
+@pytest.mark.parametrize("fmt", ["QDQ", "QOperator"])
 def test_one_dimensional_convolutions_run_as_integers(fmt, tmp_path):
     """An audio stem's 1D convolutions (Whisper's, Speech2Text's: strided, padded, grouped, dilated) in a quantized
     file: each a QConv2d over ``[N, C, 1, L]`` between Reshapes, as integers at the file's scales (they fell back

@@ -48,7 +48,7 @@ moves values only."""
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import onnx
@@ -229,12 +229,13 @@ def undilate_convs(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]) -
     consts = {init.name: init for init in model.graph.initializer}
     refused: dict[str, str] = {}
     nodes: list[onnx.NodeProto] = []
+    fresh = tensor_namer(model)
     for node in model.graph.node:
         nodes.append(node)
         if node.op_type in ("MaxPool", "AveragePool") and node.domain in ("", "ai.onnx"):
             pool = _dilated_pool(node, shapes)
             if pool is not None:
-                nodes[-1:] = _dilated_phase_nodes(model, node, *pool, pool[0][1])   # its channels stay
+                nodes[-1:] = _dilated_phase_nodes(model, node, *pool, pool[0][1], fresh)   # its channels stay
             continue
         if node.op_type not in ("Conv", "ConvTranspose") or node.domain not in ("", "ai.onnx") or \
                 len(node.input) < 2 or node.input[1] not in consts:
@@ -256,7 +257,7 @@ def undilate_convs(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]) -
                                                    dilations)]
             if pads is not None and min(pads) >= 0 and min(out_len) >= 1:    # else the kernel with its zeros
                 nodes[-1:] = _dilated_phase_nodes(model, node, x_shape, kernel, dilations, pads, out_len,
-                                                  int(weight.shape[0]))
+                                                  int(weight.shape[0]), fresh)
                 continue
         spread_shape = [(k - 1) * d + 1 for k, d in zip(kernel, dilations)]
         growth = float(np.prod(spread_shape)) / float(np.prod(kernel))
@@ -317,12 +318,21 @@ def _stride1_pads(a: dict, kernel: list[int], dilations: list[int]) -> list[int]
 
 
 def _dilated_phase_nodes(model: onnx.ModelProto, node: onnx.NodeProto, x_shape: tuple[int, ...], kernel: list[int],
-                         dilations: list[int], pads: list[int], out_len: list[int], c_out: int
-                         ) -> list[onnx.NodeProto]:
+                         dilations: list[int], pads: list[int], out_len: list[int], c_out: int,
+                         new: Callable[[str], str]) -> list[onnx.NodeProto]:
     """The nodes of a stride-1 dilated Conv (or pool) in the phase form (module docstring): pad (to whole phases),
     split each axis into its ``d`` phases and move them into the batch, the undilated Conv (``c_out`` output
-    channels) or pool, the phases back, the cut."""
+    channels) or pool, the phases back, the cut. New tensors are named by ``new`` (one
+    :func:`.onnx_common.tensor_namer` of ``model`` for the whole pass: node names need not be unique)."""
     name = node.name or node.output[0]
+    made: dict[str, str] = {}
+
+    def t(suffix: str) -> str:
+        """The tensor ``<name>_<suffix>`` of this node's nodes, a name no other tensor has."""
+        if suffix not in made:
+            made[suffix] = new(f"{name}_{suffix}")
+        return made[suffix]
+
     rank = len(kernel)
     n, c = x_shape[:2]
     padded = [size + b + e for size, b, e in zip(x_shape[2:], pads[:rank], pads[rank:])]
@@ -334,7 +344,7 @@ def _dilated_phase_nodes(model: onnx.ModelProto, node: onnx.NodeProto, x_shape: 
     group = int(a.get("group", 1))
 
     def const(suffix: str, value: np.ndarray) -> str:
-        tensor = f"{name}_{suffix}"
+        tensor = t(suffix)
         model.graph.initializer.append(numpy_helper.from_array(value, tensor))
         return tensor
 
@@ -343,36 +353,36 @@ def _dilated_phase_nodes(model: onnx.ModelProto, node: onnx.NodeProto, x_shape: 
     if any(pads) or any(grown):
         pad_values = const("phase_pads", np.array([0, 0, *pads[:rank], 0, 0,
                                                    *[e + g for e, g in zip(pads[rank:], grown)]], np.int64))
-        out.append(helper.make_node("Pad", [x, pad_values], [f"{name}_padded"], name=f"{name}_pad"))
-        x = f"{name}_padded"
+        out.append(helper.make_node("Pad", [x, pad_values], [t("padded")], name=f"{name}_pad"))
+        x = t("padded")
     split = [n, c] + [v for q, d in zip(blocks, dilations) for v in (q, d)]
     to_front = [3 + 2 * k for k in range(rank)] + [0, 1] + [2 + 2 * k for k in range(rank)]
     batched = [phases * n, c, *blocks]
     if node.op_type == "Conv":
-        inputs = [f"{name}_phased_in", node.input[1]] + ([node.input[2]] if len(node.input) > 2 and node.input[2]
-                                                         else [])
-        core = helper.make_node("Conv", inputs, [f"{name}_phased_out"], name=f"{name}_phase_conv", group=group,
+        inputs = [t("phased_in"), node.input[1]] + ([node.input[2]] if len(node.input) > 2 and node.input[2]
+                                                     else [])
+        core = helper.make_node("Conv", inputs, [t("phased_out")], name=f"{name}_phase_conv", group=group,
                                 kernel_shape=kernel, strides=[1] * rank, pads=[0] * (2 * rank))
     else:                                          # a pool of no pads: the same window over each phase
-        core = helper.make_node(node.op_type, [f"{name}_phased_in"], [f"{name}_phased_out"], name=f"{name}_phase_pool",
+        core = helper.make_node(node.op_type, [t("phased_in")], [t("phased_out")], name=f"{name}_phase_pool",
                                 kernel_shape=kernel, strides=[1] * rank)
-    out += [helper.make_node("Reshape", [x, const("phase_split", np.array(split, np.int64))], [f"{name}_split"],
+    out += [helper.make_node("Reshape", [x, const("phase_split", np.array(split, np.int64))], [t("split")],
                              name=f"{name}_split"),
-            helper.make_node("Transpose", [f"{name}_split"], [f"{name}_phases_first"], name=f"{name}_to_batch",
+            helper.make_node("Transpose", [t("split")], [t("phases_first")], name=f"{name}_to_batch",
                              perm=to_front),
-            helper.make_node("Reshape", [f"{name}_phases_first", const("phase_batch", np.array(batched, np.int64))],
-                             [f"{name}_phased_in"], name=f"{name}_batch"),
+            helper.make_node("Reshape", [t("phases_first"), const("phase_batch", np.array(batched, np.int64))],
+                             [t("phased_in")], name=f"{name}_batch"),
             core]
     unbatched = [*dilations, n, c_out, *blocks_out]
     back = [rank, rank + 1] + [v for k in range(rank) for v in (rank + 2 + k, k)]
     joined = [n, c_out, *[q * d for q, d in zip(blocks_out, dilations)]]
-    out += [helper.make_node("Reshape", [f"{name}_phased_out", const("phase_unbatch", np.array(unbatched, np.int64))],
-                             [f"{name}_unbatched"], name=f"{name}_unbatch"),
-            helper.make_node("Transpose", [f"{name}_unbatched"], [f"{name}_interleaved"], name=f"{name}_interleave",
+    out += [helper.make_node("Reshape", [t("phased_out"), const("phase_unbatch", np.array(unbatched, np.int64))],
+                             [t("unbatched")], name=f"{name}_unbatch"),
+            helper.make_node("Transpose", [t("unbatched")], [t("interleaved")], name=f"{name}_interleave",
                              perm=back),
-            helper.make_node("Reshape", [f"{name}_interleaved", const("phase_join", np.array(joined, np.int64))],
-                             [f"{name}_joined"], name=f"{name}_join"),
-            helper.make_node("Slice", [f"{name}_joined", const("cut_starts", np.zeros(rank, np.int64)),
+            helper.make_node("Reshape", [t("interleaved"), const("phase_join", np.array(joined, np.int64))],
+                             [t("joined")], name=f"{name}_join"),
+            helper.make_node("Slice", [t("joined"), const("cut_starts", np.zeros(rank, np.int64)),
                                        const("cut_ends", np.array(out_len, np.int64)),
                                        const("cut_axes", np.arange(2, 2 + rank, dtype=np.int64))],
                              [node.output[0]], name=f"{name}_cut")]

@@ -34,6 +34,7 @@ import onnx
 from onnx import numpy_helper
 
 from .masks import live_nodes
+from .onnx_common import tensor_namer
 from .onnx_fusions import _OnnxGraph
 
 __all__ = ["qdq_to_float", "qdq_ranges", "undequantized_ops", "QDQ_OPS", "qoperator_to_qdq"]
@@ -77,6 +78,7 @@ def qdq_to_float(model: onnx.ModelProto) -> onnx.ModelProto | None:
     rename: dict[str, str] = {}
     drop: set[str] = set()                                    # outputs of the pairs' nodes
     clamps: dict[str, onnx.NodeProto] = {}                    # a pair's QuantizeLinear output -> its Clip
+    new = tensor_namer(out)
     for node in out.graph.node:
         if node.op_type != "QuantizeLinear" or _constant(node.input[0], producer, inits):
             continue
@@ -87,8 +89,8 @@ def qdq_to_float(model: onnx.ModelProto) -> onnx.ModelProto | None:
         source = node.input[0]
         bounds = _floor_clamp(node, g.consts, producer)
         if bounds is not None:
-            source = f"{node.output[0]}_clamped"
-            lo, hi = (f"{source}_{end}" for end in ("min", "max"))
+            source = new(f"{node.output[0]}_clamped")
+            lo, hi = (new(f"{source}_{end}") for end in ("min", "max"))
             out.graph.initializer.extend([numpy_helper.from_array(np.array(bounds[0], np.float32), lo),
                                           numpy_helper.from_array(np.array(bounds[1], np.float32), hi)])
             clamps[node.output[0]] = onnx.helper.make_node("Clip", [node.input[0], lo, hi], [source],
@@ -233,6 +235,7 @@ def _dynamic_to_float(model: onnx.ModelProto) -> None:
     inits, producer = g.consts, g.producer
     replace: dict[str, onnx.NodeProto] = {}                  # the chain's final Mul output -> its float MatMul
     gone: set[str] = set()
+    new = tensor_namer(model)
     for node in model.graph.node:
         if node.op_type not in ("MatMulInteger", "ConvInteger") or node.input[1] not in inits:
             continue
@@ -254,7 +257,7 @@ def _dynamic_to_float(model: onnx.ModelProto) -> None:
         if node.op_type == "ConvInteger":
             zero, w_scale = (v.reshape(per_channel) if v.size > 1 else v for v in (zero, w_scale))
         weights = (wq - zero) * w_scale
-        name = f"{node.input[1]}_dequantized"
+        name = new(f"{node.input[1]}_dequantized")
         model.graph.initializer.append(numpy_helper.from_array(weights.astype(np.float32), name))
         replace[mul.output[0]] = onnx.helper.make_node(node.op_type.replace("Integer", ""), [quant.input[0], name],
                                                        [mul.output[0]], name=node.name or mul.output[0])
@@ -271,7 +274,7 @@ def _dynamic_to_float(model: onnx.ModelProto) -> None:
         if scale is None or zero is None or scale.size != 1 or zero.size != 1:
             continue
         table = (inits[gather.input[0]].astype(np.float64) - zero.astype(np.float64)) * scale.astype(np.float64)
-        name = f"{gather.input[0]}_dequantized"
+        name = new(f"{gather.input[0]}_dequantized")
         model.graph.initializer.append(numpy_helper.from_array(table.astype(np.float32), name))
         replace[node.output[0]] = onnx.helper.make_node("Gather", [name, gather.input[1]], [node.output[0]],
                                                         name=gather.name or node.output[0], axis=0)
@@ -283,7 +286,7 @@ def _dynamic_to_float(model: onnx.ModelProto) -> None:
                 all(list(g.consumers.get(t, [])) == [node] for t in quant.output[:3]):
             replace[node.output[0]] = onnx.helper.make_node("Identity", [quant.input[0]], [node.output[0]],
                                                             name=node.name or node.output[0])
-    extra = _fused_dynamic(model, g)
+    extra = _fused_dynamic(model, g, new)
     if not replace and not extra:
         return
     kept = []
@@ -304,20 +307,21 @@ _FUSED_DYNAMIC = {"DynamicQuantizeMatMul": (None, 1, 2, 3, 4), "MatMulIntegerToF
 and quantized inside), B, B's scale, B's zero point, the bias."""
 
 
-def _fused_dynamic(model: onnx.ModelProto, g: _OnnxGraph) -> dict[str, list[onnx.NodeProto]]:
+def _fused_dynamic(model: onnx.ModelProto, g: _OnnxGraph, new: Callable[[str], str]
+                   ) -> dict[str, list[onnx.NodeProto]]:
     """The float nodes for each of onnxruntime's fused dynamic MatMuls in ``model`` (what its extended graph
     optimization saves from ``quantize_dynamic``'s chains), by the node's output: ``MatMul(x, (Bq - b_zp) *
     b_scale)`` and an Add of the bias when there is one. ``x`` is a DynamicQuantizeMatMul's float input, or the float
     input of the DynamicQuantizeLinear that quantized a MatMulIntegerToFloat's A at the scale the node reads. A node
     of another form (B or its scale not constant, A quantized elsewhere) is left (and refused by the caller). The
-    new initializers are added to ``model``."""
+    new initializers are added to ``model``, named by ``new`` (:func:`.onnx_common.tensor_namer` of ``model``)."""
     inits, producer = g.consts, g.producer
     inputs = {vi.name for vi in model.graph.input}
-    written = {i.name for i in model.graph.initializer}
+    written: dict[str, str] = {}                          # a quantized B -> its dequantized initializer
     out: dict[str, list[onnx.NodeProto]] = {}
     for node in model.graph.node:
         if node.domain == "com.microsoft" and node.op_type == "QAttention":
-            attention = _qattention(model, g, node, written)
+            attention = _qattention(model, g, node, written, new)
             if attention is not None:
                 out[node.output[0]] = [attention]
             continue
@@ -335,15 +339,15 @@ def _fused_dynamic(model: onnx.ModelProto, g: _OnnxGraph) -> dict[str, list[onnx
         if b not in inits or b_scale not in inits or (b_zero and b_zero not in inits) or \
                 (bias and bias not in inits and bias not in producer and bias not in inputs):
             continue
-        name = f"{b}_dequantized"
-        if name not in written:                          # B read by several nodes is dequantized once
+        name = written.get(b, "")
+        if not name:                                     # B read by several nodes is dequantized once
             zero = inits[b_zero].astype(np.float64) if b_zero else 0.0
             weights = (inits[b].astype(np.float64) - zero) * inits[b_scale].astype(np.float64)   # per column: [N]
+            name = written[b] = new(f"{b}_dequantized")
             model.graph.initializer.append(numpy_helper.from_array(weights.astype(np.float32), name))
-            written.add(name)
         target = node.output[0]
         label = node.name or target
-        product = f"{target}_matmul" if bias else target
+        product = new(f"{target}_matmul") if bias else target
         nodes = [onnx.helper.make_node("MatMul", [x, name], [product], name=f"{label}_matmul" if bias else label)]
         if bias:
             nodes.append(onnx.helper.make_node("Add", [product, bias], [target], name=label))
@@ -351,13 +355,14 @@ def _fused_dynamic(model: onnx.ModelProto, g: _OnnxGraph) -> dict[str, list[onnx
     return out
 
 
-def _qattention(model: onnx.ModelProto, g: _OnnxGraph, node: onnx.NodeProto, written: set[str]
-                ) -> onnx.NodeProto | None:
+def _qattention(model: onnx.ModelProto, g: _OnnxGraph, node: onnx.NodeProto, written: dict[str, str],
+                new: Callable[[str], str]) -> onnx.NodeProto | None:
     """com.microsoft ``Attention(x, (Wq - w_zp) * w_scale, bias, mask_index)`` with the node's attributes, for a
     ``QAttention`` of ``DynamicQuantizeLinear(x)`` (what ``quantize_dynamic`` makes of an optimized BERT's Attention;
     :mod:`.contrib` then rewrites the Attention); None for another form (input quantized elsewhere, weights or
     scales computed at run time, a past state), which the caller leaves (and refuses). ``w_scale`` and ``w_zp``: one
-    value, or one per weight column."""
+    value, or one per weight column. ``written``: the dequantized weights made so far, by their quantized name;
+    ``new``: the namer of new tensors."""
     inits, producer = g.consts, g.producer
     names = list(node.input) + [""] * (9 - len(node.input))
     x, wq, bias, x_scale, w_scale, mask, x_zero, w_zero, past = names[:9]
@@ -372,11 +377,11 @@ def _qattention(model: onnx.ModelProto, g: _OnnxGraph, node: onnx.NodeProto, wri
     scale, zero = inits[w_scale].astype(np.float64), inits[w_zero].astype(np.float64) if w_zero else np.zeros(())
     if weight.ndim != 2 or any(v.size not in (1, weight.shape[1]) for v in (scale, zero)):
         return None
-    name = f"{wq}_dequantized"
-    if name not in written:
+    name = written.get(wq, "")
+    if not name:
+        name = written[wq] = new(f"{wq}_dequantized")
         model.graph.initializer.append(numpy_helper.from_array(
             ((weight - zero.reshape(-1)) * scale.reshape(-1)).astype(np.float32), name))
-        written.add(name)
     inputs = [quant.input[0], name, bias] + ([mask] if mask else [])
     attention = onnx.helper.make_node("Attention", inputs, [node.output[0]], name=node.name or node.output[0],
                                       domain="com.microsoft")
@@ -416,11 +421,12 @@ def qoperator_to_qdq(model: onnx.ModelProto, only: Callable[[onnx.NodeProto], bo
     params: dict[str, tuple[str, str]] = {}              # quantized tensor -> (scale, zero point) tensor names
     nodes: list[onnx.NodeProto] = []
     count = 0
+    new = tensor_namer(model)
 
     def dq(value: str, scale: str, zero: str, axis: int = 1) -> str:
         nonlocal count
         count += 1
-        out = f"{value}_dq{count}"
+        out = new(f"{value}_dq{count}")
         made = onnx.helper.make_node("DequantizeLinear", [value, scale] + ([zero] if zero else []), [out], name=out)
         if axis != 1:
             made.attribute.append(onnx.helper.make_attribute("axis", axis))
@@ -457,17 +463,18 @@ def qoperator_to_qdq(model: onnx.ModelProto, only: Callable[[onnx.NodeProto], bo
             scale, zero = params[node.input[0]]
             copy = onnx.NodeProto.FromString(node.SerializeToString())
             copy.input[0] = dq(node.input[0], scale, zero)
-            copy.output[:] = [f"{o}_float" for o in node.output]
+            copy.output[:] = [new(f"{o}_float") for o in node.output]
             nodes.append(copy)
-            for o in node.output:
-                q(f"{o}_float", scale, zero, o)
+            for o, fl_o in zip(node.output, copy.output):
+                q(fl_o, scale, zero, o)
             continue
         elif node.op_type == "QLinearConcat" and all(t in inits for t in node.input[:2]) and \
                 any(a.name == "axis" for a in node.attribute):
             floats = [dq(*node.input[k:k + 3]) for k in range(2, len(node.input), 3)]
-            nodes.append(onnx.helper.make_node("Concat", floats, [f"{node.output[0]}_float"], name=node.name,
+            result = new(f"{node.output[0]}_float")
+            nodes.append(onnx.helper.make_node("Concat", floats, [result], name=node.name,
                                                axis=next(a.i for a in node.attribute if a.name == "axis")))
-            q(f"{node.output[0]}_float", node.input[0], node.input[1], node.output[0])
+            q(result, node.input[0], node.input[1], node.output[0])
             continue
         elif spec is not None and (node.op_type != "QGemm" or inputs[7]) and \
                 all(inputs[sc] in inits and (not inputs[z] or inputs[z] in inits)
@@ -484,17 +491,18 @@ def qoperator_to_qdq(model: onnx.ModelProto, only: Callable[[onnx.NodeProto], bo
                     nodes.append(node)
                     continue
                 step = inits[inputs[1]].astype(np.float64) * inits[inputs[4]].astype(np.float64)
-                name = f"{bias}_dequantized_{count}"                # a bias two nodes share: one copy each
+                name = new(f"{bias}_dequantized_{count}")           # a bias two nodes share: one copy each
                 count += 1
                 model.graph.initializer.append(numpy_helper.from_array(
                     (inits[bias].astype(np.float64) * step).astype(np.float32), name))
                 floats.append(name)
             attrs = [a for a in node.attribute if (node.op_type != "QLinearSoftmax" or a.name == "axis")
                      and a.name != "channels_last"]     # a QOperator pool's own attribute, 0 here
-            fl = onnx.helper.make_node(op, floats, [f"{node.output[0]}_float"], name=node.name)
+            result = new(f"{node.output[0]}_float")
+            fl = onnx.helper.make_node(op, floats, [result], name=node.name)
             fl.attribute.extend(attrs)
             nodes.append(fl)
-            q(f"{node.output[0]}_float", inputs[ys], inputs[yz], node.output[0])
+            q(result, inputs[ys], inputs[yz], node.output[0])
             continue
         nodes.append(node)
     del model.graph.node[:]

@@ -77,10 +77,12 @@ from .contrib import static_shapes
 from .conv_transpose import SPREAD_LIMIT, _dilated_phase_nodes, _stride1_pads
 from .dequantize import qdq_ranges, qdq_to_float, qoperator_to_qdq, undequantized_ops
 from .onnx_checks import axis_problem, index_problem
+from .onnx_common import tensor_namer
 from .onnx_frontend import (
     UnsupportedModelError,
     UnsupportedOperatorError,
     _check_file,
+    _check_single_definitions,
     _check_sizes,
     _check_types,
     _fix_inputs,
@@ -162,6 +164,7 @@ def import_model(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, 
     proto = normalized(proto)
     _dilated_qlinear_convs_as_qdq(proto)
     _undilate_qdq(proto)
+    _check_single_definitions(proto, where)
     try:
         return import_quantized(proto, label)
     except ValueError as err:
@@ -353,6 +356,7 @@ def _unfuse_static_matmuls(proto: onnx.ModelProto) -> bool:
     producers = {o: n for n in proto.graph.node for o in n.output if o}
     nodes: list[onnx.NodeProto] = []
     changed = False
+    new = tensor_namer(proto)
 
     def static(t: str) -> bool:
         quant = producers.get(t)
@@ -371,12 +375,13 @@ def _unfuse_static_matmuls(proto: onnx.ModelProto) -> bool:
             continue
         label = node.name or node.output[0]
         b_axis: dict[str, Any] = {"axis": -1} if int(np.prod(inits[sb].dims)) > 1 else {}   # per column of B
-        nodes.append(helper.make_node("DequantizeLinear", [a, sa] + ([za] if za else []), [f"{label}_a"],
+        float_a, float_b = new(f"{label}_a"), new(f"{label}_b")
+        nodes.append(helper.make_node("DequantizeLinear", [a, sa] + ([za] if za else []), [float_a],
                                       name=f"{label}_a"))
-        nodes.append(helper.make_node("DequantizeLinear", [b, sb] + ([zb] if zb else []), [f"{label}_b"],
+        nodes.append(helper.make_node("DequantizeLinear", [b, sb] + ([zb] if zb else []), [float_b],
                                       name=f"{label}_b", **b_axis))
-        product = f"{label}_product" if bias else node.output[0]
-        nodes.append(helper.make_node("MatMul", [f"{label}_a", f"{label}_b"], [product], name=label))
+        product = new(f"{label}_product") if bias else node.output[0]
+        nodes.append(helper.make_node("MatMul", [float_a, float_b], [product], name=label))
         if bias:
             nodes.append(helper.make_node("Add", [product, bias], [node.output[0]], name=f"{label}_bias"))
         changed = True
@@ -417,6 +422,7 @@ def _undilate_qdq(proto: onnx.ModelProto) -> None:
             readers.setdefault(name, []).append(n)
     outputs = {o.name for o in proto.graph.output}
     nodes: list[onnx.NodeProto] = []
+    new = tensor_namer(proto)
     for node in proto.graph.node:
         nodes.append(node)
         a = _attrs(node)
@@ -450,16 +456,17 @@ def _undilate_qdq(proto: onnx.ModelProto) -> None:
                                                                      pads[len(kernel):], kernel, dilations)]
         if min(out_len) < 1:
             continue
-        phase = _dilated_phase_nodes(proto, node, x_shape, kernel, dilations, pads, out_len, w_shape[0])
+        phase = _dilated_phase_nodes(proto, node, x_shape, kernel, dilations, pads, out_len, w_shape[0], new)
         at = next(k for k, n in enumerate(phase) if n.op_type == "Conv")
         raw = phase[at].output[0]
         params = list(quant.input[1:])
-        pair = [onnx.helper.make_node("QuantizeLinear", [raw, *params], [f"{raw}_quantized"],
+        quantized, dequantized = new(f"{raw}_quantized"), new(f"{raw}_dequantized")
+        pair = [onnx.helper.make_node("QuantizeLinear", [raw, *params], [quantized],
                                       name=f"{phase[at].name}_quantize"),
-                onnx.helper.make_node("DequantizeLinear", [f"{raw}_quantized", *params], [f"{raw}_dequantized"],
+                onnx.helper.make_node("DequantizeLinear", [quantized, *params], [dequantized],
                                       name=f"{phase[at].name}_dequantize")]
         for later in phase[at + 1:]:
-            later.input[:] = [f"{raw}_dequantized" if name == raw else name for name in later.input]
+            later.input[:] = [dequantized if name == raw else name for name in later.input]
         nodes[-1:] = phase[:at + 1] + pair + phase[at + 1:]
     if len(nodes) != len(proto.graph.node):
         del proto.graph.node[:]
