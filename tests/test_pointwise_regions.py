@@ -246,6 +246,30 @@ def test_onnx_layer_normalization_function_body_fuses_with_its_statistics():
     assert _ops(graph) == ["LayerNorm"] and np.abs(got - want).max() <= 2 * s_out + s_in
 
 
+@pytest.mark.parametrize("floor, fused", [(0.0, True), (-1.0, True), (1e-3, False)])
+def test_a_one_pass_variance_clamped_at_zero_fuses(floor, fused):
+    """Flax's LayerNorm (``use_fast_variance``, as jax2onnx writes it) clamps the one-pass variance first,
+    ``Max(E[x*x] - E[x]**2, 0)``, then scales and shifts: one LayerNormalization, within the int8 tolerance (it was
+    refused as a variance whose two int8 means cancel). A floor above 0 changes the variance: no fusion, and the
+    refusal names the Sub as before."""
+    x = _x(2, 4, 8)
+    nodes = [helper.make_node("ReduceMean", ["x"], ["m"], axes=[-1]), _n("Sub", ["x", "m"], "d"),
+             _n("Mul", ["x", "x"], "sq"), helper.make_node("ReduceMean", ["sq"], ["msq"], axes=[-1]),
+             _n("Mul", ["m", "m"], "m2"), _n("Sub", ["msq", "m2"], "var"), _n("Max", ["var", "floor"], "vc"),
+             _n("Add", ["vc", "eps"], "ve"), _n("Sqrt", ["ve"], "sd"), _n("Div", ["d", "sd"], "n"),
+             _n("Mul", ["n", "gamma"], "g"), _n("Add", ["g", "beta"], "y")]
+    consts = [*_scalars(eps=1e-5, floor=floor), ("gamma", _x(8, spread=0.5) + 1.0), ("beta", _x(8, spread=0.1))]
+    model = onnx_model(nodes, {"x": x}, consts)
+    if not fused:
+        with pytest.raises((UnsupportedModelError, UnsupportedOperatorError), match=r"E\[x\*x\] - E\[x\]\*\*2"):
+            import_onnx(model)
+        return
+    graph, qgraph, got, want = onnx_op_run(model, {"x": x}, atol=1e-4, rtol=1e-4)
+    s_out = next(n.attrs["scale"] for n in qgraph.nodes if n.op == "Dequantize")
+    s_in = next(n.attrs["scale"] for n in qgraph.nodes if n.op == "Quantize")
+    assert _ops(graph).count("LayerNorm") == 1 and np.abs(got - want).max() <= 2 * s_out + s_in
+
+
 def test_a_one_pass_variance_read_otherwise_is_refused_naming_its_sub():
     """E[x*x] - E[x]**2 that is no LayerNorm's (a gain times it): its two int8 means cancel; refused, naming it."""
     x = _x(2, 4, 8)

@@ -120,7 +120,9 @@ def _match_one_pass_layer_norm(g: _OnnxGraph, mean: onnx.NodeProto, rank: int
                                ) -> tuple[list[onnx.NodeProto], dict[str, Any]] | None:
     """ONNX's own LayerNormalization function body over the last axis: ``m = ReduceMean(x)``, ``var =
     ReduceMean(x * x) - m * m``, ``(x - m) / Sqrt(var + eps)``, with ``m`` and ``Reciprocal(Sqrt(.))`` also read as
-    the Mean and InvStdDev outputs. Computed step by step in int8, the variance's two means cancel; as one
+    the Mean and InvStdDev outputs; the variance may be clamped at zero first, ``Max(var, c)`` with a constant
+    ``c <= 0`` (Flax's ``use_fast_variance``, as jax2onnx writes it: a no-op on the exact variance, which the fused
+    node computes). Computed step by step in int8, the variance's two means cancel; as one
     LayerNormalization (its statistics as its second and third outputs) it is exact from the int8 input. The nodes
     (the first ReduceMean last: the fused node stands where it did, before any reader of the mean) and the parts."""
     axes = _reduce_axes(g, mean)
@@ -141,8 +143,13 @@ def _match_one_pass_layer_norm(g: _OnnxGraph, mean: onnx.NodeProto, rank: int
             rmsnorm.square_of(g, square) != x or len(g.readers(mean_sq.input[0])) != 1 or \
             len(g.readers(mean_sq.output[0])) != 1:
         return None
-    add = g.only_user(var.output[0], "Add")
-    eps = None if add is None else g.scalar(add, var.output[0])
+    clamp = g.only_user(var.output[0], "Max")
+    floor = None if clamp is None or len(clamp.input) != 2 else g.scalar(clamp, var.output[0])
+    if clamp is not None and (floor is None or floor > 0):
+        return None                                         # a floor above 0 changes the variance
+    variance = var if clamp is None else clamp
+    add = g.only_user(variance.output[0], "Add")
+    eps = None if add is None else g.scalar(add, variance.output[0])
     sqrt = None if add is None or eps is None else g.only_user(add.output[0], "Sqrt")
     if add is None or sqrt is None or eps is None or sqrt.output[0] in g.outputs:
         return None
@@ -152,7 +159,8 @@ def _match_one_pass_layer_norm(g: _OnnxGraph, mean: onnx.NodeProto, rank: int
     if div is None or list(div.input) != [sub.output[0], sqrt.output[0]] or \
             any(u is not div and u is not recip for u in root_users):
         return None
-    nodes: list[onnx.NodeProto] = [square, mean_sq, square_mean, var, add, sqrt, sub, div,
+    nodes: list[onnx.NodeProto] = [square, mean_sq, square_mean, var, *([clamp] if clamp is not None else []), add,
+                                   sqrt, sub, div,
                                    *([recip] if recip is not None else []), mean]
     parts: dict[str, Any] = {"x": x, "epsilon": eps, "out": div.output[0]}
     if [u for u in users if u is not square_mean and u is not sub] or m in g.outputs:
