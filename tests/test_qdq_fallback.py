@@ -401,3 +401,63 @@ def test_a_relu_onnxruntime_folded_into_its_quantizer_comes_back_as_a_clamp(acti
     def cosine(a, b):
         return float(a.ravel() @ b.ravel() / np.linalg.norm(a) / np.linalg.norm(b))
     assert cosine(got, reference) > 0.999 and cosine(got, want) > 0.999
+
+
+def test_blocked_int4_weights_of_opset_21_import(tmp_path, caplog):
+    """onnxruntime's weight-only 4-bit QDQ form (``MatMulNBitsQuantizer`` with ``QuantFormat.QDQ``): int4 weights
+    dequantized with one scale per block of 32 along K (DequantizeLinear's ``block_size``, opset 21). It failed with
+    numpy's "operands could not be broadcast together" (the scales were read as one per channel); now the blocks
+    are repeated to the weights' shape, and the file runs as its float graph, following onnxruntime on it."""
+    import onnxruntime as ort
+
+    from vta.compiler import qops
+    from vta.compiler.frontend.prequant import import_model
+    from vta.compiler.frontend.quantize import quantize
+    rng = np.random.default_rng(2)
+    k, n = 64, 16
+    codes = rng.integers(-8, 8, (k, n))
+    scales = rng.uniform(0.01, 0.03, (k // 32, n)).astype(np.float32)
+    weight = helper.make_tensor("w4", TensorProto.INT4, [k, n], codes.ravel().tolist())
+    nodes = [node("DequantizeLinear", ["w4", "ws"], ["w"], axis=0, block_size=32), node("MatMul", ["x", "w"], ["y"])]
+    graph = helper.make_graph(nodes, "nbits", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, k])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, n])],
+                              [weight, numpy_helper.from_array(scales, "ws")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = 10
+    path = tmp_path / "nbits.onnx"
+    onnx.save(model, path)
+    with caplog.at_level(logging.WARNING, logger="vta"):
+        imported = import_model(path)
+    x = rng.standard_normal((1, 8, k)).astype(np.float32)
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL   # no MatMulNBits fusion
+    want = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(want, x @ (np.repeat(scales, 32, axis=0) * codes), rtol=1e-4, atol=1e-4)
+    qgraph = quantize(imported, {"x": rng.standard_normal((4, 8, k)).astype(np.float32)})
+    got = qops.run_reference(qgraph, {"x": x})["y"]
+    assert float(np.ravel(got) @ np.ravel(want) / np.linalg.norm(got) / np.linalg.norm(want)) > 0.999
+
+
+def test_blocked_weights_between_quantized_activations_take_the_float_graph_saying_why(tmp_path, caplog):
+    """The same blocked int4 weights in a QDQ file whose activations are quantized too: the integer import refuses
+    the blocked DequantizeLinear by name (its layers take one scale per tensor or output channel), so the file runs
+    as its float graph with the warning saying why."""
+    from vta.compiler.frontend.prequant import import_model
+    rng = np.random.default_rng(2)
+    k, n = 64, 16
+    nodes = [node("QuantizeLinear", ["x", "sx", "zx"], ["xq"]), node("DequantizeLinear", ["xq", "sx", "zx"], ["xd"]),
+             node("DequantizeLinear", ["w4", "ws"], ["w"], axis=0, block_size=32), node("MatMul", ["xd", "w"], ["m"]),
+             node("QuantizeLinear", ["m", "sy", "zy"], ["yq"]), node("DequantizeLinear", ["yq", "sy", "zy"], ["y"])]
+    inits = [helper.make_tensor("w4", TensorProto.INT4, [k, n], rng.integers(-8, 8, k * n).tolist()),
+             numpy_helper.from_array(rng.uniform(0.01, 0.03, (k // 32, n)).astype(np.float32), "ws"),
+             numpy_helper.from_array(np.float32(0.03), "sx"), numpy_helper.from_array(np.int8(0), "zx"),
+             numpy_helper.from_array(np.float32(0.05), "sy"), numpy_helper.from_array(np.int8(0), "zy")]
+    graph = helper.make_graph(nodes, "blocked", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, k])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, n])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = 10
+    path = tmp_path / "blocked.onnx"
+    onnx.save(model, path)
+    with caplog.at_level(logging.WARNING, logger="vta"):
+        imported = import_model(path)
+    assert not imported.is_quantized and "per block of 32 values" in caplog.text

@@ -1631,6 +1631,11 @@ def _quantize_as_onnx(real: np.ndarray, scale: np.ndarray | float, zp: np.ndarra
 
 def _dequantize_linear(imp: _Importer, node: onnx.NodeProto) -> None:
     x, y = node.input[0], node.output[0]
+    block = int(_attrs(node).get("block_size", 0))
+    if block:
+        raise UnsupportedOperatorError(node.op_type, node.name, f"its scales are per block of {block} values "
+                                       f"(blocked quantization): the lab's integer layers take one scale per tensor "
+                                       f"or per output channel")
     if x in imp.consts:
         values = imp.consts[x]
         wzp = imp.const(node, 2, "zero point") if len(node.input) > 2 and node.input[2] else \

@@ -279,7 +279,8 @@ def _slot_params(node: onnx.NodeProto, inits: Mapping[str, onnx.TensorProto]
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int] | None:
     """(int64 values, float64 scale, int64 zero point, axis) of the integer weights ``node`` reads (a
     DequantizeLinear's input, or a QOperator node's weight input: :data:`_WEIGHT_SLOTS`), the scale and zero point
-    shaped to broadcast against the values; None when they are not initializers."""
+    shaped to broadcast against the values (blocked ones, opset 21's ``block_size``, repeated to the values' shape);
+    None when they are not initializers, or their blocks do not fit the values."""
     at = _WEIGHT_SLOTS[node.op_type]
     names = list(node.input[at:at + 3]) + [""] * (3 - len(node.input[at:at + 3]))
     if names[0] not in inits or names[1] not in inits or (names[2] and names[2] not in inits):
@@ -294,7 +295,14 @@ def _slot_params(node: onnx.NodeProto, inits: Mapping[str, onnx.TensorProto]
     else:
         axis = 0 if node.op_type == "QLinearConv" else -1
     axis %= max(values.ndim, 1)
-    if scale.size > 1:
+    block = next((int(a.i) for a in node.attribute if a.name == "block_size"), 0) \
+        if node.op_type == "DequantizeLinear" else 0
+    if block > 0:                           # opset 21's blocked scales: one per `block` values along the axis
+        if scale.ndim != values.ndim or -(-values.shape[axis] // block) != scale.shape[axis]:
+            return None
+        scale = np.repeat(scale, block, axis=axis).take(range(values.shape[axis]), axis=axis)
+        zero = np.repeat(zero, block, axis=axis).take(range(values.shape[axis]), axis=axis)
+    elif scale.size > 1:
         shape = [1] * values.ndim
         shape[axis] = -1
         scale, zero = scale.reshape(shape), zero.reshape(shape)
