@@ -471,7 +471,18 @@ def _accuracy(model: str, compiled: Any, float_graph: Any, inputs: dict[str, np.
         "reference": which,
         "outputs": {name: accuracy_vs_float(ref[name], outputs[name], output_scale(compiled.graph, name))
                     for name in compiled.graph.outputs}}
-    if kind == "the quantized file " and which.startswith("onnxruntime"):
+    broken = _nonfinite_scales(path) if kind == "the quantized file " and which.startswith("onnxruntime") else []
+    plain = _dequantized_outputs(path, compiled.graph, inputs, declared, compiled.meta.get("input_values")) \
+        if broken else None
+    if plain is not None:                  # onnxruntime's run of the file is NaN from those tensors on: not the model
+        ref = plain
+        named = ", ".join(map(repr, broken[:2])) + (f" and {len(broken) - 2} more" if len(broken) > 2 else "")
+        result = {"reference": f"onnxruntime on the dequantized float graph of {source}, not on the quantized file: "
+                               f"its quantizer gave {named} an infinite scale, which onnxruntime's run of the file "
+                               f"turns into NaN",
+                  "outputs": {name: accuracy_vs_float(ref[name], outputs[name], output_scale(compiled.graph, name))
+                              for name in compiled.graph.outputs}}
+    elif kind == "the quantized file " and which.startswith("onnxruntime"):
         own = _file_own_error(path, compiled.graph, inputs, ref, declared, compiled.meta.get("input_values"))
         if own:
             result["file_own_cosine"] = own
@@ -492,28 +503,57 @@ def _accuracy(model: str, compiled: Any, float_graph: Any, inputs: dict[str, np.
     return result
 
 
-def _file_own_error(path: Any, graph: Any, inputs: dict[str, np.ndarray], ref: Mapping[str, np.ndarray],
-                    declared: Mapping[str, tuple[int, ...]] | None, values: Any) -> dict[str, float]:
-    """How far onnxruntime on the pre-quantized file ``path`` (``ref``, by output name) is from the file's own float
-    computation (its dequantized float graph, :func:`.frontend.dequantize.qdq_to_float`, also run by onnxruntime):
-    the cosine per output, so the run's figure against the file can be read against the file's own quantization
-    error. Empty when the file cannot be dequantized or onnxruntime refuses the result."""
+def _nonfinite_scales(path: Any) -> list[str]:
+    """The tensors of the pre-quantized ONNX file ``path`` that a QuantizeLinear quantizes at a scale holding inf or
+    NaN (onnxruntime's quantizer writes inf where its calibration saw an infinite value: an attention mask's -inf).
+    onnxruntime dequantizes such a tensor to NaN (``(q - zp) * inf``), so its run of the file is not the model from
+    there on. Empty when there are none or the file cannot be read."""
+    import onnx
+    from onnx import numpy_helper
+    try:
+        proto = onnx.load(os.fspath(path), load_external_data=False)
+        scales = {init.name: init for init in proto.graph.initializer if init.data_type in
+                  (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE)
+                  and not init.external_data and int(np.prod(init.dims)) <= 4096}
+        return [node.input[0] for node in proto.graph.node if node.op_type == "QuantizeLinear" and
+                len(node.input) > 1 and node.input[1] in scales and
+                not np.isfinite(numpy_helper.to_array(scales[node.input[1]])).all()]
+    except Exception:  # noqa: BLE001 - a file onnx cannot read was not measured against anyway
+        return []
+
+
+def _dequantized_outputs(path: Any, graph: Any, inputs: dict[str, np.ndarray],
+                         declared: Mapping[str, tuple[int, ...]] | None, values: Any) -> dict[str, np.ndarray] | None:
+    """onnxruntime's outputs of the pre-quantized file ``path``'s own float computation (its dequantized float graph,
+    :func:`.frontend.dequantize.qdq_to_float`) on ``inputs``, by output name; None when the file cannot be
+    dequantized or onnxruntime refuses the result."""
     import onnx
 
     from .frontend.dequantize import qdq_to_float
     from .frontend.onnx_frontend import file_conventions
     from .frontend.prequant import normalized
-    from .frontend.quantize import accuracy_vs_float, float_outputs
+    from .frontend.quantize import float_outputs
     try:
         proto = onnx.load(os.fspath(path))
         file_conventions(proto)           # read as the import reads it (an input's default is not a constant)
         plain = qdq_to_float(normalized(proto))
         if plain is None:
-            return {}
+            return None
         floats, how = float_outputs(plain, graph, inputs, declared, values)
     except Exception:  # noqa: BLE001 - a file the dequantizer or onnxruntime cannot take: no such figure
-        return {}
-    if how != "onnxruntime":
+        return None
+    return floats if how == "onnxruntime" else None
+
+
+def _file_own_error(path: Any, graph: Any, inputs: dict[str, np.ndarray], ref: Mapping[str, np.ndarray],
+                    declared: Mapping[str, tuple[int, ...]] | None, values: Any) -> dict[str, float]:
+    """How far onnxruntime on the pre-quantized file ``path`` (``ref``, by output name) is from the file's own float
+    computation (its dequantized float graph, :func:`_dequantized_outputs`): the cosine per output, so the run's
+    figure against the file can be read against the file's own quantization error. Empty when the file cannot be
+    dequantized or onnxruntime refuses the result."""
+    from .frontend.quantize import accuracy_vs_float
+    floats = _dequantized_outputs(path, graph, inputs, declared, values)
+    if floats is None:
         return {}
     cosines = {name: accuracy_vs_float(floats[name], ref[name], None)["cosine"]
                for name in ref if name in floats and np.shape(floats[name]) == np.shape(ref[name])}

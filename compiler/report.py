@@ -982,7 +982,8 @@ def format_accuracy(accuracy: Mapping[str, Any]) -> list[str]:
     """The text lines of a run's error against the float model: ``accuracy`` is ``{"reference": which float model
     ran, "outputs": {output name: accuracy_vs_float's metrics}}``."""
     reference = str(accuracy.get("reference"))
-    what = "the quantized model as given" if "the quantized file" in reference else "the float model"
+    what = "the quantized file's own float computation" if reference.startswith("onnxruntime on the dequantized") \
+        else "the quantized model as given" if "the quantized file" in reference else "the float model"
     lines = [f"error against {what} ({reference}):"]
     for name, m in accuracy.get("outputs", {}).items():
         lsb = "" if m.get("max_abs_error_lsb") is None else \

@@ -461,3 +461,71 @@ def test_blocked_weights_between_quantized_activations_take_the_float_graph_sayi
     with caplog.at_level(logging.WARNING, logger="vta"):
         imported = import_model(path)
     assert not imported.is_quantized and "per block of 32 values" in caplog.text
+
+
+@pytest.mark.parametrize("nan_guard", [False, True])
+def test_onnxruntimes_infinite_mask_scales_leave_the_mask_float_and_the_run_says_what_it_measured_against(
+        nan_guard, tmp_path, capsys, monkeypatch):
+    """A mask written as ``Where(mask, 0, -inf)`` (Hugging Face transformers 5's SDPA mask) quantized by
+    ``quantize_static``: its calibration sees -inf, so it writes a scale of inf on the mask and on the masked scores.
+    onnxruntime's own run of that file dequantizes them to NaN (every softmax row NaN), so it is not the model. The
+    integer import leaves that mask float, as a runtime additive term of the Softmax it reaches (every other tensor at
+    the file's own scales; it fell back to the float graph before), and the run measures its error against the
+    file's dequantized float graph run by onnxruntime, saying why, rather than against NaN-laundered results.
+    ``nan_guard``: torch's SDPA then zeroes NaN rows, ``Where(IsNaN(p), 0, p)``, which dequantized integers never
+    are (IsNaN was refused in a quantized file)."""
+    import onnxruntime as ort
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
+
+    from vta.cli import main
+    from vta.compiler.frontend.prequant import import_model
+    monkeypatch.setenv("VTA_CACHE_DIR", str(tmp_path / "cache"))
+    rng = np.random.default_rng(4)
+    inits = {f"w{r}": (rng.standard_normal((D, D)) * 0.3).astype(np.float32) for r in "qkv"}
+    inits.update(zero=np.array(0.0, np.float32), ninf=np.array(-np.inf, np.float32), axis=np.array([1], np.int64))
+    nodes = [node("MatMul", ["x", f"w{r}"], [r]) for r in "qkv"]
+    nodes += [node("Transpose", ["k"], ["kt"], perm=[0, 2, 1]), node("MatMul", ["q", "kt"], ["s"]),
+              node("Cast", ["attention_mask"], ["keep"], to=TensorProto.BOOL),
+              node("Unsqueeze", ["keep", "axis"], ["keep3"]), node("Where", ["keep3", "zero", "ninf"], ["bias"]),
+              node("Add", ["s", "bias"], ["masked"]), node("Softmax", ["masked"], ["p"], axis=-1)]
+    if nan_guard:
+        nodes += [node("IsNaN", ["p"], ["nan"]), node("Where", ["nan", "zero", "p"], ["pg"])]
+    nodes.append(node("MatMul", ["pg" if nan_guard else "p", "v"], ["y"]))
+    graph = helper.make_graph(nodes, "masked", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, T, D]),
+                                                helper.make_tensor_value_info("attention_mask", TensorProto.INT64,
+                                                                              [1, T])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, T, D])],
+                              [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    mask = np.ones((1, T), np.int64)
+    mask[0, -3:] = 0
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.data = iter([{"x": _x(seed)[:1], "attention_mask": mask} for seed in range(4)])
+
+        def get_next(self):  # noqa: ANN201 - onnxruntime's interface
+            return next(self.data, None)
+
+    source, path = tmp_path / "masked.onnx", tmp_path / "masked.qdq.onnx"
+    onnx.save(model, source)
+    quantize_static(str(source), str(path), Reader(), quant_format=QuantFormat.QDQ)
+    scales = {i.name: numpy_helper.to_array(i) for i in onnx.load(path).graph.initializer}
+    assert any(n.op_type == "QuantizeLinear" and n.input[0] == "bias" and np.isinf(scales[n.input[1]])
+               for n in onnx.load(path).graph.node)                   # onnxruntime's quantizer wrote inf there
+    probe = onnx.load(path)
+    probe.graph.output.append(helper.make_tensor_value_info("p", TensorProto.FLOAT, None))
+    session = ort.InferenceSession(probe.SerializeToString(), providers=["CPUExecutionProvider"])
+    assert np.isnan(session.run(["p"], {"x": _x()[:1], "attention_mask": mask})[0]).all()    # NaN softmax rows
+    graph = import_model(path)
+    assert graph.is_quantized and [n.attrs.get("key_additive") for n in graph.nodes if n.op == "Softmax"] == [True]
+    data = tmp_path / "in.npz"
+    np.savez(data, x=_x()[:1], attention_mask=mask)
+    code = main(["run", str(path), "--target", "fsim", "--input", str(data), "--no-progress"])
+    out, err = capsys.readouterr()
+    assert code == 0 and "matches_integer_reference: True" in out and "float graph instead" not in err
+    assert "error against the quantized file's own float computation (onnxruntime on the dequantized float graph " \
+           f"of {path}, not on the quantized file: its quantizer gave 'bias'" in out
+    cosine = float(out.split("cosine ")[1].split(";")[0].split()[0])
+    assert cosine > 0.99

@@ -163,6 +163,7 @@ def import_model(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, 
                          f"or give the lab the file before optimization.")
     proto = normalized(proto)
     _dilated_qlinear_convs_as_qdq(proto)
+    _infinite_qoperators_as_qdq(proto)
     _undilate_qdq(proto)
     _check_single_definitions(proto, where)
     try:
@@ -405,6 +406,22 @@ def _dilated_qlinear_convs_as_qdq(proto: onnx.ModelProto) -> None:
     qoperator_to_qdq(proto, only=dilated)
 
 
+def _infinite_qoperators_as_qdq(proto: onnx.ModelProto) -> None:
+    """In place: a QOperator node with a scale of inf or NaN among its constant inputs (onnxruntime's QLinearAdd of
+    an attention mask's -inf and the QLinearSoftmax after it) becomes the QDQ nodes it stands for
+    (:func:`.dequantize.qoperator_to_qdq`), which the QDQ rules then read as a float mask
+    (:func:`_unquantized_mask`), as in the QDQ file of the same model."""
+    inits = {init.name: init for init in proto.graph.initializer}
+
+    def infinite(node: onnx.NodeProto) -> bool:
+        return node.op_type.startswith("QLinear") and any(
+            name in inits and inits[name].data_type == onnx.TensorProto.FLOAT and
+            not np.isfinite(numpy_helper.to_array(inits[name])).all() for name in node.input)
+
+    if any(infinite(node) for node in proto.graph.node):
+        qoperator_to_qdq(proto, only=infinite)
+
+
 def _undilate_qdq(proto: onnx.ModelProto) -> None:
     """In place: a dilated ``Conv`` of strides 1 (1-D or 2-D, static input shape) whose weights are DequantizeLinear
     of an initializer and whose result feeds one QuantizeLinear (through Relu/Clip at most) takes the float import's
@@ -528,6 +545,11 @@ class _Importer:
         self.int_inputs: set[str] = set()         # integer graph inputs: token ids, attention masks
         self.input_fns: set[str] = set()          # float32 IR tensors an InputFn computes from an integer input
         self.tables: dict[str, tuple[np.ndarray, float, int]] = {}  # DQ of an int table: (int8 values, scale, zp)
+        # onnxruntime's infinite scales on an attention mask (:func:`_unquantized_mask`): a QuantizeLinear or
+        # DequantizeLinear output at scale inf -> the float tensor it stands for, unquantized; and the masked scores
+        # (an Add of scores and such a mask) -> (the scores, the float32 mask term)
+        self.unquantized: dict[str, str] = {}
+        self.masked_scores: dict[str, tuple[_Act, str]] = {}
 
     # ---- reading parameters -------------------------------------------------------------------------------------
     def const(self, node: onnx.NodeProto, index: int, what: str) -> np.ndarray:
@@ -539,8 +561,13 @@ class _Importer:
         value = self.consts[name]
         if what.endswith("scale") and value.dtype.kind == "f" and not (np.isfinite(value) & (value > 0)).all():
             bad = value.reshape(-1)[~(np.isfinite(value) & (value > 0)).reshape(-1)][0]
+            why = "" if np.isfinite(bad) else (
+                " (onnxruntime's quantizer writes inf where its calibration saw an infinite value, such as an "
+                "attention mask's -inf: onnxruntime's own run of the file dequantizes that tensor to NaN, so its "
+                "results from there on are not the model's; exclude the mask's nodes from quantization, or mask with "
+                "a finite value such as -1e4)")
             raise UnsupportedOperatorError(node.op_type, node.name, f"its {what} {name!r} holds {bad}; a "
-                                           f"quantization scale must be finite and positive")
+                                           f"quantization scale must be finite and positive{why}")
         return value
 
     def scalar_scale(self, node: onnx.NodeProto, index: int) -> float:
@@ -1216,6 +1243,11 @@ def _binary(imp: _Importer, node: onnx.NodeProto, a: _Act | float, b: _Act | flo
 
 
 def _qdq_binary(imp: _Importer, node: onnx.NodeProto) -> None:
+    masks = [name for name in node.input[:2] if name in imp.unquantized]
+    if node.op_type == "Add" and len(masks) == 1 and len(node.input) == 2:     # scores + a mask at scale inf
+        scores = imp.alias(node, node.input[1] if node.input[0] == masks[0] else node.input[0])
+        imp.masked_scores[node.output[0]] = (scores, imp.unquantized[masks[0]])
+        return
     reals = [imp.real_constant(name) for name in node.input[:2]]
     first, second = reals
     if first is not None and second is not None:          # shape arithmetic of quantized constants (GPT-2's
@@ -1294,17 +1326,47 @@ def _function_result(imp: _Importer, node: onnx.NodeProto, x: _Act, fn: Callable
 
 
 def _qdq_softmax(imp: _Importer, node: onnx.NodeProto) -> None:
+    masked = imp.masked_scores.get(imp.unquantized.get(node.input[0], ""))
+    if masked is not None:                                  # Softmax(scores + a mask onnxruntime scaled by inf)
+        scores, mask = masked
+        _softmax(imp, node, scores, int(_attrs(node).get("axis", -1)), _quantized_output(imp, node), mask)
+        return
     _softmax(imp, node, imp.alias(node, node.input[0]), int(_attrs(node).get("axis", -1)),
              _quantized_output(imp, node))
 
 
-def _softmax(imp: _Importer, node: onnx.NodeProto, x: _Act, axis: int, out: _Out) -> None:
+def _unquantized_mask(imp: _Importer, node: onnx.NodeProto) -> bool:
+    """Whether the QuantizeLinear ``node`` is onnxruntime's quantization of an attention mask (or of scores plus
+    one) at scale inf, which the import then leaves float: its calibration saw the mask's -inf. onnxruntime's own run
+    of such a file dequantizes it to NaN; what the model computes is the softmax of the scores plus the mask, which
+    the Softmax it reaches then takes with the mask as a runtime additive term (the mask from the integer inputs
+    alone, :func:`_integer_input_regions`). Any other reader of the unquantized tensor refuses it."""
+    x, scale = node.input[0], node.input[1] if len(node.input) > 1 else ""
+    if scale not in imp.consts or np.isfinite(imp.consts[scale]).all() or \
+            (x not in imp.input_fns and x not in imp.masked_scores):
+        return False
+    imp.unquantized[node.output[0]] = x
+    return True
+
+
+def _softmax(imp: _Importer, node: onnx.NodeProto, x: _Act, axis: int, out: _Out, mask: str | None = None) -> None:
     """Softmax of a quantized activation: the lab's float Softmax of ``x * scale`` (a softmax ignores the input's
-    zero point, a constant shift of every entry), then QuantizeZp at the output's scale and zero point."""
+    zero point, a constant shift of every entry), then QuantizeZp at the output's scale and zero point. ``mask``: a
+    float32 term added to the scores before it (a runtime additive mask; its -inf entries mask out)."""
     shape = imp.shape(x.name)
     probs = imp.graph.unique_name(f"{out.name}_float")
     imp.graph.add_tensor(probs, shape, "float32")
-    imp.emit("Softmax", node.name, [x.name], probs, axis=axis % len(shape), scale=x.scale)
+    if mask is not None:
+        terms = imp.graph.shape(mask)
+        if _broadcast(shape, terms) != tuple(shape):
+            raise UnsupportedOperatorError(node.op_type, node.name, f"its mask of shape {list(terms)} does not "
+                                           f"broadcast to its scores {list(shape)}")
+        unused = np.zeros((2, 1), np.float32)
+        imp.emit("Softmax", node.name, [x.name, mask], probs, axis=axis % len(shape), scale=x.scale,
+                 key_expand=list(terms), key_sel=unused.astype(bool), key_add=unused, key_fill=unused,
+                 key_additive=True)
+    else:
+        imp.emit("Softmax", node.name, [x.name], probs, axis=axis % len(shape), scale=x.scale)
     imp.emit_out("QuantizeZp", f"{node.name}_quantize", [probs], out, shape, scale=out.scale, zero_point=out.zp)
     if (out.lo, out.hi) != (INT8_MIN, INT8_MAX):
         _clip_to(imp, node.name, out)
@@ -1588,6 +1650,8 @@ def _quantize_linear(imp: _Importer, node: onnx.NodeProto) -> None:
     if real is not None:
         imp.consts[y] = _quantized_constant(imp, node, real)
         return
+    if _unquantized_mask(imp, node):
+        return
     out = imp.out(node, y, 1, 2)
     if x in imp.floats:
         src = imp.floats[x]
@@ -1653,6 +1717,9 @@ def _dequantize_linear(imp: _Importer, node: onnx.NodeProto) -> None:
             shift = 128 if values.dtype == np.uint8 else 0
             imp.tables[y] = ((values.astype(np.int64) - shift).astype(np.int8), float(scale.reshape(-1)[0]),
                              int(wzp.reshape(-1)[0]) - shift)
+        return
+    if x in imp.unquantized:                              # the mask's pair at scale inf: the float mask itself
+        imp.unquantized[y] = imp.unquantized[x]
         return
     src = imp.int_tensor(node, x)
     zp, _ = imp.zero_point(node, 2, imp.unsigned[x])
@@ -1968,6 +2035,14 @@ def _cast(imp: _Importer, node: onnx.NodeProto) -> None:
                                        f"constant")
 
 
+def _never_nan(imp: _Importer, node: onnx.NodeProto) -> None:
+    """IsNaN or IsInf of a DequantizeLinear result (torch's scaled-dot-product attention zeroes the NaN rows of a
+    fully masked softmax: ``Where(IsNaN(p), 0, p)``): integers at a finite scale are never NaN nor infinite, so it
+    is a constant of False, and the Where after it keeps the activation."""
+    x = imp.alias(node, node.input[0])
+    imp.consts[node.output[0]] = np.zeros(imp.shape(x.name), np.bool_)
+
+
 def _where(imp: _Importer, node: onnx.NodeProto) -> None:
     """Where of a constant condition (a causal mask), a quantized activation (or a float chain of one) and a
     constant fill of one value (GPT-2's ``Where(mask, scores, lowest)``, or the fill first): at the QuantizeLinear
@@ -2108,6 +2183,8 @@ RULES: dict[str, Callable[[_Importer, onnx.NodeProto], None]] = {
     "Cast": _cast,
     "Expand": _expand,
     "Where": _where,
+    "IsNaN": _never_nan,
+    "IsInf": _never_nan,
     "Softmax": _qdq_softmax,
     "ReduceMean": _reduce_mean,
     "Resize": _qdq_resize,
