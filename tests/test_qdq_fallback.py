@@ -463,9 +463,9 @@ def test_blocked_weights_between_quantized_activations_take_the_float_graph_sayi
     assert not imported.is_quantized and "per block of 32 values" in caplog.text
 
 
-@pytest.mark.parametrize("nan_guard", [False, True])
+@pytest.mark.parametrize("nan_guard, fmt", [(False, "QDQ"), (True, "QDQ"), (True, "QOperator")])
 def test_onnxruntimes_infinite_mask_scales_leave_the_mask_float_and_the_run_says_what_it_measured_against(
-        nan_guard, tmp_path, capsys, monkeypatch):
+        nan_guard, fmt, tmp_path, capsys, monkeypatch):
     """A mask written as ``Where(mask, 0, -inf)`` (Hugging Face transformers 5's SDPA mask) quantized by
     ``quantize_static``: its calibration sees -inf, so it writes a scale of inf on the mask and on the masked scores.
     onnxruntime's own run of that file dequantizes them to NaN (every softmax row NaN), so it is not the model. The
@@ -473,7 +473,8 @@ def test_onnxruntimes_infinite_mask_scales_leave_the_mask_float_and_the_run_says
     the file's own scales; it fell back to the float graph before), and the run measures its error against the
     file's dequantized float graph run by onnxruntime, saying why, rather than against NaN-laundered results.
     ``nan_guard``: torch's SDPA then zeroes NaN rows, ``Where(IsNaN(p), 0, p)``, which dequantized integers never
-    are (IsNaN was refused in a quantized file)."""
+    are (IsNaN was refused in a quantized file). In QOperator format the QLinearAdd and QLinearSoftmax of those
+    scales are read as the QDQ nodes they stand for."""
     import onnxruntime as ort
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
 
@@ -510,14 +511,16 @@ def test_onnxruntimes_infinite_mask_scales_leave_the_mask_float_and_the_run_says
 
     source, path = tmp_path / "masked.onnx", tmp_path / "masked.qdq.onnx"
     onnx.save(model, source)
-    quantize_static(str(source), str(path), Reader(), quant_format=QuantFormat.QDQ)
+    quantize_static(str(source), str(path), Reader(), quant_format=getattr(QuantFormat, fmt))
     scales = {i.name: numpy_helper.to_array(i) for i in onnx.load(path).graph.initializer}
     assert any(n.op_type == "QuantizeLinear" and n.input[0] == "bias" and np.isinf(scales[n.input[1]])
                for n in onnx.load(path).graph.node)                   # onnxruntime's quantizer wrote inf there
+    assert fmt == "QDQ" or "QLinearSoftmax" in {n.op_type for n in onnx.load(path).graph.node}
     probe = onnx.load(path)
     probe.graph.output.append(helper.make_tensor_value_info("p", TensorProto.FLOAT, None))
     session = ort.InferenceSession(probe.SerializeToString(), providers=["CPUExecutionProvider"])
-    assert np.isnan(session.run(["p"], {"x": _x()[:1], "attention_mask": mask})[0]).all()    # NaN softmax rows
+    probs = session.run(["p"], {"x": _x()[:1], "attention_mask": mask})[0]
+    assert fmt != "QDQ" or np.isnan(probs).all()             # NaN rows (QOperator: rows of other garbage)
     graph = import_model(path)
     assert graph.is_quantized and [n.attrs.get("key_additive") for n in graph.nodes if n.op == "Softmax"] == [True]
     data = tmp_path / "in.npz"
