@@ -270,6 +270,34 @@ def test_a_one_pass_variance_clamped_at_zero_fuses(floor, fused):
     assert _ops(graph).count("LayerNorm") == 1 and np.abs(got - want).max() <= 2 * s_out + s_in
 
 
+@pytest.mark.parametrize("double", [True, False])
+def test_jax2onnx_layer_norm_with_a_constant_row_guard_fuses(double):
+    """Equinox's LayerNorm (Flax's with ``use_fast_variance=False``) as jax2onnx writes it: the centred values
+    guarded where the row is constant, ``Where(And(Equal(ReduceMin(x), ReduceMax(x)), Equal(m - m, 0)), 0, x - m)``,
+    and the squares averaged in float64 (``Cast -> ReduceMean -> Cast``): one LayerNormalization, within the int8
+    tolerance. Equal and And were refused before ("no rule"), and the Where's condition was not a constant."""
+    x = _x(2, 4, 8)
+    mean_axes = helper.make_node("ReduceMean", ["sq"], ["vm"], axes=[-1])
+    nodes = [helper.make_node("ReduceMean", ["x"], ["m"], axes=[-1]), _n("Sub", ["x", "m"], "d"),
+             helper.make_node("ReduceMin", ["x"], ["lo"], axes=[-1]), helper.make_node("ReduceMax", ["x"], ["hi"],
+                                                                                       axes=[-1]),
+             _n("Equal", ["lo", "hi"], "flat"), _n("Sub", ["m", "m"], "delta"), _n("Equal", ["delta", "zero"], "fin"),
+             _n("And", ["flat", "fin"], "const_row"), _n("Where", ["const_row", "zero", "d"], "dc"),
+             _n("Mul", ["dc", "dc"], "sq0")]
+    if double:
+        nodes += [helper.make_node("Cast", ["sq0"], ["sq"], to=onnx.TensorProto.DOUBLE), mean_axes,
+                  helper.make_node("Cast", ["vm"], ["var"], to=onnx.TensorProto.FLOAT)]
+    else:
+        nodes += [helper.make_node("ReduceMean", ["sq0"], ["var"], axes=[-1])]
+    nodes += [_n("Add", ["var", "eps"], "ve"), _n("Sqrt", ["ve"], "sd"), _n("Div", ["dc", "sd"], "n"),
+              _n("Mul", ["n", "gamma"], "g"), _n("Add", ["g", "beta"], "y")]
+    consts = [*_scalars(eps=1e-5, zero=0.0), ("gamma", _x(8, spread=0.5) + 1.0), ("beta", _x(8, spread=0.1))]
+    graph, qgraph, got, want = onnx_op_run(onnx_model(nodes, {"x": x}, consts), {"x": x}, atol=1e-4, rtol=1e-4)
+    s_out = next(n.attrs["scale"] for n in qgraph.nodes if n.op == "Dequantize")
+    s_in = next(n.attrs["scale"] for n in qgraph.nodes if n.op == "Quantize")
+    assert _ops(graph) == ["LayerNorm"] and np.abs(got - want).max() <= 2 * s_out + s_in
+
+
 def test_a_one_pass_variance_read_otherwise_is_refused_naming_its_sub():
     """E[x*x] - E[x]**2 that is no LayerNorm's (a gain times it): its two int8 means cancel; refused, naming it."""
     x = _x(2, 4, 8)

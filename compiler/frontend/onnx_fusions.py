@@ -593,11 +593,73 @@ def _replacing(op: str, source: str, nodes: list[onnx.NodeProto], suffix: str | 
                                  **attrs)
 
 
+def _drop_constant_row_guards(model: onnx.ModelProto) -> None:
+    """In place, before the LayerNorm matchers: jax2onnx's LayerNorm (Equinox's, Flax's with
+    ``use_fast_variance=False``) guards the centred values of a constant row, ``Where(And(Equal(ReduceMin(x),
+    ReduceMax(x)), ...), 0, x - ReduceMean(x))`` over the same axes: where the row's least and greatest values are
+    equal, ``x - mean`` is 0 already, so the Where is ``x - mean`` and its readers read that (the guard's nodes are
+    then unread and dropped); and it averages the squares in float64, ``Cast(DOUBLE) -> ReduceMean -> Cast(FLOAT)``
+    (a Cast to FLOAT first once the import narrowed float64), which becomes the ReduceMean of the float32 squares
+    (the lab's LayerNorm computes its statistics in float64)."""
+    g = _OnnxGraph(model)
+    rename: dict[str, str] = {}
+    casts_back: set[str] = set()                     # the float64 means whose Cast back to float32 goes
+
+    def extrema_equal(t: str, x: str, axes: list[int]) -> bool:
+        node = g.producer.get(t)
+        if node is None:
+            return False
+        if node.op_type == "And":
+            return any(extrema_equal(name, x, axes) for name in node.input)
+        if node.op_type != "Equal":
+            return False
+        ends = [g.producer.get(name) for name in node.input]
+        return all(e is not None and e.input[0] == x and _reduce_axes(g, e) == axes for e in ends) and \
+            sorted(e.op_type for e in ends if e is not None) == ["ReduceMax", "ReduceMin"]
+
+    for node in model.graph.node:
+        if node.op_type == "Where" and len(node.input) == 3 and node.output[0] not in g.outputs:
+            zero = [k for k in (1, 2) if node.input[k] in g.consts and not g.consts[node.input[k]].any()]
+            sub = g.producer.get(node.input[3 - zero[0]]) if len(zero) == 1 else None
+            mean = g.producer.get(sub.input[1]) if sub is not None and sub.op_type == "Sub" else None
+            axes = _reduce_axes(g, mean) if mean is not None and mean.op_type == "ReduceMean" else None
+            if zero == [1] and sub is not None and mean is not None and axes is not None and \
+                    mean.input[0] == sub.input[0] and extrema_equal(node.input[0], sub.input[0], axes):
+                rename[node.output[0]] = sub.output[0]             # Where(constant row, 0, x - mean)
+        elif node.op_type == "Cast" and _attrs(node).get("to") in (onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT):
+            mean = g.only_user(node.output[0], "ReduceMean")
+            back = None if mean is None else g.only_user(mean.output[0], "Cast")
+            if mean is not None and back is not None and _attrs(back).get("to") == onnx.TensorProto.FLOAT and \
+                    _elem_type(model, node.input[0]) == onnx.TensorProto.FLOAT:
+                casts_back.add(mean.output[0])
+                mean.input[0] = node.input[0]              # the mean of the float32 values, written as the Cast's
+                mean.output[0] = back.output[0]
+    if not rename and not casts_back:
+        return
+    for node in model.graph.node:
+        node.input[:] = [rename.get(name, name) for name in node.input]
+    kept = live_nodes([onnx.NodeProto.FromString(n.SerializeToString()) for n in model.graph.node
+                       if not (n.op_type == "Cast" and n.input[0] in casts_back)],
+                      {o.name for o in model.graph.output})
+    del model.graph.node[:]
+    model.graph.node.extend(kept)
+
+
+def _elem_type(model: onnx.ModelProto, name: str) -> int | None:
+    """The element type of tensor ``name`` as the graph declares it (input, initializer, value_info, output)."""
+    for vi in [*model.graph.input, *model.graph.value_info, *model.graph.output]:
+        if vi.name == name:
+            return vi.type.tensor_type.elem_type
+    init = next((i for i in model.graph.initializer if i.name == name), None)
+    return None if init is None else init.data_type
+
+
 def _fuse_decompositions(model: onnx.ModelProto) -> onnx.ModelProto:
     """Replace the LayerNorm, Gelu and Softmax decompositions exporters emit (ReduceMean/Sub/Pow/Sqrt/Div; the Erf
     and Tanh forms of Gelu; Exp/ReduceSum/Div) by one LayerNormalization, Gelu or Softmax node writing the
     decomposition's output, so each imports as one operator. Shapes are already inferred; the fused nodes keep the
-    output names."""
+    output names. Jax2onnx's guards and float64 detours in a LayerNorm go first (:func:`_drop_constant_row_guards`)."""
+    _drop_constant_row_guards(model)
     g = _OnnxGraph(model)
     shapes = contrib.static_shapes(model)
     order = {id(n): k for k, n in enumerate(model.graph.node)}
