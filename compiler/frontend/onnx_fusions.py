@@ -12,7 +12,7 @@ from onnx import helper, numpy_helper
 
 from . import contrib, float_ref, rmsnorm
 from .masks import live_nodes
-from .onnx_common import _attrs
+from .onnx_common import _attrs, tensor_namer
 
 
 class _OnnxGraph:
@@ -645,6 +645,67 @@ def _drop_constant_row_guards(model: onnx.ModelProto) -> None:
     model.graph.node.extend(kept)
 
 
+def _two_pass_variances(model: onnx.ModelProto) -> bool:
+    """In place, after the LayerNorm matchers: every variance left in one-pass form, ``ReduceMean(x * x) -
+    ReduceMean(x) ** 2`` over the same axes (a square as Mul by itself or Pow 2), becomes the two-pass
+    ``ReduceMean((x - m) ** 2)`` with ``m = ReduceMean(x)``, equal in exact arithmetic; a clamp at zero after it
+    (``Max(var, c <= 0)``) goes, as the two-pass variance is never negative. The one-pass form's two means cancel in
+    int8 (it was refused); Flax's GroupNorm writes it over ``[N, H, W, G, C/G]``. True when any changed."""
+    g = _OnnxGraph(model)
+    new = tensor_namer(model)
+    order = {id(n): k for k, n in enumerate(model.graph.node)}
+    shapes = contrib.static_shapes(model)
+
+    def root(t: str) -> str | None:
+        node = g.producer.get(t)
+        if node is not None and node.op_type == "Mul" and node.input[0] == node.input[1]:
+            return node.input[0]
+        if node is not None and node.op_type == "Pow" and g.scalar(node, node.input[0]) == 2.0:
+            return node.input[0]
+        return None
+
+    replaced: dict[int, list[onnx.NodeProto]] = {}
+    rename: dict[str, str] = {}
+    for node in model.graph.node:
+        second = g.producer.get(node.input[0]) if node.op_type == "Sub" and len(node.input) == 2 else None
+        if second is None or second.op_type != "ReduceMean" or node.output[0] in g.outputs:
+            continue
+        x, m = root(second.input[0]), root(node.input[1])
+        mean = g.producer.get(m) if m is not None else None
+        axes = _reduce_axes(g, mean) if mean is not None and mean.op_type == "ReduceMean" else None
+        if x is None or m is None or mean is None or mean.input[0] != x or axes is None or \
+                _reduce_axes(g, second) != axes or x not in shapes:
+            continue
+        made: list[onnx.NodeProto] = []
+        sub = next((u for u in g.readers(m) if u.op_type == "Sub" and list(u.input) == [x, m] and
+                    order[id(u)] < order[id(node)]), None)
+        centred = sub.output[0] if sub is not None else new(f"{m}_centred")
+        if sub is None:
+            made.append(helper.make_node("Sub", [x, m], [centred], name=f"{node.name or node.output[0]}_centre"))
+        squares = new(f"{node.output[0]}_squares")
+        made.append(helper.make_node("Mul", [centred, centred], [squares], name=f"{node.name or node.output[0]}_sq"))
+        model.graph.value_info.extend(helper.make_tensor_value_info(t, onnx.TensorProto.FLOAT, list(shapes[x]))
+                                      for t in ([] if sub is not None else [centred]) + [squares])
+        mean_of = onnx.NodeProto.FromString(second.SerializeToString())
+        mean_of.input[0], mean_of.output[0] = squares, node.output[0]
+        mean_of.name = node.name or node.output[0]
+        replaced[id(node)] = made + [mean_of]
+        clamp = g.only_user(node.output[0], "Max")
+        floor = None if clamp is None or len(clamp.input) != 2 else g.scalar(clamp, node.output[0])
+        if clamp is not None and floor is not None and floor <= 0 and clamp.output[0] not in g.outputs:
+            rename[clamp.output[0]] = node.output[0]
+    if not replaced:
+        return False
+    nodes = [new_node for n in model.graph.node for new_node in replaced.get(id(n), [n])]
+    for n in nodes:
+        n.input[:] = [rename.get(t, t) for t in n.input]
+    kept = live_nodes([onnx.NodeProto.FromString(n.SerializeToString()) for n in nodes],
+                      {o.name for o in model.graph.output})
+    del model.graph.node[:]
+    model.graph.node.extend(kept)
+    return True
+
+
 def _elem_type(model: onnx.ModelProto, name: str) -> int | None:
     """The element type of tensor ``name`` as the graph declares it (input, initializer, value_info, output)."""
     for vi in [*model.graph.input, *model.graph.value_info, *model.graph.output]:
@@ -658,7 +719,8 @@ def _fuse_decompositions(model: onnx.ModelProto) -> onnx.ModelProto:
     """Replace the LayerNorm, Gelu and Softmax decompositions exporters emit (ReduceMean/Sub/Pow/Sqrt/Div; the Erf
     and Tanh forms of Gelu; Exp/ReduceSum/Div) by one LayerNormalization, Gelu or Softmax node writing the
     decomposition's output, so each imports as one operator. Shapes are already inferred; the fused nodes keep the
-    output names. Jax2onnx's guards and float64 detours in a LayerNorm go first (:func:`_drop_constant_row_guards`)."""
+    output names. Jax2onnx's guards and float64 detours in a LayerNorm go first (:func:`_drop_constant_row_guards`);
+    one-pass variances the matchers leave are made two-pass (:func:`_two_pass_variances`) and matched again."""
     _drop_constant_row_guards(model)
     g = _OnnxGraph(model)
     shapes = contrib.static_shapes(model)
@@ -746,11 +808,12 @@ def _fuse_decompositions(model: onnx.ModelProto) -> onnx.ModelProto:
             continue
         removed.update(id(n) for n in nodes)
         replacement[id(nodes[-1])] = fused
-    if not replacement:
-        return model
-    kept = [replacement.get(id(n), n) for n in model.graph.node if id(n) not in removed or id(n) in replacement]
-    del model.graph.node[:]
-    model.graph.node.extend(kept)
+    if replacement:
+        kept = [replacement.get(id(n), n) for n in model.graph.node if id(n) not in removed or id(n) in replacement]
+        del model.graph.node[:]
+        model.graph.node.extend(kept)
+    if _two_pass_variances(model):                # what the matchers left of one-pass variances: match again
+        return _fuse_decompositions(model)
     return model
 
 
