@@ -118,6 +118,28 @@ def test_a_float16_file_imports_widened_to_float32(keep_io_types, caplog):
     np.testing.assert_allclose(got, want, atol=0.02 * np.abs(want).max())
 
 
+def test_onnxruntime_runs_a_half_precision_file_in_a_child_process(monkeypatch):
+    """The float reference of a float16 file is onnxruntime's, run in a child process (onnxruntime 1.32 crashed with
+    a segmentation fault optimizing one such file, which ended ``vta run`` with no report): the same outputs as in
+    the run's own process; a child that dies is named, and the run measures against the lab's float reference."""
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+
+    from vta.compiler.frontend import quantize
+    model = convert_float_to_float16(_attention(), keep_io_types=True)
+    graph = import_onnx(model)
+    x = _x()
+    got, which = quantize.float_outputs(model, graph, {"x": x})
+    want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
+    assert which == "onnxruntime"
+    np.testing.assert_array_equal(got["y"], want)
+    assert quantize._ort_isolated(target="faulthandler:_sigsegv") == (
+        "crashed", "it ended with signal SIGSEGV (a fault of onnxruntime's; run in a child process, the lab went on)")
+    monkeypatch.setattr(quantize, "_ort_isolated", lambda *args: ("crashed", "it ended with signal SIGSEGV"))
+    got, which = quantize.float_outputs(model, graph, {"x": x})
+    assert which == "float reference (onnxruntime crashed on the file: it ended with signal SIGSEGV)"
+    np.testing.assert_allclose(got["y"], want, atol=0.02 * np.abs(want).max())
+
+
 def test_dynamic_axes_at_batch_one():
     """A file exported with dynamic axes (optimum's ``batch_size``), run at batch 1: position ids from Shape, Range
     and Expand, then a Reshape to a shape computed from Shape nodes. A stale symbolic dimension once kept

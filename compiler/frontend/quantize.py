@@ -1222,53 +1222,115 @@ def float_outputs(model: "str | os.PathLike[str] | onnx.ModelProto | None", grap
     (...)"`` when ``graph`` is quantized: a pre-quantized file onnxruntime refuses). Outputs are keyed by
     ``graph``'s output names (ONNX Runtime's in the same order). ``declared``: the whole shapes the caller gave
     inputs (``--input-shape``); a file input the import dropped, declared with a 0 (a prompt's empty KV cache), is
-    fed empty. ``values``: the inputs the import made constants (``--input-value``), fed those values."""
+    fed empty. ``values``: the inputs the import made constants (``--input-value``), fed those values. A file with
+    float16 or bfloat16 tensors runs in a child process (:func:`_ort_isolated`): onnxruntime 1.32 crashed with a
+    segmentation fault optimizing such a file, which would have ended the run with no report."""
     if model is not None:
         try:
-            import onnxruntime as ort
+            import onnxruntime  # noqa: F401 - only whether it is installed
         except ImportError:
-            ort = None
-        if ort is not None:
-            data = model.SerializeToString() if isinstance(model, onnx.ModelProto) else os.fspath(model)
-            try:
-                options = ort.SessionOptions()
-                options.log_severity_level = 3      # errors only: not its notes on initializers it drops
-                sess = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
-            except Exception as err:  # noqa: BLE001 - onnxruntime's own errors: it refuses the file
-                if graph.is_quantized:        # a pre-quantized file imported as integers: no float model of it
-                    return {}, (f"none (onnxruntime refused the quantized file: {_ort_reason(err)}; the file has no "
-                                f"other model to measure against)")
-                return float_ref.run_float(graph, inputs), \
-                    f"float reference (onnxruntime refused the file: {_ort_reason(err)})"
-            defaults = [i for i in sess.get_overridable_initializers() if i.name in graph.inputs]  # inputs with a
-            file_inputs = [*sess.get_inputs(), *defaults]          # default value (an initializer): fed as well
-            rest = iter([n for n in graph.inputs if n not in {i.name for i in file_inputs}])
-            feed: dict[str, np.ndarray] = {}
-            for arg in file_inputs:       # by name (an empty input the import made a constant too), else in order
-                dims = arg.shape if isinstance(arg.shape, list) else []
-                if arg.name in (values or {}):      # a constant of the compile: the value, at the declared rank
-                    feed[arg.name] = np.full([1] * len(dims), float((values or {})[arg.name])).astype(
-                        ORT_TYPES.get(arg.type, np.float32))
-                    continue
-                key = arg.name if arg.name in inputs else next(rest, None)
-                if key is not None:
-                    feed[arg.name] = np.asarray(inputs[key], ORT_TYPES.get(arg.type, np.float32))
-                    if dims == [] and feed[arg.name].size == 1:    # a scalar input the lab takes as [1]
-                        feed[arg.name] = feed[arg.name].reshape(())
-                elif 0 in dims and all(isinstance(d, int) for d in dims):      # declared empty: nothing to give
-                    feed[arg.name] = np.zeros(dims, ORT_TYPES.get(arg.type, np.float32))
-                elif 0 in (declared or {}).get(arg.name, ()):                   # given empty: an empty KV cache
-                    feed[arg.name] = np.zeros(tuple((declared or {})[arg.name]), ORT_TYPES.get(arg.type, np.float32))
-            try:
-                got = sess.run(None, feed)
-            except Exception as err:  # noqa: BLE001 - it loads the file but cannot run it (e.g. a shape it lacks)
-                return float_ref.run_float(graph, inputs), \
-                    f"float reference (onnxruntime failed to run the file: {_ort_reason(err)})"
-            names = [o.name for o in sess.get_outputs()]
+            return float_ref.run_float(graph, inputs), "float reference"
+        data = model.SerializeToString() if isinstance(model, onnx.ModelProto) else os.fspath(model)
+        args = (data, list(graph.inputs), dict(inputs), dict(values or {}), {k: tuple(v) for k, v in
+                                                                           (declared or {}).items()})
+        kind, result = _ort_isolated(*args) if _holds_half(model) else _ort_outputs(*args)
+        if kind == "ok":
+            names, got = result
             if set(graph.outputs) <= set(names):      # by name: the import may leave an empty placeholder out
                 return {name: np.asarray(got[names.index(name)]) for name in graph.outputs}, "onnxruntime"
             return {name: np.asarray(v) for name, v in zip(graph.outputs, got)}, "onnxruntime"
+        if kind == "refused" and graph.is_quantized:  # a pre-quantized file imported as integers: no float model
+            return {}, (f"none (onnxruntime refused the quantized file: {result}; the file has no other model to "
+                        f"measure against)")
+        what = {"refused": "refused the file", "failed": "failed to run the file"}.get(kind, "crashed on the file")
+        if graph.is_quantized and kind == "crashed":
+            return {}, f"none (onnxruntime {what}: {result}; the file has no other model to measure against)"
+        return float_ref.run_float(graph, inputs), f"float reference (onnxruntime {what}: {result})"
     return float_ref.run_float(graph, inputs), "float reference"
+
+
+def _holds_half(model: "str | os.PathLike[str] | onnx.ModelProto") -> bool:
+    """Whether the ONNX file or proto ``model`` declares float16 or bfloat16 tensors (read without external data)."""
+    from .half import holds_half
+    try:
+        proto = model if isinstance(model, onnx.ModelProto) else onnx.load(os.fspath(model),
+                                                                           load_external_data=False)
+        return holds_half(proto)
+    except Exception:  # noqa: BLE001 - a file onnx cannot read: onnxruntime will say why
+        return False
+
+
+def _ort_outputs(data: "str | bytes", graph_inputs: list[str], inputs: Mapping[str, np.ndarray],
+                 values: Mapping[str, float], declared: Mapping[str, Sequence[int]]
+                 ) -> tuple[str, Any]:
+    """onnxruntime on the ONNX file path or bytes ``data`` (see :func:`float_outputs` for the feeds):
+    ``("ok", (output names, outputs))``, ``("refused", reason)`` when it cannot load the file, ``("failed",
+    reason)`` when it cannot run it."""
+    import onnxruntime as ort
+    try:
+        options = ort.SessionOptions()
+        options.log_severity_level = 3      # errors only: not its notes on initializers it drops
+        sess = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
+    except Exception as err:  # noqa: BLE001 - onnxruntime's own errors: it refuses the file
+        return "refused", _ort_reason(err)
+    defaults = [i for i in sess.get_overridable_initializers() if i.name in graph_inputs]  # inputs with a default
+    file_inputs = [*sess.get_inputs(), *defaults]          # value (an initializer): fed as well
+    rest = iter([n for n in graph_inputs if n not in {i.name for i in file_inputs}])
+    feed: dict[str, np.ndarray] = {}
+    for arg in file_inputs:       # by name (an empty input the import made a constant too), else in order
+        dims = arg.shape if isinstance(arg.shape, list) else []
+        if arg.name in values:      # a constant of the compile: the value, at the declared rank
+            feed[arg.name] = np.full([1] * len(dims), float(values[arg.name])).astype(ORT_TYPES.get(arg.type,
+                                                                                                   np.float32))
+            continue
+        key = arg.name if arg.name in inputs else next(rest, None)
+        if key is not None:
+            feed[arg.name] = np.asarray(inputs[key], ORT_TYPES.get(arg.type, np.float32))
+            if dims == [] and feed[arg.name].size == 1:    # a scalar input the lab takes as [1]
+                feed[arg.name] = feed[arg.name].reshape(())
+        elif 0 in dims and all(isinstance(d, int) for d in dims):      # declared empty: nothing to give
+            feed[arg.name] = np.zeros(dims, ORT_TYPES.get(arg.type, np.float32))
+        elif 0 in declared.get(arg.name, ()):                          # given empty: an empty KV cache
+            feed[arg.name] = np.zeros(tuple(declared[arg.name]), ORT_TYPES.get(arg.type, np.float32))
+    try:
+        got = sess.run(None, feed)
+    except Exception as err:  # noqa: BLE001 - it loads the file but cannot run it (e.g. a shape it lacks)
+        return "failed", _ort_reason(err)
+    return "ok", ([o.name for o in sess.get_outputs()], [np.asarray(v) for v in got])
+
+
+def _ort_child(conn: Any, target: str, *args: Any) -> None:
+    """A child process's work for :func:`_ort_isolated`: the function ``target`` (``"module:name"``) of ``args``,
+    its result sent on ``conn``."""
+    import importlib
+    module, _, name = target.partition(":")
+    try:
+        conn.send(getattr(importlib.import_module(module), name)(*args))
+    finally:
+        conn.close()
+
+
+def _ort_isolated(*args: Any, target: str = f"{__name__}:_ort_outputs") -> tuple[str, Any]:
+    """:func:`_ort_outputs` of ``args`` (or the function ``target``, ``"module:name"``) in a child process (started
+    fresh, not forked: onnxruntime's threads do not survive a fork), so that onnxruntime crashing on a file ends the
+    child, not the run: ``("crashed", how)`` then, with the signal or exit code."""
+    import multiprocessing
+    import signal
+    context = multiprocessing.get_context("spawn")
+    receive, send = context.Pipe(duplex=False)
+    child = context.Process(target=_ort_child, args=(send, target, *args), daemon=True)
+    child.start()
+    send.close()
+    try:
+        result = receive.recv()
+    except EOFError:                                        # it ended without a result
+        result = None
+    child.join()
+    if result is not None:
+        return result
+    code = child.exitcode if child.exitcode is not None else 0
+    how = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+    return "crashed", f"it ended with {how} (a fault of onnxruntime's; run in a child process, the lab went on)"
 
 
 def accuracy_vs_float(reference: np.ndarray, test: np.ndarray, scale: float | None) -> dict[str, float | None]:
