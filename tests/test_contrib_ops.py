@@ -293,6 +293,59 @@ def test_attention_scale_mask_filter_value_and_unequal_v_width():
            steps=ATTENTION_STEPS)
 
 
+@pytest.mark.parametrize("bias, mask, shape", [(True, False, (1, 2, 6, 6)), (False, False, (2, 1, 6, 6)),
+                                               (True, True, (2, 2, 6, 6))])
+def test_attention_with_a_constant_attention_bias(bias, mask, shape):
+    """Attention's input 5, ``attention_bias`` ``[B or 1, heads or 1, S, L]``, added to the scaled scores before the
+    softmax (with a mask_index too: both), with or without the projections' bias; against onnxruntime."""
+    x = _x(2, 6, 16)
+    inits = [("w", _x(16, 48, spread=0.3)), ("b", _x(48, spread=0.1)), ("ab", _x(*shape)), ("m", KEY_MASK)]
+    node = _ms("Attention", ["x", "w", "b" if bias else "", "m" if mask else "", "", "ab"], num_heads=2)
+    graph = _check(_model([node], {"x": x}, inits), {"x": x}, steps=ATTENTION_STEPS)
+    assert _ops(graph).count("MatMul") == 2 and _ops(graph).count("Softmax") == 1
+
+
+def test_attention_bias_computed_from_a_runtime_mask_is_a_key_mask(tmp_path, monkeypatch):
+    """onnxscript's ort_fusions pass BERT's padding mask as attention_bias ``Where(mask, 0, min)`` ``[B, 1, S, L]``
+    (no mask_index): the runtime mask import still finds the mask input through it; the block computes what
+    onnxruntime does, runs bit-exact on fsim, and the mask is live."""
+    from vta.compiler.pipeline import CalibrationSet, check_inputs, compile_model
+    from vta.compiler.runtime.executor import run
+    monkeypatch.setenv("VTA_CACHE_DIR", str(tmp_path / "cache"))
+    x = _x(2, 6, 16)
+    nodes = [helper.make_node("Cast", ["attention_mask"], ["keep2"], to=onnx.TensorProto.BOOL),
+             helper.make_node("Reshape", ["keep2", "keys_shape"], ["keep4"]),
+             helper.make_node("Expand", ["keep4", "bias_shape"], ["keep"]),
+             helper.make_node("Where", ["keep", "zero", "lowest"], ["ab"]),
+             _ms("Attention", ["x", "w", "b", "", "", "ab"], ["a"], num_heads=2),
+             helper.make_node("MatMul", ["a", "wo"], ["y"])]
+    model = _model(nodes, {"x": x}, [("w", _x(16, 48, spread=0.3)), ("b", _x(48, spread=0.1)),
+                                     ("keys_shape", np.array([2, 1, 1, 6], np.int64)),
+                                     ("bias_shape", np.array([2, 1, 6, 6], np.int64)),
+                                     ("zero", np.array(0.0, np.float32)),
+                                     ("lowest", np.array(np.finfo(np.float32).min, np.float32)),
+                                     ("wo", _x(16, 16, spread=0.3))])
+    model.graph.input.append(helper.make_tensor_value_info("attention_mask", onnx.TensorProto.INT64, [2, 6]))
+    mask = np.ones((2, 6), np.int64)
+    mask[1, 4:] = 0
+    feeds = {"x": x, "attention_mask": mask}
+    graph = import_onnx(model)
+    assert "KeyMask" in _ops(graph) and graph.tensors["attention_mask"].dtype == "int64"
+    want = ort.InferenceSession(model.SerializeToString()).run(None, feeds)[0]
+    np.testing.assert_allclose(run_float(graph, feeds)["y"], want, atol=1e-5)
+    path = tmp_path / "biased.onnx"
+    path.write_bytes(model.SerializeToString())
+    calib = {"x": np.concatenate([x, x]), "attention_mask": np.concatenate([mask, mask])}
+    compiled = compile_model(str(path), VTAConfig(), calib=2, policy="accel",
+                             calibration=CalibrationSet(calib, {"source": "test", "samples": 2}))
+    checked = check_inputs(compiled.graph, feeds)
+    got = run(compiled, checked, target="fsim").outputs["y"]
+    np.testing.assert_array_equal(got, qops.run_reference(compiled.graph, checked)["y"])
+    assert float((got * want).sum() / np.linalg.norm(got) / np.linalg.norm(want)) > 0.99
+    unmasked = check_inputs(compiled.graph, {"x": x, "attention_mask": np.ones((2, 6), np.int64)})
+    assert not np.array_equal(run(compiled, unmasked, target="fsim").outputs["y"][1], got[1])
+
+
 @pytest.mark.parametrize("bias, mask", [(False, False), (True, False), (True, True)])
 def test_multi_head_attention(bias, mask):
     q, k, v = _x(2, 6, 16), _x(2, 6, 16), _x(2, 6, 8)
@@ -411,6 +464,10 @@ def test_embed_layer_norm_with_each_optional_input(segments, mask, position_ids,
     (_ms("Attention", ["x", "w", "", "x"], num_heads=2), [("w", np.ones((16, 48), np.float32))],
      "a mask input 'x' of shape (2, 6, 16) computed at run time (only [batch] end positions or a [batch, keys]"),
     (_ms("Attention", ["x", "w"], num_heads=2, do_rotary=1), [("w", np.ones((16, 48), np.float32))], "do_rotary=1"),
+    (_ms("Attention", ["x", "w", "", "", "", "ab"], num_heads=2), [("w", np.ones((16, 48), np.float32)),
+                                                                  ("ab", np.ones((2, 6, 6), np.float32))],
+     "an attention_bias 'ab' of shape [2, 6, 6] (only [batch or 1, heads or 1, queries, keys] = [2 or 1, 2 or 1, 6, "
+     "6])"),
     (_ms("MultiHeadAttention", ["x"], num_heads=2), [], "packed QKV"),
     (_ms("MultiHeadAttention", ["x", "k", "k"], num_heads=2), [("k", np.ones((2, 2, 6, 8), np.float32))],
      "a key of shape (2, 2, 6, 8) (only 3-D [batch, tokens, hidden] query, key and value)"),

@@ -18,7 +18,8 @@ lowering see the graph an exporter would have written:
 - BiasAdd: two Adds. FusedMatMul: (Transposes,) MatMul (and a Mul by alpha, or alpha folded into a constant B).
 - Attention (fused QKV weights ``[D, 3D]``) and MultiHeadAttention (separate Q, K, V ``[B, S, D]``): per-head
   Reshape/Transpose, MatMul of Q by K^T, Mul by the scale, Add of a constant additive mask (1-D end or end and start
-  positions, a 2-D ``[B, L]`` or 3-D ``[B, S, L]`` 1/0 key mask, and ``unidirectional`` causal masking), Softmax,
+  positions, a 2-D ``[B, L]`` or 3-D ``[B, S, L]`` 1/0 key mask, and ``unidirectional`` causal masking) and of
+  Attention's ``attention_bias`` (constant, or computed at run time from a mask input), Softmax,
   MatMul by V, Transpose and Reshape back. Attention's three projections become three MatMuls ``[D, D]`` (with
   their biases) on the accelerator.
 
@@ -611,12 +612,39 @@ ATTENTION_ATTRS = {"num_heads", "unidirectional", "qkv_hidden_sizes", "mask_filt
 def _attention(ctx: _Context, node: onnx.NodeProto) -> None:
     """Attention: input ``[B, S, D]`` times constant weights ``[D, Dq + Dk + Dv]`` (+ bias), split into Q, K, V."""
     a = _check_attrs(node, ATTENTION_ATTRS)
-    _only_inputs(node, ("input", "weights", "bias", "mask_index"))
+    _only_inputs(node, ("input", "weights", "bias", "mask_index", "past", "attention_bias"))
+    if len(node.input) > 4 and node.input[4]:
+        raise _Refusal(f"input 4 ({node.input[4]!r}, a past state); this rewrite reads input, weights, bias, "
+                       f"mask_index, attention_bias")
     _only_outputs(ctx, node, ("output",))
     parts, heads, head_sizes = attention_projections(ctx, node, a)
     mask = _mask(ctx, node, 3, bool(a.get("unidirectional", 0)), float(a.get("mask_filter_value", -10000.0)),
                  node.input[0], node.input[0])
+    mask = _with_attention_bias(ctx, node, 5, mask, heads)
     _attend(ctx, node, parts, heads, head_sizes, float(a.get("scale", 1.0 / math.sqrt(head_sizes[0]))), mask)
+
+
+def _with_attention_bias(ctx: _Context, node: onnx.NodeProto, index: int, mask: np.ndarray | str | None,
+                         heads: int) -> np.ndarray | str | None:
+    """``mask`` (as :func:`_mask` gives it) plus the node's ``attention_bias`` input ``index``, the additive term
+    ``[B or 1, heads or 1, S, L]`` onnxruntime adds to the scaled scores before the softmax (onnxscript's
+    ``ort_fusions`` pass the padding mask so, as ``Where(mask, 0, min)``): the bias itself without a mask, else an
+    Add of the two. Constant or computed at run time (a runtime mask's nodes end in it); ``mask`` without one."""
+    if len(node.input) <= index or not node.input[index]:
+        return mask
+    bias, shape, scores = node.input[index], ctx.shapes.get(node.input[index]), ctx.shapes.get(node.input[0])
+    if shape is None or scores is None:
+        raise _NeedsShape(f"an attention_bias {bias!r} or an input {node.input[0]!r} whose static shape is not "
+                          f"known")
+    want = (scores[0], heads, scores[1], scores[1])
+    if len(shape) != 4 or any(d not in (1, w) for d, w in zip(shape, want)) or shape[2:] != want[2:]:
+        raise _Refusal(f"an attention_bias {bias!r} of shape {list(shape)} (only [batch or 1, heads or 1, queries, "
+                       f"keys] = [{want[0]} or 1, {heads} or 1, {want[2]}, {want[3]}])")
+    if mask is None:
+        return bias
+    name = _main_name(node)
+    return ctx.emit("Add", [bias, mask if isinstance(mask, str) else ctx.const(f"{name}_mask", mask)],
+                    f"{name}_bias_mask")
 
 
 def attention_projections(ctx: _Context, node: onnx.NodeProto, a: dict[str, Any]
