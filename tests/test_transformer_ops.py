@@ -77,6 +77,50 @@ def test_matmul_refusals():
         import_onnx(_model([helper.make_node("MatMul", ["a", "w"], ["y"])], {"a": a}, [("w", _x(4, 3))]))
 
 
+# ---- Gemm of two activations -----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("trans_a, trans_b, alpha, beta, c", [
+    (0, 0, 1.0, 0.0, "const"),           # jax2onnx's attention scores: Gemm(q, k^T, zeros, beta=0)
+    (0, 1, 1.0, 1.0, None),
+    (1, 0, 0.5, 1.0, "row"),
+    (1, 1, 2.0, 0.25, "const"),
+    (0, 1, 1.0, 1.0, "computed"),
+    (1, 0, 0.5, 2.0, "computed"),
+])
+def test_gemm_of_two_activations_is_a_matmul(trans_a, trans_b, alpha, beta, c):
+    """A Gemm whose B is computed (or whose A is transposed) imports as what a MatMul of two activations does (a
+    QMatMul once quantized), after Transposes of the transposed operands, then a Mul by alpha and an Add of beta * C;
+    against onnxruntime within int8 steps."""
+    m, k, n = 6, 16, 5
+    a, b = _x(*((k, m) if trans_a else (m, k))), _x(*((n, k) if trans_b else (k, n)))
+    feeds, inits = {"a": a, "b": b}, []
+    if c == "computed":
+        feeds["c"] = _x(m, n)
+    elif c == "const":
+        inits.append(("c", _x(m, n)))
+    elif c == "row":
+        inits.append(("c", _x(n)))
+    node = helper.make_node("Gemm", ["a", "b"] + (["c"] if c else []), ["y"], name="gemm", transA=trans_a,
+                            transB=trans_b, alpha=alpha, beta=beta)
+    graph, qgraph = _check(_model([node], feeds, inits), feeds, steps=4.0)
+    ops = _ops(graph)
+    assert ops.count("MatMul") == 1 and "QMatMul" in _ops(qgraph) and "Dense" not in ops
+    assert ops.count("Transpose") == trans_a + trans_b and ("Mul" in ops) == (alpha != 1.0 or c == "computed"
+                                                                              and beta != 1.0)
+    assert ("Add" in ops) == bool(c and beta)
+
+
+@pytest.mark.parametrize("which", ["A", "B"])
+def test_gemm_with_one_constant_and_a_transposed_or_computed_operand(which):
+    """transA=1 with a constant B, and a constant A times a computed B: the constant transposed at import, a MatMul
+    with one constant operand."""
+    x, w = _x(16, 6), _x(16, 5, spread=0.3)
+    inputs, inits, attrs = (["x", "w"], [("w", w)], {"transA": 1}) if which == "B" else \
+        (["w", "x"], [("w", w.T.copy())], {"transB": 1})
+    x = x if which == "B" else x.T.copy()
+    graph, qgraph = _check(_model([helper.make_node("Gemm", inputs, ["y"], **attrs)], {"x": x}, inits), {"x": x})
+    assert "MatMul" in _ops(graph) and "QMatMul" in _ops(qgraph)
+
+
 def test_qmatmul_rounds_half_up_in_int64():
     a = np.array([[10, -3], [-10, 3]], np.int8)
     b = np.array([[2], [1]], np.int8)
@@ -340,6 +384,71 @@ def test_where_refusals():
                    [("keep", np.array([True, False, True, False])), ("fill", np.arange(4, dtype=np.float32))])
     with pytest.raises(UnsupportedOperatorError, match=r"a constant of shape \(4,\) \(only a scalar, or one value"):
         import_onnx(model)
+
+
+@pytest.mark.parametrize("order, cond_shape", [("x first", (1, 4)), ("fill first", (1, 4)), ("x first", (3, 1, 4))])
+def test_where_of_an_all_true_condition_is_the_activation_and_never_its_nan_fill(order, cond_shape):
+    """jax's ``jnp.var`` writes ``Where(n - ddof > 0, var, NaN)``, a constant condition that keeps the activation
+    everywhere: the Where is the activation (broadcast where the condition widens it), the NaN never imported."""
+    x = _x(2, 4)
+    keep = np.ones(cond_shape, bool) if order == "x first" else np.zeros(cond_shape, bool)
+    fill = np.full((2, 4), np.nan, np.float32)
+    branches = ["r", "fill"] if order == "x first" else ["fill", "r"]
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Where", ["keep", *branches], ["w"]),
+             helper.make_node("Mul", ["w", "two"], ["y"])]
+    graph, qgraph = _check(_model(nodes, {"x": x}, [("keep", keep), ("fill", fill),
+                                                    ("two", np.array(2.0, np.float32))]), {"x": x})
+    assert "Where" not in _ops(graph) and graph.shape("y") == (*cond_shape[:-2], 2, 4)
+    assert not any(isinstance(v, float) and np.isnan(v) for n in qgraph.nodes for v in n.attrs.values())
+
+
+def test_where_refuses_a_nan_fill_it_selects():
+    x = _x(1, 4)
+    model = _model([helper.make_node("Where", ["keep", "x", "fill"], ["y"], name="var_guard")], {"x": x},
+                   [("keep", np.array([True, False, True, False])), ("fill", np.array(np.nan, np.float32))])
+    with pytest.raises(UnsupportedOperatorError, match=r"^ONNX operator 'Where' \(node 'var_guard'\) is not supported "
+                                                       r"by the lab: its constant 'fill' is NaN at 2 of the 4 output "
+                                                       r"elements its constant condition takes from it \(the lab "
+                                                       r"computes finite values"):
+        import_onnx(model)
+
+
+def test_softmax_where_a_runtime_mask_fills_scores_and_probabilities():
+    """``jax.nn.softmax(s, where=m)`` as jax2onnx writes it, ``Where(m, Softmax(Where(m, s, -inf)), 0)`` with ``m``
+    a graph input: the second Where changes nothing the lab's masked softmax does not give (0 at masked keys, 0 for
+    a row masked out whole, where onnxruntime's NaN is filled with 0), so it goes and the first is a runtime mask;
+    against onnxruntime in float, bit-exact with the integer reference on the CPU path."""
+    from vta.compiler.frontend.quantize import quantize
+    from vta.compiler.kernels import cpu
+    x = _x(2, 6, 16)
+    nodes = [helper.make_node("MatMul", ["x", "wq"], ["q"]), helper.make_node("MatMul", ["x", "wk"], ["k"]),
+             helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 1]),
+             helper.make_node("MatMul", ["q", "kt"], ["s"]),
+             helper.make_node("Cast", ["m"], ["mb"], to=TensorProto.BOOL),
+             helper.make_node("Unsqueeze", ["mb", "axis1"], ["keep"]),
+             helper.make_node("Where", ["keep", "s", "minus_inf"], ["z"]),
+             helper.make_node("Softmax", ["z"], ["p0"], axis=-1),
+             helper.make_node("Where", ["keep", "p0", "zero"], ["p"], name="probs_fill"),
+             helper.make_node("MatMul", ["p", "x"], ["y"])]
+    model = _model(nodes, {"x": x}, [("wq", _x(16, 16, spread=0.3)), ("wk", _x(16, 16, spread=0.3)),
+                                     ("axis1", np.array([1], np.int64)),
+                                     ("minus_inf", np.array(-np.inf, np.float32)), ("zero", np.array(0.0, np.float32))])
+    model.graph.input.append(helper.make_tensor_value_info("m", TensorProto.INT64, [2, 6]))
+    graph = import_onnx(model)
+    assert "Where" not in _ops(graph) and _ops(graph).count("KeyMask") == 1
+    mask = np.ones((2, 6), np.int64)
+    mask[0, 4:] = 0
+    session = ort.InferenceSession(model.SerializeToString())
+    for m in (mask, np.stack([mask[0], np.zeros(6, np.int64)])):      # the second: a batch row masked out whole
+        feeds = {"x": x, "m": m}
+        want = session.run(None, feeds)[0]
+        np.testing.assert_allclose(run_float(graph, feeds)["y"], want, atol=2e-5)
+    feeds = {"x": x, "m": mask}
+    qgraph = quantize(graph, feeds)
+    got = cpu.run_cpu(qgraph, feeds)["y"]
+    np.testing.assert_array_equal(got, qops.run_reference(qgraph, feeds)["y"])
+    want = session.run(None, feeds)[0]
+    assert float((got * want).sum() / np.linalg.norm(got) / np.linalg.norm(want)) > 0.99
 
 
 def test_masked_softmax_rows_sum_to_one():

@@ -252,7 +252,8 @@ def drop_nan_guards(model: onnx.ModelProto) -> None:
     masked ``scaled_dot_product_attention`` for rows masked out whole) becomes ``Identity(p)``: the lab's softmax
     gives such rows 0 itself (:func:`..qops.softmax`). The IsNaN goes when nothing else reads it. So does
     ``Where(c, 0, Softmax(Where(c, -inf, s)))``, the same condition ``c`` filling the scores with -inf and then
-    their probabilities with 0 (CPM-Ant): the probabilities are 0 there already; and ``Where(ReduceMax(B, -1) ==
+    their probabilities with 0 (CPM-Ant; and ``Where(c, Softmax(Where(c, s, -inf)), 0)``, ``jax.nn.softmax(s,
+    where=c)`` as jax2onnx writes it): the probabilities are 0 there already; and ``Where(ReduceMax(B, -1) ==
     -inf, 0, Softmax(s + B))``, rows whose additive mask ``B`` is -inf throughout (ONNX's Attention function): the
     lab's softmax gives them 0 itself. The ReduceMax and the test go when nothing else reads them."""
     producer = {o: n for n in model.graph.node for o in n.output}
@@ -266,16 +267,21 @@ def drop_nan_guards(model: onnx.ModelProto) -> None:
         if node.op_type != "Where" or len(node.input) != 3:
             continue
         test = producer.get(node.input[0])
-        zero = consts.get(node.input[1])
-        source = producer.get(_through_casts(producer, node.input[2]))
-        if zero is None or zero.size != 1 or float(zero.reshape(())) != 0.0 or source is None or \
-                source.op_type != "Softmax":
+        zero_at = next((k for k in (1, 2) if _is_zero(consts.get(node.input[k]))), None)
+        if zero_at is None:
             continue
-        if not (test is not None and test.op_type == "IsNaN" and test.input[0] == node.input[2]) and \
+        probs = node.input[3 - zero_at]
+        source = producer.get(_through_casts(producer, probs))
+        if source is None or source.op_type != "Softmax":
+            continue
+        if zero_at == 2:                    # jax.nn.softmax(where=c): Where(c, Softmax(Where(c, s, -inf)), 0)
+            if not _filled_before(producer, consts, source, node.input[0], fill_at=2):
+                continue
+        elif not (test is not None and test.op_type == "IsNaN" and test.input[0] == probs) and \
                 not _filled_before(producer, consts, source, node.input[0]) and \
                 not _masked_rows(nodes, producer, consts, source, test, floats):
             continue
-        guards[index] = helper.make_node("Identity", [node.input[2]], list(node.output), name=node.name)
+        guards[index] = helper.make_node("Identity", [probs], list(node.output), name=node.name)
         if test is not None and test.op_type == "IsNaN" and len(readers.get(node.input[0], [])) == 1:
             dropped.add(test.output[0])
     if not guards:
@@ -333,13 +339,18 @@ def _masked_rows(nodes: list[onnx.NodeProto], producer: dict[str, onnx.NodeProto
     return all(t in consts or t in producer or t in floats for t in upstream)
 
 
+def _is_zero(value: np.ndarray | None) -> bool:
+    """Whether ``value`` (a constant, or None) is one 0."""
+    return value is not None and value.size == 1 and float(value.reshape(())) == 0.0
+
+
 def _filled_before(producer: dict[str, onnx.NodeProto], consts: dict[str, np.ndarray], softmax: onnx.NodeProto,
-                   condition: str) -> bool:
+                   condition: str, fill_at: int = 1) -> bool:
     """Whether ``softmax`` reads ``Where(condition, -inf, s)`` (through identity Casts): its rows are 0 wherever
-    ``condition`` holds."""
+    ``condition`` holds; with ``fill_at`` 2, ``Where(condition, s, -inf)``: 0 wherever it does not."""
     fill = producer.get(_through_casts(producer, softmax.input[0], float_only=True))
-    value = consts.get(fill.input[1]) if fill is not None and fill.op_type == "Where" and len(fill.input) == 3 \
-        else None
+    value = consts.get(fill.input[fill_at]) if fill is not None and fill.op_type == "Where" and \
+        len(fill.input) == 3 else None
     return value is not None and fill is not None and fill.input[0] == condition and value.size == 1 and \
         bool(np.isneginf(value.reshape(())))
 

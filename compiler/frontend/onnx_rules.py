@@ -169,7 +169,8 @@ def _gemm(imp: _Importer, node: onnx.NodeProto) -> None:
                                            name=f"{node.name or node.output[0]}_add_c"))
         return
     if a.get("transA", 0) or not imp.is_const(node.input[1]):
-        raise UnsupportedOperatorError(node.op_type, node.name, "needs transA=0 and a constant B")
+        _gemm_of_activations(imp, node, a)
+        return
     w = imp.const(node.input[1]).astype(np.float64) * float(a.get("alpha", 1.0))
     w = w if a.get("transB", 0) else w.T
     x_shape = imp.shape(node.input[0])
@@ -191,6 +192,53 @@ def _gemm(imp: _Importer, node: onnx.NodeProto) -> None:
         bias = np.broadcast_to(c, w.shape[:1])
         inputs.append(imp.new_const(f"{node.output[0]}_b", bias))
     imp.emit("Dense", node, inputs)
+
+
+def _gemm_of_activations(imp: _Importer, node: onnx.NodeProto, a: dict[str, Any]) -> None:
+    """``alpha * A' @ B' + beta * C`` of a Gemm whose B is computed, or whose A is transposed (``transA=1``): ``A'``
+    and ``B'`` are ``A [M, K]`` and ``B [K, N]`` or, with ``transA``/``transB``, a Transpose of ``A [K, M]`` and
+    ``B [N, K]`` (a constant one transposed at import); their product ``[M, N]`` is a MatMul (of two activations: a
+    QMatMul once quantized, as a MatMul's), then a Mul by ``alpha`` when it is not 1, and an Add of ``C`` (a
+    constant times ``beta``, or a computed one, times ``beta`` when that is not 1; any shape that broadcasts to
+    ``[M, N]``) when ``C`` is given and ``beta`` is not 0 (jax2onnx writes ``beta=0`` with a zero ``C``)."""
+    alpha, beta = float(a.get("alpha", 1.0)), float(a.get("beta", 1.0))
+    out = tuple(imp.shapes_of(node.output[0]))
+    operands = []
+    for k, trans in ((0, bool(a.get("transA", 0))), (1, bool(a.get("transB", 0)))):
+        t = node.input[k]
+        rank = imp.const(t).ndim if imp.is_const(t) else len(imp.shape(t))
+        if rank != 2:
+            raise UnsupportedOperatorError(node.op_type, node.name, f"an input {'AB'[k]} of rank {rank} (Gemm "
+                                                                    f"multiplies matrices, of rank 2)")
+        if imp.is_const(t):
+            value = imp.const(t).astype(np.float64)
+            operands.append(imp.new_const(f"{node.output[0]}_{'ab'[k]}", value.T if trans else value))
+        elif trans:
+            rows, cols = imp.shape(t)
+            operands.append(imp.emit_shaped("Transpose", node, [t], (cols, rows), perm=(1, 0)))
+        else:
+            operands.append(t)
+    c = node.input[2] if len(node.input) > 2 and node.input[2] and beta != 0.0 else ""
+    if alpha == 1.0 and not c:
+        imp.emit("MatMul", node, operands)
+        return
+    product = imp.emit_shaped("MatMul", node, operands, out)
+    if alpha != 1.0:
+        scale = imp.new_const(f"{node.output[0]}_alpha", np.array([alpha]))
+        if not c:
+            imp.emit("Mul", node, [product, scale])
+            return
+        product = imp.emit_shaped("Mul", node, [product, scale], out)
+    if imp.is_const(c):
+        term = imp.graph.unique_name(f"{node.output[0]}_beta_c")
+        imp.consts[term] = (imp.const(c).astype(np.float64) * beta).astype(np.float32)
+    elif beta != 1.0:
+        term = imp.emit_shaped("Mul", node, [c, imp.new_const(f"{node.output[0]}_beta", np.array([beta]))],
+                               tuple(imp.shape(c)))
+    else:
+        term = c
+    _binary(imp, onnx.helper.make_node("Add", [product, term], list(node.output),
+                                       name=f"{node.name or node.output[0]}_add_c"))
 
 
 def _gemm_plus_activation(imp: _Importer, node: onnx.NodeProto, inputs: list[str], outputs: int, beta: float

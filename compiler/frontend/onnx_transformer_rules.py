@@ -426,8 +426,10 @@ def _split(imp: _Importer, node: onnx.NodeProto) -> None:
 def _where(imp: _Importer, node: onnx.NodeProto) -> None:
     """Where with a constant condition, an activation and a constant scalar (a causal mask), or a constant array
     whose entries where the condition drops the activation are one value (Longformer's chunk masks: -inf there).
-    With two activations (Funnel's choice between its same- and different-segment attention terms), a selection:
-    :func:`_select`."""
+    A condition that keeps the activation everywhere is the activation itself (broadcast to the output), whatever the
+    constant (jax's ``jnp.var`` fills NaN where ``n - ddof <= 0``, never); a NaN the condition does select is
+    refused. With two activations (Funnel's choice between its same- and different-segment attention terms), a
+    selection: :func:`_select`."""
     cond, x, y = node.input
     keep = imp.const_input(node, 0, "condition")
     if not imp.is_const(x) and not imp.is_const(y):
@@ -439,10 +441,23 @@ def _where(imp: _Importer, node: onnx.NodeProto) -> None:
     value = imp.const(fill)
     keep = np.asarray(keep, bool) if src == x else ~np.asarray(keep, bool)
     out = tuple(imp.shapes_of(node.output[0]))
+    if keep.all():                        # the activation everywhere (jax's Where(n - ddof > 0, var, NaN))
+        if out == tuple(imp.shape(src)):
+            imp.alias[node.output[0]] = imp.name(src)
+        else:
+            broadcast_activation(imp, node, src, out, final=True)
+        return
     try:
         dropped = np.broadcast_to(value, out)[~np.broadcast_to(keep, out)]
     except ValueError:
         dropped = value.reshape(-1)
+    nan = np.isnan(np.asarray(dropped, np.float64))
+    if nan.any():
+        raise UnsupportedOperatorError(node.op_type, node.name or f"<unnamed, writes {node.output[0]}>",
+                                       f"its constant {fill!r} is NaN at {int(nan.sum())} of the "
+                                       f"{int(np.prod(out))} output elements its constant condition takes from it "
+                                       f"(the lab computes finite values; a NaN is taken only where the condition "
+                                       f"never selects it)")
     if out != tuple(imp.shape(src)) or value.size != 1 and dropped.size and (dropped != dropped[0]).any():
         raise UnsupportedOperatorError(node.op_type, node.name, f"a constant of shape {value.shape} (only a scalar, "
                                                                 f"or one value where the condition drops the "
