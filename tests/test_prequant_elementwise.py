@@ -86,6 +86,18 @@ def test_silu_is_one_lookup_of_its_input(fmt, tmp_path):
     assert ops.count("QLut") == 1 and "QLut2" not in ops
 
 
+def test_a_negation_is_a_lookup_of_its_input(tmp_path):
+    """Rotary embeddings' ``rotate_half`` (GPT-NeoX's, Llama's) negates half of a quantized activation, and
+    onnxruntime's quantizer wraps the Neg in its own QuantizeLinear/DequantizeLinear pair: one QLut, as any
+    element-wise function of one input (it was refused: "no rule imports it in a quantized model")."""
+    nodes = [helper.make_node("Neg", ["c"], ["n"], name="negate"), helper.make_node("Add", ["n", "c"], ["s"],
+                                                                                    name="sum"),
+             helper.make_node("Relu", ["n"], ["r"], name="relu"), helper.make_node("Add", ["s", "r"], ["h"],
+                                                                                   name="out")]
+    ops = _assert_agrees(_quantized(_model(nodes), tmp_path))
+    assert "QLut" in ops
+
+
 @pytest.mark.parametrize("fmt", ["QDQ", "QOperator"])
 def test_a_channel_gate_is_a_table_of_pairs_broadcast(fmt, tmp_path):
     """Squeeze-and-excitation's ``c * sigmoid(mean(c))``: ``[1, 8, 6, 6] * [1, 8, 1, 1]``, a QLut2 broadcast."""

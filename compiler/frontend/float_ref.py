@@ -311,6 +311,7 @@ ACTIVATIONS: dict[str, Callable[[np.ndarray, Mapping], np.ndarray]] = {
     "ThresholdedRelu": lambda x, attrs: np.where(np.asarray(x) > attrs["alpha"], np.asarray(x, np.float64), 0.0),
     "Pow": lambda x, attrs: _integer_power(x, int(attrs["exponent"])),
     "Sqrt": _math(_sqrt), "Reciprocal": _math(_reciprocal),
+    "Neg": lambda x, attrs: -np.asarray(x, np.float64),
 }
 """Element-wise activations ``f(x float64, node attrs) -> float64``, the same bits on every machine (exp by
 :func:`exact_exp`): the float reference and the quantizer's lookup tables both use them."""

@@ -32,7 +32,7 @@ BINARY_FNS: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
 UNARY_DEFAULTS: dict[str, Mapping[str, object]] = {
     **float_ref.ACTIVATION_DEFAULTS,
     "Tanh": {}, "HardSwish": {}, "HardSigmoid": {"alpha": 0.2, "beta": 0.5}, "Gelu": {"approximate": "none"},
-    "Swish": {"alpha": 1.0},
+    "Swish": {"alpha": 1.0}, "Neg": {},
 }
 """The element-wise operators of one input the tables take (those of :data:`.float_ref.ACTIVATIONS` that a
 quantizer writes between DequantizeLinear and QuantizeLinear), with ONNX's default of each attribute."""
