@@ -86,6 +86,24 @@ def test_silu_is_one_lookup_of_its_input(fmt, tmp_path):
     assert ops.count("QLut") == 1 and "QLut2" not in ops
 
 
+@pytest.mark.parametrize("fmt", ["QDQ", "QOperator"])
+def test_an_activation_expanded_to_more_copies(fmt, tmp_path):
+    """Grouped-query attention's ``repeat_kv``: an activation ``[1, 8, 1, 6, 6]`` expanded to ``[1, 8, 2, 6, 6]``
+    (Llama's keys and values, as torch exports them): a QConcat of copies at the same parameters (it was refused:
+    "the lab expands quantized constants, or to the same shape")."""
+    rng = np.random.default_rng(9)
+    extra = [numpy_helper.from_array(np.array([1, 8, 1, 6, 6], np.int64), "one_copy"),
+             numpy_helper.from_array(np.array([1, 8, 2, 6, 6], np.int64), "two_copies"),
+             numpy_helper.from_array(np.array([1, 16, 6, 6], np.int64), "flat"),
+             numpy_helper.from_array((rng.standard_normal((8, 16, 1, 1)) * 0.3).astype(np.float32), "w2")]
+    nodes = [helper.make_node("Reshape", ["c", "one_copy"], ["c5"], name="split"),
+             helper.make_node("Expand", ["c5", "two_copies"], ["e"], name="repeat"),
+             helper.make_node("Reshape", ["e", "flat"], ["merged"], name="merge"),
+             helper.make_node("Conv", ["merged", "w2"], ["h"], name="mix")]
+    ops = _assert_agrees(_quantized(_model(nodes, extra), tmp_path, fmt))
+    assert "QConcat" in ops
+
+
 def test_a_negation_is_a_lookup_of_its_input(tmp_path):
     """Rotary embeddings' ``rotate_half`` (GPT-NeoX's, Llama's) negates half of a quantized activation, and
     onnxruntime's quantizer wraps the Neg in its own QuantizeLinear/DequantizeLinear pair: one QLut, as any

@@ -1999,17 +1999,32 @@ def _moved_constant(imp: _Importer, node: onnx.NodeProto) -> bool:
 
 
 def _expand(imp: _Importer, node: onnx.NodeProto) -> None:
-    """Expand of a quantized constant (ViT's class token to the batch; :func:`_moved_constant`), or one that leaves
-    an activation's shape as it is (the same tensor); an activation broadcast to a larger shape is refused."""
+    """Expand of a quantized constant (ViT's class token to the batch; :func:`_moved_constant`), or of an
+    activation: the same tensor when it leaves the shape as it is, else a Reshape adding the leading axes and, for
+    each axis of size 1 it widens to ``n``, a QConcat of ``n`` copies at the same parameters (grouped-query
+    attention's ``repeat_kv``: keys and values ``[B, kv, 1, T, D]`` to ``[B, kv, g, T, D]``). The values are moved,
+    not changed."""
     if _moved_constant(imp, node):
         return
     src, unsigned = _moved_source(imp, node)
     shape = imp.shape(src.name)
     target = tuple(int(d) for d in imp.const(node, 1, "shape").reshape(-1))
-    if _broadcast(shape, target) != shape:
+    full = _broadcast(shape, target)
+    if full is None:
         raise UnsupportedOperatorError(node.op_type, node.name, f"it expands an activation of shape {shape} to "
-                                       f"{target} (the lab expands quantized constants, or to the same shape)")
-    _moved(imp, node.output[0], src.name, src, unsigned)
+                                       f"{target}, which do not broadcast")
+    name = src.name
+    padded = (1,) * (len(full) - len(shape)) + tuple(shape)
+    if padded != tuple(shape):
+        name, before = imp.tensor(f"{node.output[0]}_ranked", padded, src.scale), name
+        imp.emit("Reshape", f"{node.name}_ranked", [before], name, shape=padded)
+    current = list(padded)
+    for axis in [k for k, (a, b) in enumerate(zip(padded, full)) if a != b]:
+        current[axis] = full[axis]
+        name, before = imp.tensor(f"{node.output[0]}_copies{axis}", tuple(current), src.scale), name
+        imp.emit("QConcat", f"{node.name}_copies{axis}", [before] * full[axis], name, axis=axis,
+                 multipliers=(1,) * full[axis], shifts=(0,) * full[axis])
+    _moved(imp, node.output[0], name, src, unsigned)
 
 
 def _cast(imp: _Importer, node: onnx.NodeProto) -> None:
