@@ -322,10 +322,13 @@ def measure_ranges(model: onnx.ModelProto, names: list[str],
                    samples: Mapping[str, np.ndarray] | Iterable[Mapping[str, np.ndarray]]) -> dict[str, float]:
     """The largest magnitude of each float tensor ``names`` over the calibration ``samples`` (input name -> stacked
     samples along axis 0, fed one model batch at a time; or an iterable of such dicts), computed by onnxruntime on
-    ``model`` itself with those tensors as extra outputs. Raises RuntimeError (naming onnxruntime's reason) when
-    onnxruntime cannot run the file."""
+    ``model`` itself with those tensors as extra outputs, its QuantizeLinear/DequantizeLinear pairs of an infinite
+    scale left out (:func:`_unquantize_infinite`: onnxruntime would compute NaN from an attention mask's pair on, so
+    every range after it would be garbage). Raises RuntimeError (naming onnxruntime's reason) when onnxruntime
+    cannot run the file."""
     import onnxruntime as ort
     probe = onnx.ModelProto.FromString(model.SerializeToString())
+    _unquantize_infinite(probe)
     have = {o.name for o in probe.graph.output}
     probe.graph.output.extend(helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in names
                               if n not in have)
@@ -357,6 +360,38 @@ def measure_ranges(model: onnx.ModelProto, names: list[str],
                 if value.size:
                     absmax[name] = max(absmax[name], float(np.abs(value[np.isfinite(value)]).max(initial=0.0)))
     return absmax
+
+
+def _unquantize_infinite(model: onnx.ModelProto) -> None:
+    """In place: each QuantizeLinear whose scale holds inf or NaN and whose readers are all DequantizeLinear goes,
+    with those readers, whose readers then read its float input: the tensor stays float, as the integer import
+    leaves onnxruntime's quantization of an attention mask (``prequant._unquantized_mask``)."""
+    inits = {init.name: init for init in model.graph.initializer}
+    readers: dict[str, list[onnx.NodeProto]] = {}
+    for node in model.graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    rename: dict[str, str] = {}
+    gone: set[str] = set()
+    outputs = {o.name for o in model.graph.output}
+    for node in model.graph.node:
+        scale = node.input[1] if node.op_type == "QuantizeLinear" and len(node.input) > 1 else ""
+        if scale not in inits or inits[scale].data_type != TensorProto.FLOAT or \
+                np.isfinite(numpy_helper.to_array(inits[scale])).all():
+            continue
+        users = readers.get(node.output[0], [])
+        if not users or any(u.op_type != "DequantizeLinear" or u.output[0] in outputs for u in users):
+            continue
+        gone.update([node.output[0], *(u.output[0] for u in users)])
+        rename.update({u.output[0]: node.input[0] for u in users})
+    if not gone:
+        return
+    kept = [onnx.NodeProto.FromString(n.SerializeToString()) for n in model.graph.node
+            if not (n.output and n.output[0] in gone)]
+    for node in kept:
+        node.input[:] = [rename.get(t, t) for t in node.input]
+    del model.graph.node[:]
+    model.graph.node.extend(kept)
 
 
 def _scale_init(name: str, values: np.ndarray) -> onnx.TensorProto:
