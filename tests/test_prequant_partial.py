@@ -471,3 +471,25 @@ def test_island_ranges_are_measured_with_an_infinite_pair_left_float():
     model.ir_version = 9
     x = np.random.default_rng(0).standard_normal((4, 8)).astype(np.float32)
     assert measure_ranges(model, ["y"], {"x": x}) == {"y": pytest.approx(2 * float(np.abs(x).max()))}
+
+
+def test_an_infinite_pair_on_constants_is_left_float_before_folding():
+    """T5's relative-position buckets are computed from constants through ``log(0) = -inf``; onnxruntime's
+    calibration then gives that value a pair of scale inf, and folding the pair as ONNX defines it made the bucket
+    indices garbage (the run stopped: "reads index -9223372036854775784"). Such a pair on constants goes before the
+    import folds them; a pair of scale inf on an activation stays (the import reads it as an unquantized mask)."""
+    from vta.compiler.frontend.prequant_complete import unquantize_infinite
+    nodes = [helper.make_node("Log", ["c"], ["lc"]),
+             helper.make_node("QuantizeLinear", ["lc", "inf", "zp"], ["lq"]),
+             helper.make_node("DequantizeLinear", ["lq", "inf", "zp"], ["ld"]),
+             helper.make_node("QuantizeLinear", ["x", "inf", "zp"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "inf", "zp"], ["xd"]),
+             helper.make_node("Add", ["xd", "ld"], ["y"])]
+    inits = [numpy_helper.from_array(np.array([0.0, 1.0, 2.0], np.float32), "c"),
+             numpy_helper.from_array(np.float32(np.inf), "inf"), numpy_helper.from_array(np.uint8(0), "zp")]
+    graph = helper.make_graph(nodes, "pairs", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    unquantize_infinite(model, constants_only=True)
+    assert [n.op_type for n in model.graph.node] == ["Log", "QuantizeLinear", "DequantizeLinear", "Add"]
+    assert list(model.graph.node[-1].input) == ["xd", "lc"]

@@ -97,7 +97,7 @@ from .onnx_frontend import (
 from .onnx_fusions import _fuse_decompositions
 from .onnx_rules import resize_attrs
 from .onnx_transformer_rules import gather_indices, slice_spec
-from .prequant_complete import complete, measure_ranges, plan_completion
+from .prequant_complete import complete, measure_ranges, plan_completion, unquantize_infinite
 from .quantize import choose_requant
 
 __all__ = ["QUANTIZED_OPS", "is_quantized_model", "import_quantized", "import_model", "complete_partial",
@@ -161,6 +161,7 @@ def import_model(model: str | os.PathLike | onnx.ModelProto, *, batch: int = 1, 
                          f"{', ...' if len(nhwc) > 3 else ''}): it was saved at ORT_ENABLE_ALL, whose file onnxruntime "
                          f"says is for that machine alone. Save the optimized file at ORT_ENABLE_EXTENDED or below, "
                          f"or give the lab the file before optimization.")
+    unquantize_infinite(proto, constants_only=True)     # T5's buckets: the float values the file computes from
     proto = normalized(proto)
     _dilated_qlinear_convs_as_qdq(proto)
     _infinite_qoperators_as_qdq(proto)

@@ -54,7 +54,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from .contrib import static_shapes
 
-__all__ = ["ALIAS_OPS", "Completion", "plan_completion", "complete", "measure_ranges"]
+__all__ = ["ALIAS_OPS", "Completion", "plan_completion", "complete", "measure_ranges", "unquantize_infinite"]
 
 ALIAS_OPS = frozenset({"Relu", "Clip", "MaxPool", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose",
                        "Identity", "Dropout"})
@@ -323,12 +323,12 @@ def measure_ranges(model: onnx.ModelProto, names: list[str],
     """The largest magnitude of each float tensor ``names`` over the calibration ``samples`` (input name -> stacked
     samples along axis 0, fed one model batch at a time; or an iterable of such dicts), computed by onnxruntime on
     ``model`` itself with those tensors as extra outputs, its QuantizeLinear/DequantizeLinear pairs of an infinite
-    scale left out (:func:`_unquantize_infinite`: onnxruntime would compute NaN from an attention mask's pair on, so
+    scale left out (:func:`unquantize_infinite`: onnxruntime would compute NaN from an attention mask's pair on, so
     every range after it would be garbage). Raises RuntimeError (naming onnxruntime's reason) when onnxruntime
     cannot run the file."""
     import onnxruntime as ort
     probe = onnx.ModelProto.FromString(model.SerializeToString())
-    _unquantize_infinite(probe)
+    unquantize_infinite(probe)
     have = {o.name for o in probe.graph.output}
     probe.graph.output.extend(helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in names
                               if n not in have)
@@ -362,11 +362,15 @@ def measure_ranges(model: onnx.ModelProto, names: list[str],
     return absmax
 
 
-def _unquantize_infinite(model: onnx.ModelProto) -> None:
+def unquantize_infinite(model: onnx.ModelProto, constants_only: bool = False) -> None:
     """In place: each QuantizeLinear whose scale holds inf or NaN and whose readers are all DequantizeLinear goes,
     with those readers, whose readers then read its float input: the tensor stays float, as the integer import
-    leaves onnxruntime's quantization of an attention mask (``prequant._unquantized_mask``)."""
+    leaves onnxruntime's quantization of an attention mask (``prequant._unquantized_mask``). ``constants_only``:
+    only where the quantized tensor is computed from initializers alone (T5's relative-position buckets, whose
+    ``log(0) = -inf`` onnxruntime's calibration saw: folded at scale inf, the bucket indices were garbage)."""
+    from .dequantize import _constant
     inits = {init.name: init for init in model.graph.initializer}
+    producer = {o: n for n in model.graph.node for o in n.output if o}
     readers: dict[str, list[onnx.NodeProto]] = {}
     for node in model.graph.node:
         for name in node.input:
@@ -377,7 +381,8 @@ def _unquantize_infinite(model: onnx.ModelProto) -> None:
     for node in model.graph.node:
         scale = node.input[1] if node.op_type == "QuantizeLinear" and len(node.input) > 1 else ""
         if scale not in inits or inits[scale].data_type != TensorProto.FLOAT or \
-                np.isfinite(numpy_helper.to_array(inits[scale])).all():
+                np.isfinite(numpy_helper.to_array(inits[scale])).all() or \
+                (constants_only and not _constant(node.input[0], producer, set(inits))):
             continue
         users = readers.get(node.output[0], [])
         if not users or any(u.op_type != "DequantizeLinear" or u.output[0] in outputs for u in users):
