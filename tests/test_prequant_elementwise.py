@@ -454,3 +454,33 @@ def test_the_tables_read_zero_points_and_clip():
     inner = np.arange(-128, 128).astype(np.int8)[::-1].copy()
     composed = prequant_tables.composed_table(pair, inner, inner_first=False)
     assert composed[a + 128] == pair[a + 128, int(inner[a + 128]) + 128]
+
+
+def test_a_dequantized_exponent_is_computed_in_float32_as_onnx_does(tmp_path):
+    """onnxruntime's QNN config quantizes a Pow's exponent too: ``DequantizeLinear(uint8 255, fl32(2 / 255))``, which
+    ONNX computes in float32 as exactly 2.0. Computed in float64 it was 2.000000118, whose power of every negative
+    input is NaN, and the run matched its integer reference with a wrong answer (an RMSNorm's squares: cosine 0.993
+    against onnxruntime, 0.979 on a tiny Llama). The table is now the square's."""
+    nodes = [helper.make_node("QuantizeLinear", ["x", "sx", "zx"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "sx", "zx"], ["xd"]),
+             helper.make_node("DequantizeLinear", ["eq", "se"], ["e"]),
+             helper.make_node("Pow", ["xd", "e"], ["p"]),
+             helper.make_node("QuantizeLinear", ["p", "sy", "zy"], ["yq"]),
+             helper.make_node("DequantizeLinear", ["yq", "sy", "zy"], ["y"])]
+    inits = [numpy_helper.from_array(np.float32(0.02), "sx"), numpy_helper.from_array(np.uint8(128), "zx"),
+             numpy_helper.from_array(np.array(255, np.uint8), "eq"),
+             numpy_helper.from_array(np.float32(2.0) / np.float32(255.0), "se"),
+             numpy_helper.from_array(np.float32(0.01), "sy"), numpy_helper.from_array(np.uint8(0), "zy")]
+    graph = helper.make_graph(nodes, "pow", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path = tmp_path / "pow.onnx"
+    onnx.save(model, path)
+    graph_ir = import_model(path)
+    assert graph_ir.is_quantized
+    x = np.linspace(-1.2, 1.2, 64, dtype=np.float32).reshape(1, 64)
+    lab = qops.run_reference(graph_ir, {"x": x})[graph_ir.outputs[0]].astype(np.float64)
+    ref = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    scale = float(graph_ir.producer(graph_ir.outputs[0]).attrs["scale"])
+    assert np.abs(lab - ref).max() <= scale * ONE_STEP

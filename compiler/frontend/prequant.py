@@ -629,11 +629,13 @@ class _Importer:
         return table[name]
 
     def real_constant(self, name: str) -> np.ndarray | None:
-        """The float64 values of constant ``name``: DequantizeLinear of an integer initializer (its integers times
-        its scale), or a float initializer; None for anything else."""
+        """The values of constant ``name`` (float64 arrays of float32 values): DequantizeLinear of an integer
+        initializer (its integers times its scale, rounded to float32 as ONNX's DequantizeLinear computes it: a
+        Pow's exponent ``255 * fl32(2 / 255)`` is 2.0, not 2.000000118, whose power of a negative value is NaN), or
+        a float initializer; None for anything else."""
         if name in self.weights:
             values, scale, _ = self.weights[name]
-            return values.astype(np.float64) * scale
+            return (values.astype(np.float32) * np.asarray(scale, np.float32)).astype(np.float64)
         if name in self.consts and self.consts[name].dtype.kind == "f":
             return self.consts[name].astype(np.float64)
         return None
