@@ -427,7 +427,9 @@ def file_conventions(proto: onnx.ModelProto) -> None:
     """In place, on a file as read: inputs whose initializers are defaults (:func:`_defaults_as_inputs`), and an
     unset IR version (0, as a file written by hand leaves it) set to the one its opsets need, as onnxruntime reads
     such a file; an IR version 3 file whose initializers are not all among its inputs (as IR 3 requires) read as IR
-    4, whose rule it follows (shape inference refused it: "Invalid tensor data type 0")."""
+    4, whose rule it follows (shape inference refused it: "Invalid tensor data type 0"); an initializer name given
+    twice read as its last definition, as onnxruntime reads it (:func:`_last_initializers`)."""
+    _last_initializers(proto)
     _defaults_as_inputs(proto)
     listed = {vi.name for vi in proto.graph.input}
     unlisted = proto.ir_version == 3 and any(init.name not in listed for init in proto.graph.initializer)
@@ -437,6 +439,34 @@ def file_conventions(proto: onnx.ModelProto) -> None:
                                    onnx.helper.find_min_ir_version_for(list(proto.opset_import), ignore_unknown=True))
         except (ValueError, TypeError):
             pass                                        # an opset onnx does not know: the checks name it
+
+
+def _last_initializers(proto: onnx.ModelProto) -> None:
+    """In place: an initializer name the main graph gives twice or more keeps its last definition, as onnxruntime
+    takes it (ONNX asks for unique names; Intel's Neural Compressor writes ``<bias>_scale`` once per layer for a bias
+    torch shares between layers). A warning names those whose definitions differ."""
+    seen: dict[str, int] = {}
+    for k, init in enumerate(proto.graph.initializer):
+        seen[init.name] = k
+    if len(seen) == len(proto.graph.initializer):
+        return
+    groups: dict[str, list[bytes]] = {}
+    for init in proto.graph.initializer:
+        groups.setdefault(init.name, []).append(init.SerializeToString())
+    differ = sorted(name for name, defs in groups.items() if len(set(defs)) > 1)
+    kept = [init for k, init in enumerate(proto.graph.initializer) if seen[init.name] == k]
+    del proto.graph.initializer[:]
+    proto.graph.initializer.extend(kept)
+    message = (f"the model defines initializer(s) {', '.join(map(repr, differ[:5]))}{' ...' if len(differ) > 5 else ''}"
+               f" more than once, with different values (ONNX asks for unique names); the lab takes the last "
+               f"definition of each, as onnxruntime does")
+    if differ and message not in _WARNED:             # once a run: the accuracy step reads the file again
+        _WARNED.add(message)
+        logging.getLogger("vta").warning("%s", message)
+
+
+_WARNED: set[str] = set()
+"""Warnings :func:`_last_initializers` gave in this process."""
 
 
 def _defaults_as_inputs(proto: onnx.ModelProto) -> None:
