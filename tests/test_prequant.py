@@ -578,3 +578,34 @@ def test_tsim_runs_a_prequantized_model_bit_exactly(models):
     ref = qops.run_reference(compiled.graph, {"x": x})
     np.testing.assert_array_equal(out.outputs[compiled.graph.outputs[0]], ref[compiled.graph.outputs[0]])
     assert any(layer.where == "accel" for layer in out.layers)
+
+
+def test_a_reshape_of_the_float_input_before_its_quantization(tmp_path):
+    """Intel's Neural Compressor writes ``Reshape(x)`` of the float graph input before its first QuantizeLinear (its
+    MatMul-Add fusion into a Gemm over rows): the import quantizes the input, then reshapes the integers. It stopped
+    with a Python TypeError ("emit_out() got multiple values for argument 'shape'")."""
+    rng = np.random.default_rng(3)
+    nodes = [helper.make_node("Reshape", ["x", "rows"], ["x2"]),
+             helper.make_node("QuantizeLinear", ["x2", "sx", "zx"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "sx", "zx"], ["xd"]),
+             helper.make_node("DequantizeLinear", ["wq", "sw"], ["w"]),
+             helper.make_node("Gemm", ["xd", "w"], ["g"]),
+             helper.make_node("QuantizeLinear", ["g", "sy", "zy"], ["yq"]),
+             helper.make_node("DequantizeLinear", ["yq", "sy", "zy"], ["y"])]
+    inits = [numpy_helper.from_array(np.array([6, 4], np.int64), "rows"),
+             numpy_helper.from_array(np.float32(0.03), "sx"), numpy_helper.from_array(np.uint8(128), "zx"),
+             numpy_helper.from_array(rng.integers(-127, 128, (4, 5)).astype(np.int8), "wq"),
+             numpy_helper.from_array(np.float32(0.01), "sw"),
+             numpy_helper.from_array(np.float32(0.02), "sy"), numpy_helper.from_array(np.uint8(128), "zy")]
+    graph = helper.make_graph(nodes, "rows", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [6, 5])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path = tmp_path / "rows.onnx"
+    onnx.save(model, path)
+    imported = import_model(path)
+    assert imported.is_quantized
+    x = rng.standard_normal((2, 3, 4)).astype(np.float32)
+    got = qops.run_reference(imported, {"x": x})[imported.outputs[0]].astype(np.float64)
+    want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    assert np.abs(got.reshape(want.shape) - want).max() <= 0.02 * 1.001

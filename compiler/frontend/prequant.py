@@ -655,8 +655,10 @@ class _Importer:
     def emit(self, op: str, base: str, inputs: list[str], output: str, **attrs: Any) -> Node:
         return self.graph.add_node(op, self.graph.unique_name(base or op, node=True), inputs, [output], **attrs)
 
-    def emit_out(self, op: str, base: str, inputs: list[str], out: _Out, shape: tuple[int, ...], **attrs: Any) -> str:
-        """Emit a node writing ``out`` (an ONNX int tensor); returns the IR tensor name."""
+    def emit_out(self, op: str, base: str, inputs: list[str], out: _Out, shape: tuple[int, ...], /,
+                 **attrs: Any) -> str:
+        """Emit a node writing ``out`` (an ONNX int tensor) of ``shape``; returns the IR tensor name. ``shape`` is
+        positional only: a Reshape's attributes hold a ``shape`` of their own."""
         name = self.tensor(out.name, shape, out.scale)
         self.emit(op, base, inputs, name, **attrs)
         self.ints[out.name] = name
