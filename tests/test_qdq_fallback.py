@@ -532,3 +532,26 @@ def test_onnxruntimes_infinite_mask_scales_leave_the_mask_float_and_the_run_says
            f"of {path}, not on the quantized file: its quantizer gave 'bias'" in out
     cosine = float(out.split("cosine ")[1].split(";")[0].split()[0])
     assert cosine > 0.99
+
+
+def test_onnxruntimes_com_microsoft_quantize_and_dequantize_take_the_float_graph(tmp_path, caplog):
+    """``quantize_static(weight_type=QInt4)`` below opset 21 writes every QuantizeLinear and DequantizeLinear in the
+    com.microsoft domain (as do ``UseQDQContribOps``, 16-bit activations, and the QNN and Quark configurations). The
+    float-graph fallback stopped on them ("no rewrite for this com.microsoft operator"); they are the same two
+    operators, so they are read as ONNX's, and the weights' DequantizeLinear of int4 constants folds."""
+    from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
+
+    from vta.compiler.frontend.float_ref import run_float
+    from vta.compiler.frontend.prequant import import_model
+    source, path = tmp_path / "block.onnx", tmp_path / "block.int4.onnx"
+    onnx.save(_float_block(decomposed=True, einsum=True), str(source))
+    quantize_static(str(source), str(path), _reader(), quant_format=QuantFormat.QDQ,
+                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt4)
+    assert {n.domain for n in onnx.load(path).graph.node if n.op_type == "DequantizeLinear"} == {"com.microsoft"}
+    with caplog.at_level(logging.WARNING, logger="vta"):
+        graph = import_model(path)
+    assert not graph.is_quantized and "dequantized float graph" in caplog.text
+    import onnxruntime as ort
+    want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": _x()})[0]
+    got = run_float(graph, {"x": _x()})["y"]
+    assert float(got.ravel() @ want.ravel() / np.linalg.norm(got) / np.linalg.norm(want)) > 0.99

@@ -73,6 +73,10 @@ def qdq_to_float(model: onnx.ModelProto) -> onnx.ModelProto | None:
     out = _rewritten(model)
     if any(node.op_type in _QUANTIZED for node in out.graph.node):
         return None
+    for node in out.graph.node:             # onnxruntime's contrib forms (int4, 16-bit) of the same two operators
+        if node.op_type in QDQ_OPS and node.domain == "com.microsoft":
+            node.domain = ""
+    _fold_constant_dequantizations(out)
     g = _OnnxGraph(out)
     inits, producer, readers = set(g.consts), g.producer, g.consumers
     rename: dict[str, str] = {}
@@ -507,6 +511,62 @@ def qoperator_to_qdq(model: onnx.ModelProto, only: Callable[[onnx.NodeProto], bo
         nodes.append(node)
     del model.graph.node[:]
     model.graph.node.extend(nodes)
+
+
+def _fold_constant_dequantizations(model: onnx.ModelProto) -> None:
+    """In place: each DequantizeLinear of initializers alone, of either domain (onnxruntime writes com.microsoft's
+    for int4 or 16-bit types below opset 21: ``weight_type=QInt4``, ``UseQDQContribOps``, the QNN and Quark
+    configurations), becomes the float32 initializer ONNX defines, ``(x - zero_point) * scale`` per tensor, per
+    axis or per block of ``block_size`` along the axis, so the float import folds no com.microsoft node (it refused
+    them). One whose scales do not fit its values is left (and named by the import)."""
+    inits = {init.name: init for init in model.graph.initializer}
+    folded: dict[str, np.ndarray] = {}
+    kept: list[onnx.NodeProto] = []
+    for node in model.graph.node:
+        names = list(node.input) + [""] * (3 - len(node.input))
+        value = None
+        if node.op_type == "DequantizeLinear" and node.domain in ("", "ai.onnx", "com.microsoft") and \
+                names[0] in inits and names[1] in inits and (not names[2] or names[2] in inits):
+            value = _dequantized(numpy_helper.to_array(inits[names[0]]), numpy_helper.to_array(inits[names[1]]),
+                                 numpy_helper.to_array(inits[names[2]]) if names[2] else None,
+                                 {a.name: a.i for a in node.attribute if a.type == onnx.AttributeProto.INT})
+        if value is None:
+            kept.append(node)
+        else:
+            folded[node.output[0]] = value
+    if folded:
+        del model.graph.node[:]
+        model.graph.node.extend(kept)
+        model.graph.initializer.extend(numpy_helper.from_array(v, k) for k, v in folded.items())
+
+
+def _dequantized(x: np.ndarray, scale: np.ndarray, zero: np.ndarray | None, attrs: dict[str, int]
+                 ) -> np.ndarray | None:
+    """ONNX's DequantizeLinear of constants in float32 (``axis`` default 1, ``block_size`` 0), or None when the
+    scale's shape fits neither a tensor, an axis nor blocks of the values."""
+    zero = np.zeros_like(scale, np.int64) if zero is None else zero.astype(np.int64)
+    if scale.shape != zero.shape:
+        return None
+    values = x.astype(np.int64)
+    if scale.size == 1:                                    # per tensor, whatever its rank
+        scale, zero = scale.reshape(()), zero.reshape(())
+    else:
+        if values.ndim == 0:
+            return None
+        axis = attrs.get("axis", 1) % values.ndim
+        block = attrs.get("block_size", 0)
+        if block > 0:
+            if scale.ndim != values.ndim or -(-values.shape[axis] // block) != scale.shape[axis]:
+                return None
+            scale = np.repeat(scale, block, axis=axis).take(range(values.shape[axis]), axis=axis)
+            zero = np.repeat(zero, block, axis=axis).take(range(values.shape[axis]), axis=axis)
+        else:
+            if scale.size != values.shape[axis]:
+                return None
+            shape = [1] * values.ndim
+            shape[axis] = -1
+            scale, zero = scale.reshape(shape), zero.reshape(shape)
+    return ((values - zero).astype(np.float32) * scale.astype(np.float32)).astype(np.float32)
 
 
 def _final(name: str, rename: dict[str, str]) -> str:
