@@ -555,3 +555,41 @@ def test_onnxruntimes_com_microsoft_quantize_and_dequantize_take_the_float_graph
     want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": _x()})[0]
     got = run_float(graph, {"x": _x()})["y"]
     assert float(got.ravel() @ want.ravel() / np.linalg.norm(got) / np.linalg.norm(want)) > 0.99
+
+
+def test_a_qoperator_embedding_read_twice_takes_the_float_graph(tmp_path):
+    """A QOperator file's quantized embedding lookup read by two quantized operators: written as QDQ, the Gather of
+    the int8 table is read by one DequantizeLinear per reader. The float fallback took only a lookup with one
+    DequantizeLinear and stopped on the others ("DequantizeLinear ... no rule for this operator"); each is now the
+    Gather of the table's float values (one table per scale and zero point)."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
+
+    from vta.compiler.frontend.float_ref import run_float
+    from vta.compiler.frontend.prequant import import_model
+    rng = np.random.default_rng(5)
+    inits = {"table": (rng.standard_normal((32, D)) * 0.5).astype(np.float32),
+             "w": (rng.standard_normal((D, D)) * 0.3).astype(np.float32)}
+    nodes = [node("Gather", ["table", "ids"], ["x"]), node("Einsum", ["x", "w"], ["a"], equation="btd,de->bte"),
+             node("Add", ["a", "x"], ["y"])]
+    graph = helper.make_graph(nodes, "lookup", [helper.make_tensor_value_info("ids", TensorProto.INT64, [1, T])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, T, D])],
+                              [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.data = iter([{"ids": rng.integers(0, 32, (1, T))} for _ in range(4)])
+
+        def get_next(self):  # noqa: ANN201 - onnxruntime's interface
+            return next(self.data, None)
+
+    source, path = tmp_path / "lookup.onnx", tmp_path / "lookup.qop.onnx"
+    onnx.save(model, source)
+    quantize_static(str(source), str(path), Reader(), quant_format=QuantFormat.QOperator)
+    imported = import_model(path)
+    ids = rng.integers(0, 32, (1, T))
+    import onnxruntime as ort
+    want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"ids": ids})[0]
+    got = run_float(imported, {"ids": ids})["y"]
+    assert float(got.ravel() @ want.ravel() / np.linalg.norm(got) / np.linalg.norm(want)) > 0.99

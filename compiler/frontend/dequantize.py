@@ -267,21 +267,26 @@ def _dynamic_to_float(model: onnx.ModelProto) -> None:
                                                        [mul.output[0]], name=node.name or mul.output[0])
         replace[mul.output[0]].attribute.extend(node.attribute)   # ConvInteger's are Conv's
         gone.update({node.output[0], cast.output[0]})
+    tables: dict[tuple[str, ...], str] = {}                # (table, scale, zero point) -> its float table
     for node in model.graph.node:                            # DequantizeLinear(Gather(int8 table, ids))
         gather = producer.get(node.input[0]) if node.op_type == "DequantizeLinear" else None
         if gather is None or gather.op_type != "Gather" or gather.input[0] not in inits or \
                 any(a.name == "axis" and a.i != 0 for a in gather.attribute) or \
-                g.only_user(gather.output[0], "DequantizeLinear") is None:
-            continue
+                gather.output[0] in g.outputs or \
+                any(u.op_type != "DequantizeLinear" for u in g.consumers.get(gather.output[0], [])):
+            continue                     # (a QOperator file written as QDQ reads it by one DequantizeLinear a reader)
         scale = inits.get(node.input[1])
         zero = inits.get(node.input[2]) if len(node.input) > 2 and node.input[2] else np.zeros((), np.int64)
         if scale is None or zero is None or scale.size != 1 or zero.size != 1:
             continue
-        table = (inits[gather.input[0]].astype(np.float64) - zero.astype(np.float64)) * scale.astype(np.float64)
-        name = new(f"{gather.input[0]}_dequantized")
-        model.graph.initializer.append(numpy_helper.from_array(table.astype(np.float32), name))
+        key = (gather.input[0], *node.input[1:3])
+        if key not in tables:
+            table = (inits[gather.input[0]].astype(np.float64) - zero.astype(np.float64)) * scale.astype(np.float64)
+            tables[key] = new(f"{gather.input[0]}_dequantized")
+            model.graph.initializer.append(numpy_helper.from_array(table.astype(np.float32), tables[key]))
+        name = tables[key]
         replace[node.output[0]] = onnx.helper.make_node("Gather", [name, gather.input[1]], [node.output[0]],
-                                                        name=gather.name or node.output[0], axis=0)
+                                                        name=node.name or node.output[0], axis=0)   # one a reader
         gone.add(gather.output[0])
     for node in model.graph.node:      # DequantizeLinear(DynamicQuantizeLinear(x)): tf2onnx's dynamic-range TFLite
         quant = producer.get(node.input[0]) if node.op_type == "DequantizeLinear" else None
