@@ -505,7 +505,8 @@ def _accuracy(model: str, compiled: Any, float_graph: Any, inputs: dict[str, np.
 
 def _nonfinite_scales(path: Any) -> list[str]:
     """The tensors of the pre-quantized ONNX file ``path`` that a QuantizeLinear quantizes at a scale holding inf or
-    NaN (onnxruntime's quantizer writes inf where its calibration saw an infinite value: an attention mask's -inf).
+    NaN, and the scales of that kind a QOperator node reads (onnxruntime's quantizer writes inf where its calibration
+    saw an infinite value: an attention mask's -inf).
     onnxruntime dequantizes such a tensor to NaN (``(q - zp) * inf``), so its run of the file is not the model from
     there on. Empty when there are none or the file cannot be read."""
     import onnx
@@ -515,9 +516,13 @@ def _nonfinite_scales(path: Any) -> list[str]:
         scales = {init.name: init for init in proto.graph.initializer if init.data_type in
                   (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE)
                   and not init.external_data and int(np.prod(init.dims)) <= 4096}
-        return [node.input[0] for node in proto.graph.node if node.op_type == "QuantizeLinear" and
-                len(node.input) > 1 and node.input[1] in scales and
-                not np.isfinite(numpy_helper.to_array(scales[node.input[1]])).all()]
+        def infinite(name: str) -> bool:
+            return name in scales and not np.isfinite(numpy_helper.to_array(scales[name])).all()
+        named = [node.input[0] if node.op_type == "QuantizeLinear" else scale   # a QOperator node: its scale
+                 for node in proto.graph.node
+                 if node.op_type in ("QuantizeLinear", "QGemm") or node.op_type.startswith("QLinear")
+                 for scale in node.input[1:] if infinite(scale)]
+        return list(dict.fromkeys(named))
     except Exception:  # noqa: BLE001 - a file onnx cannot read was not measured against anyway
         return []
 
