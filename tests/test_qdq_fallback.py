@@ -5,11 +5,14 @@ onnxruntime on the quantized file and says so. Without the Einsum, the same bloc
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+
+from vta.compiler import qops
 
 B, T, D = 2, 8, 16
 node = helper.make_node
@@ -463,31 +466,19 @@ def test_blocked_weights_between_quantized_activations_take_the_float_graph_sayi
     assert not imported.is_quantized and "per block of 32 values" in caplog.text
 
 
-@pytest.mark.parametrize("nan_guard, fmt", [(False, "QDQ"), (True, "QDQ"), (True, "QOperator")])
-def test_onnxruntimes_infinite_mask_scales_leave_the_mask_float_and_the_run_says_what_it_measured_against(
-        nan_guard, fmt, tmp_path, capsys, monkeypatch):
-    """A mask written as ``Where(mask, 0, -inf)`` (Hugging Face transformers 5's SDPA mask) quantized by
-    ``quantize_static``: its calibration sees -inf, so it writes a scale of inf on the mask and on the masked scores.
-    onnxruntime's own run of that file dequantizes them to NaN (every softmax row NaN), so it is not the model. The
-    integer import leaves that mask float, as a runtime additive term of the Softmax it reaches (every other tensor at
-    the file's own scales; it fell back to the float graph before), and the run measures its error against the
-    file's dequantized float graph run by onnxruntime, saying why, rather than against NaN-laundered results.
-    ``nan_guard``: torch's SDPA then zeroes NaN rows, ``Where(IsNaN(p), 0, p)``, which dequantized integers never
-    are (IsNaN was refused in a quantized file). In QOperator format the QLinearAdd and QLinearSoftmax of those
-    scales are read as the QDQ nodes they stand for."""
-    import onnxruntime as ort
+def _masked_attention_file(tmp_path: Path, fill: float, fmt: str, nan_guard: bool = False
+                           ) -> tuple[Path, np.ndarray]:
+    """One attention head over ``x [1, T, D]`` whose scores take ``Where(attention_mask, 0, fill)`` (Hugging Face
+    transformers 5's mask, its fill -inf), the last 3 keys masked; with ``nan_guard``, torch's SDPA zeroing of NaN
+    rows after the softmax. Quantized by onnxruntime's ``quantize_static`` in ``fmt``: (the file, the mask)."""
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
-
-    from vta.cli import main
-    from vta.compiler.frontend.prequant import import_model
-    monkeypatch.setenv("VTA_CACHE_DIR", str(tmp_path / "cache"))
     rng = np.random.default_rng(4)
     inits = {f"w{r}": (rng.standard_normal((D, D)) * 0.3).astype(np.float32) for r in "qkv"}
-    inits.update(zero=np.array(0.0, np.float32), ninf=np.array(-np.inf, np.float32), axis=np.array([1], np.int64))
+    inits.update(zero=np.array(0.0, np.float32), fill=np.array(fill, np.float32), axis=np.array([1], np.int64))
     nodes = [node("MatMul", ["x", f"w{r}"], [r]) for r in "qkv"]
     nodes += [node("Transpose", ["k"], ["kt"], perm=[0, 2, 1]), node("MatMul", ["q", "kt"], ["s"]),
               node("Cast", ["attention_mask"], ["keep"], to=TensorProto.BOOL),
-              node("Unsqueeze", ["keep", "axis"], ["keep3"]), node("Where", ["keep3", "zero", "ninf"], ["bias"]),
+              node("Unsqueeze", ["keep", "axis"], ["keep3"]), node("Where", ["keep3", "zero", "fill"], ["bias"]),
               node("Add", ["s", "bias"], ["masked"]), node("Softmax", ["masked"], ["p"], axis=-1)]
     if nan_guard:
         nodes += [node("IsNaN", ["p"], ["nan"]), node("Where", ["nan", "zero", "p"], ["pg"])]
@@ -509,9 +500,30 @@ def test_onnxruntimes_infinite_mask_scales_leave_the_mask_float_and_the_run_says
         def get_next(self):  # noqa: ANN201 - onnxruntime's interface
             return next(self.data, None)
 
-    source, path = tmp_path / "masked.onnx", tmp_path / "masked.qdq.onnx"
+    source, path = tmp_path / "masked.onnx", tmp_path / f"masked.{fmt}.onnx"
     onnx.save(model, source)
     quantize_static(str(source), str(path), Reader(), quant_format=getattr(QuantFormat, fmt))
+    return path, mask
+
+
+@pytest.mark.parametrize("nan_guard, fmt", [(False, "QDQ"), (True, "QDQ"), (True, "QOperator")])
+def test_onnxruntimes_infinite_mask_scales_leave_the_mask_float_and_the_run_says_what_it_measured_against(
+        nan_guard, fmt, tmp_path, capsys, monkeypatch):
+    """A mask written as ``Where(mask, 0, -inf)`` (Hugging Face transformers 5's SDPA mask) quantized by
+    ``quantize_static``: its calibration sees -inf, so it writes a scale of inf on the mask and on the masked scores.
+    onnxruntime's own run of that file dequantizes them to NaN (every softmax row NaN), so it is not the model. The
+    integer import leaves that mask float, as a runtime additive term of the Softmax it reaches (every other tensor at
+    the file's own scales; it fell back to the float graph before), and the run measures its error against the
+    file's dequantized float graph run by onnxruntime, saying why, rather than against NaN-laundered results.
+    ``nan_guard``: torch's SDPA then zeroes NaN rows, ``Where(IsNaN(p), 0, p)``, which dequantized integers never
+    are (IsNaN was refused in a quantized file). In QOperator format the QLinearAdd and QLinearSoftmax of those
+    scales are read as the QDQ nodes they stand for."""
+    import onnxruntime as ort
+
+    from vta.cli import main
+    from vta.compiler.frontend.prequant import import_model
+    monkeypatch.setenv("VTA_CACHE_DIR", str(tmp_path / "cache"))
+    path, mask = _masked_attention_file(tmp_path, -np.inf, fmt, nan_guard)
     scales = {i.name: numpy_helper.to_array(i) for i in onnx.load(path).graph.initializer}
     assert any(n.op_type == "QuantizeLinear" and n.input[0] == "bias" and np.isinf(scales[n.input[1]])
                for n in onnx.load(path).graph.node)                   # onnxruntime's quantizer wrote inf there
@@ -532,6 +544,33 @@ def test_onnxruntimes_infinite_mask_scales_leave_the_mask_float_and_the_run_says
            f"of {path}, not on the quantized file: its quantizer gave 'bias'" in out
     cosine = float(out.split("cosine ")[1].split(";")[0].split()[0])
     assert cosine > 0.99
+
+
+def test_a_mask_whose_fill_values_are_quantized_imports_as_integers(tmp_path):
+    """AMD Quark quantizes a mask's fill values too: ``Where(mask, DequantizeLinear(0), DequantizeLinear(fill))`` at
+    finite scales. The integer import read a mask region from the integer inputs through plain constants only, so
+    the file ran as its float graph; a DequantizeLinear of a one-value constant is now the constant it computes, and
+    the file runs as integers, at onnxruntime's results. (Here onnxruntime's own file, its fills wrapped so, with a
+    finite fill of -10,000.)"""
+    import onnxruntime as ort
+
+    from vta.compiler.frontend.prequant import import_model
+    path, mask = _masked_attention_file(tmp_path, -1e4, "QDQ")
+    model = onnx.load(path)
+    for name, value in (("zero", 0.0), ("fill", -1e4)):          # the fills as Quark writes them: int8 at a scale
+        scale = np.float32(max(abs(value), 1.0) / 127)
+        model.graph.initializer.remove(next(i for i in model.graph.initializer if i.name == name))
+        model.graph.initializer.extend([numpy_helper.from_array(np.array(round(value / scale), np.int8), f"{name}_q"),
+                                        numpy_helper.from_array(scale, f"{name}_scale")])
+        model.graph.node.insert(0, node("DequantizeLinear", [f"{name}_q", f"{name}_scale"], [name]))
+    onnx.save(model, path)
+    graph = import_model(path)
+    assert graph.is_quantized and "MaskFn" in {n.op for n in graph.nodes}
+    x = _x()[:1]
+    want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x, "attention_mask": mask})[0]
+    got = qops.run_reference(graph, {"x": x, "attention_mask": mask})["y"]
+    assert float(np.ravel(got) @ np.ravel(want) / np.linalg.norm(got) / np.linalg.norm(want)) > 0.999   # a step apart
 
 
 def test_onnxruntimes_com_microsoft_quantize_and_dequantize_take_the_float_graph(tmp_path, caplog):

@@ -1921,10 +1921,22 @@ def _integer_input_regions(imp: _Importer, model: onnx.ModelProto) -> None:
     those QuantizeLinear nodes then quantize; integer indices it computes for Gather nodes alone (RoBERTa's position
     ids, a cumulative sum of ``input_ids != pad``) become one ``IndexFn`` each, the Gathers then
     :func:`_embedding`; the region's nodes are skipped. An input whose region reaches anything else is left to the
-    rules (the input itself may still be read by a Gather: token ids)."""
+    rules (the input itself may still be read by a Gather: token ids). A DequantizeLinear of a one-value constant in
+    the region (a mask's fill value, which AMD Quark quantizes too) is the constant it computes."""
+    from .dequantize import _dequantized
     from .masks import REGION_OPS, encode, forward_region, region_model
     types = {vi.name: vi.type.tensor_type.elem_type for vi in [*model.graph.value_info, *model.graph.output]}
     shapes = static_shapes(model)
+    consts = dict(imp.consts)
+    for node in model.graph.node:                   # DequantizeLinear of constants: their values, as ONNX computes
+        names = list(node.input) + [""] * (3 - len(node.input))
+        if node.op_type == "DequantizeLinear" and names[0] in imp.consts and names[1] in imp.consts and \
+                (not names[2] or names[2] in imp.consts):
+            value = _dequantized(imp.consts[names[0]], imp.consts[names[1]],
+                                 imp.consts[names[2]] if names[2] else None,
+                                 {a.name: a.i for a in node.attribute if a.type == onnx.AttributeProto.INT})
+            if value is not None and value.size == 1:      # a fill, not a table the ids index
+                consts[node.output[0]] = value
 
     def kind(e: str) -> str | None:
         """How the region's exit ``e`` leaves it: ``float`` (read by QuantizeLinear nodes alone), ``index`` (an
@@ -1943,7 +1955,7 @@ def _integer_input_regions(imp: _Importer, model: onnx.ModelProto) -> None:
     for vi in model.graph.input:
         if vi.name not in imp.int_inputs:
             continue
-        region, nodes = forward_region(model, vi.name, imp.consts, REGION_OPS)
+        region, nodes = forward_region(model, vi.name, consts, REGION_OPS)
         lookups = {id(n) for n in nodes if n.op_type == "Gather" and n.input[0] in imp.consts and
                    imp.consts[n.input[0]].dtype in (np.uint8, np.int8)}     # QOperator: a table's ints by the ids
         if lookups:
@@ -1958,7 +1970,7 @@ def _integer_input_regions(imp: _Importer, model: onnx.ModelProto) -> None:
         for e, k in kinds.items():
             shape = list(shapes[e])
             value = onnx.helper.make_tensor_value_info(e, onnx.TensorProto.FLOAT if k == "float" else types[e], shape)
-            fn = encode(region_model(model, nodes, vi, [e], [value], imp.consts))
+            fn = encode(region_model(model, nodes, vi, [e], [value], consts))
             if k == "index":
                 imp.graph.add_tensor(e, tuple(shape), "int64")
                 imp.emit("IndexFn", f"{e}_fn", [vi.name], e, onnx=fn)
