@@ -6,6 +6,7 @@ and attention products on the accelerator."""
 from __future__ import annotations
 
 import warnings
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -227,8 +228,6 @@ def test_attention_with_a_mask_computed_at_run_time(form, tmp_path, monkeypatch)
     """onnxruntime's optimizer writes BERT's mask as ``mask_index = ReduceSum(Cast(attention_mask), 1)``, end positions
     from the graph's mask input: the mask becomes nodes on that input, which the runtime-mask import reads; the block
     computes what onnxruntime does and runs bit-exact on fsim, with the mask live."""
-    from vta.compiler.pipeline import CalibrationSet, check_inputs, compile_model
-    from vta.compiler.runtime.executor import run
     monkeypatch.setenv("VTA_CACHE_DIR", str(tmp_path / "cache"))
     x = _x(2, 6, 16)
     mask_nodes = [helper.make_node("Cast", ["attention_mask"], ["m32"], to=onnx.TensorProto.INT32)]
@@ -241,6 +240,15 @@ def test_attention_with_a_mask_computed_at_run_time(form, tmp_path, monkeypatch)
                           helper.make_node("MatMul", ["a", "wo"], ["y"])]
     model = _model(nodes, {"x": x}, [("w", _x(16, 48, spread=0.3)), ("b", _x(48, spread=0.1)),
                                      ("axis1", np.array([1], np.int64)), ("wo", _x(16, 16, spread=0.3))])
+    _assert_runtime_mask_runs(model, x, tmp_path / "masked.onnx")
+
+
+def _assert_runtime_mask_runs(model: onnx.ModelProto, x: np.ndarray, path: Path) -> None:
+    """``model`` (input ``x [2, 6, 16]``, output ``y``) given an int64 ``attention_mask [2, 6]`` input that its nodes
+    read: it imports with a live KeyMask, its float graph equals onnxruntime, and compiled (saved at ``path``) it runs
+    bit-exact with the integer reference on fsim, near onnxruntime, and the mask changes the masked row."""
+    from vta.compiler.pipeline import CalibrationSet, check_inputs, compile_model
+    from vta.compiler.runtime.executor import run
     model.graph.input.append(helper.make_tensor_value_info("attention_mask", onnx.TensorProto.INT64, [2, 6]))
     mask = np.ones((2, 6), np.int64)
     mask[1, 4:] = 0
@@ -249,7 +257,6 @@ def test_attention_with_a_mask_computed_at_run_time(form, tmp_path, monkeypatch)
     assert "KeyMask" in _ops(graph) and graph.tensors["attention_mask"].dtype == "int64"
     want = ort.InferenceSession(model.SerializeToString()).run(None, feeds)[0]
     np.testing.assert_allclose(run_float(graph, feeds)["y"], want, atol=1e-5)
-    path = tmp_path / "masked.onnx"
     path.write_bytes(model.SerializeToString())
     calib = {"x": np.concatenate([x, x]), "attention_mask": np.concatenate([mask, mask])}
     compiled = compile_model(str(path), VTAConfig(), calib=2, policy="accel",
@@ -309,8 +316,6 @@ def test_attention_bias_computed_from_a_runtime_mask_is_a_key_mask(tmp_path, mon
     """onnxscript's ort_fusions pass BERT's padding mask as attention_bias ``Where(mask, 0, min)`` ``[B, 1, S, L]``
     (no mask_index): the runtime mask import still finds the mask input through it; the block computes what
     onnxruntime does, runs bit-exact on fsim, and the mask is live."""
-    from vta.compiler.pipeline import CalibrationSet, check_inputs, compile_model
-    from vta.compiler.runtime.executor import run
     monkeypatch.setenv("VTA_CACHE_DIR", str(tmp_path / "cache"))
     x = _x(2, 6, 16)
     nodes = [helper.make_node("Cast", ["attention_mask"], ["keep2"], to=onnx.TensorProto.BOOL),
@@ -325,25 +330,7 @@ def test_attention_bias_computed_from_a_runtime_mask_is_a_key_mask(tmp_path, mon
                                      ("zero", np.array(0.0, np.float32)),
                                      ("lowest", np.array(np.finfo(np.float32).min, np.float32)),
                                      ("wo", _x(16, 16, spread=0.3))])
-    model.graph.input.append(helper.make_tensor_value_info("attention_mask", onnx.TensorProto.INT64, [2, 6]))
-    mask = np.ones((2, 6), np.int64)
-    mask[1, 4:] = 0
-    feeds = {"x": x, "attention_mask": mask}
-    graph = import_onnx(model)
-    assert "KeyMask" in _ops(graph) and graph.tensors["attention_mask"].dtype == "int64"
-    want = ort.InferenceSession(model.SerializeToString()).run(None, feeds)[0]
-    np.testing.assert_allclose(run_float(graph, feeds)["y"], want, atol=1e-5)
-    path = tmp_path / "biased.onnx"
-    path.write_bytes(model.SerializeToString())
-    calib = {"x": np.concatenate([x, x]), "attention_mask": np.concatenate([mask, mask])}
-    compiled = compile_model(str(path), VTAConfig(), calib=2, policy="accel",
-                             calibration=CalibrationSet(calib, {"source": "test", "samples": 2}))
-    checked = check_inputs(compiled.graph, feeds)
-    got = run(compiled, checked, target="fsim").outputs["y"]
-    np.testing.assert_array_equal(got, qops.run_reference(compiled.graph, checked)["y"])
-    assert float((got * want).sum() / np.linalg.norm(got) / np.linalg.norm(want)) > 0.99
-    unmasked = check_inputs(compiled.graph, {"x": x, "attention_mask": np.ones((2, 6), np.int64)})
-    assert not np.array_equal(run(compiled, unmasked, target="fsim").outputs["y"][1], got[1])
+    _assert_runtime_mask_runs(model, x, tmp_path / "biased.onnx")
 
 
 @pytest.mark.parametrize("bias, mask", [(False, False), (True, False), (True, True)])
