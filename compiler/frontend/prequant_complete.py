@@ -369,23 +369,17 @@ def unquantize_infinite(model: onnx.ModelProto, constants_only: bool = False) ->
     only where the quantized tensor is computed from initializers alone (T5's relative-position buckets, whose
     ``log(0) = -inf`` onnxruntime's calibration saw: folded at scale inf, the bucket indices were garbage)."""
     from .dequantize import _constant
-    inits = {init.name: init for init in model.graph.initializer}
-    producer = {o: n for n in model.graph.node for o in n.output if o}
-    readers: dict[str, list[onnx.NodeProto]] = {}
-    for node in model.graph.node:
-        for name in node.input:
-            readers.setdefault(name, []).append(node)
+    from .onnx_fusions import _OnnxGraph
+    g = _OnnxGraph(model)
     rename: dict[str, str] = {}
     gone: set[str] = set()
-    outputs = {o.name for o in model.graph.output}
     for node in model.graph.node:
-        scale = node.input[1] if node.op_type == "QuantizeLinear" and len(node.input) > 1 else ""
-        if scale not in inits or inits[scale].data_type != TensorProto.FLOAT or \
-                np.isfinite(numpy_helper.to_array(inits[scale])).all() or \
-                (constants_only and not _constant(node.input[0], producer, set(inits))):
+        scale = g.consts.get(node.input[1]) if node.op_type == "QuantizeLinear" and len(node.input) > 1 else None
+        if scale is None or scale.dtype != np.float32 or np.isfinite(scale).all() or \
+                (constants_only and not _constant(node.input[0], g.producer, set(g.consts))):
             continue
-        users = readers.get(node.output[0], [])
-        if not users or any(u.op_type != "DequantizeLinear" or u.output[0] in outputs for u in users):
+        users = g.consumers.get(node.output[0], [])
+        if not users or any(u.op_type != "DequantizeLinear" or u.output[0] in g.outputs for u in users):
             continue
         gone.update([node.output[0], *(u.output[0] for u in users)])
         rename.update({u.output[0]: node.input[0] for u in users})
