@@ -406,6 +406,17 @@ def test_a_relu_onnxruntime_folded_into_its_quantizer_comes_back_as_a_clamp(acti
     assert cosine(got, reference) > 0.999 and cosine(got, want) > 0.999
 
 
+def _opset21_file(path: Path, nodes: list, inits: list, k: int, n: int) -> Path:
+    """``nodes`` from ``x [1, 8, k]`` to ``y [1, 8, n]`` with initializers ``inits``, saved at ``path`` at opset 21
+    (blocked DequantizeLinear, int4)."""
+    graph = helper.make_graph(nodes, path.stem, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, k])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, n])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = 10
+    onnx.save(model, path)
+    return path
+
+
 def test_blocked_int4_weights_of_opset_21_import(tmp_path, caplog):
     """onnxruntime's weight-only 4-bit QDQ form (``MatMulNBitsQuantizer`` with ``QuantFormat.QDQ``): int4 weights
     dequantized with one scale per block of 32 along K (DequantizeLinear's ``block_size``, opset 21). It failed with
@@ -422,13 +433,7 @@ def test_blocked_int4_weights_of_opset_21_import(tmp_path, caplog):
     scales = rng.uniform(0.01, 0.03, (k // 32, n)).astype(np.float32)
     weight = helper.make_tensor("w4", TensorProto.INT4, [k, n], codes.ravel().tolist())
     nodes = [node("DequantizeLinear", ["w4", "ws"], ["w"], axis=0, block_size=32), node("MatMul", ["x", "w"], ["y"])]
-    graph = helper.make_graph(nodes, "nbits", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, k])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, n])],
-                              [weight, numpy_helper.from_array(scales, "ws")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
-    model.ir_version = 10
-    path = tmp_path / "nbits.onnx"
-    onnx.save(model, path)
+    path = _opset21_file(tmp_path / "nbits.onnx", nodes, [weight, numpy_helper.from_array(scales, "ws")], k, n)
     with caplog.at_level(logging.WARNING, logger="vta"):
         imported = import_model(path)
     x = rng.standard_normal((1, 8, k)).astype(np.float32)
@@ -455,12 +460,7 @@ def test_blocked_weights_between_quantized_activations_take_the_float_graph_sayi
              numpy_helper.from_array(rng.uniform(0.01, 0.03, (k // 32, n)).astype(np.float32), "ws"),
              numpy_helper.from_array(np.float32(0.03), "sx"), numpy_helper.from_array(np.int8(0), "zx"),
              numpy_helper.from_array(np.float32(0.05), "sy"), numpy_helper.from_array(np.int8(0), "zy")]
-    graph = helper.make_graph(nodes, "blocked", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, k])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, n])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
-    model.ir_version = 10
-    path = tmp_path / "blocked.onnx"
-    onnx.save(model, path)
+    path = _opset21_file(tmp_path / "blocked.onnx", nodes, inits, k, n)
     with caplog.at_level(logging.WARNING, logger="vta"):
         imported = import_model(path)
     assert not imported.is_quantized and "per block of 32 values" in caplog.text
