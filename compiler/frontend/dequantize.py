@@ -37,7 +37,7 @@ from .masks import live_nodes
 from .onnx_common import tensor_namer
 from .onnx_fusions import _OnnxGraph
 
-__all__ = ["qdq_to_float", "qdq_ranges", "undequantized_ops", "QDQ_OPS", "qoperator_to_qdq"]
+__all__ = ["qdq_to_float", "qdq_ranges", "undequantized_ops", "QDQ_OPS", "qoperator_to_qdq", "along_axis"]
 
 QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear"})
 """The only quantized operators of a QDQ model."""
@@ -560,18 +560,30 @@ def _dequantized(x: np.ndarray, scale: np.ndarray, zero: np.ndarray | None, attr
             return None
         axis = attrs.get("axis", 1) % values.ndim
         block = attrs.get("block_size", 0)
-        if block > 0:
-            if scale.ndim != values.ndim or -(-values.shape[axis] // block) != scale.shape[axis]:
-                return None
-            scale = np.repeat(scale, block, axis=axis).take(range(values.shape[axis]), axis=axis)
-            zero = np.repeat(zero, block, axis=axis).take(range(values.shape[axis]), axis=axis)
-        else:
-            if scale.size != values.shape[axis]:
-                return None
-            shape = [1] * values.ndim
-            shape[axis] = -1
-            scale, zero = scale.reshape(shape), zero.reshape(shape)
+        if block <= 0 and scale.size != values.shape[axis]:
+            return None
+        params = along_axis(values.shape, scale, zero, axis, block)
+        if params is None:
+            return None
+        scale, zero = params
     return ((values - zero).astype(np.float32) * scale.astype(np.float32)).astype(np.float32)
+
+
+def along_axis(shape: tuple[int, ...], scale: np.ndarray, zero: np.ndarray, axis: int, block: int = 0
+               ) -> tuple[np.ndarray, np.ndarray] | None:
+    """A DequantizeLinear's ``scale`` and ``zero`` point shaped to broadcast against values of ``shape``: with
+    ``block`` (opset 21's ``block_size``) each repeated over its block along ``axis`` (None when the blocks do not
+    fit the values), else along ``axis`` when they hold several values, else as they are (per tensor)."""
+    if block > 0:
+        if scale.ndim != len(shape) or -(-shape[axis] // block) != scale.shape[axis]:
+            return None
+        return (np.repeat(scale, block, axis=axis).take(range(shape[axis]), axis=axis),
+                np.repeat(zero, block, axis=axis).take(range(shape[axis]), axis=axis))
+    if scale.size > 1:
+        broadcast = [1] * len(shape)
+        broadcast[axis] = -1
+        return scale.reshape(broadcast), zero.reshape(broadcast)
+    return scale, zero
 
 
 def _final(name: str, rename: dict[str, str]) -> str:

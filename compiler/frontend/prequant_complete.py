@@ -53,6 +53,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from .contrib import static_shapes
+from .dequantize import along_axis
 
 __all__ = ["ALIAS_OPS", "Completion", "plan_completion", "complete", "measure_ranges", "unquantize_infinite"]
 
@@ -297,16 +298,10 @@ def _slot_params(node: onnx.NodeProto, inits: Mapping[str, onnx.TensorProto]
     axis %= max(values.ndim, 1)
     block = next((int(a.i) for a in node.attribute if a.name == "block_size"), 0) \
         if node.op_type == "DequantizeLinear" else 0
-    if block > 0:                           # opset 21's blocked scales: one per `block` values along the axis
-        if scale.ndim != values.ndim or -(-values.shape[axis] // block) != scale.shape[axis]:
-            return None
-        scale = np.repeat(scale, block, axis=axis).take(range(values.shape[axis]), axis=axis)
-        zero = np.repeat(zero, block, axis=axis).take(range(values.shape[axis]), axis=axis)
-    elif scale.size > 1:
-        shape = [1] * values.ndim
-        shape[axis] = -1
-        scale, zero = scale.reshape(shape), zero.reshape(shape)
-    return values, scale, zero, axis
+    params = along_axis(values.shape, scale, zero, axis, block)   # opset 21's blocks: one per `block` values
+    if params is None:
+        return None
+    return values, params[0], params[1], axis
 
 
 def _too_wide(node: onnx.NodeProto, inits: Mapping[str, onnx.TensorProto]) -> bool:
