@@ -602,6 +602,7 @@ def _drop_constant_row_guards(model: onnx.ModelProto) -> None:
     (a Cast to FLOAT first once the import narrowed float64), which becomes the ReduceMean of the float32 squares
     (the lab's LayerNorm computes its statistics in float64)."""
     g = _OnnxGraph(model)
+    types = contrib.elem_types(model)
     rename: dict[str, str] = {}
     casts_back: set[str] = set()                     # the float64 means whose Cast back to float32 goes
 
@@ -630,7 +631,7 @@ def _drop_constant_row_guards(model: onnx.ModelProto) -> None:
             mean = g.only_user(node.output[0], "ReduceMean")
             back = None if mean is None else g.only_user(mean.output[0], "Cast")
             if mean is not None and back is not None and _attrs(back).get("to") == onnx.TensorProto.FLOAT and \
-                    _elem_type(model, node.input[0]) == onnx.TensorProto.FLOAT:
+                    types.get(node.input[0]) == onnx.TensorProto.FLOAT:
                 casts_back.add(mean.output[0])
                 mean.input[0] = node.input[0]              # the mean of the float32 values, written as the Cast's
                 mean.output[0] = back.output[0]
@@ -657,12 +658,9 @@ def _two_pass_variances(model: onnx.ModelProto) -> bool:
     shapes = contrib.static_shapes(model)
 
     def root(t: str) -> str | None:
+        """``x`` when ``t`` is ``Mul(x, x)`` or ``Pow(x, 2)``."""
         node = g.producer.get(t)
-        if node is not None and node.op_type == "Mul" and node.input[0] == node.input[1]:
-            return node.input[0]
-        if node is not None and node.op_type == "Pow" and g.scalar(node, node.input[0]) == 2.0:
-            return node.input[0]
-        return None
+        return None if node is None else rmsnorm.square_of(g, node)
 
     replaced: dict[int, list[onnx.NodeProto]] = {}
     rename: dict[str, str] = {}
@@ -704,15 +702,6 @@ def _two_pass_variances(model: onnx.ModelProto) -> bool:
     del model.graph.node[:]
     model.graph.node.extend(kept)
     return True
-
-
-def _elem_type(model: onnx.ModelProto, name: str) -> int | None:
-    """The element type of tensor ``name`` as the graph declares it (input, initializer, value_info, output)."""
-    for vi in [*model.graph.input, *model.graph.value_info, *model.graph.output]:
-        if vi.name == name:
-            return vi.type.tensor_type.elem_type
-    init = next((i for i in model.graph.initializer if i.name == name), None)
-    return None if init is None else init.data_type
 
 
 def _fuse_decompositions(model: onnx.ModelProto) -> onnx.ModelProto:
