@@ -467,22 +467,20 @@ def _accuracy(model: str, compiled: Any, float_graph: Any, inputs: dict[str, np.
     kind = "the zoo model " if source in zoo.list_models() else "the quantized file " if _quantized_file(path) else ""
     which = f"{which} on {kind}{source}" if which == "onnxruntime" else \
         f"the lab's float reference on the float graph of {source}" + (f" ({refused}" if refused else "")
-    result: dict[str, Any] = {
-        "reference": which,
-        "outputs": {name: accuracy_vs_float(ref[name], outputs[name], output_scale(compiled.graph, name))
-                    for name in compiled.graph.outputs}}
-    broken = _nonfinite_scales(path) if kind == "the quantized file " and which.startswith("onnxruntime") else []
+    on_file = kind == "the quantized file " and which.startswith("onnxruntime")
+    broken = _nonfinite_scales(path) if on_file else []
     plain = _dequantized_outputs(path, compiled.graph, inputs, declared, compiled.meta.get("input_values")) \
         if broken else None
     if plain is not None:                  # onnxruntime's run of the file is NaN from those tensors on: not the model
         ref = plain
         named = ", ".join(map(repr, broken[:2])) + (f" and {len(broken) - 2} more" if len(broken) > 2 else "")
-        result = {"reference": f"onnxruntime on the dequantized float graph of {source}, not on the quantized file: "
-                               f"its quantizer gave {named} an infinite scale, which onnxruntime's run of the file "
-                               f"turns into NaN",
-                  "outputs": {name: accuracy_vs_float(ref[name], outputs[name], output_scale(compiled.graph, name))
-                              for name in compiled.graph.outputs}}
-    elif kind == "the quantized file " and which.startswith("onnxruntime"):
+        which = (f"onnxruntime on the dequantized float graph of {source}, not on the quantized file: its quantizer "
+                 f"gave {named} an infinite scale, which onnxruntime's run of the file turns into NaN")
+    result: dict[str, Any] = {
+        "reference": which,
+        "outputs": {name: accuracy_vs_float(ref[name], outputs[name], output_scale(compiled.graph, name))
+                    for name in compiled.graph.outputs}}
+    if on_file and plain is None:
         own = _file_own_error(path, compiled.graph, inputs, ref, declared, compiled.meta.get("input_values"))
         if own:
             result["file_own_cosine"] = own
