@@ -27,7 +27,7 @@ operator whose scales are computed at run time, a QAttention with a past state) 
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Mapping
 
 import numpy as np
 import onnx
@@ -37,7 +37,8 @@ from .masks import live_nodes
 from .onnx_common import tensor_namer
 from .onnx_fusions import _OnnxGraph
 
-__all__ = ["qdq_to_float", "qdq_ranges", "undequantized_ops", "QDQ_OPS", "qoperator_to_qdq", "along_axis"]
+__all__ = ["qdq_to_float", "qdq_ranges", "undequantized_ops", "QDQ_OPS", "qoperator_to_qdq", "along_axis",
+           "dequantized_constants"]
 
 QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear"})
 """The only quantized operators of a QDQ model."""
@@ -524,25 +525,34 @@ def _fold_constant_dequantizations(model: onnx.ModelProto) -> None:
     configurations), becomes the float32 initializer ONNX defines, ``(x - zero_point) * scale`` per tensor, per
     axis or per block of ``block_size`` along the axis, so the float import folds no com.microsoft node (it refused
     them). One whose scales do not fit its values is left (and named by the import)."""
-    inits = {init.name: init for init in model.graph.initializer}
-    folded: dict[str, np.ndarray] = {}
-    kept: list[onnx.NodeProto] = []
-    for node in model.graph.node:
-        names = list(node.input) + [""] * (3 - len(node.input))
-        value = None
-        if node.op_type == "DequantizeLinear" and node.domain in ("", "ai.onnx", "com.microsoft") and \
-                names[0] in inits and names[1] in inits and (not names[2] or names[2] in inits):
-            value = _dequantized(numpy_helper.to_array(inits[names[0]]), numpy_helper.to_array(inits[names[1]]),
-                                 numpy_helper.to_array(inits[names[2]]) if names[2] else None,
-                                 {a.name: a.i for a in node.attribute if a.type == onnx.AttributeProto.INT})
-        if value is None:
-            kept.append(node)
-        else:
-            folded[node.output[0]] = value
+    folded = dequantized_constants(model, {init.name: init for init in model.graph.initializer})
     if folded:
+        kept = [node for node in model.graph.node if not (node.output and node.output[0] in folded)]
         del model.graph.node[:]
         model.graph.node.extend(kept)
         model.graph.initializer.extend(numpy_helper.from_array(v, k) for k, v in folded.items())
+
+
+def dequantized_constants(model: onnx.ModelProto, consts: Mapping[str, np.ndarray | onnx.TensorProto]
+                          ) -> dict[str, np.ndarray]:
+    """The float32 values of each DequantizeLinear (of either domain) of ``model`` whose inputs are all ``consts``
+    (arrays, or initializers read when used), by its output: ``(x - zero_point) * scale`` as ONNX defines it (per
+    tensor, per axis, per block); one whose scales do not fit its values is left out."""
+    def array(name: str) -> np.ndarray:
+        value = consts[name]
+        return numpy_helper.to_array(value) if isinstance(value, onnx.TensorProto) else np.asarray(value)
+
+    out: dict[str, np.ndarray] = {}
+    for node in model.graph.node:
+        names = list(node.input) + [""] * (3 - len(node.input))
+        if node.op_type != "DequantizeLinear" or node.domain not in ("", "ai.onnx", "com.microsoft") or \
+                names[0] not in consts or names[1] not in consts or (names[2] and names[2] not in consts):
+            continue
+        value = _dequantized(array(names[0]), array(names[1]), array(names[2]) if names[2] else None,
+                             {a.name: a.i for a in node.attribute if a.type == onnx.AttributeProto.INT})
+        if value is not None:
+            out[node.output[0]] = value
+    return out
 
 
 def _dequantized(x: np.ndarray, scale: np.ndarray, zero: np.ndarray | None, attrs: dict[str, int]

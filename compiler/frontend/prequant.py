@@ -1923,20 +1923,13 @@ def _integer_input_regions(imp: _Importer, model: onnx.ModelProto) -> None:
     :func:`_embedding`; the region's nodes are skipped. An input whose region reaches anything else is left to the
     rules (the input itself may still be read by a Gather: token ids). A DequantizeLinear of a one-value constant in
     the region (a mask's fill value, which AMD Quark quantizes too) is the constant it computes."""
-    from .dequantize import _dequantized
+    from .dequantize import dequantized_constants
     from .masks import REGION_OPS, encode, forward_region, region_model
     types = {vi.name: vi.type.tensor_type.elem_type for vi in [*model.graph.value_info, *model.graph.output]}
     shapes = static_shapes(model)
-    consts = dict(imp.consts)
-    for node in model.graph.node:                   # DequantizeLinear of constants: their values, as ONNX computes
-        names = list(node.input) + [""] * (3 - len(node.input))
-        if node.op_type == "DequantizeLinear" and names[0] in imp.consts and names[1] in imp.consts and \
-                (not names[2] or names[2] in imp.consts):
-            value = _dequantized(imp.consts[names[0]], imp.consts[names[1]],
-                                 imp.consts[names[2]] if names[2] else None,
-                                 {a.name: a.i for a in node.attribute if a.type == onnx.AttributeProto.INT})
-            if value is not None and value.size == 1:      # a fill, not a table the ids index
-                consts[node.output[0]] = value
+    consts = dict(imp.consts)                    # and one-value DequantizeLinear of constants: a fill, not a table
+    consts.update({name: value for name, value in dequantized_constants(model, imp.consts).items()
+                   if value.size == 1})
 
     def kind(e: str) -> str | None:
         """How the region's exit ``e`` leaves it: ``float`` (read by QuantizeLinear nodes alone), ``index`` (an
