@@ -179,7 +179,8 @@ QUANT_OPS: dict[str, tuple[str, ...]] = {
     "QMatMulWide": (),                                   # int8 a @ int8 b -> int32, exact (attention scores read by a
                                                          # softmax at the output's scale; the CPU only)
     "QLayerNorm": ("axis", "epsilon", "scale", "gamma", "beta", "out_scale"),   # float64 from int8, see qops
-    "QRMSNorm": ("axis", "epsilon", "scale", "gamma", "out_scale"),  # float64 from int8, qops.rms_norm
+    "QRMSNorm": ("axis", "epsilon", "scale", "gamma", "out_scale"),  # float64 from int8, qops.rms_norm (optional
+                                                         # in_zero_point, zero_point: a pre-quantized file's)
     "QMulAct": ("multiplier", "shift"),                  # int8 a * int8 b (one shape): clip((a*b*M + r) >> S), int64
     "Gather": ("axis", "indices"),
     "GatherAt": ("axis",),                               # int8 data's rows at run-time indices, at its scale
