@@ -460,13 +460,20 @@ def _last_initializers(proto: onnx.ModelProto) -> None:
     message = (f"the model defines initializer(s) {', '.join(map(repr, differ[:5]))}{' ...' if len(differ) > 5 else ''}"
                f" more than once, with different values (ONNX asks for unique names); the lab takes the last "
                f"definition of each, as onnxruntime does")
-    if differ and message not in _WARNED:             # once a run: the accuracy step reads the file again
+    if differ:
+        warn_once(message)
+
+
+def warn_once(message: str) -> None:
+    """Log ``message`` as the lab's warning the first time this process gives it (a run reads the file again for its
+    accuracy step, which would repeat a warning about the file)."""
+    if message not in _WARNED:
         _WARNED.add(message)
         logging.getLogger("vta").warning("%s", message)
 
 
 _WARNED: set[str] = set()
-"""Warnings :func:`_last_initializers` gave in this process."""
+"""Warnings :func:`warn_once` gave in this process."""
 
 
 def _defaults_as_inputs(proto: onnx.ModelProto) -> None:
