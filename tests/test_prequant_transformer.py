@@ -9,6 +9,7 @@ onnxruntime fuses the Softmax into its QLinearSoftmax, whose table-based exp dif
 step in about a tenth of the probabilities (docs/prequant.md)."""
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +20,7 @@ from test_prequant import _Reader, _Samples
 
 from vta.compiler import qops
 from vta.compiler.frontend.prequant import import_model
-from vta.compiler.pipeline import InputError, check_inputs, compile_model
+from vta.compiler.pipeline import CalibrationSet, InputError, check_inputs, compile_model
 from vta.compiler.runtime.executor import run
 from vta.config import VTAConfig
 
@@ -263,10 +264,16 @@ def _ids_block(positions: bool = False) -> onnx.ModelProto:
                       helper.make_node("Gather", ["positions", "pos"], ["pe"]),
                       helper.make_node("Add", ["tok", "pe"], ["emb"])]
         nodes[0] = helper.make_node("Gather", ["table", "ids"], ["tok"])
-    graph = helper.make_graph(nodes, "ids", [helper.make_tensor_value_info("ids", TensorProto.INT64, [1, 8]),
-                                             helper.make_tensor_value_info("mask", TensorProto.INT64, [1, 8])],
+    return _ids_model(nodes, inits, "ids", 17)
+
+
+def _ids_model(nodes: list[onnx.NodeProto], inits: list[onnx.TensorProto], name: str, opset: int
+               ) -> onnx.ModelProto:
+    """The model of ``nodes`` from token ids and a mask (int64 ``[1, 8]``) to ``y`` (float ``[1, 8, 16]``)."""
+    graph = helper.make_graph(nodes, name, [helper.make_tensor_value_info("ids", TensorProto.INT64, [1, 8]),
+                                            helper.make_tensor_value_info("mask", TensorProto.INT64, [1, 8])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 16])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     model.ir_version = 9
     return model
 
@@ -279,6 +286,18 @@ def _ids_inputs(seed: int, count: int) -> list[dict[str, np.ndarray]]:
         mask[0, 8 - k % 4:] = 0
         out.append({"ids": rng.integers(0, 20, (1, 8)).astype(np.int64), "mask": mask})
     return out
+
+
+def _runs_as_onnxruntime(compiled, path: Path) -> None:
+    """On four seeded id and mask inputs, fsim equals the integer reference and the output agrees with onnxruntime's
+    on the file (cosine above 0.999)."""
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    for feed in _ids_inputs(5, 4):
+        out = run(compiled, feed, target="fsim").outputs["y"]
+        np.testing.assert_array_equal(out, qops.run_reference(compiled.graph, feed)["y"])
+        want = session.run(None, feed)[0]
+        cosine = float(out.ravel() @ want.ravel() / np.linalg.norm(out) / np.linalg.norm(want))
+        assert cosine > 0.999, cosine
 
 
 @pytest.mark.parametrize("fmt", ["QDQ", "QOperator"])
@@ -299,12 +318,185 @@ def test_token_ids_and_an_attention_mask_import_as_integers(fmt, positions, tmp_
     assert graph.is_quantized and "quantization" in compiled.meta
     assert {"Embedding", "MaskFn"} | ({"IndexFn"} if positions else set()) <= {n.op for n in graph.nodes}
     assert [graph.tensors[n].dtype for n in graph.inputs] == ["int64", "int64"]
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    for feed in _ids_inputs(5, 4):
-        out = run(compiled, feed, target="fsim").outputs["y"]
-        np.testing.assert_array_equal(out, qops.run_reference(graph, feed)["y"])
-        want = session.run(None, feed)[0]
-        cosine = float(out.ravel() @ want.ravel() / np.linalg.norm(out) / np.linalg.norm(want))
-        assert cosine > 0.999
+    _runs_as_onnxruntime(compiled, path)
     with pytest.raises(InputError, match="values other than 0 and 1 in the attention mask input 'mask'"):
         check_inputs(graph, {"ids": np.zeros((1, 8), np.int64), "mask": np.full((1, 8), 2, np.int64)}, "--input")
+
+
+def _islands_block() -> onnx.ModelProto:
+    """Token ids into a float embedding table, RMSNorm's decomposition (Llama's), one attention head and a boolean
+    attention mask written as transformers 5 writes it, ``Where(mask, 0, float32's lowest)`` added to the scores:
+    what a quantizer that quantizes only the MatMuls leaves float around them (seeded weights)."""
+    rng = np.random.default_rng(4)
+    inits = [numpy_helper.from_array(rng.standard_normal((20, 16)).astype(np.float32), "table"),
+             numpy_helper.from_array((rng.standard_normal((16, 16)) * 0.25).astype(np.float32), "wq"),
+             numpy_helper.from_array((rng.standard_normal((16, 16)) * 0.25).astype(np.float32), "wk"),
+             numpy_helper.from_array((1 + 0.1 * rng.standard_normal(16)).astype(np.float32), "gamma"),
+             numpy_helper.from_array(np.array([-1], np.int64), "last"),
+             numpy_helper.from_array(np.array([1], np.int64), "axis1"),
+             numpy_helper.from_array(np.array(2.0, np.float32), "two"),
+             numpy_helper.from_array(np.array(1e-6, np.float32), "eps"),
+             numpy_helper.from_array(np.array(0.0, np.float32), "zero"),
+             numpy_helper.from_array(np.array(np.finfo(np.float32).min, np.float32), "lowest"),
+             numpy_helper.from_array(np.array(0.25, np.float32), "temp")]
+    nodes = [helper.make_node("Gather", ["table", "ids"], ["emb"]),
+             helper.make_node("Pow", ["emb", "two"], ["sq"]),
+             helper.make_node("ReduceMean", ["sq", "last"], ["ms"], keepdims=1),
+             helper.make_node("Add", ["ms", "eps"], ["mse"]), helper.make_node("Sqrt", ["mse"], ["rms"]),
+             helper.make_node("Div", ["emb", "rms"], ["normed"]), helper.make_node("Mul", ["normed", "gamma"], ["h"]),
+             helper.make_node("MatMul", ["h", "wq"], ["q"]), helper.make_node("MatMul", ["h", "wk"], ["k"]),
+             helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 1]),
+             helper.make_node("MatMul", ["q", "kt"], ["s"]), helper.make_node("Mul", ["s", "temp"], ["st"]),
+             helper.make_node("Cast", ["mask"], ["keep"], to=TensorProto.BOOL),
+             helper.make_node("Unsqueeze", ["keep", "axis1"], ["keep1"]),
+             helper.make_node("Where", ["keep1", "zero", "lowest"], ["term"]),
+             helper.make_node("Add", ["st", "term"], ["masked"]),
+             helper.make_node("Softmax", ["masked"], ["p"], axis=-1),
+             helper.make_node("MatMul", ["p", "h"], ["y"])]
+    return _ids_model(nodes, inits, "islands", 18)
+
+
+def test_a_file_quantized_only_at_its_matmuls_imports_as_integers(tmp_path):
+    """A file whose quantizer quantized only the MatMuls (onnxruntime's ``op_types_to_quantize``, AMD Quark's
+    transformer preset) leaves float the embedding table, the RMSNorm and the masked scores. They took the whole
+    file to its float graph ("Cast ... casts to BOOL"). Now the completion quantizes the islands: the lookup is the
+    Embedding of the table quantized at its lookup's pair, the RMSNorm one QRMSNorm (the file's asymmetric output
+    zero point kept), and the mask stays float into the Softmax as its additive term (its fill, float32's lowest,
+    fits no int8 scale beside the scores). fsim equals the integer reference; the output agrees with onnxruntime."""
+    source, path = tmp_path / "islands.onnx", tmp_path / "islands_mm.onnx"
+    onnx.save(_islands_block(), source)
+    quantization.quantize_static(str(source), str(path), _Samples(_ids_inputs(1, 8)), op_types_to_quantize=["MatMul"],
+                                 quant_format=quantization.QuantFormat.QDQ,
+                                 activation_type=quantization.QuantType.QUInt8)
+    feeds = _ids_inputs(1, 8)
+    calibration = CalibrationSet({k: np.concatenate([f[k] for f in feeds]) for k in feeds[0]}, {"source": "test"})
+    compiled = compile_model(str(path), VTAConfig(), calibration=calibration)
+    graph = compiled.graph
+    assert graph.is_quantized and "quantization" in compiled.meta
+    ops = {n.op for n in graph.nodes}
+    assert {"Embedding", "QRMSNorm", "MaskFn"} <= ops
+    assert any(n.op == "Softmax" and n.attrs.get("key_additive") for n in graph.nodes)
+    assert any(n.op == "QRMSNorm" and n.attrs["zero_point"] != 0 for n in graph.nodes)
+    _runs_as_onnxruntime(compiled, path)
+
+
+def _imports_its_mask_as_integers(model: onnx.ModelProto, path: Path) -> None:
+    """Save ``model`` at ``path``; its import is integers with the mask's region one MaskFn, and its reference output
+    agrees with onnxruntime's on the file."""
+    onnx.save(model, path)
+    graph = import_model(str(path))
+    assert graph.is_quantized and "MaskFn" in {n.op for n in graph.nodes}
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    for feed in _ids_inputs(5, 2):
+        got, want = qops.run_reference(graph, feed)["y"], session.run(None, feed)[0]
+        assert float(got.ravel() @ want.ravel() / np.linalg.norm(got) / np.linalg.norm(want)) > 0.999
+
+
+def test_a_mask_fill_dequantized_by_a_microsoft_node_imports_as_integers(tmp_path):
+    """AMD Quark quantizes a mask's fill values too, with com.microsoft's DequantizeLinear, whose outputs ONNX's
+    shape inference does not type: the mask region ``Where(mask, DQ(0), DQ(fill))`` had no types, was not taken,
+    and the file went to its float graph (its Cast of the mask to BOOL refused). The types are now borrowed from the
+    file read with ONNX's schema."""
+    source, path = tmp_path / "ids.onnx", tmp_path / "ids_qdq.onnx"
+    onnx.save(_where_mask_block(), source)
+    quantization.quantize_static(str(source), str(path), _Samples(_ids_inputs(1, 8)),
+                                 quant_format=quantization.QuantFormat.QDQ)
+    model = onnx.load(path)                     # the fill values as Quark writes them
+    model.graph.node.insert(0, helper.make_node("DequantizeLinear", ["fills_q", "fills_scale"], ["zero_dq"],
+                                                domain="com.microsoft"))
+    model.graph.node.insert(0, helper.make_node("DequantizeLinear", ["fill_q", "fills_scale"], ["fill_dq"],
+                                                domain="com.microsoft"))
+    model.graph.initializer.extend([numpy_helper.from_array(np.array(0, np.int8), "fills_q"),
+                                    numpy_helper.from_array(np.array(-100, np.int8), "fill_q"),
+                                    numpy_helper.from_array(np.array(100.0, np.float32), "fills_scale")])
+    for node in model.graph.node:
+        if node.op_type == "Where":
+            node.input[1:] = ["zero_dq", "fill_dq"]
+    model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    _imports_its_mask_as_integers(model, path)
+
+
+def test_an_embedding_table_quantized_per_row_imports_as_integers(tmp_path):
+    """NNCF's transformer preset quantizes the embedding table per row (DequantizeLinear on axis 0), and the lab's
+    Embedding reads one scale: the file went to its float graph. The lookup is now the Embedding of the table's
+    dequantized rows quantized as the QuantizeLinear after the lookup quantizes them: the integers onnxruntime
+    computes, so the imported graph's lookup equals onnxruntime's bit for bit."""
+    rng = np.random.default_rng(6)
+    table = rng.standard_normal((20, 16)).astype(np.float32) * rng.uniform(0.2, 3, (20, 1)).astype(np.float32)
+    scale = (np.abs(table).max(axis=1) / 127).astype(np.float32)
+    inits = [numpy_helper.from_array(np.clip(np.rint(table / scale[:, None]), -127, 127).astype(np.int8), "tq"),
+             numpy_helper.from_array(scale, "ts"), numpy_helper.from_array(np.zeros(20, np.int8), "tz"),
+             numpy_helper.from_array(np.float32(0.03), "s"), numpy_helper.from_array(np.uint8(128), "z")]
+    nodes = [helper.make_node("DequantizeLinear", ["tq", "ts", "tz"], ["table"], axis=0),
+             helper.make_node("Gather", ["table", "ids"], ["rows"]),
+             helper.make_node("QuantizeLinear", ["rows", "s", "z"], ["rq"]),
+             helper.make_node("DequantizeLinear", ["rq", "s", "z"], ["y"])]
+    graph = helper.make_graph(nodes, "rows", [helper.make_tensor_value_info("ids", TensorProto.INT64, [1, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 16])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    path = tmp_path / "rows.onnx"
+    onnx.save(model, path)
+    imported = import_model(str(path))
+    assert imported.is_quantized and "Embedding" in {n.op for n in imported.nodes}
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    for feed in _ids_inputs(3, 2):
+        np.testing.assert_array_equal(qops.run_reference(imported, {"ids": feed["ids"]})["y"],
+                                      session.run(None, {"ids": feed["ids"]})[0])
+
+
+def _where_mask_block() -> onnx.ModelProto:
+    """``_ids_block`` with the mask's term written ``Where(mask, 0, fill)`` (transformers 5's form) instead of
+    ``(1 - mask) * fill``."""
+    model = _ids_block()
+    nodes = [n for n in model.graph.node if n.output[0] not in ("mf", "inv", "term")]
+    at = [n.output[0] for n in nodes].index("m1") + 1
+    nodes[at:at] = [helper.make_node("Cast", ["m1"], ["keep"], to=TensorProto.BOOL),
+                    helper.make_node("Where", ["keep", "zero", "fill"], ["term"])]
+    model.graph.initializer.append(numpy_helper.from_array(np.array(0.0, np.float32), "zero"))
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    return model
+
+
+def test_a_mask_carrying_a_bias_computed_from_constants_imports_as_integers(tmp_path):
+    """T5's mask carries the position bias, ``Where(mask, bias, fill)``, the bias a table's rows at constant buckets
+    that the quantizer quantizes as an activation (QuantizeLinear, DequantizeLinear of a value of constants alone).
+    The mask region read plain constants only, so it was not taken and the file went to its float graph; such values
+    are now computed as ONNX does, and the region is one MaskFn."""
+    source, path = tmp_path / "ids.onnx", tmp_path / "ids_qdq.onnx"
+    onnx.save(_where_mask_block(), source)
+    quantization.quantize_static(str(source), str(path), _Samples(_ids_inputs(1, 8)),
+                                 quant_format=quantization.QuantFormat.QDQ)
+    model = onnx.load(path)
+    bias = (np.random.default_rng(2).standard_normal((1, 8, 8)) * 2).astype(np.float32)
+    model.graph.initializer.extend([numpy_helper.from_array(bias, "bias_rows"),
+                                    numpy_helper.from_array(np.float32(6 / 127), "bias_scale"),
+                                    numpy_helper.from_array(np.int8(0), "bias_zp")])
+    made = [helper.make_node("Transpose", ["bias_rows"], ["bias"], perm=[0, 2, 1]),
+            helper.make_node("QuantizeLinear", ["bias", "bias_scale", "bias_zp"], ["bias_q"]),
+            helper.make_node("DequantizeLinear", ["bias_q", "bias_scale", "bias_zp"], ["bias_dq"])]
+    for k, node in enumerate(made):
+        model.graph.node.insert(k, node)
+    where = next(n for n in model.graph.node if n.op_type == "Where")
+    where.input[1] = "bias_dq"
+    _imports_its_mask_as_integers(model, path)
+
+
+def test_a_scale_that_saw_a_masks_fill_is_warned_about(tmp_path, caplog):
+    """A quantizer calibrated on a mask filled with float32's lowest gives the tensors it reaches a scale near
+    1e36, and every other value of them rounds to the zero point (onnxruntime's T5 files lose the position bias so,
+    AMD Quark's files the scores). The lab runs such a file as it is, and says so once."""
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["y"])]
+    inits = [numpy_helper.from_array(np.float32(1.3e36), "s"), numpy_helper.from_array(np.uint8(128), "z")]
+    graph = helper.make_graph(nodes, "huge", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    path = tmp_path / "huge.onnx"
+    onnx.save(model, path)
+    with caplog.at_level(logging.WARNING, logger="vta"):
+        assert import_model(str(path)).is_quantized
+        import_model(str(path))
+    assert caplog.text.count("at a scale above 1e+30 ('x')") == 1

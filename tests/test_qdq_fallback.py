@@ -581,7 +581,7 @@ def test_onnxruntimes_com_microsoft_quantize_and_dequantize_take_the_float_graph
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
 
     from vta.compiler.frontend.float_ref import run_float
-    from vta.compiler.frontend.prequant import import_model
+    from vta.compiler.frontend.prequant import complete_partial, import_model
     source, path = tmp_path / "block.onnx", tmp_path / "block.int4.onnx"
     onnx.save(_float_block(decomposed=True, einsum=True), str(source))
     quantize_static(str(source), str(path), _reader(), quant_format=QuantFormat.QDQ,
@@ -589,6 +589,8 @@ def test_onnxruntimes_com_microsoft_quantize_and_dequantize_take_the_float_graph
     assert {n.domain for n in onnx.load(path).graph.node if n.op_type == "DequantizeLinear"} == {"com.microsoft"}
     with caplog.at_level(logging.WARNING, logger="vta"):
         graph = import_model(path)
+        if graph.partial is not None:        # the float islands' completion is tried first; it keeps the Einsum
+            assert complete_partial(graph, {"x": _x()}) is None
     assert not graph.is_quantized and "dequantized float graph" in caplog.text
     import onnxruntime as ort
     want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": _x()})[0]

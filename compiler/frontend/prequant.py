@@ -64,7 +64,7 @@ import os
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, TypeVar, cast
 
 import numpy as np
 import onnx
@@ -93,10 +93,12 @@ from .onnx_frontend import (
     file_conventions,
     import_onnx,
     tensor_byte_limit,
+    warn_once,
 )
 from .onnx_fusions import _fuse_decompositions
 from .onnx_rules import resize_attrs
 from .onnx_transformer_rules import gather_indices, slice_spec
+from .prequant_complete import SUFFIX as COMPLETION_SUFFIX
 from .prequant_complete import complete, measure_ranges, plan_completion, unquantize_infinite
 from .quantize import choose_requant
 
@@ -295,10 +297,15 @@ _CONST_MOVES = frozenset({"Transpose", "Reshape", "Identity", "Squeeze", "Unsque
 def _borrow_shapes(proto: onnx.ModelProto) -> None:
     """In place: the shapes ONNX's shape inference cannot give the outputs of ``com.microsoft`` operators (a QOperator
     file's QLinearAdd, QLinearSoftmax...; everything after them, so a transformer's ``Shape`` of a head's activation
-    would not fold), taken from the same file written as QDQ (:func:`.dequantize.qoperator_to_qdq`: standard
-    operators, the tensors' names kept), added to ``proto``'s value_info."""
+    would not fold; AMD Quark's com.microsoft DequantizeLinear of a mask's fill values, so the mask region had no
+    types), taken from the same file written as QDQ (:func:`.dequantize.qoperator_to_qdq`: standard operators, the
+    tensors' names kept; com.microsoft's QuantizeLinear and DequantizeLinear read by ONNX's schema), added to
+    ``proto``'s value_info."""
     standard = onnx.ModelProto.FromString(proto.SerializeToString())
     qoperator_to_qdq(standard)
+    for node in standard.graph.node:          # com.microsoft's QuantizeLinear, DequantizeLinear: ONNX's schema
+        if node.op_type in ("QuantizeLinear", "DequantizeLinear") and node.domain == "com.microsoft":
+            node.domain = ""
     known = static_shapes(proto)
     written = {o for node in proto.graph.node for o in node.output}
     borrowed = [vi for vi in _infer_shapes(standard).graph.value_info if vi.name in written and vi.name not in known]
@@ -317,6 +324,8 @@ def normalized(proto: onnx.ModelProto) -> onnx.ModelProto:
     _drop_identity_casts(proto)
     if _unfuse_static_matmuls(proto):
         proto = _infer_shapes(proto)
+    if any(node.domain == "com.microsoft" for node in proto.graph.node):
+        _borrow_shapes(proto)                       # the last inference dropped them again
     return proto
 
 
@@ -1331,7 +1340,7 @@ def _function_result(imp: _Importer, node: onnx.NodeProto, x: _Act, fn: Callable
 
 
 def _qdq_softmax(imp: _Importer, node: onnx.NodeProto) -> None:
-    masked = imp.masked_scores.get(imp.unquantized.get(node.input[0], ""))
+    masked = imp.masked_scores.get(imp.unquantized.get(node.input[0], node.input[0]))
     if masked is not None:                                  # Softmax(scores + a mask onnxruntime scaled by inf)
         scores, mask = masked
         _softmax(imp, node, scores, int(_attrs(node).get("axis", -1)), _quantized_output(imp, node), mask)
@@ -1411,6 +1420,37 @@ def _layer_norm(imp: _Importer, node: onnx.NodeProto) -> None:
     out = _quantized_output(imp, node)
     imp.emit_out("QLayerNorm", node.name, [x.name], out, shape, axis=axis, epsilon=epsilon, scale=x.scale,
                  gamma=gamma, beta=beta + out.zp * out.scale, out_scale=out.scale)
+    if (out.lo, out.hi) != (INT8_MIN, INT8_MAX):
+        _clip_to(imp, node.name, out)
+
+
+def _rms_norm(imp: _Importer, node: onnx.NodeProto) -> None:
+    """RMSNormalization between DequantizeLinear and QuantizeLinear (opset 23's operator, or the node the completion
+    fuses RMSNorm's decomposition into when a quantizer left it float, :mod:`.prequant_complete`): ``QRMSNorm``
+    (:func:`..qops_gated.rms_norm`, float64 of the exact integer sum of squares) with the file's float or dequantized
+    scale. No mean is subtracted, so the input's zero point does not cancel: the op subtracts it (exact, in int64)
+    and adds the output's after the rounding."""
+    a = _attrs(node)
+    if any(node.output[1:]):
+        raise UnsupportedOperatorError(node.op_type, node.name, "its inverse deviation output is read")
+    x = imp.alias(node, node.input[0])
+    shape = imp.shape(x.name)
+    axis = int(a.get("axis", -1))
+    if not -len(shape) <= axis < len(shape):
+        raise UnsupportedOperatorError(node.op_type, node.name, f"axis {axis} of a rank-{len(shape)} input")
+    axis %= len(shape)
+    gamma = imp.real_constant(node.input[1]) if len(node.input) > 1 and node.input[1] else np.ones(1)
+    if gamma is None:
+        raise UnsupportedOperatorError(node.op_type, node.name, "its scale is not a constant")
+    row = shape[axis:]
+    try:
+        gamma = np.broadcast_to(gamma, row).copy()
+    except ValueError:
+        raise UnsupportedOperatorError(node.op_type, node.name, f"its scale {gamma.shape} does not broadcast to "
+                                       f"the normalized axes {row}") from None
+    out = _quantized_output(imp, node)
+    imp.emit_out("QRMSNorm", node.name, [x.name], out, shape, axis=axis, epsilon=float(a.get("epsilon", 1e-5)),
+                 scale=x.scale, gamma=gamma, out_scale=out.scale, in_zero_point=x.zp, zero_point=out.zp)
     if (out.lo, out.hi) != (INT8_MIN, INT8_MAX):
         _clip_to(imp, node.name, out)
 
@@ -1888,7 +1928,11 @@ def _embedding(imp: _Importer, node: onnx.NodeProto) -> None:
     """``Gather(DequantizeLinear(table), ids)`` on axis 0, ``ids`` an integer graph input: the IR ``Embedding`` of the
     table's int8 values (uint8 shifted to int8 with its zero point), its output the same integers at the table's
     scale and zero point (a row lookup requantizes nothing). In QOperator form, ``Gather(table, ids)`` of the int
-    table itself: the same Embedding, the integers at the scale its first reader gives them."""
+    table itself: the same Embedding, the integers at the scale its first reader gives them. ``Gather(float table,
+    ids)`` followed by a QuantizeLinear (a table a quantizer left float, whose lookup the completion quantizes,
+    :mod:`.prequant_complete`; or a table dequantized per row, as NNCF's transformer preset writes it): the
+    Embedding of the table's float values quantized as that QuantizeLinear quantizes them (float32, row by row: the
+    same integers as quantizing the rows looked up)."""
     table, ids = node.input[0], node.input[1]
     raw = imp.consts.get(table)
     readers = imp.consumers.get(node.output[0], [])
@@ -1903,6 +1947,19 @@ def _embedding(imp: _Importer, node: onnx.NodeProto) -> None:
         imp.emit("Embedding", node.name, [ids, name], out)
         imp.ints[node.output[0]], imp.unsigned[node.output[0]] = out, raw.dtype == np.uint8
         return
+    real = None
+    if table in imp.weights and table not in imp.tables:      # per row (NNCF's transformer preset), or int16
+        real = cast(np.ndarray, imp.real_constant(table)).astype(np.float32)
+    elif table not in imp.weights and table in imp.consts and imp.consts[table].dtype == np.float32:
+        real = imp.consts[table]
+    if int(_attrs(node).get("axis", 0)) == 0 and real is not None and real.ndim >= 1:
+        at = _quantized_output(imp, node)           # a float table (the completion quantizes what the Gather gives)
+        with np.errstate(all="ignore"):            # QuantizeLinear of the rows it looks up, row by row: the same
+            q = np.rint(real / np.float32(at.scale)) + at.zp        # integers, as ONNX computes it in float32
+        values = np.clip(np.nan_to_num(q, nan=0.0), at.lo, at.hi).astype(np.int8)
+        name = imp.constant(f"{table}_int8", values)
+        imp.emit_out("Embedding", node.name, [ids, name], at, imp.shape(ids) + real.shape[1:])
+        return
     if int(_attrs(node).get("axis", 0)) != 0 or table not in imp.tables:
         raise UnsupportedOperatorError(node.op_type, node.name, f"it looks up token ids {ids!r} in {table!r}; the lab "
                                        f"takes a per-tensor DequantizeLinear of an int8 or uint8 table, on axis 0")
@@ -1913,6 +1970,43 @@ def _embedding(imp: _Importer, node: onnx.NodeProto) -> None:
     imp.floats[node.output[0]] = _Act(out, scale, zp)
 
 
+def _computed_constants(model: onnx.ModelProto, consts: dict[str, np.ndarray], ops: frozenset[str] | set[str]
+                        ) -> dict[str, np.ndarray]:
+    """The values of the nodes of ``ops`` (default domain) that compute from ``consts`` alone and write a tensor some
+    node reads beside a value that is no constant (T5's position bias: a DequantizeLinear of the QuantizeLinear of
+    a table's rows at constant buckets, which its mask's Where reads), in graph order, as ONNX's reference evaluator
+    computes them (a node it cannot evaluate is left out)."""
+    known = dict(consts)
+    needed: dict[str, onnx.NodeProto] = {}
+    for node in model.graph.node:
+        if node.domain in ("", "ai.onnx") and node.op_type in ops and node.input and \
+                all(not t or t in known for t in node.input) and not all(o in known for o in node.output if o):
+            known.update({o: np.empty(0) for o in node.output if o})      # placeholders: constant, not yet valued
+            needed.update({o: node for o in node.output if o})
+    mixed = {t for node in model.graph.node if any(t not in known for t in node.input if t)
+             for t in node.input if t in needed}
+    wanted: set[int] = set()
+    stack = [needed[t] for t in mixed]
+    while stack:
+        node = stack.pop()
+        if id(node) not in wanted:
+            wanted.add(id(node))
+            stack.extend(needed[t] for t in node.input if t in needed)
+    out: dict[str, np.ndarray] = {}
+    for node in model.graph.node:
+        if id(node) not in wanted:
+            continue
+        feed = {t: out.get(t, consts.get(t)) for t in node.input if t}
+        if any(v is None for v in feed.values()):
+            continue
+        try:
+            results = reference_evaluator(node).run(None, feed)
+        except Exception:  # noqa: BLE001 - a node the evaluator refuses stays what it is: not a region's constant
+            continue
+        out.update({o: np.asarray(v) for o, v in zip(node.output, results) if o})
+    return out
+
+
 def _integer_input_regions(imp: _Importer, model: onnx.ModelProto) -> None:
     """Before the nodes import: what each integer graph input computes in float with constants alone (a Hugging Face
     attention mask's Unsqueeze, Cast, Sub and Where into an additive fill), up to the QuantizeLinear nodes that read
@@ -1921,25 +2015,36 @@ def _integer_input_regions(imp: _Importer, model: onnx.ModelProto) -> None:
     those QuantizeLinear nodes then quantize; integer indices it computes for Gather nodes alone (RoBERTa's position
     ids, a cumulative sum of ``input_ids != pad``) become one ``IndexFn`` each, the Gathers then
     :func:`_embedding`; the region's nodes are skipped. An input whose region reaches anything else is left to the
-    rules (the input itself may still be read by a Gather: token ids). A DequantizeLinear of a one-value constant in
-    the region (a mask's fill value, which AMD Quark quantizes too) is the constant it computes."""
+    rules (the input itself may still be read by a Gather: token ids). A value of constants alone in the region (a
+    mask's fill value, which AMD Quark quantizes too; T5's position bias, a table's rows at constant buckets that
+    the quantizer quantizes as an activation: :func:`_computed_constants`) is the constant it computes, and a mask
+    the file left float, added to scores it left float too, is the Softmax's additive term (``term``).
+    ``Gather`` nodes that look rows up in a table (int8, or float of rank 2 or more) are no region nodes, nor is
+    what reads their rows."""
     from .dequantize import dequantized_constants
     from .masks import REGION_OPS, encode, forward_region, region_model
     types = {vi.name: vi.type.tensor_type.elem_type for vi in [*model.graph.value_info, *model.graph.output]}
     shapes = static_shapes(model)
-    consts = dict(imp.consts)                    # and one-value DequantizeLinear of constants: a fill, not a table
-    consts.update({name: value for name, value in dequantized_constants(model, imp.consts).items()
-                   if value.size == 1})
+    consts = dict(imp.consts)          # and DequantizeLinear of constants: a fill, T5's position bias (a lookup in
+    consts.update(dequantized_constants(model, imp.consts))      # a table is no region node: ``lookups`` below)
+    consts.update(_computed_constants(model, consts, REGION_OPS | {"QuantizeLinear", "DequantizeLinear"}))
 
     def kind(e: str) -> str | None:
-        """How the region's exit ``e`` leaves it: ``float`` (read by QuantizeLinear nodes alone), ``index`` (an
-        integer read as the indices of Gather nodes alone), else None."""
+        """How the region's exit ``e`` leaves it: ``float`` (read by QuantizeLinear nodes alone), ``term`` (float,
+        read by Adds alone, each of the scores of Softmax nodes alone: a mask the file left float, into scores it
+        left float too, :func:`.prequant_complete._masked_scores`), ``index`` (an integer read as the indices of
+        Gather nodes alone), else None."""
         users = imp.consumers.get(e, [])
         if e in imp.outputs or not users or shapes.get(e) is None:
             return None
         if types.get(e) == onnx.TensorProto.FLOAT and \
                 all(u.op_type == "QuantizeLinear" and u.input[0] == e for u in users):
             return "float"                               # a mask's additive term, quantized by the file
+        if types.get(e) == onnx.TensorProto.FLOAT and all(
+                u.op_type == "Add" and len(u.input) == 2 and list(u.input).count(e) == 1 and
+                imp.consumers.get(u.output[0]) and all(s.op_type == "Softmax" for s in imp.consumers[u.output[0]])
+                for u in users):
+            return "term"                                # added float to the scores of a Softmax (a float island)
         if types.get(e) in (onnx.TensorProto.INT64, onnx.TensorProto.INT32) and \
                 all(u.op_type == "Gather" and list(u.input[1:]) == [e] for u in users):
             return "index"                               # RoBERTa's position ids: a cumulative sum of the mask
@@ -1949,11 +2054,16 @@ def _integer_input_regions(imp: _Importer, model: onnx.ModelProto) -> None:
         if vi.name not in imp.int_inputs:
             continue
         region, nodes = forward_region(model, vi.name, consts, REGION_OPS)
-        lookups = {id(n) for n in nodes if n.op_type == "Gather" and n.input[0] in imp.consts and
-                   imp.consts[n.input[0]].dtype in (np.uint8, np.int8)}     # QOperator: a table's ints by the ids
-        if lookups:
-            nodes = [n for n in nodes if id(n) not in lookups]
-            region = {vi.name} | {o for n in nodes for o in n.output}
+        lookups = {id(n) for n in nodes if n.op_type == "Gather" and n.input[0] in consts and
+                   (consts[n.input[0]].dtype in (np.uint8, np.int8) or       # QOperator: a table's ints by the ids
+                    (consts[n.input[0]].dtype == np.float32 and consts[n.input[0]].ndim >= 2))}  # a float table
+        if lookups:                              # and what reads their rows: the region without them
+            region, kept = {vi.name}, []
+            for n in nodes:
+                if id(n) not in lookups and all(not t or t in region or t in consts for t in n.input):
+                    kept.append(n)
+                    region.update(n.output)
+            nodes = kept
         inside = {id(n) for n in nodes}
         exits = sorted(({t for n in model.graph.node if id(n) not in inside for t in n.input if t in region} |
                         {t for t in imp.outputs if t in region}) - {vi.name})
@@ -1962,7 +2072,7 @@ def _integer_input_regions(imp: _Importer, model: onnx.ModelProto) -> None:
             continue
         for e, k in kinds.items():
             shape = list(shapes[e])
-            value = onnx.helper.make_tensor_value_info(e, onnx.TensorProto.FLOAT if k == "float" else types[e], shape)
+            value = onnx.helper.make_tensor_value_info(e, onnx.TensorProto.FLOAT if k != "index" else types[e], shape)
             fn = encode(region_model(model, nodes, vi, [e], [value], consts))
             if k == "index":
                 imp.graph.add_tensor(e, tuple(shape), "int64")
@@ -1973,6 +2083,8 @@ def _integer_input_regions(imp: _Importer, model: onnx.ModelProto) -> None:
             rank = len(imp.shape(vi.name))      # [batch, tokens]: an attention mask's term (the run checks 0s and 1s)
             imp.emit("MaskFn" if rank >= 2 else "InputFn", f"{e}_fn", [vi.name], e, onnx=fn)
             imp.input_fns.add(e)
+            if k == "term":                              # the Softmax takes it float (:func:`_qdq_binary`)
+                imp.unquantized[e] = e
         imp.skip.update(inside)
 
 
@@ -2215,6 +2327,7 @@ RULES: dict[str, Callable[[_Importer, onnx.NodeProto], None]] = {
     "Resize": _qdq_resize,
     "BatchNormalization": _batch_norm,
     "LayerNormalization": _layer_norm,
+    "RMSNormalization": _rms_norm,
     "L2Normalize": _l2_normalize,
     "LpNormalization": _l2_normalize,
     "ConvInteger": _refuse_dynamic,
@@ -2326,6 +2439,34 @@ def _dequantize_outputs(imp: _Importer) -> None:
         imp.graph.outputs.append(out.name)
 
 
+HUGE_SCALE = 1e30
+"""A QuantizeLinear scale above which the file's calibration saw a mask's fill (float32's lowest, -3.4e38): every
+value of the tensor but the fill then rounds to the zero point (:func:`_warn_huge_scales`)."""
+
+
+def _warn_huge_scales(imp: _Importer, model: onnx.ModelProto, label: str) -> None:
+    """One warning naming the activations ``model`` quantizes at a finite scale above :data:`HUGE_SCALE`: its
+    quantizer calibrated them on a mask filled with float32's lowest (AMD Quark's files; onnxruntime's on T5, whose
+    mask carries the position bias). The lab runs them as the file defines them, as onnxruntime does, so the scores
+    or the bias such a tensor holds are lost to the rounding and the error against the float model shows it. A
+    second warning names those of the completion's own pairs (:mod:`.prequant_complete`), whose measured ranges
+    held such a fill."""
+    huge = [node.input[0] for node in model.graph.node if node.op_type == "QuantizeLinear" and len(node.input) > 1
+            and node.input[1] in imp.consts and node.input[0] not in imp.consts and
+            np.isfinite(imp.consts[node.input[1]]).all() and float(np.max(imp.consts[node.input[1]])) > HUGE_SCALE]
+    mine = [t for t in huge if COMPLETION_SUFFIX in t]     # the completion's own pairs: ranges it measured
+    for names, who, where in ((sorted(set(huge) - set(mine)), f"{label} quantizes", "in onnxruntime as here; "
+                               "calibrate the quantizer with the mask's fill clipped (-1e4, as older exporters wrote "
+                               "it) to keep them"),
+                              (mine, "the lab's completion of the float operators quantizes", "the error against the "
+                               "float model shows what that costs")):
+        message = (f"{who} {len(names)} activation(s) at a scale above {HUGE_SCALE:.0e} "
+                   f"({', '.join(repr(t) for t in names[:2])}{', ...' if len(names) > 2 else ''}): their range holds "
+                   f"a mask's fill (float32's lowest), so every other value of them rounds to the zero point, {where}")
+        if names:
+            warn_once(message)
+
+
 def import_quantized(model: onnx.ModelProto, label: str, *, accel_adds: bool = True) -> Graph:
     """The quantized :class:`~..ir.Graph` of the pre-quantized ``model`` (static input shapes already fixed), with its
     own scales and zero points (see the module docstring). ``accel_adds``: turn the adds that allow it into the
@@ -2371,6 +2512,7 @@ def import_quantized(model: onnx.ModelProto, label: str, *, accel_adds: bool = T
         raise problems[0]
     if problems:
         raise UnsupportedModelError(label, problems)
+    _warn_huge_scales(imp, model, label)
     _fuse_clips(imp.graph)
     _drop_unread(imp.graph)
     if accel_adds:

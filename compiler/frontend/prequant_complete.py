@@ -187,7 +187,8 @@ def plan_completion(model: onnx.ModelProto) -> Completion:
     for k, node in enumerate(graph.node):
         data = [name for name in node.input if name]
         if node.op_type not in _QUANT and any(name in derived for name in data) and \
-                all(name in derived or name in consts for name in data):
+                all(name in derived or name in consts for name in data) and \
+                not _float_lookup(node, initializers, dequantized, graph):
             derived.update(o for o in node.output if o)          # an attention mask's arithmetic: the import's
             continue
         if node.op_type == "DequantizeLinear" and data and data[0] in initializers:
@@ -218,11 +219,41 @@ def plan_completion(model: onnx.ModelProto) -> Completion:
                 if c is not None and c.data_type == TensorProto.FLOAT and int(np.prod(c.dims)) > 1 and \
                         other not in consts:
                     plan.weights.append((k, name, None))      # a gamma, a beta, a position table: per tensor
+        if _masked_scores(node, derived, readers):
+            continue                  # scores plus a mask: float into the Softmax, which takes the mask as a term
         if node.op_type not in _QUANT:
             for name in node.output:
                 if name:
                     activation(name, node)
     return plan
+
+
+def _float_lookup(node: onnx.NodeProto, initializers: Mapping[str, onnx.TensorProto],
+                  dequantized: Mapping[str, int], graph: onnx.GraphProto) -> bool:
+    """``node`` looks rows up in a float table of rank 2 or more (an embedding a quantizer left float) or in a
+    DequantizeLinear of an integer table per row (NNCF's transformer preset): its result is an activation, not a
+    mask's arithmetic, though its ids come from an integer input. (A table dequantized per tensor is the import's
+    Embedding of its integers as they are.)"""
+    if node.op_type != "Gather" or not node.input:
+        return False
+    if node.input[0] in dequantized:
+        dq = graph.node[dequantized[node.input[0]]]
+        scale = initializers.get(dq.input[1]) if len(dq.input) > 1 else None
+        return scale is not None and int(np.prod(scale.dims)) > 1
+    table = initializers.get(node.input[0])
+    return table is not None and table.data_type == TensorProto.FLOAT and len(table.dims) >= 2
+
+
+def _masked_scores(node: onnx.NodeProto, derived: set[str], readers: Mapping[str, list[onnx.NodeProto]]) -> bool:
+    """``node`` adds an attention mask (a value computed from integer inputs and constants alone: ``derived``) to
+    activations (the scores), and only Softmax nodes read the sum: the sum stays float, since its range holds the
+    mask's fill (-inf, or float32's lowest), which no scale of int8 keeps beside the scores. The integer import takes
+    it as the Softmax's additive mask term (``prequant._qdq_softmax``)."""
+    if node.op_type != "Add" or len(node.input) != 2 or node.domain not in ("", "ai.onnx"):
+        return False
+    masks = [name for name in node.input if name in derived]
+    users = readers.get(node.output[0], [])
+    return len(masks) == 1 and bool(users) and all(u.op_type == "Softmax" for u in users)
 
 
 def _is_bias(add: onnx.NodeProto, name: str, consts: set[str], shapes: Mapping[str, tuple[int, ...]]) -> bool:
