@@ -16,9 +16,10 @@ everywhere. :func:`complete` instead quantizes only what the file left float, th
   no axis); a float bias stays float (the import converts it);
 * a float **constant of several values** an ``Add``, ``Sub``, ``Mul`` or ``Div`` reads beside an activation (a
   LayerNorm's gamma and beta written out as Mul and Add, a position table added to the tokens: what a quantizer that
-  puts QuantizeLinear/DequantizeLinear pairs only before its matrix products leaves float) becomes
-  ``DequantizeLinear`` of int8 values at one scale, ``max|c| / 127``, as onnxruntime quantizes such an input; a
-  constant of one value stays float (the import folds it into the operator's table);
+  puts QuantizeLinear/DequantizeLinear pairs only before its matrix products leaves float), or a ``Concat`` joins to
+  activations (ViT's class token before the patches), becomes ``DequantizeLinear`` of int8 values at one scale,
+  ``max|c| / 127``, as onnxruntime quantizes such an input; a constant of one value stays float (the import folds
+  it into the operator's table);
 * an integer weight whose values minus its zero point do not fit int8 (uint8 weights of a zero point other than 128,
   onnxruntime's ``weight_type=QUInt8``; a DequantizeLinear's or a QOperator node's own) is re-quantized to
   symmetric int8 from its real values, at the same granularity (per channel or per tensor);
@@ -38,14 +39,16 @@ or ``Size`` reader keeps reading the float tensor.
 
 Before planning, ``prequant.complete_partial`` fuses each decomposition the file left wholly float (a LayerNorm's
 ReduceMean, Sub, Pow, Sqrt, Div...) into the one operator the float import would make of it
-(``onnx_fusions._fuse_decompositions``), so it is quantized at its input and output rather than at every step.
+(``onnx_fusions._fuse_decompositions``), so it is quantized at its input and output rather than at every step; one
+the file quantized in part (onnxruntime at opset 14: the variance and the quotient, not the squares) loses its inner
+pairs first (``prequant._unquantize_partial_decompositions``) and is fused the same way.
 
 So the run computes the file's integers wherever the file has them, and the lab's own quantization in the islands
 (where onnxruntime computes in float); the report says what the lab quantized (:attr:`Completion.summary`).
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -55,7 +58,8 @@ from onnx import TensorProto, helper, numpy_helper
 from .contrib import static_shapes
 from .dequantize import along_axis
 
-__all__ = ["ALIAS_OPS", "Completion", "plan_completion", "complete", "measure_ranges", "unquantize_infinite"]
+__all__ = ["ALIAS_OPS", "Completion", "plan_completion", "complete", "measure_ranges", "unquantize_infinite",
+           "drop_pairs"]
 
 ALIAS_OPS = frozenset({"Relu", "Clip", "MaxPool", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose",
                        "Identity", "Dropout"})
@@ -219,6 +223,11 @@ def plan_completion(model: onnx.ModelProto) -> Completion:
                 if c is not None and c.data_type == TensorProto.FLOAT and int(np.prod(c.dims)) > 1 and \
                         other not in consts:
                     plan.weights.append((k, name, None))      # a gamma, a beta, a position table: per tensor
+        if node.domain in ("", "ai.onnx") and node.op_type == "Concat" and any(name not in consts for name in data):
+            for name in dict.fromkeys(data):                         # ViT's class token before the patches
+                c = initializers.get(name)
+                if c is not None and c.data_type == TensorProto.FLOAT and int(np.prod(c.dims)) > 1:
+                    plan.weights.append((k, name, None))
         if _masked_scores(node, derived, readers):
             continue                  # scores plus a mask: float into the Softmax, which takes the mask as a term
         if node.op_type not in _QUANT:
@@ -397,15 +406,30 @@ def unquantize_infinite(model: onnx.ModelProto, constants_only: bool = False) ->
     from .dequantize import _constant
     from .onnx_fusions import _OnnxGraph
     g = _OnnxGraph(model)
+
+    def infinite(node: onnx.NodeProto) -> bool:
+        scale = g.consts.get(node.input[1]) if len(node.input) > 1 else None
+        return scale is not None and scale.dtype == np.float32 and not np.isfinite(scale).all() and \
+            (not constants_only or _constant(node.input[0], g.producer, set(g.consts)))
+
+    drop_pairs(model, infinite)
+
+
+def drop_pairs(model: onnx.ModelProto, which: Callable[[onnx.NodeProto], bool]) -> None:
+    """In place: each QuantizeLinear ``which`` accepts whose readers are all DequantizeLinear (none a graph output)
+    goes with them, and their readers read its float input."""
+    readers: dict[str, list[onnx.NodeProto]] = {}
+    for node in model.graph.node:
+        for t in node.input:
+            readers.setdefault(t, []).append(node)
+    outputs = {o.name for o in model.graph.output}
     rename: dict[str, str] = {}
     gone: set[str] = set()
     for node in model.graph.node:
-        scale = g.consts.get(node.input[1]) if node.op_type == "QuantizeLinear" and len(node.input) > 1 else None
-        if scale is None or scale.dtype != np.float32 or np.isfinite(scale).all() or \
-                (constants_only and not _constant(node.input[0], g.producer, set(g.consts))):
+        if node.op_type != "QuantizeLinear" or not which(node):
             continue
-        users = g.consumers.get(node.output[0], [])
-        if not users or any(u.op_type != "DequantizeLinear" or u.output[0] in g.outputs for u in users):
+        users = readers.get(node.output[0], [])
+        if not users or any(u.op_type != "DequantizeLinear" or u.output[0] in outputs for u in users):
             continue
         gone.update([node.output[0], *(u.output[0] for u in users)])
         rename.update({u.output[0]: node.input[0] for u in users})
