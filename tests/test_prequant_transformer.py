@@ -416,27 +416,40 @@ def test_a_mask_fill_dequantized_by_a_microsoft_node_imports_as_integers(tmp_pat
     _imports_its_mask_as_integers(model, path)
 
 
+def _per_row_table(rng: np.random.Generator, name: str, rows: int) -> list[onnx.TensorProto]:
+    """A seeded table ``[rows, 16]`` of rows of unlike scales, quantized per row: ``{name}_q`` (int8), ``{name}_s``
+    (one scale a row), ``{name}_z`` (zeros), for a DequantizeLinear on axis 0."""
+    table = rng.standard_normal((rows, 16)).astype(np.float32) * rng.uniform(0.2, 3, (rows, 1)).astype(np.float32)
+    scale = (np.abs(table).max(axis=1) / 127).astype(np.float32)
+    return [numpy_helper.from_array(np.clip(np.rint(table / scale[:, None]), -127, 127).astype(np.int8), f"{name}_q"),
+            numpy_helper.from_array(scale, f"{name}_s"), numpy_helper.from_array(np.zeros(rows, np.int8), f"{name}_z")]
+
+
+def _rows_file(nodes: list[onnx.NodeProto], inits: list[onnx.TensorProto], folder: Path) -> Path:
+    """The model of ``nodes`` from token ids (int64 ``[1, 8]``) to ``y`` (float ``[1, 8, 16]``), saved in
+    ``folder``."""
+    graph = helper.make_graph(nodes, "rows", [helper.make_tensor_value_info("ids", TensorProto.INT64, [1, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 16])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    path = folder / "rows.onnx"
+    onnx.save(model, path)
+    return path
+
+
 def test_an_embedding_table_quantized_per_row_imports_as_integers(tmp_path):
     """NNCF's transformer preset quantizes the embedding table per row (DequantizeLinear on axis 0), and the lab's
     Embedding reads one scale: the file went to its float graph. The lookup is now the Embedding of the table's
     dequantized rows quantized as the QuantizeLinear after the lookup quantizes them: the integers onnxruntime
     computes, so the imported graph's lookup equals onnxruntime's bit for bit."""
     rng = np.random.default_rng(6)
-    table = rng.standard_normal((20, 16)).astype(np.float32) * rng.uniform(0.2, 3, (20, 1)).astype(np.float32)
-    scale = (np.abs(table).max(axis=1) / 127).astype(np.float32)
-    inits = [numpy_helper.from_array(np.clip(np.rint(table / scale[:, None]), -127, 127).astype(np.int8), "tq"),
-             numpy_helper.from_array(scale, "ts"), numpy_helper.from_array(np.zeros(20, np.int8), "tz"),
-             numpy_helper.from_array(np.float32(0.03), "s"), numpy_helper.from_array(np.uint8(128), "z")]
-    nodes = [helper.make_node("DequantizeLinear", ["tq", "ts", "tz"], ["table"], axis=0),
+    inits = _per_row_table(rng, "t", 20) + [numpy_helper.from_array(np.float32(0.03), "s"),
+                                            numpy_helper.from_array(np.uint8(128), "z")]
+    nodes = [helper.make_node("DequantizeLinear", ["t_q", "t_s", "t_z"], ["table"], axis=0),
              helper.make_node("Gather", ["table", "ids"], ["rows"]),
              helper.make_node("QuantizeLinear", ["rows", "s", "z"], ["rq"]),
              helper.make_node("DequantizeLinear", ["rq", "s", "z"], ["y"])]
-    graph = helper.make_graph(nodes, "rows", [helper.make_tensor_value_info("ids", TensorProto.INT64, [1, 8])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 16])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 9
-    path = tmp_path / "rows.onnx"
-    onnx.save(model, path)
+    path = _rows_file(nodes, inits, tmp_path)
     imported = import_model(str(path))
     assert imported.is_quantized and "Embedding" in {n.op for n in imported.nodes}
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
@@ -500,3 +513,30 @@ def test_a_scale_that_saw_a_masks_fill_is_warned_about(tmp_path, caplog):
         assert import_model(str(path)).is_quantized
         import_model(str(path))
     assert caplog.text.count("at a scale above 1e+30 ('x')") == 1
+
+
+def test_rows_of_a_per_row_table_at_constant_ids_import_as_integers(tmp_path):
+    """NNCF's transformer preset quantizes BERT's position table per row too, and gathers its rows at constant ids
+    before adding them to the tokens: a constant of several values the integer import reads per tensor only, so
+    the file went to its float graph. Those rows are now folded to their float values, which the completion
+    quantizes as any float constant beside an activation (and says so)."""
+    rng = np.random.default_rng(8)
+    inits = _per_row_table(rng, "words", 20) + _per_row_table(rng, "places", 12)
+    inits += [numpy_helper.from_array(np.arange(8, dtype=np.int64).reshape(1, 8), "at"),
+              numpy_helper.from_array(np.float32(0.03), "s"), numpy_helper.from_array(np.uint8(128), "z")]
+    nodes = [helper.make_node("DequantizeLinear", ["words_q", "words_s", "words_z"], ["words"], axis=0),
+             helper.make_node("DequantizeLinear", ["places_q", "places_s", "places_z"], ["places"], axis=0),
+             helper.make_node("Gather", ["words", "ids"], ["tok"]),
+             helper.make_node("QuantizeLinear", ["tok", "s", "z"], ["tq"]),
+             helper.make_node("DequantizeLinear", ["tq", "s", "z"], ["td"]),
+             helper.make_node("Gather", ["places", "at"], ["pos"]),
+             helper.make_node("Add", ["td", "pos"], ["y"])]                 # left float, as NNCF leaves it
+    path = _rows_file(nodes, inits, tmp_path)
+    feeds = [{"ids": f["ids"]} for f in _ids_inputs(1, 4)]
+    calibration = CalibrationSet({"ids": np.concatenate([f["ids"] for f in feeds])}, {"source": "test"})
+    compiled = compile_model(str(path), VTAConfig(), calibration=calibration)
+    assert compiled.graph.is_quantized and "float weight" in compiled.meta.get("quantization", ""), compiled.meta
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    for feed in feeds:
+        got, want = run(compiled, feed, target="fsim").outputs["y"], session.run(None, feed)[0]
+        assert float(got.ravel() @ want.ravel() / np.linalg.norm(got) / np.linalg.norm(want)) > 0.999

@@ -99,7 +99,7 @@ from .onnx_fusions import _fuse_decompositions
 from .onnx_rules import resize_attrs
 from .onnx_transformer_rules import gather_indices, slice_spec
 from .prequant_complete import SUFFIX as COMPLETION_SUFFIX
-from .prequant_complete import complete, measure_ranges, plan_completion, unquantize_infinite
+from .prequant_complete import complete, drop_pairs, measure_ranges, plan_completion, unquantize_infinite
 from .quantize import choose_requant
 
 __all__ = ["QUANTIZED_OPS", "is_quantized_model", "import_quantized", "import_model", "complete_partial",
@@ -217,23 +217,140 @@ def complete_partial(graph: Graph, samples: Mapping[str, np.ndarray] | None) -> 
     if partial is None:
         return None
     proto = onnx.ModelProto.FromString(partial.model)
-    try:                                           # float chains: one operator each
-        fused = _fuse_decompositions(onnx.ModelProto.FromString(partial.model))
-    except Exception:  # noqa: BLE001 - the fusion only saves roundings: a file it cannot read is completed unfused
-        logging.getLogger("vta").debug("%s: the float decompositions were not fused", partial.where, exc_info=True)
-        fused = onnx.ModelProto.FromString(partial.model)
-    plan = plan_completion(fused)
+    rows = _fold_per_row_lookups(partial.model)
+    forms = list(dict.fromkeys([_unquantize_partial_decompositions(rows).SerializeToString(), rows, partial.model]))
+    sources = [onnx.ModelProto.FromString(form) for form in forms]   # the next when one does not import: the file's
+    for k, source in enumerate(sources):                              # inner pairs kept, its rows not folded
+        try:                                       # float chains: one operator each
+            fused = _fuse_decompositions(source)
+        except Exception:  # noqa: BLE001 - the fusion only saves roundings: a file it cannot read is completed unfused
+            logging.getLogger("vta").debug("%s: the float decompositions were not fused", partial.where,
+                                           exc_info=True)
+            fused = onnx.ModelProto.FromString(forms[k])
+        plan = plan_completion(fused)
+        try:
+            ranges = measure_ranges(proto, plan.ranges, samples or {}) if plan.ranges else {}
+            quantized = import_quantized(complete(fused, plan, ranges), graph.name)
+        except (ValueError, RuntimeError) as err:
+            if k + 1 < len(sources):
+                continue
+            why = " ".join(line.strip() for line in str(err).splitlines()[:2])
+            _warn_float_graph(partial.where, partial.refusal + (
+                "; quantizing the operators it left float does not change that" if why == partial.refusal else
+                f"; with the operators it left float quantized by the lab: {why}"))
+            return None
+        logging.getLogger("vta").info("%s: imported as integers with %s", partial.where, plan.summary)
+        return quantized, plan.summary
+    return None
+
+
+def _fold_per_row_lookups(model: bytes) -> bytes:
+    """The serialized ``model`` with each DequantizeLinear of an integer table quantized per row (axis 0; NNCF's
+    transformer preset) that only Gather nodes at constant ids read (BERT's position and token-type rows, T5's
+    relative-attention bias at its buckets) folded with those Gathers into the float rows they give: the integer
+    import reads a constant of several values per tensor only, so the completion quantizes them as any float
+    constant beside an activation (and says so); a table looked up at token ids stays (:func:`_embedding`)."""
+    proto = onnx.ModelProto.FromString(model)
+    inits = {init.name: init for init in proto.graph.initializer}
+    readers: dict[str, list[onnx.NodeProto]] = {}
+    for node in proto.graph.node:
+        for t in node.input:
+            readers.setdefault(t, []).append(node)
+    anyway: set[str] = set()
+    for node in proto.graph.node:
+        if node.op_type != "DequantizeLinear" or len(node.input) < 2 or node.input[0] not in inits or \
+                node.input[1] not in inits or int(np.prod(inits[node.input[1]].dims)) < 2:
+            continue
+        users = readers.get(node.output[0], [])
+        if users and all(u.op_type == "Gather" and u.input[0] == node.output[0] and len(u.input) > 1 and
+                         u.input[1] in inits for u in users):
+            anyway.update([node.output[0], *(u.output[0] for u in users)])
+    if not anyway:
+        return model
+    return _fold_constants(proto, keep=QUANTIZED_OPS | _QUANTIZED_MS_OPS,
+                           fold_anyway=frozenset(anyway)).SerializeToString()
+
+
+def _unquantize_partial_decompositions(model: bytes) -> onnx.ModelProto:
+    """The serialized ``model`` without the QuantizeLinear/DequantizeLinear pairs inside a decomposition (a
+    LayerNorm's ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt, Div...) that the file quantized in part: onnxruntime at
+    opset 14 quantizes a LayerNorm's variance, its division and its scale, and leaves the mean, the difference and
+    the squares float. Completed step by step, the squares took one int8 scale for every row, and a row of small
+    values (ViT's class token) lost its variance (cosine 0.74 against onnxruntime on that row). Without its inner
+    pairs the decomposition is wholly float and :func:`.onnx_fusions._fuse_decompositions` makes it one operator,
+    quantized at the file's pairs on its input and output. Found by fusing a copy without any activation pairs: a
+    fused decomposition some of whose inner tensors the file left float loses its inner pairs; one the file
+    quantized at every step keeps them (the file's integers). (:func:`complete_partial` falls back to the model as
+    it was when the stripped one does not import.)"""
+    probe = onnx.ModelProto.FromString(model)
+    _strip_activation_pairs(probe, None)
     try:
-        ranges = measure_ranges(proto, plan.ranges, samples or {}) if plan.ranges else {}
-        quantized = import_quantized(complete(fused, plan, ranges), graph.name)
-    except (ValueError, RuntimeError) as err:
-        why = " ".join(line.strip() for line in str(err).splitlines()[:2])
-        _warn_float_graph(partial.where, partial.refusal + (
-            "; quantizing the operators it left float does not change that" if why == partial.refusal else
-            f"; with the operators it left float quantized by the lab: {why}"))
-        return None
-    logging.getLogger("vta").info("%s: imported as integers with %s", partial.where, plan.summary)
-    return quantized, plan.summary
+        probe = _fuse_decompositions(_fold_constants(probe))  # an epsilon, a gamma the file quantized: constants
+    except Exception:  # noqa: BLE001 - nothing is stripped where the fusion cannot read the file
+        return onnx.ModelProto.FromString(model)
+    original = onnx.ModelProto.FromString(model)
+    kept = {o for node in probe.graph.node for o in node.output}
+    producer = {o: node for node in original.graph.node for o in node.output}
+    readers: dict[str, list[onnx.NodeProto]] = {}
+    for node in original.graph.node:
+        for t in node.input:
+            readers.setdefault(t, []).append(node)
+    inner: dict[str, str] = {}                     # a fused tensor's name -> the fused node's output (its group)
+    for node in probe.graph.node:
+        if node.op_type not in ("LayerNormalization", "RMSNormalization"):
+            continue
+        group: set[str] = set()
+        front, seen = [node.output[0]], set()
+        while front:                       # back from the output to the input (or constants), through the original
+            t = front.pop()
+            made = producer.get(t)
+            if made is None or t in seen or t == node.input[0] or (t != node.output[0] and t in kept):
+                continue
+            seen.add(t)
+            group.update(o for o in made.output if o and o != node.output[0])
+            front.extend(i for i in made.input if i)
+        inner.update({t: node.output[0] for t in group})
+    mixed = {inner[t] for t in inner if producer[t].op_type not in ("QuantizeLinear", "DequantizeLinear") and
+               any(r.op_type != "QuantizeLinear" for r in readers.get(t, []))}      # a step the file left float
+    if not mixed:
+        return original
+    strip = {t for t, name in inner.items() if name in mixed}
+    return _stripped(model, strip, strip | mixed)
+
+
+def _stripped(model: bytes, strip: set[str], members: set[str]) -> onnx.ModelProto:
+    """The serialized ``model`` without the activation pairs of the tensors ``strip``, and with the quantization
+    pairs of constants that only nodes writing ``members`` read (an epsilon, a gamma) folded to their float
+    values (:func:`_unquantize_partial_decompositions`)."""
+    out = onnx.ModelProto.FromString(model)
+    _strip_activation_pairs(out, strip)
+    users: dict[str, list[onnx.NodeProto]] = {}
+    for node in out.graph.node:
+        for t in node.input:
+            users.setdefault(t, []).append(node)
+    const = {init.name for init in out.graph.initializer}
+    pairs: dict[str, onnx.NodeProto] = {}
+    for node in out.graph.node:                    # the quantization nodes of constants alone (an epsilon's pair)
+        if node.op_type in ("QuantizeLinear", "DequantizeLinear") and all(not t or t in const for t in node.input):
+            const.update(node.output)
+            pairs.update({o: node for o in node.output})
+    anyway: set[str] = set()                       # those the decompositions alone read: folded to their values
+    for name, node in pairs.items():
+        if node.op_type == "DequantizeLinear" and users.get(name) and \
+                all(u.output and u.output[0] in members for u in users[name]):
+            anyway.add(name)
+            if node.input[0] in pairs and all(u.op_type == "DequantizeLinear" for u in users.get(node.input[0], [])):
+                anyway.add(node.input[0])
+    if anyway:
+        out = _fold_constants(out, keep=QUANTIZED_OPS | _QUANTIZED_MS_OPS, fold_anyway=frozenset(anyway))
+    return out
+
+
+def _strip_activation_pairs(model: onnx.ModelProto, only: set[str] | None) -> None:
+    """In place: each QuantizeLinear of an activation (with ``only``, of a tensor in it) whose readers are all
+    DequantizeLinear goes with them, and their readers read its float input."""
+    consts = {init.name for init in model.graph.initializer}
+    drop_pairs(model, lambda node: node.input[0] not in consts and (only is None or node.input[0] in only))
 
 
 def _fold_shapes(proto: onnx.ModelProto) -> onnx.ModelProto:
