@@ -458,10 +458,10 @@ def test_an_embedding_table_quantized_per_row_imports_as_integers(tmp_path):
                                       session.run(None, {"ids": feed["ids"]})[0])
 
 
-def _where_mask_block() -> onnx.ModelProto:
+def _where_mask_block(positions: bool = False) -> onnx.ModelProto:
     """``_ids_block`` with the mask's term written ``Where(mask, 0, fill)`` (transformers 5's form) instead of
     ``(1 - mask) * fill``."""
-    model = _ids_block()
+    model = _ids_block(positions)
     nodes = [n for n in model.graph.node if n.output[0] not in ("mf", "inv", "term")]
     at = [n.output[0] for n in nodes].index("m1") + 1
     nodes[at:at] = [helper.make_node("Cast", ["m1"], ["keep"], to=TensorProto.BOOL),
@@ -540,3 +540,28 @@ def test_rows_of_a_per_row_table_at_constant_ids_import_as_integers(tmp_path):
     for feed in feeds:
         got, want = run(compiled, feed, target="fsim").outputs["y"], session.run(None, feed)[0]
         assert float(got.ravel() @ want.ravel() / np.linalg.norm(got) / np.linalg.norm(want)) > 0.999
+
+
+def test_a_file_leaving_its_embedding_sum_and_masked_scores_float_imports_as_integers(tmp_path):
+    """NNCF's default preset quantizes the lookups and the mask but leaves their sums float: the token and
+    position rows' Add (read by a float LayerNorm) and the scores plus the mask (read by the Softmax). The
+    completion took the lookups of the file's int8 tables for a mask's arithmetic (their ids come from an integer
+    input), so the sum got no pair, and it gave the masked scores one whose range held the mask's fill. A lookup of
+    a table quantized per tensor is now the file's integers, the sum an activation to complete, and the masked
+    scores stay float into the Softmax, which takes the file's mask, dequantized, as its additive term."""
+    from vta.compiler.frontend.prequant_complete import drop_pairs
+    source, path = tmp_path / "ids.onnx", tmp_path / "ids_qdq.onnx"
+    onnx.save(_where_mask_block(positions=True), source)
+    quantization.quantize_static(str(source), str(path), _Samples(_ids_inputs(1, 8)),
+                                 quant_format=quantization.QuantFormat.QDQ)
+    model = onnx.load(path)
+    drop_pairs(model, lambda node: node.input[0] in ("emb", "masked"))     # the sums NNCF leaves float
+    assert not any(n.op_type == "QuantizeLinear" and n.input[0] in ("emb", "masked") for n in model.graph.node)
+    onnx.save(model, path)
+    feeds = _ids_inputs(1, 8)
+    calibration = CalibrationSet({k: np.concatenate([f[k] for f in feeds]) for k in feeds[0]}, {"source": "test"})
+    compiled = compile_model(str(path), VTAConfig(), calibration=calibration)
+    graph = compiled.graph
+    assert graph.is_quantized and "float activation" in compiled.meta.get("quantization", "")
+    assert any(n.op == "Softmax" and n.attrs.get("key_additive") for n in graph.nodes)
+    _runs_as_onnxruntime(compiled, path)

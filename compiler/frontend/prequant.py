@@ -677,6 +677,10 @@ class _Importer:
         # (an Add of scores and such a mask) -> (the scores, the float32 mask term)
         self.unquantized: dict[str, str] = {}
         self.masked_scores: dict[str, tuple[_Act, str]] = {}
+        # a mask the file quantizes (QuantizeLinear of a region's float exit), by its QuantizeLinear and
+        # DequantizeLinear outputs: an Add of scores and its DequantizeLinear that only Softmax nodes read (the file
+        # left the sum float) takes it as the Softmax's additive term, dequantized
+        self.masks: set[str] = set()
 
     # ---- reading parameters -------------------------------------------------------------------------------------
     def const(self, node: onnx.NodeProto, index: int, what: str) -> np.ndarray:
@@ -1379,6 +1383,18 @@ def _qdq_binary(imp: _Importer, node: onnx.NodeProto) -> None:
         scores = imp.alias(node, node.input[1] if node.input[0] == masks[0] else node.input[0])
         imp.masked_scores[node.output[0]] = (scores, imp.unquantized[masks[0]])
         return
+    quantized_masks = [name for name in node.input[:2] if name in imp.masks]
+    readers = imp.consumers.get(node.output[0], [])
+    if node.op_type == "Add" and len(quantized_masks) == 1 and len(node.input) == 2 and readers and \
+            all(r.op_type == "Softmax" for r in readers):       # scores + the file's mask, the sum left float
+        mask = imp.alias(node, quantized_masks[0])
+        scores = imp.alias(node, node.input[1] if node.input[0] == quantized_masks[0] else node.input[0])
+        term = imp.graph.unique_name(f"{quantized_masks[0]}_float")
+        imp.graph.add_tensor(term, imp.shape(mask.name), "float32")
+        imp.emit("DequantizeZp" if mask.zp else "Dequantize", f"{node.name}_mask", [mask.name], term,
+                 scale=mask.scale, **({"zero_point": mask.zp} if mask.zp else {}))
+        imp.masked_scores[node.output[0]] = (scores, term)
+        return
     reals = [imp.real_constant(name) for name in node.input[:2]]
     first, second = reals
     if first is not None and second is not None:          # shape arithmetic of quantized constants (GPT-2's
@@ -1833,6 +1849,8 @@ def _quantize_linear(imp: _Importer, node: onnx.NodeProto) -> None:
     else:
         imp.emit_out("QuantizeZp", node.name or f"{y}_quantize", [x], out, imp.shape(x), scale=out.scale,
                      zero_point=out.zp)
+    if x in imp.input_fns:
+        imp.masks.add(y)
 
 
 def _quantized_constant(imp: _Importer, node: onnx.NodeProto, real: np.ndarray) -> np.ndarray:
@@ -1886,6 +1904,8 @@ def _dequantize_linear(imp: _Importer, node: onnx.NodeProto) -> None:
     src = imp.int_tensor(node, x)
     zp, _ = imp.zero_point(node, 2, imp.unsigned[x])
     imp.floats[y] = _Act(src, imp.scalar_scale(node, 1), zp)
+    if x in imp.masks:
+        imp.masks.add(y)
 
 
 def _reshape_shape(imp: _Importer, node: onnx.NodeProto, shape: tuple[int, ...]) -> tuple[int, ...]:

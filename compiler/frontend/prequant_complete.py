@@ -185,14 +185,21 @@ def plan_completion(model: onnx.ModelProto) -> Completion:
             plan.ranges.append(name)
 
     derived = {vi.name for vi in graph.input if types.get(vi.name) not in (None, TensorProto.FLOAT)}
+    masks: set[str] = set()              # the file's quantization of them: QuantizeLinear, DequantizeLinear outputs
     for vi in graph.input:
         if vi.name not in initializers:
             activation(vi.name)
     for k, node in enumerate(graph.node):
         data = [name for name in node.input if name]
+        if node.op_type == "QuantizeLinear" and data and data[0] in derived or \
+                node.op_type == "DequantizeLinear" and data and data[0] in masks:
+            masks.update(o for o in node.output if o)            # a mask the file quantizes
+        lookup = _lookup(node, initializers, dequantized, graph)
+        if lookup == "integers" and node.input[1] in derived:
+            quantized.update(o for o in node.output if o)        # the import's Embedding of the table's integers
+            continue
         if node.op_type not in _QUANT and any(name in derived for name in data) and \
-                all(name in derived or name in consts for name in data) and \
-                not _float_lookup(node, initializers, dequantized, graph):
+                all(name in derived or name in consts for name in data) and lookup is None:
             derived.update(o for o in node.output if o)          # an attention mask's arithmetic: the import's
             continue
         if node.op_type == "DequantizeLinear" and data and data[0] in initializers:
@@ -228,7 +235,7 @@ def plan_completion(model: onnx.ModelProto) -> Completion:
                 c = initializers.get(name)
                 if c is not None and c.data_type == TensorProto.FLOAT and int(np.prod(c.dims)) > 1:
                     plan.weights.append((k, name, None))
-        if _masked_scores(node, derived, readers):
+        if _masked_scores(node, derived | masks, readers):
             continue                  # scores plus a mask: float into the Softmax, which takes the mask as a term
         if node.op_type not in _QUANT:
             for name in node.output:
@@ -237,20 +244,23 @@ def plan_completion(model: onnx.ModelProto) -> Completion:
     return plan
 
 
-def _float_lookup(node: onnx.NodeProto, initializers: Mapping[str, onnx.TensorProto],
-                  dequantized: Mapping[str, int], graph: onnx.GraphProto) -> bool:
-    """``node`` looks rows up in a float table of rank 2 or more (an embedding a quantizer left float) or in a
-    DequantizeLinear of an integer table per row (NNCF's transformer preset): its result is an activation, not a
-    mask's arithmetic, though its ids come from an integer input. (A table dequantized per tensor is the import's
-    Embedding of its integers as they are.)"""
-    if node.op_type != "Gather" or not node.input:
-        return False
+def _lookup(node: onnx.NodeProto, initializers: Mapping[str, onnx.TensorProto], dequantized: Mapping[str, int],
+            graph: onnx.GraphProto) -> str | None:
+    """How ``node`` looks rows up in a table, its result an activation and not a mask's arithmetic though its ids
+    may come from an integer input: ``"float"`` in a float table of rank 2 or more (an embedding a quantizer left
+    float) or a DequantizeLinear of an integer table per row (NNCF's transformer preset), which the completion
+    quantizes after the lookup; ``"integers"`` in a table dequantized per tensor (the import's Embedding of its
+    integers as they are, quantized already); None for anything else."""
+    if node.op_type != "Gather" or len(node.input) < 2:
+        return None
     if node.input[0] in dequantized:
         dq = graph.node[dequantized[node.input[0]]]
         scale = initializers.get(dq.input[1]) if len(dq.input) > 1 else None
-        return scale is not None and int(np.prod(scale.dims)) > 1
+        if scale is None:
+            return None
+        return "float" if int(np.prod(scale.dims)) > 1 else "integers"
     table = initializers.get(node.input[0])
-    return table is not None and table.data_type == TensorProto.FLOAT and len(table.dims) >= 2
+    return "float" if table is not None and table.data_type == TensorProto.FLOAT and len(table.dims) >= 2 else None
 
 
 def _masked_scores(node: onnx.NodeProto, derived: set[str], readers: Mapping[str, list[onnx.NodeProto]]) -> bool:
