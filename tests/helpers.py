@@ -82,12 +82,14 @@ def raw_program_at_byte_0(cfg: VTAConfig, insns: Sequence[Insn], image_bytes: in
 # ---- ONNX models -----------------------------------------------------------------------------------------------------
 def onnx_model(nodes: list, inputs: dict[str, np.ndarray], inits: Sequence = (), *, opset: int = 17):
     """An ONNX model of ``nodes`` at ``opset`` (IR version 9): float inputs named and shaped as ``inputs``, the
-    initializers ``inits`` ((name, value) pairs) and one float output ``y`` of unknown shape."""
+    initializers ``inits`` ((name, value) pairs, or TensorProtos as they are) and one float output ``y`` of unknown
+    shape."""
     from onnx import TensorProto, helper, numpy_helper
     graph = helper.make_graph(nodes, "ops", [helper.make_tensor_value_info(k, TensorProto.FLOAT, list(v.shape))
                                              for k, v in inputs.items()],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-                              [numpy_helper.from_array(np.asarray(v), k) for k, v in inits])
+                              [i if isinstance(i, TensorProto) else numpy_helper.from_array(np.asarray(i[1]), i[0])
+                               for i in inits])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     model.ir_version = 9
     return model

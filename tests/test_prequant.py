@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from helpers import onnx_model
 from onnx import TensorProto, helper, numpy_helper
 
 from vta.compiler import qops
@@ -240,11 +241,7 @@ def _torch_linear(casts: bool = True) -> onnx.ModelProto:
         nodes = [n for n in nodes if n.op_type != "Cast"]
         for n in nodes:
             n.input[:] = [{"xc": "xq", "hc": "hq"}.get(t, t) for t in n.input]
-    graph = helper.make_graph(nodes, "linear", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 16])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 12])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 8
-    return model
+    return onnx_model(nodes, {"x": np.zeros((1, 8, 16), np.float32)}, inits, opset=13)
 
 
 def test_a_linear_as_torch_exports_it_imports_as_one_dense_layer(tmp_path):
@@ -597,12 +594,8 @@ def test_a_reshape_of_the_float_input_before_its_quantization(tmp_path):
              numpy_helper.from_array(rng.integers(-127, 128, (4, 5)).astype(np.int8), "wq"),
              numpy_helper.from_array(np.float32(0.01), "sw"),
              numpy_helper.from_array(np.float32(0.02), "sy"), numpy_helper.from_array(np.uint8(128), "zy")]
-    graph = helper.make_graph(nodes, "rows", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [6, 5])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
     path = tmp_path / "rows.onnx"
-    onnx.save(model, path)
+    onnx.save(onnx_model(nodes, {"x": np.zeros((2, 3, 4), np.float32)}, inits), path)
     imported = import_model(path)
     assert imported.is_quantized
     x = rng.standard_normal((2, 3, 4)).astype(np.float32)

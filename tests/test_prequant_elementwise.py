@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from helpers import onnx_model
 from onnx import TensorProto, helper, numpy_helper
 from test_prequant import _Reader
 
@@ -472,12 +473,8 @@ def test_a_dequantized_exponent_is_computed_in_float32_as_onnx_does(tmp_path):
              numpy_helper.from_array(np.array(255, np.uint8), "eq"),
              numpy_helper.from_array(np.float32(2.0) / np.float32(255.0), "se"),
              numpy_helper.from_array(np.float32(0.01), "sy"), numpy_helper.from_array(np.uint8(0), "zy")]
-    graph = helper.make_graph(nodes, "pow", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
     path = tmp_path / "pow.onnx"
-    onnx.save(model, path)
+    onnx.save(onnx_model(nodes, {"x": np.zeros((1, 64), np.float32)}, inits), path)
     graph_ir = import_model(path)
     assert graph_ir.is_quantized
     x = np.linspace(-1.2, 1.2, 64, dtype=np.float32).reshape(1, 64)

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from helpers import onnx_model
 from onnx import TensorProto, helper, numpy_helper
 from test_prequant import SHAPE as SHAPE_CNN
 from test_prequant import _float_cnn, _Reader, _Samples
@@ -510,11 +511,7 @@ def _class_token_block() -> onnx.ModelProto:
              helper.make_node("Add", ["var", "eps"], ["ve"]), helper.make_node("Sqrt", ["ve"], ["sd"]),
              helper.make_node("Div", ["d", "sd"], ["n"]), helper.make_node("Mul", ["n", "gamma"], ["g"]),
              helper.make_node("Add", ["g", "beta"], ["ln"]), helper.make_node("MatMul", ["ln", "w2"], ["y"])]
-    graph = helper.make_graph(nodes, "token", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 16])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 16])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
-    model.ir_version = 8
-    return model
+    return onnx_model(nodes, {"x": np.zeros((1, 8, 16), np.float32)}, inits, opset=14)
 
 
 def test_a_layernorm_the_file_quantized_in_part_is_one_operator(tmp_path):

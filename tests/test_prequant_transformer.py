@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from helpers import onnx_model
 from onnx import TensorProto, helper, numpy_helper
 from test_prequant import _Reader, _Samples
 
@@ -503,12 +504,8 @@ def test_a_scale_that_saw_a_masks_fill_is_warned_about(tmp_path, caplog):
     nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"]),
              helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["y"])]
     inits = [numpy_helper.from_array(np.float32(1.3e36), "s"), numpy_helper.from_array(np.uint8(128), "z")]
-    graph = helper.make_graph(nodes, "huge", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 9
     path = tmp_path / "huge.onnx"
-    onnx.save(model, path)
+    onnx.save(onnx_model(nodes, {"x": np.zeros((1, 8), np.float32)}, inits), path)
     with caplog.at_level(logging.WARNING, logger="vta"):
         assert import_model(str(path)).is_quantized
         import_model(str(path))
