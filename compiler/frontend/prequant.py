@@ -2160,6 +2160,8 @@ def _integer_input_regions(imp: _Importer, model: onnx.ModelProto) -> None:
     what reads their rows."""
     from .dequantize import dequantized_constants
     from .masks import REGION_OPS, encode, forward_region, region_model
+    if not imp.int_inputs:                         # no integer input (an image model): no region, no constants
+        return
     types = {vi.name: vi.type.tensor_type.elem_type for vi in [*model.graph.value_info, *model.graph.output]}
     shapes = static_shapes(model)
     consts = dict(imp.consts)          # and DequantizeLinear of constants: a fill, T5's position bias (a lookup in
